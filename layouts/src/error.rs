@@ -1,0 +1,41 @@
+//! The one error type of every decoder in this crate.
+use core::fmt;
+
+/// Why a byte string is not a valid value of a layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutError {
+    /// Fewer bytes than the format needs.
+    Short { need: usize, got: usize },
+    /// A magic number or type tag that is not this format's.
+    BadMagic { expected: u64, found: u64 },
+    /// A version this build does not read.
+    BadVersion { found: u32 },
+    /// A checksum over the bytes does not match the one stored with them (torn or corrupt).
+    BadChecksum { stored: u64, computed: u64 },
+    /// A field holds a value outside its documented range.
+    OutOfRange { field: &'static str, value: u64 },
+    /// Fields that are each valid but contradict one another.
+    Inconsistent { what: &'static str },
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            LayoutError::Short { need, got } => write!(f, "need {need} bytes, got {got}"),
+            LayoutError::BadMagic { expected, found } => {
+                write!(f, "bad magic {found:#018x} (expected {expected:#018x})")
+            }
+            LayoutError::BadVersion { found } => write!(f, "unsupported format version {found}"),
+            LayoutError::BadChecksum { stored, computed } => write!(
+                f,
+                "checksum mismatch: stored {stored:#x}, computed {computed:#x} (torn or corrupt)"
+            ),
+            LayoutError::OutOfRange { field, value } => {
+                write!(f, "field `{field}` out of range: {value:#x}")
+            }
+            LayoutError::Inconsistent { what } => write!(f, "inconsistent fields: {what}"),
+        }
+    }
+}
+
+impl core::error::Error for LayoutError {}

@@ -1,0 +1,16 @@
+//! remora-layouts: the byte formats that cross the fabric.
+//!
+//! Every node and message format of remora's systems lives here, `no_std`, as a `#[repr(C)]`
+//! struct with compile-time size and offset assertions, bit-packed 8-byte words with typed
+//! accessors, and a checked decoder that returns [`LayoutError`] (never panics) on bytes that
+//! do not form a valid value. [`region::RegionHeader`] is the reference example of the pattern.
+#![no_std]
+#![forbid(unsafe_op_in_unsafe_fn)]
+
+pub mod addr;
+pub mod bits;
+pub mod error;
+pub mod region;
+
+pub use addr::{GlobalAddr, NodeId};
+pub use error::LayoutError;
