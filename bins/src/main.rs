@@ -1,1 +1,95 @@
-fn main(){}
+//! `remora`: the command-line front of remora.
+//!
+//! - `remora memnode`: a standalone memory node (soft fabric: shared memory + a Unix control
+//!   socket; verbs: rdma_cm listener).
+//! - `remora perf`: perftest-style microbenchmark of the fabric verbs, on any fabric.
+use clap::{Args, Parser, Subcommand};
+use std::process::ExitCode;
+
+mod args;
+mod memnode;
+mod perf;
+mod perf_sim;
+mod report;
+mod verbs_cmds;
+
+use args::{FabricKind, PerfArgs};
+
+#[derive(Parser)]
+#[command(name = "remora", version, about = "One-sided RDMA index structures: tools")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a standalone memory node.
+    Memnode(MemnodeArgs),
+    /// Measure fabric verbs: latency and throughput over sizes, threads and coroutines.
+    Perf(PerfArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MemnodeArgs {
+    #[arg(long, value_enum, default_value = "soft")]
+    pub fabric: FabricKind,
+    /// Control endpoint: a Unix socket path (soft) or host:port (verbs).
+    #[arg(long, default_value = "/tmp/remora-memnode.sock")]
+    pub listen: String,
+    /// This memory node's id in GlobalAddr.
+    #[arg(long, default_value_t = 0)]
+    pub node_id: u16,
+    /// Host region size in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub region_mib: u64,
+    /// Device-memory size in KiB (Sherman's lock table needs 256).
+    #[arg(long, default_value_t = 256)]
+    pub dm_kib: u64,
+    /// Allocator chunk size in KiB.
+    #[arg(long, default_value_t = 1024)]
+    pub chunk_kib: u64,
+    /// Pin the serving thread to this core.
+    #[arg(long)]
+    pub core: Option<usize>,
+    /// RDMA device name (verbs).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Exit after this many seconds (default: serve until killed).
+    #[arg(long)]
+    pub seconds: Option<f64>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Memnode(a) => match a.fabric {
+            FabricKind::Soft => memnode::run(&a),
+            FabricKind::Verbs => verbs_cmds::memnode(&a),
+            FabricKind::Sim => Err("memnode serves real fabrics; the sim fabric simulates its \
+                                    memory nodes inside `remora perf --fabric sim`"
+                .into()),
+        },
+        Cmd::Perf(a) => {
+            let rows = match a.fabric {
+                FabricKind::Soft => perf::run(&a),
+                FabricKind::Sim => perf_sim::run(&a),
+                FabricKind::Verbs => verbs_cmds::perf(&a),
+            };
+            rows.and_then(|rows| {
+                report::print_perf_table(&rows);
+                match &a.json {
+                    Some(p) => report::write_json(p, &rows).map_err(|e| format!("writing {p}: {e}")),
+                    None => Ok(()),
+                }
+            })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("remora: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

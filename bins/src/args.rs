@@ -1,0 +1,116 @@
+//! Command-line arguments shared by `remora perf` and `remora bench`.
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+/// Which fabric to run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FabricKind {
+    /// Shared memory on this machine (in-process memory node, or `--connect` a memnode).
+    Soft,
+    /// Deterministic simulated cluster in virtual time.
+    Sim,
+    /// Real RDMA verbs (build with `--features verbs`).
+    Verbs,
+}
+
+/// The shape and model of a simulated cluster (`--fabric sim`).
+#[derive(Debug, Clone, Args)]
+pub struct SimArgs {
+    /// Compute nodes in the simulated cluster.
+    #[arg(long, default_value_t = 1)]
+    pub compute_nodes: usize,
+    /// Client threads per compute node.
+    #[arg(long, default_value_t = 1)]
+    pub clients_per_node: usize,
+    /// Memory nodes in the simulated cluster.
+    #[arg(long, default_value_t = 1)]
+    pub memory_nodes: usize,
+    /// Seed fixing every random choice of the simulation.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// NIC/network model file (key = value lines); defaults are documented in the model.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Override one model parameter: `--set name=value` (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    pub overrides: Vec<String>,
+    /// Print the per-verb event trace of this operation number.
+    #[arg(long)]
+    pub trace: Option<u64>,
+}
+
+/// A verb `remora perf` can measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PerfVerb {
+    Read,
+    Write,
+    WriteImm,
+    Cas,
+    Faa,
+    Send,
+}
+
+impl PerfVerb {
+    pub fn name(self) -> &'static str {
+        match self {
+            PerfVerb::Read => "READ",
+            PerfVerb::Write => "WRITE",
+            PerfVerb::WriteImm => "WRITE_WITH_IMM",
+            PerfVerb::Cas => "CMP_AND_SWP",
+            PerfVerb::Faa => "FETCH_AND_ADD",
+            PerfVerb::Send => "SEND",
+        }
+    }
+    /// Atomics have a fixed 8-byte size.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, PerfVerb::Cas | PerfVerb::Faa)
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PerfArgs {
+    #[arg(long, value_enum, default_value = "soft")]
+    pub fabric: FabricKind,
+    /// Verbs to measure, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "read")]
+    pub verbs: Vec<PerfVerb>,
+    /// Message sizes in bytes, comma-separated (atomics are always 8).
+    #[arg(long, value_delimiter = ',', default_value = "64")]
+    pub sizes: Vec<usize>,
+    /// Worker threads, each pinned to its own core (soft, verbs).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Coroutines per worker thread (per client on sim).
+    #[arg(long, default_value_t = 8)]
+    pub coroutines: usize,
+    /// Seconds to measure each (verb, size) point (virtual seconds on sim).
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Atomics all target one word (contention) instead of one word per coroutine.
+    #[arg(long)]
+    pub hot: bool,
+    /// Memory node to use: a memnode control socket path (soft) or host:port (verbs).
+    /// Without it, soft runs an in-process memory node.
+    #[arg(long)]
+    pub connect: Option<String>,
+    /// Size of the in-process memory node's region, in MiB.
+    #[arg(long, default_value_t = 64)]
+    pub region_mib: u64,
+    /// Do not pin worker threads to cores.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Write JSON records (one line per measurement) here; `-` for stdout.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub sim: SimArgs,
+    /// RDMA device name (verbs), e.g. rxe0 or mlx5_0; default: the first one.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// GID index (verbs, RoCE).
+    #[arg(long, default_value_t = 0)]
+    pub gid_index: u32,
+}

@@ -1,0 +1,1 @@
+//! The deterministic simulated cluster fabric (issue 3).
