@@ -6,3 +6,6 @@ pub use remora_core as core;
 pub use remora_layouts as layouts;
 pub use remora_pmem as pmem;
 pub use remora_poller as poller;
+
+#[cfg(feature = "verbs")]
+pub mod verbs;

@@ -28,6 +28,8 @@ enum Cmd {
     Memnode(MemnodeArgs),
     /// Measure fabric verbs: latency and throughput over sizes, threads and coroutines.
     Perf(PerfArgs),
+    /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`).
+    Check(PerfArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -69,6 +71,11 @@ fn main() -> ExitCode {
             FabricKind::Sim => Err("memnode serves real fabrics; the sim fabric simulates its \
                                     memory nodes inside `remora perf --fabric sim`"
                 .into()),
+        },
+        Cmd::Check(a) => match a.fabric {
+            FabricKind::Soft => perf::check(&a),
+            FabricKind::Sim => perf_sim::check(&a),
+            FabricKind::Verbs => verbs_cmds::check(&a),
         },
         Cmd::Perf(a) => {
             let rows = match a.fabric {

@@ -10,3 +10,7 @@ pub fn perf(_a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
 pub fn memnode(_a: &MemnodeArgs) -> Result<(), String> {
     Err("this build has no verbs fabric".into())
 }
+
+pub fn check(_a: &PerfArgs) -> Result<(), String> {
+    Err("this build has no verbs fabric".into())
+}

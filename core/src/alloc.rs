@@ -8,7 +8,7 @@
 use crate::fabric::{FabricError, QueuePair};
 use core::cell::{Cell, RefCell};
 use core::fmt;
-use remora_layouts::region::{NEXT_CHUNK_OFFSET, RegionHeader, HEADER_LEN};
+use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader};
 use remora_layouts::{GlobalAddr, LayoutError, NodeId};
 
 /// Smallest object handed out; sizes round up to a power of two from here.
@@ -22,9 +22,15 @@ pub enum AllocError {
     /// The region header did not decode: not a remora memory node, or corrupt.
     BadHeader(LayoutError),
     /// The memory node has no chunk left.
-    OutOfMemory { node: NodeId, region_len: u64 },
+    OutOfMemory {
+        node: NodeId,
+        region_len: u64,
+    },
     /// An object larger than one chunk.
-    TooLarge { size: u64, chunk_size: u64 },
+    TooLarge {
+        size: u64,
+        chunk_size: u64,
+    },
 }
 
 impl From<FabricError> for AllocError {
@@ -42,7 +48,10 @@ impl fmt::Display for AllocError {
                 write!(f, "memory node {node} is full ({region_len} bytes region)")
             }
             AllocError::TooLarge { size, chunk_size } => {
-                write!(f, "object of {size} bytes exceeds the chunk size {chunk_size}")
+                write!(
+                    f,
+                    "object of {size} bytes exceeds the chunk size {chunk_size}"
+                )
             }
         }
     }
@@ -63,7 +72,10 @@ pub struct RemoteAllocator {
 
 fn class_of(size: u64) -> (usize, u64) {
     let rounded = size.max(MIN_OBJECT).next_power_of_two();
-    ((rounded.trailing_zeros() - MIN_OBJECT.trailing_zeros()) as usize, rounded)
+    (
+        (rounded.trailing_zeros() - MIN_OBJECT.trailing_zeros()) as usize,
+        rounded,
+    )
 }
 
 impl RemoteAllocator {
@@ -103,14 +115,20 @@ impl RemoteAllocator {
                 self.chunks.set(self.chunks.get() + 1);
                 Ok(GlobalAddr::new(self.node, start))
             }
-            _ => Err(AllocError::OutOfMemory { node: self.node, region_len: self.region_len }),
+            _ => Err(AllocError::OutOfMemory {
+                node: self.node,
+                region_len: self.region_len,
+            }),
         }
     }
 
     /// Allocates `size` bytes (rounded up to a power of two, aligned to it up to 64).
     pub async fn alloc<Q: QueuePair>(&self, qp: &Q, size: u64) -> Result<GlobalAddr, AllocError> {
         if size > self.chunk_size {
-            return Err(AllocError::TooLarge { size, chunk_size: self.chunk_size });
+            return Err(AllocError::TooLarge {
+                size,
+                chunk_size: self.chunk_size,
+            });
         }
         let (class, rounded) = class_of(size);
         if let Some(off) = self.free.borrow_mut()[class].pop() {

@@ -33,22 +33,50 @@ pub trait Harness: Sync {
     fn revoke_key(&self);
 }
 
-/// Every check, in an order where each relies only on those before it.
+/// Every check by name, in an order where each relies only on those before it.
+#[allow(clippy::type_complexity)]
+pub fn checks<H: Harness>() -> Vec<(&'static str, fn(&H))> {
+    vec![
+        ("read_write_round_trip", read_write_round_trip::<H>),
+        (
+            "batch_takes_effect_in_order",
+            batch_takes_effect_in_order::<H>,
+        ),
+        (
+            "order_is_visible_to_other_clients",
+            order_is_visible_to_other_clients::<H>,
+        ),
+        ("torn_reads_are_observable", torn_reads_are_observable::<H>),
+        ("faa_is_linearizable", faa_is_linearizable::<H>),
+        ("cas_is_linearizable", cas_is_linearizable::<H>),
+        (
+            "misaligned_atomic_is_refused",
+            misaligned_atomic_is_refused::<H>,
+        ),
+        (
+            "out_of_range_fails_without_touching_memory",
+            out_of_range_fails_without_touching_memory::<H>,
+        ),
+        ("unknown_node_is_an_error", unknown_node_is_an_error::<H>),
+        (
+            "write_imm_delivers_its_immediate",
+            write_imm_delivers_its_immediate::<H>,
+        ),
+        ("send_recv_round_trip", send_recv_round_trip::<H>),
+        ("device_memory", device_memory::<H>),
+        (
+            "counters_count_what_was_done",
+            counters_count_what_was_done::<H>,
+        ),
+        ("revoked_key_is_refused", revoked_key_is_refused::<H>),
+    ]
+}
+
+/// Runs every check; panics at the first failure.
 pub fn run_all<H: Harness>(h: &H) {
-    read_write_round_trip(h);
-    batch_takes_effect_in_order(h);
-    order_is_visible_to_other_clients(h);
-    torn_reads_are_observable(h);
-    faa_is_linearizable(h);
-    cas_is_linearizable(h);
-    misaligned_atomic_is_refused(h);
-    out_of_range_fails_without_touching_memory(h);
-    unknown_node_is_an_error(h);
-    write_imm_delivers_its_immediate(h);
-    send_recv_round_trip(h);
-    device_memory(h);
-    counters_count_what_was_done(h);
-    revoked_key_is_refused(h);
+    for (_, check) in checks::<H>() {
+        check(h);
+    }
 }
 
 /// Takes a fresh chunk on the node under test and returns its address.
@@ -59,7 +87,9 @@ pub fn fresh_chunk<H: Harness>(h: &H) -> GlobalAddr {
         let out = &out;
         async move {
             let qp = ep.qp(node).expect("endpoint has a queue pair to the node");
-            let a = RemoteAllocator::open(qp).await.expect("region header decodes");
+            let a = RemoteAllocator::open(qp)
+                .await
+                .expect("region header decodes");
             out.store(a.alloc_chunk(qp).await.expect("chunk").raw(), SeqCst);
         }
     });
@@ -67,7 +97,9 @@ pub fn fresh_chunk<H: Harness>(h: &H) -> GlobalAddr {
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8).collect()
+    (0..len)
+        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
+        .collect()
 }
 
 /// READ returns what WRITE wrote, at every size and alignment.
@@ -76,9 +108,16 @@ pub fn read_write_round_trip<H: Harness>(h: &H) {
     let node = h.node();
     h.run(1, |_, ep| async move {
         let qp = ep.qp(node).unwrap();
-        for (i, &(off, len)) in [(0u64, 8usize), (3, 1), (5, 13), (64, 64), (100, 1000), (8, 4096)]
-            .iter()
-            .enumerate()
+        for (i, &(off, len)) in [
+            (0u64, 8usize),
+            (3, 1),
+            (5, 13),
+            (64, 64),
+            (100, 1000),
+            (8, 4096),
+        ]
+        .iter()
+        .enumerate()
         {
             let data = pattern(i as u64 + 1, len);
             qp.write(base.add(off), &data).await.expect("write");
@@ -87,7 +126,9 @@ pub fn read_write_round_trip<H: Harness>(h: &H) {
             assert_eq!(back, data, "READ after WRITE at +{off} len {len} differs");
         }
         let mut empty = [0u8; 0];
-        qp.read(base, &mut empty).await.expect("zero-length read succeeds");
+        qp.read(base, &mut empty)
+            .await
+            .expect("zero-length read succeeds");
     });
 }
 
@@ -100,15 +141,34 @@ pub fn batch_takes_effect_in_order<H: Harness>(h: &H) {
         let one = 1u64.to_le_bytes();
         let (mut back, mut old_cas, mut old_faa) = ([0u8; 8], 0u64, 0u64);
         let mut ops = [
-            Op::Write { remote: base, local: &one },
-            Op::Cas { remote: base, compare: 1, swap: 10, old: &mut old_cas },
-            Op::Faa { remote: base, add: 5, old: &mut old_faa },
-            Op::Read { remote: base, local: &mut back },
+            Op::Write {
+                remote: base,
+                local: &one,
+            },
+            Op::Cas {
+                remote: base,
+                compare: 1,
+                swap: 10,
+                old: &mut old_cas,
+            },
+            Op::Faa {
+                remote: base,
+                add: 5,
+                old: &mut old_faa,
+            },
+            Op::Read {
+                remote: base,
+                local: &mut back,
+            },
         ];
         qp.post(&mut ops).await.expect("batch");
         assert_eq!(old_cas, 1, "CAS did not see the WRITE posted before it");
         assert_eq!(old_faa, 10, "FAA did not see the CAS posted before it");
-        assert_eq!(u64::from_le_bytes(back), 15, "READ did not see the FAA posted before it");
+        assert_eq!(
+            u64::from_le_bytes(back),
+            15,
+            "READ did not see the FAA posted before it"
+        );
     });
 }
 
@@ -130,8 +190,14 @@ pub fn order_is_visible_to_other_clients<H: Harness>(h: &H) {
                     let d = [r; 8].map(u64::to_le_bytes).concat();
                     let f = r.to_le_bytes();
                     let mut ops = [
-                        Op::Write { remote: data, local: &d },
-                        Op::Write { remote: flag, local: &f },
+                        Op::Write {
+                            remote: data,
+                            local: &d,
+                        },
+                        Op::Write {
+                            remote: flag,
+                            local: &f,
+                        },
                     ];
                     qp.post(&mut ops).await.expect("writer batch");
                 }
@@ -141,8 +207,14 @@ pub fn order_is_visible_to_other_clients<H: Harness>(h: &H) {
                 while last < ROUNDS {
                     let (mut f, mut d) = ([0u8; 8], [0u8; 64]);
                     let mut ops = [
-                        Op::Read { remote: flag, local: &mut f },
-                        Op::Read { remote: data, local: &mut d },
+                        Op::Read {
+                            remote: flag,
+                            local: &mut f,
+                        },
+                        Op::Read {
+                            remote: data,
+                            local: &mut d,
+                        },
                     ];
                     qp.post(&mut ops).await.expect("reader batch");
                     let f = u64::from_le_bytes(f);
@@ -181,7 +253,10 @@ pub fn torn_reads_are_observable<H: Harness>(h: &H) {
                 let mut v = 0u64;
                 while !stop.load(Relaxed) {
                     v += 1;
-                    let img = vec![v; LEN / 8].iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
+                    let img = vec![v; LEN / 8]
+                        .iter()
+                        .flat_map(|w| w.to_le_bytes())
+                        .collect::<Vec<u8>>();
                     qp.write(base, &img).await.expect("writer");
                     writes.store(v, Relaxed);
                 }
@@ -190,8 +265,10 @@ pub fn torn_reads_are_observable<H: Harness>(h: &H) {
                 for _ in 0..MAX_READS {
                     qp.read(base, &mut img).await.expect("reader");
                     let hi = writes.load(Relaxed) + 1;
-                    let words: Vec<u64> =
-                        img.chunks(8).map(|w| u64::from_le_bytes(w.try_into().unwrap())).collect();
+                    let words: Vec<u64> = img
+                        .chunks(8)
+                        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+                        .collect();
                     for &w in &words {
                         assert!(w <= hi, "word {w} was never written (latest {hi})");
                     }
@@ -241,7 +318,10 @@ pub fn faa_is_linearizable<H: Harness>(h: &H) {
             let qp = ep.qp(node).unwrap();
             for _ in 0..PER_CLIENT {
                 let old = qp.faa(word, 1).await.expect("faa");
-                assert!(seen.mark(old), "FAA returned prior value {old} twice (or out of range)");
+                assert!(
+                    seen.mark(old),
+                    "FAA returned prior value {old} twice (or out of range)"
+                );
             }
         }
     });
@@ -254,7 +334,11 @@ pub fn faa_is_linearizable<H: Harness>(h: &H) {
             fin.store(u64::from_le_bytes(b), SeqCst);
         }
     });
-    assert_eq!(fin.load(SeqCst), CLIENTS as u64 * PER_CLIENT, "FAA lost an increment");
+    assert_eq!(
+        fin.load(SeqCst),
+        CLIENTS as u64 * PER_CLIENT,
+        "FAA lost an increment"
+    );
 }
 
 /// Many clients incrementing one word by CMP_AND_SWP loops: exact final value.
@@ -272,7 +356,10 @@ pub fn cas_is_linearizable<H: Harness>(h: &H) {
                 loop {
                     let old = qp.cas(word, guess, guess + 1).await.expect("cas");
                     if old == guess {
-                        assert!(seen.mark(old), "two CAS succeeded from the same value {old}");
+                        assert!(
+                            seen.mark(old),
+                            "two CAS succeeded from the same value {old}"
+                        );
                         guess += 1;
                         break;
                     }
@@ -282,7 +369,11 @@ pub fn cas_is_linearizable<H: Harness>(h: &H) {
             fin.fetch_max(guess, SeqCst);
         }
     });
-    assert_eq!(fin.load(SeqCst), CLIENTS as u64 * PER_CLIENT, "CAS increments lost");
+    assert_eq!(
+        fin.load(SeqCst),
+        CLIENTS as u64 * PER_CLIENT,
+        "CAS increments lost"
+    );
 }
 
 /// An atomic on a word that is not 8-byte aligned is refused and breaks the queue pair.
@@ -309,13 +400,18 @@ pub fn out_of_range_fails_without_touching_memory<H: Harness>(h: &H) {
     h.run(1, |_, ep| async move {
         let qp = ep.qp(node).unwrap();
         let canary = 0xC0DE_C0DE_C0DE_C0DEu64.to_le_bytes();
-        qp.write(last, &canary).await.expect("last word of the region is writable");
+        qp.write(last, &canary)
+            .await
+            .expect("last word of the region is writable");
         let mut big = [0u8; 16];
         match qp.read(last, &mut big).await {
             Err(FabricError::RemoteAccess { wr: 0, .. }) => {}
             other => panic!("READ across the region end gave {other:?}"),
         }
-        assert!(qp.is_broken(), "queue pair still usable after a remote access error");
+        assert!(
+            qp.is_broken(),
+            "queue pair still usable after a remote access error"
+        );
         let mut b = [0u8; 8];
         assert_eq!(qp.read(base, &mut b).await, Err(FabricError::Flushed));
     });
@@ -323,9 +419,18 @@ pub fn out_of_range_fails_without_touching_memory<H: Harness>(h: &H) {
         let qp = ep.qp(node).unwrap();
         let (a, b, bad) = (7u64.to_le_bytes(), 9u64.to_le_bytes(), [0xFFu8; 16]);
         let mut ops = [
-            Op::Write { remote: base, local: &a },
-            Op::Write { remote: last, local: &bad },
-            Op::Write { remote: base.add(8), local: &b },
+            Op::Write {
+                remote: base,
+                local: &a,
+            },
+            Op::Write {
+                remote: last,
+                local: &bad,
+            },
+            Op::Write {
+                remote: base.add(8),
+                local: &b,
+            },
         ];
         match qp.post(&mut ops).await {
             Err(FabricError::RemoteAccess { wr: 1, .. }) => {}
@@ -336,13 +441,28 @@ pub fn out_of_range_fails_without_touching_memory<H: Harness>(h: &H) {
         let qp = ep.qp(node).unwrap();
         let mut w = [0u8; 16];
         qp.read(base, &mut w).await.unwrap();
-        assert_eq!(&w[..8], &7u64.to_le_bytes(), "the op before the failed one was not done");
-        assert_eq!(&w[8..], &[0u8; 8], "the op after the failed one took effect");
+        assert_eq!(
+            &w[..8],
+            &7u64.to_le_bytes(),
+            "the op before the failed one was not done"
+        );
+        assert_eq!(
+            &w[8..],
+            &[0u8; 8],
+            "the op after the failed one took effect"
+        );
         let mut c = [0u8; 8];
         qp.read(last, &mut c).await.unwrap();
-        assert_eq!(c, 0xC0DE_C0DE_C0DE_C0DEu64.to_le_bytes(), "failed WRITE touched memory");
+        assert_eq!(
+            c,
+            0xC0DE_C0DE_C0DE_C0DEu64.to_le_bytes(),
+            "failed WRITE touched memory"
+        );
         let far = GlobalAddr::new(node, GlobalAddr::MAX_OFFSET - 4);
-        assert!(matches!(qp.faa(far, 1).await, Err(FabricError::RemoteAccess { .. })));
+        assert!(matches!(
+            qp.faa(far, 1).await,
+            Err(FabricError::RemoteAccess { .. })
+        ));
     });
 }
 
@@ -365,9 +485,13 @@ pub fn write_imm_delivers_its_immediate<H: Harness>(h: &H) {
         for (k, len) in [0usize, 8, 256, 3000].into_iter().enumerate() {
             let data = pattern(99 + k as u64, len);
             let imm = 0xC0FF_EE00 + k as u32;
-            qp.post(&mut [Op::WriteImm { remote: base, local: &data, imm }])
-                .await
-                .expect("write_imm");
+            qp.post(&mut [Op::WriteImm {
+                remote: base,
+                local: &data,
+                imm,
+            }])
+            .await
+            .expect("write_imm");
             let mut msg = vec![0u8; qp.max_message()];
             let r = qp.recv(&mut msg).await.expect("echo reply");
             assert_eq!(r.kind, RecvKind::Send);
@@ -389,7 +513,10 @@ pub fn send_recv_round_trip<H: Harness>(h: &H) {
     h.run(4, |i, ep| async move {
         let qp = ep.qp(node).unwrap();
         let max = qp.max_message();
-        assert!(max >= 256, "receive buffers of {max} bytes are too small to be useful");
+        assert!(
+            max >= 256,
+            "receive buffers of {max} bytes are too small to be useful"
+        );
         let mut buf = vec![0u8; max];
         for k in 0..20u64 {
             let msg = pattern(k * 17 + i as u64, 1 + (k as usize * 13) % max);
@@ -414,7 +541,11 @@ pub fn device_memory<H: Harness>(h: &H) {
     let dm = h.dm_len();
     if dm < 64 {
         h.run(1, |_, ep| async move {
-            let r = ep.qp(node).unwrap().faa(GlobalAddr::device(node, 0), 1).await;
+            let r = ep
+                .qp(node)
+                .unwrap()
+                .faa(GlobalAddr::device(node, 0), 1)
+                .await;
             assert!(matches!(r, Err(FabricError::RemoteAccess { .. })), "{r:?}");
         });
         return;
@@ -426,7 +557,11 @@ pub fn device_memory<H: Harness>(h: &H) {
         let start = &start;
         async move {
             let mut b = [0u8; 8];
-            ep.qp(node).unwrap().read(word, &mut b).await.expect("device READ");
+            ep.qp(node)
+                .unwrap()
+                .read(word, &mut b)
+                .await
+                .expect("device READ");
             start.store(u64::from_le_bytes(b), SeqCst);
         }
     });
@@ -446,7 +581,11 @@ pub fn device_memory<H: Harness>(h: &H) {
             let qp = ep.qp(node).unwrap();
             let mut b = [0u8; 8];
             qp.read(word, &mut b).await.unwrap();
-            assert_eq!(u64::from_le_bytes(b), start.load(SeqCst) + 400, "device FAA lost updates");
+            assert_eq!(
+                u64::from_le_bytes(b),
+                start.load(SeqCst) + 400,
+                "device FAA lost updates"
+            );
             let r = qp.read(GlobalAddr::device(node, dm - 4), &mut b).await;
             assert!(matches!(r, Err(FabricError::RemoteAccess { .. })), "{r:?}");
         }
@@ -462,12 +601,29 @@ pub fn counters_count_what_was_done<H: Harness>(h: &H) {
         let before = qp.counters().snapshot();
         let (mut r, w, mut o1, mut o2) = ([0u8; 64], [1u8; 32], 0, 0);
         let mut ops = [
-            Op::Read { remote: base, local: &mut r },
-            Op::Write { remote: base.add(64), local: &w },
-            Op::Cas { remote: base.add(128), compare: 0, swap: 1, old: &mut o1 },
+            Op::Read {
+                remote: base,
+                local: &mut r,
+            },
+            Op::Write {
+                remote: base.add(64),
+                local: &w,
+            },
+            Op::Cas {
+                remote: base.add(128),
+                compare: 0,
+                swap: 1,
+                old: &mut o1,
+            },
         ];
         qp.post(&mut ops).await.unwrap();
-        qp.post(&mut [Op::Faa { remote: base.add(136), add: 1, old: &mut o2 }]).await.unwrap();
+        qp.post(&mut [Op::Faa {
+            remote: base.add(136),
+            add: 1,
+            old: &mut o2,
+        }])
+        .await
+        .unwrap();
         let d = qp.counters().snapshot() - before;
         assert_eq!(d.doorbells, 2, "{d:?}");
         assert_eq!(d.round_trips, 2, "{d:?}");
@@ -488,10 +644,17 @@ pub fn revoked_key_is_refused<H: Harness>(h: &H) {
         qp.read(base, &mut b).await.expect("read before revocation");
         h.revoke_key();
         let r = qp.read(base, &mut b).await;
-        assert!(matches!(r, Err(FabricError::RemoteAccess { .. })), "stale key read gave {r:?}");
+        assert!(
+            matches!(r, Err(FabricError::RemoteAccess { .. })),
+            "stale key read gave {r:?}"
+        );
     });
     h.run(1, |_, ep| async move {
         let mut b = [0u8; 8];
-        ep.qp(node).unwrap().read(base, &mut b).await.expect("fresh endpoint after revocation");
+        ep.qp(node)
+            .unwrap()
+            .read(base, &mut b)
+            .await
+            .expect("fresh endpoint after revocation");
     });
 }

@@ -165,8 +165,15 @@ mod tests {
         let mut old = 0;
         let before = c.snapshot();
         c.count_post(&[
-            Op::Read { remote: GlobalAddr::new(0, 128), local: &mut buf },
-            Op::Faa { remote: GlobalAddr::new(0, 8), add: 1, old: &mut old },
+            Op::Read {
+                remote: GlobalAddr::new(0, 128),
+                local: &mut buf,
+            },
+            Op::Faa {
+                remote: GlobalAddr::new(0, 8),
+                add: 1,
+                old: &mut old,
+            },
         ]);
         c.count_round_trip();
         let d = c.snapshot() - before;

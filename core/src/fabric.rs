@@ -36,15 +36,31 @@ use remora_layouts::{GlobalAddr, NodeId};
 #[derive(Debug)]
 pub enum Op<'a> {
     /// RDMA READ: `local.len()` bytes from `remote`.
-    Read { remote: GlobalAddr, local: &'a mut [u8] },
+    Read {
+        remote: GlobalAddr,
+        local: &'a mut [u8],
+    },
     /// RDMA WRITE of `local` to `remote`.
     Write { remote: GlobalAddr, local: &'a [u8] },
     /// RDMA WRITE_WITH_IMM: a WRITE, then a receive completion at the target carrying `imm`.
-    WriteImm { remote: GlobalAddr, local: &'a [u8], imm: u32 },
+    WriteImm {
+        remote: GlobalAddr,
+        local: &'a [u8],
+        imm: u32,
+    },
     /// 8-byte CMP_AND_SWP: if `*remote == compare` store `swap`; `old` receives the prior value.
-    Cas { remote: GlobalAddr, compare: u64, swap: u64, old: &'a mut u64 },
+    Cas {
+        remote: GlobalAddr,
+        compare: u64,
+        swap: u64,
+        old: &'a mut u64,
+    },
     /// 8-byte FETCH_AND_ADD (wrapping); `old` receives the prior value.
-    Faa { remote: GlobalAddr, add: u64, old: &'a mut u64 },
+    Faa {
+        remote: GlobalAddr,
+        add: u64,
+        old: &'a mut u64,
+    },
     /// Two-sided SEND of `local` to the peer's receive queue.
     Send { local: &'a [u8] },
 }
@@ -146,9 +162,17 @@ pub struct Recv {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FabricError {
     /// IBV_WC_REM_ACCESS_ERR: outside the target region or a revoked key. No memory touched.
-    RemoteAccess { wr: usize, addr: GlobalAddr, len: usize },
+    RemoteAccess {
+        wr: usize,
+        addr: GlobalAddr,
+        len: usize,
+    },
     /// IBV_WC_REM_INV_REQ_ERR: the target refused the request (e.g. a misaligned atomic).
-    RemoteInvalid { wr: usize, addr: GlobalAddr, why: &'static str },
+    RemoteInvalid {
+        wr: usize,
+        addr: GlobalAddr,
+        why: &'static str,
+    },
     /// IBV_WC_LOC_LEN_ERR: a message larger than the receive buffers or the fabric's limit.
     LocalLength { wr: usize, len: usize, max: usize },
     /// IBV_WC_WR_FLUSH_ERR: the queue pair is in the error state after an earlier error.
@@ -172,7 +196,10 @@ impl fmt::Display for FabricError {
                  registered region or its key was revoked; the queue pair is now broken"
             ),
             FabricError::RemoteInvalid { wr, addr, why } => {
-                write!(f, "remote invalid request on work request {wr} at {addr}: {why}")
+                write!(
+                    f,
+                    "remote invalid request on work request {wr} at {addr}: {why}"
+                )
             }
             FabricError::LocalLength { wr, len, max } => write!(
                 f,
@@ -257,7 +284,13 @@ pub trait QueuePair {
     ) -> impl Future<Output = Result<u64, FabricError>> {
         async move {
             let mut old = 0;
-            self.post(&mut [Op::Cas { remote, compare, swap, old: &mut old }]).await?;
+            self.post(&mut [Op::Cas {
+                remote,
+                compare,
+                swap,
+                old: &mut old,
+            }])
+            .await?;
             Ok(old)
         }
     }
@@ -266,7 +299,12 @@ pub trait QueuePair {
     fn faa(&self, remote: GlobalAddr, add: u64) -> impl Future<Output = Result<u64, FabricError>> {
         async move {
             let mut old = 0;
-            self.post(&mut [Op::Faa { remote, add, old: &mut old }]).await?;
+            self.post(&mut [Op::Faa {
+                remote,
+                add,
+                old: &mut old,
+            }])
+            .await?;
             Ok(old)
         }
     }

@@ -51,7 +51,10 @@ impl GlobalAddr {
     /// An address in a node's host region, or an error when the offset does not fit.
     pub const fn try_new(node: NodeId, offset: u64) -> Result<GlobalAddr, LayoutError> {
         if offset > Self::MAX_OFFSET {
-            return Err(LayoutError::OutOfRange { field: "offset", value: offset });
+            return Err(LayoutError::OutOfRange {
+                field: "offset",
+                value: offset,
+            });
         }
         Ok(GlobalAddr(NODE.set(0, node as u64) | offset))
     }
@@ -103,13 +106,22 @@ impl GlobalAddr {
     /// Packs into 48 bits: node in bits 47..40, host offset in bits 39..0.
     pub const fn pack48(self) -> Result<u64, LayoutError> {
         if self.is_device() {
-            return Err(LayoutError::OutOfRange { field: "device", value: 1 });
+            return Err(LayoutError::OutOfRange {
+                field: "device",
+                value: 1,
+            });
         }
         if self.node() as u64 > P48_NODE.max() {
-            return Err(LayoutError::OutOfRange { field: "node", value: self.node() as u64 });
+            return Err(LayoutError::OutOfRange {
+                field: "node",
+                value: self.node() as u64,
+            });
         }
         if self.offset() > P48_OFFSET.max() {
-            return Err(LayoutError::OutOfRange { field: "offset", value: self.offset() });
+            return Err(LayoutError::OutOfRange {
+                field: "offset",
+                value: self.offset(),
+            });
         }
         Ok(P48_NODE.set(0, self.node() as u64) | self.offset())
     }
@@ -117,9 +129,15 @@ impl GlobalAddr {
     /// Inverse of [`Self::pack48`]; bits above 47 are refused.
     pub const fn unpack48(packed: u64) -> Result<GlobalAddr, LayoutError> {
         if packed >> 48 != 0 {
-            return Err(LayoutError::OutOfRange { field: "packed48", value: packed });
+            return Err(LayoutError::OutOfRange {
+                field: "packed48",
+                value: packed,
+            });
         }
-        Ok(GlobalAddr::new(P48_NODE.get(packed) as NodeId, P48_OFFSET.get(packed)))
+        Ok(GlobalAddr::new(
+            P48_NODE.get(packed) as NodeId,
+            P48_OFFSET.get(packed),
+        ))
     }
 }
 
@@ -170,8 +188,17 @@ mod tests {
         assert_eq!(a.raw(), 0x1234_0000_0000_0056);
         assert_eq!(GlobalAddr::device(1, 8).raw(), 0x0001_8000_0000_0008);
         assert!(GlobalAddr::NULL.is_null());
-        assert_eq!(GlobalAddr::try_new(0, 1 << 47).unwrap_err(), LayoutError::OutOfRange { field: "offset", value: 1 << 47 });
-        assert_eq!(GlobalAddr::new(3, GlobalAddr::MAX_OFFSET).checked_add(1), None);
+        assert_eq!(
+            GlobalAddr::try_new(0, 1 << 47).unwrap_err(),
+            LayoutError::OutOfRange {
+                field: "offset",
+                value: 1 << 47
+            }
+        );
+        assert_eq!(
+            GlobalAddr::new(3, GlobalAddr::MAX_OFFSET).checked_add(1),
+            None
+        );
         assert!(GlobalAddr::unpack48(1 << 48).is_err());
     }
 }

@@ -20,7 +20,11 @@ impl Field {
 
     /// The largest value the field holds.
     pub const fn max(&self) -> u64 {
-        if self.width == 64 { u64::MAX } else { (1u64 << self.width) - 1 }
+        if self.width == 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.width) - 1
+        }
     }
 
     pub const fn mask(&self) -> u64 {
@@ -39,7 +43,10 @@ impl Field {
     /// Sets the field, or says which field the value does not fit.
     pub const fn set_checked(&self, word: u64, value: u64) -> Result<u64, LayoutError> {
         if value > self.max() {
-            return Err(LayoutError::OutOfRange { field: self.name, value });
+            return Err(LayoutError::OutOfRange {
+                field: self.name,
+                value,
+            });
         }
         Ok(self.set(word, value))
     }
@@ -65,27 +72,39 @@ pub const fn assert_disjoint(fields: &[Field]) {
 
 /// Reads a little-endian u64 at `at`, or says the slice is short.
 pub fn read_u64(bytes: &[u8], at: usize) -> Result<u64, LayoutError> {
-    let end = at.checked_add(8).ok_or(LayoutError::Short { need: usize::MAX, got: bytes.len() })?;
+    let end = at.checked_add(8).ok_or(LayoutError::Short {
+        need: usize::MAX,
+        got: bytes.len(),
+    })?;
     match bytes.get(at..end) {
         Some(b) => {
             let mut w = [0u8; 8];
             w.copy_from_slice(b);
             Ok(u64::from_le_bytes(w))
         }
-        None => Err(LayoutError::Short { need: end, got: bytes.len() }),
+        None => Err(LayoutError::Short {
+            need: end,
+            got: bytes.len(),
+        }),
     }
 }
 
 /// Reads a little-endian u32 at `at`, or says the slice is short.
 pub fn read_u32(bytes: &[u8], at: usize) -> Result<u32, LayoutError> {
-    let end = at.checked_add(4).ok_or(LayoutError::Short { need: usize::MAX, got: bytes.len() })?;
+    let end = at.checked_add(4).ok_or(LayoutError::Short {
+        need: usize::MAX,
+        got: bytes.len(),
+    })?;
     match bytes.get(at..end) {
         Some(b) => {
             let mut w = [0u8; 4];
             w.copy_from_slice(b);
             Ok(u32::from_le_bytes(w))
         }
-        None => Err(LayoutError::Short { need: end, got: bytes.len() }),
+        None => Err(LayoutError::Short {
+            need: end,
+            got: bytes.len(),
+        }),
     }
 }
 
@@ -111,7 +130,13 @@ mod tests {
 
     #[test]
     fn set_checked_refuses_overflow() {
-        assert_eq!(A.set_checked(0, 256), Err(LayoutError::OutOfRange { field: "a", value: 256 }));
+        assert_eq!(
+            A.set_checked(0, 256),
+            Err(LayoutError::OutOfRange {
+                field: "a",
+                value: 256
+            })
+        );
         assert_eq!(A.set_checked(0, 255), Ok(255));
     }
 

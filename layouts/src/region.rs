@@ -59,11 +59,17 @@ impl RegionHeader {
     /// The first chunk starts at the first multiple of `chunk_size` past the header.
     pub fn new(region_len: u64, chunk_size: u64, dm_len: u64) -> Result<RegionHeader, LayoutError> {
         if !chunk_size.is_power_of_two() || chunk_size < 64 {
-            return Err(LayoutError::OutOfRange { field: "chunk_size", value: chunk_size });
+            return Err(LayoutError::OutOfRange {
+                field: "chunk_size",
+                value: chunk_size,
+            });
         }
         let first = (HEADER_LEN as u64).next_multiple_of(chunk_size);
         if region_len < first || region_len > crate::GlobalAddr::MAX_OFFSET {
-            return Err(LayoutError::OutOfRange { field: "region_len", value: region_len });
+            return Err(LayoutError::OutOfRange {
+                field: "region_len",
+                value: region_len,
+            });
         }
         Ok(RegionHeader {
             magic: REGION_MAGIC,
@@ -99,11 +105,17 @@ impl RegionHeader {
     /// Decodes and validates a header; never panics on arbitrary bytes.
     pub fn decode(bytes: &[u8]) -> Result<RegionHeader, LayoutError> {
         if bytes.len() < HEADER_LEN {
-            return Err(LayoutError::Short { need: HEADER_LEN, got: bytes.len() });
+            return Err(LayoutError::Short {
+                need: HEADER_LEN,
+                got: bytes.len(),
+            });
         }
         let magic = read_u64(bytes, 0)?;
         if magic != REGION_MAGIC {
-            return Err(LayoutError::BadMagic { expected: REGION_MAGIC, found: magic });
+            return Err(LayoutError::BadMagic {
+                expected: REGION_MAGIC,
+                found: magic,
+            });
         }
         let version = read_u32(bytes, 8)?;
         if version != REGION_VERSION {
@@ -125,13 +137,21 @@ impl RegionHeader {
             roots,
         };
         if !h.chunk_size.is_power_of_two() || h.chunk_size < 64 {
-            return Err(LayoutError::OutOfRange { field: "chunk_size", value: h.chunk_size });
+            return Err(LayoutError::OutOfRange {
+                field: "chunk_size",
+                value: h.chunk_size,
+            });
         }
         if h.region_len > crate::GlobalAddr::MAX_OFFSET {
-            return Err(LayoutError::OutOfRange { field: "region_len", value: h.region_len });
+            return Err(LayoutError::OutOfRange {
+                field: "region_len",
+                value: h.region_len,
+            });
         }
         if h.next_chunk % h.chunk_size != 0 {
-            return Err(LayoutError::Inconsistent { what: "next_chunk not chunk-aligned" });
+            return Err(LayoutError::Inconsistent {
+                what: "next_chunk not chunk-aligned",
+            });
         }
         Ok(h)
     }
@@ -157,10 +177,16 @@ mod tests {
         let h = RegionHeader::new(1 << 20, 4096, 0).unwrap();
         let mut b = h.encode();
         b[0] ^= 1;
-        assert!(matches!(RegionHeader::decode(&b), Err(LayoutError::BadMagic { .. })));
+        assert!(matches!(
+            RegionHeader::decode(&b),
+            Err(LayoutError::BadMagic { .. })
+        ));
         let mut b = h.encode();
         b[24] = 3; // chunk_size no longer a power of two
-        assert!(matches!(RegionHeader::decode(&b), Err(LayoutError::OutOfRange { .. })));
+        assert!(matches!(
+            RegionHeader::decode(&b),
+            Err(LayoutError::OutOfRange { .. })
+        ));
         assert!(RegionHeader::decode(&b[..100]).is_err());
         assert!(RegionHeader::new(100, 4096, 0).is_err());
     }

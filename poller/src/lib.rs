@@ -1,7 +1,12 @@
 //! remora-poller: where remora's code meets threads, memory and time.
 //!
 //! - [`executor`]: the pinned run-to-completion executor (N coroutines per worker thread).
-//! - [`arena`]: hugepage-backed memory arenas (MAP_HUGETLB, else THP, else 4 KiB pages).
+//! - [`clock`]: a cheap monotonic clock for latency figures.
+//! - [`arena`]: hugepage-backed memory (MAP_HUGETLB, else THP, else 4 KiB pages).
 //! - [`soft`]: the shared-memory fabric and its memory node.
 //! - [`sim`]: the deterministic simulated cluster fabric.
+pub mod arena;
+pub mod clock;
+pub mod executor;
 pub mod sim;
+pub mod soft;

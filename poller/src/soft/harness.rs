@@ -1,0 +1,124 @@
+//! The conformance-suite harness of the soft fabric: a memory node in this process (with its
+//! echo server thread) or a `remora memnode` reached through its control socket; clients are
+//! threads, each with its own endpoint.
+use super::control;
+use super::{NodeConfig, ServerHandle, SoftEndpoint, SoftMemoryNode};
+use remora_core::block_on::block_on;
+use remora_core::conformance::{Harness, checks};
+use remora_layouts::NodeId;
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+enum Target {
+    Local {
+        node: Arc<SoftMemoryNode>,
+        _server: ServerHandle,
+    },
+    Remote {
+        path: PathBuf,
+        info: control::Reply,
+    },
+}
+
+pub struct SoftHarness {
+    target: Target,
+}
+
+impl SoftHarness {
+    /// A memory node in this process, served by a background thread.
+    pub fn in_process(cfg: NodeConfig) -> io::Result<SoftHarness> {
+        let node = SoftMemoryNode::create(cfg)?;
+        let server = node.spawn_server();
+        Ok(SoftHarness {
+            target: Target::Local {
+                node,
+                _server: server,
+            },
+        })
+    }
+
+    /// The memnode listening at `path`.
+    pub fn remote(path: PathBuf) -> io::Result<SoftHarness> {
+        let info = control::info(&path)?;
+        Ok(SoftHarness {
+            target: Target::Remote { path, info },
+        })
+    }
+
+    /// A fresh endpoint (a new connection).
+    pub fn endpoint(&self) -> io::Result<SoftEndpoint> {
+        match &self.target {
+            Target::Local { node, .. } => node.endpoint(),
+            Target::Remote { path, .. } => Ok(SoftEndpoint::new(vec![control::connect(path)?])),
+        }
+    }
+}
+
+impl Harness for SoftHarness {
+    type Ep = SoftEndpoint;
+
+    fn node(&self) -> NodeId {
+        match &self.target {
+            Target::Local { node, .. } => node.config().node_id,
+            Target::Remote { info, .. } => info.node_id,
+        }
+    }
+
+    fn region_len(&self) -> u64 {
+        match &self.target {
+            Target::Local { node, .. } => node.config().region_len,
+            Target::Remote { info, .. } => info.region_len,
+        }
+    }
+
+    fn dm_len(&self) -> u64 {
+        match &self.target {
+            Target::Local { node, .. } => node.config().dm_len,
+            Target::Remote { info, .. } => info.dm_len,
+        }
+    }
+
+    fn run<T, F>(&self, n: usize, task: T)
+    where
+        T: Fn(usize, SoftEndpoint) -> F + Send + Sync,
+        F: Future<Output = ()>,
+    {
+        std::thread::scope(|s| {
+            for i in 0..n {
+                let task = &task;
+                s.spawn(move || {
+                    let ep = self.endpoint().expect("connecting a client endpoint");
+                    block_on(task(i, ep));
+                });
+            }
+        });
+    }
+
+    fn revoke_key(&self) {
+        match &self.target {
+            Target::Local { node, .. } => {
+                node.revoke_key();
+            }
+            Target::Remote { path, .. } => control::revoke(path).expect("revoking the region key"),
+        }
+    }
+}
+
+/// Runs every conformance check, catching failures: `(name, Ok | Err(message))` each.
+pub fn run_checks(h: &SoftHarness) -> Vec<(&'static str, Result<(), String>)> {
+    checks::<SoftHarness>()
+        .into_iter()
+        .map(|(name, check)| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(h)));
+            let r = r.map_err(|p| {
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "panicked".into())
+            });
+            (name, r)
+        })
+        .collect()
+}

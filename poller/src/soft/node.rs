@@ -1,0 +1,268 @@
+//! The soft fabric's memory node: a registered region (and device memory) in shared memory,
+//! its key, its connections, and the echo service on their receive queues.
+use super::qp::{Channel, SoftEndpoint, SoftQp};
+use super::words;
+use crate::arena::{Mapping, PageKind};
+use remora_layouts::NodeId;
+use remora_layouts::region::RegionHeader;
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How a memory node is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub node_id: NodeId,
+    /// Host region bytes, header included.
+    pub region_len: u64,
+    /// Device-memory bytes (0: none).
+    pub dm_len: u64,
+    /// Allocator chunk size (power of two, >= 64).
+    pub chunk_size: u64,
+    /// Receive slots per queue pair (posted receives).
+    pub ring_depth: usize,
+    /// Largest SEND payload.
+    pub max_msg: usize,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            node_id: 0,
+            region_len: 64 << 20,
+            dm_len: 256 << 10,
+            chunk_size: 1 << 20,
+            ring_depth: 64,
+            max_msg: 4096,
+        }
+    }
+}
+
+pub(crate) const CTL_MAGIC: u64 = u64::from_le_bytes(*b"REMORAK1");
+pub(crate) const CTL_LEN: usize = 4096;
+const CTL_KEY: usize = 8;
+
+/// A node's shared memory as any process maps it.
+pub(crate) struct NodeMem {
+    pub(crate) node_id: NodeId,
+    pub(crate) region: Mapping,
+    pub(crate) region_len: u64,
+    pub(crate) dm: Option<Mapping>,
+    pub(crate) dm_len: u64,
+    pub(crate) ctl: Mapping,
+}
+
+impl NodeMem {
+    /// The region key; revocation changes it.
+    pub(crate) fn key(&self) -> &AtomicU64 {
+        // SAFETY: CTL_KEY is an aligned offset inside the CTL_LEN-byte control mapping,
+        // which lives as long as self.
+        unsafe { words::word(self.ctl.as_ptr().add(CTL_KEY)) }
+    }
+
+    pub(crate) fn ctl_magic(&self) -> u64 {
+        // SAFETY: offset 0 of the control mapping, aligned, alive with self.
+        unsafe { words::word(self.ctl.as_ptr()) }.load(Ordering::Acquire)
+    }
+}
+
+/// A memory node of the soft fabric.
+pub struct SoftMemoryNode {
+    mem: Arc<NodeMem>,
+    cfg: NodeConfig,
+    conns: Mutex<Vec<SoftQp>>,
+    log: Mutex<VecDeque<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave these plain collections inconsistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SoftMemoryNode {
+    /// Creates the node's shared memory and writes the region header.
+    pub fn create(cfg: NodeConfig) -> io::Result<Arc<SoftMemoryNode>> {
+        let header =
+            RegionHeader::new(cfg.region_len, cfg.chunk_size, cfg.dm_len).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("memory node config: {e}"),
+                )
+            })?;
+        if cfg.max_msg < 256 || cfg.ring_depth == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "max_msg >= 256 and ring_depth >= 1 needed",
+            ));
+        }
+        let region = Mapping::shared("remora-region", cfg.region_len as usize)?;
+        let dm = match cfg.dm_len {
+            0 => None,
+            n => Some(Mapping::shared("remora-dm", n as usize)?),
+        };
+        let ctl = Mapping::shared("remora-ctl", CTL_LEN)?;
+        // SAFETY: the header fits (region_len >= first chunk > 128 bytes, checked by
+        // RegionHeader::new) and the mappings are fresh and ours.
+        unsafe {
+            words::write(region.as_ptr(), &header.encode());
+            words::write(ctl.as_ptr(), &CTL_MAGIC.to_le_bytes());
+            words::write(ctl.as_ptr().add(CTL_KEY), &1u64.to_le_bytes());
+        }
+        let mem = NodeMem {
+            node_id: cfg.node_id,
+            region,
+            region_len: cfg.region_len,
+            dm,
+            dm_len: cfg.dm_len,
+            ctl,
+        };
+        Ok(Arc::new(SoftMemoryNode {
+            mem: Arc::new(mem),
+            cfg,
+            conns: Mutex::new(Vec::new()),
+            log: Mutex::new(VecDeque::new()),
+        }))
+    }
+
+    pub fn config(&self) -> NodeConfig {
+        self.cfg
+    }
+
+    /// What backs the host region.
+    pub fn pages(&self) -> PageKind {
+        self.mem.region.pages()
+    }
+
+    pub(crate) fn mem(&self) -> &Arc<NodeMem> {
+        &self.mem
+    }
+
+    /// A queue pair from this process, with a new connection (and echo service) behind it.
+    pub fn qp(&self) -> io::Result<SoftQp> {
+        let bytes = Channel::bytes(self.cfg.ring_depth, self.cfg.max_msg);
+        let chan = Arc::new(Channel {
+            map: Mapping::anonymous(bytes)?,
+            depth: self.cfg.ring_depth,
+            max_msg: self.cfg.max_msg,
+        });
+        lock(&self.conns).push(SoftQp::server(chan.clone(), None));
+        Ok(SoftQp::client(self.mem.clone(), chan, None))
+    }
+
+    /// An endpoint from this process reaching this node only.
+    pub fn endpoint(&self) -> io::Result<SoftEndpoint> {
+        Ok(SoftEndpoint::new(vec![self.qp()?]))
+    }
+
+    /// Registers the server end of a connection made by the control listener.
+    pub(crate) fn adopt(&self, server_end: SoftQp) {
+        lock(&self.conns).push(server_end);
+    }
+
+    /// Revokes the region key and issues a new one; returns it.
+    pub fn revoke_key(&self) -> u64 {
+        let k = self.mem.key().fetch_add(1, Ordering::AcqRel) + 1;
+        self.log(format!("region key revoked; new key {k}"));
+        k
+    }
+
+    /// Logs an event to stderr and keeps the last 256 for inspection.
+    pub fn log(&self, msg: String) {
+        eprintln!("memnode {}: {msg}", self.cfg.node_id);
+        let mut l = lock(&self.log);
+        if l.len() == 256 {
+            l.pop_front();
+        }
+        l.push_back(msg);
+    }
+
+    /// The last logged events, oldest first.
+    pub fn recent_log(&self) -> Vec<String> {
+        lock(&self.log).iter().cloned().collect()
+    }
+
+    /// Live connections.
+    pub fn connections(&self) -> usize {
+        lock(&self.conns).len()
+    }
+
+    /// Answers every message waiting on every connection (the echo service); drops the
+    /// connections whose peer died or broke. Returns how many messages it answered.
+    pub fn serve_once(&self, buf: &mut [u8], check_liveness: bool) -> usize {
+        let mut conns = lock(&self.conns);
+        let mut served = 0;
+        let mut dead = Vec::new();
+        for (i, qp) in conns.iter().enumerate() {
+            match remora_core::block_on::block_on(remora_core::echo::serve_ready(qp, buf)) {
+                Ok(n) => served += n,
+                Err(e) => dead.push((i, format!("dropping connection {i}: {e}"))),
+            }
+            if check_liveness && !qp.peer_alive() && !dead.iter().any(|(j, _)| *j == i) {
+                dead.push((i, format!("client of connection {i} went away")));
+            }
+        }
+        for (i, why) in dead.into_iter().rev() {
+            conns.swap_remove(i);
+            drop(conns);
+            self.log(why);
+            conns = lock(&self.conns);
+        }
+        served
+    }
+
+    /// Runs the echo service on a background thread until the handle is dropped.
+    pub fn spawn_server(self: &Arc<Self>) -> ServerHandle {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (node, flag) = (self.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("remora-memnode-{}", self.cfg.node_id))
+            .spawn(move || node.serve_until(&flag, None))
+            .expect("spawning the memnode server thread");
+        ServerHandle {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Serves until `stop` is set (or `deadline` passes): busy-polls while there is work,
+    /// backs off to short sleeps when idle.
+    pub fn serve_until(&self, stop: &AtomicBool, deadline: Option<Instant>) {
+        let mut buf = vec![0u8; self.cfg.max_msg];
+        let mut idle = 0u32;
+        let mut last_check = Instant::now();
+        while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+            let check = last_check.elapsed() > Duration::from_millis(20);
+            if check {
+                last_check = Instant::now();
+            }
+            if self.serve_once(&mut buf, check) > 0 {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                match idle {
+                    0..=2000 => std::hint::spin_loop(),
+                    2001..=20000 => std::thread::yield_now(),
+                    _ => std::thread::sleep(Duration::from_micros(50)),
+                }
+            }
+        }
+    }
+}
+
+/// Stops the node's server thread when dropped.
+pub struct ServerHandle {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! The soft fabric's queue pair and endpoint.
+use super::node::NodeMem;
+use super::ring::Ring;
+use super::words;
+use remora_core::block_on::yield_now;
+use remora_core::counters::Counters;
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind};
+use remora_layouts::{GlobalAddr, NodeId};
+use std::cell::Cell;
+use std::future::Future;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+use std::time::{Duration, Instant};
+
+/// The node id a memory node's queue pairs report for their client end.
+pub const CLIENT_PEER: NodeId = NodeId::MAX;
+
+/// How long a sender retries a full receive queue before `RnrRetryExceeded`, and how long a
+/// receiver waits between checks that its peer is still alive.
+pub const RNR_TIMEOUT: Duration = Duration::from_millis(500);
+const LIVENESS_EVERY: Duration = Duration::from_millis(5);
+
+#[derive(Clone, Copy)]
+enum Msg<'a> {
+    Send(&'a [u8]),
+    Imm(u32, u32),
+}
+
+/// The two message rings of one connection, in memory both ends map.
+pub(crate) struct Channel {
+    pub(crate) map: crate::arena::Mapping,
+    pub(crate) depth: usize,
+    pub(crate) max_msg: usize,
+}
+
+impl Channel {
+    pub(crate) fn bytes(depth: usize, max_msg: usize) -> usize {
+        2 * super::ring::ring_bytes(depth, max_msg)
+    }
+    /// (to-server ring, to-client ring)
+    fn rings(&self) -> (Ring, Ring) {
+        let half = super::ring::ring_bytes(self.depth, self.max_msg);
+        // SAFETY: the mapping holds two rings of `half` bytes (checked at creation/mapping)
+        // and lives as long as the Arc<Channel> each queue pair keeps.
+        unsafe {
+            (
+                Ring::new(self.map.as_ptr(), self.depth, self.max_msg),
+                Ring::new(self.map.as_ptr().add(half), self.depth, self.max_msg),
+            )
+        }
+    }
+}
+
+/// One queue pair. Client ends reach a memory node's region; memory-node ends (peer
+/// [`CLIENT_PEER`]) only send and receive, since clients register no memory.
+pub struct SoftQp {
+    peer: NodeId,
+    mem: Option<Arc<NodeMem>>,
+    key: u64,
+    _chan: Arc<Channel>,
+    tx: Ring,
+    rx: Ring,
+    counters: Counters,
+    broken: Cell<bool>,
+    last_write: Cell<bool>,
+    /// The control connection, to tell a dead peer from a slow one.
+    control: Option<UnixStream>,
+}
+
+// SAFETY: the rings point into `_chan`'s mapping, which the queue pair owns through an Arc;
+// moving the queue pair to another thread moves that ownership with it. SoftQp is !Sync
+// (Cells), so it is used by one thread at a time.
+unsafe impl Send for SoftQp {}
+
+impl SoftQp {
+    pub(crate) fn client(
+        mem: Arc<NodeMem>,
+        chan: Arc<Channel>,
+        control: Option<UnixStream>,
+    ) -> SoftQp {
+        let (to_server, to_client) = chan.rings();
+        SoftQp {
+            peer: mem.node_id,
+            key: mem.key().load(Ordering::Acquire),
+            mem: Some(mem),
+            _chan: chan,
+            tx: to_server,
+            rx: to_client,
+            counters: Counters::new(),
+            broken: Cell::new(false),
+            last_write: Cell::new(false),
+            control,
+        }
+    }
+
+    pub(crate) fn server(chan: Arc<Channel>, control: Option<UnixStream>) -> SoftQp {
+        let (to_server, to_client) = chan.rings();
+        SoftQp {
+            peer: CLIENT_PEER,
+            mem: None,
+            key: 0,
+            _chan: chan,
+            tx: to_client,
+            rx: to_server,
+            counters: Counters::new(),
+            broken: Cell::new(false),
+            last_write: Cell::new(false),
+            control,
+        }
+    }
+
+    /// False once the peer's process has closed its control connection.
+    pub fn peer_alive(&self) -> bool {
+        let Some(s) = &self.control else { return true };
+        let mut b = [0u8; 1];
+        // SAFETY: a non-blocking peek into a 1-byte buffer we own.
+        let n = unsafe {
+            libc::recv(
+                std::os::fd::AsRawFd::as_raw_fd(s),
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n == 0 {
+            return false;
+        }
+        n > 0 || std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+    }
+
+    /// The local pointer for `len` bytes at `remote`, after the checks a NIC makes.
+    fn resolve(
+        &self,
+        wr: usize,
+        remote: GlobalAddr,
+        len: usize,
+        atomic: bool,
+    ) -> Result<*mut u8, FabricError> {
+        let denied = FabricError::RemoteAccess {
+            wr,
+            addr: remote,
+            len,
+        };
+        let mem = self.mem.as_ref().ok_or(denied)?;
+        if remote.node() != self.peer {
+            return Err(FabricError::RemoteInvalid {
+                wr,
+                addr: remote,
+                why: "the address names another memory node than this queue pair's peer",
+            });
+        }
+        if mem.key().load(Ordering::Relaxed) != self.key {
+            return Err(denied);
+        }
+        let region = if remote.is_device() {
+            mem.dm.as_ref()
+        } else {
+            Some(&mem.region)
+        };
+        let (region, region_len) = match region {
+            Some(r) => (
+                r,
+                if remote.is_device() {
+                    mem.dm_len
+                } else {
+                    mem.region_len
+                },
+            ),
+            None => return Err(denied),
+        };
+        let end = remote.offset().checked_add(len as u64).ok_or(denied)?;
+        if end > region_len {
+            return Err(denied);
+        }
+        if atomic && remote.offset() % 8 != 0 {
+            return Err(FabricError::RemoteInvalid {
+                wr,
+                addr: remote,
+                why: "atomic target is not 8-byte aligned",
+            });
+        }
+        // SAFETY: offset + len <= region_len <= the mapping's length.
+        Ok(unsafe { region.as_ptr().add(remote.offset() as usize) })
+    }
+
+    /// Orders a read after an earlier write of this queue pair (store-load needs a fence).
+    fn before_read(&self) {
+        if self.last_write.replace(false) {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    async fn push(&self, wr: usize, msg: Msg<'_>) -> Result<(), FabricError> {
+        let mut since: Option<Instant> = None;
+        loop {
+            let pushed = match msg {
+                Msg::Send(p) => self.tx.try_push(RecvKind::Send, 0, p),
+                Msg::Imm(imm, len) => self.tx.try_push_imm(imm, len),
+            };
+            match pushed {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(FabricError::LocalLength { len, max, .. }) => {
+                    return Err(FabricError::LocalLength { wr, len, max });
+                }
+                Err(e) => return Err(e),
+            }
+            let t = *since.get_or_insert_with(Instant::now);
+            if t.elapsed() > RNR_TIMEOUT {
+                return Err(if self.peer_alive() {
+                    FabricError::RnrRetryExceeded
+                } else {
+                    FabricError::RetryExceeded { node: self.peer }
+                });
+            }
+            yield_now().await;
+        }
+    }
+
+    async fn exec(&self, wr: usize, op: &mut Op<'_>) -> Result<(), FabricError> {
+        match op {
+            Op::Read { remote, local } => {
+                let p = self.resolve(wr, *remote, local.len(), false)?;
+                self.before_read();
+                // SAFETY: resolve checked the range lies in the mapped region.
+                unsafe { words::read(p, local) };
+                fence(Ordering::Acquire);
+            }
+            Op::Write { remote, local } => {
+                let p = self.resolve(wr, *remote, local.len(), false)?;
+                fence(Ordering::Release);
+                // SAFETY: resolve checked the range lies in the mapped region.
+                unsafe { words::write(p, local) };
+                self.last_write.set(true);
+            }
+            Op::WriteImm { remote, local, imm } => {
+                let p = self.resolve(wr, *remote, local.len(), false)?;
+                fence(Ordering::Release);
+                // SAFETY: resolve checked the range lies in the mapped region.
+                unsafe { words::write(p, local) };
+                self.last_write.set(true);
+                self.push(wr, Msg::Imm(*imm, local.len() as u32)).await?;
+            }
+            Op::Cas {
+                remote,
+                compare,
+                swap,
+                old,
+            } => {
+                let p = self.resolve(wr, *remote, 8, true)?;
+                // SAFETY: resolve checked range and 8-byte alignment.
+                let w = unsafe { words::word(p) };
+                **old =
+                    match w.compare_exchange(*compare, *swap, Ordering::SeqCst, Ordering::SeqCst) {
+                        Ok(v) | Err(v) => v,
+                    };
+                self.last_write.set(false);
+            }
+            Op::Faa { remote, add, old } => {
+                let p = self.resolve(wr, *remote, 8, true)?;
+                // SAFETY: resolve checked range and 8-byte alignment.
+                **old = unsafe { words::word(p) }.fetch_add(*add, Ordering::SeqCst);
+                self.last_write.set(false);
+            }
+            Op::Send { local } => {
+                fence(Ordering::Release);
+                self.push(wr, Msg::Send(local)).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl QueuePair for SoftQp {
+    fn peer(&self) -> NodeId {
+        self.peer
+    }
+
+    fn post<'a>(&'a self, ops: &'a mut [Op<'a>]) -> impl Future<Output = Result<(), FabricError>> {
+        async move {
+            if self.broken.get() {
+                self.counters.count_error();
+                return Err(FabricError::Flushed);
+            }
+            self.counters.count_post(ops);
+            let mut result = Ok(());
+            for (wr, op) in ops.iter_mut().enumerate() {
+                if let Err(e) = self.exec(wr, op).await {
+                    self.broken.set(true);
+                    self.counters.count_error();
+                    result = Err(e);
+                    break;
+                }
+            }
+            // The completion arrives after the post: other coroutines run in between.
+            yield_now().await;
+            self.counters.count_round_trip();
+            result
+        }
+    }
+
+    fn recv<'a>(&'a self, buf: &'a mut [u8]) -> impl Future<Output = Result<Recv, FabricError>> {
+        async move {
+            let mut checked = Instant::now();
+            loop {
+                if let Some(r) = self.try_recv(buf)? {
+                    return Ok(r);
+                }
+                if checked.elapsed() > LIVENESS_EVERY {
+                    if !self.peer_alive() {
+                        return Err(FabricError::RetryExceeded { node: self.peer });
+                    }
+                    checked = Instant::now();
+                }
+                yield_now().await;
+            }
+        }
+    }
+
+    fn try_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        if self.broken.get() {
+            return Err(FabricError::Flushed);
+        }
+        let r = self.rx.try_pop(buf)?;
+        if let Some(r) = &r {
+            fence(Ordering::Acquire);
+            self.counters.count_recv(if r.kind == RecvKind::Send {
+                r.len as usize
+            } else {
+                0
+            });
+        }
+        Ok(r)
+    }
+
+    fn max_message(&self) -> usize {
+        self.tx.max_msg()
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn is_broken(&self) -> bool {
+        self.broken.get()
+    }
+}
+
+/// A client's queue pairs, one per memory node.
+pub struct SoftEndpoint {
+    qps: Vec<SoftQp>,
+    nodes: Vec<NodeId>,
+}
+
+impl SoftEndpoint {
+    pub fn new(qps: Vec<SoftQp>) -> SoftEndpoint {
+        let nodes = qps.iter().map(|q| q.peer).collect();
+        SoftEndpoint { qps, nodes }
+    }
+
+    pub fn qps(&self) -> &[SoftQp] {
+        &self.qps
+    }
+
+    /// Sum of the counters of every queue pair.
+    pub fn snapshot(&self) -> remora_core::Snapshot {
+        self.qps
+            .iter()
+            .map(|q| q.counters.snapshot())
+            .fold(Default::default(), |a, b| a + b)
+    }
+}
+
+impl Endpoint for SoftEndpoint {
+    type Qp = SoftQp;
+    fn qp(&self, node: NodeId) -> Result<&SoftQp, FabricError> {
+        self.qps
+            .iter()
+            .find(|q| q.peer == node)
+            .ok_or(FabricError::UnknownNode { node })
+    }
+    fn nodes(&self) -> &[NodeId] {
+        &self.nodes
+    }
+}

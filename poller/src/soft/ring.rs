@@ -1,0 +1,248 @@
+//! A receive queue in shared memory: the soft fabric's SEND/RECV and WRITE_WITH_IMM path.
+//!
+//! One ring carries messages in one direction. Its `depth` slots are the receiver's posted
+//! receives: a full ring is "receiver not ready". Layout (all little-endian, shared between
+//! processes):
+//!
+//! | offset | what |
+//! |---|---|
+//! | 0   | tail: messages produced (AtomicU64, its own cache line) |
+//! | 64  | head: messages consumed (AtomicU64, its own cache line) |
+//! | 128 | `depth` slots of [`slot_bytes`]: len u32, kind u32, imm u32, reserved u32, payload |
+//!
+//! Both sides learn `depth` and `max_msg` from the handshake; nothing read from the ring is
+//! trusted (a corrupt position or header is an error, never an out-of-bounds access).
+use super::words;
+use remora_core::fabric::{FabricError, Recv, RecvKind};
+use remora_layouts::GlobalAddr;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+const TAIL: usize = 0;
+const HEAD: usize = 64;
+const SLOTS: usize = 128;
+const SLOT_HEADER: usize = 16;
+const KIND_SEND: u32 = 1;
+const KIND_IMM: u32 = 2;
+
+/// Bytes of one slot for messages up to `max_msg` bytes.
+pub const fn slot_bytes(max_msg: usize) -> usize {
+    (SLOT_HEADER + max_msg).next_multiple_of(64)
+}
+
+/// Bytes of a ring of `depth` slots.
+pub const fn ring_bytes(depth: usize, max_msg: usize) -> usize {
+    SLOTS + depth * slot_bytes(max_msg)
+}
+
+/// One end of a ring. The mapping behind `base` must outlive it (the owner keeps it).
+pub struct Ring {
+    base: *mut u8,
+    depth: u64,
+    max_msg: usize,
+}
+
+fn malformed(why: &'static str) -> FabricError {
+    FabricError::RemoteInvalid {
+        wr: 0,
+        addr: GlobalAddr::NULL,
+        why,
+    }
+}
+
+impl Ring {
+    /// # Safety
+    /// `base .. base + ring_bytes(depth, max_msg)` must be a live, 8-byte-aligned shared
+    /// mapping for the lifetime of the ring.
+    pub unsafe fn new(base: *mut u8, depth: usize, max_msg: usize) -> Ring {
+        Ring {
+            base,
+            depth: depth as u64,
+            max_msg,
+        }
+    }
+
+    pub fn max_msg(&self) -> usize {
+        self.max_msg
+    }
+
+    fn pos(&self, at: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: TAIL and HEAD are aligned offsets inside the ring (new's contract).
+        unsafe { words::word(self.base.add(at)) }
+    }
+
+    fn slot(&self, n: u64) -> *mut u8 {
+        let i = (n % self.depth) as usize;
+        // SAFETY: i < depth, so the slot lies inside the ring (new's contract).
+        unsafe { self.base.add(SLOTS + i * slot_bytes(self.max_msg)) }
+    }
+
+    /// Appends a SEND of `payload`, or a WRITE_WITH_IMM notice (`imm`, `payload.len()` bytes
+    /// written, payload not copied). `Ok(false)`: the ring is full (receiver not ready).
+    pub fn try_push(&self, kind: RecvKind, imm: u32, payload: &[u8]) -> Result<bool, FabricError> {
+        self.push_raw(
+            kind,
+            imm,
+            payload.len() as u32,
+            if kind == RecvKind::Send { payload } else { &[] },
+        )
+    }
+
+    /// A WRITE_WITH_IMM notice for `len` bytes written.
+    pub fn try_push_imm(&self, imm: u32, len: u32) -> Result<bool, FabricError> {
+        self.push_raw(RecvKind::WriteImm, imm, len, &[])
+    }
+
+    fn push_raw(
+        &self,
+        kind: RecvKind,
+        imm: u32,
+        len: u32,
+        payload: &[u8],
+    ) -> Result<bool, FabricError> {
+        if payload.len() > self.max_msg {
+            return Err(FabricError::LocalLength {
+                wr: 0,
+                len: payload.len(),
+                max: self.max_msg,
+            });
+        }
+        let tail = self.pos(TAIL).load(Relaxed);
+        let head = self.pos(HEAD).load(Acquire);
+        let used = tail.wrapping_sub(head);
+        if used > self.depth {
+            return Err(malformed("receive ring positions corrupt"));
+        }
+        if used == self.depth {
+            return Ok(false);
+        }
+        let slot = self.slot(tail);
+        let kind = match kind {
+            RecvKind::Send => KIND_SEND,
+            RecvKind::WriteImm => KIND_IMM,
+        };
+        let mut hdr = [0u8; SLOT_HEADER];
+        hdr[0..4].copy_from_slice(&len.to_le_bytes());
+        hdr[4..8].copy_from_slice(&kind.to_le_bytes());
+        hdr[8..12].copy_from_slice(&imm.to_le_bytes());
+        // SAFETY: the slot holds SLOT_HEADER + max_msg bytes and payload.len() <= max_msg;
+        // the slot is free (used < depth), so the consumer does not read it now.
+        unsafe {
+            words::write(slot, &hdr);
+            if kind == KIND_SEND {
+                words::write(slot.add(SLOT_HEADER), payload);
+            }
+        }
+        self.pos(TAIL).store(tail.wrapping_add(1), Release);
+        Ok(true)
+    }
+
+    /// Takes the next message, copying a SEND's payload into `buf`.
+    pub fn try_pop(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        let head = self.pos(HEAD).load(Relaxed);
+        let tail = self.pos(TAIL).load(Acquire);
+        let ready = tail.wrapping_sub(head);
+        if ready == 0 {
+            return Ok(None);
+        }
+        if ready > self.depth {
+            return Err(malformed("receive ring positions corrupt"));
+        }
+        let slot = self.slot(head);
+        let mut hdr = [0u8; SLOT_HEADER];
+        // SAFETY: the slot lies inside the ring and the producer no longer writes it.
+        unsafe { words::read(slot, &mut hdr) };
+        let len = u32::from_le_bytes(hdr[0..4].try_into().expect("4 bytes"));
+        let kind = u32::from_le_bytes(hdr[4..8].try_into().expect("4 bytes"));
+        let imm = u32::from_le_bytes(hdr[8..12].try_into().expect("4 bytes"));
+        let result = match kind {
+            KIND_SEND if (len as usize) <= self.max_msg => {
+                if len as usize > buf.len() {
+                    Err(FabricError::LocalLength {
+                        wr: 0,
+                        len: len as usize,
+                        max: buf.len(),
+                    })
+                } else {
+                    // SAFETY: len <= max_msg, so the payload lies inside the slot.
+                    unsafe { words::read(slot.add(SLOT_HEADER), &mut buf[..len as usize]) };
+                    Ok(Some(Recv {
+                        kind: RecvKind::Send,
+                        len,
+                        imm: None,
+                    }))
+                }
+            }
+            KIND_IMM => Ok(Some(Recv {
+                kind: RecvKind::WriteImm,
+                len,
+                imm: Some(imm),
+            })),
+            _ => Err(malformed("malformed message in receive ring")),
+        };
+        // The receive is consumed even when it failed, as a completion with an error is.
+        self.pos(HEAD).store(head.wrapping_add(1), Release);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::Mapping;
+
+    #[test]
+    fn fifo_full_and_errors() {
+        let m = Mapping::anonymous(ring_bytes(4, 64)).unwrap();
+        // SAFETY: the mapping is large enough and outlives both ends.
+        let (tx, rx) = unsafe { (Ring::new(m.as_ptr(), 4, 64), Ring::new(m.as_ptr(), 4, 64)) };
+        for i in 0..4u8 {
+            assert!(tx.try_push(RecvKind::Send, 0, &[i; 10]).unwrap());
+        }
+        assert!(
+            !tx.try_push(RecvKind::Send, 0, &[9; 10]).unwrap(),
+            "full ring must refuse"
+        );
+        let mut buf = [0u8; 64];
+        let r = rx.try_pop(&mut buf).unwrap().unwrap();
+        assert_eq!(
+            (r.kind, r.len, &buf[..10]),
+            (RecvKind::Send, 10, &[0u8; 10][..])
+        );
+        assert!(tx.try_push(RecvKind::WriteImm, 77, &[0; 30]).unwrap());
+        for _ in 0..3 {
+            rx.try_pop(&mut buf).unwrap().unwrap();
+        }
+        assert_eq!(rx.try_pop(&mut buf).unwrap().unwrap().imm, Some(77));
+        assert_eq!(rx.try_pop(&mut buf).unwrap(), None);
+        assert!(matches!(
+            tx.try_push(RecvKind::Send, 0, &[0; 65]),
+            Err(FabricError::LocalLength { .. })
+        ));
+        // a receive buffer too small: an error, and the message is consumed
+        tx.try_push(RecvKind::Send, 0, &[1; 64]).unwrap();
+        assert!(matches!(
+            rx.try_pop(&mut buf[..8]),
+            Err(FabricError::LocalLength { .. })
+        ));
+        assert_eq!(rx.try_pop(&mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn corrupt_positions_and_headers_are_errors() {
+        let m = Mapping::anonymous(ring_bytes(4, 64)).unwrap();
+        // SAFETY: as above.
+        let ring = unsafe { Ring::new(m.as_ptr(), 4, 64) };
+        ring.pos(TAIL).store(1000, Relaxed);
+        let mut buf = [0u8; 64];
+        assert!(ring.try_pop(&mut buf).is_err());
+        assert!(ring.try_push(RecvKind::Send, 0, &[1]).is_err());
+        ring.pos(TAIL).store(1, Relaxed);
+        ring.pos(HEAD).store(0, Relaxed);
+        // SAFETY: slot 0 header lies inside the mapping.
+        unsafe { words::write(m.as_ptr().add(SLOTS), &[0xff; 16]) };
+        assert!(
+            ring.try_pop(&mut buf).is_err(),
+            "garbage header must be an error"
+        );
+    }
+}
