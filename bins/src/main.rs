@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 
 mod args;
+mod bench;
 mod memnode;
 mod perf;
 mod perf_sim;
@@ -16,7 +17,11 @@ mod verbs_cmds;
 use args::{FabricKind, PerfArgs};
 
 #[derive(Parser)]
-#[command(name = "remora", version, about = "One-sided RDMA index structures: tools")]
+#[command(
+    name = "remora",
+    version,
+    about = "One-sided RDMA index structures: tools"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -28,6 +33,8 @@ enum Cmd {
     Memnode(MemnodeArgs),
     /// Measure fabric verbs: latency and throughput over sizes, threads and coroutines.
     Perf(PerfArgs),
+    /// YCSB benchmark of an index (LOAD, A-E) on any fabric.
+    Bench(bench::BenchArgs),
     /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`).
     Check(PerfArgs),
 }
@@ -72,6 +79,7 @@ fn main() -> ExitCode {
                                     memory nodes inside `remora perf --fabric sim`"
                 .into()),
         },
+        Cmd::Bench(a) => bench::run(&a),
         Cmd::Check(a) => match a.fabric {
             FabricKind::Soft => perf::check(&a),
             FabricKind::Sim => perf_sim::check(&a),
@@ -86,7 +94,9 @@ fn main() -> ExitCode {
             rows.and_then(|rows| {
                 report::print_perf_table(&rows);
                 match &a.json {
-                    Some(p) => report::write_json(p, &rows).map_err(|e| format!("writing {p}: {e}")),
+                    Some(p) => {
+                        report::write_json(p, &rows).map_err(|e| format!("writing {p}: {e}"))
+                    }
                     None => Ok(()),
                 }
             })

@@ -20,6 +20,8 @@ pub mod conformance;
 pub mod counters;
 pub mod echo;
 pub mod fabric;
+pub mod index;
+pub mod smart;
 
 pub use counters::{Counters, Snapshot};
 pub use fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind};

@@ -68,9 +68,17 @@ fn mmap(len: usize, flags: i32, fd: RawFd) -> io::Result<NonNull<u8>> {
     NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
 }
 
-fn advise_huge(p: NonNull<u8>, len: usize) -> bool {
+/// Asks for transparent hugepages; true only if the kernel accepted the advice and its THP
+/// policy for this kind of memory (`enabled` for anonymous, `shmem_enabled` for memfd) does
+/// not rule them out.
+fn advise_huge(p: NonNull<u8>, len: usize, shmem: bool) -> bool {
+    let knob = if shmem { "shmem_enabled" } else { "enabled" };
+    let policy = std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{knob}"))
+        .unwrap_or_default();
+    let off = policy.is_empty() || policy.contains("[never]") || policy.contains("[deny]");
     // SAFETY: advice on a mapping we own; it changes no content.
-    unsafe { libc::madvise(p.as_ptr().cast(), len, libc::MADV_HUGEPAGE) == 0 }
+    let advised = unsafe { libc::madvise(p.as_ptr().cast(), len, libc::MADV_HUGEPAGE) == 0 };
+    advised && !off
 }
 
 fn memfd(name: &str, flags: u32) -> io::Result<OwnedFd> {
@@ -110,7 +118,7 @@ impl Mapping {
         }
         let len = len.next_multiple_of(4096);
         let ptr = mmap(len, base, -1)?;
-        let pages = if len >= HUGE && advise_huge(ptr, len) {
+        let pages = if len >= HUGE && advise_huge(ptr, len, false) {
             PageKind::TransparentHuge
         } else {
             PageKind::Small4K
@@ -148,7 +156,7 @@ impl Mapping {
         let fd = memfd(name, libc::MFD_CLOEXEC)?;
         truncate(&fd, len)?;
         let ptr = mmap(len, libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd())?;
-        let pages = if len >= HUGE && advise_huge(ptr, len) {
+        let pages = if len >= HUGE && advise_huge(ptr, len, true) {
             PageKind::TransparentHuge
         } else {
             PageKind::Small4K

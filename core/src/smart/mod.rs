@@ -1,0 +1,1 @@
+//! SMART: adaptive radix tree on disaggregated memory (issue 5).

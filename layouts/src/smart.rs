@@ -1,0 +1,1 @@
+//! SMART node formats (issue 5).
