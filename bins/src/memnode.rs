@@ -27,10 +27,10 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
-    if let Some(c) = a.core {
-        if !core_pin(c) {
-            eprintln!("memnode: could not pin to core {c}; serving unpinned");
-        }
+    if let Some(c) = a.core
+        && !core_pin(c)
+    {
+        eprintln!("memnode: could not pin to core {c}; serving unpinned");
     }
     println!(
         "memnode {}: {} MiB region on {}, {} KiB device memory, {} KiB chunks; listening on {}",

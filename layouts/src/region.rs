@@ -148,7 +148,7 @@ impl RegionHeader {
                 value: h.region_len,
             });
         }
-        if h.next_chunk % h.chunk_size != 0 {
+        if !h.next_chunk.is_multiple_of(h.chunk_size) {
             return Err(LayoutError::Inconsistent {
                 what: "next_chunk not chunk-aligned",
             });

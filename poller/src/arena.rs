@@ -135,21 +135,18 @@ impl Mapping {
     /// another process through [`Mapping::fd`].
     pub fn shared(name: &str, len: usize) -> io::Result<Mapping> {
         let len = len.max(1);
-        if len >= HUGE && len % HUGE == 0 {
+        if len >= HUGE && len.is_multiple_of(HUGE) {
             let huge = libc::MFD_CLOEXEC | libc::MFD_HUGETLB | (21 << libc::MFD_HUGE_SHIFT);
-            if let Ok(fd) = memfd(name, huge) {
-                if truncate(&fd, len).is_ok() {
-                    if let Ok(ptr) =
-                        mmap(len, libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd())
-                    {
-                        return Ok(Mapping {
-                            ptr,
-                            len,
-                            pages: PageKind::Huge2M,
-                            fd: Some(fd),
-                        });
-                    }
-                }
+            if let Ok(fd) = memfd(name, huge)
+                && truncate(&fd, len).is_ok()
+                && let Ok(ptr) = mmap(len, libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd())
+            {
+                return Ok(Mapping {
+                    ptr,
+                    len,
+                    pages: PageKind::Huge2M,
+                    fd: Some(fd),
+                });
             }
         }
         let len = len.next_multiple_of(4096);

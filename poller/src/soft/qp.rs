@@ -7,7 +7,6 @@ use remora_core::counters::Counters;
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind};
 use remora_layouts::{GlobalAddr, NodeId};
 use std::cell::Cell;
-use std::future::Future;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
@@ -173,7 +172,7 @@ impl SoftQp {
         if end > region_len {
             return Err(denied);
         }
-        if atomic && remote.offset() % 8 != 0 {
+        if atomic && !remote.offset().is_multiple_of(8) {
             return Err(FabricError::RemoteInvalid {
                 wr,
                 addr: remote,
@@ -277,44 +276,40 @@ impl QueuePair for SoftQp {
         self.peer
     }
 
-    fn post<'a>(&'a self, ops: &'a mut [Op<'a>]) -> impl Future<Output = Result<(), FabricError>> {
-        async move {
-            if self.broken.get() {
-                self.counters.count_error();
-                return Err(FabricError::Flushed);
-            }
-            self.counters.count_post(ops);
-            let mut result = Ok(());
-            for (wr, op) in ops.iter_mut().enumerate() {
-                if let Err(e) = self.exec(wr, op).await {
-                    self.broken.set(true);
-                    self.counters.count_error();
-                    result = Err(e);
-                    break;
-                }
-            }
-            // The completion arrives after the post: other coroutines run in between.
-            yield_now().await;
-            self.counters.count_round_trip();
-            result
+    async fn post<'a>(&'a self, ops: &'a mut [Op<'a>]) -> Result<(), FabricError> {
+        if self.broken.get() {
+            self.counters.count_error();
+            return Err(FabricError::Flushed);
         }
+        self.counters.count_post(ops);
+        let mut result = Ok(());
+        for (wr, op) in ops.iter_mut().enumerate() {
+            if let Err(e) = self.exec(wr, op).await {
+                self.broken.set(true);
+                self.counters.count_error();
+                result = Err(e);
+                break;
+            }
+        }
+        // The completion arrives after the post: other coroutines run in between.
+        yield_now().await;
+        self.counters.count_round_trip();
+        result
     }
 
-    fn recv<'a>(&'a self, buf: &'a mut [u8]) -> impl Future<Output = Result<Recv, FabricError>> {
-        async move {
-            let mut checked = Instant::now();
-            loop {
-                if let Some(r) = self.try_recv(buf)? {
-                    return Ok(r);
-                }
-                if checked.elapsed() > LIVENESS_EVERY {
-                    if !self.peer_alive() {
-                        return Err(FabricError::RetryExceeded { node: self.peer });
-                    }
-                    checked = Instant::now();
-                }
-                yield_now().await;
+    async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
+        let mut checked = Instant::now();
+        loop {
+            if let Some(r) = self.try_recv(buf)? {
+                return Ok(r);
             }
+            if checked.elapsed() > LIVENESS_EVERY {
+                if !self.peer_alive() {
+                    return Err(FabricError::RetryExceeded { node: self.peer });
+                }
+                checked = Instant::now();
+            }
+            yield_now().await;
         }
     }
 

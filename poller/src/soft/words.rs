@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
 pub unsafe fn read(src: *const u8, dst: &mut [u8]) {
     let len = dst.len();
     let mut i = 0;
-    while i < len && (src as usize + i) % 8 != 0 {
+    while i < len && !(src as usize + i).is_multiple_of(8) {
         // SAFETY: in bounds by the caller's contract; byte atomics need no alignment.
         dst[i] = unsafe { (*(src.add(i) as *const AtomicU8)).load(Relaxed) };
         i += 1;
@@ -39,7 +39,7 @@ pub unsafe fn read(src: *const u8, dst: &mut [u8]) {
 pub unsafe fn write(dst: *mut u8, src: &[u8]) {
     let len = src.len();
     let mut i = 0;
-    while i < len && (dst as usize + i) % 8 != 0 {
+    while i < len && !(dst as usize + i).is_multiple_of(8) {
         // SAFETY: in bounds by the caller's contract.
         unsafe { (*(dst.add(i) as *const AtomicU8)).store(src[i], Relaxed) };
         i += 1;

@@ -1,0 +1,267 @@
+//! End-to-end tests of the soft fabric across processes: a memory node in one process,
+//! clients in others. Child processes are this test binary re-executed with
+//! `REMORA_TEST_CHILD` set (see `child_entry`).
+use remora::core::GlobalAddr;
+use remora::core::alloc::RemoteAllocator;
+use remora::core::block_on::block_on;
+use remora::core::conformance::run_all;
+use remora::core::fabric::{Endpoint, FabricError, QueuePair};
+use remora::poller::executor::run_coroutines;
+use remora::poller::soft::harness::SoftHarness;
+use remora::poller::soft::{NodeConfig, SoftMemoryNode, control};
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "REMORA_TEST_CHILD";
+const FAA_COROUTINES: u64 = 64;
+const FAA_PER_COROUTINE: u64 = 2000;
+const TEAR_LEN: usize = 1024;
+
+fn sock(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("remora-test-{}-{name}.sock", std::process::id()))
+}
+
+/// Kills the child when the test ends, however it ends.
+struct Kid(Child);
+impl Drop for Kid {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(role: &str, envs: &[(&str, String)]) -> Kid {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD, role);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    Kid(c.spawn().expect("spawning a child process"))
+}
+
+fn wait_for_memnode(path: &Path) {
+    let t = Instant::now();
+    while control::info(path).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "memnode at {} never came up",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn small_node() -> NodeConfig {
+    NodeConfig {
+        region_len: 16 << 20,
+        chunk_size: 64 << 10,
+        ..NodeConfig::default()
+    }
+}
+
+/// Not a test on its own: the body of the child processes.
+#[test]
+fn child_entry() {
+    let Ok(role) = std::env::var(CHILD) else {
+        return;
+    };
+    let path = PathBuf::from(std::env::var("REMORA_SOCK").unwrap());
+    match role.as_str() {
+        "memnode" => {
+            let node = SoftMemoryNode::create(small_node()).unwrap();
+            let _l = control::listen(&node, &path).unwrap();
+            node.serve_until(
+                &AtomicBool::new(false),
+                Some(Instant::now() + Duration::from_secs(120)),
+            );
+        }
+        "faa" => {
+            let word = GlobalAddr::from_raw(std::env::var("REMORA_WORD").unwrap().parse().unwrap());
+            let ep = control::connect_all(&[path]).unwrap();
+            let qp = ep.qp(word.node()).unwrap();
+            let coros = (0..FAA_COROUTINES)
+                .map(|_| async move {
+                    for _ in 0..FAA_PER_COROUTINE {
+                        qp.faa(word, 1).await.expect("faa");
+                    }
+                })
+                .collect();
+            run_coroutines(coros);
+        }
+        "writer" => {
+            let base = GlobalAddr::from_raw(std::env::var("REMORA_WORD").unwrap().parse().unwrap());
+            let ep = control::connect_all(&[path]).unwrap();
+            let qp = ep.qp(base.node()).unwrap();
+            let stop = base.add(TEAR_LEN as u64);
+            let t = Instant::now();
+            let mut v = 0u64;
+            while t.elapsed() < Duration::from_secs(30) {
+                v += 1;
+                let img: Vec<u8> = (0..TEAR_LEN / 8).flat_map(|_| v.to_le_bytes()).collect();
+                block_on(qp.write(base, &img)).unwrap();
+                let mut s = [0u8; 8];
+                block_on(qp.read(stop, &mut s)).unwrap();
+                if s != [0; 8] {
+                    break;
+                }
+            }
+        }
+        other => panic!("unknown child role {other}"),
+    }
+}
+
+#[test]
+fn conformance_across_processes() {
+    let path = sock("conf");
+    let _memnode = spawn("memnode", &[("REMORA_SOCK", path.display().to_string())]);
+    wait_for_memnode(&path);
+    run_all(&SoftHarness::remote(path).unwrap());
+}
+
+#[test]
+fn two_processes_of_many_coroutines_faa_to_the_exact_sum() {
+    let path = sock("faa");
+    let node = SoftMemoryNode::create(small_node()).unwrap();
+    let _l = control::listen(&node, &path).unwrap();
+    let _server = node.spawn_server();
+    let qp = node.qp().unwrap();
+    let alloc = block_on(RemoteAllocator::open(&qp)).unwrap();
+    let word = block_on(alloc.alloc(&qp, 8)).unwrap();
+    let env = [
+        ("REMORA_SOCK", path.display().to_string()),
+        ("REMORA_WORD", word.raw().to_string()),
+    ];
+    let mut kids = [spawn("faa", &env), spawn("faa", &env)];
+    for k in &mut kids {
+        assert!(k.0.wait().unwrap().success(), "a FAA client process failed");
+    }
+    let mut b = [0u8; 8];
+    block_on(qp.read(word, &mut b)).unwrap();
+    assert_eq!(
+        u64::from_le_bytes(b),
+        2 * FAA_COROUTINES * FAA_PER_COROUTINE
+    );
+}
+
+#[test]
+fn tearing_is_real_across_processes() {
+    let path = sock("tear");
+    let node = SoftMemoryNode::create(small_node()).unwrap();
+    let _l = control::listen(&node, &path).unwrap();
+    let qp = node.qp().unwrap();
+    let alloc = block_on(RemoteAllocator::open(&qp)).unwrap();
+    let base = block_on(alloc.alloc(&qp, 2 * TEAR_LEN as u64)).unwrap();
+    let env = [
+        ("REMORA_SOCK", path.display().to_string()),
+        ("REMORA_WORD", base.raw().to_string()),
+    ];
+    let _writer = spawn("writer", &env);
+    let mut img = vec![0u8; TEAR_LEN];
+    let (mut reads, mut torn) = (0u64, 0u64);
+    let t = Instant::now();
+    while torn == 0 && t.elapsed() < Duration::from_secs(20) {
+        block_on(qp.read(base, &mut img)).unwrap();
+        reads += 1;
+        let w: Vec<u64> = img
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        if w[0] != 0 && w.iter().any(|&x| x != w[0]) {
+            torn += 1;
+            eprintln!(
+                "torn 1 KiB read after {reads} reads: words range {}..={}",
+                w.iter().min().unwrap(),
+                w.iter().max().unwrap()
+            );
+        }
+    }
+    block_on(qp.write(base.add(TEAR_LEN as u64), &1u64.to_le_bytes())).unwrap();
+    assert!(
+        torn > 0,
+        "no torn read in {reads} reads of a region another process kept rewriting"
+    );
+}
+
+#[test]
+fn garbage_connections_are_refused_and_the_memnode_keeps_serving() {
+    let path = sock("garbage");
+    let node = SoftMemoryNode::create(small_node()).unwrap();
+    let _l = control::listen(&node, &path).unwrap();
+    let _server = node.spawn_server();
+    let good = control::connect(&path).unwrap();
+    // Garbage bytes, a wrong protocol version, and a peer that says nothing at all.
+    UnixStream::connect(&path)
+        .unwrap()
+        .write_all(b"GET / HTTP/1.1\r\n\r\n")
+        .unwrap();
+    let mut wrong = [0u8; 16];
+    wrong[..8].copy_from_slice(&control::HELLO_MAGIC.to_le_bytes());
+    wrong[8..12].copy_from_slice(&99u32.to_le_bytes());
+    UnixStream::connect(&path)
+        .unwrap()
+        .write_all(&wrong)
+        .unwrap();
+    let silent = UnixStream::connect(&path).unwrap();
+    // The existing client keeps working meanwhile, one- and two-sided.
+    let mut b = [0u8; 8];
+    block_on(good.read(GlobalAddr::new(0, 64), &mut b)).unwrap();
+    block_on(good.send(b"still here")).unwrap();
+    let mut msg = [0u8; 64];
+    let r = block_on(good.recv(&mut msg)).unwrap();
+    assert_eq!(&msg[..r.len as usize], b"still here");
+    // A new client gets in once the silent one has timed out.
+    let fresh = control::connect(&path).unwrap();
+    block_on(fresh.read(GlobalAddr::new(0, 64), &mut b)).unwrap();
+    drop(silent);
+    let log = node.recent_log().join("\n");
+    assert!(
+        log.contains("refused connection: bad hello magic"),
+        "log: {log}"
+    );
+    assert!(log.contains("protocol version 99"), "log: {log}");
+    assert!(log.contains("no hello"), "log: {log}");
+}
+
+#[test]
+fn out_of_range_read_is_a_remote_access_error_and_breaks_the_queue_pair() {
+    let path = sock("oob");
+    let node = SoftMemoryNode::create(small_node()).unwrap();
+    let _l = control::listen(&node, &path).unwrap();
+    let qp = control::connect(&path).unwrap();
+    let mut b = [0u8; 64];
+    let end = GlobalAddr::new(0, small_node().region_len - 32);
+    match block_on(qp.read(end, &mut b)) {
+        Err(FabricError::RemoteAccess { .. }) => {}
+        other => panic!("expected a remote access error, got {other:?}"),
+    }
+    assert!(qp.is_broken());
+    assert_eq!(
+        block_on(qp.read(GlobalAddr::new(0, 64), &mut b)),
+        Err(FabricError::Flushed)
+    );
+}
+
+#[test]
+fn a_dead_memnode_is_reported_not_waited_for() {
+    let path = sock("dead");
+    let mut memnode = spawn("memnode", &[("REMORA_SOCK", path.display().to_string())]);
+    wait_for_memnode(&path);
+    let qp = control::connect(&path).unwrap();
+    block_on(qp.send(b"ping")).unwrap();
+    let mut m = [0u8; 64];
+    block_on(qp.recv(&mut m)).unwrap();
+    memnode.0.kill().unwrap();
+    memnode.0.wait().unwrap();
+    let t = Instant::now();
+    let r = block_on(async {
+        qp.send(b"anyone?").await?;
+        qp.recv(&mut m).await
+    });
+    assert!(matches!(r, Err(FabricError::RetryExceeded { .. })), "{r:?}");
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
