@@ -240,7 +240,10 @@ pub trait QueuePair {
     ///
     /// Dropping the future before it resolves waits for the ops to finish, so borrowed
     /// buffers are never written after the borrow ends.
-    fn post<'a>(&'a self, ops: &'a mut [Op<'a>]) -> impl Future<Output = Result<(), FabricError>>;
+    fn post<'a, 'b>(
+        &'a self,
+        ops: &'a mut [Op<'b>],
+    ) -> impl Future<Output = Result<(), FabricError>>;
 
     /// Waits for the next receive completion; a SEND's payload is copied into `buf`.
     fn recv<'a>(&'a self, buf: &'a mut [u8]) -> impl Future<Output = Result<Recv, FabricError>>;

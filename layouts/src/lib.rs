@@ -11,6 +11,7 @@ pub mod addr;
 pub mod bits;
 pub mod error;
 pub mod region;
+pub mod sherman;
 pub mod smart;
 
 pub use addr::{GlobalAddr, NodeId};

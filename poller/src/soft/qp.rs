@@ -276,7 +276,7 @@ impl QueuePair for SoftQp {
         self.peer
     }
 
-    async fn post<'a>(&'a self, ops: &'a mut [Op<'a>]) -> Result<(), FabricError> {
+    async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
         if self.broken.get() {
             self.counters.count_error();
             return Err(FabricError::Flushed);

@@ -1,0 +1,182 @@
+//! Sherman: a write-optimized B-link tree on disaggregated memory.
+//!
+//! Compute nodes reach the tree only through one-sided verbs. The paper's mechanisms, each in
+//! one place and each switchable ([`ShermanConfig`]) for the factor breakdown:
+//!
+//! - B-link pages with sibling pointers and fence keys, unsorted leaves (`tree.rs`), page
+//!   format in `remora_layouts::sherman`;
+//! - two-level versions: a non-split write writes back one entry (`two_level_versions`),
+//!   otherwise the whole page;
+//! - hierarchical on-chip lock (`lock.rs`): global lock table in NIC device memory
+//!   (`onchip_locks`), local lock table with queued waiters and capped hand-over
+//!   (`hierarchical_locks`);
+//! - command combination: write-back and unlock in one doorbell (`combine_commands`);
+//! - index cache of level-1 internal pages (`cache.rs`, `index_cache`).
+//!
+//! [`ShermanConfig::fg_plus`] is the paper's FG+ baseline: one-sided locks in host memory,
+//! whole-page write-back, no hand-over, no combination, with the index cache.
+//!
+//! Where remora differs from the authors' code, on purpose: a whole-page write puts the rear
+//! version first and the front version last (three ordered WRITEs, one doorbell), so
+//! `front == rear` really proves a READ saw one page image; leaf entries carry a checksum, so
+//! a torn entry is re-read instead of being taken for "not found" or returned half-written.
+mod cache;
+mod lock;
+mod tree;
+
+pub use tree::Sherman;
+
+use crate::alloc::AllocError;
+use crate::fabric::FabricError;
+use core::fmt;
+use remora_layouts::{GlobalAddr, LayoutError};
+
+/// The tree's shape and which of the paper's techniques are on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShermanConfig {
+    pub page_size: usize,
+    pub value_size: usize,
+    /// Global locks in the memory node's device memory (else a lock table in host memory).
+    pub onchip_locks: bool,
+    /// Local lock table per handle: waiters queue locally and the lock is handed over.
+    pub hierarchical_locks: bool,
+    /// At most this many hand-overs in a row before the global lock is released.
+    pub handover_cap: u32,
+    /// Write-back and unlock posted in one doorbell.
+    pub combine_commands: bool,
+    /// Non-split writes write back one entry (else the whole page).
+    pub two_level_versions: bool,
+    /// Cache level-1 internal pages on the compute node.
+    pub index_cache: bool,
+    pub cache_bytes: usize,
+    /// Region-header root slot that publishes the tree.
+    pub root_slot: usize,
+    /// Re-reads of a torn page before giving up with an error.
+    pub read_retries: u32,
+    /// CMP_AND_SWP attempts on a held lock before giving up (a dead holder).
+    pub lock_retries: u32,
+}
+
+impl ShermanConfig {
+    /// Sherman with every technique on (1 KiB pages, 8-byte values).
+    pub const fn sherman() -> ShermanConfig {
+        ShermanConfig {
+            page_size: 1024,
+            value_size: 8,
+            onchip_locks: true,
+            hierarchical_locks: true,
+            handover_cap: 8,
+            combine_commands: true,
+            two_level_versions: true,
+            index_cache: true,
+            cache_bytes: 64 << 20,
+            root_slot: 1,
+            read_retries: 10_000,
+            lock_retries: 1_000_000,
+        }
+    }
+
+    /// The FG+ baseline: host-memory locks, whole-page write-back, no hand-over, no
+    /// combination; with the index cache.
+    pub const fn fg_plus() -> ShermanConfig {
+        ShermanConfig {
+            onchip_locks: false,
+            hierarchical_locks: false,
+            combine_commands: false,
+            two_level_versions: false,
+            ..ShermanConfig::sherman()
+        }
+    }
+}
+
+impl Default for ShermanConfig {
+    fn default() -> Self {
+        ShermanConfig::sherman()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShermanError {
+    Fabric(FabricError),
+    Alloc(AllocError),
+    /// Sherman keys are 8-byte integers (big-endian bytes), below u64::MAX.
+    BadKey {
+        len: usize,
+    },
+    /// A value longer than the tree's value size.
+    ValueTooLong {
+        len: usize,
+        max: usize,
+    },
+    /// The configuration does not form a valid page geometry.
+    Config(LayoutError),
+    /// A page or descriptor that stays undecodable after every re-read.
+    Corrupt {
+        addr: GlobalAddr,
+        why: LayoutError,
+    },
+    /// A lock still held after every attempt: its holder is dead or stuck.
+    LockTimeout {
+        lock: GlobalAddr,
+    },
+    /// No tree is published in the root slot, or it was made with another geometry.
+    NoTree {
+        slot: usize,
+    },
+    /// The tree did not settle (e.g. a root change never became visible).
+    Retries {
+        what: &'static str,
+    },
+}
+
+impl From<FabricError> for ShermanError {
+    fn from(e: FabricError) -> Self {
+        ShermanError::Fabric(e)
+    }
+}
+
+impl From<AllocError> for ShermanError {
+    fn from(e: AllocError) -> Self {
+        match e {
+            AllocError::Fabric(f) => ShermanError::Fabric(f),
+            other => ShermanError::Alloc(other),
+        }
+    }
+}
+
+impl fmt::Display for ShermanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShermanError::Fabric(e) => write!(f, "sherman: {e}"),
+            ShermanError::Alloc(e) => write!(f, "sherman: {e}"),
+            ShermanError::BadKey { len } => {
+                write!(
+                    f,
+                    "sherman keys are 8-byte big-endian integers below u64::MAX (got {len} bytes)"
+                )
+            }
+            ShermanError::ValueTooLong { len, max } => {
+                write!(
+                    f,
+                    "value of {len} bytes exceeds the tree's value size {max}"
+                )
+            }
+            ShermanError::Config(e) => write!(f, "sherman configuration: {e}"),
+            ShermanError::Corrupt { addr, why } => {
+                write!(f, "sherman page at {addr} unreadable: {why}")
+            }
+            ShermanError::LockTimeout { lock } => {
+                write!(
+                    f,
+                    "sherman lock {lock} still held after every retry (dead holder?)"
+                )
+            }
+            ShermanError::NoTree { slot } => {
+                write!(f, "no sherman tree with this geometry in root slot {slot}")
+            }
+            ShermanError::Retries { what } => write!(f, "sherman: gave up retrying: {what}"),
+        }
+    }
+}
+
+impl core::error::Error for ShermanError {}
