@@ -114,9 +114,22 @@ pub fn print_perf_table(rows: &[PerfRecord]) {
             r.per_op.round_trips
         );
     }
-    for r in rows.iter().take(1) {
-        for n in &r.notes {
-            let _ = writeln!(out, "note: {n}");
+    // Notes every row shares once; a row's own notes under its verb and size.
+    let common: Vec<&String> = rows
+        .first()
+        .map(|r| {
+            r.notes
+                .iter()
+                .filter(|n| rows.iter().all(|o| o.notes.contains(n)))
+                .collect()
+        })
+        .unwrap_or_default();
+    for n in &common {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for r in rows {
+        for n in r.notes.iter().filter(|n| !common.contains(n)) {
+            let _ = writeln!(out, "note [{} {} B]: {n}", r.verb, r.size);
         }
     }
 }

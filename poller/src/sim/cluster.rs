@@ -1,0 +1,477 @@
+//! The public face of the simulator: [`SimConfig`], [`Sim`], [`ClientCtx`].
+use super::engine::{Client, End, EngineStats, Ev, NO_CLIENT, NO_TASK, Nic, World};
+use super::exec::{Executor, Stop};
+use super::faults::Faults;
+use super::memory::{MemNode, NodeImage};
+use super::model::{Model, Ps};
+use super::qp::{SimEndpoint, SimQp, WorldRef};
+use super::rng::Rng;
+use super::server::echo_loop;
+use super::trace::{Trace, TraceSel};
+use remora_core::fabric::FabricError;
+use remora_layouts::NodeId;
+use std::cell::RefCell;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::{Context, Poll};
+
+/// The shape of a simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub compute_nodes: usize,
+    pub memory_nodes: usize,
+    /// Bytes of each memory node's host region, header included.
+    pub region_len: u64,
+    /// Bytes of device (on-chip) memory per memory node (0: none).
+    pub dm_len: u64,
+    /// Allocator chunk size written in the region header.
+    pub chunk_size: u64,
+    /// Host regions are persistent memory (see `memory.rs`); else DRAM, lost at a crash.
+    pub persistent: bool,
+    pub model: Model,
+    pub seed: u64,
+    pub faults: Faults,
+    pub trace: Option<TraceSel>,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            compute_nodes: 1,
+            memory_nodes: 1,
+            region_len: 64 << 20,
+            dm_len: 256 << 10,
+            chunk_size: 1 << 20,
+            persistent: false,
+            model: Model::default(),
+            seed: 1,
+            faults: Faults::none(),
+            trace: None,
+        }
+    }
+}
+
+/// A configuration the simulator refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimError(pub String);
+
+impl fmt::Display for SimError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sim: {}", self.0)
+    }
+}
+impl std::error::Error for SimError {}
+
+/// The outcome of [`Sim::run`] / [`Sim::run_for`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunReport {
+    pub stop: Stop,
+    /// Virtual time at the end, in nanoseconds.
+    pub now_ns: u64,
+    /// User tasks that did not finish (waiting forever, cut by the time limit, or crashed).
+    pub unfinished: usize,
+    pub seed: u64,
+}
+
+/// A handle on a memory node's region key.
+#[derive(Clone)]
+pub struct KeyHandle(Arc<AtomicU32>);
+
+impl KeyHandle {
+    /// Revokes the key and registers the region again under a new one: queue pairs made
+    /// before get remote access errors; endpoints made after use the new key.
+    pub fn revoke(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+    pub fn current(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// A simulated cluster. `'a` bounds the futures it runs (they may borrow from the caller).
+pub struct Sim<'a> {
+    w: WorldRef,
+    exec: Executor<'a>,
+    compute_nodes: usize,
+}
+
+impl World {
+    fn add_client(&mut self, compute_node: usize) -> u32 {
+        let nic = compute_node as u32;
+        self.clients.push(Client {
+            nic,
+            ..Client::default()
+        });
+        (self.clients.len() - 1) as u32
+    }
+
+    /// Connects client `c` to every memory node; returns the client-side end ids.
+    fn connect(&mut self, c: u32) -> Vec<u32> {
+        let cnic = self.clients[c as usize].nic;
+        let depth = self.tm.recv_depth;
+        let mut out = Vec::new();
+        for n in 0..self.nodes.len() {
+            let mnic = self.nic_of_node(n as NodeId).unwrap_or(0) as u32;
+            let a = self.ends.len() as u32;
+            let key = self.nodes[n].key_now();
+            self.ends.push(End {
+                nic: cnic,
+                peer: a + 1,
+                node: n as NodeId,
+                client: c,
+                key,
+                rq_credits: depth,
+                recv_waiters: Vec::new(),
+                ..End::default()
+            });
+            self.ends.push(End {
+                nic: mnic,
+                peer: a,
+                node: n as NodeId,
+                client: NO_CLIENT,
+                server: true,
+                key,
+                rq_credits: depth,
+                recv_waiters: Vec::new(),
+                ..End::default()
+            });
+            out.push(a);
+        }
+        out
+    }
+}
+
+impl<'a> Sim<'a> {
+    /// A cluster with fresh memory nodes (zeroed, region header at offset 0).
+    pub fn new(cfg: SimConfig) -> Result<Sim<'a>, SimError> {
+        let mut images = Vec::new();
+        for n in 0..cfg.memory_nodes {
+            let img = NodeImage::fresh(cfg.region_len, cfg.chunk_size, cfg.dm_len)
+                .map_err(|e| SimError(format!("memory node {n}: region header: {e:?}")))?;
+            images.push(img);
+        }
+        Sim::with_images(cfg, images)
+    }
+
+    /// A cluster whose memory nodes start from `images` (e.g. from [`Sim::into_images`]);
+    /// `region_len`/`dm_len` of `cfg` are ignored in favour of the images'.
+    pub fn with_images(cfg: SimConfig, images: Vec<NodeImage>) -> Result<Sim<'a>, SimError> {
+        if cfg.compute_nodes == 0 || cfg.compute_nodes > u16::MAX as usize {
+            return Err(SimError(format!(
+                "compute_nodes must be 1..=65535, got {}",
+                cfg.compute_nodes
+            )));
+        }
+        if images.is_empty() || images.len() > u16::MAX as usize {
+            return Err(SimError(format!(
+                "memory_nodes must be 1..=65535, got {}",
+                images.len()
+            )));
+        }
+        if images.len() != cfg.memory_nodes {
+            return Err(SimError(format!(
+                "{} memory images for {} memory nodes",
+                images.len(),
+                cfg.memory_nodes
+            )));
+        }
+        for (i, s) in cfg.faults.scheduled.iter().enumerate() {
+            let n = match s.kind {
+                super::faults::FaultKind::CrashNode(n)
+                | super::faults::FaultKind::RestartNode(n)
+                | super::faults::FaultKind::SlowNode(n, _) => n,
+            };
+            if n as usize >= images.len() {
+                return Err(SimError(format!(
+                    "fault {i} names memory node {n}, which does not exist"
+                )));
+            }
+        }
+        let m = &cfg.model;
+        let mut w = World::new(
+            cfg.model.clone(),
+            cfg.seed,
+            cfg.faults.clone(),
+            Trace::new(cfg.trace),
+        );
+        for _ in 0..cfg.compute_nodes {
+            w.nics.push(Nic {
+                slow: 1.0,
+                ..Nic::default()
+            });
+        }
+        for (n, img) in images.into_iter().enumerate() {
+            w.nics.push(Nic {
+                node: Some(n as NodeId),
+                slow: 1.0,
+                ..Nic::default()
+            });
+            w.nodes.push(MemNode::new(
+                n as NodeId,
+                img,
+                cfg.chunk_size,
+                cfg.persistent,
+                m.persist_window as usize,
+                m.atomic_slots as usize,
+                m.server_threads as usize,
+            ));
+        }
+        for i in 0..w.faults.scheduled.len() {
+            let at = w.faults.scheduled[i].at;
+            w.schedule(at, Ev::Fault(i as u32));
+        }
+        Ok(Sim {
+            w: Rc::new(RefCell::new(w)),
+            exec: Executor::new(),
+            compute_nodes: cfg.compute_nodes,
+        })
+    }
+
+    /// A new client thread on `compute_node`, with its own endpoint (one queue pair per
+    /// memory node, using each region's current key).
+    pub fn endpoint(&mut self, compute_node: usize) -> Result<SimEndpoint, SimError> {
+        if compute_node >= self.compute_nodes {
+            return Err(SimError(format!(
+                "compute node {compute_node} does not exist ({} compute nodes)",
+                self.compute_nodes
+            )));
+        }
+        let (c, ends) = {
+            let mut w = self.w.borrow_mut();
+            let c = w.add_client(compute_node);
+            (c, w.connect(c))
+        };
+        let qps = ends
+            .into_iter()
+            .map(|e| SimQp::new(self.w.clone(), e))
+            .collect();
+        Ok(SimEndpoint::new(qps, c))
+    }
+
+    /// A new client thread on `compute_node`, as a context its coroutines share.
+    pub fn client(&mut self, compute_node: usize) -> Result<ClientCtx, SimError> {
+        let ep = self.endpoint(compute_node)?;
+        let seed = self.w.borrow().seed;
+        let c = ep.client();
+        Ok(ClientCtx {
+            w: self.w.clone(),
+            ep: Rc::new(ep),
+            client: c,
+            rng: RefCell::new(Rng::new(seed, 1 + ((c as u64) << 20))),
+        })
+    }
+
+    /// Spawns a coroutine of client thread `client` (see [`SimEndpoint::client`]).
+    pub fn spawn<F: Future<Output = ()> + 'a>(&mut self, client: u32, fut: F) {
+        let id = self.w.borrow_mut().add_task(client);
+        self.exec.add(&self.w, id, Box::pin(fut), true);
+    }
+
+    /// Spawns coroutine `i` of the client of `ctx`: `f` gets its own context (same endpoint
+    /// and CPU, its own random stream).
+    pub fn spawn_with<F, Fut>(&mut self, ctx: &ClientCtx, i: u64, f: F)
+    where
+        F: FnOnce(ClientCtx) -> Fut,
+        Fut: Future<Output = ()> + 'a,
+    {
+        let c = ctx.fork(i);
+        let client = c.client;
+        self.spawn(client, f(c));
+    }
+
+    fn run_inner(&mut self, limit: Option<Ps>, until_done: bool) -> RunReport {
+        let w = self.w.clone();
+        let mut spawn_server = |ex: &mut Executor<'a>, end: u32| {
+            let qp = SimQp::new(w.clone(), end);
+            let id = w.borrow_mut().add_task(NO_CLIENT);
+            ex.add(&w, id, Box::pin(echo_loop(qp)), false);
+        };
+        let stop = self.exec.run(&self.w, limit, until_done, &mut spawn_server);
+        let wb = self.w.borrow();
+        RunReport {
+            stop,
+            now_ns: wb.now / 1000,
+            unfinished: self.exec.unfinished_user(),
+            seed: wb.seed,
+        }
+    }
+
+    /// Runs until every spawned task has finished, or until nothing more can happen.
+    pub fn run(&mut self) -> RunReport {
+        self.run_inner(None, true)
+    }
+
+    /// Runs `ns` more nanoseconds of virtual time (tasks still running stay suspended and
+    /// continue at the next run).
+    pub fn run_for(&mut self, ns: u64) -> RunReport {
+        let limit = self.w.borrow().now + ns * 1000;
+        self.run_inner(Some(limit), false)
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.w.borrow().now / 1000
+    }
+    pub fn now_ps(&self) -> Ps {
+        self.w.borrow().now
+    }
+    pub fn seed(&self) -> u64 {
+        self.w.borrow().seed
+    }
+    pub fn model(&self) -> Model {
+        self.w.borrow().model.clone()
+    }
+    pub fn stats(&self) -> EngineStats {
+        self.w.borrow().stats
+    }
+    /// Traced lines so far (see `trace.rs`).
+    pub fn trace_lines(&self) -> Vec<String> {
+        self.w.borrow().trace.lines.clone()
+    }
+    /// The region key of memory node `node`.
+    pub fn key(&self, node: NodeId) -> Option<KeyHandle> {
+        self.w
+            .borrow()
+            .nodes
+            .get(node as usize)
+            .map(|n| KeyHandle(n.key.clone()))
+    }
+    /// Copies `len` bytes of memory node `node`'s host region at `off` (for checks).
+    pub fn host_bytes(&self, node: NodeId, off: u64, len: usize) -> Option<Vec<u8>> {
+        let w = self.w.borrow();
+        let h = &w.nodes.get(node as usize)?.host;
+        let o = usize::try_from(off).ok()?;
+        h.get(o..o.checked_add(len)?).map(|s| s.to_vec())
+    }
+    /// Un-persisted writes at memory node `node` (persistent regions).
+    pub fn unpersisted(&self, node: NodeId) -> usize {
+        self.w
+            .borrow()
+            .nodes
+            .get(node as usize)
+            .map_or(0, |n| n.unpersisted())
+    }
+    /// The memory nodes' contents, to start another simulation from.
+    pub fn into_images(self) -> Vec<NodeImage> {
+        let Sim { w, exec, .. } = self;
+        drop(exec);
+        let nodes = std::mem::take(&mut w.borrow_mut().nodes);
+        nodes.into_iter().map(MemNode::image).collect()
+    }
+}
+
+/// What a client coroutine sees: its thread's endpoint, the virtual clock, its CPU, and its
+/// own seeded random stream.
+pub struct ClientCtx {
+    w: WorldRef,
+    ep: Rc<SimEndpoint>,
+    client: u32,
+    rng: RefCell<Rng>,
+}
+
+impl ClientCtx {
+    /// Another context on the same client thread with random stream `i`.
+    pub fn fork(&self, i: u64) -> ClientCtx {
+        let seed = self.w.borrow().seed;
+        ClientCtx {
+            w: self.w.clone(),
+            ep: self.ep.clone(),
+            client: self.client,
+            rng: RefCell::new(Rng::new(seed, 1 + ((self.client as u64) << 20) + 1 + i)),
+        }
+    }
+    pub fn ep(&self) -> &SimEndpoint {
+        &self.ep
+    }
+    /// The queue pair to memory node `node`.
+    pub fn qp(&self, node: NodeId) -> Result<&SimQp, FabricError> {
+        remora_core::fabric::Endpoint::qp(&*self.ep, node)
+    }
+    pub fn client_id(&self) -> u32 {
+        self.client
+    }
+    pub fn now_ns(&self) -> u64 {
+        self.w.borrow().now / 1000
+    }
+    pub fn now_ps(&self) -> Ps {
+        self.w.borrow().now
+    }
+    /// Waits `ns` of virtual time without using the CPU (a timer).
+    pub fn sleep(&self, ns: u64) -> Sleep {
+        let until = self.w.borrow().now + ns * 1000;
+        Sleep {
+            w: self.w.clone(),
+            until,
+            cpu: None,
+            armed: false,
+        }
+    }
+    /// Computes for `ns`: occupies this client thread's CPU (shared with its other
+    /// coroutines and with posting), then resumes.
+    pub fn cpu(&self, ns: u64) -> Sleep {
+        Sleep {
+            w: self.w.clone(),
+            until: 0,
+            cpu: Some((self.client, ns * 1000)),
+            armed: false,
+        }
+    }
+    /// One index step of client CPU work (`client_step_ns`).
+    pub fn step(&self) -> Sleep {
+        let t = self.w.borrow().tm.client_step;
+        Sleep {
+            w: self.w.clone(),
+            until: 0,
+            cpu: Some((self.client, t)),
+            armed: false,
+        }
+    }
+    pub fn rand_u64(&self) -> u64 {
+        self.rng.borrow_mut().next_u64()
+    }
+    /// Uniform in `0..n`.
+    pub fn rand_below(&self, n: u64) -> u64 {
+        self.rng.borrow_mut().below(n)
+    }
+}
+
+/// A virtual-time wait (see [`ClientCtx::sleep`], [`ClientCtx::cpu`]).
+pub struct Sleep {
+    w: WorldRef,
+    until: Ps,
+    cpu: Option<(u32, Ps)>,
+    armed: bool,
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let mut w = this.w.borrow_mut();
+        let now = w.now;
+        if let Some((c, dur)) = this.cpu.take() {
+            let client = &mut w.clients[c as usize];
+            let start = client.cpu_free.max(now);
+            client.cpu_free = start + dur;
+            this.until = start + dur;
+        } else if now >= this.until {
+            return Poll::Ready(());
+        }
+        if now >= this.until {
+            return Poll::Ready(());
+        }
+        let t = w.current_task;
+        if t == NO_TASK {
+            return Poll::Ready(());
+        }
+        if !this.armed {
+            this.armed = true;
+            let at = this.until;
+            w.schedule(at, Ev::Wake(t));
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,202 @@
+//! The executor: client coroutines (any `Future<Output = ()>`, `!Send` is fine) polled on
+//! one thread in virtual time.
+//!
+//! The engine wakes a task directly (by id) when the verb, receive or sleep it waits for
+//! completes, so the hot path needs no waker traffic. Futures that wake themselves through
+//! their `Waker` (e.g. `yield_now`, or a channel between coroutines) are resumed after
+//! `client_poll_ns` of virtual time: a busy-poll loop advances the clock instead of freezing it.
+use super::engine::{Ev, NO_TASK};
+use super::model::Ps;
+use super::qp::WorldRef;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+
+type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+struct ForeignWake {
+    id: u32,
+    queue: Arc<Mutex<Vec<u32>>>,
+}
+
+impl Wake for ForeignWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.push(self.id);
+        }
+    }
+}
+
+/// Why a run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Every user task finished (or was stopped by a client crash).
+    AllDone,
+    /// Nothing left to happen: the remaining tasks wait for something that never comes.
+    Idle,
+    /// The virtual time limit was reached.
+    TimeLimit,
+}
+
+pub struct Executor<'a> {
+    tasks: Vec<Option<Task<'a>>>,
+    wakers: Vec<Waker>,
+    user: Vec<bool>,
+    frozen: Vec<bool>,
+    foreign: Arc<Mutex<Vec<u32>>>,
+    pub user_live: usize,
+}
+
+impl Default for Executor<'_> {
+    fn default() -> Self {
+        Executor::new()
+    }
+}
+
+impl<'a> Executor<'a> {
+    pub fn new() -> Executor<'a> {
+        Executor {
+            tasks: Vec::new(),
+            wakers: Vec::new(),
+            user: Vec::new(),
+            frozen: Vec::new(),
+            foreign: Arc::new(Mutex::new(Vec::new())),
+            user_live: 0,
+        }
+    }
+
+    /// Adds task `id` (already registered with the world) and makes it ready.
+    pub fn add(&mut self, w: &WorldRef, id: u32, fut: Task<'a>, user: bool) {
+        let i = id as usize;
+        while self.tasks.len() <= i {
+            self.tasks.push(None);
+            let wk = ForeignWake {
+                id: self.wakers.len() as u32,
+                queue: self.foreign.clone(),
+            };
+            self.wakers.push(Waker::from(Arc::new(wk)));
+            self.user.push(false);
+            self.frozen.push(false);
+        }
+        self.tasks[i] = Some(fut);
+        self.user[i] = user;
+        if user {
+            self.user_live += 1;
+        }
+        w.borrow_mut().make_ready(id);
+    }
+
+    fn poll_task(&mut self, t: u32) {
+        let i = t as usize;
+        if i >= self.tasks.len() || self.frozen[i] {
+            return;
+        }
+        let Some(f) = self.tasks[i].as_mut() else {
+            return;
+        };
+        let mut cx = Context::from_waker(&self.wakers[i]);
+        if f.as_mut().poll(&mut cx).is_ready() {
+            self.tasks[i] = None;
+            if self.user[i] {
+                self.user_live -= 1;
+            }
+        }
+    }
+
+    fn freeze(&mut self, t: u32) {
+        let i = t as usize;
+        if i < self.tasks.len() && !self.frozen[i] && self.tasks[i].is_some() {
+            self.frozen[i] = true;
+            if self.user[i] {
+                self.user_live -= 1;
+            }
+        }
+    }
+
+    /// Tasks that have not finished (frozen ones included).
+    pub fn unfinished_user(&self) -> usize {
+        (0..self.tasks.len())
+            .filter(|&i| self.user[i] && self.tasks[i].is_some())
+            .count()
+    }
+
+    /// Runs until `limit` (virtual ps), until every user task is done (`until_done`), or until
+    /// nothing is left to happen. `spawn_servers` starts echo tasks the engine asks for.
+    pub fn run(
+        &mut self,
+        w: &WorldRef,
+        limit: Option<Ps>,
+        until_done: bool,
+        spawn_servers: &mut dyn FnMut(&mut Executor<'a>, u32),
+    ) -> Stop {
+        loop {
+            // Housekeeping the engine asked for: new echo servers, crashed clients.
+            let (serve, stopped) = {
+                let mut wb = w.borrow_mut();
+                (
+                    std::mem::take(&mut wb.to_serve),
+                    std::mem::take(&mut wb.stopped),
+                )
+            };
+            for end in serve {
+                spawn_servers(self, end);
+            }
+            for t in stopped {
+                self.freeze(t);
+            }
+            // Run every ready task.
+            loop {
+                let t = {
+                    let mut wb = w.borrow_mut();
+                    wb.current_task = NO_TASK;
+                    match wb.ready.pop_front() {
+                        Some(t) => {
+                            wb.queued[t as usize] = false;
+                            wb.current_task = t;
+                            wb.stats.polls += 1;
+                            t
+                        }
+                        None => break,
+                    }
+                };
+                self.poll_task(t);
+            }
+            let mut wb = w.borrow_mut();
+            wb.current_task = NO_TASK;
+            let woken: Vec<u32> = match self.foreign.lock() {
+                Ok(mut q) if !q.is_empty() => std::mem::take(&mut *q),
+                _ => Vec::new(),
+            };
+            let at = wb.now + wb.tm.poll;
+            for t in woken {
+                wb.schedule(at, Ev::Wake(t));
+            }
+            if until_done && self.user_live == 0 {
+                return Stop::AllDone;
+            }
+            if !wb.to_serve.is_empty() || !wb.stopped.is_empty() {
+                continue;
+            }
+            // Handle events until one makes a task ready.
+            loop {
+                let Some(t) = wb.next_time() else {
+                    return Stop::Idle;
+                };
+                if let Some(l) = limit
+                    && t > l
+                {
+                    wb.now = wb.now.max(l);
+                    return Stop::TimeLimit;
+                }
+                wb.step();
+                if !wb.ready.is_empty() || !wb.to_serve.is_empty() || !wb.stopped.is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+}

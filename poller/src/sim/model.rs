@@ -1,0 +1,552 @@
+//! The NIC/network model: every parameter named, defaulted, and sourced.
+//!
+//! Parameters are set from code ([`Model::set`]), from the command line (`--set name=value`)
+//! or from a file (`name = value` lines, `#` comments; [`Model::apply_file_text`]). Unknown
+//! names and bad values are errors that say what is accepted.
+//!
+//! The same module computes the model's own analytic figures ([`Model::idle_latency_ps`],
+//! [`Model::bound_mops`]): the calibration tests check that the simulation reproduces them.
+//!
+//! Time inside the simulator is kept in picoseconds so that link serialization times
+//! (80 ps per byte at 100 Gb/s) add up without rounding drift.
+use core::fmt;
+
+/// Virtual time in picoseconds.
+pub type Ps = u64;
+
+/// One model parameter: name, default, unit and where the figure comes from.
+pub struct ParamInfo {
+    pub name: &'static str,
+    pub default: f64,
+    pub unit: &'static str,
+    pub min: f64,
+    pub max: f64,
+    pub source: &'static str,
+}
+
+macro_rules! params {
+    ($( $field:ident : $default:expr, $unit:expr, [$min:expr, $max:expr], $source:expr; )*) => {
+        /// The NIC/network model. See [`Model::PARAMS`] for each parameter's source.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Model {
+            $( #[doc = $source] pub $field: f64, )*
+        }
+
+        impl Default for Model {
+            fn default() -> Model {
+                Model { $( $field: $default, )* }
+            }
+        }
+
+        impl Model {
+            /// Every parameter, in declaration order.
+            pub const PARAMS: &'static [ParamInfo] = &[
+                $( ParamInfo {
+                    name: stringify!($field),
+                    default: $default,
+                    unit: $unit,
+                    min: $min,
+                    max: $max,
+                    source: $source,
+                }, )*
+            ];
+
+            fn slot(&mut self, name: &str) -> Option<&mut f64> {
+                match name {
+                    $( stringify!($field) => Some(&mut self.$field), )*
+                    _ => None,
+                }
+            }
+
+            /// The value of parameter `name`.
+            pub fn get(&self, name: &str) -> Option<f64> {
+                match name {
+                    $( stringify!($field) => Some(self.$field), )*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+params! {
+    one_way_ns: 600.0, "ns", [0.0, 1e9],
+        "One-way latency, requester NIC to responder NIC, excluding serialization: ConnectX-6 \
+         datasheet 'sub-600ns latency' port to port; with the PCIe read below this makes a 64 B \
+         READ round trip of ~1.8 us, the ib_read_lat (perftest) figure on ConnectX-5/6 EDR.";
+    link_gbps: 100.0, "Gb/s", [0.1, 10000.0],
+        "Link bandwidth per NIC and direction: 100 Gb/s EDR/100GbE, the ConnectX-5 of Sherman \
+         (seeds/002 §3) and Catfish (seeds/003 §5), the ConnectX-6 100 Gb of SMART (INDEX.md).";
+    header_bytes: 42.0, "B", [0.0, 4096.0],
+        "Wire overhead per packet: InfiniBand LRH 8 + BTH 12 + RETH 16 + ICRC 4 + VCRC 2 bytes \
+         (IBTA spec vol. 1, ch. 9).";
+    mtu: 4096.0, "B", [256.0, 65536.0],
+        "Path MTU: 4096 B, the largest InfiniBand MTU and the perftest default on ConnectX.";
+    nic_mops: 110.0, "Mops", [0.001, 10000.0],
+        "Per-NIC request-processing rate, the memory-side IOPS bound of SMART (seeds/001, \
+         challenge 2): ~110 Mops, the rate Sherman measured for atomics on ConnectX-5 on-chip \
+         memory where no PCIe is involved (seeds/002 §2.1). ConnectX-6 briefs advertise 215 M \
+         msg/s, a two-port marketing peak.";
+    pcie_read_ns: 500.0, "ns", [0.0, 1e9],
+        "Responder DMA read of host memory (a PCIe round trip): ~400-600 ns on PCIe Gen3 x16 \
+         (Neugebauer et al., 'Understanding PCIe performance', SIGCOMM'18); READ only.";
+    pcie_gbps: 126.0, "Gb/s", [0.1, 10000.0],
+        "Responder PCIe DMA bandwidth: PCIe Gen3 x16, 8 GT/s x 16 lanes x 128/130 = 126 Gb/s. \
+         READ segments are fetched at this pace (WRITE segments are placed at link pace, as they \
+         arrive), so a READ overlapping a WRITE in time crosses it and sees a torn mix.";
+    pcie_write_ns: 200.0, "ns", [0.0, 1e9],
+        "Responder DMA write until visible in host memory (posted PCIe write, one way); \
+         assumed half a PCIe round trip. The WRITE ack leaves after the last byte is placed.";
+    host_atomic_ns: 400.0, "ns", [0.0, 1e9],
+        "Occupancy of one host-memory word by a NIC atomic: two PCIe transactions (read, then \
+         write) under the NIC's internal lock (Sherman, seeds/002 §1), so atomics on one address \
+         serialize at 1/400ns = 2.5 Mops, the ~2-3 Mops same-address figure of Kalia et al., \
+         'Design guidelines for high performance RDMA systems', ATC'16.";
+    dm_atomic_mops: 110.0, "Mops", [0.001, 10000.0],
+        "Atomics on one device-memory (on-chip) word: ~110 Mops (Sherman, seeds/002 §2.1, \
+         ConnectX-5 on-chip memory).";
+    atomic_slots: 4096.0, "slots", [1.0, 1048576.0],
+        "Hashed lock slots of the NIC atomic unit: atomics whose 8-byte words hash to one slot \
+         serialize. Assumed (vendors do not publish it); large enough that distinct words rarely \
+         collide.";
+    server_handler_ns: 500.0, "ns", [0.0, 1e12],
+        "Memory-node CPU time to handle one message (poll the completion, build and post the \
+         reply): assumed ~0.5 us, the order of Catfish's fast-messaging server cost (seeds/003 \
+         §3).";
+    server_threads: 1.0, "threads", [1.0, 1024.0],
+        "Memory-node CPU threads running handlers (disaggregated memory nodes have near-zero \
+         compute: Sherman, seeds/002 §1).";
+    client_post_ns: 100.0, "ns", [0.0, 1e9],
+        "Client CPU time to build a work request batch and ring the doorbell (MMIO): assumed \
+         ~100 ns (Kalia et al., ATC'16 §3: doorbell MMIOs cost ~ hundreds of cycles). One client \
+         thread thus posts at most 10 M batches/s.";
+    client_step_ns: 200.0, "ns", [0.0, 1e12],
+        "Client CPU time of one index step (parse a node, compute the next address), charged by \
+         ClientCtx::step(); assumed.";
+    client_poll_ns: 50.0, "ns", [1.0, 1e9],
+        "Client CPU time of one busy-poll iteration: a coroutine that yields without waiting for \
+         a verb resumes this much later (assumed; keeps spin loops from freezing virtual time).";
+    recv_depth: 64.0, "receives", [1.0, 65536.0],
+        "Receives posted per queue pair (each side); a SEND finding none gets RNR NAKs.";
+    max_message: 4096.0, "B", [256.0, 1048576.0],
+        "Receive buffer size: the largest SEND payload (one MTU).";
+    rnr_timer_ns: 10000.0, "ns", [0.0, 1e12],
+        "RNR NAK timer: 0.01 ms, the smallest IB min_rnr_timer value (IBTA table 45).";
+    rnr_retry: 7.0, "retries", [0.0, 1000.0],
+        "RNR retries before RNR_RETRY_EXC_ERR: 7, the largest finite IB rnr_retry (7 means \
+         'infinite' on hardware; the sim keeps it bounded).";
+    ack_timeout_ns: 67108864.0, "ns", [1.0, 1e13],
+        "Transport ack timeout: 4.096 us x 2^14 = 67 ms (IB local ack timeout 14, a common \
+         rdma_cm default).";
+    retry_cnt: 7.0, "retries", [0.0, 7.0],
+        "Transport retries before RETRY_EXC_ERR: 7 (IB maximum); a dead node is detected after \
+         ack_timeout x (retry_cnt + 1).";
+    segment_bytes: 64.0, "B", [8.0, 4096.0],
+        "Tearing unit: a READ is sampled from and a WRITE applied to target memory in aligned \
+         segments of this size, each at its own virtual time (64 B, the PCIe read completion \
+         boundary). Must be a power of two >= 8 so aligned 8-byte words stay whole.";
+    jitter_ns: 100.0, "ns", [0.0, 1e9],
+        "Each one-way flight is one_way_ns +/- jitter_ns, uniform and seeded (switch queueing, \
+         PCIe and NIC pipeline variation; tens to hundreds of ns on real fabrics). Symmetric, so \
+         mean and median round trips equal the analytic figures. Without any noise, two \
+         periodic clients phase-lock through a shared link and never interleave finely, which \
+         real hardware does. Per-QP order is preserved whatever the jitter.";
+    persist_window: 64.0, "writes", [0.0, 1e9],
+        "Persistent regions: un-persisted WRITEs kept per queue pair before the oldest is \
+         counted as drained to the persistence domain (models cache eviction). A READ on the \
+         same queue pair persists all earlier WRITEs (read-after-write flush, Erda seeds/004).";
+}
+
+/// A bad `--set` or model-file entry.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelError {
+    Unknown {
+        name: String,
+    },
+    BadValue {
+        name: String,
+        value: String,
+        why: String,
+    },
+    BadLine {
+        line: usize,
+        text: String,
+    },
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelError::Unknown { name } => {
+                let names: Vec<&str> = Model::PARAMS.iter().map(|p| p.name).collect();
+                write!(
+                    f,
+                    "unknown model parameter '{name}'; known: {}",
+                    names.join(", ")
+                )
+            }
+            ModelError::BadValue { name, value, why } => {
+                write!(f, "bad value '{value}' for model parameter '{name}': {why}")
+            }
+            ModelError::BadLine { line, text } => {
+                write!(
+                    f,
+                    "model file line {line}: expected 'name = value', got '{text}'"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+fn ps(ns: f64) -> Ps {
+    (ns * 1000.0).round() as Ps
+}
+
+/// The offered load of a throughput figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Load {
+    /// Verbs in flight (client threads x coroutines).
+    pub outstanding: u64,
+    /// Client threads.
+    pub clients: u64,
+    pub compute_nodes: u64,
+    pub memory_nodes: u64,
+    /// All atomics on one word.
+    pub hot: bool,
+}
+
+/// Which verb an analytic figure is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelVerb {
+    Read,
+    Write,
+    WriteImm,
+    Cas,
+    Faa,
+    Send,
+}
+
+impl Model {
+    /// Sets `name` to `value` (checked against the parameter's range).
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), ModelError> {
+        let info = Model::PARAMS
+            .iter()
+            .find(|p| p.name == name)
+            .ok_or_else(|| ModelError::Unknown { name: name.into() })?;
+        let bad = |why: String| ModelError::BadValue {
+            name: name.into(),
+            value: value.into(),
+            why,
+        };
+        let v: f64 = value
+            .trim()
+            .parse()
+            .map_err(|_| bad("not a number".into()))?;
+        if !v.is_finite() || v < info.min || v > info.max {
+            return Err(bad(format!(
+                "must be between {} and {} {}",
+                info.min, info.max, info.unit
+            )));
+        }
+        if name == "segment_bytes" && !(v as u64).is_power_of_two() {
+            return Err(bad("must be a power of two".into()));
+        }
+        if let Some(slot) = self.slot(name) {
+            *slot = v;
+        }
+        Ok(())
+    }
+
+    /// Applies one `name=value` override.
+    pub fn set_pair(&mut self, pair: &str) -> Result<(), ModelError> {
+        match pair.split_once('=') {
+            Some((n, v)) => self.set(n.trim(), v.trim()),
+            None => Err(ModelError::BadLine {
+                line: 0,
+                text: pair.into(),
+            }),
+        }
+    }
+
+    /// Applies a model file's text: `name = value` lines, blank lines and `#` comments.
+    pub fn apply_file_text(&mut self, text: &str) -> Result<(), ModelError> {
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            match line.split_once('=') {
+                Some((n, v)) => self.set(n.trim(), v.trim())?,
+                None => {
+                    return Err(ModelError::BadLine {
+                        line: i + 1,
+                        text: raw.into(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One line naming the parameters that differ from the defaults (or "default model").
+    pub fn summary(&self) -> String {
+        let d = Model::default();
+        let changed: Vec<String> = Model::PARAMS
+            .iter()
+            .filter(|p| self.get(p.name) != d.get(p.name))
+            .map(|p| format!("{}={}", p.name, self.get(p.name).unwrap_or(f64::NAN)))
+            .collect();
+        let base = format!(
+            "one_way={}ns link={}Gb/s nic={}Mops pcie_read={}ns host_atomic={}ns",
+            self.one_way_ns, self.link_gbps, self.nic_mops, self.pcie_read_ns, self.host_atomic_ns
+        );
+        if changed.is_empty() {
+            format!("default model ({base})")
+        } else {
+            format!("model ({base}; changed: {})", changed.join(" "))
+        }
+    }
+
+    /// A model file listing every parameter with its default and source.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        for p in Model::PARAMS {
+            s.push_str(&format!("# {} [{}]: {}\n", p.name, p.unit, p.source));
+            s.push_str(&format!(
+                "{} = {}\n",
+                p.name,
+                self.get(p.name).unwrap_or(p.default)
+            ));
+        }
+        s
+    }
+
+    // ---- derived quantities (picoseconds), shared by the engine and the analytic figures ----
+
+    pub fn ps_per_byte(&self) -> f64 {
+        8000.0 / self.link_gbps
+    }
+    /// Link serialization per byte in thousandths of a picosecond (integer arithmetic keeps
+    /// the engine and the analytic figures identical to the last digit).
+    pub fn milli_ps_per_byte(&self) -> u64 {
+        (self.ps_per_byte() * 1000.0).round() as u64
+    }
+    /// Serialization time of `bytes` on one link.
+    pub fn wire_ps(&self, bytes: u64) -> Ps {
+        (bytes * self.milli_ps_per_byte()).div_ceil(1000)
+    }
+    pub fn packets(&self, payload: u64) -> u64 {
+        payload.div_ceil(self.mtu as u64).max(1)
+    }
+    /// Bytes on the wire for a message carrying `payload` bytes.
+    pub fn msg_bytes(&self, payload: u64) -> u64 {
+        payload + self.packets(payload) * self.header_bytes as u64
+    }
+    pub fn one_way_ps(&self) -> Ps {
+        ps(self.one_way_ns)
+    }
+    pub fn nic_op_ps(&self) -> Ps {
+        (1e6 / self.nic_mops).round() as Ps
+    }
+    pub fn dm_atomic_ps(&self) -> Ps {
+        (1e6 / self.dm_atomic_mops).round() as Ps
+    }
+    pub fn host_atomic_ps(&self) -> Ps {
+        ps(self.host_atomic_ns)
+    }
+    pub fn pcie_read_ps(&self) -> Ps {
+        ps(self.pcie_read_ns)
+    }
+    pub fn pcie_write_ps(&self) -> Ps {
+        ps(self.pcie_write_ns)
+    }
+    pub fn post_ps(&self) -> Ps {
+        ps(self.client_post_ns)
+    }
+    pub fn handler_ps(&self) -> Ps {
+        ps(self.server_handler_ns)
+    }
+    pub fn segment(&self) -> u64 {
+        self.segment_bytes as u64
+    }
+    /// Pacing of consecutive segments of one transfer: one segment at link rate.
+    pub fn segment_step_ps(&self) -> Ps {
+        self.wire_ps(self.segment()).max(1)
+    }
+    /// Pacing of consecutive segments fetched by a READ: one segment at PCIe rate.
+    pub fn read_step_ps(&self) -> Ps {
+        ((self.segment() as f64 * 8000.0 / self.pcie_gbps).round() as Ps).max(1)
+    }
+    /// Time until a requester gives up on a dead responder.
+    pub fn dead_timeout_ps(&self) -> Ps {
+        ps(self.ack_timeout_ns * (self.retry_cnt + 1.0))
+    }
+    /// Bytes a request puts on the wire.
+    pub fn request_bytes(&self, v: ModelVerb, size: u64) -> u64 {
+        match v {
+            ModelVerb::Read => self.msg_bytes(0),
+            ModelVerb::Write | ModelVerb::WriteImm | ModelVerb::Send => self.msg_bytes(size),
+            ModelVerb::Cas => self.msg_bytes(16),
+            ModelVerb::Faa => self.msg_bytes(8),
+        }
+    }
+    /// Bytes the response (READ data, atomic result, or ack) puts on the wire.
+    pub fn response_bytes(&self, v: ModelVerb, size: u64) -> u64 {
+        match v {
+            ModelVerb::Read => self.msg_bytes(size),
+            ModelVerb::Cas | ModelVerb::Faa => self.msg_bytes(8),
+            _ => self.msg_bytes(0),
+        }
+    }
+    fn segments(&self, size: u64) -> u64 {
+        // Worst case of an aligned transfer; the analytic figures assume aligned buffers.
+        size.div_ceil(self.segment())
+    }
+
+    /// Round trip of one verb on an idle cluster, from the call of `post` to its completion,
+    /// for an aligned `size`-byte transfer on host memory (device memory: `dm`).
+    ///
+    /// - READ: post + wire(request) + one_way + pcie_read + one_way + wire(response)
+    /// - WRITE: post + wire(request) + one_way + pcie_write + (segments-1)*step + wire(ack)
+    ///   + one_way
+    /// - CAS/FAA: post + wire(request) + one_way + host_atomic + one_way + wire(response)
+    pub fn idle_latency_ps(&self, v: ModelVerb, size: u64, dm: bool) -> Ps {
+        let req = self.wire_ps(self.request_bytes(v, size));
+        let resp = self.wire_ps(self.response_bytes(v, size));
+        let ow = self.one_way_ps();
+        let base = self.post_ps() + req + ow + ow + resp;
+        let step = self.segment_step_ps();
+        match v {
+            ModelVerb::Read => base + if dm { 0 } else { self.pcie_read_ps() },
+            ModelVerb::Write | ModelVerb::WriteImm | ModelVerb::Send => {
+                let pw = if dm { 0 } else { self.pcie_write_ps() };
+                base + pw + self.segments(size).saturating_sub(1) * step
+            }
+            ModelVerb::Cas | ModelVerb::Faa => {
+                base + if dm {
+                    self.dm_atomic_ps()
+                } else {
+                    self.host_atomic_ps()
+                }
+            }
+        }
+    }
+
+    /// Round trip of a SEND or WRITE_WITH_IMM answered by the echo service, on an idle
+    /// cluster: request delivered, `server_handler_ns`, reply (the payload, or 12 bytes)
+    /// delivered back into the client's receive queue.
+    pub fn echo_latency_ps(&self, v: ModelVerb, size: u64) -> Ps {
+        let ow = self.one_way_ps();
+        let step = self.segment_step_ps();
+        let segs = |n: u64| n.div_ceil(self.segment()).max(1) - 1;
+        let req_segs = if v == ModelVerb::Send {
+            segs(size)
+        } else {
+            self.segments(size).max(1) - 1
+        };
+        let reply = if v == ModelVerb::Send { size } else { 12 };
+        self.post_ps()
+            + self.wire_ps(self.request_bytes(v, size))
+            + ow
+            + self.pcie_write_ps()
+            + req_segs * step
+            + 1
+            + self.handler_ps()
+            + self.wire_ps(self.msg_bytes(reply))
+            + ow
+            + self.pcie_write_ps()
+            + segs(reply) * step
+            + 1
+    }
+
+    /// Throughput bound in Mops of `outstanding` verbs from `clients` client threads on
+    /// `compute_nodes` compute nodes to `memory_nodes` memory nodes (spread evenly), each verb
+    /// one post: the smallest of Little's law at the idle round trip, the client CPUs, the
+    /// memory NICs' request rate, each link direction, and, with `hot`, one atomic word.
+    pub fn bound_mops(&self, v: ModelVerb, size: u64, load: &Load) -> f64 {
+        let Load {
+            outstanding,
+            clients,
+            compute_nodes,
+            memory_nodes,
+            hot,
+        } = *load;
+        let per_s = |ps: Ps| {
+            if ps == 0 {
+                f64::INFINITY
+            } else {
+                1e12 / ps as f64
+            }
+        };
+        let rtt = self.idle_latency_ps(v, size, false);
+        let mut b = outstanding as f64 * per_s(rtt);
+        b = b.min(clients as f64 * per_s(self.post_ps()));
+        b = b.min(memory_nodes as f64 * per_s(self.nic_op_ps()));
+        let req = self.wire_ps(self.request_bytes(v, size));
+        let resp = self.wire_ps(self.response_bytes(v, size));
+        for links in [memory_nodes, compute_nodes] {
+            b = b
+                .min(links as f64 * per_s(req))
+                .min(links as f64 * per_s(resp));
+        }
+        if matches!(v, ModelVerb::Send | ModelVerb::WriteImm) {
+            // Each one is answered by the memory node's echo handler.
+            b = b.min(memory_nodes as f64 * self.server_threads * per_s(self.handler_ps()));
+        }
+        if hot && matches!(v, ModelVerb::Cas | ModelVerb::Faa) {
+            b = b.min(per_s(self.host_atomic_ps()));
+        }
+        b / 1e6
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_parses_checks_and_reports() {
+        let mut m = Model::default();
+        m.set("one_way_ns", "1000").unwrap();
+        assert_eq!(m.one_way_ns, 1000.0);
+        assert!(matches!(
+            m.set("nope", "1"),
+            Err(ModelError::Unknown { .. })
+        ));
+        assert!(matches!(
+            m.set("link_gbps", "fast"),
+            Err(ModelError::BadValue { .. })
+        ));
+        assert!(matches!(
+            m.set("link_gbps", "-1"),
+            Err(ModelError::BadValue { .. })
+        ));
+        assert!(matches!(
+            m.set("segment_bytes", "24"),
+            Err(ModelError::BadValue { .. })
+        ));
+        m.apply_file_text("# comment\n\nnic_mops = 50 # trailing\n")
+            .unwrap();
+        assert_eq!(m.nic_mops, 50.0);
+        assert!(matches!(
+            m.apply_file_text("x\n"),
+            Err(ModelError::BadLine { line: 1, .. })
+        ));
+        assert!(m.summary().contains("nic_mops=50"));
+        let mut d = Model::default();
+        d.apply_file_text(&Model::default().describe()).unwrap();
+        assert_eq!(d, Model::default());
+    }
+
+    #[test]
+    fn derived_figures() {
+        let m = Model::default();
+        assert_eq!(m.wire_ps(100), 8000);
+        assert_eq!(m.msg_bytes(0), 42);
+        assert_eq!(m.msg_bytes(8192), 8192 + 84);
+        let rtt = m.idle_latency_ps(ModelVerb::Read, 64, false);
+        assert!((1_700_000..2_000_000).contains(&rtt), "{rtt}");
+    }
+}

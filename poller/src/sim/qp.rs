@@ -1,0 +1,401 @@
+//! `SimQp` and `SimEndpoint`: the fabric contract of `remora_core::fabric` on the simulator.
+//!
+//! A post copies WRITE/SEND payloads into engine-owned pooled buffers at once and hands the
+//! batch to the engine; READ data is sampled into engine-owned buffers at the target and
+//! copied into the caller's buffers only when the future completes. Dropping a post future
+//! early is therefore always safe: the engine finishes the ops (they take effect at the
+//! target, as on hardware) and recycles the buffers, and never touches the caller's memory.
+//!
+//! Counting follows `core/src/counters.rs`: `count_post` once per doorbell when the batch is
+//! sent, `count_round_trip` when an awaited post completes, `count_recv` per receive
+//! completion taken, `count_error` per failed post or receive.
+use super::engine::{BatchState, Kind, NO_CLIENT, NO_TASK, RxDone, World};
+use remora_core::counters::Counters;
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind};
+use remora_layouts::NodeId;
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+pub type WorldRef = Rc<RefCell<World>>;
+
+const OUTSIDE: FabricError = FabricError::Unsupported {
+    what: "sim verbs must be awaited by a task of the simulation (Sim::run)",
+};
+
+/// One end of a simulated reliable connection: a client's queue pair to a memory node, or
+/// the memory node's side of it (which serves the echo service and can only SEND).
+pub struct SimQp {
+    w: WorldRef,
+    end: u32,
+    node: NodeId,
+    max_msg: usize,
+    counters: Counters,
+}
+
+impl SimQp {
+    pub(crate) fn new(w: WorldRef, end: u32) -> SimQp {
+        let (node, max_msg) = {
+            let b = w.borrow();
+            (b.ends[end as usize].node, b.tm.max_message)
+        };
+        SimQp {
+            w,
+            end,
+            node,
+            max_msg,
+            counters: Counters::new(),
+        }
+    }
+
+    /// The engine's id of this end (for traces).
+    pub fn end_id(&self) -> u32 {
+        self.end
+    }
+
+    pub(crate) fn world(&self) -> &WorldRef {
+        &self.w
+    }
+
+    fn take_rx(&self, w: &mut World, rx: RxDone, buf: &mut [u8]) -> Result<Recv, FabricError> {
+        w.ends[self.end as usize].rq_credits += 1;
+        let kind = rx.kind.unwrap_or(RecvKind::Send);
+        let out = if kind == RecvKind::Send && rx.data.len() > buf.len() {
+            self.counters.count_error();
+            Err(FabricError::LocalLength {
+                wr: 0,
+                len: rx.data.len(),
+                max: buf.len(),
+            })
+        } else {
+            let n = if kind == RecvKind::Send {
+                rx.data.len()
+            } else {
+                0
+            };
+            buf[..n].copy_from_slice(&rx.data[..n]);
+            self.counters.count_recv(n);
+            Ok(Recv {
+                kind,
+                len: rx.len,
+                imm: rx.imm,
+            })
+        };
+        w.pool.give(rx.data);
+        out
+    }
+}
+
+/// The future of [`SimQp::post`].
+pub struct PostFuture<'a, 'b> {
+    qp: &'a SimQp,
+    ops: &'a mut [Op<'b>],
+    batch: Option<u32>,
+    finished: bool,
+}
+
+impl PostFuture<'_, '_> {
+    fn start(&mut self, w: &mut World) -> Poll<Result<(), FabricError>> {
+        if self.ops.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        let task = w.current_task;
+        if task == NO_TASK {
+            return Poll::Ready(Err(OUTSIDE));
+        }
+        let end = self.qp.end as usize;
+        if w.ends[end].broken {
+            self.qp.counters.count_error();
+            return Poll::Ready(Err(FabricError::Flushed));
+        }
+        let client = w.ends[end].client;
+        if client != NO_CLIENT {
+            let c = &mut w.clients[client as usize];
+            let k = c.posts;
+            c.posts += 1;
+            if c.dead {
+                return Poll::Pending;
+            }
+            if w.faults.client_crash_post(client) == Some(k) {
+                w.crash_client(client);
+                return Poll::Pending;
+            }
+        }
+        self.qp.counters.count_post(self.ops);
+        let mut ids = std::mem::take(&mut w.scratch);
+        ids.clear();
+        let node = self.qp.node;
+        for (wr, op) in self.ops.iter().enumerate() {
+            let id = w.ops.alloc();
+            let mut buf = Vec::new();
+            let (kind, remote, len, x, y, imm) = match op {
+                Op::Read { remote, local } => {
+                    buf = w.pool.take(local.len());
+                    (Kind::Read, *remote, local.len(), 0, 0, 0)
+                }
+                Op::Write { remote, local } => {
+                    buf = w.pool.take(local.len());
+                    buf.copy_from_slice(local);
+                    (Kind::Write, *remote, local.len(), 0, 0, 0)
+                }
+                Op::WriteImm { remote, local, imm } => {
+                    buf = w.pool.take(local.len());
+                    buf.copy_from_slice(local);
+                    (Kind::WriteImm, *remote, local.len(), 0, 0, *imm)
+                }
+                Op::Cas {
+                    remote,
+                    compare,
+                    swap,
+                    ..
+                } => (Kind::Cas, *remote, 8, *compare, *swap, 0),
+                Op::Faa { remote, add, .. } => (Kind::Faa, *remote, 8, 0, *add, 0),
+                Op::Send { local } => {
+                    buf = w.pool.take(local.len());
+                    buf.copy_from_slice(local);
+                    let remote = remora_layouts::GlobalAddr::new(node, 0);
+                    (Kind::Send, remote, local.len(), 0, 0, 0)
+                }
+            };
+            let max = if kind == Kind::Send {
+                self.qp.max_msg
+            } else {
+                u32::MAX as usize
+            };
+            let o = w.ops.get_mut(id);
+            o.kind = kind;
+            o.remote = remote;
+            o.len = len.min(u32::MAX as usize) as u32;
+            o.x = x;
+            o.y = y;
+            o.imm = imm;
+            o.result = 0;
+            o.buf = buf;
+            o.local_err = (len > max).then_some(FabricError::LocalLength { wr, len, max });
+            ids.push(id);
+        }
+        let b = w.post(self.qp.end, &ids, task);
+        w.scratch = ids;
+        self.batch = Some(b);
+        Poll::Pending
+    }
+
+    fn collect(&mut self, w: &mut World, b: u32) -> Result<(), FabricError> {
+        let (err, upto) = {
+            let batch = w.batches.get(b);
+            let upto = if batch.err.is_some() {
+                batch.err_wr as usize
+            } else {
+                batch.ops.len()
+            };
+            (batch.err, upto)
+        };
+        for (i, op) in self.ops.iter_mut().enumerate().take(upto) {
+            let id = w.batches.get(b).ops[i];
+            let slot = w.ops.get(id);
+            match op {
+                Op::Read { local, .. } => local.copy_from_slice(&slot.buf[..local.len()]),
+                Op::Cas { old, .. } | Op::Faa { old, .. } => **old = slot.result,
+                _ => {}
+            }
+        }
+        w.free_batch(b);
+        self.qp.counters.count_round_trip();
+        match err {
+            Some(e) => {
+                self.qp.counters.count_error();
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Future for PostFuture<'_, '_> {
+    type Output = Result<(), FabricError>;
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.finished {
+            return Poll::Ready(Err(FabricError::Flushed));
+        }
+        let w = this.qp.w.clone();
+        let mut w = w.borrow_mut();
+        let r = match this.batch {
+            None => this.start(&mut w),
+            Some(b) => {
+                if w.batches.get(b).state != BatchState::Done {
+                    let t = w.current_task;
+                    if t != NO_TASK {
+                        w.batches.get_mut(b).task = t;
+                    }
+                    Poll::Pending
+                } else {
+                    this.batch = None;
+                    Poll::Ready(this.collect(&mut w, b))
+                }
+            }
+        };
+        if r.is_ready() {
+            this.finished = true;
+        }
+        r
+    }
+}
+
+impl Drop for PostFuture<'_, '_> {
+    fn drop(&mut self) {
+        let Some(b) = self.batch.take() else { return };
+        // If the world is borrowed (it never is while tasks are dropped), the batch leaks.
+        if let Ok(mut w) = self.qp.w.try_borrow_mut() {
+            match w.batches.get(b).state {
+                BatchState::Done => w.free_batch(b),
+                _ => w.batches.get_mut(b).state = BatchState::Abandoned,
+            }
+        }
+    }
+}
+
+/// The future of [`SimQp::recv`].
+pub struct RecvFuture<'a> {
+    qp: &'a SimQp,
+    buf: &'a mut [u8],
+}
+
+impl Future for RecvFuture<'_> {
+    type Output = Result<Recv, FabricError>;
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut w = this.qp.w.borrow_mut();
+        let end = this.qp.end as usize;
+        if let Some(rx) = w.ends[end].cq.pop_front() {
+            return Poll::Ready(this.qp.take_rx(&mut w, rx, this.buf));
+        }
+        if w.ends[end].broken {
+            this.qp.counters.count_error();
+            return Poll::Ready(Err(FabricError::Flushed));
+        }
+        let t = w.current_task;
+        if t == NO_TASK {
+            return Poll::Ready(Err(OUTSIDE));
+        }
+        if !w.ends[end].recv_waiters.contains(&t) {
+            w.ends[end].recv_waiters.push(t);
+        }
+        Poll::Pending
+    }
+}
+
+impl QueuePair for SimQp {
+    fn peer(&self) -> NodeId {
+        self.node
+    }
+
+    fn post<'a, 'b>(
+        &'a self,
+        ops: &'a mut [Op<'b>],
+    ) -> impl Future<Output = Result<(), FabricError>> {
+        PostFuture {
+            qp: self,
+            ops,
+            batch: None,
+            finished: false,
+        }
+    }
+
+    fn recv<'a>(&'a self, buf: &'a mut [u8]) -> impl Future<Output = Result<Recv, FabricError>> {
+        RecvFuture { qp: self, buf }
+    }
+
+    fn try_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        let mut w = self.w.borrow_mut();
+        let end = self.end as usize;
+        match w.ends[end].cq.pop_front() {
+            Some(rx) => self.take_rx(&mut w, rx, buf).map(Some),
+            None if w.ends[end].broken => Err(FabricError::Flushed),
+            None => Ok(None),
+        }
+    }
+
+    fn max_message(&self) -> usize {
+        self.max_msg
+    }
+
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn is_broken(&self) -> bool {
+        self.w.borrow().ends[self.end as usize].broken
+    }
+}
+
+/// A client's endpoint: one queue pair per memory node.
+pub struct SimEndpoint {
+    qps: Vec<SimQp>,
+    nodes: Vec<NodeId>,
+    client: u32,
+}
+
+impl SimEndpoint {
+    pub(crate) fn new(qps: Vec<SimQp>, client: u32) -> SimEndpoint {
+        let nodes = qps.iter().map(|q| q.node).collect();
+        SimEndpoint { qps, nodes, client }
+    }
+    /// The client thread this endpoint belongs to.
+    pub fn client(&self) -> u32 {
+        self.client
+    }
+    /// All queue pairs, indexed by memory node.
+    pub fn qps(&self) -> &[SimQp] {
+        &self.qps
+    }
+    /// Counters of all queue pairs added up.
+    pub fn snapshot(&self) -> remora_core::Snapshot {
+        self.qps
+            .iter()
+            .fold(remora_core::Snapshot::default(), |acc, q| {
+                acc + q.counters.snapshot()
+            })
+    }
+}
+
+impl Endpoint for SimEndpoint {
+    type Qp = SimQp;
+    fn qp(&self, node: NodeId) -> Result<&SimQp, FabricError> {
+        self.qps
+            .get(node as usize)
+            .ok_or(FabricError::UnknownNode { node })
+    }
+    fn nodes(&self) -> &[NodeId] {
+        &self.nodes
+    }
+}
+
+/// Resolves once the server end has a receive completion waiting; yields how many.
+pub(crate) struct RxReady<'a>(pub &'a SimQp);
+
+impl Future for RxReady<'_> {
+    type Output = Result<usize, FabricError>;
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let qp = self.0;
+        let mut w = qp.w.borrow_mut();
+        let end = qp.end as usize;
+        let n = w.ends[end].cq.len();
+        if n > 0 {
+            return Poll::Ready(Ok(n));
+        }
+        if w.ends[end].broken {
+            return Poll::Ready(Err(FabricError::Flushed));
+        }
+        let t = w.current_task;
+        if t == NO_TASK {
+            return Poll::Ready(Err(OUTSIDE));
+        }
+        if !w.ends[end].recv_waiters.contains(&t) {
+            w.ends[end].recv_waiters.push(t);
+        }
+        Poll::Pending
+    }
+}
