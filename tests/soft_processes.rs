@@ -120,11 +120,9 @@ fn child_entry() {
     }
 }
 
-/// One client's share of the two-process Sherman history: its own key range checked exactly
-/// against a BTreeMap, and the shared hot keys, whose values must always be ones some
-/// process wrote.
+/// One client's share of the two-process Sherman history (`remora::core::kvcheck`).
 fn sherman_history(ep: &remora::poller::soft::SoftEndpoint, me: u64) {
-    use remora::core::index::KvIndex;
+    use remora::core::kvcheck::{History, client_history};
     use remora::core::sherman::{Sherman, ShermanConfig};
     let cfg = ShermanConfig {
         page_size: 256,
@@ -132,67 +130,15 @@ fn sherman_history(ep: &remora::poller::soft::SoftEndpoint, me: u64) {
     };
     block_on(async {
         let t = Sherman::open(ep, cfg).await.unwrap();
-        let mut oracle = std::collections::BTreeMap::new();
-        let mut rng = 0x2545_F491_4F6C_DD1Du64 ^ me;
-        let mut out = [0u8; 8];
-        for seq in 1..=3000u64 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let key = me * 1_000_000 + rng % 500;
-            match rng % 8 {
-                0..=3 => {
-                    t.upsert(&key.to_be_bytes(), &seq.to_le_bytes())
-                        .await
-                        .unwrap();
-                    oracle.insert(key, seq);
-                }
-                4 => assert_eq!(
-                    t.delete(&key.to_be_bytes()).await.unwrap(),
-                    oracle.remove(&key).is_some()
-                ),
-                5 => {
-                    let hot = 999_000_000 + rng % 4;
-                    t.upsert(&hot.to_be_bytes(), &(me << 32 | seq).to_le_bytes())
-                        .await
-                        .unwrap();
-                }
-                6 => {
-                    let hot = 999_000_000 + rng % 4;
-                    if t.get(&hot.to_be_bytes(), &mut out).await.unwrap().is_some() {
-                        let v = u64::from_le_bytes(out);
-                        assert!(
-                            (1..=2).contains(&(v >> 32)) && v & 0xFFFF_FFFF <= 3000,
-                            "hot value {v:#x} never written"
-                        );
-                    }
-                }
-                _ => {
-                    let got = t
-                        .get(&key.to_be_bytes(), &mut out)
-                        .await
-                        .unwrap()
-                        .map(|_| u64::from_le_bytes(out));
-                    assert_eq!(got, oracle.get(&key).copied(), "key {key}");
-                }
-            }
-        }
-        let mut n = 0;
-        t.scan(
-            &(me * 1_000_000).to_be_bytes(),
-            oracle.len(),
-            &mut |k, v| {
-                let k = u64::from_be_bytes(k.try_into().unwrap());
-                assert_eq!(
-                    oracle.get(&k),
-                    Some(&u64::from_le_bytes(v.try_into().unwrap()))
-                );
-                n += 1;
-            },
-        )
-        .await
-        .unwrap();
-        assert_eq!(n, oracle.len());
+        let h = History {
+            client: me,
+            ops: 3000,
+            range: 500,
+            hot: 4,
+            seed: 7,
+            value_size: 8,
+        };
+        client_history(&t, &h).await.unwrap();
     });
 }
 

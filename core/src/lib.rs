@@ -21,6 +21,8 @@ pub mod counters;
 pub mod echo;
 pub mod fabric;
 pub mod index;
+#[cfg(feature = "conformance")]
+pub mod kvcheck;
 #[cfg(feature = "alloc")]
 pub mod sherman;
 pub mod smart;

@@ -5,6 +5,7 @@ use proptest::prelude::*;
 use remora_core::block_on::block_on;
 use remora_core::fabric::{Endpoint, QueuePair};
 use remora_core::index::KvIndex;
+use remora_core::kvcheck::{History, client_history};
 use remora_core::sherman::{Sherman, ShermanConfig, ShermanError};
 use remora_core::{GlobalAddr, Snapshot};
 use remora_poller::executor::run_coroutines;
@@ -154,20 +155,14 @@ fn ascending_and_descending_loads_build_deep_trees() {
     });
 }
 
-/// Threads with disjoint key ranges (checked exactly against their own oracle) plus shared
-/// hot keys whose values encode (writer, sequence): every read of a hot key must return a
-/// value some writer wrote, and a reader never sees a writer's sequence go backwards.
+/// Threads × coroutines, each running an oracle-checked history (`remora_core::kvcheck`):
+/// exact on its own key range, and never a torn, invented or backwards value on hot keys.
 fn concurrent_history(cfg: ShermanConfig) {
     const THREADS: u64 = 4;
-    const OPS: u64 = 1500;
-    const HOT: u64 = 8;
     let n = node();
     {
         let ep = n.endpoint().unwrap();
-        let t = block_on(Sherman::create(&ep, cfg)).unwrap();
-        for h in 0..HOT {
-            block_on(t.upsert(&k(1_000_000 + h), &v(0))).unwrap();
-        }
+        block_on(Sherman::create(&ep, cfg)).unwrap();
     }
     std::thread::scope(|s| {
         for w in 0..THREADS {
@@ -179,58 +174,15 @@ fn concurrent_history(cfg: ShermanConfig) {
                 let coros = (0..2u64)
                     .map(|c| {
                         let t = &t;
-                        async move {
-                            let mut oracle = BTreeMap::new();
-                            let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (w * 2 + c + 1);
-                            let mut last_seen = [[0u64; 16]; HOT as usize];
-                            let base = (w * 2 + c) * 100_000;
-                            for seq in 1..=OPS {
-                                rng ^= rng << 13;
-                                rng ^= rng >> 7;
-                                rng ^= rng << 17;
-                                let key = base + rng % 300;
-                                match rng % 10 {
-                                    0..=3 => {
-                                        t.upsert(&k(key), &v(seq)).await.unwrap();
-                                        oracle.insert(key, seq);
-                                    }
-                                    4 => assert_eq!(
-                                        t.delete(&k(key)).await.unwrap(),
-                                        oracle.remove(&key).is_some()
-                                    ),
-                                    5 | 6 => assert_eq!(
-                                        get(t, key).await,
-                                        oracle.get(&key).copied(),
-                                        "key {key}"
-                                    ),
-                                    7 => {
-                                        let h = 1_000_000 + rng % HOT;
-                                        let me = (w * 2 + c) << 32 | seq;
-                                        t.upsert(&k(h), &v(me)).await.unwrap();
-                                    }
-                                    _ => {
-                                        let h = rng % HOT;
-                                        let got = get(t, 1_000_000 + h)
-                                            .await
-                                            .expect("hot keys are never deleted");
-                                        let (writer, wseq) =
-                                            ((got >> 32) as usize, got & 0xFFFF_FFFF);
-                                        assert!(
-                                            writer < 16 && wseq <= OPS,
-                                            "hot key holds {got:#x}: never written"
-                                        );
-                                        assert!(
-                                            wseq >= last_seen[h as usize][writer],
-                                            "writer {writer}'s value went backwards"
-                                        );
-                                        last_seen[h as usize][writer] = wseq;
-                                    }
-                                }
-                            }
-                            for (key, val) in &oracle {
-                                assert_eq!(get(t, *key).await, Some(*val));
-                            }
-                        }
+                        let h = History {
+                            client: 1 + w * 2 + c,
+                            ops: 1500,
+                            range: 300,
+                            hot: 8,
+                            seed: 42,
+                            value_size: 8,
+                        };
+                        async move { client_history(t, &h).await.unwrap() }
                     })
                     .collect();
                 run_coroutines(coros);
