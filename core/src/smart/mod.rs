@@ -1,1 +1,297 @@
 //! SMART: adaptive radix tree on disaggregated memory (issue 5).
+//!
+//! One [`Smart`] handle per worker thread (compute-node client): it borrows the thread's
+//! endpoint and keeps the node-local state — the radix cache of internal nodes, the local
+//! table for read delegation and write combining, one allocator per memory node. The
+//! coroutines of the thread share the handle through `&self`.
+//!
+//! Concurrency (see `layouts::smart` for the formats):
+//! - Internal nodes: an 8-byte slot changes by one CMP_AND_SWP ([`Techniques::lock_free_internal`])
+//!   or under the header's lock bit (the baseline). Structural changes build new nodes off to
+//!   the side and publish them with one slot swing: insert into an empty slot, leaf split
+//!   (new chain of internal nodes), prefix split (new parent node, then the split node's header
+//!   is CASed to its shorter prefix), grow (freeze every word of the node with CAS, copy to
+//!   a larger type, swing the parent slot, mark the old node obsolete). A writer that meets a
+//!   frozen word or an inconsistent node (depth/prefix not matching its parent) re-reads
+//!   or restarts, a bounded number of times.
+//! - Leaves: updated in place under the lock in their last word, released by the WRITE that
+//!   writes the leaf back; readers check a CRC-64 over valid bit, key and value and re-read
+//!   on mismatch. A key keeps one leaf for its whole life (delete clears the valid bit), so a
+//!   leaf found with the right key is always the key's current state. Out-of-place mode
+//!   writes a new leaf, then CASes the old leaf's status to "obsolete, forward to new"
+//!   (the linearization point) and swings the parent slot.
+//! - Absence is only decided on a freshly read node with no frozen word on the way, so a
+//!   concurrent grow can never hide a key.
+//! - Memory of replaced nodes and leaves is not reclaimed (no epoch scheme yet).
+#![cfg(feature = "alloc")]
+
+mod cache;
+mod config;
+mod key;
+mod local;
+mod remote;
+mod scan;
+mod search;
+mod structure;
+#[cfg(test)]
+mod tests;
+mod write;
+
+pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
+
+use crate::alloc::RemoteAllocator;
+use crate::block_on::yield_now;
+use crate::fabric::{Endpoint, QueuePair};
+use crate::index::KvIndex;
+use cache::RadixCache;
+use core::cell::{Cell, RefCell};
+use key::Key;
+use local::LocalTable;
+use remora_layouts::GlobalAddr;
+use remora_layouts::region::root_offset;
+use remora_layouts::smart::{Header, NodeType, TREE_MAGIC, TREE_META_LEN, TreeMeta};
+use std_alloc::vec::Vec;
+use write::WriteKind;
+
+/// What a handle did, for reports and tests.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub restarts: Cell<u64>,
+    pub checksum_retries: Cell<u64>,
+    pub node_reads: Cell<u64>,
+    pub lock_waits: Cell<u64>,
+    pub cache_leaf_hits: Cell<u64>,
+    pub cache_invalidations: Cell<u64>,
+    pub delegated_reads: Cell<u64>,
+    pub combined_writes: Cell<u64>,
+    pub grows: Cell<u64>,
+    pub prefix_splits: Cell<u64>,
+    pub leaf_splits: Cell<u64>,
+}
+
+/// A plain copy of a handle's statistics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SmartStats {
+    /// Operations restarted after a failed CAS, an inconsistent node or a frozen word.
+    pub restarts: u64,
+    /// Leaf re-reads after a checksum mismatch (torn reads).
+    pub checksum_retries: u64,
+    /// Internal nodes read from remote memory.
+    pub node_reads: u64,
+    /// Polls of a busy leaf or node lock.
+    pub lock_waits: u64,
+    /// Lookups that went straight from the cache to the leaf.
+    pub cache_leaf_hits: u64,
+    /// Cache entries dropped by the reverse check or an inconsistency.
+    pub cache_invalidations: u64,
+    /// Reads answered by another coroutine's remote read.
+    pub delegated_reads: u64,
+    /// Writes that were combined into another coroutine's remote write.
+    pub combined_writes: u64,
+    pub grows: u64,
+    pub prefix_splits: u64,
+    pub leaf_splits: u64,
+    /// Bytes and entries in the radix cache.
+    pub cache_bytes: u64,
+    pub cache_entries: u64,
+}
+
+pub(crate) fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+/// One compute-node client of a SMART tree.
+pub struct Smart<'e, E: Endpoint> {
+    pub(crate) ep: &'e E,
+    pub(crate) cfg: SmartConfig,
+    pub(crate) root: GlobalAddr,
+    pub(crate) allocs: Vec<RemoteAllocator>,
+    pub(crate) next_node: Cell<usize>,
+    pub(crate) cache: RefCell<RadixCache>,
+    pub(crate) local: RefCell<LocalTable>,
+    pub(crate) stats: Stats,
+}
+
+impl<'e, E: Endpoint> Smart<'e, E> {
+    /// Opens the tree published in root slot `cfg.root_slot` of the endpoint's first memory
+    /// node, creating it (a Node256 root) if the slot is empty. Every client of one tree must
+    /// use the same structural techniques, key mode and value capacity.
+    pub async fn open(ep: &'e E, cfg: SmartConfig) -> Result<Smart<'e, E>, SmartError> {
+        cfg.check()?;
+        let first = *ep
+            .nodes()
+            .first()
+            .ok_or(SmartError::Config("the endpoint reaches no memory node"))?;
+        let mut allocs = Vec::with_capacity(ep.nodes().len());
+        for &n in ep.nodes() {
+            allocs.push(RemoteAllocator::open(ep.qp(n)?).await?);
+        }
+        let cache_bytes = if cfg.techniques.cache {
+            (cfg.cache_mib * 1024.0 * 1024.0) as usize
+        } else {
+            0
+        };
+        let mut s = Smart {
+            ep,
+            cfg,
+            root: GlobalAddr::NULL,
+            allocs,
+            next_node: Cell::new(0),
+            cache: RefCell::new(RadixCache::new(cache_bytes)),
+            local: RefCell::new(LocalTable::new(cfg.local_table, cfg.value_cap)),
+            stats: Stats::default(),
+        };
+        let slot_at = GlobalAddr::new(first, root_offset(cfg.root_slot));
+        let shape = match cfg.key_mode {
+            KeyMode::Fixed(n) => n as u64,
+            KeyMode::Variable => 0,
+        } | (cfg.value_cap as u64) << 16;
+        let flags = cfg.techniques.structural_flags();
+        let mut word = [0u8; 8];
+        s.read(slot_at, &mut word).await?;
+        let mut meta_addr = u64::from_le_bytes(word);
+        if meta_addr == 0 {
+            // Create: root Node256 and meta block, then publish by CAS.
+            let root = s.alloc_at(0, NodeType::N256.bytes()).await?;
+            let meta_at = s.alloc_at(0, TREE_META_LEN).await?;
+            let mut img = [0u8; NodeType::N256.bytes()];
+            let h = Header::new(0, NodeType::N256, &[]).map_err(|err| SmartError::Corrupt {
+                what: "root header",
+                err,
+            })?;
+            img[8..16].copy_from_slice(&h.raw().to_le_bytes());
+            let meta = TreeMeta {
+                magic: TREE_MAGIC,
+                flags,
+                root: root.raw(),
+                shape,
+            };
+            s.write_all(&[(root, &img[..]), (meta_at, &meta.encode()[..])])
+                .await?;
+            let old = s.cas(slot_at, 0, meta_at.raw()).await?;
+            if old == 0 {
+                meta_addr = meta_at.raw();
+            } else {
+                s.free(root, NodeType::N256.bytes());
+                s.free(meta_at, TREE_META_LEN);
+                meta_addr = old;
+            }
+        }
+        let mut mb = [0u8; TREE_META_LEN];
+        s.read(GlobalAddr::from_raw(meta_addr), &mut mb).await?;
+        let meta = TreeMeta::decode(&mb).map_err(|err| SmartError::Corrupt {
+            what: "tree meta block",
+            err,
+        })?;
+        if meta.flags != flags {
+            return Err(SmartError::Mismatch {
+                what: "lock-free internal nodes / in-place leaves differ from the tree's",
+            });
+        }
+        if meta.shape != shape {
+            return Err(SmartError::Mismatch {
+                what: "key mode or value capacity differ from the tree's",
+            });
+        }
+        s.root = GlobalAddr::from_raw(meta.root);
+        s.cache.borrow_mut().pin(s.root);
+        Ok(s)
+    }
+
+    pub fn config(&self) -> &SmartConfig {
+        &self.cfg
+    }
+
+    /// The handle's statistics so far.
+    pub fn stats(&self) -> SmartStats {
+        let s = &self.stats;
+        let c = self.cache.borrow();
+        SmartStats {
+            restarts: s.restarts.get(),
+            checksum_retries: s.checksum_retries.get(),
+            node_reads: s.node_reads.get(),
+            lock_waits: s.lock_waits.get(),
+            cache_leaf_hits: s.cache_leaf_hits.get(),
+            cache_invalidations: s.cache_invalidations.get(),
+            delegated_reads: s.delegated_reads.get(),
+            combined_writes: s.combined_writes.get(),
+            grows: s.grows.get(),
+            prefix_splits: s.prefix_splits.get(),
+            leaf_splits: s.leaf_splits.get(),
+            cache_bytes: c.bytes() as u64,
+            cache_entries: c.len() as u64,
+        }
+    }
+
+    /// Sum of the counters of the endpoint's queue pairs.
+    pub fn counters(&self) -> crate::Snapshot {
+        self.ep
+            .nodes()
+            .iter()
+            .filter_map(|n| self.ep.qp(*n).ok())
+            .map(|q| q.counters().snapshot())
+            .fold(Default::default(), |a, b| a + b)
+    }
+
+    /// Backs off after a restart; errors when the budget is spent.
+    pub(crate) async fn restart(
+        &self,
+        tries: &mut u32,
+        what: &'static str,
+    ) -> Result<(), SmartError> {
+        bump(&self.stats.restarts);
+        *tries += 1;
+        if *tries >= self.cfg.max_restarts {
+            return Err(SmartError::Contention {
+                what,
+                tries: *tries,
+            });
+        }
+        yield_now().await;
+        Ok(())
+    }
+
+    /// A lookup without delegation.
+    pub(crate) async fn get_direct(
+        &self,
+        key: &Key,
+        out: &mut [u8],
+    ) -> Result<Option<usize>, SmartError> {
+        self.lookup(key, out).await
+    }
+}
+
+impl<E: Endpoint> KvIndex for Smart<'_, E> {
+    type Error = SmartError;
+
+    async fn upsert(&self, key: &[u8], value: &[u8]) -> Result<(), SmartError> {
+        let k = Key::encode(self.cfg.key_mode, key)?;
+        self.write_combined(WriteKind::Upsert, &k, value)
+            .await
+            .map(|_| ())
+    }
+
+    async fn update(&self, key: &[u8], value: &[u8]) -> Result<bool, SmartError> {
+        let k = Key::encode(self.cfg.key_mode, key)?;
+        self.write_combined(WriteKind::Update, &k, value).await
+    }
+
+    async fn get(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, SmartError> {
+        let k = Key::encode(self.cfg.key_mode, key)?;
+        self.get_delegated(&k, out).await
+    }
+
+    async fn delete(&self, key: &[u8]) -> Result<bool, SmartError> {
+        let k = Key::encode(self.cfg.key_mode, key)?;
+        self.write_op(WriteKind::Delete, &k, &[]).await
+    }
+
+    async fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, SmartError> {
+        self.scan_from(from, limit, visit).await
+    }
+}

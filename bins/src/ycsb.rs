@@ -1,0 +1,277 @@
+//! YCSB workloads and key generators (the core workloads A-E and LOAD, as YCSB defines them).
+//!
+//! - Keys are numbered; key `n` is `fnvhash64(n)` (YCSB's hashed, unordered inserts): as a
+//!   big-endian 8-byte integer, or the string `"user" + decimal`.
+//! - Request distributions: uniform, scrambled zipfian (YCSB's: a zipfian over
+//!   10^10 items hashed into the key space; with θ = 0.99 YCSB's precomputed ζ(10^10) is
+//!   used, for other θ the zipfian runs over the record count, since ζ(10^10, θ) would take
+//!   minutes to compute), and latest (zipfian over the keys inserted so far, newest first).
+use clap::ValueEnum;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// 100% insert of the record set.
+    Load,
+    /// 50% read, 50% update.
+    A,
+    /// 95% read, 5% update.
+    B,
+    /// 100% read.
+    C,
+    /// 95% read (latest), 5% insert.
+    D,
+    /// 95% short scan, 5% insert.
+    E,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Load => "LOAD",
+            Workload::A => "A",
+            Workload::B => "B",
+            Workload::C => "C",
+            Workload::D => "D",
+            Workload::E => "E",
+        }
+    }
+    /// Percentages of (read, update, insert, scan).
+    pub fn mix(self) -> [u32; 4] {
+        match self {
+            Workload::Load => [0, 0, 100, 0],
+            Workload::A => [50, 50, 0, 0],
+            Workload::B => [95, 5, 0, 0],
+            Workload::C => [100, 0, 0, 0],
+            Workload::D => [95, 0, 5, 0],
+            Workload::E => [0, 0, 5, 95],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Distribution {
+    Uniform,
+    Zipfian,
+    Latest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KeyType {
+    /// 8-byte integers (big-endian).
+    Int,
+    /// "user" + decimal digits (variable length).
+    String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Read,
+    Update,
+    Insert,
+    Scan,
+}
+
+/// YCSB's 64-bit FNV hash of a key number.
+pub fn fnvhash64(mut val: u64) -> u64 {
+    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
+    for _ in 0..8 {
+        h ^= val & 0xff;
+        h = h.wrapping_mul(1_099_511_628_211);
+        val >>= 8;
+    }
+    // Java's Math.abs on a long.
+    (h as i64).wrapping_abs() as u64
+}
+
+/// Writes key number `n` into `out`; returns its length.
+pub fn key_of(kind: KeyType, n: u64, out: &mut [u8; 32]) -> usize {
+    let h = fnvhash64(n);
+    match kind {
+        KeyType::Int => {
+            out[..8].copy_from_slice(&h.to_be_bytes());
+            8
+        }
+        KeyType::String => {
+            out[..4].copy_from_slice(b"user");
+            let mut digits = [0u8; 20];
+            let mut v = h;
+            let mut d = 0;
+            loop {
+                digits[d] = b'0' + (v % 10) as u8;
+                d += 1;
+                v /= 10;
+                if v == 0 {
+                    break;
+                }
+            }
+            for i in 0..d {
+                out[4 + i] = digits[d - 1 - i];
+            }
+            4 + d
+        }
+    }
+}
+
+/// xorshift64*: the driver's uniform source (one per coroutine).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.next_u64() % n }
+    }
+}
+
+fn zeta(from: u64, to: u64, theta: f64, start: f64) -> f64 {
+    let mut s = start;
+    for i in from..to {
+        s += 1.0 / ((i + 1) as f64).powf(theta);
+    }
+    s
+}
+
+/// Gray et al.'s zipfian generator over `items` items, as YCSB implements it (the item
+/// count may grow: ζ is extended incrementally).
+#[derive(Debug, Clone)]
+pub struct Zipfian {
+    items: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    zeta2: f64,
+    eta: f64,
+}
+
+impl Zipfian {
+    pub fn new(items: u64, theta: f64) -> Zipfian {
+        Self::with_zeta(items, theta, zeta(0, items, theta, 0.0))
+    }
+    pub fn with_zeta(items: u64, theta: f64, zetan: f64) -> Zipfian {
+        let zeta2 = zeta(0, 2, theta, 0.0);
+        let mut z = Zipfian {
+            items,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zetan,
+            zeta2,
+            eta: 0.0,
+        };
+        z.eta = z.compute_eta();
+        z
+    }
+    fn compute_eta(&self) -> f64 {
+        (1.0 - (2.0 / self.items as f64).powf(1.0 - self.theta)) / (1.0 - self.zeta2 / self.zetan)
+    }
+    /// Grows the item count (for "latest").
+    pub fn grow_to(&mut self, items: u64) {
+        if items > self.items {
+            self.zetan = zeta(self.items, items, self.theta, self.zetan);
+            self.items = items;
+            self.eta = self.compute_eta();
+        }
+    }
+    /// A rank in [0, items): 0 is the most popular.
+    pub fn next(&self, rng: &mut Rng) -> u64 {
+        let u = rng.unit();
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1.min(self.items - 1);
+        }
+        let v = (self.items as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        v.min(self.items - 1)
+    }
+}
+
+/// YCSB's ζ(10^10, 0.99).
+const YCSB_ITEM_COUNT: u64 = 10_000_000_000;
+const YCSB_ZETAN_099: f64 = 26.469_028_201_783_02;
+
+/// Picks key numbers for requests.
+pub enum KeyChooser {
+    Uniform,
+    /// Scrambled zipfian: rank hashed into [0, records).
+    Scrambled(Zipfian),
+    /// Latest: newest key minus a zipfian rank.
+    Latest(Zipfian),
+}
+
+impl KeyChooser {
+    pub fn new(d: Distribution, records: u64, theta: f64) -> KeyChooser {
+        match d {
+            Distribution::Uniform => KeyChooser::Uniform,
+            Distribution::Zipfian => {
+                if (theta - 0.99).abs() < 1e-12 {
+                    KeyChooser::Scrambled(Zipfian::with_zeta(
+                        YCSB_ITEM_COUNT,
+                        theta,
+                        YCSB_ZETAN_099,
+                    ))
+                } else {
+                    KeyChooser::Scrambled(Zipfian::new(records.max(2), theta))
+                }
+            }
+            Distribution::Latest => KeyChooser::Latest(Zipfian::new(records.max(2), theta)),
+        }
+    }
+
+    /// A key number among the `existing` keys inserted so far.
+    pub fn next(&mut self, rng: &mut Rng, existing: u64) -> u64 {
+        let existing = existing.max(1);
+        match self {
+            KeyChooser::Uniform => rng.below(existing),
+            KeyChooser::Scrambled(z) => fnvhash64(z.next(rng)) % existing,
+            KeyChooser::Latest(z) => {
+                z.grow_to(existing);
+                existing - 1 - z.next(rng).min(existing - 1)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zipfian_is_skewed_and_in_range() {
+        let z = Zipfian::new(1000, 0.99);
+        let mut r = Rng::new(1);
+        let mut hist = vec![0u32; 1000];
+        for _ in 0..100_000 {
+            hist[z.next(&mut r) as usize] += 1;
+        }
+        assert!(hist[0] > hist[10] && hist[10] > hist[500]);
+        assert!(hist[0] > 10_000, "rank 0 drew {}", hist[0]);
+        let mut c = KeyChooser::new(Distribution::Zipfian, 1000, 0.99);
+        let mut l = KeyChooser::new(Distribution::Latest, 1000, 0.99);
+        for _ in 0..10_000 {
+            assert!(c.next(&mut r, 1000) < 1000);
+            assert!(l.next(&mut r, 1500) < 1500);
+        }
+    }
+
+    #[test]
+    fn keys() {
+        let mut b = [0u8; 32];
+        let n = key_of(KeyType::String, 7, &mut b);
+        assert!(b[..n].starts_with(b"user") && n > 5 && !b[..n].contains(&0));
+        assert_eq!(key_of(KeyType::Int, 7, &mut b), 8);
+        assert_ne!(fnvhash64(1), fnvhash64(2));
+        assert_eq!(Workload::A.mix().iter().sum::<u32>(), 100);
+    }
+}

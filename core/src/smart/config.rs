@@ -1,0 +1,215 @@
+//! What a SMART handle is configured with, and what can go wrong.
+use crate::alloc::AllocError;
+use crate::fabric::FabricError;
+use core::fmt;
+use remora_layouts::LayoutError;
+use remora_layouts::smart::{LEAF_KEY_OFFSET, MAX_KEY_LEN, MAX_LEAF_BYTES};
+
+/// The techniques of the paper, each switchable at run time. All on is SMART; all off is
+/// the "ART ported to disaggregated memory" baseline (lock-based internal nodes, out-of-place
+/// leaves, no cache, no local table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Techniques {
+    /// Internal-node slots change by CMP_AND_SWP; off: under a lock bit in the node header
+    /// (lock CAS, re-read, write, unlock).
+    pub lock_free_internal: bool,
+    /// Leaves updated in place under a lock with a CRC-64 checksum; off: every update writes
+    /// a new leaf and swings the parent slot (the old leaf forwards to the new one).
+    pub in_place_leaf: bool,
+    /// The leaf lock is released by the same WRITE that writes the leaf back; off: a
+    /// separate WRITE after the write-back completed (one more round trip).
+    pub rear_lock: bool,
+    /// Concurrent reads of one key on this handle share one remote read.
+    pub delegation: bool,
+    /// Concurrent writes of one key on this handle are combined into one remote write.
+    pub combining: bool,
+    /// The compute-side radix cache of internal nodes (validated by reverse pointers).
+    pub cache: bool,
+}
+
+impl Techniques {
+    pub const SMART: Techniques = Techniques {
+        lock_free_internal: true,
+        in_place_leaf: true,
+        rear_lock: true,
+        delegation: true,
+        combining: true,
+        cache: true,
+    };
+    pub const BASELINE: Techniques = Techniques {
+        lock_free_internal: false,
+        in_place_leaf: false,
+        rear_lock: false,
+        delegation: false,
+        combining: false,
+        cache: false,
+    };
+
+    /// The bits every client of one tree must share (stored in the tree's meta block).
+    pub(crate) fn structural_flags(&self) -> u64 {
+        (self.lock_free_internal as u64) | (self.in_place_leaf as u64) << 1
+    }
+}
+
+/// How keys are shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyMode {
+    /// Every key has exactly this many bytes (8 for integer keys, big-endian).
+    Fixed(usize),
+    /// Byte strings of 1..=255 bytes without NUL bytes (a NUL terminator is appended
+    /// internally so that no key is a prefix of another).
+    Variable,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SmartConfig {
+    pub techniques: Techniques,
+    pub key_mode: KeyMode,
+    /// Largest value in bytes; every leaf has room for this many.
+    pub value_cap: usize,
+    /// Radix cache capacity in MiB (with `techniques.cache`).
+    pub cache_mib: f64,
+    /// Region root slot (of memory node `nodes()[0]`) where the tree is published.
+    pub root_slot: usize,
+    /// Restarts of one operation (after a failed CAS, a torn read, an inconsistency)
+    /// before it gives up with [`SmartError::Contention`].
+    pub max_restarts: u32,
+    /// Polls of a busy lock (leaf lock, node lock) before giving up.
+    pub max_lock_spins: u32,
+    /// Re-reads of a leaf whose checksum does not match before giving up.
+    pub max_checksum_retries: u32,
+    /// Entries of the local delegation/combining table.
+    pub local_table: usize,
+}
+
+impl SmartConfig {
+    pub fn new(techniques: Techniques, key_mode: KeyMode, value_cap: usize) -> SmartConfig {
+        SmartConfig {
+            techniques,
+            key_mode,
+            value_cap,
+            cache_mib: 64.0,
+            root_slot: 1,
+            max_restarts: 100_000,
+            max_lock_spins: 10_000_000,
+            max_checksum_retries: 10_000,
+            local_table: 1024,
+        }
+    }
+
+    /// Internal key length bound under this mode.
+    pub(crate) fn max_internal_key(&self) -> usize {
+        match self.key_mode {
+            KeyMode::Fixed(n) => n,
+            KeyMode::Variable => 256,
+        }
+    }
+
+    pub(crate) fn check(&self) -> Result<(), SmartError> {
+        if let KeyMode::Fixed(n) = self.key_mode
+            && (n == 0 || n > MAX_KEY_LEN)
+        {
+            return Err(SmartError::Config("fixed key length must be 1..=256"));
+        }
+        let max_val =
+            MAX_LEAF_BYTES - LEAF_KEY_OFFSET - 8 - self.max_internal_key().next_multiple_of(8);
+        if self.value_cap == 0 || self.value_cap > max_val {
+            return Err(SmartError::Config(
+                "value capacity must be 1..=(4032 - 40 - padded key length) bytes",
+            ));
+        }
+        if self.root_slot >= remora_layouts::region::ROOT_SLOTS {
+            return Err(SmartError::Config("root slot must be 0..8"));
+        }
+        if self.techniques.cache && (!self.cache_mib.is_finite() || self.cache_mib <= 0.0) {
+            return Err(SmartError::Config("cache capacity must be positive"));
+        }
+        Ok(())
+    }
+}
+
+/// Errors of SMART operations. `Copy`, so that a delegated read can hand its error to every
+/// coroutine that waited on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmartError {
+    Fabric(FabricError),
+    Alloc(AllocError),
+    /// Remote bytes stayed undecodable (corrupt, or torn on every re-read).
+    Corrupt {
+        what: &'static str,
+        err: LayoutError,
+    },
+    /// A leaf's checksum did not match on any of the allowed re-reads.
+    Checksum {
+        retries: u32,
+    },
+    /// An operation restarted or waited on a lock more than allowed.
+    Contention {
+        what: &'static str,
+        tries: u32,
+    },
+    /// A key this tree cannot hold.
+    BadKey {
+        why: &'static str,
+    },
+    /// A value larger than the configured capacity.
+    ValueTooLarge {
+        len: usize,
+        cap: usize,
+    },
+    /// `get`'s output buffer is smaller than the value.
+    BufferTooSmall {
+        need: usize,
+        got: usize,
+    },
+    /// The tree in the root slot was built with other structural settings.
+    Mismatch {
+        what: &'static str,
+    },
+    /// A configuration that cannot work.
+    Config(&'static str),
+}
+
+impl From<FabricError> for SmartError {
+    fn from(e: FabricError) -> Self {
+        SmartError::Fabric(e)
+    }
+}
+impl From<AllocError> for SmartError {
+    fn from(e: AllocError) -> Self {
+        SmartError::Alloc(e)
+    }
+}
+
+impl fmt::Display for SmartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SmartError::Fabric(e) => write!(f, "smart: {e}"),
+            SmartError::Alloc(e) => write!(f, "smart: {e}"),
+            SmartError::Corrupt { what, err } => {
+                write!(f, "smart: {what} unreadable after retries: {err}")
+            }
+            SmartError::Checksum { retries } => write!(
+                f,
+                "smart: leaf checksum mismatch on {retries} re-reads (corrupt, or a writer died mid-write)"
+            ),
+            SmartError::Contention { what, tries } => {
+                write!(f, "smart: gave up after {tries} tries: {what}")
+            }
+            SmartError::BadKey { why } => write!(f, "smart: bad key: {why}"),
+            SmartError::ValueTooLarge { len, cap } => {
+                write!(f, "smart: value of {len} bytes exceeds the capacity {cap}")
+            }
+            SmartError::BufferTooSmall { need, got } => {
+                write!(
+                    f,
+                    "smart: value of {need} bytes does not fit the {got}-byte buffer"
+                )
+            }
+            SmartError::Mismatch { what } => write!(f, "smart: existing tree differs: {what}"),
+            SmartError::Config(why) => write!(f, "smart: bad configuration: {why}"),
+        }
+    }
+}
+
+impl core::error::Error for SmartError {}

@@ -1,0 +1,371 @@
+//! Reading and writing SMART objects over the fabric: node images, checked leaf reads, batched
+//! writes, allocation.
+use super::Smart;
+use super::config::SmartError;
+use crate::block_on::yield_now;
+use crate::fabric::{Endpoint, Op, QueuePair};
+use remora_layouts::smart::{
+    Header, LEAF_CRC_OFFSET, LeafStatus, LeafView, MAX_NODE_BYTES, NODE_HEADER_OFFSET,
+    NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, encode_leaf,
+};
+use remora_layouts::{GlobalAddr, LayoutError};
+use std_alloc::vec::Vec;
+
+/// CRC-64/XZ, slice-by-16 tables.
+const CRC: crc::Crc<u64, crc::Table<16>> = crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_XZ);
+
+/// The checksum of a leaf: over its valid bit, meta word, key and value area.
+pub(crate) fn leaf_crc(valid: bool, checksummed: &[u8]) -> u64 {
+    let mut d = CRC.digest();
+    d.update(&[valid as u8]);
+    d.update(checksummed);
+    d.finalize()
+}
+
+/// Writes a complete, checksummed leaf image into `out` (exactly the leaf's size).
+pub(crate) fn build_leaf(
+    out: &mut [u8],
+    reverse: u64,
+    status: LeafStatus,
+    key: &[u8],
+    value: &[u8],
+    val_cap: usize,
+) -> Result<(), LayoutError> {
+    encode_leaf(out, reverse, status, 0, key, value, val_cap)?;
+    let crc = {
+        let v = LeafView::decode(out)?;
+        leaf_crc(status.is_valid(), v.checksummed())
+    };
+    out[LEAF_CRC_OFFSET..LEAF_CRC_OFFSET + 8].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+/// Verifies a leaf image: decodes and checks the checksum.
+pub(crate) fn check_leaf(bytes: &[u8]) -> Result<LeafView<'_>, LayoutError> {
+    let v = LeafView::decode(bytes)?;
+    let c = leaf_crc(v.status.is_valid(), v.checksummed());
+    if c != v.checksum {
+        return Err(LayoutError::BadChecksum {
+            stored: v.checksum,
+            computed: c,
+        });
+    }
+    Ok(v)
+}
+
+/// Where a key's partial key is (or would go) in a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Find {
+    Match {
+        idx: usize,
+        slot: Slot,
+    },
+    /// No slot for the partial key. `free`: the slot an insert would take (None: full).
+    /// `frozen`: a frozen word was seen on the way, so "absent" is not decided yet.
+    Absent {
+        free: Option<usize>,
+        frozen: bool,
+    },
+}
+
+/// A decoded internal node.
+#[derive(Clone)]
+pub(crate) struct NodeImg {
+    pub addr: GlobalAddr,
+    pub rev: u64,
+    pub header: Header,
+    pub slots: [Slot; 256],
+}
+
+impl NodeImg {
+    pub fn ty(&self) -> NodeType {
+        self.header.node_type()
+    }
+
+    pub fn live_slots(&self) -> &[Slot] {
+        &self.slots[..self.ty().capacity()]
+    }
+
+    /// Decodes a node image of the type its parent slot announced.
+    pub fn decode(addr: GlobalAddr, ty: NodeType, bytes: &[u8]) -> Result<NodeImg, LayoutError> {
+        let rd = |at: usize| remora_layouts::bits::read_u64(bytes, at);
+        let header = Header::decode(rd(NODE_HEADER_OFFSET)?)?;
+        if header.node_type() != ty {
+            return Err(LayoutError::Inconsistent {
+                what: "node type differs from the parent slot's",
+            });
+        }
+        let mut slots = [Slot::EMPTY; 256];
+        for (i, s) in slots.iter_mut().enumerate().take(ty.capacity()) {
+            *s = Slot::from_raw(rd(NODE_SLOTS_OFFSET + 8 * i)?);
+        }
+        Ok(NodeImg {
+            addr,
+            rev: rd(NODE_REV_OFFSET)?,
+            header,
+            slots,
+        })
+    }
+
+    /// Where partial key `b` is.
+    pub fn find(&self, b: u8) -> Find {
+        let mut frozen = self.header.is_frozen();
+        if self.ty() == NodeType::N256 {
+            let s = self.slots[b as usize];
+            return if s.is_empty() {
+                Find::Absent {
+                    free: Some(b as usize),
+                    frozen: frozen || s.is_frozen(),
+                }
+            } else {
+                Find::Match {
+                    idx: b as usize,
+                    slot: s,
+                }
+            };
+        }
+        for (idx, s) in self.live_slots().iter().enumerate() {
+            frozen |= s.is_frozen();
+            if s.is_empty() {
+                return Find::Absent {
+                    free: Some(idx),
+                    frozen,
+                };
+            }
+            if s.pkey() == b {
+                return Find::Match { idx, slot: *s };
+            }
+        }
+        Find::Absent { free: None, frozen }
+    }
+
+    /// Serializes the node (reverse pointer, header, slots).
+    pub fn encode(&self, out: &mut [u8]) -> usize {
+        let n = self.ty().bytes();
+        out[..8].copy_from_slice(&self.rev.to_le_bytes());
+        out[8..16].copy_from_slice(&self.header.raw().to_le_bytes());
+        for (i, s) in self.live_slots().iter().enumerate() {
+            out[16 + 8 * i..24 + 8 * i].copy_from_slice(&s.raw().to_le_bytes());
+        }
+        n
+    }
+}
+
+impl<'e, E: Endpoint> Smart<'e, E> {
+    pub(crate) fn qp(&self, addr: GlobalAddr) -> Result<&'e E::Qp, SmartError> {
+        Ok(self.ep.qp_for(addr)?)
+    }
+
+    /// One READ into `buf`.
+    pub(crate) async fn read(&self, addr: GlobalAddr, buf: &mut [u8]) -> Result<(), SmartError> {
+        Ok(self.qp(addr)?.read(addr, buf).await?)
+    }
+
+    /// One WRITE.
+    pub(crate) async fn write(&self, addr: GlobalAddr, buf: &[u8]) -> Result<(), SmartError> {
+        Ok(self.qp(addr)?.write(addr, buf).await?)
+    }
+
+    /// One CMP_AND_SWP; the prior value.
+    pub(crate) async fn cas(
+        &self,
+        addr: GlobalAddr,
+        cmp: u64,
+        swap: u64,
+    ) -> Result<u64, SmartError> {
+        Ok(self.qp(addr)?.cas(addr, cmp, swap).await?)
+    }
+
+    /// READs a node of type `ty`, retrying undecodable images (bounded).
+    pub(crate) async fn read_node(
+        &self,
+        addr: GlobalAddr,
+        ty: NodeType,
+    ) -> Result<NodeImg, SmartError> {
+        let mut buf = [0u8; MAX_NODE_BYTES];
+        let mut tries = 0;
+        loop {
+            self.read(addr, &mut buf[..ty.bytes()]).await?;
+            self.stats.node_reads.set(self.stats.node_reads.get() + 1);
+            match NodeImg::decode(addr, ty, &buf[..ty.bytes()]) {
+                Ok(img) => return Ok(img),
+                Err(err) => {
+                    tries += 1;
+                    if tries >= self.cfg.max_checksum_retries {
+                        return Err(SmartError::Corrupt {
+                            what: "internal node",
+                            err,
+                        });
+                    }
+                    yield_now().await;
+                }
+            }
+        }
+    }
+
+    /// READs a leaf until its image decodes and its checksum matches (bounded).
+    pub(crate) async fn read_leaf(
+        &self,
+        addr: GlobalAddr,
+        buf: &mut [u8],
+    ) -> Result<(), SmartError> {
+        let mut tries = 0;
+        loop {
+            self.read(addr, buf).await?;
+            match check_leaf(buf) {
+                Ok(_) => return Ok(()),
+                Err(err) => {
+                    tries += 1;
+                    self.stats
+                        .checksum_retries
+                        .set(self.stats.checksum_retries.get() + 1);
+                    if tries >= self.cfg.max_checksum_retries {
+                        return Err(match err {
+                            LayoutError::BadChecksum { .. } => {
+                                SmartError::Checksum { retries: tries }
+                            }
+                            err => SmartError::Corrupt { what: "leaf", err },
+                        });
+                    }
+                    yield_now().await;
+                }
+            }
+        }
+    }
+
+    /// WRITEs several objects: one doorbell per memory node involved.
+    pub(crate) async fn write_all(&self, writes: &[(GlobalAddr, &[u8])]) -> Result<(), SmartError> {
+        for &node in self.ep.nodes() {
+            let mut ops: Vec<Op<'_>> = writes
+                .iter()
+                .filter(|(a, _)| a.node() == node)
+                .map(|&(remote, local)| Op::Write { remote, local })
+                .collect();
+            if !ops.is_empty() {
+                self.ep.qp(node)?.post(&mut ops).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Allocates `size` bytes on the memory node at position `node_ix` of the endpoint.
+    pub(crate) async fn alloc_at(
+        &self,
+        node_ix: usize,
+        size: usize,
+    ) -> Result<GlobalAddr, SmartError> {
+        let node_ix = node_ix % self.allocs.len();
+        let node = self.ep.nodes()[node_ix];
+        let qp = self.ep.qp(node)?;
+        Ok(self.allocs[node_ix].alloc(qp, size as u64).await?)
+    }
+
+    /// Allocates an internal node (round robin over memory nodes).
+    pub(crate) async fn alloc_node(&self, ty: NodeType) -> Result<GlobalAddr, SmartError> {
+        let ix = self.next_node.get();
+        self.next_node.set(ix.wrapping_add(1));
+        self.alloc_at(ix, ty.bytes()).await
+    }
+
+    /// Allocates a leaf for `key` (placed by key hash).
+    pub(crate) async fn alloc_leaf(
+        &self,
+        key: &[u8],
+        bytes: usize,
+    ) -> Result<GlobalAddr, SmartError> {
+        self.alloc_at(super::local::hash_key(key) as usize, bytes)
+            .await
+    }
+
+    /// Returns an object that was never linked into the tree.
+    pub(crate) fn free(&self, addr: GlobalAddr, size: usize) {
+        if let Some(ix) = self.ep.nodes().iter().position(|n| *n == addr.node()) {
+            self.allocs[ix].free(addr, size as u64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use remora_layouts::smart::leaf_bytes;
+
+    #[test]
+    fn leaf_checksum_catches_every_single_word_change() {
+        let n = leaf_bytes(8, 16);
+        let mut buf = [0u8; 128];
+        build_leaf(
+            &mut buf[..n],
+            0,
+            LeafStatus::live(true),
+            b"kkkkkkkk",
+            b"value",
+            16,
+        )
+        .unwrap();
+        assert!(check_leaf(&buf[..n]).is_ok());
+        // Flip a byte in each checksummed word (meta excluded: it has its own magic).
+        for at in (32..n - 8).step_by(8) {
+            let mut b = buf;
+            b[at] ^= 0x5a;
+            assert!(check_leaf(&b[..n]).is_err(), "word at {at}");
+        }
+        // The valid bit is covered too.
+        let mut b = buf;
+        b[8] = 0;
+        assert!(check_leaf(&b[..n]).is_err());
+    }
+
+    #[test]
+    fn find_in_small_and_large_nodes() {
+        let a = GlobalAddr::new(0, 4096);
+        let mut img = NodeImg {
+            addr: a,
+            rev: 0,
+            header: Header::new(1, NodeType::N4, &[]).unwrap(),
+            slots: [Slot::EMPTY; 256],
+        };
+        img.slots[0] = Slot::leaf(5, a, 64).unwrap();
+        img.slots[1] = Slot::leaf(9, a, 64).unwrap();
+        assert_eq!(
+            img.find(9),
+            Find::Match {
+                idx: 1,
+                slot: img.slots[1]
+            }
+        );
+        assert_eq!(
+            img.find(7),
+            Find::Absent {
+                free: Some(2),
+                frozen: false
+            }
+        );
+        img.slots[2] = Slot::leaf(1, a, 64).unwrap().frozen(true);
+        img.slots[3] = Slot::leaf(2, a, 64).unwrap();
+        assert_eq!(
+            img.find(7),
+            Find::Absent {
+                free: None,
+                frozen: true
+            }
+        );
+        img.header = Header::new(1, NodeType::N256, &[]).unwrap();
+        img.slots = [Slot::EMPTY; 256];
+        img.slots[7] = Slot::leaf(7, a, 64).unwrap();
+        assert_eq!(
+            img.find(7),
+            Find::Match {
+                idx: 7,
+                slot: img.slots[7]
+            }
+        );
+        assert_eq!(
+            img.find(8),
+            Find::Absent {
+                free: Some(8),
+                frozen: false
+            }
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! Range scan: an in-order walk of fresh node images, leaves read in batches (one doorbell
+//! per memory node per batch). A node that turns out obsolete or inconsistent restarts the
+//! walk just after the last key visited.
+use super::Smart;
+use super::config::SmartError;
+use super::key::{Key, user_key};
+use super::remote::check_leaf;
+use crate::fabric::{Endpoint, Op, QueuePair};
+use remora_layouts::GlobalAddr;
+use remora_layouts::smart::{MAX_LEAF_BYTES, NodeType, SlotKind};
+use std_alloc::vec::Vec;
+
+// Frames live in one Vec per scan; boxing the path would allocate per node.
+#[allow(clippy::large_enum_variant)]
+enum Frame {
+    Node {
+        addr: GlobalAddr,
+        ty: NodeType,
+        expect_start: usize,
+        path: Key,
+        bounded: bool,
+    },
+    Leaf {
+        addr: GlobalAddr,
+        bytes: usize,
+    },
+}
+
+/// Compares the node's path bytes `path[from..]` with the bound.
+fn cmp_path(path: &[u8], lower: &[u8], from: usize) -> core::cmp::Ordering {
+    use core::cmp::Ordering;
+    for (i, b) in path.iter().enumerate().skip(from) {
+        match lower.get(i) {
+            None => return Ordering::Greater,
+            Some(l) if b != l => return b.cmp(l),
+            _ => {}
+        }
+    }
+    Ordering::Equal
+}
+
+impl<'e, E: Endpoint> Smart<'e, E> {
+    pub(crate) async fn scan_from(
+        &self,
+        from: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, SmartError> {
+        let mut lower = Key::lower_bound(self.cfg.key_mode, from)?;
+        let mut count = 0usize;
+        let mut tries = 0u32;
+        let mut stack: Vec<Frame> = Vec::new();
+        let mut batch: Vec<(GlobalAddr, usize)> = Vec::new();
+        'walk: while count < limit {
+            stack.clear();
+            batch.clear();
+            stack.push(Frame::Node {
+                addr: self.root,
+                ty: NodeType::N256,
+                expect_start: 0,
+                path: Key::lower_bound(self.cfg.key_mode, &[])?,
+                bounded: true,
+            });
+            loop {
+                let frame = stack.pop();
+                let flush = match &frame {
+                    None => !batch.is_empty(),
+                    Some(_) => batch.len() >= (limit - count),
+                };
+                if flush {
+                    let last = self
+                        .visit_batch(&batch, lower.bytes(), limit - count, visit)
+                        .await?;
+                    batch.clear();
+                    if let Some((n, last_key)) = last {
+                        count += n;
+                        lower = last_key;
+                    }
+                    if count >= limit {
+                        break 'walk;
+                    }
+                }
+                let Some(frame) = frame else { break 'walk };
+                let (addr, ty, expect_start, path, mut bounded) = match frame {
+                    Frame::Leaf { addr, bytes } => {
+                        batch.push((addr, bytes));
+                        continue;
+                    }
+                    Frame::Node {
+                        addr,
+                        ty,
+                        expect_start,
+                        path,
+                        bounded,
+                    } => (addr, ty, expect_start, path, bounded),
+                };
+                let img = self.read_node(addr, ty).await?;
+                let h = img.header;
+                if h.is_obsolete() || h.prefix_start() != expect_start {
+                    self.restart(&mut tries, "scan kept meeting replaced nodes")
+                        .await?;
+                    continue 'walk;
+                }
+                let start = path.bytes().len();
+                let p = h.prefix();
+                let mut full = [0u8; remora_layouts::smart::MAX_KEY_LEN];
+                full[..start].copy_from_slice(path.bytes());
+                full[start..start + h.prefix_len()].copy_from_slice(&p[..h.prefix_len()]);
+                let depth = h.depth();
+                if bounded {
+                    match cmp_path(&full[..depth], lower.bytes(), start) {
+                        core::cmp::Ordering::Less => continue,
+                        core::cmp::Ordering::Greater => bounded = false,
+                        core::cmp::Ordering::Equal => {}
+                    }
+                }
+                let bound = if bounded {
+                    lower.bytes().get(depth).copied()
+                } else {
+                    None
+                };
+                if bounded && bound.is_none() {
+                    bounded = false;
+                }
+                let mut kids: heapless::Vec<(u8, SlotKind), 256> = heapless::Vec::new();
+                for s in img.live_slots() {
+                    if s.is_empty() {
+                        continue;
+                    }
+                    match s.kind() {
+                        Ok(k) => {
+                            let _ = kids.push((s.pkey(), k));
+                        }
+                        Err(_) => {
+                            self.restart(&mut tries, "scan read an undecodable slot")
+                                .await?;
+                            continue 'walk;
+                        }
+                    }
+                }
+                kids.sort_unstable_by_key(|(b, _)| *b);
+                for (b, kind) in kids.iter().rev() {
+                    if let Some(l) = bound
+                        && *b < l
+                    {
+                        continue;
+                    }
+                    match *kind {
+                        SlotKind::Leaf { addr, bytes, .. } => {
+                            stack.push(Frame::Leaf { addr, bytes })
+                        }
+                        SlotKind::Node { addr, ty, .. } => {
+                            full[depth] = *b;
+                            let child = Key::from_slice(&full[..depth + 1]);
+                            stack.push(Frame::Node {
+                                addr,
+                                ty,
+                                expect_start: depth + 1,
+                                path: child,
+                                bounded: bounded && Some(*b) == bound,
+                            });
+                        }
+                        SlotKind::Empty => {}
+                    }
+                }
+            }
+        }
+        Ok(count)
+    }
+
+    /// Reads a batch of leaves (one doorbell per memory node), visits the valid ones with
+    /// keys `>= lower` in order, up to `room`. Returns how many were visited and the bound
+    /// just past the last one.
+    async fn visit_batch(
+        &self,
+        batch: &[(GlobalAddr, usize)],
+        lower: &[u8],
+        room: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<Option<(usize, Key)>, SmartError> {
+        let total: usize = batch.iter().map(|(_, b)| *b).sum();
+        let mut bufs: Vec<u8> = std_alloc::vec![0u8; total];
+        {
+            let mut rest = &mut bufs[..];
+            let mut slices: Vec<(GlobalAddr, &mut [u8])> = Vec::with_capacity(batch.len());
+            for &(a, b) in batch {
+                let (head, tail) = rest.split_at_mut(b);
+                slices.push((a, head));
+                rest = tail;
+            }
+            for &node in self.ep.nodes() {
+                let mut ops: Vec<Op<'_>> = slices
+                    .iter_mut()
+                    .filter(|(a, _)| a.node() == node)
+                    .map(|(a, s)| Op::Read {
+                        remote: *a,
+                        local: &mut s[..],
+                    })
+                    .collect();
+                if !ops.is_empty() {
+                    self.ep.qp(node)?.post(&mut ops).await?;
+                }
+            }
+        }
+        let mut visited = 0;
+        let mut last: Option<Key> = None;
+        let mut off = 0;
+        let mut one = [0u8; MAX_LEAF_BYTES];
+        for &(addr, bytes) in batch {
+            if visited >= room {
+                break;
+            }
+            let img = &bufs[off..off + bytes];
+            off += bytes;
+            // Torn or forwarded leaves are re-read one by one.
+            let needs_reread = match check_leaf(img) {
+                Ok(v) => v.status.is_obsolete(),
+                Err(_) => true,
+            };
+            let view_bytes: &[u8] = if needs_reread {
+                self.read_live(addr, &mut one[..bytes]).await?;
+                &one[..bytes]
+            } else {
+                img
+            };
+            let v =
+                check_leaf(view_bytes).map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+            if !v.status.is_valid() || v.key < lower {
+                continue;
+            }
+            visit(user_key(self.cfg.key_mode, v.key), v.value);
+            visited += 1;
+            last = Some(Key::successor(v.key));
+        }
+        Ok(last.map(|k| (visited, k)))
+    }
+
+    /// Reads the live end of a leaf's forward chain into `buf`.
+    async fn read_live(&self, mut addr: GlobalAddr, buf: &mut [u8]) -> Result<(), SmartError> {
+        for _ in 0..64 {
+            self.read_leaf(addr, buf).await?;
+            let v = check_leaf(buf).map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+            match v.status.forward() {
+                Some(next) if v.status.is_obsolete() => addr = next,
+                _ => return Ok(()),
+            }
+        }
+        Err(SmartError::Contention {
+            what: "leaf forward chain too long",
+            tries: 64,
+        })
+    }
+}

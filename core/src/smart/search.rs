@@ -1,0 +1,414 @@
+//! Finding a key: through the cache when it has the path, then by fresh remote reads.
+use super::config::SmartError;
+use super::key::Key;
+use super::remote::{Find, NodeImg, check_leaf};
+use super::{Smart, bump};
+use crate::block_on::yield_now;
+use crate::fabric::Endpoint;
+use remora_layouts::GlobalAddr;
+use remora_layouts::smart::{Header, MAX_LEAF_BYTES, NodeType, Slot, SlotKind};
+
+/// Longest forward chain of out-of-place leaves followed before restarting.
+const MAX_FORWARDS: usize = 64;
+
+/// The slot that led to a node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Parent {
+    pub addr: GlobalAddr,
+    pub header: Header,
+    pub idx: usize,
+    pub slot: Slot,
+}
+
+/// Why a key is absent (decided on a fresh node image with no frozen word on the way).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Miss {
+    /// No slot has the key's partial key; `free` is where an insert goes (None: full).
+    Empty { free: Option<usize> },
+    /// The slot holds a leaf of another key (its live leaf is `leaf`, image in the buffer).
+    OtherLeaf {
+        idx: usize,
+        slot: Slot,
+        leaf: GlobalAddr,
+        bytes: usize,
+    },
+    /// The node's compressed prefix differs from the key at key position `at`.
+    Prefix { at: usize },
+}
+
+/// Where a search ended.
+// Returned by value inside the operation's future; boxing would allocate per insert.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Pos {
+    /// The key's live leaf; its verified image is in the caller's buffer.
+    Leaf {
+        node: GlobalAddr,
+        header: Header,
+        idx: usize,
+        slot: Slot,
+        leaf: GlobalAddr,
+        bytes: usize,
+    },
+    /// The key is absent.
+    Miss {
+        node: NodeImg,
+        parent: Option<Parent>,
+        miss: Miss,
+    },
+}
+
+/// Where the remote part of a search starts.
+struct Start {
+    addr: GlobalAddr,
+    ty: NodeType,
+    parent: Option<Parent>,
+}
+
+/// What the cache says about a key.
+enum CacheWalk {
+    /// Read this leaf directly: reached through cached `node` slot `idx`.
+    Leaf {
+        node: GlobalAddr,
+        header: Header,
+        idx: usize,
+        slot: Slot,
+        leaf: GlobalAddr,
+        bytes: usize,
+        parent: Option<Parent>,
+    },
+    /// Continue with remote reads from here.
+    Remote(Start),
+}
+
+fn prefix_matches(h: Header, key: &[u8]) -> bool {
+    prefix_mismatch(h, key).is_none() && h.depth() < key.len()
+}
+
+/// The first key position where the node's compressed prefix differs from `key` (a key
+/// that ends inside the prefix differs at its end).
+fn prefix_mismatch(h: Header, key: &[u8]) -> Option<usize> {
+    let s = h.prefix_start();
+    let p = h.prefix();
+    (0..h.prefix_len())
+        .map(|i| s + i)
+        .find(|&at| key.get(at) != Some(&p[at - s]))
+}
+
+impl<'e, E: Endpoint> Smart<'e, E> {
+    fn root_start(&self) -> Start {
+        Start {
+            addr: self.root,
+            ty: NodeType::N256,
+            parent: None,
+        }
+    }
+
+    /// Walks the cache as far as it knows the key's path.
+    fn walk_cache(&self, key: &[u8]) -> CacheWalk {
+        let cache = self.cache.borrow();
+        let mut cur = self.root;
+        let mut cur_ty = NodeType::N256;
+        let mut parent: Option<Parent> = None;
+        loop {
+            let Some(c) = cache.get(cur) else {
+                return CacheWalk::Remote(Start {
+                    addr: cur,
+                    ty: cur_ty,
+                    parent,
+                });
+            };
+            let h = c.header;
+            let here = Start {
+                addr: cur,
+                ty: cur_ty,
+                parent,
+            };
+            if !prefix_matches(h, key) {
+                return CacheWalk::Remote(here);
+            }
+            let Find::Match { idx, slot } = c.find(key[h.depth()]) else {
+                return CacheWalk::Remote(here);
+            };
+            match slot.kind() {
+                Ok(SlotKind::Leaf { addr, bytes, .. }) => {
+                    return CacheWalk::Leaf {
+                        node: cur,
+                        header: h,
+                        idx,
+                        slot,
+                        leaf: addr,
+                        bytes,
+                        parent,
+                    };
+                }
+                Ok(SlotKind::Node { addr, ty, .. }) => {
+                    parent = Some(Parent {
+                        addr: cur,
+                        header: h,
+                        idx,
+                        slot,
+                    });
+                    match cache.get(addr) {
+                        Some(cc)
+                            if cc.header.prefix_start() == h.depth() + 1
+                                && cc.header.node_type() == ty => {}
+                        _ => {
+                            return CacheWalk::Remote(Start { addr, ty, parent });
+                        }
+                    }
+                    cur = addr;
+                    cur_ty = ty;
+                }
+                Ok(SlotKind::Empty) | Err(_) => return CacheWalk::Remote(here),
+            }
+        }
+    }
+
+    fn invalidate(&self, addr: GlobalAddr) {
+        if self.cache.borrow_mut().remove(addr) {
+            bump(&self.stats.cache_invalidations);
+        }
+    }
+
+    /// Reads the live leaf reached through a slot pointing at `addr`: verified, forward
+    /// chain followed. Returns its address, or `None` when the chain is too long.
+    async fn read_live_leaf(
+        &self,
+        mut addr: GlobalAddr,
+        buf: &mut [u8],
+    ) -> Result<Option<GlobalAddr>, SmartError> {
+        for _ in 0..MAX_FORWARDS {
+            self.read_leaf(addr, buf).await?;
+            let v = check_leaf(buf).map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+            match v.status.forward() {
+                Some(next) if v.status.is_obsolete() => addr = next,
+                _ => return Ok(Some(addr)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Searches `key`. `Ok(None)`: the search met an inconsistency and must restart (from
+    /// the root, without the cache).
+    pub(crate) async fn search(
+        &self,
+        key: &Key,
+        buf: &mut [u8; MAX_LEAF_BYTES],
+        use_cache: bool,
+    ) -> Result<Option<Pos>, SmartError> {
+        let k = key.bytes();
+        let use_cache = use_cache && self.cfg.techniques.cache;
+        let start = if use_cache {
+            match self.walk_cache(k) {
+                CacheWalk::Remote(s) => s,
+                CacheWalk::Leaf {
+                    node,
+                    header,
+                    idx,
+                    slot,
+                    leaf,
+                    bytes,
+                    parent,
+                } => {
+                    let Some(live) = self.read_live_leaf(leaf, &mut buf[..bytes]).await? else {
+                        return Ok(None);
+                    };
+                    let v = check_leaf(&buf[..bytes])
+                        .map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+                    // Reverse check: the leaf must name the cached node as its parent.
+                    if v.reverse != node.pack48().unwrap_or(0) {
+                        self.invalidate(node);
+                    }
+                    if v.key == k {
+                        bump(&self.stats.cache_leaf_hits);
+                        return Ok(Some(Pos::Leaf {
+                            node,
+                            header,
+                            idx,
+                            slot,
+                            leaf: live,
+                            bytes,
+                        }));
+                    }
+                    self.invalidate(node);
+                    Start {
+                        addr: node,
+                        ty: header.node_type(),
+                        parent,
+                    }
+                }
+            }
+        } else {
+            self.root_start()
+        };
+        self.search_remote(k, start, buf, use_cache).await
+    }
+
+    async fn search_remote(
+        &self,
+        k: &[u8],
+        start: Start,
+        buf: &mut [u8; MAX_LEAF_BYTES],
+        use_cache: bool,
+    ) -> Result<Option<Pos>, SmartError> {
+        let Start {
+            mut addr,
+            mut ty,
+            mut parent,
+        } = start;
+        let mut spins = 0u32;
+        loop {
+            let img = self.read_node(addr, ty).await?;
+            let h = img.header;
+            let expect = parent.map_or(0, |p| p.header.depth() + 1);
+            if h.is_obsolete() || h.prefix_start() != expect {
+                if let Some(p) = parent {
+                    self.invalidate(p.addr);
+                }
+                self.invalidate(addr);
+                return Ok(None);
+            }
+            if use_cache {
+                if let Some(p) = parent
+                    && img.rev != p.addr.pack48().unwrap_or(0)
+                {
+                    self.invalidate(p.addr);
+                }
+                self.cache.borrow_mut().put(&img);
+            }
+            // A frozen node may be mid-copy: decide nothing negative on it.
+            let mut wait = false;
+            if let Some(at) = prefix_mismatch(h, k) {
+                if h.is_frozen() {
+                    wait = true;
+                } else if at >= k.len() {
+                    return Err(SmartError::BadKey {
+                        why: "a key is a prefix of another (mixed fixed key lengths?)",
+                    });
+                } else {
+                    return Ok(Some(Pos::Miss {
+                        node: img,
+                        parent,
+                        miss: Miss::Prefix { at },
+                    }));
+                }
+            } else if h.depth() >= k.len() {
+                return Err(SmartError::BadKey {
+                    why: "a key is a prefix of another (mixed fixed key lengths?)",
+                });
+            }
+            if !wait {
+                match img.find(k[h.depth()]) {
+                    Find::Absent { frozen: true, .. } => {}
+                    Find::Absent {
+                        free,
+                        frozen: false,
+                    } => {
+                        return Ok(Some(Pos::Miss {
+                            node: img,
+                            parent,
+                            miss: Miss::Empty { free },
+                        }));
+                    }
+                    Find::Match { idx, slot } => match slot.kind() {
+                        Ok(SlotKind::Node {
+                            addr: child,
+                            ty: cty,
+                            ..
+                        }) => {
+                            parent = Some(Parent {
+                                addr,
+                                header: h,
+                                idx,
+                                slot,
+                            });
+                            addr = child;
+                            ty = cty;
+                            continue;
+                        }
+                        Ok(SlotKind::Leaf {
+                            addr: la, bytes, ..
+                        }) => {
+                            let Some(live) = self.read_live_leaf(la, &mut buf[..bytes]).await?
+                            else {
+                                return Ok(None);
+                            };
+                            let v = check_leaf(&buf[..bytes])
+                                .map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+                            if v.key == k {
+                                return Ok(Some(Pos::Leaf {
+                                    node: addr,
+                                    header: h,
+                                    idx,
+                                    slot,
+                                    leaf: live,
+                                    bytes,
+                                }));
+                            }
+                            if !(slot.is_frozen() || h.is_frozen()) {
+                                return Ok(Some(Pos::Miss {
+                                    node: img,
+                                    parent,
+                                    miss: Miss::OtherLeaf {
+                                        idx,
+                                        slot,
+                                        leaf: live,
+                                        bytes,
+                                    },
+                                }));
+                            }
+                        }
+                        Ok(SlotKind::Empty) | Err(_) => return Ok(None),
+                    },
+                }
+            }
+            // Frozen: a grow (or, in lock mode, a writer) holds this node; re-read it.
+            spins += 1;
+            bump(&self.stats.lock_waits);
+            if spins >= self.cfg.max_lock_spins {
+                return Err(SmartError::Contention {
+                    what: "internal node stayed frozen",
+                    tries: spins,
+                });
+            }
+            yield_now().await;
+        }
+    }
+
+    /// A plain lookup: copies the value into `out`.
+    pub(crate) async fn lookup(
+        &self,
+        key: &Key,
+        out: &mut [u8],
+    ) -> Result<Option<usize>, SmartError> {
+        let mut buf = [0u8; MAX_LEAF_BYTES];
+        let mut tries = 0;
+        let mut use_cache = true;
+        loop {
+            match self.search(key, &mut buf, use_cache).await? {
+                None => {
+                    use_cache = false;
+                    self.restart(&mut tries, "lookup kept meeting inconsistent nodes")
+                        .await?;
+                }
+                Some(Pos::Miss { .. }) => return Ok(None),
+                Some(Pos::Leaf { bytes, .. }) => {
+                    let v = check_leaf(&buf[..bytes])
+                        .map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+                    if !v.status.is_valid() {
+                        return Ok(None);
+                    }
+                    let n = v.value.len();
+                    if n > out.len() {
+                        return Err(SmartError::BufferTooSmall {
+                            need: n,
+                            got: out.len(),
+                        });
+                    }
+                    out[..n].copy_from_slice(v.value);
+                    return Ok(Some(n));
+                }
+            }
+        }
+    }
+}
