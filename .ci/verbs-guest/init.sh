@@ -1,0 +1,107 @@
+#!/bin/busybox sh
+# PID 1 of the remora verbs guest (see run.sh): brings up Soft-RoCE (rdma_rxe) on dummy0,
+# starts a verbs memory node, runs the fabric conformance suite and `remora perf` against it
+# from a second process, and reports on the serial console. The host greps the final
+# "REMORA-GUEST: PASS" / "REMORA-GUEST: FAIL" line.
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin:/usr/bin:/usr/sbin
+export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /tmp
+. /etc/remora-guest.conf
+
+say() { echo "REMORA-GUEST: $*"; }
+finish() {
+    say "$1"
+    sync
+    poweroff -f
+    sleep 10
+}
+
+say "booted: $(uname -r), $(nproc) cpus"
+for m in $(cat /etc/remora-modules); do
+    insmod "/lib/modules/remora/$m.ko" || finish "FAIL insmod $m"
+done
+ip link set lo up
+ip link set dummy0 up || finish "FAIL no dummy0"
+ip addr add "$GUEST_IP/24" dev dummy0
+rdma link add rxe0 type rxe netdev dummy0 || finish "FAIL rdma link add rxe0"
+state=""
+for i in $(seq 1 50); do
+    state=$(cat /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null)
+    case "$state" in *ACTIVE*) break ;; esac
+    usleep 100000
+done
+case "$state" in *ACTIVE*) ;; *) finish "FAIL rxe0 port not ACTIVE ($state)" ;; esac
+say "$(rdma link show rxe0/1)"
+echo "$HUGEPAGES" > /proc/sys/vm/nr_hugepages
+ulimit -l unlimited
+
+remora memnode --fabric verbs --listen "$GUEST_IP:$PORT" $MEMNODE_ARGS > /tmp/memnode.log 2>&1 &
+MEMNODE=$!
+for i in $(seq 1 100); do
+    grep -q listening /tmp/memnode.log && break
+    kill -0 $MEMNODE 2>/dev/null || break
+    usleep 100000
+done
+cat /tmp/memnode.log
+grep -q listening /tmp/memnode.log || finish "FAIL memnode did not start"
+
+timeout "$CHECK_TIMEOUT" remora check --fabric verbs --connect "$GUEST_IP:$PORT"
+CHECK_RC=$?
+say "conformance exit code $CHECK_RC"
+
+PERF_RC=skipped
+if [ -n "$PERF_ARGS" ]; then
+    timeout "$PERF_TIMEOUT" remora perf --fabric verbs --connect "$GUEST_IP:$PORT" --quiet \
+        --json /tmp/perf.json $PERF_ARGS
+    PERF_RC=$?
+    sed 's/^/REMORA-PERF: /' /tmp/perf.json 2>/dev/null
+    say "perf exit code $PERF_RC"
+fi
+
+kill $MEMNODE 2>/dev/null
+wait $MEMNODE 2>/dev/null
+tail -n 2 /tmp/memnode.log
+
+# Errors a user sees: each must exit non-zero with one line naming what to check.
+ERRORS_RC=0
+expect_error() {
+    name=$1
+    want=$2
+    shift 2
+    out=$("$@" 2>&1)
+    rc=$?
+    lines=$(printf '%s\n' "$out" | wc -l)
+    if [ "$rc" != 0 ] && [ "$lines" = 1 ] && printf '%s' "$out" | grep -q "$want"; then
+        say "error ok: $name: $out"
+    else
+        say "error BAD: $name (exit $rc, $lines lines): $out"
+        ERRORS_RC=1
+    fi
+}
+expect_error "nobody listening" "refused the connection" \
+    remora perf --fabric verbs --connect "$GUEST_IP:7999" --seconds 0.2 --quiet
+expect_error "unknown device" "no RDMA device named mlx5_9" \
+    remora perf --fabric verbs --device mlx5_9 --connect "$GUEST_IP:$PORT" --quiet
+expect_error "address not here" "cannot bind" \
+    remora memnode --fabric verbs --listen 192.0.2.99:7000
+# A memory node that dies under a running client: the transport gives up (retry exceeded).
+remora memnode --fabric verbs --listen "$GUEST_IP:7472" --region-mib 8 --chunk-kib 256 > /tmp/memnode2.log 2>&1 &
+DOOMED=$!
+for i in $(seq 1 50); do grep -q listening /tmp/memnode2.log 2>/dev/null && break; usleep 100000; done
+( sleep 1; kill -9 $DOOMED ) &
+expect_error "memory node died" "does not answer" \
+    timeout 60 remora perf --fabric verbs --connect "$GUEST_IP:7472" --seconds 4 --quiet
+wait
+ip link set dummy0 down
+usleep 500000
+expect_error "port down" "is DOWN" \
+    remora perf --fabric verbs --connect "$GUEST_IP:$PORT" --quiet
+
+if [ "$CHECK_RC" = 0 ] && [ "$ERRORS_RC" = 0 ] && { [ "$PERF_RC" = 0 ] || [ "$PERF_RC" = skipped ]; }; then
+    finish PASS
+fi
+finish "FAIL (conformance $CHECK_RC, perf $PERF_RC, error messages $ERRORS_RC)"

@@ -1,0 +1,289 @@
+//! The client side: connecting queue pairs to memory nodes through rdma_cm, and the
+//! [`Endpoint`] holding one per node.
+use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeout};
+use super::device::{check_port, context_name, limits};
+use super::error::VerbsError;
+use super::mr::Pd;
+use super::qp::{RECV_LEN, Remote, VerbsQp};
+use super::sys;
+use super::wire::{DmKind, Hello, Request, Revoked, Welcome};
+use remora_core::fabric::{Endpoint, FabricError};
+use remora_layouts::NodeId;
+use std::time::Duration;
+
+/// How clients connect.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The RDMA device connections must go through (`None`: whichever the route picks).
+    pub device: Option<String>,
+    /// Longest wait for each connection step.
+    pub timeout: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            device: None,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a client learned about a memory node when connecting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub addr: String,
+    pub node: NodeId,
+    pub device: String,
+    pub region_len: u64,
+    pub dm_len: u64,
+    pub dm_kind: DmKind,
+    pub max_inline: usize,
+}
+
+const RESOLVE_MS: i32 = 5000;
+
+fn expect(
+    ev: Event,
+    want: sys::rdma_cm_event_type,
+    addr: &str,
+    stage: &'static str,
+) -> Result<Event, VerbsError> {
+    if ev.kind == want {
+        return Ok(ev);
+    }
+    Err(match ev.kind {
+        sys::RDMA_CM_EVENT_ADDR_ERROR => VerbsError::Resolve {
+            addr: addr.into(),
+            why: "no RDMA device has a route to this address",
+        },
+        sys::RDMA_CM_EVENT_ROUTE_ERROR => VerbsError::Resolve {
+            addr: addr.into(),
+            why: "route resolution failed",
+        },
+        sys::RDMA_CM_EVENT_REJECTED => VerbsError::Refused { addr: addr.into() },
+        sys::RDMA_CM_EVENT_UNREACHABLE | sys::RDMA_CM_EVENT_CONNECT_ERROR => {
+            VerbsError::Unreachable {
+                addr: addr.into(),
+                stage,
+            }
+        }
+        _ => VerbsError::Protocol {
+            addr: addr.into(),
+            why: "unexpected rdma_cm event",
+        },
+    })
+}
+
+/// A fresh channel and id resolved to the device and route that reach `addr`.
+fn resolve(addr: &str, opts: &ConnectOptions) -> Result<(Channel, CmId), VerbsError> {
+    let mut sa = SockAddr::parse(addr)?;
+    let ch = Channel::new()?;
+    let id = CmId::new(&ch)?;
+    // SAFETY: live id; `sa` holds a valid socket address for the call.
+    if unsafe { sys::rdma_resolve_addr(id.0, std::ptr::null_mut(), sa.as_ptr(), RESOLVE_MS) } != 0 {
+        return Err(VerbsError::Resolve {
+            addr: addr.into(),
+            why: "no RDMA device has an address that reaches it",
+        });
+    }
+    expect(
+        ch.wait(opts.timeout, addr, "address resolution")?,
+        sys::RDMA_CM_EVENT_ADDR_RESOLVED,
+        addr,
+        "address",
+    )?;
+    // SAFETY: live id with a resolved address.
+    if unsafe { sys::rdma_resolve_route(id.0, RESOLVE_MS) } != 0 {
+        return Err(VerbsError::Resolve {
+            addr: addr.into(),
+            why: "route resolution failed",
+        });
+    }
+    expect(
+        ch.wait(opts.timeout, addr, "route resolution")?,
+        sys::RDMA_CM_EVENT_ROUTE_RESOLVED,
+        addr,
+        "route",
+    )?;
+    // SAFETY: a resolved id has its device context and port set.
+    let (ctx, port) = unsafe { ((*id.0).verbs, (*id.0).port_num) };
+    let via = context_name(ctx);
+    if let Some(want) = &opts.device
+        && *want != via
+    {
+        return Err(VerbsError::WrongDevice {
+            addr: addr.into(),
+            via,
+            wanted: want.clone(),
+        });
+    }
+    check_port(ctx, port)?;
+    set_ack_timeout(id.0);
+    Ok((ch, id))
+}
+
+/// Connects one queue pair to the memory node listening at `addr` (host:port).
+pub fn connect_qp(addr: &str, opts: &ConnectOptions) -> Result<(VerbsQp, NodeInfo), VerbsError> {
+    let (ch, id) = resolve(addr, opts)?;
+    // SAFETY: resolved id: its context is open.
+    let ctx = unsafe { (*id.0).verbs };
+    let (_, rd, init_rd, _) = limits(ctx)?;
+    let device = context_name(ctx);
+    let pd = Pd::alloc(ctx)?;
+    let mut qp = VerbsQp::create(id, Some(ch), pd, 0, true)?;
+    let hello = Hello {
+        request: Request::Connect,
+        recv_len: RECV_LEN as u32,
+    }
+    .encode();
+    let mut param = sys::rdma_conn_param {
+        private_data: hello.as_ptr().cast(),
+        private_data_len: hello.len() as u8,
+        responder_resources: rd,
+        initiator_depth: init_rd,
+        retry_count: TRANSPORT_RETRIES,
+        rnr_retry_count: 6,
+        ..Default::default()
+    };
+    // SAFETY: the id has its queue pair; `param` and its private data live through the call.
+    if unsafe { sys::rdma_connect(qp.cm_id(), &mut param) } != 0 {
+        return Err(VerbsError::Unreachable {
+            addr: addr.into(),
+            stage: "rdma_connect failed",
+        });
+    }
+    let ch = qp.channel().ok_or(VerbsError::Protocol {
+        addr: addr.into(),
+        why: "no channel",
+    })?;
+    let ev = expect(
+        ch.wait(opts.timeout, addr, "connection")?,
+        sys::RDMA_CM_EVENT_ESTABLISHED,
+        addr,
+        "connection",
+    )?;
+    let w = Welcome::decode(&ev.private).map_err(|why| VerbsError::Protocol {
+        addr: addr.into(),
+        why,
+    })?;
+    qp.set_peer(w.node, Remote::from_welcome(&w), w.recv_len as usize);
+    let info = NodeInfo {
+        addr: addr.into(),
+        node: w.node,
+        device,
+        region_len: w.region_len,
+        dm_len: if w.dm_kind == DmKind::None {
+            0
+        } else {
+            w.dm_len
+        },
+        dm_kind: w.dm_kind,
+        max_inline: qp.max_inline(),
+    };
+    Ok((qp, info))
+}
+
+/// Asks the memory node at `addr` to revoke its region's key and register the region again
+/// under a new one; returns the new key. Queue pairs connected before keep the old key and
+/// get remote access errors; connections made after get the new key.
+///
+/// The request is a connect request carrying a revocation [`Hello`], which the node answers
+/// by rejecting it with the new key in the reject's private data (rdma_cm only, no side
+/// channel).
+pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> {
+    let (ch, id) = resolve(addr, opts)?;
+    let hello = Hello {
+        request: Request::RevokeKey,
+        recv_len: 0,
+    }
+    .encode();
+    let mut param = sys::rdma_conn_param {
+        private_data: hello.as_ptr().cast(),
+        private_data_len: hello.len() as u8,
+        retry_count: TRANSPORT_RETRIES,
+        // No queue pair: the request is answered by a reject before any would be used.
+        qp_num: 1,
+        ..Default::default()
+    };
+    // SAFETY: a resolved id; `param` and its private data live through the call.
+    if unsafe { sys::rdma_connect(id.0, &mut param) } != 0 {
+        return Err(VerbsError::Unreachable {
+            addr: addr.into(),
+            stage: "rdma_connect failed",
+        });
+    }
+    let ev = ch.wait(opts.timeout, addr, "key revocation")?;
+    if ev.kind != sys::RDMA_CM_EVENT_REJECTED {
+        return Err(VerbsError::Protocol {
+            addr: addr.into(),
+            why: "the node did not answer the revocation",
+        });
+    }
+    let r = Revoked::decode(&ev.private).map_err(|why| VerbsError::Protocol {
+        addr: addr.into(),
+        why,
+    })?;
+    drop(id);
+    drop(ch);
+    Ok(r.new_rkey)
+}
+
+/// A client's endpoint: one RC queue pair per memory node.
+pub struct VerbsEndpoint {
+    nodes: Vec<NodeId>,
+    qps: Vec<VerbsQp>,
+    info: Vec<NodeInfo>,
+}
+
+impl VerbsEndpoint {
+    /// Connects to every memory node in `addrs` (host:port each).
+    pub fn connect<S: AsRef<str>>(
+        addrs: &[S],
+        opts: &ConnectOptions,
+    ) -> Result<VerbsEndpoint, VerbsError> {
+        let mut ep = VerbsEndpoint {
+            nodes: Vec::new(),
+            qps: Vec::new(),
+            info: Vec::new(),
+        };
+        for a in addrs {
+            let (qp, info) = connect_qp(a.as_ref(), opts)?;
+            if ep.nodes.contains(&info.node) {
+                return Err(VerbsError::Protocol {
+                    addr: info.addr,
+                    why: "two memory nodes have the same node id",
+                });
+            }
+            ep.nodes.push(info.node);
+            ep.qps.push(qp);
+            ep.info.push(info);
+        }
+        Ok(ep)
+    }
+
+    /// What each memory node told at connection time.
+    pub fn info(&self) -> &[NodeInfo] {
+        &self.info
+    }
+
+    /// The queue pairs, in the order of [`Self::nodes`].
+    pub fn qps(&self) -> &[VerbsQp] {
+        &self.qps
+    }
+}
+
+impl Endpoint for VerbsEndpoint {
+    type Qp = VerbsQp;
+
+    fn qp(&self, node: NodeId) -> Result<&VerbsQp, FabricError> {
+        match self.nodes.iter().position(|&n| n == node) {
+            Some(i) => Ok(&self.qps[i]),
+            None => Err(FabricError::UnknownNode { node }),
+        }
+    }
+
+    fn nodes(&self) -> &[NodeId] {
+        &self.nodes
+    }
+}

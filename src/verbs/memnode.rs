@@ -1,0 +1,464 @@
+//! The memory node of the verbs fabric: a registered host region (offset 0 holds the region
+//! header, so the core `RemoteAllocator` works), device memory (the NIC's, or host memory
+//! standing in for it), an rdma_cm listener, and the echo service on every connection.
+//!
+//! Clients learn where everything is from the accept's private data ([`Welcome`]); a
+//! connect request carrying a revocation hello re-registers the region under a new key and is
+//! answered by a reject carrying that key ([`Revoked`]).
+use super::arena::{Arena, PageKind};
+use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeout};
+use super::device::{check_port, context_name, limits, probe};
+use super::error::{VerbsError, sys_err};
+use super::mr::{Mr, Pd, REMOTE};
+use super::qp::{RECV_LEN, VerbsQp};
+use super::sys;
+use super::wire::{DmKind, Hello, Request, Revoked, Welcome};
+use remora_core::block_on::block_on;
+use remora_core::echo::serve_ready;
+use remora_layouts::NodeId;
+use remora_layouts::region::RegionHeader;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What a memory node serves.
+#[derive(Debug, Clone)]
+pub struct MemnodeConfig {
+    /// host:port to listen on (an address of an interface with an RDMA device).
+    pub listen: String,
+    pub node: NodeId,
+    /// Host region bytes, header included.
+    pub region_len: u64,
+    pub chunk_size: u64,
+    /// Device-memory bytes (0: none).
+    pub dm_len: u64,
+    /// The RDMA device connections must arrive on (`None`: any).
+    pub device: Option<String>,
+    /// Print one line per connection.
+    pub verbose: bool,
+}
+
+/// The device memory of one device.
+enum Dm {
+    None,
+    /// NIC memory, registered zero-based.
+    Device(DeviceMem),
+    /// Host memory standing in for it.
+    Host {
+        mr: Mr,
+    },
+}
+
+/// On-chip memory and its registration, released in that order.
+struct DeviceMem {
+    mr: Option<Mr>,
+    dm: *mut sys::ibv_dm,
+}
+
+impl Drop for DeviceMem {
+    fn drop(&mut self) {
+        self.mr = None;
+        // SAFETY: the device memory's only registration was released just above.
+        unsafe { sys::ibv_free_dm(self.dm) };
+    }
+}
+
+/// What the node keeps per RDMA device connections arrive on. Field order is release order.
+struct DevState {
+    ctx: *mut sys::ibv_context,
+    region_mr: Mr,
+    dm: Dm,
+    pd: Pd,
+    rd: u8,
+    init_rd: u8,
+}
+
+struct Conn {
+    qp: VerbsQp,
+    dead: bool,
+}
+
+/// A running memory node. Field order is release order: connections, then per-device
+/// registrations, then the memory, then the listener.
+pub struct Memnode {
+    conns: Vec<Conn>,
+    devs: Vec<DevState>,
+    dm_host: Option<Arena>,
+    region: Arena,
+    listen: CmId,
+    channel: Channel,
+    cfg: MemnodeConfig,
+    served: u64,
+    connections: u64,
+}
+
+/// A one-line summary of the node, for logs.
+#[derive(Debug, Clone)]
+pub struct MemnodeSummary {
+    pub listen: String,
+    pub device: String,
+    pub region_pages: PageKind,
+    pub dm: &'static str,
+}
+
+impl Memnode {
+    /// Registers the region and starts listening.
+    pub fn start(cfg: MemnodeConfig) -> Result<Memnode, VerbsError> {
+        probe(cfg.device.as_deref())?;
+        let header =
+            RegionHeader::new(cfg.region_len, cfg.chunk_size, cfg.dm_len).map_err(|e| {
+                VerbsError::BadAddress {
+                    addr: cfg.listen.clone(),
+                    why: format!("bad region geometry: {e:?}"),
+                }
+            })?;
+        let region = Arena::new(cfg.region_len as usize)?;
+        let bytes = header.encode();
+        // SAFETY: the fresh arena has at least region_len >= HEADER_LEN bytes and no
+        // registration yet, so nothing else accesses it.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), region.as_ptr(), bytes.len()) };
+        let mut sa = SockAddr::parse(&cfg.listen)?;
+        let channel = Channel::new()?;
+        let listen = CmId::new(&channel)?;
+        // SAFETY: live id; `sa` is a valid address for the call.
+        if unsafe { sys::rdma_bind_addr(listen.0, sa.as_ptr()) } != 0 {
+            return Err(VerbsError::Resolve {
+                addr: cfg.listen.clone(),
+                why: "cannot bind it (address not on this machine, or port in use)",
+            });
+        }
+        // SAFETY: a bound id.
+        if unsafe { sys::rdma_listen(listen.0, 64) } != 0 {
+            return Err(sys_err("rdma_listen"));
+        }
+        let mut node = Memnode {
+            conns: Vec::new(),
+            devs: Vec::new(),
+            dm_host: None,
+            region,
+            listen,
+            channel,
+            cfg,
+            served: 0,
+            connections: 0,
+        };
+        // SAFETY: a bound id; `verbs` is set when the address belongs to an RDMA device.
+        let ctx = unsafe { (*node.listen.0).verbs };
+        if !ctx.is_null() {
+            node.device(ctx)?;
+        }
+        Ok(node)
+    }
+
+    /// What the node runs on (device memory kind known once a device is set up).
+    pub fn summary(&self) -> MemnodeSummary {
+        let (device, dm) = match self.devs.first() {
+            None => ("(first connection's)".to_string(), "not set up yet"),
+            Some(d) => (
+                context_name(d.ctx),
+                match d.dm {
+                    Dm::None => "none",
+                    Dm::Device(_) => "on-chip device memory (ibv_alloc_dm)",
+                    Dm::Host { .. } => "host memory (the NIC has no on-chip memory)",
+                },
+            ),
+        };
+        MemnodeSummary {
+            listen: self.cfg.listen.clone(),
+            device,
+            region_pages: self.region.kind(),
+            dm,
+        }
+    }
+
+    /// The per-device state for `ctx`, set up on first use.
+    fn device(&mut self, ctx: *mut sys::ibv_context) -> Result<usize, VerbsError> {
+        if let Some(i) = self.devs.iter().position(|d| d.ctx == ctx) {
+            return Ok(i);
+        }
+        let name = context_name(ctx);
+        if let Some(want) = &self.cfg.device
+            && *want != name
+        {
+            return Err(VerbsError::WrongDevice {
+                addr: self.cfg.listen.clone(),
+                via: name,
+                wanted: want.clone(),
+            });
+        }
+        let (_, rd, init_rd, max_dm) = limits(ctx)?;
+        let pd = Pd::alloc(ctx)?;
+        // SAFETY: the region arena outlives every device state (field order of Memnode).
+        let region_mr = unsafe {
+            Mr::register(
+                &pd,
+                self.region.as_ptr(),
+                self.cfg.region_len as usize,
+                REMOTE,
+            )?
+        };
+        let dm = self.device_memory(ctx, &pd, max_dm)?;
+        self.devs.push(DevState {
+            ctx,
+            region_mr,
+            dm,
+            pd,
+            rd,
+            init_rd,
+        });
+        Ok(self.devs.len() - 1)
+    }
+
+    fn device_memory(
+        &mut self,
+        ctx: *mut sys::ibv_context,
+        pd: &Pd,
+        max_dm: u64,
+    ) -> Result<Dm, VerbsError> {
+        let len = self.cfg.dm_len;
+        if len == 0 {
+            return Ok(Dm::None);
+        }
+        if max_dm >= len {
+            let mut attr = sys::ibv_alloc_dm_attr {
+                length: len as usize,
+                log_align_req: 3,
+                comp_mask: 0,
+            };
+            // SAFETY: open context; `attr` valid for the call; the result is checked.
+            let dm = unsafe { sys::ibv_alloc_dm(ctx, &mut attr) };
+            if !dm.is_null() {
+                let zeros = vec![0u8; len as usize];
+                // SAFETY: `dm` has `len` bytes; `zeros` is a readable buffer of that size.
+                let rc =
+                    unsafe { sys::ibv_memcpy_to_dm(dm, 0, zeros.as_ptr().cast(), len as usize) };
+                // SAFETY: registers the whole device memory, zero-based, for remote access.
+                let mr = unsafe {
+                    sys::ibv_reg_dm_mr(
+                        pd.raw(),
+                        dm,
+                        0,
+                        len as usize,
+                        REMOTE | sys::IBV_ACCESS_ZERO_BASED,
+                    )
+                };
+                if rc == 0 && !mr.is_null() {
+                    return Ok(Dm::Device(DeviceMem {
+                        mr: Some(Mr::from_raw(mr)),
+                        dm,
+                    }));
+                }
+                if !mr.is_null() {
+                    drop(Mr::from_raw(mr));
+                }
+                // SAFETY: not registered (any registration was released just above).
+                unsafe { sys::ibv_free_dm(dm) };
+            }
+        }
+        let arena = match self.dm_host.take() {
+            Some(a) => a,
+            None => Arena::new(len as usize)?,
+        };
+        // SAFETY: the host stand-in arena outlives every device state (field order).
+        let mr = unsafe { Mr::register(pd, arena.as_ptr(), len as usize, REMOTE) };
+        self.dm_host = Some(arena);
+        Ok(Dm::Host { mr: mr? })
+    }
+
+    fn welcome(&self, dev: &DevState) -> Welcome {
+        let (dm_kind, dm_addr, dm_rkey, dm_len) = match &dev.dm {
+            Dm::None => (DmKind::None, 0, 0, 0),
+            Dm::Device(d) => (
+                DmKind::Device,
+                0,
+                d.mr.as_ref().map_or(0, Mr::rkey),
+                self.cfg.dm_len,
+            ),
+            Dm::Host { mr } => (
+                DmKind::Host,
+                self.dm_host.as_ref().map_or(0, |a| a.as_ptr() as u64),
+                mr.rkey(),
+                self.cfg.dm_len,
+            ),
+        };
+        Welcome {
+            node: self.cfg.node,
+            recv_len: RECV_LEN as u32,
+            region_addr: self.region.as_ptr() as u64,
+            region_rkey: dev.region_mr.rkey(),
+            region_len: self.cfg.region_len,
+            dm_kind,
+            dm_addr,
+            dm_rkey,
+            dm_len,
+        }
+    }
+
+    /// Registers the region again under a new key on every device, then releases the old
+    /// registrations (so the new key differs from the old). Returns the first device's key.
+    pub fn revoke_key(&mut self) -> Result<u32, VerbsError> {
+        let mut key = 0;
+        for (i, d) in self.devs.iter_mut().enumerate() {
+            // SAFETY: the region arena outlives the registration (field order).
+            let fresh = unsafe {
+                Mr::register(
+                    &d.pd,
+                    self.region.as_ptr(),
+                    self.cfg.region_len as usize,
+                    REMOTE,
+                )?
+            };
+            if i == 0 {
+                key = fresh.rkey();
+            }
+            drop(std::mem::replace(&mut d.region_mr, fresh));
+        }
+        Ok(key)
+    }
+
+    fn reject(id: *mut sys::rdma_cm_id, data: &[u8]) {
+        // SAFETY: a connect-request id this node owns; the data lives through the call; the
+        // id is destroyed once, after its event was acknowledged.
+        unsafe {
+            sys::rdma_reject(id, data.as_ptr().cast(), data.len() as u8);
+            sys::rdma_destroy_id(id);
+        }
+    }
+
+    fn on_connect_request(&mut self, ev: &Event) {
+        let hello = match Hello::decode(&ev.private) {
+            Ok(h) => h,
+            Err(why) => {
+                if self.cfg.verbose {
+                    eprintln!("memnode: refused a connection: {why}");
+                }
+                return Self::reject(ev.id, &[]);
+            }
+        };
+        if hello.request == Request::RevokeKey {
+            match self.revoke_key() {
+                Ok(k) => {
+                    if self.cfg.verbose {
+                        println!("memnode: region key revoked; new key {k:#x}");
+                    }
+                    Self::reject(ev.id, &Revoked { new_rkey: k }.encode())
+                }
+                Err(e) => {
+                    eprintln!("memnode: key revocation failed: {e}");
+                    Self::reject(ev.id, &[])
+                }
+            }
+            return;
+        }
+        if let Err(e) = self.accept(ev, hello) {
+            eprintln!("memnode: could not accept a connection: {e}");
+        }
+    }
+
+    fn accept(&mut self, ev: &Event, hello: Hello) -> Result<(), VerbsError> {
+        // SAFETY: a connect-request id has its device context.
+        let ctx = unsafe { (*ev.id).verbs };
+        // SAFETY: as above, with its port.
+        let port = unsafe { (*ev.id).port_num };
+        let dev = match self
+            .device(ctx)
+            .and_then(|d| check_port(ctx, port).map(|()| d))
+        {
+            Ok(d) => d,
+            Err(e) => {
+                Self::reject(ev.id, &[]);
+                return Err(e);
+            }
+        };
+        let d = &self.devs[dev];
+        set_ack_timeout(ev.id);
+        let mut qp = VerbsQp::create(CmId(ev.id), None, d.pd.borrowed(), self.cfg.node, true)?;
+        qp.set_peer(self.cfg.node, Default::default(), hello.recv_len as usize);
+        let w = self.welcome(d).encode();
+        let mut param = sys::rdma_conn_param {
+            private_data: w.as_ptr().cast(),
+            private_data_len: w.len() as u8,
+            responder_resources: ev.initiator_depth.min(d.rd),
+            initiator_depth: ev.responder_resources.min(d.init_rd),
+            retry_count: TRANSPORT_RETRIES,
+            rnr_retry_count: 6,
+            ..Default::default()
+        };
+        // SAFETY: the id has its queue pair; `param` and its private data live through the call.
+        if unsafe { sys::rdma_accept(qp.cm_id(), &mut param) } != 0 {
+            return Err(sys_err("rdma_accept"));
+        }
+        self.connections += 1;
+        if self.cfg.verbose {
+            println!(
+                "memnode: client {} connected ({} open)",
+                self.connections,
+                self.conns.len() + 1
+            );
+        }
+        self.conns.push(Conn { qp, dead: false });
+        Ok(())
+    }
+
+    fn on_event(&mut self, ev: Event) -> Result<(), VerbsError> {
+        match ev.kind {
+            sys::RDMA_CM_EVENT_CONNECT_REQUEST => self.on_connect_request(&ev),
+            sys::RDMA_CM_EVENT_ESTABLISHED => {}
+            sys::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                return Err(VerbsError::Sys {
+                    what: "the RDMA device was removed",
+                    errno: libc::ENODEV,
+                });
+            }
+            _ => {
+                // Disconnected, timed out, or failed: release that connection.
+                if let Some(i) = self.conns.iter().position(|c| c.qp.cm_id() == ev.id) {
+                    self.conns.swap_remove(i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves until `stop` is set or `limit` has passed.
+    pub fn serve(&mut self, stop: &AtomicBool, limit: Option<Duration>) -> Result<(), VerbsError> {
+        let t0 = Instant::now();
+        let mut buf = vec![0u8; RECV_LEN];
+        let (mut idle, mut round) = (0u64, 0u64);
+        while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| t0.elapsed() < l) {
+            round += 1;
+            let mut served = 0;
+            for c in self.conns.iter_mut().filter(|c| !c.dead) {
+                match block_on(serve_ready(&c.qp, &mut buf)) {
+                    Ok(n) => served += n,
+                    Err(e) => {
+                        c.dead = true;
+                        if self.cfg.verbose {
+                            println!("memnode: a connection ended: {e}");
+                        }
+                    }
+                }
+            }
+            self.served += served as u64;
+            idle = if served > 0 { 0 } else { idle + 1 };
+            if self.conns.is_empty() {
+                // Nothing to serve: wait for connection events.
+                if let Some(ev) = self.channel.next(Duration::from_millis(20))? {
+                    self.on_event(ev)?;
+                }
+            } else if round % 128 == 0 {
+                while let Some(ev) = self.channel.next(Duration::ZERO)? {
+                    self.on_event(ev)?;
+                }
+            }
+            if idle > 256 {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Messages echoed and connections accepted so far.
+    pub fn stats(&self) -> (u64, u64) {
+        (self.served, self.connections)
+    }
+}

@@ -1,0 +1,31 @@
+//! The real verbs fabric: rdma-core through bindgen bindings (see the root `build.rs`).
+//!
+//! - [`VerbsEndpoint`] / [`VerbsQp`]: the client side of the fabric contract
+//!   (`remora_core::fabric`) over RC queue pairs set up by rdma_cm.
+//! - [`Memnode`]: the memory node: a registered region with the region header at offset 0,
+//!   device memory (`ibv_alloc_dm`, or host memory where the NIC has none), an rdma_cm
+//!   listener and the echo service.
+//! - [`probe`]: finds a device and checks it is usable, so that the common failures (no
+//!   device, no permission, port down) get a one-line message naming what to check.
+//! - [`check`]: the conformance-suite harness against a running memory node.
+//!
+//! Local buffers are ordinary slices: WRITE/SEND payloads up to the inline limit go inside
+//! the work request; everything else is bounced through registered staging memory owned by
+//! the queue pair (see [`qp`]). Connection set-up uses only rdma_cm and its private data.
+pub mod arena;
+pub mod check;
+mod cm;
+pub mod device;
+pub mod endpoint;
+pub mod error;
+pub mod memnode;
+mod mr;
+pub mod qp;
+pub mod sys;
+pub mod wire;
+
+pub use device::{DeviceSummary, probe};
+pub use endpoint::{ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, revoke_key};
+pub use error::VerbsError;
+pub use memnode::{Memnode, MemnodeConfig};
+pub use qp::VerbsQp;

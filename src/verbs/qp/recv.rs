@@ -1,0 +1,135 @@
+//! The receive side: posted receive buffers, their completions (SEND payloads and
+//! WRITE_WITH_IMM immediates), and replenishment.
+use super::{RECV_LEN, RQ_DEPTH, VerbsQp};
+use crate::verbs::error::{FailedOp, wc_error};
+use crate::verbs::sys;
+use remora_core::fabric::{FabricError, Recv, RecvKind};
+use remora_layouts::GlobalAddr;
+use std::future::Future;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+impl VerbsQp {
+    pub(super) fn post_recv(&self, i: usize) -> Result<(), ()> {
+        let mut sge = sys::ibv_sge {
+            // SAFETY: buffer `i` of the receive arena (RQ_DEPTH buffers of RECV_LEN bytes).
+            addr: unsafe { self.recv_base.add(i * RECV_LEN) } as u64,
+            length: RECV_LEN as u32,
+            lkey: self.recv_lkey,
+        };
+        let mut wr = sys::ibv_recv_wr {
+            wr_id: i as u64,
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live queue pair; `wr` and `sge` are valid for the call (the provider
+        // copies them), and the buffer is registered and owned by this queue pair.
+        let rc = unsafe { sys::ibv_post_recv(self.qp, &mut wr, &mut bad) };
+        if rc == 0 { Ok(()) } else { Err(()) }
+    }
+
+    /// The next receive completion if one is there (see `QueuePair::try_recv`).
+    pub(super) fn poll_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        let mut wc = MaybeUninit::<sys::ibv_wc>::uninit();
+        // SAFETY: a live CQ and room for one completion.
+        let n = unsafe { sys::ibv_poll_cq(self.raw.recv_cq, 1, wc.as_mut_ptr()) };
+        if n < 0 {
+            self.broken.set(true);
+            return Err(FabricError::Unsupported {
+                what: "polling the receive completion queue failed",
+            });
+        }
+        if n == 0 {
+            return if self.broken.get() {
+                Err(FabricError::Flushed)
+            } else {
+                Ok(None)
+            };
+        }
+        // SAFETY: ibv_poll_cq returned 1, so the entry is initialized.
+        let wc = unsafe { wc.assume_init() };
+        if wc.status != sys::IBV_WC_SUCCESS {
+            self.broken.set(true);
+            self.counters.count_error();
+            return Err(wc_error(
+                wc.status,
+                FailedOp {
+                    wr: 0,
+                    addr: GlobalAddr::NULL,
+                    len: wc.byte_len as usize,
+                },
+                self.peer,
+            ));
+        }
+        let i = wc.wr_id as usize % RQ_DEPTH as usize;
+        let len = wc.byte_len as usize;
+        let r = if wc.opcode == sys::IBV_WC_RECV_RDMA_WITH_IMM {
+            // SAFETY: the union member the provider sets for completions with immediates.
+            let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+            self.counters.count_recv(0);
+            Ok(Some(Recv {
+                kind: RecvKind::WriteImm,
+                len: wc.byte_len,
+                imm: Some(imm),
+            }))
+        } else if len > buf.len() {
+            Err(FabricError::LocalLength {
+                wr: 0,
+                len,
+                max: buf.len(),
+            })
+        } else {
+            // SAFETY: the completion says the NIC is done with receive buffer `i`, which holds
+            // `len <= RECV_LEN` bytes; `buf` is a distinct slice with room for them.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.recv_base.add(i * RECV_LEN),
+                    buf.as_mut_ptr(),
+                    len,
+                )
+            };
+            self.counters.count_recv(len);
+            Ok(Some(Recv {
+                kind: RecvKind::Send,
+                len: wc.byte_len,
+                imm: None,
+            }))
+        };
+        if self.post_recv(i).is_err() {
+            self.broken.set(true);
+        }
+        r
+    }
+}
+
+/// The future of [`VerbsQp::recv`].
+pub struct RecvFuture<'q, 'a> {
+    qp: &'q VerbsQp,
+    buf: &'a mut [u8],
+}
+
+impl<'q, 'a> RecvFuture<'q, 'a> {
+    pub(super) fn new(qp: &'q VerbsQp, buf: &'a mut [u8]) -> Self {
+        RecvFuture { qp, buf }
+    }
+}
+
+impl Future for RecvFuture<'_, '_> {
+    type Output = Result<Recv, FabricError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match this.qp.poll_recv(this.buf) {
+            Ok(Some(r)) => Poll::Ready(Ok(r)),
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(None) => {
+                this.qp.progress();
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        }
+    }
+}
