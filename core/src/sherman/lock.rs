@@ -14,17 +14,34 @@ use crate::block_on::yield_now;
 use crate::fabric::{Op, QueuePair};
 use core::cell::RefCell;
 use remora_layouts::GlobalAddr;
-use std_alloc::collections::BTreeMap;
+use std_alloc::collections::{BTreeMap, BTreeSet};
 use std_alloc::vec::Vec;
 
+/// One global lock word as this handle sees it: a ticket queue (FIFO, so a coroutine that
+/// just released cannot barge ahead of the ones waiting), and whether this handle holds the
+/// global lock.
 #[derive(Default)]
 struct LocalLock {
-    /// A coroutine of this handle is in the critical section.
-    busy: bool,
-    /// This handle holds the global lock.
+    next: u64,
+    serving: u64,
     global: bool,
-    waiters: u32,
     handovers: u32,
+    /// Tickets whose coroutine gave up waiting; skipped when their turn comes.
+    abandoned: BTreeSet<u64>,
+}
+
+impl LocalLock {
+    /// Coroutines still waiting behind the current holder.
+    fn waiting(&self) -> u64 {
+        self.next - self.serving - 1 - self.abandoned.len() as u64
+    }
+    /// The turn passes to the next ticket still wanted.
+    fn pass_on(&mut self) {
+        self.serving += 1;
+        while self.abandoned.remove(&self.serving) {
+            self.serving += 1;
+        }
+    }
 }
 
 pub(super) struct Locks {
@@ -70,31 +87,28 @@ impl Locks {
         lock: GlobalAddr,
     ) -> Result<Got, ShermanError> {
         if self.hierarchical {
-            let mut queued = false;
+            let ticket = {
+                let mut t = self.table.borrow_mut();
+                let e = t.entry(lock).or_default();
+                e.next += 1;
+                e.next - 1
+            };
             let mut spins = 0u32;
             loop {
                 {
                     let mut t = self.table.borrow_mut();
-                    let e = t.entry(lock).or_default();
-                    if !e.busy {
-                        e.busy = true;
-                        if queued {
-                            e.waiters -= 1;
-                        }
+                    let e = t.get_mut(&lock).expect("entry made above");
+                    if e.serving == ticket {
                         if e.global {
                             return Ok(Got::HandedOver);
                         }
                         break;
                     }
-                    if !queued {
-                        e.waiters += 1;
-                        queued = true;
+                    spins += 1;
+                    if spins > self.retries {
+                        e.abandoned.insert(ticket);
+                        return Err(ShermanError::LockTimeout { lock });
                     }
-                }
-                spins += 1;
-                if spins > self.retries {
-                    self.forget(lock, queued);
-                    return Err(ShermanError::LockTimeout { lock });
                 }
                 yield_now().await;
             }
@@ -109,26 +123,21 @@ impl Locks {
                 }
                 Ok(_) => yield_now().await,
                 Err(e) => {
-                    self.forget(lock, false);
+                    self.give_up(lock);
                     return Err(e.into());
                 }
             }
         }
-        self.forget(lock, false);
+        self.give_up(lock);
         Err(ShermanError::LockTimeout { lock })
     }
 
-    fn forget(&self, lock: GlobalAddr, queued: bool) {
-        if !self.hierarchical {
-            return;
-        }
-        let mut t = self.table.borrow_mut();
-        if let Some(e) = t.get_mut(&lock) {
-            if queued {
-                e.waiters -= 1;
-            } else {
-                e.busy = false;
-            }
+    /// Our turn ends without the global lock: the next waiter tries.
+    fn give_up(&self, lock: GlobalAddr) {
+        if self.hierarchical
+            && let Some(e) = self.table.borrow_mut().get_mut(&lock)
+        {
+            e.pass_on();
         }
     }
 
@@ -143,12 +152,11 @@ impl Locks {
         let hand_over = self.hierarchical && {
             let mut t = self.table.borrow_mut();
             let e = t.entry(lock).or_default();
-            if e.waiters > 0 && e.handovers < self.cap {
+            if e.waiting() > 0 && e.handovers < self.cap {
                 e.handovers += 1;
                 true
             } else {
                 e.handovers = 0;
-                e.global = false;
                 false
             }
         };
@@ -179,10 +187,10 @@ impl Locks {
         if self.hierarchical
             && let Some(e) = self.table.borrow_mut().get_mut(&lock)
         {
-            e.busy = false;
-            if result.is_err() {
-                e.global = false;
-            }
+            // Handed over: the next waiter holds the global lock already. Otherwise it was
+            // released (or, on an error, is in an unknown state: the next holder CASes).
+            e.global = hand_over && result.is_ok();
+            e.pass_on();
         }
         result.map_err(Into::into)
     }

@@ -124,8 +124,9 @@ fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
     Ok(k)
 }
 
+/// Spreads page addresses over lock words (Fibonacci hashing: the high bits of the product).
 fn hash(a: GlobalAddr) -> u64 {
-    (a.raw() >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    (a.raw() >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
 }
 
 impl<'e, E: Endpoint> Sherman<'e, E> {

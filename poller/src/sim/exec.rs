@@ -47,6 +47,8 @@ pub struct Executor<'a> {
     wakers: Vec<Waker>,
     user: Vec<bool>,
     frozen: Vec<bool>,
+    /// Virtual time of each task's pending self-wake (see `run`).
+    foreign_due: Vec<Ps>,
     foreign: Arc<Mutex<Vec<u32>>>,
     pub user_live: usize,
 }
@@ -64,6 +66,7 @@ impl<'a> Executor<'a> {
             wakers: Vec::new(),
             user: Vec::new(),
             frozen: Vec::new(),
+            foreign_due: Vec::new(),
             foreign: Arc::new(Mutex::new(Vec::new())),
             user_live: 0,
         }
@@ -81,6 +84,7 @@ impl<'a> Executor<'a> {
             self.wakers.push(Waker::from(Arc::new(wk)));
             self.user.push(false);
             self.frozen.push(false);
+            self.foreign_due.push(0);
         }
         self.tasks[i] = Some(fut);
         self.user[i] = user;
@@ -173,6 +177,13 @@ impl<'a> Executor<'a> {
             };
             let at = wb.now + wb.tm.poll;
             for t in woken {
+                // One pending self-wake per task: a task whose coroutines all yield (a joined
+                // group of spinners) must not multiply its wake-ups within one instant.
+                let due = &mut self.foreign_due[t as usize];
+                if *due > wb.now {
+                    continue;
+                }
+                *due = at;
                 wb.schedule(at, Ev::Wake(t));
             }
             if until_done && self.user_live == 0 {
