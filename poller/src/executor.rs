@@ -47,6 +47,52 @@ pub fn run_coroutines_with<F: Future>(
         .collect()
 }
 
+/// A future that polls every future of `futures` in turn each time it is polled, and
+/// resolves to all their outputs in order once every one has. It is how one client thread's
+/// coroutines run as one task under another executor (the sim's).
+pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
+    let out = (0..futures.len()).map(|_| None).collect();
+    JoinAll {
+        futures: Box::into_pin(futures.into_boxed_slice()),
+        out,
+    }
+}
+
+pub struct JoinAll<F: Future> {
+    futures: Pin<Box<[F]>>,
+    out: Vec<Option<F::Output>>,
+}
+
+impl<F: Future> Future for JoinAll<F> {
+    type Output = Vec<F::Output>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<F::Output>> {
+        // SAFETY: JoinAll is not structurally pinned in `out` (plain data, moved freely); the
+        // futures stay in their own pinned allocation, which we never move.
+        let this = unsafe { self.get_unchecked_mut() };
+        let mut pending = false;
+        for (i, slot) in this.out.iter_mut().enumerate() {
+            if slot.is_some() {
+                continue;
+            }
+            // SAFETY: the boxed slice is pinned and never moved; we project to one element.
+            let fut = unsafe { this.futures.as_mut().map_unchecked_mut(|s| &mut s[i]) };
+            match fut.poll(cx) {
+                Poll::Ready(v) => *slot = Some(v),
+                Poll::Pending => pending = true,
+            }
+        }
+        if pending {
+            return Poll::Pending;
+        }
+        Poll::Ready(
+            this.out
+                .iter_mut()
+                .map(|v| v.take().expect("every future finished"))
+                .collect(),
+        )
+    }
+}
+
 /// Whether and where worker threads were pinned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pinning {
@@ -134,6 +180,19 @@ mod tests {
             *log.borrow(),
             vec![(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
         );
+    }
+
+    #[test]
+    fn join_all_runs_everything_to_completion_in_order() {
+        let futs: Vec<_> = (0..4u32)
+            .map(|i| async move {
+                for _ in 0..i {
+                    yield_now().await;
+                }
+                i * 2
+            })
+            .collect();
+        assert_eq!(run_coroutines(vec![join_all(futs)]), vec![vec![0, 2, 4, 6]]);
     }
 
     #[test]

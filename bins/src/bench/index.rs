@@ -1,0 +1,176 @@
+//! The indexes `remora bench` drives, behind one enum so a worker opens whichever was asked
+//! for and the phase code stays generic over `KvIndex`.
+use remora::core::Snapshot;
+use remora::core::fabric::{Endpoint, QueuePair};
+use remora::core::index::KvIndex;
+use remora::core::sherman::{Sherman, ShermanConfig};
+use remora::core::smart::{Smart, SmartConfig, SmartStats, Techniques};
+use serde::Serialize;
+
+/// Which index, configured.
+#[derive(Debug, Clone)]
+pub enum IndexCfg {
+    Smart {
+        cfg: SmartConfig,
+        t: Techniques,
+    },
+    /// `name`: "sherman", "fg+", or a breakdown step.
+    Sherman {
+        cfg: ShermanConfig,
+        name: &'static str,
+    },
+}
+
+impl IndexCfg {
+    pub fn index_name(&self) -> &'static str {
+        match self {
+            IndexCfg::Smart { .. } => "smart",
+            IndexCfg::Sherman { name, .. } => name,
+        }
+    }
+
+    /// The techniques that are on, for the table and the JSON record.
+    pub fn techniques(&self) -> String {
+        let on: Vec<&str> = match self {
+            IndexCfg::Smart { t, .. } => [
+                (t.lock_free_internal, "lock-free"),
+                (t.in_place_leaf, "in-place"),
+                (t.rear_lock, "rear-lock"),
+                (t.delegation, "delegation"),
+                (t.combining, "combining"),
+                (t.cache, "cache"),
+            ]
+            .iter()
+            .filter(|(b, _)| *b)
+            .map(|(_, n)| *n)
+            .collect(),
+            IndexCfg::Sherman { cfg, .. } => [
+                (cfg.onchip_locks, "on-chip"),
+                (cfg.hierarchical_locks, "hierarchical"),
+                (cfg.combine_commands, "combination"),
+                (cfg.two_level_versions, "two-level"),
+                (cfg.index_cache, "cache"),
+            ]
+            .iter()
+            .filter(|(b, _)| *b)
+            .map(|(_, n)| *n)
+            .collect(),
+        };
+        if on.is_empty() {
+            "baseline".into()
+        } else {
+            on.join("+")
+        }
+    }
+}
+
+/// Sherman's own figures.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ShermanSummary {
+    pub lock_handovers: u64,
+    pub splits: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+}
+
+/// Index counters at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub smart: SmartStats,
+    pub sherman: ShermanSummary,
+}
+
+/// One worker's handle on the index under test.
+pub enum Handle<'e, E: Endpoint> {
+    Smart(Smart<'e, E>),
+    Sherman(Sherman<'e, E>),
+}
+
+impl<'e, E: Endpoint> Handle<'e, E> {
+    /// Opens the index, creating it if it is not there yet (safe to race: creators agree).
+    pub async fn open(ep: &'e E, cfg: &IndexCfg) -> Result<Handle<'e, E>, String> {
+        Ok(match cfg {
+            IndexCfg::Smart { cfg, .. } => {
+                Handle::Smart(Smart::open(ep, *cfg).await.map_err(|e| e.to_string())?)
+            }
+            IndexCfg::Sherman { cfg, .. } => {
+                Handle::Sherman(Sherman::create(ep, *cfg).await.map_err(|e| e.to_string())?)
+            }
+        })
+    }
+
+    pub fn stats(&self) -> Stats {
+        match self {
+            Handle::Smart(s) => Stats {
+                smart: s.stats(),
+                ..Stats::default()
+            },
+            Handle::Sherman(s) => {
+                let (handovers, splits) = s.stats();
+                let (hits, misses, _) = s.cache_stats();
+                Stats {
+                    sherman: ShermanSummary {
+                        lock_handovers: handovers,
+                        splits,
+                        cache_hits: hits,
+                        cache_misses: misses,
+                    },
+                    ..Stats::default()
+                }
+            }
+        }
+    }
+}
+
+impl<E: Endpoint> KvIndex for Handle<'_, E> {
+    type Error = String;
+
+    async fn upsert(&self, key: &[u8], value: &[u8]) -> Result<(), String> {
+        match self {
+            Handle::Smart(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+            Handle::Sherman(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn update(&self, key: &[u8], value: &[u8]) -> Result<bool, String> {
+        match self {
+            Handle::Smart(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+            Handle::Sherman(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn get(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, String> {
+        match self {
+            Handle::Smart(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+            Handle::Sherman(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn delete(&self, key: &[u8]) -> Result<bool, String> {
+        match self {
+            Handle::Smart(s) => s.delete(key).await.map_err(|e| e.to_string()),
+            Handle::Sherman(s) => s.delete(key).await.map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, String> {
+        match self {
+            Handle::Smart(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+            Handle::Sherman(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Every queue pair's counters of an endpoint, summed.
+pub fn snapshot_of<E: Endpoint>(ep: &E) -> Snapshot {
+    ep.nodes()
+        .iter()
+        .filter_map(|&n| ep.qp(n).ok())
+        .map(|q| q.counters().snapshot())
+        .fold(Snapshot::default(), |a, b| a + b)
+}

@@ -1,0 +1,542 @@
+//! `remora bench`: the YCSB driver.
+//!
+//! Loads `--records` keys (YCSB LOAD), then runs the chosen workload for `--operations`
+//! operations or `--seconds` seconds. On `--fabric soft` every worker thread is one
+//! compute-node client with its own endpoint and index handle, running `--coroutines`
+//! coroutines; on `--fabric sim` the clients are `--compute-nodes x --clients-per-node`
+//! simulated client threads in virtual time. Any index implementing `KvIndex` plugs in
+//! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
+//! JSON record per phase.
+mod index;
+mod phase;
+mod sim;
+mod soft;
+mod ycsb;
+
+use crate::args::{FabricKind, SimArgs};
+use crate::report::write_json;
+use clap::{Args, ValueEnum};
+use index::IndexCfg;
+use indicatif::{ProgressBar, ProgressStyle};
+use phase::{BenchRecord, value_for};
+use remora::core::sherman::ShermanConfig;
+use remora::core::smart::{KeyMode, SmartConfig, Techniques};
+use remora::poller::clock::Clock;
+use std::collections::BTreeMap;
+use std::io::Write;
+use ycsb::{Distribution, KeyChooser, KeyType, Rng, Workload, key_of};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IndexKind {
+    /// SMART, the adaptive radix tree on disaggregated memory.
+    Smart,
+    /// Sherman, the write-optimized B+tree (8-byte integer keys).
+    Sherman,
+    /// FG+, Sherman's baseline: host-memory locks, whole-page write-back, index cache.
+    FgPlus,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    #[arg(long, value_enum, default_value = "smart")]
+    pub index: IndexKind,
+    #[arg(long, value_enum, default_value = "soft")]
+    pub fabric: FabricKind,
+    /// YCSB workload to run after loading (LOAD: only load).
+    #[arg(long, value_enum, default_value = "c")]
+    pub workload: Workload,
+    /// Request distribution (default: latest for D, zipfian otherwise).
+    #[arg(long, value_enum)]
+    pub distribution: Option<Distribution>,
+    /// Zipfian constant θ.
+    #[arg(long, default_value_t = 0.99)]
+    pub theta: f64,
+    #[arg(long, value_enum, default_value = "int")]
+    pub keys: KeyType,
+    /// Records loaded before the run.
+    #[arg(long, default_value_t = 100_000)]
+    pub records: u64,
+    /// Operations of the run phase (default: as many as records, unless --seconds).
+    #[arg(long)]
+    pub operations: Option<u64>,
+    /// Run for this many seconds instead of a fixed operation count.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 8)]
+    pub value_size: usize,
+    /// Longest scan of workload E (lengths uniform in 1..=max).
+    #[arg(long, default_value_t = 100)]
+    pub scan_max: usize,
+    /// Worker threads (compute-node clients), each with its own endpoint and index handle.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Coroutines per worker thread.
+    #[arg(long, default_value_t = 4)]
+    pub coroutines: usize,
+    /// A memnode control socket to use instead of an in-process memory node (soft).
+    #[arg(long)]
+    pub connect: Option<String>,
+    /// Region of the in-process memory node, in MiB.
+    #[arg(long, default_value_t = 2048)]
+    pub region_mib: u64,
+    /// Do not pin worker threads.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Write JSON records (one line per phase) here; `-` for stdout.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Also run YCSB-C on the same keys against an in-memory std BTreeMap on one core, and
+    /// print the throughput ratio.
+    #[arg(long)]
+    pub compare_btreemap: bool,
+    /// Run the factor analysis over LOAD, A, B, C, D and print one table: for SMART the ART
+    /// baseline then each technique added; for Sherman FG+ then each technique added.
+    #[arg(long)]
+    pub factors: bool,
+    /// With --factors: the workloads to run (default LOAD,A,B,C,D).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub workloads: Vec<Workload>,
+    #[command(flatten)]
+    pub smart: SmartFlags,
+    #[command(flatten)]
+    pub sherman: ShermanFlags,
+    #[command(flatten)]
+    pub sim: SimArgs,
+}
+
+/// SMART's run-time technique switches.
+#[derive(Debug, Clone, Args)]
+pub struct SmartFlags {
+    /// Start from the "ART on disaggregated memory" baseline (every technique off); the
+    /// `--with-*` flags then add techniques back.
+    #[arg(long)]
+    pub baseline: bool,
+    /// Lock-based internal nodes instead of lock-free ones.
+    #[arg(long)]
+    pub no_lock_free: bool,
+    /// Out-of-place leaves instead of in-place ones.
+    #[arg(long)]
+    pub no_in_place: bool,
+    /// Release the leaf lock with a separate WRITE.
+    #[arg(long)]
+    pub no_rear_lock: bool,
+    #[arg(long)]
+    pub no_delegation: bool,
+    #[arg(long)]
+    pub no_combining: bool,
+    #[arg(long)]
+    pub no_cache: bool,
+    /// With --baseline: add the named techniques (comma-separated: lock-free, in-place,
+    /// rear-lock, delegation, combining, cache).
+    #[arg(long, value_delimiter = ',')]
+    pub with: Vec<String>,
+    /// Radix cache capacity per client, in MiB.
+    #[arg(long, default_value_t = 64.0)]
+    pub cache_mib: f64,
+}
+
+impl SmartFlags {
+    pub fn techniques(&self) -> Result<Techniques, String> {
+        let mut t = if self.baseline {
+            Techniques::BASELINE
+        } else {
+            Techniques::SMART
+        };
+        for w in &self.with {
+            match w.as_str() {
+                "lock-free" => t.lock_free_internal = true,
+                "in-place" => t.in_place_leaf = true,
+                "rear-lock" => t.rear_lock = true,
+                "delegation" => t.delegation = true,
+                "combining" => t.combining = true,
+                "cache" => t.cache = true,
+                other => return Err(format!("--with: unknown technique `{other}`")),
+            }
+        }
+        t.lock_free_internal &= !self.no_lock_free;
+        t.in_place_leaf &= !self.no_in_place;
+        t.rear_lock &= !self.no_rear_lock;
+        t.delegation &= !self.no_delegation;
+        t.combining &= !self.no_combining;
+        t.cache &= !self.no_cache;
+        Ok(t)
+    }
+}
+
+/// Sherman's run-time technique switches (with `--index sherman`; `--index fg-plus` turns
+/// them all off but the cache).
+#[derive(Debug, Clone, Args)]
+pub struct ShermanFlags {
+    /// Global locks in host memory instead of NIC device memory.
+    #[arg(long)]
+    pub no_onchip: bool,
+    /// No local lock table / hand-over.
+    #[arg(long)]
+    pub no_hierarchical: bool,
+    /// Unlock in its own doorbell after the write-back.
+    #[arg(long)]
+    pub no_combination: bool,
+    /// Write back whole pages instead of single entries.
+    #[arg(long)]
+    pub no_two_level: bool,
+    /// Sherman page size in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub page_size: usize,
+}
+
+/// The index under test, from the flags.
+fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
+    match a.index {
+        IndexKind::Smart => {
+            let t = a.smart.techniques()?;
+            Ok(IndexCfg::Smart {
+                cfg: smart_config(a, t),
+                t,
+            })
+        }
+        IndexKind::Sherman | IndexKind::FgPlus => {
+            let base = if a.index == IndexKind::FgPlus {
+                ShermanConfig::fg_plus()
+            } else {
+                ShermanConfig::sherman()
+            };
+            let f = &a.sherman;
+            let cfg = ShermanConfig {
+                page_size: f.page_size,
+                value_size: a.value_size,
+                onchip_locks: base.onchip_locks && !f.no_onchip,
+                hierarchical_locks: base.hierarchical_locks && !f.no_hierarchical,
+                combine_commands: base.combine_commands && !f.no_combination,
+                two_level_versions: base.two_level_versions && !f.no_two_level,
+                index_cache: !a.smart.no_cache,
+                cache_bytes: (a.smart.cache_mib * (1 << 20) as f64) as usize,
+                ..base
+            };
+            Ok(IndexCfg::Sherman {
+                cfg,
+                name: if a.index == IndexKind::FgPlus {
+                    "fg+"
+                } else {
+                    "sherman"
+                },
+            })
+        }
+    }
+}
+
+fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
+    let mode = match a.keys {
+        KeyType::Int => KeyMode::Fixed(8),
+        KeyType::String => KeyMode::Variable,
+    };
+    let mut cfg = SmartConfig::new(t, mode, a.value_size);
+    cfg.cache_mib = a.smart.cache_mib;
+    cfg
+}
+
+pub(crate) fn progress(a: &BenchArgs, len: u64, what: String) -> ProgressBar {
+    if a.quiet {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template("{msg:>14} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    pb.set_message(what);
+    pb
+}
+
+fn print_table(rows: &[BenchRecord]) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6}  techniques",
+        "workload",
+        "phase",
+        "ops",
+        "Mops",
+        "p50 ns",
+        "p99 ns",
+        "p999 ns",
+        "RT/op",
+        "RD/op",
+        "verbs",
+        "B in/op",
+        "r-amp",
+        "w-amp"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:<8} {:<5} {:>9} {:>8.3} {:>9.0} {:>9.0} {:>9.0} {:>6.2} {:>6.2} {:>6.2} {:>8.1} {:>6.2} {:>6.2}  {}",
+            r.workload,
+            r.phase,
+            r.ops,
+            r.mops,
+            r.latency.p50_ns,
+            r.latency.p99_ns,
+            r.latency.p999_ns,
+            r.per_op.round_trips,
+            r.per_op.reads,
+            r.per_op.verbs,
+            r.per_op.bytes_in,
+            r.read_amplification,
+            r.write_amplification,
+            r.techniques
+        );
+    }
+    if let Some(r) = rows.first() {
+        for n in &r.notes {
+            let _ = writeln!(out, "note: {n}");
+        }
+    }
+}
+
+fn validate(a: &BenchArgs) -> Result<(), String> {
+    if a.threads == 0 || a.coroutines == 0 {
+        return Err("--threads and --coroutines must be at least 1".into());
+    }
+    if a.records == 0 {
+        return Err("--records must be at least 1".into());
+    }
+    if !(a.theta > 0.0 && a.theta < 1.0) {
+        return Err(format!("--theta must be in (0, 1), got {}", a.theta));
+    }
+    if a.value_size == 0 || a.value_size > 3000 {
+        return Err("--value-size must be 1..=3000".into());
+    }
+    if let Some(s) = a.seconds
+        && !(s.is_finite() && s > 0.0)
+    {
+        return Err("--seconds must be positive".into());
+    }
+    if a.index != IndexKind::Smart {
+        if a.keys != KeyType::Int {
+            return Err("Sherman keys are 8-byte integers: use --keys int".into());
+        }
+        if !a.value_size.is_multiple_of(8) || a.value_size > 256 {
+            return Err("Sherman values: --value-size a multiple of 8, at most 256".into());
+        }
+    }
+    Ok(())
+}
+
+/// YCSB-C on the same keys against a std BTreeMap on this thread: throughput in Mops.
+fn btreemap_c(a: &BenchArgs, ops: u64) -> f64 {
+    let mut map: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut key = [0u8; 32];
+    let mut val = vec![0u8; a.value_size];
+    for n in 0..a.records {
+        let kl = key_of(a.keys, n, &mut key);
+        value_for(n, a.value_size, &mut val);
+        map.insert(key[..kl].to_vec(), val.clone());
+    }
+    let mut rng = Rng::new(a.sim.seed);
+    let mut chooser = KeyChooser::new(
+        a.distribution.unwrap_or(Distribution::Zipfian),
+        a.records,
+        a.theta,
+    );
+    let clock = Clock::get();
+    let t0 = clock.now_ns();
+    let mut sum = 0u64;
+    for _ in 0..ops {
+        let n = chooser.next(&mut rng, a.records);
+        let kl = key_of(a.keys, n, &mut key);
+        if let Some(v) = map.get(&key[..kl]) {
+            sum += v[0] as u64;
+        }
+    }
+    let secs = (clock.now_ns() - t0) as f64 / 1e9;
+    std::hint::black_box(sum);
+    ops as f64 / secs / 1e6
+}
+
+/// (Mops, round trips per op, p50 ns) of one workload.
+type FactorCell = (f64, f64, f64);
+
+/// Runs LOAD and `workload` with `index` on the chosen fabric.
+fn run_phases(
+    a: &BenchArgs,
+    index: &IndexCfg,
+    workload: Workload,
+) -> Result<Vec<BenchRecord>, String> {
+    match a.fabric {
+        FabricKind::Soft => soft::run(a, index, workload),
+        FabricKind::Sim => sim::run(a, index, workload),
+        FabricKind::Verbs => {
+            Err("remora bench --fabric verbs is not in this build: use soft or sim".into())
+        }
+    }
+}
+
+/// The factor analysis: one technique added per row.
+fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> {
+    let mut steps = Vec::new();
+    match a.index {
+        IndexKind::Smart => {
+            let mut t = Techniques::BASELINE;
+            t.cache = true;
+            let names = [
+                "ART baseline (+cache)",
+                "+ lock-free internal",
+                "+ in-place leaf",
+                "+ rear lock",
+                "+ delegation",
+                "+ combining",
+            ];
+            for (i, name) in names.iter().enumerate() {
+                match i {
+                    1 => t.lock_free_internal = true,
+                    2 => t.in_place_leaf = true,
+                    3 => t.rear_lock = true,
+                    4 => t.delegation = true,
+                    5 => t.combining = true,
+                    _ => {}
+                }
+                steps.push((
+                    *name,
+                    IndexCfg::Smart {
+                        cfg: smart_config(a, t),
+                        t,
+                    },
+                ));
+            }
+        }
+        IndexKind::Sherman | IndexKind::FgPlus => {
+            let mut c = ShermanConfig {
+                page_size: a.sherman.page_size,
+                value_size: a.value_size,
+                ..ShermanConfig::fg_plus()
+            };
+            let names = [
+                "FG+",
+                "+ on-chip lock",
+                "+ hierarchical lock",
+                "+ combination",
+                "+ two-level version",
+            ];
+            for (i, name) in names.iter().enumerate() {
+                match i {
+                    1 => c.onchip_locks = true,
+                    2 => c.hierarchical_locks = true,
+                    3 => c.combine_commands = true,
+                    4 => c.two_level_versions = true,
+                    _ => {}
+                }
+                steps.push((*name, IndexCfg::Sherman { cfg: c, name }));
+            }
+        }
+    }
+    Ok(steps)
+}
+
+fn factors(a: &BenchArgs) -> Result<(), String> {
+    let steps = factor_steps(a)?;
+    let workloads = if a.workloads.is_empty() {
+        vec![
+            Workload::Load,
+            Workload::A,
+            Workload::B,
+            Workload::C,
+            Workload::D,
+        ]
+    } else {
+        a.workloads.clone()
+    };
+    let mut all = Vec::new();
+    let mut table: Vec<(String, Vec<FactorCell>)> = Vec::new();
+    for (name, cfg) in &steps {
+        let mut row = Vec::new();
+        for &w in &workloads {
+            let recs = run_phases(a, cfg, w)?;
+            let r = recs.last().cloned().ok_or("no record")?;
+            row.push((r.mops, r.per_op.round_trips, r.latency.p50_ns));
+            all.extend(recs);
+        }
+        table.push((name.to_string(), row));
+    }
+    let shape = match a.fabric {
+        FabricKind::Sim => format!(
+            "sim cluster {} compute nodes x {} clients x {} coroutines, {} memory nodes, seed {}",
+            a.sim.compute_nodes,
+            a.sim.clients_per_node,
+            a.coroutines,
+            a.sim.memory_nodes,
+            a.sim.seed
+        ),
+        _ => format!(
+            "soft fabric, {} threads x {} coroutines",
+            a.threads, a.coroutines
+        ),
+    };
+    println!(
+        "factor analysis, {:?}: {shape}; {} records, {:?} keys, {:?} θ={}",
+        a.index,
+        a.records,
+        a.keys,
+        a.distribution.unwrap_or(Distribution::Zipfian),
+        a.theta
+    );
+    print!("{:<24}", "configuration");
+    for w in &workloads {
+        print!(" {:>30}", format!("{} Mops (RT/op, p50/p99 µs)", w.name()));
+    }
+    println!();
+    for ((name, row), chunk) in table.iter().zip(all.chunks(2 * workloads.len().max(1))) {
+        print!("{name:<24}");
+        for (i, (m, rt, p50)) in row.iter().enumerate() {
+            let p99 = chunk
+                .get(2 * i + 1)
+                .map(|r| r.latency.p99_ns)
+                .unwrap_or(0.0);
+            print!(
+                " {:>30}",
+                format!("{m:.3} ({rt:.2}, {:.1}/{:.1})", p50 / 1e3, p99 / 1e3)
+            );
+        }
+        println!();
+    }
+    if let Some(p) = &a.json {
+        write_json(p, &all).map_err(|e| format!("writing {p}: {e}"))?;
+    }
+    Ok(())
+}
+
+pub fn run(a: &BenchArgs) -> Result<(), String> {
+    validate(a)?;
+    if a.factors {
+        return factors(a);
+    }
+    let index = index_cfg(a)?;
+    let mut recs = run_phases(a, &index, a.workload)?;
+    if a.compare_btreemap {
+        let ops = a.operations.unwrap_or(a.records).max(100_000);
+        let m = btreemap_c(a, ops);
+        if let Some(r) = recs.iter_mut().find(|r| r.phase == "run") {
+            r.notes.push(format!(
+                "std BTreeMap YCSB-C on one core, same keys and distribution: {m:.3} Mops; \
+                 this run / BTreeMap = {:.2}",
+                r.mops / m
+            ));
+        }
+    }
+    print_table(&recs);
+    for r in &recs {
+        if r.phase == "run" {
+            for n in r.notes.iter().filter(|n| n.contains("BTreeMap")) {
+                println!("note: {n}");
+            }
+        }
+    }
+    if let Some(p) = &a.json {
+        write_json(p, &recs).map_err(|e| format!("writing {p}: {e}"))?;
+    }
+    Ok(())
+}

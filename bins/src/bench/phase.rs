@@ -1,0 +1,477 @@
+//! One phase (LOAD or a YCSB workload) of one worker: its coroutines, their latencies and
+//! counts, and the JSON record made from all workers' results.
+use super::BenchArgs;
+use super::index::{ShermanSummary, Stats};
+use super::ycsb::{Distribution, KeyChooser, OpKind, Rng, Workload, key_of};
+use crate::report::{Latency, PerOp};
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+use remora::core::Snapshot;
+use remora::core::index::KvIndex;
+use remora::core::smart::SmartStats;
+use remora::poller::clock::Clock;
+use remora::poller::executor::join_all;
+use remora::poller::sim::ClientCtx;
+use serde::Serialize;
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Operation counts of a phase.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct OpCounts {
+    pub reads: u64,
+    pub updates: u64,
+    pub inserts: u64,
+    pub scans: u64,
+    /// Items returned by scans.
+    pub scanned: u64,
+    /// Reads of a key that was not found (D/E: a key being inserted concurrently).
+    pub misses: u64,
+}
+
+impl OpCounts {
+    pub fn add(&mut self, o: &OpCounts) {
+        self.reads += o.reads;
+        self.updates += o.updates;
+        self.inserts += o.inserts;
+        self.scans += o.scans;
+        self.scanned += o.scanned;
+        self.misses += o.misses;
+    }
+    pub fn total(&self) -> u64 {
+        self.reads + self.updates + self.inserts + self.scans
+    }
+}
+
+/// SMART's own figures for a phase (summed over clients).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct SmartSummary {
+    pub restarts: u64,
+    pub checksum_retries: u64,
+    pub lock_waits: u64,
+    pub cache_leaf_hits: u64,
+    pub cache_invalidations: u64,
+    pub delegated_reads: u64,
+    pub combined_writes: u64,
+    pub grows: u64,
+    pub prefix_splits: u64,
+    pub leaf_splits: u64,
+    pub cache_bytes: u64,
+}
+
+impl SmartSummary {
+    pub fn from_delta(a: &SmartStats, b: &SmartStats) -> SmartSummary {
+        SmartSummary {
+            restarts: b.restarts - a.restarts,
+            checksum_retries: b.checksum_retries - a.checksum_retries,
+            lock_waits: b.lock_waits - a.lock_waits,
+            cache_leaf_hits: b.cache_leaf_hits - a.cache_leaf_hits,
+            cache_invalidations: b.cache_invalidations - a.cache_invalidations,
+            delegated_reads: b.delegated_reads - a.delegated_reads,
+            combined_writes: b.combined_writes - a.combined_writes,
+            grows: b.grows - a.grows,
+            prefix_splits: b.prefix_splits - a.prefix_splits,
+            leaf_splits: b.leaf_splits - a.leaf_splits,
+            cache_bytes: b.cache_bytes,
+        }
+    }
+    pub fn add(&mut self, o: &SmartSummary) {
+        self.restarts += o.restarts;
+        self.checksum_retries += o.checksum_retries;
+        self.lock_waits += o.lock_waits;
+        self.cache_leaf_hits += o.cache_leaf_hits;
+        self.cache_invalidations += o.cache_invalidations;
+        self.delegated_reads += o.delegated_reads;
+        self.combined_writes += o.combined_writes;
+        self.grows += o.grows;
+        self.prefix_splits += o.prefix_splits;
+        self.leaf_splits += o.leaf_splits;
+        self.cache_bytes += o.cache_bytes;
+    }
+}
+
+/// One phase of one `remora bench` run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRecord {
+    pub tool: &'static str,
+    pub index: String,
+    pub fabric: String,
+    pub workload: String,
+    /// "load" or "run".
+    pub phase: &'static str,
+    pub distribution: String,
+    pub theta: f64,
+    pub key_type: String,
+    pub value_size: usize,
+    pub records: u64,
+    pub threads: usize,
+    pub coroutines: usize,
+    pub ops: u64,
+    pub op_counts: OpCounts,
+    /// Wall-clock seconds (soft) or virtual seconds (sim).
+    pub seconds: f64,
+    pub mops: f64,
+    pub mops_per_thread: f64,
+    pub latency: Latency,
+    pub per_op: PerOp,
+    /// Average key + value bytes of the keys used.
+    pub kv_bytes: f64,
+    /// Bytes read from remote memory per operation / (key + value bytes).
+    pub read_amplification: f64,
+    /// Bytes written to remote memory per update or insert / (key + value bytes).
+    pub write_amplification: f64,
+    pub techniques: String,
+    pub smart: SmartSummary,
+    pub sherman: ShermanSummary,
+    pub notes: Vec<String>,
+}
+
+/// What one worker measured in one phase.
+pub struct PhaseOut {
+    counts: OpCounts,
+    hist: Histogram<u64>,
+    snap: Snapshot,
+    start_ns: u64,
+    end_ns: u64,
+    smart: SmartSummary,
+    sherman: ShermanSummary,
+    key_bytes: u64,
+}
+
+/// Shared state of a phase.
+pub struct Phase<'a> {
+    pub workload: Workload,
+    pub dist: Distribution,
+    pub records: u64,
+    /// Operation budget (shared) or deadline.
+    pub budget: Option<u64>,
+    /// Deadline on the phase clock (0: none).
+    pub deadline_ns: AtomicU64,
+    pub issued: AtomicU64,
+    pub inserted: &'a AtomicU64,
+    pub next_load: AtomicU64,
+    pub stop: AtomicBool,
+    pub pb: ProgressBar,
+}
+
+impl<'a> Phase<'a> {
+    pub fn new(
+        workload: Workload,
+        dist: Distribution,
+        records: u64,
+        budget: Option<u64>,
+        inserted: &'a AtomicU64,
+        pb: ProgressBar,
+    ) -> Phase<'a> {
+        Phase {
+            workload,
+            dist,
+            records,
+            budget,
+            deadline_ns: AtomicU64::new(0),
+            issued: AtomicU64::new(0),
+            inserted,
+            next_load: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            pb,
+        }
+    }
+
+    /// LOAD and the run phase of `workload`, as the flags ask.
+    pub fn pair(
+        a: &BenchArgs,
+        workload: Workload,
+        inserted: &'a AtomicU64,
+    ) -> (Distribution, Phase<'a>, Phase<'a>) {
+        let dist = a.distribution.unwrap_or(if workload == Workload::D {
+            Distribution::Latest
+        } else {
+            Distribution::Zipfian
+        });
+        let load = Phase::new(
+            Workload::Load,
+            dist,
+            a.records,
+            None,
+            inserted,
+            super::progress(a, a.records, "LOAD".into()),
+        );
+        let ops = a.operations.unwrap_or(if a.seconds.is_some() {
+            u64::MAX
+        } else {
+            a.records
+        });
+        let run = Phase::new(
+            workload,
+            dist,
+            a.records,
+            (ops != u64::MAX).then_some(ops),
+            inserted,
+            super::progress(
+                a,
+                if ops == u64::MAX { 0 } else { ops },
+                format!("YCSB-{}", workload.name()),
+            ),
+        );
+        (dist, load, run)
+    }
+}
+
+pub fn value_for(n: u64, size: usize, out: &mut [u8]) {
+    let w = n.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes();
+    for (i, b) in out[..size].iter_mut().enumerate() {
+        *b = w[i % 8];
+    }
+}
+
+pub fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds are valid")
+}
+
+/// Where a phase's time comes from: the wall clock (soft), or the simulation's virtual
+/// clock as seen by one client (sim).
+pub enum Time<'c> {
+    Wall(Clock),
+    Virtual(&'c ClientCtx),
+}
+
+pub struct Ctx<'a> {
+    pub a: &'a BenchArgs,
+    pub time: Time<'a>,
+}
+
+impl Ctx<'_> {
+    pub fn now_ns(&self) -> u64 {
+        match &self.time {
+            Time::Wall(c) => c.now_ns(),
+            Time::Virtual(c) => c.now_ns(),
+        }
+    }
+}
+
+/// Runs one coroutine of a phase against `idx`.
+async fn coroutine<I: KvIndex>(
+    idx: &I,
+    ctx: &Ctx<'_>,
+    ph: &Phase<'_>,
+    seed: u64,
+    hist: &RefCell<Histogram<u64>>,
+    counts: &RefCell<OpCounts>,
+    key_bytes: &RefCell<u64>,
+) -> Result<(), String> {
+    let a = ctx.a;
+    let mut rng = Rng::new(seed);
+    let mut chooser = KeyChooser::new(ph.dist, ph.records, a.theta);
+    let mut key = [0u8; 32];
+    let mut val = vec![0u8; a.value_size];
+    let mut out = vec![0u8; a.value_size.max(8)];
+    let mix = ph.workload.mix();
+    let mut local = 0u64;
+    loop {
+        if ph.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        // Pick the operation and its key number.
+        let (op, n) = if ph.workload == Workload::Load {
+            let n = ph.next_load.fetch_add(1, Ordering::Relaxed);
+            if n >= ph.records {
+                break;
+            }
+            (OpKind::Insert, n)
+        } else {
+            if let Some(b) = ph.budget
+                && ph.issued.fetch_add(1, Ordering::Relaxed) >= b
+            {
+                break;
+            }
+            let d = ph.deadline_ns.load(Ordering::Relaxed);
+            if d != 0 && local.is_multiple_of(16) && ctx.now_ns() >= d {
+                ph.stop.store(true, Ordering::Relaxed);
+                break;
+            }
+            let r = rng.below(100) as u32;
+            let op = if r < mix[0] {
+                OpKind::Read
+            } else if r < mix[0] + mix[1] {
+                OpKind::Update
+            } else if r < mix[0] + mix[1] + mix[2] {
+                OpKind::Insert
+            } else {
+                OpKind::Scan
+            };
+            let existing = ph.records + ph.inserted.load(Ordering::Relaxed);
+            let n = match op {
+                OpKind::Insert => ph.records + ph.inserted.fetch_add(1, Ordering::Relaxed),
+                _ => chooser.next(&mut rng, existing),
+            };
+            (op, n)
+        };
+        let kl = key_of(a.keys, n, &mut key);
+        let k = &key[..kl];
+        let t0 = ctx.now_ns();
+        let mut c = OpCounts::default();
+        match op {
+            OpKind::Read => {
+                c.reads = 1;
+                match idx.get(k, &mut out).await.map_err(|e| e.to_string())? {
+                    Some(_) => {}
+                    None => c.misses = 1,
+                }
+            }
+            OpKind::Update => {
+                c.updates = 1;
+                value_for(n ^ t0, a.value_size, &mut val);
+                if !idx.update(k, &val).await.map_err(|e| e.to_string())? {
+                    c.misses = 1;
+                }
+            }
+            OpKind::Insert => {
+                c.inserts = 1;
+                value_for(n, a.value_size, &mut val);
+                idx.upsert(k, &val).await.map_err(|e| e.to_string())?;
+            }
+            OpKind::Scan => {
+                c.scans = 1;
+                let len = 1 + rng.below(a.scan_max.max(1) as u64) as usize;
+                c.scanned = idx
+                    .scan(k, len, &mut |_, _| {})
+                    .await
+                    .map_err(|e| e.to_string())? as u64;
+            }
+        }
+        let lat = ctx.now_ns().saturating_sub(t0).max(1);
+        let _ = hist.borrow_mut().record(lat);
+        counts.borrow_mut().add(&c);
+        *key_bytes.borrow_mut() += kl as u64;
+        local += 1;
+        if local.is_multiple_of(256) {
+            ph.pb.inc(256);
+        }
+    }
+    ph.pb.inc(local % 256);
+    Ok(())
+}
+
+/// Runs one phase of one worker: `coroutines` coroutines, joined into one future.
+pub async fn phase<I: KvIndex>(
+    idx: &I,
+    ctx: &Ctx<'_>,
+    ph: &Phase<'_>,
+    worker: usize,
+    snapshot: &dyn Fn() -> Snapshot,
+    stats: &dyn Fn() -> Stats,
+) -> Result<PhaseOut, String> {
+    let hist = RefCell::new(new_hist());
+    let counts = RefCell::new(OpCounts::default());
+    let key_bytes = RefCell::new(0u64);
+    let s0 = snapshot();
+    let st0 = stats();
+    let start_ns = ctx.now_ns();
+    let phase_salt = ph.workload as u64 * 0x1000_0000;
+    let coros: Vec<_> = (0..ctx.a.coroutines)
+        .map(|c| {
+            let seed = ctx.a.sim.seed ^ phase_salt ^ ((worker * 4096 + c) as u64 + 1);
+            coroutine(idx, ctx, ph, seed, &hist, &counts, &key_bytes)
+        })
+        .collect();
+    let results = join_all(coros).await;
+    let end_ns = ctx.now_ns();
+    for r in results {
+        r?;
+    }
+    let st1 = stats();
+    let sh = |f: fn(&ShermanSummary) -> u64| f(&st1.sherman) - f(&st0.sherman);
+    Ok(PhaseOut {
+        counts: counts.into_inner(),
+        hist: hist.into_inner(),
+        snap: snapshot() - s0,
+        start_ns,
+        end_ns,
+        smart: SmartSummary::from_delta(&st0.smart, &st1.smart),
+        sherman: ShermanSummary {
+            lock_handovers: sh(|s| s.lock_handovers),
+            splits: sh(|s| s.splits),
+            cache_hits: sh(|s| s.cache_hits),
+            cache_misses: sh(|s| s.cache_misses),
+        },
+        key_bytes: key_bytes.into_inner(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    a: &BenchArgs,
+    index: &super::index::IndexCfg,
+    workload: Workload,
+    phase: &'static str,
+    dist: Distribution,
+    outs: &[PhaseOut],
+    fabric: &str,
+    notes: Vec<String>,
+) -> BenchRecord {
+    let mut hist = new_hist();
+    let mut counts = OpCounts::default();
+    let mut snap = Snapshot::default();
+    let mut smart = SmartSummary::default();
+    let mut sherman = ShermanSummary::default();
+    let mut key_bytes = 0u64;
+    let start = outs.iter().map(|o| o.start_ns).min().unwrap_or(0);
+    let end = outs.iter().map(|o| o.end_ns).max().unwrap_or(0);
+    for o in outs {
+        let _ = hist.add(&o.hist);
+        counts.add(&o.counts);
+        snap = snap + o.snap;
+        smart.add(&o.smart);
+        sherman.lock_handovers += o.sherman.lock_handovers;
+        sherman.splits += o.sherman.splits;
+        sherman.cache_hits += o.sherman.cache_hits;
+        sherman.cache_misses += o.sherman.cache_misses;
+        key_bytes += o.key_bytes;
+    }
+    let ops = counts.total();
+    let seconds = end.saturating_sub(start) as f64 / 1e9;
+    let mops = if seconds > 0.0 {
+        ops as f64 / seconds / 1e6
+    } else {
+        0.0
+    };
+    let kv = if ops > 0 {
+        key_bytes as f64 / ops as f64
+    } else {
+        0.0
+    } + a.value_size as f64;
+    let per_op = PerOp::new(&snap, ops);
+    let writes = counts.updates + counts.inserts;
+    BenchRecord {
+        tool: "bench",
+        index: index.index_name().into(),
+        fabric: fabric.into(),
+        workload: workload.name().into(),
+        phase,
+        distribution: format!("{dist:?}").to_lowercase(),
+        theta: a.theta,
+        key_type: format!("{:?}", a.keys).to_lowercase(),
+        value_size: a.value_size,
+        records: a.records,
+        threads: a.threads,
+        coroutines: a.coroutines,
+        ops,
+        op_counts: counts,
+        seconds,
+        mops,
+        mops_per_thread: mops / a.threads.max(1) as f64,
+        latency: Latency::from_hist(&hist),
+        per_op,
+        kv_bytes: kv,
+        read_amplification: if kv > 0.0 { per_op.bytes_in / kv } else { 0.0 },
+        write_amplification: if writes > 0 && kv > 0.0 {
+            snap.bytes_out as f64 / writes as f64 / kv
+        } else {
+            0.0
+        },
+        techniques: index.techniques(),
+        smart,
+        sherman,
+        notes,
+    }
+}

@@ -1,0 +1,180 @@
+//! `remora bench --fabric sim`: the YCSB run on the simulated cluster, in virtual time.
+//!
+//! Every client thread (`--compute-nodes x --clients-per-node`) is one task of the sim,
+//! holding its own index handle and running `--coroutines` coroutines joined; all clients
+//! load together, meet at a barrier, then run the workload. Throughput and latency are in
+//! virtual time, so they are the model's figures, reproducible by seed.
+use super::BenchArgs;
+use super::index::{Handle, IndexCfg, snapshot_of};
+use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
+use super::ycsb::Workload;
+use crate::perf_sim::model_from;
+use remora::poller::sim::{ClientCtx, Sim, SimConfig};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+type ClientResult = Result<(PhaseOut, Option<PhaseOut>), String>;
+
+/// One client thread: open, load, barrier, run.
+#[allow(clippy::too_many_arguments)]
+async fn client(
+    a: &BenchArgs,
+    index: &IndexCfg,
+    ctx: &ClientCtx,
+    w: usize,
+    load: &Phase<'_>,
+    run: &Phase<'_>,
+    arrived: &Cell<usize>,
+    clients: usize,
+) -> ClientResult {
+    let stop_all = |e: String| {
+        load.stop.store(true, Ordering::Relaxed);
+        run.stop.store(true, Ordering::Relaxed);
+        e
+    };
+    let idx = match Handle::open(ctx.ep(), index).await {
+        Ok(i) => i,
+        Err(e) => {
+            arrived.set(arrived.get() + 1);
+            return Err(stop_all(e));
+        }
+    };
+    let tctx = Ctx {
+        a,
+        time: Time::Virtual(ctx),
+    };
+    let snap = || snapshot_of(ctx.ep());
+    let stats = || idx.stats();
+    let l = phase(&idx, &tctx, load, w, &snap, &stats).await;
+    arrived.set(arrived.get() + 1);
+    let l = l.map_err(stop_all)?;
+    if run.workload == Workload::Load {
+        return Ok((l, None));
+    }
+    while arrived.get() < clients && !run.stop.load(Ordering::Relaxed) {
+        ctx.sleep(1_000).await;
+    }
+    if let Some(s) = a.seconds {
+        let end = ctx.now_ns() + (s * 1e9) as u64;
+        let _ = run
+            .deadline_ns
+            .compare_exchange(0, end, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    let r = phase(&idx, &tctx, run, w, &snap, &stats)
+        .await
+        .map_err(stop_all)?;
+    Ok((l, Some(r)))
+}
+
+pub fn run(
+    a: &BenchArgs,
+    index: &IndexCfg,
+    workload: Workload,
+) -> Result<Vec<BenchRecord>, String> {
+    let s = &a.sim;
+    if s.compute_nodes == 0 || s.clients_per_node == 0 || s.memory_nodes == 0 {
+        return Err(
+            "--compute-nodes, --clients-per-node and --memory-nodes must be at least 1".into(),
+        );
+    }
+    let clients = s.compute_nodes * s.clients_per_node;
+    let model = model_from(s)?;
+    let cfg = SimConfig {
+        compute_nodes: s.compute_nodes,
+        memory_nodes: s.memory_nodes,
+        region_len: a.region_mib << 20,
+        model: model.clone(),
+        seed: s.seed,
+        ..SimConfig::default()
+    };
+    let inserted = AtomicU64::new(0);
+    let (dist, load, run) = Phase::pair(a, workload, &inserted);
+    let arrived = Cell::new(0usize);
+    let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
+    let created: RefCell<Option<String>> = RefCell::new(None);
+    let wall = Instant::now();
+    let mut sim = Sim::new(cfg).map_err(|e| e.0)?;
+    // The first client creates the index before the others open it.
+    let first = sim.client(0).map_err(|e| e.0)?;
+    sim.spawn_with(&first, 0, |ctx| {
+        let created = &created;
+        async move {
+            if let Err(e) = Handle::open(ctx.ep(), index).await {
+                *created.borrow_mut() = Some(e);
+            }
+        }
+    });
+    let r = sim.run();
+    if let Some(e) = created.borrow().as_ref() {
+        return Err(format!(
+            "creating the index on the sim (seed {}): {e}",
+            r.seed
+        ));
+    }
+    for node in 0..s.compute_nodes {
+        for c in 0..s.clients_per_node {
+            let w = node * s.clients_per_node + c;
+            let base = sim.client(node).map_err(|e| e.0)?;
+            let (load, run, arrived, results) = (&load, &run, &arrived, &results);
+            sim.spawn_with(&base, 0, move |ctx| async move {
+                let r = client(a, index, &ctx, w, load, run, arrived, clients).await;
+                results.borrow_mut().push(r);
+            });
+        }
+    }
+    let report = sim.run();
+    load.pb.finish_and_clear();
+    run.pb.finish_and_clear();
+    let stats = sim.stats();
+    drop(sim);
+    if report.unfinished > 0 {
+        return Err(format!(
+            "{} sim clients never finished (seed {}): the index stalled in virtual time",
+            report.unfinished, report.seed
+        ));
+    }
+    let mut loads = Vec::new();
+    let mut runs = Vec::new();
+    for r in results.into_inner() {
+        let (l, r) = r.map_err(|e| format!("seed {}: {e}", report.seed))?;
+        loads.push(l);
+        runs.extend(r);
+    }
+    eprintln!(
+        "sim: {:.3} virtual s in {:.2} wall s ({:?})",
+        report.now_ns as f64 / 1e9,
+        wall.elapsed().as_secs_f64(),
+        stats
+    );
+    let notes = vec![
+        format!("seed {} (same seed, same figures)", s.seed),
+        format!(
+            "{} compute nodes x {} clients x {} coroutines, {} memory node(s)",
+            s.compute_nodes, s.clients_per_node, a.coroutines, s.memory_nodes
+        ),
+        model.summary(),
+        "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
+    ];
+    let threads = clients;
+    let shaped = BenchArgs {
+        threads,
+        ..a.clone()
+    };
+    let mut out = vec![record(
+        &shaped,
+        index,
+        Workload::Load,
+        "load",
+        dist,
+        &loads,
+        "sim",
+        notes.clone(),
+    )];
+    if !runs.is_empty() {
+        out.push(record(
+            &shaped, index, workload, "run", dist, &runs, "sim", notes,
+        ));
+    }
+    Ok(out)
+}

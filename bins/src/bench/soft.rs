@@ -1,0 +1,172 @@
+//! `remora bench --fabric soft`: worker threads pinned to cores, each one compute-node client.
+use super::BenchArgs;
+use super::index::{Handle, IndexCfg, snapshot_of};
+use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
+use super::ycsb::Workload;
+use remora::core::block_on::block_on;
+use remora::poller::clock::Clock;
+use remora::poller::executor::{run_coroutines, run_workers};
+use remora::poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode, control};
+use std::path::PathBuf;
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Waits at a barrier a fixed number of times in all, the rest when dropped early.
+struct BarrierGuard<'a> {
+    barrier: &'a Barrier,
+    left: std::cell::Cell<usize>,
+}
+
+impl BarrierGuard<'_> {
+    /// Waits once; true for the barrier's leader.
+    fn wait(&self) -> bool {
+        self.left.set(self.left.get().saturating_sub(1));
+        self.barrier.wait().is_leader()
+    }
+}
+
+impl Drop for BarrierGuard<'_> {
+    fn drop(&mut self) {
+        while self.left.get() > 0 {
+            self.wait();
+        }
+    }
+}
+
+/// How the soft fabric is reached.
+enum Target {
+    Local(std::sync::Arc<SoftMemoryNode>),
+    Remote(PathBuf),
+}
+
+impl Target {
+    fn endpoint(&self) -> Result<SoftEndpoint, String> {
+        match self {
+            Target::Local(n) => n.endpoint().map_err(|e| e.to_string()),
+            Target::Remote(p) => {
+                control::connect_all(std::slice::from_ref(p)).map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// Runs LOAD (and the workload) on the soft fabric with techniques `t`.
+pub fn run(
+    a: &BenchArgs,
+    index: &IndexCfg,
+    workload: Workload,
+) -> Result<Vec<BenchRecord>, String> {
+    let (target, mut notes) = match &a.connect {
+        Some(p) => {
+            let path = PathBuf::from(p);
+            let info = control::info(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            (
+                Target::Remote(path.clone()),
+                vec![format!(
+                    "memnode {} at {} ({} MiB region); the tree persists there between runs",
+                    info.node_id,
+                    path.display(),
+                    info.region_len >> 20
+                )],
+            )
+        }
+        None => {
+            let node = SoftMemoryNode::create(NodeConfig {
+                region_len: a.region_mib << 20,
+                ..NodeConfig::default()
+            })
+            .map_err(|e| format!("creating the memory node: {e}"))?;
+            let pages = node.pages();
+            (
+                Target::Local(node),
+                vec![format!(
+                    "in-process memory node: {} MiB region on {pages}",
+                    a.region_mib
+                )],
+            )
+        }
+    };
+    let _server = match &target {
+        Target::Local(n) => Some(n.spawn_server()),
+        Target::Remote(_) => None,
+    };
+    let clock = Clock::get();
+    let inserted = AtomicU64::new(0);
+    let (dist, load, run) = Phase::pair(a, workload, &inserted);
+    let barrier = Barrier::new(a.threads);
+    let (results, pinning) = run_workers(
+        a.threads,
+        !a.no_pin,
+        |w| -> Result<(PhaseOut, Option<PhaseOut>), String> {
+            // Every worker passes every barrier, even after an error (the guard does the rest
+            // on the way out), and an error stops the other workers' phases.
+            let sync = BarrierGuard {
+                barrier: &barrier,
+                left: std::cell::Cell::new(if workload == Workload::Load { 1 } else { 3 }),
+            };
+            let stop_all = |e: String| {
+                load.stop.store(true, Ordering::SeqCst);
+                run.stop.store(true, Ordering::SeqCst);
+                e
+            };
+            let ep = target.endpoint().map_err(stop_all)?;
+            let idx = block_on(Handle::open(&ep, index)).map_err(stop_all)?;
+            let ctx = Ctx {
+                a,
+                time: Time::Wall(clock),
+            };
+            let snap = || snapshot_of(&ep);
+            let stats = || idx.stats();
+            sync.wait();
+            let l = one(phase(&idx, &ctx, &load, w, &snap, &stats)).map_err(stop_all)?;
+            if workload == Workload::Load {
+                return Ok((l, None));
+            }
+            if sync.wait()
+                && let Some(s) = a.seconds
+            {
+                run.deadline_ns
+                    .store(clock.now_ns() + (s * 1e9) as u64, Ordering::SeqCst);
+            }
+            sync.wait();
+            let r = one(phase(&idx, &ctx, &run, w, &snap, &stats)).map_err(stop_all)?;
+            Ok((l, Some(r)))
+        },
+    );
+    load.pb.finish_and_clear();
+    run.pb.finish_and_clear();
+    notes.push(pinning.to_string());
+    notes.push(format!("clock: {}", clock.source()));
+    let mut loads = Vec::new();
+    let mut runs = Vec::new();
+    for r in results {
+        let (l, r) = r?;
+        loads.push(l);
+        if let Some(r) = r {
+            runs.push(r);
+        }
+    }
+    let mut out = vec![record(
+        a,
+        index,
+        Workload::Load,
+        "load",
+        dist,
+        &loads,
+        "soft",
+        notes.clone(),
+    )];
+    if !runs.is_empty() {
+        out.push(record(
+            a, index, workload, "run", dist, &runs, "soft", notes,
+        ));
+    }
+    Ok(out)
+}
+
+/// Runs one future on this worker thread's busy-poll executor.
+fn one<F: std::future::Future>(f: F) -> F::Output {
+    run_coroutines(vec![f])
+        .pop()
+        .expect("one future, one output")
+}
