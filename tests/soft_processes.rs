@@ -111,6 +111,11 @@ fn child_entry() {
                 }
             }
         }
+        "smart" => {
+            let me: u64 = std::env::var("REMORA_ME").unwrap().parse().unwrap();
+            let ep = control::connect_all(&[path]).unwrap();
+            smart_history(&ep, me);
+        }
         "sherman" => {
             let me: u64 = std::env::var("REMORA_ME").unwrap().parse().unwrap();
             let ep = control::connect_all(&[path]).unwrap();
@@ -140,6 +145,54 @@ fn sherman_history(ep: &remora::poller::soft::SoftEndpoint, me: u64) {
         };
         client_history(&t, &h).await.unwrap();
     });
+}
+
+fn smart_config() -> remora::core::smart::SmartConfig {
+    use remora::core::smart::{KeyMode, SmartConfig, Techniques};
+    SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8)
+}
+
+/// One client's share of the two-process SMART history (`remora::core::kvcheck`).
+fn smart_history(ep: &remora::poller::soft::SoftEndpoint, me: u64) {
+    use remora::core::kvcheck::{History, client_history};
+    use remora::core::smart::Smart;
+    block_on(async {
+        let t = Smart::open(ep, smart_config()).await.unwrap();
+        let h = History {
+            client: me,
+            ops: 3000,
+            range: 500,
+            hot: 4,
+            seed: 11,
+            value_size: 8,
+        };
+        client_history(&t, &h).await.unwrap();
+    });
+}
+
+#[test]
+fn smart_across_two_client_processes_agrees_with_its_oracles() {
+    let path = sock("smart");
+    let node = SoftMemoryNode::create(NodeConfig {
+        region_len: 64 << 20,
+        chunk_size: 256 << 10,
+        ..small_node()
+    })
+    .unwrap();
+    let _l = control::listen(&node, &path).unwrap();
+    let ep = node.endpoint().unwrap();
+    block_on(remora::core::smart::Smart::open(&ep, smart_config())).unwrap();
+    let sock_env = ("REMORA_SOCK", path.display().to_string());
+    let mut kids = [
+        spawn("smart", &[sock_env.clone(), ("REMORA_ME", "1".into())]),
+        spawn("smart", &[sock_env, ("REMORA_ME", "2".into())]),
+    ];
+    for k in &mut kids {
+        assert!(
+            k.0.wait().unwrap().success(),
+            "a SMART client process failed"
+        );
+    }
 }
 
 #[test]

@@ -418,7 +418,10 @@ fn a_corrupt_page_is_reported() {
         // the root slot points at the descriptor; its second word is the root page
         let mut d = [0u8; 8];
         qp.read(
-            GlobalAddr::new(0, remora_layouts::region::root_offset(1)),
+            GlobalAddr::new(
+                0,
+                remora_layouts::region::root_offset(ShermanConfig::sherman().root_slot),
+            ),
             &mut d,
         )
         .await

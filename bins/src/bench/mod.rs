@@ -93,6 +93,9 @@ pub struct BenchArgs {
     /// print the throughput ratio.
     #[arg(long)]
     pub compare_btreemap: bool,
+    /// Also run YCSB-C on the same keys against congee, an in-memory ART, on one core.
+    #[arg(long)]
+    pub compare_art: bool,
     /// Run the factor analysis over LOAD, A, B, C, D and print one table: for SMART the ART
     /// baseline then each technique added; for Sherman FG+ then each technique added.
     #[arg(long)]
@@ -327,15 +330,18 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// YCSB-C on the same keys against a std BTreeMap on this thread: throughput in Mops.
-fn btreemap_c(a: &BenchArgs, ops: u64) -> f64 {
-    let mut map: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+/// YCSB-C on the same keys and distribution against an in-memory map on this thread:
+/// `insert(key, n)` loads it, `get(key)` reads; throughput in Mops.
+fn in_memory_c(
+    a: &BenchArgs,
+    ops: u64,
+    insert: &mut dyn FnMut(&[u8], u64),
+    get: &dyn Fn(&[u8]) -> u64,
+) -> f64 {
     let mut key = [0u8; 32];
-    let mut val = vec![0u8; a.value_size];
     for n in 0..a.records {
         let kl = key_of(a.keys, n, &mut key);
-        value_for(n, a.value_size, &mut val);
-        map.insert(key[..kl].to_vec(), val.clone());
+        insert(&key[..kl], n);
     }
     let mut rng = Rng::new(a.sim.seed);
     let mut chooser = KeyChooser::new(
@@ -349,13 +355,44 @@ fn btreemap_c(a: &BenchArgs, ops: u64) -> f64 {
     for _ in 0..ops {
         let n = chooser.next(&mut rng, a.records);
         let kl = key_of(a.keys, n, &mut key);
-        if let Some(v) = map.get(&key[..kl]) {
-            sum += v[0] as u64;
-        }
+        sum = sum.wrapping_add(get(&key[..kl]));
     }
     let secs = (clock.now_ns() - t0) as f64 / 1e9;
     std::hint::black_box(sum);
     ops as f64 / secs / 1e6
+}
+
+/// std BTreeMap (values of `--value-size` bytes).
+fn btreemap_c(a: &BenchArgs, ops: u64) -> f64 {
+    let map = std::cell::RefCell::new(BTreeMap::<Vec<u8>, Vec<u8>>::new());
+    let mut val = vec![0u8; a.value_size];
+    in_memory_c(
+        a,
+        ops,
+        &mut |k, n| {
+            value_for(n, a.value_size, &mut val);
+            map.borrow_mut().insert(k.to_vec(), val.clone());
+        },
+        &|k| map.borrow().get(k).map_or(0, |v| v[0] as u64),
+    )
+}
+
+/// congee, an in-memory concurrent ART (8-byte integer keys, usize values).
+fn art_c(a: &BenchArgs, ops: u64) -> Result<f64, String> {
+    if a.keys != KeyType::Int {
+        return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
+    }
+    let art: congee::Congee<usize, usize> = congee::Congee::default();
+    let guard = art.pin();
+    let k64 = |k: &[u8]| u64::from_be_bytes(k.try_into().unwrap_or([0; 8])) as usize;
+    Ok(in_memory_c(
+        a,
+        ops,
+        &mut |k, n| {
+            let _ = art.insert(k64(k), n as usize, &guard);
+        },
+        &|k| art.get(&k64(k), &guard).unwrap_or(0) as u64,
+    ))
 }
 
 /// (Mops, round trips per op, p50 ns) of one workload.
@@ -516,13 +553,18 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     }
     let index = index_cfg(a)?;
     let mut recs = run_phases(a, &index, a.workload)?;
+    let ops = a.operations.unwrap_or(a.records).max(100_000);
+    let mut baselines = Vec::new();
     if a.compare_btreemap {
-        let ops = a.operations.unwrap_or(a.records).max(100_000);
-        let m = btreemap_c(a, ops);
-        if let Some(r) = recs.iter_mut().find(|r| r.phase == "run") {
+        baselines.push(("std BTreeMap", btreemap_c(a, ops)));
+    }
+    if a.compare_art {
+        baselines.push(("congee (in-memory ART)", art_c(a, ops)?));
+    }
+    if let Some(r) = recs.iter_mut().find(|r| r.phase == "run") {
+        for (name, m) in baselines {
             r.notes.push(format!(
-                "std BTreeMap YCSB-C on one core, same keys and distribution: {m:.3} Mops; \
-                 this run / BTreeMap = {:.2}",
+                "{name} YCSB-C on one core, same keys and distribution: {m:.3} Mops; this run / {name} = {:.2}",
                 r.mops / m
             ));
         }
@@ -530,7 +572,7 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     print_table(&recs);
     for r in &recs {
         if r.phase == "run" {
-            for n in r.notes.iter().filter(|n| n.contains("BTreeMap")) {
+            for n in r.notes.iter().filter(|n| n.contains("YCSB-C on one core")) {
                 println!("note: {n}");
             }
         }

@@ -70,7 +70,8 @@ impl ShermanConfig {
             two_level_versions: true,
             index_cache: true,
             cache_bytes: 64 << 20,
-            root_slot: 1,
+            // SMART publishes in slot 1: both trees can share a memory node.
+            root_slot: 2,
             read_retries: 10_000,
             lock_retries: 1_000_000,
         }
