@@ -401,17 +401,19 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         Ok(())
     }
 
-    /// Walks from the root to the page at `level` covering `key`; `buf` holds it after.
-    async fn descend(
+    /// Walks from the root to the page covering `key` at `level`, or (`None`) to the leaf
+    /// covering it, whose address is returned without reading the leaf itself (unless the
+    /// root is that leaf). Level-1 pages passed on the way refresh the index cache.
+    async fn walk(
         &self,
         key: u64,
-        level: u8,
+        level: Option<u8>,
         buf: &mut [u8],
-    ) -> Result<(GlobalAddr, PageHeader), ShermanError> {
+    ) -> Result<GlobalAddr, ShermanError> {
         let mut addr = self.root.get();
         for _ in 0..MAX_HOPS {
             let h = self.read_page(addr, buf).await?;
-            if h.level() < level || key < h.low_fence {
+            if level.is_some_and(|l| h.level() < l) || key < h.low_fence {
                 // The root we know is below the level we need, or we went wrong: reload it.
                 self.refresh_root().await?;
                 addr = self.root.get();
@@ -427,8 +429,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 }
                 continue;
             }
-            if h.level() == level {
-                return Ok((addr, h));
+            if level == Some(h.level()) || (level.is_none() && h.is_leaf()) {
+                return Ok(addr);
             }
             if h.level() == 1 {
                 self.cache.borrow_mut().insert(&h, buf);
@@ -445,44 +447,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         })
     }
 
-    /// The leaf for `key`: from the index cache, else by descending.
+    /// The leaf for `key`: from the index cache, else by walking down.
     async fn locate(&self, key: u64, buf: &mut [u8]) -> Result<GlobalAddr, ShermanError> {
         if let Some(a) = self.cache.borrow_mut().leaf_for(key, &self.g) {
             return Ok(a);
         }
-        let mut addr = self.root.get();
-        for _ in 0..MAX_HOPS {
-            let h = self.read_page(addr, buf).await?;
-            if key < h.low_fence {
-                self.refresh_root().await?;
-                addr = self.root.get();
-                continue;
-            }
-            if key >= h.high_fence {
-                addr = GlobalAddr::from_raw(h.sibling);
-                if addr.is_null() {
-                    return Err(ShermanError::Retries {
-                        what: "rightmost page does not cover the key",
-                    });
-                }
-                continue;
-            }
-            if h.is_leaf() {
-                return Ok(addr);
-            }
-            if h.level() == 1 {
-                self.cache.borrow_mut().insert(&h, buf);
-            }
-            addr = child_for(buf, &self.g, &h, key).ok_or(ShermanError::Corrupt {
-                addr,
-                why: remora_layouts::LayoutError::Inconsistent {
-                    what: "internal page without child",
-                },
-            })?;
-        }
-        Err(ShermanError::Retries {
-            what: "descent did not settle",
-        })
+        self.walk(key, None, buf).await
     }
 
     async fn lookup(&self, key: u64, out: &mut [u8]) -> Result<Option<usize>, ShermanError> {
@@ -842,7 +812,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let r = async {
             let mut hops = 0u32;
             'levels: loop {
-                let (mut addr, _) = self.descend(sep, level, &mut buf).await?;
+                let mut addr = self.walk(sep, Some(level), &mut buf).await?;
                 loop {
                     hops += 1;
                     if hops > MAX_HOPS {
