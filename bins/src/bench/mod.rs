@@ -395,8 +395,8 @@ fn art_c(a: &BenchArgs, ops: u64) -> Result<f64, String> {
     ))
 }
 
-/// (Mops, round trips per op, p50 ns) of one workload.
-type FactorCell = (f64, f64, f64);
+/// (Mops, round trips per op, p50 ns, p99 ns) of one workload.
+type FactorCell = (f64, f64, f64, f64);
 
 /// Runs LOAD and `workload` with `index` on the chosen fabric.
 fn run_phases(
@@ -494,7 +494,12 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
         for &w in &workloads {
             let recs = run_phases(a, cfg, w)?;
             let r = recs.last().cloned().ok_or("no record")?;
-            row.push((r.mops, r.per_op.round_trips, r.latency.p50_ns));
+            row.push((
+                r.mops,
+                r.per_op.round_trips,
+                r.latency.p50_ns,
+                r.latency.p99_ns,
+            ));
             all.extend(recs);
         }
         table.push((name.to_string(), row));
@@ -526,13 +531,9 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
         print!(" {:>30}", format!("{} Mops (RT/op, p50/p99 µs)", w.name()));
     }
     println!();
-    for ((name, row), chunk) in table.iter().zip(all.chunks(2 * workloads.len().max(1))) {
+    for (name, row) in &table {
         print!("{name:<24}");
-        for (i, (m, rt, p50)) in row.iter().enumerate() {
-            let p99 = chunk
-                .get(2 * i + 1)
-                .map(|r| r.latency.p99_ns)
-                .unwrap_or(0.0);
+        for (m, rt, p50, p99) in row {
             print!(
                 " {:>30}",
                 format!("{m:.3} ({rt:.2}, {:.1}/{:.1})", p50 / 1e3, p99 / 1e3)
