@@ -13,7 +13,9 @@
 //!   is CASed to its shorter prefix), grow (freeze every word of the node with CAS, copy to
 //!   a larger type, swing the parent slot, mark the old node obsolete). A writer that meets a
 //!   frozen word or an inconsistent node (depth/prefix not matching its parent) re-reads
-//!   or restarts, a bounded number of times.
+//!   or restarts, a bounded number of times. In particular nobody swings a slot it read
+//!   frozen (a grow or prefix split below a node being grown): the copy would keep the old
+//!   value and point at a retired node forever.
 //! - Leaves: updated in place under the lock in their last word, released by the WRITE that
 //!   writes the leaf back; readers check a CRC-64 over valid bit, key and value and re-read
 //!   on mismatch. A key keeps one leaf for its whole life (delete clears the valid bit), so a

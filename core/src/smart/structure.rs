@@ -34,7 +34,8 @@ fn pack(a: GlobalAddr) -> Result<u64, SmartError> {
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {
-    /// Changes slot `idx` of `node` from `expected` to `new`.
+    /// Changes slot `idx` of `node` from `expected` to `new`. A frozen `expected` is never
+    /// changed ([`Swap::Stale`]): its node is being copied by a grow.
     pub(crate) async fn change_slot(
         &self,
         node: GlobalAddr,
@@ -43,6 +44,14 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         expected: Slot,
         new: Slot,
     ) -> Result<Swap, SmartError> {
+        if expected.is_frozen() {
+            // A frozen slot belongs to a node that a grow is copying, or has copied and
+            // retired: the copy already holds the slot's value, so a change made here would
+            // be lost and leave the copy pointing at whatever we replaced. (The CAS below
+            // would succeed, since it compares the whole word, frozen bit included.) The
+            // caller restarts and finds the copy.
+            return Ok(Swap::Stale);
+        }
         let at = node.add(slot_offset(idx) as u64);
         if self.cfg.techniques.lock_free_internal {
             let old = self.cas(at, expected.raw(), new.raw()).await?;
@@ -277,6 +286,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         key: &[u8],
         value: &[u8],
     ) -> Result<bool, SmartError> {
+        if parent.slot.is_frozen() {
+            // The parent is being grown: its slot cannot change (see `change_slot`).
+            return Ok(false);
+        }
         let h = img.header;
         let s = h.prefix_start();
         let j = at - s;
@@ -462,6 +475,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 },
             });
         };
+        if parent.slot.is_frozen() {
+            // The parent is being grown: its slot cannot change (see `change_slot`).
+            return Ok(false);
+        }
         let Some(slots) = self.freeze(img).await? else {
             return Ok(false);
         };

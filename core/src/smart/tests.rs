@@ -10,6 +10,7 @@ use core::task::{Context, Waker};
 use proptest::prelude::*;
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
+use remora_layouts::smart::SlotKind;
 use std::boxed::Box;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -357,6 +358,87 @@ fn coroutines_and_handles_interleave_correctly() {
         if t == Techniques::SMART {
             let combined: u64 = handles.iter().map(|h| h.stats().combined_writes).sum();
             assert!(combined > 0, "no write was combined");
+        }
+    }
+}
+
+/// A grow or a prefix split of a node whose parent is being grown (parent header and slots
+/// frozen) must not swing the frozen parent slot: the parent's copy holds the old value, so
+/// it would keep pointing at the node that the grow or split retired, and every later search
+/// through the copy would restart forever (the livelock the simulated cluster found).
+#[test]
+fn nothing_swings_a_slot_of_a_node_being_grown() {
+    for cache in [true, false] {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let mut t = Techniques::SMART;
+        t.cache = cache;
+        let mut cfg = SmartConfig::new(t, KeyMode::Fixed(8), 8);
+        cfg.max_restarts = 20;
+        let s = block(Smart::open(&ep, cfg)).unwrap();
+        // P (depth 1, under root slot 1): slot 0 -> N (a full Node4 at depth 7 with the
+        // compressed prefix 0 0 0 0 0), slot 1 -> the leaf of [1, 1, 0, ..].
+        let own = |b: u8| [1, 0, 0, 0, 0, 0, 0, b];
+        for b in 0..4 {
+            block(s.upsert(&own(b), &[b])).unwrap();
+        }
+        block(s.upsert(&[1, 1, 0, 0, 0, 0, 0, 0], b"p")).unwrap();
+        let root = block(s.read_node(s.root, NodeType::N256)).unwrap();
+        let Ok(SlotKind::Node { addr: p, ty, .. }) = root.slots[1].kind() else {
+            panic!("root slot 1 is not a node: {:?}", root.slots[1]);
+        };
+        let pimg = block(s.read_node(p, ty)).unwrap();
+        assert_eq!((ty, pimg.header.depth()), (NodeType::N4, 1));
+        let Ok(SlotKind::Node {
+            addr: n, ty: nty, ..
+        }) = pimg.slots[0].kind()
+        else {
+            panic!("P slot 0 is not a node: {:?}", pimg.slots[0]);
+        };
+        assert_eq!(nty, NodeType::N4);
+        // Freeze P as a grower does (header, then every slot), and keep it frozen.
+        let (po, no) = (p.offset() as usize, n.offset() as usize);
+        let (psz, nsz) = (NodeType::N4.bytes(), NodeType::N4.bytes());
+        let frozen: Vec<u8> = {
+            let mut mm = m.borrow_mut();
+            for w in 1..psz / 8 {
+                mm[po + 8 * w + 7] |= 0x80;
+            }
+            mm[po..po + psz].to_vec()
+        };
+        let n_before = m.borrow()[no..no + nsz].to_vec();
+        // A grow of N (a fifth key) and a prefix split of N (a key leaving N's prefix at
+        // position 3) both need P's slot 0: they must wait for P's grow, not write into P.
+        for key in [own(4), [1, 0, 0, 9, 0, 0, 0, 0]] {
+            let r = block(s.upsert(&key, b"x"));
+            assert!(
+                matches!(r, Err(SmartError::Contention { .. })),
+                "upsert {key:?} under a frozen parent: {r:?} (cache {cache})"
+            );
+            let mm = m.borrow();
+            assert_eq!(&mm[po..po + psz], &frozen[..], "the frozen parent changed");
+            assert_eq!(&mm[no..no + nsz], &n_before[..], "the child changed");
+        }
+        // Once P's grow gives up (unfrozen again), both inserts go through.
+        {
+            let mut mm = m.borrow_mut();
+            for w in 1..psz / 8 {
+                mm[po + 8 * w + 7] &= 0x7f;
+            }
+        }
+        block(s.upsert(&own(4), &[4])).unwrap();
+        block(s.upsert(&[1, 0, 0, 9, 0, 0, 0, 0], b"q")).unwrap();
+        let mut out = [0u8; 8];
+        for b in 0..5 {
+            assert_eq!(block(s.get(&own(b), &mut out)).unwrap(), Some(1));
+            assert_eq!(out[0], b);
+        }
+        for (k, v) in [
+            ([1, 1, 0, 0, 0, 0, 0, 0], b"p"),
+            ([1, 0, 0, 9, 0, 0, 0, 0], b"q"),
+        ] {
+            assert_eq!(block(s.get(&k, &mut out)).unwrap(), Some(1));
+            assert_eq!(&out[..1], v);
         }
     }
 }
