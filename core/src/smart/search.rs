@@ -109,14 +109,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut cur = self.root;
         let mut cur_ty = NodeType::N256;
         let mut parent: Option<Parent> = None;
+        // Each level's cached node is probed once: the child found below becomes `c`.
+        let Some(mut c) = cache.get(cur) else {
+            return CacheWalk::Remote(Start {
+                addr: cur,
+                ty: cur_ty,
+                parent,
+            });
+        };
         loop {
-            let Some(c) = cache.get(cur) else {
-                return CacheWalk::Remote(Start {
-                    addr: cur,
-                    ty: cur_ty,
-                    parent,
-                });
-            };
             let h = c.header;
             let here = Start {
                 addr: cur,
@@ -151,7 +152,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     match cache.get(addr) {
                         Some(cc)
                             if cc.header.prefix_start() == h.depth() + 1
-                                && cc.header.node_type() == ty => {}
+                                && cc.header.node_type() == ty =>
+                        {
+                            c = cc;
+                        }
                         _ => {
                             return CacheWalk::Remote(Start { addr, ty, parent });
                         }
