@@ -111,40 +111,21 @@ fn child_entry() {
                 }
             }
         }
-        "smart" => {
+        "kv" => {
             let me: u64 = std::env::var("REMORA_ME").unwrap().parse().unwrap();
             let ep = control::connect_all(&[path]).unwrap();
-            smart_history(&ep, me);
-        }
-        "sherman" => {
-            let me: u64 = std::env::var("REMORA_ME").unwrap().parse().unwrap();
-            let ep = control::connect_all(&[path]).unwrap();
-            sherman_history(&ep, me);
+            let index = std::env::var("REMORA_INDEX").unwrap();
+            block_on(kv_history(&ep, &index, me));
         }
         other => panic!("unknown child role {other}"),
     }
 }
 
-/// One client's share of the two-process Sherman history (`remora::core::kvcheck`).
-fn sherman_history(ep: &remora::poller::soft::SoftEndpoint, me: u64) {
-    use remora::core::kvcheck::{History, client_history};
-    use remora::core::sherman::{Sherman, ShermanConfig};
-    let cfg = ShermanConfig {
+fn sherman_config() -> remora::core::sherman::ShermanConfig {
+    remora::core::sherman::ShermanConfig {
         page_size: 256,
-        ..ShermanConfig::sherman()
-    };
-    block_on(async {
-        let t = Sherman::open(ep, cfg).await.unwrap();
-        let h = History {
-            client: me,
-            ops: 3000,
-            range: 500,
-            hot: 4,
-            seed: 7,
-            value_size: 8,
-        };
-        client_history(&t, &h).await.unwrap();
-    });
+        ..remora::core::sherman::ShermanConfig::sherman()
+    }
 }
 
 fn smart_config() -> remora::core::smart::SmartConfig {
@@ -152,80 +133,79 @@ fn smart_config() -> remora::core::smart::SmartConfig {
     SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8)
 }
 
-/// One client's share of the two-process SMART history (`remora::core::kvcheck`).
-fn smart_history(ep: &remora::poller::soft::SoftEndpoint, me: u64) {
+/// One client's share of a two-process history (`remora::core::kvcheck`) on `index`.
+async fn kv_history(ep: &remora::poller::soft::SoftEndpoint, index: &str, me: u64) {
     use remora::core::kvcheck::{History, client_history};
-    use remora::core::smart::Smart;
-    block_on(async {
-        let t = Smart::open(ep, smart_config()).await.unwrap();
-        let h = History {
-            client: me,
-            ops: 3000,
-            range: 500,
-            hot: 4,
-            seed: 11,
-            value_size: 8,
-        };
-        client_history(&t, &h).await.unwrap();
-    });
+    let h = History {
+        client: me,
+        ops: 3000,
+        range: 500,
+        hot: 4,
+        seed: 7,
+        value_size: 8,
+    };
+    match index {
+        "smart" => {
+            let t = remora::core::smart::Smart::open(ep, smart_config())
+                .await
+                .unwrap();
+            client_history(&t, &h).await.unwrap();
+        }
+        "sherman" => {
+            let t = remora::core::sherman::Sherman::open(ep, sherman_config())
+                .await
+                .unwrap();
+            client_history(&t, &h).await.unwrap();
+        }
+        other => panic!("unknown index {other}"),
+    }
+}
+
+/// Creates `index` on a memory node of this process, then runs two client processes on it.
+fn two_client_processes(index: &str) {
+    let path = sock(index);
+    let node = SoftMemoryNode::create(NodeConfig {
+        region_len: 64 << 20,
+        chunk_size: 256 << 10,
+        ..small_node()
+    })
+    .unwrap();
+    let _l = control::listen(&node, &path).unwrap();
+    let ep = node.endpoint().unwrap();
+    match index {
+        "smart" => drop(block_on(remora::core::smart::Smart::open(&ep, smart_config())).unwrap()),
+        _ => drop(
+            block_on(remora::core::sherman::Sherman::create(
+                &ep,
+                sherman_config(),
+            ))
+            .unwrap(),
+        ),
+    }
+    let env = |me: &str| {
+        [
+            ("REMORA_SOCK", path.display().to_string()),
+            ("REMORA_INDEX", index.into()),
+            ("REMORA_ME", me.into()),
+        ]
+    };
+    let mut kids = [spawn("kv", &env("1")), spawn("kv", &env("2"))];
+    for k in &mut kids {
+        assert!(
+            k.0.wait().unwrap().success(),
+            "a {index} client process failed"
+        );
+    }
 }
 
 #[test]
 fn smart_across_two_client_processes_agrees_with_its_oracles() {
-    let path = sock("smart");
-    let node = SoftMemoryNode::create(NodeConfig {
-        region_len: 64 << 20,
-        chunk_size: 256 << 10,
-        ..small_node()
-    })
-    .unwrap();
-    let _l = control::listen(&node, &path).unwrap();
-    let ep = node.endpoint().unwrap();
-    block_on(remora::core::smart::Smart::open(&ep, smart_config())).unwrap();
-    let sock_env = ("REMORA_SOCK", path.display().to_string());
-    let mut kids = [
-        spawn("smart", &[sock_env.clone(), ("REMORA_ME", "1".into())]),
-        spawn("smart", &[sock_env, ("REMORA_ME", "2".into())]),
-    ];
-    for k in &mut kids {
-        assert!(
-            k.0.wait().unwrap().success(),
-            "a SMART client process failed"
-        );
-    }
+    two_client_processes("smart");
 }
 
 #[test]
 fn sherman_across_two_client_processes_agrees_with_its_oracles() {
-    use remora::core::sherman::{Sherman, ShermanConfig};
-    let path = sock("sherman");
-    let node = SoftMemoryNode::create(NodeConfig {
-        region_len: 64 << 20,
-        chunk_size: 256 << 10,
-        ..small_node()
-    })
-    .unwrap();
-    let _l = control::listen(&node, &path).unwrap();
-    let ep = node.endpoint().unwrap();
-    block_on(Sherman::create(
-        &ep,
-        ShermanConfig {
-            page_size: 256,
-            ..ShermanConfig::sherman()
-        },
-    ))
-    .unwrap();
-    let sock_env = ("REMORA_SOCK", path.display().to_string());
-    let mut kids = [
-        spawn("sherman", &[sock_env.clone(), ("REMORA_ME", "1".into())]),
-        spawn("sherman", &[sock_env, ("REMORA_ME", "2".into())]),
-    ];
-    for k in &mut kids {
-        assert!(
-            k.0.wait().unwrap().success(),
-            "a Sherman client process failed"
-        );
-    }
+    two_client_processes("sherman");
 }
 
 #[test]
