@@ -22,6 +22,8 @@ pub mod harness;
 mod node;
 mod qp;
 mod ring;
+#[cfg(loom)]
+mod ring_loom;
 pub mod words;
 
 pub use node::{NodeConfig, ServerHandle, SoftMemoryNode};

@@ -12,10 +12,14 @@
 //!
 //! Both sides learn `depth` and `max_msg` from the handshake; nothing read from the ring is
 //! trusted (a corrupt position or header is an error, never an out-of-bounds access).
+//!
+//! The protocol is written against [`RingMemory`] so that it also runs on loom's atomics
+//! (`ring_loom.rs`); the real rings use [`SharedMapping`], whose accessors inline to the
+//! plain atomic loads and stores.
 use super::words;
 use remora_core::fabric::{FabricError, Recv, RecvKind};
 use remora_layouts::GlobalAddr;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
 
 const TAIL: usize = 0;
 const HEAD: usize = 64;
@@ -34,9 +38,69 @@ pub const fn ring_bytes(depth: usize, max_msg: usize) -> usize {
     SLOTS + depth * slot_bytes(max_msg)
 }
 
-/// One end of a ring. The mapping behind `base` must outlive it (the owner keeps it).
-pub struct Ring {
+/// The bytes a ring lives in, addressed by offset from the ring's start.
+///
+/// [`Ring`] only passes ranges inside its `ring_bytes(depth, max_msg)` bytes, and only
+/// 8-byte-aligned offsets to [`load`](Self::load) and [`store`](Self::store); implementations
+/// rely on that. Data moves word by word with relaxed atomics, as [`words`] does.
+pub trait RingMemory {
+    /// Loads the 8-byte word at `off`.
+    ///
+    /// # Safety
+    /// `off` is a multiple of 8 and `off + 8` lies inside the ring.
+    unsafe fn load(&self, off: usize, order: Ordering) -> u64;
+    /// Stores the 8-byte word at `off`.
+    ///
+    /// # Safety
+    /// As for [`load`](Self::load).
+    unsafe fn store(&self, off: usize, value: u64, order: Ordering);
+    /// Copies `dst.len()` bytes at `off` into `dst`.
+    ///
+    /// # Safety
+    /// `off + dst.len()` lies inside the ring.
+    unsafe fn read(&self, off: usize, dst: &mut [u8]);
+    /// Copies `src` to the bytes at `off`.
+    ///
+    /// # Safety
+    /// `off + src.len()` lies inside the ring.
+    unsafe fn write(&self, off: usize, src: &[u8]);
+}
+
+/// A ring in a shared mapping (the real one): another process may access it concurrently.
+pub struct SharedMapping {
     base: *mut u8,
+}
+
+impl RingMemory for SharedMapping {
+    #[inline]
+    unsafe fn load(&self, off: usize, order: Ordering) -> u64 {
+        // SAFETY: `off` is aligned and inside the ring (the caller's contract), which lies in
+        // a live mapping (Ring::new's contract).
+        unsafe { words::word(self.base.add(off)) }.load(order)
+    }
+
+    #[inline]
+    unsafe fn store(&self, off: usize, value: u64, order: Ordering) {
+        // SAFETY: as in `load`.
+        unsafe { words::word(self.base.add(off)) }.store(value, order)
+    }
+
+    #[inline]
+    unsafe fn read(&self, off: usize, dst: &mut [u8]) {
+        // SAFETY: the range lies inside the ring (the caller's contract), in a live mapping.
+        unsafe { words::read(self.base.add(off), dst) }
+    }
+
+    #[inline]
+    unsafe fn write(&self, off: usize, src: &[u8]) {
+        // SAFETY: as in `read`.
+        unsafe { words::write(self.base.add(off), src) }
+    }
+}
+
+/// One end of a ring. The memory behind it must outlive it (the owner keeps it).
+pub struct Ring<M: RingMemory = SharedMapping> {
+    mem: M,
     depth: u64,
     max_msg: usize,
 }
@@ -54,8 +118,20 @@ impl Ring {
     /// `base .. base + ring_bytes(depth, max_msg)` must be a live, 8-byte-aligned shared
     /// mapping for the lifetime of the ring.
     pub unsafe fn new(base: *mut u8, depth: usize, max_msg: usize) -> Ring {
+        // SAFETY: the mapping holds the ring's bytes (our contract).
+        unsafe { Ring::over(SharedMapping { base }, depth, max_msg) }
+    }
+}
+
+impl<M: RingMemory> Ring<M> {
+    /// A ring of `depth` slots for messages up to `max_msg` bytes in `mem`.
+    ///
+    /// # Safety
+    /// `mem` must be able to access `ring_bytes(depth, max_msg)` bytes (as [`RingMemory`]
+    /// says) for the lifetime of the ring.
+    pub unsafe fn over(mem: M, depth: usize, max_msg: usize) -> Ring<M> {
         Ring {
-            base,
+            mem,
             depth: depth as u64,
             max_msg,
         }
@@ -65,15 +141,22 @@ impl Ring {
         self.max_msg
     }
 
-    fn pos(&self, at: usize) -> &std::sync::atomic::AtomicU64 {
-        // SAFETY: TAIL and HEAD are aligned offsets inside the ring (new's contract).
-        unsafe { words::word(self.base.add(at)) }
+    #[inline]
+    fn load_pos(&self, at: usize, order: Ordering) -> u64 {
+        // SAFETY: TAIL and HEAD are aligned offsets inside the ring.
+        unsafe { self.mem.load(at, order) }
     }
 
-    fn slot(&self, n: u64) -> *mut u8 {
+    #[inline]
+    fn store_pos(&self, at: usize, value: u64, order: Ordering) {
+        // SAFETY: as in `load_pos`.
+        unsafe { self.mem.store(at, value, order) }
+    }
+
+    /// The offset of the slot of message `n`: `slot_bytes(max_msg)` bytes inside the ring.
+    fn slot(&self, n: u64) -> usize {
         let i = (n % self.depth) as usize;
-        // SAFETY: i < depth, so the slot lies inside the ring (new's contract).
-        unsafe { self.base.add(SLOTS + i * slot_bytes(self.max_msg)) }
+        SLOTS + i * slot_bytes(self.max_msg)
     }
 
     /// Appends a SEND of `payload`, or a WRITE_WITH_IMM notice (`imm`, `payload.len()` bytes
@@ -106,8 +189,8 @@ impl Ring {
                 max: self.max_msg,
             });
         }
-        let tail = self.pos(TAIL).load(Relaxed);
-        let head = self.pos(HEAD).load(Acquire);
+        let tail = self.load_pos(TAIL, Relaxed);
+        let head = self.load_pos(HEAD, Acquire);
         let used = tail.wrapping_sub(head);
         if used > self.depth {
             return Err(malformed("receive ring positions corrupt"));
@@ -127,19 +210,19 @@ impl Ring {
         // SAFETY: the slot holds SLOT_HEADER + max_msg bytes and payload.len() <= max_msg;
         // the slot is free (used < depth), so the consumer does not read it now.
         unsafe {
-            words::write(slot, &hdr);
+            self.mem.write(slot, &hdr);
             if kind == KIND_SEND {
-                words::write(slot.add(SLOT_HEADER), payload);
+                self.mem.write(slot + SLOT_HEADER, payload);
             }
         }
-        self.pos(TAIL).store(tail.wrapping_add(1), Release);
+        self.store_pos(TAIL, tail.wrapping_add(1), Release);
         Ok(true)
     }
 
     /// Takes the next message, copying a SEND's payload into `buf`.
     pub fn try_pop(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        let head = self.pos(HEAD).load(Relaxed);
-        let tail = self.pos(TAIL).load(Acquire);
+        let head = self.load_pos(HEAD, Relaxed);
+        let tail = self.load_pos(TAIL, Acquire);
         let ready = tail.wrapping_sub(head);
         if ready == 0 {
             return Ok(None);
@@ -150,7 +233,7 @@ impl Ring {
         let slot = self.slot(head);
         let mut hdr = [0u8; SLOT_HEADER];
         // SAFETY: the slot lies inside the ring and the producer no longer writes it.
-        unsafe { words::read(slot, &mut hdr) };
+        unsafe { self.mem.read(slot, &mut hdr) };
         let len = u32::from_le_bytes(hdr[0..4].try_into().expect("4 bytes"));
         let kind = u32::from_le_bytes(hdr[4..8].try_into().expect("4 bytes"));
         let imm = u32::from_le_bytes(hdr[8..12].try_into().expect("4 bytes"));
@@ -164,7 +247,7 @@ impl Ring {
                     })
                 } else {
                     // SAFETY: len <= max_msg, so the payload lies inside the slot.
-                    unsafe { words::read(slot.add(SLOT_HEADER), &mut buf[..len as usize]) };
+                    unsafe { self.mem.read(slot + SLOT_HEADER, &mut buf[..len as usize]) };
                     Ok(Some(Recv {
                         kind: RecvKind::Send,
                         len,
@@ -180,7 +263,7 @@ impl Ring {
             _ => Err(malformed("malformed message in receive ring")),
         };
         // The receive is consumed even when it failed, as a completion with an error is.
-        self.pos(HEAD).store(head.wrapping_add(1), Release);
+        self.store_pos(HEAD, head.wrapping_add(1), Release);
         result
     }
 }
@@ -232,12 +315,12 @@ mod tests {
         let m = Mapping::anonymous(ring_bytes(4, 64)).unwrap();
         // SAFETY: as above.
         let ring = unsafe { Ring::new(m.as_ptr(), 4, 64) };
-        ring.pos(TAIL).store(1000, Relaxed);
+        ring.store_pos(TAIL, 1000, Relaxed);
         let mut buf = [0u8; 64];
         assert!(ring.try_pop(&mut buf).is_err());
         assert!(ring.try_push(RecvKind::Send, 0, &[1]).is_err());
-        ring.pos(TAIL).store(1, Relaxed);
-        ring.pos(HEAD).store(0, Relaxed);
+        ring.store_pos(TAIL, 1, Relaxed);
+        ring.store_pos(HEAD, 0, Relaxed);
         // SAFETY: slot 0 header lies inside the mapping.
         unsafe { words::write(m.as_ptr().add(SLOTS), &[0xff; 16]) };
         assert!(
