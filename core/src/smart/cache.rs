@@ -5,33 +5,65 @@
 //! (leaf or node) must name the cached node it was reached from, otherwise the entry is
 //! dropped (the reverse check). Correctness never rests on the cache: a leaf is accepted
 //! only with the right key, and absence is only decided on a freshly read node.
+//!
+//! Layout, for a cheap walk: one pool per node type, each entry one cache-line-aligned
+//! block holding the node's address, header and slots inline, and next to every slot a
+//! *hint*: the entry id of the child that slot led to last time. A hint is only a guess —
+//! it is used only if the entry it names still caches the child's address (so eviction and
+//! moves never make it wrong, just useless), otherwise the address index is probed and the
+//! hint refreshed. A walk thus costs about one entry (one or two lines) per level.
 use super::remote::{Find, NodeImg};
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::{Header, NodeType, Slot};
-use std_alloc::boxed::Box;
 use std_alloc::vec::Vec;
 
-/// One cached internal node.
-pub(crate) struct CachedNode {
-    pub addr: GlobalAddr,
-    pub header: Header,
-    pub slots: Box<[Slot]>,
+/// A cached entry: the pool (node type) in the top bits, the position in the pool below.
+pub(crate) type EntryId = u32;
+const CLASS_SHIFT: u32 = 28;
+const POS_MASK: u32 = (1 << CLASS_SHIFT) - 1;
+const NONE: u32 = u32::MAX;
+
+fn class(ty: NodeType) -> u32 {
+    match ty {
+        NodeType::N4 => 0,
+        NodeType::N16 => 1,
+        NodeType::N48 => 2,
+        NodeType::N256 => 3,
+    }
 }
 
-impl CachedNode {
+/// One cached internal node of `N` slots, slots and child hints inline.
+#[repr(C, align(64))]
+#[derive(Clone)]
+struct Entry<const N: usize> {
+    addr: GlobalAddr,
+    header: Header,
+    slots: [Slot; N],
+    hints: [EntryId; N],
+}
+
+/// A read-only view of a cached node.
+#[derive(Clone, Copy)]
+pub(crate) struct NodeRef<'a> {
+    pub header: Header,
+    pub slots: &'a [Slot],
+}
+
+impl NodeRef<'_> {
     pub fn find(&self, b: u8) -> Find {
-        find_in(self.header, &self.slots, b)
-    }
-    fn cost(cap: usize) -> usize {
-        ENTRY_OVERHEAD + 8 * cap
+        find_in(self.header, self.slots, b)
     }
 }
 
 /// [`NodeImg::find`] over a cached copy.
 pub(crate) fn find_in(header: Header, slots: &[Slot], b: u8) -> Find {
-    let img_ty = header.node_type();
-    if img_ty == NodeType::N256 {
-        let s = slots[b as usize];
+    if header.node_type() == NodeType::N256 {
+        let Some(&s) = slots.get(b as usize) else {
+            return Find::Absent {
+                free: None,
+                frozen: false,
+            };
+        };
         return if s.is_empty() {
             Find::Absent {
                 free: Some(b as usize),
@@ -60,40 +92,165 @@ pub(crate) fn find_in(header: Header, slots: &[Slot], b: u8) -> Find {
     Find::Absent { free: None, frozen }
 }
 
-/// Bytes charged per entry besides its slots (struct, index slot, allocator overhead).
-const ENTRY_OVERHEAD: usize = 64;
-const EMPTY: u32 = u32::MAX;
+/// What the cache needs of one pool, whatever its node size.
+trait Pool {
+    fn len(&self) -> usize;
+    fn addr(&self, pos: usize) -> Option<GlobalAddr>;
+    fn view(&self, pos: usize) -> Option<NodeRef<'_>>;
+    /// Overwrites the header and slots of entry `pos` (same node type); hints kept.
+    fn refresh(&mut self, pos: usize, header: Header, slots: &[Slot]);
+    fn set_slot(&mut self, pos: usize, idx: usize, slot: Slot);
+    fn hint(&self, pos: usize, idx: usize) -> EntryId;
+    fn set_hint(&mut self, pos: usize, idx: usize, hint: EntryId);
+    fn push(&mut self, addr: GlobalAddr, header: Header, slots: &[Slot]);
+    /// Removes entry `pos`; the last entry moves into its place.
+    fn swap_remove(&mut self, pos: usize);
+    /// Bytes charged per entry (the entry and its index slots).
+    fn cost(&self) -> usize;
+}
+
+impl<const N: usize> Pool for Vec<Entry<N>> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn addr(&self, pos: usize) -> Option<GlobalAddr> {
+        self.get(pos).map(|e| e.addr)
+    }
+    fn view(&self, pos: usize) -> Option<NodeRef<'_>> {
+        self.get(pos).map(|e| NodeRef {
+            header: e.header,
+            slots: &e.slots,
+        })
+    }
+    fn refresh(&mut self, pos: usize, header: Header, slots: &[Slot]) {
+        if let Some(e) = self.get_mut(pos) {
+            e.header = header;
+            let n = slots.len().min(N);
+            e.slots[..n].copy_from_slice(&slots[..n]);
+            e.slots[n..].fill(Slot::EMPTY);
+        }
+    }
+    fn set_slot(&mut self, pos: usize, idx: usize, slot: Slot) {
+        if let Some(s) = self.get_mut(pos).and_then(|e| e.slots.get_mut(idx)) {
+            *s = slot;
+        }
+    }
+    fn hint(&self, pos: usize, idx: usize) -> EntryId {
+        self.get(pos)
+            .and_then(|e| e.hints.get(idx))
+            .copied()
+            .unwrap_or(NONE)
+    }
+    fn set_hint(&mut self, pos: usize, idx: usize, hint: EntryId) {
+        if let Some(h) = self.get_mut(pos).and_then(|e| e.hints.get_mut(idx)) {
+            *h = hint;
+        }
+    }
+    fn push(&mut self, addr: GlobalAddr, header: Header, slots: &[Slot]) {
+        let mut e = Entry {
+            addr,
+            header,
+            slots: [Slot::EMPTY; N],
+            hints: [NONE; N],
+        };
+        let n = slots.len().min(N);
+        e.slots[..n].copy_from_slice(&slots[..n]);
+        Vec::push(self, e);
+    }
+    fn swap_remove(&mut self, pos: usize) {
+        Vec::swap_remove(self, pos);
+    }
+    fn cost(&self) -> usize {
+        // The entry, plus two index slots (the index stays at most half full).
+        core::mem::size_of::<Entry<N>>() + 2 * core::mem::size_of::<u32>()
+    }
+}
 
 pub(crate) struct RadixCache {
-    index: Vec<u32>,
-    slab: Vec<CachedNode>,
+    /// Open-addressing index from node address to entry id.
+    index: Vec<EntryId>,
+    n4: Vec<Entry<4>>,
+    n16: Vec<Entry<16>>,
+    n48: Vec<Entry<48>>,
+    n256: Vec<Entry<256>>,
     bytes: usize,
     budget: usize,
     rng: u64,
     pinned: GlobalAddr,
+    /// Where the pinned node (the root) was last found.
+    pinned_id: EntryId,
+}
+
+/// Runs `$body` with `$p` bound to the pool of class `$class` (static dispatch, hot path).
+macro_rules! on_pool {
+    ($self:expr, $class:expr, |$p:ident| $body:expr) => {
+        match $class {
+            0 => {
+                let $p = &$self.n4;
+                $body
+            }
+            1 => {
+                let $p = &$self.n16;
+                $body
+            }
+            2 => {
+                let $p = &$self.n48;
+                $body
+            }
+            _ => {
+                let $p = &$self.n256;
+                $body
+            }
+        }
+    };
 }
 
 fn hash(addr: GlobalAddr) -> usize {
     (addr.raw().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) as usize
 }
 
+fn id(class: u32, pos: usize) -> EntryId {
+    (class << CLASS_SHIFT) | pos as u32
+}
+
+fn split(id: EntryId) -> (u32, usize) {
+    (id >> CLASS_SHIFT, (id & POS_MASK) as usize)
+}
+
 impl RadixCache {
     /// A cache of at most `budget` bytes (0: disabled).
     pub fn new(budget: usize) -> RadixCache {
-        let slots = if budget == 0 {
-            0
-        } else {
-            (2 * budget / CachedNode::cost(4))
-                .clamp(64, 1 << 24)
-                .next_power_of_two()
-        };
-        RadixCache {
-            index: std_alloc::vec![EMPTY; slots],
-            slab: Vec::new(),
+        let mut c = RadixCache {
+            index: Vec::new(),
+            n4: Vec::new(),
+            n16: Vec::new(),
+            n48: Vec::new(),
+            n256: Vec::new(),
             bytes: 0,
             budget,
             rng: 0x2545_F491_4F6C_DD1D,
             pinned: GlobalAddr::NULL,
+            pinned_id: NONE,
+        };
+        if budget > 0 {
+            let slots = (2 * budget / c.n4.cost())
+                .clamp(64, 1 << 24)
+                .next_power_of_two();
+            c.index = std_alloc::vec![NONE; slots];
+        }
+        c
+    }
+
+    fn pool(&self, class: u32) -> &dyn Pool {
+        on_pool!(self, class, |p| p)
+    }
+
+    fn pool_mut(&mut self, class: u32) -> &mut dyn Pool {
+        match class {
+            0 => &mut self.n4,
+            1 => &mut self.n16,
+            2 => &mut self.n48,
+            _ => &mut self.n256,
         }
     }
 
@@ -104,31 +261,76 @@ impl RadixCache {
         self.bytes
     }
     pub fn len(&self) -> usize {
-        self.slab.len()
+        self.n4.len() + self.n16.len() + self.n48.len() + self.n256.len()
     }
     /// Never evict this node (the root).
     pub fn pin(&mut self, addr: GlobalAddr) {
         self.pinned = addr;
+        self.pinned_id = NONE;
     }
 
-    /// (position in the index, slab index if present)
-    fn probe(&self, addr: GlobalAddr) -> (usize, Option<usize>) {
+    fn addr_of(&self, id: EntryId) -> Option<GlobalAddr> {
+        let (c, pos) = split(id);
+        on_pool!(self, c, |p| p.get(pos).map(|e| e.addr))
+    }
+
+    /// (position in the index, entry id if present)
+    fn probe(&self, addr: GlobalAddr) -> (usize, Option<EntryId>) {
         let mask = self.index.len() - 1;
         let mut p = hash(addr) & mask;
         loop {
             match self.index[p] {
-                EMPTY => return (p, None),
-                i if self.slab[i as usize].addr == addr => return (p, Some(i as usize)),
+                NONE => return (p, None),
+                i if self.addr_of(i) == Some(addr) => return (p, Some(i)),
                 _ => p = (p + 1) & mask,
             }
         }
     }
 
-    pub fn get(&self, addr: GlobalAddr) -> Option<&CachedNode> {
+    /// The entry caching `addr`, if any.
+    pub fn lookup(&mut self, addr: GlobalAddr) -> Option<EntryId> {
         if !self.enabled() {
             return None;
         }
-        self.probe(addr).1.map(|i| &self.slab[i])
+        if addr == self.pinned && self.addr_of(self.pinned_id) == Some(addr) {
+            return Some(self.pinned_id);
+        }
+        let found = self.probe(addr).1;
+        if addr == self.pinned
+            && let Some(i) = found
+        {
+            self.pinned_id = i;
+        }
+        found
+    }
+
+    /// The node cached in entry `id` (as returned by [`Self::lookup`] or [`Self::child`],
+    /// with no insertion or removal since).
+    pub fn node(&self, id: EntryId) -> Option<NodeRef<'_>> {
+        let (c, pos) = split(id);
+        on_pool!(self, c, |p| Pool::view(p, pos))
+    }
+
+    /// The entry caching `child`, which slot `idx` of entry `id` points at: the slot's hint
+    /// when it still names `child`'s entry, else an index probe (which refreshes the hint).
+    pub fn child(&mut self, id: EntryId, idx: usize, child: GlobalAddr) -> Option<EntryId> {
+        let (c, pos) = split(id);
+        let hint = on_pool!(self, c, |p| Pool::hint(p, pos, idx));
+        if hint != NONE && self.addr_of(hint) == Some(child) {
+            return Some(hint);
+        }
+        let found = self.probe(child).1?;
+        self.pool_mut(c).set_hint(pos, idx, found);
+        Some(found)
+    }
+
+    /// For tests: the address the entry caching `addr` holds, found by the index alone.
+    #[cfg(test)]
+    pub fn get(&self, addr: GlobalAddr) -> Option<GlobalAddr> {
+        if !self.enabled() {
+            return None;
+        }
+        self.probe(addr).1.and_then(|i| self.addr_of(i))
     }
 
     /// Caches (or refreshes) a freshly read node.
@@ -137,39 +339,34 @@ impl RadixCache {
             return;
         }
         let slots = img.live_slots();
-        match self.probe(img.addr) {
-            (_, Some(i)) => {
-                let e = &mut self.slab[i];
-                if e.slots.len() == slots.len() {
-                    e.slots.copy_from_slice(slots);
-                } else {
-                    self.bytes = self.bytes - CachedNode::cost(e.slots.len())
-                        + CachedNode::cost(slots.len());
-                    e.slots = slots.into();
-                }
-                e.header = img.header;
+        let cls = class(img.ty());
+        if let (_, Some(i)) = self.probe(img.addr) {
+            let (c, pos) = split(i);
+            if c == cls {
+                self.pool_mut(c).refresh(pos, img.header, slots);
+                return;
             }
-            (_, None) => {
-                let cost = CachedNode::cost(slots.len());
-                if cost > self.budget {
-                    return;
-                }
-                while self.bytes + cost > self.budget || self.slab.len() + 1 > self.index.len() / 2
-                {
-                    if !self.evict_one() {
-                        return;
-                    }
-                }
-                let (p, _) = self.probe(img.addr);
-                self.index[p] = self.slab.len() as u32;
-                self.slab.push(CachedNode {
-                    addr: img.addr,
-                    header: img.header,
-                    slots: slots.into(),
-                });
-                self.bytes += cost;
+            // Same address, another type: re-file it in the right pool.
+            self.remove(img.addr);
+        }
+        let cost = self.pool(cls).cost();
+        if cost > self.budget {
+            return;
+        }
+        while self.bytes + cost > self.budget || self.len() + 1 > self.index.len() / 2 {
+            if !self.evict_one() {
+                return;
             }
         }
+        let (p, _) = self.probe(img.addr);
+        let pool = self.pool_mut(cls);
+        let pos = pool.len();
+        if pos > POS_MASK as usize {
+            return;
+        }
+        pool.push(img.addr, img.header, slots);
+        self.index[p] = id(cls, pos);
+        self.bytes += cost;
     }
 
     /// Updates one cached slot after this client changed it remotely.
@@ -177,10 +374,9 @@ impl RadixCache {
         if !self.enabled() {
             return;
         }
-        if let (_, Some(i)) = self.probe(addr)
-            && let Some(s) = self.slab[i].slots.get_mut(idx)
-        {
-            *s = slot;
+        if let (_, Some(i)) = self.probe(addr) {
+            let (c, pos) = split(i);
+            self.pool_mut(c).set_slot(pos, idx, slot);
         }
     }
 
@@ -195,8 +391,9 @@ impl RadixCache {
         // Backward-shift deletion keeps every probe chain unbroken.
         let mask = self.index.len() - 1;
         let mut p = (hole + 1) & mask;
-        while self.index[p] != EMPTY {
-            let home = hash(self.slab[self.index[p] as usize].addr) & mask;
+        while self.index[p] != NONE {
+            let moved = self.addr_of(self.index[p]).unwrap_or(GlobalAddr::NULL);
+            let home = hash(moved) & mask;
             // Move p into the hole if its home is not in (hole, p].
             let dist_home = p.wrapping_sub(home) & mask;
             let dist_hole = p.wrapping_sub(hole) & mask;
@@ -206,18 +403,22 @@ impl RadixCache {
             }
             p = (p + 1) & mask;
         }
-        self.index[hole] = EMPTY;
-        self.bytes -= CachedNode::cost(self.slab[i].slots.len());
-        let last = self.slab.len() - 1;
-        self.slab.swap_remove(i);
-        if i != last {
-            // The entry that moved from slab[last] to slab[i] must be re-pointed.
-            let moved = self.slab[i].addr;
-            let mask = self.index.len() - 1;
+        self.index[hole] = NONE;
+        let (c, pos) = split(i);
+        let pool = self.pool_mut(c);
+        let cost = pool.cost();
+        let last = pool.len() - 1;
+        pool.swap_remove(pos);
+        self.bytes -= cost;
+        if pos != last {
+            // The entry that moved from `last` to `pos` must be re-pointed. (Hints naming
+            // either position fail their address check and are refreshed on use.)
+            let moved = self.pool(c).addr(pos).unwrap_or(GlobalAddr::NULL);
+            let (from, to) = (id(c, last), id(c, pos));
             let mut p = hash(moved) & mask;
-            while self.index[p] != EMPTY {
-                if self.index[p] as usize == last {
-                    self.index[p] = i as u32;
+            while self.index[p] != NONE {
+                if self.index[p] == from {
+                    self.index[p] = to;
                     break;
                 }
                 p = (p + 1) & mask;
@@ -227,15 +428,24 @@ impl RadixCache {
     }
 
     fn evict_one(&mut self) -> bool {
-        let n = self.slab.len();
         for _ in 0..4 {
+            let n = self.len();
             if n == 0 {
                 return false;
             }
             self.rng ^= self.rng << 13;
             self.rng ^= self.rng >> 7;
             self.rng ^= self.rng << 17;
-            let victim = self.slab[(self.rng % n as u64) as usize].addr;
+            let mut k = (self.rng % n as u64) as usize;
+            let mut victim = GlobalAddr::NULL;
+            for c in 0..4 {
+                let pool = self.pool(c);
+                if k < pool.len() {
+                    victim = pool.addr(k).unwrap_or(GlobalAddr::NULL);
+                    break;
+                }
+                k -= pool.len();
+            }
             if victim != self.pinned {
                 return self.remove(victim);
             }
@@ -261,7 +471,8 @@ mod tests {
     fn put_get_remove_and_evict() {
         let mut c = RadixCache::new(8 << 10);
         for i in 1..200u64 {
-            c.put(&img(i * 64, NodeType::N4));
+            let ty = NodeType::ALL[(i % 3) as usize];
+            c.put(&img(i * 64, ty));
             assert!(c.bytes() <= 8 << 10);
         }
         let present: Vec<u64> = (1..200u64)
@@ -274,10 +485,8 @@ mod tests {
             // Every other remaining entry is still found after the backward shift.
             for j in &present {
                 if j > i {
-                    assert!(
-                        c.get(GlobalAddr::new(0, j * 64)).is_some(),
-                        "lost {j} after removing {i}"
-                    );
+                    let a = GlobalAddr::new(0, j * 64);
+                    assert_eq!(c.get(a), Some(a), "lost {j} after {i}");
                 }
             }
         }
@@ -286,5 +495,44 @@ mod tests {
         let mut off = RadixCache::new(0);
         off.put(&img(64, NodeType::N4));
         assert!(off.get(GlobalAddr::new(0, 64)).is_none());
+        assert!(off.lookup(GlobalAddr::new(0, 64)).is_none());
+    }
+
+    #[test]
+    fn hints_survive_eviction_and_moves() {
+        let mut c = RadixCache::new(1 << 20);
+        let root = GlobalAddr::new(0, 64);
+        c.pin(root);
+        let mut r = img(64, NodeType::N256);
+        for b in 0..8u64 {
+            let child = GlobalAddr::new(0, 4096 * (b + 1));
+            r.slots[b as usize] = Slot::node(b as u8, child, NodeType::N4).unwrap();
+            c.put(&img(4096 * (b + 1), NodeType::N4));
+        }
+        c.put(&r);
+        let rid = c.lookup(root).unwrap();
+        for b in 0..8u64 {
+            let child = GlobalAddr::new(0, 4096 * (b + 1));
+            let cid = c.child(rid, b as usize, child).unwrap();
+            assert_eq!(c.addr_of(cid), Some(child));
+        }
+        // Removing child 0 moves the last N4 entry into its place: every hint must still
+        // resolve to the right node or to nothing.
+        assert!(c.remove(GlobalAddr::new(0, 4096)));
+        let rid = c.lookup(root).unwrap();
+        assert!(c.child(rid, 0, GlobalAddr::new(0, 4096)).is_none());
+        for b in 1..8u64 {
+            let child = GlobalAddr::new(0, 4096 * (b + 1));
+            let cid = c.child(rid, b as usize, child).unwrap();
+            assert_eq!(c.addr_of(cid), Some(child));
+        }
+        // A node re-read with another type is re-filed; its old hint is not trusted.
+        c.put(&img(4096 * 2, NodeType::N16));
+        let rid = c.lookup(root).unwrap();
+        let cid = c.child(rid, 1, GlobalAddr::new(0, 8192)).unwrap();
+        let n = c.node(cid).unwrap();
+        assert_eq!(c.addr_of(cid), Some(GlobalAddr::new(0, 8192)));
+        assert_eq!(n.header.node_type(), NodeType::N16);
+        assert_eq!(n.slots.len(), 16);
     }
 }

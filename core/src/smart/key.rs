@@ -18,11 +18,7 @@ impl Key {
         };
         match mode {
             KeyMode::Fixed(n) => {
-                if key.len() != n {
-                    return Err(SmartError::BadKey {
-                        why: "length differs from the tree's fixed key length",
-                    });
-                }
+                Key::check_fixed(mode, key)?;
                 k.buf[..n].copy_from_slice(key);
                 k.len = n;
             }
@@ -42,6 +38,24 @@ impl Key {
             }
         }
         Ok(k)
+    }
+
+    /// The encoded form of `key` when it is `key` itself (fixed-length keys), checked like
+    /// [`Key::encode`]; `None` when the key must be encoded (variable-length keys).
+    pub(crate) fn as_is(mode: KeyMode, key: &[u8]) -> Result<Option<&[u8]>, SmartError> {
+        match mode {
+            KeyMode::Fixed(_) => Key::check_fixed(mode, key).map(|()| Some(key)),
+            KeyMode::Variable => Ok(None),
+        }
+    }
+
+    fn check_fixed(mode: KeyMode, key: &[u8]) -> Result<(), SmartError> {
+        match mode {
+            KeyMode::Fixed(n) if key.len() != n => Err(SmartError::BadKey {
+                why: "length differs from the tree's fixed key length",
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// A scan's lower bound: like [`Key::encode`], but fixed-mode bounds may be shorter.
@@ -111,6 +125,12 @@ mod tests {
         assert!(Key::encode(KeyMode::Variable, b"a\0b").is_err());
         assert!(Key::encode(KeyMode::Variable, b"").is_err());
         assert!(Key::encode(KeyMode::Fixed(8), b"1234567").is_err());
+        assert!(Key::as_is(KeyMode::Fixed(8), b"1234567").is_err());
+        assert_eq!(
+            Key::as_is(KeyMode::Fixed(2), b"xy").unwrap(),
+            Some(&b"xy"[..])
+        );
+        assert_eq!(Key::as_is(KeyMode::Variable, b"xy").unwrap(), None);
         assert_eq!(
             Key::encode(KeyMode::Fixed(2), b"xy").unwrap().bytes(),
             b"xy"

@@ -114,16 +114,16 @@ impl LocalTable {
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {
-    /// `get` with read delegation.
+    /// `get` with read delegation (`key` encoded).
     pub(crate) async fn get_delegated(
         &self,
-        key: &Key,
+        key: &[u8],
         out: &mut [u8],
     ) -> Result<Option<usize>, SmartError> {
         if !self.cfg.techniques.delegation {
             return self.get_direct(key, out).await;
         }
-        let Some(i) = self.local.borrow_mut().claim(key.bytes()) else {
+        let Some(i) = self.local.borrow_mut().claim(key) else {
             return self.get_direct(key, out).await;
         };
         let (mut leader, my_gen) = {

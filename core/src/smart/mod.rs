@@ -253,10 +253,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         Ok(())
     }
 
-    /// A lookup without delegation.
+    /// A lookup without delegation (`key` encoded).
     pub(crate) async fn get_direct(
         &self,
-        key: &Key,
+        key: &[u8],
         out: &mut [u8],
     ) -> Result<Option<usize>, SmartError> {
         self.lookup(key, out).await
@@ -279,8 +279,12 @@ impl<E: Endpoint> KvIndex for Smart<'_, E> {
     }
 
     async fn get(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, SmartError> {
+        // Fixed-length keys are their own encoding: no copy.
+        if let Some(k) = Key::as_is(self.cfg.key_mode, key)? {
+            return self.get_delegated(k, out).await;
+        }
         let k = Key::encode(self.cfg.key_mode, key)?;
-        self.get_delegated(&k, out).await
+        self.get_delegated(k.bytes(), out).await
     }
 
     async fn delete(&self, key: &[u8]) -> Result<bool, SmartError> {

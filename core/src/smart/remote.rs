@@ -5,8 +5,8 @@ use super::config::SmartError;
 use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::smart::{
-    Header, LEAF_CRC_OFFSET, LeafStatus, LeafView, MAX_NODE_BYTES, NODE_HEADER_OFFSET,
-    NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, encode_leaf,
+    Header, LEAF_CRC_OFFSET, LEAF_KEY_OFFSET, LeafStatus, LeafView, MAX_NODE_BYTES,
+    NODE_HEADER_OFFSET, NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, encode_leaf,
 };
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::vec::Vec;
@@ -51,6 +51,45 @@ pub(crate) fn check_leaf(bytes: &[u8]) -> Result<LeafView<'_>, LayoutError> {
         });
     }
     Ok(v)
+}
+
+/// What a verified leaf image says, without borrowing it: read once after the checksum,
+/// so that callers need neither decode nor checksum the image again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeafSummary {
+    pub reverse: u64,
+    pub status: LeafStatus,
+    key_len: usize,
+    value_off: usize,
+    value_len: usize,
+}
+
+impl LeafSummary {
+    fn of(v: &LeafView<'_>) -> LeafSummary {
+        LeafSummary {
+            reverse: v.reverse,
+            status: v.status,
+            key_len: v.meta.key_len,
+            value_off: v.meta.value_offset(),
+            value_len: v.meta.val_len,
+        }
+    }
+    /// The key in `img`, the image this summary was taken from.
+    pub fn key<'a>(&self, img: &'a [u8]) -> &'a [u8] {
+        img.get(LEAF_KEY_OFFSET..LEAF_KEY_OFFSET + self.key_len)
+            .unwrap_or(&[])
+    }
+    /// The value in `img`, the image this summary was taken from.
+    pub fn value<'a>(&self, img: &'a [u8]) -> &'a [u8] {
+        img.get(self.value_off..self.value_off + self.value_len)
+            .unwrap_or(&[])
+    }
+}
+
+/// Decodes a leaf image that was already verified ([`check_leaf`], as
+/// [`Smart::read_leaf`] does) and not changed since: the checksum is not computed again.
+pub(crate) fn verified_leaf(bytes: &[u8]) -> Result<LeafView<'_>, super::config::SmartError> {
+    LeafView::decode(bytes).map_err(|err| super::config::SmartError::Corrupt { what: "leaf", err })
 }
 
 /// Where a key's partial key is (or would go) in a node.
@@ -203,17 +242,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
     }
 
-    /// READs a leaf until its image decodes and its checksum matches (bounded).
+    /// READs a leaf until its image decodes and its checksum matches (bounded); the image
+    /// is left in `buf`.
     pub(crate) async fn read_leaf(
         &self,
         addr: GlobalAddr,
         buf: &mut [u8],
-    ) -> Result<(), SmartError> {
+    ) -> Result<LeafSummary, SmartError> {
         let mut tries = 0;
         loop {
             self.read(addr, buf).await?;
             match check_leaf(buf) {
-                Ok(_) => return Ok(()),
+                Ok(v) => return Ok(LeafSummary::of(&v)),
                 Err(err) => {
                     tries += 1;
                     self.stats

@@ -4,7 +4,7 @@
 use super::Smart;
 use super::config::SmartError;
 use super::key::{Key, user_key};
-use super::remote::check_leaf;
+use super::remote::{check_leaf, verified_leaf};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::{MAX_LEAF_BYTES, NodeType, SlotKind};
@@ -223,8 +223,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             } else {
                 img
             };
-            let v =
-                check_leaf(view_bytes).map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+            let v = verified_leaf(view_bytes)?;
             if !v.status.is_valid() || v.key < lower {
                 continue;
             }
@@ -239,7 +238,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     async fn read_live(&self, mut addr: GlobalAddr, buf: &mut [u8]) -> Result<(), SmartError> {
         for _ in 0..64 {
             self.read_leaf(addr, buf).await?;
-            let v = check_leaf(buf).map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+            let v = verified_leaf(buf)?;
             match v.status.forward() {
                 Some(next) if v.status.is_obsolete() => addr = next,
                 _ => return Ok(()),

@@ -1,12 +1,14 @@
 //! Finding a key: through the cache when it has the path, then by fresh remote reads.
 use super::config::SmartError;
-use super::key::Key;
-use super::remote::{Find, NodeImg, check_leaf};
+use super::remote::{Find, LeafSummary, NodeImg};
 use super::{Smart, bump};
 use crate::block_on::yield_now;
 use crate::fabric::Endpoint;
-use remora_layouts::GlobalAddr;
-use remora_layouts::smart::{Header, MAX_LEAF_BYTES, NodeType, Slot, SlotKind};
+use remora_layouts::smart::{Header, MAX_LEAF_BYTES, NodeType, Slot, SlotKind, leaf_bytes};
+use remora_layouts::{GlobalAddr, LayoutError};
+
+/// Lookup buffer for trees whose leaves are all this small (in bytes).
+const SMALL_LEAF: usize = 256;
 
 /// Longest forward chain of out-of-place leaves followed before restarting.
 const MAX_FORWARDS: usize = 64;
@@ -40,7 +42,8 @@ pub(crate) enum Miss {
 // Returned by value inside the operation's future; boxing would allocate per insert.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Pos {
-    /// The key's live leaf; its verified image is in the caller's buffer.
+    /// The key's live leaf; its verified image is in the caller's buffer, `info` says
+    /// what it holds.
     Leaf {
         node: GlobalAddr,
         header: Header,
@@ -48,6 +51,7 @@ pub(crate) enum Pos {
         slot: Slot,
         leaf: GlobalAddr,
         bytes: usize,
+        info: LeafSummary,
     },
     /// The key is absent.
     Miss {
@@ -105,12 +109,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Walks the cache as far as it knows the key's path.
     fn walk_cache(&self, key: &[u8]) -> CacheWalk {
-        let cache = self.cache.borrow();
+        let mut cache = self.cache.borrow_mut();
         let mut cur = self.root;
         let mut cur_ty = NodeType::N256;
         let mut parent: Option<Parent> = None;
-        // Each level's cached node is probed once: the child found below becomes `c`.
-        let Some(mut c) = cache.get(cur) else {
+        // One entry per level: the child's entry comes from the slot's hint (or one probe).
+        let Some(mut id) = cache.lookup(cur) else {
             return CacheWalk::Remote(Start {
                 addr: cur,
                 ty: cur_ty,
@@ -118,12 +122,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             });
         };
         loop {
-            let h = c.header;
             let here = Start {
                 addr: cur,
                 ty: cur_ty,
                 parent,
             };
+            let Some(c) = cache.node(id) else {
+                return CacheWalk::Remote(here);
+            };
+            let h = c.header;
             if !prefix_matches(h, key) {
                 return CacheWalk::Remote(here);
             }
@@ -149,17 +156,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         idx,
                         slot,
                     });
-                    match cache.get(addr) {
-                        Some(cc)
-                            if cc.header.prefix_start() == h.depth() + 1
-                                && cc.header.node_type() == ty =>
-                        {
-                            c = cc;
-                        }
-                        _ => {
-                            return CacheWalk::Remote(Start { addr, ty, parent });
-                        }
-                    }
+                    let next = cache.child(id, idx, addr).filter(|&cid| {
+                        cache.node(cid).is_some_and(|cc| {
+                            cc.header.prefix_start() == h.depth() + 1 && cc.header.node_type() == ty
+                        })
+                    });
+                    let Some(cid) = next else {
+                        return CacheWalk::Remote(Start { addr, ty, parent });
+                    };
+                    id = cid;
                     cur = addr;
                     cur_ty = ty;
                 }
@@ -174,33 +179,54 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
     }
 
-    /// Reads the live leaf reached through a slot pointing at `addr`: verified, forward
-    /// chain followed. Returns its address, or `None` when the chain is too long.
+    /// Reads the live leaf of `bytes` bytes reached through a slot pointing at `addr` into
+    /// `buf[..bytes]`: verified, forward chain followed. Returns its address and what it
+    /// holds, or `None` when the chain is too long.
     async fn read_live_leaf(
         &self,
         mut addr: GlobalAddr,
+        bytes: usize,
         buf: &mut [u8],
-    ) -> Result<Option<GlobalAddr>, SmartError> {
+    ) -> Result<Option<(GlobalAddr, LeafSummary)>, SmartError> {
+        let Some(buf) = buf.get_mut(..bytes) else {
+            // Every leaf of this tree fits the buffer; a larger one is not of this tree.
+            return Err(SmartError::Corrupt {
+                what: "slot announces a leaf larger than this tree's leaves",
+                err: LayoutError::OutOfRange {
+                    field: "leaf bytes",
+                    value: bytes as u64,
+                },
+            });
+        };
         for _ in 0..MAX_FORWARDS {
-            self.read_leaf(addr, buf).await?;
-            let v = check_leaf(buf).map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
-            match v.status.forward() {
-                Some(next) if v.status.is_obsolete() => addr = next,
-                _ => return Ok(Some(addr)),
+            let info = self.read_leaf(addr, buf).await?;
+            match info.status.forward() {
+                Some(next) if info.status.is_obsolete() => addr = next,
+                _ => return Ok(Some((addr, info))),
             }
         }
         Ok(None)
     }
 
+    /// The largest leaf of this tree.
+    pub(crate) fn max_leaf_bytes(&self) -> usize {
+        let key = match self.cfg.key_mode {
+            super::config::KeyMode::Fixed(n) => n,
+            super::config::KeyMode::Variable => remora_layouts::smart::MAX_KEY_LEN,
+        };
+        leaf_bytes(key, self.cfg.value_cap).min(MAX_LEAF_BYTES)
+    }
+
     /// Searches `key`. `Ok(None)`: the search met an inconsistency and must restart (from
     /// the root, without the cache).
+    ///
+    /// `key` is encoded; `buf` holds the largest leaf of the tree ([`Self::max_leaf_bytes`]).
     pub(crate) async fn search(
         &self,
-        key: &Key,
-        buf: &mut [u8; MAX_LEAF_BYTES],
+        k: &[u8],
+        buf: &mut [u8],
         use_cache: bool,
     ) -> Result<Option<Pos>, SmartError> {
-        let k = key.bytes();
         let use_cache = use_cache && self.cfg.techniques.cache;
         let start = if use_cache {
             match self.walk_cache(k) {
@@ -214,16 +240,14 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     bytes,
                     parent,
                 } => {
-                    let Some(live) = self.read_live_leaf(leaf, &mut buf[..bytes]).await? else {
+                    let Some((live, info)) = self.read_live_leaf(leaf, bytes, buf).await? else {
                         return Ok(None);
                     };
-                    let v = check_leaf(&buf[..bytes])
-                        .map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
                     // Reverse check: the leaf must name the cached node as its parent.
-                    if v.reverse != node.pack48().unwrap_or(0) {
+                    if info.reverse != node.pack48().unwrap_or(0) {
                         self.invalidate(node);
                     }
-                    if v.key == k {
+                    if info.key(buf) == k {
                         bump(&self.stats.cache_leaf_hits);
                         return Ok(Some(Pos::Leaf {
                             node,
@@ -232,6 +256,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             slot,
                             leaf: live,
                             bytes,
+                            info,
                         }));
                     }
                     self.invalidate(node);
@@ -252,7 +277,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         &self,
         k: &[u8],
         start: Start,
-        buf: &mut [u8; MAX_LEAF_BYTES],
+        buf: &mut [u8],
         use_cache: bool,
     ) -> Result<Option<Pos>, SmartError> {
         let Start {
@@ -333,13 +358,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         Ok(SlotKind::Leaf {
                             addr: la, bytes, ..
                         }) => {
-                            let Some(live) = self.read_live_leaf(la, &mut buf[..bytes]).await?
+                            let Some((live, info)) = self.read_live_leaf(la, bytes, buf).await?
                             else {
                                 return Ok(None);
                             };
-                            let v = check_leaf(&buf[..bytes])
-                                .map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
-                            if v.key == k {
+                            if info.key(buf) == k {
                                 return Ok(Some(Pos::Leaf {
                                     node: addr,
                                     header: h,
@@ -347,6 +370,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                     slot,
                                     leaf: live,
                                     bytes,
+                                    info,
                                 }));
                             }
                             if !(slot.is_frozen() || h.is_frozen()) {
@@ -379,37 +403,52 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
     }
 
-    /// A plain lookup: copies the value into `out`.
+    /// A plain lookup of encoded `key`: copies the value into `out`.
     pub(crate) async fn lookup(
         &self,
-        key: &Key,
+        key: &[u8],
         out: &mut [u8],
     ) -> Result<Option<usize>, SmartError> {
-        let mut buf = [0u8; MAX_LEAF_BYTES];
+        // Only the tree's largest leaf needs room: no 4 KiB buffer to clear per lookup
+        // when leaves are small.
+        if self.max_leaf_bytes() <= SMALL_LEAF {
+            let mut buf = [0u8; SMALL_LEAF];
+            self.lookup_in(key, out, &mut buf).await
+        } else {
+            let mut buf = [0u8; MAX_LEAF_BYTES];
+            self.lookup_in(key, out, &mut buf).await
+        }
+    }
+
+    async fn lookup_in(
+        &self,
+        key: &[u8],
+        out: &mut [u8],
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, SmartError> {
         let mut tries = 0;
         let mut use_cache = true;
         loop {
-            match self.search(key, &mut buf, use_cache).await? {
+            match self.search(key, buf, use_cache).await? {
                 None => {
                     use_cache = false;
                     self.restart(&mut tries, "lookup kept meeting inconsistent nodes")
                         .await?;
                 }
                 Some(Pos::Miss { .. }) => return Ok(None),
-                Some(Pos::Leaf { bytes, .. }) => {
-                    let v = check_leaf(&buf[..bytes])
-                        .map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
-                    if !v.status.is_valid() {
+                Some(Pos::Leaf { info, .. }) => {
+                    if !info.status.is_valid() {
                         return Ok(None);
                     }
-                    let n = v.value.len();
+                    let v = info.value(buf);
+                    let n = v.len();
                     if n > out.len() {
                         return Err(SmartError::BufferTooSmall {
                             need: n,
                             got: out.len(),
                         });
                     }
-                    out[..n].copy_from_slice(v.value);
+                    out[..n].copy_from_slice(v);
                     return Ok(Some(n));
                 }
             }

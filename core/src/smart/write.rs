@@ -2,7 +2,7 @@
 //! pointer; inserts of new keys through the structural changes.
 use super::config::SmartError;
 use super::key::Key;
-use super::remote::{build_leaf, check_leaf};
+use super::remote::{build_leaf, check_leaf, verified_leaf};
 use super::search::{Miss, Pos};
 use super::structure::Swap;
 use super::{Smart, bump};
@@ -46,7 +46,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut tries = 0;
         let mut use_cache = true;
         loop {
-            let done = match self.search(key, &mut buf, use_cache).await? {
+            let done = match self.search(k, &mut buf, use_cache).await? {
                 None => None,
                 Some(Pos::Leaf {
                     node,
@@ -55,6 +55,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     slot,
                     leaf,
                     bytes,
+                    ..
                 }) => {
                     if self.cfg.techniques.in_place_leaf {
                         self.write_in_place(kind, leaf, bytes, k, value).await?
@@ -90,8 +91,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             },
                             _,
                         ) => {
-                            let v = check_leaf(&buf[..bytes])
-                                .map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+                            let v = verified_leaf(&buf[..bytes])?;
                             let mut other = [0u8; MAX_KEY_LEN];
                             let ol = v.key.len();
                             other[..ol].copy_from_slice(v.key);
@@ -229,7 +229,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         value: &[u8],
     ) -> Result<Option<bool>, SmartError> {
         let (node, header, idx, slot) = at;
-        let v = check_leaf(current).map_err(|err| SmartError::Corrupt { what: "leaf", err })?;
+        let v = verified_leaf(current)?;
         let st = v.status;
         let was_valid = st.is_valid();
         if !was_valid && kind != WriteKind::Upsert {
