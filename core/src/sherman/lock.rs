@@ -15,7 +15,6 @@ use crate::fabric::{Op, QueuePair};
 use core::cell::RefCell;
 use remora_layouts::GlobalAddr;
 use std_alloc::collections::{BTreeMap, BTreeSet};
-use std_alloc::vec::Vec;
 
 /// One global lock word as this handle sees it: a ticket queue (FIFO, so a coroutine that
 /// just released cannot barge ahead of the ones waiting), and whether this handle holds the
@@ -61,6 +60,10 @@ pub(super) enum Got {
 }
 
 const ZERO: [u8; 8] = [0; 8];
+
+/// The work requests of one doorbell: at most a new page, a page written whole (rear, body,
+/// front) and the unlock — fixed capacity, so a write allocates nothing.
+pub(super) type Batch<'b> = heapless::Vec<Op<'b>, 8>;
 
 impl Locks {
     pub(super) fn new(
@@ -147,7 +150,7 @@ impl Locks {
         &self,
         qp: &Q,
         lock: GlobalAddr,
-        writeback: &mut Vec<Op<'_>>,
+        writeback: &mut Batch<'_>,
     ) -> Result<(), ShermanError> {
         let hand_over = self.hierarchical && {
             let mut t = self.table.borrow_mut();
@@ -167,10 +170,12 @@ impl Locks {
                 qp.post(writeback).await
             }
         } else if self.combine || writeback.is_empty() {
-            writeback.push(Op::Write {
-                remote: lock,
-                local: &ZERO,
-            });
+            writeback
+                .push(Op::Write {
+                    remote: lock,
+                    local: &ZERO,
+                })
+                .expect("a batch has room for the unlock");
             qp.post(writeback).await
         } else {
             match qp.post(writeback).await {

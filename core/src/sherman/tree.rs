@@ -1,6 +1,6 @@
 //! The B-link tree itself: descriptor, traversal, lookups, writes, splits, scans.
 use super::cache::{IndexCache, child_for};
-use super::lock::{Got, Locks};
+use super::lock::{Batch, Got, Locks};
 use super::{ShermanConfig, ShermanError};
 use crate::alloc::RemoteAllocator;
 use crate::block_on::yield_now;
@@ -495,20 +495,23 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// Ops writing page image `img` (version `v` already in its header) whole: rear version,
     /// body, front version — in this order, so a racing READ cannot see front == rear.
-    fn page_write_ops<'b>(&self, addr: GlobalAddr, img: &'b [u8], ops: &mut Vec<Op<'b>>) {
+    fn page_write_ops<'b>(&self, addr: GlobalAddr, img: &'b [u8], ops: &mut Batch<'b>) {
         let rear = self.g.rear_offset();
         ops.push(Op::Write {
             remote: addr.add(rear as u64),
             local: &img[rear..],
-        });
+        })
+        .expect("a doorbell batch holds at most 5 work requests");
         ops.push(Op::Write {
             remote: addr.add(8),
             local: &img[8..rear],
-        });
+        })
+        .expect("a doorbell batch holds at most 5 work requests");
         ops.push(Op::Write {
             remote: addr,
             local: &img[..8],
-        });
+        })
+        .expect("a doorbell batch holds at most 5 work requests");
     }
 
     async fn modify(&self, key: u64, value: &[u8], change: Change) -> Result<bool, ShermanError> {
@@ -573,12 +576,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let (h, found) = match read {
             Ok(r) => r,
             Err(e) => {
-                self.locks.release(qp, lock, &mut Vec::new()).await?;
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
                 return Err(e);
             }
         };
         if !h.covers(key) {
-            self.locks.release(qp, lock, &mut Vec::new()).await?;
+            self.locks.release(qp, lock, &mut Batch::new()).await?;
             return Ok(if key >= h.high_fence {
                 Step::MoveTo(GlobalAddr::from_raw(h.sibling))
             } else {
@@ -594,7 +597,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             (Some(s), Change::Upsert | Change::Update) => (s, true),
             (Some(s), Change::Delete) => (s, false),
             (None, Change::Update | Change::Delete) => {
-                self.locks.release(qp, lock, &mut Vec::new()).await?;
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
                 return Ok(Step::Done(false));
             }
             (None, Change::Upsert) => {
@@ -629,12 +632,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             version,
             valid,
         );
-        let mut ops = Vec::with_capacity(4);
+        let mut ops = Batch::new();
         if self.cfg.two_level_versions {
             ops.push(Op::Write {
                 remote: addr.add(at as u64),
                 local: &buf[at..at + self.g.leaf_entry_size()],
-            });
+            })
+            .expect("a doorbell batch holds at most 5 work requests");
             self.locks.release(qp, lock, &mut ops).await?;
         } else {
             let v = h.front_version.wrapping_add(1).max(1);
@@ -675,7 +679,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let right_addr = match self.alloc_page().await {
             Ok(a) => a,
             Err(e) => {
-                self.locks.release(qp, lock, &mut Vec::new()).await?;
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
                 return Err(e);
             }
         };
@@ -737,14 +741,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         left: &[u8],
     ) -> Result<(), ShermanError> {
         let qp = self.qp(left_addr)?;
-        let mut ops = Vec::with_capacity(6);
+        let mut ops = Batch::new();
         if right_addr.node() == left_addr.node() {
             ops.push(Op::Write {
                 remote: right_addr,
                 local: right,
-            });
+            })
+            .expect("a doorbell batch holds at most 5 work requests");
         } else if let Err(e) = self.qp(right_addr)?.write(right_addr, right).await {
-            self.locks.release(qp, lock, &mut Vec::new()).await?;
+            self.locks.release(qp, lock, &mut Batch::new()).await?;
             return Err(e.into());
         }
         self.page_write_ops(left_addr, left, &mut ops);
@@ -826,12 +831,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     let h = match self.read_page(addr, &mut buf).await {
                         Ok(h) => h,
                         Err(e) => {
-                            self.locks.release(qp, lock, &mut Vec::new()).await?;
+                            self.locks.release(qp, lock, &mut Batch::new()).await?;
                             return Err(e);
                         }
                     };
                     if !h.covers(sep) || h.level() != level {
-                        self.locks.release(qp, lock, &mut Vec::new()).await?;
+                        self.locks.release(qp, lock, &mut Batch::new()).await?;
                         if sep >= h.high_fence && h.level() == level && h.sibling != 0 {
                             addr = GlobalAddr::from_raw(h.sibling);
                             continue;
@@ -844,7 +849,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     let pos = entries.partition_point(|e| e.0 < sep);
                     if entries.get(pos).is_some_and(|e| e.0 == sep) {
                         // Already linked (a retried insert): nothing to do.
-                        self.locks.release(qp, lock, &mut Vec::new()).await?;
+                        self.locks.release(qp, lock, &mut Batch::new()).await?;
                         return Ok(());
                     }
                     entries.insert(pos, (sep, child.raw()));
@@ -881,7 +886,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             h.leftmost,
                             &entries,
                         );
-                        let mut ops = Vec::with_capacity(4);
+                        let mut ops = Batch::new();
                         self.page_write_ops(addr, &img, &mut ops);
                         self.locks.release(qp, lock, &mut ops).await?;
                         if level == 1 {
@@ -898,7 +903,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     let right_addr = match self.alloc_page().await {
                         Ok(a) => a,
                         Err(e) => {
-                            self.locks.release(qp, lock, &mut Vec::new()).await?;
+                            self.locks.release(qp, lock, &mut Batch::new()).await?;
                             return Err(e);
                         }
                     };

@@ -1,0 +1,124 @@
+//! The hot path allocates nothing: after warm-up, lookups and in-place updates of SMART and
+//! Sherman, and the fabric verbs themselves, make no heap allocation (counted by a global
+//! allocator wrapper, per thread).
+use remora_core::GlobalAddr;
+use remora_core::block_on::block_on;
+use remora_core::fabric::{Endpoint, QueuePair};
+use remora_core::index::KvIndex;
+use remora_core::sherman::{Sherman, ShermanConfig};
+use remora_core::smart::{KeyMode, Smart, SmartConfig, Techniques};
+use remora_poller::soft::{NodeConfig, SoftMemoryNode};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same layout contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: p was allocated by System with layout l.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: p was allocated by System with layout l.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
+/// Allocations made by `f` on this thread.
+fn count(f: impl FnOnce()) -> u64 {
+    let before = allocs();
+    f();
+    allocs() - before
+}
+
+fn node() -> std::sync::Arc<SoftMemoryNode> {
+    SoftMemoryNode::create(NodeConfig {
+        region_len: 64 << 20,
+        ..NodeConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn verbs_allocate_nothing() {
+    let n = node();
+    let ep = n.endpoint().unwrap();
+    let qp = ep.qp(0).unwrap();
+    let a = GlobalAddr::new(0, 1 << 20);
+    let mut buf = [0u8; 64];
+    let mut run = || {
+        block_on(async {
+            for _ in 0..1000 {
+                qp.read(a, &mut buf).await.unwrap();
+                qp.write(a, &[7u8; 64]).await.unwrap();
+                qp.cas(a, 0, 1).await.unwrap();
+                qp.faa(a, 1).await.unwrap();
+            }
+        })
+    };
+    let _ = count(&mut run);
+    assert_eq!(count(&mut run), 0, "fabric verbs allocated");
+}
+
+fn check_index<I: KvIndex>(t: &I, name: &str) {
+    let keys: Vec<[u8; 8]> = (0..2000u64)
+        .map(|i| (i * 7919 % 100_000).to_be_bytes())
+        .collect();
+    block_on(async {
+        for k in &keys {
+            t.upsert(k, &[1u8; 8]).await.unwrap();
+        }
+    });
+    let mut out = [0u8; 8];
+    let mut pass = |update: bool| {
+        count(|| {
+            block_on(async {
+                for k in &keys {
+                    if update {
+                        assert!(t.update(k, &[2u8; 8]).await.unwrap());
+                    } else {
+                        assert!(t.get(k, &mut out).await.unwrap().is_some());
+                    }
+                }
+            })
+        })
+    };
+    let _ = (pass(false), pass(true)); // warm caches and pools
+    assert_eq!(pass(false), 0, "{name}: lookups allocated");
+    assert_eq!(pass(true), 0, "{name}: in-place updates allocated");
+}
+
+#[test]
+fn sherman_lookups_and_updates_allocate_nothing() {
+    let n = node();
+    let ep = n.endpoint().unwrap();
+    let t = block_on(Sherman::create(&ep, ShermanConfig::sherman())).unwrap();
+    check_index(&t, "sherman");
+}
+
+#[test]
+fn smart_lookups_and_updates_allocate_nothing() {
+    let n = node();
+    let ep = n.endpoint().unwrap();
+    let cfg = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
+    let t = block_on(Smart::open(&ep, cfg)).unwrap();
+    check_index(&t, "smart");
+}
