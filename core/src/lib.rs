@@ -24,6 +24,8 @@ pub mod index;
 #[cfg(feature = "conformance")]
 pub mod kvcheck;
 #[cfg(feature = "alloc")]
+pub mod server;
+#[cfg(feature = "alloc")]
 pub mod sherman;
 pub mod smart;
 

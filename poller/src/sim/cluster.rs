@@ -6,9 +6,10 @@ use super::memory::{MemNode, NodeImage};
 use super::model::{Model, Ps};
 use super::qp::{SimEndpoint, SimQp, WorldRef};
 use super::rng::Rng;
-use super::server::echo_loop;
+use super::server::{SharedHandler, handler_loop};
 use super::trace::{Trace, TraceSel};
-use remora_core::fabric::FabricError;
+use remora_core::fabric::{FabricError, QueuePair};
+use remora_core::server::{Echo, Handler};
 use remora_layouts::NodeId;
 use std::cell::RefCell;
 use std::fmt;
@@ -97,6 +98,8 @@ pub struct Sim<'a> {
     w: WorldRef,
     exec: Executor<'a>,
     compute_nodes: usize,
+    /// Server-side logic per memory node (the echo service unless `set_handler`).
+    handlers: Vec<SharedHandler<'a>>,
 }
 
 impl World {
@@ -192,6 +195,7 @@ impl<'a> Sim<'a> {
             }
         }
         let m = &cfg.model;
+        let images_len = images.len();
         let mut w = World::new(
             cfg.model.clone(),
             cfg.seed,
@@ -224,10 +228,14 @@ impl<'a> Sim<'a> {
             let at = w.faults.scheduled[i].at;
             w.schedule(at, Ev::Fault(i as u32));
         }
+        let nodes = images_len;
         Ok(Sim {
             w: Rc::new(RefCell::new(w)),
             exec: Executor::new(),
             compute_nodes: cfg.compute_nodes,
+            handlers: (0..nodes)
+                .map(|_| Rc::new(RefCell::new(Box::new(Echo) as Box<dyn Handler>)))
+                .collect(),
         })
     }
 
@@ -283,12 +291,32 @@ impl<'a> Sim<'a> {
         self.spawn(client, f(c));
     }
 
+    /// Runs `handler` (server-side logic, see `remora_core::server`) on memory node `node`'s
+    /// CPU for every connection opened after this call, instead of the echo service. Each
+    /// message costs `server_handler_ns` of the node's CPU. `on_idle` is not called: the sim
+    /// has no idle time to give it (a node's background work must be driven by messages).
+    pub fn set_handler(
+        &mut self,
+        node: NodeId,
+        handler: Box<dyn Handler + 'a>,
+    ) -> Result<(), SimError> {
+        let slot = self
+            .handlers
+            .get_mut(node as usize)
+            .ok_or_else(|| SimError(format!("no memory node {node}")))?;
+        *slot = Rc::new(RefCell::new(handler));
+        Ok(())
+    }
+
     fn run_inner(&mut self, limit: Option<Ps>, until_done: bool) -> RunReport {
         let w = self.w.clone();
+        let handlers = &self.handlers;
         let mut spawn_server = |ex: &mut Executor<'a>, end: u32| {
             let qp = SimQp::new(w.clone(), end);
             let id = w.borrow_mut().add_task(NO_CLIENT);
-            ex.add(&w, id, Box::pin(echo_loop(qp)), false);
+            if let Some(h) = handlers.get(qp.peer() as usize).cloned() {
+                ex.add(&w, id, Box::pin(handler_loop(qp, h)), false);
+            }
         };
         let stop = self.exec.run(&self.w, limit, until_done, &mut spawn_server);
         let wb = self.w.borrow();

@@ -59,7 +59,7 @@
 //! - [`memory`]: memory nodes (regions, device memory, keys, persistence, crash).
 //! - [`qp`]: `SimQp` / `SimEndpoint` and their futures.
 //! - [`exec`]: the single-threaded executor.
-//! - `server`: the echo service (`remora_core::echo::serve_ready`) on every connection.
+//! - `server`: each memory node's service (a `remora_core::server::Handler`; echo by default).
 //! - [`faults`], [`trace`], [`rng`], [`pool`].
 pub mod cluster;
 pub mod engine;

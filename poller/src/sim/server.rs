@@ -1,16 +1,20 @@
-//! The echo service every simulated memory node runs on each of its queue pairs: the
-//! `remora_core::echo::serve_ready` loop, run as a server task on the memory node's side of
-//! the connection, charging `server_handler_ns` of the node's CPU per message handled.
+//! The service every simulated memory node runs on each of its queue pairs — a
+//! `remora_core::server::Handler`, the echo service unless `Sim::set_handler` — run as a server
+//! task on the memory node's side of the connection, charging `server_handler_ns` of the
+//! node's CPU per message handled.
 //!
 //! The task is started when the connection's first message arrives, so idle connections
 //! cost nothing. The node's CPU threads (`server_threads`) are shared by all its handlers.
 use super::engine::{Ev, NO_TASK};
 use super::model::Ps;
 use super::qp::{RxReady, SimQp};
-use remora_core::echo::serve_ready;
-use remora_core::fabric::QueuePair;
+use remora_core::fabric::{FabricError, QueuePair, RecvKind};
+use remora_core::server::{Handler, LocalRegion, Replies, out_of_range};
+use remora_layouts::NodeId;
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 /// Occupies the memory node's CPU for `n` handler times, then resolves.
@@ -51,11 +55,16 @@ impl Future for HandlerCpu<'_> {
     }
 }
 
-/// Serves one connection until its queue pair breaks.
-pub(crate) async fn echo_loop(qp: SimQp) {
+/// A memory node's handler, shared by its connections (one thread: the node's CPU).
+pub(crate) type SharedHandler<'a> = Rc<RefCell<Box<dyn Handler + 'a>>>;
+
+/// Serves one connection with the node's handler until its queue pair breaks or the handler
+/// refuses a message.
+pub(crate) async fn handler_loop(qp: SimQp, handler: SharedHandler<'_>) {
     let mut buf = vec![0u8; qp.max_message()];
-    // Messages that arrived while the handler ran are served in the same pass and charged
-    // on the next one.
+    let mut replies = Replies::new();
+    let node = qp.peer();
+    let conn = qp.end_id() as usize;
     let mut debt = 0;
     loop {
         let n = match RxReady(&qp).await {
@@ -68,9 +77,102 @@ pub(crate) async fn echo_loop(qp: SimQp) {
             until: None,
         }
         .await;
-        match serve_ready(&qp, &mut buf).await {
-            Ok(served) => debt = served.saturating_sub(n),
-            Err(_) => return,
+        let mut served = 0usize;
+        loop {
+            let r = match qp.try_recv(&mut buf) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(_) => return,
+            };
+            let msg: &[u8] = if r.kind == RecvKind::Send {
+                &buf[..r.len as usize]
+            } else {
+                &[]
+            };
+            replies.clear();
+            let region = SimRegion { qp: &qp, node };
+            if handler
+                .borrow_mut()
+                .on_message(&region, conn, r, msg, &mut replies)
+                .is_err()
+            {
+                return;
+            }
+            for m in replies.iter() {
+                if qp.send(m).await.is_err() {
+                    return;
+                }
+            }
+            served += 1;
         }
+        debt = served.saturating_sub(n);
+    }
+}
+
+/// A simulated memory node's host region as its CPU sees it. CPU stores are durable when
+/// made (the sim models NIC-side persistence only).
+struct SimRegion<'q> {
+    qp: &'q SimQp,
+    node: NodeId,
+}
+
+impl SimRegion<'_> {
+    fn with<R>(
+        &self,
+        offset: u64,
+        len: usize,
+        aligned: bool,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, FabricError> {
+        let mut w = self.qp.world().borrow_mut();
+        let host = &mut w
+            .nodes
+            .get_mut(self.node as usize)
+            .ok_or_else(|| out_of_range(self.node, offset, len))?
+            .host;
+        let o = usize::try_from(offset).map_err(|_| out_of_range(self.node, offset, len))?;
+        if aligned && !o.is_multiple_of(8) {
+            return Err(out_of_range(self.node, offset, len));
+        }
+        let bytes = o
+            .checked_add(len)
+            .and_then(|end| host.get_mut(o..end))
+            .ok_or_else(|| out_of_range(self.node, offset, len))?;
+        Ok(f(bytes))
+    }
+}
+
+impl LocalRegion for SimRegion<'_> {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+    fn len(&self) -> u64 {
+        let w = self.qp.world().borrow();
+        w.nodes
+            .get(self.node as usize)
+            .map_or(0, |n| n.host.len() as u64)
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
+        self.with(offset, buf.len(), false, |b| buf.copy_from_slice(b))
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
+        self.with(offset, data.len(), false, |b| b.copy_from_slice(data))
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
+        self.with(offset, 8, true, |b| {
+            u64::from_le_bytes(b.try_into().expect("8 bytes"))
+        })
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
+        self.with(offset, 8, true, |b| b.copy_from_slice(&value.to_le_bytes()))
+    }
+    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
+        self.with(offset, 8, true, |b| {
+            let old = u64::from_le_bytes((&*b).try_into().expect("8 bytes"));
+            if old == current {
+                b.copy_from_slice(&new.to_le_bytes());
+            }
+            old
+        })
     }
 }

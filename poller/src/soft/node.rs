@@ -3,6 +3,9 @@
 use super::qp::{Channel, SoftEndpoint, SoftQp};
 use super::words;
 use crate::arena::{Mapping, PageKind};
+use remora_core::block_on::block_on;
+use remora_core::fabric::{FabricError, QueuePair, RecvKind};
+use remora_core::server::{Echo, Handler, LocalRegion, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
 use std::collections::VecDeque;
@@ -73,7 +76,9 @@ impl NodeMem {
 pub struct SoftMemoryNode {
     mem: Arc<NodeMem>,
     cfg: NodeConfig,
-    conns: Mutex<Vec<SoftQp>>,
+    conns: Mutex<Vec<(usize, SoftQp)>>,
+    next_conn: std::sync::atomic::AtomicUsize,
+    service: Mutex<Service>,
     log: Mutex<VecDeque<String>>,
 }
 
@@ -83,8 +88,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl SoftMemoryNode {
-    /// Creates the node's shared memory and writes the region header.
+    /// Creates the node's shared memory and writes the region header; its connections are
+    /// served by the echo service.
     pub fn create(cfg: NodeConfig) -> io::Result<Arc<SoftMemoryNode>> {
+        Self::create_with(cfg, Box::new(Echo))
+    }
+
+    /// Creates the node with `handler` serving its connections (see `remora_core::server`).
+    pub fn create_with(
+        cfg: NodeConfig,
+        handler: Box<dyn Handler + Send>,
+    ) -> io::Result<Arc<SoftMemoryNode>> {
         let header =
             RegionHeader::new(cfg.region_len, cfg.chunk_size, cfg.dm_len).map_err(|e| {
                 io::Error::new(
@@ -123,6 +137,11 @@ impl SoftMemoryNode {
             mem: Arc::new(mem),
             cfg,
             conns: Mutex::new(Vec::new()),
+            next_conn: std::sync::atomic::AtomicUsize::new(0),
+            service: Mutex::new(Service {
+                handler,
+                replies: Replies::new(),
+            }),
             log: Mutex::new(VecDeque::new()),
         }))
     }
@@ -148,7 +167,7 @@ impl SoftMemoryNode {
             depth: self.cfg.ring_depth,
             max_msg: self.cfg.max_msg,
         });
-        lock(&self.conns).push(SoftQp::server(chan.clone(), None));
+        self.adopt(SoftQp::server(chan.clone(), None));
         Ok(SoftQp::client(self.mem.clone(), chan, None))
     }
 
@@ -159,7 +178,8 @@ impl SoftMemoryNode {
 
     /// Registers the server end of a connection made by the control listener.
     pub(crate) fn adopt(&self, server_end: SoftQp) {
-        lock(&self.conns).push(server_end);
+        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        lock(&self.conns).push((id, server_end));
     }
 
     /// Revokes the region key and issues a new one; returns it.
@@ -189,31 +209,45 @@ impl SoftMemoryNode {
         lock(&self.conns).len()
     }
 
-    /// Answers every message waiting on every connection (the echo service); drops the
-    /// connections whose peer died or broke. Returns how many messages it answered.
+    /// Hands every message waiting on every connection to the node's handler and sends its
+    /// replies, runs the handler's idle work when nothing came, and drops the connections whose
+    /// peer died or whose handling failed. Returns how many messages it handled.
     pub fn serve_once(&self, buf: &mut [u8], check_liveness: bool) -> usize {
+        let mut service = lock(&self.service);
+        let Service { handler, replies } = &mut *service;
+        let region = SoftRegion { mem: &self.mem };
         let mut conns = lock(&self.conns);
         let mut served = 0;
         let mut dead = Vec::new();
-        for (i, qp) in conns.iter().enumerate() {
-            match remora_core::block_on::block_on(remora_core::echo::serve_ready(qp, buf)) {
+        for (i, (id, qp)) in conns.iter().enumerate() {
+            match serve_connection(&mut **handler, replies, &region, *id, qp, buf) {
                 Ok(n) => served += n,
-                Err(e) => dead.push((i, format!("dropping connection {i}: {e}"))),
+                Err(e) => {
+                    dead.push((i, format!("dropping connection {id}: {e}")));
+                    continue;
+                }
             }
-            if check_liveness && !qp.peer_alive() && !dead.iter().any(|(j, _)| *j == i) {
-                dead.push((i, format!("client of connection {i} went away")));
+            if qp.is_closed() {
+                dead.push((i, String::new()));
+            } else if check_liveness && !qp.peer_alive() {
+                dead.push((i, format!("client of connection {id} went away")));
             }
+        }
+        if served == 0 {
+            handler.on_idle(&region);
         }
         for (i, why) in dead.into_iter().rev() {
             conns.swap_remove(i);
-            drop(conns);
-            self.log(why);
-            conns = lock(&self.conns);
+            if !why.is_empty() {
+                drop(conns);
+                self.log(why);
+                conns = lock(&self.conns);
+            }
         }
         served
     }
 
-    /// Runs the echo service on a background thread until the handle is dropped.
+    /// Runs the node's service on a background thread until the handle is dropped.
     pub fn spawn_server(self: &Arc<Self>) -> ServerHandle {
         let stop = Arc::new(AtomicBool::new(false));
         let (node, flag) = (self.clone(), stop.clone());
@@ -264,5 +298,97 @@ impl Drop for ServerHandle {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+struct Service {
+    handler: Box<dyn Handler + Send>,
+    replies: Replies,
+}
+
+/// Serves what is waiting on one connection; returns how many messages.
+fn serve_connection(
+    handler: &mut dyn Handler,
+    replies: &mut Replies,
+    region: &SoftRegion<'_>,
+    id: usize,
+    qp: &SoftQp,
+    buf: &mut [u8],
+) -> Result<usize, FabricError> {
+    let mut n = 0;
+    while let Some(r) = qp.try_recv(buf)? {
+        let msg: &[u8] = if r.kind == RecvKind::Send {
+            &buf[..r.len as usize]
+        } else {
+            &[]
+        };
+        replies.clear();
+        handler.on_message(region, id, r, msg, replies)?;
+        for m in replies.iter() {
+            block_on(qp.send(m))?;
+        }
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The node's host region as its own CPU sees it.
+pub struct SoftRegion<'a> {
+    mem: &'a NodeMem,
+}
+
+impl SoftRegion<'_> {
+    fn at(&self, offset: u64, len: usize, aligned: bool) -> Result<*mut u8, FabricError> {
+        let bad = || remora_core::server::out_of_range(self.mem.node_id, offset, len);
+        let end = offset.checked_add(len as u64).ok_or_else(bad)?;
+        if end > self.mem.region_len || (aligned && !offset.is_multiple_of(8)) {
+            return Err(bad());
+        }
+        // SAFETY: offset + len <= region_len <= the mapping's length.
+        Ok(unsafe { self.mem.region.as_ptr().add(offset as usize) })
+    }
+}
+
+impl LocalRegion for SoftRegion<'_> {
+    fn node(&self) -> NodeId {
+        self.mem.node_id
+    }
+    fn len(&self) -> u64 {
+        self.mem.region_len
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
+        let p = self.at(offset, buf.len(), false)?;
+        // SAFETY: `at` checked the range lies in the live mapping.
+        unsafe { words::read(p, buf) };
+        std::sync::atomic::fence(Ordering::Acquire);
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
+        let p = self.at(offset, data.len(), false)?;
+        std::sync::atomic::fence(Ordering::Release);
+        // SAFETY: `at` checked the range lies in the live mapping.
+        unsafe { words::write(p, data) };
+        Ok(())
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        Ok(unsafe { words::word(p) }.load(Ordering::Acquire))
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        unsafe { words::word(p) }.store(value, Ordering::Release);
+        Ok(())
+    }
+    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        let w = unsafe { words::word(p) };
+        Ok(
+            match w.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+        )
     }
 }

@@ -109,6 +109,17 @@ impl SoftQp {
         }
     }
 
+    /// Hangs up: the peer's sends and receives on this connection fail instead of waiting.
+    pub fn close(&self) {
+        self.tx.close();
+        self.rx.close();
+    }
+
+    /// True once either end hung up.
+    pub fn is_closed(&self) -> bool {
+        self.rx.is_closed()
+    }
+
     /// False once the peer's process has closed its control connection.
     pub fn peer_alive(&self) -> bool {
         let Some(s) = &self.control else { return true };
@@ -193,6 +204,9 @@ impl SoftQp {
     async fn push(&self, wr: usize, msg: Msg<'_>) -> Result<(), FabricError> {
         let mut since: Option<Instant> = None;
         loop {
+            if self.tx.is_closed() {
+                return Err(FabricError::RetryExceeded { node: self.peer });
+            }
             let pushed = match msg {
                 Msg::Send(p) => self.tx.try_push(RecvKind::Send, 0, p),
                 Msg::Imm(imm, len) => self.tx.try_push_imm(imm, len),
@@ -271,6 +285,12 @@ impl SoftQp {
     }
 }
 
+impl Drop for SoftQp {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
 impl QueuePair for SoftQp {
     fn peer(&self) -> NodeId {
         self.peer
@@ -302,6 +322,9 @@ impl QueuePair for SoftQp {
         loop {
             if let Some(r) = self.try_recv(buf)? {
                 return Ok(r);
+            }
+            if self.rx.is_closed() {
+                return Err(FabricError::RetryExceeded { node: self.peer });
             }
             if checked.elapsed() > LIVENESS_EVERY {
                 if !self.peer_alive() {

@@ -7,6 +7,7 @@
 //! | offset | what |
 //! |---|---|
 //! | 0   | tail: messages produced (AtomicU64, its own cache line) |
+//! | 8   | closed: nonzero once either end hung up |
 //! | 64  | head: messages consumed (AtomicU64, its own cache line) |
 //! | 128 | `depth` slots of [`slot_bytes`]: len u32, kind u32, imm u32, reserved u32, payload |
 //!
@@ -22,6 +23,8 @@ use remora_layouts::GlobalAddr;
 use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
 
 const TAIL: usize = 0;
+/// Nonzero once the receiving side has hung up (its service dropped the connection).
+const CLOSED: usize = 8;
 const HEAD: usize = 64;
 const SLOTS: usize = 128;
 const SLOT_HEADER: usize = 16;
@@ -151,6 +154,16 @@ impl<M: RingMemory> Ring<M> {
     fn store_pos(&self, at: usize, value: u64, order: Ordering) {
         // SAFETY: as in `load_pos`.
         unsafe { self.mem.store(at, value, order) }
+    }
+
+    /// Marks the ring as hung up by its receiver: senders get an error instead of waiting.
+    pub fn close(&self) {
+        self.store_pos(CLOSED, 1, Ordering::Release);
+    }
+
+    /// True once [`Ring::close`] was called on either end.
+    pub fn is_closed(&self) -> bool {
+        self.load_pos(CLOSED, Ordering::Acquire) != 0
     }
 
     /// The offset of the slot of message `n`: `slot_bytes(max_msg)` bytes inside the ring.

@@ -1,0 +1,144 @@
+//! Code that runs on a memory node's CPU: the contract between server-side logic (CANRT's
+//! metadata applier, Erda's metadata server, Catfish's server, the echo service) and the
+//! fabric that delivers its messages.
+//!
+//! A fabric's memory node calls [`Handler::on_message`] for every receive completion on any
+//! of its connections (a SEND's payload, or a WRITE_WITH_IMM notice with its immediate), and
+//! [`Handler::on_idle`] when nothing arrived, and sends the replies the handler queued back
+//! on the same connection. The handler reaches the node's own memory through
+//! [`LocalRegion`]: bounds-checked, words atomic (the NIC writes the same memory
+//! concurrently), and `persist` for what must survive a crash.
+use crate::fabric::{FabricError, Recv};
+use remora_layouts::{GlobalAddr, NodeId};
+use std_alloc::vec::Vec;
+
+/// A memory node's host region as its own CPU sees it.
+pub trait LocalRegion {
+    fn node(&self) -> NodeId;
+    /// Bytes in the region, header included.
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies bytes out (word-wise atomic loads: a concurrent NIC write may tear between words).
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError>;
+    /// Copies bytes in (word-wise atomic stores).
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError>;
+    /// An aligned 8-byte word.
+    fn load_u64(&self, offset: u64) -> Result<u64, FabricError>;
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError>;
+    /// Compare-and-swap on an aligned word; returns the prior value. Atomic against the CPU
+    /// only: a NIC atomic on the same word is not ordered with it (the contract's rule 3).
+    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError>;
+    /// Makes `[offset, offset + len)` durable: flush and fence on persistent memory, nothing
+    /// on DRAM.
+    fn persist(&self, _offset: u64, _len: usize) {}
+}
+
+/// The error of an out-of-range local access, in the contract's terms.
+pub fn out_of_range(node: NodeId, offset: u64, len: usize) -> FabricError {
+    FabricError::RemoteAccess {
+        wr: 0,
+        addr: GlobalAddr::try_new(node, offset).unwrap_or(GlobalAddr::NULL),
+        len,
+    }
+}
+
+/// Replies a handler queues for the connection it is serving; sent in order after
+/// `on_message` returns. Reused between messages, so steady-state serving allocates nothing.
+#[derive(Default)]
+pub struct Replies {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Replies {
+    pub fn new() -> Replies {
+        Replies::default()
+    }
+    /// Queues one SEND back to the client.
+    pub fn send(&mut self, msg: &[u8]) {
+        self.bytes.extend_from_slice(msg);
+        self.ends.push(self.bytes.len());
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+    /// The queued messages, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let m = &self.bytes[start..end];
+            start = end;
+            m
+        })
+    }
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+}
+
+/// Server-side logic of a memory node.
+pub trait Handler {
+    /// A receive completion on connection `conn`: `msg` is a SEND's payload (empty for a
+    /// WRITE_WITH_IMM, whose data is already in the region). An error drops that connection
+    /// (the client sees its queue pair fail), never the node.
+    fn on_message(
+        &mut self,
+        region: &dyn LocalRegion,
+        conn: usize,
+        recv: Recv,
+        msg: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError>;
+
+    /// Nothing arrived: background work (log cleaning, resizing); true if it did any.
+    fn on_idle(&mut self, _region: &dyn LocalRegion) -> bool {
+        false
+    }
+}
+
+/// The echo service as a [`Handler`] (see [`crate::echo`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Echo;
+
+impl Handler for Echo {
+    fn on_message(
+        &mut self,
+        _region: &dyn LocalRegion,
+        _conn: usize,
+        recv: Recv,
+        msg: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        match recv.kind {
+            crate::fabric::RecvKind::Send => replies.send(msg),
+            crate::fabric::RecvKind::WriteImm => {
+                replies.send(&crate::echo::imm_reply(recv.imm.unwrap_or(0), recv.len))
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std_alloc::vec;
+
+    #[test]
+    fn replies_keep_order_and_reuse_their_buffers() {
+        let mut r = Replies::new();
+        r.send(b"one");
+        r.send(b"");
+        r.send(b"three");
+        let got: Vec<&[u8]> = r.iter().collect();
+        assert_eq!(got, vec![&b"one"[..], b"", b"three"]);
+        let cap = r.bytes.capacity();
+        r.clear();
+        assert!(r.is_empty());
+        r.send(b"x");
+        assert_eq!(r.bytes.capacity(), cap);
+    }
+}
