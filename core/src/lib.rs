@@ -15,10 +15,14 @@ extern crate alloc as std_alloc;
 
 pub mod alloc;
 pub mod block_on;
+#[cfg(feature = "alloc")]
+pub mod canrt;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod counters;
 pub mod echo;
+#[cfg(feature = "alloc")]
+pub mod erda;
 pub mod fabric;
 pub mod index;
 #[cfg(feature = "conformance")]

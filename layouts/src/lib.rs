@@ -9,6 +9,8 @@
 
 pub mod addr;
 pub mod bits;
+pub mod canrt;
+pub mod erda;
 pub mod error;
 pub mod region;
 pub mod sherman;

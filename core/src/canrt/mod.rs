@@ -1,0 +1,1 @@
+//! CANRT: client-active persistent radix tree on NVM (in progress).

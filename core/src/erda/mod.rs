@@ -1,0 +1,1 @@
+//! Erda: zero-copy log-structured remote NVM key-value store (in progress).

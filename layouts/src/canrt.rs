@@ -1,0 +1,1 @@
+//! CANRT node formats (in progress).

@@ -1,0 +1,1 @@
+//! Erda formats (in progress).
