@@ -143,6 +143,7 @@ async fn kv_history(ep: &remora::poller::soft::SoftEndpoint, index: &str, me: u6
         hot: 4,
         seed: 7,
         value_size: 8,
+        scans: true,
     };
     match index {
         "smart" => {

@@ -26,6 +26,8 @@ pub struct History {
     pub seed: u64,
     /// Value bytes the index stores (>= 8).
     pub value_size: usize,
+    /// Include range scans (off for hash indexes, which have none).
+    pub scans: bool,
 }
 
 /// The hot key `h` (above every client's range).
@@ -110,7 +112,7 @@ pub async fn client_history<I: KvIndex>(index: &I, h: &History) -> Result<Tally,
                 }
                 t.reads += 1;
             }
-            11 => {
+            11 if h.scans => {
                 let limit = 1 + (rng % 16) as usize;
                 let expect: Vec<(u64, u64)> = oracle
                     .range(key..)

@@ -181,6 +181,7 @@ fn concurrent_history(cfg: ShermanConfig) {
                             hot: 8,
                             seed: 42,
                             value_size: 8,
+                            scans: true,
                         };
                         async move { client_history(t, &h).await.unwrap() }
                     })

@@ -4,7 +4,10 @@
 /// 2 memory nodes of a sim cluster seeded `$seed`. `$open` is an async expression opening
 /// (or creating) the index on endpoint `$ep`; it runs once alone first, then in each client.
 macro_rules! sim_histories {
-    ($seed:expr, |$ep:ident| $open:expr) => {{
+    ($seed:expr, |$ep:ident| $open:expr) => {
+        sim_histories!($seed, scans: $scans, |$ep| $open)
+    };
+    ($seed:expr, scans: $scans:expr, |$ep:ident| $open:expr) => {{
         use remora_core::kvcheck::{History, client_history};
         use remora_poller::sim::{Sim, SimConfig};
         let seed: u64 = $seed;
@@ -41,6 +44,7 @@ macro_rules! sim_histories {
                         hot: 4,
                         seed,
                         value_size: 8,
+                        scans: $scans,
                     };
                     if let Err(e) = client_history(&t, &h).await {
                         failures.borrow_mut().push(e);
