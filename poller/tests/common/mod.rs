@@ -5,7 +5,7 @@
 /// (or creating) the index on endpoint `$ep`; it runs once alone first, then in each client.
 macro_rules! sim_histories {
     ($seed:expr, |$ep:ident| $open:expr) => {
-        sim_histories!($seed, scans: $scans, |$ep| $open)
+        sim_histories!($seed, scans: true, |$ep| $open)
     };
     ($seed:expr, scans: $scans:expr, |$ep:ident| $open:expr) => {{
         use remora_core::kvcheck::{History, client_history};
