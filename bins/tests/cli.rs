@@ -122,3 +122,96 @@ fn bad_arguments_are_one_clear_error() {
     assert!(err.contains("is `remora memnode` running?"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+fn bench_json(args: &[&str], tag: &str) -> Vec<serde_json::Value> {
+    let json = std::env::temp_dir().join(format!("remora-cli-{}-{tag}.json", std::process::id()));
+    let mut all = vec!["bench", "--quiet", "--json", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = remora(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn bench_on_the_sim_is_reproducible_by_seed() {
+    let args = |seed: &'static str| {
+        [
+            "--fabric",
+            "sim",
+            "--index",
+            "sherman",
+            "--workload",
+            "a",
+            "--records",
+            "3000",
+            "--operations",
+            "6000",
+            "--compute-nodes",
+            "2",
+            "--clients-per-node",
+            "2",
+            "--coroutines",
+            "2",
+            "--seed",
+            seed,
+        ]
+    };
+    let a = bench_json(&args("1"), "s1");
+    let b = bench_json(&args("1"), "s1b");
+    let c = bench_json(&args("2"), "s2");
+    assert_eq!(a, b, "same seed, different results");
+    assert_ne!(a, c, "different seeds, same results");
+    assert_eq!(a.len(), 2);
+    assert_eq!(a[1]["ops"].as_u64(), Some(6000));
+    assert!(a[1]["per_op"]["round_trips"].as_f64().unwrap() >= 1.0);
+}
+
+#[test]
+fn bench_on_the_soft_fabric_reports_every_figure() {
+    for index in ["smart", "sherman", "fg-plus"] {
+        let recs = bench_json(
+            &[
+                "--index",
+                index,
+                "--workload",
+                "c",
+                "--records",
+                "2000",
+                "--operations",
+                "4000",
+                "--region-mib",
+                "64",
+                "--coroutines",
+                "2",
+            ],
+            index,
+        );
+        assert_eq!(recs.len(), 2, "{index}: a load and a run record");
+        let run = &recs[1];
+        assert_eq!(run["phase"], "run");
+        assert_eq!(run["ops"].as_u64(), Some(4000), "{index}");
+        assert_eq!(
+            run["op_counts"]["misses"].as_u64(),
+            Some(0),
+            "{index}: loaded keys not found"
+        );
+        assert!(run["mops"].as_f64().unwrap() > 0.0);
+        assert!(
+            run["latency"]["p99_ns"].as_f64().unwrap()
+                >= run["latency"]["p50_ns"].as_f64().unwrap()
+        );
+        assert!(
+            run["read_amplification"].as_f64().unwrap() >= 1.0,
+            "{index}"
+        );
+        assert!(run["per_op"]["reads"].as_f64().unwrap() >= 1.0, "{index}");
+    }
+}
