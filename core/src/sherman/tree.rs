@@ -333,7 +333,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     ) -> Result<PageHeader, ShermanError> {
         let qp = self.qp(addr)?;
         let mut why = None;
-        for _ in 0..self.cfg.read_retries {
+        for _ in 0..self.cfg.read_retries.max(1) {
             qp.read(addr, buf).await?;
             match PageHeader::decode(buf, &self.g) {
                 Ok(h) => return Ok(h),
@@ -343,7 +343,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         }
         Err(ShermanError::Corrupt {
             addr,
-            why: why.expect("read_retries >= 1"),
+            why: why.expect("the loop ran at least once"),
         })
     }
 
