@@ -142,7 +142,7 @@ pub async fn client_history<I: KvIndex>(index: &I, h: &History) -> Result<Tally,
             }
             _ if h.hot > 0 => {
                 let hk = hot_key(rng % h.hot);
-                if rng & 1 == 0 {
+                if (rng >> 20) & 1 == 0 {
                     index
                         .upsert(&hk, v)
                         .await
@@ -172,6 +172,12 @@ pub async fn client_history<I: KvIndex>(index: &I, h: &History) -> Result<Tally,
             }
             _ => {}
         }
+    }
+    if h.hot > 0 && h.ops >= 400 && t.hot_reads == 0 {
+        return Err(format!(
+            "client {}: no hot read returned a value: the hot-key check never ran",
+            h.client
+        ));
     }
     // Final state: everything the oracle holds, and nothing it does not.
     for (k, v) in &oracle {
