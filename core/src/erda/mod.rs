@@ -1,1 +1,191 @@
-//! Erda: zero-copy log-structured remote NVM key-value store (in progress).
+//! Erda: a zero-copy log-structured key-value store on remote NVM with remote data atomicity.
+//!
+//! The memory node keeps a flat hash table of 32-byte buckets and `heads` append-only logs
+//! (formats in `remora_layouts::erda`). Each bucket holds the key, the key's head id and the
+//! 8-byte metadata word: a new tag and two 31-bit log offsets, the newest object and the
+//! previous one.
+//!
+//! - **Write** (upsert, update, delete): the client writes a request into its mailbox with
+//!   WRITE_WITH_IMM (immediate = its client id). The server's CPU ([`ErdaServer`]) finds or
+//!   fills the key's bucket, reserves log space in the key's head (an object never spans a
+//!   segment), flips the new tag and stores the reserved offset over the older one in one
+//!   8-byte store, persists the word, and SENDs back the (head, offset). The client then
+//!   WRITEs its object straight to that place: one copy, no server CPU on the data. A delete
+//!   writes a deleted object (delete tag, key, no value).
+//! - **Read**: one READ of the key's neighborhood of buckets, one READ of the newest object.
+//!   Every object carries a CRC-32 over its header, key and value: an object still being
+//!   written, torn, or never written (its writer died) fails the check and the reader takes
+//!   the previous object from the same metadata word; if that fails too it reads again.
+//!   No server CPU on reads.
+//! - **Recovery** (server start on a formatted region): every bucket whose newest object does
+//!   not verify is reverted to its previous object (or emptied), and each head's append
+//!   point moves past every object still referenced.
+//!
+//! Not implemented (yet): lock-free log cleaning (logs only grow: a full head answers
+//! `LogFull`), hopscotch displacement (a key goes in the first free bucket of its
+//! neighborhood, `TableFull` when there is none), a client's report of an abandoned object to
+//! the server (readers fall back instead; recovery repairs), range scans (Erda is a hash
+//! store: [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]),
+//! and sharding over several memory nodes (one store lives on one node).
+mod client;
+mod server;
+
+pub use client::{ClientStats, Erda};
+pub use server::{ErdaServer, ServerStats};
+
+use crate::fabric::FabricError;
+use core::fmt;
+use remora_layouts::erda::Status;
+use remora_layouts::{GlobalAddr, LayoutError, NodeId};
+
+/// The store's geometry (used by the server when it formats a region).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErdaConfig {
+    /// Head logs (1..=8).
+    pub heads: u32,
+    /// Home buckets of the hash table.
+    pub buckets: u64,
+    /// Buckets a key may be placed in, from its home bucket (read by clients in one READ).
+    pub neighborhood: u32,
+    /// Request mailboxes, one per client session.
+    pub max_clients: u32,
+    /// Log segment bytes (power of two); objects never span two.
+    pub segment_bytes: u64,
+    /// Bytes of each head's log (a whole number of segments).
+    pub head_bytes: u64,
+}
+
+impl ErdaConfig {
+    /// A small store for tests and the soft fabric: 2 heads of 4 MiB in 64 KiB segments,
+    /// 16 Ki buckets.
+    pub const fn small() -> ErdaConfig {
+        ErdaConfig {
+            heads: 2,
+            buckets: 16 << 10,
+            neighborhood: 8,
+            max_clients: 256,
+            segment_bytes: 64 << 10,
+            head_bytes: 4 << 20,
+        }
+    }
+
+    /// The paper's geometry: 8 MiB segments in 1 GiB head regions.
+    pub const fn paper() -> ErdaConfig {
+        ErdaConfig {
+            heads: 4,
+            buckets: 1 << 22,
+            neighborhood: 8,
+            max_clients: 1024,
+            segment_bytes: 8 << 20,
+            head_bytes: 1 << 30,
+        }
+    }
+}
+
+impl Default for ErdaConfig {
+    fn default() -> Self {
+        ErdaConfig::small()
+    }
+}
+
+/// What a client handle needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErdaClientConfig {
+    /// The memory node holding the store.
+    pub node: NodeId,
+    /// Expected value bytes: a get reads an object of this size in one READ (a larger one
+    /// takes a second READ).
+    pub value_size: usize,
+    /// Reads of a key whose newest and previous objects both fail their checksum before
+    /// giving up (a writer still writing, or dead).
+    pub read_retries: u32,
+    /// Yields while another coroutine of this handle holds the request mailbox.
+    pub mailbox_waits: u32,
+}
+
+impl Default for ErdaClientConfig {
+    fn default() -> Self {
+        ErdaClientConfig {
+            node: 0,
+            value_size: 8,
+            read_retries: 100_000,
+            mailbox_waits: 10_000_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErdaError {
+    Fabric(FabricError),
+    /// Keys are 1..=16 bytes.
+    BadKey {
+        len: usize,
+    },
+    ValueTooLong {
+        len: usize,
+        max: usize,
+    },
+    /// The caller's buffer cannot hold the value.
+    BufferTooSmall {
+        len: usize,
+        need: usize,
+    },
+    /// The server refused: table or log full, too many clients, or a bad request.
+    Refused {
+        status: Status,
+    },
+    /// A message, bucket or superblock that does not decode.
+    Corrupt {
+        addr: GlobalAddr,
+        why: LayoutError,
+    },
+    /// The server's answer does not fit the protocol.
+    Protocol {
+        what: &'static str,
+    },
+    /// Neither object of the key verified after every re-read (a writer is stuck or dead).
+    Incomplete {
+        addr: GlobalAddr,
+    },
+    /// A bounded wait ran out.
+    Retries {
+        what: &'static str,
+    },
+    /// Not something a hash store does.
+    Unsupported {
+        what: &'static str,
+    },
+}
+
+impl From<FabricError> for ErdaError {
+    fn from(e: FabricError) -> Self {
+        ErdaError::Fabric(e)
+    }
+}
+
+impl fmt::Display for ErdaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErdaError::Fabric(e) => write!(f, "erda: {e}"),
+            ErdaError::BadKey { len } => write!(f, "erda keys are 1 to 16 bytes (got {len})"),
+            ErdaError::ValueTooLong { len, max } => {
+                write!(f, "erda value of {len} bytes exceeds {max}")
+            }
+            ErdaError::BufferTooSmall { len, need } => {
+                write!(f, "erda: buffer of {len} bytes, the value has {need}")
+            }
+            ErdaError::Refused { status } => write!(f, "erda server refused: {status:?}"),
+            ErdaError::Corrupt { addr, why } => write!(f, "erda: unreadable data at {addr}: {why}"),
+            ErdaError::Protocol { what } => write!(f, "erda protocol error: {what}"),
+            ErdaError::Incomplete { addr } => write!(
+                f,
+                "erda: no complete object for the key at {addr} after every re-read \
+                 (its writer is stuck or dead)"
+            ),
+            ErdaError::Retries { what } => write!(f, "erda: gave up waiting: {what}"),
+            ErdaError::Unsupported { what } => write!(f, "erda: unsupported: {what}"),
+        }
+    }
+}
+
+impl core::error::Error for ErdaError {}

@@ -1,0 +1,367 @@
+//! Erda's client handle: one-sided reads, request-then-WRITE writes.
+use super::{ErdaClientConfig, ErdaError};
+use crate::block_on::yield_now;
+use crate::fabric::{Endpoint, Op, QueuePair, RecvKind};
+use crate::index::KvIndex;
+use core::cell::Cell;
+use remora_layouts::GlobalAddr;
+use remora_layouts::erda::{
+    BUCKET_LEN, Bucket, HELLO, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp, Request,
+    SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object, encode_object,
+    object_len, object_len_from_header,
+};
+
+/// Largest neighborhood a client reads (64 buckets, 2 KiB).
+const MAX_NEIGHBORHOOD: usize = 64;
+
+/// What one handle observed (per-handle, not atomic).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    /// Gets answered by the previous object because the newest did not verify.
+    pub fallbacks: u64,
+    /// Whole re-reads (bucket and objects) because neither object verified.
+    pub rereads: u64,
+    /// Second READs of an object larger than the configured value size.
+    pub long_reads: u64,
+}
+
+/// One compute node's (thread's) handle on an Erda store.
+pub struct Erda<'e, E: Endpoint> {
+    ep: &'e E,
+    cfg: ErdaClientConfig,
+    sb: Superblock,
+    client: u32,
+    seq: Cell<u32>,
+    mailbox_busy: Cell<bool>,
+    fallbacks: Cell<u64>,
+    rereads: Cell<u64>,
+    long_reads: Cell<u64>,
+}
+
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+/// The outcome of reading one object.
+enum Obj {
+    Value(usize),
+    Deleted,
+    Invalid,
+}
+
+impl<'e, E: Endpoint> Erda<'e, E> {
+    /// Opens a session: the server assigns a client id (its mailbox) and names the
+    /// superblock, which gives the head array and the table geometry.
+    pub async fn open(ep: &'e E, cfg: ErdaClientConfig) -> Result<Self, ErdaError> {
+        let qp = ep.qp(cfg.node)?;
+        qp.send(&HELLO).await?;
+        let reply = recv_reply(qp).await?;
+        if reply.status != Status::Welcome {
+            return Err(ErdaError::Refused {
+                status: reply.status,
+            });
+        }
+        let sb_addr =
+            GlobalAddr::try_new(cfg.node, reply.arg).map_err(|why| ErdaError::Corrupt {
+                addr: GlobalAddr::NULL,
+                why,
+            })?;
+        let mut raw = [0u8; SUPERBLOCK_LEN];
+        qp.read(sb_addr, &mut raw).await?;
+        let sb = Superblock::decode(&raw, GlobalAddr::MAX_OFFSET)
+            .map_err(|why| ErdaError::Corrupt { addr: sb_addr, why })?;
+        if sb.neighborhood as usize > MAX_NEIGHBORHOOD || reply.seq >= sb.max_clients {
+            return Err(ErdaError::Protocol {
+                what: "superblock neighborhood or client id out of range",
+            });
+        }
+        Ok(Erda {
+            ep,
+            cfg,
+            sb,
+            client: reply.seq,
+            seq: Cell::new(0),
+            mailbox_busy: Cell::new(false),
+            fallbacks: Cell::new(0),
+            rereads: Cell::new(0),
+            long_reads: Cell::new(0),
+        })
+    }
+
+    pub fn client_id(&self) -> u32 {
+        self.client
+    }
+
+    pub fn superblock(&self) -> Superblock {
+        self.sb
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            fallbacks: self.fallbacks.get(),
+            rereads: self.rereads.get(),
+            long_reads: self.long_reads.get(),
+        }
+    }
+
+    fn qp(&self) -> Result<&'e E::Qp, ErdaError> {
+        Ok(self.ep.qp(self.cfg.node)?)
+    }
+
+    fn addr(&self, off: u64) -> GlobalAddr {
+        GlobalAddr::new(self.cfg.node, off)
+    }
+
+    /// The remote address of the object at (head, units), or a corrupt-metadata error.
+    fn object_addr(&self, head: u8, units: u32) -> Result<GlobalAddr, ErdaError> {
+        self.sb
+            .object_off(head, units)
+            .map(|o| self.addr(o))
+            .map_err(|why| ErdaError::Corrupt {
+                addr: self.addr(self.sb.head_base[0]),
+                why,
+            })
+    }
+
+    /// Asks the server for log space: WRITE_WITH_IMM of the request into this client's
+    /// mailbox, then its reply. One request in flight per handle.
+    async fn request(&self, op: ReqOp, key: &[u8], value_len: usize) -> Result<Reply, ErdaError> {
+        let mut waits = 0u32;
+        while self.mailbox_busy.get() {
+            waits += 1;
+            if waits > self.cfg.mailbox_waits {
+                return Err(ErdaError::Retries {
+                    what: "another coroutine holds the request mailbox",
+                });
+            }
+            yield_now().await;
+        }
+        self.mailbox_busy.set(true);
+        let r = self.request_locked(op, key, value_len).await;
+        self.mailbox_busy.set(false);
+        r
+    }
+
+    async fn request_locked(
+        &self,
+        op: ReqOp,
+        key: &[u8],
+        value_len: usize,
+    ) -> Result<Reply, ErdaError> {
+        let seq = self.seq.get().wrapping_add(1);
+        self.seq.set(seq);
+        let req = Request::new(op, seq, key, value_len)
+            .map_err(|_| ErdaError::BadKey { len: key.len() })?;
+        let qp = self.qp()?;
+        let bytes = req.encode();
+        qp.post(&mut [Op::WriteImm {
+            remote: self.addr(self.sb.mailbox(self.client)),
+            local: &bytes,
+            imm: self.client,
+        }])
+        .await?;
+        // A reply left over from an abandoned request carries an older sequence: skip it.
+        for _ in 0..4 {
+            let reply = recv_reply(qp).await?;
+            if reply.seq == seq {
+                return Ok(reply);
+            }
+            if reply.status == Status::BadRequest {
+                return Err(ErdaError::Refused {
+                    status: reply.status,
+                });
+            }
+        }
+        Err(ErdaError::Protocol {
+            what: "no reply with this request's sequence",
+        })
+    }
+
+    /// The shared write path; returns whether the server granted space (the key was
+    /// present, for update and delete).
+    async fn write(&self, op: ReqOp, key: &[u8], value: &[u8]) -> Result<bool, ErdaError> {
+        check_key(key).map_err(|_| ErdaError::BadKey { len: key.len() })?;
+        if value.len() > VALUE_MAX {
+            return Err(ErdaError::ValueTooLong {
+                len: value.len(),
+                max: VALUE_MAX,
+            });
+        }
+        let delete = op == ReqOp::Delete;
+        let vlen = if delete { 0 } else { value.len() };
+        let reply = self.request(op, key, vlen).await?;
+        match reply.status {
+            Status::Granted => {}
+            Status::Absent => return Ok(false),
+            status => return Err(ErdaError::Refused { status }),
+        }
+        let units = u32::try_from(reply.arg).map_err(|_| ErdaError::Protocol {
+            what: "granted offset beyond 31 bits",
+        })?;
+        let addr = self.object_addr(reply.head, units)?;
+        let mut obj = [0u8; OBJECT_MAX];
+        let len = encode_object(&mut obj, key, value, delete)
+            .map_err(|why| ErdaError::Corrupt { addr, why })?;
+        if self.sb.head_remaining(units) < len as u64 {
+            return Err(ErdaError::Protocol {
+                what: "granted space runs past the head's log",
+            });
+        }
+        // Zero-copy: the object goes straight to its place in the log.
+        self.qp()?.write(addr, &obj[..len]).await?;
+        Ok(true)
+    }
+
+    /// Reads the object at (head, units) and checks it is a whole object of `key`.
+    async fn read_object(
+        &self,
+        head: u8,
+        units: u32,
+        key: &[u8],
+        out: &mut [u8],
+    ) -> Result<Obj, ErdaError> {
+        let addr = self.object_addr(head, units)?;
+        let room = self.sb.head_remaining(units).min(OBJECT_MAX as u64) as usize;
+        let mut buf = [0u8; OBJECT_MAX];
+        let hint = object_len(key.len(), self.cfg.value_size.min(VALUE_MAX)).min(room);
+        let qp = self.qp()?;
+        qp.read(addr, &mut buf[..hint]).await?;
+        let Ok(len) = object_len_from_header(&buf[..hint]) else {
+            return Ok(Obj::Invalid);
+        };
+        if len > room {
+            return Ok(Obj::Invalid);
+        }
+        if len > hint {
+            bump(&self.long_reads);
+            qp.read(addr, &mut buf[..len]).await?;
+        }
+        match decode_object(&buf[..len]) {
+            Ok(o) if o.key == key => {
+                if o.delete {
+                    return Ok(Obj::Deleted);
+                }
+                let v = o.value;
+                if v.len() > out.len() {
+                    return Err(ErdaError::BufferTooSmall {
+                        len: out.len(),
+                        need: v.len(),
+                    });
+                }
+                out[..v.len()].copy_from_slice(v);
+                Ok(Obj::Value(v.len()))
+            }
+            _ => Ok(Obj::Invalid),
+        }
+    }
+
+    /// Finds `key`'s bucket with one READ of its neighborhood.
+    async fn find(&self, key: &[u8]) -> Result<Option<Bucket>, ErdaError> {
+        let home = self.sb.home(key);
+        let n = self.sb.neighborhood as usize * BUCKET_LEN;
+        let mut buf = [0u8; MAX_NEIGHBORHOOD * BUCKET_LEN];
+        let addr = self.addr(self.sb.bucket_off(home));
+        self.qp()?.read(addr, &mut buf[..n]).await?;
+        for j in 0..self.sb.neighborhood as usize {
+            let raw = &buf[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
+            let b = Bucket::decode(raw).map_err(|why| ErdaError::Corrupt {
+                addr: addr.add((j * BUCKET_LEN) as u64),
+                why,
+            })?;
+            if b.holds(key) {
+                return Ok(Some(b));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn lookup(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ErdaError> {
+        check_key(key).map_err(|_| ErdaError::BadKey { len: key.len() })?;
+        let mut last = GlobalAddr::NULL;
+        for attempt in 0..=self.cfg.read_retries {
+            if attempt > 0 {
+                bump(&self.rereads);
+            }
+            let Some(b) = self.find(key).await? else {
+                return Ok(None);
+            };
+            let meta = b.meta();
+            if meta.new_off() == 0 {
+                // Bucket filled, first object not granted yet (or emptied by recovery).
+                return Ok(None);
+            }
+            match self.read_object(b.head(), meta.new_off(), key, out).await? {
+                Obj::Value(n) => return Ok(Some(n)),
+                Obj::Deleted => return Ok(None),
+                Obj::Invalid => {}
+            }
+            // The newest object is being written, torn, or abandoned: the previous one.
+            if meta.old_off() != 0 {
+                match self.read_object(b.head(), meta.old_off(), key, out).await? {
+                    Obj::Value(n) => {
+                        bump(&self.fallbacks);
+                        return Ok(Some(n));
+                    }
+                    Obj::Deleted => {
+                        bump(&self.fallbacks);
+                        return Ok(None);
+                    }
+                    Obj::Invalid => {}
+                }
+            } else {
+                // No previous object: the key is being created and is not there yet.
+                return Ok(None);
+            }
+            last = self.object_addr(b.head(), meta.new_off())?;
+        }
+        Err(ErdaError::Incomplete { addr: last })
+    }
+}
+
+async fn recv_reply<Q: QueuePair>(qp: &Q) -> Result<Reply, ErdaError> {
+    let mut buf = [0u8; 64];
+    let r = qp.recv(&mut buf).await?;
+    if r.kind != RecvKind::Send || r.len as usize != REPLY_LEN {
+        return Err(ErdaError::Protocol {
+            what: "the server's reply is not a 16-byte SEND",
+        });
+    }
+    Reply::decode(&buf[..REPLY_LEN]).map_err(|why| ErdaError::Corrupt {
+        addr: GlobalAddr::new(qp.peer(), 0),
+        why,
+    })
+}
+
+impl<E: Endpoint> KvIndex for Erda<'_, E> {
+    type Error = ErdaError;
+
+    async fn upsert(&self, key: &[u8], value: &[u8]) -> Result<(), ErdaError> {
+        self.write(ReqOp::Upsert, key, value).await.map(|_| ())
+    }
+
+    async fn update(&self, key: &[u8], value: &[u8]) -> Result<bool, ErdaError> {
+        self.write(ReqOp::Update, key, value).await
+    }
+
+    async fn get(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ErdaError> {
+        self.lookup(key, out).await
+    }
+
+    async fn delete(&self, key: &[u8]) -> Result<bool, ErdaError> {
+        self.write(ReqOp::Delete, key, &[]).await
+    }
+
+    /// Erda is a hash store: no key order to scan in.
+    async fn scan(
+        &self,
+        _from: &[u8],
+        _limit: usize,
+        _visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, ErdaError> {
+        Err(ErdaError::Unsupported {
+            what: "range scan (Erda is a hash store)",
+        })
+    }
+}
+
+const _: () = assert!(KEY_MAX <= 16);

@@ -1,0 +1,442 @@
+//! Erda's memory-node CPU: sessions, hash-table management, log-space allocation, the
+//! metadata word, format and recovery.
+use super::ErdaConfig;
+use crate::fabric::{FabricError, Recv, RecvKind};
+use crate::server::{Handler, LocalRegion, Replies};
+use remora_layouts::erda::{
+    BUCKET_LEN, Bucket, HELLO, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN, ROOT_SLOT, Reply, ReqOp,
+    Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status, Superblock,
+    decode_object, object_len, object_len_from_header,
+};
+use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
+use std_alloc::vec;
+use std_alloc::vec::Vec;
+
+/// First byte of every head log used by objects (units 0 means "no object").
+const LOG_START: u64 = 64;
+
+/// What the server did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerStats {
+    pub sessions: u64,
+    pub grants: u64,
+    pub absent: u64,
+    pub refused: u64,
+    /// Buckets filled for new keys.
+    pub inserts: u64,
+    /// Persist calls (flush + fence) on the write path.
+    pub persists: u64,
+    /// Metadata words reverted / emptied by recovery.
+    pub reverted: u64,
+    pub emptied: u64,
+}
+
+struct State {
+    sb: Superblock,
+    sb_off: u64,
+    /// Next free byte of each head's log.
+    cursor: [u64; MAX_HEADS],
+    /// Whether each bucket's newest granted object is a live value (volatile; rebuilt by
+    /// recovery): what update and delete answer.
+    present: Vec<bool>,
+    /// Connection owning each client id.
+    owners: Vec<Option<usize>>,
+    scratch: Vec<u8>,
+}
+
+/// Erda's server-side handler. Formats the region on the first message if no store is
+/// published in root slot [`ROOT_SLOT`], else recovers the published one.
+pub struct ErdaServer {
+    cfg: ErdaConfig,
+    st: Option<State>,
+    stats: ServerStats,
+}
+
+fn corrupt(region: &dyn LocalRegion, off: u64) -> FabricError {
+    crate::server::out_of_range(region.node(), off, 0)
+}
+
+impl ErdaServer {
+    pub fn new(cfg: ErdaConfig) -> ErdaServer {
+        ErdaServer {
+            cfg,
+            st: None,
+            stats: ServerStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        self.stats
+    }
+
+    /// Where the superblock is, once opened.
+    pub fn superblock(&self) -> Option<(u64, Superblock)> {
+        self.st.as_ref().map(|s| (s.sb_off, s.sb))
+    }
+
+    /// Formats the region (nothing published) or recovers the published store. Called by
+    /// the first message; tests call it directly to run recovery on a crash image.
+    pub fn open(&mut self, region: &dyn LocalRegion) -> Result<(), FabricError> {
+        if self.st.is_some() {
+            return Ok(());
+        }
+        let root = region.load_u64(root_offset(ROOT_SLOT))?;
+        let st = if root == 0 {
+            self.format(region)?
+        } else {
+            self.recover(region, root)?
+        };
+        self.st = Some(st);
+        Ok(())
+    }
+
+    fn format(&mut self, region: &dyn LocalRegion) -> Result<State, FabricError> {
+        let c = self.cfg;
+        let bad = |why| FabricError::Unsupported { what: why };
+        if c.heads == 0 || c.heads as usize > MAX_HEADS || c.neighborhood == 0 {
+            return Err(bad(
+                "erda config: heads 1..=8 and a neighborhood of at least 1",
+            ));
+        }
+        let buckets = c.buckets + c.neighborhood as u64 - 1;
+        let table = buckets * BUCKET_LEN as u64;
+        let mailboxes = c.max_clients as u64 * remora_layouts::erda::MAILBOX_LEN as u64;
+        let meta_len = (SUPERBLOCK_LEN as u64 + table + mailboxes).next_multiple_of(64);
+        let total = meta_len + c.heads as u64 * c.head_bytes;
+        // Claim the space from the region's chunk allocator. The CPU's CAS is not atomic
+        // against a NIC FETCH_AND_ADD on the same word (contract rule 3): on hardware, format
+        // before other indexes allocate on this node.
+        let mut hdr = [0u8; HEADER_LEN];
+        region.read(0, &mut hdr)?;
+        let h = RegionHeader::decode(&hdr).map_err(|_| bad("region header does not decode"))?;
+        let need = total.next_multiple_of(h.chunk_size);
+        let mut cur = region.load_u64(NEXT_CHUNK_OFFSET)?;
+        let base = loop {
+            let end = cur
+                .checked_add(need)
+                .filter(|&e| e <= region.len())
+                .ok_or(bad("erda store does not fit in the region"))?;
+            let seen = region.cas_u64(NEXT_CHUNK_OFFSET, cur, end)?;
+            if seen == cur {
+                break cur;
+            }
+            cur = seen;
+        };
+        let mut head_base = [0u64; MAX_HEADS];
+        for (i, b) in head_base.iter_mut().take(c.heads as usize).enumerate() {
+            *b = base + meta_len + i as u64 * c.head_bytes;
+        }
+        // base is chunk-aligned, so the table (right after the superblock) is line-aligned.
+        let table_off = base + SUPERBLOCK_LEN as u64;
+        let sb = Superblock {
+            magic: SUPERBLOCK_MAGIC,
+            version: SUPERBLOCK_VERSION,
+            heads: c.heads,
+            buckets,
+            neighborhood: c.neighborhood,
+            max_clients: c.max_clients,
+            table_off,
+            mailbox_off: table_off + table,
+            segment_bytes: c.segment_bytes,
+            head_bytes: c.head_bytes,
+            head_base,
+        };
+        sb.validate(region.len())
+            .map_err(|_| bad("erda config does not form a valid store"))?;
+        // Fresh chunks are zero; clear the table anyway (a region reused by a test).
+        let zero = [0u8; 4096];
+        let mut off = sb.table_off;
+        while off < sb.table_off + table {
+            let n = (sb.table_off + table - off).min(zero.len() as u64) as usize;
+            region.write(off, &zero[..n])?;
+            off += n as u64;
+        }
+        region.persist(sb.table_off, table as usize);
+        region.write(base, &sb.encode())?;
+        region.persist(base, SUPERBLOCK_LEN);
+        region.store_u64(root_offset(ROOT_SLOT), base)?;
+        region.persist(root_offset(ROOT_SLOT), 8);
+        Ok(self.fresh_state(sb, base))
+    }
+
+    fn fresh_state(&self, sb: Superblock, sb_off: u64) -> State {
+        State {
+            sb,
+            sb_off,
+            cursor: [LOG_START; MAX_HEADS],
+            present: vec![false; sb.buckets as usize],
+            owners: vec![None; sb.max_clients as usize],
+            scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
+        }
+    }
+
+    /// Reads the object at (head, units) and says whether it verifies for `key`; returns
+    /// (valid, deleted, length).
+    fn check_object(
+        region: &dyn LocalRegion,
+        sb: &Superblock,
+        head: u8,
+        units: u32,
+        key: &[u8],
+        buf: &mut [u8],
+    ) -> (bool, bool, u64) {
+        let Ok(off) = sb.object_off(head, units) else {
+            return (false, false, 0);
+        };
+        let avail = sb.head_remaining(units).min(buf.len() as u64) as usize;
+        if avail < 8 || region.read(off, &mut buf[..8]).is_err() {
+            return (false, false, 0);
+        }
+        let Ok(len) = object_len_from_header(&buf[..8]) else {
+            return (false, false, 0);
+        };
+        if len > avail || region.read(off, &mut buf[..len]).is_err() {
+            return (false, false, 0);
+        }
+        match decode_object(&buf[..len]) {
+            Ok(o) if o.key == key => (true, o.delete, len as u64),
+            _ => (false, false, 0),
+        }
+    }
+
+    /// Repairs every bucket whose newest object does not verify, rebuilds the presence
+    /// bits, and moves each head's append point past every referenced object.
+    fn recover(&mut self, region: &dyn LocalRegion, sb_off: u64) -> Result<State, FabricError> {
+        let mut raw = [0u8; SUPERBLOCK_LEN];
+        region.read(sb_off, &mut raw)?;
+        let sb = Superblock::decode(&raw, region.len()).map_err(|_| corrupt(region, sb_off))?;
+        let mut st = self.fresh_state(sb, sb_off);
+        let mut high = [0u64; MAX_HEADS];
+        let mut obj = vec![0u8; remora_layouts::erda::OBJECT_MAX];
+        let mut b = [0u8; BUCKET_LEN];
+        for i in 0..sb.buckets {
+            let off = sb.bucket_off(i);
+            region.read(off, &mut b)?;
+            let Ok(bucket) = Bucket::decode(&b) else {
+                // A bucket that does not decode (media corruption): forget it.
+                region.write(off, &[0u8; BUCKET_LEN])?;
+                region.persist(off, BUCKET_LEN);
+                self.stats.emptied += 1;
+                continue;
+            };
+            let mut meta = bucket.meta();
+            if !bucket.is_used() || meta.is_empty() {
+                continue;
+            }
+            let head = bucket.head();
+            let key = bucket.key();
+            let mut newest = Self::check_object(region, &sb, head, meta.new_off(), key, &mut obj);
+            if !newest.0 {
+                let old = Self::check_object(region, &sb, head, meta.old_off(), key, &mut obj);
+                meta = if old.0 {
+                    self.stats.reverted += 1;
+                    meta.revert()
+                } else {
+                    self.stats.emptied += 1;
+                    Meta::EMPTY
+                };
+                newest = old;
+                region.store_u64(off, meta.encode())?;
+                region.persist(off, 8);
+            }
+            st.present[i as usize] = newest.0 && !newest.1;
+            for u in [meta.new_off(), meta.old_off()] {
+                if u != 0 && (head as usize) < MAX_HEADS {
+                    let end = u as u64 * 8 + remora_layouts::erda::OBJECT_MAX as u64;
+                    high[head as usize] = high[head as usize].max(end);
+                }
+            }
+        }
+        let heads = sb.heads as usize;
+        for (cursor, &high) in st.cursor.iter_mut().zip(high.iter()).take(heads) {
+            // Past every referenced object (its largest possible size), on a segment start:
+            // space granted but never written is not reused.
+            *cursor = if high == 0 {
+                LOG_START
+            } else {
+                high.next_multiple_of(sb.segment_bytes)
+            };
+        }
+        Ok(st)
+    }
+
+    fn hello(&mut self, conn: usize, replies: &mut Replies) {
+        let st = self.st.as_mut().expect("opened");
+        let id = st
+            .owners
+            .iter()
+            .position(|o| *o == Some(conn))
+            .or_else(|| st.owners.iter().position(|o| o.is_none()));
+        let reply = match id {
+            Some(id) => {
+                st.owners[id] = Some(conn);
+                self.stats.sessions += 1;
+                Reply {
+                    status: Status::Welcome,
+                    head: 0,
+                    seq: id as u32,
+                    arg: st.sb_off,
+                }
+            }
+            None => Reply {
+                status: Status::TooManyClients,
+                head: 0,
+                seq: 0,
+                arg: 0,
+            },
+        };
+        replies.send(&reply.encode());
+    }
+
+    fn refuse(&mut self, status: Status, seq: u32, replies: &mut Replies) {
+        self.stats.refused += 1;
+        replies.send(
+            &Reply {
+                status,
+                head: 0,
+                seq,
+                arg: 0,
+            }
+            .encode(),
+        );
+    }
+
+    /// One write request from client `client` on connection `conn`.
+    fn request(
+        &mut self,
+        region: &dyn LocalRegion,
+        conn: usize,
+        client: u32,
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        let st = self.st.as_mut().expect("opened");
+        if st.owners.get(client as usize).copied().flatten() != Some(conn) {
+            self.refuse(Status::BadRequest, 0, replies);
+            return Ok(());
+        }
+        let mut raw = [0u8; REQUEST_LEN];
+        region.read(st.sb.mailbox(client), &mut raw)?;
+        let Ok(req) = Request::decode(&raw) else {
+            self.refuse(Status::BadRequest, 0, replies);
+            return Ok(());
+        };
+        let reply = self.grant(region, client, &req)?;
+        match reply.status {
+            Status::Granted => self.stats.grants += 1,
+            Status::Absent => self.stats.absent += 1,
+            _ => self.stats.refused += 1,
+        }
+        replies.send(&reply.encode());
+        Ok(())
+    }
+
+    fn grant(
+        &mut self,
+        region: &dyn LocalRegion,
+        client: u32,
+        req: &Request,
+    ) -> Result<Reply, FabricError> {
+        let st = self.st.as_mut().expect("opened");
+        let sb = st.sb;
+        let key = req.key();
+        let home = sb.home(key);
+        region.read(sb.bucket_off(home), &mut st.scratch)?;
+        let mut found = None;
+        let mut free = None;
+        for j in 0..sb.neighborhood as usize {
+            let b = Bucket::decode(&st.scratch[j * BUCKET_LEN..(j + 1) * BUCKET_LEN])
+                .map_err(|_| corrupt(region, sb.bucket_off(home + j as u64)))?;
+            if b.holds(key) {
+                found = Some((home + j as u64, b));
+                break;
+            }
+            if !b.is_used() && free.is_none() {
+                free = Some(home + j as u64);
+            }
+        }
+        let answer = |status, head, units: u32| Reply {
+            status,
+            head,
+            seq: req.seq,
+            arg: units as u64,
+        };
+        let present = found.is_some_and(|(i, _)| st.present[i as usize]);
+        if req.op != ReqOp::Upsert && !present {
+            return Ok(answer(Status::Absent, 0, 0));
+        }
+        let (idx, head, meta) = match (found, free) {
+            (Some((i, b)), _) => (i, b.head(), b.meta()),
+            (None, Some(i)) => (i, (client % sb.heads) as u8, Meta::EMPTY),
+            (None, None) => return Ok(answer(Status::TableFull, 0, 0)),
+        };
+        // Reserve log space: an object never spans a segment.
+        let value_len = if req.op == ReqOp::Delete {
+            0
+        } else {
+            req.value_len as usize
+        };
+        let len = object_len(key.len(), value_len) as u64;
+        let h = head as usize;
+        let mut at = st.cursor[h];
+        let seg_end = (at / sb.segment_bytes + 1) * sb.segment_bytes;
+        if at + len > seg_end {
+            at = seg_end;
+        }
+        if at + len > sb.head_bytes || at / 8 > MAX_UNITS {
+            return Ok(answer(Status::LogFull, head, 0));
+        }
+        st.cursor[h] = at + len;
+        let units = (at / 8) as u32;
+        let new_meta = meta
+            .advance(units)
+            .map_err(|_| corrupt(region, sb.bucket_off(idx)))?;
+        let off = sb.bucket_off(idx);
+        if found.is_none() {
+            // Key and control word first (durable), the metadata word last: a reader that
+            // sees the word sees the key.
+            let b = Bucket::new(key, head, Meta::EMPTY)
+                .map_err(|_| corrupt(region, off))?
+                .encode();
+            region.write(off + 8, &b[8..])?;
+            region.persist(off + 8, BUCKET_LEN - 8);
+            self.stats.inserts += 1;
+            self.stats.persists += 1;
+        }
+        // The paper's 8-byte atomic write: flip the tag, new offset over the older one.
+        region.store_u64(off, new_meta.encode())?;
+        region.persist(off, 8);
+        self.stats.persists += 1;
+        st.present[idx as usize] = req.op != ReqOp::Delete;
+        Ok(answer(Status::Granted, head, units))
+    }
+}
+
+impl Handler for ErdaServer {
+    fn on_message(
+        &mut self,
+        region: &dyn LocalRegion,
+        conn: usize,
+        recv: Recv,
+        msg: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        self.open(region)?;
+        match recv.kind {
+            RecvKind::Send if msg == HELLO => {
+                self.hello(conn, replies);
+                Ok(())
+            }
+            RecvKind::WriteImm => match recv.imm {
+                Some(client) => self.request(region, conn, client, replies),
+                None => {
+                    self.refuse(Status::BadRequest, 0, replies);
+                    Ok(())
+                }
+            },
+            RecvKind::Send => {
+                self.refuse(Status::BadRequest, 0, replies);
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,608 @@
+//! Erda on the soft fabric (real threads, real tearing between 8-byte words): a single
+//! client against a BTreeMap, concurrent oracle-checked histories, torn and corrupt objects
+//! never returned, the server refusing bad requests, recovery after a crash, and the verbs
+//! and round trips per operation.
+use remora_core::block_on::block_on;
+use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaError, ErdaServer};
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, Verb};
+use remora_core::index::KvIndex;
+use remora_core::kvcheck::{History, client_history};
+use remora_core::server::{Handler, LocalRegion, Replies};
+use remora_core::{GlobalAddr, NodeId};
+use remora_layouts::erda::{
+    Bucket, HELLO, Reply, ReqOp, Request, Status, Superblock, decode_object, encode_object,
+    object_len,
+};
+use remora_layouts::region::RegionHeader;
+use remora_poller::executor::run_coroutines;
+use remora_poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+
+fn node() -> Arc<SoftMemoryNode> {
+    SoftMemoryNode::create_with(
+        NodeConfig {
+            region_len: 32 << 20,
+            ..NodeConfig::default()
+        },
+        Box::new(ErdaServer::new(ErdaConfig::small())),
+    )
+    .unwrap()
+}
+
+fn k(x: u64) -> [u8; 8] {
+    x.to_be_bytes()
+}
+
+async fn get(e: &Erda<'_, SoftEndpoint>, key: u64) -> Option<u64> {
+    let mut out = [0u8; 64];
+    e.get(&k(key), &mut out)
+        .await
+        .unwrap()
+        .map(|n| u64::from_le_bytes(out[..8].try_into().unwrap()) + n as u64 - 8)
+}
+
+fn val(x: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    v[..8].copy_from_slice(&x.to_le_bytes());
+    v
+}
+
+#[test]
+fn single_client_matches_a_btreemap() {
+    let n = node();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    block_on(async {
+        let e = Erda::open(&ep, ErdaClientConfig::default()).await.unwrap();
+        let mut oracle: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+        let mut rng = 0x1234_5678_9abc_def1u64;
+        for i in 0..3000u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let key = rng % 300;
+            // Values of 8 to 64 bytes: longer than the read hint takes a second READ.
+            let len = 8 + (rng >> 50) as usize % 57;
+            match (rng >> 32) % 10 {
+                0..=3 => {
+                    e.upsert(&k(key), &val(i, len)).await.unwrap();
+                    oracle.insert(key, (i, len));
+                }
+                4 => {
+                    let present = e.update(&k(key), &val(i, len)).await.unwrap();
+                    assert_eq!(present, oracle.contains_key(&key), "update {key}");
+                    if present {
+                        oracle.insert(key, (i, len));
+                    }
+                }
+                5 | 6 => {
+                    let present = e.delete(&k(key)).await.unwrap();
+                    assert_eq!(present, oracle.remove(&key).is_some(), "delete {key}");
+                }
+                _ => {
+                    let want = oracle.get(&key).map(|(x, l)| x + *l as u64 - 8);
+                    assert_eq!(get(&e, key).await, want, "get {key}");
+                }
+            }
+        }
+        for (key, (x, l)) in &oracle {
+            assert_eq!(get(&e, *key).await, Some(x + *l as u64 - 8));
+        }
+        assert!(
+            e.stats().long_reads > 0,
+            "no value longer than the read hint"
+        );
+        assert_eq!(e.stats().fallbacks, 0, "a lone client never falls back");
+        // Bad input: clear errors, no panic.
+        let mut out = [0u8; 4];
+        assert!(matches!(
+            e.upsert(&[0u8; 17], b"x").await,
+            Err(ErdaError::BadKey { len: 17 })
+        ));
+        assert!(matches!(
+            e.upsert(b"", b"x").await,
+            Err(ErdaError::BadKey { len: 0 })
+        ));
+        assert!(matches!(
+            e.upsert(b"k", &vec![0u8; 4097]).await,
+            Err(ErdaError::ValueTooLong { .. })
+        ));
+        e.upsert(b"long", &[1u8; 100]).await.unwrap();
+        assert!(matches!(
+            e.get(b"long", &mut out).await,
+            Err(ErdaError::BufferTooSmall { len: 4, need: 100 })
+        ));
+        assert!(matches!(
+            e.scan(&k(0), 10, &mut |_, _| {}).await,
+            Err(ErdaError::Unsupported { .. })
+        ));
+        // String keys up to 16 bytes and a 4 KiB value.
+        let big = vec![0xA5u8; 4096];
+        e.upsert(b"sixteen-byte-key", &big).await.unwrap();
+        let mut out = vec![0u8; 4096];
+        assert_eq!(
+            e.get(b"sixteen-byte-key", &mut out).await.unwrap(),
+            Some(4096)
+        );
+        assert_eq!(out, big);
+    });
+}
+
+#[test]
+fn verbs_and_round_trips_per_operation() {
+    let n = node();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    block_on(async {
+        let e = Erda::open(&ep, ErdaClientConfig::default()).await.unwrap();
+        for i in 0..100u64 {
+            e.upsert(&k(i), &val(i, 8)).await.unwrap();
+        }
+        let before = ep.snapshot();
+        for i in 0..100u64 {
+            e.upsert(&k(i), &val(i + 1, 8)).await.unwrap();
+        }
+        let put = ep.snapshot() - before;
+        let before = ep.snapshot();
+        for i in 0..100u64 {
+            assert_eq!(get(&e, i).await, Some(i + 1));
+        }
+        let got = ep.snapshot() - before;
+        let before = ep.snapshot();
+        for i in 1000..1100u64 {
+            assert_eq!(get(&e, i).await, None);
+        }
+        let miss = ep.snapshot() - before;
+        let per = |s: remora_core::Snapshot, v: Verb| s.verb(v) as f64 / 100.0;
+        println!(
+            "erda put: {:.2} WRITE_WITH_IMM + {:.2} WRITE + {:.2} RECV, {:.2} round trips, \
+             {:.1} B out, {:.1} B in",
+            per(put, Verb::WriteImm),
+            per(put, Verb::Write),
+            per(put, Verb::Recv),
+            put.round_trips as f64 / 100.0,
+            put.bytes_out as f64 / 100.0,
+            put.bytes_in as f64 / 100.0
+        );
+        println!(
+            "erda get (hit): {:.2} READ, {:.2} round trips, {:.1} B in; get (miss): {:.2} READ, \
+             {:.2} round trips",
+            per(got, Verb::Read),
+            got.round_trips as f64 / 100.0,
+            got.bytes_in as f64 / 100.0,
+            per(miss, Verb::Read),
+            miss.round_trips as f64 / 100.0
+        );
+        // The paper's costs: a get is two one-sided READs, a put one request and one WRITE.
+        assert_eq!(got.verb(Verb::Read), 200);
+        assert_eq!(got.posted_verbs(), 200, "no server CPU on reads");
+        assert_eq!(miss.verb(Verb::Read), 100);
+        assert_eq!(put.verb(Verb::WriteImm), 100);
+        assert_eq!(put.verb(Verb::Write), 100);
+        assert_eq!(put.verb(Verb::Read), 0);
+    });
+}
+
+#[test]
+fn concurrent_histories_on_threads() {
+    let n = node();
+    let _srv = n.spawn_server();
+    let failures = Mutex::new(Vec::<String>::new());
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (n, failures) = (&n, &failures);
+            s.spawn(move || {
+                let ep = n.endpoint().unwrap();
+                let e = block_on(Erda::open(&ep, ErdaClientConfig::default())).unwrap();
+                let e = &e;
+                // Two coroutines per thread share one handle (and its mailbox).
+                let coros: Vec<_> = (0..2u64)
+                    .map(|c| async move {
+                        let h = History {
+                            client: 1 + t * 2 + c,
+                            ops: 1500,
+                            range: 100,
+                            hot: 3,
+                            seed: 7,
+                            value_size: 16,
+                            scans: false,
+                        };
+                        client_history(e, &h).await
+                    })
+                    .collect();
+                for r in run_coroutines(coros) {
+                    match r {
+                        // kvcheck picks a hot key and read-or-write from the same random
+                        // word: an odd number of hot keys keeps both happening on each.
+                        Ok(t) => assert!(t.hot_reads > 0, "no hot key was read"),
+                        Err(msg) => failures.lock().unwrap().push(msg),
+                    }
+                }
+            });
+        }
+    });
+    let f = failures.lock().unwrap();
+    assert!(
+        f.is_empty(),
+        "{} histories failed, first: {}",
+        f.len(),
+        f[0]
+    );
+}
+
+/// The object the metadata word of `key` names as newest (or previous), as a remote address.
+fn object_of(
+    e: &Erda<'_, SoftEndpoint>,
+    ep: &SoftEndpoint,
+    key: &[u8],
+    newest: bool,
+) -> GlobalAddr {
+    let sb = e.superblock();
+    let qp = ep.qp(0).unwrap();
+    let home = sb.home(key);
+    let mut buf = vec![0u8; sb.neighborhood as usize * 32];
+    block_on(qp.read(GlobalAddr::new(0, sb.bucket_off(home)), &mut buf)).unwrap();
+    let b = buf
+        .chunks(32)
+        .map(|c| Bucket::decode(c).unwrap())
+        .find(|b| b.holds(key))
+        .unwrap();
+    let m = b.meta();
+    let units = if newest { m.new_off() } else { m.old_off() };
+    GlobalAddr::new(0, sb.object_off(b.head(), units).unwrap())
+}
+
+#[test]
+fn torn_and_corrupt_objects_are_never_returned() {
+    let n = node();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    let cfg = ErdaClientConfig {
+        read_retries: 20,
+        ..ErdaClientConfig::default()
+    };
+    block_on(async {
+        let e = Erda::open(&ep, cfg).await.unwrap();
+        let qp = ep.qp(0).unwrap();
+        e.upsert(b"key", &val(1, 32)).await.unwrap();
+        e.upsert(b"key", &val(2, 32)).await.unwrap();
+        // Tear the newest object: one word of it is from "another write".
+        let newest = object_of(&e, &ep, b"key", true);
+        qp.write(newest.add(24), &[0xFFu8; 8]).await.unwrap();
+        let mut out = [0u8; 64];
+        assert_eq!(e.get(b"key", &mut out).await.unwrap(), Some(32));
+        assert_eq!(
+            u64::from_le_bytes(out[..8].try_into().unwrap()),
+            1,
+            "fell back to the old"
+        );
+        assert_eq!(e.stats().fallbacks, 1);
+        // Corrupt the previous one too: an error after bounded re-reads, never garbage.
+        let old = object_of(&e, &ep, b"key", false);
+        qp.write(old.add(8), &[0u8; 8]).await.unwrap();
+        assert!(matches!(
+            e.get(b"key", &mut out).await,
+            Err(ErdaError::Incomplete { .. })
+        ));
+        // A new write makes the key readable again.
+        e.upsert(b"key", &val(3, 32)).await.unwrap();
+        assert_eq!(e.get(b"key", &mut out).await.unwrap(), Some(32));
+        assert_eq!(u64::from_le_bytes(out[..8].try_into().unwrap()), 3);
+        // A first object never written (its writer died after the grant): absent, not garbage.
+        e.upsert(b"fresh", &val(9, 32)).await.unwrap();
+        let fresh = object_of(&e, &ep, b"fresh", true);
+        qp.write(fresh, &[0u8; 48]).await.unwrap();
+        assert_eq!(e.get(b"fresh", &mut out).await.unwrap(), None);
+    });
+}
+
+#[test]
+fn the_server_refuses_bad_requests() {
+    let n = node();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    let ep2 = n.endpoint().unwrap();
+    block_on(async {
+        let e = Erda::open(&ep, ErdaClientConfig::default()).await.unwrap();
+        let e2 = Erda::open(&ep2, ErdaClientConfig::default()).await.unwrap();
+        assert_ne!(e.client_id(), e2.client_id());
+        let sb = e.superblock();
+        let qp2 = ep2.qp(0).unwrap();
+        let mut buf = [0u8; 64];
+        let mut reply = |qp: &remora_poller::soft::SoftQp| {
+            let r = block_on(qp.recv(&mut buf)).unwrap();
+            Reply::decode(&buf[..r.len as usize]).unwrap()
+        };
+        // Another client's mailbox id: refused.
+        let req = Request::new(ReqOp::Upsert, 1, b"x", 8).unwrap().encode();
+        qp2.post(&mut [Op::WriteImm {
+            remote: GlobalAddr::new(0, sb.mailbox(e.client_id())),
+            local: &req,
+            imm: e.client_id(),
+        }])
+        .await
+        .unwrap();
+        assert_eq!(reply(qp2).status, Status::BadRequest);
+        // Garbage in its own mailbox: refused.
+        qp2.post(&mut [Op::WriteImm {
+            remote: GlobalAddr::new(0, sb.mailbox(e2.client_id())),
+            local: &[0xEEu8; 24],
+            imm: e2.client_id(),
+        }])
+        .await
+        .unwrap();
+        assert_eq!(reply(qp2).status, Status::BadRequest);
+        // An unknown SEND and an out-of-range client id: refused.
+        qp2.send(b"what?").await.unwrap();
+        assert_eq!(reply(qp2).status, Status::BadRequest);
+        qp2.post(&mut [Op::WriteImm {
+            remote: GlobalAddr::new(0, sb.mailbox(0)),
+            local: &[0u8; 8],
+            imm: 1 << 30,
+        }])
+        .await
+        .unwrap();
+        assert_eq!(reply(qp2).status, Status::BadRequest);
+        // Both handles still work.
+        e.upsert(b"a", b"12345678").await.unwrap();
+        e2.upsert(b"b", b"87654321").await.unwrap();
+        let mut out = [0u8; 8];
+        assert_eq!(e2.get(b"a", &mut out).await.unwrap(), Some(8));
+        assert_eq!(&out, b"12345678");
+        assert!(!e.update(b"nope", b"x").await.unwrap());
+        assert!(!e.delete(b"nope").await.unwrap());
+    });
+}
+
+// ------------------------------------------------------------- server alone: recovery
+
+/// A memory node's region in a test: plain bytes behind a lock.
+struct Mem {
+    bytes: Mutex<Vec<u8>>,
+}
+
+impl Mem {
+    fn new(len: usize) -> Mem {
+        let mut b = vec![0u8; len];
+        let h = RegionHeader::new(len as u64, 64 << 10, 0).unwrap();
+        b[..128].copy_from_slice(&h.encode());
+        Mem {
+            bytes: Mutex::new(b),
+        }
+    }
+    fn range(&self, off: u64, len: usize) -> Result<std::ops::Range<usize>, FabricError> {
+        let o = off as usize;
+        let l = self.bytes.lock().unwrap().len();
+        if o.checked_add(len).is_none_or(|e| e > l) {
+            return Err(remora_core::server::out_of_range(0, off, len));
+        }
+        Ok(o..o + len)
+    }
+}
+
+impl LocalRegion for Mem {
+    fn node(&self) -> NodeId {
+        0
+    }
+    fn len(&self) -> u64 {
+        self.bytes.lock().unwrap().len() as u64
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
+        let r = self.range(offset, buf.len())?;
+        buf.copy_from_slice(&self.bytes.lock().unwrap()[r]);
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
+        let r = self.range(offset, data.len())?;
+        self.bytes.lock().unwrap()[r].copy_from_slice(data);
+        Ok(())
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
+        let mut b = [0u8; 8];
+        self.read(offset, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
+        self.write(offset, &value.to_le_bytes())
+    }
+    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
+        let old = self.load_u64(offset)?;
+        if old == current {
+            self.store_u64(offset, new)?;
+        }
+        Ok(old)
+    }
+}
+
+/// Drives a server directly: a hello on connection `conn`, then requests through its mailbox.
+struct Session<'a> {
+    srv: &'a mut ErdaServer,
+    mem: &'a Mem,
+    conn: usize,
+    id: u32,
+    seq: u32,
+}
+
+impl<'a> Session<'a> {
+    fn open(srv: &'a mut ErdaServer, mem: &'a Mem, conn: usize) -> Session<'a> {
+        let mut r = Replies::new();
+        let recv = Recv {
+            kind: RecvKind::Send,
+            len: 8,
+            imm: None,
+        };
+        srv.on_message(mem, conn, recv, &HELLO, &mut r).unwrap();
+        let rep = Reply::decode(r.iter().next().unwrap()).unwrap();
+        assert_eq!(rep.status, Status::Welcome);
+        Session {
+            srv,
+            mem,
+            conn,
+            id: rep.seq,
+            seq: 0,
+        }
+    }
+    fn sb(&self) -> Superblock {
+        self.srv.superblock().unwrap().1
+    }
+    /// Asks for space and, if `write`, writes the object there; returns the reply.
+    fn put(&mut self, op: ReqOp, key: &[u8], value: &[u8], write: bool) -> Reply {
+        self.seq += 1;
+        let vlen = if op == ReqOp::Delete { 0 } else { value.len() };
+        let req = Request::new(op, self.seq, key, vlen).unwrap().encode();
+        let sb = self.sb();
+        self.mem.write(sb.mailbox(self.id), &req).unwrap();
+        let mut r = Replies::new();
+        let recv = Recv {
+            kind: RecvKind::WriteImm,
+            len: 24,
+            imm: Some(self.id),
+        };
+        self.srv
+            .on_message(self.mem, self.conn, recv, &[], &mut r)
+            .unwrap();
+        let rep = Reply::decode(r.iter().next().unwrap()).unwrap();
+        if rep.status == Status::Granted && write {
+            let mut obj = vec![0u8; object_len(key.len(), vlen)];
+            encode_object(&mut obj, key, value, op == ReqOp::Delete).unwrap();
+            let off = sb.object_off(rep.head, rep.arg as u32).unwrap();
+            self.mem.write(off, &obj).unwrap();
+        }
+        rep
+    }
+}
+
+/// What a reader of `key` would get from the region (newest object, else the previous).
+fn read_back(mem: &Mem, sb: &Superblock, key: &[u8]) -> Option<Vec<u8>> {
+    let home = sb.home(key);
+    for j in 0..sb.neighborhood as u64 {
+        let mut b = [0u8; 32];
+        mem.read(sb.bucket_off(home + j), &mut b).unwrap();
+        let b = Bucket::decode(&b).unwrap();
+        if !b.holds(key) {
+            continue;
+        }
+        for units in [b.meta().new_off(), b.meta().old_off()] {
+            if units == 0 {
+                return None;
+            }
+            let room = sb.head_remaining(units).min(4200) as usize;
+            let mut obj = vec![0u8; room];
+            mem.read(sb.object_off(b.head(), units).unwrap(), &mut obj)
+                .unwrap();
+            if let Ok(o) = decode_object(&obj) {
+                return (!o.delete).then(|| o.value.to_vec());
+            }
+        }
+        return None;
+    }
+    None
+}
+
+#[test]
+fn recovery_reverts_unfinished_objects_and_never_reuses_granted_space() {
+    let mem = Mem::new(16 << 20);
+    let mut srv = ErdaServer::new(ErdaConfig::small());
+    let mut s = Session::open(&mut srv, &mem, 1);
+    assert_eq!(
+        s.put(ReqOp::Upsert, b"a", b"a-one", true).status,
+        Status::Granted
+    );
+    assert_eq!(
+        s.put(ReqOp::Upsert, b"a", b"a-two", true).status,
+        Status::Granted
+    );
+    s.put(ReqOp::Upsert, b"b", b"b-one", true);
+    s.put(ReqOp::Delete, b"b", b"", true);
+    s.put(ReqOp::Upsert, b"c", b"c-one", true);
+    // The client dies after its grant: c's newest and d's first object are never written.
+    let dead = s.put(ReqOp::Upsert, b"c", b"c-two", false);
+    s.put(ReqOp::Upsert, b"d", b"d-one", false);
+    assert_eq!(
+        s.put(ReqOp::Update, b"zz", b"x", true).status,
+        Status::Absent
+    );
+    assert_eq!(
+        s.put(ReqOp::Delete, b"zz", b"", true).status,
+        Status::Absent
+    );
+    let _ = s;
+    // The server restarts on the same memory.
+    let mut srv2 = ErdaServer::new(ErdaConfig::small());
+    srv2.open(&mem).unwrap();
+    let st = srv2.stats();
+    assert_eq!((st.reverted, st.emptied), (1, 1), "{st:?}");
+    let sb = srv2.superblock().unwrap().1;
+    assert_eq!(read_back(&mem, &sb, b"a").as_deref(), Some(&b"a-two"[..]));
+    assert_eq!(read_back(&mem, &sb, b"b"), None);
+    assert_eq!(read_back(&mem, &sb, b"c").as_deref(), Some(&b"c-one"[..]));
+    assert_eq!(read_back(&mem, &sb, b"d"), None);
+    // Presence was rebuilt: update/delete answer from the recovered state.
+    let mut s = Session::open(&mut srv2, &mem, 7);
+    assert_eq!(
+        s.put(ReqOp::Update, b"b", b"x", true).status,
+        Status::Absent
+    );
+    assert_eq!(
+        s.put(ReqOp::Update, b"d", b"x", true).status,
+        Status::Absent
+    );
+    let r = s.put(ReqOp::Update, b"c", b"c-three", true);
+    assert_eq!(r.status, Status::Granted);
+    // The abandoned grant's space is not handed out again.
+    assert!(
+        r.head != dead.head || r.arg > dead.arg,
+        "{r:?} reuses {dead:?}"
+    );
+    assert_eq!(read_back(&mem, &sb, b"c").as_deref(), Some(&b"c-three"[..]));
+    // A corrupt mailbox and a foreign client id are refused, not fatal.
+    let mut rep = Replies::new();
+    let recv = Recv {
+        kind: RecvKind::WriteImm,
+        len: 24,
+        imm: Some(s.id + 1),
+    };
+    s.srv.on_message(&mem, 7, recv, &[], &mut rep).unwrap();
+    assert_eq!(
+        Reply::decode(rep.iter().next().unwrap()).unwrap().status,
+        Status::BadRequest
+    );
+}
+
+#[test]
+fn logs_fill_segment_by_segment_and_then_refuse() {
+    let mem = Mem::new(8 << 20);
+    let cfg = ErdaConfig {
+        heads: 1,
+        buckets: 256,
+        segment_bytes: 8192,
+        head_bytes: 3 * 8192,
+        ..ErdaConfig::small()
+    };
+    let mut srv = ErdaServer::new(cfg);
+    let mut s = Session::open(&mut srv, &mem, 1);
+    let value = vec![7u8; 3000];
+    let mut grants = Vec::new();
+    loop {
+        let r = s.put(ReqOp::Upsert, b"big", &value, true);
+        if r.status != Status::Granted {
+            assert_eq!(r.status, Status::LogFull);
+            break;
+        }
+        grants.push(r.arg * 8);
+    }
+    // 3024-byte objects: two per 8 KiB segment (the first starts after 64 bytes), never
+    // spanning a segment boundary.
+    assert_eq!(grants, vec![64, 3088, 8192, 11216, 16384, 19408]);
+    for g in &grants {
+        assert_eq!(
+            g / 8192,
+            (g + 3024 - 1) / 8192,
+            "object at {g} spans a segment"
+        );
+    }
+    let sb = s.sb();
+    assert_eq!(read_back(&mem, &sb, b"big").as_deref(), Some(&value[..]));
+}
