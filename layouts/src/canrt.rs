@@ -1,1 +1,1170 @@
-//! CANRT node formats (in progress).
+//! CANRT node and message formats: the tree header, the pointer-less prefix nodes, the data
+//! nodes with their metadata words and `DataItem`s, the WRITE_WITH_IMM immediate and the
+//! control messages clients SEND to the metadata applier.
+//!
+//! A tree lives in one contiguous *area* of a memory node's host region:
+//!
+//! ```text
+//! area:        [TreeHeader 384 B][prefix nodes, level 1 .. k]
+//! data array:  [data node 0][data node 1] ... [data node data_cap - 1]
+//! ```
+//!
+//! published by the area's offset (an encoded `GlobalAddr`) in root slot [`ROOT_SLOT`] of
+//! the region header. A resize writes a new header and prefix array into another area (two
+//! alternate, tick-tock) and appends data nodes to the same data array, in place.
+//!
+//! **Prefix nodes** (paper §3.1): level `i` (1-based) holds `m^(i-1)` nodes numbered
+//! sequentially from 0 across levels, so the base id of level `i` is `(m^(i-1) - 1)/(m - 1)`
+//! (eq. 2) and the child of node `cur` at position `p` is `b(i+1) + (cur - b(i))*m + p`
+//! (eq. 3). A node is `nChars: u16` and `chars: [u8; m]` (sorted, distinct), padded to 8
+//! bytes; a last-level node also has `NodeID: [u32; m]`. Which key bits a level's character
+//! is taken from is described by the header's [`Segment`]s (see `remora_core::canrt`).
+//!
+//! **Data node** (paper §3.1, Fig. 3): `lock` word, front [`Meta`] word, `slots` DataItems,
+//! rear [`Meta`] word. The paper packs bitmap and lock in one word that clients
+//! FETCH_AND_ADD and the server's CPU rewrites; the fabric contract (rule 3) does not make
+//! NIC atomics atomic against CPU stores, so here the `lock` word is touched only by NIC
+//! FETCH_AND_ADDs (a ticket counter) and the server's CPU writes only the meta words (bitmap,
+//! `served` ticket, frozen flag, epoch). The rear copy lets a reader of the whole node check
+//! in one READ that no lock release happened while it read.
+//!
+//! **DataItem**: `key: u64`, `value: [u8; value_cap]`, tail word (valid bit last-written,
+//! opflag, length, ticket, checksum). The paper's `valid` bit is bit 0 of the tail.
+use crate::LayoutError;
+use crate::bits::{Field, assert_disjoint, read_u32, read_u64};
+use memoffset::offset_of;
+
+/// Region-header root slot that publishes the CANRT tree.
+pub const ROOT_SLOT: usize = 3;
+/// `b"CANRT001"` as a little-endian u64.
+pub const TREE_MAGIC: u64 = u64::from_le_bytes(*b"CANRT001");
+/// Most DataItem slots a data node has (bits of the bitmap).
+pub const MAX_SLOTS: usize = 32;
+/// Largest value capacity of a DataItem.
+pub const MAX_VALUE: usize = 248;
+/// Most segments (gaps + levels) a tree header describes.
+pub const MAX_SEGMENTS: usize = 16;
+/// Most data nodes a tree has (the immediate carries 17 bits of node id).
+pub const MAX_DATA_NODES: u64 = 1 << 17;
+/// Largest prefix array clients cache.
+pub const MAX_PREFIX_BYTES: u64 = 1 << 20;
+/// Tickets and `served` compare modulo 2^16.
+pub const TICKET_MASK: u64 = (1 << 16) - 1;
+/// Epochs compare modulo 2^15 in meta words.
+pub const EPOCH_MASK: u32 = (1 << 15) - 1;
+/// The WRITE_WITH_IMM immediate and control messages carry epochs mod 2^7.
+pub const SHORT_EPOCH_MASK: u32 = (1 << 7) - 1;
+
+// ---------------------------------------------------------------- meta word
+
+const M_BITMAP: Field = Field::new("bitmap", 0, 32);
+const M_SERVED: Field = Field::new("served", 32, 16);
+const M_FROZEN: Field = Field::new("frozen", 48, 1);
+const M_EPOCH: Field = Field::new("epoch", 49, 15);
+const _: () = assert_disjoint(&[M_BITMAP, M_SERVED, M_FROZEN, M_EPOCH]);
+
+/// A data node's metadata word (front and rear copies), written only by the server's CPU.
+///
+/// | bits   | field  | meaning |
+/// |--------|--------|---------|
+/// | 31..0  | bitmap | bit `s`: slot `s` holds a live DataItem |
+/// | 47..32 | served | tickets released so far (mod 2^16): the lock holder has ticket `served` |
+/// | 48     | frozen | a resize is under way; writers must wait for the next tree |
+/// | 63..49 | epoch  | the epoch of the tree the node belongs to, mod 2^15 |
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Meta(pub u64);
+
+impl Meta {
+    pub const fn new(bitmap: u32, served: u64, frozen: bool, epoch: u32) -> Meta {
+        let w = M_BITMAP.set(0, bitmap as u64);
+        let w = M_SERVED.set(w, served);
+        let w = M_FROZEN.set(w, frozen as u64);
+        Meta(M_EPOCH.set(w, epoch as u64))
+    }
+    pub const fn bitmap(self) -> u32 {
+        M_BITMAP.get(self.0) as u32
+    }
+    pub const fn served(self) -> u64 {
+        M_SERVED.get(self.0)
+    }
+    pub const fn frozen(self) -> bool {
+        M_FROZEN.get(self.0) == 1
+    }
+    pub const fn epoch(self) -> u32 {
+        M_EPOCH.get(self.0) as u32
+    }
+    pub const fn with_bitmap(self, b: u32) -> Meta {
+        Meta(M_BITMAP.set(self.0, b as u64))
+    }
+    pub const fn with_served(self, s: u64) -> Meta {
+        Meta(M_SERVED.set(self.0, s))
+    }
+    pub const fn with_frozen(self, f: bool) -> Meta {
+        Meta(M_FROZEN.set(self.0, f as u64))
+    }
+    pub const fn with_epoch(self, e: u32) -> Meta {
+        Meta(M_EPOCH.set(self.0, (e & EPOCH_MASK) as u64))
+    }
+    /// Checks the bitmap against a node of `slots` slots.
+    pub const fn check(self, slots: u32) -> Result<Meta, LayoutError> {
+        if slots < 32 && self.bitmap() >> slots != 0 {
+            return Err(LayoutError::Inconsistent {
+                what: "bitmap marks slots beyond the node",
+            });
+        }
+        Ok(self)
+    }
+}
+
+// ---------------------------------------------------------------- DataItem
+
+const T_VALID: Field = Field::new("valid", 0, 1);
+const T_OP: Field = Field::new("opflag", 1, 2);
+const T_LEN: Field = Field::new("len", 8, 8);
+const T_TICKET: Field = Field::new("ticket", 16, 24);
+const T_CHECK: Field = Field::new("check", 40, 24);
+const _: () = assert_disjoint(&[T_VALID, T_OP, T_LEN, T_TICKET, T_CHECK]);
+
+/// The paper's opflag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ItemOp {
+    /// Insert (or overwrite): the item becomes the key's live item.
+    Insert = 1,
+    /// Delete: the key's live item is dropped; the record itself never becomes live.
+    Delete = 2,
+    /// Update of a present key: the old item is invalidated, the new one validated.
+    Update = 3,
+}
+
+impl ItemOp {
+    pub const fn from_bits(b: u64) -> Result<ItemOp, LayoutError> {
+        match b {
+            1 => Ok(ItemOp::Insert),
+            2 => Ok(ItemOp::Delete),
+            3 => Ok(ItemOp::Update),
+            _ => Err(LayoutError::OutOfRange {
+                field: "opflag",
+                value: b,
+            }),
+        }
+    }
+}
+
+const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+
+/// 24-bit checksum of an item: key, value bytes, opflag, length, ticket (not the valid bit,
+/// which the server clears after applying).
+pub fn item_check(key: u64, value: &[u8], op: ItemOp, len: usize, ticket: u64) -> u64 {
+    let mut d = CRC32.digest();
+    d.update(&key.to_le_bytes());
+    d.update(value);
+    d.update(&[op as u8, len as u8]);
+    d.update(&(ticket & TICKET_MASK).to_le_bytes());
+    (d.finalize() & 0xFF_FFFF) as u64
+}
+
+/// A decoded DataItem, borrowing its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Item<'a> {
+    pub key: u64,
+    pub value: &'a [u8],
+    pub op: ItemOp,
+    pub ticket: u64,
+    /// Not yet processed by the server (the paper's valid = 1).
+    pub valid: bool,
+}
+
+/// Data-node shape: slots per node and value capacity per item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataGeometry {
+    pub slots: u32,
+    pub value_cap: u32,
+}
+
+/// Offset of the lock word in a data node.
+pub const LOCK_OFF: u64 = 0;
+/// Offset of the front meta word.
+pub const FRONT_OFF: u64 = 8;
+/// Offset of slot 0.
+pub const ITEMS_OFF: u64 = 16;
+
+impl DataGeometry {
+    pub const fn new(slots: u32, value_cap: u32) -> Result<DataGeometry, LayoutError> {
+        // Two slots at least: an overwrite appends before the old item is dropped.
+        if slots < 2 || slots as usize > MAX_SLOTS {
+            return Err(LayoutError::OutOfRange {
+                field: "slots",
+                value: slots as u64,
+            });
+        }
+        if value_cap < 8 || value_cap as usize > MAX_VALUE || !value_cap.is_multiple_of(8) {
+            return Err(LayoutError::OutOfRange {
+                field: "value_cap",
+                value: value_cap as u64,
+            });
+        }
+        Ok(DataGeometry { slots, value_cap })
+    }
+    pub const fn item_size(&self) -> u64 {
+        16 + self.value_cap as u64
+    }
+    pub const fn slot_off(&self, slot: u32) -> u64 {
+        ITEMS_OFF + slot as u64 * self.item_size()
+    }
+    pub const fn tail_off(&self, slot: u32) -> u64 {
+        self.slot_off(slot) + self.item_size() - 8
+    }
+    pub const fn rear_off(&self) -> u64 {
+        ITEMS_OFF + self.slots as u64 * self.item_size()
+    }
+    pub const fn node_size(&self) -> u64 {
+        self.rear_off() + 8
+    }
+    /// All slots in the bitmap.
+    pub const fn full_bitmap(&self) -> u32 {
+        if self.slots == 32 {
+            u32::MAX
+        } else {
+            (1u32 << self.slots) - 1
+        }
+    }
+
+    /// Encodes a DataItem into `out` (`item_size` bytes).
+    pub fn encode_item(
+        &self,
+        out: &mut [u8],
+        key: u64,
+        value: &[u8],
+        op: ItemOp,
+        ticket: u64,
+        valid: bool,
+    ) -> Result<(), LayoutError> {
+        let size = self.item_size() as usize;
+        if out.len() < size {
+            return Err(LayoutError::Short {
+                need: size,
+                got: out.len(),
+            });
+        }
+        if value.len() > self.value_cap as usize {
+            return Err(LayoutError::OutOfRange {
+                field: "value length",
+                value: value.len() as u64,
+            });
+        }
+        let out = &mut out[..size];
+        out[..8].copy_from_slice(&key.to_le_bytes());
+        let vbytes = &mut out[8..size - 8];
+        vbytes[..value.len()].copy_from_slice(value);
+        vbytes[value.len()..].fill(0);
+        let check = item_check(key, &out[8..size - 8], op, value.len(), ticket);
+        let tail = T_VALID.set(0, valid as u64);
+        let tail = T_OP.set(tail, op as u64);
+        let tail = T_LEN.set(tail, value.len() as u64);
+        let tail = T_TICKET.set(tail, ticket & TICKET_MASK);
+        let tail = T_CHECK.set(tail, check);
+        out[size - 8..].copy_from_slice(&tail.to_le_bytes());
+        Ok(())
+    }
+
+    /// Decodes and checksums one DataItem; a torn or corrupt item is an error.
+    pub fn decode_item<'a>(&self, bytes: &'a [u8]) -> Result<Item<'a>, LayoutError> {
+        let size = self.item_size() as usize;
+        if bytes.len() < size {
+            return Err(LayoutError::Short {
+                need: size,
+                got: bytes.len(),
+            });
+        }
+        let key = read_u64(bytes, 0)?;
+        let tail = read_u64(bytes, size - 8)?;
+        let op = ItemOp::from_bits(T_OP.get(tail))?;
+        let len = T_LEN.get(tail) as usize;
+        if len > self.value_cap as usize {
+            return Err(LayoutError::OutOfRange {
+                field: "len",
+                value: len as u64,
+            });
+        }
+        let ticket = T_TICKET.get(tail);
+        let stored = T_CHECK.get(tail);
+        let computed = item_check(key, &bytes[8..size - 8], op, len, ticket);
+        if stored != computed {
+            return Err(LayoutError::BadChecksum { stored, computed });
+        }
+        Ok(Item {
+            key,
+            value: &bytes[8..8 + len],
+            op,
+            ticket,
+            valid: T_VALID.get(tail) == 1,
+        })
+    }
+}
+
+/// The tail word with the valid bit cleared (what the server stores after applying).
+pub const fn tail_processed(tail: u64) -> u64 {
+    T_VALID.set(tail, 0)
+}
+
+/// True when a tail word's valid bit is set.
+pub const fn tail_valid(tail: u64) -> bool {
+    T_VALID.get(tail) == 1
+}
+
+// ---------------------------------------------------------------- segments
+
+/// Which key bits a tree reads, most significant first: constant gaps and levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment {
+    /// Bits `lo .. lo+width` that every key of the tree had equal to `value` when it was
+    /// built; a key above or below it goes to the greatest or least data node under here.
+    Gap { lo: u8, width: u8, value: u64 },
+    /// Bits `lo .. lo+width` (width 1..=8) are the character of the next prefix level,
+    /// whose nodes hold up to `fanout` (1..=256) characters.
+    Level { lo: u8, width: u8, fanout: u16 },
+}
+
+const S_KIND: Field = Field::new("kind", 0, 2);
+const S_LO: Field = Field::new("lo", 8, 8);
+const S_WIDTH: Field = Field::new("width", 16, 8);
+const S_FANOUT: Field = Field::new("fanout", 24, 9);
+const _: () = assert_disjoint(&[S_KIND, S_LO, S_WIDTH, S_FANOUT]);
+
+impl Segment {
+    pub const fn lo(&self) -> u32 {
+        match *self {
+            Segment::Gap { lo, .. } | Segment::Level { lo, .. } => lo as u32,
+        }
+    }
+    pub const fn width(&self) -> u32 {
+        match *self {
+            Segment::Gap { width, .. } | Segment::Level { width, .. } => width as u32,
+        }
+    }
+    /// The segment's bits of `key`.
+    pub const fn bits(&self, key: u64) -> u64 {
+        let w = self.width();
+        let v = key >> self.lo();
+        if w >= 64 { v } else { v & ((1u64 << w) - 1) }
+    }
+    /// Two words: descriptor, gap value.
+    pub const fn encode(&self) -> [u64; 2] {
+        match *self {
+            Segment::Gap { lo, width, value } => {
+                let w = S_KIND.set(0, 1);
+                let w = S_LO.set(w, lo as u64);
+                [S_WIDTH.set(w, width as u64), value]
+            }
+            Segment::Level { lo, width, fanout } => {
+                let w = S_KIND.set(0, 2);
+                let w = S_LO.set(w, lo as u64);
+                let w = S_FANOUT.set(w, fanout as u64);
+                [S_WIDTH.set(w, width as u64), 0]
+            }
+        }
+    }
+    pub const fn decode(words: [u64; 2]) -> Result<Segment, LayoutError> {
+        let lo = S_LO.get(words[0]);
+        let width = S_WIDTH.get(words[0]);
+        if width == 0
+            || lo + width > 64
+            || words[0] & !(S_KIND.mask() | S_LO.mask() | S_WIDTH.mask() | S_FANOUT.mask()) != 0
+        {
+            return Err(LayoutError::OutOfRange {
+                field: "segment",
+                value: words[0],
+            });
+        }
+        let fanout = S_FANOUT.get(words[0]);
+        match S_KIND.get(words[0]) {
+            1 if fanout == 0 => {
+                if width < 64 && words[1] >> width != 0 {
+                    return Err(LayoutError::OutOfRange {
+                        field: "gap value",
+                        value: words[1],
+                    });
+                }
+                Ok(Segment::Gap {
+                    lo: lo as u8,
+                    width: width as u8,
+                    value: words[1],
+                })
+            }
+            2 if width <= 8 && words[1] == 0 && fanout >= 1 && fanout <= 256 => {
+                Ok(Segment::Level {
+                    lo: lo as u8,
+                    width: width as u8,
+                    fanout: fanout as u16,
+                })
+            }
+            k => Err(LayoutError::OutOfRange {
+                field: "segment kind",
+                value: k,
+            }),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- prefix geometry
+
+/// Shape of the prefix array: `height` levels; every node of level `i` has room for
+/// `widths[i-1]` characters (the paper's `m`, here per level, so one wide level does not
+/// widen the levels under it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefixGeometry {
+    pub height: u32,
+    pub widths: [u16; MAX_SEGMENTS],
+}
+
+impl PrefixGeometry {
+    /// A shape whose array fits [`MAX_PREFIX_BYTES`].
+    pub fn new(widths: &[u16]) -> Result<PrefixGeometry, LayoutError> {
+        if widths.is_empty() || widths.len() > MAX_SEGMENTS {
+            return Err(LayoutError::OutOfRange {
+                field: "height",
+                value: widths.len() as u64,
+            });
+        }
+        let mut g = PrefixGeometry {
+            height: widths.len() as u32,
+            widths: [0; MAX_SEGMENTS],
+        };
+        for (i, &w) in widths.iter().enumerate() {
+            if w == 0 || w > 256 {
+                return Err(LayoutError::OutOfRange {
+                    field: "width",
+                    value: w as u64,
+                });
+            }
+            g.widths[i] = w;
+        }
+        let mut nodes: u64 = 1;
+        let mut len: u64 = 0;
+        for level in 1..=g.height {
+            len += nodes * g.stride(level);
+            nodes *= g.width(level) as u64;
+            if len > MAX_PREFIX_BYTES || nodes > MAX_PREFIX_BYTES {
+                return Err(LayoutError::OutOfRange {
+                    field: "prefix array bytes",
+                    value: len,
+                });
+            }
+        }
+        Ok(g)
+    }
+    /// Characters per node of `level` (1-based).
+    pub const fn width(&self, level: u32) -> u32 {
+        self.widths[level as usize - 1] as u32
+    }
+    /// Nodes on `level`: the product of the widths above it (`m^(i-1)` when uniform).
+    pub const fn level_nodes(&self, level: u32) -> u64 {
+        let mut n = 1u64;
+        let mut i = 1;
+        while i < level {
+            n *= self.width(i) as u64;
+            i += 1;
+        }
+        n
+    }
+    /// Base node id of `level`: eq. (2), summed level by level.
+    pub const fn base(&self, level: u32) -> u64 {
+        let mut b = 0u64;
+        let mut i = 1;
+        while i < level {
+            b += self.level_nodes(i);
+            i += 1;
+        }
+        b
+    }
+    /// Child of node `cur` of `level` at position `p`: eq. (3).
+    pub const fn child(&self, level: u32, cur: u64, p: u32) -> u64 {
+        self.base(level + 1) + (cur - self.base(level)) * self.width(level) as u64 + p as u64
+    }
+    /// Bytes of a node's `nChars` + `chars` on `level`.
+    pub const fn chars_stride(&self, level: u32) -> u64 {
+        (2 + self.width(level) as u64).next_multiple_of(8)
+    }
+    /// Bytes of one node of `level` (the last level adds the NodeID array); a multiple of 8,
+    /// so the array and the data nodes after it stay 8-byte aligned.
+    pub const fn stride(&self, level: u32) -> u64 {
+        if level == self.height {
+            (self.chars_stride(level) + 4 * self.width(level) as u64).next_multiple_of(8)
+        } else {
+            self.chars_stride(level)
+        }
+    }
+    /// Bytes of the whole prefix array.
+    pub const fn total_len(&self) -> u64 {
+        let mut len = 0;
+        let mut i = 1;
+        while i <= self.height {
+            len += self.level_nodes(i) * self.stride(i);
+            i += 1;
+        }
+        len
+    }
+    /// Nodes in the whole array.
+    pub const fn total_nodes(&self) -> u64 {
+        self.base(self.height) + self.level_nodes(self.height)
+    }
+    /// The level of node `id`, or None past the array.
+    pub const fn level_of(&self, id: u64) -> Option<u32> {
+        let mut base = 0;
+        let mut i = 1;
+        while i <= self.height {
+            let n = self.level_nodes(i);
+            if id < base + n {
+                return Some(i);
+            }
+            base += n;
+            i += 1;
+        }
+        None
+    }
+    /// Byte offset of node `id` (on `level`) in the array.
+    pub const fn node_offset(&self, level: u32, id: u64) -> u64 {
+        let mut off = 0;
+        let mut i = 1;
+        while i < level {
+            off += self.level_nodes(i) * self.stride(i);
+            i += 1;
+        }
+        off + (id - self.base(level)) * self.stride(level)
+    }
+
+    /// The characters of node `id` (checked: `nChars <= width`, strictly increasing).
+    pub fn chars<'a>(&self, prefix: &'a [u8], id: u64) -> Result<&'a [u8], LayoutError> {
+        let level = self.level_of(id).ok_or(LayoutError::OutOfRange {
+            field: "prefix node id",
+            value: id,
+        })?;
+        let off = self.node_offset(level, id) as usize;
+        let n = match prefix.get(off..off + 2) {
+            Some(b) => u16::from_le_bytes([b[0], b[1]]) as usize,
+            None => {
+                return Err(LayoutError::Short {
+                    need: off + 2,
+                    got: prefix.len(),
+                });
+            }
+        };
+        if n > self.width(level) as usize {
+            return Err(LayoutError::OutOfRange {
+                field: "nChars",
+                value: n as u64,
+            });
+        }
+        let chars = prefix.get(off + 2..off + 2 + n).ok_or(LayoutError::Short {
+            need: off + 2 + n,
+            got: prefix.len(),
+        })?;
+        if chars.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(LayoutError::Inconsistent {
+                what: "prefix node characters not strictly increasing",
+            });
+        }
+        Ok(chars)
+    }
+
+    /// Entry `p` of the NodeID array of last-level node `id`.
+    pub fn node_id(&self, prefix: &[u8], id: u64, p: u32) -> Result<u32, LayoutError> {
+        let k = self.height;
+        if self.level_of(id) != Some(k) || p >= self.width(k) {
+            return Err(LayoutError::OutOfRange {
+                field: "NodeID position",
+                value: p as u64,
+            });
+        }
+        let at = self.node_offset(k, id) + self.chars_stride(k) + 4 * p as u64;
+        read_u32(prefix, at as usize)
+    }
+
+    /// Writes node `id`'s characters (and NodeIDs on the last level) into the array.
+    pub fn put_node(
+        &self,
+        prefix: &mut [u8],
+        id: u64,
+        chars: &[u8],
+        node_ids: &[u32],
+    ) -> Result<(), LayoutError> {
+        let level = self.level_of(id).ok_or(LayoutError::OutOfRange {
+            field: "prefix node id",
+            value: id,
+        })?;
+        let last = level == self.height;
+        if chars.len() > self.width(level) as usize
+            || (last && node_ids.len() != chars.len())
+            || (!last && !node_ids.is_empty())
+        {
+            return Err(LayoutError::Inconsistent {
+                what: "prefix node does not fit its level",
+            });
+        }
+        let off = self.node_offset(level, id) as usize;
+        let end = off + self.stride(level) as usize;
+        if prefix.len() < end {
+            return Err(LayoutError::Short {
+                need: end,
+                got: prefix.len(),
+            });
+        }
+        prefix[off..off + 2].copy_from_slice(&(chars.len() as u16).to_le_bytes());
+        prefix[off + 2..off + 2 + chars.len()].copy_from_slice(chars);
+        let ids = off + self.chars_stride(level) as usize;
+        for (i, n) in node_ids.iter().enumerate() {
+            prefix[ids + 4 * i..ids + 4 * i + 4].copy_from_slice(&n.to_le_bytes());
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- tree header
+
+/// The header at the start of a tree's area.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeHeader {
+    pub magic: u64,
+    /// Bumped by every resize.
+    pub epoch: u32,
+    pub flags: u32,
+    pub slots: u32,
+    pub value_cap: u32,
+    /// Prefix levels `k`.
+    pub height: u32,
+    /// The widest level's characters per node (each level's is in its segment).
+    pub width: u32,
+    pub n_segments: u32,
+    pub n_data: u32,
+    /// Region offsets.
+    pub prefix_off: u64,
+    pub prefix_len: u64,
+    pub data_off: u64,
+    pub data_node_size: u64,
+    /// The header's area: header and prefix array (reused tick-tock by later epochs).
+    pub area_off: u64,
+    pub area_len: u64,
+    /// Data nodes the data array at `data_off` has room for (`n_data` are in use; a resize
+    /// appends new data nodes there, in place, until it is full).
+    pub data_cap: u64,
+    /// Bumped each time the data nodes move to a new data array (a full rebuild): a lock
+    /// ticket taken on a node of an older array needs no release.
+    pub array_gen: u64,
+    pub reserved: [u64; 3],
+    pub segments: [[u64; 2]; MAX_SEGMENTS],
+}
+
+pub const TREE_HEADER_LEN: usize = 384;
+const _: () = assert!(core::mem::size_of::<TreeHeader>() == TREE_HEADER_LEN);
+const _: () = assert!(offset_of!(TreeHeader, magic) == 0);
+const _: () = assert!(offset_of!(TreeHeader, epoch) == 8);
+const _: () = assert!(offset_of!(TreeHeader, flags) == 12);
+const _: () = assert!(offset_of!(TreeHeader, slots) == 16);
+const _: () = assert!(offset_of!(TreeHeader, value_cap) == 20);
+const _: () = assert!(offset_of!(TreeHeader, height) == 24);
+const _: () = assert!(offset_of!(TreeHeader, width) == 28);
+const _: () = assert!(offset_of!(TreeHeader, n_segments) == 32);
+const _: () = assert!(offset_of!(TreeHeader, n_data) == 36);
+const _: () = assert!(offset_of!(TreeHeader, prefix_off) == 40);
+const _: () = assert!(offset_of!(TreeHeader, prefix_len) == 48);
+const _: () = assert!(offset_of!(TreeHeader, data_off) == 56);
+const _: () = assert!(offset_of!(TreeHeader, data_node_size) == 64);
+const _: () = assert!(offset_of!(TreeHeader, area_off) == 72);
+const _: () = assert!(offset_of!(TreeHeader, area_len) == 80);
+const _: () = assert!(offset_of!(TreeHeader, data_cap) == 88);
+const _: () = assert!(offset_of!(TreeHeader, array_gen) == 96);
+const _: () = assert!(offset_of!(TreeHeader, segments) == 128);
+
+impl TreeHeader {
+    pub fn data(&self) -> DataGeometry {
+        DataGeometry {
+            slots: self.slots,
+            value_cap: self.value_cap,
+        }
+    }
+    /// The prefix array's shape, from the level segments' fanouts.
+    pub fn prefix(&self) -> Result<PrefixGeometry, LayoutError> {
+        let mut widths = [0u16; MAX_SEGMENTS];
+        let mut k = 0;
+        for i in 0..(self.n_segments as usize).min(MAX_SEGMENTS) {
+            if let Segment::Level { fanout, .. } = Segment::decode(self.segments[i])? {
+                widths[k] = fanout;
+                k += 1;
+            }
+        }
+        PrefixGeometry::new(&widths[..k])
+    }
+    /// Segment `i` (checked when the header was decoded).
+    pub fn segment(&self, i: usize) -> Result<Segment, LayoutError> {
+        if i >= self.n_segments as usize {
+            return Err(LayoutError::OutOfRange {
+                field: "segment index",
+                value: i as u64,
+            });
+        }
+        Segment::decode(self.segments[i])
+    }
+    /// Region offset of data node `id`.
+    pub fn data_node_off(&self, id: u32) -> u64 {
+        self.data_off + id as u64 * self.data_node_size
+    }
+
+    pub fn encode(&self) -> [u8; TREE_HEADER_LEN] {
+        let mut out = [0u8; TREE_HEADER_LEN];
+        let mut put = |at: usize, b: &[u8]| out[at..at + b.len()].copy_from_slice(b);
+        put(0, &self.magic.to_le_bytes());
+        put(8, &self.epoch.to_le_bytes());
+        put(12, &self.flags.to_le_bytes());
+        put(16, &self.slots.to_le_bytes());
+        put(20, &self.value_cap.to_le_bytes());
+        put(24, &self.height.to_le_bytes());
+        put(28, &self.width.to_le_bytes());
+        put(32, &self.n_segments.to_le_bytes());
+        put(36, &self.n_data.to_le_bytes());
+        put(40, &self.prefix_off.to_le_bytes());
+        put(48, &self.prefix_len.to_le_bytes());
+        put(56, &self.data_off.to_le_bytes());
+        put(64, &self.data_node_size.to_le_bytes());
+        put(72, &self.area_off.to_le_bytes());
+        put(80, &self.area_len.to_le_bytes());
+        put(88, &self.data_cap.to_le_bytes());
+        put(96, &self.array_gen.to_le_bytes());
+        for (i, r) in self.reserved.iter().enumerate() {
+            put(104 + 8 * i, &r.to_le_bytes());
+        }
+        for (i, s) in self.segments.iter().enumerate() {
+            put(128 + 16 * i, &s[0].to_le_bytes());
+            put(136 + 16 * i, &s[1].to_le_bytes());
+        }
+        out
+    }
+
+    /// Decodes and validates a header; never panics on arbitrary bytes.
+    pub fn decode(bytes: &[u8]) -> Result<TreeHeader, LayoutError> {
+        if bytes.len() < TREE_HEADER_LEN {
+            return Err(LayoutError::Short {
+                need: TREE_HEADER_LEN,
+                got: bytes.len(),
+            });
+        }
+        let magic = read_u64(bytes, 0)?;
+        if magic != TREE_MAGIC {
+            return Err(LayoutError::BadMagic {
+                expected: TREE_MAGIC,
+                found: magic,
+            });
+        }
+        let mut segments = [[0u64; 2]; MAX_SEGMENTS];
+        for (i, s) in segments.iter_mut().enumerate() {
+            *s = [
+                read_u64(bytes, 128 + 16 * i)?,
+                read_u64(bytes, 136 + 16 * i)?,
+            ];
+        }
+        let mut reserved = [0u64; 3];
+        for (i, r) in reserved.iter_mut().enumerate() {
+            *r = read_u64(bytes, 104 + 8 * i)?;
+        }
+        let h = TreeHeader {
+            magic,
+            epoch: read_u32(bytes, 8)?,
+            flags: read_u32(bytes, 12)?,
+            slots: read_u32(bytes, 16)?,
+            value_cap: read_u32(bytes, 20)?,
+            height: read_u32(bytes, 24)?,
+            width: read_u32(bytes, 28)?,
+            n_segments: read_u32(bytes, 32)?,
+            n_data: read_u32(bytes, 36)?,
+            prefix_off: read_u64(bytes, 40)?,
+            prefix_len: read_u64(bytes, 48)?,
+            data_off: read_u64(bytes, 56)?,
+            data_node_size: read_u64(bytes, 64)?,
+            area_off: read_u64(bytes, 72)?,
+            area_len: read_u64(bytes, 80)?,
+            data_cap: read_u64(bytes, 88)?,
+            array_gen: read_u64(bytes, 96)?,
+            reserved,
+            segments,
+        };
+        h.validate()?;
+        Ok(h)
+    }
+
+    /// Every cross-field rule of a header.
+    pub fn validate(&self) -> Result<(), LayoutError> {
+        let data = DataGeometry::new(self.slots, self.value_cap)?;
+        if self.n_segments as usize > MAX_SEGMENTS || self.n_segments == 0 {
+            return Err(LayoutError::OutOfRange {
+                field: "n_segments",
+                value: self.n_segments as u64,
+            });
+        }
+        let mut levels = 0;
+        let mut prev_lo = 64u32;
+        for i in 0..self.n_segments as usize {
+            let s = Segment::decode(self.segments[i])?;
+            if s.lo() + s.width() > prev_lo {
+                return Err(LayoutError::Inconsistent {
+                    what: "segments overlap or are not most-significant first",
+                });
+            }
+            prev_lo = s.lo();
+            if matches!(s, Segment::Level { .. }) {
+                levels += 1;
+            }
+        }
+        let prefix = self.prefix()?;
+        let widest = prefix.widths.iter().copied().max().unwrap_or(0) as u32;
+        if levels != self.height
+            || widest != self.width
+            || !matches!(
+                Segment::decode(self.segments[self.n_segments as usize - 1]),
+                Ok(Segment::Level { .. })
+            )
+        {
+            return Err(LayoutError::Inconsistent {
+                what: "levels do not match the height, or the last segment is not a level",
+            });
+        }
+        if self.n_data == 0 || self.n_data as u64 > MAX_DATA_NODES {
+            return Err(LayoutError::OutOfRange {
+                field: "n_data",
+                value: self.n_data as u64,
+            });
+        }
+        if self.prefix_len != prefix.total_len() || self.data_node_size != data.node_size() {
+            return Err(LayoutError::Inconsistent {
+                what: "prefix_len or data_node_size disagree with the geometry",
+            });
+        }
+        if self.n_data as u64 > self.data_cap || self.data_cap > MAX_DATA_NODES {
+            return Err(LayoutError::OutOfRange {
+                field: "data_cap",
+                value: self.data_cap,
+            });
+        }
+        let data_end = self
+            .data_cap
+            .checked_mul(self.data_node_size)
+            .and_then(|d| d.checked_add(self.data_off));
+        let area_end = self.area_off.checked_add(self.area_len);
+        match (data_end, area_end) {
+            (Some(d), Some(a))
+                if self.prefix_off == self.area_off + TREE_HEADER_LEN as u64
+                    && self.prefix_off + self.prefix_len <= a
+                    && (self.data_off >= a || d <= self.area_off)
+                    && d <= crate::GlobalAddr::MAX_OFFSET
+                    && a <= crate::GlobalAddr::MAX_OFFSET
+                    && self.area_off.is_multiple_of(8)
+                    && self.data_off.is_multiple_of(8) =>
+            {
+                Ok(())
+            }
+            _ => Err(LayoutError::Inconsistent {
+                what: "area offsets out of order or out of range",
+            }),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- immediate
+
+const I_SLOT: Field = Field::new("slot", 0, 8);
+const I_NODE: Field = Field::new("node", 8, 17);
+const I_EPOCH: Field = Field::new("epoch", 25, 7);
+const _: () = assert_disjoint(&[I_SLOT, I_NODE, I_EPOCH]);
+
+/// The WRITE_WITH_IMM immediate of an appended DataItem (paper: `node_id << 8 | bit_index`,
+/// here with the tree epoch in the top 7 bits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Imm {
+    pub epoch: u32,
+    pub node: u32,
+    pub slot: u32,
+}
+
+impl Imm {
+    pub fn encode(&self) -> Result<u32, LayoutError> {
+        let w = I_SLOT.set_checked(0, self.slot as u64)?;
+        let w = I_NODE.set_checked(w, self.node as u64)?;
+        Ok(I_EPOCH.set(w, (self.epoch & SHORT_EPOCH_MASK) as u64) as u32)
+    }
+    pub fn decode(imm: u32) -> Result<Imm, LayoutError> {
+        let w = imm as u64;
+        let slot = I_SLOT.get(w) as u32;
+        if slot as usize >= MAX_SLOTS {
+            return Err(LayoutError::OutOfRange {
+                field: "imm slot",
+                value: slot as u64,
+            });
+        }
+        Ok(Imm {
+            epoch: I_EPOCH.get(w) as u32,
+            node: I_NODE.get(w) as u32,
+            slot,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- control messages
+
+/// What a control message asks of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ControlKind {
+    /// Build the empty tree if none is published (`slots`, `value_cap` give its shape).
+    Format = 1,
+    /// The lock holder (`ticket`) of `node` releases without writing.
+    Unlock = 2,
+    /// The lock holder of `node` found it full: release, and resize the tree.
+    Resize = 3,
+}
+
+/// A control message (SEND payload), 16 bytes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Control {
+    pub kind: u8,
+    /// The epoch the client saw in the node's meta word (mod 2^7).
+    pub epoch: u8,
+    /// Format: value bytes per item.
+    pub value_cap: u16,
+    pub node: u32,
+    /// The lock ticket handed back (mod 2^16).
+    pub ticket: u32,
+    /// Format: slots per data node. Unlock and Resize: the data array generation
+    /// ([`TreeHeader::array_gen`], low 32 bits) of the client's view, which names the
+    /// physical node its FETCH_AND_ADD hit.
+    pub arg: u32,
+}
+
+pub const CONTROL_LEN: usize = 16;
+const _: () = assert!(core::mem::size_of::<Control>() == CONTROL_LEN);
+const _: () = assert!(offset_of!(Control, node) == 4);
+const _: () = assert!(offset_of!(Control, ticket) == 8);
+const _: () = assert!(offset_of!(Control, arg) == 12);
+
+impl Control {
+    pub fn new(kind: ControlKind, epoch: u32, array_gen: u64, node: u32, ticket: u64) -> Control {
+        Control {
+            kind: kind as u8,
+            epoch: (epoch & SHORT_EPOCH_MASK) as u8,
+            value_cap: 0,
+            node,
+            ticket: (ticket & TICKET_MASK) as u32,
+            arg: array_gen as u32,
+        }
+    }
+    pub fn format(g: DataGeometry) -> Control {
+        Control {
+            kind: ControlKind::Format as u8,
+            epoch: 0,
+            value_cap: g.value_cap as u16,
+            node: 0,
+            ticket: 0,
+            arg: g.slots,
+        }
+    }
+    pub fn kind(&self) -> Result<ControlKind, LayoutError> {
+        match self.kind {
+            1 => Ok(ControlKind::Format),
+            2 => Ok(ControlKind::Unlock),
+            3 => Ok(ControlKind::Resize),
+            k => Err(LayoutError::BadMagic {
+                expected: 1,
+                found: k as u64,
+            }),
+        }
+    }
+    pub fn encode(&self) -> [u8; CONTROL_LEN] {
+        let mut out = [0u8; CONTROL_LEN];
+        out[0] = self.kind;
+        out[1] = self.epoch;
+        out[2..4].copy_from_slice(&self.value_cap.to_le_bytes());
+        out[4..8].copy_from_slice(&self.node.to_le_bytes());
+        out[8..12].copy_from_slice(&self.ticket.to_le_bytes());
+        out[12..16].copy_from_slice(&self.arg.to_le_bytes());
+        out
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Control, LayoutError> {
+        if bytes.len() != CONTROL_LEN {
+            return Err(LayoutError::Short {
+                need: CONTROL_LEN,
+                got: bytes.len(),
+            });
+        }
+        let c = Control {
+            kind: bytes[0],
+            epoch: bytes[1],
+            value_cap: u16::from_le_bytes([bytes[2], bytes[3]]),
+            node: read_u32(bytes, 4)?,
+            ticket: read_u32(bytes, 8)?,
+            arg: read_u32(bytes, 12)?,
+        };
+        c.kind()?;
+        if c.epoch as u32 > SHORT_EPOCH_MASK || c.ticket as u64 > TICKET_MASK {
+            return Err(LayoutError::OutOfRange {
+                field: "control epoch or ticket",
+                value: c.ticket as u64,
+            });
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn formulas_match_the_paper() {
+        let g = PrefixGeometry::new(&[4, 4, 4]).unwrap();
+        assert_eq!(g.base(1), 0);
+        assert_eq!(g.base(2), 1);
+        assert_eq!(g.base(3), 5);
+        assert_eq!(g.level_nodes(3), 16);
+        assert_eq!(g.child(1, 0, 2), 3);
+        assert_eq!(g.child(2, 3, 1), 5 + 2 * 4 + 1);
+        assert_eq!(g.total_nodes(), 21);
+        assert_eq!(g.chars_stride(1), 8);
+        assert_eq!(g.stride(3), 24);
+        assert_eq!(g.level_of(7), Some(3));
+        assert_eq!(g.level_of(21), None);
+        assert_eq!(g.total_len(), 5 * 8 + 16 * 24);
+        let mut a = [0u8; 5 * 8 + 16 * 24];
+        g.put_node(&mut a, 7, &[1, 5, 9], &[3, 4, 5]).unwrap();
+        assert_eq!(g.chars(&a, 7).unwrap(), &[1, 5, 9]);
+        assert_eq!(g.node_id(&a, 7, 2).unwrap(), 5);
+        assert!(g.put_node(&mut a, 1, &[1], &[2]).is_err());
+        assert!(PrefixGeometry::new(&[256; 9]).is_err());
+        // Per-level widths: a wide root does not widen the levels under it.
+        let g = PrefixGeometry::new(&[256, 2, 3]).unwrap();
+        assert_eq!(g.base(3), 257);
+        assert_eq!(g.level_nodes(3), 512);
+        assert_eq!(g.child(2, 1 + 255, 1), 257 + 255 * 2 + 1);
+    }
+
+    #[test]
+    fn items_round_trip_and_tearing_is_caught() {
+        let g = DataGeometry::new(8, 16).unwrap();
+        let mut b = [0u8; 32];
+        g.encode_item(&mut b, 42, b"hello", ItemOp::Update, 77, true)
+            .unwrap();
+        let it = g.decode_item(&b).unwrap();
+        assert_eq!(
+            (it.key, it.value, it.op, it.ticket, it.valid),
+            (42, &b"hello"[..], ItemOp::Update, 77, true)
+        );
+        // Clearing the valid bit keeps the checksum.
+        let n = b.len();
+        let tail = u64::from_le_bytes(b[n - 8..].try_into().unwrap());
+        b[n - 8..].copy_from_slice(&tail_processed(tail).to_le_bytes());
+        assert!(!g.decode_item(&b).unwrap().valid);
+        // A torn item (old key word, new tail) fails.
+        b[0] ^= 1;
+        assert!(matches!(
+            g.decode_item(&b),
+            Err(LayoutError::BadChecksum { .. })
+        ));
+        assert!(
+            g.encode_item(&mut b, 1, &[0; 17], ItemOp::Insert, 0, true)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn meta_imm_control_round_trip() {
+        let m = Meta::new(0b1011, 0xABCD, true, 30_000);
+        assert_eq!(
+            (m.bitmap(), m.served(), m.frozen(), m.epoch()),
+            (0b1011, 0xABCD, true, 30_000)
+        );
+        assert!(Meta::new(1 << 9, 0, false, 0).check(8).is_err());
+        let i = Imm {
+            epoch: 130,
+            node: 77_000,
+            slot: 31,
+        };
+        let d = Imm::decode(i.encode().unwrap()).unwrap();
+        assert_eq!(d, Imm { epoch: 2, ..i });
+        assert!(
+            Imm {
+                epoch: 0,
+                node: 1 << 17,
+                slot: 0
+            }
+            .encode()
+            .is_err()
+        );
+        let c = Control::new(ControlKind::Resize, 5, 3, 9, 1 << 30);
+        assert_eq!(Control::decode(&c.encode()).unwrap(), c);
+        assert!(Control::decode(&[9; 16]).is_err());
+    }
+
+    #[test]
+    fn header_round_trips_and_refuses_garbage() {
+        let data = DataGeometry::new(16, 8).unwrap();
+        let prefix = PrefixGeometry::new(&[2]).unwrap();
+        let mut segments = [[0u64; 2]; MAX_SEGMENTS];
+        segments[0] = Segment::Gap {
+            lo: 8,
+            width: 56,
+            value: 0,
+        }
+        .encode();
+        segments[1] = Segment::Level {
+            lo: 0,
+            width: 8,
+            fanout: 2,
+        }
+        .encode();
+        let h = TreeHeader {
+            magic: TREE_MAGIC,
+            epoch: 1,
+            flags: 0,
+            slots: 16,
+            value_cap: 8,
+            height: 1,
+            width: 2,
+            n_segments: 2,
+            n_data: 2,
+            prefix_off: 4096 + 384,
+            prefix_len: prefix.total_len(),
+            data_off: 8192,
+            data_node_size: data.node_size(),
+            area_off: 4096,
+            area_len: 4096,
+            data_cap: 4,
+            array_gen: 1,
+            reserved: [0; 3],
+            segments,
+        };
+        assert_eq!(TreeHeader::decode(&h.encode()), Ok(h));
+        let mut bad = h;
+        bad.n_segments = 1;
+        assert!(TreeHeader::decode(&bad.encode()).is_err());
+        let mut bad = h;
+        bad.data_cap = 1;
+        assert!(TreeHeader::decode(&bad.encode()).is_err());
+        let mut bad = h;
+        bad.area_len = 100;
+        assert!(TreeHeader::decode(&bad.encode()).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400), w in any::<u64>(), v in any::<u64>()) {
+            let _ = TreeHeader::decode(&bytes);
+            let _ = Control::decode(&bytes);
+            let _ = DataGeometry::new(32, 248).unwrap().decode_item(&bytes);
+            let _ = Segment::decode([w, v]);
+            let _ = Imm::decode(w as u32);
+            let g = PrefixGeometry::new(&[4, 4]).unwrap();
+            let _ = g.chars(&bytes, w % 8);
+            let _ = g.node_id(&bytes, w % 8, (v % 8) as u32);
+        }
+    }
+}

@@ -1,1 +1,187 @@
-//! CANRT: client-active persistent radix tree on NVM (in progress).
+//! CANRT: a client-active persistent radix tree on NVM (Ying et al.).
+//!
+//! The tree is split the paper's way: **prefix nodes**, pointer-less and pre-allocated in one
+//! array, cached whole by every client; and **data nodes** of unsorted `DataItem`s on the
+//! memory node. Formats are in [`remora_layouts::canrt`].
+//!
+//! - Read (Algorithm 2, `client.rs`): the client finds the data node with its cached prefix
+//!   nodes (eqs. 2-3, `view.rs`) and READs the whole node: 1 verb, 1 round trip.
+//! - Write (Algorithm 1, `client.rs`): FETCH_AND_ADD on the node's lock word (with a READ of
+//!   the node in the same doorbell), then the new `DataItem` is appended into a free slot with
+//!   WRITE_WITH_IMM whose immediate names node and slot (and a READ after it in the same
+//!   doorbell, the read-after-write flush): 2 round trips when uncontended.
+//! - The metadata applier (`server.rs`, a [`crate::server::Handler`]) flips bitmap bits,
+//!   persists, clears the item's `valid` bit and releases the lock; it resizes the tree when a
+//!   client reports a full node, and [`CanrtServer::recover`] repairs a crashed image
+//!   (replays complete unapplied items, trims split leftovers, unfreezes, resets locks).
+//!
+//! Where remora departs from the paper, and why:
+//!
+//! - **Lock.** The paper FETCH_AND_ADDs a word holding both bitmap and lock, which the server
+//!   CPU then rewrites; the fabric contract (rule 3) does not order NIC atomics with CPU
+//!   stores, so that word could lose updates. Here the lock word is a ticket counter touched
+//!   only by NIC FETCH_AND_ADDs, and the server writes only the meta word (bitmap + `served`
+//!   ticket). A client whose ticket is not yet served waits (re-READs the node) instead of
+//!   FETCH_AND_ADDing again.
+//! - **Visibility.** The paper calls a write done once WRITE_WITH_IMM is posted but makes it
+//!   visible only when the server applies it, which is not linearizable (a client would not
+//!   read its own write). Here each DataItem carries its ticket and a checksum; a reader that
+//!   sees a lock holder also takes the holder's complete item from its free slot. Writes are
+//!   therefore visible when WRITE_WITH_IMM completes, and durable once applied.
+//! - **Torn reads.** A whole-node READ can interleave with a lock release. The meta word is
+//!   written front and rear; a READ whose two copies disagree on `served` is retried.
+//! - **Characters.** The paper's characters are the first `k` key bytes, matched exactly,
+//!   with unknown characters sent to the last data node. For 8-byte integer keys whose high
+//!   bytes are mostly equal that needs absurd heights, so the server picks, at each resize,
+//!   which key bits each level reads (constant runs become *gaps*), each level has its own
+//!   width `m`, a character absent from an inner node sends the key to the nearest data node
+//!   in key order, and a last-level node's characters are range starts. The NodeID arrays
+//!   read left to right list the data nodes in key order: scans follow it.
+//! - **Resizing** (`resize.rs`) follows the paper's shape: the tree is frozen (lookups go
+//!   on), in-flight appends drain, the full data node is split *in place* (its upper half
+//!   moves to a data node appended to the data array; every other data node stays where it
+//!   is), and the new header and prefix array are written into the shadow area, the two
+//!   areas alternating tick-tock, then published by one 8-byte store of the root slot.
+//!   Nodes three-quarters full are split in the same resize. Where remora differs: the new
+//!   height and per-level widths are planned from the data nodes' key bounds (not by
+//!   incremental addWidth/addHeight), and when the data array is full every item is
+//!   repacked into one twice as large (its predecessor is not reclaimed).
+//! - **Lock tickets across resizes.** A data node keeps its lock word for life, so a client
+//!   that took a ticket always hands it back (a data node of an older data array excepted).
+mod build;
+mod client;
+mod resize;
+mod server;
+#[cfg(test)]
+mod tests;
+mod view;
+
+pub use build::{Plan, plan, plan_units};
+pub use client::{Canrt, ClientStats, SCAN_BATCH};
+pub use server::{CanrtServer, RecoveryReport, ServerStats};
+pub use view::{Found, NodeView, TreeView};
+
+use crate::fabric::FabricError;
+use core::fmt;
+use remora_layouts::{GlobalAddr, LayoutError, NodeId};
+
+/// A client's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CanrtConfig {
+    /// The memory node holding the tree.
+    pub node: NodeId,
+    /// DataItem slots per data node (used when this client formats the tree).
+    pub slots: u32,
+    /// Value bytes per DataItem (used when this client formats the tree).
+    pub value_cap: u32,
+    /// Re-reads of a torn or inconsistent data node before giving up.
+    pub read_retries: u32,
+    /// Re-reads while waiting for the lock ticket to be served before giving up (a dead
+    /// holder, or a server that stopped applying).
+    pub lock_polls: u32,
+    /// Reads of the root slot while waiting for a resize (or the first format).
+    pub resize_polls: u32,
+    /// Whole write attempts (each resize restarts the write).
+    pub write_retries: u32,
+    /// Post a READ after each append's WRITE_WITH_IMM (same doorbell): the read-after-write
+    /// flush that makes the item durable before the write returns, as a reader may have
+    /// seen it already. Costs a verb, not a round trip.
+    pub flush_appends: bool,
+}
+
+impl CanrtConfig {
+    pub const fn new(node: NodeId) -> CanrtConfig {
+        CanrtConfig {
+            node,
+            slots: 32,
+            value_cap: 8,
+            read_retries: 10_000,
+            lock_polls: 2_000_000,
+            resize_polls: 2_000_000,
+            write_retries: 1_000,
+            flush_appends: true,
+        }
+    }
+}
+
+impl Default for CanrtConfig {
+    fn default() -> Self {
+        CanrtConfig::new(0)
+    }
+}
+
+/// What went wrong in a CANRT client operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CanrtError {
+    Fabric(FabricError),
+    /// CANRT keys are 8-byte integers (big-endian bytes).
+    BadKey {
+        len: usize,
+    },
+    /// A value longer than the tree's value capacity.
+    ValueTooLong {
+        len: usize,
+        max: usize,
+    },
+    /// The configuration does not form a valid data-node geometry.
+    Config(LayoutError),
+    /// A header, prefix array or data node that stays undecodable after every re-read.
+    Corrupt {
+        addr: GlobalAddr,
+        why: LayoutError,
+    },
+    /// No tree published in the root slot, even after asking the server to format one.
+    NoTree {
+        slot: usize,
+    },
+    /// A lock ticket never served: its holder died, or the server stopped applying.
+    LockTimeout {
+        node: GlobalAddr,
+    },
+    /// The served ticket passed ours without us: the lock word was reset under us.
+    LockLost {
+        node: GlobalAddr,
+    },
+    /// An operation that did not settle within its retries.
+    Retries {
+        what: &'static str,
+    },
+}
+
+impl From<FabricError> for CanrtError {
+    fn from(e: FabricError) -> Self {
+        CanrtError::Fabric(e)
+    }
+}
+
+impl fmt::Display for CanrtError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CanrtError::Fabric(e) => write!(f, "canrt: {e}"),
+            CanrtError::BadKey { len } => {
+                write!(f, "canrt: keys are 8-byte integers, got {len} bytes")
+            }
+            CanrtError::ValueTooLong { len, max } => {
+                write!(f, "canrt: value of {len} bytes exceeds the tree's {max}")
+            }
+            CanrtError::Config(e) => write!(f, "canrt: bad configuration: {e}"),
+            CanrtError::Corrupt { addr, why } => write!(f, "canrt: corrupt data at {addr}: {why}"),
+            CanrtError::NoTree { slot } => {
+                write!(
+                    f,
+                    "canrt: no tree in root slot {slot} and the server built none"
+                )
+            }
+            CanrtError::LockTimeout { node } => write!(
+                f,
+                "canrt: lock of data node {node} never served (dead holder or stopped server)"
+            ),
+            CanrtError::LockLost { node } => {
+                write!(f, "canrt: lock ticket of data node {node} was skipped")
+            }
+            CanrtError::Retries { what } => write!(f, "canrt: {what} did not settle"),
+        }
+    }
+}
+
+impl core::error::Error for CanrtError {}

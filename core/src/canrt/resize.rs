@@ -1,0 +1,528 @@
+//! Growing the tree (paper §3.5), on the memory node's CPU.
+//!
+//! A client that finds its data node full reports it (`Resize`). The server freezes every
+//! data node of the valid tree (lookups go on reading it; writers hand their lock back and
+//! wait), waits until every lock ticket handed out has been served, then:
+//!
+//! - **split** (the usual case): the full node keeps the lower half of its keys and the upper
+//!   half moves to a new data node appended to the data array; the other data nodes stay
+//!   where they are, untouched but for their epoch. A new header and prefix array are planned
+//!   from each data node's key bounds (enough: key order is data-node order) and written into
+//!   the *shadow* area, the one not published (the two areas alternate, tick-tock). Every data
+//!   node takes the new epoch, the root slot is switched to the shadow area (one persisted
+//!   8-byte store: the commit), the moved items are dropped from the full node, and the tree
+//!   is unfrozen.
+//! - **rebuild** (when the data array is out of room, or no prefix array within the format's
+//!   limits separates the nodes): every live item is repacked half-full into a new data array
+//!   twice as large, with a new prefix array. The old array stays frozen; its memory is not
+//!   reclaimed (arrays double, so at most as much again is lost).
+//!
+//! Clients READ the shadow area while it is rewritten only if their view is two resizes
+//! old; they check the header before and after reading the prefix array (a seqlock: the
+//! server zeroes the magic first and writes it last).
+use super::build::{Plan, plan, plan_units};
+use super::server::{CanrtServer, ServerStats, bad_layout, invalid};
+use super::view::{NodeView, TreeView};
+use crate::fabric::FabricError;
+use crate::server::LocalRegion;
+use remora_layouts::GlobalAddr;
+use remora_layouts::canrt::{
+    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, LOCK_OFF, MAX_SEGMENTS, Meta, ROOT_SLOT,
+    TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
+};
+use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
+use std_alloc::vec;
+use std_alloc::vec::Vec;
+
+/// Key-value pairs sorted by key.
+type Pairs = Vec<(u64, Vec<u8>)>;
+
+/// Data nodes of the first data array.
+const FIRST_CAPACITY: u64 = 16;
+
+impl CanrtServer {
+    /// Carves `len` bytes from the server's heap, taking chunks from the region allocator
+    /// with the node's CPU. CANRT clients never allocate; another index sharing this node
+    /// allocates with NIC atomics, which the CPU's compare-and-swap does not exclude (rule 3).
+    pub(super) fn alloc(&mut self, region: &dyn LocalRegion, len: u64) -> Result<u64, FabricError> {
+        let len = len.next_multiple_of(64);
+        if self.heap.1 - self.heap.0 >= len {
+            let at = self.heap.0;
+            self.heap.0 += len;
+            return Ok(at);
+        }
+        let chunk = region.load_u64(24)?;
+        let region_len = region.load_u64(16)?;
+        if !chunk.is_power_of_two() {
+            return Err(invalid(region, 24, "region header chunk size is corrupt"));
+        }
+        let take = len.next_multiple_of(chunk);
+        let mut cur = region.load_u64(NEXT_CHUNK_OFFSET)?;
+        loop {
+            let end = cur
+                .checked_add(take)
+                .filter(|&e| e <= region_len)
+                .ok_or_else(|| invalid(region, NEXT_CHUNK_OFFSET, "memory node full"))?;
+            let seen = region.cas_u64(NEXT_CHUNK_OFFSET, cur, end)?;
+            if seen == cur {
+                region.persist(NEXT_CHUNK_OFFSET, 8);
+                self.heap = (cur + len, end);
+                return Ok(cur);
+            }
+            cur = seen;
+        }
+    }
+
+    /// A zeroed data array for `cap` nodes (lock words 0: no client has seen it).
+    fn new_array(
+        &mut self,
+        region: &dyn LocalRegion,
+        g: DataGeometry,
+        cap: u64,
+    ) -> Result<u64, FabricError> {
+        let len = cap * g.node_size();
+        let off = self.alloc(region, len)?;
+        let zero = [0u8; 4096];
+        let mut at = 0;
+        while at < len {
+            let n = (len - at).min(zero.len() as u64) as usize;
+            region.write(off + at, &zero[..n])?;
+            at += n as u64;
+        }
+        Ok(off)
+    }
+
+    /// Writes a data node's meta words and `pairs` as its items (everything but the lock
+    /// word, which only NIC atomics touch).
+    fn write_node(
+        &mut self,
+        region: &dyn LocalRegion,
+        g: DataGeometry,
+        off: u64,
+        pairs: &[(u64, Vec<u8>)],
+        meta: Meta,
+    ) -> Result<Meta, FabricError> {
+        let mut node = core::mem::take(&mut self.scratch);
+        node.clear();
+        node.resize(g.node_size() as usize, 0);
+        let isz = g.item_size() as usize;
+        let mut bitmap = 0u32;
+        for (slot, (k, v)) in pairs.iter().enumerate() {
+            let at = g.slot_off(slot as u32) as usize;
+            g.encode_item(&mut node[at..at + isz], *k, v, ItemOp::Insert, 0, false)
+                .map_err(bad_layout(region, off))?;
+            bitmap |= 1 << slot;
+        }
+        let m = meta.with_bitmap(bitmap);
+        let front = FRONT_OFF as usize;
+        node[front..front + 8].copy_from_slice(&m.0.to_le_bytes());
+        let rear = g.rear_off() as usize;
+        node[rear..rear + 8].copy_from_slice(&m.0.to_le_bytes());
+        let r = region.write(off + FRONT_OFF, &node[front..]);
+        self.scratch = node;
+        r?;
+        region.persist(off, g.node_size() as usize);
+        Ok(m)
+    }
+
+    /// Writes a header and prefix array into the shadow area (or a new, larger one), header
+    /// magic last; returns the header with its area filled in. Nothing points to it yet.
+    fn write_area(
+        &mut self,
+        region: &dyn LocalRegion,
+        mut h: TreeHeader,
+        plan: &Plan,
+    ) -> Result<TreeHeader, FabricError> {
+        let need = TREE_HEADER_LEN as u64 + plan.geometry.total_len();
+        let (off, len) = match self.shadow.take() {
+            Some((off, len)) if len >= need => (off, len),
+            _ => {
+                let len = need + need / 2;
+                (self.alloc(region, len)?, len)
+            }
+        };
+        h.area_off = off;
+        h.area_len = len;
+        h.prefix_off = off + TREE_HEADER_LEN as u64;
+        h.prefix_len = plan.geometry.total_len();
+        h.height = plan.geometry.height;
+        h.width = plan.geometry.widths.iter().copied().max().unwrap_or(1) as u32;
+        h.n_segments = plan.segments.len() as u32;
+        h.segments = [[0u64; 2]; MAX_SEGMENTS];
+        for (i, s) in plan.segments.iter().enumerate() {
+            h.segments[i] = s.encode();
+        }
+        h.validate().map_err(bad_layout(region, off))?;
+        region.store_u64(off, 0)?;
+        region.write(h.prefix_off, &plan.prefix)?;
+        let enc = h.encode();
+        region.write(off + 8, &enc[8..])?;
+        region.store_u64(off, TREE_MAGIC)?;
+        region.persist(off, need as usize);
+        Ok(h)
+    }
+
+    /// Makes `h` the valid tree: one persisted 8-byte store of the root slot. The area it
+    /// replaces becomes the shadow.
+    fn publish(&mut self, region: &dyn LocalRegion, h: TreeHeader) -> Result<(), FabricError> {
+        let root = GlobalAddr::try_new(region.node(), h.area_off)
+            .map_err(bad_layout(region, h.area_off))?;
+        region.store_u64(root_offset(ROOT_SLOT), root.raw())?;
+        region.persist(root_offset(ROOT_SLOT), 8);
+        if let Some(old) = self.tree.replace(h) {
+            self.shadow = Some((old.area_off, old.area_len));
+        }
+        Ok(())
+    }
+
+    /// The tree header for `geometry` at `epoch`, data array at `data_off` (area fields are
+    /// filled by [`Self::write_area`]).
+    fn header(
+        g: DataGeometry,
+        epoch: u32,
+        data_off: u64,
+        n_data: u32,
+        data_cap: u64,
+        array_gen: u64,
+    ) -> TreeHeader {
+        TreeHeader {
+            magic: TREE_MAGIC,
+            epoch,
+            flags: 0,
+            slots: g.slots,
+            value_cap: g.value_cap,
+            height: 0,
+            width: 0,
+            n_segments: 0,
+            n_data,
+            prefix_off: 0,
+            prefix_len: 0,
+            data_off,
+            data_node_size: g.node_size(),
+            area_off: 0,
+            area_len: 0,
+            data_cap,
+            array_gen,
+            reserved: [0; 3],
+            segments: [[0u64; 2]; MAX_SEGMENTS],
+        }
+    }
+
+    /// Builds and publishes the empty tree if none is.
+    pub(super) fn format(
+        &mut self,
+        region: &dyn LocalRegion,
+        g: DataGeometry,
+    ) -> Result<(), FabricError> {
+        if region.load_u64(root_offset(ROOT_SLOT))? != 0 {
+            self.tree(region)?;
+            return Ok(());
+        }
+        let p = plan(&[], 1)
+            .map_err(bad_layout(region, 0))?
+            .ok_or_else(|| invalid(region, 0, "no shape for the empty tree"))?;
+        self.rebuild_into(region, g, 1, &p, &[])?;
+        ServerStats::bump(&self.stats.formats);
+        Ok(())
+    }
+
+    /// Writes `pairs` placed by `p` into a new data array, then a header and prefix array,
+    /// and publishes them.
+    fn rebuild_into(
+        &mut self,
+        region: &dyn LocalRegion,
+        g: DataGeometry,
+        epoch: u32,
+        p: &Plan,
+        pairs: &[(u64, Vec<u8>)],
+    ) -> Result<(), FabricError> {
+        let n = p.groups.len() as u64;
+        let cap = (2 * n).max(FIRST_CAPACITY);
+        let data_off = self.new_array(region, g, cap)?;
+        let meta = Meta::new(0, 0, false, epoch & EPOCH_MASK);
+        let mut bounds = Vec::with_capacity(n as usize);
+        for (id, &(a, b)) in p.groups.iter().enumerate() {
+            self.write_node(
+                region,
+                g,
+                data_off + id as u64 * g.node_size(),
+                &pairs[a..b],
+                meta,
+            )?;
+            bounds.push(bounds_of(&pairs[a..b]));
+        }
+        region.persist(data_off, (cap * g.node_size()) as usize);
+        let array_gen = self.tree.map_or(1, |t| t.array_gen + 1);
+        let h = Self::header(g, epoch, data_off, n as u32, cap, array_gen);
+        let h = self.write_area(region, h, p)?;
+        self.publish(region, h)?;
+        self.bounds = bounds;
+        Ok(())
+    }
+
+    /// Freezes every data node of the valid tree: writers stop appending to it.
+    pub(super) fn start_resize(
+        &mut self,
+        region: &dyn LocalRegion,
+        full: u32,
+    ) -> Result<(), FabricError> {
+        if self.resizing {
+            return Ok(());
+        }
+        let h = self.tree(region)?;
+        for id in 0..h.n_data {
+            let off = h.data_node_off(id);
+            let m = self.front(region, &h, off)?;
+            Self::store_meta(region, h.data(), off, m.with_frozen(true))?;
+        }
+        self.resizing = true;
+        self.split = Some(full);
+        Ok(())
+    }
+
+    /// Finishes a resize once every ticket handed out on the frozen tree is served.
+    pub(super) fn progress(&mut self, region: &dyn LocalRegion) -> Result<(), FabricError> {
+        if !self.resizing {
+            return Ok(());
+        }
+        let h = self.tree(region)?;
+        for id in 0..h.n_data {
+            let off = h.data_node_off(id);
+            let tickets = region.load_u64(off + LOCK_OFF)? & remora_layouts::canrt::TICKET_MASK;
+            if tickets != self.front(region, &h, off)?.served() {
+                return Ok(());
+            }
+        }
+        let full = self.split.take();
+        let r = match full {
+            Some(f) if f < h.n_data => match self.split_node(region, &h, f) {
+                Ok(true) => Ok(()),
+                Ok(false) => self.rebuild_all(region, &h),
+                Err(e) => Err(e),
+            },
+            _ => self.rebuild_all(region, &h),
+        };
+        // Whatever happened, the valid tree's nodes are writable again (a failed resize
+        // leaves the old tree valid; a published one's nodes are unfrozen here).
+        let cur = self.tree(region)?;
+        for id in 0..cur.n_data {
+            let off = cur.data_node_off(id);
+            let m = self.front(region, &cur, off)?;
+            Self::store_meta(region, cur.data(), off, m.with_frozen(false))?;
+        }
+        self.resizing = false;
+        if r.is_ok() {
+            ServerStats::bump(&self.stats.resizes);
+        }
+        r
+    }
+
+    /// The valid tree as a client sees it (header and prefix array from the region).
+    pub(super) fn view_of(
+        &self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+    ) -> Result<TreeView, FabricError> {
+        let mut prefix = vec![0u8; h.prefix_len as usize];
+        region.read(h.prefix_off, &mut prefix)?;
+        let root = GlobalAddr::try_new(region.node(), h.area_off)
+            .map_err(bad_layout(region, h.area_off))?;
+        TreeView::new(*h, root.raw(), prefix).map_err(bad_layout(region, h.prefix_off))
+    }
+
+    /// Key bounds of every data node, from its live items (after a restart).
+    pub(super) fn load_bounds(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+    ) -> Result<(), FabricError> {
+        let g = h.data();
+        let mut bounds = Vec::with_capacity(h.n_data as usize);
+        for id in 0..h.n_data {
+            let off = h.data_node_off(id);
+            let m = self.front(region, h, off)?;
+            let mut b = None;
+            for s in 0..g.slots {
+                if m.bitmap() & (1 << s) != 0 {
+                    let k = region.load_u64(off + g.slot_off(s))?;
+                    b = widen(b, k);
+                }
+            }
+            bounds.push(b);
+        }
+        self.bounds = bounds;
+        Ok(())
+    }
+
+    /// The live pairs of data node `id`, sorted by key.
+    fn node_pairs(
+        &self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+        id: u32,
+    ) -> Result<Vec<(u64, Vec<u8>)>, FabricError> {
+        let g = h.data();
+        let off = h.data_node_off(id);
+        let mut buf = vec![0u8; g.node_size() as usize];
+        region.read(off, &mut buf)?;
+        let nv = NodeView::parse(g, &buf).map_err(bad_layout(region, off))?;
+        let mut pairs = Vec::new();
+        for s in nv.live_slots() {
+            match nv.item(s) {
+                Ok(it) => pairs.push((it.key, it.value.to_vec())),
+                Err(_) => ServerStats::bump(&self.stats.rejected),
+            }
+        }
+        pairs.sort_by_key(|p| p.0);
+        pairs.dedup_by_key(|p| p.0);
+        Ok(pairs)
+    }
+
+    /// The in-place split of the reported node, and of every other node at least
+    /// three-quarters full while the data array has room (fewer resizes to come). False
+    /// when it cannot be done (no room in the data array, or no prefix array separates the
+    /// nodes): then the caller rebuilds.
+    fn split_node(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+        full: u32,
+    ) -> Result<bool, FabricError> {
+        let g = h.data();
+        let mut room = h.data_cap - h.n_data as u64;
+        if room == 0 {
+            return Ok(false);
+        }
+        if self.bounds.len() != h.n_data as usize {
+            self.load_bounds(region, h)?;
+        }
+        let view = self.view_of(region, h)?;
+        // (node, its new sibling, the pairs that move there)
+        let mut splits: Vec<(u32, u32, Pairs)> = Vec::new();
+        let mut next = h.n_data;
+        let nearly = (g.slots * 3).div_ceil(4);
+        for id in core::iter::once(full).chain(view.order().iter().copied()) {
+            if room == 0 || splits.iter().any(|s| s.0 == id) {
+                continue;
+            }
+            let off = h.data_node_off(id);
+            if id != full && self.front(region, h, off)?.bitmap().count_ones() < nearly {
+                continue;
+            }
+            let mut pairs = self.node_pairs(region, h, id)?;
+            if pairs.len() < 2 {
+                continue;
+            }
+            let high = pairs.split_off(pairs.len() / 2);
+            self.bounds[id as usize] = bounds_of(&pairs);
+            splits.push((id, next, high));
+            next += 1;
+            room -= 1;
+        }
+        if splits.is_empty() {
+            return Ok(false);
+        }
+        // Boundary keys of every reachable node in key order, split nodes in two (key order
+        // is data-node order, so bounds are all a prefix array needs to separate nodes).
+        let mut keys = Vec::new();
+        let mut units = Vec::new();
+        let mut push = |b: Option<(u64, u64)>, id: u32| {
+            if let Some((lo, hi)) = b {
+                keys.push(lo);
+                units.push(id);
+                if hi != lo {
+                    keys.push(hi);
+                    units.push(id);
+                }
+            }
+        };
+        for &id in view.order() {
+            push(self.bounds[id as usize], id);
+            if let Some((_, new, high)) = splits.iter().find(|s| s.0 == id) {
+                push(bounds_of(high), *new);
+            }
+        }
+        let planned = if keys.windows(2).any(|w| w[0] >= w[1]) {
+            // Bounds that touch (corrupt): let the rebuild sort it out.
+            None
+        } else {
+            plan_units(&keys, &units).map_err(bad_layout(region, h.area_off))?
+        };
+        let Some(p) = planned else {
+            self.bounds.clear();
+            return Ok(false);
+        };
+        let epoch = h.epoch.wrapping_add(1);
+        // The new nodes (never seen by a client: lock words 0, so is their served).
+        let meta = Meta::new(0, 0, true, epoch & EPOCH_MASK);
+        for (_, new, high) in &splits {
+            self.write_node(region, g, h.data_node_off(*new), high, meta)?;
+        }
+        let mut nh = *h;
+        nh.epoch = epoch;
+        nh.n_data = next;
+        let nh = self.write_area(region, nh, &p)?;
+        // Every node takes the new epoch (still frozen): a client with an older view that
+        // reads one refreshes before trusting it.
+        for id in 0..h.n_data {
+            let off = h.data_node_off(id);
+            let m = self.front(region, h, off)?;
+            Self::store_meta(region, g, off, m.with_epoch(epoch))?;
+        }
+        self.publish(region, nh)?;
+        // The moved items leave the split nodes (recovery does the same after a crash here).
+        for (id, _, high) in &splits {
+            let off = h.data_node_off(*id);
+            let m = self.front(region, h, off)?;
+            let mut bm = m.bitmap();
+            for s in 0..g.slots {
+                if bm & (1 << s) != 0 {
+                    let k = region.load_u64(off + g.slot_off(s))?;
+                    if high.binary_search_by_key(&k, |p| p.0).is_ok() {
+                        bm &= !(1 << s);
+                    }
+                }
+            }
+            Self::store_meta(region, g, off, m.with_bitmap(bm))?;
+            region.persist(off + FRONT_OFF, 8);
+        }
+        for (_, _, high) in &splits {
+            self.bounds.push(bounds_of(high));
+        }
+        Ok(true)
+    }
+
+    /// The full rebuild: every live item repacked half full into a new data array.
+    fn rebuild_all(&mut self, region: &dyn LocalRegion, h: &TreeHeader) -> Result<(), FabricError> {
+        let view = self.view_of(region, h)?;
+        let mut pairs = Vec::new();
+        for &id in view.order() {
+            for (k, v) in self.node_pairs(region, h, id)? {
+                if view.locate(k).ok() == Some(id) {
+                    pairs.push((k, v));
+                }
+            }
+        }
+        pairs.sort_by_key(|p| p.0);
+        pairs.dedup_by_key(|p| p.0);
+        let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+        let target = (h.slots as usize / 2).max(1);
+        let p = plan(&keys, target)
+            .map_err(bad_layout(region, h.area_off))?
+            .ok_or_else(|| invalid(region, h.area_off, "no tree shape holds the keys"))?;
+        self.rebuild_into(region, h.data(), h.epoch.wrapping_add(1), &p, &pairs)
+    }
+}
+
+/// Smallest and largest key of sorted pairs.
+fn bounds_of(pairs: &[(u64, Vec<u8>)]) -> Option<(u64, u64)> {
+    Some((pairs.first()?.0, pairs.last()?.0))
+}
+
+/// `b` widened to hold `k`.
+pub(super) fn widen(b: Option<(u64, u64)>, k: u64) -> Option<(u64, u64)> {
+    Some(match b {
+        Some((lo, hi)) => (lo.min(k), hi.max(k)),
+        None => (k, k),
+    })
+}

@@ -1,0 +1,443 @@
+//! CANRT on the simulated cluster: the memory node's CPU runs the metadata applier
+//! (`CanrtServer` as its handler); 4 compute nodes × 4 clients run oracle-checked histories
+//! (`remora_core::kvcheck`), with jitter, for several seeds; and the per-operation verb and
+//! round-trip figures of a warm tree.
+use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora_core::fabric::{QueuePair, Verb};
+use remora_core::index::KvIndex;
+use remora_core::kvcheck::{History, client_history};
+use remora_poller::sim::{Sim, SimConfig};
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+fn cfg() -> CanrtConfig {
+    CanrtConfig {
+        slots: 8,
+        ..CanrtConfig::new(0)
+    }
+}
+
+/// 16 clients' histories on one seed; returns the server's resize count.
+fn histories(seed: u64) -> u64 {
+    let failures = RefCell::new(Vec::<String>::new());
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 4,
+        memory_nodes: 1,
+        seed,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let server = CanrtServer::new();
+    let stats = server.stats();
+    sim.set_handler(0, Box::new(server)).unwrap();
+    for node in 0..4 {
+        for c in 0..4u64 {
+            let ctx = sim.client(node).unwrap();
+            let failures = &failures;
+            let client = 1 + node as u64 * 4 + c;
+            sim.spawn_with(&ctx, 0, move |ctx| async move {
+                let t = match Canrt::open(ctx.ep(), cfg()).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        failures
+                            .borrow_mut()
+                            .push(format!("client {client}: open: {e}"));
+                        return;
+                    }
+                };
+                let h = History {
+                    client,
+                    ops: 400,
+                    range: 200,
+                    hot: 4,
+                    seed,
+                    value_size: 8,
+                    scans: true,
+                };
+                if let Err(e) = client_history(&t, &h).await {
+                    failures.borrow_mut().push(e);
+                }
+            });
+        }
+    }
+    let r = sim.run();
+    let f = failures.borrow();
+    assert!(
+        f.is_empty(),
+        "seed {seed}: {} clients disagreed, first: {}",
+        f.len(),
+        f[0]
+    );
+    assert_eq!(
+        r.unfinished, 0,
+        "seed {seed}: {} clients never finished",
+        r.unfinished
+    );
+    assert_eq!(stats.rejected.load(Ordering::Relaxed), 0);
+    stats.resizes.load(Ordering::Relaxed)
+}
+
+#[test]
+fn canrt_histories_on_the_sim_cluster() {
+    // CANRT_SIM_SEEDS=n runs seeds 1..=n (a longer soak than CI's 4).
+    let seeds = std::env::var("CANRT_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4u64);
+    for seed in 1..=seeds {
+        let resizes = histories(seed);
+        println!("seed {seed}: {resizes} resizes");
+        assert!(resizes > 3, "seed {seed}: the tree never grew");
+    }
+}
+
+#[test]
+fn sim_runs_are_deterministic() {
+    assert_eq!(histories(9), histories(9));
+}
+
+/// Per-operation figures on the sim's counters: a warm lookup, an update, a scan.
+#[test]
+fn per_operation_figures_on_the_sim() {
+    let out = RefCell::new(Vec::new());
+    let mut sim = Sim::new(SimConfig::default()).unwrap();
+    sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
+    let ctx = sim.client(0).unwrap();
+    let out_ref = &out;
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let t = Canrt::open(
+            ctx.ep(),
+            CanrtConfig {
+                slots: 32,
+                ..CanrtConfig::new(0)
+            },
+        )
+        .await
+        .unwrap();
+        const N: u64 = 3000;
+        for k in 0..N {
+            t.upsert(&(k * 104_729).to_be_bytes(), &k.to_le_bytes())
+                .await
+                .unwrap();
+        }
+        let qp = ctx.qp(0).unwrap();
+        let mut buf = [0u8; 8];
+        t.get(&0u64.to_be_bytes(), &mut buf).await.unwrap();
+        let t0 = ctx.now_ns();
+        let before = qp.counters().snapshot();
+        for k in 0..N {
+            assert_eq!(
+                t.get(&(k * 104_729).to_be_bytes(), &mut buf).await.unwrap(),
+                Some(8)
+            );
+        }
+        let get = qp.counters().snapshot() - before;
+        let get_ns = (ctx.now_ns() - t0) / N;
+        let t0 = ctx.now_ns();
+        let before = qp.counters().snapshot();
+        for i in 0..N {
+            let k = i * 997 % N;
+            assert!(
+                t.update(&(k * 104_729).to_be_bytes(), &i.to_le_bytes())
+                    .await
+                    .unwrap()
+            );
+        }
+        let upd = qp.counters().snapshot() - before;
+        let upd_ns = (ctx.now_ns() - t0) / N;
+        let before = qp.counters().snapshot();
+        let mut seen = 0;
+        for i in 0..100u64 {
+            seen += t
+                .scan(&(i * 30 * 104_729).to_be_bytes(), 100, &mut |_, _| {})
+                .await
+                .unwrap();
+        }
+        let scan = qp.counters().snapshot() - before;
+        out_ref
+            .borrow_mut()
+            .push((get, get_ns, upd, upd_ns, scan, seen));
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    let (get, get_ns, upd, upd_ns, scan, seen) = out.borrow()[0];
+    let n = 3000.0;
+    println!(
+        "sim lookup: {:.2} verbs ({:.2} READ), {:.2} round trips, {:.0} B in, {get_ns} ns per op",
+        get.posted_verbs() as f64 / n,
+        get.verb(Verb::Read) as f64 / n,
+        get.round_trips as f64 / n,
+        get.bytes_in as f64 / n
+    );
+    println!(
+        "sim update: {:.2} verbs ({:.2} FAA, {:.2} READ, {:.2} WRITE_WITH_IMM), {:.2} round trips, {:.0} B out, {upd_ns} ns per op",
+        upd.posted_verbs() as f64 / n,
+        upd.verb(Verb::Faa) as f64 / n,
+        upd.verb(Verb::Read) as f64 / n,
+        upd.verb(Verb::WriteImm) as f64 / n,
+        upd.round_trips as f64 / n,
+        upd.bytes_out as f64 / n
+    );
+    println!(
+        "sim scan of 100: {:.1} READs, {:.1} round trips per scan ({seen} pairs in 100 scans)",
+        scan.verb(Verb::Read) as f64 / 100.0,
+        scan.round_trips as f64 / 100.0
+    );
+    assert_eq!(get.verb(Verb::Read), 3000);
+    assert_eq!(get.posted_verbs(), 3000);
+    assert_eq!(get.round_trips, 3000);
+    assert_eq!(upd.verb(Verb::Faa), 3000);
+    assert_eq!(upd.verb(Verb::WriteImm), 3000);
+    let want: usize = (0..100).map(|i| (3000 - 30 * i).min(100)).sum();
+    assert_eq!(seen, want);
+}
+
+/// The memory node's host region as an image, for running recovery between two sims.
+struct Image(RefCell<Vec<u8>>);
+
+impl remora_core::server::LocalRegion for Image {
+    fn node(&self) -> remora_layouts::NodeId {
+        0
+    }
+    fn len(&self) -> u64 {
+        self.0.borrow().len() as u64
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), remora_core::FabricError> {
+        let m = self.0.borrow();
+        let s = m
+            .get(offset as usize..offset as usize + buf.len())
+            .ok_or_else(|| remora_core::server::out_of_range(0, offset, buf.len()))?;
+        buf.copy_from_slice(s);
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), remora_core::FabricError> {
+        let mut m = self.0.borrow_mut();
+        let s = m
+            .get_mut(offset as usize..offset as usize + data.len())
+            .ok_or_else(|| remora_core::server::out_of_range(0, offset, data.len()))?;
+        s.copy_from_slice(data);
+        Ok(())
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64, remora_core::FabricError> {
+        let mut b = [0u8; 8];
+        self.read(offset, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), remora_core::FabricError> {
+        self.write(offset, &value.to_le_bytes())
+    }
+    fn cas_u64(
+        &self,
+        offset: u64,
+        current: u64,
+        new: u64,
+    ) -> Result<u64, remora_core::FabricError> {
+        let old = self.load_u64(offset)?;
+        if old == current {
+            self.store_u64(offset, new)?;
+        }
+        Ok(old)
+    }
+}
+
+/// What one writer did before the crash: per key, the last acknowledged value, and the
+/// write in flight when the node died.
+#[derive(Default, Clone)]
+struct Writes {
+    acked: std::collections::BTreeMap<u64, u64>,
+    in_flight: Option<(u64, u64)>,
+}
+
+/// A persistent memory node crashes in the middle of 8 writers' upserts (resizes included);
+/// recovery on its image, then a fresh cluster on the recovered image: every acknowledged
+/// write is there, nothing else is except the writes in flight, and the tree takes writes.
+#[test]
+fn a_memory_node_crash_loses_no_acknowledged_write() {
+    for (seed, crash_ns) in [(1u64, 700_000u64), (2, 2_000_000), (3, 5_000_000)] {
+        let cfg = SimConfig {
+            compute_nodes: 2,
+            memory_nodes: 1,
+            persistent: true,
+            seed,
+            faults: remora_poller::sim::Faults::none().crash_node_at(0, crash_ns),
+            ..SimConfig::default()
+        };
+        let logs = RefCell::new(vec![Writes::default(); 8]);
+        let mut sim = Sim::new(cfg.clone()).unwrap();
+        sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
+        for c in 0..8u64 {
+            let ctx = sim.client((c % 2) as usize).unwrap();
+            let logs = &logs;
+            sim.spawn_with(&ctx, 0, move |ctx| async move {
+                let Ok(t) = Canrt::open(ctx.ep(), cfg_small()).await else {
+                    return;
+                };
+                for i in 1..u64::MAX {
+                    let key = (c + 1) << 32 | (i * 7 % 61);
+                    logs.borrow_mut()[c as usize].in_flight = Some((key, i));
+                    if t.upsert(&key.to_be_bytes(), &i.to_le_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    let mut l = logs.borrow_mut();
+                    l[c as usize].acked.insert(key, i);
+                    l[c as usize].in_flight = None;
+                }
+            });
+        }
+        let r = sim.run();
+        assert_eq!(r.unfinished, 0, "seed {seed}: writers hung after the crash");
+        let mut images = sim.into_images();
+        let acked: usize = logs.borrow().iter().map(|l| l.acked.len()).sum();
+        assert!(
+            acked > 50,
+            "seed {seed}: only {acked} keys written before the crash"
+        );
+        // Recovery, on the node's CPU, before anyone connects.
+        let img = Image(RefCell::new(std::mem::take(&mut images[0].host)));
+        let report = CanrtServer::new().recover(&img).unwrap();
+        images[0].host = img.0.into_inner();
+        let found = RefCell::new(std::collections::BTreeMap::new());
+        let mut sim = Sim::with_images(
+            SimConfig {
+                faults: remora_poller::sim::Faults::none(),
+                ..cfg.clone()
+            },
+            images,
+        )
+        .unwrap();
+        sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
+        let ctx = sim.client(0).unwrap();
+        let found_ref = &found;
+        sim.spawn_with(&ctx, 0, move |ctx| async move {
+            let t = Canrt::open(ctx.ep(), cfg_small()).await.unwrap();
+            t.scan(&0u64.to_be_bytes(), usize::MAX, &mut |k, v| {
+                found_ref.borrow_mut().insert(
+                    u64::from_be_bytes(k.try_into().unwrap()),
+                    u64::from_le_bytes(v.try_into().unwrap()),
+                );
+            })
+            .await
+            .unwrap();
+            // The recovered tree takes writes (and resizes).
+            for k in 0..100u64 {
+                t.upsert(&(k << 48).to_be_bytes(), &k.to_le_bytes())
+                    .await
+                    .unwrap();
+            }
+            let mut out = [0u8; 8];
+            for k in 0..100u64 {
+                assert_eq!(
+                    t.get(&(k << 48).to_be_bytes(), &mut out).await.unwrap(),
+                    Some(8)
+                );
+            }
+        });
+        assert_eq!(sim.run().unfinished, 0);
+        drop(sim);
+        let found = found.into_inner();
+        for (c, l) in logs.borrow().iter().enumerate() {
+            for (k, v) in &l.acked {
+                let got = found.get(k).copied();
+                let in_flight = l.in_flight == Some((*k, got.unwrap_or(0)));
+                assert!(
+                    got == Some(*v) || in_flight,
+                    "seed {seed}: writer {c} key {k:#x}: acknowledged {v}, recovered {got:?}"
+                );
+            }
+        }
+        for (k, v) in &found {
+            let l = &logs.borrow()[((k >> 32) - 1) as usize];
+            assert!(
+                l.acked.get(k) == Some(v) || l.in_flight == Some((*k, *v)),
+                "seed {seed}: key {k:#x} recovered with {v}, never acknowledged"
+            );
+        }
+        println!(
+            "seed {seed}: crash at {crash_ns} ns after {acked} acknowledged keys; recovery {report:?}"
+        );
+    }
+}
+
+fn cfg_small() -> CanrtConfig {
+    CanrtConfig {
+        slots: 8,
+        ..CanrtConfig::new(0)
+    }
+}
+
+/// A writer dies at one of its doorbells (for some, after taking a lock ticket and before
+/// appending): the other writer's writes to that node end in `LockTimeout` instead of
+/// hanging, its lookups keep working, and nothing it reads was never written.
+#[test]
+fn a_client_dying_with_a_lock_is_an_error_not_a_hang() {
+    let mut timeouts = 0;
+    for post in 8..40u64 {
+        let outcome = RefCell::new(None);
+        let mut sim = Sim::new(SimConfig {
+            compute_nodes: 2,
+            seed: post,
+            faults: remora_poller::sim::Faults::none().crash_client_at_post(0, post),
+            ..SimConfig::default()
+        })
+        .unwrap();
+        sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
+        let dying = sim.client(0).unwrap();
+        assert_eq!(dying.client_id(), 0);
+        sim.spawn_with(&dying, 0, move |ctx| async move {
+            let t = Canrt::open(ctx.ep(), cfg_small()).await.unwrap();
+            for i in 0..1000u64 {
+                t.upsert(&(i % 4).to_be_bytes(), &(1 << 32 | i).to_le_bytes())
+                    .await
+                    .unwrap();
+            }
+        });
+        let survivor = sim.client(1).unwrap();
+        let outcome_ref = &outcome;
+        sim.spawn_with(&survivor, 0, move |ctx| async move {
+            ctx.sleep(20_000).await;
+            let t = Canrt::open(
+                ctx.ep(),
+                CanrtConfig {
+                    lock_polls: 500,
+                    ..cfg_small()
+                },
+            )
+            .await
+            .unwrap();
+            let mut out = [0u8; 8];
+            let mut result = Ok(());
+            for i in 0..200u64 {
+                if let Err(e) = t
+                    .upsert(&(i % 4).to_be_bytes(), &(2 << 32 | i).to_le_bytes())
+                    .await
+                {
+                    result = Err(e);
+                    break;
+                }
+            }
+            for k in 0..4u64 {
+                if let Some(n) = t.get(&k.to_be_bytes(), &mut out).await.unwrap() {
+                    assert_eq!(n, 8);
+                    let v = u64::from_le_bytes(out);
+                    assert!(v >> 32 == 1 || v >> 32 == 2, "invented value {v:#x}");
+                }
+            }
+            *outcome_ref.borrow_mut() = Some(result);
+        });
+        let r = sim.run();
+        assert_eq!(
+            r.unfinished, 1,
+            "post {post}: only the dead writer may be unfinished"
+        );
+        drop(sim);
+        match outcome.into_inner() {
+            Some(Ok(())) => {}
+            Some(Err(remora_core::canrt::CanrtError::LockTimeout { .. })) => timeouts += 1,
+            other => panic!("post {post}: survivor ended with {other:?}"),
+        }
+    }
+    println!("{timeouts} of 32 crash points left a dead lock holder");
+    assert!(timeouts > 0, "no crash point hit a held lock");
+}
