@@ -122,3 +122,18 @@ fn smart_lookups_and_updates_allocate_nothing() {
     let t = block_on(Smart::open(&ep, cfg)).unwrap();
     check_index(&t, "smart");
 }
+
+#[test]
+fn canrt_lookups_and_appends_allocate_nothing() {
+    use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
+    let cfg = NodeConfig {
+        region_len: 32 << 20,
+        chunk_size: 1 << 16,
+        ..NodeConfig::default()
+    };
+    let n = SoftMemoryNode::create_with(cfg, Box::new(CanrtServer::new())).unwrap();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    let t = block_on(Canrt::open(&ep, CanrtConfig::new(0))).unwrap();
+    check_index(&t, "canrt");
+}
