@@ -39,6 +39,14 @@ enum Cmd {
     Check(PerfArgs),
 }
 
+/// What a memory node runs on its CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Service {
+    Echo,
+    Canrt,
+    Erda,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct MemnodeArgs {
     #[arg(long, value_enum, default_value = "soft")]
@@ -64,6 +72,10 @@ pub struct MemnodeArgs {
     /// RDMA device name (verbs).
     #[arg(long)]
     pub device: Option<String>,
+    /// Server-side logic on this node: the echo service, or an index's server (CANRT's applier,
+    /// Erda's metadata server) for `remora bench --connect ... --index canrt|erda`.
+    #[arg(long, value_enum, default_value = "echo")]
+    pub service: Service,
     /// Exit after this many seconds (default: serve until killed).
     #[arg(long)]
     pub seconds: Option<f64>,

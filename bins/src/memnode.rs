@@ -1,6 +1,9 @@
 //! `remora memnode --fabric soft`: a standalone memory node serving its region to client
 //! processes of this machine through a Unix control socket.
-use crate::MemnodeArgs;
+use crate::{MemnodeArgs, Service};
+use remora::core::canrt::CanrtServer;
+use remora::core::erda::{ErdaConfig, ErdaServer};
+use remora::core::server::{Echo, Handler};
 use remora::poller::soft::{NodeConfig, SoftMemoryNode, control};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +23,27 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         chunk_size: a.chunk_kib << 10,
         ..NodeConfig::default()
     };
-    let node = SoftMemoryNode::create(cfg).map_err(|e| format!("creating the memory node: {e}"))?;
+    let handler: Box<dyn Handler + Send> = match a.service {
+        Service::Echo => Box::new(Echo),
+        Service::Canrt => Box::new(CanrtServer::new()),
+        Service::Erda => {
+            // Half the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
+            let segment = 8u64 << 20;
+            let head_bytes = (cfg.region_len / 4 / segment).max(1) * segment;
+            Box::new(ErdaServer::new(ErdaConfig {
+                heads: 2,
+                buckets: (cfg.region_len / 8 / 32)
+                    .next_power_of_two()
+                    .clamp(1 << 14, 1 << 24)
+                    / 2,
+                segment_bytes: segment,
+                head_bytes,
+                ..ErdaConfig::small()
+            }))
+        }
+    };
+    let node = SoftMemoryNode::create_with(cfg, handler)
+        .map_err(|e| format!("creating the memory node: {e}"))?;
     let listener = control::listen(&node, Path::new(&a.listen)).map_err(|e| e.to_string())?;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -33,8 +56,9 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         eprintln!("memnode: could not pin to core {c}; serving unpinned");
     }
     println!(
-        "memnode {}: {} MiB region on {}, {} KiB device memory, {} KiB chunks; listening on {}",
+        "memnode {}: {:?} service, {} MiB region on {}, {} KiB device memory, {} KiB chunks; listening on {}",
         cfg.node_id,
+        a.service,
         a.region_mib,
         node.pages(),
         a.dm_kib,

@@ -176,7 +176,7 @@ fn bench_on_the_sim_is_reproducible_by_seed() {
 
 #[test]
 fn bench_on_the_soft_fabric_reports_every_figure() {
-    for index in ["smart", "sherman", "fg-plus"] {
+    for index in ["smart", "sherman", "fg-plus", "canrt", "erda"] {
         let recs = bench_json(
             &[
                 "--index",

@@ -1,8 +1,11 @@
 //! The indexes `remora bench` drives, behind one enum so a worker opens whichever was asked
 //! for and the phase code stays generic over `KvIndex`.
 use remora::core::Snapshot;
+use remora::core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora::core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora::core::fabric::{Endpoint, QueuePair};
 use remora::core::index::KvIndex;
+use remora::core::server::Handler;
 use remora::core::sherman::{Sherman, ShermanConfig};
 use remora::core::smart::{Smart, SmartConfig, SmartStats, Techniques};
 use serde::Serialize;
@@ -19,6 +22,15 @@ pub enum IndexCfg {
         cfg: ShermanConfig,
         name: &'static str,
     },
+    /// CANRT; its memory node (node 0) runs `CanrtServer`.
+    Canrt {
+        cfg: CanrtConfig,
+    },
+    /// Erda; its memory node (node 0) runs `ErdaServer` with `server`'s geometry.
+    Erda {
+        server: ErdaConfig,
+        client: ErdaClientConfig,
+    },
 }
 
 impl IndexCfg {
@@ -26,6 +38,8 @@ impl IndexCfg {
         match self {
             IndexCfg::Smart { .. } => "smart",
             IndexCfg::Sherman { name, .. } => name,
+            IndexCfg::Canrt { .. } => "canrt",
+            IndexCfg::Erda { .. } => "erda",
         }
     }
 
@@ -55,11 +69,28 @@ impl IndexCfg {
             .filter(|(b, _)| *b)
             .map(|(_, n)| *n)
             .collect(),
+            IndexCfg::Canrt { cfg } => {
+                if cfg.flush_appends {
+                    vec!["flush-appends"]
+                } else {
+                    vec![]
+                }
+            }
+            IndexCfg::Erda { .. } => vec![],
         };
         if on.is_empty() {
             "baseline".into()
         } else {
             on.join("+")
+        }
+    }
+
+    /// The server-side logic the index needs on its memory node, if any.
+    pub fn server_handler(&self) -> Option<Box<dyn Handler + Send>> {
+        match self {
+            IndexCfg::Canrt { .. } => Some(Box::new(CanrtServer::new())),
+            IndexCfg::Erda { server, .. } => Some(Box::new(ErdaServer::new(*server))),
+            _ => None,
         }
     }
 }
@@ -84,6 +115,8 @@ pub struct Stats {
 pub enum Handle<'e, E: Endpoint> {
     Smart(Smart<'e, E>),
     Sherman(Sherman<'e, E>),
+    Canrt(Canrt<'e, E>),
+    Erda(Erda<'e, E>),
 }
 
 impl<'e, E: Endpoint> Handle<'e, E> {
@@ -95,6 +128,12 @@ impl<'e, E: Endpoint> Handle<'e, E> {
             }
             IndexCfg::Sherman { cfg, .. } => {
                 Handle::Sherman(Sherman::create(ep, *cfg).await.map_err(|e| e.to_string())?)
+            }
+            IndexCfg::Canrt { cfg } => {
+                Handle::Canrt(Canrt::open(ep, *cfg).await.map_err(|e| e.to_string())?)
+            }
+            IndexCfg::Erda { client, .. } => {
+                Handle::Erda(Erda::open(ep, *client).await.map_err(|e| e.to_string())?)
             }
         })
     }
@@ -118,6 +157,7 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                     ..Stats::default()
                 }
             }
+            Handle::Canrt(_) | Handle::Erda(_) => Stats::default(),
         }
     }
 }
@@ -129,6 +169,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+            Handle::Canrt(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+            Handle::Erda(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -136,6 +178,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+            Handle::Canrt(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+            Handle::Erda(s) => s.update(key, value).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -143,6 +187,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+            Handle::Canrt(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+            Handle::Erda(s) => s.get(key, out).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -150,6 +196,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.delete(key).await.map_err(|e| e.to_string()),
+            Handle::Canrt(s) => s.delete(key).await.map_err(|e| e.to_string()),
+            Handle::Erda(s) => s.delete(key).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -162,6 +210,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+            Handle::Canrt(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+            Handle::Erda(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
         }
     }
 }

@@ -19,6 +19,8 @@ use clap::{Args, ValueEnum};
 use index::IndexCfg;
 use indicatif::{ProgressBar, ProgressStyle};
 use phase::{BenchRecord, value_for};
+use remora::core::canrt::CanrtConfig;
+use remora::core::erda::{ErdaClientConfig, ErdaConfig};
 use remora::core::sherman::ShermanConfig;
 use remora::core::smart::{KeyMode, SmartConfig, Techniques};
 use remora::poller::clock::Clock;
@@ -34,6 +36,10 @@ pub enum IndexKind {
     Sherman,
     /// FG+, Sherman's baseline: host-memory locks, whole-page write-back, index cache.
     FgPlus,
+    /// CANRT, the client-active persistent radix tree (8-byte integer keys).
+    Canrt,
+    /// Erda, the log-structured remote NVM hash store (no scans: not workload E).
+    Erda,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -228,6 +234,39 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 },
             })
         }
+        IndexKind::Canrt => Ok(IndexCfg::Canrt {
+            cfg: CanrtConfig {
+                value_cap: a.value_size as u32,
+                ..CanrtConfig::new(0)
+            },
+        }),
+        IndexKind::Erda => Ok(IndexCfg::Erda {
+            server: erda_geometry(a),
+            client: ErdaClientConfig {
+                value_size: a.value_size,
+                ..ErdaClientConfig::default()
+            },
+        }),
+    }
+}
+
+/// An Erda store sized for the run: 8 buckets per record (keys take the first free bucket of
+/// their 8-bucket neighbourhood; there is no hopscotch displacement yet, so the table is kept
+/// sparse), logs for every write (no log cleaning yet), 64 KiB segments.
+fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
+    let writes = a.records + a.operations.unwrap_or(a.records);
+    let object = 64u64 + a.value_size as u64;
+    let segment = 64u64 << 10;
+    let heads = 2u64;
+    let head_bytes = (writes * object / heads + 4 * segment)
+        .next_multiple_of(segment)
+        .max(4 << 20);
+    ErdaConfig {
+        heads: heads as u32,
+        buckets: (8 * a.records).next_power_of_two().max(1 << 14),
+        segment_bytes: segment,
+        head_bytes,
+        ..ErdaConfig::small()
     }
 }
 
@@ -319,7 +358,12 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     {
         return Err("--seconds must be positive".into());
     }
-    if a.index != IndexKind::Smart {
+    if a.index == IndexKind::Erda
+        && (a.workload == Workload::E || a.workloads.contains(&Workload::E))
+    {
+        return Err("Erda is a hash store: it has no range scans for workload E".into());
+    }
+    if a.index != IndexKind::Smart && a.index != IndexKind::Erda {
         if a.keys != KeyType::Int {
             return Err("Sherman keys are 8-byte integers: use --keys int".into());
         }
@@ -445,6 +489,9 @@ fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> 
                     },
                 ));
             }
+        }
+        IndexKind::Canrt | IndexKind::Erda => {
+            return Err("--factors: CANRT and Erda have no technique switches yet".into());
         }
         IndexKind::Sherman | IndexKind::FgPlus => {
             let mut c = ShermanConfig {

@@ -95,6 +95,9 @@ pub fn run(
     let created: RefCell<Option<String>> = RefCell::new(None);
     let wall = Instant::now();
     let mut sim = Sim::new(cfg).map_err(|e| e.0)?;
+    if let Some(h) = index.server_handler() {
+        sim.set_handler(0, h).map_err(|e| e.0)?;
+    }
     // The first client creates the index before the others open it.
     let first = sim.client(0).map_err(|e| e.0)?;
     sim.spawn_with(&first, 0, |ctx| {

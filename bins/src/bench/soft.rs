@@ -71,10 +71,14 @@ pub fn run(
             )
         }
         None => {
-            let node = SoftMemoryNode::create(NodeConfig {
+            let cfg = NodeConfig {
                 region_len: a.region_mib << 20,
                 ..NodeConfig::default()
-            })
+            };
+            let node = match index.server_handler() {
+                Some(h) => SoftMemoryNode::create_with(cfg, h),
+                None => SoftMemoryNode::create(cfg),
+            }
             .map_err(|e| format!("creating the memory node: {e}"))?;
             let pages = node.pages();
             (
