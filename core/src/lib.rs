@@ -17,6 +17,8 @@ pub mod alloc;
 pub mod block_on;
 #[cfg(feature = "alloc")]
 pub mod canrt;
+#[cfg(feature = "alloc")]
+pub mod catfish;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod counters;

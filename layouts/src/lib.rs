@@ -10,6 +10,7 @@
 pub mod addr;
 pub mod bits;
 pub mod canrt;
+pub mod catfish;
 pub mod erda;
 pub mod error;
 pub mod region;

@@ -1,0 +1,508 @@
+//! The Catfish client: fast messaging, RDMA offloading with multi-issue, and the adaptive
+//! switch between them.
+//!
+//! A client serves one coroutine at a time on its queue pair (replies are matched to the one
+//! outstanding request by id). Inserts always go to the server by fast messaging; searches
+//! take the mode asked for, or the back-off's choice in [`Mode::Adaptive`].
+use super::CatfishError;
+use super::adaptive::{Backoff, BackoffConfig};
+use crate::alloc::RemoteAllocator;
+use crate::fabric::{Op, QueuePair};
+use remora_layouts::GlobalAddr;
+use remora_layouts::catfish::{
+    Entry, FLAG_LAST, META_LEN, Meta, NODE_LEN, Node, Opcode, REQUEST_LEN, ROOT_SLOT, Rect,
+    Request, ResponseHeader, Status, decode_hit,
+};
+use remora_layouts::region::root_offset;
+use std_alloc::vec::Vec;
+
+/// Node READs posted in one doorbell (the multi-issue width).
+pub const MULTI_ISSUE: usize = 32;
+/// Times one node is re-read after torn images before the search gives up. Generous: on a
+/// shared-memory fabric the server thread can be descheduled in the middle of a rewrite.
+pub const TORN_RETRIES: u32 = 1 << 16;
+/// Times an insert asks for more space before giving up.
+const GROW_RETRIES: u32 = 4;
+
+/// How a search is executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The server traverses the tree and replies with the hits.
+    Messaging,
+    /// The client traverses with one-sided READs, one doorbell per level.
+    Offload,
+    /// The back-off chooses per search.
+    Adaptive,
+}
+
+/// How requests reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// A two-sided SEND.
+    Send,
+    /// An RDMA WRITE_WITH_IMM of the request into this client's mailbox on the memory node
+    /// (the paper's event-based fast messaging); the immediate is the mailbox offset / 8.
+    WriteImm,
+}
+
+/// What this client's searches cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    pub messaging_searches: u64,
+    pub offloaded_searches: u64,
+    /// Node images read one-sidedly (retries included).
+    pub node_reads: u64,
+    /// Node images that were torn or mid-write and were read again.
+    pub torn_retries: u64,
+    /// Superblock READs that found the cached root stale.
+    pub root_refreshes: u64,
+    /// Inserts that had to give the server another arena.
+    pub grows: u64,
+}
+
+/// One client of a Catfish tree on one memory node.
+pub struct CatfishClient {
+    meta: GlobalAddr,
+    root: GlobalAddr,
+    alloc: RemoteAllocator,
+    transport: Transport,
+    mailbox: GlobalAddr,
+    next_req: u32,
+    backoff: Backoff,
+    /// Load seen by the latest search, not yet fed to the back-off.
+    observed: Option<u16>,
+    last_heartbeat_seq: u64,
+    stats: ClientStats,
+    reply: Vec<u8>,
+    nodes: Vec<u8>,
+    frontier: Vec<GlobalAddr>,
+    next: Vec<GlobalAddr>,
+    pending: Vec<usize>,
+}
+
+impl CatfishClient {
+    /// Formats a new tree on `qp`'s memory node with `chunks` allocator chunks as its first
+    /// arenas, and opens it.
+    pub async fn create<Q: QueuePair>(
+        qp: &Q,
+        chunks: usize,
+    ) -> Result<CatfishClient, CatfishError> {
+        let alloc = RemoteAllocator::open(qp).await?;
+        let mut c = CatfishClient::with_alloc(qp, alloc, GlobalAddr::NULL)?;
+        for i in 0..chunks.max(1) {
+            let chunk = c.alloc.alloc_chunk(qp).await?;
+            let op = if i == 0 { Opcode::Init } else { Opcode::Grow };
+            let status = c.arena_request(qp, op, chunk).await?;
+            if status != Status::Ok {
+                return Err(CatfishError::Server(status));
+            }
+        }
+        c.refresh_meta(qp).await?;
+        Ok(c)
+    }
+
+    /// Opens the tree published in root slot [`ROOT_SLOT`] of `qp`'s memory node.
+    pub async fn open<Q: QueuePair>(qp: &Q) -> Result<CatfishClient, CatfishError> {
+        let alloc = RemoteAllocator::open(qp).await?;
+        let mut c = CatfishClient::with_alloc(qp, alloc, GlobalAddr::NULL)?;
+        c.refresh_meta(qp).await?;
+        Ok(c)
+    }
+
+    fn with_alloc<Q: QueuePair>(
+        qp: &Q,
+        alloc: RemoteAllocator,
+        meta: GlobalAddr,
+    ) -> Result<CatfishClient, CatfishError> {
+        let max = qp.max_message();
+        Ok(CatfishClient {
+            meta,
+            root: GlobalAddr::NULL,
+            alloc,
+            transport: Transport::Send,
+            mailbox: GlobalAddr::NULL,
+            next_req: 1,
+            backoff: Backoff::new(
+                BackoffConfig::default(),
+                0x9e37_79b9_7f4a_7c15 ^ qp.peer() as u64,
+            ),
+            observed: None,
+            last_heartbeat_seq: 0,
+            stats: ClientStats::default(),
+            reply: std_alloc::vec![0u8; max],
+            nodes: Vec::new(),
+            frontier: Vec::new(),
+            next: Vec::new(),
+            pending: Vec::new(),
+        })
+    }
+
+    /// Replaces the back-off parameters; `seed` decorrelates clients.
+    pub fn set_backoff(&mut self, cfg: BackoffConfig, seed: u64) {
+        self.backoff = Backoff::new(cfg, seed);
+    }
+
+    /// Chooses how requests travel (SEND by default).
+    pub fn set_transport(&mut self, t: Transport) {
+        self.transport = t;
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    async fn refresh_meta<Q: QueuePair>(&mut self, qp: &Q) -> Result<Meta, CatfishError> {
+        if self.meta.is_null() {
+            let mut slot = [0u8; 8];
+            qp.read(
+                GlobalAddr::new(qp.peer(), root_offset(ROOT_SLOT)),
+                &mut slot,
+            )
+            .await?;
+            let raw = u64::from_le_bytes(slot);
+            if raw == 0 {
+                return Err(CatfishError::NotCreated);
+            }
+            self.meta = GlobalAddr::from_raw(raw);
+        }
+        let mut buf = [0u8; META_LEN];
+        qp.read(self.meta, &mut buf).await?;
+        let meta = Meta::decode(&buf)?;
+        self.root = GlobalAddr::from_raw(meta.root);
+        Ok(meta)
+    }
+
+    fn request_id(&mut self) -> u32 {
+        let id = self.next_req;
+        self.next_req = self.next_req.wrapping_add(1).max(1);
+        id
+    }
+
+    /// Sends one request and waits for its first reply message (left in `self.reply`).
+    async fn call<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        req: Request,
+    ) -> Result<(ResponseHeader, usize), CatfishError> {
+        let bytes = req.encode();
+        match self.transport {
+            Transport::Send => qp.send(&bytes).await?,
+            Transport::WriteImm => {
+                if self.mailbox.is_null() {
+                    self.mailbox = self.alloc.alloc(qp, REQUEST_LEN as u64).await?;
+                }
+                let imm = u32::try_from(self.mailbox.offset() / 8)
+                    .map_err(|_| CatfishError::Protocol("mailbox beyond 32 GiB: use SEND"))?;
+                qp.post(&mut [Op::WriteImm {
+                    remote: self.mailbox,
+                    local: &bytes,
+                    imm,
+                }])
+                .await?;
+            }
+        }
+        // The mailbox is reused only after this reply: the server has read it by then.
+        self.recv_reply(qp, req.req_id).await
+    }
+
+    async fn recv_reply<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        req_id: u32,
+    ) -> Result<(ResponseHeader, usize), CatfishError> {
+        let r = qp.recv(&mut self.reply).await?;
+        let len = r.len as usize;
+        let msg = self.reply.get(..len).ok_or(CatfishError::Protocol(
+            "reply longer than the receive buffer",
+        ))?;
+        let h = ResponseHeader::decode(msg)?;
+        if h.req_id != req_id {
+            return Err(CatfishError::Protocol("reply to another request"));
+        }
+        Ok((h, len))
+    }
+
+    async fn arena_request<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        op: Opcode,
+        chunk: GlobalAddr,
+    ) -> Result<Status, CatfishError> {
+        let req = Request {
+            op,
+            req_id: self.request_id(),
+            rect: Rect::new(0, 0, 0, 0)?,
+            arg0: chunk.raw(),
+            arg1: self.alloc.chunk_size(),
+        };
+        Ok(self.call(qp, req).await?.0.status)
+    }
+
+    /// Inserts `rect` with object id `id` (through the server, always). If the server's
+    /// arenas are full, gives it another allocator chunk and retries.
+    pub async fn insert<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        rect: Rect,
+        id: u64,
+    ) -> Result<(), CatfishError> {
+        if !rect.is_valid() {
+            return Err(CatfishError::Server(Status::BadRequest));
+        }
+        for _ in 0..=GROW_RETRIES {
+            let req = Request {
+                op: Opcode::Insert,
+                req_id: self.request_id(),
+                rect,
+                arg0: id,
+                arg1: 0,
+            };
+            let (h, _) = self.call(qp, req).await?;
+            self.observed = Some(h.load_permille);
+            match h.status {
+                Status::Ok => return Ok(()),
+                Status::Full => {
+                    let chunk = self.alloc.alloc_chunk(qp).await?;
+                    self.stats.grows += 1;
+                    let s = self.arena_request(qp, Opcode::Grow, chunk).await?;
+                    if s != Status::Ok {
+                        return Err(CatfishError::Server(s));
+                    }
+                }
+                other => return Err(CatfishError::Server(other)),
+            }
+        }
+        Err(CatfishError::Server(Status::Full))
+    }
+
+    /// Appends every entry intersecting `rect` to `out`; returns the mode actually used.
+    pub async fn search<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        rect: Rect,
+        mode: Mode,
+        out: &mut Vec<Entry>,
+    ) -> Result<Mode, CatfishError> {
+        if !rect.is_valid() {
+            return Err(CatfishError::Server(Status::BadRequest));
+        }
+        let mode = match mode {
+            Mode::Adaptive => {
+                self.backoff.observe(self.observed.take());
+                self.backoff.next_mode()
+            }
+            m => m,
+        };
+        match mode {
+            Mode::Offload => self.search_offload(qp, rect, out).await?,
+            _ => self.search_messaging(qp, rect, out).await?,
+        }
+        Ok(mode)
+    }
+
+    /// Fast messaging: one SEND, the hits come back in one or more SENDs.
+    pub async fn search_messaging<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        rect: Rect,
+        out: &mut Vec<Entry>,
+    ) -> Result<(), CatfishError> {
+        let req = Request {
+            op: Opcode::Search,
+            req_id: self.request_id(),
+            rect,
+            arg0: 0,
+            arg1: 0,
+        };
+        let (mut h, mut len) = self.call(qp, req).await?;
+        loop {
+            if h.status != Status::Ok {
+                return Err(CatfishError::Server(h.status));
+            }
+            for i in 0..h.count as usize {
+                out.push(decode_hit(&self.reply[..len], i)?);
+            }
+            if h.flags & FLAG_LAST != 0 {
+                break;
+            }
+            (h, len) = self.recv_reply(qp, req.req_id).await?;
+        }
+        self.observed = Some(h.load_permille);
+        self.stats.messaging_searches += 1;
+        Ok(())
+    }
+
+    /// RDMA offloading: the superblock and the cached root in one doorbell, then one
+    /// doorbell per level fetching every intersecting child at once (multi-issue).
+    pub async fn search_offload<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        rect: Rect,
+        out: &mut Vec<Entry>,
+    ) -> Result<(), CatfishError> {
+        if self.root.is_null() {
+            self.refresh_meta(qp).await?;
+        }
+        self.nodes.resize(NODE_LEN, 0);
+        let mut meta_buf = [0u8; META_LEN];
+        {
+            let mut ops = [
+                Op::Read {
+                    remote: self.meta,
+                    local: &mut meta_buf,
+                },
+                Op::Read {
+                    remote: self.root,
+                    local: &mut self.nodes[..NODE_LEN],
+                },
+            ];
+            qp.post(&mut ops).await?;
+        }
+        self.stats.node_reads += 1;
+        let meta = Meta::decode(&meta_buf)?;
+        if meta.heartbeat.seq != self.last_heartbeat_seq {
+            self.last_heartbeat_seq = meta.heartbeat.seq;
+            self.observed = Some(meta.heartbeat.load_permille);
+        }
+        self.frontier.clear();
+        let root = GlobalAddr::from_raw(meta.root);
+        self.frontier.push(root);
+        if root != self.root {
+            // The root split since we cached it: the image we read is stale.
+            self.root = root;
+            self.stats.root_refreshes += 1;
+            self.read_frontier(qp, 0).await?;
+        } else {
+            self.pending.clear();
+            if Node::decode(&self.nodes[..NODE_LEN]).is_err() {
+                self.stats.torn_retries += 1;
+                self.pending.push(0);
+            }
+            self.reread_torn(qp).await?;
+        }
+        let mut level = None::<u16>;
+        let mut visited = 0u64;
+        loop {
+            self.next.clear();
+            let parent = level;
+            for i in 0..self.frontier.len() {
+                let img = &self.nodes[i * NODE_LEN..(i + 1) * NODE_LEN];
+                let node = Node::decode(img)?;
+                if let Some(l) = parent
+                    && node.level + 1 != l
+                {
+                    return Err(CatfishError::Corrupt("child level is not parent level - 1"));
+                }
+                for e in node.entries() {
+                    if !e.rect.intersects(&rect) {
+                        continue;
+                    }
+                    if node.level == 0 {
+                        out.push(*e);
+                    } else {
+                        self.next.push(GlobalAddr::from_raw(e.ptr));
+                    }
+                }
+                level = Some(node.level);
+            }
+            visited += self.frontier.len() as u64;
+            if self.next.is_empty() || level == Some(0) {
+                break;
+            }
+            if visited > 1 << 32 {
+                return Err(CatfishError::Corrupt("search never reached the leaves"));
+            }
+            core::mem::swap(&mut self.frontier, &mut self.next);
+            self.read_frontier(qp, 0).await?;
+        }
+        self.stats.offloaded_searches += 1;
+        Ok(())
+    }
+
+    /// READs every node of the frontier (from index `from`), `MULTI_ISSUE` per doorbell,
+    /// then re-reads torn images until all decode.
+    async fn read_frontier<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        from: usize,
+    ) -> Result<(), CatfishError> {
+        let n = self.frontier.len();
+        self.nodes.resize(n * NODE_LEN, 0);
+        let mut start = from;
+        while start < n {
+            let end = (start + MULTI_ISSUE).min(n);
+            let mut ops: heapless::Vec<Op<'_>, MULTI_ISSUE> = heapless::Vec::new();
+            for (addr, buf) in self.frontier[start..end]
+                .iter()
+                .zip(self.nodes[start * NODE_LEN..end * NODE_LEN].chunks_exact_mut(NODE_LEN))
+            {
+                // Cannot fail: at most MULTI_ISSUE ops are pushed.
+                let _ = ops.push(Op::Read {
+                    remote: *addr,
+                    local: buf,
+                });
+            }
+            qp.post(&mut ops).await?;
+            start = end;
+        }
+        self.stats.node_reads += (n - from) as u64;
+        self.pending.clear();
+        for i in from..n {
+            if Node::decode(&self.nodes[i * NODE_LEN..(i + 1) * NODE_LEN]).is_err() {
+                self.stats.torn_retries += 1;
+                self.pending.push(i);
+            }
+        }
+        self.reread_torn(qp).await
+    }
+
+    /// Re-reads the frontier nodes listed in `pending` until each decodes (bounded).
+    async fn reread_torn<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
+        let mut round = 0;
+        while !self.pending.is_empty() {
+            round += 1;
+            if round > TORN_RETRIES {
+                let addr = self.frontier[self.pending[0]];
+                let img = &self.nodes[self.pending[0] * NODE_LEN..(self.pending[0] + 1) * NODE_LEN];
+                return Err(match Node::decode(img) {
+                    Err(e) => CatfishError::TornRetriesExhausted { addr, last: e },
+                    Ok(_) => CatfishError::Corrupt("torn retries exhausted"),
+                });
+            }
+            crate::block_on::yield_now().await;
+            for chunk in self.pending.chunks(MULTI_ISSUE) {
+                let mut ops: heapless::Vec<Op<'_>, MULTI_ISSUE> = heapless::Vec::new();
+                // Hand out disjoint node buffers for the listed (distinct, ascending) indices.
+                let mut rest: &mut [u8] = &mut self.nodes;
+                let mut base = 0;
+                for &i in chunk {
+                    let (_, tail) = rest.split_at_mut((i - base) * NODE_LEN);
+                    let (buf, tail) = tail.split_at_mut(NODE_LEN);
+                    rest = tail;
+                    base = i + 1;
+                    let _ = ops.push(Op::Read {
+                        remote: self.frontier[i],
+                        local: buf,
+                    });
+                }
+                qp.post(&mut ops).await?;
+            }
+            self.stats.node_reads += self.pending.len() as u64;
+            let nodes = &self.nodes;
+            self.pending
+                .retain(|&i| Node::decode(&nodes[i * NODE_LEN..(i + 1) * NODE_LEN]).is_err());
+            self.stats.torn_retries += self.pending.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Reads the root address afresh (after another client may have created the tree).
+    pub async fn reload<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
+        self.refresh_meta(qp).await.map(|_| ())
+    }
+
+    /// The superblock address.
+    pub fn meta(&self) -> GlobalAddr {
+        self.meta
+    }
+}

@@ -1,0 +1,93 @@
+//! Catfish: an RDMA-enabled R-tree with fast messaging, RDMA offloading and an adaptive
+//! switch between them (Xiao et al., ACM TSAS 2022).
+//!
+//! - [`tree`]: the R-tree in the memory node's region, written only by the server CPU
+//!   (seqlock + checksummed nodes, copy-on-write splits so one-sided readers stay correct).
+//! - [`server`]: the fast-messaging server as a [`crate::server::Handler`], with the load
+//!   meter and the heartbeat word.
+//! - [`client`]: inserts and searches by fast messaging, searches by offloading (one
+//!   doorbell per level, every intersecting child READ at once), and the adaptive mode.
+//! - [`adaptive`]: the binary exponential back-off of Algorithm 1.
+//!
+//! Formats are in [`remora_layouts::catfish`].
+pub mod adaptive;
+pub mod client;
+pub mod server;
+pub mod tree;
+
+pub use adaptive::{Backoff, BackoffConfig};
+pub use client::{CatfishClient, ClientStats, Mode, Transport};
+pub use remora_layouts::catfish::{Entry, Rect, Status};
+pub use server::CatfishServer;
+
+use crate::alloc::AllocError;
+use crate::fabric::FabricError;
+use core::fmt;
+use remora_layouts::{GlobalAddr, LayoutError};
+
+/// Why a Catfish operation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatfishError {
+    Fabric(FabricError),
+    Alloc(AllocError),
+    /// A node, superblock or message did not decode.
+    Layout(LayoutError),
+    /// The server answered with this status.
+    Server(Status),
+    /// A reply that does not belong to the request in flight.
+    Protocol(&'static str),
+    /// No tree is published in the root slot.
+    NotCreated,
+    /// The server's arenas are exhausted (server side; clients see `Server(Full)`).
+    Full,
+    /// A node kept reading torn or mid-write past the retry bound.
+    TornRetriesExhausted {
+        addr: GlobalAddr,
+        last: LayoutError,
+    },
+    /// A structurally impossible tree.
+    Corrupt(&'static str),
+}
+
+impl From<FabricError> for CatfishError {
+    fn from(e: FabricError) -> Self {
+        CatfishError::Fabric(e)
+    }
+}
+impl From<AllocError> for CatfishError {
+    fn from(e: AllocError) -> Self {
+        CatfishError::Alloc(e)
+    }
+}
+impl From<LayoutError> for CatfishError {
+    fn from(e: LayoutError) -> Self {
+        CatfishError::Layout(e)
+    }
+}
+
+impl fmt::Display for CatfishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CatfishError::Fabric(e) => write!(f, "catfish: {e}"),
+            CatfishError::Alloc(e) => write!(f, "catfish: {e}"),
+            CatfishError::Layout(e) => write!(f, "catfish: undecodable bytes: {e}"),
+            CatfishError::Server(s) => write!(f, "catfish: the server answered {s:?}"),
+            CatfishError::Protocol(w) => write!(f, "catfish: protocol error: {w}"),
+            CatfishError::NotCreated => write!(
+                f,
+                "catfish: no tree in root slot {}",
+                remora_layouts::catfish::ROOT_SLOT
+            ),
+            CatfishError::Full => write!(f, "catfish: the server's arenas are full"),
+            CatfishError::TornRetriesExhausted { addr, last } => {
+                write!(
+                    f,
+                    "catfish: node at {addr} still torn after retries: {last}"
+                )
+            }
+            CatfishError::Corrupt(w) => write!(f, "catfish: corrupt tree: {w}"),
+        }
+    }
+}
+
+impl core::error::Error for CatfishError {}

@@ -1,0 +1,255 @@
+//! Catfish on the deterministic sim: four compute nodes insert concurrently through the
+//! server, then search in every mode against a brute-force oracle; offloaded searches
+//! interleaved with inserts at verb granularity never miss an entry inserted before they
+//! began nor invent one; the adaptive mode follows the server's reported load.
+use remora_core::catfish::{CatfishClient, CatfishServer, Entry, Mode, Rect, Transport};
+use remora_core::fabric::{Endpoint, QueuePair};
+use remora_poller::sim::{Sim, SimConfig};
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+const SPACE: i32 = 50_000;
+const CLIENTS: usize = 4;
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+fn data_rect(i: u64) -> Rect {
+    let h = mix(i + 17);
+    let x = (h % SPACE as u64) as i32;
+    let y = ((h >> 20) % SPACE as u64) as i32;
+    let w = ((h >> 40) % 1500) as i32;
+    let d = ((h >> 52) % 1500) as i32;
+    Rect::new(x, y, x + w, y + d).unwrap()
+}
+
+fn query_rect(seed: u64) -> Rect {
+    let h = mix(seed ^ 0x5eed);
+    let x = (h % SPACE as u64) as i32 - 3000;
+    let y = ((h >> 20) % SPACE as u64) as i32 - 3000;
+    let w = ((h >> 40) % 8000) as i32;
+    Rect::new(x, y, x + w, y + w + 1).unwrap()
+}
+
+fn oracle(ids: impl Iterator<Item = u64>, q: &Rect) -> Vec<u64> {
+    let mut v: Vec<u64> = ids.filter(|&i| data_rect(i).intersects(q)).collect();
+    v.sort_unstable();
+    v
+}
+
+fn ids_of(hits: &[Entry]) -> Vec<u64> {
+    let mut v: Vec<u64> = hits.iter().map(|e| e.ptr).collect();
+    v.sort_unstable();
+    v
+}
+
+fn sim<'a>(seed: u64, probe: Option<Arc<AtomicU32>>) -> Sim<'a> {
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: CLIENTS,
+        seed,
+        chunk_size: 128 << 10,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let max = sim.endpoint(0).unwrap().qp(0).unwrap().max_message();
+    let mut server = CatfishServer::new(max);
+    if let Some(p) = probe {
+        server = server.with_load_probe(p);
+    }
+    sim.set_handler(0, Box::new(server)).unwrap();
+    let c0 = sim.client(0).unwrap();
+    sim.spawn_with(&c0, 0, |ctx| async move {
+        CatfishClient::create(ctx.qp(0).unwrap(), 1).await.unwrap();
+    });
+    assert_eq!(sim.run().unfinished, 0, "creating the tree did not finish");
+    sim
+}
+
+#[test]
+fn sim_searches_match_the_oracle_in_every_mode() {
+    const PER: u64 = 300;
+    for seed in [1, 2] {
+        let failures = RefCell::new(Vec::<String>::new());
+        let figures = RefCell::new(Vec::new());
+        let mut sim = sim(seed, None);
+        for n in 0..CLIENTS {
+            let ctx = sim.client(n).unwrap();
+            let (failures, figures) = (&failures, &figures);
+            sim.spawn_with(&ctx, 0, move |ctx| async move {
+                let qp = ctx.qp(0).unwrap();
+                let mut c = CatfishClient::open(qp).await.unwrap();
+                if n % 2 == 1 {
+                    c.set_transport(Transport::WriteImm);
+                }
+                let t = n as u64;
+                for i in t * PER..(t + 1) * PER {
+                    c.insert(qp, data_rect(i), i).await.unwrap();
+                }
+                // Wait until every client's inserts are in: poll the whole tree.
+                let all = Rect::new(i32::MIN, i32::MIN, i32::MAX, i32::MAX).unwrap();
+                let mut hits = Vec::new();
+                loop {
+                    hits.clear();
+                    c.search(qp, all, Mode::Messaging, &mut hits).await.unwrap();
+                    if hits.len() as u64 == CLIENTS as u64 * PER {
+                        break;
+                    }
+                    ctx.sleep(20_000).await;
+                }
+                let everyone = 0..CLIENTS as u64 * PER;
+                for mode in [Mode::Messaging, Mode::Offload, Mode::Adaptive] {
+                    let before = qp.counters().snapshot();
+                    let t0 = ctx.now_ns();
+                    let n = 40;
+                    for k in 0..n {
+                        let q = query_rect(t * 1000 + k);
+                        hits.clear();
+                        c.search(qp, q, mode, &mut hits).await.unwrap();
+                        if ids_of(&hits) != oracle(everyone.clone(), &q) {
+                            failures.borrow_mut().push(format!("{mode:?} {q:?}"));
+                        }
+                    }
+                    let after = qp.counters().snapshot();
+                    let rt = after.round_trips - before.round_trips;
+                    if (mode == Mode::Messaging && rt != n) || rt > 4 * n {
+                        failures
+                            .borrow_mut()
+                            .push(format!("{mode:?}: {rt} round trips"));
+                    }
+                    figures.borrow_mut().push((
+                        mode,
+                        (after.round_trips - before.round_trips) as f64 / n as f64,
+                        (after.posted_verbs() - before.posted_verbs()) as f64 / n as f64,
+                        (after.bytes_in - before.bytes_in) as f64 / n as f64,
+                        (ctx.now_ns() - t0) as f64 / n as f64,
+                    ));
+                }
+                hits.clear();
+                c.search(qp, all, Mode::Offload, &mut hits).await.unwrap();
+                if ids_of(&hits) != everyone.collect::<Vec<_>>() {
+                    failures.borrow_mut().push("offloaded full scan".into());
+                }
+            });
+        }
+        let r = sim.run();
+        assert_eq!(r.unfinished, 0, "seed {seed}: clients never finished");
+        let f = failures.borrow();
+        assert!(
+            f.is_empty(),
+            "seed {seed}: {} wrong answers, first {}",
+            f.len(),
+            f[0]
+        );
+        for (mode, rt, verbs, bytes, ns) in figures.borrow().iter() {
+            println!(
+                "seed {seed} {mode:?}: {rt:.2} round trips, {verbs:.2} verbs, {bytes:.0} bytes in, {ns:.0} ns per search"
+            );
+        }
+    }
+}
+
+#[test]
+fn sim_offloaded_searches_interleaved_with_inserts_are_exact() {
+    const N: u64 = 800;
+    let begun = Cell::new(0u64);
+    let done = Cell::new(0u64);
+    let failures = RefCell::new(Vec::<String>::new());
+    let mut sim = sim(3, None);
+    let writer = sim.client(0).unwrap();
+    let (b, d) = (&begun, &done);
+    sim.spawn_with(&writer, 0, move |ctx| async move {
+        let qp = ctx.qp(0).unwrap();
+        let mut c = CatfishClient::open(qp).await.unwrap();
+        for i in 0..N {
+            b.set(i + 1);
+            c.insert(qp, data_rect(i), i).await.unwrap();
+            d.set(i + 1);
+        }
+    });
+    for n in 1..CLIENTS {
+        let ctx = sim.client(n).unwrap();
+        let (b, d, failures) = (&begun, &done, &failures);
+        sim.spawn_with(&ctx, 0, move |ctx| async move {
+            let qp = ctx.qp(0).unwrap();
+            let mut c = CatfishClient::open(qp).await.unwrap();
+            let mut hits = Vec::new();
+            let mut k = 0;
+            loop {
+                let finished = d.get();
+                let q = query_rect(n as u64 * 10_000 + k);
+                k += 1;
+                hits.clear();
+                c.search(qp, q, Mode::Offload, &mut hits).await.unwrap();
+                let got = ids_of(&hits);
+                let must = oracle(0..finished, &q);
+                let may = oracle(0..b.get(), &q);
+                if !must.iter().all(|i| got.binary_search(i).is_ok())
+                    || !got.iter().all(|i| may.binary_search(i).is_ok())
+                {
+                    failures.borrow_mut().push(format!("{q:?}: {got:?}"));
+                }
+                if finished == N {
+                    break;
+                }
+            }
+        });
+    }
+    let r = sim.run();
+    assert_eq!(r.unfinished, 0);
+    let f = failures.borrow();
+    assert!(f.is_empty(), "{} wrong answers, first {}", f.len(), f[0]);
+}
+
+#[test]
+fn sim_adaptive_mode_follows_the_reported_load() {
+    let probe = Arc::new(AtomicU32::new(200));
+    let modes = RefCell::new(Vec::<(u32, Mode)>::new());
+    let mut sim = sim(4, Some(probe.clone()));
+    let ctx = sim.client(1).unwrap();
+    let (modes_ref, p) = (&modes, probe.clone());
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let qp = ctx.qp(0).unwrap();
+        let mut c = CatfishClient::open(qp).await.unwrap();
+        for i in 0..200 {
+            c.insert(qp, data_rect(i), i).await.unwrap();
+        }
+        let mut hits = Vec::new();
+        for phase in [200u32, 990, 200] {
+            p.store(phase, Ordering::Relaxed);
+            for k in 0..150 {
+                let q = query_rect(k);
+                hits.clear();
+                let m = c.search(qp, q, Mode::Adaptive, &mut hits).await.unwrap();
+                assert_eq!(ids_of(&hits), oracle(0..200, &q));
+                modes_ref.borrow_mut().push((phase, m));
+            }
+        }
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    let modes = modes.into_inner();
+    let offloaded = |range: std::ops::Range<usize>| {
+        modes[range]
+            .iter()
+            .filter(|(_, m)| *m == Mode::Offload)
+            .count()
+    };
+    assert_eq!(offloaded(0..150), 0, "calm server: all messaging");
+    let busy = offloaded(150..300);
+    assert!(busy > 120, "busy server: most offloaded, got {busy}/150");
+    assert_eq!(
+        modes[449].1,
+        Mode::Messaging,
+        "calm again: back to messaging"
+    );
+    println!(
+        "adaptive: offloaded {busy}/150 while busy, {} of the 150 after",
+        offloaded(300..450)
+    );
+}
