@@ -25,6 +25,12 @@
 //! The metadata word is the first word of the bucket and is stored last when a bucket is
 //! filled, so a reader (whose READ moves words in ascending order) that sees a non-zero
 //! metadata word also sees the bucket's key.
+//!
+//! Hopscotch displacement moves an entry to a *later* bucket of its neighborhood: the copy is
+//! filled first (key and control word, then the metadata word), then the source's metadata
+//! word is cleared, then its control word and key. So a reader takes the first bucket that
+//! holds the key with a non-empty metadata word, and treats a zero control word as unused
+//! whatever metadata word it read before it.
 use crate::LayoutError;
 use crate::bits::{Field, assert_disjoint, read_u64};
 use memoffset::offset_of;

@@ -255,7 +255,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
     }
 
-    /// Finds `key`'s bucket with one READ of its neighborhood.
+    /// Finds `key`'s bucket with one READ of its neighborhood (see the server's displacement
+    /// module for why a key being moved is never missed).
     async fn find(&self, key: &[u8]) -> Result<Option<Bucket>, ErdaError> {
         let home = self.sb.home(key);
         let n = self.sb.neighborhood as usize * BUCKET_LEN;
@@ -264,11 +265,21 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         self.qp()?.read(addr, &mut buf[..n]).await?;
         for j in 0..self.sb.neighborhood as usize {
             let raw = &buf[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
+            // A zero control word is an unused bucket, or one the server is clearing after
+            // moving its entry to a later bucket of the neighborhood (hopscotch
+            // displacement): this READ may have caught its old metadata word and its
+            // cleared control word. The entry is in the later bucket; go on.
+            if raw[8..16] == [0u8; 8] {
+                continue;
+            }
             let b = Bucket::decode(raw).map_err(|why| ErdaError::Corrupt {
                 addr: addr.add((j * BUCKET_LEN) as u64),
                 why,
             })?;
-            if b.holds(key) {
+            // The first bucket holding the key with a non-empty metadata word: during a
+            // displacement the key is briefly in two buckets, and the source's word is
+            // cleared before anything else of it.
+            if b.holds(key) && !b.meta().is_empty() {
                 return Ok(Some(b));
             }
         }
@@ -287,7 +298,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             };
             let meta = b.meta();
             if meta.new_off() == 0 {
-                // Bucket filled, first object not granted yet (or emptied by recovery).
+                // Not produced by the server (find skips empty words); treat as absent.
                 return Ok(None);
             }
             match self.read_object(b.head(), meta.new_off(), key, out).await? {

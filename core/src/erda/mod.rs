@@ -21,13 +21,18 @@
 //!   not verify is reverted to its previous object (or emptied), and each head's append
 //!   point moves past every object still referenced.
 //!
+//! - **Hopscotch displacement**: when a new key's neighborhood is full, the server moves
+//!   entries towards their own homes to free a bucket in it, in an order that never lets a
+//!   concurrent one-sided reader miss a key (see `displace.rs`); recovery clears the
+//!   duplicate a crash mid-move leaves.
+//!
 //! Not implemented (yet): lock-free log cleaning (logs only grow: a full head answers
-//! `LogFull`), hopscotch displacement (a key goes in the first free bucket of its
-//! neighborhood, `TableFull` when there is none), a client's report of an abandoned object to
-//! the server (readers fall back instead; recovery repairs), range scans (Erda is a hash
-//! store: [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]),
-//! and sharding over several memory nodes (one store lives on one node).
+//! `LogFull`), a client's report of an abandoned object to the server (readers fall back
+//! instead; recovery repairs), range scans (Erda is a hash store:
+//! [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]), and
+//! sharding over several memory nodes (one store lives on one node).
 mod client;
+mod displace;
 mod server;
 
 pub use client::{ClientStats, Erda};

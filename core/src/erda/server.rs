@@ -1,6 +1,7 @@
 //! Erda's memory-node CPU: sessions, hash-table management, log-space allocation, the
 //! metadata word, format and recovery.
 use super::ErdaConfig;
+use super::displace;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
@@ -14,6 +15,8 @@ use std_alloc::vec::Vec;
 
 /// First byte of every head log used by objects (units 0 means "no object").
 const LOG_START: u64 = 64;
+/// Buckets past a full neighborhood searched for a free one to displace towards.
+pub(super) const MAX_PROBE: u64 = 4096;
 
 /// What the server did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,6 +32,10 @@ pub struct ServerStats {
     /// Metadata words reverted / emptied by recovery.
     pub reverted: u64,
     pub emptied: u64,
+    /// Bucket entries moved closer to their home by hopscotch displacement.
+    pub displaced: u64,
+    /// Duplicate buckets (a displacement cut short by a crash) cleared by recovery.
+    pub deduplicated: u64,
 }
 
 struct State {
@@ -52,7 +59,7 @@ pub struct ErdaServer {
     stats: ServerStats,
 }
 
-fn corrupt(region: &dyn LocalRegion, off: u64) -> FabricError {
+pub(super) fn corrupt(region: &dyn LocalRegion, off: u64) -> FabricError {
     crate::server::out_of_range(region.node(), off, 0)
 }
 
@@ -206,6 +213,7 @@ impl ErdaServer {
         region.read(sb_off, &mut raw)?;
         let sb = Superblock::decode(&raw, region.len()).map_err(|_| corrupt(region, sb_off))?;
         let mut st = self.fresh_state(sb, sb_off);
+        self.stats.deduplicated += displace::dedupe(region, &sb)?;
         let mut high = [0u64; MAX_HEADS];
         let mut obj = vec![0u8; remora_layouts::erda::OBJECT_MAX];
         let mut b = [0u8; BUCKET_LEN];
@@ -367,7 +375,14 @@ impl ErdaServer {
         let (idx, head, meta) = match (found, free) {
             (Some((i, b)), _) => (i, b.head(), b.meta()),
             (None, Some(i)) => (i, (client % sb.heads) as u8, Meta::EMPTY),
-            (None, None) => return Ok(answer(Status::TableFull, 0, 0)),
+            (None, None) => match displace::make_room(region, &sb, home, &mut st.present)? {
+                Some((i, moves)) => {
+                    self.stats.displaced += moves;
+                    self.stats.persists += 4 * moves;
+                    (i, (client % sb.heads) as u8, Meta::EMPTY)
+                }
+                None => return Ok(answer(Status::TableFull, 0, 0)),
+            },
         };
         // Reserve log space: an object never spans a segment.
         let value_len = if req.op == ReqOp::Delete {
