@@ -24,15 +24,40 @@ pub trait LocalRegion {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError>;
     /// Copies bytes in (word-wise atomic stores).
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError>;
-    /// An aligned 8-byte word.
-    fn load_u64(&self, offset: u64) -> Result<u64, FabricError>;
-    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError>;
+    /// An aligned 8-byte word. The default reads it with [`LocalRegion::read`]; a region that
+    /// other CPU threads touch concurrently overrides the three word methods with atomics
+    /// (the soft fabric's region does).
+    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
+        let mut b = [0u8; 8];
+        aligned(self, offset)?;
+        self.read(offset, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
+        aligned(self, offset)?;
+        self.write(offset, &value.to_le_bytes())
+    }
     /// Compare-and-swap on an aligned word; returns the prior value. Atomic against the CPU
     /// only: a NIC atomic on the same word is not ordered with it (the contract's rule 3).
-    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError>;
+    /// The default is a read then a write: right for a region only one thread touches.
+    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
+        let old = self.load_u64(offset)?;
+        if old == current {
+            self.store_u64(offset, new)?;
+        }
+        Ok(old)
+    }
     /// Makes `[offset, offset + len)` durable: flush and fence on persistent memory, nothing
     /// on DRAM.
     fn persist(&self, _offset: u64, _len: usize) {}
+}
+
+fn aligned<R: LocalRegion + ?Sized>(r: &R, offset: u64) -> Result<(), FabricError> {
+    if offset.is_multiple_of(8) {
+        Ok(())
+    } else {
+        Err(out_of_range(r.node(), offset, 8))
+    }
 }
 
 /// The error of an out-of-range local access, in the contract's terms.

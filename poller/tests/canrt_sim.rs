@@ -217,26 +217,6 @@ impl remora_core::server::LocalRegion for Image {
         s.copy_from_slice(data);
         Ok(())
     }
-    fn load_u64(&self, offset: u64) -> Result<u64, remora_core::FabricError> {
-        let mut b = [0u8; 8];
-        self.read(offset, &mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-    fn store_u64(&self, offset: u64, value: u64) -> Result<(), remora_core::FabricError> {
-        self.write(offset, &value.to_le_bytes())
-    }
-    fn cas_u64(
-        &self,
-        offset: u64,
-        current: u64,
-        new: u64,
-    ) -> Result<u64, remora_core::FabricError> {
-        let old = self.load_u64(offset)?;
-        if old == current {
-            self.store_u64(offset, new)?;
-        }
-        Ok(old)
-    }
 }
 
 /// What one writer did before the crash: per key, the last acknowledged value, and the

@@ -414,21 +414,6 @@ impl LocalRegion for Mem {
         self.bytes.lock().unwrap()[r].copy_from_slice(data);
         Ok(())
     }
-    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
-        let mut b = [0u8; 8];
-        self.read(offset, &mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
-        self.write(offset, &value.to_le_bytes())
-    }
-    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
-        let old = self.load_u64(offset)?;
-        if old == current {
-            self.store_u64(offset, new)?;
-        }
-        Ok(old)
-    }
     fn persist(&self, _offset: u64, _len: usize) {
         // Every write so far is durable: a crash right after this point leaves this image.
         if let Some(images) = self.images.lock().unwrap().as_mut() {

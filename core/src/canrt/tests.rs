@@ -97,21 +97,6 @@ impl LocalRegion for Pm {
         self.touch(r);
         Ok(())
     }
-    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
-        let mut b = [0u8; 8];
-        self.read(offset, &mut b)?;
-        Ok(u64::from_le_bytes(b))
-    }
-    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
-        self.write(offset, &value.to_le_bytes())
-    }
-    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
-        let old = self.load_u64(offset)?;
-        if old == current {
-            self.store_u64(offset, new)?;
-        }
-        Ok(old)
-    }
     fn persist(&self, offset: u64, len: usize) {
         let Ok(r) = self.range(offset, len) else {
             return;

@@ -121,7 +121,6 @@ impl SimRegion<'_> {
         &self,
         offset: u64,
         len: usize,
-        aligned: bool,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, FabricError> {
         let mut w = self.qp.world().borrow_mut();
@@ -131,9 +130,6 @@ impl SimRegion<'_> {
             .ok_or_else(|| out_of_range(self.node, offset, len))?
             .host;
         let o = usize::try_from(offset).map_err(|_| out_of_range(self.node, offset, len))?;
-        if aligned && !o.is_multiple_of(8) {
-            return Err(out_of_range(self.node, offset, len));
-        }
         let bytes = o
             .checked_add(len)
             .and_then(|end| host.get_mut(o..end))
@@ -153,26 +149,9 @@ impl LocalRegion for SimRegion<'_> {
             .map_or(0, |n| n.host.len() as u64)
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        self.with(offset, buf.len(), false, |b| buf.copy_from_slice(b))
+        self.with(offset, buf.len(), |b| buf.copy_from_slice(b))
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        self.with(offset, data.len(), false, |b| b.copy_from_slice(data))
-    }
-    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
-        self.with(offset, 8, true, |b| {
-            u64::from_le_bytes(b.try_into().expect("8 bytes"))
-        })
-    }
-    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
-        self.with(offset, 8, true, |b| b.copy_from_slice(&value.to_le_bytes()))
-    }
-    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
-        self.with(offset, 8, true, |b| {
-            let old = u64::from_le_bytes((&*b).try_into().expect("8 bytes"));
-            if old == current {
-                b.copy_from_slice(&new.to_le_bytes());
-            }
-            old
-        })
+        self.with(offset, data.len(), |b| b.copy_from_slice(data))
     }
 }
