@@ -407,6 +407,37 @@ mod tests {
             }
             Ok(())
         }
+        fn load_u64(&self, offset: u64) -> Result<u64, crate::FabricError> {
+            let w = self
+                .0
+                .get((offset / 8) as usize)
+                .ok_or(crate::server::out_of_range(0, offset, 8))?;
+            Ok(w.load(core::sync::atomic::Ordering::Acquire))
+        }
+        fn store_u64(&self, offset: u64, value: u64) -> Result<(), crate::FabricError> {
+            let w = self
+                .0
+                .get((offset / 8) as usize)
+                .ok_or(crate::server::out_of_range(0, offset, 8))?;
+            w.store(value, core::sync::atomic::Ordering::Release);
+            Ok(())
+        }
+        fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, crate::FabricError> {
+            let w = self
+                .0
+                .get((offset / 8) as usize)
+                .ok_or(crate::server::out_of_range(0, offset, 8))?;
+            Ok(
+                match w.compare_exchange(
+                    current,
+                    new,
+                    core::sync::atomic::Ordering::AcqRel,
+                    core::sync::atomic::Ordering::Acquire,
+                ) {
+                    Ok(v) | Err(v) => v,
+                },
+            )
+        }
     }
 
     /// Checks the R-tree invariants below `off`; returns (leaf depth, entries, mbr).
