@@ -81,6 +81,15 @@ fn advise_huge(p: NonNull<u8>, len: usize, shmem: bool) -> bool {
     advised && !off
 }
 
+/// What backs a mapping of 4 KiB pages: transparent hugepages if asked for and allowed.
+fn small_pages(ptr: NonNull<u8>, len: usize, shmem: bool) -> PageKind {
+    if len >= HUGE && advise_huge(ptr, len, shmem) {
+        PageKind::TransparentHuge
+    } else {
+        PageKind::Small4K
+    }
+}
+
 fn memfd(name: &str, flags: u32) -> io::Result<OwnedFd> {
     let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
     // SAFETY: cname is a valid NUL-terminated string for the duration of the call.
@@ -118,11 +127,7 @@ impl Mapping {
         }
         let len = len.next_multiple_of(4096);
         let ptr = mmap(len, base, -1)?;
-        let pages = if len >= HUGE && advise_huge(ptr, len, false) {
-            PageKind::TransparentHuge
-        } else {
-            PageKind::Small4K
-        };
+        let pages = small_pages(ptr, len, false);
         Ok(Mapping {
             ptr,
             len,
@@ -153,11 +158,7 @@ impl Mapping {
         let fd = memfd(name, libc::MFD_CLOEXEC)?;
         truncate(&fd, len)?;
         let ptr = mmap(len, libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd())?;
-        let pages = if len >= HUGE && advise_huge(ptr, len, true) {
-            PageKind::TransparentHuge
-        } else {
-            PageKind::Small4K
-        };
+        let pages = small_pages(ptr, len, true);
         Ok(Mapping {
             ptr,
             len,
