@@ -210,6 +210,11 @@ impl SoftMemoryNode {
         lock(&self.log).iter().cloned().collect()
     }
 
+    /// The name of the service this node runs (told to connecting clients).
+    pub fn service(&self) -> &'static str {
+        lock(&self.service).handler.service()
+    }
+
     /// Live connections.
     pub fn connections(&self) -> usize {
         lock(&self.conns).len()
@@ -243,7 +248,8 @@ impl SoftMemoryNode {
             handler.on_idle(&region);
         }
         for (i, why) in dead.into_iter().rev() {
-            conns.swap_remove(i);
+            let (id, _) = conns.swap_remove(i);
+            handler.on_disconnect(&region, id);
             if !why.is_empty() {
                 drop(conns);
                 self.log(why);
