@@ -82,6 +82,8 @@ pub struct Report {
     /// Search nodes visited.
     pub nodes: u64,
     pub violations: Vec<Violation>,
+    /// Further violations found but not listed (past `max_violations`).
+    pub unlisted: usize,
     /// Keys/entries whose search ran out of budget (neither proven nor refuted).
     pub inconclusive: Vec<String>,
 }
@@ -104,11 +106,14 @@ impl fmt::Display for Report {
             self.keys,
             self.scans,
             self.nodes,
-            self.violations.len(),
+            self.violations.len() + self.unlisted,
             self.inconclusive.len()
         )?;
         for v in &self.violations {
             write!(f, "{v}")?;
+        }
+        if self.unlisted > 0 {
+            writeln!(f, "({} more violations not listed)", self.unlisted)?;
         }
         for k in &self.inconclusive {
             writeln!(f, "inconclusive (search budget exhausted): {k}")?;
@@ -330,15 +335,8 @@ fn push_violation(
             witness: w,
             omitted_before: 0,
         });
-    } else if rep.violations.len() == cfg.max_violations {
-        // Count the rest without keeping them: keep the first ones readable.
-        rep.violations.push(Violation {
-            seed: cfg.seed,
-            subject: "more".into(),
-            reason: "further violations not listed".into(),
-            witness: History::default(),
-            omitted_before: 0,
-        });
+    } else {
+        rep.unlisted += 1;
     }
 }
 

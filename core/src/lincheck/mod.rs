@@ -59,7 +59,7 @@
 //! [`driver::lin_client`] runs one client's operations on any [`KvIndex`](crate::index::KvIndex)
 //! and records them.
 mod check;
-// pub mod driver;
+pub mod driver;
 mod history;
 mod memo;
 mod record;
