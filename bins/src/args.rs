@@ -99,6 +99,10 @@ pub struct PerfArgs {
     /// Do not pin worker threads to cores.
     #[arg(long)]
     pub no_pin: bool,
+    /// Core for the in-process memory node's server thread (default: the first core the
+    /// workers leave free; a warning if none is).
+    #[arg(long)]
+    pub server_core: Option<usize>,
     /// Write JSON records (one line per measurement) here; `-` for stdout.
     #[arg(long)]
     pub json: Option<String>,

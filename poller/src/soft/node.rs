@@ -367,11 +367,21 @@ impl SoftMemoryNode {
 
     /// Runs the node's service on a background thread until the handle is dropped.
     pub fn spawn_server(self: &Arc<Self>) -> ServerHandle {
+        self.spawn_server_on(None)
+    }
+
+    /// Runs the node's service on a background thread pinned to `core` (if given).
+    pub fn spawn_server_on(self: &Arc<Self>, core: Option<usize>) -> ServerHandle {
         let stop = Arc::new(AtomicBool::new(false));
         let (node, flag) = (self.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name(format!("remora-memnode-{}", self.cfg.node_id))
-            .spawn(move || node.serve_until(&flag, None))
+            .spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                }
+                node.serve_until(&flag, None)
+            })
             .expect("spawning the memnode server thread");
         ServerHandle {
             stop,
