@@ -471,6 +471,16 @@ impl ClientCtx {
 }
 
 /// A virtual-time wait (see [`ClientCtx::sleep`], [`ClientCtx::cpu`]).
+/// A timer of the world `w` firing at virtual time `until`.
+pub(crate) fn sleep_until(w: WorldRef, until: Ps) -> Sleep {
+    Sleep {
+        w,
+        until,
+        cpu: None,
+        armed: false,
+    }
+}
+
 pub struct Sleep {
     w: WorldRef,
     until: Ps,

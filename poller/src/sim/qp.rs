@@ -371,7 +371,54 @@ impl Endpoint for SimEndpoint {
     fn nodes(&self) -> &[NodeId] {
         &self.nodes
     }
+    /// The client thread's number + 1 (0 is "none").
+    fn client_id(&self) -> u32 {
+        self.client + 1
+    }
+    fn now_ns(&self) -> u64 {
+        self.qps.first().map_or(0, |q| q.w.borrow().now / 1000)
+    }
+    fn pause(&self, ns: u64) -> impl Future<Output = ()> {
+        let w = self.qps.first().map(|q| q.w.clone());
+        async move {
+            if let Some(w) = w {
+                let until = w.borrow().now + ns.max(1) * 1000;
+                super::cluster::sleep_until(w, until).await;
+            }
+        }
+    }
+    /// Breaks every queue pair of client `client - 1` to `node`; later requests of its are
+    /// flushed without touching memory. Resolves after `FENCE_SETTLE_NS` of virtual time, by
+    /// which any transfer of it already being placed has landed (the longest, 64 KiB at the
+    /// link rate, takes ~5 µs), as a memory node's QP error transition waits for its
+    /// in-flight requests.
+    fn fence(&self, node: NodeId, client: u32) -> impl Future<Output = Result<(), FabricError>> {
+        let w = self.qps.first().map(|q| q.w.clone());
+        async move {
+            let Some(w) = w else {
+                return Err(FabricError::UnknownNode { node });
+            };
+            let until = {
+                let mut world = w.borrow_mut();
+                let ends: Vec<u32> = (0..world.ends.len() as u32)
+                    .filter(|&e| {
+                        let end = &world.ends[e as usize];
+                        !end.server && end.node == node && end.client.wrapping_add(1) == client
+                    })
+                    .collect();
+                for e in ends {
+                    world.break_end(e);
+                }
+                world.now + FENCE_SETTLE_NS * 1000
+            };
+            super::cluster::sleep_until(w, until).await;
+            Ok(())
+        }
+    }
 }
+
+/// How long a fence waits for the fenced client's transfers in flight to land.
+pub const FENCE_SETTLE_NS: u64 = 20_000;
 
 /// Resolves once the server end has a receive completion waiting; yields how many.
 pub(crate) struct RxReady<'a>(pub &'a SimQp);
