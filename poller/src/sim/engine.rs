@@ -94,7 +94,9 @@ pub struct Tm {
     pub host_atomic: Ps,
     pub dm_atomic: Ps,
     pub post: Ps,
+    pub server_poll: Ps,
     pub handler: Ps,
+    pub server_reply: Ps,
     pub step: Ps,
     /// Link serialization in thousandths of a ps per byte.
     pub mppb: u64,
@@ -121,7 +123,9 @@ impl Tm {
             host_atomic: m.host_atomic_ps(),
             dm_atomic: m.dm_atomic_ps(),
             post: m.post_ps(),
+            server_poll: m.server_poll_ps(),
             handler: m.handler_ps(),
+            server_reply: m.server_reply_ps(),
             step: m.segment_step_ps(),
             mppb: m.milli_ps_per_byte(),
             read_step: m.read_step_ps(),
@@ -137,11 +141,64 @@ impl Tm {
     }
 }
 
+/// One direction of a NIC's link as a calendar of reserved transmission intervals: a
+/// message takes the earliest gap at or after the time it is ready, whatever order the
+/// reservations are made in. (Responses are reserved when their verb executes, up to a
+/// flight ahead of their arrival; a request that arrives in between must not queue behind
+/// them, or two-sided traffic, which mixes both on one link, would see phantom delays.)
+#[derive(Debug, Clone, Default)]
+pub struct Link {
+    /// Reserved intervals `[start, end)`, sorted, disjoint; touching ones are merged.
+    busy: VecDeque<(Ps, Ps)>,
+    /// The longest transmission reserved so far: no later request starts more than this
+    /// before the current time, so older intervals are dropped.
+    longest: Ps,
+}
+
+impl Link {
+    /// Reserves `w` of the link from the earliest instant at or after `at` that leaves it
+    /// free for `w`; returns the start. `now` is the current time (for pruning).
+    pub fn reserve(&mut self, now: Ps, at: Ps, w: Ps) -> Ps {
+        self.longest = self.longest.max(w);
+        let horizon = now.saturating_sub(self.longest);
+        while self.busy.front().is_some_and(|&(_, e)| e < horizon) {
+            self.busy.pop_front();
+        }
+        if w == 0 {
+            return at;
+        }
+        // First interval that ends after `at`: the gap search starts there.
+        let mut i = self.busy.partition_point(|&(_, e)| e <= at);
+        let mut start = at;
+        while let Some(&(s, e)) = self.busy.get(i) {
+            if start + w <= s {
+                break;
+            }
+            start = start.max(e);
+            i += 1;
+        }
+        let end = start + w;
+        // Insert at `i` (everything before ends at or before `start`), merging neighbours.
+        let joins_prev = i > 0 && self.busy[i - 1].1 == start;
+        let joins_next = self.busy.get(i).is_some_and(|&(s, _)| s == end);
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                self.busy[i - 1].1 = self.busy[i].1;
+                self.busy.remove(i);
+            }
+            (true, false) => self.busy[i - 1].1 = end,
+            (false, true) => self.busy[i].0 = start,
+            (false, false) => self.busy.insert(i, (start, end)),
+        }
+        start
+    }
+}
+
 /// A NIC: one per compute node and one per memory node.
 #[derive(Debug, Clone, Default)]
 pub struct Nic {
-    pub tx_free: Ps,
-    pub rx_free: Ps,
+    pub tx: Link,
+    pub rx: Link,
     pub engine_free: Ps,
     /// The memory node behind this NIC, if any.
     pub node: Option<NodeId>,
@@ -195,8 +252,10 @@ pub struct End {
     pub rq_credits: u32,
     pub cq: VecDeque<RxDone>,
     pub recv_waiters: Vec<u32>,
-    /// An echo server task serves this end (server side only).
-    pub served: bool,
+    /// Server side only: the memory node's handler thread that serves this connection, and
+    /// which of the handlers set on the node (`Sim::set_handler`) it runs.
+    pub thread: u32,
+    pub handler: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -315,8 +374,8 @@ pub struct World {
     /// Client of each task (NO_CLIENT for server tasks).
     pub task_client: Vec<u32>,
     pub current_task: u32,
-    /// Server ends whose echo task must be started.
-    pub to_serve: Vec<u32>,
+    /// Handler threads (memory node, thread) whose task must be started.
+    pub to_serve: Vec<(NodeId, u32)>,
     /// Tasks of crashed clients, to stop.
     pub stopped: Vec<u32>,
     pub faults: Faults,
@@ -500,8 +559,7 @@ impl World {
             let bytes = self.request_bytes(kind, len);
             let w = self.wire(bytes);
             let n = &mut self.nics[nic];
-            let tx_start = n.tx_free.max(t);
-            n.tx_free = tx_start + w;
+            let tx_start = n.tx.reserve(now, t, w);
             let fly = self.flight();
             let e = &mut self.ends[end as usize];
             let arrive = (tx_start + w + fly).max(e.last_arrival + 1);
@@ -567,8 +625,7 @@ impl World {
         let fly = self.flight();
         let req_nic = self.ends[end].nic as usize;
         let n = &mut self.nics[req_nic];
-        let rx = (tx_start + fly).max(n.rx_free);
-        n.rx_free = rx + w;
+        let rx = n.rx.reserve(self.now, tx_start + fly, w);
         let e = &mut self.ends[end];
         let done = (rx + w).max(e.last_done + 1).max(last_effect + 1);
         e.last_done = done;
@@ -593,9 +650,7 @@ impl World {
     pub fn reserve_tx(&mut self, nic: usize, at: Ps, bytes: u64) -> Ps {
         let w = self.wire(bytes);
         let n = &mut self.nics[nic];
-        let start = n.tx_free.max(at);
-        n.tx_free = start + w;
-        start
+        n.tx.reserve(self.now, at, w)
     }
 
     /// Op `id` is done at its requester at `done` (with `err`, if it failed).
@@ -739,7 +794,10 @@ impl World {
             self.trace
                 .line(now, u64::MAX, format!("memory node {n} crashed"));
         }
-        // The node's receive queues and held requests vanish with it.
+        // The node's receive queues and held requests vanish with it, and its threads' queues.
+        for t in self.nodes[n as usize].threads.iter_mut() {
+            t.queue.clear();
+        }
         for e in 0..self.ends.len() {
             if self.ends[e].node == n && self.ends[e].server {
                 let cq = std::mem::take(&mut self.ends[e].cq);

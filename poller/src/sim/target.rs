@@ -16,7 +16,7 @@
 //!    - SEND / WRITE_WITH_IMM: need a posted receive at the target, else RNR NAK and retry
 //!      every `rnr_timer_ns` (+ a round trip), at most `rnr_retry` times; the queue pair's
 //!      later requests wait behind the held one.
-use super::engine::{Ev, Kind, RxDone, World};
+use super::engine::{Ev, Kind, NO_TASK, RxDone, World};
 use super::memory::Refused;
 use super::model::Ps;
 use remora_core::fabric::{FabricError, RecvKind};
@@ -92,8 +92,7 @@ impl World {
         let w = self.wire(self.request_bytes(kind, len));
         let nic_op = self.nics[tnic].scale(self.tm.nic_op);
         let n = &mut self.nics[tnic];
-        let rx_start = now.saturating_sub(w).max(n.rx_free);
-        n.rx_free = rx_start + w;
+        let rx_start = n.rx.reserve(now, now.saturating_sub(w), w);
         let e = (rx_start + w).max(n.engine_free);
         n.engine_free = e + nic_op;
         if let Some(err) = local_err {
@@ -390,12 +389,27 @@ impl World {
         self.wake_receiver(peer);
     }
 
-    /// A receive completion is waiting at `end`: wake its receiver or start its server.
+    /// A receive completion is waiting at `end`: wake its receiver, or queue it at the
+    /// memory node's handler thread that serves the connection (starting that thread's task
+    /// on its first message).
     pub(super) fn wake_receiver(&mut self, end: usize) {
         let e = &mut self.ends[end];
-        if e.server && !e.served {
-            e.served = true;
-            self.to_serve.push(end as u32);
+        if e.server {
+            let (node, thread) = (e.node, e.thread);
+            let Some(t) = self
+                .nodes
+                .get_mut(node as usize)
+                .and_then(|n| n.threads.get_mut(thread as usize))
+            else {
+                return;
+            };
+            t.queue.push_back(end as u32);
+            if let Some(task) = t.wake() {
+                self.make_ready(task);
+            } else if t.task == NO_TASK && !t.starting {
+                t.starting = true;
+                self.to_serve.push((node, thread));
+            }
             return;
         }
         let waiters = std::mem::take(&mut e.recv_waiters);
