@@ -217,9 +217,10 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
         replies.clear();
         let region = SimRegion { w: &w, node };
         let r = match &handler {
-            Some(h) => h
-                .borrow_mut()
-                .on_message(&region, end as usize, msg.recv, payload, &mut replies),
+            Some(h) => {
+                h.borrow_mut()
+                    .on_message(&region, end as usize, msg.recv, payload, &mut replies)
+            }
             None => Err(FabricError::Unsupported {
                 what: "no handler on this memory node",
             }),
@@ -260,7 +261,10 @@ fn alive(w: &WorldRef, node: usize, end: u32, since: Ps) -> bool {
     let e = &w.ends[end as usize];
     !w.nics[e.nic as usize].dead
         && !e.broken
-        && !w.nodes.get(node).is_none_or(|m| m.crashed_between(since, w.now))
+        && !w
+            .nodes
+            .get(node)
+            .is_none_or(|m| m.crashed_between(since, w.now))
 }
 
 /// Posts one reply SEND from server end `end`, not waiting for its completion (the engine
