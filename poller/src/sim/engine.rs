@@ -834,3 +834,28 @@ pub fn with_wr(e: FabricError, wr: usize) -> FabricError {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Link;
+
+    #[test]
+    fn link_fills_the_earliest_gap_whatever_the_reservation_order() {
+        let mut l = Link::default();
+        // A response reserved ahead of time...
+        assert_eq!(l.reserve(0, 1000, 10), 1000);
+        // ...does not delay a request that is on the wire earlier.
+        assert_eq!(l.reserve(0, 500, 10), 500);
+        // Overlaps queue behind, and a gap too small is skipped.
+        assert_eq!(l.reserve(0, 505, 10), 510);
+        assert_eq!(l.reserve(0, 985, 10), 985);
+        assert_eq!(l.reserve(0, 990, 10), 1010);
+        // Touching intervals merged: [500, 520) [985, 995) [1000, 1020).
+        assert_eq!(l.busy.len(), 3);
+        assert_eq!(l.reserve(0, 995, 5), 995);
+        assert_eq!(l.busy.len(), 2);
+        // Old intervals are dropped once no request can reach back to them.
+        assert_eq!(l.reserve(10_000, 10_000, 10), 10_000);
+        assert_eq!(l.busy.len(), 1);
+    }
+}

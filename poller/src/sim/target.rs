@@ -15,7 +15,10 @@
 //!      (device memory: `1/dm_atomic_mops`); the op takes effect when it gets the slot;
 //!    - SEND / WRITE_WITH_IMM: need a posted receive at the target, else RNR NAK and retry
 //!      every `rnr_timer_ns` (+ a round trip), at most `rnr_retry` times; the queue pair's
-//!      later requests wait behind the held one.
+//!      later requests wait behind the held one. The receive is consumed when the request
+//!      is admitted; the completion is raised one ps after the last byte is placed and goes
+//!      to the waiting receiver, or, at a memory node, to the FIFO of the handler thread of
+//!      the connection (`server.rs`), which reposts the receive once its handler consumed it.
 use super::engine::{Ev, Kind, NO_TASK, RxDone, World};
 use super::memory::Refused;
 use super::model::Ps;
