@@ -105,7 +105,9 @@ fn without_jitter_seeds_still_break_ties_differently() {
 
 /// Echo traffic on a memory node with two handler threads: every reply a client gets (in
 /// order, with its virtual time), the node's busy time and the engine stats.
-fn echoes(seed: u64) -> (Vec<(u64, u64, Vec<u8>)>, u64, EngineStats) {
+type Replies = Vec<(u64, u64, Vec<u8>)>;
+
+fn echoes(seed: u64) -> (Replies, u64, EngineStats) {
     let mut m = Model::default();
     m.set("server_threads", "2").unwrap();
     m.set("recv_depth", "2").unwrap();
