@@ -13,9 +13,14 @@
 //!    delays, never overtaking an earlier op of its queue pair): an `Arrive` event.
 //! 2. `Arrive` at the responder NIC: receive link, NIC engine admission (`nic_mops`), then
 //!    the per-verb pipeline, which schedules `Segment`/`Atomic`/`Deliver` events at the
-//!    virtual times memory is touched, and the response on the way back.
-//! 3. The batch's `Complete` event fires when its last response is in; the waiting coroutine
-//!    is made ready and copies the results out of engine-owned buffers.
+//!    virtual times memory is touched, and the response on the way back: `RespTx` when it is
+//!    ready to leave (a READ's response is placed on the link when the READ executes, since
+//!    its sampling is timed by it), `RespRx` when its first byte reaches the requester.
+//!    Every link is reserved when data reaches it, so a link carrying requests one way and
+//!    responses or replies the other (two-sided traffic) queues them as a FIFO would.
+//! 3. The ops of a queue pair complete in order once their responses are in; the batch's
+//!    `Complete` event fires when its last op has; the waiting coroutine is made ready and
+//!    copies the results out of engine-owned buffers.
 use super::faults::{FaultKind, Faults};
 use super::memory::MemNode;
 use super::model::{Model, Ps};
@@ -49,6 +54,12 @@ pub enum Ev {
     Wake(u32),
     /// Scheduled fault number `0` (see `faults.rs`).
     Fault(u32),
+    /// The response of op `0` is ready to leave its responder (its transmit link is
+    /// reserved now, in ready-time order).
+    RespTx(u32),
+    /// The first byte of op `0`'s response reaches its requester (its receive link is
+    /// reserved now, in arrival order).
+    RespRx(u32),
 }
 
 impl Ev {
@@ -64,6 +75,8 @@ impl Ev {
             Ev::Complete(a) => (5, a, 0),
             Ev::Wake(a) => (6, a, 0),
             Ev::Fault(a) => (7, a, 0),
+            Ev::RespTx(a) => (8, a, 0),
+            Ev::RespRx(a) => (9, a, 0),
         };
         (k << 60) | ((b as u64 & 0x0FFF_FFFF) << 32) | a as u64
     }
@@ -78,7 +91,9 @@ impl Ev {
             4 => Ev::RnrRetry(a),
             5 => Ev::Complete(a),
             6 => Ev::Wake(a),
-            _ => Ev::Fault(a),
+            7 => Ev::Fault(a),
+            8 => Ev::RespTx(a),
+            _ => Ev::RespRx(a),
         }
     }
 }
@@ -244,6 +259,8 @@ pub struct End {
     /// Requester side: arrival of the last request sent, completion of the last op.
     pub last_arrival: Ps,
     pub last_done: Ps,
+    /// Requester side: ops whose response is on its way, in op order (they complete in it).
+    pub responses: VecDeque<u32>,
     /// Responder side: the last time memory was touched by an op from the peer.
     pub last_effect: Ps,
     /// Responder side: an op held for want of a receive (RNR) and the ops behind it.
@@ -309,6 +326,12 @@ pub struct OpSlot {
     pub perm_stride: u32,
     pub arrived: Ps,
     pub ack_at: Ps,
+    /// The response: its size, error, the last memory effect it must follow, and when its
+    /// last byte is in at the requester (0 until then).
+    pub resp_bytes: u64,
+    pub resp_err: Option<FabricError>,
+    pub resp_after: Ps,
+    pub resp_in: Ps,
     pub rnr_left: u32,
     pub traced: bool,
 }
@@ -460,6 +483,8 @@ impl World {
             Ev::Complete(b) => self.complete(b),
             Ev::Wake(t) => self.make_ready(t),
             Ev::Fault(i) => self.fault(i),
+            Ev::RespTx(op) => self.response_leaves(op),
+            Ev::RespRx(op) => self.response_arrives(op),
         }
         true
     }
@@ -572,7 +597,9 @@ impl World {
             let tx_start = n.tx.reserve(now, t, w);
             let fly = self.flight();
             let e = &mut self.ends[end as usize];
-            let arrive = (tx_start + w + fly).max(e.last_arrival + 1);
+            // `Arrive` is when the first byte reaches the responder: its receive link is
+            // reserved then, so every link is reserved in the order data reaches it.
+            let arrive = (tx_start + fly).max(e.last_arrival + 1);
             e.last_arrival = arrive;
             if traced {
                 let o = self.ops.get(id);
@@ -580,7 +607,7 @@ impl World {
                     now,
                     number,
                     format!(
-                        "  wr {wr}: {} {} B at {}: on the wire {}..{}, arrives {}",
+                        "  wr {wr}: {} {} B at {}: on the wire {}..{}, first byte arrives {}",
                         kind.name(),
                         len,
                         o.remote,
@@ -620,8 +647,40 @@ impl World {
         }
     }
 
-    /// The response of op `id` leaves its responder at `tx_start` (link already reserved)
-    /// and takes `bytes` on the wire; the op is then finished at the requester.
+    /// The response of op `id` (`bytes` on the wire, `err`, never completing before
+    /// `last_effect`) is ready to leave its responder at `ready`: its transmit link is
+    /// reserved at that time (`Ev::RespTx`), then it flies to the requester.
+    pub fn respond_at(
+        &mut self,
+        id: u32,
+        ready: Ps,
+        bytes: u64,
+        err: Option<FabricError>,
+        last_effect: Ps,
+    ) {
+        let o = self.ops.get_mut(id);
+        o.resp_bytes = bytes;
+        o.resp_err = err;
+        o.resp_after = last_effect;
+        o.resp_in = 0;
+        let end = o.end as usize;
+        self.ends[end].responses.push_back(id);
+        self.schedule(ready, Ev::RespTx(id));
+    }
+
+    fn response_leaves(&mut self, id: u32) {
+        let (end, bytes) = {
+            let o = self.ops.get(id);
+            (o.end as usize, o.resp_bytes)
+        };
+        let tnic = self.ends[self.ends[end].peer as usize].nic as usize;
+        let now = self.now;
+        let tx = self.reserve_tx(tnic, now, bytes);
+        self.response_sent(id, tx);
+    }
+
+    /// The response of op `id` leaves its responder at `tx_start` (link already reserved:
+    /// a READ's response is reserved when the READ executes, its sampling timed by it).
     pub fn respond(
         &mut self,
         id: u32,
@@ -630,30 +689,70 @@ impl World {
         err: Option<FabricError>,
         last_effect: Ps,
     ) {
-        let end = self.ops.get(id).end as usize;
-        let w = self.wire(bytes);
+        let o = self.ops.get_mut(id);
+        o.resp_bytes = bytes;
+        o.resp_err = err;
+        o.resp_after = last_effect;
+        o.resp_in = 0;
+        let end = o.end as usize;
+        self.ends[end].responses.push_back(id);
+        self.response_sent(id, tx_start);
+    }
+
+    fn response_sent(&mut self, id: u32, tx_start: Ps) {
         let fly = self.flight();
-        let req_nic = self.ends[end].nic as usize;
-        let n = &mut self.nics[req_nic];
-        let rx = n.rx.reserve(self.now, tx_start + fly, w);
-        let e = &mut self.ends[end];
-        let done = (rx + w).max(e.last_done + 1).max(last_effect + 1);
-        e.last_done = done;
         let o = self.ops.get_mut(id);
         o.ack_at = tx_start;
         if o.traced {
             let line = format!(
-                "  wr {}: response leaves {} ({} B), completes at requester {}{}",
+                "  wr {}: response leaves {} ({} B)",
                 o.wr,
                 super::trace::fmt_ps(tx_start),
-                bytes,
-                super::trace::fmt_ps(done),
-                err.map(|e| format!(" with error: {e}")).unwrap_or_default()
+                o.resp_bytes,
             );
             let n = self.batches.get(o.batch).number;
             self.trace.line(self.now, n, line);
         }
-        self.finish(id, err, done);
+        self.schedule(tx_start + fly, Ev::RespRx(id));
+    }
+
+    /// The first byte of op `id`'s response is in at the requester: reserve the receive
+    /// link, then finish every op of the queue pair whose response is complete, in op order.
+    fn response_arrives(&mut self, id: u32) {
+        let (end, bytes) = {
+            let o = self.ops.get(id);
+            (o.end as usize, o.resp_bytes)
+        };
+        let w = self.wire(bytes);
+        let req_nic = self.ends[end].nic as usize;
+        let now = self.now;
+        let rx = self.nics[req_nic].rx.reserve(now, now, w);
+        self.ops.get_mut(id).resp_in = rx + w;
+        while let Some(&head) = self.ends[end].responses.front() {
+            let (resp_in, after, err) = {
+                let o = self.ops.get(head);
+                (o.resp_in, o.resp_after, o.resp_err)
+            };
+            if resp_in == 0 {
+                break;
+            }
+            self.ends[end].responses.pop_front();
+            let e = &mut self.ends[end];
+            let done = resp_in.max(e.last_done + 1).max(after + 1);
+            e.last_done = done;
+            let o = self.ops.get(head);
+            if o.traced {
+                let line = format!(
+                    "  wr {}: completes at requester {}{}",
+                    o.wr,
+                    super::trace::fmt_ps(done),
+                    err.map(|e| format!(" with error: {e}")).unwrap_or_default()
+                );
+                let n = self.batches.get(o.batch).number;
+                self.trace.line(self.now, n, line);
+            }
+            self.finish(head, err, done);
+        }
     }
 
     /// Reserves the responder NIC's transmit link for a `bytes` response from `at`.
@@ -672,7 +771,9 @@ impl World {
         let batch = self.batches.get_mut(b);
         batch.remaining = batch.remaining.saturating_sub(1);
         batch.done_at = batch.done_at.max(done);
-        if batch.err.is_none() && err.is_some() {
+        // The batch reports its first failing work request (later ones are flushed by it,
+        // whichever finished first in virtual time).
+        if err.is_some() && (batch.err.is_none() || wr < batch.err_wr) {
             batch.err = err.map(|e| with_wr(e, wr as usize));
             batch.err_wr = wr;
         }

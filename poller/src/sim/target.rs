@@ -1,8 +1,8 @@
 //! The responder side of a verb: what happens when a request reaches the target NIC.
 //!
-//! At arrival (`Ev::Arrive`, the time the request's last byte would be in with an idle
-//! receive link) the NIC
-//! 1. takes the request off its receive link (queueing behind earlier traffic),
+//! At arrival (`Ev::Arrive`, the time the request's first byte is in) the NIC
+//! 1. takes the request off its receive link (queueing behind traffic that reached the link
+//!    earlier; links are calendars reserved in the order data reaches them),
 //! 2. admits it to its processing engine, one op per `1/nic_mops` (the message-rate bound),
 //! 3. checks key, bounds and alignment (errors touch no memory and break the queue pair),
 //! 4. runs the verb's pipeline, keeping every memory effect of a queue pair strictly after
@@ -69,12 +69,10 @@ impl World {
     /// Fails op `id` at the responder: a NAK leaves at `at`, the queue pair breaks.
     fn fail(&mut self, id: u32, at: Ps, err: FabricError) {
         let end = self.ops.get(id).end;
-        let tnic = self.ends[self.ends[end as usize].peer as usize].nic as usize;
         self.trace_op(id, || format!("refused: {err}"));
         self.break_end(end);
         let bytes = self.model.msg_bytes(0);
-        let tx = self.reserve_tx(tnic, at, bytes);
-        self.respond(id, tx, bytes, Some(err), 0);
+        self.respond_at(id, at, bytes, Some(err), 0);
     }
 
     fn process(&mut self, id: u32) {
@@ -95,7 +93,8 @@ impl World {
         let w = self.wire(self.request_bytes(kind, len));
         let nic_op = self.nics[tnic].scale(self.tm.nic_op);
         let n = &mut self.nics[tnic];
-        let rx_start = n.rx.reserve(now, now.saturating_sub(w), w);
+        // `now` is when the first byte is in: the link is reserved in arrival order.
+        let rx_start = n.rx.reserve(now, now, w);
         let e = (rx_start + w).max(n.engine_free);
         n.engine_free = e + nic_op;
         if let Some(err) = local_err {
@@ -208,8 +207,7 @@ impl World {
                     )
                 });
                 let resp = self.response_bytes(kind, len);
-                let tx = self.reserve_tx(tnic, ack, resp);
-                self.respond(id, tx, resp, None, ack);
+                self.respond_at(id, ack, resp, None, ack);
                 if kind != Kind::Send && nseg > 0 {
                     self.at(t0, Ev::Segment(id, 0));
                 }
@@ -257,8 +255,7 @@ impl World {
                     )
                 });
                 let resp = self.response_bytes(kind, len);
-                let tx = self.reserve_tx(tnic, a + occ, resp);
-                self.respond(id, tx, resp, None, a);
+                self.respond_at(id, a + occ, resp, None, a);
                 self.at(a, Ev::Atomic(id));
             }
         }
