@@ -313,8 +313,15 @@ impl Model {
             .map(|p| format!("{}={}", p.name, self.get(p.name).unwrap_or(f64::NAN)))
             .collect();
         let base = format!(
-            "one_way={}ns link={}Gb/s nic={}Mops pcie_read={}ns host_atomic={}ns",
-            self.one_way_ns, self.link_gbps, self.nic_mops, self.pcie_read_ns, self.host_atomic_ns
+            "one_way={}ns link={}Gb/s nic={}Mops pcie_read={}ns host_atomic={}ns \
+             server={}x{}ns/msg",
+            self.one_way_ns,
+            self.link_gbps,
+            self.nic_mops,
+            self.pcie_read_ns,
+            self.host_atomic_ns,
+            self.server_threads,
+            self.service_ps(1) as f64 / 1000.0
         );
         if changed.is_empty() {
             format!("default model ({base})")
