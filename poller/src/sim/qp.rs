@@ -55,10 +55,6 @@ impl SimQp {
         self.end
     }
 
-    pub(crate) fn world(&self) -> &WorldRef {
-        &self.w
-    }
-
     fn take_rx(&self, w: &mut World, rx: RxDone, buf: &mut [u8]) -> Result<Recv, FabricError> {
         w.ends[self.end as usize].rq_credits += 1;
         let kind = rx.kind.unwrap_or(RecvKind::Send);
@@ -419,30 +415,3 @@ impl Endpoint for SimEndpoint {
 
 /// How long a fence waits for the fenced client's transfers in flight to land.
 pub const FENCE_SETTLE_NS: u64 = 20_000;
-
-/// Resolves once the server end has a receive completion waiting; yields how many.
-pub(crate) struct RxReady<'a>(pub &'a SimQp);
-
-impl Future for RxReady<'_> {
-    type Output = Result<usize, FabricError>;
-    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let qp = self.0;
-        let mut w = qp.w.borrow_mut();
-        let end = qp.end as usize;
-        let n = w.ends[end].cq.len();
-        if n > 0 {
-            return Poll::Ready(Ok(n));
-        }
-        if w.ends[end].broken {
-            return Poll::Ready(Err(FabricError::Flushed));
-        }
-        let t = w.current_task;
-        if t == NO_TASK {
-            return Poll::Ready(Err(OUTSIDE));
-        }
-        if !w.ends[end].recv_waiters.contains(&t) {
-            w.ends[end].recv_waiters.push(t);
-        }
-        Poll::Pending
-    }
-}
