@@ -118,3 +118,123 @@ fn erda_sim_runs_are_deterministic() {
     };
     assert_eq!(format!("{:?}", run(3)), format!("{:?}", run(3)));
 }
+
+/// What the three clients of [`delete_in_flight`] observed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Observed {
+    /// Client 1's delete was granted (the key was present at its grant).
+    delete_granted: bool,
+    /// Client 2's update answer.
+    update: Option<bool>,
+    /// Client 3's get, started after client 2's update returned: the value's first byte.
+    get: Option<Option<u8>>,
+}
+
+/// A hand-scheduled history on the sim: key K holds value 1. Client 1 asks the server to
+/// delete K (its request is granted) and then stalls for a long time before writing anything
+/// further (a slow writer: its own WRITE, if the protocol wants one, comes 2 ms later). While
+/// it stalls, client 2 updates K to 2, and after that update has returned client 3 reads K.
+fn delete_in_flight(seed: u64) -> Observed {
+    use remora_core::fabric::{Op, QueuePair};
+    use remora_core::index::KvIndex;
+    use remora_layouts::GlobalAddr;
+    use remora_layouts::erda::{OBJECT_MAX, Reply, ReqOp, Request, Status, encode_object};
+    let seen = RefCell::new(Observed::default());
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 3,
+        memory_nodes: 1,
+        region_len: 32 << 20,
+        seed,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    sim.set_handler(0, Box::new(ErdaServer::new(ErdaConfig::small())))
+        .unwrap();
+    let cfg = ErdaClientConfig::default();
+    const K: &[u8] = b"contested";
+    // Client 1: creates K, then sends a raw delete request and stalls before its WRITE.
+    let ctx = sim.client(0).unwrap();
+    let s = &seen;
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), cfg).await.unwrap();
+        e.upsert(K, &[1u8; 8]).await.unwrap();
+        ctx.sleep(20_000).await;
+        let sb = e.superblock();
+        let qp = ctx.qp(0).unwrap();
+        let req = Request::new(ReqOp::Delete, 77, K, 0).unwrap().encode();
+        qp.post(&mut [Op::WriteImm {
+            remote: GlobalAddr::new(0, sb.mailbox(e.client_id())),
+            local: &req,
+            imm: e.client_id(),
+        }])
+        .await
+        .unwrap();
+        let mut buf = [0u8; 64];
+        let r = qp.recv(&mut buf).await.unwrap();
+        let reply = Reply::decode(&buf[..r.len as usize]).unwrap();
+        let granted = reply.status == Status::Granted;
+        s.borrow_mut().delete_granted = granted;
+        // The slow writer: its delete object lands 2 ms later.
+        ctx.sleep(2_000_000).await;
+        if granted {
+            let mut obj = [0u8; OBJECT_MAX];
+            let n = encode_object(&mut obj, K, &[], true).unwrap();
+            let at = sb.object_off(reply.head, reply.arg as u32).unwrap();
+            qp.write(GlobalAddr::new(0, at), &obj[..n]).await.unwrap();
+        }
+    });
+    // Client 2: updates K while client 1's delete is in flight.
+    let ctx = sim.client(1).unwrap();
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), cfg).await.unwrap();
+        ctx.sleep(200_000).await;
+        let r = e.update(K, &[2u8; 8]).await.unwrap();
+        s.borrow_mut().update = Some(r);
+    });
+    // Client 3: reads K once client 2's update has returned.
+    let ctx = sim.client(2).unwrap();
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), cfg).await.unwrap();
+        let mut waited = 0;
+        while s.borrow().update.is_none() {
+            ctx.sleep(1_000).await;
+            waited += 1;
+            assert!(waited < 1_000, "client 2's update never returned");
+        }
+        let mut out = [0u8; 8];
+        let g = e.get(K, &mut out).await.unwrap();
+        s.borrow_mut().get = Some(g.map(|_| out[0]));
+    });
+    let r = sim.run();
+    assert_eq!(r.unfinished, 0, "seed {seed}: a client never finished");
+    drop(sim);
+    seen.into_inner()
+}
+
+/// Issue 9: the server used to answer update/delete from the log space it had *granted*,
+/// while readers see only objects that have *landed*. With client 1's delete granted but not
+/// landed, client 2's update answered "absent" and client 3's later get still returned the
+/// old value: no sequential order explains both. Every outcome allowed by a linearization of
+/// {delete (pending or done), update, then get} is listed here.
+#[test]
+fn an_update_racing_a_granted_delete_is_linearizable() {
+    for seed in 1..=3 {
+        let o = delete_in_flight(seed);
+        assert!(
+            o.delete_granted,
+            "seed {seed}: the delete was not granted: {o:?}"
+        );
+        let allowed = [
+            // delete, update (absent), get (absent)
+            (Some(false), Some(None)),
+            // update, get, delete (still pending when the get ran)
+            (Some(true), Some(Some(2))),
+            // update, delete, get
+            (Some(true), Some(None)),
+        ];
+        assert!(
+            allowed.contains(&(o.update, o.get)),
+            "seed {seed}: not linearizable: {o:?}"
+        );
+    }
+}

@@ -191,6 +191,9 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         let vlen = if delete { 0 } else { value.len() };
         let reply = self.request(op, key, vlen).await?;
         match reply.status {
+            // The server wrote the delete object itself before granting (see the module
+            // docs): nothing left to write.
+            Status::Granted if delete => return Ok(true),
             Status::Granted => {}
             Status::Absent => return Ok(false),
             status => return Err(ErdaError::Refused { status }),
@@ -200,7 +203,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         })?;
         let addr = self.object_addr(reply.head, units)?;
         let mut obj = [0u8; OBJECT_MAX];
-        let len = encode_object(&mut obj, key, value, delete)
+        let len = encode_object(&mut obj, key, value, false)
             .map_err(|why| ErdaError::Corrupt { addr, why })?;
         if self.sb.head_remaining(units) < len as u64 {
             return Err(ErdaError::Protocol {

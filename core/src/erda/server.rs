@@ -5,9 +5,9 @@ use super::displace;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, HELLO, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN, ROOT_SLOT, Reply, ReqOp,
-    Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status, Superblock,
-    decode_object, object_len, object_len_from_header,
+    BUCKET_LEN, Bucket, HELLO, KEY_MAX, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN, ROOT_SLOT, Reply,
+    ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status, Superblock,
+    decode_object, encode_object, object_len, object_len_from_header,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
 use std_alloc::vec;
@@ -49,6 +49,8 @@ struct State {
     /// Connection owning each client id.
     owners: Vec<Option<usize>>,
     scratch: Vec<u8>,
+    /// A delete object being written (keys are at most 16 bytes).
+    scratch_obj: [u8; object_len(KEY_MAX, 0)],
 }
 
 /// Erda's server-side handler. Formats the region on the first message if no store is
@@ -174,6 +176,7 @@ impl ErdaServer {
             present: vec![false; sb.buckets as usize],
             owners: vec![None; sb.max_clients as usize],
             scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
+            scratch_obj: [0u8; object_len(KEY_MAX, 0)],
         }
     }
 
@@ -415,6 +418,19 @@ impl ErdaServer {
             region.write(off + 8, &b[8..])?;
             region.persist(off + 8, BUCKET_LEN - 8);
             self.stats.inserts += 1;
+            self.stats.persists += 1;
+        }
+        if req.op == ReqOp::Delete {
+            // A delete object carries no value: the server writes it itself, durably, before
+            // the metadata word names it. So a delete has landed when it is granted, and the
+            // presence the server answers from (its latest grant) is what readers see.
+            let obj_off = sb
+                .object_off(head, units)
+                .map_err(|_| corrupt(region, sb.bucket_off(idx)))?;
+            let n = encode_object(&mut st.scratch_obj, key, &[], true)
+                .map_err(|_| corrupt(region, obj_off))?;
+            region.write(obj_off, &st.scratch_obj[..n])?;
+            region.persist(obj_off, n);
             self.stats.persists += 1;
         }
         // The paper's 8-byte atomic write: flip the tag, new offset over the older one.
