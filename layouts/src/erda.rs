@@ -429,7 +429,16 @@ pub fn decode_object(bytes: &[u8]) -> Result<ObjectRef<'_>, LayoutError> {
 // ---------------------------------------------------------------- superblock
 
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ERDA0001");
-pub const SUPERBLOCK_VERSION: u32 = 1;
+/// Version 2 added the stripe version words after the mailboxes.
+pub const SUPERBLOCK_VERSION: u32 = 2;
+
+/// Buckets per stripe version word (at least the largest neighborhood, 64, so a key's
+/// neighborhood lies in two consecutive stripes).
+pub const STRIPE_BUCKETS: u64 = 64;
+const _: () = assert!(
+    STRIPE_BUCKETS >= 64,
+    "a neighborhood must fit in two stripes"
+);
 
 /// Where everything of one store lives in the memory node's region (offsets are host-region
 /// offsets). Written once by the server at format time, then read-only.
@@ -492,6 +501,24 @@ impl Superblock {
             });
         }
         Ok(self.head_base[head as usize] + units as u64 * 8)
+    }
+    /// Stripe version words: one per [`STRIPE_BUCKETS`] buckets, plus one so that the two
+    /// words a reader fetches (its home's stripe and the next) always exist.
+    pub fn stripes(&self) -> u64 {
+        self.buckets.div_ceil(STRIPE_BUCKETS) + 1
+    }
+    /// Region offset of the stripe version words (right after the mailboxes; derived, not
+    /// stored).
+    pub fn stripe_off(&self) -> u64 {
+        self.mailbox_off + self.max_clients as u64 * MAILBOX_LEN as u64
+    }
+    /// The stripe of bucket `i`.
+    pub fn stripe_of(&self, i: u64) -> u64 {
+        i / STRIPE_BUCKETS
+    }
+    /// Region offset of stripe `s`'s version word.
+    pub fn stripe_word_off(&self, s: u64) -> u64 {
+        self.stripe_off() + s * 8
     }
     /// Bytes of head `head`'s log from `units` to its end.
     pub fn head_remaining(&self, units: u32) -> u64 {
@@ -599,6 +626,9 @@ impl Superblock {
             self.max_clients as u64 * MAILBOX_LEN as u64,
         ) {
             return bad("mailbox_off", self.mailbox_off);
+        }
+        if !inside(self.stripe_off(), self.stripes() * 8) {
+            return bad("stripes", self.stripes());
         }
         for (i, &b) in self.head_base.iter().enumerate() {
             if (i as u32) < self.heads {

@@ -31,6 +31,7 @@ use remora_layouts::erda::{BUCKET_LEN, Bucket, Superblock};
 use std_alloc::vec::Vec;
 
 use super::server::corrupt;
+use super::stripe;
 
 fn load(region: &dyn LocalRegion, sb: &Superblock, i: u64) -> Result<Bucket, FabricError> {
     let mut raw = [0u8; BUCKET_LEN];
@@ -59,13 +60,15 @@ fn move_entry(
     b: &Bucket,
 ) -> Result<(), FabricError> {
     debug_assert!(to > from);
+    let section = stripe::Section::enter(region, sb, &[from, to])?;
     let dst = sb.bucket_off(to);
     let raw = b.encode();
     region.write(dst + 8, &raw[8..])?;
     region.persist(dst + 8, BUCKET_LEN - 8);
     region.store_u64(dst, b.meta)?;
     region.persist(dst, 8);
-    clear(region, sb, from)
+    clear(region, sb, from)?;
+    section.leave(region)
 }
 
 /// Frees a bucket in the neighborhood of `home` (all of whose buckets are used) by hopscotch

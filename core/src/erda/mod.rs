@@ -34,6 +34,7 @@
 mod client;
 mod displace;
 mod server;
+mod stripe;
 
 pub use client::{ClientStats, Erda};
 pub use server::{ErdaServer, ServerStats};
@@ -106,6 +107,11 @@ pub struct ErdaClientConfig {
     pub read_retries: u32,
     /// Yields while another coroutine of this handle holds the request mailbox.
     pub mailbox_waits: u32,
+    /// Mutant, for tests only: trust a single neighborhood READ for misses (the reader
+    /// before issue 9), which is correct only if a READ observes words in ascending address
+    /// order. Tests set it to show that an adversarial word order catches it.
+    #[doc(hidden)]
+    pub assume_ascending_reads: bool,
 }
 
 impl Default for ErdaClientConfig {
@@ -115,6 +121,7 @@ impl Default for ErdaClientConfig {
             value_size: 8,
             read_retries: 100_000,
             mailbox_waits: 10_000_000,
+            assume_ascending_reads: false,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! metadata word, format and recovery.
 use super::ErdaConfig;
 use super::displace;
+use super::stripe;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
@@ -110,7 +111,8 @@ impl ErdaServer {
         let buckets = c.buckets + c.neighborhood as u64 - 1;
         let table = buckets * BUCKET_LEN as u64;
         let mailboxes = c.max_clients as u64 * remora_layouts::erda::MAILBOX_LEN as u64;
-        let meta_len = (SUPERBLOCK_LEN as u64 + table + mailboxes).next_multiple_of(64);
+        let stripes = (buckets.div_ceil(remora_layouts::erda::STRIPE_BUCKETS) + 1) * 8;
+        let meta_len = (SUPERBLOCK_LEN as u64 + table + mailboxes + stripes).next_multiple_of(64);
         let total = meta_len + c.heads as u64 * c.head_bytes;
         // Claim the space from the region's chunk allocator. The CPU's CAS is not atomic
         // against a NIC FETCH_AND_ADD on the same word (contract rule 3): on hardware, format
@@ -161,6 +163,7 @@ impl ErdaServer {
             off += n as u64;
         }
         region.persist(sb.table_off, table as usize);
+        stripe::reset(region, &sb)?;
         region.write(base, &sb.encode())?;
         region.persist(base, SUPERBLOCK_LEN);
         region.store_u64(root_offset(ROOT_SLOT), base)?;
@@ -216,6 +219,8 @@ impl ErdaServer {
         region.read(sb_off, &mut raw)?;
         let sb = Superblock::decode(&raw, region.len()).map_err(|_| corrupt(region, sb_off))?;
         let mut st = self.fresh_state(sb, sb_off);
+        // A crash inside a change of buckets leaves its stripes odd; no reader is connected.
+        stripe::reset(region, &sb)?;
         self.stats.deduplicated += displace::dedupe(region, &sb)?;
         let mut high = [0u64; MAX_HEADS];
         let mut obj = vec![0u8; remora_layouts::erda::OBJECT_MAX];
@@ -415,8 +420,12 @@ impl ErdaServer {
             let b = Bucket::new(key, head, Meta::EMPTY)
                 .map_err(|_| corrupt(region, off))?
                 .encode();
+            // Inside its stripe's version change, so a validating reader never takes a
+            // half-written key (see `stripe.rs`).
+            let section = stripe::Section::enter(region, &sb, &[idx])?;
             region.write(off + 8, &b[8..])?;
             region.persist(off + 8, BUCKET_LEN - 8);
+            section.leave(region)?;
             self.stats.inserts += 1;
             self.stats.persists += 1;
         }
