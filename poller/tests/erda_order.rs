@@ -18,13 +18,16 @@ use remora_core::index::KvIndex;
 use remora_core::server::{Handler, LocalRegion, Replies};
 use remora_layouts::region::RegionHeader;
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 
-/// A memory node's region: plain bytes, and while recording an image after every store.
+/// One recorded 8-byte store: the word's offset and its new value.
+type Store = (usize, [u8; 8]);
+
+/// A memory node's region: plain bytes, and while recording a log of every 8-byte store.
 struct Mem {
     bytes: RefCell<Vec<u8>>,
-    images: RefCell<Option<Vec<Rc<Vec<u8>>>>>,
+    log: RefCell<Option<Vec<Store>>>,
 }
 
 impl Mem {
@@ -34,16 +37,12 @@ impl Mem {
         b[..128].copy_from_slice(&h.encode());
         Mem {
             bytes: RefCell::new(b),
-            images: RefCell::new(None),
+            log: RefCell::new(None),
         }
     }
-    /// Starts recording (the first image is the current state), or stops and returns them.
-    fn record(&self, on: bool) -> Vec<Rc<Vec<u8>>> {
-        let taken = self.images.borrow_mut().take().unwrap_or_default();
-        if on {
-            *self.images.borrow_mut() = Some(vec![Rc::new(self.bytes.borrow().clone())]);
-        }
-        taken
+    /// Stores recorded so far (the current time of the timeline).
+    fn now(&self) -> usize {
+        self.log.borrow().as_ref().map_or(0, |l| l.len())
     }
     fn check(&self, off: u64, len: usize) -> Result<usize, FabricError> {
         let o = off as usize;
@@ -53,11 +52,6 @@ impl Mem {
             return Err(remora_core::server::out_of_range(0, off, len));
         }
         Ok(o)
-    }
-    fn snap(&self) {
-        if let Some(images) = self.images.borrow_mut().as_mut() {
-            images.push(Rc::new(self.bytes.borrow().clone()));
-        }
     }
 }
 
@@ -73,23 +67,62 @@ impl LocalRegion for Mem {
         buf.copy_from_slice(&self.bytes.borrow()[o..o + buf.len()]);
         Ok(())
     }
-    /// Word by word, an image after each (a CPU's or NIC's stores land one word at a time).
+    /// Word by word, each store one event of the timeline (a CPU's or NIC's stores land one
+    /// aligned word at a time).
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
         let o = self.check(offset, data.len())?;
         for (i, w) in data.chunks(8).enumerate() {
             let at = o + i * 8;
-            self.bytes.borrow_mut()[at..at + w.len()].copy_from_slice(w);
-            self.snap();
+            let mut bytes = self.bytes.borrow_mut();
+            bytes[at..at + w.len()].copy_from_slice(w);
+            if let Some(log) = self.log.borrow_mut().as_mut() {
+                let word = at & !7;
+                log.push((word, bytes[word..word + 8].try_into().unwrap()));
+            }
         }
         Ok(())
     }
 }
 
-/// A recorded timeline a reader's queue pair replays: `images[t]` is memory at time `t`.
+/// The recorded history of the region: `base`, then one store per event.
+struct History {
+    base: Vec<u8>,
+    /// Each word's stores as (time, value); event `i` of the log happens at time `i + 1`.
+    words: HashMap<usize, Vec<(usize, [u8; 8])>>,
+    len: usize,
+}
+
+impl History {
+    fn new(base: Vec<u8>, log: &[Store]) -> History {
+        let mut words: HashMap<usize, Vec<(usize, [u8; 8])>> = HashMap::new();
+        for (i, &(at, v)) in log.iter().enumerate() {
+            words.entry(at).or_default().push((i + 1, v));
+        }
+        History {
+            base,
+            words,
+            len: log.len(),
+        }
+    }
+    /// The aligned word at `at` as of time `t`.
+    fn word(&self, at: usize, t: usize) -> [u8; 8] {
+        if let Some(h) = self.words.get(&at) {
+            let n = h.partition_point(|&(k, _)| k <= t);
+            if n > 0 {
+                return h[n - 1].1;
+            }
+        }
+        self.base[at..at + 8].try_into().unwrap()
+    }
+}
+
+/// A reader's queue pair replaying the history: one legal execution of the contract.
 struct Timeline {
-    images: Vec<Rc<Vec<u8>>>,
+    history: Rc<History>,
     /// Earliest time the next op may observe (ops of a queue pair are ordered).
     clock: usize,
+    /// Most events one READ may straddle.
+    window: usize,
     rng: u64,
     /// Words of a READ observed from the highest address down (else in random order).
     descending: bool,
@@ -105,10 +138,14 @@ impl Timeline {
     /// Fills `buf` from `off` as one READ that starts at the clock and ends at a time of the
     /// timeline's choosing, each word observed at some time in between.
     fn read(&mut self, off: usize, buf: &mut [u8]) {
-        let last = self.images.len() - 1;
+        assert!(
+            off.is_multiple_of(8) && buf.len().is_multiple_of(8),
+            "unaligned READ"
+        );
         let start = self.clock;
-        let end = start + (self.next() as usize % (last - start + 1));
-        let words = buf.len().div_ceil(8);
+        let reach = self.window.min(self.history.len - start);
+        let end = start + self.next() as usize % (reach + 1);
+        let words = buf.len() / 8;
         for (i, w) in buf.chunks_mut(8).enumerate() {
             let t = if self.descending {
                 // Highest word first: times grow as addresses fall.
@@ -116,8 +153,7 @@ impl Timeline {
             } else {
                 start + self.next() as usize % (end - start + 1)
             };
-            let at = off + i * 8;
-            w.copy_from_slice(&self.images[t.min(end)][at..at + w.len()]);
+            w.copy_from_slice(&self.history.word(off + i * 8, t));
         }
         self.clock = end;
     }
@@ -272,46 +308,67 @@ fn cfg() -> ErdaConfig {
     }
 }
 
-/// Inserts keys 0, 1, ... until one insert moves entries; returns the timeline of that
-/// insert (grant, moves, bucket fill, the client's object WRITE) and the key inserted.
-fn displacing_insert(node: &Node, writer: &Erda<'_, TestEp<'_>>) -> (Vec<Rc<Vec<u8>>>, u64) {
-    for x in 0..64u64 {
-        let before = node.server.borrow().stats().displaced;
-        node.mem.record(true);
-        block_on(writer.upsert(&key(x), &x.to_le_bytes())).unwrap();
-        let images = node.mem.record(false);
-        if node.server.borrow().stats().displaced > before {
-            return (images, x);
-        }
+/// Inserts keys 0..64 into a table of 64 home buckets (until it refuses), recording every
+/// store: grants, bucket fills, hopscotch moves, the clients' object WRITEs. Returns the
+/// history and each key's upsert interval in its time (`None`: refused).
+fn fill(node: &Node, writer: &Erda<'_, TestEp<'_>>) -> (History, Vec<Option<(usize, usize)>>) {
+    let base = node.mem.bytes.borrow().clone();
+    *node.mem.log.borrow_mut() = Some(Vec::new());
+    let mut spans = Vec::new();
+    for x in 0..KEYS {
+        let begin = node.mem.now();
+        let r = block_on(writer.upsert(&key(x), &x.to_le_bytes()));
+        spans.push(r.is_ok().then(|| (begin, node.mem.now())));
     }
-    panic!("no insert displaced an entry");
+    let log = node.mem.log.borrow_mut().take().unwrap();
+    (History::new(base, &log), spans)
 }
 
-/// Runs `get` of every key under `schedules` replayed timelines per key; returns the wrong
-/// answers (key, schedule, answer).
+const KEYS: u64 = 64;
+
+/// Gets every key under `schedules` replayed executions each; returns the answers no
+/// linearization allows, as (key, schedule, answer).
 fn wrong_answers(
     reader: &Erda<'_, TestEp<'_>>,
     ep: &TestEp<'_>,
-    images: &[Rc<Vec<u8>>],
-    last: u64,
+    history: &Rc<History>,
+    spans: &[Option<(usize, usize)>],
     schedules: u64,
 ) -> Vec<(u64, u64, Option<u64>)> {
     let mut wrong = Vec::new();
-    for x in 0..=last {
+    for x in 0..KEYS {
         for s in 0..schedules {
+            let mut rng = 0x9E37_79B9_7F4A_7C15 ^ (x << 24) ^ (s + 1);
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            let window = [2, 8, 32, 128][(s % 4) as usize];
+            let start = match spans[x as usize] {
+                // Around the key's own insert, or anywhere.
+                Some((b, _)) if s % 3 != 0 => {
+                    b.saturating_sub(window) + rng as usize % (window * 2)
+                }
+                _ => rng as usize % (history.len + 1),
+            }
+            .min(history.len);
             *ep.qp.timeline.borrow_mut() = Some(Timeline {
-                images: images.to_vec(),
-                clock: 0,
-                rng: 0x9E37_79B9_7F4A_7C15 ^ (x << 20) ^ (s + 1),
+                history: history.clone(),
+                clock: start,
+                window,
+                rng,
                 descending: s % 2 == 0,
             });
             let mut out = [0u8; 8];
             let got = block_on(reader.get(&key(x), &mut out))
                 .unwrap()
                 .map(|_| u64::from_le_bytes(out));
-            *ep.qp.timeline.borrow_mut() = None;
-            // The key being inserted may read as absent (its upsert is concurrent).
-            let ok = got == Some(x) || (x == last && got.is_none());
+            let end = ep.qp.timeline.borrow_mut().take().unwrap().clock;
+            // The get ran over [start, end]; the upsert over its span.
+            let ok = match spans[x as usize] {
+                None => got.is_none(),
+                Some((_, done)) if done <= start => got == Some(x),
+                Some((begin, _)) if begin >= end => got.is_none(),
+                Some(_) => got.is_none() || got == Some(x),
+            };
             if !ok {
                 wrong.push((x, s, got));
             }
@@ -349,13 +406,17 @@ fn reads_in_any_word_order_never_miss_a_key_being_moved() {
         },
     ))
     .unwrap();
-    let (images, last) = displacing_insert(&node, &writer);
+    let (history, spans) = fill(&node, &writer);
+    let history = Rc::new(history);
     let moved = node.server.borrow().stats().displaced;
+    let inserted = spans.iter().flatten().count();
     println!(
-        "erda order: insert of key {last} moved {moved} entries; timeline of {} images",
-        images.len()
+        "erda order: {inserted} of {KEYS} keys inserted, {moved} entries moved, a history of {} \
+         stores",
+        history.len
     );
-    let wrong = wrong_answers(&reader, &rep, &images, last, 200);
+    assert!(moved >= 4, "too little displacement to test");
+    let wrong = wrong_answers(&reader, &rep, &history, &spans, 120);
     let st = reader.stats();
     println!(
         "erda order: reader validated {} neighborhood READs, {} caught a change",
@@ -363,11 +424,13 @@ fn reads_in_any_word_order_never_miss_a_key_being_moved() {
     );
     assert!(
         wrong.is_empty(),
-        "wrong answers (key, schedule, got): {wrong:?}"
+        "{} wrong answers (key, schedule, got), first: {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
     );
     assert!(st.unstable > 0, "no validated READ overlapped a change");
     // The mutant trusts one READ and must be caught by the same schedules.
-    let caught = wrong_answers(&mutant, &mep, &images, last, 200);
+    let caught = wrong_answers(&mutant, &mep, &history, &spans, 120);
     println!(
         "erda order: the ascending-order mutant gave {} wrong answers",
         caught.len()
@@ -376,10 +439,11 @@ fn reads_in_any_word_order_never_miss_a_key_being_moved() {
         !caught.is_empty(),
         "the schedules never caught the reader that relies on ascending word order"
     );
-    // After the timeline, every key reads back on an ordinary queue pair.
-    for x in 0..=last {
+    // After the history, every inserted key reads back on an ordinary queue pair.
+    for x in 0..KEYS {
         let mut out = [0u8; 8];
-        assert_eq!(block_on(reader.get(&key(x), &mut out)).unwrap(), Some(8));
-        assert_eq!(u64::from_le_bytes(out), x);
+        let got = block_on(reader.get(&key(x), &mut out)).unwrap();
+        let want = spans[x as usize].map(|_| x);
+        assert_eq!(got.map(|_| u64::from_le_bytes(out)), want, "key {x}");
     }
 }
