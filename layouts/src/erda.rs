@@ -23,14 +23,16 @@
 //! other way round. An update flips the tag and writes the new offset over the older one.
 //! Offsets count 8-byte units from the start of the key's head log; 0 means "no object".
 //! The metadata word is the first word of the bucket and is stored last when a bucket is
-//! filled, so a reader (whose READ moves words in ascending order) that sees a non-zero
-//! metadata word also sees the bucket's key.
+//! filled.
 //!
-//! Hopscotch displacement moves an entry to a *later* bucket of its neighborhood: the copy is
-//! filled first (key and control word, then the metadata word), then the source's metadata
-//! word is cleared, then its control word and key. So a reader takes the first bucket that
-//! holds the key with a non-empty metadata word, and treats a zero control word as unused
-//! whatever metadata word it read before it.
+//! **Stripe version words** (after the mailboxes, at [`Superblock::stripe_off`]): one 8-byte
+//! word per [`STRIPE_BUCKETS`] buckets, plus one. The server makes a stripe's word odd before
+//! it changes any bucket's control word or key in that stripe (a fill, or a hopscotch move:
+//! copy to a *later* bucket of the neighborhood, then clear the source's metadata word, then
+//! its control word and key) and even again after. A reader's READ may observe the words of
+//! a neighborhood in any order, so a miss is trusted only from an image read between two
+//! equal, even READs of the stripe words covering it (its home's stripe and the next).
+//! The words are volatile in meaning: recovery zeroes them.
 use crate::LayoutError;
 use crate::bits::{Field, assert_disjoint, read_u64};
 use memoffset::offset_of;

@@ -1,14 +1,14 @@
 //! Erda's one-sided reads under an adversarial fabric: the words of one READ observe memory
 //! in any order (only aligned 8-byte words are atomic; ops of one queue pair are ordered).
 //!
-//! The server runs in-process on a test region that keeps an image after every 8-byte store
-//! while a displacing insert runs (entries move between buckets, a bucket is filled, the
-//! client writes its object). Readers then run real gets on a test queue pair that replays
-//! that timeline: each READ takes its words from images of its choosing, never earlier than
-//! what an earlier op of the queue pair saw (a legal execution of the contract), some in
-//! descending address order, some at random. Every key must read back, and the reader of
-//! the old design (one trusted neighborhood READ, correct only for ascending word order) must
-//! be caught.
+//! The server runs in-process on a test region that records every 8-byte store while a small
+//! table fills (grants, bucket fills, hopscotch moves, the clients' object WRITEs). Readers
+//! then run real gets on a test queue pair that replays that history: each READ takes each of
+//! its words from some instant between its start and its end, never earlier than what an
+//! earlier op of the queue pair saw (a legal execution of the contract), the words in
+//! descending address order or at random. Every answer must fit the key's upsert interval,
+//! and the reader of the old design (one trusted neighborhood READ, correct only for
+//! ascending word order) must be caught.
 use remora_core::NodeId;
 use remora_core::block_on::block_on;
 use remora_core::counters::Counters;
