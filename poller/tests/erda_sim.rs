@@ -2,8 +2,12 @@
 //! Erda server, every client running an oracle-checked history (no scans: a hash store),
 //! tearing and jitter on, for several seeds.
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
+use remora_core::fabric::{Op, QueuePair};
+use remora_core::index::KvIndex;
 use remora_core::kvcheck::{History, client_history};
-use remora_poller::sim::{Sim, SimConfig};
+use remora_layouts::GlobalAddr;
+use remora_layouts::erda::{OBJECT_MAX, Reply, ReqOp, Request, Status, encode_object};
+use remora_poller::sim::{ClientCtx, Sim, SimConfig, SimEndpoint};
 use std::cell::RefCell;
 
 fn histories(seed: u64, value_size: usize) {
@@ -119,6 +123,29 @@ fn erda_sim_runs_are_deterministic() {
     assert_eq!(format!("{:?}", run(3)), format!("{:?}", run(3)));
 }
 
+/// Sends a write request by hand through `e`'s mailbox (as `e` would) and returns the
+/// server's reply, without writing any object: a client that stalls or dies after its grant.
+async fn raw_request(
+    ctx: &ClientCtx,
+    e: &Erda<'_, SimEndpoint>,
+    op: ReqOp,
+    key: &[u8],
+    value_len: usize,
+) -> Reply {
+    let qp = ctx.qp(0).unwrap();
+    let req = Request::new(op, 77, key, value_len).unwrap().encode();
+    qp.post(&mut [Op::WriteImm {
+        remote: GlobalAddr::new(0, e.superblock().mailbox(e.client_id())),
+        local: &req,
+        imm: e.client_id(),
+    }])
+    .await
+    .unwrap();
+    let mut buf = [0u8; 64];
+    let r = qp.recv(&mut buf).await.unwrap();
+    Reply::decode(&buf[..r.len as usize]).unwrap()
+}
+
 /// What the three clients of [`delete_in_flight`] observed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Observed {
@@ -135,10 +162,6 @@ struct Observed {
 /// further (a slow writer: its own WRITE, if the protocol wants one, comes 2 ms later). While
 /// it stalls, client 2 updates K to 2, and after that update has returned client 3 reads K.
 fn delete_in_flight(seed: u64) -> Observed {
-    use remora_core::fabric::{Op, QueuePair};
-    use remora_core::index::KvIndex;
-    use remora_layouts::GlobalAddr;
-    use remora_layouts::erda::{OBJECT_MAX, Reply, ReqOp, Request, Status, encode_object};
     let seen = RefCell::new(Observed::default());
     let mut sim = Sim::new(SimConfig {
         compute_nodes: 3,
@@ -161,17 +184,7 @@ fn delete_in_flight(seed: u64) -> Observed {
         ctx.sleep(20_000).await;
         let sb = e.superblock();
         let qp = ctx.qp(0).unwrap();
-        let req = Request::new(ReqOp::Delete, 77, K, 0).unwrap().encode();
-        qp.post(&mut [Op::WriteImm {
-            remote: GlobalAddr::new(0, sb.mailbox(e.client_id())),
-            local: &req,
-            imm: e.client_id(),
-        }])
-        .await
-        .unwrap();
-        let mut buf = [0u8; 64];
-        let r = qp.recv(&mut buf).await.unwrap();
-        let reply = Reply::decode(&buf[..r.len as usize]).unwrap();
+        let reply = raw_request(&ctx, &e, ReqOp::Delete, K, 0).await;
         let granted = reply.status == Status::Granted;
         s.borrow_mut().delete_granted = granted;
         // The slow writer: its delete object lands 2 ms later.
@@ -236,5 +249,81 @@ fn an_update_racing_a_granted_delete_is_linearizable() {
             allowed.contains(&(o.update, o.get)),
             "seed {seed}: not linearizable: {o:?}"
         );
+    }
+}
+
+/// A writer dies after its upsert creating key J was granted (its object never lands).
+/// Client 2 then deletes J; after that, client 3 reads J, updates it, and reads it again.
+/// Returns (delete, get, update, get).
+fn upsert_never_lands(seed: u64) -> (bool, Option<u8>, bool, Option<u8>) {
+    type Seen = (Option<bool>, Option<u8>, bool, Option<u8>);
+    let seen: RefCell<Seen> = RefCell::new((None, None, false, None));
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 3,
+        memory_nodes: 1,
+        region_len: 32 << 20,
+        seed,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    sim.set_handler(0, Box::new(ErdaServer::new(ErdaConfig::small())))
+        .unwrap();
+    let cfg = ErdaClientConfig {
+        read_retries: 20,
+        ..ErdaClientConfig::default()
+    };
+    const J: &[u8] = b"never-written";
+    let s = &seen;
+    let ctx = sim.client(0).unwrap();
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), cfg).await.unwrap();
+        let reply = raw_request(&ctx, &e, ReqOp::Upsert, J, 8).await;
+        assert_eq!(reply.status, Status::Granted);
+        // Dies: never writes its object.
+    });
+    let ctx = sim.client(1).unwrap();
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), cfg).await.unwrap();
+        ctx.sleep(200_000).await;
+        s.borrow_mut().0 = Some(e.delete(J).await.unwrap());
+    });
+    let ctx = sim.client(2).unwrap();
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), cfg).await.unwrap();
+        let mut waited = 0;
+        while s.borrow().0.is_none() {
+            ctx.sleep(1_000).await;
+            waited += 1;
+            assert!(waited < 1_000, "client 2's delete never returned");
+        }
+        let mut out = [0u8; 8];
+        let g = e.get(J, &mut out).await.unwrap().map(|_| out[0]);
+        let u = e.update(J, &[3u8; 8]).await.unwrap();
+        let g2 = e.get(J, &mut out).await.unwrap().map(|_| out[0]);
+        let mut w = s.borrow_mut();
+        (w.1, w.2, w.3) = (g, u, g2);
+    });
+    let r = sim.run();
+    assert_eq!(r.unfinished, 0, "seed {seed}: a client never finished");
+    drop(sim);
+    let (d, g, u, g2) = seen.into_inner();
+    (d.unwrap(), g, u, g2)
+}
+
+/// The pending upsert may take effect at any point after its grant, or never; its value is
+/// never readable. Every outcome a linearization allows is listed.
+#[test]
+fn a_dead_writers_grant_is_a_pending_write() {
+    for seed in 1..=3 {
+        let o = upsert_never_lands(seed);
+        let allowed = [
+            // upsert, delete, get, update (absent), get
+            (true, None, false, None),
+            // delete (absent), get, update (absent), get; the upsert never takes effect
+            (false, None, false, None),
+            // delete (absent), get, upsert, update, get
+            (false, None, true, Some(3)),
+        ];
+        assert!(allowed.contains(&o), "seed {seed}: not linearizable: {o:?}");
     }
 }

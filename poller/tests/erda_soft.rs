@@ -696,3 +696,98 @@ fn a_crash_in_the_middle_of_a_displacement_loses_no_key() {
         "{deduplicated} duplicates for {moved} moves"
     );
 }
+
+/// The KvIndex contract, exactly: `get` returns the value's own length whatever the buffer,
+/// writes nothing past it, and a buffer smaller than the value is `BufferTooSmall` (also when
+/// the value comes from the previous object because the newest is torn).
+#[test]
+fn get_returns_the_values_own_length_and_refuses_small_buffers() {
+    let n = node();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    block_on(async {
+        let e = Erda::open(&ep, ErdaClientConfig::default()).await.unwrap();
+        let value: Vec<u8> = (1..=13).collect();
+        e.upsert(b"k13", &value).await.unwrap();
+        let mut big = [0xEEu8; 64];
+        assert_eq!(e.get(b"k13", &mut big).await.unwrap(), Some(13));
+        assert_eq!(&big[..13], &value[..]);
+        assert!(big[13..].iter().all(|&b| b == 0xEE), "wrote past the value");
+        let mut exact = [0u8; 13];
+        assert_eq!(e.get(b"k13", &mut exact).await.unwrap(), Some(13));
+        assert_eq!(&exact[..], &value[..]);
+        let mut small = [0u8; 12];
+        assert!(matches!(
+            e.get(b"k13", &mut small).await,
+            Err(ErdaError::BufferTooSmall { len: 12, need: 13 })
+        ));
+        // An empty value is present, with length 0, even into an empty buffer.
+        e.upsert(b"empty", b"").await.unwrap();
+        assert_eq!(e.get(b"empty", &mut []).await.unwrap(), Some(0));
+        assert_eq!(e.get(b"missing", &mut []).await.unwrap(), None);
+        // A shorter value after a longer one: its own length.
+        e.upsert(b"k13", b"abc").await.unwrap();
+        assert_eq!(e.get(b"k13", &mut big).await.unwrap(), Some(3));
+        assert_eq!(&big[..3], b"abc");
+        // The newest object torn: the previous one (13 bytes) answers, with its own length
+        // and the same refusal of a small buffer.
+        e.upsert(b"k13", &value).await.unwrap();
+        e.upsert(b"k13", &[9u8; 40]).await.unwrap();
+        let newest = object_of(&e, &ep, b"k13", true);
+        ep.qp(0)
+            .unwrap()
+            .write(newest.add(24), &[0xFFu8; 8])
+            .await
+            .unwrap();
+        assert!(matches!(
+            e.get(b"k13", &mut small).await,
+            Err(ErdaError::BufferTooSmall { len: 12, need: 13 })
+        ));
+        assert_eq!(e.get(b"k13", &mut big).await.unwrap(), Some(13));
+        assert_eq!(&big[..13], &value[..]);
+        assert_eq!(e.stats().fallbacks, 1, "the torn newest object was skipped");
+    });
+}
+
+#[test]
+fn a_crash_at_any_persist_point_of_a_delete_leaves_it_done_or_undone() {
+    let mem = Mem::new(16 << 20);
+    let mut srv = ErdaServer::new(ErdaConfig::small());
+    let mut s = Session::open(&mut srv, &mem, 1);
+    s.put(ReqOp::Upsert, b"a", b"a-one", true);
+    s.put(ReqOp::Upsert, b"a", b"a-two", true);
+    let sb = s.sb();
+    mem.record(true);
+    // The client writes nothing for a delete: the server wrote the deleted object.
+    let r = s.put(ReqOp::Delete, b"a", b"", false);
+    let images = mem.record(false);
+    assert_eq!(r.status, Status::Granted);
+    assert_eq!(
+        read_back(&mem, &sb, b"a"),
+        None,
+        "the delete is done at its grant"
+    );
+    // The deleted object, then the metadata word.
+    assert_eq!(images.len(), 2);
+    for (point, image) in images.into_iter().enumerate() {
+        let m = Mem::from_image(image);
+        let mut srv2 = ErdaServer::new(ErdaConfig::small());
+        srv2.open(&m).unwrap();
+        let got = read_back(&m, &sb, b"a");
+        let want = if point == 0 {
+            Some(&b"a-two"[..])
+        } else {
+            None
+        };
+        assert_eq!(got.as_deref(), want, "crash point {point}");
+        // The recovered server answers from what readers see.
+        let mut s2 = Session::open(&mut srv2, &m, 2);
+        let u = s2.put(ReqOp::Update, b"a", b"a-three", true);
+        let expect = if want.is_some() {
+            Status::Granted
+        } else {
+            Status::Absent
+        };
+        assert_eq!(u.status, expect, "crash point {point}");
+    }
+}
