@@ -1,8 +1,8 @@
 //! Erda on the simulated cluster: 4 compute nodes × 4 clients on one memory node running the
 //! Erda server, every client running an oracle-checked history (no scans: a hash store),
-//! tearing and jitter on, for several seeds.
+//! tearing, shuffled READ/WRITE segments and jitter on, for several seeds.
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
-use remora_core::fabric::{Op, QueuePair};
+use remora_core::fabric::{Op, QueuePair, SegmentOrder};
 use remora_core::index::KvIndex;
 use remora_core::kvcheck::{History, client_history};
 use remora_layouts::GlobalAddr;
@@ -18,6 +18,7 @@ fn histories(seed: u64, value_size: usize) {
         memory_nodes: 1,
         region_len: 32 << 20,
         seed,
+        segment_order: SegmentOrder::Shuffled,
         ..SimConfig::default()
     })
     .unwrap();
