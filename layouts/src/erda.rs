@@ -970,6 +970,17 @@ mod tests {
         assert!(s.object_off(2, 2).is_err());
         assert!(s.object_off(0, 0).is_err());
         assert!(s.home(b"x") < 1024);
+        // 1031 buckets: 17 stripes of 64, plus one; right after the 64 mailboxes.
+        assert_eq!(s.stripes(), 18);
+        assert_eq!(s.stripe_off(), s.mailbox_off + 64 * MAILBOX_LEN as u64);
+        assert_eq!(s.stripe_of(1030), 16);
+        assert_eq!(s.stripe_word_off(17), s.stripe_off() + 17 * 8);
+        // Mailboxes at the very end of a 4 MiB region: the stripe words must fit too.
+        let mut t = s;
+        t.mailbox_off = (4 << 20) - 64 * MAILBOX_LEN as u64 - 18 * 8;
+        assert!(t.validate(4 << 20).is_ok());
+        t.mailbox_off += 8;
+        assert!(t.validate(4 << 20).is_err(), "stripe words past the region");
     }
 
     proptest! {

@@ -664,10 +664,25 @@ fn a_crash_in_the_middle_of_a_displacement_loses_no_key() {
     // Per move four persistence points, then the new key's bucket (two).
     assert_eq!(images.len() as u64, 4 * moved + 2, "{moved} moves");
     let mut deduplicated = 0;
+    let odd_stripes = |m: &Mem| {
+        (0..sb.stripes())
+            .filter(|&i| m.load_u64(sb.stripe_word_off(i)).unwrap() & 1 == 1)
+            .count()
+    };
+    let points = images.len();
     for (point, image) in images.into_iter().enumerate() {
         let m = Mem::from_image(image);
+        // Every persist point lies inside a stripe section (a move, or the new key's bucket
+        // fill) except the last (the new key's metadata word): readers see them as changing.
+        let odd = odd_stripes(&m);
+        assert_eq!(
+            odd > 0,
+            point + 1 < points,
+            "crash point {point}: {odd} odd stripes"
+        );
         let mut srv2 = ErdaServer::new(cfg);
         srv2.open(&m).unwrap();
+        assert_eq!(odd_stripes(&m), 0, "recovery leaves no stripe odd");
         deduplicated += srv2.stats().deduplicated;
         for x in 0..last {
             assert_eq!(
