@@ -66,7 +66,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub operations: Option<u64>,
     /// Run for this many seconds instead of a fixed operation count.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive_seconds)]
     pub seconds: Option<f64>,
     /// Value size in bytes.
     #[arg(long, default_value_t = 8)]
@@ -143,8 +143,8 @@ pub struct SmartFlags {
     /// rear-lock, delegation, combining, cache).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
-    /// Radix cache capacity per client, in MiB.
-    #[arg(long, default_value_t = 64.0)]
+    /// Cache capacity per client, in MiB: SMART's radix cache, Sherman's index cache.
+    #[arg(long, default_value_t = 64.0, value_parser = crate::args::positive_f64)]
     pub cache_mib: f64,
 }
 
