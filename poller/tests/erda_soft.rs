@@ -187,6 +187,20 @@ fn verbs_and_round_trips_per_operation() {
         assert_eq!(put.verb(Verb::WriteImm), 100);
         assert_eq!(put.verb(Verb::Write), 100);
         assert_eq!(put.verb(Verb::Read), 0);
+        // A delete is one request: the server writes the deleted object.
+        let before = ep.snapshot();
+        for i in 0..100u64 {
+            assert!(e.delete(&k(i)).await.unwrap());
+        }
+        let del = ep.snapshot() - before;
+        println!(
+            "erda delete: {:.2} WRITE_WITH_IMM + {:.2} WRITE, {:.2} round trips",
+            per(del, Verb::WriteImm),
+            per(del, Verb::Write),
+            del.round_trips as f64 / 100.0
+        );
+        assert_eq!(del.verb(Verb::WriteImm), 100);
+        assert_eq!(del.verb(Verb::Write), 0);
     });
 }
 
