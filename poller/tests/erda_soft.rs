@@ -557,7 +557,10 @@ fn recovery_reverts_unfinished_objects_and_never_reuses_granted_space() {
     let _ = s;
     // The server restarts on the same memory.
     let mut srv2 = ErdaServer::new(ErdaConfig::small());
-    srv2.open(&mem).unwrap();
+    // A restarting memory node recovers before any client connects.
+    let said = srv2.recover(&mem).unwrap();
+    assert!(said.contains("1 metadata words reverted"), "{said}");
+    assert_eq!(srv2.service(), "erda");
     let st = srv2.stats();
     assert_eq!((st.reverted, st.emptied), (1, 1), "{st:?}");
     let sb = srv2.superblock().unwrap().1;
@@ -819,4 +822,47 @@ fn a_crash_at_any_persist_point_of_a_delete_leaves_it_done_or_undone() {
         };
         assert_eq!(u.status, expect, "crash point {point}");
     }
+}
+
+#[test]
+fn a_disconnected_clients_mailbox_is_reused() {
+    let mem = Mem::new(16 << 20);
+    let cfg = ErdaConfig {
+        max_clients: 2,
+        ..ErdaConfig::small()
+    };
+    let mut srv = ErdaServer::new(cfg);
+    let hello = |srv: &mut ErdaServer, conn: usize| {
+        let mut r = Replies::new();
+        let recv = Recv {
+            kind: RecvKind::Send,
+            len: 8,
+            imm: None,
+        };
+        srv.on_message(&mem, conn, recv, &HELLO, &mut r).unwrap();
+        Reply::decode(r.iter().next().unwrap()).unwrap()
+    };
+    let a = hello(&mut srv, 1);
+    let b = hello(&mut srv, 2);
+    assert_eq!((a.status, b.status), (Status::Welcome, Status::Welcome));
+    assert_eq!(hello(&mut srv, 3).status, Status::TooManyClients);
+    srv.on_disconnect(&mem, 1);
+    let c = hello(&mut srv, 3);
+    assert_eq!(
+        (c.status, c.seq),
+        (Status::Welcome, a.seq),
+        "connection 1's id again"
+    );
+    // The old connection no longer owns it: its requests are refused.
+    let mut s = Session {
+        srv: &mut srv,
+        mem: &mem,
+        conn: 1,
+        id: a.seq,
+        seq: 0,
+    };
+    assert_eq!(
+        s.put(ReqOp::Upsert, b"k", b"v", true).status,
+        Status::BadRequest
+    );
 }

@@ -11,6 +11,7 @@ use remora_layouts::erda::{
     decode_object, encode_object, object_len, object_len_from_header,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
+use std_alloc::string::String;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
@@ -478,5 +479,34 @@ impl Handler for ErdaServer {
                 Ok(())
             }
         }
+    }
+
+    /// Formats or recovers the store before any client connects (a restart on a persistent
+    /// region), instead of on the first message.
+    fn recover(&mut self, region: &dyn LocalRegion) -> Result<String, FabricError> {
+        let before = self.stats;
+        self.open(region)?;
+        let s = self.stats;
+        Ok(std_alloc::format!(
+            "erda: {} metadata words reverted to their previous object, {} emptied, {} \
+             duplicate buckets of an interrupted move cleared",
+            s.reverted - before.reverted,
+            s.emptied - before.emptied,
+            s.deduplicated - before.deduplicated
+        ))
+    }
+
+    /// The client id (mailbox) of a connection that ended is free for a new session. A
+    /// grant it held and never wrote stays unwritten: readers fall back, recovery reverts.
+    fn on_disconnect(&mut self, _region: &dyn LocalRegion, conn: usize) {
+        if let Some(st) = self.st.as_mut() {
+            for o in st.owners.iter_mut().filter(|o| **o == Some(conn)) {
+                *o = None;
+            }
+        }
+    }
+
+    fn service(&self) -> &'static str {
+        "erda"
     }
 }
