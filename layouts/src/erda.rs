@@ -654,7 +654,8 @@ pub enum ReqOp {
     Upsert = 1,
     /// Overwrite: granted only if the key is present.
     Update = 2,
-    /// Append a deleted object: granted only if the key is present.
+    /// Append a deleted object: granted only if the key is present. The server writes the
+    /// deleted object itself before it grants (the client writes nothing).
     Delete = 3,
 }
 
@@ -762,7 +763,8 @@ impl Request {
 /// The server's answer to a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
-    /// Space granted at (head, units): the client writes its object there.
+    /// Space granted at (head, units): the client writes its object there (for a delete,
+    /// the server already wrote the deleted object there).
     Granted = 1,
     /// Update/delete of an absent key: nothing to write.
     Absent = 2,
