@@ -63,14 +63,16 @@
 //!   validated image: the instant the key's metadata word (empty, or naming a first object
 //!   not yet landed) or its absence from every bucket was observed.
 //!
-//! Liveness, not safety: if two grants of a key are both in flight (or their writers died),
-//! the key's older landed value is no longer named by the word, and gets of it read again
-//! until one lands, then fail with [`ErdaError::Incomplete`]. Recovery after a memory-node
-//! crash in that window empties the key (a value acknowledged before the two writes began
-//! is lost): the paper's two-offset word cannot name a third object. As in the paper, an
-//! acknowledged client WRITE is durable only once the NIC has flushed it (no
-//! read-after-write), so a memory-node crash may also roll a key back to its previous
-//! object.
+//! Limits, stated exactly (the paper's two-offset word cannot name a third object):
+//! - Liveness: while two grants of a key are both in flight (or their writers died), the
+//!   key's older landed object is no longer named by the word; gets read again until one of
+//!   the two lands, or fail with [`ErdaError::Incomplete`] after `read_retries` (an error,
+//!   never a wrong value).
+//! - Durability: a memory-node crash in that window leaves neither named object whole, and
+//!   recovery empties the key, so the value acknowledged before the two writes began is
+//!   lost. And, as in the paper, an acknowledged client WRITE is durable only once the NIC
+//!   has flushed it (no read-after-write), so a memory-node crash may also roll a key back
+//!   to its previous object. Without a crash every operation is linearizable.
 //!
 //! Not implemented (yet): lock-free log cleaning (logs only grow: a full head answers
 //! `LogFull`), a client's report of an abandoned object to the server (readers fall back
