@@ -545,7 +545,7 @@ fn recovery_reverts_unfinished_objects_and_never_reuses_granted_space() {
     s.put(ReqOp::Upsert, b"c", b"c-one", true);
     // The client dies after its grant: c's newest and d's first object are never written.
     let dead = s.put(ReqOp::Upsert, b"c", b"c-two", false);
-    s.put(ReqOp::Upsert, b"d", b"d-one", false);
+    let dead_d = s.put(ReqOp::Upsert, b"d", b"d-one", false);
     assert_eq!(
         s.put(ReqOp::Update, b"zz", b"x", true).status,
         Status::Absent
@@ -584,6 +584,11 @@ fn recovery_reverts_unfinished_objects_and_never_reuses_granted_space() {
     assert!(
         r.head != dead.head || r.arg > dead.arg,
         "{r:?} reuses {dead:?}"
+    );
+    // Nor is the space of an emptied key's never-written first object.
+    assert!(
+        r.head != dead_d.head || r.arg > dead_d.arg,
+        "{r:?} reuses {dead_d:?}"
     );
     assert_eq!(read_back(&mem, &sb, b"c").as_deref(), Some(&b"c-three"[..]));
     // A corrupt mailbox and a foreign client id are refused, not fatal.
@@ -799,7 +804,7 @@ fn a_crash_at_any_persist_point_of_a_delete_leaves_it_done_or_undone() {
         None,
         "the delete is done at its grant"
     );
-    // The deleted object, then the metadata word.
+    // The metadata word, then the deleted object (a crash between reverts the word).
     assert_eq!(images.len(), 2);
     for (point, image) in images.into_iter().enumerate() {
         let m = Mem::from_image(image);
@@ -865,4 +870,33 @@ fn a_disconnected_clients_mailbox_is_reused() {
         s.put(ReqOp::Upsert, b"k", b"v", true).status,
         Status::BadRequest
     );
+}
+
+#[test]
+fn recovery_never_grants_a_reverted_slot_again() {
+    let mem = Mem::new(8 << 20);
+    let cfg = ErdaConfig {
+        heads: 1,
+        buckets: 256,
+        segment_bytes: 8192,
+        head_bytes: 4 * 8192,
+        ..ErdaConfig::small()
+    };
+    let mut srv = ErdaServer::new(cfg);
+    let mut s = Session::open(&mut srv, &mem, 1);
+    let value = vec![7u8; 3000];
+    // Two 3024-byte objects fill segment 0; the third starts segment 1 and is never written
+    // (its client died after the grant).
+    s.put(ReqOp::Upsert, b"x", &value, true);
+    s.put(ReqOp::Upsert, b"x", &value, true);
+    let dead = s.put(ReqOp::Upsert, b"y", &value, false);
+    assert_eq!(dead.arg * 8, 8192, "{dead:?}");
+    let _ = s;
+    let mut srv2 = ErdaServer::new(cfg);
+    srv2.open(&mem).unwrap();
+    assert_eq!(srv2.stats().emptied, 1);
+    let mut s = Session::open(&mut srv2, &mem, 2);
+    let r = s.put(ReqOp::Upsert, b"z", &value, true);
+    assert_eq!(r.status, Status::Granted);
+    assert!(r.arg > dead.arg, "{r:?} reuses the dead grant {dead:?}");
 }

@@ -12,9 +12,9 @@
 //!   8-byte store, persists the word, and SENDs back the (head, offset). The client then
 //!   WRITEs its object straight to that place: one copy, no server CPU on the data.
 //! - **Delete**: the same request, but the server writes the deleted object (delete tag and
-//!   key, no value: at most 32 bytes) itself and persists it *before* the metadata word
-//!   names it; the client has nothing to write. (The paper has the client WRITE it; see
-//!   "Linearizability" for why the server does.)
+//!   key, no value: at most 32 bytes) itself, right after the metadata word names it and
+//!   before it replies or handles any other request; the client has nothing to write. (The
+//!   paper has the client WRITE it; see "Linearizability" for why the server does.)
 //! - **Read**: one READ of the key's neighborhood of buckets, one READ of the newest object.
 //!   Every object carries a CRC-32 over its header, key and value: an object still being
 //!   written, torn, or never written (its writer died) fails the check and the reader takes
@@ -47,13 +47,15 @@
 //!   or the object of any later grant of the same key has landed (if a later write lands
 //!   first, this one takes effect immediately before it and is never seen). That instant
 //!   lies between the grant and the completion of the client's WRITE.
-//! - **delete** answered `true`: the server's store of the metadata word (the deleted object
-//!   has landed before it).
+//! - **delete** answered `true`: the instant its deleted object is whole (the server writes
+//!   it right after the metadata word, within the same request; readers meanwhile fall back
+//!   to the previous object, i.e. see the state before the delete).
 //! - **update** / **delete** answered `false`: the server's handling of the request. The
 //!   server answers from its latest grant of the key, which is what the abstract value is
 //!   or is about to be: a granted-but-not-landed *value* makes the key present from the
 //!   next write's point of view (it takes effect before that write, whatever readers see
-//!   meanwhile), and a delete is never in flight (it lands at its grant), so "absent" means
+//!   meanwhile), and a delete is never in flight when the server handles the next request
+//!   (it lands within its own), so "absent" means
 //!   the latest grant is a landed delete, or there is none: the abstract value is absent.
 //!   This is the fix of issue 9: with client-written deleted objects the server answered
 //!   "absent" while readers still saw the old value.

@@ -257,7 +257,10 @@ impl ErdaServer {
                 region.persist(off, 8);
             }
             st.present[i as usize] = newest.0 && !newest.1;
-            for u in [meta.new_off(), meta.old_off()] {
+            // Offsets named before any revert count too: a slot granted but never whole is
+            // never granted again (its writer's late bytes could not land in another object).
+            let named = bucket.meta();
+            for u in [named.new_off(), named.old_off()] {
                 if u != 0 && (head as usize) < MAX_HEADS {
                     let end = u as u64 * 8 + remora_layouts::erda::OBJECT_MAX as u64;
                     high[head as usize] = high[head as usize].max(end);
@@ -430,23 +433,26 @@ impl ErdaServer {
             self.stats.inserts += 1;
             self.stats.persists += 1;
         }
+        // The paper's 8-byte atomic write: flip the tag, new offset over the older one.
+        region.store_u64(off, new_meta.encode())?;
+        region.persist(off, 8);
+        self.stats.persists += 1;
         if req.op == ReqOp::Delete {
             // A delete object carries no value: the server writes it itself, durably, before
-            // the metadata word names it. So a delete has landed when it is granted, and the
-            // presence the server answers from (its latest grant) is what readers see.
+            // it answers or handles any other request. So a delete has landed by its grant's
+            // reply, and the presence the server answers from (its latest grant) is what
+            // readers see. Written after the word names it: a crash before it is whole
+            // reverts the word (the delete never happened), and no whole object is ever left
+            // in a slot no word names (recovery could hand that slot out again).
             let obj_off = sb
                 .object_off(head, units)
-                .map_err(|_| corrupt(region, sb.bucket_off(idx)))?;
+                .map_err(|_| corrupt(region, off))?;
             let n = encode_object(&mut st.scratch_obj, key, &[], true)
                 .map_err(|_| corrupt(region, obj_off))?;
             region.write(obj_off, &st.scratch_obj[..n])?;
             region.persist(obj_off, n);
             self.stats.persists += 1;
         }
-        // The paper's 8-byte atomic write: flip the tag, new offset over the older one.
-        region.store_u64(off, new_meta.encode())?;
-        region.persist(off, 8);
-        self.stats.persists += 1;
         st.present[idx as usize] = req.op != ReqOp::Delete;
         Ok(answer(Status::Granted, head, units))
     }
