@@ -10,7 +10,7 @@ use core::cell::{Cell, RefCell};
 use remora_layouts::region::{HEADER_LEN as REGION_HEADER_LEN, RegionHeader, root_offset};
 use remora_layouts::sherman::{
     Geometry, KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, internal_entry, leaf_entry_bytes,
-    leaf_slot, leaf_value, rebind_entry, seal, set_internal_entry,
+    leaf_slot, leaf_value, rebind_entry, seal, set_internal_entry, verify_leaf,
 };
 use remora_layouts::{GlobalAddr, NodeId};
 use std_alloc::vec;
@@ -432,26 +432,27 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         bind: u64,
         key: u64,
     ) -> Result<Option<(usize, usize)>, remora_layouts::LayoutError> {
-        let all = self.cfg.page_check == PageCheck::Checksums;
         let mut found = None;
+        if self.cfg.page_check == PageCheck::Checksums {
+            verify_leaf(page, &self.g, bind, |s, slot| {
+                if let Slot::Live { key: k, len, .. } = slot
+                    && k == key
+                    && found.is_none()
+                {
+                    found = Some((s, len));
+                }
+            })?;
+            return Ok(found);
+        }
         for s in 0..self.g.leaf_capacity() {
-            if !all {
-                let e = leaf_entry_bytes(page, &self.g, s).unwrap_or(&[]);
-                if e.get(8..16) != Some(&key.to_le_bytes()[..]) {
-                    continue;
-                }
-            }
-            if let Slot::Live { key: k, len, .. } = leaf_slot(page, &self.g, s, bind)?
-                && k == key
-                && found.is_none()
+            let e = leaf_entry_bytes(page, &self.g, s).unwrap_or(&[]);
+            if e.get(8..16) == Some(&key.to_le_bytes()[..])
+                && let Slot::Live { len, .. } = leaf_slot(page, &self.g, s, bind)?
             {
-                found = Some((s, len));
-                if !all {
-                    break;
-                }
+                return Ok(Some((s, len)));
             }
         }
-        Ok(found)
+        Ok(None)
     }
 
     async fn refresh_root(&self) -> Result<(), ShermanError> {
@@ -1020,21 +1021,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         });
                     }
                     batch.clear();
-                    let mut torn = false;
-                    let bind = self.bind(&hh);
-                    for s in 0..self.g.leaf_capacity() {
-                        match leaf_slot(&buf, &self.g, s, bind) {
-                            Ok(Slot::Live { key: k, len, .. }) if k >= key && k < hh.high_fence => {
-                                batch.push((k, s, len))
-                            }
-                            Ok(_) => {}
-                            Err(_) => {
-                                torn = true;
-                                break;
-                            }
+                    let whole = verify_leaf(&buf, &self.g, self.bind(&hh), |s, slot| {
+                        if let Slot::Live { key: k, len, .. } = slot
+                            && k >= key
+                            && k < hh.high_fence
+                        {
+                            batch.push((k, s, len))
                         }
-                    }
-                    if !torn {
+                    });
+                    if whole.is_ok() {
                         h = Some(hh);
                         break;
                     }
