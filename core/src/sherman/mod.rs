@@ -33,10 +33,16 @@
 //! - Leaf entries store the value's length: `get` returns exactly the bytes upserted, and a
 //!   buffer too small for them is [`ShermanError::BufferTooSmall`].
 //!
-//! Cost of the verification (no extra bytes: the checksum uses a reserved header word, the
-//! length shares the entry meta word; CPU per READ, measured by the `verify_cost` test in
-//! `poller/tests/sherman.rs`): one hash pass over an internal page, and over every slot of a
-//! leaf (a "not found" is a decision too, so every slot is verified).
+//! Cost of the verification. Bytes: none on the wire or in the page (the checksum takes a
+//! reserved header word, the value length shares the entry meta word with a 7-bit entry
+//! version); a whole-page write is one WRITE instead of three (same bytes, two work requests
+//! fewer). CPU per READ used for a decision: one hash pass over an internal page, and over
+//! every slot of a leaf (a "not found" is a decision too, so every slot is verified). On a
+//! 1 KiB page with 8-byte values (`verification_cost_per_read` in `poller/tests/sherman.rs`,
+//! release build, a shared 2-core machine): leaf ≈ 185 ns (the old check: ≈ 30 ns),
+//! internal page ≈ 118 ns (≈ 7 ns); with the index cache a lookup verifies one leaf, a
+//! descent one internal page per level. A FG+ write-back also rebinds every slot to the new
+//! version (one hash pass).
 mod cache;
 mod lock;
 mod tree;
