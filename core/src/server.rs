@@ -10,6 +10,7 @@
 //! concurrently), and `persist` for what must survive a crash.
 use crate::fabric::{FabricError, Recv};
 use remora_layouts::{GlobalAddr, NodeId};
+use std_alloc::string::String;
 use std_alloc::vec::Vec;
 
 /// A memory node's host region as its own CPU sees it.
@@ -122,6 +123,24 @@ pub trait Handler {
     fn on_idle(&mut self, _region: &dyn LocalRegion) -> bool {
         false
     }
+
+    /// The node restarts on a region that holds a previous life's state (a file or
+    /// persistent memory): repair it before any client connects, and say what was repaired.
+    /// The default trusts the region as it is.
+    fn recover(&mut self, _region: &dyn LocalRegion) -> Result<String, FabricError> {
+        Ok(String::new())
+    }
+
+    /// Connection `conn` has ended, cleanly or not (its client hung up, died, or a message
+    /// of it was refused). Every per-client resource (sessions, mailboxes, tickets, grants)
+    /// is released or fenced here; the fabric delivers nothing more from `conn`.
+    fn on_disconnect(&mut self, _region: &dyn LocalRegion, _conn: usize) {}
+
+    /// The service's name, told to every connecting client so that a client of another
+    /// service can say what it found instead of failing obscurely. At most 8 ASCII bytes.
+    fn service(&self) -> &'static str {
+        "custom"
+    }
 }
 
 /// The echo service as a [`Handler`] (see [`crate::echo`]).
@@ -144,6 +163,10 @@ impl Handler for Echo {
             }
         }
         Ok(())
+    }
+
+    fn service(&self) -> &'static str {
+        "echo"
     }
 }
 

@@ -9,7 +9,7 @@ use remora_layouts::{GlobalAddr, NodeId};
 use std::cell::Cell;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{Ordering, fence};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// The node id a memory node's queue pairs report for their client end.
@@ -69,6 +69,8 @@ pub struct SoftQp {
     rng: Cell<u64>,
     /// The control connection, to tell a dead peer from a slow one.
     control: Option<UnixStream>,
+    /// Raised by the watchdog when the peer process is gone (client ends of other processes).
+    peer_dead: Option<Arc<AtomicBool>>,
 }
 
 /// A distinct nonzero shuffle seed per queue pair of this process.
@@ -90,7 +92,12 @@ impl SoftQp {
         control: Option<UnixStream>,
     ) -> SoftQp {
         let (to_server, to_client) = chan.rings();
+        let peer_dead = control
+            .as_ref()
+            .and_then(|s| s.try_clone().ok())
+            .map(|s| super::watchdog::watch(std::os::fd::OwnedFd::from(s)));
         SoftQp {
+            peer_dead,
             peer: mem.node_id,
             key: mem.key().load(Ordering::Acquire),
             mem: Some(mem),
@@ -121,6 +128,7 @@ impl SoftQp {
             order: Cell::new(SegmentOrder::default()),
             rng: Cell::new(next_seed()),
             control,
+            peer_dead: None,
         }
     }
 
@@ -356,6 +364,17 @@ impl QueuePair for SoftQp {
         if self.broken.get() {
             self.counters.count_error();
             return Err(FabricError::Flushed);
+        }
+        if self
+            .peer_dead
+            .as_ref()
+            .is_some_and(|d| d.load(Ordering::Relaxed))
+            || self.is_closed()
+        {
+            // A dead or departed peer: no verb completes, as on a NIC after its retries.
+            self.broken.set(true);
+            self.counters.count_error();
+            return Err(FabricError::RetryExceeded { node: self.peer });
         }
         self.counters.count_post(ops);
         let mut result = Ok(());
