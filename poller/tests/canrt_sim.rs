@@ -182,8 +182,10 @@ fn per_operation_figures_on_the_sim() {
         scan.verb(Verb::Read) as f64 / 100.0,
         scan.round_trips as f64 / 100.0
     );
-    assert_eq!(get.verb(Verb::Read), 3000);
-    assert_eq!(get.posted_verbs(), 3000);
+    // The node READ bracketed by two 8-byte READs of its meta word: one doorbell.
+    assert_eq!(get.verb(Verb::Read), 3 * 3000);
+    assert_eq!(get.posted_verbs(), 3 * 3000);
+    assert_eq!(get.doorbells, 3000);
     assert_eq!(get.round_trips, 3000);
     assert_eq!(upd.verb(Verb::Faa), 3000);
     assert_eq!(upd.verb(Verb::WriteImm), 3000);
