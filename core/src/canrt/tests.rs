@@ -565,6 +565,17 @@ fn a_holders_complete_item_is_visible_before_the_applier_runs() {
         NodeView::parse(g, &node).unwrap().find(7).unwrap(),
         Found::Absent
     );
+    // A processed item (valid bit clear) with the served ticket, as a free slot keeps one
+    // 2^16 tickets later, is not the holder's.
+    let tail_at = g.tail_off(1) as usize;
+    let tail = u64::from_le_bytes(node[tail_at..tail_at + 8].try_into().unwrap());
+    let mut old = node.clone();
+    old[tail_at..tail_at + 8]
+        .copy_from_slice(&remora_layouts::canrt::tail_processed(tail).to_le_bytes());
+    assert_eq!(
+        NodeView::parse(g, &old).unwrap().find(7).unwrap(),
+        Found::Present(&70u64.to_le_bytes())
+    );
     // No holder (lock == served): a stale item with the served ticket is not pending.
     node[0..8].copy_from_slice(&1u64.to_le_bytes());
     assert_eq!(

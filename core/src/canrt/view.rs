@@ -250,7 +250,10 @@ impl<'a> NodeView<'a> {
     }
 
     /// The lock holder's complete record, if the READ saw a holder that had written one: a
-    /// free slot whose item checksums and carries the served ticket.
+    /// free slot whose item checksums, is not yet processed (`valid`) and carries the served
+    /// ticket. Free slots keep processed items (a delete's record, a key's old version) for
+    /// as long as they stay free; tickets compare modulo 2^16, so only `valid` tells an old
+    /// item that happens to carry the served ticket from the holder's.
     pub fn pending(&self) -> Option<Item<'a>> {
         if !self.has_holder() {
             return None;
@@ -259,7 +262,7 @@ impl<'a> NodeView<'a> {
         (0..self.g.slots)
             .filter(|s| b & (1 << s) == 0)
             .filter_map(|s| self.item(s).ok())
-            .find(|it| it.ticket == self.front.served())
+            .find(|it| it.valid && it.ticket == self.front.served())
     }
 
     /// What the applied items say about `key` (a live item that fails its checksum is an
