@@ -114,6 +114,7 @@ pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
                 count: 1,
                 stderr: true,
             }),
+            segment_order: Default::default(),
         };
         let p = PerfPoint {
             verb: model_verb(verb),

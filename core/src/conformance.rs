@@ -5,7 +5,7 @@
 //! panics with a message naming the broken rule of [`crate::fabric`].
 use crate::alloc::RemoteAllocator;
 use crate::echo::parse_imm_reply;
-use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind, Verb};
+use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind, SegmentOrder, Verb};
 use core::future::Future;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use remora_layouts::{GlobalAddr, NodeId};
@@ -31,6 +31,11 @@ pub trait Harness: Sync {
     /// Revokes the region's key and registers it again under a new one (what a memory node
     /// restart does). Endpoints made before keep the old key. May be called from a task.
     fn revoke_key(&self);
+    /// The segment order the fabric promises to produce (rule 2 promises none; software
+    /// fabrics shuffle on purpose). A real NIC's is whatever the hardware does: `None`.
+    fn segment_order(&self) -> Option<SegmentOrder> {
+        None
+    }
 }
 
 /// Every check by name, in an order where each relies only on those before it.
@@ -47,6 +52,10 @@ pub fn checks<H: Harness>() -> Vec<(&'static str, fn(&H))> {
             order_is_visible_to_other_clients::<H>,
         ),
         ("torn_reads_are_observable", torn_reads_are_observable::<H>),
+        (
+            "segments_move_in_no_fixed_order",
+            segments_move_in_no_fixed_order::<H>,
+        ),
         ("faa_is_linearizable", faa_is_linearizable::<H>),
         ("cas_is_linearizable", cas_is_linearizable::<H>),
         (
@@ -286,6 +295,78 @@ pub fn torn_reads_are_observable<H: Harness>(h: &H) {
     assert!(
         torn.load(SeqCst) > 0,
         "no torn read in {MAX_READS} reads racing {} writes: the fabric hides tearing",
+        writes.load(SeqCst)
+    );
+}
+
+/// Rule 2: no order among the segments of one transfer. A fabric that says it shuffles must
+/// show it: a 16-segment WRITE racing READs of the same bytes yields snapshots whose segments
+/// alternate between old and new values several times along the addresses (in ascending order
+/// a snapshot changes value at most once or twice), and every word is one some WRITE wrote.
+pub fn segments_move_in_no_fixed_order<H: Harness>(h: &H) {
+    const LEN: usize = 1024;
+    const MAX_READS: u64 = 200_000;
+    let Some(order) = h.segment_order() else {
+        return;
+    };
+    if order == SegmentOrder::Ascending {
+        return;
+    }
+    let base = fresh_chunk(h);
+    let node = h.node();
+    let stop = AtomicBool::new(false);
+    let mixed = AtomicU64::new(0);
+    let writes = AtomicU64::new(0);
+    let reads = AtomicU64::new(0);
+    h.run(2, |i, ep| {
+        let (stop, mixed, writes, reads) = (&stop, &mixed, &writes, &reads);
+        async move {
+            let qp = ep.qp(node).unwrap();
+            if i == 0 {
+                let mut v = 0u64;
+                let mut img = vec![0u8; LEN];
+                while !stop.load(Relaxed) {
+                    v += 1;
+                    for w in img.chunks_mut(8) {
+                        w.copy_from_slice(&v.to_le_bytes());
+                    }
+                    qp.write(base, &img).await.expect("writer");
+                    writes.store(v, Relaxed);
+                }
+            } else {
+                let mut img = vec![0u8; LEN];
+                for _ in 0..MAX_READS {
+                    qp.read(base, &mut img).await.expect("reader");
+                    reads.fetch_add(1, Relaxed);
+                    let hi = writes.load(Relaxed) + 1;
+                    let seg =
+                        |k: usize| u64::from_le_bytes(img[k * 64..k * 64 + 8].try_into().unwrap());
+                    let mut changes = 0;
+                    for k in 0..LEN / 64 {
+                        assert!(
+                            seg(k) <= hi,
+                            "word {} was never written (latest {hi})",
+                            seg(k)
+                        );
+                        if k > 0 && seg(k) != seg(k - 1) {
+                            changes += 1;
+                        }
+                    }
+                    if changes >= 3 && mixed.fetch_add(1, Relaxed) >= 2 {
+                        break;
+                    }
+                }
+                stop.store(true, Relaxed);
+            }
+        }
+    });
+    assert!(
+        mixed.load(SeqCst) > 0,
+        "the fabric says its segment order is {}, but in {} reads racing {} writes no snapshot \
+         alternated between old and new segments more than twice: segments move in ascending \
+         order",
+        order.name(),
+        reads.load(SeqCst),
         writes.load(SeqCst)
     );
 }

@@ -8,9 +8,16 @@
 //!
 //! 1. **Order.** The ops of one queue pair take effect at the target in posting order, batch
 //!    after batch. Nothing is promised across queue pairs.
-//! 2. **Tearing.** A READ or WRITE larger than 8 bytes is not atomic: it moves aligned 8-byte
-//!    words in address order, and a concurrent reader may see any mix of old and new words.
-//!    Only an aligned 8-byte word is read or written whole.
+//! 2. **Tearing, in no order.** A READ or WRITE larger than 8 bytes is not atomic: only an
+//!    aligned 8-byte word is read or written whole, and a concurrent reader may see any mix of
+//!    old and new words. Nor is any order promised among the parts of one transfer: a NIC
+//!    splits a READ into PCIe reads that complete in any order, places a WRITE's segments as
+//!    they arrive, and CPU stores at the target are not ordered against a READ at all (Ziegler
+//!    et al., SIGMOD'23). Index code must check what it reads with something that holds in any
+//!    order (a checksum over the bytes, a version in every cache line, or a second READ, which
+//!    rule 1 orders after the first). Fabrics make this adversarial on purpose: see
+//!    [`SegmentOrder`]. "The last word of a WRITE lands last" (SMART's rear lock) is not
+//!    promised; it is the named assumption [`SegmentOrder::ShuffledTailLast`].
 //! 3. **Atomics.** CMP_AND_SWP and FETCH_AND_ADD act on an 8-byte-aligned word and are atomic
 //!    only against other NIC atomics, never against CPU stores at the target or WRITEs.
 //! 4. **Protection.** An access outside the target region, to a region whose key was revoked,
@@ -63,6 +70,138 @@ pub enum Op<'a> {
     },
     /// Two-sided SEND of `local` to the peer's receive queue.
     Send { local: &'a [u8] },
+}
+
+/// The order in which a fabric's READs observe, and WRITEs place, the 64-byte segments of
+/// one transfer. The contract (rule 2) promises none; software fabrics pick one on purpose so
+/// that code which leans on an order no NIC gives fails in tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SegmentOrder {
+    /// Ascending addresses: what wave 1 promised and no NIC does. Only for mutant tests and
+    /// for measuring the cost of shuffling.
+    Ascending,
+    /// Each multi-segment READ samples, and each WRITE places, its 64-byte segments in a
+    /// random (seeded) order. The default of every software fabric.
+    #[default]
+    Shuffled,
+    /// Shuffled, except that a WRITE's last aligned 8-byte word lands after all its others:
+    /// the assumption behind SMART's rear-embedded lock (its paper relies on NICs writing in
+    /// increasing address order). Code that needs it says so and is tested under it.
+    ShuffledTailLast,
+}
+
+impl SegmentOrder {
+    /// Bytes per segment: a PCIe read completion / cache line.
+    pub const SEGMENT: usize = 64;
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            SegmentOrder::Ascending => "ascending",
+            SegmentOrder::Shuffled => "shuffled",
+            SegmentOrder::ShuffledTailLast => "shuffled-tail-last",
+        }
+    }
+
+    /// Parses `ascending`, `shuffled` or `shuffled-tail-last`.
+    pub fn parse(s: &str) -> Option<SegmentOrder> {
+        match s {
+            "ascending" => Some(SegmentOrder::Ascending),
+            "shuffled" => Some(SegmentOrder::Shuffled),
+            "shuffled-tail-last" => Some(SegmentOrder::ShuffledTailLast),
+            _ => None,
+        }
+    }
+
+    /// Visits the segments of a transfer of `len` bytes starting at remote address `addr` in
+    /// this order, as `(start, end)` byte ranges of the local buffer. Segment boundaries are
+    /// the remote 64-byte lines, so an aligned 8-byte word never straddles two. `rng` is the
+    /// caller's xorshift state (nonzero); `write` tells whether the tail-last rule applies.
+    /// Allocates nothing: the order is a random rotation and stride over the segments (a
+    /// permutation, not uniform over all permutations, but every segment can come first and
+    /// neighbours are separated).
+    pub fn for_each_segment(
+        self,
+        addr: u64,
+        len: usize,
+        write: bool,
+        rng: &mut u64,
+        mut f: impl FnMut(usize, usize),
+    ) {
+        if len == 0 {
+            return;
+        }
+        let seg = Self::SEGMENT as u64;
+        let head = (seg - addr % seg) as usize % Self::SEGMENT;
+        let first = if head == 0 {
+            Self::SEGMENT.min(len)
+        } else {
+            head.min(len)
+        };
+        let rest = len - first;
+        let n = 1 + rest.div_ceil(Self::SEGMENT);
+        let bounds = |i: usize| -> (usize, usize) {
+            if i == 0 {
+                (0, first)
+            } else {
+                let s = first + (i - 1) * Self::SEGMENT;
+                (s, (s + Self::SEGMENT).min(len))
+            }
+        };
+        if n == 1 || self == SegmentOrder::Ascending {
+            for i in 0..n {
+                let (s, e) = bounds(i);
+                f(s, e);
+            }
+            return;
+        }
+        let r = xorshift(rng);
+        // A random stride coprime with n and a random start: a permutation of 0..n.
+        let mut stride = 1 + (r >> 32) as usize % n;
+        while gcd(stride, n) != 1 {
+            stride = stride % n + 1;
+        }
+        let start = (r as u32) as usize % n;
+        let tail_last = write && self == SegmentOrder::ShuffledTailLast;
+        let mut tail: Option<(usize, usize)> = None;
+        for k in 0..n {
+            let i = (start + k * stride) % n;
+            let (s, e) = bounds(i);
+            if tail_last && e == len {
+                // Everything but the last word now; the last word after all the others.
+                let cut = if e - s > 8 { e - 8 } else { s };
+                if cut > s {
+                    f(s, cut);
+                }
+                tail = Some((cut, e));
+                continue;
+            }
+            f(s, e);
+        }
+        if let Some((s, e)) = tail {
+            f(s, e);
+        }
+    }
+}
+
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// One step of xorshift64 (state must be nonzero; zero is mapped to a fixed seed).
+pub fn xorshift(state: &mut u64) -> u64 {
+    let mut x = if *state == 0 {
+        0x9E37_79B9_7F4A_7C15
+    } else {
+        *state
+    };
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    x
 }
 
 /// The verb of an op, for counters, traces and errors.
@@ -328,5 +467,86 @@ pub trait Endpoint {
     /// The queue pair that serves `addr`.
     fn qp_for(&self, addr: GlobalAddr) -> Result<&Self::Qp, FabricError> {
         self.qp(addr.node())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SegmentOrder;
+
+    /// Every byte visited exactly once, in segments that never straddle a 64-byte line.
+    fn visits(
+        order: SegmentOrder,
+        addr: u64,
+        len: usize,
+        write: bool,
+        rng: &mut u64,
+    ) -> [u8; 1024] {
+        let mut seen = [0u8; 1024];
+        let mut segs = 0usize;
+        let mut last_end = 0usize;
+        order.for_each_segment(addr, len, write, rng, |s, e| {
+            assert!(s < e && e <= len, "segment {s}..{e} of {len}");
+            let line = (addr + s as u64) / 64;
+            assert_eq!(
+                line,
+                (addr + e as u64 - 1) / 64,
+                "{s}..{e} straddles a line"
+            );
+            for b in &mut seen[s..e] {
+                *b += 1;
+            }
+            segs += 1;
+            last_end = e;
+        });
+        assert!(
+            seen[..len].iter().all(|&c| c == 1),
+            "{order:?} {addr} {len}"
+        );
+        if order == SegmentOrder::ShuffledTailLast && write && len > 0 {
+            assert_eq!(last_end, len, "the tail word lands last");
+        }
+        seen
+    }
+
+    #[test]
+    fn every_order_visits_every_byte_once() {
+        let mut rng = 7;
+        for order in [
+            SegmentOrder::Ascending,
+            SegmentOrder::Shuffled,
+            SegmentOrder::ShuffledTailLast,
+        ] {
+            for addr in [0u64, 8, 60, 64, 100, 4096 + 56] {
+                for len in [0usize, 1, 8, 63, 64, 65, 128, 200, 512, 1000] {
+                    for write in [false, true] {
+                        visits(order, addr, len, write, &mut rng);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shuffled_orders_differ_from_ascending_and_put_any_segment_first() {
+        let mut rng = 11;
+        let mut first_seen = [false; 8];
+        let mut non_ascending = 0;
+        for _ in 0..200 {
+            let mut order = heapless::Vec::<usize, 16>::new();
+            SegmentOrder::Shuffled.for_each_segment(0, 512, false, &mut rng, |s, _| {
+                order.push(s / 64).unwrap();
+            });
+            first_seen[order[0]] = true;
+            if order.windows(2).any(|w| w[0] > w[1]) {
+                non_ascending += 1;
+            }
+        }
+        assert!(first_seen.iter().all(|&b| b), "{first_seen:?}");
+        assert!(non_ascending > 150, "{non_ascending} of 200 shuffled");
+        for s in ["ascending", "shuffled", "shuffled-tail-last"] {
+            assert_eq!(SegmentOrder::parse(s).unwrap().name(), s);
+        }
+        assert_eq!(SegmentOrder::parse("random"), None);
     }
 }

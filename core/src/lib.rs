@@ -36,5 +36,5 @@ pub mod sherman;
 pub mod smart;
 
 pub use counters::{Counters, Snapshot};
-pub use fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind};
+pub use fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, SegmentOrder};
 pub use remora_layouts::{GlobalAddr, NodeId};

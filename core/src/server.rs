@@ -122,6 +122,17 @@ pub trait Handler {
     fn on_idle(&mut self, _region: &dyn LocalRegion) -> bool {
         false
     }
+
+    /// Connection `conn` has ended, cleanly or not (its client hung up, died, or a message
+    /// of it was refused). Every per-client resource (sessions, mailboxes, tickets, grants)
+    /// is released or fenced here; the fabric delivers nothing more from `conn`.
+    fn on_disconnect(&mut self, _region: &dyn LocalRegion, _conn: usize) {}
+
+    /// The service's name, told to every connecting client so that a client of another
+    /// service can say what it found instead of failing obscurely. At most 8 ASCII bytes.
+    fn service(&self) -> &'static str {
+        "custom"
+    }
 }
 
 /// The echo service as a [`Handler`] (see [`crate::echo`]).
@@ -144,6 +155,10 @@ impl Handler for Echo {
             }
         }
         Ok(())
+    }
+
+    fn service(&self) -> &'static str {
+        "echo"
     }
 }
 

@@ -80,6 +80,12 @@ pub struct SmartConfig {
     pub max_checksum_retries: u32,
     /// Entries of the local delegation/combining table.
     pub local_table: usize,
+    /// Assume the fabric places a WRITE's last 8-byte word after all its others
+    /// (`SegmentOrder::ShuffledTailLast`), as SMART's paper does of NICs: the rear lock is
+    /// then released by the write-back WRITE itself. The contract does not promise it, so by
+    /// default the release is a second 8-byte WRITE in the same doorbell (per-queue-pair order
+    /// places it after the write-back): one more work request, no more round trips.
+    pub assume_tail_last: bool,
 }
 
 impl SmartConfig {
@@ -94,6 +100,7 @@ impl SmartConfig {
             max_lock_spins: 10_000_000,
             max_checksum_retries: 10_000,
             local_table: 1024,
+            assume_tail_last: false,
         }
     }
 

@@ -199,12 +199,27 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             what: "leaf image",
             err,
         })?;
-        if self.cfg.techniques.rear_lock {
-            // Write-back and release in one WRITE: the lock word is the last one written.
+        if self.cfg.techniques.rear_lock && self.cfg.assume_tail_last {
+            // Write-back and release in one WRITE: the lock word is the last one written
+            // (only where the fabric places a WRITE's last word last).
             self.write(
                 leaf.add(LEAF_STATUS_OFFSET as u64),
                 &img[LEAF_STATUS_OFFSET..bytes],
             )
+            .await?;
+        } else if self.cfg.techniques.rear_lock {
+            // Write-back, then release, in one doorbell: the release is a WRITE of its own,
+            // which per-queue-pair order places after the whole write-back.
+            qp.post(&mut [
+                Op::Write {
+                    remote: leaf.add(LEAF_STATUS_OFFSET as u64),
+                    local: &img[LEAF_STATUS_OFFSET..bytes - 8],
+                },
+                Op::Write {
+                    remote: lock_at,
+                    local: &unlock,
+                },
+            ])
             .await?;
         } else {
             self.write(

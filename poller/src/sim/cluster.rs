@@ -8,7 +8,7 @@ use super::qp::{SimEndpoint, SimQp, WorldRef};
 use super::rng::Rng;
 use super::server::{SharedHandler, handler_loop};
 use super::trace::{Trace, TraceSel};
-use remora_core::fabric::{FabricError, QueuePair};
+use remora_core::fabric::{FabricError, QueuePair, SegmentOrder};
 use remora_core::server::{Echo, Handler};
 use remora_layouts::NodeId;
 use std::cell::RefCell;
@@ -37,6 +37,8 @@ pub struct SimConfig {
     pub seed: u64,
     pub faults: Faults,
     pub trace: Option<TraceSel>,
+    /// How READs sample and WRITEs place their 64-byte segments (default: shuffled).
+    pub segment_order: SegmentOrder,
 }
 
 impl Default for SimConfig {
@@ -52,6 +54,7 @@ impl Default for SimConfig {
             seed: 1,
             faults: Faults::none(),
             trace: None,
+            segment_order: SegmentOrder::default(),
         }
     }
 }
@@ -202,6 +205,7 @@ impl<'a> Sim<'a> {
             cfg.faults.clone(),
             Trace::new(cfg.trace),
         );
+        w.segment_order = cfg.segment_order;
         for _ in 0..cfg.compute_nodes {
             w.nics.push(Nic {
                 slow: 1.0,

@@ -23,7 +23,7 @@ use super::pool::{BufPool, Slab};
 use super::queue::{Entry, EventQueue};
 use super::rng::Rng;
 use super::trace::Trace;
-use remora_core::fabric::{FabricError, RecvKind};
+use remora_core::fabric::{FabricError, RecvKind, SegmentOrder};
 use remora_layouts::{GlobalAddr, NodeId};
 use std::collections::VecDeque;
 
@@ -244,6 +244,10 @@ pub struct OpSlot {
     /// when its response left.
     pub t0: Ps,
     pub nseg: u32,
+    /// The order its segments are handled in: slot `i` handles segment
+    /// `(perm_start + i * perm_stride) % nseg` (see `SegmentOrder`).
+    pub perm_start: u32,
+    pub perm_stride: u32,
     pub arrived: Ps,
     pub ack_at: Ps,
     pub rnr_left: u32,
@@ -301,6 +305,10 @@ pub struct World {
     pub tm: Tm,
     pub seed: u64,
     pub rng: Rng,
+    /// How READs sample and WRITEs place their segments, and the stream that shuffles them
+    /// (its own, so the order switch leaves every other random choice of a seed alone).
+    pub segment_order: SegmentOrder,
+    pub seg_rng: Rng,
     events: EventQueue,
     seq: u64,
     pub nics: Vec<Nic>,
@@ -335,6 +343,8 @@ impl World {
             model,
             seed,
             rng: Rng::new(seed, 0),
+            segment_order: SegmentOrder::default(),
+            seg_rng: Rng::new(seed, 0x5E6),
             events: EventQueue::new(),
             seq: 0,
             nics: Vec::new(),

@@ -10,6 +10,7 @@ use super::memory::NodeImage;
 use super::model::Model;
 use super::qp::SimEndpoint;
 use remora_core::conformance::Harness;
+use remora_core::fabric::SegmentOrder;
 use remora_layouts::NodeId;
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -24,6 +25,7 @@ pub struct SimHarness {
     chunk_size: u64,
     dm_len: u64,
     runs: AtomicU64,
+    order: SegmentOrder,
 }
 
 impl SimHarness {
@@ -47,7 +49,14 @@ impl SimHarness {
             chunk_size,
             dm_len,
             runs: AtomicU64::new(0),
+            order: SegmentOrder::default(),
         })
+    }
+
+    /// The same harness with its runs moving segments in `order`.
+    pub fn with_segment_order(mut self, order: SegmentOrder) -> SimHarness {
+        self.order = order;
+        self
     }
 
     /// The default shape: 16 MiB region, 64 KiB chunks, 4 KiB of device memory.
@@ -86,6 +95,7 @@ impl Harness for SimHarness {
             chunk_size: self.chunk_size,
             model: self.model.clone(),
             seed,
+            segment_order: self.order,
             ..SimConfig::default()
         };
         let mut sim = match Sim::with_images(cfg, images) {
@@ -113,5 +123,9 @@ impl Harness for SimHarness {
 
     fn revoke_key(&self) {
         self.key.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn segment_order(&self) -> Option<SegmentOrder> {
+        Some(self.order)
     }
 }

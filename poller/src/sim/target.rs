@@ -19,7 +19,7 @@
 use super::engine::{Ev, Kind, RxDone, World};
 use super::memory::Refused;
 use super::model::Ps;
-use remora_core::fabric::{FabricError, RecvKind};
+use remora_core::fabric::{FabricError, RecvKind, SegmentOrder};
 
 impl World {
     pub(super) fn arrive(&mut self, id: u32) {
@@ -263,9 +263,30 @@ impl World {
     }
 
     fn set_timeline(&mut self, id: u32, t0: Ps, nseg: u32) {
+        let kind = self.ops.get(id).kind;
+        // The segment order (rule 2 of the contract promises none): a random rotation and a
+        // random stride coprime with the count. With the tail-last assumption a WRITE's last
+        // segment keeps the last slot and only the others are shuffled.
+        let (mut start, mut stride) = (0, 1);
+        let shuffled = match self.segment_order {
+            SegmentOrder::Ascending => 0,
+            SegmentOrder::Shuffled => nseg,
+            SegmentOrder::ShuffledTailLast if kind == Kind::Read => nseg,
+            SegmentOrder::ShuffledTailLast => nseg.saturating_sub(1),
+        };
+        if shuffled > 1 && kind != Kind::Send {
+            let r = self.seg_rng.next_u64();
+            start = (r as u32) % shuffled;
+            stride = 1 + ((r >> 32) as u32) % shuffled;
+            while gcd(stride, shuffled) != 1 {
+                stride = stride % shuffled + 1;
+            }
+        }
         let o = self.ops.get_mut(id);
         o.t0 = t0;
         o.nseg = nseg;
+        o.perm_start = start;
+        o.perm_stride = stride;
     }
 
     /// Handles `ev` now if it is due now, else schedules it.
@@ -279,6 +300,15 @@ impl World {
             }
         } else {
             self.schedule(t, ev);
+        }
+    }
+
+    /// How many of an op's `nseg` segments are shuffled (the rest keep their slots).
+    fn shuffled_len(&self, kind: Kind, nseg: u32) -> u32 {
+        match self.segment_order {
+            SegmentOrder::Ascending => 0,
+            SegmentOrder::ShuffledTailLast if kind != Kind::Read => nseg.saturating_sub(1),
+            _ => nseg,
         }
     }
 
@@ -309,7 +339,18 @@ impl World {
         };
         let s = self.tm.segment;
         let off = remote.offset();
-        let blk = off / s + i as u64;
+        let (start, stride) = {
+            let o = self.ops.get(id);
+            (o.perm_start as u64, o.perm_stride as u64)
+        };
+        // Slot i handles a shuffled segment; a tail-last segment keeps its slot.
+        let k = self.shuffled_len(kind, nseg);
+        let seg = if i < k {
+            (start + i as u64 * stride) % k as u64
+        } else {
+            i as u64
+        };
+        let blk = off / s + seg;
         let lo = off.max(blk * s);
         let hi = (off + len).min((blk + 1) * s);
         if lo >= hi {
@@ -329,7 +370,7 @@ impl World {
             } else {
                 "applied"
             };
-            self.trace_op(id, || format!("segment {i} [{lo:#x}..{hi:#x}) {what}"));
+            self.trace_op(id, || format!("segment {seg} [{lo:#x}..{hi:#x}) {what}"));
         }
         if i + 1 < nseg {
             let step = if kind == Kind::Read {
@@ -457,4 +498,11 @@ fn fmt(t: Ps) -> String {
 fn hash(x: u64) -> u64 {
     let x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     x ^ (x >> 29)
+}
+
+fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }

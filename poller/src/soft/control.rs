@@ -5,11 +5,19 @@
 //! - client → node, 16 bytes: magic `b"REMORAH1"`, version u32 (1), flags u32
 //!   (bit 0: admin connection — no rings, commands follow).
 //! - node → client, 64 bytes ([`Reply`]) with, for a data connection, the fds
-//!   region, control page, channel, and device memory if any.
+//!   region, control page, channel, and device memory if any; bytes 56..64 name the node's
+//!   service (`echo`, `canrt`, `erda`, ...). Or a refusal: magic `b"REMORAX1"` and 56 bytes
+//!   of reason, which the client reports as its error.
 //! - admin commands, 8 bytes each: `b"REVOKE!!"` → `b"REVOKED!"` (the key was revoked).
+//!   Only the node's owner (same user id, by `SO_PEERCRED`) or root may send them.
 //!
 //! Anything else is refused: the node logs why, closes that connection, and keeps serving.
-//! A peer that says nothing is dropped after [`HANDSHAKE_TIMEOUT`].
+//! Handshakes run concurrently, each on its own thread with a deadline of
+//! [`HANDSHAKE_TIMEOUT`], at most [`MAX_HANDSHAKES`] at once (more are refused at once), so
+//! silent peers cannot lock other clients out. Connections beyond the node's cap
+//! ([`ListenOptions::max_connections`]) are refused with a reason. The socket is created with
+//! mode 0600 unless [`ListenOptions::mode`] says otherwise, and `listen` never deletes
+//! anything but a stale socket nobody answers on.
 use super::node::{CTL_LEN, CTL_MAGIC, NodeMem, SoftMemoryNode};
 use super::qp::{Channel, SoftEndpoint, SoftQp};
 use crate::arena::Mapping;
@@ -19,7 +27,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -28,6 +36,14 @@ pub const REPLY_MAGIC: u64 = u64::from_le_bytes(*b"REMORAR1");
 pub const VERSION: u32 = 1;
 const FLAG_ADMIN: u32 = 1;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Handshakes in progress at once; more are refused straight away.
+pub const MAX_HANDSHAKES: usize = 64;
+/// Commands one admin connection may send, and how long it may stay.
+const ADMIN_COMMANDS: usize = 64;
+const ADMIN_DEADLINE: Duration = Duration::from_secs(10);
+const REFUSE_MAGIC: u64 = u64::from_le_bytes(*b"REMORAX1");
+/// How long a client waits for the node's answer to its hello.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 const REVOKE: &[u8; 8] = b"REVOKE!!";
 const REVOKED: &[u8; 8] = b"REVOKED!";
 
@@ -42,9 +58,17 @@ pub struct Reply {
     pub max_msg: u32,
     pub depth: u32,
     pub chan_len: u64,
+    /// The node's service name, zero-padded ASCII.
+    pub service: [u8; 8],
 }
 
 impl Reply {
+    /// The service the node runs (`echo`, `canrt`, `erda`, ...).
+    pub fn service_name(&self) -> &str {
+        let n = self.service.iter().position(|&b| b == 0).unwrap_or(8);
+        std::str::from_utf8(&self.service[..n]).unwrap_or("?")
+    }
+
     fn encode(&self) -> [u8; 64] {
         let mut b = [0u8; 64];
         b[0..8].copy_from_slice(&REPLY_MAGIC.to_le_bytes());
@@ -56,12 +80,21 @@ impl Reply {
         b[40..44].copy_from_slice(&self.max_msg.to_le_bytes());
         b[44..48].copy_from_slice(&self.depth.to_le_bytes());
         b[48..56].copy_from_slice(&self.chan_len.to_le_bytes());
+        b[56..64].copy_from_slice(&self.service);
         b
     }
 
     fn decode(b: &[u8; 64]) -> io::Result<Reply> {
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8"));
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4"));
+        if u64_at(0) == REFUSE_MAGIC {
+            let n = b[8..].iter().position(|&c| c == 0).unwrap_or(56);
+            let why = String::from_utf8_lossy(&b[8..8 + n]);
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!("the memory node refused the connection: {why}"),
+            ));
+        }
         if u64_at(0) != REPLY_MAGIC {
             return Err(bad(
                 "memory node reply has a bad magic: not a remora memnode",
@@ -76,6 +109,7 @@ impl Reply {
             max_msg: u32_at(40),
             depth: u32_at(44),
             chan_len: u64_at(48),
+            service: b[56..64].try_into().expect("8"),
         };
         if r.n_fds > 4
             || r.max_msg < 256
@@ -179,11 +213,31 @@ fn recv_with_fds(s: &UnixStream, data: &mut [u8], max_fds: usize) -> io::Result<
     Ok(fds)
 }
 
+/// How a memory node listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenOptions {
+    /// File mode of the socket (who may connect): 0o600 by default, the owner only.
+    pub mode: u32,
+    /// Data connections at most; more are refused with a reason.
+    pub max_connections: usize,
+}
+
+impl Default for ListenOptions {
+    fn default() -> Self {
+        ListenOptions {
+            mode: 0o600,
+            max_connections: 1024,
+        }
+    }
+}
+
 /// Accepts clients for `node` on a Unix socket until the handle is dropped.
 pub struct Listener {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
+    /// The socket file's identity, so that drop removes only our own.
+    ino: (u64, u64),
 }
 
 impl Drop for Listener {
@@ -192,7 +246,9 @@ impl Drop for Listener {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if file_id(&self.path) == Some(self.ino) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -202,44 +258,159 @@ impl Listener {
     }
 }
 
-/// Binds `path` (replacing a stale socket file) and accepts clients on a background thread.
-pub fn listen(node: &Arc<SoftMemoryNode>, path: &Path) -> io::Result<Listener> {
-    if path.exists() {
-        std::fs::remove_file(path)?;
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Makes `path` free for a new socket: nothing there, or a stale socket nobody answers on
+/// (removed). Anything else — a live memnode's socket, a regular file, a directory — is an
+/// error naming the path, and is left alone.
+fn clear_path(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    let md = match std::fs::symlink_metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io::Error::new(e.kind(), format!("{shown}: {e}"))),
+    };
+    if md.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{shown} is a directory: --listen takes the path of a socket file to create"),
+        ));
     }
+    if !md.file_type().is_socket() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{shown} exists and is not a socket: refusing to replace it"),
+        ));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!(
+                "a memory node is already listening on {shown}: stop it or choose another path"
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("removing stale socket {shown}: {e}"))),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("{shown} is a socket that could not be checked ({e}): refusing to replace it"),
+        )),
+    }
+}
+
+/// Binds `path` with the default [`ListenOptions`]; see [`listen_with`].
+pub fn listen(node: &Arc<SoftMemoryNode>, path: &Path) -> io::Result<Listener> {
+    listen_with(node, path, ListenOptions::default())
+}
+
+/// Binds `path` (replacing only a stale socket), sets its mode, and accepts clients on a
+/// background thread; each handshake runs on a thread of its own.
+pub fn listen_with(
+    node: &Arc<SoftMemoryNode>,
+    path: &Path,
+    opts: ListenOptions,
+) -> io::Result<Listener> {
+    use std::os::unix::fs::PermissionsExt;
+    clear_path(path)?;
     let listener = UnixListener::bind(path)
         .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", path.display())))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(opts.mode & 0o777))
+        .map_err(|e| io::Error::new(e.kind(), format!("chmod {}: {e}", path.display())))?;
+    let ino = file_id(path).unwrap_or((0, 0));
     listener.set_nonblocking(true)?;
     let stop = Arc::new(AtomicBool::new(false));
     let (node, flag) = (node.clone(), stop.clone());
     let thread = std::thread::Builder::new()
         .name("remora-memnode-accept".into())
-        .spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((s, _)) => {
-                        if let Err(e) = handshake(&node, s) {
-                            node.log(format!("refused connection: {e}"));
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(2));
-                    }
-                    Err(e) => {
-                        node.log(format!("accept failed: {e}"));
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                }
-            }
-        })?;
+        .spawn(move || accept_loop(&node, &listener, &flag, opts))?;
     Ok(Listener {
         stop,
         thread: Some(thread),
         path: path.to_path_buf(),
+        ino,
     })
 }
 
-fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream) -> io::Result<()> {
+fn accept_loop(
+    node: &Arc<SoftMemoryNode>,
+    listener: &UnixListener,
+    stop: &AtomicBool,
+    opts: ListenOptions,
+) {
+    let busy = Arc::new(AtomicUsize::new(0));
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((s, _)) => {
+                if busy.load(Ordering::Acquire) >= MAX_HANDSHAKES {
+                    let why = format!("{MAX_HANDSHAKES} handshakes already in progress");
+                    refuse(&s, &why);
+                    node.log(format!("refused connection: {why}"));
+                    continue;
+                }
+                busy.fetch_add(1, Ordering::AcqRel);
+                let (n, b) = (node.clone(), busy.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("remora-handshake".into())
+                    .spawn(move || {
+                        if let Err(e) = handshake(&n, s, opts) {
+                            n.log(format!("refused connection: {e}"));
+                        }
+                        b.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if let Err(e) = spawned {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                    node.log(format!("no thread for a handshake: {e}"));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => {
+                node.log(format!("accept failed: {e}"));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// Tells a client why it is refused (best effort: it may be gone already).
+fn refuse(s: &UnixStream, why: &str) {
+    let mut b = [0u8; 64];
+    b[..8].copy_from_slice(&REFUSE_MAGIC.to_le_bytes());
+    let n = why.len().min(56);
+    b[8..8 + n].copy_from_slice(&why.as_bytes()[..n]);
+    let _ = s.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = (&*s).write_all(&b);
+}
+
+/// The user id of the process at the other end of `s`.
+fn peer_uid(s: &UnixStream) -> io::Result<u32> {
+    // SAFETY: ucred is plain data; zeroed is a valid value for getsockopt to overwrite.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: cred and len are live, writable, and len is cred's size.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream, opts: ListenOptions) -> io::Result<()> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
@@ -255,12 +426,15 @@ fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream) -> io::Result<()> {
         )));
     }
     if version != VERSION {
-        return Err(bad(&format!(
-            "client speaks protocol version {version}, this node {VERSION}"
-        )));
+        let why = format!("client speaks protocol version {version}, this node {VERSION}");
+        refuse(&s, &why);
+        return Err(bad(&why));
     }
     let cfg = node.config();
     let mem = node.mem();
+    let mut service = [0u8; 8];
+    let name = node.service().as_bytes();
+    service[..name.len().min(8)].copy_from_slice(&name[..name.len().min(8)]);
     let mut reply = Reply {
         node_id: cfg.node_id,
         n_fds: 0,
@@ -270,18 +444,15 @@ fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream) -> io::Result<()> {
         max_msg: cfg.max_msg as u32,
         depth: cfg.ring_depth as u32,
         chan_len: Channel::bytes(cfg.ring_depth, cfg.max_msg) as u64,
+        service,
     };
     if flags & FLAG_ADMIN != 0 {
-        s.write_all(&reply.encode())?;
-        let mut cmd = [0u8; 8];
-        while s.read_exact(&mut cmd).is_ok() {
-            if &cmd != REVOKE {
-                return Err(bad("unknown admin command"));
-            }
-            node.revoke_key();
-            s.write_all(REVOKED)?;
-        }
-        return Ok(());
+        return admin(node, s, &reply);
+    }
+    if node.connections() >= opts.max_connections {
+        let why = format!("connection cap of {} reached", opts.max_connections);
+        refuse(&s, &why);
+        return Err(bad(&why));
     }
     let chan = Mapping::shared("remora-chan", reply.chan_len as usize)?;
     let chan = Arc::new(Channel {
@@ -308,6 +479,34 @@ fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream) -> io::Result<()> {
     Ok(())
 }
 
+/// Serves an admin connection: only the node's owner or root, a few commands, a deadline.
+fn admin(node: &Arc<SoftMemoryNode>, mut s: UnixStream, reply: &Reply) -> io::Result<()> {
+    s.write_all(&reply.encode())?;
+    let uid = peer_uid(&s)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let allowed = uid == me || uid == 0;
+    let start = std::time::Instant::now();
+    let mut cmd = [0u8; 8];
+    for _ in 0..ADMIN_COMMANDS {
+        if start.elapsed() > ADMIN_DEADLINE || s.read_exact(&mut cmd).is_err() {
+            break;
+        }
+        if &cmd != REVOKE {
+            return Err(bad("unknown admin command"));
+        }
+        if !allowed {
+            let why =
+                format!("uid {uid} may not revoke: only the memnode's owner (uid {me}) or root");
+            refuse(&s, &why);
+            return Err(bad(&why));
+        }
+        node.revoke_key();
+        s.write_all(REVOKED)?;
+    }
+    Ok(())
+}
+
 fn open(path: &Path, flags: u32) -> io::Result<(UnixStream, Reply, Vec<OwnedFd>)> {
     let s = UnixStream::connect(path).map_err(|e| {
         io::Error::new(
@@ -318,15 +517,34 @@ fn open(path: &Path, flags: u32) -> io::Result<(UnixStream, Reply, Vec<OwnedFd>)
             ),
         )
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_read_timeout(Some(CLIENT_TIMEOUT))?;
+    s.set_write_timeout(Some(CLIENT_TIMEOUT))?;
     let mut hello = [0u8; 16];
     hello[0..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
     hello[8..12].copy_from_slice(&VERSION.to_le_bytes());
     hello[12..16].copy_from_slice(&flags.to_le_bytes());
-    (&s).write_all(&hello)?;
+    let shown = path.display();
+    let timed_out = |e: io::Error| {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the memory node at {shown} did not answer within {} s (busy, hung, or not a \
+                     remora memnode)",
+                    CLIENT_TIMEOUT.as_secs()
+                ),
+            )
+        } else {
+            io::Error::new(e.kind(), format!("memory node at {shown}: {e}"))
+        }
+    };
+    (&s).write_all(&hello).map_err(timed_out)?;
     let mut b = [0u8; 64];
-    let fds = recv_with_fds(&s, &mut b, 4)?;
-    let reply = Reply::decode(&b)?;
+    let fds = recv_with_fds(&s, &mut b, 4).map_err(timed_out)?;
+    let reply = Reply::decode(&b).map_err(|e| io::Error::new(e.kind(), format!("{shown}: {e}")))?;
     if fds.len() != reply.n_fds as usize {
         return Err(bad(
             "memory node sent a different number of fds than it announced",
@@ -394,6 +612,18 @@ pub fn revoke(path: &Path) -> io::Result<()> {
     s.write_all(REVOKE)?;
     let mut b = [0u8; 8];
     s.read_exact(&mut b)?;
+    if u64::from_le_bytes(b) == REFUSE_MAGIC {
+        let mut why = [0u8; 56];
+        let _ = s.read_exact(&mut why);
+        let n = why.iter().position(|&c| c == 0).unwrap_or(56);
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the memory node refused the revocation: {}",
+                String::from_utf8_lossy(&why[..n])
+            ),
+        ));
+    }
     if &b != REVOKED {
         return Err(bad("memory node did not confirm the revocation"));
     }

@@ -5,6 +5,7 @@ use super::control;
 use super::{NodeConfig, ServerHandle, SoftEndpoint, SoftMemoryNode};
 use remora_core::block_on::block_on;
 use remora_core::conformance::{Harness, checks};
+use remora_core::fabric::SegmentOrder;
 use remora_layouts::NodeId;
 use std::future::Future;
 use std::io;
@@ -103,6 +104,14 @@ impl Harness for SoftHarness {
             }
             Target::Remote { path, .. } => control::revoke(path).expect("revoking the region key"),
         }
+    }
+
+    fn segment_order(&self) -> Option<SegmentOrder> {
+        Some(match &self.target {
+            Target::Local { node, .. } => node.config().segment_order,
+            // Client queue pairs of this process pick their own order: the default.
+            Target::Remote { .. } => SegmentOrder::default(),
+        })
     }
 }
 

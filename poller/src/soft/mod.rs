@@ -6,17 +6,22 @@
 //! connect to a `remora memnode` through its Unix control socket ([`control::connect`]) and
 //! map the same memory. Either way a [`SoftQp`] behaves like an RC queue pair:
 //!
-//! - READ/WRITE move 8-byte words in address order with atomic loads/stores ([`words`]), so
-//!   concurrent transfers tear between words, never inside one;
+//! - READ/WRITE move 8-byte words with atomic loads/stores ([`words`]), their 64-byte segments
+//!   in the queue pair's `SegmentOrder` (shuffled by default), so concurrent transfers tear
+//!   between words, never inside one, in any order;
 //! - CMP_AND_SWP/FETCH_AND_ADD are real 8-byte atomics, refused when misaligned;
 //! - every access is checked against the region bounds and the current region key before it
 //!   touches memory; a failure breaks the queue pair, as on a NIC;
 //! - ops of one queue pair take effect in posting order (fences between ops);
 //! - SEND and WRITE_WITH_IMM notices go through bounded receive rings ([`ring`]).
 //!
-//! What the soft fabric cannot model: the memory of a crashed memnode process stays mapped in
-//! its clients (one-sided ops keep working; two-sided ones report the peer dead), and its
-//! latency is that of the CPU cache, not of a network (use the sim fabric for that).
+//! - a dead peer process is reported as `RetryExceeded` on every verb, one-sided ones
+//!   included, within a few milliseconds ([`watchdog`]), as a NIC reports it after its ack
+//!   timeout.
+//!
+//! What the soft fabric cannot model: the latency of a network (it is that of the CPU cache;
+//! use the sim fabric for that). The memory of a crashed memnode process stays mapped in its
+//! clients, but their queue pairs stop using it once the watchdog has seen the death.
 pub mod control;
 pub mod harness;
 mod node;
@@ -24,6 +29,7 @@ mod qp;
 mod ring;
 #[cfg(loom)]
 mod ring_loom;
+pub mod watchdog;
 pub mod words;
 
 pub use node::{NodeConfig, ServerHandle, SoftMemoryNode};

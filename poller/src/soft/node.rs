@@ -4,7 +4,7 @@ use super::qp::{Channel, SoftEndpoint, SoftQp};
 use super::words;
 use crate::arena::{Mapping, PageKind};
 use remora_core::block_on::block_on;
-use remora_core::fabric::{FabricError, QueuePair, RecvKind};
+use remora_core::fabric::{FabricError, QueuePair, RecvKind, SegmentOrder};
 use remora_core::server::{Echo, Handler, LocalRegion, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
@@ -29,6 +29,9 @@ pub struct NodeConfig {
     pub ring_depth: usize,
     /// Largest SEND payload.
     pub max_msg: usize,
+    /// Segment order of the queue pairs this node hands out in-process (clients of other
+    /// processes choose their own with `SoftQp::set_segment_order`).
+    pub segment_order: SegmentOrder,
 }
 
 impl Default for NodeConfig {
@@ -40,6 +43,7 @@ impl Default for NodeConfig {
             chunk_size: 1 << 20,
             ring_depth: 64,
             max_msg: 4096,
+            segment_order: SegmentOrder::default(),
         }
     }
 }
@@ -168,7 +172,9 @@ impl SoftMemoryNode {
             max_msg: self.cfg.max_msg,
         });
         self.adopt(SoftQp::server(chan.clone(), None));
-        Ok(SoftQp::client(self.mem.clone(), chan, None))
+        let qp = SoftQp::client(self.mem.clone(), chan, None);
+        qp.set_segment_order(self.cfg.segment_order);
+        Ok(qp)
     }
 
     /// An endpoint from this process reaching this node only.
@@ -204,6 +210,11 @@ impl SoftMemoryNode {
         lock(&self.log).iter().cloned().collect()
     }
 
+    /// The name of the service this node runs (told to connecting clients).
+    pub fn service(&self) -> &'static str {
+        lock(&self.service).handler.service()
+    }
+
     /// Live connections.
     pub fn connections(&self) -> usize {
         lock(&self.conns).len()
@@ -237,7 +248,8 @@ impl SoftMemoryNode {
             handler.on_idle(&region);
         }
         for (i, why) in dead.into_iter().rev() {
-            conns.swap_remove(i);
+            let (id, _) = conns.swap_remove(i);
+            handler.on_disconnect(&region, id);
             if !why.is_empty() {
                 drop(conns);
                 self.log(why);

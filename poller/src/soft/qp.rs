@@ -4,12 +4,12 @@ use super::ring::Ring;
 use super::words;
 use remora_core::block_on::yield_now;
 use remora_core::counters::Counters;
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind};
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, SegmentOrder};
 use remora_layouts::{GlobalAddr, NodeId};
 use std::cell::Cell;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{Ordering, fence};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// The node id a memory node's queue pairs report for their client end.
@@ -63,8 +63,21 @@ pub struct SoftQp {
     counters: Counters,
     broken: Cell<bool>,
     last_write: Cell<bool>,
+    /// The order this queue pair's READs and WRITEs move their 64-byte segments in, and the
+    /// xorshift state that shuffles them.
+    order: Cell<SegmentOrder>,
+    rng: Cell<u64>,
     /// The control connection, to tell a dead peer from a slow one.
     control: Option<UnixStream>,
+    /// Raised by the watchdog when the peer process is gone (client ends of other processes).
+    peer_dead: Option<Arc<AtomicBool>>,
+}
+
+/// A distinct nonzero shuffle seed per queue pair of this process.
+fn next_seed() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    (n.wrapping_add(std::process::id() as u64) << 1 | 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
 }
 
 // SAFETY: the rings point into `_chan`'s mapping, which the queue pair owns through an Arc;
@@ -79,7 +92,12 @@ impl SoftQp {
         control: Option<UnixStream>,
     ) -> SoftQp {
         let (to_server, to_client) = chan.rings();
+        let peer_dead = control
+            .as_ref()
+            .and_then(|s| s.try_clone().ok())
+            .map(|s| super::watchdog::watch(std::os::fd::OwnedFd::from(s)));
         SoftQp {
+            peer_dead,
             peer: mem.node_id,
             key: mem.key().load(Ordering::Acquire),
             mem: Some(mem),
@@ -89,6 +107,8 @@ impl SoftQp {
             counters: Counters::new(),
             broken: Cell::new(false),
             last_write: Cell::new(false),
+            order: Cell::new(SegmentOrder::default()),
+            rng: Cell::new(next_seed()),
             control,
         }
     }
@@ -105,8 +125,52 @@ impl SoftQp {
             counters: Counters::new(),
             broken: Cell::new(false),
             last_write: Cell::new(false),
+            order: Cell::new(SegmentOrder::default()),
+            rng: Cell::new(next_seed()),
             control,
+            peer_dead: None,
         }
+    }
+
+    /// Sets the order in which this queue pair's READs observe and WRITEs place their 64-byte
+    /// segments (the contract promises none; the default is [`SegmentOrder::Shuffled`]).
+    pub fn set_segment_order(&self, order: SegmentOrder) {
+        self.order.set(order);
+    }
+
+    pub fn segment_order(&self) -> SegmentOrder {
+        self.order.get()
+    }
+
+    /// Copies remote memory at `p` into `local`, segment by segment in this queue pair's order.
+    ///
+    /// # Safety
+    /// `p .. p + local.len()` must lie inside a live mapping for the whole call.
+    unsafe fn copy_in(&self, p: *const u8, local: &mut [u8]) {
+        let mut rng = self.rng.get();
+        let len = local.len();
+        self.order
+            .get()
+            .for_each_segment(p as u64, len, false, &mut rng, |s, e| {
+                // SAFETY: s..e lies in 0..len, inside the mapping by the caller's contract.
+                unsafe { words::read(p.add(s), &mut local[s..e]) }
+            });
+        self.rng.set(rng);
+    }
+
+    /// Copies `local` to remote memory at `p`, segment by segment in this queue pair's order.
+    ///
+    /// # Safety
+    /// `p .. p + local.len()` must lie inside a live writable mapping for the whole call.
+    unsafe fn copy_out(&self, p: *mut u8, local: &[u8]) {
+        let mut rng = self.rng.get();
+        self.order
+            .get()
+            .for_each_segment(p as u64, local.len(), true, &mut rng, |s, e| {
+                // SAFETY: s..e lies in 0..len, inside the mapping by the caller's contract.
+                unsafe { words::write(p.add(s), &local[s..e]) }
+            });
+        self.rng.set(rng);
     }
 
     /// Hangs up: the peer's sends and receives on this connection fail instead of waiting.
@@ -237,21 +301,21 @@ impl SoftQp {
                 let p = self.resolve(wr, *remote, local.len(), false)?;
                 self.before_read();
                 // SAFETY: resolve checked the range lies in the mapped region.
-                unsafe { words::read(p, local) };
+                unsafe { self.copy_in(p, local) };
                 fence(Ordering::Acquire);
             }
             Op::Write { remote, local } => {
                 let p = self.resolve(wr, *remote, local.len(), false)?;
                 fence(Ordering::Release);
                 // SAFETY: resolve checked the range lies in the mapped region.
-                unsafe { words::write(p, local) };
+                unsafe { self.copy_out(p, local) };
                 self.last_write.set(true);
             }
             Op::WriteImm { remote, local, imm } => {
                 let p = self.resolve(wr, *remote, local.len(), false)?;
                 fence(Ordering::Release);
                 // SAFETY: resolve checked the range lies in the mapped region.
-                unsafe { words::write(p, local) };
+                unsafe { self.copy_out(p, local) };
                 self.last_write.set(true);
                 self.push(wr, Msg::Imm(*imm, local.len() as u32)).await?;
             }
@@ -300,6 +364,17 @@ impl QueuePair for SoftQp {
         if self.broken.get() {
             self.counters.count_error();
             return Err(FabricError::Flushed);
+        }
+        if self
+            .peer_dead
+            .as_ref()
+            .is_some_and(|d| d.load(Ordering::Relaxed))
+            || self.is_closed()
+        {
+            // A dead or departed peer: no verb completes, as on a NIC after its retries.
+            self.broken.set(true);
+            self.counters.count_error();
+            return Err(FabricError::RetryExceeded { node: self.peer });
         }
         self.counters.count_post(ops);
         let mut result = Ok(());
