@@ -7,7 +7,7 @@ extern crate std;
 use super::*;
 use crate::block_on::block_on;
 use crate::counters::Counters;
-use crate::fabric::{Endpoint, Op, QueuePair, Recv, RecvKind, Verb};
+use crate::fabric::{Endpoint, Op, QueuePair, Recv, RecvKind, SegmentOrder, Verb};
 use crate::index::KvIndex;
 use crate::server::{Handler, LocalRegion, Replies};
 use core::cell::{Cell, RefCell};
@@ -141,14 +141,15 @@ struct MemNode {
     split_next_read: RefCell<Option<SplitRead>>,
 }
 
-/// A READ whose 64-byte segments observe memory one at a time, in `order` (a permutation
-/// of the segment indexes), with `event` run after the first `after` of them: another
-/// client's operations landing in the middle of the READ, as on a NIC that splits a READ
-/// into PCIe reads completing in any order.
+/// A READ whose 64-byte segments observe memory one at a time, in `order` (seeded by
+/// `seed`), with `event` run after `pick % segments` of them: another client's operations
+/// landing in the middle of the READ, as on a NIC that splits a READ into PCIe reads
+/// completing in any order.
 struct SplitRead {
     len: usize,
-    order: Vec<usize>,
-    after: usize,
+    order: SegmentOrder,
+    seed: u64,
+    pick: u64,
     event: Box<dyn FnOnce()>,
 }
 
@@ -198,15 +199,23 @@ impl QueuePair for MemQp {
                     match split {
                         None => pm.read(remote.offset(), local)?,
                         Some(r) => {
+                            let mut segs = Vec::new();
+                            let mut rng = r.seed;
+                            r.order.for_each_segment(
+                                remote.offset(),
+                                local.len(),
+                                false,
+                                &mut rng,
+                                |s, e| segs.push((s, e)),
+                            );
+                            let after = (r.pick % segs.len() as u64) as usize;
                             let mut event = Some(r.event);
-                            for (i, &seg) in r.order.iter().enumerate() {
-                                if i == r.after
+                            for (i, &(at, end)) in segs.iter().enumerate() {
+                                if i == after
                                     && let Some(e) = event.take()
                                 {
                                     e();
                                 }
-                                let at = seg * LINE;
-                                let end = (at + LINE).min(local.len());
                                 pm.read(remote.offset() + at as u64, &mut local[at..end])?;
                             }
                         }
@@ -906,38 +915,19 @@ fn ascending_and_random_loads_resize_and_stay_correct() {
     }
 }
 
-/// How a split READ orders its segments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Order {
-    Ascending,
-    Shuffled,
-}
-
-/// A permutation of `n` segment indexes, and where the event lands.
-fn segment_order(order: Order, n: usize, rng: &mut u64) -> (Vec<usize>, usize) {
-    let mut next = || {
-        *rng ^= *rng << 13;
-        *rng ^= *rng >> 7;
-        *rng ^= *rng << 17;
-        *rng
-    };
-    let mut segs: Vec<usize> = (0..n).collect();
-    if order == Order::Shuffled {
-        for i in (1..n).rev() {
-            segs.swap(i, (next() % (i as u64 + 1)) as usize);
-        }
-    }
-    let after = (next() % n as u64) as usize;
-    (segs, after)
-}
-
 /// Lookups and scans of a key whose value another client updates in the middle of each
 /// node READ (the update lands between two of the READ's segments). Returns how many
 /// returned a value that was never current while they ran, and the reader's torn retries.
-fn race_reads(order: Order, ascending_check: bool) -> (usize, u64) {
+fn race_reads(order: SegmentOrder, ascending_check: bool) -> (usize, u64) {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
     let ep = MemEp::new(&node);
     let mut rng = 0x5DEE_CE66_D1CE_4E5Bu64;
+    let mut rand = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
     let mut wrong = 0;
     let reader = block_on(Canrt::open(&ep, cfg(8))).unwrap();
     reader.ascending_check.set(ascending_check);
@@ -960,13 +950,13 @@ fn race_reads(order: Order, ascending_check: bool) -> (usize, u64) {
     assert_eq!(size.div_ceil(LINE), 4);
     let mut current = 0u64;
     for round in 0..64u64 {
-        let (order, after) = segment_order(order, size.div_ceil(LINE), &mut rng);
         let next = current + 1;
         let n = node.clone();
         *node.split_next_read.borrow_mut() = Some(SplitRead {
             len: size,
             order,
-            after,
+            seed: rand(),
+            pick: rand(),
             event: Box::new(move || write(&n, K, next)),
         });
         let got = block_on(async {
@@ -1008,17 +998,17 @@ fn race_reads(order: Order, ascending_check: bool) -> (usize, u64) {
 /// the READ observes ascending addresses (the mutant): shuffled, it returns stale values.
 #[test]
 fn node_reads_hold_under_any_segment_order() {
-    let (wrong, torn) = race_reads(Order::Shuffled, false);
+    let (wrong, torn) = race_reads(SegmentOrder::Shuffled, false);
     assert_eq!(wrong, 0, "the bracketed snapshot returned stale values");
     assert!(torn > 10, "only {torn} torn snapshots retried");
-    let (wrong, _) = race_reads(Order::Ascending, false);
+    let (wrong, _) = race_reads(SegmentOrder::Ascending, false);
     assert_eq!(wrong, 0);
     // The ascending-order check is sound when segments land in ascending order...
-    let (wrong, torn) = race_reads(Order::Ascending, true);
+    let (wrong, torn) = race_reads(SegmentOrder::Ascending, true);
     assert_eq!(wrong, 0, "the ascending check failed in ascending order");
     assert!(torn > 10);
     // ...and returns values that were never current when they do not.
-    let (wrong, _) = race_reads(Order::Shuffled, true);
+    let (wrong, _) = race_reads(SegmentOrder::Shuffled, true);
     assert!(wrong > 0, "the ascending-order check was not caught");
     std::println!("ascending-order check under shuffled segments: {wrong} of 64 reads wrong");
 }

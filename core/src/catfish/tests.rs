@@ -6,15 +6,13 @@
 //! order (the mutant below), and is caught here under shuffled order.
 extern crate std;
 use super::tree::Tree;
-use crate::fabric::FabricError;
+use crate::fabric::{FabricError, SegmentOrder};
 use crate::server::LocalRegion;
 use core::cell::RefCell;
 use remora_layouts::catfish::{ENTRY_LEN, Entry, NODE_LEN, Node, RECT_LEN, Rect};
 use remora_layouts::{LayoutError, NodeId};
 use std::vec;
 use std::vec::Vec;
-
-const SEG: usize = 64;
 
 /// One write of the server: offset, the bytes it replaced, the bytes it wrote.
 type Logged = (u64, Vec<u8>, Vec<u8>);
@@ -66,7 +64,7 @@ fn apply(img: &mut [u8], node: u64, at: u64, bytes: &[u8]) {
 
 /// Successive images of every node the last insert rewrote in place (its head version
 /// stored odd: the seqlock's first store), from before the insert to after it.
-fn rewrites(region: &LogRegion) -> Vec<Vec<Vec<u8>>> {
+fn rewrites(region: &LogRegion) -> Vec<(u64, Vec<Vec<u8>>)> {
     let log = region.log.borrow();
     let mut out = Vec::new();
     let mut seen = Vec::new();
@@ -94,7 +92,7 @@ fn rewrites(region: &LogRegion) -> Vec<Vec<Vec<u8>>> {
                 states.push(img.clone());
             }
         }
-        out.push(states);
+        out.push((node, states));
     }
     out
 }
@@ -130,10 +128,10 @@ fn content(n: &Node) -> (u16, Vec<Entry>) {
     (n.level, n.entries().to_vec())
 }
 
-/// READs of nodes being rewritten, their segments observing successive images in
-/// `shuffled` or ascending order. Returns (images accepted, accepted images that are no
-/// whole image the node ever had) for the real check and for the mutant.
-fn torn_reads(shuffled: bool) -> [(u32, u32); 2] {
+/// READs of nodes being rewritten, their segments observing successive images in `order`.
+/// Returns (images accepted, accepted images that are no whole image the node ever had)
+/// for the real check and for the mutant.
+fn torn_reads(order: SegmentOrder) -> [(u32, u32); 2] {
     let region = LogRegion {
         mem: RefCell::new(vec![0u8; 1 << 20]),
         log: RefCell::new(Vec::new()),
@@ -146,14 +144,14 @@ fn torn_reads(shuffled: bool) -> [(u32, u32); 2] {
         x ^= x << 17;
         x
     };
-    let segs = NODE_LEN.div_ceil(SEG);
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut counts = [(0u32, 0u32); 2];
     for id in 0..300u64 {
         let (px, py) = ((next() % 5000) as i32, (next() % 5000) as i32);
         let r = Rect::new(px, py, px + (next() % 200) as i32, py + 50).unwrap();
         region.log.borrow_mut().clear();
         t.insert(&region, r, id).unwrap();
-        for states in rewrites(&region) {
+        for (node, states) in rewrites(&region) {
             let whole: Vec<(u16, Vec<Entry>)> = states
                 .iter()
                 .filter_map(|s| Node::decode(s).ok())
@@ -162,20 +160,15 @@ fn torn_reads(shuffled: bool) -> [(u32, u32); 2] {
             // Before and after each rewrite (an insert may rewrite a node twice).
             assert!(whole.len() >= 2, "an in-place rewrite without whole images");
             for _ in 0..20 {
-                let mut order: Vec<usize> = (0..segs).collect();
-                if shuffled {
-                    for i in (1..segs).rev() {
-                        order.swap(i, (next() % (i as u64 + 1)) as usize);
-                    }
-                }
+                let mut segs = Vec::new();
+                order.for_each_segment(node, NODE_LEN, false, &mut seed, |s, e| segs.push(s..e));
                 // The i-th segment read observes the image at the i-th of these moments.
-                let mut when: Vec<usize> = (0..segs)
+                let mut when: Vec<usize> = (0..segs.len())
                     .map(|_| (next() % states.len() as u64) as usize)
                     .collect();
                 when.sort_unstable();
                 let mut img = vec![0u8; NODE_LEN];
-                for (&seg, &w) in order.iter().zip(&when) {
-                    let r = seg * SEG..((seg + 1) * SEG).min(NODE_LEN);
+                for (r, &w) in segs.into_iter().zip(&when) {
                     img[r.clone()].copy_from_slice(&states[w][r]);
                 }
                 let got = [
@@ -198,7 +191,7 @@ fn torn_reads(shuffled: bool) -> [(u32, u32); 2] {
 
 #[test]
 fn node_checks_hold_under_any_segment_order() {
-    let [real, mutant] = torn_reads(true);
+    let [real, mutant] = torn_reads(SegmentOrder::Shuffled);
     assert_eq!(real.1, 0, "the CRC-64 check accepted a torn image");
     assert!(real.0 > 500, "only {} images accepted", real.0);
     assert!(mutant.1 > 0, "the version-pair check was not caught");
@@ -207,7 +200,7 @@ fn node_checks_hold_under_any_segment_order() {
         mutant.1,
         mutant.0
     );
-    let [real, mutant] = torn_reads(false);
+    let [real, mutant] = torn_reads(SegmentOrder::Ascending);
     assert_eq!(real.1, 0);
     // The version pair is sound when segments land in ascending order.
     assert_eq!(
