@@ -38,7 +38,8 @@
 //! **DataItem**: `key: u64`, `value: [u8; value_cap]`, tail word (valid bit last-written,
 //! opflag, length, ticket, CRC-32 over key, value, opflag, length and ticket). The paper's
 //! `valid` bit is bit 0 of the tail; it is the one field the checksum leaves out (the server
-//! clears it after applying) and no reader uses it.
+//! clears it after applying), and it shares the tail word, always written whole, with the
+//! ticket and the checksum.
 use crate::LayoutError;
 use crate::bits::{Field, assert_disjoint, read_u32, read_u64};
 use memoffset::offset_of;

@@ -5,11 +5,12 @@
 //! memory node. Formats are in [`remora_layouts::canrt`].
 //!
 //! - Read (Algorithm 2, `client.rs`): the client finds the data node with its cached prefix
-//!   nodes (eqs. 2-3, `view.rs`) and READs the whole node: 1 verb, 1 round trip.
-//! - Write (Algorithm 1, `client.rs`): FETCH_AND_ADD on the node's lock word (with a READ of
-//!   the node in the same doorbell), then the new `DataItem` is appended into a free slot with
-//!   WRITE_WITH_IMM whose immediate names node and slot (and a READ after it in the same
-//!   doorbell, the read-after-write flush): 2 round trips when uncontended.
+//!   nodes (eqs. 2-3, `view.rs`) and READs the whole node, between two 8-byte READs of its
+//!   meta word (see *Torn reads* below): 1 doorbell, 1 round trip.
+//! - Write (Algorithm 1, `client.rs`): FETCH_AND_ADD on the node's lock word (with the
+//!   node's READs in the same doorbell), then the new `DataItem` is appended into a free
+//!   slot with WRITE_WITH_IMM whose immediate names node and slot (and a READ after it in
+//!   the same doorbell, the read-after-write flush): 2 round trips when uncontended.
 //! - The metadata applier (`server.rs`, a [`crate::server::Handler`]) flips bitmap bits,
 //!   persists, clears the item's `valid` bit and releases the lock; it resizes the tree when a
 //!   client reports a full node, and [`CanrtServer::recover`] repairs a crashed image
