@@ -84,7 +84,7 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 8)]
     pub coroutines: usize,
     /// Seconds to measure each (verb, size) point (virtual seconds on sim).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = positive_seconds)]
     pub seconds: f64,
     /// Atomics all target one word (contention) instead of one word per coroutine.
     #[arg(long)]
@@ -99,6 +99,10 @@ pub struct PerfArgs {
     /// Do not pin worker threads to cores.
     #[arg(long)]
     pub no_pin: bool,
+    /// Core for the in-process memory node's server thread (default: the first core the
+    /// workers leave free; a warning if none is).
+    #[arg(long)]
+    pub server_core: Option<usize>,
     /// Write JSON records (one line per measurement) here; `-` for stdout.
     #[arg(long)]
     pub json: Option<String>,
@@ -113,4 +117,31 @@ pub struct PerfArgs {
     /// GID index (verbs, RoCE).
     #[arg(long, default_value_t = 0)]
     pub gid_index: u32,
+}
+
+/// A duration in seconds: finite and positive (NaN, infinity, zero and negatives are refused
+/// when the arguments are parsed, before anything runs).
+pub fn positive_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !v.is_finite() || v <= 0.0 || v > 1e9 {
+        return Err(format!(
+            "`{s}` seconds: give a finite number greater than 0 (at most 1e9)"
+        ));
+    }
+    Ok(v)
+}
+
+/// A fraction or size that must be finite and positive.
+pub fn positive_f64(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if !v.is_finite() || v <= 0.0 {
+        return Err(format!("`{s}`: give a finite number greater than 0"));
+    }
+    Ok(v)
 }

@@ -45,6 +45,7 @@ pub enum Service {
     Echo,
     Canrt,
     Erda,
+    Catfish,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -57,9 +58,10 @@ pub struct MemnodeArgs {
     /// This memory node's id in GlobalAddr.
     #[arg(long, default_value_t = 0)]
     pub node_id: u16,
-    /// Host region size in MiB.
-    #[arg(long, default_value_t = 256)]
-    pub region_mib: u64,
+    /// Host region size in MiB (default 256; a --file or --pmem that holds a region keeps
+    /// its own size).
+    #[arg(long)]
+    pub region_mib: Option<u64>,
     /// Device-memory size in KiB (Sherman's lock table needs 256).
     #[arg(long, default_value_t = 256)]
     pub dm_kib: u64,
@@ -77,8 +79,33 @@ pub struct MemnodeArgs {
     #[arg(long, value_enum, default_value = "echo")]
     pub service: Service,
     /// Exit after this many seconds (default: serve until killed).
-    #[arg(long)]
+    #[arg(long, value_parser = args::positive_seconds)]
     pub seconds: Option<f64>,
+    /// Keep the region in this ordinary file (mapped shared): it survives the memnode's
+    /// process, so a memnode restarted on it recovers the service's state. Created with
+    /// --region-mib if new; an existing file keeps its own size.
+    #[arg(long, value_name = "PATH", conflicts_with = "pmem")]
+    pub file: Option<std::path::PathBuf>,
+    /// Keep the region in persistent memory: a file on a DAX filesystem, mapped with
+    /// MAP_SYNC; persists are cache-line write-backs + sfence. Refused on a non-DAX file.
+    #[arg(long, value_name = "PATH")]
+    pub pmem: Option<std::path::PathBuf>,
+    /// Emulate NVM write latency: nanoseconds per cache line the service persists.
+    #[arg(long, default_value_t = 0)]
+    pub nvm_write_ns: u32,
+    /// Mode of the control socket (octal): who may connect. Default: the owner only.
+    #[arg(long, default_value = "600", value_parser = parse_mode)]
+    pub socket_mode: u32,
+    /// Data connections at most; more are refused with a clear error.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8)
+        .ok()
+        .filter(|m| *m <= 0o777)
+        .ok_or_else(|| format!("`{s}` is not an octal file mode like 600 or 660"))
 }
 
 fn main() -> ExitCode {

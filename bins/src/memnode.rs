@@ -2,12 +2,15 @@
 //! processes of this machine through a Unix control socket.
 use crate::{MemnodeArgs, Service};
 use remora::core::canrt::CanrtServer;
+use remora::core::catfish::CatfishServer;
 use remora::core::erda::{ErdaConfig, ErdaServer};
 use remora::core::server::{Echo, Handler};
-use remora::poller::soft::{NodeConfig, SoftMemoryNode, control};
+use remora::poller::soft::{Backing, NodeConfig, SoftMemoryNode, control};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+const DEFAULT_REGION_MIB: u64 = 256;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -16,16 +19,29 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 pub fn run(a: &MemnodeArgs) -> Result<(), String> {
+    // An existing region file keeps its size (a different --region-mib is refused when it
+    // is opened); anything else gets --region-mib or the default.
+    let path = a.file.as_ref().or(a.pmem.as_ref());
+    let existing = path
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map_or(0, |m| m.len());
+    let region_len = match (a.region_mib, existing) {
+        (Some(m), _) => m << 20,
+        (None, 0) => DEFAULT_REGION_MIB << 20,
+        (None, n) => n,
+    };
     let cfg = NodeConfig {
         node_id: a.node_id,
-        region_len: a.region_mib << 20,
+        region_len,
         dm_len: a.dm_kib << 10,
         chunk_size: a.chunk_kib << 10,
+        nvm_write_ns: a.nvm_write_ns,
         ..NodeConfig::default()
     };
     let handler: Box<dyn Handler + Send> = match a.service {
         Service::Echo => Box::new(Echo),
         Service::Canrt => Box::new(CanrtServer::new()),
+        Service::Catfish => Box::new(CatfishServer::new(cfg.max_msg)),
         Service::Erda => {
             // Half the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
             let segment = 8u64 << 20;
@@ -42,9 +58,39 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
             }))
         }
     };
-    let node = SoftMemoryNode::create_with(cfg, handler)
+    let backing = match (&a.file, &a.pmem) {
+        (Some(p), _) => Backing::File {
+            path: p.clone(),
+            dax: false,
+        },
+        (None, Some(p)) => Backing::File {
+            path: p.clone(),
+            dax: true,
+        },
+        (None, None) => Backing::Memory,
+    };
+    let t = Instant::now();
+    let (node, opened) = SoftMemoryNode::create_backed(cfg, handler, &backing)
         .map_err(|e| format!("creating the memory node: {e}"))?;
-    let listener = control::listen(&node, Path::new(&a.listen)).map_err(|e| e.to_string())?;
+    if opened.restarted {
+        println!(
+            "memnode {}: restarted on its region; {:?} recovery took {:.1} ms{}{}",
+            cfg.node_id,
+            a.service,
+            t.elapsed().as_secs_f64() * 1e3,
+            if opened.recovery.is_empty() { "" } else { ": " },
+            opened.recovery
+        );
+    }
+    let listener = control::listen_with(
+        &node,
+        Path::new(&a.listen),
+        control::ListenOptions {
+            mode: a.socket_mode,
+            max_connections: a.max_connections,
+        },
+    )
+    .map_err(|e| e.to_string())?;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -59,10 +105,10 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         "memnode {}: {:?} service, {} MiB region on {}, {} KiB device memory, {} KiB chunks; listening on {}",
         cfg.node_id,
         a.service,
-        a.region_mib,
+        node.config().region_len >> 20,
         node.pages(),
-        a.dm_kib,
-        a.chunk_kib,
+        node.config().dm_len >> 10,
+        node.config().chunk_size >> 10,
         listener.path().display()
     );
     let deadline = a

@@ -10,7 +10,7 @@ use remora::core::block_on::block_on;
 use remora::core::fabric::{Endpoint, Op, QueuePair};
 use remora::core::{GlobalAddr, Snapshot};
 use remora::poller::clock::Clock;
-use remora::poller::executor::{run_coroutines, run_workers};
+use remora::poller::executor::{ServerCore, plan_cores, run_coroutines, run_workers};
 use remora::poller::soft::harness::{SoftHarness, run_checks};
 use remora::poller::soft::{NodeConfig, SoftMemoryNode, control};
 use std::cell::{Cell, RefCell};
@@ -239,6 +239,12 @@ pub fn run_generic<E: Endpoint>(
 pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
     match &a.connect {
         Some(path) => {
+            if a.server_core.is_some() {
+                return Err("--server-core applies to the in-process memory node, not \
+                            --connect (pin a memnode with `remora memnode --core N`)"
+                    .into());
+            }
+            plan_cores(a.threads, !a.no_pin, ServerCore::None)?;
             let path = PathBuf::from(path);
             let info = control::info(&path).map_err(|e| e.to_string())?;
             let notes = vec![format!(
@@ -260,7 +266,12 @@ pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
                 ..NodeConfig::default()
             };
             let node = SoftMemoryNode::create(cfg).map_err(|e| e.to_string())?;
-            let _server = node.spawn_server();
+            let server = a.server_core.map_or(ServerCore::Auto, ServerCore::Core);
+            let plan = plan_cores(a.threads, !a.no_pin, server)?;
+            for w in &plan.warnings {
+                eprintln!("remora: warning: {w}");
+            }
+            let _server = node.spawn_server_on(plan.server);
             let notes = vec![format!(
                 "in-process memory node: {} MiB region on {}",
                 a.region_mib,

@@ -96,7 +96,7 @@ mod real {
         let cfg = MemnodeConfig {
             listen: a.listen.clone(),
             node: a.node_id,
-            region_len: a.region_mib << 20,
+            region_len: a.region_mib.unwrap_or(256) << 20,
             chunk_size: a.chunk_kib << 10,
             dm_len: a.dm_kib << 10,
             device: a.device.clone(),
@@ -130,7 +130,7 @@ mod real {
             "memnode {} (verbs): {} MiB region on {}, {} KiB device memory ({}), {} KiB chunks; \
              device {}; listening on {}",
             a.node_id,
-            a.region_mib,
+            a.region_mib.unwrap_or(256),
             s.region_pages,
             a.dm_kib,
             s.dm,

@@ -215,3 +215,170 @@ fn bench_on_the_soft_fabric_reports_every_figure() {
         assert!(run["per_op"]["reads"].as_f64().unwrap() >= 1.0, "{index}");
     }
 }
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn nan_and_infinite_seconds_are_clear_errors_not_panics() {
+    for args in [
+        &["perf", "--seconds", "nan"][..],
+        &["perf", "--seconds", "inf"],
+        &["perf", "--seconds", "0"],
+        &["memnode", "--seconds", "nan"],
+        &["bench", "--seconds", "NaN"],
+    ] {
+        let out = remora(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let e = stderr(&out);
+        assert!(e.contains("finite number greater than 0"), "{args:?}: {e}");
+        assert!(!e.contains("panicked"), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn memnode_listen_leaves_files_and_live_memnodes_alone() {
+    let regular = std::env::temp_dir().join(format!("remora-cli-{}-regular", std::process::id()));
+    std::fs::write(&regular, b"keep me").unwrap();
+    let out = remora(&[
+        "memnode",
+        "--listen",
+        regular.to_str().unwrap(),
+        "--seconds",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("not a socket"), "{}", stderr(&out));
+    assert_eq!(std::fs::read(&regular).unwrap(), b"keep me");
+    std::fs::remove_file(&regular).unwrap();
+    // A second memnode on a live memnode's path refuses; the first keeps serving.
+    let (_m, path) = memnode("twice");
+    let out = remora(&[
+        "memnode",
+        "--listen",
+        path.to_str().unwrap(),
+        "--seconds",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("already listening"),
+        "{}",
+        stderr(&out)
+    );
+    let out = remora(&["check", "--connect", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn memnode_on_a_file_restarts_on_it_and_refuses_a_second_user() {
+    let dir = std::env::temp_dir();
+    let id = std::process::id();
+    let file = dir.join(format!("remora-cli-{id}-region.img"));
+    let sock = dir.join(format!("remora-cli-{id}-file.sock"));
+    let _ = std::fs::remove_file(&file);
+    let start = |secs: &str| {
+        Command::new(env!("CARGO_BIN_EXE_remora"))
+            .args(["memnode", "--listen", sock.to_str().unwrap(), "--file"])
+            .arg(&file)
+            .args(["--region-mib", "16", "--chunk-kib", "64", "--seconds", secs])
+            .output()
+            .unwrap()
+    };
+    let first = start("0.5");
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(!String::from_utf8_lossy(&first.stdout).contains("restarted"));
+    let again = start("0.5");
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("restarted on its region"),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    // The wrong size, a file that is not a region, and a file in use are clear errors.
+    let out = remora(&[
+        "memnode",
+        "--listen",
+        "/tmp/x.sock",
+        "--file",
+        file.to_str().unwrap(),
+        "--region-mib",
+        "32",
+        "--seconds",
+        "1",
+    ]);
+    assert!(
+        stderr(&out).contains("holds a region of 16777216 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    let junk = dir.join(format!("remora-cli-{id}-junk.img"));
+    std::fs::write(&junk, vec![7u8; 1 << 20]).unwrap();
+    let out = remora(&[
+        "memnode",
+        "--listen",
+        "/tmp/y.sock",
+        "--file",
+        junk.to_str().unwrap(),
+        "--seconds",
+        "1",
+    ]);
+    assert!(
+        stderr(&out).contains("does not hold a remora region"),
+        "{}",
+        stderr(&out)
+    );
+    let _ = std::fs::remove_file(&junk);
+    let _holder = Kid(Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(["memnode", "--listen", sock.to_str().unwrap(), "--file"])
+        .arg(&file)
+        .args(["--seconds", "20"])
+        .spawn()
+        .unwrap());
+    let t = Instant::now();
+    while !sock.exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let other = dir.join(format!("remora-cli-{id}-other.sock"));
+    let out = remora(&[
+        "memnode",
+        "--listen",
+        other.to_str().unwrap(),
+        "--file",
+        file.to_str().unwrap(),
+        "--seconds",
+        "1",
+    ]);
+    assert!(
+        stderr(&out).contains("in use by another memory node"),
+        "{}",
+        stderr(&out)
+    );
+    drop(_holder);
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn pmem_refuses_a_file_that_is_not_on_dax() {
+    let f = std::env::temp_dir().join(format!("remora-cli-{}-pmem.img", std::process::id()));
+    let _ = std::fs::remove_file(&f);
+    let out = remora(&[
+        "memnode",
+        "--listen",
+        "/tmp/z.sock",
+        "--pmem",
+        f.to_str().unwrap(),
+        "--region-mib",
+        "16",
+        "--seconds",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not on a DAX filesystem"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!f.exists(), "a refused --pmem file is left behind");
+}

@@ -29,6 +29,8 @@ pub mod fabric;
 pub mod index;
 #[cfg(feature = "conformance")]
 pub mod kvcheck;
+#[cfg(feature = "conformance")]
+pub mod lincheck;
 #[cfg(feature = "alloc")]
 pub mod server;
 #[cfg(feature = "alloc")]

@@ -10,6 +10,7 @@
 //! concurrently), and `persist` for what must survive a crash.
 use crate::fabric::{FabricError, Recv};
 use remora_layouts::{GlobalAddr, NodeId};
+use std_alloc::string::String;
 use std_alloc::vec::Vec;
 
 /// A memory node's host region as its own CPU sees it.
@@ -121,6 +122,13 @@ pub trait Handler {
     /// Nothing arrived: background work (log cleaning, resizing); true if it did any.
     fn on_idle(&mut self, _region: &dyn LocalRegion) -> bool {
         false
+    }
+
+    /// The node restarts on a region that holds a previous life's state (a file or
+    /// persistent memory): repair it before any client connects, and say what was repaired.
+    /// The default trusts the region as it is.
+    fn recover(&mut self, _region: &dyn LocalRegion) -> Result<String, FabricError> {
+        Ok(String::new())
     }
 
     /// Connection `conn` has ended, cleanly or not (its client hung up, died, or a message

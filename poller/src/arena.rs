@@ -21,6 +21,10 @@ pub enum PageKind {
     TransparentHuge,
     /// Plain 4 KiB pages.
     Small4K,
+    /// An ordinary file, mapped shared (the page cache: survives the process, not power).
+    File,
+    /// Persistent memory: a DAX file mapped with `MAP_SYNC` (survives power loss once flushed).
+    Dax,
 }
 
 impl fmt::Display for PageKind {
@@ -31,6 +35,8 @@ impl fmt::Display for PageKind {
             PageKind::Small4K => {
                 "4 KiB pages (no hugepages reserved: echo N > /proc/sys/vm/nr_hugepages)"
             }
+            PageKind::File => "an ordinary file (page cache: survives the process, not power)",
+            PageKind::Dax => "persistent memory (DAX + MAP_SYNC)",
         })
     }
 }
@@ -42,6 +48,9 @@ pub struct Mapping {
     len: usize,
     pages: PageKind,
     fd: Option<OwnedFd>,
+    /// A file mapping's locked descriptor (held apart from `fd`, which is handed to clients:
+    /// a lock belongs to its open file description, and clients may outlive this process).
+    _lock: Option<OwnedFd>,
 }
 
 // SAFETY: a Mapping is a plain region of memory; every access to its bytes goes through raw
@@ -122,6 +131,7 @@ impl Mapping {
                     len: hlen,
                     pages: PageKind::Huge2M,
                     fd: None,
+                    _lock: None,
                 });
             }
         }
@@ -133,6 +143,7 @@ impl Mapping {
             len,
             pages,
             fd: None,
+            _lock: None,
         })
     }
 
@@ -151,6 +162,7 @@ impl Mapping {
                     len,
                     pages: PageKind::Huge2M,
                     fd: Some(fd),
+                    _lock: None,
                 });
             }
         }
@@ -164,6 +176,7 @@ impl Mapping {
             len,
             pages,
             fd: Some(fd),
+            _lock: None,
         })
     }
 
@@ -193,7 +206,130 @@ impl Mapping {
             len,
             pages,
             fd: Some(fd),
+            _lock: None,
         })
+    }
+
+    /// Maps the file at `path` shared, for a memory node that must outlive its process:
+    /// creates it with `len` bytes if it is new or empty, else maps it whole (a `len` that
+    /// disagrees with its size is an error). The file is locked (`flock`) for as long as the
+    /// mapping lives, so a second memory node on it is refused. With `dax` the mapping uses
+    /// `MAP_SYNC`, which only a DAX filesystem grants: flushed stores are then durable.
+    /// Returns the mapping and whether the file held data already.
+    pub fn file(
+        path: &std::path::Path,
+        len: Option<usize>,
+        dax: bool,
+    ) -> io::Result<(Mapping, bool)> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let shown = path.display();
+        let ctx =
+            |e: io::Error, what: &str| io::Error::new(e.kind(), format!("{shown}: {what}: {e}"));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| ctx(e, "opening"))?;
+        let fd = OwnedFd::from(file);
+        // SAFETY: flock on an fd we own.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(if e.kind() == io::ErrorKind::WouldBlock {
+                io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{shown} is in use by another memory node (it holds the file's lock)"),
+                )
+            } else {
+                ctx(e, "locking")
+            });
+        }
+        // SAFETY: fstat fills a zeroed stat struct for an fd we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: st is a valid, writable stat struct.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+            return Err(ctx(io::Error::last_os_error(), "fstat"));
+        }
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{shown} is not a regular file"),
+            ));
+        }
+        let size = st.st_size as usize;
+        let existed = size > 0;
+        let len = match (existed, len) {
+            (true, Some(l)) if l != size => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "{shown} holds a region of {size} bytes, but {l} bytes were asked for: \
+                         give its size (or none), or a new file"
+                    ),
+                ));
+            }
+            (true, _) => size,
+            (false, Some(l)) if l > 0 => {
+                truncate(&fd, l).map_err(|e| ctx(e, "sizing"))?;
+                l
+            }
+            (false, _) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{shown} is new or empty: say how large a region to make"),
+                ));
+            }
+        };
+        let flags = if dax {
+            // MAP_SHARED_VALIDATE | MAP_SYNC: refused unless the file is on a DAX filesystem.
+            libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC
+        } else {
+            libc::MAP_SHARED
+        };
+        let ptr = mmap(len, flags, fd.as_raw_fd()).inspect_err(|_| {
+            if !existed {
+                // Leave nothing behind that we made.
+                let _ = std::fs::remove_file(path);
+            }
+        });
+        let ptr = ptr.map_err(|e| {
+            if dax
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)
+                )
+            {
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "{shown} is not on a DAX filesystem (MAP_SYNC refused): --pmem needs \
+                         persistent memory (a /dev/pmem filesystem mounted with -o dax, or a \
+                         devdax device); use --file for an ordinary file"
+                    ),
+                )
+            } else {
+                ctx(e, "mapping")
+            }
+        })?;
+        let pages = if dax { PageKind::Dax } else { PageKind::File };
+        // Clients get a descriptor of their own open of the file, without the lock.
+        let share = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| ctx(e, "reopening for clients"))?;
+        Ok((
+            Mapping {
+                ptr,
+                len,
+                pages,
+                fd: Some(OwnedFd::from(share)),
+                _lock: Some(fd),
+            },
+            existed,
+        ))
     }
 
     pub fn as_ptr(&self) -> *mut u8 {

@@ -111,6 +111,89 @@ impl std::fmt::Display for Pinning {
     }
 }
 
+/// Where a run's threads go: one core per pinned worker, and the in-process memory node's
+/// server thread on a core of its own when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorePlan {
+    /// Cores of the workers, in worker order (empty: not pinned).
+    pub workers: Vec<usize>,
+    /// Core of the memory node's server thread (None: not pinned).
+    pub server: Option<usize>,
+    /// What the user should know (shared cores and the like), one line each.
+    pub warnings: Vec<String>,
+}
+
+/// Which core the in-process memory node's server thread should get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerCore {
+    /// No in-process server thread.
+    None,
+    /// The first core left after the workers'.
+    Auto,
+    /// This core.
+    Core(usize),
+}
+
+/// Plans cores for `threads` workers (pinned if `pin`) and a server thread. More pinned
+/// workers than cores this process may use is an error (pinning two busy-polling workers to
+/// one core halves both, silently); a server thread that must share a core is a warning,
+/// since a busy-polling worker on its core starves it (two-sided verbs collapse ~1000x).
+pub fn plan_cores(threads: usize, pin: bool, server: ServerCore) -> Result<CorePlan, String> {
+    let allowed: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    let mut plan = CorePlan {
+        workers: Vec::new(),
+        server: None,
+        warnings: Vec::new(),
+    };
+    if pin && !allowed.is_empty() {
+        if threads > allowed.len() {
+            return Err(format!(
+                "{threads} pinned worker threads but this process may use {} cores ({:?}): \
+                 use fewer --threads, more cores (taskset/numactl), or --no-pin to \
+                 oversubscribe knowingly",
+                allowed.len(),
+                allowed
+            ));
+        }
+        plan.workers = allowed[..threads].to_vec();
+    }
+    match server {
+        ServerCore::None => {}
+        ServerCore::Core(c) => {
+            if !allowed.is_empty() && !allowed.contains(&c) {
+                return Err(format!(
+                    "--server-core {c} is not one of the cores this process may use ({allowed:?})"
+                ));
+            }
+            if plan.workers.contains(&c) {
+                plan.warnings.push(format!(
+                    "the memory node's server thread shares core {c} with a busy-polling \
+                     worker: two-sided verbs (SEND, WRITE_WITH_IMM) will be starved"
+                ));
+            }
+            plan.server = Some(c);
+        }
+        ServerCore::Auto => {
+            let free = allowed.iter().find(|c| !plan.workers.contains(c));
+            match free {
+                Some(&c) if pin => plan.server = Some(c),
+                Some(_) => {}
+                None => plan.warnings.push(format!(
+                    "no core left for the in-process memory node's server thread ({threads} \
+                     workers on {} cores): two-sided verbs (SEND, WRITE_WITH_IMM) will be \
+                     starved; use one thread fewer, or --connect a memnode pinned elsewhere",
+                    allowed.len()
+                )),
+            }
+        }
+    }
+    Ok(plan)
+}
+
 /// Runs `threads` worker threads, worker `i` running `body(i)`, each pinned to its own core
 /// when `pin` is set (round-robin over the cores this process may use when there are more
 /// workers than cores). Returns the bodies' results in worker order and the pinning used.

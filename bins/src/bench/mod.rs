@@ -66,7 +66,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub operations: Option<u64>,
     /// Run for this many seconds instead of a fixed operation count.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::positive_seconds)]
     pub seconds: Option<f64>,
     /// Value size in bytes.
     #[arg(long, default_value_t = 8)]
@@ -89,6 +89,10 @@ pub struct BenchArgs {
     /// Do not pin worker threads.
     #[arg(long)]
     pub no_pin: bool,
+    /// Core for the in-process memory node's server thread (default: the first core the
+    /// workers leave free; a warning if none is).
+    #[arg(long)]
+    pub server_core: Option<usize>,
     /// Write JSON records (one line per phase) here; `-` for stdout.
     #[arg(long)]
     pub json: Option<String>,
@@ -143,8 +147,8 @@ pub struct SmartFlags {
     /// rear-lock, delegation, combining, cache).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
-    /// Radix cache capacity per client, in MiB.
-    #[arg(long, default_value_t = 64.0)]
+    /// Cache capacity per client, in MiB: SMART's radix cache, Sherman's index cache.
+    #[arg(long, default_value_t = 64.0, value_parser = crate::args::positive_f64)]
     pub cache_mib: f64,
 }
 

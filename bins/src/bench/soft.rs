@@ -5,7 +5,7 @@ use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
 use super::ycsb::Workload;
 use remora::core::block_on::block_on;
 use remora::poller::clock::Clock;
-use remora::poller::executor::{run_coroutines, run_workers};
+use remora::poller::executor::{ServerCore, plan_cores, run_coroutines, run_workers};
 use remora::poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode, control};
 use std::path::PathBuf;
 use std::sync::Barrier;
@@ -90,8 +90,24 @@ pub fn run(
             )
         }
     };
+    let server_core = match (&target, a.server_core) {
+        (Target::Remote(_), Some(_)) => {
+            return Err(
+                "--server-core applies to the in-process memory node, not --connect \
+                        (pin a memnode with `remora memnode --core N`)"
+                    .into(),
+            );
+        }
+        (Target::Remote(_), None) => ServerCore::None,
+        (Target::Local(_), Some(c)) => ServerCore::Core(c),
+        (Target::Local(_), None) => ServerCore::Auto,
+    };
+    let plan = plan_cores(a.threads, !a.no_pin, server_core)?;
+    for w in &plan.warnings {
+        eprintln!("remora: warning: {w}");
+    }
     let _server = match &target {
-        Target::Local(n) => Some(n.spawn_server()),
+        Target::Local(n) => Some(n.spawn_server_on(plan.server)),
         Target::Remote(_) => None,
     };
     let clock = Clock::get();

@@ -576,6 +576,9 @@ pub fn connect(path: &Path) -> io::Result<SoftQp> {
     let mem = NodeMem {
         node_id: r.node_id,
         region,
+        // Client ends never persist: that is the memory node's CPU's business.
+        durable: false,
+        nvm_write_ns: 0,
         region_len: r.region_len,
         dm,
         dm_len: r.dm_len,

@@ -32,6 +32,8 @@ pub struct NodeConfig {
     /// Segment order of the queue pairs this node hands out in-process (clients of other
     /// processes choose their own with `SoftQp::set_segment_order`).
     pub segment_order: SegmentOrder,
+    /// Emulated NVM write latency, in ns per cache line the service persists (0: none).
+    pub nvm_write_ns: u32,
 }
 
 impl Default for NodeConfig {
@@ -44,6 +46,7 @@ impl Default for NodeConfig {
             ring_depth: 64,
             max_msg: 4096,
             segment_order: SegmentOrder::default(),
+            nvm_write_ns: 0,
         }
     }
 }
@@ -51,11 +54,38 @@ impl Default for NodeConfig {
 pub(crate) const CTL_MAGIC: u64 = u64::from_le_bytes(*b"REMORAK1");
 pub(crate) const CTL_LEN: usize = 4096;
 const CTL_KEY: usize = 8;
+const HEADER_BYTES: usize = remora_layouts::region::HEADER_LEN;
+
+/// What holds a memory node's host region.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Backing {
+    /// Anonymous shared memory (memfd): gone with the node's process.
+    #[default]
+    Memory,
+    /// A file mapped shared. `dax`: persistent memory (a DAX file, `MAP_SYNC`), where
+    /// `persist` makes stores durable across power loss; otherwise an ordinary file, which
+    /// survives the node's process (the page cache) but not the machine. A node started on a
+    /// file that holds a region runs its service's recovery before it accepts clients.
+    File { path: std::path::PathBuf, dax: bool },
+}
+
+/// What opening a node found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opened {
+    /// The region held a previous life's state.
+    pub restarted: bool,
+    /// The service's recovery report (empty for a fresh region).
+    pub recovery: String,
+}
 
 /// A node's shared memory as any process maps it.
 pub(crate) struct NodeMem {
     pub(crate) node_id: NodeId,
     pub(crate) region: Mapping,
+    /// `persist` flushes and fences (a file or persistent memory behind the region).
+    pub(crate) durable: bool,
+    /// Emulated NVM write latency per flushed cache line (0: none).
+    pub(crate) nvm_write_ns: u32,
     pub(crate) region_len: u64,
     pub(crate) dm: Option<Mapping>,
     pub(crate) dm_len: u64,
@@ -103,41 +133,117 @@ impl SoftMemoryNode {
         cfg: NodeConfig,
         handler: Box<dyn Handler + Send>,
     ) -> io::Result<Arc<SoftMemoryNode>> {
-        let header =
-            RegionHeader::new(cfg.region_len, cfg.chunk_size, cfg.dm_len).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("memory node config: {e}"),
-                )
-            })?;
+        Ok(Self::create_backed(cfg, handler, &Backing::Memory)?.0)
+    }
+
+    /// Creates the node on `backing`. On a file that already holds a region, the region's
+    /// own header decides its geometry (`cfg.region_len` must agree or be 0), and the
+    /// handler's `recover` runs before the node is returned, so before any client connects.
+    pub fn create_backed(
+        mut cfg: NodeConfig,
+        mut handler: Box<dyn Handler + Send>,
+        backing: &Backing,
+    ) -> io::Result<(Arc<SoftMemoryNode>, Opened)> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
         if cfg.max_msg < 256 || cfg.ring_depth == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "max_msg >= 256 and ring_depth >= 1 needed",
-            ));
+            return Err(invalid("max_msg >= 256 and ring_depth >= 1 needed".into()));
         }
-        let region = Mapping::shared("remora-region", cfg.region_len as usize)?;
+        let (region, restarted, durable) = match backing {
+            Backing::Memory => (
+                Mapping::shared("remora-region", cfg.region_len as usize)?,
+                false,
+                false,
+            ),
+            Backing::File { path, dax } => {
+                let want = (cfg.region_len > 0).then_some(cfg.region_len as usize);
+                let (m, existed) = Mapping::file(path, want, *dax)?;
+                (m, existed, true)
+            }
+        };
+        let shown = match backing {
+            Backing::File { path, .. } => path.display().to_string(),
+            Backing::Memory => "memory".into(),
+        };
+        if restarted {
+            let mut b = [0u8; remora_layouts::region::HEADER_LEN];
+            // SAFETY: the mapping is at least one page long and ours.
+            unsafe { words::read(region.as_ptr(), &mut b) };
+            let h = RegionHeader::decode(&b).map_err(|e| {
+                invalid(format!(
+                    "{shown} does not hold a remora region ({e}): give a new file, or the file \
+                     of a remora memnode"
+                ))
+            })?;
+            if h.region_len != region.len() as u64 {
+                return Err(invalid(format!(
+                    "{shown}: its header says {} bytes but the file has {}: not a region \
+                     remora wrote, or truncated",
+                    h.region_len,
+                    region.len()
+                )));
+            }
+            cfg.region_len = h.region_len;
+            cfg.chunk_size = h.chunk_size;
+            cfg.dm_len = h.dm_len;
+        } else {
+            let header = RegionHeader::new(region.len() as u64, cfg.chunk_size, cfg.dm_len)
+                .map_err(|e| invalid(format!("memory node config: {e}")))?;
+            cfg.region_len = region.len() as u64;
+            // SAFETY: the header fits (region_len >= first chunk > 128 bytes, checked by
+            // RegionHeader::new) and the mapping is ours.
+            unsafe { words::write(region.as_ptr(), &header.encode()) };
+            if durable {
+                // SAFETY: the header's bytes lie in the mapping.
+                unsafe { remora_pmem::flush::persist(region.as_ptr(), HEADER_BYTES) };
+            }
+        }
         let dm = match cfg.dm_len {
             0 => None,
             n => Some(Mapping::shared("remora-dm", n as usize)?),
         };
         let ctl = Mapping::shared("remora-ctl", CTL_LEN)?;
-        // SAFETY: the header fits (region_len >= first chunk > 128 bytes, checked by
-        // RegionHeader::new) and the mappings are fresh and ours.
+        // SAFETY: the control mapping is fresh, ours, and CTL_LEN bytes long.
         unsafe {
-            words::write(region.as_ptr(), &header.encode());
             words::write(ctl.as_ptr(), &CTL_MAGIC.to_le_bytes());
             words::write(ctl.as_ptr().add(CTL_KEY), &1u64.to_le_bytes());
         }
         let mem = NodeMem {
             node_id: cfg.node_id,
             region,
+            durable,
+            nvm_write_ns: cfg.nvm_write_ns,
             region_len: cfg.region_len,
             dm,
             dm_len: cfg.dm_len,
             ctl,
         };
-        Ok(Arc::new(SoftMemoryNode {
+        let recovery = if restarted {
+            let region = SoftRegion { mem: &mem };
+            handler.recover(&region).map_err(|e| {
+                io::Error::other(format!(
+                    "{shown}: the {} service's recovery failed: {e}",
+                    handler.service()
+                ))
+            })?
+        } else {
+            String::new()
+        };
+        let node = Self::assemble(cfg, mem, handler);
+        Ok((
+            node,
+            Opened {
+                restarted,
+                recovery,
+            },
+        ))
+    }
+
+    fn assemble(
+        cfg: NodeConfig,
+        mem: NodeMem,
+        handler: Box<dyn Handler + Send>,
+    ) -> Arc<SoftMemoryNode> {
+        Arc::new(SoftMemoryNode {
             mem: Arc::new(mem),
             cfg,
             conns: Mutex::new(Vec::new()),
@@ -147,7 +253,7 @@ impl SoftMemoryNode {
                 replies: Replies::new(),
             }),
             log: Mutex::new(VecDeque::new()),
-        }))
+        })
     }
 
     pub fn config(&self) -> NodeConfig {
@@ -261,11 +367,21 @@ impl SoftMemoryNode {
 
     /// Runs the node's service on a background thread until the handle is dropped.
     pub fn spawn_server(self: &Arc<Self>) -> ServerHandle {
+        self.spawn_server_on(None)
+    }
+
+    /// Runs the node's service on a background thread pinned to `core` (if given).
+    pub fn spawn_server_on(self: &Arc<Self>, core: Option<usize>) -> ServerHandle {
         let stop = Arc::new(AtomicBool::new(false));
         let (node, flag) = (self.clone(), stop.clone());
         let thread = std::thread::Builder::new()
             .name(format!("remora-memnode-{}", self.cfg.node_id))
-            .spawn(move || node.serve_until(&flag, None))
+            .spawn(move || {
+                if let Some(c) = core {
+                    core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                }
+                node.serve_until(&flag, None)
+            })
             .expect("spawning the memnode server thread");
         ServerHandle {
             stop,
@@ -362,6 +478,20 @@ impl SoftRegion<'_> {
 }
 
 impl LocalRegion for SoftRegion<'_> {
+    fn persist(&self, offset: u64, len: usize) {
+        if !self.mem.durable && self.mem.nvm_write_ns == 0 {
+            return;
+        }
+        let Ok(p) = self.at(offset, len, false) else {
+            return;
+        };
+        // SAFETY: `at` checked the range lies in the live mapping.
+        let lines = unsafe { remora_pmem::flush::persist(p, len) };
+        if self.mem.nvm_write_ns > 0 {
+            remora_pmem::latency::spin_ns(self.mem.nvm_write_ns as u64 * lines as u64);
+        }
+    }
+
     fn node(&self) -> NodeId {
         self.mem.node_id
     }

@@ -1,0 +1,201 @@
+//! The workload driver: one client's operations on any [`KvIndex`], recorded for [`check`].
+//!
+//! Keys follow [`kvcheck`](crate::kvcheck): 8-byte big-endian integers; the client's own
+//! *cold* keys are `client << 40 | x`, the shared *hot* keys are [`hot_key`] (above every
+//! client's range). Values carry a unique [`tag`] `(client, seq)` in their first 8 bytes
+//! (little-endian), the rest zero. Hot keys get upserts, updates, deletes, gets and scans from
+//! every client; cold keys the same from their owner only (other clients' scans cross them).
+//!
+//! Scans collect into the client's own buffer (allocated once, `MAX_SCAN` pairs) and are
+//! copied into the recorder's item pool. An index error records the operation with an unknown
+//! outcome and stops the client with that error; callers decide whether errors are allowed.
+//!
+//! [`check`]: super::check
+use super::history::{Op, Outcome, tag};
+use super::record::Recorder;
+use crate::index::KvIndex;
+use core::fmt;
+use std_alloc::vec::Vec;
+
+pub use crate::kvcheck::hot_key;
+
+/// Longest scan the driver asks for.
+pub const MAX_SCAN: usize = 16;
+
+/// Where time comes from: nanoseconds, from one origin shared by all recorders whose
+/// histories are merged (virtual time on the sim).
+pub trait Clock {
+    fn now_ns(&self) -> u64;
+}
+
+impl<F: Fn() -> u64> Clock for F {
+    fn now_ns(&self) -> u64 {
+        self()
+    }
+}
+
+/// One client's workload.
+#[derive(Debug, Clone, Copy)]
+pub struct LinSpec {
+    /// 1..=255 (the cold key range is `client << 40 | x`).
+    pub client: u32,
+    pub ops: u64,
+    pub seed: u64,
+    /// Shared hot keys (0: none).
+    pub hot: u64,
+    /// Cold keys of this client (0: none).
+    pub cold: u64,
+    /// Percentage of operations on hot keys (when there are both).
+    pub hot_percent: u64,
+    /// Value bytes the index stores, 8..=256.
+    pub value_size: usize,
+    /// Include range scans (off for hash indexes).
+    pub scans: bool,
+}
+
+impl LinSpec {
+    /// A client with 4 hot keys, 64 cold keys, half its operations on hot keys, 8-byte values.
+    pub fn new(client: u32, ops: u64, seed: u64, scans: bool) -> LinSpec {
+        LinSpec {
+            client,
+            ops,
+            seed,
+            hot: 4,
+            cold: 64,
+            hot_percent: 50,
+            value_size: 8,
+            scans,
+        }
+    }
+}
+
+/// Why a client stopped early.
+#[derive(Debug)]
+pub enum LinClientError<E> {
+    /// The index failed (the operation is recorded with an unknown outcome).
+    Index(E),
+    /// The recorder had no room left; the operation was not run.
+    RecorderFull,
+    /// The spec is out of range.
+    BadSpec(LinSpec),
+}
+
+impl<E: fmt::Display> fmt::Display for LinClientError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LinClientError::Index(e) => write!(f, "index error: {e}"),
+            LinClientError::RecorderFull => write!(f, "history recorder full"),
+            LinClientError::BadSpec(s) => write!(f, "bad workload spec {s:?}"),
+        }
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn decode_value(v: &[u8]) -> u64 {
+    // A value too short to hold a tag cannot be one the driver wrote: u64::MAX never is.
+    v.get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map(u64::from_le_bytes)
+        .unwrap_or(u64::MAX)
+}
+
+/// Runs `spec` on `index`, recording every operation in `rec` with times from `clock`.
+/// Returns the number of operations run.
+pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
+    index: &I,
+    spec: &LinSpec,
+    rec: &Recorder,
+    clock: &C,
+) -> Result<u64, LinClientError<I::Error>> {
+    let s = *spec;
+    if !(1..=255).contains(&s.client)
+        || !(8..=256).contains(&s.value_size)
+        || (s.hot == 0 && s.cold == 0)
+        || s.hot_percent > 100
+    {
+        return Err(LinClientError::BadSpec(s));
+    }
+    let mut rng = Rng(s.seed ^ (s.client as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut value = [0u8; 256];
+    let mut out = [0u8; 256];
+    let mut buf: Vec<(u64, u64)> = Vec::with_capacity(MAX_SCAN + 1);
+    for seq in 1..=s.ops {
+        let r = rng.next();
+        let on_hot = s.cold == 0 || (s.hot > 0 && r % 100 < s.hot_percent);
+        let key = if on_hot {
+            u64::from_be_bytes(hot_key((r >> 8) % s.hot))
+        } else {
+            ((s.client as u64) << 40) | ((r >> 8) % s.cold)
+        };
+        let kb = key.to_be_bytes();
+        let t = tag(s.client, seq as u32);
+        value[..8].copy_from_slice(&t.to_le_bytes());
+        let v = &value[..s.value_size];
+        let op = match (r >> 32) % 20 {
+            0..=5 => Op::Upsert { key, value: t },
+            6..=8 => Op::Update { key, value: t },
+            9..=11 => Op::Delete { key },
+            12 if s.scans => {
+                // From a hot key, or from anywhere in the client's own range.
+                let from = if on_hot { key } else { (s.client as u64) << 40 };
+                Op::Scan {
+                    from,
+                    limit: 1 + ((r >> 48) % MAX_SCAN as u64) as u32,
+                }
+            }
+            _ => Op::Get { key },
+        };
+        let slot = rec
+            .invoke(s.client, op, clock.now_ns())
+            .ok_or(LinClientError::RecorderFull)?;
+        let res = match op {
+            Op::Upsert { .. } => index.upsert(&kb, v).await.map(|()| Outcome::Done),
+            Op::Update { .. } => index.update(&kb, v).await.map(Outcome::Present),
+            Op::Delete { .. } => index.delete(&kb).await.map(Outcome::Present),
+            Op::Get { .. } => index
+                .get(&kb, &mut out)
+                .await
+                .map(|g| Outcome::Value(g.map(|n| decode_value(&out[..n.min(out.len())])))),
+            Op::Scan { from, limit } => {
+                buf.clear();
+                let r = index
+                    .scan(&from.to_be_bytes(), limit as usize, &mut |k, val| {
+                        // One past the longest limit, so an over-long result shows.
+                        if buf.len() <= MAX_SCAN {
+                            let k = k.try_into().map(u64::from_be_bytes).unwrap_or(u64::MAX);
+                            buf.push((k, decode_value(val)));
+                        }
+                    })
+                    .await;
+                match r {
+                    Ok(_) => {
+                        rec.complete_items(slot, &buf, clock.now_ns());
+                        if rec.is_full() {
+                            return Err(LinClientError::RecorderFull);
+                        }
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Op::Insert { .. } | Op::Remove { .. } | Op::Search { .. } => {
+                return Err(LinClientError::BadSpec(s));
+            }
+        };
+        match res {
+            Ok(o) => rec.complete(slot, o, clock.now_ns()),
+            Err(e) => return Err(LinClientError::Index(e)),
+        }
+    }
+    Ok(s.ops)
+}
