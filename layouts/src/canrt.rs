@@ -195,7 +195,7 @@ pub struct DataGeometry {
 
 /// Offset of the lock word in a data node.
 pub const LOCK_OFF: u64 = 0;
-/// Offset of the front meta word.
+/// Offset of the meta word, in front of the items.
 pub const FRONT_OFF: u64 = 8;
 /// Offset of slot 0.
 pub const ITEMS_OFF: u64 = 16;

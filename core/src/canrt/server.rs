@@ -3,7 +3,7 @@
 //!
 //! Per appended DataItem (a WRITE_WITH_IMM notice) the applier:
 //! 1. checks the item (checksum, ticket = the node's served ticket, slot free) and persists it;
-//! 2. flips the bitmap bits (new slot on, the key's old slot off) in the front meta word and
+//! 2. flips the bitmap bits (new slot on, the key's old slot off) in the meta word and
 //!    persists it: the commit point, one 8-byte store;
 //! 3. clears the item's `valid` bit and persists it (the item is processed);
 //! 4. releases the lock: `served + 1` in the meta word.

@@ -243,7 +243,7 @@ impl<'a> NodeView<'a> {
         self.g.decode_item(&self.bytes[off..])
     }
 
-    /// Slots marked live in the front bitmap.
+    /// Slots marked live in the bitmap.
     pub fn live_slots(&self) -> impl Iterator<Item = u32> + use<'a> {
         let b = self.front.bitmap();
         (0..self.g.slots).filter(move |s| b & (1 << s) != 0)
