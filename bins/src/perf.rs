@@ -227,6 +227,7 @@ pub fn run_generic<E: Endpoint>(
             gbps: ops as f64 * size as f64 / secs / 1e9,
             latency: Latency::from_hist(&hist),
             per_op: PerOp::new(&counters, all),
+            server_ns_per_op: None,
             notes: row_notes,
         });
         bar.inc(1);

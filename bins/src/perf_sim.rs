@@ -4,7 +4,10 @@
 //! Each (verb, size) point runs `--compute-nodes x --clients-per-node` client threads with
 //! `--coroutines` coroutines each for `--seconds` of *virtual* time (after a warm-up of a
 //! tenth of that, at most 1 ms); the record's notes give the seed, the model, the model's
-//! own analytic figures for the point, and the simulator's speed.
+//! own analytic figures for the point (round trip, throughput bound, server CPU per op) next
+//! to the measured ones, and the simulator's speed. `server_ns_per_op` is the memory nodes'
+//! handler-thread busy time over the window divided by the ops (SEND and WRITE_WITH_IMM are
+//! answered by the echo service; one-sided verbs cost the server nothing).
 use crate::args::{PerfArgs, PerfVerb, SimArgs};
 use crate::report::{Latency, PerOp, PerfRecord};
 use hdrhistogram::Histogram;
@@ -169,8 +172,25 @@ pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
                 pct(r.mean_latency_ns, loaded)
             ),
             format!(
-                "simulator: {} verbs, {} events",
-                r.stats.verbs, r.stats.events
+                "server CPU: {:.1} ns/op vs model {:.1} ns/op ({}), handler threads {:.1}% busy \
+                 ({} x {} thread(s))",
+                r.server_ns_per_op(),
+                r.expected_server_ns_per_op,
+                if r.expected_server_ns_per_op > 0.0 {
+                    format!(
+                        "{:+.2}%",
+                        pct(r.server_ns_per_op(), r.expected_server_ns_per_op)
+                    )
+                } else {
+                    "one-sided: no server CPU".into()
+                },
+                r.server_utilization() * 100.0,
+                r.memory_nodes,
+                r.server_threads
+            ),
+            format!(
+                "simulator: {} verbs, {} events, {} RNR NAKs",
+                r.stats.verbs, r.stats.events, r.stats.rnr_naks
             ),
         ];
         // Wall-clock figures stay out of the record so that one seed gives identical JSON.
@@ -200,6 +220,7 @@ pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
             gbps: r.ops as f64 * size_moved as f64 / r.seconds / 1e9,
             latency: Latency::from_hist(&hist),
             per_op: PerOp::new(&r.counters, r.ops),
+            server_ns_per_op: Some(r.server_ns_per_op()),
             notes,
         });
     }

@@ -86,21 +86,40 @@ pub struct PerfRecord {
     pub gbps: f64,
     pub latency: Latency,
     pub per_op: PerOp,
+    /// Memory-node CPU time per operation in ns, the papers' "server CPU cost" (sim: the
+    /// handler threads' busy time over the window / ops; null where not measured).
+    pub server_ns_per_op: Option<f64>,
     /// Free-form facts about the run (arena kind, pinning, sim model, seed...).
     pub notes: Vec<String>,
+}
+
+/// A server CPU figure for a table cell ("-" where not measured).
+pub fn server_cell(ns: Option<f64>) -> String {
+    ns.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
 }
 
 pub fn print_perf_table(rows: &[PerfRecord]) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "{:<15} {:>7} {:>4}x{:<4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}",
-        "verb", "size", "thr", "co", "ops", "Mops", "Mops/thr", "GB/s", "p50 ns", "p99 ns", "RT/op"
+        "{:<15} {:>7} {:>4}x{:<4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}",
+        "verb",
+        "size",
+        "thr",
+        "co",
+        "ops",
+        "Mops",
+        "Mops/thr",
+        "GB/s",
+        "p50 ns",
+        "p99 ns",
+        "RT/op",
+        "srv ns/op"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<15} {:>7} {:>4}x{:<4} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.0} {:>9.0} {:>7.2}",
+            "{:<15} {:>7} {:>4}x{:<4} {:>10} {:>9.3} {:>9.3} {:>9.3} {:>9.0} {:>9.0} {:>7.2} {:>9}",
             r.verb,
             r.size,
             r.threads,
@@ -111,7 +130,8 @@ pub fn print_perf_table(rows: &[PerfRecord]) {
             r.gbps,
             r.latency.p50_ns,
             r.latency.p99_ns,
-            r.per_op.round_trips
+            r.per_op.round_trips,
+            server_cell(r.server_ns_per_op)
         );
     }
     // Notes every row shares once; a row's own notes under its verb and size.

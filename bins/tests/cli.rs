@@ -216,6 +216,62 @@ fn bench_on_the_soft_fabric_reports_every_figure() {
     }
 }
 
+#[test]
+fn sim_reports_the_server_cpu_per_operation() {
+    // perf: SEND is answered by the echo handler (poll 50 + handler 350 + reply 100 ns with
+    // the default model), READ never touches the server's CPU.
+    let json = std::env::temp_dir().join(format!("remora-cli-{}-srv.json", std::process::id()));
+    let out = remora(&[
+        "perf",
+        "--fabric",
+        "sim",
+        "--verbs",
+        "read,send",
+        "--seconds",
+        "0.0001",
+        "--clients-per-node",
+        "4",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("srv ns/op"), "{table}");
+    let text = std::fs::read_to_string(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let recs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0]["server_ns_per_op"].as_f64(), Some(0.0), "READ");
+    let send = recs[1]["server_ns_per_op"].as_f64().unwrap();
+    assert!((send - 500.0).abs() < 25.0, "SEND: {send} ns/op");
+    // bench: CANRT's appends are WRITE_WITH_IMMs its server applies; the figure is there.
+    let recs = bench_json(
+        &[
+            "--fabric",
+            "sim",
+            "--index",
+            "canrt",
+            "--workload",
+            "a",
+            "--records",
+            "1000",
+            "--operations",
+            "2000",
+        ],
+        "canrt-srv",
+    );
+    let per_op = recs[0]["server_ns_per_op"].as_f64().unwrap();
+    assert!(per_op > 100.0, "CANRT load: {per_op} server ns/op");
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -468,6 +468,40 @@ pub trait Endpoint {
     fn qp_for(&self, addr: GlobalAddr) -> Result<&Self::Qp, FabricError> {
         self.qp(addr.node())
     }
+
+    /// This client's identity at the memory nodes, assigned by the fabric and unique among
+    /// the live clients of a node (a reused slot comes back with a new generation). Index
+    /// code writes it into lock words so that a waiter can name a dead holder and
+    /// [`Endpoint::fence`] it. 0 means the fabric assigns none.
+    fn client_id(&self) -> u32 {
+        0
+    }
+
+    /// The fabric's clock in nanoseconds: virtual time on the sim, `CLOCK_MONOTONIC`
+    /// elsewhere. Only differences measured by one client mean anything (clocks of different
+    /// machines are not synchronized). A fabric without a clock returns 0 forever, and code
+    /// that waits must then bound itself by attempts as well as by time.
+    fn now_ns(&self) -> u64 {
+        0
+    }
+
+    /// Lets the other coroutines of this thread run for about `ns` nanoseconds (a back-off
+    /// that costs the fabric nothing). The default yields once.
+    fn pause(&self, _ns: u64) -> impl Future<Output = ()> {
+        crate::block_on::yield_now()
+    }
+
+    /// Fences client `client` off memory node `node`: when this resolves, no verb of that
+    /// client reaches the node's memory any more (its queue pair or key is revoked, as a
+    /// memory node does to a client whose lease expired). Fencing a client that is already
+    /// gone or fenced succeeds. See [`crate::lease`] for the protocol that uses it.
+    fn fence(&self, _node: NodeId, _client: u32) -> impl Future<Output = Result<(), FabricError>> {
+        async {
+            Err(FabricError::Unsupported {
+                what: "fencing another client",
+            })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! - [`fabric`]: work requests, the [`fabric::QueuePair`] and [`fabric::Endpoint`] traits, errors.
 //! - [`counters`]: per-queue-pair operation counters, the hardware-independent figures.
 //! - [`alloc`]: the remote allocator client (chunks by FETCH_AND_ADD, objects carved locally).
+//! - [`lease`]: owned remote locks with leases, fencing and takeover of a dead holder.
 //! - [`conformance`] (feature `conformance`): the suite every fabric must pass.
 #![no_std]
 
@@ -29,6 +30,7 @@ pub mod fabric;
 pub mod index;
 #[cfg(feature = "conformance")]
 pub mod kvcheck;
+pub mod lease;
 #[cfg(feature = "conformance")]
 pub mod lincheck;
 #[cfg(feature = "alloc")]

@@ -51,6 +51,38 @@ pub trait LocalRegion {
     /// Makes `[offset, offset + len)` durable: flush and fence on persistent memory, nothing
     /// on DRAM.
     fn persist(&self, _offset: u64, _len: usize) {}
+    /// The node's clock and the CPU time its handler threads have spent serving, where the
+    /// fabric accounts it (the sim does, in virtual time); `None` elsewhere. A load meter
+    /// reads it twice and takes [`CpuClock::load_permille_since`]: real idle time, not a
+    /// count of events.
+    fn cpu_clock(&self) -> Option<CpuClock> {
+        None
+    }
+}
+
+/// A memory node's CPU accounting at one instant (see [`LocalRegion::cpu_clock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CpuClock {
+    /// The node's clock, in nanoseconds (virtual time on the sim).
+    pub now_ns: u64,
+    /// CPU time all handler threads together have been busy serving, in nanoseconds.
+    pub busy_ns: u64,
+    /// Handler threads.
+    pub threads: u32,
+}
+
+impl CpuClock {
+    /// Utilisation of all handler threads between `earlier` and `self`, in per-mille
+    /// (`None` if no time passed).
+    pub fn load_permille_since(&self, earlier: &CpuClock) -> Option<u16> {
+        let span = self.now_ns.checked_sub(earlier.now_ns)?;
+        let capacity = span.checked_mul(u64::from(self.threads.max(1)))?;
+        if capacity == 0 {
+            return None;
+        }
+        let busy = self.busy_ns.saturating_sub(earlier.busy_ns);
+        Some((busy.saturating_mul(1000) / capacity).min(1000) as u16)
+    }
 }
 
 fn aligned<R: LocalRegion + ?Sized>(r: &R, offset: u64) -> Result<(), FabricError> {
@@ -188,5 +220,22 @@ mod tests {
         assert!(r.is_empty());
         r.send(b"x");
         assert_eq!(r.bytes.capacity(), cap);
+    }
+
+    #[test]
+    fn cpu_clock_load_is_busy_over_capacity() {
+        let a = CpuClock {
+            now_ns: 1_000,
+            busy_ns: 500,
+            threads: 2,
+        };
+        let b = CpuClock {
+            now_ns: 2_000,
+            busy_ns: 1_250,
+            threads: 2,
+        };
+        assert_eq!(b.load_permille_since(&a), Some(375));
+        assert_eq!(a.load_permille_since(&a), None, "no time passed");
+        assert_eq!(a.load_permille_since(&b), None, "time ran backwards");
     }
 }

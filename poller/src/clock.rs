@@ -91,3 +91,27 @@ mod tests {
         );
     }
 }
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the machine (what the
+/// soft and verbs fabrics give index code as `Endpoint::now_ns`).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we own; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Yields to the other coroutines of this thread until `ns` nanoseconds have passed (the
+/// back-off of `Endpoint::pause` on real-time fabrics).
+pub async fn pause(ns: u64) {
+    let until = monotonic_ns().saturating_add(ns);
+    loop {
+        remora_core::block_on::yield_now().await;
+        if monotonic_ns() >= until {
+            return;
+        }
+    }
+}

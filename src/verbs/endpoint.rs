@@ -286,4 +286,15 @@ impl Endpoint for VerbsEndpoint {
     fn nodes(&self) -> &[NodeId] {
         &self.nodes
     }
+
+    fn now_ns(&self) -> u64 {
+        remora_poller::clock::monotonic_ns()
+    }
+
+    fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
+        remora_poller::clock::pause(ns)
+    }
+    // Fencing another client needs the memnode to move that client's queue pair to the error
+    // state through the rdma_cm control path; not built yet, so `fence` stays Unsupported and
+    // a lease that runs out on verbs is reported, never broken unsafely.
 }

@@ -302,7 +302,7 @@ fn print_table(rows: &[BenchRecord]) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
-        "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6}  techniques",
+        "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6} {:>9}  techniques",
         "workload",
         "phase",
         "ops",
@@ -315,12 +315,13 @@ fn print_table(rows: &[BenchRecord]) {
         "verbs",
         "B in/op",
         "r-amp",
-        "w-amp"
+        "w-amp",
+        "srv ns/op"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<8} {:<5} {:>9} {:>8.3} {:>9.0} {:>9.0} {:>9.0} {:>6.2} {:>6.2} {:>6.2} {:>8.1} {:>6.2} {:>6.2}  {}",
+            "{:<8} {:<5} {:>9} {:>8.3} {:>9.0} {:>9.0} {:>9.0} {:>6.2} {:>6.2} {:>6.2} {:>8.1} {:>6.2} {:>6.2} {:>9}  {}",
             r.workload,
             r.phase,
             r.ops,
@@ -334,6 +335,7 @@ fn print_table(rows: &[BenchRecord]) {
             r.per_op.bytes_in,
             r.read_amplification,
             r.write_amplification,
+            crate::report::server_cell(r.server_ns_per_op),
             r.techniques
         );
     }

@@ -121,6 +121,10 @@ pub struct BenchRecord {
     /// Bytes written to remote memory per update or insert / (key + value bytes).
     pub write_amplification: f64,
     pub techniques: String,
+    /// Memory-node CPU time per operation in ns, the papers' "server CPU cost": on the sim,
+    /// the handler threads' busy time from the phase's first start to its last end / ops;
+    /// null where not measured.
+    pub server_ns_per_op: Option<f64>,
     pub smart: SmartSummary,
     pub sherman: ShermanSummary,
     pub notes: Vec<String>,
@@ -133,6 +137,8 @@ pub struct PhaseOut {
     snap: Snapshot,
     start_ns: u64,
     end_ns: u64,
+    /// The memory nodes' handler busy time (ns) at start and end (sim only).
+    busy_ns: Option<(u64, u64)>,
     smart: SmartSummary,
     sherman: ShermanSummary,
     key_bytes: u64,
@@ -245,6 +251,13 @@ impl Ctx<'_> {
         match &self.time {
             Time::Wall(c) => c.now_ns(),
             Time::Virtual(c) => c.now_ns(),
+        }
+    }
+    /// The memory nodes' handler-thread busy time so far (sim only: virtual CPU time).
+    pub fn server_busy_ns(&self) -> Option<u64> {
+        match &self.time {
+            Time::Wall(_) => None,
+            Time::Virtual(c) => Some(c.server_busy_ns()),
         }
     }
 }
@@ -367,6 +380,7 @@ pub async fn phase<I: KvIndex>(
     let s0 = snapshot();
     let st0 = stats();
     let start_ns = ctx.now_ns();
+    let busy0 = ctx.server_busy_ns();
     let phase_salt = ph.workload as u64 * 0x1000_0000;
     let coros: Vec<_> = (0..ctx.a.coroutines)
         .map(|c| {
@@ -376,6 +390,7 @@ pub async fn phase<I: KvIndex>(
         .collect();
     let results = join_all(coros).await;
     let end_ns = ctx.now_ns();
+    let busy_ns = busy0.zip(ctx.server_busy_ns());
     for r in results {
         r?;
     }
@@ -387,6 +402,7 @@ pub async fn phase<I: KvIndex>(
         snap: snapshot() - s0,
         start_ns,
         end_ns,
+        busy_ns,
         smart: SmartSummary::from_delta(&st0.smart, &st1.smart),
         sherman: ShermanSummary {
             lock_handovers: sh(|s| s.lock_handovers),
@@ -429,6 +445,15 @@ pub fn record(
         key_bytes += o.key_bytes;
     }
     let ops = counts.total();
+    // Busy time is monotone in time: from the first worker's start to the last one's end.
+    let first = outs
+        .iter()
+        .min_by_key(|o| o.start_ns)
+        .and_then(|o| o.busy_ns);
+    let last = outs.iter().max_by_key(|o| o.end_ns).and_then(|o| o.busy_ns);
+    let server_ns_per_op = first
+        .zip(last)
+        .map(|((b0, _), (_, b1))| b1.saturating_sub(b0) as f64 / ops.max(1) as f64);
     let seconds = end.saturating_sub(start) as f64 / 1e9;
     let mops = if seconds > 0.0 {
         ops as f64 / seconds / 1e6
@@ -470,6 +495,7 @@ pub fn record(
             0.0
         },
         techniques: index.techniques(),
+        server_ns_per_op,
         smart,
         sherman,
         notes,

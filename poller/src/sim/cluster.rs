@@ -6,9 +6,9 @@ use super::memory::{MemNode, NodeImage};
 use super::model::{Model, Ps};
 use super::qp::{SimEndpoint, SimQp, WorldRef};
 use super::rng::Rng;
-use super::server::{SharedHandler, handler_loop};
+use super::server::{Handlers, SharedHandler, thread_loop};
 use super::trace::{Trace, TraceSel};
-use remora_core::fabric::{FabricError, QueuePair, SegmentOrder};
+use remora_core::fabric::{FabricError, SegmentOrder};
 use remora_core::server::{Echo, Handler};
 use remora_layouts::NodeId;
 use std::cell::RefCell;
@@ -101,8 +101,8 @@ pub struct Sim<'a> {
     w: WorldRef,
     exec: Executor<'a>,
     compute_nodes: usize,
-    /// Server-side logic per memory node (the echo service unless `set_handler`).
-    handlers: Vec<SharedHandler<'a>>,
+    /// Server-side logic: one echo service per memory node, then every `set_handler`.
+    handlers: Handlers<'a>,
 }
 
 impl World {
@@ -124,6 +124,10 @@ impl World {
             let mnic = self.nic_of_node(n as NodeId).unwrap_or(0) as u32;
             let a = self.ends.len() as u32;
             let key = self.nodes[n].key_now();
+            let node = &mut self.nodes[n];
+            let thread = node.conns % node.threads.len() as u32;
+            node.conns += 1;
+            let handler = node.handler;
             self.ends.push(End {
                 nic: cnic,
                 peer: a + 1,
@@ -141,6 +145,8 @@ impl World {
                 client: NO_CLIENT,
                 server: true,
                 key,
+                thread,
+                handler,
                 rq_credits: depth,
                 recv_waiters: Vec::new(),
                 ..End::default()
@@ -237,9 +243,11 @@ impl<'a> Sim<'a> {
             w: Rc::new(RefCell::new(w)),
             exec: Executor::new(),
             compute_nodes: cfg.compute_nodes,
-            handlers: (0..nodes)
-                .map(|_| Rc::new(RefCell::new(Box::new(Echo) as Box<dyn Handler>)))
-                .collect(),
+            handlers: Rc::new(RefCell::new(
+                (0..nodes)
+                    .map(|_| -> SharedHandler<'a> { Rc::new(RefCell::new(Box::new(Echo))) })
+                    .collect(),
+            )),
         })
     }
 
@@ -296,31 +304,46 @@ impl<'a> Sim<'a> {
     }
 
     /// Runs `handler` (server-side logic, see `remora_core::server`) on memory node `node`'s
-    /// CPU for every connection opened after this call, instead of the echo service. Each
-    /// message costs `server_handler_ns` of the node's CPU. `on_idle` is not called: the sim
-    /// has no idle time to give it (a node's background work must be driven by messages).
+    /// handler threads for every connection opened after this call, instead of the echo
+    /// service. Each message costs `server_poll_ns + server_handler_ns` of the CPU of its
+    /// connection's thread, and each reply `server_reply_ns` (see `server.rs`). `on_idle` is
+    /// not called: a node's background work must be driven by messages; a handler that
+    /// meters its load reads real busy time from `LocalRegion::cpu_clock` instead.
     pub fn set_handler(
         &mut self,
         node: NodeId,
         handler: Box<dyn Handler + 'a>,
     ) -> Result<(), SimError> {
-        let slot = self
-            .handlers
+        let mut w = self.w.borrow_mut();
+        let slot = w
+            .nodes
             .get_mut(node as usize)
             .ok_or_else(|| SimError(format!("no memory node {node}")))?;
-        *slot = Rc::new(RefCell::new(handler));
+        let mut hs = self.handlers.borrow_mut();
+        slot.handler = hs.len() as u32;
+        hs.push(Rc::new(RefCell::new(handler)));
         Ok(())
+    }
+
+    /// CPU time memory node `node`'s handler threads have been busy so far, in ns (summed
+    /// over its threads; a service in progress counts up to now).
+    pub fn server_busy_ns(&self, node: NodeId) -> Option<u64> {
+        let w = self.w.borrow();
+        w.nodes.get(node as usize).map(|n| n.busy_ps(w.now) / 1000)
+    }
+
+    /// [`Sim::server_busy_ns`] summed over all memory nodes.
+    pub fn server_busy_total_ns(&self) -> u64 {
+        busy_total_ns(&self.w)
     }
 
     fn run_inner(&mut self, limit: Option<Ps>, until_done: bool) -> RunReport {
         let w = self.w.clone();
         let handlers = &self.handlers;
-        let mut spawn_server = |ex: &mut Executor<'a>, end: u32| {
-            let qp = SimQp::new(w.clone(), end);
+        let mut spawn_server = |ex: &mut Executor<'a>, node: NodeId, thread: u32| {
             let id = w.borrow_mut().add_task(NO_CLIENT);
-            if let Some(h) = handlers.get(qp.peer() as usize).cloned() {
-                ex.add(&w, id, Box::pin(handler_loop(qp, h)), false);
-            }
+            let task = thread_loop(w.clone(), node, thread, handlers.clone());
+            ex.add(&w, id, Box::pin(task), false);
         };
         let stop = self.exec.run(&self.w, limit, until_done, &mut spawn_server);
         let wb = self.w.borrow();
@@ -461,6 +484,11 @@ impl ClientCtx {
             armed: false,
         }
     }
+    /// CPU time all memory nodes' handler threads have been busy so far, in ns (see
+    /// [`Sim::server_busy_ns`]).
+    pub fn server_busy_ns(&self) -> u64 {
+        busy_total_ns(&self.w)
+    }
     pub fn rand_u64(&self) -> u64 {
         self.rng.borrow_mut().next_u64()
     }
@@ -470,7 +498,22 @@ impl ClientCtx {
     }
 }
 
+fn busy_total_ns(w: &WorldRef) -> u64 {
+    let w = w.borrow();
+    w.nodes.iter().map(|n| n.busy_ps(w.now)).sum::<Ps>() / 1000
+}
+
 /// A virtual-time wait (see [`ClientCtx::sleep`], [`ClientCtx::cpu`]).
+/// A timer of the world `w` firing at virtual time `until`.
+pub(crate) fn sleep_until(w: WorldRef, until: Ps) -> Sleep {
+    Sleep {
+        w,
+        until,
+        cpu: None,
+        armed: false,
+    }
+}
+
 pub struct Sleep {
     w: WorldRef,
     until: Ps,

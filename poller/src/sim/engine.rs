@@ -13,9 +13,14 @@
 //!    delays, never overtaking an earlier op of its queue pair): an `Arrive` event.
 //! 2. `Arrive` at the responder NIC: receive link, NIC engine admission (`nic_mops`), then
 //!    the per-verb pipeline, which schedules `Segment`/`Atomic`/`Deliver` events at the
-//!    virtual times memory is touched, and the response on the way back.
-//! 3. The batch's `Complete` event fires when its last response is in; the waiting coroutine
-//!    is made ready and copies the results out of engine-owned buffers.
+//!    virtual times memory is touched, and the response on the way back: `RespTx` when it is
+//!    ready to leave (a READ's response is placed on the link when the READ executes, since
+//!    its sampling is timed by it), `RespRx` when its first byte reaches the requester.
+//!    Every link is reserved when data reaches it, so a link carrying requests one way and
+//!    responses or replies the other (two-sided traffic) queues them as a FIFO would.
+//! 3. The ops of a queue pair complete in order once their responses are in; the batch's
+//!    `Complete` event fires when its last op has; the waiting coroutine is made ready and
+//!    copies the results out of engine-owned buffers.
 use super::faults::{FaultKind, Faults};
 use super::memory::MemNode;
 use super::model::{Model, Ps};
@@ -49,6 +54,12 @@ pub enum Ev {
     Wake(u32),
     /// Scheduled fault number `0` (see `faults.rs`).
     Fault(u32),
+    /// The response of op `0` is ready to leave its responder (its transmit link is
+    /// reserved now, in ready-time order).
+    RespTx(u32),
+    /// The first byte of op `0`'s response reaches its requester (its receive link is
+    /// reserved now, in arrival order).
+    RespRx(u32),
 }
 
 impl Ev {
@@ -64,6 +75,8 @@ impl Ev {
             Ev::Complete(a) => (5, a, 0),
             Ev::Wake(a) => (6, a, 0),
             Ev::Fault(a) => (7, a, 0),
+            Ev::RespTx(a) => (8, a, 0),
+            Ev::RespRx(a) => (9, a, 0),
         };
         (k << 60) | ((b as u64 & 0x0FFF_FFFF) << 32) | a as u64
     }
@@ -78,7 +91,9 @@ impl Ev {
             4 => Ev::RnrRetry(a),
             5 => Ev::Complete(a),
             6 => Ev::Wake(a),
-            _ => Ev::Fault(a),
+            7 => Ev::Fault(a),
+            8 => Ev::RespTx(a),
+            _ => Ev::RespRx(a),
         }
     }
 }
@@ -94,7 +109,9 @@ pub struct Tm {
     pub host_atomic: Ps,
     pub dm_atomic: Ps,
     pub post: Ps,
+    pub server_poll: Ps,
     pub handler: Ps,
+    pub server_reply: Ps,
     pub step: Ps,
     /// Link serialization in thousandths of a ps per byte.
     pub mppb: u64,
@@ -121,7 +138,9 @@ impl Tm {
             host_atomic: m.host_atomic_ps(),
             dm_atomic: m.dm_atomic_ps(),
             post: m.post_ps(),
+            server_poll: m.server_poll_ps(),
             handler: m.handler_ps(),
+            server_reply: m.server_reply_ps(),
             step: m.segment_step_ps(),
             mppb: m.milli_ps_per_byte(),
             read_step: m.read_step_ps(),
@@ -137,11 +156,64 @@ impl Tm {
     }
 }
 
+/// One direction of a NIC's link as a calendar of reserved transmission intervals: a
+/// message takes the earliest gap at or after the time it is ready, whatever order the
+/// reservations are made in. (Responses are reserved when their verb executes, up to a
+/// flight ahead of their arrival; a request that arrives in between must not queue behind
+/// them, or two-sided traffic, which mixes both on one link, would see phantom delays.)
+#[derive(Debug, Clone, Default)]
+pub struct Link {
+    /// Reserved intervals `[start, end)`, sorted, disjoint; touching ones are merged.
+    busy: VecDeque<(Ps, Ps)>,
+    /// The longest transmission reserved so far: no later request starts more than this
+    /// before the current time, so older intervals are dropped.
+    longest: Ps,
+}
+
+impl Link {
+    /// Reserves `w` of the link from the earliest instant at or after `at` that leaves it
+    /// free for `w`; returns the start. `now` is the current time (for pruning).
+    pub fn reserve(&mut self, now: Ps, at: Ps, w: Ps) -> Ps {
+        self.longest = self.longest.max(w);
+        let horizon = now.saturating_sub(self.longest);
+        while self.busy.front().is_some_and(|&(_, e)| e < horizon) {
+            self.busy.pop_front();
+        }
+        if w == 0 {
+            return at;
+        }
+        // First interval that ends after `at`: the gap search starts there.
+        let mut i = self.busy.partition_point(|&(_, e)| e <= at);
+        let mut start = at;
+        while let Some(&(s, e)) = self.busy.get(i) {
+            if start + w <= s {
+                break;
+            }
+            start = start.max(e);
+            i += 1;
+        }
+        let end = start + w;
+        // Insert at `i` (everything before ends at or before `start`), merging neighbours.
+        let joins_prev = i > 0 && self.busy[i - 1].1 == start;
+        let joins_next = self.busy.get(i).is_some_and(|&(s, _)| s == end);
+        match (joins_prev, joins_next) {
+            (true, true) => {
+                self.busy[i - 1].1 = self.busy[i].1;
+                self.busy.remove(i);
+            }
+            (true, false) => self.busy[i - 1].1 = end,
+            (false, true) => self.busy[i].0 = start,
+            (false, false) => self.busy.insert(i, (start, end)),
+        }
+        start
+    }
+}
+
 /// A NIC: one per compute node and one per memory node.
 #[derive(Debug, Clone, Default)]
 pub struct Nic {
-    pub tx_free: Ps,
-    pub rx_free: Ps,
+    pub tx: Link,
+    pub rx: Link,
     pub engine_free: Ps,
     /// The memory node behind this NIC, if any.
     pub node: Option<NodeId>,
@@ -187,6 +259,8 @@ pub struct End {
     /// Requester side: arrival of the last request sent, completion of the last op.
     pub last_arrival: Ps,
     pub last_done: Ps,
+    /// Requester side: ops whose response is on its way, in op order (they complete in it).
+    pub responses: VecDeque<u32>,
     /// Responder side: the last time memory was touched by an op from the peer.
     pub last_effect: Ps,
     /// Responder side: an op held for want of a receive (RNR) and the ops behind it.
@@ -195,8 +269,10 @@ pub struct End {
     pub rq_credits: u32,
     pub cq: VecDeque<RxDone>,
     pub recv_waiters: Vec<u32>,
-    /// An echo server task serves this end (server side only).
-    pub served: bool,
+    /// Server side only: the memory node's handler thread that serves this connection, and
+    /// which of the handlers set on the node (`Sim::set_handler`) it runs.
+    pub thread: u32,
+    pub handler: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -250,6 +326,12 @@ pub struct OpSlot {
     pub perm_stride: u32,
     pub arrived: Ps,
     pub ack_at: Ps,
+    /// The response: its size, error, the last memory effect it must follow, and when its
+    /// last byte is in at the requester (0 until then).
+    pub resp_bytes: u64,
+    pub resp_err: Option<FabricError>,
+    pub resp_after: Ps,
+    pub resp_in: Ps,
     pub rnr_left: u32,
     pub traced: bool,
 }
@@ -323,8 +405,8 @@ pub struct World {
     /// Client of each task (NO_CLIENT for server tasks).
     pub task_client: Vec<u32>,
     pub current_task: u32,
-    /// Server ends whose echo task must be started.
-    pub to_serve: Vec<u32>,
+    /// Handler threads (memory node, thread) whose task must be started.
+    pub to_serve: Vec<(NodeId, u32)>,
     /// Tasks of crashed clients, to stop.
     pub stopped: Vec<u32>,
     pub faults: Faults,
@@ -401,6 +483,8 @@ impl World {
             Ev::Complete(b) => self.complete(b),
             Ev::Wake(t) => self.make_ready(t),
             Ev::Fault(i) => self.fault(i),
+            Ev::RespTx(op) => self.response_leaves(op),
+            Ev::RespRx(op) => self.response_arrives(op),
         }
         true
     }
@@ -510,11 +594,12 @@ impl World {
             let bytes = self.request_bytes(kind, len);
             let w = self.wire(bytes);
             let n = &mut self.nics[nic];
-            let tx_start = n.tx_free.max(t);
-            n.tx_free = tx_start + w;
+            let tx_start = n.tx.reserve(now, t, w);
             let fly = self.flight();
             let e = &mut self.ends[end as usize];
-            let arrive = (tx_start + w + fly).max(e.last_arrival + 1);
+            // `Arrive` is when the first byte reaches the responder: its receive link is
+            // reserved then, so every link is reserved in the order data reaches it.
+            let arrive = (tx_start + fly).max(e.last_arrival + 1);
             e.last_arrival = arrive;
             if traced {
                 let o = self.ops.get(id);
@@ -522,7 +607,7 @@ impl World {
                     now,
                     number,
                     format!(
-                        "  wr {wr}: {} {} B at {}: on the wire {}..{}, arrives {}",
+                        "  wr {wr}: {} {} B at {}: on the wire {}..{}, first byte arrives {}",
                         kind.name(),
                         len,
                         o.remote,
@@ -562,8 +647,40 @@ impl World {
         }
     }
 
-    /// The response of op `id` leaves its responder at `tx_start` (link already reserved)
-    /// and takes `bytes` on the wire; the op is then finished at the requester.
+    /// The response of op `id` (`bytes` on the wire, `err`, never completing before
+    /// `last_effect`) is ready to leave its responder at `ready`: its transmit link is
+    /// reserved at that time (`Ev::RespTx`), then it flies to the requester.
+    pub fn respond_at(
+        &mut self,
+        id: u32,
+        ready: Ps,
+        bytes: u64,
+        err: Option<FabricError>,
+        last_effect: Ps,
+    ) {
+        let o = self.ops.get_mut(id);
+        o.resp_bytes = bytes;
+        o.resp_err = err;
+        o.resp_after = last_effect;
+        o.resp_in = 0;
+        let end = o.end as usize;
+        self.ends[end].responses.push_back(id);
+        self.schedule(ready, Ev::RespTx(id));
+    }
+
+    fn response_leaves(&mut self, id: u32) {
+        let (end, bytes) = {
+            let o = self.ops.get(id);
+            (o.end as usize, o.resp_bytes)
+        };
+        let tnic = self.ends[self.ends[end].peer as usize].nic as usize;
+        let now = self.now;
+        let tx = self.reserve_tx(tnic, now, bytes);
+        self.response_sent(id, tx);
+    }
+
+    /// The response of op `id` leaves its responder at `tx_start` (link already reserved:
+    /// a READ's response is reserved when the READ executes, its sampling timed by it).
     pub fn respond(
         &mut self,
         id: u32,
@@ -572,40 +689,77 @@ impl World {
         err: Option<FabricError>,
         last_effect: Ps,
     ) {
-        let end = self.ops.get(id).end as usize;
-        let w = self.wire(bytes);
+        let o = self.ops.get_mut(id);
+        o.resp_bytes = bytes;
+        o.resp_err = err;
+        o.resp_after = last_effect;
+        o.resp_in = 0;
+        let end = o.end as usize;
+        self.ends[end].responses.push_back(id);
+        self.response_sent(id, tx_start);
+    }
+
+    fn response_sent(&mut self, id: u32, tx_start: Ps) {
         let fly = self.flight();
-        let req_nic = self.ends[end].nic as usize;
-        let n = &mut self.nics[req_nic];
-        let rx = (tx_start + fly).max(n.rx_free);
-        n.rx_free = rx + w;
-        let e = &mut self.ends[end];
-        let done = (rx + w).max(e.last_done + 1).max(last_effect + 1);
-        e.last_done = done;
         let o = self.ops.get_mut(id);
         o.ack_at = tx_start;
         if o.traced {
             let line = format!(
-                "  wr {}: response leaves {} ({} B), completes at requester {}{}",
+                "  wr {}: response leaves {} ({} B)",
                 o.wr,
                 super::trace::fmt_ps(tx_start),
-                bytes,
-                super::trace::fmt_ps(done),
-                err.map(|e| format!(" with error: {e}")).unwrap_or_default()
+                o.resp_bytes,
             );
             let n = self.batches.get(o.batch).number;
             self.trace.line(self.now, n, line);
         }
-        self.finish(id, err, done);
+        self.schedule(tx_start + fly, Ev::RespRx(id));
+    }
+
+    /// The first byte of op `id`'s response is in at the requester: reserve the receive
+    /// link, then finish every op of the queue pair whose response is complete, in op order.
+    fn response_arrives(&mut self, id: u32) {
+        let (end, bytes) = {
+            let o = self.ops.get(id);
+            (o.end as usize, o.resp_bytes)
+        };
+        let w = self.wire(bytes);
+        let req_nic = self.ends[end].nic as usize;
+        let now = self.now;
+        let rx = self.nics[req_nic].rx.reserve(now, now, w);
+        self.ops.get_mut(id).resp_in = rx + w;
+        while let Some(&head) = self.ends[end].responses.front() {
+            let (resp_in, after, err) = {
+                let o = self.ops.get(head);
+                (o.resp_in, o.resp_after, o.resp_err)
+            };
+            if resp_in == 0 {
+                break;
+            }
+            self.ends[end].responses.pop_front();
+            let e = &mut self.ends[end];
+            let done = resp_in.max(e.last_done + 1).max(after + 1);
+            e.last_done = done;
+            let o = self.ops.get(head);
+            if o.traced {
+                let line = format!(
+                    "  wr {}: completes at requester {}{}",
+                    o.wr,
+                    super::trace::fmt_ps(done),
+                    err.map(|e| format!(" with error: {e}")).unwrap_or_default()
+                );
+                let n = self.batches.get(o.batch).number;
+                self.trace.line(self.now, n, line);
+            }
+            self.finish(head, err, done);
+        }
     }
 
     /// Reserves the responder NIC's transmit link for a `bytes` response from `at`.
     pub fn reserve_tx(&mut self, nic: usize, at: Ps, bytes: u64) -> Ps {
         let w = self.wire(bytes);
         let n = &mut self.nics[nic];
-        let start = n.tx_free.max(at);
-        n.tx_free = start + w;
-        start
+        n.tx.reserve(self.now, at, w)
     }
 
     /// Op `id` is done at its requester at `done` (with `err`, if it failed).
@@ -617,7 +771,9 @@ impl World {
         let batch = self.batches.get_mut(b);
         batch.remaining = batch.remaining.saturating_sub(1);
         batch.done_at = batch.done_at.max(done);
-        if batch.err.is_none() && err.is_some() {
+        // The batch reports its first failing work request (later ones are flushed by it,
+        // whichever finished first in virtual time).
+        if err.is_some() && (batch.err.is_none() || wr < batch.err_wr) {
             batch.err = err.map(|e| with_wr(e, wr as usize));
             batch.err_wr = wr;
         }
@@ -749,7 +905,10 @@ impl World {
             self.trace
                 .line(now, u64::MAX, format!("memory node {n} crashed"));
         }
-        // The node's receive queues and held requests vanish with it.
+        // The node's receive queues and held requests vanish with it, and its threads' queues.
+        for t in self.nodes[n as usize].threads.iter_mut() {
+            t.queue.clear();
+        }
         for e in 0..self.ends.len() {
             if self.ends[e].node == n && self.ends[e].server {
                 let cq = std::mem::take(&mut self.ends[e].cq);
@@ -784,5 +943,30 @@ pub fn with_wr(e: FabricError, wr: usize) -> FabricError {
         }
         FabricError::LocalLength { len, max, .. } => FabricError::LocalLength { wr, len, max },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Link;
+
+    #[test]
+    fn link_fills_the_earliest_gap_whatever_the_reservation_order() {
+        let mut l = Link::default();
+        // A response reserved ahead of time...
+        assert_eq!(l.reserve(0, 1000, 10), 1000);
+        // ...does not delay a request that is on the wire earlier.
+        assert_eq!(l.reserve(0, 500, 10), 500);
+        // Overlaps queue behind, and a gap too small is skipped.
+        assert_eq!(l.reserve(0, 505, 10), 510);
+        assert_eq!(l.reserve(0, 985, 10), 985);
+        assert_eq!(l.reserve(0, 990, 10), 1010);
+        // Touching intervals merged: [500, 520) [985, 995) [1000, 1020).
+        assert_eq!(l.busy.len(), 3);
+        assert_eq!(l.reserve(0, 995, 5), 995);
+        assert_eq!(l.busy.len(), 2);
+        // Old intervals are dropped once no request can reach back to them.
+        assert_eq!(l.reserve(10_000, 10_000, 10), 10_000);
+        assert_eq!(l.busy.len(), 1);
     }
 }

@@ -8,6 +8,7 @@
 use super::engine::{Ev, NO_TASK};
 use super::model::Ps;
 use super::qp::WorldRef;
+use remora_layouts::NodeId;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -129,16 +130,17 @@ impl<'a> Executor<'a> {
     }
 
     /// Runs until `limit` (virtual ps), until every user task is done (`until_done`), or until
-    /// nothing is left to happen. `spawn_servers` starts echo tasks the engine asks for.
+    /// nothing is left to happen. `spawn_servers` starts the memory nodes' handler-thread tasks
+    /// the engine asks for.
     pub fn run(
         &mut self,
         w: &WorldRef,
         limit: Option<Ps>,
         until_done: bool,
-        spawn_servers: &mut dyn FnMut(&mut Executor<'a>, u32),
+        spawn_servers: &mut dyn FnMut(&mut Executor<'a>, NodeId, u32),
     ) -> Stop {
         loop {
-            // Housekeeping the engine asked for: new echo servers, crashed clients.
+            // Housekeeping the engine asked for: new handler threads, crashed clients.
             let (serve, stopped) = {
                 let mut wb = w.borrow_mut();
                 (
@@ -146,8 +148,8 @@ impl<'a> Executor<'a> {
                     std::mem::take(&mut wb.stopped),
                 )
             };
-            for end in serve {
-                spawn_servers(self, end);
+            for (node, thread) in serve {
+                spawn_servers(self, node, thread);
             }
             for t in stopped {
                 self.freeze(t);

@@ -9,6 +9,7 @@
 //! first, so the region holds exactly what was persisted. A node that is not persistent (DRAM)
 //! loses its whole host region at a crash; device memory (NIC SRAM) is always lost.
 use super::model::Ps;
+use super::server::ServerThread;
 use remora_layouts::region::RegionHeader;
 use remora_layouts::{GlobalAddr, NodeId};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -72,8 +73,12 @@ pub struct MemNode {
     /// Free time of each hashed atomic lock slot (host memory) and of each device word slot.
     pub atomic_free: Vec<Ps>,
     pub dm_atomic_free: Vec<Ps>,
-    /// Free time of each server CPU thread.
-    pub cpu_free: Vec<Ps>,
+    /// The node's CPU: its handler threads (see `server.rs`).
+    pub(crate) threads: Vec<ServerThread>,
+    /// Connections made to this node so far (assigns each its thread).
+    pub conns: u32,
+    /// Which of the sim's handlers serves connections made from now on.
+    pub handler: u32,
     /// Virtual times at which the node crashed.
     pub crashes: Vec<Ps>,
     undo: BTreeMap<u64, Undo>,
@@ -101,7 +106,9 @@ impl MemNode {
             persist_window,
             atomic_free: vec![0; slots.max(1)],
             dm_atomic_free: vec![0; slots.max(1)],
-            cpu_free: vec![0; threads.max(1)],
+            threads: (0..threads.max(1)).map(|_| ServerThread::new()).collect(),
+            conns: 0,
+            handler: id as u32,
             crashes: Vec::new(),
             undo: BTreeMap::new(),
             undo_by_qp: HashMap::new(),
@@ -255,16 +262,9 @@ impl MemNode {
         self.crashes.iter().any(|&c| c >= from && c <= to)
     }
 
-    /// Reserves `dur` of the earliest-free server thread from `now`; returns when it ends.
-    pub fn reserve_cpu(&mut self, now: Ps, dur: Ps) -> Ps {
-        let (k, _) = self
-            .cpu_free
-            .iter()
-            .enumerate()
-            .min_by_key(|&(i, &t)| (t.max(now), i))
-            .unwrap_or((0, &0));
-        let start = self.cpu_free[k].max(now);
-        self.cpu_free[k] = start + dur;
-        start + dur
+    /// CPU time all handler threads have spent serving up to `now` (a service in progress
+    /// counts up to `now`).
+    pub fn busy_ps(&self, now: Ps) -> Ps {
+        self.threads.iter().map(|t| t.busy_ps(now)).sum()
     }
 }

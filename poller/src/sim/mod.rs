@@ -59,7 +59,11 @@
 //! - [`memory`]: memory nodes (regions, device memory, keys, persistence, crash).
 //! - [`qp`]: `SimQp` / `SimEndpoint` and their futures.
 //! - [`exec`]: the single-threaded executor.
-//! - `server`: each memory node's service (a `remora_core::server::Handler`; echo by default).
+//! - `server`: each memory node's CPU: `server_threads` handler threads, connections
+//!   assigned round-robin, messages served first come first served at
+//!   `server_poll_ns + server_handler_ns + server_reply_ns` per reply, busy time accounted
+//!   ([`Sim::server_busy_ns`], `LocalRegion::cpu_clock`), running a
+//!   `remora_core::server::Handler` (echo by default).
 //! - [`faults`], [`trace`], [`rng`], [`pool`].
 pub mod cluster;
 pub mod engine;

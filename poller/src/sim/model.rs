@@ -109,13 +109,25 @@ params! {
         "Hashed lock slots of the NIC atomic unit: atomics whose 8-byte words hash to one slot \
          serialize. Assumed (vendors do not publish it); large enough that distinct words rarely \
          collide.";
-    server_handler_ns: 500.0, "ns", [0.0, 1e12],
-        "Memory-node CPU time to handle one message (poll the completion, build and post the \
-         reply): assumed ~0.5 us, the order of Catfish's fast-messaging server cost (seeds/003 \
-         §3).";
+    server_poll_ns: 50.0, "ns", [0.0, 1e9],
+        "Memory-node CPU time to take one receive completion off the completion queue (poll the \
+         CQ, read the CQE, find the connection): assumed one busy-poll iteration, the same order \
+         as client_poll_ns (a CQE read is one cache miss on the NIC-written ring).";
+    server_handler_ns: 350.0, "ns", [0.0, 1e12],
+        "Memory-node CPU time of the service logic for one message, between taking its \
+         completion and posting replies: assumed. With server_poll_ns and one reply's \
+         server_reply_ns it makes ~0.5 us per request, the order of Catfish's fast-messaging \
+         server cost (seeds/003 §3).";
+    server_reply_ns: 100.0, "ns", [0.0, 1e9],
+        "Memory-node CPU time to post one reply SEND (build the work request, ring the doorbell): \
+         the same MMIO doorbell cost as client_post_ns (Kalia et al., ATC'16 §3). Replies are \
+         posted without waiting for their acks (an event-based server reaps send completions \
+         lazily).";
     server_threads: 1.0, "threads", [1.0, 1024.0],
         "Memory-node CPU threads running handlers (disaggregated memory nodes have near-zero \
-         compute: Sherman, seeds/002 §1).";
+         compute: Sherman, seeds/002 §1). Connection k of a node (in connect order) is served \
+         by thread k mod server_threads, as an event-based server assigns accepted connections \
+         round-robin; each thread serves its messages one at a time, first come first served.";
     client_post_ns: 100.0, "ns", [0.0, 1e9],
         "Client CPU time to build a work request batch and ring the doorbell (MMIO): assumed \
          ~100 ns (Kalia et al., ATC'16 §3: doorbell MMIOs cost ~ hundreds of cycles). One client \
@@ -127,7 +139,9 @@ params! {
         "Client CPU time of one busy-poll iteration: a coroutine that yields without waiting for \
          a verb resumes this much later (assumed; keeps spin loops from freezing virtual time).";
     recv_depth: 64.0, "receives", [1.0, 65536.0],
-        "Receives posted per queue pair (each side); a SEND finding none gets RNR NAKs.";
+        "Receives posted per queue pair (each side); a SEND or WRITE_WITH_IMM finding none gets \
+         RNR NAKs. A memory node reposts a receive once its handler has consumed the message; a \
+         client, when it takes the completion.";
     max_message: 4096.0, "B", [256.0, 1048576.0],
         "Receive buffer size: the largest SEND payload (one MTU).";
     rnr_timer_ns: 10000.0, "ns", [0.0, 1e12],
@@ -299,8 +313,15 @@ impl Model {
             .map(|p| format!("{}={}", p.name, self.get(p.name).unwrap_or(f64::NAN)))
             .collect();
         let base = format!(
-            "one_way={}ns link={}Gb/s nic={}Mops pcie_read={}ns host_atomic={}ns",
-            self.one_way_ns, self.link_gbps, self.nic_mops, self.pcie_read_ns, self.host_atomic_ns
+            "one_way={}ns link={}Gb/s nic={}Mops pcie_read={}ns host_atomic={}ns \
+             server={}x{}ns/msg",
+            self.one_way_ns,
+            self.link_gbps,
+            self.nic_mops,
+            self.pcie_read_ns,
+            self.host_atomic_ns,
+            self.server_threads,
+            self.service_ps(1) as f64 / 1000.0
         );
         if changed.is_empty() {
             format!("default model ({base})")
@@ -367,6 +388,25 @@ impl Model {
     }
     pub fn handler_ps(&self) -> Ps {
         ps(self.server_handler_ns)
+    }
+    pub fn server_poll_ps(&self) -> Ps {
+        ps(self.server_poll_ns)
+    }
+    pub fn server_reply_ps(&self) -> Ps {
+        ps(self.server_reply_ns)
+    }
+    /// Memory-node CPU time to serve one message that is answered with `replies` replies:
+    /// `server_poll_ns + server_handler_ns + replies x server_reply_ns`.
+    pub fn service_ps(&self, replies: u64) -> Ps {
+        self.server_poll_ps() + self.handler_ps() + replies * self.server_reply_ps()
+    }
+    /// Memory-node CPU time per operation of verb `v` in the echo microbenchmark: one
+    /// service with one reply for SEND and WRITE_WITH_IMM, nothing for one-sided verbs.
+    pub fn server_cpu_per_op_ps(&self, v: ModelVerb) -> Ps {
+        match v {
+            ModelVerb::Send | ModelVerb::WriteImm => self.service_ps(1),
+            _ => 0,
+        }
     }
     pub fn segment(&self) -> u64 {
         self.segment_bytes as u64
@@ -435,8 +475,9 @@ impl Model {
     }
 
     /// Round trip of a SEND or WRITE_WITH_IMM answered by the echo service, on an idle
-    /// cluster: request delivered, `server_handler_ns`, reply (the payload, or 12 bytes)
-    /// delivered back into the client's receive queue.
+    /// cluster: post, request delivered (its receive completion raised one ps after the last
+    /// byte is placed), one service (`service_ps(1)`: poll + handler + reply post), reply (the
+    /// payload, or 12 bytes) delivered back into the client's receive queue.
     pub fn echo_latency_ps(&self, v: ModelVerb, size: u64) -> Ps {
         let ow = self.one_way_ps();
         let step = self.segment_step_ps();
@@ -453,7 +494,7 @@ impl Model {
             + self.pcie_write_ps()
             + req_segs * step
             + 1
-            + self.handler_ps()
+            + self.service_ps(1)
             + self.wire_ps(self.msg_bytes(reply))
             + ow
             + self.pcie_write_ps()
@@ -464,7 +505,11 @@ impl Model {
     /// Throughput bound in Mops of `outstanding` verbs from `clients` client threads on
     /// `compute_nodes` compute nodes to `memory_nodes` memory nodes (spread evenly), each verb
     /// one post: the smallest of Little's law at the idle round trip, the client CPUs, the
-    /// memory NICs' request rate, each link direction, and, with `hot`, one atomic word.
+    /// memory NICs' request rate, each link direction, with `hot` one atomic word, and for
+    /// SEND / WRITE_WITH_IMM the memory nodes' handler threads: each client has one
+    /// connection per memory node and connections are spread round-robin over the threads,
+    /// so `min(server_threads, clients)` threads per node each serve one message per
+    /// `service_ps(1)`.
     pub fn bound_mops(&self, v: ModelVerb, size: u64, load: &Load) -> f64 {
         let Load {
             outstanding,
@@ -480,20 +525,34 @@ impl Model {
                 1e12 / ps as f64
             }
         };
-        let rtt = self.idle_latency_ps(v, size, false);
+        let echo = matches!(v, ModelVerb::Send | ModelVerb::WriteImm);
+        let rtt = if echo {
+            self.echo_latency_ps(v, size)
+        } else {
+            self.idle_latency_ps(v, size, false)
+        };
         let mut b = outstanding as f64 * per_s(rtt);
         b = b.min(clients as f64 * per_s(self.post_ps()));
         b = b.min(memory_nodes as f64 * per_s(self.nic_op_ps()));
-        let req = self.wire_ps(self.request_bytes(v, size));
-        let resp = self.wire_ps(self.response_bytes(v, size));
+        let mut req = self.wire_ps(self.request_bytes(v, size));
+        let mut resp = self.wire_ps(self.response_bytes(v, size));
+        if echo {
+            // The echo's reply travels with the request's ack, and its own ack with the
+            // requests; the client NICs process the replies.
+            let reply = if v == ModelVerb::Send { size } else { 12 };
+            resp += self.wire_ps(self.msg_bytes(reply));
+            req += self.wire_ps(self.msg_bytes(0));
+            b = b.min(compute_nodes as f64 * per_s(self.nic_op_ps()));
+        }
         for links in [memory_nodes, compute_nodes] {
             b = b
                 .min(links as f64 * per_s(req))
                 .min(links as f64 * per_s(resp));
         }
-        if matches!(v, ModelVerb::Send | ModelVerb::WriteImm) {
+        if echo {
             // Each one is answered by the memory node's echo handler.
-            b = b.min(memory_nodes as f64 * self.server_threads * per_s(self.handler_ps()));
+            let threads = self.server_threads.min(clients as f64);
+            b = b.min(memory_nodes as f64 * threads * per_s(self.service_ps(1)));
         }
         if hot && matches!(v, ModelVerb::Cas | ModelVerb::Faa) {
             b = b.min(per_s(self.host_atomic_ps()));

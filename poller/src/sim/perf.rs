@@ -37,11 +37,18 @@ pub struct PerfResult {
     pub mean_latency_ns: f64,
     /// Ops that failed (a healthy run has none).
     pub errors: u64,
+    /// CPU time the memory nodes' handler threads were busy inside the window (all nodes).
+    pub server_busy_ns: u64,
+    /// Handler threads per memory node.
+    pub server_threads: usize,
+    pub memory_nodes: usize,
     pub stats: EngineStats,
     pub wall_seconds: f64,
     /// The model's idle round trip and throughput bound for this point.
     pub expected_latency_ns: f64,
     pub expected_mops: f64,
+    /// The model's server CPU time per op (`Model::server_cpu_per_op_ps`), in ns.
+    pub expected_server_ns_per_op: f64,
     pub trace: Vec<String>,
     pub seed: u64,
 }
@@ -49,6 +56,19 @@ pub struct PerfResult {
 impl PerfResult {
     pub fn mops(&self) -> f64 {
         self.ops as f64 / self.seconds / 1e6
+    }
+    /// Server CPU time per completed op in ns: the papers' "server CPU cost".
+    pub fn server_ns_per_op(&self) -> f64 {
+        self.server_busy_ns as f64 / self.ops.max(1) as f64
+    }
+    /// Share of the memory nodes' handler-thread time that was busy inside the window.
+    pub fn server_utilization(&self) -> f64 {
+        let capacity = self.seconds * 1e9 * (self.server_threads * self.memory_nodes) as f64;
+        if capacity > 0.0 {
+            self.server_busy_ns as f64 / capacity
+        } else {
+            0.0
+        }
     }
     /// Simulated verbs per wall-clock second (the simulator's own speed).
     pub fn sim_verbs_per_wall_second(&self) -> f64 {
@@ -139,10 +159,12 @@ pub fn run_point(
     let before = ctxs
         .iter()
         .fold(Snapshot::default(), |a, c| a + c.ep().snapshot());
+    let busy_before = sim.server_busy_total_ns();
     sim.run_for(p.measure_ns);
     let after = ctxs
         .iter()
         .fold(Snapshot::default(), |a, c| a + c.ep().snapshot());
+    let server_busy_ns = sim.server_busy_total_ns() - busy_before;
     let stats = sim.stats();
     let trace = sim.trace_lines();
     drop(ctxs);
@@ -172,10 +194,14 @@ pub fn run_point(
             win.lat_sum.get() as f64 / n as f64 / 1000.0
         },
         errors: win.errors.get(),
+        server_busy_ns,
+        server_threads: m.server_threads as usize,
+        memory_nodes,
         stats,
         wall_seconds: wall.elapsed().as_secs_f64(),
         expected_latency_ns: expected_latency_ps as f64 / 1000.0,
         expected_mops: bound,
+        expected_server_ns_per_op: m.server_cpu_per_op_ps(p.verb) as f64 / 1000.0,
         trace,
         seed,
     })

@@ -55,10 +55,6 @@ impl SimQp {
         self.end
     }
 
-    pub(crate) fn world(&self) -> &WorldRef {
-        &self.w
-    }
-
     fn take_rx(&self, w: &mut World, rx: RxDone, buf: &mut [u8]) -> Result<Recv, FabricError> {
         w.ends[self.end as usize].rq_credits += 1;
         let kind = rx.kind.unwrap_or(RecvKind::Send);
@@ -371,31 +367,51 @@ impl Endpoint for SimEndpoint {
     fn nodes(&self) -> &[NodeId] {
         &self.nodes
     }
-}
-
-/// Resolves once the server end has a receive completion waiting; yields how many.
-pub(crate) struct RxReady<'a>(pub &'a SimQp);
-
-impl Future for RxReady<'_> {
-    type Output = Result<usize, FabricError>;
-    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let qp = self.0;
-        let mut w = qp.w.borrow_mut();
-        let end = qp.end as usize;
-        let n = w.ends[end].cq.len();
-        if n > 0 {
-            return Poll::Ready(Ok(n));
+    /// The client thread's number + 1 (0 is "none").
+    fn client_id(&self) -> u32 {
+        self.client + 1
+    }
+    fn now_ns(&self) -> u64 {
+        self.qps.first().map_or(0, |q| q.w.borrow().now / 1000)
+    }
+    fn pause(&self, ns: u64) -> impl Future<Output = ()> {
+        let w = self.qps.first().map(|q| q.w.clone());
+        async move {
+            if let Some(w) = w {
+                let until = w.borrow().now + ns.max(1) * 1000;
+                super::cluster::sleep_until(w, until).await;
+            }
         }
-        if w.ends[end].broken {
-            return Poll::Ready(Err(FabricError::Flushed));
+    }
+    /// Breaks every queue pair of client `client - 1` to `node`; later requests of its are
+    /// flushed without touching memory. Resolves after `FENCE_SETTLE_NS` of virtual time, by
+    /// which any transfer of it already being placed has landed (the longest, 64 KiB at the
+    /// link rate, takes ~5 µs), as a memory node's QP error transition waits for its
+    /// in-flight requests.
+    fn fence(&self, node: NodeId, client: u32) -> impl Future<Output = Result<(), FabricError>> {
+        let w = self.qps.first().map(|q| q.w.clone());
+        async move {
+            let Some(w) = w else {
+                return Err(FabricError::UnknownNode { node });
+            };
+            let until = {
+                let mut world = w.borrow_mut();
+                let ends: Vec<u32> = (0..world.ends.len() as u32)
+                    .filter(|&e| {
+                        let end = &world.ends[e as usize];
+                        !end.server && end.node == node && end.client.wrapping_add(1) == client
+                    })
+                    .collect();
+                for e in ends {
+                    world.break_end(e);
+                }
+                world.now + FENCE_SETTLE_NS * 1000
+            };
+            super::cluster::sleep_until(w, until).await;
+            Ok(())
         }
-        let t = w.current_task;
-        if t == NO_TASK {
-            return Poll::Ready(Err(OUTSIDE));
-        }
-        if !w.ends[end].recv_waiters.contains(&t) {
-            w.ends[end].recv_waiters.push(t);
-        }
-        Poll::Pending
     }
 }
+
+/// How long a fence waits for the fenced client's transfers in flight to land.
+pub const FENCE_SETTLE_NS: u64 = 20_000;

@@ -1,118 +1,302 @@
-//! The service every simulated memory node runs on each of its queue pairs — a
-//! `remora_core::server::Handler`, the echo service unless `Sim::set_handler` — run as a server
-//! task on the memory node's side of the connection, charging `server_handler_ns` of the
-//! node's CPU per message handled.
+//! The CPU of every simulated memory node: `server_threads` handler threads running a
+//! `remora_core::server::Handler` (the echo service unless `Sim::set_handler`), as an
+//! event-based server does.
 //!
-//! The task is started when the connection's first message arrives, so idle connections
-//! cost nothing. The node's CPU threads (`server_threads`) are shared by all its handlers.
-use super::engine::{Ev, NO_TASK};
+//! - Connection k of a node (in connect order) belongs to thread `k mod server_threads`
+//!   (round-robin at accept, as event-based servers assign connections).
+//! - A receive completion (SEND, or WRITE_WITH_IMM) on a connection is queued at its
+//!   thread, first come first served. The thread serves one message at a time, and is busy
+//!   only while serving: `server_poll_ns` (take the completion) + `server_handler_ns` (the
+//!   handler runs at the end of it; its memory effects happen then) + `server_reply_ns` per
+//!   reply it queued (each reply SEND is posted when its post cost is paid, and never
+//!   waited for: send completions are reaped lazily). All costs are scaled by a slowed node's
+//!   factor.
+//! - The message's receive is reposted (the connection's receive credit returned) when the
+//!   handler has consumed it, so a client that outruns the server meets RNR NAKs.
+//! - A handler error drops that connection: both ends break (the client's verbs and
+//!   receives fail with `Flushed`), the node keeps serving the others.
+//! - Busy time is accounted per thread (`MemNode::busy_ps`), read by `Sim::server_busy_ns`,
+//!   `ClientCtx::server_busy_ns` and, from the handler, `LocalRegion::cpu_clock`.
+//!
+//! A thread's task is started with its first message, so idle nodes cost nothing.
+use super::engine::{BatchState, Ev, Kind, NO_TASK, World};
 use super::model::Ps;
-use super::qp::{RxReady, SimQp};
-use remora_core::fabric::{FabricError, QueuePair, RecvKind};
-use remora_core::server::{Handler, LocalRegion, Replies, out_of_range};
-use remora_layouts::NodeId;
+use super::qp::WorldRef;
+use remora_core::fabric::{FabricError, Recv, RecvKind};
+use remora_core::server::{CpuClock, Handler, LocalRegion, Replies, out_of_range};
+use remora_layouts::{GlobalAddr, NodeId};
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-/// Occupies the memory node's CPU for `n` handler times, then resolves.
-struct HandlerCpu<'a> {
-    qp: &'a SimQp,
-    n: usize,
+/// One handler thread of a memory node.
+#[derive(Debug)]
+pub(crate) struct ServerThread {
+    /// Server ends with a receive completion waiting, one entry per message, in arrival order.
+    pub queue: VecDeque<u32>,
+    /// The thread's task (NO_TASK until its first message).
+    pub task: u32,
+    /// Its task has been asked for and not yet started.
+    pub starting: bool,
+    /// Its task waits for a message.
+    waiting: bool,
+    /// CPU time of finished services, and the service (or reply post) in progress.
+    busy_done: Ps,
+    cur: (Ps, Ps),
+}
+
+impl ServerThread {
+    pub fn new() -> ServerThread {
+        ServerThread {
+            queue: VecDeque::new(),
+            task: NO_TASK,
+            starting: false,
+            waiting: false,
+            busy_done: 0,
+            cur: (0, 0),
+        }
+    }
+
+    /// The task to wake for a new message, if it is waiting for one.
+    pub fn wake(&mut self) -> Option<u32> {
+        if self.waiting && self.task != NO_TASK {
+            self.waiting = false;
+            Some(self.task)
+        } else {
+            None
+        }
+    }
+
+    /// CPU time spent serving up to `now`.
+    pub fn busy_ps(&self, now: Ps) -> Ps {
+        let (a, b) = self.cur;
+        self.busy_done + now.clamp(a, b) - a
+    }
+}
+
+/// The handlers set on the sim's memory nodes; a connection runs the one its node had when
+/// it was made (`End::handler`).
+pub(crate) type SharedHandler<'a> = Rc<RefCell<Box<dyn Handler + 'a>>>;
+pub(crate) type Handlers<'a> = Rc<RefCell<Vec<SharedHandler<'a>>>>;
+
+/// Resolves with the next message queued at thread `thread` of memory node `node`: the
+/// server end it arrived on and its receive completion.
+struct NextMessage<'w> {
+    w: &'w WorldRef,
+    node: usize,
+    thread: usize,
+}
+
+struct Message {
+    end: u32,
+    recv: Recv,
+    data: Vec<u8>,
+}
+
+impl Future for NextMessage<'_> {
+    type Output = Message;
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Message> {
+        let mut guard = self.w.borrow_mut();
+        let w = &mut *guard;
+        let task = w.current_task;
+        let Some(t) = w
+            .nodes
+            .get_mut(self.node)
+            .and_then(|n| n.threads.get_mut(self.thread))
+        else {
+            return Poll::Pending;
+        };
+        t.task = task;
+        t.starting = false;
+        while let Some(end) = t.queue.pop_front() {
+            if let Some(rx) = w.ends[end as usize].cq.pop_front() {
+                t.waiting = false;
+                let kind = rx.kind.unwrap_or(RecvKind::Send);
+                return Poll::Ready(Message {
+                    end,
+                    recv: Recv {
+                        kind,
+                        len: rx.len,
+                        imm: rx.imm,
+                    },
+                    data: rx.data,
+                });
+            }
+        }
+        t.waiting = true;
+        Poll::Pending
+    }
+}
+
+/// Keeps a handler thread busy for `dur`, accounting it as busy time.
+struct Busy<'w> {
+    w: &'w WorldRef,
+    node: usize,
+    thread: usize,
+    dur: Ps,
     until: Option<Ps>,
 }
 
-impl Future for HandlerCpu<'_> {
+impl Future for Busy<'_> {
     type Output = ();
     fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        let mut w = this.qp.world().borrow_mut();
+        let mut w = this.w.borrow_mut();
         let now = w.now;
+        let task = w.current_task;
+        let Some(t) = w
+            .nodes
+            .get_mut(this.node)
+            .and_then(|n| n.threads.get_mut(this.thread))
+        else {
+            return Poll::Ready(());
+        };
         match this.until {
-            Some(u) if now >= u => Poll::Ready(()),
-            Some(_) => Poll::Pending,
+            None if this.dur == 0 || task == NO_TASK => Poll::Ready(()),
             None => {
-                let node = this.qp.peer() as usize;
-                let Some(nic) = w.nic_of_node(node as u16) else {
-                    return Poll::Ready(());
-                };
-                let dur = w.nics[nic].scale(w.tm.handler) * this.n as Ps;
-                if dur == 0 || node >= w.nodes.len() {
-                    return Poll::Ready(());
-                }
-                let until = w.nodes[node].reserve_cpu(now, dur);
+                let until = now + this.dur;
+                t.cur = (now, until);
                 this.until = Some(until);
-                let t = w.current_task;
-                if t == NO_TASK {
-                    return Poll::Ready(());
-                }
-                w.schedule(until, Ev::Wake(t));
+                w.schedule(until, Ev::Wake(task));
                 Poll::Pending
             }
+            Some(u) if now >= u => {
+                t.busy_done += this.dur;
+                t.cur = (u, u);
+                Poll::Ready(())
+            }
+            Some(_) => Poll::Pending,
         }
     }
 }
 
-/// A memory node's handler, shared by its connections (one thread: the node's CPU).
-pub(crate) type SharedHandler<'a> = Rc<RefCell<Box<dyn Handler + 'a>>>;
-
-/// Serves one connection with the node's handler until its queue pair breaks or the handler
-/// refuses a message.
-pub(crate) async fn handler_loop(qp: SimQp, handler: SharedHandler<'_>) {
-    let mut buf = vec![0u8; qp.max_message()];
+/// Runs handler thread `thread` of memory node `node` forever: takes its messages in order,
+/// charges their service, runs the handler, reposts the receive, posts the replies.
+pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers: Handlers<'_>) {
+    let (n, t) = (node as usize, thread as usize);
     let mut replies = Replies::new();
-    let node = qp.peer();
-    let conn = qp.end_id() as usize;
-    let mut debt = 0;
     loop {
-        let n = match RxReady(&qp).await {
-            Ok(n) => n,
-            Err(_) => return,
+        let msg = NextMessage {
+            w: &w,
+            node: n,
+            thread: t,
+        }
+        .await;
+        let (start, work, reply_cost, handler) = {
+            let wb = w.borrow();
+            let e = &wb.ends[msg.end as usize];
+            let nic = &wb.nics[e.nic as usize];
+            (
+                wb.now,
+                nic.scale(wb.tm.server_poll + wb.tm.handler),
+                nic.scale(wb.tm.server_reply),
+                handlers.borrow().get(e.handler as usize).cloned(),
+            )
         };
-        HandlerCpu {
-            qp: &qp,
-            n: n + debt,
+        Busy {
+            w: &w,
+            node: n,
+            thread: t,
+            dur: work,
             until: None,
         }
         .await;
-        let mut served = 0usize;
-        loop {
-            let r = match qp.try_recv(&mut buf) {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
-                Err(_) => return,
-            };
-            let msg: &[u8] = if r.kind == RecvKind::Send {
-                &buf[..r.len as usize]
-            } else {
-                &[]
-            };
-            replies.clear();
-            let region = SimRegion { qp: &qp, node };
-            if handler
-                .borrow_mut()
-                .on_message(&region, conn, r, msg, &mut replies)
-                .is_err()
-            {
-                return;
-            }
-            for m in replies.iter() {
-                if qp.send(m).await.is_err() {
-                    return;
-                }
-            }
-            served += 1;
+        let end = msg.end;
+        if !alive(&w, n, end, start) {
+            w.borrow_mut().pool.give(msg.data);
+            continue;
         }
-        debt = served.saturating_sub(n);
+        let payload: &[u8] = if msg.recv.kind == RecvKind::Send {
+            &msg.data
+        } else {
+            &[]
+        };
+        replies.clear();
+        let region = SimRegion { w: &w, node };
+        let r = match &handler {
+            Some(h) => {
+                h.borrow_mut()
+                    .on_message(&region, end as usize, msg.recv, payload, &mut replies)
+            }
+            None => Err(FabricError::Unsupported {
+                what: "no handler on this memory node",
+            }),
+        };
+        {
+            let mut wb = w.borrow_mut();
+            wb.pool.give(msg.data);
+            // The handler is done with the message: its receive is posted again.
+            wb.ends[end as usize].rq_credits += 1;
+            if r.is_err() {
+                // A refused message drops its connection, never the node.
+                let peer = wb.ends[end as usize].peer;
+                wb.break_end(end);
+                wb.break_end(peer);
+                continue;
+            }
+        }
+        for m in replies.iter() {
+            Busy {
+                w: &w,
+                node: n,
+                thread: t,
+                dur: reply_cost,
+                until: None,
+            }
+            .await;
+            if !alive(&w, n, end, start) {
+                break;
+            }
+            post_reply(&mut w.borrow_mut(), end, m);
+        }
     }
+}
+
+/// The node has not crashed since `since` and the connection is not broken.
+fn alive(w: &WorldRef, node: usize, end: u32, since: Ps) -> bool {
+    let w = w.borrow();
+    let e = &w.ends[end as usize];
+    !w.nics[e.nic as usize].dead
+        && !e.broken
+        && !w
+            .nodes
+            .get(node)
+            .is_none_or(|m| m.crashed_between(since, w.now))
+}
+
+/// Posts one reply SEND from server end `end`, not waiting for its completion (the engine
+/// frees the batch when it completes; an error breaks the server end, as on hardware).
+fn post_reply(w: &mut World, end: u32, msg: &[u8]) {
+    let id = w.ops.alloc();
+    let mut buf = w.pool.take(msg.len());
+    buf.copy_from_slice(msg);
+    let node = w.ends[end as usize].node;
+    let max = w.tm.max_message;
+    let o = w.ops.get_mut(id);
+    o.kind = Kind::Send;
+    o.remote = GlobalAddr::new(node, 0);
+    o.len = msg.len().min(u32::MAX as usize) as u32;
+    o.x = 0;
+    o.y = 0;
+    o.imm = 0;
+    o.result = 0;
+    o.buf = buf;
+    o.local_err = (msg.len() > max).then_some(FabricError::LocalLength {
+        wr: 0,
+        len: msg.len(),
+        max,
+    });
+    let b = w.post(end, &[id], NO_TASK);
+    w.batches.get_mut(b).state = BatchState::Abandoned;
 }
 
 /// A simulated memory node's host region as its CPU sees it. CPU stores are durable when
 /// made (the sim models NIC-side persistence only).
-struct SimRegion<'q> {
-    qp: &'q SimQp,
+struct SimRegion<'w> {
+    w: &'w WorldRef,
     node: NodeId,
 }
 
@@ -123,7 +307,7 @@ impl SimRegion<'_> {
         len: usize,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, FabricError> {
-        let mut w = self.qp.world().borrow_mut();
+        let mut w = self.w.borrow_mut();
         let host = &mut w
             .nodes
             .get_mut(self.node as usize)
@@ -143,7 +327,7 @@ impl LocalRegion for SimRegion<'_> {
         self.node
     }
     fn len(&self) -> u64 {
-        let w = self.qp.world().borrow();
+        let w = self.w.borrow();
         w.nodes
             .get(self.node as usize)
             .map_or(0, |n| n.host.len() as u64)
@@ -153,5 +337,15 @@ impl LocalRegion for SimRegion<'_> {
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
         self.with(offset, data.len(), |b| b.copy_from_slice(data))
+    }
+    /// Virtual time and the CPU time this node's handler threads have been busy.
+    fn cpu_clock(&self) -> Option<CpuClock> {
+        let w = self.w.borrow();
+        let n = w.nodes.get(self.node as usize)?;
+        Some(CpuClock {
+            now_ns: w.now / 1000,
+            busy_ns: n.busy_ps(w.now) / 1000,
+            threads: n.threads.len() as u32,
+        })
     }
 }

@@ -1,8 +1,8 @@
 //! The responder side of a verb: what happens when a request reaches the target NIC.
 //!
-//! At arrival (`Ev::Arrive`, the time the request's last byte would be in with an idle
-//! receive link) the NIC
-//! 1. takes the request off its receive link (queueing behind earlier traffic),
+//! At arrival (`Ev::Arrive`, the time the request's first byte is in) the NIC
+//! 1. takes the request off its receive link (queueing behind traffic that reached the link
+//!    earlier; links are calendars reserved in the order data reaches them),
 //! 2. admits it to its processing engine, one op per `1/nic_mops` (the message-rate bound),
 //! 3. checks key, bounds and alignment (errors touch no memory and break the queue pair),
 //! 4. runs the verb's pipeline, keeping every memory effect of a queue pair strictly after
@@ -15,8 +15,11 @@
 //!      (device memory: `1/dm_atomic_mops`); the op takes effect when it gets the slot;
 //!    - SEND / WRITE_WITH_IMM: need a posted receive at the target, else RNR NAK and retry
 //!      every `rnr_timer_ns` (+ a round trip), at most `rnr_retry` times; the queue pair's
-//!      later requests wait behind the held one.
-use super::engine::{Ev, Kind, RxDone, World};
+//!      later requests wait behind the held one. The receive is consumed when the request
+//!      is admitted; the completion is raised one ps after the last byte is placed and goes
+//!      to the waiting receiver, or, at a memory node, to the FIFO of the handler thread of
+//!      the connection (`server.rs`), which reposts the receive once its handler consumed it.
+use super::engine::{Ev, Kind, NO_TASK, RxDone, World};
 use super::memory::Refused;
 use super::model::Ps;
 use remora_core::fabric::{FabricError, RecvKind, SegmentOrder};
@@ -66,12 +69,10 @@ impl World {
     /// Fails op `id` at the responder: a NAK leaves at `at`, the queue pair breaks.
     fn fail(&mut self, id: u32, at: Ps, err: FabricError) {
         let end = self.ops.get(id).end;
-        let tnic = self.ends[self.ends[end as usize].peer as usize].nic as usize;
         self.trace_op(id, || format!("refused: {err}"));
         self.break_end(end);
         let bytes = self.model.msg_bytes(0);
-        let tx = self.reserve_tx(tnic, at, bytes);
-        self.respond(id, tx, bytes, Some(err), 0);
+        self.respond_at(id, at, bytes, Some(err), 0);
     }
 
     fn process(&mut self, id: u32) {
@@ -92,8 +93,8 @@ impl World {
         let w = self.wire(self.request_bytes(kind, len));
         let nic_op = self.nics[tnic].scale(self.tm.nic_op);
         let n = &mut self.nics[tnic];
-        let rx_start = now.saturating_sub(w).max(n.rx_free);
-        n.rx_free = rx_start + w;
+        // `now` is when the first byte is in: the link is reserved in arrival order.
+        let rx_start = n.rx.reserve(now, now, w);
         let e = (rx_start + w).max(n.engine_free);
         n.engine_free = e + nic_op;
         if let Some(err) = local_err {
@@ -206,8 +207,7 @@ impl World {
                     )
                 });
                 let resp = self.response_bytes(kind, len);
-                let tx = self.reserve_tx(tnic, ack, resp);
-                self.respond(id, tx, resp, None, ack);
+                self.respond_at(id, ack, resp, None, ack);
                 if kind != Kind::Send && nseg > 0 {
                     self.at(t0, Ev::Segment(id, 0));
                 }
@@ -255,8 +255,7 @@ impl World {
                     )
                 });
                 let resp = self.response_bytes(kind, len);
-                let tx = self.reserve_tx(tnic, a + occ, resp);
-                self.respond(id, tx, resp, None, a);
+                self.respond_at(id, a + occ, resp, None, a);
                 self.at(a, Ev::Atomic(id));
             }
         }
@@ -431,12 +430,27 @@ impl World {
         self.wake_receiver(peer);
     }
 
-    /// A receive completion is waiting at `end`: wake its receiver or start its server.
+    /// A receive completion is waiting at `end`: wake its receiver, or queue it at the
+    /// memory node's handler thread that serves the connection (starting that thread's task
+    /// on its first message).
     pub(super) fn wake_receiver(&mut self, end: usize) {
         let e = &mut self.ends[end];
-        if e.server && !e.served {
-            e.served = true;
-            self.to_serve.push(end as u32);
+        if e.server {
+            let (node, thread) = (e.node, e.thread);
+            let Some(t) = self
+                .nodes
+                .get_mut(node as usize)
+                .and_then(|n| n.threads.get_mut(thread as usize))
+            else {
+                return;
+            };
+            t.queue.push_back(end as u32);
+            if let Some(task) = t.wake() {
+                self.make_ready(task);
+            } else if t.task == NO_TASK && !t.starting {
+                t.starting = true;
+                self.to_serve.push((node, thread));
+            }
             return;
         }
         let waiters = std::mem::take(&mut e.recv_waiters);

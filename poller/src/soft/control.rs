@@ -33,7 +33,9 @@ use std::time::Duration;
 
 pub const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"REMORAH1");
 pub const REPLY_MAGIC: u64 = u64::from_le_bytes(*b"REMORAR1");
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
+/// Bytes of a reply (or refusal).
+const REPLY_LEN: usize = 80;
 const FLAG_ADMIN: u32 = 1;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Handshakes in progress at once; more are refused straight away.
@@ -60,6 +62,10 @@ pub struct Reply {
     pub chan_len: u64,
     /// The node's service name, zero-padded ASCII.
     pub service: [u8; 8],
+    /// The connection's client slot and the slot word its queue pair must find (data
+    /// connections; see `NodeMem::slot`).
+    pub slot: u16,
+    pub slot_word: u64,
 }
 
 impl Reply {
@@ -69,8 +75,8 @@ impl Reply {
         std::str::from_utf8(&self.service[..n]).unwrap_or("?")
     }
 
-    fn encode(&self) -> [u8; 64] {
-        let mut b = [0u8; 64];
+    fn encode(&self) -> [u8; REPLY_LEN] {
+        let mut b = [0u8; REPLY_LEN];
         b[0..8].copy_from_slice(&REPLY_MAGIC.to_le_bytes());
         b[8..10].copy_from_slice(&self.node_id.to_le_bytes());
         b[12..16].copy_from_slice(&self.n_fds.to_le_bytes());
@@ -81,14 +87,16 @@ impl Reply {
         b[44..48].copy_from_slice(&self.depth.to_le_bytes());
         b[48..56].copy_from_slice(&self.chan_len.to_le_bytes());
         b[56..64].copy_from_slice(&self.service);
+        b[64..66].copy_from_slice(&self.slot.to_le_bytes());
+        b[72..80].copy_from_slice(&self.slot_word.to_le_bytes());
         b
     }
 
-    fn decode(b: &[u8; 64]) -> io::Result<Reply> {
+    fn decode(b: &[u8; REPLY_LEN]) -> io::Result<Reply> {
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8"));
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4"));
         if u64_at(0) == REFUSE_MAGIC {
-            let n = b[8..].iter().position(|&c| c == 0).unwrap_or(56);
+            let n = b[8..64].iter().position(|&c| c == 0).unwrap_or(56);
             let why = String::from_utf8_lossy(&b[8..8 + n]);
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionRefused,
@@ -110,6 +118,8 @@ impl Reply {
             depth: u32_at(44),
             chan_len: u64_at(48),
             service: b[56..64].try_into().expect("8"),
+            slot: u16::from_le_bytes([b[64], b[65]]),
+            slot_word: u64_at(72),
         };
         if r.n_fds > 4
             || r.max_msg < 256
@@ -381,7 +391,7 @@ fn accept_loop(
 
 /// Tells a client why it is refused (best effort: it may be gone already).
 fn refuse(s: &UnixStream, why: &str) {
-    let mut b = [0u8; 64];
+    let mut b = [0u8; REPLY_LEN];
     b[..8].copy_from_slice(&REFUSE_MAGIC.to_le_bytes());
     let n = why.len().min(56);
     b[8..8 + n].copy_from_slice(&why.as_bytes()[..n]);
@@ -445,6 +455,8 @@ fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream, opts: ListenOptions)
         depth: cfg.ring_depth as u32,
         chan_len: Channel::bytes(cfg.ring_depth, cfg.max_msg) as u64,
         service,
+        slot: 0,
+        slot_word: 0,
     };
     if flags & FLAG_ADMIN != 0 {
         return admin(node, s, &reply);
@@ -454,6 +466,23 @@ fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream, opts: ListenOptions)
         refuse(&s, &why);
         return Err(bad(&why));
     }
+    let Some((slot, word)) = mem.alloc_slot() else {
+        let why = "every client slot of the node is taken".to_string();
+        refuse(&s, &why);
+        return Err(bad(&why));
+    };
+    // Give the slot back if anything below fails.
+    struct SlotGuard<'a>(&'a NodeMem, Option<u16>);
+    impl Drop for SlotGuard<'_> {
+        fn drop(&mut self) {
+            if let Some(i) = self.1 {
+                self.0.free_slot(i);
+            }
+        }
+    }
+    let mut guard = SlotGuard(mem, Some(slot));
+    reply.slot = slot;
+    reply.slot_word = word;
     let chan = Mapping::shared("remora-chan", reply.chan_len as usize)?;
     let chan = Arc::new(Channel {
         map: chan,
@@ -471,7 +500,8 @@ fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream, opts: ListenOptions)
     reply.n_fds = fds.len() as u32;
     send_with_fds(&s, &reply.encode(), &fds)?;
     s.set_read_timeout(None)?;
-    node.adopt(SoftQp::server(chan, Some(s)));
+    guard.1 = None;
+    node.adopt(SoftQp::server(chan, Some(s)), slot);
     node.log(format!(
         "client connected ({} connections)",
         node.connections()
@@ -542,7 +572,7 @@ fn open(path: &Path, flags: u32) -> io::Result<(UnixStream, Reply, Vec<OwnedFd>)
         }
     };
     (&s).write_all(&hello).map_err(timed_out)?;
-    let mut b = [0u8; 64];
+    let mut b = [0u8; REPLY_LEN];
     let fds = recv_with_fds(&s, &mut b, 4).map_err(timed_out)?;
     let reply = Reply::decode(&b).map_err(|e| io::Error::new(e.kind(), format!("{shown}: {e}")))?;
     if fds.len() != reply.n_fds as usize {
@@ -587,12 +617,20 @@ pub fn connect(path: &Path) -> io::Result<SoftQp> {
     if mem.ctl_magic() != CTL_MAGIC {
         return Err(bad("memory node's control page has a bad magic"));
     }
+    if r.slot as usize >= super::node::MAX_SLOTS {
+        return Err(bad("memory node sent an out-of-range client slot"));
+    }
     let chan = Arc::new(Channel {
         map: chan,
         depth: r.depth as usize,
         max_msg: r.max_msg as usize,
     });
-    Ok(SoftQp::client(Arc::new(mem), chan, Some(s)))
+    Ok(SoftQp::client(
+        Arc::new(mem),
+        chan,
+        Some(s),
+        (r.slot, r.slot_word),
+    ))
 }
 
 /// Connects an endpoint to several memnodes, one queue pair each.
@@ -616,9 +654,9 @@ pub fn revoke(path: &Path) -> io::Result<()> {
     let mut b = [0u8; 8];
     s.read_exact(&mut b)?;
     if u64::from_le_bytes(b) == REFUSE_MAGIC {
-        let mut why = [0u8; 56];
+        let mut why = [0u8; REPLY_LEN - 8];
         let _ = s.read_exact(&mut why);
-        let n = why.iter().position(|&c| c == 0).unwrap_or(56);
+        let n = why.iter().position(|&c| c == 0).unwrap_or(why.len());
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(

@@ -52,8 +52,16 @@ impl Default for NodeConfig {
 }
 
 pub(crate) const CTL_MAGIC: u64 = u64::from_le_bytes(*b"REMORAK1");
-pub(crate) const CTL_LEN: usize = 4096;
+/// The control page: magic, region key, then one word per client slot (see [`NodeMem::slot`]).
+pub(crate) const CTL_LEN: usize = SLOTS_AT + 8 * MAX_SLOTS;
 const CTL_KEY: usize = 8;
+const SLOTS_AT: usize = 4096;
+/// Client slots of a node (its live connections at most).
+pub const MAX_SLOTS: usize = 4096;
+/// A slot word: in use by a live connection, and fenced (its client may no longer touch the
+/// region); the low 16 bits are the slot's generation, bumped at every allocation.
+pub(crate) const SLOT_IN_USE: u64 = 1 << 63;
+pub(crate) const SLOT_FENCED: u64 = 1 << 62;
 const HEADER_BYTES: usize = remora_layouts::region::HEADER_LEN;
 
 /// What holds a memory node's host region.
@@ -100,17 +108,78 @@ impl NodeMem {
         unsafe { words::word(self.ctl.as_ptr().add(CTL_KEY)) }
     }
 
+    /// The word of client slot `i` (`i < MAX_SLOTS`).
+    pub(crate) fn slot(&self, i: usize) -> &AtomicU64 {
+        assert!(i < MAX_SLOTS, "slot {i} out of range");
+        // SAFETY: SLOTS_AT + 8 * i < CTL_LEN for i < MAX_SLOTS; aligned; the mapping lives as
+        // long as self.
+        unsafe { words::word(self.ctl.as_ptr().add(SLOTS_AT + 8 * i)) }
+    }
+
+    /// Takes a free client slot: `(slot, expected word)` for the new connection's queue pair.
+    pub(crate) fn alloc_slot(&self) -> Option<(u16, u64)> {
+        (0..MAX_SLOTS).find_map(|i| {
+            let w = self.slot(i);
+            let cur = w.load(Ordering::Acquire);
+            if cur & SLOT_IN_USE != 0 {
+                return None;
+            }
+            let generation = (cur + 1) & 0xFFFF;
+            let new = SLOT_IN_USE | generation;
+            w.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+                .ok()
+                .map(|_| (i as u16, new))
+        })
+    }
+
+    /// Frees slot `i` (its connection ended): whoever still holds it is fenced by that.
+    pub(crate) fn free_slot(&self, i: u16) {
+        let w = self.slot(i as usize);
+        let cur = w.load(Ordering::Acquire);
+        w.store(cur & 0xFFFF, Ordering::Release);
+    }
+
+    /// Fences client `client` ([`client_id`]): its queue pairs fail every later access.
+    /// A client that is gone or fenced already: nothing to do.
+    pub(crate) fn fence(&self, client: u32) {
+        let Some((slot, generation)) = split_client_id(client) else {
+            return;
+        };
+        if slot as usize >= MAX_SLOTS {
+            return;
+        }
+        let w = self.slot(slot as usize);
+        let live = SLOT_IN_USE | generation as u64;
+        let _ = w.compare_exchange(
+            live,
+            live | SLOT_FENCED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
     pub(crate) fn ctl_magic(&self) -> u64 {
         // SAFETY: offset 0 of the control mapping, aligned, alive with self.
         unsafe { words::word(self.ctl.as_ptr()) }.load(Ordering::Acquire)
     }
 }
 
+/// The fabric client id of slot `slot` in generation `generation` (never 0).
+pub(crate) fn client_id(slot: u16, generation: u16) -> u32 {
+    (slot as u32 + 1) << 16 | generation as u32
+}
+
+fn split_client_id(id: u32) -> Option<(u16, u16)> {
+    let slot = (id >> 16).checked_sub(1)?;
+    Some((slot as u16, id as u16))
+}
+
 /// A memory node of the soft fabric.
 pub struct SoftMemoryNode {
     mem: Arc<NodeMem>,
     cfg: NodeConfig,
-    conns: Mutex<Vec<(usize, SoftQp)>>,
+    /// Live connections: (id, server end, client slot).
+    conns: Mutex<Vec<(usize, SoftQp, u16)>>,
     next_conn: std::sync::atomic::AtomicUsize,
     service: Mutex<Service>,
     log: Mutex<VecDeque<String>>,
@@ -277,8 +346,17 @@ impl SoftMemoryNode {
             depth: self.cfg.ring_depth,
             max_msg: self.cfg.max_msg,
         });
-        self.adopt(SoftQp::server(chan.clone(), None));
-        let qp = SoftQp::client(self.mem.clone(), chan, None);
+        let (slot, word) = self.mem.alloc_slot().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::ConnectionRefused,
+                format!(
+                    "all {MAX_SLOTS} client slots of memory node {} are taken",
+                    self.cfg.node_id
+                ),
+            )
+        })?;
+        self.adopt(SoftQp::server(chan.clone(), None), slot);
+        let qp = SoftQp::client(self.mem.clone(), chan, None, (slot, word));
         qp.set_segment_order(self.cfg.segment_order);
         Ok(qp)
     }
@@ -288,10 +366,10 @@ impl SoftMemoryNode {
         Ok(SoftEndpoint::new(vec![self.qp()?]))
     }
 
-    /// Registers the server end of a connection made by the control listener.
-    pub(crate) fn adopt(&self, server_end: SoftQp) {
+    /// Registers the server end of a connection (client slot `slot`).
+    pub(crate) fn adopt(&self, server_end: SoftQp, slot: u16) {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        lock(&self.conns).push((id, server_end));
+        lock(&self.conns).push((id, server_end, slot));
     }
 
     /// Revokes the region key and issues a new one; returns it.
@@ -336,7 +414,7 @@ impl SoftMemoryNode {
         let mut conns = lock(&self.conns);
         let mut served = 0;
         let mut dead = Vec::new();
-        for (i, (id, qp)) in conns.iter().enumerate() {
+        for (i, (id, qp, _)) in conns.iter().enumerate() {
             match serve_connection(&mut **handler, replies, &region, *id, qp, buf) {
                 Ok(n) => served += n,
                 Err(e) => {
@@ -354,7 +432,8 @@ impl SoftMemoryNode {
             handler.on_idle(&region);
         }
         for (i, why) in dead.into_iter().rev() {
-            let (id, _) = conns.swap_remove(i);
+            let (id, _, slot) = conns.swap_remove(i);
+            self.mem.free_slot(slot);
             handler.on_disconnect(&region, id);
             if !why.is_empty() {
                 drop(conns);

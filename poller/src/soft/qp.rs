@@ -9,7 +9,7 @@ use remora_layouts::{GlobalAddr, NodeId};
 use std::cell::Cell;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// The node id a memory node's queue pairs report for their client end.
@@ -70,7 +70,10 @@ pub struct SoftQp {
     /// The control connection, to tell a dead peer from a slow one.
     control: Option<UnixStream>,
     /// Raised by the watchdog when the peer process is gone (client ends of other processes).
-    peer_dead: Option<Arc<AtomicBool>>,
+    peer_dead: Option<super::watchdog::DeadFlag>,
+    /// Client ends: this connection's slot at the node and the slot word while it may access
+    /// the region (a fence or the end of the connection changes the word).
+    slot: Option<(u16, u64)>,
 }
 
 /// A distinct nonzero shuffle seed per queue pair of this process.
@@ -90,6 +93,7 @@ impl SoftQp {
         mem: Arc<NodeMem>,
         chan: Arc<Channel>,
         control: Option<UnixStream>,
+        slot: (u16, u64),
     ) -> SoftQp {
         let (to_server, to_client) = chan.rings();
         let peer_dead = control
@@ -98,6 +102,7 @@ impl SoftQp {
             .map(|s| super::watchdog::watch(std::os::fd::OwnedFd::from(s)));
         SoftQp {
             peer_dead,
+            slot: Some(slot),
             peer: mem.node_id,
             key: mem.key().load(Ordering::Acquire),
             mem: Some(mem),
@@ -129,7 +134,14 @@ impl SoftQp {
             rng: Cell::new(next_seed()),
             control,
             peer_dead: None,
+            slot: None,
         }
+    }
+
+    /// This connection's fabric client id (0 for a memory node's end).
+    pub fn client_id(&self) -> u32 {
+        self.slot
+            .map_or(0, |(slot, word)| super::node::client_id(slot, word as u16))
     }
 
     /// Sets the order in which this queue pair's READs observe and WRITEs place their 64-byte
@@ -225,6 +237,12 @@ impl SoftQp {
             });
         }
         if mem.key().load(Ordering::Relaxed) != self.key {
+            return Err(denied);
+        }
+        if let Some((slot, word)) = self.slot
+            && mem.slot(slot as usize).load(Ordering::Acquire) != word
+        {
+            // Fenced by the node (a lease taken over), or the connection is over.
             return Err(denied);
         }
         let region = if remote.is_device() {
@@ -475,5 +493,23 @@ impl Endpoint for SoftEndpoint {
     }
     fn nodes(&self) -> &[NodeId] {
         &self.nodes
+    }
+    /// The client id of the first queue pair (each connection has its own; an index that
+    /// names itself in lock words on several nodes uses the one of the node it locks on —
+    /// see [`SoftEndpoint::client_id_at`]).
+    fn client_id(&self) -> u32 {
+        self.qps.first().map_or(0, SoftQp::client_id)
+    }
+    fn now_ns(&self) -> u64 {
+        crate::clock::monotonic_ns()
+    }
+    fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
+        crate::clock::pause(ns)
+    }
+    async fn fence(&self, node: NodeId, client: u32) -> Result<(), FabricError> {
+        let qp = self.qp(node)?;
+        let mem = qp.mem.as_ref().ok_or(FabricError::UnknownNode { node })?;
+        mem.fence(client);
+        Ok(())
     }
 }

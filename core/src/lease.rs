@@ -1,0 +1,291 @@
+//! Owned locks with leases, and how a waiter takes over from a dead holder: the one place
+//! that states the protocol every index's remote locks follow.
+//!
+//! In disaggregated memory the clients hold the locks, and a client can die (or stall) at any
+//! verb while holding one. A lock that only says "taken" would then stop everyone for good.
+//!
+//! # The lock word
+//! An aligned 8-byte word: 0 when free, else [`owner_word`]`(client, tag)`: the holder's
+//! fabric client id ([`Endpoint::client_id`]) in the high 32 bits and a nonzero tag of the
+//! holder's choosing in the low 32 (a per-acquisition counter, so that every acquisition — and
+//! every refresh — writes a word never seen before). Locks are taken by CMP_AND_SWP from 0 and
+//! released by a WRITE (or CAS) of 0, ordered after the protected writes by the queue pair.
+//!
+//! # Waiting, and the lease
+//! A waiter never spins on a budget of attempts alone. It backs off exponentially
+//! ([`Waiter`], `min_backoff_ns` doubling to `max_backoff_ns`, measured on the fabric clock,
+//! virtual on the sim), and it watches the lock word: a word that stays *the same* for a
+//! whole lease (`lease_ns`, measured on the waiter's own clock, so no clock is compared
+//! across machines) means its holder made no progress for that long. A live holder whose
+//! critical section can outlast a lease refreshes the word (CAS to a new tag) before then.
+//!
+//! # Taking over
+//! Once the lease has run out on a word `w`:
+//! 1. **Fence** the holder: [`Endpoint::fence`]`(node, holder(w))`. When it resolves, the
+//!    memory node has revoked the holder's access (its queue pair or key), so a holder that
+//!    was only slow can no longer write under a lock it lost — the safety of the takeover
+//!    rests on this step, not on timing.
+//! 2. **CAS** the lock word from `w` to the waiter's own word. Failure means the holder
+//!    released it in time or another waiter won: go back to waiting.
+//! 3. **Repair** what the holder may have left half-done (a torn page, a half-applied split),
+//!    from what the data structure itself records, before using the protected data. That is
+//!    each index's business; the lock only says that it must happen.
+//!
+//! A fabric that cannot fence (see [`Endpoint::fence`]) makes step 1 fail: the waiter then
+//! reports the lock as held by an unresponsive client instead of breaking it unsafely.
+//!
+//! # Bounds
+//! Every wait has a deadline (`deadline_ns` on the fabric clock) and, for fabrics without a
+//! clock, a cap on attempts; past either the operation fails with an error that names the lock
+//! word and its holder. With the defaults a dead holder costs its waiters about one lease.
+use crate::fabric::{Endpoint, FabricError};
+use remora_layouts::GlobalAddr;
+
+/// The lock word of `client` holding with `tag` (nonzero).
+pub const fn owner_word(client: u32, tag: u32) -> u64 {
+    (client as u64) << 32 | (if tag == 0 { 1 } else { tag }) as u64
+}
+
+/// The client id named by a lock word.
+pub const fn holder(word: u64) -> u32 {
+    (word >> 32) as u32
+}
+
+/// How long waiters wait, and when a holder counts as dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// A lock word unchanged for this long has a dead (or fenced-to-be) holder.
+    pub lease_ns: u64,
+    pub min_backoff_ns: u64,
+    pub max_backoff_ns: u64,
+    /// A wait that lasts longer fails (several leases: takeovers can chain).
+    pub deadline_ns: u64,
+    /// For fabrics without a clock: attempts before failing.
+    pub max_attempts: u32,
+}
+
+impl LeaseConfig {
+    /// 10 ms leases: far above any critical section of remora's indexes (microseconds) and
+    /// above a scheduler time slice, so a preempted holder is rarely fenced.
+    pub const fn default_lease() -> LeaseConfig {
+        LeaseConfig {
+            lease_ns: 10_000_000,
+            min_backoff_ns: 200,
+            max_backoff_ns: 100_000,
+            deadline_ns: 1_000_000_000,
+            max_attempts: 1_000_000,
+        }
+    }
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        Self::default_lease()
+    }
+}
+
+/// What a waiter should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Pause this long, then try again.
+    Wait(u64),
+    /// The word has not changed for a whole lease: fence its holder and take over.
+    Expired { word: u64 },
+    /// The wait is over its deadline or attempt budget.
+    GiveUp { word: u64, waited_ns: u64 },
+}
+
+/// One waiter's view of one lock word (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct Waiter {
+    cfg: LeaseConfig,
+    start: u64,
+    seen: u64,
+    since: u64,
+    backoff: u64,
+    attempts: u32,
+}
+
+impl Waiter {
+    pub fn new(cfg: LeaseConfig, now: u64) -> Waiter {
+        Waiter {
+            cfg,
+            start: now,
+            seen: 0,
+            since: now,
+            backoff: cfg.min_backoff_ns.max(1),
+            attempts: 0,
+        }
+    }
+
+    /// The lock was found holding `word` at `now`.
+    pub fn observe(&mut self, word: u64, now: u64) -> Verdict {
+        self.attempts = self.attempts.saturating_add(1);
+        if word != self.seen {
+            self.seen = word;
+            self.since = now;
+        }
+        let waited = now.saturating_sub(self.start);
+        if waited > self.cfg.deadline_ns || self.attempts > self.cfg.max_attempts {
+            return Verdict::GiveUp {
+                word,
+                waited_ns: waited,
+            };
+        }
+        if word != 0 && now.saturating_sub(self.since) >= self.cfg.lease_ns {
+            // Start a fresh lease on this word, in case the takeover fails and it stays.
+            self.since = now;
+            return Verdict::Expired { word };
+        }
+        let pause = self.backoff;
+        self.backoff = (self.backoff * 2).min(self.cfg.max_backoff_ns.max(1));
+        Verdict::Wait(pause)
+    }
+}
+
+/// Why a lock could not be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockError {
+    Fabric(FabricError),
+    /// Held past the deadline by `holder`, whom the fabric could not fence.
+    Held {
+        at: GlobalAddr,
+        word: u64,
+        holder: u32,
+        waited_ns: u64,
+    },
+}
+
+impl From<FabricError> for LockError {
+    fn from(e: FabricError) -> Self {
+        LockError::Fabric(e)
+    }
+}
+
+impl core::fmt::Display for LockError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            LockError::Fabric(e) => write!(f, "{e}"),
+            LockError::Held {
+                at,
+                word,
+                holder,
+                waited_ns,
+            } => write!(
+                f,
+                "lock at {at} held by client {holder} (word {word:#018x}) for {waited_ns} ns \
+                 past its lease, and it could not be fenced"
+            ),
+        }
+    }
+}
+
+/// Whether the caller got the lock clean, or took it over from a dead holder (and must
+/// repair what it may have left half-done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    Clean,
+    TookOver { from: u32 },
+}
+
+/// Takes the lock word at `at` for `mine` (an [`owner_word`]) under the protocol above: CAS
+/// from 0, back off while the word changes, fence and take over once it has not changed for a
+/// lease. An index whose lock CAS travels with other verbs (a READ in the same doorbell)
+/// drives a [`Waiter`] itself instead.
+pub async fn acquire<E: Endpoint>(
+    ep: &E,
+    at: GlobalAddr,
+    mine: u64,
+    cfg: LeaseConfig,
+) -> Result<Acquired, LockError> {
+    let qp = ep.qp_for(at)?;
+    let mut w = Waiter::new(cfg, ep.now_ns());
+    let mut expected = 0u64;
+    let mut took_from = None;
+    loop {
+        let found = crate::fabric::QueuePair::cas(qp, at, expected, mine).await?;
+        if found == expected {
+            return Ok(match took_from {
+                Some(from) if expected != 0 => Acquired::TookOver { from },
+                _ => Acquired::Clean,
+            });
+        }
+        expected = 0;
+        took_from = None;
+        match w.observe(found, ep.now_ns()) {
+            Verdict::Wait(ns) => ep.pause(ns).await,
+            Verdict::Expired { word } => match ep.fence(at.node(), holder(word)).await {
+                Ok(()) => {
+                    expected = word;
+                    took_from = Some(holder(word));
+                }
+                Err(FabricError::Unsupported { .. }) => {
+                    return Err(LockError::Held {
+                        at,
+                        word,
+                        holder: holder(word),
+                        waited_ns: ep.now_ns().saturating_sub(w.start),
+                    });
+                }
+                Err(e) => return Err(LockError::Fabric(e)),
+            },
+            Verdict::GiveUp { word, waited_ns } => {
+                return Err(LockError::Held {
+                    at,
+                    word,
+                    holder: holder(word),
+                    waited_ns,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changing_word_never_expires_and_a_stuck_one_does() {
+        let cfg = LeaseConfig {
+            lease_ns: 1000,
+            min_backoff_ns: 10,
+            max_backoff_ns: 80,
+            deadline_ns: 100_000,
+            max_attempts: 1_000_000,
+        };
+        let mut w = Waiter::new(cfg, 0);
+        // A holder that hands the lock on keeps changing the word: only waiting.
+        let mut pauses = [0u64; 6];
+        for (i, p) in pauses.iter_mut().enumerate() {
+            match w.observe(owner_word(i as u32 + 1, 1), i as u64 * 900) {
+                Verdict::Wait(ns) => *p = ns,
+                v => panic!("{v:?}"),
+            }
+        }
+        assert_eq!(pauses, [10, 20, 40, 80, 80, 80], "exponential, capped");
+        // The same word for a whole lease: expired, once per lease.
+        let stuck = owner_word(9, 3);
+        assert!(matches!(w.observe(stuck, 10_000), Verdict::Wait(_)));
+        assert!(matches!(w.observe(stuck, 10_999), Verdict::Wait(_)));
+        assert_eq!(w.observe(stuck, 11_000), Verdict::Expired { word: stuck });
+        assert!(matches!(w.observe(stuck, 11_500), Verdict::Wait(_)));
+        assert!(matches!(w.observe(stuck, 200_000), Verdict::GiveUp { .. }));
+        assert_eq!(holder(stuck), 9);
+    }
+
+    #[test]
+    fn a_clockless_fabric_is_bounded_by_attempts() {
+        let cfg = LeaseConfig {
+            max_attempts: 5,
+            ..LeaseConfig::default()
+        };
+        let mut w = Waiter::new(cfg, 0);
+        let mut n = 0;
+        while let Verdict::Wait(_) = w.observe(owner_word(1, 1), 0) {
+            n += 1;
+            assert!(n < 100);
+        }
+        assert_eq!(n, 5);
+    }
+}
