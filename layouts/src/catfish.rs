@@ -328,6 +328,12 @@ pub enum Opcode {
     Insert = 3,
     /// Return every entry whose rectangle intersects `rect`.
     Search = 4,
+    /// Send the next window of the reply to request `req_id` (the client consumed the
+    /// window that ended with [`FLAG_MORE`]).
+    More = 5,
+    /// Give this connection a request mailbox for WRITE_WITH_IMM requests; the reply carries
+    /// one entry whose `ptr` is the mailbox's raw `GlobalAddr`.
+    Mailbox = 6,
 }
 
 pub const REQUEST_MAGIC: u16 = 0xCF01;
@@ -338,6 +344,9 @@ pub const REQUEST_LEN: usize = 40;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     pub op: Opcode,
+    /// Reply messages the client has received on this connection so far, modulo 256 (the
+    /// server's flow control: it keeps at most a window of unread replies per connection).
+    pub acked: u8,
     pub req_id: u32,
     pub rect: Rect,
     pub arg0: u64,
@@ -347,7 +356,10 @@ pub struct Request {
 impl Request {
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut out = [0u8; REQUEST_LEN];
-        let w0 = REQUEST_MAGIC as u64 | (self.op as u64) << 16 | (self.req_id as u64) << 32;
+        let w0 = REQUEST_MAGIC as u64
+            | (self.op as u64) << 16
+            | (self.acked as u64) << 24
+            | (self.req_id as u64) << 32;
         out[0..8].copy_from_slice(&w0.to_le_bytes());
         let mut r = [0u8; RECT_LEN];
         self.rect.encode_into(&mut r);
@@ -376,6 +388,8 @@ impl Request {
             2 => Opcode::Grow,
             3 => Opcode::Insert,
             4 => Opcode::Search,
+            5 => Opcode::More,
+            6 => Opcode::Mailbox,
             other => {
                 return Err(LayoutError::OutOfRange {
                     field: "opcode",
@@ -385,6 +399,7 @@ impl Request {
         };
         Ok(Request {
             op,
+            acked: (w0 >> 24) as u8,
             req_id: (w0 >> 32) as u32,
             rect: Rect::decode(bytes, 8)?,
             arg0: read_u64(bytes, 24)?,
@@ -410,6 +425,11 @@ pub enum Status {
 
 /// The response's last message carries this flag; a search's hits may span several.
 pub const FLAG_LAST: u8 = 1;
+/// The last message of a window: more of this reply is waiting at the server, which sends it
+/// when the client asks with [`Opcode::More`].
+pub const FLAG_MORE: u8 = 2;
+/// Byte of a response message holding its flags (bits 24..32 of the first word).
+pub const RESPONSE_FLAGS_BYTE: usize = 3;
 pub const RESPONSE_HEADER_LEN: usize = 16;
 
 /// Header of one response message, followed by `count` entries of [`ENTRY_LEN`] bytes.
@@ -574,6 +594,7 @@ mod tests {
     fn messages_round_trip() {
         let req = Request {
             op: Opcode::Search,
+            acked: 200,
             req_id: 77,
             rect: Rect::new(-5, -6, 7, 8).unwrap(),
             arg0: 9,

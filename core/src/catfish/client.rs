@@ -10,8 +10,8 @@ use crate::alloc::RemoteAllocator;
 use crate::fabric::{Op, QueuePair};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
-    Entry, FLAG_LAST, META_LEN, Meta, NODE_LEN, Node, Opcode, REQUEST_LEN, ROOT_SLOT, Rect,
-    Request, ResponseHeader, Status, decode_hit,
+    Entry, FLAG_LAST, FLAG_MORE, META_LEN, Meta, NODE_LEN, Node, Opcode, ROOT_SLOT, Rect, Request,
+    ResponseHeader, Status, decode_hit,
 };
 use remora_layouts::region::root_offset;
 use std_alloc::vec::Vec;
@@ -68,6 +68,12 @@ pub struct CatfishClient {
     transport: Transport,
     mailbox: GlobalAddr,
     next_req: u32,
+    /// Reply messages received on this queue pair, modulo 256 (sent with every request:
+    /// the server's flow control).
+    received: u8,
+    /// A chunk taken from the node that the server did not accept as an arena: used for the
+    /// next Grow instead of taking another.
+    spare: Option<GlobalAddr>,
     backoff: Backoff,
     /// Load seen by the latest search, not yet fed to the back-off.
     observed: Option<u16>,
@@ -122,6 +128,8 @@ impl CatfishClient {
             transport: Transport::Send,
             mailbox: GlobalAddr::NULL,
             next_req: 1,
+            received: 0,
+            spare: None,
             backoff: Backoff::new(
                 BackoffConfig::default(),
                 0x9e37_79b9_7f4a_7c15 ^ qp.peer() as u64,
@@ -182,15 +190,16 @@ impl CatfishClient {
     async fn call<Q: QueuePair>(
         &mut self,
         qp: &Q,
-        req: Request,
+        mut req: Request,
     ) -> Result<(ResponseHeader, usize), CatfishError> {
+        if self.transport == Transport::WriteImm && self.mailbox.is_null() {
+            self.mailbox = self.request_mailbox(qp).await?;
+        }
+        req.acked = self.received;
         let bytes = req.encode();
         match self.transport {
             Transport::Send => qp.send(&bytes).await?,
             Transport::WriteImm => {
-                if self.mailbox.is_null() {
-                    self.mailbox = self.alloc.alloc(qp, REQUEST_LEN as u64).await?;
-                }
                 let imm = u32::try_from(self.mailbox.offset() / 8)
                     .map_err(|_| CatfishError::Protocol("mailbox beyond 32 GiB: use SEND"))?;
                 qp.post(&mut [Op::WriteImm {
@@ -205,12 +214,25 @@ impl CatfishClient {
         self.recv_reply(qp, req.req_id).await
     }
 
+    /// Sends one request by SEND whatever the transport (arena and mailbox requests, which
+    /// may be needed before a mailbox exists) and waits for its first reply message.
+    async fn call_send<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        mut req: Request,
+    ) -> Result<(ResponseHeader, usize), CatfishError> {
+        req.acked = self.received;
+        qp.send(&req.encode()).await?;
+        self.recv_reply(qp, req.req_id).await
+    }
+
     async fn recv_reply<Q: QueuePair>(
         &mut self,
         qp: &Q,
         req_id: u32,
     ) -> Result<(ResponseHeader, usize), CatfishError> {
         let r = qp.recv(&mut self.reply).await?;
+        self.received = self.received.wrapping_add(1);
         let len = r.len as usize;
         let msg = self.reply.get(..len).ok_or(CatfishError::Protocol(
             "reply longer than the receive buffer",
@@ -222,6 +244,63 @@ impl CatfishClient {
         Ok((h, len))
     }
 
+    /// Asks the server for this connection's request mailbox (by SEND), growing the tree's
+    /// arenas if the server has no room for it.
+    async fn request_mailbox<Q: QueuePair>(&mut self, qp: &Q) -> Result<GlobalAddr, CatfishError> {
+        for _ in 0..=GROW_RETRIES {
+            let req = Request {
+                op: Opcode::Mailbox,
+                acked: self.received,
+                req_id: self.request_id(),
+                rect: Rect::new(0, 0, 0, 0)?,
+                arg0: 0,
+                arg1: 0,
+            };
+            let (h, len) = self.call_send(qp, req).await?;
+            match h.status {
+                Status::Ok if h.count == 1 && h.flags & FLAG_LAST != 0 => {
+                    let addr = GlobalAddr::from_raw(decode_hit(&self.reply[..len], 0)?.ptr);
+                    if addr.node() != qp.peer() {
+                        return Err(CatfishError::Protocol("mailbox on another node"));
+                    }
+                    return Ok(addr);
+                }
+                Status::Ok => return Err(CatfishError::Protocol("malformed mailbox reply")),
+                Status::Full => self.grow(qp).await?,
+                other => return Err(CatfishError::Server(other)),
+            }
+        }
+        Err(CatfishError::Server(Status::Full))
+    }
+
+    /// Gives the server another allocator chunk as an arena. A chunk the server refuses is
+    /// kept for the next attempt, never leaked; no chunk left on the node is
+    /// [`CatfishError::NodeFull`].
+    async fn grow<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
+        let chunk = match self.spare.take() {
+            Some(c) => c,
+            None => match self.alloc.alloc_chunk(qp).await {
+                Ok(c) => c,
+                Err(crate::alloc::AllocError::OutOfMemory { node, region_len }) => {
+                    return Err(CatfishError::NodeFull { node, region_len });
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        self.stats.grows += 1;
+        match self.arena_request(qp, Opcode::Grow, chunk).await {
+            Ok(Status::Ok) => Ok(()),
+            Ok(s) => {
+                self.spare = Some(chunk);
+                Err(CatfishError::Server(s))
+            }
+            Err(e) => {
+                self.spare = Some(chunk);
+                Err(e)
+            }
+        }
+    }
+
     async fn arena_request<Q: QueuePair>(
         &mut self,
         qp: &Q,
@@ -230,12 +309,13 @@ impl CatfishClient {
     ) -> Result<Status, CatfishError> {
         let req = Request {
             op,
+            acked: 0,
             req_id: self.request_id(),
             rect: Rect::new(0, 0, 0, 0)?,
             arg0: chunk.raw(),
             arg1: self.alloc.chunk_size(),
         };
-        Ok(self.call(qp, req).await?.0.status)
+        Ok(self.call_send(qp, req).await?.0.status)
     }
 
     /// Inserts `rect` with object id `id` (through the server, always). If the server's
@@ -252,6 +332,7 @@ impl CatfishClient {
         for _ in 0..=GROW_RETRIES {
             let req = Request {
                 op: Opcode::Insert,
+                acked: 0,
                 req_id: self.request_id(),
                 rect,
                 arg0: id,
@@ -261,14 +342,7 @@ impl CatfishClient {
             self.observed = Some(h.load_permille);
             match h.status {
                 Status::Ok => return Ok(()),
-                Status::Full => {
-                    let chunk = self.alloc.alloc_chunk(qp).await?;
-                    self.stats.grows += 1;
-                    let s = self.arena_request(qp, Opcode::Grow, chunk).await?;
-                    if s != Status::Ok {
-                        return Err(CatfishError::Server(s));
-                    }
-                }
+                Status::Full => self.grow(qp).await?,
                 other => return Err(CatfishError::Server(other)),
             }
         }
@@ -309,6 +383,7 @@ impl CatfishClient {
     ) -> Result<(), CatfishError> {
         let req = Request {
             op: Opcode::Search,
+            acked: 0,
             req_id: self.request_id(),
             rect,
             arg0: 0,
@@ -325,7 +400,16 @@ impl CatfishClient {
             if h.flags & FLAG_LAST != 0 {
                 break;
             }
-            (h, len) = self.recv_reply(qp, req.req_id).await?;
+            if h.flags & FLAG_MORE != 0 {
+                // The window is read: ask for the next one.
+                let more = Request {
+                    op: Opcode::More,
+                    ..req
+                };
+                (h, len) = self.call(qp, more).await?;
+            } else {
+                (h, len) = self.recv_reply(qp, req.req_id).await?;
+            }
         }
         self.observed = Some(h.load_permille);
         self.stats.messaging_searches += 1;

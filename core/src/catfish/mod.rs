@@ -40,8 +40,14 @@ pub enum CatfishError {
     Protocol(&'static str),
     /// No tree is published in the root slot.
     NotCreated,
-    /// The server's arenas are exhausted (server side; clients see `Server(Full)`).
+    /// The server's arenas are exhausted (server side; clients see `Server(Full)` and grow).
     Full,
+    /// The memory node has no allocator chunk left to grow the tree with: the insert was
+    /// not done, the tree is intact and still serves searches.
+    NodeFull {
+        node: remora_layouts::NodeId,
+        region_len: u64,
+    },
     /// A node kept reading torn or mid-write past the retry bound.
     TornRetriesExhausted {
         addr: GlobalAddr,
@@ -81,6 +87,11 @@ impl fmt::Display for CatfishError {
                 remora_layouts::catfish::ROOT_SLOT
             ),
             CatfishError::Full => write!(f, "catfish: the server's arenas are full"),
+            CatfishError::NodeFull { node, region_len } => write!(
+                f,
+                "catfish: memory node {node} is full (all of its {region_len} bytes are \
+                 allocated): the tree cannot grow"
+            ),
             CatfishError::TornRetriesExhausted { addr, last } => {
                 write!(
                     f,

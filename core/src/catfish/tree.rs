@@ -23,8 +23,20 @@ use remora_layouts::region::{HEADER_LEN, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::vec::Vec;
 
-/// Arenas a tree can be given (one by `Init`, the rest by `Grow`).
-pub const MAX_ARENAS: usize = 64;
+/// One bump arena: `[start, end)` was given to the tree, `[cursor, end)` is still free.
+/// Overlap checks use `start`, never `cursor`: carved nodes are live memory.
+#[derive(Debug, Clone, Copy)]
+struct Arena {
+    start: u64,
+    cursor: u64,
+    end: u64,
+}
+
+impl Arena {
+    fn free_nodes(&self) -> u64 {
+        (self.end - self.cursor) / NODE_LEN as u64
+    }
+}
 
 /// One step of an insert's descent: the node, its offset, and which entry was followed.
 #[derive(Clone, Copy)]
@@ -38,11 +50,29 @@ struct Step {
 pub struct Tree {
     meta: u64,
     root: u64,
-    /// Bump arenas `(cursor, end)`, offsets in the region.
-    arenas: heapless::Vec<(u64, u64), MAX_ARENAS>,
+    /// Bump arenas, offsets in the region, sorted by start, never overlapping. Their number
+    /// is bounded by the region, not by a constant: each holds at least one node.
+    arenas: Vec<Arena>,
+    /// Arenas before this index have no room for a node.
+    open: usize,
+    /// Nodes that still fit in the arenas.
+    room: u64,
     path: Vec<Step>,
     stack: Vec<u64>,
     nodes: u64,
+}
+
+/// What [`Tree::check`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeReport {
+    /// Reachable nodes.
+    pub nodes: u64,
+    /// Leaf entries.
+    pub entries: u64,
+    /// Levels, leaves included.
+    pub height: u16,
+    /// Non-root nodes below the minimum fill (legal only in a tree that lost a split).
+    pub underfull: u64,
 }
 
 fn bad(what: &'static str) -> CatfishError {
@@ -56,7 +86,9 @@ impl Tree {
         let mut t = Tree {
             meta: 0,
             root: 0,
-            arenas: heapless::Vec::new(),
+            arenas: Vec::new(),
+            open: 0,
+            room: 0,
             path: Vec::with_capacity(MAX_LEVEL as usize + 1),
             stack: Vec::new(),
             nodes: 0,
@@ -79,6 +111,96 @@ impl Tree {
         Ok(t)
     }
 
+    /// Opens the tree a previous life of the server left in root slot [`ROOT_SLOT`] (a
+    /// persistent region after a restart), checking its whole structure first. The tree gets
+    /// no arenas back (which parts of them were free is not persisted): the next insert
+    /// reports `Full` and the client grows it. `Ok(None)`: no tree was ever published.
+    pub fn recover(region: &dyn LocalRegion) -> Result<Option<(Tree, TreeReport)>, CatfishError> {
+        let raw = region.load_u64(root_offset(ROOT_SLOT))?;
+        if raw == 0 {
+            return Ok(None);
+        }
+        let meta = GlobalAddr::from_raw(raw);
+        if meta.node() != region.node() || meta.is_device() {
+            return Err(bad("root slot names another node's memory"));
+        }
+        let meta = meta.offset();
+        if region.load_u64(meta + META_MAGIC_OFFSET)? != META_MAGIC {
+            return Err(CatfishError::Layout(LayoutError::BadMagic {
+                expected: META_MAGIC,
+                found: region.load_u64(meta + META_MAGIC_OFFSET)?,
+            }));
+        }
+        let root = GlobalAddr::from_raw(region.load_u64(meta + META_ROOT_OFFSET)?);
+        if root.node() != region.node() || root.is_device() {
+            return Err(bad("superblock root names another node's memory"));
+        }
+        let mut t = Tree {
+            meta,
+            root: root.offset(),
+            arenas: Vec::new(),
+            open: 0,
+            room: 0,
+            path: Vec::with_capacity(MAX_LEVEL as usize + 1),
+            stack: Vec::new(),
+            nodes: region.len() / NODE_LEN as u64,
+        };
+        let report = t.check(region)?;
+        t.nodes = report.nodes;
+        Ok(Some((t, report)))
+    }
+
+    /// Walks the whole tree and checks the R-tree invariants: every node decodes, each
+    /// child is one level below its parent, each entry's rectangle covers its child, no node
+    /// is reached twice, every non-root node holds at least [`MIN_FILL`] entries.
+    pub fn check(&mut self, region: &dyn LocalRegion) -> Result<TreeReport, CatfishError> {
+        let root = read_node(region, self.root)?;
+        let mut report = TreeReport {
+            nodes: 0,
+            entries: 0,
+            height: root.level + 1,
+            underfull: 0,
+        };
+        let limit = region.len() / NODE_LEN as u64;
+        let mut stack: Vec<(u64, Option<Rect>, u16)> = Vec::new();
+        stack.push((self.root, None, root.level));
+        while let Some((off, cover, level)) = stack.pop() {
+            report.nodes += 1;
+            if report.nodes > limit {
+                return Err(CatfishError::Corrupt(
+                    "the tree reaches a node twice: a cycle",
+                ));
+            }
+            let node = read_node(region, off)?;
+            if node.level != level {
+                return Err(CatfishError::Corrupt("child level is not parent level - 1"));
+            }
+            if cover.is_some() && (node.count as usize) < MIN_FILL {
+                report.underfull += 1;
+            }
+            if let (Some(c), Some(m)) = (cover, node.mbr())
+                && c.union(&m) != c
+            {
+                return Err(CatfishError::Corrupt("an entry does not cover its child"));
+            }
+            if node.level == 0 {
+                report.entries += node.count as u64;
+                continue;
+            }
+            if node.count == 0 {
+                return Err(CatfishError::Corrupt("internal node without entries"));
+            }
+            for e in node.entries() {
+                let child = GlobalAddr::from_raw(e.ptr);
+                if child.node() != region.node() || child.is_device() {
+                    return Err(CatfishError::Corrupt("child on another node"));
+                }
+                stack.push((child.offset(), Some(e.rect), node.level - 1));
+            }
+        }
+        Ok(report)
+    }
+
     /// Offset of the superblock.
     pub fn meta(&self) -> u64 {
         self.meta
@@ -89,44 +211,89 @@ impl Tree {
         self.nodes
     }
 
-    /// Adds the arena `[base, base + len)` to carve nodes from.
+    /// Adds the arena `[base, base + len)` to carve nodes from. Refused if it lies outside
+    /// the region, holds no whole node, or overlaps memory the tree was already given (its
+    /// superblock, its nodes, or free space of an earlier arena).
     pub fn grow(
         &mut self,
         region: &dyn LocalRegion,
         base: u64,
         len: u64,
     ) -> Result<(), CatfishError> {
-        let start = base.next_multiple_of(64);
+        let start = base
+            .checked_next_multiple_of(64)
+            .ok_or(bad("arena end overflows"))?;
         let end = base.checked_add(len).ok_or(bad("arena end overflows"))?;
         if base < HEADER_LEN as u64 || end > region.len() || start >= end {
             return Err(bad("arena outside the region or empty"));
         }
-        if self.arenas.iter().any(|&(c, e)| start < e && c < end) {
-            return Err(bad("arena overlaps one the tree already has"));
+        if end - start < NODE_LEN as u64 {
+            return Err(bad("arena smaller than one node"));
         }
+        // Arenas are sorted by start: only the neighbours of the insertion point can overlap.
+        let at = self.arenas.partition_point(|a| a.start < start);
+        let overlaps = |a: &Arena| start < a.end && a.start < end;
+        if self.arenas[..at].last().is_some_and(overlaps)
+            || self.arenas.get(at).is_some_and(overlaps)
+        {
+            return Err(bad("arena overlaps memory the tree already has"));
+        }
+        let arena = Arena {
+            start,
+            cursor: start,
+            end,
+        };
         self.arenas
-            .push((start, end))
-            .map_err(|_| bad("too many arenas"))
+            .try_reserve(1)
+            .map_err(|_| bad("no memory to track another arena"))?;
+        self.room += arena.free_nodes();
+        self.arenas.insert(at, arena);
+        if at < self.open {
+            self.open = at;
+        }
+        Ok(())
     }
 
     /// Nodes that still fit in the arenas.
     fn room(&self) -> u64 {
-        self.arenas
-            .iter()
-            .map(|&(c, e)| (e - c) / NODE_LEN as u64)
-            .sum()
+        self.room
     }
 
-    fn carve(&mut self, size: u64) -> Result<u64, CatfishError> {
-        for a in self.arenas.iter_mut() {
-            if a.1 - a.0 >= size {
-                let at = a.0;
-                a.0 = (at + size).next_multiple_of(8);
+    /// Arenas the tree has been given.
+    pub fn arenas(&self) -> usize {
+        self.arenas.len()
+    }
+
+    /// Carves `size` bytes at an `align`-aligned offset from the first arena with room.
+    fn carve_aligned(&mut self, size: u64, align: u64) -> Result<u64, CatfishError> {
+        for i in self.open..self.arenas.len() {
+            let a = &mut self.arenas[i];
+            let at = a.cursor.next_multiple_of(align);
+            if at <= a.end && a.end - at >= size {
+                let before = a.free_nodes();
+                a.cursor = (at + size).next_multiple_of(8).min(a.end);
+                self.room = self.room - before + a.free_nodes();
                 self.nodes += 1;
                 return Ok(at);
             }
+            if a.free_nodes() == 0 && i == self.open {
+                self.open += 1;
+            }
         }
         Err(CatfishError::Full)
+    }
+
+    /// Carves one node (or the superblock).
+    fn carve(&mut self, size: u64) -> Result<u64, CatfishError> {
+        self.carve_aligned(size, 8)
+    }
+
+    /// Carves a 64-byte aligned block of `size` bytes for the server's own use (a client's
+    /// request mailbox); it is never part of the tree.
+    pub fn carve_block(&mut self, size: u64) -> Result<u64, CatfishError> {
+        let at = self.carve_aligned(size, 64)?;
+        self.nodes -= 1;
+        Ok(at)
     }
 
     /// Current root offset and level.
