@@ -608,6 +608,120 @@ mod tests {
         }
     }
 
+    fn mem(bytes: usize) -> MemRegion {
+        MemRegion(
+            (0..bytes / 8)
+                .map(|_| core::sync::atomic::AtomicU64::new(0))
+                .collect(),
+        )
+    }
+
+    /// Issue 14.1: the overlap check used the arenas' free tails, so an arena naming the
+    /// superblock and the root was accepted.
+    #[test]
+    fn grow_refuses_memory_the_tree_already_has() {
+        let r = mem(1 << 20);
+        let mut t = Tree::format(&r, 4096, 8192).unwrap();
+        let refused = |t: &mut Tree, base: u64, len: u64| {
+            assert!(
+                matches!(t.grow(&r, base, len), Err(CatfishError::Layout(_))),
+                "[{base}, +{len}) accepted"
+            );
+        };
+        refused(&mut t, 4096, 480); // the superblock and the root
+        refused(&mut t, 4096 + 64, NODE_LEN as u64); // the root alone
+        refused(&mut t, 4096 + 4096, 4096); // the free tail
+        refused(&mut t, 4000, 4096); // straddles the start
+        refused(&mut t, 4096 + 8000, 4096); // straddles the end
+        refused(&mut t, 1 << 19, 100); // smaller than a node
+        t.grow(&r, 4096 + 8192, 4096).unwrap(); // right after: fine
+        t.grow(&r, 64 << 10, 4096).unwrap(); // and before a later one
+        refused(&mut t, 60 << 10, 8192);
+        refused(&mut t, 4096 + 8192 + 64, 512);
+        // The tree still works and still opens.
+        for id in 0..200u64 {
+            let x = (id * 37 % 1000) as i32;
+            let rect = Rect::new(x, x, x + 5, x + 5).unwrap();
+            match t.insert(&r, rect, id) {
+                Err(CatfishError::Full) => {
+                    t.grow(&r, (128 << 10) + id * 8192, 8192).unwrap();
+                    t.insert(&r, rect, id).unwrap();
+                }
+                other => other.unwrap(),
+            }
+        }
+        let (_, report) = Tree::recover(&r).unwrap().unwrap();
+        assert_eq!(report.entries, 200);
+    }
+
+    /// Issue 14.3: the tree was capped at 64 arenas whatever the region.
+    #[test]
+    fn the_tree_takes_as_many_arenas_as_the_region_holds() {
+        let r = mem(8 << 20);
+        let chunk = 4096u64;
+        let mut next = 4096u64;
+        let mut t = Tree::format(&r, next, chunk).unwrap();
+        next += chunk;
+        let n = 4000u64;
+        for id in 0..n {
+            let x = ((id * 7919) % 100_000) as i32;
+            let y = ((id * 104_729) % 100_000) as i32;
+            let rect = Rect::new(x, y, x + 50, y + 50).unwrap();
+            loop {
+                match t.insert(&r, rect, id) {
+                    Ok(()) => break,
+                    Err(CatfishError::Full) => {
+                        t.grow(&r, next, chunk).unwrap();
+                        next += chunk;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        assert!(
+            t.arenas() > 64,
+            "only {} arenas (the old cap was 64)",
+            t.arenas()
+        );
+        let (depth, total, _) = check(&r, t.root, true);
+        assert_eq!(total, n);
+        let report = t.check(&r).unwrap();
+        assert_eq!((report.entries, report.height), (n, depth + 1));
+        let mut hits = Vec::new();
+        t.search(
+            &r,
+            &Rect::new(i32::MIN, i32::MIN, i32::MAX, i32::MAX).unwrap(),
+            &mut hits,
+        )
+        .unwrap();
+        assert_eq!(hits.len() as u64, n);
+    }
+
+    #[test]
+    fn check_and_recover_find_a_broken_tree() {
+        let r = mem(1 << 20);
+        assert!(Tree::recover(&r).unwrap().is_none(), "no tree yet");
+        let mut t = Tree::format(&r, 4096, 256 << 10).unwrap();
+        for id in 0..300u64 {
+            let x = (id * 31 % 3000) as i32;
+            t.insert(&r, Rect::new(x, 0, x + 3, 9).unwrap(), id)
+                .unwrap();
+        }
+        let (_, report) = Tree::recover(&r).unwrap().unwrap();
+        assert_eq!(report.entries, 300);
+        assert!(report.height >= 2 && report.underfull == 0, "{report:?}");
+        // A child rectangle that escapes its parent's entry.
+        let root = read_node(&r, t.root).unwrap();
+        let child = GlobalAddr::from_raw(root.entries[0].ptr).offset();
+        let mut c = read_node(&r, child).unwrap();
+        c.entries[0].rect = Rect::new(-1_000_000, 0, -999_999, 1).unwrap();
+        write_in_place(&r, child, &mut c).unwrap();
+        assert!(matches!(Tree::recover(&r), Err(CatfishError::Corrupt(_))));
+        // A node that no longer decodes.
+        r.store_u64(child + 64, 0xdead).unwrap();
+        assert!(matches!(Tree::recover(&r), Err(CatfishError::Layout(_))));
+    }
+
     /// Checks the R-tree invariants below `off`; returns (leaf depth, entries, mbr).
     fn check(region: &MemRegion, off: u64, root: bool) -> (u16, u64, Option<Rect>) {
         let node = read_node(region, off).unwrap();
