@@ -481,7 +481,11 @@ fn a_slow_reader_does_not_stall_the_others() {
         }
         stalled.store(false, Ordering::Release);
         let got = slow.join().unwrap();
-        assert_eq!(got, (0..N).collect::<Vec<_>>(), "the slow client lost its answer");
+        assert_eq!(
+            got,
+            (0..N).collect::<Vec<_>>(),
+            "the slow client lost its answer"
+        );
         println!("worst one-hit search while a client stalled: {worst:?}");
         assert!(
             worst < std::time::Duration::from_millis(200),
