@@ -259,6 +259,9 @@ mod server {
 
     const MSG: usize = 256;
 
+    /// The replies one message got: (status, flags, hits) each, or the refusal.
+    type Got = Result<Vec<(Status, u8, u32)>, FabricError>;
+
     struct Rig {
         region: Region,
         server: CatfishServer,
@@ -295,12 +298,7 @@ mod server {
             rig
         }
 
-        fn raw(
-            &mut self,
-            conn: usize,
-            recv: Recv,
-            msg: &[u8],
-        ) -> Result<Vec<(Status, u8, u32)>, FabricError> {
+        fn raw(&mut self, conn: usize, recv: Recv, msg: &[u8]) -> Got {
             self.replies.clear();
             self.server
                 .on_message(&self.region, conn, recv, msg, &mut self.replies)?;
@@ -322,7 +320,7 @@ mod server {
             rect: Rect,
             arg0: u64,
             arg1: u64,
-        ) -> (u32, Result<Vec<(Status, u8, u32)>, FabricError>) {
+        ) -> (u32, Got) {
             let id = self.next_id;
             self.next_id += 1;
             (id, self.call_id(conn, op, id, rect, arg0, arg1))
@@ -336,7 +334,7 @@ mod server {
             rect: Rect,
             arg0: u64,
             arg1: u64,
-        ) -> Result<Vec<(Status, u8, u32)>, FabricError> {
+        ) -> Got {
             let bytes = Request {
                 op,
                 acked: self.got[conn],
