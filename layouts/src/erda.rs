@@ -622,10 +622,7 @@ impl Superblock {
         };
         // `buckets <= region_len` was checked above, but region_len itself may be anything a
         // caller passes: multiply without overflowing.
-        let table_len = self
-            .buckets
-            .checked_mul(BUCKET_LEN as u64)
-            .unwrap_or(u64::MAX);
+        let table_len = self.buckets.saturating_mul(BUCKET_LEN as u64);
         if !inside(self.table_off, table_len) {
             return bad("table_off", self.table_off);
         }
