@@ -51,7 +51,7 @@ fn rounds() -> u64 {
 /// Mutates `seeds` (each padded to `len`) `rounds()` times and runs `f` on every image; a
 /// panic fails the test with the image that caused it.
 fn fuzz(name: &str, len: usize, seeds: &[Vec<u8>], f: impl Fn(&[u8])) {
-    let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ name.len() as u64 * 0x1234_5678);
+    let mut r = Rng(0x9E37_79B9_7F4A_7C15 ^ (name.len() as u64 * 0x1234_5678));
     let mut zeros = vec![0u8; len];
     let mut all = seeds.to_vec();
     all.push(std::mem::take(&mut zeros));
