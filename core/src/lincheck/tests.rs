@@ -230,6 +230,15 @@ fn shrinking_keeps_the_failure_small() {
     assert!(w.events.len() <= 4, "not shrunk:\n{r}");
     // The witness fails on its own.
     assert!(!check(w, &CheckConfig::new(7)).is_ok());
+    // An upsert racing everything leaves no quiescent point: the witness keeps the writes,
+    // and a short core is found as well.
+    h.upsert(9, 50, 5000, K, tag(9, 1));
+    let r = h.fails();
+    let v = &r.violations[0];
+    assert!(v.witness.events.len() > 12, "{r}");
+    let core = v.core.as_ref().expect("a core for a long witness");
+    assert!(core.events.len() <= 4, "{r}");
+    assert!(!check(core, &CheckConfig::new(7)).is_ok() || v.omitted_before > 0);
 }
 
 #[test]
