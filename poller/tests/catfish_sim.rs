@@ -441,3 +441,59 @@ fn sim_a_client_dying_mid_request_leaves_the_others_served() {
         assert_eq!(wrong.get(), 0, "crash at post {crash_at}: wrong answers");
     }
 }
+
+/// Issue 14.5: the fanout is chosen when the tree is created (the paper's 15/30/70/130);
+/// every other client learns it from the superblock and sizes its node READs by it.
+#[test]
+fn sim_trees_of_the_papers_fanouts_answer_right() {
+    const DATA: u64 = 400;
+    for fanout in [15usize, 30, 70, 130] {
+        let wrong = RefCell::new(Vec::<String>::new());
+        let mut sim = Sim::new(SimConfig {
+            compute_nodes: CLIENTS,
+            seed: fanout as u64,
+            chunk_size: 128 << 10,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let max = sim.endpoint(0).unwrap().qp(0).unwrap().max_message();
+        sim.set_handler(0, Box::new(CatfishServer::new(max)))
+            .unwrap();
+        let c0 = sim.client(0).unwrap();
+        sim.spawn_with(&c0, 0, move |ctx| async move {
+            let qp = ctx.qp(0).unwrap();
+            let mut c = CatfishClient::create_with_fanout(qp, 1, fanout)
+                .await
+                .unwrap();
+            for i in 0..DATA {
+                c.insert(qp, data_rect(i), i).await.unwrap();
+            }
+        });
+        assert_eq!(sim.run().unfinished, 0);
+        let ctx = sim.client(1).unwrap();
+        let w = &wrong;
+        sim.spawn_with(&ctx, 0, move |ctx| async move {
+            let qp = ctx.qp(0).unwrap();
+            let mut c = CatfishClient::open(qp).await.unwrap();
+            if c.fanout() != fanout {
+                w.borrow_mut()
+                    .push(format!("opened with fanout {}", c.fanout()));
+            }
+            let mut hits = Vec::new();
+            for mode in [Mode::Messaging, Mode::Offload] {
+                for k in 0..30 {
+                    let q = query_rect(k);
+                    hits.clear();
+                    c.search(qp, q, mode, &mut hits).await.unwrap();
+                    if ids_of(&hits) != oracle(0..DATA, &q) {
+                        w.borrow_mut().push(format!("{mode:?} {q:?}"));
+                    }
+                }
+            }
+        });
+        assert_eq!(sim.run().unfinished, 0);
+        drop(sim);
+        let wrong = wrong.into_inner();
+        assert!(wrong.is_empty(), "fanout {fanout}: {wrong:?}");
+    }
+}

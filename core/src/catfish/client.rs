@@ -10,9 +10,10 @@ use crate::alloc::RemoteAllocator;
 use crate::fabric::{Op, QueuePair};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
-    Entry, FLAG_LAST, FLAG_MORE, META_LEN, Meta, NODE_LEN, Node, Opcode, ROOT_SLOT, Rect, Request,
+    Entry, FANOUT, FLAG_LAST, FLAG_MORE, META_LEN, Meta, Node, Opcode, ROOT_SLOT, Rect, Request,
     ResponseHeader, Status, decode_hit,
 };
+use remora_layouts::catfish::{check_fanout, node_len};
 use remora_layouts::region::root_offset;
 use std_alloc::vec::Vec;
 
@@ -64,6 +65,9 @@ pub struct ClientStats {
 pub struct CatfishClient {
     meta: GlobalAddr,
     root: GlobalAddr,
+    /// The tree's entries per node (from the superblock) and its node image length.
+    fanout: usize,
+    node_len: usize,
     alloc: RemoteAllocator,
     transport: Transport,
     mailbox: GlobalAddr,
@@ -87,18 +91,33 @@ pub struct CatfishClient {
 }
 
 impl CatfishClient {
-    /// Formats a new tree on `qp`'s memory node with `chunks` allocator chunks as its first
-    /// arenas, and opens it.
+    /// Formats a new tree of the default fanout ([`FANOUT`] entries per node) on `qp`'s
+    /// memory node with `chunks` allocator chunks as its first arenas, and opens it.
     pub async fn create<Q: QueuePair>(
         qp: &Q,
         chunks: usize,
     ) -> Result<CatfishClient, CatfishError> {
+        CatfishClient::create_with_fanout(qp, chunks, FANOUT).await
+    }
+
+    /// [`CatfishClient::create`] with `fanout` entries per node (4 to 130; the paper runs
+    /// 15, 30, 70 and 130). Every client learns it from the superblock.
+    pub async fn create_with_fanout<Q: QueuePair>(
+        qp: &Q,
+        chunks: usize,
+        fanout: usize,
+    ) -> Result<CatfishClient, CatfishError> {
+        let fanout = check_fanout(fanout)?;
         let alloc = RemoteAllocator::open(qp).await?;
         let mut c = CatfishClient::with_alloc(qp, alloc, GlobalAddr::NULL)?;
         for i in 0..chunks.max(1) {
             let chunk = c.alloc.alloc_chunk(qp).await?;
-            let op = if i == 0 { Opcode::Init } else { Opcode::Grow };
-            let status = c.arena_request(qp, op, chunk).await?;
+            let (op, arg1) = if i == 0 {
+                (Opcode::Init, c.alloc.chunk_size() | (fanout as u64) << 48)
+            } else {
+                (Opcode::Grow, c.alloc.chunk_size())
+            };
+            let status = c.arena_request_with(qp, op, chunk, arg1).await?;
             if status != Status::Ok {
                 return Err(CatfishError::Server(status));
             }
@@ -124,6 +143,8 @@ impl CatfishClient {
         Ok(CatfishClient {
             meta,
             root: GlobalAddr::NULL,
+            fanout: FANOUT,
+            node_len: node_len(FANOUT),
             alloc,
             transport: Transport::Send,
             mailbox: GlobalAddr::NULL,
@@ -177,6 +198,8 @@ impl CatfishClient {
         qp.read(self.meta, &mut buf).await?;
         let meta = Meta::decode(&buf)?;
         self.root = GlobalAddr::from_raw(meta.root);
+        self.fanout = meta.fanout;
+        self.node_len = node_len(meta.fanout);
         Ok(meta)
     }
 
@@ -307,13 +330,24 @@ impl CatfishClient {
         op: Opcode,
         chunk: GlobalAddr,
     ) -> Result<Status, CatfishError> {
+        let len = self.alloc.chunk_size();
+        self.arena_request_with(qp, op, chunk, len).await
+    }
+
+    async fn arena_request_with<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        op: Opcode,
+        chunk: GlobalAddr,
+        arg1: u64,
+    ) -> Result<Status, CatfishError> {
         let req = Request {
             op,
             acked: 0,
             req_id: self.request_id(),
             rect: Rect::new(0, 0, 0, 0)?,
             arg0: chunk.raw(),
-            arg1: self.alloc.chunk_size(),
+            arg1,
         };
         Ok(self.call_send(qp, req).await?.0.status)
     }
@@ -427,7 +461,8 @@ impl CatfishClient {
         if self.root.is_null() {
             self.refresh_meta(qp).await?;
         }
-        self.nodes.resize(NODE_LEN, 0);
+        let (len, fanout) = (self.node_len, self.fanout);
+        self.nodes.resize(len, 0);
         let mut meta_buf = [0u8; META_LEN];
         {
             let mut ops = [
@@ -437,7 +472,7 @@ impl CatfishClient {
                 },
                 Op::Read {
                     remote: self.root,
-                    local: &mut self.nodes[..NODE_LEN],
+                    local: &mut self.nodes[..len],
                 },
             ];
             qp.post(&mut ops).await?;
@@ -458,7 +493,7 @@ impl CatfishClient {
             self.read_frontier(qp, 0).await?;
         } else {
             self.pending.clear();
-            if Node::decode(&self.nodes[..NODE_LEN]).is_err() {
+            if Node::decode_with(&self.nodes[..len], fanout).is_err() {
                 self.stats.torn_retries += 1;
                 self.pending.push(0);
             }
@@ -470,8 +505,8 @@ impl CatfishClient {
             self.next.clear();
             let parent = level;
             for i in 0..self.frontier.len() {
-                let img = &self.nodes[i * NODE_LEN..(i + 1) * NODE_LEN];
-                let node = Node::decode(img)?;
+                let img = &self.nodes[i * len..(i + 1) * len];
+                let node = Node::decode_with(img, fanout)?;
                 if let Some(l) = parent
                     && node.level + 1 != l
                 {
@@ -511,14 +546,15 @@ impl CatfishClient {
         from: usize,
     ) -> Result<(), CatfishError> {
         let n = self.frontier.len();
-        self.nodes.resize(n * NODE_LEN, 0);
+        let (len, fanout) = (self.node_len, self.fanout);
+        self.nodes.resize(n * len, 0);
         let mut start = from;
         while start < n {
             let end = (start + MULTI_ISSUE).min(n);
             let mut ops: heapless::Vec<Op<'_>, MULTI_ISSUE> = heapless::Vec::new();
             for (addr, buf) in self.frontier[start..end]
                 .iter()
-                .zip(self.nodes[start * NODE_LEN..end * NODE_LEN].chunks_exact_mut(NODE_LEN))
+                .zip(self.nodes[start * len..end * len].chunks_exact_mut(len))
             {
                 // Cannot fail: at most MULTI_ISSUE ops are pushed.
                 let _ = ops.push(Op::Read {
@@ -532,7 +568,7 @@ impl CatfishClient {
         self.stats.node_reads += (n - from) as u64;
         self.pending.clear();
         for i in from..n {
-            if Node::decode(&self.nodes[i * NODE_LEN..(i + 1) * NODE_LEN]).is_err() {
+            if Node::decode_with(&self.nodes[i * len..(i + 1) * len], fanout).is_err() {
                 self.stats.torn_retries += 1;
                 self.pending.push(i);
             }
@@ -542,13 +578,14 @@ impl CatfishClient {
 
     /// Re-reads the frontier nodes listed in `pending` until each decodes (bounded).
     async fn reread_torn<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
+        let (len, fanout) = (self.node_len, self.fanout);
         let mut round = 0;
         while !self.pending.is_empty() {
             round += 1;
             if round > TORN_RETRIES {
                 let addr = self.frontier[self.pending[0]];
-                let img = &self.nodes[self.pending[0] * NODE_LEN..(self.pending[0] + 1) * NODE_LEN];
-                return Err(match Node::decode(img) {
+                let img = &self.nodes[self.pending[0] * len..(self.pending[0] + 1) * len];
+                return Err(match Node::decode_with(img, fanout) {
                     Err(e) => CatfishError::TornRetriesExhausted { addr, last: e },
                     Ok(_) => CatfishError::Corrupt("torn retries exhausted"),
                 });
@@ -560,8 +597,8 @@ impl CatfishClient {
                 let mut rest: &mut [u8] = &mut self.nodes;
                 let mut base = 0;
                 for &i in chunk {
-                    let (_, tail) = rest.split_at_mut((i - base) * NODE_LEN);
-                    let (buf, tail) = tail.split_at_mut(NODE_LEN);
+                    let (_, tail) = rest.split_at_mut((i - base) * len);
+                    let (buf, tail) = tail.split_at_mut(len);
                     rest = tail;
                     base = i + 1;
                     let _ = ops.push(Op::Read {
@@ -574,7 +611,7 @@ impl CatfishClient {
             self.stats.node_reads += self.pending.len() as u64;
             let nodes = &self.nodes;
             self.pending
-                .retain(|&i| Node::decode(&nodes[i * NODE_LEN..(i + 1) * NODE_LEN]).is_err());
+                .retain(|&i| Node::decode_with(&nodes[i * len..(i + 1) * len], fanout).is_err());
             self.stats.torn_retries += self.pending.len() as u64;
         }
         Ok(())
@@ -583,6 +620,11 @@ impl CatfishClient {
     /// Reads the root address afresh (after another client may have created the tree).
     pub async fn reload<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
         self.refresh_meta(qp).await.map(|_| ())
+    }
+
+    /// Entries per node of the open tree.
+    pub fn fanout(&self) -> usize {
+        self.fanout
     }
 
     /// The superblock address.

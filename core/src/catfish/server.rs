@@ -14,8 +14,9 @@ use crate::server::{CpuClock, Handler, LocalRegion, Replies};
 use core::sync::atomic::{AtomicU32, Ordering};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
-    ENTRY_LEN, Entry, FLAG_LAST, FLAG_MORE, Heartbeat, META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN,
-    RESPONSE_FLAGS_BYTE, Rect, Request, ResponseHeader, Status, encode_entry, hits_per_message,
+    ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE, Heartbeat, META_HEARTBEAT_OFFSET, Opcode,
+    REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request, ResponseHeader, Status, encode_entry,
+    hits_per_message,
 };
 use remora_layouts::region::HEADER_LEN;
 use std_alloc::collections::{BTreeMap, VecDeque};
@@ -257,9 +258,13 @@ impl CatfishServer {
             // Formatting over a live tree would strand its clients.
             (Opcode::Init, Some(_)) => return Status::BadRequest,
             (Opcode::Init, None) => match arena() {
-                Some((base, len)) => Tree::format(region, base, len).map(|t| {
-                    self.tree = Some(t);
-                }),
+                Some((base, arg1)) => {
+                    let (len, fanout) = (arg1 & ((1 << 48) - 1), (arg1 >> 48) as usize);
+                    let fanout = if fanout == 0 { FANOUT } else { fanout };
+                    Tree::format_with(region, base, len, fanout).map(|t| {
+                        self.tree = Some(t);
+                    })
+                }
                 None => return Status::BadRequest,
             },
             (_, None) => return Status::NotInitialized,
