@@ -443,10 +443,21 @@ pub enum Opcode {
     /// Send the next window of the reply to request `req_id` (the client consumed the
     /// window that ended with [`FLAG_MORE`]).
     More = 5,
-    /// Give this connection a request mailbox for WRITE_WITH_IMM requests; the reply carries
-    /// one entry whose `ptr` is the mailbox's raw `GlobalAddr`.
+    /// Give this connection its block on the memory node ([`CLIENT_BLOCK_LEN`] bytes): the
+    /// request mailbox for WRITE_WITH_IMM requests at offset 0, and the connection's
+    /// heartbeat slot at [`CLIENT_HEARTBEAT_OFFSET`]. The reply carries one entry whose `ptr`
+    /// is the block's raw `GlobalAddr`.
     Mailbox = 6,
 }
+
+/// Bytes of a connection's block (see [`Opcode::Mailbox`]).
+pub const CLIENT_BLOCK_LEN: usize = 64;
+/// The connection's heartbeat slot (the paper's `u_serv`) in its block: the server writes a
+/// [`Heartbeat`] word there every heartbeat interval (never 0: its sequence starts at 1);
+/// the client reads it and writes 0 back once it has taken it.
+pub const CLIENT_HEARTBEAT_OFFSET: u64 = 56;
+const _: () = assert!(REQUEST_LEN as u64 <= CLIENT_HEARTBEAT_OFFSET);
+const _: () = assert!(CLIENT_HEARTBEAT_OFFSET + 8 <= CLIENT_BLOCK_LEN as u64);
 
 pub const REQUEST_MAGIC: u16 = 0xCF01;
 pub const RESPONSE_MAGIC: u16 = 0xCF02;

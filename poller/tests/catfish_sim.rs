@@ -317,7 +317,7 @@ fn sim_with<'a>(
 #[test]
 fn sim_adaptive_mode_follows_the_measured_cpu_load() {
     const DATA: u64 = 300;
-    let run = |threads: usize, searches: u64| {
+    let run = |threads: usize, searches: u64, heartbeats: bool| {
         let counts = RefCell::new((0u64, 0u64, 0u64));
         let mut sim = sim_with(11, remora_poller::sim::Faults::none(), |max| {
             CatfishServer::new(max).with_heartbeat_interval_ns(100_000)
@@ -340,11 +340,16 @@ fn sim_adaptive_mode_follows_the_measured_cpu_load() {
                 let qp = ctx.qp(0).unwrap();
                 let mut c = CatfishClient::open(qp).await.unwrap();
                 c.set_backoff(Default::default(), t as u64 + 1);
+                c.set_heartbeat_interval_ns(100_000);
                 let mut hits = Vec::new();
                 for k in 0..searches {
                     let q = query_rect(t as u64 * 1000 + k);
                     hits.clear();
-                    let m = c.search(qp, q, Mode::Adaptive, &mut hits).await.unwrap();
+                    let m = if heartbeats {
+                        c.search_adaptive(ctx.ep(), q, &mut hits).await.unwrap()
+                    } else {
+                        c.search(qp, q, Mode::Adaptive, &mut hits).await.unwrap()
+                    };
                     let mut n = counts.borrow_mut();
                     n.0 += 1;
                     n.1 += u64::from(m == Mode::Offload);
@@ -359,21 +364,25 @@ fn sim_adaptive_mode_follows_the_measured_cpu_load() {
         assert_eq!(wrong, 0, "wrong answers");
         (off as f64 / n as f64, util)
     };
-    let (lone, lone_util) = run(1, 600);
-    let (crowd, crowd_util) = run(64, 60);
-    println!(
-        "1 client: {:.1} % offloaded (server CPU {:.0} %); 64 clients: {:.1} % offloaded (server CPU {:.0} %)",
-        lone * 100.0,
-        lone_util * 100.0,
-        crowd * 100.0,
-        crowd_util * 100.0
-    );
-    assert!(lone < 0.05, "one client offloaded {:.1} %", lone * 100.0);
-    assert!(
-        crowd > 0.2,
-        "a saturated server offloaded only {:.1} %",
-        crowd * 100.0
-    );
+    // Load piggybacked on replies (Mode::Adaptive), then Algorithm 1's heartbeat slots.
+    for heartbeats in [false, true] {
+        let (lone, lone_util) = run(1, 600, heartbeats);
+        let (crowd, crowd_util) = run(64, 60, heartbeats);
+        println!(
+            "heartbeat slots {heartbeats}: 1 client: {:.1} % offloaded (server CPU {:.0} %); \
+             64 clients: {:.1} % offloaded (server CPU {:.0} %)",
+            lone * 100.0,
+            lone_util * 100.0,
+            crowd * 100.0,
+            crowd_util * 100.0
+        );
+        assert!(lone < 0.05, "one client offloaded {:.1} %", lone * 100.0);
+        assert!(
+            crowd > 0.2,
+            "a saturated server offloaded only {:.1} %",
+            crowd * 100.0
+        );
+    }
 }
 
 /// Issue 10: a client that dies in the middle of a long search reply (at any of its first

@@ -428,8 +428,9 @@ impl QueuePair for StallingQp<'_> {
 /// before replies had flow control, the server's single event loop blocked in `send` for the
 /// RNR timeout (500 ms) and then dropped the slow client. Now the server sends one window (8
 /// messages: what the ring holds) and keeps the rest until the client asks for it, so
-/// another client's one-hit searches stay fast. Bound: each of them under 200 ms (they take
-/// well under 1 ms; the bound only absorbs scheduling noise on a loaded machine), and the
+/// another client's one-hit searches stay fast. Bound: each of them under 300 ms, below the
+/// 500 ms stall (they take well under 1 ms alone; the bound absorbs scheduling noise on a
+/// loaded 2-core machine, where 90 ms was seen with every test running at once), and the
 /// slow client still gets its whole answer when it reads again.
 #[test]
 fn a_slow_reader_does_not_stall_the_others() {
@@ -488,7 +489,7 @@ fn a_slow_reader_does_not_stall_the_others() {
         );
         println!("worst one-hit search while a client stalled: {worst:?}");
         assert!(
-            worst < std::time::Duration::from_millis(200),
+            worst < std::time::Duration::from_millis(300),
             "a slow reader stalled the server: a search took {worst:?}"
         );
     });

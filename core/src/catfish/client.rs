@@ -7,13 +7,13 @@
 use super::CatfishError;
 use super::adaptive::{Backoff, BackoffConfig};
 use crate::alloc::RemoteAllocator;
-use crate::fabric::{Op, QueuePair};
+use crate::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::GlobalAddr;
+use remora_layouts::catfish::{CLIENT_HEARTBEAT_OFFSET, Heartbeat, check_fanout, node_len};
 use remora_layouts::catfish::{
     Entry, FANOUT, FLAG_LAST, FLAG_MORE, META_LEN, Meta, Node, Opcode, ROOT_SLOT, Rect, Request,
     ResponseHeader, Status, decode_hit,
 };
-use remora_layouts::catfish::{check_fanout, node_len};
 use remora_layouts::region::root_offset;
 use std_alloc::vec::Vec;
 
@@ -59,6 +59,8 @@ pub struct ClientStats {
     pub root_refreshes: u64,
     /// Inserts that had to give the server another arena.
     pub grows: u64,
+    /// Heartbeats taken from this client's slot ([`CatfishClient::search_adaptive`]).
+    pub heartbeats: u64,
 }
 
 /// One client of a Catfish tree on one memory node.
@@ -82,6 +84,11 @@ pub struct CatfishClient {
     /// Load seen by the latest search, not yet fed to the back-off.
     observed: Option<u16>,
     last_heartbeat_seq: u64,
+    /// Algorithm 1's `Inv` and `t0` (the client's clock when it last took a heartbeat from
+    /// its slot), and when it last READ the slot.
+    heartbeat_interval_ns: u64,
+    t0: u64,
+    slot_read_at: u64,
     stats: ClientStats,
     reply: Vec<u8>,
     nodes: Vec<u8>,
@@ -157,6 +164,9 @@ impl CatfishClient {
             ),
             observed: None,
             last_heartbeat_seq: 0,
+            heartbeat_interval_ns: super::server::HEARTBEAT_NS,
+            t0: 0,
+            slot_read_at: 0,
             stats: ClientStats::default(),
             reply: std_alloc::vec![0u8; max],
             nodes: Vec::new(),
@@ -169,6 +179,13 @@ impl CatfishClient {
     /// Replaces the back-off parameters; `seed` decorrelates clients.
     pub fn set_backoff(&mut self, cfg: BackoffConfig, seed: u64) {
         self.backoff = Backoff::new(cfg, seed);
+    }
+
+    /// Algorithm 1's `Inv`: how old the last heartbeat taken must be before the client looks
+    /// for a new one ([`super::server::HEARTBEAT_NS`] by default; agree it with the server's
+    /// [`super::CatfishServer::with_heartbeat_interval_ns`]).
+    pub fn set_heartbeat_interval_ns(&mut self, ns: u64) {
+        self.heartbeat_interval_ns = ns.max(1);
     }
 
     /// Chooses how requests travel (SEND by default).
@@ -405,6 +422,60 @@ impl CatfishClient {
             Mode::Offload => self.search_offload(qp, rect, out).await?,
             _ => self.search_messaging(qp, rect, out).await?,
         }
+        Ok(mode)
+    }
+
+    /// The paper's adaptive search (Algorithm 1) with the server's heartbeats: before the
+    /// search, if the last heartbeat taken is older than `Inv` (by `ep`'s clock), the client
+    /// READs its heartbeat slot on the memory node; a non-zero word is the fresh utilisation
+    /// `U`, and the client writes 0 back and restarts `t0`. Then the back-off
+    /// ([`Backoff::observe`], lines 11-16) picks messaging or offloading. The slot is on the
+    /// memory node, not in the client's memory as in the paper (remora's clients register
+    /// no memory), so looking costs a READ: while no fresh heartbeat has come, the client
+    /// looks at most once per `Inv / 8`. A fabric without a clock (`now_ns` always 0) looks
+    /// before every search. Returns the mode used.
+    pub async fn search_adaptive<E: Endpoint>(
+        &mut self,
+        ep: &E,
+        rect: Rect,
+        out: &mut Vec<Entry>,
+    ) -> Result<Mode, CatfishError> {
+        if !rect.is_valid() {
+            return Err(CatfishError::Server(Status::BadRequest));
+        }
+        let qp = ep.qp(self.alloc.node())?;
+        if self.mailbox.is_null() {
+            self.mailbox = self.request_mailbox(qp).await?;
+        }
+        let t = ep.now_ns();
+        let inv = self.heartbeat_interval_ns;
+        let mut u = None;
+        if t == 0
+            || (t.saturating_sub(self.t0) > inv && t.saturating_sub(self.slot_read_at) > inv / 8)
+        {
+            self.slot_read_at = t;
+            let slot = GlobalAddr::new(
+                self.mailbox.node(),
+                self.mailbox.offset() + CLIENT_HEARTBEAT_OFFSET,
+            );
+            let mut word = [0u8; 8];
+            qp.read(slot, &mut word).await?;
+            let w = u64::from_le_bytes(word);
+            if w != 0 {
+                u = Some(Heartbeat::decode(w).load_permille);
+                qp.write(slot, &[0u8; 8]).await?;
+                self.t0 = t;
+                self.stats.heartbeats += 1;
+            }
+        }
+        self.backoff.observe(u);
+        let mode = self.backoff.next_mode();
+        match mode {
+            Mode::Offload => self.search_offload(qp, rect, out).await?,
+            _ => self.search_messaging(qp, rect, out).await?,
+        }
+        // Piggybacked loads are for `Mode::Adaptive`; this path uses heartbeats only.
+        self.observed = None;
         Ok(mode)
     }
 

@@ -14,9 +14,9 @@ use crate::server::{CpuClock, Handler, LocalRegion, Replies};
 use core::sync::atomic::{AtomicU32, Ordering};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
-    ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE, Heartbeat, META_HEARTBEAT_OFFSET, Opcode,
-    REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request, ResponseHeader, Status, encode_entry,
-    hits_per_message,
+    CLIENT_BLOCK_LEN, CLIENT_HEARTBEAT_OFFSET, ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE,
+    Heartbeat, META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request,
+    ResponseHeader, Status, encode_entry, hits_per_message,
 };
 use remora_layouts::region::HEADER_LEN;
 use std_alloc::collections::{BTreeMap, VecDeque};
@@ -230,6 +230,10 @@ impl CatfishServer {
             };
             // A failed store means the superblock is outside the region: nothing to report to.
             let _ = region.store_u64(t.meta() + META_HEARTBEAT_OFFSET, hb.encode());
+            // And into every connection's own slot (Algorithm 1's u_serv).
+            for block in self.conns.values().filter_map(|c| c.mailbox) {
+                let _ = region.store_u64(block + CLIENT_HEARTBEAT_OFFSET, hb.encode());
+            }
         }
     }
 
@@ -284,12 +288,19 @@ impl CatfishServer {
                 }
             }
             (Opcode::Mailbox, Some(t)) => {
-                let at = match conn.mailbox.or_else(|| self.free_mailboxes.pop()) {
+                let at = match conn.mailbox {
                     Some(at) => Ok(at),
-                    None => t.carve_block(REQUEST_LEN as u64),
+                    None => match self.free_mailboxes.pop() {
+                        Some(at) => Ok(at),
+                        None => t.carve_block(CLIENT_BLOCK_LEN as u64),
+                    },
                 };
                 match at {
                     Ok(at) => {
+                        if conn.mailbox.is_none() {
+                            // A reused block must not show its last owner's heartbeat.
+                            let _ = region.store_u64(at + CLIENT_HEARTBEAT_OFFSET, 0);
+                        }
                         conn.mailbox = Some(at);
                         let h = self.header(Status::Ok, FLAG_LAST, req.req_id, 1);
                         let entry = Entry {
