@@ -3,11 +3,14 @@
 //!
 //! - [`tree`]: the R-tree in the memory node's region, written only by the server CPU
 //!   (seqlock + checksummed nodes, copy-on-write splits so one-sided readers stay correct).
-//! - [`server`]: the fast-messaging server as a [`crate::server::Handler`], with the load
-//!   meter and the heartbeat word.
+//! - [`server`]: the fast-messaging server as a [`crate::server::Handler`]: reply flow
+//!   control, per-connection blocks released on disconnect, the load meter and heartbeats.
 //! - [`client`]: inserts and searches by fast messaging, searches by offloading (one
 //!   doorbell per level, every intersecting child READ at once), and the adaptive mode.
-//! - [`adaptive`]: the binary exponential back-off of Algorithm 1.
+//! - [`adaptive`]: the back-off of Algorithm 1, as printed in the paper.
+//!
+//! The node fanout (entries per node) is chosen when the tree is created (4 to 130) and
+//! recorded in the superblock.
 //!
 //! Formats are in [`remora_layouts::catfish`].
 pub mod adaptive;

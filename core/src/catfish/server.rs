@@ -1,12 +1,23 @@
 //! The Catfish server: fast messaging on the memory node's CPU.
 //!
-//! Every request (a SEND, or a WRITE_WITH_IMM into the client's mailbox whose immediate is
-//! the mailbox offset / 8) is handled to completion by the node's event loop (the paper's
-//! event-based fast messaging: the server sleeps on its completion queue instead of polling
-//! ring buffers). Replies go back as SENDs; a search's hits may span several messages, the
-//! last flagged [`FLAG_LAST`]. Every reply carries the server's load, and the load is also
-//! published as a heartbeat word in the superblock, where offloading clients READ it with
-//! their first doorbell.
+//! Every request (a SEND, or a WRITE_WITH_IMM into the connection's mailbox whose
+//! immediate is the mailbox offset / 8) is handled to completion by the node's event loop
+//! (the paper's event-based fast messaging: the server sleeps on its completion queue
+//! instead of polling ring buffers). Replies go back as SENDs; a search's hits may span
+//! several messages, the last flagged [`FLAG_LAST`].
+//!
+//! - Flow control: at most a window of reply messages is left unread at a client (see
+//!   [`CatfishServer::on_message`](Handler::on_message)); the rest waits here until the
+//!   client asks with [`Opcode::More`], so a client that stops reading never blocks the
+//!   event loop, and the others are served meanwhile.
+//! - Per-connection state (queued replies, the connection's block: request mailbox and
+//!   heartbeat slot, handed out by [`Opcode::Mailbox`] and validated on every
+//!   WRITE_WITH_IMM) is released in [`Handler::on_disconnect`]; blocks are reused.
+//! - Load: busy time over the node's clock where the fabric reports it
+//!   ([`LocalRegion::cpu_clock`]), else an event-loop meter ([`LoadMeter`]). Every reply
+//!   carries it; every heartbeat interval it is written to the superblock's heartbeat word
+//!   (offloading clients READ it with their first doorbell) and to every connection's
+//!   heartbeat slot (Algorithm 1's `u_serv`).
 use super::CatfishError;
 use super::tree::Tree;
 use crate::fabric::{FabricError, Recv, RecvKind};

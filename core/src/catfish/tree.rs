@@ -13,6 +13,11 @@
 //!   superblock). A reader holding the old parent still finds every entry in the old node,
 //!   so a search never misses an entry that was inserted before it started. Split-off nodes
 //!   are not reclaimed (no epochs yet).
+//!
+//! Nodes are carved from arenas the clients give the server (allocator chunks, by `Init`
+//! and `Grow`). A new arena is refused if it overlaps any memory an earlier one was given
+//! (the whole `[start, end)`, carved part included), and there is no fixed cap on how many
+//! arenas a tree takes: each holds at least one node, so the region bounds their number.
 use super::CatfishError;
 use crate::server::LocalRegion;
 use remora_layouts::catfish::{
