@@ -535,3 +535,62 @@ fn the_tree_grows_until_the_node_is_full_and_says_so() {
     }
     println!("{n} entries in {grows} grows of 4 KiB before the 320 KiB node was full");
 }
+
+/// Algorithm 1 with heartbeat slots on the soft fabric (a real clock): the server writes
+/// its load into each connection's slot, the client takes it at most once per `Inv`, and
+/// offloads while it says busy.
+#[test]
+fn heartbeat_slots_drive_the_adaptive_search() {
+    let probe = Arc::new(AtomicU32::new(100));
+    let cfg = NodeConfig::default();
+    let max = cfg.max_msg;
+    let node = SoftMemoryNode::create_with(
+        cfg,
+        Box::new(CatfishServer::new(max).with_load_probe(probe.clone())),
+    )
+    .unwrap();
+    let _server = node.spawn_server();
+    let ep = node.endpoint().unwrap();
+    let qp = ep.qp(0).unwrap();
+    let mut c = block_on(CatfishClient::create(qp, 1)).unwrap();
+    for i in 0..300 {
+        block_on(c.insert(qp, data_rect(i), i)).unwrap();
+    }
+    c.set_heartbeat_interval_ns(1);
+    let mut hits = Vec::new();
+    let mut run = |c: &mut CatfishClient, n: u64| {
+        let mut offloaded = 0;
+        for k in 0..n {
+            let q = query_rect(k);
+            hits.clear();
+            if block_on(c.search_adaptive(&ep, q, &mut hits)).unwrap() == Mode::Offload {
+                offloaded += 1;
+            }
+            assert_eq!(ids_of(&hits), oracle(0..300, &q));
+            // Let the server loop write the next heartbeat.
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        offloaded
+    };
+    assert_eq!(run(&mut c, 40), 0, "calm server: all messaging");
+    probe.store(990, Ordering::Relaxed);
+    let busy = run(&mut c, 100);
+    assert!(busy >= 60, "busy server: {busy}/100 offloaded");
+    probe.store(100, Ordering::Relaxed);
+    // The rounds drawn while busy run out (up to r_busy * N of them), then messaging stays.
+    let mut calm = 0;
+    for _ in 0..100 {
+        if run(&mut c, 20) == 0 {
+            calm += 1;
+            if calm == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(calm, 2, "the client never went back to messaging");
+    assert!(c.stats().heartbeats > 100, "{:?}", c.stats());
+    println!(
+        "heartbeat slots: {busy}/100 offloaded while busy; {:?}",
+        c.stats()
+    );
+}
