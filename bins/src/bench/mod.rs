@@ -44,7 +44,17 @@ pub enum IndexKind {
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    #[arg(long, value_enum, default_value = "smart")]
+    /// The index, or several comma-separated (each runs the same workload in turn, and one
+    /// table compares them).
+    #[arg(
+        long = "index",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "smart"
+    )]
+    pub indexes: Vec<IndexKind>,
+    /// The index of the run in progress (one of `indexes`).
+    #[arg(skip = IndexKind::Smart)]
     pub index: IndexKind,
     #[arg(long, value_enum, default_value = "soft")]
     pub fabric: FabricKind,
@@ -299,7 +309,14 @@ pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
         g.heads as u64 * g.head_bytes + g.buckets * 64 + (8 << 20)
     };
     let want = (writes * per).max(if a.index == IndexKind::Erda { erda } else { 0 });
-    (want + (32 << 20))
+    // Every client carves its objects from chunks of its own, per size class: slack per
+    // client, spread over the memory nodes.
+    let clients = match a.fabric {
+        FabricKind::Sim => (a.sim.compute_nodes * a.sim.clients_per_node) as u64,
+        _ => a.threads as u64,
+    };
+    let per_node = want / a.sim.memory_nodes.max(1) as u64 + clients * (8 << 20);
+    (per_node + (32 << 20))
         .next_multiple_of(1 << 20)
         .clamp(64 << 20, 1 << 40)
 }
@@ -700,10 +717,56 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
-    validate(a)?;
-    if a.factors {
-        return factors(a);
+    let mut runs = Vec::new();
+    for &kind in &a.indexes {
+        let mut one = a.clone();
+        one.index = kind;
+        validate(&one)?;
+        runs.push(one);
     }
+    if runs.len() > 1 && a.factors {
+        return Err("--factors takes one --index".into());
+    }
+    let mut all = Vec::new();
+    for one in &runs {
+        if one.factors {
+            return factors(one);
+        }
+        all.extend(run_one(one)?);
+    }
+    if runs.len() > 1 {
+        let mut out = crate::report::human_out(a.json.as_deref());
+        let _ = writeln!(out, "\nside by side (run phase):");
+        let _ = writeln!(
+            out,
+            "{:<10} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9}",
+            "index", "Mops", "p50 ns", "p99 ns", "RT/op", "B in/op", "srv ns/op"
+        );
+        for r in all
+            .iter()
+            .filter(|r| r.phase == "run" || a.workload == Workload::Load)
+        {
+            let _ = writeln!(
+                out,
+                "{:<10} {:>9.3} {:>9.0} {:>9.0} {:>7.2} {:>8.1} {:>9}",
+                r.index,
+                r.mops,
+                r.latency.p50_ns,
+                r.latency.p99_ns,
+                r.per_op.round_trips,
+                r.per_op.bytes_in,
+                crate::report::server_cell(r.server_ns_per_op)
+            );
+        }
+    }
+    if let Some(p) = &a.json {
+        write_json(p, &all).map_err(|e| format!("writing {p}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// One index's LOAD and run phases: prints its table, returns its records.
+fn run_one(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
     let index = index_cfg(a)?;
     let mut recs = run_phases(a, &index, a.workload)?;
     let ops = a.operations.unwrap_or(a.records).max(100_000);
@@ -731,8 +794,5 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             }
         }
     }
-    if let Some(p) = &a.json {
-        write_json(p, &recs).map_err(|e| format!("writing {p}: {e}"))?;
-    }
-    Ok(())
+    Ok(recs)
 }
