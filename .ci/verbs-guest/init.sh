@@ -1,8 +1,8 @@
 #!/bin/busybox sh
 # PID 1 of the remora verbs guest (see run.sh): brings up Soft-RoCE (rdma_rxe) on dummy0,
-# starts a verbs memory node, runs the fabric conformance suite and `remora perf` against it
-# from a second process, and reports on the serial console. The host greps the final
-# "REMORA-GUEST: PASS" / "REMORA-GUEST: FAIL" line.
+# starts a verbs memory node, runs the fabric conformance suite, `remora perf` and small YCSB
+# runs (`remora bench --fabric verbs`) against it from other processes, and reports on the
+# serial console. The host greps the final "REMORA-GUEST: PASS" / "REMORA-GUEST: FAIL" line.
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
@@ -62,6 +62,27 @@ if [ -n "$PERF_ARGS" ]; then
     say "perf exit code $PERF_RC"
 fi
 
+# YCSB over verbs: each "index:workload" of BENCH_RUNS loads BENCH_ARGS' records and runs;
+# the table goes to the console. A run passes if it exits 0 and printed its run row.
+BENCH_RC=skipped
+if [ -n "$BENCH_ARGS" ]; then
+    BENCH_RC=0
+    for run in $BENCH_RUNS; do
+        index=${run%%:*}
+        workload=${run#*:}
+        say "bench: remora bench --fabric verbs --connect $GUEST_IP:$PORT --index $index --workload $workload $BENCH_ARGS"
+        timeout "$BENCH_TIMEOUT" remora bench --fabric verbs --connect "$GUEST_IP:$PORT" --quiet \
+            --index "$index" --workload "$workload" $BENCH_ARGS > /tmp/bench.out 2>&1
+        rc=$?
+        sed 's/^/REMORA-BENCH: /' /tmp/bench.out
+        if [ "$rc" = 0 ] && ! grep -q "^[A-Z]* *run " /tmp/bench.out; then
+            rc="no-run-row"
+        fi
+        say "bench $index $workload exit code $rc"
+        [ "$rc" = 0 ] || BENCH_RC=1
+    done
+fi
+
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
 tail -n 2 /tmp/memnode.log
@@ -101,7 +122,8 @@ usleep 500000
 expect_error "port down" "is DOWN" \
     remora perf --fabric verbs --connect "$GUEST_IP:$PORT" --quiet
 
-if [ "$CHECK_RC" = 0 ] && [ "$ERRORS_RC" = 0 ] && { [ "$PERF_RC" = 0 ] || [ "$PERF_RC" = skipped ]; }; then
+if [ "$CHECK_RC" = 0 ] && [ "$ERRORS_RC" = 0 ] && { [ "$PERF_RC" = 0 ] || [ "$PERF_RC" = skipped ]; } &&
+    { [ "$BENCH_RC" = 0 ] || [ "$BENCH_RC" = skipped ]; }; then
     finish PASS
 fi
-finish "FAIL (conformance $CHECK_RC, perf $PERF_RC, error messages $ERRORS_RC)"
+finish "FAIL (conformance $CHECK_RC, perf $PERF_RC, bench $BENCH_RC, error messages $ERRORS_RC)"

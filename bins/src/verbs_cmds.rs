@@ -6,7 +6,7 @@ use crate::args::PerfArgs;
 use crate::report::PerfRecord;
 
 #[cfg(not(feature = "verbs"))]
-const NO_VERBS: &str = "this build has no verbs fabric: rebuild with `cargo build --features verbs` \
+pub(crate) const NO_VERBS: &str = "this build has no verbs fabric: rebuild with `cargo build --features verbs` \
                         (needs libibverbs-dev, librdmacm-dev and libclang-dev), or use `--fabric soft`";
 
 #[cfg(not(feature = "verbs"))]
@@ -102,6 +102,15 @@ mod real {
             device: a.device.clone(),
             verbose: false,
         };
+        if a.service != crate::Service::Echo {
+            let name = clap::ValueEnum::to_possible_value(&a.service)
+                .map_or_else(|| format!("{:?}", a.service), |v| v.get_name().to_string());
+            return Err(format!(
+                "`remora memnode --fabric verbs` runs only the echo service: --service {name} \
+                 needs its server handler on the verbs memory node, not built yet (use \
+                 --fabric soft)"
+            ));
+        }
         if !a.listen.contains(':') {
             return Err(format!(
                 "`remora memnode --fabric verbs` listens on host:port (an address of an RDMA \
