@@ -63,20 +63,43 @@ if [ -n "$PERF_ARGS" ]; then
 fi
 
 # YCSB over verbs: each "index:workload" of BENCH_RUNS loads BENCH_ARGS' records and runs;
-# the table goes to the console. A run passes if it exits 0 and printed its run row.
+# the table goes to the console. A run passes if it exits 0 and printed its run row. The
+# one-sided indexes share the echo memory node; CANRT and Erda each get a fresh memory node
+# running their server (`--service canrt|erda`).
 BENCH_RC=skipped
 if [ -n "$BENCH_ARGS" ]; then
     BENCH_RC=0
     for run in $BENCH_RUNS; do
         index=${run%%:*}
         workload=${run#*:}
-        say "bench: remora bench --fabric verbs --connect $GUEST_IP:$PORT --index $index --workload $workload $BENCH_ARGS"
-        timeout "$BENCH_TIMEOUT" remora bench --fabric verbs --connect "$GUEST_IP:$PORT" --quiet \
+        addr="$GUEST_IP:$PORT"
+        SERVICE_NODE=""
+        case "$index" in
+        canrt | erda)
+            addr="$GUEST_IP:$SERVICE_PORT"
+            remora memnode --fabric verbs --listen "$addr" --service "$index" $SERVICE_MEMNODE_ARGS \
+                > /tmp/memnode-svc.log 2>&1 &
+            SERVICE_NODE=$!
+            for i in $(seq 1 100); do
+                grep -q listening /tmp/memnode-svc.log && break
+                kill -0 $SERVICE_NODE 2>/dev/null || break
+                usleep 100000
+            done
+            sed 's/^/REMORA-BENCH: /' /tmp/memnode-svc.log
+            ;;
+        esac
+        say "bench: remora bench --fabric verbs --connect $addr --index $index --workload $workload $BENCH_ARGS"
+        timeout "$BENCH_TIMEOUT" remora bench --fabric verbs --connect "$addr" --quiet \
             --index "$index" --workload "$workload" $BENCH_ARGS > /tmp/bench.out 2>&1
         rc=$?
         sed 's/^/REMORA-BENCH: /' /tmp/bench.out
         if [ "$rc" = 0 ] && ! grep -q "^[A-Z]* *run " /tmp/bench.out; then
             rc="no-run-row"
+        fi
+        if [ -n "$SERVICE_NODE" ]; then
+            kill $SERVICE_NODE 2>/dev/null
+            wait $SERVICE_NODE 2>/dev/null
+            tail -n 1 /tmp/memnode-svc.log | sed 's/^/REMORA-BENCH: /'
         fi
         say "bench $index $workload exit code $rc"
         [ "$rc" = 0 ] || BENCH_RC=1
@@ -113,9 +136,18 @@ expect_error "address not here" "cannot bind" \
 remora memnode --fabric verbs --listen "$GUEST_IP:7472" --region-mib 8 --chunk-kib 256 > /tmp/memnode2.log 2>&1 &
 DOOMED=$!
 for i in $(seq 1 50); do grep -q listening /tmp/memnode2.log 2>/dev/null && break; usleep 100000; done
-( sleep 1; kill -9 $DOOMED ) &
+# Killed once the client's queue pair is up (both ends RC in RTS; after 20 s regardless), not
+# after a fixed sleep that a slow (TCG, loaded host) start-up of the client can outlast.
+(
+    for i in $(seq 1 200); do
+        [ "$(rdma resource show qp 2>/dev/null | grep -c 'type RC.*state RTS')" -ge 2 ] && break
+        usleep 100000
+    done
+    usleep 300000
+    kill -9 $DOOMED
+) &
 expect_error "memory node died" "does not answer" \
-    timeout 60 remora perf --fabric verbs --connect "$GUEST_IP:7472" --seconds 4 --quiet
+    timeout 90 remora perf --fabric verbs --connect "$GUEST_IP:7472" --seconds 30 --quiet
 wait
 ip link set dummy0 down
 usleep 500000

@@ -31,6 +31,7 @@ pub use real::{check, memnode, perf};
 mod real {
     use super::*;
     use remora::verbs::check::{CONNECT_TIMEOUT, VerbsHarness, run_checks};
+    use remora::verbs::qp::RECV_LEN;
     use remora::verbs::{ConnectOptions, Memnode, MemnodeConfig, VerbsEndpoint, connect_qp, probe};
     use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -102,15 +103,6 @@ mod real {
             device: a.device.clone(),
             verbose: false,
         };
-        if a.service != crate::Service::Echo {
-            let name = clap::ValueEnum::to_possible_value(&a.service)
-                .map_or_else(|| format!("{:?}", a.service), |v| v.get_name().to_string());
-            return Err(format!(
-                "`remora memnode --fabric verbs` runs only the echo service: --service {name} \
-                 needs its server handler on the verbs memory node, not built yet (use \
-                 --fabric soft)"
-            ));
-        }
         if !a.listen.contains(':') {
             return Err(format!(
                 "`remora memnode --fabric verbs` listens on host:port (an address of an RDMA \
@@ -118,7 +110,9 @@ mod real {
                 a.listen
             ));
         }
-        let mut node = Memnode::start(cfg).map_err(|e| e.to_string())?;
+        let region_len = cfg.region_len;
+        let handler = crate::memnode::handler_for(a.service, region_len, RECV_LEN);
+        let mut node = Memnode::start_with(cfg, handler).map_err(|e| e.to_string())?;
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe {
             libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -136,9 +130,10 @@ mod real {
         }
         let s = node.summary();
         println!(
-            "memnode {} (verbs): {} MiB region on {}, {} KiB device memory ({}), {} KiB chunks; \
-             device {}; listening on {}",
+            "memnode {} (verbs): {} service, {} MiB region on {}, {} KiB device memory ({}), {} KiB \
+             chunks; device {}; listening on {}",
             a.node_id,
+            s.service,
             a.region_mib.unwrap_or(256),
             s.region_pages,
             a.dm_kib,
@@ -153,7 +148,7 @@ mod real {
         let (served, conns) = node.stats();
         let s = node.summary();
         println!(
-            "memnode {} (verbs): stopped after {conns} connections, {served} messages echoed; \
+            "memnode {} (verbs): stopped after {conns} connections, {served} messages served; \
              device memory was {}",
             a.node_id, s.dm
         );

@@ -124,7 +124,7 @@ fn bad_arguments_are_one_clear_error() {
 }
 
 #[test]
-fn bench_over_verbs_refuses_what_it_cannot_run_in_one_line() {
+fn bench_over_verbs_errors_are_one_line() {
     let one_line_error = |args: &[&str], want: &str| {
         let out = remora(args);
         assert!(!out.status.success(), "{args:?} succeeded");
@@ -132,38 +132,26 @@ fn bench_over_verbs_refuses_what_it_cannot_run_in_one_line() {
         assert!(e.contains(want), "{args:?}: {e}");
         assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
     };
-    // Two-sided indexes need a server handler the verbs memnode does not run: refused before
-    // any device or connection is looked at, in every build.
-    for index in ["canrt", "erda"] {
-        one_line_error(
-            &[
-                "bench",
-                "--fabric",
-                "verbs",
-                "--index",
-                index,
-                "--connect",
-                "192.0.2.1:7471",
-            ],
-            "needs its server handler on the memory node",
-        );
-    }
-    let bench = ["bench", "--fabric", "verbs", "--index", "smart", "--quiet"];
-    let memnode = [
-        "memnode",
-        "--fabric",
-        "verbs",
-        "--service",
-        "canrt",
-        "--listen",
-        "127.0.0.1:7471",
-    ];
-    if cfg!(feature = "verbs") {
-        one_line_error(&bench, "needs `--connect host:port`");
-        one_line_error(&memnode, "--service canrt needs its server handler");
-    } else {
-        one_line_error(&bench, "rebuild with `cargo build --features verbs`");
-        one_line_error(&memnode, "rebuild with `cargo build --features verbs`");
+    // Refused before any device or connection is looked at, in every build.
+    one_line_error(
+        &[
+            "bench",
+            "--fabric",
+            "verbs",
+            "--server-core",
+            "1",
+            "--connect",
+            "192.0.2.1:7471",
+        ],
+        "--server-core applies to the in-process soft memory node",
+    );
+    for index in ["smart", "canrt"] {
+        let bench = ["bench", "--fabric", "verbs", "--index", index, "--quiet"];
+        if cfg!(feature = "verbs") {
+            one_line_error(&bench, "needs `--connect host:port`");
+        } else {
+            one_line_error(&bench, "rebuild with `cargo build --features verbs`");
+        }
     }
 }
 

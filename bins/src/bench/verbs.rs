@@ -1,24 +1,16 @@
 //! `remora bench --fabric verbs`: worker threads pinned to cores, each one compute-node client
 //! with its own `VerbsEndpoint` (one RC queue pair per memory node given by `--connect
 //! host:port[,host:port...]`), running `--coroutines` coroutines. The memory nodes are
-//! `remora memnode --fabric verbs` processes; they run only the echo service, so only the
-//! one-sided indexes (SMART, Sherman, FG+) can be measured here.
+//! `remora memnode --fabric verbs` processes: the one-sided indexes (SMART, Sherman, FG+) need
+//! only their echo service; CANRT and Erda need the first node to run their server
+//! (`--service canrt|erda`), which is checked before the run.
 use super::BenchArgs;
 use super::index::IndexCfg;
 use super::phase::BenchRecord;
 use super::ycsb::Workload;
 
-/// The indexes that need server-side logic on the memory node, which a verbs memory node
-/// cannot run yet: a clear refusal naming what is missing (checked before any connection).
-fn refuse_two_sided(a: &BenchArgs, index: &IndexCfg) -> Result<(), String> {
-    if index.server_handler().is_some() {
-        return Err(format!(
-            "--index {} needs its server handler on the memory node, and `remora memnode \
-             --fabric verbs` runs only the echo service (no --service over verbs yet): use \
-             --fabric soft or sim for it, or smart, sherman or fg-plus over verbs",
-            index.index_name()
-        ));
-    }
+/// Flags that make no sense over verbs (checked before any connection).
+fn refuse_flags(a: &BenchArgs) -> Result<(), String> {
     if a.server_core.is_some() {
         return Err(
             "--server-core applies to the in-process soft memory node; pin a verbs \
@@ -32,10 +24,10 @@ fn refuse_two_sided(a: &BenchArgs, index: &IndexCfg) -> Result<(), String> {
 #[cfg(not(feature = "verbs"))]
 pub fn run(
     a: &BenchArgs,
-    index: &IndexCfg,
+    _index: &IndexCfg,
     _workload: Workload,
 ) -> Result<Vec<BenchRecord>, String> {
-    refuse_two_sided(a, index)?;
+    refuse_flags(a)?;
     Err(crate::verbs_cmds::NO_VERBS.into())
 }
 
@@ -75,6 +67,24 @@ mod real {
         Ok(addrs)
     }
 
+    /// CANRT and Erda need their server on the first memory node; a node running anything
+    /// else would answer their messages wrongly, so that is refused up front.
+    fn check_service(first: &NodeInfo, index: &IndexCfg) -> Result<(), String> {
+        let Some(want) = index.server_handler().map(|h| h.service()) else {
+            return Ok(());
+        };
+        if first.service == want {
+            return Ok(());
+        }
+        Err(format!(
+            "--index {} needs its server on the first memory node, but the node at {} runs the \
+             {} service: start it with `remora memnode --fabric verbs --service {want}`",
+            index.index_name(),
+            first.addr,
+            first.service
+        ))
+    }
+
     /// The notes on one memory node, from a probe connection.
     fn node_notes(info: &NodeInfo, index: &IndexCfg, notes: &mut Vec<String>) {
         let dm = match info.dm_kind {
@@ -87,10 +97,11 @@ mod real {
             DmKind::None => "no device memory".into(),
         };
         notes.push(format!(
-            "memory node {} at {} via {}: {} MiB region; device memory: {dm}",
+            "memory node {} at {} via {}: {} service, {} MiB region; device memory: {dm}",
             info.node,
             info.addr,
             info.device,
+            info.service,
             info.region_len >> 20
         ));
         if let IndexCfg::Sherman { cfg, .. } = index
@@ -111,7 +122,7 @@ mod real {
         index: &IndexCfg,
         workload: Workload,
     ) -> Result<Vec<BenchRecord>, String> {
-        refuse_two_sided(a, index)?;
+        refuse_flags(a)?;
         let addrs = addresses(a)?;
         probe(a.device.as_deref()).map_err(|e| e.to_string())?;
         let opts = ConnectOptions {
@@ -119,9 +130,12 @@ mod real {
             timeout: CONNECT_TIMEOUT,
         };
         let mut notes = Vec::new();
-        for addr in &addrs {
+        for (i, addr) in addrs.iter().enumerate() {
             let (qp, info) = connect_qp(addr, &opts).map_err(|e| e.to_string())?;
             drop(qp);
+            if i == 0 {
+                check_service(&info, index)?;
+            }
             node_notes(&info, index, &mut notes);
         }
         let plan = plan_cores(a.threads, !a.no_pin, ServerCore::None)?;

@@ -187,6 +187,10 @@ impl CatfishServer {
 }
 
 impl Handler for CatfishServer {
+    fn service(&self) -> &'static str {
+        "catfish"
+    }
+
     fn on_message(
         &mut self,
         region: &dyn LocalRegion,

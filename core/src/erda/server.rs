@@ -427,6 +427,10 @@ impl ErdaServer {
 }
 
 impl Handler for ErdaServer {
+    fn service(&self) -> &'static str {
+        "erda"
+    }
+
     fn on_message(
         &mut self,
         region: &dyn LocalRegion,
