@@ -32,7 +32,9 @@ mod real {
     use super::*;
     use remora::verbs::check::{CONNECT_TIMEOUT, VerbsHarness, run_checks};
     use remora::verbs::qp::RECV_LEN;
-    use remora::verbs::{ConnectOptions, Memnode, MemnodeConfig, VerbsEndpoint, connect_qp, probe};
+    use remora::verbs::{
+        ConnectOptions, Memnode, MemnodeConfig, NodeInfo, VerbsEndpoint, connect_qp, probe,
+    };
     use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
@@ -61,11 +63,25 @@ mod real {
         })
     }
 
+    /// The conformance suite and perf's SEND/WRITE_WITH_IMM measurements need the echo
+    /// service: another service would answer their messages as its own requests.
+    fn need_echo(info: &NodeInfo, what: &str) -> Result<(), String> {
+        if info.service == "echo" {
+            return Ok(());
+        }
+        Err(format!(
+            "the memnode at {} runs the `{}` service; {what} needs the `echo` service (start a \
+             separate `remora memnode --fabric verbs --service echo`)",
+            info.addr, info.service
+        ))
+    }
+
     /// `remora perf --fabric verbs --connect host:port`.
     pub fn perf(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
         let addr = target(a, "perf")?;
         let opts = options(a);
         let (qp, info) = connect_qp(&addr, &opts).map_err(|e| e.to_string())?;
+        need_echo(&info, "`remora perf`")?;
         let notes = vec![
             format!(
                 "memory node {} at {} via {} ({} MiB region; device memory: {:?}, {} KiB)",
@@ -160,6 +176,7 @@ mod real {
         let addr = target(a, "check")?;
         let h = VerbsHarness::new(&addr, options(a)).map_err(|e| e.to_string())?;
         let i = h.info();
+        need_echo(i, "the conformance suite")?;
         println!(
             "conformance over verbs: memory node {} at {addr} via {}, {} MiB region, device \
              memory {:?} ({} KiB)",

@@ -70,19 +70,16 @@ mod real {
     /// CANRT and Erda need their server on the first memory node; a node running anything
     /// else would answer their messages wrongly, so that is refused up front.
     fn check_service(first: &NodeInfo, index: &IndexCfg) -> Result<(), String> {
-        let Some(want) = index.server_handler().map(|h| h.service()) else {
-            return Ok(());
-        };
-        if first.service == want {
-            return Ok(());
+        match index.service() {
+            Some(want) if first.service != want => Err(format!(
+                "the memnode at {} runs the `{}` service, but --index {} needs `{want}`: start \
+                 it with `remora memnode --fabric verbs --service {want}`",
+                first.addr,
+                first.service,
+                index.index_name()
+            )),
+            _ => Ok(()),
         }
-        Err(format!(
-            "--index {} needs its server on the first memory node, but the node at {} runs the \
-             {} service: start it with `remora memnode --fabric verbs --service {want}`",
-            index.index_name(),
-            first.addr,
-            first.service
-        ))
     }
 
     /// The notes on one memory node, from a probe connection.
