@@ -20,6 +20,23 @@ finish() {
     sleep 10
 }
 
+# Errors a user sees: each must exit non-zero with one line naming what to check.
+ERRORS_RC=0
+expect_error() {
+    name=$1
+    want=$2
+    shift 2
+    out=$("$@" 2>&1)
+    rc=$?
+    lines=$(printf '%s\n' "$out" | wc -l)
+    if [ "$rc" != 0 ] && [ "$lines" = 1 ] && printf '%s' "$out" | grep -q "$want"; then
+        say "error ok: $name: $out"
+    else
+        say "error BAD: $name (exit $rc, $lines lines): $out"
+        ERRORS_RC=1
+    fi
+}
+
 say "booted: $(uname -r), $(nproc) cpus"
 for m in $(cat /etc/remora-modules); do
     insmod "/lib/modules/remora/$m.ko" || finish "FAIL insmod $m"
@@ -106,26 +123,13 @@ if [ -n "$BENCH_ARGS" ]; then
     done
 fi
 
+[ -n "$BENCH_ARGS" ] && expect_error "index needs another service" 'runs the `echo` service' \
+    remora bench --fabric verbs --connect "$GUEST_IP:$PORT" --index canrt --records 10 --quiet
+
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
 tail -n 2 /tmp/memnode.log
 
-# Errors a user sees: each must exit non-zero with one line naming what to check.
-ERRORS_RC=0
-expect_error() {
-    name=$1
-    want=$2
-    shift 2
-    out=$("$@" 2>&1)
-    rc=$?
-    lines=$(printf '%s\n' "$out" | wc -l)
-    if [ "$rc" != 0 ] && [ "$lines" = 1 ] && printf '%s' "$out" | grep -q "$want"; then
-        say "error ok: $name: $out"
-    else
-        say "error BAD: $name (exit $rc, $lines lines): $out"
-        ERRORS_RC=1
-    fi
-}
 expect_error "nobody listening" "refused the connection" \
     remora perf --fabric verbs --connect "$GUEST_IP:7999" --seconds 0.2 --quiet
 expect_error "unknown device" "no RDMA device named mlx5_9" \
