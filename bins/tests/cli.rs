@@ -145,6 +145,10 @@ fn bench_over_verbs_errors_are_one_line() {
         ],
         "--server-core applies to the in-process soft memory node",
     );
+    one_line_error(
+        &["bench", "--device", "rxe0", "--records", "10"],
+        "--device names an RDMA device: it is for --fabric verbs",
+    );
     for index in ["smart", "canrt"] {
         let bench = ["bench", "--fabric", "verbs", "--index", index, "--quiet"];
         if cfg!(feature = "verbs") {

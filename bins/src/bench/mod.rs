@@ -483,6 +483,9 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
             }
         }
     }
+    if a.device.is_some() && a.fabric != FabricKind::Verbs {
+        return Err("--device names an RDMA device: it is for --fabric verbs".into());
+    }
     Ok(())
 }
 
