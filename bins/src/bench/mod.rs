@@ -4,13 +4,16 @@
 //! operations or `--seconds` seconds. On `--fabric soft` every worker thread is one
 //! compute-node client with its own endpoint and index handle, running `--coroutines`
 //! coroutines; on `--fabric sim` the clients are `--compute-nodes x --clients-per-node`
-//! simulated client threads in virtual time. Any index implementing `KvIndex` plugs in
+//! simulated client threads in virtual time; on `--fabric verbs` every worker thread is one
+//! client with its own verbs endpoint on the `--connect` memory nodes (`verbs.rs`; one-sided
+//! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
 pub(crate) mod index;
 mod phase;
 mod sim;
 mod soft;
+mod verbs;
 mod ycsb;
 
 use crate::args::{FabricKind, SimArgs};
@@ -90,9 +93,13 @@ pub struct BenchArgs {
     /// Coroutines per worker thread.
     #[arg(long, default_value_t = 4)]
     pub coroutines: usize,
-    /// A memnode control socket to use instead of an in-process memory node (soft).
+    /// A memnode control socket to use instead of an in-process memory node (soft); the
+    /// memory nodes' host:port, comma-separated (verbs).
     #[arg(long)]
     pub connect: Option<String>,
+    /// RDMA device name (verbs), e.g. rxe0 or mlx5_0; default: whichever the route picks.
+    #[arg(long)]
+    pub device: Option<String>,
     /// Region of the in-process (or simulated) memory node, in MiB (default: sized from the
     /// records, operations and value size).
     #[arg(long)]
@@ -465,7 +472,11 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         no_pin: a.no_pin,
         server_core: a.server_core.is_some(),
         region: a.region_mib.is_some(),
-    })
+    })?;
+    if a.device.is_some() && a.fabric != FabricKind::Verbs {
+        return Err("--device names an RDMA device: it is for --fabric verbs".into());
+    }
+    Ok(())
 }
 
 /// YCSB-C on the same keys and distribution against an in-memory map on this thread:
@@ -545,9 +556,7 @@ fn run_phases(
     match a.fabric {
         FabricKind::Soft => soft::run(a, index, workload),
         FabricKind::Sim => sim::run(a, index, workload),
-        FabricKind::Verbs => {
-            Err("remora bench --fabric verbs is not in this build: use soft or sim".into())
-        }
+        FabricKind::Verbs => verbs::run(a, index, workload),
     }
 }
 
@@ -654,9 +663,15 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
             a.sim.memory_nodes,
             a.sim.seed
         ),
-        _ => format!(
-            "soft fabric, {} threads x {} coroutines",
-            a.threads, a.coroutines
+        f => format!(
+            "{} fabric, {} threads x {} coroutines",
+            if f == FabricKind::Verbs {
+                "verbs"
+            } else {
+                "soft"
+            },
+            a.threads,
+            a.coroutines
         ),
     };
     println!(
