@@ -215,3 +215,36 @@ fn bench_on_the_soft_fabric_reports_every_figure() {
         assert!(run["per_op"]["reads"].as_f64().unwrap() >= 1.0, "{index}");
     }
 }
+
+#[test]
+fn linearizability_check_on_the_sim() {
+    let out = remora(&[
+        "check",
+        "--linearizability",
+        "--index",
+        "smart",
+        "--fabric",
+        "sim",
+        "--seeds",
+        "1..3",
+        "--ops",
+        "1600",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("seed 2: 1600 ops"), "{stdout}");
+    assert!(
+        stdout.contains("smart: 2 histories, 3200 operations checked"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 violations, 0 inconclusive"), "{stdout}");
+    let out = remora(&["check", "--linearizability", "--seeds", "one..two"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--seeds"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
