@@ -588,4 +588,35 @@ fn json_to_stdout_is_json_only() {
         stderr(&out).contains("workload"),
         "the table goes to stderr"
     );
+
+fn linearizability_check_on_the_sim() {
+    let out = remora(&[
+        "check",
+        "--linearizability",
+        "--index",
+        "smart",
+        "--fabric",
+        "sim",
+        "--seeds",
+        "1..3",
+        "--ops",
+        "1600",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("seed 2: 1600 ops"), "{stdout}");
+    assert!(
+        stdout.contains("smart: 2 histories, 3200 operations checked"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 violations, 0 inconclusive"), "{stdout}");
+    let out = remora(&["check", "--linearizability", "--seeds", "one..two"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--seeds"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
