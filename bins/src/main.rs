@@ -126,21 +126,27 @@ fn perf_flags_apply(a: &PerfArgs) -> Result<(), String> {
                 return Err("--connect names a real memory node; the sim simulates its own".into());
             }
             if a.threads != 1 || a.no_pin || a.server_core.is_some() {
-                return Err("--threads, --no-pin and --server-core are for real threads; the \
+                return Err(
+                    "--threads, --no-pin and --server-core are for real threads; the \
                             sim's clients are --compute-nodes x --clients-per-node"
-                    .into());
+                        .into(),
+                );
             }
         }
         FabricKind::Soft | FabricKind::Verbs => {
             if sim_shape {
-                return Err("--compute-nodes, --clients-per-node, --memory-nodes, --model, \
+                return Err(
+                    "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
                             --set and --trace shape the sim: use them with --fabric sim"
-                    .into());
+                        .into(),
+                );
             }
             if a.connect.is_some() && a.region_mib != 64 {
-                return Err("--region-mib sizes the in-process memory node; a --connect \
+                return Err(
+                    "--region-mib sizes the in-process memory node; a --connect \
                             memnode has its own region (remora memnode --region-mib)"
-                    .into());
+                        .into(),
+                );
             }
         }
     }

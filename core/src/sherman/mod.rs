@@ -46,11 +46,13 @@
 mod cache;
 mod lock;
 mod tree;
+mod wait;
 
 pub use tree::Sherman;
 
 use crate::alloc::AllocError;
 use crate::fabric::FabricError;
+use crate::lease::LeaseConfig;
 use core::fmt;
 use remora_layouts::{GlobalAddr, LayoutError};
 
@@ -74,9 +76,14 @@ pub struct ShermanConfig {
     pub cache_bytes: usize,
     /// Region-header root slot that publishes the tree.
     pub root_slot: usize,
-    /// Re-reads of a torn page before giving up with an error.
-    pub read_retries: u32,
-    /// CMP_AND_SWP attempts on a held lock before giving up (a dead holder).
+    /// Leases, back-off and deadlines of every wait (locks, re-reads of a page that does not
+    /// verify), on the fabric clock; see [`crate::lease`]. The default lease is 100 ms, ten
+    /// times [`LeaseConfig::default_lease`]: on a loaded machine (the soft fabric's threads
+    /// outnumbering cores several times over) a live holder preempted mid-critical-section
+    /// for tens of milliseconds was fenced at 10 ms, failing its operation. A dead holder
+    /// costs its waiters about one lease.
+    pub lease: LeaseConfig,
+    /// Attempts cap of every wait, for fabrics without a clock (the lease's `max_attempts`).
     pub lock_retries: u32,
     /// How readers prove a page image whole (always [`PageCheck::Checksums`] outside tests).
     pub page_check: PageCheck,
@@ -110,7 +117,11 @@ impl ShermanConfig {
             cache_bytes: 64 << 20,
             // SMART publishes in slot 1: both trees can share a memory node.
             root_slot: 2,
-            read_retries: 10_000,
+            lease: LeaseConfig {
+                lease_ns: 100_000_000,
+                deadline_ns: 10_000_000_000,
+                ..LeaseConfig::default_lease()
+            },
             lock_retries: 1_000_000,
             page_check: PageCheck::Checksums,
         }
@@ -160,17 +171,25 @@ pub enum ShermanError {
         addr: GlobalAddr,
         why: LayoutError,
     },
-    /// A lock still held after every attempt: its holder is dead or stuck.
-    LockTimeout {
+    /// A lock still held past the deadline: by `holder` (the client named by `word`), which
+    /// could not be fenced (the fabric cannot, or the word names no client), or by a coroutine
+    /// of this handle (`word` 0: the local queue).
+    LockHeld {
         lock: GlobalAddr,
+        holder: u32,
+        word: u64,
+        waited_ns: u64,
     },
     /// No tree is published in the root slot, or it was made with another geometry.
     NoTree {
         slot: usize,
     },
-    /// The tree did not settle (e.g. a root change never became visible).
-    Retries {
+    /// The tree did not settle by the deadline (e.g. a sibling chain that never reaches the
+    /// key): what, where, and for how long it was waited for.
+    Unsettled {
         what: &'static str,
+        at: GlobalAddr,
+        waited_ns: u64,
     },
 }
 
@@ -216,16 +235,26 @@ impl fmt::Display for ShermanError {
             ShermanError::Corrupt { addr, why } => {
                 write!(f, "sherman page at {addr} unreadable: {why}")
             }
-            ShermanError::LockTimeout { lock } => {
+            ShermanError::LockHeld {
+                lock,
+                holder,
+                word,
+                waited_ns,
+            } => {
                 write!(
                     f,
-                    "sherman lock {lock} still held after every retry (dead holder?)"
+                    "sherman lock {lock} held by client {holder} (word {word:#018x}) for \
+                     {waited_ns} ns and it could not be fenced"
                 )
             }
             ShermanError::NoTree { slot } => {
                 write!(f, "no sherman tree with this geometry in root slot {slot}")
             }
-            ShermanError::Retries { what } => write!(f, "sherman: gave up retrying: {what}"),
+            ShermanError::Unsettled {
+                what,
+                at,
+                waited_ns,
+            } => write!(f, "sherman: {what} at {at}, still after {waited_ns} ns"),
         }
     }
 }

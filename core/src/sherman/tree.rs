@@ -1,11 +1,12 @@
 //! The B-link tree itself: descriptor, traversal, lookups, writes, splits, scans.
 use super::cache::{IndexCache, child_for};
 use super::lock::{Batch, Got, Locks};
+use super::wait::Patience;
 use super::{PageCheck, ShermanConfig, ShermanError};
 use crate::alloc::RemoteAllocator;
-use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::index::KvIndex;
+use crate::lease::LeaseConfig;
 use core::cell::{Cell, RefCell};
 use remora_layouts::region::{HEADER_LEN as REGION_HEADER_LEN, RegionHeader, root_offset};
 use remora_layouts::sherman::{
@@ -22,9 +23,6 @@ const DESC_LEN: usize = 128;
 const D_ROOT: u64 = 8;
 const D_CLIENTS: u64 = 40;
 const MAX_NODES: usize = 8;
-/// Sibling hops or restarts one operation may take before it reports a tree that never
-/// settles (a cycle would otherwise spin forever).
-const MAX_HOPS: u32 = 100_000;
 
 /// The tree's descriptor, stored once on the first memory node:
 /// magic, root, page size, value size, flags (bit 0: on-chip locks), clients (FAA counter),
@@ -84,7 +82,8 @@ struct NodeLocks {
 /// What a locked leaf step decided.
 enum Step {
     Done(bool),
-    MoveTo(GlobalAddr),
+    /// To the right sibling (address, separator: the page's high fence).
+    MoveTo(GlobalAddr, u64),
     Restart,
 }
 
@@ -111,6 +110,13 @@ pub struct Sherman<'e, E: Endpoint> {
     pool: RefCell<Vec<Vec<u8>>>,
     handovers: Cell<u64>,
     splits: Cell<u64>,
+    /// A link a traversal found missing (a page reached through its parent or left
+    /// neighbour whose right sibling the parent does not know): (parent level, separator,
+    /// child). The next write of this handle inserts it.
+    missing: Cell<Option<(u8, u64, GlobalAddr)>>,
+    /// Repairs made: separators linked and roots grown for splits whose client died (or was
+    /// slow), and torn pages rewritten.
+    repairs: Cell<u64>,
 }
 
 fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
@@ -298,16 +304,21 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             allocs,
             next_alloc: Cell::new(tag as usize),
             locks: Locks::new(
-                tag,
+                ep.client_id(),
                 cfg.hierarchical_locks,
                 cfg.combine_commands,
                 cfg.handover_cap,
-                cfg.lock_retries,
+                LeaseConfig {
+                    max_attempts: cfg.lock_retries,
+                    ..cfg.lease
+                },
             ),
             cache: RefCell::new(IndexCache::new(cfg.index_cache, cfg.cache_bytes)),
             pool: RefCell::new(Vec::new()),
             handovers: Cell::new(0),
             splits: Cell::new(0),
+            missing: Cell::new(None),
+            repairs: Cell::new(0),
         })
     }
 
@@ -317,6 +328,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     /// Lock hand-overs this handle received, and splits it made.
     pub fn stats(&self) -> (u64, u64) {
         (self.handovers.get(), self.splits.get())
+    }
+    /// Repairs this handle made of what other (dead or slow) clients left half-done.
+    pub fn repairs(&self) -> u64 {
+        self.repairs.get()
     }
     /// Index-cache hits, misses and bytes.
     pub fn cache_stats(&self) -> (u64, u64, usize) {
@@ -332,6 +347,17 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
     fn give(&self, p: Vec<u8>) {
         self.pool.borrow_mut().push(p);
+    }
+
+    /// The bounds of every wait (the lease config, attempts capped by `lock_retries`).
+    fn patience(&self) -> Patience {
+        Patience::new(
+            self.ep,
+            LeaseConfig {
+                max_attempts: self.cfg.lock_retries,
+                ..self.cfg.lease
+            },
+        )
     }
 
     fn qp(&self, a: GlobalAddr) -> Result<&'e E::Qp, ShermanError> {
@@ -381,19 +407,17 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         buf: &mut [u8],
     ) -> Result<PageHeader, ShermanError> {
         let qp = self.qp(addr)?;
-        let mut why = None;
-        for _ in 0..self.cfg.read_retries.max(1) {
+        let mut p = self.patience();
+        loop {
             qp.read(addr, buf).await?;
-            match self.decode(buf) {
+            let why = match self.decode(buf) {
                 Ok(h) => return Ok(h),
-                Err(e) => why = Some(e),
+                Err(e) => e,
+            };
+            if !p.pause(self.ep).await {
+                return Err(ShermanError::Corrupt { addr, why });
             }
-            yield_now().await;
         }
-        Err(ShermanError::Corrupt {
-            addr,
-            why: why.expect("the loop ran at least once"),
-        })
     }
 
     /// READ a leaf until the header and every slot verify (every slot: which one holds `key`
@@ -404,7 +428,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         buf: &mut [u8],
         key: u64,
     ) -> Result<(PageHeader, Option<(usize, usize)>), ShermanError> {
-        for _ in 0..self.cfg.read_retries {
+        let mut p = self.patience();
+        loop {
             let h = self.read_page(addr, buf).await?;
             if !h.is_leaf() {
                 return Err(ShermanError::Corrupt {
@@ -414,14 +439,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     },
                 });
             }
-            match self.find_in_leaf(buf, self.bind(&h), key) {
+            let why = match self.find_in_leaf(buf, self.bind(&h), key) {
                 Ok(found) => return Ok((h, found)),
-                Err(_) => yield_now().await,
+                Err(e) => e,
+            };
+            if !p.pause(self.ep).await {
+                return Err(ShermanError::Corrupt { addr, why });
             }
         }
-        Err(ShermanError::Retries {
-            what: "leaf entries kept failing their checksums",
-        })
     }
 
     /// The live (slot, value length) holding `key`, every slot verified against `bind`. (The
@@ -467,6 +492,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     /// Walks from the root to the page covering `key` at `level`, or (`None`) to the leaf
     /// covering it, whose address is returned without reading the leaf itself (unless the
     /// root is that leaf). Level-1 pages passed on the way refresh the index cache.
+    ///
+    /// Repairs on the way (a split is finished by whoever notices it unfinished): a root with
+    /// a right sibling is a root whose split's client has not grown the tree (yet, or ever —
+    /// it died): the walk grows it. A page reached through its parent that does not cover the
+    /// key is a split whose separator the parent lacks: it is noted in `missing` for the next
+    /// write of this handle to insert.
     async fn walk(
         &self,
         key: u64,
@@ -474,21 +505,59 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         buf: &mut [u8],
     ) -> Result<GlobalAddr, ShermanError> {
         let mut addr = self.root.get();
-        for _ in 0..MAX_HOPS {
+        let mut p = self.patience();
+        // `addr` is the root as we know it / was reached through a parent's child pointer.
+        let (mut top, mut from_parent) = (true, false);
+        let mut grown = false;
+        loop {
             let h = self.read_page(addr, buf).await?;
+            let at = addr;
+            let unsettled = |what, p: &Patience| ShermanError::Unsettled {
+                what,
+                at,
+                waited_ns: p.waited(self.ep),
+            };
+            if top && h.sibling != 0 && h.low_fence == 0 && !grown {
+                self.refresh_root().await?;
+                if self.root.get() == addr {
+                    // Still the published root: grow it over the split nobody finished.
+                    grown = true;
+                    let right = GlobalAddr::from_raw(h.sibling);
+                    match self.grow_root(addr, h.level(), h.high_fence, right).await? {
+                        None => self.repairs.set(self.repairs.get() + 1),
+                        Some(link) => self.missing.set(Some(link)),
+                    }
+                    self.refresh_root().await?;
+                }
+                addr = self.root.get();
+                if !p.step(self.ep) {
+                    return Err(unsettled("root growth did not settle", &p));
+                }
+                continue;
+            }
             if level.is_some_and(|l| h.level() < l) || key < h.low_fence {
                 // The root we know is below the level we need, or we went wrong: reload it.
                 self.refresh_root().await?;
                 addr = self.root.get();
-                yield_now().await;
+                (top, from_parent, grown) = (true, false, false);
+                if !p.pause(self.ep).await {
+                    return Err(unsettled("descent did not settle", &p));
+                }
                 continue;
             }
+            top = false;
             if key >= h.high_fence {
-                addr = GlobalAddr::from_raw(h.sibling);
-                if addr.is_null() {
-                    return Err(ShermanError::Retries {
-                        what: "rightmost page does not cover the key",
-                    });
+                let next = GlobalAddr::from_raw(h.sibling);
+                if next.is_null() {
+                    return Err(unsettled("rightmost page does not cover the key", &p));
+                }
+                if from_parent {
+                    self.missing.set(Some((h.level() + 1, h.high_fence, next)));
+                }
+                from_parent = false;
+                addr = next;
+                if !p.step(self.ep) {
+                    return Err(unsettled("sibling chain did not reach the key", &p));
                 }
                 continue;
             }
@@ -504,18 +573,30 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     what: "internal page without child",
                 },
             })?;
+            from_parent = true;
         }
-        Err(ShermanError::Retries {
-            what: "descent did not settle",
-        })
     }
 
-    /// The leaf for `key`: from the index cache, else by walking down.
-    async fn locate(&self, key: u64, buf: &mut [u8]) -> Result<GlobalAddr, ShermanError> {
+    /// The leaf for `key`: from the index cache (true), else by walking down (false).
+    async fn locate(&self, key: u64, buf: &mut [u8]) -> Result<(GlobalAddr, bool), ShermanError> {
         if let Some(a) = self.cache.borrow_mut().leaf_for(key, &self.g) {
-            return Ok(a);
+            return Ok((a, true));
         }
-        self.walk(key, None, buf).await
+        Ok((self.walk(key, None, buf).await?, false))
+    }
+
+    /// Inserts the separators traversals found missing (splits whose client died before
+    /// linking them, or has not yet). Bounded: each insert may note one more above it.
+    async fn link_missing(&self) -> Result<(), ShermanError> {
+        for _ in 0..8 {
+            let Some((level, sep, child)) = self.missing.take() else {
+                return Ok(());
+            };
+            if self.insert_separator(level, sep, child).await? {
+                self.repairs.set(self.repairs.get() + 1);
+            }
+        }
+        Ok(())
     }
 
     async fn lookup(&self, key: u64, out: &mut [u8]) -> Result<Option<usize>, ShermanError> {
@@ -531,12 +612,22 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         out: &mut [u8],
         buf: &mut [u8],
     ) -> Result<Option<usize>, ShermanError> {
-        let mut addr = self.locate(key, buf).await?;
-        for _ in 0..MAX_HOPS {
+        let mut addr = self.locate(key, buf).await?.0;
+        let mut p = self.patience();
+        loop {
             let (h, found) = self.read_leaf(addr, buf, key).await?;
+            let moved = key < h.low_fence || key >= h.high_fence;
+            if moved && !p.step(self.ep) {
+                return Err(ShermanError::Unsettled {
+                    what: "lookup did not reach the key's leaf",
+                    at: addr,
+                    waited_ns: p.waited(self.ep),
+                });
+            }
             if key < h.low_fence {
                 self.cache.borrow_mut().invalidate(key);
-                addr = self.locate(key, buf).await?;
+                p.pause(self.ep).await;
+                addr = self.locate(key, buf).await?.0;
                 continue;
             }
             if key >= h.high_fence {
@@ -554,9 +645,6 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             dst.copy_from_slice(leaf_value(buf, &self.g, s, len));
             return Ok(Some(len));
         }
-        Err(ShermanError::Retries {
-            what: "lookup did not settle",
-        })
     }
 
     /// Ops writing sealed page image `img` whole: one WRITE (readers verify its content, so
@@ -609,31 +697,48 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         change: Change,
         buf: &mut [u8],
     ) -> Result<bool, ShermanError> {
-        let mut addr = self.locate(key, buf).await?;
-        for _ in 0..MAX_HOPS {
+        let (mut addr, mut cached) = self.locate(key, buf).await?;
+        let mut p = self.patience();
+        loop {
             let lock = self.lock_for(addr)?;
-            let qp = self.qp(addr)?;
-            if self.locks.acquire(qp, lock).await? == Got::HandedOver {
-                self.handovers.set(self.handovers.get() + 1);
+            let got = self.locks.acquire(self.ep, lock).await?;
+            match got {
+                Got::HandedOver => self.handovers.set(self.handovers.get() + 1),
+                Got::TookOver { .. } => self.repairs.set(self.repairs.get() + 1),
+                Got::Acquired => {}
             }
-            match self
+            let step = self
                 .modify_locked(addr, lock, key, value, change, buf)
-                .await?
-            {
-                Step::Done(r) => return Ok(r),
-                Step::MoveTo(next) => {
+                .await?;
+            if !matches!(step, Step::Done(_)) && !p.step(self.ep) {
+                return Err(ShermanError::Unsettled {
+                    what: "write did not reach the key's leaf",
+                    at: addr,
+                    waited_ns: p.waited(self.ep),
+                });
+            }
+            match step {
+                Step::Done(r) => {
+                    self.link_missing().await?;
+                    return Ok(r);
+                }
+                Step::MoveTo(next, sep) => {
+                    if !cached {
+                        // Reached from a parent that routed the key here: it lacks the
+                        // separator of this leaf's right sibling.
+                        self.missing.set(Some((1, sep, next)));
+                    }
                     self.cache.borrow_mut().invalidate(key);
+                    // (Every page passed from a parent's pointer lacks its separator there.)
                     addr = next;
                 }
                 Step::Restart => {
                     self.cache.borrow_mut().invalidate(key);
-                    addr = self.locate(key, buf).await?;
+                    p.pause(self.ep).await;
+                    (addr, cached) = self.locate(key, buf).await?;
                 }
             }
         }
-        Err(ShermanError::Retries {
-            what: "write did not settle",
-        })
     }
 
     /// Under the leaf's lock: apply the change, write back, release.
@@ -658,7 +763,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         if !h.covers(key) {
             self.locks.release(qp, lock, &mut Batch::new()).await?;
             return Ok(if key >= h.high_fence {
-                Step::MoveTo(GlobalAddr::from_raw(h.sibling))
+                Step::MoveTo(GlobalAddr::from_raw(h.sibling), h.high_fence)
             } else {
                 Step::Restart
             });
@@ -771,7 +876,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             Some((1, sep, right_addr))
         };
         match pending {
-            Some((level, sep, child)) => self.insert_separator(level, sep, child).await,
+            Some((level, sep, child)) => self.insert_separator(level, sep, child).await.map(drop),
             None => Ok(()),
         }
     }
@@ -852,28 +957,32 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
 
     /// Inserts separator `sep` → `child` into the internal level `level`, splitting upward
-    /// as needed (iteratively).
+    /// as needed (iteratively). Idempotent: false if `sep` was linked already (by the
+    /// splitter, or by another client repairing the same split).
     async fn insert_separator(
         &self,
         mut level: u8,
         mut sep: u64,
         mut child: GlobalAddr,
-    ) -> Result<(), ShermanError> {
+    ) -> Result<bool, ShermanError> {
         let mut buf = self.page();
         let r = async {
-            let mut hops = 0u32;
+            let mut p = self.patience();
             'levels: loop {
                 let mut addr = self.walk(sep, Some(level), &mut buf).await?;
                 loop {
-                    hops += 1;
-                    if hops > MAX_HOPS {
-                        return Err(ShermanError::Retries {
-                            what: "separator insert did not settle",
+                    if !p.step(self.ep) {
+                        return Err(ShermanError::Unsettled {
+                            what: "separator insert did not find its page",
+                            at: addr,
+                            waited_ns: p.waited(self.ep),
                         });
                     }
                     let lock = self.lock_for(addr)?;
                     let qp = self.qp(addr)?;
-                    self.locks.acquire(qp, lock).await?;
+                    if let Got::TookOver { .. } = self.locks.acquire(self.ep, lock).await? {
+                        self.repairs.set(self.repairs.get() + 1);
+                    }
                     let h = match self.read_page(addr, &mut buf).await {
                         Ok(h) => h,
                         Err(e) => {
@@ -887,6 +996,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             addr = GlobalAddr::from_raw(h.sibling);
                             continue;
                         }
+                        p.pause(self.ep).await;
                         continue 'levels;
                     }
                     let mut entries: Vec<(u64, u64)> = (0..h.count())
@@ -894,9 +1004,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         .collect();
                     let pos = entries.partition_point(|e| e.0 < sep);
                     if entries.get(pos).is_some_and(|e| e.0 == sep) {
-                        // Already linked (a retried insert): nothing to do.
+                        // Already linked (a retried insert, or a repair): nothing to do.
                         self.locks.release(qp, lock, &mut Batch::new()).await?;
-                        return Ok(());
+                        return Ok(false);
                     }
                     entries.insert(pos, (sep, child.raw()));
                     let image = |version: u64,
@@ -942,7 +1052,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                                 &img,
                             );
                         }
-                        return Ok(());
+                        return Ok(true);
                     }
                     let mid = entries.len() / 2;
                     let up = entries[mid].0;
@@ -982,7 +1092,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     };
                     match pending {
                         Some((l, s, c)) => (level, sep, child) = (l, s, c),
-                        None => return Ok(()),
+                        None => return Ok(true),
                     }
                     continue 'levels;
                 }
@@ -1003,14 +1113,17 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let r = async {
             let mut key = from;
             let mut seen = 0usize;
-            let mut addr = self.locate(key, &mut buf).await?;
+            let mut addr = self.locate(key, &mut buf).await?.0;
             let mut batch: Vec<(u64, usize, usize)> = Vec::with_capacity(self.g.leaf_capacity());
-            'pages: for _ in 0..MAX_HOPS {
+            // Bounds the moves that make no progress (re-locating, moving right of `key`).
+            let mut moves = self.patience();
+            'pages: loop {
                 if seen >= limit {
                     break;
                 }
-                let mut h = None;
-                for _ in 0..self.cfg.read_retries {
+                let h;
+                let mut p = self.patience();
+                loop {
                     let hh = self.read_page(addr, &mut buf).await?;
                     if !hh.is_leaf() {
                         return Err(ShermanError::Corrupt {
@@ -1029,18 +1142,30 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             batch.push((k, s, len))
                         }
                     });
-                    if whole.is_ok() {
-                        h = Some(hh);
-                        break;
+                    match whole {
+                        Ok(()) => {
+                            h = hh;
+                            break;
+                        }
+                        Err(why) => {
+                            if !p.pause(self.ep).await {
+                                return Err(ShermanError::Corrupt { addr, why });
+                            }
+                        }
                     }
-                    yield_now().await;
                 }
-                let h = h.ok_or(ShermanError::Retries {
-                    what: "scanned leaf kept failing checksums",
-                })?;
+                let moved = key < h.low_fence || key >= h.high_fence;
+                if moved && !moves.step(self.ep) {
+                    return Err(ShermanError::Unsettled {
+                        what: "scan did not reach its next leaf",
+                        at: addr,
+                        waited_ns: moves.waited(self.ep),
+                    });
+                }
                 if key < h.low_fence {
                     self.cache.borrow_mut().invalidate(key);
-                    addr = self.locate(key, &mut buf).await?;
+                    moves.pause(self.ep).await;
+                    addr = self.locate(key, &mut buf).await?.0;
                     continue 'pages;
                 }
                 if key >= h.high_fence {
