@@ -48,7 +48,7 @@ mod lock;
 mod tree;
 mod wait;
 
-pub use tree::Sherman;
+pub use tree::{RepairStats, Sherman};
 
 use crate::alloc::AllocError;
 use crate::fabric::FabricError;

@@ -94,6 +94,17 @@ enum Change {
     Delete,
 }
 
+/// What a handle repaired of what other (dead or slow) clients left half-done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairStats {
+    /// Locks taken over from a holder fenced after its lease ran out.
+    pub takeovers: u64,
+    /// Separators of finished splits inserted into a parent that lacked them.
+    pub separators_linked: u64,
+    /// Roots grown over a split root.
+    pub roots_grown: u64,
+}
+
 /// One compute node's handle on a Sherman tree (see [`super`]).
 pub struct Sherman<'e, E: Endpoint> {
     ep: &'e E,
@@ -114,9 +125,8 @@ pub struct Sherman<'e, E: Endpoint> {
     /// neighbour whose right sibling the parent does not know): (parent level, separator,
     /// child). The next write of this handle inserts it.
     missing: Cell<Option<(u8, u64, GlobalAddr)>>,
-    /// Repairs made: separators linked and roots grown for splits whose client died (or was
-    /// slow), and torn pages rewritten.
-    repairs: Cell<u64>,
+    /// Repairs made of what other clients left half-done.
+    repairs: Cell<RepairStats>,
 }
 
 fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
@@ -318,7 +328,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             handovers: Cell::new(0),
             splits: Cell::new(0),
             missing: Cell::new(None),
-            repairs: Cell::new(0),
+            repairs: Cell::new(RepairStats::default()),
         })
     }
 
@@ -330,8 +340,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         (self.handovers.get(), self.splits.get())
     }
     /// Repairs this handle made of what other (dead or slow) clients left half-done.
-    pub fn repairs(&self) -> u64 {
+    pub fn repairs(&self) -> RepairStats {
         self.repairs.get()
+    }
+    fn repaired(&self, f: impl FnOnce(&mut RepairStats)) {
+        let mut r = self.repairs.get();
+        f(&mut r);
+        self.repairs.set(r);
     }
     /// Index-cache hits, misses and bytes.
     pub fn cache_stats(&self) -> (u64, u64, usize) {
@@ -524,7 +539,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     grown = true;
                     let right = GlobalAddr::from_raw(h.sibling);
                     match self.grow_root(addr, h.level(), h.high_fence, right).await? {
-                        None => self.repairs.set(self.repairs.get() + 1),
+                        None => self.repaired(|r| r.roots_grown += 1),
                         Some(link) => self.missing.set(Some(link)),
                     }
                     self.refresh_root().await?;
@@ -593,7 +608,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 return Ok(());
             };
             if self.insert_separator(level, sep, child).await? {
-                self.repairs.set(self.repairs.get() + 1);
+                self.repaired(|r| r.separators_linked += 1);
             }
         }
         Ok(())
@@ -704,7 +719,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             let got = self.locks.acquire(self.ep, lock).await?;
             match got {
                 Got::HandedOver => self.handovers.set(self.handovers.get() + 1),
-                Got::TookOver { .. } => self.repairs.set(self.repairs.get() + 1),
+                Got::TookOver { .. } => self.repaired(|r| r.takeovers += 1),
                 Got::Acquired => {}
             }
             let step = self
@@ -794,13 +809,25 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         };
         let at = self.g.leaf_entry_offset(slot);
         let entry = at..at + self.g.leaf_entry_size();
-        let val = if valid { value } else { &[] };
+        // A delete keeps the entry's key and value bytes and changes only its meta word
+        // (valid bit, version, checksum): with two-level versions it is one aligned 8-byte
+        // WRITE, which no crash can tear.
+        let mut kept = [0u8; remora_layouts::sherman::MAX_VALUE];
+        let val: &[u8] = match found {
+            _ if valid => value,
+            Some((_, len)) => {
+                kept[..len].copy_from_slice(leaf_value(buf, &self.g, slot, len));
+                &kept[..len]
+            }
+            None => &[],
+        };
         let mut ops = Batch::new();
         if self.cfg.two_level_versions {
             encode_leaf_entry(&mut buf[entry.clone()], key, val, version, valid, bind);
+            let written = if valid { entry } else { at..at + 8 };
             ops.push(Op::Write {
                 remote: addr.add(at as u64),
-                local: &buf[entry],
+                local: &buf[written],
             })
             .expect("a doorbell batch holds at most 5 work requests");
             self.locks.release(qp, lock, &mut ops).await?;
@@ -981,7 +1008,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     let lock = self.lock_for(addr)?;
                     let qp = self.qp(addr)?;
                     if let Got::TookOver { .. } = self.locks.acquire(self.ep, lock).await? {
-                        self.repairs.set(self.repairs.get() + 1);
+                        self.repaired(|r| r.takeovers += 1);
                     }
                     let h = match self.read_page(addr, &mut buf).await {
                         Ok(h) => h,
