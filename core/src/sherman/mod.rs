@@ -25,13 +25,58 @@
 //!   a 64-bit hash of the whole page, a leaf by a hash of its header plus a checksum per entry
 //!   bound to the page version (a whole-page write bumps the version and rebinds every slot),
 //!   so a READ mixing two images of a split is re-read instead of missing a moved key. Format
-//!   and argument: `remora_layouts::sherman`. Re-reads are bounded (`read_retries`).
+//!   and argument: `remora_layouts::sherman`. Re-reads back off and end at a deadline
+//!   (`lease`, see below).
 //! - Writers rely only on per-queue-pair order of whole operations: a whole page is one
 //!   WRITE; a split's new right page completes before the left page that links it is
 //!   written, and that before the parent learns the separator; command combination puts the
 //!   unlock behind the write-back on the same queue pair.
 //! - Leaf entries store the value's length: `get` returns exactly the bytes upserted, and a
 //!   buffer too small for them is [`ShermanError::BufferTooSmall`].
+//!
+//! # Dead clients and half-done changes
+//!
+//! A client can die at any verb. What it can leave behind, and who finishes it:
+//!
+//! - **A held lock.** Lock words are owned ([`crate::lease`]): `owner_word(client, tag)`
+//!   with a fresh tag per acquisition. Waiters back off exponentially on the fabric clock; a
+//!   word unchanged for a lease (`lease.lease_ns`, 100 ms by default, see [`ShermanConfig`])
+//!   has a dead holder, whom the waiter fences off the lock's memory node
+//!   ([`crate::fabric::Endpoint::fence`]) and then CASes the word from the holder's to its own
+//!   (`lock.rs`). The local lock table (coroutines of one handle) is unchanged; a handle never
+//!   fences itself. A word that names no client, or a fabric that cannot fence (verbs), ends
+//!   in [`ShermanError::LockHeld`] naming the word and holder after the deadline.
+//! - **A page the holder was writing.** On the sim a crash drops a whole doorbell, so a page
+//!   is either the old or the new image and the taker-over simply re-reads it: every write
+//!   under a lock is one doorbell that also carries the unlock (command combination) or is
+//!   followed by it, so a lock still held means the write-back either landed whole or never
+//!   left. Deletes change only the entry's meta word (one aligned 8-byte WRITE, which no crash
+//!   can tear). A page torn *within* a WRITE by a dying writer (soft: a process killed in the
+//!   middle of its copy) fails its checks forever; readers and writers then report
+//!   [`ShermanError::Corrupt`] for that page at the deadline — a clear error, never a wrong
+//!   answer. Repairing it is NOT done yet; the decided design: the writer posts a redo record
+//!   (page, slot, new bytes, checksum) to a per-handle log slot named by the lock word's tag
+//!   in the same doorbell, ahead of the in-place write; a taker-over that finds a torn page
+//!   re-applies the dead holder's record (the record is whole whenever the page write began,
+//!   by per-queue-pair order). Out-of-place entry updates are no substitute: two entry
+//!   WRITEs under one page version can be seen half-applied by a READ whose segments sample
+//!   in any order (key in neither slot).
+//! - **A split whose separator never reached the parent.** Readers move right along the
+//!   sibling pointer (B-link). The first writer whose descent was routed by a parent to a
+//!   page that does not cover its key (a walk with no index cache) inserts that page's
+//!   sibling and high fence into the parent (`link_missing`, idempotent).
+//! - **A root that split but was never grown.** Whoever reads the published root and finds
+//!   it has a right sibling grows a new root above the two (the descriptor CAS lets one
+//!   grower win; the loser's separator insert finds it linked).
+//! - **Every wait is bounded** by the lease config's back-off and deadline on
+//!   [`crate::fabric::Endpoint::now_ns`] (and by `lock_retries` attempts on a fabric without
+//!   a clock): [`ShermanError::LockHeld`] and [`ShermanError::Unsettled`] name what was
+//!   waited for, where, by whom, and how long.
+//!
+//! `poller/tests/sherman_crash.rs` kills a client at every doorbell of a root split, a leaf
+//! split, an update, a delete and a lookup (Sherman and FG+, several seeds) while three
+//! others run lincheck workloads: every survivor finishes, the history is linearizable, and
+//! [`RepairStats`] shows takeovers, linked separators and grown roots.
 //!
 //! Cost of the verification. Bytes: none on the wire or in the page (the checksum takes a
 //! reserved header word, the value length shares the entry meta word with a 7-bit entry
