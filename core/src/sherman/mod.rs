@@ -51,16 +51,26 @@
 //!   under a lock is one doorbell that also carries the unlock (command combination) or is
 //!   followed by it, so a lock still held means the write-back either landed whole or never
 //!   left. Deletes change only the entry's meta word (one aligned 8-byte WRITE, which no crash
-//!   can tear). A page torn *within* a WRITE by a dying writer (soft: a process killed in the
-//!   middle of its copy) fails its checks forever; readers and writers then report
-//!   [`ShermanError::Corrupt`] for that page at the deadline — a clear error, never a wrong
-//!   answer. Repairing it is NOT done yet; the decided design: the writer posts a redo record
-//!   (page, slot, new bytes, checksum) to a per-handle log slot named by the lock word's tag
-//!   in the same doorbell, ahead of the in-place write; a taker-over that finds a torn page
-//!   re-applies the dead holder's record (the record is whole whenever the page write began,
-//!   by per-queue-pair order). Out-of-place entry updates are no substitute: two entry
-//!   WRITEs under one page version can be seen half-applied by a READ whose segments sample
-//!   in any order (key in neither slot).
+//!   can tear). A page torn *inside* a WRITE (soft: a writer process killed in the middle of
+//!   its copy — it happens, see `poller/tests/sherman_kill.rs`) fails its checks:
+//!   - an **internal page** is re-derived (`rederive_internal`): under its lock (taken over
+//!     if need be; by a reader once the page has failed for a lease, by a writer at once), from
+//!     what never tears or is whole elsewhere — its level, low fence and leftmost child never
+//!     change, its high fence is its sibling's low fence (the sibling word is the old or the
+//!     new one, and a split's right page is whole before the left is written), its entries are
+//!     the level below followed along sibling pointers from the leftmost child (each page's
+//!     low fence is its separator). Garbage that does not look like a torn internal page
+//!     stays an error.
+//!   - a **leaf** is NOT repaired yet: readers and writers report [`ShermanError::Corrupt`]
+//!     for it at the deadline — a clear error, never a wrong answer. Its content cannot be
+//!     re-derived, and an in-place entry write destroys the old value. The decided design:
+//!     the writer posts a redo record (page, offset, new bytes, checksum) to a per-handle log
+//!     slot named by the lock word's tag, in the same doorbell ahead of the in-place write; a
+//!     taker-over that finds the page torn re-applies the dead holder's record (whole whenever
+//!     the page write began, by per-queue-pair order). Out-of-place entry updates are no
+//!     substitute under two-level versions: two entry WRITEs under one page version can be
+//!     seen half-applied by a READ whose segments sample in any order (the key in neither
+//!     slot).
 //! - **A split whose separator never reached the parent.** Readers move right along the
 //!   sibling pointer (B-link). The first writer whose descent was routed by a parent to a
 //!   page that does not cover its key (a walk with no index cache) inserts that page's

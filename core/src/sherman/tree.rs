@@ -103,6 +103,8 @@ pub struct RepairStats {
     pub separators_linked: u64,
     /// Roots grown over a split root.
     pub roots_grown: u64,
+    /// Internal pages found torn by a dead writer and re-derived from the level below.
+    pub pages_rederived: u64,
 }
 
 /// One compute node's handle on a Sherman tree (see [`super`]).
@@ -182,6 +184,28 @@ fn encode_leaf(
         }
     }
     seal(img, g);
+}
+
+/// Word `i` of a page image, unverified (each aligned word is atomic: an old or a new value).
+fn raw_word(page: &[u8], i: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&page[i * 8..i * 8 + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// The level of a page from its (unverified) meta word: `Some` for a plausible one.
+fn raw_level(page: &[u8]) -> Option<u8> {
+    let h = PageHeader {
+        meta: raw_word(page, 1),
+        ..Default::default()
+    };
+    let level = h.level();
+    (level <= 32 && h.is_leaf() == (level == 0)).then_some(level)
+}
+
+/// The (unverified) header says: an internal page.
+fn raw_internal(page: &[u8]) -> bool {
+    raw_level(page).is_some_and(|l| l > 0)
 }
 
 /// Spreads page addresses over lock words (Fibonacci hashing: the high bits of the product).
@@ -421,18 +445,154 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         addr: GlobalAddr,
         buf: &mut [u8],
     ) -> Result<PageHeader, ShermanError> {
+        self.read_page_as(addr, buf, false).await
+    }
+
+    /// [`Self::read_page`]; `locked`: the caller holds the page's lock, so an image that does
+    /// not verify is torn by a dead writer, not being written. An internal page that stays
+    /// torn (at once under our lock, else for a lease) is re-derived from the level below
+    /// ([`Self::rederive_internal`]).
+    async fn read_page_as(
+        &self,
+        addr: GlobalAddr,
+        buf: &mut [u8],
+        locked: bool,
+    ) -> Result<PageHeader, ShermanError> {
         let qp = self.qp(addr)?;
         let mut p = self.patience();
+        let mut repaired = false;
         loop {
             qp.read(addr, buf).await?;
             let why = match self.decode(buf) {
                 Ok(h) => return Ok(h),
                 Err(e) => e,
             };
+            if !repaired && (locked || p.past_lease(self.ep)) && raw_internal(buf) {
+                repaired = true;
+                let fixed = if locked {
+                    self.rederive_internal(addr, buf).await?
+                } else {
+                    self.repair_internal(addr, buf).await?
+                };
+                if fixed {
+                    self.repaired(|r| r.pages_rederived += 1);
+                }
+                continue;
+            }
             if !p.pause(self.ep).await {
                 return Err(ShermanError::Corrupt { addr, why });
             }
         }
+    }
+
+    /// Takes the lock of internal page `addr` (from a dead holder, after its lease) and
+    /// re-derives the page if it is still torn.
+    async fn repair_internal(
+        &self,
+        addr: GlobalAddr,
+        buf: &mut [u8],
+    ) -> Result<bool, ShermanError> {
+        let lock = self.lock_for(addr)?;
+        if let Got::TookOver { .. } = self.locks.acquire(self.ep, lock).await? {
+            self.repaired(|r| r.takeovers += 1);
+        }
+        let r = self.rederive_internal(addr, buf).await;
+        self.locks
+            .release(self.qp(addr)?, lock, &mut Batch::new())
+            .await?;
+        r
+    }
+
+    /// Rewrites internal page `addr` (its lock held) if its image is torn — a writer died in
+    /// the middle of writing it in place (a separator insert, or the left half of a split).
+    /// What the page must hold is re-derived from what never tears or is whole elsewhere:
+    /// its level, low fence and leftmost child never change (each an atomic word); its high
+    /// fence is its sibling's low fence (the sibling word is the old or the new one, and a
+    /// split's new right page is whole before the left one is written); its entries are the
+    /// pages of the level below, followed along their sibling pointers from the leftmost
+    /// child up to the high fence — each page's low fence is its separator (this also links
+    /// splits whose separator never arrived). False if the page verifies after all, or does
+    /// not look like a torn internal page (garbage stays an error).
+    async fn rederive_internal(
+        &self,
+        addr: GlobalAddr,
+        buf: &mut [u8],
+    ) -> Result<bool, ShermanError> {
+        self.qp(addr)?.read(addr, buf).await?;
+        if self.decode(buf).is_ok() || !raw_internal(buf) {
+            return Ok(false);
+        }
+        let (version, meta, sibling, low, high_word, leftmost) = (
+            raw_word(buf, 0),
+            raw_word(buf, 1),
+            raw_word(buf, 2),
+            raw_word(buf, 3),
+            raw_word(buf, 4),
+            raw_word(buf, 5),
+        );
+        let level = PageHeader {
+            meta,
+            ..Default::default()
+        }
+        .level();
+        if level == 0 || leftmost == 0 || low >= high_word {
+            return Ok(false);
+        }
+        let mut hdr = [0u8; 64];
+        let high = if sibling == 0 {
+            KEY_INFINITY
+        } else {
+            let s = GlobalAddr::from_raw(sibling);
+            self.qp(s)?.read(s, &mut hdr).await?;
+            let s_low = raw_word(&hdr, 3);
+            if raw_level(&hdr) != Some(level) || s_low <= low {
+                return Ok(false);
+            }
+            s_low
+        };
+        let cap = self.g.internal_capacity();
+        let mut entries: Vec<(u64, u64)> = Vec::with_capacity(cap);
+        let mut child = GlobalAddr::from_raw(leftmost);
+        let mut prev = None;
+        loop {
+            self.qp(child)?.read(child, &mut hdr).await?;
+            let (c_low, c_sib) = (raw_word(&hdr, 3), raw_word(&hdr, 2));
+            if raw_level(&hdr) != Some(level - 1) {
+                return Ok(false);
+            }
+            match prev {
+                None if c_low != low => return Ok(false),
+                Some(p) if c_low <= p => return Ok(false),
+                Some(_) if c_low >= high => break,
+                Some(_) => entries.push((c_low, child.raw())),
+                None => {}
+            }
+            prev = Some(c_low);
+            // Beyond the capacity the rest is reached by moving right (and linked later by
+            // an ordinary split of this page).
+            if c_sib == 0 || entries.len() == cap {
+                break;
+            }
+            child = GlobalAddr::from_raw(c_sib);
+        }
+        let h = PageHeader {
+            front_version: version.wrapping_add(2).max(1),
+            meta: PageHeader::pack_meta(level, false, entries.len()),
+            sibling,
+            low_fence: low,
+            high_fence: high,
+            leftmost,
+            ..Default::default()
+        };
+        let mut img = vec![0u8; self.g.page_size];
+        h.encode(&mut img);
+        for (i, (k, c)) in entries.iter().enumerate() {
+            set_internal_entry(&mut img, &self.g, i, *k, *c);
+        }
+        seal(&mut img, &self.g);
+        self.qp(addr)?.write(addr, &img).await?;
+        buf[..img.len()].copy_from_slice(&img);
+        Ok(true)
     }
 
     /// READ a leaf until the header and every slot verify (every slot: which one holds `key`
@@ -1010,7 +1170,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     if let Got::TookOver { .. } = self.locks.acquire(self.ep, lock).await? {
                         self.repaired(|r| r.takeovers += 1);
                     }
-                    let h = match self.read_page(addr, &mut buf).await {
+                    let h = match self.read_page_as(addr, &mut buf, true).await {
                         Ok(h) => h,
                         Err(e) => {
                             self.locks.release(qp, lock, &mut Batch::new()).await?;

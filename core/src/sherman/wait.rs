@@ -27,6 +27,12 @@ impl Patience {
         ep.now_ns().saturating_sub(self.start)
     }
 
+    /// The wait has lasted a lease or more (or, without a clock, a tenth of the attempts):
+    /// what it waits for has a dead client behind it and needs repairing.
+    pub(super) fn past_lease<E: Endpoint>(&self, ep: &E) -> bool {
+        self.waited(ep) >= self.cfg.lease_ns || self.attempts >= self.cfg.max_attempts / 10
+    }
+
     /// Counts one more attempt without pausing (a step that makes progress, e.g. a move to a
     /// sibling); false once the deadline or the attempt cap is passed.
     pub(super) fn step<E: Endpoint>(&mut self, ep: &E) -> bool {
