@@ -34,7 +34,7 @@ fn cfg(fg_plus: bool) -> ShermanConfig {
     ShermanConfig {
         page_size: 256,
         lease: LeaseConfig {
-            lease_ns: 50_000_000,
+            lease_ns: 200_000_000,
             deadline_ns: 1_000_000_000,
             ..LeaseConfig::default()
         },

@@ -113,7 +113,6 @@ impl Locks {
         ep: &E,
         lock: GlobalAddr,
     ) -> Result<Got, ShermanError> {
-        let start = ep.now_ns();
         if self.hierarchical {
             let ticket = {
                 let mut t = self.table.borrow_mut();
@@ -122,6 +121,7 @@ impl Locks {
                 e.next - 1
             };
             let mut spins = 0u32;
+            let mut start = None;
             loop {
                 {
                     let mut t = self.table.borrow_mut();
@@ -133,7 +133,8 @@ impl Locks {
                         break;
                     }
                     spins = spins.saturating_add(1);
-                    let waited = ep.now_ns().saturating_sub(start);
+                    let now = ep.now_ns();
+                    let waited = now.saturating_sub(*start.get_or_insert(now));
                     if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
                         e.abandoned.insert(ticket);
                         return Err(ShermanError::LockHeld {
@@ -167,11 +168,20 @@ impl Locks {
     ) -> Result<Got, ShermanError> {
         let qp = ep.qp_for(lock)?;
         let mine = self.next_word();
-        let mut w = Waiter::new(self.lease, ep.now_ns());
-        let start = ep.now_ns();
         let mut expected = 0u64;
+        let found = qp.cas(lock, expected, mine).await?;
+        if found == expected {
+            return Ok(Got::Acquired);
+        }
+        // Held: from here on the clock runs.
+        let start = ep.now_ns();
+        let mut w = Waiter::new(self.lease, start);
+        let mut found = Some(found);
         loop {
-            let found = qp.cas(lock, expected, mine).await?;
+            let found = match found.take() {
+                Some(f) => f,
+                None => qp.cas(lock, expected, mine).await?,
+            };
             if found == expected {
                 return Ok(if expected == 0 {
                     Got::Acquired

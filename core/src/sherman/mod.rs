@@ -40,7 +40,7 @@
 //!
 //! - **A held lock.** Lock words are owned ([`crate::lease`]): `owner_word(client, tag)`
 //!   with a fresh tag per acquisition. Waiters back off exponentially on the fabric clock; a
-//!   word unchanged for a lease (`lease.lease_ns`, 100 ms by default, see [`ShermanConfig`])
+//!   word unchanged for a lease (`lease.lease_ns`, 1 s by default, see [`ShermanConfig`])
 //!   has a dead holder, whom the waiter fences off the lock's memory node
 //!   ([`crate::fabric::Endpoint::fence`]) and then CASes the word from the holder's to its own
 //!   (`lock.rs`). The local lock table (coroutines of one handle) is unchanged; a handle never
@@ -132,11 +132,13 @@ pub struct ShermanConfig {
     /// Region-header root slot that publishes the tree.
     pub root_slot: usize,
     /// Leases, back-off and deadlines of every wait (locks, re-reads of a page that does not
-    /// verify), on the fabric clock; see [`crate::lease`]. The default lease is 100 ms, ten
-    /// times [`LeaseConfig::default_lease`]: on a loaded machine (the soft fabric's threads
-    /// outnumbering cores several times over) a live holder preempted mid-critical-section
-    /// for tens of milliseconds was fenced at 10 ms, failing its operation. A dead holder
-    /// costs its waiters about one lease.
+    /// verify), on the fabric clock; see [`crate::lease`]. The default lease is 1 s, a
+    /// hundred times [`LeaseConfig::default_lease`]: the lease is wall-clock time on soft and
+    /// verbs, and on a loaded machine (the test machine: 2 cores, load average above 20) a
+    /// live holder preempted in its critical section was seen holding for 135 ms — at 10 ms
+    /// or 100 ms such holders were fenced and their operations failed. A dead holder costs
+    /// its waiters about one lease; set a shorter one where holders are never preempted
+    /// (the sim campaign uses 1 ms of virtual time).
     pub lease: LeaseConfig,
     /// Attempts cap of every wait, for fabrics without a clock (the lease's `max_attempts`).
     pub lock_retries: u32,
@@ -173,8 +175,8 @@ impl ShermanConfig {
             // SMART publishes in slot 1: both trees can share a memory node.
             root_slot: 2,
             lease: LeaseConfig {
-                lease_ns: 100_000_000,
-                deadline_ns: 10_000_000_000,
+                lease_ns: 1_000_000_000,
+                deadline_ns: 30_000_000_000,
                 ..LeaseConfig::default_lease()
             },
             lock_retries: 1_000_000,

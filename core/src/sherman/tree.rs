@@ -390,13 +390,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// The bounds of every wait (the lease config, attempts capped by `lock_retries`).
     fn patience(&self) -> Patience {
-        Patience::new(
-            self.ep,
-            LeaseConfig {
-                max_attempts: self.cfg.lock_retries,
-                ..self.cfg.lease
-            },
-        )
+        Patience::new(LeaseConfig {
+            max_attempts: self.cfg.lock_retries,
+            ..self.cfg.lease
+        })
     }
 
     fn qp(&self, a: GlobalAddr) -> Result<&'e E::Qp, ShermanError> {

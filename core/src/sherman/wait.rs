@@ -1,30 +1,33 @@
 //! Bounded waits on the fabric clock: every loop of the tree that waits for something another
 //! client must do (a page to verify, a root change to show, a sibling chain to settle) backs
 //! off exponentially and ends at a deadline, never after a bare count of spins. A fabric
-//! without a clock (`now_ns` stuck at 0) is bounded by the attempt cap instead.
+//! without a clock (`now_ns` stuck at 0) is bounded by the attempt cap instead. The clock is
+//! first read at the first failed attempt, so a wait that never waits costs nothing.
 use crate::fabric::Endpoint;
 use crate::lease::LeaseConfig;
 
 pub(super) struct Patience {
     cfg: LeaseConfig,
-    start: u64,
+    /// When the first attempt failed.
+    start: Option<u64>,
     backoff: u64,
     attempts: u32,
 }
 
 impl Patience {
-    pub(super) fn new<E: Endpoint>(ep: &E, cfg: LeaseConfig) -> Patience {
+    pub(super) fn new(cfg: LeaseConfig) -> Patience {
         Patience {
             cfg,
-            start: ep.now_ns(),
+            start: None,
             backoff: cfg.min_backoff_ns.max(1),
             attempts: 0,
         }
     }
 
-    /// Nanoseconds since the wait began.
+    /// Nanoseconds since the first failed attempt.
     pub(super) fn waited<E: Endpoint>(&self, ep: &E) -> u64 {
-        ep.now_ns().saturating_sub(self.start)
+        self.start
+            .map_or(0, |start| ep.now_ns().saturating_sub(start))
     }
 
     /// The wait has lasted a lease or more (or, without a clock, a tenth of the attempts):
@@ -37,6 +40,9 @@ impl Patience {
     /// sibling); false once the deadline or the attempt cap is passed.
     pub(super) fn step<E: Endpoint>(&mut self, ep: &E) -> bool {
         self.attempts = self.attempts.saturating_add(1);
+        if self.start.is_none() {
+            self.start = Some(ep.now_ns());
+        }
         self.attempts <= self.cfg.max_attempts && self.waited(ep) <= self.cfg.deadline_ns
     }
 
