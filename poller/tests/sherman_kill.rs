@@ -6,8 +6,8 @@
 //! whatever the dead writers left: held locks, unlinked splits, an ungrown root, torn internal
 //! pages). Nothing acknowledged may be missing and nothing may fail, except on a leaf torn
 //! inside a WRITE by a killed writer, which is reported as a corrupt page (not repaired yet,
-//! see `remora_core::sherman`; about one run in 25 on a loaded machine, FG+ mostly) and is
-//! printed.
+//! see `remora_core::sherman`; 3 runs of 44 on the loaded 2-core test machine, all FG+:
+//! its whole-page write-back is the longest copy a writer does under a lock) and is printed.
 //!
 //! Child processes are this test binary re-executed with `SHERMAN_KILL_CHILD` set.
 use remora_core::GlobalAddr;

@@ -62,8 +62,11 @@
 //!     low fence is its separator). Garbage that does not look like a torn internal page
 //!     stays an error.
 //!   - a **leaf** is NOT repaired yet: readers and writers report [`ShermanError::Corrupt`]
-//!     for it at the deadline — a clear error, never a wrong answer. Its content cannot be
-//!     re-derived, and an in-place entry write destroys the old value. The decided design:
+//!     for it at the deadline — a clear error, never a wrong answer (seen in 3 of 44 runs of
+//!     `sherman_kill.rs`, all FG+ whole-page write-backs). Its content cannot be re-derived:
+//!     an in-place entry write destroys the old value, and a split's compaction moves entries
+//!     between slots, so a salvage from the slots that still verify could drop a key (a split
+//!     torn back to its old fences has lost the moved entries' slots). The decided design:
 //!     the writer posts a redo record (page, offset, new bytes, checksum) to a per-handle log
 //!     slot named by the lock word's tag, in the same doorbell ahead of the in-place write; a
 //!     taker-over that finds the page torn re-applies the dead holder's record (whole whenever
