@@ -6,6 +6,7 @@ use remora_core::block_on::block_on;
 use remora_core::fabric::{Endpoint, QueuePair};
 use remora_core::index::KvIndex;
 use remora_core::kvcheck::{History, client_history};
+use remora_core::lease::{LeaseConfig, owner_word};
 use remora_core::sherman::{Sherman, ShermanConfig, ShermanError};
 use remora_core::{GlobalAddr, Snapshot};
 use remora_poller::executor::run_coroutines;
@@ -370,19 +371,84 @@ fn update_costs_entry_bytes_and_fewer_round_trips_than_fg_plus() {
     assert_eq!(no_combine.1, 4.0);
 }
 
-/// A lock whose holder died: a clear error after the configured retries, not a hang.
+/// Leases short enough for a test to wait one out.
+fn short_lease(c: ShermanConfig) -> ShermanConfig {
+    ShermanConfig {
+        lease: LeaseConfig {
+            lease_ns: 2_000_000,
+            deadline_ns: 500_000_000,
+            ..LeaseConfig::default()
+        },
+        ..c
+    }
+}
+
+/// Locks whose holder died (Sherman's on-chip words, FG+'s host table): after one lease the
+/// writer fences the holder and takes over; the holder, fenced, can no longer write.
 #[test]
-fn a_dead_lock_holder_is_an_error_not_a_hang() {
+fn a_dead_lock_holder_is_fenced_and_its_locks_taken_over() {
+    for base in [ShermanConfig::sherman(), ShermanConfig::fg_plus()] {
+        let n = node();
+        let ep = n.endpoint().unwrap();
+        let dead = n.endpoint().unwrap();
+        let cfg = short_lease(base);
+        block_on(async {
+            let t = Sherman::create(&ep, cfg).await.unwrap();
+            t.upsert(&k(1), &v(1)).await.unwrap();
+            // Another client takes every lock word of the tree, then stops.
+            let _other = Sherman::open(&dead, cfg).await.unwrap();
+            let qd = dead.qp(0).unwrap();
+            let word = owner_word(dead.client_id(), 7);
+            let words: Vec<GlobalAddr> = if base.onchip_locks {
+                (0..n.config().dm_len / 8)
+                    .map(|i| GlobalAddr::device(0, i * 8))
+                    .collect()
+            } else {
+                host_lock_table(&ep, cfg).await
+            };
+            for &w in &words {
+                qd.cas(w, 0, word).await.unwrap();
+            }
+            let t0 = std::time::Instant::now();
+            t.upsert(&k(1), &v(2)).await.unwrap();
+            assert!(t0.elapsed().as_nanos() >= cfg.lease.lease_ns as u128);
+            assert_eq!(get(&t, 1).await, Some(2));
+            assert!(t.repairs().takeovers >= 1, "the takeover is counted");
+            let r = qd.write(words[0], &[0u8; 8]).await;
+            assert!(r.is_err(), "the fenced holder still writes: {r:?}");
+        });
+    }
+}
+
+/// The host lock table's words (FG+), from the tree's descriptor.
+async fn host_lock_table(ep: &SoftEndpoint, cfg: ShermanConfig) -> Vec<GlobalAddr> {
+    let qp = ep.qp(0).unwrap();
+    let mut d = [0u8; 8];
+    let slot = remora_layouts::region::root_offset(cfg.root_slot);
+    qp.read(GlobalAddr::new(0, slot), &mut d).await.unwrap();
+    let desc = GlobalAddr::from_raw(u64::from_le_bytes(d));
+    qp.read(desc.add(48), &mut d).await.unwrap();
+    let count = u64::from_le_bytes(d);
+    let count = 1u64 << (63 - count.leading_zeros());
+    qp.read(desc.add(64), &mut d).await.unwrap();
+    let table = GlobalAddr::from_raw(u64::from_le_bytes(d));
+    (0..count).map(|i| table.add(i * 8)).collect()
+}
+
+/// A lock word that names no client cannot be fenced: a clear error naming it after the
+/// deadline, not a hang and not a broken lock.
+#[test]
+fn an_unfenceable_lock_holder_is_an_error_not_a_hang() {
     let n = node();
     let ep = n.endpoint().unwrap();
     let cfg = ShermanConfig {
         lock_retries: 200,
-        ..ShermanConfig::sherman()
+        ..short_lease(ShermanConfig::sherman())
     };
     block_on(async {
         let t = Sherman::create(&ep, cfg).await.unwrap();
         t.upsert(&k(1), &v(1)).await.unwrap();
-        // Take every device-memory lock as a client that then dies.
+        // Every device-memory lock word taken by a word that names no client.
         let qp = ep.qp(0).unwrap();
         let dm = n.config().dm_len;
         for i in 0..dm / 8 {
@@ -391,8 +457,12 @@ fn a_dead_lock_holder_is_an_error_not_a_hang() {
                 .unwrap();
         }
         match t.upsert(&k(1), &v(2)).await {
-            Err(ShermanError::LockTimeout { .. }) => {}
-            other => panic!("expected a lock timeout, got {other:?}"),
+            Err(ShermanError::LockHeld {
+                holder: 0,
+                word: 0xDEAD,
+                ..
+            }) => {}
+            other => panic!("expected a held lock, got {other:?}"),
         }
         assert_eq!(
             get(&t, 1).await,
@@ -402,15 +472,91 @@ fn a_dead_lock_holder_is_an_error_not_a_hang() {
     });
 }
 
+/// The rightmost level-1 page (where ascending inserts add separators) and its image.
+async fn rightmost_level_1(ep: &SoftEndpoint, cfg: ShermanConfig) -> (GlobalAddr, Vec<u8>) {
+    use remora_layouts::sherman::{COUNT, LEVEL};
+    let qp = ep.qp(0).unwrap();
+    let mut d = [0u8; 8];
+    let slot = remora_layouts::region::root_offset(cfg.root_slot);
+    qp.read(GlobalAddr::new(0, slot), &mut d).await.unwrap();
+    let desc = GlobalAddr::from_raw(u64::from_le_bytes(d));
+    qp.read(desc.add(8), &mut d).await.unwrap();
+    let mut page = GlobalAddr::from_raw(u64::from_le_bytes(d));
+    let mut img = vec![0u8; cfg.page_size];
+    let word = |img: &[u8], at: usize| u64::from_le_bytes(img[at..at + 8].try_into().unwrap());
+    loop {
+        qp.read(page, &mut img).await.unwrap();
+        let meta = word(&img, 8);
+        assert!(LEVEL.get(meta) >= 1, "the tree has grown");
+        if LEVEL.get(meta) == 1 {
+            return (page, img);
+        }
+        let count = COUNT.get(meta) as usize;
+        page = GlobalAddr::from_raw(if count == 0 {
+            word(&img, 40)
+        } else {
+            word(&img, 64 + (count - 1) * 16 + 8)
+        });
+    }
+}
+
+/// An internal page torn by a writer that died inside its WRITE (half the old image, half
+/// the new): it is re-derived from the level below, and every key is found again.
+#[test]
+fn a_torn_internal_page_is_rederived_from_the_level_below() {
+    for base in [ShermanConfig::sherman(), ShermanConfig::fg_plus()] {
+        let n = node();
+        let ep = n.endpoint().unwrap();
+        let cfg = ShermanConfig {
+            index_cache: false,
+            ..short_lease(small(base))
+        };
+        block_on(async {
+            let t = Sherman::create(&ep, cfg).await.unwrap();
+            for i in 0..60 {
+                t.upsert(&k(i * 10), &v(i)).await.unwrap();
+            }
+            let (root, old) = rightmost_level_1(&ep, cfg).await;
+            for i in 60..70 {
+                t.upsert(&k(i * 10), &v(i)).await.unwrap();
+            }
+            let mut new = vec![0u8; cfg.page_size];
+            ep.qp(0).unwrap().read(root, &mut new).await.unwrap();
+            assert_ne!(old, new, "the inserts changed the page");
+            let mut torn = new.clone();
+            torn[128..].copy_from_slice(&old[128..]);
+            let qp = ep.qp(0).unwrap();
+            qp.write(root, &torn).await.unwrap();
+            // A fresh handle (no cached root image) reads the torn root.
+            let u = Sherman::open(&ep, cfg).await.unwrap();
+            let mut out = [0u8; 8];
+            for i in 0..70 {
+                assert_eq!(
+                    u.get(&k(i * 10), &mut out).await.unwrap(),
+                    Some(8),
+                    "key {i}"
+                );
+                assert_eq!(out, v(i));
+            }
+            assert_eq!(u.repairs().pages_rederived, 1, "{:?}", u.repairs());
+            for i in 70..200 {
+                u.upsert(&k(i * 10), &v(i)).await.unwrap();
+            }
+            for i in 0..200 {
+                assert_eq!(get(&u, i * 10).await, Some(i), "key {i}");
+            }
+        });
+    }
+}
+
 /// A page overwritten with garbage: lookups report it, they do not panic or loop.
 #[test]
 fn a_corrupt_page_is_reported() {
     let n = node();
     let ep = n.endpoint().unwrap();
     let cfg = ShermanConfig {
-        read_retries: 5,
         index_cache: false,
-        ..ShermanConfig::sherman()
+        ..short_lease(ShermanConfig::sherman())
     };
     block_on(async {
         let t = Sherman::create(&ep, cfg).await.unwrap();

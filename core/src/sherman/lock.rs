@@ -1,18 +1,24 @@
 //! The hierarchical on-chip lock.
 //!
 //! Global level: one 8-byte lock word per hash bucket of page addresses, on the page's memory
-//! node — in device memory when `onchip_locks`, else in a host-memory table. Acquired by
-//! CMP_AND_SWP(0 → holder tag), released by a WRITE of 0, which command combination posts in
-//! the same doorbell as the page write-back (per-queue-pair order makes the write-back land
-//! first).
+//! node — in device memory when `onchip_locks`, else in a host-memory table. The word is an
+//! owned lock ([`crate::lease`]): CMP_AND_SWP(0 → `owner_word(client, tag)`, a fresh tag per
+//! acquisition), released by a WRITE of 0, which command combination posts in the same
+//! doorbell as the page write-back (per-queue-pair order makes the write-back land first).
+//! Waiters back off exponentially on the fabric clock; a word unchanged for a lease has a dead
+//! holder, who is fenced off the node before the waiter CASes the word to its own and reports
+//! [`Got::TookOver`] (the caller then repairs what the holder may have left half-done). A
+//! handle never fences itself: a word naming this client belongs to one of its own
+//! coroutines (FG+ has no local table), which is alive.
 //!
 //! Local level (`hierarchical_locks`): coroutines of one handle that want the same global lock
 //! queue in a local table instead of hammering the NIC; the releasing holder hands the global
 //! lock straight to a local waiter (no unlock, no CAS) up to `handover_cap` times in a row.
 use super::ShermanError;
 use crate::block_on::yield_now;
-use crate::fabric::{Op, QueuePair};
-use core::cell::RefCell;
+use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
+use crate::lease::{LeaseConfig, Verdict, Waiter, holder, owner_word};
+use core::cell::{Cell, RefCell};
 use remora_layouts::GlobalAddr;
 use std_alloc::collections::{BTreeMap, BTreeSet};
 
@@ -44,11 +50,12 @@ impl LocalLock {
 }
 
 pub(super) struct Locks {
-    tag: u64,
+    client: u32,
+    tag: Cell<u32>,
     hierarchical: bool,
     combine: bool,
     cap: u32,
-    retries: u32,
+    lease: LeaseConfig,
     table: RefCell<BTreeMap<GlobalAddr, LocalLock>>,
 }
 
@@ -57,6 +64,11 @@ pub(super) struct Locks {
 pub(super) enum Got {
     Acquired,
     HandedOver,
+    /// Taken over from `from`, fenced after its lease ran out: what it protected may be
+    /// half-written.
+    TookOver {
+        from: u32,
+    },
 }
 
 const ZERO: [u8; 8] = [0; 8];
@@ -68,26 +80,37 @@ pub(super) type Batch<'b> = heapless::Vec<Op<'b>, 8>;
 
 impl Locks {
     pub(super) fn new(
-        tag: u64,
+        client: u32,
         hierarchical: bool,
         combine: bool,
         cap: u32,
-        retries: u32,
+        lease: LeaseConfig,
     ) -> Locks {
         Locks {
-            tag,
+            client,
+            tag: Cell::new(0),
             hierarchical,
             combine,
             cap,
-            retries,
+            lease,
             table: RefCell::new(BTreeMap::new()),
         }
     }
 
-    /// Takes the lock word at `lock` (on `qp`'s node).
-    pub(super) async fn acquire<Q: QueuePair>(
+    /// This handle's next lock word (a tag never used before by it, so a waiter sees every
+    /// acquisition as a change of the word).
+    fn next_word(&self) -> u64 {
+        let t = self.tag.get().wrapping_add(1).max(1);
+        self.tag.set(t);
+        owner_word(self.client, t)
+    }
+
+    /// Takes the lock word at `lock` (on its memory node): the local queue first (bounded by
+    /// the deadline on the fabric clock, and by `max_attempts`), then the global word under
+    /// the lease protocol.
+    pub(super) async fn acquire<E: Endpoint>(
         &self,
-        qp: &Q,
+        ep: &E,
         lock: GlobalAddr,
     ) -> Result<Got, ShermanError> {
         if self.hierarchical {
@@ -98,6 +121,7 @@ impl Locks {
                 e.next - 1
             };
             let mut spins = 0u32;
+            let mut start = None;
             loop {
                 {
                     let mut t = self.table.borrow_mut();
@@ -108,32 +132,90 @@ impl Locks {
                         }
                         break;
                     }
-                    spins += 1;
-                    if spins > self.retries {
+                    spins = spins.saturating_add(1);
+                    let now = ep.now_ns();
+                    let waited = now.saturating_sub(*start.get_or_insert(now));
+                    if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
                         e.abandoned.insert(ticket);
-                        return Err(ShermanError::LockTimeout { lock });
+                        return Err(ShermanError::LockHeld {
+                            lock,
+                            holder: self.client,
+                            word: 0,
+                            waited_ns: waited,
+                        });
                     }
                 }
                 yield_now().await;
             }
         }
-        for _ in 0..self.retries {
-            match qp.cas(lock, 0, self.tag).await {
-                Ok(0) => {
-                    if self.hierarchical {
-                        self.table.borrow_mut().entry(lock).or_default().global = true;
-                    }
-                    return Ok(Got::Acquired);
-                }
-                Ok(_) => yield_now().await,
-                Err(e) => {
-                    self.give_up(lock);
-                    return Err(e.into());
+        let r = self.acquire_global(ep, lock).await;
+        match r {
+            Ok(_) => {
+                if self.hierarchical {
+                    self.table.borrow_mut().entry(lock).or_default().global = true;
                 }
             }
+            Err(_) => self.give_up(lock),
         }
-        self.give_up(lock);
-        Err(ShermanError::LockTimeout { lock })
+        r
+    }
+
+    /// The global word under the lease protocol of [`crate::lease`].
+    async fn acquire_global<E: Endpoint>(
+        &self,
+        ep: &E,
+        lock: GlobalAddr,
+    ) -> Result<Got, ShermanError> {
+        let qp = ep.qp_for(lock)?;
+        let mine = self.next_word();
+        let mut expected = 0u64;
+        let found = qp.cas(lock, expected, mine).await?;
+        if found == expected {
+            return Ok(Got::Acquired);
+        }
+        // Held: from here on the clock runs.
+        let start = ep.now_ns();
+        let mut w = Waiter::new(self.lease, start);
+        let mut found = Some(found);
+        loop {
+            let found = match found.take() {
+                Some(f) => f,
+                None => qp.cas(lock, expected, mine).await?,
+            };
+            if found == expected {
+                return Ok(if expected == 0 {
+                    Got::Acquired
+                } else {
+                    Got::TookOver {
+                        from: holder(expected),
+                    }
+                });
+            }
+            expected = 0;
+            let held = |word: u64, waited_ns: u64| ShermanError::LockHeld {
+                lock,
+                holder: holder(word),
+                word,
+                waited_ns,
+            };
+            match w.observe(found, ep.now_ns()) {
+                Verdict::Wait(ns) => ep.pause(ns).await,
+                // Our own coroutine holds it: alive, keep waiting.
+                Verdict::Expired { word } if self.client != 0 && holder(word) == self.client => {}
+                Verdict::Expired { word } if holder(word) == 0 => {
+                    // A word naming no client cannot be fenced: never broken.
+                    return Err(held(word, ep.now_ns().saturating_sub(start)));
+                }
+                Verdict::Expired { word } => match ep.fence(lock.node(), holder(word)).await {
+                    Ok(()) => expected = word,
+                    Err(FabricError::Unsupported { .. }) => {
+                        return Err(held(word, ep.now_ns().saturating_sub(start)));
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+                Verdict::GiveUp { word, waited_ns } => return Err(held(word, waited_ns)),
+            }
+        }
     }
 
     /// Our turn ends without the global lock: the next waiter tries.

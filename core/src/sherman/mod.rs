@@ -25,13 +25,71 @@
 //!   a 64-bit hash of the whole page, a leaf by a hash of its header plus a checksum per entry
 //!   bound to the page version (a whole-page write bumps the version and rebinds every slot),
 //!   so a READ mixing two images of a split is re-read instead of missing a moved key. Format
-//!   and argument: `remora_layouts::sherman`. Re-reads are bounded (`read_retries`).
+//!   and argument: `remora_layouts::sherman`. Re-reads back off and end at a deadline
+//!   (`lease`, see below).
 //! - Writers rely only on per-queue-pair order of whole operations: a whole page is one
 //!   WRITE; a split's new right page completes before the left page that links it is
 //!   written, and that before the parent learns the separator; command combination puts the
 //!   unlock behind the write-back on the same queue pair.
 //! - Leaf entries store the value's length: `get` returns exactly the bytes upserted, and a
 //!   buffer too small for them is [`ShermanError::BufferTooSmall`].
+//!
+//! # Dead clients and half-done changes
+//!
+//! A client can die at any verb. What it can leave behind, and who finishes it:
+//!
+//! - **A held lock.** Lock words are owned ([`crate::lease`]): `owner_word(client, tag)`
+//!   with a fresh tag per acquisition. Waiters back off exponentially on the fabric clock; a
+//!   word unchanged for a lease (`lease.lease_ns`, 1 s by default, see [`ShermanConfig`])
+//!   has a dead holder, whom the waiter fences off the lock's memory node
+//!   ([`crate::fabric::Endpoint::fence`]) and then CASes the word from the holder's to its own
+//!   (`lock.rs`). The local lock table (coroutines of one handle) is unchanged; a handle never
+//!   fences itself. A word that names no client, or a fabric that cannot fence (verbs), ends
+//!   in [`ShermanError::LockHeld`] naming the word and holder after the deadline.
+//! - **A page the holder was writing.** On the sim a crash drops a whole doorbell, so a page
+//!   is either the old or the new image and the taker-over simply re-reads it: every write
+//!   under a lock is one doorbell that also carries the unlock (command combination) or is
+//!   followed by it, so a lock still held means the write-back either landed whole or never
+//!   left. Deletes change only the entry's meta word (one aligned 8-byte WRITE, which no crash
+//!   can tear). A page torn *inside* a WRITE (soft: a writer process killed in the middle of
+//!   its copy — it happens, see `poller/tests/sherman_kill.rs`) fails its checks:
+//!   - an **internal page** is re-derived (`rederive_internal`): under its lock (taken over
+//!     if need be; by a reader once the page has failed for a lease, by a writer at once), from
+//!     what never tears or is whole elsewhere — its level, low fence and leftmost child never
+//!     change, its high fence is its sibling's low fence (the sibling word is the old or the
+//!     new one, and a split's right page is whole before the left is written), its entries are
+//!     the level below followed along sibling pointers from the leftmost child (each page's
+//!     low fence is its separator). Garbage that does not look like a torn internal page
+//!     stays an error.
+//!   - a **leaf** is NOT repaired yet: readers and writers report [`ShermanError::Corrupt`]
+//!     for it at the deadline — a clear error, never a wrong answer (seen in 3 of 44 runs of
+//!     `sherman_kill.rs`, all FG+ whole-page write-backs). Its content cannot be re-derived:
+//!     an in-place entry write destroys the old value, and a split's compaction moves entries
+//!     between slots, so a salvage from the slots that still verify could drop a key (a split
+//!     torn back to its old fences has lost the moved entries' slots). The decided design:
+//!     the writer posts a redo record (page, offset, new bytes, checksum) to a per-handle log
+//!     slot named by the lock word's tag, in the same doorbell ahead of the in-place write; a
+//!     taker-over that finds the page torn re-applies the dead holder's record (whole whenever
+//!     the page write began, by per-queue-pair order). Out-of-place entry updates are no
+//!     substitute under two-level versions: two entry WRITEs under one page version can be
+//!     seen half-applied by a READ whose segments sample in any order (the key in neither
+//!     slot).
+//! - **A split whose separator never reached the parent.** Readers move right along the
+//!   sibling pointer (B-link). The first writer whose descent was routed by a parent to a
+//!   page that does not cover its key (a walk with no index cache) inserts that page's
+//!   sibling and high fence into the parent (`link_missing`, idempotent).
+//! - **A root that split but was never grown.** Whoever reads the published root and finds
+//!   it has a right sibling grows a new root above the two (the descriptor CAS lets one
+//!   grower win; the loser's separator insert finds it linked).
+//! - **Every wait is bounded** by the lease config's back-off and deadline on
+//!   [`crate::fabric::Endpoint::now_ns`] (and by `lock_retries` attempts on a fabric without
+//!   a clock): [`ShermanError::LockHeld`] and [`ShermanError::Unsettled`] name what was
+//!   waited for, where, by whom, and how long.
+//!
+//! `poller/tests/sherman_crash.rs` kills a client at every doorbell of a root split, a leaf
+//! split, an update, a delete and a lookup (Sherman and FG+, several seeds) while three
+//! others run lincheck workloads: every survivor finishes, the history is linearizable, and
+//! [`RepairStats`] shows takeovers, linked separators and grown roots.
 //!
 //! Cost of the verification. Bytes: none on the wire or in the page (the checksum takes a
 //! reserved header word, the value length shares the entry meta word with a 7-bit entry
@@ -46,11 +104,13 @@
 mod cache;
 mod lock;
 mod tree;
+mod wait;
 
-pub use tree::Sherman;
+pub use tree::{RepairStats, Sherman};
 
 use crate::alloc::AllocError;
 use crate::fabric::FabricError;
+use crate::lease::LeaseConfig;
 use core::fmt;
 use remora_layouts::{GlobalAddr, LayoutError};
 
@@ -74,9 +134,16 @@ pub struct ShermanConfig {
     pub cache_bytes: usize,
     /// Region-header root slot that publishes the tree.
     pub root_slot: usize,
-    /// Re-reads of a torn page before giving up with an error.
-    pub read_retries: u32,
-    /// CMP_AND_SWP attempts on a held lock before giving up (a dead holder).
+    /// Leases, back-off and deadlines of every wait (locks, re-reads of a page that does not
+    /// verify), on the fabric clock; see [`crate::lease`]. The default lease is 1 s, a
+    /// hundred times [`LeaseConfig::default_lease`]: the lease is wall-clock time on soft and
+    /// verbs, and on a loaded machine (the test machine: 2 cores, load average above 20) a
+    /// live holder preempted in its critical section was seen holding for 135 ms — at 10 ms
+    /// or 100 ms such holders were fenced and their operations failed. A dead holder costs
+    /// its waiters about one lease; set a shorter one where holders are never preempted
+    /// (the sim campaign uses 1 ms of virtual time).
+    pub lease: LeaseConfig,
+    /// Attempts cap of every wait, for fabrics without a clock (the lease's `max_attempts`).
     pub lock_retries: u32,
     /// How readers prove a page image whole (always [`PageCheck::Checksums`] outside tests).
     pub page_check: PageCheck,
@@ -110,7 +177,11 @@ impl ShermanConfig {
             cache_bytes: 64 << 20,
             // SMART publishes in slot 1: both trees can share a memory node.
             root_slot: 2,
-            read_retries: 10_000,
+            lease: LeaseConfig {
+                lease_ns: 1_000_000_000,
+                deadline_ns: 30_000_000_000,
+                ..LeaseConfig::default_lease()
+            },
             lock_retries: 1_000_000,
             page_check: PageCheck::Checksums,
         }
@@ -160,17 +231,25 @@ pub enum ShermanError {
         addr: GlobalAddr,
         why: LayoutError,
     },
-    /// A lock still held after every attempt: its holder is dead or stuck.
-    LockTimeout {
+    /// A lock still held past the deadline: by `holder` (the client named by `word`), which
+    /// could not be fenced (the fabric cannot, or the word names no client), or by a coroutine
+    /// of this handle (`word` 0: the local queue).
+    LockHeld {
         lock: GlobalAddr,
+        holder: u32,
+        word: u64,
+        waited_ns: u64,
     },
     /// No tree is published in the root slot, or it was made with another geometry.
     NoTree {
         slot: usize,
     },
-    /// The tree did not settle (e.g. a root change never became visible).
-    Retries {
+    /// The tree did not settle by the deadline (e.g. a sibling chain that never reaches the
+    /// key): what, where, and for how long it was waited for.
+    Unsettled {
         what: &'static str,
+        at: GlobalAddr,
+        waited_ns: u64,
     },
 }
 
@@ -216,16 +295,26 @@ impl fmt::Display for ShermanError {
             ShermanError::Corrupt { addr, why } => {
                 write!(f, "sherman page at {addr} unreadable: {why}")
             }
-            ShermanError::LockTimeout { lock } => {
+            ShermanError::LockHeld {
+                lock,
+                holder,
+                word,
+                waited_ns,
+            } => {
                 write!(
                     f,
-                    "sherman lock {lock} still held after every retry (dead holder?)"
+                    "sherman lock {lock} held by client {holder} (word {word:#018x}) for \
+                     {waited_ns} ns and it could not be fenced"
                 )
             }
             ShermanError::NoTree { slot } => {
                 write!(f, "no sherman tree with this geometry in root slot {slot}")
             }
-            ShermanError::Retries { what } => write!(f, "sherman: gave up retrying: {what}"),
+            ShermanError::Unsettled {
+                what,
+                at,
+                waited_ns,
+            } => write!(f, "sherman: {what} at {at}, still after {waited_ns} ns"),
         }
     }
 }

@@ -1,11 +1,12 @@
 //! The B-link tree itself: descriptor, traversal, lookups, writes, splits, scans.
 use super::cache::{IndexCache, child_for};
 use super::lock::{Batch, Got, Locks};
+use super::wait::Patience;
 use super::{PageCheck, ShermanConfig, ShermanError};
 use crate::alloc::RemoteAllocator;
-use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::index::KvIndex;
+use crate::lease::LeaseConfig;
 use core::cell::{Cell, RefCell};
 use remora_layouts::region::{HEADER_LEN as REGION_HEADER_LEN, RegionHeader, root_offset};
 use remora_layouts::sherman::{
@@ -22,9 +23,6 @@ const DESC_LEN: usize = 128;
 const D_ROOT: u64 = 8;
 const D_CLIENTS: u64 = 40;
 const MAX_NODES: usize = 8;
-/// Sibling hops or restarts one operation may take before it reports a tree that never
-/// settles (a cycle would otherwise spin forever).
-const MAX_HOPS: u32 = 100_000;
 
 /// The tree's descriptor, stored once on the first memory node:
 /// magic, root, page size, value size, flags (bit 0: on-chip locks), clients (FAA counter),
@@ -84,7 +82,8 @@ struct NodeLocks {
 /// What a locked leaf step decided.
 enum Step {
     Done(bool),
-    MoveTo(GlobalAddr),
+    /// To the right sibling (address, separator: the page's high fence).
+    MoveTo(GlobalAddr, u64),
     Restart,
 }
 
@@ -93,6 +92,19 @@ enum Change {
     Upsert,
     Update,
     Delete,
+}
+
+/// What a handle repaired of what other (dead or slow) clients left half-done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairStats {
+    /// Locks taken over from a holder fenced after its lease ran out.
+    pub takeovers: u64,
+    /// Separators of finished splits inserted into a parent that lacked them.
+    pub separators_linked: u64,
+    /// Roots grown over a split root.
+    pub roots_grown: u64,
+    /// Internal pages found torn by a dead writer and re-derived from the level below.
+    pub pages_rederived: u64,
 }
 
 /// One compute node's handle on a Sherman tree (see [`super`]).
@@ -111,6 +123,12 @@ pub struct Sherman<'e, E: Endpoint> {
     pool: RefCell<Vec<Vec<u8>>>,
     handovers: Cell<u64>,
     splits: Cell<u64>,
+    /// A link a traversal found missing (a page reached through its parent or left
+    /// neighbour whose right sibling the parent does not know): (parent level, separator,
+    /// child). The next write of this handle inserts it.
+    missing: Cell<Option<(u8, u64, GlobalAddr)>>,
+    /// Repairs made of what other clients left half-done.
+    repairs: Cell<RepairStats>,
 }
 
 fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
@@ -166,6 +184,28 @@ fn encode_leaf(
         }
     }
     seal(img, g);
+}
+
+/// Word `i` of a page image, unverified (each aligned word is atomic: an old or a new value).
+fn raw_word(page: &[u8], i: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&page[i * 8..i * 8 + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// The level of a page from its (unverified) meta word: `Some` for a plausible one.
+fn raw_level(page: &[u8]) -> Option<u8> {
+    let h = PageHeader {
+        meta: raw_word(page, 1),
+        ..Default::default()
+    };
+    let level = h.level();
+    (level <= 32 && h.is_leaf() == (level == 0)).then_some(level)
+}
+
+/// The (unverified) header says: an internal page.
+fn raw_internal(page: &[u8]) -> bool {
+    raw_level(page).is_some_and(|l| l > 0)
 }
 
 /// Spreads page addresses over lock words (Fibonacci hashing: the high bits of the product).
@@ -298,16 +338,21 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             allocs,
             next_alloc: Cell::new(tag as usize),
             locks: Locks::new(
-                tag,
+                ep.client_id(),
                 cfg.hierarchical_locks,
                 cfg.combine_commands,
                 cfg.handover_cap,
-                cfg.lock_retries,
+                LeaseConfig {
+                    max_attempts: cfg.lock_retries,
+                    ..cfg.lease
+                },
             ),
             cache: RefCell::new(IndexCache::new(cfg.index_cache, cfg.cache_bytes)),
             pool: RefCell::new(Vec::new()),
             handovers: Cell::new(0),
             splits: Cell::new(0),
+            missing: Cell::new(None),
+            repairs: Cell::new(RepairStats::default()),
         })
     }
 
@@ -317,6 +362,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     /// Lock hand-overs this handle received, and splits it made.
     pub fn stats(&self) -> (u64, u64) {
         (self.handovers.get(), self.splits.get())
+    }
+    /// Repairs this handle made of what other (dead or slow) clients left half-done.
+    pub fn repairs(&self) -> RepairStats {
+        self.repairs.get()
+    }
+    fn repaired(&self, f: impl FnOnce(&mut RepairStats)) {
+        let mut r = self.repairs.get();
+        f(&mut r);
+        self.repairs.set(r);
     }
     /// Index-cache hits, misses and bytes.
     pub fn cache_stats(&self) -> (u64, u64, usize) {
@@ -332,6 +386,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
     fn give(&self, p: Vec<u8>) {
         self.pool.borrow_mut().push(p);
+    }
+
+    /// The bounds of every wait (the lease config, attempts capped by `lock_retries`).
+    fn patience(&self) -> Patience {
+        Patience::new(LeaseConfig {
+            max_attempts: self.cfg.lock_retries,
+            ..self.cfg.lease
+        })
     }
 
     fn qp(&self, a: GlobalAddr) -> Result<&'e E::Qp, ShermanError> {
@@ -380,20 +442,154 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         addr: GlobalAddr,
         buf: &mut [u8],
     ) -> Result<PageHeader, ShermanError> {
+        self.read_page_as(addr, buf, false).await
+    }
+
+    /// [`Self::read_page`]; `locked`: the caller holds the page's lock, so an image that does
+    /// not verify is torn by a dead writer, not being written. An internal page that stays
+    /// torn (at once under our lock, else for a lease) is re-derived from the level below
+    /// ([`Self::rederive_internal`]).
+    async fn read_page_as(
+        &self,
+        addr: GlobalAddr,
+        buf: &mut [u8],
+        locked: bool,
+    ) -> Result<PageHeader, ShermanError> {
         let qp = self.qp(addr)?;
-        let mut why = None;
-        for _ in 0..self.cfg.read_retries.max(1) {
+        let mut p = self.patience();
+        let mut repaired = false;
+        loop {
             qp.read(addr, buf).await?;
-            match self.decode(buf) {
+            let why = match self.decode(buf) {
                 Ok(h) => return Ok(h),
-                Err(e) => why = Some(e),
+                Err(e) => e,
+            };
+            if !repaired && (locked || p.past_lease(self.ep)) && raw_internal(buf) {
+                repaired = true;
+                let fixed = if locked {
+                    self.rederive_internal(addr, buf).await?
+                } else {
+                    self.repair_internal(addr, buf).await?
+                };
+                if fixed {
+                    self.repaired(|r| r.pages_rederived += 1);
+                }
+                continue;
             }
-            yield_now().await;
+            if !p.pause(self.ep).await {
+                return Err(ShermanError::Corrupt { addr, why });
+            }
         }
-        Err(ShermanError::Corrupt {
-            addr,
-            why: why.expect("the loop ran at least once"),
-        })
+    }
+
+    /// Takes the lock of internal page `addr` (from a dead holder, after its lease) and
+    /// re-derives the page if it is still torn.
+    async fn repair_internal(
+        &self,
+        addr: GlobalAddr,
+        buf: &mut [u8],
+    ) -> Result<bool, ShermanError> {
+        let lock = self.lock_for(addr)?;
+        if let Got::TookOver { .. } = self.locks.acquire(self.ep, lock).await? {
+            self.repaired(|r| r.takeovers += 1);
+        }
+        let r = self.rederive_internal(addr, buf).await;
+        self.locks
+            .release(self.qp(addr)?, lock, &mut Batch::new())
+            .await?;
+        r
+    }
+
+    /// Rewrites internal page `addr` (its lock held) if its image is torn — a writer died in
+    /// the middle of writing it in place (a separator insert, or the left half of a split).
+    /// What the page must hold is re-derived from what never tears or is whole elsewhere:
+    /// its level, low fence and leftmost child never change (each an atomic word); its high
+    /// fence is its sibling's low fence (the sibling word is the old or the new one, and a
+    /// split's new right page is whole before the left one is written); its entries are the
+    /// pages of the level below, followed along their sibling pointers from the leftmost
+    /// child up to the high fence — each page's low fence is its separator (this also links
+    /// splits whose separator never arrived). False if the page verifies after all, or does
+    /// not look like a torn internal page (garbage stays an error).
+    async fn rederive_internal(
+        &self,
+        addr: GlobalAddr,
+        buf: &mut [u8],
+    ) -> Result<bool, ShermanError> {
+        self.qp(addr)?.read(addr, buf).await?;
+        if self.decode(buf).is_ok() || !raw_internal(buf) {
+            return Ok(false);
+        }
+        let (version, meta, sibling, low, high_word, leftmost) = (
+            raw_word(buf, 0),
+            raw_word(buf, 1),
+            raw_word(buf, 2),
+            raw_word(buf, 3),
+            raw_word(buf, 4),
+            raw_word(buf, 5),
+        );
+        let level = PageHeader {
+            meta,
+            ..Default::default()
+        }
+        .level();
+        if level == 0 || leftmost == 0 || low >= high_word {
+            return Ok(false);
+        }
+        let mut hdr = [0u8; 64];
+        let high = if sibling == 0 {
+            KEY_INFINITY
+        } else {
+            let s = GlobalAddr::from_raw(sibling);
+            self.qp(s)?.read(s, &mut hdr).await?;
+            let s_low = raw_word(&hdr, 3);
+            if raw_level(&hdr) != Some(level) || s_low <= low {
+                return Ok(false);
+            }
+            s_low
+        };
+        let cap = self.g.internal_capacity();
+        let mut entries: Vec<(u64, u64)> = Vec::with_capacity(cap);
+        let mut child = GlobalAddr::from_raw(leftmost);
+        let mut prev = None;
+        loop {
+            self.qp(child)?.read(child, &mut hdr).await?;
+            let (c_low, c_sib) = (raw_word(&hdr, 3), raw_word(&hdr, 2));
+            if raw_level(&hdr) != Some(level - 1) {
+                return Ok(false);
+            }
+            match prev {
+                None if c_low != low => return Ok(false),
+                Some(p) if c_low <= p => return Ok(false),
+                Some(_) if c_low >= high => break,
+                Some(_) => entries.push((c_low, child.raw())),
+                None => {}
+            }
+            prev = Some(c_low);
+            // Beyond the capacity the rest is reached by moving right (and linked later by
+            // an ordinary split of this page).
+            if c_sib == 0 || entries.len() == cap {
+                break;
+            }
+            child = GlobalAddr::from_raw(c_sib);
+        }
+        let h = PageHeader {
+            front_version: version.wrapping_add(2).max(1),
+            meta: PageHeader::pack_meta(level, false, entries.len()),
+            sibling,
+            low_fence: low,
+            high_fence: high,
+            leftmost,
+            ..Default::default()
+        };
+        let mut img = vec![0u8; self.g.page_size];
+        h.encode(&mut img);
+        for (i, (k, c)) in entries.iter().enumerate() {
+            set_internal_entry(&mut img, &self.g, i, *k, *c);
+        }
+        seal(&mut img, &self.g);
+        self.qp(addr)?.write(addr, &img).await?;
+        buf[..img.len()].copy_from_slice(&img);
+        Ok(true)
     }
 
     /// READ a leaf until the header and every slot verify (every slot: which one holds `key`
@@ -404,7 +600,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         buf: &mut [u8],
         key: u64,
     ) -> Result<(PageHeader, Option<(usize, usize)>), ShermanError> {
-        for _ in 0..self.cfg.read_retries {
+        let mut p = self.patience();
+        loop {
             let h = self.read_page(addr, buf).await?;
             if !h.is_leaf() {
                 return Err(ShermanError::Corrupt {
@@ -414,14 +611,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     },
                 });
             }
-            match self.find_in_leaf(buf, self.bind(&h), key) {
+            let why = match self.find_in_leaf(buf, self.bind(&h), key) {
                 Ok(found) => return Ok((h, found)),
-                Err(_) => yield_now().await,
+                Err(e) => e,
+            };
+            if !p.pause(self.ep).await {
+                return Err(ShermanError::Corrupt { addr, why });
             }
         }
-        Err(ShermanError::Retries {
-            what: "leaf entries kept failing their checksums",
-        })
     }
 
     /// The live (slot, value length) holding `key`, every slot verified against `bind`. (The
@@ -467,6 +664,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     /// Walks from the root to the page covering `key` at `level`, or (`None`) to the leaf
     /// covering it, whose address is returned without reading the leaf itself (unless the
     /// root is that leaf). Level-1 pages passed on the way refresh the index cache.
+    ///
+    /// Repairs on the way (a split is finished by whoever notices it unfinished): a root with
+    /// a right sibling is a root whose split's client has not grown the tree (yet, or ever —
+    /// it died): the walk grows it. A page reached through its parent that does not cover the
+    /// key is a split whose separator the parent lacks: it is noted in `missing` for the next
+    /// write of this handle to insert.
     async fn walk(
         &self,
         key: u64,
@@ -474,21 +677,59 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         buf: &mut [u8],
     ) -> Result<GlobalAddr, ShermanError> {
         let mut addr = self.root.get();
-        for _ in 0..MAX_HOPS {
+        let mut p = self.patience();
+        // `addr` is the root as we know it / was reached through a parent's child pointer.
+        let (mut top, mut from_parent) = (true, false);
+        let mut grown = false;
+        loop {
             let h = self.read_page(addr, buf).await?;
+            let at = addr;
+            let unsettled = |what, p: &Patience| ShermanError::Unsettled {
+                what,
+                at,
+                waited_ns: p.waited(self.ep),
+            };
+            if top && h.sibling != 0 && h.low_fence == 0 && !grown {
+                self.refresh_root().await?;
+                if self.root.get() == addr {
+                    // Still the published root: grow it over the split nobody finished.
+                    grown = true;
+                    let right = GlobalAddr::from_raw(h.sibling);
+                    match self.grow_root(addr, h.level(), h.high_fence, right).await? {
+                        None => self.repaired(|r| r.roots_grown += 1),
+                        Some(link) => self.missing.set(Some(link)),
+                    }
+                    self.refresh_root().await?;
+                }
+                addr = self.root.get();
+                if !p.step(self.ep) {
+                    return Err(unsettled("root growth did not settle", &p));
+                }
+                continue;
+            }
             if level.is_some_and(|l| h.level() < l) || key < h.low_fence {
                 // The root we know is below the level we need, or we went wrong: reload it.
                 self.refresh_root().await?;
                 addr = self.root.get();
-                yield_now().await;
+                (top, from_parent, grown) = (true, false, false);
+                if !p.pause(self.ep).await {
+                    return Err(unsettled("descent did not settle", &p));
+                }
                 continue;
             }
+            top = false;
             if key >= h.high_fence {
-                addr = GlobalAddr::from_raw(h.sibling);
-                if addr.is_null() {
-                    return Err(ShermanError::Retries {
-                        what: "rightmost page does not cover the key",
-                    });
+                let next = GlobalAddr::from_raw(h.sibling);
+                if next.is_null() {
+                    return Err(unsettled("rightmost page does not cover the key", &p));
+                }
+                if from_parent {
+                    self.missing.set(Some((h.level() + 1, h.high_fence, next)));
+                }
+                from_parent = false;
+                addr = next;
+                if !p.step(self.ep) {
+                    return Err(unsettled("sibling chain did not reach the key", &p));
                 }
                 continue;
             }
@@ -504,18 +745,30 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     what: "internal page without child",
                 },
             })?;
+            from_parent = true;
         }
-        Err(ShermanError::Retries {
-            what: "descent did not settle",
-        })
     }
 
-    /// The leaf for `key`: from the index cache, else by walking down.
-    async fn locate(&self, key: u64, buf: &mut [u8]) -> Result<GlobalAddr, ShermanError> {
+    /// The leaf for `key`: from the index cache (true), else by walking down (false).
+    async fn locate(&self, key: u64, buf: &mut [u8]) -> Result<(GlobalAddr, bool), ShermanError> {
         if let Some(a) = self.cache.borrow_mut().leaf_for(key, &self.g) {
-            return Ok(a);
+            return Ok((a, true));
         }
-        self.walk(key, None, buf).await
+        Ok((self.walk(key, None, buf).await?, false))
+    }
+
+    /// Inserts the separators traversals found missing (splits whose client died before
+    /// linking them, or has not yet). Bounded: each insert may note one more above it.
+    async fn link_missing(&self) -> Result<(), ShermanError> {
+        for _ in 0..8 {
+            let Some((level, sep, child)) = self.missing.take() else {
+                return Ok(());
+            };
+            if self.insert_separator(level, sep, child).await? {
+                self.repaired(|r| r.separators_linked += 1);
+            }
+        }
+        Ok(())
     }
 
     async fn lookup(&self, key: u64, out: &mut [u8]) -> Result<Option<usize>, ShermanError> {
@@ -531,12 +784,22 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         out: &mut [u8],
         buf: &mut [u8],
     ) -> Result<Option<usize>, ShermanError> {
-        let mut addr = self.locate(key, buf).await?;
-        for _ in 0..MAX_HOPS {
+        let mut addr = self.locate(key, buf).await?.0;
+        let mut p = self.patience();
+        loop {
             let (h, found) = self.read_leaf(addr, buf, key).await?;
+            let moved = key < h.low_fence || key >= h.high_fence;
+            if moved && !p.step(self.ep) {
+                return Err(ShermanError::Unsettled {
+                    what: "lookup did not reach the key's leaf",
+                    at: addr,
+                    waited_ns: p.waited(self.ep),
+                });
+            }
             if key < h.low_fence {
                 self.cache.borrow_mut().invalidate(key);
-                addr = self.locate(key, buf).await?;
+                p.pause(self.ep).await;
+                addr = self.locate(key, buf).await?.0;
                 continue;
             }
             if key >= h.high_fence {
@@ -554,9 +817,6 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             dst.copy_from_slice(leaf_value(buf, &self.g, s, len));
             return Ok(Some(len));
         }
-        Err(ShermanError::Retries {
-            what: "lookup did not settle",
-        })
     }
 
     /// Ops writing sealed page image `img` whole: one WRITE (readers verify its content, so
@@ -609,31 +869,48 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         change: Change,
         buf: &mut [u8],
     ) -> Result<bool, ShermanError> {
-        let mut addr = self.locate(key, buf).await?;
-        for _ in 0..MAX_HOPS {
+        let (mut addr, mut cached) = self.locate(key, buf).await?;
+        let mut p = self.patience();
+        loop {
             let lock = self.lock_for(addr)?;
-            let qp = self.qp(addr)?;
-            if self.locks.acquire(qp, lock).await? == Got::HandedOver {
-                self.handovers.set(self.handovers.get() + 1);
+            let got = self.locks.acquire(self.ep, lock).await?;
+            match got {
+                Got::HandedOver => self.handovers.set(self.handovers.get() + 1),
+                Got::TookOver { .. } => self.repaired(|r| r.takeovers += 1),
+                Got::Acquired => {}
             }
-            match self
+            let step = self
                 .modify_locked(addr, lock, key, value, change, buf)
-                .await?
-            {
-                Step::Done(r) => return Ok(r),
-                Step::MoveTo(next) => {
+                .await?;
+            if !matches!(step, Step::Done(_)) && !p.step(self.ep) {
+                return Err(ShermanError::Unsettled {
+                    what: "write did not reach the key's leaf",
+                    at: addr,
+                    waited_ns: p.waited(self.ep),
+                });
+            }
+            match step {
+                Step::Done(r) => {
+                    self.link_missing().await?;
+                    return Ok(r);
+                }
+                Step::MoveTo(next, sep) => {
+                    if !cached {
+                        // Reached from a parent that routed the key here: it lacks the
+                        // separator of this leaf's right sibling.
+                        self.missing.set(Some((1, sep, next)));
+                    }
                     self.cache.borrow_mut().invalidate(key);
+                    // (Every page passed from a parent's pointer lacks its separator there.)
                     addr = next;
                 }
                 Step::Restart => {
                     self.cache.borrow_mut().invalidate(key);
-                    addr = self.locate(key, buf).await?;
+                    p.pause(self.ep).await;
+                    (addr, cached) = self.locate(key, buf).await?;
                 }
             }
         }
-        Err(ShermanError::Retries {
-            what: "write did not settle",
-        })
     }
 
     /// Under the leaf's lock: apply the change, write back, release.
@@ -658,7 +935,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         if !h.covers(key) {
             self.locks.release(qp, lock, &mut Batch::new()).await?;
             return Ok(if key >= h.high_fence {
-                Step::MoveTo(GlobalAddr::from_raw(h.sibling))
+                Step::MoveTo(GlobalAddr::from_raw(h.sibling), h.high_fence)
             } else {
                 Step::Restart
             });
@@ -689,13 +966,25 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         };
         let at = self.g.leaf_entry_offset(slot);
         let entry = at..at + self.g.leaf_entry_size();
-        let val = if valid { value } else { &[] };
+        // A delete keeps the entry's key and value bytes and changes only its meta word
+        // (valid bit, version, checksum): with two-level versions it is one aligned 8-byte
+        // WRITE, which no crash can tear.
+        let mut kept = [0u8; remora_layouts::sherman::MAX_VALUE];
+        let val: &[u8] = match found {
+            _ if valid => value,
+            Some((_, len)) => {
+                kept[..len].copy_from_slice(leaf_value(buf, &self.g, slot, len));
+                &kept[..len]
+            }
+            None => &[],
+        };
         let mut ops = Batch::new();
         if self.cfg.two_level_versions {
             encode_leaf_entry(&mut buf[entry.clone()], key, val, version, valid, bind);
+            let written = if valid { entry } else { at..at + 8 };
             ops.push(Op::Write {
                 remote: addr.add(at as u64),
-                local: &buf[entry],
+                local: &buf[written],
             })
             .expect("a doorbell batch holds at most 5 work requests");
             self.locks.release(qp, lock, &mut ops).await?;
@@ -771,7 +1060,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             Some((1, sep, right_addr))
         };
         match pending {
-            Some((level, sep, child)) => self.insert_separator(level, sep, child).await,
+            Some((level, sep, child)) => self.insert_separator(level, sep, child).await.map(drop),
             None => Ok(()),
         }
     }
@@ -852,29 +1141,33 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
 
     /// Inserts separator `sep` → `child` into the internal level `level`, splitting upward
-    /// as needed (iteratively).
+    /// as needed (iteratively). Idempotent: false if `sep` was linked already (by the
+    /// splitter, or by another client repairing the same split).
     async fn insert_separator(
         &self,
         mut level: u8,
         mut sep: u64,
         mut child: GlobalAddr,
-    ) -> Result<(), ShermanError> {
+    ) -> Result<bool, ShermanError> {
         let mut buf = self.page();
         let r = async {
-            let mut hops = 0u32;
+            let mut p = self.patience();
             'levels: loop {
                 let mut addr = self.walk(sep, Some(level), &mut buf).await?;
                 loop {
-                    hops += 1;
-                    if hops > MAX_HOPS {
-                        return Err(ShermanError::Retries {
-                            what: "separator insert did not settle",
+                    if !p.step(self.ep) {
+                        return Err(ShermanError::Unsettled {
+                            what: "separator insert did not find its page",
+                            at: addr,
+                            waited_ns: p.waited(self.ep),
                         });
                     }
                     let lock = self.lock_for(addr)?;
                     let qp = self.qp(addr)?;
-                    self.locks.acquire(qp, lock).await?;
-                    let h = match self.read_page(addr, &mut buf).await {
+                    if let Got::TookOver { .. } = self.locks.acquire(self.ep, lock).await? {
+                        self.repaired(|r| r.takeovers += 1);
+                    }
+                    let h = match self.read_page_as(addr, &mut buf, true).await {
                         Ok(h) => h,
                         Err(e) => {
                             self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -887,6 +1180,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             addr = GlobalAddr::from_raw(h.sibling);
                             continue;
                         }
+                        p.pause(self.ep).await;
                         continue 'levels;
                     }
                     let mut entries: Vec<(u64, u64)> = (0..h.count())
@@ -894,9 +1188,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         .collect();
                     let pos = entries.partition_point(|e| e.0 < sep);
                     if entries.get(pos).is_some_and(|e| e.0 == sep) {
-                        // Already linked (a retried insert): nothing to do.
+                        // Already linked (a retried insert, or a repair): nothing to do.
                         self.locks.release(qp, lock, &mut Batch::new()).await?;
-                        return Ok(());
+                        return Ok(false);
                     }
                     entries.insert(pos, (sep, child.raw()));
                     let image = |version: u64,
@@ -942,7 +1236,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                                 &img,
                             );
                         }
-                        return Ok(());
+                        return Ok(true);
                     }
                     let mid = entries.len() / 2;
                     let up = entries[mid].0;
@@ -982,7 +1276,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     };
                     match pending {
                         Some((l, s, c)) => (level, sep, child) = (l, s, c),
-                        None => return Ok(()),
+                        None => return Ok(true),
                     }
                     continue 'levels;
                 }
@@ -1003,14 +1297,17 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let r = async {
             let mut key = from;
             let mut seen = 0usize;
-            let mut addr = self.locate(key, &mut buf).await?;
+            let mut addr = self.locate(key, &mut buf).await?.0;
             let mut batch: Vec<(u64, usize, usize)> = Vec::with_capacity(self.g.leaf_capacity());
-            'pages: for _ in 0..MAX_HOPS {
+            // Bounds the moves that make no progress (re-locating, moving right of `key`).
+            let mut moves = self.patience();
+            'pages: loop {
                 if seen >= limit {
                     break;
                 }
-                let mut h = None;
-                for _ in 0..self.cfg.read_retries {
+                let h;
+                let mut p = self.patience();
+                loop {
                     let hh = self.read_page(addr, &mut buf).await?;
                     if !hh.is_leaf() {
                         return Err(ShermanError::Corrupt {
@@ -1029,18 +1326,30 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             batch.push((k, s, len))
                         }
                     });
-                    if whole.is_ok() {
-                        h = Some(hh);
-                        break;
+                    match whole {
+                        Ok(()) => {
+                            h = hh;
+                            break;
+                        }
+                        Err(why) => {
+                            if !p.pause(self.ep).await {
+                                return Err(ShermanError::Corrupt { addr, why });
+                            }
+                        }
                     }
-                    yield_now().await;
                 }
-                let h = h.ok_or(ShermanError::Retries {
-                    what: "scanned leaf kept failing checksums",
-                })?;
+                let moved = key < h.low_fence || key >= h.high_fence;
+                if moved && !moves.step(self.ep) {
+                    return Err(ShermanError::Unsettled {
+                        what: "scan did not reach its next leaf",
+                        at: addr,
+                        waited_ns: moves.waited(self.ep),
+                    });
+                }
                 if key < h.low_fence {
                     self.cache.borrow_mut().invalidate(key);
-                    addr = self.locate(key, &mut buf).await?;
+                    moves.pause(self.ep).await;
+                    addr = self.locate(key, &mut buf).await?.0;
                     continue 'pages;
                 }
                 if key >= h.high_fence {

@@ -1,0 +1,59 @@
+//! Bounded waits on the fabric clock: every loop of the tree that waits for something another
+//! client must do (a page to verify, a root change to show, a sibling chain to settle) backs
+//! off exponentially and ends at a deadline, never after a bare count of spins. A fabric
+//! without a clock (`now_ns` stuck at 0) is bounded by the attempt cap instead. The clock is
+//! first read at the first failed attempt, so a wait that never waits costs nothing.
+use crate::fabric::Endpoint;
+use crate::lease::LeaseConfig;
+
+pub(super) struct Patience {
+    cfg: LeaseConfig,
+    /// When the first attempt failed.
+    start: Option<u64>,
+    backoff: u64,
+    attempts: u32,
+}
+
+impl Patience {
+    pub(super) fn new(cfg: LeaseConfig) -> Patience {
+        Patience {
+            cfg,
+            start: None,
+            backoff: cfg.min_backoff_ns.max(1),
+            attempts: 0,
+        }
+    }
+
+    /// Nanoseconds since the first failed attempt.
+    pub(super) fn waited<E: Endpoint>(&self, ep: &E) -> u64 {
+        self.start
+            .map_or(0, |start| ep.now_ns().saturating_sub(start))
+    }
+
+    /// The wait has lasted a lease or more (or, without a clock, a tenth of the attempts):
+    /// what it waits for has a dead client behind it and needs repairing.
+    pub(super) fn past_lease<E: Endpoint>(&self, ep: &E) -> bool {
+        self.waited(ep) >= self.cfg.lease_ns || self.attempts >= self.cfg.max_attempts / 10
+    }
+
+    /// Counts one more attempt without pausing (a step that makes progress, e.g. a move to a
+    /// sibling); false once the deadline or the attempt cap is passed.
+    pub(super) fn step<E: Endpoint>(&mut self, ep: &E) -> bool {
+        self.attempts = self.attempts.saturating_add(1);
+        if self.start.is_none() {
+            self.start = Some(ep.now_ns());
+        }
+        self.attempts <= self.cfg.max_attempts && self.waited(ep) <= self.cfg.deadline_ns
+    }
+
+    /// Backs off before the next attempt; false (without pausing) once the deadline or the
+    /// attempt cap is passed.
+    pub(super) async fn pause<E: Endpoint>(&mut self, ep: &E) -> bool {
+        if !self.step(ep) {
+            return false;
+        }
+        ep.pause(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(self.cfg.max_backoff_ns.max(1));
+        true
+    }
+}
