@@ -588,7 +588,9 @@ fn json_to_stdout_is_json_only() {
         stderr(&out).contains("workload"),
         "the table goes to stderr"
     );
+}
 
+#[test]
 fn linearizability_check_on_the_sim() {
     let out = remora(&[
         "check",
