@@ -30,6 +30,7 @@
 mod cache;
 mod config;
 mod key;
+mod leaflock;
 mod local;
 mod remote;
 mod scan;
@@ -42,9 +43,9 @@ mod write;
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
 
 use crate::alloc::RemoteAllocator;
-use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, QueuePair};
 use crate::index::KvIndex;
+use crate::lease::{Verdict, Waiter};
 use cache::RadixCache;
 use core::cell::{Cell, RefCell};
 use key::Key;
@@ -98,6 +99,20 @@ pub struct SmartStats {
     pub cache_entries: u64,
 }
 
+/// How long one operation has been restarting: back-off and deadline on the fabric clock.
+pub(crate) struct Pace {
+    w: Waiter,
+    tries: u32,
+}
+
+impl Pace {
+    /// Counts one more restart; returns the count.
+    pub(crate) fn count(&mut self) -> u32 {
+        self.tries += 1;
+        self.tries
+    }
+}
+
 pub(crate) fn bump(c: &Cell<u64>) {
     c.set(c.get() + 1);
 }
@@ -109,8 +124,12 @@ pub struct Smart<'e, E: Endpoint> {
     pub(crate) root: GlobalAddr,
     pub(crate) allocs: Vec<RemoteAllocator>,
     pub(crate) next_node: Cell<usize>,
+    /// Tag of the last internal-node lock this handle took (lock-based mode).
+    pub(crate) lock_seq: Cell<u32>,
     pub(crate) cache: RefCell<RadixCache>,
     pub(crate) local: RefCell<LocalTable>,
+    /// Per memory node (in `ep.nodes()` order): this handle's redo slots (in-place mode).
+    pub(crate) redo: Vec<leaflock::RedoRing>,
     pub(crate) stats: Stats,
 }
 
@@ -139,10 +158,21 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             root: GlobalAddr::NULL,
             allocs,
             next_node: Cell::new(0),
+            lock_seq: Cell::new(0),
             cache: RefCell::new(RadixCache::new(cache_bytes)),
             local: RefCell::new(LocalTable::new(cfg.local_table, cfg.value_cap)),
+            redo: Vec::new(),
             stats: Stats::default(),
         };
+        if cfg.techniques.in_place_leaf {
+            let slot = s.max_leaf_bytes();
+            let mut rings = Vec::with_capacity(s.allocs.len());
+            for ix in 0..s.allocs.len() {
+                let base = s.alloc_at(ix, leaflock::REDO_SLOTS * slot).await?;
+                rings.push(leaflock::RedoRing::new(base, slot)?);
+            }
+            s.redo = rings;
+        }
         let slot_at = GlobalAddr::new(first, root_offset(cfg.root_slot));
         let shape = match cfg.key_mode {
             KeyMode::Fixed(n) => n as u64,
@@ -235,21 +265,34 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             .fold(Default::default(), |a, b| a + b)
     }
 
-    /// Backs off after a restart; errors when the budget is spent.
+    /// A fresh pace for one operation's restarts.
+    pub(crate) fn pace(&self) -> Pace {
+        Pace {
+            w: Waiter::new(self.cfg.lease, self.ep.now_ns()),
+            tries: 0,
+        }
+    }
+
+    /// Backs off after a restart (exponentially, on the fabric clock); errors when the
+    /// operation's deadline or restart cap is spent.
     pub(crate) async fn restart(
         &self,
-        tries: &mut u32,
+        pace: &mut Pace,
         what: &'static str,
     ) -> Result<(), SmartError> {
         bump(&self.stats.restarts);
-        *tries += 1;
-        if *tries >= self.cfg.max_restarts {
-            return Err(SmartError::Contention {
-                what,
-                tries: *tries,
-            });
+        pace.tries += 1;
+        let give_up = SmartError::Contention {
+            what,
+            tries: pace.tries,
+        };
+        if pace.tries >= self.cfg.max_restarts {
+            return Err(give_up);
         }
-        yield_now().await;
+        match pace.w.observe(0, self.ep.now_ns()) {
+            Verdict::Wait(ns) => self.ep.pause(ns).await,
+            Verdict::Expired { .. } | Verdict::GiveUp { .. } => return Err(give_up),
+        }
         Ok(())
     }
 
