@@ -156,6 +156,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 return Ok(if expected == 0 {
                     Got::Clean
                 } else {
+                    bump(&self.stats.takeovers);
                     Got::TookOver(expected)
                 });
             }
@@ -237,6 +238,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
         // Keep the leaf's own reverse pointer and our lock word; take the rest from the redo.
         img[LEAF_STATUS_OFFSET..bytes - 8].copy_from_slice(&redo[LEAF_STATUS_OFFSET..bytes - 8]);
+        bump(&self.stats.repairs);
         Ok(true)
     }
 
@@ -273,6 +275,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             // Released or taken over by someone else meanwhile: nothing for us to do.
             return Ok(());
         }
+        bump(&self.stats.takeovers);
         let unlock = 0u64.to_le_bytes();
         let rewrite = self.repair_taken_leaf(leaf, &mut img[..bytes], word).await;
         match rewrite {

@@ -70,6 +70,8 @@ pub(crate) struct Stats {
     pub grows: Cell<u64>,
     pub prefix_splits: Cell<u64>,
     pub leaf_splits: Cell<u64>,
+    pub takeovers: Cell<u64>,
+    pub repairs: Cell<u64>,
 }
 
 /// A plain copy of a handle's statistics.
@@ -94,6 +96,11 @@ pub struct SmartStats {
     pub grows: u64,
     pub prefix_splits: u64,
     pub leaf_splits: u64,
+    /// Leaf or node locks taken over from a holder that made no progress for a lease.
+    pub takeovers: u64,
+    /// Half-done changes of other clients finished here: grows of frozen nodes, prefix
+    /// splits, torn leaves rebuilt from a redo copy.
+    pub repairs: u64,
     /// Bytes and entries in the radix cache.
     pub cache_bytes: u64,
     pub cache_entries: u64,
@@ -250,6 +257,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             grows: s.grows.get(),
             prefix_splits: s.prefix_splits.get(),
             leaf_splits: s.leaf_splits.get(),
+            takeovers: s.takeovers.get(),
+            repairs: s.repairs.get(),
             cache_bytes: c.bytes() as u64,
             cache_entries: c.len() as u64,
         }

@@ -98,7 +98,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 let h = img.header;
                 if !h.is_obsolete() && !h.is_frozen() && h.prefix_start() < expect_start {
                     // A prefix split not finished yet (see `prefix_split`): finish it.
-                    self.finish_prefix_split(addr, h, expect_start).await?;
+                    if self.finish_prefix_split(addr, h, expect_start).await? {
+                        super::bump(&self.stats.repairs);
+                    }
                     self.restart(&mut tries, "scan kept meeting unfinished prefix splits")
                         .await?;
                     continue 'walk;

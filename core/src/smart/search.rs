@@ -301,7 +301,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             if !h.is_obsolete() && !h.is_frozen() && h.prefix_start() < expect {
                 // A prefix split that swung the parent slot to its new node but has not yet
                 // shortened this node's prefix: anyone finishes it (see `prefix_split`).
-                self.finish_prefix_split(addr, h, expect).await?;
+                if self.finish_prefix_split(addr, h, expect).await? {
+                    bump(&self.stats.repairs);
+                }
                 continue;
             }
             if !h.is_obsolete() && h.is_frozen() && h.prefix_start() < expect {

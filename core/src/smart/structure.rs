@@ -137,6 +137,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             qp.post(&mut ops).await?;
             drop(ops);
             if old == expected {
+                if expected != 0 {
+                    bump(&self.stats.takeovers);
+                }
                 return Ok(NodeLock);
             }
             expected = 0;
@@ -415,23 +418,25 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     /// position `start`, where its parent (a prefix split's new node) expects it: the second
     /// half of a prefix split, done by the splitter or by any reader that finds it undone.
     /// A CAS from `h`: if the header changed meanwhile (another finisher, or a grow froze
-    /// it and its copy will be finished in turn), nothing happens.
+    /// it and its copy will be finished in turn), nothing happens. Returns whether our CAS
+    /// did it.
     pub(crate) async fn finish_prefix_split(
         &self,
         addr: GlobalAddr,
         h: Header,
         start: usize,
-    ) -> Result<(), SmartError> {
+    ) -> Result<bool, SmartError> {
         let s = h.prefix_start();
         if start <= s || start > h.depth() {
-            return Ok(());
+            return Ok(false);
         }
         let p = h.prefix();
         let short = Header::new(h.depth(), h.node_type(), &p[start - s..h.prefix_len()])
             .map_err(layout("shortened header"))?;
-        self.cas(addr.add(NODE_HEADER_OFFSET as u64), h.raw(), short.raw())
-            .await?;
-        Ok(())
+        Ok(self
+            .cas(addr.add(NODE_HEADER_OFFSET as u64), h.raw(), short.raw())
+            .await?
+            == h.raw())
     }
 
     /// Freezes the slots of a node whose header is frozen (by us or by a grower we are
@@ -740,6 +745,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         self.write(na, &nimg[..nb]).await?;
         if self.swing_to_copy(img, parent, &n, live).await? {
             bump(&self.stats.grows);
+            bump(&self.stats.repairs);
         } else {
             self.free(na, ty.bytes());
         }
