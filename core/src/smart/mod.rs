@@ -33,6 +33,8 @@ mod key;
 mod leaflock;
 mod local;
 mod remote;
+#[cfg(test)]
+mod repair_tests;
 mod scan;
 mod search;
 mod structure;
