@@ -41,7 +41,10 @@ pub(crate) struct RedoRing {
 impl RedoRing {
     pub fn new(base: GlobalAddr, slot_bytes: usize) -> Result<RedoRing, SmartError> {
         let end = base.offset() + (REDO_SLOTS * slot_bytes) as u64;
-        if end / 64 >= 1 << OFF_BITS || base.offset() % 64 != 0 || slot_bytes % 64 != 0 {
+        if end / 64 >= 1 << OFF_BITS
+            || !base.offset().is_multiple_of(64)
+            || !slot_bytes.is_multiple_of(64)
+        {
             return Err(SmartError::Config(
                 "redo ring beyond 16 GiB into the region: lock tags cannot name it",
             ));

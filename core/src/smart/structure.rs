@@ -25,9 +25,6 @@ pub(crate) enum Swap {
     Stale,
 }
 
-/// Proof of holding an internal node's lock (lock-based mode); released by a WRITE of 0.
-pub(crate) struct NodeLock;
-
 fn layout(what: &'static str) -> impl Fn(LayoutError) -> SmartError {
     move |err| SmartError::Corrupt { what, err }
 }
@@ -70,8 +67,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let qp = self.qp(node)?;
         let mut front = [0u8; 8];
         let mut cur = [0u8; 8];
-        let lock = self
-            .lock_node(node, &mut [(hdr, &mut front[..]), (at, &mut cur[..])])
+        self.lock_node(node, &mut [(hdr, &mut front[..]), (at, &mut cur[..])])
             .await?;
         let current = u64::from_le_bytes(cur);
         let now_h = u64::from_le_bytes(front);
@@ -97,7 +93,6 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             },
         ])
         .await?;
-        drop(lock);
         Ok(Swap::Done)
     }
 
@@ -111,7 +106,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         &self,
         node: GlobalAddr,
         reads: &mut [(GlobalAddr, &mut [u8])],
-    ) -> Result<NodeLock, SmartError> {
+    ) -> Result<(), SmartError> {
         let lock_at = node.add(NODE_REV_OFFSET as u64);
         let tag = self.lock_seq.get().wrapping_add(1).max(1);
         self.lock_seq.set(tag);
@@ -140,7 +135,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 if expected != 0 {
                     bump(&self.stats.takeovers);
                 }
-                return Ok(NodeLock);
+                return Ok(());
             }
             expected = 0;
             bump(&self.stats.lock_waits);
@@ -451,8 +446,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             let mut raw = [0u8; MAX_NODE_BYTES];
             let n = cap * 8;
             let slots_at = img.addr.add(NODE_SLOTS_OFFSET as u64);
-            let lock = self
-                .lock_node(img.addr, &mut [(slots_at, &mut raw[..n])])
+            self.lock_node(img.addr, &mut [(slots_at, &mut raw[..n])])
                 .await?;
             for (i, w) in want.iter_mut().enumerate().take(cap) {
                 let v = u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
@@ -472,7 +466,6 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     },
                 ])
                 .await?;
-            drop(lock);
             return Ok(want);
         }
         let qp = self.qp(img.addr)?;
@@ -533,10 +526,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         slots: &[Slot; 256],
         na: GlobalAddr,
         ty: NodeType,
-        parent: GlobalAddr,
-        parent_depth: usize,
+        parent: &Parent,
         extra: Option<Slot>,
     ) -> Result<NodeImg, SmartError> {
+        let parent_depth = parent.header.depth();
         // A node frozen before a prefix split above it was finished still has the long
         // prefix: the copy gets the one its parent expects.
         let h = img.header.clean().with_type(ty);
@@ -550,7 +543,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         };
         let mut n = NodeImg {
             addr: na,
-            rev: self.node_rev(parent)?,
+            rev: self.node_rev(parent.addr)?,
             header,
             slots: [Slot::EMPTY; 256],
         };
@@ -675,15 +668,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         // leaf and the restart finds the key.
         let ours = !live.iter().any(|s| !s.is_empty() && s.pkey() == b);
         let new_leaf = Slot::leaf(b, la, lbytes).map_err(layout("grown leaf slot"))?;
-        let n = self.copy_of(
-            img,
-            &slots,
-            na,
-            new_ty,
-            parent.addr,
-            parent.header.depth(),
-            ours.then_some(new_leaf),
-        )?;
+        let n = self.copy_of(img, &slots, na, new_ty, parent, ours.then_some(new_leaf))?;
         let mut nimg = [0u8; MAX_NODE_BYTES];
         let nb = n.encode(&mut nimg);
         let mut leaf = [0u8; MAX_LEAF_BYTES];
@@ -731,15 +716,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             _ => img.ty(),
         };
         let na = self.alloc_node(ty).await?;
-        let n = self.copy_of(
-            img,
-            &slots,
-            na,
-            ty,
-            parent.addr,
-            parent.header.depth(),
-            None,
-        )?;
+        let n = self.copy_of(img, &slots, na, ty, parent, None)?;
         let mut nimg = [0u8; MAX_NODE_BYTES];
         let nb = n.encode(&mut nimg);
         self.write(na, &nimg[..nb]).await?;
@@ -776,10 +753,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             };
         }
         let help = matches!(verdict, Verdict::Expired { .. }) || mine;
-        if help && fresh {
-            if let Some(p) = parent {
-                return self.help_grow(node, &p).await;
-            }
+        if help
+            && fresh
+            && let Some(p) = parent
+        {
+            return self.help_grow(node, &p).await;
         }
         match verdict {
             Verdict::Wait(ns) => {
