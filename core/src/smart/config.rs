@@ -78,6 +78,12 @@ pub struct SmartConfig {
     /// frozen node) unchanged for `lease.lease_ns` has a dead holder, whom a waiter fences
     /// and whose half-done change it repairs; no operation waits longer than
     /// `lease.deadline_ns` in all.
+    ///
+    /// Default: 0.5 s leases, 10 s deadline. Fencing a live client costs it its connection,
+    /// and clients that are OS threads on a loaded machine (the soft fabric in CI: five
+    /// threads on two cores) are descheduled for tens of milliseconds; a deployment with
+    /// dedicated cores can lower the lease to [`LeaseConfig::default_lease`]'s 10 ms (a
+    /// dead client then costs its waiters about that much).
     pub lease: LeaseConfig,
     /// Restarts of one operation (after a failed CAS, a torn read, an inconsistency)
     /// before it gives up with [`SmartError::Contention`]; a cap for fabrics without a
@@ -104,7 +110,11 @@ impl SmartConfig {
             value_cap,
             cache_mib: 64.0,
             root_slot: 1,
-            lease: LeaseConfig::default_lease(),
+            lease: LeaseConfig {
+                lease_ns: 500_000_000,
+                deadline_ns: 10_000_000_000,
+                ..LeaseConfig::default_lease()
+            },
             max_restarts: 10_000,
             max_checksum_retries: 1_000,
             local_table: 1024,
