@@ -7,23 +7,40 @@
 //!
 //! Concurrency (see `layouts::smart` for the formats):
 //! - Internal nodes: an 8-byte slot changes by one CMP_AND_SWP ([`Techniques::lock_free_internal`])
-//!   or under the header's lock bit (the baseline). Structural changes build new nodes off to
-//!   the side and publish them with one slot swing: insert into an empty slot, leaf split
-//!   (new chain of internal nodes), prefix split (new parent node, then the split node's header
-//!   is CASed to its shorter prefix), grow (freeze every word of the node with CAS, copy to
-//!   a larger type, swing the parent slot, mark the old node obsolete). A writer that meets a
-//!   frozen word or an inconsistent node (depth/prefix not matching its parent) re-reads
-//!   or restarts, a bounded number of times. In particular nobody swings a slot it read
-//!   frozen (a grow or prefix split below a node being grown): the copy would keep the old
-//!   value and point at a retired node forever.
-//! - Leaves: updated in place under the lock in their last word, released by the WRITE that
-//!   writes the leaf back; readers check a CRC-64 over valid bit, key and value and re-read
-//!   on mismatch. A key keeps one leaf for its whole life (delete clears the valid bit), so a
-//!   leaf found with the right key is always the key's current state. Out-of-place mode
-//!   writes a new leaf, then CASes the old leaf's status to "obsolete, forward to new"
-//!   (the linearization point) and swings the parent slot.
+//!   or under the node's lock (the baseline: an owned lock word, see below, in the node's
+//!   reverse-pointer word, taken with the header and slot read in the same doorbell).
+//!   Structural changes build new nodes off to the side and publish them with one slot swing:
+//!   insert into an empty slot, leaf split (new chain of internal nodes), prefix split, grow.
+//!   Nobody swings a slot it read frozen (a grow below a node being grown): the copy would
+//!   keep the old value and point at a retired node forever.
+//! - Prefix split: the parent slot swings first to a new Node4 whose slot leads to the split
+//!   node (the linearization point), then the split node's header is CASed to its shorter
+//!   prefix. A node whose prefix starts before its parent allows is that half-done state, and
+//!   whoever reads it (search, scan) finishes it with the same CAS: a splitter that dies
+//!   between the two steps leaves nothing stuck.
+//! - Grow: memory for the copy is allocated first (running out changes nothing), then the
+//!   header is frozen (CAS), every slot frozen (CAS each; under the node lock in the
+//!   baseline), the copy written and the parent slot swung; the old node is marked obsolete.
+//!   A frozen node is never unfrozen: it is always replaced. A search that meets one waits a
+//!   little (back-off) and restarts from the root; once the node has stayed frozen for a
+//!   lease, or at once for the client that froze it and lost its swing, the searcher finishes
+//!   the grow itself ([`Smart::help_grow`]: complete the freeze, copy, swing). Racing helpers
+//!   are harmless: one swing wins, the others free their copies.
+//! - Leaves: updated in place under the rear lock in their last word, an owned lock with a
+//!   lease (`leaflock`): the word names the holder's fabric client and its redo slot; the
+//!   write-back doorbell is `[redo copy, leaf body, unlock]`. Readers check a CRC-64 over
+//!   valid bit, key and value and re-read on mismatch. A waiter (or a reader that keeps
+//!   finding the leaf torn) that sees the same lock word for a lease fences the holder, takes
+//!   the lock over and repairs a torn leaf from the redo copy. A key keeps one leaf for its
+//!   whole life (delete clears the valid bit), so a leaf found with the right key is always
+//!   the key's current state. Out-of-place mode writes a new leaf, then CASes the old leaf's
+//!   status to "obsolete, forward to new" (the linearization point) and swings the parent
+//!   slot (best effort: readers follow the forward chain).
 //! - Absence is only decided on a freshly read node with no frozen word on the way, so a
 //!   concurrent grow can never hide a key.
+//! - Waits are paced on the fabric clock (`SmartConfig::lease`): exponential back-off, a
+//!   lease after which a holder counts as dead, a deadline per operation; errors name the
+//!   lock word and its holder ([`SmartError::Held`]).
 //! - Memory of replaced nodes and leaves is not reclaimed (no epoch scheme yet).
 #![cfg(feature = "alloc")]
 

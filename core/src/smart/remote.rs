@@ -262,20 +262,25 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         .checksum_retries
                         .set(self.stats.checksum_retries.get() + 1);
                     // Torn under the same lock word for a whole lease: its holder died
-                    // mid-write-back. Take the lock over and repair the leaf.
+                    // mid-write-back. Take the lock over and repair the leaf. While a holder
+                    // is named, only the deadline bounds the wait (the lease may be longer
+                    // than the re-read cap); a torn leaf nobody holds is corrupt.
+                    let mut held = false;
                     if self.cfg.techniques.in_place_leaf
                         && matches!(err, LayoutError::BadChecksum { .. })
                         && buf.len() >= 8
                     {
                         let word = remora_layouts::bits::read_u64(buf, buf.len() - 8).unwrap_or(0);
                         let now = self.ep.now_ns();
+                        held = word != 0;
                         let w = stuck.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
                         if let Verdict::Expired { word } = w.observe(word, now) {
                             self.repair_torn_leaf(addr, buf.len(), word).await?;
                             continue;
                         }
                     }
-                    if tries >= self.cfg.max_checksum_retries || !self.back_off(&mut pace).await {
+                    let capped = !held && tries >= self.cfg.max_checksum_retries;
+                    if capped || !self.back_off(&mut pace).await {
                         return Err(match err {
                             LayoutError::BadChecksum { .. } => {
                                 SmartError::Checksum { retries: tries }
