@@ -66,6 +66,7 @@ pub(crate) enum Pos {
     Frozen {
         node: NodeImg,
         parent: Option<Parent>,
+        grand: Option<Parent>,
     },
 }
 
@@ -310,7 +311,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 // ... and a grow froze the node before the split was finished: the grow's
                 // copy gets the shortened prefix (see `copy_of`).
                 bump(&self.stats.lock_waits);
-                return Ok(Some(Pos::Frozen { node: img, parent }));
+                return Ok(Some(Pos::Frozen {
+                    node: img,
+                    parent,
+                    grand,
+                }));
             }
             if h.is_obsolete() || h.prefix_start() != expect {
                 if let Some(p) = parent {
@@ -422,7 +427,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 return Ok(None);
             }
             bump(&self.stats.lock_waits);
-            return Ok(Some(Pos::Frozen { node: img, parent }));
+            return Ok(Some(Pos::Frozen {
+                node: img,
+                parent,
+                grand,
+            }));
         }
     }
 
@@ -459,8 +468,13 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     self.restart(&mut pace, "lookup kept meeting inconsistent nodes")
                         .await?;
                 }
-                Some(Pos::Frozen { node, parent }) => {
-                    self.wait_frozen(&mut pace, &mut frozen, &node, parent, !use_cache, false)
+                Some(Pos::Frozen {
+                    node,
+                    parent,
+                    grand,
+                }) => {
+                    let path = (parent, grand);
+                    self.wait_frozen(&mut pace, &mut frozen, &node, path, !use_cache, false)
                         .await?;
                     use_cache = false;
                 }

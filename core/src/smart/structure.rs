@@ -703,9 +703,14 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     /// died or lost its parent slot: freezes what is left, copies the node (to a larger type
     /// only if it is full) and swings the parent slot to the copy. Any number of helpers may
     /// race; one swing wins and the others free their copies.
-    pub(crate) async fn help_grow(&self, img: &NodeImg, parent: &Parent) -> Result<(), SmartError> {
+    /// Returns whether our copy replaced the node.
+    pub(crate) async fn help_grow(
+        &self,
+        img: &NodeImg,
+        parent: &Parent,
+    ) -> Result<bool, SmartError> {
         if !img.header.is_frozen() || img.header.is_obsolete() || parent.slot.is_frozen() {
-            return Ok(());
+            return Ok(false);
         }
         let slots = self.complete_freeze(img).await?;
         let cap = img.ty().capacity();
@@ -723,25 +728,28 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if self.swing_to_copy(img, parent, &n, live).await? {
             bump(&self.stats.grows);
             bump(&self.stats.repairs);
+            Ok(true)
         } else {
             self.free(na, ty.bytes());
+            Ok(false)
         }
-        Ok(())
     }
 
     /// A search met frozen node `node` (through `parent`): waits a little (the caller then
     /// restarts from the root), and once the node has stayed frozen, unchanged, for a lease
-    /// — or at once if `mine` (we froze it and lost our swing) — finishes its grow. `fresh`:
-    /// the path came from the root, not the cache, so `parent` is current.
+    /// — or at once if `mine` (we froze it and lost our swing) — finishes its grow; or, if
+    /// the parent slot is frozen too, the parent's (through `grand`). `fresh`: the path came
+    /// from the root, not the cache, so `path` (the parent and grandparent slots) is current.
     pub(crate) async fn wait_frozen(
         &self,
         pace: &mut Pace,
         waiter: &mut Option<(Waiter, u64)>,
         node: &NodeImg,
-        parent: Option<Parent>,
+        path: (Option<Parent>, Option<Parent>),
         fresh: bool,
         mine: bool,
     ) -> Result<(), SmartError> {
+        let (parent, grand) = path;
         let now = self.ep.now_ns();
         let word = node.header.raw() ^ node.addr.raw().rotate_left(7) | 1;
         let (w, since) = waiter.get_or_insert_with(|| (Waiter::new(self.cfg.lease, now), now));
@@ -757,7 +765,17 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             && fresh
             && let Some(p) = parent
         {
-            return self.help_grow(node, &p).await;
+            if !p.slot.is_frozen() {
+                if self.help_grow(node, &p).await? {
+                    return Ok(());
+                }
+            } else if let Some(g) = grand {
+                // The parent is frozen as well: its grow comes first.
+                let pimg = self.read_node(p.addr, p.header.node_type()).await?;
+                if self.help_grow(&pimg, &g).await? {
+                    return Ok(());
+                }
+            }
         }
         match verdict {
             Verdict::Wait(ns) => {

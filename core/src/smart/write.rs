@@ -48,9 +48,14 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         loop {
             let done = match self.search(k, &mut buf, use_cache).await? {
                 None => None,
-                Some(Pos::Frozen { node, parent }) => {
+                Some(Pos::Frozen {
+                    node,
+                    parent,
+                    grand,
+                }) => {
                     let mine = froze == Some(node.addr);
-                    self.wait_frozen(&mut pace, &mut frozen, &node, parent, !use_cache, mine)
+                    let path = (parent, grand);
+                    self.wait_frozen(&mut pace, &mut frozen, &node, path, !use_cache, mine)
                         .await?;
                     use_cache = false;
                     continue;
@@ -99,7 +104,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                 &mut pace,
                                 &mut frozen,
                                 &pimg,
-                                grand,
+                                (grand, None),
                                 !use_cache,
                                 mine,
                             )
