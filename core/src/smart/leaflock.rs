@@ -170,8 +170,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             match w.observe(old, now) {
                 Verdict::Wait(ns) => self.ep.pause(ns).await,
                 Verdict::Expired { word } => {
-                    self.fence_holder("leaf lock", lock_at, word).await?;
-                    expected = word;
+                    if self.fence_holder("leaf lock", lock_at, word).await? {
+                        expected = word;
+                    }
                 }
                 Verdict::GiveUp { word, waited_ns } => {
                     return Err(SmartError::Held {
@@ -186,15 +187,21 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
     }
 
-    /// Fences the holder named by `word` (a lock at `at` unchanged for a lease).
+    /// Fences the holder named by `word` (a lock at `at` unchanged for a lease). False: the
+    /// holder is this client itself (another coroutine or handle of this thread, stalled with
+    /// it), which is never fenced: keep waiting.
     pub(crate) async fn fence_holder(
         &self,
         what: &'static str,
         at: GlobalAddr,
         word: u64,
-    ) -> Result<(), SmartError> {
+    ) -> Result<bool, SmartError> {
+        let me = self.ep.client_id();
+        if me != 0 && holder(word) == me {
+            return Ok(false);
+        }
         match self.ep.fence(at.node(), holder(word)).await {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             Err(FabricError::Unsupported { .. }) => Err(SmartError::Held {
                 what,
                 at,
@@ -255,7 +262,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         word: u64,
     ) -> Result<(), SmartError> {
         let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
-        self.fence_holder("leaf lock", lock_at, word).await?;
+        if !self.fence_holder("leaf lock", lock_at, word).await? {
+            return Ok(());
+        }
         let slot = self.redo_slot(leaf.node()).await?;
         let mine = owner_word(self.ep.client_id(), slot.tag);
         let mut img = [0u8; remora_layouts::smart::MAX_LEAF_BYTES];

@@ -144,9 +144,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             match w.observe(old, now) {
                 Verdict::Wait(ns) => self.ep.pause(ns).await,
                 Verdict::Expired { word } => {
-                    self.fence_holder("internal node lock", lock_at, word)
-                        .await?;
-                    expected = word;
+                    if self
+                        .fence_holder("internal node lock", lock_at, word)
+                        .await?
+                    {
+                        expected = word;
+                    }
                 }
                 Verdict::GiveUp { word, waited_ns } => {
                     return Err(SmartError::Held {
