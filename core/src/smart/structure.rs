@@ -480,6 +480,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }
         }
         let mut pace = None;
+        let mut rounds = 0u32;
         loop {
             let mut olds = [0u64; 256];
             let mut ops: Vec<Op<'_>> = Vec::with_capacity(cap);
@@ -512,10 +513,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     want[i] = old;
                 }
             }
+            rounds += 1;
+            if which.iter().all(|&i| done[i]) {
+                return Ok(want);
+            }
+            // Slot writers kept changing slots between our read and our CAS.
             if !self.back_off(&mut pace).await {
                 return Err(SmartError::Contention {
                     what: "could not freeze the slots of a node being grown",
-                    tries: 0,
+                    tries: rounds,
                 });
             }
         }
