@@ -308,7 +308,7 @@ fn campaign(t: Techniques, name: &str) {
     let mut damaged = Vec::new();
     let (mut points, mut takeovers, mut repairs, mut max_now) = (0u64, 0u64, 0u64, 0u64);
     for kind in KINDS {
-        let mut kind_points = 0;
+        let (mut kind_points, mut kind_fixes) = (0, (0, 0));
         for seed in 1..=seeds {
             let dry = run(t, kind, seed, None);
             let (from, to) = dry.posts.expect("the victim finished its dry run");
@@ -334,12 +334,34 @@ fn campaign(t: Techniques, name: &str) {
                 }
                 takeovers += r.takeovers;
                 repairs += r.repairs;
+                kind_fixes.0 += r.takeovers;
+                kind_fixes.1 += r.repairs;
                 max_now = max_now.max(r.now_ns);
                 points += 1;
                 kind_points += 1;
             }
         }
-        println!("{name}: {kind:?}: {kind_points} crash points");
+        println!(
+            "{name}: {kind:?}: {kind_points} crash points, {} takeovers, {} repairs",
+            kind_fixes.0, kind_fixes.1
+        );
+        // The damage each kind must leave at some crash point, and the survivors mend: a
+        // leaf lock (in-place writes) or node lock (the baseline's slot changes) to take
+        // over, a frozen node to finish growing, a prefix split to finish.
+        let (need_takeover, need_repair) = match kind {
+            Kind::Upsert | Kind::Update | Kind::Delete => (t.in_place_leaf, false),
+            Kind::Insert => (!t.lock_free_internal, false),
+            Kind::Grow | Kind::PrefixSplit => (false, true),
+            _ => (false, false),
+        };
+        assert!(
+            !need_takeover || kind_fixes.0 > 0,
+            "{name} {kind:?}: no crash left a lock for the survivors to take over"
+        );
+        assert!(
+            !need_repair || kind_fixes.1 > 0,
+            "{name} {kind:?}: no crash left a change for the survivors to finish"
+        );
     }
     let (p50, p99) = (pct(&mut stalls, 0.5), pct(&mut stalls, 0.99));
     let (d50, d99) = if damaged.is_empty() {
