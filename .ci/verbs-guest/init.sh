@@ -1,8 +1,8 @@
 #!/bin/busybox sh
 # PID 1 of the remora verbs guest (see run.sh): brings up Soft-RoCE (rdma_rxe) on dummy0,
-# starts a verbs memory node, runs the fabric conformance suite and `remora perf` against it
-# from a second process, and reports on the serial console. The host greps the final
-# "REMORA-GUEST: PASS" / "REMORA-GUEST: FAIL" line.
+# starts a verbs memory node, runs the fabric conformance suite, `remora perf` and small YCSB
+# runs (`remora bench --fabric verbs`) against it from other processes, and reports on the
+# serial console. The host greps the final "REMORA-GUEST: PASS" / "REMORA-GUEST: FAIL" line.
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
@@ -18,6 +18,23 @@ finish() {
     sync
     poweroff -f
     sleep 10
+}
+
+# Errors a user sees: each must exit non-zero with one line naming what to check.
+ERRORS_RC=0
+expect_error() {
+    name=$1
+    want=$2
+    shift 2
+    out=$("$@" 2>&1)
+    rc=$?
+    lines=$(printf '%s\n' "$out" | wc -l)
+    if [ "$rc" != 0 ] && [ "$lines" = 1 ] && printf '%s' "$out" | grep -q "$want"; then
+        say "error ok: $name: $out"
+    else
+        say "error BAD: $name (exit $rc, $lines lines): $out"
+        ERRORS_RC=1
+    fi
 }
 
 say "booted: $(uname -r), $(nproc) cpus"
@@ -62,26 +79,57 @@ if [ -n "$PERF_ARGS" ]; then
     say "perf exit code $PERF_RC"
 fi
 
+# YCSB over verbs: each "index:workload" of BENCH_RUNS loads BENCH_ARGS' records and runs;
+# the table goes to the console. A run passes if it exits 0 and printed its run row. The
+# one-sided indexes share the echo memory node; CANRT and Erda each get a fresh memory node
+# running their server (`--service canrt|erda`).
+BENCH_RC=skipped
+if [ -n "$BENCH_ARGS" ]; then
+    BENCH_RC=0
+    for run in $BENCH_RUNS; do
+        index=${run%%:*}
+        workload=${run#*:}
+        addr="$GUEST_IP:$PORT"
+        SERVICE_NODE=""
+        case "$index" in
+        canrt | erda)
+            addr="$GUEST_IP:$SERVICE_PORT"
+            remora memnode --fabric verbs --listen "$addr" --service "$index" $SERVICE_MEMNODE_ARGS \
+                > /tmp/memnode-svc.log 2>&1 &
+            SERVICE_NODE=$!
+            for i in $(seq 1 100); do
+                grep -q listening /tmp/memnode-svc.log && break
+                kill -0 $SERVICE_NODE 2>/dev/null || break
+                usleep 100000
+            done
+            sed 's/^/REMORA-BENCH: /' /tmp/memnode-svc.log
+            ;;
+        esac
+        say "bench: remora bench --fabric verbs --connect $addr --index $index --workload $workload $BENCH_ARGS"
+        timeout "$BENCH_TIMEOUT" remora bench --fabric verbs --connect "$addr" --quiet \
+            --index "$index" --workload "$workload" $BENCH_ARGS > /tmp/bench.out 2>&1
+        rc=$?
+        sed 's/^/REMORA-BENCH: /' /tmp/bench.out
+        if [ "$rc" = 0 ] && ! grep -q "^[A-Z]* *run " /tmp/bench.out; then
+            rc="no-run-row"
+        fi
+        if [ -n "$SERVICE_NODE" ]; then
+            kill $SERVICE_NODE 2>/dev/null
+            wait $SERVICE_NODE 2>/dev/null
+            tail -n 1 /tmp/memnode-svc.log | sed 's/^/REMORA-BENCH: /'
+        fi
+        say "bench $index $workload exit code $rc"
+        [ "$rc" = 0 ] || BENCH_RC=1
+    done
+fi
+
+[ -n "$BENCH_ARGS" ] && expect_error "index needs another service" 'runs the `echo` service' \
+    remora bench --fabric verbs --connect "$GUEST_IP:$PORT" --index canrt --records 10 --quiet
+
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
 tail -n 2 /tmp/memnode.log
 
-# Errors a user sees: each must exit non-zero with one line naming what to check.
-ERRORS_RC=0
-expect_error() {
-    name=$1
-    want=$2
-    shift 2
-    out=$("$@" 2>&1)
-    rc=$?
-    lines=$(printf '%s\n' "$out" | wc -l)
-    if [ "$rc" != 0 ] && [ "$lines" = 1 ] && printf '%s' "$out" | grep -q "$want"; then
-        say "error ok: $name: $out"
-    else
-        say "error BAD: $name (exit $rc, $lines lines): $out"
-        ERRORS_RC=1
-    fi
-}
 expect_error "nobody listening" "refused the connection" \
     remora perf --fabric verbs --connect "$GUEST_IP:7999" --seconds 0.2 --quiet
 expect_error "unknown device" "no RDMA device named mlx5_9" \
@@ -92,16 +140,26 @@ expect_error "address not here" "cannot bind" \
 remora memnode --fabric verbs --listen "$GUEST_IP:7472" --region-mib 8 --chunk-kib 256 > /tmp/memnode2.log 2>&1 &
 DOOMED=$!
 for i in $(seq 1 50); do grep -q listening /tmp/memnode2.log 2>/dev/null && break; usleep 100000; done
-( sleep 1; kill -9 $DOOMED ) &
+# Killed once the client's queue pair is up (both ends RC in RTS; after 20 s regardless), not
+# after a fixed sleep that a slow (TCG, loaded host) start-up of the client can outlast.
+(
+    for i in $(seq 1 200); do
+        [ "$(rdma resource show qp 2>/dev/null | grep -c 'type RC.*state RTS')" -ge 2 ] && break
+        usleep 100000
+    done
+    usleep 300000
+    kill -9 $DOOMED
+) &
 expect_error "memory node died" "does not answer" \
-    timeout 60 remora perf --fabric verbs --connect "$GUEST_IP:7472" --seconds 4 --quiet
+    timeout 90 remora perf --fabric verbs --connect "$GUEST_IP:7472" --seconds 30 --quiet
 wait
 ip link set dummy0 down
 usleep 500000
 expect_error "port down" "is DOWN" \
     remora perf --fabric verbs --connect "$GUEST_IP:$PORT" --quiet
 
-if [ "$CHECK_RC" = 0 ] && [ "$ERRORS_RC" = 0 ] && { [ "$PERF_RC" = 0 ] || [ "$PERF_RC" = skipped ]; }; then
+if [ "$CHECK_RC" = 0 ] && [ "$ERRORS_RC" = 0 ] && { [ "$PERF_RC" = 0 ] || [ "$PERF_RC" = skipped ]; } &&
+    { [ "$BENCH_RC" = 0 ] || [ "$BENCH_RC" = skipped ]; }; then
     finish PASS
 fi
-finish "FAIL (conformance $CHECK_RC, perf $PERF_RC, error messages $ERRORS_RC)"
+finish "FAIL (conformance $CHECK_RC, perf $PERF_RC, bench $BENCH_RC, error messages $ERRORS_RC)"

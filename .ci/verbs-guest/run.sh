@@ -2,13 +2,17 @@
 # Real verbs without an RDMA NIC: builds `remora` with `--features verbs`, packs it with a
 # Debian kernel's Soft-RoCE modules, busybox and rdma-core into an initramfs, boots that
 # under QEMU (TCG), and inside the guest runs a verbs memory node plus, from a second
-# process, the fabric conformance suite and `remora perf`. Exit 0 only when the guest's
+# process, the fabric conformance suite, `remora perf` and small YCSB runs of `remora bench
+# --fabric verbs` (SMART C and A; Sherman, CANRT, Erda C). Exit 0 only when the guest's
 # serial console ends with "REMORA-GUEST: PASS".
 #
 # Usage: .ci/verbs-guest/run.sh            (from anywhere; needs root or sudo for apt-get)
 # Environment:
 #   REMORA_GUEST_CACHE   downloads and build products (default: <repo>/target/verbs-guest)
 #   REMORA_GUEST_PERF    `remora perf` arguments in the guest ("" skips perf)
+#   REMORA_GUEST_BENCH   `remora bench` arguments for every YCSB run ("" skips them)
+#   REMORA_GUEST_BENCH_RUNS  the runs, index:workload each (default: SMART C and A, Sherman,
+#                        CANRT and Erda C; CANRT and Erda on a memnode of their --service)
 #   REMORA_GUEST_TIMEOUT seconds before the guest is killed (default 900)
 #   CARGO_TARGET_DIR     where cargo builds (default: <repo>/target)
 # Facts this relies on: ../../../shared/notes/soft-roce-guest.md (modules and their order,
@@ -20,6 +24,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${REMORA_GUEST_CACHE:-$ROOT/target/verbs-guest}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 PERF=${REMORA_GUEST_PERF-"--verbs read,write,write-imm,cas,faa,send --sizes 64,4096 --seconds 0.5 --threads 1 --coroutines 4"}
+BENCH=${REMORA_GUEST_BENCH-"--records 2000 --seconds 1 --threads 1 --coroutines 4"}
+BENCH_RUNS=${REMORA_GUEST_BENCH_RUNS:-"smart:c smart:a sherman:c canrt:c erda:c"}
 TIMEOUT=${REMORA_GUEST_TIMEOUT:-900}
 MODULES="crc32_generic crc32c_generic libcrc32c udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy configfs iw_cm ib_cm rdma_cm rdma_ucm"
 HOST_PKGS="qemu-system-x86 busybox-static libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers iproute2 cpio kmod xz-utils gzip"
@@ -131,6 +137,11 @@ MEMNODE_ARGS="--region-mib 64 --chunk-kib 256 --dm-kib 256"
 CHECK_TIMEOUT=480
 PERF_TIMEOUT=240
 PERF_ARGS="$PERF"
+BENCH_TIMEOUT=180
+SERVICE_PORT=7473
+SERVICE_MEMNODE_ARGS="--region-mib 64 --chunk-kib 256"
+BENCH_ARGS="$BENCH"
+BENCH_RUNS="$BENCH_RUNS"
 CONF
 cp "$HERE/init.sh" "$IR/init"
 chmod +x "$IR/init"

@@ -18,6 +18,35 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
+/// The server-side logic of `--service` for a node of `region_len` bytes whose messages are at
+/// most `max_msg` bytes (soft and verbs memory nodes alike).
+pub(crate) fn handler_for(
+    service: Service,
+    region_len: u64,
+    max_msg: usize,
+) -> Box<dyn Handler + Send> {
+    match service {
+        Service::Echo => Box::new(Echo),
+        Service::Canrt => Box::new(CanrtServer::new()),
+        Service::Catfish => Box::new(CatfishServer::new(max_msg)),
+        Service::Erda => {
+            // Half the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
+            let segment = 8u64 << 20;
+            let head_bytes = (region_len / 4 / segment).max(1) * segment;
+            Box::new(ErdaServer::new(ErdaConfig {
+                heads: 2,
+                buckets: (region_len / 8 / 32)
+                    .next_power_of_two()
+                    .clamp(1 << 14, 1 << 24)
+                    / 2,
+                segment_bytes: segment,
+                head_bytes,
+                ..ErdaConfig::small()
+            }))
+        }
+    }
+}
+
 pub fn run(a: &MemnodeArgs) -> Result<(), String> {
     // An existing region file keeps its size (a different --region-mib is refused when it
     // is opened); anything else gets --region-mib or the default.
@@ -38,26 +67,7 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         nvm_write_ns: a.nvm_write_ns,
         ..NodeConfig::default()
     };
-    let handler: Box<dyn Handler + Send> = match a.service {
-        Service::Echo => Box::new(Echo),
-        Service::Canrt => Box::new(CanrtServer::new()),
-        Service::Catfish => Box::new(CatfishServer::new(cfg.max_msg)),
-        Service::Erda => {
-            // Half the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
-            let segment = 8u64 << 20;
-            let head_bytes = (cfg.region_len / 4 / segment).max(1) * segment;
-            Box::new(ErdaServer::new(ErdaConfig {
-                heads: 2,
-                buckets: (cfg.region_len / 8 / 32)
-                    .next_power_of_two()
-                    .clamp(1 << 14, 1 << 24)
-                    / 2,
-                segment_bytes: segment,
-                head_bytes,
-                ..ErdaConfig::small()
-            }))
-        }
-    };
+    let handler = handler_for(a.service, cfg.region_len, cfg.max_msg);
     let backing = match (&a.file, &a.pmem) {
         (Some(p), _) => Backing::File {
             path: p.clone(),

@@ -6,7 +6,7 @@ use crate::args::PerfArgs;
 use crate::report::PerfRecord;
 
 #[cfg(not(feature = "verbs"))]
-const NO_VERBS: &str = "this build has no verbs fabric: rebuild with `cargo build --features verbs` \
+pub(crate) const NO_VERBS: &str = "this build has no verbs fabric: rebuild with `cargo build --features verbs` \
                         (needs libibverbs-dev, librdmacm-dev and libclang-dev), or use `--fabric soft`";
 
 #[cfg(not(feature = "verbs"))]
@@ -31,7 +31,10 @@ pub use real::{check, memnode, perf};
 mod real {
     use super::*;
     use remora::verbs::check::{CONNECT_TIMEOUT, VerbsHarness, run_checks};
-    use remora::verbs::{ConnectOptions, Memnode, MemnodeConfig, VerbsEndpoint, connect_qp, probe};
+    use remora::verbs::qp::RECV_LEN;
+    use remora::verbs::{
+        ConnectOptions, Memnode, MemnodeConfig, NodeInfo, VerbsEndpoint, connect_qp, probe,
+    };
     use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
@@ -60,11 +63,25 @@ mod real {
         })
     }
 
+    /// The conformance suite and perf's SEND/WRITE_WITH_IMM measurements need the echo
+    /// service: another service would answer their messages as its own requests.
+    fn need_echo(info: &NodeInfo, what: &str) -> Result<(), String> {
+        if info.service == "echo" {
+            return Ok(());
+        }
+        Err(format!(
+            "the memnode at {} runs the `{}` service; {what} needs the `echo` service (start a \
+             separate `remora memnode --fabric verbs --service echo`)",
+            info.addr, info.service
+        ))
+    }
+
     /// `remora perf --fabric verbs --connect host:port`.
     pub fn perf(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
         let addr = target(a, "perf")?;
         let opts = options(a);
         let (qp, info) = connect_qp(&addr, &opts).map_err(|e| e.to_string())?;
+        need_echo(&info, "`remora perf`")?;
         let notes = vec![
             format!(
                 "memory node {} at {} via {} ({} MiB region; device memory: {:?}, {} KiB)",
@@ -109,7 +126,9 @@ mod real {
                 a.listen
             ));
         }
-        let mut node = Memnode::start(cfg).map_err(|e| e.to_string())?;
+        let region_len = cfg.region_len;
+        let handler = crate::memnode::handler_for(a.service, region_len, RECV_LEN);
+        let mut node = Memnode::start_with(cfg, handler).map_err(|e| e.to_string())?;
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe {
             libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -127,9 +146,10 @@ mod real {
         }
         let s = node.summary();
         println!(
-            "memnode {} (verbs): {} MiB region on {}, {} KiB device memory ({}), {} KiB chunks; \
-             device {}; listening on {}",
+            "memnode {} (verbs): {} service, {} MiB region on {}, {} KiB device memory ({}), {} KiB \
+             chunks; device {}; listening on {}",
             a.node_id,
+            s.service,
             a.region_mib.unwrap_or(256),
             s.region_pages,
             a.dm_kib,
@@ -144,7 +164,7 @@ mod real {
         let (served, conns) = node.stats();
         let s = node.summary();
         println!(
-            "memnode {} (verbs): stopped after {conns} connections, {served} messages echoed; \
+            "memnode {} (verbs): stopped after {conns} connections, {served} messages served; \
              device memory was {}",
             a.node_id, s.dm
         );
@@ -156,6 +176,7 @@ mod real {
         let addr = target(a, "check")?;
         let h = VerbsHarness::new(&addr, options(a)).map_err(|e| e.to_string())?;
         let i = h.info();
+        need_echo(i, "the conformance suite")?;
         println!(
             "conformance over verbs: memory node {} at {addr} via {}, {} MiB region, device \
              memory {:?} ({} KiB)",

@@ -123,6 +123,42 @@ fn bad_arguments_are_one_clear_error() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
+#[test]
+fn bench_over_verbs_errors_are_one_line() {
+    let one_line_error = |args: &[&str], want: &str| {
+        let out = remora(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let e = stderr(&out);
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
+    };
+    // Refused before any device or connection is looked at, in every build.
+    one_line_error(
+        &[
+            "bench",
+            "--fabric",
+            "verbs",
+            "--server-core",
+            "1",
+            "--connect",
+            "192.0.2.1:7471",
+        ],
+        "--server-core applies to the in-process soft memory node",
+    );
+    one_line_error(
+        &["bench", "--device", "rxe0", "--records", "10"],
+        "--device names an RDMA device: it is for --fabric verbs",
+    );
+    for index in ["smart", "canrt"] {
+        let bench = ["bench", "--fabric", "verbs", "--index", index, "--quiet"];
+        if cfg!(feature = "verbs") {
+            one_line_error(&bench, "needs `--connect host:port`");
+        } else {
+            one_line_error(&bench, "rebuild with `cargo build --features verbs`");
+        }
+    }
+}
+
 fn bench_json(args: &[&str], tag: &str) -> Vec<serde_json::Value> {
     let json = std::env::temp_dir().join(format!("remora-cli-{}-{tag}.json", std::process::id()));
     let mut all = vec!["bench", "--quiet", "--json", json.to_str().unwrap()];

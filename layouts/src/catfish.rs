@@ -112,10 +112,21 @@ pub struct Entry {
 
 pub const ENTRY_LEN: usize = 24;
 
-/// Entries per node (the paper evaluates 15 to 130; 16 keeps a node within 7 cache lines).
+/// Entries per node unless the tree is formatted with another fanout (the paper evaluates
+/// 15, 30, 70 and 130; 16 keeps a node within 7 cache lines).
 pub const FANOUT: usize = 16;
+/// The fanout range a tree may be formatted with: a node image is [`node_len`]`(fanout)`
+/// bytes, and the fanout is recorded in the superblock so clients size their READs by it.
+pub const MIN_FANOUT: usize = 4;
+pub const MAX_FANOUT: usize = 130;
+/// Minimum entries of a non-root node after a split at the default fanout.
+pub const MIN_FILL: usize = min_fill(FANOUT);
+
 /// Minimum entries of a non-root node after a split (40 % of the fanout, Guttman's m).
-pub const MIN_FILL: usize = 6;
+pub const fn min_fill(fanout: usize) -> usize {
+    let m = fanout * 2 / 5;
+    if m < 1 { 1 } else { m }
+}
 
 /// `b"CFN1"` as a little-endian u32: the node magic.
 pub const NODE_MAGIC: u32 = u32::from_le_bytes(*b"CFN1");
@@ -125,25 +136,81 @@ pub const MAX_LEVEL: u16 = 32;
 pub const NODE_VERSION_OFFSET: usize = 0;
 pub const NODE_META_OFFSET: usize = 8;
 pub const NODE_ENTRIES_OFFSET: usize = 16;
-pub const NODE_CHECKSUM_OFFSET: usize = NODE_ENTRIES_OFFSET + ENTRY_LEN * FANOUT;
+/// Offsets at the default fanout (see [`node_checksum_offset`] for any other).
+pub const NODE_CHECKSUM_OFFSET: usize = node_checksum_offset(FANOUT);
 pub const NODE_TAIL_OFFSET: usize = NODE_CHECKSUM_OFFSET + 8;
-/// Bytes of a node image.
-pub const NODE_LEN: usize = NODE_TAIL_OFFSET + 8;
+/// Bytes of a node image at the default fanout.
+pub const NODE_LEN: usize = node_len(FANOUT);
+/// Bytes of the largest node image.
+pub const MAX_NODE_LEN: usize = node_len(MAX_FANOUT);
+
+/// Offset of the checksum word in a node of `fanout` entries.
+pub const fn node_checksum_offset(fanout: usize) -> usize {
+    NODE_ENTRIES_OFFSET + ENTRY_LEN * fanout
+}
+
+/// Bytes of a node image of `fanout` entries: header, entries, checksum, tail version.
+pub const fn node_len(fanout: usize) -> usize {
+    node_checksum_offset(fanout) + 16
+}
+
+/// A fanout a tree may be formatted with.
+pub const fn check_fanout(fanout: usize) -> Result<usize, LayoutError> {
+    if fanout < MIN_FANOUT || fanout > MAX_FANOUT {
+        return Err(LayoutError::OutOfRange {
+            field: "fanout",
+            value: fanout as u64,
+        });
+    }
+    Ok(fanout)
+}
 
 const _: () = assert!(NODE_CHECKSUM_OFFSET == 400);
 const _: () = assert!(NODE_LEN == 416);
 const _: () = assert!(NODE_LEN.is_multiple_of(8));
 const _: () = assert!(ENTRY_LEN == RECT_LEN + 8);
 const _: () = assert!(2 * MIN_FILL <= FANOUT + 1);
+const _: () = assert!(MAX_NODE_LEN == 3152 && MAX_NODE_LEN.is_multiple_of(8));
+const _: () = assert!(2 * min_fill(MIN_FANOUT) <= MIN_FANOUT + 1);
+const _: () = assert!(2 * min_fill(MAX_FANOUT) <= MAX_FANOUT + 1);
 
-/// A decoded node (the version is the even version of the image it came from).
+/// A decoded node (the version is the even version of the image it came from). Holds up to
+/// [`MAX_FANOUT`] entries; `fanout` is the capacity of the tree it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Node {
     pub version: u64,
     /// 0 for leaves.
     pub level: u16,
     pub count: u16,
-    pub entries: [Entry; FANOUT],
+    pub fanout: u16,
+    pub entries: [Entry; MAX_FANOUT],
+}
+
+/// One encoded node image: the first [`NodeImage::len`] bytes of a buffer sized for the
+/// largest fanout.
+#[derive(Clone, Copy)]
+pub struct NodeImage {
+    bytes: [u8; MAX_NODE_LEN],
+    len: usize,
+}
+
+impl NodeImage {
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl core::ops::Deref for NodeImage {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl core::ops::DerefMut for NodeImage {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes[..self.len]
+    }
 }
 
 const EMPTY_ENTRY: Entry = Entry {
@@ -157,12 +224,26 @@ const EMPTY_ENTRY: Entry = Entry {
 };
 
 impl Node {
+    /// An empty node of the default fanout.
     pub const fn empty(level: u16) -> Node {
+        Node::with_fanout(level, FANOUT)
+    }
+
+    /// An empty node holding up to `fanout` entries (clamped to the legal range).
+    pub const fn with_fanout(level: u16, fanout: usize) -> Node {
+        let f = if fanout < MIN_FANOUT {
+            MIN_FANOUT
+        } else if fanout > MAX_FANOUT {
+            MAX_FANOUT
+        } else {
+            fanout
+        };
         Node {
             version: 0,
             level,
             count: 0,
-            entries: [EMPTY_ENTRY; FANOUT],
+            fanout: f as u16,
+            entries: [EMPTY_ENTRY; MAX_FANOUT],
         }
     }
 
@@ -171,7 +252,12 @@ impl Node {
     }
 
     pub fn is_full(&self) -> bool {
-        self.count as usize >= FANOUT
+        self.count >= self.fanout
+    }
+
+    /// Bytes of this node's image.
+    pub fn image_len(&self) -> usize {
+        node_len(self.fanout as usize)
     }
 
     /// Appends an entry; an error if the node is full.
@@ -195,8 +281,13 @@ impl Node {
     }
 
     /// The image with head and tail version `version` (even) and its checksum.
-    pub fn encode(&self, version: u64) -> [u8; NODE_LEN] {
-        let mut out = [0u8; NODE_LEN];
+    pub fn encode(&self, version: u64) -> NodeImage {
+        let len = self.image_len();
+        let mut img = NodeImage {
+            bytes: [0u8; MAX_NODE_LEN],
+            len,
+        };
+        let out = &mut img.bytes[..len];
         out[0..8].copy_from_slice(&version.to_le_bytes());
         let meta = NODE_MAGIC as u64 | (self.level as u64) << 32 | (self.count as u64) << 48;
         out[8..16].copy_from_slice(&meta.to_le_bytes());
@@ -207,29 +298,39 @@ impl Node {
             out[at..at + RECT_LEN].copy_from_slice(&r);
             out[at + RECT_LEN..at + ENTRY_LEN].copy_from_slice(&e.ptr.to_le_bytes());
         }
-        let sum = CRC64.checksum(&out[..NODE_CHECKSUM_OFFSET]);
-        out[NODE_CHECKSUM_OFFSET..NODE_TAIL_OFFSET].copy_from_slice(&sum.to_le_bytes());
-        out[NODE_TAIL_OFFSET..NODE_LEN].copy_from_slice(&version.to_le_bytes());
-        out
+        let cs = node_checksum_offset(self.fanout as usize);
+        let sum = CRC64.checksum(&out[..cs]);
+        out[cs..cs + 8].copy_from_slice(&sum.to_le_bytes());
+        out[cs + 8..cs + 16].copy_from_slice(&version.to_le_bytes());
+        img
     }
 
-    /// Decodes and validates an image; a torn or corrupt image is an error, never a panic.
+    /// Decodes and validates an image of the default fanout (see [`Node::decode_with`]).
     pub fn decode(bytes: &[u8]) -> Result<Node, LayoutError> {
-        if bytes.len() < NODE_LEN {
+        Node::decode_with(bytes, FANOUT)
+    }
+
+    /// Decodes and validates the first [`node_len`]`(fanout)` bytes as a node of a tree of
+    /// `fanout`; a torn or corrupt image is an error, never a panic.
+    pub fn decode_with(bytes: &[u8], fanout: usize) -> Result<Node, LayoutError> {
+        let fanout = check_fanout(fanout)?;
+        let len = node_len(fanout);
+        if bytes.len() < len {
             return Err(LayoutError::Short {
-                need: NODE_LEN,
+                need: len,
                 got: bytes.len(),
             });
         }
+        let cs = node_checksum_offset(fanout);
         let head = read_u64(bytes, NODE_VERSION_OFFSET)?;
-        let tail = read_u64(bytes, NODE_TAIL_OFFSET)?;
+        let tail = read_u64(bytes, cs + 8)?;
         if head != tail || head & 1 == 1 {
             return Err(LayoutError::Inconsistent {
                 what: "node head and tail versions differ or a write is in progress",
             });
         }
-        let stored = read_u64(bytes, NODE_CHECKSUM_OFFSET)?;
-        let computed = CRC64.checksum(&bytes[..NODE_CHECKSUM_OFFSET]);
+        let stored = read_u64(bytes, cs)?;
+        let computed = CRC64.checksum(&bytes[..cs]);
         if stored != computed {
             return Err(LayoutError::BadChecksum { stored, computed });
         }
@@ -248,13 +349,13 @@ impl Node {
                 value: level as u64,
             });
         }
-        if count as usize > FANOUT {
+        if count as usize > fanout {
             return Err(LayoutError::OutOfRange {
                 field: "count",
                 value: count as u64,
             });
         }
-        let mut node = Node::empty(level);
+        let mut node = Node::with_fanout(level, fanout);
         node.version = head;
         for i in 0..count as usize {
             let at = NODE_ENTRIES_OFFSET + i * ENTRY_LEN;
@@ -266,7 +367,7 @@ impl Node {
     }
 }
 
-/// The superblock, named by root slot [`ROOT_SLOT`]: three independent 8-byte words, each
+/// The superblock, named by root slot [`ROOT_SLOT`]: four independent 8-byte words, each
 /// read and written whole, so it needs no checksum.
 pub const META_MAGIC: u64 = u64::from_le_bytes(*b"CATFISH1");
 pub const META_MAGIC_OFFSET: u64 = 0;
@@ -274,7 +375,9 @@ pub const META_MAGIC_OFFSET: u64 = 0;
 pub const META_ROOT_OFFSET: u64 = 8;
 /// The server's heartbeat word, see [`Heartbeat`].
 pub const META_HEARTBEAT_OFFSET: u64 = 16;
-pub const META_LEN: usize = 24;
+/// The tree's fanout (entries per node), fixed when it is formatted.
+pub const META_FANOUT_OFFSET: u64 = 24;
+pub const META_LEN: usize = 32;
 
 /// The server's CPU load report: utilisation in per-mille and a sequence number that grows
 /// with every report (a client that sees the same sequence twice knows no heartbeat came).
@@ -301,6 +404,7 @@ impl Heartbeat {
 pub struct Meta {
     pub root: u64,
     pub heartbeat: Heartbeat,
+    pub fanout: usize,
 }
 
 impl Meta {
@@ -315,6 +419,10 @@ impl Meta {
         Ok(Meta {
             root: read_u64(bytes, META_ROOT_OFFSET as usize)?,
             heartbeat: Heartbeat::decode(read_u64(bytes, META_HEARTBEAT_OFFSET as usize)?),
+            fanout: check_fanout(
+                usize::try_from(read_u64(bytes, META_FANOUT_OFFSET as usize)?)
+                    .unwrap_or(usize::MAX),
+            )?,
         })
     }
 }
@@ -323,7 +431,8 @@ impl Meta {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Opcode {
-    /// Format a fresh tree in the arena `[arg0 (raw GlobalAddr), + arg1 bytes)`.
+    /// Format a fresh tree in the arena `[arg0 (raw GlobalAddr), + low 48 bits of arg1
+    /// bytes)`, with the fanout in the top 16 bits of arg1 (0: [`FANOUT`]).
     Init = 1,
     /// Give the server another arena `[arg0, + arg1)` to carve nodes from.
     Grow = 2,
@@ -331,7 +440,24 @@ pub enum Opcode {
     Insert = 3,
     /// Return every entry whose rectangle intersects `rect`.
     Search = 4,
+    /// Send the next window of the reply to request `req_id` (the client consumed the
+    /// window that ended with [`FLAG_MORE`]).
+    More = 5,
+    /// Give this connection its block on the memory node ([`CLIENT_BLOCK_LEN`] bytes): the
+    /// request mailbox for WRITE_WITH_IMM requests at offset 0, and the connection's
+    /// heartbeat slot at [`CLIENT_HEARTBEAT_OFFSET`]. The reply carries one entry whose `ptr`
+    /// is the block's raw `GlobalAddr`.
+    Mailbox = 6,
 }
+
+/// Bytes of a connection's block (see [`Opcode::Mailbox`]).
+pub const CLIENT_BLOCK_LEN: usize = 64;
+/// The connection's heartbeat slot (the paper's `u_serv`) in its block: the server writes a
+/// [`Heartbeat`] word there every heartbeat interval (never 0: its sequence starts at 1);
+/// the client reads it and writes 0 back once it has taken it.
+pub const CLIENT_HEARTBEAT_OFFSET: u64 = 56;
+const _: () = assert!(REQUEST_LEN as u64 <= CLIENT_HEARTBEAT_OFFSET);
+const _: () = assert!(CLIENT_HEARTBEAT_OFFSET + 8 <= CLIENT_BLOCK_LEN as u64);
 
 pub const REQUEST_MAGIC: u16 = 0xCF01;
 pub const RESPONSE_MAGIC: u16 = 0xCF02;
@@ -341,6 +467,9 @@ pub const REQUEST_LEN: usize = 40;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
     pub op: Opcode,
+    /// Reply messages the client has received on this connection so far, modulo 256 (the
+    /// server's flow control: it keeps at most a window of unread replies per connection).
+    pub acked: u8,
     pub req_id: u32,
     pub rect: Rect,
     pub arg0: u64,
@@ -350,7 +479,10 @@ pub struct Request {
 impl Request {
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut out = [0u8; REQUEST_LEN];
-        let w0 = REQUEST_MAGIC as u64 | (self.op as u64) << 16 | (self.req_id as u64) << 32;
+        let w0 = REQUEST_MAGIC as u64
+            | (self.op as u64) << 16
+            | (self.acked as u64) << 24
+            | (self.req_id as u64) << 32;
         out[0..8].copy_from_slice(&w0.to_le_bytes());
         let mut r = [0u8; RECT_LEN];
         self.rect.encode_into(&mut r);
@@ -379,6 +511,8 @@ impl Request {
             2 => Opcode::Grow,
             3 => Opcode::Insert,
             4 => Opcode::Search,
+            5 => Opcode::More,
+            6 => Opcode::Mailbox,
             other => {
                 return Err(LayoutError::OutOfRange {
                     field: "opcode",
@@ -388,6 +522,7 @@ impl Request {
         };
         Ok(Request {
             op,
+            acked: (w0 >> 24) as u8,
             req_id: (w0 >> 32) as u32,
             rect: Rect::decode(bytes, 8)?,
             arg0: read_u64(bytes, 24)?,
@@ -413,6 +548,11 @@ pub enum Status {
 
 /// The response's last message carries this flag; a search's hits may span several.
 pub const FLAG_LAST: u8 = 1;
+/// The last message of a window: more of this reply is waiting at the server, which sends it
+/// when the client asks with [`Opcode::More`].
+pub const FLAG_MORE: u8 = 2;
+/// Byte of a response message holding its flags (bits 24..32 of the first word).
+pub const RESPONSE_FLAGS_BYTE: usize = 3;
 pub const RESPONSE_HEADER_LEN: usize = 16;
 
 /// Header of one response message, followed by `count` entries of [`ENTRY_LEN`] bytes.
@@ -538,6 +678,38 @@ mod tests {
     }
 
     #[test]
+    fn nodes_of_every_paper_fanout_round_trip() {
+        for fanout in [MIN_FANOUT, 15, 30, 70, MAX_FANOUT] {
+            let mut node = Node::with_fanout(2, fanout);
+            for i in 0..fanout as i32 {
+                let r = Rect::new(i, -i, i + 9, 100).unwrap();
+                node.push(Entry {
+                    rect: r,
+                    ptr: i as u64,
+                })
+                .unwrap();
+            }
+            assert!(node.is_full() && node.push(node.entries[0]).is_err());
+            let img = node.encode(8);
+            assert_eq!(img.len(), node_len(fanout));
+            let mut back = Node::decode_with(&img, fanout).unwrap();
+            back.version = 0;
+            assert_eq!(back, node);
+            // Read with another tree's fanout, the image does not decode.
+            let other = if fanout == 30 { 15 } else { 30 };
+            let mut wide = [0u8; MAX_NODE_LEN];
+            wide[..img.len()].copy_from_slice(&img);
+            assert!(
+                Node::decode_with(&wide, other).is_err(),
+                "{fanout} as {other}"
+            );
+            assert!(Node::decode_with(&img[..img.len() - 8], fanout).is_err());
+        }
+        assert!(Node::decode_with(&[0u8; MAX_NODE_LEN], MAX_FANOUT + 1).is_err());
+        assert!(Node::decode_with(&[0u8; MAX_NODE_LEN], 0).is_err());
+    }
+
+    #[test]
     fn every_torn_mix_of_two_versions_is_rejected() {
         let old = sample(0, 9, 0).encode(10);
         let new = sample(0, 12, 1).encode(12);
@@ -583,6 +755,7 @@ mod tests {
     fn messages_round_trip() {
         let req = Request {
             op: Opcode::Search,
+            acked: 200,
             req_id: 77,
             rect: Rect::new(-5, -6, 7, 8).unwrap(),
             arg0: 9,

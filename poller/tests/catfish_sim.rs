@@ -283,3 +283,226 @@ fn sim_adaptive_mode_follows_the_reported_load() {
         offloaded(300..450)
     );
 }
+
+/// A sim of `clients` client threads (spread over the compute nodes) with a formatted tree,
+/// the server built by `server` and the faults given.
+fn sim_with<'a>(
+    seed: u64,
+    faults: remora_poller::sim::Faults,
+    server: impl FnOnce(usize) -> CatfishServer,
+) -> Sim<'a> {
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: CLIENTS,
+        seed,
+        chunk_size: 128 << 10,
+        faults,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let max = sim.endpoint(0).unwrap().qp(0).unwrap().max_message();
+    sim.set_handler(0, Box::new(server(max))).unwrap();
+    let c0 = sim.client(0).unwrap();
+    sim.spawn_with(&c0, 0, |ctx| async move {
+        CatfishClient::create(ctx.qp(0).unwrap(), 1).await.unwrap();
+    });
+    assert_eq!(sim.run().unfinished, 0, "creating the tree did not finish");
+    sim
+}
+
+/// Issue 14.4: with no load probe the server measures its CPU by the sim's real busy time
+/// (`LocalRegion::cpu_clock`), not by counting events (which read 100 % on the sim, where the
+/// loop never idles, and sent 95-97 % of one lone client's searches to offloading). One
+/// client leaves the server mostly idle: almost all searches go by messaging. Many clients
+/// saturate it: the heartbeats say so and the clients offload.
+#[test]
+fn sim_adaptive_mode_follows_the_measured_cpu_load() {
+    const DATA: u64 = 300;
+    let run = |threads: usize, searches: u64, heartbeats: bool| {
+        let counts = RefCell::new((0u64, 0u64, 0u64));
+        let mut sim = sim_with(11, remora_poller::sim::Faults::none(), |max| {
+            CatfishServer::new(max).with_heartbeat_interval_ns(100_000)
+        });
+        let ctx = sim.client(0).unwrap();
+        sim.spawn_with(&ctx, 0, |ctx| async move {
+            let qp = ctx.qp(0).unwrap();
+            let mut c = CatfishClient::open(qp).await.unwrap();
+            for i in 0..DATA {
+                c.insert(qp, data_rect(i), i).await.unwrap();
+            }
+        });
+        assert_eq!(sim.run().unfinished, 0);
+        let busy0 = sim.server_busy_ns(0).unwrap();
+        let t0 = sim.now_ns();
+        for t in 0..threads {
+            let ctx = sim.client(t % CLIENTS).unwrap();
+            let counts = &counts;
+            sim.spawn_with(&ctx, 0, move |ctx| async move {
+                let qp = ctx.qp(0).unwrap();
+                let mut c = CatfishClient::open(qp).await.unwrap();
+                c.set_backoff(Default::default(), t as u64 + 1);
+                c.set_heartbeat_interval_ns(100_000);
+                let mut hits = Vec::new();
+                for k in 0..searches {
+                    let q = query_rect(t as u64 * 1000 + k);
+                    hits.clear();
+                    let m = if heartbeats {
+                        c.search_adaptive(ctx.ep(), q, &mut hits).await.unwrap()
+                    } else {
+                        c.search(qp, q, Mode::Adaptive, &mut hits).await.unwrap()
+                    };
+                    let mut n = counts.borrow_mut();
+                    n.0 += 1;
+                    n.1 += u64::from(m == Mode::Offload);
+                    n.2 += u64::from(ids_of(&hits) != oracle(0..DATA, &q));
+                }
+            });
+        }
+        assert_eq!(sim.run().unfinished, 0);
+        let util = (sim.server_busy_ns(0).unwrap() - busy0) as f64 / (sim.now_ns() - t0) as f64;
+        drop(sim);
+        let (n, off, wrong) = counts.into_inner();
+        assert_eq!(wrong, 0, "wrong answers");
+        (off as f64 / n as f64, util)
+    };
+    // Load piggybacked on replies (Mode::Adaptive), then Algorithm 1's heartbeat slots.
+    for heartbeats in [false, true] {
+        let (lone, lone_util) = run(1, 600, heartbeats);
+        let (crowd, crowd_util) = run(64, 60, heartbeats);
+        println!(
+            "heartbeat slots {heartbeats}: 1 client: {:.1} % offloaded (server CPU {:.0} %); \
+             64 clients: {:.1} % offloaded (server CPU {:.0} %)",
+            lone * 100.0,
+            lone_util * 100.0,
+            crowd * 100.0,
+            crowd_util * 100.0
+        );
+        assert!(lone < 0.05, "one client offloaded {:.1} %", lone * 100.0);
+        assert!(
+            crowd > 0.2,
+            "a saturated server offloaded only {:.1} %",
+            crowd * 100.0
+        );
+    }
+}
+
+/// Issue 10: a client that dies in the middle of a long search reply (at any of its first
+/// posts) leaves the server serving everyone else, right.
+#[test]
+fn sim_a_client_dying_mid_request_leaves_the_others_served() {
+    const DATA: u64 = 1200;
+    for crash_at in [3u64, 4, 5, 6, 8] {
+        // Client 0 only asks the message size, client 1 creates the tree, client 2 fills
+        // it, client 3 dies, 4 and 5 search.
+        let faults = remora_poller::sim::Faults::none().crash_client_at_post(3, crash_at);
+        let filled = Cell::new(false);
+        let wrong = Cell::new(0u32);
+        let mut sim = sim_with(21 + crash_at, faults, |max| {
+            CatfishServer::new(max).with_window(2)
+        });
+        let everything = Rect::new(i32::MIN, i32::MIN, i32::MAX, i32::MAX).unwrap();
+        let ctx = sim.client(1).unwrap();
+        let f = &filled;
+        sim.spawn_with(&ctx, 0, move |ctx| async move {
+            let qp = ctx.qp(0).unwrap();
+            let mut c = CatfishClient::open(qp).await.unwrap();
+            for i in 0..DATA {
+                c.insert(qp, data_rect(i), i).await.unwrap();
+            }
+            f.set(true);
+        });
+        for t in 3..6u64 {
+            let ctx = sim.client(t as usize % CLIENTS).unwrap();
+            assert_eq!(ctx.client_id() as u64, t);
+            let (f, wrong) = (&filled, &wrong);
+            sim.spawn_with(&ctx, 0, move |ctx| async move {
+                while !f.get() {
+                    ctx.sleep(50_000).await;
+                }
+                let qp = ctx.qp(0).unwrap();
+                let mut c = CatfishClient::open(qp).await.unwrap();
+                if t == 3 {
+                    c.set_transport(Transport::WriteImm);
+                }
+                let mut hits = Vec::new();
+                for k in 0..5 {
+                    hits.clear();
+                    c.search(qp, everything, Mode::Messaging, &mut hits)
+                        .await
+                        .unwrap();
+                    if hits.len() as u64 != DATA {
+                        wrong.set(wrong.get() + 1);
+                    }
+                    let q = query_rect(t * 100 + k);
+                    hits.clear();
+                    c.search(qp, q, Mode::Messaging, &mut hits).await.unwrap();
+                    if ids_of(&hits) != oracle(0..DATA, &q) {
+                        wrong.set(wrong.get() + 1);
+                    }
+                }
+            });
+        }
+        let r = sim.run();
+        drop(sim);
+        assert_eq!(
+            r.unfinished, 1,
+            "crash at post {crash_at}: only the dead client stops"
+        );
+        assert_eq!(wrong.get(), 0, "crash at post {crash_at}: wrong answers");
+    }
+}
+
+/// Issue 14.5: the fanout is chosen when the tree is created (the paper's 15/30/70/130);
+/// every other client learns it from the superblock and sizes its node READs by it.
+#[test]
+fn sim_trees_of_the_papers_fanouts_answer_right() {
+    const DATA: u64 = 400;
+    for fanout in [15usize, 30, 70, 130] {
+        let wrong = RefCell::new(Vec::<String>::new());
+        let mut sim = Sim::new(SimConfig {
+            compute_nodes: CLIENTS,
+            seed: fanout as u64,
+            chunk_size: 128 << 10,
+            ..SimConfig::default()
+        })
+        .unwrap();
+        let max = sim.endpoint(0).unwrap().qp(0).unwrap().max_message();
+        sim.set_handler(0, Box::new(CatfishServer::new(max)))
+            .unwrap();
+        let c0 = sim.client(0).unwrap();
+        sim.spawn_with(&c0, 0, move |ctx| async move {
+            let qp = ctx.qp(0).unwrap();
+            let mut c = CatfishClient::create_with_fanout(qp, 1, fanout)
+                .await
+                .unwrap();
+            for i in 0..DATA {
+                c.insert(qp, data_rect(i), i).await.unwrap();
+            }
+        });
+        assert_eq!(sim.run().unfinished, 0);
+        let ctx = sim.client(1).unwrap();
+        let w = &wrong;
+        sim.spawn_with(&ctx, 0, move |ctx| async move {
+            let qp = ctx.qp(0).unwrap();
+            let mut c = CatfishClient::open(qp).await.unwrap();
+            if c.fanout() != fanout {
+                w.borrow_mut()
+                    .push(format!("opened with fanout {}", c.fanout()));
+            }
+            let mut hits = Vec::new();
+            for mode in [Mode::Messaging, Mode::Offload] {
+                for k in 0..30 {
+                    let q = query_rect(k);
+                    hits.clear();
+                    c.search(qp, q, mode, &mut hits).await.unwrap();
+                    if ids_of(&hits) != oracle(0..DATA, &q) {
+                        w.borrow_mut().push(format!("{mode:?} {q:?}"));
+                    }
+                }
+            }
+        });
+        assert_eq!(sim.run().unfinished, 0);
+        drop(sim);
+        let wrong = wrong.into_inner();
+        assert!(wrong.is_empty(), "fanout {fanout}: {wrong:?}");
+    }
+}

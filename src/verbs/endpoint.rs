@@ -39,6 +39,8 @@ pub struct NodeInfo {
     pub dm_len: u64,
     pub dm_kind: DmKind,
     pub max_inline: usize,
+    /// The service the node runs (`echo`, `canrt`, `erda`, `catfish`).
+    pub service: String,
 }
 
 const RESOLVE_MS: i32 = 5000;
@@ -180,6 +182,7 @@ pub fn connect_qp(addr: &str, opts: &ConnectOptions) -> Result<(VerbsQp, NodeInf
         },
         dm_kind: w.dm_kind,
         max_inline: qp.max_inline(),
+        service: w.service_name(),
     };
     Ok((qp, info))
 }

@@ -1,6 +1,8 @@
 //! The memory node of the verbs fabric: a registered host region (offset 0 holds the region
 //! header, so the core `RemoteAllocator` works), device memory (the NIC's, or host memory
-//! standing in for it), an rdma_cm listener, and the echo service on every connection.
+//! standing in for it), an rdma_cm listener, and a service on every connection: the echo
+//! service, or any `remora_core::server::Handler` (CANRT's applier, Erda's metadata server,
+//! Catfish's server), which reaches the region through [`VerbsRegion`].
 //!
 //! Clients learn where everything is from the accept's private data ([`Welcome`]); a
 //! connect request carrying a revocation hello re-registers the region under a new key and is
@@ -12,11 +14,13 @@ use super::error::{VerbsError, sys_err};
 use super::mr::{Mr, Pd, REMOTE};
 use super::qp::{RECV_LEN, VerbsQp};
 use super::sys;
-use super::wire::{DmKind, Hello, Request, Revoked, Welcome};
+use super::wire::{DmKind, Hello, Request, Revoked, Welcome, service_bytes};
 use remora_core::block_on::block_on;
-use remora_core::echo::serve_ready;
+use remora_core::fabric::{FabricError, QueuePair, RecvKind};
+use remora_core::server::{Echo, Handler, LocalRegion, Replies, out_of_range};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
+use remora_poller::soft::words;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -74,6 +78,9 @@ struct DevState {
 
 struct Conn {
     qp: VerbsQp,
+    /// Its number for the handler (never reused).
+    id: usize,
+    /// Failed or refused: nothing more is served from it (released on its rdma_cm event).
     dead: bool,
 }
 
@@ -87,6 +94,8 @@ pub struct Memnode {
     listen: CmId,
     channel: Channel,
     cfg: MemnodeConfig,
+    handler: Box<dyn Handler + Send>,
+    replies: Replies,
     served: u64,
     connections: u64,
 }
@@ -98,11 +107,21 @@ pub struct MemnodeSummary {
     pub device: String,
     pub region_pages: PageKind,
     pub dm: &'static str,
+    /// The service on every connection (`Handler::service`).
+    pub service: &'static str,
 }
 
 impl Memnode {
-    /// Registers the region and starts listening.
+    /// Registers the region and starts listening, with the echo service.
     pub fn start(cfg: MemnodeConfig) -> Result<Memnode, VerbsError> {
+        Self::start_with(cfg, Box::new(Echo))
+    }
+
+    /// Registers the region and starts listening, with `handler` serving every connection.
+    pub fn start_with(
+        cfg: MemnodeConfig,
+        handler: Box<dyn Handler + Send>,
+    ) -> Result<Memnode, VerbsError> {
         probe(cfg.device.as_deref())?;
         let header =
             RegionHeader::new(cfg.region_len, cfg.chunk_size, cfg.dm_len).map_err(|e| {
@@ -138,6 +157,8 @@ impl Memnode {
             listen,
             channel,
             cfg,
+            handler,
+            replies: Replies::new(),
             served: 0,
             connections: 0,
         };
@@ -167,6 +188,7 @@ impl Memnode {
             device,
             region_pages: self.region.kind(),
             dm,
+            service: self.handler.service(),
         }
     }
 
@@ -290,6 +312,7 @@ impl Memnode {
             dm_addr,
             dm_rkey,
             dm_len,
+            service: service_bytes(self.handler.service()),
         }
     }
 
@@ -395,7 +418,11 @@ impl Memnode {
                 self.conns.len() + 1
             );
         }
-        self.conns.push(Conn { qp, dead: false });
+        self.conns.push(Conn {
+            qp,
+            id: self.connections as usize,
+            dead: false,
+        });
         Ok(())
     }
 
@@ -412,7 +439,11 @@ impl Memnode {
             _ => {
                 // Disconnected, timed out, or failed: release that connection.
                 if let Some(i) = self.conns.iter().position(|c| c.qp.cm_id() == ev.id) {
-                    self.conns.swap_remove(i);
+                    let c = self.conns.swap_remove(i);
+                    if !c.dead {
+                        let region = VerbsRegion::new(&self.region, self.cfg.node);
+                        self.handler.on_disconnect(&region, c.id);
+                    }
                 }
             }
         }
@@ -427,16 +458,27 @@ impl Memnode {
         while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| t0.elapsed() < l) {
             round += 1;
             let mut served = 0;
+            let region = VerbsRegion::new(&self.region, self.cfg.node);
             for c in self.conns.iter_mut().filter(|c| !c.dead) {
-                match block_on(serve_ready(&c.qp, &mut buf)) {
+                let (handler, replies) = (&mut *self.handler, &mut self.replies);
+                match serve_connection(handler, replies, &region, c, &mut buf) {
                     Ok(n) => served += n,
                     Err(e) => {
+                        // Nothing more from it: disconnected, so the client's queue pair fails
+                        // instead of waiting for replies; released on its rdma_cm event.
                         c.dead = true;
+                        // SAFETY: the connection's id is live (it is released with the Conn);
+                        // disconnecting twice (again on release) is harmless.
+                        unsafe { sys::rdma_disconnect(c.qp.cm_id()) };
+                        handler.on_disconnect(&region, c.id);
                         if self.cfg.verbose {
-                            println!("memnode: a connection ended: {e}");
+                            println!("memnode: connection {} ended: {e}", c.id);
                         }
                     }
                 }
+            }
+            if served == 0 {
+                self.handler.on_idle(&region);
             }
             self.served += served as u64;
             idle = if served > 0 { 0 } else { idle + 1 };
@@ -457,8 +499,131 @@ impl Memnode {
         Ok(())
     }
 
-    /// Messages echoed and connections accepted so far.
+    /// Messages served and connections accepted so far.
     pub fn stats(&self) -> (u64, u64) {
         (self.served, self.connections)
+    }
+}
+
+/// Hands every message waiting on `c` to the handler and sends its replies; returns how many.
+fn serve_connection(
+    handler: &mut dyn Handler,
+    replies: &mut Replies,
+    region: &VerbsRegion<'_>,
+    c: &Conn,
+    buf: &mut [u8],
+) -> Result<usize, FabricError> {
+    let mut n = 0;
+    while let Some(r) = c.qp.try_recv(buf)? {
+        let msg: &[u8] = if r.kind == RecvKind::Send {
+            &buf[..(r.len as usize).min(buf.len())]
+        } else {
+            &[]
+        };
+        replies.clear();
+        handler.on_message(region, c.id, r, msg, replies)?;
+        for m in replies.iter() {
+            block_on(c.qp.send(m))?;
+        }
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The node's registered region as its own CPU sees it: bounds-checked, moved word-wise with
+/// atomics (the NIC writes the same memory concurrently).
+pub struct VerbsRegion<'a> {
+    region: &'a Arena,
+    node: NodeId,
+}
+
+impl<'a> VerbsRegion<'a> {
+    fn new(region: &'a Arena, node: NodeId) -> VerbsRegion<'a> {
+        VerbsRegion { region, node }
+    }
+
+    fn at(&self, offset: u64, len: usize, aligned: bool) -> Result<*mut u8, FabricError> {
+        let bad = || out_of_range(self.node, offset, len);
+        let end = offset.checked_add(len as u64).ok_or_else(bad)?;
+        if end > self.region.len() as u64 || (aligned && !offset.is_multiple_of(8)) {
+            return Err(bad());
+        }
+        // SAFETY: offset + len <= the arena's length.
+        Ok(unsafe { self.region.as_ptr().add(offset as usize) })
+    }
+}
+
+impl LocalRegion for VerbsRegion<'_> {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+    fn len(&self) -> u64 {
+        self.region.len() as u64
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
+        let p = self.at(offset, buf.len(), false)?;
+        // SAFETY: `at` checked the range lies in the live arena.
+        unsafe { words::read(p, buf) };
+        std::sync::atomic::fence(Ordering::Acquire);
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
+        let p = self.at(offset, data.len(), false)?;
+        std::sync::atomic::fence(Ordering::Release);
+        // SAFETY: `at` checked the range lies in the live arena.
+        unsafe { words::write(p, data) };
+        Ok(())
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        Ok(unsafe { words::word(p) }.load(Ordering::Acquire))
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        unsafe { words::word(p) }.store(value, Ordering::Release);
+        Ok(())
+    }
+    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        let w = unsafe { words::word(p) };
+        Ok(
+            match w.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_is_bounds_checked_and_word_atomic() {
+        let arena = Arena::new(1 << 16).expect("an arena");
+        let r = VerbsRegion::new(&arena, 3);
+        assert_eq!((r.node(), r.len()), (3, 1 << 16));
+        r.write(13, b"hello, region").unwrap();
+        let mut b = [0u8; 13];
+        r.read(13, &mut b).unwrap();
+        assert_eq!(&b, b"hello, region");
+        r.store_u64(64, 7).unwrap();
+        assert_eq!(
+            r.cas_u64(64, 6, 9).unwrap(),
+            7,
+            "a failed CAS returns the value"
+        );
+        assert_eq!(r.cas_u64(64, 7, 9).unwrap(), 7);
+        assert_eq!(r.load_u64(64).unwrap(), 9);
+        // Out of range, overflowing, or unaligned: errors, never a stray access.
+        assert!(r.read((1 << 16) - 4, &mut [0u8; 8]).is_err());
+        assert!(r.write(u64::MAX - 2, b"abcd").is_err());
+        assert!(r.load_u64(1 << 16).is_err());
+        assert!(r.store_u64(56, 1).is_ok());
+        assert!(r.store_u64(60, 1).is_err(), "4-aligned is not 8-aligned");
+        assert!(r.cas_u64(4, 0, 1).is_err());
     }
 }

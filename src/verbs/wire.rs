@@ -91,9 +91,16 @@ pub struct Welcome {
     pub dm_addr: u64,
     pub dm_rkey: u32,
     pub dm_len: u64,
+    /// The service the node's CPU runs on every connection (`Handler::service`), NUL-padded
+    /// ASCII; all zero from nodes that predate it, which ran only the echo service.
+    pub service: [u8; 8],
 }
 
 impl Welcome {
+    /// The service name (`"echo"` for a node that did not say).
+    pub fn service_name(&self) -> String {
+        service_name(&self.service)
+    }
     pub const LEN: usize = 64;
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
@@ -113,6 +120,7 @@ impl Welcome {
         b[32..40].copy_from_slice(&self.region_len.to_le_bytes());
         b[40..48].copy_from_slice(&self.dm_addr.to_le_bytes());
         b[48..56].copy_from_slice(&self.dm_len.to_le_bytes());
+        b[56..64].copy_from_slice(&self.service);
         b
     }
     pub fn decode(b: &[u8]) -> Result<Welcome, &'static str> {
@@ -138,11 +146,33 @@ impl Welcome {
             region_len: u64_at(b, 32),
             dm_addr: u64_at(b, 40),
             dm_len: u64_at(b, 48),
+            service: b[56..64].try_into().expect("8 bytes"),
         };
         if w.recv_len == 0 || w.region_len == 0 {
             return Err("empty region or no receive buffers");
         }
         Ok(w)
+    }
+}
+
+/// A service name as [`Welcome::service`] carries it: the first 8 bytes, NUL-padded.
+pub fn service_bytes(name: &str) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    let n = name.len().min(8);
+    b[..n].copy_from_slice(&name.as_bytes()[..n]);
+    b
+}
+
+/// The name in [`Welcome::service`] bytes (`"echo"` when empty; `?` for bytes that are not
+/// text).
+pub fn service_name(b: &[u8; 8]) -> String {
+    let n = b.iter().position(|&c| c == 0).unwrap_or(8);
+    if n == 0 {
+        return "echo".into();
+    }
+    match std::str::from_utf8(&b[..n]) {
+        Ok(s) if s.bytes().all(|c| c.is_ascii_graphic()) => s.into(),
+        _ => "?".into(),
     }
 }
 
@@ -199,8 +229,13 @@ mod tests {
             dm_addr: 0x7e00_0000_0000,
             dm_rkey: 0x99,
             dm_len: 256 << 10,
+            service: service_bytes("canrt"),
         };
         assert_eq!(Welcome::decode(&w.encode()), Ok(w));
+        assert_eq!(w.service_name(), "canrt");
+        assert_eq!(service_name(&[0; 8]), "echo", "older nodes ran only echo");
+        assert_eq!(service_name(&service_bytes("catfish-long")), "catfish-");
+        assert_eq!(service_name(&[0xff, 1, 0, 0, 0, 0, 0, 0]), "?");
         let mut bad = w.encode();
         bad[12] = 7;
         assert!(Welcome::decode(&bad).is_err());

@@ -4,13 +4,16 @@
 //! operations or `--seconds` seconds. On `--fabric soft` every worker thread is one
 //! compute-node client with its own endpoint and index handle, running `--coroutines`
 //! coroutines; on `--fabric sim` the clients are `--compute-nodes x --clients-per-node`
-//! simulated client threads in virtual time. Any index implementing `KvIndex` plugs in
+//! simulated client threads in virtual time; on `--fabric verbs` every worker thread is one
+//! client with its own verbs endpoint on the `--connect` memory nodes (`verbs.rs`; one-sided
+//! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
 pub(crate) mod index;
 mod phase;
 mod sim;
 mod soft;
+mod verbs;
 mod ycsb;
 
 use crate::args::{FabricKind, SimArgs};
@@ -44,7 +47,17 @@ pub enum IndexKind {
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    #[arg(long, value_enum, default_value = "smart")]
+    /// The index, or several comma-separated (each runs the same workload in turn, and one
+    /// table compares them).
+    #[arg(
+        long = "index",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "smart"
+    )]
+    pub indexes: Vec<IndexKind>,
+    /// The index of the run in progress (one of `indexes`).
+    #[arg(skip = IndexKind::Smart)]
     pub index: IndexKind,
     #[arg(long, value_enum, default_value = "soft")]
     pub fabric: FabricKind,
@@ -80,9 +93,13 @@ pub struct BenchArgs {
     /// Coroutines per worker thread.
     #[arg(long, default_value_t = 4)]
     pub coroutines: usize,
-    /// A memnode control socket to use instead of an in-process memory node (soft).
+    /// A memnode control socket to use instead of an in-process memory node (soft); the
+    /// memory nodes' host:port, comma-separated (verbs).
     #[arg(long)]
     pub connect: Option<String>,
+    /// RDMA device name (verbs), e.g. rxe0 or mlx5_0; default: whichever the route picks.
+    #[arg(long)]
+    pub device: Option<String>,
     /// Region of the in-process (or simulated) memory node, in MiB (default: sized from the
     /// records, operations and value size).
     #[arg(long)]
@@ -299,7 +316,14 @@ pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
         g.heads as u64 * g.head_bytes + g.buckets * 64 + (8 << 20)
     };
     let want = (writes * per).max(if a.index == IndexKind::Erda { erda } else { 0 });
-    (want + (32 << 20))
+    // Every client carves its objects from chunks of its own, per size class: slack per
+    // client, spread over the memory nodes.
+    let clients = match a.fabric {
+        FabricKind::Sim => (a.sim.compute_nodes * a.sim.clients_per_node) as u64,
+        _ => a.threads as u64,
+    };
+    let per_node = want / a.sim.memory_nodes.max(1) as u64 + clients * (8 << 20);
+    (per_node + (32 << 20))
         .next_multiple_of(1 << 20)
         .clamp(64 << 20, 1 << 40)
 }
@@ -440,41 +464,17 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     if let Some(p) = &a.json {
         crate::report::check_writable(p)?;
     }
-    let sim_shape = a.sim.compute_nodes != 1
-        || a.sim.clients_per_node != 1
-        || a.sim.memory_nodes != 1
-        || a.sim.model.is_some()
-        || !a.sim.overrides.is_empty()
-        || a.sim.trace.is_some();
-    match a.fabric {
-        FabricKind::Sim => {
-            if a.connect.is_some() {
-                return Err("--connect names a real memory node; the sim simulates its own".into());
-            }
-            if a.threads != 1 || a.no_pin || a.server_core.is_some() {
-                return Err(
-                    "--threads, --no-pin and --server-core are for real threads; the \
-                            sim's clients are --compute-nodes x --clients-per-node"
-                        .into(),
-                );
-            }
-        }
-        FabricKind::Soft | FabricKind::Verbs => {
-            if sim_shape {
-                return Err(
-                    "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
-                            --set and --trace shape the sim: use them with --fabric sim"
-                        .into(),
-                );
-            }
-            if a.connect.is_some() && a.region_mib.is_some() {
-                return Err(
-                    "--region-mib sizes the in-process memory node; a --connect \
-                            memnode has its own region (remora memnode --region-mib)"
-                        .into(),
-                );
-            }
-        }
+    crate::args::check_fabric_flags(&crate::args::FabricFlags {
+        fabric: a.fabric,
+        sim: &a.sim,
+        connect: a.connect.is_some(),
+        threads: a.threads,
+        no_pin: a.no_pin,
+        server_core: a.server_core.is_some(),
+        region: a.region_mib.is_some(),
+    })?;
+    if a.device.is_some() && a.fabric != FabricKind::Verbs {
+        return Err("--device names an RDMA device: it is for --fabric verbs".into());
     }
     Ok(())
 }
@@ -556,9 +556,7 @@ fn run_phases(
     match a.fabric {
         FabricKind::Soft => soft::run(a, index, workload),
         FabricKind::Sim => sim::run(a, index, workload),
-        FabricKind::Verbs => {
-            Err("remora bench --fabric verbs is not in this build: use soft or sim".into())
-        }
+        FabricKind::Verbs => verbs::run(a, index, workload),
     }
 }
 
@@ -665,9 +663,15 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
             a.sim.memory_nodes,
             a.sim.seed
         ),
-        _ => format!(
-            "soft fabric, {} threads x {} coroutines",
-            a.threads, a.coroutines
+        f => format!(
+            "{} fabric, {} threads x {} coroutines",
+            if f == FabricKind::Verbs {
+                "verbs"
+            } else {
+                "soft"
+            },
+            a.threads,
+            a.coroutines
         ),
     };
     println!(
@@ -700,10 +704,56 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
-    validate(a)?;
-    if a.factors {
-        return factors(a);
+    let mut runs = Vec::new();
+    for &kind in &a.indexes {
+        let mut one = a.clone();
+        one.index = kind;
+        validate(&one)?;
+        runs.push(one);
     }
+    if runs.len() > 1 && a.factors {
+        return Err("--factors takes one --index".into());
+    }
+    let mut all = Vec::new();
+    for one in &runs {
+        if one.factors {
+            return factors(one);
+        }
+        all.extend(run_one(one)?);
+    }
+    if runs.len() > 1 {
+        let mut out = crate::report::human_out(a.json.as_deref());
+        let _ = writeln!(out, "\nside by side (run phase):");
+        let _ = writeln!(
+            out,
+            "{:<10} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9}",
+            "index", "Mops", "p50 ns", "p99 ns", "RT/op", "B in/op", "srv ns/op"
+        );
+        for r in all
+            .iter()
+            .filter(|r| r.phase == "run" || a.workload == Workload::Load)
+        {
+            let _ = writeln!(
+                out,
+                "{:<10} {:>9.3} {:>9.0} {:>9.0} {:>7.2} {:>8.1} {:>9}",
+                r.index,
+                r.mops,
+                r.latency.p50_ns,
+                r.latency.p99_ns,
+                r.per_op.round_trips,
+                r.per_op.bytes_in,
+                crate::report::server_cell(r.server_ns_per_op)
+            );
+        }
+    }
+    if let Some(p) = &a.json {
+        write_json(p, &all).map_err(|e| format!("writing {p}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// One index's LOAD and run phases: prints its table, returns its records.
+fn run_one(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
     let index = index_cfg(a)?;
     let mut recs = run_phases(a, &index, a.workload)?;
     let ops = a.operations.unwrap_or(a.records).max(100_000);
@@ -731,8 +781,5 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             }
         }
     }
-    if let Some(p) = &a.json {
-        write_json(p, &recs).map_err(|e| format!("writing {p}: {e}"))?;
-    }
-    Ok(())
+    Ok(recs)
 }

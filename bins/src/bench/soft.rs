@@ -12,14 +12,14 @@ use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Waits at a barrier a fixed number of times in all, the rest when dropped early.
-struct BarrierGuard<'a> {
-    barrier: &'a Barrier,
-    left: std::cell::Cell<usize>,
+pub(super) struct BarrierGuard<'a> {
+    pub(super) barrier: &'a Barrier,
+    pub(super) left: std::cell::Cell<usize>,
 }
 
 impl BarrierGuard<'_> {
     /// Waits once; true for the barrier's leader.
-    fn wait(&self) -> bool {
+    pub(super) fn wait(&self) -> bool {
         self.left.set(self.left.get().saturating_sub(1));
         self.barrier.wait().is_leader()
     }
@@ -195,7 +195,7 @@ pub fn run(
 }
 
 /// Runs one future on this worker thread's busy-poll executor.
-fn one<F: std::future::Future>(f: F) -> F::Output {
+pub(super) fn one<F: std::future::Future>(f: F) -> F::Output {
     run_coroutines(vec![f])
         .pop()
         .expect("one future, one output")

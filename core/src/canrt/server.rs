@@ -348,6 +348,10 @@ impl CanrtServer {
 }
 
 impl Handler for CanrtServer {
+    fn service(&self) -> &'static str {
+        "canrt"
+    }
+
     fn on_message(
         &mut self,
         region: &dyn LocalRegion,

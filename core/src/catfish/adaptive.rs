@@ -1,13 +1,25 @@
-//! The adaptive switch between fast messaging and RDMA offloading (the paper's Algorithm 1,
-//! a binary exponential back-off driven by the server's load reports).
+//! The adaptive switch between fast messaging and RDMA offloading: the paper's Algorithm 1,
+//! line by line.
 //!
-//! Each search observes the server's load (piggybacked on a messaging reply, or read from
-//! the heartbeat word in the offloading search's first doorbell). When a search finds the
-//! server busy (load above the threshold `T`), the client offloads its next `n` searches,
-//! `n` drawn from `[0, N)`; if the server is still busy on the next observation, from
-//! `[N, 2N)`, then `[2N, 4N)`, and so on without bound. A calm observation resets the
-//! back-off stage but lets the rounds already drawn run out, so clients drift back to
-//! messaging at different times. No observation (no heartbeat) changes nothing.
+//! Before each search the client takes `U`, the server's CPU utilisation from a fresh
+//! heartbeat, or 0 when none arrived (lines 4-10). Then (lines 11-16):
+//!
+//! ```text
+//! if U > T and r_off <= r_busy * N:  r_busy += 1;  r_off = rand() % N + (r_busy - 1) * N
+//! else:                              r_busy = 0
+//! if r_off > 0: r_off -= 1; offload    else: fast messaging
+//! ```
+//!
+//! How "binary exponential back-off" is read here: the paper borrows the name from
+//! Ethernet (a random draw from a window that moves away while the medium stays busy), but
+//! its Algorithm 1 (line 13) and its text ("[0, N), then [N, 2N) ... without an upper
+//! bound") move the window by N per consecutive busy round: stage k draws from
+//! `[(k-1)N, kN)`. This module follows the algorithm as printed, not a doubling window
+//! (`[2^(k-2)N, 2^(k-1)N)`, which an earlier version of this module used). Two more
+//! consequences of taking it literally: a busy report while still offloading re-draws
+//! (extends) the rounds, as the paper says ("the offloading rounds will extend"), and a
+//! search without a fresh heartbeat (U = 0) resets `r_busy` but lets the drawn rounds run
+//! out.
 use super::client::Mode;
 
 /// Parameters of the back-off.
@@ -57,27 +69,24 @@ impl Backoff {
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    /// Feeds the load seen by the last search (None: no fresh report).
+    /// Lines 4-16 of Algorithm 1 for the next search: `load_permille` is the utilisation of
+    /// a fresh heartbeat, `None` when none arrived (U = 0).
     pub fn observe(&mut self, load_permille: Option<u16>) {
-        let Some(load) = load_permille else { return };
-        if self.offload_left > 0 {
-            // Re-sensed once the drawn rounds are over, as Ethernet's back-off does.
-            return;
-        }
-        if load <= self.cfg.busy_permille {
-            self.busy_streak = 0;
-            return;
-        }
-        self.busy_streak = self.busy_streak.saturating_add(1);
+        let u = load_permille.unwrap_or(0);
         let n = self.cfg.window.max(1);
-        let (lo, hi) = if self.busy_streak == 1 {
-            (0, n)
+        let busy = u64::from(self.busy_streak);
+        if u > self.cfg.busy_permille && self.offload_left <= busy.saturating_mul(n) {
+            self.busy_streak = self.busy_streak.saturating_add(1);
+            let base = u64::from(self.busy_streak - 1).saturating_mul(n);
+            self.offload_left = base.saturating_add(self.next_random() % n);
         } else {
-            let shift = (self.busy_streak - 2).min(40);
-            (n << shift, n << (shift + 1))
-        };
-        let draw = lo + self.next_random() % (hi - lo);
-        self.offload_left = draw;
+            self.busy_streak = 0;
+        }
+    }
+
+    /// Consecutive busy rounds (r_busy).
+    pub fn busy_streak(&self) -> u32 {
+        self.busy_streak
     }
 
     /// The mode of the next search (consumes one offloaded round).
@@ -99,54 +108,52 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std_alloc::vec::Vec;
 
     #[test]
-    fn backs_off_exponentially_while_busy_and_returns_when_calm() {
+    fn runs_algorithm_1_as_printed() {
+        let n = 8u64;
         let mut b = Backoff::new(BackoffConfig::default(), 7);
-        assert_eq!(b.next_mode(), Mode::Messaging);
         b.observe(None);
-        assert_eq!(
-            b.next_mode(),
-            Mode::Messaging,
-            "no heartbeat changes nothing"
-        );
-        let mut windows = Vec::new();
-        for _ in 0..6 {
+        assert_eq!(b.next_mode(), Mode::Messaging, "no heartbeat: U = 0");
+        b.observe(Some(950));
+        assert_eq!(b.next_mode(), Mode::Messaging, "T itself is not busy");
+        // Consecutive busy rounds: stage k draws r_off from [(k-1)N, kN), and a busy report
+        // while offloading extends the rounds.
+        for k in 1..=40u64 {
             b.observe(Some(990));
+            assert_eq!(u64::from(b.busy_streak()), k);
             let drawn = b.offload_left();
-            windows.push(drawn);
-            b.observe(Some(990));
-            assert_eq!(
-                b.offload_left(),
-                drawn,
-                "no re-sensing before the rounds are over"
-            );
-            for _ in 0..drawn {
+            assert!(((k - 1) * n..k * n).contains(&drawn), "stage {k}: {drawn}");
+            if drawn > 0 {
                 assert_eq!(b.next_mode(), Mode::Offload);
             }
         }
-        assert!(windows[0] < 8, "{windows:?}");
-        for (k, w) in windows.iter().enumerate().skip(1) {
-            let lo = 8u64 << (k - 1);
-            assert!((lo..2 * lo).contains(w), "stage {k}: {windows:?}");
+        // A round without a fresh heartbeat resets r_busy; the drawn rounds run out.
+        let left = b.offload_left();
+        b.observe(None);
+        assert_eq!((b.busy_streak(), b.offload_left()), (0, left));
+        for _ in 0..left {
+            assert_eq!(b.next_mode(), Mode::Offload);
         }
-        b.observe(Some(100));
         assert_eq!(b.next_mode(), Mode::Messaging);
-        b.observe(Some(990));
-        assert!(
-            b.offload_left() < 8,
-            "a calm report resets the back-off stage"
-        );
-        let mut b = Backoff::new(BackoffConfig::default(), 9);
-        for _ in 0..100 {
-            b.observe(Some(1000));
-            b.offload_left = 0;
-        }
+        // Busy again after the reset: back to the first window.
         b.observe(Some(1000));
-        assert!(
-            b.offload_left() >= 8 << 40,
-            "the back-off has no upper bound (capped shift)"
-        );
+        assert!(b.offload_left() < n && b.busy_streak() == 1);
+        // r_off > r_busy * N: a busy report does not re-draw (and resets r_busy), as line 11.
+        let mut b = Backoff::new(BackoffConfig::default(), 3);
+        b.busy_streak = 1;
+        b.offload_left = 9;
+        b.observe(Some(1000));
+        assert_eq!((b.busy_streak(), b.offload_left()), (0, 9));
+        // The draws of one stage cover the window.
+        let mut seen = [false; 8];
+        let mut b = Backoff::new(BackoffConfig::default(), 11);
+        for _ in 0..400 {
+            b.busy_streak = 0;
+            b.offload_left = 0;
+            b.observe(Some(1000));
+            seen[b.offload_left() as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s), "{seen:?}");
     }
 }

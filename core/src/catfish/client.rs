@@ -7,11 +7,12 @@
 use super::CatfishError;
 use super::adaptive::{Backoff, BackoffConfig};
 use crate::alloc::RemoteAllocator;
-use crate::fabric::{Op, QueuePair};
+use crate::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::GlobalAddr;
+use remora_layouts::catfish::{CLIENT_HEARTBEAT_OFFSET, Heartbeat, check_fanout, node_len};
 use remora_layouts::catfish::{
-    Entry, FLAG_LAST, META_LEN, Meta, NODE_LEN, Node, Opcode, REQUEST_LEN, ROOT_SLOT, Rect,
-    Request, ResponseHeader, Status, decode_hit,
+    Entry, FANOUT, FLAG_LAST, FLAG_MORE, META_LEN, Meta, Node, Opcode, ROOT_SLOT, Rect, Request,
+    ResponseHeader, Status, decode_hit,
 };
 use remora_layouts::region::root_offset;
 use std_alloc::vec::Vec;
@@ -58,20 +59,36 @@ pub struct ClientStats {
     pub root_refreshes: u64,
     /// Inserts that had to give the server another arena.
     pub grows: u64,
+    /// Heartbeats taken from this client's slot ([`CatfishClient::search_adaptive`]).
+    pub heartbeats: u64,
 }
 
 /// One client of a Catfish tree on one memory node.
 pub struct CatfishClient {
     meta: GlobalAddr,
     root: GlobalAddr,
+    /// The tree's entries per node (from the superblock) and its node image length.
+    fanout: usize,
+    node_len: usize,
     alloc: RemoteAllocator,
     transport: Transport,
     mailbox: GlobalAddr,
     next_req: u32,
+    /// Reply messages received on this queue pair, modulo 256 (sent with every request:
+    /// the server's flow control).
+    received: u8,
+    /// A chunk taken from the node that the server did not accept as an arena: used for the
+    /// next Grow instead of taking another.
+    spare: Option<GlobalAddr>,
     backoff: Backoff,
     /// Load seen by the latest search, not yet fed to the back-off.
     observed: Option<u16>,
     last_heartbeat_seq: u64,
+    /// Algorithm 1's `Inv` and `t0` (the client's clock when it last took a heartbeat from
+    /// its slot), and when it last READ the slot.
+    heartbeat_interval_ns: u64,
+    t0: u64,
+    slot_read_at: u64,
     stats: ClientStats,
     reply: Vec<u8>,
     nodes: Vec<u8>,
@@ -81,18 +98,33 @@ pub struct CatfishClient {
 }
 
 impl CatfishClient {
-    /// Formats a new tree on `qp`'s memory node with `chunks` allocator chunks as its first
-    /// arenas, and opens it.
+    /// Formats a new tree of the default fanout ([`FANOUT`] entries per node) on `qp`'s
+    /// memory node with `chunks` allocator chunks as its first arenas, and opens it.
     pub async fn create<Q: QueuePair>(
         qp: &Q,
         chunks: usize,
     ) -> Result<CatfishClient, CatfishError> {
+        CatfishClient::create_with_fanout(qp, chunks, FANOUT).await
+    }
+
+    /// [`CatfishClient::create`] with `fanout` entries per node (4 to 130; the paper runs
+    /// 15, 30, 70 and 130). Every client learns it from the superblock.
+    pub async fn create_with_fanout<Q: QueuePair>(
+        qp: &Q,
+        chunks: usize,
+        fanout: usize,
+    ) -> Result<CatfishClient, CatfishError> {
+        let fanout = check_fanout(fanout)?;
         let alloc = RemoteAllocator::open(qp).await?;
         let mut c = CatfishClient::with_alloc(qp, alloc, GlobalAddr::NULL)?;
         for i in 0..chunks.max(1) {
             let chunk = c.alloc.alloc_chunk(qp).await?;
-            let op = if i == 0 { Opcode::Init } else { Opcode::Grow };
-            let status = c.arena_request(qp, op, chunk).await?;
+            let (op, arg1) = if i == 0 {
+                (Opcode::Init, c.alloc.chunk_size() | (fanout as u64) << 48)
+            } else {
+                (Opcode::Grow, c.alloc.chunk_size())
+            };
+            let status = c.arena_request_with(qp, op, chunk, arg1).await?;
             if status != Status::Ok {
                 return Err(CatfishError::Server(status));
             }
@@ -118,16 +150,23 @@ impl CatfishClient {
         Ok(CatfishClient {
             meta,
             root: GlobalAddr::NULL,
+            fanout: FANOUT,
+            node_len: node_len(FANOUT),
             alloc,
             transport: Transport::Send,
             mailbox: GlobalAddr::NULL,
             next_req: 1,
+            received: 0,
+            spare: None,
             backoff: Backoff::new(
                 BackoffConfig::default(),
                 0x9e37_79b9_7f4a_7c15 ^ qp.peer() as u64,
             ),
             observed: None,
             last_heartbeat_seq: 0,
+            heartbeat_interval_ns: super::server::HEARTBEAT_NS,
+            t0: 0,
+            slot_read_at: 0,
             stats: ClientStats::default(),
             reply: std_alloc::vec![0u8; max],
             nodes: Vec::new(),
@@ -140,6 +179,13 @@ impl CatfishClient {
     /// Replaces the back-off parameters; `seed` decorrelates clients.
     pub fn set_backoff(&mut self, cfg: BackoffConfig, seed: u64) {
         self.backoff = Backoff::new(cfg, seed);
+    }
+
+    /// Algorithm 1's `Inv`: how old the last heartbeat taken must be before the client looks
+    /// for a new one ([`super::server::HEARTBEAT_NS`] by default; agree it with the server's
+    /// [`super::CatfishServer::with_heartbeat_interval_ns`]).
+    pub fn set_heartbeat_interval_ns(&mut self, ns: u64) {
+        self.heartbeat_interval_ns = ns.max(1);
     }
 
     /// Chooses how requests travel (SEND by default).
@@ -169,6 +215,8 @@ impl CatfishClient {
         qp.read(self.meta, &mut buf).await?;
         let meta = Meta::decode(&buf)?;
         self.root = GlobalAddr::from_raw(meta.root);
+        self.fanout = meta.fanout;
+        self.node_len = node_len(meta.fanout);
         Ok(meta)
     }
 
@@ -182,15 +230,16 @@ impl CatfishClient {
     async fn call<Q: QueuePair>(
         &mut self,
         qp: &Q,
-        req: Request,
+        mut req: Request,
     ) -> Result<(ResponseHeader, usize), CatfishError> {
+        if self.transport == Transport::WriteImm && self.mailbox.is_null() {
+            self.mailbox = self.request_mailbox(qp).await?;
+        }
+        req.acked = self.received;
         let bytes = req.encode();
         match self.transport {
             Transport::Send => qp.send(&bytes).await?,
             Transport::WriteImm => {
-                if self.mailbox.is_null() {
-                    self.mailbox = self.alloc.alloc(qp, REQUEST_LEN as u64).await?;
-                }
                 let imm = u32::try_from(self.mailbox.offset() / 8)
                     .map_err(|_| CatfishError::Protocol("mailbox beyond 32 GiB: use SEND"))?;
                 qp.post(&mut [Op::WriteImm {
@@ -205,12 +254,25 @@ impl CatfishClient {
         self.recv_reply(qp, req.req_id).await
     }
 
+    /// Sends one request by SEND whatever the transport (arena and mailbox requests, which
+    /// may be needed before a mailbox exists) and waits for its first reply message.
+    async fn call_send<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        mut req: Request,
+    ) -> Result<(ResponseHeader, usize), CatfishError> {
+        req.acked = self.received;
+        qp.send(&req.encode()).await?;
+        self.recv_reply(qp, req.req_id).await
+    }
+
     async fn recv_reply<Q: QueuePair>(
         &mut self,
         qp: &Q,
         req_id: u32,
     ) -> Result<(ResponseHeader, usize), CatfishError> {
         let r = qp.recv(&mut self.reply).await?;
+        self.received = self.received.wrapping_add(1);
         let len = r.len as usize;
         let msg = self.reply.get(..len).ok_or(CatfishError::Protocol(
             "reply longer than the receive buffer",
@@ -222,20 +284,89 @@ impl CatfishClient {
         Ok((h, len))
     }
 
+    /// Asks the server for this connection's request mailbox (by SEND), growing the tree's
+    /// arenas if the server has no room for it.
+    async fn request_mailbox<Q: QueuePair>(&mut self, qp: &Q) -> Result<GlobalAddr, CatfishError> {
+        for _ in 0..=GROW_RETRIES {
+            let req = Request {
+                op: Opcode::Mailbox,
+                acked: self.received,
+                req_id: self.request_id(),
+                rect: Rect::new(0, 0, 0, 0)?,
+                arg0: 0,
+                arg1: 0,
+            };
+            let (h, len) = self.call_send(qp, req).await?;
+            match h.status {
+                Status::Ok if h.count == 1 && h.flags & FLAG_LAST != 0 => {
+                    let addr = GlobalAddr::from_raw(decode_hit(&self.reply[..len], 0)?.ptr);
+                    if addr.node() != qp.peer() {
+                        return Err(CatfishError::Protocol("mailbox on another node"));
+                    }
+                    return Ok(addr);
+                }
+                Status::Ok => return Err(CatfishError::Protocol("malformed mailbox reply")),
+                Status::Full => self.grow(qp).await?,
+                other => return Err(CatfishError::Server(other)),
+            }
+        }
+        Err(CatfishError::Server(Status::Full))
+    }
+
+    /// Gives the server another allocator chunk as an arena. A chunk the server refuses is
+    /// kept for the next attempt, never leaked; no chunk left on the node is
+    /// [`CatfishError::NodeFull`].
+    async fn grow<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
+        let chunk = match self.spare.take() {
+            Some(c) => c,
+            None => match self.alloc.alloc_chunk(qp).await {
+                Ok(c) => c,
+                Err(crate::alloc::AllocError::OutOfMemory { node, region_len }) => {
+                    return Err(CatfishError::NodeFull { node, region_len });
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        self.stats.grows += 1;
+        match self.arena_request(qp, Opcode::Grow, chunk).await {
+            Ok(Status::Ok) => Ok(()),
+            Ok(s) => {
+                self.spare = Some(chunk);
+                Err(CatfishError::Server(s))
+            }
+            Err(e) => {
+                self.spare = Some(chunk);
+                Err(e)
+            }
+        }
+    }
+
     async fn arena_request<Q: QueuePair>(
         &mut self,
         qp: &Q,
         op: Opcode,
         chunk: GlobalAddr,
     ) -> Result<Status, CatfishError> {
+        let len = self.alloc.chunk_size();
+        self.arena_request_with(qp, op, chunk, len).await
+    }
+
+    async fn arena_request_with<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        op: Opcode,
+        chunk: GlobalAddr,
+        arg1: u64,
+    ) -> Result<Status, CatfishError> {
         let req = Request {
             op,
+            acked: 0,
             req_id: self.request_id(),
             rect: Rect::new(0, 0, 0, 0)?,
             arg0: chunk.raw(),
-            arg1: self.alloc.chunk_size(),
+            arg1,
         };
-        Ok(self.call(qp, req).await?.0.status)
+        Ok(self.call_send(qp, req).await?.0.status)
     }
 
     /// Inserts `rect` with object id `id` (through the server, always). If the server's
@@ -252,6 +383,7 @@ impl CatfishClient {
         for _ in 0..=GROW_RETRIES {
             let req = Request {
                 op: Opcode::Insert,
+                acked: 0,
                 req_id: self.request_id(),
                 rect,
                 arg0: id,
@@ -261,14 +393,7 @@ impl CatfishClient {
             self.observed = Some(h.load_permille);
             match h.status {
                 Status::Ok => return Ok(()),
-                Status::Full => {
-                    let chunk = self.alloc.alloc_chunk(qp).await?;
-                    self.stats.grows += 1;
-                    let s = self.arena_request(qp, Opcode::Grow, chunk).await?;
-                    if s != Status::Ok {
-                        return Err(CatfishError::Server(s));
-                    }
-                }
+                Status::Full => self.grow(qp).await?,
                 other => return Err(CatfishError::Server(other)),
             }
         }
@@ -300,6 +425,60 @@ impl CatfishClient {
         Ok(mode)
     }
 
+    /// The paper's adaptive search (Algorithm 1) with the server's heartbeats: before the
+    /// search, if the last heartbeat taken is older than `Inv` (by `ep`'s clock), the client
+    /// READs its heartbeat slot on the memory node; a non-zero word is the fresh utilisation
+    /// `U`, and the client writes 0 back and restarts `t0`. Then the back-off
+    /// ([`Backoff::observe`], lines 11-16) picks messaging or offloading. The slot is on the
+    /// memory node, not in the client's memory as in the paper (remora's clients register
+    /// no memory), so looking costs a READ: while no fresh heartbeat has come, the client
+    /// looks at most once per `Inv / 8`. A fabric without a clock (`now_ns` always 0) looks
+    /// before every search. Returns the mode used.
+    pub async fn search_adaptive<E: Endpoint>(
+        &mut self,
+        ep: &E,
+        rect: Rect,
+        out: &mut Vec<Entry>,
+    ) -> Result<Mode, CatfishError> {
+        if !rect.is_valid() {
+            return Err(CatfishError::Server(Status::BadRequest));
+        }
+        let qp = ep.qp(self.alloc.node())?;
+        if self.mailbox.is_null() {
+            self.mailbox = self.request_mailbox(qp).await?;
+        }
+        let t = ep.now_ns();
+        let inv = self.heartbeat_interval_ns;
+        let mut u = None;
+        if t == 0
+            || (t.saturating_sub(self.t0) > inv && t.saturating_sub(self.slot_read_at) > inv / 8)
+        {
+            self.slot_read_at = t;
+            let slot = GlobalAddr::new(
+                self.mailbox.node(),
+                self.mailbox.offset() + CLIENT_HEARTBEAT_OFFSET,
+            );
+            let mut word = [0u8; 8];
+            qp.read(slot, &mut word).await?;
+            let w = u64::from_le_bytes(word);
+            if w != 0 {
+                u = Some(Heartbeat::decode(w).load_permille);
+                qp.write(slot, &[0u8; 8]).await?;
+                self.t0 = t;
+                self.stats.heartbeats += 1;
+            }
+        }
+        self.backoff.observe(u);
+        let mode = self.backoff.next_mode();
+        match mode {
+            Mode::Offload => self.search_offload(qp, rect, out).await?,
+            _ => self.search_messaging(qp, rect, out).await?,
+        }
+        // Piggybacked loads are for `Mode::Adaptive`; this path uses heartbeats only.
+        self.observed = None;
+        Ok(mode)
+    }
+
     /// Fast messaging: one SEND, the hits come back in one or more SENDs.
     pub async fn search_messaging<Q: QueuePair>(
         &mut self,
@@ -309,6 +488,7 @@ impl CatfishClient {
     ) -> Result<(), CatfishError> {
         let req = Request {
             op: Opcode::Search,
+            acked: 0,
             req_id: self.request_id(),
             rect,
             arg0: 0,
@@ -325,7 +505,16 @@ impl CatfishClient {
             if h.flags & FLAG_LAST != 0 {
                 break;
             }
-            (h, len) = self.recv_reply(qp, req.req_id).await?;
+            if h.flags & FLAG_MORE != 0 {
+                // The window is read: ask for the next one.
+                let more = Request {
+                    op: Opcode::More,
+                    ..req
+                };
+                (h, len) = self.call(qp, more).await?;
+            } else {
+                (h, len) = self.recv_reply(qp, req.req_id).await?;
+            }
         }
         self.observed = Some(h.load_permille);
         self.stats.messaging_searches += 1;
@@ -343,7 +532,8 @@ impl CatfishClient {
         if self.root.is_null() {
             self.refresh_meta(qp).await?;
         }
-        self.nodes.resize(NODE_LEN, 0);
+        let (len, fanout) = (self.node_len, self.fanout);
+        self.nodes.resize(len, 0);
         let mut meta_buf = [0u8; META_LEN];
         {
             let mut ops = [
@@ -353,7 +543,7 @@ impl CatfishClient {
                 },
                 Op::Read {
                     remote: self.root,
-                    local: &mut self.nodes[..NODE_LEN],
+                    local: &mut self.nodes[..len],
                 },
             ];
             qp.post(&mut ops).await?;
@@ -374,7 +564,7 @@ impl CatfishClient {
             self.read_frontier(qp, 0).await?;
         } else {
             self.pending.clear();
-            if Node::decode(&self.nodes[..NODE_LEN]).is_err() {
+            if Node::decode_with(&self.nodes[..len], fanout).is_err() {
                 self.stats.torn_retries += 1;
                 self.pending.push(0);
             }
@@ -386,8 +576,8 @@ impl CatfishClient {
             self.next.clear();
             let parent = level;
             for i in 0..self.frontier.len() {
-                let img = &self.nodes[i * NODE_LEN..(i + 1) * NODE_LEN];
-                let node = Node::decode(img)?;
+                let img = &self.nodes[i * len..(i + 1) * len];
+                let node = Node::decode_with(img, fanout)?;
                 if let Some(l) = parent
                     && node.level + 1 != l
                 {
@@ -427,14 +617,15 @@ impl CatfishClient {
         from: usize,
     ) -> Result<(), CatfishError> {
         let n = self.frontier.len();
-        self.nodes.resize(n * NODE_LEN, 0);
+        let (len, fanout) = (self.node_len, self.fanout);
+        self.nodes.resize(n * len, 0);
         let mut start = from;
         while start < n {
             let end = (start + MULTI_ISSUE).min(n);
             let mut ops: heapless::Vec<Op<'_>, MULTI_ISSUE> = heapless::Vec::new();
             for (addr, buf) in self.frontier[start..end]
                 .iter()
-                .zip(self.nodes[start * NODE_LEN..end * NODE_LEN].chunks_exact_mut(NODE_LEN))
+                .zip(self.nodes[start * len..end * len].chunks_exact_mut(len))
             {
                 // Cannot fail: at most MULTI_ISSUE ops are pushed.
                 let _ = ops.push(Op::Read {
@@ -448,7 +639,7 @@ impl CatfishClient {
         self.stats.node_reads += (n - from) as u64;
         self.pending.clear();
         for i in from..n {
-            if Node::decode(&self.nodes[i * NODE_LEN..(i + 1) * NODE_LEN]).is_err() {
+            if Node::decode_with(&self.nodes[i * len..(i + 1) * len], fanout).is_err() {
                 self.stats.torn_retries += 1;
                 self.pending.push(i);
             }
@@ -458,13 +649,14 @@ impl CatfishClient {
 
     /// Re-reads the frontier nodes listed in `pending` until each decodes (bounded).
     async fn reread_torn<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
+        let (len, fanout) = (self.node_len, self.fanout);
         let mut round = 0;
         while !self.pending.is_empty() {
             round += 1;
             if round > TORN_RETRIES {
                 let addr = self.frontier[self.pending[0]];
-                let img = &self.nodes[self.pending[0] * NODE_LEN..(self.pending[0] + 1) * NODE_LEN];
-                return Err(match Node::decode(img) {
+                let img = &self.nodes[self.pending[0] * len..(self.pending[0] + 1) * len];
+                return Err(match Node::decode_with(img, fanout) {
                     Err(e) => CatfishError::TornRetriesExhausted { addr, last: e },
                     Ok(_) => CatfishError::Corrupt("torn retries exhausted"),
                 });
@@ -476,8 +668,8 @@ impl CatfishClient {
                 let mut rest: &mut [u8] = &mut self.nodes;
                 let mut base = 0;
                 for &i in chunk {
-                    let (_, tail) = rest.split_at_mut((i - base) * NODE_LEN);
-                    let (buf, tail) = tail.split_at_mut(NODE_LEN);
+                    let (_, tail) = rest.split_at_mut((i - base) * len);
+                    let (buf, tail) = tail.split_at_mut(len);
                     rest = tail;
                     base = i + 1;
                     let _ = ops.push(Op::Read {
@@ -490,7 +682,7 @@ impl CatfishClient {
             self.stats.node_reads += self.pending.len() as u64;
             let nodes = &self.nodes;
             self.pending
-                .retain(|&i| Node::decode(&nodes[i * NODE_LEN..(i + 1) * NODE_LEN]).is_err());
+                .retain(|&i| Node::decode_with(&nodes[i * len..(i + 1) * len], fanout).is_err());
             self.stats.torn_retries += self.pending.len() as u64;
         }
         Ok(())
@@ -499,6 +691,11 @@ impl CatfishClient {
     /// Reads the root address afresh (after another client may have created the tree).
     pub async fn reload<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
         self.refresh_meta(qp).await.map(|_| ())
+    }
+
+    /// Entries per node of the open tree.
+    pub fn fanout(&self) -> usize {
+        self.fanout
     }
 
     /// The superblock address.

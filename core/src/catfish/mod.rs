@@ -3,11 +3,14 @@
 //!
 //! - [`tree`]: the R-tree in the memory node's region, written only by the server CPU
 //!   (seqlock + checksummed nodes, copy-on-write splits so one-sided readers stay correct).
-//! - [`server`]: the fast-messaging server as a [`crate::server::Handler`], with the load
-//!   meter and the heartbeat word.
+//! - [`server`]: the fast-messaging server as a [`crate::server::Handler`]: reply flow
+//!   control, per-connection blocks released on disconnect, the load meter and heartbeats.
 //! - [`client`]: inserts and searches by fast messaging, searches by offloading (one
 //!   doorbell per level, every intersecting child READ at once), and the adaptive mode.
-//! - [`adaptive`]: the binary exponential back-off of Algorithm 1.
+//! - [`adaptive`]: the back-off of Algorithm 1, as printed in the paper.
+//!
+//! The node fanout (entries per node) is chosen when the tree is created (4 to 130) and
+//! recorded in the superblock.
 //!
 //! Formats are in [`remora_layouts::catfish`].
 pub mod adaptive;
@@ -40,8 +43,14 @@ pub enum CatfishError {
     Protocol(&'static str),
     /// No tree is published in the root slot.
     NotCreated,
-    /// The server's arenas are exhausted (server side; clients see `Server(Full)`).
+    /// The server's arenas are exhausted (server side; clients see `Server(Full)` and grow).
     Full,
+    /// The memory node has no allocator chunk left to grow the tree with: the insert was
+    /// not done, the tree is intact and still serves searches.
+    NodeFull {
+        node: remora_layouts::NodeId,
+        region_len: u64,
+    },
     /// A node kept reading torn or mid-write past the retry bound.
     TornRetriesExhausted {
         addr: GlobalAddr,
@@ -81,6 +90,11 @@ impl fmt::Display for CatfishError {
                 remora_layouts::catfish::ROOT_SLOT
             ),
             CatfishError::Full => write!(f, "catfish: the server's arenas are full"),
+            CatfishError::NodeFull { node, region_len } => write!(
+                f,
+                "catfish: memory node {node} is full (all of its {region_len} bytes are \
+                 allocated): the tree cannot grow"
+            ),
             CatfishError::TornRetriesExhausted { addr, last } => {
                 write!(
                     f,

@@ -1,49 +1,159 @@
 //! The Catfish server: fast messaging on the memory node's CPU.
 //!
-//! Every request (a SEND, or a WRITE_WITH_IMM into the client's mailbox whose immediate is
-//! the mailbox offset / 8) is handled to completion by the node's event loop (the paper's
-//! event-based fast messaging: the server sleeps on its completion queue instead of polling
-//! ring buffers). Replies go back as SENDs; a search's hits may span several messages, the
-//! last flagged [`FLAG_LAST`]. Every reply carries the server's load, and the load is also
-//! published as a heartbeat word in the superblock, where offloading clients READ it with
-//! their first doorbell.
+//! Every request (a SEND, or a WRITE_WITH_IMM into the connection's mailbox whose
+//! immediate is the mailbox offset / 8) is handled to completion by the node's event loop
+//! (the paper's event-based fast messaging: the server sleeps on its completion queue
+//! instead of polling ring buffers). Replies go back as SENDs; a search's hits may span
+//! several messages, the last flagged [`FLAG_LAST`].
+//!
+//! - Flow control: at most a window of reply messages is left unread at a client (see
+//!   [`CatfishServer::on_message`](Handler::on_message)); the rest waits here until the
+//!   client asks with [`Opcode::More`], so a client that stops reading never blocks the
+//!   event loop, and the others are served meanwhile.
+//! - Per-connection state (queued replies, the connection's block: request mailbox and
+//!   heartbeat slot, handed out by [`Opcode::Mailbox`] and validated on every
+//!   WRITE_WITH_IMM) is released in [`Handler::on_disconnect`]; blocks are reused.
+//! - Load: busy time over the node's clock where the fabric reports it
+//!   ([`LocalRegion::cpu_clock`]), else an event-loop meter ([`LoadMeter`]). Every reply
+//!   carries it; every heartbeat interval it is written to the superblock's heartbeat word
+//!   (offloading clients READ it with their first doorbell) and to every connection's
+//!   heartbeat slot (Algorithm 1's `u_serv`).
 use super::CatfishError;
 use super::tree::Tree;
 use crate::fabric::{FabricError, Recv, RecvKind};
-use crate::server::{Handler, LocalRegion, Replies};
+use crate::server::{CpuClock, Handler, LocalRegion, Replies};
 use core::sync::atomic::{AtomicU32, Ordering};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
-    ENTRY_LEN, Entry, FLAG_LAST, Heartbeat, META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, Request,
+    CLIENT_BLOCK_LEN, CLIENT_HEARTBEAT_OFFSET, ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE,
+    Heartbeat, META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request,
     ResponseHeader, Status, encode_entry, hits_per_message,
 };
 use remora_layouts::region::HEADER_LEN;
+use std_alloc::collections::{BTreeMap, VecDeque};
+use std_alloc::format;
+use std_alloc::string::String;
 use std_alloc::sync::Arc;
 use std_alloc::vec::Vec;
 
-/// Events between two heartbeats (the paper sends one every 10 ms; the server has no clock,
-/// so it counts handled events instead).
+/// Events between two heartbeats where the fabric reports no CPU clock (the paper sends one
+/// every 10 ms; without a clock the server counts handled events instead).
 pub const HEARTBEAT_EVERY: u64 = 16;
+/// The heartbeat interval where the fabric reports the node's CPU clock (the paper's 10 ms).
+pub const HEARTBEAT_NS: u64 = 10_000_000;
+/// Reply messages the server leaves unread at one client before it waits for the client to
+/// ask for more (see [`CatfishServer::with_window`]).
+pub const DEFAULT_WINDOW: usize = 8;
+/// Largest window: acknowledgements count messages modulo 256, so a window must stay
+/// below half of that; 64 is also the default receive depth of every fabric.
+pub const MAX_WINDOW: usize = 64;
 
-/// Estimates the server's CPU utilisation from what its event loop does: an exponential
-/// moving average (weight 1/16) of busy (a message) versus idle (nothing arrived) events.
-/// On a fabric that never reports idle time (the sim), a probe can supply the load instead.
-#[derive(Debug, Default)]
+/// Estimates the server's CPU utilisation.
+///
+/// - Where the fabric reports the node's CPU clock ([`LocalRegion::cpu_clock`]: the sim),
+///   the load is the real busy time over the last heartbeat interval of the node's clock.
+/// - Elsewhere, an exponential moving average (weight 1/16) of busy (a message) versus idle
+///   (nothing arrived) events of the event loop.
+/// - A probe, if given, overrides both (tests and external monitors).
+#[derive(Debug)]
 pub struct LoadMeter {
     ema: u32,
     probe: Option<Arc<AtomicU32>>,
+    /// The clock at the start of the current interval, and the load of the last interval.
+    clock: Option<CpuClock>,
+    clock_load: Option<u16>,
+    interval_ns: u64,
+}
+
+impl Default for LoadMeter {
+    fn default() -> Self {
+        LoadMeter {
+            ema: 0,
+            probe: None,
+            clock: None,
+            clock_load: None,
+            interval_ns: HEARTBEAT_NS,
+        }
+    }
 }
 
 impl LoadMeter {
-    fn record(&mut self, busy: bool) {
+    /// Records one event; true when a heartbeat is due.
+    fn record(&mut self, region: &dyn LocalRegion, busy: bool, events: u64) -> bool {
+        if let Some(now) = region.cpu_clock() {
+            let Some(start) = self.clock else {
+                self.clock = Some(now);
+                return false;
+            };
+            if now.now_ns.saturating_sub(start.now_ns) < self.interval_ns {
+                return false;
+            }
+            self.clock_load = now.load_permille_since(&start);
+            self.clock = Some(now);
+            return true;
+        }
         let sample = if busy { 1000 * 16 } else { 0 };
         self.ema = self.ema - self.ema / 16 + sample / 16;
+        events.is_multiple_of(HEARTBEAT_EVERY)
     }
     /// Utilisation in per-mille.
     pub fn load(&self) -> u16 {
-        match &self.probe {
-            Some(p) => p.load(Ordering::Relaxed).min(1000) as u16,
-            None => (self.ema / 16).min(1000) as u16,
+        match (&self.probe, self.clock_load) {
+            (Some(p), _) => p.load(Ordering::Relaxed).min(1000) as u16,
+            (None, Some(l)) => l,
+            (None, None) if self.clock.is_some() => 0,
+            (None, None) => (self.ema / 16).min(1000) as u16,
+        }
+    }
+}
+
+/// What the server keeps for one connection; all of it is released in
+/// [`Handler::on_disconnect`].
+#[derive(Debug, Default)]
+struct Conn {
+    /// Reply messages sent on this connection, modulo 256.
+    sent: u8,
+    /// Reply messages not sent yet (flow control): `bytes[start..ends[0]]` is the next.
+    bytes: Vec<u8>,
+    ends: VecDeque<usize>,
+    start: usize,
+    /// The request whose reply is queued.
+    queued_req: u32,
+    /// This connection's request mailbox (offset), if it asked for one.
+    mailbox: Option<u64>,
+}
+
+impl Conn {
+    fn queue(&mut self, replies: &Replies) {
+        for m in replies.iter() {
+            self.bytes.extend_from_slice(m);
+            self.ends.push_back(self.bytes.len());
+        }
+    }
+
+    /// Moves up to `budget` queued messages to `replies`; the last one sent is flagged
+    /// [`FLAG_MORE`] if others stay queued.
+    fn flush(&mut self, budget: usize, replies: &mut Replies, scratch: &mut Vec<u8>) {
+        let n = budget.min(self.ends.len());
+        for k in 0..n {
+            let Some(end) = self.ends.pop_front() else {
+                break;
+            };
+            let m = &self.bytes[self.start..end];
+            if k + 1 == n && !self.ends.is_empty() {
+                scratch.clear();
+                scratch.extend_from_slice(m);
+                scratch[RESPONSE_FLAGS_BYTE] |= FLAG_MORE;
+                replies.send(scratch);
+            } else {
+                replies.send(m);
+            }
+            self.start = end;
+            self.sent = self.sent.wrapping_add(1);
+        }
+        if self.ends.is_empty() {
+            self.bytes.clear();
+            self.start = 0;
         }
     }
 }
@@ -53,11 +163,16 @@ pub struct CatfishServer {
     tree: Option<Tree>,
     meter: LoadMeter,
     max_message: usize,
+    window: usize,
     events: u64,
     seq: u64,
     hits: Vec<Entry>,
     msg: Vec<u8>,
+    out: Replies,
     handled: u64,
+    conns: BTreeMap<usize, Conn>,
+    /// Mailboxes of closed connections, handed to the next ones.
+    free_mailboxes: Vec<u64>,
 }
 
 impl CatfishServer {
@@ -67,24 +182,56 @@ impl CatfishServer {
             tree: None,
             meter: LoadMeter::default(),
             max_message,
+            window: DEFAULT_WINDOW,
             events: 0,
             seq: 0,
             hits: Vec::new(),
             msg: Vec::with_capacity(max_message),
+            out: Replies::new(),
             handled: 0,
+            conns: BTreeMap::new(),
+            free_mailboxes: Vec::new(),
         }
     }
 
-    /// Reports `probe` (per-mille) as the load instead of the event-loop estimate.
+    /// Reports `probe` (per-mille) as the load instead of the server's own measure.
     pub fn with_load_probe(mut self, probe: Arc<AtomicU32>) -> CatfishServer {
         self.meter.probe = Some(probe);
         self
     }
 
+    /// Leaves at most `window` (1 to [`MAX_WINDOW`]) reply messages unread at a client:
+    /// it must be at most the clients' receive depth, so that sending a reply never waits.
+    pub fn with_window(mut self, window: usize) -> CatfishServer {
+        self.window = window.clamp(1, MAX_WINDOW);
+        self
+    }
+
+    /// Measures the load over `ns` of the node's clock where the fabric has one (the heartbeat
+    /// interval, [`HEARTBEAT_NS`] by default).
+    pub fn with_heartbeat_interval_ns(mut self, ns: u64) -> CatfishServer {
+        self.meter.interval_ns = ns.max(1);
+        self
+    }
+
+    /// The load the server reports now (per-mille).
+    pub fn load_permille(&self) -> u16 {
+        self.meter.load()
+    }
+
+    /// Connections holding server state (queued replies or a mailbox).
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Reply messages queued for all connections, waiting for their clients to ask.
+    pub fn queued_replies(&self) -> usize {
+        self.conns.values().map(|c| c.ends.len()).sum()
+    }
+
     fn tick(&mut self, region: &dyn LocalRegion, busy: bool) {
-        self.meter.record(busy);
         self.events += 1;
-        if self.events.is_multiple_of(HEARTBEAT_EVERY)
+        if self.meter.record(region, busy, self.events)
             && let Some(t) = &self.tree
         {
             self.seq += 1;
@@ -94,6 +241,10 @@ impl CatfishServer {
             };
             // A failed store means the superblock is outside the region: nothing to report to.
             let _ = region.store_u64(t.meta() + META_HEARTBEAT_OFFSET, hb.encode());
+            // And into every connection's own slot (Algorithm 1's u_serv).
+            for block in self.conns.values().filter_map(|c| c.mailbox) {
+                let _ = region.store_u64(block + CLIENT_HEARTBEAT_OFFSET, hb.encode());
+            }
         }
     }
 
@@ -107,11 +258,13 @@ impl CatfishServer {
         }
     }
 
-    fn reply(&self, replies: &mut Replies, status: Status, req_id: u32) {
-        replies.send(&self.header(status, FLAG_LAST, req_id, 0).encode());
+    fn reply(&mut self, status: Status, req_id: u32) {
+        let h = self.header(status, FLAG_LAST, req_id, 0).encode();
+        self.out.send(&h);
     }
 
-    fn serve(&mut self, region: &dyn LocalRegion, req: &Request, replies: &mut Replies) -> Status {
+    /// Serves one request into `self.out`.
+    fn serve(&mut self, region: &dyn LocalRegion, conn: &mut Conn, req: &Request) -> Status {
         let arena = || {
             let a = GlobalAddr::from_raw(req.arg0);
             (a.node() == region.node() && !a.is_device()).then_some((a.offset(), req.arg1))
@@ -120,9 +273,13 @@ impl CatfishServer {
             // Formatting over a live tree would strand its clients.
             (Opcode::Init, Some(_)) => return Status::BadRequest,
             (Opcode::Init, None) => match arena() {
-                Some((base, len)) => Tree::format(region, base, len).map(|t| {
-                    self.tree = Some(t);
-                }),
+                Some((base, arg1)) => {
+                    let (len, fanout) = (arg1 & ((1 << 48) - 1), (arg1 >> 48) as usize);
+                    let fanout = if fanout == 0 { FANOUT } else { fanout };
+                    Tree::format_with(region, base, len, fanout).map(|t| {
+                        self.tree = Some(t);
+                    })
+                }
                 None => return Status::BadRequest,
             },
             (_, None) => return Status::NotInitialized,
@@ -135,12 +292,50 @@ impl CatfishServer {
                 self.hits.clear();
                 match t.search(region, &req.rect, &mut self.hits) {
                     Ok(()) => {
-                        self.send_hits(req.req_id, replies);
+                        self.send_hits(req.req_id);
                         return Status::Ok;
                     }
                     Err(e) => Err(e),
                 }
             }
+            (Opcode::Mailbox, Some(t)) => {
+                let at = match conn.mailbox {
+                    Some(at) => Ok(at),
+                    None => match self.free_mailboxes.pop() {
+                        Some(at) => Ok(at),
+                        None => t.carve_block(CLIENT_BLOCK_LEN as u64),
+                    },
+                };
+                match at {
+                    Ok(at) => {
+                        if conn.mailbox.is_none() {
+                            // A reused block must not show its last owner's heartbeat.
+                            let _ = region.store_u64(at + CLIENT_HEARTBEAT_OFFSET, 0);
+                        }
+                        conn.mailbox = Some(at);
+                        let h = self.header(Status::Ok, FLAG_LAST, req.req_id, 1);
+                        let entry = Entry {
+                            rect: Rect {
+                                min_x: 0,
+                                min_y: 0,
+                                max_x: 0,
+                                max_y: 0,
+                            },
+                            ptr: GlobalAddr::new(region.node(), at).raw(),
+                        };
+                        let mut e = [0u8; ENTRY_LEN];
+                        encode_entry(&entry, &mut e);
+                        self.msg.clear();
+                        self.msg.extend_from_slice(&h.encode());
+                        self.msg.extend_from_slice(&e);
+                        self.out.send(&self.msg);
+                        return Status::Ok;
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            // Handled by the caller before serving.
+            (Opcode::More, Some(_)) => return Status::BadRequest,
         };
         match result {
             Ok(()) => Status::Ok,
@@ -155,19 +350,15 @@ impl CatfishServer {
         }
     }
 
-    fn send_hits(&mut self, req_id: u32, replies: &mut Replies) {
+    fn send_hits(&mut self, req_id: u32) {
         let per = hits_per_message(self.max_message).max(1);
-        let mut chunks = self.hits.chunks(per).peekable();
-        if chunks.peek().is_none() {
-            self.reply(replies, Status::Ok, req_id);
+        if self.hits.is_empty() {
+            self.reply(Status::Ok, req_id);
             return;
         }
-        while let Some(chunk) = chunks.next() {
-            let flags = if chunks.peek().is_none() {
-                FLAG_LAST
-            } else {
-                0
-            };
+        let n = self.hits.len().div_ceil(per);
+        for (k, chunk) in self.hits.chunks(per).enumerate() {
+            let flags = if k + 1 == n { FLAG_LAST } else { 0 };
             let h = self.header(Status::Ok, flags, req_id, chunk.len() as u32);
             self.msg.clear();
             self.msg.extend_from_slice(&h.encode());
@@ -176,7 +367,7 @@ impl CatfishServer {
                 encode_entry(hit, &mut e);
                 self.msg.extend_from_slice(&e);
             }
-            replies.send(&self.msg);
+            self.out.send(&self.msg);
         }
     }
 
@@ -184,47 +375,147 @@ impl CatfishServer {
     pub fn handled(&self) -> u64 {
         self.handled
     }
+
+    fn refuse(what: &'static str) -> FabricError {
+        FabricError::Unsupported { what }
+    }
 }
 
 impl Handler for CatfishServer {
+    /// Flow control: every request carries how many reply messages its client has received
+    /// on this connection (modulo 256), so the server knows how many it has sent that are
+    /// still unread, and sends at most `window` unread ones. The rest of a long reply stays
+    /// queued here; the last message of a window is flagged [`FLAG_MORE`], and the client
+    /// asks for the next window with [`Opcode::More`] once it has read this one. A client
+    /// that stops reading thus holds at most `window` of its own receive slots, and the event
+    /// loop never waits on it. A request other than `More` while a reply is still queued
+    /// (pipelining, which the client never does) drops the connection, so a connection's
+    /// queue never holds more than one reply.
     fn on_message(
         &mut self,
         region: &dyn LocalRegion,
-        _conn: usize,
+        conn: usize,
         recv: Recv,
         msg: &[u8],
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
         self.tick(region, true);
+        let mut state = self
+            .conns
+            .get_mut(&conn)
+            .map(core::mem::take)
+            .unwrap_or_default();
+        let r = self.handle(region, &mut state, recv, msg, replies);
+        // An empty state holds nothing worth keeping.
+        if state.mailbox.is_some() || !state.ends.is_empty() || state.sent != 0 {
+            self.conns.insert(conn, state);
+        } else {
+            self.conns.remove(&conn);
+        }
+        r
+    }
+
+    fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
+        self.tick(region, false);
+        false
+    }
+
+    /// Releases the connection's queued replies and returns its mailbox to the pool. A
+    /// request is served whole inside one `on_message`, so a client that died mid-request
+    /// left nothing else behind.
+    fn on_disconnect(&mut self, _region: &dyn LocalRegion, conn: usize) {
+        if let Some(c) = self.conns.remove(&conn)
+            && let Some(m) = c.mailbox
+        {
+            self.free_mailboxes.push(m);
+        }
+    }
+
+    /// Opens and checks the tree a previous life left in the region (see [`Tree::recover`]).
+    fn recover(&mut self, region: &dyn LocalRegion) -> Result<String, FabricError> {
+        self.conns.clear();
+        self.free_mailboxes.clear();
+        Ok(match Tree::recover(region) {
+            Ok(None) => {
+                self.tree = None;
+                String::from("catfish: no tree in the region; waiting for Init")
+            }
+            Ok(Some((t, r))) => {
+                self.tree = Some(t);
+                format!(
+                    "catfish: tree checked: {} entries in {} nodes, height {}, {} underfull \
+                     nodes; its free arena space is not recovered (clients grow it again)",
+                    r.entries, r.nodes, r.height, r.underfull
+                )
+            }
+            Err(e) => {
+                // Serving a broken tree would answer wrongly: refuse every request instead.
+                self.tree = None;
+                format!("catfish: the region's tree is broken ({e}); not serving it")
+            }
+        })
+    }
+
+    fn service(&self) -> &'static str {
+        "catfish"
+    }
+}
+
+impl CatfishServer {
+    fn handle(
+        &mut self,
+        region: &dyn LocalRegion,
+        conn: &mut Conn,
+        recv: Recv,
+        msg: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
         let mut mailbox = [0u8; REQUEST_LEN];
         let bytes = match recv.kind {
             RecvKind::Send => msg,
-            // The request was written into the client's mailbox; the immediate names it.
+            // The request was written into this connection's mailbox; the immediate names it.
             RecvKind::WriteImm => {
                 let at = u64::from(recv.imm.unwrap_or(0)) * 8;
-                if recv.len as usize != REQUEST_LEN || at < HEADER_LEN as u64 {
-                    return Err(FabricError::Unsupported {
-                        what: "WRITE_WITH_IMM that is not a Catfish request",
-                    });
+                if recv.len as usize != REQUEST_LEN
+                    || at < HEADER_LEN as u64
+                    || conn.mailbox != Some(at)
+                {
+                    return Err(Self::refuse(
+                        "WRITE_WITH_IMM that is not a request in this connection's mailbox",
+                    ));
                 }
                 region.read(at, &mut mailbox)?;
                 &mailbox[..]
             }
         };
         // A request that does not decode has no id to answer: drop the connection.
-        let req = Request::decode(bytes).map_err(|_| FabricError::Unsupported {
-            what: "malformed Catfish request",
-        })?;
-        self.handled += 1;
-        let status = self.serve(region, &req, replies);
-        if status != Status::Ok || req.op != Opcode::Search {
-            self.reply(replies, status, req.req_id);
+        let req = Request::decode(bytes).map_err(|_| Self::refuse("malformed Catfish request"))?;
+        let unread = usize::from(conn.sent.wrapping_sub(req.acked));
+        if unread > self.window {
+            return Err(Self::refuse(
+                "the client acknowledged replies it was never sent",
+            ));
         }
+        let budget = self.window - unread;
+        if req.op == Opcode::More {
+            if conn.ends.is_empty() || conn.queued_req != req.req_id {
+                return Err(Self::refuse("More for a reply that is not queued"));
+            }
+        } else {
+            if !conn.ends.is_empty() {
+                return Err(Self::refuse("a request while the previous reply is queued"));
+            }
+            self.handled += 1;
+            self.out.clear();
+            let status = self.serve(region, conn, &req);
+            if status != Status::Ok || !matches!(req.op, Opcode::Search | Opcode::Mailbox) {
+                self.out.clear();
+                self.reply(status, req.req_id);
+            }
+            conn.queue(&self.out);
+            conn.queued_req = req.req_id;
+        }
+        conn.flush(budget, replies, &mut self.msg);
         Ok(())
-    }
-
-    fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
-        self.tick(region, false);
-        false
     }
 }

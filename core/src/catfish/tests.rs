@@ -208,3 +208,361 @@ fn node_checks_hold_under_any_segment_order() {
         "the version-pair check failed in ascending order"
     );
 }
+
+mod server {
+    //! The server as a [`Handler`], driven message by message without a fabric.
+    use super::super::CatfishServer;
+    use crate::fabric::{FabricError, Recv, RecvKind};
+    use crate::server::{CpuClock, Handler, LocalRegion, Replies};
+    use core::cell::{Cell, RefCell};
+    use remora_layouts::catfish::{
+        FLAG_LAST, FLAG_MORE, Heartbeat, META_HEARTBEAT_OFFSET, Opcode, ROOT_SLOT, Rect, Request,
+        ResponseHeader, Status, decode_hit, hits_per_message,
+    };
+    use remora_layouts::region::root_offset;
+    use remora_layouts::{GlobalAddr, NodeId};
+    extern crate std;
+    use std::vec;
+    use std::vec::Vec;
+
+    struct Region {
+        mem: RefCell<Vec<u8>>,
+        clock: Cell<Option<CpuClock>>,
+    }
+
+    impl LocalRegion for Region {
+        fn node(&self) -> NodeId {
+            0
+        }
+        fn len(&self) -> u64 {
+            self.mem.borrow().len() as u64
+        }
+        fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
+            let m = self.mem.borrow();
+            let src = m
+                .get(offset as usize..offset as usize + buf.len())
+                .ok_or(crate::server::out_of_range(0, offset, buf.len()))?;
+            buf.copy_from_slice(src);
+            Ok(())
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
+            let mut m = self.mem.borrow_mut();
+            m.get_mut(offset as usize..offset as usize + data.len())
+                .ok_or(crate::server::out_of_range(0, offset, data.len()))?
+                .copy_from_slice(data);
+            Ok(())
+        }
+        fn cpu_clock(&self) -> Option<CpuClock> {
+            self.clock.get()
+        }
+    }
+
+    const MSG: usize = 256;
+
+    /// The replies one message got: (status, flags, hits) each, or the refusal.
+    type Got = Result<Vec<(Status, u8, u32)>, FabricError>;
+
+    struct Rig {
+        region: Region,
+        server: CatfishServer,
+        replies: Replies,
+        /// Replies received per connection (the client's ack counter).
+        got: [u8; 8],
+        next_id: u32,
+    }
+
+    fn rect(x: i32) -> Rect {
+        Rect::new(x, 0, x + 2, 2).unwrap()
+    }
+
+    impl Rig {
+        fn new(window: usize) -> Rig {
+            let mut rig = Rig {
+                region: Region {
+                    mem: RefCell::new(vec![0u8; 4 << 20]),
+                    clock: Cell::new(None),
+                },
+                server: CatfishServer::new(MSG).with_window(window),
+                replies: Replies::new(),
+                got: [0; 8],
+                next_id: 1,
+            };
+            let (_, s) = rig.call(
+                0,
+                Opcode::Init,
+                rect(0),
+                GlobalAddr::new(0, 8192).raw(),
+                1 << 20,
+            );
+            assert_eq!(s, Ok(vec![(Status::Ok, FLAG_LAST, 0)]));
+            rig
+        }
+
+        fn raw(&mut self, conn: usize, recv: Recv, msg: &[u8]) -> Got {
+            self.replies.clear();
+            self.server
+                .on_message(&self.region, conn, recv, msg, &mut self.replies)?;
+            let mut out = Vec::new();
+            for m in self.replies.iter() {
+                let h = ResponseHeader::decode(m).unwrap();
+                self.got[conn] = self.got[conn].wrapping_add(1);
+                out.push((h.status, h.flags, h.count));
+            }
+            Ok(out)
+        }
+
+        /// One request from `conn` acknowledging every reply it got; returns its id and the
+        /// replies (status, flags, hits) sent now.
+        fn call(
+            &mut self,
+            conn: usize,
+            op: Opcode,
+            rect: Rect,
+            arg0: u64,
+            arg1: u64,
+        ) -> (u32, Got) {
+            let id = self.next_id;
+            self.next_id += 1;
+            (id, self.call_id(conn, op, id, rect, arg0, arg1))
+        }
+
+        fn call_id(
+            &mut self,
+            conn: usize,
+            op: Opcode,
+            req_id: u32,
+            rect: Rect,
+            arg0: u64,
+            arg1: u64,
+        ) -> Got {
+            let bytes = Request {
+                op,
+                acked: self.got[conn],
+                req_id,
+                rect,
+                arg0,
+                arg1,
+            }
+            .encode();
+            let recv = Recv {
+                kind: RecvKind::Send,
+                len: bytes.len() as u32,
+                imm: None,
+            };
+            self.raw(conn, recv, &bytes)
+        }
+
+        fn fill(&mut self, n: u64) {
+            for id in 0..n {
+                let (_, r) = self.call(0, Opcode::Insert, rect(id as i32 * 3), id, 0);
+                assert_eq!(r, Ok(vec![(Status::Ok, FLAG_LAST, 0)]));
+            }
+        }
+    }
+
+    /// Issue 14.2: a reply is sent a window at a time; the rest waits at the server until its
+    /// client asks, so a client that stops reading holds only its own receive slots.
+    #[test]
+    fn a_reply_goes_out_a_window_at_a_time() {
+        let per = hits_per_message(MSG) as u64;
+        let mut rig = Rig::new(4);
+        rig.fill(per * 10 + 3);
+        let all = Rect::new(i32::MIN, i32::MIN, i32::MAX, i32::MAX).unwrap();
+        let (id, first) = rig.call(1, Opcode::Search, all, 0, 0);
+        let first = first.unwrap();
+        assert_eq!(first.len(), 4, "one window");
+        assert_eq!(first[3].1, FLAG_MORE);
+        assert!(first[..3].iter().all(|m| m.1 == 0));
+        assert_eq!(rig.server.queued_replies(), 7);
+        // Meanwhile another client is served at once.
+        let (_, other) = rig.call(2, Opcode::Search, rect(0), 0, 0);
+        assert_eq!(other.unwrap(), vec![(Status::Ok, FLAG_LAST, 1)]);
+        // A More that acknowledges nothing new gets nothing (the window is still unread).
+        let stale = rig.got[1].wrapping_sub(4);
+        let bytes = Request {
+            op: Opcode::More,
+            acked: stale,
+            req_id: id,
+            rect: all,
+            arg0: 0,
+            arg1: 0,
+        }
+        .encode();
+        let recv = Recv {
+            kind: RecvKind::Send,
+            len: bytes.len() as u32,
+            imm: None,
+        };
+        assert_eq!(rig.raw(1, recv, &bytes).unwrap(), vec![]);
+        let mut hits: u32 = first.iter().map(|m| m.2).sum();
+        loop {
+            let more = rig.call_id(1, Opcode::More, id, all, 0, 0).unwrap();
+            assert!(more.len() <= 4);
+            hits += more.iter().map(|m| m.2).sum::<u32>();
+            if more.last().unwrap().1 == FLAG_LAST {
+                break;
+            }
+            assert_eq!(more.last().unwrap().1, FLAG_MORE);
+        }
+        assert_eq!(u64::from(hits), per * 10 + 3);
+        assert_eq!(rig.server.queued_replies(), 0);
+        // More with nothing queued, or a new request while a reply is queued: refused.
+        assert!(rig.call_id(1, Opcode::More, id, all, 0, 0).is_err());
+        let (_, r) = rig.call(3, Opcode::Search, all, 0, 0);
+        assert_eq!(r.unwrap().len(), 4);
+        assert!(
+            rig.call(3, Opcode::Search, all, 0, 0).1.is_err(),
+            "pipelined"
+        );
+    }
+
+    /// Issue 10: everything the server keeps for a connection goes with it.
+    #[test]
+    fn a_closed_connection_leaves_nothing_behind() {
+        let mut rig = Rig::new(2);
+        rig.fill(100);
+        let all = Rect::new(i32::MIN, i32::MIN, i32::MAX, i32::MAX).unwrap();
+        let (_, mb) = rig.call(1, Opcode::Mailbox, rect(0), 0, 0);
+        assert_eq!(mb.unwrap(), vec![(Status::Ok, FLAG_LAST, 1)]);
+        let mailbox = {
+            let m = rig.replies.iter().next().unwrap();
+            GlobalAddr::from_raw(decode_hit(m, 0).unwrap().ptr)
+        };
+        // Asking twice gives the same mailbox.
+        rig.call(1, Opcode::Mailbox, rect(0), 0, 0).1.unwrap();
+        let again = GlobalAddr::from_raw(
+            decode_hit(rig.replies.iter().next().unwrap(), 0)
+                .unwrap()
+                .ptr,
+        );
+        assert_eq!(again, mailbox);
+        // The client dies in the middle of a long reply.
+        rig.call(1, Opcode::Search, all, 0, 0).1.unwrap();
+        assert!(rig.server.queued_replies() > 0);
+        // Connection 0 (the inserts) and connection 1.
+        assert_eq!(rig.server.connections(), 2);
+        rig.server.on_disconnect(&rig.region, 1);
+        assert_eq!(rig.server.queued_replies(), 0);
+        assert_eq!(rig.server.connections(), 1);
+        // Its mailbox is reused by the next client, not carved again.
+        rig.call(2, Opcode::Mailbox, rect(0), 0, 0).1.unwrap();
+        let next = GlobalAddr::from_raw(
+            decode_hit(rig.replies.iter().next().unwrap(), 0)
+                .unwrap()
+                .ptr,
+        );
+        assert_eq!(next, mailbox);
+        // A WRITE_WITH_IMM naming another connection's mailbox is refused.
+        let imm = |a: GlobalAddr| Recv {
+            kind: RecvKind::WriteImm,
+            len: remora_layouts::catfish::REQUEST_LEN as u32,
+            imm: Some((a.offset() / 8) as u32),
+        };
+        let req = Request {
+            op: Opcode::Search,
+            acked: 0,
+            req_id: 99,
+            rect: rect(0),
+            arg0: 0,
+            arg1: 0,
+        };
+        rig.region.write(next.offset(), &req.encode()).unwrap();
+        assert!(
+            rig.raw(3, imm(next), &[]).is_err(),
+            "someone else's mailbox"
+        );
+        assert_eq!(
+            rig.raw(2, imm(next), &[]).unwrap(),
+            vec![(Status::Ok, FLAG_LAST, 1)]
+        );
+        assert_eq!(rig.server.service(), "catfish");
+    }
+
+    #[test]
+    fn recover_reports_what_it_found() {
+        let mut rig = Rig::new(8);
+        rig.fill(300);
+        let mut fresh = CatfishServer::new(MSG);
+        let said = fresh.recover(&rig.region).unwrap();
+        assert!(said.contains("300 entries"), "{said}");
+        // The recovered server serves the tree, and grows it when asked.
+        rig.server = fresh;
+        rig.got = [0; 8];
+        let (_, r) = rig.call(1, Opcode::Search, rect(2), 0, 0);
+        assert_eq!(r.unwrap(), vec![(Status::Ok, FLAG_LAST, 2)]);
+        let (_, r) = rig.call(1, Opcode::Insert, rect(5), 1000, 0);
+        assert_eq!(r.unwrap(), vec![(Status::Full, FLAG_LAST, 0)]);
+        let (_, r) = rig.call(
+            1,
+            Opcode::Grow,
+            rect(0),
+            GlobalAddr::new(0, 2 << 20).raw(),
+            1 << 20,
+        );
+        assert_eq!(r.unwrap(), vec![(Status::Ok, FLAG_LAST, 0)]);
+        let (_, r) = rig.call(1, Opcode::Insert, rect(5), 1000, 0);
+        assert_eq!(r.unwrap(), vec![(Status::Ok, FLAG_LAST, 0)]);
+        // A superblock whose magic is gone: reported, and the tree is not served.
+        let meta = GlobalAddr::from_raw(rig.region.load_u64(root_offset(ROOT_SLOT)).unwrap());
+        rig.region.store_u64(meta.offset(), 0).unwrap();
+        let mut fresh = CatfishServer::new(MSG);
+        let said = fresh.recover(&rig.region).unwrap();
+        assert!(said.contains("broken"), "{said}");
+        rig.server = fresh;
+        rig.got = [0; 8];
+        let (_, r) = rig.call(1, Opcode::Search, rect(3), 0, 0);
+        assert_eq!(r.unwrap(), vec![(Status::NotInitialized, FLAG_LAST, 0)]);
+    }
+
+    /// Issue 14.4: where the fabric reports the node's CPU clock, the load is busy time over
+    /// real time, not a count of events (which reads 100 % on a fabric that never idles).
+    #[test]
+    fn the_load_is_cpu_time_where_the_fabric_reports_it() {
+        let mut rig = Rig::new(8);
+        rig.server = CatfishServer::new(MSG).with_heartbeat_interval_ns(1_000_000);
+        rig.got = [0; 8];
+        rig.region.clock.set(Some(CpuClock {
+            now_ns: 0,
+            busy_ns: 0,
+            threads: 1,
+        }));
+        // Re-init on the new server (same region): a fresh tree over another arena.
+        rig.region.store_u64(root_offset(ROOT_SLOT), 0).unwrap();
+        let (_, r) = rig.call(
+            0,
+            Opcode::Init,
+            rect(0),
+            GlobalAddr::new(0, 2 << 20).raw(),
+            1 << 20,
+        );
+        assert_eq!(r.unwrap()[0].0, Status::Ok);
+        let meta = GlobalAddr::from_raw(rig.region.load_u64(root_offset(ROOT_SLOT)).unwrap());
+        // 10 ms of messages, the CPU busy 15 % of the time.
+        for k in 1..=100u64 {
+            rig.region.clock.set(Some(CpuClock {
+                now_ns: k * 100_000,
+                busy_ns: k * 15_000,
+                threads: 1,
+            }));
+            rig.call(1, Opcode::Search, rect(0), 0, 0).1.unwrap();
+        }
+        assert_eq!(rig.server.load_permille(), 150);
+        let hb = Heartbeat::decode(
+            rig.region
+                .load_u64(meta.offset() + META_HEARTBEAT_OFFSET)
+                .unwrap(),
+        );
+        assert_eq!(hb.load_permille, 150);
+        assert!(
+            (9..=10).contains(&hb.seq),
+            "one heartbeat per ms: {}",
+            hb.seq
+        );
+        // Without a clock, the event meter: only messages, so it climbs towards 100 %.
+        let mut rig = Rig::new(8);
+        for _ in 0..200 {
+            rig.call(1, Opcode::Search, rect(0), 0, 0).1.unwrap();
+        }
+        assert!(rig.server.load_permille() > 900);
+    }
+}

@@ -13,18 +13,36 @@
 //!   superblock). A reader holding the old parent still finds every entry in the old node,
 //!   so a search never misses an entry that was inserted before it started. Split-off nodes
 //!   are not reclaimed (no epochs yet).
+//!
+//! Nodes are carved from arenas the clients give the server (allocator chunks, by `Init`
+//! and `Grow`). A new arena is refused if it overlaps any memory an earlier one was given
+//! (the whole `[start, end)`, carved part included), and there is no fixed cap on how many
+//! arenas a tree takes: each holds at least one node, so the region bounds their number.
 use super::CatfishError;
 use crate::server::LocalRegion;
 use remora_layouts::catfish::{
-    Entry, FANOUT, MAX_LEVEL, META_HEARTBEAT_OFFSET, META_LEN, META_MAGIC, META_MAGIC_OFFSET,
-    META_ROOT_OFFSET, MIN_FILL, NODE_LEN, Node, ROOT_SLOT, Rect,
+    Entry, FANOUT, MAX_FANOUT, MAX_LEVEL, MAX_NODE_LEN, META_FANOUT_OFFSET, META_HEARTBEAT_OFFSET,
+    META_LEN, META_MAGIC, META_MAGIC_OFFSET, META_ROOT_OFFSET, Node, ROOT_SLOT, Rect, check_fanout,
+    min_fill, node_len,
 };
 use remora_layouts::region::{HEADER_LEN, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::vec::Vec;
 
-/// Arenas a tree can be given (one by `Init`, the rest by `Grow`).
-pub const MAX_ARENAS: usize = 64;
+/// One bump arena: `[start, end)` was given to the tree, `[cursor, end)` is still free.
+/// Overlap checks use `start`, never `cursor`: carved nodes are live memory.
+#[derive(Debug, Clone, Copy)]
+struct Arena {
+    start: u64,
+    cursor: u64,
+    end: u64,
+}
+
+impl Arena {
+    fn free_nodes(&self, node_len: u64) -> u64 {
+        (self.end - self.cursor) / node_len
+    }
+}
 
 /// One step of an insert's descent: the node, its offset, and which entry was followed.
 #[derive(Clone, Copy)]
@@ -36,13 +54,34 @@ struct Step {
 
 /// The server's handle on a formatted tree.
 pub struct Tree {
+    /// Entries per node, and the bytes of a node image.
+    fanout: usize,
+    node_len: u64,
     meta: u64,
     root: u64,
-    /// Bump arenas `(cursor, end)`, offsets in the region.
-    arenas: heapless::Vec<(u64, u64), MAX_ARENAS>,
+    /// Bump arenas, offsets in the region, sorted by start, never overlapping. Their number
+    /// is bounded by the region, not by a constant: each holds at least one node.
+    arenas: Vec<Arena>,
+    /// Arenas before this index have no room for a node.
+    open: usize,
+    /// Nodes that still fit in the arenas.
+    room: u64,
     path: Vec<Step>,
     stack: Vec<u64>,
     nodes: u64,
+}
+
+/// What [`Tree::check`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TreeReport {
+    /// Reachable nodes.
+    pub nodes: u64,
+    /// Leaf entries.
+    pub entries: u64,
+    /// Levels, leaves included.
+    pub height: u16,
+    /// Non-root nodes below the minimum fill (legal only in a tree that lost a split).
+    pub underfull: u64,
 }
 
 fn bad(what: &'static str) -> CatfishError {
@@ -50,33 +89,150 @@ fn bad(what: &'static str) -> CatfishError {
 }
 
 impl Tree {
-    /// Formats an empty tree in the arena `[base, base + len)` and publishes its superblock
-    /// in root slot [`ROOT_SLOT`].
+    /// Formats an empty tree of the default fanout (see [`Tree::format_with`]).
     pub fn format(region: &dyn LocalRegion, base: u64, len: u64) -> Result<Tree, CatfishError> {
+        Tree::format_with(region, base, len, FANOUT)
+    }
+
+    /// Formats an empty tree of `fanout` entries per node (`MIN_FANOUT` to [`MAX_FANOUT`])
+    /// in the arena `[base, base + len)` and publishes its superblock in root slot
+    /// [`ROOT_SLOT`].
+    pub fn format_with(
+        region: &dyn LocalRegion,
+        base: u64,
+        len: u64,
+        fanout: usize,
+    ) -> Result<Tree, CatfishError> {
+        let fanout = check_fanout(fanout)?;
         let mut t = Tree {
+            fanout,
+            node_len: node_len(fanout) as u64,
             meta: 0,
             root: 0,
-            arenas: heapless::Vec::new(),
+            arenas: Vec::new(),
+            open: 0,
+            room: 0,
             path: Vec::with_capacity(MAX_LEVEL as usize + 1),
             stack: Vec::new(),
             nodes: 0,
         };
         t.grow(region, base, len)?;
         t.meta = t.carve(META_LEN.next_multiple_of(64) as u64)?;
-        t.root = t.carve(NODE_LEN as u64)?;
-        write_fresh(region, t.root, &Node::empty(0))?;
+        t.root = t.carve(t.node_len)?;
+        write_fresh(region, t.root, &Node::with_fanout(0, fanout))?;
         let node = region.node();
         region.store_u64(
             t.meta + META_ROOT_OFFSET,
             GlobalAddr::new(node, t.root).raw(),
         )?;
         region.store_u64(t.meta + META_HEARTBEAT_OFFSET, 0)?;
+        region.store_u64(t.meta + META_FANOUT_OFFSET, fanout as u64)?;
         region.store_u64(t.meta + META_MAGIC_OFFSET, META_MAGIC)?;
         region.persist(t.meta, META_LEN);
         let slot = root_offset(ROOT_SLOT);
         region.store_u64(slot, GlobalAddr::new(node, t.meta).raw())?;
         region.persist(slot, 8);
         Ok(t)
+    }
+
+    /// Opens the tree a previous life of the server left in root slot [`ROOT_SLOT`] (a
+    /// persistent region after a restart), checking its whole structure first. The tree gets
+    /// no arenas back (which parts of them were free is not persisted): the next insert
+    /// reports `Full` and the client grows it. `Ok(None)`: no tree was ever published.
+    pub fn recover(region: &dyn LocalRegion) -> Result<Option<(Tree, TreeReport)>, CatfishError> {
+        let raw = region.load_u64(root_offset(ROOT_SLOT))?;
+        if raw == 0 {
+            return Ok(None);
+        }
+        let meta = GlobalAddr::from_raw(raw);
+        if meta.node() != region.node() || meta.is_device() {
+            return Err(bad("root slot names another node's memory"));
+        }
+        let meta = meta.offset();
+        if region.load_u64(meta + META_MAGIC_OFFSET)? != META_MAGIC {
+            return Err(CatfishError::Layout(LayoutError::BadMagic {
+                expected: META_MAGIC,
+                found: region.load_u64(meta + META_MAGIC_OFFSET)?,
+            }));
+        }
+        let root = GlobalAddr::from_raw(region.load_u64(meta + META_ROOT_OFFSET)?);
+        if root.node() != region.node() || root.is_device() {
+            return Err(bad("superblock root names another node's memory"));
+        }
+        let fanout = usize::try_from(region.load_u64(meta + META_FANOUT_OFFSET)?)
+            .map_err(|_| bad("fanout out of range"))
+            .and_then(|f| check_fanout(f).map_err(CatfishError::Layout))?;
+        let mut t = Tree {
+            fanout,
+            node_len: node_len(fanout) as u64,
+            meta,
+            root: root.offset(),
+            arenas: Vec::new(),
+            open: 0,
+            room: 0,
+            path: Vec::with_capacity(MAX_LEVEL as usize + 1),
+            stack: Vec::new(),
+            nodes: region.len() / node_len(fanout) as u64,
+        };
+        let report = t.check(region)?;
+        t.nodes = report.nodes;
+        Ok(Some((t, report)))
+    }
+
+    /// Walks the whole tree and checks the R-tree invariants: every node decodes, each
+    /// child is one level below its parent, each entry's rectangle covers its child, no node
+    /// is reached twice, every non-root node holds at least [`min_fill`] entries.
+    pub fn check(&mut self, region: &dyn LocalRegion) -> Result<TreeReport, CatfishError> {
+        let root = read_node(region, self.root, self.fanout)?;
+        let mut report = TreeReport {
+            nodes: 0,
+            entries: 0,
+            height: root.level + 1,
+            underfull: 0,
+        };
+        let limit = region.len() / self.node_len;
+        let mut stack: Vec<(u64, Option<Rect>, u16)> = Vec::new();
+        stack.push((self.root, None, root.level));
+        while let Some((off, cover, level)) = stack.pop() {
+            report.nodes += 1;
+            if report.nodes > limit {
+                return Err(CatfishError::Corrupt(
+                    "the tree reaches a node twice: a cycle",
+                ));
+            }
+            let node = read_node(region, off, self.fanout)?;
+            if node.level != level {
+                return Err(CatfishError::Corrupt("child level is not parent level - 1"));
+            }
+            if cover.is_some() && (node.count as usize) < min_fill(self.fanout) {
+                report.underfull += 1;
+            }
+            if let (Some(c), Some(m)) = (cover, node.mbr())
+                && c.union(&m) != c
+            {
+                return Err(CatfishError::Corrupt("an entry does not cover its child"));
+            }
+            if node.level == 0 {
+                report.entries += node.count as u64;
+                continue;
+            }
+            if node.count == 0 {
+                return Err(CatfishError::Corrupt("internal node without entries"));
+            }
+            for e in node.entries() {
+                let child = GlobalAddr::from_raw(e.ptr);
+                if child.node() != region.node() || child.is_device() {
+                    return Err(CatfishError::Corrupt("child on another node"));
+                }
+                stack.push((child.offset(), Some(e.rect), node.level - 1));
+            }
+        }
+        Ok(report)
+    }
+
+    /// Entries per node.
+    pub fn fanout(&self) -> usize {
+        self.fanout
     }
 
     /// Offset of the superblock.
@@ -89,49 +245,94 @@ impl Tree {
         self.nodes
     }
 
-    /// Adds the arena `[base, base + len)` to carve nodes from.
+    /// Adds the arena `[base, base + len)` to carve nodes from. Refused if it lies outside
+    /// the region, holds no whole node, or overlaps memory the tree was already given (its
+    /// superblock, its nodes, or free space of an earlier arena).
     pub fn grow(
         &mut self,
         region: &dyn LocalRegion,
         base: u64,
         len: u64,
     ) -> Result<(), CatfishError> {
-        let start = base.next_multiple_of(64);
+        let start = base
+            .checked_next_multiple_of(64)
+            .ok_or(bad("arena end overflows"))?;
         let end = base.checked_add(len).ok_or(bad("arena end overflows"))?;
         if base < HEADER_LEN as u64 || end > region.len() || start >= end {
             return Err(bad("arena outside the region or empty"));
         }
-        if self.arenas.iter().any(|&(c, e)| start < e && c < end) {
-            return Err(bad("arena overlaps one the tree already has"));
+        if end - start < self.node_len {
+            return Err(bad("arena smaller than one node"));
         }
+        // Arenas are sorted by start: only the neighbours of the insertion point can overlap.
+        let at = self.arenas.partition_point(|a| a.start < start);
+        let overlaps = |a: &Arena| start < a.end && a.start < end;
+        if self.arenas[..at].last().is_some_and(overlaps)
+            || self.arenas.get(at).is_some_and(overlaps)
+        {
+            return Err(bad("arena overlaps memory the tree already has"));
+        }
+        let arena = Arena {
+            start,
+            cursor: start,
+            end,
+        };
         self.arenas
-            .push((start, end))
-            .map_err(|_| bad("too many arenas"))
+            .try_reserve(1)
+            .map_err(|_| bad("no memory to track another arena"))?;
+        self.room += arena.free_nodes(self.node_len);
+        self.arenas.insert(at, arena);
+        if at < self.open {
+            self.open = at;
+        }
+        Ok(())
     }
 
     /// Nodes that still fit in the arenas.
     fn room(&self) -> u64 {
-        self.arenas
-            .iter()
-            .map(|&(c, e)| (e - c) / NODE_LEN as u64)
-            .sum()
+        self.room
     }
 
-    fn carve(&mut self, size: u64) -> Result<u64, CatfishError> {
-        for a in self.arenas.iter_mut() {
-            if a.1 - a.0 >= size {
-                let at = a.0;
-                a.0 = (at + size).next_multiple_of(8);
+    /// Arenas the tree has been given.
+    pub fn arenas(&self) -> usize {
+        self.arenas.len()
+    }
+
+    /// Carves `size` bytes at an `align`-aligned offset from the first arena with room.
+    fn carve_aligned(&mut self, size: u64, align: u64) -> Result<u64, CatfishError> {
+        for i in self.open..self.arenas.len() {
+            let a = &mut self.arenas[i];
+            let at = a.cursor.next_multiple_of(align);
+            if at <= a.end && a.end - at >= size {
+                let before = a.free_nodes(self.node_len);
+                a.cursor = (at + size).next_multiple_of(8).min(a.end);
+                self.room = self.room - before + a.free_nodes(self.node_len);
                 self.nodes += 1;
                 return Ok(at);
+            }
+            if a.free_nodes(self.node_len) == 0 && i == self.open {
+                self.open += 1;
             }
         }
         Err(CatfishError::Full)
     }
 
+    /// Carves one node (or the superblock).
+    fn carve(&mut self, size: u64) -> Result<u64, CatfishError> {
+        self.carve_aligned(size, 8)
+    }
+
+    /// Carves a 64-byte aligned block of `size` bytes for the server's own use (a client's
+    /// request mailbox); it is never part of the tree.
+    pub fn carve_block(&mut self, size: u64) -> Result<u64, CatfishError> {
+        let at = self.carve_aligned(size, 64)?;
+        self.nodes -= 1;
+        Ok(at)
+    }
+
     /// Current root offset and level.
     fn root(&self, region: &dyn LocalRegion) -> Result<(u64, Node), CatfishError> {
-        Ok((self.root, read_node(region, self.root)?))
+        Ok((self.root, read_node(region, self.root, self.fanout)?))
     }
 
     /// Inserts `rect` with object id `id`.
@@ -156,7 +357,7 @@ impl Tree {
             self.path.push(Step { off, node, idx });
             let child = node.entries[idx].ptr;
             let child_off = GlobalAddr::from_raw(child).offset();
-            let child_node = read_node(region, child_off)?;
+            let child_node = read_node(region, child_off, self.fanout)?;
             if child_node.level + 1 != node.level {
                 return Err(bad("child level is not parent level - 1"));
             }
@@ -182,8 +383,8 @@ impl Tree {
                 return write_in_place(region, toff, &mut tnode);
             }
             let (a, b) = quadratic_split(&tnode, carry)?;
-            let a_off = self.carve(NODE_LEN as u64)?;
-            let b_off = self.carve(NODE_LEN as u64)?;
+            let a_off = self.carve(self.node_len)?;
+            let b_off = self.carve(self.node_len)?;
             write_fresh(region, a_off, &a)?;
             write_fresh(region, b_off, &b)?;
             let node_id = region.node();
@@ -203,13 +404,13 @@ impl Tree {
                     target = (parent.off, p);
                 }
                 None => {
-                    let mut r = Node::empty(tnode.level + 1);
+                    let mut r = Node::with_fanout(tnode.level + 1, self.fanout);
                     if r.level > MAX_LEVEL {
                         return Err(bad("tree taller than MAX_LEVEL"));
                     }
                     r.push(ea)?;
                     r.push(eb)?;
-                    let r_off = self.carve(NODE_LEN as u64)?;
+                    let r_off = self.carve(self.node_len)?;
                     write_fresh(region, r_off, &r)?;
                     let raw = GlobalAddr::new(node_id, r_off).raw();
                     region.store_u64(self.meta + META_ROOT_OFFSET, raw)?;
@@ -236,7 +437,7 @@ impl Tree {
             if visited > self.nodes {
                 return Err(bad("search visited more nodes than exist: a cycle"));
             }
-            let node = read_node(region, off)?;
+            let node = read_node(region, off, self.fanout)?;
             for e in node.entries() {
                 if e.rect.intersects(rect) {
                     if node.level == 0 {
@@ -251,17 +452,20 @@ impl Tree {
     }
 }
 
-/// Reads and validates one node (the server is the only writer, so it never tears here).
-pub fn read_node(region: &dyn LocalRegion, off: u64) -> Result<Node, CatfishError> {
-    let mut buf = [0u8; NODE_LEN];
-    region.read(off, &mut buf)?;
-    Ok(Node::decode(&buf)?)
+/// Reads and validates one node of a tree of `fanout` (the server is the only writer, so
+/// it never tears here).
+pub fn read_node(region: &dyn LocalRegion, off: u64, fanout: usize) -> Result<Node, CatfishError> {
+    let mut buf = [0u8; MAX_NODE_LEN];
+    let len = node_len(check_fanout(fanout)?);
+    region.read(off, &mut buf[..len])?;
+    Ok(Node::decode_with(&buf[..len], fanout)?)
 }
 
 /// Writes a node no reader can reach yet.
 fn write_fresh(region: &dyn LocalRegion, off: u64, node: &Node) -> Result<(), CatfishError> {
-    region.write(off, &node.encode(2))?;
-    region.persist(off, NODE_LEN);
+    let img = node.encode(2);
+    region.write(off, &img)?;
+    region.persist(off, img.len());
     Ok(())
 }
 
@@ -273,7 +477,7 @@ fn write_in_place(region: &dyn LocalRegion, off: u64, node: &mut Node) -> Result
     region.store_u64(off, v + 1)?;
     region.write(off + 8, &img[8..])?;
     region.store_u64(off, v + 2)?;
-    region.persist(off, NODE_LEN);
+    region.persist(off, img.len());
     Ok(())
 }
 
@@ -291,9 +495,12 @@ fn choose_subtree(node: &Node, rect: &Rect) -> Option<usize> {
 
 /// Guttman's quadratic split of a full node plus one entry into two nodes of its level.
 fn quadratic_split(node: &Node, extra: Entry) -> Result<(Node, Node), CatfishError> {
-    let mut all = [extra; FANOUT + 1];
-    all[..FANOUT].copy_from_slice(node.entries());
-    let n = all.len();
+    let fanout = node.fanout as usize;
+    let min = min_fill(fanout);
+    let mut all = [extra; MAX_FANOUT + 1];
+    all[..node.entries().len()].copy_from_slice(node.entries());
+    let n = node.entries().len() + 1;
+    let all = &all[..n];
     // Seeds: the pair wasting the most area if put together.
     let (mut s1, mut s2, mut worst) = (0, 1, i128::MIN);
     for i in 0..n {
@@ -306,9 +513,9 @@ fn quadratic_split(node: &Node, extra: Entry) -> Result<(Node, Node), CatfishErr
             }
         }
     }
-    let mut a = Node::empty(node.level);
-    let mut b = Node::empty(node.level);
-    let mut placed = [false; FANOUT + 1];
+    let mut a = Node::with_fanout(node.level, fanout);
+    let mut b = Node::with_fanout(node.level, fanout);
+    let mut placed = [false; MAX_FANOUT + 1];
     a.push(all[s1])?;
     b.push(all[s2])?;
     placed[s1] = true;
@@ -317,9 +524,9 @@ fn quadratic_split(node: &Node, extra: Entry) -> Result<(Node, Node), CatfishErr
     let mut left = n - 2;
     while left > 0 {
         // A group that needs every remaining entry to reach the minimum takes them all.
-        let force = if (a.count as usize) + left <= MIN_FILL {
+        let force = if (a.count as usize) + left <= min {
             Some(true)
-        } else if (b.count as usize) + left <= MIN_FILL {
+        } else if (b.count as usize) + left <= min {
             Some(false)
         } else {
             None
@@ -353,6 +560,7 @@ fn quadratic_split(node: &Node, extra: Entry) -> Result<(Node, Node), CatfishErr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use remora_layouts::catfish::{MIN_FILL, NODE_LEN};
 
     #[test]
     fn split_keeps_every_entry_and_the_minimum_fill() {
@@ -441,18 +649,144 @@ mod tests {
         }
     }
 
-    /// Checks the R-tree invariants below `off`; returns (leaf depth, entries, mbr).
+    fn mem(bytes: usize) -> MemRegion {
+        MemRegion(
+            (0..bytes / 8)
+                .map(|_| core::sync::atomic::AtomicU64::new(0))
+                .collect(),
+        )
+    }
+
+    /// Issue 14.1: the overlap check used the arenas' free tails, so an arena naming the
+    /// superblock and the root was accepted.
+    #[test]
+    fn grow_refuses_memory_the_tree_already_has() {
+        let r = mem(1 << 20);
+        let mut t = Tree::format(&r, 4096, 8192).unwrap();
+        let refused = |t: &mut Tree, base: u64, len: u64| {
+            assert!(
+                matches!(t.grow(&r, base, len), Err(CatfishError::Layout(_))),
+                "[{base}, +{len}) accepted"
+            );
+        };
+        refused(&mut t, 4096, 480); // the superblock and the root
+        refused(&mut t, 4096 + 64, NODE_LEN as u64); // the root alone
+        refused(&mut t, 4096 + 4096, 4096); // the free tail
+        refused(&mut t, 4000, 4096); // straddles the start
+        refused(&mut t, 4096 + 8000, 4096); // straddles the end
+        refused(&mut t, 1 << 19, 100); // smaller than a node
+        t.grow(&r, 4096 + 8192, 4096).unwrap(); // right after: fine
+        t.grow(&r, 64 << 10, 4096).unwrap(); // and before a later one
+        refused(&mut t, 60 << 10, 8192);
+        refused(&mut t, 4096 + 8192 + 64, 512);
+        // The tree still works and still opens.
+        for id in 0..200u64 {
+            let x = (id * 37 % 1000) as i32;
+            let rect = Rect::new(x, x, x + 5, x + 5).unwrap();
+            match t.insert(&r, rect, id) {
+                Err(CatfishError::Full) => {
+                    t.grow(&r, (128 << 10) + id * 8192, 8192).unwrap();
+                    t.insert(&r, rect, id).unwrap();
+                }
+                other => other.unwrap(),
+            }
+        }
+        let (_, report) = Tree::recover(&r).unwrap().unwrap();
+        assert_eq!(report.entries, 200);
+    }
+
+    /// Issue 14.3: the tree was capped at 64 arenas whatever the region.
+    #[test]
+    fn the_tree_takes_as_many_arenas_as_the_region_holds() {
+        let r = mem(8 << 20);
+        let chunk = 4096u64;
+        let mut next = 4096u64;
+        let mut t = Tree::format(&r, next, chunk).unwrap();
+        next += chunk;
+        let n = 4000u64;
+        for id in 0..n {
+            let x = ((id * 7919) % 100_000) as i32;
+            let y = ((id * 104_729) % 100_000) as i32;
+            let rect = Rect::new(x, y, x + 50, y + 50).unwrap();
+            loop {
+                match t.insert(&r, rect, id) {
+                    Ok(()) => break,
+                    Err(CatfishError::Full) => {
+                        t.grow(&r, next, chunk).unwrap();
+                        next += chunk;
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        assert!(
+            t.arenas() > 64,
+            "only {} arenas (the old cap was 64)",
+            t.arenas()
+        );
+        let (depth, total, _) = check(&r, t.root, true);
+        assert_eq!(total, n);
+        let report = t.check(&r).unwrap();
+        assert_eq!((report.entries, report.height), (n, depth + 1));
+        let mut hits = Vec::new();
+        t.search(
+            &r,
+            &Rect::new(i32::MIN, i32::MIN, i32::MAX, i32::MAX).unwrap(),
+            &mut hits,
+        )
+        .unwrap();
+        assert_eq!(hits.len() as u64, n);
+    }
+
+    #[test]
+    fn check_and_recover_find_a_broken_tree() {
+        let r = mem(1 << 20);
+        assert!(Tree::recover(&r).unwrap().is_none(), "no tree yet");
+        let mut t = Tree::format(&r, 4096, 256 << 10).unwrap();
+        for id in 0..300u64 {
+            let x = (id * 31 % 3000) as i32;
+            t.insert(&r, Rect::new(x, 0, x + 3, 9).unwrap(), id)
+                .unwrap();
+        }
+        let (_, report) = Tree::recover(&r).unwrap().unwrap();
+        assert_eq!(report.entries, 300);
+        assert!(report.height >= 2 && report.underfull == 0, "{report:?}");
+        // A child rectangle that escapes its parent's entry.
+        let root = read_node(&r, t.root, FANOUT).unwrap();
+        let child = GlobalAddr::from_raw(root.entries[0].ptr).offset();
+        let mut c = read_node(&r, child, FANOUT).unwrap();
+        c.entries[0].rect = Rect::new(-1_000_000, 0, -999_999, 1).unwrap();
+        write_in_place(&r, child, &mut c).unwrap();
+        assert!(matches!(Tree::recover(&r), Err(CatfishError::Corrupt(_))));
+        // A node that no longer decodes.
+        r.store_u64(child + 64, 0xdead).unwrap();
+        assert!(matches!(Tree::recover(&r), Err(CatfishError::Layout(_))));
+    }
+
+    /// Checks the R-tree invariants below `off` (default fanout).
     fn check(region: &MemRegion, off: u64, root: bool) -> (u16, u64, Option<Rect>) {
-        let node = read_node(region, off).unwrap();
+        check_with(region, off, root, FANOUT)
+    }
+
+    /// Checks the R-tree invariants below `off`; returns (leaf depth, entries, mbr).
+    fn check_with(
+        region: &MemRegion,
+        off: u64,
+        root: bool,
+        fanout: usize,
+    ) -> (u16, u64, Option<Rect>) {
+        let node = read_node(region, off, fanout).unwrap();
+        assert_eq!(node.fanout as usize, fanout);
         if !root {
-            assert!(node.count as usize >= MIN_FILL, "underfull node");
+            assert!(node.count as usize >= min_fill(fanout), "underfull node");
         }
         if node.level == 0 {
             return (0, node.count as u64, node.mbr());
         }
         let mut total = 0;
         for e in node.entries() {
-            let (depth, n, mbr) = check(region, GlobalAddr::from_raw(e.ptr).offset(), false);
+            let (depth, n, mbr) =
+                check_with(region, GlobalAddr::from_raw(e.ptr).offset(), false, fanout);
             assert_eq!(depth + 1, node.level, "leaves at different depths");
             let mbr = mbr.unwrap();
             assert_eq!(e.rect.union(&mbr), e.rect, "entry does not cover its child");
@@ -463,13 +797,33 @@ mod tests {
 
     #[test]
     fn tree_matches_brute_force_and_keeps_its_invariants() {
+        brute_force(FANOUT, 3000);
+    }
+
+    /// Issue 14.5: the node size is a run-time parameter; the paper's fanouts.
+    #[test]
+    fn trees_of_the_papers_fanouts_match_brute_force() {
+        for fanout in [15, 30, 70, 130] {
+            brute_force(fanout, 2000);
+        }
+        let r = mem(1 << 20);
+        for bad in [0, 3, 131, 1000] {
+            assert!(
+                Tree::format_with(&r, 4096, 64 << 10, bad).is_err(),
+                "fanout {bad}"
+            );
+        }
+    }
+
+    fn brute_force(fanout: usize, n: u64) {
         let region = MemRegion(
-            (0..(4 << 20) / 8)
+            (0..(8 << 20) / 8)
                 .map(|_| core::sync::atomic::AtomicU64::new(0))
                 .collect(),
         );
         // Small arenas, so the tree must be given more as it grows.
-        let mut t = Tree::format(&region, 4096, 64 << 10).unwrap();
+        let mut t = Tree::format_with(&region, 4096, 64 << 10, fanout).unwrap();
+        assert_eq!(Tree::recover(&region).unwrap().unwrap().0.fanout(), fanout);
         let mut grows = 0u64;
         assert!(matches!(
             t.grow(&region, 4096 + 512, 4096),
@@ -484,7 +838,7 @@ mod tests {
         };
         let mut all = Vec::new();
         let mut hits = Vec::new();
-        for id in 0..3000u64 {
+        for id in 0..n {
             let (x, y) = ((next() % 10_000) as i32, (next() % 10_000) as i32);
             let (w, h) = ((next() % 300) as i32, (next() % 300) as i32);
             let r = Rect::new(x, y, x + w, y + h).unwrap();
@@ -500,7 +854,7 @@ mod tests {
             }
             all.push((r, id));
             if id % 500 == 499 {
-                let (_, n, _) = check(&region, t.root, true);
+                let (_, n, _) = check_with(&region, t.root, true, fanout);
                 assert_eq!(n, id + 1, "entries lost or duplicated");
                 for _ in 0..50 {
                     let (x, y) = ((next() % 10_000) as i32, (next() % 10_000) as i32);
@@ -518,8 +872,9 @@ mod tests {
                 }
             }
         }
+        let min_level = if fanout < 70 { 2 } else { 1 };
         assert!(
-            read_node(&region, t.root).unwrap().level >= 2,
+            read_node(&region, t.root, fanout).unwrap().level >= min_level,
             "the root split more than once"
         );
     }

@@ -1,0 +1,219 @@
+//! `remora bench --fabric verbs`: worker threads pinned to cores, each one compute-node client
+//! with its own `VerbsEndpoint` (one RC queue pair per memory node given by `--connect
+//! host:port[,host:port...]`), running `--coroutines` coroutines. The memory nodes are
+//! `remora memnode --fabric verbs` processes: the one-sided indexes (SMART, Sherman, FG+) need
+//! only their echo service; CANRT and Erda need the first node to run their server
+//! (`--service canrt|erda`), which is checked before the run.
+use super::BenchArgs;
+use super::index::IndexCfg;
+use super::phase::BenchRecord;
+use super::ycsb::Workload;
+
+/// Flags that make no sense over verbs (checked before any connection).
+fn refuse_flags(a: &BenchArgs) -> Result<(), String> {
+    if a.server_core.is_some() {
+        return Err(
+            "--server-core applies to the in-process soft memory node; pin a verbs \
+                    memory node with `remora memnode --fabric verbs --core N`"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "verbs"))]
+pub fn run(
+    a: &BenchArgs,
+    _index: &IndexCfg,
+    _workload: Workload,
+) -> Result<Vec<BenchRecord>, String> {
+    refuse_flags(a)?;
+    Err(crate::verbs_cmds::NO_VERBS.into())
+}
+
+#[cfg(feature = "verbs")]
+pub use real::run;
+
+#[cfg(feature = "verbs")]
+mod real {
+    use super::super::index::{Handle, snapshot_of};
+    use super::super::phase::{Ctx, Phase, PhaseOut, Time, phase, record};
+    use super::super::soft::{BarrierGuard, one};
+    use super::*;
+    use remora::core::block_on::block_on;
+    use remora::poller::clock::Clock;
+    use remora::poller::executor::{ServerCore, plan_cores, run_workers};
+    use remora::verbs::check::CONNECT_TIMEOUT;
+    use remora::verbs::wire::DmKind;
+    use remora::verbs::{ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, probe};
+    use std::sync::Barrier;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// The memory nodes of `--connect`, comma-separated host:port.
+    fn addresses(a: &BenchArgs) -> Result<Vec<String>, String> {
+        let list = a.connect.as_deref().ok_or(
+            "`remora bench --fabric verbs` needs `--connect host:port` of a running `remora \
+             memnode --fabric verbs --listen host:port` (comma-separated for several)",
+        )?;
+        let addrs: Vec<String> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        if addrs.is_empty() {
+            return Err("--connect: no host:port given".into());
+        }
+        Ok(addrs)
+    }
+
+    /// CANRT and Erda need their server on the first memory node; a node running anything
+    /// else would answer their messages wrongly, so that is refused up front.
+    fn check_service(first: &NodeInfo, index: &IndexCfg) -> Result<(), String> {
+        match index.service() {
+            Some(want) if first.service != want => Err(format!(
+                "the memnode at {} runs the `{}` service, but --index {} needs `{want}`: start \
+                 it with `remora memnode --fabric verbs --service {want}`",
+                first.addr,
+                first.service,
+                index.index_name()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The notes on one memory node, from a probe connection.
+    fn node_notes(info: &NodeInfo, index: &IndexCfg, notes: &mut Vec<String>) {
+        let dm = match info.dm_kind {
+            DmKind::Device => format!("on-chip device memory, {} KiB", info.dm_len >> 10),
+            DmKind::Host => format!(
+                "no on-chip memory on {}: {} KiB of the node's host memory stand in for it",
+                info.device,
+                info.dm_len >> 10
+            ),
+            DmKind::None => "no device memory".into(),
+        };
+        notes.push(format!(
+            "memory node {} at {} via {}: {} service, {} MiB region; device memory: {dm}",
+            info.node,
+            info.addr,
+            info.device,
+            info.service,
+            info.region_len >> 20
+        ));
+        if let IndexCfg::Sherman { cfg, .. } = index
+            && cfg.onchip_locks
+            && info.dm_kind == DmKind::Host
+        {
+            notes.push(format!(
+                "Sherman's global lock table is in host memory on node {} (NIC atomics on host \
+                 memory, not on-chip): lock latency is not the paper's on-chip figure",
+                info.node
+            ));
+        }
+    }
+
+    /// Runs LOAD (and the workload) against the verbs memory nodes of `--connect`.
+    pub fn run(
+        a: &BenchArgs,
+        index: &IndexCfg,
+        workload: Workload,
+    ) -> Result<Vec<BenchRecord>, String> {
+        refuse_flags(a)?;
+        let addrs = addresses(a)?;
+        probe(a.device.as_deref()).map_err(|e| e.to_string())?;
+        let opts = ConnectOptions {
+            device: a.device.clone(),
+            timeout: CONNECT_TIMEOUT,
+        };
+        let mut notes = Vec::new();
+        for (i, addr) in addrs.iter().enumerate() {
+            let (qp, info) = connect_qp(addr, &opts).map_err(|e| e.to_string())?;
+            drop(qp);
+            if i == 0 {
+                check_service(&info, index)?;
+            }
+            node_notes(&info, index, &mut notes);
+        }
+        let plan = plan_cores(a.threads, !a.no_pin, ServerCore::None)?;
+        for w in &plan.warnings {
+            eprintln!("remora: warning: {w}");
+        }
+        let clock = Clock::get();
+        let inserted = AtomicU64::new(0);
+        let (dist, load, run) = Phase::pair(a, workload, &inserted);
+        let barrier = Barrier::new(a.threads);
+        let (results, pinning) = run_workers(
+            a.threads,
+            !a.no_pin,
+            |w| -> Result<(PhaseOut, Option<PhaseOut>), String> {
+                // As on soft: every worker passes every barrier, and an error stops the
+                // other workers' phases.
+                let sync = BarrierGuard {
+                    barrier: &barrier,
+                    left: std::cell::Cell::new(if workload == Workload::Load { 1 } else { 3 }),
+                };
+                let stop_all = |e: String| {
+                    load.stop.store(true, Ordering::SeqCst);
+                    run.stop.store(true, Ordering::SeqCst);
+                    e
+                };
+                let ep =
+                    VerbsEndpoint::connect(&addrs, &opts).map_err(|e| stop_all(e.to_string()))?;
+                let idx = block_on(Handle::open(&ep, index)).map_err(stop_all)?;
+                let ctx = Ctx {
+                    a,
+                    time: Time::Wall(clock),
+                };
+                let snap = || snapshot_of(&ep);
+                let stats = || idx.stats();
+                sync.wait();
+                let l = one(phase(&idx, &ctx, &load, w, &snap, &stats)).map_err(stop_all)?;
+                if workload == Workload::Load {
+                    return Ok((l, None));
+                }
+                if sync.wait()
+                    && let Some(s) = a.seconds
+                {
+                    run.deadline_ns
+                        .store(clock.now_ns() + (s * 1e9) as u64, Ordering::SeqCst);
+                }
+                sync.wait();
+                let r = one(phase(&idx, &ctx, &run, w, &snap, &stats)).map_err(stop_all)?;
+                Ok((l, Some(r)))
+            },
+        );
+        load.pb.finish_and_clear();
+        run.pb.finish_and_clear();
+        notes.push(format!(
+            "{} threads x {} coroutines, each thread one VerbsEndpoint (one RC queue pair per \
+             memory node)",
+            a.threads, a.coroutines
+        ));
+        notes.push(pinning.to_string());
+        notes.push(format!("clock: {}", clock.source()));
+        let mut loads = Vec::new();
+        let mut runs = Vec::new();
+        for r in results {
+            let (l, r) = r?;
+            loads.push(l);
+            runs.extend(r);
+        }
+        let mut out = vec![record(
+            a,
+            index,
+            Workload::Load,
+            "load",
+            dist,
+            &loads,
+            "verbs",
+            notes.clone(),
+        )];
+        if !runs.is_empty() {
+            out.push(record(
+                a, index, workload, "run", dist, &runs, "verbs", notes,
+            ));
+        }
+        Ok(out)
+    }
+}
