@@ -4,7 +4,7 @@
 //!
 //! | offset | word | meaning |
 //! |--------|------|---------|
-//! | 0  | reverse pointer | `pack48` of the parent node (0: the root) |
+//! | 0  | reverse pointer | `pack48` of the parent node (0: the root); in the lock-based baseline, the node's lock word instead (0 free, else the holder's owner word) |
 //! | 8  | [`Header`] | depth, type, compressed prefix (up to 6 bytes), frozen/obsolete bits |
 //! | 16 | [`Slot`] × capacity | partial key, leaf flag, node type or leaf size, 48-bit address |
 //!
@@ -23,7 +23,7 @@
 //! | 24 | [`LeafMeta`] | magic, key length, value length, value capacity |
 //! | 32 | key, padded to 8 | |
 //! | .. | value area (capacity), padded to 8 | |
-//! | last | lock | 0 free, otherwise the holder's tag: its own word, taken with a plain CAS |
+//! | last | lock | 0 free, otherwise the holder's owner word (`core::lease::owner_word`: its fabric client id and a tag naming its redo slot), taken with a CAS |
 //!
 //! Every decoder here is checked: garbage bytes (a torn or corrupt read) give a
 //! [`LayoutError`], never a panic.
@@ -136,8 +136,9 @@ const _: () = assert!(H_DEPTH.max() as usize >= MAX_KEY_LEN);
 
 /// An internal node's 8-byte header.
 ///
-/// `frozen` is set while a writer copies the node (grow) or, in the lock-based baseline, while
-/// a writer holds the node's lock; `obsolete` once the node has been replaced and unlinked.
+/// `frozen` is set once a writer starts copying the node (grow; a frozen node is always
+/// replaced, by its grower or by whoever finishes the grow); `obsolete` once the node has been
+/// replaced and unlinked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Header(u64);
 

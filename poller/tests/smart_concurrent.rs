@@ -21,6 +21,13 @@ const THREADS: usize = 4;
 const COROS: usize = 4;
 const HOT: u64 = 8;
 
+/// Leases far above any scheduling delay of a loaded CI machine: a thread preempted while
+/// holding a leaf lock must not be fenced as dead (these tests have no dead clients).
+fn patient(cfg: &mut SmartConfig) {
+    cfg.lease.lease_ns = 5_000_000_000;
+    cfg.lease.deadline_ns = 60_000_000_000;
+}
+
 fn xorshift(s: &mut u64) -> u64 {
     *s ^= *s << 13;
     *s ^= *s >> 7;
@@ -59,6 +66,7 @@ fn run(t: Techniques, ops: usize) {
                 let ep = node.endpoint().unwrap();
                 let mut cfg = SmartConfig::new(t, KeyMode::Fixed(8), 16);
                 cfg.cache_mib = 4.0;
+                patient(&mut cfg);
                 let smart = block_on(Smart::open(&ep, cfg)).unwrap();
                 let smart = &smart;
                 let coros: Vec<_> = (0..COROS)
@@ -150,6 +158,7 @@ fn run(t: Techniques, ops: usize) {
     let ep = node.endpoint().unwrap();
     let mut cfg = SmartConfig::new(t, KeyMode::Fixed(8), 16);
     cfg.cache_mib = 4.0;
+    patient(&mut cfg);
     let smart = block_on(Smart::open(&ep, cfg)).unwrap();
     let mut out = [0u8; 16];
     for hk in 0..HOT {
@@ -206,7 +215,7 @@ fn rewrite_one_key(order: SegmentOrder, assume_tail_last: bool, rounds: u64) -> 
     let _srv = node.spawn_server();
     let mut cfg = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 256);
     cfg.assume_tail_last = assume_tail_last;
-    cfg.max_lock_spins = 1_000_000;
+    patient(&mut cfg);
     {
         let ep = node.endpoint().unwrap();
         let s = block_on(Smart::open(&ep, cfg)).unwrap();

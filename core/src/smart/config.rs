@@ -1,9 +1,10 @@
 //! What a SMART handle is configured with, and what can go wrong.
 use crate::alloc::AllocError;
 use crate::fabric::FabricError;
+use crate::lease::LeaseConfig;
 use core::fmt;
-use remora_layouts::LayoutError;
 use remora_layouts::smart::{LEAF_KEY_OFFSET, MAX_KEY_LEN, MAX_LEAF_BYTES};
+use remora_layouts::{GlobalAddr, LayoutError};
 
 /// The techniques of the paper, each switchable at run time. All on is SMART; all off is
 /// the "ART ported to disaggregated memory" baseline (lock-based internal nodes, out-of-place
@@ -71,12 +72,25 @@ pub struct SmartConfig {
     pub cache_mib: f64,
     /// Region root slot (of memory node `nodes()[0]`) where the tree is published.
     pub root_slot: usize,
+    /// How waits are paced and bounded, on the fabric clock ([`crate::lease`]): every
+    /// restart, lock wait and torn-read retry backs off exponentially from
+    /// `lease.min_backoff_ns` to `lease.max_backoff_ns`; a leaf or node lock word (or a
+    /// frozen node) unchanged for `lease.lease_ns` has a dead holder, whom a waiter fences
+    /// and whose half-done change it repairs; no operation waits longer than
+    /// `lease.deadline_ns` in all.
+    ///
+    /// Default: 0.5 s leases, 10 s deadline. Fencing a live client costs it its connection,
+    /// and clients that are OS threads on a loaded machine (the soft fabric in CI: five
+    /// threads on two cores) are descheduled for tens of milliseconds; a deployment with
+    /// dedicated cores can lower the lease to [`LeaseConfig::default_lease`]'s 10 ms (a
+    /// dead client then costs its waiters about that much).
+    pub lease: LeaseConfig,
     /// Restarts of one operation (after a failed CAS, a torn read, an inconsistency)
-    /// before it gives up with [`SmartError::Contention`].
+    /// before it gives up with [`SmartError::Contention`]; a cap for fabrics without a
+    /// clock (the deadline bounds the others).
     pub max_restarts: u32,
-    /// Polls of a busy lock (leaf lock, node lock) before giving up.
-    pub max_lock_spins: u32,
-    /// Re-reads of a leaf whose checksum does not match before giving up.
+    /// Re-reads of a leaf whose checksum does not match before giving up (a torn read
+    /// lasts one write-back; a torn leaf that stays torn is corrupt).
     pub max_checksum_retries: u32,
     /// Entries of the local delegation/combining table.
     pub local_table: usize,
@@ -96,9 +110,13 @@ impl SmartConfig {
             value_cap,
             cache_mib: 64.0,
             root_slot: 1,
-            max_restarts: 100_000,
-            max_lock_spins: 10_000_000,
-            max_checksum_retries: 10_000,
+            lease: LeaseConfig {
+                lease_ns: 500_000_000,
+                deadline_ns: 10_000_000_000,
+                ..LeaseConfig::default_lease()
+            },
+            max_restarts: 10_000,
+            max_checksum_retries: 1_000,
             local_table: 1024,
             assume_tail_last: false,
         }
@@ -128,6 +146,18 @@ impl SmartConfig {
         if self.root_slot >= remora_layouts::region::ROOT_SLOTS {
             return Err(SmartError::Config("root slot must be 0..8"));
         }
+        let l = &self.lease;
+        if l.lease_ns == 0
+            || l.min_backoff_ns == 0
+            || l.max_backoff_ns < l.min_backoff_ns
+            || l.deadline_ns < l.lease_ns
+            || self.max_restarts == 0
+            || self.max_checksum_retries == 0
+        {
+            return Err(SmartError::Config(
+                "lease, back-off, deadline and retry caps must be positive, deadline >= lease",
+            ));
+        }
         if self.techniques.cache && (!self.cache_mib.is_finite() || self.cache_mib <= 0.0) {
             return Err(SmartError::Config("cache capacity must be positive"));
         }
@@ -150,10 +180,19 @@ pub enum SmartError {
     Checksum {
         retries: u32,
     },
-    /// An operation restarted or waited on a lock more than allowed.
+    /// An operation restarted more than allowed.
     Contention {
         what: &'static str,
         tries: u32,
+    },
+    /// A lock (or a frozen node) stayed held past the deadline: `word` at `at`, held by
+    /// fabric client `holder` (0: unknown, as for a frozen node), which could not be fenced.
+    Held {
+        what: &'static str,
+        at: GlobalAddr,
+        word: u64,
+        holder: u32,
+        waited_ns: u64,
     },
     /// A key this tree cannot hold.
     BadKey {
@@ -203,6 +242,17 @@ impl fmt::Display for SmartError {
             SmartError::Contention { what, tries } => {
                 write!(f, "smart: gave up after {tries} tries: {what}")
             }
+            SmartError::Held {
+                what,
+                at,
+                word,
+                holder,
+                waited_ns,
+            } => write!(
+                f,
+                "smart: {what} at {at} held by client {holder} (word {word:#018x}) for \
+                 {waited_ns} ns; it could not be fenced and taken over"
+            ),
             SmartError::BadKey { why } => write!(f, "smart: bad key: {why}"),
             SmartError::ValueTooLarge { len, cap } => {
                 write!(f, "smart: value of {len} bytes exceeds the capacity {cap}")

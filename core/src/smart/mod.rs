@@ -7,31 +7,51 @@
 //!
 //! Concurrency (see `layouts::smart` for the formats):
 //! - Internal nodes: an 8-byte slot changes by one CMP_AND_SWP ([`Techniques::lock_free_internal`])
-//!   or under the header's lock bit (the baseline). Structural changes build new nodes off to
-//!   the side and publish them with one slot swing: insert into an empty slot, leaf split
-//!   (new chain of internal nodes), prefix split (new parent node, then the split node's header
-//!   is CASed to its shorter prefix), grow (freeze every word of the node with CAS, copy to
-//!   a larger type, swing the parent slot, mark the old node obsolete). A writer that meets a
-//!   frozen word or an inconsistent node (depth/prefix not matching its parent) re-reads
-//!   or restarts, a bounded number of times. In particular nobody swings a slot it read
-//!   frozen (a grow or prefix split below a node being grown): the copy would keep the old
-//!   value and point at a retired node forever.
-//! - Leaves: updated in place under the lock in their last word, released by the WRITE that
-//!   writes the leaf back; readers check a CRC-64 over valid bit, key and value and re-read
-//!   on mismatch. A key keeps one leaf for its whole life (delete clears the valid bit), so a
-//!   leaf found with the right key is always the key's current state. Out-of-place mode
-//!   writes a new leaf, then CASes the old leaf's status to "obsolete, forward to new"
-//!   (the linearization point) and swings the parent slot.
+//!   or under the node's lock (the baseline: an owned lock word, see below, in the node's
+//!   reverse-pointer word, taken with the header and slot read in the same doorbell).
+//!   Structural changes build new nodes off to the side and publish them with one slot swing:
+//!   insert into an empty slot, leaf split (new chain of internal nodes), prefix split, grow.
+//!   Nobody swings a slot it read frozen (a grow below a node being grown): the copy would
+//!   keep the old value and point at a retired node forever.
+//! - Prefix split: the parent slot swings first to a new Node4 whose slot leads to the split
+//!   node (the linearization point), then the split node's header is CASed to its shorter
+//!   prefix. A node whose prefix starts before its parent allows is that half-done state, and
+//!   whoever reads it (search, scan) finishes it with the same CAS: a splitter that dies
+//!   between the two steps leaves nothing stuck.
+//! - Grow: memory for the copy is allocated first (running out changes nothing), then the
+//!   header is frozen (CAS), every slot frozen (CAS each; under the node lock in the
+//!   baseline), the copy written and the parent slot swung; the old node is marked obsolete.
+//!   A frozen node is never unfrozen: it is always replaced. A search that meets one waits a
+//!   little (back-off) and restarts from the root; once the node has stayed frozen for a
+//!   lease, or at once for the client that froze it and lost its swing, the searcher finishes
+//!   the grow itself ([`Smart::help_grow`]: complete the freeze, copy, swing). Racing helpers
+//!   are harmless: one swing wins, the others free their copies.
+//! - Leaves: updated in place under the rear lock in their last word, an owned lock with a
+//!   lease (`leaflock`): the word names the holder's fabric client and its redo slot; the
+//!   write-back doorbell is `[redo copy, leaf body, unlock]`. Readers check a CRC-64 over
+//!   valid bit, key and value and re-read on mismatch. A waiter (or a reader that keeps
+//!   finding the leaf torn) that sees the same lock word for a lease fences the holder, takes
+//!   the lock over and repairs a torn leaf from the redo copy. A key keeps one leaf for its
+//!   whole life (delete clears the valid bit), so a leaf found with the right key is always
+//!   the key's current state. Out-of-place mode writes a new leaf, then CASes the old leaf's
+//!   status to "obsolete, forward to new" (the linearization point) and swings the parent
+//!   slot (best effort: readers follow the forward chain).
 //! - Absence is only decided on a freshly read node with no frozen word on the way, so a
 //!   concurrent grow can never hide a key.
+//! - Waits are paced on the fabric clock (`SmartConfig::lease`): exponential back-off, a
+//!   lease after which a holder counts as dead, a deadline per operation; errors name the
+//!   lock word and its holder ([`SmartError::Held`]).
 //! - Memory of replaced nodes and leaves is not reclaimed (no epoch scheme yet).
 #![cfg(feature = "alloc")]
 
 mod cache;
 mod config;
 mod key;
+mod leaflock;
 mod local;
 mod remote;
+#[cfg(test)]
+mod repair_tests;
 mod scan;
 mod search;
 mod structure;
@@ -42,9 +62,9 @@ mod write;
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
 
 use crate::alloc::RemoteAllocator;
-use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, QueuePair};
 use crate::index::KvIndex;
+use crate::lease::{Verdict, Waiter};
 use cache::RadixCache;
 use core::cell::{Cell, RefCell};
 use key::Key;
@@ -69,6 +89,8 @@ pub(crate) struct Stats {
     pub grows: Cell<u64>,
     pub prefix_splits: Cell<u64>,
     pub leaf_splits: Cell<u64>,
+    pub takeovers: Cell<u64>,
+    pub repairs: Cell<u64>,
 }
 
 /// A plain copy of a handle's statistics.
@@ -93,9 +115,28 @@ pub struct SmartStats {
     pub grows: u64,
     pub prefix_splits: u64,
     pub leaf_splits: u64,
+    /// Leaf or node locks taken over from a holder that made no progress for a lease.
+    pub takeovers: u64,
+    /// Half-done changes of other clients finished here: grows of frozen nodes, prefix
+    /// splits, torn leaves rebuilt from a redo copy.
+    pub repairs: u64,
     /// Bytes and entries in the radix cache.
     pub cache_bytes: u64,
     pub cache_entries: u64,
+}
+
+/// How long one operation has been restarting: back-off and deadline on the fabric clock.
+pub(crate) struct Pace {
+    w: Waiter,
+    tries: u32,
+}
+
+impl Pace {
+    /// Counts one more restart; returns the count.
+    pub(crate) fn count(&mut self) -> u32 {
+        self.tries += 1;
+        self.tries
+    }
 }
 
 pub(crate) fn bump(c: &Cell<u64>) {
@@ -109,8 +150,12 @@ pub struct Smart<'e, E: Endpoint> {
     pub(crate) root: GlobalAddr,
     pub(crate) allocs: Vec<RemoteAllocator>,
     pub(crate) next_node: Cell<usize>,
+    /// Tag of the last internal-node lock this handle took (lock-based mode).
+    pub(crate) lock_seq: Cell<u32>,
     pub(crate) cache: RefCell<RadixCache>,
     pub(crate) local: RefCell<LocalTable>,
+    /// Per memory node (in `ep.nodes()` order): this handle's redo slots (in-place mode).
+    pub(crate) redo: Vec<leaflock::RedoRing>,
     pub(crate) stats: Stats,
 }
 
@@ -139,10 +184,21 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             root: GlobalAddr::NULL,
             allocs,
             next_node: Cell::new(0),
+            lock_seq: Cell::new(0),
             cache: RefCell::new(RadixCache::new(cache_bytes)),
             local: RefCell::new(LocalTable::new(cfg.local_table, cfg.value_cap)),
+            redo: Vec::new(),
             stats: Stats::default(),
         };
+        if cfg.techniques.in_place_leaf {
+            let slot = s.max_leaf_bytes();
+            let mut rings = Vec::with_capacity(s.allocs.len());
+            for ix in 0..s.allocs.len() {
+                let base = s.alloc_at(ix, leaflock::REDO_SLOTS * slot).await?;
+                rings.push(leaflock::RedoRing::new(base, slot)?);
+            }
+            s.redo = rings;
+        }
         let slot_at = GlobalAddr::new(first, root_offset(cfg.root_slot));
         let shape = match cfg.key_mode {
             KeyMode::Fixed(n) => n as u64,
@@ -220,6 +276,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             grows: s.grows.get(),
             prefix_splits: s.prefix_splits.get(),
             leaf_splits: s.leaf_splits.get(),
+            takeovers: s.takeovers.get(),
+            repairs: s.repairs.get(),
             cache_bytes: c.bytes() as u64,
             cache_entries: c.len() as u64,
         }
@@ -235,21 +293,34 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             .fold(Default::default(), |a, b| a + b)
     }
 
-    /// Backs off after a restart; errors when the budget is spent.
+    /// A fresh pace for one operation's restarts.
+    pub(crate) fn pace(&self) -> Pace {
+        Pace {
+            w: Waiter::new(self.cfg.lease, self.ep.now_ns()),
+            tries: 0,
+        }
+    }
+
+    /// Backs off after a restart (exponentially, on the fabric clock); errors when the
+    /// operation's deadline or restart cap is spent.
     pub(crate) async fn restart(
         &self,
-        tries: &mut u32,
+        pace: &mut Pace,
         what: &'static str,
     ) -> Result<(), SmartError> {
         bump(&self.stats.restarts);
-        *tries += 1;
-        if *tries >= self.cfg.max_restarts {
-            return Err(SmartError::Contention {
-                what,
-                tries: *tries,
-            });
+        pace.tries += 1;
+        let give_up = SmartError::Contention {
+            what,
+            tries: pace.tries,
+        };
+        if pace.tries >= self.cfg.max_restarts {
+            return Err(give_up);
         }
-        yield_now().await;
+        match pace.w.observe(0, self.ep.now_ns()) {
+            Verdict::Wait(ns) => self.ep.pause(ns).await,
+            Verdict::Expired { .. } | Verdict::GiveUp { .. } => return Err(give_up),
+        }
         Ok(())
     }
 

@@ -2,8 +2,8 @@
 //! writes, allocation.
 use super::Smart;
 use super::config::SmartError;
-use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::lease::{Verdict, Waiter};
 use remora_layouts::smart::{
     Header, LEAF_CRC_OFFSET, LEAF_KEY_OFFSET, LeafStatus, LeafView, MAX_NODE_BYTES,
     NODE_HEADER_OFFSET, NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, encode_leaf,
@@ -223,6 +223,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     ) -> Result<NodeImg, SmartError> {
         let mut buf = [0u8; MAX_NODE_BYTES];
         let mut tries = 0;
+        let mut pace = None;
         loop {
             self.read(addr, &mut buf[..ty.bytes()]).await?;
             self.stats.node_reads.set(self.stats.node_reads.get() + 1);
@@ -230,13 +231,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 Ok(img) => return Ok(img),
                 Err(err) => {
                     tries += 1;
-                    if tries >= self.cfg.max_checksum_retries {
+                    if tries >= self.cfg.max_checksum_retries || !self.back_off(&mut pace).await {
                         return Err(SmartError::Corrupt {
                             what: "internal node",
                             err,
                         });
                     }
-                    yield_now().await;
                 }
             }
         }
@@ -250,6 +250,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         buf: &mut [u8],
     ) -> Result<LeafSummary, SmartError> {
         let mut tries = 0;
+        let mut pace = None;
+        let mut stuck: Option<Waiter> = None;
         loop {
             self.read(addr, buf).await?;
             match check_leaf(buf) {
@@ -259,7 +261,26 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     self.stats
                         .checksum_retries
                         .set(self.stats.checksum_retries.get() + 1);
-                    if tries >= self.cfg.max_checksum_retries {
+                    // Torn under the same lock word for a whole lease: its holder died
+                    // mid-write-back. Take the lock over and repair the leaf. While a holder
+                    // is named, only the deadline bounds the wait (the lease may be longer
+                    // than the re-read cap); a torn leaf nobody holds is corrupt.
+                    let mut held = false;
+                    if self.cfg.techniques.in_place_leaf
+                        && matches!(err, LayoutError::BadChecksum { .. })
+                        && buf.len() >= 8
+                    {
+                        let word = remora_layouts::bits::read_u64(buf, buf.len() - 8).unwrap_or(0);
+                        let now = self.ep.now_ns();
+                        held = word != 0;
+                        let w = stuck.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+                        if let Verdict::Expired { word } = w.observe(word, now) {
+                            self.repair_torn_leaf(addr, buf.len(), word).await?;
+                            continue;
+                        }
+                    }
+                    let capped = !held && tries >= self.cfg.max_checksum_retries;
+                    if capped || !self.back_off(&mut pace).await {
                         return Err(match err {
                             LayoutError::BadChecksum { .. } => {
                                 SmartError::Checksum { retries: tries }
@@ -267,9 +288,23 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             err => SmartError::Corrupt { what: "leaf", err },
                         });
                     }
-                    yield_now().await;
                 }
             }
+        }
+    }
+
+    /// Pauses before a retry, exponentially longer each time (the waiter is created on the
+    /// first call, so that the common path of no retry reads no clock). False once the
+    /// deadline has passed.
+    pub(crate) async fn back_off(&self, pace: &mut Option<Waiter>) -> bool {
+        let now = self.ep.now_ns();
+        let w = pace.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+        match w.observe(0, now) {
+            Verdict::Wait(ns) => {
+                self.ep.pause(ns).await;
+                true
+            }
+            Verdict::Expired { .. } | Verdict::GiveUp { .. } => false,
         }
     }
 

@@ -48,7 +48,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     ) -> Result<usize, SmartError> {
         let mut lower = Key::lower_bound(self.cfg.key_mode, from)?;
         let mut count = 0usize;
-        let mut tries = 0u32;
+        let mut tries = self.pace();
         let mut stack: Vec<Frame> = Vec::new();
         let mut batch: Vec<(GlobalAddr, usize)> = Vec::new();
         'walk: while count < limit {
@@ -96,6 +96,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 };
                 let img = self.read_node(addr, ty).await?;
                 let h = img.header;
+                if !h.is_obsolete() && !h.is_frozen() && h.prefix_start() < expect_start {
+                    // A prefix split not finished yet (see `prefix_split`): finish it.
+                    if self.finish_prefix_split(addr, h, expect_start).await? {
+                        super::bump(&self.stats.repairs);
+                    }
+                    self.restart(&mut tries, "scan kept meeting unfinished prefix splits")
+                        .await?;
+                    continue 'walk;
+                }
                 if h.is_obsolete() || h.prefix_start() != expect_start {
                     self.restart(&mut tries, "scan kept meeting replaced nodes")
                         .await?;

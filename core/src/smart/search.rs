@@ -2,7 +2,6 @@
 use super::config::SmartError;
 use super::remote::{Find, LeafSummary, NodeImg};
 use super::{Smart, bump};
-use crate::block_on::yield_now;
 use crate::fabric::Endpoint;
 use remora_layouts::smart::{Header, MAX_LEAF_BYTES, NodeType, Slot, SlotKind, leaf_bytes};
 use remora_layouts::{GlobalAddr, LayoutError};
@@ -53,11 +52,21 @@ pub(crate) enum Pos {
         bytes: usize,
         info: LeafSummary,
     },
-    /// The key is absent.
+    /// The key is absent. `grand` led to the parent (None: unknown, or the parent is the
+    /// root).
     Miss {
         node: NodeImg,
         parent: Option<Parent>,
+        grand: Option<Parent>,
         miss: Miss,
+    },
+    /// The path goes through a node frozen by a grow: wait briefly and restart from the
+    /// root, or, once it has stayed frozen for a lease, finish the grow for its dead grower
+    /// ([`Smart::help_grow`]). `parent` is the slot that led to it.
+    Frozen {
+        node: NodeImg,
+        parent: Option<Parent>,
+        grand: Option<Parent>,
     },
 }
 
@@ -285,11 +294,29 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             mut ty,
             mut parent,
         } = start;
-        let mut spins = 0u32;
+        let mut grand: Option<Parent> = None;
         loop {
             let img = self.read_node(addr, ty).await?;
             let h = img.header;
             let expect = parent.map_or(0, |p| p.header.depth() + 1);
+            if !h.is_obsolete() && !h.is_frozen() && h.prefix_start() < expect {
+                // A prefix split that swung the parent slot to its new node but has not yet
+                // shortened this node's prefix: anyone finishes it (see `prefix_split`).
+                if self.finish_prefix_split(addr, h, expect).await? {
+                    bump(&self.stats.repairs);
+                }
+                continue;
+            }
+            if !h.is_obsolete() && h.is_frozen() && h.prefix_start() < expect {
+                // ... and a grow froze the node before the split was finished: the grow's
+                // copy gets the shortened prefix (see `copy_of`).
+                bump(&self.stats.lock_waits);
+                return Ok(Some(Pos::Frozen {
+                    node: img,
+                    parent,
+                    grand,
+                }));
+            }
             if h.is_obsolete() || h.prefix_start() != expect {
                 if let Some(p) = parent {
                     self.invalidate(p.addr);
@@ -318,6 +345,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     return Ok(Some(Pos::Miss {
                         node: img,
                         parent,
+                        grand,
                         miss: Miss::Prefix { at },
                     }));
                 }
@@ -336,6 +364,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         return Ok(Some(Pos::Miss {
                             node: img,
                             parent,
+                            grand,
                             miss: Miss::Empty { free },
                         }));
                     }
@@ -345,6 +374,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             ty: cty,
                             ..
                         }) => {
+                            grand = parent;
                             parent = Some(Parent {
                                 addr,
                                 header: h,
@@ -377,6 +407,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                 return Ok(Some(Pos::Miss {
                                     node: img,
                                     parent,
+                                    grand,
                                     miss: Miss::OtherLeaf {
                                         idx,
                                         slot,
@@ -390,16 +421,17 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     },
                 }
             }
-            // Frozen: a grow (or, in lock mode, a writer) holds this node; re-read it.
-            spins += 1;
-            bump(&self.stats.lock_waits);
-            if spins >= self.cfg.max_lock_spins {
-                return Err(SmartError::Contention {
-                    what: "internal node stayed frozen",
-                    tries: spins,
-                });
+            // A frozen word on the way: decide nothing here.
+            if !h.is_frozen() {
+                // A frozen slot in a node whose header is not frozen: mid-change, re-read.
+                return Ok(None);
             }
-            yield_now().await;
+            bump(&self.stats.lock_waits);
+            return Ok(Some(Pos::Frozen {
+                node: img,
+                parent,
+                grand,
+            }));
         }
     }
 
@@ -426,14 +458,25 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         out: &mut [u8],
         buf: &mut [u8],
     ) -> Result<Option<usize>, SmartError> {
-        let mut tries = 0;
+        let mut pace = self.pace();
+        let mut frozen = None;
         let mut use_cache = true;
         loop {
             match self.search(key, buf, use_cache).await? {
                 None => {
                     use_cache = false;
-                    self.restart(&mut tries, "lookup kept meeting inconsistent nodes")
+                    self.restart(&mut pace, "lookup kept meeting inconsistent nodes")
                         .await?;
+                }
+                Some(Pos::Frozen {
+                    node,
+                    parent,
+                    grand,
+                }) => {
+                    let path = (parent, grand);
+                    self.wait_frozen(&mut pace, &mut frozen, &node, path, !use_cache, false)
+                        .await?;
+                    use_cache = false;
                 }
                 Some(Pos::Miss { .. }) => return Ok(None),
                 Some(Pos::Leaf { info, .. }) => {

@@ -5,12 +5,12 @@
 use super::config::SmartError;
 use super::remote::{NodeImg, build_leaf};
 use super::search::Parent;
-use super::{Smart, bump};
-use crate::block_on::yield_now;
+use super::{Pace, Smart, bump};
 use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::lease::{Verdict, Waiter, holder, owner_word};
 use remora_layouts::smart::{
     Header, LeafStatus, MAX_LEAF_BYTES, MAX_NODE_BYTES, MAX_PREFIX, NODE_HEADER_OFFSET,
-    NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, leaf_bytes, slot_offset,
+    NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, SlotKind, leaf_bytes, slot_offset,
 };
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::vec::Vec;
@@ -61,46 +61,24 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 Swap::Failed(Slot::from_raw(old))
             });
         }
-        // Lock-based baseline: lock the header (CAS), read the slot, write it, unlock.
+        // Lock-based baseline: take the node lock (with the header and the slot read in the
+        // same doorbell), check that no grow froze the node, write the slot, unlock.
         let hdr = node.add(NODE_HEADER_OFFSET as u64);
-        let unlocked = header.frozen(false);
-        let locked = header.frozen(true);
         let qp = self.qp(node)?;
-        let mut spins = 0u32;
-        let current = loop {
-            let (mut old, mut cur) = (0u64, [0u8; 8]);
-            qp.post(&mut [
-                Op::Cas {
-                    remote: hdr,
-                    compare: unlocked.raw(),
-                    swap: locked.raw(),
-                    old: &mut old,
-                },
-                Op::Read {
-                    remote: at,
-                    local: &mut cur,
-                },
-            ])
+        let mut front = [0u8; 8];
+        let mut cur = [0u8; 8];
+        self.lock_node(node, &mut [(hdr, &mut front[..]), (at, &mut cur[..])])
             .await?;
-            if old == unlocked.raw() {
-                break u64::from_le_bytes(cur);
-            }
-            if old != locked.raw() {
-                return Ok(Swap::Stale);
-            }
-            spins += 1;
-            bump(&self.stats.lock_waits);
-            if spins >= self.cfg.max_lock_spins {
-                return Err(SmartError::Contention {
-                    what: "internal node lock stayed taken",
-                    tries: spins,
-                });
-            }
-            yield_now().await;
-        };
-        let unlock = unlocked.raw().to_le_bytes();
+        let current = u64::from_le_bytes(cur);
+        let now_h = u64::from_le_bytes(front);
+        let unlock = 0u64.to_le_bytes();
+        let lock_at = node.add(NODE_REV_OFFSET as u64);
+        if now_h != header.frozen(false).raw() {
+            self.write(lock_at, &unlock).await?;
+            return Ok(Swap::Stale);
+        }
         if current != expected.raw() {
-            self.write(hdr, &unlock).await?;
+            self.write(lock_at, &unlock).await?;
             return Ok(Swap::Failed(Slot::from_raw(current)));
         }
         let nw = new.raw().to_le_bytes();
@@ -110,12 +88,90 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 local: &nw,
             },
             Op::Write {
-                remote: hdr,
+                remote: lock_at,
                 local: &unlock,
             },
         ])
         .await?;
         Ok(Swap::Done)
+    }
+
+    /// Takes the lock of internal node `node` (lock-based mode: its reverse-pointer word
+    /// holds the owner word), reading `reads` in the same doorbell after the CAS. Waits with
+    /// back-off and takes over from a holder that made no progress for a lease (fencing it).
+    /// Nothing needs repair after a takeover: a holder's writes under the lock are single
+    /// slot words, or the freeze of a node whose header says so (finished by
+    /// [`Self::complete_freeze`]).
+    pub(crate) async fn lock_node(
+        &self,
+        node: GlobalAddr,
+        reads: &mut [(GlobalAddr, &mut [u8])],
+    ) -> Result<(), SmartError> {
+        let lock_at = node.add(NODE_REV_OFFSET as u64);
+        let tag = self.lock_seq.get().wrapping_add(1).max(1);
+        self.lock_seq.set(tag);
+        let mine = owner_word(self.ep.client_id(), tag);
+        let qp = self.qp(node)?;
+        let mut waiter: Option<Waiter> = None;
+        let mut expected = 0u64;
+        loop {
+            let mut old = 0u64;
+            let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
+            let _ = ops.push(Op::Cas {
+                remote: lock_at,
+                compare: expected,
+                swap: mine,
+                old: &mut old,
+            });
+            for (remote, local) in reads.iter_mut() {
+                let _ = ops.push(Op::Read {
+                    remote: *remote,
+                    local,
+                });
+            }
+            qp.post(&mut ops).await?;
+            drop(ops);
+            if old == expected {
+                if expected != 0 {
+                    bump(&self.stats.takeovers);
+                }
+                return Ok(());
+            }
+            expected = 0;
+            bump(&self.stats.lock_waits);
+            let now = self.ep.now_ns();
+            let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+            match w.observe(old, now) {
+                Verdict::Wait(ns) => self.ep.pause(ns).await,
+                Verdict::Expired { word } => {
+                    if self
+                        .fence_holder("internal node lock", lock_at, word)
+                        .await?
+                    {
+                        expected = word;
+                    }
+                }
+                Verdict::GiveUp { word, waited_ns } => {
+                    return Err(SmartError::Held {
+                        what: "internal node lock",
+                        at: lock_at,
+                        word,
+                        holder: holder(word),
+                        waited_ns,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The reverse pointer new internal nodes get: the parent's address, except in
+    /// lock-based mode, where the word is the node's lock (free: 0).
+    fn node_rev(&self, parent: GlobalAddr) -> Result<u64, SmartError> {
+        if self.cfg.techniques.lock_free_internal {
+            pack(parent)
+        } else {
+            Ok(0)
+        }
     }
 
     /// Inserts a new leaf for `key` into the empty slot `free` of `img`.
@@ -221,7 +277,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 .map_err(layout("chain header"))?;
             let mut n = NodeImg {
                 addr: addrs[i],
-                rev: pack(parent)?,
+                rev: self.node_rev(parent)?,
                 header: h,
                 slots: [Slot::EMPTY; 256],
             };
@@ -301,7 +357,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let la = self.alloc_leaf(key, lbytes).await?;
         let mut p = NodeImg {
             addr: pa,
-            rev: pack(parent.addr)?,
+            rev: self.node_rev(parent.addr)?,
             header: Header::new(at, NodeType::N4, &key[s..at])
                 .map_err(layout("split parent header"))?,
             slots: [Slot::EMPTY; 256],
@@ -323,15 +379,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         .map_err(layout("new leaf"))?;
         self.write_all(&[(pa, &pimg[..]), (la, &leaf[..lbytes])])
             .await?;
-        let hdr = img.addr.add(NODE_HEADER_OFFSET as u64);
-        let give_up = |s: &Self| {
-            s.free(pa, NodeType::N4.bytes());
-            s.free(la, lbytes);
-        };
-        if self.cas(hdr, h.raw(), new_h.raw()).await? != h.raw() {
-            give_up(self);
-            return Ok(false);
-        }
+        // Publish first (the linearization point): the parent slot swings to the new
+        // Node4, whose slot 0 leads to this node. Its header still has the long prefix, which
+        // every reader recognizes (a prefix starting before its parent allows) and shortens
+        // with one CAS: so a splitter that dies here leaves nothing anyone cannot finish.
         let pslot =
             Slot::node(parent.slot.pkey(), pa, NodeType::N4).map_err(layout("parent slot"))?;
         if self
@@ -339,60 +390,98 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             .await?
             != Swap::Done
         {
-            // Nobody else touches a header that disagrees with its parent: put it back.
-            let back = self.cas(hdr, new_h.raw(), h.raw()).await?;
-            give_up(self);
-            if back != new_h.raw() {
-                return Err(SmartError::Contention {
-                    what: "could not restore a node header after a failed prefix split",
-                    tries: 1,
-                });
-            }
+            self.free(pa, NodeType::N4.bytes());
+            self.free(la, lbytes);
             return Ok(false);
         }
+        debug_assert_eq!(new_h.prefix_start(), at + 1);
+        self.finish_prefix_split(img.addr, h, at + 1).await?;
         bump(&self.stats.prefix_splits);
         {
             let mut c = self.cache.borrow_mut();
             c.set_slot(parent.addr, parent.idx, pslot);
             c.remove(img.addr);
         }
-        self.write(
-            img.addr.add(NODE_REV_OFFSET as u64),
-            &pack(pa)?.to_le_bytes(),
-        )
-        .await?;
+        if self.cfg.techniques.lock_free_internal {
+            self.write(
+                img.addr.add(NODE_REV_OFFSET as u64),
+                &pack(pa)?.to_le_bytes(),
+            )
+            .await?;
+        }
         Ok(true)
     }
 
-    /// Freezes every word of `img` so that nobody changes it while it is copied. Returns
-    /// the node's final slots (unfrozen values), or `None` if the header changed first.
-    async fn freeze(&self, img: &NodeImg) -> Result<Option<[Slot; 256]>, SmartError> {
-        let h = img.header;
-        let hdr = img.addr.add(NODE_HEADER_OFFSET as u64);
-        if self.cas(hdr, h.raw(), h.frozen(true).raw()).await? != h.raw() {
-            return Ok(None);
+    /// Shortens the prefix of the node at `addr` (header `h`) so that it starts at key
+    /// position `start`, where its parent (a prefix split's new node) expects it: the second
+    /// half of a prefix split, done by the splitter or by any reader that finds it undone.
+    /// A CAS from `h`: if the header changed meanwhile (another finisher, or a grow froze
+    /// it and its copy will be finished in turn), nothing happens. Returns whether our CAS
+    /// did it.
+    pub(crate) async fn finish_prefix_split(
+        &self,
+        addr: GlobalAddr,
+        h: Header,
+        start: usize,
+    ) -> Result<bool, SmartError> {
+        let s = h.prefix_start();
+        if start <= s || start > h.depth() {
+            return Ok(false);
         }
+        let p = h.prefix();
+        let short = Header::new(h.depth(), h.node_type(), &p[start - s..h.prefix_len()])
+            .map_err(layout("shortened header"))?;
+        Ok(self
+            .cas(addr.add(NODE_HEADER_OFFSET as u64), h.raw(), short.raw())
+            .await?
+            == h.raw())
+    }
+
+    /// Freezes the slots of a node whose header is frozen (by us or by a grower we are
+    /// helping), so that nobody changes them while it is copied. Returns their final
+    /// (unfrozen) values. Idempotent: any number of helpers may run it at once.
+    pub(crate) async fn complete_freeze(&self, img: &NodeImg) -> Result<[Slot; 256], SmartError> {
         let cap = img.ty().capacity();
-        let qp = self.qp(img.addr)?;
         let mut want = img.slots;
         if !self.cfg.techniques.lock_free_internal {
-            // The header lock keeps slot writers out; read the slots as they are now and
-            // mark them frozen so readers know not to decide absence on them.
+            // Slot writers hold the node lock and check the header under it: take the lock,
+            // read the slots as they are now, write them back frozen.
             let mut raw = [0u8; MAX_NODE_BYTES];
             let n = cap * 8;
-            self.read(img.addr.add(NODE_SLOTS_OFFSET as u64), &mut raw[..n])
+            let slots_at = img.addr.add(NODE_SLOTS_OFFSET as u64);
+            self.lock_node(img.addr, &mut [(slots_at, &mut raw[..n])])
                 .await?;
             for (i, w) in want.iter_mut().enumerate().take(cap) {
                 let v = u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
                 *w = Slot::from_raw(v).frozen(false);
                 raw[8 * i..8 * i + 8].copy_from_slice(&w.frozen(true).raw().to_le_bytes());
             }
-            self.write(img.addr.add(NODE_SLOTS_OFFSET as u64), &raw[..n])
+            let unlock = 0u64.to_le_bytes();
+            self.qp(img.addr)?
+                .post(&mut [
+                    Op::Write {
+                        remote: slots_at,
+                        local: &raw[..n],
+                    },
+                    Op::Write {
+                        remote: img.addr.add(NODE_REV_OFFSET as u64),
+                        local: &unlock,
+                    },
+                ])
                 .await?;
-            return Ok(Some(want));
+            return Ok(want);
         }
+        let qp = self.qp(img.addr)?;
         let mut done = [false; 256];
-        for _round in 0..self.cfg.max_restarts {
+        for (i, w) in want.iter_mut().enumerate().take(cap) {
+            if w.is_frozen() {
+                *w = w.frozen(false);
+                done[i] = true;
+            }
+        }
+        let mut pace = None;
+        let mut rounds = 0u32;
+        loop {
             let mut olds = [0u64; 256];
             let mut ops: Vec<Op<'_>> = Vec::with_capacity(cap);
             let mut which: Vec<usize> = Vec::with_capacity(cap);
@@ -408,7 +497,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             }
             if ops.is_empty() {
-                return Ok(Some(want));
+                return Ok(want);
             }
             qp.post(&mut ops).await?;
             drop(ops);
@@ -417,55 +506,135 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 if olds[i] == want[i].raw() {
                     done[i] = true;
                 } else if old.is_frozen() {
-                    // Only the header's holder freezes slots: this is not a tree we know.
-                    return Err(SmartError::Corrupt {
-                        what: "frozen slot in a node whose header we froze",
-                        err: LayoutError::Inconsistent {
-                            what: "two freezers",
-                        },
-                    });
+                    // Another helper froze it: that is its final value.
+                    want[i] = old.frozen(false);
+                    done[i] = true;
                 } else {
                     want[i] = old;
                 }
             }
+            rounds += 1;
+            if which.iter().all(|&i| done[i]) {
+                return Ok(want);
+            }
+            // Slot writers kept changing slots between our read and our CAS.
+            if !self.back_off(&mut pace).await {
+                return Err(SmartError::Contention {
+                    what: "could not freeze the slots of a node being grown",
+                    tries: rounds,
+                });
+            }
         }
-        Err(SmartError::Contention {
-            what: "could not freeze a node for growing",
-            tries: self.cfg.max_restarts,
-        })
     }
 
-    /// Undoes [`Self::freeze`]: plain WRITEs, since nobody changes frozen words.
-    async fn unfreeze(&self, img: &NodeImg, slots: &[Slot; 256]) -> Result<(), SmartError> {
-        let cap = img.ty().capacity();
-        let mut raw = [0u8; MAX_NODE_BYTES];
-        for (i, s) in slots.iter().enumerate().take(cap) {
-            raw[8 * i..8 * i + 8].copy_from_slice(&s.frozen(false).raw().to_le_bytes());
+    /// Builds the copy of frozen node `img` (slots `slots`, plus `extra` if it fits) as a
+    /// node of type `ty` at `na`, under `parent`. Returns the copy's image.
+    fn copy_of(
+        &self,
+        img: &NodeImg,
+        slots: &[Slot; 256],
+        na: GlobalAddr,
+        ty: NodeType,
+        parent: &Parent,
+        extra: Option<Slot>,
+    ) -> Result<NodeImg, SmartError> {
+        let parent_depth = parent.header.depth();
+        // A node frozen before a prefix split above it was finished still has the long
+        // prefix: the copy gets the one its parent expects.
+        let h = img.header.clean().with_type(ty);
+        let (s, start) = (h.prefix_start(), parent_depth + 1);
+        let header = if start > s && start <= h.depth() {
+            let p = h.prefix();
+            Header::new(h.depth(), ty, &p[start - s..h.prefix_len()])
+                .map_err(layout("copied header"))?
+        } else {
+            h
+        };
+        let mut n = NodeImg {
+            addr: na,
+            rev: self.node_rev(parent.addr)?,
+            header,
+            slots: [Slot::EMPTY; 256],
+        };
+        let live = slots[..img.ty().capacity()]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .chain(extra.as_ref());
+        let mut k = 0;
+        for s in live {
+            if ty == NodeType::N256 {
+                n.slots[s.pkey() as usize] = *s;
+            } else if k < ty.capacity() {
+                n.slots[k] = *s;
+                k += 1;
+            } else {
+                return Err(SmartError::Corrupt {
+                    what: "grown node",
+                    err: LayoutError::Inconsistent {
+                        what: "more live slots than the copy holds",
+                    },
+                });
+            }
         }
-        let h = img.header.frozen(false).raw().to_le_bytes();
-        self.qp(img.addr)?
-            .post(&mut [
-                Op::Write {
-                    remote: img.addr.add(NODE_SLOTS_OFFSET as u64),
-                    local: &raw[..8 * cap],
-                },
-                Op::Write {
-                    remote: img.addr.add(NODE_HEADER_OFFSET as u64),
-                    local: &h,
-                },
-            ])
-            .await?;
-        Ok(())
+        Ok(n)
+    }
+
+    /// Publishes the copy `n` of frozen node `img` in the parent slot, then retires `img`
+    /// (obsolete header) and points the children's reverse pointers at the copy.
+    async fn swing_to_copy(
+        &self,
+        img: &NodeImg,
+        parent: &Parent,
+        n: &NodeImg,
+        live: &[Slot],
+    ) -> Result<bool, SmartError> {
+        let pslot = Slot::node(parent.slot.pkey(), n.addr, n.ty()).map_err(layout("grown slot"))?;
+        if self
+            .change_slot(parent.addr, parent.header, parent.idx, parent.slot, pslot)
+            .await?
+            != Swap::Done
+        {
+            return Ok(false);
+        }
+        {
+            let mut c = self.cache.borrow_mut();
+            c.remove(img.addr);
+            c.set_slot(parent.addr, parent.idx, pslot);
+            c.put(n);
+        }
+        let dead = img.header.frozen(true).obsolete().raw().to_le_bytes();
+        let rev = pack(n.addr)?.to_le_bytes();
+        let mut writes: Vec<(GlobalAddr, &[u8])> = Vec::with_capacity(live.len() + 1);
+        writes.push((img.addr.add(NODE_HEADER_OFFSET as u64), &dead[..]));
+        for s in live {
+            match s.kind() {
+                Ok(SlotKind::Leaf { addr, .. }) => writes.push((addr, &rev[..])),
+                // In lock-based mode a node's reverse-pointer word is its lock.
+                Ok(SlotKind::Node { addr, .. }) if self.cfg.techniques.lock_free_internal => {
+                    writes.push((addr, &rev[..]))
+                }
+                _ => {}
+            }
+        }
+        self.write_all(&writes).await?;
+        Ok(true)
     }
 
     /// Grows the full node `img` into the next type, with the new leaf for `key` in it,
     /// and swings the parent slot to the copy.
+    ///
+    /// Memory for the copy and the leaf is allocated before anything is frozen, so running
+    /// out of it changes nothing. Once the header is frozen the node is replaced, whatever
+    /// happens: if our swing fails (the parent changed: a prefix split above the node, or the
+    /// parent's own grow), `froze` names the node and the caller's restart finishes the grow
+    /// at once ([`Self::help_grow`]); if we die, anyone does after a lease.
     pub(crate) async fn grow(
         &self,
         img: &NodeImg,
         parent: &Parent,
         key: &[u8],
         value: &[u8],
+        froze: &mut Option<GlobalAddr>,
     ) -> Result<bool, SmartError> {
         let Some(new_ty) = img.ty().grown() else {
             return Err(SmartError::Corrupt {
@@ -479,39 +648,36 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             // The parent is being grown: its slot cannot change (see `change_slot`).
             return Ok(false);
         }
-        let Some(slots) = self.freeze(img).await? else {
-            return Ok(false);
+        let na = self.alloc_node(new_ty).await?;
+        let lbytes = leaf_bytes(key.len(), self.cfg.value_cap);
+        let la = match self.alloc_leaf(key, lbytes).await {
+            Ok(la) => la,
+            Err(e) => {
+                self.free(na, new_ty.bytes());
+                return Err(e);
+            }
         };
-        let d = img.header.depth();
+        let give_up = |s: &Self| {
+            s.free(na, new_ty.bytes());
+            s.free(la, lbytes);
+        };
+        let h = img.header;
+        let hdr = img.addr.add(NODE_HEADER_OFFSET as u64);
+        if self.cas(hdr, h.raw(), h.frozen(true).raw()).await? != h.raw() {
+            give_up(self);
+            return Ok(false);
+        }
+        *froze = Some(img.addr);
+        let slots = self.complete_freeze(img).await?;
+        let d = h.depth();
         let b = key[d];
         let cap = img.ty().capacity();
         let live = &slots[..cap];
-        if live.iter().any(|s| !s.is_empty() && s.pkey() == b) || live.iter().any(|s| s.is_empty())
-        {
-            // The node changed before we froze it: the key's slot appeared, or it was not
-            // full after all. Undo and look again.
-            self.unfreeze(img, &slots).await?;
-            return Ok(false);
-        }
-        let na = self.alloc_node(new_ty).await?;
-        let lbytes = leaf_bytes(key.len(), self.cfg.value_cap);
-        let la = self.alloc_leaf(key, lbytes).await?;
-        let mut n = NodeImg {
-            addr: na,
-            rev: pack(parent.addr)?,
-            header: img.header.clean().with_type(new_ty),
-            slots: [Slot::EMPTY; 256],
-        };
+        // The key's slot may have appeared before the freeze: then the copy goes without our
+        // leaf and the restart finds the key.
+        let ours = !live.iter().any(|s| !s.is_empty() && s.pkey() == b);
         let new_leaf = Slot::leaf(b, la, lbytes).map_err(layout("grown leaf slot"))?;
-        if new_ty == NodeType::N256 {
-            for s in live {
-                n.slots[s.pkey() as usize] = *s;
-            }
-            n.slots[b as usize] = new_leaf;
-        } else {
-            n.slots[..cap].copy_from_slice(live);
-            n.slots[cap] = new_leaf;
-        }
+        let n = self.copy_of(img, &slots, na, new_ty, parent, ours.then_some(new_leaf))?;
         let mut nimg = [0u8; MAX_NODE_BYTES];
         let nb = n.encode(&mut nimg);
         let mut leaf = [0u8; MAX_LEAF_BYTES];
@@ -524,41 +690,115 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             self.cfg.value_cap,
         )
         .map_err(layout("new leaf"))?;
-        self.write_all(&[(na, &nimg[..nb]), (la, &leaf[..lbytes])])
-            .await?;
-        let pslot = Slot::node(parent.slot.pkey(), na, new_ty).map_err(layout("grown slot"))?;
-        if self
-            .change_slot(parent.addr, parent.header, parent.idx, parent.slot, pslot)
-            .await?
-            != Swap::Done
-        {
-            self.unfreeze(img, &slots).await?;
-            self.free(na, new_ty.bytes());
-            self.free(la, lbytes);
+        if ours {
+            self.write_all(&[(na, &nimg[..nb]), (la, &leaf[..lbytes])])
+                .await?;
+        } else {
+            self.write(na, &nimg[..nb]).await?;
+        }
+        if !self.swing_to_copy(img, parent, &n, live).await? {
+            give_up(self);
             return Ok(false);
         }
+        *froze = None;
         bump(&self.stats.grows);
-        {
-            let mut c = self.cache.borrow_mut();
-            c.remove(img.addr);
-            c.set_slot(parent.addr, parent.idx, pslot);
-            c.put(&n);
+        if !ours {
+            self.free(la, lbytes);
         }
-        // Retire the old node and point the children's reverse pointers at the copy.
-        let dead = img.header.frozen(true).obsolete().raw().to_le_bytes();
-        let rev = pack(na)?.to_le_bytes();
-        let mut writes: Vec<(GlobalAddr, &[u8])> = Vec::with_capacity(cap + 1);
-        writes.push((img.addr.add(NODE_HEADER_OFFSET as u64), &dead[..]));
-        for s in live {
-            if let Ok(
-                remora_layouts::smart::SlotKind::Leaf { addr, .. }
-                | remora_layouts::smart::SlotKind::Node { addr, .. },
-            ) = s.kind()
-            {
-                writes.push((addr, &rev[..]));
+        Ok(ours)
+    }
+
+    /// Finishes the grow of frozen node `img` (reached through `parent`) for a grower that
+    /// died or lost its parent slot: freezes what is left, copies the node (to a larger type
+    /// only if it is full) and swings the parent slot to the copy. Any number of helpers may
+    /// race; one swing wins and the others free their copies.
+    /// Returns whether our copy replaced the node.
+    pub(crate) async fn help_grow(
+        &self,
+        img: &NodeImg,
+        parent: &Parent,
+    ) -> Result<bool, SmartError> {
+        if !img.header.is_frozen() || img.header.is_obsolete() || parent.slot.is_frozen() {
+            return Ok(false);
+        }
+        let slots = self.complete_freeze(img).await?;
+        let cap = img.ty().capacity();
+        let live = &slots[..cap];
+        let full = live.iter().all(|s| !s.is_empty());
+        let ty = match img.ty().grown() {
+            Some(g) if full => g,
+            _ => img.ty(),
+        };
+        let na = self.alloc_node(ty).await?;
+        let n = self.copy_of(img, &slots, na, ty, parent, None)?;
+        let mut nimg = [0u8; MAX_NODE_BYTES];
+        let nb = n.encode(&mut nimg);
+        self.write(na, &nimg[..nb]).await?;
+        if self.swing_to_copy(img, parent, &n, live).await? {
+            bump(&self.stats.grows);
+            bump(&self.stats.repairs);
+            Ok(true)
+        } else {
+            self.free(na, ty.bytes());
+            Ok(false)
+        }
+    }
+
+    /// A search met frozen node `node` (through `parent`): waits a little (the caller then
+    /// restarts from the root), and once the node has stayed frozen, unchanged, for a lease
+    /// — or at once if `mine` (we froze it and lost our swing) — finishes its grow; or, if
+    /// the parent slot is frozen too, the parent's (through `grand`). `fresh`: the path came
+    /// from the root, not the cache, so `path` (the parent and grandparent slots) is current.
+    pub(crate) async fn wait_frozen(
+        &self,
+        pace: &mut Pace,
+        waiter: &mut Option<(Waiter, u64)>,
+        node: &NodeImg,
+        path: (Option<Parent>, Option<Parent>),
+        fresh: bool,
+        mine: bool,
+    ) -> Result<(), SmartError> {
+        let (parent, grand) = path;
+        let now = self.ep.now_ns();
+        let word = node.header.raw() ^ node.addr.raw().rotate_left(7) | 1;
+        let (w, since) = waiter.get_or_insert_with(|| (Waiter::new(self.cfg.lease, now), now));
+        let mut verdict = w.observe(word, now);
+        if pace.count() >= self.cfg.max_restarts {
+            verdict = Verdict::GiveUp {
+                word,
+                waited_ns: now.saturating_sub(*since),
+            };
+        }
+        let help = matches!(verdict, Verdict::Expired { .. }) || mine;
+        if help
+            && fresh
+            && let Some(p) = parent
+        {
+            if !p.slot.is_frozen() {
+                if self.help_grow(node, &p).await? {
+                    return Ok(());
+                }
+            } else if let Some(g) = grand {
+                // The parent is frozen as well: its grow comes first.
+                let pimg = self.read_node(p.addr, p.header.node_type()).await?;
+                if self.help_grow(&pimg, &g).await? {
+                    return Ok(());
+                }
             }
         }
-        self.write_all(&writes).await?;
-        Ok(true)
+        match verdict {
+            Verdict::Wait(ns) => {
+                self.ep.pause(ns).await;
+                Ok(())
+            }
+            Verdict::Expired { .. } => Ok(()),
+            Verdict::GiveUp { waited_ns, .. } => Err(SmartError::Held {
+                what: "internal node frozen by a grow (grower unknown)",
+                at: node.addr,
+                word: node.header.raw(),
+                holder: 0,
+                waited_ns,
+            }),
+        }
     }
 }

@@ -1,13 +1,14 @@
 //! Upsert, update and delete: in place under the rear lock, or out of place with a forward
 //! pointer; inserts of new keys through the structural changes.
+use super::Smart;
 use super::config::SmartError;
 use super::key::Key;
+use super::leaflock::Got;
 use super::remote::{build_leaf, check_leaf, verified_leaf};
 use super::search::{Miss, Pos};
 use super::structure::Swap;
-use super::{Smart, bump};
-use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::lease::owner_word;
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::{
     Header, LEAF_STATUS_OFFSET, LeafStatus, MAX_KEY_LEN, MAX_LEAF_BYTES, Slot, leaf_bytes,
@@ -23,9 +24,6 @@ pub(crate) enum WriteKind {
     /// Clear the valid bit.
     Delete,
 }
-
-/// Tag a handle writes into a leaf lock it holds.
-const LOCK_TAG: u64 = 1;
 
 impl<'e, E: Endpoint> Smart<'e, E> {
     /// One write operation; returns whether the key was present (valid) before.
@@ -43,11 +41,25 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
         let k = key.bytes();
         let mut buf = [0u8; MAX_LEAF_BYTES];
-        let mut tries = 0;
+        let mut pace = self.pace();
+        let mut frozen = None;
+        let mut froze: Option<GlobalAddr> = None;
         let mut use_cache = true;
         loop {
             let done = match self.search(k, &mut buf, use_cache).await? {
                 None => None,
+                Some(Pos::Frozen {
+                    node,
+                    parent,
+                    grand,
+                }) => {
+                    let mine = froze == Some(node.addr);
+                    let path = (parent, grand);
+                    self.wait_frozen(&mut pace, &mut frozen, &node, path, !use_cache, mine)
+                        .await?;
+                    use_cache = false;
+                    continue;
+                }
                 Some(Pos::Leaf {
                     node,
                     header,
@@ -71,16 +83,42 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         .await?
                     }
                 }
-                Some(Pos::Miss { node, parent, miss }) => {
+                Some(Pos::Miss {
+                    node,
+                    parent,
+                    grand,
+                    miss,
+                }) => {
                     if kind != WriteKind::Upsert {
                         return Ok(false);
+                    }
+                    // A grow or prefix split needs the parent slot; frozen, it belongs to the
+                    // parent's grow: wait for (or finish) that first.
+                    let needs_parent =
+                        matches!(miss, Miss::Empty { free: None } | Miss::Prefix { .. });
+                    if let Some(p) = parent.filter(|p| needs_parent && p.slot.is_frozen()) {
+                        let pimg = self.read_node(p.addr, p.header.node_type()).await?;
+                        if pimg.header.is_frozen() && !pimg.header.is_obsolete() {
+                            let mine = froze == Some(p.addr);
+                            self.wait_frozen(
+                                &mut pace,
+                                &mut frozen,
+                                &pimg,
+                                (grand, None),
+                                !use_cache,
+                                mine,
+                            )
+                            .await?;
+                            use_cache = false;
+                            continue;
+                        }
                     }
                     let inserted = match (miss, parent) {
                         (Miss::Empty { free: Some(j) }, _) => {
                             self.insert_at(&node, j, k, value).await?
                         }
                         (Miss::Empty { free: None }, Some(p)) => {
-                            self.grow(&node, &p, k, value).await?
+                            self.grow(&node, &p, k, value, &mut froze).await?
                         }
                         (
                             Miss::OtherLeaf {
@@ -112,7 +150,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 None => {
                     use_cache = false;
                     self.restart(
-                        &mut tries,
+                        &mut pace,
                         "write kept failing its CAS or meeting inconsistent nodes",
                     )
                     .await?;
@@ -121,7 +159,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
     }
 
-    /// In-place write under the leaf's rear lock. `None`: restart.
+    /// In-place write under the leaf's rear lock (an owned lock with a lease, see
+    /// `leaflock`). `None`: restart.
     async fn write_in_place(
         &self,
         kind: WriteKind,
@@ -132,55 +171,42 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     ) -> Result<Option<bool>, SmartError> {
         let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
         let qp = self.qp(leaf)?;
+        let redo = self.redo_slot(leaf.node()).await?;
+        let mine = owner_word(self.ep.client_id(), redo.tag);
         let mut img = [0u8; MAX_LEAF_BYTES];
-        let mut spins = 0u32;
-        loop {
-            // Lock, then read the leaf as the lock holder sees it (same doorbell, in order).
-            let mut old = 0u64;
-            qp.post(&mut [
-                Op::Cas {
-                    remote: lock_at,
-                    compare: 0,
-                    swap: LOCK_TAG,
-                    old: &mut old,
-                },
-                Op::Read {
-                    remote: leaf,
-                    local: &mut img[..bytes],
-                },
-            ])
-            .await?;
-            if old == 0 {
-                break;
-            }
-            spins += 1;
-            bump(&self.stats.lock_waits);
-            if spins >= self.cfg.max_lock_spins {
-                return Err(SmartError::Contention {
-                    what: "leaf lock stayed taken (a writer died holding it?)",
-                    tries: spins,
-                });
-            }
-            yield_now().await;
-        }
+        let got = self.lock_leaf(leaf, bytes, mine, &mut img).await?;
         let unlock = 0u64.to_le_bytes();
+        // After a takeover the leaf may be torn: rebuild it from the dead holder's redo copy
+        // (and write it back even if we change nothing).
+        let repaired = match got {
+            Got::Clean => false,
+            Got::TookOver(dead) => {
+                match self.repair_taken_leaf(leaf, &mut img[..bytes], dead).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.write(lock_at, &unlock).await?;
+                        return Err(e);
+                    }
+                }
+            }
+        };
         let (was_valid, same_key) = match check_leaf(&img[..bytes]) {
             Ok(v) => (v.status.is_valid(), v.key == key),
             Err(err) => {
                 self.write(lock_at, &unlock).await?;
                 return Err(SmartError::Corrupt {
-                    what: "leaf under our lock (a writer died mid-write?)",
+                    what: "leaf under our lock (torn, with no dead holder to blame)",
                     err,
                 });
             }
         };
-        if !same_key {
-            self.write(lock_at, &unlock).await?;
-            return Ok(None);
-        }
-        if !was_valid && kind != WriteKind::Upsert {
-            self.write(lock_at, &unlock).await?;
-            return Ok(Some(false));
+        if !same_key || (!was_valid && kind != WriteKind::Upsert) {
+            if repaired {
+                self.write_back(leaf, lock_at, &img[..bytes], None).await?;
+            } else {
+                self.write(lock_at, &unlock).await?;
+            }
+            return Ok(if same_key { Some(false) } else { None });
         }
         let rev = u64::from_le_bytes(img[..8].try_into().unwrap_or([0; 8]));
         let (valid, v) = match kind {
@@ -200,36 +226,75 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             err,
         })?;
         if self.cfg.techniques.rear_lock && self.cfg.assume_tail_last {
-            // Write-back and release in one WRITE: the lock word is the last one written
-            // (only where the fabric places a WRITE's last word last).
-            self.write(
-                leaf.add(LEAF_STATUS_OFFSET as u64),
-                &img[LEAF_STATUS_OFFSET..bytes],
-            )
+            // Redo copy, then write-back and release in one WRITE: the lock word is the last
+            // one written (only where the fabric places a WRITE's last word last).
+            qp.post(&mut [
+                Op::Write {
+                    remote: redo.at,
+                    local: &img[..bytes],
+                },
+                Op::Write {
+                    remote: leaf.add(LEAF_STATUS_OFFSET as u64),
+                    local: &img[LEAF_STATUS_OFFSET..bytes],
+                },
+            ])
             .await?;
         } else if self.cfg.techniques.rear_lock {
-            // Write-back, then release, in one doorbell: the release is a WRITE of its own,
-            // which per-queue-pair order places after the whole write-back.
+            // Redo copy, write-back, release: one doorbell, per-queue-pair order.
+            self.write_back(leaf, lock_at, &img[..bytes], Some(redo.at))
+                .await?;
+        } else {
             qp.post(&mut [
+                Op::Write {
+                    remote: redo.at,
+                    local: &img[..bytes],
+                },
                 Op::Write {
                     remote: leaf.add(LEAF_STATUS_OFFSET as u64),
                     local: &img[LEAF_STATUS_OFFSET..bytes - 8],
                 },
-                Op::Write {
-                    remote: lock_at,
-                    local: &unlock,
-                },
             ])
-            .await?;
-        } else {
-            self.write(
-                leaf.add(LEAF_STATUS_OFFSET as u64),
-                &img[LEAF_STATUS_OFFSET..bytes - 8],
-            )
             .await?;
             self.write(lock_at, &unlock).await?;
         }
+        drop(redo);
         Ok(Some(was_valid))
+    }
+
+    /// `[redo copy,] leaf body, unlock` in one doorbell.
+    async fn write_back(
+        &self,
+        leaf: GlobalAddr,
+        lock_at: GlobalAddr,
+        img: &[u8],
+        redo: Option<GlobalAddr>,
+    ) -> Result<(), SmartError> {
+        let bytes = img.len();
+        let unlock = 0u64.to_le_bytes();
+        let body = Op::Write {
+            remote: leaf.add(LEAF_STATUS_OFFSET as u64),
+            local: &img[LEAF_STATUS_OFFSET..bytes - 8],
+        };
+        let release = Op::Write {
+            remote: lock_at,
+            local: &unlock,
+        };
+        let qp = self.qp(leaf)?;
+        match redo {
+            Some(at) => {
+                qp.post(&mut [
+                    Op::Write {
+                        remote: at,
+                        local: img,
+                    },
+                    body,
+                    release,
+                ])
+                .await?
+            }
+            None => qp.post(&mut [body, release]).await?,
+        }
+        Ok(())
     }
 
     /// Out-of-place write: a new leaf, then the old leaf's status CASed to forward to it
