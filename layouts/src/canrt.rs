@@ -978,7 +978,15 @@ pub enum ControlKind {
     Unlock = 2,
     /// The lock holder of `node` found it full: release, and resize the tree.
     Resize = 3,
+    /// A waiter saw `ticket` served on `node` for a whole lease with no progress (its holder
+    /// died or stalled before appending): apply the holder's complete item if it is in a
+    /// free slot, else skip the ticket. `node` = [`SKIP_DRAIN`]: a resize has been draining
+    /// for a lease; skip tickets that have not moved since the previous such request.
+    Skip = 4,
 }
+
+/// [`Control::node`] of a [`ControlKind::Skip`] about the whole frozen tree.
+pub const SKIP_DRAIN: u32 = u32::MAX;
 
 /// A control message (SEND payload), 16 bytes.
 #[repr(C)]
@@ -1030,6 +1038,7 @@ impl Control {
             1 => Ok(ControlKind::Format),
             2 => Ok(ControlKind::Unlock),
             3 => Ok(ControlKind::Resize),
+            4 => Ok(ControlKind::Skip),
             k => Err(LayoutError::BadMagic {
                 expected: 1,
                 found: k as u64,

@@ -3,13 +3,14 @@
 use super::view::{Found, NodeView, TreeView};
 use super::{CanrtConfig, CanrtError};
 use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::lease::{Verdict, Waiter};
 use crate::index::KvIndex;
 use core::cell::{Cell, RefCell};
 use remora_layouts::canrt::{
     Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, LOCK_OFF, MAX_VALUE, Meta,
-    ROOT_SLOT, TICKET_MASK, TREE_HEADER_LEN, TreeHeader,
+    ROOT_SLOT, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader,
 };
-use remora_layouts::region::root_offset;
+use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::rc::Rc;
 use std_alloc::vec;
@@ -31,6 +32,8 @@ pub struct ClientStats {
     pub refreshes: u64,
     /// Full data nodes reported to the server.
     pub resize_requests: u64,
+    /// Our lock tickets the server skipped before we took our turn (we took new ones).
+    pub skipped: u64,
 }
 
 /// Data-node buffers, one per coroutine in flight, reused (no zeroing or allocation per
@@ -72,6 +75,7 @@ pub struct Canrt<'e, E: Endpoint> {
     waits: Cell<u64>,
     refreshes: Cell<u64>,
     resizes: Cell<u64>,
+    skips: Cell<u64>,
     /// Test-only mutant: trust the node READ's own copy of the meta word as the "before"
     /// read, as a reader may if the READ observes memory in ascending address order (the
     /// meta word first); no READ of the meta word alone precedes the node.
@@ -162,14 +166,28 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         let slot = GlobalAddr::new(cfg.node, root_offset(ROOT_SLOT));
         let mut root = read_word(qp, slot).await?;
         if root == 0 {
+            room_for_tree(qp, geometry).await?;
             qp.send(&Control::format(geometry).encode()).await?;
+            let mut w = Waiter::new(cfg.lease, ep.now_ns());
             let mut polls = 0;
             while root == 0 {
                 polls += 1;
-                if polls > cfg.resize_polls {
-                    return Err(CanrtError::NoTree { slot: ROOT_SLOT });
+                match w.observe(1, ep.now_ns()) {
+                    _ if polls > cfg.resize_polls => {
+                        return Err(CanrtError::NoTree { slot: ROOT_SLOT });
+                    }
+                    Verdict::GiveUp { .. } => return Err(CanrtError::NoTree { slot: ROOT_SLOT }),
+                    Verdict::Wait(ns) => ep.pause(ns).await,
+                    Verdict::Expired { .. } => {}
                 }
-                root = read_word(qp, slot).await?;
+                root = match read_word(qp, slot).await {
+                    Ok(r) => r,
+                    // The server dropped us: say why if it is the usual reason.
+                    Err(e) => {
+                        room_for_tree(qp, geometry).await?;
+                        return Err(e);
+                    }
+                };
             }
         }
         let view = load_view(qp, cfg.read_retries).await?;
@@ -182,6 +200,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             waits: Cell::new(0),
             refreshes: Cell::new(0),
             resizes: Cell::new(0),
+            skips: Cell::new(0),
             #[cfg(test)]
             ascending_check: Cell::new(false),
         })
@@ -193,6 +212,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             lock_waits: self.waits.get(),
             refreshes: self.refreshes.get(),
             resize_requests: self.resizes.get(),
+            skipped: self.skips.get(),
         }
     }
 
@@ -308,15 +328,36 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
 
     /// Waits until a tree newer than `old` is published (a resize finished).
     async fn await_new_tree(&self, old: &TreeView) -> Result<(), CanrtError> {
+        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
         for _ in 0..self.cfg.resize_polls {
             self.refresh().await?;
             if self.view().header.epoch != old.header.epoch {
                 return Ok(());
             }
+            self.resize_wait(&mut w, old).await?;
         }
         Err(CanrtError::Retries {
             what: "waiting for a resize",
         })
+    }
+
+    /// One back-off while a resize of `v`'s tree drains; each lease without a new tree asks
+    /// the server to skip tickets that did not move (dead holders would stop the drain).
+    async fn resize_wait(&self, w: &mut Waiter, v: &TreeView) -> Result<(), CanrtError> {
+        match w.observe(1 << 63 | v.header.epoch as u64, self.ep.now_ns()) {
+            Verdict::Wait(ns) => {
+                Self::bump(&self.waits);
+                self.ep.pause(ns).await;
+                Ok(())
+            }
+            Verdict::Expired { .. } => {
+                self.control(ControlKind::Skip, v, v.epoch_tag(), SKIP_DRAIN, 0)
+                    .await
+            }
+            Verdict::GiveUp { .. } => Err(CanrtError::Retries {
+                what: "waiting for a resize",
+            }),
+        }
     }
 
     /// Waits until the data node at `addr` (found with view `v`) may take writes again: it
@@ -324,12 +365,16 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     /// published (a resize of `v`'s tree finished).
     async fn await_thaw(&self, v: &TreeView, addr: GlobalAddr) -> Result<(), CanrtError> {
         let qp = self.qp()?;
+        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
         for i in 0..self.cfg.resize_polls {
+            if i > 0 {
+                self.resize_wait(&mut w, v).await?;
+            }
             let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
             if !m.frozen() && m.epoch() == v.epoch_tag() {
                 return Ok(());
             }
-            if (m.epoch() != v.epoch_tag() || i % 64 == 63) && self.refresh().await? {
+            if (m.epoch() != v.epoch_tag() || i % 8 == 7) && self.refresh().await? {
                 return Ok(());
             }
             if self.view().header.epoch != v.header.epoch {
@@ -487,6 +532,9 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         let t = ticket & TICKET_MASK;
         let mut polls = 0u32;
         let mut bad = 0u32;
+        let since = self.ep.now_ns();
+        let mut waiter = Waiter::new(self.cfg.lease, since);
+        let mut seen = t;
         loop {
             let nv = match self.snapshot(g, &bracket, buf) {
                 Ok(Some(nv)) => Some(nv),
@@ -520,31 +568,57 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                     // The node is in a retired data array: nobody serves tickets there.
                     return Ok(Wrote::Again);
                 }
-                // Tickets ahead of ours wait; one behind means ours was skipped.
-                let ahead = t.wrapping_sub(served) & TICKET_MASK;
-                if ahead > TICKET_MASK / 2 {
-                    return Err(CanrtError::LockLost { node: addr });
+                // Tickets ahead of ours wait; one behind means ours was skipped (we were
+                // reported stalled before our turn came to us): we appended nothing under
+                // it, so take a new one.
+                if skipped(t, served) {
+                    Self::bump(&self.skips);
+                    return Ok(Wrote::Again);
                 }
+                seen = served;
             } else {
                 Self::bump(&self.torn);
             }
-            // Wait for our turn on the meta word alone (8 bytes a poll), then re-read the
-            // node. A frozen node is re-read now and then, to notice a new tree.
+            // Wait for our turn on the meta word alone (8 bytes a poll, backing off on the
+            // fabric clock), then re-read the node. A frozen node is re-read now and then, to
+            // notice a new tree. A served ticket that does not move for a lease is reported
+            // to the server, which skips it.
             loop {
                 polls += 1;
-                if polls > self.cfg.lock_polls {
-                    return Err(CanrtError::LockTimeout { node: addr });
+                match waiter.observe(1 << 63 | seen, self.ep.now_ns()) {
+                    _ if polls > self.cfg.lock_polls => {
+                        return Err(self.lock_timeout(addr, seen, t, since));
+                    }
+                    Verdict::Wait(ns) => self.ep.pause(ns).await,
+                    Verdict::Expired { .. } => {
+                        self.control(ControlKind::Skip, &v, v.epoch_tag(), id, seen)
+                            .await?;
+                    }
+                    Verdict::GiveUp { .. } => {
+                        return Err(self.lock_timeout(addr, seen, t, since));
+                    }
                 }
                 Self::bump(&self.waits);
                 let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
+                seen = m.served();
                 if m.served() == t
+                    || skipped(t, m.served())
                     || m.epoch() != v.epoch_tag()
-                    || (m.frozen() && polls.is_multiple_of(32))
+                    || (m.frozen() && polls.is_multiple_of(8))
                 {
                     break;
                 }
             }
             self.read_snapshot(addr, &mut bracket, buf).await?;
+        }
+    }
+
+    fn lock_timeout(&self, node: GlobalAddr, served: u64, ticket: u64, since: u64) -> CanrtError {
+        CanrtError::LockTimeout {
+            node,
+            served: served as u32,
+            ticket: ticket as u32,
+            waited_ns: self.ep.now_ns().saturating_sub(since),
         }
     }
 
@@ -714,6 +788,30 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         }
         Err(CanrtError::Retries { what: "scan" })
     }
+}
+
+/// Bytes the server allocates for a new tree of geometry `g` (its first data array and one
+/// header area; see `resize.rs`), or less.
+const FIRST_TREE_NODES: u64 = 16;
+
+/// [`CanrtError::NodeFull`] if the region's allocator (its header, READ) has no room left for
+/// the first data array of a tree of geometry `g`.
+async fn room_for_tree<Q: QueuePair>(qp: &Q, g: DataGeometry) -> Result<(), CanrtError> {
+    let node = qp.peer();
+    let mut hdr = [0u8; 40];
+    qp.read(GlobalAddr::new(node, 0), &mut hdr).await?;
+    let word = |o: usize| u64::from_le_bytes(hdr[o..o + 8].try_into().unwrap_or([0; 8]));
+    let (len, chunk, used) = (word(16), word(24), word(NEXT_CHUNK_OFFSET as usize));
+    let need = (FIRST_TREE_NODES * g.node_size()).next_multiple_of(chunk.max(1));
+    if used.saturating_add(need) > len {
+        return Err(CanrtError::NodeFull { node, used, len });
+    }
+    Ok(())
+}
+
+/// Whether `served` has passed ticket `t` (mod 2^16).
+fn skipped(t: u64, served: u64) -> bool {
+    t.wrapping_sub(served) & TICKET_MASK > TICKET_MASK / 2
 }
 
 async fn read_word<Q: QueuePair>(qp: &Q, at: GlobalAddr) -> Result<u64, CanrtError> {

@@ -66,10 +66,11 @@ mod view;
 
 pub use build::{Plan, plan, plan_units};
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
-pub use server::{CanrtServer, RecoveryReport, ServerStats};
+pub use server::{CanrtServer, Counter, RecoveryReport, ServerStats};
 pub use view::{Found, NodeView, TreeView};
 
 use crate::fabric::FabricError;
+use crate::lease::LeaseConfig;
 use core::fmt;
 use remora_layouts::canrt::{DataGeometry, MAX_VALUE};
 use remora_layouts::{GlobalAddr, LayoutError, NodeId};
@@ -86,11 +87,17 @@ pub struct CanrtConfig {
     pub value_cap: u32,
     /// Re-reads of a torn or inconsistent data node before giving up.
     pub read_retries: u32,
-    /// Re-reads while waiting for the lock ticket to be served before giving up (a dead
-    /// holder, or a server that stopped applying).
+    /// Polls while waiting for the lock ticket to be served, on a fabric without a clock
+    /// (elsewhere `lease.deadline_ns` bounds the wait).
     pub lock_polls: u32,
-    /// Reads of the root slot while waiting for a resize (or the first format).
+    /// Polls of the root slot while waiting for a resize (or the first format), on a fabric
+    /// without a clock.
     pub resize_polls: u32,
+    /// Waiting (see [`crate::lease`]): polls back off exponentially on the fabric clock; a
+    /// served ticket that does not move for `lease_ns` is reported to the server, which
+    /// skips it (its holder died or stalled before appending); a wait past `deadline_ns`
+    /// fails with [`CanrtError::LockTimeout`].
+    pub lease: LeaseConfig,
     /// Whole write attempts (each resize restarts the write).
     pub write_retries: u32,
     /// Post a READ after each append's WRITE_WITH_IMM (same doorbell): the read-after-write
@@ -108,6 +115,13 @@ impl CanrtConfig {
             read_retries: 10_000,
             lock_polls: 2_000_000,
             resize_polls: 2_000_000,
+            lease: LeaseConfig {
+                lease_ns: 10_000_000,
+                min_backoff_ns: 250,
+                max_backoff_ns: 20_000,
+                deadline_ns: 2_000_000_000,
+                max_attempts: u32::MAX,
+            },
             write_retries: 1_000,
             flush_appends: true,
         }
@@ -164,9 +178,19 @@ pub enum CanrtError {
     NoTree {
         slot: usize,
     },
-    /// A lock ticket never served: its holder died, or the server stopped applying.
+    /// Our lock ticket was not served before the deadline: the server stopped applying, or
+    /// kept refusing to skip the ticket served (`served`) ahead of ours (`ticket`).
     LockTimeout {
         node: GlobalAddr,
+        served: u32,
+        ticket: u32,
+        waited_ns: u64,
+    },
+    /// The memory node has no room for the tree (or for its growth).
+    NodeFull {
+        node: NodeId,
+        used: u64,
+        len: u64,
     },
     /// The served ticket passed ours without us: the lock word was reset under us.
     LockLost {
@@ -210,9 +234,20 @@ impl fmt::Display for CanrtError {
                     "canrt: no tree in root slot {slot} and the server built none"
                 )
             }
-            CanrtError::LockTimeout { node } => write!(
+            CanrtError::LockTimeout {
+                node,
+                served,
+                ticket,
+                waited_ns,
+            } => write!(
                 f,
-                "canrt: lock of data node {node} never served (dead holder or stopped server)"
+                "canrt: lock of data node {node}: ticket {served} held (unskipped) and ours \
+                 ({ticket}) not served after {waited_ns} ns (stopped server?)"
+            ),
+            CanrtError::NodeFull { node, used, len } => write!(
+                f,
+                "canrt: memory node {node} is full ({used} of {len} bytes allocated): no room \
+                 for the tree"
             ),
             CanrtError::LockLost { node } => {
                 write!(f, "canrt: lock ticket of data node {node} was skipped")
