@@ -87,7 +87,11 @@ fn fill_short_gaps(diff: u64, min_gap: u32) -> u64 {
         }
         if !varying && hi - lo < min_gap {
             let width = hi - lo;
-            let mask = if width == 64 { u64::MAX } else { ((1u64 << width) - 1) << lo };
+            let mask = if width == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << width) - 1) << lo
+            };
             out |= mask;
         }
         hi = lo;

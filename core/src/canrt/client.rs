@@ -3,8 +3,8 @@
 use super::view::{Found, NodeView, TreeView};
 use super::{CanrtConfig, CanrtError};
 use crate::fabric::{Endpoint, Op, QueuePair};
-use crate::lease::{Verdict, Waiter};
 use crate::index::KvIndex;
+use crate::lease::{Verdict, Waiter};
 use core::cell::{Cell, RefCell};
 use remora_layouts::canrt::{
     Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, LOCK_OFF, MAX_VALUE, Meta,

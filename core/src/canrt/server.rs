@@ -14,13 +14,14 @@ use crate::server::{Handler, LocalRegion, Replies};
 use core::sync::atomic::Ordering;
 use remora_layouts::canrt::{
     Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, ROOT_SLOT,
-    SHORT_EPOCH_MASK, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, tail_processed, tail_valid,
+    SHORT_EPOCH_MASK, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, tail_processed,
+    tail_valid,
 };
 use remora_layouts::region::root_offset;
 use remora_layouts::{GlobalAddr, LayoutError};
-use std_alloc::sync::Arc;
 use std_alloc::format;
 use std_alloc::string::String;
+use std_alloc::sync::Arc;
 use std_alloc::vec::Vec;
 
 /// One statistics counter, readable from another thread. 64-bit where the target has 64-bit
@@ -375,7 +376,11 @@ impl CanrtServer {
         }
         if c.node != SKIP_DRAIN {
             if c.node >= h.n_data {
-                return Err(invalid(region, h.data_off, "skip of a data node beyond the tree"));
+                return Err(invalid(
+                    region,
+                    h.data_off,
+                    "skip of a data node beyond the tree",
+                ));
             }
             self.skip_ticket(region, &h, c.node, c.ticket as u64)?;
             return Ok(());

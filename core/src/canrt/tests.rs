@@ -1095,3 +1095,5 @@ fn errors_speak_canrts_words() {
         );
     });
 }
+
+mod issue13;
