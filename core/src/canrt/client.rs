@@ -34,6 +34,8 @@ pub struct ClientStats {
     pub resize_requests: u64,
     /// Our lock tickets the server skipped before we took our turn (we took new ones).
     pub skipped: u64,
+    /// `Skip` requests sent (a served ticket, or a resize drain, stuck for a lease).
+    pub skip_requests: u64,
 }
 
 /// Data-node buffers, one per coroutine in flight, reused (no zeroing or allocation per
@@ -76,6 +78,7 @@ pub struct Canrt<'e, E: Endpoint> {
     refreshes: Cell<u64>,
     resizes: Cell<u64>,
     skips: Cell<u64>,
+    skip_requests: Cell<u64>,
     /// Test-only mutant: trust the node READ's own copy of the meta word as the "before"
     /// read, as a reader may if the READ observes memory in ascending address order (the
     /// meta word first); no READ of the meta word alone precedes the node.
@@ -201,6 +204,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             refreshes: Cell::new(0),
             resizes: Cell::new(0),
             skips: Cell::new(0),
+            skip_requests: Cell::new(0),
             #[cfg(test)]
             ascending_check: Cell::new(false),
         })
@@ -213,6 +217,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             refreshes: self.refreshes.get(),
             resize_requests: self.resizes.get(),
             skipped: self.skips.get(),
+            skip_requests: self.skip_requests.get(),
         }
     }
 
@@ -326,21 +331,6 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         Ok(slot.header.epoch != cur.header.epoch)
     }
 
-    /// Waits until a tree newer than `old` is published (a resize finished).
-    async fn await_new_tree(&self, old: &TreeView) -> Result<(), CanrtError> {
-        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
-        for _ in 0..self.cfg.resize_polls {
-            self.refresh().await?;
-            if self.view().header.epoch != old.header.epoch {
-                return Ok(());
-            }
-            self.resize_wait(&mut w, old).await?;
-        }
-        Err(CanrtError::Retries {
-            what: "waiting for a resize",
-        })
-    }
-
     /// One back-off while a resize of `v`'s tree drains; each lease without a new tree asks
     /// the server to skip tickets that did not move (dead holders would stop the drain).
     async fn resize_wait(&self, w: &mut Waiter, v: &TreeView) -> Result<(), CanrtError> {
@@ -351,6 +341,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                 Ok(())
             }
             Verdict::Expired { .. } => {
+                Self::bump(&self.skip_requests);
                 self.control(ControlKind::Skip, v, v.epoch_tag(), SKIP_DRAIN, 0)
                     .await
             }
@@ -591,6 +582,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                     }
                     Verdict::Wait(ns) => self.ep.pause(ns).await,
                     Verdict::Expired { .. } => {
+                        Self::bump(&self.skip_requests);
                         self.control(ControlKind::Skip, &v, v.epoch_tag(), id, seen)
                             .await?;
                     }
@@ -656,7 +648,9 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             Self::bump(&self.resizes);
             self.control(ControlKind::Resize, v, v.epoch_tag(), id, t)
                 .await?;
-            self.await_new_tree(v).await?;
+            // A new tree, or the node writable again (the server ignored the request: our
+            // ticket had been skipped), then write again.
+            self.await_thaw(v, addr).await?;
             return Ok(Wrote::Again);
         }
         let slot = free.trailing_zeros();
@@ -675,7 +669,11 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         if self.cfg.flush_appends {
             // A READ after the WRITE on the same queue pair completes only once the written
             // bytes left the NIC for memory: the item is durable when the write returns.
+            // Before it, the meta word: if our ticket is served past while our item is still
+            // unprocessed, the server skipped the ticket (we stalled for a lease before
+            // appending) and refuses the item: write again on a new ticket.
             let mut flush = [0u8; 8];
+            let mut meta = [0u8; 8];
             self.qp()?
                 .post(&mut [
                     Op::WriteImm {
@@ -684,11 +682,20 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                         imm,
                     },
                     Op::Read {
+                        remote: addr.add(FRONT_OFF),
+                        local: &mut meta,
+                    },
+                    Op::Read {
                         remote: remote.add(isz as u64 - 8),
                         local: &mut flush,
                     },
                 ])
                 .await?;
+            let served = Meta(u64::from_le_bytes(meta)).served();
+            if skipped(t, served) && flush[..] == item[isz - 8..isz] {
+                Self::bump(&self.skips);
+                return Ok(Wrote::Again);
+            }
         } else {
             self.qp()?
                 .post(&mut [Op::WriteImm {

@@ -52,6 +52,8 @@ pub struct ServerStats {
     pub rejected: Counter,
     /// Lock tickets skipped because their holder stalled for a lease (dead or fenced).
     pub skipped: Counter,
+    /// Appends and unlocks that came after their ticket was skipped (ignored).
+    pub late: Counter,
 }
 
 impl ServerStats {
@@ -255,9 +257,16 @@ impl CanrtServer {
                 // Applied already (by a skip request that found it before its notice came).
                 return Ok(());
             }
+            Ok((_, _, ticket)) if behind(ticket, front.served()) => {
+                // A skipped holder's late append: left where it is, unprocessed (readers and
+                // recovery take only the served ticket's item); its writer reads back that
+                // its ticket was skipped and writes again.
+                ServerStats::bump(&self.stats.late);
+                return Ok(());
+            }
             Ok((_, _, ticket)) if ticket != front.served() => {
-                // Not the holder's item (a ticket skipped after its lease, or a forgery):
-                // leave the lock to its holder, and drop this connection.
+                // Not the holder's item (a ticket not yet served: a forgery): leave the lock
+                // to its holder, and drop this connection.
                 return Err(invalid(
                     region,
                     off,
@@ -297,6 +306,11 @@ impl CanrtServer {
         }
         let off = self.node_off(region, &h, c.node)?;
         let front = self.front(region, &h, off)?;
+        if behind(c.ticket as u64, front.served()) {
+            // Skipped after a lease (its holder stalled): there is nothing to hand back.
+            ServerStats::bump(&self.stats.late);
+            return Ok(false);
+        }
         // The ticket must be the served one, and handed out: a message naming the served
         // ticket of a free lock would run `served` ahead of the lock word for good.
         if front.served() != c.ticket as u64 || Self::outstanding(region, off, front)? == 0 {
@@ -482,6 +496,13 @@ impl CanrtServer {
         self.load_bounds(region, &h)?;
         Ok(r)
     }
+}
+
+/// Whether ticket `t` is one the node has already served past (mod 2^16: tickets at most
+/// half the ticket space behind).
+pub(super) fn behind(t: u64, served: u64) -> bool {
+    let d = served.wrapping_sub(t) & TICKET_MASK;
+    d != 0 && d <= TICKET_MASK / 2
 }
 
 impl Handler for CanrtServer {

@@ -163,7 +163,8 @@ fn a_stuck_ticket_is_applied_or_skipped_on_request() {
     control(&node, skip(s0 + 1)).unwrap();
     control(&node, skip(s0 + 1)).unwrap();
     assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 2);
-    // Its late append is refused (its connection dropped), the lock left to s0 + 2.
+    // Its late append and its late unlock are ignored (its writer reads back that it was
+    // skipped), the lock left to s0 + 2; the item never shows.
     let (_, slot) = forge_item(&node.pm, &v, 8, 88, s0 + 1);
     let imm = Imm {
         epoch: v.epoch_tag(),
@@ -172,8 +173,29 @@ fn a_stuck_ticket_is_applied_or_skipped_on_request() {
     }
     .encode()
     .unwrap();
-    assert!(node.deliver(RecvKind::WriteImm, Some(imm), &[]).is_err());
+    node.deliver(RecvKind::WriteImm, Some(imm), &[]).unwrap();
+    control(
+        &node,
+        Control::new(ControlKind::Unlock, v.epoch_tag(), array_gen, 0, s0 + 1),
+    )
+    .unwrap();
     assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 2);
+    let mut buf = vec![0u8; v.header.data_node_size as usize];
+    node.pm.read(off, &mut buf).unwrap();
+    let nv = NodeView::parse(v.data(), &buf).unwrap();
+    assert_eq!(
+        nv.find(8).unwrap(),
+        Found::Absent,
+        "a skipped ticket's item shows"
+    );
+    // A message of a ticket not served yet is a forgery: refused.
+    assert!(
+        control(
+            &node,
+            Control::new(ControlKind::Unlock, v.epoch_tag(), array_gen, 0, s0 + 3),
+        )
+        .is_err()
+    );
     // A drain skip outside a resize does nothing.
     control(
         &node,
