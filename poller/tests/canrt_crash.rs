@@ -4,7 +4,7 @@
 //! a ticket its holder never uses is skipped after a lease), the history is linearizable
 //! (the dead writer's last operation pending: it may or may not have happened), and virtual
 //! time stays bounded. Prints the crash points covered and the survivors' time to progress.
-//! `CANRT_CRASH_SEEDS=n` runs seeds 1..=n (CI: 3).
+//! `CANRT_CRASH_SEEDS=n` runs seeds 1..=n (CI: 6).
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
 use remora_core::fabric::{Endpoint, QueuePair};
 use remora_core::index::KvIndex;
@@ -208,7 +208,7 @@ fn a_writer_dying_at_any_verb_leaves_the_others_going() {
     let seeds = std::env::var("CANRT_CRASH_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(3u64);
+        .unwrap_or(6u64);
     let mut points = 0;
     let mut skips = 0;
     let mut worst = Vec::new();

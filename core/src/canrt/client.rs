@@ -79,6 +79,11 @@ pub struct Canrt<'e, E: Endpoint> {
     resizes: Cell<u64>,
     skips: Cell<u64>,
     skip_requests: Cell<u64>,
+    /// Bytes in the memory node's region (to bound speculative READs).
+    region_len: u64,
+    /// Smoothed time one lock ticket takes to be served (ns; 0 until measured): waiters
+    /// pause about this long per ticket ahead of theirs.
+    ticket_ns: Cell<u64>,
     /// Test-only mutant: trust the node READ's own copy of the meta word as the "before"
     /// read, as a reader may if the READ observes memory in ascending address order (the
     /// meta word first); no READ of the meta word alone precedes the node.
@@ -194,6 +199,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             }
         }
         let view = load_view(qp, cfg.read_retries).await?;
+        let region_len = read_word(qp, GlobalAddr::new(cfg.node, 16)).await?;
         Ok(Canrt {
             ep,
             cfg,
@@ -205,6 +211,8 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             resizes: Cell::new(0),
             skips: Cell::new(0),
             skip_requests: Cell::new(0),
+            ticket_ns: Cell::new(0),
+            region_len,
             #[cfg(test)]
             ascending_check: Cell::new(false),
         })
@@ -313,15 +321,29 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     async fn refresh(&self) -> Result<bool, CanrtError> {
         let qp = self.qp()?;
         let cur = self.view();
-        let root = read_word(qp, GlobalAddr::new(self.cfg.node, root_offset(ROOT_SLOT))).await?;
-        if root == cur.root {
-            // Areas alternate: the same root word may name a newer tree.
-            let at = GlobalAddr::from_raw(root).add(8);
-            if read_word(qp, at).await? as u32 == cur.header.epoch {
-                return Ok(false);
-            }
+        // The root slot and our area's epoch word in one doorbell (areas alternate: the
+        // same root word may name a newer tree).
+        let (mut rb, mut eb) = ([0u8; 8], [0u8; 8]);
+        qp.post(&mut [
+            Op::Read {
+                remote: GlobalAddr::new(self.cfg.node, root_offset(ROOT_SLOT)),
+                local: &mut rb,
+            },
+            Op::Read {
+                remote: GlobalAddr::from_raw(cur.root).add(8),
+                local: &mut eb,
+            },
+        ])
+        .await?;
+        let root = u64::from_le_bytes(rb);
+        if root == cur.root && u64::from_le_bytes(eb) as u32 == cur.header.epoch {
+            return Ok(false);
         }
-        let v = load_view(qp, self.cfg.read_retries).await?;
+        let guess = (2 * cur.header.prefix_len).max(1024);
+        let v = match self.load_view_at(root, guess).await? {
+            Some(v) => v,
+            None => load_view(qp, self.cfg.read_retries).await?,
+        };
         Self::bump(&self.refreshes);
         let mut slot = self.view.borrow_mut();
         if slot.header.epoch < v.header.epoch {
@@ -329,6 +351,45 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             return Ok(true);
         }
         Ok(slot.header.epoch != cur.header.epoch)
+    }
+
+    /// The tree whose area `root` names, header and (if its prefix array is at most `guess`
+    /// bytes) prefix array in one doorbell. None if that did not work out (a prefix array
+    /// larger than the guess, a torn or moved header): the caller reads it the long way.
+    async fn load_view_at(&self, root: u64, guess: u64) -> Result<Option<TreeView>, CanrtError> {
+        let at = GlobalAddr::from_raw(root);
+        let end = at
+            .offset()
+            .saturating_add(TREE_HEADER_LEN as u64)
+            .saturating_add(guess);
+        if root == 0 || at.node() != self.cfg.node || at.is_device() || end > self.region_len {
+            return Ok(None);
+        }
+        let mut hb = [0u8; TREE_HEADER_LEN];
+        let mut prefix = vec![0u8; guess as usize];
+        self.qp()?
+            .post(&mut [
+                Op::Read {
+                    remote: at,
+                    local: &mut hb,
+                },
+                Op::Read {
+                    remote: at.add(TREE_HEADER_LEN as u64),
+                    local: &mut prefix,
+                },
+            ])
+            .await?;
+        let Ok(h) = TreeHeader::decode(&hb) else {
+            return Ok(None);
+        };
+        if h.area_off != at.offset()
+            || h.prefix_off != at.offset() + TREE_HEADER_LEN as u64
+            || h.prefix_len > guess
+        {
+            return Ok(None);
+        }
+        prefix.truncate(h.prefix_len as usize);
+        Ok(TreeView::new(h, root, prefix).ok())
     }
 
     /// One back-off while a resize of `v`'s tree drains; each lease without a new tree asks
@@ -526,6 +587,9 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         let since = self.ep.now_ns();
         let mut waiter = Waiter::new(self.cfg.lease, since);
         let mut seen = t;
+        let mut moved_at = since;
+        let mut direct = None;
+        let mut report = false;
         loop {
             let nv = match self.snapshot(g, &bracket, buf) {
                 Ok(Some(nv)) => Some(nv),
@@ -566,10 +630,19 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                     Self::bump(&self.skips);
                     return Ok(Wrote::Again);
                 }
+                // The same ticket served for a lease. If its holder's item is in the node,
+                // the holder did its part and the server is only slow (its notice is on the
+                // way): nothing to report. Else the holder died or stalled: ask for a skip.
+                if report && served == seen && nv.pending().is_none() {
+                    Self::bump(&self.skip_requests);
+                    self.control(ControlKind::Skip, &v, v.epoch_tag(), id, served)
+                        .await?;
+                }
                 seen = served;
             } else {
                 Self::bump(&self.torn);
             }
+            report = false;
             // Wait for our turn on the meta word alone (8 bytes a poll, backing off on the
             // fabric clock), then re-read the node. A frozen node is re-read now and then, to
             // notice a new tree. A served ticket that does not move for a lease is reported
@@ -580,18 +653,45 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                     _ if polls > self.cfg.lock_polls => {
                         return Err(self.lock_timeout(addr, seen, t, since));
                     }
-                    Verdict::Wait(ns) => self.ep.pause(ns).await,
+                    Verdict::Wait(ns) => {
+                        // Proportional back-off: about the time the tickets ahead of ours
+                        // take, so a waiter polls a few times per wait, not per ticket.
+                        let ahead = t.wrapping_sub(seen) & TICKET_MASK;
+                        let cap = (self.cfg.lease.lease_ns / 8).max(ns);
+                        let est = ahead.saturating_mul(self.ticket_ns.get());
+                        self.ep.pause(ns.max(est).min(cap)).await
+                    }
                     Verdict::Expired { .. } => {
-                        Self::bump(&self.skip_requests);
-                        self.control(ControlKind::Skip, &v, v.epoch_tag(), id, seen)
-                            .await?;
+                        // Look at the whole node before reporting the ticket.
+                        report = true;
+                        break;
                     }
                     Verdict::GiveUp { .. } => {
                         return Err(self.lock_timeout(addr, seen, t, since));
                     }
                 }
+                if t.wrapping_sub(seen) & TICKET_MASK == 1 && direct != Some(seen) {
+                    // Next in line, and paused about as long as the holder takes: READ the
+                    // whole node at once (our turn then costs no extra round trip); once per
+                    // holder, the meta word alone after that.
+                    direct = Some(seen);
+                    break;
+                }
                 Self::bump(&self.waits);
                 let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
+                let now = self.ep.now_ns();
+                let moved = m.served().wrapping_sub(seen) & TICKET_MASK;
+                if moved > 0 && moved <= TICKET_MASK / 2 && now > moved_at {
+                    // How long a ticket takes here, smoothed: the next pauses' measure.
+                    let sample = (now - moved_at) / moved;
+                    let old = self.ticket_ns.get();
+                    self.ticket_ns.set(if old == 0 {
+                        sample
+                    } else {
+                        (3 * old + sample) / 4
+                    });
+                    moved_at = now;
+                }
                 seen = m.served();
                 if m.served() == t
                     || skipped(t, m.served())

@@ -22,8 +22,37 @@
 //!   CPU then rewrites; the fabric contract (rule 3) does not order NIC atomics with CPU
 //!   stores, so that word could lose updates. Here the lock word is a ticket counter touched
 //!   only by NIC FETCH_AND_ADDs, and the server writes only the meta word (bitmap + `served`
-//!   ticket). A client whose ticket is not yet served waits (re-READs the node) instead of
-//!   FETCH_AND_ADDing again.
+//!   ticket). A client whose ticket is not yet served waits instead of FETCH_AND_ADDing
+//!   again: it polls the 8-byte meta word, pausing on the fabric clock about as long as the
+//!   tickets ahead of it take (measured, smoothed) and never less than an exponential
+//!   back-off ([`crate::lease`]), so a wait costs a few 8-byte READs, not one per ticket.
+//!   Only a ticket's holder may hand it back: an Unlock or Resize naming a ticket not yet
+//!   served, or the served ticket of a lock nobody holds, is refused (the connection drops).
+//! - **Dead and stalled holders** (issue 10). A ticket whose holder died before appending
+//!   would stop its node for good, and a frozen tree's drain with it. A waiter that sees the
+//!   same ticket served for a whole lease (`CanrtConfig::lease`, on its own clock) sends
+//!   `Skip`; a client waiting for a resize that sees no new tree for a lease sends a drain
+//!   `Skip`, and the server skips tickets that did not move between two of those. Skipping
+//!   applies the holder's complete item if it is in a free slot (it had appended and died
+//!   before the notice), else serves the next ticket. A holder that was only slow and
+//!   appends after its ticket was skipped reads the meta word back in its append's doorbell,
+//!   sees its ticket passed with its item unprocessed, and writes again on a new ticket; the
+//!   server ignores its late notice and unlock, and readers and recovery never take an item
+//!   whose ticket is not the served one. What is not covered: the lock word is a bare
+//!   counter, so the server cannot name (or [`crate::fabric::Endpoint::fence`]) the client
+//!   behind a ticket, and `Handler::on_disconnect` has nothing to release; a holder stalled
+//!   for a lease *between* reading its turn and its append landing can still have its item
+//!   land in the slot the next holder writes. With 10 ms leases and appends posted
+//!   immediately after the snapshot that grants the turn, that takes a stall of a lease
+//!   inside one doorbell.
+//! - **Durability.** A write returns only after its read-after-write flush (with
+//!   `flush_appends`), so every acknowledged write survives a memory-node crash (recovery
+//!   replays the lock holder's complete item). Readers take a holder's item as soon as it is
+//!   in memory, before its flush: a value a reader returned can vanish in a crash, but only
+//!   if its write had not yet returned, and then that write fails instead of being
+//!   acknowledged. So histories are linearizable and acknowledged writes durable; a read
+//!   concurrent with a write the crash lost may have seen it (the paper's behaviour, where
+//!   the NIC's writes reach the persistence domain, ADR, when placed, it cannot happen).
 //! - **Visibility.** The paper calls a write done once WRITE_WITH_IMM is posted but makes it
 //!   visible only when the server applies it, which is not linearizable (a client would not
 //!   read its own write). Here each DataItem carries its ticket and a checksum; a reader that
@@ -118,7 +147,7 @@ impl CanrtConfig {
             lease: LeaseConfig {
                 lease_ns: 10_000_000,
                 min_backoff_ns: 250,
-                max_backoff_ns: 20_000,
+                max_backoff_ns: 500_000,
                 deadline_ns: 2_000_000_000,
                 max_attempts: u32::MAX,
             },
