@@ -282,3 +282,54 @@ fn the_handler_recovers_and_names_canrt() {
         "{report}"
     );
 }
+
+/// A holder that stalls for a lease after its turn came and before its append lands is
+/// skipped; its append lands anyway, the server ignores it, and the holder reads back (in
+/// the append's doorbell) that its ticket was passed with its item unprocessed, and writes
+/// again on a new ticket: the write happens once, nobody's connection drops.
+#[test]
+fn a_holder_skipped_before_its_append_writes_again() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+        let v = tree_of(&node.pm);
+        let served = meta_of(&node.pm, &v, 0).served();
+        // A waiter's Skip of our ticket (served, nothing appended yet) arrives first.
+        let n = node.clone();
+        let skip = Control::new(
+            ControlKind::Skip,
+            v.epoch_tag(),
+            v.header.array_gen,
+            0,
+            served,
+        );
+        *node.before_next_append.borrow_mut() = Some(Box::new(move || {
+            n.deliver(RecvKind::Send, None, &skip.encode()).unwrap();
+        }));
+        t.upsert(&be(5), &2u64.to_le_bytes()).await.unwrap();
+        assert!(
+            node.before_next_append.borrow().is_none(),
+            "no append happened"
+        );
+        assert_eq!(t.stats().skipped, 1, "{:?}", t.stats());
+        let st = node.server.borrow().stats();
+        assert_eq!(st.skipped.load(core::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(st.late.load(core::sync::atomic::Ordering::Relaxed), 1);
+        let mut out = [0u8; 8];
+        assert_eq!(t.get(&be(5), &mut out).await.unwrap(), Some(8));
+        assert_eq!(u64::from_le_bytes(out), 2);
+        // Two tickets taken (the skipped one and the one that wrote), both served.
+        let now = meta_of(&node.pm, &v, 0);
+        assert_eq!(now.served(), served + 2);
+        assert_eq!(
+            node.pm
+                .load_u64(v.header.data_node_off(0) + LOCK_OFF)
+                .unwrap()
+                & 0xFFFF,
+            served + 2
+        );
+    });
+    assert_eq!(dump(&node.pm).get(&5), Some(&2));
+}
