@@ -7,7 +7,7 @@
 //! - Read (Algorithm 2, `client.rs`): the client finds the data node with its cached prefix
 //!   nodes (eqs. 2-3, `view.rs`) and READs the whole node, between two 8-byte READs of its
 //!   meta word (see *Torn reads* below): 1 doorbell, 1 round trip.
-//! - Write (Algorithm 1, `client.rs`): FETCH_AND_ADD on the node's lock word (with the
+//! - Write (Algorithm 1, `write.rs`): FETCH_AND_ADD on the node's lock word (with the
 //!   node's READs in the same doorbell), then the new `DataItem` is appended into a free
 //!   slot with WRITE_WITH_IMM whose immediate names node and slot (and a READ after it in
 //!   the same doorbell, the read-after-write flush): 2 round trips when uncontended.
@@ -92,6 +92,7 @@ mod server;
 #[cfg(test)]
 mod tests;
 mod view;
+mod write;
 
 pub use build::{Plan, plan, plan_units};
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
