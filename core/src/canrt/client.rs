@@ -79,6 +79,8 @@ pub struct Canrt<'e, E: Endpoint> {
     pub(super) resizes: Cell<u64>,
     pub(super) skips: Cell<u64>,
     pub(super) skip_requests: Cell<u64>,
+    /// Resize waits begun (names each in its drain `Skip`s).
+    pub(super) drain_waits: Cell<u64>,
     /// Bytes in the memory node's region (to bound speculative READs).
     pub(super) region_len: u64,
     /// Smoothed time one lock ticket takes to be served (ns; 0 until measured): waiters
@@ -212,6 +214,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             skips: Cell::new(0),
             skip_requests: Cell::new(0),
             ticket_ns: Cell::new(0),
+            drain_waits: Cell::new(0),
             region_len,
             #[cfg(test)]
             ascending_check: Cell::new(false),
@@ -394,7 +397,16 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
 
     /// One back-off while a resize of `v`'s tree drains; each lease without a new tree asks
     /// the server to skip tickets that did not move (dead holders would stop the drain).
-    pub(super) async fn resize_wait(&self, w: &mut Waiter, v: &TreeView) -> Result<(), CanrtError> {
+    ///
+    /// The server compares a drain `Skip` only with the previous one of the same wait (`wait`
+    /// names it, `leases` counts its leases), so two reports are always a lease apart.
+    pub(super) async fn resize_wait(
+        &self,
+        w: &mut Waiter,
+        v: &TreeView,
+        wait: u64,
+        leases: &mut u32,
+    ) -> Result<(), CanrtError> {
         match w.observe(1 << 63 | v.header.epoch as u64, self.ep.now_ns()) {
             Verdict::Wait(ns) => {
                 Self::bump(&self.waits);
@@ -403,7 +415,8 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             }
             Verdict::Expired { .. } => {
                 Self::bump(&self.skip_requests);
-                self.control(ControlKind::Skip, v, v.epoch_tag(), SKIP_DRAIN, 0)
+                *leases += 1;
+                self.control(ControlKind::Skip, v, *leases, SKIP_DRAIN, wait)
                     .await
             }
             Verdict::GiveUp { .. } => Err(CanrtError::Retries {
@@ -422,9 +435,12 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     ) -> Result<(), CanrtError> {
         let qp = self.qp()?;
         let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
+        let wait = self.drain_waits.get();
+        self.drain_waits.set(wait.wrapping_add(1));
+        let mut leases = 0;
         for i in 0..self.cfg.resize_polls {
             if i > 0 {
-                self.resize_wait(&mut w, v).await?;
+                self.resize_wait(&mut w, v, wait, &mut leases).await?;
             }
             let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
             if !m.frozen() && m.epoch() == v.epoch_tag() {

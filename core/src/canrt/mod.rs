@@ -222,10 +222,6 @@ pub enum CanrtError {
         used: u64,
         len: u64,
     },
-    /// The served ticket passed ours without us: the lock word was reset under us.
-    LockLost {
-        node: GlobalAddr,
-    },
     /// An operation that did not settle within its retries.
     Retries {
         what: &'static str,
@@ -279,9 +275,6 @@ impl fmt::Display for CanrtError {
                 "canrt: memory node {node} is full ({used} of {len} bytes allocated): no room \
                  for the tree"
             ),
-            CanrtError::LockLost { node } => {
-                write!(f, "canrt: lock ticket of data node {node} was skipped")
-            }
             CanrtError::Retries { what } => write!(f, "canrt: {what} did not settle"),
         }
     }

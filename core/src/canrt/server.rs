@@ -81,6 +81,17 @@ pub struct RecoveryReport {
     pub trimmed: u32,
 }
 
+/// One client's resize wait as the drain `Skip`s it sent describe it.
+pub(super) struct DrainSeen {
+    conn: usize,
+    wait: u32,
+    leases: u8,
+    served: Vec<u64>,
+}
+
+/// Resize waits remembered at once (the oldest is forgotten; it starts over).
+const MAX_DRAIN_WAITS: usize = 256;
+
 /// The CANRT metadata applier of one memory node.
 pub struct CanrtServer {
     pub(super) tree: Option<TreeHeader>,
@@ -96,8 +107,9 @@ pub struct CanrtServer {
     pub(super) heap: (u64, u64),
     pub(super) stats: Arc<ServerStats>,
     pub(super) scratch: Vec<u8>,
-    /// Each data node's served ticket at the last drain `Skip` (see [`ControlKind::Skip`]).
-    pub(super) drain_seen: Vec<u64>,
+    /// Per resize wait of a client (connection, the wait's name): its last drain `Skip`'s
+    /// lease count and each data node's served ticket then (see [`ControlKind::Skip`]).
+    pub(super) drain_seen: Vec<DrainSeen>,
 }
 
 impl Default for CanrtServer {
@@ -389,7 +401,12 @@ impl CanrtServer {
     }
 
     /// A `Skip` control message (see [`ControlKind::Skip`]).
-    fn skip(&mut self, region: &dyn LocalRegion, c: &Control) -> Result<(), FabricError> {
+    fn skip(
+        &mut self,
+        region: &dyn LocalRegion,
+        conn: usize,
+        c: &Control,
+    ) -> Result<(), FabricError> {
         let h = self.tree(region)?;
         if c.arg != h.array_gen as u32 {
             return Ok(());
@@ -408,16 +425,42 @@ impl CanrtServer {
         if !self.resizing {
             return Ok(());
         }
-        // Two requests a lease apart: tickets served at both, still outstanding, are stuck.
+        // Two requests of one wait, a lease apart (consecutive lease counts): tickets served
+        // at both and still outstanding are stuck.
         let mut now = Vec::with_capacity(h.n_data as usize);
         for id in 0..h.n_data {
             now.push(self.front(region, &h, h.data_node_off(id))?.served());
         }
-        let before = core::mem::replace(&mut self.drain_seen, now);
-        if before.len() == h.n_data as usize {
+        let (wait, leases) = (c.ticket, c.epoch);
+        let prev = self
+            .drain_seen
+            .iter()
+            .position(|d| d.conn == conn && d.wait == wait);
+        let before = match prev {
+            Some(i) => {
+                let d = &mut self.drain_seen[i];
+                let consecutive = d.leases.wrapping_add(1) & SHORT_EPOCH_MASK as u8 == leases;
+                d.leases = leases;
+                let before = core::mem::replace(&mut d.served, now.clone());
+                consecutive.then_some(before)
+            }
+            None => {
+                if self.drain_seen.len() >= MAX_DRAIN_WAITS {
+                    self.drain_seen.remove(0);
+                }
+                self.drain_seen.push(DrainSeen {
+                    conn,
+                    wait,
+                    leases,
+                    served: now.clone(),
+                });
+                None
+            }
+        };
+        if let Some(before) = before.filter(|b| b.len() == now.len()) {
             for (id, t) in before.into_iter().enumerate() {
-                if self.drain_seen[id] == t && self.skip_ticket(region, &h, id as u32, t)? {
-                    self.drain_seen[id] = u64::MAX;
+                if now[id] == t {
+                    self.skip_ticket(region, &h, id as u32, t)?;
                 }
             }
         }
@@ -515,7 +558,7 @@ impl Handler for CanrtServer {
     fn on_message(
         &mut self,
         region: &dyn LocalRegion,
-        _conn: usize,
+        conn: usize,
         recv: Recv,
         msg: &[u8],
         _replies: &mut Replies,
@@ -537,7 +580,7 @@ impl Handler for CanrtServer {
                         Ok(false) => Ok(()),
                         Err(e) => Err(e),
                     },
-                    Ok(ControlKind::Skip) => self.skip(region, &c),
+                    Ok(ControlKind::Skip) => self.skip(region, conn, &c),
                     Err(_) => Err(invalid(region, 0, "unknown CANRT control message")),
                 },
                 Err(_) => Err(invalid(region, 0, "malformed CANRT control message")),
@@ -566,6 +609,14 @@ impl Handler for CanrtServer {
 
     fn service(&self) -> &'static str {
         "canrt"
+    }
+
+    /// The lock tickets of a connection are not known to the server (the lock word is a bare
+    /// counter that NIC atomics bump): a dead client's ticket is skipped once a waiter has
+    /// seen it stuck for a lease (see `Skip`). What the server does keep per connection,
+    /// its resize waits' drain reports, goes.
+    fn on_disconnect(&mut self, _region: &dyn LocalRegion, conn: usize) {
+        self.drain_seen.retain(|d| d.conn != conn);
     }
 
     fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {

@@ -333,3 +333,54 @@ fn a_holder_skipped_before_its_append_writes_again() {
     });
     assert_eq!(dump(&node.pm).get(&5), Some(&2));
 }
+
+/// A resize waits for every ticket handed out; a ticket nobody will use stops it until the
+/// drain `Skip`s of one client's wait, a lease apart (consecutive lease counts), find it
+/// unmoved. Reports of different waits, or repeated ones, are never compared.
+#[test]
+fn a_drain_stuck_on_a_dead_ticket_is_skipped_by_one_waits_reports() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+    });
+    let v = tree_of(&node.pm);
+    let off = v.header.data_node_off(0);
+    let s0 = meta_of(&node.pm, &v, 0).served();
+    let array_gen = v.header.array_gen;
+    // Two tickets: ours (s0), which asks for a resize, and a dead client's (s0 + 1).
+    node.pm.store_u64(off + LOCK_OFF, s0 + 2).unwrap();
+    control(
+        &node,
+        Control::new(ControlKind::Resize, v.epoch_tag(), array_gen, 0, s0),
+    )
+    .unwrap();
+    assert!(meta_of(&node.pm, &v, 0).frozen(), "the resize drains");
+    let drain = |wait: u64, leases: u32| {
+        control(
+            &node,
+            Control::new(ControlKind::Skip, leases, array_gen, SKIP_DRAIN, wait),
+        )
+        .unwrap()
+    };
+    drain(7, 1);
+    drain(8, 1);
+    drain(7, 1);
+    drain(8, 3);
+    assert!(
+        meta_of(&node.pm, &v, 0).frozen(),
+        "skipped on unrelated reports"
+    );
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 1);
+    drain(7, 2);
+    let st = node.server.borrow().stats();
+    assert_eq!(st.skipped.load(core::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(st.resizes.load(core::sync::atomic::Ordering::Relaxed), 1);
+    let nv = tree_of(&node.pm);
+    assert!(nv.header.epoch > v.header.epoch, "no new tree");
+    assert_eq!(dump(&node.pm).get(&5), Some(&1));
+    // Its connection gone, the server forgets the wait's reports.
+    Handler::on_disconnect(&mut *node.server.borrow_mut(), &node.pm, 0);
+    assert!(node.server.borrow().drain_seen.is_empty());
+}
