@@ -1169,6 +1169,16 @@ mod tests {
         let c = Control::new(ControlKind::Resize, 5, 3, 9, 1 << 30);
         assert_eq!(Control::decode(&c.encode()).unwrap(), c);
         assert!(Control::decode(&[9; 16]).is_err());
+        let skip = Control::new(ControlKind::Skip, 130, 3, SKIP_DRAIN, 70_000);
+        let back = Control::decode(&skip.encode()).unwrap();
+        assert_eq!(back.kind(), Ok(ControlKind::Skip));
+        assert_eq!(
+            (back.epoch, back.node, back.ticket),
+            (2, SKIP_DRAIN, 70_000 & 0xFFFF)
+        );
+        let mut bad = skip.encode();
+        bad[0] = 5;
+        assert!(Control::decode(&bad).is_err());
     }
 
     #[test]
