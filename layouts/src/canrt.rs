@@ -978,7 +978,15 @@ pub enum ControlKind {
     Unlock = 2,
     /// The lock holder of `node` found it full: release, and resize the tree.
     Resize = 3,
+    /// A waiter saw `ticket` served on `node` for a whole lease with no progress (its holder
+    /// died or stalled before appending): apply the holder's complete item if it is in a
+    /// free slot, else skip the ticket. `node` = [`SKIP_DRAIN`]: a resize has been draining
+    /// for a lease; skip tickets that have not moved since the previous such request.
+    Skip = 4,
 }
+
+/// [`Control::node`] of a [`ControlKind::Skip`] about the whole frozen tree.
+pub const SKIP_DRAIN: u32 = u32::MAX;
 
 /// A control message (SEND payload), 16 bytes.
 #[repr(C)]
@@ -1030,6 +1038,7 @@ impl Control {
             1 => Ok(ControlKind::Format),
             2 => Ok(ControlKind::Unlock),
             3 => Ok(ControlKind::Resize),
+            4 => Ok(ControlKind::Skip),
             k => Err(LayoutError::BadMagic {
                 expected: 1,
                 found: k as u64,
@@ -1160,6 +1169,16 @@ mod tests {
         let c = Control::new(ControlKind::Resize, 5, 3, 9, 1 << 30);
         assert_eq!(Control::decode(&c.encode()).unwrap(), c);
         assert!(Control::decode(&[9; 16]).is_err());
+        let skip = Control::new(ControlKind::Skip, 130, 3, SKIP_DRAIN, 70_000);
+        let back = Control::decode(&skip.encode()).unwrap();
+        assert_eq!(back.kind(), Ok(ControlKind::Skip));
+        assert_eq!(
+            (back.epoch, back.node, back.ticket),
+            (2, SKIP_DRAIN, 70_000 & 0xFFFF)
+        );
+        let mut bad = skip.encode();
+        bad[0] = 5;
+        assert!(Control::decode(&bad).is_err());
     }
 
     #[test]

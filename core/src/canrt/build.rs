@@ -24,18 +24,20 @@ pub struct Plan {
     pub groups: Vec<(usize, usize)>,
 }
 
-/// Every segment the keys call for: gaps for runs of constant bits, levels of at most 8 bits
-/// for runs of differing ones.
-fn all_segments(keys: &[u64]) -> Vec<Segment> {
+/// Every segment the keys call for: gaps for runs of at least `min_gap` constant bits, levels
+/// of at most 8 bits for the rest (runs of differing bits and the shorter constant runs
+/// between them, which a level reads as one constant digit).
+fn all_segments(keys: &[u64], min_gap: u32) -> Vec<Segment> {
     let first = keys.first().copied().unwrap_or(0);
-    let diff = keys.iter().fold(0u64, |d, k| d | (k ^ first));
-    if diff == 0 {
+    let exact = keys.iter().fold(0u64, |d, k| d | (k ^ first));
+    if exact == 0 {
         return vec![Segment::Level {
             lo: 56,
             width: 8,
             fanout: 1,
         }];
     }
+    let diff = fill_short_gaps(exact, min_gap);
     let mut out = Vec::new();
     let mut hi = 64u32; // exclusive top of the current run
     while hi > 0 {
@@ -67,6 +69,30 @@ fn all_segments(keys: &[u64]) -> Vec<Segment> {
                 width: width as u8,
                 value,
             });
+        }
+        hi = lo;
+    }
+    out
+}
+
+/// `diff` with every run of zero bits shorter than `min_gap` set (read by a level, not a gap).
+fn fill_short_gaps(diff: u64, min_gap: u32) -> u64 {
+    let mut out = diff;
+    let mut hi = 64u32;
+    while hi > 0 {
+        let varying = diff >> (hi - 1) & 1 == 1;
+        let mut lo = hi - 1;
+        while lo > 0 && (diff >> (lo - 1) & 1 == 1) == varying {
+            lo -= 1;
+        }
+        if !varying && hi - lo < min_gap {
+            let width = hi - lo;
+            let mask = if width == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << width) - 1) << lo
+            };
+            out |= mask;
         }
         hi = lo;
     }
@@ -271,7 +297,22 @@ fn plan_with(keys: &[u64], leaves: Leaves<'_>) -> Result<Option<Plan>, LayoutErr
             what: "keys to plan are not sorted and distinct",
         });
     }
-    let segs = all_segments(keys);
+    // Every constant run a gap first (fewest levels); when the keys' differing bits
+    // alternate so much that the segments run out before the bits that separate dense keys,
+    // fewer and finally no gaps: eight 8-bit levels always fit the format's segments.
+    for min_gap in [1, 8, 65] {
+        if let Some(p) = plan_segments(keys, &all_segments(keys, min_gap), leaves)? {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
+fn plan_segments(
+    keys: &[u64],
+    segs: &[Segment],
+    leaves: Leaves<'_>,
+) -> Result<Option<Plan>, LayoutError> {
     let mut levels = Vec::new();
     for (cut, s) in segs.iter().enumerate() {
         if !matches!(s, Segment::Level { .. }) {

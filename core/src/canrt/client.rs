@@ -1,21 +1,22 @@
-//! The CANRT client: node-oriented reads (Algorithm 2) and lock-based appends (Algorithm 1)
-//! over a cached copy of the prefix nodes.
+//! The CANRT client: node-oriented reads (Algorithm 2), scans, and waiting for resizes
+//! over a cached copy of the prefix nodes (lock-based appends, Algorithm 1, are in `write.rs`).
 use super::view::{Found, NodeView, TreeView};
 use super::{CanrtConfig, CanrtError};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::index::KvIndex;
+use crate::lease::{Verdict, Waiter};
 use core::cell::{Cell, RefCell};
 use remora_layouts::canrt::{
-    Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, LOCK_OFF, MAX_VALUE, Meta,
-    ROOT_SLOT, TICKET_MASK, TREE_HEADER_LEN, TreeHeader,
+    Control, ControlKind, DataGeometry, FRONT_OFF, ItemOp, MAX_VALUE, Meta, ROOT_SLOT, SKIP_DRAIN,
+    TREE_HEADER_LEN, TreeHeader,
 };
-use remora_layouts::region::root_offset;
+use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::rc::Rc;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
-const MAX_ITEM: usize = 16 + MAX_VALUE;
+pub(super) const MAX_ITEM: usize = 16 + MAX_VALUE;
 /// Data nodes a scan READs per doorbell.
 pub const SCAN_BATCH: usize = 4;
 
@@ -31,20 +32,24 @@ pub struct ClientStats {
     pub refreshes: u64,
     /// Full data nodes reported to the server.
     pub resize_requests: u64,
+    /// Our lock tickets the server skipped before we took our turn (we took new ones).
+    pub skipped: u64,
+    /// `Skip` requests sent (a served ticket, or a resize drain, stuck for a lease).
+    pub skip_requests: u64,
 }
 
 /// Data-node buffers, one per coroutine in flight, reused (no zeroing or allocation per
 /// operation once warm).
-struct BufPool(RefCell<Vec<Vec<u8>>>);
+pub(super) struct BufPool(RefCell<Vec<Vec<u8>>>);
 
 /// A buffer taken from the pool; goes back when dropped.
-struct Buf<'p> {
+pub(super) struct Buf<'p> {
     pool: &'p BufPool,
-    buf: Vec<u8>,
+    pub(super) buf: Vec<u8>,
 }
 
 impl BufPool {
-    fn take(&self, size: usize) -> Buf<'_> {
+    pub(super) fn take(&self, size: usize) -> Buf<'_> {
         let mut buf = self.0.borrow_mut().pop().unwrap_or_default();
         if buf.len() != size {
             buf.resize(size, 0);
@@ -64,14 +69,23 @@ impl Drop for Buf<'_> {
 
 /// One compute thread's handle on a CANRT tree.
 pub struct Canrt<'e, E: Endpoint> {
-    ep: &'e E,
-    cfg: CanrtConfig,
-    view: RefCell<Rc<TreeView>>,
-    bufs: BufPool,
-    torn: Cell<u64>,
-    waits: Cell<u64>,
-    refreshes: Cell<u64>,
-    resizes: Cell<u64>,
+    pub(super) ep: &'e E,
+    pub(super) cfg: CanrtConfig,
+    pub(super) view: RefCell<Rc<TreeView>>,
+    pub(super) bufs: BufPool,
+    pub(super) torn: Cell<u64>,
+    pub(super) waits: Cell<u64>,
+    pub(super) refreshes: Cell<u64>,
+    pub(super) resizes: Cell<u64>,
+    pub(super) skips: Cell<u64>,
+    pub(super) skip_requests: Cell<u64>,
+    /// Resize waits begun (names each in its drain `Skip`s).
+    pub(super) drain_waits: Cell<u64>,
+    /// Bytes in the memory node's region (to bound speculative READs).
+    pub(super) region_len: u64,
+    /// Smoothed time one lock ticket takes to be served (ns; 0 until measured): waiters
+    /// pause about this long per ticket ahead of theirs.
+    pub(super) ticket_ns: Cell<u64>,
     /// Test-only mutant: trust the node READ's own copy of the meta word as the "before"
     /// read, as a reader may if the READ observes memory in ascending address order (the
     /// meta word first); no READ of the meta word alone precedes the node.
@@ -80,7 +94,7 @@ pub struct Canrt<'e, E: Endpoint> {
 }
 
 /// The meta word READ alone just before and just after a data node (bytes 0..8 and 8..16).
-type Bracket = [u8; 16];
+pub(super) type Bracket = [u8; 16];
 
 fn key_of(key: &[u8]) -> Result<u64, CanrtError> {
     let b: [u8; 8] = key
@@ -137,7 +151,7 @@ async fn load_view<Q: QueuePair>(qp: &Q, tries: u32) -> Result<TreeView, CanrtEr
 }
 
 /// What a data node's meta word says about the view it was found with.
-enum Fresh {
+pub(super) enum Fresh {
     /// The node is the view's (frozen or not): its contents are the valid tree's.
     Yes,
     /// A newer tree is published (and now cached): start over with it.
@@ -147,7 +161,7 @@ enum Fresh {
     NotYet,
 }
 
-enum Wrote {
+pub(super) enum Wrote {
     Done(bool),
     /// The tree was replaced or is being resized: start over on the new one.
     Again,
@@ -162,17 +176,32 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         let slot = GlobalAddr::new(cfg.node, root_offset(ROOT_SLOT));
         let mut root = read_word(qp, slot).await?;
         if root == 0 {
+            room_for_tree(qp, geometry).await?;
             qp.send(&Control::format(geometry).encode()).await?;
+            let mut w = Waiter::new(cfg.lease, ep.now_ns());
             let mut polls = 0;
             while root == 0 {
                 polls += 1;
-                if polls > cfg.resize_polls {
-                    return Err(CanrtError::NoTree { slot: ROOT_SLOT });
+                match w.observe(1, ep.now_ns()) {
+                    _ if polls > cfg.resize_polls => {
+                        return Err(CanrtError::NoTree { slot: ROOT_SLOT });
+                    }
+                    Verdict::GiveUp { .. } => return Err(CanrtError::NoTree { slot: ROOT_SLOT }),
+                    Verdict::Wait(ns) => ep.pause(ns).await,
+                    Verdict::Expired { .. } => {}
                 }
-                root = read_word(qp, slot).await?;
+                root = match read_word(qp, slot).await {
+                    Ok(r) => r,
+                    // The server dropped us: say why if it is the usual reason.
+                    Err(e) => {
+                        room_for_tree(qp, geometry).await?;
+                        return Err(e);
+                    }
+                };
             }
         }
         let view = load_view(qp, cfg.read_retries).await?;
+        let region_len = read_word(qp, GlobalAddr::new(cfg.node, 16)).await?;
         Ok(Canrt {
             ep,
             cfg,
@@ -182,6 +211,11 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             waits: Cell::new(0),
             refreshes: Cell::new(0),
             resizes: Cell::new(0),
+            skips: Cell::new(0),
+            skip_requests: Cell::new(0),
+            ticket_ns: Cell::new(0),
+            drain_waits: Cell::new(0),
+            region_len,
             #[cfg(test)]
             ascending_check: Cell::new(false),
         })
@@ -193,6 +227,8 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             lock_waits: self.waits.get(),
             refreshes: self.refreshes.get(),
             resize_requests: self.resizes.get(),
+            skipped: self.skips.get(),
+            skip_requests: self.skip_requests.get(),
         }
     }
 
@@ -201,22 +237,22 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         self.view.borrow().clone()
     }
 
-    fn qp(&self) -> Result<&'e E::Qp, CanrtError> {
+    pub(super) fn qp(&self) -> Result<&'e E::Qp, CanrtError> {
         Ok(self.ep.qp(self.cfg.node)?)
     }
 
-    fn node_addr(&self, v: &TreeView, id: u32) -> GlobalAddr {
+    pub(super) fn node_addr(&self, v: &TreeView, id: u32) -> GlobalAddr {
         GlobalAddr::new(self.cfg.node, v.header.data_node_off(id))
     }
 
-    fn bump(c: &Cell<u64>) {
+    pub(super) fn bump(c: &Cell<u64>) {
         c.set(c.get() + 1);
     }
 
     /// Pushes the READs of one data-node snapshot: the meta word alone, the whole node, the
     /// meta word alone again. On one queue pair each takes effect after the one before it
     /// completed, so the two lone words bracket the node READ however its segments landed.
-    fn push_snapshot<'a, const N: usize>(
+    pub(super) fn push_snapshot<'a, const N: usize>(
         &self,
         ops: &mut heapless::Vec<Op<'a>, N>,
         addr: GlobalAddr,
@@ -251,7 +287,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     }
 
     /// One data-node snapshot in one doorbell (see [`Self::push_snapshot`]).
-    async fn read_snapshot(
+    pub(super) async fn read_snapshot(
         &self,
         addr: GlobalAddr,
         bracket: &mut Bracket,
@@ -264,7 +300,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     }
 
     /// The node of a snapshot, or None if it changed while it was read (read it again).
-    fn snapshot<'b>(
+    pub(super) fn snapshot<'b>(
         &self,
         g: DataGeometry,
         bracket: &Bracket,
@@ -285,18 +321,32 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
 
     /// Re-reads the root slot and the published header's epoch; reloads the prefix array if
     /// a newer tree is published. True if the cached view changed.
-    async fn refresh(&self) -> Result<bool, CanrtError> {
+    pub(super) async fn refresh(&self) -> Result<bool, CanrtError> {
         let qp = self.qp()?;
         let cur = self.view();
-        let root = read_word(qp, GlobalAddr::new(self.cfg.node, root_offset(ROOT_SLOT))).await?;
-        if root == cur.root {
-            // Areas alternate: the same root word may name a newer tree.
-            let at = GlobalAddr::from_raw(root).add(8);
-            if read_word(qp, at).await? as u32 == cur.header.epoch {
-                return Ok(false);
-            }
+        // The root slot and our area's epoch word in one doorbell (areas alternate: the
+        // same root word may name a newer tree).
+        let (mut rb, mut eb) = ([0u8; 8], [0u8; 8]);
+        qp.post(&mut [
+            Op::Read {
+                remote: GlobalAddr::new(self.cfg.node, root_offset(ROOT_SLOT)),
+                local: &mut rb,
+            },
+            Op::Read {
+                remote: GlobalAddr::from_raw(cur.root).add(8),
+                local: &mut eb,
+            },
+        ])
+        .await?;
+        let root = u64::from_le_bytes(rb);
+        if root == cur.root && u64::from_le_bytes(eb) as u32 == cur.header.epoch {
+            return Ok(false);
         }
-        let v = load_view(qp, self.cfg.read_retries).await?;
+        let guess = (2 * cur.header.prefix_len).max(1024);
+        let v = match self.load_view_at(root, guess).await? {
+            Some(v) => v,
+            None => load_view(qp, self.cfg.read_retries).await?,
+        };
         Self::bump(&self.refreshes);
         let mut slot = self.view.borrow_mut();
         if slot.header.epoch < v.header.epoch {
@@ -306,30 +356,97 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         Ok(slot.header.epoch != cur.header.epoch)
     }
 
-    /// Waits until a tree newer than `old` is published (a resize finished).
-    async fn await_new_tree(&self, old: &TreeView) -> Result<(), CanrtError> {
-        for _ in 0..self.cfg.resize_polls {
-            self.refresh().await?;
-            if self.view().header.epoch != old.header.epoch {
-                return Ok(());
-            }
+    /// The tree whose area `root` names, header and (if its prefix array is at most `guess`
+    /// bytes) prefix array in one doorbell. None if that did not work out (a prefix array
+    /// larger than the guess, a torn or moved header): the caller reads it the long way.
+    async fn load_view_at(&self, root: u64, guess: u64) -> Result<Option<TreeView>, CanrtError> {
+        let at = GlobalAddr::from_raw(root);
+        let end = at
+            .offset()
+            .saturating_add(TREE_HEADER_LEN as u64)
+            .saturating_add(guess);
+        if root == 0 || at.node() != self.cfg.node || at.is_device() || end > self.region_len {
+            return Ok(None);
         }
-        Err(CanrtError::Retries {
-            what: "waiting for a resize",
-        })
+        let mut hb = [0u8; TREE_HEADER_LEN];
+        let mut prefix = vec![0u8; guess as usize];
+        self.qp()?
+            .post(&mut [
+                Op::Read {
+                    remote: at,
+                    local: &mut hb,
+                },
+                Op::Read {
+                    remote: at.add(TREE_HEADER_LEN as u64),
+                    local: &mut prefix,
+                },
+            ])
+            .await?;
+        let Ok(h) = TreeHeader::decode(&hb) else {
+            return Ok(None);
+        };
+        if h.area_off != at.offset()
+            || h.prefix_off != at.offset() + TREE_HEADER_LEN as u64
+            || h.prefix_len > guess
+        {
+            return Ok(None);
+        }
+        prefix.truncate(h.prefix_len as usize);
+        Ok(TreeView::new(h, root, prefix).ok())
+    }
+
+    /// One back-off while a resize of `v`'s tree drains; each lease without a new tree asks
+    /// the server to skip tickets that did not move (dead holders would stop the drain).
+    ///
+    /// The server compares a drain `Skip` only with the previous one of the same wait (`wait`
+    /// names it, `leases` counts its leases), so two reports are always a lease apart.
+    pub(super) async fn resize_wait(
+        &self,
+        w: &mut Waiter,
+        v: &TreeView,
+        wait: u64,
+        leases: &mut u32,
+    ) -> Result<(), CanrtError> {
+        match w.observe(1 << 63 | v.header.epoch as u64, self.ep.now_ns()) {
+            Verdict::Wait(ns) => {
+                Self::bump(&self.waits);
+                self.ep.pause(ns).await;
+                Ok(())
+            }
+            Verdict::Expired { .. } => {
+                Self::bump(&self.skip_requests);
+                *leases += 1;
+                self.control(ControlKind::Skip, v, *leases, SKIP_DRAIN, wait)
+                    .await
+            }
+            Verdict::GiveUp { .. } => Err(CanrtError::Retries {
+                what: "waiting for a resize",
+            }),
+        }
     }
 
     /// Waits until the data node at `addr` (found with view `v`) may take writes again: it
     /// thaws (the end of a resize that published `v`'s tree itself), or a newer tree is
     /// published (a resize of `v`'s tree finished).
-    async fn await_thaw(&self, v: &TreeView, addr: GlobalAddr) -> Result<(), CanrtError> {
+    pub(super) async fn await_thaw(
+        &self,
+        v: &TreeView,
+        addr: GlobalAddr,
+    ) -> Result<(), CanrtError> {
         let qp = self.qp()?;
+        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
+        let wait = self.drain_waits.get();
+        self.drain_waits.set(wait.wrapping_add(1));
+        let mut leases = 0;
         for i in 0..self.cfg.resize_polls {
+            if i > 0 {
+                self.resize_wait(&mut w, v, wait, &mut leases).await?;
+            }
             let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
             if !m.frozen() && m.epoch() == v.epoch_tag() {
                 return Ok(());
             }
-            if (m.epoch() != v.epoch_tag() || i % 64 == 63) && self.refresh().await? {
+            if (m.epoch() != v.epoch_tag() || i % 8 == 7) && self.refresh().await? {
                 return Ok(());
             }
             if self.view().header.epoch != v.header.epoch {
@@ -342,7 +459,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     }
 
     /// Whether node contents found with view `v` belong to the valid tree.
-    async fn fresh(&self, v: &TreeView, nv: &NodeView<'_>) -> Result<Fresh, CanrtError> {
+    pub(super) async fn fresh(&self, v: &TreeView, nv: &NodeView<'_>) -> Result<Fresh, CanrtError> {
         if !nv.front.frozen() && nv.front.epoch() == v.epoch_tag() {
             return Ok(Fresh::Yes);
         }
@@ -406,225 +523,6 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         Err(last.unwrap_or(CanrtError::Retries {
             what: "data node read",
         }))
-    }
-
-    /// SENDs a control message about data node `id` of view `v`'s data array, whose meta
-    /// word showed `epoch`.
-    async fn control(
-        &self,
-        kind: ControlKind,
-        v: &TreeView,
-        epoch: u32,
-        id: u32,
-        ticket: u64,
-    ) -> Result<(), CanrtError> {
-        let c = Control::new(kind, epoch, v.header.array_gen, id, ticket);
-        self.qp()?.send(&c.encode()).await?;
-        Ok(())
-    }
-
-    async fn unlock(
-        &self,
-        v: &TreeView,
-        epoch: u32,
-        id: u32,
-        ticket: u64,
-    ) -> Result<(), CanrtError> {
-        self.control(ControlKind::Unlock, v, epoch, id, ticket)
-            .await
-    }
-
-    /// Algorithm 1: lock by FETCH_AND_ADD, check the bitmap, append with WRITE_WITH_IMM.
-    async fn write(&self, op: ItemOp, key: u64, value: &[u8]) -> Result<bool, CanrtError> {
-        let max = self.view().header.value_cap as usize;
-        if value.len() > max {
-            return Err(CanrtError::ValueTooLong {
-                len: value.len(),
-                max,
-            });
-        }
-        for _ in 0..self.cfg.write_retries {
-            match self.write_once(op, key, value).await? {
-                Wrote::Done(present) => return Ok(present),
-                Wrote::Again => continue,
-            }
-        }
-        Err(CanrtError::Retries { what: "write" })
-    }
-
-    async fn write_once(&self, op: ItemOp, key: u64, value: &[u8]) -> Result<Wrote, CanrtError> {
-        let qp = self.qp()?;
-        let v = self.view();
-        let g = v.data();
-        if value.len() > g.value_cap as usize {
-            return Err(CanrtError::ValueTooLong {
-                len: value.len(),
-                max: g.value_cap as usize,
-            });
-        }
-        let id = v.locate(key).map_err(|why| CanrtError::Corrupt {
-            addr: GlobalAddr::from_raw(v.root),
-            why,
-        })?;
-        let addr = self.node_addr(&v, id);
-        let mut b = self.bufs.take(v.header.data_node_size as usize);
-        let buf = &mut b.buf;
-        // Locking phase: the ticket and a snapshot of the node in one doorbell (the READs run
-        // after the FETCH_AND_ADD at the target, so they see our ticket counted).
-        let mut ticket = 0u64;
-        let mut bracket = Bracket::default();
-        {
-            let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
-            // Cannot fail: the doorbell is empty.
-            let _ = ops.push(Op::Faa {
-                remote: addr.add(LOCK_OFF),
-                add: 1,
-                old: &mut ticket,
-            });
-            self.push_snapshot(&mut ops, addr, &mut bracket, buf)?;
-            qp.post(&mut ops).await?;
-        }
-        let t = ticket & TICKET_MASK;
-        let mut polls = 0u32;
-        let mut bad = 0u32;
-        loop {
-            let nv = match self.snapshot(g, &bracket, buf) {
-                Ok(Some(nv)) => Some(nv),
-                Ok(None) => None,
-                Err(why) => {
-                    bad += 1;
-                    if bad > self.cfg.read_retries {
-                        return Err(CanrtError::Corrupt { addr, why });
-                    }
-                    None
-                }
-            };
-            if let Some(nv) = nv {
-                let served = nv.front.served();
-                let current = !nv.front.frozen() && nv.front.epoch() == v.epoch_tag();
-                if served == t && current {
-                    return self.append(&v, id, addr, &nv, op, key, value, t).await;
-                }
-                if served == t {
-                    // Our turn, on a node being drained for a resize or of a newer epoch:
-                    // hand the lock back (with the epoch the node has), then start over on
-                    // the next tree.
-                    self.unlock(&v, nv.front.epoch(), id, t).await?;
-                    self.await_thaw(&v, addr).await?;
-                    return Ok(Wrote::Again);
-                }
-                if !current
-                    && matches!(self.fresh(&v, &nv).await?, Fresh::NewView)
-                    && self.view().header.array_gen != v.header.array_gen
-                {
-                    // The node is in a retired data array: nobody serves tickets there.
-                    return Ok(Wrote::Again);
-                }
-                // Tickets ahead of ours wait; one behind means ours was skipped.
-                let ahead = t.wrapping_sub(served) & TICKET_MASK;
-                if ahead > TICKET_MASK / 2 {
-                    return Err(CanrtError::LockLost { node: addr });
-                }
-            } else {
-                Self::bump(&self.torn);
-            }
-            // Wait for our turn on the meta word alone (8 bytes a poll), then re-read the
-            // node. A frozen node is re-read now and then, to notice a new tree.
-            loop {
-                polls += 1;
-                if polls > self.cfg.lock_polls {
-                    return Err(CanrtError::LockTimeout { node: addr });
-                }
-                Self::bump(&self.waits);
-                let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
-                if m.served() == t
-                    || m.epoch() != v.epoch_tag()
-                    || (m.frozen() && polls.is_multiple_of(32))
-                {
-                    break;
-                }
-            }
-            self.read_snapshot(addr, &mut bracket, buf).await?;
-        }
-    }
-
-    /// Checking and writing phases, holding the lock (ticket `t`).
-    #[allow(clippy::too_many_arguments)]
-    async fn append(
-        &self,
-        v: &TreeView,
-        id: u32,
-        addr: GlobalAddr,
-        nv: &NodeView<'_>,
-        op: ItemOp,
-        key: u64,
-        value: &[u8],
-        t: u64,
-    ) -> Result<Wrote, CanrtError> {
-        let g = v.data();
-        let present = match nv.find_applied(key) {
-            Ok(Found::Present(_)) => true,
-            Ok(Found::Absent) => false,
-            // We hold the lock, so the applied items are stable: this is corruption.
-            Err(why) => {
-                self.unlock(v, v.epoch_tag(), id, t).await?;
-                return Err(CanrtError::Corrupt { addr, why });
-            }
-        };
-        if !present && op != ItemOp::Insert {
-            // Update or delete of an absent key: nothing to append.
-            self.unlock(v, v.epoch_tag(), id, t).await?;
-            return Ok(Wrote::Done(false));
-        }
-        let free = !nv.front.bitmap() & g.full_bitmap();
-        if free == 0 {
-            // Lines 21-22: the node is full; the server resizes the tree.
-            Self::bump(&self.resizes);
-            self.control(ControlKind::Resize, v, v.epoch_tag(), id, t)
-                .await?;
-            self.await_new_tree(v).await?;
-            return Ok(Wrote::Again);
-        }
-        let slot = free.trailing_zeros();
-        let mut item = [0u8; MAX_ITEM];
-        let isz = g.item_size() as usize;
-        g.encode_item(&mut item[..isz], key, value, op, t, true)
-            .map_err(CanrtError::Config)?;
-        let imm = Imm {
-            epoch: v.epoch_tag(),
-            node: id,
-            slot,
-        }
-        .encode()
-        .map_err(CanrtError::Config)?;
-        let remote = addr.add(g.slot_off(slot));
-        if self.cfg.flush_appends {
-            // A READ after the WRITE on the same queue pair completes only once the written
-            // bytes left the NIC for memory: the item is durable when the write returns.
-            let mut flush = [0u8; 8];
-            self.qp()?
-                .post(&mut [
-                    Op::WriteImm {
-                        remote,
-                        local: &item[..isz],
-                        imm,
-                    },
-                    Op::Read {
-                        remote: remote.add(isz as u64 - 8),
-                        local: &mut flush,
-                    },
-                ])
-                .await?;
-        } else {
-            self.qp()?
-                .post(&mut [Op::WriteImm {
-                    remote,
-                    local: &item[..isz],
-                    imm,
-                }])
-                .await?;
-        }
-        Ok(Wrote::Done(present))
     }
 
     /// Range scan: data nodes in key order (the prefix array's NodeIDs left to right) from
@@ -716,7 +614,26 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     }
 }
 
-async fn read_word<Q: QueuePair>(qp: &Q, at: GlobalAddr) -> Result<u64, CanrtError> {
+/// Bytes the server allocates for a new tree of geometry `g` (its first data array and one
+/// header area; see `resize.rs`), or less.
+const FIRST_TREE_NODES: u64 = 16;
+
+/// [`CanrtError::NodeFull`] if the region's allocator (its header, READ) has no room left for
+/// the first data array of a tree of geometry `g`.
+async fn room_for_tree<Q: QueuePair>(qp: &Q, g: DataGeometry) -> Result<(), CanrtError> {
+    let node = qp.peer();
+    let mut hdr = [0u8; 40];
+    qp.read(GlobalAddr::new(node, 0), &mut hdr).await?;
+    let word = |o: usize| u64::from_le_bytes(hdr[o..o + 8].try_into().unwrap_or([0; 8]));
+    let (len, chunk, used) = (word(16), word(24), word(NEXT_CHUNK_OFFSET as usize));
+    let need = (FIRST_TREE_NODES * g.node_size()).next_multiple_of(chunk.max(1));
+    if used.saturating_add(need) > len {
+        return Err(CanrtError::NodeFull { node, used, len });
+    }
+    Ok(())
+}
+
+pub(super) async fn read_word<Q: QueuePair>(qp: &Q, at: GlobalAddr) -> Result<u64, CanrtError> {
     let mut b = [0u8; 8];
     qp.read(at, &mut b).await?;
     Ok(u64::from_le_bytes(b))

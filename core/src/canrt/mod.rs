@@ -7,7 +7,7 @@
 //! - Read (Algorithm 2, `client.rs`): the client finds the data node with its cached prefix
 //!   nodes (eqs. 2-3, `view.rs`) and READs the whole node, between two 8-byte READs of its
 //!   meta word (see *Torn reads* below): 1 doorbell, 1 round trip.
-//! - Write (Algorithm 1, `client.rs`): FETCH_AND_ADD on the node's lock word (with the
+//! - Write (Algorithm 1, `write.rs`): FETCH_AND_ADD on the node's lock word (with the
 //!   node's READs in the same doorbell), then the new `DataItem` is appended into a free
 //!   slot with WRITE_WITH_IMM whose immediate names node and slot (and a READ after it in
 //!   the same doorbell, the read-after-write flush): 2 round trips when uncontended.
@@ -22,8 +22,37 @@
 //!   CPU then rewrites; the fabric contract (rule 3) does not order NIC atomics with CPU
 //!   stores, so that word could lose updates. Here the lock word is a ticket counter touched
 //!   only by NIC FETCH_AND_ADDs, and the server writes only the meta word (bitmap + `served`
-//!   ticket). A client whose ticket is not yet served waits (re-READs the node) instead of
-//!   FETCH_AND_ADDing again.
+//!   ticket). A client whose ticket is not yet served waits instead of FETCH_AND_ADDing
+//!   again: it polls the 8-byte meta word, pausing on the fabric clock about as long as the
+//!   tickets ahead of it take (measured, smoothed) and never less than an exponential
+//!   back-off ([`crate::lease`]), so a wait costs a few 8-byte READs, not one per ticket.
+//!   Only a ticket's holder may hand it back: an Unlock or Resize naming a ticket not yet
+//!   served, or the served ticket of a lock nobody holds, is refused (the connection drops).
+//! - **Dead and stalled holders** (issue 10). A ticket whose holder died before appending
+//!   would stop its node for good, and a frozen tree's drain with it. A waiter that sees the
+//!   same ticket served for a whole lease (`CanrtConfig::lease`, on its own clock) sends
+//!   `Skip`; a client waiting for a resize that sees no new tree for a lease sends a drain
+//!   `Skip`, and the server skips tickets that did not move between two of those. Skipping
+//!   applies the holder's complete item if it is in a free slot (it had appended and died
+//!   before the notice), else serves the next ticket. A holder that was only slow and
+//!   appends after its ticket was skipped reads the meta word back in its append's doorbell,
+//!   sees its ticket passed with its item unprocessed, and writes again on a new ticket; the
+//!   server ignores its late notice and unlock, and readers and recovery never take an item
+//!   whose ticket is not the served one. What is not covered: the lock word is a bare
+//!   counter, so the server cannot name (or [`crate::fabric::Endpoint::fence`]) the client
+//!   behind a ticket, and `Handler::on_disconnect` has nothing to release; a holder stalled
+//!   for a lease *between* reading its turn and its append landing can still have its item
+//!   land in the slot the next holder writes. With 10 ms leases and appends posted
+//!   immediately after the snapshot that grants the turn, that takes a stall of a lease
+//!   inside one doorbell.
+//! - **Durability.** A write returns only after its read-after-write flush (with
+//!   `flush_appends`), so every acknowledged write survives a memory-node crash (recovery
+//!   replays the lock holder's complete item). Readers take a holder's item as soon as it is
+//!   in memory, before its flush: a value a reader returned can vanish in a crash, but only
+//!   if its write had not yet returned, and then that write fails instead of being
+//!   acknowledged. So histories are linearizable and acknowledged writes durable; a read
+//!   concurrent with a write the crash lost may have seen it (the paper's behaviour, where
+//!   the NIC's writes reach the persistence domain, ADR, when placed, it cannot happen).
 //! - **Visibility.** The paper calls a write done once WRITE_WITH_IMM is posted but makes it
 //!   visible only when the server applies it, which is not linearizable (a client would not
 //!   read its own write). Here each DataItem carries its ticket and a checksum; a reader that
@@ -63,13 +92,15 @@ mod server;
 #[cfg(test)]
 mod tests;
 mod view;
+mod write;
 
 pub use build::{Plan, plan, plan_units};
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
-pub use server::{CanrtServer, RecoveryReport, ServerStats};
+pub use server::{CanrtServer, Counter, RecoveryReport, ServerStats};
 pub use view::{Found, NodeView, TreeView};
 
 use crate::fabric::FabricError;
+use crate::lease::LeaseConfig;
 use core::fmt;
 use remora_layouts::canrt::{DataGeometry, MAX_VALUE};
 use remora_layouts::{GlobalAddr, LayoutError, NodeId};
@@ -86,11 +117,17 @@ pub struct CanrtConfig {
     pub value_cap: u32,
     /// Re-reads of a torn or inconsistent data node before giving up.
     pub read_retries: u32,
-    /// Re-reads while waiting for the lock ticket to be served before giving up (a dead
-    /// holder, or a server that stopped applying).
+    /// Polls while waiting for the lock ticket to be served, on a fabric without a clock
+    /// (elsewhere `lease.deadline_ns` bounds the wait).
     pub lock_polls: u32,
-    /// Reads of the root slot while waiting for a resize (or the first format).
+    /// Polls of the root slot while waiting for a resize (or the first format), on a fabric
+    /// without a clock.
     pub resize_polls: u32,
+    /// Waiting (see [`crate::lease`]): polls back off exponentially on the fabric clock; a
+    /// served ticket that does not move for `lease_ns` is reported to the server, which
+    /// skips it (its holder died or stalled before appending); a wait past `deadline_ns`
+    /// fails with [`CanrtError::LockTimeout`].
+    pub lease: LeaseConfig,
     /// Whole write attempts (each resize restarts the write).
     pub write_retries: u32,
     /// Post a READ after each append's WRITE_WITH_IMM (same doorbell): the read-after-write
@@ -108,6 +145,13 @@ impl CanrtConfig {
             read_retries: 10_000,
             lock_polls: 2_000_000,
             resize_polls: 2_000_000,
+            lease: LeaseConfig {
+                lease_ns: 10_000_000,
+                min_backoff_ns: 250,
+                max_backoff_ns: 500_000,
+                deadline_ns: 2_000_000_000,
+                max_attempts: u32::MAX,
+            },
             write_retries: 1_000,
             flush_appends: true,
         }
@@ -164,13 +208,19 @@ pub enum CanrtError {
     NoTree {
         slot: usize,
     },
-    /// A lock ticket never served: its holder died, or the server stopped applying.
+    /// Our lock ticket was not served before the deadline: the server stopped applying, or
+    /// kept refusing to skip the ticket served (`served`) ahead of ours (`ticket`).
     LockTimeout {
         node: GlobalAddr,
+        served: u32,
+        ticket: u32,
+        waited_ns: u64,
     },
-    /// The served ticket passed ours without us: the lock word was reset under us.
-    LockLost {
-        node: GlobalAddr,
+    /// The memory node has no room for the tree (or for its growth).
+    NodeFull {
+        node: NodeId,
+        used: u64,
+        len: u64,
     },
     /// An operation that did not settle within its retries.
     Retries {
@@ -210,13 +260,21 @@ impl fmt::Display for CanrtError {
                     "canrt: no tree in root slot {slot} and the server built none"
                 )
             }
-            CanrtError::LockTimeout { node } => write!(
+            CanrtError::LockTimeout {
+                node,
+                served,
+                ticket,
+                waited_ns,
+            } => write!(
                 f,
-                "canrt: lock of data node {node} never served (dead holder or stopped server)"
+                "canrt: lock of data node {node}: ticket {served} held (unskipped) and ours \
+                 ({ticket}) not served after {waited_ns} ns (stopped server?)"
             ),
-            CanrtError::LockLost { node } => {
-                write!(f, "canrt: lock ticket of data node {node} was skipped")
-            }
+            CanrtError::NodeFull { node, used, len } => write!(
+                f,
+                "canrt: memory node {node} is full ({used} of {len} bytes allocated): no room \
+                 for the tree"
+            ),
             CanrtError::Retries { what } => write!(f, "canrt: {what} did not settle"),
         }
     }

@@ -279,6 +279,7 @@ impl CanrtServer {
         }
         self.resizing = true;
         self.split = Some(full);
+        self.drain_seen.clear();
         Ok(())
     }
 

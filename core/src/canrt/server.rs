@@ -11,30 +11,55 @@
 //! Resizing is in `resize.rs`.
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 use remora_layouts::canrt::{
     Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, ROOT_SLOT,
-    SHORT_EPOCH_MASK, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, tail_processed, tail_valid,
+    SHORT_EPOCH_MASK, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, tail_processed,
+    tail_valid,
 };
 use remora_layouts::region::root_offset;
 use remora_layouts::{GlobalAddr, LayoutError};
+use std_alloc::format;
+use std_alloc::string::String;
 use std_alloc::sync::Arc;
 use std_alloc::vec::Vec;
+
+/// One statistics counter, readable from another thread. 64-bit where the target has 64-bit
+/// atomics; elsewhere (thumbv7em and other 32-bit MCUs) a 32-bit atomic that wraps.
+#[derive(Debug, Default)]
+pub struct Counter(
+    #[cfg(target_has_atomic = "64")] core::sync::atomic::AtomicU64,
+    #[cfg(not(target_has_atomic = "64"))] core::sync::atomic::AtomicU32,
+);
+
+impl Counter {
+    #[allow(clippy::useless_conversion)] // u32 to u64 on targets without 64-bit atomics
+    pub fn load(&self, order: Ordering) -> u64 {
+        u64::from(self.0.load(order))
+    }
+    fn bump(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// What the applier has done; shared so a test or an operator can watch a running node.
 #[derive(Debug, Default)]
 pub struct ServerStats {
-    pub applied: AtomicU64,
-    pub unlocks: AtomicU64,
-    pub resizes: AtomicU64,
-    pub formats: AtomicU64,
+    pub applied: Counter,
+    pub unlocks: Counter,
+    pub resizes: Counter,
+    pub formats: Counter,
     /// Messages refused (torn or forged items, unlocks by non-holders, stale immediates).
-    pub rejected: AtomicU64,
+    pub rejected: Counter,
+    /// Lock tickets skipped because their holder stalled for a lease (dead or fenced).
+    pub skipped: Counter,
+    /// Appends and unlocks that came after their ticket was skipped (ignored).
+    pub late: Counter,
 }
 
 impl ServerStats {
-    pub(super) fn bump(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
+    pub(super) fn bump(c: &Counter) {
+        c.bump();
     }
 }
 
@@ -56,6 +81,17 @@ pub struct RecoveryReport {
     pub trimmed: u32,
 }
 
+/// One client's resize wait as the drain `Skip`s it sent describe it.
+pub(super) struct DrainSeen {
+    conn: usize,
+    wait: u32,
+    leases: u8,
+    served: Vec<u64>,
+}
+
+/// Resize waits remembered at once (the oldest is forgotten; it starts over).
+const MAX_DRAIN_WAITS: usize = 256;
+
 /// The CANRT metadata applier of one memory node.
 pub struct CanrtServer {
     pub(super) tree: Option<TreeHeader>,
@@ -71,6 +107,9 @@ pub struct CanrtServer {
     pub(super) heap: (u64, u64),
     pub(super) stats: Arc<ServerStats>,
     pub(super) scratch: Vec<u8>,
+    /// Per resize wait of a client (connection, the wait's name): its last drain `Skip`'s
+    /// lease count and each data node's served ticket then (see [`ControlKind::Skip`]).
+    pub(super) drain_seen: Vec<DrainSeen>,
 }
 
 impl Default for CanrtServer {
@@ -105,6 +144,7 @@ impl CanrtServer {
             heap: (0, 0),
             stats: Arc::new(ServerStats::default()),
             scratch: Vec::new(),
+            drain_seen: Vec::new(),
         }
     }
 
@@ -164,9 +204,13 @@ impl CanrtServer {
         region.store_u64(off + FRONT_OFF, m.0)
     }
 
-    /// Step 4: the next ticket is served.
+    /// Step 4: the next ticket is served. Persisted, so that recovery knows which ticket
+    /// held the lock at the crash: the one complete unapplied item it may replay is that
+    /// ticket's, and an item the applier refused (another ticket) stays out.
     fn release(region: &dyn LocalRegion, off: u64, m: Meta) -> Result<(), FabricError> {
-        Self::store_meta(region, off, m.with_served((m.served() + 1) & TICKET_MASK))
+        Self::store_meta(region, off, m.with_served((m.served() + 1) & TICKET_MASK))?;
+        region.persist(off + FRONT_OFF, 8);
+        Ok(())
     }
 
     /// Steps 1-3 for the item in `slot` (already checked): returns the committed meta word.
@@ -205,7 +249,12 @@ impl CanrtServer {
         let g = h.data();
         let imm = Imm::decode(imm).map_err(bad_layout(region, h.data_off))?;
         if imm.epoch != h.epoch & SHORT_EPOCH_MASK {
-            return Err(invalid(region, h.data_off, "append to a retired tree"));
+            // An append to a retired tree: only a holder whose ticket was skipped (it stalled
+            // for a lease, and a resize went on without it) sends one. Its item lies in a
+            // free slot under an old ticket, which nobody takes; it reads back that it was
+            // skipped and writes again.
+            ServerStats::bump(&self.stats.late);
+            return Ok(());
         }
         let off = self.node_off(region, &h, imm.node)?;
         if imm.slot >= g.slots {
@@ -219,8 +268,23 @@ impl CanrtServer {
             .decode_item(&item[..isz])
             .map(|it| (it.key, it.op, it.ticket));
         let (key, op) = match decoded {
+            Ok((_, _, ticket))
+                if ticket != front.served()
+                    && !tail_valid(region.load_u64(off + g.tail_off(imm.slot))?) =>
+            {
+                // Applied already (by a skip request that found it before its notice came).
+                return Ok(());
+            }
+            Ok((_, _, ticket)) if behind(ticket, front.served()) => {
+                // A skipped holder's late append: left where it is, unprocessed (readers and
+                // recovery take only the served ticket's item); its writer reads back that
+                // its ticket was skipped and writes again.
+                ServerStats::bump(&self.stats.late);
+                return Ok(());
+            }
             Ok((_, _, ticket)) if ticket != front.served() => {
-                // Not the holder's item: leave the lock to its holder.
+                // Not the holder's item (a ticket not yet served: a forgery): leave the lock
+                // to its holder, and drop this connection.
                 return Err(invalid(
                     region,
                     off,
@@ -260,7 +324,14 @@ impl CanrtServer {
         }
         let off = self.node_off(region, &h, c.node)?;
         let front = self.front(region, &h, off)?;
-        if front.served() != c.ticket as u64 {
+        if behind(c.ticket as u64, front.served()) {
+            // Skipped after a lease (its holder stalled): there is nothing to hand back.
+            ServerStats::bump(&self.stats.late);
+            return Ok(false);
+        }
+        // The ticket must be the served one, and handed out: a message naming the served
+        // ticket of a free lock would run `served` ahead of the lock word for good.
+        if front.served() != c.ticket as u64 || Self::outstanding(region, off, front)? == 0 {
             return Err(invalid(
                 region,
                 off,
@@ -270,6 +341,130 @@ impl CanrtServer {
         Self::release(region, off, front)?;
         ServerStats::bump(&self.stats.unlocks);
         Ok(true)
+    }
+
+    /// Tickets handed out on the node at `off` and not yet served (the holder's included).
+    pub(super) fn outstanding(
+        region: &dyn LocalRegion,
+        off: u64,
+        front: Meta,
+    ) -> Result<u64, FabricError> {
+        let lock = region.load_u64(off + LOCK_OFF)?;
+        Ok(lock.wrapping_sub(front.served()) & TICKET_MASK)
+    }
+
+    /// Ticket `ticket` of the node at `off` has been served for a lease without its holder
+    /// appending or handing it back (a waiter's report, or a stalled drain): the holder's
+    /// complete item, if it is in a free slot, is applied (its notice may still be on the
+    /// way, and is then ignored); otherwise the ticket is skipped, and an append it sends
+    /// later is refused and its connection dropped. True if the ticket moved on.
+    fn skip_ticket(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+        id: u32,
+        ticket: u64,
+    ) -> Result<bool, FabricError> {
+        let off = self.node_off(region, h, id)?;
+        let front = self.front(region, h, off)?;
+        if front.served() != ticket || Self::outstanding(region, off, front)? == 0 {
+            // It moved on meanwhile, or nobody holds it: nothing to do.
+            return Ok(false);
+        }
+        let g = h.data();
+        let isz = g.item_size() as usize;
+        let mut item = [0u8; 16 + remora_layouts::canrt::MAX_VALUE];
+        let mut m = front;
+        for s in 0..g.slots {
+            if front.bitmap() & (1 << s) != 0 {
+                continue;
+            }
+            region.read(off + g.slot_off(s), &mut item[..isz])?;
+            if let Ok(it) = g.decode_item(&item[..isz])
+                && it.valid
+                && it.ticket == ticket
+            {
+                let (key, op) = (it.key, it.op);
+                m = Self::commit(region, g, off, s, key, op, front)?;
+                if op != ItemOp::Delete
+                    && let Some(b) = self.bounds.get_mut(id as usize)
+                {
+                    *b = super::resize::widen(*b, key);
+                }
+                ServerStats::bump(&self.stats.applied);
+                break;
+            }
+        }
+        Self::release(region, off, m)?;
+        ServerStats::bump(&self.stats.skipped);
+        Ok(true)
+    }
+
+    /// A `Skip` control message (see [`ControlKind::Skip`]).
+    fn skip(
+        &mut self,
+        region: &dyn LocalRegion,
+        conn: usize,
+        c: &Control,
+    ) -> Result<(), FabricError> {
+        let h = self.tree(region)?;
+        if c.arg != h.array_gen as u32 {
+            return Ok(());
+        }
+        if c.node != SKIP_DRAIN {
+            if c.node >= h.n_data {
+                return Err(invalid(
+                    region,
+                    h.data_off,
+                    "skip of a data node beyond the tree",
+                ));
+            }
+            self.skip_ticket(region, &h, c.node, c.ticket as u64)?;
+            return Ok(());
+        }
+        if !self.resizing {
+            return Ok(());
+        }
+        // Two requests of one wait, a lease apart (consecutive lease counts): tickets served
+        // at both and still outstanding are stuck.
+        let mut now = Vec::with_capacity(h.n_data as usize);
+        for id in 0..h.n_data {
+            now.push(self.front(region, &h, h.data_node_off(id))?.served());
+        }
+        let (wait, leases) = (c.ticket, c.epoch);
+        let prev = self
+            .drain_seen
+            .iter()
+            .position(|d| d.conn == conn && d.wait == wait);
+        let before = match prev {
+            Some(i) => {
+                let d = &mut self.drain_seen[i];
+                let consecutive = d.leases.wrapping_add(1) & SHORT_EPOCH_MASK as u8 == leases;
+                d.leases = leases;
+                let before = core::mem::replace(&mut d.served, now.clone());
+                consecutive.then_some(before)
+            }
+            None => {
+                if self.drain_seen.len() >= MAX_DRAIN_WAITS {
+                    self.drain_seen.remove(0);
+                }
+                self.drain_seen.push(DrainSeen {
+                    conn,
+                    wait,
+                    leases,
+                    served: now.clone(),
+                });
+                None
+            }
+        };
+        if let Some(before) = before.filter(|b| b.len() == now.len()) {
+            for (id, t) in before.into_iter().enumerate() {
+                if now[id] == t {
+                    self.skip_ticket(region, &h, id as u32, t)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Crash recovery (§3.6), run before any client connects: finishes committed items,
@@ -310,8 +505,12 @@ impl CanrtServer {
                     }
                 }
             }
-            // At most one unprocessed item per node: only the lock holder appends, and
-            // every processed item's valid bit is persisted clear before the release.
+            // At most one unprocessed item per node belongs to the holder: only the lock
+            // holder appends, and every processed item's valid bit is persisted clear before
+            // the release. Its ticket is the served one; a complete item with another ticket
+            // is one the applier refused at run time (or a skipped holder's late append)
+            // and stays out.
+            let holder = m.served();
             for s in 0..g.slots {
                 if m.bitmap() & (1 << s) != 0 {
                     continue;
@@ -319,6 +518,7 @@ impl CanrtServer {
                 region.read(off + g.slot_off(s), &mut item[..isz])?;
                 if let Ok(it) = g.decode_item(&item[..isz])
                     && it.valid
+                    && it.ticket == holder
                 {
                     let (key, op) = (it.key, it.op);
                     m = Self::commit(region, g, off, s, key, op, m)?;
@@ -347,6 +547,13 @@ impl CanrtServer {
     }
 }
 
+/// Whether ticket `t` is one the node has already served past (mod 2^16: tickets at most
+/// half the ticket space behind).
+pub(super) fn behind(t: u64, served: u64) -> bool {
+    let d = served.wrapping_sub(t) & TICKET_MASK;
+    d != 0 && d <= TICKET_MASK / 2
+}
+
 impl Handler for CanrtServer {
     fn service(&self) -> &'static str {
         "canrt"
@@ -355,7 +562,7 @@ impl Handler for CanrtServer {
     fn on_message(
         &mut self,
         region: &dyn LocalRegion,
-        _conn: usize,
+        conn: usize,
         recv: Recv,
         msg: &[u8],
         _replies: &mut Replies,
@@ -377,6 +584,7 @@ impl Handler for CanrtServer {
                         Ok(false) => Ok(()),
                         Err(e) => Err(e),
                     },
+                    Ok(ControlKind::Skip) => self.skip(region, conn, &c),
                     Err(_) => Err(invalid(region, 0, "unknown CANRT control message")),
                 },
                 Err(_) => Err(invalid(region, 0, "malformed CANRT control message")),
@@ -392,6 +600,27 @@ impl Handler for CanrtServer {
             Ok(())
         };
         r.and(p)
+    }
+
+    fn recover(&mut self, region: &dyn LocalRegion) -> Result<String, FabricError> {
+        let r = CanrtServer::recover(self, region)?;
+        Ok(format!(
+            "canrt: {} data nodes, {} items replayed, {} finished, {} unfrozen, {} trimmed, \
+             {} corrupt",
+            r.nodes, r.replayed, r.finished, r.unfrozen, r.trimmed, r.corrupt
+        ))
+    }
+
+    fn service(&self) -> &'static str {
+        "canrt"
+    }
+
+    /// The lock tickets of a connection are not known to the server (the lock word is a bare
+    /// counter that NIC atomics bump): a dead client's ticket is skipped once a waiter has
+    /// seen it stuck for a lease (see `Skip`). What the server does keep per connection,
+    /// its resize waits' drain reports, goes.
+    fn on_disconnect(&mut self, _region: &dyn LocalRegion, conn: usize) {
+        self.drain_seen.retain(|d| d.conn != conn);
     }
 
     fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {

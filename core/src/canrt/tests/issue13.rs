@@ -1,0 +1,386 @@
+//! Regression tests for issue 13 (and the server's side of issue 10): each fails on the code
+//! before its fix.
+use super::*;
+use remora_layouts::canrt::{
+    Control, ControlKind, FRONT_OFF, Imm, LOCK_OFF, Meta, SKIP_DRAIN, TREE_HEADER_LEN,
+};
+
+/// The published tree of a region (header, prefix array).
+fn tree_of(region: &dyn LocalRegion) -> TreeView {
+    let root = region.load_u64(root_offset(ROOT_SLOT)).unwrap();
+    let off = GlobalAddr::from_raw(root).offset();
+    let mut hb = [0u8; TREE_HEADER_LEN];
+    region.read(off, &mut hb).unwrap();
+    let h = TreeHeader::decode(&hb).unwrap();
+    let mut prefix = vec![0u8; h.prefix_len as usize];
+    region.read(h.prefix_off, &mut prefix).unwrap();
+    TreeView::new(h, root, prefix).unwrap()
+}
+
+fn meta_of(region: &dyn LocalRegion, v: &TreeView, id: u32) -> Meta {
+    Meta(
+        region
+            .load_u64(v.header.data_node_off(id) + FRONT_OFF)
+            .unwrap(),
+    )
+}
+
+/// Writes a complete, unprocessed item for `key` with `ticket` into the first free slot of
+/// the data node that holds `key`; returns (node, slot).
+fn forge_item(
+    region: &dyn LocalRegion,
+    v: &TreeView,
+    key: u64,
+    val: u64,
+    ticket: u64,
+) -> (u32, u32) {
+    let g = v.data();
+    let id = v.locate(key).unwrap();
+    let off = v.header.data_node_off(id);
+    let free = !meta_of(region, v, id).bitmap() & g.full_bitmap();
+    let slot = free.trailing_zeros();
+    let mut item = vec![0u8; g.item_size() as usize];
+    g.encode_item(
+        &mut item,
+        key,
+        &val.to_le_bytes(),
+        ItemOpT::Insert,
+        ticket,
+        true,
+    )
+    .unwrap();
+    region.write(off + g.slot_off(slot), &item).unwrap();
+    (id, slot)
+}
+
+fn control(node: &MemNode, c: Control) -> Result<(), FabricError> {
+    node.deliver(RecvKind::Send, None, &c.encode())
+}
+
+/// An item the applier refused at run time (not the lock holder's ticket) stays out after a
+/// crash; the holder's own unapplied item is replayed.
+#[test]
+fn recovery_replays_only_the_lock_holders_item() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+    });
+    let v = tree_of(&node.pm);
+    let served = meta_of(&node.pm, &v, 0).served();
+    // A forged item two tickets ahead, announced: refused, the lock untouched.
+    let (id, slot) = forge_item(&node.pm, &v, 6, 66, served + 2);
+    let imm = Imm {
+        epoch: v.epoch_tag(),
+        node: id,
+        slot,
+    }
+    .encode()
+    .unwrap();
+    assert!(node.deliver(RecvKind::WriteImm, Some(imm), &[]).is_err());
+    assert_eq!(meta_of(&node.pm, &v, id).served(), served);
+    let mut srv = CanrtServer::new();
+    let r = srv.recover(&node.pm).unwrap();
+    assert_eq!(r.replayed, 0, "{r:?}");
+    let got = dump(&node.pm);
+    assert_eq!(got.get(&6), None, "a refused item came back: {got:?}");
+    assert_eq!(got.get(&5), Some(&1));
+    // The holder's item (ticket = served, one ticket handed out) is replayed.
+    let off = v.header.data_node_off(id);
+    node.pm.store_u64(off + LOCK_OFF, served + 1).unwrap();
+    forge_item(&node.pm, &v, 7, 77, served);
+    let r = srv.recover(&node.pm).unwrap();
+    assert_eq!(r.replayed, 1, "{r:?}");
+    assert_eq!(dump(&node.pm).get(&7), Some(&77));
+}
+
+/// Unlock and Resize from a client that holds no ticket are refused: `served` never runs
+/// ahead of the lock word (which froze every later write and resize).
+#[test]
+fn unlock_or_resize_without_the_lock_is_refused() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+        let v = tree_of(&node.pm);
+        let m = meta_of(&node.pm, &v, 0);
+        let array_gen = v.header.array_gen;
+        for kind in [ControlKind::Unlock, ControlKind::Resize] {
+            let c = Control::new(kind, m.epoch(), array_gen, 0, m.served());
+            assert!(control(&node, c).is_err(), "{kind:?} without the lock");
+            let now = meta_of(&node.pm, &v, 0);
+            assert_eq!(now.served(), m.served(), "{kind:?} moved the served ticket");
+            assert!(!now.frozen(), "{kind:?} froze the tree");
+        }
+        // Writes go on.
+        for k in 0..20u64 {
+            t.upsert(&be(k), &k.to_le_bytes()).await.unwrap();
+        }
+        let mut out = [0u8; 8];
+        assert_eq!(t.get(&be(19), &mut out).await.unwrap(), Some(8));
+    });
+}
+
+/// A Skip of a ticket served for a lease: the holder's complete item is applied (its notice
+/// may come later and is then ignored); a holder that wrote nothing is skipped, and its late
+/// append is refused. Skips of a free lock, or of a ticket that moved on, change nothing.
+#[test]
+fn a_stuck_ticket_is_applied_or_skipped_on_request() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+    });
+    let v = tree_of(&node.pm);
+    let off = v.header.data_node_off(0);
+    let array_gen = v.header.array_gen;
+    let s0 = meta_of(&node.pm, &v, 0).served();
+    let skip = |ticket| Control::new(ControlKind::Skip, v.epoch_tag(), array_gen, 0, ticket);
+    // Nobody holds the lock: nothing happens.
+    control(&node, skip(s0)).unwrap();
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0);
+    // A holder took ticket s0 and wrote its item, then died before the notice.
+    node.pm.store_u64(off + LOCK_OFF, s0 + 1).unwrap();
+    let (_, slot) = forge_item(&node.pm, &v, 6, 66, s0);
+    control(&node, skip(s0)).unwrap();
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 1);
+    assert_eq!(dump(&node.pm).get(&6), Some(&66));
+    // Its notice arriving late is harmless.
+    let imm = Imm {
+        epoch: v.epoch_tag(),
+        node: 0,
+        slot,
+    }
+    .encode()
+    .unwrap();
+    node.deliver(RecvKind::WriteImm, Some(imm), &[]).unwrap();
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 1);
+    // A holder of s0 + 1 that never appended: skipped; a stale skip changes nothing.
+    node.pm.store_u64(off + LOCK_OFF, s0 + 3).unwrap();
+    control(&node, skip(s0 + 1)).unwrap();
+    control(&node, skip(s0 + 1)).unwrap();
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 2);
+    // Its late append and its late unlock are ignored (its writer reads back that it was
+    // skipped), the lock left to s0 + 2; the item never shows.
+    let (_, slot) = forge_item(&node.pm, &v, 8, 88, s0 + 1);
+    let imm = Imm {
+        epoch: v.epoch_tag(),
+        node: 0,
+        slot,
+    }
+    .encode()
+    .unwrap();
+    node.deliver(RecvKind::WriteImm, Some(imm), &[]).unwrap();
+    control(
+        &node,
+        Control::new(ControlKind::Unlock, v.epoch_tag(), array_gen, 0, s0 + 1),
+    )
+    .unwrap();
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 2);
+    let mut buf = vec![0u8; v.header.data_node_size as usize];
+    node.pm.read(off, &mut buf).unwrap();
+    let nv = NodeView::parse(v.data(), &buf).unwrap();
+    assert_eq!(
+        nv.find(8).unwrap(),
+        Found::Absent,
+        "a skipped ticket's item shows"
+    );
+    // A message of a ticket not served yet is a forgery: refused.
+    assert!(
+        control(
+            &node,
+            Control::new(ControlKind::Unlock, v.epoch_tag(), array_gen, 0, s0 + 3),
+        )
+        .is_err()
+    );
+    // A drain skip outside a resize does nothing.
+    control(
+        &node,
+        Control::new(ControlKind::Skip, v.epoch_tag(), array_gen, SKIP_DRAIN, 0),
+    )
+    .unwrap();
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 2);
+    assert_eq!(
+        node.server
+            .borrow()
+            .stats()
+            .skipped
+            .load(core::sync::atomic::Ordering::Relaxed),
+        2
+    );
+}
+
+/// Keys whose differing bits alternate, next to dense small keys: every constant run as a
+/// gap used up the 16 segments before the bits that separate the dense keys, and no tree
+/// shape held them (the node stayed unwritable).
+#[test]
+fn alternating_bits_next_to_dense_keys_still_plan() {
+    let mut keys: Vec<u64> = (0..64).collect();
+    keys.push(0xAAAA_AAAA_AAAA_AA80);
+    keys.push(0x8AAA_AAAA_AAAA_AA80);
+    keys.sort_unstable();
+    let p = plan(&keys, 4).unwrap().expect("a shape holds any key set");
+    assert!(p.groups.iter().all(|&(a, b)| b - a <= 4));
+    assert_eq!(
+        p.groups.iter().map(|&(a, b)| b - a).sum::<usize>(),
+        keys.len()
+    );
+    let v = view_of(&p, 8);
+    for (i, &(a, b)) in p.groups.iter().enumerate() {
+        for &k in &keys[a..b] {
+            assert_eq!(v.locate(k).unwrap(), i as u32, "key {k:#x}");
+        }
+    }
+    // End to end: the resizes that plan them succeed.
+    let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        for &k in keys.iter().rev() {
+            t.upsert(&be(k), &k.to_le_bytes()).await.unwrap();
+        }
+        let mut out = [0u8; 8];
+        for &k in &keys {
+            assert_eq!(t.get(&be(k), &mut out).await.unwrap(), Some(8), "{k:#x}");
+            assert_eq!(u64::from_le_bytes(out), k);
+        }
+    });
+}
+
+/// A memory node with no room for the tree says so (it said "no tree in root slot 3").
+#[test]
+fn a_full_memory_node_is_reported_as_full() {
+    let node = MemNode::new(Pm::new(16 << 10, 1 << 12));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let e = Canrt::open(&ep, cfg(32))
+            .await
+            .err()
+            .expect("no room for a tree");
+        assert!(matches!(e, CanrtError::NodeFull { node: 0, .. }), "{e:?}");
+        assert!(e.to_string().contains("memory node 0 is full"), "{e}");
+    });
+}
+
+/// The memory node's handler runs CANRT's recovery and names its service.
+#[test]
+fn the_handler_recovers_and_names_canrt() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+    });
+    let mut srv = CanrtServer::new();
+    assert_eq!(Handler::service(&srv), "canrt");
+    let report = Handler::recover(&mut srv, &node.pm).unwrap();
+    assert!(
+        report.starts_with("canrt: 1 data nodes, 0 items replayed"),
+        "{report}"
+    );
+}
+
+/// A holder that stalls for a lease after its turn came and before its append lands is
+/// skipped; its append lands anyway, the server ignores it, and the holder reads back (in
+/// the append's doorbell) that its ticket was passed with its item unprocessed, and writes
+/// again on a new ticket: the write happens once, nobody's connection drops.
+#[test]
+fn a_holder_skipped_before_its_append_writes_again() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+        let v = tree_of(&node.pm);
+        let served = meta_of(&node.pm, &v, 0).served();
+        // A waiter's Skip of our ticket (served, nothing appended yet) arrives first.
+        let n = node.clone();
+        let skip = Control::new(
+            ControlKind::Skip,
+            v.epoch_tag(),
+            v.header.array_gen,
+            0,
+            served,
+        );
+        *node.before_next_append.borrow_mut() = Some(Box::new(move || {
+            n.deliver(RecvKind::Send, None, &skip.encode()).unwrap();
+        }));
+        t.upsert(&be(5), &2u64.to_le_bytes()).await.unwrap();
+        assert!(
+            node.before_next_append.borrow().is_none(),
+            "no append happened"
+        );
+        assert_eq!(t.stats().skipped, 1, "{:?}", t.stats());
+        let st = node.server.borrow().stats();
+        assert_eq!(st.skipped.load(core::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(st.late.load(core::sync::atomic::Ordering::Relaxed), 1);
+        let mut out = [0u8; 8];
+        assert_eq!(t.get(&be(5), &mut out).await.unwrap(), Some(8));
+        assert_eq!(u64::from_le_bytes(out), 2);
+        // Two tickets taken (the skipped one and the one that wrote), both served.
+        let now = meta_of(&node.pm, &v, 0);
+        assert_eq!(now.served(), served + 2);
+        assert_eq!(
+            node.pm
+                .load_u64(v.header.data_node_off(0) + LOCK_OFF)
+                .unwrap()
+                & 0xFFFF,
+            served + 2
+        );
+    });
+    assert_eq!(dump(&node.pm).get(&5), Some(&2));
+}
+
+/// A resize waits for every ticket handed out; a ticket nobody will use stops it until the
+/// drain `Skip`s of one client's wait, a lease apart (consecutive lease counts), find it
+/// unmoved. Reports of different waits, or repeated ones, are never compared.
+#[test]
+fn a_drain_stuck_on_a_dead_ticket_is_skipped_by_one_waits_reports() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+    });
+    let v = tree_of(&node.pm);
+    let off = v.header.data_node_off(0);
+    let s0 = meta_of(&node.pm, &v, 0).served();
+    let array_gen = v.header.array_gen;
+    // Two tickets: ours (s0), which asks for a resize, and a dead client's (s0 + 1).
+    node.pm.store_u64(off + LOCK_OFF, s0 + 2).unwrap();
+    control(
+        &node,
+        Control::new(ControlKind::Resize, v.epoch_tag(), array_gen, 0, s0),
+    )
+    .unwrap();
+    assert!(meta_of(&node.pm, &v, 0).frozen(), "the resize drains");
+    let drain = |wait: u64, leases: u32| {
+        control(
+            &node,
+            Control::new(ControlKind::Skip, leases, array_gen, SKIP_DRAIN, wait),
+        )
+        .unwrap()
+    };
+    drain(7, 1);
+    drain(8, 1);
+    drain(7, 1);
+    drain(8, 3);
+    assert!(
+        meta_of(&node.pm, &v, 0).frozen(),
+        "skipped on unrelated reports"
+    );
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 1);
+    drain(7, 2);
+    let st = node.server.borrow().stats();
+    assert_eq!(st.skipped.load(core::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(st.resizes.load(core::sync::atomic::Ordering::Relaxed), 1);
+    let nv = tree_of(&node.pm);
+    assert!(nv.header.epoch > v.header.epoch, "no new tree");
+    assert_eq!(dump(&node.pm).get(&5), Some(&1));
+    // Its connection gone, the server forgets the wait's reports.
+    Handler::on_disconnect(&mut *node.server.borrow_mut(), &node.pm, 0);
+    assert!(node.server.borrow().drain_seen.is_empty());
+}

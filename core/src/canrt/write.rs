@@ -1,0 +1,326 @@
+//! Algorithm 1, the write path: lock by FETCH_AND_ADD (waiting for the ticket to be served,
+//! and reporting a ticket stuck for a lease), check the bitmap, append with WRITE_WITH_IMM.
+use super::CanrtError;
+use super::client::{Bracket, Canrt, Fresh, MAX_ITEM, Wrote, read_word};
+use super::view::{Found, NodeView, TreeView};
+use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::lease::{Verdict, Waiter};
+use remora_layouts::GlobalAddr;
+use remora_layouts::canrt::{
+    Control, ControlKind, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, TICKET_MASK,
+};
+
+impl<E: Endpoint> Canrt<'_, E> {
+    /// SENDs a control message about data node `id` of view `v`'s data array, whose meta
+    /// word showed `epoch`.
+    pub(super) async fn control(
+        &self,
+        kind: ControlKind,
+        v: &TreeView,
+        epoch: u32,
+        id: u32,
+        ticket: u64,
+    ) -> Result<(), CanrtError> {
+        let c = Control::new(kind, epoch, v.header.array_gen, id, ticket);
+        self.qp()?.send(&c.encode()).await?;
+        Ok(())
+    }
+
+    async fn unlock(
+        &self,
+        v: &TreeView,
+        epoch: u32,
+        id: u32,
+        ticket: u64,
+    ) -> Result<(), CanrtError> {
+        self.control(ControlKind::Unlock, v, epoch, id, ticket)
+            .await
+    }
+
+    /// Algorithm 1: lock by FETCH_AND_ADD, check the bitmap, append with WRITE_WITH_IMM.
+    pub(super) async fn write(
+        &self,
+        op: ItemOp,
+        key: u64,
+        value: &[u8],
+    ) -> Result<bool, CanrtError> {
+        let max = self.view().header.value_cap as usize;
+        if value.len() > max {
+            return Err(CanrtError::ValueTooLong {
+                len: value.len(),
+                max,
+            });
+        }
+        for _ in 0..self.cfg.write_retries {
+            match self.write_once(op, key, value).await? {
+                Wrote::Done(present) => return Ok(present),
+                Wrote::Again => continue,
+            }
+        }
+        Err(CanrtError::Retries { what: "write" })
+    }
+
+    async fn write_once(&self, op: ItemOp, key: u64, value: &[u8]) -> Result<Wrote, CanrtError> {
+        let qp = self.qp()?;
+        let v = self.view();
+        let g = v.data();
+        if value.len() > g.value_cap as usize {
+            return Err(CanrtError::ValueTooLong {
+                len: value.len(),
+                max: g.value_cap as usize,
+            });
+        }
+        let id = v.locate(key).map_err(|why| CanrtError::Corrupt {
+            addr: GlobalAddr::from_raw(v.root),
+            why,
+        })?;
+        let addr = self.node_addr(&v, id);
+        let mut b = self.bufs.take(v.header.data_node_size as usize);
+        let buf = &mut b.buf;
+        // Locking phase: the ticket and a snapshot of the node in one doorbell (the READs run
+        // after the FETCH_AND_ADD at the target, so they see our ticket counted).
+        let mut ticket = 0u64;
+        let mut bracket = Bracket::default();
+        {
+            let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
+            // Cannot fail: the doorbell is empty.
+            let _ = ops.push(Op::Faa {
+                remote: addr.add(LOCK_OFF),
+                add: 1,
+                old: &mut ticket,
+            });
+            self.push_snapshot(&mut ops, addr, &mut bracket, buf)?;
+            qp.post(&mut ops).await?;
+        }
+        let t = ticket & TICKET_MASK;
+        let mut polls = 0u32;
+        let mut bad = 0u32;
+        let since = self.ep.now_ns();
+        let mut waiter = Waiter::new(self.cfg.lease, since);
+        let mut seen = t;
+        let mut moved_at = since;
+        let mut direct = None;
+        let mut report = false;
+        loop {
+            let nv = match self.snapshot(g, &bracket, buf) {
+                Ok(Some(nv)) => Some(nv),
+                Ok(None) => None,
+                Err(why) => {
+                    bad += 1;
+                    if bad > self.cfg.read_retries {
+                        return Err(CanrtError::Corrupt { addr, why });
+                    }
+                    None
+                }
+            };
+            if let Some(nv) = nv {
+                let served = nv.front.served();
+                let current = !nv.front.frozen() && nv.front.epoch() == v.epoch_tag();
+                if served == t && current {
+                    return self.append(&v, id, addr, &nv, op, key, value, t).await;
+                }
+                if served == t {
+                    // Our turn, on a node being drained for a resize or of a newer epoch:
+                    // hand the lock back (with the epoch the node has), then start over on
+                    // the next tree.
+                    self.unlock(&v, nv.front.epoch(), id, t).await?;
+                    self.await_thaw(&v, addr).await?;
+                    return Ok(Wrote::Again);
+                }
+                if !current
+                    && matches!(self.fresh(&v, &nv).await?, Fresh::NewView)
+                    && self.view().header.array_gen != v.header.array_gen
+                {
+                    // The node is in a retired data array: nobody serves tickets there.
+                    return Ok(Wrote::Again);
+                }
+                // Tickets ahead of ours wait; one behind means ours was skipped (we were
+                // reported stalled before our turn came to us): we appended nothing under
+                // it, so take a new one.
+                if skipped(t, served) {
+                    Self::bump(&self.skips);
+                    return Ok(Wrote::Again);
+                }
+                // The same ticket served for a lease. If its holder's item is in the node,
+                // the holder did its part and the server is only slow (its notice is on the
+                // way): nothing to report. Else the holder died or stalled: ask for a skip.
+                if report && served == seen && nv.pending().is_none() {
+                    Self::bump(&self.skip_requests);
+                    self.control(ControlKind::Skip, &v, v.epoch_tag(), id, served)
+                        .await?;
+                }
+                seen = served;
+            } else {
+                Self::bump(&self.torn);
+            }
+            report = false;
+            // Wait for our turn on the meta word alone (8 bytes a poll, backing off on the
+            // fabric clock), then re-read the node. A frozen node is re-read now and then, to
+            // notice a new tree. A served ticket that does not move for a lease is reported
+            // to the server, which skips it.
+            loop {
+                polls += 1;
+                match waiter.observe(1 << 63 | seen, self.ep.now_ns()) {
+                    _ if polls > self.cfg.lock_polls => {
+                        return Err(self.lock_timeout(addr, seen, t, since));
+                    }
+                    Verdict::Wait(ns) => {
+                        // Proportional back-off: about the time the tickets ahead of ours
+                        // take, so a waiter polls a few times per wait, not per ticket.
+                        let ahead = t.wrapping_sub(seen) & TICKET_MASK;
+                        let cap = (self.cfg.lease.lease_ns / 8).max(ns);
+                        let est = ahead.saturating_mul(self.ticket_ns.get());
+                        self.ep.pause(ns.max(est).min(cap)).await
+                    }
+                    Verdict::Expired { .. } => {
+                        // Look at the whole node before reporting the ticket.
+                        report = true;
+                        break;
+                    }
+                    Verdict::GiveUp { .. } => {
+                        return Err(self.lock_timeout(addr, seen, t, since));
+                    }
+                }
+                if t.wrapping_sub(seen) & TICKET_MASK == 1 && direct != Some(seen) {
+                    // Next in line, and paused about as long as the holder takes: READ the
+                    // whole node at once (our turn then costs no extra round trip); once per
+                    // holder, the meta word alone after that.
+                    direct = Some(seen);
+                    break;
+                }
+                Self::bump(&self.waits);
+                let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
+                let now = self.ep.now_ns();
+                let moved = m.served().wrapping_sub(seen) & TICKET_MASK;
+                if moved > 0 && moved <= TICKET_MASK / 2 && now > moved_at {
+                    // How long a ticket takes here, smoothed: the next pauses' measure.
+                    let sample = (now - moved_at) / moved;
+                    let old = self.ticket_ns.get();
+                    self.ticket_ns.set(if old == 0 {
+                        sample
+                    } else {
+                        (3 * old + sample) / 4
+                    });
+                    moved_at = now;
+                }
+                seen = m.served();
+                if m.served() == t
+                    || skipped(t, m.served())
+                    || m.epoch() != v.epoch_tag()
+                    || (m.frozen() && polls.is_multiple_of(8))
+                {
+                    break;
+                }
+            }
+            self.read_snapshot(addr, &mut bracket, buf).await?;
+        }
+    }
+
+    fn lock_timeout(&self, node: GlobalAddr, served: u64, ticket: u64, since: u64) -> CanrtError {
+        CanrtError::LockTimeout {
+            node,
+            served: served as u32,
+            ticket: ticket as u32,
+            waited_ns: self.ep.now_ns().saturating_sub(since),
+        }
+    }
+
+    /// Checking and writing phases, holding the lock (ticket `t`).
+    #[allow(clippy::too_many_arguments)]
+    async fn append(
+        &self,
+        v: &TreeView,
+        id: u32,
+        addr: GlobalAddr,
+        nv: &NodeView<'_>,
+        op: ItemOp,
+        key: u64,
+        value: &[u8],
+        t: u64,
+    ) -> Result<Wrote, CanrtError> {
+        let g = v.data();
+        let present = match nv.find_applied(key) {
+            Ok(Found::Present(_)) => true,
+            Ok(Found::Absent) => false,
+            // We hold the lock, so the applied items are stable: this is corruption.
+            Err(why) => {
+                self.unlock(v, v.epoch_tag(), id, t).await?;
+                return Err(CanrtError::Corrupt { addr, why });
+            }
+        };
+        if !present && op != ItemOp::Insert {
+            // Update or delete of an absent key: nothing to append.
+            self.unlock(v, v.epoch_tag(), id, t).await?;
+            return Ok(Wrote::Done(false));
+        }
+        let free = !nv.front.bitmap() & g.full_bitmap();
+        if free == 0 {
+            // Lines 21-22: the node is full; the server resizes the tree.
+            Self::bump(&self.resizes);
+            self.control(ControlKind::Resize, v, v.epoch_tag(), id, t)
+                .await?;
+            // A new tree, or the node writable again (the server ignored the request: our
+            // ticket had been skipped), then write again.
+            self.await_thaw(v, addr).await?;
+            return Ok(Wrote::Again);
+        }
+        let slot = free.trailing_zeros();
+        let mut item = [0u8; MAX_ITEM];
+        let isz = g.item_size() as usize;
+        g.encode_item(&mut item[..isz], key, value, op, t, true)
+            .map_err(CanrtError::Config)?;
+        let imm = Imm {
+            epoch: v.epoch_tag(),
+            node: id,
+            slot,
+        }
+        .encode()
+        .map_err(CanrtError::Config)?;
+        let remote = addr.add(g.slot_off(slot));
+        if self.cfg.flush_appends {
+            // A READ after the WRITE on the same queue pair completes only once the written
+            // bytes left the NIC for memory: the item is durable when the write returns.
+            // Before it, the meta word: if our ticket is served past while our item is still
+            // unprocessed, the server skipped the ticket (we stalled for a lease before
+            // appending) and refuses the item: write again on a new ticket.
+            let mut flush = [0u8; 8];
+            let mut meta = [0u8; 8];
+            self.qp()?
+                .post(&mut [
+                    Op::WriteImm {
+                        remote,
+                        local: &item[..isz],
+                        imm,
+                    },
+                    Op::Read {
+                        remote: addr.add(FRONT_OFF),
+                        local: &mut meta,
+                    },
+                    Op::Read {
+                        remote: remote.add(isz as u64 - 8),
+                        local: &mut flush,
+                    },
+                ])
+                .await?;
+            let served = Meta(u64::from_le_bytes(meta)).served();
+            if skipped(t, served) && flush[..] == item[isz - 8..isz] {
+                Self::bump(&self.skips);
+                return Ok(Wrote::Again);
+            }
+        } else {
+            self.qp()?
+                .post(&mut [Op::WriteImm {
+                    remote,
+                    local: &item[..isz],
+                    imm,
+                }])
+                .await?;
+        }
+        Ok(Wrote::Done(present))
+    }
+}
+
+/// Whether `served` has passed ticket `t` (mod 2^16).
+fn skipped(t: u64, served: u64) -> bool {
+    t.wrapping_sub(served) & TICKET_MASK > TICKET_MASK / 2
+}
