@@ -611,10 +611,6 @@ impl Handler for CanrtServer {
         ))
     }
 
-    fn service(&self) -> &'static str {
-        "canrt"
-    }
-
     /// The lock tickets of a connection are not known to the server (the lock word is a bare
     /// counter that NIC atomics bump): a dead client's ticket is skipped once a waiter has
     /// seen it stuck for a lease (see `Skip`). What the server does keep per connection,
