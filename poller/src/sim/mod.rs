@@ -81,11 +81,11 @@ mod server;
 mod target;
 pub mod trace;
 
-pub use cluster::{ClientCtx, KeyHandle, RunReport, Sim, SimConfig, SimError, Sleep};
+pub use cluster::{ClientCtx, KeyHandle, Recovery, RunReport, Sim, SimConfig, SimError, Sleep};
 pub use engine::EngineStats;
 pub use exec::Stop;
 pub use faults::Faults;
-pub use memory::NodeImage;
+pub use memory::{NodeImage, NvmStats};
 pub use model::{Load, Model, ModelError, ModelVerb, ParamInfo};
 pub use qp::{SimEndpoint, SimQp};
 pub use trace::TraceSel;
