@@ -108,14 +108,59 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("`{s}` is not an octal file mode like 600 or 660"))
 }
 
+/// Refuses flags that the chosen fabric would silently ignore, and an unwritable --json,
+/// before anything runs.
+fn perf_flags_apply(a: &PerfArgs) -> Result<(), String> {
+    if let Some(p) = &a.json {
+        report::check_writable(p)?;
+    }
+    let sim_shape = a.sim.compute_nodes != 1
+        || a.sim.clients_per_node != 1
+        || a.sim.memory_nodes != 1
+        || a.sim.model.is_some()
+        || !a.sim.overrides.is_empty()
+        || a.sim.trace.is_some();
+    match a.fabric {
+        FabricKind::Sim => {
+            if a.connect.is_some() {
+                return Err("--connect names a real memory node; the sim simulates its own".into());
+            }
+            if a.threads != 1 || a.no_pin || a.server_core.is_some() {
+                return Err(
+                    "--threads, --no-pin and --server-core are for real threads; the \
+                            sim's clients are --compute-nodes x --clients-per-node"
+                        .into(),
+                );
+            }
+        }
+        FabricKind::Soft | FabricKind::Verbs => {
+            if sim_shape {
+                return Err(
+                    "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
+                            --set and --trace shape the sim: use them with --fabric sim"
+                        .into(),
+                );
+            }
+            if a.connect.is_some() && a.region_mib != 64 {
+                return Err(
+                    "--region-mib sizes the in-process memory node; a --connect \
+                            memnode has its own region (remora memnode --region-mib)"
+                        .into(),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Memnode(a) => match a.fabric {
             FabricKind::Soft => memnode::run(&a),
             FabricKind::Verbs => verbs_cmds::memnode(&a),
-            FabricKind::Sim => Err("memnode serves real fabrics; the sim fabric simulates its \
-                                    memory nodes inside `remora perf --fabric sim`"
+            FabricKind::Sim => Err("memnode serves real fabrics (soft, verbs); the sim fabric \
+                                    simulates its memory nodes inside perf, bench and check"
                 .into()),
         },
         Cmd::Bench(a) => bench::run(&a),
@@ -125,13 +170,13 @@ fn main() -> ExitCode {
             FabricKind::Verbs => verbs_cmds::check(&a),
         },
         Cmd::Perf(a) => {
-            let rows = match a.fabric {
+            let rows = perf_flags_apply(&a).and_then(|()| match a.fabric {
                 FabricKind::Soft => perf::run(&a),
                 FabricKind::Sim => perf_sim::run(&a),
                 FabricKind::Verbs => verbs_cmds::perf(&a),
-            };
+            });
             rows.and_then(|rows| {
-                report::print_perf_table(&rows);
+                report::print_perf_table(&rows, a.json.as_deref());
                 match &a.json {
                     Some(p) => {
                         report::write_json(p, &rows).map_err(|e| format!("writing {p}: {e}"))

@@ -23,14 +23,16 @@
 //! other way round. An update flips the tag and writes the new offset over the older one.
 //! Offsets count 8-byte units from the start of the key's head log; 0 means "no object".
 //! The metadata word is the first word of the bucket and is stored last when a bucket is
-//! filled, so a reader (whose READ moves words in ascending order) that sees a non-zero
-//! metadata word also sees the bucket's key.
+//! filled.
 //!
-//! Hopscotch displacement moves an entry to a *later* bucket of its neighborhood: the copy is
-//! filled first (key and control word, then the metadata word), then the source's metadata
-//! word is cleared, then its control word and key. So a reader takes the first bucket that
-//! holds the key with a non-empty metadata word, and treats a zero control word as unused
-//! whatever metadata word it read before it.
+//! **Stripe version words** (after the mailboxes, at [`Superblock::stripe_off`]): one 8-byte
+//! word per [`STRIPE_BUCKETS`] buckets, plus one. The server makes a stripe's word odd before
+//! it changes any bucket's control word or key in that stripe (a fill, or a hopscotch move:
+//! copy to a *later* bucket of the neighborhood, then clear the source's metadata word, then
+//! its control word and key) and even again after. A reader's READ may observe the words of
+//! a neighborhood in any order, so a miss is trusted only from an image read between two
+//! equal, even READs of the stripe words covering it (its home's stripe and the next).
+//! The words are volatile in meaning: recovery zeroes them.
 use crate::LayoutError;
 use crate::bits::{Field, assert_disjoint, read_u64};
 use memoffset::offset_of;
@@ -429,7 +431,16 @@ pub fn decode_object(bytes: &[u8]) -> Result<ObjectRef<'_>, LayoutError> {
 // ---------------------------------------------------------------- superblock
 
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ERDA0001");
-pub const SUPERBLOCK_VERSION: u32 = 1;
+/// Version 2 added the stripe version words after the mailboxes.
+pub const SUPERBLOCK_VERSION: u32 = 2;
+
+/// Buckets per stripe version word (at least the largest neighborhood, 64, so a key's
+/// neighborhood lies in two consecutive stripes).
+pub const STRIPE_BUCKETS: u64 = 64;
+const _: () = assert!(
+    STRIPE_BUCKETS >= 64,
+    "a neighborhood must fit in two stripes"
+);
 
 /// Where everything of one store lives in the memory node's region (offsets are host-region
 /// offsets). Written once by the server at format time, then read-only.
@@ -492,6 +503,24 @@ impl Superblock {
             });
         }
         Ok(self.head_base[head as usize] + units as u64 * 8)
+    }
+    /// Stripe version words: one per [`STRIPE_BUCKETS`] buckets, plus one so that the two
+    /// words a reader fetches (its home's stripe and the next) always exist.
+    pub fn stripes(&self) -> u64 {
+        self.buckets.div_ceil(STRIPE_BUCKETS) + 1
+    }
+    /// Region offset of the stripe version words (right after the mailboxes; derived, not
+    /// stored).
+    pub fn stripe_off(&self) -> u64 {
+        self.mailbox_off + self.max_clients as u64 * MAILBOX_LEN as u64
+    }
+    /// The stripe of bucket `i`.
+    pub fn stripe_of(&self, i: u64) -> u64 {
+        i / STRIPE_BUCKETS
+    }
+    /// Region offset of stripe `s`'s version word.
+    pub fn stripe_word_off(&self, s: u64) -> u64 {
+        self.stripe_off() + s * 8
     }
     /// Bytes of head `head`'s log from `units` to its end.
     pub fn head_remaining(&self, units: u32) -> u64 {
@@ -600,6 +629,9 @@ impl Superblock {
         ) {
             return bad("mailbox_off", self.mailbox_off);
         }
+        if !inside(self.stripe_off(), self.stripes() * 8) {
+            return bad("stripes", self.stripes());
+        }
         for (i, &b) in self.head_base.iter().enumerate() {
             if (i as u32) < self.heads {
                 if !inside(b, self.head_bytes) {
@@ -622,7 +654,8 @@ pub enum ReqOp {
     Upsert = 1,
     /// Overwrite: granted only if the key is present.
     Update = 2,
-    /// Append a deleted object: granted only if the key is present.
+    /// Append a deleted object: granted only if the key is present. The server writes the
+    /// deleted object itself before it grants (the client writes nothing).
     Delete = 3,
 }
 
@@ -730,7 +763,8 @@ impl Request {
 /// The server's answer to a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
-    /// Space granted at (head, units): the client writes its object there.
+    /// Space granted at (head, units): the client writes its object there (for a delete,
+    /// the server already wrote the deleted object there).
     Granted = 1,
     /// Update/delete of an absent key: nothing to write.
     Absent = 2,
@@ -938,6 +972,17 @@ mod tests {
         assert!(s.object_off(2, 2).is_err());
         assert!(s.object_off(0, 0).is_err());
         assert!(s.home(b"x") < 1024);
+        // 1031 buckets: 17 stripes of 64, plus one; right after the 64 mailboxes.
+        assert_eq!(s.stripes(), 18);
+        assert_eq!(s.stripe_off(), s.mailbox_off + 64 * MAILBOX_LEN as u64);
+        assert_eq!(s.stripe_of(1030), 16);
+        assert_eq!(s.stripe_word_off(17), s.stripe_off() + 17 * 8);
+        // Mailboxes at the very end of a 4 MiB region: the stripe words must fit too.
+        let mut t = s;
+        t.mailbox_off = (4 << 20) - 64 * MAILBOX_LEN as u64 - 18 * 8;
+        assert!(t.validate(4 << 20).is_ok());
+        t.mailbox_off += 8;
+        assert!(t.validate(4 << 20).is_err(), "stripe words past the region");
     }
 
     proptest! {

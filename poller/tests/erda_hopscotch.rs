@@ -5,7 +5,7 @@
 use remora_core::NodeId;
 use remora_core::block_on::block_on;
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaError, ErdaServer};
-use remora_core::fabric::{FabricError, Recv};
+use remora_core::fabric::{FabricError, Recv, SegmentOrder};
 use remora_core::index::KvIndex;
 use remora_core::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{Status, Superblock};
@@ -97,6 +97,9 @@ fn node(delay: Duration) -> (Arc<SoftMemoryNode>, Arc<AtomicU64>) {
     let n = SoftMemoryNode::create_with(
         NodeConfig {
             region_len: 16 << 20,
+            // Readers' READs sample their 64-byte segments in random order (the default,
+            // said explicitly: displacement must not rely on ascending order).
+            segment_order: SegmentOrder::Shuffled,
             ..NodeConfig::default()
         },
         Box::new(server),

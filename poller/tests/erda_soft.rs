@@ -178,10 +178,29 @@ fn verbs_and_round_trips_per_operation() {
         // The paper's costs: a get is two one-sided READs, a put one request and one WRITE.
         assert_eq!(got.verb(Verb::Read), 200);
         assert_eq!(got.posted_verbs(), 200, "no server CPU on reads");
-        assert_eq!(miss.verb(Verb::Read), 100);
+        // A miss cannot trust one READ whose words may be observed in any order: the fast
+        // READ, then one validated doorbell (stripe words, neighborhood, stripe words).
+        assert_eq!(miss.verb(Verb::Read), 400);
+        assert_eq!(miss.round_trips, 200);
+        assert_eq!(got.round_trips, 200);
+        assert_eq!(e.stats().validated, 100, "only the misses were validated");
         assert_eq!(put.verb(Verb::WriteImm), 100);
         assert_eq!(put.verb(Verb::Write), 100);
         assert_eq!(put.verb(Verb::Read), 0);
+        // A delete is one request: the server writes the deleted object.
+        let before = ep.snapshot();
+        for i in 0..100u64 {
+            assert!(e.delete(&k(i)).await.unwrap());
+        }
+        let del = ep.snapshot() - before;
+        println!(
+            "erda delete: {:.2} WRITE_WITH_IMM + {:.2} WRITE, {:.2} round trips",
+            per(del, Verb::WriteImm),
+            per(del, Verb::Write),
+            del.round_trips as f64 / 100.0
+        );
+        assert_eq!(del.verb(Verb::WriteImm), 100);
+        assert_eq!(del.verb(Verb::Write), 0);
     });
 }
 
@@ -526,7 +545,7 @@ fn recovery_reverts_unfinished_objects_and_never_reuses_granted_space() {
     s.put(ReqOp::Upsert, b"c", b"c-one", true);
     // The client dies after its grant: c's newest and d's first object are never written.
     let dead = s.put(ReqOp::Upsert, b"c", b"c-two", false);
-    s.put(ReqOp::Upsert, b"d", b"d-one", false);
+    let dead_d = s.put(ReqOp::Upsert, b"d", b"d-one", false);
     assert_eq!(
         s.put(ReqOp::Update, b"zz", b"x", true).status,
         Status::Absent
@@ -538,7 +557,10 @@ fn recovery_reverts_unfinished_objects_and_never_reuses_granted_space() {
     let _ = s;
     // The server restarts on the same memory.
     let mut srv2 = ErdaServer::new(ErdaConfig::small());
-    srv2.open(&mem).unwrap();
+    // A restarting memory node recovers before any client connects.
+    let said = srv2.recover(&mem).unwrap();
+    assert!(said.contains("1 metadata words reverted"), "{said}");
+    assert_eq!(srv2.service(), "erda");
     let st = srv2.stats();
     assert_eq!((st.reverted, st.emptied), (1, 1), "{st:?}");
     let sb = srv2.superblock().unwrap().1;
@@ -562,6 +584,11 @@ fn recovery_reverts_unfinished_objects_and_never_reuses_granted_space() {
     assert!(
         r.head != dead.head || r.arg > dead.arg,
         "{r:?} reuses {dead:?}"
+    );
+    // Nor is the space of an emptied key's never-written first object.
+    assert!(
+        r.head != dead_d.head || r.arg > dead_d.arg,
+        "{r:?} reuses {dead_d:?}"
     );
     assert_eq!(read_back(&mem, &sb, b"c").as_deref(), Some(&b"c-three"[..]));
     // A corrupt mailbox and a foreign client id are refused, not fatal.
@@ -659,10 +686,25 @@ fn a_crash_in_the_middle_of_a_displacement_loses_no_key() {
     // Per move four persistence points, then the new key's bucket (two).
     assert_eq!(images.len() as u64, 4 * moved + 2, "{moved} moves");
     let mut deduplicated = 0;
+    let odd_stripes = |m: &Mem| {
+        (0..sb.stripes())
+            .filter(|&i| m.load_u64(sb.stripe_word_off(i)).unwrap() & 1 == 1)
+            .count()
+    };
+    let points = images.len();
     for (point, image) in images.into_iter().enumerate() {
         let m = Mem::from_image(image);
+        // Every persist point lies inside a stripe section (a move, or the new key's bucket
+        // fill) except the last (the new key's metadata word): readers see them as changing.
+        let odd = odd_stripes(&m);
+        assert_eq!(
+            odd > 0,
+            point + 1 < points,
+            "crash point {point}: {odd} odd stripes"
+        );
         let mut srv2 = ErdaServer::new(cfg);
         srv2.open(&m).unwrap();
+        assert_eq!(odd_stripes(&m), 0, "recovery leaves no stripe odd");
         deduplicated += srv2.stats().deduplicated;
         for x in 0..last {
             assert_eq!(
@@ -690,4 +732,171 @@ fn a_crash_in_the_middle_of_a_displacement_loses_no_key() {
         deduplicated >= 2 * moved,
         "{deduplicated} duplicates for {moved} moves"
     );
+}
+
+/// The KvIndex contract, exactly: `get` returns the value's own length whatever the buffer,
+/// writes nothing past it, and a buffer smaller than the value is `BufferTooSmall` (also when
+/// the value comes from the previous object because the newest is torn).
+#[test]
+fn get_returns_the_values_own_length_and_refuses_small_buffers() {
+    let n = node();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    block_on(async {
+        let e = Erda::open(&ep, ErdaClientConfig::default()).await.unwrap();
+        let value: Vec<u8> = (1..=13).collect();
+        e.upsert(b"k13", &value).await.unwrap();
+        let mut big = [0xEEu8; 64];
+        assert_eq!(e.get(b"k13", &mut big).await.unwrap(), Some(13));
+        assert_eq!(&big[..13], &value[..]);
+        assert!(big[13..].iter().all(|&b| b == 0xEE), "wrote past the value");
+        let mut exact = [0u8; 13];
+        assert_eq!(e.get(b"k13", &mut exact).await.unwrap(), Some(13));
+        assert_eq!(&exact[..], &value[..]);
+        let mut small = [0u8; 12];
+        assert!(matches!(
+            e.get(b"k13", &mut small).await,
+            Err(ErdaError::BufferTooSmall { len: 12, need: 13 })
+        ));
+        // An empty value is present, with length 0, even into an empty buffer.
+        e.upsert(b"empty", b"").await.unwrap();
+        assert_eq!(e.get(b"empty", &mut []).await.unwrap(), Some(0));
+        assert_eq!(e.get(b"missing", &mut []).await.unwrap(), None);
+        // A shorter value after a longer one: its own length.
+        e.upsert(b"k13", b"abc").await.unwrap();
+        assert_eq!(e.get(b"k13", &mut big).await.unwrap(), Some(3));
+        assert_eq!(&big[..3], b"abc");
+        // The newest object torn: the previous one (13 bytes) answers, with its own length
+        // and the same refusal of a small buffer.
+        e.upsert(b"k13", &value).await.unwrap();
+        e.upsert(b"k13", &[9u8; 40]).await.unwrap();
+        let newest = object_of(&e, &ep, b"k13", true);
+        ep.qp(0)
+            .unwrap()
+            .write(newest.add(24), &[0xFFu8; 8])
+            .await
+            .unwrap();
+        assert!(matches!(
+            e.get(b"k13", &mut small).await,
+            Err(ErdaError::BufferTooSmall { len: 12, need: 13 })
+        ));
+        assert_eq!(e.get(b"k13", &mut big).await.unwrap(), Some(13));
+        assert_eq!(&big[..13], &value[..]);
+        assert_eq!(e.stats().fallbacks, 1, "the torn newest object was skipped");
+    });
+}
+
+#[test]
+fn a_crash_at_any_persist_point_of_a_delete_leaves_it_done_or_undone() {
+    let mem = Mem::new(16 << 20);
+    let mut srv = ErdaServer::new(ErdaConfig::small());
+    let mut s = Session::open(&mut srv, &mem, 1);
+    s.put(ReqOp::Upsert, b"a", b"a-one", true);
+    s.put(ReqOp::Upsert, b"a", b"a-two", true);
+    let sb = s.sb();
+    mem.record(true);
+    // The client writes nothing for a delete: the server wrote the deleted object.
+    let r = s.put(ReqOp::Delete, b"a", b"", false);
+    let images = mem.record(false);
+    assert_eq!(r.status, Status::Granted);
+    assert_eq!(
+        read_back(&mem, &sb, b"a"),
+        None,
+        "the delete is done at its grant"
+    );
+    // The metadata word, then the deleted object (a crash between reverts the word).
+    assert_eq!(images.len(), 2);
+    for (point, image) in images.into_iter().enumerate() {
+        let m = Mem::from_image(image);
+        let mut srv2 = ErdaServer::new(ErdaConfig::small());
+        srv2.open(&m).unwrap();
+        let got = read_back(&m, &sb, b"a");
+        let want = if point == 0 {
+            Some(&b"a-two"[..])
+        } else {
+            None
+        };
+        assert_eq!(got.as_deref(), want, "crash point {point}");
+        // The recovered server answers from what readers see.
+        let mut s2 = Session::open(&mut srv2, &m, 2);
+        let u = s2.put(ReqOp::Update, b"a", b"a-three", true);
+        let expect = if want.is_some() {
+            Status::Granted
+        } else {
+            Status::Absent
+        };
+        assert_eq!(u.status, expect, "crash point {point}");
+    }
+}
+
+#[test]
+fn a_disconnected_clients_mailbox_is_reused() {
+    let mem = Mem::new(16 << 20);
+    let cfg = ErdaConfig {
+        max_clients: 2,
+        ..ErdaConfig::small()
+    };
+    let mut srv = ErdaServer::new(cfg);
+    let hello = |srv: &mut ErdaServer, conn: usize| {
+        let mut r = Replies::new();
+        let recv = Recv {
+            kind: RecvKind::Send,
+            len: 8,
+            imm: None,
+        };
+        srv.on_message(&mem, conn, recv, &HELLO, &mut r).unwrap();
+        Reply::decode(r.iter().next().unwrap()).unwrap()
+    };
+    let a = hello(&mut srv, 1);
+    let b = hello(&mut srv, 2);
+    assert_eq!((a.status, b.status), (Status::Welcome, Status::Welcome));
+    assert_eq!(hello(&mut srv, 3).status, Status::TooManyClients);
+    srv.on_disconnect(&mem, 1);
+    let c = hello(&mut srv, 3);
+    assert_eq!(
+        (c.status, c.seq),
+        (Status::Welcome, a.seq),
+        "connection 1's id again"
+    );
+    // The old connection no longer owns it: its requests are refused.
+    let mut s = Session {
+        srv: &mut srv,
+        mem: &mem,
+        conn: 1,
+        id: a.seq,
+        seq: 0,
+    };
+    assert_eq!(
+        s.put(ReqOp::Upsert, b"k", b"v", true).status,
+        Status::BadRequest
+    );
+}
+
+#[test]
+fn recovery_never_grants_a_reverted_slot_again() {
+    let mem = Mem::new(8 << 20);
+    let cfg = ErdaConfig {
+        heads: 1,
+        buckets: 256,
+        segment_bytes: 8192,
+        head_bytes: 4 * 8192,
+        ..ErdaConfig::small()
+    };
+    let mut srv = ErdaServer::new(cfg);
+    let mut s = Session::open(&mut srv, &mem, 1);
+    let value = vec![7u8; 3000];
+    // Two 3024-byte objects fill segment 0; the third starts segment 1 and is never written
+    // (its client died after the grant).
+    s.put(ReqOp::Upsert, b"x", &value, true);
+    s.put(ReqOp::Upsert, b"x", &value, true);
+    let dead = s.put(ReqOp::Upsert, b"y", &value, false);
+    assert_eq!(dead.arg * 8, 8192, "{dead:?}");
+    let _ = s;
+    let mut srv2 = ErdaServer::new(cfg);
+    srv2.open(&mem).unwrap();
+    assert_eq!(srv2.stats().emptied, 1);
+    let mut s = Session::open(&mut srv2, &mem, 2);
+    let r = s.put(ReqOp::Upsert, b"z", &value, true);
+    assert_eq!(r.status, Status::Granted);
+    assert!(r.arg > dead.arg, "{r:?} reuses the dead grant {dead:?}");
 }

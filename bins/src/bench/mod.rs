@@ -83,9 +83,10 @@ pub struct BenchArgs {
     /// A memnode control socket to use instead of an in-process memory node (soft).
     #[arg(long)]
     pub connect: Option<String>,
-    /// Region of the in-process memory node, in MiB.
-    #[arg(long, default_value_t = 2048)]
-    pub region_mib: u64,
+    /// Region of the in-process (or simulated) memory node, in MiB (default: sized from the
+    /// records, operations and value size).
+    #[arg(long)]
+    pub region_mib: Option<u64>,
     /// Do not pin worker threads.
     #[arg(long)]
     pub no_pin: bool,
@@ -124,8 +125,8 @@ pub struct BenchArgs {
 /// SMART's run-time technique switches.
 #[derive(Debug, Clone, Args)]
 pub struct SmartFlags {
-    /// Start from the "ART on disaggregated memory" baseline (every technique off); the
-    /// `--with-*` flags then add techniques back.
+    /// Start from the "ART on disaggregated memory" baseline (every technique off);
+    /// `--with` then adds techniques back.
     #[arg(long)]
     pub baseline: bool,
     /// Lock-based internal nodes instead of lock-free ones.
@@ -137,10 +138,13 @@ pub struct SmartFlags {
     /// Release the leaf lock with a separate WRITE.
     #[arg(long)]
     pub no_rear_lock: bool,
+    /// No read delegation (concurrent reads of one key on a handle each go remote).
     #[arg(long)]
     pub no_delegation: bool,
+    /// No write combining (concurrent writes of one key on a handle each go remote).
     #[arg(long)]
     pub no_combining: bool,
+    /// No compute-side cache: SMART's radix cache, Sherman's index cache.
     #[arg(long)]
     pub no_cache: bool,
     /// With --baseline: add the named techniques (comma-separated: lock-free, in-place,
@@ -274,6 +278,32 @@ fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
     }
 }
 
+/// Bytes of the memory node's region for this run: what the index needs for the records and
+/// every write of the run (no index frees memory back to the node), with room to spare, or
+/// `--region-mib`.
+pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
+    if let Some(m) = a.region_mib {
+        return m << 20;
+    }
+    let ops = match (a.operations, a.seconds) {
+        (Some(o), _) => o,
+        // A timed run: a generous guess (about 10 s of a fast soft run's writes).
+        (None, Some(s)) => (s * 2e6) as u64,
+        (None, None) => a.records,
+    };
+    let writes = a.records + ops;
+    // A leaf or entry, its share of internal nodes, the allocator's slack: 4x the record.
+    let per = 4 * (a.value_size as u64 + 64 + 32);
+    let erda = {
+        let g = erda_geometry(a);
+        g.heads as u64 * g.head_bytes + g.buckets * 64 + (8 << 20)
+    };
+    let want = (writes * per).max(if a.index == IndexKind::Erda { erda } else { 0 });
+    (want + (32 << 20))
+        .next_multiple_of(1 << 20)
+        .clamp(64 << 20, 1 << 40)
+}
+
 fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     let mode = match a.keys {
         KeyType::Int => KeyMode::Fixed(8),
@@ -298,8 +328,8 @@ pub(crate) fn progress(a: &BenchArgs, len: u64, what: String) -> ProgressBar {
     pb
 }
 
-fn print_table(rows: &[BenchRecord]) {
-    let mut out = std::io::stdout().lock();
+fn print_table(rows: &[BenchRecord], json: Option<&str>) {
+    let mut out = crate::report::human_out(json);
     let _ = writeln!(
         out,
         "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6} {:>9}  techniques",
@@ -369,12 +399,81 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     {
         return Err("Erda is a hash store: it has no range scans for workload E".into());
     }
-    if a.index != IndexKind::Smart && a.index != IndexKind::Erda {
+    let name = match a.index {
+        IndexKind::Smart => "SMART",
+        IndexKind::Sherman => "Sherman",
+        IndexKind::FgPlus => "FG+",
+        IndexKind::Canrt => "CANRT",
+        IndexKind::Erda => "Erda",
+    };
+    if matches!(
+        a.index,
+        IndexKind::Sherman | IndexKind::FgPlus | IndexKind::Canrt
+    ) {
         if a.keys != KeyType::Int {
-            return Err("Sherman keys are 8-byte integers: use --keys int".into());
+            return Err(format!("{name} keys are 8-byte integers: use --keys int"));
         }
-        if !a.value_size.is_multiple_of(8) || a.value_size > 256 {
-            return Err("Sherman values: --value-size a multiple of 8, at most 256".into());
+        if a.value_size > 256 {
+            return Err(format!(
+                "{name} values are at most 256 bytes: --value-size 1..=256"
+            ));
+        }
+    }
+    if a.index == IndexKind::Erda && a.keys == KeyType::String {
+        return Err(
+            "Erda keys are at most 16 bytes; --keys string makes longer ones: use \
+                    --keys int"
+                .into(),
+        );
+    }
+    let ps = a.sherman.page_size;
+    if matches!(a.index, IndexKind::Sherman | IndexKind::FgPlus)
+        && !(ps.is_power_of_two() && (256..=65536).contains(&ps))
+    {
+        return Err(format!(
+            "--page-size {ps}: Sherman pages are a power of two from 256 to 65536 bytes"
+        ));
+    }
+    if a.compare_art && a.keys != KeyType::Int {
+        return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
+    }
+    if let Some(p) = &a.json {
+        crate::report::check_writable(p)?;
+    }
+    let sim_shape = a.sim.compute_nodes != 1
+        || a.sim.clients_per_node != 1
+        || a.sim.memory_nodes != 1
+        || a.sim.model.is_some()
+        || !a.sim.overrides.is_empty()
+        || a.sim.trace.is_some();
+    match a.fabric {
+        FabricKind::Sim => {
+            if a.connect.is_some() {
+                return Err("--connect names a real memory node; the sim simulates its own".into());
+            }
+            if a.threads != 1 || a.no_pin || a.server_core.is_some() {
+                return Err(
+                    "--threads, --no-pin and --server-core are for real threads; the \
+                            sim's clients are --compute-nodes x --clients-per-node"
+                        .into(),
+                );
+            }
+        }
+        FabricKind::Soft | FabricKind::Verbs => {
+            if sim_shape {
+                return Err(
+                    "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
+                            --set and --trace shape the sim: use them with --fabric sim"
+                        .into(),
+                );
+            }
+            if a.connect.is_some() && a.region_mib.is_some() {
+                return Err(
+                    "--region-mib sizes the in-process memory node; a --connect \
+                            memnode has its own region (remora memnode --region-mib)"
+                        .into(),
+                );
+            }
         }
     }
     Ok(())
@@ -623,11 +722,12 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             ));
         }
     }
-    print_table(&recs);
+    print_table(&recs, a.json.as_deref());
+    let mut out = crate::report::human_out(a.json.as_deref());
     for r in &recs {
         if r.phase == "run" {
             for n in r.notes.iter().filter(|n| n.contains("YCSB-C on one core")) {
-                println!("note: {n}");
+                let _ = writeln!(out, "note: {n}");
             }
         }
     }

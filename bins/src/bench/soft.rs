@@ -72,7 +72,7 @@ pub fn run(
         }
         None => {
             let cfg = NodeConfig {
-                region_len: a.region_mib << 20,
+                region_len: super::region_bytes(a),
                 ..NodeConfig::default()
             };
             let node = match index.server_handler() {
@@ -85,7 +85,7 @@ pub fn run(
                 Target::Local(node),
                 vec![format!(
                     "in-process memory node: {} MiB region on {pages}",
-                    a.region_mib
+                    super::region_bytes(a) >> 20
                 )],
             )
         }

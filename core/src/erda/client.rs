@@ -23,6 +23,11 @@ pub struct ClientStats {
     pub rereads: u64,
     /// Second READs of an object larger than the configured value size.
     pub long_reads: u64,
+    /// Neighborhood READs validated by the stripe version words (the fast path could not
+    /// answer: a miss, or no whole object of the key).
+    pub validated: u64,
+    /// Validated READs that a concurrent fill or move overlapped (read again).
+    pub unstable: u64,
 }
 
 /// One compute node's (thread's) handle on an Erda store.
@@ -36,6 +41,8 @@ pub struct Erda<'e, E: Endpoint> {
     fallbacks: Cell<u64>,
     rereads: Cell<u64>,
     long_reads: Cell<u64>,
+    validated: Cell<u64>,
+    unstable: Cell<u64>,
 }
 
 fn bump(c: &Cell<u64>) {
@@ -85,6 +92,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             fallbacks: Cell::new(0),
             rereads: Cell::new(0),
             long_reads: Cell::new(0),
+            validated: Cell::new(0),
+            unstable: Cell::new(0),
         })
     }
 
@@ -101,6 +110,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             fallbacks: self.fallbacks.get(),
             rereads: self.rereads.get(),
             long_reads: self.long_reads.get(),
+            validated: self.validated.get(),
+            unstable: self.unstable.get(),
         }
     }
 
@@ -191,6 +202,9 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         let vlen = if delete { 0 } else { value.len() };
         let reply = self.request(op, key, vlen).await?;
         match reply.status {
+            // The server wrote the delete object itself before granting (see the module
+            // docs): nothing left to write.
+            Status::Granted if delete => return Ok(true),
             Status::Granted => {}
             Status::Absent => return Ok(false),
             status => return Err(ErdaError::Refused { status }),
@@ -200,7 +214,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         })?;
         let addr = self.object_addr(reply.head, units)?;
         let mut obj = [0u8; OBJECT_MAX];
-        let len = encode_object(&mut obj, key, value, delete)
+        let len = encode_object(&mut obj, key, value, false)
             .map_err(|why| ErdaError::Corrupt { addr, why })?;
         if self.sb.head_remaining(units) < len as u64 {
             return Err(ErdaError::Protocol {
@@ -255,20 +269,18 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
     }
 
-    /// Finds `key`'s bucket with one READ of its neighborhood (see the server's displacement
-    /// module for why a key being moved is never missed).
-    async fn find(&self, key: &[u8]) -> Result<Option<Bucket>, ErdaError> {
-        let home = self.sb.home(key);
-        let n = self.sb.neighborhood as usize * BUCKET_LEN;
-        let mut buf = [0u8; MAX_NEIGHBORHOOD * BUCKET_LEN];
-        let addr = self.addr(self.sb.bucket_off(home));
-        self.qp()?.read(addr, &mut buf[..n]).await?;
+    /// The first bucket of the neighborhood image `buf` (read at `addr`) that holds `key`
+    /// with a non-empty metadata word.
+    fn holder(
+        &self,
+        buf: &[u8],
+        addr: GlobalAddr,
+        key: &[u8],
+    ) -> Result<Option<Bucket>, ErdaError> {
         for j in 0..self.sb.neighborhood as usize {
             let raw = &buf[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
-            // A zero control word is an unused bucket, or one the server is clearing after
-            // moving its entry to a later bucket of the neighborhood (hopscotch
-            // displacement): this READ may have caught its old metadata word and its
-            // cleared control word. The entry is in the later bucket; go on.
+            // A zero control word is an unused bucket (or one being filled or cleared, which
+            // a validated image never shows): skip it whatever its metadata word says.
             if raw[8..16] == [0u8; 8] {
                 continue;
             }
@@ -276,9 +288,6 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 addr: addr.add((j * BUCKET_LEN) as u64),
                 why,
             })?;
-            // The first bucket holding the key with a non-empty metadata word: during a
-            // displacement the key is briefly in two buckets, and the source's word is
-            // cleared before anything else of it.
             if b.holds(key) && !b.meta().is_empty() {
                 return Ok(Some(b));
             }
@@ -286,47 +295,106 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         Ok(None)
     }
 
+    /// What the objects named by `b`'s metadata word say about `key`. `Unsure` when neither
+    /// object is a whole object of `key` and the word names an older one (readers retry), or
+    /// when the newest is not whole and there is no older one (absent if the word is known
+    /// to be the key's; see [`Self::lookup`]).
+    async fn answer(&self, b: &Bucket, key: &[u8], out: &mut [u8]) -> Result<Answer, ErdaError> {
+        let meta = b.meta();
+        match self.read_object(b.head(), meta.new_off(), key, out).await? {
+            Obj::Value(n) => return Ok(Answer::Found(Some(n))),
+            Obj::Deleted => return Ok(Answer::Found(None)),
+            Obj::Invalid => {}
+        }
+        // The newest object is being written, torn, or abandoned: the previous one.
+        if meta.old_off() == 0 {
+            return Ok(Answer::NoOlder);
+        }
+        let found = match self.read_object(b.head(), meta.old_off(), key, out).await? {
+            Obj::Value(n) => Some(n),
+            Obj::Deleted => None,
+            Obj::Invalid => return Ok(Answer::Unsure),
+        };
+        bump(&self.fallbacks);
+        Ok(Answer::Found(found))
+    }
+
+    /// A get. The fast path is the paper's: one READ of the neighborhood, one READ of the
+    /// newest object (and of the previous one if the newest is not whole). Its answer stands
+    /// when an object the metadata word names verifies as `key`'s: a metadata word naming an
+    /// object of `key` is only ever held by `key`'s bucket (and, during a move, by its copy,
+    /// with the same value), so it was `key`'s word when read, however the READ's words were
+    /// ordered. Anything else (no holder, no whole object of the key) proves nothing under
+    /// an unordered READ, so the get re-reads the neighborhood *validated* by the stripe
+    /// version words (`stripe.rs`) and answers from that image.
     async fn lookup(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ErdaError> {
         check_key(key).map_err(|_| ErdaError::BadKey { len: key.len() })?;
-        let mut last = GlobalAddr::NULL;
+        let home = self.sb.home(key);
+        let addr = self.addr(self.sb.bucket_off(home));
+        let n = self.sb.neighborhood as usize * BUCKET_LEN;
+        let mut buf = [0u8; MAX_NEIGHBORHOOD * BUCKET_LEN];
+        let qp = self.qp()?;
+        let mut last = addr;
+        // The fast path, once.
+        qp.read(addr, &mut buf[..n]).await?;
+        if let Some(b) = self.holder(&buf[..n], addr, key)? {
+            match self.answer(&b, key, out).await? {
+                Answer::Found(r) => return Ok(r),
+                // Only a validated image proves the key absent or its word its own.
+                Answer::NoOlder if self.cfg.assume_ascending_reads => return Ok(None),
+                Answer::NoOlder | Answer::Unsure => {}
+            }
+        } else if self.cfg.assume_ascending_reads {
+            return Ok(None);
+        }
+        let stripes = self.addr(self.sb.stripe_word_off(self.sb.stripe_of(home)));
         for attempt in 0..=self.cfg.read_retries {
             if attempt > 0 {
                 bump(&self.rereads);
             }
-            let Some(b) = self.find(key).await? else {
+            bump(&self.validated);
+            let (mut before, mut after) = ([0u8; 16], [0u8; 16]);
+            qp.post(&mut [
+                Op::Read {
+                    remote: stripes,
+                    local: &mut before,
+                },
+                Op::Read {
+                    remote: addr,
+                    local: &mut buf[..n],
+                },
+                Op::Read {
+                    remote: stripes,
+                    local: &mut after,
+                },
+            ])
+            .await?;
+            let odd = before.chunks(8).any(|w| w[0] & 1 == 1);
+            if before != after || odd {
+                // A fill or a move overlapped the READ.
+                bump(&self.unstable);
+                continue;
+            }
+            let Some(b) = self.holder(&buf[..n], addr, key)? else {
                 return Ok(None);
             };
-            let meta = b.meta();
-            if meta.new_off() == 0 {
-                // Not produced by the server (find skips empty words); treat as absent.
-                return Ok(None);
+            match self.answer(&b, key, out).await? {
+                Answer::Found(r) => return Ok(r),
+                // The word is the key's: its first object is not there yet.
+                Answer::NoOlder => return Ok(None),
+                Answer::Unsure => {}
             }
-            match self.read_object(b.head(), meta.new_off(), key, out).await? {
-                Obj::Value(n) => return Ok(Some(n)),
-                Obj::Deleted => return Ok(None),
-                Obj::Invalid => {}
-            }
-            // The newest object is being written, torn, or abandoned: the previous one.
-            if meta.old_off() != 0 {
-                match self.read_object(b.head(), meta.old_off(), key, out).await? {
-                    Obj::Value(n) => {
-                        bump(&self.fallbacks);
-                        return Ok(Some(n));
-                    }
-                    Obj::Deleted => {
-                        bump(&self.fallbacks);
-                        return Ok(None);
-                    }
-                    Obj::Invalid => {}
-                }
-            } else {
-                // No previous object: the key is being created and is not there yet.
-                return Ok(None);
-            }
-            last = self.object_addr(b.head(), meta.new_off())?;
+            last = self.object_addr(b.head(), b.meta().new_off())?;
         }
         Err(ErdaError::Incomplete { addr: last })
     }
+}
+
+/// What a bucket's objects say (see [`Erda::answer`]).
+enum Answer {
+    Found(Option<usize>),
+    NoOlder,
+    Unsure,
 }
 
 async fn recv_reply<Q: QueuePair>(qp: &Q) -> Result<Reply, ErdaError> {

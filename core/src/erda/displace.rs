@@ -2,25 +2,28 @@
 //! first free bucket past it and walk that free slot back towards the key's home by moving
 //! entries, each to a bucket still inside its own neighborhood.
 //!
-//! **Why a concurrent one-sided reader never misses a key.** A reader fetches a key's whole
-//! neighborhood in one READ, which moves 8-byte words in ascending address order, and takes
-//! the *first* bucket that holds the key with a non-empty metadata word. A move always goes
-//! from bucket `j` to a *higher* bucket `f` (the free slot), and runs in this order, each
-//! step persisted before the next:
+//! **Concurrent one-sided readers.** A move goes from bucket `j` to a *higher* bucket `f` (the
+//! free slot), and runs in this order, each step persisted before the next:
 //!
 //! 1. `f`'s control word and key (bytes 8..32), then `f`'s metadata word (a copy of `j`'s).
-//!    `f` was all zero; its word is written last and read first, so a reader that sees it
-//!    non-zero also sees the key. The key is now in both buckets with the same word; `j`
-//!    comes first, so readers still take `j`.
-//! 2. `j`'s metadata word is cleared (one 8-byte store): readers skip `j` (empty word) and go
-//!    on to `f`, which is complete since step 1 finished before.
+//! 2. `j`'s metadata word is cleared (one 8-byte store).
 //! 3. `j`'s control word, then its key, are cleared: `j` reads as unused.
 //!
-//! A reader that read `j` before step 2 found the key there. One that read `j` after step 2
-//! reads `f` later still (higher address, ascending order), hence after step 1: it finds the
-//! key in `f`. Either way it sees the same metadata word, and the objects it names are not
-//! touched by a move. Moves only ever run on the server's single request thread, so no grant
-//! changes the word being copied meanwhile.
+//! The words of one READ may observe memory in any order (only aligned 8-byte words are
+//! atomic), so a reader's neighborhood READ can see `f` before step 1 and `j` after step 2 and
+//! find the key nowhere. (The design before issue 9 argued from ascending word order, which
+//! no NIC promises.) What makes readers correct:
+//!
+//! - The whole move runs inside a section on the stripe version words of `j` and `f`
+//!   (`stripe.rs`). A reader that does not find the key, or finds no whole object of it,
+//!   re-reads the neighborhood between two READs of those words and trusts the image only if
+//!   both agree and are even: no move overlapped it.
+//! - A reader that does find a bucket holding the key, with a metadata word naming an object
+//!   that verifies as the key's, may trust it without validation: only the key's bucket and,
+//!   during a move, its copy (same word) ever hold a word naming the key's objects, and moves
+//!   run on the server's single request thread, so no grant changes the word meanwhile.
+//!
+//! The step order still matters for crashes (below).
 //!
 //! **Crash.** A crash between steps leaves the key in two buckets. Recovery ([`dedupe`])
 //! keeps the first one unless its word is empty (a crash inside step 2/3), and clears the
@@ -31,6 +34,7 @@ use remora_layouts::erda::{BUCKET_LEN, Bucket, Superblock};
 use std_alloc::vec::Vec;
 
 use super::server::corrupt;
+use super::stripe;
 
 fn load(region: &dyn LocalRegion, sb: &Superblock, i: u64) -> Result<Bucket, FabricError> {
     let mut raw = [0u8; BUCKET_LEN];
@@ -59,13 +63,15 @@ fn move_entry(
     b: &Bucket,
 ) -> Result<(), FabricError> {
     debug_assert!(to > from);
+    let section = stripe::Section::enter(region, sb, &[from, to])?;
     let dst = sb.bucket_off(to);
     let raw = b.encode();
     region.write(dst + 8, &raw[8..])?;
     region.persist(dst + 8, BUCKET_LEN - 8);
     region.store_u64(dst, b.meta)?;
     region.persist(dst, 8);
-    clear(region, sb, from)
+    clear(region, sb, from)?;
+    section.leave(region)
 }
 
 /// Frees a bucket in the neighborhood of `home` (all of whose buckets are used) by hopscotch

@@ -2,14 +2,16 @@
 //! metadata word, format and recovery.
 use super::ErdaConfig;
 use super::displace;
+use super::stripe;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, HELLO, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN, ROOT_SLOT, Reply, ReqOp,
-    Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status, Superblock,
-    decode_object, object_len, object_len_from_header,
+    BUCKET_LEN, Bucket, HELLO, KEY_MAX, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN, ROOT_SLOT, Reply,
+    ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status, Superblock,
+    decode_object, encode_object, object_len, object_len_from_header,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
+use std_alloc::string::String;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
@@ -49,6 +51,8 @@ struct State {
     /// Connection owning each client id.
     owners: Vec<Option<usize>>,
     scratch: Vec<u8>,
+    /// A delete object being written (keys are at most 16 bytes).
+    scratch_obj: [u8; object_len(KEY_MAX, 0)],
 }
 
 /// Erda's server-side handler. Formats the region on the first message if no store is
@@ -108,7 +112,8 @@ impl ErdaServer {
         let buckets = c.buckets + c.neighborhood as u64 - 1;
         let table = buckets * BUCKET_LEN as u64;
         let mailboxes = c.max_clients as u64 * remora_layouts::erda::MAILBOX_LEN as u64;
-        let meta_len = (SUPERBLOCK_LEN as u64 + table + mailboxes).next_multiple_of(64);
+        let stripes = (buckets.div_ceil(remora_layouts::erda::STRIPE_BUCKETS) + 1) * 8;
+        let meta_len = (SUPERBLOCK_LEN as u64 + table + mailboxes + stripes).next_multiple_of(64);
         let total = meta_len + c.heads as u64 * c.head_bytes;
         // Claim the space from the region's chunk allocator. The CPU's CAS is not atomic
         // against a NIC FETCH_AND_ADD on the same word (contract rule 3): on hardware, format
@@ -159,6 +164,7 @@ impl ErdaServer {
             off += n as u64;
         }
         region.persist(sb.table_off, table as usize);
+        stripe::reset(region, &sb)?;
         region.write(base, &sb.encode())?;
         region.persist(base, SUPERBLOCK_LEN);
         region.store_u64(root_offset(ROOT_SLOT), base)?;
@@ -174,6 +180,7 @@ impl ErdaServer {
             present: vec![false; sb.buckets as usize],
             owners: vec![None; sb.max_clients as usize],
             scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
+            scratch_obj: [0u8; object_len(KEY_MAX, 0)],
         }
     }
 
@@ -213,6 +220,8 @@ impl ErdaServer {
         region.read(sb_off, &mut raw)?;
         let sb = Superblock::decode(&raw, region.len()).map_err(|_| corrupt(region, sb_off))?;
         let mut st = self.fresh_state(sb, sb_off);
+        // A crash inside a change of buckets leaves its stripes odd; no reader is connected.
+        stripe::reset(region, &sb)?;
         self.stats.deduplicated += displace::dedupe(region, &sb)?;
         let mut high = [0u64; MAX_HEADS];
         let mut obj = vec![0u8; remora_layouts::erda::OBJECT_MAX];
@@ -248,7 +257,10 @@ impl ErdaServer {
                 region.persist(off, 8);
             }
             st.present[i as usize] = newest.0 && !newest.1;
-            for u in [meta.new_off(), meta.old_off()] {
+            // Offsets named before any revert count too: a slot granted but never whole is
+            // never granted again (its writer's late bytes could not land in another object).
+            let named = bucket.meta();
+            for u in [named.new_off(), named.old_off()] {
                 if u != 0 && (head as usize) < MAX_HEADS {
                     let end = u as u64 * 8 + remora_layouts::erda::OBJECT_MAX as u64;
                     high[head as usize] = high[head as usize].max(end);
@@ -412,8 +424,12 @@ impl ErdaServer {
             let b = Bucket::new(key, head, Meta::EMPTY)
                 .map_err(|_| corrupt(region, off))?
                 .encode();
+            // Inside its stripe's version change, so a validating reader never takes a
+            // half-written key (see `stripe.rs`).
+            let section = stripe::Section::enter(region, &sb, &[idx])?;
             region.write(off + 8, &b[8..])?;
             region.persist(off + 8, BUCKET_LEN - 8);
+            section.leave(region)?;
             self.stats.inserts += 1;
             self.stats.persists += 1;
         }
@@ -421,6 +437,22 @@ impl ErdaServer {
         region.store_u64(off, new_meta.encode())?;
         region.persist(off, 8);
         self.stats.persists += 1;
+        if req.op == ReqOp::Delete {
+            // A delete object carries no value: the server writes it itself, durably, before
+            // it answers or handles any other request. So a delete has landed by its grant's
+            // reply, and the presence the server answers from (its latest grant) is what
+            // readers see. Written after the word names it: a crash before it is whole
+            // reverts the word (the delete never happened), and no whole object is ever left
+            // in a slot no word names (recovery could hand that slot out again).
+            let obj_off = sb
+                .object_off(head, units)
+                .map_err(|_| corrupt(region, off))?;
+            let n = encode_object(&mut st.scratch_obj, key, &[], true)
+                .map_err(|_| corrupt(region, obj_off))?;
+            region.write(obj_off, &st.scratch_obj[..n])?;
+            region.persist(obj_off, n);
+            self.stats.persists += 1;
+        }
         st.present[idx as usize] = req.op != ReqOp::Delete;
         Ok(answer(Status::Granted, head, units))
     }
@@ -453,5 +485,34 @@ impl Handler for ErdaServer {
                 Ok(())
             }
         }
+    }
+
+    /// Formats or recovers the store before any client connects (a restart on a persistent
+    /// region), instead of on the first message.
+    fn recover(&mut self, region: &dyn LocalRegion) -> Result<String, FabricError> {
+        let before = self.stats;
+        self.open(region)?;
+        let s = self.stats;
+        Ok(std_alloc::format!(
+            "erda: {} metadata words reverted to their previous object, {} emptied, {} \
+             duplicate buckets of an interrupted move cleared",
+            s.reverted - before.reverted,
+            s.emptied - before.emptied,
+            s.deduplicated - before.deduplicated
+        ))
+    }
+
+    /// The client id (mailbox) of a connection that ended is free for a new session. A
+    /// grant it held and never wrote stays unwritten: readers fall back, recovery reverts.
+    fn on_disconnect(&mut self, _region: &dyn LocalRegion, conn: usize) {
+        if let Some(st) = self.st.as_mut() {
+            for o in st.owners.iter_mut().filter(|o| **o == Some(conn)) {
+                *o = None;
+            }
+        }
+    }
+
+    fn service(&self) -> &'static str {
+        "erda"
     }
 }

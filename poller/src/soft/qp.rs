@@ -9,7 +9,7 @@ use remora_layouts::{GlobalAddr, NodeId};
 use std::cell::Cell;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{Ordering, fence};
 use std::time::{Duration, Instant};
 
 /// The node id a memory node's queue pairs report for their client end.
@@ -70,7 +70,7 @@ pub struct SoftQp {
     /// The control connection, to tell a dead peer from a slow one.
     control: Option<UnixStream>,
     /// Raised by the watchdog when the peer process is gone (client ends of other processes).
-    peer_dead: Option<Arc<AtomicBool>>,
+    peer_dead: Option<super::watchdog::DeadFlag>,
     /// Client ends: this connection's slot at the node and the slot word while it may access
     /// the region (a fence or the end of the connection changes the word).
     slot: Option<(u16, u64)>,

@@ -7,6 +7,7 @@
 //! when the peer has closed it (its process died or hung up) it raises that connection's
 //! flag. `SoftQp::post` reads the flag with one relaxed load and fails with
 //! `RetryExceeded`, so a peer's death is reported within about [`EVERY`] + one post.
+use crossbeam_utils::CachePadded;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -15,9 +16,13 @@ use std::time::Duration;
 /// How often the watchdog looks.
 pub const EVERY: Duration = Duration::from_millis(2);
 
+/// A connection's dead flag: read by its queue pair on every post, so it sits on a cache line
+/// of its own (no false sharing with whatever the allocator puts next to it).
+pub type DeadFlag = Arc<CachePadded<AtomicBool>>;
+
 struct Watched {
     fd: OwnedFd,
-    dead: Weak<AtomicBool>,
+    dead: Weak<CachePadded<AtomicBool>>,
 }
 
 static WATCHED: Mutex<Vec<Watched>> = Mutex::new(Vec::new());
@@ -25,8 +30,8 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 
 /// Watches the socket `fd` (a duplicate the watchdog owns); returns the flag it raises when
 /// the peer is gone. Dropping every clone of the flag stops the watch.
-pub fn watch(fd: OwnedFd) -> Arc<AtomicBool> {
-    let dead = Arc::new(AtomicBool::new(false));
+pub fn watch(fd: OwnedFd) -> DeadFlag {
+    let dead = Arc::new(CachePadded::new(AtomicBool::new(false)));
     if let Ok(mut w) = WATCHED.lock() {
         w.push(Watched {
             fd,
