@@ -37,6 +37,10 @@ pub struct SimArgs {
     /// Print the per-verb event trace of this operation number.
     #[arg(long)]
     pub trace: Option<u64>,
+    /// The memory nodes' host regions are persistent memory: a handler's persist costs
+    /// `nvm_write_ns` per cache line, and bench reports the NVM bytes written per operation.
+    #[arg(long)]
+    pub persistent: bool,
 }
 
 /// A verb `remora perf` can measure.

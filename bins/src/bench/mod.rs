@@ -332,7 +332,7 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
     let mut out = crate::report::human_out(json);
     let _ = writeln!(
         out,
-        "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6} {:>9}  techniques",
+        "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6} {:>9} {:>8}  techniques",
         "workload",
         "phase",
         "ops",
@@ -346,12 +346,13 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
         "B in/op",
         "r-amp",
         "w-amp",
-        "srv ns/op"
+        "srv ns/op",
+        "nvm B/op"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<8} {:<5} {:>9} {:>8.3} {:>9.0} {:>9.0} {:>9.0} {:>6.2} {:>6.2} {:>6.2} {:>8.1} {:>6.2} {:>6.2} {:>9}  {}",
+            "{:<8} {:<5} {:>9} {:>8.3} {:>9.0} {:>9.0} {:>9.0} {:>6.2} {:>6.2} {:>6.2} {:>8.1} {:>6.2} {:>6.2} {:>9} {:>8}  {}",
             r.workload,
             r.phase,
             r.ops,
@@ -366,6 +367,7 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
             r.read_amplification,
             r.write_amplification,
             crate::report::server_cell(r.server_ns_per_op),
+            crate::report::server_cell(r.nvm_bytes_per_op),
             r.techniques
         );
     }
@@ -445,7 +447,8 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         || a.sim.memory_nodes != 1
         || a.sim.model.is_some()
         || !a.sim.overrides.is_empty()
-        || a.sim.trace.is_some();
+        || a.sim.trace.is_some()
+        || a.sim.persistent;
     match a.fabric {
         FabricKind::Sim => {
             if a.connect.is_some() {
@@ -463,7 +466,8 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
             if sim_shape {
                 return Err(
                     "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
-                            --set and --trace shape the sim: use them with --fabric sim"
+                            --set, --trace and --persistent shape the sim: use them with \
+                            --fabric sim"
                         .into(),
                 );
             }

@@ -502,6 +502,10 @@ impl ClientCtx {
     pub fn nvm_total(&self) -> NvmStats {
         nvm_total(&self.w)
     }
+    /// The memory nodes' host regions are persistent memory (`SimConfig::persistent`).
+    pub fn persistent(&self) -> bool {
+        self.w.borrow().nodes.iter().any(|n| n.persistent)
+    }
     /// The queue pair to memory node `node`.
     pub fn qp(&self, node: NodeId) -> Result<&SimQp, FabricError> {
         remora_core::fabric::Endpoint::qp(&*self.ep, node)
