@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod args;
 mod bench;
+mod lincheck;
 mod memnode;
 mod perf;
 mod perf_sim;
@@ -35,8 +36,9 @@ enum Cmd {
     Perf(PerfArgs),
     /// YCSB benchmark of an index (LOAD, A-E) on any fabric.
     Bench(bench::BenchArgs),
-    /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`).
-    Check(PerfArgs),
+    /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`), or
+    /// with `--linearizability` check an index's histories for linearizability.
+    Check(lincheck::CheckArgs),
 }
 
 /// What a memory node runs on its CPU.
@@ -164,7 +166,10 @@ fn main() -> ExitCode {
                 .into()),
         },
         Cmd::Bench(a) => bench::run(&a),
-        Cmd::Check(a) => match a.fabric {
+        Cmd::Check(c) if c.lin.linearizability => {
+            lincheck::run(&c.lin, c.perf.fabric, c.perf.threads, c.perf.coroutines)
+        }
+        Cmd::Check(lincheck::CheckArgs { perf: a, .. }) => match a.fabric {
             FabricKind::Soft => perf::check(&a),
             FabricKind::Sim => perf_sim::check(&a),
             FabricKind::Verbs => verbs_cmds::check(&a),

@@ -90,10 +90,13 @@ impl Rect {
 
     /// Decodes 16 bytes at `at`; rejects an inverted rectangle.
     pub fn decode(bytes: &[u8], at: usize) -> Result<Rect, LayoutError> {
-        let b = bytes.get(at..at + RECT_LEN).ok_or(LayoutError::Short {
-            need: at + RECT_LEN,
-            got: bytes.len(),
-        })?;
+        let b = at
+            .checked_add(RECT_LEN)
+            .and_then(|end| bytes.get(at..end))
+            .ok_or(LayoutError::Short {
+                need: at.saturating_add(RECT_LEN),
+                got: bytes.len(),
+            })?;
         let i = |k: usize| i32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
         Rect::new(i(0), i(4), i(8), i(12))
     }
@@ -492,7 +495,13 @@ pub fn encode_entry(e: &Entry, out: &mut [u8; ENTRY_LEN]) {
 
 /// Decodes the `i`-th hit after a response header.
 pub fn decode_hit(msg: &[u8], i: usize) -> Result<Entry, LayoutError> {
-    let at = RESPONSE_HEADER_LEN + i * ENTRY_LEN;
+    let at = i
+        .checked_mul(ENTRY_LEN)
+        .and_then(|o| o.checked_add(RESPONSE_HEADER_LEN))
+        .ok_or(LayoutError::OutOfRange {
+            field: "hit index",
+            value: i as u64,
+        })?;
     Ok(Entry {
         rect: Rect::decode(msg, at)?,
         ptr: read_u64(msg, at + RECT_LEN)?,

@@ -7,7 +7,7 @@
 //! simulated client threads in virtual time. Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
-mod index;
+pub(crate) mod index;
 mod phase;
 mod sim;
 mod soft;

@@ -60,6 +60,16 @@ pub fn run(
         Some(p) => {
             let path = PathBuf::from(p);
             let info = control::info(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            if let Some(want) = index.service()
+                && info.service_name() != want
+            {
+                return Err(format!(
+                    "the memnode at {} runs the `{}` service, but this index needs `{want}`: \
+                     start it with `remora memnode --service {want}`",
+                    path.display(),
+                    info.service_name()
+                ));
+            }
             (
                 Target::Remote(path.clone()),
                 vec![format!(
