@@ -114,8 +114,14 @@ pub struct Sim<'a> {
     compute_nodes: usize,
     /// Server-side logic: one echo service per memory node, then every `set_handler`.
     handlers: Handlers<'a>,
+    /// Per memory node, what makes its handler (`set_handler_with`): called again at each
+    /// restart, as a restarted node runs a new process.
+    factories: Factories<'a>,
     recoveries: Rc<RefCell<Vec<Recovery>>>,
 }
+
+type Factory<'a> = Box<dyn Fn() -> Box<dyn Handler + 'a> + 'a>;
+type Factories<'a> = Rc<RefCell<Vec<Option<Factory<'a>>>>>;
 
 impl World {
     fn add_client(&mut self, compute_node: usize) -> u32 {
@@ -260,6 +266,7 @@ impl<'a> Sim<'a> {
                     .map(|_| -> SharedHandler<'a> { Rc::new(RefCell::new(Box::new(Echo))) })
                     .collect(),
             )),
+            factories: Rc::new(RefCell::new((0..nodes).map(|_| None).collect())),
             recoveries: Rc::new(RefCell::new(Vec::new())),
         })
     }
@@ -327,6 +334,9 @@ impl<'a> Sim<'a> {
         node: NodeId,
         handler: Box<dyn Handler + 'a>,
     ) -> Result<(), SimError> {
+        if let Some(f) = self.factories.borrow_mut().get_mut(node as usize) {
+            *f = None;
+        }
         let mut w = self.w.borrow_mut();
         let slot = w
             .nodes
@@ -335,6 +345,23 @@ impl<'a> Sim<'a> {
         let mut hs = self.handlers.borrow_mut();
         slot.handler = hs.len() as u32;
         hs.push(Rc::new(RefCell::new(handler)));
+        Ok(())
+    }
+
+    /// [`Sim::set_handler`] with a handler made by `make`, which makes a new one each time
+    /// the node restarts (`Faults::restart_node_at`): the restarted node's handler starts
+    /// with no volatile state, as a restarted server process does, and its `recover` runs
+    /// on the surviving region. (With `set_handler` the one handler object lives on across
+    /// restarts, its volatile fields included.)
+    pub fn set_handler_with(
+        &mut self,
+        node: NodeId,
+        make: impl Fn() -> Box<dyn Handler + 'a> + 'a,
+    ) -> Result<(), SimError> {
+        self.set_handler(node, make())?;
+        if let Some(f) = self.factories.borrow_mut().get_mut(node as usize) {
+            *f = Some(Box::new(make));
+        }
         Ok(())
     }
 
@@ -359,7 +386,8 @@ impl<'a> Sim<'a> {
             ex.add(&w, id, Box::pin(task), false);
         };
         let recoveries = &self.recoveries;
-        let mut notice = |n: Notice| handle_notice(&w, handlers, recoveries, n);
+        let factories = &self.factories;
+        let mut notice = |n: Notice| handle_notice(&w, handlers, factories, recoveries, n);
         let stop = self
             .exec
             .run(&self.w, limit, until_done, &mut spawn_server, &mut notice);
@@ -572,14 +600,29 @@ fn nvm_total(w: &WorldRef) -> NvmStats {
 
 /// Does the handler work the engine queued (see `Notice`): `on_disconnect` for an ended
 /// connection, with the handler that served it; `recover` for a restarted persistent node,
-/// with the node's current handler. Both run on the node's CPU at the current virtual time,
-/// and their CPU time is not charged (they are rare).
-fn handle_notice(
+/// with a new handler from the node's factory if it has one, else its current handler. Both
+/// run on the node's CPU at the current virtual time, and their CPU time is not charged
+/// (they are rare).
+fn handle_notice<'a>(
     w: &WorldRef,
-    handlers: &Handlers<'_>,
+    handlers: &Handlers<'a>,
+    factories: &Factories<'a>,
     recoveries: &Rc<RefCell<Vec<Recovery>>>,
     n: Notice,
 ) {
+    if let Notice::Restart(node) = n
+        && let Some(make) = factories
+            .borrow()
+            .get(node as usize)
+            .and_then(|f| f.as_ref())
+    {
+        let mut hs = handlers.borrow_mut();
+        let mut wb = w.borrow_mut();
+        if let Some(m) = wb.nodes.get_mut(node as usize) {
+            m.handler = hs.len() as u32;
+            hs.push(Rc::new(RefCell::new(make())));
+        }
+    }
     let (node, hix) = {
         let wb = w.borrow();
         match n {

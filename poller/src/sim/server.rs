@@ -34,9 +34,10 @@
 //!     timeout); clients reconnect (`ClientCtx::reconnect`, or a new `Sim::client`).
 //! - **Restart** of a persistent node: `Handler::recover` of the node's current handler runs
 //!   on the surviving region before any task runs again; its report is kept
-//!   (`Sim::recovery_reports`); an error keeps the node down. The handler object itself
-//!   survives the crash (its volatile fields included): a handler must rebuild what it
-//!   needs in `recover`. A DRAM node restarts on a fresh region without `recover`.
+//!   (`Sim::recovery_reports`); an error keeps the node down. A handler set with
+//!   `Sim::set_handler_with` is made anew at the restart, as a restarted server process
+//!   starts with no volatile state; one set with `Sim::set_handler` lives on, its volatile
+//!   fields included. A DRAM node restarts on a fresh region without `recover`.
 //! - Busy time is accounted per thread (`MemNode::busy_ps`), read by `Sim::server_busy_ns`,
 //!   `ClientCtx::server_busy_ns` and, from the handler, `LocalRegion::cpu_clock`.
 //!
