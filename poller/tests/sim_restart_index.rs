@@ -199,7 +199,7 @@ fn canrt_recovers_on_restart_and_its_clients_reconnect() {
     };
     crash_restart!(
         || Box::new(CanrtRecovering(CanrtServer::new())),
-        |ep| Canrt::open(ep, cfg.clone()).await.ok(),
+        |ep| Canrt::open(ep, cfg).await.ok(),
         "canrt",
         rollback: false,
         stuck: 0
