@@ -116,43 +116,15 @@ fn perf_flags_apply(a: &PerfArgs) -> Result<(), String> {
     if let Some(p) = &a.json {
         report::check_writable(p)?;
     }
-    let sim_shape = a.sim.compute_nodes != 1
-        || a.sim.clients_per_node != 1
-        || a.sim.memory_nodes != 1
-        || a.sim.model.is_some()
-        || !a.sim.overrides.is_empty()
-        || a.sim.trace.is_some();
-    match a.fabric {
-        FabricKind::Sim => {
-            if a.connect.is_some() {
-                return Err("--connect names a real memory node; the sim simulates its own".into());
-            }
-            if a.threads != 1 || a.no_pin || a.server_core.is_some() {
-                return Err(
-                    "--threads, --no-pin and --server-core are for real threads; the \
-                            sim's clients are --compute-nodes x --clients-per-node"
-                        .into(),
-                );
-            }
-        }
-        FabricKind::Soft | FabricKind::Verbs => {
-            if sim_shape {
-                return Err(
-                    "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
-                            --set and --trace shape the sim: use them with --fabric sim"
-                        .into(),
-                );
-            }
-            if a.connect.is_some() && a.region_mib != 64 {
-                return Err(
-                    "--region-mib sizes the in-process memory node; a --connect \
-                            memnode has its own region (remora memnode --region-mib)"
-                        .into(),
-                );
-            }
-        }
-    }
-    Ok(())
+    args::check_fabric_flags(&args::FabricFlags {
+        fabric: a.fabric,
+        sim: &a.sim,
+        connect: a.connect.is_some(),
+        threads: a.threads,
+        no_pin: a.no_pin,
+        server_core: a.server_core.is_some(),
+        region: a.region_mib != 64,
+    })
 }
 
 fn main() -> ExitCode {

@@ -44,7 +44,17 @@ pub enum IndexKind {
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    #[arg(long, value_enum, default_value = "smart")]
+    /// The index, or several comma-separated (each runs the same workload in turn, and one
+    /// table compares them).
+    #[arg(
+        long = "index",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "smart"
+    )]
+    pub indexes: Vec<IndexKind>,
+    /// The index of the run in progress (one of `indexes`).
+    #[arg(skip = IndexKind::Smart)]
     pub index: IndexKind,
     #[arg(long, value_enum, default_value = "soft")]
     pub fabric: FabricKind,
@@ -299,7 +309,14 @@ pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
         g.heads as u64 * g.head_bytes + g.buckets * 64 + (8 << 20)
     };
     let want = (writes * per).max(if a.index == IndexKind::Erda { erda } else { 0 });
-    (want + (32 << 20))
+    // Every client carves its objects from chunks of its own, per size class: slack per
+    // client, spread over the memory nodes.
+    let clients = match a.fabric {
+        FabricKind::Sim => (a.sim.compute_nodes * a.sim.clients_per_node) as u64,
+        _ => a.threads as u64,
+    };
+    let per_node = want / a.sim.memory_nodes.max(1) as u64 + clients * (8 << 20);
+    (per_node + (32 << 20))
         .next_multiple_of(1 << 20)
         .clamp(64 << 20, 1 << 40)
 }
@@ -442,45 +459,15 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     if let Some(p) = &a.json {
         crate::report::check_writable(p)?;
     }
-    let sim_shape = a.sim.compute_nodes != 1
-        || a.sim.clients_per_node != 1
-        || a.sim.memory_nodes != 1
-        || a.sim.model.is_some()
-        || !a.sim.overrides.is_empty()
-        || a.sim.trace.is_some()
-        || a.sim.persistent;
-    match a.fabric {
-        FabricKind::Sim => {
-            if a.connect.is_some() {
-                return Err("--connect names a real memory node; the sim simulates its own".into());
-            }
-            if a.threads != 1 || a.no_pin || a.server_core.is_some() {
-                return Err(
-                    "--threads, --no-pin and --server-core are for real threads; the \
-                            sim's clients are --compute-nodes x --clients-per-node"
-                        .into(),
-                );
-            }
-        }
-        FabricKind::Soft | FabricKind::Verbs => {
-            if sim_shape {
-                return Err(
-                    "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
-                            --set, --trace and --persistent shape the sim: use them with \
-                            --fabric sim"
-                        .into(),
-                );
-            }
-            if a.connect.is_some() && a.region_mib.is_some() {
-                return Err(
-                    "--region-mib sizes the in-process memory node; a --connect \
-                            memnode has its own region (remora memnode --region-mib)"
-                        .into(),
-                );
-            }
-        }
-    }
-    Ok(())
+    crate::args::check_fabric_flags(&crate::args::FabricFlags {
+        fabric: a.fabric,
+        sim: &a.sim,
+        connect: a.connect.is_some(),
+        threads: a.threads,
+        no_pin: a.no_pin,
+        server_core: a.server_core.is_some(),
+        region: a.region_mib.is_some(),
+    })
 }
 
 /// YCSB-C on the same keys and distribution against an in-memory map on this thread:
@@ -704,10 +691,57 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
-    validate(a)?;
-    if a.factors {
-        return factors(a);
+    let mut runs = Vec::new();
+    for &kind in &a.indexes {
+        let mut one = a.clone();
+        one.index = kind;
+        validate(&one)?;
+        runs.push(one);
     }
+    if runs.len() > 1 && a.factors {
+        return Err("--factors takes one --index".into());
+    }
+    let mut all = Vec::new();
+    for one in &runs {
+        if one.factors {
+            return factors(one);
+        }
+        all.extend(run_one(one)?);
+    }
+    if runs.len() > 1 {
+        let mut out = crate::report::human_out(a.json.as_deref());
+        let _ = writeln!(out, "\nside by side (run phase):");
+        let _ = writeln!(
+            out,
+            "{:<10} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8}",
+            "index", "Mops", "p50 ns", "p99 ns", "RT/op", "B in/op", "srv ns/op", "nvm B/op"
+        );
+        for r in all
+            .iter()
+            .filter(|r| r.phase == "run" || a.workload == Workload::Load)
+        {
+            let _ = writeln!(
+                out,
+                "{:<10} {:>9.3} {:>9.0} {:>9.0} {:>7.2} {:>8.1} {:>9} {:>8}",
+                r.index,
+                r.mops,
+                r.latency.p50_ns,
+                r.latency.p99_ns,
+                r.per_op.round_trips,
+                r.per_op.bytes_in,
+                crate::report::server_cell(r.server_ns_per_op),
+                crate::report::server_cell(r.nvm_bytes_per_op)
+            );
+        }
+    }
+    if let Some(p) = &a.json {
+        write_json(p, &all).map_err(|e| format!("writing {p}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// One index's LOAD and run phases: prints its table, returns its records.
+fn run_one(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
     let index = index_cfg(a)?;
     let mut recs = run_phases(a, &index, a.workload)?;
     let ops = a.operations.unwrap_or(a.records).max(100_000);
@@ -735,8 +769,5 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             }
         }
     }
-    if let Some(p) = &a.json {
-        write_json(p, &recs).map_err(|e| format!("writing {p}: {e}"))?;
-    }
-    Ok(())
+    Ok(recs)
 }

@@ -151,7 +151,8 @@ pub fn run_checks(h: &SoftHarness, revoke: bool) -> Vec<(&'static str, Result<()
 
 /// Silences the panic hook while checks run (their panics are their failure messages), and
 /// restores the previous hook afterwards.
-struct QuietPanics(Option<Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>>);
+type PanicHook = Box<dyn Fn(&std::panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
+struct QuietPanics(Option<PanicHook>);
 
 impl QuietPanics {
     fn new() -> QuietPanics {
