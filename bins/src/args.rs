@@ -37,6 +37,10 @@ pub struct SimArgs {
     /// Print the per-verb event trace of this operation number.
     #[arg(long)]
     pub trace: Option<u64>,
+    /// The memory nodes' host regions are persistent memory: a handler's persist costs
+    /// `nvm_write_ns` per cache line, and bench reports the NVM bytes written per operation.
+    #[arg(long)]
+    pub persistent: bool,
 }
 
 /// A verb `remora perf` can measure.
@@ -165,7 +169,8 @@ pub fn check_fabric_flags(f: &FabricFlags<'_>) -> Result<(), String> {
         || f.sim.memory_nodes != 1
         || f.sim.model.is_some()
         || !f.sim.overrides.is_empty()
-        || f.sim.trace.is_some();
+        || f.sim.trace.is_some()
+        || f.sim.persistent;
     match f.fabric {
         FabricKind::Sim => {
             if f.connect {
@@ -183,7 +188,8 @@ pub fn check_fabric_flags(f: &FabricFlags<'_>) -> Result<(), String> {
             if sim_shape {
                 return Err(
                     "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
-                            --set and --trace shape the sim: use them with --fabric sim"
+                            --set, --trace and --persistent shape the sim: use them with \
+                            --fabric sim"
                         .into(),
                 );
             }

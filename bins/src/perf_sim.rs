@@ -108,7 +108,7 @@ pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
             region_len,
             dm_len: 256 << 10,
             chunk_size,
-            persistent: false,
+            persistent: s.persistent,
             model: model.clone(),
             seed: s.seed,
             faults: Default::default(),

@@ -306,6 +306,45 @@ fn sim_reports_the_server_cpu_per_operation() {
     );
     let per_op = recs[0]["server_ns_per_op"].as_f64().unwrap();
     assert!(per_op > 100.0, "CANRT load: {per_op} server ns/op");
+    assert!(
+        recs[0]["nvm_bytes_per_op"].is_null(),
+        "DRAM nodes: no NVM figure"
+    );
+}
+
+#[test]
+fn sim_bench_on_persistent_nodes_reports_nvm_bytes_per_op() {
+    let recs = bench_json(
+        &[
+            "--fabric",
+            "sim",
+            "--persistent",
+            "--index",
+            "erda",
+            "--workload",
+            "a",
+            "--records",
+            "500",
+            "--operations",
+            "1000",
+        ],
+        "erda-nvm",
+    );
+    let load = &recs[0];
+    let media = load["nvm_bytes_per_op"].as_f64().unwrap();
+    let split = &load["nvm_per_op"];
+    let nic = ["nic_write", "nic_write_imm", "nic_atomic"]
+        .iter()
+        .map(|k| split[k].as_f64().unwrap())
+        .sum::<f64>();
+    let lines = split["lines_flushed"].as_f64().unwrap();
+    // Every insert writes its entry by the NIC and the server persists its bucket.
+    assert!(nic > 0.0 && lines >= 1.0, "{split}");
+    assert!((media - (nic + 64.0 * lines)).abs() < 1e-6, "{load}");
+    // --persistent shapes the sim only.
+    let out = remora(&["bench", "--fabric", "soft", "--persistent"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--persistent"), "{}", stderr(&out));
 }
 
 fn stderr(o: &Output) -> String {

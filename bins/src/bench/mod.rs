@@ -356,7 +356,7 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
     let mut out = crate::report::human_out(json);
     let _ = writeln!(
         out,
-        "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6} {:>9}  techniques",
+        "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6} {:>9} {:>8}  techniques",
         "workload",
         "phase",
         "ops",
@@ -370,12 +370,13 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
         "B in/op",
         "r-amp",
         "w-amp",
-        "srv ns/op"
+        "srv ns/op",
+        "nvm B/op"
     );
     for r in rows {
         let _ = writeln!(
             out,
-            "{:<8} {:<5} {:>9} {:>8.3} {:>9.0} {:>9.0} {:>9.0} {:>6.2} {:>6.2} {:>6.2} {:>8.1} {:>6.2} {:>6.2} {:>9}  {}",
+            "{:<8} {:<5} {:>9} {:>8.3} {:>9.0} {:>9.0} {:>9.0} {:>6.2} {:>6.2} {:>6.2} {:>8.1} {:>6.2} {:>6.2} {:>9} {:>8}  {}",
             r.workload,
             r.phase,
             r.ops,
@@ -390,6 +391,7 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
             r.read_amplification,
             r.write_amplification,
             crate::report::server_cell(r.server_ns_per_op),
+            crate::report::server_cell(r.nvm_bytes_per_op),
             r.techniques
         );
     }
@@ -726,8 +728,8 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         let _ = writeln!(out, "\nside by side (run phase):");
         let _ = writeln!(
             out,
-            "{:<10} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9}",
-            "index", "Mops", "p50 ns", "p99 ns", "RT/op", "B in/op", "srv ns/op"
+            "{:<10} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9} {:>8}",
+            "index", "Mops", "p50 ns", "p99 ns", "RT/op", "B in/op", "srv ns/op", "nvm B/op"
         );
         for r in all
             .iter()
@@ -735,14 +737,15 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         {
             let _ = writeln!(
                 out,
-                "{:<10} {:>9.3} {:>9.0} {:>9.0} {:>7.2} {:>8.1} {:>9}",
+                "{:<10} {:>9.3} {:>9.0} {:>9.0} {:>7.2} {:>8.1} {:>9} {:>8}",
                 r.index,
                 r.mops,
                 r.latency.p50_ns,
                 r.latency.p99_ns,
                 r.per_op.round_trips,
                 r.per_op.bytes_in,
-                crate::report::server_cell(r.server_ns_per_op)
+                crate::report::server_cell(r.server_ns_per_op),
+                crate::report::server_cell(r.nvm_bytes_per_op)
             );
         }
     }

@@ -11,7 +11,7 @@ use remora::core::index::KvIndex;
 use remora::core::smart::SmartStats;
 use remora::poller::clock::Clock;
 use remora::poller::executor::join_all;
-use remora::poller::sim::ClientCtx;
+use remora::poller::sim::{ClientCtx, NvmStats};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -125,9 +125,43 @@ pub struct BenchRecord {
     /// the handler threads' busy time from the phase's first start to its last end / ops;
     /// null where not measured.
     pub server_ns_per_op: Option<f64>,
+    /// Bytes written to the memory nodes' persistent memory per operation: NIC-placed bytes
+    /// plus 64 x the cache lines the handlers wrote back (sim `--persistent` only; null
+    /// elsewhere), and its split.
+    pub nvm_bytes_per_op: Option<f64>,
+    pub nvm_per_op: Option<NvmPerOp>,
     pub smart: SmartSummary,
     pub sherman: ShermanSummary,
     pub notes: Vec<String>,
+}
+
+/// NVM writes per operation of a phase (see `remora::poller::sim::NvmStats`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct NvmPerOp {
+    /// Media writes: NIC-placed bytes + 64 x lines written back.
+    pub media: f64,
+    /// Placed by the NIC, by verb.
+    pub nic_write: f64,
+    pub nic_write_imm: f64,
+    pub nic_atomic: f64,
+    /// Stored by the memory nodes' CPUs (handlers).
+    pub cpu_store: f64,
+    /// Cache lines the handlers wrote back (persist).
+    pub lines_flushed: f64,
+}
+
+impl NvmPerOp {
+    fn new(n: &NvmStats, ops: u64) -> NvmPerOp {
+        let d = ops.max(1) as f64;
+        NvmPerOp {
+            media: n.media_bytes() as f64 / d,
+            nic_write: n.nic_write as f64 / d,
+            nic_write_imm: n.nic_write_imm as f64 / d,
+            nic_atomic: n.nic_atomic as f64 / d,
+            cpu_store: n.cpu_store as f64 / d,
+            lines_flushed: n.lines_flushed as f64 / d,
+        }
+    }
 }
 
 /// What one worker measured in one phase.
@@ -139,6 +173,8 @@ pub struct PhaseOut {
     end_ns: u64,
     /// The memory nodes' handler busy time (ns) at start and end (sim only).
     busy_ns: Option<(u64, u64)>,
+    /// The memory nodes' NVM write counts at start and end (sim with persistent nodes).
+    nvm: Option<(NvmStats, NvmStats)>,
     smart: SmartSummary,
     sherman: ShermanSummary,
     key_bytes: u64,
@@ -251,6 +287,15 @@ impl Ctx<'_> {
         match &self.time {
             Time::Wall(c) => c.now_ns(),
             Time::Virtual(c) => c.now_ns(),
+        }
+    }
+    /// Bytes written to the memory nodes' persistent memory so far (sim with persistent
+    /// nodes only).
+    pub fn nvm(&self) -> Option<NvmStats> {
+        match &self.time {
+            Time::Wall(_) => None,
+            Time::Virtual(c) if c.persistent() => Some(c.nvm_total()),
+            Time::Virtual(_) => None,
         }
     }
     /// The memory nodes' handler-thread busy time so far (sim only: virtual CPU time).
@@ -381,6 +426,7 @@ pub async fn phase<I: KvIndex>(
     let st0 = stats();
     let start_ns = ctx.now_ns();
     let busy0 = ctx.server_busy_ns();
+    let nvm0 = ctx.nvm();
     let phase_salt = ph.workload as u64 * 0x1000_0000;
     let coros: Vec<_> = (0..ctx.a.coroutines)
         .map(|c| {
@@ -391,6 +437,7 @@ pub async fn phase<I: KvIndex>(
     let results = join_all(coros).await;
     let end_ns = ctx.now_ns();
     let busy_ns = busy0.zip(ctx.server_busy_ns());
+    let nvm = nvm0.zip(ctx.nvm());
     for r in results {
         r?;
     }
@@ -403,6 +450,7 @@ pub async fn phase<I: KvIndex>(
         start_ns,
         end_ns,
         busy_ns,
+        nvm,
         smart: SmartSummary::from_delta(&st0.smart, &st1.smart),
         sherman: ShermanSummary {
             lock_handovers: sh(|s| s.lock_handovers),
@@ -454,6 +502,11 @@ pub fn record(
     let server_ns_per_op = first
         .zip(last)
         .map(|((b0, _), (_, b1))| b1.saturating_sub(b0) as f64 / ops.max(1) as f64);
+    let nvm_first = outs.iter().min_by_key(|o| o.start_ns).and_then(|o| o.nvm);
+    let nvm_last = outs.iter().max_by_key(|o| o.end_ns).and_then(|o| o.nvm);
+    let nvm_per_op = nvm_first
+        .zip(nvm_last)
+        .map(|((n0, _), (_, n1))| NvmPerOp::new(&n1.since(&n0), ops));
     let seconds = end.saturating_sub(start) as f64 / 1e9;
     let mops = if seconds > 0.0 {
         ops as f64 / seconds / 1e6
@@ -496,6 +549,8 @@ pub fn record(
         },
         techniques: index.techniques(),
         server_ns_per_op,
+        nvm_bytes_per_op: nvm_per_op.map(|n| n.media),
+        nvm_per_op,
         smart,
         sherman,
         notes,

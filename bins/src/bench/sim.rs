@@ -86,6 +86,7 @@ pub fn run(
         region_len: super::region_bytes(a),
         model: model.clone(),
         seed: s.seed,
+        persistent: s.persistent,
         ..SimConfig::default()
     };
     let inserted = AtomicU64::new(0);
@@ -159,6 +160,14 @@ pub fn run(
         model.summary(),
         "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
     ];
+    let mut notes = notes;
+    if s.persistent {
+        notes.push(
+            "persistent memory nodes: nvm B/op = NIC-placed bytes + 64 x cache lines the \
+             handlers wrote back, per op (split in nvm_per_op)"
+                .into(),
+        );
+    }
     let threads = clients;
     let shaped = BenchArgs {
         threads,

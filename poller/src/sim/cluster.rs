@@ -1,17 +1,17 @@
 //! The public face of the simulator: [`SimConfig`], [`Sim`], [`ClientCtx`].
-use super::engine::{Client, End, EngineStats, Ev, NO_CLIENT, NO_TASK, Nic, World};
+use super::engine::{Client, End, EngineStats, Ev, NO_CLIENT, NO_TASK, Nic, Notice, World};
 use super::exec::{Executor, Stop};
 use super::faults::Faults;
-use super::memory::{MemNode, NodeImage};
+use super::memory::{MemNode, NodeImage, NvmStats};
 use super::model::{Model, Ps};
 use super::qp::{SimEndpoint, SimQp, WorldRef};
 use super::rng::Rng;
-use super::server::{Handlers, SharedHandler, thread_loop};
+use super::server::{Handlers, SharedHandler, SimRegion, thread_loop};
 use super::trace::{Trace, TraceSel};
 use remora_core::fabric::{FabricError, SegmentOrder};
 use remora_core::server::{Echo, Handler};
 use remora_layouts::NodeId;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -96,6 +96,17 @@ impl KeyHandle {
     }
 }
 
+/// What `Handler::recover` said when a persistent memory node restarted (see
+/// [`Sim::recovery_reports`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    pub node: NodeId,
+    /// Virtual time of the restart, in nanoseconds.
+    pub at_ns: u64,
+    /// The handler's report, or its error (the node then stays down).
+    pub report: Result<String, FabricError>,
+}
+
 /// A simulated cluster. `'a` bounds the futures it runs (they may borrow from the caller).
 pub struct Sim<'a> {
     w: WorldRef,
@@ -103,7 +114,14 @@ pub struct Sim<'a> {
     compute_nodes: usize,
     /// Server-side logic: one echo service per memory node, then every `set_handler`.
     handlers: Handlers<'a>,
+    /// Per memory node, what makes its handler (`set_handler_with`): called again at each
+    /// restart, as a restarted node runs a new process.
+    factories: Factories<'a>,
+    recoveries: Rc<RefCell<Vec<Recovery>>>,
 }
+
+type Factory<'a> = Box<dyn Fn() -> Box<dyn Handler + 'a> + 'a>;
+type Factories<'a> = Rc<RefCell<Vec<Option<Factory<'a>>>>>;
 
 impl World {
     fn add_client(&mut self, compute_node: usize) -> u32 {
@@ -248,6 +266,8 @@ impl<'a> Sim<'a> {
                     .map(|_| -> SharedHandler<'a> { Rc::new(RefCell::new(Box::new(Echo))) })
                     .collect(),
             )),
+            factories: Rc::new(RefCell::new((0..nodes).map(|_| None).collect())),
+            recoveries: Rc::new(RefCell::new(Vec::new())),
         })
     }
 
@@ -314,6 +334,9 @@ impl<'a> Sim<'a> {
         node: NodeId,
         handler: Box<dyn Handler + 'a>,
     ) -> Result<(), SimError> {
+        if let Some(f) = self.factories.borrow_mut().get_mut(node as usize) {
+            *f = None;
+        }
         let mut w = self.w.borrow_mut();
         let slot = w
             .nodes
@@ -322,6 +345,23 @@ impl<'a> Sim<'a> {
         let mut hs = self.handlers.borrow_mut();
         slot.handler = hs.len() as u32;
         hs.push(Rc::new(RefCell::new(handler)));
+        Ok(())
+    }
+
+    /// [`Sim::set_handler`] with a handler made by `make`, which makes a new one each time
+    /// the node restarts (`Faults::restart_node_at`): the restarted node's handler starts
+    /// with no volatile state, as a restarted server process does, and its `recover` runs
+    /// on the surviving region. (With `set_handler` the one handler object lives on across
+    /// restarts, its volatile fields included.)
+    pub fn set_handler_with(
+        &mut self,
+        node: NodeId,
+        make: impl Fn() -> Box<dyn Handler + 'a> + 'a,
+    ) -> Result<(), SimError> {
+        self.set_handler(node, make())?;
+        if let Some(f) = self.factories.borrow_mut().get_mut(node as usize) {
+            *f = Some(Box::new(make));
+        }
         Ok(())
     }
 
@@ -345,7 +385,12 @@ impl<'a> Sim<'a> {
             let task = thread_loop(w.clone(), node, thread, handlers.clone());
             ex.add(&w, id, Box::pin(task), false);
         };
-        let stop = self.exec.run(&self.w, limit, until_done, &mut spawn_server);
+        let recoveries = &self.recoveries;
+        let factories = &self.factories;
+        let mut notice = |n: Notice| handle_notice(&w, handlers, factories, recoveries, n);
+        let stop = self
+            .exec
+            .run(&self.w, limit, until_done, &mut spawn_server, &mut notice);
         let wb = self.w.borrow();
         RunReport {
             stop,
@@ -401,6 +446,20 @@ impl<'a> Sim<'a> {
         let o = usize::try_from(off).ok()?;
         h.get(o..o.checked_add(len)?).map(|s| s.to_vec())
     }
+    /// What each persistent memory node's handler recovered at its restarts, in order (see
+    /// `Handler::recover`; the restart fault of `faults.rs`).
+    pub fn recovery_reports(&self) -> Vec<Recovery> {
+        self.recoveries.borrow().clone()
+    }
+    /// Bytes written to memory node `node`'s persistent region so far, by cause (all zero on
+    /// a DRAM node; see `memory.rs`).
+    pub fn nvm_stats(&self, node: NodeId) -> Option<NvmStats> {
+        self.w.borrow().nodes.get(node as usize).map(|n| n.nvm)
+    }
+    /// [`Sim::nvm_stats`] summed over all memory nodes.
+    pub fn nvm_total(&self) -> NvmStats {
+        nvm_total(&self.w)
+    }
     /// Un-persisted writes at memory node `node` (persistent regions).
     pub fn unpersisted(&self, node: NodeId) -> usize {
         self.w
@@ -440,6 +499,40 @@ impl ClientCtx {
     }
     pub fn ep(&self) -> &SimEndpoint {
         &self.ep
+    }
+    /// The same client thread with a fresh endpoint: new queue pairs to every memory node
+    /// under each region's current key (after a memory node restarted, the old ones only
+    /// time out). The old endpoint's connections end (both sides break; each node's handler
+    /// gets `on_disconnect`), as when a client closes its queue pairs.
+    pub fn reconnect(&self) -> ClientCtx {
+        let ends = {
+            let mut w = self.w.borrow_mut();
+            for q in self.ep.qps() {
+                let server = w.ends[q.end_id() as usize].peer;
+                w.end_connection(server, true);
+            }
+            w.connect(self.client)
+        };
+        let qps = ends
+            .into_iter()
+            .map(|e| SimQp::new(self.w.clone(), e))
+            .collect();
+        let seed = self.w.borrow().seed;
+        ClientCtx {
+            w: self.w.clone(),
+            ep: Rc::new(SimEndpoint::new(qps, self.client)),
+            client: self.client,
+            rng: RefCell::new(Rng::new(seed, 1 + ((self.client as u64) << 20) + (1 << 19))),
+        }
+    }
+    /// Bytes written to all memory nodes' persistent regions so far (see
+    /// [`Sim::nvm_stats`]).
+    pub fn nvm_total(&self) -> NvmStats {
+        nvm_total(&self.w)
+    }
+    /// The memory nodes' host regions are persistent memory (`SimConfig::persistent`).
+    pub fn persistent(&self) -> bool {
+        self.w.borrow().nodes.iter().any(|n| n.persistent)
     }
     /// The queue pair to memory node `node`.
     pub fn qp(&self, node: NodeId) -> Result<&SimQp, FabricError> {
@@ -495,6 +588,77 @@ impl ClientCtx {
     /// Uniform in `0..n`.
     pub fn rand_below(&self, n: u64) -> u64 {
         self.rng.borrow_mut().below(n)
+    }
+}
+
+fn nvm_total(w: &WorldRef) -> NvmStats {
+    w.borrow()
+        .nodes
+        .iter()
+        .fold(NvmStats::default(), |a, n| a.plus(&n.nvm))
+}
+
+/// Does the handler work the engine queued (see `Notice`): `on_disconnect` for an ended
+/// connection, with the handler that served it; `recover` for a restarted persistent node,
+/// with a new handler from the node's factory if it has one, else its current handler. Both
+/// run on the node's CPU at the current virtual time, and their CPU time is not charged
+/// (they are rare).
+fn handle_notice<'a>(
+    w: &WorldRef,
+    handlers: &Handlers<'a>,
+    factories: &Factories<'a>,
+    recoveries: &Rc<RefCell<Vec<Recovery>>>,
+    n: Notice,
+) {
+    if let Notice::Restart(node) = n
+        && let Some(make) = factories
+            .borrow()
+            .get(node as usize)
+            .and_then(|f| f.as_ref())
+    {
+        let mut hs = handlers.borrow_mut();
+        let mut wb = w.borrow_mut();
+        if let Some(m) = wb.nodes.get_mut(node as usize) {
+            m.handler = hs.len() as u32;
+            hs.push(Rc::new(RefCell::new(make())));
+        }
+    }
+    let (node, hix) = {
+        let wb = w.borrow();
+        match n {
+            Notice::Disconnect(node, end) => (node, wb.ends[end as usize].handler),
+            Notice::Restart(node) => match wb.nodes.get(node as usize) {
+                Some(m) if m.persistent => (node, m.handler),
+                _ => return,
+            },
+        }
+    };
+    let Some(h) = handlers.borrow().get(hix as usize).cloned() else {
+        return;
+    };
+    let region = SimRegion {
+        w,
+        node,
+        persist_cost: Cell::new(0),
+    };
+    match n {
+        Notice::Disconnect(_, end) => h.borrow_mut().on_disconnect(&region, end as usize),
+        Notice::Restart(_) => {
+            let report = h.borrow_mut().recover(&region);
+            let mut wb = w.borrow_mut();
+            if report.is_err() {
+                // A region the service cannot repair is not served.
+                if let Some(nic) = wb.nic_of_node(node) {
+                    wb.nics[nic].dead = true;
+                }
+            }
+            let at_ns = wb.now / 1000;
+            recoveries.borrow_mut().push(Recovery {
+                node,
+                at_ns,
+                report,
+            });
+        }
     }
 }
 

@@ -60,6 +60,18 @@ pub enum Ev {
     /// The first byte of op `0`'s response reaches its requester (its receive link is
     /// reserved now, in arrival order).
     RespRx(u32),
+    /// The connection of server end `0` ends (its client crashed one dead timeout ago).
+    Hangup(u32),
+}
+
+/// Work for a memory node's handler outside its messages, done by `Sim` between task polls
+/// (see `server.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// `Handler::on_disconnect` for server end `1` of node `0`.
+    Disconnect(NodeId, u32),
+    /// Node `0` restarted: `Handler::recover` on its surviving region (persistent nodes).
+    Restart(NodeId),
 }
 
 impl Ev {
@@ -77,6 +89,7 @@ impl Ev {
             Ev::Fault(a) => (7, a, 0),
             Ev::RespTx(a) => (8, a, 0),
             Ev::RespRx(a) => (9, a, 0),
+            Ev::Hangup(a) => (10, a, 0),
         };
         (k << 60) | ((b as u64 & 0x0FFF_FFFF) << 32) | a as u64
     }
@@ -93,7 +106,8 @@ impl Ev {
             6 => Ev::Wake(a),
             7 => Ev::Fault(a),
             8 => Ev::RespTx(a),
-            _ => Ev::RespRx(a),
+            9 => Ev::RespRx(a),
+            _ => Ev::Hangup(a),
         }
     }
 }
@@ -112,6 +126,8 @@ pub struct Tm {
     pub server_poll: Ps,
     pub handler: Ps,
     pub server_reply: Ps,
+    /// Server CPU per cache line a handler persists (persistent regions).
+    pub nvm_line: Ps,
     pub step: Ps,
     /// Link serialization in thousandths of a ps per byte.
     pub mppb: u64,
@@ -141,6 +157,7 @@ impl Tm {
             server_poll: m.server_poll_ps(),
             handler: m.handler_ps(),
             server_reply: m.server_reply_ps(),
+            nvm_line: ps(m.nvm_write_ns),
             step: m.segment_step_ps(),
             mppb: m.milli_ps_per_byte(),
             read_step: m.read_step_ps(),
@@ -273,6 +290,11 @@ pub struct End {
     /// which of the handlers set on the node (`Sim::set_handler`) it runs.
     pub thread: u32,
     pub handler: u32,
+    /// Server side only: made before a crash of its node (the restarted node does not know
+    /// it: requests on it go unanswered), and its connection has ended (`on_disconnect` is
+    /// called once).
+    pub stale: bool,
+    pub ended: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -409,6 +431,8 @@ pub struct World {
     pub to_serve: Vec<(NodeId, u32)>,
     /// Tasks of crashed clients, to stop.
     pub stopped: Vec<u32>,
+    /// Handler work to do between task polls, in order.
+    pub notices: Vec<Notice>,
     pub faults: Faults,
     pub trace: Trace,
     pub stats: EngineStats,
@@ -442,6 +466,7 @@ impl World {
             current_task: NO_TASK,
             to_serve: Vec::new(),
             stopped: Vec::new(),
+            notices: Vec::new(),
             faults,
             trace,
             stats: EngineStats::default(),
@@ -485,6 +510,7 @@ impl World {
             Ev::Fault(i) => self.fault(i),
             Ev::RespTx(op) => self.response_leaves(op),
             Ev::RespRx(op) => self.response_arrives(op),
+            Ev::Hangup(end) => self.end_connection(end, true),
         }
         true
     }
@@ -500,6 +526,15 @@ impl World {
     /// Client `c` dies: its tasks stop forever (see `faults.rs`).
     pub fn crash_client(&mut self, c: u32) {
         self.clients[c as usize].dead = true;
+        // Its connections end when the memory nodes give up on it: one dead timeout on.
+        let at = self.now + self.tm.dead_timeout;
+        for e in 0..self.ends.len() {
+            let end = &self.ends[e];
+            if !end.server && end.client == c {
+                let peer = end.peer;
+                self.schedule(at, Ev::Hangup(peer));
+            }
+        }
         for (t, &tc) in self.task_client.iter().enumerate() {
             if tc == c {
                 self.stopped.push(t as u32);
@@ -911,6 +946,7 @@ impl World {
         }
         for e in 0..self.ends.len() {
             if self.ends[e].node == n && self.ends[e].server {
+                self.ends[e].stale = true;
                 let cq = std::mem::take(&mut self.ends[e].cq);
                 for rx in cq {
                     self.pool.give(rx.data);
@@ -919,10 +955,36 @@ impl World {
         }
     }
 
+    /// The connection of server end `end` ends: both ends break (`break_client`) or only the
+    /// server's, and its handler is told once (`Notice::Disconnect`).
+    pub fn end_connection(&mut self, end: u32, break_client: bool) {
+        let e = &mut self.ends[end as usize];
+        if !e.server || e.ended {
+            return;
+        }
+        e.ended = true;
+        let (peer, node) = (e.peer, e.node);
+        self.break_end(end);
+        if break_client {
+            self.break_end(peer);
+        }
+        self.notices.push(Notice::Disconnect(node, end));
+    }
+
     pub fn restart_node(&mut self, n: NodeId) {
         let Some(nic) = self.nic_of_node(n) else {
             return;
         };
+        if self.nics[nic].dead {
+            // Every connection of the previous life has ended; the handler hears of each,
+            // then recovers the region, before the node serves again.
+            for e in 0..self.ends.len() as u32 {
+                if self.ends[e as usize].node == n && self.ends[e as usize].server {
+                    self.end_connection(e, false);
+                }
+            }
+            self.notices.push(Notice::Restart(n));
+        }
         self.nics[nic].dead = false;
         self.nodes[n as usize].restart();
         let depth = self.tm.recv_depth;

@@ -5,7 +5,7 @@
 //! completes, so the hot path needs no waker traffic. Futures that wake themselves through
 //! their `Waker` (e.g. `yield_now`, or a channel between coroutines) are resumed after
 //! `client_poll_ns` of virtual time: a busy-poll loop advances the clock instead of freezing it.
-use super::engine::{Ev, NO_TASK};
+use super::engine::{Ev, NO_TASK, Notice};
 use super::model::Ps;
 use super::qp::WorldRef;
 use remora_layouts::NodeId;
@@ -131,23 +131,30 @@ impl<'a> Executor<'a> {
 
     /// Runs until `limit` (virtual ps), until every user task is done (`until_done`), or until
     /// nothing is left to happen. `spawn_servers` starts the memory nodes' handler-thread tasks
-    /// the engine asks for.
+    /// the engine asks for; `notices` does the handler work it queued (disconnects,
+    /// recoveries), before any task runs.
     pub fn run(
         &mut self,
         w: &WorldRef,
         limit: Option<Ps>,
         until_done: bool,
         spawn_servers: &mut dyn FnMut(&mut Executor<'a>, NodeId, u32),
+        notices: &mut dyn FnMut(Notice),
     ) -> Stop {
         loop {
-            // Housekeeping the engine asked for: new handler threads, crashed clients.
-            let (serve, stopped) = {
+            // Housekeeping the engine asked for: handler notices (a restarted node recovers
+            // before it serves again), new handler threads, crashed clients.
+            let (serve, stopped, notes) = {
                 let mut wb = w.borrow_mut();
                 (
                     std::mem::take(&mut wb.to_serve),
                     std::mem::take(&mut wb.stopped),
+                    std::mem::take(&mut wb.notices),
                 )
             };
+            for n in notes {
+                notices(n);
+            }
             for (node, thread) in serve {
                 spawn_servers(self, node, thread);
             }
@@ -191,7 +198,7 @@ impl<'a> Executor<'a> {
             if until_done && self.user_live == 0 {
                 return Stop::AllDone;
             }
-            if !wb.to_serve.is_empty() || !wb.stopped.is_empty() {
+            if !wb.to_serve.is_empty() || !wb.stopped.is_empty() || !wb.notices.is_empty() {
                 continue;
             }
             // Handle events until one makes a task ready.
@@ -206,7 +213,11 @@ impl<'a> Executor<'a> {
                     return Stop::TimeLimit;
                 }
                 wb.step();
-                if !wb.ready.is_empty() || !wb.to_serve.is_empty() || !wb.stopped.is_empty() {
+                if !wb.ready.is_empty()
+                    || !wb.to_serve.is_empty()
+                    || !wb.stopped.is_empty()
+                    || !wb.notices.is_empty()
+                {
                     break;
                 }
             }

@@ -3,12 +3,16 @@
 //! - **Client crash** at a given post: when client `c` rings its `k`-th doorbell (counting
 //!   from 0), it dies instead: that batch is never sent, and every coroutine of the client
 //!   stops forever, holding whatever it held (remote locks stay taken). Ops it posted before
-//!   still complete at the memory nodes.
+//!   still complete at the memory nodes. Its connections end one dead timeout later (the
+//!   nodes' handlers get `on_disconnect`, see `server.rs`).
 //! - **Memory-node crash** at a virtual time: later verbs to it get no answer and fail with
 //!   `RetryExceeded` after `ack_timeout_ns x (retry_cnt + 1)`; ops whose response had not
 //!   left before the crash fail the same way. Memory is lost as documented in `memory.rs`
 //!   (DRAM: all of it; persistent: what was not persisted; device memory: all of it).
-//!   `restart` brings the node back with a new region key.
+//!   `restart` brings the node back with a new region key; the connections of its previous
+//!   life end (requests on them time out with `RetryExceeded`; clients reconnect with
+//!   `ClientCtx::reconnect`), and a persistent node's handler runs `Handler::recover` on the
+//!   surviving region before the node serves again (`Sim::recovery_reports`).
 //! - **Delay / reorder across queue pairs**: each message gets, with probability
 //!   `delay_prob`, an extra uniform delay below `delay_max`; a queue pair's messages still
 //!   arrive in order (a delayed message holds back the later ones of its own queue pair only).

@@ -2,12 +2,34 @@
 //! writes it), optional device memory, the revocable region key, the NIC atomic unit's lock
 //! slots, the server CPU, and the persistence model.
 //!
-//! **Persistence** (a node created with `persistent`): a WRITE or atomic applied to the host
-//! region is *un-persisted* until either a later READ on the same queue pair executes at the
-//! node (a read-after-write flush), or more than `persist_window` newer un-persisted writes of
-//! that queue pair exist (the oldest drains). A crash rolls every un-persisted write back, newest
-//! first, so the region holds exactly what was persisted. A node that is not persistent (DRAM)
-//! loses its whole host region at a crash; device memory (NIC SRAM) is always lost.
+//! **Persistence** (a node created with `persistent`). The region has a volatile view (what
+//! every READ and the CPU see) and a durable image (what survives a crash); they differ by the
+//! un-persisted writes, kept as an undo log:
+//!
+//! - **NIC writes** (WRITE, WRITE_WITH_IMM, a CAS that swapped, FETCH_AND_ADD) to the host
+//!   region are *un-persisted* until either a later READ on the same queue pair executes at
+//!   the node (a read-after-write flush: the NIC's READ flushes its earlier posted writes out of
+//!   the PCIe/DDIO path, Erda seeds/004), or more than `persist_window` newer un-persisted
+//!   writes of that queue pair exist (the oldest drains: cache eviction).
+//! - **CPU stores** (a handler's `LocalRegion::write`/`store_u64`/`cas_u64`) land in the
+//!   volatile view at once and are un-persisted, per 64-byte cache line, until the handler's
+//!   `LocalRegion::persist` covers that line. They are never drained early (the sim is
+//!   adversarial: a line the handler did not persist is lost at a crash).
+//! - **`persist(offset, len)`** writes back every cache line of the range and fences: the
+//!   line's *current* content becomes durable, whoever wrote it (CPU or NIC: on a DDIO platform
+//!   the NIC's data sits in the same cache lines). It costs the handler's thread
+//!   `nvm_write_ns` per line (see `server.rs`). On a DRAM node it is a no-op and free.
+//!
+//! A crash rolls every un-persisted write back, newest first, so the region holds what was
+//! persisted. (One imprecision, kept from the NIC-only model: when a newer NIC write is persisted
+//! by its queue pair's READ while an older overlapping one of another queue pair is not, the
+//! rollback restores the older one's old bytes under both. A CPU persist has no such gap.) A node
+//! that is not persistent (DRAM) loses its whole host region at a crash; device memory (NIC
+//! SRAM) is always lost.
+//!
+//! **NVM write accounting** (persistent nodes, host region only; [`NvmStats`]): bytes the NIC
+//! placed, by verb; bytes the CPU stored; cache lines written back by `persist`.
+use super::engine::Kind;
 use super::model::Ps;
 use super::server::ServerThread;
 use remora_layouts::region::RegionHeader;
@@ -56,10 +78,60 @@ pub enum Refused {
     Misaligned,
 }
 
+/// The old bytes under an un-persisted write (its offset is in the log's key).
 struct Undo {
     dm: bool,
-    off: u64,
     old: Vec<u8>,
+}
+
+/// Cache-line size of the persistence model (what `persist` writes back).
+pub const LINE: u64 = 64;
+
+/// Bytes written to a memory node's persistent host region, by cause (see the module doc).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvmStats {
+    /// Placed by the NIC: WRITE payloads.
+    pub nic_write: u64,
+    /// Placed by the NIC: WRITE_WITH_IMM payloads.
+    pub nic_write_imm: u64,
+    /// Placed by the NIC: 8 bytes per CMP_AND_SWP that swapped and per FETCH_AND_ADD.
+    pub nic_atomic: u64,
+    /// Stored by the node's CPU (handlers).
+    pub cpu_store: u64,
+    /// Cache lines written back by `persist` (each is `LINE` bytes of media writes).
+    pub lines_flushed: u64,
+}
+
+impl NvmStats {
+    /// Bytes the NIC placed, all verbs.
+    pub fn nic_bytes(&self) -> u64 {
+        self.nic_write + self.nic_write_imm + self.nic_atomic
+    }
+    /// Media writes: what the NIC placed plus the lines the CPU wrote back (a line the NIC
+    /// wrote and the CPU then persisted counts in both: an upper bound).
+    pub fn media_bytes(&self) -> u64 {
+        self.nic_bytes() + self.lines_flushed * LINE
+    }
+    /// The counts since `earlier` (a phase's share).
+    pub fn since(&self, earlier: &NvmStats) -> NvmStats {
+        NvmStats {
+            nic_write: self.nic_write.saturating_sub(earlier.nic_write),
+            nic_write_imm: self.nic_write_imm.saturating_sub(earlier.nic_write_imm),
+            nic_atomic: self.nic_atomic.saturating_sub(earlier.nic_atomic),
+            cpu_store: self.cpu_store.saturating_sub(earlier.cpu_store),
+            lines_flushed: self.lines_flushed.saturating_sub(earlier.lines_flushed),
+        }
+    }
+    /// The sum of two nodes' counts.
+    pub fn plus(&self, o: &NvmStats) -> NvmStats {
+        NvmStats {
+            nic_write: self.nic_write + o.nic_write,
+            nic_write_imm: self.nic_write_imm + o.nic_write_imm,
+            nic_atomic: self.nic_atomic + o.nic_atomic,
+            cpu_store: self.cpu_store + o.cpu_store,
+            lines_flushed: self.lines_flushed + o.lines_flushed,
+        }
+    }
 }
 
 pub struct MemNode {
@@ -81,9 +153,12 @@ pub struct MemNode {
     pub handler: u32,
     /// Virtual times at which the node crashed.
     pub crashes: Vec<Ps>,
-    undo: BTreeMap<u64, Undo>,
+    /// Un-persisted writes by (sequence number, offset): a write trimmed by a persist keeps
+    /// its sequence number in pieces.
+    undo: BTreeMap<(u64, u64), Undo>,
     undo_by_qp: HashMap<u32, VecDeque<u64>>,
     undo_seq: u64,
+    pub nvm: NvmStats,
 }
 
 impl MemNode {
@@ -113,6 +188,7 @@ impl MemNode {
             undo: BTreeMap::new(),
             undo_by_qp: HashMap::new(),
             undo_seq: 0,
+            nvm: NvmStats::default(),
         }
     }
 
@@ -161,14 +237,88 @@ impl MemNode {
         }
     }
 
-    /// Stores `data` at `off` (bounds already checked), logging the old bytes when persistent.
-    pub fn store(&mut self, dm: bool, off: u64, data: &[u8], qp: u32) {
+    /// The NIC stores `data` at `off` for a `verb` of queue pair `qp` (bounds already checked),
+    /// logging the old bytes when persistent.
+    pub fn store(&mut self, dm: bool, off: u64, data: &[u8], qp: u32, verb: Kind) {
         let o = off as usize;
         if self.persistent && !dm {
+            let n = data.len() as u64;
+            match verb {
+                Kind::WriteImm => self.nvm.nic_write_imm += n,
+                Kind::Cas | Kind::Faa => self.nvm.nic_atomic += n,
+                _ => self.nvm.nic_write += n,
+            }
             let old = self.host[o..o + data.len()].to_vec();
-            self.log(qp, Undo { dm, off, old });
+            self.log(qp, off, Undo { dm, old });
         }
         self.region(dm)[o..o + data.len()].copy_from_slice(data);
+    }
+
+    /// The node's CPU stores `data` at `off` of the host region (bounds already checked): in
+    /// the volatile view at once; on a persistent node, un-persisted per cache line until a
+    /// [`MemNode::write_back`] covers the line.
+    pub fn cpu_store(&mut self, off: u64, data: &[u8]) {
+        let o = off as usize;
+        if self.persistent && !data.is_empty() {
+            self.nvm.cpu_store += data.len() as u64;
+            let seq = self.undo_seq;
+            self.undo_seq += 1;
+            let end = off + data.len() as u64;
+            let mut a = off;
+            while a < end {
+                let b = ((a / LINE + 1) * LINE).min(end);
+                let old = self.host[a as usize..b as usize].to_vec();
+                self.undo.insert((seq, a), Undo { dm: false, old });
+                a = b;
+            }
+        }
+        self.host[o..o + data.len()].copy_from_slice(data);
+    }
+
+    /// The CPU writes back every cache line of `[off, off + len)` and fences: their current
+    /// content is durable. Returns the lines written back (0 on a DRAM node, where it is a
+    /// no-op).
+    pub fn write_back(&mut self, off: u64, len: usize) -> u64 {
+        if !self.persistent || len == 0 {
+            return 0;
+        }
+        let lo = off / LINE * LINE;
+        let hi = (off + len as u64).div_ceil(LINE) * LINE;
+        let lines = (hi - lo) / LINE;
+        self.nvm.lines_flushed += lines;
+        let hit: Vec<(u64, u64)> = self
+            .undo
+            .iter()
+            .filter(|((_, o), u)| !u.dm && *o < hi && *o + u.old.len() as u64 > lo)
+            .map(|(k, _)| *k)
+            .collect();
+        for (seq, o) in hit {
+            let Some(u) = self.undo.remove(&(seq, o)) else {
+                continue;
+            };
+            let end = o + u.old.len() as u64;
+            if o < lo {
+                let keep = u.old[..(lo - o) as usize].to_vec();
+                self.undo.insert(
+                    (seq, o),
+                    Undo {
+                        dm: false,
+                        old: keep,
+                    },
+                );
+            }
+            if end > hi {
+                let keep = u.old[(hi - o) as usize..].to_vec();
+                self.undo.insert(
+                    (seq, hi),
+                    Undo {
+                        dm: false,
+                        old: keep,
+                    },
+                );
+            }
+        }
+        lines
     }
 
     /// CMP_AND_SWP (`add == None`) or FETCH_AND_ADD on an aligned word; returns the old value.
@@ -191,19 +341,20 @@ impl MemNode {
         } else {
             return old;
         };
-        self.store(dm, off, &new.to_le_bytes(), qp);
+        let verb = if faa { Kind::Faa } else { Kind::Cas };
+        self.store(dm, off, &new.to_le_bytes(), qp, verb);
         old
     }
 
-    fn log(&mut self, qp: u32, u: Undo) {
+    fn log(&mut self, qp: u32, off: u64, u: Undo) {
         let seq = self.undo_seq;
         self.undo_seq += 1;
-        self.undo.insert(seq, u);
+        self.undo.insert((seq, off), u);
         let q = self.undo_by_qp.entry(qp).or_default();
         q.push_back(seq);
         while q.len() > self.persist_window {
             if let Some(s) = q.pop_front() {
-                self.undo.remove(&s);
+                remove_seq(&mut self.undo, s);
             }
         }
     }
@@ -212,7 +363,7 @@ impl MemNode {
     fn persist_qp(&mut self, qp: u32) {
         if let Some(q) = self.undo_by_qp.get_mut(&qp) {
             for s in q.drain(..) {
-                self.undo.remove(&s);
+                remove_seq(&mut self.undo, s);
             }
         }
     }
@@ -227,8 +378,8 @@ impl MemNode {
         self.crashes.push(at);
         if self.persistent {
             let undo = std::mem::take(&mut self.undo);
-            for (_, u) in undo.into_iter().rev() {
-                let o = u.off as usize;
+            for ((_, off), u) in undo.into_iter().rev() {
+                let o = off as usize;
                 let r = self.region(u.dm);
                 r[o..o + u.old.len()].copy_from_slice(&u.old);
             }
@@ -266,5 +417,52 @@ impl MemNode {
     /// counts up to `now`).
     pub fn busy_ps(&self, now: Ps) -> Ps {
         self.threads.iter().map(|t| t.busy_ps(now)).sum()
+    }
+}
+
+/// Drops every piece of write `seq` from the undo log (it is persisted).
+fn remove_seq(undo: &mut BTreeMap<(u64, u64), Undo>, seq: u64) {
+    while let Some(k) = undo
+        .range((seq, 0)..=(seq, u64::MAX))
+        .next()
+        .map(|(k, _)| *k)
+    {
+        undo.remove(&k);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> MemNode {
+        let img = NodeImage::fresh(1 << 16, 1 << 12, 0).unwrap();
+        MemNode::new(0, img, 1 << 12, true, 64, 1, 1)
+    }
+
+    #[test]
+    fn persist_writes_back_whole_lines_whoever_wrote_them() {
+        let mut n = node();
+        // A CPU store across two lines; a NIC write in a third, later persisted by the CPU.
+        n.cpu_store(4096 + 60, &[1u8; 8]);
+        n.store(false, 4096 + 128, &[2u8; 8], 7, Kind::Write);
+        assert_eq!(n.write_back(4096 + 64, 1), 1);
+        assert_eq!(n.write_back(4096 + 130, 2), 1);
+        n.crash(1);
+        let h = &n.host[4096..4096 + 136];
+        assert_eq!(
+            &h[60..64],
+            &[0u8; 4],
+            "the un-persisted line is rolled back"
+        );
+        assert_eq!(&h[64..68], &[1u8; 4], "the persisted line keeps its half");
+        assert_eq!(
+            &h[128..136],
+            &[2u8; 8],
+            "a NIC write in a written-back line is durable"
+        );
+        assert_eq!(n.nvm.cpu_store, 8);
+        assert_eq!(n.nvm.nic_write, 8);
+        assert_eq!(n.nvm.lines_flushed, 2);
     }
 }

@@ -42,6 +42,11 @@
 //! - [`Sim::run`] (until all tasks finish or nothing can happen), [`Sim::run_for`] (a slice
 //!   of virtual time), [`Sim::stats`], [`Sim::trace_lines`], [`Sim::key`] (revoke a region
 //!   key), [`Sim::into_images`] (carry memory into the next simulation).
+//! - Memory-node CPU and durability: [`Sim::set_handler`] / [`Sim::set_handler_with`] (server
+//!   logic; the latter is made anew at each restart), [`Sim::recovery_reports`] (what
+//!   `Handler::recover` said at restarts), [`Sim::nvm_stats`] (bytes written to persistent
+//!   memory: NIC bytes by verb, CPU stores, lines written back), [`ClientCtx::reconnect`]
+//!   (fresh queue pairs after a memory node restarted).
 //!
 //! # Determinism
 //!
@@ -56,7 +61,8 @@
 //!   analytic figures the calibration tests compare against.
 //! - [`engine`]: virtual clock, event queue, NICs and queue-pair ends, the requester side.
 //! - `target`: the responder side of each verb (segments, atomics, receives, RNR).
-//! - [`memory`]: memory nodes (regions, device memory, keys, persistence, crash).
+//! - [`memory`]: memory nodes (regions, device memory, keys, crash; the persistence model of
+//!   NIC writes and CPU stores, and NVM write accounting, in one place).
 //! - [`qp`]: `SimQp` / `SimEndpoint` and their futures.
 //! - [`exec`]: the single-threaded executor.
 //! - `server`: each memory node's CPU: `server_threads` handler threads, connections
@@ -81,11 +87,11 @@ mod server;
 mod target;
 pub mod trace;
 
-pub use cluster::{ClientCtx, KeyHandle, RunReport, Sim, SimConfig, SimError, Sleep};
+pub use cluster::{ClientCtx, KeyHandle, Recovery, RunReport, Sim, SimConfig, SimError, Sleep};
 pub use engine::EngineStats;
 pub use exec::Stop;
 pub use faults::Faults;
-pub use memory::NodeImage;
+pub use memory::{NodeImage, NvmStats};
 pub use model::{Load, Model, ModelError, ModelVerb, ParamInfo};
 pub use qp::{SimEndpoint, SimQp};
 pub use trace::TraceSel;

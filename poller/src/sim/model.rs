@@ -169,6 +169,13 @@ params! {
         "Persistent regions: un-persisted WRITEs kept per queue pair before the oldest is \
          counted as drained to the persistence domain (models cache eviction). A READ on the \
          same queue pair persists all earlier WRITEs (read-after-write flush, Erda seeds/004).";
+    nvm_write_ns: 90.0, "ns", [0.0, 1e9],
+        "Persistent regions: server CPU time per cache line a handler's LocalRegion::persist \
+         writes back and fences (clwb + sfence). 90 ns: Optane DC PMM write latency to the \
+         persistence domain (ADR write-pending queue) measured with clwb/ntstore + sfence, \
+         ~90-94 ns (Izraelevitz et al., 'Basic Performance Measurements of the Intel Optane \
+         DC Persistent Memory Module', arXiv:1903.05714, 2019; Yang et al., FAST'20). \
+         Charged per line in the range, dirty or not; 0 on DRAM nodes (persist is a no-op).";
 }
 
 /// A bad `--set` or model-file entry.

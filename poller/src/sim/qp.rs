@@ -403,7 +403,11 @@ impl Endpoint for SimEndpoint {
                     })
                     .collect();
                 for e in ends {
+                    // The node moves its side to the error state too: the connection ends
+                    // and its handler hears of it (`on_disconnect`).
                     world.break_end(e);
+                    let server = world.ends[e as usize].peer;
+                    world.end_connection(server, true);
                 }
                 world.now + FENCE_SETTLE_NS * 1000
             };

@@ -15,6 +15,29 @@
 //!   handler has consumed it, so a client that outruns the server meets RNR NAKs.
 //! - A handler error drops that connection: both ends break (the client's verbs and
 //!   receives fail with `Flushed`), the node keeps serving the others.
+//! - **Persistence** (persistent nodes, `memory.rs`): the handler's stores land in the
+//!   volatile view; `LocalRegion::persist` writes back and fences the range's cache lines,
+//!   costing `nvm_write_ns` per line of the thread's CPU, charged after the handler returns
+//!   and before its replies are posted (the sim applies a handler's memory effects, the
+//!   write-backs included, when it returns).
+//! - **Connections end** (`Handler::on_disconnect`, called once per connection, between task
+//!   polls at the virtual time the end is noticed, CPU not charged; nothing more is
+//!   delivered from the connection afterwards):
+//!   - a message of it was refused (the handler returned an error): at once;
+//!   - a fence broke it (`Endpoint::fence`): at once, both ends break;
+//!   - its client crashed (`Faults::crash_client_at_post`): one dead timeout
+//!     (`ack_timeout_ns x (retry_cnt + 1)`) after the crash, when the node's transport gives
+//!     up on the silent peer, as a client gives up on a dead node;
+//!   - its client reconnected (`ClientCtx::reconnect`): at once;
+//!   - its memory node crashed: at the restart, before `Handler::recover`. Requests on a
+//!     connection of the node's previous life go unanswered (`RetryExceeded` after the dead
+//!     timeout); clients reconnect (`ClientCtx::reconnect`, or a new `Sim::client`).
+//! - **Restart** of a persistent node: `Handler::recover` of the node's current handler runs
+//!   on the surviving region before any task runs again; its report is kept
+//!   (`Sim::recovery_reports`); an error keeps the node down. A handler set with
+//!   `Sim::set_handler_with` is made anew at the restart, as a restarted server process
+//!   starts with no volatile state; one set with `Sim::set_handler` lives on, its volatile
+//!   fields included. A DRAM node restarts on a fresh region without `recover`.
 //! - Busy time is accounted per thread (`MemNode::busy_ps`), read by `Sim::server_busy_ns`,
 //!   `ClientCtx::server_busy_ns` and, from the handler, `LocalRegion::cpu_clock`.
 //!
@@ -215,7 +238,11 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             &[]
         };
         replies.clear();
-        let region = SimRegion { w: &w, node };
+        let region = SimRegion {
+            w: &w,
+            node,
+            persist_cost: std::cell::Cell::new(0),
+        };
         let r = match &handler {
             Some(h) => {
                 h.borrow_mut()
@@ -232,12 +259,25 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             wb.ends[end as usize].rq_credits += 1;
             if r.is_err() {
                 // A refused message drops its connection, never the node.
-                let peer = wb.ends[end as usize].peer;
-                wb.break_end(end);
-                wb.break_end(peer);
+                wb.end_connection(end, true);
                 continue;
             }
         }
+        // The write-backs the handler issued keep its thread busy (their effect is already
+        // durable: the sim applies a handler's memory effects when it returns).
+        let flush = {
+            let wb = w.borrow();
+            let nic = wb.ends[end as usize].nic as usize;
+            wb.nics[nic].scale(region.persist_cost.get())
+        };
+        Busy {
+            w: &w,
+            node: n,
+            thread: t,
+            dur: flush,
+            until: None,
+        }
+        .await;
         for m in replies.iter() {
             Busy {
                 w: &w,
@@ -293,11 +333,14 @@ fn post_reply(w: &mut World, end: u32, msg: &[u8]) {
     w.batches.get_mut(b).state = BatchState::Abandoned;
 }
 
-/// A simulated memory node's host region as its CPU sees it. CPU stores are durable when
-/// made (the sim models NIC-side persistence only).
-struct SimRegion<'w> {
-    w: &'w WorldRef,
-    node: NodeId,
+/// A simulated memory node's host region as its CPU sees it. Stores land in the volatile
+/// view; on a persistent node only what `persist` wrote back survives a crash (`memory.rs`).
+pub(crate) struct SimRegion<'w> {
+    pub w: &'w WorldRef,
+    pub node: NodeId,
+    /// Server CPU the handler's persists have cost so far (charged to its thread after it
+    /// returns, before its replies are posted).
+    pub persist_cost: std::cell::Cell<Ps>,
 }
 
 impl SimRegion<'_> {
@@ -336,7 +379,29 @@ impl LocalRegion for SimRegion<'_> {
         self.with(offset, buf.len(), |b| buf.copy_from_slice(b))
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        self.with(offset, data.len(), |b| b.copy_from_slice(data))
+        self.with(offset, data.len(), |_| ())?;
+        let mut w = self.w.borrow_mut();
+        if let Some(n) = w.nodes.get_mut(self.node as usize) {
+            n.cpu_store(offset, data);
+        }
+        Ok(())
+    }
+    /// Writes back and fences the range's cache lines (`memory.rs`); costs `nvm_write_ns` per
+    /// line on a persistent node, nothing on DRAM. An out-of-range part is ignored.
+    fn persist(&self, offset: u64, len: usize) {
+        let mut w = self.w.borrow_mut();
+        let line = w.tm.nvm_line;
+        let Some(n) = w.nodes.get_mut(self.node as usize) else {
+            return;
+        };
+        let size = n.host.len() as u64;
+        let end = offset.saturating_add(len as u64).min(size);
+        if offset >= end {
+            return;
+        }
+        let lines = n.write_back(offset, (end - offset) as usize);
+        self.persist_cost
+            .set(self.persist_cost.get() + lines * line);
     }
     /// Virtual time and the CPU time this node's handler threads have been busy.
     fn cpu_clock(&self) -> Option<CpuClock> {

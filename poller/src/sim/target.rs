@@ -34,8 +34,9 @@ impl World {
         };
         let peer = self.ends[end].peer as usize;
         let tnic = self.ends[peer].nic as usize;
-        if self.nics[tnic].dead {
-            // No response will ever come: the requester retries, then gives up.
+        if self.nics[tnic].dead || self.ends[peer].stale {
+            // No response will ever come (a dead node, or a restarted one that does not know
+            // this queue pair): the requester retries, then gives up.
             let b = self.ops.get(id).batch;
             let posted = self.batches.get(b).posted_at;
             let node = self.ends[end].node;
@@ -361,7 +362,7 @@ impl World {
         let o = self.ops.get_mut(id);
         match kind {
             Kind::Read => node.sample(dm, lo, &mut o.buf[range], end as u32),
-            _ => node.store(dm, lo, &o.buf[range], end as u32),
+            _ => node.store(dm, lo, &o.buf[range], end as u32, kind),
         }
         if o.traced {
             let what = if kind == Kind::Read {
@@ -408,7 +409,7 @@ impl World {
         };
         let peer = self.ends[end].peer as usize;
         let tnic = self.ends[peer].nic as usize;
-        if self.nics[tnic].dead {
+        if self.nics[tnic].dead || self.ends[peer].stale {
             return;
         }
         let rx = match kind {
