@@ -127,6 +127,9 @@ pub struct BenchRecord {
     pub server_ns_per_op: Option<f64>,
     pub smart: SmartSummary,
     pub sherman: ShermanSummary,
+    /// Catfish's figures (`--index catfish` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spatial: Option<super::spatial::SpatialSummary>,
     pub notes: Vec<String>,
 }
 
@@ -498,6 +501,7 @@ pub fn record(
         server_ns_per_op,
         smart,
         sherman,
+        spatial: None,
         notes,
     }
 }
