@@ -457,6 +457,12 @@ async fn open<Q: QueuePair>(a: &BenchArgs, qp: &Q) -> Result<CatfishClient, Stri
 /// Opens the tree, creating it with the asked fanout if there is none.
 async fn open_or_create<Q: QueuePair>(qp: &Q, fanout: usize) -> Result<CatfishClient, String> {
     match CatfishClient::open(qp).await {
+        Ok(c) if c.fanout() != fanout => Err(format!(
+            "the memory node already holds a Catfish tree of fanout {}: run with --fanout {} \
+             (or restart the memnode for a fresh tree)",
+            c.fanout(),
+            c.fanout()
+        )),
         Ok(c) => Ok(c),
         Err(CatfishError::NotCreated) => CatfishClient::create_with_fanout(qp, 1, fanout)
             .await
@@ -693,7 +699,11 @@ fn run_soft(sh: &Shared<'_>) -> Result<Outcome, String> {
                     info.service_name()
                 ));
             }
-            let note = format!("memnode {} at {}", info.node_id, path.display());
+            let note = format!(
+                "memnode {} at {}: the tree persists there, so LOAD adds to earlier runs' objects",
+                info.node_id,
+                path.display()
+            );
             (None, Some(path), vec![note])
         }
         None => {
