@@ -596,7 +596,12 @@ fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
             }
         }
     });
-    sim.run();
+    if sim.run().unfinished > 0 {
+        return Err(format!(
+            "creating the tree on the sim (seed {}) never finished",
+            s.seed
+        ));
+    }
     if let Some(e) = created.borrow().as_ref() {
         return Err(format!(
             "creating the tree on the sim (seed {}): {e}",
