@@ -80,8 +80,8 @@ fn seeds(s: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
 
 /// The index as the lincheck tests configure it: small nodes so a few hundred keys split,
 /// resize and collide.
-fn index_cfg(kind: IndexKind) -> IndexCfg {
-    match kind {
+fn index_cfg(kind: IndexKind) -> Result<IndexCfg, String> {
+    Ok(match kind {
         IndexKind::Smart => IndexCfg::Smart {
             cfg: SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8),
             t: Techniques::SMART,
@@ -110,7 +110,14 @@ fn index_cfg(kind: IndexKind) -> IndexCfg {
             server: ErdaConfig::small(),
             client: ErdaClientConfig::default(),
         },
-    }
+        IndexKind::Catfish => {
+            return Err(
+                "Catfish is not a key-value index: its linearizability test is \
+                 poller/tests/catfish_lin.rs"
+                    .into(),
+            );
+        }
+    })
 }
 
 fn spec(a: &LinArgs, client: u32, clients: u32, seed: u64, scans: bool) -> LinSpec {
@@ -259,7 +266,7 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
     if !(1..=255).contains(&a.clients) {
         return Err("--clients must be 1..=255".into());
     }
-    let cfg = index_cfg(a.index);
+    let cfg = index_cfg(a.index)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);
     let (mut check_s, wall) = (0f64, Instant::now());
     for seed in seeds {

@@ -661,3 +661,99 @@ fn linearizability_check_on_the_sim() {
     assert!(err.contains("--seeds"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn catfish_bench_on_the_sim_reports_the_offloaded_share() {
+    let args = [
+        "--fabric",
+        "sim",
+        "--index",
+        "catfish",
+        "--mode",
+        "adaptive",
+        "--workload",
+        "b",
+        "--records",
+        "1000",
+        "--operations",
+        "3000",
+        "--compute-nodes",
+        "8",
+        "--clients-per-node",
+        "2",
+        "--heartbeat-us",
+        "20",
+    ];
+    let json = std::env::temp_dir().join(format!("remora-cli-{}-cf.json", std::process::id()));
+    let mut all = vec!["bench", "--quiet", "--json", json.to_str().unwrap()];
+    all.extend_from_slice(&args);
+    let out = remora(&all);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("srv ns/op"), "{table}");
+    assert!(table.contains("adaptive fanout=30"), "{table}");
+    assert!(table.contains("% offloaded"), "{table}");
+    let text = std::fs::read_to_string(&json).unwrap();
+    let _ = std::fs::remove_file(&json);
+    let recs: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), 2);
+    let run = &recs[1];
+    assert_eq!(run["index"], "catfish");
+    assert_eq!(run["ops"].as_u64(), Some(3000));
+    let s = &run["spatial"];
+    let searches = s["searches"].as_u64().unwrap();
+    let inserts = run["op_counts"]["inserts"].as_u64().unwrap();
+    assert_eq!(searches + inserts, 3000);
+    assert!((200..400).contains(&inserts), "{inserts} inserts of 3000");
+    // The server is saturated: adaptive clients offload some searches, not all.
+    let off = s["offloaded_searches"].as_u64().unwrap();
+    assert!(off > 0 && off < searches, "{off} of {searches} offloaded");
+    assert_eq!(off + s["messaging_searches"].as_u64().unwrap(), searches);
+    let share = s["offloaded_share"].as_f64().unwrap();
+    assert!((share - off as f64 / searches as f64).abs() < 1e-9);
+    assert!(s["heartbeats"].as_u64().unwrap() > 0);
+    assert!(s["tree_height"].as_u64().unwrap() >= 2);
+    assert!(run["server_ns_per_op"].as_f64().unwrap() > 0.0);
+    assert!(run["latency"]["p99_ns"].as_f64().unwrap() > 0.0);
+    assert!(run["per_op"]["round_trips"].as_f64().unwrap() >= 1.0);
+
+    // Objects from a CSV file (points and rectangles); bad lines are one clear error.
+    let csv = std::env::temp_dir().join(format!("remora-cli-{}-cf.csv", std::process::id()));
+    let lines: String = (0..300)
+        .map(|i| match i % 2 {
+            0 => format!("{},{}\n", i % 17, i % 23),
+            _ => format!("{},{},{},{}\n", i % 13, i % 7, i % 13 + 1, i % 7 + 2),
+        })
+        .collect();
+    std::fs::write(&csv, lines).unwrap();
+    let data = [
+        "--fabric",
+        "sim",
+        "--index",
+        "catfish",
+        "--mode",
+        "offloading",
+        "--data",
+        csv.to_str().unwrap(),
+        "--records",
+        "300",
+        "--operations",
+        "200",
+        "--window",
+        "0.01",
+    ];
+    let recs = bench_json(&data, "cfcsv");
+    let s = &recs[1]["spatial"];
+    assert_eq!(s["offloaded_searches"].as_u64(), Some(200));
+    assert!(s["hits_per_search"].as_f64().unwrap() >= 1.0);
+    std::fs::write(&csv, "1,2\n3,4,5\n").unwrap();
+    let mut bad = vec!["bench", "--quiet"];
+    bad.extend_from_slice(&data);
+    let out = remora(&bad);
+    let _ = std::fs::remove_file(&csv);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
+}

@@ -13,6 +13,7 @@ pub(crate) mod index;
 mod phase;
 mod sim;
 mod soft;
+mod spatial;
 mod verbs;
 mod ycsb;
 
@@ -43,6 +44,8 @@ pub enum IndexKind {
     Canrt,
     /// Erda, the log-structured remote NVM hash store (no scans: not workload E).
     Erda,
+    /// Catfish, the R-tree: the spatial benchmark (`spatial.rs`; workloads C and B).
+    Catfish,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -137,6 +140,8 @@ pub struct BenchArgs {
     pub sherman: ShermanFlags,
     #[command(flatten)]
     pub sim: SimArgs,
+    #[command(flatten)]
+    pub spatial: spatial::SpatialFlags,
 }
 
 /// SMART's run-time technique switches.
@@ -265,6 +270,7 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 ..CanrtConfig::new(0)
             },
         }),
+        IndexKind::Catfish => Err("Catfish is not a key-value index: see bench/spatial.rs".into()),
         IndexKind::Erda => Ok(IndexCfg::Erda {
             server: erda_geometry(a),
             client: ErdaClientConfig {
@@ -431,6 +437,7 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         IndexKind::FgPlus => "FG+",
         IndexKind::Canrt => "CANRT",
         IndexKind::Erda => "Erda",
+        IndexKind::Catfish => "Catfish",
     };
     if matches!(
         a.index,
@@ -477,6 +484,9 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     })?;
     if a.device.is_some() && a.fabric != FabricKind::Verbs {
         return Err("--device names an RDMA device: it is for --fabric verbs".into());
+    }
+    if a.index == IndexKind::Catfish {
+        spatial::validate(a)?;
     }
     Ok(())
 }
@@ -595,8 +605,8 @@ fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> 
                 ));
             }
         }
-        IndexKind::Canrt | IndexKind::Erda => {
-            return Err("--factors: CANRT and Erda have no technique switches yet".into());
+        IndexKind::Canrt | IndexKind::Erda | IndexKind::Catfish => {
+            return Err("--factors: CANRT, Erda and Catfish have no technique switches yet".into());
         }
         IndexKind::Sherman | IndexKind::FgPlus => {
             let mut c = ShermanConfig {
@@ -757,6 +767,12 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
 
 /// One index's LOAD and run phases: prints its table, returns its records.
 fn run_one(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
+    if a.index == IndexKind::Catfish {
+        let recs = spatial::run(a)?;
+        print_table(&recs, a.json.as_deref());
+        spatial::print_run_notes(&recs, a.json.as_deref());
+        return Ok(recs);
+    }
     let index = index_cfg(a)?;
     let mut recs = run_phases(a, &index, a.workload)?;
     let ops = a.operations.unwrap_or(a.records).max(100_000);

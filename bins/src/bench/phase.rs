@@ -132,6 +132,9 @@ pub struct BenchRecord {
     pub nvm_per_op: Option<NvmPerOp>,
     pub smart: SmartSummary,
     pub sherman: ShermanSummary,
+    /// Catfish's figures (`--index catfish` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spatial: Option<super::spatial::SpatialSummary>,
     pub notes: Vec<String>,
 }
 
@@ -553,6 +556,7 @@ pub fn record(
         nvm_per_op,
         smart,
         sherman,
+        spatial: None,
         notes,
     }
 }
