@@ -878,6 +878,9 @@ fn record(
         },
         techniques: format!("{mode} fanout={}", a.spatial.fanout),
         server_ns_per_op,
+        // Catfish's nodes are DRAM here: no NVM accounting.
+        nvm_bytes_per_op: None,
+        nvm_per_op: None,
         smart: Default::default(),
         sherman: Default::default(),
         spatial: Some(SpatialSummary {
