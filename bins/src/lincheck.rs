@@ -13,7 +13,7 @@ use remora::core::lincheck::driver::{LinSpec, lin_client};
 use remora::core::lincheck::{CheckConfig, History, Recorder, Report, check};
 use remora::core::sherman::ShermanConfig;
 use remora::core::smart::{KeyMode, SmartConfig, Techniques};
-use remora::poller::executor::run_coroutines;
+use remora::poller::executor::{ServerCore, plan_cores, run_coroutines};
 use remora::poller::sim::{Sim, SimConfig};
 use remora::poller::soft::{NodeConfig, SoftMemoryNode};
 use std::cell::RefCell;
@@ -188,6 +188,10 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
     rec.finish().map_err(|e| e.to_string())
 }
 
+fn seed_is_first(a: &LinArgs, seed: u64) -> bool {
+    seeds(&a.seeds).is_ok_and(|r| *r.start() == seed)
+}
+
 /// One seed on soft threads: `threads` × `coroutines` clients, one recorder per thread,
 /// merged by a shared clock.
 fn soft_history(
@@ -211,7 +215,15 @@ fn soft_history(
         None => SoftMemoryNode::create(ncfg),
     }
     .map_err(|e| format!("memory node: {e}"))?;
-    let _srv = node.spawn_server();
+    // Busy-polling clients and the node's server thread each get a core where there are
+    // enough; a server sharing a core with a client starves (see `plan_cores`).
+    let plan = plan_cores(threads, true, ServerCore::Auto)?;
+    if seed_is_first(a, seed) {
+        for w in &plan.warnings {
+            eprintln!("remora: warning: {w}");
+        }
+    }
+    let _srv = node.spawn_server_on(plan.server);
     {
         let ep = node.endpoint().map_err(|e| e.to_string())?;
         remora::core::block_on::block_on(Handle::open(&ep, cfg))
@@ -222,8 +234,11 @@ fn soft_history(
     let parts: Result<Vec<History>, String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|th| {
-                let node = &node;
+                let (node, plan) = (&node, &plan);
                 s.spawn(move || -> Result<History, String> {
+                    if let Some(&c) = plan.workers.get(th) {
+                        core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                    }
                     let ep = node.endpoint().map_err(|e| e.to_string())?;
                     let idx = remora::core::block_on::block_on(Handle::open(&ep, cfg))?;
                     let per = a.ops.div_ceil(clients as u64) as usize * coros;
