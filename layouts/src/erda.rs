@@ -688,9 +688,13 @@ pub struct Request {
     pub value_len: u16,
     pub key_len: u8,
     pub key: [u8; KEY_MAX],
+    /// Offset (units) of an earlier grant of this key that the requester found in flight
+    /// past its lease and has fenced the writer of (0: none): the server settles that grant
+    /// (keeps its object if whole, else reverts it) before handling this request.
+    pub revoke: u32,
 }
 
-pub const REQUEST_LEN: usize = 24;
+pub const REQUEST_LEN: usize = 32;
 const _: () = assert!(REQUEST_LEN <= MAILBOX_LEN);
 
 impl Request {
@@ -710,7 +714,13 @@ impl Request {
             value_len: value_len as u16,
             key_len: key.len() as u8,
             key: k,
+            revoke: 0,
         })
+    }
+    /// The same request, naming a fenced writer's grant at `units` to settle first.
+    pub fn with_revoke(mut self, units: u32) -> Request {
+        self.revoke = units & MAX_UNITS as u32;
+        self
     }
     pub fn key(&self) -> &[u8] {
         &self.key[..(self.key_len as usize).min(KEY_MAX)]
@@ -722,7 +732,8 @@ impl Request {
         let w = REQ_SEQ.set(w, self.seq as u64);
         let mut out = [0u8; REQUEST_LEN];
         out[..8].copy_from_slice(&w.to_le_bytes());
-        out[8..].copy_from_slice(&self.key);
+        out[8..24].copy_from_slice(&self.key);
+        out[24..32].copy_from_slice(&(self.revoke as u64).to_le_bytes());
         out
     }
     pub fn decode(bytes: &[u8]) -> Result<Request, LayoutError> {
@@ -737,7 +748,14 @@ impl Request {
         let key_len = REQ_KEY_LEN.get(w) as usize;
         let value_len = REQ_VALUE_LEN.get(w) as usize;
         let mut key = [0u8; KEY_MAX];
-        key.copy_from_slice(&bytes[8..REQUEST_LEN]);
+        key.copy_from_slice(&bytes[8..24]);
+        let revoke = read_u64(bytes, 24)?;
+        if revoke > MAX_UNITS {
+            return Err(LayoutError::OutOfRange {
+                field: "revoke",
+                value: revoke,
+            });
+        }
         if key_len == 0 || key_len > KEY_MAX || key[key_len..].iter().any(|&b| b != 0) {
             return Err(LayoutError::OutOfRange {
                 field: "key_len",
@@ -756,6 +774,7 @@ impl Request {
             value_len: value_len as u16,
             key_len: key_len as u8,
             key,
+            revoke: revoke as u32,
         })
     }
 }
@@ -778,6 +797,11 @@ pub enum Status {
     Welcome = 6,
     /// No mailbox left for a new client.
     TooManyClients = 7,
+    /// Another write of this key is granted and not yet durable: `head` and the low 32 bits
+    /// of `arg` name that grant (head, units), the high 32 bits its writer's fabric client
+    /// id. Ask again after a back-off; past a lease, fence the writer and name the grant in
+    /// [`Request::revoke`].
+    Busy = 8,
 }
 
 impl Status {
@@ -790,6 +814,7 @@ impl Status {
             5 => Status::BadRequest,
             6 => Status::Welcome,
             7 => Status::TooManyClients,
+            8 => Status::Busy,
             _ => {
                 return Err(LayoutError::OutOfRange {
                     field: "status",
@@ -852,6 +877,38 @@ impl Reply {
 
 /// The SEND a client opens a session with.
 pub const HELLO: [u8; 8] = *b"ERDAHELO";
+
+/// Bytes of a hello that names the client's fabric client id (little-endian u32 after
+/// [`HELLO`]), which the server quotes to writers waiting on this client's grants.
+pub const HELLO_LEN: usize = 12;
+
+/// The hello of the client whose fabric client id is `id`.
+pub fn hello(id: u32) -> [u8; HELLO_LEN] {
+    let mut m = [0u8; HELLO_LEN];
+    m[..8].copy_from_slice(&HELLO);
+    m[8..].copy_from_slice(&id.to_le_bytes());
+    m
+}
+
+/// The fabric client id a hello names (0, "unknown", for a bare [`HELLO`]); `None` if `msg`
+/// is not a hello.
+pub fn decode_hello(msg: &[u8]) -> Option<u32> {
+    match msg.len() {
+        8 if msg == HELLO => Some(0),
+        HELLO_LEN if msg[..8] == HELLO => msg[8..].try_into().ok().map(u32::from_le_bytes),
+        _ => None,
+    }
+}
+
+/// Bytes after each client-written object for its durable mark.
+pub const DURABLE_MARK_LEN: usize = 8;
+
+/// The word a writer stores right after its object at `units` once the object is durable
+/// (its WRITE was flushed by a READ on the same queue pair): the server counts the grant
+/// finished when it finds it. Never zero, and different for every slot.
+pub const fn durable_mark(units: u32) -> u64 {
+    0xD0AB_1E00_0000_0000 | units as u64
+}
 
 #[cfg(test)]
 mod tests {
@@ -925,6 +982,21 @@ mod tests {
         let r = Request::new(ReqOp::Update, 77, b"kk", 100).unwrap();
         assert_eq!(Request::decode(&r.encode()), Ok(r));
         assert!(Request::decode(&[0u8; REQUEST_LEN]).is_err());
+        let r = r.with_revoke(77);
+        assert_eq!(Request::decode(&r.encode()).map(|d| d.revoke), Ok(77));
+        let mut bad = r.encode();
+        bad[24..32].copy_from_slice(&(1u64 << 31).to_le_bytes());
+        assert!(Request::decode(&bad).is_err(), "a revoke beyond 31 bits");
+        assert!(
+            Request::decode(&r.encode()[..24]).is_err(),
+            "a short request"
+        );
+        assert_eq!(decode_hello(&hello(9)), Some(9));
+        assert_eq!(decode_hello(&HELLO), Some(0));
+        assert_eq!(decode_hello(b"ERDAHELX"), None);
+        assert_eq!(Status::from_u8(Status::Busy as u8), Ok(Status::Busy));
+        assert_ne!(durable_mark(8), durable_mark(9));
+        assert_ne!(durable_mark(0), 0);
         let p = Reply {
             status: Status::Granted,
             head: 3,

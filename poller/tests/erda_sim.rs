@@ -269,10 +269,7 @@ fn upsert_never_lands(seed: u64) -> (bool, Option<u8>, bool, Option<u8>) {
     .unwrap();
     sim.set_handler(0, Box::new(ErdaServer::new(ErdaConfig::small())))
         .unwrap();
-    let cfg = ErdaClientConfig {
-        read_retries: 20,
-        ..ErdaClientConfig::default()
-    };
+    let cfg = ErdaClientConfig::default();
     const J: &[u8] = b"never-written";
     let s = &seen;
     let ctx = sim.client(0).unwrap();
@@ -292,10 +289,11 @@ fn upsert_never_lands(seed: u64) -> (bool, Option<u8>, bool, Option<u8>) {
     sim.spawn_with(&ctx, 0, move |ctx| async move {
         let e = Erda::open(ctx.ep(), cfg).await.unwrap();
         let mut waited = 0;
+        // Client 2 waits out the dead writer's lease (10 ms), then fences it.
         while s.borrow().0.is_none() {
-            ctx.sleep(1_000).await;
+            ctx.sleep(10_000).await;
             waited += 1;
-            assert!(waited < 1_000, "client 2's delete never returned");
+            assert!(waited < 10_000, "client 2's delete never returned");
         }
         let mut out = [0u8; 8];
         let g = e.get(J, &mut out).await.unwrap().map(|_| out[0]);

@@ -7,11 +7,12 @@ use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaError, ErdaServe
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, Verb};
 use remora_core::index::KvIndex;
 use remora_core::kvcheck::{History, client_history};
+use remora_core::lease::LeaseConfig;
 use remora_core::server::{Handler, LocalRegion, Replies};
 use remora_core::{GlobalAddr, NodeId};
 use remora_layouts::erda::{
-    Bucket, HELLO, Reply, ReqOp, Request, Status, Superblock, decode_object, encode_object,
-    object_len,
+    Bucket, HELLO, Reply, ReqOp, Request, Status, Superblock, decode_object, durable_mark,
+    encode_object, object_len,
 };
 use remora_layouts::region::RegionHeader;
 use remora_poller::executor::run_coroutines;
@@ -157,10 +158,11 @@ fn verbs_and_round_trips_per_operation() {
         let miss = ep.snapshot() - before;
         let per = |s: remora_core::Snapshot, v: Verb| s.verb(v) as f64 / 100.0;
         println!(
-            "erda put: {:.2} WRITE_WITH_IMM + {:.2} WRITE + {:.2} RECV, {:.2} round trips, \
-             {:.1} B out, {:.1} B in",
+            "erda put: {:.2} WRITE_WITH_IMM + {:.2} WRITE + {:.2} READ + {:.2} RECV, {:.2} round \
+             trips, {:.1} B out, {:.1} B in",
             per(put, Verb::WriteImm),
             per(put, Verb::Write),
+            per(put, Verb::Read),
             per(put, Verb::Recv),
             put.round_trips as f64 / 100.0,
             put.bytes_out as f64 / 100.0,
@@ -184,9 +186,12 @@ fn verbs_and_round_trips_per_operation() {
         assert_eq!(miss.round_trips, 200);
         assert_eq!(got.round_trips, 200);
         assert_eq!(e.stats().validated, 100, "only the misses were validated");
+        // The request, then one doorbell: the object, the READ that flushes it, the durable
+        // mark.
         assert_eq!(put.verb(Verb::WriteImm), 100);
-        assert_eq!(put.verb(Verb::Write), 100);
-        assert_eq!(put.verb(Verb::Read), 0);
+        assert_eq!(put.verb(Verb::Write), 200);
+        assert_eq!(put.verb(Verb::Read), 100);
+        assert_eq!(put.round_trips, 200);
         // A delete is one request: the server writes the deleted object.
         let before = ep.snapshot();
         for i in 0..100u64 {
@@ -214,7 +219,17 @@ fn concurrent_histories_on_threads() {
             let (n, failures) = (&n, &failures);
             s.spawn(move || {
                 let ep = n.endpoint().unwrap();
-                let e = block_on(Erda::open(&ep, ErdaClientConfig::default())).unwrap();
+                // No writer dies here: a lease far above any scheduler stall of a loaded
+                // 2-core CI machine (10 ms ones were seen), so no live writer is fenced.
+                let cfg = ErdaClientConfig {
+                    lease: LeaseConfig {
+                        lease_ns: 5_000_000_000,
+                        deadline_ns: 60_000_000_000,
+                        ..LeaseConfig::default()
+                    },
+                    ..ErdaClientConfig::default()
+                };
+                let e = block_on(Erda::open(&ep, cfg)).unwrap();
                 let e = &e;
                 // Two coroutines per thread share one handle (and its mailbox).
                 let coros: Vec<_> = (0..2u64)
@@ -239,16 +254,18 @@ fn concurrent_histories_on_threads() {
                         Err(msg) => failures.lock().unwrap().push(msg),
                     }
                 }
+                let st = e.stats();
+                if st.fenced > 0 {
+                    failures
+                        .lock()
+                        .unwrap()
+                        .push(format!("thread {t} fenced {} live writers", st.fenced));
+                }
             });
         }
     });
     let f = failures.lock().unwrap();
-    assert!(
-        f.is_empty(),
-        "{} histories failed, first: {}",
-        f.len(),
-        f[0]
-    );
+    assert!(f.is_empty(), "{} histories failed: {:?}", f.len(), &f[..]);
 }
 
 /// The object the metadata word of `key` names as newest (or previous), as a remote address.
@@ -279,7 +296,11 @@ fn torn_and_corrupt_objects_are_never_returned() {
     let _srv = n.spawn_server();
     let ep = n.endpoint().unwrap();
     let cfg = ErdaClientConfig {
-        read_retries: 20,
+        lease: LeaseConfig {
+            deadline_ns: 5_000_000,
+            max_attempts: 20,
+            ..LeaseConfig::default()
+        },
         ..ErdaClientConfig::default()
     };
     block_on(async {
@@ -494,6 +515,11 @@ impl<'a> Session<'a> {
             encode_object(&mut obj, key, value, op == ReqOp::Delete).unwrap();
             let off = sb.object_off(rep.head, rep.arg as u32).unwrap();
             self.mem.write(off, &obj).unwrap();
+            if op != ReqOp::Delete {
+                // Durable (this memory has no caches): the grant is finished.
+                let mark = durable_mark(rep.arg as u32).to_le_bytes();
+                self.mem.write(off + obj.len() as u64, &mark).unwrap();
+            }
         }
         rep
     }
@@ -629,7 +655,8 @@ fn logs_fill_segment_by_segment_and_then_refuse() {
     }
     // 3024-byte objects: two per 8 KiB segment (the first starts after 64 bytes), never
     // spanning a segment boundary.
-    assert_eq!(grants, vec![64, 3088, 8192, 11216, 16384, 19408]);
+    // Each is followed by its 8-byte durable mark.
+    assert_eq!(grants, vec![64, 3096, 8192, 11224, 16384, 19416]);
     for g in &grants {
         assert_eq!(
             g / 8192,

@@ -1,14 +1,14 @@
 //! Erda's client handle: one-sided reads, request-then-WRITE writes.
 use super::{ErdaClientConfig, ErdaError};
-use crate::block_on::yield_now;
-use crate::fabric::{Endpoint, Op, QueuePair, RecvKind};
+use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind};
 use crate::index::KvIndex;
+use crate::lease::{Verdict, Waiter, holder};
 use core::cell::Cell;
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, HELLO, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp, Request,
-    SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object, encode_object,
-    object_len, object_len_from_header,
+    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp, Request,
+    SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object, durable_mark,
+    encode_object, hello, object_len, object_len_from_header,
 };
 
 /// Largest neighborhood a client reads (64 buckets, 2 KiB).
@@ -28,6 +28,10 @@ pub struct ClientStats {
     pub validated: u64,
     /// Validated READs that a concurrent fill or move overlapped (read again).
     pub unstable: u64,
+    /// Write requests answered `Busy` (another write of the key in flight), asked again.
+    pub busy: u64,
+    /// Writers fenced by this handle after their grant outlived a lease.
+    pub fenced: u64,
 }
 
 /// One compute node's (thread's) handle on an Erda store.
@@ -43,6 +47,8 @@ pub struct Erda<'e, E: Endpoint> {
     long_reads: Cell<u64>,
     validated: Cell<u64>,
     unstable: Cell<u64>,
+    busy: Cell<u64>,
+    fenced: Cell<u64>,
 }
 
 fn bump(c: &Cell<u64>) {
@@ -61,7 +67,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     /// superblock, which gives the head array and the table geometry.
     pub async fn open(ep: &'e E, cfg: ErdaClientConfig) -> Result<Self, ErdaError> {
         let qp = ep.qp(cfg.node)?;
-        qp.send(&HELLO).await?;
+        qp.send(&hello(ep.client_id())).await?;
         let reply = recv_reply(qp).await?;
         if reply.status != Status::Welcome {
             return Err(ErdaError::Refused {
@@ -94,6 +100,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             long_reads: Cell::new(0),
             validated: Cell::new(0),
             unstable: Cell::new(0),
+            busy: Cell::new(0),
+            fenced: Cell::new(0),
         })
     }
 
@@ -112,6 +120,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             long_reads: self.long_reads.get(),
             validated: self.validated.get(),
             unstable: self.unstable.get(),
+            busy: self.busy.get(),
+            fenced: self.fenced.get(),
         }
     }
 
@@ -136,19 +146,27 @@ impl<'e, E: Endpoint> Erda<'e, E> {
 
     /// Asks the server for log space: WRITE_WITH_IMM of the request into this client's
     /// mailbox, then its reply. One request in flight per handle.
-    async fn request(&self, op: ReqOp, key: &[u8], value_len: usize) -> Result<Reply, ErdaError> {
-        let mut waits = 0u32;
+    async fn request(
+        &self,
+        op: ReqOp,
+        key: &[u8],
+        value_len: usize,
+        revoke: u32,
+    ) -> Result<Reply, ErdaError> {
+        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
         while self.mailbox_busy.get() {
-            waits += 1;
-            if waits > self.cfg.mailbox_waits {
-                return Err(ErdaError::Retries {
-                    what: "another coroutine holds the request mailbox",
-                });
+            // Word 0: only backs off, up to the deadline (the holder is this handle).
+            match w.observe(0, self.ep.now_ns()) {
+                Verdict::Wait(ns) => self.ep.pause(ns).await,
+                _ => {
+                    return Err(ErdaError::Retries {
+                        what: "another coroutine of this handle holds the request mailbox",
+                    });
+                }
             }
-            yield_now().await;
         }
         self.mailbox_busy.set(true);
-        let r = self.request_locked(op, key, value_len).await;
+        let r = self.request_locked(op, key, value_len, revoke).await;
         self.mailbox_busy.set(false);
         r
     }
@@ -158,11 +176,13 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         op: ReqOp,
         key: &[u8],
         value_len: usize,
+        revoke: u32,
     ) -> Result<Reply, ErdaError> {
         let seq = self.seq.get().wrapping_add(1);
         self.seq.set(seq);
         let req = Request::new(op, seq, key, value_len)
-            .map_err(|_| ErdaError::BadKey { len: key.len() })?;
+            .map_err(|_| ErdaError::BadKey { len: key.len() })?
+            .with_revoke(revoke);
         let qp = self.qp()?;
         let bytes = req.encode();
         qp.post(&mut [Op::WriteImm {
@@ -200,7 +220,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
         let delete = op == ReqOp::Delete;
         let vlen = if delete { 0 } else { value.len() };
-        let reply = self.request(op, key, vlen).await?;
+        let reply = self.request_turn(op, key, vlen).await?;
         match reply.status {
             // The server wrote the delete object itself before granting (see the module
             // docs): nothing left to write.
@@ -216,14 +236,80 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         let mut obj = [0u8; OBJECT_MAX];
         let len = encode_object(&mut obj, key, value, false)
             .map_err(|why| ErdaError::Corrupt { addr, why })?;
-        if self.sb.head_remaining(units) < len as u64 {
+        if self.sb.head_remaining(units) < (len + DURABLE_MARK_LEN) as u64 {
             return Err(ErdaError::Protocol {
                 what: "granted space runs past the head's log",
             });
         }
-        // Zero-copy: the object goes straight to its place in the log.
-        self.qp()?.write(addr, &obj[..len]).await?;
+        // Zero-copy: the object goes straight to its place in the log. In the same doorbell,
+        // a READ of its last word flushes it (acknowledged means durable: see the module
+        // docs, "Durability"), then the durable mark tells the server the grant is finished:
+        // the queue pair places the mark only after the READ completed.
+        let mark = durable_mark(units).to_le_bytes();
+        let mut flush = [0u8; 8];
+        self.qp()?
+            .post(&mut [
+                Op::Write {
+                    remote: addr,
+                    local: &obj[..len],
+                },
+                Op::Read {
+                    remote: addr.add(len as u64 - 8),
+                    local: &mut flush,
+                },
+                Op::Write {
+                    remote: addr.add(len as u64),
+                    local: &mark,
+                },
+            ])
+            .await?;
         Ok(true)
+    }
+
+    /// Asks for a grant until the key has no other write in flight: a `Busy` answer names
+    /// the grant in flight and its writer; this handle backs off on the fabric clock, and
+    /// once the same grant has been in flight for a whole lease it fences the writer and asks
+    /// the server to settle that grant (the protocol of [`crate::lease`]).
+    async fn request_turn(&self, op: ReqOp, key: &[u8], vlen: usize) -> Result<Reply, ErdaError> {
+        let mut w: Option<Waiter> = None;
+        let mut revoke = 0u32;
+        loop {
+            let reply = self.request(op, key, vlen, revoke).await?;
+            if reply.status != Status::Busy {
+                return Ok(reply);
+            }
+            bump(&self.busy);
+            revoke = 0;
+            // The grant in flight as a lock word: its writer and its slot (never 0).
+            let word = reply.arg | 1 << 31;
+            let who = holder(reply.arg);
+            let units = (reply.arg & 0x7FFF_FFFF) as u32;
+            let now = self.ep.now_ns();
+            let w = w.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+            let held = |waited_ns| ErdaError::Held {
+                holder: who,
+                head: reply.head,
+                units,
+                waited_ns,
+            };
+            match w.observe(word, now) {
+                Verdict::Wait(ns) => self.ep.pause(ns).await,
+                // A writer of this very handle (another coroutine) is never fenced; an
+                // unnamed one cannot be.
+                Verdict::Expired { .. } if who == 0 || who == self.ep.client_id() => {}
+                Verdict::Expired { .. } => match self.ep.fence(self.cfg.node, who).await {
+                    Ok(()) => {
+                        bump(&self.fenced);
+                        revoke = units;
+                    }
+                    Err(FabricError::Unsupported { .. }) => {
+                        return Err(held(self.ep.now_ns().saturating_sub(now)));
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+                Verdict::GiveUp { waited_ns, .. } => return Err(held(waited_ns)),
+            }
+        }
     }
 
     /// Reads the object at (head, units) and checks it is a whole object of `key`.
@@ -348,10 +434,20 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             return Ok(None);
         }
         let stripes = self.addr(self.sb.stripe_word_off(self.sb.stripe_of(home)));
-        for attempt in 0..=self.cfg.read_retries {
+        let start = self.ep.now_ns();
+        let mut w = Waiter::new(self.cfg.lease, start);
+        let mut attempt = 0u32;
+        loop {
             if attempt > 0 {
                 bump(&self.rereads);
+                // Back off on the fabric clock, up to the lease's deadline (word 0: nobody
+                // is fenced for a read).
+                match w.observe(0, self.ep.now_ns()) {
+                    Verdict::Wait(ns) => self.ep.pause(ns).await,
+                    _ => break,
+                }
             }
+            attempt += 1;
             bump(&self.validated);
             let (mut before, mut after) = ([0u8; 16], [0u8; 16]);
             qp.post(&mut [
@@ -386,7 +482,11 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             }
             last = self.object_addr(b.head(), b.meta().new_off())?;
         }
-        Err(ErdaError::Incomplete { addr: last })
+        Err(ErdaError::Incomplete {
+            addr: last,
+            attempts: attempt,
+            waited_ns: self.ep.now_ns().saturating_sub(start),
+        })
     }
 }
 

@@ -90,6 +90,7 @@ pub use client::{ClientStats, Erda};
 pub use server::{ErdaServer, ServerStats};
 
 use crate::fabric::FabricError;
+use crate::lease::LeaseConfig;
 use core::fmt;
 use remora_layouts::erda::Status;
 use remora_layouts::{GlobalAddr, LayoutError, NodeId};
@@ -152,11 +153,12 @@ pub struct ErdaClientConfig {
     /// Expected value bytes: a get reads an object of this size in one READ (a larger one
     /// takes a second READ).
     pub value_size: usize,
-    /// Reads of a key whose newest and previous objects both fail their checksum before
-    /// giving up (a writer still writing, or dead).
-    pub read_retries: u32,
-    /// Yields while another coroutine of this handle holds the request mailbox.
-    pub mailbox_waits: u32,
+    /// Back-off, lease and deadline of every wait (all on the fabric clock, see
+    /// [`crate::lease`]): a write waiting for another write of its key to finish (past a
+    /// lease, the other writer is fenced and its grant settled), a read waiting for a
+    /// bucket fill or move to finish or for a whole object, a coroutine waiting for the
+    /// handle's mailbox. `max_attempts` bounds them on a fabric without a clock.
+    pub lease: LeaseConfig,
     /// Mutant, for tests only: trust a single neighborhood READ for misses (the reader
     /// before issue 9), which is correct only if a READ observes words in ascending address
     /// order. Tests set it to show that an adversarial word order catches it.
@@ -169,8 +171,7 @@ impl Default for ErdaClientConfig {
         ErdaClientConfig {
             node: 0,
             value_size: 8,
-            read_retries: 100_000,
-            mailbox_waits: 10_000_000,
+            lease: LeaseConfig::default_lease(),
             assume_ascending_reads: false,
         }
     }
@@ -205,9 +206,21 @@ pub enum ErdaError {
     Protocol {
         what: &'static str,
     },
-    /// Neither object of the key verified after every re-read (a writer is stuck or dead).
+    /// No answer from a stable image with a whole object within the deadline: the key's
+    /// neighborhood kept changing, or no object it names verified (media corruption).
     Incomplete {
         addr: GlobalAddr,
+        attempts: u32,
+        waited_ns: u64,
+    },
+    /// Another write of the key, granted at (`head`, `units`) to fabric client `holder`, was
+    /// still unfinished at the deadline, or past its lease with a writer this fabric cannot
+    /// fence.
+    Held {
+        holder: u32,
+        head: u8,
+        units: u32,
+        waited_ns: u64,
     },
     /// A bounded wait ran out.
     Retries {
@@ -239,10 +252,25 @@ impl fmt::Display for ErdaError {
             ErdaError::Refused { status } => write!(f, "erda server refused: {status:?}"),
             ErdaError::Corrupt { addr, why } => write!(f, "erda: unreadable data at {addr}: {why}"),
             ErdaError::Protocol { what } => write!(f, "erda protocol error: {what}"),
-            ErdaError::Incomplete { addr } => write!(
+            ErdaError::Incomplete {
+                addr,
+                attempts,
+                waited_ns,
+            } => write!(
                 f,
-                "erda: no complete object for the key at {addr} after every re-read \
-                 (its writer is stuck or dead)"
+                "erda: no stable answer for the key (last object looked at: {addr}) after \
+                 {attempts} validated reads in {waited_ns} ns"
+            ),
+            ErdaError::Held {
+                holder,
+                head,
+                units,
+                waited_ns,
+            } => write!(
+                f,
+                "erda: the key's write granted to client {holder} at head {head} offset \
+                 {units} is unfinished after {waited_ns} ns (its writer stalled or died, and \
+                 it could not be fenced in time)"
             ),
             ErdaError::Retries { what } => write!(f, "erda: gave up waiting: {what}"),
             ErdaError::Unsupported { what } => write!(f, "erda: unsupported: {what}"),
