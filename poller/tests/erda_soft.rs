@@ -297,7 +297,7 @@ fn torn_and_corrupt_objects_are_never_returned() {
     let ep = n.endpoint().unwrap();
     let cfg = ErdaClientConfig {
         lease: LeaseConfig {
-            deadline_ns: 5_000_000,
+            deadline_ns: 5_000_000_000,
             max_attempts: 20,
             ..LeaseConfig::default()
         },

@@ -4,6 +4,9 @@ use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind};
 use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter, holder};
 use core::cell::Cell;
+use core::future::{Future, poll_fn};
+use core::pin::{Pin, pin};
+use core::task::Poll;
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::{
     BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp, Request,
@@ -68,7 +71,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     pub async fn open(ep: &'e E, cfg: ErdaClientConfig) -> Result<Self, ErdaError> {
         let qp = ep.qp(cfg.node)?;
         qp.send(&hello(ep.client_id())).await?;
-        let reply = recv_reply(qp).await?;
+        let reply = recv_reply(ep, qp, cfg.lease.deadline_ns).await?;
         if reply.status != Status::Welcome {
             return Err(ErdaError::Refused {
                 status: reply.status,
@@ -193,7 +196,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         .await?;
         // A reply left over from an abandoned request carries an older sequence: skip it.
         for _ in 0..4 {
-            let reply = recv_reply(qp).await?;
+            let reply = recv_reply(self.ep, qp, self.cfg.lease.deadline_ns).await?;
             if reply.seq == seq {
                 return Ok(reply);
             }
@@ -247,6 +250,21 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         // the queue pair places the mark only after the READ completed.
         let mark = durable_mark(units).to_le_bytes();
         let mut flush = [0u8; 8];
+        if self.cfg.unflushed_writes {
+            self.qp()?
+                .post(&mut [
+                    Op::Write {
+                        remote: addr,
+                        local: &obj[..len],
+                    },
+                    Op::Write {
+                        remote: addr.add(len as u64),
+                        local: &mark,
+                    },
+                ])
+                .await?;
+            return Ok(true);
+        }
         self.qp()?
             .post(&mut [
                 Op::Write {
@@ -497,9 +515,34 @@ enum Answer {
     Unsure,
 }
 
-async fn recv_reply<Q: QueuePair>(qp: &Q) -> Result<Reply, ErdaError> {
+/// `a`'s output, or `None` if `b` finishes first (`a` is then abandoned).
+async fn race<A: Future, B: Future>(mut a: Pin<&mut A>, mut b: Pin<&mut B>) -> Option<A::Output> {
+    poll_fn(move |cx| {
+        if let Poll::Ready(v) = a.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        if b.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The server's next reply, waiting at most `deadline_ns` on the fabric clock: a memory node
+/// that crashed after taking the request never answers, and its receive would never
+/// complete. (A reply that comes after all is skipped by the next request: its sequence is
+/// older.)
+async fn recv_reply<E: Endpoint>(ep: &E, qp: &E::Qp, deadline_ns: u64) -> Result<Reply, ErdaError> {
     let mut buf = [0u8; 64];
-    let r = qp.recv(&mut buf).await?;
+    let r = {
+        let recv = pin!(qp.recv(&mut buf));
+        let timer = pin!(ep.pause(deadline_ns));
+        race(recv, timer).await
+    };
+    let r = r.ok_or(ErdaError::Retries {
+        what: "no reply from the Erda server within the deadline (is the memory node down?)",
+    })??;
     if r.kind != RecvKind::Send || r.len as usize != REPLY_LEN {
         return Err(ErdaError::Protocol {
             what: "the server's reply is not a 16-byte SEND",

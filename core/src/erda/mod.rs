@@ -164,6 +164,11 @@ pub struct ErdaClientConfig {
     /// order. Tests set it to show that an adversarial word order catches it.
     #[doc(hidden)]
     pub assume_ascending_reads: bool,
+    /// Mutant, for tests only: acknowledge a write without the READ that flushes it (the
+    /// paper's write, before issue 11). Tests set it to show that a persistent memory node's
+    /// crash then loses acknowledged writes.
+    #[doc(hidden)]
+    pub unflushed_writes: bool,
 }
 
 impl Default for ErdaClientConfig {
@@ -173,6 +178,7 @@ impl Default for ErdaClientConfig {
             value_size: 8,
             lease: LeaseConfig::default_lease(),
             assume_ascending_reads: false,
+            unflushed_writes: false,
         }
     }
 }
