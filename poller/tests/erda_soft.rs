@@ -12,7 +12,7 @@ use remora_core::server::{Handler, LocalRegion, Replies};
 use remora_core::{GlobalAddr, NodeId};
 use remora_layouts::erda::{
     Bucket, HELLO, Reply, ReqOp, Request, Status, Superblock, decode_object, durable_mark,
-    encode_object, object_len,
+    encode_object, hello, object_len,
 };
 use remora_layouts::region::RegionHeader;
 use remora_poller::executor::run_coroutines;
@@ -473,13 +473,23 @@ struct Session<'a> {
 
 impl<'a> Session<'a> {
     fn open(srv: &'a mut ErdaServer, mem: &'a Mem, conn: usize) -> Session<'a> {
+        Session::open_as(srv, mem, conn, None)
+    }
+    /// A session whose hello names fabric client id `fabric` (a bare hello if `None`).
+    fn open_as(
+        srv: &'a mut ErdaServer,
+        mem: &'a Mem,
+        conn: usize,
+        fabric: Option<u32>,
+    ) -> Session<'a> {
         let mut r = Replies::new();
         let recv = Recv {
             kind: RecvKind::Send,
             len: 8,
             imm: None,
         };
-        srv.on_message(mem, conn, recv, &HELLO, &mut r).unwrap();
+        let msg = fabric.map_or(HELLO.to_vec(), |id| hello(id).to_vec());
+        srv.on_message(mem, conn, recv, &msg, &mut r).unwrap();
         let rep = Reply::decode(r.iter().next().unwrap()).unwrap();
         assert_eq!(rep.status, Status::Welcome);
         Session {
@@ -495,9 +505,25 @@ impl<'a> Session<'a> {
     }
     /// Asks for space and, if `write`, writes the object there; returns the reply.
     fn put(&mut self, op: ReqOp, key: &[u8], value: &[u8], write: bool) -> Reply {
+        self.put_full(op, key, value, write, write, 0)
+    }
+    /// As `put`, but the durable mark is written only if `mark`, and the request names a
+    /// fenced writer's grant `revoke`.
+    fn put_full(
+        &mut self,
+        op: ReqOp,
+        key: &[u8],
+        value: &[u8],
+        write: bool,
+        mark: bool,
+        revoke: u32,
+    ) -> Reply {
         self.seq += 1;
         let vlen = if op == ReqOp::Delete { 0 } else { value.len() };
-        let req = Request::new(op, self.seq, key, vlen).unwrap().encode();
+        let req = Request::new(op, self.seq, key, vlen)
+            .unwrap()
+            .with_revoke(revoke)
+            .encode();
         let sb = self.sb();
         self.mem.write(sb.mailbox(self.id), &req).unwrap();
         let mut r = Replies::new();
@@ -515,7 +541,7 @@ impl<'a> Session<'a> {
             encode_object(&mut obj, key, value, op == ReqOp::Delete).unwrap();
             let off = sb.object_off(rep.head, rep.arg as u32).unwrap();
             self.mem.write(off, &obj).unwrap();
-            if op != ReqOp::Delete {
+            if op != ReqOp::Delete && mark {
                 // Durable (this memory has no caches): the grant is finished.
                 let mark = durable_mark(rep.arg as u32).to_le_bytes();
                 self.mem.write(off + obj.len() as u64, &mark).unwrap();
@@ -926,4 +952,106 @@ fn recovery_never_grants_a_reverted_slot_again() {
     let r = s.put(ReqOp::Upsert, b"z", &value, true);
     assert_eq!(r.status, Status::Granted);
     assert!(r.arg > dead.arg, "{r:?} reuses the dead grant {dead:?}");
+}
+
+/// The object of `key` its bucket's word names (newest if `newest`, else the previous), as
+/// (units, value), `None` where it does not verify.
+fn named(mem: &Mem, sb: &Superblock, key: &[u8], newest: bool) -> (u32, Option<Vec<u8>>) {
+    let home = sb.home(key);
+    for j in 0..sb.neighborhood as u64 {
+        let mut b = [0u8; 32];
+        mem.read(sb.bucket_off(home + j), &mut b).unwrap();
+        let b = Bucket::decode(&b).unwrap();
+        if !b.holds(key) {
+            continue;
+        }
+        let units = if newest {
+            b.meta().new_off()
+        } else {
+            b.meta().old_off()
+        };
+        if units == 0 {
+            return (0, None);
+        }
+        let mut obj = vec![0u8; 4200];
+        mem.read(sb.object_off(b.head(), units).unwrap(), &mut obj)
+            .unwrap();
+        return (units, decode_object(&obj).ok().map(|o| o.value.to_vec()));
+    }
+    (0, None)
+}
+
+/// Issue 10 on the server: one write of a key in flight at a time. A second request is
+/// answered `Busy` naming the grant and its writer; a request naming that grant as fenced
+/// settles it (reverted: the slot never held a whole object); a disconnected writer's grant
+/// whose object is whole but never marked durable is adopted (a durable copy by the server,
+/// the older object still named).
+#[test]
+fn a_second_write_waits_and_a_dead_writers_grant_is_settled() {
+    let mem = Mem::new(16 << 20);
+    let mut srv = ErdaServer::new(ErdaConfig::small());
+    // Writer A (fabric client 41): k = "one", then a grant for "two" it never writes.
+    let mut a = Session::open_as(&mut srv, &mem, 1, Some(41));
+    let sb = a.sb();
+    a.put(ReqOp::Upsert, b"k", b"one", true);
+    let stuck = a.put(ReqOp::Upsert, b"k", b"two", false);
+    assert_eq!(stuck.status, Status::Granted);
+    // j = "old", then "new" written whole but its durable mark never stored.
+    a.put(ReqOp::Upsert, b"j", b"old", true);
+    let unmarked = a.put_full(ReqOp::Upsert, b"j", b"new", true, false, 0);
+    let a_id = a.id;
+    let _ = a;
+    let mut b = Session::open_as(&mut srv, &mem, 2, Some(42));
+    // k: busy, naming A's grant; a revoke naming another slot changes nothing.
+    for revoke in [0, stuck.arg as u32 + 1] {
+        let r = b.put_full(ReqOp::Update, b"k", b"three", false, false, revoke);
+        assert_eq!(r.status, Status::Busy, "revoke {revoke}");
+        assert_eq!((r.head, r.arg), (stuck.head, 41 << 32 | stuck.arg));
+    }
+    // B fenced A: the grant is reverted ("one" is the value again), then B's granted.
+    let r = b.put_full(ReqOp::Update, b"k", b"three", true, true, stuck.arg as u32);
+    assert_eq!(r.status, Status::Granted);
+    assert_eq!(read_back(&mem, &sb, b"k").as_deref(), Some(&b"three"[..]));
+    assert_eq!(
+        named(&mem, &sb, b"k", false).1.as_deref(),
+        Some(&b"one"[..])
+    );
+    let mut slot = vec![0xAAu8; object_len(1, 3) + 8];
+    mem.read(
+        sb.object_off(stuck.head, stuck.arg as u32).unwrap(),
+        &mut slot,
+    )
+    .unwrap();
+    assert!(slot.iter().all(|&x| x == 0), "the reverted slot is zeroed");
+    // j: busy until A's connection ends; then adopted.
+    let r = b.put(ReqOp::Upsert, b"j", b"newer", false);
+    assert_eq!(r.status, Status::Busy);
+    let _ = b;
+    srv.on_disconnect(&mem, 1);
+    let (units, value) = named(&mem, &sb, b"j", true);
+    assert_eq!(
+        value.as_deref(),
+        Some(&b"new"[..]),
+        "the whole object stays"
+    );
+    assert_ne!(units as u64, unmarked.arg, "named through a durable copy");
+    assert_eq!(
+        named(&mem, &sb, b"j", false).1.as_deref(),
+        Some(&b"old"[..])
+    );
+    let st = srv.stats();
+    assert_eq!((st.revoked_reverted, st.revoked_adopted), (1, 1));
+    assert!(st.busy >= 3);
+    let mut b = Session {
+        srv: &mut srv,
+        mem: &mem,
+        conn: 2,
+        id: a_id ^ 1,
+        seq: 100,
+    };
+    assert_eq!(
+        b.put(ReqOp::Upsert, b"j", b"newer", true).status,
+        Status::Granted
+    );
+    assert_eq!(read_back(&mem, &sb, b"j").as_deref(), Some(&b"newer"[..]));
 }
