@@ -10,7 +10,10 @@
 //!   fills the key's bucket, reserves log space in the key's head (an object never spans a
 //!   segment), flips the new tag and stores the reserved offset over the older one in one
 //!   8-byte store, persists the word, and SENDs back the (head, offset). The client then
-//!   WRITEs its object straight to that place: one copy, no server CPU on the data.
+//!   WRITEs its object straight to that place (one copy, no server CPU on the data), and in
+//!   the same doorbell READs its last word back (the flush: see "Durability") and WRITEs the
+//!   *durable mark* right after it (see "Dead writers"). One write of a key is in flight at
+//!   a time: a request for a key whose previous grant is not yet marked is answered `Busy`.
 //! - **Delete**: the same request, but the server writes the deleted object (delete tag and
 //!   key, no value: at most 32 bytes) itself, right after the metadata word names it and
 //!   before it replies or handles any other request; the client has nothing to write. (The
@@ -38,9 +41,10 @@
 //! its last word is written (from then on it verifies). The abstract value of a key at any
 //! instant is the value of its latest-granted object that has landed (absent if that is a
 //! deleted object, or if none has). The metadata word names the two latest grants, and a
-//! reader takes the newer of the two that verifies, which is that abstract value whenever
-//! one of the two has landed; when neither has (two writes in flight at once), the reader
-//! reads again until one lands (bounded by `read_retries`).
+//! reader takes the newer of the two that verifies, which is that abstract value: the
+//! server grants a key again only once its previous grant is finished (marked durable, or
+//! settled after its writer was fenced), so the older of the two named objects is always
+//! whole.
 //!
 //! Linearization points:
 //! - **upsert**, and **update** answered `true`: the first instant at which its own object
@@ -65,20 +69,75 @@
 //!   validated image: the instant the key's metadata word (empty, or naming a first object
 //!   not yet landed) or its absence from every bucket was observed.
 //!
-//! Limits, stated exactly (the paper's two-offset word cannot name a third object):
-//! - Liveness: while two grants of a key are both in flight (or their writers died), the
-//!   key's older landed object is no longer named by the word; gets read again until one of
-//!   the two lands, or fail with [`ErdaError::Incomplete`] after `read_retries` (an error,
-//!   never a wrong value).
-//! - Durability: a memory-node crash in that window leaves neither named object whole, and
-//!   recovery empties the key, so the value acknowledged before the two writes began is
-//!   lost. And, as in the paper, an acknowledged client WRITE is durable only once the NIC
-//!   has flushed it (no read-after-write), so a memory-node crash may also roll a key back
-//!   to its previous object. Without a crash every operation is linearizable.
+//! A writer that died (or was fenced) with a grant in flight: if its object was not whole,
+//! it never took effect (readers never saw it: it did not verify); if it was whole, it took
+//! effect when it landed and stays (see "Dead writers"). Its operation has an unknown
+//! outcome either way; every other operation stays linearizable.
+//!
+//! # Dead writers (issue 10)
+//!
+//! The paper's two-offset word cannot name a third object, so two writes of one key in
+//! flight at once would leave the older landed object unnamed: readers would have to wait
+//! for a writer that may be dead, and a node crash in that window would empty the key. So
+//! the server keeps (volatile) the one unfinished value grant of each key:
+//! - A grant is **finished** when the server finds its durable mark
+//!   ([`remora_layouts::erda::durable_mark`], the 8 bytes right after the object): the
+//!   writer stores it in the same doorbell after the object's WRITE and the flushing READ,
+//!   and the queue pair places it only after the READ completed, so a mark means "whole and
+//!   durable". A delete is finished at its grant (the server wrote it).
+//! - A request for a key with an unfinished grant is answered `Busy`, naming the grant
+//!   (head, offset) and its writer's fabric client id (sent in the hello). The client asks
+//!   again, backing off on the fabric clock ([`crate::lease::Waiter`]).
+//! - **The lease is measured by the waiting client**, on its own clock, as every lock of
+//!   remora is ([`crate::lease`]): the grant named in `Busy` is the lock word. The server
+//!   cannot measure it usefully: it has no clock in `core` (only the sim's `cpu_clock`), and
+//!   it cannot fence (fencing is a client verb, [`Endpoint::fence`](crate::fabric::Endpoint::fence)),
+//!   and reverting a grant whose writer is merely slow without a fence would let its late
+//!   WRITE land a whole object in a slot no word names. Once the same grant has been
+//!   reported for a whole lease (`ErdaClientConfig::lease`, 10 ms by default), the waiter
+//!   fences its writer and repeats its request with `revoke` naming the grant.
+//! - The server then **settles** the grant (the repair step of the lease protocol): if the
+//!   object is whole it is kept (readers may have returned it) and, as its writer never
+//!   flushed it, the server writes a durable copy in fresh log space and names the copy in
+//!   its place, the older object still named (*adopted*); else the word reverts to the older
+//!   object and the slot is zeroed (*reverted*). A revoke naming anything else than the
+//!   key's unfinished grant changes nothing.
+//! - When a writer's connection ends ([`Handler::on_disconnect`](crate::server::Handler)),
+//!   the server settles its grants at once: the fabric delivers nothing more of that
+//!   connection, so no waiter needs to wait out the lease. (The sim does not call it yet; the
+//!   soft memory node does.)
+//! - A fabric that cannot fence (verbs, today) makes the waiter fail with
+//!   [`ErdaError::Held`] (naming the grant and its writer) instead of breaking the grant
+//!   unsafely; so does a wait past `lease.deadline_ns`.
+//!
+//! So readers never wait for a writer (the older named object is whole), a dead writer
+//! costs the writers of its key about one lease, and every wait is bounded on the fabric
+//! clock: writers by the lease's deadline, readers (a neighborhood that keeps changing under
+//! fills and moves) by the same deadline and `lease.max_attempts`, then
+//! [`ErdaError::Incomplete`]; a reply the server never sends (its node crashed) by the
+//! deadline too.
+//!
+//! # Durability (issue 11)
+//!
+//! An acknowledged write is durable: the client's doorbell is WRITE(object), READ(its last
+//! 8 bytes), WRITE(durable mark), and the client reports success only when all three
+//! completed. A READ on the same queue pair after a WRITE executes only once the WRITE's
+//! data has left the NIC, and with ADR (the memory controller's write-pending queue is in
+//! the persistence domain) and DDIO off for the log region (or, with DDIO, eADR: the LLC
+//! persistent too), data that left the NIC for memory is durable: that READ is the flush
+//! (as CANRT's `flush_appends`, and Erda's paper, seeds/004). Without those platform
+//! settings a READ is no flush and only a remote persist verb (not in the contract) would
+//! do. The sim models this: a persistent region rolls back at a crash every WRITE no later
+//! READ of its queue pair has flushed.
+//!
+//! A memory-node crash then keeps, for every key, its last acknowledged value or the newer
+//! one in flight: the word names at most one unfinished object, recovery reverts it if it
+//! is not whole, and the older object was finished (durable) before the newer was granted.
+//! Server-written objects (deletes, adopted copies) and metadata words are persisted by the
+//! server's CPU before it answers.
 //!
 //! Not implemented (yet): lock-free log cleaning (logs only grow: a full head answers
-//! `LogFull`), a client's report of an abandoned object to the server (readers fall back
-//! instead; recovery repairs), range scans (Erda is a hash store:
+//! `LogFull`), range scans (Erda is a hash store:
 //! [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]), and
 //! sharding over several memory nodes (one store lives on one node).
 mod client;
