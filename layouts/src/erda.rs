@@ -320,12 +320,27 @@ pub const fn object_len(key_len: usize, value_len: usize) -> usize {
     (OBJECT_HEADER + key_len + value_len).next_multiple_of(8)
 }
 
+/// An object checksum: CRC-32C over `header` then `body` (a caller may bring a hardware
+/// implementation; every implementation must give [`object_crc_sw`]'s value).
+pub type ObjectChecksum = fn(header: &[u8], body: &[u8]) -> u32;
+
 /// Writes an object into `out`; returns its length. `value` is ignored for a deletion.
 pub fn encode_object(
     out: &mut [u8],
     key: &[u8],
     value: &[u8],
     delete: bool,
+) -> Result<usize, LayoutError> {
+    encode_object_with(out, key, value, delete, object_crc_sw)
+}
+
+/// [`encode_object`] with the checksum computed by `crc`.
+pub fn encode_object_with(
+    out: &mut [u8],
+    key: &[u8],
+    value: &[u8],
+    delete: bool,
+    crc: ObjectChecksum,
 ) -> Result<usize, LayoutError> {
     check_key(key)?;
     let value = if delete { &[][..] } else { value };
@@ -351,12 +366,13 @@ pub fn encode_object(
     let k = OBJECT_HEADER + key.len();
     out[OBJECT_HEADER..k].copy_from_slice(key);
     out[k..k + value.len()].copy_from_slice(value);
-    let crc = object_crc(&out[0..8], &out[OBJECT_HEADER..k + value.len()]);
-    out[8..16].copy_from_slice(&(crc as u64).to_le_bytes());
+    let sum = crc(&out[0..8], &out[OBJECT_HEADER..k + value.len()]);
+    out[8..16].copy_from_slice(&(sum as u64).to_le_bytes());
     Ok(len)
 }
 
-fn object_crc(header: &[u8], body: &[u8]) -> u32 {
+/// The object checksum in software (table-driven CRC-32C, no_std).
+pub fn object_crc_sw(header: &[u8], body: &[u8]) -> u32 {
     let mut d = CRC32.digest();
     d.update(header);
     d.update(body);
@@ -401,6 +417,11 @@ pub fn object_len_from_header(bytes: &[u8]) -> Result<usize, LayoutError> {
 
 /// Decodes and verifies an object (a torn, unfinished or foreign one is an error).
 pub fn decode_object(bytes: &[u8]) -> Result<ObjectRef<'_>, LayoutError> {
+    decode_object_with(bytes, object_crc_sw)
+}
+
+/// [`decode_object`] with the checksum computed by `crc`.
+pub fn decode_object_with(bytes: &[u8], crc: ObjectChecksum) -> Result<ObjectRef<'_>, LayoutError> {
     let len = object_len_from_header(bytes)?;
     if bytes.len() < len {
         return Err(LayoutError::Short {
@@ -413,7 +434,7 @@ pub fn decode_object(bytes: &[u8]) -> Result<ObjectRef<'_>, LayoutError> {
     let v = OBJ_VALUE_LEN.get(hdr) as usize;
     let stored = read_u64(bytes, 8)?;
     let end = OBJECT_HEADER + k + v;
-    let computed = object_crc(&bytes[0..8], &bytes[OBJECT_HEADER..end]);
+    let computed = crc(&bytes[0..8], &bytes[OBJECT_HEADER..end]);
     if stored != computed as u64 || bytes[end..len].iter().any(|&b| b != 0) {
         return Err(LayoutError::BadChecksum {
             stored,

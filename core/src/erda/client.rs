@@ -10,8 +10,8 @@ use core::task::Poll;
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::{
     BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp, Request,
-    SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object, durable_mark,
-    encode_object, hello, object_len, object_len_from_header,
+    SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object_with, durable_mark,
+    encode_object_with, hello, object_len, object_len_from_header,
 };
 
 /// Largest neighborhood a client reads (64 buckets, 2 KiB).
@@ -237,7 +237,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         })?;
         let addr = self.object_addr(reply.head, units)?;
         let mut obj = [0u8; OBJECT_MAX];
-        let len = encode_object(&mut obj, key, value, false)
+        let len = encode_object_with(&mut obj, key, value, false, super::object_checksum)
             .map_err(|why| ErdaError::Corrupt { addr, why })?;
         if self.sb.head_remaining(units) < (len + DURABLE_MARK_LEN) as u64 {
             return Err(ErdaError::Protocol {
@@ -354,7 +354,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             bump(&self.long_reads);
             qp.read(addr, &mut buf[..len]).await?;
         }
-        match decode_object(&buf[..len]) {
+        match decode_object_with(&buf[..len], super::object_checksum) {
             Ok(o) if o.key == key => {
                 if o.delete {
                     return Ok(Obj::Deleted);

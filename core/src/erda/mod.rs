@@ -148,6 +148,26 @@ mod stripe;
 pub use client::{ClientStats, Erda};
 pub use server::{ErdaServer, ServerStats};
 
+/// Whether [`object_checksum`] runs on the `crc32c` crate (feature `hw-crc`: the CPU's
+/// CRC32 instructions where it has them, chosen at run time) rather than in software.
+pub const HW_CRC: bool = cfg!(feature = "hw-crc");
+
+/// The CRC-32C of every Erda object (over its header word, then key and value), as written
+/// and verified by clients and server. With feature `hw-crc` the `crc32c` crate computes it
+/// (that crate needs std, so the feature is off by default and core stays no_std); without,
+/// the table-driven [`object_crc_sw`](remora_layouts::erda::object_crc_sw). Both give the
+/// same value, so clients and servers built either way share a store.
+pub fn object_checksum(header: &[u8], body: &[u8]) -> u32 {
+    #[cfg(feature = "hw-crc")]
+    {
+        crc32c::crc32c_append(crc32c::crc32c(header), body)
+    }
+    #[cfg(not(feature = "hw-crc"))]
+    {
+        remora_layouts::erda::object_crc_sw(header, body)
+    }
+}
+
 use crate::fabric::FabricError;
 use crate::lease::LeaseConfig;
 use core::fmt;

@@ -8,7 +8,7 @@ use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
     BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN,
     ROOT_SLOT, Reply, ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status,
-    Superblock, decode_hello, decode_object, durable_mark, encode_object, object_len,
+    Superblock, decode_hello, decode_object_with, durable_mark, encode_object_with, object_len,
     object_len_from_header,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
@@ -244,7 +244,7 @@ impl ErdaServer {
         if len > avail || region.read(off, &mut buf[..len]).is_err() {
             return (false, false, 0);
         }
-        match decode_object(&buf[..len]) {
+        match decode_object_with(&buf[..len], super::object_checksum) {
             Ok(o) if o.key == key => (true, o.delete, len as u64),
             _ => (false, false, 0),
         }
@@ -505,7 +505,7 @@ impl ErdaServer {
             let obj_off = sb
                 .object_off(head, units)
                 .map_err(|_| corrupt(region, off))?;
-            let n = encode_object(&mut st.scratch_obj, key, &[], true)
+            let n = encode_object_with(&mut st.scratch_obj, key, &[], true, super::object_checksum)
                 .map_err(|_| corrupt(region, obj_off))?;
             region.write(obj_off, &st.scratch_obj[..n])?;
             region.persist(obj_off, n);
