@@ -1055,3 +1055,30 @@ fn a_second_write_waits_and_a_dead_writers_grant_is_settled() {
     );
     assert_eq!(read_back(&mem, &sb, b"j").as_deref(), Some(&b"newer"[..]));
 }
+
+/// Finished grants are forgotten: on the writer's next request, or by the idle sweep.
+#[test]
+fn finished_grants_do_not_pile_up() {
+    let mem = Mem::new(16 << 20);
+    let mut srv = ErdaServer::new(ErdaConfig::small());
+    let mut s = Session::open(&mut srv, &mem, 1);
+    for i in 0..300u32 {
+        let k = i.to_be_bytes();
+        assert_eq!(s.put(ReqOp::Upsert, &k, b"v", true).status, Status::Granted);
+    }
+    // Only the latest is still known (its writer has not asked again).
+    assert_eq!(s.srv.unfinished_grants(), 1);
+    // Two grants of other keys written, their writer never asking again.
+    s.put(ReqOp::Upsert, b"x", b"v", true);
+    let _ = s;
+    let mut t = Session::open(&mut srv, &mem, 2);
+    t.put(ReqOp::Upsert, b"y", b"v", true);
+    let _ = t;
+    let mut u = Session::open(&mut srv, &mem, 3);
+    u.put(ReqOp::Upsert, b"z", b"v", false);
+    let _ = u;
+    assert_eq!(srv.unfinished_grants(), 3);
+    while srv.on_idle(&mem) {}
+    srv.on_idle(&mem);
+    assert_eq!(srv.unfinished_grants(), 1, "the unwritten one stays");
+}

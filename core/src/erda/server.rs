@@ -85,6 +85,11 @@ struct State {
     /// The value grant of each key still in flight (at most one per key: see the module
     /// docs, "Dead writers"). Volatile: a restart finds every grant settled by recovery.
     pending: BTreeMap<KeyBuf, Pending>,
+    /// Each client's latest value grant, looked at (and forgotten if finished) on its next
+    /// request, so finished grants of keys nobody writes again do not pile up.
+    last_grant: Vec<Option<KeyBuf>>,
+    /// Where the idle sweep of `pending` goes on.
+    sweep_from: Option<KeyBuf>,
     scratch: Vec<u8>,
     /// A delete object being written (keys are at most 16 bytes).
     scratch_obj: [u8; object_len(KEY_MAX, 0)],
@@ -113,6 +118,11 @@ impl ErdaServer {
 
     pub fn stats(&self) -> ServerStats {
         self.stats
+    }
+
+    /// Value grants the server has not yet seen finished (durable mark) or settled.
+    pub fn unfinished_grants(&self) -> usize {
+        self.st.as_ref().map_or(0, |s| s.pending.len())
     }
 
     /// Where the superblock is, once opened.
@@ -216,6 +226,8 @@ impl ErdaServer {
             owners: vec![None; sb.max_clients as usize],
             fabric: vec![0; sb.max_clients as usize],
             pending: BTreeMap::new(),
+            last_grant: vec![None; sb.max_clients as usize],
+            sweep_from: None,
             scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
             scratch_obj: [0u8; object_len(KEY_MAX, 0)],
         }
@@ -379,6 +391,17 @@ impl ErdaServer {
             self.refuse(Status::BadRequest, 0, replies);
             return Ok(());
         };
+        // The client's previous value grant is most likely finished by now: forget it.
+        if let Some(k) = st
+            .last_grant
+            .get_mut(client as usize)
+            .and_then(Option::take)
+            && let Some(p) = st.pending.get(&k)
+            && p.client == client
+            && is_durable(region, &st.sb, p)
+        {
+            st.pending.remove(&k);
+        }
         let reply = self.grant(region, conn, client, &req)?;
         match reply.status {
             Status::Granted => self.stats.grants += 1,
@@ -513,6 +536,9 @@ impl ErdaServer {
         }
         st.present[idx as usize] = req.op != ReqOp::Delete;
         if req.op != ReqOp::Delete {
+            if let Some(l) = st.last_grant.get_mut(client as usize) {
+                *l = Some(kb);
+            }
             st.pending.insert(
                 kb,
                 Pending {
@@ -673,6 +699,36 @@ impl Handler for ErdaServer {
                 Ok(())
             }
         }
+    }
+
+    /// Forgets finished grants (durable mark found), up to 64 per call, resuming where the
+    /// last call stopped: the volatile table of unfinished grants stays about as large as the
+    /// number of writes in flight.
+    fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
+        let Some(st) = self.st.as_mut() else {
+            return false;
+        };
+        let mut done = Vec::new();
+        let mut next = None;
+        let from = st.sweep_from.take();
+        let range = match from {
+            Some(k) => st.pending.range(k..),
+            None => st.pending.range(..),
+        };
+        for (i, (k, p)) in range.enumerate() {
+            if i == 64 {
+                next = Some(*k);
+                break;
+            }
+            if is_durable(region, &st.sb, p) {
+                done.push(*k);
+            }
+        }
+        st.sweep_from = next;
+        for k in &done {
+            st.pending.remove(k);
+        }
+        !done.is_empty()
     }
 
     /// Formats or recovers the store before any client connects (a restart on a persistent
