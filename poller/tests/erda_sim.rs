@@ -6,7 +6,9 @@ use remora_core::fabric::{Op, QueuePair, SegmentOrder};
 use remora_core::index::KvIndex;
 use remora_core::kvcheck::{History, client_history};
 use remora_layouts::GlobalAddr;
-use remora_layouts::erda::{OBJECT_MAX, Reply, ReqOp, Request, Status, encode_object};
+use remora_layouts::erda::{
+    BUCKET_LEN, Bucket, OBJECT_MAX, Reply, ReqOp, Request, Status, decode_object, encode_object,
+};
 use remora_poller::sim::{ClientCtx, Faults, Sim, SimConfig, SimEndpoint};
 use std::cell::RefCell;
 
@@ -719,4 +721,110 @@ fn a_memory_node_crash_loses_no_acknowledged_write() {
         "erda node crashes: {seeds} crashes, {keys} acknowledged keys checked after recovery, \
          none lost; with unflushed writes {mutant_lost} lost"
     );
+}
+
+/// A writer stalls after its object landed whole but before its durable mark (a slow
+/// process, not a dead one). A reader sees the object; an updater waits one lease, fences the
+/// writer and has the server adopt the object (a durable copy); then the update lands. The
+/// stalled writer's late mark is refused by the fence. Returns (first get, update, second
+/// get, the late mark's result was an error, the updater's fences, virtual ns the update took,
+/// the value of the object the word names before the update's).
+fn stalled_whole_writer(seed: u64) -> (Option<u8>, bool, Option<u8>, bool, u64, u64, Option<u8>) {
+    type Seen = (
+        Option<u8>,
+        Option<bool>,
+        Option<u8>,
+        Option<bool>,
+        u64,
+        u64,
+        Option<u8>,
+    );
+    let seen: RefCell<Seen> = RefCell::new((None, None, None, None, 0, 0, None));
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 2,
+        memory_nodes: 1,
+        region_len: 32 << 20,
+        seed,
+        segment_order: SegmentOrder::Shuffled,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    sim.set_handler(0, Box::new(ErdaServer::new(ErdaConfig::small())))
+        .unwrap();
+    const K: &[u8] = b"stalled";
+    let s = &seen;
+    let ctx = sim.client(0).unwrap();
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), ErdaClientConfig::default())
+            .await
+            .unwrap();
+        e.upsert(K, &[1u8; 8]).await.unwrap();
+        let reply = raw_request(&ctx, &e, ReqOp::Upsert, K, 8).await;
+        assert_eq!(reply.status, Status::Granted);
+        let units = reply.arg as u32;
+        let at = GlobalAddr::new(0, e.superblock().object_off(reply.head, units).unwrap());
+        let mut obj = [0u8; OBJECT_MAX];
+        let n = encode_object(&mut obj, K, &[2u8; 8], false).unwrap();
+        let qp = ctx.qp(0).unwrap();
+        qp.write(at, &obj[..n]).await.unwrap();
+        // Stalls for 50 ms before its durable mark.
+        ctx.sleep(50_000_000).await;
+        let mark = remora_layouts::erda::durable_mark(units).to_le_bytes();
+        s.borrow_mut().3 = Some(qp.write(at.add(n as u64), &mark).await.is_err());
+    });
+    let ctx = sim.client(1).unwrap();
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), ErdaClientConfig::default())
+            .await
+            .unwrap();
+        ctx.sleep(200_000).await;
+        let mut out = [0u8; 8];
+        let g = e.get(K, &mut out).await.unwrap().map(|_| out[0]);
+        let t = ctx.now_ns();
+        let u = e.update(K, &[3u8; 8]).await.unwrap();
+        let took = ctx.now_ns() - t;
+        let g2 = e.get(K, &mut out).await.unwrap().map(|_| out[0]);
+        // The word now names the update and, before it, the adopted copy (not the value 1
+        // from before the stalled write, as a revert would have left).
+        let sb = e.superblock();
+        let qp = ctx.qp(0).unwrap();
+        let mut nb = vec![0u8; sb.neighborhood as usize * BUCKET_LEN];
+        let home = GlobalAddr::new(0, sb.bucket_off(sb.home(K)));
+        qp.read(home, &mut nb).await.unwrap();
+        let b = nb
+            .chunks(BUCKET_LEN)
+            .filter_map(|c| Bucket::decode(c).ok())
+            .find(|b| b.holds(K))
+            .unwrap();
+        let mut obj = [0u8; 64];
+        let old = sb.object_off(b.head(), b.meta().old_off()).unwrap();
+        qp.read(GlobalAddr::new(0, old), &mut obj).await.unwrap();
+        let before = decode_object(&obj).ok().map(|o| o.value[0]);
+        let mut w = s.borrow_mut();
+        (w.0, w.1, w.2, w.4, w.5) = (g, Some(u), g2, e.stats().fenced, took);
+        w.6 = before;
+    });
+    let r = sim.run();
+    assert_eq!(r.unfinished, 0, "seed {seed}: a client never finished");
+    drop(sim);
+    let (g, u, g2, late, fenced, took, before) = seen.into_inner();
+    (g, u.unwrap(), g2, late.unwrap(), fenced, took, before)
+}
+
+#[test]
+fn a_stalled_writers_whole_object_is_adopted_after_a_fence() {
+    let lease = remora_core::lease::LeaseConfig::default().lease_ns;
+    for seed in 1..=3 {
+        let (g, u, g2, late_refused, fenced, took, before) = stalled_whole_writer(seed);
+        assert_eq!(before, Some(2), "seed {seed}: the object before the update");
+        assert_eq!(g, Some(2), "seed {seed}: the whole object is the value");
+        assert!(u, "seed {seed}: the update found the key");
+        assert_eq!(g2, Some(3), "seed {seed}");
+        assert!(late_refused, "seed {seed}: the fenced writer's mark landed");
+        assert_eq!(fenced, 1, "seed {seed}");
+        assert!(
+            (lease..2 * lease).contains(&took),
+            "seed {seed}: the update took {took} ns"
+        );
+    }
 }
