@@ -19,9 +19,10 @@
 //!   before it replies or handles any other request; the client has nothing to write. (The
 //!   paper has the client WRITE it; see "Linearizability" for why the server does.)
 //! - **Read**: one READ of the key's neighborhood of buckets, one READ of the newest object.
-//!   Every object carries a CRC-32 over its header, key and value: an object still being
-//!   written, torn, or never written (its writer died) fails the check and the reader takes
-//!   the previous object from the same metadata word. That fast path answers whenever an
+//!   Every object carries a CRC-32C over its header, key and value ([`object_checksum`]:
+//!   table-driven, or the `crc32c` crate's CPU instructions with feature `hw-crc`): an
+//!   object still being written, torn, or never written (its writer died) fails the check
+//!   and the reader takes the previous object from the same metadata word. That fast path answers whenever an
 //!   object the word names verifies as the key's. A miss, or a word naming no whole object
 //!   of the key, proves nothing under a READ whose words observe memory in any order, so the
 //!   reader then re-reads the neighborhood validated by the stripe version words (one
