@@ -145,3 +145,56 @@ pub fn positive_f64(s: &str) -> Result<f64, String> {
     }
     Ok(v)
 }
+
+/// The flags a run gave that only some fabrics use.
+pub struct FabricFlags<'a> {
+    pub fabric: FabricKind,
+    pub sim: &'a SimArgs,
+    pub connect: bool,
+    pub threads: usize,
+    pub no_pin: bool,
+    pub server_core: bool,
+    /// `--region-mib` given (it sizes an in-process memory node only).
+    pub region: bool,
+}
+
+/// Refuses flags the chosen fabric would silently ignore, naming them.
+pub fn check_fabric_flags(f: &FabricFlags<'_>) -> Result<(), String> {
+    let sim_shape = f.sim.compute_nodes != 1
+        || f.sim.clients_per_node != 1
+        || f.sim.memory_nodes != 1
+        || f.sim.model.is_some()
+        || !f.sim.overrides.is_empty()
+        || f.sim.trace.is_some();
+    match f.fabric {
+        FabricKind::Sim => {
+            if f.connect {
+                return Err("--connect names a real memory node; the sim simulates its own".into());
+            }
+            if f.threads != 1 || f.no_pin || f.server_core {
+                return Err(
+                    "--threads, --no-pin and --server-core are for real threads; the \
+                            sim's clients are --compute-nodes x --clients-per-node"
+                        .into(),
+                );
+            }
+        }
+        FabricKind::Soft | FabricKind::Verbs => {
+            if sim_shape {
+                return Err(
+                    "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
+                            --set and --trace shape the sim: use them with --fabric sim"
+                        .into(),
+                );
+            }
+            if f.connect && f.region {
+                return Err(
+                    "--region-mib sizes the in-process memory node; a --connect \
+                            memnode has its own region (remora memnode --region-mib)"
+                        .into(),
+                );
+            }
+        }
+    }
+    Ok(())
+}

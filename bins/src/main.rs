@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 mod args;
 mod bench;
+mod lincheck;
 mod memnode;
 mod perf;
 mod perf_sim;
@@ -35,8 +36,9 @@ enum Cmd {
     Perf(PerfArgs),
     /// YCSB benchmark of an index (LOAD, A-E) on any fabric.
     Bench(bench::BenchArgs),
-    /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`).
-    Check(PerfArgs),
+    /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`), or
+    /// with `--linearizability` check an index's histories for linearizability.
+    Check(lincheck::CheckArgs),
 }
 
 /// What a memory node runs on its CPU.
@@ -108,30 +110,50 @@ fn parse_mode(s: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("`{s}` is not an octal file mode like 600 or 660"))
 }
 
+/// Refuses flags that the chosen fabric would silently ignore, and an unwritable --json,
+/// before anything runs.
+fn perf_flags_apply(a: &PerfArgs) -> Result<(), String> {
+    if let Some(p) = &a.json {
+        report::check_writable(p)?;
+    }
+    args::check_fabric_flags(&args::FabricFlags {
+        fabric: a.fabric,
+        sim: &a.sim,
+        connect: a.connect.is_some(),
+        threads: a.threads,
+        no_pin: a.no_pin,
+        server_core: a.server_core.is_some(),
+        region: a.region_mib != 64,
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Memnode(a) => match a.fabric {
             FabricKind::Soft => memnode::run(&a),
             FabricKind::Verbs => verbs_cmds::memnode(&a),
-            FabricKind::Sim => Err("memnode serves real fabrics; the sim fabric simulates its \
-                                    memory nodes inside `remora perf --fabric sim`"
+            FabricKind::Sim => Err("memnode serves real fabrics (soft, verbs); the sim fabric \
+                                    simulates its memory nodes inside perf, bench and check"
                 .into()),
         },
         Cmd::Bench(a) => bench::run(&a),
-        Cmd::Check(a) => match a.fabric {
+        Cmd::Check(c) if c.lin.linearizability => {
+            lincheck::run(&c.lin, c.perf.fabric, c.perf.threads, c.perf.coroutines)
+        }
+        Cmd::Check(lincheck::CheckArgs { perf: a, .. }) => match a.fabric {
             FabricKind::Soft => perf::check(&a),
             FabricKind::Sim => perf_sim::check(&a),
             FabricKind::Verbs => verbs_cmds::check(&a),
         },
         Cmd::Perf(a) => {
-            let rows = match a.fabric {
+            let rows = perf_flags_apply(&a).and_then(|()| match a.fabric {
                 FabricKind::Soft => perf::run(&a),
                 FabricKind::Sim => perf_sim::run(&a),
                 FabricKind::Verbs => verbs_cmds::perf(&a),
-            };
+            });
             rows.and_then(|rows| {
-                report::print_perf_table(&rows);
+                report::print_perf_table(&rows, a.json.as_deref());
                 match &a.json {
                     Some(p) => {
                         report::write_json(p, &rows).map_err(|e| format!("writing {p}: {e}"))

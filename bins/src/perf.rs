@@ -290,6 +290,17 @@ pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
 
 /// `remora check --fabric soft`: the conformance suite, in-process or against `--connect`.
 pub fn check(a: &PerfArgs) -> Result<(), String> {
+    if let Some(p) = &a.connect {
+        let info = control::info(std::path::Path::new(p)).map_err(|e| e.to_string())?;
+        if info.service_name() != "echo" {
+            return Err(format!(
+                "the memnode at {p} runs the `{}` service; the conformance suite needs the \
+                 `echo` service (start a separate `remora memnode --service echo` to check \
+                 the fabric)",
+                info.service_name()
+            ));
+        }
+    }
     let h = match &a.connect {
         Some(p) => SoftHarness::remote(PathBuf::from(p)),
         None => SoftHarness::in_process(NodeConfig {
@@ -299,22 +310,31 @@ pub fn check(a: &PerfArgs) -> Result<(), String> {
         }),
     }
     .map_err(|e| e.to_string())?;
-    print_checks(&run_checks(&h))
+    print_checks(&run_checks(&h, false))
 }
 
-/// Prints one PASS/FAIL line per check; an error if any failed.
+/// Prints one PASS/FAIL/SKIP line per check; an error if any failed.
 pub fn print_checks(results: &[(&str, Result<(), String>)]) -> Result<(), String> {
-    let mut failed = 0;
+    let (mut failed, mut skipped) = (0, 0);
     for (name, r) in results {
         match r {
             Ok(()) => println!("PASS {name}"),
+            Err(e) if e.starts_with("SKIP") => {
+                skipped += 1;
+                println!("SKIP {name}: {}", e.trim_start_matches("SKIP: "));
+            }
             Err(e) => {
                 failed += 1;
                 println!("FAIL {name}: {e}");
             }
         }
     }
-    println!("{} passed, {failed} failed", results.len() - failed);
+    let passed = results.len() - failed - skipped;
+    if skipped > 0 {
+        println!("{passed} passed, {failed} failed, {skipped} skipped");
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
     if failed > 0 {
         Err(format!("{failed} conformance checks failed"))
     } else {

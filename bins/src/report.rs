@@ -98,8 +98,8 @@ pub fn server_cell(ns: Option<f64>) -> String {
     ns.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
 }
 
-pub fn print_perf_table(rows: &[PerfRecord]) {
-    let mut out = std::io::stdout().lock();
+pub fn print_perf_table(rows: &[PerfRecord], json: Option<&str>) {
+    let mut out = human_out(json);
     let _ = writeln!(
         out,
         "{:<15} {:>7} {:>4}x{:<4} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9}",
@@ -155,6 +155,33 @@ pub fn print_perf_table(rows: &[PerfRecord]) {
 }
 
 /// Writes records as JSON lines to `path` ("-" for stdout).
+/// Where the human-readable table goes: stdout, unless the JSON records go there
+/// (`--json -`), in which case stderr, so that `| jq` sees JSON only.
+pub fn human_out(json: Option<&str>) -> Box<dyn std::io::Write> {
+    if json == Some("-") {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    }
+}
+
+/// Fails now, before a long run, if `path` cannot be written later.
+pub fn check_writable(path: &str) -> Result<(), String> {
+    if path == "-" {
+        return Ok(());
+    }
+    let existed = std::path::Path::new(path).exists();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| format!("--json {path}: cannot write there: {e}"))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
 pub fn write_json<T: Serialize>(path: &str, records: &[T]) -> std::io::Result<()> {
     let mut text = String::new();
     for r in records {

@@ -438,3 +438,118 @@ fn pmem_refuses_a_file_that_is_not_on_dax() {
     );
     assert!(!f.exists(), "a refused --pmem file is left behind");
 }
+
+#[test]
+fn check_leaves_a_live_memnode_and_its_clients_alone() {
+    let (_m, path) = memnode("harmless");
+    // A client connected before the check keeps working through and after it.
+    let qp = remora::poller::soft::control::connect(&path).unwrap();
+    let at = remora::core::GlobalAddr::new(0, 1 << 20);
+    remora::core::block_on::block_on(remora::core::QueuePair::write(&qp, at, &[5u8; 8])).unwrap();
+    let out = remora(&["check", "--connect", path.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", stderr(&out));
+    assert!(stdout.contains("SKIP revoked_key_is_refused"), "{stdout}");
+    assert!(stdout.contains(" 0 failed, 1 skipped"), "{stdout}");
+    let mut b = [0u8; 8];
+    remora::core::block_on::block_on(remora::core::QueuePair::read(&qp, at, &mut b))
+        .expect("the check broke a concurrent client");
+    assert_eq!(b, [5u8; 8]);
+}
+
+#[test]
+fn a_client_of_another_service_hears_both_names() {
+    let dir = std::env::temp_dir();
+    let sock = dir.join(format!("remora-cli-{}-erda.sock", std::process::id()));
+    let _m = Kid(Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args([
+            "memnode",
+            "--listen",
+            sock.to_str().unwrap(),
+            "--service",
+            "erda",
+        ])
+        .args(["--region-mib", "64", "--seconds", "60"])
+        .spawn()
+        .unwrap());
+    let t = Instant::now();
+    while !sock.exists() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = remora(&["check", "--connect", sock.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(e.contains("`erda` service") && e.contains("`echo`"), "{e}");
+    assert!(!e.contains("panicked"), "{e}");
+    let out = remora(&[
+        "bench",
+        "--index",
+        "canrt",
+        "--connect",
+        sock.to_str().unwrap(),
+        "--records",
+        "10",
+    ]);
+    let e = stderr(&out);
+    assert!(e.contains("`erda` service") && e.contains("`canrt`"), "{e}");
+}
+
+#[test]
+fn flags_a_fabric_would_ignore_are_refused() {
+    for (args, what) in [
+        (
+            &["perf", "--fabric", "sim", "--threads", "4"][..],
+            "--threads",
+        ),
+        (
+            &["perf", "--fabric", "sim", "--connect", "/tmp/x.sock"],
+            "--connect",
+        ),
+        (
+            &["perf", "--connect", "/tmp/x.sock", "--region-mib", "8"],
+            "--region-mib",
+        ),
+        (&["perf", "--compute-nodes", "4"], "--compute-nodes"),
+        (&["bench", "--fabric", "sim", "--threads", "2"], "--threads"),
+        (
+            &["bench", "--index", "sherman", "--page-size", "100000"],
+            "--page-size 100000",
+        ),
+        (
+            &["bench", "--compare-art", "--keys", "string"],
+            "--compare-art",
+        ),
+        (&["bench", "--json", "/nonexistent-dir/x.json"], "--json"),
+    ] {
+        let out = remora(args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr(&out).contains(what), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn json_to_stdout_is_json_only() {
+    let out = remora(&[
+        "bench",
+        "--records",
+        "200",
+        "--operations",
+        "200",
+        "--json",
+        "-",
+        "--quiet",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.is_empty());
+    for line in stdout.lines() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "not JSON on stdout: {line}"
+        );
+    }
+    assert!(
+        stderr(&out).contains("workload"),
+        "the table goes to stderr"
+    );
+}

@@ -88,6 +88,17 @@ pub fn run_all<H: Harness>(h: &H) {
     }
 }
 
+/// Sets a stop flag when dropped: a reader that fails (panics) still stops its writer.
+struct StopOnDrop<'a>(&'a AtomicBool);
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Relaxed);
+    }
+}
+
+/// Writes a racing writer makes at most, whatever its reader does.
+const MAX_WRITES: u64 = 5_000_000;
+
 /// Takes a fresh chunk on the node under test and returns its address.
 pub fn fresh_chunk<H: Harness>(h: &H) -> GlobalAddr {
     let out = AtomicU64::new(0);
@@ -260,7 +271,7 @@ pub fn torn_reads_are_observable<H: Harness>(h: &H) {
             let qp = ep.qp(node).unwrap();
             if i == 0 {
                 let mut v = 0u64;
-                while !stop.load(Relaxed) {
+                while !stop.load(Relaxed) && v < MAX_WRITES {
                     v += 1;
                     let img = vec![v; LEN / 8]
                         .iter()
@@ -270,6 +281,7 @@ pub fn torn_reads_are_observable<H: Harness>(h: &H) {
                     writes.store(v, Relaxed);
                 }
             } else {
+                let _stop = StopOnDrop(stop);
                 let mut img = vec![0u8; LEN];
                 for _ in 0..MAX_READS {
                     qp.read(base, &mut img).await.expect("reader");
@@ -325,7 +337,7 @@ pub fn segments_move_in_no_fixed_order<H: Harness>(h: &H) {
             if i == 0 {
                 let mut v = 0u64;
                 let mut img = vec![0u8; LEN];
-                while !stop.load(Relaxed) {
+                while !stop.load(Relaxed) && v < MAX_WRITES {
                     v += 1;
                     for w in img.chunks_mut(8) {
                         w.copy_from_slice(&v.to_le_bytes());
@@ -334,6 +346,7 @@ pub fn segments_move_in_no_fixed_order<H: Harness>(h: &H) {
                     writes.store(v, Relaxed);
                 }
             } else {
+                let _stop = StopOnDrop(stop);
                 let mut img = vec![0u8; LEN];
                 for _ in 0..MAX_READS {
                     qp.read(base, &mut img).await.expect("reader");

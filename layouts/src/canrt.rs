@@ -20,16 +20,26 @@
 //! bytes; a last-level node also has `NodeID: [u32; m]`. Which key bits a level's character
 //! is taken from is described by the header's [`Segment`]s (see `remora_core::canrt`).
 //!
-//! **Data node** (paper §3.1, Fig. 3): `lock` word, front [`Meta`] word, `slots` DataItems,
-//! rear [`Meta`] word. The paper packs bitmap and lock in one word that clients
-//! FETCH_AND_ADD and the server's CPU rewrites; the fabric contract (rule 3) does not make
-//! NIC atomics atomic against CPU stores, so here the `lock` word is touched only by NIC
-//! FETCH_AND_ADDs (a ticket counter) and the server's CPU writes only the meta words (bitmap,
-//! `served` ticket, frozen flag, epoch). The rear copy lets a reader of the whole node check
-//! in one READ that no lock release happened while it read.
+//! The header carries two CRC-64s: `prefix_check` over the prefix array and `header_check`
+//! over the header itself (with `header_check` taken as zero). A client READs header and
+//! prefix array while the server may be rewriting the area (tick-tock), and the 64-byte
+//! segments of one READ observe memory in no particular order, so a torn copy can have any
+//! mix of old and new words: the checksums, not the order of the server's stores, decide.
+//!
+//! **Data node** (paper §3.1, Fig. 3): `lock` word, [`Meta`] word, `slots` DataItems. The
+//! paper packs bitmap and lock in one word that clients FETCH_AND_ADD and the server's CPU
+//! rewrites; the fabric contract (rule 3) does not make NIC atomics atomic against CPU
+//! stores, so here the `lock` word is touched only by NIC FETCH_AND_ADDs (a ticket counter)
+//! and the server's CPU writes only the meta word (bitmap, `served` ticket, frozen flag,
+//! epoch). A reader brackets its READ of the whole node with READs of the meta word alone
+//! (see `remora_core::canrt`): a copy of the meta word inside the node READ proves nothing,
+//! as the segments of one READ observe memory in any order.
 //!
 //! **DataItem**: `key: u64`, `value: [u8; value_cap]`, tail word (valid bit last-written,
-//! opflag, length, ticket, checksum). The paper's `valid` bit is bit 0 of the tail.
+//! opflag, length, ticket, CRC-32 over key, value, opflag, length and ticket). The paper's
+//! `valid` bit is bit 0 of the tail; it is the one field the checksum leaves out (the server
+//! clears it after applying), and it shares the tail word, always written whole, with the
+//! ticket and the checksum.
 use crate::LayoutError;
 use crate::bits::{Field, assert_disjoint, read_u32, read_u64};
 use memoffset::offset_of;
@@ -63,7 +73,7 @@ const M_FROZEN: Field = Field::new("frozen", 48, 1);
 const M_EPOCH: Field = Field::new("epoch", 49, 15);
 const _: () = assert_disjoint(&[M_BITMAP, M_SERVED, M_FROZEN, M_EPOCH]);
 
-/// A data node's metadata word (front and rear copies), written only by the server's CPU.
+/// A data node's metadata word, written only by the server's CPU.
 ///
 /// | bits   | field  | meaning |
 /// |--------|--------|---------|
@@ -121,8 +131,8 @@ impl Meta {
 const T_VALID: Field = Field::new("valid", 0, 1);
 const T_OP: Field = Field::new("opflag", 1, 2);
 const T_LEN: Field = Field::new("len", 8, 8);
-const T_TICKET: Field = Field::new("ticket", 16, 24);
-const T_CHECK: Field = Field::new("check", 40, 24);
+const T_TICKET: Field = Field::new("ticket", 16, 16);
+const T_CHECK: Field = Field::new("check", 32, 32);
 const _: () = assert_disjoint(&[T_VALID, T_OP, T_LEN, T_TICKET, T_CHECK]);
 
 /// The paper's opflag.
@@ -153,15 +163,16 @@ impl ItemOp {
 
 const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 
-/// 24-bit checksum of an item: key, value bytes, opflag, length, ticket (not the valid bit,
-/// which the server clears after applying).
+/// CRC-32 of an item: key, value bytes, opflag, length, ticket (not the valid bit, which
+/// the server clears after applying). It covers every word a reader uses, so a torn item
+/// (any mix of an old and a new item's words) fails it whatever order its words landed in.
 pub fn item_check(key: u64, value: &[u8], op: ItemOp, len: usize, ticket: u64) -> u64 {
     let mut d = CRC32.digest();
     d.update(&key.to_le_bytes());
     d.update(value);
     d.update(&[op as u8, len as u8]);
     d.update(&(ticket & TICKET_MASK).to_le_bytes());
-    (d.finalize() & 0xFF_FFFF) as u64
+    d.finalize() as u64
 }
 
 /// A decoded DataItem, borrowing its value.
@@ -184,7 +195,7 @@ pub struct DataGeometry {
 
 /// Offset of the lock word in a data node.
 pub const LOCK_OFF: u64 = 0;
-/// Offset of the front meta word.
+/// Offset of the meta word, in front of the items.
 pub const FRONT_OFF: u64 = 8;
 /// Offset of slot 0.
 pub const ITEMS_OFF: u64 = 16;
@@ -215,11 +226,8 @@ impl DataGeometry {
     pub const fn tail_off(&self, slot: u32) -> u64 {
         self.slot_off(slot) + self.item_size() - 8
     }
-    pub const fn rear_off(&self) -> u64 {
-        ITEMS_OFF + self.slots as u64 * self.item_size()
-    }
     pub const fn node_size(&self) -> u64 {
-        self.rear_off() + 8
+        ITEMS_OFF + self.slots as u64 * self.item_size()
     }
     /// All slots in the bitmap.
     pub const fn full_bitmap(&self) -> u32 {
@@ -652,11 +660,17 @@ pub struct TreeHeader {
     /// Bumped each time the data nodes move to a new data array (a full rebuild): a lock
     /// ticket taken on a node of an older array needs no release.
     pub array_gen: u64,
-    pub reserved: [u64; 3],
+    /// CRC-64 of the prefix array (set by [`TreeHeader::seal`]).
+    pub prefix_check: u64,
+    /// CRC-64 of the encoded header with this field zero (set by [`TreeHeader::seal`]).
+    pub header_check: u64,
+    pub reserved: u64,
     pub segments: [[u64; 2]; MAX_SEGMENTS],
 }
 
 pub const TREE_HEADER_LEN: usize = 384;
+const HEADER_CHECK_OFF: usize = 112;
+const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_ECMA_182);
 const _: () = assert!(core::mem::size_of::<TreeHeader>() == TREE_HEADER_LEN);
 const _: () = assert!(offset_of!(TreeHeader, magic) == 0);
 const _: () = assert!(offset_of!(TreeHeader, epoch) == 8);
@@ -675,6 +689,9 @@ const _: () = assert!(offset_of!(TreeHeader, area_off) == 72);
 const _: () = assert!(offset_of!(TreeHeader, area_len) == 80);
 const _: () = assert!(offset_of!(TreeHeader, data_cap) == 88);
 const _: () = assert!(offset_of!(TreeHeader, array_gen) == 96);
+const _: () = assert!(offset_of!(TreeHeader, prefix_check) == 104);
+const _: () = assert!(offset_of!(TreeHeader, header_check) == HEADER_CHECK_OFF);
+const _: () = assert!(offset_of!(TreeHeader, reserved) == 120);
 const _: () = assert!(offset_of!(TreeHeader, segments) == 128);
 
 impl TreeHeader {
@@ -731,9 +748,9 @@ impl TreeHeader {
         put(80, &self.area_len.to_le_bytes());
         put(88, &self.data_cap.to_le_bytes());
         put(96, &self.array_gen.to_le_bytes());
-        for (i, r) in self.reserved.iter().enumerate() {
-            put(104 + 8 * i, &r.to_le_bytes());
-        }
+        put(104, &self.prefix_check.to_le_bytes());
+        put(HEADER_CHECK_OFF, &self.header_check.to_le_bytes());
+        put(120, &self.reserved.to_le_bytes());
         for (i, s) in self.segments.iter().enumerate() {
             put(128 + 16 * i, &s[0].to_le_bytes());
             put(136 + 16 * i, &s[1].to_le_bytes());
@@ -741,7 +758,33 @@ impl TreeHeader {
         out
     }
 
-    /// Decodes and validates a header; never panics on arbitrary bytes.
+    /// Sets both checksums: of `prefix` (this header's prefix array) and of the header.
+    pub fn seal(&mut self, prefix: &[u8]) {
+        self.prefix_check = CRC64.checksum(prefix);
+        self.header_check = 0;
+        self.header_check = header_crc(&self.encode());
+    }
+
+    /// Checks a prefix array READ against the header: its length and its checksum (a torn
+    /// copy fails, whatever order its words were read in).
+    pub fn check_prefix(&self, prefix: &[u8]) -> Result<(), LayoutError> {
+        if prefix.len() as u64 != self.prefix_len {
+            return Err(LayoutError::Short {
+                need: self.prefix_len as usize,
+                got: prefix.len(),
+            });
+        }
+        let computed = CRC64.checksum(prefix);
+        if computed != self.prefix_check {
+            return Err(LayoutError::BadChecksum {
+                stored: self.prefix_check,
+                computed,
+            });
+        }
+        Ok(())
+    }
+
+    /// Decodes, checksums and validates a header; never panics on arbitrary bytes.
     pub fn decode(bytes: &[u8]) -> Result<TreeHeader, LayoutError> {
         if bytes.len() < TREE_HEADER_LEN {
             return Err(LayoutError::Short {
@@ -763,9 +806,13 @@ impl TreeHeader {
                 read_u64(bytes, 136 + 16 * i)?,
             ];
         }
-        let mut reserved = [0u64; 3];
-        for (i, r) in reserved.iter_mut().enumerate() {
-            *r = read_u64(bytes, 104 + 8 * i)?;
+        let header_check = read_u64(bytes, HEADER_CHECK_OFF)?;
+        let computed = header_crc(&bytes[..TREE_HEADER_LEN]);
+        if header_check != computed {
+            return Err(LayoutError::BadChecksum {
+                stored: header_check,
+                computed,
+            });
         }
         let h = TreeHeader {
             magic,
@@ -785,7 +832,9 @@ impl TreeHeader {
             area_len: read_u64(bytes, 80)?,
             data_cap: read_u64(bytes, 88)?,
             array_gen: read_u64(bytes, 96)?,
-            reserved,
+            prefix_check: read_u64(bytes, 104)?,
+            header_check,
+            reserved: read_u64(bytes, 120)?,
             segments,
         };
         h.validate()?;
@@ -867,6 +916,15 @@ impl TreeHeader {
             }),
         }
     }
+}
+
+/// CRC-64 of an encoded header with its `header_check` word taken as zero.
+fn header_crc(bytes: &[u8]) -> u64 {
+    let mut d = CRC64.digest();
+    d.update(&bytes[..HEADER_CHECK_OFF]);
+    d.update(&[0u8; 8]);
+    d.update(&bytes[HEADER_CHECK_OFF + 8..TREE_HEADER_LEN]);
+    d.finalize()
 }
 
 // ---------------------------------------------------------------- immediate
@@ -1121,7 +1179,7 @@ mod tests {
             fanout: 2,
         }
         .encode();
-        let h = TreeHeader {
+        let mut h = TreeHeader {
             magic: TREE_MAGIC,
             epoch: 1,
             flags: 0,
@@ -1139,19 +1197,116 @@ mod tests {
             area_len: 4096,
             data_cap: 4,
             array_gen: 1,
-            reserved: [0; 3],
+            prefix_check: 0,
+            header_check: 0,
+            reserved: 0,
             segments,
         };
+        assert_eq!(prefix.total_len(), 16);
+        let mut prefix = [0u8; 16];
+        prefix[0] = 2;
+        h.seal(&prefix);
         assert_eq!(TreeHeader::decode(&h.encode()), Ok(h));
-        let mut bad = h;
-        bad.n_segments = 1;
-        assert!(TreeHeader::decode(&bad.encode()).is_err());
-        let mut bad = h;
-        bad.data_cap = 1;
-        assert!(TreeHeader::decode(&bad.encode()).is_err());
-        let mut bad = h;
-        bad.area_len = 100;
-        assert!(TreeHeader::decode(&bad.encode()).is_err());
+        assert_eq!(h.check_prefix(&prefix), Ok(()));
+        // Each rule is checked on its own (the header resealed, so the checksum holds).
+        let refused = |f: fn(&mut TreeHeader)| {
+            let mut bad = h;
+            f(&mut bad);
+            bad.seal(&prefix);
+            matches!(
+                TreeHeader::decode(&bad.encode()),
+                Err(LayoutError::Inconsistent { .. } | LayoutError::OutOfRange { .. })
+            )
+        };
+        assert!(refused(|b| b.n_segments = 1));
+        assert!(refused(|b| b.data_cap = 1));
+        assert!(refused(|b| b.area_len = 100));
+        // A header or prefix array changed after sealing fails its checksum.
+        let mut enc = h.encode();
+        enc[36] ^= 1;
+        assert!(matches!(
+            TreeHeader::decode(&enc),
+            Err(LayoutError::BadChecksum { .. })
+        ));
+        prefix[3] = 1;
+        assert!(matches!(
+            h.check_prefix(&prefix),
+            Err(LayoutError::BadChecksum { .. })
+        ));
+        assert!(h.check_prefix(&prefix[1..]).is_err());
+    }
+
+    /// A READ of header and prefix array racing the server's rewrite of the area observes
+    /// each 64-byte segment at its own time: any mix of two sealed versions is refused.
+    #[test]
+    fn mixed_segments_of_two_versions_fail_the_checksums() {
+        let data = DataGeometry::new(16, 8).unwrap();
+        let g = PrefixGeometry::new(&[16, 8]).unwrap();
+        const PREFIX: usize = 24 + 16 * 48;
+        assert_eq!(g.total_len(), PREFIX as u64);
+        let mut seg = [[0u64; 2]; MAX_SEGMENTS];
+        seg[0] = Segment::Level {
+            lo: 8,
+            width: 8,
+            fanout: 16,
+        }
+        .encode();
+        seg[1] = Segment::Level {
+            lo: 0,
+            width: 8,
+            fanout: 8,
+        }
+        .encode();
+        let area = |epoch: u32, n_data: u32, fill: u8| {
+            let mut h = TreeHeader {
+                magic: TREE_MAGIC,
+                epoch,
+                flags: 0,
+                slots: 16,
+                value_cap: 8,
+                height: 2,
+                width: 16,
+                n_segments: 2,
+                n_data,
+                prefix_off: 4096 + 384,
+                prefix_len: g.total_len(),
+                data_off: 1 << 20,
+                data_node_size: data.node_size(),
+                area_off: 4096,
+                area_len: 384 + g.total_len(),
+                data_cap: 64,
+                array_gen: 1,
+                prefix_check: 0,
+                header_check: 0,
+                reserved: 0,
+                segments: seg,
+            };
+            let prefix = [fill; PREFIX];
+            h.seal(&prefix);
+            let mut img = [0u8; TREE_HEADER_LEN + PREFIX];
+            img[..TREE_HEADER_LEN].copy_from_slice(&h.encode());
+            img[TREE_HEADER_LEN..].copy_from_slice(&prefix);
+            img
+        };
+        let (old, new) = (area(3, 10, 1), area(5, 11, 2));
+        let segs = old.len().div_ceil(64);
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut mix = old;
+            for s in 0..segs {
+                if x >> (s % 64) & 1 == 1 {
+                    let r = s * 64..((s + 1) * 64).min(mix.len());
+                    mix[r.clone()].copy_from_slice(&new[r]);
+                }
+            }
+            let whole = mix == old || mix == new;
+            let ok = TreeHeader::decode(&mix[..TREE_HEADER_LEN])
+                .and_then(|h| h.check_prefix(&mix[TREE_HEADER_LEN..]));
+            assert_eq!(ok.is_ok(), whole, "a mix of two versions was accepted");
+        }
     }
 
     proptest! {

@@ -6,11 +6,17 @@
 //! space maps onto a 2^31 grid without loss that matters to a spatial filter.
 //!
 //! A node is read by clients with one-sided READs while the server CPU may rewrite it in
-//! place, so a READ can tear between 8-byte words. The server writes a node as a seqlock
+//! place, so a READ can tear between 8-byte words, and its 64-byte segments observe memory
+//! in no particular order (a NIC splits a READ into PCIe reads that complete in any order;
+//! the server's stores are not ordered against it). The server writes a node as a seqlock
 //! (head version odd, body, checksum, tail version, head version even) and [`Node::decode`]
-//! accepts only an image whose head and tail versions are equal and even and whose CRC-64
-//! over head version + body matches: a torn image is reported as [`LayoutError::BadChecksum`]
-//! or [`LayoutError::Inconsistent`] and the reader retries.
+//! accepts only an image whose head version is even and whose CRC-64 over head version +
+//! body matches the stored checksum: the checksum word comes from one write, so the image
+//! passes only if every checked word is that write's (save a CRC collision), whatever order
+//! they were read in. A torn image is reported as [`LayoutError::BadChecksum`] or
+//! [`LayoutError::Inconsistent`] and the reader retries. (Head and tail versions must also
+//! agree, but that only rejects some torn images early: on its own the version pair is
+//! sound only for a READ that observes ascending addresses.)
 use crate::LayoutError;
 use crate::bits::read_u64;
 
@@ -84,10 +90,13 @@ impl Rect {
 
     /// Decodes 16 bytes at `at`; rejects an inverted rectangle.
     pub fn decode(bytes: &[u8], at: usize) -> Result<Rect, LayoutError> {
-        let b = bytes.get(at..at + RECT_LEN).ok_or(LayoutError::Short {
-            need: at + RECT_LEN,
-            got: bytes.len(),
-        })?;
+        let b = at
+            .checked_add(RECT_LEN)
+            .and_then(|end| bytes.get(at..end))
+            .ok_or(LayoutError::Short {
+                need: at.saturating_add(RECT_LEN),
+                got: bytes.len(),
+            })?;
         let i = |k: usize| i32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
         Rect::new(i(0), i(4), i(8), i(12))
     }
@@ -486,7 +495,13 @@ pub fn encode_entry(e: &Entry, out: &mut [u8; ENTRY_LEN]) {
 
 /// Decodes the `i`-th hit after a response header.
 pub fn decode_hit(msg: &[u8], i: usize) -> Result<Entry, LayoutError> {
-    let at = RESPONSE_HEADER_LEN + i * ENTRY_LEN;
+    let at = i
+        .checked_mul(ENTRY_LEN)
+        .and_then(|o| o.checked_add(RESPONSE_HEADER_LEN))
+        .ok_or(LayoutError::OutOfRange {
+            field: "hit index",
+            value: i as u64,
+        })?;
     Ok(Entry {
         rect: Rect::decode(msg, at)?,
         ptr: read_u64(msg, at + RECT_LEN)?,

@@ -644,7 +644,10 @@ impl Superblock {
                 && off > 0
                 && off.checked_add(len).is_some_and(|e| e <= region_len)
         };
-        if !inside(self.table_off, self.buckets * BUCKET_LEN as u64) {
+        // `buckets <= region_len` was checked above, but region_len itself may be anything a
+        // caller passes: multiply without overflowing.
+        let table_len = self.buckets.saturating_mul(BUCKET_LEN as u64);
+        if !inside(self.table_off, table_len) {
             return bad("table_off", self.table_off);
         }
         if !inside(

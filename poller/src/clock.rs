@@ -75,23 +75,6 @@ impl Clock {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn advances_like_the_os_clock() {
-        let c = Clock::get();
-        let (a, i) = (c.now_ns(), Instant::now());
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        let (d, e) = (c.now_ns() - a, i.elapsed().as_nanos() as u64);
-        assert!(
-            d as f64 > e as f64 * 0.8 && (d as f64) < e as f64 * 1.2,
-            "clock {d} ns vs os {e} ns"
-        );
-    }
-}
-
 /// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the machine (what the
 /// soft and verbs fabrics give index code as `Endpoint::now_ns`).
 pub fn monotonic_ns() -> u64 {
@@ -113,5 +96,22 @@ pub async fn pause(ns: u64) {
         if monotonic_ns() >= until {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advances_like_the_os_clock() {
+        let c = Clock::get();
+        let (a, i) = (c.now_ns(), Instant::now());
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let (d, e) = (c.now_ns() - a, i.elapsed().as_nanos() as u64);
+        assert!(
+            d as f64 > e as f64 * 0.8 && (d as f64) < e as f64 * 1.2,
+            "clock {d} ns vs os {e} ns"
+        );
     }
 }

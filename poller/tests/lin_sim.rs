@@ -21,7 +21,7 @@ macro_rules! lin_histories {
         let rec = Recorder::new((CLIENTS * OPS) as usize, (CLIENTS * OPS * 17) as usize);
         let errors = RefCell::new(Vec::<String>::new());
         let mut $sim = Sim::new($cfg).unwrap();
-        $setup;
+        let _: () = $setup;
         let c0 = $sim.client(0).unwrap();
         $sim.spawn_with(&c0, 0, move |ctx| async move {
             let $ep = ctx.ep();

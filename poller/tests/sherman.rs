@@ -489,3 +489,191 @@ fn torn_entries_are_reread_not_reported_missing() {
     });
     assert!(reads.load(SeqCst) > 1000);
 }
+
+/// `get` returns exactly the bytes upserted (not padded to the value size), through updates,
+/// splits and whole-page write-backs; a buffer smaller than the value is `BufferTooSmall`.
+fn exact_values(cfg: ShermanConfig) {
+    let n = node();
+    let ep = n.endpoint().unwrap();
+    let cfg = ShermanConfig {
+        page_size: 512, // 9 entries of 48 bytes a leaf
+        value_size: 32,
+        ..cfg
+    };
+    let val = |key: u64, round: u64| -> Vec<u8> {
+        let len = ((key * 7 + round) % 33) as usize;
+        (0..len)
+            .map(|i| (key as u8) ^ (round as u8) ^ i as u8)
+            .collect()
+    };
+    block_on(async {
+        let t = Sherman::create(&ep, cfg).await.unwrap();
+        let mut out = [0u8; 32];
+        t.upsert(&k(1), &[7, 8, 9]).await.unwrap();
+        assert_eq!(t.get(&k(1), &mut out).await.unwrap(), Some(3));
+        assert_eq!(&out[..3], &[7, 8, 9]);
+        let mut small_buf = [0u8; 2];
+        assert_eq!(
+            t.get(&k(1), &mut small_buf).await,
+            Err(ShermanError::BufferTooSmall { need: 3, got: 2 })
+        );
+        let mut exact = [0u8; 3];
+        assert_eq!(t.get(&k(1), &mut exact).await.unwrap(), Some(3));
+        t.upsert(&k(2), &[]).await.unwrap();
+        assert_eq!(t.get(&k(2), &mut []).await.unwrap(), Some(0));
+        assert!(matches!(
+            t.upsert(&k(3), &[0u8; 33]).await,
+            Err(ShermanError::ValueTooLong { len: 33, max: 32 })
+        ));
+        // enough keys for many splits, then rewrite them all with other lengths
+        for round in 0..2u64 {
+            for key in 0..300u64 {
+                t.upsert(&k(key), &val(key, round)).await.unwrap();
+            }
+            for key in 0..300u64 {
+                let want = val(key, round);
+                assert_eq!(
+                    t.get(&k(key), &mut out).await.unwrap(),
+                    Some(want.len()),
+                    "key {key}"
+                );
+                assert_eq!(&out[..want.len()], &want[..], "key {key}");
+            }
+        }
+        assert!(t.update(&k(5), &[1]).await.unwrap());
+        assert_eq!(t.get(&k(5), &mut out).await.unwrap(), Some(1));
+        let mut seen = 0;
+        t.scan(&k(0), usize::MAX, &mut |kk, vv| {
+            let key = u64::from_be_bytes(kk.try_into().unwrap());
+            let want = if key == 5 { vec![1] } else { val(key, 1) };
+            assert_eq!(vv, &want[..], "scan of key {key}");
+            seen += 1;
+        })
+        .await
+        .unwrap();
+        assert_eq!(seen, 300);
+    });
+}
+
+#[test]
+fn values_read_back_exactly_sherman() {
+    exact_values(ShermanConfig::sherman());
+}
+
+#[test]
+fn values_read_back_exactly_fg_plus() {
+    exact_values(ShermanConfig::fg_plus());
+}
+
+/// What the page verification costs per READ, against the old front == rear check: CPU per
+/// page image (1 KiB, 8-byte values: a full leaf of 39 entries and a full internal page of 59)
+/// and per lookup on the soft fabric. Prints the figures (run with `--release --nocapture`
+/// for meaningful numbers) and checks that both checks decide the same on whole pages.
+#[test]
+fn verification_cost_per_read() {
+    use remora_core::fabric::SegmentOrder;
+    use remora_core::sherman::PageCheck;
+    use remora_layouts::sherman::{
+        Geometry, KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, leaf_slot, seal,
+        set_internal_entry, verify_leaf,
+    };
+    use std::hint::black_box;
+    use std::time::Instant;
+    let g = Geometry::new(1024, 8).unwrap();
+    let header = |level: u8, count: usize| PageHeader {
+        front_version: 41,
+        meta: PageHeader::pack_meta(level, level == 0, count),
+        low_fence: 0,
+        high_fence: KEY_INFINITY,
+        leftmost: 64,
+        ..Default::default()
+    };
+    let mut leaf = vec![0u8; 1024];
+    header(0, 0).encode(&mut leaf);
+    for s in 0..g.leaf_capacity() {
+        let at = g.leaf_entry_offset(s);
+        let key = 1000 - s as u64;
+        encode_leaf_entry(&mut leaf[at..at + 24], key, &v(key), 1, true, 41);
+    }
+    seal(&mut leaf, &g);
+    let mut internal = vec![0u8; 1024];
+    header(1, g.internal_capacity()).encode(&mut internal);
+    for i in 0..g.internal_capacity() {
+        set_internal_entry(&mut internal, &g, i, i as u64 * 10, 4096 * (i as u64 + 2));
+    }
+    seal(&mut internal, &g);
+    let want = 1000 - 20; // in slot 20
+    let new_leaf = |p: &[u8]| -> Option<usize> {
+        let h = PageHeader::decode(p, &g).ok()?;
+        let mut found = None;
+        verify_leaf(p, &g, h.front_version, |s, slot| {
+            if matches!(slot, Slot::Live { key, .. } if key == want) {
+                found = Some(s);
+            }
+        })
+        .ok()?;
+        found
+    };
+    let old_leaf = |p: &[u8]| -> Option<usize> {
+        PageHeader::decode_front_rear(p, &g).ok()?;
+        (0..g.leaf_capacity()).find(|&s| {
+            let at = g.leaf_entry_offset(s);
+            p[at + 8..at + 16] == want.to_le_bytes()
+                && matches!(leaf_slot(p, &g, s, 41), Ok(Slot::Live { .. }))
+        })
+    };
+    assert_eq!(new_leaf(&leaf), Some(20));
+    assert_eq!(old_leaf(&leaf), Some(20));
+    assert!(PageHeader::decode(&internal, &g).is_ok());
+    let iters = 20_000u32;
+    let time = |f: &dyn Fn() -> bool| {
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            assert!(black_box(f()));
+        }
+        t0.elapsed().as_nanos() as f64 / iters as f64
+    };
+    let leaf_new = time(&|| new_leaf(black_box(&leaf)).is_some());
+    let leaf_old = time(&|| old_leaf(black_box(&leaf)).is_some());
+    let int_new = time(&|| PageHeader::decode(black_box(&internal), &g).is_ok());
+    let int_old = time(&|| PageHeader::decode_front_rear(black_box(&internal), &g).is_ok());
+    eprintln!(
+        "verify a 1 KiB page: leaf {leaf_new:.0} ns (front==rear + one entry: {leaf_old:.0} ns), \
+         internal {int_new:.0} ns (front==rear: {int_old:.0} ns)"
+    );
+
+    // End to end, on ascending segments so that the old check is sound there too.
+    let per_lookup = |check: PageCheck| -> f64 {
+        let n = SoftMemoryNode::create(NodeConfig {
+            region_len: 64 << 20,
+            chunk_size: 256 << 10,
+            segment_order: SegmentOrder::Ascending,
+            ..NodeConfig::default()
+        })
+        .unwrap();
+        let ep = n.endpoint().unwrap();
+        block_on(async {
+            let cfg = ShermanConfig {
+                page_check: check,
+                ..ShermanConfig::sherman()
+            };
+            let t = Sherman::create(&ep, cfg).await.unwrap();
+            for i in 0..2000u64 {
+                t.upsert(&k(i * 7), &v(i)).await.unwrap();
+            }
+            let mut out = [0u8; 8];
+            let t0 = Instant::now();
+            for r in 0..20_000u64 {
+                let i = r * 7919 % 2000;
+                assert_eq!(t.get(&k(i * 7), &mut out).await.unwrap(), Some(8));
+                assert_eq!(out, v(i));
+            }
+            t0.elapsed().as_nanos() as f64 / 20_000.0
+        })
+    };
+    let (new, old) = (
+        per_lookup(PageCheck::Checksums),
+        per_lookup(PageCheck::FrontRearOnly),
+    );
+    eprintln!("soft-fabric lookup: {new:.0} ns (front==rear: {old:.0} ns)");
+}

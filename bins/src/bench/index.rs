@@ -86,6 +86,15 @@ impl IndexCfg {
     }
 
     /// The server-side logic the index needs on its memory node, if any.
+    /// The memory-node service the index needs (None: one-sided only, any service will do).
+    pub fn service(&self) -> Option<&'static str> {
+        match self {
+            IndexCfg::Canrt { .. } => Some("canrt"),
+            IndexCfg::Erda { .. } => Some("erda"),
+            _ => None,
+        }
+    }
+
     pub fn server_handler(&self) -> Option<Box<dyn Handler + Send>> {
         match self {
             IndexCfg::Canrt { .. } => Some(Box::new(CanrtServer::new())),

@@ -7,7 +7,7 @@
 //! simulated client threads in virtual time. Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
-mod index;
+pub(crate) mod index;
 mod phase;
 mod sim;
 mod soft;
@@ -44,7 +44,17 @@ pub enum IndexKind {
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    #[arg(long, value_enum, default_value = "smart")]
+    /// The index, or several comma-separated (each runs the same workload in turn, and one
+    /// table compares them).
+    #[arg(
+        long = "index",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "smart"
+    )]
+    pub indexes: Vec<IndexKind>,
+    /// The index of the run in progress (one of `indexes`).
+    #[arg(skip = IndexKind::Smart)]
     pub index: IndexKind,
     #[arg(long, value_enum, default_value = "soft")]
     pub fabric: FabricKind,
@@ -83,9 +93,10 @@ pub struct BenchArgs {
     /// A memnode control socket to use instead of an in-process memory node (soft).
     #[arg(long)]
     pub connect: Option<String>,
-    /// Region of the in-process memory node, in MiB.
-    #[arg(long, default_value_t = 2048)]
-    pub region_mib: u64,
+    /// Region of the in-process (or simulated) memory node, in MiB (default: sized from the
+    /// records, operations and value size).
+    #[arg(long)]
+    pub region_mib: Option<u64>,
     /// Do not pin worker threads.
     #[arg(long)]
     pub no_pin: bool,
@@ -124,8 +135,8 @@ pub struct BenchArgs {
 /// SMART's run-time technique switches.
 #[derive(Debug, Clone, Args)]
 pub struct SmartFlags {
-    /// Start from the "ART on disaggregated memory" baseline (every technique off); the
-    /// `--with-*` flags then add techniques back.
+    /// Start from the "ART on disaggregated memory" baseline (every technique off);
+    /// `--with` then adds techniques back.
     #[arg(long)]
     pub baseline: bool,
     /// Lock-based internal nodes instead of lock-free ones.
@@ -137,10 +148,13 @@ pub struct SmartFlags {
     /// Release the leaf lock with a separate WRITE.
     #[arg(long)]
     pub no_rear_lock: bool,
+    /// No read delegation (concurrent reads of one key on a handle each go remote).
     #[arg(long)]
     pub no_delegation: bool,
+    /// No write combining (concurrent writes of one key on a handle each go remote).
     #[arg(long)]
     pub no_combining: bool,
+    /// No compute-side cache: SMART's radix cache, Sherman's index cache.
     #[arg(long)]
     pub no_cache: bool,
     /// With --baseline: add the named techniques (comma-separated: lock-free, in-place,
@@ -274,6 +288,39 @@ fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
     }
 }
 
+/// Bytes of the memory node's region for this run: what the index needs for the records and
+/// every write of the run (no index frees memory back to the node), with room to spare, or
+/// `--region-mib`.
+pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
+    if let Some(m) = a.region_mib {
+        return m << 20;
+    }
+    let ops = match (a.operations, a.seconds) {
+        (Some(o), _) => o,
+        // A timed run: a generous guess (about 10 s of a fast soft run's writes).
+        (None, Some(s)) => (s * 2e6) as u64,
+        (None, None) => a.records,
+    };
+    let writes = a.records + ops;
+    // A leaf or entry, its share of internal nodes, the allocator's slack: 4x the record.
+    let per = 4 * (a.value_size as u64 + 64 + 32);
+    let erda = {
+        let g = erda_geometry(a);
+        g.heads as u64 * g.head_bytes + g.buckets * 64 + (8 << 20)
+    };
+    let want = (writes * per).max(if a.index == IndexKind::Erda { erda } else { 0 });
+    // Every client carves its objects from chunks of its own, per size class: slack per
+    // client, spread over the memory nodes.
+    let clients = match a.fabric {
+        FabricKind::Sim => (a.sim.compute_nodes * a.sim.clients_per_node) as u64,
+        _ => a.threads as u64,
+    };
+    let per_node = want / a.sim.memory_nodes.max(1) as u64 + clients * (8 << 20);
+    (per_node + (32 << 20))
+        .next_multiple_of(1 << 20)
+        .clamp(64 << 20, 1 << 40)
+}
+
 fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     let mode = match a.keys {
         KeyType::Int => KeyMode::Fixed(8),
@@ -298,8 +345,8 @@ pub(crate) fn progress(a: &BenchArgs, len: u64, what: String) -> ProgressBar {
     pb
 }
 
-fn print_table(rows: &[BenchRecord]) {
-    let mut out = std::io::stdout().lock();
+fn print_table(rows: &[BenchRecord], json: Option<&str>) {
+    let mut out = crate::report::human_out(json);
     let _ = writeln!(
         out,
         "{:<8} {:<5} {:>9} {:>8} {:>9} {:>9} {:>9} {:>6} {:>6} {:>6} {:>8} {:>6} {:>6} {:>9}  techniques",
@@ -369,15 +416,56 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     {
         return Err("Erda is a hash store: it has no range scans for workload E".into());
     }
-    if a.index != IndexKind::Smart && a.index != IndexKind::Erda {
+    let name = match a.index {
+        IndexKind::Smart => "SMART",
+        IndexKind::Sherman => "Sherman",
+        IndexKind::FgPlus => "FG+",
+        IndexKind::Canrt => "CANRT",
+        IndexKind::Erda => "Erda",
+    };
+    if matches!(
+        a.index,
+        IndexKind::Sherman | IndexKind::FgPlus | IndexKind::Canrt
+    ) {
         if a.keys != KeyType::Int {
-            return Err("Sherman keys are 8-byte integers: use --keys int".into());
+            return Err(format!("{name} keys are 8-byte integers: use --keys int"));
         }
-        if !a.value_size.is_multiple_of(8) || a.value_size > 256 {
-            return Err("Sherman values: --value-size a multiple of 8, at most 256".into());
+        if a.value_size > 256 {
+            return Err(format!(
+                "{name} values are at most 256 bytes: --value-size 1..=256"
+            ));
         }
     }
-    Ok(())
+    if a.index == IndexKind::Erda && a.keys == KeyType::String {
+        return Err(
+            "Erda keys are at most 16 bytes; --keys string makes longer ones: use \
+                    --keys int"
+                .into(),
+        );
+    }
+    let ps = a.sherman.page_size;
+    if matches!(a.index, IndexKind::Sherman | IndexKind::FgPlus)
+        && !(ps.is_power_of_two() && (256..=65536).contains(&ps))
+    {
+        return Err(format!(
+            "--page-size {ps}: Sherman pages are a power of two from 256 to 65536 bytes"
+        ));
+    }
+    if a.compare_art && a.keys != KeyType::Int {
+        return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
+    }
+    if let Some(p) = &a.json {
+        crate::report::check_writable(p)?;
+    }
+    crate::args::check_fabric_flags(&crate::args::FabricFlags {
+        fabric: a.fabric,
+        sim: &a.sim,
+        connect: a.connect.is_some(),
+        threads: a.threads,
+        no_pin: a.no_pin,
+        server_core: a.server_core.is_some(),
+        region: a.region_mib.is_some(),
+    })
 }
 
 /// YCSB-C on the same keys and distribution against an in-memory map on this thread:
@@ -601,10 +689,56 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
-    validate(a)?;
-    if a.factors {
-        return factors(a);
+    let mut runs = Vec::new();
+    for &kind in &a.indexes {
+        let mut one = a.clone();
+        one.index = kind;
+        validate(&one)?;
+        runs.push(one);
     }
+    if runs.len() > 1 && a.factors {
+        return Err("--factors takes one --index".into());
+    }
+    let mut all = Vec::new();
+    for one in &runs {
+        if one.factors {
+            return factors(one);
+        }
+        all.extend(run_one(one)?);
+    }
+    if runs.len() > 1 {
+        let mut out = crate::report::human_out(a.json.as_deref());
+        let _ = writeln!(out, "\nside by side (run phase):");
+        let _ = writeln!(
+            out,
+            "{:<10} {:>9} {:>9} {:>9} {:>7} {:>8} {:>9}",
+            "index", "Mops", "p50 ns", "p99 ns", "RT/op", "B in/op", "srv ns/op"
+        );
+        for r in all
+            .iter()
+            .filter(|r| r.phase == "run" || a.workload == Workload::Load)
+        {
+            let _ = writeln!(
+                out,
+                "{:<10} {:>9.3} {:>9.0} {:>9.0} {:>7.2} {:>8.1} {:>9}",
+                r.index,
+                r.mops,
+                r.latency.p50_ns,
+                r.latency.p99_ns,
+                r.per_op.round_trips,
+                r.per_op.bytes_in,
+                crate::report::server_cell(r.server_ns_per_op)
+            );
+        }
+    }
+    if let Some(p) = &a.json {
+        write_json(p, &all).map_err(|e| format!("writing {p}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// One index's LOAD and run phases: prints its table, returns its records.
+fn run_one(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
     let index = index_cfg(a)?;
     let mut recs = run_phases(a, &index, a.workload)?;
     let ops = a.operations.unwrap_or(a.records).max(100_000);
@@ -623,16 +757,14 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             ));
         }
     }
-    print_table(&recs);
+    print_table(&recs, a.json.as_deref());
+    let mut out = crate::report::human_out(a.json.as_deref());
     for r in &recs {
         if r.phase == "run" {
             for n in r.notes.iter().filter(|n| n.contains("YCSB-C on one core")) {
-                println!("note: {n}");
+                let _ = writeln!(out, "note: {n}");
             }
         }
     }
-    if let Some(p) = &a.json {
-        write_json(p, &recs).map_err(|e| format!("writing {p}: {e}"))?;
-    }
-    Ok(())
+    Ok(recs)
 }

@@ -83,7 +83,7 @@ pub fn run(
     let cfg = SimConfig {
         compute_nodes: s.compute_nodes,
         memory_nodes: s.memory_nodes,
-        region_len: a.region_mib << 20,
+        region_len: super::region_bytes(a),
         model: model.clone(),
         seed: s.seed,
         ..SimConfig::default()

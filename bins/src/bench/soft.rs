@@ -60,6 +60,16 @@ pub fn run(
         Some(p) => {
             let path = PathBuf::from(p);
             let info = control::info(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            if let Some(want) = index.service()
+                && info.service_name() != want
+            {
+                return Err(format!(
+                    "the memnode at {} runs the `{}` service, but this index needs `{want}`: \
+                     start it with `remora memnode --service {want}`",
+                    path.display(),
+                    info.service_name()
+                ));
+            }
             (
                 Target::Remote(path.clone()),
                 vec![format!(
@@ -72,7 +82,7 @@ pub fn run(
         }
         None => {
             let cfg = NodeConfig {
-                region_len: a.region_mib << 20,
+                region_len: super::region_bytes(a),
                 ..NodeConfig::default()
             };
             let node = match index.server_handler() {
@@ -85,7 +95,7 @@ pub fn run(
                 Target::Local(node),
                 vec![format!(
                     "in-process memory node: {} MiB region on {pages}",
-                    a.region_mib
+                    super::region_bytes(a) >> 20
                 )],
             )
         }

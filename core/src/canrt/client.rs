@@ -22,8 +22,8 @@ pub const SCAN_BATCH: usize = 4;
 /// What a handle has done beyond plain verbs (the fabric counters have those).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ClientStats {
-    /// Data-node READs retried because front and rear meta words disagreed, or a live item
-    /// failed its checksum.
+    /// Data-node READs retried because the meta word changed while the node was read, or a
+    /// live item failed its checksum.
     pub torn_retries: u64,
     /// Re-reads while a lock ticket waited to be served.
     pub lock_waits: u64,
@@ -72,7 +72,15 @@ pub struct Canrt<'e, E: Endpoint> {
     waits: Cell<u64>,
     refreshes: Cell<u64>,
     resizes: Cell<u64>,
+    /// Test-only mutant: trust the node READ's own copy of the meta word as the "before"
+    /// read, as a reader may if the READ observes memory in ascending address order (the
+    /// meta word first); no READ of the meta word alone precedes the node.
+    #[cfg(test)]
+    pub(super) ascending_check: Cell<bool>,
 }
+
+/// The meta word READ alone just before and just after a data node (bytes 0..8 and 8..16).
+type Bracket = [u8; 16];
 
 fn key_of(key: &[u8]) -> Result<u64, CanrtError> {
     let b: [u8; 8] = key
@@ -81,9 +89,11 @@ fn key_of(key: &[u8]) -> Result<u64, CanrtError> {
     Ok(u64::from_be_bytes(b))
 }
 
-/// Reads the published tree: root slot, header, prefix array, and the header again (the
-/// server may be rewriting an area a slow client still reads: its magic is zeroed first and
-/// written last, and epochs only grow, so two equal header reads bracket a whole prefix).
+/// Reads the published tree: root slot, header, prefix array. The server may be rewriting
+/// an area a slow client still reads (a view two resizes old), and one READ's segments
+/// observe memory in any order, so a torn header or prefix array is caught by its checksum
+/// ([`TreeHeader::decode`], [`TreeView::new`]) and read again. An intact old tree is a
+/// valid (stale) view: data nodes' epochs send its holder to the newer one.
 async fn load_view<Q: QueuePair>(qp: &Q, tries: u32) -> Result<TreeView, CanrtError> {
     let slot = GlobalAddr::new(qp.peer(), root_offset(ROOT_SLOT));
     let mut last = CanrtError::NoTree { slot: ROOT_SLOT };
@@ -116,21 +126,8 @@ async fn load_view<Q: QueuePair>(qp: &Q, tries: u32) -> Result<TreeView, CanrtEr
             }
         };
         let mut prefix = vec![0u8; h.prefix_len as usize];
-        let mut again = [0u8; TREE_HEADER_LEN];
-        qp.post(&mut [
-            Op::Read {
-                remote: GlobalAddr::new(at.node(), h.prefix_off),
-                local: &mut prefix,
-            },
-            Op::Read {
-                remote: at,
-                local: &mut again,
-            },
-        ])
-        .await?;
-        if again != hb {
-            continue;
-        }
+        qp.read(GlobalAddr::new(at.node(), h.prefix_off), &mut prefix)
+            .await?;
         match TreeView::new(h, root, prefix) {
             Ok(v) => return Ok(v),
             Err(why) => last = corrupt(why),
@@ -160,7 +157,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     /// Opens the tree on `cfg.node`; if none is published yet, asks the server to format one
     /// with `cfg.slots` and `cfg.value_cap` and waits for it.
     pub async fn open(ep: &'e E, cfg: CanrtConfig) -> Result<Canrt<'e, E>, CanrtError> {
-        let geometry = DataGeometry::new(cfg.slots, cfg.value_cap).map_err(CanrtError::Config)?;
+        let geometry = cfg.validate()?;
         let qp = ep.qp(cfg.node)?;
         let slot = GlobalAddr::new(cfg.node, root_offset(ROOT_SLOT));
         let mut root = read_word(qp, slot).await?;
@@ -185,6 +182,8 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             waits: Cell::new(0),
             refreshes: Cell::new(0),
             resizes: Cell::new(0),
+            #[cfg(test)]
+            ascending_check: Cell::new(false),
         })
     }
 
@@ -212,6 +211,76 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
 
     fn bump(c: &Cell<u64>) {
         c.set(c.get() + 1);
+    }
+
+    /// Pushes the READs of one data-node snapshot: the meta word alone, the whole node, the
+    /// meta word alone again. On one queue pair each takes effect after the one before it
+    /// completed, so the two lone words bracket the node READ however its segments landed.
+    fn push_snapshot<'a, const N: usize>(
+        &self,
+        ops: &mut heapless::Vec<Op<'a>, N>,
+        addr: GlobalAddr,
+        bracket: &'a mut Bracket,
+        node: &'a mut [u8],
+    ) -> Result<(), CanrtError> {
+        let (before, after) = bracket.split_at_mut(8);
+        #[cfg(test)]
+        let lone_before = !self.ascending_check.get();
+        #[cfg(not(test))]
+        let lone_before = true;
+        let full = |_| CanrtError::Retries {
+            what: "doorbell has no room for a node snapshot",
+        };
+        if lone_before {
+            ops.push(Op::Read {
+                remote: addr.add(FRONT_OFF),
+                local: before,
+            })
+            .map_err(full)?;
+        }
+        ops.push(Op::Read {
+            remote: addr,
+            local: node,
+        })
+        .map_err(full)?;
+        ops.push(Op::Read {
+            remote: addr.add(FRONT_OFF),
+            local: after,
+        })
+        .map_err(full)
+    }
+
+    /// One data-node snapshot in one doorbell (see [`Self::push_snapshot`]).
+    async fn read_snapshot(
+        &self,
+        addr: GlobalAddr,
+        bracket: &mut Bracket,
+        node: &mut [u8],
+    ) -> Result<(), CanrtError> {
+        let mut ops: heapless::Vec<Op<'_>, 3> = heapless::Vec::new();
+        self.push_snapshot(&mut ops, addr, bracket, node)?;
+        self.qp()?.post(&mut ops).await?;
+        Ok(())
+    }
+
+    /// The node of a snapshot, or None if it changed while it was read (read it again).
+    fn snapshot<'b>(
+        &self,
+        g: DataGeometry,
+        bracket: &Bracket,
+        node: &'b [u8],
+    ) -> Result<Option<NodeView<'b>>, LayoutError> {
+        let nv = NodeView::parse(g, node)?;
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bracket[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        #[cfg(test)]
+        if self.ascending_check.get() {
+            return Ok((nv.front.0 == word(8)).then_some(nv));
+        }
+        Ok(nv.stable(word(0), word(8)).then_some(nv))
     }
 
     /// Re-reads the root slot and the published header's epoch; reloads the prefix array if
@@ -287,9 +356,9 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         Ok(Fresh::Yes)
     }
 
-    /// Algorithm 2: one READ of the whole data node.
+    /// Algorithm 2: one READ of the whole data node (bracketed by two 8-byte READs of its
+    /// meta word in the same doorbell: still one round trip).
     async fn lookup(&self, key: u64, out: &mut [u8]) -> Result<Option<usize>, CanrtError> {
-        let qp = self.qp()?;
         let mut last = None;
         for _ in 0..self.cfg.read_retries {
             let v = self.view();
@@ -300,10 +369,11 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             let addr = self.node_addr(&v, id);
             let mut b = self.bufs.take(v.header.data_node_size as usize);
             let buf = &mut b.buf;
-            qp.read(addr, buf).await?;
-            let nv = match NodeView::parse(v.data(), buf) {
-                Ok(nv) if nv.consistent() => nv,
-                Ok(_) => {
+            let mut bracket = Bracket::default();
+            self.read_snapshot(addr, &mut bracket, buf).await?;
+            let nv = match self.snapshot(v.data(), &bracket, buf) {
+                Ok(Some(nv)) => nv,
+                Ok(None) => {
                     Self::bump(&self.torn);
                     continue;
                 }
@@ -318,8 +388,12 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             }
             match nv.find(key) {
                 Ok(Found::Present(val)) => {
-                    let n = val.len().min(out.len());
-                    out[..n].copy_from_slice(&val[..n]);
+                    let got = out.len();
+                    let dst = out.get_mut(..val.len()).ok_or(CanrtError::BufferTooSmall {
+                        need: val.len(),
+                        got,
+                    })?;
+                    dst.copy_from_slice(val);
                     return Ok(Some(val.len()));
                 }
                 Ok(Found::Absent) => return Ok(None),
@@ -395,28 +469,28 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         let addr = self.node_addr(&v, id);
         let mut b = self.bufs.take(v.header.data_node_size as usize);
         let buf = &mut b.buf;
-        // Locking phase: the ticket and the node in one doorbell (the READ runs after the
-        // FETCH_AND_ADD at the target, so it sees our ticket counted).
+        // Locking phase: the ticket and a snapshot of the node in one doorbell (the READs run
+        // after the FETCH_AND_ADD at the target, so they see our ticket counted).
         let mut ticket = 0u64;
-        qp.post(&mut [
-            Op::Faa {
+        let mut bracket = Bracket::default();
+        {
+            let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
+            // Cannot fail: the doorbell is empty.
+            let _ = ops.push(Op::Faa {
                 remote: addr.add(LOCK_OFF),
                 add: 1,
                 old: &mut ticket,
-            },
-            Op::Read {
-                remote: addr,
-                local: buf,
-            },
-        ])
-        .await?;
+            });
+            self.push_snapshot(&mut ops, addr, &mut bracket, buf)?;
+            qp.post(&mut ops).await?;
+        }
         let t = ticket & TICKET_MASK;
         let mut polls = 0u32;
         let mut bad = 0u32;
         loop {
-            let nv = match NodeView::parse(g, buf) {
-                Ok(nv) if nv.consistent() => Some(nv),
-                Ok(_) => None,
+            let nv = match self.snapshot(g, &bracket, buf) {
+                Ok(Some(nv)) => Some(nv),
+                Ok(None) => None,
                 Err(why) => {
                     bad += 1;
                     if bad > self.cfg.read_retries {
@@ -470,7 +544,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                     break;
                 }
             }
-            qp.read(addr, buf).await?;
+            self.read_snapshot(addr, &mut bracket, buf).await?;
         }
     }
 
@@ -554,7 +628,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     }
 
     /// Range scan: data nodes in key order (the prefix array's NodeIDs left to right) from
-    /// the one holding `from`, [`SCAN_BATCH`] node READs per doorbell (paper §4.4).
+    /// the one holding `from`, [`SCAN_BATCH`] node snapshots per doorbell (paper §4.4).
     async fn range(
         &self,
         from: u64,
@@ -568,6 +642,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             let v = self.view();
             let size = v.header.data_node_size as usize;
             let mut bufs = vec![0u8; size * SCAN_BATCH];
+            let mut brackets = [Bracket::default(); SCAN_BATCH];
             let corrupt = |why| CanrtError::Corrupt {
                 addr: GlobalAddr::from_raw(v.root),
                 why,
@@ -580,29 +655,29 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             while pairs.len() < limit && r < order.len() {
                 let ids = &order[r..(r + SCAN_BATCH).min(order.len())];
                 {
-                    let mut ops: heapless::Vec<Op<'_>, SCAN_BATCH> = heapless::Vec::new();
-                    for (&id, b) in ids.iter().zip(bufs.chunks_mut(size)) {
-                        let remote = self.node_addr(&v, id);
-                        // ids.len() <= SCAN_BATCH, the capacity.
-                        let _ = ops.push(Op::Read { remote, local: b });
+                    let mut ops: heapless::Vec<Op<'_>, { 3 * SCAN_BATCH }> = heapless::Vec::new();
+                    for ((&id, b), br) in ids.iter().zip(bufs.chunks_mut(size)).zip(&mut brackets) {
+                        // ids.len() <= SCAN_BATCH: three READs each fit.
+                        self.push_snapshot(&mut ops, self.node_addr(&v, id), br, b)?;
                     }
                     qp.post(&mut ops).await?;
                 }
                 for (i, &id) in ids.iter().enumerate() {
                     let addr = self.node_addr(&v, id);
                     let buf = &mut bufs[i * size..(i + 1) * size];
+                    let bracket = &mut brackets[i];
                     let start = pairs.len();
                     let mut tries = 0;
                     loop {
                         if tries > 0 {
-                            qp.read(addr, buf).await?;
+                            self.read_snapshot(addr, bracket, buf).await?;
                         }
                         tries += 1;
                         if tries > self.cfg.read_retries {
                             return Err(CanrtError::Retries { what: "scan read" });
                         }
-                        let nv = match NodeView::parse(v.data(), buf) {
-                            Ok(nv) if nv.consistent() => nv,
+                        let nv = match self.snapshot(v.data(), bracket, buf) {
+                            Ok(Some(nv)) => nv,
                             _ => {
                                 Self::bump(&self.torn);
                                 continue;

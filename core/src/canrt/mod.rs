@@ -5,11 +5,12 @@
 //! memory node. Formats are in [`remora_layouts::canrt`].
 //!
 //! - Read (Algorithm 2, `client.rs`): the client finds the data node with its cached prefix
-//!   nodes (eqs. 2-3, `view.rs`) and READs the whole node: 1 verb, 1 round trip.
-//! - Write (Algorithm 1, `client.rs`): FETCH_AND_ADD on the node's lock word (with a READ of
-//!   the node in the same doorbell), then the new `DataItem` is appended into a free slot with
-//!   WRITE_WITH_IMM whose immediate names node and slot (and a READ after it in the same
-//!   doorbell, the read-after-write flush): 2 round trips when uncontended.
+//!   nodes (eqs. 2-3, `view.rs`) and READs the whole node, between two 8-byte READs of its
+//!   meta word (see *Torn reads* below): 1 doorbell, 1 round trip.
+//! - Write (Algorithm 1, `client.rs`): FETCH_AND_ADD on the node's lock word (with the
+//!   node's READs in the same doorbell), then the new `DataItem` is appended into a free
+//!   slot with WRITE_WITH_IMM whose immediate names node and slot (and a READ after it in
+//!   the same doorbell, the read-after-write flush): 2 round trips when uncontended.
 //! - The metadata applier (`server.rs`, a [`crate::server::Handler`]) flips bitmap bits,
 //!   persists, clears the item's `valid` bit and releases the lock; it resizes the tree when a
 //!   client reports a full node, and [`CanrtServer::recover`] repairs a crashed image
@@ -28,8 +29,15 @@
 //!   read its own write). Here each DataItem carries its ticket and a checksum; a reader that
 //!   sees a lock holder also takes the holder's complete item from its free slot. Writes are
 //!   therefore visible when WRITE_WITH_IMM completes, and durable once applied.
-//! - **Torn reads.** A whole-node READ can interleave with a lock release. The meta word is
-//!   written front and rear; a READ whose two copies disagree on `served` is retried.
+//! - **Torn reads.** A whole-node READ can interleave with a lock release, and its 64-byte
+//!   segments observe memory in no particular order (a NIC splits a READ into PCIe reads
+//!   that complete in any order; the server's CPU stores are not ordered against it). So a
+//!   reader brackets the node READ with two 8-byte READs of the meta word alone, in the same
+//!   doorbell (one round trip, three verbs): per-queue-pair order puts the first before and
+//!   the second after every segment, and if both equal the node's own copy nothing but the
+//!   holder's append changed the node meanwhile ([`NodeView::stable`]). Items, headers and
+//!   prefix arrays are checksummed over every field a reader uses (CRC-32 per item, CRC-64
+//!   for header and prefix array), so a torn copy fails whatever order its words landed in.
 //! - **Characters.** The paper's characters are the first `k` key bytes, matched exactly,
 //!   with unknown characters sent to the last data node. For 8-byte integer keys whose high
 //!   bytes are mostly equal that needs absurd heights, so the server picks, at each resize,
@@ -63,6 +71,7 @@ pub use view::{Found, NodeView, TreeView};
 
 use crate::fabric::FabricError;
 use core::fmt;
+use remora_layouts::canrt::{DataGeometry, MAX_VALUE};
 use remora_layouts::{GlobalAddr, LayoutError, NodeId};
 
 /// A client's settings.
@@ -72,7 +81,8 @@ pub struct CanrtConfig {
     pub node: NodeId,
     /// DataItem slots per data node (used when this client formats the tree).
     pub slots: u32,
-    /// Value bytes per DataItem (used when this client formats the tree).
+    /// Value bytes per DataItem (used when this client formats the tree): 8 to
+    /// [`MAX_VALUE`], a multiple of 8.
     pub value_cap: u32,
     /// Re-reads of a torn or inconsistent data node before giving up.
     pub read_retries: u32,
@@ -104,6 +114,17 @@ impl CanrtConfig {
     }
 }
 
+impl CanrtConfig {
+    /// The data-node geometry this configuration formats, or why it cannot.
+    pub fn validate(&self) -> Result<DataGeometry, CanrtError> {
+        let v = self.value_cap;
+        if v < 8 || v as usize > MAX_VALUE || !v.is_multiple_of(8) {
+            return Err(CanrtError::ValueCap { value_cap: v });
+        }
+        DataGeometry::new(self.slots, self.value_cap).map_err(CanrtError::Config)
+    }
+}
+
 impl Default for CanrtConfig {
     fn default() -> Self {
         CanrtConfig::new(0)
@@ -122,6 +143,15 @@ pub enum CanrtError {
     ValueTooLong {
         len: usize,
         max: usize,
+    },
+    /// A value capacity CANRT's items cannot have (8 to [`MAX_VALUE`], a multiple of 8).
+    ValueCap {
+        value_cap: u32,
+    },
+    /// `get`'s output buffer is smaller than the value (nothing was copied).
+    BufferTooSmall {
+        need: usize,
+        got: usize,
     },
     /// The configuration does not form a valid data-node geometry.
     Config(LayoutError),
@@ -164,6 +194,14 @@ impl fmt::Display for CanrtError {
             CanrtError::ValueTooLong { len, max } => {
                 write!(f, "canrt: value of {len} bytes exceeds the tree's {max}")
             }
+            CanrtError::ValueCap { value_cap } => write!(
+                f,
+                "canrt: values are 8 to {MAX_VALUE} bytes in multiples of 8, not {value_cap}"
+            ),
+            CanrtError::BufferTooSmall { need, got } => write!(
+                f,
+                "canrt: value of {need} bytes does not fit the {got}-byte buffer"
+            ),
             CanrtError::Config(e) => write!(f, "canrt: bad configuration: {e}"),
             CanrtError::Corrupt { addr, why } => write!(f, "canrt: corrupt data at {addr}: {why}"),
             CanrtError::NoTree { slot } => {

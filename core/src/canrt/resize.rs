@@ -18,8 +18,9 @@
 //!   reclaimed (arrays double, so at most as much again is lost).
 //!
 //! Clients READ the shadow area while it is rewritten only if their view is two resizes
-//! old; they check the header before and after reading the prefix array (a seqlock: the
-//! server zeroes the magic first and writes it last).
+//! old. The header and the prefix array carry CRC-64s ([`TreeHeader::seal`]) that a torn
+//! copy fails, whatever order its words were read in; the server still zeroes the magic
+//! first and writes it last, so the area is never a valid header while half written.
 use super::build::{Plan, plan, plan_units};
 use super::server::{CanrtServer, ServerStats, bad_layout, invalid};
 use super::view::{NodeView, TreeView};
@@ -116,8 +117,6 @@ impl CanrtServer {
         let m = meta.with_bitmap(bitmap);
         let front = FRONT_OFF as usize;
         node[front..front + 8].copy_from_slice(&m.0.to_le_bytes());
-        let rear = g.rear_off() as usize;
-        node[rear..rear + 8].copy_from_slice(&m.0.to_le_bytes());
         let r = region.write(off + FRONT_OFF, &node[front..]);
         self.scratch = node;
         r?;
@@ -153,6 +152,7 @@ impl CanrtServer {
             h.segments[i] = s.encode();
         }
         h.validate().map_err(bad_layout(region, off))?;
+        h.seal(&plan.prefix);
         region.store_u64(off, 0)?;
         region.write(h.prefix_off, &plan.prefix)?;
         let enc = h.encode();
@@ -203,7 +203,9 @@ impl CanrtServer {
             area_len: 0,
             data_cap,
             array_gen,
-            reserved: [0; 3],
+            prefix_check: 0,
+            header_check: 0,
+            reserved: 0,
             segments: [[0u64; 2]; MAX_SEGMENTS],
         }
     }
@@ -273,7 +275,7 @@ impl CanrtServer {
         for id in 0..h.n_data {
             let off = h.data_node_off(id);
             let m = self.front(region, &h, off)?;
-            Self::store_meta(region, h.data(), off, m.with_frozen(true))?;
+            Self::store_meta(region, off, m.with_frozen(true))?;
         }
         self.resizing = true;
         self.split = Some(full);
@@ -308,7 +310,7 @@ impl CanrtServer {
         for id in 0..cur.n_data {
             let off = cur.data_node_off(id);
             let m = self.front(region, &cur, off)?;
-            Self::store_meta(region, cur.data(), off, m.with_frozen(false))?;
+            Self::store_meta(region, off, m.with_frozen(false))?;
         }
         self.resizing = false;
         if r.is_ok() {
@@ -467,7 +469,7 @@ impl CanrtServer {
         for id in 0..h.n_data {
             let off = h.data_node_off(id);
             let m = self.front(region, h, off)?;
-            Self::store_meta(region, g, off, m.with_epoch(epoch))?;
+            Self::store_meta(region, off, m.with_epoch(epoch))?;
         }
         self.publish(region, nh)?;
         // The moved items leave the split nodes (recovery does the same after a crash here).
@@ -483,7 +485,7 @@ impl CanrtServer {
                     }
                 }
             }
-            Self::store_meta(region, g, off, m.with_bitmap(bm))?;
+            Self::store_meta(region, off, m.with_bitmap(bm))?;
             region.persist(off + FRONT_OFF, 8);
         }
         for (_, _, high) in &splits {

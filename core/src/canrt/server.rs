@@ -3,10 +3,10 @@
 //!
 //! Per appended DataItem (a WRITE_WITH_IMM notice) the applier:
 //! 1. checks the item (checksum, ticket = the node's served ticket, slot free) and persists it;
-//! 2. flips the bitmap bits (new slot on, the key's old slot off) in the front meta word and
+//! 2. flips the bitmap bits (new slot on, the key's old slot off) in the meta word and
 //!    persists it: the commit point, one 8-byte store;
 //! 3. clears the item's `valid` bit and persists it (the item is processed);
-//! 4. releases the lock: `served + 1` in the front and rear meta words.
+//! 4. releases the lock: `served + 1` in the meta word.
 //!
 //! Resizing is in `resize.rs`.
 use crate::fabric::{FabricError, Recv, RecvKind};
@@ -158,27 +158,15 @@ impl CanrtServer {
 
     pub(super) fn store_meta(
         region: &dyn LocalRegion,
-        g: DataGeometry,
         off: u64,
         m: Meta,
     ) -> Result<(), FabricError> {
-        region.store_u64(off + FRONT_OFF, m.0)?;
-        region.store_u64(off + g.rear_off(), m.0)
+        region.store_u64(off + FRONT_OFF, m.0)
     }
 
     /// Step 4: the next ticket is served.
-    fn release(
-        region: &dyn LocalRegion,
-        g: DataGeometry,
-        off: u64,
-        m: Meta,
-    ) -> Result<(), FabricError> {
-        Self::store_meta(
-            region,
-            g,
-            off,
-            m.with_served((m.served() + 1) & TICKET_MASK),
-        )
+    fn release(region: &dyn LocalRegion, off: u64, m: Meta) -> Result<(), FabricError> {
+        Self::store_meta(region, off, m.with_served((m.served() + 1) & TICKET_MASK))
     }
 
     /// Steps 1-3 for the item in `slot` (already checked): returns the committed meta word.
@@ -202,7 +190,7 @@ impl CanrtServer {
             bm |= 1 << slot;
         }
         let m = front.with_bitmap(bm);
-        Self::store_meta(region, g, off, m)?;
+        Self::store_meta(region, off, m)?;
         region.persist(off + FRONT_OFF, 8);
         let tail_off = off + g.tail_off(slot);
         let tail = region.load_u64(tail_off)?;
@@ -240,17 +228,17 @@ impl CanrtServer {
                 ));
             }
             Ok(_) if front.bitmap() & (1 << imm.slot) != 0 => {
-                Self::release(region, g, off, front)?;
+                Self::release(region, off, front)?;
                 return Err(invalid(region, off, "append into a live slot"));
             }
             Ok((key, op, _)) => (key, op),
             Err(_) => {
-                Self::release(region, g, off, front)?;
+                Self::release(region, off, front)?;
                 return Err(invalid(region, off, "torn or corrupt DataItem"));
             }
         };
         let m = Self::commit(region, g, off, imm.slot, key, op, front)?;
-        Self::release(region, g, off, m)?;
+        Self::release(region, off, m)?;
         if op != ItemOp::Delete
             && let Some(b) = self.bounds.get_mut(imm.node as usize)
         {
@@ -279,7 +267,7 @@ impl CanrtServer {
                 "unlock by a client that does not hold the lock",
             ));
         }
-        Self::release(region, h.data(), off, front)?;
+        Self::release(region, off, front)?;
         ServerStats::bump(&self.stats.unlocks);
         Ok(true)
     }
@@ -350,7 +338,7 @@ impl CanrtServer {
                 }
             }
             let m = m.with_bitmap(bm).with_frozen(false).with_epoch(h.epoch);
-            Self::store_meta(region, g, off, m)?;
+            Self::store_meta(region, off, m)?;
             region.store_u64(off + LOCK_OFF, m.served())?;
             region.persist(off, g.node_size() as usize);
         }

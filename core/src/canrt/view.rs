@@ -65,15 +65,10 @@ enum Clamp {
 }
 
 impl TreeView {
-    /// Checks the prefix array against the header.
+    /// Checks the prefix array against the header (length and checksum).
     pub fn new(header: TreeHeader, root: u64, prefix: Vec<u8>) -> Result<TreeView, LayoutError> {
         header.validate()?;
-        if prefix.len() as u64 != header.prefix_len {
-            return Err(LayoutError::Short {
-                need: header.prefix_len as usize,
-                got: prefix.len(),
-            });
-        }
+        header.check_prefix(&prefix)?;
         let mut segments = heapless::Vec::new();
         for i in 0..header.n_segments as usize {
             // n_segments <= MAX_SEGMENTS was validated, so the push cannot fail.
@@ -194,11 +189,18 @@ pub enum Found<'a> {
 }
 
 /// One data node's bytes, as a READ returned them.
+///
+/// The segments of one READ observe memory in no particular order, so the bytes are a
+/// snapshot only if the meta word, READ alone just before and just after the node on the
+/// same queue pair, did not change ([`NodeView::stable`]). Then no lock was released and no
+/// item applied while the node was read: live items are those of `front`'s bitmap, and the
+/// only slot being written is the lock holder's free slot, whose item is trusted only if
+/// it checksums ([`NodeView::pending`]).
 #[derive(Debug, Clone, Copy)]
 pub struct NodeView<'a> {
     pub lock: u64,
+    /// The meta word as this READ saw it.
     pub front: Meta,
-    pub rear: Meta,
     g: DataGeometry,
     bytes: &'a [u8],
 }
@@ -215,15 +217,19 @@ impl<'a> NodeView<'a> {
         Ok(NodeView {
             lock: read_u64(bytes, LOCK_OFF as usize)?,
             front: Meta(read_u64(bytes, FRONT_OFF as usize)?).check(g.slots)?,
-            rear: Meta(read_u64(bytes, g.rear_off() as usize)?).check(g.slots)?,
             g,
             bytes: &bytes[..size],
         })
     }
 
-    /// No lock was released while the READ ran (front and rear agree on `served`).
-    pub fn consistent(&self) -> bool {
-        self.front.served() == self.rear.served()
+    /// The READ is a snapshot: the meta word READ alone `before` and `after` it (ordered
+    /// by the queue pair) is the one the READ saw. Whatever the server changes in a node (a
+    /// commit, a release, a split's trim, an epoch) changes the meta word to a value it has
+    /// not had since (served tickets only grow, modulo 2^16; a freeze undone by a failed
+    /// resize changes nothing else), so nothing but the lock holder's append touched the
+    /// node while it was read.
+    pub fn stable(&self, before: u64, after: u64) -> bool {
+        before == after && self.front.0 == before
     }
 
     /// The READ saw a lock holder (its FETCH_AND_ADD came before the meta word was read).
@@ -237,14 +243,17 @@ impl<'a> NodeView<'a> {
         self.g.decode_item(&self.bytes[off..])
     }
 
-    /// Slots marked live in the front bitmap.
+    /// Slots marked live in the bitmap.
     pub fn live_slots(&self) -> impl Iterator<Item = u32> + use<'a> {
         let b = self.front.bitmap();
         (0..self.g.slots).filter(move |s| b & (1 << s) != 0)
     }
 
     /// The lock holder's complete record, if the READ saw a holder that had written one: a
-    /// free slot whose item checksums and carries the served ticket.
+    /// free slot whose item checksums, is not yet processed (`valid`) and carries the served
+    /// ticket. Free slots keep processed items (a delete's record, a key's old version) for
+    /// as long as they stay free; tickets compare modulo 2^16, so only `valid` tells an old
+    /// item that happens to carry the served ticket from the holder's.
     pub fn pending(&self) -> Option<Item<'a>> {
         if !self.has_holder() {
             return None;
@@ -253,7 +262,7 @@ impl<'a> NodeView<'a> {
         (0..self.g.slots)
             .filter(|s| b & (1 << s) == 0)
             .filter_map(|s| self.item(s).ok())
-            .find(|it| it.ticket == self.front.served())
+            .find(|it| it.valid && it.ticket == self.front.served())
     }
 
     /// What the applied items say about `key` (a live item that fails its checksum is an

@@ -13,6 +13,8 @@
 pub mod adaptive;
 pub mod client;
 pub mod server;
+#[cfg(test)]
+mod tests;
 pub mod tree;
 
 pub use adaptive::{Backoff, BackoffConfig};

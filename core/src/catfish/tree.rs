@@ -6,7 +6,8 @@
 //! do race it: offloading clients READ nodes one-sidedly. Two rules keep them right:
 //!
 //! - An in-place node rewrite is a seqlock (head version odd, body + checksum + tail, head
-//!   even); a reader that catches it mid-way fails [`Node::decode`] and re-reads.
+//!   even); a reader that catches it mid-way fails [`Node::decode`]'s CRC-64 over version
+//!   and body, in whatever order its READ's segments observed the node, and re-reads.
 //! - A split never rewrites the node it splits: both halves go to fresh nodes, then the
 //!   parent is rewritten once to point at them (or a fresh root is published in the
 //!   superblock). A reader holding the old parent still finds every entry in the old node,

@@ -31,6 +31,9 @@ impl CheckConfig {
     }
 }
 
+/// Longer witnesses are not printed (the core is).
+const MAX_PRINTED: usize = 40;
+
 /// One violation: what, why, and a failing sub-history.
 #[derive(Debug, Clone)]
 pub struct Violation {
@@ -42,6 +45,10 @@ pub struct Violation {
     /// Earlier operations of the key left out of the witness: all returned before the
     /// witness's first operation began, and the witness fails whatever state they left.
     pub omitted_before: usize,
+    /// For a long witness: a shorter core found by also dropping writes. It fails from any
+    /// starting state even if the witness's other writes since its first invocation may or
+    /// may not have taken effect, so it is a proof too.
+    pub core: Option<History>,
 }
 
 impl fmt::Display for Violation {
@@ -51,6 +58,34 @@ impl fmt::Display for Violation {
             "linearizability violation (seed {}): {}: {}",
             self.seed, self.subject, self.reason
         )?;
+        if let Some(c) = &self.core {
+            writeln!(
+                f,
+                " core ({} ops; fails from any state, whether or not the other writes \
+                 of the sub-history below took effect):",
+                c.events.len()
+            )?;
+            c.write_events(f)?;
+        }
+        if self.witness.events.len() > MAX_PRINTED {
+            writeln!(
+                f,
+                " failing sub-history: {} ops (`Violation::witness`); those overlapping the \
+                 core's span:",
+                self.witness.events.len()
+            )?;
+            let (lo, hi) = self.core.as_ref().map_or((0, u64::MAX), |c| {
+                let lo = c.events.iter().map(|e| e.call).min().unwrap_or(0);
+                let hi = c.events.iter().map(|e| e.ret).max().unwrap_or(u64::MAX);
+                (lo, hi)
+            });
+            let w = &self.witness;
+            let near = w.events.iter().filter(|e| e.ret >= lo && e.call <= hi);
+            for e in near.take(MAX_PRINTED) {
+                writeln!(f, "  {}", Shown(w, e))?;
+            }
+            return Ok(());
+        }
         if self.omitted_before == 0 {
             writeln!(
                 f,
@@ -281,6 +316,7 @@ pub fn check(h: &History, cfg: &CheckConfig) -> Report {
                     push_violation(&mut rep, cfg, format!("{t}"), reason, s.history);
                     if let Some(v) = rep.violations.last_mut() {
                         v.omitted_before = s.omitted_before;
+                        v.core = s.core;
                     }
                 } else {
                     let w = sub_history(h, &evs);
@@ -334,6 +370,7 @@ fn push_violation(
             reason,
             witness: w,
             omitted_before: 0,
+            core: None,
         });
     } else {
         rep.unlisted += 1;

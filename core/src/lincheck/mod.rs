@@ -50,10 +50,14 @@
 //! search's result. Entries are a set: the caller never inserts an id that may be present.
 //!
 //! # Reporting
-//! A violation names the key (or scan) and a small failing sub-history, shrunk by
-//! repeatedly dropping operations (chunks, then single ones) while the rest still fails;
-//! a write is dropped together with the gets that read its value, so no read is left
-//! orphaned. It prints with the caller's seed.
+//! A violation names the key (or scan) and a failing sub-history, shrunk soundly (it fails
+//! only if the whole does): cut at *quiescent* points (every earlier operation returned before
+//! every later one began; later ones are dropped, earlier ones too if the rest fails from any
+//! starting state), then drop observers (gets, updates/deletes returning false), which only
+//! removes constraints. When that is still long, a short *core* is found by delta debugging
+//! over writes too, keeping a drop only if the rest fails from any state even when the dropped
+//! writes may or may not have taken effect, so the core is a proof as well. Reports print
+//! with the caller's seed.
 //!
 //! # Workload
 //! [`driver::lin_client`] runs one client's operations on any [`KvIndex`](crate::index::KvIndex)

@@ -1,6 +1,9 @@
 //! The index cache: copies of level-1 internal pages (the parents of leaves), keyed by their
 //! low fence, so a lookup goes straight to its leaf in one READ.
 //!
+//! Only verified images enter the cache: pages a READ proved whole (`PageHeader::decode`:
+//! checksum over the whole internal page) or images this handle wrote itself.
+//!
 //! A cached page can be stale; the leaf's fence keys tell. A leaf whose range is left of the
 //! key sends the reader along the sibling chain (and drops the stale copy); anything else that
 //! does not fit drops the copy and the reader descends from the root.

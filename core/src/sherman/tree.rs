@@ -1,7 +1,7 @@
 //! The B-link tree itself: descriptor, traversal, lookups, writes, splits, scans.
 use super::cache::{IndexCache, child_for};
 use super::lock::{Batch, Got, Locks};
-use super::{ShermanConfig, ShermanError};
+use super::{PageCheck, ShermanConfig, ShermanError};
 use crate::alloc::RemoteAllocator;
 use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, Op, QueuePair};
@@ -9,8 +9,8 @@ use crate::index::KvIndex;
 use core::cell::{Cell, RefCell};
 use remora_layouts::region::{HEADER_LEN as REGION_HEADER_LEN, RegionHeader, root_offset};
 use remora_layouts::sherman::{
-    Geometry, KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, internal_entry, leaf_slot,
-    leaf_value, set_internal_entry, set_rear,
+    Geometry, KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, internal_entry, leaf_entry_bytes,
+    leaf_slot, leaf_value, rebind_entry, seal, set_internal_entry, verify_leaf,
 };
 use remora_layouts::{GlobalAddr, NodeId};
 use std_alloc::vec;
@@ -124,6 +124,50 @@ fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
     Ok(k)
 }
 
+/// The page version leaf entries are bound to: the page's own version, except in the
+/// front == rear mutant, whose entries (like the authors') are not bound.
+fn bind_of(check: PageCheck, version: u64) -> u64 {
+    match check {
+        PageCheck::Checksums => version,
+        #[cfg(any(test, feature = "conformance"))]
+        PageCheck::FrontRearOnly => 0,
+    }
+}
+
+/// Encodes a whole leaf image into `img`: version `version`, fences `[low, high)`, `entries`
+/// (key, value) in the first slots, every other slot free, all bound to the version; sealed.
+#[allow(clippy::too_many_arguments)]
+fn encode_leaf(
+    img: &mut [u8],
+    g: &Geometry,
+    check: PageCheck,
+    version: u64,
+    low: u64,
+    high: u64,
+    sibling: u64,
+    entries: &[(u64, Vec<u8>)],
+) {
+    let h = PageHeader {
+        front_version: version,
+        meta: PageHeader::pack_meta(0, true, 0),
+        sibling,
+        low_fence: low,
+        high_fence: high,
+        ..Default::default()
+    };
+    h.encode(img);
+    let bind = bind_of(check, version);
+    for s in 0..g.leaf_capacity() {
+        let at = g.leaf_entry_offset(s);
+        let out = &mut img[at..at + g.leaf_entry_size()];
+        match entries.get(s) {
+            Some((k, v)) => encode_leaf_entry(out, *k, v, 1, true, bind),
+            None => encode_leaf_entry(out, 0, &[], 0, false, bind),
+        }
+    }
+    seal(img, g);
+}
+
 /// Spreads page addresses over lock words (Fibonacci hashing: the high bits of the product).
 fn hash(a: GlobalAddr) -> u64 {
     (a.raw() >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
@@ -159,15 +203,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let root = a0.alloc(qp, cfg.page_size as u64).await?;
         let desc_addr = a0.alloc(qp, DESC_LEN as u64).await?;
         let mut page = vec![0u8; g.page_size];
-        let h = PageHeader {
-            front_version: 1,
-            meta: PageHeader::pack_meta(0, true, 0),
-            low_fence: 0,
-            high_fence: KEY_INFINITY,
-            ..Default::default()
-        };
-        h.encode(&mut page);
-        set_rear(&mut page, &g, 1);
+        encode_leaf(&mut page, &g, cfg.page_check, 1, 0, KEY_INFINITY, 0, &[]);
         let d = Descriptor {
             root,
             page_size: cfg.page_size as u64,
@@ -325,7 +361,20 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             .await?)
     }
 
-    /// READ a page until its image is whole and well-formed.
+    fn decode(&self, page: &[u8]) -> Result<PageHeader, remora_layouts::LayoutError> {
+        match self.cfg.page_check {
+            PageCheck::Checksums => PageHeader::decode(page, &self.g),
+            #[cfg(any(test, feature = "conformance"))]
+            PageCheck::FrontRearOnly => PageHeader::decode_front_rear(page, &self.g),
+        }
+    }
+
+    fn bind(&self, h: &PageHeader) -> u64 {
+        bind_of(self.cfg.page_check, h.front_version)
+    }
+
+    /// READ a page until its image is whole and well-formed (for a leaf: its header; the
+    /// caller verifies the entries it uses against [`Self::bind`]).
     async fn read_page(
         &self,
         addr: GlobalAddr,
@@ -335,7 +384,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let mut why = None;
         for _ in 0..self.cfg.read_retries.max(1) {
             qp.read(addr, buf).await?;
-            match PageHeader::decode(buf, &self.g) {
+            match self.decode(buf) {
                 Ok(h) => return Ok(h),
                 Err(e) => why = Some(e),
             }
@@ -347,14 +396,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         })
     }
 
-    /// READ a leaf until the page is whole and the entries that matter for `key` pass their
-    /// checksums. Returns the header and the live slot of `key`, if any.
+    /// READ a leaf until the header and every slot verify (every slot: which one holds `key`
+    /// is only known once all are). Returns the header and `key`'s live (slot, value length).
     async fn read_leaf(
         &self,
         addr: GlobalAddr,
         buf: &mut [u8],
         key: u64,
-    ) -> Result<(PageHeader, Option<usize>), ShermanError> {
+    ) -> Result<(PageHeader, Option<(usize, usize)>), ShermanError> {
         for _ in 0..self.cfg.read_retries {
             let h = self.read_page(addr, buf).await?;
             if !h.is_leaf() {
@@ -365,7 +414,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     },
                 });
             }
-            match self.find_in_leaf(buf, key) {
+            match self.find_in_leaf(buf, self.bind(&h), key) {
                 Ok(found) => return Ok((h, found)),
                 Err(_) => yield_now().await,
             }
@@ -375,18 +424,32 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         })
     }
 
-    /// The live slot holding `key`; only candidate slots are checksummed.
+    /// The live (slot, value length) holding `key`, every slot verified against `bind`. (The
+    /// mutant checks only slots whose key word matches, as the authors' code does.)
     fn find_in_leaf(
         &self,
         page: &[u8],
+        bind: u64,
         key: u64,
-    ) -> Result<Option<usize>, remora_layouts::LayoutError> {
+    ) -> Result<Option<(usize, usize)>, remora_layouts::LayoutError> {
+        let mut found = None;
+        if self.cfg.page_check == PageCheck::Checksums {
+            verify_leaf(page, &self.g, bind, |s, slot| {
+                if let Slot::Live { key: k, len, .. } = slot
+                    && k == key
+                    && found.is_none()
+                {
+                    found = Some((s, len));
+                }
+            })?;
+            return Ok(found);
+        }
         for s in 0..self.g.leaf_capacity() {
-            let at = self.g.leaf_entry_offset(s);
-            let meta = u64::from_le_bytes(page[at..at + 8].try_into().expect("8 bytes"));
-            let k = u64::from_le_bytes(page[at + 8..at + 16].try_into().expect("8 bytes"));
-            if meta != 0 && k == key && matches!(leaf_slot(page, &self.g, s)?, Slot::Live { .. }) {
-                return Ok(Some(s));
+            let e = leaf_entry_bytes(page, &self.g, s).unwrap_or(&[]);
+            if e.get(8..16) == Some(&key.to_le_bytes()[..])
+                && let Slot::Live { len, .. } = leaf_slot(page, &self.g, s, bind)?
+            {
+                return Ok(Some((s, len)));
             }
         }
         Ok(None)
@@ -481,21 +544,33 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 addr = GlobalAddr::from_raw(h.sibling);
                 continue;
             }
-            return Ok(found.map(|s| {
-                let v = leaf_value(buf, &self.g, s);
-                let n = v.len().min(out.len());
-                out[..n].copy_from_slice(&v[..n]);
-                v.len()
-            }));
+            let Some((s, len)) = found else {
+                return Ok(None);
+            };
+            let got = out.len();
+            let dst = out
+                .get_mut(..len)
+                .ok_or(ShermanError::BufferTooSmall { need: len, got })?;
+            dst.copy_from_slice(leaf_value(buf, &self.g, s, len));
+            return Ok(Some(len));
         }
         Err(ShermanError::Retries {
             what: "lookup did not settle",
         })
     }
 
-    /// Ops writing page image `img` (version `v` already in its header) whole: rear version,
-    /// body, front version — in this order, so a racing READ cannot see front == rear.
+    /// Ops writing sealed page image `img` whole: one WRITE (readers verify its content, so
+    /// the order its segments land in does not matter). The mutant writes rear version,
+    /// body, front version as three ordered WRITEs, as its check needs.
     fn page_write_ops<'b>(&self, addr: GlobalAddr, img: &'b [u8], ops: &mut Batch<'b>) {
+        if self.cfg.page_check == PageCheck::Checksums {
+            ops.push(Op::Write {
+                remote: addr,
+                local: img,
+            })
+            .expect("a doorbell batch holds at most 5 work requests");
+            return;
+        }
         let rear = self.g.rear_offset();
         ops.push(Op::Write {
             remote: addr.add(rear as u64),
@@ -588,25 +663,17 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 Step::Restart
             });
         }
-        let slot_version = |s: usize| match leaf_slot(buf, &self.g, s) {
-            Ok(Slot::Live { version, .. } | Slot::Free { version }) => Some(version),
-            Ok(Slot::Empty) => Some(0),
-            Err(_) => None,
-        };
+        let bind = self.bind(&h);
         let (slot, valid) = match (found, change) {
-            (Some(s), Change::Upsert | Change::Update) => (s, true),
-            (Some(s), Change::Delete) => (s, false),
+            (Some((s, _)), Change::Upsert | Change::Update) => (s, true),
+            (Some((s, _)), Change::Delete) => (s, false),
             (None, Change::Update | Change::Delete) => {
                 self.locks.release(qp, lock, &mut Batch::new()).await?;
                 return Ok(Step::Done(false));
             }
             (None, Change::Upsert) => {
-                let free = (0..self.g.leaf_capacity()).find(|&s| {
-                    matches!(
-                        leaf_slot(buf, &self.g, s),
-                        Ok(Slot::Empty | Slot::Free { .. })
-                    )
-                });
+                let free = (0..self.g.leaf_capacity())
+                    .find(|&s| matches!(leaf_slot(buf, &self.g, s, bind), Ok(Slot::Free { .. })));
                 match free {
                     Some(s) => (s, true),
                     None => {
@@ -616,36 +683,35 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 }
             }
         };
-        let version = slot_version(slot).unwrap_or(0).wrapping_add(1);
-        let mut padded = [0u8; 256];
-        padded[..value.len()].copy_from_slice(value);
-        let val = if valid {
-            &padded[..self.g.value_size]
-        } else {
-            &[0u8; 256][..self.g.value_size]
+        let version = match leaf_slot(buf, &self.g, slot, bind) {
+            Ok(Slot::Live { version, .. } | Slot::Free { version }) => version.wrapping_add(1),
+            Err(_) => 0,
         };
         let at = self.g.leaf_entry_offset(slot);
-        encode_leaf_entry(
-            &mut buf[at..at + self.g.leaf_entry_size()],
-            key,
-            val,
-            version,
-            valid,
-        );
+        let entry = at..at + self.g.leaf_entry_size();
+        let val = if valid { value } else { &[] };
         let mut ops = Batch::new();
         if self.cfg.two_level_versions {
+            encode_leaf_entry(&mut buf[entry.clone()], key, val, version, valid, bind);
             ops.push(Op::Write {
                 remote: addr.add(at as u64),
-                local: &buf[at..at + self.g.leaf_entry_size()],
+                local: &buf[entry],
             })
             .expect("a doorbell batch holds at most 5 work requests");
             self.locks.release(qp, lock, &mut ops).await?;
         } else {
-            let v = h.front_version.wrapping_add(1).max(1);
+            // Whole page under a new version: every slot (verified under the lock) is
+            // rebound to it.
             let mut nh = h;
-            nh.front_version = v;
+            nh.front_version = h.front_version.wrapping_add(1).max(1);
+            let nbind = self.bind(&nh);
+            for s in 0..self.g.leaf_capacity() {
+                let at = self.g.leaf_entry_offset(s);
+                rebind_entry(&mut buf[at..at + self.g.leaf_entry_size()], nbind);
+            }
+            encode_leaf_entry(&mut buf[entry], key, val, version, valid, nbind);
             nh.encode(buf);
-            set_rear(buf, &self.g, v);
+            seal(buf, &self.g);
             self.page_write_ops(addr, buf, &mut ops);
             self.locks.release(qp, lock, &mut ops).await?;
         }
@@ -663,16 +729,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         buf: &mut [u8],
     ) -> Result<(), ShermanError> {
         let qp = self.qp(addr)?;
-        let vs = self.g.value_size;
+        let bind = self.bind(h);
         let mut entries: Vec<(u64, Vec<u8>)> = Vec::with_capacity(self.g.leaf_capacity() + 1);
         for s in 0..self.g.leaf_capacity() {
-            if let Ok(Slot::Live { key: k, .. }) = leaf_slot(buf, &self.g, s) {
-                entries.push((k, leaf_value(buf, &self.g, s).to_vec()));
+            if let Ok(Slot::Live { key: k, len, .. }) = leaf_slot(buf, &self.g, s, bind) {
+                entries.push((k, leaf_value(buf, &self.g, s, len).to_vec()));
             }
         }
-        let mut v = vec![0u8; vs];
-        v[..value.len()].copy_from_slice(value);
-        entries.push((key, v));
+        entries.push((key, value.to_vec()));
         entries.sort_unstable_by_key(|e| e.0);
         let mid = entries.len() / 2;
         let sep = entries[mid].0;
@@ -686,26 +750,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let leaf_image =
             |version: u64, low: u64, high: u64, sibling: u64, part: &[(u64, Vec<u8>)]| {
                 let mut img = vec![0u8; self.g.page_size];
-                let hh = PageHeader {
-                    front_version: version,
-                    meta: PageHeader::pack_meta(0, true, 0),
-                    sibling,
-                    low_fence: low,
-                    high_fence: high,
-                    ..Default::default()
-                };
-                hh.encode(&mut img);
-                for (i, (k, val)) in part.iter().enumerate() {
-                    let at = self.g.leaf_entry_offset(i);
-                    encode_leaf_entry(
-                        &mut img[at..at + self.g.leaf_entry_size()],
-                        *k,
-                        val,
-                        1,
-                        true,
-                    );
-                }
-                set_rear(&mut img, &self.g, version);
+                let check = self.cfg.page_check;
+                encode_leaf(&mut img, &self.g, check, version, low, high, sibling, part);
                 img
             };
         let right = leaf_image(1, sep, h.high_fence, h.sibling, &entries[mid..]);
@@ -779,7 +825,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         };
         h.encode(&mut img);
         set_internal_entry(&mut img, &self.g, 0, sep, right.raw());
-        set_rear(&mut img, &self.g, 1);
+        seal(&mut img, &self.g);
         let mut old = 0u64;
         qp.post(&mut [
             Op::Write {
@@ -873,7 +919,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         for (i, (k, c)) in part.iter().enumerate() {
                             set_internal_entry(&mut img, &self.g, i, *k, *c);
                         }
-                        set_rear(&mut img, &self.g, version);
+                        seal(&mut img, &self.g);
                         img
                     };
                     let v = h.front_version.wrapping_add(1).max(1);
@@ -958,7 +1004,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             let mut key = from;
             let mut seen = 0usize;
             let mut addr = self.locate(key, &mut buf).await?;
-            let mut batch: Vec<(u64, usize)> = Vec::with_capacity(self.g.leaf_capacity());
+            let mut batch: Vec<(u64, usize, usize)> = Vec::with_capacity(self.g.leaf_capacity());
             'pages: for _ in 0..MAX_HOPS {
                 if seen >= limit {
                     break;
@@ -966,21 +1012,24 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 let mut h = None;
                 for _ in 0..self.cfg.read_retries {
                     let hh = self.read_page(addr, &mut buf).await?;
-                    batch.clear();
-                    let mut torn = false;
-                    for s in 0..self.g.leaf_capacity() {
-                        match leaf_slot(&buf, &self.g, s) {
-                            Ok(Slot::Live { key: k, .. }) if k >= key && k < hh.high_fence => {
-                                batch.push((k, s))
-                            }
-                            Ok(_) => {}
-                            Err(_) => {
-                                torn = true;
-                                break;
-                            }
-                        }
+                    if !hh.is_leaf() {
+                        return Err(ShermanError::Corrupt {
+                            addr,
+                            why: remora_layouts::LayoutError::Inconsistent {
+                                what: "expected a leaf",
+                            },
+                        });
                     }
-                    if !torn {
+                    batch.clear();
+                    let whole = verify_leaf(&buf, &self.g, self.bind(&hh), |s, slot| {
+                        if let Slot::Live { key: k, len, .. } = slot
+                            && k >= key
+                            && k < hh.high_fence
+                        {
+                            batch.push((k, s, len))
+                        }
+                    });
+                    if whole.is_ok() {
                         h = Some(hh);
                         break;
                     }
@@ -999,11 +1048,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     continue 'pages;
                 }
                 batch.sort_unstable_by_key(|e| e.0);
-                for &(k, s) in &batch {
+                // A key deleted and re-inserted into another slot while the READ ran can show
+                // up in both slots: report it once.
+                batch.dedup_by_key(|e| e.0);
+                for &(k, s, len) in &batch {
                     if seen >= limit {
                         break;
                     }
-                    visit(&k.to_be_bytes(), leaf_value(&buf, &self.g, s));
+                    visit(&k.to_be_bytes(), leaf_value(&buf, &self.g, s, len));
                     seen += 1;
                 }
                 if h.high_fence == KEY_INFINITY || h.sibling == 0 {

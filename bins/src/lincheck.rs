@@ -1,0 +1,303 @@
+//! `remora check --linearizability`: records `lin_client` histories of an index on the sim
+//! or soft fabric, one per seed, and checks each for a linearization
+//! (`remora_core::lincheck`). Prints, per run, the histories, operations checked and
+//! violations (each with its seed and a minimal failing sub-history); exits non-zero on a
+//! violation or an inconclusive key.
+use crate::args::{FabricKind, PerfArgs};
+use crate::bench::IndexKind;
+use crate::bench::index::{Handle, IndexCfg};
+use clap::Args;
+use remora::core::canrt::CanrtConfig;
+use remora::core::erda::{ErdaClientConfig, ErdaConfig};
+use remora::core::lincheck::driver::{LinSpec, lin_client};
+use remora::core::lincheck::{CheckConfig, History, Recorder, Report, check};
+use remora::core::sherman::ShermanConfig;
+use remora::core::smart::{KeyMode, SmartConfig, Techniques};
+use remora::poller::executor::run_coroutines;
+use remora::poller::sim::{Sim, SimConfig};
+use remora::poller::soft::{NodeConfig, SoftMemoryNode};
+use std::cell::RefCell;
+use std::time::Instant;
+
+/// `remora check`: the fabric conformance suite, or with `--linearizability` an index's
+/// histories.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub lin: LinArgs,
+    #[command(flatten)]
+    pub perf: PerfArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LinArgs {
+    /// Check an index's histories for linearizability (instead of the fabric conformance suite).
+    #[arg(long)]
+    pub linearizability: bool,
+    /// The index to check.
+    #[arg(long, value_enum, default_value = "smart")]
+    pub index: IndexKind,
+    /// Seeds, one history each: `A..B` (B excluded), `A..=B`, or one number.
+    #[arg(long, default_value = "1..=4")]
+    pub seeds: String,
+    /// Operations per history, over all clients.
+    #[arg(long, default_value_t = 4800)]
+    pub ops: u64,
+    /// Clients on the sim (spread over 4 compute nodes); on soft, `--threads` × `--coroutines`.
+    #[arg(long, default_value_t = 16)]
+    pub clients: u32,
+    /// Shared hot keys.
+    #[arg(long, default_value_t = 4)]
+    pub hot_keys: u64,
+    /// Cold keys per client.
+    #[arg(long, default_value_t = 32)]
+    pub cold_keys: u64,
+    /// Percentage of operations on hot keys.
+    #[arg(long, default_value_t = 50)]
+    pub hot_percent: u64,
+}
+
+/// Parses `A..B`, `A..=B` or `N`.
+fn seeds(s: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
+    let num = |x: &str| {
+        x.trim()
+            .parse::<u64>()
+            .map_err(|e| format!("--seeds {s:?}: {e}"))
+    };
+    if let Some((a, b)) = s.split_once("..=") {
+        Ok(num(a)?..=num(b)?)
+    } else if let Some((a, b)) = s.split_once("..") {
+        let b = num(b)?;
+        if b == 0 {
+            return Err(format!("--seeds {s:?}: empty range"));
+        }
+        Ok(num(a)?..=b - 1)
+    } else {
+        let n = num(s)?;
+        Ok(n..=n)
+    }
+}
+
+/// The index as the lincheck tests configure it: small nodes so a few hundred keys split,
+/// resize and collide.
+fn index_cfg(kind: IndexKind) -> IndexCfg {
+    match kind {
+        IndexKind::Smart => IndexCfg::Smart {
+            cfg: SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8),
+            t: Techniques::SMART,
+        },
+        IndexKind::Sherman | IndexKind::FgPlus => {
+            let (base, name) = if kind == IndexKind::FgPlus {
+                (ShermanConfig::fg_plus(), "fg+")
+            } else {
+                (ShermanConfig::sherman(), "sherman")
+            };
+            IndexCfg::Sherman {
+                cfg: ShermanConfig {
+                    page_size: 256,
+                    ..base
+                },
+                name,
+            }
+        }
+        IndexKind::Canrt => IndexCfg::Canrt {
+            cfg: CanrtConfig {
+                slots: 8,
+                ..CanrtConfig::new(0)
+            },
+        },
+        IndexKind::Erda => IndexCfg::Erda {
+            server: ErdaConfig::small(),
+            client: ErdaClientConfig::default(),
+        },
+    }
+}
+
+fn spec(a: &LinArgs, client: u32, clients: u32, seed: u64, scans: bool) -> LinSpec {
+    LinSpec {
+        hot: a.hot_keys,
+        cold: a.cold_keys,
+        hot_percent: a.hot_percent,
+        ..LinSpec::new(client, a.ops.div_ceil(clients as u64), seed, scans)
+    }
+}
+
+/// One seed on the sim: 4 compute nodes, `clients` clients, virtual time.
+fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String> {
+    let clients = a.clients;
+    let per = a.ops.div_ceil(clients as u64) as usize * clients as usize;
+    let rec = Recorder::new(per, per * 17);
+    let errors = RefCell::new(Vec::<String>::new());
+    let server = cfg.server_handler();
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 4,
+        memory_nodes: if server.is_some() { 1 } else { 2 },
+        region_len: 64 << 20,
+        seed,
+        ..SimConfig::default()
+    })
+    .map_err(|e| e.0)?;
+    if let Some(h) = server {
+        sim.set_handler(0, h).map_err(|e| e.0)?;
+    }
+    let first = sim.client(0).map_err(|e| e.0)?;
+    let errs = &errors;
+    sim.spawn_with(&first, 0, move |ctx| async move {
+        if let Err(e) = Handle::open(ctx.ep(), cfg).await {
+            errs.borrow_mut().push(format!("creating the index: {e}"));
+        }
+    });
+    sim.run();
+    if let Some(e) = errors.borrow().first() {
+        return Err(format!("seed {seed}: {e}"));
+    }
+    let scans = !matches!(cfg, IndexCfg::Erda { .. });
+    for c in 0..clients {
+        let base = sim.client(c as usize % 4).map_err(|e| e.0)?;
+        let (rec, errs) = (&rec, &errors);
+        let s = spec(a, 1 + c, clients, seed, scans);
+        sim.spawn_with(&base, 0, move |ctx| async move {
+            let idx = match Handle::open(ctx.ep(), cfg).await {
+                Ok(i) => i,
+                Err(e) => return errs.borrow_mut().push(format!("client {}: {e}", s.client)),
+            };
+            let clock = || ctx.now_ns();
+            if let Err(e) = lin_client(&idx, &s, rec, &clock).await {
+                errs.borrow_mut().push(format!("client {}: {e}", s.client));
+            }
+        });
+    }
+    let r = sim.run();
+    drop(sim);
+    if r.unfinished > 0 {
+        return Err(format!(
+            "seed {seed}: {} clients never finished",
+            r.unfinished
+        ));
+    }
+    if let Some(e) = errors.borrow().first() {
+        return Err(format!("seed {seed}: {e}"));
+    }
+    rec.finish().map_err(|e| e.to_string())
+}
+
+/// One seed on soft threads: `threads` × `coroutines` clients, one recorder per thread,
+/// merged by a shared clock.
+fn soft_history(
+    a: &LinArgs,
+    cfg: &IndexCfg,
+    seed: u64,
+    threads: usize,
+    coros: usize,
+) -> Result<History, String> {
+    let clients = (threads * coros) as u32;
+    if clients == 0 || clients > 255 {
+        return Err("--threads × --coroutines must be 1..=255 clients".into());
+    }
+    let ncfg = NodeConfig {
+        region_len: 64 << 20,
+        chunk_size: 256 << 10,
+        ..NodeConfig::default()
+    };
+    let node = match cfg.server_handler() {
+        Some(h) => SoftMemoryNode::create_with(ncfg, h),
+        None => SoftMemoryNode::create(ncfg),
+    }
+    .map_err(|e| format!("memory node: {e}"))?;
+    let _srv = node.spawn_server();
+    {
+        let ep = node.endpoint().map_err(|e| e.to_string())?;
+        remora::core::block_on::block_on(Handle::open(&ep, cfg))
+            .map_err(|e| format!("creating the index: {e}"))?;
+    }
+    let scans = !matches!(cfg, IndexCfg::Erda { .. });
+    let start = Instant::now();
+    let parts: Result<Vec<History>, String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|th| {
+                let node = &node;
+                s.spawn(move || -> Result<History, String> {
+                    let ep = node.endpoint().map_err(|e| e.to_string())?;
+                    let idx = remora::core::block_on::block_on(Handle::open(&ep, cfg))?;
+                    let per = a.ops.div_ceil(clients as u64) as usize * coros;
+                    let rec = Recorder::new(per, per * 17);
+                    let clock = || start.elapsed().as_nanos() as u64;
+                    let futs: Vec<_> = (0..coros)
+                        .map(|c| {
+                            let s = spec(a, 1 + (th * coros + c) as u32, clients, seed, scans);
+                            let (idx, rec, clock) = (&idx, &rec, &clock);
+                            async move {
+                                lin_client(idx, &s, rec, clock)
+                                    .await
+                                    .map_err(|e| format!("client {}: {e}", s.client))
+                            }
+                        })
+                        .collect();
+                    for r in run_coroutines(futs) {
+                        r?;
+                    }
+                    rec.finish().map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .map_err(|_| "a client thread panicked".to_string())?
+            })
+            .collect()
+    });
+    Ok(History::merge(
+        parts.map_err(|e| format!("seed {seed}: {e}"))?,
+    ))
+}
+
+/// Runs `remora check --linearizability` (`threads` × `coros` clients on soft).
+pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Result<(), String> {
+    let seeds = seeds(&a.seeds)?;
+    if !(1..=255).contains(&a.clients) {
+        return Err("--clients must be 1..=255".into());
+    }
+    let cfg = index_cfg(a.index);
+    let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);
+    let (mut check_s, wall) = (0f64, Instant::now());
+    for seed in seeds {
+        let h = match fabric {
+            FabricKind::Sim => sim_history(a, &cfg, seed)?,
+            FabricKind::Soft => soft_history(a, &cfg, seed, threads, coros)?,
+            FabricKind::Verbs => {
+                return Err("--linearizability runs on --fabric sim or soft".into());
+            }
+        };
+        let t0 = Instant::now();
+        let r: Report = check(&h, &CheckConfig::new(seed));
+        check_s += t0.elapsed().as_secs_f64();
+        histories += 1;
+        ops += r.ops as u64;
+        violations += r.violations.len() + r.unlisted;
+        inconclusive += r.inconclusive.len();
+        if r.is_ok() {
+            println!(
+                "seed {seed}: {} ops, {} keys, {} scans: linearizable",
+                r.ops, r.keys, r.scans
+            );
+        } else {
+            print!("{r}");
+        }
+    }
+    println!(
+        "{}: {histories} histories, {ops} operations checked ({:.0} ops/s checking, {:.1} s in \
+         all), {violations} violations, {inconclusive} inconclusive",
+        cfg.index_name(),
+        ops as f64 / check_s.max(1e-9),
+        wall.elapsed().as_secs_f64()
+    );
+    if violations + inconclusive > 0 {
+        return Err(format!(
+            "{} is not shown linearizable: {violations} violations, {inconclusive} inconclusive",
+            cfg.index_name()
+        ));
+    }
+    Ok(())
+}

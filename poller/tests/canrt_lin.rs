@@ -1,0 +1,121 @@
+//! CANRT's linearizability on the simulated cluster over many seeds (`remora_core::lincheck`):
+//! 16 clients race on shared hot keys (upserts, updates, deletes, gets, scans) while the
+//! tree splits, READ and WRITE segments landing in shuffled order (and ascending, the old
+//! fabric), with and without delayed messages. `CANRT_LIN_SEEDS=n` runs seeds 1..=n of each
+//! variant (CI: 3).
+use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora_core::fabric::SegmentOrder;
+use remora_core::lincheck::driver::{LinSpec, lin_client};
+use remora_core::lincheck::{CheckConfig, Recorder, Report, check};
+use remora_poller::sim::{Faults, Sim, SimConfig};
+use std::cell::RefCell;
+
+const CLIENTS: u32 = 16;
+const OPS: u64 = 300;
+
+/// One history of 16 clients on one seed, checked.
+fn history(seed: u64, order: SegmentOrder, delays: bool, slots: u32) -> Report {
+    let cfg = CanrtConfig {
+        slots,
+        ..CanrtConfig::new(0)
+    };
+    let rec = Recorder::new(
+        (CLIENTS as u64 * OPS) as usize,
+        (CLIENTS as u64 * OPS * 17) as usize,
+    );
+    let errors = RefCell::new(Vec::<String>::new());
+    let mut faults = Faults::none();
+    if delays {
+        faults.delay_prob = 0.05;
+        faults.delay_max_ps = 20_000_000;
+    }
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 4,
+        memory_nodes: 1,
+        region_len: 32 << 20,
+        seed,
+        faults,
+        segment_order: order,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
+    let c0 = sim.client(0).unwrap();
+    sim.spawn_with(&c0, 0, move |ctx| async move {
+        Canrt::open(ctx.ep(), cfg).await.unwrap();
+    });
+    assert_eq!(sim.run().unfinished, 0, "seed {seed}: open did not finish");
+    for node in 0..4 {
+        for c in 0..4u32 {
+            let ctx = sim.client(node).unwrap();
+            let (rec, errors) = (&rec, &errors);
+            let client = 1 + node as u32 * 4 + c;
+            sim.spawn_with(&ctx, 0, move |ctx| async move {
+                let t = match Canrt::open(ctx.ep(), cfg).await {
+                    Ok(t) => t,
+                    Err(e) => {
+                        errors
+                            .borrow_mut()
+                            .push(format!("client {client}: open: {e}"));
+                        return;
+                    }
+                };
+                let spec = LinSpec {
+                    cold: 32,
+                    hot_percent: 60,
+                    ..LinSpec::new(client, OPS, seed, true)
+                };
+                let clock = || ctx.now_ns();
+                if let Err(e) = lin_client(&t, &spec, rec, &clock).await {
+                    errors.borrow_mut().push(format!("client {client}: {e}"));
+                }
+            });
+        }
+    }
+    let r = sim.run();
+    let errs = errors.borrow();
+    assert!(
+        errs.is_empty(),
+        "seed {seed}: {} clients failed, first: {}",
+        errs.len(),
+        errs[0]
+    );
+    assert_eq!(r.unfinished, 0, "seed {seed}: clients never finished");
+    drop(errs);
+    drop(sim);
+    let h = rec.finish().expect("recorder sized for the workload");
+    assert_eq!(h.events.len() as u64, CLIENTS as u64 * OPS);
+    check(&h, &CheckConfig::new(seed))
+}
+
+fn seeds() -> u64 {
+    std::env::var("CANRT_LIN_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+}
+
+fn run(name: &str, order: SegmentOrder, delays: bool, slots: u32) {
+    for seed in 1..=seeds() {
+        let r = history(seed, order, delays, slots);
+        println!("{name}: {r}");
+        assert!(r.is_ok(), "{name}: {r}");
+        assert!(r.scans > 50, "{name}: {r}");
+    }
+}
+
+#[test]
+fn canrt_is_linearizable_with_shuffled_segments() {
+    run("shuffled", SegmentOrder::Shuffled, false, 8);
+}
+
+#[test]
+fn canrt_is_linearizable_with_shuffled_segments_and_delays() {
+    // Four slots a node: the tree splits all the time.
+    run("shuffled+delays", SegmentOrder::Shuffled, true, 4);
+}
+
+#[test]
+fn canrt_is_linearizable_with_ascending_segments() {
+    run("ascending", SegmentOrder::Ascending, true, 8);
+}
