@@ -291,9 +291,9 @@ fn upsert_never_lands(seed: u64) -> (bool, Option<u8>, bool, Option<u8>) {
     sim.spawn_with(&ctx, 0, move |ctx| async move {
         let e = Erda::open(ctx.ep(), cfg).await.unwrap();
         let mut waited = 0;
-        // Client 2 waits out the dead writer's lease (10 ms), then fences it.
+        // Client 2 waits out the dead writer's lease (100 ms), then fences it.
         while s.borrow().0.is_none() {
-            ctx.sleep(10_000).await;
+            ctx.sleep(100_000).await;
             waited += 1;
             assert!(waited < 10_000, "client 2's delete never returned");
         }
@@ -524,7 +524,7 @@ fn crash_run(seed: u64, post: u64, upserts: u32) -> CrashRun {
 /// durable mark, so the crash points alternate between "request never sent" and "granted,
 /// nothing written"), over seeds. The survivors never fail (no `Incomplete`, no `Held`),
 /// their histories with the victim's are linearizable (its last upsert of unknown outcome),
-/// a grant left in flight costs them about one lease (10 ms) and a fence, and virtual time
+/// a grant left in flight costs them about one lease (100 ms) and a fence, and virtual time
 /// stays bounded.
 #[test]
 fn a_writer_dying_at_any_verb_stalls_nobody_for_long() {
@@ -533,7 +533,7 @@ fn a_writer_dying_at_any_verb_stalls_nobody_for_long() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(4);
-    let lease = remora_core::lease::LeaseConfig::default().lease_ns;
+    let lease = remora_core::erda::LEASE_NS;
     let (mut points, mut held, mut ops) = (0u64, 0u64, 0u64);
     // The longest survivor operation of each run, where the victim left a grant in flight,
     // and where it did not.
@@ -767,8 +767,8 @@ fn stalled_whole_writer(seed: u64) -> (Option<u8>, bool, Option<u8>, bool, u64, 
         let n = encode_object(&mut obj, K, &[2u8; 8], false).unwrap();
         let qp = ctx.qp(0).unwrap();
         qp.write(at, &obj[..n]).await.unwrap();
-        // Stalls for 50 ms before its durable mark.
-        ctx.sleep(50_000_000).await;
+        // Stalls for 500 ms before its durable mark.
+        ctx.sleep(500_000_000).await;
         let mark = remora_layouts::erda::durable_mark(units).to_le_bytes();
         s.borrow_mut().3 = Some(qp.write(at.add(n as u64), &mark).await.is_err());
     });
@@ -813,7 +813,7 @@ fn stalled_whole_writer(seed: u64) -> (Option<u8>, bool, Option<u8>, bool, u64, 
 
 #[test]
 fn a_stalled_writers_whole_object_is_adopted_after_a_fence() {
-    let lease = remora_core::lease::LeaseConfig::default().lease_ns;
+    let lease = remora_core::erda::LEASE_NS;
     for seed in 1..=3 {
         let (g, u, g2, late_refused, fenced, took, before) = stalled_whole_writer(seed);
         assert_eq!(before, Some(2), "seed {seed}: the object before the update");

@@ -95,7 +95,8 @@
 //!   it cannot fence (fencing is a client verb, [`Endpoint::fence`](crate::fabric::Endpoint::fence)),
 //!   and reverting a grant whose writer is merely slow without a fence would let its late
 //!   WRITE land a whole object in a slot no word names. Once the same grant has been
-//!   reported for a whole lease (`ErdaClientConfig::lease`, 10 ms by default), the waiter
+//!   reported for a whole lease (`ErdaClientConfig::lease`, [`LEASE_NS`] = 100 ms by
+//!   default), the waiter
 //!   fences its writer and repeats its request with `revoke` naming the grant.
 //! - The server then **settles** the grant (the repair step of the lease protocol): if the
 //!   object is whole it is kept (readers may have returned it) and, as its writer never
@@ -237,6 +238,14 @@ impl Default for ErdaConfig {
     }
 }
 
+/// Erda's default lease (100 ms; remora's locks default to 10 ms). An Erda grant is held
+/// across a server round trip (the request, the server thread's turn, the reply) and the
+/// writer's WRITE, on a client thread its coroutines share: with 10 ms, `remora check`'s soft
+/// runs (4 threads x 4 coroutines on a 2-core machine at load 14-18) fenced live writers in
+/// every run; with 100 ms, in none of 6. A dead writer costs its key's other writers about
+/// this long.
+pub const LEASE_NS: u64 = 100_000_000;
+
 /// What a client handle needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErdaClientConfig {
@@ -268,7 +277,10 @@ impl Default for ErdaClientConfig {
         ErdaClientConfig {
             node: 0,
             value_size: 8,
-            lease: LeaseConfig::default_lease(),
+            lease: LeaseConfig {
+                lease_ns: LEASE_NS,
+                ..LeaseConfig::default_lease()
+            },
             assume_ascending_reads: false,
             unflushed_writes: false,
         }
