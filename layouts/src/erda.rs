@@ -854,17 +854,21 @@ impl Status {
 
 pub const REP_STATUS: Field = Field::new("status", 0, 8);
 pub const REP_HEAD: Field = Field::new("head", 8, 8);
+pub const REP_AUX: Field = Field::new("aux", 16, 16);
 pub const REP_SEQ: Field = Field::new("seq", 32, 32);
-const _: () = assert_disjoint(&[REP_STATUS, REP_HEAD, REP_SEQ]);
+const _: () = assert_disjoint(&[REP_STATUS, REP_HEAD, REP_AUX, REP_SEQ]);
 
-/// The server's SEND back: `[word: status, head, sequence][u64: units or superblock offset]`.
-/// For a hello, `seq` carries the client id granted.
+/// The server's SEND back: `[word: status, head, aux, sequence][u64: units or superblock
+/// offset]`. For a hello, `seq` carries the client id granted. For `Busy`, `aux` is the
+/// length of the grant in flight's object in 8-byte units (its durable mark follows it), so
+/// the waiter can watch for the mark with one-sided READs instead of asking the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
     pub status: Status,
     pub head: u8,
     pub seq: u32,
     pub arg: u64,
+    pub aux: u16,
 }
 
 pub const REPLY_LEN: usize = 16;
@@ -873,6 +877,7 @@ impl Reply {
     pub fn encode(&self) -> [u8; REPLY_LEN] {
         let w = REP_STATUS.set(0, self.status as u64);
         let w = REP_HEAD.set(w, self.head as u64);
+        let w = REP_AUX.set(w, self.aux as u64);
         let w = REP_SEQ.set(w, self.seq as u64);
         let mut out = [0u8; REPLY_LEN];
         out[..8].copy_from_slice(&w.to_le_bytes());
@@ -887,7 +892,7 @@ impl Reply {
             });
         }
         let w = read_u64(bytes, 0)?;
-        if w & !(REP_STATUS.mask() | REP_HEAD.mask() | REP_SEQ.mask()) != 0 {
+        if w & !(REP_STATUS.mask() | REP_HEAD.mask() | REP_AUX.mask() | REP_SEQ.mask()) != 0 {
             return Err(LayoutError::OutOfRange {
                 field: "reply",
                 value: w,
@@ -898,6 +903,7 @@ impl Reply {
             head: REP_HEAD.get(w) as u8,
             seq: REP_SEQ.get(w) as u32,
             arg: read_u64(bytes, 8)?,
+            aux: REP_AUX.get(w) as u16,
         })
     }
 }
@@ -1029,6 +1035,7 @@ mod tests {
             head: 3,
             seq: 9,
             arg: 1234,
+            aux: 77,
         };
         assert_eq!(Reply::decode(&p.encode()), Ok(p));
         assert!(Reply::decode(&[0u8; REPLY_LEN]).is_err());

@@ -310,22 +310,46 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 units,
                 waited_ns,
             };
-            match w.observe(word, now) {
-                Verdict::Wait(ns) => self.ep.pause(ns).await,
-                // A writer of this very handle (another coroutine) is never fenced; an
-                // unnamed one cannot be.
-                Verdict::Expired { .. } if who == 0 || who == self.ep.client_id() => {}
-                Verdict::Expired { .. } => match self.ep.fence(self.cfg.node, who).await {
-                    Ok(()) => {
-                        bump(&self.fenced);
-                        revoke = units;
-                    }
-                    Err(FabricError::Unsupported { .. }) => {
-                        return Err(held(self.ep.now_ns().saturating_sub(now)));
-                    }
-                    Err(e) => return Err(e.into()),
-                },
-                Verdict::GiveUp { waited_ns, .. } => return Err(held(waited_ns)),
+            // Where the grant's durable mark will be: watched with one-sided READs (no
+            // server CPU) between requests.
+            let len = u64::from(reply.aux) * 8;
+            let mark_at = self
+                .object_addr(reply.head, units)
+                .ok()
+                .filter(|_| len > 0 && self.sb.head_remaining(units) >= len + 8)
+                .map(|a| a.add(len));
+            let mut polls = 0u32;
+            loop {
+                match w.observe(word, self.ep.now_ns()) {
+                    Verdict::Wait(ns) => self.ep.pause(ns).await,
+                    // A writer of this very handle (another coroutine) is never fenced; an
+                    // unnamed one cannot be.
+                    Verdict::Expired { .. } if who == 0 || who == self.ep.client_id() => break,
+                    Verdict::Expired { .. } => match self.ep.fence(self.cfg.node, who).await {
+                        Ok(()) => {
+                            bump(&self.fenced);
+                            revoke = units;
+                            break;
+                        }
+                        Err(FabricError::Unsupported { .. }) => {
+                            return Err(held(self.ep.now_ns().saturating_sub(now)));
+                        }
+                        Err(e) => return Err(e.into()),
+                    },
+                    Verdict::GiveUp { waited_ns, .. } => return Err(held(waited_ns)),
+                }
+                polls += 1;
+                // Ask the server again once the mark is there, and every 16 looks anyway
+                // (another waiter may have had the grant settled, and a new one be in flight).
+                let Some(at) = mark_at else { break };
+                if polls.is_multiple_of(16) {
+                    break;
+                }
+                let mut m = [0u8; 8];
+                self.qp()?.read(at, &mut m).await?;
+                if u64::from_le_bytes(m) == durable_mark(units) {
+                    break;
+                }
             }
         }
     }

@@ -347,6 +347,7 @@ impl ErdaServer {
                     head: 0,
                     seq: id as u32,
                     arg: st.sb_off,
+                    aux: 0,
                 }
             }
             None => Reply {
@@ -354,6 +355,7 @@ impl ErdaServer {
                 head: 0,
                 seq: 0,
                 arg: 0,
+                aux: 0,
             },
         };
         replies.send(&reply.encode());
@@ -367,6 +369,7 @@ impl ErdaServer {
                 head: 0,
                 seq,
                 arg: 0,
+                aux: 0,
             }
             .encode(),
         );
@@ -439,6 +442,7 @@ impl ErdaServer {
                     head: p.head,
                     seq: req.seq,
                     arg: (holder as u64) << 32 | p.units as u64,
+                    aux: (p.len / 8) as u16,
                 });
             }
         }
@@ -462,6 +466,7 @@ impl ErdaServer {
             head,
             seq: req.seq,
             arg: units as u64,
+            aux: 0,
         };
         let present = found.is_some_and(|(i, _)| st.present[i as usize]);
         if req.op != ReqOp::Upsert && !present {
