@@ -828,3 +828,47 @@ fn a_stalled_writers_whole_object_is_adopted_after_a_fence() {
         );
     }
 }
+
+/// A handle's own request whose reply was never taken (here: sent by hand through its
+/// mailbox and its grant never written) is an orphan: the handle's next write of the key
+/// settles it at once, with no lease and no fence.
+#[test]
+fn a_handles_orphaned_grant_is_settled_without_a_lease() {
+    let out = RefCell::new(None);
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 1,
+        memory_nodes: 1,
+        region_len: 32 << 20,
+        seed: 7,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    sim.set_handler(0, Box::new(ErdaServer::new(ErdaConfig::small())))
+        .unwrap();
+    const K: &[u8] = b"orphan";
+    let ctx = sim.client(0).unwrap();
+    let o = &out;
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let e = Erda::open(ctx.ep(), ErdaClientConfig::default())
+            .await
+            .unwrap();
+        e.upsert(K, &[1u8; 8]).await.unwrap();
+        let reply = raw_request(&ctx, &e, ReqOp::Upsert, K, 8).await;
+        assert_eq!(reply.status, Status::Granted);
+        let t = ctx.now_ns();
+        e.upsert(K, &[2u8; 8]).await.unwrap();
+        let took = ctx.now_ns() - t;
+        let mut v = [0u8; 8];
+        let got = e.get(K, &mut v).await.unwrap().map(|_| v[0]);
+        *o.borrow_mut() = Some((took, got, e.stats()));
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    let (took, got, st) = out.into_inner().unwrap();
+    assert_eq!(got, Some(2));
+    assert_eq!((st.busy, st.fenced), (1, 0), "{st:?}");
+    assert!(
+        took < remora_core::erda::LEASE_NS / 100,
+        "the orphan cost {took} ns"
+    );
+}

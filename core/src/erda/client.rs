@@ -3,7 +3,7 @@ use super::{ErdaClientConfig, ErdaError};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind};
 use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter, holder};
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
 use core::task::Poll;
@@ -52,6 +52,12 @@ pub struct Erda<'e, E: Endpoint> {
     unstable: Cell<u64>,
     busy: Cell<u64>,
     fenced: Cell<u64>,
+    /// Offsets of the grants this handle's coroutines are writing now, and how many more
+    /// are being written untracked (the list was full): a `Busy` naming a grant of this
+    /// handle that none of its coroutines is writing names an orphan (a request whose reply
+    /// never came back), which the handle may have settled without waiting for a lease.
+    writing: RefCell<heapless::Vec<u32, 64>>,
+    untracked: Cell<u32>,
 }
 
 fn bump(c: &Cell<u64>) {
@@ -105,6 +111,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             unstable: Cell::new(0),
             busy: Cell::new(0),
             fenced: Cell::new(0),
+            writing: RefCell::new(heapless::Vec::new()),
+            untracked: Cell::new(0),
         })
     }
 
@@ -248,6 +256,30 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         // a READ of its last word flushes it (acknowledged means durable: see the module
         // docs, "Durability"), then the durable mark tells the server the grant is finished:
         // the queue pair places the mark only after the READ completed.
+        let tracked = self.writing.borrow_mut().push(units).is_ok();
+        if !tracked {
+            self.untracked.set(self.untracked.get() + 1);
+        }
+        let r = self.write_object(addr, &obj[..len], units).await;
+        if tracked {
+            let mut w = self.writing.borrow_mut();
+            if let Some(i) = w.iter().position(|&u| u == units) {
+                w.swap_remove(i);
+            }
+        } else {
+            self.untracked.set(self.untracked.get() - 1);
+        }
+        r.map(|()| true)
+    }
+
+    /// The doorbell that writes a granted object (see [`Self::write`]).
+    async fn write_object(
+        &self,
+        addr: GlobalAddr,
+        obj: &[u8],
+        units: u32,
+    ) -> Result<(), ErdaError> {
+        let len = obj.len();
         let mark = durable_mark(units).to_le_bytes();
         let mut flush = [0u8; 8];
         if self.cfg.unflushed_writes {
@@ -255,7 +287,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 .post(&mut [
                     Op::Write {
                         remote: addr,
-                        local: &obj[..len],
+                        local: obj,
                     },
                     Op::Write {
                         remote: addr.add(len as u64),
@@ -263,13 +295,13 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                     },
                 ])
                 .await?;
-            return Ok(true);
+            return Ok(());
         }
         self.qp()?
             .post(&mut [
                 Op::Write {
                     remote: addr,
-                    local: &obj[..len],
+                    local: obj,
                 },
                 Op::Read {
                     remote: addr.add(len as u64 - 8),
@@ -281,7 +313,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 },
             ])
             .await?;
-        Ok(true)
+        Ok(())
     }
 
     /// Asks for a grant until the key has no other write in flight: a `Busy` answer names
@@ -291,6 +323,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     async fn request_turn(&self, op: ReqOp, key: &[u8], vlen: usize) -> Result<Reply, ErdaError> {
         let mut w: Option<Waiter> = None;
         let mut revoke = 0u32;
+        let mut orphan = 0u32;
         loop {
             let reply = self.request(op, key, vlen, revoke).await?;
             if reply.status != Status::Busy {
@@ -303,6 +336,17 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             let who = holder(reply.arg);
             let units = (reply.arg & 0x7FFF_FFFF) as u32;
             let now = self.ep.now_ns();
+            if who != 0
+                && who == self.ep.client_id()
+                && self.untracked.get() == 0
+                && !self.writing.borrow().contains(&units)
+                && orphan != units
+            {
+                // This handle's own grant that none of its coroutines is writing: an orphan
+                // (its request's reply never came back). Nobody will write it: settle it now.
+                (revoke, orphan) = (units, units);
+                continue;
+            }
             let w = w.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
             let held = |waited_ns| ErdaError::Held {
                 holder: who,

@@ -104,6 +104,9 @@
 //!   its place, the older object still named (*adopted*); else the word reverts to the older
 //!   object and the slot is zeroed (*reverted*). A revoke naming anything else than the
 //!   key's unfinished grant changes nothing.
+//! - A `Busy` naming a grant of the requester's own handle that none of its coroutines is
+//!   writing (a coroutine's request whose reply never came back in time, so nobody will ever
+//!   write it) is an *orphan*: the handle names it in `revoke` at once, without a fence.
 //! - When a writer's connection ends ([`Handler::on_disconnect`](crate::server::Handler)),
 //!   the server settles its grants at once: the fabric delivers nothing more of that
 //!   connection, so no waiter needs to wait out the lease. (The sim does not call it yet; the

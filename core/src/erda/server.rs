@@ -431,8 +431,9 @@ impl ErdaServer {
         if let Some(p) = st.pending.get(&kb).copied() {
             if is_durable(region, &sb, &p) {
                 st.pending.remove(&kb);
-            } else if req.revoke == p.units && p.client != client {
-                // The requester fenced p's writer after a lease: settle its grant.
+            } else if req.revoke == p.units {
+                // The requester fenced p's writer after a lease, or p is the requester's own
+                // orphan (none of its coroutines writes it): settle it.
                 st.pending.remove(&kb);
                 settle(region, st, &mut self.stats, key, &p)?;
             } else {
