@@ -53,7 +53,9 @@ pub const MAX_HEADS: usize = 8;
 /// Largest offset (in 8-byte units) a metadata word holds.
 pub const MAX_UNITS: u64 = (1 << 31) - 1;
 
-const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+/// Slice-by-16 tables (16 KiB, in a static: built at compile time, never copied).
+static CRC32: crc::Crc<u32, crc::Table<16>> =
+    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 
 // ---------------------------------------------------------------- metadata word
 
@@ -320,12 +322,27 @@ pub const fn object_len(key_len: usize, value_len: usize) -> usize {
     (OBJECT_HEADER + key_len + value_len).next_multiple_of(8)
 }
 
+/// An object checksum: CRC-32C over `header` then `body` (a caller may bring a hardware
+/// implementation; every implementation must give [`object_crc_sw`]'s value).
+pub type ObjectChecksum = fn(header: &[u8], body: &[u8]) -> u32;
+
 /// Writes an object into `out`; returns its length. `value` is ignored for a deletion.
 pub fn encode_object(
     out: &mut [u8],
     key: &[u8],
     value: &[u8],
     delete: bool,
+) -> Result<usize, LayoutError> {
+    encode_object_with(out, key, value, delete, object_crc_sw)
+}
+
+/// [`encode_object`] with the checksum computed by `crc`.
+pub fn encode_object_with(
+    out: &mut [u8],
+    key: &[u8],
+    value: &[u8],
+    delete: bool,
+    crc: ObjectChecksum,
 ) -> Result<usize, LayoutError> {
     check_key(key)?;
     let value = if delete { &[][..] } else { value };
@@ -351,12 +368,14 @@ pub fn encode_object(
     let k = OBJECT_HEADER + key.len();
     out[OBJECT_HEADER..k].copy_from_slice(key);
     out[k..k + value.len()].copy_from_slice(value);
-    let crc = object_crc(&out[0..8], &out[OBJECT_HEADER..k + value.len()]);
-    out[8..16].copy_from_slice(&(crc as u64).to_le_bytes());
+    let sum = crc(&out[0..8], &out[OBJECT_HEADER..k + value.len()]);
+    out[8..16].copy_from_slice(&(sum as u64).to_le_bytes());
     Ok(len)
 }
 
-fn object_crc(header: &[u8], body: &[u8]) -> u32 {
+/// The object checksum in software (table-driven CRC-32C, no_std).
+#[inline]
+pub fn object_crc_sw(header: &[u8], body: &[u8]) -> u32 {
     let mut d = CRC32.digest();
     d.update(header);
     d.update(body);
@@ -401,6 +420,11 @@ pub fn object_len_from_header(bytes: &[u8]) -> Result<usize, LayoutError> {
 
 /// Decodes and verifies an object (a torn, unfinished or foreign one is an error).
 pub fn decode_object(bytes: &[u8]) -> Result<ObjectRef<'_>, LayoutError> {
+    decode_object_with(bytes, object_crc_sw)
+}
+
+/// [`decode_object`] with the checksum computed by `crc`.
+pub fn decode_object_with(bytes: &[u8], crc: ObjectChecksum) -> Result<ObjectRef<'_>, LayoutError> {
     let len = object_len_from_header(bytes)?;
     if bytes.len() < len {
         return Err(LayoutError::Short {
@@ -413,7 +437,7 @@ pub fn decode_object(bytes: &[u8]) -> Result<ObjectRef<'_>, LayoutError> {
     let v = OBJ_VALUE_LEN.get(hdr) as usize;
     let stored = read_u64(bytes, 8)?;
     let end = OBJECT_HEADER + k + v;
-    let computed = object_crc(&bytes[0..8], &bytes[OBJECT_HEADER..end]);
+    let computed = crc(&bytes[0..8], &bytes[OBJECT_HEADER..end]);
     if stored != computed as u64 || bytes[end..len].iter().any(|&b| b != 0) {
         return Err(LayoutError::BadChecksum {
             stored,
@@ -691,9 +715,13 @@ pub struct Request {
     pub value_len: u16,
     pub key_len: u8,
     pub key: [u8; KEY_MAX],
+    /// Offset (units) of an earlier grant of this key that the requester found in flight
+    /// past its lease and has fenced the writer of (0: none): the server settles that grant
+    /// (keeps its object if whole, else reverts it) before handling this request.
+    pub revoke: u32,
 }
 
-pub const REQUEST_LEN: usize = 24;
+pub const REQUEST_LEN: usize = 32;
 const _: () = assert!(REQUEST_LEN <= MAILBOX_LEN);
 
 impl Request {
@@ -713,7 +741,13 @@ impl Request {
             value_len: value_len as u16,
             key_len: key.len() as u8,
             key: k,
+            revoke: 0,
         })
+    }
+    /// The same request, naming a fenced writer's grant at `units` to settle first.
+    pub fn with_revoke(mut self, units: u32) -> Request {
+        self.revoke = units & MAX_UNITS as u32;
+        self
     }
     pub fn key(&self) -> &[u8] {
         &self.key[..(self.key_len as usize).min(KEY_MAX)]
@@ -725,7 +759,8 @@ impl Request {
         let w = REQ_SEQ.set(w, self.seq as u64);
         let mut out = [0u8; REQUEST_LEN];
         out[..8].copy_from_slice(&w.to_le_bytes());
-        out[8..].copy_from_slice(&self.key);
+        out[8..24].copy_from_slice(&self.key);
+        out[24..32].copy_from_slice(&(self.revoke as u64).to_le_bytes());
         out
     }
     pub fn decode(bytes: &[u8]) -> Result<Request, LayoutError> {
@@ -740,7 +775,14 @@ impl Request {
         let key_len = REQ_KEY_LEN.get(w) as usize;
         let value_len = REQ_VALUE_LEN.get(w) as usize;
         let mut key = [0u8; KEY_MAX];
-        key.copy_from_slice(&bytes[8..REQUEST_LEN]);
+        key.copy_from_slice(&bytes[8..24]);
+        let revoke = read_u64(bytes, 24)?;
+        if revoke > MAX_UNITS {
+            return Err(LayoutError::OutOfRange {
+                field: "revoke",
+                value: revoke,
+            });
+        }
         if key_len == 0 || key_len > KEY_MAX || key[key_len..].iter().any(|&b| b != 0) {
             return Err(LayoutError::OutOfRange {
                 field: "key_len",
@@ -759,6 +801,7 @@ impl Request {
             value_len: value_len as u16,
             key_len: key_len as u8,
             key,
+            revoke: revoke as u32,
         })
     }
 }
@@ -781,6 +824,11 @@ pub enum Status {
     Welcome = 6,
     /// No mailbox left for a new client.
     TooManyClients = 7,
+    /// Another write of this key is granted and not yet durable: `head` and the low 32 bits
+    /// of `arg` name that grant (head, units), the high 32 bits its writer's fabric client
+    /// id. Ask again after a back-off; past a lease, fence the writer and name the grant in
+    /// [`Request::revoke`].
+    Busy = 8,
 }
 
 impl Status {
@@ -793,6 +841,7 @@ impl Status {
             5 => Status::BadRequest,
             6 => Status::Welcome,
             7 => Status::TooManyClients,
+            8 => Status::Busy,
             _ => {
                 return Err(LayoutError::OutOfRange {
                     field: "status",
@@ -805,17 +854,21 @@ impl Status {
 
 pub const REP_STATUS: Field = Field::new("status", 0, 8);
 pub const REP_HEAD: Field = Field::new("head", 8, 8);
+pub const REP_AUX: Field = Field::new("aux", 16, 16);
 pub const REP_SEQ: Field = Field::new("seq", 32, 32);
-const _: () = assert_disjoint(&[REP_STATUS, REP_HEAD, REP_SEQ]);
+const _: () = assert_disjoint(&[REP_STATUS, REP_HEAD, REP_AUX, REP_SEQ]);
 
-/// The server's SEND back: `[word: status, head, sequence][u64: units or superblock offset]`.
-/// For a hello, `seq` carries the client id granted.
+/// The server's SEND back: `[word: status, head, aux, sequence][u64: units or superblock
+/// offset]`. For a hello, `seq` carries the client id granted. For `Busy`, `aux` is the
+/// length of the grant in flight's object in 8-byte units (its durable mark follows it), so
+/// the waiter can watch for the mark with one-sided READs instead of asking the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
     pub status: Status,
     pub head: u8,
     pub seq: u32,
     pub arg: u64,
+    pub aux: u16,
 }
 
 pub const REPLY_LEN: usize = 16;
@@ -824,6 +877,7 @@ impl Reply {
     pub fn encode(&self) -> [u8; REPLY_LEN] {
         let w = REP_STATUS.set(0, self.status as u64);
         let w = REP_HEAD.set(w, self.head as u64);
+        let w = REP_AUX.set(w, self.aux as u64);
         let w = REP_SEQ.set(w, self.seq as u64);
         let mut out = [0u8; REPLY_LEN];
         out[..8].copy_from_slice(&w.to_le_bytes());
@@ -838,7 +892,7 @@ impl Reply {
             });
         }
         let w = read_u64(bytes, 0)?;
-        if w & !(REP_STATUS.mask() | REP_HEAD.mask() | REP_SEQ.mask()) != 0 {
+        if w & !(REP_STATUS.mask() | REP_HEAD.mask() | REP_AUX.mask() | REP_SEQ.mask()) != 0 {
             return Err(LayoutError::OutOfRange {
                 field: "reply",
                 value: w,
@@ -849,12 +903,45 @@ impl Reply {
             head: REP_HEAD.get(w) as u8,
             seq: REP_SEQ.get(w) as u32,
             arg: read_u64(bytes, 8)?,
+            aux: REP_AUX.get(w) as u16,
         })
     }
 }
 
 /// The SEND a client opens a session with.
 pub const HELLO: [u8; 8] = *b"ERDAHELO";
+
+/// Bytes of a hello that names the client's fabric client id (little-endian u32 after
+/// [`HELLO`]), which the server quotes to writers waiting on this client's grants.
+pub const HELLO_LEN: usize = 12;
+
+/// The hello of the client whose fabric client id is `id`.
+pub fn hello(id: u32) -> [u8; HELLO_LEN] {
+    let mut m = [0u8; HELLO_LEN];
+    m[..8].copy_from_slice(&HELLO);
+    m[8..].copy_from_slice(&id.to_le_bytes());
+    m
+}
+
+/// The fabric client id a hello names (0, "unknown", for a bare [`HELLO`]); `None` if `msg`
+/// is not a hello.
+pub fn decode_hello(msg: &[u8]) -> Option<u32> {
+    match msg.len() {
+        8 if msg == HELLO => Some(0),
+        HELLO_LEN if msg[..8] == HELLO => msg[8..].try_into().ok().map(u32::from_le_bytes),
+        _ => None,
+    }
+}
+
+/// Bytes after each client-written object for its durable mark.
+pub const DURABLE_MARK_LEN: usize = 8;
+
+/// The word a writer stores right after its object at `units` once the object is durable
+/// (its WRITE was flushed by a READ on the same queue pair): the server counts the grant
+/// finished when it finds it. Never zero, and different for every slot.
+pub const fn durable_mark(units: u32) -> u64 {
+    0xD0AB_1E00_0000_0000 | units as u64
+}
 
 #[cfg(test)]
 mod tests {
@@ -928,11 +1015,27 @@ mod tests {
         let r = Request::new(ReqOp::Update, 77, b"kk", 100).unwrap();
         assert_eq!(Request::decode(&r.encode()), Ok(r));
         assert!(Request::decode(&[0u8; REQUEST_LEN]).is_err());
+        let r = r.with_revoke(77);
+        assert_eq!(Request::decode(&r.encode()).map(|d| d.revoke), Ok(77));
+        let mut bad = r.encode();
+        bad[24..32].copy_from_slice(&(1u64 << 31).to_le_bytes());
+        assert!(Request::decode(&bad).is_err(), "a revoke beyond 31 bits");
+        assert!(
+            Request::decode(&r.encode()[..24]).is_err(),
+            "a short request"
+        );
+        assert_eq!(decode_hello(&hello(9)), Some(9));
+        assert_eq!(decode_hello(&HELLO), Some(0));
+        assert_eq!(decode_hello(b"ERDAHELX"), None);
+        assert_eq!(Status::from_u8(Status::Busy as u8), Ok(Status::Busy));
+        assert_ne!(durable_mark(8), durable_mark(9));
+        assert_ne!(durable_mark(0), 0);
         let p = Reply {
             status: Status::Granted,
             head: 3,
             seq: 9,
             arg: 1234,
+            aux: 77,
         };
         assert_eq!(Reply::decode(&p.encode()), Ok(p));
         assert!(Reply::decode(&[0u8; REPLY_LEN]).is_err());

@@ -394,7 +394,10 @@ fn reads_in_any_word_order_never_miss_a_key_being_moved() {
     };
     let writer = block_on(Erda::open(&wep, ErdaClientConfig::default())).unwrap();
     let cfg = ErdaClientConfig {
-        read_retries: 50,
+        lease: remora_core::lease::LeaseConfig {
+            max_attempts: 50,
+            ..remora_core::lease::LeaseConfig::default()
+        },
         ..ErdaClientConfig::default()
     };
     let reader = block_on(Erda::open(&rep, cfg)).unwrap();

@@ -1,14 +1,17 @@
 //! Erda's client handle: one-sided reads, request-then-WRITE writes.
 use super::{ErdaClientConfig, ErdaError};
-use crate::block_on::yield_now;
-use crate::fabric::{Endpoint, Op, QueuePair, RecvKind};
+use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind};
 use crate::index::KvIndex;
-use core::cell::Cell;
+use crate::lease::{Verdict, Waiter, holder};
+use core::cell::{Cell, RefCell};
+use core::future::{Future, poll_fn};
+use core::pin::{Pin, pin};
+use core::task::Poll;
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, HELLO, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp, Request,
-    SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object, encode_object,
-    object_len, object_len_from_header,
+    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp, Request,
+    SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object_with, durable_mark,
+    encode_object_with, hello, object_len, object_len_from_header,
 };
 
 /// Largest neighborhood a client reads (64 buckets, 2 KiB).
@@ -28,6 +31,10 @@ pub struct ClientStats {
     pub validated: u64,
     /// Validated READs that a concurrent fill or move overlapped (read again).
     pub unstable: u64,
+    /// Write requests answered `Busy` (another write of the key in flight), asked again.
+    pub busy: u64,
+    /// Writers fenced by this handle after their grant outlived a lease.
+    pub fenced: u64,
 }
 
 /// One compute node's (thread's) handle on an Erda store.
@@ -43,6 +50,14 @@ pub struct Erda<'e, E: Endpoint> {
     long_reads: Cell<u64>,
     validated: Cell<u64>,
     unstable: Cell<u64>,
+    busy: Cell<u64>,
+    fenced: Cell<u64>,
+    /// Offsets of the grants this handle's coroutines are writing now, and how many more
+    /// are being written untracked (the list was full): a `Busy` naming a grant of this
+    /// handle that none of its coroutines is writing names an orphan (a request whose reply
+    /// never came back), which the handle may have settled without waiting for a lease.
+    writing: RefCell<heapless::Vec<u32, 64>>,
+    untracked: Cell<u32>,
 }
 
 fn bump(c: &Cell<u64>) {
@@ -61,8 +76,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     /// superblock, which gives the head array and the table geometry.
     pub async fn open(ep: &'e E, cfg: ErdaClientConfig) -> Result<Self, ErdaError> {
         let qp = ep.qp(cfg.node)?;
-        qp.send(&HELLO).await?;
-        let reply = recv_reply(qp).await?;
+        qp.send(&hello(ep.client_id())).await?;
+        let reply = recv_reply(ep, qp, cfg.lease.deadline_ns).await?;
         if reply.status != Status::Welcome {
             return Err(ErdaError::Refused {
                 status: reply.status,
@@ -94,6 +109,10 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             long_reads: Cell::new(0),
             validated: Cell::new(0),
             unstable: Cell::new(0),
+            busy: Cell::new(0),
+            fenced: Cell::new(0),
+            writing: RefCell::new(heapless::Vec::new()),
+            untracked: Cell::new(0),
         })
     }
 
@@ -112,6 +131,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             long_reads: self.long_reads.get(),
             validated: self.validated.get(),
             unstable: self.unstable.get(),
+            busy: self.busy.get(),
+            fenced: self.fenced.get(),
         }
     }
 
@@ -136,19 +157,27 @@ impl<'e, E: Endpoint> Erda<'e, E> {
 
     /// Asks the server for log space: WRITE_WITH_IMM of the request into this client's
     /// mailbox, then its reply. One request in flight per handle.
-    async fn request(&self, op: ReqOp, key: &[u8], value_len: usize) -> Result<Reply, ErdaError> {
-        let mut waits = 0u32;
+    async fn request(
+        &self,
+        op: ReqOp,
+        key: &[u8],
+        value_len: usize,
+        revoke: u32,
+    ) -> Result<Reply, ErdaError> {
+        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
         while self.mailbox_busy.get() {
-            waits += 1;
-            if waits > self.cfg.mailbox_waits {
-                return Err(ErdaError::Retries {
-                    what: "another coroutine holds the request mailbox",
-                });
+            // Word 0: only backs off, up to the deadline (the holder is this handle).
+            match w.observe(0, self.ep.now_ns()) {
+                Verdict::Wait(ns) => self.ep.pause(ns).await,
+                _ => {
+                    return Err(ErdaError::Retries {
+                        what: "another coroutine of this handle holds the request mailbox",
+                    });
+                }
             }
-            yield_now().await;
         }
         self.mailbox_busy.set(true);
-        let r = self.request_locked(op, key, value_len).await;
+        let r = self.request_locked(op, key, value_len, revoke).await;
         self.mailbox_busy.set(false);
         r
     }
@@ -158,11 +187,13 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         op: ReqOp,
         key: &[u8],
         value_len: usize,
+        revoke: u32,
     ) -> Result<Reply, ErdaError> {
         let seq = self.seq.get().wrapping_add(1);
         self.seq.set(seq);
         let req = Request::new(op, seq, key, value_len)
-            .map_err(|_| ErdaError::BadKey { len: key.len() })?;
+            .map_err(|_| ErdaError::BadKey { len: key.len() })?
+            .with_revoke(revoke);
         let qp = self.qp()?;
         let bytes = req.encode();
         qp.post(&mut [Op::WriteImm {
@@ -173,7 +204,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         .await?;
         // A reply left over from an abandoned request carries an older sequence: skip it.
         for _ in 0..4 {
-            let reply = recv_reply(qp).await?;
+            let reply = recv_reply(self.ep, qp, self.cfg.lease.deadline_ns).await?;
             if reply.seq == seq {
                 return Ok(reply);
             }
@@ -200,7 +231,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
         let delete = op == ReqOp::Delete;
         let vlen = if delete { 0 } else { value.len() };
-        let reply = self.request(op, key, vlen).await?;
+        let reply = self.request_turn(op, key, vlen).await?;
         match reply.status {
             // The server wrote the delete object itself before granting (see the module
             // docs): nothing left to write.
@@ -214,16 +245,157 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         })?;
         let addr = self.object_addr(reply.head, units)?;
         let mut obj = [0u8; OBJECT_MAX];
-        let len = encode_object(&mut obj, key, value, false)
+        let len = encode_object_with(&mut obj, key, value, false, super::object_checksum)
             .map_err(|why| ErdaError::Corrupt { addr, why })?;
-        if self.sb.head_remaining(units) < len as u64 {
+        if self.sb.head_remaining(units) < (len + DURABLE_MARK_LEN) as u64 {
             return Err(ErdaError::Protocol {
                 what: "granted space runs past the head's log",
             });
         }
-        // Zero-copy: the object goes straight to its place in the log.
-        self.qp()?.write(addr, &obj[..len]).await?;
-        Ok(true)
+        // Zero-copy: the object goes straight to its place in the log. In the same doorbell,
+        // a READ of its last word flushes it (acknowledged means durable: see the module
+        // docs, "Durability"), then the durable mark tells the server the grant is finished:
+        // the queue pair places the mark only after the READ completed.
+        let tracked = self.writing.borrow_mut().push(units).is_ok();
+        if !tracked {
+            self.untracked.set(self.untracked.get() + 1);
+        }
+        let r = self.write_object(addr, &obj[..len], units).await;
+        if tracked {
+            let mut w = self.writing.borrow_mut();
+            if let Some(i) = w.iter().position(|&u| u == units) {
+                w.swap_remove(i);
+            }
+        } else {
+            self.untracked.set(self.untracked.get() - 1);
+        }
+        r.map(|()| true)
+    }
+
+    /// The doorbell that writes a granted object (see [`Self::write`]).
+    async fn write_object(
+        &self,
+        addr: GlobalAddr,
+        obj: &[u8],
+        units: u32,
+    ) -> Result<(), ErdaError> {
+        let len = obj.len();
+        let mark = durable_mark(units).to_le_bytes();
+        let mut flush = [0u8; 8];
+        if self.cfg.unflushed_writes {
+            self.qp()?
+                .post(&mut [
+                    Op::Write {
+                        remote: addr,
+                        local: obj,
+                    },
+                    Op::Write {
+                        remote: addr.add(len as u64),
+                        local: &mark,
+                    },
+                ])
+                .await?;
+            return Ok(());
+        }
+        self.qp()?
+            .post(&mut [
+                Op::Write {
+                    remote: addr,
+                    local: obj,
+                },
+                Op::Read {
+                    remote: addr.add(len as u64 - 8),
+                    local: &mut flush,
+                },
+                Op::Write {
+                    remote: addr.add(len as u64),
+                    local: &mark,
+                },
+            ])
+            .await?;
+        Ok(())
+    }
+
+    /// Asks for a grant until the key has no other write in flight: a `Busy` answer names
+    /// the grant in flight and its writer; this handle backs off on the fabric clock, and
+    /// once the same grant has been in flight for a whole lease it fences the writer and asks
+    /// the server to settle that grant (the protocol of [`crate::lease`]).
+    async fn request_turn(&self, op: ReqOp, key: &[u8], vlen: usize) -> Result<Reply, ErdaError> {
+        let mut w: Option<Waiter> = None;
+        let mut revoke = 0u32;
+        let mut orphan = 0u32;
+        loop {
+            let reply = self.request(op, key, vlen, revoke).await?;
+            if reply.status != Status::Busy {
+                return Ok(reply);
+            }
+            bump(&self.busy);
+            revoke = 0;
+            // The grant in flight as a lock word: its writer and its slot (never 0).
+            let word = reply.arg | 1 << 31;
+            let who = holder(reply.arg);
+            let units = (reply.arg & 0x7FFF_FFFF) as u32;
+            let now = self.ep.now_ns();
+            if who != 0
+                && who == self.ep.client_id()
+                && self.untracked.get() == 0
+                && !self.writing.borrow().contains(&units)
+                && orphan != units
+            {
+                // This handle's own grant that none of its coroutines is writing: an orphan
+                // (its request's reply never came back). Nobody will write it: settle it now.
+                (revoke, orphan) = (units, units);
+                continue;
+            }
+            let w = w.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+            let held = |waited_ns| ErdaError::Held {
+                holder: who,
+                head: reply.head,
+                units,
+                waited_ns,
+            };
+            // Where the grant's durable mark will be: watched with one-sided READs (no
+            // server CPU) between requests.
+            let len = u64::from(reply.aux) * 8;
+            let mark_at = self
+                .object_addr(reply.head, units)
+                .ok()
+                .filter(|_| len > 0 && self.sb.head_remaining(units) >= len + 8)
+                .map(|a| a.add(len));
+            let mut polls = 0u32;
+            loop {
+                match w.observe(word, self.ep.now_ns()) {
+                    Verdict::Wait(ns) => self.ep.pause(ns).await,
+                    // A writer of this very handle (another coroutine) is never fenced; an
+                    // unnamed one cannot be.
+                    Verdict::Expired { .. } if who == 0 || who == self.ep.client_id() => break,
+                    Verdict::Expired { .. } => match self.ep.fence(self.cfg.node, who).await {
+                        Ok(()) => {
+                            bump(&self.fenced);
+                            revoke = units;
+                            break;
+                        }
+                        Err(FabricError::Unsupported { .. }) => {
+                            return Err(held(self.ep.now_ns().saturating_sub(now)));
+                        }
+                        Err(e) => return Err(e.into()),
+                    },
+                    Verdict::GiveUp { waited_ns, .. } => return Err(held(waited_ns)),
+                }
+                polls += 1;
+                // Ask the server again once the mark is there, and every 16 looks anyway
+                // (another waiter may have had the grant settled, and a new one be in flight).
+                let Some(at) = mark_at else { break };
+                if polls.is_multiple_of(16) {
+                    break;
+                }
+                let mut m = [0u8; 8];
+                self.qp()?.read(at, &mut m).await?;
+                if u64::from_le_bytes(m) == durable_mark(units) {
+                    break;
+                }
+            }
+        }
     }
 
     /// Reads the object at (head, units) and checks it is a whole object of `key`.
@@ -250,7 +422,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             bump(&self.long_reads);
             qp.read(addr, &mut buf[..len]).await?;
         }
-        match decode_object(&buf[..len]) {
+        match decode_object_with(&buf[..len], super::object_checksum) {
             Ok(o) if o.key == key => {
                 if o.delete {
                     return Ok(Obj::Deleted);
@@ -348,10 +520,20 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             return Ok(None);
         }
         let stripes = self.addr(self.sb.stripe_word_off(self.sb.stripe_of(home)));
-        for attempt in 0..=self.cfg.read_retries {
+        let start = self.ep.now_ns();
+        let mut w = Waiter::new(self.cfg.lease, start);
+        let mut attempt = 0u32;
+        loop {
             if attempt > 0 {
                 bump(&self.rereads);
+                // Back off on the fabric clock, up to the lease's deadline (word 0: nobody
+                // is fenced for a read).
+                match w.observe(0, self.ep.now_ns()) {
+                    Verdict::Wait(ns) => self.ep.pause(ns).await,
+                    _ => break,
+                }
             }
+            attempt += 1;
             bump(&self.validated);
             let (mut before, mut after) = ([0u8; 16], [0u8; 16]);
             qp.post(&mut [
@@ -386,7 +568,11 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             }
             last = self.object_addr(b.head(), b.meta().new_off())?;
         }
-        Err(ErdaError::Incomplete { addr: last })
+        Err(ErdaError::Incomplete {
+            addr: last,
+            attempts: attempt,
+            waited_ns: self.ep.now_ns().saturating_sub(start),
+        })
     }
 }
 
@@ -397,9 +583,34 @@ enum Answer {
     Unsure,
 }
 
-async fn recv_reply<Q: QueuePair>(qp: &Q) -> Result<Reply, ErdaError> {
+/// `a`'s output, or `None` if `b` finishes first (`a` is then abandoned).
+async fn race<A: Future, B: Future>(mut a: Pin<&mut A>, mut b: Pin<&mut B>) -> Option<A::Output> {
+    poll_fn(move |cx| {
+        if let Poll::Ready(v) = a.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        if b.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The server's next reply, waiting at most `deadline_ns` on the fabric clock: a memory node
+/// that crashed after taking the request never answers, and its receive would never
+/// complete. (A reply that comes after all is skipped by the next request: its sequence is
+/// older.)
+async fn recv_reply<E: Endpoint>(ep: &E, qp: &E::Qp, deadline_ns: u64) -> Result<Reply, ErdaError> {
     let mut buf = [0u8; 64];
-    let r = qp.recv(&mut buf).await?;
+    let r = {
+        let recv = pin!(qp.recv(&mut buf));
+        let timer = pin!(ep.pause(deadline_ns));
+        race(recv, timer).await
+    };
+    let r = r.ok_or(ErdaError::Retries {
+        what: "no reply from the Erda server within the deadline (is the memory node down?)",
+    })??;
     if r.kind != RecvKind::Send || r.len as usize != REPLY_LEN {
         return Err(ErdaError::Protocol {
             what: "the server's reply is not a 16-byte SEND",

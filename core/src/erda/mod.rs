@@ -10,15 +10,19 @@
 //!   fills the key's bucket, reserves log space in the key's head (an object never spans a
 //!   segment), flips the new tag and stores the reserved offset over the older one in one
 //!   8-byte store, persists the word, and SENDs back the (head, offset). The client then
-//!   WRITEs its object straight to that place: one copy, no server CPU on the data.
+//!   WRITEs its object straight to that place (one copy, no server CPU on the data), and in
+//!   the same doorbell READs its last word back (the flush: see "Durability") and WRITEs the
+//!   *durable mark* right after it (see "Dead writers"). One write of a key is in flight at
+//!   a time: a request for a key whose previous grant is not yet marked is answered `Busy`.
 //! - **Delete**: the same request, but the server writes the deleted object (delete tag and
 //!   key, no value: at most 32 bytes) itself, right after the metadata word names it and
 //!   before it replies or handles any other request; the client has nothing to write. (The
 //!   paper has the client WRITE it; see "Linearizability" for why the server does.)
 //! - **Read**: one READ of the key's neighborhood of buckets, one READ of the newest object.
-//!   Every object carries a CRC-32 over its header, key and value: an object still being
-//!   written, torn, or never written (its writer died) fails the check and the reader takes
-//!   the previous object from the same metadata word. That fast path answers whenever an
+//!   Every object carries a CRC-32C over its header, key and value ([`object_checksum`]:
+//!   table-driven, or the `crc32c` crate's CPU instructions with feature `hw-crc`): an
+//!   object still being written, torn, or never written (its writer died) fails the check
+//!   and the reader takes the previous object from the same metadata word. That fast path answers whenever an
 //!   object the word names verifies as the key's. A miss, or a word naming no whole object
 //!   of the key, proves nothing under a READ whose words observe memory in any order, so the
 //!   reader then re-reads the neighborhood validated by the stripe version words (one
@@ -38,9 +42,10 @@
 //! its last word is written (from then on it verifies). The abstract value of a key at any
 //! instant is the value of its latest-granted object that has landed (absent if that is a
 //! deleted object, or if none has). The metadata word names the two latest grants, and a
-//! reader takes the newer of the two that verifies, which is that abstract value whenever
-//! one of the two has landed; when neither has (two writes in flight at once), the reader
-//! reads again until one lands (bounded by `read_retries`).
+//! reader takes the newer of the two that verifies, which is that abstract value: the
+//! server grants a key again only once its previous grant is finished (marked durable, or
+//! settled after its writer was fenced), so the older of the two named objects is always
+//! whole.
 //!
 //! Linearization points:
 //! - **upsert**, and **update** answered `true`: the first instant at which its own object
@@ -65,20 +70,79 @@
 //!   validated image: the instant the key's metadata word (empty, or naming a first object
 //!   not yet landed) or its absence from every bucket was observed.
 //!
-//! Limits, stated exactly (the paper's two-offset word cannot name a third object):
-//! - Liveness: while two grants of a key are both in flight (or their writers died), the
-//!   key's older landed object is no longer named by the word; gets read again until one of
-//!   the two lands, or fail with [`ErdaError::Incomplete`] after `read_retries` (an error,
-//!   never a wrong value).
-//! - Durability: a memory-node crash in that window leaves neither named object whole, and
-//!   recovery empties the key, so the value acknowledged before the two writes began is
-//!   lost. And, as in the paper, an acknowledged client WRITE is durable only once the NIC
-//!   has flushed it (no read-after-write), so a memory-node crash may also roll a key back
-//!   to its previous object. Without a crash every operation is linearizable.
+//! A writer that died (or was fenced) with a grant in flight: if its object was not whole,
+//! it never took effect (readers never saw it: it did not verify); if it was whole, it took
+//! effect when it landed and stays (see "Dead writers"). Its operation has an unknown
+//! outcome either way; every other operation stays linearizable.
+//!
+//! # Dead writers (issue 10)
+//!
+//! The paper's two-offset word cannot name a third object, so two writes of one key in
+//! flight at once would leave the older landed object unnamed: readers would have to wait
+//! for a writer that may be dead, and a node crash in that window would empty the key. So
+//! the server keeps (volatile) the one unfinished value grant of each key:
+//! - A grant is **finished** when the server finds its durable mark
+//!   ([`remora_layouts::erda::durable_mark`], the 8 bytes right after the object): the
+//!   writer stores it in the same doorbell after the object's WRITE and the flushing READ,
+//!   and the queue pair places it only after the READ completed, so a mark means "whole and
+//!   durable". A delete is finished at its grant (the server wrote it).
+//! - A request for a key with an unfinished grant is answered `Busy`, naming the grant
+//!   (head, offset) and its writer's fabric client id (sent in the hello). The client asks
+//!   again, backing off on the fabric clock ([`crate::lease::Waiter`]).
+//! - **The lease is measured by the waiting client**, on its own clock, as every lock of
+//!   remora is ([`crate::lease`]): the grant named in `Busy` is the lock word. The server
+//!   cannot measure it usefully: it has no clock in `core` (only the sim's `cpu_clock`), and
+//!   it cannot fence (fencing is a client verb, [`Endpoint::fence`](crate::fabric::Endpoint::fence)),
+//!   and reverting a grant whose writer is merely slow without a fence would let its late
+//!   WRITE land a whole object in a slot no word names. Once the same grant has been
+//!   reported for a whole lease (`ErdaClientConfig::lease`, [`LEASE_NS`] = 100 ms by
+//!   default), the waiter
+//!   fences its writer and repeats its request with `revoke` naming the grant.
+//! - The server then **settles** the grant (the repair step of the lease protocol): if the
+//!   object is whole it is kept (readers may have returned it) and, as its writer never
+//!   flushed it, the server writes a durable copy in fresh log space and names the copy in
+//!   its place, the older object still named (*adopted*); else the word reverts to the older
+//!   object and the slot is zeroed (*reverted*). A revoke naming anything else than the
+//!   key's unfinished grant changes nothing.
+//! - A `Busy` naming a grant of the requester's own handle that none of its coroutines is
+//!   writing (a coroutine's request whose reply never came back in time, so nobody will ever
+//!   write it) is an *orphan*: the handle names it in `revoke` at once, without a fence.
+//! - When a writer's connection ends ([`Handler::on_disconnect`](crate::server::Handler)),
+//!   the server settles its grants at once: the fabric delivers nothing more of that
+//!   connection, so no waiter needs to wait out the lease. (The sim does not call it yet; the
+//!   soft memory node does.)
+//! - A fabric that cannot fence (verbs, today) makes the waiter fail with
+//!   [`ErdaError::Held`] (naming the grant and its writer) instead of breaking the grant
+//!   unsafely; so does a wait past `lease.deadline_ns`.
+//!
+//! So readers never wait for a writer (the older named object is whole), a dead writer
+//! costs the writers of its key about one lease, and every wait is bounded on the fabric
+//! clock: writers by the lease's deadline, readers (a neighborhood that keeps changing under
+//! fills and moves) by the same deadline and `lease.max_attempts`, then
+//! [`ErdaError::Incomplete`]; a reply the server never sends (its node crashed) by the
+//! deadline too.
+//!
+//! # Durability (issue 11)
+//!
+//! An acknowledged write is durable: the client's doorbell is WRITE(object), READ(its last
+//! 8 bytes), WRITE(durable mark), and the client reports success only when all three
+//! completed. A READ on the same queue pair after a WRITE executes only once the WRITE's
+//! data has left the NIC, and with ADR (the memory controller's write-pending queue is in
+//! the persistence domain) and DDIO off for the log region (or, with DDIO, eADR: the LLC
+//! persistent too), data that left the NIC for memory is durable: that READ is the flush
+//! (as CANRT's `flush_appends`, and Erda's paper, seeds/004). Without those platform
+//! settings a READ is no flush and only a remote persist verb (not in the contract) would
+//! do. The sim models this: a persistent region rolls back at a crash every WRITE no later
+//! READ of its queue pair has flushed.
+//!
+//! A memory-node crash then keeps, for every key, its last acknowledged value or the newer
+//! one in flight: the word names at most one unfinished object, recovery reverts it if it
+//! is not whole, and the older object was finished (durable) before the newer was granted.
+//! Server-written objects (deletes, adopted copies) and metadata words are persisted by the
+//! server's CPU before it answers.
 //!
 //! Not implemented (yet): lock-free log cleaning (logs only grow: a full head answers
-//! `LogFull`), a client's report of an abandoned object to the server (readers fall back
-//! instead; recovery repairs), range scans (Erda is a hash store:
+//! `LogFull`), range scans (Erda is a hash store:
 //! [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]), and
 //! sharding over several memory nodes (one store lives on one node).
 mod client;
@@ -89,7 +153,40 @@ mod stripe;
 pub use client::{ClientStats, Erda};
 pub use server::{ErdaServer, ServerStats};
 
+/// Whether [`object_checksum`] runs on the `crc32c` crate (feature `hw-crc`: the CPU's
+/// CRC32 instructions where it has them, chosen at run time) rather than in software.
+pub const HW_CRC: bool = cfg!(feature = "hw-crc");
+
+/// Objects at least this long are checksummed by the `crc32c` crate (feature `hw-crc`);
+/// shorter ones by the tables, which are as fast or faster there (erda_crc, release, best
+/// of 3: through the crate 40-byte objects 0.3-0.7 B/ns and 104-byte ones 1.9-3.0 B/ns,
+/// against 2.3-2.6 and 2.9-3.2 B/ns in software; from 136 bytes the crate wins: 6.0 vs 3.5
+/// B/ns, 10.5 vs 3.6 at 264 bytes, 20.9 vs 4.0 at 4 KiB).
+pub const HW_CRC_MIN_BYTES: usize = 128;
+
+/// The CRC-32C of every Erda object (over its header word, then key and value), as written
+/// and verified by clients and server. With feature `hw-crc` the `crc32c` crate computes it
+/// (that crate needs std, so the feature is off by default and core stays no_std); without,
+/// the table-driven [`object_crc_sw`](remora_layouts::erda::object_crc_sw). Both give the
+/// same value, so clients and servers built either way share a store.
+#[inline]
+pub fn object_checksum(header: &[u8], body: &[u8]) -> u32 {
+    #[cfg(feature = "hw-crc")]
+    {
+        // Below this the crate's fixed costs lose to the tables (measured by erda_crc).
+        if header.len() + body.len() >= HW_CRC_MIN_BYTES {
+            return crc32c::crc32c_append(crc32c::crc32c(header), body);
+        }
+        remora_layouts::erda::object_crc_sw(header, body)
+    }
+    #[cfg(not(feature = "hw-crc"))]
+    {
+        remora_layouts::erda::object_crc_sw(header, body)
+    }
+}
+
 use crate::fabric::FabricError;
+use crate::lease::LeaseConfig;
 use core::fmt;
 use remora_layouts::erda::Status;
 use remora_layouts::{GlobalAddr, LayoutError, NodeId};
@@ -144,6 +241,14 @@ impl Default for ErdaConfig {
     }
 }
 
+/// Erda's default lease (100 ms; remora's locks default to 10 ms). An Erda grant is held
+/// across a server round trip (the request, the server thread's turn, the reply) and the
+/// writer's WRITE, on a client thread its coroutines share: with 10 ms, `remora check`'s soft
+/// runs (4 threads x 4 coroutines on a 2-core machine at load 14-18) fenced live writers in
+/// every run; with 100 ms, in none of 6. A dead writer costs its key's other writers about
+/// this long.
+pub const LEASE_NS: u64 = 100_000_000;
+
 /// What a client handle needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErdaClientConfig {
@@ -152,16 +257,22 @@ pub struct ErdaClientConfig {
     /// Expected value bytes: a get reads an object of this size in one READ (a larger one
     /// takes a second READ).
     pub value_size: usize,
-    /// Reads of a key whose newest and previous objects both fail their checksum before
-    /// giving up (a writer still writing, or dead).
-    pub read_retries: u32,
-    /// Yields while another coroutine of this handle holds the request mailbox.
-    pub mailbox_waits: u32,
+    /// Back-off, lease and deadline of every wait (all on the fabric clock, see
+    /// [`crate::lease`]): a write waiting for another write of its key to finish (past a
+    /// lease, the other writer is fenced and its grant settled), a read waiting for a
+    /// bucket fill or move to finish or for a whole object, a coroutine waiting for the
+    /// handle's mailbox. `max_attempts` bounds them on a fabric without a clock.
+    pub lease: LeaseConfig,
     /// Mutant, for tests only: trust a single neighborhood READ for misses (the reader
     /// before issue 9), which is correct only if a READ observes words in ascending address
     /// order. Tests set it to show that an adversarial word order catches it.
     #[doc(hidden)]
     pub assume_ascending_reads: bool,
+    /// Mutant, for tests only: acknowledge a write without the READ that flushes it (the
+    /// paper's write, before issue 11). Tests set it to show that a persistent memory node's
+    /// crash then loses acknowledged writes.
+    #[doc(hidden)]
+    pub unflushed_writes: bool,
 }
 
 impl Default for ErdaClientConfig {
@@ -169,9 +280,12 @@ impl Default for ErdaClientConfig {
         ErdaClientConfig {
             node: 0,
             value_size: 8,
-            read_retries: 100_000,
-            mailbox_waits: 10_000_000,
+            lease: LeaseConfig {
+                lease_ns: LEASE_NS,
+                ..LeaseConfig::default_lease()
+            },
             assume_ascending_reads: false,
+            unflushed_writes: false,
         }
     }
 }
@@ -205,9 +319,21 @@ pub enum ErdaError {
     Protocol {
         what: &'static str,
     },
-    /// Neither object of the key verified after every re-read (a writer is stuck or dead).
+    /// No answer from a stable image with a whole object within the deadline: the key's
+    /// neighborhood kept changing, or no object it names verified (media corruption).
     Incomplete {
         addr: GlobalAddr,
+        attempts: u32,
+        waited_ns: u64,
+    },
+    /// Another write of the key, granted at (`head`, `units`) to fabric client `holder`, was
+    /// still unfinished at the deadline, or past its lease with a writer this fabric cannot
+    /// fence.
+    Held {
+        holder: u32,
+        head: u8,
+        units: u32,
+        waited_ns: u64,
     },
     /// A bounded wait ran out.
     Retries {
@@ -239,10 +365,25 @@ impl fmt::Display for ErdaError {
             ErdaError::Refused { status } => write!(f, "erda server refused: {status:?}"),
             ErdaError::Corrupt { addr, why } => write!(f, "erda: unreadable data at {addr}: {why}"),
             ErdaError::Protocol { what } => write!(f, "erda protocol error: {what}"),
-            ErdaError::Incomplete { addr } => write!(
+            ErdaError::Incomplete {
+                addr,
+                attempts,
+                waited_ns,
+            } => write!(
                 f,
-                "erda: no complete object for the key at {addr} after every re-read \
-                 (its writer is stuck or dead)"
+                "erda: no stable answer for the key (last object looked at: {addr}) after \
+                 {attempts} validated reads in {waited_ns} ns"
+            ),
+            ErdaError::Held {
+                holder,
+                head,
+                units,
+                waited_ns,
+            } => write!(
+                f,
+                "erda: the key's write granted to client {holder} at head {head} offset \
+                 {units} is unfinished after {waited_ns} ns (its writer stalled or died, and \
+                 it could not be fenced in time)"
             ),
             ErdaError::Retries { what } => write!(f, "erda: gave up waiting: {what}"),
             ErdaError::Unsupported { what } => write!(f, "erda: unsupported: {what}"),

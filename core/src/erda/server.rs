@@ -6,11 +6,13 @@ use super::stripe;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, HELLO, KEY_MAX, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN, ROOT_SLOT, Reply,
-    ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status, Superblock,
-    decode_object, encode_object, object_len, object_len_from_header,
+    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN,
+    ROOT_SLOT, Reply, ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status,
+    Superblock, decode_hello, decode_object_with, durable_mark, encode_object_with, object_len,
+    object_len_from_header,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
+use std_alloc::collections::BTreeMap;
 use std_alloc::string::String;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
@@ -38,6 +40,34 @@ pub struct ServerStats {
     pub displaced: u64,
     /// Duplicate buckets (a displacement cut short by a crash) cleared by recovery.
     pub deduplicated: u64,
+    /// Requests answered `Busy`: another write of the key was granted and not yet durable.
+    pub busy: u64,
+    /// Grants of fenced or disconnected writers settled: reverted (the object was not
+    /// whole) or adopted (whole but not known durable: the server wrote a durable copy).
+    pub revoked_reverted: u64,
+    pub revoked_adopted: u64,
+}
+
+/// A key as a map key: its bytes, zero-padded, and its length.
+type KeyBuf = ([u8; KEY_MAX], u8);
+
+fn key_buf(key: &[u8]) -> KeyBuf {
+    let mut k = [0u8; KEY_MAX];
+    let n = key.len().min(KEY_MAX);
+    k[..n].copy_from_slice(&key[..n]);
+    (k, n as u8)
+}
+
+/// A value grant whose object is not yet known durable (no durable mark seen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pending {
+    /// Mailbox id and connection of the writer.
+    client: u32,
+    conn: usize,
+    head: u8,
+    units: u32,
+    /// The object's bytes (its durable mark follows them).
+    len: u64,
 }
 
 struct State {
@@ -50,6 +80,16 @@ struct State {
     present: Vec<bool>,
     /// Connection owning each client id.
     owners: Vec<Option<usize>>,
+    /// Fabric client id each session named in its hello (0: unknown), quoted to waiters.
+    fabric: Vec<u32>,
+    /// The value grant of each key still in flight (at most one per key: see the module
+    /// docs, "Dead writers"). Volatile: a restart finds every grant settled by recovery.
+    pending: BTreeMap<KeyBuf, Pending>,
+    /// Each client's latest value grant, looked at (and forgotten if finished) on its next
+    /// request, so finished grants of keys nobody writes again do not pile up.
+    last_grant: Vec<Option<KeyBuf>>,
+    /// Where the idle sweep of `pending` goes on.
+    sweep_from: Option<KeyBuf>,
     scratch: Vec<u8>,
     /// A delete object being written (keys are at most 16 bytes).
     scratch_obj: [u8; object_len(KEY_MAX, 0)],
@@ -78,6 +118,11 @@ impl ErdaServer {
 
     pub fn stats(&self) -> ServerStats {
         self.stats
+    }
+
+    /// Value grants the server has not yet seen finished (durable mark) or settled.
+    pub fn unfinished_grants(&self) -> usize {
+        self.st.as_ref().map_or(0, |s| s.pending.len())
     }
 
     /// Where the superblock is, once opened.
@@ -179,6 +224,10 @@ impl ErdaServer {
             cursor: [LOG_START; MAX_HEADS],
             present: vec![false; sb.buckets as usize],
             owners: vec![None; sb.max_clients as usize],
+            fabric: vec![0; sb.max_clients as usize],
+            pending: BTreeMap::new(),
+            last_grant: vec![None; sb.max_clients as usize],
+            sweep_from: None,
             scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
             scratch_obj: [0u8; object_len(KEY_MAX, 0)],
         }
@@ -207,7 +256,7 @@ impl ErdaServer {
         if len > avail || region.read(off, &mut buf[..len]).is_err() {
             return (false, false, 0);
         }
-        match decode_object(&buf[..len]) {
+        match decode_object_with(&buf[..len], super::object_checksum) {
             Ok(o) if o.key == key => (true, o.delete, len as u64),
             _ => (false, false, 0),
         }
@@ -262,7 +311,8 @@ impl ErdaServer {
             let named = bucket.meta();
             for u in [named.new_off(), named.old_off()] {
                 if u != 0 && (head as usize) < MAX_HEADS {
-                    let end = u as u64 * 8 + remora_layouts::erda::OBJECT_MAX as u64;
+                    let end =
+                        u as u64 * 8 + (remora_layouts::erda::OBJECT_MAX + DURABLE_MARK_LEN) as u64;
                     high[head as usize] = high[head as usize].max(end);
                 }
             }
@@ -280,7 +330,7 @@ impl ErdaServer {
         Ok(st)
     }
 
-    fn hello(&mut self, conn: usize, replies: &mut Replies) {
+    fn hello(&mut self, conn: usize, fabric_id: u32, replies: &mut Replies) {
         let st = self.st.as_mut().expect("opened");
         let id = st
             .owners
@@ -290,12 +340,14 @@ impl ErdaServer {
         let reply = match id {
             Some(id) => {
                 st.owners[id] = Some(conn);
+                st.fabric[id] = fabric_id;
                 self.stats.sessions += 1;
                 Reply {
                     status: Status::Welcome,
                     head: 0,
                     seq: id as u32,
                     arg: st.sb_off,
+                    aux: 0,
                 }
             }
             None => Reply {
@@ -303,6 +355,7 @@ impl ErdaServer {
                 head: 0,
                 seq: 0,
                 arg: 0,
+                aux: 0,
             },
         };
         replies.send(&reply.encode());
@@ -316,6 +369,7 @@ impl ErdaServer {
                 head: 0,
                 seq,
                 arg: 0,
+                aux: 0,
             }
             .encode(),
         );
@@ -340,10 +394,22 @@ impl ErdaServer {
             self.refuse(Status::BadRequest, 0, replies);
             return Ok(());
         };
-        let reply = self.grant(region, client, &req)?;
+        // The client's previous value grant is most likely finished by now: forget it.
+        if let Some(k) = st
+            .last_grant
+            .get_mut(client as usize)
+            .and_then(Option::take)
+            && let Some(p) = st.pending.get(&k)
+            && p.client == client
+            && is_durable(region, &st.sb, p)
+        {
+            st.pending.remove(&k);
+        }
+        let reply = self.grant(region, conn, client, &req)?;
         match reply.status {
             Status::Granted => self.stats.grants += 1,
             Status::Absent => self.stats.absent += 1,
+            Status::Busy => self.stats.busy += 1,
             _ => self.stats.refused += 1,
         }
         replies.send(&reply.encode());
@@ -353,12 +419,34 @@ impl ErdaServer {
     fn grant(
         &mut self,
         region: &dyn LocalRegion,
+        conn: usize,
         client: u32,
         req: &Request,
     ) -> Result<Reply, FabricError> {
         let st = self.st.as_mut().expect("opened");
         let sb = st.sb;
         let key = req.key();
+        // One write of a key in flight at a time (module docs, "Dead writers").
+        let kb = key_buf(key);
+        if let Some(p) = st.pending.get(&kb).copied() {
+            if is_durable(region, &sb, &p) {
+                st.pending.remove(&kb);
+            } else if req.revoke == p.units {
+                // The requester fenced p's writer after a lease, or p is the requester's own
+                // orphan (none of its coroutines writes it): settle it.
+                st.pending.remove(&kb);
+                settle(region, st, &mut self.stats, key, &p)?;
+            } else {
+                let holder = st.fabric.get(p.client as usize).copied().unwrap_or(0);
+                return Ok(Reply {
+                    status: Status::Busy,
+                    head: p.head,
+                    seq: req.seq,
+                    arg: (holder as u64) << 32 | p.units as u64,
+                    aux: (p.len / 8) as u16,
+                });
+            }
+        }
         let home = sb.home(key);
         region.read(sb.bucket_off(home), &mut st.scratch)?;
         let mut found = None;
@@ -379,6 +467,7 @@ impl ErdaServer {
             head,
             seq: req.seq,
             arg: units as u64,
+            aux: 0,
         };
         let present = found.is_some_and(|(i, _)| st.present[i as usize]);
         if req.op != ReqOp::Upsert && !present {
@@ -402,18 +491,16 @@ impl ErdaServer {
         } else {
             req.value_len as usize
         };
-        let len = object_len(key.len(), value_len) as u64;
-        let h = head as usize;
-        let mut at = st.cursor[h];
-        let seg_end = (at / sb.segment_bytes + 1) * sb.segment_bytes;
-        if at + len > seg_end {
-            at = seg_end;
-        }
-        if at + len > sb.head_bytes || at / 8 > MAX_UNITS {
+        let obj_len = object_len(key.len(), value_len) as u64;
+        // A client-written object is followed by its durable mark.
+        let len = if req.op == ReqOp::Delete {
+            obj_len
+        } else {
+            obj_len + DURABLE_MARK_LEN as u64
+        };
+        let Some(units) = reserve(st, head, len) else {
             return Ok(answer(Status::LogFull, head, 0));
-        }
-        st.cursor[h] = at + len;
-        let units = (at / 8) as u32;
+        };
         let new_meta = meta
             .advance(units)
             .map_err(|_| corrupt(region, sb.bucket_off(idx)))?;
@@ -447,15 +534,148 @@ impl ErdaServer {
             let obj_off = sb
                 .object_off(head, units)
                 .map_err(|_| corrupt(region, off))?;
-            let n = encode_object(&mut st.scratch_obj, key, &[], true)
+            let n = encode_object_with(&mut st.scratch_obj, key, &[], true, super::object_checksum)
                 .map_err(|_| corrupt(region, obj_off))?;
             region.write(obj_off, &st.scratch_obj[..n])?;
             region.persist(obj_off, n);
             self.stats.persists += 1;
         }
         st.present[idx as usize] = req.op != ReqOp::Delete;
+        if req.op != ReqOp::Delete {
+            if let Some(l) = st.last_grant.get_mut(client as usize) {
+                *l = Some(kb);
+            }
+            st.pending.insert(
+                kb,
+                Pending {
+                    client,
+                    conn,
+                    head,
+                    units,
+                    len: obj_len,
+                },
+            );
+        }
         Ok(answer(Status::Granted, head, units))
     }
+}
+
+/// Reserves `len` bytes of head `head`'s log (an object never spans a segment).
+fn reserve(st: &mut State, head: u8, len: u64) -> Option<u32> {
+    let sb = st.sb;
+    let h = head as usize;
+    let mut at = *st.cursor.get(h)?;
+    let seg_end = (at / sb.segment_bytes + 1) * sb.segment_bytes;
+    if at + len > seg_end {
+        at = seg_end;
+    }
+    if at + len > sb.head_bytes || at / 8 > MAX_UNITS {
+        return None;
+    }
+    st.cursor[h] = at + len;
+    Some((at / 8) as u32)
+}
+
+/// Whether the writer of `p` stored its durable mark (so its object is whole and durable).
+fn is_durable(region: &dyn LocalRegion, sb: &Superblock, p: &Pending) -> bool {
+    sb.object_off(p.head, p.units)
+        .ok()
+        .and_then(|off| region.load_u64(off + p.len).ok())
+        == Some(durable_mark(p.units))
+}
+
+/// The bucket holding `key`, if any.
+fn locate(
+    region: &dyn LocalRegion,
+    st: &mut State,
+    key: &[u8],
+) -> Result<Option<(u64, Bucket)>, FabricError> {
+    let sb = st.sb;
+    let home = sb.home(key);
+    region.read(sb.bucket_off(home), &mut st.scratch)?;
+    for j in 0..sb.neighborhood as usize {
+        let raw = &st.scratch[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
+        let b = Bucket::decode(raw).map_err(|_| corrupt(region, sb.bucket_off(home + j as u64)))?;
+        if b.holds(key) {
+            return Ok(Some((home + j as u64, b)));
+        }
+    }
+    Ok(None)
+}
+
+/// Settles the unfinished grant `p` of `key` whose writer can no longer write (fenced, or
+/// its connection ended): the grant is still the key's newest (one write in flight per key).
+/// - Its object is whole: readers may already have returned it, so it stays the key's value;
+///   it is not known durable (its writer never flushed it), so the server writes a durable
+///   copy in fresh log space and names the copy in place of the original, keeping the older
+///   object named (**adopted**).
+/// - It is not whole: no reader ever saw it; the word reverts to the older object (the last
+///   acknowledged value) and the slot is zeroed (**reverted**).
+fn settle(
+    region: &dyn LocalRegion,
+    st: &mut State,
+    stats: &mut ServerStats,
+    key: &[u8],
+    p: &Pending,
+) -> Result<(), FabricError> {
+    let sb = st.sb;
+    let Some((idx, bucket)) = locate(region, st, key)? else {
+        return Ok(());
+    };
+    let meta = bucket.meta();
+    if meta.new_off() != p.units || bucket.head() != p.head {
+        return Ok(());
+    }
+    let off = sb.bucket_off(idx);
+    let slot = sb
+        .object_off(p.head, p.units)
+        .map_err(|_| corrupt(region, off))?;
+    let mut obj = vec![0u8; remora_layouts::erda::OBJECT_MAX];
+    let (whole, deleted, len) =
+        ErdaServer::check_object(region, &sb, p.head, p.units, key, &mut obj);
+    let (new_meta, live) = if whole {
+        stats.revoked_adopted += 1;
+        match reserve(st, p.head, len) {
+            Some(units) => {
+                let copy = sb
+                    .object_off(p.head, units)
+                    .map_err(|_| corrupt(region, off))?;
+                region.write(copy, &obj[..len as usize])?;
+                region.persist(copy, len as usize);
+                let m = meta
+                    .revert()
+                    .advance(units)
+                    .map_err(|_| corrupt(region, off))?;
+                (m, !deleted)
+            }
+            None => {
+                // No room for a copy: flush the original in place (a CPU flush reaches the
+                // NIC-written lines too on hardware) and keep the word.
+                region.persist(slot, len as usize);
+                (meta, !deleted)
+            }
+        }
+    } else {
+        stats.revoked_reverted += 1;
+        let n = (p.len as usize + DURABLE_MARK_LEN).min(sb.head_remaining(p.units) as usize);
+        let zero = [0u8; 256];
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(zero.len());
+            region.write(slot + done as u64, &zero[..k])?;
+            done += k;
+        }
+        region.persist(slot, n);
+        let old = ErdaServer::check_object(region, &sb, p.head, meta.old_off(), key, &mut obj);
+        (meta.revert(), old.0 && !old.1)
+    };
+    region.store_u64(off, new_meta.encode())?;
+    region.persist(off, 8);
+    stats.persists += 3;
+    if let Some(b) = st.present.get_mut(idx as usize) {
+        *b = live;
+    }
+    Ok(())
 }
 
 impl Handler for ErdaServer {
@@ -469,8 +689,8 @@ impl Handler for ErdaServer {
     ) -> Result<(), FabricError> {
         self.open(region)?;
         match recv.kind {
-            RecvKind::Send if msg == HELLO => {
-                self.hello(conn, replies);
+            RecvKind::Send if decode_hello(msg).is_some() => {
+                self.hello(conn, decode_hello(msg).unwrap_or(0), replies);
                 Ok(())
             }
             RecvKind::WriteImm => match recv.imm {
@@ -485,6 +705,36 @@ impl Handler for ErdaServer {
                 Ok(())
             }
         }
+    }
+
+    /// Forgets finished grants (durable mark found), up to 64 per call, resuming where the
+    /// last call stopped: the volatile table of unfinished grants stays about as large as the
+    /// number of writes in flight.
+    fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
+        let Some(st) = self.st.as_mut() else {
+            return false;
+        };
+        let mut done = Vec::new();
+        let mut next = None;
+        let from = st.sweep_from.take();
+        let range = match from {
+            Some(k) => st.pending.range(k..),
+            None => st.pending.range(..),
+        };
+        for (i, (k, p)) in range.enumerate() {
+            if i == 64 {
+                next = Some(*k);
+                break;
+            }
+            if is_durable(region, &st.sb, p) {
+                done.push(*k);
+            }
+        }
+        st.sweep_from = next;
+        for k in &done {
+            st.pending.remove(k);
+        }
+        !done.is_empty()
     }
 
     /// Formats or recovers the store before any client connects (a restart on a persistent
@@ -502,10 +752,25 @@ impl Handler for ErdaServer {
         ))
     }
 
-    /// The client id (mailbox) of a connection that ended is free for a new session. A
-    /// grant it held and never wrote stays unwritten: readers fall back, recovery reverts.
-    fn on_disconnect(&mut self, _region: &dyn LocalRegion, conn: usize) {
+    /// The client id (mailbox) of a connection that ended is free for a new session, and
+    /// every grant it held and had not finished is settled at once (as after a fence: the
+    /// fabric delivers nothing more of that connection): adopted if its object is whole,
+    /// else reverted. Waiters on those keys proceed without waiting out a lease.
+    fn on_disconnect(&mut self, region: &dyn LocalRegion, conn: usize) {
         if let Some(st) = self.st.as_mut() {
+            let mine: Vec<(KeyBuf, Pending)> = st
+                .pending
+                .iter()
+                .filter(|(_, p)| p.conn == conn)
+                .map(|(k, p)| (*k, *p))
+                .collect();
+            for (k, p) in mine {
+                st.pending.remove(&k);
+                if !is_durable(region, &st.sb, &p) {
+                    // An error leaves the grant to recovery (readers fall back meanwhile).
+                    let _ = settle(region, st, &mut self.stats, &k.0[..k.1 as usize], &p);
+                }
+            }
             for o in st.owners.iter_mut().filter(|o| **o == Some(conn)) {
                 *o = None;
             }
