@@ -168,7 +168,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                         // Proportional back-off: about the time the tickets ahead of ours
                         // take, so a waiter polls a few times per wait, not per ticket.
                         let ahead = t.wrapping_sub(seen) & TICKET_MASK;
-                        let cap = (self.cfg.lease.lease_ns / 8).max(ns);
+                        let cap = self.cfg.lease.max_backoff_ns.max(1);
                         let est = ahead.saturating_mul(self.ticket_ns.get());
                         self.ep.pause(ns.max(est).min(cap)).await
                     }
