@@ -27,6 +27,54 @@ pub struct CheckArgs {
     pub lin: LinArgs,
     #[command(flatten)]
     pub perf: PerfArgs,
+    /// With --connect: also run the key-revocation check, which revokes the memnode's region
+    /// key and breaks its other clients (only against a private memnode).
+    #[arg(long)]
+    pub allow_revoke: bool,
+}
+
+impl CheckArgs {
+    /// Refuses the `perf` flags that `check` would ignore (the conformance suite and the
+    /// linearizability check size their own work), naming them.
+    pub fn refuse_unused(&self) -> Result<(), String> {
+        let p = &self.perf;
+        let mut unused = Vec::new();
+        if p.verbs != [crate::args::PerfVerb::Read] {
+            unused.push("--verbs");
+        }
+        if p.sizes != [64] {
+            unused.push("--sizes");
+        }
+        if p.seconds != 2.0 {
+            unused.push("--seconds");
+        }
+        if p.hot {
+            unused.push("--hot");
+        }
+        if p.json.is_some() {
+            unused.push("--json");
+        }
+        if p.no_pin {
+            unused.push("--no-pin");
+        }
+        if p.server_core.is_some() {
+            unused.push("--server-core");
+        }
+        if !self.lin.linearizability && (p.threads != 1 || p.coroutines != 8) {
+            unused.push("--threads/--coroutines (only with --linearizability)");
+        }
+        if self.lin.linearizability && (p.connect.is_some() || self.allow_revoke) {
+            unused.push("--connect/--allow-revoke (the linearizability check runs its own node)");
+        }
+        if self.allow_revoke && p.connect.is_none() {
+            unused.push("--allow-revoke (only with --connect)");
+        }
+        if unused.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("remora check does not use {}", unused.join(", ")))
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -41,6 +41,15 @@ enum Cmd {
     Check(lincheck::CheckArgs),
 }
 
+/// The fabrics a standalone memory node can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemnodeFabric {
+    /// Shared memory, through a Unix control socket.
+    Soft,
+    /// Real RDMA verbs (build with `--features verbs`), through rdma_cm.
+    Verbs,
+}
+
 /// What a memory node runs on its CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Service {
@@ -52,8 +61,9 @@ pub enum Service {
 
 #[derive(Debug, Clone, Args)]
 pub struct MemnodeArgs {
+    /// The fabric to serve on (the sim simulates its memory nodes inside perf, bench, check).
     #[arg(long, value_enum, default_value = "soft")]
-    pub fabric: FabricKind,
+    pub fabric: MemnodeFabric,
     /// Control endpoint: a Unix socket path (soft) or host:port (verbs).
     #[arg(long, default_value = "/tmp/remora-memnode.sock")]
     pub listen: String,
@@ -131,21 +141,21 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Memnode(a) => match a.fabric {
-            FabricKind::Soft => memnode::run(&a),
-            FabricKind::Verbs => verbs_cmds::memnode(&a),
-            FabricKind::Sim => Err("memnode serves real fabrics (soft, verbs); the sim fabric \
-                                    simulates its memory nodes inside perf, bench and check"
-                .into()),
+            MemnodeFabric::Soft => memnode::run(&a),
+            MemnodeFabric::Verbs => verbs_cmds::memnode(&a),
         },
         Cmd::Bench(a) => bench::run(&a),
-        Cmd::Check(c) if c.lin.linearizability => {
-            lincheck::run(&c.lin, c.perf.fabric, c.perf.threads, c.perf.coroutines)
-        }
-        Cmd::Check(lincheck::CheckArgs { perf: a, .. }) => match a.fabric {
-            FabricKind::Soft => perf::check(&a),
-            FabricKind::Sim => perf_sim::check(&a),
-            FabricKind::Verbs => verbs_cmds::check(&a),
-        },
+        Cmd::Check(c) => c.refuse_unused().and_then(|()| {
+            if c.lin.linearizability {
+                return lincheck::run(&c.lin, c.perf.fabric, c.perf.threads, c.perf.coroutines);
+            }
+            let a = &c.perf;
+            match a.fabric {
+                FabricKind::Soft => perf::check(a, c.allow_revoke),
+                FabricKind::Sim => perf_sim::check(a),
+                FabricKind::Verbs => verbs_cmds::check(a),
+            }
+        }),
         Cmd::Perf(a) => {
             let rows = perf_flags_apply(&a).and_then(|()| match a.fabric {
                 FabricKind::Soft => perf::run(&a),

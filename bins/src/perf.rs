@@ -289,7 +289,7 @@ pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
 }
 
 /// `remora check --fabric soft`: the conformance suite, in-process or against `--connect`.
-pub fn check(a: &PerfArgs) -> Result<(), String> {
+pub fn check(a: &PerfArgs, allow_revoke: bool) -> Result<(), String> {
     if let Some(p) = &a.connect {
         let info = control::info(std::path::Path::new(p)).map_err(|e| e.to_string())?;
         if info.service_name() != "echo" {
@@ -310,7 +310,7 @@ pub fn check(a: &PerfArgs) -> Result<(), String> {
         }),
     }
     .map_err(|e| e.to_string())?;
-    print_checks(&run_checks(&h, false))
+    print_checks(&run_checks(&h, allow_revoke))
 }
 
 /// Prints one PASS/FAIL/SKIP line per check; an error if any failed.

@@ -757,3 +757,43 @@ fn catfish_bench_on_the_sim_reports_the_offloaded_share() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("line 2"), "{}", stderr(&out));
 }
+
+#[test]
+fn check_refuses_flags_it_would_ignore_and_memnode_offers_no_sim() {
+    for (args, what) in [
+        (&["check", "--verbs", "send"][..], "--verbs"),
+        (&["check", "--seconds", "5"], "--seconds"),
+        (&["check", "--threads", "2"], "--threads"),
+        (&["check", "--allow-revoke"], "--allow-revoke"),
+        (
+            &["check", "--linearizability", "--connect", "/tmp/x.sock"],
+            "--connect",
+        ),
+    ] {
+        let out = remora(args);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        assert!(stderr(&out).contains(what), "{args:?}: {}", stderr(&out));
+    }
+    let out = remora(&["memnode", "--fabric", "sim"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("invalid value 'sim'"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn check_with_allow_revoke_runs_the_revocation_on_a_private_memnode() {
+    let (_m, path) = memnode("revoke");
+    let out = remora(&[
+        "check",
+        "--connect",
+        path.to_str().unwrap(),
+        "--allow-revoke",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", stderr(&out));
+    assert!(stdout.contains("PASS revoked_key_is_refused"), "{stdout}");
+    assert!(!stdout.contains("SKIP"), "{stdout}");
+}
