@@ -797,3 +797,31 @@ fn check_with_allow_revoke_runs_the_revocation_on_a_private_memnode() {
     assert!(stdout.contains("PASS revoked_key_is_refused"), "{stdout}");
     assert!(!stdout.contains("SKIP"), "{stdout}");
 }
+
+#[test]
+fn check_against_a_memnode_that_dies_ends_with_an_error_not_a_panic_or_hang() {
+    let (mut m, path) = memnode("dies");
+    let check = Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(["check", "--connect", path.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let _ = m.0.kill();
+    let _ = m.0.wait();
+    let t = Instant::now();
+    let out = check.wait_with_output().unwrap();
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "check hung after the memnode died"
+    );
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!text.contains("panicked at"), "{text}");
+    assert!(!text.contains("stack backtrace"), "{text}");
+    assert!(!text.contains("a scoped thread panicked"), "{text}");
+}

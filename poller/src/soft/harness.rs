@@ -87,12 +87,24 @@ impl Harness for SoftHarness {
         F: Future<Output = ()>,
     {
         std::thread::scope(|s| {
-            for i in 0..n {
-                let task = &task;
-                s.spawn(move || {
-                    let ep = self.endpoint().expect("connecting a client endpoint");
-                    block_on(task(i, ep));
-                });
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let task = &task;
+                    s.spawn(move || {
+                        let ep = self.endpoint().expect("connecting a client endpoint");
+                        block_on(task(i, ep));
+                    })
+                })
+                .collect();
+            // A client's failure is the check's failure, with the client's own message.
+            let mut first = None;
+            for h in handles {
+                if let Err(p) = h.join() {
+                    first.get_or_insert(p);
+                }
+            }
+            if let Some(p) = first {
+                std::panic::resume_unwind(p);
             }
         });
     }
