@@ -79,8 +79,14 @@ fn soft_a_live_holder_that_releases_is_never_fenced() {
                 let ep = &node.endpoint().unwrap();
                 for i in 1..=300u32 {
                     let mine = owner_word(ep.client_id(), i);
+                    // A lease far above a scheduler's time slice: on a loaded 2-core
+                    // machine a live holder can be preempted for milliseconds.
+                    let cfg = LeaseConfig {
+                        lease_ns: 500_000_000,
+                        ..short()
+                    };
                     assert_eq!(
-                        block_on(acquire(ep, LOCK, mine, short())).unwrap(),
+                        block_on(acquire(ep, LOCK, mine, cfg)).unwrap(),
                         Acquired::Clean,
                         "client {n}"
                     );
