@@ -477,16 +477,15 @@ fn a_dead_memnode_fails_one_sided_verbs_too() {
             Err(e) => break e,
         }
         assert!(
-            t.elapsed() < Duration::from_secs(2),
+            t.elapsed() < Duration::from_secs(5),
             "one-sided writes never failed"
         );
     };
     let waited = t.elapsed();
     assert!(matches!(r, FabricError::RetryExceeded { .. }), "{r:?}");
-    assert!(
-        waited < Duration::from_millis(200),
-        "noticed after {waited:?}"
-    );
+    // A NIC reports a dead responder after its ack timeout (hundreds of ms to seconds); the
+    // watchdog looks every 2 ms, so 1 s leaves a loaded machine room to schedule it.
+    assert!(waited < Duration::from_secs(1), "noticed after {waited:?}");
     eprintln!("dead memnode noticed after {waited:?} ({acked_after_death} writes acknowledged)");
     // And the queue pair stays broken.
     assert!(block_on(qp.read(at, &mut [0u8; 8])).is_err());
