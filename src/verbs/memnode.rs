@@ -2,7 +2,8 @@
 //! header, so the core `RemoteAllocator` works), device memory (the NIC's, or host memory
 //! standing in for it), an rdma_cm listener, and a service on every connection: the echo
 //! service, or any `remora_core::server::Handler` (CANRT's applier, Erda's metadata server,
-//! Catfish's server), which reaches the region through [`VerbsRegion`].
+//! Catfish's server), which reaches the region through the soft fabric's
+//! `WordRegion`.
 //!
 //! Clients learn where everything is from the accept's private data ([`Welcome`]); a
 //! connect request carrying a revocation hello re-registers the region under a new key and is
@@ -17,10 +18,10 @@ use super::sys;
 use super::wire::{DmKind, Hello, Request, Revoked, Welcome, service_bytes};
 use remora_core::block_on::block_on;
 use remora_core::fabric::{FabricError, QueuePair, RecvKind};
-use remora_core::server::{Echo, Handler, LocalRegion, Replies, out_of_range};
+use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
-use remora_poller::soft::words;
+use remora_poller::soft::words::{Persist, WordRegion};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -441,7 +442,7 @@ impl Memnode {
                 if let Some(i) = self.conns.iter().position(|c| c.qp.cm_id() == ev.id) {
                     let c = self.conns.swap_remove(i);
                     if !c.dead {
-                        let region = VerbsRegion::new(&self.region, self.cfg.node);
+                        let region = local_region(&self.region, self.cfg.node);
                         self.handler.on_disconnect(&region, c.id);
                     }
                 }
@@ -458,7 +459,7 @@ impl Memnode {
         while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| t0.elapsed() < l) {
             round += 1;
             let mut served = 0;
-            let region = VerbsRegion::new(&self.region, self.cfg.node);
+            let region = local_region(&self.region, self.cfg.node);
             for c in self.conns.iter_mut().filter(|c| !c.dead) {
                 let (handler, replies) = (&mut *self.handler, &mut self.replies);
                 match serve_connection(handler, replies, &region, c, &mut buf) {
@@ -509,7 +510,7 @@ impl Memnode {
 fn serve_connection(
     handler: &mut dyn Handler,
     replies: &mut Replies,
-    region: &VerbsRegion<'_>,
+    region: &WordRegion<'_>,
     c: &Conn,
     buf: &mut [u8],
 ) -> Result<usize, FabricError> {
@@ -530,81 +531,23 @@ fn serve_connection(
     Ok(n)
 }
 
-/// The node's registered region as its own CPU sees it: bounds-checked, moved word-wise with
-/// atomics (the NIC writes the same memory concurrently).
-pub struct VerbsRegion<'a> {
-    region: &'a Arena,
-    node: NodeId,
-}
-
-impl<'a> VerbsRegion<'a> {
-    fn new(region: &'a Arena, node: NodeId) -> VerbsRegion<'a> {
-        VerbsRegion { region, node }
-    }
-
-    fn at(&self, offset: u64, len: usize, aligned: bool) -> Result<*mut u8, FabricError> {
-        let bad = || out_of_range(self.node, offset, len);
-        let end = offset.checked_add(len as u64).ok_or_else(bad)?;
-        if end > self.region.len() as u64 || (aligned && !offset.is_multiple_of(8)) {
-            return Err(bad());
-        }
-        // SAFETY: offset + len <= the arena's length.
-        Ok(unsafe { self.region.as_ptr().add(offset as usize) })
-    }
-}
-
-impl LocalRegion for VerbsRegion<'_> {
-    fn node(&self) -> NodeId {
-        self.node
-    }
-    fn len(&self) -> u64 {
-        self.region.len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        let p = self.at(offset, buf.len(), false)?;
-        // SAFETY: `at` checked the range lies in the live arena.
-        unsafe { words::read(p, buf) };
-        std::sync::atomic::fence(Ordering::Acquire);
-        Ok(())
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        let p = self.at(offset, data.len(), false)?;
-        std::sync::atomic::fence(Ordering::Release);
-        // SAFETY: `at` checked the range lies in the live arena.
-        unsafe { words::write(p, data) };
-        Ok(())
-    }
-    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
-        let p = self.at(offset, 8, true)?;
-        // SAFETY: `at` checked range and alignment.
-        Ok(unsafe { words::word(p) }.load(Ordering::Acquire))
-    }
-    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
-        let p = self.at(offset, 8, true)?;
-        // SAFETY: `at` checked range and alignment.
-        unsafe { words::word(p) }.store(value, Ordering::Release);
-        Ok(())
-    }
-    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
-        let p = self.at(offset, 8, true)?;
-        // SAFETY: `at` checked range and alignment.
-        let w = unsafe { words::word(p) };
-        Ok(
-            match w.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            },
-        )
-    }
+/// The node's registered region as its own CPU sees it: the soft fabric's [`WordRegion`]
+/// (bounds-checked, word-wise atomic: the NIC writes the same memory concurrently) over the
+/// registered arena.
+fn local_region(region: &Arena, node: NodeId) -> WordRegion<'_> {
+    // SAFETY: the arena is `len()` bytes, mapped for as long as the borrow lives.
+    unsafe { WordRegion::new(region.as_ptr(), region.len() as u64, node, Persist::Nothing) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use remora_core::server::LocalRegion;
 
     #[test]
     fn region_is_bounds_checked_and_word_atomic() {
         let arena = Arena::new(1 << 16).expect("an arena");
-        let r = VerbsRegion::new(&arena, 3);
+        let r = local_region(&arena, 3);
         assert_eq!((r.node(), r.len()), (3, 1 << 16));
         r.write(13, b"hello, region").unwrap();
         let mut b = [0u8; 13];

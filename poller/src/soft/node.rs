@@ -2,10 +2,11 @@
 //! its key, its connections, and the echo service on their receive queues.
 use super::qp::{Channel, SoftEndpoint, SoftQp};
 use super::words;
+use super::words::{Persist, WordRegion};
 use crate::arena::{Mapping, PageKind};
 use remora_core::block_on::block_on;
 use remora_core::fabric::{FabricError, QueuePair, RecvKind, SegmentOrder};
-use remora_core::server::{Echo, Handler, LocalRegion, Replies};
+use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
 use std::collections::VecDeque;
@@ -287,7 +288,7 @@ impl SoftMemoryNode {
             ctl,
         };
         let recovery = if restarted {
-            let region = SoftRegion { mem: &mem };
+            let region = mem.local();
             handler.recover(&region).map_err(|e| {
                 io::Error::other(format!(
                     "{shown}: the {} service's recovery failed: {e}",
@@ -410,7 +411,7 @@ impl SoftMemoryNode {
     pub fn serve_once(&self, buf: &mut [u8], check_liveness: bool) -> usize {
         let mut service = lock(&self.service);
         let Service { handler, replies } = &mut *service;
-        let region = SoftRegion { mem: &self.mem };
+        let region = self.mem.local();
         let mut conns = lock(&self.conns);
         let mut served = 0;
         let mut dead = Vec::new();
@@ -517,7 +518,7 @@ struct Service {
 fn serve_connection(
     handler: &mut dyn Handler,
     replies: &mut Replies,
-    region: &SoftRegion<'_>,
+    region: &WordRegion<'_>,
     id: usize,
     qp: &SoftQp,
     buf: &mut [u8],
@@ -539,77 +540,17 @@ fn serve_connection(
     Ok(n)
 }
 
-/// The node's host region as its own CPU sees it.
-pub struct SoftRegion<'a> {
-    mem: &'a NodeMem,
-}
-
-impl SoftRegion<'_> {
-    fn at(&self, offset: u64, len: usize, aligned: bool) -> Result<*mut u8, FabricError> {
-        let bad = || remora_core::server::out_of_range(self.mem.node_id, offset, len);
-        let end = offset.checked_add(len as u64).ok_or_else(bad)?;
-        if end > self.mem.region_len || (aligned && !offset.is_multiple_of(8)) {
-            return Err(bad());
-        }
-        // SAFETY: offset + len <= region_len <= the mapping's length.
-        Ok(unsafe { self.mem.region.as_ptr().add(offset as usize) })
-    }
-}
-
-impl LocalRegion for SoftRegion<'_> {
-    fn persist(&self, offset: u64, len: usize) {
-        if !self.mem.durable && self.mem.nvm_write_ns == 0 {
-            return;
-        }
-        let Ok(p) = self.at(offset, len, false) else {
-            return;
+impl NodeMem {
+    /// The host region as the node's own CPU sees it (see [`WordRegion`]).
+    pub(crate) fn local(&self) -> WordRegion<'_> {
+        let persist = if self.durable || self.nvm_write_ns > 0 {
+            Persist::Flush {
+                nvm_write_ns: self.nvm_write_ns,
+            }
+        } else {
+            Persist::Nothing
         };
-        // SAFETY: `at` checked the range lies in the live mapping.
-        let lines = unsafe { remora_pmem::flush::persist(p, len) };
-        if self.mem.nvm_write_ns > 0 {
-            remora_pmem::latency::spin_ns(self.mem.nvm_write_ns as u64 * lines as u64);
-        }
-    }
-
-    fn node(&self) -> NodeId {
-        self.mem.node_id
-    }
-    fn len(&self) -> u64 {
-        self.mem.region_len
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        let p = self.at(offset, buf.len(), false)?;
-        // SAFETY: `at` checked the range lies in the live mapping.
-        unsafe { words::read(p, buf) };
-        std::sync::atomic::fence(Ordering::Acquire);
-        Ok(())
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        let p = self.at(offset, data.len(), false)?;
-        std::sync::atomic::fence(Ordering::Release);
-        // SAFETY: `at` checked the range lies in the live mapping.
-        unsafe { words::write(p, data) };
-        Ok(())
-    }
-    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
-        let p = self.at(offset, 8, true)?;
-        // SAFETY: `at` checked range and alignment.
-        Ok(unsafe { words::word(p) }.load(Ordering::Acquire))
-    }
-    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
-        let p = self.at(offset, 8, true)?;
-        // SAFETY: `at` checked range and alignment.
-        unsafe { words::word(p) }.store(value, Ordering::Release);
-        Ok(())
-    }
-    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
-        let p = self.at(offset, 8, true)?;
-        // SAFETY: `at` checked range and alignment.
-        let w = unsafe { words::word(p) };
-        Ok(
-            match w.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            },
-        )
+        // SAFETY: the region mapping is region_len bytes long and lives as long as self.
+        unsafe { WordRegion::new(self.region.as_ptr(), self.region_len, self.node_id, persist) }
     }
 }

@@ -5,7 +5,11 @@
 //! each word either whole-old or whole-new, and a multi-word transfer may be torn between
 //! words: exactly the guarantee (and the lack of one) of an RDMA READ or WRITE.
 //! Shared memory is never turned into a Rust reference: another process may write it.
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
+use remora_core::fabric::FabricError;
+use remora_core::server::{LocalRegion, out_of_range};
+use remora_layouts::NodeId;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering, Ordering::Relaxed, fence};
 
 /// Copies `dst.len()` bytes from shared memory at `src` into `dst`.
 ///
@@ -65,6 +69,110 @@ pub unsafe fn word<'a>(p: *mut u8) -> &'a AtomicU64 {
     // SAFETY: alignment and liveness by the caller's contract; AtomicU64 tolerates
     // concurrent access from other threads and processes.
     unsafe { &*(p as *const AtomicU64) }
+}
+
+/// A memory node's region as its own CPU sees it (the soft and verbs memory nodes both serve
+/// their handlers through it): bounds-checked, moved word-wise with atomics (a NIC or another
+/// process writes the same memory concurrently), `persist` as the node was configured.
+pub struct WordRegion<'a> {
+    base: *mut u8,
+    len: u64,
+    node: NodeId,
+    persist: Persist,
+    _mapping: PhantomData<&'a [u8]>,
+}
+
+/// What `persist` does on a [`WordRegion`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persist {
+    /// Nothing: DRAM, lost with the node anyway.
+    Nothing,
+    /// Cache-line write-back + fence (a file or persistent memory behind the region), plus
+    /// `nvm_write_ns` of emulated NVM latency per line.
+    Flush { nvm_write_ns: u32 },
+}
+
+impl<'a> WordRegion<'a> {
+    /// The region of `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// `base .. base + len` must stay mapped, readable and writable for `'a`.
+    pub unsafe fn new(base: *mut u8, len: u64, node: NodeId, persist: Persist) -> WordRegion<'a> {
+        WordRegion {
+            base,
+            len,
+            node,
+            persist,
+            _mapping: PhantomData,
+        }
+    }
+
+    fn at(&self, offset: u64, len: usize, aligned: bool) -> Result<*mut u8, FabricError> {
+        let bad = || out_of_range(self.node, offset, len);
+        let end = offset.checked_add(len as u64).ok_or_else(bad)?;
+        if end > self.len || (aligned && !offset.is_multiple_of(8)) {
+            return Err(bad());
+        }
+        // SAFETY: offset + len <= len, inside the mapping by `new`'s contract.
+        Ok(unsafe { self.base.add(offset as usize) })
+    }
+}
+
+impl LocalRegion for WordRegion<'_> {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
+        let p = self.at(offset, buf.len(), false)?;
+        // SAFETY: `at` checked the range lies in the live mapping.
+        unsafe { read(p, buf) };
+        fence(Ordering::Acquire);
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
+        let p = self.at(offset, data.len(), false)?;
+        fence(Ordering::Release);
+        // SAFETY: `at` checked the range lies in the live mapping.
+        unsafe { write(p, data) };
+        Ok(())
+    }
+    fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        Ok(unsafe { word(p) }.load(Ordering::Acquire))
+    }
+    fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        unsafe { word(p) }.store(value, Ordering::Release);
+        Ok(())
+    }
+    fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
+        let p = self.at(offset, 8, true)?;
+        // SAFETY: `at` checked range and alignment.
+        let w = unsafe { word(p) };
+        Ok(
+            match w.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+    fn persist(&self, offset: u64, len: usize) {
+        let Persist::Flush { nvm_write_ns } = self.persist else {
+            return;
+        };
+        let Ok(p) = self.at(offset, len, false) else {
+            return;
+        };
+        // SAFETY: `at` checked the range lies in the live mapping.
+        let lines = unsafe { remora_pmem::flush::persist(p, len) };
+        if nvm_write_ns > 0 {
+            remora_pmem::latency::spin_ns(nvm_write_ns as u64 * lines as u64);
+        }
+    }
 }
 
 #[cfg(test)]
