@@ -198,21 +198,9 @@ impl SoftQp {
 
     /// False once the peer's process has closed its control connection.
     pub fn peer_alive(&self) -> bool {
-        let Some(s) = &self.control else { return true };
-        let mut b = [0u8; 1];
-        // SAFETY: a non-blocking peek into a 1-byte buffer we own.
-        let n = unsafe {
-            libc::recv(
-                std::os::fd::AsRawFd::as_raw_fd(s),
-                b.as_mut_ptr().cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        if n == 0 {
-            return false;
-        }
-        n > 0 || std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock
+        self.control
+            .as_ref()
+            .is_none_or(|s| !super::watchdog::closed(s))
     }
 
     /// The local pointer for `len` bytes at `remote`, after the checks a NIC makes.

@@ -51,7 +51,7 @@ pub fn watch(fd: OwnedFd) -> DeadFlag {
 }
 
 /// True if the peer of socket `fd` has closed its end (or the socket failed).
-pub fn closed(fd: &OwnedFd) -> bool {
+pub fn closed(fd: &impl AsRawFd) -> bool {
     let mut b = [0u8; 1];
     // SAFETY: a non-blocking peek into a 1-byte buffer we own, on a descriptor we own.
     let n = unsafe {
