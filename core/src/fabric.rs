@@ -154,13 +154,7 @@ impl SegmentOrder {
             }
             return;
         }
-        let r = xorshift(rng);
-        // A random stride coprime with n and a random start: a permutation of 0..n.
-        let mut stride = 1 + (r >> 32) as usize % n;
-        while gcd(stride, n) != 1 {
-            stride = stride % n + 1;
-        }
-        let start = (r as u32) as usize % n;
+        let (start, stride) = Self::permutation(n, xorshift(rng));
         let tail_last = write && self == SegmentOrder::ShuffledTailLast;
         let mut tail: Option<(usize, usize)> = None;
         for k in 0..n {
@@ -180,6 +174,22 @@ impl SegmentOrder {
         if let Some((s, e)) = tail {
             f(s, e);
         }
+    }
+}
+
+impl SegmentOrder {
+    /// A random permutation of `0..n` drawn from `r`, as `(start, stride)`: position `k`
+    /// holds `(start + k * stride) % n`, the stride coprime with `n`. Shared by every fabric
+    /// that shuffles segments, so they shuffle alike.
+    pub fn permutation(n: usize, r: u64) -> (usize, usize) {
+        if n <= 1 {
+            return (0, 1);
+        }
+        let mut stride = 1 + (r >> 32) as usize % n;
+        while gcd(stride, n) != 1 {
+            stride = stride % n + 1;
+        }
+        ((r as u32) as usize % n, stride)
     }
 }
 

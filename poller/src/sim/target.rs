@@ -275,12 +275,8 @@ impl World {
             SegmentOrder::ShuffledTailLast => nseg.saturating_sub(1),
         };
         if shuffled > 1 && kind != Kind::Send {
-            let r = self.seg_rng.next_u64();
-            start = (r as u32) % shuffled;
-            stride = 1 + ((r >> 32) as u32) % shuffled;
-            while gcd(stride, shuffled) != 1 {
-                stride = stride % shuffled + 1;
-            }
+            let (s, k) = SegmentOrder::permutation(shuffled as usize, self.seg_rng.next_u64());
+            (start, stride) = (s as u32, k as u32);
         }
         let o = self.ops.get_mut(id);
         o.t0 = t0;
@@ -513,11 +509,4 @@ fn fmt(t: Ps) -> String {
 fn hash(x: u64) -> u64 {
     let x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     x ^ (x >> 29)
-}
-
-fn gcd(mut a: u32, mut b: u32) -> u32 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
 }
