@@ -99,6 +99,27 @@ impl Drop for StopOnDrop<'_> {
 /// Writes a racing writer makes at most, whatever its reader does.
 const MAX_WRITES: u64 = 5_000_000;
 
+/// The racing writer of the tearing checks: rewrites `len` bytes at `base` with every word
+/// equal to 1, 2, 3, ... (publishing the count in `writes`) until `stop` or `MAX_WRITES`.
+async fn rewrite_until_stopped<Q: QueuePair>(
+    qp: &Q,
+    base: GlobalAddr,
+    len: usize,
+    stop: &AtomicBool,
+    writes: &AtomicU64,
+) {
+    let mut v = 0u64;
+    let mut img = vec![0u8; len];
+    while !stop.load(Relaxed) && v < MAX_WRITES {
+        v += 1;
+        for w in img.chunks_mut(8) {
+            w.copy_from_slice(&v.to_le_bytes());
+        }
+        qp.write(base, &img).await.expect("writer");
+        writes.store(v, Relaxed);
+    }
+}
+
 /// Takes a fresh chunk on the node under test and returns its address.
 pub fn fresh_chunk<H: Harness>(h: &H) -> GlobalAddr {
     let out = AtomicU64::new(0);
@@ -270,16 +291,7 @@ pub fn torn_reads_are_observable<H: Harness>(h: &H) {
         async move {
             let qp = ep.qp(node).unwrap();
             if i == 0 {
-                let mut v = 0u64;
-                while !stop.load(Relaxed) && v < MAX_WRITES {
-                    v += 1;
-                    let img = vec![v; LEN / 8]
-                        .iter()
-                        .flat_map(|w| w.to_le_bytes())
-                        .collect::<Vec<u8>>();
-                    qp.write(base, &img).await.expect("writer");
-                    writes.store(v, Relaxed);
-                }
+                rewrite_until_stopped(qp, base, LEN, stop, writes).await;
             } else {
                 let _stop = StopOnDrop(stop);
                 let mut img = vec![0u8; LEN];
@@ -335,16 +347,7 @@ pub fn segments_move_in_no_fixed_order<H: Harness>(h: &H) {
         async move {
             let qp = ep.qp(node).unwrap();
             if i == 0 {
-                let mut v = 0u64;
-                let mut img = vec![0u8; LEN];
-                while !stop.load(Relaxed) && v < MAX_WRITES {
-                    v += 1;
-                    for w in img.chunks_mut(8) {
-                        w.copy_from_slice(&v.to_le_bytes());
-                    }
-                    qp.write(base, &img).await.expect("writer");
-                    writes.store(v, Relaxed);
-                }
+                rewrite_until_stopped(qp, base, LEN, stop, writes).await;
             } else {
                 let _stop = StopOnDrop(stop);
                 let mut img = vec![0u8; LEN];

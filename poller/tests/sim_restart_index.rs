@@ -3,38 +3,13 @@
 //! `RetryExceeded`, reconnects, reopens the index, and finds every acknowledged write.
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
-use remora_core::fabric::{FabricError, Recv};
 use remora_core::index::KvIndex;
-use remora_core::server::{Handler, LocalRegion, Replies};
 use remora_poller::sim::{ClientCtx, Faults, Sim, SimConfig, SimEndpoint};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 const CRASH_NS: u64 = 1_500_000;
 const RESTART_NS: u64 = 2_500_000;
-
-/// CANRT's server with its crash recovery as the handler's `recover` (`CanrtServer` offers
-/// recovery as an inherent method; its `Handler` impl keeps the default).
-struct CanrtRecovering(CanrtServer);
-
-impl Handler for CanrtRecovering {
-    fn on_message(
-        &mut self,
-        region: &dyn LocalRegion,
-        conn: usize,
-        recv: Recv,
-        msg: &[u8],
-        replies: &mut Replies,
-    ) -> Result<(), FabricError> {
-        self.0.on_message(region, conn, recv, msg, replies)
-    }
-    fn recover(&mut self, region: &dyn LocalRegion) -> Result<String, FabricError> {
-        self.0.recover(region).map(|r| format!("{r:?}"))
-    }
-    fn on_disconnect(&mut self, region: &dyn LocalRegion, conn: usize) {
-        self.0.on_disconnect(region, conn)
-    }
-}
 
 #[derive(Default)]
 struct Log {
@@ -204,7 +179,7 @@ fn canrt_recovers_on_restart_and_its_clients_reconnect() {
         ..CanrtConfig::new(0)
     };
     crash_restart!(
-        || Box::new(CanrtRecovering(CanrtServer::new())),
+        || Box::new(CanrtServer::new()),
         |ep| Canrt::open(ep, cfg).await.ok(),
         "canrt",
         rollback: false,
