@@ -4,6 +4,7 @@ use super::index::{Handle, IndexCfg, snapshot_of};
 use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
 use super::ycsb::Workload;
 use remora::core::block_on::block_on;
+use remora::core::fabric::Endpoint;
 use remora::poller::clock::Clock;
 use remora::poller::executor::{ServerCore, plan_cores, run_coroutines, run_workers};
 use remora::poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode, control};
@@ -56,7 +57,7 @@ pub fn run(
     index: &IndexCfg,
     workload: Workload,
 ) -> Result<Vec<BenchRecord>, String> {
-    let (target, mut notes) = match &a.connect {
+    let (target, notes) = match &a.connect {
         Some(p) => {
             let path = PathBuf::from(p);
             let info = control::info(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -120,6 +121,21 @@ pub fn run(
         Target::Local(n) => Some(n.spawn_server_on(plan.server)),
         Target::Remote(_) => None,
     };
+    let make_ep = || target.endpoint();
+    run_threads(a, index, workload, "soft", &make_ep, notes)
+}
+
+/// LOAD then `workload` on `a.threads` pinned worker threads, each on its own endpoint from
+/// `make_ep` running `a.coroutines` coroutines: the real-thread runner of every fabric (soft,
+/// verbs). Appends the pinning and clock to `notes`.
+pub(super) fn run_threads<E: Endpoint>(
+    a: &BenchArgs,
+    index: &IndexCfg,
+    workload: Workload,
+    fabric: &str,
+    make_ep: &(dyn Fn() -> Result<E, String> + Sync),
+    mut notes: Vec<String>,
+) -> Result<Vec<BenchRecord>, String> {
     let clock = Clock::get();
     let inserted = AtomicU64::new(0);
     let (dist, load, run) = Phase::pair(a, workload, &inserted);
@@ -139,7 +155,7 @@ pub fn run(
                 run.stop.store(true, Ordering::SeqCst);
                 e
             };
-            let ep = target.endpoint().map_err(stop_all)?;
+            let ep = make_ep().map_err(stop_all)?;
             let idx = block_on(Handle::open(&ep, index)).map_err(stop_all)?;
             let ctx = Ctx {
                 a,
@@ -183,12 +199,12 @@ pub fn run(
         "load",
         dist,
         &loads,
-        "soft",
+        fabric,
         notes.clone(),
     )];
     if !runs.is_empty() {
         out.push(record(
-            a, index, workload, "run", dist, &runs, "soft", notes,
+            a, index, workload, "run", dist, &runs, fabric, notes,
         ));
     }
     Ok(out)

@@ -36,18 +36,12 @@ pub use real::run;
 
 #[cfg(feature = "verbs")]
 mod real {
-    use super::super::index::{Handle, snapshot_of};
-    use super::super::phase::{Ctx, Phase, PhaseOut, Time, phase, record};
-    use super::super::soft::{BarrierGuard, one};
+    use super::super::soft::run_threads;
     use super::*;
-    use remora::core::block_on::block_on;
-    use remora::poller::clock::Clock;
-    use remora::poller::executor::{ServerCore, plan_cores, run_workers};
+    use remora::poller::executor::{ServerCore, plan_cores};
     use remora::verbs::check::CONNECT_TIMEOUT;
     use remora::verbs::wire::DmKind;
     use remora::verbs::{ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, probe};
-    use std::sync::Barrier;
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// The memory nodes of `--connect`, comma-separated host:port.
     fn addresses(a: &BenchArgs) -> Result<Vec<String>, String> {
@@ -139,81 +133,12 @@ mod real {
         for w in &plan.warnings {
             eprintln!("remora: warning: {w}");
         }
-        let clock = Clock::get();
-        let inserted = AtomicU64::new(0);
-        let (dist, load, run) = Phase::pair(a, workload, &inserted);
-        let barrier = Barrier::new(a.threads);
-        let (results, pinning) = run_workers(
-            a.threads,
-            !a.no_pin,
-            |w| -> Result<(PhaseOut, Option<PhaseOut>), String> {
-                // As on soft: every worker passes every barrier, and an error stops the
-                // other workers' phases.
-                let sync = BarrierGuard {
-                    barrier: &barrier,
-                    left: std::cell::Cell::new(if workload == Workload::Load { 1 } else { 3 }),
-                };
-                let stop_all = |e: String| {
-                    load.stop.store(true, Ordering::SeqCst);
-                    run.stop.store(true, Ordering::SeqCst);
-                    e
-                };
-                let ep =
-                    VerbsEndpoint::connect(&addrs, &opts).map_err(|e| stop_all(e.to_string()))?;
-                let idx = block_on(Handle::open(&ep, index)).map_err(stop_all)?;
-                let ctx = Ctx {
-                    a,
-                    time: Time::Wall(clock),
-                };
-                let snap = || snapshot_of(&ep);
-                let stats = || idx.stats();
-                sync.wait();
-                let l = one(phase(&idx, &ctx, &load, w, &snap, &stats)).map_err(stop_all)?;
-                if workload == Workload::Load {
-                    return Ok((l, None));
-                }
-                if sync.wait()
-                    && let Some(s) = a.seconds
-                {
-                    run.deadline_ns
-                        .store(clock.now_ns() + (s * 1e9) as u64, Ordering::SeqCst);
-                }
-                sync.wait();
-                let r = one(phase(&idx, &ctx, &run, w, &snap, &stats)).map_err(stop_all)?;
-                Ok((l, Some(r)))
-            },
-        );
-        load.pb.finish_and_clear();
-        run.pb.finish_and_clear();
         notes.push(format!(
             "{} threads x {} coroutines, each thread one VerbsEndpoint (one RC queue pair per \
              memory node)",
             a.threads, a.coroutines
         ));
-        notes.push(pinning.to_string());
-        notes.push(format!("clock: {}", clock.source()));
-        let mut loads = Vec::new();
-        let mut runs = Vec::new();
-        for r in results {
-            let (l, r) = r?;
-            loads.push(l);
-            runs.extend(r);
-        }
-        let mut out = vec![record(
-            a,
-            index,
-            Workload::Load,
-            "load",
-            dist,
-            &loads,
-            "verbs",
-            notes.clone(),
-        )];
-        if !runs.is_empty() {
-            out.push(record(
-                a, index, workload, "run", dist, &runs, "verbs", notes,
-            ));
-        }
-        Ok(out)
+        let make_ep = || VerbsEndpoint::connect(&addrs, &opts).map_err(|e| e.to_string());
+        run_threads(a, index, workload, "verbs", &make_ep, notes)
     }
 }
