@@ -4,10 +4,11 @@
 //! writer at a random moment, one survivor reads back every key each writer had acknowledged,
 //! then writes and reads the whole key range again (splits and in-place writes through
 //! whatever the dead writers left: held locks, unlinked splits, an ungrown root, torn internal
-//! pages). Nothing acknowledged may be missing and nothing may fail, except on a leaf torn
-//! inside a WRITE by a killed writer, which is reported as a corrupt page (not repaired yet,
-//! see `remora_core::sherman`; 3 runs of 44 on the loaded 2-core test machine, all FG+:
-//! its whole-page write-back is the longest copy a writer does under a lock) and is printed.
+//! pages, leaves torn inside a WRITE). Nothing acknowledged may be missing and nothing may
+//! fail: before redo records, a leaf torn inside a WRITE by a killed writer stayed a corrupt
+//! page (3 runs of 44, all FG+); now the next holder of its lock redoes it. The survivor's
+//! slowest operation must stay under six leases plus 2 s. `SHERMAN_KILL_TRIALS` (default 1)
+//! repeats the whole campaign.
 //!
 //! Child processes are this test binary re-executed with `SHERMAN_KILL_CHILD` set.
 use remora_core::GlobalAddr;
@@ -155,14 +156,15 @@ fn run(fg: bool) {
         kid.0.kill().unwrap();
         kid.0.wait().unwrap();
     }
-    // The survivor: everything acknowledged is there; then the whole range again. A leaf
-    // torn *inside* a WRITE by a killed writer is the one thing not repaired (see
-    // `remora_core::sherman`): it must be reported as such (a corrupt leaf), and stops that
-    // writer's checks; anything else fails the test.
-    let t0 = Instant::now();
+    // The survivor: everything acknowledged is there; then the whole range again, through
+    // whatever the dead writers left (a leaf torn inside a WRITE included: the next holder of
+    // its lock redoes it from the dead writer's redo record). Nothing may fail.
+    let killed = Instant::now();
     let mut failures = Vec::new();
-    let mut torn_leaves = Vec::new();
     let mut acked = 0;
+    // The slowest survivor operation, and when its first write completed after the kill.
+    let mut slowest = Duration::ZERO;
+    let mut first_write = None;
     block_on(async {
         let mut out = [0u8; 8];
         for me in 0..WRITERS {
@@ -172,16 +174,21 @@ fn run(fg: bool) {
             acked += done;
             let r: Result<(), String> = async {
                 for i in 0..done {
+                    let t0 = Instant::now();
                     match t.get(&key(me, i), &mut out).await {
                         Ok(Some(8)) if u64::from_le_bytes(out) == i + 1 => {}
                         Ok(other) => return Err(format!("key {i}: {other:?}")),
                         Err(e) => return Err(format!("{e:?}")),
                     }
+                    slowest = slowest.max(t0.elapsed());
                 }
                 for i in 0..done + 200 {
+                    let t0 = Instant::now();
                     t.upsert(&key(me, i), &(i + 7).to_le_bytes())
                         .await
                         .map_err(|e| format!("{e:?}"))?;
+                    slowest = slowest.max(t0.elapsed());
+                    first_write.get_or_insert_with(|| killed.elapsed());
                 }
                 for i in 0..done + 200 {
                     match t.get(&key(me, i), &mut out).await {
@@ -194,40 +201,27 @@ fn run(fg: bool) {
             }
             .await;
             if let Err(e) = r {
-                let leaf = torn_leaf(&e, qp).await;
-                if leaf {
-                    torn_leaves.push(format!("writer {me}: {e}"));
-                } else {
-                    failures.push(format!("writer {me}: {e}"));
-                }
+                failures.push(format!("writer {me}: {e}"));
             }
         }
     });
+    let lease = Duration::from_nanos(cfg(fg).lease.lease_ns);
     println!(
         "{name}: {WRITERS} writer processes killed after {acked} acknowledged rounds; the \
-         survivor checked and rewrote every key in {:?} with repairs {:?}; leaves torn inside \
-         a WRITE (reported, not repaired): {torn_leaves:?}; failures: {failures:?}",
-        t0.elapsed(),
+         survivor's first write completed {:?} after the last kill, its slowest operation took \
+         {slowest:?} (lease {lease:?}); it checked and rewrote every key in {:?} with repairs \
+         {:?}; failures: {failures:?}",
+        first_write.unwrap_or_default(),
+        killed.elapsed(),
         t.repairs(),
     );
     assert!(failures.is_empty(), "{name}: {failures:?}");
-}
-
-/// The error is `Corrupt` for a page whose (unverified) header says leaf.
-async fn torn_leaf(e: &str, qp: &remora_poller::soft::SoftQp) -> bool {
-    // `Corrupt { addr: 0:host+0x149700, ...`
-    let Some(rest) = e.strip_prefix("Corrupt { addr: 0:host+0x") else {
-        return false;
-    };
-    let hex: String = rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect();
-    let Ok(off) = u64::from_str_radix(&hex, 16) else {
-        return false;
-    };
-    let mut meta = [0u8; 8];
-    qp.read(GlobalAddr::new(0, off + 8), &mut meta)
-        .await
-        .unwrap();
-    remora_layouts::sherman::LEAF.get(u64::from_le_bytes(meta)) == 1
+    // A survivor operation waits out at most a few dead holders' leases (a leaf's, a
+    // parent's during a separator insert; a reader that finds a torn leaf waits a lease
+    // before it takes the lock over, which costs another), plus scheduling on a loaded
+    // machine.
+    let bound = 6 * lease + Duration::from_secs(2);
+    assert!(slowest < bound, "{name}: an operation took {slowest:?}");
 }
 
 #[test]
@@ -235,7 +229,9 @@ fn sherman_survives_writer_processes_killed_mid_operation() {
     if std::env::var(CHILD).is_ok() {
         return;
     }
-    run(false);
+    for _ in 0..trials() {
+        run(false);
+    }
 }
 
 #[test]
@@ -243,5 +239,14 @@ fn fg_plus_survives_writer_processes_killed_mid_operation() {
     if std::env::var(CHILD).is_ok() {
         return;
     }
-    run(true);
+    for _ in 0..trials() {
+        run(true);
+    }
+}
+
+fn trials() -> u32 {
+    std::env::var("SHERMAN_KILL_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
 }
