@@ -44,8 +44,9 @@
 //!   has a dead holder, whom the waiter fences off the lock's memory node
 //!   ([`crate::fabric::Endpoint::fence`]) and then CASes the word from the holder's to its own
 //!   (`lock.rs`). The local lock table (coroutines of one handle) is unchanged; a handle never
-//!   fences itself. A word that names no client, or a fabric that cannot fence (verbs), ends
-//!   in [`ShermanError::LockHeld`] naming the word and holder after the deadline.
+//!   fences itself. A word that names no client, or a fabric that cannot fence (a node that
+//!   refuses the fence), ends in [`ShermanError::LockHeld`] naming the word and holder after
+//!   the deadline.
 //! - **A page the holder was writing.** On the sim a crash drops a whole doorbell, so a page
 //!   is either the old or the new image and the taker-over simply re-reads it: every write
 //!   under a lock is one doorbell that also carries the unlock (command combination) or is
