@@ -82,10 +82,13 @@ pub fn run(
             )
         }
         None => {
-            let cfg = NodeConfig {
+            let mut cfg = NodeConfig {
                 region_len: super::region_bytes(a),
                 ..NodeConfig::default()
             };
+            if let Some(need) = index.max_message() {
+                cfg.max_msg = cfg.max_msg.max(need);
+            }
             let node = match index.server_handler() {
                 Some(h) => SoftMemoryNode::create_with(cfg, h),
                 None => SoftMemoryNode::create(cfg),
