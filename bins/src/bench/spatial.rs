@@ -881,6 +881,7 @@ fn record(
         // Catfish's nodes are DRAM here: no NVM accounting.
         nvm_bytes_per_op: None,
         nvm_per_op: None,
+        nvm_store_bytes_by_op: None,
         smart: Default::default(),
         sherman: Default::default(),
         spatial: Some(SpatialSummary {

@@ -22,6 +22,9 @@ pub enum Workload {
     D,
     /// 95% short scan, 5% insert.
     E,
+    /// 100% update (the Erda paper's update-only workload; `--workload update-only` or `u`).
+    #[value(name = "update-only", alias = "u")]
+    U,
 }
 
 impl Workload {
@@ -33,6 +36,7 @@ impl Workload {
             Workload::C => "C",
             Workload::D => "D",
             Workload::E => "E",
+            Workload::U => "UPD",
         }
     }
     /// Percentages of (read, update, insert, scan).
@@ -44,6 +48,7 @@ impl Workload {
             Workload::C => [100, 0, 0, 0],
             Workload::D => [95, 0, 5, 0],
             Workload::E => [0, 0, 5, 95],
+            Workload::U => [0, 100, 0, 0],
         }
     }
 }
