@@ -8,6 +8,7 @@ use remora::core::index::KvIndex;
 use remora::core::server::Handler;
 use remora::core::sherman::{Sherman, ShermanConfig};
 use remora::core::smart::{Smart, SmartConfig, SmartStats, Techniques};
+use remora::core::wort::{Kind, Wort, WortClientConfig, WortServer};
 use serde::Serialize;
 
 /// Which index, configured.
@@ -31,6 +32,10 @@ pub enum IndexCfg {
         server: ErdaConfig,
         client: ErdaClientConfig,
     },
+    /// WORT or WOART; its memory node (node 0) runs `WortServer`.
+    Wort {
+        kind: Kind,
+    },
 }
 
 impl IndexCfg {
@@ -40,6 +45,7 @@ impl IndexCfg {
             IndexCfg::Sherman { name, .. } => name,
             IndexCfg::Canrt { .. } => "canrt",
             IndexCfg::Erda { .. } => "erda",
+            IndexCfg::Wort { kind } => kind.name(),
         }
     }
 
@@ -76,7 +82,7 @@ impl IndexCfg {
                     vec![]
                 }
             }
-            IndexCfg::Erda { .. } => vec![],
+            IndexCfg::Erda { .. } | IndexCfg::Wort { .. } => vec![],
         };
         if on.is_empty() {
             "baseline".into()
@@ -91,6 +97,7 @@ impl IndexCfg {
         match self {
             IndexCfg::Canrt { .. } => Some("canrt"),
             IndexCfg::Erda { .. } => Some("erda"),
+            IndexCfg::Wort { kind } => Some(kind.name()),
             _ => None,
         }
     }
@@ -99,6 +106,7 @@ impl IndexCfg {
         match self {
             IndexCfg::Canrt { .. } => Some(Box::new(CanrtServer::new())),
             IndexCfg::Erda { server, .. } => Some(Box::new(ErdaServer::new(*server))),
+            IndexCfg::Wort { kind } => Some(Box::new(WortServer::new(*kind))),
             _ => None,
         }
     }
@@ -126,6 +134,7 @@ pub enum Handle<'e, E: Endpoint> {
     Sherman(Sherman<'e, E>),
     Canrt(Canrt<'e, E>),
     Erda(Erda<'e, E>),
+    Wort(Wort<'e, E>),
 }
 
 impl<'e, E: Endpoint> Handle<'e, E> {
@@ -144,6 +153,11 @@ impl<'e, E: Endpoint> Handle<'e, E> {
             IndexCfg::Erda { client, .. } => {
                 Handle::Erda(Erda::open(ep, *client).await.map_err(|e| e.to_string())?)
             }
+            IndexCfg::Wort { .. } => Handle::Wort(
+                Wort::open(ep, WortClientConfig::default())
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
         })
     }
 
@@ -166,7 +180,7 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                     ..Stats::default()
                 }
             }
-            Handle::Canrt(_) | Handle::Erda(_) => Stats::default(),
+            Handle::Canrt(_) | Handle::Erda(_) | Handle::Wort(_) => Stats::default(),
         }
     }
 }
@@ -180,6 +194,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -189,6 +204,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.update(key, value).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -198,6 +214,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.get(key, out).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -207,6 +224,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.delete(key).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.delete(key).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -221,6 +239,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
         }
     }
 }
