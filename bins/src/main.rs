@@ -57,6 +57,10 @@ pub enum Service {
     Canrt,
     Erda,
     Catfish,
+    /// WORT, the CANRT paper's server-reply baseline (a persistent radix tree of 4-bit digits).
+    Wort,
+    /// WOART, WORT with adaptive nodes.
+    Woart,
 }
 
 #[derive(Debug, Clone, Args)]

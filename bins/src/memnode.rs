@@ -5,6 +5,7 @@ use remora::core::canrt::CanrtServer;
 use remora::core::catfish::CatfishServer;
 use remora::core::erda::{ErdaConfig, ErdaServer};
 use remora::core::server::{Echo, Handler};
+use remora::core::wort::{Kind, WortServer};
 use remora::poller::soft::{Backing, NodeConfig, SoftMemoryNode, control};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,8 @@ pub(crate) fn handler_for(
     match service {
         Service::Echo => Box::new(Echo),
         Service::Canrt => Box::new(CanrtServer::new()),
+        Service::Wort => Box::new(WortServer::new(Kind::Wort)),
+        Service::Woart => Box::new(WortServer::new(Kind::Woart)),
         Service::Catfish => Box::new(CatfishServer::new(max_msg)),
         Service::Erda => {
             // Half the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
