@@ -145,7 +145,11 @@ fn client_crash_run(kind: Kind, seed: u64, crash_at: Option<u64>) -> Run {
             }
         });
     }
-    assert_eq!(sim.run().unfinished, 0, "seed {seed}: the creator did not finish");
+    assert_eq!(
+        sim.run().unfinished,
+        0,
+        "seed {seed}: the creator did not finish"
+    );
     let victim = sim.client(1).unwrap();
     assert_eq!(victim.ep().client(), VICTIM_CLIENT);
     {
@@ -215,7 +219,9 @@ fn client_crash_run(kind: Kind, seed: u64, crash_at: Option<u64>) -> Run {
                 let h = mix(seed << 40 ^ u64::from(s) << 24 ^ i);
                 let r = if h % 10 < 4 {
                     let (rect, id) = (rect_at(h >> 4, 64), u64::from(s) << 32 | i);
-                    let slot = rec.invoke(s, Op::Insert { rect, id }, ctx.now_ns()).unwrap();
+                    let slot = rec
+                        .invoke(s, Op::Insert { rect, id }, ctx.now_ns())
+                        .unwrap();
                     c.insert(qp, rect, id)
                         .await
                         .map(|()| rec.complete(slot, Outcome::Done, ctx.now_ns()))
@@ -240,7 +246,11 @@ fn client_crash_run(kind: Kind, seed: u64, crash_at: Option<u64>) -> Run {
     let label = format!("{kind:?} seed {seed} crash at {crash_at:?}");
     let errs = errors.borrow();
     assert!(errs.is_empty(), "{label}: {errs:?}");
-    assert_eq!(r.unfinished, usize::from(crash_at.is_some()), "{label}: {r:?}");
+    assert_eq!(
+        r.unfinished,
+        usize::from(crash_at.is_some()),
+        "{label}: {r:?}"
+    );
     drop(errs);
     drop(sim);
     let h = rec.finish().expect("recorder sized for the workload");
@@ -248,7 +258,11 @@ fn client_crash_run(kind: Kind, seed: u64, crash_at: Option<u64>) -> Run {
     assert!(report.is_ok(), "{label}: {report}");
     let survivors = h.events.iter().filter(|e| e.client <= SURVIVORS);
     let done = survivors.clone().count() as u64;
-    assert_eq!(done, SURVIVORS as u64 * OPS, "{label}: survivors' operations");
+    assert_eq!(
+        done,
+        SURVIVORS as u64 * OPS,
+        "{label}: survivors' operations"
+    );
     Run {
         posts: *posts.borrow(),
         stall_ns: survivors
@@ -328,7 +342,10 @@ fn node_crash_run(seed: u64, crash_ns: Option<u64>) -> (u64, Vec<(End, u64)>) {
                     let h = mix(seed << 40 ^ (n as u64) << 24 ^ i);
                     hits.clear();
                     match h % 5 {
-                        0 | 1 => c.insert(qp, rect_at(h >> 4, 64), (n as u64) << 32 | i).await?,
+                        0 | 1 => {
+                            c.insert(qp, rect_at(h >> 4, 64), (n as u64) << 32 | i)
+                                .await?
+                        }
                         2 => {
                             c.search(qp, rect_at(h >> 4, 1500), Mode::Messaging, &mut hits)
                                 .await?;
@@ -361,7 +378,10 @@ fn node_crash_run(seed: u64, crash_ns: Option<u64>) -> (u64, Vec<(End, u64)>) {
         });
     }
     let r = sim.run();
-    assert_eq!(r.unfinished, 0, "seed {seed} crash at {crash_ns:?}: clients hung");
+    assert_eq!(
+        r.unfinished, 0,
+        "seed {seed} crash at {crash_ns:?}: clients hung"
+    );
     drop(sim);
     (start, ends.into_inner())
 }

@@ -16,6 +16,7 @@
 pub mod adaptive;
 pub mod client;
 pub mod server;
+pub mod shared;
 #[cfg(test)]
 mod tests;
 pub mod tree;
