@@ -14,6 +14,7 @@ mod phase;
 mod sim;
 mod soft;
 mod spatial;
+pub(crate) mod tcp;
 mod verbs;
 mod ycsb;
 
