@@ -15,6 +15,7 @@ mod sim;
 mod soft;
 mod spatial;
 mod table1;
+pub(crate) mod tcp;
 mod verbs;
 mod ycsb;
 
