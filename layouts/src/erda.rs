@@ -684,6 +684,9 @@ pub enum ReqOp {
     /// Append a deleted object: granted only if the key is present. The server writes the
     /// deleted object itself before it grants (the client writes nothing).
     Delete = 3,
+    /// A read through the server (the SEND path, used while the key's head is being
+    /// cleaned): answered [`Status::Located`] with the newest whole object, or `Absent`.
+    Get = 4,
 }
 
 impl ReqOp {
@@ -692,6 +695,7 @@ impl ReqOp {
             1 => Ok(ReqOp::Upsert),
             2 => Ok(ReqOp::Update),
             3 => Ok(ReqOp::Delete),
+            4 => Ok(ReqOp::Get),
             _ => Err(LayoutError::OutOfRange {
                 field: "request_op",
                 value: b as u64,
@@ -789,7 +793,7 @@ impl Request {
                 value: key_len as u64,
             });
         }
-        if value_len > VALUE_MAX || (op == ReqOp::Delete && value_len != 0) {
+        if value_len > VALUE_MAX || (matches!(op, ReqOp::Delete | ReqOp::Get) && value_len != 0) {
             return Err(LayoutError::OutOfRange {
                 field: "value_len",
                 value: value_len as u64,
@@ -829,6 +833,15 @@ pub enum Status {
     /// id. Ask again after a back-off; past a lease, fence the writer and name the grant in
     /// [`Request::revoke`].
     Busy = 8,
+    /// A hello on a connection that already has an open session (another handle on the
+    /// same endpoint): handles share one connection's receive queue, so a second one would
+    /// take the first one's replies. Share the open handle among coroutines, or close it.
+    SessionOpen = 9,
+    /// A goodbye answered: the session's mailboxes are free.
+    Closed = 10,
+    /// A [`ReqOp::Get`] answered: the key's newest whole object is at (`head`, low 32 bits
+    /// of `arg`); the high 32 bits carry the head's state word epoch it was resolved under.
+    Located = 11,
 }
 
 impl Status {
@@ -842,6 +855,9 @@ impl Status {
             6 => Status::Welcome,
             7 => Status::TooManyClients,
             8 => Status::Busy,
+            9 => Status::SessionOpen,
+            10 => Status::Closed,
+            11 => Status::Located,
             _ => {
                 return Err(LayoutError::OutOfRange {
                     field: "status",
@@ -932,6 +948,32 @@ pub fn decode_hello(msg: &[u8]) -> Option<u32> {
         _ => None,
     }
 }
+
+/// Bytes of a hello that also asks for `slots` request mailboxes (little-endian u32 after
+/// the fabric client id): one per request a handle keeps in flight at once.
+pub const HELLO_SLOTS_LEN: usize = 16;
+
+/// The hello of fabric client `id` asking for `slots` request mailboxes.
+pub fn hello_slots(id: u32, slots: u32) -> [u8; HELLO_SLOTS_LEN] {
+    let mut m = [0u8; HELLO_SLOTS_LEN];
+    m[..HELLO_LEN].copy_from_slice(&hello(id));
+    m[HELLO_LEN..].copy_from_slice(&slots.to_le_bytes());
+    m
+}
+
+/// The fabric client id and mailbox count a hello asks for (a hello without a count asks
+/// for one); `None` if `msg` is not a hello.
+pub fn decode_hello_slots(msg: &[u8]) -> Option<(u32, u32)> {
+    if msg.len() == HELLO_SLOTS_LEN && msg[..8] == HELLO {
+        let id = u32::from_le_bytes(msg[8..12].try_into().ok()?);
+        let slots = u32::from_le_bytes(msg[12..16].try_into().ok()?);
+        return Some((id, slots.max(1)));
+    }
+    decode_hello(msg).map(|id| (id, 1))
+}
+
+/// The SEND that ends a session (its mailboxes are freed; answered [`Status::Closed`]).
+pub const GOODBYE: [u8; 8] = *b"ERDABYE!";
 
 /// Bytes after each client-written object for its durable mark.
 pub const DURABLE_MARK_LEN: usize = 8;
@@ -1027,6 +1069,14 @@ mod tests {
         assert_eq!(decode_hello(&hello(9)), Some(9));
         assert_eq!(decode_hello(&HELLO), Some(0));
         assert_eq!(decode_hello(b"ERDAHELX"), None);
+        assert_eq!(decode_hello_slots(&hello_slots(9, 8)), Some((9, 8)));
+        assert_eq!(decode_hello_slots(&hello_slots(9, 0)), Some((9, 1)));
+        assert_eq!(decode_hello_slots(&hello(4)), Some((4, 1)));
+        assert_eq!(decode_hello_slots(&GOODBYE), None);
+        let g = Request::new(ReqOp::Get, 3, b"k", 0).unwrap();
+        assert_eq!(Request::decode(&g.encode()), Ok(g));
+        assert!(Request::decode(&Request::new(ReqOp::Get, 3, b"k", 8).unwrap().encode()).is_err());
+        assert_eq!(Status::from_u8(Status::Located as u8), Ok(Status::Located));
         assert_eq!(Status::from_u8(Status::Busy as u8), Ok(Status::Busy));
         assert_ne!(durable_mark(8), durable_mark(9));
         assert_ne!(durable_mark(0), 0);

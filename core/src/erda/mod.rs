@@ -5,8 +5,11 @@
 //! 8-byte metadata word: a new tag and two 31-bit log offsets, the newest object and the
 //! previous one.
 //!
-//! - **Write** (upsert, update): the client writes a request into its mailbox with
-//!   WRITE_WITH_IMM (immediate = its client id). The server's CPU ([`ErdaServer`]) finds or
+//! - **Write** (upsert, update): the client writes a request into one of its session's
+//!   mailboxes with WRITE_WITH_IMM (immediate = that mailbox's id; each coroutine's request
+//!   has its own mailbox, and the reply's sequence names the mailbox it answers, so one
+//!   handle keeps several requests in flight; one session per connection, see
+//!   [`Erda::close`]). The server's CPU ([`ErdaServer`]) finds or
 //!   fills the key's bucket, reserves log space in the key's head (an object never spans a
 //!   segment), flips the new tag and stores the reserved offset over the older one in one
 //!   8-byte store, persists the word, and SENDs back the (head, offset). The client then
@@ -200,7 +203,8 @@ pub struct ErdaConfig {
     pub buckets: u64,
     /// Buckets a key may be placed in, from its home bucket (read by clients in one READ).
     pub neighborhood: u32,
-    /// Request mailboxes, one per client session.
+    /// Request mailboxes: a session (one handle) takes up to `ErdaClientConfig::slots` of
+    /// them, one per write request it keeps in flight.
     pub max_clients: u32,
     /// Log segment bytes (power of two); objects never span two.
     pub segment_bytes: u64,
@@ -210,13 +214,13 @@ pub struct ErdaConfig {
 
 impl ErdaConfig {
     /// A small store for tests and the soft fabric: 2 heads of 4 MiB in 64 KiB segments,
-    /// 16 Ki buckets.
+    /// 16 Ki buckets, 1024 request mailboxes (64 sessions of 16 slots).
     pub const fn small() -> ErdaConfig {
         ErdaConfig {
             heads: 2,
             buckets: 16 << 10,
             neighborhood: 8,
-            max_clients: 256,
+            max_clients: 1024,
             segment_bytes: 64 << 10,
             head_bytes: 4 << 20,
         }
@@ -228,7 +232,7 @@ impl ErdaConfig {
             heads: 4,
             buckets: 1 << 22,
             neighborhood: 8,
-            max_clients: 1024,
+            max_clients: 4096,
             segment_bytes: 8 << 20,
             head_bytes: 1 << 30,
         }
@@ -249,6 +253,9 @@ impl Default for ErdaConfig {
 /// this long.
 pub const LEASE_NS: u64 = 100_000_000;
 
+/// Request mailboxes a handle asks for by default.
+pub const DEFAULT_SLOTS: u32 = 16;
+
 /// What a client handle needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErdaClientConfig {
@@ -263,6 +270,9 @@ pub struct ErdaClientConfig {
     /// bucket fill or move to finish or for a whole object, a coroutine waiting for the
     /// handle's mailbox. `max_attempts` bounds them on a fabric without a clock.
     pub lease: LeaseConfig,
+    /// Request mailboxes this handle asks for (1..=64): how many of its coroutines can
+    /// have a write request at the server at once (the server may grant fewer).
+    pub slots: u32,
     /// Mutant, for tests only: trust a single neighborhood READ for misses (the reader
     /// before issue 9), which is correct only if a READ observes words in ascending address
     /// order. Tests set it to show that an adversarial word order catches it.
@@ -284,6 +294,7 @@ impl Default for ErdaClientConfig {
                 lease_ns: LEASE_NS,
                 ..LeaseConfig::default_lease()
             },
+            slots: DEFAULT_SLOTS,
             assume_ascending_reads: false,
             unflushed_writes: false,
         }
@@ -362,6 +373,14 @@ impl fmt::Display for ErdaError {
             ErdaError::BufferTooSmall { len, need } => {
                 write!(f, "erda: buffer of {len} bytes, the value has {need}")
             }
+            ErdaError::Refused {
+                status: Status::SessionOpen,
+            } => write!(
+                f,
+                "erda server refused: this endpoint already has an open Erda session (another \
+                 handle shares its connection and would take its replies): share that handle \
+                 among coroutines, or close() it first"
+            ),
             ErdaError::Refused { status } => write!(f, "erda server refused: {status:?}"),
             ErdaError::Corrupt { addr, why } => write!(f, "erda: unreadable data at {addr}: {why}"),
             ErdaError::Protocol { what } => write!(f, "erda protocol error: {what}"),

@@ -6,10 +6,10 @@ use super::stripe;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN,
-    ROOT_SLOT, Reply, ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status,
-    Superblock, decode_hello, decode_object_with, durable_mark, encode_object_with, object_len,
-    object_len_from_header,
+    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, GOODBYE, KEY_MAX, MAX_HEADS, MAX_UNITS, Meta, REQ_SEQ,
+    REQUEST_LEN, ROOT_SLOT, Reply, ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC,
+    SUPERBLOCK_VERSION, Status, Superblock, decode_hello_slots, decode_object_with, durable_mark,
+    encode_object_with, object_len, object_len_from_header,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
 use std_alloc::collections::BTreeMap;
@@ -19,6 +19,9 @@ use std_alloc::vec::Vec;
 
 /// First byte of every head log used by objects (units 0 means "no object").
 const LOG_START: u64 = 64;
+/// Most request mailboxes one session gets (the count travels in a reply's 16-bit `aux`;
+/// a handle tracks its slots in a 64-bit mask).
+pub const MAX_SLOTS: u32 = 64;
 /// Buckets past a full neighborhood searched for a free one to displace towards.
 pub(super) const MAX_PROBE: u64 = 4096;
 
@@ -330,35 +333,83 @@ impl ErdaServer {
         Ok(st)
     }
 
-    fn hello(&mut self, conn: usize, fabric_id: u32, replies: &mut Replies) {
+    /// A new session: `slots` consecutive request mailboxes (client ids), fewer if no free
+    /// run is that long. One session per connection: handles on one endpoint share its
+    /// receive queue and would take each other's replies, so a second hello on a connection
+    /// with an open session is refused ([`Status::SessionOpen`]) until a goodbye.
+    fn hello(&mut self, conn: usize, fabric_id: u32, slots: u32, replies: &mut Replies) {
         let st = self.st.as_mut().expect("opened");
-        let id = st
-            .owners
-            .iter()
-            .position(|o| *o == Some(conn))
-            .or_else(|| st.owners.iter().position(|o| o.is_none()));
-        let reply = match id {
-            Some(id) => {
-                st.owners[id] = Some(conn);
-                st.fabric[id] = fabric_id;
-                self.stats.sessions += 1;
-                Reply {
-                    status: Status::Welcome,
-                    head: 0,
-                    seq: id as u32,
-                    arg: st.sb_off,
-                    aux: 0,
+        let refuse = |status| Reply {
+            status,
+            head: 0,
+            seq: 0,
+            arg: 0,
+            aux: 0,
+        };
+        if st.owners.contains(&Some(conn)) {
+            self.stats.refused += 1;
+            replies.send(&refuse(Status::SessionOpen).encode());
+            return;
+        }
+        // The longest free run, up to `slots`, and at most a quarter of the free mailboxes
+        // (at least one), so later sessions still find some.
+        let free = st.owners.iter().filter(|o| o.is_none()).count();
+        let want = (slots.clamp(1, MAX_SLOTS) as usize).min((free / 4).max(1));
+        let (mut best, mut best_len, mut run) = (0usize, 0usize, 0usize);
+        for (i, o) in st.owners.iter().enumerate() {
+            run = if o.is_none() { run + 1 } else { 0 };
+            if run > best_len {
+                (best, best_len) = (i + 1 - run, run);
+                if best_len == want {
+                    break;
                 }
             }
-            None => Reply {
-                status: Status::TooManyClients,
-                head: 0,
-                seq: 0,
-                arg: 0,
-                aux: 0,
-            },
+        }
+        if best_len == 0 {
+            self.stats.refused += 1;
+            replies.send(&refuse(Status::TooManyClients).encode());
+            return;
+        }
+        for id in best..best + best_len {
+            st.owners[id] = Some(conn);
+            st.fabric[id] = fabric_id;
+        }
+        self.stats.sessions += 1;
+        let reply = Reply {
+            status: Status::Welcome,
+            head: 0,
+            seq: best as u32,
+            arg: st.sb_off,
+            aux: best_len as u16,
         };
         replies.send(&reply.encode());
+    }
+
+    /// Ends connection `conn`'s session (a goodbye or a disconnect): every grant it held and
+    /// had not finished is settled at once, as after a fence (the session writes nothing
+    /// more), and its mailboxes are free for new sessions.
+    fn end_session(&mut self, region: &dyn LocalRegion, conn: usize) {
+        if let Some(st) = self.st.as_mut() {
+            let mine: Vec<(KeyBuf, Pending)> = st
+                .pending
+                .iter()
+                .filter(|(_, p)| p.conn == conn)
+                .map(|(k, p)| (*k, *p))
+                .collect();
+            for (k, p) in mine {
+                st.pending.remove(&k);
+                if !is_durable(region, &st.sb, &p) {
+                    // An error leaves the grant to recovery (readers fall back meanwhile).
+                    let _ = settle(region, st, &mut self.stats, &k.0[..k.1 as usize], &p);
+                }
+            }
+            for (i, o) in st.owners.iter_mut().enumerate() {
+                if *o == Some(conn) {
+                    *o = None;
+                    st.last_grant[i] = None;
+                }
+            }
+        }
     }
 
     fn refuse(&mut self, status: Status, seq: u32, replies: &mut Replies) {
@@ -384,15 +435,20 @@ impl ErdaServer {
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
         let st = self.st.as_mut().expect("opened");
-        if st.owners.get(client as usize).copied().flatten() != Some(conn) {
-            self.refuse(Status::BadRequest, 0, replies);
-            return Ok(());
-        }
+        let owned = st.owners.get(client as usize).copied().flatten() == Some(conn);
         let mut raw = [0u8; REQUEST_LEN];
-        region.read(st.sb.mailbox(client), &mut raw)?;
-        let Ok(req) = Request::decode(&raw) else {
-            self.refuse(Status::BadRequest, 0, replies);
-            return Ok(());
+        if client < st.sb.max_clients {
+            region.read(st.sb.mailbox(client), &mut raw)?;
+        }
+        // A refusal names the request's sequence when its first word has one: the client
+        // routes replies by it.
+        let seq = REQ_SEQ.get(u64::from_le_bytes(raw[..8].try_into().unwrap_or([0; 8]))) as u32;
+        let req = match Request::decode(&raw) {
+            Ok(req) if owned => req,
+            _ => {
+                self.refuse(Status::BadRequest, seq, replies);
+                return Ok(());
+            }
         };
         // The client's previous value grant is most likely finished by now: forget it.
         if let Some(k) = st
@@ -689,8 +745,23 @@ impl Handler for ErdaServer {
     ) -> Result<(), FabricError> {
         self.open(region)?;
         match recv.kind {
-            RecvKind::Send if decode_hello(msg).is_some() => {
-                self.hello(conn, decode_hello(msg).unwrap_or(0), replies);
+            RecvKind::Send if decode_hello_slots(msg).is_some() => {
+                let (id, slots) = decode_hello_slots(msg).unwrap_or((0, 1));
+                self.hello(conn, id, slots, replies);
+                Ok(())
+            }
+            RecvKind::Send if msg == GOODBYE => {
+                self.end_session(region, conn);
+                replies.send(
+                    &Reply {
+                        status: Status::Closed,
+                        head: 0,
+                        seq: 0,
+                        arg: 0,
+                        aux: 0,
+                    }
+                    .encode(),
+                );
                 Ok(())
             }
             RecvKind::WriteImm => match recv.imm {
@@ -757,24 +828,7 @@ impl Handler for ErdaServer {
     /// fabric delivers nothing more of that connection): adopted if its object is whole,
     /// else reverted. Waiters on those keys proceed without waiting out a lease.
     fn on_disconnect(&mut self, region: &dyn LocalRegion, conn: usize) {
-        if let Some(st) = self.st.as_mut() {
-            let mine: Vec<(KeyBuf, Pending)> = st
-                .pending
-                .iter()
-                .filter(|(_, p)| p.conn == conn)
-                .map(|(k, p)| (*k, *p))
-                .collect();
-            for (k, p) in mine {
-                st.pending.remove(&k);
-                if !is_durable(region, &st.sb, &p) {
-                    // An error leaves the grant to recovery (readers fall back meanwhile).
-                    let _ = settle(region, st, &mut self.stats, &k.0[..k.1 as usize], &p);
-                }
-            }
-            for o in st.owners.iter_mut().filter(|o| **o == Some(conn)) {
-                *o = None;
-            }
-        }
+        self.end_session(region, conn);
     }
 
     fn service(&self) -> &'static str {
