@@ -9,9 +9,10 @@ use core::pin::{Pin, pin};
 use core::task::{Poll, Waker};
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, GOODBYE, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp,
-    Request, SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object_with,
-    durable_mark, encode_object_with, hello_slots, object_len, object_len_from_header,
+    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, GOODBYE, HeadState, KEY_MAX, MAX_HEADS, OBJECT_MAX,
+    REPLY_LEN, Reply, ReqOp, Request, SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key,
+    decode_object_with, durable_mark, encode_object_with, hello_slots, object_len,
+    object_len_from_header,
 };
 use std_alloc::vec::Vec;
 
@@ -36,6 +37,11 @@ pub struct ClientStats {
     pub busy: u64,
     /// Writers fenced by this handle after their grant outlived a lease.
     pub fenced: u64,
+    /// Gets answered through the server (the SEND path: the key's head was being cleaned).
+    pub server_reads: u64,
+    /// Gets started over because the head's epoch changed under them (a cleaning started
+    /// or ended between the metadata word and the object).
+    pub epoch_retries: u64,
 }
 
 /// One compute node's (thread's) handle on an Erda store.
@@ -60,6 +66,8 @@ pub struct Erda<'e, E: Endpoint> {
     unstable: Cell<u64>,
     busy: Cell<u64>,
     fenced: Cell<u64>,
+    server_reads: Cell<u64>,
+    epoch_retries: Cell<u64>,
     /// Offsets of the grants this handle's coroutines are writing now, and how many more
     /// are being written untracked (the list was full): a `Busy` naming a grant of this
     /// handle that none of its coroutines is writing names an orphan (a request whose reply
@@ -134,6 +142,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             unstable: Cell::new(0),
             busy: Cell::new(0),
             fenced: Cell::new(0),
+            server_reads: Cell::new(0),
+            epoch_retries: Cell::new(0),
             writing: RefCell::new(heapless::Vec::new()),
             untracked: Cell::new(0),
         })
@@ -178,6 +188,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             unstable: self.unstable.get(),
             busy: self.busy.get(),
             fenced: self.fenced.get(),
+            server_reads: self.server_reads.get(),
+            epoch_retries: self.epoch_retries.get(),
         }
     }
 
@@ -572,20 +584,35 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
     }
 
-    /// Reads the object at (head, units) and checks it is a whole object of `key`.
+    /// Reads the object at (head, units) and checks it is a whole object of `key`. The same
+    /// doorbell then reads the head's state word into `state` (see [`Self::lookup`]).
     async fn read_object(
         &self,
         head: u8,
         units: u32,
         key: &[u8],
         out: &mut [u8],
+        state: &mut u64,
     ) -> Result<Obj, ErdaError> {
         let addr = self.object_addr(head, units)?;
+        let at = self.addr(self.sb.head_state_off(head));
         let room = self.sb.head_remaining(units).min(OBJECT_MAX as u64) as usize;
         let mut buf = [0u8; OBJECT_MAX];
+        let mut sw = [0u8; 8];
         let hint = object_len(key.len(), self.cfg.value_size.min(VALUE_MAX)).min(room);
         let qp = self.qp()?;
-        qp.read(addr, &mut buf[..hint]).await?;
+        qp.post(&mut [
+            Op::Read {
+                remote: addr,
+                local: &mut buf[..hint],
+            },
+            Op::Read {
+                remote: at,
+                local: &mut sw,
+            },
+        ])
+        .await?;
+        *state = u64::from_le_bytes(sw);
         let Ok(len) = object_len_from_header(&buf[..hint]) else {
             return Ok(Obj::Invalid);
         };
@@ -594,7 +621,18 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
         if len > hint {
             bump(&self.long_reads);
-            qp.read(addr, &mut buf[..len]).await?;
+            qp.post(&mut [
+                Op::Read {
+                    remote: addr,
+                    local: &mut buf[..len],
+                },
+                Op::Read {
+                    remote: at,
+                    local: &mut sw,
+                },
+            ])
+            .await?;
+            *state = u64::from_le_bytes(sw);
         }
         match decode_object_with(&buf[..len], super::object_checksum) {
             Ok(o) if o.key == key => {
@@ -645,9 +683,18 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     /// object is a whole object of `key` and the word names an older one (readers retry), or
     /// when the newest is not whole and there is no older one (absent if the word is known
     /// to be the key's; see [`Self::lookup`]).
-    async fn answer(&self, b: &Bucket, key: &[u8], out: &mut [u8]) -> Result<Answer, ErdaError> {
+    async fn answer(
+        &self,
+        b: &Bucket,
+        key: &[u8],
+        out: &mut [u8],
+        state: &mut u64,
+    ) -> Result<Answer, ErdaError> {
         let meta = b.meta();
-        match self.read_object(b.head(), meta.new_off(), key, out).await? {
+        match self
+            .read_object(b.head(), meta.new_off(), key, out, state)
+            .await?
+        {
             Obj::Value(n) => return Ok(Answer::Found(Some(n))),
             Obj::Deleted => return Ok(Answer::Found(None)),
             Obj::Invalid => {}
@@ -656,13 +703,82 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         if meta.old_off() == 0 {
             return Ok(Answer::NoOlder);
         }
-        let found = match self.read_object(b.head(), meta.old_off(), key, out).await? {
+        let found = match self
+            .read_object(b.head(), meta.old_off(), key, out, state)
+            .await?
+        {
             Obj::Value(n) => Some(n),
             Obj::Deleted => None,
             Obj::Invalid => return Ok(Answer::Unsure),
         };
         bump(&self.fallbacks);
         Ok(Answer::Found(found))
+    }
+
+    /// The state word of `head` in an image of the state words.
+    fn state_in(&self, states: &[u8; 8 * MAX_HEADS], head: u8) -> Result<HeadState, ErdaError> {
+        let i = head as usize * 8;
+        let w = states
+            .get(i..i + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        HeadState::decode(w).map_err(|why| ErdaError::Corrupt {
+            addr: self.addr(self.sb.head_state_off(head)),
+            why,
+        })
+    }
+
+    /// A get, started over (bounded by the lease's deadline and attempts) while a cleaning
+    /// starts or ends under it: see [`Self::lookup_once`].
+    async fn lookup(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ErdaError> {
+        check_key(key).map_err(|_| ErdaError::BadKey { len: key.len() })?;
+        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
+        loop {
+            if let Some(r) = self.lookup_once(key, out).await? {
+                return Ok(r);
+            }
+            bump(&self.epoch_retries);
+            match w.observe(0, self.ep.now_ns()) {
+                Verdict::Wait(ns) => self.ep.pause(ns).await,
+                _ => {
+                    return Err(ErdaError::Retries {
+                        what: "the key's log head kept changing its epoch under the get",
+                    });
+                }
+            }
+        }
+    }
+
+    /// A read through the server while the key's head is being cleaned (the paper's SEND
+    /// path): the server names the newest whole object and the head's epoch; the object is
+    /// READ with the state word, and taken if the epoch is still that one. `None`: again.
+    async fn read_via_server(
+        &self,
+        key: &[u8],
+        out: &mut [u8],
+    ) -> Result<Option<Option<usize>>, ErdaError> {
+        bump(&self.server_reads);
+        let (reply, _) = self.request(ReqOp::Get, key, 0, 0).await?;
+        match reply.status {
+            Status::Absent => Ok(Some(None)),
+            Status::Located => {
+                let units = (reply.arg & 0x7FFF_FFFF) as u32;
+                let epoch = (reply.arg >> 32) as u32;
+                let mut sw = 0u64;
+                let got = self
+                    .read_object(reply.head, units, key, out, &mut sw)
+                    .await?;
+                let same = HeadState::decode(sw).is_ok_and(|s| s.epoch == epoch);
+                Ok(match got {
+                    Obj::Value(n) if same => Some(Some(n)),
+                    Obj::Deleted if same => Some(None),
+                    _ => None,
+                })
+            }
+            Status::Busy => Ok(None),
+            status => Err(ErdaError::Refused { status }),
+        }
     }
 
     /// A get. The fast path is the paper's: one READ of the neighborhood, one READ of the
@@ -673,25 +789,55 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     /// ordered. Anything else (no holder, no whole object of the key) proves nothing under
     /// an unordered READ, so the get re-reads the neighborhood *validated* by the stripe
     /// version words (`stripe.rs`) and answers from that image.
-    async fn lookup(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ErdaError> {
-        check_key(key).map_err(|_| ErdaError::BadKey { len: key.len() })?;
+    ///
+    /// Epochs: the fast path's doorbell first READs the heads' state words, and every object
+    /// READ is followed by a READ of its head's word; an answer taken from an object stands
+    /// only if that head's epoch did not change in between (else `None`: start over). While
+    /// the head is being cleaned, and `send_reads_while_cleaning`, the get goes through the
+    /// server instead (the paper's SEND path).
+    async fn lookup_once(
+        &self,
+        key: &[u8],
+        out: &mut [u8],
+    ) -> Result<Option<Option<usize>>, ErdaError> {
         let home = self.sb.home(key);
         let addr = self.addr(self.sb.bucket_off(home));
         let n = self.sb.neighborhood as usize * BUCKET_LEN;
         let mut buf = [0u8; MAX_NEIGHBORHOOD * BUCKET_LEN];
         let qp = self.qp()?;
         let mut last = addr;
-        // The fast path, once.
-        qp.read(addr, &mut buf[..n]).await?;
+        // The fast path, once, after the heads' state words.
+        let mut states = [0u8; 8 * MAX_HEADS];
+        let heads = (self.sb.heads as usize).min(MAX_HEADS) * 8;
+        qp.post(&mut [
+            Op::Read {
+                remote: self.addr(self.sb.head_state_off(0)),
+                local: &mut states[..heads],
+            },
+            Op::Read {
+                remote: addr,
+                local: &mut buf[..n],
+            },
+        ])
+        .await?;
+        let mut after = 0u64;
         if let Some(b) = self.holder(&buf[..n], addr, key)? {
-            match self.answer(&b, key, out).await? {
-                Answer::Found(r) => return Ok(r),
+            let before = self.state_in(&states, b.head())?;
+            if before.cleaning() && self.cfg.send_reads_while_cleaning {
+                return self.read_via_server(key, out).await;
+            }
+            let same = |after: u64| HeadState::decode(after).is_ok_and(|s| s.epoch == before.epoch);
+            match self.answer(&b, key, out, &mut after).await? {
+                Answer::Found(r) if same(after) => return Ok(Some(r)),
+                Answer::Found(_) => return Ok(None),
                 // Only a validated image proves the key absent or its word its own.
-                Answer::NoOlder if self.cfg.assume_ascending_reads => return Ok(None),
+                Answer::NoOlder if self.cfg.assume_ascending_reads => {
+                    return Ok(same(after).then_some(None));
+                }
                 Answer::NoOlder | Answer::Unsure => {}
             }
         } else if self.cfg.assume_ascending_reads {
-            return Ok(None);
+            return Ok(Some(None));
         }
         let stripes = self.addr(self.sb.stripe_word_off(self.sb.stripe_of(home)));
         let start = self.ep.now_ns();
@@ -732,12 +878,22 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 continue;
             }
             let Some(b) = self.holder(&buf[..n], addr, key)? else {
-                return Ok(None);
+                return Ok(Some(None));
             };
-            match self.answer(&b, key, out).await? {
-                Answer::Found(r) => return Ok(r),
+            let was = self.state_in(&states, b.head())?;
+            if was.cleaning() && self.cfg.send_reads_while_cleaning {
+                return self.read_via_server(key, out).await;
+            }
+            let mut sw = 0u64;
+            let answer = self.answer(&b, key, out, &mut sw).await?;
+            if !HeadState::decode(sw).is_ok_and(|s| s.epoch == was.epoch) {
+                // A cleaning started or ended since the state words were read.
+                return Ok(None);
+            }
+            match answer {
+                Answer::Found(r) => return Ok(Some(r)),
                 // The word is the key's: its first object is not there yet.
-                Answer::NoOlder => return Ok(None),
+                Answer::NoOlder => return Ok(Some(None)),
                 Answer::Unsure => {}
             }
             last = self.object_addr(b.head(), b.meta().new_off())?;

@@ -148,6 +148,7 @@
 //! `LogFull`), range scans (Erda is a hash store:
 //! [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]), and
 //! sharding over several memory nodes (one store lives on one node).
+mod clean;
 mod client;
 mod displace;
 mod server;
@@ -210,6 +211,13 @@ pub struct ErdaConfig {
     pub segment_bytes: u64,
     /// Bytes of each head's log (a whole number of segments).
     pub head_bytes: u64,
+    /// Regions each head's log is divided into (1..=8, each a whole number of segments):
+    /// a full region chains the next free one, and log cleaning empties the regions of the
+    /// live run into the next ones (see `clean.rs`). 1: no cleaning, a full log is full.
+    pub regions: u32,
+    /// Cleaning of a head starts once clients have appended this many per-mille of one
+    /// region to it since the last cleaning started (the paper's threshold per head).
+    pub clean_permille: u32,
 }
 
 impl ErdaConfig {
@@ -223,10 +231,13 @@ impl ErdaConfig {
             max_clients: 1024,
             segment_bytes: 64 << 10,
             head_bytes: 4 << 20,
+            regions: 4,
+            clean_permille: 500,
         }
     }
 
-    /// The paper's geometry: 8 MiB segments in 1 GiB head regions.
+    /// The paper's geometry: 8 MiB segments in 1 GiB head regions, a second region per head
+    /// for cleaning.
     pub const fn paper() -> ErdaConfig {
         ErdaConfig {
             heads: 4,
@@ -234,7 +245,9 @@ impl ErdaConfig {
             neighborhood: 8,
             max_clients: 4096,
             segment_bytes: 8 << 20,
-            head_bytes: 1 << 30,
+            head_bytes: 2 << 30,
+            regions: 2,
+            clean_permille: 750,
         }
     }
 }
@@ -273,6 +286,10 @@ pub struct ErdaClientConfig {
     /// Request mailboxes this handle asks for (1..=64): how many of its coroutines can
     /// have a write request at the server at once (the server may grant fewer).
     pub slots: u32,
+    /// Read a key whose log head is being cleaned through the server (the paper's SEND
+    /// path) rather than one-sidedly. One-sided reads stay correct during a cleaning here
+    /// (see `clean.rs`); the paper's clients switch, and this switch measures what it costs.
+    pub send_reads_while_cleaning: bool,
     /// Mutant, for tests only: trust a single neighborhood READ for misses (the reader
     /// before issue 9), which is correct only if a READ observes words in ascending address
     /// order. Tests set it to show that an adversarial word order catches it.
@@ -295,6 +312,7 @@ impl Default for ErdaClientConfig {
                 ..LeaseConfig::default_lease()
             },
             slots: DEFAULT_SLOTS,
+            send_reads_while_cleaning: true,
             assume_ascending_reads: false,
             unflushed_writes: false,
         }
