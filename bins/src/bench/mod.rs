@@ -295,20 +295,25 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
 
 /// An Erda store sized for the run: 8 buckets per record (keys take the first free bucket of
 /// their 8-bucket neighbourhood; there is no hopscotch displacement yet, so the table is kept
-/// sparse), logs for every write (no log cleaning yet), 64 KiB segments.
+/// sparse), 64 KiB segments, and logs sized for the live data, not for every write: each
+/// head is 3 regions of twice its share of the records, and log cleaning starts after half a
+/// region of appends (so a `--seconds` run never fills the log: cleaning frees what updates
+/// make stale, and a full region chains the next).
 fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
-    let writes = a.records + a.operations.unwrap_or(a.records);
     let object = 64u64 + a.value_size as u64;
     let segment = 64u64 << 10;
     let heads = 2u64;
-    let head_bytes = (writes * object / heads + 4 * segment)
+    let regions = 3u64;
+    let region = (2 * a.records * object / heads + 4 * segment)
         .next_multiple_of(segment)
-        .max(4 << 20);
+        .max(2 << 20);
     ErdaConfig {
         heads: heads as u32,
         buckets: (8 * a.records).next_power_of_two().max(1 << 14),
         segment_bytes: segment,
-        head_bytes,
+        head_bytes: regions * region,
+        regions: regions as u32,
+        clean_permille: 500,
         ..ErdaConfig::small()
     }
 }
