@@ -93,7 +93,13 @@ pub(super) enum Cleaner {
     /// objects not yet visited (the last one first).
     Merge { pos: u8, seg: u64, objs: Vec<u32> },
     /// The table sweep from bucket `next`; `blocked` if a word still names the source.
-    Sweep { next: u64, blocked: bool },
+    /// `moved`: the server's count of hopscotch moves when the sweep began (an entry moved
+    /// during a sweep may have skipped past it: the sweep then runs again).
+    Sweep {
+        next: u64,
+        blocked: bool,
+        moved: u64,
+    },
 }
 
 impl Cleaner {
@@ -403,6 +409,7 @@ pub(super) fn step(
                         st.cleaners[h] = Cleaner::Sweep {
                             next: 0,
                             blocked: false,
+                            moved: stats.displaced,
                         };
                     } else {
                         // The next segment back: the last one of region `pos - 1` first.
@@ -424,13 +431,19 @@ pub(super) fn step(
                         }
                     }
                 }
-                Cleaner::Sweep { next, blocked } => {
+                Cleaner::Sweep {
+                    next,
+                    blocked,
+                    moved,
+                } => {
                     if next >= st.sb.buckets {
-                        if blocked {
-                            // Writes were in flight: sweep again on later steps.
+                        if blocked || moved != stats.displaced {
+                            // Writes were in flight, or entries moved: sweep again on later
+                            // steps.
                             st.cleaners[h] = Cleaner::Sweep {
                                 next: 0,
                                 blocked: false,
+                                moved: stats.displaced,
                             };
                             break;
                         }
@@ -458,6 +471,7 @@ pub(super) fn step(
                     st.cleaners[h] = Cleaner::Sweep {
                         next: next + 1,
                         blocked,
+                        moved,
                     };
                 }
             }
