@@ -153,3 +153,46 @@ fn a_second_handle_on_one_endpoint_is_refused_until_the_first_closes() {
     );
     assert_eq!(&out[2..], ["o: Some(1)", "t: Some(1)"]);
 }
+
+/// The same on the soft fabric, where the old bug hung: the second handle is refused at
+/// once, the first one's writes all land, and after `close()` a new handle opens.
+#[test]
+fn a_second_handle_on_one_soft_endpoint_is_refused() {
+    use remora_core::block_on::block_on;
+    use remora_poller::soft::{NodeConfig, SoftMemoryNode};
+    let n = SoftMemoryNode::create_with(
+        NodeConfig {
+            region_len: 32 << 20,
+            ..NodeConfig::default()
+        },
+        Box::new(ErdaServer::new(ErdaConfig::small())),
+    )
+    .unwrap();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    block_on(async {
+        let cfg = ErdaClientConfig::default();
+        let a = Erda::open(&ep, cfg).await.unwrap();
+        let second = Erda::open(&ep, cfg).await;
+        assert!(
+            matches!(
+                second,
+                Err(ErdaError::Refused {
+                    status: Status::SessionOpen
+                })
+            ),
+            "{:?}",
+            second.err()
+        );
+        for i in 0..20u64 {
+            a.upsert(&i.to_be_bytes(), &i.to_le_bytes()).await.unwrap();
+        }
+        a.close().await.unwrap();
+        let b = Erda::open(&ep, cfg).await.unwrap();
+        let mut v = [0u8; 8];
+        for i in 0..20u64 {
+            assert_eq!(b.get(&i.to_be_bytes(), &mut v).await.unwrap(), Some(8));
+            assert_eq!(u64::from_le_bytes(v), i);
+        }
+    });
+}

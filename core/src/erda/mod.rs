@@ -144,8 +144,16 @@
 //! Server-written objects (deletes, adopted copies) and metadata words are persisted by the
 //! server's CPU before it answers.
 //!
-//! Not implemented (yet): lock-free log cleaning (logs only grow: a full head answers
-//! `LogFull`), range scans (Erda is a hash store:
+//! # Log regions and cleaning (issue 12)
+//!
+//! Each head's log is a ring of regions: a full region chains the next free one, and once
+//! clients appended a threshold to a head, the server cleans it lock-free (reverse-scan
+//! merge into a fresh region, a replication sweep, the head swing), reclaiming stale
+//! versions and deleted keys' buckets; clients read a cleaning head's keys through the
+//! server (the paper's SEND path) and check every one-sided answer against the head's epoch
+//! word. See `clean.rs` for the protocol and every decision the paper leaves open.
+//!
+//! Not implemented (yet): range scans (Erda is a hash store:
 //! [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]), and
 //! sharding over several memory nodes (one store lives on one node).
 mod clean;
