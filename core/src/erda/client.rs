@@ -258,7 +258,11 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         revoke: u32,
     ) -> Result<(Reply, bool), ErdaError> {
         // The sequence names the mailbox in its low 6 bits: replies are routed by it.
-        let n = self.seq.get().wrapping_add(1);
+        let mut n = self.seq.get().wrapping_add(1);
+        if n << 6 == 0 {
+            // Sequence 0 is "no request waiting" in a slot.
+            n = 1;
+        }
         self.seq.set(n);
         let seq = n << 6 | slot;
         let req = Request::new(op, seq, key, value_len)
