@@ -121,8 +121,23 @@ impl Client {
         key: &[u8],
         value: &[u8],
     ) -> Reply {
+        let rep = self.ask(srv, mem, op, key, value.len());
+        if rep.status == Status::Granted && op != ReqOp::Delete {
+            Client::land(srv, mem, &rep, key, value);
+        }
+        rep
+    }
+    /// The request alone: a grant whose object is not written yet.
+    fn ask(
+        &mut self,
+        srv: &mut ErdaServer,
+        mem: &Mem,
+        op: ReqOp,
+        key: &[u8],
+        vlen: usize,
+    ) -> Reply {
         self.seq += 1;
-        let vlen = if op == ReqOp::Delete { 0 } else { value.len() };
+        let vlen = if op == ReqOp::Delete { 0 } else { vlen };
         let req = Request::new(op, self.seq, key, vlen).unwrap().encode();
         let sb = srv.superblock().unwrap().1;
         mem.write(sb.mailbox(self.id), &req).unwrap();
@@ -133,18 +148,19 @@ impl Client {
             imm: Some(self.id),
         };
         srv.on_message(mem, 1, recv, &[], &mut r).unwrap();
-        let rep = Reply::decode(r.iter().next().unwrap()).unwrap();
-        if rep.status == Status::Granted && op != ReqOp::Delete {
-            let mut obj = vec![0u8; object_len(key.len(), vlen)];
-            encode_object(&mut obj, key, value, false).unwrap();
-            let off = sb.object_off(rep.head, rep.arg as u32).unwrap();
-            mem.write(off, &obj).unwrap();
-            let mark = durable_mark(rep.arg as u32).to_le_bytes();
-            mem.write(off + obj.len() as u64, &mark).unwrap();
-            // The client's flushing READ: the object and its mark are durable.
-            mem.persist(off, obj.len() + 8);
-        }
-        rep
+        Reply::decode(r.iter().next().unwrap()).unwrap()
+    }
+    /// The client's doorbell for grant `rep`: the object, its durable mark, and the flushing
+    /// READ (the object and its mark are durable).
+    fn land(srv: &ErdaServer, mem: &Mem, rep: &Reply, key: &[u8], value: &[u8]) {
+        let sb = srv.superblock().unwrap().1;
+        let mut obj = vec![0u8; object_len(key.len(), value.len())];
+        encode_object(&mut obj, key, value, false).unwrap();
+        let off = sb.object_off(rep.head, rep.arg as u32).unwrap();
+        mem.write(off, &obj).unwrap();
+        let mark = durable_mark(rep.arg as u32).to_le_bytes();
+        mem.write(off + obj.len() as u64, &mark).unwrap();
+        mem.persist(off, obj.len() + 8);
     }
 }
 
@@ -474,5 +490,57 @@ fn cleaning_under_hopscotch_moves_loses_no_key() {
     let sb = srv.superblock().unwrap().1;
     for (k, v) in &want {
         assert_eq!(read_back(&mem, &sb, k).as_ref(), Some(v));
+    }
+}
+
+/// A write granted while its key's head is being cleaned, and not yet written: the cleaner
+/// must neither copy the key's older object over it nor revert it (its writer is about to
+/// land it), and the cleaning cannot end while it is in flight; once it lands, the cleaning
+/// ends and the new value stands.
+#[test]
+fn a_write_in_flight_holds_the_cleaning_and_is_not_lost() {
+    let mem = Mem::new(4 << 20);
+    let mut srv = ErdaServer::new(cfg());
+    let mut c = Client::open(&mut srv, &mem);
+    for k in 0..20u64 {
+        c.put(
+            &mut srv,
+            &mem,
+            ReqOp::Upsert,
+            format!("key{k}").as_bytes(),
+            &[1u8; 300],
+        );
+    }
+    let sb = srv.superblock().unwrap().1;
+    let mut n = 0;
+    while !head_state(&mem, &sb).cleaning() {
+        c.put(&mut srv, &mem, ReqOp::Upsert, b"filler", &[2u8; 300]);
+        n += 1;
+        assert!(n < 100, "no cleaning started");
+    }
+    // Granted during the cleaning; its writer is slow.
+    let g = c.ask(&mut srv, &mem, ReqOp::Update, b"key7", 300);
+    assert_eq!(g.status, Status::Granted);
+    for _ in 0..50 {
+        srv.on_idle(&mem);
+        c.put(&mut srv, &mem, ReqOp::Upsert, b"other", &[3u8; 300]);
+    }
+    assert!(
+        head_state(&mem, &sb).cleaning(),
+        "the cleaning ended with a write of key7 in flight"
+    );
+    Client::land(&srv, &mem, &g, b"key7", &[9u8; 300]);
+    let mut n = 0;
+    while head_state(&mem, &sb).cleaning() {
+        srv.on_idle(&mem);
+        n += 1;
+        assert!(n < 1000, "the cleaning never ended after the write landed");
+    }
+    assert_eq!(read_back(&mem, &sb, b"key7"), Some(vec![9u8; 300]));
+    for k in (0..20u64).filter(|&k| k != 7) {
+        assert_eq!(
+            read_back(&mem, &sb, format!("key{k}").as_bytes()),
+            Some(vec![1u8; 300])
+        );
     }
 }
