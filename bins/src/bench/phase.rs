@@ -2,7 +2,7 @@
 //! counts, and the JSON record made from all workers' results.
 use super::BenchArgs;
 use super::index::{ShermanSummary, Stats};
-use super::ycsb::{Distribution, KeyChooser, OpKind, Rng, Workload, key_of};
+use super::ycsb::{Distribution, KeyChooser, OpKind, Rng, Workload, key_of_within};
 use crate::report::{Latency, PerOp};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -393,7 +393,7 @@ async fn coroutine<I: KvIndex>(
             };
             (op, n)
         };
-        let kl = key_of(a.keys, n, &mut key);
+        let kl = key_of_within(a.keys, n, &mut key, a.key_limit());
         let k = &key[..kl];
         let t0 = ctx.now_ns();
         let mut c = OpCounts::default();
