@@ -167,6 +167,12 @@ fn index_cfg(kind: IndexKind) -> Result<IndexCfg, String> {
             server: ErdaConfig::small(),
             client: ErdaClientConfig::default(),
         },
+        IndexKind::Wort => IndexCfg::Wort {
+            kind: remora::core::wort::Kind::Wort,
+        },
+        IndexKind::Woart => IndexCfg::Wort {
+            kind: remora::core::wort::Kind::Woart,
+        },
         IndexKind::Catfish => {
             return Err(
                 "Catfish is not a key-value index: its linearizability test is \

@@ -9,6 +9,7 @@ use remora::core::index::KvIndex;
 use remora::core::server::Handler;
 use remora::core::sherman::{Sherman, ShermanConfig};
 use remora::core::smart::{Smart, SmartConfig, SmartStats, Techniques};
+use remora::core::wort::{Kind, Wort, WortClientConfig, WortServer};
 use serde::Serialize;
 
 /// Which index, configured.
@@ -39,6 +40,10 @@ pub enum IndexCfg {
         server: ErdaConfig,
         client: ErdaClientConfig,
     },
+    /// WORT or WOART; its memory node (node 0) runs `WortServer`.
+    Wort {
+        kind: Kind,
+    },
 }
 
 impl IndexCfg {
@@ -49,6 +54,7 @@ impl IndexCfg {
             IndexCfg::Canrt { .. } => "canrt",
             IndexCfg::Erda { .. } => "erda",
             IndexCfg::ErdaBaseline { scheme, .. } => scheme.name(),
+            IndexCfg::Wort { kind } => kind.name(),
         }
     }
 
@@ -85,7 +91,9 @@ impl IndexCfg {
                     vec![]
                 }
             }
-            IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. } => vec![],
+            IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. } | IndexCfg::Wort { .. } => {
+                vec![]
+            }
         };
         if on.is_empty() {
             "baseline".into()
@@ -101,6 +109,7 @@ impl IndexCfg {
             IndexCfg::Canrt { .. } => Some("canrt"),
             IndexCfg::Erda { .. } => Some("erda"),
             IndexCfg::ErdaBaseline { scheme, .. } => Some(scheme.service()),
+            IndexCfg::Wort { kind } => Some(kind.name()),
             _ => None,
         }
     }
@@ -120,6 +129,7 @@ impl IndexCfg {
             IndexCfg::ErdaBaseline { scheme, server, .. } => {
                 Some(Box::new(BaselineServer::new(*scheme, *server)))
             }
+            IndexCfg::Wort { kind } => Some(Box::new(WortServer::new(*kind))),
             _ => None,
         }
     }
@@ -148,6 +158,7 @@ pub enum Handle<'e, E: Endpoint> {
     Canrt(Canrt<'e, E>),
     Erda(Erda<'e, E>),
     Baseline(Baseline<'e, E>),
+    Wort(Wort<'e, E>),
 }
 
 impl<'e, E: Endpoint> Handle<'e, E> {
@@ -168,6 +179,11 @@ impl<'e, E: Endpoint> Handle<'e, E> {
             }
             IndexCfg::ErdaBaseline { scheme, client, .. } => Handle::Baseline(
                 Baseline::open(ep, *scheme, *client)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            IndexCfg::Wort { .. } => Handle::Wort(
+                Wort::open(ep, WortClientConfig::default())
                     .await
                     .map_err(|e| e.to_string())?,
             ),
@@ -205,7 +221,9 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                     ..Stats::default()
                 }
             }
-            Handle::Canrt(_) | Handle::Erda(_) | Handle::Baseline(_) => Stats::default(),
+            Handle::Canrt(_) | Handle::Erda(_) | Handle::Baseline(_) | Handle::Wort(_) => {
+                Stats::default()
+            }
         }
     }
 }
@@ -220,6 +238,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Canrt(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -230,6 +249,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Canrt(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.update(key, value).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -240,6 +260,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Canrt(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.get(key, out).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -250,6 +271,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Canrt(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.delete(key).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.delete(key).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -265,6 +287,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Canrt(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
         }
     }
 }

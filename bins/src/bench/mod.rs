@@ -15,6 +15,7 @@ mod sim;
 mod soft;
 mod spatial;
 mod table1;
+pub(crate) mod tcp;
 mod verbs;
 mod ycsb;
 
@@ -29,6 +30,7 @@ use remora::core::erda::baseline::Scheme;
 use remora::core::erda::{ErdaClientConfig, ErdaConfig};
 use remora::core::sherman::ShermanConfig;
 use remora::core::smart::{KeyMode, SmartConfig, Techniques};
+use remora::core::wort::Kind;
 use remora::poller::clock::Clock;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -54,6 +56,10 @@ pub enum IndexKind {
     ErdaRaw,
     /// Catfish, the R-tree: the spatial benchmark (`spatial.rs`; workloads C and B).
     Catfish,
+    /// WORT, CANRT's baseline: a persistent radix tree behind request rings (server reply).
+    Wort,
+    /// WOART, WORT with adaptive nodes, behind the same request rings.
+    Woart,
 }
 
 impl IndexKind {
@@ -300,6 +306,8 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
             },
         }),
         IndexKind::Catfish => Err("Catfish is not a key-value index: see bench/spatial.rs".into()),
+        IndexKind::Wort => Ok(IndexCfg::Wort { kind: Kind::Wort }),
+        IndexKind::Woart => Ok(IndexCfg::Wort { kind: Kind::Woart }),
         IndexKind::Erda => Ok(IndexCfg::Erda {
             server: erda_geometry(a),
             client: ErdaClientConfig {
@@ -379,7 +387,7 @@ pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
 
 fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     let mode = match a.keys {
-        KeyType::Int => KeyMode::Fixed(8),
+        KeyType::Int | KeyType::Seq => KeyMode::Fixed(8),
         KeyType::String => KeyMode::Variable,
     };
     let mut cfg = SmartConfig::new(t, mode, a.value_size);
@@ -473,7 +481,11 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     {
         return Err("--seconds must be positive".into());
     }
-    if a.index.is_erda() && (a.workload == Workload::E || a.workloads.contains(&Workload::E)) {
+    if a.index.is_erda()
+        && [Workload::E, Workload::Range]
+            .iter()
+            .any(|w| a.workload == *w || a.workloads.contains(w))
+    {
         return Err("Erda is a hash store: it has no range scans for workload E".into());
     }
     let name = match a.index {
@@ -485,15 +497,29 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         IndexKind::ErdaRedo => "Erda's Redo Logging baseline",
         IndexKind::ErdaRaw => "Erda's Read-After-Write baseline",
         IndexKind::Catfish => "Catfish",
+        IndexKind::Wort => "WORT",
+        IndexKind::Woart => "WOART",
     };
     if matches!(
         a.index,
         IndexKind::Sherman | IndexKind::FgPlus | IndexKind::Canrt
     ) {
-        if a.keys != KeyType::Int {
+        if a.keys == KeyType::String {
             return Err(format!("{name} keys are 8-byte integers: use --keys int"));
         }
         if a.value_size > 256 {
+            return Err(format!(
+                "{name} values are at most 256 bytes: --value-size 1..=256"
+            ));
+        }
+    }
+    if matches!(a.index, IndexKind::Wort | IndexKind::Woart) {
+        if a.keys == KeyType::String {
+            return Err(format!(
+                "{name} keys are at most 16 bytes; --keys string makes longer ones: use --keys int"
+            ));
+        }
+        if a.value_size > remora::core::wort::VALUE_MAX {
             return Err(format!(
                 "{name} values are at most 256 bytes: --value-size 1..=256"
             ));
@@ -514,7 +540,7 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
             "--page-size {ps}: Sherman pages are a power of two from 256 to 65536 bytes"
         ));
     }
-    if a.compare_art && a.keys != KeyType::Int {
+    if a.compare_art && a.keys == KeyType::String {
         return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
     }
     if let Some(p) = &a.json {
@@ -587,7 +613,7 @@ fn btreemap_c(a: &BenchArgs, ops: u64) -> f64 {
 
 /// congee, an in-memory concurrent ART (8-byte integer keys, usize values).
 fn art_c(a: &BenchArgs, ops: u64) -> Result<f64, String> {
-    if a.keys != KeyType::Int {
+    if a.keys == KeyType::String {
         return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
     }
     let art: congee::Congee<usize, usize> = congee::Congee::default();
@@ -656,8 +682,13 @@ fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> 
         | IndexKind::Erda
         | IndexKind::ErdaRedo
         | IndexKind::ErdaRaw
-        | IndexKind::Catfish => {
-            return Err("--factors: CANRT, Erda and Catfish have no technique switches yet".into());
+        | IndexKind::Catfish
+        | IndexKind::Wort
+        | IndexKind::Woart => {
+            return Err(
+                "--factors: CANRT, Erda (and its baselines), Catfish, WORT and WOART have no technique switches yet"
+                    .into(),
+            );
         }
         IndexKind::Sherman | IndexKind::FgPlus => {
             let mut c = ShermanConfig {

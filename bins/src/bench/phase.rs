@@ -419,7 +419,11 @@ async fn coroutine<I: KvIndex>(
             }
             OpKind::Scan => {
                 c.scans = 1;
-                let len = 1 + rng.below(a.scan_max.max(1) as u64) as usize;
+                let len = if ph.workload == Workload::Range {
+                    a.scan_max.max(1)
+                } else {
+                    1 + rng.below(a.scan_max.max(1) as u64) as usize
+                };
                 c.scanned = idx
                     .scan(k, len, &mut |_, _| {})
                     .await
