@@ -32,16 +32,20 @@
 //!   key's previous state. Update and delete are answered present/absent at reservation
 //!   time from the settled state (no other write of the key is in flight then).
 //! - *Ring buffer.* Records never span the ring's end. A record's CRC covers its absolute
-//!   ring position too, so a stale record of an earlier lap never verifies. Space is reused
+//!   ring position too (Redo's server re-stamps the client's CRC with it), so a stale record
+//!   of an earlier lap never verifies. Space is reused
 //!   once applied. A full ring answers `LogFull` after applying what it can; clients back off.
 //! - *Destination storage.* A key's data slot is allocated at create in a data area (head 0
 //!   of the store; the ring is head 1), sized for its value; an update of the same size or
 //!   smaller rewrites the slot in place (the paper's update writes no metadata), a larger one
 //!   moves it (new slot, new metadata word). Deleted keys' slots are not reused (nothing in the
 //!   baseline comparison deletes at scale).
-//! - *Crash recovery* of the baselines is not implemented: the applied position is volatile,
-//!   so a restart does not replay the log. They exist for the performance, CPU and NVM-write
-//!   comparison with Erda; Erda's own crash safety is tested elsewhere.
+//! - *Crash recovery*: every record is persisted before its write is acknowledged (Redo: by
+//!   the server; RAW: by the client's READ after its WRITE), and the apply persists each
+//!   change. The applied position is durable (advanced before the ring laps it), so a restart
+//!   replays every whole record in `[applied, applied + ring)`, in position order (each
+//!   record's CRC covers its position, so stale laps are skipped). A RAW slot
+//!   reserved but never written leaves a hole that the replay steps over.
 //!
 //! NVM bytes each operation writes, in this format and in the paper's, are in [`table1`].
 mod client;
@@ -131,7 +135,7 @@ pub enum RecOp {
 }
 
 impl RecOp {
-    fn from_u8(b: u8) -> Option<RecOp> {
+    pub(crate) fn from_u8(b: u8) -> Option<RecOp> {
         Some(match b {
             1 => RecOp::Upsert,
             2 => RecOp::Update,
@@ -242,7 +246,7 @@ pub(crate) fn encode_record(
     Some(n)
 }
 
-fn record_crc(rec: &[u8], pos: u64) -> u32 {
+pub(crate) fn record_crc(rec: &[u8], pos: u64) -> u32 {
     let mut h = [0u8; 12];
     h[..8].copy_from_slice(&pos.to_le_bytes());
     h[8..].copy_from_slice(&rec[..4]);

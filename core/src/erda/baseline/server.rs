@@ -14,6 +14,7 @@ use remora_layouts::erda::{
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
 use std_alloc::collections::{BTreeMap, VecDeque};
+use std_alloc::string::String;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
@@ -43,6 +44,8 @@ pub struct BaselineServerStats {
     pub refused: u64,
     /// Entries moved by hopscotch displacement.
     pub displaced: u64,
+    /// Ring records replayed by recovery.
+    pub replayed: u64,
 }
 
 type KeyBuf = ([u8; KEY_MAX], u8);
@@ -85,6 +88,10 @@ struct State {
     queued_bytes: u64,
     keys: BTreeMap<KeyBuf, KeyState>,
     present: Vec<bool>,
+    /// The durable applied position (every record before it is applied): recovery replays
+    /// the ring's records in `[applied, applied + ring)`. Stored in the store's one mailbox
+    /// word, advanced when the ring is about to lap it.
+    applied: u64,
     scratch: Vec<u8>,
     rec: Vec<u8>,
 }
@@ -124,10 +131,9 @@ impl BaselineServer {
             return Ok(());
         }
         let bad = |what| FabricError::Unsupported { what };
-        if region.load_u64(root_offset(ROOT_SLOT))? != 0 {
-            return Err(bad(
-                "a baseline store is already on this region and baselines do not recover",
-            ));
+        let root = region.load_u64(root_offset(ROOT_SLOT))?;
+        if root != 0 {
+            return self.recover_store(region, root);
         }
         let c = self.cfg;
         if c.neighborhood == 0 {
@@ -183,6 +189,8 @@ impl BaselineServer {
         }
         region.persist(sb.table_off, table as usize);
         stripe::reset(region, &sb)?;
+        region.store_u64(sb.mailbox(0), 0)?;
+        region.persist(sb.mailbox(0), 8);
         region.write(base, &sb.encode())?;
         region.persist(base, SUPERBLOCK_LEN);
         region.store_u64(root_offset(ROOT_SLOT), base)?;
@@ -195,9 +203,104 @@ impl BaselineServer {
             queued_bytes: 0,
             keys: BTreeMap::new(),
             present: vec![false; sb.buckets as usize],
+            applied: 0,
             scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
             rec: vec![0u8; MAX_MESSAGE],
         });
+        Ok(())
+    }
+
+    /// Restart on a store of a previous life: dedupes an interrupted displacement, rebuilds
+    /// the volatile state from the table (presence, the data area's end), then replays every
+    /// whole record of the ring in `[applied, applied + ring)` in position order (the records
+    /// are absolute: an update is replayed as an upsert, a delete of an absent key is
+    /// nothing), and persists the new applied position.
+    fn recover_store(&mut self, region: &dyn LocalRegion, root: u64) -> Result<(), FabricError> {
+        let mut raw = [0u8; SUPERBLOCK_LEN];
+        region.read(root, &mut raw)?;
+        let sb = Superblock::decode(&raw, region.len()).map_err(|_| corrupt(region, root))?;
+        if sb.heads != 2 || sb.max_clients != 1 {
+            return Err(FabricError::Unsupported {
+                what: "the published store is not a baseline store",
+            });
+        }
+        stripe::reset(region, &sb)?;
+        displace::dedupe(region, &sb)?;
+        let mut present = vec![false; sb.buckets as usize];
+        let mut data_end = DATA_START;
+        let mut b = [0u8; BUCKET_LEN];
+        for i in 0..sb.buckets {
+            let off = sb.bucket_off(i);
+            region.read(off, &mut b)?;
+            let Ok(bucket) = Bucket::decode(&b) else {
+                region.write(off, &[0u8; BUCKET_LEN])?;
+                region.persist(off, BUCKET_LEN);
+                continue;
+            };
+            if !bucket.is_used() || bucket.meta().is_empty() {
+                continue;
+            }
+            present[i as usize] = true;
+            let units = bucket.meta().new_off();
+            if let Ok(slot) = sb.object_off(DATA, units) {
+                let mut sh = [0u8; SLOT_HEADER];
+                region.read(slot, &mut sh)?;
+                let (kl, _, cap) = slot_header(&sh);
+                let end = units as u64 * 8 + (SLOT_HEADER + kl + cap) as u64;
+                data_end = data_end.max(end.min(sb.head_bytes).next_multiple_of(8));
+            }
+        }
+        let applied = region.load_u64(sb.mailbox(0))?;
+        let ring = sb.head_bytes;
+        self.st = Some(State {
+            sb,
+            data_cursor: data_end,
+            cursor: applied,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            keys: BTreeMap::new(),
+            present,
+            applied,
+            scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
+            rec: vec![0u8; MAX_MESSAGE],
+        });
+        // Every 8-byte offset of the ring stands for one position in [applied, applied+ring).
+        let mut found: Vec<(u64, u64, RecOp, KeyBuf)> = Vec::new();
+        let st = self.st.as_mut().expect("just set");
+        for o in (0..ring).step_by(8) {
+            let pos = applied + (o + ring - applied % ring) % ring;
+            let mut h = [0u8; REC_HEADER];
+            region.read(ring_off(&sb, pos), &mut h)?;
+            let (kl, vl) = (h[1] as usize, u16::from_le_bytes([h[2], h[3]]) as usize);
+            let len = record_len(kl, vl) as u64;
+            if RecOp::from_u8(h[0]).is_none() || kl == 0 || kl > KEY_MAX || o + len > ring {
+                continue;
+            }
+            let n = len as usize;
+            region.read(ring_off(&sb, pos), &mut st.rec[..n])?;
+            if let Some(r) = decode_record(&st.rec[..n], pos) {
+                found.push((pos, len, r.op, key_buf(r.key)));
+            }
+        }
+        found.sort_unstable_by_key(|f| f.0);
+        let replayed = found.len() as u64;
+        for (pos, len, op, key) in found {
+            let q = Queued {
+                pos,
+                len,
+                key,
+                op,
+                landed: true,
+            };
+            self.apply(region, &q)?;
+            let st = self.st.as_mut().expect("just set");
+            st.cursor = st.cursor.max((pos + len).next_multiple_of(8));
+        }
+        let st = self.st.as_mut().expect("just set");
+        st.applied = st.cursor;
+        region.store_u64(sb.mailbox(0), st.cursor)?;
+        region.persist(sb.mailbox(0), 8);
+        self.stats.replayed += replayed;
         Ok(())
     }
 
@@ -302,8 +405,14 @@ impl BaselineServer {
         let st = self.st.as_mut().expect("opened");
         st.queued_bytes += len.next_multiple_of(8);
         let off = ring_off(&st.sb, pos);
-        region.write(off, &body[..len as usize])?;
-        region.persist(off, len as usize);
+        // The log's copy carries a CRC over its position too (recovery tells this lap's
+        // records from stale ones by it), as RAW's ring records do.
+        let n = len as usize;
+        st.rec[..n].copy_from_slice(&body[..n]);
+        let crc = super::record_crc(&st.rec[..n], pos);
+        st.rec[4..8].copy_from_slice(&crc.to_le_bytes());
+        region.write(off, &st.rec[..n])?;
+        region.persist(off, n);
         st.queue.push_back(Queued {
             pos,
             len,
@@ -405,7 +514,6 @@ impl BaselineServer {
         let key = &body[..kl];
         let kb = key_buf(key);
         self.land(region, kb)?;
-        let crc_pos = |pos| if self.scheme == Scheme::Raw { pos } else { 0 };
         let st = self.st.as_mut().expect("opened");
         if let Some((pos, len, _)) = st.keys.get(&kb).and_then(|k| k.latest) {
             // The newest landed record not yet applied answers (the paper's "first looks for
@@ -413,7 +521,7 @@ impl BaselineServer {
             self.stats.reads_from_log += 1;
             let n = len as usize;
             region.read(ring_off(&st.sb, pos), &mut st.rec[..n])?;
-            let Some(r) = decode_record(&st.rec[..n], crc_pos(pos)) else {
+            let Some(r) = decode_record(&st.rec[..n], pos) else {
                 return Err(corrupt(region, ring_off(&st.sb, pos)));
             };
             let (op, vl) = (r.op, r.value.len());
@@ -473,14 +581,6 @@ impl BaselineServer {
         Ok(())
     }
 
-    /// The position a record's CRC covers (RAW: its ring position; Redo: 0).
-    fn pos_crc(&self, pos: u64) -> u64 {
-        match self.scheme {
-            Scheme::Redo => 0,
-            Scheme::Raw => pos,
-        }
-    }
-
     /// Whether the data area can take every queued record and one more of `len` bytes (a
     /// write that could not be applied is refused up front, never after its answer).
     fn data_room(&self, len: u64) -> bool {
@@ -504,6 +604,13 @@ impl BaselineServer {
             }
             let tail = st.queue.front().map_or(pos, |q| q.pos);
             if pos + len - tail <= ring {
+                if pos + len > st.applied + ring {
+                    // Recovery must find this record inside [applied, applied + ring).
+                    let at = st.sb.mailbox(0);
+                    region.store_u64(at, tail)?;
+                    region.persist(at, 8);
+                    st.applied = tail;
+                }
                 st.cursor = (pos + len).next_multiple_of(8);
                 return Ok(Some(pos));
             }
@@ -550,13 +657,12 @@ impl BaselineServer {
 
     /// Applies one landed record to the table and the data slots.
     fn apply(&mut self, region: &dyn LocalRegion, q: &Queued) -> Result<(), FabricError> {
-        let pos_crc = self.pos_crc(q.pos);
         let st = self.st.as_mut().expect("opened");
         let sb = st.sb;
         let n = q.len as usize;
         let off = ring_off(&sb, q.pos);
         region.read(off, &mut st.rec[..n])?;
-        let Some(r) = decode_record(&st.rec[..n], pos_crc) else {
+        let Some(r) = decode_record(&st.rec[..n], q.pos) else {
             return Err(corrupt(region, off));
         };
         let (op, kl, vl) = (r.op, r.key.len(), r.value.len());
@@ -763,5 +869,16 @@ impl Handler for BaselineServer {
 
     fn service(&self) -> &'static str {
         self.scheme.service()
+    }
+
+    /// Formats, or recovers a store of a previous life, before any client connects.
+    fn recover(&mut self, region: &dyn LocalRegion) -> Result<String, FabricError> {
+        let before = self.stats.replayed;
+        self.open(region)?;
+        Ok(std_alloc::format!(
+            "{}: {} ring records replayed",
+            self.scheme.name(),
+            self.stats.replayed - before
+        ))
     }
 }
