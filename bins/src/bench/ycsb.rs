@@ -22,8 +22,10 @@ pub enum Workload {
     D,
     /// 95% short scan, 5% insert.
     E,
-    /// 100% update (the CANRT paper's write-only workload).
-    W,
+    /// 100% update (the Erda paper's update-only and the CANRT paper's write-only workload;
+    /// `--workload update-only`, `u` or `w`).
+    #[value(name = "update-only", alias = "u", alias = "w")]
+    U,
     /// 100% range queries of exactly `--scan-max` keys (the CANRT paper's range query).
     Range,
 }
@@ -37,7 +39,7 @@ impl Workload {
             Workload::C => "C",
             Workload::D => "D",
             Workload::E => "E",
-            Workload::W => "W",
+            Workload::U => "UPD",
             Workload::Range => "RANGE",
         }
     }
@@ -50,7 +52,7 @@ impl Workload {
             Workload::C => [100, 0, 0, 0],
             Workload::D => [95, 0, 5, 0],
             Workload::E => [0, 0, 5, 95],
-            Workload::W => [0, 100, 0, 0],
+            Workload::U => [0, 100, 0, 0],
             Workload::Range => [0, 0, 0, 100],
         }
     }
