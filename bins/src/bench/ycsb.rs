@@ -325,5 +325,10 @@ mod tests {
         }
         assert_eq!(key_of_within(KeyType::Int, 7, &mut b, 16), 8);
         assert_eq!(Workload::A.mix().iter().sum::<u32>(), 100);
+        // Sequential keys: key n is n, big-endian, so insertion order is key order.
+        assert_eq!(key_of(KeyType::Seq, 258, &mut b), 8);
+        assert_eq!(b[..8], 258u64.to_be_bytes());
+        assert_eq!(Workload::U.mix(), [0, 100, 0, 0]);
+        assert_eq!(Workload::Range.mix(), [0, 0, 0, 100]);
     }
 }

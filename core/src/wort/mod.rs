@@ -57,7 +57,7 @@ impl Default for WortClientConfig {
     fn default() -> Self {
         WortClientConfig {
             node: 0,
-            deadline_ns: 1_000_000_000,
+            deadline_ns: 10_000_000_000,
         }
     }
 }
