@@ -1562,6 +1562,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 }
                 let h;
                 let mut p = self.patience();
+                let mut repaired = false;
                 loop {
                     let hh = self.read_page(addr, &mut buf).await?;
                     if !hh.is_leaf() {
@@ -1587,7 +1588,11 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             break;
                         }
                         Err(why) => {
-                            if !p.pause(self.ep).await {
+                            if !repaired && p.past_lease(self.ep) {
+                                // Torn for a lease: its writer died; redo it (see read_leaf).
+                                repaired = true;
+                                self.repair_leaf(addr).await?;
+                            } else if !p.pause(self.ep).await {
                                 return Err(ShermanError::Corrupt { addr, why });
                             }
                         }
