@@ -13,8 +13,9 @@
 //! missing value, must finish within the lease plus a bound, and the torn leaf must end up
 //! whole with the dead writer's new value (its record re-applied: `leaves_redone` is 1).
 //!
-//! Four cases (Sherman's one-entry write-back and FG+'s whole page, each for an update in
-//! place and for a split whose left page tears), `SHERMAN_TORN_SEEDS` seeds each (default 3);
+//! Four cases (Sherman's one-entry write-back, FG+'s whole page — rebuilt from the torn
+//! image and a one-entry record — each for an update in place, and for a split whose left
+//! page tears: a whole-page record), `SHERMAN_TORN_SEEDS` seeds each (default 3);
 //! each seed picks another subset of words and other timings.
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, SegmentOrder};
 use remora_core::index::KvIndex;

@@ -475,14 +475,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             ))
     }
 
-    /// The redo record of writing `bytes` at `off` of leaf `page` (its lock held), in a slot
-    /// of this handle's on the page's node; post it with [`Self::log_ops`] ahead of the write,
-    /// then return it with [`Self::unlog`].
+    /// The redo record of writing `bytes` at `off` of leaf `page` (its lock held; `rebind`:
+    /// see `redo::Record`), in a slot of this handle's on the page's node; post it with
+    /// [`Self::log_ops`] ahead of the write, then return it with [`Self::unlog`].
     async fn log(
         &self,
         page: GlobalAddr,
         off: usize,
         bytes: &[u8],
+        rebind: u64,
     ) -> Result<Logged, ShermanError> {
         let node = self.node_index(page)?;
         let ptr = self.redo_ptr(page)?;
@@ -504,7 +505,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             .borrow_mut()
             .pop()
             .unwrap_or_else(|| vec![0u8; self.record_len()]);
-        let len = redo::encode(&mut rec, page, off, bytes);
+        let len = redo::encode(&mut rec, page, off, bytes, rebind);
         Ok(Logged {
             rec,
             len,
@@ -593,7 +594,30 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             if raw_level(&buf) != Some(0) || self.leaf_whole(&buf) {
                 return Ok(());
             }
-            qp.write(r.page.add(r.off as u64), r.bytes).await?;
+            let end = r.off + r.bytes.len();
+            if r.rebind != 0 {
+                // FG+: the new image from the torn one (see `redo.rs`).
+                buf[..8].copy_from_slice(&r.rebind.to_le_bytes());
+                let bind = bind_of(self.cfg.page_check, r.rebind);
+                let size = self.g.leaf_entry_size();
+                for slot in 0..self.g.leaf_capacity() {
+                    let at = self.g.leaf_entry_offset(slot);
+                    rebind_entry(&mut buf[at..at + size], bind);
+                }
+            }
+            buf[r.off..end].copy_from_slice(r.bytes);
+            if r.rebind != 0 {
+                seal(&mut buf, &self.g);
+            }
+            if !self.leaf_whole(&buf) {
+                // Not the torn write this record describes: left for the deadline to report.
+                return Ok(());
+            }
+            if r.rebind != 0 {
+                qp.write(r.page, &buf).await?;
+            } else {
+                qp.write(r.page.add(r.off as u64), r.bytes).await?;
+            }
             self.repaired(|s| s.leaves_redone += 1);
             Ok(())
         }
@@ -1194,7 +1218,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             let written = if valid { entry } else { at..at + 8 };
             // A delete's one aligned word cannot tear: no redo record.
             let logged = if valid {
-                match self.log(addr, at, &buf[written.clone()]).await {
+                match self.log(addr, at, &buf[written.clone()], 0).await {
                     Ok(l) => Some(l),
                     Err(e) => {
                         self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -1229,10 +1253,11 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 let at = self.g.leaf_entry_offset(s);
                 rebind_entry(&mut buf[at..at + self.g.leaf_entry_size()], nbind);
             }
-            encode_leaf_entry(&mut buf[entry], key, val, version, valid, nbind);
+            encode_leaf_entry(&mut buf[entry.clone()], key, val, version, valid, nbind);
             nh.encode(buf);
             seal(buf, &self.g);
-            let logged = match self.log(addr, 0, buf).await {
+            // The record is the entry and the new version (the rest is rebuilt from the page).
+            let logged = match self.log(addr, at, &buf[entry], nh.front_version).await {
                 Ok(l) => l,
                 Err(e) => {
                     self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -1294,7 +1319,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             right_addr.raw(),
             &entries[..mid],
         );
-        let logged = match self.log(addr, 0, &left).await {
+        let logged = match self.log(addr, 0, &left, 0).await {
             Ok(l) => l,
             Err(e) => {
                 self.locks.release(qp, lock, &mut Batch::new()).await?;
