@@ -345,4 +345,12 @@ impl QueuePair for VerbsQp {
     fn is_broken(&self) -> bool {
         self.broken.get()
     }
+
+    fn clock_ns(&self) -> Option<u64> {
+        Some(remora_poller::clock::monotonic_ns())
+    }
+
+    fn pause(&self, ns: u64) -> impl Future<Output = ()> {
+        remora_poller::clock::pause(ns)
+    }
 }
