@@ -548,10 +548,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
 
     /// Takes the lock of `page` (returned); after a takeover from a dead holder, first puts
-    /// back the leaf it may have torn ([`Self::redo`]).
-    async fn acquire_page(&self, page: GlobalAddr) -> Result<(GlobalAddr, Got), ShermanError> {
+    /// back the leaf it may have torn ([`Self::redo`]). `seen`: see [`Locks::acquire`].
+    async fn acquire_page(
+        &self,
+        page: GlobalAddr,
+        seen: Option<(u64, u64)>,
+    ) -> Result<(GlobalAddr, Got), ShermanError> {
         let lock = self.lock_for(page)?;
-        let got = self.locks.acquire(self.ep, lock).await?;
+        let got = self.locks.acquire(self.ep, lock, seen).await?;
         if let Got::TookOver { .. } = got {
             self.repaired(|r| r.takeovers += 1);
             if let Err(e) = self.redo(page).await {
@@ -634,12 +638,26 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
 
     /// A reader found leaf `addr` torn for a lease: takes its lock (from the dead writer, who
-    /// is fenced, which repairs the leaf) and lets it go.
-    async fn repair_leaf(&self, addr: GlobalAddr) -> Result<(), ShermanError> {
-        let (lock, _) = self.acquire_page(addr).await?;
+    /// is fenced, which repairs the leaf) and lets it go. `seen`: the lock word when the
+    /// reader first found the leaf torn ([`Self::lock_word`]): if it has not changed since, the
+    /// lease has run out already.
+    async fn repair_leaf(
+        &self,
+        addr: GlobalAddr,
+        seen: Option<(u64, u64)>,
+    ) -> Result<(), ShermanError> {
+        let (lock, _) = self.acquire_page(addr, seen).await?;
         self.locks
             .release(self.qp(addr)?, lock, &mut Batch::new())
             .await
+    }
+
+    /// The lock word of `page` now, and when it was read (for [`Self::repair_leaf`]).
+    async fn lock_word(&self, page: GlobalAddr) -> Result<(u64, u64), ShermanError> {
+        let lock = self.lock_for(page)?;
+        let mut w = [0u8; 8];
+        self.qp(lock)?.read(lock, &mut w).await?;
+        Ok((u64::from_le_bytes(w), self.ep.now_ns()))
     }
 
     async fn alloc_page(&self) -> Result<GlobalAddr, ShermanError> {
@@ -685,12 +703,16 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let qp = self.qp(addr)?;
         let mut p = self.patience();
         let mut repaired = false;
+        let mut seen = None;
         loop {
             qp.read(addr, buf).await?;
             let why = match self.decode(buf) {
                 Ok(h) => return Ok(h),
                 Err(e) => e,
             };
+            if seen.is_none() && !locked && raw_level(buf) == Some(0) {
+                seen = Some(self.lock_word(addr).await?);
+            }
             if !repaired && (locked || p.past_lease(self.ep)) && raw_internal(buf) {
                 repaired = true;
                 let fixed = if locked {
@@ -706,7 +728,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             if !repaired && !locked && p.past_lease(self.ep) && raw_level(buf) == Some(0) {
                 // A leaf torn for a lease: its writer died; its lock's next holder redoes it.
                 repaired = true;
-                self.repair_leaf(addr).await?;
+                self.repair_leaf(addr, seen).await?;
                 continue;
             }
             if !p.pause(self.ep).await {
@@ -722,7 +744,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         addr: GlobalAddr,
         buf: &mut [u8],
     ) -> Result<bool, ShermanError> {
-        let (lock, _) = self.acquire_page(addr).await?;
+        let (lock, _) = self.acquire_page(addr, None).await?;
         let r = self.rederive_internal(addr, buf).await;
         self.locks
             .release(self.qp(addr)?, lock, &mut Batch::new())
@@ -834,6 +856,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     ) -> Result<(PageHeader, Option<(usize, usize)>), ShermanError> {
         let mut p = self.patience();
         let mut repaired = false;
+        let mut seen = None;
         loop {
             let h = self.read_page_as(addr, buf, locked).await?;
             if !h.is_leaf() {
@@ -848,9 +871,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 Ok(found) => return Ok((h, found)),
                 Err(e) => e,
             };
+            if seen.is_none() && !locked {
+                seen = Some(self.lock_word(addr).await?);
+            }
             if !repaired && !locked && p.past_lease(self.ep) {
                 repaired = true;
-                self.repair_leaf(addr).await?;
+                self.repair_leaf(addr, seen).await?;
                 continue;
             }
             if !p.pause(self.ep).await {
@@ -1110,7 +1136,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let (mut addr, mut cached) = self.locate(key, buf).await?;
         let mut p = self.patience();
         loop {
-            let (lock, got) = self.acquire_page(addr).await?;
+            let (lock, got) = self.acquire_page(addr, None).await?;
             if got == Got::HandedOver {
                 self.handovers.set(self.handovers.get() + 1);
             }
@@ -1446,7 +1472,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         });
                     }
                     let qp = self.qp(addr)?;
-                    let (lock, _) = self.acquire_page(addr).await?;
+                    let (lock, _) = self.acquire_page(addr, None).await?;
                     let h = match self.read_page_as(addr, &mut buf, true).await {
                         Ok(h) => h,
                         Err(e) => {
@@ -1588,6 +1614,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 let h;
                 let mut p = self.patience();
                 let mut repaired = false;
+                let mut torn_word = None;
                 loop {
                     let hh = self.read_page(addr, &mut buf).await?;
                     if !hh.is_leaf() {
@@ -1613,10 +1640,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             break;
                         }
                         Err(why) => {
+                            if torn_word.is_none() {
+                                torn_word = Some(self.lock_word(addr).await?);
+                            }
                             if !repaired && p.past_lease(self.ep) {
                                 // Torn for a lease: its writer died; redo it (see read_leaf).
                                 repaired = true;
-                                self.repair_leaf(addr).await?;
+                                self.repair_leaf(addr, torn_word).await?;
                             } else if !p.pause(self.ep).await {
                                 return Err(ShermanError::Corrupt { addr, why });
                             }
