@@ -107,11 +107,14 @@ impl Locks {
 
     /// Takes the lock word at `lock` (on its memory node): the local queue first (bounded by
     /// the deadline on the fabric clock, and by `max_attempts`), then the global word under
-    /// the lease protocol.
+    /// the lease protocol. `seen`: the word was already found holding `(word, at)` (fabric
+    /// clock), by a reader that waited on what the lock protects; if the global word is still
+    /// that word, its lease runs from `at`.
     pub(super) async fn acquire<E: Endpoint>(
         &self,
         ep: &E,
         lock: GlobalAddr,
+        seen: Option<(u64, u64)>,
     ) -> Result<Got, ShermanError> {
         if self.hierarchical {
             let ticket = {
@@ -148,7 +151,7 @@ impl Locks {
                 yield_now().await;
             }
         }
-        let r = self.acquire_global(ep, lock).await;
+        let r = self.acquire_global(ep, lock, seen).await;
         match r {
             Ok(_) => {
                 if self.hierarchical {
@@ -165,6 +168,7 @@ impl Locks {
         &self,
         ep: &E,
         lock: GlobalAddr,
+        seen: Option<(u64, u64)>,
     ) -> Result<Got, ShermanError> {
         let qp = ep.qp_for(lock)?;
         let mine = self.next_word();
@@ -176,6 +180,12 @@ impl Locks {
         // Held: from here on the clock runs.
         let start = ep.now_ns();
         let mut w = Waiter::new(self.lease, start);
+        if let Some((word, at)) = seen
+            && word != 0
+        {
+            // Only sets where the word's unchanged stretch began (a verdict at `at` is moot).
+            let _ = w.observe(word, at.min(start));
+        }
         let mut found = Some(found);
         loop {
             let found = match found.take() {

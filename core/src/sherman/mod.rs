@@ -72,14 +72,19 @@
 //!     does not verify — the dead writer's write, completed (it was never acknowledged, so
 //!     either outcome is linearizable; every acknowledged write under the lock had completed
 //!     before it). A reader that finds a leaf torn for a lease takes its lock to the same
-//!     end. The leaf content cannot be re-derived instead: an in-place entry write destroys
-//!     the old value, and a split's compaction moves entries between slots. The design
+//!     end; it notes the lock word when it first finds the leaf torn, so the lock is taken
+//!     over once that word has not changed for one lease (not a lease more). The leaf
+//!     content cannot be re-derived instead: an in-place entry write destroys the old value,
+//!     and a split's compaction moves entries between slots. The design
 //!     first written here named the slot by the lock word's tag (a per-handle log); the
 //!     per-lock pointer needs no registry of handles and no bits of the tag, and survives
-//!     local hand-overs (one word, several writers in turn). Cost: the record and the
-//!     pointer travel in the write-back's doorbell (no round trip): an 8-byte-value update
-//!     sends 64 more bytes (Sherman: 48 → 112 B with the lock CAS and unlock) and a FG+
-//!     whole-page write-back a page more (1 KiB pages: 1048 → 2112 B).
+//!     local hand-overs (one word, several writers in turn). A FG+ write-back's record is
+//!     only the changed entry and the page's new version: every other word of its new image
+//!     equals the old one but for the version-bound checksums, so the page is rebuilt from
+//!     the torn image (`redo.rs`). Cost: the record and the pointer travel in the
+//!     write-back's doorbell (no extra round trip or doorbell): an 8-byte-value update sends
+//!     64 more bytes (with the lock CAS and unlock, Sherman 48 → 112 B, FG+ with 1 KiB pages
+//!     1048 → 1112 B); a split's record is its whole left page.
 //! - **A split whose separator never reached the parent.** Readers move right along the
 //!   sibling pointer (B-link). The first writer whose descent was routed by a parent to a
 //!   page that does not cover its key (a walk with no index cache) inserts that page's

@@ -25,8 +25,21 @@
 //! (a stale record is harmless), and a record that names a page under another lock is
 //! ignored (its slot was reused after its write completed).
 //!
+//! Two kinds of record:
+//! - **bytes** (`rebind` 0): write these bytes at this offset — an entry write-back (Sherman's
+//!   two-level versions) or a whole new page (a split's left page);
+//! - **rebound entry** (`rebind` = the page's new version): FG+'s whole-page write-back of an
+//!   entry change, which moves the page to a new version and rebinds every entry's checksum
+//!   to it. Every other word of the new image equals the old one (header fields, keys,
+//!   values, the non-checksum bits of each meta word), so from a page torn between the two
+//!   images (each aligned word old or new) the new image is rebuilt exactly: set the version,
+//!   rebind every entry, put the record's entry in, seal. The record then costs an entry, not
+//!   a page.
+//!
+//! A repair is written only if the repaired page verifies.
+//!
 //! Record layout (little-endian words): target page address; offset (low 32 bits) and length
-//! (high 32 bits); a 64-bit hash of the two words before it and of the bytes; 0; the bytes.
+//! (high 32 bits); a 64-bit hash of the other words and of the bytes; `rebind`; the bytes.
 use remora_layouts::GlobalAddr;
 
 /// Bytes of a record before its payload.
@@ -37,6 +50,8 @@ pub(super) struct Record<'a> {
     pub page: GlobalAddr,
     pub off: usize,
     pub bytes: &'a [u8],
+    /// 0: write `bytes` at `off`. Else the page's new version: rebuild the page (see above).
+    pub rebind: u64,
 }
 
 /// Mixing step (the murmur3 64-bit finalizer over `h ^ w`), as the page checksums use.
@@ -47,8 +62,8 @@ const fn step(h: u64, w: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-fn hash(page: u64, span: u64, bytes: &[u8]) -> u64 {
-    let mut h = step(step(0x5348_524d_5245_444f, page), span);
+fn hash(page: u64, span: u64, rebind: u64, bytes: &[u8]) -> u64 {
+    let mut h = step(step(step(0x5348_524d_5245_444f, page), span), rebind);
     for c in bytes.chunks(8) {
         let mut w = [0u8; 8];
         w[..c.len()].copy_from_slice(c);
@@ -63,11 +78,22 @@ fn word(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// Encodes the record of writing `bytes` at `off` of `page` into `out`; returns its length.
-/// `out` must hold `HEADER + bytes.len()` bytes.
-pub(super) fn encode(out: &mut [u8], page: GlobalAddr, off: usize, bytes: &[u8]) -> usize {
+/// Encodes the record of writing `bytes` at `off` of `page` (`rebind`: see [`Record`]) into
+/// `out`; returns its length. `out` must hold `HEADER + bytes.len()` bytes.
+pub(super) fn encode(
+    out: &mut [u8],
+    page: GlobalAddr,
+    off: usize,
+    bytes: &[u8],
+    rebind: u64,
+) -> usize {
     let span = off as u64 | (bytes.len() as u64) << 32;
-    let words = [page.raw(), span, hash(page.raw(), span, bytes), 0];
+    let words = [
+        page.raw(),
+        span,
+        hash(page.raw(), span, rebind, bytes),
+        rebind,
+    ];
     for (i, w) in words.iter().enumerate() {
         out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
@@ -80,21 +106,17 @@ pub(super) fn decode(img: &[u8], page_size: usize) -> Option<Record<'_>> {
     if img.len() < HEADER {
         return None;
     }
-    let (page, span, h) = (word(img, 0), word(img, 1), word(img, 2));
+    let (page, span, h, rebind) = (word(img, 0), word(img, 1), word(img, 2), word(img, 3));
     let (off, len) = ((span & 0xffff_ffff) as usize, (span >> 32) as usize);
-    if page == 0
-        || word(img, 3) != 0
-        || len == 0
-        || off.checked_add(len)? > page_size
-        || HEADER + len > img.len()
-    {
+    if page == 0 || len == 0 || off.checked_add(len)? > page_size || HEADER + len > img.len() {
         return None;
     }
     let bytes = &img[HEADER..HEADER + len];
-    (hash(page, span, bytes) == h).then_some(Record {
+    (hash(page, span, rebind, bytes) == h).then_some(Record {
         page: GlobalAddr::from_raw(page),
         off,
         bytes,
+        rebind,
     })
 }
 
@@ -107,10 +129,13 @@ mod tests {
         let page = GlobalAddr::new(1, 0x4000);
         let bytes: [u8; 40] = core::array::from_fn(|i| i as u8);
         let mut img = [0u8; HEADER + 64];
-        let n = encode(&mut img, page, 24, &bytes);
+        let n = encode(&mut img, page, 24, &bytes, 7);
         assert_eq!(n, HEADER + 40);
         let r = decode(&img, 256).expect("whole");
-        assert_eq!((r.page, r.off, r.bytes), (page, 24, &bytes[..]));
+        assert_eq!(
+            (r.page, r.off, r.bytes, r.rebind),
+            (page, 24, &bytes[..], 7)
+        );
         // A slot holding a mix of this record and an older one (any word old) is refused.
         for w in 0..n.div_ceil(8) {
             let mut torn = img;

@@ -475,14 +475,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             ))
     }
 
-    /// The redo record of writing `bytes` at `off` of leaf `page` (its lock held), in a slot
-    /// of this handle's on the page's node; post it with [`Self::log_ops`] ahead of the write,
-    /// then return it with [`Self::unlog`].
+    /// The redo record of writing `bytes` at `off` of leaf `page` (its lock held; `rebind`:
+    /// see `redo::Record`), in a slot of this handle's on the page's node; post it with
+    /// [`Self::log_ops`] ahead of the write, then return it with [`Self::unlog`].
     async fn log(
         &self,
         page: GlobalAddr,
         off: usize,
         bytes: &[u8],
+        rebind: u64,
     ) -> Result<Logged, ShermanError> {
         let node = self.node_index(page)?;
         let ptr = self.redo_ptr(page)?;
@@ -504,7 +505,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             .borrow_mut()
             .pop()
             .unwrap_or_else(|| vec![0u8; self.record_len()]);
-        let len = redo::encode(&mut rec, page, off, bytes);
+        let len = redo::encode(&mut rec, page, off, bytes, rebind);
         Ok(Logged {
             rec,
             len,
@@ -547,10 +548,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
 
     /// Takes the lock of `page` (returned); after a takeover from a dead holder, first puts
-    /// back the leaf it may have torn ([`Self::redo`]).
-    async fn acquire_page(&self, page: GlobalAddr) -> Result<(GlobalAddr, Got), ShermanError> {
+    /// back the leaf it may have torn ([`Self::redo`]). `seen`: see [`Locks::acquire`].
+    async fn acquire_page(
+        &self,
+        page: GlobalAddr,
+        seen: Option<(u64, u64)>,
+    ) -> Result<(GlobalAddr, Got), ShermanError> {
         let lock = self.lock_for(page)?;
-        let got = self.locks.acquire(self.ep, lock).await?;
+        let got = self.locks.acquire(self.ep, lock, seen).await?;
         if let Got::TookOver { .. } = got {
             self.repaired(|r| r.takeovers += 1);
             if let Err(e) = self.redo(page).await {
@@ -593,7 +598,30 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             if raw_level(&buf) != Some(0) || self.leaf_whole(&buf) {
                 return Ok(());
             }
-            qp.write(r.page.add(r.off as u64), r.bytes).await?;
+            let end = r.off + r.bytes.len();
+            if r.rebind != 0 {
+                // FG+: the new image from the torn one (see `redo.rs`).
+                buf[..8].copy_from_slice(&r.rebind.to_le_bytes());
+                let bind = bind_of(self.cfg.page_check, r.rebind);
+                let size = self.g.leaf_entry_size();
+                for slot in 0..self.g.leaf_capacity() {
+                    let at = self.g.leaf_entry_offset(slot);
+                    rebind_entry(&mut buf[at..at + size], bind);
+                }
+            }
+            buf[r.off..end].copy_from_slice(r.bytes);
+            if r.rebind != 0 {
+                seal(&mut buf, &self.g);
+            }
+            if !self.leaf_whole(&buf) {
+                // Not the torn write this record describes: left for the deadline to report.
+                return Ok(());
+            }
+            if r.rebind != 0 {
+                qp.write(r.page, &buf).await?;
+            } else {
+                qp.write(r.page.add(r.off as u64), r.bytes).await?;
+            }
             self.repaired(|s| s.leaves_redone += 1);
             Ok(())
         }
@@ -610,12 +638,26 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
 
     /// A reader found leaf `addr` torn for a lease: takes its lock (from the dead writer, who
-    /// is fenced, which repairs the leaf) and lets it go.
-    async fn repair_leaf(&self, addr: GlobalAddr) -> Result<(), ShermanError> {
-        let (lock, _) = self.acquire_page(addr).await?;
+    /// is fenced, which repairs the leaf) and lets it go. `seen`: the lock word when the
+    /// reader first found the leaf torn ([`Self::lock_word`]): if it has not changed since, the
+    /// lease has run out already.
+    async fn repair_leaf(
+        &self,
+        addr: GlobalAddr,
+        seen: Option<(u64, u64)>,
+    ) -> Result<(), ShermanError> {
+        let (lock, _) = self.acquire_page(addr, seen).await?;
         self.locks
             .release(self.qp(addr)?, lock, &mut Batch::new())
             .await
+    }
+
+    /// The lock word of `page` now, and when it was read (for [`Self::repair_leaf`]).
+    async fn lock_word(&self, page: GlobalAddr) -> Result<(u64, u64), ShermanError> {
+        let lock = self.lock_for(page)?;
+        let mut w = [0u8; 8];
+        self.qp(lock)?.read(lock, &mut w).await?;
+        Ok((u64::from_le_bytes(w), self.ep.now_ns()))
     }
 
     async fn alloc_page(&self) -> Result<GlobalAddr, ShermanError> {
@@ -661,12 +703,16 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let qp = self.qp(addr)?;
         let mut p = self.patience();
         let mut repaired = false;
+        let mut seen = None;
         loop {
             qp.read(addr, buf).await?;
             let why = match self.decode(buf) {
                 Ok(h) => return Ok(h),
                 Err(e) => e,
             };
+            if seen.is_none() && !locked && raw_level(buf) == Some(0) {
+                seen = Some(self.lock_word(addr).await?);
+            }
             if !repaired && (locked || p.past_lease(self.ep)) && raw_internal(buf) {
                 repaired = true;
                 let fixed = if locked {
@@ -682,7 +728,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             if !repaired && !locked && p.past_lease(self.ep) && raw_level(buf) == Some(0) {
                 // A leaf torn for a lease: its writer died; its lock's next holder redoes it.
                 repaired = true;
-                self.repair_leaf(addr).await?;
+                self.repair_leaf(addr, seen).await?;
                 continue;
             }
             if !p.pause(self.ep).await {
@@ -698,7 +744,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         addr: GlobalAddr,
         buf: &mut [u8],
     ) -> Result<bool, ShermanError> {
-        let (lock, _) = self.acquire_page(addr).await?;
+        let (lock, _) = self.acquire_page(addr, None).await?;
         let r = self.rederive_internal(addr, buf).await;
         self.locks
             .release(self.qp(addr)?, lock, &mut Batch::new())
@@ -810,6 +856,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     ) -> Result<(PageHeader, Option<(usize, usize)>), ShermanError> {
         let mut p = self.patience();
         let mut repaired = false;
+        let mut seen = None;
         loop {
             let h = self.read_page_as(addr, buf, locked).await?;
             if !h.is_leaf() {
@@ -824,9 +871,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 Ok(found) => return Ok((h, found)),
                 Err(e) => e,
             };
+            if seen.is_none() && !locked {
+                seen = Some(self.lock_word(addr).await?);
+            }
             if !repaired && !locked && p.past_lease(self.ep) {
                 repaired = true;
-                self.repair_leaf(addr).await?;
+                self.repair_leaf(addr, seen).await?;
                 continue;
             }
             if !p.pause(self.ep).await {
@@ -1086,7 +1136,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let (mut addr, mut cached) = self.locate(key, buf).await?;
         let mut p = self.patience();
         loop {
-            let (lock, got) = self.acquire_page(addr).await?;
+            let (lock, got) = self.acquire_page(addr, None).await?;
             if got == Got::HandedOver {
                 self.handovers.set(self.handovers.get() + 1);
             }
@@ -1194,7 +1244,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             let written = if valid { entry } else { at..at + 8 };
             // A delete's one aligned word cannot tear: no redo record.
             let logged = if valid {
-                match self.log(addr, at, &buf[written.clone()]).await {
+                match self.log(addr, at, &buf[written.clone()], 0).await {
                     Ok(l) => Some(l),
                     Err(e) => {
                         self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -1229,10 +1279,11 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 let at = self.g.leaf_entry_offset(s);
                 rebind_entry(&mut buf[at..at + self.g.leaf_entry_size()], nbind);
             }
-            encode_leaf_entry(&mut buf[entry], key, val, version, valid, nbind);
+            encode_leaf_entry(&mut buf[entry.clone()], key, val, version, valid, nbind);
             nh.encode(buf);
             seal(buf, &self.g);
-            let logged = match self.log(addr, 0, buf).await {
+            // The record is the entry and the new version (the rest is rebuilt from the page).
+            let logged = match self.log(addr, at, &buf[entry], nh.front_version).await {
                 Ok(l) => l,
                 Err(e) => {
                     self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -1294,7 +1345,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             right_addr.raw(),
             &entries[..mid],
         );
-        let logged = match self.log(addr, 0, &left).await {
+        let logged = match self.log(addr, 0, &left, 0).await {
             Ok(l) => l,
             Err(e) => {
                 self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -1421,7 +1472,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         });
                     }
                     let qp = self.qp(addr)?;
-                    let (lock, _) = self.acquire_page(addr).await?;
+                    let (lock, _) = self.acquire_page(addr, None).await?;
                     let h = match self.read_page_as(addr, &mut buf, true).await {
                         Ok(h) => h,
                         Err(e) => {
@@ -1562,6 +1613,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 }
                 let h;
                 let mut p = self.patience();
+                let mut repaired = false;
+                let mut torn_word = None;
                 loop {
                     let hh = self.read_page(addr, &mut buf).await?;
                     if !hh.is_leaf() {
@@ -1587,7 +1640,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             break;
                         }
                         Err(why) => {
-                            if !p.pause(self.ep).await {
+                            if torn_word.is_none() {
+                                torn_word = Some(self.lock_word(addr).await?);
+                            }
+                            if !repaired && p.past_lease(self.ep) {
+                                // Torn for a lease: its writer died; redo it (see read_leaf).
+                                repaired = true;
+                                self.repair_leaf(addr, torn_word).await?;
+                            } else if !p.pause(self.ep).await {
                                 return Err(ShermanError::Corrupt { addr, why });
                             }
                         }
