@@ -328,10 +328,29 @@ pub fn listen_with(
 ) -> io::Result<Listener> {
     use std::os::unix::fs::PermissionsExt;
     clear_path(path)?;
-    let listener = UnixListener::bind(path)
+    // Bound, listening and chmod-ed under a temporary name first, then renamed into place:
+    // whoever sees `path` appear (a script waiting for the memnode) can connect at once, and
+    // never finds a socket with the wrong mode or one that refuses connections.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    clear_path(&tmp)?;
+    let listener = UnixListener::bind(&tmp)
         .map_err(|e| io::Error::new(e.kind(), format!("binding {}: {e}", path.display())))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(opts.mode & 0o777))
-        .map_err(|e| io::Error::new(e.kind(), format!("chmod {}: {e}", path.display())))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(opts.mode & 0o777))
+        .map_err(|e| io::Error::new(e.kind(), format!("chmod {}: {e}", path.display())))
+        .and_then(|()| {
+            std::fs::rename(&tmp, path).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("placing the socket at {}: {e}", path.display()),
+                )
+            })
+        });
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     let ino = file_id(path).unwrap_or((0, 0));
     listener.set_nonblocking(true)?;
     let stop = Arc::new(AtomicBool::new(false));
