@@ -173,6 +173,20 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
     if a.spatial.tcp_connect.is_some() && !tcp {
         return Err("--tcp-connect is for --mode tcp".into());
     }
+    let threaded = a.spatial.server_threads != 1 || a.spatial.serve != Serve::Event;
+    if threaded && (a.connect.is_some() || tcp) {
+        return Err(
+            "--server-threads and --serve apply to the in-process memory node and the sim (a \
+             memnode takes `remora memnode --threads N [--polling]`; the TCP server runs one \
+             thread per connection)"
+                .into(),
+        );
+    }
+    if a.spatial.serve != Serve::Event && a.fabric == FabricKind::Sim {
+        return Err(
+            "--serve polling is for --fabric soft (the sim's server is event-based)".into(),
+        );
+    }
     if tcp && a.connect.is_some() {
         return Err(
             "--mode tcp talks to a TCP server: --tcp-connect HOST:PORT, not --connect".into(),
