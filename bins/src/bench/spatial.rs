@@ -47,6 +47,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Side of the square space objects are placed in.
 const SPACE: i64 = 1 << 20;
+/// The sim's ring-scan cost per connection for `--serve polling` (one cache miss, assumed).
+const POLL_SCAN_NS: f64 = 25.0;
 /// Clusters of the skewed data.
 const CLUSTERS: u64 = 16;
 
@@ -68,7 +70,8 @@ pub enum SearchMode {
 pub enum Serve {
     /// Idle threads give their CPU away (spin, yield, then 50 µs sleeps).
     Event,
-    /// Threads poll their connections without pause.
+    /// Threads poll their connections without pause (on the sim: each message costs a scan
+    /// of the thread's share of the rings, `server_scan_ns`, 25 ns per ring unless `--set`).
     Polling,
 }
 
@@ -172,6 +175,15 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if a.spatial.tcp_connect.is_some() && !tcp {
         return Err("--tcp-connect is for --mode tcp".into());
+    }
+    let threaded = a.spatial.server_threads != 1 || a.spatial.serve != Serve::Event;
+    if threaded && (a.connect.is_some() || tcp) {
+        return Err(
+            "--server-threads and --serve apply to the in-process memory node and the sim (a \
+             memnode takes `remora memnode --threads N [--polling]`; the TCP server runs one \
+             thread per connection)"
+                .into(),
+        );
     }
     if tcp && a.connect.is_some() {
         return Err(
@@ -672,6 +684,11 @@ fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
         model
             .set("server_threads", &a.spatial.server_threads.to_string())
             .map_err(|e| format!("--server-threads: {e}"))?;
+    }
+    if a.spatial.serve == Serve::Polling && model.get("server_scan_ns") == Some(0.0) {
+        model
+            .set("server_scan_ns", &POLL_SCAN_NS.to_string())
+            .map_err(|e| format!("--serve polling: {e}"))?;
     }
     let created: RefCell<Option<String>> = RefCell::new(None);
     let arrived = Cell::new(0usize);

@@ -126,6 +126,8 @@ pub struct Tm {
     pub server_poll: Ps,
     pub handler: Ps,
     pub server_reply: Ps,
+    /// Server CPU per connection ring a polling thread scans per message (0: event-based).
+    pub server_scan: Ps,
     /// Server CPU per cache line a handler persists (persistent regions).
     pub nvm_line: Ps,
     pub step: Ps,
@@ -157,6 +159,7 @@ impl Tm {
             server_poll: m.server_poll_ps(),
             handler: m.handler_ps(),
             server_reply: m.server_reply_ps(),
+            server_scan: ps(m.server_scan_ns),
             nvm_line: ps(m.nvm_write_ns),
             step: m.segment_step_ps(),
             mppb: m.milli_ps_per_byte(),

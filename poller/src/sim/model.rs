@@ -128,6 +128,13 @@ params! {
          compute: Sherman, seeds/002 §1). Connection k of a node (in connect order) is served \
          by thread k mod server_threads, as an event-based server assigns accepted connections \
          round-robin; each thread serves its messages one at a time, first come first served.";
+    server_scan_ns: 0.0, "ns", [0.0, 1e9],
+        "Polling-based server (the Catfish paper's event vs polling comparison, seeds/003 \
+         Fig. 6): CPU time a handler thread spends checking one connection's request ring for \
+         each message it finds, since a polling thread scans its whole share (connections made \
+         to the node / server_threads) where an event-based one is told the connection by its \
+         completion queue. 0 (default): event-based. Assumed when set (~one cache miss per \
+         ring, e.g. 25 ns).";
     client_post_ns: 100.0, "ns", [0.0, 1e9],
         "Client CPU time to build a work request batch and ring the doorbell (MMIO): assumed \
          ~100 ns (Kalia et al., ATC'16 §3: doorbell MMIOs cost ~ hundreds of cycles). One client \

@@ -6,7 +6,9 @@
 //!   (round-robin at accept, as event-based servers assign connections).
 //! - A receive completion (SEND, or WRITE_WITH_IMM) on a connection is queued at its
 //!   thread, first come first served. The thread serves one message at a time, and is busy
-//!   only while serving: `server_poll_ns` (take the completion) + `server_handler_ns` (the
+//!   only while serving: `server_poll_ns` (take the completion) + `server_scan_ns` x its
+//!   share of the node's connections (a polling server's ring scan; 0 for the default
+//!   event-based server) + `server_handler_ns` (the
 //!   handler runs at the end of it; its memory effects happen then) + `server_reply_ns` per
 //!   reply it queued (each reply SEND is posted when its post cost is paid, and never
 //!   waited for: send completions are reaped lazily). All costs are scaled by a slowed node's
@@ -212,9 +214,12 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             let wb = w.borrow();
             let e = &wb.ends[msg.end as usize];
             let nic = &wb.nics[e.nic as usize];
+            // A polling server scans its share of the rings for each message it finds.
+            let mem = &wb.nodes[n];
+            let share = u64::from(mem.conns).div_ceil(mem.threads.len() as u64);
             (
                 wb.now,
-                nic.scale(wb.tm.server_poll + wb.tm.handler),
+                nic.scale(wb.tm.server_poll + wb.tm.handler + wb.tm.server_scan * share),
                 nic.scale(wb.tm.server_reply),
                 handlers.borrow().get(e.handler as usize).cloned(),
             )
