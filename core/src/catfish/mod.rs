@@ -15,14 +15,19 @@
 //! Formats are in [`remora_layouts::catfish`].
 pub mod adaptive;
 pub mod client;
+mod delete;
+pub mod hilbert;
+mod insert;
+pub mod rstar;
 pub mod server;
 #[cfg(test)]
 mod tests;
 pub mod tree;
+mod txn;
 
 pub use adaptive::{Backoff, BackoffConfig};
 pub use client::{CatfishClient, ClientStats, Mode, Transport};
-pub use remora_layouts::catfish::{Entry, Rect, Status};
+pub use remora_layouts::catfish::{Entry, Rect, Status, TreeKind};
 pub use server::CatfishServer;
 
 use crate::alloc::AllocError;

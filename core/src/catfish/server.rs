@@ -27,7 +27,7 @@ use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
     CLIENT_BLOCK_LEN, CLIENT_HEARTBEAT_OFFSET, ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE,
     Heartbeat, META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request,
-    ResponseHeader, Status, encode_entry, hits_per_message,
+    ResponseHeader, Status, encode_entry, hits_per_message, split_init_arg,
 };
 use remora_layouts::region::HEADER_LEN;
 use std_alloc::collections::{BTreeMap, VecDeque};
@@ -273,13 +273,15 @@ impl CatfishServer {
             // Formatting over a live tree would strand its clients.
             (Opcode::Init, Some(_)) => return Status::BadRequest,
             (Opcode::Init, None) => match arena() {
-                Some((base, arg1)) => {
-                    let (len, fanout) = (arg1 & ((1 << 48) - 1), (arg1 >> 48) as usize);
-                    let fanout = if fanout == 0 { FANOUT } else { fanout };
-                    Tree::format_with(region, base, len, fanout).map(|t| {
-                        self.tree = Some(t);
-                    })
-                }
+                Some((base, arg1)) => match split_init_arg(arg1) {
+                    Ok((len, kind, fanout)) => {
+                        let fanout = if fanout == 0 { FANOUT } else { fanout };
+                        Tree::format_kind(region, base, len, fanout, kind).map(|t| {
+                            self.tree = Some(t);
+                        })
+                    }
+                    Err(_) => return Status::BadRequest,
+                },
                 None => return Status::BadRequest,
             },
             (_, None) => return Status::NotInitialized,
@@ -288,6 +290,15 @@ impl CatfishServer {
                 None => return Status::BadRequest,
             },
             (Opcode::Insert, Some(t)) => t.insert(region, req.rect, req.arg0),
+            (Opcode::Delete, Some(t)) => match t.delete(region, req.rect, req.arg0) {
+                Ok(found) => {
+                    // The reply's count says whether an entry was deleted.
+                    let h = self.header(Status::Ok, FLAG_LAST, req.req_id, u32::from(found));
+                    self.out.send(&h.encode());
+                    return Status::Ok;
+                }
+                Err(e) => Err(e),
+            },
             (Opcode::Search, Some(t)) => {
                 self.hits.clear();
                 match t.search(region, &req.rect, &mut self.hits) {
@@ -343,7 +354,9 @@ impl CatfishServer {
             Err(CatfishError::Layout(_)) if matches!(req.op, Opcode::Init | Opcode::Grow) => {
                 Status::BadRequest
             }
-            Err(CatfishError::Layout(_)) if req.op == Opcode::Insert && !req.rect.is_valid() => {
+            Err(CatfishError::Layout(_))
+                if matches!(req.op, Opcode::Insert | Opcode::Delete) && !req.rect.is_valid() =>
+            {
                 Status::BadRequest
             }
             Err(_) => Status::Corrupt,
@@ -508,7 +521,9 @@ impl CatfishServer {
             self.handled += 1;
             self.out.clear();
             let status = self.serve(region, conn, &req);
-            if status != Status::Ok || !matches!(req.op, Opcode::Search | Opcode::Mailbox) {
+            if status != Status::Ok
+                || !matches!(req.op, Opcode::Search | Opcode::Mailbox | Opcode::Delete)
+            {
                 self.out.clear();
                 self.reply(status, req.req_id);
             }
