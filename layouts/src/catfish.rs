@@ -495,8 +495,8 @@ pub enum Opcode {
     /// is the block's raw `GlobalAddr`.
     Mailbox = 6,
     /// Delete the entry with rectangle `rect` and object id `arg0` (one of them, if the same
-    /// pair was inserted twice). The reply's `count` is 1 if one was deleted, 0 if none was
-    /// there.
+    /// pair was inserted twice). The reply carries the deleted entry (`count` 1), or no
+    /// entry if there was none.
     Delete = 7,
 }
 
@@ -858,6 +858,18 @@ mod tests {
             12345
         );
         assert_eq!(hits_per_message(4096), 170);
+        let del = Request {
+            op: Opcode::Delete,
+            ..req
+        };
+        assert_eq!(Request::decode(&del.encode()).unwrap(), del);
+        for kind in [TreeKind::Guttman, TreeKind::RStar, TreeKind::Hilbert] {
+            let arg = init_arg(128 << 10, kind, 30);
+            assert_eq!(split_init_arg(arg).unwrap(), (128 << 10, kind, 30));
+            assert_eq!(TreeKind::decode(kind as u64).unwrap(), kind);
+        }
+        assert!(split_init_arg(7 << INIT_LEN_BITS).is_err());
+        assert!(TreeKind::decode(3).is_err());
     }
 
     #[test]

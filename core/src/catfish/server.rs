@@ -292,9 +292,20 @@ impl CatfishServer {
             (Opcode::Insert, Some(t)) => t.insert(region, req.rect, req.arg0),
             (Opcode::Delete, Some(t)) => match t.delete(region, req.rect, req.arg0) {
                 Ok(found) => {
-                    // The reply's count says whether an entry was deleted.
+                    // The reply carries the deleted entry, or nothing if there was none.
                     let h = self.header(Status::Ok, FLAG_LAST, req.req_id, u32::from(found));
-                    self.out.send(&h.encode());
+                    self.msg.clear();
+                    self.msg.extend_from_slice(&h.encode());
+                    if found {
+                        let mut e = [0u8; ENTRY_LEN];
+                        let entry = Entry {
+                            rect: req.rect,
+                            ptr: req.arg0,
+                        };
+                        encode_entry(&entry, &mut e);
+                        self.msg.extend_from_slice(&e);
+                    }
+                    self.out.send(&self.msg);
                     return Status::Ok;
                 }
                 Err(e) => Err(e),
