@@ -915,9 +915,9 @@ fn record(
             0.0
         },
         techniques: format!(
-            "{mode} tree={} fanout={}",
-            a.spatial.tree.kind().name(),
-            a.spatial.fanout
+            "{mode} fanout={} tree={}",
+            a.spatial.fanout,
+            a.spatial.tree.kind().name()
         ),
         server_ns_per_op,
         // Catfish's nodes are DRAM here: no NVM accounting.
