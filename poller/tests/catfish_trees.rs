@@ -4,7 +4,8 @@
 //! readers: restructuring in place) gives the same tree as a served one (copy on write).
 //!
 //! `CATFISH_HEIGHTS=10000,100000,1000000,10000000` builds those sizes too (run it in release:
-//! `cargo test --release -p remora-poller --test catfish_trees -- --nocapture`).
+//! `cargo test --release -p remora-poller --test catfish_trees -- --nocapture`), and with
+//! `CATFISH_SERVED=1` also as a served tree, reporting the nodes copy on write retired.
 use remora_core::FabricError;
 use remora_core::catfish::tree::{Tree, read_node};
 use remora_core::catfish::{Rect, TreeKind};
@@ -144,6 +145,18 @@ fn heights_at_node_size_30() {
         {
             for kind in KINDS {
                 report(kind, n);
+                if std::env::var("CATFISH_SERVED").is_ok() {
+                    // The same build with readers assumed: copies on write, never reused.
+                    let (_, t) = build(kind, n, false);
+                    println!(
+                        "{:>8} {n:>9} served: {} nodes carved, {} retired by copy on write \
+                         ({:.2} per insert)",
+                        kind.name(),
+                        t.nodes(),
+                        t.retired(),
+                        t.retired() as f64 / n as f64
+                    );
+                }
             }
         }
     }

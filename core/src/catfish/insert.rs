@@ -270,9 +270,11 @@ impl Tree {
             let before = p;
             p.entries[i].rect = r;
             self.order(region, &mut p)?;
-            if p.entries() != before.entries() || self.kind == TreeKind::Hilbert {
-                // A Hilbert node is kept even unchanged: its largest key may have grown.
+            if p.entries() != before.entries() {
                 self.put(poff, p);
+            } else if self.kind == TreeKind::Hilbert {
+                // Unchanged, but its largest key may have grown: recomputed at the commit.
+                self.tx.touched.push(poff);
             } else {
                 // Nothing above changes either.
                 return Ok(());

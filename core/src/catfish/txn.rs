@@ -12,11 +12,13 @@
 //!   rectangles (written top-down, so a reader that finds an entry always came through
 //!   covering rectangles), or only lost entries and shrank rectangles (written bottom-up);
 //!   that is the common insert and delete, or
-//! - copies on write: every changed node and all its ancestors go to fresh nodes, and one
-//!   store of the root pointer publishes the new tree. A search that read the old root sees
-//!   the old tree whole (its replaced nodes are never written again), one that read the new
-//!   root sees the new one; entries present throughout are in both, entries deleted before
-//!   the search began are in neither.
+//! - copies on write: every changed node and its ancestors up to the changes' lowest
+//!   common ancestor go to fresh nodes, and that ancestor is rewritten once in place (or,
+//!   if the root changes, everything up to it is copied and one store of the root pointer
+//!   publishes the new tree). A search that read the ancestor (or root) before sees the old
+//!   subtree whole (its replaced nodes are never written again), one that read it after
+//!   sees the new one; entries present throughout are in both, entries deleted before the
+//!   search began are in neither.
 //!
 //! Replaced nodes are not reused while the tree serves readers (no reclamation epochs yet;
 //! [`Tree::retired`] counts them). A transaction that runs out of arena space leaves the
@@ -30,6 +32,7 @@ use crate::server::LocalRegion;
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{Entry, META_ROOT_OFFSET, Node, TreeKind};
 use std_alloc::collections::{BTreeMap, BTreeSet};
+use std_alloc::vec;
 use std_alloc::vec::Vec;
 
 /// The overlay of one transaction.
@@ -47,6 +50,8 @@ pub(super) struct Txn {
     pub(super) parent: BTreeMap<u64, u64>,
     /// The root as the transaction sees it.
     pub(super) root: u64,
+    /// Unchanged published nodes whose largest Hilbert value may have grown, deepest first.
+    pub(super) touched: Vec<u64>,
 }
 
 /// How one changed node differs from its published image.
@@ -248,23 +253,49 @@ impl Tree {
 
     /// Copy on write up to the root, then one store of the root pointer.
     fn commit_cow(&mut self, region: &dyn LocalRegion) -> Result<(), CatfishError> {
-        // Every changed published node and its ancestors are copied.
-        let mut copy: BTreeSet<u64> = BTreeSet::new();
-        let dirty: Vec<u64> = self.tx.dirty.iter().copied().collect();
-        for d in dirty {
+        // The path from the root to every changed published node.
+        let mut chains: Vec<Vec<u64>> = Vec::new();
+        for &d in &self.tx.dirty {
+            let mut chain = vec![d];
             let mut at = d;
-            let mut hops = 0;
-            while copy.insert(at) && at != self.tx.root {
+            while at != self.tx.root {
                 match self.tx.parent.get(&at) {
                     Some(&p) => at = p,
                     None if at == self.root => break,
                     None => return Err(CatfishError::Corrupt("transaction lost a parent")),
                 }
-                hops += 1;
-                if hops > remora_layouts::catfish::MAX_LEVEL as usize + 1 {
+                chain.push(at);
+                if chain.len() > remora_layouts::catfish::MAX_LEVEL as usize + 2 {
                     return Err(CatfishError::Corrupt("transaction parents form a cycle"));
                 }
             }
+            chain.reverse();
+            chains.push(chain);
+        }
+        // If the root stays, every change lies below one node, their lowest common
+        // ancestor: the nodes below it are copied and it is rewritten once in place (a reader
+        // that read it before sees only old nodes below, after only new ones). Otherwise
+        // everything up to the root is copied and the new root published.
+        let lca = match chains.first() {
+            Some(first) if self.tx.root == self.root && first[0] == self.root => {
+                let mut k = 0;
+                while chains
+                    .iter()
+                    .all(|c| c[0] == self.root && c.len() > k + 1 && c[k + 1] == first[k + 1])
+                {
+                    k += 1;
+                }
+                chains.iter().all(|c| c[0] == self.root).then_some(first[k])
+            }
+            _ => None,
+        };
+        let mut copy: BTreeSet<u64> = BTreeSet::new();
+        for c in &chains {
+            let from = match lca {
+                Some(l) => c.iter().position(|&x| x == l).map_or(0, |p| p + 1),
+                None => 0,
+            };
+            copy.extend(c[from..].iter().copied());
         }
         // Carve every copy before writing anything, so `Full` leaves the region untouched.
         let mut moved: BTreeMap<u64, u64> = BTreeMap::new();
@@ -295,7 +326,7 @@ impl Tree {
             out.insert(moved[&off], n);
         }
         for (&off, n) in &self.tx.over {
-            if !copy.contains(&off) {
+            if !copy.contains(&off) && Some(off) != lca {
                 let mut n = *n;
                 remap(&mut n);
                 out.insert(off, n);
@@ -303,6 +334,14 @@ impl Tree {
         }
         for (&off, n) in &out {
             write_fresh(region, off, n)?;
+        }
+        if let Some(l) = lca {
+            let old = read_node(region, l, self.fanout)?;
+            let mut n = self.tx.over.get(&l).copied().unwrap_or(old);
+            remap(&mut n);
+            n.version = old.version;
+            write_in_place(region, l, &mut n)?;
+            out.insert(l, n);
         }
         let root = moved.get(&self.tx.root).copied().unwrap_or(self.tx.root);
         self.tx.over = out;
@@ -339,6 +378,19 @@ impl Tree {
         for (_, off) in by_level {
             let n = self.tx.over[&off];
             let v = self.node_lhv(region, &n)?;
+            self.lhv.insert(off, v);
+        }
+        let touched = core::mem::take(&mut self.tx.touched);
+        for off in touched {
+            if self.tx.over.contains_key(&off) || !self.lhv.contains_key(&off) {
+                continue;
+            }
+            let n = read_node(region, off, self.fanout)?;
+            let mut v = 0;
+            for e in n.entries() {
+                let child = GlobalAddr::from_raw(e.ptr).offset();
+                v = v.max(self.lhv.get(&child).copied().unwrap_or(0));
+            }
             self.lhv.insert(off, v);
         }
         Ok(())
