@@ -93,11 +93,13 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> Hist
                 let mut mine: Vec<(Rect, u64)> = Vec::new();
                 for i in 0..OPS {
                     let h = mix(seed << 40 ^ (client as u64) << 24 ^ i);
-                    if h % 10 == 3 && h % 7 != 0 {
+                    if h % 10 == 3 && !h.is_multiple_of(7) {
                         // Delete one of this client's entries (now and then one never inserted).
                         let (rect, id) = match mine.len() {
                             0 => (rect_at(h >> 4, 64), u64::MAX - i),
-                            n if h % 11 == 0 => (rect_at(h >> 4, 64), u64::MAX - i - n as u64),
+                            n if h.is_multiple_of(11) => {
+                                (rect_at(h >> 4, 64), u64::MAX - i - n as u64)
+                            }
                             n => mine.swap_remove((h >> 8) as usize % n),
                         };
                         let Some(slot) = rec.invoke(client, Op::Remove { rect, id }, ctx.now_ns())

@@ -675,7 +675,7 @@ mod concurrent_reader {
             let before = all(&mut t, &region);
             let base = region.mem.borrow().clone();
             region.log.borrow_mut().clear();
-            if live.len() < 60 || xorshift(&mut rng) % 2 == 0 {
+            if live.len() < 60 || xorshift(&mut rng).is_multiple_of(2) {
                 let (x, y) = (
                     (xorshift(&mut rng) % 1000) as i32,
                     (xorshift(&mut rng) % 1000) as i32,
