@@ -93,7 +93,9 @@ fn shape(region: &Mem, t: &Tree) -> Shape {
 
 /// Builds a tree of `n` rectangles at node size 30; returns it with its region.
 fn build(kind: TreeKind, n: u64, exclusive: bool) -> (Mem, Tree) {
-    let bytes = (n as usize * 24 * 5).max(8 << 20) + (4 << 20);
+    // A served build never reuses the nodes copy on write replaced: room for them too.
+    let per = if exclusive { 24 * 5 } else { 2048 };
+    let bytes = (n as usize * per).max(8 << 20) + (4 << 20);
     let region = Mem(RefCell::new(vec![0u8; bytes]));
     let mut t = Tree::format_kind(&region, 4096, bytes as u64 - 8192, 30, kind).unwrap();
     t.set_exclusive(exclusive);
