@@ -567,11 +567,11 @@ mod server {
     }
 }
 
-/// An offloading search replayed against every moment of the server's restructuring
-/// writes (R*'s forced reinsert, Hilbert redistribution and 2-to-3 splits, condense-tree):
-/// one node per round level, each node read at its own moment, no earlier than the moments
-/// of the round before (the client waits for a level before it reads the next). A torn or
-/// mid-write image is read again later. The search must find every entry present before
+/// A one-sided search replayed against every moment of the server's restructuring writes
+/// (R*'s forced reinsert, Hilbert redistribution and 2-to-3 splits, condense-tree): each
+/// node read at its own moment, no earlier than the moment its parent was read, and nothing
+/// more (an offloading client's level-by-level rounds and a server thread's lock-free
+/// depth-first walk are both such schedules). A torn or mid-write image is read again later. The search must find every entry present before
 /// and after the operation that meets its window, and return only entries present before
 /// or after. The mutant writes every transaction in place (`set_exclusive`, no copy on
 /// write) and must be caught.
@@ -608,7 +608,7 @@ mod concurrent_reader {
         *x
     }
 
-    /// One schedule of an offloading search for `window`; `None` if an image never decoded.
+    /// One schedule of a search for `window`; `None` if an image never decoded.
     fn search(
         rp: &Replay<'_>,
         meta: u64,
@@ -621,32 +621,24 @@ mod concurrent_reader {
         let pick = |lo: usize, rng: &mut u64| lo + (xorshift(rng) % (n - lo + 1) as u64) as usize;
         let m0 = pick(0, rng);
         let root = u64::from_le_bytes(rp.read(meta + META_ROOT_OFFSET, 8, m0).try_into().unwrap());
-        let mut frontier = vec![GlobalAddr::from_raw(root).offset()];
-        let mut lo = m0;
+        let mut pending = vec![(GlobalAddr::from_raw(root).offset(), m0)];
         let mut found = BTreeSet::new();
-        while !frontier.is_empty() {
-            let mut next = Vec::new();
-            let mut hi = lo;
-            for &off in &frontier {
-                let mut m = pick(lo, rng);
-                let node = loop {
-                    match Node::decode_with(&rp.read(off, len, m), fanout) {
-                        Ok(node) => break node,
-                        Err(_) if m < n => m += 1,
-                        Err(_) => return None,
-                    }
-                };
-                hi = hi.max(m);
-                for e in node.entries().iter().filter(|e| e.rect.intersects(window)) {
-                    if node.level == 0 {
-                        found.insert((e.rect, e.ptr));
-                    } else {
-                        next.push(GlobalAddr::from_raw(e.ptr).offset());
-                    }
+        while let Some((off, after)) = pending.pop() {
+            let mut m = pick(after, rng);
+            let node = loop {
+                match Node::decode_with(&rp.read(off, len, m), fanout) {
+                    Ok(node) => break node,
+                    Err(_) if m < n => m += 1,
+                    Err(_) => return None,
+                }
+            };
+            for e in node.entries().iter().filter(|e| e.rect.intersects(window)) {
+                if node.level == 0 {
+                    found.insert((e.rect, e.ptr));
+                } else {
+                    pending.push((GlobalAddr::from_raw(e.ptr).offset(), m));
                 }
             }
-            frontier = next;
-            lo = hi;
         }
         Some(found)
     }
