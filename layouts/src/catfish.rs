@@ -377,7 +377,50 @@ pub const META_ROOT_OFFSET: u64 = 8;
 pub const META_HEARTBEAT_OFFSET: u64 = 16;
 /// The tree's fanout (entries per node), fixed when it is formatted.
 pub const META_FANOUT_OFFSET: u64 = 24;
-pub const META_LEN: usize = 32;
+/// The tree's kind ([`TreeKind`]), fixed when it is formatted (0, the basic R-tree, in a
+/// superblock written before the word existed: its carve was zeroed memory).
+pub const META_KIND_OFFSET: u64 = 32;
+pub const META_LEN: usize = 40;
+const _: () = assert!(META_KIND_OFFSET as usize + 8 == META_LEN);
+const _: () = assert!(META_LEN <= 64);
+
+/// Which R-tree variant the server keeps. Searches (messaging or offloading) read every kind
+/// the same way: the node format is shared; only how the server places entries differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum TreeKind {
+    /// Guttman's R-tree with the quadratic split.
+    #[default]
+    Guttman = 0,
+    /// Beckmann et al.'s R*-tree: ChooseSubtree by overlap enlargement above the leaves,
+    /// forced reinsert, the margin/overlap split (the paper's main tree).
+    RStar = 1,
+    /// Kamel and Faloutsos's Hilbert R-tree: entries ordered by the Hilbert value of their
+    /// centres (largest Hilbert value per subtree), 2-to-3 split with a cooperating sibling.
+    Hilbert = 2,
+}
+
+impl TreeKind {
+    pub const fn decode(v: u64) -> Result<TreeKind, LayoutError> {
+        match v {
+            0 => Ok(TreeKind::Guttman),
+            1 => Ok(TreeKind::RStar),
+            2 => Ok(TreeKind::Hilbert),
+            other => Err(LayoutError::OutOfRange {
+                field: "tree kind",
+                value: other,
+            }),
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            TreeKind::Guttman => "guttman",
+            TreeKind::RStar => "rstar",
+            TreeKind::Hilbert => "hilbert",
+        }
+    }
+}
 
 /// The server's CPU load report: utilisation in per-mille and a sequence number that grows
 /// with every report (a client that sees the same sequence twice knows no heartbeat came).
@@ -405,6 +448,7 @@ pub struct Meta {
     pub root: u64,
     pub heartbeat: Heartbeat,
     pub fanout: usize,
+    pub kind: TreeKind,
 }
 
 impl Meta {
@@ -423,6 +467,7 @@ impl Meta {
                 usize::try_from(read_u64(bytes, META_FANOUT_OFFSET as usize)?)
                     .unwrap_or(usize::MAX),
             )?,
+            kind: TreeKind::decode(read_u64(bytes, META_KIND_OFFSET as usize)?)?,
         })
     }
 }
@@ -431,8 +476,9 @@ impl Meta {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Opcode {
-    /// Format a fresh tree in the arena `[arg0 (raw GlobalAddr), + low 48 bits of arg1
-    /// bytes)`, with the fanout in the top 16 bits of arg1 (0: [`FANOUT`]).
+    /// Format a fresh tree in the arena `[arg0 (raw GlobalAddr), + low 40 bits of arg1
+    /// bytes)`, with the [`TreeKind`] in bits 40..48 of arg1 and the fanout in its top 16
+    /// bits (0: [`FANOUT`]); see [`init_arg`].
     Init = 1,
     /// Give the server another arena `[arg0, + arg1)` to carve nodes from.
     Grow = 2,
@@ -448,6 +494,32 @@ pub enum Opcode {
     /// heartbeat slot at [`CLIENT_HEARTBEAT_OFFSET`]. The reply carries one entry whose `ptr`
     /// is the block's raw `GlobalAddr`.
     Mailbox = 6,
+    /// Delete the entry with rectangle `rect` and object id `arg0` (one of them, if the same
+    /// pair was inserted twice). The reply carries the deleted entry (`count` 1), or no
+    /// entry if there was none.
+    Delete = 7,
+}
+
+/// Bits of [`Opcode::Init`]'s arg1 holding the arena length.
+pub const INIT_LEN_BITS: u32 = 40;
+
+/// [`Opcode::Init`]'s arg1 for an arena of `len` bytes (below 2^40), a tree `kind` and
+/// `fanout` entries per node.
+pub const fn init_arg(len: u64, kind: TreeKind, fanout: usize) -> u64 {
+    (len & ((1 << INIT_LEN_BITS) - 1)) | (kind as u64) << INIT_LEN_BITS | (fanout as u64) << 48
+}
+
+/// Splits [`Opcode::Init`]'s arg1 into arena length, tree kind and fanout (0: default).
+pub const fn split_init_arg(arg1: u64) -> Result<(u64, TreeKind, usize), LayoutError> {
+    let kind = match TreeKind::decode((arg1 >> INIT_LEN_BITS) & 0xff) {
+        Ok(k) => k,
+        Err(e) => return Err(e),
+    };
+    Ok((
+        arg1 & ((1 << INIT_LEN_BITS) - 1),
+        kind,
+        (arg1 >> 48) as usize,
+    ))
 }
 
 /// Bytes of a connection's block (see [`Opcode::Mailbox`]).
@@ -513,6 +585,7 @@ impl Request {
             4 => Opcode::Search,
             5 => Opcode::More,
             6 => Opcode::Mailbox,
+            7 => Opcode::Delete,
             other => {
                 return Err(LayoutError::OutOfRange {
                     field: "opcode",
@@ -785,6 +858,18 @@ mod tests {
             12345
         );
         assert_eq!(hits_per_message(4096), 170);
+        let del = Request {
+            op: Opcode::Delete,
+            ..req
+        };
+        assert_eq!(Request::decode(&del.encode()).unwrap(), del);
+        for kind in [TreeKind::Guttman, TreeKind::RStar, TreeKind::Hilbert] {
+            let arg = init_arg(128 << 10, kind, 30);
+            assert_eq!(split_init_arg(arg).unwrap(), (128 << 10, kind, 30));
+            assert_eq!(TreeKind::decode(kind as u64).unwrap(), kind);
+        }
+        assert!(split_init_arg(7 << INIT_LEN_BITS).is_err());
+        assert!(TreeKind::decode(3).is_err());
     }
 
     #[test]

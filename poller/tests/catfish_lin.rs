@@ -1,11 +1,13 @@
 //! Catfish's linearizability on the simulated cluster (`remora_core::lincheck`, rectangle
-//! histories): 16 clients insert rectangles (unique ids) through the server and search
-//! windows by offloading, fast messaging and the adaptive switch, while the server rewrites
-//! nodes in place and splits them, READ segments landing in shuffled order (and
-//! ascending, the old fabric). Every search must return each entry certainly present during
-//! it that intersects its window, and only entries possibly present. `CATFISH_LIN_SEEDS=n`
-//! runs seeds 1..=n (CI: 3).
-use remora_core::catfish::{CatfishClient, CatfishServer, Mode, Rect};
+//! histories): 16 clients insert rectangles (unique ids) and delete their own through the
+//! server, and search windows by offloading, fast messaging and the adaptive switch, while
+//! the server rewrites nodes in place, splits them, and restructures the tree (R*'s forced
+//! reinsert, Hilbert redistribution, delete's condense-tree), READ segments landing in
+//! shuffled order (and ascending, the old fabric). Every search must return each entry
+//! certainly present during it that intersects its window, and only entries possibly
+//! present; every delete must report whether the entry was there. The three tree kinds
+//! take turns over the seeds. `CATFISH_LIN_SEEDS=n` runs seeds 1..=n (CI: 3).
+use remora_core::catfish::{CatfishClient, CatfishServer, Mode, Rect, TreeKind};
 use remora_core::fabric::{Endpoint, QueuePair, SegmentOrder};
 use remora_core::lincheck::{CheckConfig, History, Op, Outcome, Recorder, Report, check};
 use remora_poller::sim::{Faults, Sim, SimConfig};
@@ -30,8 +32,11 @@ fn rect_at(h: u64, w: u64) -> Rect {
     Rect::new(x, y, x + dx, y + dy).unwrap()
 }
 
-/// One history of 16 clients on one seed.
-fn history(seed: u64, order: SegmentOrder, delays: bool) -> History {
+const KINDS: [TreeKind; 3] = [TreeKind::RStar, TreeKind::Hilbert, TreeKind::Guttman];
+
+/// One history of 16 clients on one seed, on a tree of `kind` (fanout 8, so it restructures
+/// often).
+fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> History {
     let rec = Recorder::new(
         (CLIENTS as u64 * OPS) as usize,
         (CLIENTS as u64 * OPS * 64) as usize,
@@ -58,7 +63,9 @@ fn history(seed: u64, order: SegmentOrder, delays: bool) -> History {
         .unwrap();
     let c0 = sim.client(0).unwrap();
     sim.spawn_with(&c0, 0, |ctx| async move {
-        CatfishClient::create(ctx.qp(0).unwrap(), 1).await.unwrap();
+        CatfishClient::create_tree(ctx.qp(0).unwrap(), 1, 8, kind)
+            .await
+            .unwrap();
     });
     assert_eq!(
         sim.run().unfinished,
@@ -83,16 +90,40 @@ fn history(seed: u64, order: SegmentOrder, delays: bool) -> History {
                 };
                 let mut hits = Vec::new();
                 let mut items = Vec::new();
+                let mut mine: Vec<(Rect, u64)> = Vec::new();
                 for i in 0..OPS {
                     let h = mix(seed << 40 ^ (client as u64) << 24 ^ i);
-                    if h % 10 < 4 {
+                    if h % 10 == 3 && !h.is_multiple_of(7) {
+                        // Delete one of this client's entries (now and then one never inserted).
+                        let (rect, id) = match mine.len() {
+                            0 => (rect_at(h >> 4, 64), u64::MAX - i),
+                            n if h.is_multiple_of(11) => {
+                                (rect_at(h >> 4, 64), u64::MAX - i - n as u64)
+                            }
+                            n => mine.swap_remove((h >> 8) as usize % n),
+                        };
+                        let Some(slot) = rec.invoke(client, Op::Remove { rect, id }, ctx.now_ns())
+                        else {
+                            return;
+                        };
+                        match cf.delete(qp, rect, id).await {
+                            Ok(found) => rec.complete(slot, Outcome::Present(found), ctx.now_ns()),
+                            Err(e) => {
+                                errors.borrow_mut().push(format!("client {client}: {e}"));
+                                return;
+                            }
+                        }
+                    } else if h % 10 < 4 {
                         let (rect, id) = (rect_at(h >> 4, 64), (client as u64) << 32 | i);
                         let op = Op::Insert { rect, id };
                         let Some(slot) = rec.invoke(client, op, ctx.now_ns()) else {
                             return;
                         };
                         match cf.insert(qp, rect, id).await {
-                            Ok(()) => rec.complete(slot, Outcome::Done, ctx.now_ns()),
+                            Ok(()) => {
+                                rec.complete(slot, Outcome::Done, ctx.now_ns());
+                                mine.push((rect, id));
+                            }
                             Err(e) => {
                                 errors.borrow_mut().push(format!("client {client}: {e}"));
                                 return;
@@ -154,8 +185,9 @@ fn checked(name: &str, seed: u64, h: &History) -> Report {
 #[test]
 fn catfish_is_linearizable_with_shuffled_segments() {
     for seed in 1..=seeds() {
-        let h = history(seed, SegmentOrder::Shuffled, seed % 2 == 0);
-        let r = checked("shuffled", seed, &h);
+        let kind = KINDS[(seed as usize - 1) % 3];
+        let h = history(seed, SegmentOrder::Shuffled, seed % 2 == 0, kind);
+        let r = checked(&format!("shuffled, {}", kind.name()), seed, &h);
         assert!(r.is_ok(), "{r}");
         assert!(r.scans > 1000, "{r}");
         let hits: usize = h.events.iter().map(|e| h.items_of(e).len()).sum();
@@ -163,8 +195,23 @@ fn catfish_is_linearizable_with_shuffled_segments() {
             hits > 1000,
             "seed {seed}: searches found only {hits} entries"
         );
+        let removes = h
+            .events
+            .iter()
+            .filter(|e| matches!(e.op, Op::Remove { .. }))
+            .count();
+        assert!(removes > 100, "seed {seed}: only {removes} deletes");
         // The check can fail on this workload: a search that leaves out one entry inserted
-        // before it began (so certainly present) is a violation.
+        // before it began and not deleted before it ended (so certainly present) is a
+        // violation.
+        let removed: std::collections::HashMap<u64, u64> = h
+            .events
+            .iter()
+            .filter_map(|e| match e.op {
+                Op::Remove { id, .. } => Some((id, e.call)),
+                _ => None,
+            })
+            .collect();
         let done: std::collections::HashMap<u64, u64> = h
             .events
             .iter()
@@ -181,7 +228,9 @@ fn catfish_is_linearizable_with_shuffled_segments() {
             .find_map(|(v, e)| {
                 h.items_of(e)
                     .iter()
-                    .position(|it| done[&it.0] < e.call)
+                    .position(|it| {
+                        done[&it.0] < e.call && removed.get(&it.0).is_none_or(|&c| c > e.ret)
+                    })
                     .map(|p| (v, p))
             })
             .expect("a search that found an entry inserted before it");
@@ -202,8 +251,34 @@ fn catfish_is_linearizable_with_shuffled_segments() {
 #[test]
 fn catfish_is_linearizable_with_ascending_segments() {
     for seed in 1..=seeds() {
-        let h = history(seed, SegmentOrder::Ascending, true);
-        let r = checked("ascending", seed, &h);
+        let kind = KINDS[seed as usize % 3];
+        let h = history(seed, SegmentOrder::Ascending, true, kind);
+        let r = checked(&format!("ascending, {}", kind.name()), seed, &h);
         assert!(r.is_ok(), "{r}");
     }
+}
+
+/// Deletes, checked: a search that returns an entry whose delete had returned before the
+/// search began is a violation the checker must catch (the mutant history below), and a
+/// delete that reports an entry absent although it was inserted before and never deleted.
+#[test]
+fn catfish_deletes_are_checked() {
+    let h = history(7, SegmentOrder::Shuffled, false, TreeKind::RStar);
+    let r = checked("deletes, rstar", 7, &h);
+    assert!(r.is_ok(), "{r}");
+    let found = h
+        .events
+        .iter()
+        .filter(|e| matches!(e.op, Op::Remove { .. }) && e.outcome == Outcome::Present(true))
+        .count();
+    assert!(found > 100, "only {found} deletes found their entry");
+    // Flip one successful delete's answer: the checker must object.
+    let v = h
+        .events
+        .iter()
+        .position(|e| matches!(e.op, Op::Remove { .. }) && e.outcome == Outcome::Present(true))
+        .unwrap();
+    let mut bad = h.clone();
+    bad.events[v].outcome = Outcome::Present(false);
+    assert!(!check(&bad, &CheckConfig::new(7)).is_ok());
 }

@@ -30,7 +30,7 @@ use hdrhistogram::Histogram;
 use remora::core::Snapshot;
 use remora::core::block_on::block_on;
 use remora::core::catfish::{
-    CatfishClient, CatfishError, CatfishServer, ClientStats, Entry, Mode, Rect,
+    CatfishClient, CatfishError, CatfishServer, ClientStats, Entry, Mode, Rect, TreeKind,
 };
 use remora::core::fabric::{Endpoint, QueuePair};
 use remora::layouts::GlobalAddr;
@@ -83,6 +83,24 @@ pub enum SpatialData {
     Skewed,
 }
 
+/// The `--tree` flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TreeArg {
+    Guttman,
+    Rstar,
+    Hilbert,
+}
+
+impl TreeArg {
+    pub fn kind(self) -> TreeKind {
+        match self {
+            TreeArg::Guttman => TreeKind::Guttman,
+            TreeArg::Rstar => TreeKind::RStar,
+            TreeArg::Hilbert => TreeKind::Hilbert,
+        }
+    }
+}
+
 /// Flags of `--index catfish`.
 #[derive(Debug, Clone, Args)]
 pub struct SpatialFlags {
@@ -102,6 +120,10 @@ pub struct SpatialFlags {
     /// Catfish entries per node (4 to 130; the paper runs 15, 30, 70, 130).
     #[arg(long, default_value_t = 30)]
     pub fanout: usize,
+    /// Catfish tree created when the memory node holds none: the basic R-tree, the R*-tree
+    /// (the paper's main tree) or the Hilbert R-tree.
+    #[arg(long, value_enum, default_value = "rstar")]
+    pub tree: TreeArg,
     /// Catfish heartbeat interval (Algorithm 1's Inv) in µs, of the server (in-process and
     /// sim) and the clients; a `--connect`ed memnode keeps its own (10 ms).
     #[arg(long, default_value_t = 10_000)]
@@ -126,6 +148,8 @@ pub struct SpatialSummary {
     pub data: String,
     pub window: f64,
     pub fanout: usize,
+    /// guttman, rstar or hilbert.
+    pub tree: String,
     pub searches: u64,
     pub offloaded_searches: u64,
     pub messaging_searches: u64,
@@ -571,9 +595,19 @@ async fn open<Q: QueuePair>(a: &BenchArgs, qp: &Q) -> Result<CatfishClient, Stri
     Ok(c)
 }
 
-/// Opens the tree, creating it with the asked fanout if there is none.
-async fn open_or_create<Q: QueuePair>(qp: &Q, fanout: usize) -> Result<CatfishClient, String> {
+/// Opens the tree, creating it with the asked fanout and kind if there is none.
+async fn open_or_create<Q: QueuePair>(
+    qp: &Q,
+    fanout: usize,
+    kind: TreeKind,
+) -> Result<CatfishClient, String> {
     match CatfishClient::open(qp).await {
+        Ok(c) if c.kind() != kind => Err(format!(
+            "the memory node already holds a Catfish {} tree: run with --tree {} (or restart \
+             the memnode for a fresh tree)",
+            c.kind().name(),
+            c.kind().name()
+        )),
         Ok(c) if c.fanout() != fanout => Err(format!(
             "the memory node already holds a Catfish tree of fanout {}: run with --fanout {} \
              (or restart the memnode for a fresh tree)",
@@ -581,7 +615,7 @@ async fn open_or_create<Q: QueuePair>(qp: &Q, fanout: usize) -> Result<CatfishCl
             c.fanout()
         )),
         Ok(c) => Ok(c),
-        Err(CatfishError::NotCreated) => CatfishClient::create_with_fanout(qp, 1, fanout)
+        Err(CatfishError::NotCreated) => CatfishClient::create_tree(qp, 1, fanout, kind)
             .await
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
@@ -716,7 +750,9 @@ fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
         let created = &created;
         async move {
             let r = match ctx.qp(0) {
-                Ok(qp) => open_or_create(qp, a.spatial.fanout).await.map(|_| ()),
+                Ok(qp) => open_or_create(qp, a.spatial.fanout, a.spatial.tree.kind())
+                    .await
+                    .map(|_| ()),
                 Err(e) => Err(e.to_string()),
             };
             if let Err(e) = r {
@@ -899,7 +935,7 @@ fn run_soft(sh: &Shared<'_>) -> Result<Outcome, String> {
     {
         let ep = endpoint()?;
         let qp = ep.qp(0).map_err(|e| e.to_string())?;
-        block_on(open_or_create(qp, a.spatial.fanout))?;
+        block_on(open_or_create(qp, a.spatial.fanout, a.spatial.tree.kind()))?;
     }
     let clock = Clock::get();
     let barrier = Barrier::new(a.threads);
@@ -1095,7 +1131,11 @@ fn record(
         } else {
             0.0
         },
-        techniques: format!("{mode} fanout={}", a.spatial.fanout),
+        techniques: format!(
+            "{mode} fanout={} tree={}",
+            a.spatial.fanout,
+            a.spatial.tree.kind().name()
+        ),
         server_ns_per_op,
         // Catfish's nodes are DRAM here: no NVM accounting.
         nvm_bytes_per_op: None,
@@ -1108,6 +1148,7 @@ fn record(
             data: sh.data.name(),
             window: a.spatial.window,
             fanout: a.spatial.fanout,
+            tree: a.spatial.tree.kind().name().into(),
             searches,
             offloaded_searches: off,
             messaging_searches: msg,

@@ -9,7 +9,9 @@ use super::adaptive::{Backoff, BackoffConfig};
 use crate::alloc::RemoteAllocator;
 use crate::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::GlobalAddr;
-use remora_layouts::catfish::{CLIENT_HEARTBEAT_OFFSET, Heartbeat, check_fanout, node_len};
+use remora_layouts::catfish::{
+    CLIENT_HEARTBEAT_OFFSET, Heartbeat, TreeKind, check_fanout, init_arg, node_len,
+};
 use remora_layouts::catfish::{
     Entry, FANOUT, FLAG_LAST, FLAG_MORE, META_LEN, Meta, Node, Opcode, ROOT_SLOT, Rect, Request,
     ResponseHeader, Status, decode_hit,
@@ -74,6 +76,8 @@ pub struct CatfishClient {
     /// The tree's entries per node (from the superblock) and its node image length.
     fanout: usize,
     node_len: usize,
+    /// The tree's kind, from the superblock.
+    kind: TreeKind,
     alloc: RemoteAllocator,
     transport: Transport,
     mailbox: GlobalAddr,
@@ -121,13 +125,24 @@ impl CatfishClient {
         chunks: usize,
         fanout: usize,
     ) -> Result<CatfishClient, CatfishError> {
+        CatfishClient::create_tree(qp, chunks, fanout, TreeKind::Guttman).await
+    }
+
+    /// [`CatfishClient::create_with_fanout`] for a tree of `kind` (the basic R-tree, the
+    /// R*-tree or the Hilbert R-tree; recorded in the superblock).
+    pub async fn create_tree<Q: QueuePair>(
+        qp: &Q,
+        chunks: usize,
+        fanout: usize,
+        kind: TreeKind,
+    ) -> Result<CatfishClient, CatfishError> {
         let fanout = check_fanout(fanout)?;
         let alloc = RemoteAllocator::open(qp).await?;
         let mut c = CatfishClient::with_alloc(qp, alloc, GlobalAddr::NULL)?;
         for i in 0..chunks.max(1) {
             let chunk = c.alloc.alloc_chunk(qp).await?;
             let (op, arg1) = if i == 0 {
-                (Opcode::Init, c.alloc.chunk_size() | (fanout as u64) << 48)
+                (Opcode::Init, init_arg(c.alloc.chunk_size(), kind, fanout))
             } else {
                 (Opcode::Grow, c.alloc.chunk_size())
             };
@@ -159,6 +174,7 @@ impl CatfishClient {
             root: GlobalAddr::NULL,
             fanout: FANOUT,
             node_len: node_len(FANOUT),
+            kind: TreeKind::Guttman,
             alloc,
             transport: Transport::Send,
             mailbox: GlobalAddr::NULL,
@@ -237,6 +253,7 @@ impl CatfishClient {
         self.root = GlobalAddr::from_raw(meta.root);
         self.fanout = meta.fanout;
         self.node_len = node_len(meta.fanout);
+        self.kind = meta.kind;
         Ok(meta)
     }
 
@@ -439,6 +456,39 @@ impl CatfishClient {
             self.observed = Some(h.load_permille);
             match h.status {
                 Status::Ok => return Ok(()),
+                Status::Full => self.grow(qp).await?,
+                other => return Err(CatfishError::Server(other)),
+            }
+        }
+        Err(CatfishError::Server(Status::Full))
+    }
+
+    /// Deletes the entry with rectangle `rect` and object id `id` (through the server,
+    /// always); `Ok(false)` if there was none. A delete that condenses the tree may need
+    /// room for copies: if the server's arenas are full, gives it another chunk and retries.
+    pub async fn delete<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        rect: Rect,
+        id: u64,
+    ) -> Result<bool, CatfishError> {
+        if !rect.is_valid() {
+            return Err(CatfishError::Server(Status::BadRequest));
+        }
+        for _ in 0..=GROW_RETRIES {
+            let req = Request {
+                op: Opcode::Delete,
+                acked: 0,
+                req_id: self.request_id(),
+                rect,
+                arg0: id,
+                arg1: 0,
+            };
+            let (h, _) = self.call(qp, req).await?;
+            self.observed = Some(h.load_permille);
+            match h.status {
+                Status::Ok if h.flags & FLAG_LAST != 0 => return Ok(h.count == 1),
+                Status::Ok => return Err(CatfishError::Protocol("malformed delete reply")),
                 Status::Full => self.grow(qp).await?,
                 other => return Err(CatfishError::Server(other)),
             }
@@ -742,6 +792,11 @@ impl CatfishClient {
     /// Entries per node of the open tree.
     pub fn fanout(&self) -> usize {
         self.fanout
+    }
+
+    /// The open tree's kind.
+    pub fn kind(&self) -> TreeKind {
+        self.kind
     }
 
     /// The superblock address.

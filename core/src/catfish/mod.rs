@@ -2,28 +2,36 @@
 //! switch between them (Xiao et al., ACM TSAS 2022).
 //!
 //! - [`tree`]: the R-tree in the memory node's region, written only by the server CPU
-//!   (seqlock + checksummed nodes, copy-on-write splits so one-sided readers stay correct).
+//!   (seqlock + checksummed nodes, copy-on-write splits so one-sided readers stay correct):
+//!   the basic R-tree, the R*-tree ([`rstar`]) or the Hilbert R-tree ([`hilbert`]), and
+//!   delete with condense-tree; restructurings that move entries are transactions that
+//!   copy on write below one node rewritten once (`txn.rs`).
 //! - [`server`]: the fast-messaging server as a [`crate::server::Handler`]: reply flow
 //!   control, per-connection blocks released on disconnect, the load meter and heartbeats.
 //! - [`client`]: inserts and searches by fast messaging, searches by offloading (one
 //!   doorbell per level, every intersecting child READ at once), and the adaptive mode.
 //! - [`adaptive`]: the back-off of Algorithm 1, as printed in the paper.
 //!
-//! The node fanout (entries per node) is chosen when the tree is created (4 to 130) and
-//! recorded in the superblock.
+//! The node fanout (entries per node) and the tree's kind ([`TreeKind`]) are chosen when the
+//! tree is created (4 to 130) and recorded in the superblock.
 //!
 //! Formats are in [`remora_layouts::catfish`].
 pub mod adaptive;
 pub mod client;
+mod delete;
+pub mod hilbert;
+mod insert;
+pub mod rstar;
 pub mod server;
 pub mod shared;
 #[cfg(test)]
 mod tests;
 pub mod tree;
+mod txn;
 
 pub use adaptive::{Backoff, BackoffConfig};
 pub use client::{CatfishClient, ClientStats, Mode, Transport};
-pub use remora_layouts::catfish::{Entry, Rect, Status};
+pub use remora_layouts::catfish::{Entry, Rect, Status, TreeKind};
 pub use server::CatfishServer;
 
 use crate::alloc::AllocError;

@@ -28,7 +28,7 @@ use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
     CLIENT_BLOCK_LEN, CLIENT_HEARTBEAT_OFFSET, ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE,
     Heartbeat, META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request,
-    ResponseHeader, Status, encode_entry, hits_per_message,
+    ResponseHeader, Status, encode_entry, hits_per_message, split_init_arg,
 };
 use remora_layouts::region::HEADER_LEN;
 use std_alloc::collections::{BTreeMap, VecDeque};
@@ -302,13 +302,15 @@ impl CatfishServer {
             // Formatting over a live tree would strand its clients.
             (Opcode::Init, Some(_)) => return Status::BadRequest,
             (Opcode::Init, None) => match arena() {
-                Some((base, arg1)) => {
-                    let (len, fanout) = (arg1 & ((1 << 48) - 1), (arg1 >> 48) as usize);
-                    let fanout = if fanout == 0 { FANOUT } else { fanout };
-                    Tree::format_with(region, base, len, fanout).map(|t| {
-                        w.tree = Some(t);
-                    })
-                }
+                Some((base, arg1)) => match split_init_arg(arg1) {
+                    Ok((len, kind, fanout)) => {
+                        let fanout = if fanout == 0 { FANOUT } else { fanout };
+                        Tree::format_kind(region, base, len, fanout, kind).map(|t| {
+                            w.tree = Some(t);
+                        })
+                    }
+                    Err(_) => return Status::BadRequest,
+                },
                 None => return Status::BadRequest,
             },
             (_, None) => return Status::NotInitialized,
@@ -317,6 +319,26 @@ impl CatfishServer {
                 None => return Status::BadRequest,
             },
             (Opcode::Insert, Some(t)) => t.insert(region, req.rect, req.arg0),
+            (Opcode::Delete, Some(t)) => match t.delete(region, req.rect, req.arg0) {
+                Ok(found) => {
+                    // The reply carries the deleted entry, or nothing if there was none.
+                    let h = self.header(Status::Ok, FLAG_LAST, req.req_id, u32::from(found));
+                    self.msg.clear();
+                    self.msg.extend_from_slice(&h.encode());
+                    if found {
+                        let mut e = [0u8; ENTRY_LEN];
+                        let entry = Entry {
+                            rect: req.rect,
+                            ptr: req.arg0,
+                        };
+                        encode_entry(&entry, &mut e);
+                        self.msg.extend_from_slice(&e);
+                    }
+                    self.out.send(&self.msg);
+                    return Status::Ok;
+                }
+                Err(e) => Err(e),
+            },
             // Served above, without the lock.
             (Opcode::Search, Some(_)) => return Status::BadRequest,
             (Opcode::Mailbox, Some(t)) => {
@@ -364,7 +386,9 @@ impl CatfishServer {
             Err(CatfishError::Layout(_)) if matches!(req.op, Opcode::Init | Opcode::Grow) => {
                 Status::BadRequest
             }
-            Err(CatfishError::Layout(_)) if req.op == Opcode::Insert && !req.rect.is_valid() => {
+            Err(CatfishError::Layout(_))
+                if matches!(req.op, Opcode::Insert | Opcode::Delete) && !req.rect.is_valid() =>
+            {
                 Status::BadRequest
             }
             Err(_) => Status::Corrupt,
@@ -535,7 +559,9 @@ impl CatfishServer {
             self.handled += 1;
             self.out.clear();
             let status = self.serve(region, conn, &req);
-            if status != Status::Ok || !matches!(req.op, Opcode::Search | Opcode::Mailbox) {
+            if status != Status::Ok
+                || !matches!(req.op, Opcode::Search | Opcode::Mailbox | Opcode::Delete)
+            {
                 self.out.clear();
                 self.reply(status, req.req_id);
             }

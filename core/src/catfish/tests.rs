@@ -566,3 +566,172 @@ mod server {
         assert!(rig.server.load_permille() > 900);
     }
 }
+
+/// A one-sided search replayed against every moment of the server's restructuring writes
+/// (R*'s forced reinsert, Hilbert redistribution and 2-to-3 splits, condense-tree): each
+/// node read at its own moment, no earlier than the moment its parent was read, and nothing
+/// more (an offloading client's level-by-level rounds and a server thread's lock-free
+/// depth-first walk are both such schedules). A torn or mid-write image is read again later. The search must find every entry present before
+/// and after the operation that meets its window, and return only entries present before
+/// or after. The mutant writes every transaction in place (`set_exclusive`, no copy on
+/// write) and must be caught.
+mod concurrent_reader {
+    use super::*;
+    use remora_layouts::GlobalAddr;
+    use remora_layouts::catfish::{META_ROOT_OFFSET, TreeKind, node_len};
+    use std::collections::BTreeSet;
+
+    struct Replay<'a> {
+        base: &'a [u8],
+        log: &'a [Logged],
+    }
+
+    impl Replay<'_> {
+        /// Bytes `[at, at + len)` after the first `moment` writes of the operation.
+        fn read(&self, at: u64, len: usize, moment: usize) -> Vec<u8> {
+            let mut img = self.base[at as usize..at as usize + len].to_vec();
+            for (w, _, new) in &self.log[..moment] {
+                let (lo, hi) = (at.max(*w), (at + len as u64).min(*w + new.len() as u64));
+                if lo < hi {
+                    img[(lo - at) as usize..(hi - at) as usize]
+                        .copy_from_slice(&new[(lo - w) as usize..(hi - w) as usize]);
+                }
+            }
+            img
+        }
+    }
+
+    fn xorshift(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+
+    /// One schedule of a search for `window`; `None` if an image never decoded.
+    fn search(
+        rp: &Replay<'_>,
+        meta: u64,
+        fanout: usize,
+        window: &Rect,
+        rng: &mut u64,
+    ) -> Option<BTreeSet<(Rect, u64)>> {
+        let n = rp.log.len();
+        let len = node_len(fanout);
+        let pick = |lo: usize, rng: &mut u64| lo + (xorshift(rng) % (n - lo + 1) as u64) as usize;
+        let m0 = pick(0, rng);
+        let root = u64::from_le_bytes(rp.read(meta + META_ROOT_OFFSET, 8, m0).try_into().unwrap());
+        let mut pending = vec![(GlobalAddr::from_raw(root).offset(), m0)];
+        let mut found = BTreeSet::new();
+        while let Some((off, after)) = pending.pop() {
+            let mut m = pick(after, rng);
+            let node = loop {
+                match Node::decode_with(&rp.read(off, len, m), fanout) {
+                    Ok(node) => break node,
+                    Err(_) if m < n => m += 1,
+                    Err(_) => return None,
+                }
+            };
+            for e in node.entries().iter().filter(|e| e.rect.intersects(window)) {
+                if node.level == 0 {
+                    found.insert((e.rect, e.ptr));
+                } else {
+                    pending.push((GlobalAddr::from_raw(e.ptr).offset(), m));
+                }
+            }
+        }
+        Some(found)
+    }
+
+    fn all(t: &mut Tree, region: &LogRegion) -> BTreeSet<(Rect, u64)> {
+        let mut hits = Vec::new();
+        let everything = Rect::new(i32::MIN, i32::MIN, i32::MAX, i32::MAX).unwrap();
+        t.search(region, &everything, &mut hits).unwrap();
+        hits.into_iter().map(|e| (e.rect, e.ptr)).collect()
+    }
+
+    /// (searches replayed, searches that missed an entry present throughout, searches that
+    /// returned an entry never present).
+    fn run(kind: TreeKind, in_place: bool) -> (u64, u64, u64) {
+        let fanout = 6;
+        let region = LogRegion {
+            mem: RefCell::new(vec![0u8; 4 << 20]),
+            log: RefCell::new(Vec::new()),
+        };
+        let mut t = Tree::format_kind(&region, 4096, (4 << 20) - 4096, fanout, kind).unwrap();
+        t.set_exclusive(in_place);
+        let mut rng = 0x5DEE_CE66_D1CE_F00Du64 ^ kind as u64;
+        let mut live: Vec<(Rect, u64)> = Vec::new();
+        let (mut searches, mut missed, mut ghosts) = (0, 0, 0);
+        for step in 0..400u64 {
+            let before = all(&mut t, &region);
+            let base = region.mem.borrow().clone();
+            region.log.borrow_mut().clear();
+            if live.len() < 60 || xorshift(&mut rng).is_multiple_of(2) {
+                let (x, y) = (
+                    (xorshift(&mut rng) % 1000) as i32,
+                    (xorshift(&mut rng) % 1000) as i32,
+                );
+                let rect = Rect::new(x, y, x + 20, y + 20).unwrap();
+                t.insert(&region, rect, step).unwrap();
+                live.push((rect, step));
+            } else {
+                let k = (xorshift(&mut rng) % live.len() as u64) as usize;
+                let (rect, id) = live.swap_remove(k);
+                assert!(t.delete(&region, rect, id).unwrap());
+            }
+            let after = all(&mut t, &region);
+            let log = region.log.borrow();
+            if step < 60 || log.is_empty() {
+                continue;
+            }
+            let rp = Replay {
+                base: &base,
+                log: &log,
+            };
+            let throughout: BTreeSet<_> = before.intersection(&after).copied().collect();
+            for _ in 0..12 {
+                let (x, y) = (
+                    (xorshift(&mut rng) % 900) as i32,
+                    (xorshift(&mut rng) % 900) as i32,
+                );
+                let window = Rect::new(x, y, x + 300, y + 300).unwrap();
+                let Some(got) = search(&rp, t.meta(), fanout, &window, &mut rng) else {
+                    missed += 1;
+                    continue;
+                };
+                searches += 1;
+                if throughout
+                    .iter()
+                    .any(|e| e.0.intersects(&window) && !got.contains(e))
+                {
+                    missed += 1;
+                }
+                if got
+                    .iter()
+                    .any(|e| !before.contains(e) && !after.contains(e))
+                {
+                    ghosts += 1;
+                }
+            }
+        }
+        (searches, missed, ghosts)
+    }
+
+    #[test]
+    fn restructuring_never_hides_an_entry_from_a_concurrent_search() {
+        for kind in [TreeKind::Guttman, TreeKind::RStar, TreeKind::Hilbert] {
+            let (searches, missed, ghosts) = run(kind, false);
+            assert!(searches > 2000, "{kind:?}: only {searches} searches");
+            assert_eq!((missed, ghosts), (0, 0), "{kind:?}: of {searches} searches");
+            std::println!("{kind:?}: {searches} concurrent searches, none wrong");
+        }
+        // In-place transactions (the mutant) let a search miss moved entries.
+        let (searches, missed, ghosts) = run(TreeKind::RStar, true);
+        std::println!("in place: {missed} of {searches} searches missed, {ghosts} ghosts");
+        assert!(
+            missed + ghosts > 0,
+            "in-place restructuring was not caught in {searches} searches"
+        );
+    }
+}

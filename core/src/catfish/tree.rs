@@ -1,5 +1,7 @@
-//! The R-tree as the server CPU keeps it in its own region (Guttman's R-tree with the
-//! quadratic split).
+//! The R-tree as the server CPU keeps it in its own region: Guttman's R-tree with the
+//! quadratic split, the R*-tree or the Hilbert R-tree ([`TreeKind`], chosen when the tree
+//! is formatted and recorded in the superblock; the node format is the same for all three,
+//! so searches, by messaging or offloading, do not depend on it).
 //!
 //! Only the server writes the tree (the paper's rule: writes always go through fast
 //! messaging), and it runs one handler at a time, so writers never race each other. Readers
@@ -13,20 +15,26 @@
 //!   superblock). A reader holding the old parent still finds every entry in the old node,
 //!   so a search never misses an entry that was inserted before it started. Split-off nodes
 //!   are not reclaimed (no epochs yet).
+//! - Changes that move entries between nodes (R*'s forced reinsert, the Hilbert tree's
+//!   redistribution, delete's condense-tree; the basic tree's splits above) are
+//!   transactions ([`super::txn`]): in place when nothing moved, else copy on write up to a
+//!   new root published by one store.
 //!
 //! Nodes are carved from arenas the clients give the server (allocator chunks, by `Init`
 //! and `Grow`). A new arena is refused if it overlaps any memory an earlier one was given
 //! (the whole `[start, end)`, carved part included), and there is no fixed cap on how many
 //! arenas a tree takes: each holds at least one node, so the region bounds their number.
 use super::CatfishError;
+use super::txn::Txn;
 use crate::server::LocalRegion;
 use remora_layouts::catfish::{
     Entry, FANOUT, MAX_FANOUT, MAX_LEVEL, MAX_NODE_LEN, META_FANOUT_OFFSET, META_HEARTBEAT_OFFSET,
-    META_LEN, META_MAGIC, META_MAGIC_OFFSET, META_ROOT_OFFSET, Node, ROOT_SLOT, Rect, check_fanout,
-    min_fill, node_len,
+    META_KIND_OFFSET, META_LEN, META_MAGIC, META_MAGIC_OFFSET, META_ROOT_OFFSET, Node, ROOT_SLOT,
+    Rect, TreeKind, check_fanout, min_fill, node_len,
 };
 use remora_layouts::region::{HEADER_LEN, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
+use std_alloc::collections::BTreeMap;
 use std_alloc::vec::Vec;
 
 /// One bump arena: `[start, end)` was given to the tree, `[cursor, end)` is still free.
@@ -55,10 +63,23 @@ struct Step {
 /// The server's handle on a formatted tree.
 pub struct Tree {
     /// Entries per node, and the bytes of a node image.
-    fanout: usize,
+    pub(super) fanout: usize,
     node_len: u64,
-    meta: u64,
-    root: u64,
+    pub(super) meta: u64,
+    pub(super) root: u64,
+    pub(super) kind: TreeKind,
+    /// The transaction in progress ([`super::txn`]).
+    pub(super) tx: Txn,
+    /// Carved nodes no reader ever reached (an aborted transaction's; with no concurrent
+    /// readers, dropped ones too): handed out before the arenas.
+    pub(super) spare: Vec<u64>,
+    /// Nodes replaced or dropped while readers may hold them (never reused yet).
+    pub(super) retired: u64,
+    /// No concurrent readers: transactions write in place and reuse dropped nodes.
+    pub(super) exclusive: bool,
+    /// Largest Hilbert value below each node (Hilbert trees; server memory only, rebuilt
+    /// by [`Tree::recover`]).
+    pub(super) lhv: BTreeMap<u64, u64>,
     /// Bump arenas, offsets in the region, sorted by start, never overlapping. Their number
     /// is bounded by the region, not by a constant: each holds at least one node.
     arenas: Vec<Arena>,
@@ -84,7 +105,7 @@ pub struct TreeReport {
     pub underfull: u64,
 }
 
-fn bad(what: &'static str) -> CatfishError {
+pub(super) fn bad(what: &'static str) -> CatfishError {
     CatfishError::Layout(LayoutError::Inconsistent { what })
 }
 
@@ -103,12 +124,29 @@ impl Tree {
         len: u64,
         fanout: usize,
     ) -> Result<Tree, CatfishError> {
+        Tree::format_kind(region, base, len, fanout, TreeKind::Guttman)
+    }
+
+    /// [`Tree::format_with`] for a tree of `kind`.
+    pub fn format_kind(
+        region: &dyn LocalRegion,
+        base: u64,
+        len: u64,
+        fanout: usize,
+        kind: TreeKind,
+    ) -> Result<Tree, CatfishError> {
         let fanout = check_fanout(fanout)?;
         let mut t = Tree {
             fanout,
             node_len: node_len(fanout) as u64,
             meta: 0,
             root: 0,
+            kind,
+            tx: Txn::default(),
+            spare: Vec::new(),
+            retired: 0,
+            exclusive: false,
+            lhv: BTreeMap::new(),
             arenas: Vec::new(),
             open: 0,
             room: 0,
@@ -127,6 +165,7 @@ impl Tree {
         )?;
         region.store_u64(t.meta + META_HEARTBEAT_OFFSET, 0)?;
         region.store_u64(t.meta + META_FANOUT_OFFSET, fanout as u64)?;
+        region.store_u64(t.meta + META_KIND_OFFSET, kind as u64)?;
         region.store_u64(t.meta + META_MAGIC_OFFSET, META_MAGIC)?;
         region.persist(t.meta, META_LEN);
         let slot = root_offset(ROOT_SLOT);
@@ -162,11 +201,18 @@ impl Tree {
         let fanout = usize::try_from(region.load_u64(meta + META_FANOUT_OFFSET)?)
             .map_err(|_| bad("fanout out of range"))
             .and_then(|f| check_fanout(f).map_err(CatfishError::Layout))?;
+        let kind = TreeKind::decode(region.load_u64(meta + META_KIND_OFFSET)?)?;
         let mut t = Tree {
             fanout,
             node_len: node_len(fanout) as u64,
             meta,
             root: root.offset(),
+            kind,
+            tx: Txn::default(),
+            spare: Vec::new(),
+            retired: 0,
+            exclusive: false,
+            lhv: BTreeMap::new(),
             arenas: Vec::new(),
             open: 0,
             room: 0,
@@ -176,6 +222,9 @@ impl Tree {
         };
         let report = t.check(region)?;
         t.nodes = report.nodes;
+        if kind == TreeKind::Hilbert {
+            t.rebuild_lhv(region, t.root, 0)?;
+        }
         Ok(Some((t, report)))
     }
 
@@ -233,6 +282,51 @@ impl Tree {
     /// Entries per node.
     pub fn fanout(&self) -> usize {
         self.fanout
+    }
+
+    /// Which R-tree this is.
+    pub fn kind(&self) -> TreeKind {
+        self.kind
+    }
+
+    /// Offset of the root node.
+    pub fn root_offset(&self) -> u64 {
+        self.root
+    }
+
+    /// Nodes replaced or dropped by transactions while readers may hold them (not reused).
+    pub fn retired(&self) -> u64 {
+        self.retired
+    }
+
+    /// Declares that no client reads the tree one-sidedly (an offline build): transactions
+    /// then write in place and reuse dropped nodes. The tree's shape does not depend on it.
+    pub fn set_exclusive(&mut self, exclusive: bool) {
+        self.exclusive = exclusive;
+    }
+
+    /// Recomputes the largest Hilbert value of every node below `off`.
+    fn rebuild_lhv(
+        &mut self,
+        region: &dyn LocalRegion,
+        off: u64,
+        depth: usize,
+    ) -> Result<u64, CatfishError> {
+        if depth > MAX_LEVEL as usize {
+            return Err(CatfishError::Corrupt("tree deeper than MAX_LEVEL"));
+        }
+        let node = read_node(region, off, self.fanout)?;
+        let mut m = 0;
+        for e in node.entries() {
+            let k = if node.level == 0 {
+                super::hilbert::key(&e.rect)
+            } else {
+                self.rebuild_lhv(region, GlobalAddr::from_raw(e.ptr).offset(), depth + 1)?
+            };
+            m = m.max(k);
+        }
+        self.lhv.insert(off, m);
+        Ok(m)
     }
 
     /// Offset of the superblock.
@@ -322,6 +416,14 @@ impl Tree {
         self.carve_aligned(size, 8)
     }
 
+    /// A node's worth of memory: a spare one first, else carved.
+    pub(super) fn carve_node(&mut self) -> Result<u64, CatfishError> {
+        match self.spare.pop() {
+            Some(off) => Ok(off),
+            None => self.carve(self.node_len),
+        }
+    }
+
     /// Carves a 64-byte aligned block of `size` bytes for the server's own use (a client's
     /// request mailbox); it is never part of the tree.
     pub fn carve_block(&mut self, size: u64) -> Result<u64, CatfishError> {
@@ -344,6 +446,17 @@ impl Tree {
     ) -> Result<(), CatfishError> {
         if !rect.is_valid() {
             return Err(bad("inverted rectangle"));
+        }
+        if self.kind != TreeKind::Guttman {
+            self.begin();
+            let mut reinserted = 0u64;
+            return match self.insert_at(region, Entry { rect, ptr: id }, 0, &mut reinserted) {
+                Ok(()) => self.commit(region),
+                Err(e) => {
+                    self.abort();
+                    Err(e)
+                }
+            };
         }
         let (root_off, root) = self.root(region)?;
         // Worst case: every level splits into two fresh nodes, plus a fresh root.
@@ -462,7 +575,11 @@ pub fn read_node(region: &dyn LocalRegion, off: u64, fanout: usize) -> Result<No
 }
 
 /// Writes a node no reader can reach yet.
-fn write_fresh(region: &dyn LocalRegion, off: u64, node: &Node) -> Result<(), CatfishError> {
+pub(super) fn write_fresh(
+    region: &dyn LocalRegion,
+    off: u64,
+    node: &Node,
+) -> Result<(), CatfishError> {
     let img = node.encode(2);
     region.write(off, &img)?;
     region.persist(off, img.len());
@@ -470,7 +587,11 @@ fn write_fresh(region: &dyn LocalRegion, off: u64, node: &Node) -> Result<(), Ca
 }
 
 /// Rewrites a reachable node as a seqlock: head odd, body and tail, head even.
-fn write_in_place(region: &dyn LocalRegion, off: u64, node: &mut Node) -> Result<(), CatfishError> {
+pub(super) fn write_in_place(
+    region: &dyn LocalRegion,
+    off: u64,
+    node: &mut Node,
+) -> Result<(), CatfishError> {
     let v = node.version;
     node.version = v + 2;
     let img = node.encode(v + 2);
@@ -482,7 +603,7 @@ fn write_in_place(region: &dyn LocalRegion, off: u64, node: &mut Node) -> Result
 }
 
 /// The entry needing the least enlargement to cover `rect`; ties go to the smaller area.
-fn choose_subtree(node: &Node, rect: &Rect) -> Option<usize> {
+pub(super) fn choose_subtree(node: &Node, rect: &Rect) -> Option<usize> {
     node.entries()
         .iter()
         .enumerate()
@@ -494,7 +615,7 @@ fn choose_subtree(node: &Node, rect: &Rect) -> Option<usize> {
 }
 
 /// Guttman's quadratic split of a full node plus one entry into two nodes of its level.
-fn quadratic_split(node: &Node, extra: Entry) -> Result<(Node, Node), CatfishError> {
+pub(super) fn quadratic_split(node: &Node, extra: Entry) -> Result<(Node, Node), CatfishError> {
     let fanout = node.fanout as usize;
     let min = min_fill(fanout);
     let mut all = [extra; MAX_FANOUT + 1];
@@ -558,7 +679,7 @@ fn quadratic_split(node: &Node, extra: Entry) -> Result<(Node, Node), CatfishErr
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use remora_layouts::catfish::{MIN_FILL, NODE_LEN};
 
@@ -592,7 +713,7 @@ mod tests {
     }
 
     /// A region in plain memory: the server-side tree tested without a fabric.
-    struct MemRegion(Vec<core::sync::atomic::AtomicU64>);
+    pub(in crate::catfish) struct MemRegion(Vec<core::sync::atomic::AtomicU64>);
 
     impl LocalRegion for MemRegion {
         fn node(&self) -> remora_layouts::NodeId {
@@ -649,7 +770,7 @@ mod tests {
         }
     }
 
-    fn mem(bytes: usize) -> MemRegion {
+    pub(in crate::catfish) fn mem(bytes: usize) -> MemRegion {
         MemRegion(
             (0..bytes / 8)
                 .map(|_| core::sync::atomic::AtomicU64::new(0))
@@ -769,7 +890,7 @@ mod tests {
     }
 
     /// Checks the R-tree invariants below `off`; returns (leaf depth, entries, mbr).
-    fn check_with(
+    pub(in crate::catfish) fn check_with(
         region: &MemRegion,
         off: u64,
         root: bool,

@@ -1,0 +1,201 @@
+//! The three Catfish trees side by side, built by the server's own code over plain memory:
+//! tree heights at node size 30 (the paper: 3 / 4 / 5 / 6 levels for 10K / 100K / 1M / 10M
+//! rectangles), node fill and leaf overlap, and that an offline build (no concurrent
+//! readers: restructuring in place) gives the same tree as a served one (copy on write).
+//!
+//! `CATFISH_HEIGHTS=10000,100000,1000000,10000000` builds those sizes too (run it in release:
+//! `cargo test --release -p remora-poller --test catfish_trees -- --nocapture`), and with
+//! `CATFISH_SERVED=1` also as a served tree, reporting the nodes copy on write retired.
+use remora_core::FabricError;
+use remora_core::catfish::tree::{Tree, read_node};
+use remora_core::catfish::{Rect, TreeKind};
+use remora_core::server::LocalRegion;
+use remora_layouts::{GlobalAddr, NodeId};
+use std::cell::RefCell;
+use std::time::Instant;
+
+const KINDS: [TreeKind; 3] = [TreeKind::Guttman, TreeKind::RStar, TreeKind::Hilbert];
+
+/// A region in plain memory (the server is its only user here).
+struct Mem(RefCell<Vec<u8>>);
+
+impl LocalRegion for Mem {
+    fn node(&self) -> NodeId {
+        0
+    }
+    fn len(&self) -> u64 {
+        self.0.borrow().len() as u64
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
+        let m = self.0.borrow();
+        let src = m
+            .get(offset as usize..offset as usize + buf.len())
+            .ok_or(remora_core::server::out_of_range(0, offset, buf.len()))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
+        let mut m = self.0.borrow_mut();
+        let dst = m
+            .get_mut(offset as usize..offset as usize + data.len())
+            .ok_or(remora_core::server::out_of_range(0, offset, data.len()))?;
+        dst.copy_from_slice(data);
+        Ok(())
+    }
+}
+
+/// Uniform rectangles in a 2^20 square, sides up to 1/1000 of it (the bench's `uniform`).
+fn rect(i: u64) -> Rect {
+    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x ^= x >> 29;
+    let (px, py) = ((x & 0xF_FFFF) as i32, ((x >> 20) & 0xF_FFFF) as i32);
+    let (w, h) = (((x >> 40) % 1049) as i32, ((x >> 52) % 1049) as i32);
+    Rect::new(px, py, px + w, py + h).unwrap()
+}
+
+/// Shape of a tree: per level, (nodes, entries, summed overlap of sibling pairs' areas).
+#[derive(Debug, PartialEq, Eq)]
+struct Shape {
+    height: u16,
+    levels: Vec<(u64, u64)>,
+    leaf_area: u128,
+}
+
+fn shape(region: &Mem, t: &Tree) -> Shape {
+    let root = read_node(region, t.root_offset(), t.fanout()).unwrap();
+    let mut levels = vec![(0u64, 0u64); root.level as usize + 1];
+    let mut leaf_area = 0u128;
+    let mut stack = vec![t.root_offset()];
+    while let Some(off) = stack.pop() {
+        let n = read_node(region, off, t.fanout()).unwrap();
+        let l = &mut levels[n.level as usize];
+        l.0 += 1;
+        l.1 += n.count as u64;
+        if n.level == 1 {
+            leaf_area += n.entries().iter().map(|e| e.rect.area()).sum::<u128>();
+        }
+        if n.level > 0 {
+            stack.extend(
+                n.entries()
+                    .iter()
+                    .map(|e| GlobalAddr::from_raw(e.ptr).offset()),
+            );
+        }
+    }
+    Shape {
+        height: root.level + 1,
+        levels,
+        leaf_area,
+    }
+}
+
+/// Builds a tree of `n` rectangles at node size 30; returns it with its region.
+fn build(kind: TreeKind, n: u64, exclusive: bool) -> (Mem, Tree) {
+    // A served build never reuses the nodes copy on write replaced: room for them too.
+    let per = if exclusive { 24 * 5 } else { 2048 };
+    let bytes = (n as usize * per).max(8 << 20) + (4 << 20);
+    let region = Mem(RefCell::new(vec![0u8; bytes]));
+    let mut t = Tree::format_kind(&region, 4096, bytes as u64 - 8192, 30, kind).unwrap();
+    t.set_exclusive(exclusive);
+    for i in 0..n {
+        t.insert(&region, rect(i), i).unwrap();
+    }
+    (region, t)
+}
+
+fn report(kind: TreeKind, n: u64) -> u16 {
+    let start = Instant::now();
+    let (region, mut t) = build(kind, n, true);
+    let secs = start.elapsed().as_secs_f64();
+    let s = shape(&region, &t);
+    let leaves = s.levels[0];
+    let checked = t.check(&region).unwrap();
+    assert_eq!(checked.entries, n);
+    assert_eq!(checked.underfull, 0, "{kind:?}");
+    println!(
+        "{:>8} {:>9} rectangles: height {}, {} leaves {:.0}% full, leaves' rectangles cover \
+         {:.3} x the space, {:.1} MiB of nodes, built in {secs:.1} s",
+        kind.name(),
+        n,
+        s.height,
+        leaves.0,
+        100.0 * leaves.1 as f64 / (leaves.0 * 30) as f64,
+        s.leaf_area as f64 / (1u128 << 40) as f64,
+        (t.nodes() * remora_layouts::catfish::node_len(30) as u64) as f64 / (1u64 << 20) as f64,
+    );
+    s.height
+}
+
+#[test]
+fn heights_at_node_size_30() {
+    for kind in KINDS {
+        let h = report(kind, 10_000);
+        // The paper's 3 levels at 10K for R* and Hilbert; the quadratic split fills less.
+        let want = if kind == TreeKind::Guttman {
+            3..=4
+        } else {
+            3..=3
+        };
+        assert!(want.contains(&h), "{kind:?}: height {h} at 10K");
+    }
+    if let Ok(sizes) = std::env::var("CATFISH_HEIGHTS") {
+        // CATFISH_HEIGHTS_TREES=rstar,hilbert limits the kinds.
+        let only = std::env::var("CATFISH_HEIGHTS_TREES").unwrap_or_default();
+        for n in sizes
+            .split(',')
+            .filter_map(|s| s.trim().parse::<u64>().ok())
+        {
+            for kind in KINDS
+                .into_iter()
+                .filter(|k| only.is_empty() || only.split(',').any(|o| o.trim() == k.name()))
+            {
+                report(kind, n);
+                if std::env::var("CATFISH_SERVED").is_ok() {
+                    // The same build with readers assumed: copies on write, never reused.
+                    let (_, t) = build(kind, n, false);
+                    println!(
+                        "{:>8} {n:>9} served: {} nodes carved, {} retired by copy on write \
+                         ({:.2} per insert)",
+                        kind.name(),
+                        t.nodes(),
+                        t.retired(),
+                        t.retired() as f64 / n as f64
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The R*-tree's leaves cover less area than the basic tree's (the point of its choices);
+/// and the offline build (in place) makes exactly the served build's tree.
+#[test]
+fn rstar_packs_tighter_and_offline_builds_match_served_ones() {
+    let n = 2000;
+    let mut area = Vec::new();
+    for kind in KINDS {
+        let (r1, t1) = build(kind, n, false);
+        let (r2, t2) = build(kind, n, true);
+        let (s1, s2) = (shape(&r1, &t1), shape(&r2, &t2));
+        assert_eq!(s1, s2, "{kind:?}: offline and served builds differ");
+        if kind != TreeKind::Guttman {
+            assert!(
+                t1.retired() > 0,
+                "{kind:?}: the served build copied nothing"
+            );
+            assert!(
+                t2.nodes() < t1.nodes(),
+                "{kind:?}: the offline build reused nothing"
+            );
+        }
+        area.push(s1.leaf_area);
+    }
+    assert!(
+        area[1] < area[0],
+        "R* leaves {} not tighter than the basic tree's {}",
+        area[1],
+        area[0]
+    );
+}
