@@ -70,10 +70,12 @@ fn run_tcp(a: &MemnodeArgs, listen: &str) -> Result<(), String> {
         return Err("--tcp-listen keeps its tree in process memory: no --file or --pmem".into());
     }
     let region = a.region_mib.unwrap_or(DEFAULT_REGION_MIB) << 20;
-    let server = TcpServer::start(listen, region, TCP_FANOUT, MAX_WINDOW)?;
+    // The paper's main tree, as `remora bench --index catfish` creates by default.
+    let kind = remora::core::catfish::TreeKind::RStar;
+    let server = TcpServer::start(listen, region, kind, TCP_FANOUT, MAX_WINDOW)?;
     on_signals();
     println!(
-        "memnode (Catfish TCP baseline): tree of fanout {TCP_FANOUT} in a {} MiB region; \
+        "memnode (Catfish TCP baseline): R*-tree of fanout {TCP_FANOUT} in a {} MiB region; \
          listening on {} (remora bench --index catfish --mode tcp --tcp-connect {})",
         region >> 20,
         server.addr(),

@@ -1009,6 +1009,7 @@ fn run_tcp(sh: &Shared<'_>) -> Result<Outcome, String> {
             let s = TcpServer::start(
                 "127.0.0.1:0",
                 super::region_bytes(a),
+                a.spatial.tree.kind(),
                 a.spatial.fanout,
                 remora::core::catfish::server::MAX_WINDOW,
             )?;

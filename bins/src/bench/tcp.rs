@@ -11,10 +11,12 @@
 //!   next window of a long reply with `More` as the RDMA client does (the handler's flow
 //!   control stays on, with the largest window: TCP has its own).
 //! - Framing: every message is a 4-byte little-endian length and its bytes; `TCP_NODELAY`.
-use remora::core::catfish::{CatfishServer, Entry, Rect, Status};
+use remora::core::catfish::{CatfishServer, Entry, Rect, Status, TreeKind};
 use remora::core::fabric::{FabricError, Recv, RecvKind};
 use remora::core::server::{Handler, LocalRegion, Replies, out_of_range};
-use remora::layouts::catfish::{FLAG_LAST, FLAG_MORE, Opcode, Request, ResponseHeader, decode_hit};
+use remora::layouts::catfish::{
+    FLAG_LAST, FLAG_MORE, Opcode, Request, ResponseHeader, decode_hit, init_arg,
+};
 use remora::layouts::region::HEADER_LEN;
 use remora::layouts::{GlobalAddr, NodeId};
 use std::io::{self, Read, Write};
@@ -142,12 +144,13 @@ pub struct TcpServer {
 }
 
 impl TcpServer {
-    /// Listens on `listen` (e.g. `127.0.0.1:0`) with a tree of `fanout` in a region of
+    /// Listens on `listen` (e.g. `127.0.0.1:0`) with a tree of `kind` and `fanout` in a region of
     /// `region_bytes`, leaving at most `window` reply messages unread per client
     /// ([`MAX_WINDOW`] for a benchmark: TCP has its own flow control).
     pub fn start(
         listen: &str,
         region_bytes: u64,
+        kind: TreeKind,
         fanout: usize,
         window: usize,
     ) -> Result<TcpServer, String> {
@@ -161,7 +164,7 @@ impl TcpServer {
             req_id: 1,
             rect: Rect::new(0, 0, 0, 0).map_err(|e| e.to_string())?,
             arg0: GlobalAddr::new(0, base).raw(),
-            arg1: (region.len() - base) | (fanout as u64) << 48,
+            arg1: init_arg(region.len() - base, kind, fanout),
         };
         let mut replies = Replies::new();
         let recv = Recv {
@@ -397,7 +400,7 @@ mod tests {
     #[test]
     fn tcp_searches_see_every_insert_and_long_replies_come_whole() {
         // A window of 2 messages: the 3000 hits (18 messages) need `More` 8 times.
-        let server = TcpServer::start("127.0.0.1:0", 8 << 20, 16, 2).unwrap();
+        let server = TcpServer::start("127.0.0.1:0", 8 << 20, TreeKind::RStar, 16, 2).unwrap();
         let addr = server.addr().to_string();
         let mut c = TcpClient::connect(&addr).unwrap();
         for i in 0..3000u64 {
