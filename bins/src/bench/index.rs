@@ -118,6 +118,7 @@ pub struct ShermanSummary {
 pub struct Stats {
     pub smart: SmartStats,
     pub sherman: ShermanSummary,
+    pub canrt: remora::core::canrt::ClientStats,
 }
 
 /// One worker's handle on the index under test.
@@ -166,7 +167,11 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                     ..Stats::default()
                 }
             }
-            Handle::Canrt(_) | Handle::Erda(_) => Stats::default(),
+            Handle::Canrt(s) => Stats {
+                canrt: s.stats(),
+                ..Stats::default()
+            },
+            Handle::Erda(_) => Stats::default(),
         }
     }
 }

@@ -883,6 +883,7 @@ fn record(
         nvm_per_op: None,
         smart: Default::default(),
         sherman: Default::default(),
+        canrt: None,
         spatial: Some(SpatialSummary {
             mode,
             data: sh.data.name(),

@@ -36,6 +36,8 @@ pub struct ClientStats {
     pub skipped: u64,
     /// `Skip` requests sent (a served ticket, or a resize drain, stuck for a lease).
     pub skip_requests: u64,
+    /// `Wait` requests sent (a lock ticket not yet served: the server sends a turn notice).
+    pub turn_waits: u64,
 }
 
 /// Data-node buffers, one per coroutine in flight, reused (no zeroing or allocation per
@@ -79,6 +81,7 @@ pub struct Canrt<'e, E: Endpoint> {
     pub(super) resizes: Cell<u64>,
     pub(super) skips: Cell<u64>,
     pub(super) skip_requests: Cell<u64>,
+    pub(super) turn_waits: Cell<u64>,
     /// Resize waits begun (names each in its drain `Skip`s).
     pub(super) drain_waits: Cell<u64>,
     /// Bytes in the memory node's region (to bound speculative READs).
@@ -86,6 +89,8 @@ pub struct Canrt<'e, E: Endpoint> {
     /// Smoothed time one lock ticket takes to be served (ns; 0 until measured): waiters
     /// pause about this long per ticket ahead of theirs.
     pub(super) ticket_ns: Cell<u64>,
+    /// Lock waiters of this handle's coroutines and the turn notices the server sent them.
+    pub(super) mailbox: super::turn::Mailbox,
     /// Test-only mutant: trust the node READ's own copy of the meta word as the "before"
     /// read, as a reader may if the READ observes memory in ascending address order (the
     /// meta word first); no READ of the meta word alone precedes the node.
@@ -213,8 +218,10 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             resizes: Cell::new(0),
             skips: Cell::new(0),
             skip_requests: Cell::new(0),
+            turn_waits: Cell::new(0),
             ticket_ns: Cell::new(0),
             drain_waits: Cell::new(0),
+            mailbox: Default::default(),
             region_len,
             #[cfg(test)]
             ascending_check: Cell::new(false),
@@ -229,6 +236,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             resize_requests: self.resizes.get(),
             skipped: self.skips.get(),
             skip_requests: self.skip_requests.get(),
+            turn_waits: self.turn_waits.get(),
         }
     }
 
