@@ -1099,6 +1099,8 @@ pub const TURN_KIND: u8 = 0x54;
 pub struct Turn {
     /// The wait named a data array that is not the tree's (`meta` is then 0).
     pub stale: bool,
+    /// Not a turn but the acknowledgement of an applied append (`ticket` is the appender's).
+    pub applied: bool,
     pub ticket: u16,
     pub node: u32,
     pub meta: Meta,
@@ -1110,7 +1112,7 @@ impl Turn {
     pub fn encode(&self) -> [u8; TURN_LEN] {
         let mut out = [0u8; TURN_LEN];
         out[0] = TURN_KIND;
-        out[1] = self.stale as u8;
+        out[1] = self.stale as u8 | (self.applied as u8) << 1;
         out[2..4].copy_from_slice(&self.ticket.to_le_bytes());
         out[4..8].copy_from_slice(&self.node.to_le_bytes());
         out[8..16].copy_from_slice(&self.meta.0.to_le_bytes());
@@ -1123,14 +1125,15 @@ impl Turn {
                 got: bytes.len(),
             });
         }
-        if bytes[0] != TURN_KIND || bytes[1] > 1 {
+        if bytes[0] != TURN_KIND || bytes[1] > 3 {
             return Err(LayoutError::BadMagic {
                 expected: TURN_KIND as u64,
                 found: bytes[0] as u64,
             });
         }
         Ok(Turn {
-            stale: bytes[1] == 1,
+            stale: bytes[1] & 1 == 1,
+            applied: bytes[1] & 2 == 2,
             ticket: u16::from_le_bytes([bytes[2], bytes[3]]),
             node: read_u32(bytes, 4)?,
             meta: Meta(read_u64(bytes, 8)?),
@@ -1147,6 +1150,7 @@ mod tests {
     fn turn_notices_round_trip_and_reject_garbage() {
         let t = Turn {
             stale: false,
+            applied: true,
             ticket: 65_535,
             node: 1 << 20,
             meta: Meta::new(5, 65_535, true, 9),
@@ -1156,7 +1160,7 @@ mod tests {
         bad[0] = 1;
         assert!(Turn::decode(&bad).is_err());
         bad = t.encode();
-        bad[1] = 2;
+        bad[1] = 4;
         assert!(Turn::decode(&bad).is_err());
         assert!(Turn::decode(&t.encode()[..15]).is_err());
     }

@@ -255,7 +255,15 @@ impl CanrtServer {
     }
 
     /// A WRITE_WITH_IMM notice: apply the appended DataItem.
-    fn apply(&mut self, region: &dyn LocalRegion, imm: u32) -> Result<(), FabricError> {
+    /// The appender hears that its item is applied (a [`Turn`] naming its ticket, with the
+    /// meta word after the release): its write returns then, once the item is durable and
+    /// visible to readers.
+    fn apply(
+        &mut self,
+        region: &dyn LocalRegion,
+        imm: u32,
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
         let h = self.tree(region)?;
         let g = h.data();
         let imm = Imm::decode(imm).map_err(bad_layout(region, h.data_off))?;
@@ -285,6 +293,7 @@ impl CanrtServer {
                     && !tail_valid(region.load_u64(off + g.tail_off(imm.slot))?) =>
             {
                 // Applied already (by a skip request that found it before its notice came).
+                Self::ack(replies, imm.node, ticket, front);
                 return Ok(());
             }
             Ok((_, _, ticket)) if behind(ticket, front.served()) => {
@@ -315,6 +324,12 @@ impl CanrtServer {
         };
         let m = Self::commit(region, g, off, imm.slot, key, op, front)?;
         Self::release(region, off, m)?;
+        Self::ack(
+            replies,
+            imm.node,
+            front.served(),
+            m.with_served((m.served() + 1) & TICKET_MASK),
+        );
         if op != ItemOp::Delete
             && let Some(b) = self.bounds.get_mut(imm.node as usize)
         {
@@ -324,7 +339,18 @@ impl CanrtServer {
         Ok(())
     }
 
-    /// The holder of `c.ticket` hands its lock back. False if `c` names a retired tree.
+    /// Tells an appender that its item (ticket `ticket` on `node`) is applied.
+    fn ack(replies: &mut Replies, node: u32, ticket: u64, meta: Meta) {
+        let t = Turn {
+            stale: false,
+            applied: true,
+            ticket: ticket as u16,
+            node,
+            meta,
+        };
+        replies.send(&t.encode());
+    }
+
     /// The holder of `c.ticket` hands its lock back. A node of an older data array (a full
     /// rebuild moved every item out of it) needs no release: false. The node's epoch may
     /// have changed since the holder read it (a split published meanwhile): the ticket is
@@ -494,6 +520,7 @@ impl CanrtServer {
         let ticket = c.ticket as u16;
         let stale = Turn {
             stale: true,
+            applied: false,
             ticket,
             node: c.node,
             meta: Meta(0),
@@ -512,6 +539,7 @@ impl CanrtServer {
             // Its turn, passed, not a ticket handed out, or no room to remember it.
             let t = Turn {
                 stale: false,
+                applied: false,
                 ticket,
                 node: c.node,
                 meta: front,
@@ -544,6 +572,7 @@ impl CanrtServer {
             if let Some(to) = self.waiters.remove(&(id, ticket)) {
                 let t = Turn {
                     stale: false,
+                    applied: false,
                     ticket,
                     node: id,
                     meta: front,
@@ -660,7 +689,7 @@ impl Handler for CanrtServer {
     ) -> Result<(), FabricError> {
         let r = match recv.kind {
             RecvKind::WriteImm => match recv.imm {
-                Some(imm) => self.apply(region, imm),
+                Some(imm) => self.apply(region, imm, replies),
                 None => Err(invalid(region, 0, "WRITE_WITH_IMM without an immediate")),
             },
             RecvKind::Send => match Control::decode(msg) {

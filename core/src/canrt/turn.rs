@@ -25,28 +25,32 @@ pub(super) struct Mailbox {
 struct Entry {
     node: u32,
     ticket: u16,
+    /// Waits for the acknowledgement of an applied append, not for a turn.
+    applied: bool,
     got: Option<Turn>,
     waker: Option<Waker>,
 }
 
 impl Mailbox {
-    /// Starts waiting for the turn of `ticket` on `node`.
-    pub(super) fn register(&self, node: u32, ticket: u16) {
+    /// Starts waiting for the turn of `ticket` on `node` (`applied`: for the server's
+    /// acknowledgement that its append is applied).
+    pub(super) fn register(&self, node: u32, ticket: u16, applied: bool) {
         let mut e = self.entries.borrow_mut();
-        e.retain(|x| !(x.node == node && x.ticket == ticket));
+        e.retain(|x| !(x.node == node && x.ticket == ticket && x.applied == applied));
         e.push(Entry {
             node,
             ticket,
+            applied,
             got: None,
             waker: None,
         });
     }
 
     /// Stops waiting (a notice that comes later is dropped).
-    pub(super) fn unregister(&self, node: u32, ticket: u16) {
+    pub(super) fn unregister(&self, node: u32, ticket: u16, applied: bool) {
         self.entries
             .borrow_mut()
-            .retain(|x| !(x.node == node && x.ticket == ticket));
+            .retain(|x| !(x.node == node && x.ticket == ticket && x.applied == applied));
     }
 
     /// Files a notice under its waiter and wakes it; a notice nobody waits for is dropped.
@@ -54,7 +58,7 @@ impl Mailbox {
         let mut e = self.entries.borrow_mut();
         if let Some(x) = e
             .iter_mut()
-            .find(|x| x.node == t.node && x.ticket == t.ticket)
+            .find(|x| x.node == t.node && x.ticket == t.ticket && x.applied == t.applied)
         {
             x.got = Some(t);
             if let Some(w) = x.waker.take() {
@@ -65,11 +69,11 @@ impl Mailbox {
 
     /// The notice for `node`/`ticket` if it came (the waiter is then unregistered); else
     /// `waker` is woken when it does.
-    fn take(&self, node: u32, ticket: u16, waker: Option<&Waker>) -> Option<Turn> {
+    fn take(&self, key: (u32, u16, bool), waker: Option<&Waker>) -> Option<Turn> {
         let mut e = self.entries.borrow_mut();
         let i = e
             .iter()
-            .position(|x| x.node == node && x.ticket == ticket)?;
+            .position(|x| (x.node, x.ticket, x.applied) == key)?;
         if let Some(t) = e[i].got {
             e.swap_remove(i);
             return Some(t);
@@ -95,8 +99,10 @@ impl<E: Endpoint> Canrt<'_, E> {
         &self,
         id: u32,
         ticket: u16,
+        applied: bool,
         ns: u64,
     ) -> Result<Option<Turn>, CanrtError> {
+        let key = (id, ticket, applied);
         let qp = self.qp()?;
         let mut buf = [0u8; 64];
         // Notices already queued (ours or others').
@@ -111,7 +117,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 Err(e) => return Err(e.into()),
             }
         }
-        if let Some(t) = self.mailbox.take(id, ticket, None) {
+        if let Some(t) = self.mailbox.take(key, None) {
             return Ok(Some(t));
         }
         if self.mailbox.deaf.get() || !self.cfg.turn_notices {
@@ -126,7 +132,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 let mut timer = pin!(self.ep.pause(left.max(1)));
                 let mailbox = &self.mailbox;
                 poll_fn(move |cx| {
-                    if let Some(t) = mailbox.take(id, ticket, Some(cx.waker())) {
+                    if let Some(t) = mailbox.take(key, Some(cx.waker())) {
                         return Poll::Ready(Race::Mine(t));
                     }
                     if let Poll::Ready(r) = recv.as_mut().poll(cx) {
@@ -144,7 +150,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 Race::Timer => return Ok(None),
                 Race::Received(Ok(r)) => {
                     self.file(&buf, r.len as usize);
-                    if let Some(t) = self.mailbox.take(id, ticket, None) {
+                    if let Some(t) = self.mailbox.take(key, None) {
                         return Ok(Some(t));
                     }
                     if self.ep.now_ns().saturating_sub(start) >= ns {

@@ -106,6 +106,7 @@ impl<E: Endpoint> Canrt<'_, E> {
             mailbox: &self.mailbox,
             node: id,
             ticket: t as u16,
+            applied: false,
         };
         let mut asked = false;
         // Consecutive notice waits that ran out without the served ticket moving.
@@ -174,7 +175,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                     return Err(self.lock_timeout(addr, seen, t, since));
                 }
                 if !asked && self.cfg.turn_notices && !self.mailbox.deaf.get() {
-                    self.mailbox.register(id, t as u16);
+                    self.mailbox.register(id, t as u16, false);
                     Self::bump(&self.turn_waits);
                     self.control(ControlKind::Wait, &v, v.epoch_tag(), id, t)
                         .await?;
@@ -195,7 +196,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                         .saturating_mul(1 << late.min(6))
                         .clamp(lease.min_backoff_ns, lease.max_backoff_ns)
                 };
-                if let Some(turn) = self.await_turn(id, t as u16, ns).await? {
+                if let Some(turn) = self.await_turn(id, t as u16, false, ns).await? {
                     asked = false;
                     let m = turn.meta;
                     if turn.stale {
@@ -344,6 +345,17 @@ impl<E: Endpoint> Canrt<'_, E> {
         .encode()
         .map_err(CanrtError::Config)?;
         let remote = addr.add(g.slot_off(slot));
+        // The server acknowledges the item once applied (a turn notice naming our ticket).
+        let listen = self.cfg.turn_notices && !self.mailbox.deaf.get();
+        let _ack = Asked {
+            mailbox: &self.mailbox,
+            node: id,
+            ticket: t as u16,
+            applied: true,
+        };
+        if listen {
+            self.mailbox.register(id, t as u16, true);
+        }
         if self.cfg.flush_appends {
             // A READ after the WRITE on the same queue pair completes only once the written
             // bytes left the NIC for memory: the item is durable when the write returns.
@@ -374,6 +386,10 @@ impl<E: Endpoint> Canrt<'_, E> {
                 Self::bump(&self.skips);
                 return Ok(Wrote::Again);
             }
+            if served != t {
+                // Applied already (a server that keeps up, or a skip that found our item).
+                return Ok(Wrote::Done(present));
+            }
         } else {
             self.qp()?
                 .post(&mut [Op::WriteImm {
@@ -383,7 +399,48 @@ impl<E: Endpoint> Canrt<'_, E> {
                 }])
                 .await?;
         }
+        self.await_applied(addr, id, t, listen).await?;
         Ok(Wrote::Done(present))
+    }
+
+    /// Waits until the server has applied our item (ticket `t` of data node `id`): readers
+    /// see only applied items, which the server persists before it makes them live, so a
+    /// write returns once it is durable and visible. The server's acknowledgement ends the
+    /// wait (`listen`); without it, or if it is late, the meta word's served ticket moving
+    /// past ours does (the item was applied, by its notice or by a skip that found it).
+    async fn await_applied(
+        &self,
+        addr: GlobalAddr,
+        id: u32,
+        t: u64,
+        listen: bool,
+    ) -> Result<(), CanrtError> {
+        let since = self.ep.now_ns();
+        let mut waiter = Waiter::new(self.cfg.lease, since);
+        let lease = self.cfg.lease;
+        let est = self.ticket_ns.get().max(1_000);
+        for late in 0..self.cfg.lock_polls {
+            let ns = if listen {
+                est.saturating_mul(4 << late.min(16))
+                    .clamp(lease.min_backoff_ns, lease.lease_ns / 4)
+            } else {
+                (est / 2)
+                    .saturating_mul(1 << late.min(6))
+                    .clamp(lease.min_backoff_ns, lease.max_backoff_ns)
+            };
+            if self.await_turn(id, t as u16, true, ns).await?.is_some() {
+                return Ok(());
+            }
+            Self::bump(&self.waits);
+            let m = Meta(read_word(self.qp()?, addr.add(FRONT_OFF)).await?);
+            if m.served() != t {
+                return Ok(());
+            }
+            if let Verdict::GiveUp { .. } = waiter.observe(1 << 63 | t, self.ep.now_ns()) {
+                break;
+            }
+        }
+        Err(self.lock_timeout(addr, t, t, since))
     }
 }
 
@@ -392,11 +449,13 @@ struct Asked<'m> {
     mailbox: &'m Mailbox,
     node: u32,
     ticket: u16,
+    applied: bool,
 }
 
 impl Drop for Asked<'_> {
     fn drop(&mut self) {
-        self.mailbox.unregister(self.node, self.ticket);
+        self.mailbox
+            .unregister(self.node, self.ticket, self.applied);
     }
 }
 
