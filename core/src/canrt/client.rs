@@ -641,6 +641,30 @@ async fn room_for_tree<Q: QueuePair>(qp: &Q, g: DataGeometry) -> Result<(), Canr
     Ok(())
 }
 
+impl<E: Endpoint> Canrt<'_, E> {
+    /// [`CanrtError::NodeFull`] if the region's allocator has no room left for what growing
+    /// tree `v` takes next: a chunk (a new header area), or a data array twice as large
+    /// when its data array is full.
+    pub(super) async fn room_to_grow(&self, v: &TreeView) -> Result<(), CanrtError> {
+        let qp = self.qp()?;
+        let node = qp.peer();
+        let mut hdr = [0u8; 40];
+        qp.read(GlobalAddr::new(node, 0), &mut hdr).await?;
+        let word = |o: usize| u64::from_le_bytes(hdr[o..o + 8].try_into().unwrap_or([0; 8]));
+        let (len, chunk, used) = (word(16), word(24), word(NEXT_CHUNK_OFFSET as usize));
+        let h = &v.header;
+        let need = if h.n_data as u64 >= h.data_cap {
+            (2 * h.data_cap).saturating_mul(h.data_node_size)
+        } else {
+            h.prefix_len + TREE_HEADER_LEN as u64
+        };
+        if used.saturating_add(need.next_multiple_of(chunk.max(1))) > len {
+            return Err(CanrtError::NodeFull { node, used, len });
+        }
+        Ok(())
+    }
+}
+
 pub(super) async fn read_word<Q: QueuePair>(qp: &Q, at: GlobalAddr) -> Result<u64, CanrtError> {
     let mut b = [0u8; 8];
     qp.read(at, &mut b).await?;

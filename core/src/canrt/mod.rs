@@ -234,7 +234,8 @@ pub enum CanrtError {
         ticket: u32,
         waited_ns: u64,
     },
-    /// The memory node has no room for the tree (or for its growth).
+    /// The memory node has no room for the tree (or for its growth: a resize failed and the
+    /// region's allocator has too little left).
     NodeFull {
         node: NodeId,
         used: u64,
@@ -291,7 +292,7 @@ impl fmt::Display for CanrtError {
             CanrtError::NodeFull { node, used, len } => write!(
                 f,
                 "canrt: memory node {node} is full ({used} of {len} bytes allocated): no room \
-                 for the tree"
+                 for the tree to grow (give the node a larger region)"
             ),
             CanrtError::Retries { what } => write!(f, "canrt: {what} did not settle"),
         }

@@ -56,6 +56,9 @@ pub struct ServerStats {
     pub skipped: Counter,
     /// Appends and unlocks that came after their ticket was skipped (ignored).
     pub late: Counter,
+    /// Resizes that could not be done (no room on the memory node, or no tree shape): the
+    /// old tree stays valid.
+    pub failed_resizes: Counter,
 }
 
 impl ServerStats {

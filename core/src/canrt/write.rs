@@ -328,8 +328,12 @@ impl<E: Endpoint> Canrt<'_, E> {
             self.control(ControlKind::Resize, v, v.epoch_tag(), id, t)
                 .await?;
             // A new tree, or the node writable again (the server ignored the request: our
-            // ticket had been skipped), then write again.
+            // ticket had been skipped, or the resize failed), then write again.
             self.await_thaw(v, addr).await?;
+            if self.view().header.epoch == v.header.epoch {
+                // No new tree: if the memory node has no room left to grow into, say so.
+                self.room_to_grow(v).await?;
+            }
             return Ok(Wrote::Again);
         }
         let slot = free.trailing_zeros();
