@@ -932,6 +932,14 @@ fn durable_kill_restart(service: &str) {
     let node = start_node();
     let ep = control::connect_all(std::slice::from_ref(&sock)).unwrap();
     let mut buf = [0u8; 64];
+    // One Erda session per connection (issue 12): one handle reads every key.
+    let erda = (service != "canrt").then(|| {
+        block_on(remora::core::erda::Erda::open(
+            &ep,
+            remora::core::erda::ErdaClientConfig::default(),
+        ))
+        .unwrap()
+    });
     let mut read = |k: u64| -> Option<u64> {
         let got = if service == "canrt" {
             let i = block_on(remora::core::canrt::Canrt::open(
@@ -946,13 +954,9 @@ fn durable_kill_restart(service: &str) {
             ))
             .unwrap()
         } else {
-            let i = block_on(remora::core::erda::Erda::open(
-                &ep,
-                remora::core::erda::ErdaClientConfig::default(),
-            ))
-            .unwrap();
+            let i = erda.as_ref().expect("opened above");
             block_on(remora::core::index::KvIndex::get(
-                &i,
+                i,
                 &k.to_be_bytes(),
                 &mut buf,
             ))
@@ -969,6 +973,7 @@ fn durable_kill_restart(service: &str) {
             other => lost.push((k, a, t, other)),
         }
     }
+    drop(erda);
     drop(ep);
     let mut node = node;
     let _ = node.kill();

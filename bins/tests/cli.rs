@@ -825,3 +825,65 @@ fn check_against_a_memnode_that_dies_ends_with_an_error_not_a_panic_or_hang() {
     assert!(!text.contains("stack backtrace"), "{text}");
     assert!(!text.contains("a scoped thread panicked"), "{text}");
 }
+
+/// Erda and its two baselines side by side on a persistent sim node: update-only puts every
+/// NVM byte on updates (Erda about half of Redo and RAW at 1 KiB), reads cost the baselines'
+/// server CPU and not Erda's, and `--table1` prints the table.
+#[test]
+fn erda_and_its_baselines_compare_on_the_sim() {
+    let base = [
+        "--fabric",
+        "sim",
+        "--persistent",
+        "--index",
+        "erda,erda-redo,erda-raw",
+        "--records",
+        "300",
+        "--operations",
+        "600",
+        "--value-size",
+        "1024",
+        "--clients-per-node",
+        "2",
+    ];
+    let mut upd = base.to_vec();
+    upd.extend_from_slice(&["--workload", "update-only"]);
+    let recs = bench_json(&upd, "erda-upd");
+    let runs: Vec<_> = recs.iter().filter(|r| r["phase"] == "run").collect();
+    assert_eq!(runs.len(), 3);
+    let per_update = |i: usize| {
+        assert_eq!(runs[i]["op_counts"]["updates"].as_u64(), Some(600));
+        runs[i]["nvm_store_bytes_by_op"]["update"].as_f64().unwrap()
+    };
+    let (erda, redo, raw) = (per_update(0), per_update(1), per_update(2));
+    assert_eq!(runs[1]["index"], "erda-redo");
+    assert!(erda > 1024.0 && erda < 0.6 * redo, "{erda} vs {redo}");
+    assert!((redo - raw).abs() < 16.0, "{redo} vs {raw}");
+    let mut c = base.to_vec();
+    c.extend_from_slice(&["--workload", "c"]);
+    let recs = bench_json(&c, "erda-c");
+    let srv: Vec<f64> = recs
+        .iter()
+        .filter(|r| r["phase"] == "run")
+        .map(|r| r["server_ns_per_op"].as_f64().unwrap())
+        .collect();
+    assert_eq!(srv[0], 0.0, "Erda reads are one-sided");
+    assert!(srv[1] > 100.0 && srv[2] > 100.0, "{srv:?}");
+    let out = remora(&[
+        "bench",
+        "--index",
+        "erda,erda-raw",
+        "--table1",
+        "--table1-sizes",
+        "16,4096",
+        "--table1-keys",
+        "4",
+    ]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        table.contains("Table 1") && table.contains("paper"),
+        "{table}"
+    );
+    assert_eq!(table.lines().filter(|l| l.starts_with("erda")).count(), 12);
+}

@@ -455,8 +455,9 @@ pub fn decode_object_with(bytes: &[u8], crc: ObjectChecksum) -> Result<ObjectRef
 // ---------------------------------------------------------------- superblock
 
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ERDA0001");
-/// Version 2 added the stripe version words after the mailboxes.
-pub const SUPERBLOCK_VERSION: u32 = 2;
+/// Version 2 added the stripe version words after the mailboxes; version 3 the head state
+/// words after those (log regions and cleaning, [`HeadState`]).
+pub const SUPERBLOCK_VERSION: u32 = 3;
 
 /// Buckets per stripe version word (at least the largest neighborhood, 64, so a key's
 /// neighborhood lies in two consecutive stripes).
@@ -545,6 +546,11 @@ impl Superblock {
     /// Region offset of stripe `s`'s version word.
     pub fn stripe_word_off(&self, s: u64) -> u64 {
         self.stripe_off() + s * 8
+    }
+    /// Region offset of head `head`'s state word ([`HeadState`]): [`MAX_HEADS`] words right
+    /// after the stripe version words (derived, not stored).
+    pub fn head_state_off(&self, head: u8) -> u64 {
+        self.stripe_off() + self.stripes() * 8 + head as u64 * 8
     }
     /// Bytes of head `head`'s log from `units` to its end.
     pub fn head_remaining(&self, units: u32) -> u64 {
@@ -656,7 +662,7 @@ impl Superblock {
         ) {
             return bad("mailbox_off", self.mailbox_off);
         }
-        if !inside(self.stripe_off(), self.stripes() * 8) {
+        if !inside(self.stripe_off(), self.stripes() * 8 + MAX_HEADS as u64 * 8) {
             return bad("stripes", self.stripes());
         }
         for (i, &b) in self.head_base.iter().enumerate() {
@@ -672,6 +678,82 @@ impl Superblock {
     }
 }
 
+// ---------------------------------------------------------------- head state
+
+pub const HS_EPOCH: Field = Field::new("epoch", 0, 32);
+pub const HS_FIRST: Field = Field::new("first", 32, 4);
+pub const HS_LEN: Field = Field::new("len", 36, 4);
+pub const HS_SRC: Field = Field::new("src", 40, 4);
+pub const HS_REGIONS: Field = Field::new("regions", 44, 4);
+const _: () = assert_disjoint(&[HS_EPOCH, HS_FIRST, HS_LEN, HS_SRC, HS_REGIONS]);
+const HS_KNOWN: u64 =
+    HS_EPOCH.mask() | HS_FIRST.mask() | HS_LEN.mask() | HS_SRC.mask() | HS_REGIONS.mask();
+/// Most regions a head's log is divided into.
+pub const MAX_REGIONS: u8 = 8;
+
+/// A head's state word (8 bytes, written whole by the server's CPU and persisted; clients
+/// read it one-sidedly). A head's log is `regions` equal regions used as a ring: the live
+/// run is `len` regions from `first` (appends go to its last one; a full one chains the next
+/// free region). While the head is being cleaned, the run's first `src` regions are being
+/// emptied into the rest. `epoch` counts cleaning starts and ends (odd: cleaning): a reader
+/// that saw the same epoch before reading a metadata word and after reading the object it
+/// names knows no region was reused in between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadState {
+    pub epoch: u32,
+    pub first: u8,
+    pub len: u8,
+    pub src: u8,
+    pub regions: u8,
+}
+
+impl HeadState {
+    pub const fn encode(self) -> u64 {
+        let w = HS_EPOCH.set(0, self.epoch as u64);
+        let w = HS_FIRST.set(w, self.first as u64);
+        let w = HS_LEN.set(w, self.len as u64);
+        let w = HS_SRC.set(w, self.src as u64);
+        HS_REGIONS.set(w, self.regions as u64)
+    }
+    /// Decodes and checks a state word (never panics).
+    pub const fn decode(w: u64) -> Result<HeadState, LayoutError> {
+        let s = HeadState {
+            epoch: HS_EPOCH.get(w) as u32,
+            first: HS_FIRST.get(w) as u8,
+            len: HS_LEN.get(w) as u8,
+            src: HS_SRC.get(w) as u8,
+            regions: HS_REGIONS.get(w) as u8,
+        };
+        if w & !HS_KNOWN != 0
+            || s.regions == 0
+            || s.regions > MAX_REGIONS
+            || s.first >= s.regions
+            || s.len == 0
+            || s.len > s.regions
+            || s.src >= s.len
+            || (s.src > 0) != (s.epoch % 2 == 1)
+        {
+            return Err(LayoutError::OutOfRange {
+                field: "head_state",
+                value: w,
+            });
+        }
+        Ok(s)
+    }
+    /// Whether the head is being cleaned.
+    pub const fn cleaning(self) -> bool {
+        self.src > 0
+    }
+    /// The ring index of the `i`-th region of the run.
+    pub const fn nth(self, i: u8) -> u8 {
+        (self.first + i) % self.regions
+    }
+    /// Whether ring region `r` is in the run's first `n` regions.
+    pub const fn in_first(self, r: u8, n: u8) -> bool {
+        (r + self.regions - self.first) % self.regions < n
+    }
+}
+
 // ---------------------------------------------------------------- messages
 
 /// What a client asks the server for.
@@ -684,6 +766,9 @@ pub enum ReqOp {
     /// Append a deleted object: granted only if the key is present. The server writes the
     /// deleted object itself before it grants (the client writes nothing).
     Delete = 3,
+    /// A read through the server (the SEND path, used while the key's head is being
+    /// cleaned): answered [`Status::Located`] with the newest whole object, or `Absent`.
+    Get = 4,
 }
 
 impl ReqOp {
@@ -692,6 +777,7 @@ impl ReqOp {
             1 => Ok(ReqOp::Upsert),
             2 => Ok(ReqOp::Update),
             3 => Ok(ReqOp::Delete),
+            4 => Ok(ReqOp::Get),
             _ => Err(LayoutError::OutOfRange {
                 field: "request_op",
                 value: b as u64,
@@ -789,7 +875,7 @@ impl Request {
                 value: key_len as u64,
             });
         }
-        if value_len > VALUE_MAX || (op == ReqOp::Delete && value_len != 0) {
+        if value_len > VALUE_MAX || (matches!(op, ReqOp::Delete | ReqOp::Get) && value_len != 0) {
             return Err(LayoutError::OutOfRange {
                 field: "value_len",
                 value: value_len as u64,
@@ -829,6 +915,15 @@ pub enum Status {
     /// id. Ask again after a back-off; past a lease, fence the writer and name the grant in
     /// [`Request::revoke`].
     Busy = 8,
+    /// A hello on a connection that already has an open session (another handle on the
+    /// same endpoint): handles share one connection's receive queue, so a second one would
+    /// take the first one's replies. Share the open handle among coroutines, or close it.
+    SessionOpen = 9,
+    /// A goodbye answered: the session's mailboxes are free.
+    Closed = 10,
+    /// A [`ReqOp::Get`] answered: the key's newest whole object is at (`head`, low 32 bits
+    /// of `arg`); the high 32 bits carry the head's state word epoch it was resolved under.
+    Located = 11,
 }
 
 impl Status {
@@ -842,6 +937,9 @@ impl Status {
             6 => Status::Welcome,
             7 => Status::TooManyClients,
             8 => Status::Busy,
+            9 => Status::SessionOpen,
+            10 => Status::Closed,
+            11 => Status::Located,
             _ => {
                 return Err(LayoutError::OutOfRange {
                     field: "status",
@@ -932,6 +1030,32 @@ pub fn decode_hello(msg: &[u8]) -> Option<u32> {
         _ => None,
     }
 }
+
+/// Bytes of a hello that also asks for `slots` request mailboxes (little-endian u32 after
+/// the fabric client id): one per request a handle keeps in flight at once.
+pub const HELLO_SLOTS_LEN: usize = 16;
+
+/// The hello of fabric client `id` asking for `slots` request mailboxes.
+pub fn hello_slots(id: u32, slots: u32) -> [u8; HELLO_SLOTS_LEN] {
+    let mut m = [0u8; HELLO_SLOTS_LEN];
+    m[..HELLO_LEN].copy_from_slice(&hello(id));
+    m[HELLO_LEN..].copy_from_slice(&slots.to_le_bytes());
+    m
+}
+
+/// The fabric client id and mailbox count a hello asks for (a hello without a count asks
+/// for one); `None` if `msg` is not a hello.
+pub fn decode_hello_slots(msg: &[u8]) -> Option<(u32, u32)> {
+    if msg.len() == HELLO_SLOTS_LEN && msg[..8] == HELLO {
+        let id = u32::from_le_bytes(msg[8..12].try_into().ok()?);
+        let slots = u32::from_le_bytes(msg[12..16].try_into().ok()?);
+        return Some((id, slots.max(1)));
+    }
+    decode_hello(msg).map(|id| (id, 1))
+}
+
+/// The SEND that ends a session (its mailboxes are freed; answered [`Status::Closed`]).
+pub const GOODBYE: [u8; 8] = *b"ERDABYE!";
 
 /// Bytes after each client-written object for its durable mark.
 pub const DURABLE_MARK_LEN: usize = 8;
@@ -1027,6 +1151,14 @@ mod tests {
         assert_eq!(decode_hello(&hello(9)), Some(9));
         assert_eq!(decode_hello(&HELLO), Some(0));
         assert_eq!(decode_hello(b"ERDAHELX"), None);
+        assert_eq!(decode_hello_slots(&hello_slots(9, 8)), Some((9, 8)));
+        assert_eq!(decode_hello_slots(&hello_slots(9, 0)), Some((9, 1)));
+        assert_eq!(decode_hello_slots(&hello(4)), Some((4, 1)));
+        assert_eq!(decode_hello_slots(&GOODBYE), None);
+        let g = Request::new(ReqOp::Get, 3, b"k", 0).unwrap();
+        assert_eq!(Request::decode(&g.encode()), Ok(g));
+        assert!(Request::decode(&Request::new(ReqOp::Get, 3, b"k", 8).unwrap().encode()).is_err());
+        assert_eq!(Status::from_u8(Status::Located as u8), Ok(Status::Located));
         assert_eq!(Status::from_u8(Status::Busy as u8), Ok(Status::Busy));
         assert_ne!(durable_mark(8), durable_mark(9));
         assert_ne!(durable_mark(0), 0);
@@ -1083,12 +1215,37 @@ mod tests {
         assert_eq!(s.stripe_off(), s.mailbox_off + 64 * MAILBOX_LEN as u64);
         assert_eq!(s.stripe_of(1030), 16);
         assert_eq!(s.stripe_word_off(17), s.stripe_off() + 17 * 8);
-        // Mailboxes at the very end of a 4 MiB region: the stripe words must fit too.
+        // Mailboxes at the very end of a 4 MiB region: the stripe words and the head state
+        // words must fit too.
         let mut t = s;
-        t.mailbox_off = (4 << 20) - 64 * MAILBOX_LEN as u64 - 18 * 8;
+        t.mailbox_off = (4 << 20) - 64 * MAILBOX_LEN as u64 - 18 * 8 - MAX_HEADS as u64 * 8;
+        assert_eq!(t.head_state_off(7), (4 << 20) - 8);
         assert!(t.validate(4 << 20).is_ok());
         t.mailbox_off += 8;
         assert!(t.validate(4 << 20).is_err(), "stripe words past the region");
+    }
+
+    #[test]
+    fn head_states_round_trip_and_refuse_nonsense() {
+        let h = HeadState {
+            epoch: 3,
+            first: 3,
+            len: 3,
+            src: 2,
+            regions: 4,
+        };
+        assert_eq!(HeadState::decode(h.encode()), Ok(h));
+        assert_eq!((h.nth(0), h.nth(1), h.nth(2)), (3, 0, 1));
+        assert!(h.in_first(0, 2) && !h.in_first(1, 2) && h.in_first(1, 3));
+        assert!(HeadState::decode(0).is_err(), "no regions");
+        let even = HeadState { epoch: 4, ..h };
+        assert!(
+            HeadState::decode(even.encode()).is_err(),
+            "cleaning, even epoch"
+        );
+        let long = HeadState { len: 5, ..h };
+        assert!(HeadState::decode(long.encode()).is_err());
+        assert!(HeadState::decode(h.encode() | 1 << 60).is_err());
     }
 
     proptest! {
@@ -1099,6 +1256,9 @@ mod tests {
             let _ = Request::decode(&bytes);
             let _ = Reply::decode(&bytes);
             let _ = Superblock::decode(&bytes, 1 << 30);
+            if bytes.len() >= 8 {
+                let _ = HeadState::decode(u64::from_le_bytes(bytes[..8].try_into().unwrap()));
+            }
         }
 
         #[test]

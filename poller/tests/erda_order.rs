@@ -305,6 +305,8 @@ fn cfg() -> ErdaConfig {
         max_clients: 4,
         segment_bytes: 8192,
         head_bytes: 8 * 8192,
+        regions: 1,
+        clean_permille: 1000,
     }
 }
 

@@ -14,6 +14,8 @@ mod phase;
 mod sim;
 mod soft;
 mod spatial;
+mod table1;
+pub(crate) mod tcp;
 mod verbs;
 mod ycsb;
 
@@ -24,9 +26,11 @@ use index::IndexCfg;
 use indicatif::{ProgressBar, ProgressStyle};
 use phase::{BenchRecord, value_for};
 use remora::core::canrt::CanrtConfig;
+use remora::core::erda::baseline::Scheme;
 use remora::core::erda::{ErdaClientConfig, ErdaConfig};
 use remora::core::sherman::ShermanConfig;
 use remora::core::smart::{KeyMode, SmartConfig, Techniques};
+use remora::core::wort::Kind;
 use remora::poller::clock::Clock;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -44,8 +48,28 @@ pub enum IndexKind {
     Canrt,
     /// Erda, the log-structured remote NVM hash store (no scans: not workload E).
     Erda,
+    /// Erda's Redo Logging baseline: writes and reads are SENDs to the server, which logs
+    /// writes and applies them asynchronously to Erda's hash table.
+    ErdaRedo,
+    /// Erda's Read-After-Write baseline: a write WRITEs its record into a ring slot the server
+    /// granted and READs it back; reads are SENDs as in Redo Logging.
+    ErdaRaw,
     /// Catfish, the R-tree: the spatial benchmark (`spatial.rs`; workloads C and B).
     Catfish,
+    /// WORT, CANRT's baseline: a persistent radix tree behind request rings (server reply).
+    Wort,
+    /// WOART, WORT with adaptive nodes, behind the same request rings.
+    Woart,
+}
+
+impl IndexKind {
+    /// Erda or one of its baselines (one hash table, one key and value limit).
+    pub fn is_erda(self) -> bool {
+        matches!(
+            self,
+            IndexKind::Erda | IndexKind::ErdaRedo | IndexKind::ErdaRaw
+        )
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -134,6 +158,17 @@ pub struct BenchArgs {
     /// With --factors: the workloads to run (default LOAD,A,B,C,D).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub workloads: Vec<Workload>,
+    /// Print Erda's Table 1 instead of a YCSB run: NVM bytes written per create, update and
+    /// delete for each `--index` (erda, erda-redo, erda-raw), measured on a simulated
+    /// persistent memory node, beside remora's and the paper's formulas.
+    #[arg(long)]
+    pub table1: bool,
+    /// With --table1: the value sizes (default 16,32,...,4096).
+    #[arg(long, value_delimiter = ',')]
+    pub table1_sizes: Vec<usize>,
+    /// With --table1: keys created, updated and deleted per cell.
+    #[arg(long, default_value_t = 64)]
+    pub table1_keys: u64,
     #[command(flatten)]
     pub smart: SmartFlags,
     #[command(flatten)]
@@ -231,6 +266,14 @@ pub struct ShermanFlags {
     pub page_size: usize,
 }
 
+impl BenchArgs {
+    /// Longest key the index takes: Erda's (and its baselines') buckets hold keys of up to 16 bytes inline, so
+    /// its string keys are the same YCSB keys recoded to fit (`ycsb::key_of_within`).
+    pub(crate) fn key_limit(&self) -> usize {
+        if self.index.is_erda() { 16 } else { 32 }
+    }
+}
+
 /// The index under test, from the flags.
 fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
     match a.index {
@@ -276,7 +319,21 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
             },
         }),
         IndexKind::Catfish => Err("Catfish is not a key-value index: see bench/spatial.rs".into()),
+        IndexKind::Wort => Ok(IndexCfg::Wort { kind: Kind::Wort }),
+        IndexKind::Woart => Ok(IndexCfg::Wort { kind: Kind::Woart }),
         IndexKind::Erda => Ok(IndexCfg::Erda {
+            server: erda_geometry(a),
+            client: ErdaClientConfig {
+                value_size: a.value_size,
+                ..ErdaClientConfig::default()
+            },
+        }),
+        IndexKind::ErdaRedo | IndexKind::ErdaRaw => Ok(IndexCfg::ErdaBaseline {
+            scheme: if a.index == IndexKind::ErdaRedo {
+                Scheme::Redo
+            } else {
+                Scheme::Raw
+            },
             server: erda_geometry(a),
             client: ErdaClientConfig {
                 value_size: a.value_size,
@@ -288,20 +345,27 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
 
 /// An Erda store sized for the run: 8 buckets per record (keys take the first free bucket of
 /// their 8-bucket neighbourhood; there is no hopscotch displacement yet, so the table is kept
-/// sparse), logs for every write (no log cleaning yet), 64 KiB segments.
+/// sparse), 64 KiB segments, and logs sized for the live data, not for every write: each
+/// head is 3 regions of twice its share of the records, and log cleaning starts after half a
+/// region of appends (so a `--seconds` run never fills the log: cleaning frees what updates
+/// make stale, and a full region chains the next).
 fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
-    let writes = a.records + a.operations.unwrap_or(a.records);
     let object = 64u64 + a.value_size as u64;
     let segment = 64u64 << 10;
     let heads = 2u64;
-    let head_bytes = (writes * object / heads + 4 * segment)
+    let regions = 3u64;
+    // Keys go to a head by their first writer's client id, so one head may hold every live
+    // key: each region can (cleaning reclaims the rest; a full region chains the next).
+    let region = (a.records * object + 4 * segment)
         .next_multiple_of(segment)
-        .max(4 << 20);
+        .max(2 << 20);
     ErdaConfig {
         heads: heads as u32,
         buckets: (8 * a.records).next_power_of_two().max(1 << 14),
         segment_bytes: segment,
-        head_bytes,
+        head_bytes: regions * region,
+        regions: regions as u32,
+        clean_permille: 500,
         ..ErdaConfig::small()
     }
 }
@@ -326,7 +390,7 @@ pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
         let g = erda_geometry(a);
         g.heads as u64 * g.head_bytes + g.buckets * 64 + (8 << 20)
     };
-    let want = (writes * per).max(if a.index == IndexKind::Erda { erda } else { 0 });
+    let want = (writes * per).max(if a.index.is_erda() { erda } else { 0 });
     // Every client carves its objects from chunks of its own, per size class: slack per
     // client, spread over the memory nodes.
     let clients = match a.fabric {
@@ -341,7 +405,7 @@ pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
 
 fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     let mode = match a.keys {
-        KeyType::Int => KeyMode::Fixed(8),
+        KeyType::Int | KeyType::Seq => KeyMode::Fixed(8),
         KeyType::String => KeyMode::Variable,
     };
     let mut cfg = SmartConfig::new(t, mode, a.value_size);
@@ -439,7 +503,11 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     if !(a.theta > 0.0 && a.theta < 1.0) {
         return Err(format!("--theta must be in (0, 1), got {}", a.theta));
     }
-    if a.value_size == 0 || a.value_size > 3000 {
+    if a.index.is_erda() {
+        if a.value_size == 0 || a.value_size > 4096 {
+            return Err("--value-size must be 1..=4096 for Erda and its baselines".into());
+        }
+    } else if a.value_size == 0 || a.value_size > 3000 {
         return Err("--value-size must be 1..=3000".into());
     }
     if let Some(s) = a.seconds
@@ -447,8 +515,10 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     {
         return Err("--seconds must be positive".into());
     }
-    if a.index == IndexKind::Erda
-        && (a.workload == Workload::E || a.workloads.contains(&Workload::E))
+    if a.index.is_erda()
+        && [Workload::E, Workload::Range]
+            .iter()
+            .any(|w| a.workload == *w || a.workloads.contains(w))
     {
         return Err("Erda is a hash store: it has no range scans for workload E".into());
     }
@@ -458,13 +528,17 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         IndexKind::FgPlus => "FG+",
         IndexKind::Canrt => "CANRT",
         IndexKind::Erda => "Erda",
+        IndexKind::ErdaRedo => "Erda's Redo Logging baseline",
+        IndexKind::ErdaRaw => "Erda's Read-After-Write baseline",
         IndexKind::Catfish => "Catfish",
+        IndexKind::Wort => "WORT",
+        IndexKind::Woart => "WOART",
     };
     if matches!(
         a.index,
         IndexKind::Sherman | IndexKind::FgPlus | IndexKind::Canrt
     ) {
-        if a.keys != KeyType::Int {
+        if a.keys == KeyType::String {
             return Err(format!("{name} keys are 8-byte integers: use --keys int"));
         }
         if a.value_size > 256 {
@@ -473,12 +547,17 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
             ));
         }
     }
-    if a.index == IndexKind::Erda && a.keys == KeyType::String {
-        return Err(
-            "Erda keys are at most 16 bytes; --keys string makes longer ones: use \
-                    --keys int"
-                .into(),
-        );
+    if matches!(a.index, IndexKind::Wort | IndexKind::Woart) {
+        if a.keys == KeyType::String {
+            return Err(format!(
+                "{name} keys are at most 16 bytes; --keys string makes longer ones: use --keys int"
+            ));
+        }
+        if a.value_size > remora::core::wort::VALUE_MAX {
+            return Err(format!(
+                "{name} values are at most 256 bytes: --value-size 1..=256"
+            ));
+        }
     }
     let ps = a.sherman.page_size;
     if matches!(a.index, IndexKind::Sherman | IndexKind::FgPlus)
@@ -488,7 +567,7 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
             "--page-size {ps}: Sherman pages are a power of two from 256 to 65536 bytes"
         ));
     }
-    if a.compare_art && a.keys != KeyType::Int {
+    if a.compare_art && a.keys == KeyType::String {
         return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
     }
     if let Some(p) = &a.json {
@@ -561,7 +640,7 @@ fn btreemap_c(a: &BenchArgs, ops: u64) -> f64 {
 
 /// congee, an in-memory concurrent ART (8-byte integer keys, usize values).
 fn art_c(a: &BenchArgs, ops: u64) -> Result<f64, String> {
-    if a.keys != KeyType::Int {
+    if a.keys == KeyType::String {
         return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
     }
     let art: congee::Congee<usize, usize> = congee::Congee::default();
@@ -626,8 +705,17 @@ fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> 
                 ));
             }
         }
-        IndexKind::Canrt | IndexKind::Erda | IndexKind::Catfish => {
-            return Err("--factors: CANRT, Erda and Catfish have no technique switches yet".into());
+        IndexKind::Canrt
+        | IndexKind::Erda
+        | IndexKind::ErdaRedo
+        | IndexKind::ErdaRaw
+        | IndexKind::Catfish
+        | IndexKind::Wort
+        | IndexKind::Woart => {
+            return Err(
+                "--factors: CANRT, Erda (and its baselines), Catfish, WORT and WOART have no technique switches yet"
+                    .into(),
+            );
         }
         IndexKind::Sherman | IndexKind::FgPlus => {
             let mut c = ShermanConfig {
@@ -737,6 +825,9 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
+    if a.table1 {
+        return table1::run(a);
+    }
     let mut runs = Vec::new();
     for &kind in &a.indexes {
         let mut one = a.clone();

@@ -22,6 +22,12 @@ pub enum Workload {
     D,
     /// 95% short scan, 5% insert.
     E,
+    /// 100% update (the Erda paper's update-only and the CANRT paper's write-only workload;
+    /// `--workload update-only`, `u` or `w`).
+    #[value(name = "update-only", alias = "u", alias = "w")]
+    U,
+    /// 100% range queries of exactly `--scan-max` keys (the CANRT paper's range query).
+    Range,
 }
 
 impl Workload {
@@ -33,6 +39,8 @@ impl Workload {
             Workload::C => "C",
             Workload::D => "D",
             Workload::E => "E",
+            Workload::U => "UPD",
+            Workload::Range => "RANGE",
         }
     }
     /// Percentages of (read, update, insert, scan).
@@ -44,6 +52,8 @@ impl Workload {
             Workload::C => [100, 0, 0, 0],
             Workload::D => [95, 0, 5, 0],
             Workload::E => [0, 0, 5, 95],
+            Workload::U => [0, 100, 0, 0],
+            Workload::Range => [0, 0, 0, 100],
         }
     }
 }
@@ -61,6 +71,9 @@ pub enum KeyType {
     Int,
     /// "user" + decimal digits (variable length).
     String,
+    /// 8-byte integers in insertion order: key n is n (big-endian), so LOAD inserts
+    /// sequential keys (the CANRT paper's sequential workloads).
+    Seq,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +100,10 @@ pub fn fnvhash64(mut val: u64) -> u64 {
 pub fn key_of(kind: KeyType, n: u64, out: &mut [u8; 32]) -> usize {
     let h = fnvhash64(n);
     match kind {
+        KeyType::Seq => {
+            out[..8].copy_from_slice(&n.to_be_bytes());
+            8
+        }
         KeyType::Int => {
             out[..8].copy_from_slice(&h.to_be_bytes());
             8
@@ -110,6 +127,33 @@ pub fn key_of(kind: KeyType, n: u64, out: &mut [u8; 32]) -> usize {
             4 + d
         }
     }
+}
+
+/// Key number `n` of at most `max` bytes: a string key longer than that ("user" and up to
+/// 19 decimal digits of the hash) is written as "user" and the hash in base 62 instead (at
+/// most 15 bytes): the same keys, one to one (no truncation, no collision), for stores with
+/// short inline keys (Erda's buckets hold 16 bytes).
+pub fn key_of_within(kind: KeyType, n: u64, out: &mut [u8; 32], max: usize) -> usize {
+    let len = key_of(kind, n, out);
+    if len <= max || kind != KeyType::String {
+        return len;
+    }
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut v = fnvhash64(n);
+    let mut d = 0;
+    let mut digits = [0u8; 11];
+    loop {
+        digits[d] = DIGITS[(v % 62) as usize];
+        d += 1;
+        v /= 62;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..d {
+        out[4 + i] = digits[d - 1 - i];
+    }
+    4 + d
 }
 
 /// xorshift64*: the driver's uniform source (one per coroutine).
@@ -272,6 +316,19 @@ mod tests {
         assert!(b[..n].starts_with(b"user") && n > 5 && !b[..n].contains(&0));
         assert_eq!(key_of(KeyType::Int, 7, &mut b), 8);
         assert_ne!(fnvhash64(1), fnvhash64(2));
+        // Short string keys: one to one, at most 15 bytes, long ones recoded.
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..20_000 {
+            let l = key_of_within(KeyType::String, n, &mut b, 16);
+            assert!(l <= 15 && b[..l].starts_with(b"user"));
+            assert!(seen.insert(b[..l].to_vec()), "key {n} collides");
+        }
+        assert_eq!(key_of_within(KeyType::Int, 7, &mut b, 16), 8);
         assert_eq!(Workload::A.mix().iter().sum::<u32>(), 100);
+        // Sequential keys: key n is n, big-endian, so insertion order is key order.
+        assert_eq!(key_of(KeyType::Seq, 258, &mut b), 8);
+        assert_eq!(b[..8], 258u64.to_be_bytes());
+        assert_eq!(Workload::U.mix(), [0, 100, 0, 0]);
+        assert_eq!(Workload::Range.mix(), [0, 0, 0, 100]);
     }
 }

@@ -6,13 +6,15 @@ use crate::lease::{Verdict, Waiter, holder};
 use core::cell::{Cell, RefCell};
 use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
-use core::task::Poll;
+use core::task::{Poll, Waker};
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, OBJECT_MAX, REPLY_LEN, Reply, ReqOp, Request,
-    SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key, decode_object_with, durable_mark,
-    encode_object_with, hello, object_len, object_len_from_header,
+    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, GOODBYE, HeadState, KEY_MAX, MAX_HEADS, OBJECT_MAX,
+    REPLY_LEN, Reply, ReqOp, Request, SUPERBLOCK_LEN, Status, Superblock, VALUE_MAX, check_key,
+    decode_object_with, durable_mark, encode_object_with, hello_slots, object_len,
+    object_len_from_header,
 };
+use std_alloc::vec::Vec;
 
 /// Largest neighborhood a client reads (64 buckets, 2 KiB).
 const MAX_NEIGHBORHOOD: usize = 64;
@@ -35,6 +37,11 @@ pub struct ClientStats {
     pub busy: u64,
     /// Writers fenced by this handle after their grant outlived a lease.
     pub fenced: u64,
+    /// Gets answered through the server (the SEND path: the key's head was being cleaned).
+    pub server_reads: u64,
+    /// Gets started over because the head's epoch changed under them (a cleaning started
+    /// or ended between the metadata word and the object).
+    pub epoch_retries: u64,
 }
 
 /// One compute node's (thread's) handle on an Erda store.
@@ -42,9 +49,16 @@ pub struct Erda<'e, E: Endpoint> {
     ep: &'e E,
     cfg: ErdaClientConfig,
     sb: Superblock,
+    /// The first of this session's request mailboxes (client ids), and how many it has.
     client: u32,
+    slots: u32,
     seq: Cell<u32>,
-    mailbox_busy: Cell<bool>,
+    /// The mailboxes free for a new request (bit `i`: mailbox `client + i`).
+    free: Cell<u64>,
+    /// Per mailbox: the request waiting for its reply, its reply once received.
+    inbox: RefCell<Vec<Slot>>,
+    /// Whether a coroutine is taking replies off the queue pair for all of them.
+    receiving: Cell<bool>,
     fallbacks: Cell<u64>,
     rereads: Cell<u64>,
     long_reads: Cell<u64>,
@@ -52,6 +66,8 @@ pub struct Erda<'e, E: Endpoint> {
     unstable: Cell<u64>,
     busy: Cell<u64>,
     fenced: Cell<u64>,
+    server_reads: Cell<u64>,
+    epoch_retries: Cell<u64>,
     /// Offsets of the grants this handle's coroutines are writing now, and how many more
     /// are being written untracked (the list was full): a `Busy` naming a grant of this
     /// handle that none of its coroutines is writing names an orphan (a request whose reply
@@ -76,7 +92,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     /// superblock, which gives the head array and the table geometry.
     pub async fn open(ep: &'e E, cfg: ErdaClientConfig) -> Result<Self, ErdaError> {
         let qp = ep.qp(cfg.node)?;
-        qp.send(&hello(ep.client_id())).await?;
+        let want = cfg.slots.clamp(1, 64);
+        qp.send(&hello_slots(ep.client_id(), want)).await?;
         let reply = recv_reply(ep, qp, cfg.lease.deadline_ns).await?;
         if reply.status != Status::Welcome {
             return Err(ErdaError::Refused {
@@ -92,7 +109,14 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         qp.read(sb_addr, &mut raw).await?;
         let sb = Superblock::decode(&raw, GlobalAddr::MAX_OFFSET)
             .map_err(|why| ErdaError::Corrupt { addr: sb_addr, why })?;
-        if sb.neighborhood as usize > MAX_NEIGHBORHOOD || reply.seq >= sb.max_clients {
+        // A server that predates request slots grants one mailbox and leaves `aux` 0.
+        let slots = u32::from(reply.aux).clamp(1, want);
+        if sb.neighborhood as usize > MAX_NEIGHBORHOOD
+            || reply
+                .seq
+                .checked_add(slots)
+                .is_none_or(|end| end > sb.max_clients)
+        {
             return Err(ErdaError::Protocol {
                 what: "superblock neighborhood or client id out of range",
             });
@@ -102,8 +126,15 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             cfg,
             sb,
             client: reply.seq,
+            slots,
             seq: Cell::new(0),
-            mailbox_busy: Cell::new(false),
+            free: Cell::new(if slots == 64 {
+                u64::MAX
+            } else {
+                (1u64 << slots) - 1
+            }),
+            inbox: RefCell::new((0..slots).map(|_| Slot::default()).collect()),
+            receiving: Cell::new(false),
             fallbacks: Cell::new(0),
             rereads: Cell::new(0),
             long_reads: Cell::new(0),
@@ -111,13 +142,37 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             unstable: Cell::new(0),
             busy: Cell::new(0),
             fenced: Cell::new(0),
+            server_reads: Cell::new(0),
+            epoch_retries: Cell::new(0),
             writing: RefCell::new(heapless::Vec::new()),
             untracked: Cell::new(0),
         })
     }
 
+    /// The session's first request mailbox (client id).
     pub fn client_id(&self) -> u32 {
         self.client
+    }
+
+    /// Request mailboxes of this session: write requests it can have in flight at once.
+    pub fn slots(&self) -> u32 {
+        self.slots
+    }
+
+    /// Ends the session: the server settles any grant of it still unfinished and frees its
+    /// mailboxes, so another handle can open on this endpoint.
+    pub async fn close(self) -> Result<(), ErdaError> {
+        let qp = self.qp()?;
+        qp.send(&GOODBYE).await?;
+        for _ in 0..4 {
+            let r = recv_reply(self.ep, qp, self.cfg.lease.deadline_ns).await?;
+            if r.status == Status::Closed {
+                return Ok(());
+            }
+        }
+        Err(ErdaError::Protocol {
+            what: "no answer to the goodbye",
+        })
     }
 
     pub fn superblock(&self) -> Superblock {
@@ -133,6 +188,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             unstable: self.unstable.get(),
             busy: self.busy.get(),
             fenced: self.fenced.get(),
+            server_reads: self.server_reads.get(),
+            epoch_retries: self.epoch_retries.get(),
         }
     }
 
@@ -155,68 +212,190 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             })
     }
 
-    /// Asks the server for log space: WRITE_WITH_IMM of the request into this client's
-    /// mailbox, then its reply. One request in flight per handle.
+    /// Asks the server: WRITE_WITH_IMM of the request into one of this session's mailboxes
+    /// (a free one: each coroutine's request has its own), then its reply. Returns the
+    /// reply, and whether a grant it carries was recorded in `writing` (see [`Self::deliver`]).
     async fn request(
         &self,
         op: ReqOp,
         key: &[u8],
         value_len: usize,
         revoke: u32,
-    ) -> Result<Reply, ErdaError> {
+    ) -> Result<(Reply, bool), ErdaError> {
         let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
-        while self.mailbox_busy.get() {
-            // Word 0: only backs off, up to the deadline (the holder is this handle).
+        let slot = loop {
+            let free = self.free.get();
+            if free != 0 {
+                let i = free.trailing_zeros();
+                self.free.set(free & !(1u64 << i));
+                break i;
+            }
+            // Word 0: only backs off, up to the deadline (the holders are this handle's).
             match w.observe(0, self.ep.now_ns()) {
                 Verdict::Wait(ns) => self.ep.pause(ns).await,
                 _ => {
                     return Err(ErdaError::Retries {
-                        what: "another coroutine of this handle holds the request mailbox",
+                        what: "every request mailbox of this handle stayed in use",
                     });
                 }
             }
+        };
+        let r = self.request_in(slot, op, key, value_len, revoke).await;
+        // A mailbox whose request got no answer in time stays taken: the server may still
+        // read it, and a new request there would be read twice.
+        if !matches!(r, Err(ErdaError::Retries { .. })) {
+            self.free.set(self.free.get() | 1u64 << slot);
         }
-        self.mailbox_busy.set(true);
-        let r = self.request_locked(op, key, value_len, revoke).await;
-        self.mailbox_busy.set(false);
         r
     }
 
-    async fn request_locked(
+    async fn request_in(
         &self,
+        slot: u32,
         op: ReqOp,
         key: &[u8],
         value_len: usize,
         revoke: u32,
-    ) -> Result<Reply, ErdaError> {
-        let seq = self.seq.get().wrapping_add(1);
-        self.seq.set(seq);
+    ) -> Result<(Reply, bool), ErdaError> {
+        // The sequence names the mailbox in its low 6 bits: replies are routed by it.
+        let mut n = self.seq.get().wrapping_add(1);
+        if n << 6 == 0 {
+            // Sequence 0 is "no request waiting" in a slot.
+            n = 1;
+        }
+        self.seq.set(n);
+        let seq = n << 6 | slot;
         let req = Request::new(op, seq, key, value_len)
             .map_err(|_| ErdaError::BadKey { len: key.len() })?
             .with_revoke(revoke);
         let qp = self.qp()?;
         let bytes = req.encode();
+        let id = self.client + slot;
+        {
+            let mut inbox = self.inbox.borrow_mut();
+            inbox[slot as usize] = Slot {
+                want: seq,
+                ..Slot::default()
+            };
+        }
+        let clear = Unwait(self, slot);
         qp.post(&mut [Op::WriteImm {
-            remote: self.addr(self.sb.mailbox(self.client)),
+            remote: self.addr(self.sb.mailbox(id)),
             local: &bytes,
-            imm: self.client,
+            imm: id,
         }])
         .await?;
-        // A reply left over from an abandoned request carries an older sequence: skip it.
-        for _ in 0..4 {
-            let reply = recv_reply(self.ep, qp, self.cfg.lease.deadline_ns).await?;
-            if reply.seq == seq {
-                return Ok(reply);
-            }
-            if reply.status == Status::BadRequest {
-                return Err(ErdaError::Refused {
-                    status: reply.status,
-                });
+        let r = self.await_reply(slot, seq).await;
+        drop(clear);
+        r
+    }
+
+    /// Routes a reply to the mailbox its sequence names, if a request there waits for it
+    /// (a reply to an abandoned request is dropped). A grant is recorded in `writing` at
+    /// once, before any other coroutine runs: another coroutine of this handle answered
+    /// `Busy` on the same key must not take it for an orphan.
+    fn deliver(&self, reply: Reply) {
+        let slot = (reply.seq & 63) as usize;
+        let mut inbox = self.inbox.borrow_mut();
+        let Some(s) = inbox.get_mut(slot) else {
+            return;
+        };
+        if s.want != reply.seq || reply.seq == 0 || s.reply.is_some() {
+            return;
+        }
+        s.tracked = false;
+        if reply.status == Status::Granted {
+            let units = (reply.arg & 0x7FFF_FFFF) as u32;
+            if self.writing.borrow_mut().push(units).is_ok() {
+                s.tracked = true;
+            } else {
+                self.untracked.set(self.untracked.get() + 1);
             }
         }
-        Err(ErdaError::Protocol {
-            what: "no reply with this request's sequence",
-        })
+        s.reply = Some(reply);
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    }
+
+    /// Waits for the reply to `seq` in mailbox `slot`. One waiting coroutine at a time takes
+    /// replies off the queue pair and routes them; the others wait for theirs to be routed
+    /// (or for the receiving role to be free), each up to the deadline.
+    async fn await_reply(&self, slot: u32, seq: u32) -> Result<(Reply, bool), ErdaError> {
+        let start = self.ep.now_ns();
+        let deadline = self.cfg.lease.deadline_ns;
+        let qp = self.qp()?;
+        let timeout = ErdaError::Retries {
+            what: "no reply from the Erda server within the deadline (is the memory node down?)",
+        };
+        loop {
+            if let Some(r) = self.take(slot) {
+                return Ok(r);
+            }
+            let left = deadline.saturating_sub(self.ep.now_ns().saturating_sub(start));
+            if left == 0 {
+                return Err(timeout);
+            }
+            if !self.receiving.get() {
+                // Take replies off the queue pair, routing each, until this one's came.
+                let _role = Receiving::take(self);
+                loop {
+                    let left = deadline.saturating_sub(self.ep.now_ns().saturating_sub(start));
+                    if left == 0 {
+                        return Err(timeout);
+                    }
+                    let r = recv_reply(self.ep, qp, left).await?;
+                    let refused = r.seq == seq && r.status == Status::BadRequest;
+                    self.deliver(r);
+                    if refused {
+                        let _ = self.take(slot);
+                        return Err(ErdaError::Refused {
+                            status: Status::BadRequest,
+                        });
+                    }
+                    if let Some(r) = self.take(slot) {
+                        return Ok(r);
+                    }
+                }
+            }
+            let routed = {
+                let wait = pin!(poll_fn(|cx| {
+                    let mut inbox = self.inbox.borrow_mut();
+                    let s = &mut inbox[slot as usize];
+                    if s.reply.is_some() || !self.receiving.get() {
+                        return Poll::Ready(());
+                    }
+                    s.waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }));
+                let timer = pin!(self.ep.pause(left));
+                race(wait, timer).await
+            };
+            if routed.is_none() && self.ep.now_ns().saturating_sub(start) >= deadline {
+                return Err(timeout);
+            }
+        }
+    }
+
+    /// The reply routed to `slot`, if there is one.
+    fn take(&self, slot: u32) -> Option<(Reply, bool)> {
+        let mut inbox = self.inbox.borrow_mut();
+        let s = &mut inbox[slot as usize];
+        let r = s.reply.take()?;
+        Some((r, s.tracked))
+    }
+
+    /// Forgets the grant at `units` recorded by [`Self::deliver`] (its object is written, or
+    /// will never be).
+    fn untrack(&self, units: u32, tracked: bool) {
+        if tracked {
+            let mut w = self.writing.borrow_mut();
+            if let Some(i) = w.iter().position(|&u| u == units) {
+                w.swap_remove(i);
+            }
+        } else {
+            self.untracked.set(self.untracked.get().saturating_sub(1));
+        }
     }
 
     /// The shared write path; returns whether the server granted space (the key was
@@ -231,7 +410,11 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
         let delete = op == ReqOp::Delete;
         let vlen = if delete { 0 } else { value.len() };
-        let reply = self.request_turn(op, key, vlen).await?;
+        let (reply, tracked) = self.request_turn(op, key, vlen).await?;
+        let units = (reply.arg & 0x7FFF_FFFF) as u32;
+        if reply.status == Status::Granted && (delete || reply.arg > 0x7FFF_FFFF) {
+            self.untrack(units, tracked);
+        }
         match reply.status {
             // The server wrote the delete object itself before granting (see the module
             // docs): nothing left to write.
@@ -240,10 +423,29 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             Status::Absent => return Ok(false),
             status => return Err(ErdaError::Refused { status }),
         }
-        let units = u32::try_from(reply.arg).map_err(|_| ErdaError::Protocol {
-            what: "granted offset beyond 31 bits",
-        })?;
-        let addr = self.object_addr(reply.head, units)?;
+        if reply.arg > 0x7FFF_FFFF {
+            return Err(ErdaError::Protocol {
+                what: "granted offset beyond 31 bits",
+            });
+        }
+        // Zero-copy: the object goes straight to its place in the log. In the same doorbell,
+        // a READ of its last word flushes it (acknowledged means durable: see the module
+        // docs, "Durability"), then the durable mark tells the server the grant is finished:
+        // the queue pair places the mark only after the READ completed. The grant stays in
+        // `writing` (recorded when its reply was routed) until the doorbell is done.
+        let r = self.write_granted(reply.head, units, key, value).await;
+        self.untrack(units, tracked);
+        r.map(|()| true)
+    }
+
+    async fn write_granted(
+        &self,
+        head: u8,
+        units: u32,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), ErdaError> {
+        let addr = self.object_addr(head, units)?;
         let mut obj = [0u8; OBJECT_MAX];
         let len = encode_object_with(&mut obj, key, value, false, super::object_checksum)
             .map_err(|why| ErdaError::Corrupt { addr, why })?;
@@ -252,24 +454,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 what: "granted space runs past the head's log",
             });
         }
-        // Zero-copy: the object goes straight to its place in the log. In the same doorbell,
-        // a READ of its last word flushes it (acknowledged means durable: see the module
-        // docs, "Durability"), then the durable mark tells the server the grant is finished:
-        // the queue pair places the mark only after the READ completed.
-        let tracked = self.writing.borrow_mut().push(units).is_ok();
-        if !tracked {
-            self.untracked.set(self.untracked.get() + 1);
-        }
-        let r = self.write_object(addr, &obj[..len], units).await;
-        if tracked {
-            let mut w = self.writing.borrow_mut();
-            if let Some(i) = w.iter().position(|&u| u == units) {
-                w.swap_remove(i);
-            }
-        } else {
-            self.untracked.set(self.untracked.get() - 1);
-        }
-        r.map(|()| true)
+        self.write_object(addr, &obj[..len], units).await
     }
 
     /// The doorbell that writes a granted object (see [`Self::write`]).
@@ -320,14 +505,19 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     /// the grant in flight and its writer; this handle backs off on the fabric clock, and
     /// once the same grant has been in flight for a whole lease it fences the writer and asks
     /// the server to settle that grant (the protocol of [`crate::lease`]).
-    async fn request_turn(&self, op: ReqOp, key: &[u8], vlen: usize) -> Result<Reply, ErdaError> {
+    async fn request_turn(
+        &self,
+        op: ReqOp,
+        key: &[u8],
+        vlen: usize,
+    ) -> Result<(Reply, bool), ErdaError> {
         let mut w: Option<Waiter> = None;
         let mut revoke = 0u32;
         let mut orphan = 0u32;
         loop {
-            let reply = self.request(op, key, vlen, revoke).await?;
+            let (reply, tracked) = self.request(op, key, vlen, revoke).await?;
             if reply.status != Status::Busy {
-                return Ok(reply);
+                return Ok((reply, tracked));
             }
             bump(&self.busy);
             revoke = 0;
@@ -398,20 +588,35 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
     }
 
-    /// Reads the object at (head, units) and checks it is a whole object of `key`.
+    /// Reads the object at (head, units) and checks it is a whole object of `key`. The same
+    /// doorbell then reads the head's state word into `state` (see [`Self::lookup`]).
     async fn read_object(
         &self,
         head: u8,
         units: u32,
         key: &[u8],
         out: &mut [u8],
+        state: &mut u64,
     ) -> Result<Obj, ErdaError> {
         let addr = self.object_addr(head, units)?;
+        let at = self.addr(self.sb.head_state_off(head));
         let room = self.sb.head_remaining(units).min(OBJECT_MAX as u64) as usize;
         let mut buf = [0u8; OBJECT_MAX];
+        let mut sw = [0u8; 8];
         let hint = object_len(key.len(), self.cfg.value_size.min(VALUE_MAX)).min(room);
         let qp = self.qp()?;
-        qp.read(addr, &mut buf[..hint]).await?;
+        qp.post(&mut [
+            Op::Read {
+                remote: addr,
+                local: &mut buf[..hint],
+            },
+            Op::Read {
+                remote: at,
+                local: &mut sw,
+            },
+        ])
+        .await?;
+        *state = u64::from_le_bytes(sw);
         let Ok(len) = object_len_from_header(&buf[..hint]) else {
             return Ok(Obj::Invalid);
         };
@@ -420,7 +625,18 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         }
         if len > hint {
             bump(&self.long_reads);
-            qp.read(addr, &mut buf[..len]).await?;
+            qp.post(&mut [
+                Op::Read {
+                    remote: addr,
+                    local: &mut buf[..len],
+                },
+                Op::Read {
+                    remote: at,
+                    local: &mut sw,
+                },
+            ])
+            .await?;
+            *state = u64::from_le_bytes(sw);
         }
         match decode_object_with(&buf[..len], super::object_checksum) {
             Ok(o) if o.key == key => {
@@ -471,9 +687,18 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     /// object is a whole object of `key` and the word names an older one (readers retry), or
     /// when the newest is not whole and there is no older one (absent if the word is known
     /// to be the key's; see [`Self::lookup`]).
-    async fn answer(&self, b: &Bucket, key: &[u8], out: &mut [u8]) -> Result<Answer, ErdaError> {
+    async fn answer(
+        &self,
+        b: &Bucket,
+        key: &[u8],
+        out: &mut [u8],
+        state: &mut u64,
+    ) -> Result<Answer, ErdaError> {
         let meta = b.meta();
-        match self.read_object(b.head(), meta.new_off(), key, out).await? {
+        match self
+            .read_object(b.head(), meta.new_off(), key, out, state)
+            .await?
+        {
             Obj::Value(n) => return Ok(Answer::Found(Some(n))),
             Obj::Deleted => return Ok(Answer::Found(None)),
             Obj::Invalid => {}
@@ -482,13 +707,82 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         if meta.old_off() == 0 {
             return Ok(Answer::NoOlder);
         }
-        let found = match self.read_object(b.head(), meta.old_off(), key, out).await? {
+        let found = match self
+            .read_object(b.head(), meta.old_off(), key, out, state)
+            .await?
+        {
             Obj::Value(n) => Some(n),
             Obj::Deleted => None,
             Obj::Invalid => return Ok(Answer::Unsure),
         };
         bump(&self.fallbacks);
         Ok(Answer::Found(found))
+    }
+
+    /// The state word of `head` in an image of the state words.
+    fn state_in(&self, states: &[u8; 8 * MAX_HEADS], head: u8) -> Result<HeadState, ErdaError> {
+        let i = head as usize * 8;
+        let w = states
+            .get(i..i + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(0);
+        HeadState::decode(w).map_err(|why| ErdaError::Corrupt {
+            addr: self.addr(self.sb.head_state_off(head)),
+            why,
+        })
+    }
+
+    /// A get, started over (bounded by the lease's deadline and attempts) while a cleaning
+    /// starts or ends under it: see [`Self::lookup_once`].
+    async fn lookup(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ErdaError> {
+        check_key(key).map_err(|_| ErdaError::BadKey { len: key.len() })?;
+        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
+        loop {
+            if let Some(r) = self.lookup_once(key, out).await? {
+                return Ok(r);
+            }
+            bump(&self.epoch_retries);
+            match w.observe(0, self.ep.now_ns()) {
+                Verdict::Wait(ns) => self.ep.pause(ns).await,
+                _ => {
+                    return Err(ErdaError::Retries {
+                        what: "the key's log head kept changing its epoch under the get",
+                    });
+                }
+            }
+        }
+    }
+
+    /// A read through the server while the key's head is being cleaned (the paper's SEND
+    /// path): the server names the newest whole object and the head's epoch; the object is
+    /// READ with the state word, and taken if the epoch is still that one. `None`: again.
+    async fn read_via_server(
+        &self,
+        key: &[u8],
+        out: &mut [u8],
+    ) -> Result<Option<Option<usize>>, ErdaError> {
+        bump(&self.server_reads);
+        let (reply, _) = self.request(ReqOp::Get, key, 0, 0).await?;
+        match reply.status {
+            Status::Absent => Ok(Some(None)),
+            Status::Located => {
+                let units = (reply.arg & 0x7FFF_FFFF) as u32;
+                let epoch = (reply.arg >> 32) as u32;
+                let mut sw = 0u64;
+                let got = self
+                    .read_object(reply.head, units, key, out, &mut sw)
+                    .await?;
+                let same = HeadState::decode(sw).is_ok_and(|s| s.epoch == epoch);
+                Ok(match got {
+                    Obj::Value(n) if same => Some(Some(n)),
+                    Obj::Deleted if same => Some(None),
+                    _ => None,
+                })
+            }
+            Status::Busy => Ok(None),
+            status => Err(ErdaError::Refused { status }),
+        }
     }
 
     /// A get. The fast path is the paper's: one READ of the neighborhood, one READ of the
@@ -499,25 +793,55 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     /// ordered. Anything else (no holder, no whole object of the key) proves nothing under
     /// an unordered READ, so the get re-reads the neighborhood *validated* by the stripe
     /// version words (`stripe.rs`) and answers from that image.
-    async fn lookup(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ErdaError> {
-        check_key(key).map_err(|_| ErdaError::BadKey { len: key.len() })?;
+    ///
+    /// Epochs: the fast path's doorbell first READs the heads' state words, and every object
+    /// READ is followed by a READ of its head's word; an answer taken from an object stands
+    /// only if that head's epoch did not change in between (else `None`: start over). While
+    /// the head is being cleaned, and `send_reads_while_cleaning`, the get goes through the
+    /// server instead (the paper's SEND path).
+    async fn lookup_once(
+        &self,
+        key: &[u8],
+        out: &mut [u8],
+    ) -> Result<Option<Option<usize>>, ErdaError> {
         let home = self.sb.home(key);
         let addr = self.addr(self.sb.bucket_off(home));
         let n = self.sb.neighborhood as usize * BUCKET_LEN;
         let mut buf = [0u8; MAX_NEIGHBORHOOD * BUCKET_LEN];
         let qp = self.qp()?;
         let mut last = addr;
-        // The fast path, once.
-        qp.read(addr, &mut buf[..n]).await?;
+        // The fast path, once, after the heads' state words.
+        let mut states = [0u8; 8 * MAX_HEADS];
+        let heads = (self.sb.heads as usize).min(MAX_HEADS) * 8;
+        qp.post(&mut [
+            Op::Read {
+                remote: self.addr(self.sb.head_state_off(0)),
+                local: &mut states[..heads],
+            },
+            Op::Read {
+                remote: addr,
+                local: &mut buf[..n],
+            },
+        ])
+        .await?;
+        let mut after = 0u64;
         if let Some(b) = self.holder(&buf[..n], addr, key)? {
-            match self.answer(&b, key, out).await? {
-                Answer::Found(r) => return Ok(r),
+            let before = self.state_in(&states, b.head())?;
+            if before.cleaning() && self.cfg.send_reads_while_cleaning {
+                return self.read_via_server(key, out).await;
+            }
+            let same = |after: u64| HeadState::decode(after).is_ok_and(|s| s.epoch == before.epoch);
+            match self.answer(&b, key, out, &mut after).await? {
+                Answer::Found(r) if same(after) => return Ok(Some(r)),
+                Answer::Found(_) => return Ok(None),
                 // Only a validated image proves the key absent or its word its own.
-                Answer::NoOlder if self.cfg.assume_ascending_reads => return Ok(None),
+                Answer::NoOlder if self.cfg.assume_ascending_reads => {
+                    return Ok(same(after).then_some(None));
+                }
                 Answer::NoOlder | Answer::Unsure => {}
             }
         } else if self.cfg.assume_ascending_reads {
-            return Ok(None);
+            return Ok(Some(None));
         }
         let stripes = self.addr(self.sb.stripe_word_off(self.sb.stripe_of(home)));
         let start = self.ep.now_ns();
@@ -558,12 +882,22 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 continue;
             }
             let Some(b) = self.holder(&buf[..n], addr, key)? else {
-                return Ok(None);
+                return Ok(Some(None));
             };
-            match self.answer(&b, key, out).await? {
-                Answer::Found(r) => return Ok(r),
+            let was = self.state_in(&states, b.head())?;
+            if was.cleaning() && self.cfg.send_reads_while_cleaning {
+                return self.read_via_server(key, out).await;
+            }
+            let mut sw = 0u64;
+            let answer = self.answer(&b, key, out, &mut sw).await?;
+            if !HeadState::decode(sw).is_ok_and(|s| s.epoch == was.epoch) {
+                // A cleaning started or ended since the state words were read.
+                return Ok(None);
+            }
+            match answer {
+                Answer::Found(r) => return Ok(Some(r)),
                 // The word is the key's: its first object is not there yet.
-                Answer::NoOlder => return Ok(None),
+                Answer::NoOlder => return Ok(Some(None)),
                 Answer::Unsure => {}
             }
             last = self.object_addr(b.head(), b.meta().new_off())?;
@@ -573,6 +907,60 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             attempts: attempt,
             waited_ns: self.ep.now_ns().saturating_sub(start),
         })
+    }
+}
+
+/// One request mailbox's routing state.
+#[derive(Default)]
+struct Slot {
+    /// The sequence of the request waiting in it (0: none).
+    want: u32,
+    reply: Option<Reply>,
+    /// Whether the grant in `reply` was recorded in `writing`.
+    tracked: bool,
+    waker: Option<Waker>,
+}
+
+/// Clears a mailbox's waiting request when its coroutine is done with it (or dropped).
+struct Unwait<'h, 'e, E: Endpoint>(&'h Erda<'e, E>, u32);
+
+impl<E: Endpoint> Drop for Unwait<'_, '_, E> {
+    fn drop(&mut self) {
+        let (reply, tracked) = {
+            let mut inbox = self.0.inbox.borrow_mut();
+            let s = &mut inbox[self.1 as usize];
+            let r = (s.reply.take(), s.tracked);
+            *s = Slot::default();
+            r
+        };
+        // Routed but never taken (its coroutine was dropped): nobody writes that grant.
+        if let Some(r) = reply
+            && r.status == Status::Granted
+        {
+            self.0.untrack((r.arg & 0x7FFF_FFFF) as u32, tracked);
+        }
+    }
+}
+
+/// The receiving role: released (and the coroutines waiting for a reply woken, so that one
+/// of them takes the role over) when dropped.
+struct Receiving<'h, 'e, E: Endpoint>(&'h Erda<'e, E>);
+
+impl<'h, 'e, E: Endpoint> Receiving<'h, 'e, E> {
+    fn take(h: &'h Erda<'e, E>) -> Self {
+        h.receiving.set(true);
+        Receiving(h)
+    }
+}
+
+impl<E: Endpoint> Drop for Receiving<'_, '_, E> {
+    fn drop(&mut self) {
+        self.0.receiving.set(false);
+        for s in self.0.inbox.borrow_mut().iter_mut() {
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        }
     }
 }
 

@@ -5,8 +5,11 @@
 //! 8-byte metadata word: a new tag and two 31-bit log offsets, the newest object and the
 //! previous one.
 //!
-//! - **Write** (upsert, update): the client writes a request into its mailbox with
-//!   WRITE_WITH_IMM (immediate = its client id). The server's CPU ([`ErdaServer`]) finds or
+//! - **Write** (upsert, update): the client writes a request into one of its session's
+//!   mailboxes with WRITE_WITH_IMM (immediate = that mailbox's id; each coroutine's request
+//!   has its own mailbox, and the reply's sequence names the mailbox it answers, so one
+//!   handle keeps several requests in flight; one session per connection, see
+//!   [`Erda::close`]). The server's CPU ([`ErdaServer`]) finds or
 //!   fills the key's bucket, reserves log space in the key's head (an object never spans a
 //!   segment), flips the new tag and stores the reserved offset over the older one in one
 //!   8-byte store, persists the word, and SENDs back the (head, offset). The client then
@@ -141,10 +144,20 @@
 //! Server-written objects (deletes, adopted copies) and metadata words are persisted by the
 //! server's CPU before it answers.
 //!
-//! Not implemented (yet): lock-free log cleaning (logs only grow: a full head answers
-//! `LogFull`), range scans (Erda is a hash store:
+//! # Log regions and cleaning (issue 12)
+//!
+//! Each head's log is a ring of regions: a full region chains the next free one, and once
+//! clients appended a threshold to a head, the server cleans it lock-free (reverse-scan
+//! merge into a fresh region, a replication sweep, the head swing), reclaiming stale
+//! versions and deleted keys' buckets; clients read a cleaning head's keys through the
+//! server (the paper's SEND path) and check every one-sided answer against the head's epoch
+//! word. See `clean.rs` for the protocol and every decision the paper leaves open.
+//!
+//! Not implemented (yet): range scans (Erda is a hash store:
 //! [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]), and
 //! sharding over several memory nodes (one store lives on one node).
+pub mod baseline;
+mod clean;
 mod client;
 mod displace;
 mod server;
@@ -200,37 +213,50 @@ pub struct ErdaConfig {
     pub buckets: u64,
     /// Buckets a key may be placed in, from its home bucket (read by clients in one READ).
     pub neighborhood: u32,
-    /// Request mailboxes, one per client session.
+    /// Request mailboxes: a session (one handle) takes up to `ErdaClientConfig::slots` of
+    /// them, one per write request it keeps in flight.
     pub max_clients: u32,
     /// Log segment bytes (power of two); objects never span two.
     pub segment_bytes: u64,
     /// Bytes of each head's log (a whole number of segments).
     pub head_bytes: u64,
+    /// Regions each head's log is divided into (1..=8, each a whole number of segments):
+    /// a full region chains the next free one, and log cleaning empties the regions of the
+    /// live run into the next ones (see `clean.rs`). 1: no cleaning, a full log is full.
+    pub regions: u32,
+    /// Cleaning of a head starts once clients have appended this many per-mille of one
+    /// region to it since the last cleaning started (the paper's threshold per head).
+    pub clean_permille: u32,
 }
 
 impl ErdaConfig {
     /// A small store for tests and the soft fabric: 2 heads of 4 MiB in 64 KiB segments,
-    /// 16 Ki buckets.
+    /// 16 Ki buckets, 1024 request mailboxes (64 sessions of 16 slots).
     pub const fn small() -> ErdaConfig {
         ErdaConfig {
             heads: 2,
             buckets: 16 << 10,
             neighborhood: 8,
-            max_clients: 256,
+            max_clients: 1024,
             segment_bytes: 64 << 10,
             head_bytes: 4 << 20,
+            regions: 4,
+            clean_permille: 500,
         }
     }
 
-    /// The paper's geometry: 8 MiB segments in 1 GiB head regions.
+    /// The paper's geometry: 8 MiB segments in 1 GiB head regions, a second region per head
+    /// for cleaning.
     pub const fn paper() -> ErdaConfig {
         ErdaConfig {
             heads: 4,
             buckets: 1 << 22,
             neighborhood: 8,
-            max_clients: 1024,
+            max_clients: 4096,
             segment_bytes: 8 << 20,
-            head_bytes: 1 << 30,
+            head_bytes: 2 << 30,
+            regions: 2,
+            clean_permille: 750,
         }
     }
 }
@@ -249,6 +275,9 @@ impl Default for ErdaConfig {
 /// this long.
 pub const LEASE_NS: u64 = 100_000_000;
 
+/// Request mailboxes a handle asks for by default.
+pub const DEFAULT_SLOTS: u32 = 16;
+
 /// What a client handle needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErdaClientConfig {
@@ -263,6 +292,13 @@ pub struct ErdaClientConfig {
     /// bucket fill or move to finish or for a whole object, a coroutine waiting for the
     /// handle's mailbox. `max_attempts` bounds them on a fabric without a clock.
     pub lease: LeaseConfig,
+    /// Request mailboxes this handle asks for (1..=64): how many of its coroutines can
+    /// have a write request at the server at once (the server may grant fewer).
+    pub slots: u32,
+    /// Read a key whose log head is being cleaned through the server (the paper's SEND
+    /// path) rather than one-sidedly. One-sided reads stay correct during a cleaning here
+    /// (see `clean.rs`); the paper's clients switch, and this switch measures what it costs.
+    pub send_reads_while_cleaning: bool,
     /// Mutant, for tests only: trust a single neighborhood READ for misses (the reader
     /// before issue 9), which is correct only if a READ observes words in ascending address
     /// order. Tests set it to show that an adversarial word order catches it.
@@ -284,6 +320,8 @@ impl Default for ErdaClientConfig {
                 lease_ns: LEASE_NS,
                 ..LeaseConfig::default_lease()
             },
+            slots: DEFAULT_SLOTS,
+            send_reads_while_cleaning: true,
             assume_ascending_reads: false,
             unflushed_writes: false,
         }
@@ -362,6 +400,14 @@ impl fmt::Display for ErdaError {
             ErdaError::BufferTooSmall { len, need } => {
                 write!(f, "erda: buffer of {len} bytes, the value has {need}")
             }
+            ErdaError::Refused {
+                status: Status::SessionOpen,
+            } => write!(
+                f,
+                "erda server refused: this endpoint already has an open Erda session (another \
+                 handle shares its connection and would take its replies): share that handle \
+                 among coroutines, or close() it first"
+            ),
             ErdaError::Refused { status } => write!(f, "erda server refused: {status:?}"),
             ErdaError::Corrupt { addr, why } => write!(f, "erda: unreadable data at {addr}: {why}"),
             ErdaError::Protocol { what } => write!(f, "erda protocol error: {what}"),

@@ -1,15 +1,16 @@
 //! Erda's memory-node CPU: sessions, hash-table management, log-space allocation, the
 //! metadata word, format and recovery.
 use super::ErdaConfig;
+use super::clean::{self, Cleaner, region_of, region_start};
 use super::displace;
 use super::stripe;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, KEY_MAX, MAX_HEADS, MAX_UNITS, Meta, REQUEST_LEN,
-    ROOT_SLOT, Reply, ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status,
-    Superblock, decode_hello, decode_object_with, durable_mark, encode_object_with, object_len,
-    object_len_from_header,
+    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, GOODBYE, HeadState, KEY_MAX, MAX_HEADS, MAX_REGIONS,
+    Meta, REQ_SEQ, REQUEST_LEN, ROOT_SLOT, Reply, ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC,
+    SUPERBLOCK_VERSION, Status, Superblock, decode_hello_slots, decode_object_with, durable_mark,
+    encode_object_with, object_len, object_len_from_header,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
 use std_alloc::collections::BTreeMap;
@@ -18,7 +19,10 @@ use std_alloc::vec;
 use std_alloc::vec::Vec;
 
 /// First byte of every head log used by objects (units 0 means "no object").
-const LOG_START: u64 = 64;
+pub(super) const LOG_START: u64 = 64;
+/// Most request mailboxes one session gets (the count travels in a reply's 16-bit `aux`;
+/// a handle tracks its slots in a 64-bit mask).
+pub const MAX_SLOTS: u32 = 64;
 /// Buckets past a full neighborhood searched for a free one to displace towards.
 pub(super) const MAX_PROBE: u64 = 4096;
 
@@ -46,12 +50,26 @@ pub struct ServerStats {
     /// whole) or adopted (whole but not known durable: the server wrote a durable copy).
     pub revoked_reverted: u64,
     pub revoked_adopted: u64,
+    /// Regions chained to a head whose last region was full (instead of `LogFull`).
+    pub chained: u64,
+    /// Log cleanings started and finished (see `clean.rs`).
+    pub cleanings_started: u64,
+    pub cleanings_done: u64,
+    /// Live objects the cleaner copied out of the regions it empties, and their bytes.
+    pub cleaned_objects: u64,
+    pub cleaned_bytes: u64,
+    /// Bytes of log freed by finished cleanings (the emptied regions, less the copies).
+    pub reclaimed_bytes: u64,
+    /// Buckets of deleted keys emptied by the cleaner.
+    pub buckets_reclaimed: u64,
+    /// Reads answered through the server ([`ReqOp::Get`], the SEND path while cleaning).
+    pub located: u64,
 }
 
 /// A key as a map key: its bytes, zero-padded, and its length.
-type KeyBuf = ([u8; KEY_MAX], u8);
+pub(super) type KeyBuf = ([u8; KEY_MAX], u8);
 
-fn key_buf(key: &[u8]) -> KeyBuf {
+pub(super) fn key_buf(key: &[u8]) -> KeyBuf {
     let mut k = [0u8; KEY_MAX];
     let n = key.len().min(KEY_MAX);
     k[..n].copy_from_slice(&key[..n]);
@@ -60,7 +78,7 @@ fn key_buf(key: &[u8]) -> KeyBuf {
 
 /// A value grant whose object is not yet known durable (no durable mark seen).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Pending {
+pub(super) struct Pending {
     /// Mailbox id and connection of the writer.
     client: u32,
     conn: usize,
@@ -70,21 +88,21 @@ struct Pending {
     len: u64,
 }
 
-struct State {
-    sb: Superblock,
+pub(super) struct State {
+    pub(super) sb: Superblock,
     sb_off: u64,
     /// Next free byte of each head's log.
-    cursor: [u64; MAX_HEADS],
+    pub(super) cursor: [u64; MAX_HEADS],
     /// Whether each bucket's newest granted object is a live value (volatile; rebuilt by
     /// recovery): what update and delete answer.
-    present: Vec<bool>,
+    pub(super) present: Vec<bool>,
     /// Connection owning each client id.
     owners: Vec<Option<usize>>,
     /// Fabric client id each session named in its hello (0: unknown), quoted to waiters.
     fabric: Vec<u32>,
     /// The value grant of each key still in flight (at most one per key: see the module
     /// docs, "Dead writers"). Volatile: a restart finds every grant settled by recovery.
-    pending: BTreeMap<KeyBuf, Pending>,
+    pub(super) pending: BTreeMap<KeyBuf, Pending>,
     /// Each client's latest value grant, looked at (and forgotten if finished) on its next
     /// request, so finished grants of keys nobody writes again do not pile up.
     last_grant: Vec<Option<KeyBuf>>,
@@ -93,6 +111,16 @@ struct State {
     scratch: Vec<u8>,
     /// A delete object being written (keys are at most 16 bytes).
     scratch_obj: [u8; object_len(KEY_MAX, 0)],
+    /// Each head's state word (persisted copy in the region: regions, run, cleaning).
+    pub(super) runs: [HeadState; MAX_HEADS],
+    /// Bytes of one log region.
+    pub(super) region_bytes: u64,
+    /// Bytes clients appended to each head since its last cleaning started.
+    pub(super) appended: [u64; MAX_HEADS],
+    /// Appended bytes that start a cleaning.
+    pub(super) threshold: u64,
+    /// Each head's cleaner (volatile: a restart begins a cleaning in progress again).
+    pub(super) cleaners: [Cleaner; MAX_HEADS],
 }
 
 /// Erda's server-side handler. Formats the region on the first message if no store is
@@ -158,7 +186,17 @@ impl ErdaServer {
         let table = buckets * BUCKET_LEN as u64;
         let mailboxes = c.max_clients as u64 * remora_layouts::erda::MAILBOX_LEN as u64;
         let stripes = (buckets.div_ceil(remora_layouts::erda::STRIPE_BUCKETS) + 1) * 8;
-        let meta_len = (SUPERBLOCK_LEN as u64 + table + mailboxes + stripes).next_multiple_of(64);
+        // The head state words follow the stripe words.
+        let states = MAX_HEADS as u64 * 8;
+        let meta_len =
+            (SUPERBLOCK_LEN as u64 + table + mailboxes + stripes + states).next_multiple_of(64);
+        let regions = c.regions.clamp(1, MAX_REGIONS as u32);
+        let region_bytes = c.head_bytes / regions as u64 / c.segment_bytes * c.segment_bytes;
+        if region_bytes == 0 || c.regions != regions {
+            return Err(bad(
+                "erda config: 1..=8 regions per head, each of at least one segment",
+            ));
+        }
         let total = meta_len + c.heads as u64 * c.head_bytes;
         // Claim the space from the region's chunk allocator. The CPU's CAS is not atomic
         // against a NIC FETCH_AND_ADD on the same word (contract rule 3): on hardware, format
@@ -210,15 +248,33 @@ impl ErdaServer {
         }
         region.persist(sb.table_off, table as usize);
         stripe::reset(region, &sb)?;
+        let first = HeadState {
+            epoch: 0,
+            first: 0,
+            len: 1,
+            src: 0,
+            regions: regions as u8,
+        };
+        for h in 0..c.heads as u8 {
+            region.store_u64(sb.head_state_off(h), first.encode())?;
+        }
+        region.persist(sb.head_state_off(0), c.heads as usize * 8);
         region.write(base, &sb.encode())?;
         region.persist(base, SUPERBLOCK_LEN);
         region.store_u64(root_offset(ROOT_SLOT), base)?;
         region.persist(root_offset(ROOT_SLOT), 8);
-        Ok(self.fresh_state(sb, base))
+        Ok(self.fresh_state(sb, base, [first; MAX_HEADS]))
     }
 
-    fn fresh_state(&self, sb: Superblock, sb_off: u64) -> State {
+    fn fresh_state(&self, sb: Superblock, sb_off: u64, runs: [HeadState; MAX_HEADS]) -> State {
+        let region_bytes =
+            sb.head_bytes / u64::from(runs[0].regions.max(1)) / sb.segment_bytes * sb.segment_bytes;
         State {
+            runs,
+            region_bytes,
+            appended: [0; MAX_HEADS],
+            threshold: (region_bytes * u64::from(self.cfg.clean_permille) / 1000).max(1),
+            cleaners: core::array::from_fn(|_| Cleaner::default()),
             sb,
             sb_off,
             cursor: [LOG_START; MAX_HEADS],
@@ -243,23 +299,7 @@ impl ErdaServer {
         key: &[u8],
         buf: &mut [u8],
     ) -> (bool, bool, u64) {
-        let Ok(off) = sb.object_off(head, units) else {
-            return (false, false, 0);
-        };
-        let avail = sb.head_remaining(units).min(buf.len() as u64) as usize;
-        if avail < 8 || region.read(off, &mut buf[..8]).is_err() {
-            return (false, false, 0);
-        }
-        let Ok(len) = object_len_from_header(&buf[..8]) else {
-            return (false, false, 0);
-        };
-        if len > avail || region.read(off, &mut buf[..len]).is_err() {
-            return (false, false, 0);
-        }
-        match decode_object_with(&buf[..len], super::object_checksum) {
-            Ok(o) if o.key == key => (true, o.delete, len as u64),
-            _ => (false, false, 0),
-        }
+        read_object_at(region, sb, head, units, key, buf)
     }
 
     /// Repairs every bucket whose newest object does not verify, rebuilds the presence
@@ -268,7 +308,26 @@ impl ErdaServer {
         let mut raw = [0u8; SUPERBLOCK_LEN];
         region.read(sb_off, &mut raw)?;
         let sb = Superblock::decode(&raw, region.len()).map_err(|_| corrupt(region, sb_off))?;
-        let mut st = self.fresh_state(sb, sb_off);
+        let mut runs = [HeadState {
+            epoch: 0,
+            first: 0,
+            len: 1,
+            src: 0,
+            regions: 1,
+        }; MAX_HEADS];
+        for (h, r) in runs.iter_mut().enumerate().take(sb.heads as usize) {
+            let off = sb.head_state_off(h as u8);
+            *r = HeadState::decode(region.load_u64(off)?).map_err(|_| corrupt(region, off))?;
+        }
+        if runs
+            .iter()
+            .take(sb.heads as usize)
+            .any(|r| r.regions != runs[0].regions)
+        {
+            return Err(corrupt(region, sb.head_state_off(0)));
+        }
+        let mut st = self.fresh_state(sb, sb_off, runs);
+        let rb = st.region_bytes;
         // A crash inside a change of buckets leaves its stripes odd; no reader is connected.
         stripe::reset(region, &sb)?;
         self.stats.deduplicated += displace::dedupe(region, &sb)?;
@@ -286,7 +345,15 @@ impl ErdaServer {
                 continue;
             };
             let mut meta = bucket.meta();
-            if !bucket.is_used() || meta.is_empty() {
+            if bucket.is_used() && meta.is_empty() {
+                // A fill or a cleaner's reclaim cut short: no object was ever granted to it
+                // (a grant's reply follows its word), or its key was deleted. Free it.
+                region.write(off, &[0u8; BUCKET_LEN])?;
+                region.persist(off, BUCKET_LEN);
+                self.stats.emptied += 1;
+                continue;
+            }
+            if !bucket.is_used() {
                 continue;
             }
             let head = bucket.head();
@@ -308,9 +375,15 @@ impl ErdaServer {
             st.present[i as usize] = newest.0 && !newest.1;
             // Offsets named before any revert count too: a slot granted but never whole is
             // never granted again (its writer's late bytes could not land in another object).
+            // Only the run's last region takes appends: the cursor goes past what the
+            // words name there.
             let named = bucket.meta();
             for u in [named.new_off(), named.old_off()] {
                 if u != 0 && (head as usize) < MAX_HEADS {
+                    let run = st.runs[head as usize];
+                    if region_of(rb, u) != run.nth(run.len - 1) {
+                        continue;
+                    }
                     let end =
                         u as u64 * 8 + (remora_layouts::erda::OBJECT_MAX + DURABLE_MARK_LEN) as u64;
                     high[head as usize] = high[head as usize].max(end);
@@ -318,47 +391,97 @@ impl ErdaServer {
             }
         }
         let heads = sb.heads as usize;
-        for (cursor, &high) in st.cursor.iter_mut().zip(high.iter()).take(heads) {
+        for (h, &high) in high.iter().enumerate().take(heads) {
             // Past every referenced object (its largest possible size), on a segment start:
-            // space granted but never written is not reused.
-            *cursor = if high == 0 {
-                LOG_START
-            } else {
-                high.next_multiple_of(sb.segment_bytes)
-            };
+            // space granted but never written is not reused (a full region chains the next).
+            let run = st.runs[h];
+            let start = region_start(rb, run.nth(run.len - 1));
+            st.cursor[h] = start.max(high.next_multiple_of(sb.segment_bytes));
+            if run.cleaning() {
+                // A cleaning cut short begins again (its copies so far stay valid).
+                st.cleaners[h] = Cleaner::start(run);
+            }
         }
         Ok(st)
     }
 
-    fn hello(&mut self, conn: usize, fabric_id: u32, replies: &mut Replies) {
+    /// A new session: `slots` consecutive request mailboxes (client ids), fewer if no free
+    /// run is that long. One session per connection: handles on one endpoint share its
+    /// receive queue and would take each other's replies, so a second hello on a connection
+    /// with an open session is refused ([`Status::SessionOpen`]) until a goodbye.
+    fn hello(&mut self, conn: usize, fabric_id: u32, slots: u32, replies: &mut Replies) {
         let st = self.st.as_mut().expect("opened");
-        let id = st
-            .owners
-            .iter()
-            .position(|o| *o == Some(conn))
-            .or_else(|| st.owners.iter().position(|o| o.is_none()));
-        let reply = match id {
-            Some(id) => {
-                st.owners[id] = Some(conn);
-                st.fabric[id] = fabric_id;
-                self.stats.sessions += 1;
-                Reply {
-                    status: Status::Welcome,
-                    head: 0,
-                    seq: id as u32,
-                    arg: st.sb_off,
-                    aux: 0,
+        let refuse = |status| Reply {
+            status,
+            head: 0,
+            seq: 0,
+            arg: 0,
+            aux: 0,
+        };
+        if st.owners.contains(&Some(conn)) {
+            self.stats.refused += 1;
+            replies.send(&refuse(Status::SessionOpen).encode());
+            return;
+        }
+        // The longest free run, up to `slots`, and at most a quarter of the free mailboxes
+        // (at least one), so later sessions still find some.
+        let free = st.owners.iter().filter(|o| o.is_none()).count();
+        let want = (slots.clamp(1, MAX_SLOTS) as usize).min((free / 4).max(1));
+        let (mut best, mut best_len, mut run) = (0usize, 0usize, 0usize);
+        for (i, o) in st.owners.iter().enumerate() {
+            run = if o.is_none() { run + 1 } else { 0 };
+            if run > best_len {
+                (best, best_len) = (i + 1 - run, run);
+                if best_len == want {
+                    break;
                 }
             }
-            None => Reply {
-                status: Status::TooManyClients,
-                head: 0,
-                seq: 0,
-                arg: 0,
-                aux: 0,
-            },
+        }
+        if best_len == 0 {
+            self.stats.refused += 1;
+            replies.send(&refuse(Status::TooManyClients).encode());
+            return;
+        }
+        for id in best..best + best_len {
+            st.owners[id] = Some(conn);
+            st.fabric[id] = fabric_id;
+        }
+        self.stats.sessions += 1;
+        let reply = Reply {
+            status: Status::Welcome,
+            head: 0,
+            seq: best as u32,
+            arg: st.sb_off,
+            aux: best_len as u16,
         };
         replies.send(&reply.encode());
+    }
+
+    /// Ends connection `conn`'s session (a goodbye or a disconnect): every grant it held and
+    /// had not finished is settled at once, as after a fence (the session writes nothing
+    /// more), and its mailboxes are free for new sessions.
+    fn end_session(&mut self, region: &dyn LocalRegion, conn: usize) {
+        if let Some(st) = self.st.as_mut() {
+            let mine: Vec<(KeyBuf, Pending)> = st
+                .pending
+                .iter()
+                .filter(|(_, p)| p.conn == conn)
+                .map(|(k, p)| (*k, *p))
+                .collect();
+            for (k, p) in mine {
+                st.pending.remove(&k);
+                if !is_durable(region, &st.sb, &p) {
+                    // An error leaves the grant to recovery (readers fall back meanwhile).
+                    let _ = settle(region, st, &mut self.stats, &k.0[..k.1 as usize], &p);
+                }
+            }
+            for (i, o) in st.owners.iter_mut().enumerate() {
+                if *o == Some(conn) {
+                    *o = None;
+                    st.last_grant[i] = None;
+                }
+            }
+        }
     }
 
     fn refuse(&mut self, status: Status, seq: u32, replies: &mut Replies) {
@@ -384,15 +507,20 @@ impl ErdaServer {
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
         let st = self.st.as_mut().expect("opened");
-        if st.owners.get(client as usize).copied().flatten() != Some(conn) {
-            self.refuse(Status::BadRequest, 0, replies);
-            return Ok(());
-        }
+        let owned = st.owners.get(client as usize).copied().flatten() == Some(conn);
         let mut raw = [0u8; REQUEST_LEN];
-        region.read(st.sb.mailbox(client), &mut raw)?;
-        let Ok(req) = Request::decode(&raw) else {
-            self.refuse(Status::BadRequest, 0, replies);
-            return Ok(());
+        if client < st.sb.max_clients {
+            region.read(st.sb.mailbox(client), &mut raw)?;
+        }
+        // A refusal names the request's sequence when its first word has one: the client
+        // routes replies by it.
+        let seq = REQ_SEQ.get(u64::from_le_bytes(raw[..8].try_into().unwrap_or([0; 8]))) as u32;
+        let req = match Request::decode(&raw) {
+            Ok(req) if owned => req,
+            _ => {
+                self.refuse(Status::BadRequest, seq, replies);
+                return Ok(());
+            }
         };
         // The client's previous value grant is most likely finished by now: forget it.
         if let Some(k) = st
@@ -405,15 +533,71 @@ impl ErdaServer {
         {
             st.pending.remove(&k);
         }
-        let reply = self.grant(region, conn, client, &req)?;
+        let reply = if req.op == ReqOp::Get {
+            self.get(region, &req)?
+        } else {
+            self.grant(region, conn, client, &req)?
+        };
         match reply.status {
             Status::Granted => self.stats.grants += 1,
             Status::Absent => self.stats.absent += 1,
             Status::Busy => self.stats.busy += 1,
+            Status::Located => self.stats.located += 1,
             _ => self.stats.refused += 1,
         }
         replies.send(&reply.encode());
+        // The cleaner shares this thread: a bounded step after every request (the sim calls
+        // no `on_idle`, and a busy server would starve it there). An error leaves the
+        // cleaning where it is, to be tried again on the next message.
+        if let Some(st) = self.st.as_mut() {
+            let _ = clean::step(region, st, &mut self.stats, clean::STEP_AFTER_MESSAGE);
+        }
         Ok(())
+    }
+
+    /// A read through the server (the SEND path, while the key's head is being cleaned):
+    /// the newest whole object the key's word names, as a reader would take it, with the
+    /// head's epoch (the client checks it did not change before its READ of the object).
+    fn get(&mut self, region: &dyn LocalRegion, req: &Request) -> Result<Reply, FabricError> {
+        let st = self.st.as_mut().expect("opened");
+        let sb = st.sb;
+        let key = req.key();
+        let reply = |status, head, arg| Reply {
+            status,
+            head,
+            seq: req.seq,
+            arg,
+            aux: 0,
+        };
+        let Some((_, b)) = locate(region, st, key)? else {
+            return Ok(reply(Status::Absent, 0, 0));
+        };
+        let meta = b.meta();
+        let head = b.head();
+        let epoch = st.runs.get(head as usize).map_or(0, |r| r.epoch);
+        let mut obj = vec![0u8; remora_layouts::erda::OBJECT_MAX];
+        for u in [meta.new_off(), meta.old_off()] {
+            if u == 0 {
+                // The key's first object has not landed: absent.
+                break;
+            }
+            match read_object_at(region, &sb, head, u, key, &mut obj) {
+                (true, true, _) => return Ok(reply(Status::Absent, head, 0)),
+                (true, false, _) => {
+                    return Ok(reply(
+                        Status::Located,
+                        head,
+                        u64::from(epoch) << 32 | u64::from(u),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if meta.old_off() != 0 {
+            // Neither object whole (never so for a word the server keeps): ask again.
+            return Ok(reply(Status::Busy, head, 0));
+        }
+        Ok(reply(Status::Absent, head, 0))
     }
 
     fn grant(
@@ -498,7 +682,7 @@ impl ErdaServer {
         } else {
             obj_len + DURABLE_MARK_LEN as u64
         };
-        let Some(units) = reserve(st, head, len) else {
+        let Some(units) = clean::reserve(region, st, &mut self.stats, head, len, true)? else {
             return Ok(answer(Status::LogFull, head, 0));
         };
         let new_meta = meta
@@ -560,24 +744,37 @@ impl ErdaServer {
     }
 }
 
-/// Reserves `len` bytes of head `head`'s log (an object never spans a segment).
-fn reserve(st: &mut State, head: u8, len: u64) -> Option<u32> {
-    let sb = st.sb;
-    let h = head as usize;
-    let mut at = *st.cursor.get(h)?;
-    let seg_end = (at / sb.segment_bytes + 1) * sb.segment_bytes;
-    if at + len > seg_end {
-        at = seg_end;
+/// Reads the object at (head, units) and says whether it verifies for `key`; returns
+/// (valid, deleted, length).
+pub(super) fn read_object_at(
+    region: &dyn LocalRegion,
+    sb: &Superblock,
+    head: u8,
+    units: u32,
+    key: &[u8],
+    buf: &mut [u8],
+) -> (bool, bool, u64) {
+    let Ok(off) = sb.object_off(head, units) else {
+        return (false, false, 0);
+    };
+    let avail = sb.head_remaining(units).min(buf.len() as u64) as usize;
+    if avail < 8 || region.read(off, &mut buf[..8]).is_err() {
+        return (false, false, 0);
     }
-    if at + len > sb.head_bytes || at / 8 > MAX_UNITS {
-        return None;
+    let Ok(len) = object_len_from_header(&buf[..8]) else {
+        return (false, false, 0);
+    };
+    if len > avail || region.read(off, &mut buf[..len]).is_err() {
+        return (false, false, 0);
     }
-    st.cursor[h] = at + len;
-    Some((at / 8) as u32)
+    match decode_object_with(&buf[..len], super::object_checksum) {
+        Ok(o) if o.key == key => (true, o.delete, len as u64),
+        _ => (false, false, 0),
+    }
 }
 
 /// Whether the writer of `p` stored its durable mark (so its object is whole and durable).
-fn is_durable(region: &dyn LocalRegion, sb: &Superblock, p: &Pending) -> bool {
+pub(super) fn is_durable(region: &dyn LocalRegion, sb: &Superblock, p: &Pending) -> bool {
     sb.object_off(p.head, p.units)
         .ok()
         .and_then(|off| region.load_u64(off + p.len).ok())
@@ -585,7 +782,7 @@ fn is_durable(region: &dyn LocalRegion, sb: &Superblock, p: &Pending) -> bool {
 }
 
 /// The bucket holding `key`, if any.
-fn locate(
+pub(super) fn locate(
     region: &dyn LocalRegion,
     st: &mut State,
     key: &[u8],
@@ -635,7 +832,7 @@ fn settle(
         ErdaServer::check_object(region, &sb, p.head, p.units, key, &mut obj);
     let (new_meta, live) = if whole {
         stats.revoked_adopted += 1;
-        match reserve(st, p.head, len) {
+        match clean::reserve(region, st, stats, p.head, len, false)? {
             Some(units) => {
                 let copy = sb
                     .object_off(p.head, units)
@@ -689,8 +886,23 @@ impl Handler for ErdaServer {
     ) -> Result<(), FabricError> {
         self.open(region)?;
         match recv.kind {
-            RecvKind::Send if decode_hello(msg).is_some() => {
-                self.hello(conn, decode_hello(msg).unwrap_or(0), replies);
+            RecvKind::Send if decode_hello_slots(msg).is_some() => {
+                let (id, slots) = decode_hello_slots(msg).unwrap_or((0, 1));
+                self.hello(conn, id, slots, replies);
+                Ok(())
+            }
+            RecvKind::Send if msg == GOODBYE => {
+                self.end_session(region, conn);
+                replies.send(
+                    &Reply {
+                        status: Status::Closed,
+                        head: 0,
+                        seq: 0,
+                        arg: 0,
+                        aux: 0,
+                    }
+                    .encode(),
+                );
                 Ok(())
             }
             RecvKind::WriteImm => match recv.imm {
@@ -714,6 +926,8 @@ impl Handler for ErdaServer {
         let Some(st) = self.st.as_mut() else {
             return false;
         };
+        let cleaned =
+            clean::step(region, st, &mut self.stats, clean::STEP_WHEN_IDLE).unwrap_or(false);
         let mut done = Vec::new();
         let mut next = None;
         let from = st.sweep_from.take();
@@ -734,7 +948,7 @@ impl Handler for ErdaServer {
         for k in &done {
             st.pending.remove(k);
         }
-        !done.is_empty()
+        cleaned || !done.is_empty()
     }
 
     /// Formats or recovers the store before any client connects (a restart on a persistent
@@ -757,24 +971,7 @@ impl Handler for ErdaServer {
     /// fabric delivers nothing more of that connection): adopted if its object is whole,
     /// else reverted. Waiters on those keys proceed without waiting out a lease.
     fn on_disconnect(&mut self, region: &dyn LocalRegion, conn: usize) {
-        if let Some(st) = self.st.as_mut() {
-            let mine: Vec<(KeyBuf, Pending)> = st
-                .pending
-                .iter()
-                .filter(|(_, p)| p.conn == conn)
-                .map(|(k, p)| (*k, *p))
-                .collect();
-            for (k, p) in mine {
-                st.pending.remove(&k);
-                if !is_durable(region, &st.sb, &p) {
-                    // An error leaves the grant to recovery (readers fall back meanwhile).
-                    let _ = settle(region, st, &mut self.stats, &k.0[..k.1 as usize], &p);
-                }
-            }
-            for o in st.owners.iter_mut().filter(|o| **o == Some(conn)) {
-                *o = None;
-            }
-        }
+        self.end_session(region, conn);
     }
 
     fn service(&self) -> &'static str {
