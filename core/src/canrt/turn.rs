@@ -105,18 +105,7 @@ impl<E: Endpoint> Canrt<'_, E> {
         let key = (id, ticket, applied);
         let qp = self.qp()?;
         let mut buf = [0u8; 64];
-        // Notices already queued (ours or others').
-        loop {
-            match qp.try_recv(&mut buf) {
-                Ok(Some(r)) => self.file(&buf, r.len as usize),
-                Ok(None) => break,
-                Err(FabricError::Unsupported { .. }) => {
-                    self.mailbox.deaf.set(true);
-                    break;
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
+        self.drain_notices()?;
         if let Some(t) = self.mailbox.take(key, None) {
             return Ok(Some(t));
         }
@@ -162,6 +151,28 @@ impl<E: Endpoint> Canrt<'_, E> {
                     return Ok(None);
                 }
                 Race::Received(Err(e)) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Files the notices already received (ours or other waiters'), without waiting. Every
+    /// write starts with it: acknowledgements nobody waited for (the writer saw its item
+    /// applied first) must not pile up in the receive queue until the server's SENDs stall.
+    pub(super) fn drain_notices(&self) -> Result<(), CanrtError> {
+        if self.mailbox.deaf.get() {
+            return Ok(());
+        }
+        let qp = self.qp()?;
+        let mut buf = [0u8; 64];
+        loop {
+            match qp.try_recv(&mut buf) {
+                Ok(Some(r)) => self.file(&buf, r.len as usize),
+                Ok(None) => return Ok(()),
+                Err(FabricError::Unsupported { .. }) => {
+                    self.mailbox.deaf.set(true);
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
             }
         }
     }

@@ -52,6 +52,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 max,
             });
         }
+        self.drain_notices()?;
         for _ in 0..self.cfg.write_retries {
             match self.write_once(op, key, value).await? {
                 Wrote::Done(present) => return Ok(present),
