@@ -104,11 +104,21 @@ pub fn out_of_range(node: NodeId, offset: u64, len: usize) -> FabricError {
 
 /// Replies a handler queues for the connection it is serving; sent in order after
 /// `on_message` returns. Reused between messages, so steady-state serving allocates nothing.
+///
+/// A handler may also queue a SEND to *another* connection ([`Replies::send_to`]): a wake-up
+/// for a client that asked to be told when something happens (a CANRT lock waiter whose
+/// ticket is served by another client's message). Such a SEND is best effort: a connection
+/// that is gone (or a fabric whose server loop does not deliver them) drops it, so the
+/// client waiting for it must also look for itself now and then.
 #[derive(Default)]
 pub struct Replies {
     bytes: Vec<u8>,
     ends: Vec<usize>,
+    /// Per message: the connection it goes to (`CURRENT`: the one being served).
+    to: Vec<usize>,
 }
+
+const CURRENT: usize = usize::MAX;
 
 impl Replies {
     pub fn new() -> Replies {
@@ -116,24 +126,41 @@ impl Replies {
     }
     /// Queues one SEND back to the client.
     pub fn send(&mut self, msg: &[u8]) {
+        self.push(CURRENT, msg);
+    }
+    /// Queues one SEND to connection `conn` (another client of this node); see the type's
+    /// docs. `conn` is the id `Handler::on_message` names connections by.
+    pub fn send_to(&mut self, conn: usize, msg: &[u8]) {
+        self.push(conn, msg);
+    }
+    fn push(&mut self, to: usize, msg: &[u8]) {
         self.bytes.extend_from_slice(msg);
         self.ends.push(self.bytes.len());
+        self.to.push(to);
     }
     pub fn is_empty(&self) -> bool {
         self.ends.is_empty()
     }
-    /// The queued messages, in order.
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+    fn all(&self) -> impl Iterator<Item = (usize, &[u8])> {
         let mut start = 0;
-        self.ends.iter().map(move |&end| {
+        self.ends.iter().zip(&self.to).map(move |(&end, &to)| {
             let m = &self.bytes[start..end];
             start = end;
-            m
+            (to, m)
         })
+    }
+    /// The queued messages for the connection being served, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        self.all().filter(|m| m.0 == CURRENT).map(|m| m.1)
+    }
+    /// The queued messages for other connections, in order, with their connection.
+    pub fn iter_other(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        self.all().filter(|m| m.0 != CURRENT)
     }
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
+        self.to.clear();
     }
 }
 
@@ -221,8 +248,11 @@ mod tests {
         r.send(b"one");
         r.send(b"");
         r.send(b"three");
+        r.send_to(7, b"other");
         let got: Vec<&[u8]> = r.iter().collect();
         assert_eq!(got, vec![&b"one"[..], b"", b"three"]);
+        let other: Vec<(usize, &[u8])> = r.iter_other().collect();
+        assert_eq!(other, vec![(7, &b"other"[..])]);
         let cap = r.bytes.capacity();
         r.clear();
         assert!(r.is_empty());

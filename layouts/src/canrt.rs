@@ -983,6 +983,11 @@ pub enum ControlKind {
     /// free slot, else skip the ticket. `node` = [`SKIP_DRAIN`]: a resize has been draining
     /// for a lease; skip tickets that have not moved since the previous such request.
     Skip = 4,
+    /// A writer whose `ticket` on `node` is not yet served asks to be told when it is: the
+    /// server answers with a [`Turn`] once it serves the ticket (at once if it already has,
+    /// or if `arg` names another data array), so the waiter costs the memory node no READs.
+    /// Best effort: a waiter also looks for itself now and then.
+    Wait = 5,
 }
 
 /// [`Control::node`] of a [`ControlKind::Skip`] about the whole frozen tree.
@@ -1039,6 +1044,7 @@ impl Control {
             2 => Ok(ControlKind::Unlock),
             3 => Ok(ControlKind::Resize),
             4 => Ok(ControlKind::Skip),
+            5 => Ok(ControlKind::Wait),
             k => Err(LayoutError::BadMagic {
                 expected: 1,
                 found: k as u64,
@@ -1081,10 +1087,83 @@ impl Control {
     }
 }
 
+// ---------------------------------------------------------------- turn notice
+
+/// [`Turn::kind`] of a turn notice.
+pub const TURN_KIND: u8 = 0x54;
+
+/// The server's answer to a [`ControlKind::Wait`] (a SEND, 16 bytes): data node `node`'s meta
+/// word when it served the waiter's `ticket` (or when it found the ticket already passed, or
+/// the wait about another data array: `stale`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Turn {
+    /// The wait named a data array that is not the tree's (`meta` is then 0).
+    pub stale: bool,
+    /// Not a turn but the acknowledgement of an applied append (`ticket` is the appender's).
+    pub applied: bool,
+    pub ticket: u16,
+    pub node: u32,
+    pub meta: Meta,
+}
+
+pub const TURN_LEN: usize = 16;
+
+impl Turn {
+    pub fn encode(&self) -> [u8; TURN_LEN] {
+        let mut out = [0u8; TURN_LEN];
+        out[0] = TURN_KIND;
+        out[1] = self.stale as u8 | (self.applied as u8) << 1;
+        out[2..4].copy_from_slice(&self.ticket.to_le_bytes());
+        out[4..8].copy_from_slice(&self.node.to_le_bytes());
+        out[8..16].copy_from_slice(&self.meta.0.to_le_bytes());
+        out
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Turn, LayoutError> {
+        if bytes.len() != TURN_LEN {
+            return Err(LayoutError::Short {
+                need: TURN_LEN,
+                got: bytes.len(),
+            });
+        }
+        if bytes[0] != TURN_KIND || bytes[1] > 3 {
+            return Err(LayoutError::BadMagic {
+                expected: TURN_KIND as u64,
+                found: bytes[0] as u64,
+            });
+        }
+        Ok(Turn {
+            stale: bytes[1] & 1 == 1,
+            applied: bytes[1] & 2 == 2,
+            ticket: u16::from_le_bytes([bytes[2], bytes[3]]),
+            node: read_u32(bytes, 4)?,
+            meta: Meta(read_u64(bytes, 8)?),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn turn_notices_round_trip_and_reject_garbage() {
+        let t = Turn {
+            stale: false,
+            applied: true,
+            ticket: 65_535,
+            node: 1 << 20,
+            meta: Meta::new(5, 65_535, true, 9),
+        };
+        assert_eq!(Turn::decode(&t.encode()), Ok(t));
+        let mut bad = t.encode();
+        bad[0] = 1;
+        assert!(Turn::decode(&bad).is_err());
+        bad = t.encode();
+        bad[1] = 4;
+        assert!(Turn::decode(&bad).is_err());
+        assert!(Turn::decode(&t.encode()[..15]).is_err());
+    }
 
     #[test]
     fn formulas_match_the_paper() {
@@ -1177,8 +1256,13 @@ mod tests {
             (2, SKIP_DRAIN, 70_000 & 0xFFFF)
         );
         let mut bad = skip.encode();
-        bad[0] = 5;
+        bad[0] = 6;
         assert!(Control::decode(&bad).is_err());
+        let wait = Control::new(ControlKind::Wait, 1, 3, 7, 9);
+        assert_eq!(
+            Control::decode(&wait.encode()).unwrap().kind(),
+            Ok(ControlKind::Wait)
+        );
     }
 
     #[test]

@@ -550,9 +550,23 @@ impl Memnode {
             round += 1;
             let mut served = 0;
             let region = local_region(&self.region, self.cfg.node);
-            for c in self.conns.iter_mut().filter(|c| !c.dead) {
+            let mut others = Vec::new();
+            for i in 0..self.conns.len() {
+                let c = &mut self.conns[i];
+                if c.dead {
+                    continue;
+                }
                 let (handler, replies) = (&mut *self.handler, &mut self.replies);
-                match serve_connection(handler, replies, &region, c, &mut buf) {
+                let r = serve_connection(handler, replies, &region, c, &mut buf, &mut others);
+                // Wake-ups for other connections (`Replies::send_to`), best effort.
+                for (to, m) in others.drain(..) {
+                    if let Some(o) = self.conns.iter().find(|o| o.id == to && !o.dead) {
+                        let _ = block_on(o.qp.send(&m));
+                    }
+                }
+                let c = &mut self.conns[i];
+                let handler = &mut *self.handler;
+                match r {
                     Ok(n) => served += n,
                     Err(e) => {
                         // Nothing more from it: disconnected, so the client's queue pair fails
@@ -603,6 +617,7 @@ fn serve_connection(
     region: &WordRegion<'_>,
     c: &Conn,
     buf: &mut [u8],
+    others: &mut Vec<(usize, Vec<u8>)>,
 ) -> Result<usize, FabricError> {
     let mut n = 0;
     while let Some(r) = c.qp.try_recv(buf)? {
@@ -616,6 +631,7 @@ fn serve_connection(
         for m in replies.iter() {
             block_on(c.qp.send(m))?;
         }
+        others.extend(replies.iter_other().map(|(to, m)| (to, m.to_vec())));
         n += 1;
     }
     Ok(n)

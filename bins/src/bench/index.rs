@@ -149,6 +149,7 @@ pub struct ShermanSummary {
 pub struct Stats {
     pub smart: SmartStats,
     pub sherman: ShermanSummary,
+    pub canrt: remora::core::canrt::ClientStats,
 }
 
 /// One worker's handle on the index under test.
@@ -221,9 +222,11 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                     ..Stats::default()
                 }
             }
-            Handle::Canrt(_) | Handle::Erda(_) | Handle::Baseline(_) | Handle::Wort(_) => {
-                Stats::default()
-            }
+            Handle::Canrt(s) => Stats {
+                canrt: s.stats(),
+                ..Stats::default()
+            },
+            Handle::Erda(_) | Handle::Baseline(_) | Handle::Wort(_) => Stats::default(),
         }
     }
 }

@@ -173,6 +173,10 @@ pub struct BenchArgs {
     pub smart: SmartFlags,
     #[command(flatten)]
     pub sherman: ShermanFlags,
+    /// CANRT: lock waiters READ the meta word (backing off) instead of asking the server
+    /// for a turn notice (the comparison for the notices).
+    #[arg(long)]
+    pub canrt_poll: bool,
     #[command(flatten)]
     pub sim: SimArgs,
     #[command(flatten)]
@@ -310,6 +314,7 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
         IndexKind::Canrt => Ok(IndexCfg::Canrt {
             cfg: CanrtConfig {
                 value_cap: a.value_size as u32,
+                turn_notices: !a.canrt_poll,
                 ..CanrtConfig::new(0)
             },
         }),
@@ -464,6 +469,22 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
             crate::report::server_cell(r.nvm_bytes_per_op),
             r.techniques
         );
+    }
+    for r in rows {
+        if let Some(c) = &r.canrt {
+            let _ = writeln!(
+                out,
+                "canrt {} {}: resize requests {} ({:.2}% of inserts), lock polls {:.3}/op, torn \
+                 retries {}, skipped tickets {}",
+                r.workload,
+                r.phase,
+                c.resize_requests,
+                c.resize_percent,
+                c.lock_polls as f64 / r.ops.max(1) as f64,
+                c.torn_retries,
+                c.skipped
+            );
+        }
     }
     if let Some(r) = rows.first() {
         for n in &r.notes {

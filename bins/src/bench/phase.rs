@@ -138,6 +138,9 @@ pub struct BenchRecord {
     pub nvm_store_bytes_by_op: Option<NvmByOp>,
     pub smart: SmartSummary,
     pub sherman: ShermanSummary,
+    /// CANRT's figures (`--index canrt` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canrt: Option<CanrtSummary>,
     /// Catfish's figures (`--index catfish` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spatial: Option<super::spatial::SpatialSummary>,
@@ -206,6 +209,7 @@ pub struct PhaseOut {
     nvm: Option<(NvmStats, NvmStats)>,
     smart: SmartSummary,
     sherman: ShermanSummary,
+    canrt: remora::core::canrt::ClientStats,
     key_bytes: u64,
 }
 
@@ -491,8 +495,39 @@ pub async fn phase<I: KvIndex>(
             cache_hits: sh(|s| s.cache_hits),
             cache_misses: sh(|s| s.cache_misses),
         },
+        canrt: canrt_delta(&st0.canrt, &st1.canrt),
         key_bytes: key_bytes.into_inner(),
     })
+}
+
+/// CANRT's client figures of a phase, summed over its workers.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct CanrtSummary {
+    /// Full data nodes reported to the server (each starts a resize).
+    pub resize_requests: u64,
+    /// Resize requests per insert, in percent (the paper's resize frequency).
+    pub resize_percent: f64,
+    /// READs of a meta word while waiting for a lock ticket (a turn notice was late).
+    pub lock_polls: u64,
+    /// Data-node READs retried (torn, or changed while read).
+    pub torn_retries: u64,
+    /// Our lock tickets the server skipped (taken again).
+    pub skipped: u64,
+}
+
+fn canrt_delta(
+    a: &remora::core::canrt::ClientStats,
+    b: &remora::core::canrt::ClientStats,
+) -> remora::core::canrt::ClientStats {
+    remora::core::canrt::ClientStats {
+        torn_retries: b.torn_retries - a.torn_retries,
+        lock_waits: b.lock_waits - a.lock_waits,
+        refreshes: b.refreshes - a.refreshes,
+        resize_requests: b.resize_requests - a.resize_requests,
+        skipped: b.skipped - a.skipped,
+        skip_requests: b.skip_requests - a.skip_requests,
+        turn_waits: b.turn_waits - a.turn_waits,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -512,6 +547,7 @@ pub fn record(
     let mut smart = SmartSummary::default();
     let mut sherman = ShermanSummary::default();
     let mut key_bytes = 0u64;
+    let mut canrt = CanrtSummary::default();
     let start = outs.iter().map(|o| o.start_ns).min().unwrap_or(0);
     let end = outs.iter().map(|o| o.end_ns).max().unwrap_or(0);
     for o in outs {
@@ -524,7 +560,12 @@ pub fn record(
         sherman.cache_hits += o.sherman.cache_hits;
         sherman.cache_misses += o.sherman.cache_misses;
         key_bytes += o.key_bytes;
+        canrt.resize_requests += o.canrt.resize_requests;
+        canrt.lock_polls += o.canrt.lock_waits;
+        canrt.torn_retries += o.canrt.torn_retries;
+        canrt.skipped += o.canrt.skipped;
     }
+    canrt.resize_percent = 100.0 * canrt.resize_requests as f64 / (counts.inserts.max(1)) as f64;
     let ops = counts.total();
     // Busy time is monotone in time: from the first worker's start to the last one's end.
     let first = outs
@@ -590,6 +631,7 @@ pub fn record(
         nvm_store_bytes_by_op,
         smart,
         sherman,
+        canrt: (index.index_name() == "canrt").then_some(canrt),
         spatial: None,
         notes,
     }

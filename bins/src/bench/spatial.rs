@@ -1144,6 +1144,7 @@ fn record(
         nvm_store_bytes_by_op: None,
         smart: Default::default(),
         sherman: Default::default(),
+        canrt: None,
         spatial: Some(SpatialSummary {
             mode,
             data: sh.data.name(),

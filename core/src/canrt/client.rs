@@ -36,6 +36,8 @@ pub struct ClientStats {
     pub skipped: u64,
     /// `Skip` requests sent (a served ticket, or a resize drain, stuck for a lease).
     pub skip_requests: u64,
+    /// `Wait` requests sent (a lock ticket not yet served: the server sends a turn notice).
+    pub turn_waits: u64,
 }
 
 /// Data-node buffers, one per coroutine in flight, reused (no zeroing or allocation per
@@ -79,6 +81,7 @@ pub struct Canrt<'e, E: Endpoint> {
     pub(super) resizes: Cell<u64>,
     pub(super) skips: Cell<u64>,
     pub(super) skip_requests: Cell<u64>,
+    pub(super) turn_waits: Cell<u64>,
     /// Resize waits begun (names each in its drain `Skip`s).
     pub(super) drain_waits: Cell<u64>,
     /// Bytes in the memory node's region (to bound speculative READs).
@@ -86,6 +89,8 @@ pub struct Canrt<'e, E: Endpoint> {
     /// Smoothed time one lock ticket takes to be served (ns; 0 until measured): waiters
     /// pause about this long per ticket ahead of theirs.
     pub(super) ticket_ns: Cell<u64>,
+    /// Lock waiters of this handle's coroutines and the turn notices the server sent them.
+    pub(super) mailbox: super::turn::Mailbox,
     /// Test-only mutant: trust the node READ's own copy of the meta word as the "before"
     /// read, as a reader may if the READ observes memory in ascending address order (the
     /// meta word first); no READ of the meta word alone precedes the node.
@@ -213,8 +218,10 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             resizes: Cell::new(0),
             skips: Cell::new(0),
             skip_requests: Cell::new(0),
+            turn_waits: Cell::new(0),
             ticket_ns: Cell::new(0),
             drain_waits: Cell::new(0),
+            mailbox: Default::default(),
             region_len,
             #[cfg(test)]
             ascending_check: Cell::new(false),
@@ -229,6 +236,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             resize_requests: self.resizes.get(),
             skipped: self.skips.get(),
             skip_requests: self.skip_requests.get(),
+            turn_waits: self.turn_waits.get(),
         }
     }
 
@@ -631,6 +639,30 @@ async fn room_for_tree<Q: QueuePair>(qp: &Q, g: DataGeometry) -> Result<(), Canr
         return Err(CanrtError::NodeFull { node, used, len });
     }
     Ok(())
+}
+
+impl<E: Endpoint> Canrt<'_, E> {
+    /// [`CanrtError::NodeFull`] if the region's allocator has no room left for what growing
+    /// tree `v` takes next: a chunk (a new header area), or a data array twice as large
+    /// when its data array is full.
+    pub(super) async fn room_to_grow(&self, v: &TreeView) -> Result<(), CanrtError> {
+        let qp = self.qp()?;
+        let node = qp.peer();
+        let mut hdr = [0u8; 40];
+        qp.read(GlobalAddr::new(node, 0), &mut hdr).await?;
+        let word = |o: usize| u64::from_le_bytes(hdr[o..o + 8].try_into().unwrap_or([0; 8]));
+        let (len, chunk, used) = (word(16), word(24), word(NEXT_CHUNK_OFFSET as usize));
+        let h = &v.header;
+        let need = if h.n_data as u64 >= h.data_cap {
+            (2 * h.data_cap).saturating_mul(h.data_node_size)
+        } else {
+            h.prefix_len + TREE_HEADER_LEN as u64
+        };
+        if used.saturating_add(need.next_multiple_of(chunk.max(1))) > len {
+            return Err(CanrtError::NodeFull { node, used, len });
+        }
+        Ok(())
+    }
 }
 
 pub(super) async fn read_word<Q: QueuePair>(qp: &Q, at: GlobalAddr) -> Result<u64, CanrtError> {

@@ -23,9 +23,15 @@
 //!   stores, so that word could lose updates. Here the lock word is a ticket counter touched
 //!   only by NIC FETCH_AND_ADDs, and the server writes only the meta word (bitmap + `served`
 //!   ticket). A client whose ticket is not yet served waits instead of FETCH_AND_ADDing
-//!   again: it polls the 8-byte meta word, pausing on the fabric clock about as long as the
-//!   tickets ahead of it take (measured, smoothed) and never less than an exponential
-//!   back-off ([`crate::lease`]), so a wait costs a few 8-byte READs, not one per ticket.
+//!   again, and its wait costs the memory node's NIC nothing: it SENDs `Wait` once, and
+//!   the server, when a release serves that ticket, SENDs it a turn notice with the node's
+//!   meta word (`turn.rs`; [`crate::server::Replies::send_to`]); an insert appends on the
+//!   notice itself (it needs only the free slots), other writes re-read the node. Notices
+//!   are best effort: a waiter whose notice is late (a few times the measured time of the
+//!   tickets ahead of it, doubling) READs the 8-byte meta word itself, and with
+//!   `CanrtConfig::turn_notices` off it polls it with a proportional back-off. Before,
+//!   waiters polled with an exponential back-off capped at half a millisecond and slept
+//!   past their turn: contended YCSB-A on the sim went from 1.02 to 4.44 Mops.
 //!   Only a ticket's holder may hand it back: an Unlock or Resize naming a ticket not yet
 //!   served, or the served ticket of a lock nobody holds, is refused (the connection drops).
 //! - **Dead and stalled holders** (issue 10). A ticket whose holder died before appending
@@ -45,19 +51,23 @@
 //!   land in the slot the next holder writes. With 10 ms leases and appends posted
 //!   immediately after the snapshot that grants the turn, that takes a stall of a lease
 //!   inside one doorbell.
-//! - **Durability.** A write returns only after its read-after-write flush (with
-//!   `flush_appends`), so every acknowledged write survives a memory-node crash (recovery
-//!   replays the lock holder's complete item). Readers take a holder's item as soon as it is
-//!   in memory, before its flush: a value a reader returned can vanish in a crash, but only
-//!   if its write had not yet returned, and then that write fails instead of being
-//!   acknowledged. So histories are linearizable and acknowledged writes durable; a read
-//!   concurrent with a write the crash lost may have seen it (the paper's behaviour, where
-//!   the NIC's writes reach the persistence domain, ADR, when placed, it cannot happen).
-//! - **Visibility.** The paper calls a write done once WRITE_WITH_IMM is posted but makes it
-//!   visible only when the server applies it, which is not linearizable (a client would not
-//!   read its own write). Here each DataItem carries its ticket and a checksum; a reader that
-//!   sees a lock holder also takes the holder's complete item from its free slot. Writes are
-//!   therefore visible when WRITE_WITH_IMM completes, and durable once applied.
+//! - **Durability and visibility.** Readers see only applied items: the server persists an
+//!   item before the bitmap store that makes it live (and persists that), so a value a reader
+//!   returned survives a memory-node crash whatever the platform does with the NIC's writes
+//!   (DDIO on or off). A write returns once the server has applied its item: the server
+//!   acknowledges each applied append with a turn notice naming its ticket (a late notice:
+//!   the writer sees the served ticket pass its own). So every acknowledged write is durable
+//!   and visible, and histories are linearizable (a write takes effect at the server's
+//!   bitmap store, between its call and its return). The read-after-write flush READ
+//!   (`flush_appends`) stays in the append's doorbell: with the meta word READ beside it, it
+//!   tells a writer whose ticket was skipped that the server refused its item. (The paper
+//!   calls a write done once WRITE_WITH_IMM is posted and makes it visible when the server
+//!   applies it, which is not linearizable: a client would not read its own write. Before
+//!   issue 13, remora let readers take the lock holder's unapplied item; a crash could take
+//!   back a value a reader had returned, and without the flush an acknowledged write:
+//!   `poller/tests/canrt_durable_reads.rs`.) What is left: on hardware the server's bitmap
+//!   store is visible to a READ before its `clwb` completes, a window of one cache-line
+//!   write-back (the sim applies a handler's stores and write-backs at once).
 //! - **Torn reads.** A whole-node READ can interleave with a lock release, and its 64-byte
 //!   segments observe memory in no particular order (a NIC splits a READ into PCIe reads
 //!   that complete in any order; the server's CPU stores are not ordered against it). So a
@@ -91,6 +101,7 @@ mod resize;
 mod server;
 #[cfg(test)]
 mod tests;
+mod turn;
 mod view;
 mod write;
 
@@ -130,10 +141,16 @@ pub struct CanrtConfig {
     pub lease: LeaseConfig,
     /// Whole write attempts (each resize restarts the write).
     pub write_retries: u32,
-    /// Post a READ after each append's WRITE_WITH_IMM (same doorbell): the read-after-write
-    /// flush that makes the item durable before the write returns, as a reader may have
-    /// seen it already. Costs a verb, not a round trip.
+    /// Post READs of the meta word and of the item after each append's WRITE_WITH_IMM (same
+    /// doorbell): they tell a writer whose ticket was skipped that its item was refused, and
+    /// flush the NIC's write (read-after-write). Readers never see an unapplied item, and a
+    /// write returns only once applied (persisted by the server), so durability does not
+    /// rest on them. Cost verbs, not a round trip.
     pub flush_appends: bool,
+    /// A writer whose lock ticket is not yet served asks the server to tell it when it is
+    /// (`Wait`, answered by a turn notice) instead of READing the meta word until it is: the
+    /// wait then costs the memory node's NIC nothing (but a message to its CPU).
+    pub turn_notices: bool,
 }
 
 impl CanrtConfig {
@@ -154,6 +171,7 @@ impl CanrtConfig {
             },
             write_retries: 1_000,
             flush_appends: true,
+            turn_notices: true,
         }
     }
 }
@@ -216,7 +234,8 @@ pub enum CanrtError {
         ticket: u32,
         waited_ns: u64,
     },
-    /// The memory node has no room for the tree (or for its growth).
+    /// The memory node has no room for the tree (or for its growth: a resize failed and the
+    /// region's allocator has too little left).
     NodeFull {
         node: NodeId,
         used: u64,
@@ -273,7 +292,7 @@ impl fmt::Display for CanrtError {
             CanrtError::NodeFull { node, used, len } => write!(
                 f,
                 "canrt: memory node {node} is full ({used} of {len} bytes allocated): no room \
-                 for the tree"
+                 for the tree to grow (give the node a larger region)"
             ),
             CanrtError::Retries { what } => write!(f, "canrt: {what} did not settle"),
         }

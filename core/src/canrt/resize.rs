@@ -314,10 +314,19 @@ impl CanrtServer {
             Self::store_meta(region, off, m.with_frozen(false))?;
         }
         self.resizing = false;
-        if r.is_ok() {
-            ServerStats::bump(&self.stats.resizes);
+        match r {
+            Ok(()) => ServerStats::bump(&self.stats.resizes),
+            Err(_) => {
+                // The old tree stays (nothing was published). The resize runs inside some
+                // client's message, not necessarily the reporter's: refusing that message
+                // would drop an innocent connection. Writers of the full node find it still
+                // full and ask again, or (no room left on the node) report the node full.
+                ServerStats::bump(&self.stats.failed_resizes);
+                // A failed split may have narrowed bounds it did not publish.
+                self.bounds.clear();
+            }
         }
-        r
+        Ok(())
     }
 
     /// The valid tree as a client sees it (header and prefix array from the region).

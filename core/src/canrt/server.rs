@@ -14,11 +14,12 @@ use crate::server::{Handler, LocalRegion, Replies};
 use core::sync::atomic::Ordering;
 use remora_layouts::canrt::{
     Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, ROOT_SLOT,
-    SHORT_EPOCH_MASK, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, tail_processed,
+    SHORT_EPOCH_MASK, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, Turn, tail_processed,
     tail_valid,
 };
 use remora_layouts::region::root_offset;
 use remora_layouts::{GlobalAddr, LayoutError};
+use std_alloc::collections::BTreeMap;
 use std_alloc::format;
 use std_alloc::string::String;
 use std_alloc::sync::Arc;
@@ -55,6 +56,9 @@ pub struct ServerStats {
     pub skipped: Counter,
     /// Appends and unlocks that came after their ticket was skipped (ignored).
     pub late: Counter,
+    /// Resizes that could not be done (no room on the memory node, or no tree shape): the
+    /// old tree stays valid.
+    pub failed_resizes: Counter,
 }
 
 impl ServerStats {
@@ -92,6 +96,10 @@ pub(super) struct DrainSeen {
 /// Resize waits remembered at once (the oldest is forgotten; it starts over).
 const MAX_DRAIN_WAITS: usize = 256;
 
+/// Lock waiters remembered at once (past it, a `Wait` is answered at once and its client
+/// looks for its turn itself).
+const MAX_LOCK_WAITERS: usize = 1 << 14;
+
 /// The CANRT metadata applier of one memory node.
 pub struct CanrtServer {
     pub(super) tree: Option<TreeHeader>,
@@ -110,6 +118,10 @@ pub struct CanrtServer {
     /// Per resize wait of a client (connection, the wait's name): its last drain `Skip`'s
     /// lease count and each data node's served ticket then (see [`ControlKind::Skip`]).
     pub(super) drain_seen: Vec<DrainSeen>,
+    /// Lock waiters to tell when their ticket is served: (data node, ticket) -> connection.
+    pub(super) waiters: BTreeMap<(u32, u16), usize>,
+    /// Data nodes whose served ticket this message may have moved (their waiters are told).
+    pub(super) touched: Vec<u32>,
 }
 
 impl Default for CanrtServer {
@@ -145,6 +157,8 @@ impl CanrtServer {
             stats: Arc::new(ServerStats::default()),
             scratch: Vec::new(),
             drain_seen: Vec::new(),
+            waiters: BTreeMap::new(),
+            touched: Vec::new(),
         }
     }
 
@@ -244,7 +258,15 @@ impl CanrtServer {
     }
 
     /// A WRITE_WITH_IMM notice: apply the appended DataItem.
-    fn apply(&mut self, region: &dyn LocalRegion, imm: u32) -> Result<(), FabricError> {
+    /// The appender hears that its item is applied (a [`Turn`] naming its ticket, with the
+    /// meta word after the release): its write returns then, once the item is durable and
+    /// visible to readers.
+    fn apply(
+        &mut self,
+        region: &dyn LocalRegion,
+        imm: u32,
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
         let h = self.tree(region)?;
         let g = h.data();
         let imm = Imm::decode(imm).map_err(bad_layout(region, h.data_off))?;
@@ -257,6 +279,7 @@ impl CanrtServer {
             return Ok(());
         }
         let off = self.node_off(region, &h, imm.node)?;
+        self.touched.push(imm.node);
         if imm.slot >= g.slots {
             return Err(invalid(region, off, "append beyond the node's slots"));
         }
@@ -273,6 +296,7 @@ impl CanrtServer {
                     && !tail_valid(region.load_u64(off + g.tail_off(imm.slot))?) =>
             {
                 // Applied already (by a skip request that found it before its notice came).
+                Self::ack(replies, imm.node, ticket, front);
                 return Ok(());
             }
             Ok((_, _, ticket)) if behind(ticket, front.served()) => {
@@ -303,6 +327,12 @@ impl CanrtServer {
         };
         let m = Self::commit(region, g, off, imm.slot, key, op, front)?;
         Self::release(region, off, m)?;
+        Self::ack(
+            replies,
+            imm.node,
+            front.served(),
+            m.with_served((m.served() + 1) & TICKET_MASK),
+        );
         if op != ItemOp::Delete
             && let Some(b) = self.bounds.get_mut(imm.node as usize)
         {
@@ -312,7 +342,18 @@ impl CanrtServer {
         Ok(())
     }
 
-    /// The holder of `c.ticket` hands its lock back. False if `c` names a retired tree.
+    /// Tells an appender that its item (ticket `ticket` on `node`) is applied.
+    fn ack(replies: &mut Replies, node: u32, ticket: u64, meta: Meta) {
+        let t = Turn {
+            stale: false,
+            applied: true,
+            ticket: ticket as u16,
+            node,
+            meta,
+        };
+        replies.send(&t.encode());
+    }
+
     /// The holder of `c.ticket` hands its lock back. A node of an older data array (a full
     /// rebuild moved every item out of it) needs no release: false. The node's epoch may
     /// have changed since the holder read it (a split published meanwhile): the ticket is
@@ -323,6 +364,7 @@ impl CanrtServer {
             return Ok(false);
         }
         let off = self.node_off(region, &h, c.node)?;
+        self.touched.push(c.node);
         let front = self.front(region, &h, off)?;
         if behind(c.ticket as u64, front.served()) {
             // Skipped after a lease (its holder stalled): there is nothing to hand back.
@@ -366,6 +408,7 @@ impl CanrtServer {
         ticket: u64,
     ) -> Result<bool, FabricError> {
         let off = self.node_off(region, h, id)?;
+        self.touched.push(id);
         let front = self.front(region, h, off)?;
         if front.served() != ticket || Self::outstanding(region, off, front)? == 0 {
             // It moved on meanwhile, or nobody holds it: nothing to do.
@@ -467,6 +510,86 @@ impl CanrtServer {
         Ok(())
     }
 
+    /// A `Wait` (see [`ControlKind::Wait`]): answered now if the ticket is served (or passed,
+    /// or not one handed out, or about another data array), else when it is served.
+    fn wait(
+        &mut self,
+        region: &dyn LocalRegion,
+        conn: usize,
+        c: &Control,
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        let h = self.tree(region)?;
+        let ticket = c.ticket as u16;
+        let stale = Turn {
+            stale: true,
+            applied: false,
+            ticket,
+            node: c.node,
+            meta: Meta(0),
+        };
+        if c.arg != h.array_gen as u32 || c.node >= h.n_data {
+            replies.send(&stale.encode());
+            return Ok(());
+        }
+        let off = h.data_node_off(c.node);
+        let front = self.front(region, &h, off)?;
+        let ahead = (c.ticket as u64).wrapping_sub(front.served()) & TICKET_MASK;
+        if ahead == 0
+            || ahead >= Self::outstanding(region, off, front)?
+            || self.waiters.len() >= MAX_LOCK_WAITERS
+        {
+            // Its turn, passed, not a ticket handed out, or no room to remember it.
+            let t = Turn {
+                stale: false,
+                applied: false,
+                ticket,
+                node: c.node,
+                meta: front,
+            };
+            replies.send(&t.encode());
+            return Ok(());
+        }
+        self.waiters.insert((c.node, ticket), conn);
+        Ok(())
+    }
+
+    /// Tells the waiters of the data nodes this message touched whose ticket is now served.
+    fn wake(&mut self, region: &dyn LocalRegion, conn: usize, replies: &mut Replies) {
+        let Some(h) = self.tree else {
+            self.touched.clear();
+            return;
+        };
+        while let Some(id) = self.touched.pop() {
+            if self.waiters.is_empty() {
+                self.touched.clear();
+                return;
+            }
+            if id >= h.n_data {
+                continue;
+            }
+            let Ok(front) = self.front(region, &h, h.data_node_off(id)) else {
+                continue;
+            };
+            let ticket = front.served() as u16;
+            if let Some(to) = self.waiters.remove(&(id, ticket)) {
+                let t = Turn {
+                    stale: false,
+                    applied: false,
+                    ticket,
+                    node: id,
+                    meta: front,
+                }
+                .encode();
+                if to == conn {
+                    replies.send(&t);
+                } else {
+                    replies.send_to(to, &t);
+                }
+            }
+        }
+    }
+
     /// Crash recovery (§3.6), run before any client connects: finishes committed items,
     /// replays complete unprocessed ones, unfreezes an interrupted resize's tree (the root
     /// slot still names it, so the resize never happened), and resets every lock to free.
@@ -565,11 +688,11 @@ impl Handler for CanrtServer {
         conn: usize,
         recv: Recv,
         msg: &[u8],
-        _replies: &mut Replies,
+        replies: &mut Replies,
     ) -> Result<(), FabricError> {
         let r = match recv.kind {
             RecvKind::WriteImm => match recv.imm {
-                Some(imm) => self.apply(region, imm),
+                Some(imm) => self.apply(region, imm, replies),
                 None => Err(invalid(region, 0, "WRITE_WITH_IMM without an immediate")),
             },
             RecvKind::Send => match Control::decode(msg) {
@@ -585,6 +708,7 @@ impl Handler for CanrtServer {
                         Err(e) => Err(e),
                     },
                     Ok(ControlKind::Skip) => self.skip(region, conn, &c),
+                    Ok(ControlKind::Wait) => self.wait(region, conn, &c, replies),
                     Err(_) => Err(invalid(region, 0, "unknown CANRT control message")),
                 },
                 Err(_) => Err(invalid(region, 0, "malformed CANRT control message")),
@@ -593,6 +717,7 @@ impl Handler for CanrtServer {
         if r.is_err() {
             ServerStats::bump(&self.stats.rejected);
         }
+        self.wake(region, conn, replies);
         // A resize may finish whatever the message was.
         let p = if self.resizing {
             self.progress(region)
@@ -617,6 +742,7 @@ impl Handler for CanrtServer {
     /// its resize waits' drain reports, goes.
     fn on_disconnect(&mut self, _region: &dyn LocalRegion, conn: usize) {
         self.drain_seen.retain(|d| d.conn != conn);
+        self.waiters.retain(|_, c| *c != conn);
     }
 
     fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {

@@ -543,9 +543,12 @@ fn a_torn_append_is_refused_and_never_read() {
 }
 
 #[test]
-fn a_holders_complete_item_is_visible_before_the_applier_runs() {
-    // Hand-made node: the holder (ticket 0) has written its item but the server has not
-    // applied it. Readers see it; a torn copy of it is ignored.
+fn a_holders_item_stays_invisible_until_the_applier_runs() {
+    // Hand-made node: the holder (ticket 1) has written its item but the server has not
+    // applied (persisted and committed) it. Readers see only the applied value: the NIC's
+    // write may not be durable yet, so a value read from it could vanish in a crash (issue
+    // 13). The write path still recognizes the holder's record (`pending`), a torn copy of
+    // it not.
     let g = remora_layouts::canrt::DataGeometry::new(4, 8).unwrap();
     let mut node = vec![0u8; g.node_size() as usize];
     let put_item = |node: &mut Vec<u8>, slot: u32, k: u64, v: u64, op, ticket| {
@@ -566,21 +569,25 @@ fn a_holders_complete_item_is_visible_before_the_applier_runs() {
     node[0..8].copy_from_slice(&2u64.to_le_bytes()); // ticket 1 handed out
     put_item(&mut node, 1, 7, 71, ItemOpT::Update, 1);
     let nv = NodeView::parse(g, &node).unwrap();
-    assert_eq!(nv.find(7).unwrap(), Found::Present(&71u64.to_le_bytes()));
+    assert_eq!(nv.find(7).unwrap(), Found::Present(&70u64.to_le_bytes()));
     assert_eq!(
-        nv.find_applied(7).unwrap(),
-        Found::Present(&70u64.to_le_bytes())
+        nv.pending().map(|p| p.value),
+        Some(&71u64.to_le_bytes()[..])
     );
+    let mut seen = Vec::new();
+    nv.for_each_live(|k, v| seen.push((k, v.to_vec()))).unwrap();
+    assert_eq!(seen, vec![(7, 70u64.to_le_bytes().to_vec())]);
     // Torn: the key word of the pending item is stale.
     let mut torn = node.clone();
     torn[g.slot_off(1) as usize] ^= 0x40;
     let nv = NodeView::parse(g, &torn).unwrap();
+    assert!(nv.pending().is_none());
     assert_eq!(nv.find(7).unwrap(), Found::Present(&70u64.to_le_bytes()));
-    // A pending delete hides the key.
+    // A pending delete does not hide the key before it is applied either.
     put_item(&mut node, 1, 7, 0, ItemOpT::Delete, 1);
     assert_eq!(
         NodeView::parse(g, &node).unwrap().find(7).unwrap(),
-        Found::Absent
+        Found::Present(&70u64.to_le_bytes())
     );
     // A processed item (valid bit clear) with the served ticket, as a free slot keeps one
     // 2^16 tickets later, is not the holder's.
@@ -589,16 +596,10 @@ fn a_holders_complete_item_is_visible_before_the_applier_runs() {
     let mut old = node.clone();
     old[tail_at..tail_at + 8]
         .copy_from_slice(&remora_layouts::canrt::tail_processed(tail).to_le_bytes());
-    assert_eq!(
-        NodeView::parse(g, &old).unwrap().find(7).unwrap(),
-        Found::Present(&70u64.to_le_bytes())
-    );
+    assert!(NodeView::parse(g, &old).unwrap().pending().is_none());
     // No holder (lock == served): a stale item with the served ticket is not pending.
     node[0..8].copy_from_slice(&1u64.to_le_bytes());
-    assert_eq!(
-        NodeView::parse(g, &node).unwrap().find(7).unwrap(),
-        Found::Present(&70u64.to_le_bytes())
-    );
+    assert!(NodeView::parse(g, &node).unwrap().pending().is_none());
     // A snapshot holds only if the meta word read alone before and after is the node's.
     let nv = NodeView::parse(g, &node).unwrap();
     assert!(nv.stable(m.0, m.0));

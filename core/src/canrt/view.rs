@@ -3,7 +3,7 @@
 use remora_layouts::LayoutError;
 use remora_layouts::bits::read_u64;
 use remora_layouts::canrt::{
-    DataGeometry, EPOCH_MASK, FRONT_OFF, ITEMS_OFF, Item, ItemOp, LOCK_OFF, MAX_SEGMENTS, Meta,
+    DataGeometry, EPOCH_MASK, FRONT_OFF, ITEMS_OFF, Item, LOCK_OFF, MAX_SEGMENTS, Meta,
     PrefixGeometry, Segment, TICKET_MASK, TreeHeader,
 };
 use std_alloc::vec::Vec;
@@ -277,33 +277,19 @@ impl<'a> NodeView<'a> {
         Ok(Found::Absent)
     }
 
-    /// What a reader sees for `key`: applied items, then the holder's pending record.
+    /// What a reader sees for `key`: the applied items only. A lock holder's record is not
+    /// yet persisted by the server (its NIC write may not be durable), so a reader that
+    /// returned it could see it vanish in a memory-node crash; its writer returns only once
+    /// the server has applied it (persisted, then made live by the bitmap).
     pub fn find(&self, key: u64) -> Result<Found<'a>, LayoutError> {
-        let applied = self.find_applied(key)?;
-        match self.pending() {
-            Some(p) if p.key == key => Ok(match p.op {
-                ItemOp::Insert | ItemOp::Update => Found::Present(p.value),
-                ItemOp::Delete => Found::Absent,
-            }),
-            _ => Ok(applied),
-        }
+        self.find_applied(key)
     }
 
-    /// Every live pair a reader sees (applied, with the pending record applied on top), in
-    /// slot order; `visit` gets key and value.
+    /// Every live (applied) pair, in slot order; `visit` gets key and value.
     pub fn for_each_live(&self, mut visit: impl FnMut(u64, &'a [u8])) -> Result<(), LayoutError> {
-        let pending = self.pending();
         for s in self.live_slots() {
             let it = self.item(s)?;
-            if pending.is_some_and(|p| p.key == it.key) {
-                continue;
-            }
             visit(it.key, it.value);
-        }
-        if let Some(p) = pending
-            && p.op != ItemOp::Delete
-        {
-            visit(p.key, p.value);
         }
         Ok(())
     }

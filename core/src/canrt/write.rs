@@ -2,6 +2,7 @@
 //! and reporting a ticket stuck for a lease), check the bitmap, append with WRITE_WITH_IMM.
 use super::CanrtError;
 use super::client::{Bracket, Canrt, Fresh, MAX_ITEM, Wrote, read_word};
+use super::turn::Mailbox;
 use super::view::{Found, NodeView, TreeView};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::lease::{Verdict, Waiter};
@@ -51,6 +52,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 max,
             });
         }
+        self.drain_notices()?;
         for _ in 0..self.cfg.write_retries {
             match self.write_once(op, key, value).await? {
                 Wrote::Done(present) => return Ok(present),
@@ -99,8 +101,17 @@ impl<E: Endpoint> Canrt<'_, E> {
         let mut waiter = Waiter::new(self.cfg.lease, since);
         let mut seen = t;
         let mut moved_at = since;
-        let mut direct = None;
         let mut report = false;
+        // Registered for a turn notice (and `Wait` sent): unregistered however we leave.
+        let _asked = Asked {
+            mailbox: &self.mailbox,
+            node: id,
+            ticket: t as u16,
+            applied: false,
+        };
+        let mut asked = false;
+        // Consecutive notice waits that ran out without the served ticket moving.
+        let mut late = 0u32;
         loop {
             let nv = match self.snapshot(g, &bracket, buf) {
                 Ok(Some(nv)) => Some(nv),
@@ -154,24 +165,76 @@ impl<E: Endpoint> Canrt<'_, E> {
                 Self::bump(&self.torn);
             }
             report = false;
-            // Wait for our turn on the meta word alone (8 bytes a poll, backing off on the
-            // fabric clock), then re-read the node. A frozen node is re-read now and then, to
-            // notice a new tree. A served ticket that does not move for a lease is reported
-            // to the server, which skips it.
+            // Wait for our turn: ask the server once to tell us (`Wait`), then wait for its
+            // notice, costing the memory node nothing. A notice that is late (lost, or a
+            // fabric that delivers none) has us READ the meta word, backing off; a served
+            // ticket that does not move for a lease is reported to the server, which skips
+            // it. A frozen node is re-read now and then, to notice a new tree.
             loop {
                 polls += 1;
-                match waiter.observe(1 << 63 | seen, self.ep.now_ns()) {
-                    _ if polls > self.cfg.lock_polls => {
-                        return Err(self.lock_timeout(addr, seen, t, since));
+                if polls > self.cfg.lock_polls {
+                    return Err(self.lock_timeout(addr, seen, t, since));
+                }
+                if !asked && self.cfg.turn_notices && !self.mailbox.deaf.get() {
+                    self.mailbox.register(id, t as u16, false);
+                    Self::bump(&self.turn_waits);
+                    self.control(ControlKind::Wait, &v, v.epoch_tag(), id, t)
+                        .await?;
+                    asked = true;
+                }
+                // About the time the tickets ahead of ours take (measured, smoothed), then
+                // doubling while the served ticket does not move.
+                let ahead = t.wrapping_sub(seen) & TICKET_MASK;
+                let est = ahead.max(1).saturating_mul(self.ticket_ns.get().max(1_000));
+                let lease = self.cfg.lease;
+                let ns = if asked {
+                    // A notice is coming: look for ourselves only well after it is due.
+                    est.saturating_mul(4 << late.min(16))
+                        .clamp(lease.min_backoff_ns, lease.lease_ns / 4)
+                } else {
+                    // Polling: about when the tickets ahead should be done.
+                    (est / 2)
+                        .saturating_mul(1 << late.min(6))
+                        .clamp(lease.min_backoff_ns, lease.max_backoff_ns)
+                };
+                if let Some(turn) = self.await_turn(id, t as u16, false, ns).await? {
+                    asked = false;
+                    let m = turn.meta;
+                    if turn.stale {
+                        break;
                     }
-                    Verdict::Wait(ns) => {
-                        // Proportional back-off: about the time the tickets ahead of ours
-                        // take, so a waiter polls a few times per wait, not per ticket.
-                        let ahead = t.wrapping_sub(seen) & TICKET_MASK;
-                        let cap = self.cfg.lease.max_backoff_ns.max(1);
-                        let est = ahead.saturating_mul(self.ticket_ns.get());
-                        self.ep.pause(ns.max(est).min(cap)).await
+                    self.moved(&mut moved_at, seen, m.served());
+                    seen = m.served();
+                    if m.served() == t
+                        && !m.frozen()
+                        && m.epoch() == v.epoch_tag()
+                        && op == ItemOp::Insert
+                    {
+                        // Our turn, and an insert needs only the free slots (the server drops
+                        // the key's older item when it applies ours): append at once.
+                        return self.put(&v, id, addr, m, false, op, key, value, t).await;
                     }
+                    break;
+                }
+                Self::bump(&self.waits);
+                let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
+                let now = self.ep.now_ns();
+                if m.served() != seen {
+                    late = 0;
+                } else {
+                    late += 1;
+                }
+                self.moved(&mut moved_at, seen, m.served());
+                seen = m.served();
+                if m.served() == t
+                    || skipped(t, m.served())
+                    || m.epoch() != v.epoch_tag()
+                    || (m.frozen() && polls.is_multiple_of(8))
+                {
+                    break;
+                }
+                match waiter.observe(1 << 63 | seen, now) {
+                    Verdict::Wait(_) => {}
                     Verdict::Expired { .. } => {
                         // Look at the whole node before reporting the ticket.
                         report = true;
@@ -181,38 +244,25 @@ impl<E: Endpoint> Canrt<'_, E> {
                         return Err(self.lock_timeout(addr, seen, t, since));
                     }
                 }
-                if t.wrapping_sub(seen) & TICKET_MASK == 1 && direct != Some(seen) {
-                    // Next in line, and paused about as long as the holder takes: READ the
-                    // whole node at once (our turn then costs no extra round trip); once per
-                    // holder, the meta word alone after that.
-                    direct = Some(seen);
-                    break;
-                }
-                Self::bump(&self.waits);
-                let m = Meta(read_word(qp, addr.add(FRONT_OFF)).await?);
-                let now = self.ep.now_ns();
-                let moved = m.served().wrapping_sub(seen) & TICKET_MASK;
-                if moved > 0 && moved <= TICKET_MASK / 2 && now > moved_at {
-                    // How long a ticket takes here, smoothed: the next pauses' measure.
-                    let sample = (now - moved_at) / moved;
-                    let old = self.ticket_ns.get();
-                    self.ticket_ns.set(if old == 0 {
-                        sample
-                    } else {
-                        (3 * old + sample) / 4
-                    });
-                    moved_at = now;
-                }
-                seen = m.served();
-                if m.served() == t
-                    || skipped(t, m.served())
-                    || m.epoch() != v.epoch_tag()
-                    || (m.frozen() && polls.is_multiple_of(8))
-                {
-                    break;
-                }
             }
             self.read_snapshot(addr, &mut bracket, buf).await?;
+        }
+    }
+
+    /// The served ticket moved from `seen` to `served`: how long a ticket takes here,
+    /// smoothed (the next waits' measure).
+    fn moved(&self, moved_at: &mut u64, seen: u64, served: u64) {
+        let now = self.ep.now_ns();
+        let moved = served.wrapping_sub(seen) & TICKET_MASK;
+        if moved > 0 && moved <= TICKET_MASK / 2 && now > *moved_at {
+            let sample = (now - *moved_at) / moved;
+            let old = self.ticket_ns.get();
+            self.ticket_ns.set(if old == 0 {
+                sample
+            } else {
+                (3 * old + sample) / 4
+            });
+            *moved_at = now;
         }
     }
 
@@ -238,7 +288,6 @@ impl<E: Endpoint> Canrt<'_, E> {
         value: &[u8],
         t: u64,
     ) -> Result<Wrote, CanrtError> {
-        let g = v.data();
         let present = match nv.find_applied(key) {
             Ok(Found::Present(_)) => true,
             Ok(Found::Absent) => false,
@@ -253,15 +302,39 @@ impl<E: Endpoint> Canrt<'_, E> {
             self.unlock(v, v.epoch_tag(), id, t).await?;
             return Ok(Wrote::Done(false));
         }
-        let free = !nv.front.bitmap() & g.full_bitmap();
+        self.put(v, id, addr, nv.front, present, op, key, value, t)
+            .await
+    }
+
+    /// The writing phase, holding the lock (ticket `t`) of a node whose meta word is
+    /// `front`: a resize request if it is full, else the append.
+    #[allow(clippy::too_many_arguments)]
+    async fn put(
+        &self,
+        v: &TreeView,
+        id: u32,
+        addr: GlobalAddr,
+        front: Meta,
+        present: bool,
+        op: ItemOp,
+        key: u64,
+        value: &[u8],
+        t: u64,
+    ) -> Result<Wrote, CanrtError> {
+        let g = v.data();
+        let free = !front.bitmap() & g.full_bitmap();
         if free == 0 {
             // Lines 21-22: the node is full; the server resizes the tree.
             Self::bump(&self.resizes);
             self.control(ControlKind::Resize, v, v.epoch_tag(), id, t)
                 .await?;
             // A new tree, or the node writable again (the server ignored the request: our
-            // ticket had been skipped), then write again.
+            // ticket had been skipped, or the resize failed), then write again.
             self.await_thaw(v, addr).await?;
+            if self.view().header.epoch == v.header.epoch {
+                // No new tree: if the memory node has no room left to grow into, say so.
+                self.room_to_grow(v).await?;
+            }
             return Ok(Wrote::Again);
         }
         let slot = free.trailing_zeros();
@@ -277,6 +350,17 @@ impl<E: Endpoint> Canrt<'_, E> {
         .encode()
         .map_err(CanrtError::Config)?;
         let remote = addr.add(g.slot_off(slot));
+        // The server acknowledges the item once applied (a turn notice naming our ticket).
+        let listen = self.cfg.turn_notices && !self.mailbox.deaf.get();
+        let _ack = Asked {
+            mailbox: &self.mailbox,
+            node: id,
+            ticket: t as u16,
+            applied: true,
+        };
+        if listen {
+            self.mailbox.register(id, t as u16, true);
+        }
         if self.cfg.flush_appends {
             // A READ after the WRITE on the same queue pair completes only once the written
             // bytes left the NIC for memory: the item is durable when the write returns.
@@ -307,6 +391,10 @@ impl<E: Endpoint> Canrt<'_, E> {
                 Self::bump(&self.skips);
                 return Ok(Wrote::Again);
             }
+            if served != t {
+                // Applied already (a server that keeps up, or a skip that found our item).
+                return Ok(Wrote::Done(present));
+            }
         } else {
             self.qp()?
                 .post(&mut [Op::WriteImm {
@@ -316,7 +404,63 @@ impl<E: Endpoint> Canrt<'_, E> {
                 }])
                 .await?;
         }
+        self.await_applied(addr, id, t, listen).await?;
         Ok(Wrote::Done(present))
+    }
+
+    /// Waits until the server has applied our item (ticket `t` of data node `id`): readers
+    /// see only applied items, which the server persists before it makes them live, so a
+    /// write returns once it is durable and visible. The server's acknowledgement ends the
+    /// wait (`listen`); without it, or if it is late, the meta word's served ticket moving
+    /// past ours does (the item was applied, by its notice or by a skip that found it).
+    async fn await_applied(
+        &self,
+        addr: GlobalAddr,
+        id: u32,
+        t: u64,
+        listen: bool,
+    ) -> Result<(), CanrtError> {
+        let since = self.ep.now_ns();
+        let mut waiter = Waiter::new(self.cfg.lease, since);
+        let lease = self.cfg.lease;
+        let est = self.ticket_ns.get().max(1_000);
+        for late in 0..self.cfg.lock_polls {
+            let ns = if listen {
+                est.saturating_mul(4 << late.min(16))
+                    .clamp(lease.min_backoff_ns, lease.lease_ns / 4)
+            } else {
+                (est / 2)
+                    .saturating_mul(1 << late.min(6))
+                    .clamp(lease.min_backoff_ns, lease.max_backoff_ns)
+            };
+            if self.await_turn(id, t as u16, true, ns).await?.is_some() {
+                return Ok(());
+            }
+            Self::bump(&self.waits);
+            let m = Meta(read_word(self.qp()?, addr.add(FRONT_OFF)).await?);
+            if m.served() != t {
+                return Ok(());
+            }
+            if let Verdict::GiveUp { .. } = waiter.observe(1 << 63 | t, self.ep.now_ns()) {
+                break;
+            }
+        }
+        Err(self.lock_timeout(addr, t, t, since))
+    }
+}
+
+/// Unregisters a lock waiter from the mailbox when its write attempt ends.
+struct Asked<'m> {
+    mailbox: &'m Mailbox,
+    node: u32,
+    ticket: u16,
+    applied: bool,
+}
+
+impl Drop for Asked<'_> {
+    fn drop(&mut self) {
+        self.mailbox
+            .unregister(self.node, self.ticket, self.applied);
     }
 }
 

@@ -297,6 +297,31 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             }
             post_reply(&mut w.borrow_mut(), end, m);
         }
+        // Wake-ups for other connections of this node (`Replies::send_to`): best effort, a
+        // connection that is gone or not this node's drops its message.
+        for (to, m) in replies.iter_other() {
+            let Ok(to) = u32::try_from(to) else { continue };
+            let ours = {
+                let wb = w.borrow();
+                wb.ends
+                    .get(to as usize)
+                    .is_some_and(|e| e.server && e.node == node)
+            };
+            if !ours {
+                continue;
+            }
+            Busy {
+                w: &w,
+                node: n,
+                thread: t,
+                dur: reply_cost,
+                until: None,
+            }
+            .await;
+            if alive(&w, n, to, start) {
+                post_reply(&mut w.borrow_mut(), to, m);
+            }
+        }
     }
 }
 

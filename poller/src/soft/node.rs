@@ -418,8 +418,16 @@ impl SoftMemoryNode {
         let mut conns = lock(&self.conns);
         let mut served = 0;
         let mut dead = Vec::new();
+        let mut others = Vec::new();
         for (i, (id, qp, _)) in conns.iter().enumerate() {
-            match serve_connection(&mut **handler, replies, &region, *id, qp, buf) {
+            let r = serve_connection(&mut **handler, replies, &region, *id, qp, buf, &mut others);
+            // Wake-ups for other connections (`Replies::send_to`), best effort.
+            for (to, m) in others.drain(..) {
+                if let Some((_, q, _)) = conns.iter().find(|c| c.0 == to) {
+                    let _ = block_on(q.send(&m));
+                }
+            }
+            match r {
                 Ok(n) => served += n,
                 Err(e) => {
                     dead.push((i, format!("dropping connection {id}: {e}")));
@@ -561,8 +569,25 @@ impl SoftMemoryNode {
             let Service { handler, replies } = service;
             let region = self.mem.local();
             let mut served = 0;
+            let mut others = Vec::new();
             for (i, (id, qp, _)) in mine.iter().enumerate() {
-                match serve_connection(&mut **handler, replies, &region, *id, qp, &mut buf) {
+                let r = serve_connection(
+                    &mut **handler,
+                    replies,
+                    &region,
+                    *id,
+                    qp,
+                    &mut buf,
+                    &mut others,
+                );
+                // Wake-ups for other connections (`Replies::send_to`), best effort: one
+                // another thread owns is not reached (its client looks for itself).
+                for (to, m) in others.drain(..) {
+                    if let Some((_, q, _)) = mine.iter().find(|c| c.0 == to) {
+                        let _ = block_on(q.send(&m));
+                    }
+                }
+                match r {
                     Ok(k) => served += k,
                     Err(e) => {
                         dead.push((i, format!("dropping connection {id}: {e}")));
@@ -666,7 +691,8 @@ struct Service {
     replies: Replies,
 }
 
-/// Serves what is waiting on one connection; returns how many messages.
+/// Serves what is waiting on one connection; returns how many messages. Messages the
+/// handler queued for other connections are added to `others`.
 fn serve_connection(
     handler: &mut dyn Handler,
     replies: &mut Replies,
@@ -674,6 +700,7 @@ fn serve_connection(
     id: usize,
     qp: &SoftQp,
     buf: &mut [u8],
+    others: &mut Vec<(usize, Vec<u8>)>,
 ) -> Result<usize, FabricError> {
     let mut n = 0;
     while let Some(r) = qp.try_recv(buf)? {
@@ -687,6 +714,7 @@ fn serve_connection(
         for m in replies.iter() {
             block_on(qp.send(m))?;
         }
+        others.extend(replies.iter_other().map(|(to, m)| (to, m.to_vec())));
         n += 1;
     }
     Ok(n)

@@ -384,3 +384,36 @@ fn a_drain_stuck_on_a_dead_ticket_is_skipped_by_one_waits_reports() {
     Handler::on_disconnect(&mut *node.server.borrow_mut(), &node.pm, 0);
     assert!(node.server.borrow().drain_seen.is_empty());
 }
+
+/// A memory node that fills while the tree grows says so, to the writer whose insert needs
+/// the room; before, the failed resize dropped the connection of whichever client's message
+/// ran it (a "flushed" or "retry exceeded" error, or a writer retrying for good).
+#[test]
+fn a_node_that_fills_while_growing_is_reported_as_full() {
+    let node = MemNode::new(Pm::new(96 << 10, 1 << 12));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        let mut err = None;
+        let mut inserted = 0u64;
+        for k in 0..100_000u64 {
+            match t.upsert(&be(k * 7919), &k.to_le_bytes()).await {
+                Ok(()) => inserted += 1,
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = err.expect("the node never filled");
+        assert!(matches!(e, CanrtError::NodeFull { node: 0, .. }), "{e:?}");
+        assert!(e.to_string().contains("memory node 0 is full"), "{e}");
+        assert!(inserted > 100, "{inserted}");
+        // What was inserted is still there, and the handle still works.
+        let mut out = [0u8; 8];
+        for k in 0..inserted {
+            assert_eq!(t.get(&be(k * 7919), &mut out).await.unwrap(), Some(8));
+        }
+        assert!(t.upsert(&be(7919), &1u64.to_le_bytes()).await.is_ok());
+    });
+}
