@@ -270,6 +270,9 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
             "{name}: {:.2} RT/op, {:.0} B/op",
             pt.round_trips_per_op, pt.bytes_per_op
         );
+        if let Some(o) = pt.offloaded_share {
+            let _ = write!(s, ", {:.0}% of searches offloaded", 100.0 * o);
+        }
         if let Some(b) = pt.bound() {
             let _ = write!(s, ", {b}");
         }
