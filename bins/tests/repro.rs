@@ -34,7 +34,15 @@ fn sherman_report_charts_and_check() {
     let d = dir("sherman");
     let out = d.to_str().unwrap();
     ok(&remora(&[
-        "repro", "sherman", "--scale", "tiny", "--out", out, "--quiet",
+        "repro",
+        "sherman",
+        "--scale",
+        "tiny",
+        "--only",
+        "sherman-factors",
+        "--out",
+        out,
+        "--quiet",
     ]));
     let md = std::fs::read_to_string(d.join("report.md")).unwrap();
     assert!(
@@ -48,10 +56,13 @@ fn sherman_report_charts_and_check() {
         "sherman-factors.png",
         "sherman-factors.svg",
         "sherman-factors-cdf.png",
-        "sherman-clients-a.svg",
     ] {
         assert!(d.join(f).exists(), "{f} missing");
     }
+    assert!(
+        !d.join("sherman-clients-a.json").exists(),
+        "--only ran another experiment"
+    );
     // Every factor step has its own row in the CSV, with its command.
     let csv = std::fs::read_to_string(d.join("sherman-factors.csv")).unwrap();
     for step in ["FG+", "+ on-chip lock", "+ two-level version"] {
@@ -79,6 +90,8 @@ fn sherman_report_charts_and_check() {
         "sherman",
         "--scale",
         "tiny",
+        "--only",
+        "sherman-factors",
         "--out",
         d2.to_str().unwrap(),
         "--quiet",
@@ -89,6 +102,10 @@ fn sherman_report_charts_and_check() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("sherman/write-throughput"), "{err}");
     assert_eq!(err.matches("\n  ").count(), 1, "one difference only: {err}");
+    // An unknown experiment is refused before anything runs.
+    let o = remora(&["repro", "sherman", "--only", "nope", "--out", out]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sherman-factors"));
 }
 
 #[test]

@@ -59,6 +59,10 @@ pub struct ReproArgs {
     /// No per-experiment progress lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Run only these experiments (ids as in the report, comma-separated); the report keeps
+    /// the claims measured from them.
+    #[arg(long, value_delimiter = ',', value_name = "ID,...")]
+    pub only: Vec<String>,
 }
 
 /// The sizes of one scale.
@@ -94,7 +98,7 @@ impl Scale {
                 ops: 200,
                 warmup: 50,
                 rects: 200,
-                per_node: vec![1, 2],
+                per_node: vec![1],
             },
             ScaleSel::Full => Scale {
                 name: "full",
@@ -308,6 +312,24 @@ pub fn papers(sel: PaperSel, scale: &Scale) -> Vec<Paper> {
             _ => catfish::paper(scale),
         })
         .collect()
+}
+
+impl Paper {
+    /// Keeps only the experiments `only` names (all if empty) and the claims measured from
+    /// them.
+    pub fn restrict(mut self, only: &[String]) -> Paper {
+        if only.is_empty() {
+            return self;
+        }
+        let keep = |e: &str| only.iter().any(|o| o == e);
+        self.experiments.retain(|e| keep(&e.id));
+        self.claims.retain(|c| match (&c.points, &c.alone) {
+            (Some((n, d)), _) => keep(&n.exp) && keep(&d.exp),
+            (None, Some(k)) => keep(&k.exp),
+            (None, None) => false,
+        });
+        self
+    }
 }
 
 pub fn run(a: &ReproArgs) -> Result<(), String> {

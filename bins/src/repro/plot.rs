@@ -147,7 +147,7 @@ where
                 ch.draw_series(pts.iter().map(|&p| Circle::new(p, 4, c.filled())))
                     .map_err(e)?;
             }
-            legend(&mut ch, lab)?;
+            legend(&mut ch, lab, SeriesLabelPosition::LowerRight)?;
         }
         ChartSpec::Bars {
             title,
@@ -199,7 +199,7 @@ where
                         Rectangle::new([(x, y - 5), (x + 14, y + 5)], c.filled())
                     });
             }
-            legend(&mut ch, lab)?;
+            legend(&mut ch, lab, SeriesLabelPosition::UpperLeft)?;
         }
         ChartSpec::Cdf { title, lines } => {
             let pos = || {
@@ -240,21 +240,25 @@ where
                     PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
                 });
             }
-            legend(&mut ch, lab)?;
+            legend(&mut ch, lab, SeriesLabelPosition::LowerRight)?;
         }
     }
     Ok(())
 }
 
+/// The legend box, where the data leaves room: bars start at zero (upper left is free of
+/// the first group's short bars more often than not); rising curves and CDFs leave the lower
+/// right free.
 fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     ch: &mut ChartContext<'a, DB, CT>,
     font: FontDesc<'a>,
+    pos: SeriesLabelPosition,
 ) -> Result<(), String>
 where
     DB::ErrorType: 'static,
 {
     ch.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(pos)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(font)

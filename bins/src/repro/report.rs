@@ -143,11 +143,13 @@ impl Row {
     }
 }
 
-/// Where a ratio lies against 1. A claim of "no considerable difference" (a paper range
-/// that holds 1) counts 0.8..1.25 as "near" 1.
+/// Where a ratio lies against 1: "near" within 3% of it (so a tie does not flip sides on
+/// noise), or within 0.8..1.25 for a claim of "no considerable difference" (a paper range
+/// that holds 1).
 fn side(v: Option<f64>, near_one: bool) -> String {
+    let band = if near_one { 0.8..=1.25 } else { 0.97..=1.03 };
     match v {
-        Some(v) if near_one && (0.8..=1.25).contains(&v) => "near",
+        Some(v) if band.contains(&v) => "near",
         Some(v) if v > 1.0 => "above",
         Some(v) if v < 1.0 => "below",
         Some(_) => "near",
@@ -321,10 +323,15 @@ impl Report {
         Report {
             tool: "repro".into(),
             command: format!(
-                "remora repro {} --scale {} --out {}",
+                "remora repro {} --scale {} --out {}{}",
                 format!("{:?}", a.paper).to_lowercase(),
                 scale.name,
-                a.out.display()
+                a.out.display(),
+                if a.only.is_empty() {
+                    String::new()
+                } else {
+                    format!(" --only {}", a.only.join(","))
+                }
             ),
             scale: scale.name.into(),
             papers,
@@ -789,6 +796,10 @@ mod tests {
         let mut up2 = up.clone();
         up2.remora = Some(1.5);
         assert!(diff(&a, &report(vec![up2, other.clone()])).is_empty());
+        // A tie is "near" 1, not above or below it.
+        assert_eq!(side(Some(1.01), false), "near");
+        assert_eq!(side(Some(1.2), true), "near");
+        assert_eq!(side(Some(1.2), false), "above");
         // Flipped side, lost row, new row: each reported.
         let d = diff(&a, &report(vec![down, other.clone()]));
         assert_eq!(d.len(), 1, "{d:?}");

@@ -131,8 +131,21 @@ pub fn run(a: &ReproArgs) -> Result<(), String> {
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let t = Instant::now();
     let mut reports = Vec::new();
+    let known: Vec<String> = super::papers(a.paper, &scale)
+        .iter()
+        .flat_map(|p| p.experiments.iter().map(|e| e.id.clone()))
+        .collect();
+    if let Some(bad) = a.only.iter().find(|o| !known.contains(o)) {
+        return Err(format!(
+            "--only {bad}: no such experiment here (one of: {})",
+            known.join(", ")
+        ));
+    }
     for p in super::papers(a.paper, &scale) {
-        reports.push(paper(&p, a, &scale)?);
+        let p = p.restrict(&a.only);
+        if !p.experiments.is_empty() {
+            reports.push(paper(&p, a, &scale)?);
+        }
     }
     let full = report::Report::new(a, &scale, reports);
     full.write(&a.out)?;
