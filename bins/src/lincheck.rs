@@ -158,6 +158,21 @@ fn index_cfg(kind: IndexKind) -> Result<IndexCfg, String> {
             server: ErdaConfig::small(),
             client: ErdaClientConfig::default(),
         },
+        IndexKind::ErdaRedo | IndexKind::ErdaRaw => IndexCfg::ErdaBaseline {
+            scheme: if kind == IndexKind::ErdaRedo {
+                remora::core::erda::baseline::Scheme::Redo
+            } else {
+                remora::core::erda::baseline::Scheme::Raw
+            },
+            server: ErdaConfig::small(),
+            client: ErdaClientConfig::default(),
+        },
+        IndexKind::Wort => IndexCfg::Wort {
+            kind: remora::core::wort::Kind::Wort,
+        },
+        IndexKind::Woart => IndexCfg::Wort {
+            kind: remora::core::wort::Kind::Woart,
+        },
         IndexKind::Catfish => {
             return Err(
                 "Catfish is not a key-value index: its linearizability test is \
@@ -206,7 +221,7 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
     if let Some(e) = errors.borrow().first() {
         return Err(format!("seed {seed}: {e}"));
     }
-    let scans = !matches!(cfg, IndexCfg::Erda { .. });
+    let scans = !matches!(cfg, IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. });
     for c in 0..clients {
         let base = sim.client(c as usize % 4).map_err(|e| e.0)?;
         let (rec, errs) = (&rec, &errors);
@@ -277,7 +292,7 @@ fn soft_history(
         remora::core::block_on::block_on(Handle::open(&ep, cfg))
             .map_err(|e| format!("creating the index: {e}"))?;
     }
-    let scans = !matches!(cfg, IndexCfg::Erda { .. });
+    let scans = !matches!(cfg, IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. });
     let start = Instant::now();
     let parts: Result<Vec<History>, String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)

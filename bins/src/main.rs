@@ -61,6 +61,10 @@ pub enum Service {
     Canrt,
     Erda,
     Catfish,
+    /// WORT, the CANRT paper's server-reply baseline (a persistent radix tree of 4-bit digits).
+    Wort,
+    /// WOART, WORT with adaptive nodes.
+    Woart,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -115,6 +119,18 @@ pub struct MemnodeArgs {
     /// Data connections at most; more are refused with a clear error.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// Server threads: connection k is served by thread k mod N, each with its own handler
+    /// where the service can share its state (Catfish); `--core` pins the first.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Server threads poll their connections without pause instead of giving the CPU away
+    /// when idle (the Catfish paper's polling server).
+    #[arg(long)]
+    pub polling: bool,
+    /// Serve Catfish's TCP/IP baseline on this address (HOST:PORT) instead of a soft memory
+    /// node (`--service catfish`; `remora bench --index catfish --mode tcp --tcp-connect`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub tcp_listen: Option<String>,
 }
 
 fn parse_mode(s: &str) -> Result<u32, String> {
@@ -146,6 +162,9 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Memnode(a) => match a.fabric {
             MemnodeFabric::Soft => memnode::run(&a),
+            MemnodeFabric::Verbs if a.threads != 1 || a.polling || a.tcp_listen.is_some() => {
+                Err("--threads, --polling and --tcp-listen are for --fabric soft".into())
+            }
             MemnodeFabric::Verbs => verbs_cmds::memnode(&a),
         },
         Cmd::Bench(a) => bench::run(&a),

@@ -1,11 +1,14 @@
 //! `remora memnode --fabric soft`: a standalone memory node serving its region to client
 //! processes of this machine through a Unix control socket.
+use crate::bench::tcp::TcpServer;
 use crate::{MemnodeArgs, Service};
 use remora::core::canrt::CanrtServer;
 use remora::core::catfish::CatfishServer;
+use remora::core::catfish::server::MAX_WINDOW;
 use remora::core::erda::{ErdaConfig, ErdaServer};
 use remora::core::server::{Echo, Handler};
-use remora::poller::soft::{Backing, NodeConfig, SoftMemoryNode, control};
+use remora::core::wort::{Kind, WortServer};
+use remora::poller::soft::{Backing, NodeConfig, ServeMode, SoftMemoryNode, control};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,6 +31,8 @@ pub(crate) fn handler_for(
     match service {
         Service::Echo => Box::new(Echo),
         Service::Canrt => Box::new(CanrtServer::new()),
+        Service::Wort => Box::new(WortServer::new(Kind::Wort)),
+        Service::Woart => Box::new(WortServer::new(Kind::Woart)),
         Service::Catfish => Box::new(CatfishServer::new(max_msg)),
         Service::Erda => {
             // Half the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
@@ -47,7 +52,54 @@ pub(crate) fn handler_for(
     }
 }
 
+/// Installs the SIGINT/SIGTERM handlers that set `STOP`.
+fn on_signals() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+/// `--tcp-listen`: Catfish's TCP/IP baseline server instead of a soft memory node.
+fn run_tcp(a: &MemnodeArgs, listen: &str) -> Result<(), String> {
+    if a.service != Service::Catfish {
+        return Err("--tcp-listen serves the Catfish TCP baseline: add --service catfish".into());
+    }
+    if a.file.is_some() || a.pmem.is_some() {
+        return Err("--tcp-listen keeps its tree in process memory: no --file or --pmem".into());
+    }
+    let region = a.region_mib.unwrap_or(DEFAULT_REGION_MIB) << 20;
+    let server = TcpServer::start(listen, region, TCP_FANOUT, MAX_WINDOW)?;
+    on_signals();
+    println!(
+        "memnode (Catfish TCP baseline): tree of fanout {TCP_FANOUT} in a {} MiB region; \
+         listening on {} (remora bench --index catfish --mode tcp --tcp-connect {})",
+        region >> 20,
+        server.addr(),
+        server.addr()
+    );
+    let deadline = a
+        .seconds
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    while !STOP.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(server);
+    println!("memnode (Catfish TCP baseline): stopped");
+    Ok(())
+}
+
+/// Entries per node of the TCP baseline's tree (the paper's node size).
+const TCP_FANOUT: usize = 30;
+
 pub fn run(a: &MemnodeArgs) -> Result<(), String> {
+    if let Some(l) = &a.tcp_listen {
+        return run_tcp(a, l);
+    }
+    if a.threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
     // An existing region file keeps its size (a different --region-mib is refused when it
     // is opened); anything else gets --region-mib or the default.
     let path = a.file.as_ref().or(a.pmem.as_ref());
@@ -101,11 +153,7 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         },
     )
     .map_err(|e| e.to_string())?;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    on_signals();
     if let Some(c) = a.core
         && !core_pin(c)
     {
@@ -124,7 +172,25 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
     let deadline = a
         .seconds
         .map(|s| Instant::now() + Duration::from_secs_f64(s));
-    node.serve_until(&STOP, deadline);
+    if a.threads == 1 && !a.polling {
+        node.serve_until(&STOP, deadline);
+    } else {
+        let mode = if a.polling {
+            ServeMode::Polling
+        } else {
+            ServeMode::Event
+        };
+        let cores: Vec<usize> = a.core.into_iter().collect();
+        let servers = node.spawn_servers(a.threads, mode, &cores);
+        println!(
+            "memnode {}: {} server threads, {mode:?} mode",
+            cfg.node_id, a.threads
+        );
+        while !STOP.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(servers);
+    }
     println!("memnode {}: stopped", cfg.node_id);
     Ok(())
 }

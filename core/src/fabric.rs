@@ -409,6 +409,19 @@ pub trait QueuePair {
     /// True once an error has put the queue pair in the error state.
     fn is_broken(&self) -> bool;
 
+    /// The fabric's clock as this queue pair's thread sees it ([`Endpoint::now_ns`]), for
+    /// code that holds a queue pair but no endpoint and must bound a wait in time (a reply
+    /// that may never come). `None`: this fabric has no clock.
+    fn clock_ns(&self) -> Option<u64> {
+        None
+    }
+
+    /// Lets the other coroutines of this thread run for about `ns` nanoseconds of
+    /// [`QueuePair::clock_ns`] ([`Endpoint::pause`]). The default yields once.
+    fn pause(&self, _ns: u64) -> impl Future<Output = ()> {
+        crate::block_on::yield_now()
+    }
+
     /// READ `buf.len()` bytes at `remote`.
     fn read<'a>(
         &'a self,

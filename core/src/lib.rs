@@ -38,6 +38,8 @@ pub mod server;
 #[cfg(feature = "alloc")]
 pub mod sherman;
 pub mod smart;
+#[cfg(feature = "alloc")]
+pub mod wort;
 
 pub use counters::{Counters, Snapshot};
 pub use fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, SegmentOrder};

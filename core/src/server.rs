@@ -173,6 +173,14 @@ pub trait Handler {
     fn service(&self) -> &'static str {
         "custom"
     }
+
+    /// A handler for one more server thread of the same node, sharing this handler's
+    /// service state (a node with N threads asks N - 1 times; each thread then serves its
+    /// own share of the connections, so each connection sees one handler only). `None`: this
+    /// service runs on one thread, and the node's threads take turns on this handler.
+    fn fork(&mut self) -> Option<std_alloc::boxed::Box<dyn Handler + Send>> {
+        None
+    }
 }
 
 /// The echo service as a [`Handler`] (see [`crate::echo`]).

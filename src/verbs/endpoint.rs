@@ -6,7 +6,7 @@ use super::error::VerbsError;
 use super::mr::Pd;
 use super::qp::{RECV_LEN, Remote, VerbsQp};
 use super::sys;
-use super::wire::{DmKind, Hello, Request, Revoked, Welcome};
+use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Welcome};
 use remora_core::fabric::{Endpoint, FabricError};
 use remora_layouts::NodeId;
 use std::time::Duration;
@@ -41,6 +41,8 @@ pub struct NodeInfo {
     pub max_inline: usize,
     /// The service the node runs (`echo`, `canrt`, `erda`, `catfish`).
     pub service: String,
+    /// This client's id at the node (the first node's, claimed at every other).
+    pub client: u32,
 }
 
 const RESOLVE_MS: i32 = 5000;
@@ -125,8 +127,18 @@ fn resolve(addr: &str, opts: &ConnectOptions) -> Result<(Channel, CmId), VerbsEr
     Ok((ch, id))
 }
 
-/// Connects one queue pair to the memory node listening at `addr` (host:port).
+/// Connects one queue pair to the memory node listening at `addr` (host:port), as a new
+/// client (the node assigns its id).
 pub fn connect_qp(addr: &str, opts: &ConnectOptions) -> Result<(VerbsQp, NodeInfo), VerbsError> {
+    connect_qp_as(addr, opts, 0)
+}
+
+/// [`connect_qp`] as client `client` (0: a new client, whose id the node assigns).
+pub fn connect_qp_as(
+    addr: &str,
+    opts: &ConnectOptions,
+    client: u32,
+) -> Result<(VerbsQp, NodeInfo), VerbsError> {
     let (ch, id) = resolve(addr, opts)?;
     // SAFETY: resolved id: its context is open.
     let ctx = unsafe { (*id.0).verbs };
@@ -137,6 +149,7 @@ pub fn connect_qp(addr: &str, opts: &ConnectOptions) -> Result<(VerbsQp, NodeInf
     let hello = Hello {
         request: Request::Connect,
         recv_len: RECV_LEN as u32,
+        client,
     }
     .encode();
     let mut param = sys::rdma_conn_param {
@@ -183,7 +196,14 @@ pub fn connect_qp(addr: &str, opts: &ConnectOptions) -> Result<(VerbsQp, NodeInf
         dm_kind: w.dm_kind,
         max_inline: qp.max_inline(),
         service: w.service_name(),
+        client: w.client,
     };
+    if client != 0 && w.client != client {
+        return Err(VerbsError::Protocol {
+            addr: addr.into(),
+            why: "the node gave another client id than the one claimed",
+        });
+    }
     Ok((qp, info))
 }
 
@@ -199,6 +219,7 @@ pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> 
     let hello = Hello {
         request: Request::RevokeKey,
         recv_len: 0,
+        client: 0,
     }
     .encode();
     let mut param = sys::rdma_conn_param {
@@ -232,11 +253,64 @@ pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> 
     Ok(r.new_rkey)
 }
 
-/// A client's endpoint: one RC queue pair per memory node.
+/// Asks the memory node at `addr` to fence client `client` (see `memnode.rs`): when this
+/// returns `Ok`, none of that client's verbs reaches the node's memory any more. Returns how
+/// many of its connections the node cut (0: it had none left). A connect request carrying a
+/// fence hello, answered by a reject carrying [`Fenced`] (rdma_cm only, as [`revoke_key`]);
+/// blocks for up to `opts.timeout`.
+pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u32, VerbsError> {
+    let (ch, id) = resolve(addr, opts)?;
+    let hello = Hello {
+        request: Request::Fence,
+        recv_len: 0,
+        client,
+    }
+    .encode();
+    let mut param = sys::rdma_conn_param {
+        private_data: hello.as_ptr().cast(),
+        private_data_len: hello.len() as u8,
+        retry_count: TRANSPORT_RETRIES,
+        // No queue pair: the request is answered by a reject before any would be used.
+        qp_num: 1,
+        ..Default::default()
+    };
+    // SAFETY: a resolved id; `param` and its private data live through the call.
+    if unsafe { sys::rdma_connect(id.0, &mut param) } != 0 {
+        return Err(VerbsError::Unreachable {
+            addr: addr.into(),
+            stage: "rdma_connect failed",
+        });
+    }
+    let ev = ch.wait(opts.timeout, addr, "fence")?;
+    if ev.kind != sys::RDMA_CM_EVENT_REJECTED {
+        return Err(VerbsError::Protocol {
+            addr: addr.into(),
+            why: "the node did not answer the fence",
+        });
+    }
+    let f = Fenced::decode(&ev.private).map_err(|why| VerbsError::Protocol {
+        addr: addr.into(),
+        why,
+    })?;
+    if f.client != client {
+        return Err(VerbsError::Protocol {
+            addr: addr.into(),
+            why: "the node fenced another client than the one named",
+        });
+    }
+    drop(id);
+    drop(ch);
+    Ok(f.connections)
+}
+
+/// A client's endpoint: one RC queue pair per memory node, all under one client id (the
+/// first node's).
 pub struct VerbsEndpoint {
     nodes: Vec<NodeId>,
     qps: Vec<VerbsQp>,
     info: Vec<NodeInfo>,
+    client: u32,
+    opts: ConnectOptions,
 }
 
 impl VerbsEndpoint {
@@ -249,9 +323,12 @@ impl VerbsEndpoint {
             nodes: Vec::new(),
             qps: Vec::new(),
             info: Vec::new(),
+            client: 0,
+            opts: opts.clone(),
         };
         for a in addrs {
-            let (qp, info) = connect_qp(a.as_ref(), opts)?;
+            let (qp, info) = connect_qp_as(a.as_ref(), opts, ep.client)?;
+            ep.client = info.client;
             if ep.nodes.contains(&info.node) {
                 return Err(VerbsError::Protocol {
                     addr: info.addr,
@@ -294,10 +371,32 @@ impl Endpoint for VerbsEndpoint {
         remora_poller::clock::monotonic_ns()
     }
 
+    fn client_id(&self) -> u32 {
+        self.client
+    }
+
     fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
         remora_poller::clock::pause(ns)
     }
-    // Fencing another client needs the memnode to move that client's queue pair to the error
-    // state through the rdma_cm control path; not built yet, so `fence` stays Unsupported and
-    // a lease that runs out on verbs is reported, never broken unsafely.
+
+    /// Through the rdma_cm control path ([`fence_client`]): the node moves the client's queue
+    /// pairs to the error state before it answers. Blocks this thread (and its coroutines) for
+    /// the exchange — a fence happens once per dead holder, after a lease. A node that does
+    /// not fence (an older one, or one whose queue pair would not move) is `Unsupported`, so
+    /// the waiter reports the lock held instead of breaking it; an unreachable node is
+    /// `RetryExceeded`.
+    async fn fence(&self, node: NodeId, client: u32) -> Result<(), FabricError> {
+        let i = self
+            .nodes
+            .iter()
+            .position(|&n| n == node)
+            .ok_or(FabricError::UnknownNode { node })?;
+        match fence_client(&self.info[i].addr, client, &self.opts) {
+            Ok(_) => Ok(()),
+            Err(VerbsError::Protocol { .. }) => Err(FabricError::Unsupported {
+                what: "the memory node did not fence the client",
+            }),
+            Err(_) => Err(FabricError::RetryExceeded { node }),
+        }
+    }
 }

@@ -8,6 +8,19 @@
 //! Clients learn where everything is from the accept's private data ([`Welcome`]); a
 //! connect request carrying a revocation hello re-registers the region under a new key and is
 //! answered by a reject carrying that key ([`Revoked`]).
+//!
+//! **Client ids and fencing** (the verbs side of `remora_core::lease`). Every connection
+//! belongs to a client id: a client's first memory node assigns one (node id in the top 8
+//! bits, a per-node connection counter below, never 0) and the client claims the same id at
+//! every other node. A connect request carrying a fence hello for client `c` cuts `c` off:
+//! each of `c`'s queue pairs here is moved to the error state (`ibv_modify_qp`, checked) and
+//! disconnected, its handler learns the connection ended, and `c` is remembered so that it
+//! cannot connect again under that id; only then is the request answered (a reject carrying
+//! [`Fenced`]). From that answer on, no verb of `c` reaches this node's memory: a queue pair
+//! in the error state processes no incoming packets (its requester retries and fails with
+//! retry exceeded), so a holder whose lease ran out cannot write under a lock taken over
+//! after the fence. If the queue pair cannot be moved, the request is refused and the waiter
+//! reports the lock held instead of breaking it.
 use super::arena::{Arena, PageKind};
 use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeout};
 use super::device::{check_port, context_name, limits, probe};
@@ -15,13 +28,14 @@ use super::error::{VerbsError, sys_err};
 use super::mr::{Mr, Pd, REMOTE};
 use super::qp::{RECV_LEN, VerbsQp};
 use super::sys;
-use super::wire::{DmKind, Hello, Request, Revoked, Welcome, service_bytes};
+use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Welcome, service_bytes};
 use remora_core::block_on::block_on;
 use remora_core::fabric::{FabricError, QueuePair, RecvKind};
 use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
 use remora_poller::soft::words::{Persist, WordRegion};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -81,6 +95,8 @@ struct Conn {
     qp: VerbsQp,
     /// Its number for the handler (never reused).
     id: usize,
+    /// The client it belongs to (fenced as a whole).
+    client: u32,
     /// Failed or refused: nothing more is served from it (released on its rdma_cm event).
     dead: bool,
 }
@@ -99,6 +115,8 @@ pub struct Memnode {
     replies: Replies,
     served: u64,
     connections: u64,
+    /// Clients fenced off this node: they may not connect again under their id.
+    fenced: BTreeSet<u32>,
 }
 
 /// A one-line summary of the node, for logs.
@@ -162,6 +180,7 @@ impl Memnode {
             replies: Replies::new(),
             served: 0,
             connections: 0,
+            fenced: BTreeSet::new(),
         };
         // SAFETY: a bound id; `verbs` is set when the address belongs to an RDMA device.
         let ctx = unsafe { (*node.listen.0).verbs };
@@ -287,7 +306,7 @@ impl Memnode {
         Ok(Dm::Host { mr: mr? })
     }
 
-    fn welcome(&self, dev: &DevState) -> Welcome {
+    fn welcome(&self, dev: &DevState, client: u32) -> Welcome {
         let (dm_kind, dm_addr, dm_rkey, dm_len) = match &dev.dm {
             Dm::None => (DmKind::None, 0, 0, 0),
             Dm::Device(d) => (
@@ -314,7 +333,46 @@ impl Memnode {
             dm_rkey,
             dm_len,
             service: service_bytes(self.handler.service()),
+            client,
         }
+    }
+
+    /// Cuts client `client` off this node (see the module docs); returns how many of its
+    /// connections were cut. An error means one of its queue pairs could not be moved to the
+    /// error state: the client is not known to be fenced.
+    pub fn fence(&mut self, client: u32) -> Result<u32, VerbsError> {
+        if client == 0 {
+            return Err(VerbsError::Protocol {
+                addr: self.cfg.listen.clone(),
+                why: "a fence must name a client (id 0 names none)",
+            });
+        }
+        self.fenced.insert(client);
+        let region = local_region(&self.region, self.cfg.node);
+        let mut cut = 0;
+        for c in self
+            .conns
+            .iter_mut()
+            .filter(|c| c.client == client && !c.dead)
+        {
+            c.qp.cut_off()?;
+            c.dead = true;
+            // SAFETY: the connection's id is live (released with the Conn); disconnecting
+            // twice (again on release) is harmless.
+            unsafe { sys::rdma_disconnect(c.qp.cm_id()) };
+            self.handler.on_disconnect(&region, c.id);
+            cut += 1;
+        }
+        Ok(cut)
+    }
+
+    /// The id of a connecting client: the one it claims, or (0) a fresh one.
+    fn client_for(&self, claimed: u32) -> u32 {
+        if claimed != 0 {
+            return claimed;
+        }
+        let n = (self.connections + 1) & 0xff_ffff;
+        (self.cfg.node as u32 & 0xff) << 24 | n.max(1) as u32
     }
 
     /// Registers the region again under a new key on every device, then releases the old
@@ -358,6 +416,28 @@ impl Memnode {
                 return Self::reject(ev.id, &[]);
             }
         };
+        if hello.request == Request::Fence {
+            match self.fence(hello.client) {
+                Ok(n) => {
+                    if self.cfg.verbose {
+                        println!(
+                            "memnode: client {:#x} fenced ({n} connections cut)",
+                            hello.client
+                        );
+                    }
+                    let f = Fenced {
+                        client: hello.client,
+                        connections: n,
+                    };
+                    Self::reject(ev.id, &f.encode())
+                }
+                Err(e) => {
+                    eprintln!("memnode: fencing client {:#x} failed: {e}", hello.client);
+                    Self::reject(ev.id, &[])
+                }
+            }
+            return;
+        }
         if hello.request == Request::RevokeKey {
             match self.revoke_key() {
                 Ok(k) => {
@@ -393,11 +473,20 @@ impl Memnode {
                 return Err(e);
             }
         };
+        if self.fenced.contains(&hello.client) {
+            eprintln!(
+                "memnode: refused client {:#x}: it was fenced and may not come back under its id",
+                hello.client
+            );
+            Self::reject(ev.id, &[]);
+            return Ok(());
+        }
+        let client = self.client_for(hello.client);
         let d = &self.devs[dev];
         set_ack_timeout(ev.id);
         let mut qp = VerbsQp::create(CmId(ev.id), None, d.pd.borrowed(), self.cfg.node, true)?;
         qp.set_peer(self.cfg.node, Default::default(), hello.recv_len as usize);
-        let w = self.welcome(d).encode();
+        let w = self.welcome(d, client).encode();
         let mut param = sys::rdma_conn_param {
             private_data: w.as_ptr().cast(),
             private_data_len: w.len() as u8,
@@ -422,6 +511,7 @@ impl Memnode {
         self.conns.push(Conn {
             qp,
             id: self.connections as usize,
+            client,
             dead: false,
         });
         Ok(())

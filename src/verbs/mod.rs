@@ -25,7 +25,9 @@ pub mod sys;
 pub mod wire;
 
 pub use device::{DeviceSummary, probe};
-pub use endpoint::{ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, revoke_key};
+pub use endpoint::{
+    ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, connect_qp_as, fence_client, revoke_key,
+};
 pub use error::VerbsError;
 pub use memnode::{Memnode, MemnodeConfig};
 pub use qp::VerbsQp;

@@ -3,11 +3,15 @@
 //! zeros, so every message starts with a magic word and decoders ignore trailing bytes.
 //!
 //! - [`Hello`] (client → node, in the connect request, 16 bytes): what the client wants
-//!   (a connection, or the revocation of the region's key) and its receive-buffer size.
-//! - [`Welcome`] (node → client, in the accept, 64 bytes): the node id, the host region's
-//!   address/key/length, the device memory's address/key/length/kind, and the node's
-//!   receive-buffer size (the largest SEND it takes).
+//!   (a connection, the revocation of the region's key, or the fencing of a client), its
+//!   receive-buffer size, and a client id (for a connection: the id the client already has
+//!   from its first memory node, 0 to be given one; for a fence: the client to fence).
+//! - [`Welcome`] (node → client, in the accept, 72 bytes): the node id, the host region's
+//!   address/key/length, the device memory's address/key/length/kind, the node's
+//!   receive-buffer size (the largest SEND it takes), the service, and the client's id.
 //! - [`Revoked`] (node → client, in the reject answering a revocation, 16 bytes): the new key.
+//! - [`Fenced`] (node → client, in the reject answering a fence, 16 bytes): the client fenced
+//!   and how many of its connections were cut.
 use remora_layouts::NodeId;
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"RMV1");
@@ -28,12 +32,16 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 pub enum Request {
     Connect,
     RevokeKey,
+    /// Cut client `Hello::client` off the node (see `memnode.rs`).
+    Fence,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hello {
     pub request: Request,
     pub recv_len: u32,
+    /// Connect: the client's id (0: assign one). Fence: the client to fence.
+    pub client: u32,
 }
 
 impl Hello {
@@ -45,9 +53,11 @@ impl Hello {
         let op: u16 = match self.request {
             Request::Connect => 1,
             Request::RevokeKey => 2,
+            Request::Fence => 3,
         };
         b[6..8].copy_from_slice(&op.to_le_bytes());
         b[8..12].copy_from_slice(&self.recv_len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.client.to_le_bytes());
         b
     }
     pub fn decode(b: &[u8]) -> Result<Hello, &'static str> {
@@ -60,11 +70,13 @@ impl Hello {
         let request = match u16_at(b, 6) {
             1 => Request::Connect,
             2 => Request::RevokeKey,
+            3 => Request::Fence,
             _ => return Err("unknown request"),
         };
         Ok(Hello {
             request,
             recv_len: u32_at(b, 8),
+            client: u32_at(b, 12),
         })
     }
 }
@@ -94,6 +106,9 @@ pub struct Welcome {
     /// The service the node's CPU runs on every connection (`Handler::service`), NUL-padded
     /// ASCII; all zero from nodes that predate it, which ran only the echo service.
     pub service: [u8; 8],
+    /// The client's id at the node: what it writes into lock words and what another client
+    /// names to fence it (never 0).
+    pub client: u32,
 }
 
 impl Welcome {
@@ -101,7 +116,7 @@ impl Welcome {
     pub fn service_name(&self) -> String {
         service_name(&self.service)
     }
-    pub const LEN: usize = 64;
+    pub const LEN: usize = 72;
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -121,6 +136,7 @@ impl Welcome {
         b[40..48].copy_from_slice(&self.dm_addr.to_le_bytes());
         b[48..56].copy_from_slice(&self.dm_len.to_le_bytes());
         b[56..64].copy_from_slice(&self.service);
+        b[64..68].copy_from_slice(&self.client.to_le_bytes());
         b
     }
     pub fn decode(b: &[u8]) -> Result<Welcome, &'static str> {
@@ -147,9 +163,13 @@ impl Welcome {
             dm_addr: u64_at(b, 40),
             dm_len: u64_at(b, 48),
             service: b[56..64].try_into().expect("8 bytes"),
+            client: u32_at(b, 64),
         };
         if w.recv_len == 0 || w.region_len == 0 {
             return Err("empty region or no receive buffers");
+        }
+        if w.client == 0 {
+            return Err("the node assigned no client id");
         }
         Ok(w)
     }
@@ -204,6 +224,38 @@ impl Revoked {
     }
 }
 
+/// Marks a [`Fenced`] reply.
+const FENCED_TAG: u16 = 0x8003;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced {
+    pub client: u32,
+    /// Connections of that client the node cut (0: it had none left: gone or fenced before).
+    pub connections: u32,
+}
+
+impl Fenced {
+    pub const LEN: usize = 16;
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        b[6..8].copy_from_slice(&FENCED_TAG.to_le_bytes());
+        b[8..12].copy_from_slice(&self.client.to_le_bytes());
+        b[12..16].copy_from_slice(&self.connections.to_le_bytes());
+        b
+    }
+    pub fn decode(b: &[u8]) -> Result<Fenced, &'static str> {
+        if b.len() < Self::LEN || u32_at(b, 0) != MAGIC || u16_at(b, 6) != FENCED_TAG {
+            return Err("the memory node rejected the fence without fencing");
+        }
+        Ok(Fenced {
+            client: u32_at(b, 8),
+            connections: u32_at(b, 12),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +265,7 @@ mod tests {
         let h = Hello {
             request: Request::RevokeKey,
             recv_len: 4096,
+            client: 0,
         };
         let mut padded = h.encode().to_vec();
         padded.resize(56, 0);
@@ -230,8 +283,25 @@ mod tests {
             dm_rkey: 0x99,
             dm_len: 256 << 10,
             service: service_bytes("canrt"),
+            client: 0x0300_0007,
         };
         assert_eq!(Welcome::decode(&w.encode()), Ok(w));
+        assert!(
+            Welcome::decode(&Welcome { client: 0, ..w }.encode()).is_err(),
+            "a welcome without a client id"
+        );
+        let f = Hello {
+            request: Request::Fence,
+            recv_len: 0,
+            client: 0x0300_0007,
+        };
+        assert_eq!(Hello::decode(&f.encode()), Ok(f));
+        let fenced = Fenced {
+            client: 0x0300_0007,
+            connections: 1,
+        };
+        assert_eq!(Fenced::decode(&fenced.encode()), Ok(fenced));
+        assert!(Fenced::decode(&Revoked { new_rkey: 3 }.encode()).is_err());
         assert_eq!(w.service_name(), "canrt");
         assert_eq!(service_name(&[0; 8]), "echo", "older nodes ran only echo");
         assert_eq!(service_name(&service_bytes("catfish-long")), "catfish-");

@@ -2,12 +2,14 @@
 //! for and the phase code stays generic over `KvIndex`.
 use remora::core::Snapshot;
 use remora::core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora::core::erda::baseline::{Baseline, BaselineServer, Scheme};
 use remora::core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora::core::fabric::{Endpoint, QueuePair};
 use remora::core::index::KvIndex;
 use remora::core::server::Handler;
 use remora::core::sherman::{Sherman, ShermanConfig};
 use remora::core::smart::{Smart, SmartConfig, SmartStats, Techniques};
+use remora::core::wort::{Kind, Wort, WortClientConfig, WortServer};
 use serde::Serialize;
 
 /// Which index, configured.
@@ -31,6 +33,17 @@ pub enum IndexCfg {
         server: ErdaConfig,
         client: ErdaClientConfig,
     },
+    /// One of Erda's baselines (Redo Logging, Read-After-Write) on Erda's hash table; its
+    /// memory node runs `BaselineServer`.
+    ErdaBaseline {
+        scheme: Scheme,
+        server: ErdaConfig,
+        client: ErdaClientConfig,
+    },
+    /// WORT or WOART; its memory node (node 0) runs `WortServer`.
+    Wort {
+        kind: Kind,
+    },
 }
 
 impl IndexCfg {
@@ -40,6 +53,8 @@ impl IndexCfg {
             IndexCfg::Sherman { name, .. } => name,
             IndexCfg::Canrt { .. } => "canrt",
             IndexCfg::Erda { .. } => "erda",
+            IndexCfg::ErdaBaseline { scheme, .. } => scheme.name(),
+            IndexCfg::Wort { kind } => kind.name(),
         }
     }
 
@@ -76,7 +91,9 @@ impl IndexCfg {
                     vec![]
                 }
             }
-            IndexCfg::Erda { .. } => vec![],
+            IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. } | IndexCfg::Wort { .. } => {
+                vec![]
+            }
         };
         if on.is_empty() {
             "baseline".into()
@@ -91,6 +108,16 @@ impl IndexCfg {
         match self {
             IndexCfg::Canrt { .. } => Some("canrt"),
             IndexCfg::Erda { .. } => Some("erda"),
+            IndexCfg::ErdaBaseline { scheme, .. } => Some(scheme.service()),
+            IndexCfg::Wort { kind } => Some(kind.name()),
+            _ => None,
+        }
+    }
+
+    /// The message size the index's protocol needs, if more than any fabric's default.
+    pub fn max_message(&self) -> Option<usize> {
+        match self {
+            IndexCfg::ErdaBaseline { .. } => Some(remora::core::erda::baseline::MAX_MESSAGE),
             _ => None,
         }
     }
@@ -99,6 +126,10 @@ impl IndexCfg {
         match self {
             IndexCfg::Canrt { .. } => Some(Box::new(CanrtServer::new())),
             IndexCfg::Erda { server, .. } => Some(Box::new(ErdaServer::new(*server))),
+            IndexCfg::ErdaBaseline { scheme, server, .. } => {
+                Some(Box::new(BaselineServer::new(*scheme, *server)))
+            }
+            IndexCfg::Wort { kind } => Some(Box::new(WortServer::new(*kind))),
             _ => None,
         }
     }
@@ -126,6 +157,8 @@ pub enum Handle<'e, E: Endpoint> {
     Sherman(Sherman<'e, E>),
     Canrt(Canrt<'e, E>),
     Erda(Erda<'e, E>),
+    Baseline(Baseline<'e, E>),
+    Wort(Wort<'e, E>),
 }
 
 impl<'e, E: Endpoint> Handle<'e, E> {
@@ -144,7 +177,29 @@ impl<'e, E: Endpoint> Handle<'e, E> {
             IndexCfg::Erda { client, .. } => {
                 Handle::Erda(Erda::open(ep, *client).await.map_err(|e| e.to_string())?)
             }
+            IndexCfg::ErdaBaseline { scheme, client, .. } => Handle::Baseline(
+                Baseline::open(ep, *scheme, *client)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+            IndexCfg::Wort { .. } => Handle::Wort(
+                Wort::open(ep, WortClientConfig::default())
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
         })
+    }
+
+    /// Settles the server's asynchronous work (the baselines apply every logged record);
+    /// nothing for the other indexes.
+    pub async fn drain(&self) -> Result<(), String> {
+        if let Handle::Baseline(b) = self {
+            let left = b.drain().await.map_err(|e| e.to_string())?;
+            if left > 0 {
+                return Err(format!("{left} ring records never landed"));
+            }
+        }
+        Ok(())
     }
 
     pub fn stats(&self) -> Stats {
@@ -166,7 +221,9 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                     ..Stats::default()
                 }
             }
-            Handle::Canrt(_) | Handle::Erda(_) => Stats::default(),
+            Handle::Canrt(_) | Handle::Erda(_) | Handle::Baseline(_) | Handle::Wort(_) => {
+                Stats::default()
+            }
         }
     }
 }
@@ -180,6 +237,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+            Handle::Baseline(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -189,6 +248,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+            Handle::Baseline(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.update(key, value).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -198,6 +259,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+            Handle::Baseline(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.get(key, out).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -207,6 +270,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.delete(key).await.map_err(|e| e.to_string()),
+            Handle::Baseline(s) => s.delete(key).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.delete(key).await.map_err(|e| e.to_string()),
         }
     }
 
@@ -221,6 +286,8 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
             Handle::Sherman(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+            Handle::Baseline(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+            Handle::Wort(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
         }
     }
 }

@@ -16,6 +16,8 @@ mod sim;
 mod soft;
 mod spatial;
 pub(crate) mod sweep;
+mod table1;
+pub(crate) mod tcp;
 mod verbs;
 mod ycsb;
 
@@ -26,9 +28,11 @@ use index::IndexCfg;
 use indicatif::{ProgressBar, ProgressStyle};
 use phase::{BenchRecord, value_for};
 use remora::core::canrt::CanrtConfig;
+use remora::core::erda::baseline::Scheme;
 use remora::core::erda::{ErdaClientConfig, ErdaConfig};
 use remora::core::sherman::ShermanConfig;
 use remora::core::smart::{KeyMode, SmartConfig, Techniques};
+use remora::core::wort::Kind;
 use remora::poller::clock::Clock;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -46,8 +50,28 @@ pub enum IndexKind {
     Canrt,
     /// Erda, the log-structured remote NVM hash store (no scans: not workload E).
     Erda,
+    /// Erda's Redo Logging baseline: writes and reads are SENDs to the server, which logs
+    /// writes and applies them asynchronously to Erda's hash table.
+    ErdaRedo,
+    /// Erda's Read-After-Write baseline: a write WRITEs its record into a ring slot the server
+    /// granted and READs it back; reads are SENDs as in Redo Logging.
+    ErdaRaw,
     /// Catfish, the R-tree: the spatial benchmark (`spatial.rs`; workloads C and B).
     Catfish,
+    /// WORT, CANRT's baseline: a persistent radix tree behind request rings (server reply).
+    Wort,
+    /// WOART, WORT with adaptive nodes, behind the same request rings.
+    Woart,
+}
+
+impl IndexKind {
+    /// Erda or one of its baselines (one hash table, one key and value limit).
+    pub fn is_erda(self) -> bool {
+        matches!(
+            self,
+            IndexKind::Erda | IndexKind::ErdaRedo | IndexKind::ErdaRaw
+        )
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -148,6 +172,17 @@ pub struct BenchArgs {
     /// Print nothing (`remora repro` collects the records itself).
     #[arg(skip)]
     pub silent: bool,
+    /// Print Erda's Table 1 instead of a YCSB run: NVM bytes written per create, update and
+    /// delete for each `--index` (erda, erda-redo, erda-raw), measured on a simulated
+    /// persistent memory node, beside remora's and the paper's formulas.
+    #[arg(long)]
+    pub table1: bool,
+    /// With --table1: the value sizes (default 16,32,...,4096).
+    #[arg(long, value_delimiter = ',')]
+    pub table1_sizes: Vec<usize>,
+    /// With --table1: keys created, updated and deleted per cell.
+    #[arg(long, default_value_t = 64)]
+    pub table1_keys: u64,
     #[command(flatten)]
     pub smart: SmartFlags,
     #[command(flatten)]
@@ -285,7 +320,21 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
             },
         }),
         IndexKind::Catfish => Err("Catfish is not a key-value index: see bench/spatial.rs".into()),
+        IndexKind::Wort => Ok(IndexCfg::Wort { kind: Kind::Wort }),
+        IndexKind::Woart => Ok(IndexCfg::Wort { kind: Kind::Woart }),
         IndexKind::Erda => Ok(IndexCfg::Erda {
+            server: erda_geometry(a),
+            client: ErdaClientConfig {
+                value_size: a.value_size,
+                ..ErdaClientConfig::default()
+            },
+        }),
+        IndexKind::ErdaRedo | IndexKind::ErdaRaw => Ok(IndexCfg::ErdaBaseline {
+            scheme: if a.index == IndexKind::ErdaRedo {
+                Scheme::Redo
+            } else {
+                Scheme::Raw
+            },
             server: erda_geometry(a),
             client: ErdaClientConfig {
                 value_size: a.value_size,
@@ -303,7 +352,9 @@ fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
     let object = 64u64 + a.value_size as u64;
     let segment = 64u64 << 10;
     let heads = 2u64;
-    let head_bytes = (writes * object / heads + 4 * segment)
+    // Keys go to a head by their first writer's client id, so one head may take every
+    // write: each head can.
+    let head_bytes = (writes * object + 4 * segment)
         .next_multiple_of(segment)
         .max(4 << 20);
     ErdaConfig {
@@ -335,7 +386,7 @@ pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
         let g = erda_geometry(a);
         g.heads as u64 * g.head_bytes + g.buckets * 64 + (8 << 20)
     };
-    let want = (writes * per).max(if a.index == IndexKind::Erda { erda } else { 0 });
+    let want = (writes * per).max(if a.index.is_erda() { erda } else { 0 });
     // Every client carves its objects from chunks of its own, per size class: slack per
     // client, spread over the memory nodes.
     let clients = match a.fabric {
@@ -350,7 +401,7 @@ pub(crate) fn region_bytes(a: &BenchArgs) -> u64 {
 
 fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     let mode = match a.keys {
-        KeyType::Int => KeyMode::Fixed(8),
+        KeyType::Int | KeyType::Seq => KeyMode::Fixed(8),
         KeyType::String => KeyMode::Variable,
     };
     let mut cfg = SmartConfig::new(t, mode, a.value_size);
@@ -432,7 +483,11 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     if !(a.theta > 0.0 && a.theta < 1.0) {
         return Err(format!("--theta must be in (0, 1), got {}", a.theta));
     }
-    if a.value_size == 0 || a.value_size > 3000 {
+    if a.index.is_erda() {
+        if a.value_size == 0 || a.value_size > 4096 {
+            return Err("--value-size must be 1..=4096 for Erda and its baselines".into());
+        }
+    } else if a.value_size == 0 || a.value_size > 3000 {
         return Err("--value-size must be 1..=3000".into());
     }
     if let Some(s) = a.seconds
@@ -440,8 +495,10 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     {
         return Err("--seconds must be positive".into());
     }
-    if a.index == IndexKind::Erda
-        && (a.workload == Workload::E || a.workloads.contains(&Workload::E))
+    if a.index.is_erda()
+        && [Workload::E, Workload::Range]
+            .iter()
+            .any(|w| a.workload == *w || a.workloads.contains(w))
     {
         return Err("Erda is a hash store: it has no range scans for workload E".into());
     }
@@ -451,13 +508,17 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         IndexKind::FgPlus => "FG+",
         IndexKind::Canrt => "CANRT",
         IndexKind::Erda => "Erda",
+        IndexKind::ErdaRedo => "Erda's Redo Logging baseline",
+        IndexKind::ErdaRaw => "Erda's Read-After-Write baseline",
         IndexKind::Catfish => "Catfish",
+        IndexKind::Wort => "WORT",
+        IndexKind::Woart => "WOART",
     };
     if matches!(
         a.index,
         IndexKind::Sherman | IndexKind::FgPlus | IndexKind::Canrt
     ) {
-        if a.keys != KeyType::Int {
+        if a.keys == KeyType::String {
             return Err(format!("{name} keys are 8-byte integers: use --keys int"));
         }
         if a.value_size > 256 {
@@ -466,7 +527,19 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
             ));
         }
     }
-    if a.index == IndexKind::Erda && a.keys == KeyType::String {
+    if matches!(a.index, IndexKind::Wort | IndexKind::Woart) {
+        if a.keys == KeyType::String {
+            return Err(format!(
+                "{name} keys are at most 16 bytes; --keys string makes longer ones: use --keys int"
+            ));
+        }
+        if a.value_size > remora::core::wort::VALUE_MAX {
+            return Err(format!(
+                "{name} values are at most 256 bytes: --value-size 1..=256"
+            ));
+        }
+    }
+    if a.index.is_erda() && a.keys == KeyType::String {
         return Err(
             "Erda keys are at most 16 bytes; --keys string makes longer ones: use \
                     --keys int"
@@ -481,7 +554,7 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
             "--page-size {ps}: Sherman pages are a power of two from 256 to 65536 bytes"
         ));
     }
-    if a.compare_art && a.keys != KeyType::Int {
+    if a.compare_art && a.keys == KeyType::String {
         return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
     }
     if let Some(p) = &a.json {
@@ -561,7 +634,7 @@ fn btreemap_c(a: &BenchArgs, ops: u64) -> f64 {
 
 /// congee, an in-memory concurrent ART (8-byte integer keys, usize values).
 fn art_c(a: &BenchArgs, ops: u64) -> Result<f64, String> {
-    if a.keys != KeyType::Int {
+    if a.keys == KeyType::String {
         return Err("--compare-art needs --keys int (congee takes 8-byte keys)".into());
     }
     let art: congee::Congee<usize, usize> = congee::Congee::default();
@@ -626,8 +699,17 @@ fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> 
                 ));
             }
         }
-        IndexKind::Canrt | IndexKind::Erda | IndexKind::Catfish => {
-            return Err("--factors: CANRT, Erda and Catfish have no technique switches yet".into());
+        IndexKind::Canrt
+        | IndexKind::Erda
+        | IndexKind::ErdaRedo
+        | IndexKind::ErdaRaw
+        | IndexKind::Catfish
+        | IndexKind::Wort
+        | IndexKind::Woart => {
+            return Err(
+                "--factors: CANRT, Erda (and its baselines), Catfish, WORT and WOART have no technique switches yet"
+                    .into(),
+            );
         }
         IndexKind::Sherman | IndexKind::FgPlus => {
             let mut c = ShermanConfig {
@@ -743,6 +825,9 @@ fn factors(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
+    if a.table1 {
+        return table1::run(a);
+    }
     let all = records(a)?;
     if let Some(p) = &a.json {
         write_json(p, &all).map_err(|e| format!("writing {p}: {e}"))?;

@@ -130,6 +130,12 @@ pub struct BenchRecord {
     /// elsewhere), and its split.
     pub nvm_bytes_per_op: Option<f64>,
     pub nvm_per_op: Option<NvmPerOp>,
+    /// NVM bytes stored (NIC WRITE and atomic payloads plus CPU stores, Table 1's measure)
+    /// per operation of each type, where the phase tells them apart: its one write type
+    /// takes all the bytes (reads write none: YCSB-C shows 0), so LOAD gives creates and
+    /// update-only/A/B give updates; null in a phase with two write types, or off the sim's
+    /// persistent nodes.
+    pub nvm_store_bytes_by_op: Option<NvmByOp>,
     pub smart: SmartSummary,
     pub sherman: ShermanSummary,
     /// Catfish's figures (`--index catfish` only).
@@ -166,6 +172,26 @@ impl NvmPerOp {
             nic_atomic: n.nic_atomic as f64 / d,
             cpu_store: n.cpu_store as f64 / d,
             lines_flushed: n.lines_flushed as f64 / d,
+        }
+    }
+}
+
+/// Stored NVM bytes per operation type (see [`BenchRecord::nvm_store_bytes_by_op`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct NvmByOp {
+    pub create: Option<f64>,
+    pub update: Option<f64>,
+    pub read: Option<f64>,
+}
+
+impl NvmByOp {
+    fn new(n: &NvmStats, c: &OpCounts) -> NvmByOp {
+        let bytes = (n.nic_write + n.nic_atomic + n.cpu_store) as f64;
+        let only = |ops: u64, others: u64| (ops > 0 && others == 0).then(|| bytes / ops as f64);
+        NvmByOp {
+            create: only(c.inserts, c.updates),
+            update: only(c.updates, c.inserts),
+            read: only(c.reads, c.inserts + c.updates),
         }
     }
 }
@@ -310,7 +336,7 @@ impl Ctx<'_> {
     /// The memory nodes' handler-thread busy time so far (sim only: virtual CPU time).
     pub fn server_busy_ns(&self) -> Option<u64> {
         match &self.time {
-            Time::Wall(_) => None,
+            Time::Wall(_) => super::soft::local_server_cpu_ns(),
             Time::Virtual(c) => Some(c.server_busy_ns()),
         }
     }
@@ -399,7 +425,11 @@ async fn coroutine<I: KvIndex>(
             }
             OpKind::Scan => {
                 c.scans = 1;
-                let len = 1 + rng.below(a.scan_max.max(1) as u64) as usize;
+                let len = if ph.workload == Workload::Range {
+                    a.scan_max.max(1)
+                } else {
+                    1 + rng.below(a.scan_max.max(1) as u64) as usize
+                };
                 c.scanned = idx
                     .scan(k, len, &mut |_, _| {})
                     .await
@@ -516,6 +546,9 @@ pub fn record(
     let nvm_per_op = nvm_first
         .zip(nvm_last)
         .map(|((n0, _), (_, n1))| NvmPerOp::new(&n1.since(&n0), ops));
+    let nvm_store_bytes_by_op = nvm_first
+        .zip(nvm_last)
+        .map(|((n0, _), (_, n1))| NvmByOp::new(&n1.since(&n0), &counts));
     let seconds = end.saturating_sub(start) as f64 / 1e9;
     let mops = if seconds > 0.0 {
         ops as f64 / seconds / 1e6
@@ -560,6 +593,7 @@ pub fn record(
         server_ns_per_op,
         nvm_bytes_per_op: nvm_per_op.map(|n| n.media),
         nvm_per_op,
+        nvm_store_bytes_by_op,
         smart,
         sherman,
         spatial: None,

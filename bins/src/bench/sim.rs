@@ -92,7 +92,16 @@ pub fn run(
         );
     }
     let clients = s.compute_nodes * s.clients_per_node;
-    let model = model_from(s)?;
+    let mut model = model_from(s)?;
+    // The Erda baselines SEND values of up to 4 KiB with a header: receive buffers must
+    // hold them.
+    if let Some(need) = index.max_message()
+        && model.get("max_message").is_some_and(|m| m < need as f64)
+    {
+        model
+            .set_pair(&format!("max_message={need}"))
+            .map_err(|e| format!("max_message: {e}"))?;
+    }
     let cfg = SimConfig {
         compute_nodes: s.compute_nodes,
         memory_nodes: s.memory_nodes,

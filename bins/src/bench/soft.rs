@@ -82,10 +82,13 @@ pub fn run(
             )
         }
         None => {
-            let cfg = NodeConfig {
+            let mut cfg = NodeConfig {
                 region_len: super::region_bytes(a),
                 ..NodeConfig::default()
             };
+            if let Some(need) = index.max_message() {
+                cfg.max_msg = cfg.max_msg.max(need);
+            }
             let node = match index.server_handler() {
                 Some(h) => SoftMemoryNode::create_with(cfg, h),
                 None => SoftMemoryNode::create(cfg),
@@ -121,8 +124,55 @@ pub fn run(
         Target::Local(n) => Some(n.spawn_server_on(plan.server)),
         Target::Remote(_) => None,
     };
+    let mut notes = notes;
+    if matches!(target, Target::Local(_)) {
+        let tid = server_thread_id();
+        LOCAL_SERVER_TID.store(tid.unwrap_or(0), Ordering::SeqCst);
+        if tid.is_some() {
+            notes.push(
+                concat!(
+                    "srv ns/op: the in-process memory node's server thread CPU time ",
+                    "(/proc schedstat) per op, its busy-polling included (as `top` in the Erda ",
+                    "paper)"
+                )
+                .into(),
+            );
+        }
+    }
     let make_ep = || target.endpoint();
-    run_threads(a, index, workload, "soft", &make_ep, notes)
+    let r = run_threads(a, index, workload, "soft", &make_ep, notes);
+    LOCAL_SERVER_TID.store(0, Ordering::SeqCst);
+    r
+}
+
+/// The thread id of the in-process memory node's server thread while a soft run has one
+/// (0: none).
+static LOCAL_SERVER_TID: AtomicU64 = AtomicU64::new(0);
+
+/// This process's memory-node server thread (named `remora-memnode-N`), by its name in
+/// /proc.
+fn server_thread_id() -> Option<u64> {
+    for _ in 0..100 {
+        for e in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            if comm.starts_with("remora-memnode") {
+                return e.file_name().to_str()?.parse().ok();
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    None
+}
+
+/// CPU time the in-process memory node's server thread has run, in ns (Linux schedstat),
+/// while a soft run with a local node is in progress.
+pub(super) fn local_server_cpu_ns() -> Option<u64> {
+    let tid = LOCAL_SERVER_TID.load(Ordering::SeqCst);
+    if tid == 0 {
+        return None;
+    }
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).ok()?;
+    s.split_whitespace().next()?.parse().ok()
 }
 
 /// LOAD then `workload` on `a.threads` pinned worker threads, each on its own endpoint from

@@ -20,6 +20,7 @@ use super::BenchArgs;
 use super::index::snapshot_of;
 use super::phase::{BenchRecord, OpCounts, new_hist};
 use super::soft::{BarrierGuard, one};
+use super::tcp::{TcpClient, TcpServer};
 use super::ycsb::{Rng, Workload};
 use crate::args::FabricKind;
 use crate::perf_sim::model_from;
@@ -28,14 +29,16 @@ use clap::{Args, ValueEnum};
 use hdrhistogram::Histogram;
 use remora::core::Snapshot;
 use remora::core::block_on::block_on;
-use remora::core::catfish::{CatfishClient, CatfishError, CatfishServer, Entry, Mode, Rect};
+use remora::core::catfish::{
+    CatfishClient, CatfishError, CatfishServer, ClientStats, Entry, Mode, Rect,
+};
 use remora::core::fabric::{Endpoint, QueuePair};
 use remora::layouts::GlobalAddr;
 use remora::layouts::catfish::{META_ROOT_OFFSET, Node, node_len};
 use remora::poller::clock::Clock;
 use remora::poller::executor::{ServerCore, plan_cores, run_workers};
 use remora::poller::sim::{ClientCtx, Sim, SimConfig};
-use remora::poller::soft::{NodeConfig, SoftMemoryNode, control};
+use remora::poller::soft::{NodeConfig, ServeMode, SoftMemoryNode, control};
 use serde::Serialize;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
@@ -55,6 +58,18 @@ pub enum SearchMode {
     Offloading,
     /// Algorithm 1: the server's heartbeats choose per search.
     Adaptive,
+    /// The TCP/IP baseline: the same requests over kernel TCP sockets (`bench/tcp.rs`),
+    /// to an in-process server on loopback or a `--tcp-connect`ed one.
+    Tcp,
+}
+
+/// How the soft memory node's server threads wait for work (`--serve`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Serve {
+    /// Idle threads give their CPU away (spin, yield, then 50 µs sleeps).
+    Event,
+    /// Threads poll their connections without pause.
+    Polling,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -88,6 +103,17 @@ pub struct SpatialFlags {
     /// sim) and the clients; a `--connect`ed memnode keeps its own (10 ms).
     #[arg(long, default_value_t = 10_000)]
     pub heartbeat_us: u64,
+    /// Catfish server threads: of the in-process soft memory node (each serves its share of
+    /// the connections), or of each simulated memory node (the sim's `server_threads`).
+    #[arg(long, default_value_t = 1)]
+    pub server_threads: usize,
+    /// Catfish: how the in-process soft memory node's server threads wait for work.
+    #[arg(long, value_enum, default_value = "event")]
+    pub serve: Serve,
+    /// Catfish `--mode tcp`: the TCP server to use (`remora memnode --service catfish
+    /// --tcp-listen ADDR`), instead of one started in-process on loopback.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub tcp_connect: Option<String>,
 }
 
 /// Catfish's own figures in the JSON record.
@@ -134,6 +160,23 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if a.spatial.heartbeat_us == 0 {
         return Err("--heartbeat-us must be at least 1".into());
+    }
+    if a.spatial.server_threads == 0 {
+        return Err("--server-threads must be at least 1".into());
+    }
+    let tcp = a.spatial.mode == SearchMode::Tcp;
+    if tcp && a.fabric != FabricKind::Soft {
+        return Err(
+            "--mode tcp runs real sockets: --fabric soft (loopback or --tcp-connect)".into(),
+        );
+    }
+    if a.spatial.tcp_connect.is_some() && !tcp {
+        return Err("--tcp-connect is for --mode tcp".into());
+    }
+    if tcp && a.connect.is_some() {
+        return Err(
+            "--mode tcp talks to a TCP server: --tcp-connect HOST:PORT, not --connect".into(),
+        );
     }
     if a.factors || a.compare_art || a.compare_btreemap {
         return Err("--factors and --compare-* are for the key-value indexes".into());
@@ -334,21 +377,87 @@ impl Clocks for Clock {
     }
 }
 
+/// What a client of a run does: the same operations by RDMA or over TCP.
+trait SpatialOps {
+    async fn insert(&mut self, rect: Rect, id: u64) -> Result<(), CatfishError>;
+    async fn search(&mut self, q: Rect, hits: &mut Vec<Entry>) -> Result<(), CatfishError>;
+    fn stats(&self) -> ClientStats;
+    fn snapshot(&self) -> Snapshot;
+}
+
+/// A Catfish client on a fabric endpoint, searching in `mode`.
+struct Rdma<'c, E> {
+    c: &'c mut CatfishClient,
+    ep: &'c E,
+    mode: SearchMode,
+}
+
+impl<E: Endpoint> SpatialOps for Rdma<'_, E> {
+    async fn insert(&mut self, rect: Rect, id: u64) -> Result<(), CatfishError> {
+        let qp = self.ep.qp(0)?;
+        self.c.insert(qp, rect, id).await
+    }
+    async fn search(&mut self, q: Rect, hits: &mut Vec<Entry>) -> Result<(), CatfishError> {
+        let qp = self.ep.qp(0)?;
+        let r = match self.mode {
+            SearchMode::Offloading => self.c.search(qp, q, Mode::Offload, hits).await,
+            SearchMode::Adaptive => self.c.search_adaptive(self.ep, q, hits).await,
+            _ => self.c.search(qp, q, Mode::Messaging, hits).await,
+        };
+        r.map(|_| ())
+    }
+    fn stats(&self) -> ClientStats {
+        self.c.stats()
+    }
+    fn snapshot(&self) -> Snapshot {
+        snapshot_of(self.ep)
+    }
+}
+
+/// The TCP baseline's client: counts requests as round trips and bytes with their frames.
+impl SpatialOps for TcpClient {
+    async fn insert(&mut self, rect: Rect, id: u64) -> Result<(), CatfishError> {
+        TcpClient::insert(self, rect, id).map_err(tcp_error)
+    }
+    async fn search(&mut self, q: Rect, hits: &mut Vec<Entry>) -> Result<(), CatfishError> {
+        TcpClient::search(self, q, hits).map_err(tcp_error)
+    }
+    fn stats(&self) -> ClientStats {
+        ClientStats {
+            messaging_searches: self.searches,
+            ..ClientStats::default()
+        }
+    }
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            bytes_out: self.bytes_out,
+            bytes_in: self.bytes_in,
+            round_trips: self.requests,
+            doorbells: self.requests,
+            ..Snapshot::default()
+        }
+    }
+}
+
+fn tcp_error(e: String) -> CatfishError {
+    // The message is printed by the bench; `Protocol` carries a static string only.
+    eprintln!("remora: {e}");
+    CatfishError::Protocol("the TCP connection failed (see above)")
+}
+
 /// One client's LOAD (`load`) or run phase.
-async fn part<E: Endpoint>(
-    c: &mut CatfishClient,
-    ep: &E,
+async fn part(
+    c: &mut impl SpatialOps,
     sh: &Shared<'_>,
     clock: &dyn Clocks,
     worker: usize,
     load: bool,
 ) -> Result<Part, String> {
-    let qp = ep.qp(0).map_err(|e| e.to_string())?;
     let mut hist = new_hist();
     let mut counts = OpCounts::default();
     let mut rng = Rng::new(sh.a.sim.seed ^ 0x5a71a1 ^ (worker as u64 + 1) << 20);
     let mut hits: Vec<Entry> = Vec::new();
-    let s0 = snapshot_of(ep);
+    let s0 = c.snapshot();
     let st0 = c.stats();
     let start_ns = clock.now_ns();
     let busy0 = clock.busy_ns();
@@ -381,20 +490,16 @@ async fn part<E: Endpoint>(
         let res: Result<(), CatfishError> = match insert_id {
             Some(id) => {
                 counts.inserts += 1;
-                c.insert(qp, sh.data.object(id), id).await
+                c.insert(sh.data.object(id), id).await
             }
             None => {
                 counts.reads += 1;
                 let existing = sh.records + sh.inserted.load(Ordering::Relaxed);
                 let q = sh.data.window(&mut rng, existing, sh.a.spatial.window);
                 hits.clear();
-                let r = match sh.a.spatial.mode {
-                    SearchMode::Messaging => c.search(qp, q, Mode::Messaging, &mut hits).await,
-                    SearchMode::Offloading => c.search(qp, q, Mode::Offload, &mut hits).await,
-                    SearchMode::Adaptive => c.search_adaptive(ep, q, &mut hits).await,
-                };
+                let r = c.search(q, &mut hits).await;
                 counts.scanned += hits.len() as u64;
-                r.map(|_| ())
+                r
             }
         };
         if let Err(e) = res {
@@ -408,7 +513,7 @@ async fn part<E: Endpoint>(
     Ok(Part {
         hist,
         counts,
-        snap: snapshot_of(ep) - s0,
+        snap: c.snapshot() - s0,
         start_ns,
         end_ns: clock.now_ns(),
         busy: busy0.zip(clock.busy_ns()),
@@ -494,6 +599,7 @@ pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
     };
     let (results, height, threads, mut notes) = match a.fabric {
         FabricKind::Sim => run_sim(&sh)?,
+        _ if a.spatial.mode == SearchMode::Tcp => run_tcp(&sh)?,
         _ => run_soft(&sh)?,
     };
     let mut loads = Vec::new();
@@ -515,10 +621,10 @@ pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
             a.records, a.spatial.fanout
         ));
     }
-    let fabric = if a.fabric == FabricKind::Sim {
-        "sim"
-    } else {
-        "soft"
+    let fabric = match (a.fabric, a.spatial.mode) {
+        (FabricKind::Sim, _) => "sim",
+        (_, SearchMode::Tcp) => "tcp",
+        _ => "soft",
     };
     let mut out = vec![record(
         &sh,
@@ -561,7 +667,12 @@ fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
         return Err("--index catfish runs one memory node: --memory-nodes 1".into());
     }
     let clients = s.compute_nodes * s.clients_per_node;
-    let model = model_from(s)?;
+    let mut model = model_from(s)?;
+    if a.spatial.server_threads > 1 {
+        model
+            .set("server_threads", &a.spatial.server_threads.to_string())
+            .map_err(|e| format!("--server-threads: {e}"))?;
+    }
     let created: RefCell<Option<String>> = RefCell::new(None);
     let arrived = Cell::new(0usize);
     let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
@@ -671,7 +782,13 @@ async fn sim_client(
             return Err(e);
         }
     };
-    let l = part(&mut c, ctx.ep(), sh, ctx, w, true).await;
+    let mode = sh.a.spatial.mode;
+    let mut ops = Rdma {
+        c: &mut c,
+        ep: ctx.ep(),
+        mode,
+    };
+    let l = part(&mut ops, sh, ctx, w, true).await;
     arrived.set(arrived.get() + 1);
     let l = l?;
     if sh.a.workload == Workload::Load {
@@ -686,7 +803,7 @@ async fn sim_client(
             .deadline_ns
             .compare_exchange(0, end, Ordering::Relaxed, Ordering::Relaxed);
     }
-    let r = part(&mut c, ctx.ep(), sh, ctx, w, false).await?;
+    let r = part(&mut ops, sh, ctx, w, false).await?;
     Ok((l, Some(r)))
 }
 
@@ -743,7 +860,25 @@ fn run_soft(sh: &Shared<'_>) -> Result<Outcome, String> {
     for w in &plan.warnings {
         eprintln!("remora: warning: {w}");
     }
-    let _server = local.as_ref().map(|n| n.spawn_server_on(plan.server));
+    let threads = a.spatial.server_threads;
+    let _server = local.as_ref().map(|n| {
+        if threads == 1 && a.spatial.serve == Serve::Event {
+            n.spawn_server_on(plan.server)
+        } else {
+            let mode = match a.spatial.serve {
+                Serve::Event => ServeMode::Event,
+                Serve::Polling => ServeMode::Polling,
+            };
+            let cores: Vec<usize> = plan.server.into_iter().collect();
+            n.spawn_servers(threads, mode, &cores)
+        }
+    });
+    if local.is_some() {
+        notes.push(format!(
+            "{threads} server thread(s), {:?} mode",
+            a.spatial.serve
+        ));
+    }
     {
         let ep = endpoint()?;
         let qp = ep.qp(0).map_err(|e| e.to_string())?;
@@ -763,20 +898,12 @@ fn run_soft(sh: &Shared<'_>) -> Result<Outcome, String> {
         let ep = endpoint().map_err(stop)?;
         let qp = ep.qp(0).map_err(|e| stop(e.to_string()))?;
         let mut c = block_on(open(a, qp)).map_err(stop)?;
-        sync.wait();
-        let l = one(part(&mut c, &ep, sh, &clock, w, true))?;
-        if a.workload == Workload::Load {
-            return Ok((l, None));
-        }
-        if sync.wait()
-            && let Some(s) = a.seconds
-        {
-            sh.deadline_ns
-                .store(clock.now_ns() + (s * 1e9) as u64, Ordering::SeqCst);
-        }
-        sync.wait();
-        let r = one(part(&mut c, &ep, sh, &clock, w, false))?;
-        Ok((l, Some(r)))
+        let mut ops = Rdma {
+            c: &mut c,
+            ep: &ep,
+            mode: a.spatial.mode,
+        };
+        phases(sh, &clock, &sync, w, &mut ops)
     });
     notes.push(pinning.to_string());
     notes.push(format!("clock: {}", clock.source()));
@@ -786,6 +913,81 @@ fn run_soft(sh: &Shared<'_>) -> Result<Outcome, String> {
         block_on(tree_height(qp, &c)).ok()
     });
     Ok((results, height, a.threads, notes))
+}
+
+/// A worker's LOAD and run phases, in step with the others at `sync`.
+fn phases(
+    sh: &Shared<'_>,
+    clock: &Clock,
+    sync: &BarrierGuard<'_>,
+    w: usize,
+    ops: &mut impl SpatialOps,
+) -> ClientResult {
+    let a = sh.a;
+    sync.wait();
+    let l = one(part(ops, sh, clock, w, true))?;
+    if a.workload == Workload::Load {
+        return Ok((l, None));
+    }
+    if sync.wait()
+        && let Some(s) = a.seconds
+    {
+        sh.deadline_ns
+            .store(clock.now_ns() + (s * 1e9) as u64, Ordering::SeqCst);
+    }
+    sync.wait();
+    let r = one(part(ops, sh, clock, w, false))?;
+    Ok((l, Some(r)))
+}
+
+/// `--mode tcp`: the same workload over TCP sockets, to an in-process server on loopback
+/// or a `--tcp-connect`ed one.
+fn run_tcp(sh: &Shared<'_>) -> Result<Outcome, String> {
+    let a = sh.a;
+    let (_server, addr, mut notes) = match &a.spatial.tcp_connect {
+        Some(addr) => {
+            let note = format!(
+                "TCP server at {addr} (remora memnode --service catfish --tcp-listen): its \
+                 tree persists there, so LOAD adds to earlier runs' objects"
+            );
+            (None, addr.clone(), vec![note])
+        }
+        None => {
+            let s = TcpServer::start(
+                "127.0.0.1:0",
+                super::region_bytes(a),
+                a.spatial.fanout,
+                remora::core::catfish::server::MAX_WINDOW,
+            )?;
+            let addr = s.addr().to_string();
+            let note = format!(
+                "in-process TCP server on loopback {addr}: one server thread per connection, \
+                 kernel TCP both ways (what the RDMA modes avoid)"
+            );
+            (Some(s), addr, vec![note])
+        }
+    };
+    let plan = plan_cores(a.threads, !a.no_pin, ServerCore::None)?;
+    for w in &plan.warnings {
+        eprintln!("remora: warning: {w}");
+    }
+    let clock = Clock::get();
+    let barrier = Barrier::new(a.threads);
+    let (results, pinning) = run_workers(a.threads, !a.no_pin, |w| -> ClientResult {
+        let sync = BarrierGuard {
+            barrier: &barrier,
+            left: Cell::new(if a.workload == Workload::Load { 1 } else { 3 }),
+        };
+        let mut c = TcpClient::connect(&addr).inspect_err(|_| {
+            sh.stop.store(true, Ordering::SeqCst);
+        })?;
+        phases(sh, &clock, &sync, w, &mut c)
+    });
+    notes.push(pinning.to_string());
+    notes.push(format!("clock: {}", clock.source()));
+    notes
+        .push("round trips and bytes per op count TCP requests and framed bytes (no verbs)".into());
+    Ok((results, None, a.threads, notes))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -881,6 +1083,7 @@ fn record(
         // Catfish's nodes are DRAM here: no NVM accounting.
         nvm_bytes_per_op: None,
         nvm_per_op: None,
+        nvm_store_bytes_by_op: None,
         smart: Default::default(),
         sherman: Default::default(),
         spatial: Some(SpatialSummary {

@@ -22,6 +22,12 @@ pub enum Workload {
     D,
     /// 95% short scan, 5% insert.
     E,
+    /// 100% update (the Erda paper's update-only and the CANRT paper's write-only workload;
+    /// `--workload update-only`, `u` or `w`).
+    #[value(name = "update-only", alias = "u", alias = "w")]
+    U,
+    /// 100% range queries of exactly `--scan-max` keys (the CANRT paper's range query).
+    Range,
 }
 
 impl Workload {
@@ -33,6 +39,8 @@ impl Workload {
             Workload::C => "C",
             Workload::D => "D",
             Workload::E => "E",
+            Workload::U => "UPD",
+            Workload::Range => "RANGE",
         }
     }
     /// Percentages of (read, update, insert, scan).
@@ -44,6 +52,8 @@ impl Workload {
             Workload::C => [100, 0, 0, 0],
             Workload::D => [95, 0, 5, 0],
             Workload::E => [0, 0, 5, 95],
+            Workload::U => [0, 100, 0, 0],
+            Workload::Range => [0, 0, 0, 100],
         }
     }
 }
@@ -61,6 +71,9 @@ pub enum KeyType {
     Int,
     /// "user" + decimal digits (variable length).
     String,
+    /// 8-byte integers in insertion order: key n is n (big-endian), so LOAD inserts
+    /// sequential keys (the CANRT paper's sequential workloads).
+    Seq,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +100,10 @@ pub fn fnvhash64(mut val: u64) -> u64 {
 pub fn key_of(kind: KeyType, n: u64, out: &mut [u8; 32]) -> usize {
     let h = fnvhash64(n);
     match kind {
+        KeyType::Seq => {
+            out[..8].copy_from_slice(&n.to_be_bytes());
+            8
+        }
         KeyType::Int => {
             out[..8].copy_from_slice(&h.to_be_bytes());
             8

@@ -144,7 +144,7 @@ pub fn paper(s: &Scale) -> Paper {
             (16.46, 16.46),
             Metric::Mops,
             None,
-            "the TCP/IP baseline is not in `remora bench` yet (issue 14);",
+            "the TCP/IP baseline runs real sockets (`--mode tcp`, soft fabric), not on the sim;",
             "",
         ),
     ];

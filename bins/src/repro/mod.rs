@@ -186,6 +186,8 @@ pub enum Metric {
     P99,
     /// Mean latency: den mean / num mean.
     Mean,
+    /// Server CPU per operation: den ns/op / num ns/op.
+    ServerCpu,
 }
 
 /// One measured point a claim picks: an experiment's series (or factor step) on a workload,

@@ -84,6 +84,7 @@ impl Point {
             Metric::P50 => self.p50_ns,
             Metric::P99 => self.p99_ns,
             Metric::Mean => self.mean_ns,
+            Metric::ServerCpu => self.server_ns_per_op.unwrap_or(f64::NAN),
         }
     }
 
@@ -172,6 +173,10 @@ fn figure(pt: &Point, m: Metric) -> String {
         Metric::P50 => format!("p50 {:.1} µs", pt.p50_ns / 1e3),
         Metric::P99 => format!("p99 {:.1} µs", pt.p99_ns / 1e3),
         Metric::Mean => format!("mean {:.1} µs", pt.mean_ns / 1e3),
+        Metric::ServerCpu => format!(
+            "server {:.0} ns/op",
+            pt.server_ns_per_op.unwrap_or(f64::NAN)
+        ),
     }
 }
 

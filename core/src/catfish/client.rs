@@ -24,6 +24,10 @@ pub const MULTI_ISSUE: usize = 32;
 pub const TORN_RETRIES: u32 = 1 << 16;
 /// Times an insert asks for more space before giving up.
 const GROW_RETRIES: u32 = 4;
+/// How long a client waits for each reply message by default (see
+/// [`CatfishClient::set_reply_timeout_ns`]): about what a NIC takes to report a dead peer
+/// (the sim's `ack_timeout x (retry_cnt + 1)` is 0.54 s), with room for a descheduled server.
+pub const DEFAULT_REPLY_TIMEOUT_NS: u64 = 2_000_000_000;
 
 /// How a search is executed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +94,9 @@ pub struct CatfishClient {
     t0: u64,
     slot_read_at: u64,
     stats: ClientStats,
+    /// The bound on each reply wait, and the error that closed messaging after one ran out.
+    reply_timeout_ns: u64,
+    closed: Option<CatfishError>,
     reply: Vec<u8>,
     nodes: Vec<u8>,
     frontier: Vec<GlobalAddr>,
@@ -168,6 +175,8 @@ impl CatfishClient {
             t0: 0,
             slot_read_at: 0,
             stats: ClientStats::default(),
+            reply_timeout_ns: DEFAULT_REPLY_TIMEOUT_NS,
+            closed: None,
             reply: std_alloc::vec![0u8; max],
             nodes: Vec::new(),
             frontier: Vec::new(),
@@ -186,6 +195,17 @@ impl CatfishClient {
     /// [`super::CatfishServer::with_heartbeat_interval_ns`]).
     pub fn set_heartbeat_interval_ns(&mut self, ns: u64) {
         self.heartbeat_interval_ns = ns.max(1);
+    }
+
+    /// Bounds every wait for a reply message to `ns` of the fabric's clock
+    /// ([`QueuePair::clock_ns`]; virtual time on the sim), [`DEFAULT_REPLY_TIMEOUT_NS`] by
+    /// default. A wait that runs out fails with [`CatfishError::NoReply`] and closes this
+    /// client's messaging for good: every later request fails the same way at once (a late
+    /// reply would otherwise be taken for the next request's); offloaded searches still run.
+    /// On a fabric without a clock the wait is unbounded here and ends only when the fabric
+    /// reports the peer dead.
+    pub fn set_reply_timeout_ns(&mut self, ns: u64) {
+        self.reply_timeout_ns = ns.max(1);
     }
 
     /// Chooses how requests travel (SEND by default).
@@ -232,6 +252,9 @@ impl CatfishClient {
         qp: &Q,
         mut req: Request,
     ) -> Result<(ResponseHeader, usize), CatfishError> {
+        if let Some(e) = self.closed {
+            return Err(e);
+        }
         if self.transport == Transport::WriteImm && self.mailbox.is_null() {
             self.mailbox = self.request_mailbox(qp).await?;
         }
@@ -261,6 +284,9 @@ impl CatfishClient {
         qp: &Q,
         mut req: Request,
     ) -> Result<(ResponseHeader, usize), CatfishError> {
+        if let Some(e) = self.closed {
+            return Err(e);
+        }
         req.acked = self.received;
         qp.send(&req.encode()).await?;
         self.recv_reply(qp, req.req_id).await
@@ -271,7 +297,27 @@ impl CatfishClient {
         qp: &Q,
         req_id: u32,
     ) -> Result<(ResponseHeader, usize), CatfishError> {
-        let r = qp.recv(&mut self.reply).await?;
+        if let Some(e) = self.closed {
+            return Err(e);
+        }
+        let r = match qp.clock_ns() {
+            None => qp.recv(&mut self.reply).await?,
+            Some(t0) => {
+                let ns = self.reply_timeout_ns;
+                match within(qp, ns, qp.recv(&mut self.reply)).await {
+                    Some(r) => r?,
+                    None => {
+                        let waited_ns = qp.clock_ns().unwrap_or(t0).saturating_sub(t0);
+                        let e = CatfishError::NoReply {
+                            node: qp.peer(),
+                            waited_ns,
+                        };
+                        self.closed = Some(e);
+                        return Err(e);
+                    }
+                }
+            }
+        };
         self.received = self.received.wrapping_add(1);
         let len = r.len as usize;
         let msg = self.reply.get(..len).ok_or(CatfishError::Protocol(
@@ -702,4 +748,25 @@ impl CatfishClient {
     pub fn meta(&self) -> GlobalAddr {
         self.meta
     }
+}
+
+/// Runs `fut` until it resolves, or until `ns` of `qp`'s clock have passed (`None` then; the
+/// unfinished `fut` is dropped, which every fabric's receive allows).
+async fn within<Q: QueuePair, F: core::future::Future>(
+    qp: &Q,
+    ns: u64,
+    fut: F,
+) -> Option<F::Output> {
+    let mut fut = core::pin::pin!(fut);
+    let mut timer = core::pin::pin!(qp.pause(ns));
+    core::future::poll_fn(|cx| {
+        if let core::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
+            return core::task::Poll::Ready(Some(v));
+        }
+        if timer.as_mut().poll(cx).is_ready() {
+            return core::task::Poll::Ready(None);
+        }
+        core::task::Poll::Pending
+    })
+    .await
 }

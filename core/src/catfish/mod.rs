@@ -16,6 +16,7 @@
 pub mod adaptive;
 pub mod client;
 pub mod server;
+pub mod shared;
 #[cfg(test)]
 mod tests;
 pub mod tree;
@@ -58,6 +59,14 @@ pub enum CatfishError {
     },
     /// A structurally impossible tree.
     Corrupt(&'static str),
+    /// No reply came from memory node `node` within the client's reply timeout
+    /// ([`CatfishClient::set_reply_timeout_ns`]): the node died or hung mid-request. The
+    /// request may or may not have taken effect; the client's messaging is closed (a late
+    /// reply would be taken for the next request's), so open a new client.
+    NoReply {
+        node: remora_layouts::NodeId,
+        waited_ns: u64,
+    },
 }
 
 impl From<FabricError> for CatfishError {
@@ -102,6 +111,12 @@ impl fmt::Display for CatfishError {
                 )
             }
             CatfishError::Corrupt(w) => write!(f, "catfish: corrupt tree: {w}"),
+            CatfishError::NoReply { node, waited_ns } => write!(
+                f,
+                "catfish: memory node {node} sent no reply in {} ms (dead or hung mid-request; \
+                 the request may or may not have taken effect): reconnect and open a new client",
+                waited_ns / 1_000_000
+            ),
         }
     }
 }

@@ -19,6 +19,7 @@
 //!   (offloading clients READ it with their first doorbell) and to every connection's
 //!   heartbeat slot (Algorithm 1's `u_serv`).
 use super::CatfishError;
+use super::shared::SharedTree;
 use super::tree::Tree;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{CpuClock, Handler, LocalRegion, Replies};
@@ -158,40 +159,51 @@ impl Conn {
     }
 }
 
-/// The fast-messaging server as a [`Handler`].
+/// The fast-messaging server as a [`Handler`]. One per server thread of a node
+/// ([`Handler::fork`]); the threads share the tree ([`SharedTree`]: writers under a lock,
+/// searches lock-free as offloading clients read).
 pub struct CatfishServer {
-    tree: Option<Tree>,
+    tree: Arc<SharedTree>,
+    stack: Vec<(u64, u16)>,
     meter: LoadMeter,
     max_message: usize,
     window: usize,
     events: u64,
-    seq: u64,
     hits: Vec<Entry>,
     msg: Vec<u8>,
     out: Replies,
     handled: u64,
     conns: BTreeMap<usize, Conn>,
-    /// Mailboxes of closed connections, handed to the next ones.
-    free_mailboxes: Vec<u64>,
 }
 
 impl CatfishServer {
     /// A server whose clients' receive buffers take `max_message` bytes.
     pub fn new(max_message: usize) -> CatfishServer {
         CatfishServer {
-            tree: None,
+            tree: Arc::new(SharedTree::default()),
+            stack: Vec::new(),
             meter: LoadMeter::default(),
             max_message,
             window: DEFAULT_WINDOW,
             events: 0,
-            seq: 0,
             hits: Vec::new(),
             msg: Vec::with_capacity(max_message),
             out: Replies::new(),
             handled: 0,
             conns: BTreeMap::new(),
-            free_mailboxes: Vec::new(),
         }
+    }
+
+    /// A server for another thread of this node: the same tree and settings, its own
+    /// connections and load meter (each thread reports its own utilisation to the clients it
+    /// serves).
+    pub fn thread(&self) -> CatfishServer {
+        let mut s = CatfishServer::new(self.max_message);
+        s.tree = self.tree.clone();
+        s.window = self.window;
+        s.meter.probe = self.meter.probe.clone();
+        s.meter.interval_ns = self.meter.interval_ns;
+        s
     }
 
     /// Reports `probe` (per-mille) as the load instead of the server's own measure.
@@ -232,15 +244,14 @@ impl CatfishServer {
     fn tick(&mut self, region: &dyn LocalRegion, busy: bool) {
         self.events += 1;
         if self.meter.record(region, busy, self.events)
-            && let Some(t) = &self.tree
+            && let Some(meta) = self.tree.meta()
         {
-            self.seq += 1;
             let hb = Heartbeat {
                 load_permille: self.meter.load(),
-                seq: self.seq,
+                seq: self.tree.next_seq(),
             };
             // A failed store means the superblock is outside the region: nothing to report to.
-            let _ = region.store_u64(t.meta() + META_HEARTBEAT_OFFSET, hb.encode());
+            let _ = region.store_u64(meta + META_HEARTBEAT_OFFSET, hb.encode());
             // And into every connection's own slot (Algorithm 1's u_serv).
             for block in self.conns.values().filter_map(|c| c.mailbox) {
                 let _ = region.store_u64(block + CLIENT_HEARTBEAT_OFFSET, hb.encode());
@@ -269,7 +280,25 @@ impl CatfishServer {
             let a = GlobalAddr::from_raw(req.arg0);
             (a.node() == region.node() && !a.is_device()).then_some((a.offset(), req.arg1))
         };
-        let result = match (req.op, self.tree.as_mut()) {
+        if req.op == Opcode::Search {
+            // Lock-free, as an offloading client reads (see `super::shared`).
+            self.hits.clear();
+            let r = self
+                .tree
+                .search(region, &req.rect, &mut self.hits, &mut self.stack);
+            return match r {
+                Ok(()) => {
+                    self.send_hits(req.req_id);
+                    Status::Ok
+                }
+                Err(CatfishError::NotCreated) => Status::NotInitialized,
+                Err(_) => Status::Corrupt,
+            };
+        }
+        let tree = self.tree.clone();
+        let mut w = tree.lock();
+        let w = &mut *w;
+        let result = match (req.op, w.tree.as_mut()) {
             // Formatting over a live tree would strand its clients.
             (Opcode::Init, Some(_)) => return Status::BadRequest,
             (Opcode::Init, None) => match arena() {
@@ -277,7 +306,7 @@ impl CatfishServer {
                     let (len, fanout) = (arg1 & ((1 << 48) - 1), (arg1 >> 48) as usize);
                     let fanout = if fanout == 0 { FANOUT } else { fanout };
                     Tree::format_with(region, base, len, fanout).map(|t| {
-                        self.tree = Some(t);
+                        w.tree = Some(t);
                     })
                 }
                 None => return Status::BadRequest,
@@ -288,20 +317,12 @@ impl CatfishServer {
                 None => return Status::BadRequest,
             },
             (Opcode::Insert, Some(t)) => t.insert(region, req.rect, req.arg0),
-            (Opcode::Search, Some(t)) => {
-                self.hits.clear();
-                match t.search(region, &req.rect, &mut self.hits) {
-                    Ok(()) => {
-                        self.send_hits(req.req_id);
-                        return Status::Ok;
-                    }
-                    Err(e) => Err(e),
-                }
-            }
+            // Served above, without the lock.
+            (Opcode::Search, Some(_)) => return Status::BadRequest,
             (Opcode::Mailbox, Some(t)) => {
                 let at = match conn.mailbox {
                     Some(at) => Ok(at),
-                    None => match self.free_mailboxes.pop() {
+                    None => match w.free_mailboxes.pop() {
                         Some(at) => Ok(at),
                         None => t.carve_block(CLIENT_BLOCK_LEN as u64),
                     },
@@ -427,21 +448,23 @@ impl Handler for CatfishServer {
         if let Some(c) = self.conns.remove(&conn)
             && let Some(m) = c.mailbox
         {
-            self.free_mailboxes.push(m);
+            self.tree.lock().free_mailboxes.push(m);
         }
     }
 
     /// Opens and checks the tree a previous life left in the region (see [`Tree::recover`]).
     fn recover(&mut self, region: &dyn LocalRegion) -> Result<String, FabricError> {
         self.conns.clear();
-        self.free_mailboxes.clear();
+        let tree = self.tree.clone();
+        let mut w = tree.lock();
+        w.free_mailboxes.clear();
         Ok(match Tree::recover(region) {
             Ok(None) => {
-                self.tree = None;
+                w.tree = None;
                 String::from("catfish: no tree in the region; waiting for Init")
             }
             Ok(Some((t, r))) => {
-                self.tree = Some(t);
+                w.tree = Some(t);
                 format!(
                     "catfish: tree checked: {} entries in {} nodes, height {}, {} underfull \
                      nodes; its free arena space is not recovered (clients grow it again)",
@@ -450,7 +473,7 @@ impl Handler for CatfishServer {
             }
             Err(e) => {
                 // Serving a broken tree would answer wrongly: refuse every request instead.
-                self.tree = None;
+                w.tree = None;
                 format!("catfish: the region's tree is broken ({e}); not serving it")
             }
         })
@@ -458,6 +481,10 @@ impl Handler for CatfishServer {
 
     fn service(&self) -> &'static str {
         "catfish"
+    }
+
+    fn fork(&mut self) -> Option<std_alloc::boxed::Box<dyn Handler + Send>> {
+        Some(std_alloc::boxed::Box::new(self.thread()))
     }
 }
 

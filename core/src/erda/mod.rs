@@ -145,6 +145,7 @@
 //! `LogFull`), range scans (Erda is a hash store:
 //! [`KvIndex::scan`](crate::index::KvIndex::scan) answers [`ErdaError::Unsupported`]), and
 //! sharding over several memory nodes (one store lives on one node).
+pub mod baseline;
 mod client;
 mod displace;
 mod server;

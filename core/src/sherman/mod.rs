@@ -44,8 +44,9 @@
 //!   has a dead holder, whom the waiter fences off the lock's memory node
 //!   ([`crate::fabric::Endpoint::fence`]) and then CASes the word from the holder's to its own
 //!   (`lock.rs`). The local lock table (coroutines of one handle) is unchanged; a handle never
-//!   fences itself. A word that names no client, or a fabric that cannot fence (verbs), ends
-//!   in [`ShermanError::LockHeld`] naming the word and holder after the deadline.
+//!   fences itself. A word that names no client, or a fabric that cannot fence (a node that
+//!   refuses the fence), ends in [`ShermanError::LockHeld`] naming the word and holder after
+//!   the deadline.
 //! - **A page the holder was writing.** On the sim a crash drops a whole doorbell, so a page
 //!   is either the old or the new image and the taker-over simply re-reads it: every write
 //!   under a lock is one doorbell that also carries the unlock (command combination) or is
@@ -61,19 +62,24 @@
 //!     the level below followed along sibling pointers from the leftmost child (each page's
 //!     low fence is its separator). Garbage that does not look like a torn internal page
 //!     stays an error.
-//!   - a **leaf** is NOT repaired yet: readers and writers report [`ShermanError::Corrupt`]
-//!     for it at the deadline — a clear error, never a wrong answer (seen in 3 of 44 runs of
-//!     `sherman_kill.rs`, all FG+ whole-page write-backs). Its content cannot be re-derived:
-//!     an in-place entry write destroys the old value, and a split's compaction moves entries
-//!     between slots, so a salvage from the slots that still verify could drop a key (a split
-//!     torn back to its old fences has lost the moved entries' slots). The decided design:
-//!     the writer posts a redo record (page, offset, new bytes, checksum) to a per-handle log
-//!     slot named by the lock word's tag, in the same doorbell ahead of the in-place write; a
-//!     taker-over that finds the page torn re-applies the dead holder's record (whole whenever
-//!     the page write began, by per-queue-pair order). Out-of-place entry updates are no
-//!     substitute under two-level versions: two entry WRITEs under one page version can be
-//!     seen half-applied by a READ whose segments sample in any order (the key in neither
-//!     slot).
+//!   - a **leaf** is redone (`redo.rs`): every leaf write that can tear (an entry, a whole
+//!     page, a split's left page) is preceded in its doorbell by a redo record (page,
+//!     offset, new bytes, hash) in a slot of the writer's, and by an 8-byte WRITE of the
+//!     slot's address into the lock's redo pointer (one word per lock word, in a table on
+//!     the lock's node). By per-queue-pair order a torn leaf has a whole record that its
+//!     lock's pointer names, and it is the only leaf under that lock that can be torn; so
+//!     whoever takes the lock over (`acquire_page`) re-applies that record first if its page
+//!     does not verify — the dead writer's write, completed (it was never acknowledged, so
+//!     either outcome is linearizable; every acknowledged write under the lock had completed
+//!     before it). A reader that finds a leaf torn for a lease takes its lock to the same
+//!     end. The leaf content cannot be re-derived instead: an in-place entry write destroys
+//!     the old value, and a split's compaction moves entries between slots. The design
+//!     first written here named the slot by the lock word's tag (a per-handle log); the
+//!     per-lock pointer needs no registry of handles and no bits of the tag, and survives
+//!     local hand-overs (one word, several writers in turn). Cost: the record and the
+//!     pointer travel in the write-back's doorbell (no round trip): an 8-byte-value update
+//!     sends 64 more bytes (Sherman: 48 → 112 B with the lock CAS and unlock) and a FG+
+//!     whole-page write-back a page more (1 KiB pages: 1048 → 2112 B).
 //! - **A split whose separator never reached the parent.** Readers move right along the
 //!   sibling pointer (B-link). The first writer whose descent was routed by a parent to a
 //!   page that does not cover its key (a walk with no index cache) inserts that page's
@@ -90,6 +96,9 @@
 //! split, an update, a delete and a lookup (Sherman and FG+, several seeds) while three
 //! others run lincheck workloads: every survivor finishes, the history is linearizable, and
 //! [`RepairStats`] shows takeovers, linked separators and grown roots.
+//! `poller/tests/sherman_torn.rs` tears a leaf write half-way (any subset of its changed
+//! words) before killing its writer, and shows the leaf redone; `sherman_kill.rs` does the
+//! same with real writer processes killed by SIGKILL.
 //!
 //! Cost of the verification. Bytes: none on the wire or in the page (the checksum takes a
 //! reserved header word, the value length shares the entry meta word with a 7-bit entry
@@ -103,6 +112,7 @@
 //! version (one hash pass).
 mod cache;
 mod lock;
+mod redo;
 mod tree;
 mod wait;
 

@@ -1,6 +1,7 @@
 //! The B-link tree itself: descriptor, traversal, lookups, writes, splits, scans.
 use super::cache::{IndexCache, child_for};
 use super::lock::{Batch, Got, Locks};
+use super::redo;
 use super::wait::Patience;
 use super::{PageCheck, ShermanConfig, ShermanError};
 use crate::alloc::RemoteAllocator;
@@ -17,16 +18,17 @@ use remora_layouts::{GlobalAddr, NodeId};
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
-/// `b"SHERMAN1"`.
-const DESC_MAGIC: u64 = u64::from_le_bytes(*b"SHERMAN1");
-const DESC_LEN: usize = 128;
+/// `b"SHERMAN2"` (version 2 added the redo pointer tables).
+const DESC_MAGIC: u64 = u64::from_le_bytes(*b"SHERMAN2");
+const DESC_LEN: usize = 192;
 const D_ROOT: u64 = 8;
 const D_CLIENTS: u64 = 40;
 const MAX_NODES: usize = 8;
 
 /// The tree's descriptor, stored once on the first memory node:
 /// magic, root, page size, value size, flags (bit 0: on-chip locks), clients (FAA counter),
-/// host lock-table entries, node count, host lock table per node.
+/// host lock-table entries, node count, host lock table per node, redo pointer table per
+/// node (one word per lock word, see `redo.rs`).
 #[derive(Debug, Clone, Copy)]
 struct Descriptor {
     root: GlobalAddr,
@@ -35,6 +37,7 @@ struct Descriptor {
     onchip: bool,
     host_locks: u64,
     tables: [u64; MAX_NODES],
+    redo: [u64; MAX_NODES],
 }
 
 impl Descriptor {
@@ -50,7 +53,11 @@ impl Descriptor {
             self.host_locks,
             0,
         ];
-        for (i, w) in words.iter().chain(self.tables.iter()).enumerate() {
+        let all = words
+            .iter()
+            .chain(self.tables.iter())
+            .chain(self.redo.iter());
+        for (i, w) in all.enumerate() {
             b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
         b
@@ -68,6 +75,7 @@ impl Descriptor {
             onchip: w(4) & 1 == 1,
             host_locks: w(6),
             tables: core::array::from_fn(|i| w(8 + i)),
+            redo: core::array::from_fn(|i| w(8 + MAX_NODES + i)),
         })
     }
 }
@@ -77,6 +85,8 @@ struct NodeLocks {
     dm_locks: u64,
     host_table: GlobalAddr,
     host_locks: u64,
+    /// Redo pointers, one per lock word of this node (`redo.rs`).
+    redo_table: GlobalAddr,
 }
 
 /// What a locked leaf step decided.
@@ -105,6 +115,19 @@ pub struct RepairStats {
     pub roots_grown: u64,
     /// Internal pages found torn by a dead writer and re-derived from the level below.
     pub pages_rederived: u64,
+    /// Leaves found torn by a dead writer and rewritten from its redo record.
+    pub leaves_redone: u64,
+}
+
+/// A redo record about to be posted (see `redo.rs`): its image, the slot it goes to, and
+/// the lock's redo pointer that will name the slot.
+struct Logged {
+    rec: Vec<u8>,
+    len: usize,
+    slot: GlobalAddr,
+    slot_word: [u8; 8],
+    ptr: GlobalAddr,
+    node: usize,
 }
 
 /// One compute node's handle on a Sherman tree (see [`super`]).
@@ -129,6 +152,10 @@ pub struct Sherman<'e, E: Endpoint> {
     missing: Cell<Option<(u8, u64, GlobalAddr)>>,
     /// Repairs made of what other clients left half-done.
     repairs: Cell<RepairStats>,
+    /// Free redo slots of this handle, per memory node (index as in `nodes`).
+    redo_slots: RefCell<Vec<Vec<GlobalAddr>>>,
+    /// Buffers for redo record images.
+    records: RefCell<Vec<Vec<u8>>>,
 }
 
 fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
@@ -229,15 +256,22 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             return Self::open(ep, cfg).await;
         }
         let mut tables = [0u64; MAX_NODES];
+        let mut redo = [0u64; MAX_NODES];
         let mut host_locks = u64::MAX;
         for (i, &n) in ep.nodes().iter().enumerate().take(MAX_NODES) {
             let q = ep.qp(n)?;
             let a = RemoteAllocator::open(q).await?;
             let count = (a.chunk_size() / 8).min(1 << 15);
             host_locks = host_locks.min(count);
+            let zeros = vec![0u8; (count * 8) as usize];
             let t = a.alloc_chunk(q).await?;
-            q.write(t, &vec![0u8; (count * 8) as usize]).await?;
+            q.write(t, &zeros).await?;
             tables[i] = t.raw();
+            // The redo pointers: as many words as there are lock words (device-memory locks
+            // are capped to the same count in `open`).
+            let r = a.alloc_chunk(q).await?;
+            q.write(r, &zeros).await?;
+            redo[i] = r.raw();
         }
         let a0 = RemoteAllocator::open(qp).await?;
         let root = a0.alloc(qp, cfg.page_size as u64).await?;
@@ -251,6 +285,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             onchip: cfg.onchip_locks,
             host_locks,
             tables,
+            redo,
         };
         let img = d.encode();
         qp.post(&mut [
@@ -302,8 +337,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 addr: GlobalAddr::new(n, 0),
                 why,
             })?;
+            let host_locks = if d.host_locks == 0 {
+                0
+            } else {
+                1u64 << (63 - d.host_locks.leading_zeros())
+            };
+            // At most one lock word per redo pointer (`redo.rs`: a pointer has one writer).
             let dm_locks = if rh.dm_len >= 8 {
-                1u64 << (63 - (rh.dm_len / 8).leading_zeros())
+                (1u64 << (63 - (rh.dm_len / 8).leading_zeros())).min(host_locks)
             } else {
                 0
             };
@@ -314,16 +355,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     },
                 ));
             }
-            let host_locks = if d.host_locks == 0 {
-                0
-            } else {
-                1u64 << (63 - d.host_locks.leading_zeros())
-            };
             nodes.push(NodeLocks {
                 node: n,
                 dm_locks,
                 host_table: GlobalAddr::from_raw(d.tables[i]),
                 host_locks,
+                redo_table: GlobalAddr::from_raw(d.redo[i]),
             });
             allocs.push(RemoteAllocator::open(q).await?);
         }
@@ -353,6 +390,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             splits: Cell::new(0),
             missing: Cell::new(None),
             repairs: Cell::new(RepairStats::default()),
+            redo_slots: RefCell::new(Vec::new()),
+            records: RefCell::new(Vec::new()),
         })
     }
 
@@ -413,6 +452,170 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         } else {
             n.host_table.add((hash(page) & (n.host_locks - 1)) * 8)
         })
+    }
+
+    /// The redo pointer of the lock word that guards `page` (same index in its table).
+    fn redo_ptr(&self, page: GlobalAddr) -> Result<GlobalAddr, ShermanError> {
+        let i = self.node_index(page)?;
+        let n = &self.nodes[i];
+        let count = if self.onchip {
+            n.dm_locks
+        } else {
+            n.host_locks
+        };
+        Ok(n.redo_table.add((hash(page) & (count - 1)) * 8))
+    }
+
+    fn node_index(&self, page: GlobalAddr) -> Result<usize, ShermanError> {
+        self.nodes
+            .iter()
+            .position(|n| n.node == page.node())
+            .ok_or(ShermanError::Fabric(
+                crate::fabric::FabricError::UnknownNode { node: page.node() },
+            ))
+    }
+
+    /// The redo record of writing `bytes` at `off` of leaf `page` (its lock held), in a slot
+    /// of this handle's on the page's node; post it with [`Self::log_ops`] ahead of the write,
+    /// then return it with [`Self::unlog`].
+    async fn log(
+        &self,
+        page: GlobalAddr,
+        off: usize,
+        bytes: &[u8],
+    ) -> Result<Logged, ShermanError> {
+        let node = self.node_index(page)?;
+        let ptr = self.redo_ptr(page)?;
+        let free = self
+            .redo_slots
+            .borrow_mut()
+            .get_mut(node)
+            .and_then(Vec::pop);
+        let slot = match free {
+            Some(s) => s,
+            None => {
+                let a = &self.allocs[node];
+                a.alloc(self.ep.qp(a.node())?, self.record_len() as u64)
+                    .await?
+            }
+        };
+        let mut rec = self
+            .records
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| vec![0u8; self.record_len()]);
+        let len = redo::encode(&mut rec, page, off, bytes);
+        Ok(Logged {
+            rec,
+            len,
+            slot,
+            slot_word: slot.raw().to_le_bytes(),
+            ptr,
+            node,
+        })
+    }
+
+    fn record_len(&self) -> usize {
+        redo::HEADER + self.g.page_size
+    }
+
+    /// The record's WRITE and the redo pointer's, to go ahead of the page write.
+    fn log_ops<'b>(&self, l: &'b Logged, ops: &mut Batch<'b>) {
+        for op in [
+            Op::Write {
+                remote: l.slot,
+                local: &l.rec[..l.len],
+            },
+            Op::Write {
+                remote: l.ptr,
+                local: &l.slot_word,
+            },
+        ] {
+            ops.push(op)
+                .expect("a doorbell batch holds at most 8 work requests");
+        }
+    }
+
+    /// The doorbell that carried `l` completed (or failed): its slot and buffer are free.
+    fn unlog(&self, l: Logged) {
+        let mut slots = self.redo_slots.borrow_mut();
+        if slots.len() <= l.node {
+            slots.resize_with(l.node + 1, Vec::new);
+        }
+        slots[l.node].push(l.slot);
+        self.records.borrow_mut().push(l.rec);
+    }
+
+    /// Takes the lock of `page` (returned); after a takeover from a dead holder, first puts
+    /// back the leaf it may have torn ([`Self::redo`]).
+    async fn acquire_page(&self, page: GlobalAddr) -> Result<(GlobalAddr, Got), ShermanError> {
+        let lock = self.lock_for(page)?;
+        let got = self.locks.acquire(self.ep, lock).await?;
+        if let Got::TookOver { .. } = got {
+            self.repaired(|r| r.takeovers += 1);
+            if let Err(e) = self.redo(page).await {
+                self.locks
+                    .release(self.qp(page)?, lock, &mut Batch::new())
+                    .await?;
+                return Err(e);
+            }
+        }
+        Ok((lock, got))
+    }
+
+    /// Under the lock of `page`, just taken over: re-applies the redo record its pointer
+    /// names if that record is whole, is of a page under this same lock, and that page is a
+    /// leaf that does not verify (see `redo.rs` for why that is the dead holder's torn write).
+    async fn redo(&self, page: GlobalAddr) -> Result<(), ShermanError> {
+        let ptr = self.redo_ptr(page)?;
+        let qp = self.qp(page)?;
+        let mut w = [0u8; 8];
+        qp.read(ptr, &mut w).await?;
+        let slot = GlobalAddr::from_raw(u64::from_le_bytes(w));
+        if slot.is_null() || slot.node() != page.node() {
+            return Ok(());
+        }
+        let mut rec = self
+            .records
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| vec![0u8; self.record_len()]);
+        let mut buf = self.page();
+        let r = async {
+            qp.read(slot, &mut rec).await?;
+            let Some(r) = redo::decode(&rec, self.g.page_size) else {
+                return Ok(());
+            };
+            if r.page.node() != page.node() || self.redo_ptr(r.page)? != ptr {
+                return Ok(());
+            }
+            qp.read(r.page, &mut buf).await?;
+            if raw_level(&buf) != Some(0) || self.leaf_whole(&buf) {
+                return Ok(());
+            }
+            qp.write(r.page.add(r.off as u64), r.bytes).await?;
+            self.repaired(|s| s.leaves_redone += 1);
+            Ok(())
+        }
+        .await;
+        self.give(buf);
+        self.records.borrow_mut().push(rec);
+        r
+    }
+
+    /// The leaf image verifies (header and every slot).
+    fn leaf_whole(&self, page: &[u8]) -> bool {
+        self.decode(page)
+            .is_ok_and(|h| h.is_leaf() && self.find_in_leaf(page, self.bind(&h), 0).is_ok())
+    }
+
+    /// A reader found leaf `addr` torn for a lease: takes its lock (from the dead writer, who
+    /// is fenced, which repairs the leaf) and lets it go.
+    async fn repair_leaf(&self, addr: GlobalAddr) -> Result<(), ShermanError> {
+        let (lock, _) = self.acquire_page(addr).await?;
+        self.locks
+            .release(self.qp(addr)?, lock, &mut Batch::new())
+            .await
     }
 
     async fn alloc_page(&self) -> Result<GlobalAddr, ShermanError> {
@@ -476,6 +679,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 }
                 continue;
             }
+            if !repaired && !locked && p.past_lease(self.ep) && raw_level(buf) == Some(0) {
+                // A leaf torn for a lease: its writer died; its lock's next holder redoes it.
+                repaired = true;
+                self.repair_leaf(addr).await?;
+                continue;
+            }
             if !p.pause(self.ep).await {
                 return Err(ShermanError::Corrupt { addr, why });
             }
@@ -489,10 +698,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         addr: GlobalAddr,
         buf: &mut [u8],
     ) -> Result<bool, ShermanError> {
-        let lock = self.lock_for(addr)?;
-        if let Got::TookOver { .. } = self.locks.acquire(self.ep, lock).await? {
-            self.repaired(|r| r.takeovers += 1);
-        }
+        let (lock, _) = self.acquire_page(addr).await?;
         let r = self.rederive_internal(addr, buf).await;
         self.locks
             .release(self.qp(addr)?, lock, &mut Batch::new())
@@ -594,15 +800,18 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// READ a leaf until the header and every slot verify (every slot: which one holds `key`
     /// is only known once all are). Returns the header and `key`'s live (slot, value length).
+    /// `locked`: the caller holds the leaf's lock (else a leaf torn for a lease is repaired).
     async fn read_leaf(
         &self,
         addr: GlobalAddr,
         buf: &mut [u8],
         key: u64,
+        locked: bool,
     ) -> Result<(PageHeader, Option<(usize, usize)>), ShermanError> {
         let mut p = self.patience();
+        let mut repaired = false;
         loop {
-            let h = self.read_page(addr, buf).await?;
+            let h = self.read_page_as(addr, buf, locked).await?;
             if !h.is_leaf() {
                 return Err(ShermanError::Corrupt {
                     addr,
@@ -615,6 +824,11 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 Ok(found) => return Ok((h, found)),
                 Err(e) => e,
             };
+            if !repaired && !locked && p.past_lease(self.ep) {
+                repaired = true;
+                self.repair_leaf(addr).await?;
+                continue;
+            }
             if !p.pause(self.ep).await {
                 return Err(ShermanError::Corrupt { addr, why });
             }
@@ -787,7 +1001,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let mut addr = self.locate(key, buf).await?.0;
         let mut p = self.patience();
         loop {
-            let (h, found) = self.read_leaf(addr, buf, key).await?;
+            let (h, found) = self.read_leaf(addr, buf, key, false).await?;
             let moved = key < h.low_fence || key >= h.high_fence;
             if moved && !p.step(self.ep) {
                 return Err(ShermanError::Unsettled {
@@ -828,7 +1042,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 remote: addr,
                 local: img,
             })
-            .expect("a doorbell batch holds at most 5 work requests");
+            .expect("a doorbell batch holds at most 8 work requests");
             return;
         }
         let rear = self.g.rear_offset();
@@ -836,17 +1050,17 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             remote: addr.add(rear as u64),
             local: &img[rear..],
         })
-        .expect("a doorbell batch holds at most 5 work requests");
+        .expect("a doorbell batch holds at most 8 work requests");
         ops.push(Op::Write {
             remote: addr.add(8),
             local: &img[8..rear],
         })
-        .expect("a doorbell batch holds at most 5 work requests");
+        .expect("a doorbell batch holds at most 8 work requests");
         ops.push(Op::Write {
             remote: addr,
             local: &img[..8],
         })
-        .expect("a doorbell batch holds at most 5 work requests");
+        .expect("a doorbell batch holds at most 8 work requests");
     }
 
     async fn modify(&self, key: u64, value: &[u8], change: Change) -> Result<bool, ShermanError> {
@@ -872,12 +1086,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let (mut addr, mut cached) = self.locate(key, buf).await?;
         let mut p = self.patience();
         loop {
-            let lock = self.lock_for(addr)?;
-            let got = self.locks.acquire(self.ep, lock).await?;
-            match got {
-                Got::HandedOver => self.handovers.set(self.handovers.get() + 1),
-                Got::TookOver { .. } => self.repaired(|r| r.takeovers += 1),
-                Got::Acquired => {}
+            let (lock, got) = self.acquire_page(addr).await?;
+            if got == Got::HandedOver {
+                self.handovers.set(self.handovers.get() + 1);
             }
             let step = self
                 .modify_locked(addr, lock, key, value, change, buf)
@@ -924,7 +1135,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         buf: &mut [u8],
     ) -> Result<Step, ShermanError> {
         let qp = self.qp(addr)?;
-        let read = self.read_leaf(addr, buf, key).await;
+        let read = self.read_leaf(addr, buf, key, true).await;
         let (h, found) = match read {
             Ok(r) => r,
             Err(e) => {
@@ -978,16 +1189,36 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             }
             None => &[],
         };
-        let mut ops = Batch::new();
         if self.cfg.two_level_versions {
             encode_leaf_entry(&mut buf[entry.clone()], key, val, version, valid, bind);
             let written = if valid { entry } else { at..at + 8 };
+            // A delete's one aligned word cannot tear: no redo record.
+            let logged = if valid {
+                match self.log(addr, at, &buf[written.clone()]).await {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        self.locks.release(qp, lock, &mut Batch::new()).await?;
+                        return Err(e);
+                    }
+                }
+            } else {
+                None
+            };
+            let mut ops = Batch::new();
+            if let Some(l) = &logged {
+                self.log_ops(l, &mut ops);
+            }
             ops.push(Op::Write {
                 remote: addr.add(at as u64),
                 local: &buf[written],
             })
-            .expect("a doorbell batch holds at most 5 work requests");
-            self.locks.release(qp, lock, &mut ops).await?;
+            .expect("a doorbell batch holds at most 8 work requests");
+            let r = self.locks.release(qp, lock, &mut ops).await;
+            drop(ops);
+            if let Some(l) = logged {
+                self.unlog(l);
+            }
+            r?;
         } else {
             // Whole page under a new version: every slot (verified under the lock) is
             // rebound to it.
@@ -1001,8 +1232,20 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             encode_leaf_entry(&mut buf[entry], key, val, version, valid, nbind);
             nh.encode(buf);
             seal(buf, &self.g);
+            let logged = match self.log(addr, 0, buf).await {
+                Ok(l) => l,
+                Err(e) => {
+                    self.locks.release(qp, lock, &mut Batch::new()).await?;
+                    return Err(e);
+                }
+            };
+            let mut ops = Batch::new();
+            self.log_ops(&logged, &mut ops);
             self.page_write_ops(addr, buf, &mut ops);
-            self.locks.release(qp, lock, &mut ops).await?;
+            let r = self.locks.release(qp, lock, &mut ops).await;
+            drop(ops);
+            self.unlog(logged);
+            r?;
         }
         Ok(Step::Done(found.is_some() || change == Change::Upsert))
     }
@@ -1051,8 +1294,18 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             right_addr.raw(),
             &entries[..mid],
         );
-        self.write_split(addr, lock, right_addr, &right, &left)
-            .await?;
+        let logged = match self.log(addr, 0, &left).await {
+            Ok(l) => l,
+            Err(e) => {
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
+                return Err(e);
+            }
+        };
+        let r = self
+            .write_split(addr, lock, right_addr, &right, &left, Some(&logged))
+            .await;
+        self.unlog(logged);
+        r?;
         self.splits.set(self.splits.get() + 1);
         let pending = if h.low_fence == 0 && h.high_fence == KEY_INFINITY {
             self.grow_root(addr, 0, sep, right_addr).await?
@@ -1065,8 +1318,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         }
     }
 
-    /// Writes the new right page, then the left page whole, then unlocks the left page. One
-    /// doorbell when both pages live on one node (per-queue-pair order), else two.
+    /// Writes the new right page, then the left page whole (after its redo record, if
+    /// `logged`: a leaf), then unlocks the left page. One doorbell when both pages live on
+    /// one node (per-queue-pair order), else two.
     async fn write_split(
         &self,
         left_addr: GlobalAddr,
@@ -1074,6 +1328,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         right_addr: GlobalAddr,
         right: &[u8],
         left: &[u8],
+        logged: Option<&Logged>,
     ) -> Result<(), ShermanError> {
         let qp = self.qp(left_addr)?;
         let mut ops = Batch::new();
@@ -1082,10 +1337,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 remote: right_addr,
                 local: right,
             })
-            .expect("a doorbell batch holds at most 5 work requests");
+            .expect("a doorbell batch holds at most 8 work requests");
         } else if let Err(e) = self.qp(right_addr)?.write(right_addr, right).await {
             self.locks.release(qp, lock, &mut Batch::new()).await?;
             return Err(e.into());
+        }
+        if let Some(l) = logged {
+            self.log_ops(l, &mut ops);
         }
         self.page_write_ops(left_addr, left, &mut ops);
         self.locks.release(qp, lock, &mut ops).await
@@ -1162,11 +1420,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             waited_ns: p.waited(self.ep),
                         });
                     }
-                    let lock = self.lock_for(addr)?;
                     let qp = self.qp(addr)?;
-                    if let Got::TookOver { .. } = self.locks.acquire(self.ep, lock).await? {
-                        self.repaired(|r| r.takeovers += 1);
-                    }
+                    let (lock, _) = self.acquire_page(addr).await?;
                     let h = match self.read_page_as(addr, &mut buf, true).await {
                         Ok(h) => h,
                         Err(e) => {
@@ -1263,7 +1518,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         h.leftmost,
                         &entries[..mid],
                     );
-                    self.write_split(addr, lock, right_addr, &right, &left)
+                    self.write_split(addr, lock, right_addr, &right, &left, None)
                         .await?;
                     self.splits.set(self.splits.get() + 1);
                     if level == 1 {

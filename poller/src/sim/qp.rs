@@ -325,6 +325,17 @@ impl QueuePair for SimQp {
     fn is_broken(&self) -> bool {
         self.w.borrow().ends[self.end as usize].broken
     }
+
+    /// Virtual time, as [`SimEndpoint::now_ns`].
+    fn clock_ns(&self) -> Option<u64> {
+        Some(self.w.borrow().now / 1000)
+    }
+
+    /// A virtual-time wait, as [`SimEndpoint::pause`].
+    fn pause(&self, ns: u64) -> impl Future<Output = ()> {
+        let until = self.w.borrow().now + ns.max(1) * 1000;
+        super::cluster::sleep_until(self.w.clone(), until)
+    }
 }
 
 /// A client's endpoint: one queue pair per memory node.

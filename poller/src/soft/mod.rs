@@ -32,5 +32,5 @@ mod ring_loom;
 pub mod watchdog;
 pub mod words;
 
-pub use node::{Backing, NodeConfig, Opened, ServerHandle, SoftMemoryNode};
+pub use node::{Backing, NodeConfig, Opened, ServeMode, ServerHandle, SoftMemoryNode};
 pub use qp::{CLIENT_PEER, RNR_TIMEOUT, SoftEndpoint, SoftQp};

@@ -182,6 +182,8 @@ pub struct SoftMemoryNode {
     /// Live connections: (id, server end, client slot).
     conns: Mutex<Vec<(usize, SoftQp, u16)>>,
     next_conn: std::sync::atomic::AtomicUsize,
+    /// Connections taken out of `conns` by the threads of `spawn_servers` (their own shares).
+    owned: std::sync::atomic::AtomicUsize,
     service: Mutex<Service>,
     log: Mutex<VecDeque<String>>,
 }
@@ -318,6 +320,7 @@ impl SoftMemoryNode {
             cfg,
             conns: Mutex::new(Vec::new()),
             next_conn: std::sync::atomic::AtomicUsize::new(0),
+            owned: std::sync::atomic::AtomicUsize::new(0),
             service: Mutex::new(Service {
                 handler,
                 replies: Replies::new(),
@@ -402,7 +405,7 @@ impl SoftMemoryNode {
 
     /// Live connections.
     pub fn connections(&self) -> usize {
-        lock(&self.conns).len()
+        lock(&self.conns).len() + self.owned.load(Ordering::Relaxed)
     }
 
     /// Hands every message waiting on every connection to the node's handler and sends its
@@ -465,8 +468,143 @@ impl SoftMemoryNode {
             .expect("spawning the memnode server thread");
         ServerHandle {
             stop,
-            thread: Some(thread),
+            threads: vec![thread],
         }
+    }
+
+    /// Runs the node's service on `threads` background threads (the multi-threaded server):
+    /// connection `k` (in connect order) belongs to thread `k mod threads`, which alone
+    /// serves it, so one connection's messages stay in order and a slow connection only ever
+    /// costs its own thread a receive check. Each thread runs its own handler from
+    /// [`Handler::fork`] (services that cannot fork share the node's one handler, taking
+    /// turns). Thread `t` is pinned to `cores[t % cores.len()]` if `cores` is not empty.
+    /// `mode` says how an idle thread waits ([`ServeMode`]).
+    pub fn spawn_servers(
+        self: &Arc<Self>,
+        threads: usize,
+        mode: ServeMode,
+        cores: &[usize],
+    ) -> ServerHandle {
+        let n = threads.max(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut handles = Vec::with_capacity(n);
+        for t in 0..n {
+            let own = if t == 0 {
+                None
+            } else {
+                lock(&self.service).handler.fork()
+            };
+            let (node, flag) = (self.clone(), stop.clone());
+            let core = (!cores.is_empty()).then(|| cores[t % cores.len()]);
+            let thread = std::thread::Builder::new()
+                .name(format!("remora-memnode-{}-{t}", self.cfg.node_id))
+                .spawn(move || {
+                    if let Some(c) = core {
+                        core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                    }
+                    let own = own.map(|handler| Service {
+                        handler,
+                        replies: Replies::new(),
+                    });
+                    node.serve_share(t, n, own, mode, &flag)
+                })
+                .expect("spawning a memnode server thread");
+            handles.push(thread);
+        }
+        ServerHandle {
+            stop,
+            threads: handles,
+        }
+    }
+
+    /// One thread of [`SoftMemoryNode::spawn_servers`]: serves the connections `k` with
+    /// `k mod n == t` until `stop`.
+    fn serve_share(
+        &self,
+        t: usize,
+        n: usize,
+        mut own: Option<Service>,
+        mode: ServeMode,
+        stop: &AtomicBool,
+    ) {
+        let mut buf = vec![0u8; self.cfg.max_msg];
+        let mut mine: Vec<(usize, SoftQp, u16)> = Vec::new();
+        let mut idle = 0u32;
+        let mut last_check = Instant::now();
+        let mut dead = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            {
+                // Take this thread's new connections.
+                let mut conns = lock(&self.conns);
+                let mut i = 0;
+                while i < conns.len() {
+                    if conns[i].0 % n == t {
+                        mine.push(conns.swap_remove(i));
+                        self.owned.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            let check = last_check.elapsed() > Duration::from_millis(20);
+            if check {
+                last_check = Instant::now();
+            }
+            let mut shared;
+            let service = match own.as_mut() {
+                Some(s) => s,
+                None => {
+                    shared = lock(&self.service);
+                    &mut *shared
+                }
+            };
+            let Service { handler, replies } = service;
+            let region = self.mem.local();
+            let mut served = 0;
+            for (i, (id, qp, _)) in mine.iter().enumerate() {
+                match serve_connection(&mut **handler, replies, &region, *id, qp, &mut buf) {
+                    Ok(k) => served += k,
+                    Err(e) => {
+                        dead.push((i, format!("dropping connection {id}: {e}")));
+                        continue;
+                    }
+                }
+                if qp.is_closed() {
+                    dead.push((i, String::new()));
+                } else if check && !qp.peer_alive() {
+                    dead.push((i, format!("client of connection {id} went away")));
+                }
+            }
+            if served == 0 {
+                handler.on_idle(&region);
+            }
+            for (i, why) in dead.drain(..).rev() {
+                let (id, _, slot) = mine.swap_remove(i);
+                self.owned.fetch_sub(1, Ordering::Relaxed);
+                self.mem.free_slot(slot);
+                handler.on_disconnect(&region, id);
+                if !why.is_empty() {
+                    self.log(why);
+                }
+            }
+            if served > 0 {
+                idle = 0;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            match mode {
+                ServeMode::Polling => std::hint::spin_loop(),
+                ServeMode::Event => match idle {
+                    0..=2000 => std::hint::spin_loop(),
+                    2001..=20000 => std::thread::yield_now(),
+                    _ => std::thread::sleep(Duration::from_micros(50)),
+                },
+            }
+        }
+        // The node may be served again later: hand the connections back.
+        let k = mine.len();
+        lock(&self.conns).append(&mut mine);
+        self.owned.fetch_sub(k, Ordering::Relaxed);
     }
 
     /// Serves until `stop` is set (or `deadline` passes): busy-polls while there is work,
@@ -494,16 +632,30 @@ impl SoftMemoryNode {
     }
 }
 
-/// Stops the node's server thread when dropped.
+/// How an idle server thread of [`SoftMemoryNode::spawn_servers`] waits for work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServeMode {
+    /// Gives its CPU away when idle, as a thread blocked on a completion channel does: spins
+    /// briefly, then yields, then sleeps 50 µs at a time (the soft fabric raises no
+    /// interrupt, so a sleeping thread notices a message within ~50 µs instead of being
+    /// woken).
+    #[default]
+    Event,
+    /// Polls its connections' receive rings without pause (the paper's polling server): the
+    /// lowest latency, and the whole CPU, whether messages come or not.
+    Polling,
+}
+
+/// Stops the node's server threads when dropped.
 pub struct ServerHandle {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Drop for ServerHandle {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }

@@ -444,6 +444,14 @@ impl QueuePair for SoftQp {
     fn is_broken(&self) -> bool {
         self.broken.get()
     }
+
+    fn clock_ns(&self) -> Option<u64> {
+        Some(crate::clock::monotonic_ns())
+    }
+
+    fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
+        crate::clock::pause(ns)
+    }
 }
 
 /// A client's queue pairs, one per memory node.

@@ -283,6 +283,27 @@ impl VerbsQp {
             .map_or(super::arena::PageKind::Small, Arena::kind)
     }
 
+    /// The memory node's side of a fence: moves this (server-side) queue pair to the error
+    /// state, after which the responder processes no more packets of the peer — a READ,
+    /// WRITE or atomic of the fenced client no longer reaches memory (its requester retries,
+    /// then fails with retry exceeded). Checked, unlike the best-effort move on a local error.
+    pub(crate) fn cut_off(&self) -> Result<(), VerbsError> {
+        self.broken.set(true);
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_ERR,
+            ..Default::default()
+        };
+        // SAFETY: a live queue pair; moving it to the error state is always allowed.
+        let rc = unsafe { sys::ibv_modify_qp(self.qp, &mut attr, sys::IBV_QP_STATE as i32) };
+        if rc != 0 {
+            return Err(VerbsError::Sys {
+                what: "ibv_modify_qp to the error state (fencing a client)",
+                errno: rc.abs(),
+            });
+        }
+        Ok(())
+    }
+
     fn to_error_state(&self) {
         let mut attr = sys::ibv_qp_attr {
             qp_state: sys::IBV_QPS_ERR,
@@ -323,5 +344,13 @@ impl QueuePair for VerbsQp {
 
     fn is_broken(&self) -> bool {
         self.broken.get()
+    }
+
+    fn clock_ns(&self) -> Option<u64> {
+        Some(remora_poller::clock::monotonic_ns())
+    }
+
+    fn pause(&self, ns: u64) -> impl Future<Output = ()> {
+        remora_poller::clock::pause(ns)
     }
 }

@@ -1,0 +1,767 @@
+//! The baselines' memory-node CPU: the redo log / ring buffer, the asynchronous apply to
+//! the hash table and data slots, and the SEND-answered reads (see `mod.rs`).
+use super::{
+    APPLY_LAG, MAX_MESSAGE, Op, REC_HEADER, REPLY_HEADER, ROOT_SLOT, RecOp, ReplyHeader, ReqHeader,
+    Scheme, decode_record, record_len,
+};
+use crate::erda::server::corrupt;
+use crate::erda::{ErdaConfig, displace, stripe};
+use crate::fabric::{FabricError, Recv, RecvKind};
+use crate::server::{Handler, LocalRegion, Replies};
+use remora_layouts::erda::{
+    BUCKET_LEN, Bucket, KEY_MAX, MAILBOX_LEN, MAX_HEADS, Meta, STRIPE_BUCKETS, SUPERBLOCK_LEN,
+    SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status, Superblock, VALUE_MAX, check_key,
+};
+use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
+use std_alloc::collections::{BTreeMap, VecDeque};
+use std_alloc::vec;
+use std_alloc::vec::Vec;
+
+/// Head 0 of the store holds the data slots, head 1 the log (ring).
+const DATA: u8 = 0;
+const RING: u8 = 1;
+/// First data byte used (units 0 means "no slot").
+const DATA_START: u64 = 64;
+/// Bytes of a data slot's header: key length, value length, value capacity.
+pub(crate) const SLOT_HEADER: usize = 8;
+
+/// What the server did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BaselineServerStats {
+    pub sessions: u64,
+    /// Records appended (Redo) or reserved (RAW).
+    pub logged: u64,
+    /// Records applied to the table and data slots.
+    pub applied: u64,
+    /// Reads answered from a record not yet applied.
+    pub reads_from_log: u64,
+    /// Reads answered from the table.
+    pub reads_from_table: u64,
+    /// Requests answered `Busy` (RAW: the key's previous record has not landed).
+    pub busy: u64,
+    /// Writes refused: bad CRC or request, table or log full.
+    pub refused: u64,
+    /// Entries moved by hopscotch displacement.
+    pub displaced: u64,
+}
+
+type KeyBuf = ([u8; KEY_MAX], u8);
+
+fn key_buf(key: &[u8]) -> KeyBuf {
+    let mut k = [0u8; KEY_MAX];
+    let n = key.len().min(KEY_MAX);
+    k[..n].copy_from_slice(&key[..n]);
+    (k, n as u8)
+}
+
+/// A record in the log, not yet applied.
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    pos: u64,
+    len: u64,
+    key: KeyBuf,
+    op: RecOp,
+    /// Whole (Redo: always; RAW: once its CRC verified).
+    landed: bool,
+}
+
+/// A key's records not yet applied: the newest landed one, and (RAW) the one reserved and
+/// not yet landed.
+#[derive(Debug, Clone, Copy, Default)]
+struct KeyState {
+    latest: Option<(u64, u64, RecOp)>,
+    inflight: Option<(u64, u64, RecOp)>,
+}
+
+struct State {
+    sb: Superblock,
+    /// Next free byte of the data area.
+    data_cursor: u64,
+    /// Next ring position (absolute, grows forever; the slot is `pos % head_bytes`).
+    cursor: u64,
+    queue: VecDeque<Queued>,
+    /// Data-area bytes the queued records may still need (each at most its record's length:
+    /// a slot's header is as long as a record's).
+    queued_bytes: u64,
+    keys: BTreeMap<KeyBuf, KeyState>,
+    present: Vec<bool>,
+    scratch: Vec<u8>,
+    rec: Vec<u8>,
+}
+
+/// Redo Logging's or Read-After-Write's server ([`Handler`]). Formats its store on the
+/// first message (root slot [`ROOT_SLOT`]).
+pub struct BaselineServer {
+    scheme: Scheme,
+    cfg: ErdaConfig,
+    st: Option<State>,
+    stats: BaselineServerStats,
+}
+
+impl BaselineServer {
+    /// `cfg` gives the table geometry and `head_bytes`, the size of the data area and of
+    /// the log ring each (`heads` is ignored: always 2).
+    pub fn new(scheme: Scheme, cfg: ErdaConfig) -> BaselineServer {
+        BaselineServer {
+            scheme,
+            cfg,
+            st: None,
+            stats: BaselineServerStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> BaselineServerStats {
+        self.stats
+    }
+
+    /// Records logged and not yet applied.
+    pub fn backlog(&self) -> usize {
+        self.st.as_ref().map_or(0, |s| s.queue.len())
+    }
+
+    fn open(&mut self, region: &dyn LocalRegion) -> Result<(), FabricError> {
+        if self.st.is_some() {
+            return Ok(());
+        }
+        let bad = |what| FabricError::Unsupported { what };
+        if region.load_u64(root_offset(ROOT_SLOT))? != 0 {
+            return Err(bad(
+                "a baseline store is already on this region and baselines do not recover",
+            ));
+        }
+        let c = self.cfg;
+        if c.neighborhood == 0 {
+            return Err(bad("baseline config: a neighborhood of at least 1"));
+        }
+        let buckets = c.buckets + c.neighborhood as u64 - 1;
+        let table = buckets * BUCKET_LEN as u64;
+        let stripes = (buckets.div_ceil(STRIPE_BUCKETS) + 1) * 8;
+        let meta_len =
+            (SUPERBLOCK_LEN as u64 + table + MAILBOX_LEN as u64 + stripes).next_multiple_of(64);
+        let total = meta_len + 2 * c.head_bytes;
+        let mut hdr = [0u8; HEADER_LEN];
+        region.read(0, &mut hdr)?;
+        let h = RegionHeader::decode(&hdr).map_err(|_| bad("region header does not decode"))?;
+        let need = total.next_multiple_of(h.chunk_size);
+        let mut cur = region.load_u64(NEXT_CHUNK_OFFSET)?;
+        let base = loop {
+            let end = cur
+                .checked_add(need)
+                .filter(|&e| e <= region.len())
+                .ok_or(bad("baseline store does not fit in the region"))?;
+            let seen = region.cas_u64(NEXT_CHUNK_OFFSET, cur, end)?;
+            if seen == cur {
+                break cur;
+            }
+            cur = seen;
+        };
+        let mut head_base = [0u64; MAX_HEADS];
+        head_base[0] = base + meta_len;
+        head_base[1] = base + meta_len + c.head_bytes;
+        let table_off = base + SUPERBLOCK_LEN as u64;
+        let sb = Superblock {
+            magic: SUPERBLOCK_MAGIC,
+            version: SUPERBLOCK_VERSION,
+            heads: 2,
+            buckets,
+            neighborhood: c.neighborhood,
+            max_clients: 1,
+            table_off,
+            mailbox_off: table_off + table,
+            segment_bytes: c.segment_bytes,
+            head_bytes: c.head_bytes,
+            head_base,
+        };
+        sb.validate(region.len())
+            .map_err(|_| bad("baseline config does not form a valid store"))?;
+        let zero = [0u8; 4096];
+        let mut off = sb.table_off;
+        while off < sb.table_off + table {
+            let n = (sb.table_off + table - off).min(zero.len() as u64) as usize;
+            region.write(off, &zero[..n])?;
+            off += n as u64;
+        }
+        region.persist(sb.table_off, table as usize);
+        stripe::reset(region, &sb)?;
+        region.write(base, &sb.encode())?;
+        region.persist(base, SUPERBLOCK_LEN);
+        region.store_u64(root_offset(ROOT_SLOT), base)?;
+        region.persist(root_offset(ROOT_SLOT), 8);
+        self.st = Some(State {
+            sb,
+            data_cursor: DATA_START,
+            cursor: 0,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            keys: BTreeMap::new(),
+            present: vec![false; sb.buckets as usize],
+            scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
+            rec: vec![0u8; MAX_MESSAGE],
+        });
+        Ok(())
+    }
+
+    fn reply(&mut self, replies: &mut Replies, status: Status, seq: u32, arg: u64, aux: u64) {
+        if matches!(
+            status,
+            Status::BadRequest | Status::LogFull | Status::TableFull
+        ) {
+            self.stats.refused += 1;
+        }
+        if status == Status::Busy {
+            self.stats.busy += 1;
+        }
+        replies.send(
+            &ReplyHeader {
+                status,
+                seq,
+                arg,
+                aux,
+            }
+            .encode(),
+        );
+    }
+
+    fn handle(
+        &mut self,
+        region: &dyn LocalRegion,
+        msg: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        let Some(h) = ReqHeader::decode(msg) else {
+            self.reply(replies, Status::BadRequest, 0, 0, 0);
+            return Ok(());
+        };
+        let body = &msg[super::REQ_HEADER..];
+        match h.op {
+            Op::Hello => {
+                self.stats.sessions += 1;
+                let st = self.st.as_ref().expect("opened");
+                let (ring, len) = (st.sb.head_base[RING as usize], st.sb.head_bytes);
+                self.reply(replies, Status::Welcome, h.seq, ring, len);
+            }
+            Op::Drain => {
+                self.pump(region, usize::MAX)?;
+                let left = self.backlog() as u64;
+                self.reply(replies, Status::Granted, h.seq, left, 0);
+            }
+            Op::Get => self.get(region, &h, body, replies)?,
+            Op::Write if self.scheme == Scheme::Redo => {
+                self.redo_write(region, &h, body, replies)?
+            }
+            Op::Reserve if self.scheme == Scheme::Raw => self.reserve(region, &h, body, replies)?,
+            Op::Write | Op::Reserve => self.reply(replies, Status::BadRequest, h.seq, 0, 0),
+        }
+        // The asynchronous apply: keep at most APPLY_LAG records waiting.
+        let lag = self.backlog().saturating_sub(APPLY_LAG);
+        if lag > 0 {
+            self.pump(region, lag)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `key` is present once its landed records are applied (no record in flight).
+    fn settled_present(
+        &mut self,
+        region: &dyn LocalRegion,
+        key: &[u8],
+    ) -> Result<bool, FabricError> {
+        let st = self.st.as_mut().expect("opened");
+        if let Some((_, _, op)) = st.keys.get(&key_buf(key)).and_then(|k| k.latest) {
+            return Ok(op != RecOp::Delete);
+        }
+        Ok(locate(region, st, key)?.is_some_and(|(_, b)| !b.meta().is_empty()))
+    }
+
+    fn redo_write(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &ReqHeader,
+        body: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        // The server verifies the record's integrity (the paper's redo log).
+        let Some(rec) = decode_record(body, 0) else {
+            self.reply(replies, Status::BadRequest, h.seq, 0, 0);
+            return Ok(());
+        };
+        let (op, key) = (rec.op, key_buf(rec.key));
+        let len = record_len(rec.key.len(), rec.value.len()) as u64;
+        if op != RecOp::Upsert && !self.settled_present(region, &key.0[..key.1 as usize])? {
+            self.reply(replies, Status::Absent, h.seq, 0, 0);
+            return Ok(());
+        }
+        if !self.data_room(len) {
+            self.reply(replies, Status::TableFull, h.seq, 0, 0);
+            return Ok(());
+        }
+        let Some(pos) = self.reserve_ring(region, len)? else {
+            self.reply(replies, Status::LogFull, h.seq, 0, 0);
+            return Ok(());
+        };
+        let st = self.st.as_mut().expect("opened");
+        st.queued_bytes += len.next_multiple_of(8);
+        let off = ring_off(&st.sb, pos);
+        region.write(off, &body[..len as usize])?;
+        region.persist(off, len as usize);
+        st.queue.push_back(Queued {
+            pos,
+            len,
+            key,
+            op,
+            landed: true,
+        });
+        st.keys.entry(key).or_default().latest = Some((pos, len, op));
+        self.stats.logged += 1;
+        self.reply(replies, Status::Granted, h.seq, 0, 0);
+        Ok(())
+    }
+
+    fn reserve(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &ReqHeader,
+        body: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        let kl = h.key_len as usize;
+        let op = super::RecOp::from_u8(h.rec);
+        let vl = h.value_len as usize;
+        let (Some(op), true) = (
+            op,
+            body.len() >= kl
+                && check_key(&body[..kl.min(body.len())]).is_ok()
+                && vl <= VALUE_MAX
+                && !(op == Some(RecOp::Delete) && vl != 0),
+        ) else {
+            self.reply(replies, Status::BadRequest, h.seq, 0, 0);
+            return Ok(());
+        };
+        let key = &body[..kl];
+        let kb = key_buf(key);
+        if self.land(region, kb)? {
+            self.reply(replies, Status::Busy, h.seq, 0, 0);
+            return Ok(());
+        }
+        if op != RecOp::Upsert && !self.settled_present(region, key)? {
+            self.reply(replies, Status::Absent, h.seq, 0, 0);
+            return Ok(());
+        }
+        let len = record_len(kl, vl) as u64;
+        if !self.data_room(len) {
+            self.reply(replies, Status::TableFull, h.seq, 0, 0);
+            return Ok(());
+        }
+        let Some(pos) = self.reserve_ring(region, len)? else {
+            self.reply(replies, Status::LogFull, h.seq, 0, 0);
+            return Ok(());
+        };
+        let st = self.st.as_mut().expect("opened");
+        st.queued_bytes += len.next_multiple_of(8);
+        st.queue.push_back(Queued {
+            pos,
+            len,
+            key: kb,
+            op,
+            landed: false,
+        });
+        st.keys.entry(kb).or_default().inflight = Some((pos, len, op));
+        self.stats.logged += 1;
+        self.reply(replies, Status::Granted, h.seq, pos, 0);
+        Ok(())
+    }
+
+    /// RAW: if `key` has a reserved record, promotes it to landed when it verifies now.
+    /// Returns whether one is still in flight.
+    fn land(&mut self, region: &dyn LocalRegion, key: KeyBuf) -> Result<bool, FabricError> {
+        let st = self.st.as_mut().expect("opened");
+        let Some((pos, len, op)) = st.keys.get(&key).and_then(|k| k.inflight) else {
+            return Ok(false);
+        };
+        if !verify(region, st, pos, len)? {
+            return Ok(true);
+        }
+        if let Some(q) = st.queue.iter_mut().find(|q| q.pos == pos) {
+            q.landed = true;
+        }
+        let ks = st.keys.entry(key).or_default();
+        ks.inflight = None;
+        ks.latest = Some((pos, len, op));
+        Ok(false)
+    }
+
+    fn get(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &ReqHeader,
+        body: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        let kl = h.key_len as usize;
+        if body.len() < kl || check_key(&body[..kl]).is_err() {
+            self.reply(replies, Status::BadRequest, h.seq, 0, 0);
+            return Ok(());
+        }
+        let key = &body[..kl];
+        let kb = key_buf(key);
+        self.land(region, kb)?;
+        let crc_pos = |pos| if self.scheme == Scheme::Raw { pos } else { 0 };
+        let st = self.st.as_mut().expect("opened");
+        if let Some((pos, len, _)) = st.keys.get(&kb).and_then(|k| k.latest) {
+            // The newest landed record not yet applied answers (the paper's "first looks for
+            // the object in the redo log").
+            self.stats.reads_from_log += 1;
+            let n = len as usize;
+            region.read(ring_off(&st.sb, pos), &mut st.rec[..n])?;
+            let Some(r) = decode_record(&st.rec[..n], crc_pos(pos)) else {
+                return Err(corrupt(region, ring_off(&st.sb, pos)));
+            };
+            let (op, vl) = (r.op, r.value.len());
+            let start = REC_HEADER + kl;
+            let mut out = [0u8; REPLY_HEADER];
+            if op == RecOp::Delete {
+                self.reply(replies, Status::Absent, h.seq, 0, 0);
+                return Ok(());
+            }
+            out.copy_from_slice(
+                &ReplyHeader {
+                    status: Status::Granted,
+                    seq: h.seq,
+                    arg: vl as u64,
+                    aux: 0,
+                }
+                .encode(),
+            );
+            let st = self.st.as_mut().expect("opened");
+            // Reuse the record buffer: header in front of the value.
+            st.rec.copy_within(start..start + vl, REPLY_HEADER);
+            st.rec[..REPLY_HEADER].copy_from_slice(&out);
+            replies.send(&st.rec[..REPLY_HEADER + vl]);
+            return Ok(());
+        }
+        self.stats.reads_from_table += 1;
+        let found = locate(region, st, key)?;
+        let Some((_, b)) = found.filter(|(_, b)| !b.meta().is_empty()) else {
+            self.reply(replies, Status::Absent, h.seq, 0, 0);
+            return Ok(());
+        };
+        let slot = st
+            .sb
+            .object_off(DATA, b.meta().new_off())
+            .map_err(|_| corrupt(region, st.sb.table_off))?;
+        let mut sh = [0u8; SLOT_HEADER];
+        region.read(slot, &mut sh)?;
+        let (skl, vl, _) = slot_header(&sh);
+        if skl != kl || vl > VALUE_MAX {
+            return Err(corrupt(region, slot));
+        }
+        let n = REPLY_HEADER + vl;
+        region.read(
+            slot + (SLOT_HEADER + kl) as u64,
+            &mut st.rec[REPLY_HEADER..n],
+        )?;
+        st.rec[..REPLY_HEADER].copy_from_slice(
+            &ReplyHeader {
+                status: Status::Granted,
+                seq: h.seq,
+                arg: vl as u64,
+                aux: 0,
+            }
+            .encode(),
+        );
+        replies.send(&st.rec[..n]);
+        Ok(())
+    }
+
+    /// The position a record's CRC covers (RAW: its ring position; Redo: 0).
+    fn pos_crc(&self, pos: u64) -> u64 {
+        match self.scheme {
+            Scheme::Redo => 0,
+            Scheme::Raw => pos,
+        }
+    }
+
+    /// Whether the data area can take every queued record and one more of `len` bytes (a
+    /// write that could not be applied is refused up front, never after its answer).
+    fn data_room(&self, len: u64) -> bool {
+        let st = self.st.as_ref().expect("opened");
+        st.data_cursor + st.queued_bytes + len.next_multiple_of(8) <= st.sb.head_bytes
+    }
+
+    /// Ring space for a record of `len` bytes (never across the ring's end), applying what
+    /// can be applied when the ring is full.
+    fn reserve_ring(
+        &mut self,
+        region: &dyn LocalRegion,
+        len: u64,
+    ) -> Result<Option<u64>, FabricError> {
+        for attempt in 0..2 {
+            let st = self.st.as_mut().expect("opened");
+            let ring = st.sb.head_bytes;
+            let mut pos = st.cursor;
+            if pos % ring + len > ring {
+                pos = (pos / ring + 1) * ring;
+            }
+            let tail = st.queue.front().map_or(pos, |q| q.pos);
+            if pos + len - tail <= ring {
+                st.cursor = (pos + len).next_multiple_of(8);
+                return Ok(Some(pos));
+            }
+            if attempt == 0 {
+                self.pump(region, usize::MAX)?;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Applies up to `max` of the oldest records, stopping at one not yet landed.
+    fn pump(&mut self, region: &dyn LocalRegion, max: usize) -> Result<usize, FabricError> {
+        let mut done = 0;
+        while done < max {
+            let st = self.st.as_mut().expect("opened");
+            let Some(q) = st.queue.front().copied() else {
+                break;
+            };
+            if !q.landed {
+                if !verify(region, st, q.pos, q.len)? {
+                    break;
+                }
+                let ks = st.keys.entry(q.key).or_default();
+                ks.inflight = None;
+                ks.latest = Some((q.pos, q.len, q.op));
+            }
+            self.apply(region, &q)?;
+            let st = self.st.as_mut().expect("opened");
+            st.queue.pop_front();
+            st.queued_bytes = st.queued_bytes.saturating_sub(q.len.next_multiple_of(8));
+            if let Some(ks) = st.keys.get_mut(&q.key) {
+                if ks.latest.is_some_and(|(p, _, _)| p == q.pos) {
+                    ks.latest = None;
+                }
+                if ks.latest.is_none() && ks.inflight.is_none() {
+                    st.keys.remove(&q.key);
+                }
+            }
+            self.stats.applied += 1;
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// Applies one landed record to the table and the data slots.
+    fn apply(&mut self, region: &dyn LocalRegion, q: &Queued) -> Result<(), FabricError> {
+        let pos_crc = self.pos_crc(q.pos);
+        let st = self.st.as_mut().expect("opened");
+        let sb = st.sb;
+        let n = q.len as usize;
+        let off = ring_off(&sb, q.pos);
+        region.read(off, &mut st.rec[..n])?;
+        let Some(r) = decode_record(&st.rec[..n], pos_crc) else {
+            return Err(corrupt(region, off));
+        };
+        let (op, kl, vl) = (r.op, r.key.len(), r.value.len());
+        let key = q.key;
+        let key = &key.0[..key.1 as usize];
+        let found = locate(region, st, key)?;
+        if op == RecOp::Delete {
+            if let Some((idx, _)) = found {
+                // The paper's delete: the metadata set to 0 (here the control word too: the
+                // bucket is free again); the data slot is left as it is.
+                let b = sb.bucket_off(idx);
+                region.store_u64(b, 0)?;
+                region.store_u64(b + 8, 0)?;
+                region.persist(b, 16);
+                st.present[idx as usize] = false;
+            }
+            return Ok(());
+        }
+        // The data slot's image: header, key, value (the record's bytes after its header).
+        let img = SLOT_HEADER + kl + vl;
+        st.rec
+            .copy_within(REC_HEADER..REC_HEADER + kl + vl, SLOT_HEADER);
+        if let Some((idx, b)) = found.filter(|(_, b)| !b.meta().is_empty()) {
+            let slot = sb
+                .object_off(DATA, b.meta().new_off())
+                .map_err(|_| corrupt(region, sb.bucket_off(idx)))?;
+            let mut sh = [0u8; SLOT_HEADER];
+            region.read(slot, &mut sh)?;
+            let (_, _, cap) = slot_header(&sh);
+            if vl <= cap {
+                // In place: the paper's update writes the key-value pair only.
+                put_slot_header(&mut st.rec, kl, vl, cap);
+                region.write(slot, &st.rec[..img])?;
+                region.persist(slot, img);
+                return Ok(());
+            }
+            let units = alloc_slot(st, kl, vl).ok_or(FabricError::Unsupported {
+                what: "baseline data area full",
+            })?;
+            let new = sb.object_off(DATA, units).map_err(|_| corrupt(region, 0))?;
+            put_slot_header(&mut st.rec, kl, vl, vl);
+            region.write(new, &st.rec[..img])?;
+            region.persist(new, img);
+            let m = Meta::EMPTY
+                .advance(units)
+                .map_err(|_| corrupt(region, new))?;
+            region.store_u64(sb.bucket_off(idx), m.encode())?;
+            region.persist(sb.bucket_off(idx), 8);
+            return Ok(());
+        }
+        // A create: data slot, then the bucket's key and control word, then its metadata word.
+        let idx = match found {
+            Some((idx, _)) => idx,
+            None => match free_bucket(region, st, key)? {
+                Some(i) => i,
+                None => {
+                    let home = sb.home(key);
+                    match displace::make_room(region, &sb, home, &mut st.present)? {
+                        Some((i, moves)) => {
+                            self.stats.displaced += moves;
+                            i
+                        }
+                        None => {
+                            return Err(FabricError::Unsupported {
+                                what: "baseline hash table full",
+                            });
+                        }
+                    }
+                }
+            },
+        };
+        let st = self.st.as_mut().expect("opened");
+        let units = alloc_slot(st, kl, vl).ok_or(FabricError::Unsupported {
+            what: "baseline data area full",
+        })?;
+        let slot = sb.object_off(DATA, units).map_err(|_| corrupt(region, 0))?;
+        put_slot_header(&mut st.rec, kl, vl, vl);
+        region.write(slot, &st.rec[..img])?;
+        region.persist(slot, img);
+        let boff = sb.bucket_off(idx);
+        let b = Bucket::new(key, 0, Meta::EMPTY)
+            .map_err(|_| corrupt(region, boff))?
+            .encode();
+        region.write(boff + 8, &b[8..])?;
+        region.persist(boff + 8, BUCKET_LEN - 8);
+        let m = Meta::EMPTY
+            .advance(units)
+            .map_err(|_| corrupt(region, boff))?;
+        region.store_u64(boff, m.encode())?;
+        region.persist(boff, 8);
+        st.present[idx as usize] = true;
+        Ok(())
+    }
+}
+
+fn ring_off(sb: &Superblock, pos: u64) -> u64 {
+    sb.head_base[RING as usize] + pos % sb.head_bytes
+}
+
+/// Whether the record reserved at `pos` is whole (RAW).
+fn verify(
+    region: &dyn LocalRegion,
+    st: &mut State,
+    pos: u64,
+    len: u64,
+) -> Result<bool, FabricError> {
+    let n = len as usize;
+    region.read(ring_off(&st.sb, pos), &mut st.rec[..n])?;
+    Ok(decode_record(&st.rec[..n], pos).is_some())
+}
+
+fn slot_header(b: &[u8; SLOT_HEADER]) -> (usize, usize, usize) {
+    (
+        b[0] as usize,
+        u16::from_le_bytes([b[2], b[3]]) as usize,
+        u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize,
+    )
+}
+
+fn put_slot_header(b: &mut [u8], kl: usize, vl: usize, cap: usize) {
+    b[0] = kl as u8;
+    b[1] = 0;
+    b[2..4].copy_from_slice(&(vl as u16).to_le_bytes());
+    b[4..8].copy_from_slice(&(cap as u32).to_le_bytes());
+}
+
+/// A data slot for a key and value of these lengths, in units of the data area.
+fn alloc_slot(st: &mut State, kl: usize, vl: usize) -> Option<u32> {
+    let len = ((SLOT_HEADER + kl + vl) as u64).next_multiple_of(8);
+    let at = st.data_cursor;
+    if at + len > st.sb.head_bytes {
+        return None;
+    }
+    st.data_cursor = at + len;
+    u32::try_from(at / 8).ok()
+}
+
+/// The bucket holding `key`, if any.
+fn locate(
+    region: &dyn LocalRegion,
+    st: &mut State,
+    key: &[u8],
+) -> Result<Option<(u64, Bucket)>, FabricError> {
+    let sb = st.sb;
+    let home = sb.home(key);
+    region.read(sb.bucket_off(home), &mut st.scratch)?;
+    for j in 0..sb.neighborhood as usize {
+        let raw = &st.scratch[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
+        let b = Bucket::decode(raw).map_err(|_| corrupt(region, sb.bucket_off(home + j as u64)))?;
+        if b.holds(key) {
+            return Ok(Some((home + j as u64, b)));
+        }
+    }
+    Ok(None)
+}
+
+/// The first unused bucket of `key`'s neighborhood (after `locate` filled the scratch).
+fn free_bucket(
+    region: &dyn LocalRegion,
+    st: &mut State,
+    key: &[u8],
+) -> Result<Option<u64>, FabricError> {
+    let sb = st.sb;
+    let home = sb.home(key);
+    region.read(sb.bucket_off(home), &mut st.scratch)?;
+    for j in 0..sb.neighborhood as usize {
+        let raw = &st.scratch[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
+        let b = Bucket::decode(raw).map_err(|_| corrupt(region, sb.bucket_off(home + j as u64)))?;
+        if !b.is_used() {
+            return Ok(Some(home + j as u64));
+        }
+    }
+    Ok(None)
+}
+
+impl Handler for BaselineServer {
+    fn on_message(
+        &mut self,
+        region: &dyn LocalRegion,
+        _conn: usize,
+        recv: Recv,
+        msg: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        self.open(region)?;
+        match recv.kind {
+            RecvKind::Send => self.handle(region, msg, replies),
+            RecvKind::WriteImm => {
+                self.reply(replies, Status::BadRequest, 0, 0, 0);
+                Ok(())
+            }
+        }
+    }
+
+    /// The asynchronous apply: everything that has landed.
+    fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
+        if self.st.is_none() {
+            return false;
+        }
+        // An error here (a corrupt record or a full area) is met again, and reported, by
+        // the next request that needs the apply.
+        self.pump(region, usize::MAX).is_ok_and(|n| n > 0)
+    }
+
+    fn service(&self) -> &'static str {
+        self.scheme.service()
+    }
+}
