@@ -36,7 +36,7 @@ enum Cmd {
     /// Measure fabric verbs: latency and throughput over sizes, threads and coroutines.
     Perf(PerfArgs),
     /// YCSB benchmark of an index (LOAD, A-E) on any fabric.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`), or
     /// with `--linearizability` check an index's histories for linearizability.
     Check(lincheck::CheckArgs),
