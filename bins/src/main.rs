@@ -13,6 +13,7 @@ mod memnode;
 mod perf;
 mod perf_sim;
 mod report;
+mod repro;
 mod verbs_cmds;
 
 use args::{FabricKind, PerfArgs};
@@ -35,10 +36,13 @@ enum Cmd {
     /// Measure fabric verbs: latency and throughput over sizes, threads and coroutines.
     Perf(PerfArgs),
     /// YCSB benchmark of an index (LOAD, A-E) on any fabric.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`), or
     /// with `--linearizability` check an index's histories for linearizability.
     Check(lincheck::CheckArgs),
+    /// Reproduce the papers' headline experiments on the sim: JSON, CSV, charts and a
+    /// markdown report of each claim next to remora's figure.
+    Repro(repro::ReproArgs),
 }
 
 /// The fabrics a standalone memory node can serve.
@@ -164,6 +168,7 @@ fn main() -> ExitCode {
             MemnodeFabric::Verbs => verbs_cmds::memnode(&a),
         },
         Cmd::Bench(a) => bench::run(&a),
+        Cmd::Repro(a) => repro::run(&a),
         Cmd::Check(c) => c.refuse_unused().and_then(|()| {
             if c.lin.linearizability {
                 return lincheck::run(&c.lin, c.perf.fabric, c.perf.threads, c.perf.coroutines);

@@ -10,10 +10,12 @@
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
 pub(crate) mod index;
-mod phase;
+pub(crate) mod meta;
+pub(crate) mod phase;
 mod sim;
 mod soft;
 mod spatial;
+pub(crate) mod sweep;
 mod table1;
 pub(crate) mod tcp;
 mod verbs;
@@ -158,6 +160,18 @@ pub struct BenchArgs {
     /// With --factors: the workloads to run (default LOAD,A,B,C,D).
     #[arg(long, value_enum, value_delimiter = ',')]
     pub workloads: Vec<Workload>,
+    /// Operations of the workload run before the measured phase, unmeasured, so caches are
+    /// warm (sim; all clients start the measured phase together after it).
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Run once per value of one parameter: `clients=8,16,32` (client threads in all; on the
+    /// sim spread over the compute nodes), or clients-per-node, coroutines, threads,
+    /// value-size, records.
+    #[arg(long, value_name = "NAME=V1,V2,...")]
+    pub sweep: Option<String>,
+    /// Print nothing (`remora repro` collects the records itself).
+    #[arg(skip)]
+    pub silent: bool,
     /// Print Erda's Table 1 instead of a YCSB run: NVM bytes written per create, update and
     /// delete for each `--index` (erda, erda-redo, erda-raw), measured on a simulated
     /// persistent memory node, beside remora's and the paper's formulas.
@@ -414,7 +428,7 @@ fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
 }
 
 pub(crate) fn progress(a: &BenchArgs, len: u64, what: String) -> ProgressBar {
-    if a.quiet {
+    if a.quiet || a.silent {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::new(len);
@@ -588,6 +602,13 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     if a.index == IndexKind::Catfish {
         spatial::validate(a)?;
     }
+    if a.warmup > 0 && (a.fabric != FabricKind::Sim || a.index == IndexKind::Catfish) {
+        return Err(
+            "--warmup runs on --fabric sim with a key-value index (the spatial bench has \
+             no client cache to warm)"
+                .into(),
+        );
+    }
     Ok(())
 }
 
@@ -745,7 +766,7 @@ fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> 
     Ok(steps)
 }
 
-fn factors(a: &BenchArgs) -> Result<(), String> {
+fn factors(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
     let steps = factor_steps(a)?;
     let workloads = if a.workloads.is_empty() {
         vec![
@@ -763,7 +784,13 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
     for (name, cfg) in &steps {
         let mut row = Vec::new();
         for &w in &workloads {
-            let recs = run_phases(a, cfg, w)?;
+            let mut recs = run_phases(a, cfg, w)?;
+            meta::annotate(a, &mut recs)?;
+            for r in &mut recs {
+                // The step gets its own field; `index` stays the index's name.
+                r.run.step = Some(name.to_string());
+                r.index = format!("{:?}", a.index).to_lowercase();
+            }
             let r = recs.last().cloned().ok_or("no record")?;
             row.push((
                 r.mops,
@@ -774,6 +801,9 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
             all.extend(recs);
         }
         table.push((name.to_string(), row));
+    }
+    if a.silent {
+        return Ok(all);
     }
     let shape = match a.fabric {
         FabricKind::Sim => format!(
@@ -818,15 +848,35 @@ fn factors(a: &BenchArgs) -> Result<(), String> {
         }
         println!();
     }
+    Ok(all)
+}
+
+pub fn run(a: &BenchArgs) -> Result<(), String> {
+    if a.table1 {
+        return table1::run(a);
+    }
+    let all = records(a)?;
     if let Some(p) = &a.json {
         write_json(p, &all).map_err(|e| format!("writing {p}: {e}"))?;
     }
     Ok(())
 }
 
-pub fn run(a: &BenchArgs) -> Result<(), String> {
-    if a.table1 {
-        return table1::run(a);
+/// Every record of the runs the flags ask for (each `--sweep` point, each `--index`, each
+/// factor step), the tables printed unless `silent`.
+pub(crate) fn records(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
+    if let Some(spec) = &a.sweep {
+        let s = sweep::parse(spec)?;
+        let mut all = Vec::new();
+        for &v in &s.values {
+            let point = sweep::point(a, &s.name, v)?;
+            if !a.silent {
+                let mut out = crate::report::human_out(a.json.as_deref());
+                let _ = writeln!(out, "\n--sweep {}={v}", s.name);
+            }
+            all.extend(records(&point)?);
+        }
+        return Ok(all);
     }
     let mut runs = Vec::new();
     for &kind in &a.indexes {
@@ -843,9 +893,11 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         if one.factors {
             return factors(one);
         }
-        all.extend(run_one(one)?);
+        let mut recs = run_one(one)?;
+        meta::annotate(one, &mut recs)?;
+        all.extend(recs);
     }
-    if runs.len() > 1 {
+    if runs.len() > 1 && !a.silent {
         let mut out = crate::report::human_out(a.json.as_deref());
         let _ = writeln!(out, "\nside by side (run phase):");
         let _ = writeln!(
@@ -871,18 +923,17 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             );
         }
     }
-    if let Some(p) = &a.json {
-        write_json(p, &all).map_err(|e| format!("writing {p}: {e}"))?;
-    }
-    Ok(())
+    Ok(all)
 }
 
 /// One index's LOAD and run phases: prints its table, returns its records.
 fn run_one(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
     if a.index == IndexKind::Catfish {
         let recs = spatial::run(a)?;
-        print_table(&recs, a.json.as_deref());
-        spatial::print_run_notes(&recs, a.json.as_deref());
+        if !a.silent {
+            print_table(&recs, a.json.as_deref());
+            spatial::print_run_notes(&recs, a.json.as_deref());
+        }
         return Ok(recs);
     }
     let index = index_cfg(a)?;
@@ -902,6 +953,9 @@ fn run_one(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
                 r.mops / m
             ));
         }
+    }
+    if a.silent {
+        return Ok(recs);
     }
     print_table(&recs, a.json.as_deref());
     let mut out = crate::report::human_out(a.json.as_deref());

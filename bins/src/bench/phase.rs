@@ -145,6 +145,9 @@ pub struct BenchRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spatial: Option<super::spatial::SpatialSummary>,
     pub notes: Vec<String>,
+    /// Cluster shape, seed, model, factor step, warm-up and latency CDF (`meta.rs`).
+    #[serde(flatten)]
+    pub run: super::meta::RunInfo,
 }
 
 /// NVM writes per operation of a phase (see `remora::poller::sim::NvmStats`).
@@ -227,6 +230,8 @@ pub struct Phase<'a> {
     pub next_load: AtomicU64,
     pub stop: AtomicBool,
     pub pb: ProgressBar,
+    /// Mixed into every coroutine's seed: a warm-up phase draws other keys than the run.
+    pub salt: u64,
 }
 
 impl<'a> Phase<'a> {
@@ -249,6 +254,7 @@ impl<'a> Phase<'a> {
             next_load: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             pb,
+            salt: 0,
         }
     }
 
@@ -464,7 +470,7 @@ pub async fn phase<I: KvIndex>(
     let start_ns = ctx.now_ns();
     let busy0 = ctx.server_busy_ns();
     let nvm0 = ctx.nvm();
-    let phase_salt = ph.workload as u64 * 0x1000_0000;
+    let phase_salt = (ph.workload as u64 * 0x1000_0000) ^ ph.salt;
     let coros: Vec<_> = (0..ctx.a.coroutines)
         .map(|c| {
             let seed = ctx.a.sim.seed ^ phase_salt ^ ((worker * 4096 + c) as u64 + 1);
@@ -634,5 +640,6 @@ pub fn record(
         canrt: (index.index_name() == "canrt").then_some(canrt),
         spatial: None,
         notes,
+        run: super::meta::RunInfo::with_cdf(&hist),
     }
 }

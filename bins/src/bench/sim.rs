@@ -16,7 +16,14 @@ use std::time::Instant;
 
 type ClientResult = Result<(PhaseOut, Option<PhaseOut>), String>;
 
-/// One client thread: open, load, barrier, run.
+/// Waits in virtual time until `clients` have arrived (or the phase stopped).
+async fn barrier(ctx: &ClientCtx, arrived: &Cell<usize>, clients: usize, run: &Phase<'_>) {
+    while arrived.get() < clients && !run.stop.load(Ordering::Relaxed) {
+        ctx.sleep(1_000).await;
+    }
+}
+
+/// One client thread: open, load, barrier, (warm up, barrier,) run.
 #[allow(clippy::too_many_arguments)]
 async fn client(
     a: &BenchArgs,
@@ -24,8 +31,10 @@ async fn client(
     ctx: &ClientCtx,
     w: usize,
     load: &Phase<'_>,
+    warm: Option<&Phase<'_>>,
     run: &Phase<'_>,
     arrived: &Cell<usize>,
+    warmed: &Cell<usize>,
     clients: usize,
 ) -> ClientResult {
     let stop_all = |e: String| {
@@ -52,8 +61,12 @@ async fn client(
     if run.workload == Workload::Load {
         return Ok((l, None));
     }
-    while arrived.get() < clients && !run.stop.load(Ordering::Relaxed) {
-        ctx.sleep(1_000).await;
+    barrier(ctx, arrived, clients, run).await;
+    if let Some(warm) = warm {
+        let r = phase(&idx, &tctx, warm, w, &snap, &stats).await;
+        warmed.set(warmed.get() + 1);
+        r.map_err(stop_all)?;
+        barrier(ctx, warmed, clients, run).await;
     }
     if let Some(s) = a.seconds {
         let end = ctx.now_ns() + (s * 1e9) as u64;
@@ -100,6 +113,21 @@ pub fn run(
     };
     let inserted = AtomicU64::new(0);
     let (dist, load, run) = Phase::pair(a, workload, &inserted);
+    let warm = (a.warmup > 0 && workload != Workload::Load).then(|| {
+        let mut p = Phase::new(
+            workload,
+            dist,
+            a.records,
+            Some(a.warmup),
+            &inserted,
+            indicatif::ProgressBar::hidden(),
+        );
+        // Other keys than the measured phase draws: the warm-up warms the distribution,
+        // not the run's exact key sequence.
+        p.salt = 0x5741_524d;
+        p
+    });
+    let warmed = Cell::new(0usize);
     let arrived = Cell::new(0usize);
     let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
     let created: RefCell<Option<String>> = RefCell::new(None);
@@ -130,8 +158,9 @@ pub fn run(
             let w = node * s.clients_per_node + c;
             let base = sim.client(node).map_err(|e| e.0)?;
             let (load, run, arrived, results) = (&load, &run, &arrived, &results);
+            let (warm, warmed) = (warm.as_ref(), &warmed);
             sim.spawn_with(&base, 0, move |ctx| async move {
-                let r = client(a, index, &ctx, w, load, run, arrived, clients).await;
+                let r = client(a, index, &ctx, w, load, warm, run, arrived, warmed, clients).await;
                 results.borrow_mut().push(r);
             });
         }
@@ -154,17 +183,27 @@ pub fn run(
         loads.push(l);
         runs.extend(r);
     }
-    eprintln!(
-        "sim: {:.3} virtual s in {:.2} wall s ({:?})",
-        report.now_ns as f64 / 1e9,
-        wall.elapsed().as_secs_f64(),
-        stats
-    );
+    if !a.silent {
+        eprintln!(
+            "sim: {:.3} virtual s in {:.2} wall s ({:?})",
+            report.now_ns as f64 / 1e9,
+            wall.elapsed().as_secs_f64(),
+            stats
+        );
+    }
     let notes = vec![
         format!("seed {} (same seed, same figures)", s.seed),
         format!(
             "{} compute nodes x {} clients x {} coroutines, {} memory node(s)",
             s.compute_nodes, s.clients_per_node, a.coroutines, s.memory_nodes
+        ),
+        format!(
+            "warm-up: {} unmeasured operations of the workload before the measured phase",
+            if workload == Workload::Load {
+                0
+            } else {
+                a.warmup
+            }
         ),
         model.summary(),
         "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),

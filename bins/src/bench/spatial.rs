@@ -1169,6 +1169,7 @@ fn record(
             tree_height: height,
         }),
         notes,
+        run: super::meta::RunInfo::with_cdf(&hist),
     }
 }
 

@@ -1,0 +1,153 @@
+//! CANRT (client-active NVM radix tree): one server with persistent memory, two client
+//! machines, 16 client threads; YCSB write-only / write-heavy / read-heavy / read-only;
+//! CANRT vs WORT and WOART behind a server-reply ring buffer.
+//!
+//! The trees run on the sim (`--index canrt|wort|woart`); the range-query rows wait for a
+//! range experiment here.
+use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
+
+const NODES: usize = 2;
+
+pub fn paper(s: &Scale) -> Paper {
+    let base = format!(
+        "{} --compute-nodes {NODES} --memory-nodes 1 --value-size 16",
+        s.kv_flags()
+    );
+    let threads: &[usize] = if s.name == "quick" {
+        &[2, 4, 8, 16]
+    } else {
+        &[2, 4, 8, 16, 32]
+    };
+    let sweep: Vec<String> = threads.iter().map(|t| t.to_string()).collect();
+    // The three trees of the paper's comparison (WORT and WOART: server-side trees behind
+    // the paper's request ring buffers).
+    let trees = |flags: &str, wl: &[&'static str]| {
+        [("CANRT", "canrt"), ("WORT", "wort"), ("WOART", "woart")]
+            .iter()
+            .map(|(label, idx)| Series::new(label, format!("{flags} --index {idx}"), wl))
+            .collect::<Vec<_>>()
+    };
+    let experiments = vec![
+        Experiment {
+            id: "canrt-ycsb".into(),
+            title: "CANRT vs WORT vs WOART: YCSB at 16 client threads".into(),
+            chart: Chart::Bars,
+            series: trees(
+                &format!("{base} --clients-per-node 8"),
+                &["update-only", "a", "b", "c"],
+            ),
+        },
+        Experiment {
+            id: "canrt-clients".into(),
+            title: "CANRT vs WORT vs WOART: scalability, write-heavy and read-heavy".into(),
+            chart: Chart::Curve,
+            series: trees(
+                &format!("{base} --sweep clients={}", sweep.join(",")),
+                &["a", "b"],
+            ),
+        },
+    ];
+    let p = |s: &str, w| Pick::new("canrt-ycsb", s, w);
+    let mut claims = Vec::new();
+    for base_tree in ["WORT", "WOART"] {
+        claims.extend([
+            Claim::ratio(
+                if base_tree == "WORT" {
+                    "write-only-wort"
+                } else {
+                    "write-only-woart"
+                },
+                if base_tree == "WORT" {
+                    "CANRT / WORT throughput, YCSB write-only (paper: up to, write-intensive)"
+                } else {
+                    "CANRT / WOART throughput, YCSB write-only"
+                },
+                (7.44, 11.15),
+                Metric::Mops,
+                false,
+                p("CANRT", "UPD"),
+                p(base_tree, "UPD"),
+                "",
+            ),
+            Claim::ratio(
+                if base_tree == "WORT" {
+                    "write-heavy-wort"
+                } else {
+                    "write-heavy-woart"
+                },
+                if base_tree == "WORT" {
+                    "CANRT / WORT throughput, YCSB write-heavy (A)"
+                } else {
+                    "CANRT / WOART throughput, YCSB write-heavy (A)"
+                },
+                (7.44, 11.15),
+                Metric::Mops,
+                false,
+                p("CANRT", "a"),
+                p(base_tree, "a"),
+                "",
+            ),
+        ]);
+    }
+    claims.extend([
+        Claim::ratio(
+            "write-latency",
+            "WORT / CANRT write latency (p50, write-only at 16 clients)",
+            (1.67, 1.72),
+            Metric::P50,
+            false,
+            p("CANRT", "UPD"),
+            p("WORT", "UPD"),
+            "paper: one client, 16-byte string keys, 15-byte values; remora: 16 clients, \
+             8-byte integer keys, 16-byte values",
+        ),
+        Claim::ratio(
+            "read-latency",
+            "WORT / CANRT read latency (p50, YCSB-C at 16 clients)",
+            (1.19, 1.22),
+            Metric::P50,
+            false,
+            p("CANRT", "c"),
+            p("WORT", "c"),
+            "",
+        ),
+        Claim::unmeasured(
+            "range-10k",
+            "WORT, WOART / CANRT range query latency, 10,000 keys",
+            (3.1, 3.1),
+            Metric::Mean,
+            None,
+            "the 10,000- and 100,000-key range queries are not a repro experiment yet;",
+            "",
+        ),
+        Claim::unmeasured(
+            "range-100k",
+            "WORT, WOART / CANRT range query latency, 100,000 keys",
+            (3.7, 3.83),
+            Metric::Mean,
+            None,
+            "the 10,000- and 100,000-key range queries are not a repro experiment yet;",
+            "",
+        ),
+    ]);
+    Paper {
+        key: "canrt",
+        name: "CANRT",
+        paper_setup: "3 machines with Optane DC PM (AppDirect), ConnectX-5: 1 server, 2 client \
+                      machines, 16 client threads; 16-byte keys, 15-byte values; YCSB \
+                      write-only / write-heavy / read-heavy / read-only",
+        setup: format!(
+            "sim (DRAM memory node: with --persistent CANRT's runs at 2 and 4 clients fail with \
+             `work request flushed`, see docs/repro notes), {NODES} compute nodes x 8 client threads x 4 \
+             coroutines (curves: {} clients), 1 memory node running the tree's server (CANRT's applier, or WORT/WOART behind request rings); {} \
+             8-byte integer keys, 16-byte values (CANRT takes multiples of 8), {} measured ops after {} warm-up ops, \
+             zipfian 0.99, seed 1",
+            sweep.join("/"),
+            s.records,
+            s.ops,
+            s.warmup
+        ),
+        experiments,
+        claims,
+    }
+}

@@ -1,0 +1,174 @@
+//! Catfish (RDMA R-tree): one server, eight client nodes (4 to 32 clients each), 2 million
+//! rectangles; search-only and 90/10 search/insert at request scales 0.00001 (server-CPU
+//! bound) and 0.01 (bandwidth bound); fast messaging vs RDMA offloading vs the adaptive
+//! switch (Catfish).
+use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
+
+const NODES: usize = 8;
+
+pub fn paper(s: &Scale) -> Paper {
+    let sweep = s.client_sweep(NODES);
+    let base = format!(
+        "--fabric sim --index catfish --compute-nodes {NODES} --memory-nodes 1 --records {} \
+         --operations {} {sweep}",
+        s.rects, s.ops
+    );
+    let modes = |window: &str| {
+        ["adaptive", "messaging", "offloading"]
+            .iter()
+            .map(|m| {
+                let label = match *m {
+                    "adaptive" => "Catfish (adaptive)",
+                    "messaging" => "fast messaging",
+                    _ => "RDMA offloading",
+                };
+                Series::new(
+                    label,
+                    format!("{base} --mode {m} --window {window}"),
+                    &["c"],
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut mixed = modes("0.00001");
+    for m in &mut mixed {
+        m.workloads = vec!["b"];
+    }
+    let experiments = vec![
+        Experiment {
+            id: "catfish-small".into(),
+            title: "Catfish: search-only, request scale 0.00001 (server-CPU bound)".into(),
+            chart: Chart::Curve,
+            series: modes("0.00001"),
+        },
+        Experiment {
+            id: "catfish-large".into(),
+            title: "Catfish: search-only, request scale 0.01 (bandwidth bound)".into(),
+            chart: Chart::Curve,
+            series: modes("0.01"),
+        },
+        Experiment {
+            id: "catfish-mixed".into(),
+            title: "Catfish: 90% search / 10% insert, request scale 0.00001".into(),
+            chart: Chart::Curve,
+            series: mixed,
+        },
+    ];
+    let p = |e: &str, s: &str, w| Pick::new(e, s, w);
+    let cat = "Catfish (adaptive)";
+    let claims = vec![
+        Claim::ratio(
+            "vs-messaging-small",
+            "Catfish / fast messaging throughput, search-only, scale 0.00001, up to",
+            (2.32, 2.32),
+            Metric::Mops,
+            true,
+            p("catfish-small", cat, "c"),
+            p("catfish-small", "fast messaging", "c"),
+            "paper: up to 2.32x over all its search-only runs (R*-tree; remora's tree is \
+             Guttman's basic R-tree until issue 14)",
+        ),
+        Claim::ratio(
+            "vs-offloading-small",
+            "Catfish / RDMA offloading throughput, search-only, scale 0.00001, up to",
+            (3.09, 3.09),
+            Metric::Mops,
+            true,
+            p("catfish-small", cat, "c"),
+            p("catfish-small", "RDMA offloading", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "vs-messaging-large",
+            "Catfish / fast messaging throughput, search-only, scale 0.01, up to",
+            (2.32, 2.32),
+            Metric::Mops,
+            true,
+            p("catfish-large", cat, "c"),
+            p("catfish-large", "fast messaging", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "vs-offloading-large",
+            "Catfish / RDMA offloading throughput, search-only, scale 0.01, up to",
+            (3.09, 3.09),
+            Metric::Mops,
+            true,
+            p("catfish-large", cat, "c"),
+            p("catfish-large", "RDMA offloading", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "latency-vs-messaging",
+            "fast messaging / Catfish mean latency, search-only, scale 0.00001, up to",
+            (3.25, 3.25),
+            Metric::Mean,
+            true,
+            p("catfish-small", cat, "c"),
+            p("catfish-small", "fast messaging", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "latency-vs-offloading",
+            "RDMA offloading / Catfish mean latency, search-only, scale 0.00001, up to",
+            (3.07, 3.07),
+            Metric::Mean,
+            true,
+            p("catfish-small", cat, "c"),
+            p("catfish-small", "RDMA offloading", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "mixed-vs-messaging",
+            "Catfish / fast messaging throughput, 90/10 search/insert, up to",
+            (2.23, 2.23),
+            Metric::Mops,
+            true,
+            p("catfish-mixed", cat, "b"),
+            p("catfish-mixed", "fast messaging", "b"),
+            "",
+        ),
+        Claim::ratio(
+            "mixed-vs-offloading",
+            "Catfish / RDMA offloading throughput, 90/10 search/insert, up to",
+            (4.28, 4.28),
+            Metric::Mops,
+            true,
+            p("catfish-mixed", cat, "b"),
+            p("catfish-mixed", "RDMA offloading", "b"),
+            "",
+        ),
+        Claim::unmeasured(
+            "vs-tcp",
+            "Catfish / TCP/IP throughput, search-only, up to",
+            (16.46, 16.46),
+            Metric::Mops,
+            None,
+            "the TCP/IP baseline runs real sockets (`--mode tcp`, soft fabric), not on the sim;",
+            "",
+        ),
+    ];
+    Paper {
+        key: "catfish",
+        name: "Catfish (TPDS)",
+        paper_setup: "9 nodes, 100 Gb InfiniBand (ConnectX-5): 1 server, 8 client nodes with \
+                      4-32 clients each (32-256 clients); R*-tree of 2 million rectangles, node \
+                      size 30; 10,000 searches per client; request scales 0.00001, 0.01, \
+                      power law",
+        setup: format!(
+            "sim, {NODES} compute nodes x {} clients (one outstanding search each), 1 memory \
+             node running Catfish's server; basic R-tree of {} uniform rectangles, fanout \
+             30; {} measured ops; seed 1; no warm-up (clients keep no cache; the server's \
+             heartbeats start with the run)",
+            s.per_node
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
+            s.rects,
+            s.ops
+        ),
+        experiments,
+        claims,
+    }
+}

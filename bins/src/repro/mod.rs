@@ -1,0 +1,339 @@
+//! `remora repro`: each paper's headline experiments, in the paper's own cluster shape, on
+//! the sim, with a warm-up before every measured phase; JSON + CSV + charts per experiment
+//! and one markdown report of the paper's claims next to remora's figures.
+//!
+//! Each paper is one file (`smart.rs`, `sherman.rs`, `canrt.rs`, `erda.rs`, `catfish.rs`)
+//! holding its experiment list and its claim list: an experiment is a set of `remora bench`
+//! command lines (so every figure can be re-run by hand), a claim names the two measured
+//! points whose ratio the paper states. Adding a baseline (WORT, Erda's Redo/RAW, ...) when
+//! the bench gains it is adding a [`Series`] row and filling the claim's `num`/`den`.
+mod canrt;
+mod catfish;
+mod erda;
+pub(crate) mod plot;
+pub(crate) mod report;
+mod run;
+mod sherman;
+mod smart;
+
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+
+/// Which paper to reproduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PaperSel {
+    Smart,
+    Sherman,
+    Canrt,
+    Erda,
+    Catfish,
+    All,
+}
+
+/// How large the runs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ScaleSel {
+    /// Small key counts and short runs: the whole `all` in a few minutes (CI).
+    Quick,
+    /// As close to the papers' key counts as one machine's memory allows.
+    Full,
+    /// A few hundred keys: for tests of the tool itself, not for figures.
+    #[value(hide = true)]
+    Tiny,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReproArgs {
+    /// The paper whose experiments to run, or all five.
+    #[arg(value_enum)]
+    pub paper: PaperSel,
+    #[arg(long, value_enum, default_value = "quick")]
+    pub scale: ScaleSel,
+    /// Directory for report.md, report.json, each experiment's JSON/CSV and the charts.
+    #[arg(long, default_value = "repro-out")]
+    pub out: PathBuf,
+    /// After the run, compare its report with this committed report.json: fail if a row
+    /// is missing or added, or a ratio moved to the other side of 1.
+    #[arg(long, value_name = "REPORT_JSON")]
+    pub check: Option<PathBuf>,
+    /// No per-experiment progress lines.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Run only these experiments (ids as in the report, comma-separated); the report keeps
+    /// the claims measured from them.
+    #[arg(long, value_delimiter = ',', value_name = "ID,...")]
+    pub only: Vec<String>,
+}
+
+/// The sizes of one scale.
+#[derive(Debug, Clone)]
+pub struct Scale {
+    pub name: &'static str,
+    /// Keys loaded (key-value indexes).
+    pub records: u64,
+    /// Measured operations per run.
+    pub ops: u64,
+    /// Unmeasured warm-up operations per run.
+    pub warmup: u64,
+    /// Rectangles loaded (Catfish).
+    pub rects: u64,
+    /// Client threads per compute node of the throughput-vs-clients curves.
+    pub per_node: Vec<usize>,
+}
+
+impl Scale {
+    pub fn of(s: ScaleSel) -> Scale {
+        match s {
+            ScaleSel::Quick => Scale {
+                name: "quick",
+                records: 10_000,
+                ops: 10_000,
+                warmup: 5_000,
+                rects: 10_000,
+                per_node: vec![1, 2, 4],
+            },
+            ScaleSel::Tiny => Scale {
+                name: "tiny",
+                records: 200,
+                ops: 200,
+                warmup: 50,
+                rects: 200,
+                per_node: vec![1],
+            },
+            ScaleSel::Full => Scale {
+                name: "full",
+                records: 2_000_000,
+                ops: 1_000_000,
+                warmup: 500_000,
+                rects: 2_000_000,
+                per_node: vec![1, 2, 4, 8],
+            },
+        }
+    }
+
+    /// The flags every key-value run of this scale shares.
+    pub fn kv_flags(&self) -> String {
+        format!(
+            "--fabric sim --records {} --operations {} --warmup {}",
+            self.records, self.ops, self.warmup
+        )
+    }
+
+    /// `--sweep clients=...` over `nodes` compute nodes.
+    pub fn client_sweep(&self, nodes: usize) -> String {
+        let v: Vec<String> = self
+            .per_node
+            .iter()
+            .map(|p| (p * nodes).to_string())
+            .collect();
+        format!("--sweep clients={}", v.join(","))
+    }
+
+    /// The largest client count of the curves over `nodes` compute nodes.
+    pub fn max_clients(&self, nodes: usize) -> usize {
+        self.per_node.iter().max().copied().unwrap_or(1) * nodes
+    }
+}
+
+/// How an experiment is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chart {
+    /// Throughput vs client threads, one line per series (plus the latency CDFs at the
+    /// largest client count).
+    Curve,
+    /// Throughput per workload, one bar per series or factor step (plus the latency CDFs).
+    Bars,
+}
+
+/// One line or bar group of an experiment: a `remora bench` command line, run once per
+/// workload.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub label: String,
+    /// The bench flags (without `--workload`).
+    pub args: String,
+    /// Workloads, one bench run each (`--factors` runs take theirs in `args`).
+    pub workloads: Vec<&'static str>,
+}
+
+impl Series {
+    pub fn new(label: &str, args: String, workloads: &[&'static str]) -> Series {
+        Series {
+            label: label.into(),
+            args,
+            workloads: workloads.to_vec(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Experiment {
+    /// File stem of its outputs, e.g. `smart-ycsb-int`.
+    pub id: String,
+    pub title: String,
+    pub chart: Chart,
+    pub series: Vec<Series>,
+}
+
+/// Which measured figure a claim compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Metric {
+    /// Throughput: ratio = num Mops / den Mops.
+    Mops,
+    /// Median latency: ratio = den p50 / num p50 (how many times lower num's is).
+    P50,
+    /// 99th percentile latency: den p99 / num p99.
+    P99,
+    /// Mean latency: den mean / num mean.
+    Mean,
+    /// Server CPU per operation: den ns/op / num ns/op.
+    ServerCpu,
+}
+
+/// One measured point a claim picks: an experiment's series (or factor step) on a workload,
+/// at a client count (None: every client count of the experiment; the claim's ratio is the
+/// best one, the papers' "up to").
+#[derive(Debug, Clone)]
+pub struct Pick {
+    pub exp: String,
+    pub series: String,
+    pub workload: &'static str,
+}
+
+impl Pick {
+    pub fn new(exp: &str, series: &str, workload: &'static str) -> Pick {
+        Pick {
+            exp: exp.into(),
+            series: series.into(),
+            workload,
+        }
+    }
+}
+
+/// A ratio a paper states, and the two points of remora's runs that measure it.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    /// Stable row key of the report (`--check` matches rows by it).
+    pub id: &'static str,
+    pub what: &'static str,
+    /// The paper's figure: a ratio, or a range of ratios.
+    pub paper: (f64, f64),
+    pub metric: Metric,
+    /// "up to": the best ratio over the experiment's client counts; otherwise the ratio at
+    /// the largest client count.
+    pub up_to: bool,
+    /// Numerator and denominator; None: remora cannot measure it yet (see `missing`).
+    pub points: Option<(Pick, Pick)>,
+    /// Where the ratio cannot be measured: the system's own figure, shown alone.
+    pub alone: Option<Pick>,
+    /// Why remora has no figure (a missing baseline or mechanism).
+    pub missing: &'static str,
+    /// Known reasons for a gap between the paper's figure and remora's.
+    pub note: &'static str,
+}
+
+/// One paper: its setup, its experiments and its claims.
+pub struct Paper {
+    pub key: &'static str,
+    pub name: &'static str,
+    /// The paper's own setup, as it states it.
+    pub paper_setup: &'static str,
+    /// remora's setup for it (cluster shape, keys, scale).
+    pub setup: String,
+    pub experiments: Vec<Experiment>,
+    pub claims: Vec<Claim>,
+}
+
+impl Claim {
+    /// A claim remora measures: `num` over `den`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ratio(
+        id: &'static str,
+        what: &'static str,
+        paper: (f64, f64),
+        metric: Metric,
+        up_to: bool,
+        num: Pick,
+        den: Pick,
+        note: &'static str,
+    ) -> Claim {
+        Claim {
+            id,
+            what,
+            paper,
+            metric,
+            up_to,
+            points: Some((num, den)),
+            alone: None,
+            missing: "",
+            note,
+        }
+    }
+
+    /// A claim remora cannot measure yet (`missing` says why); `alone` shows the system's
+    /// own figure.
+    pub fn unmeasured(
+        id: &'static str,
+        what: &'static str,
+        paper: (f64, f64),
+        metric: Metric,
+        alone: Option<Pick>,
+        missing: &'static str,
+        note: &'static str,
+    ) -> Claim {
+        Claim {
+            id,
+            what,
+            paper,
+            metric,
+            up_to: false,
+            points: None,
+            alone,
+            missing,
+            note,
+        }
+    }
+}
+
+/// The papers `sel` names, at `scale`.
+pub fn papers(sel: PaperSel, scale: &Scale) -> Vec<Paper> {
+    let all = [
+        PaperSel::Smart,
+        PaperSel::Sherman,
+        PaperSel::Canrt,
+        PaperSel::Erda,
+        PaperSel::Catfish,
+    ];
+    all.iter()
+        .filter(|&&p| sel == PaperSel::All || sel == p)
+        .map(|p| match p {
+            PaperSel::Smart => smart::paper(scale),
+            PaperSel::Sherman => sherman::paper(scale),
+            PaperSel::Canrt => canrt::paper(scale),
+            PaperSel::Erda => erda::paper(scale),
+            _ => catfish::paper(scale),
+        })
+        .collect()
+}
+
+impl Paper {
+    /// Keeps only the experiments `only` names (all if empty) and the claims measured from
+    /// them.
+    pub fn restrict(mut self, only: &[String]) -> Paper {
+        if only.is_empty() {
+            return self;
+        }
+        let keep = |e: &str| only.iter().any(|o| o == e);
+        self.experiments.retain(|e| keep(&e.id));
+        self.claims.retain(|c| match (&c.points, &c.alone) {
+            (Some((n, d)), _) => keep(&n.exp) && keep(&d.exp),
+            (None, Some(k)) => keep(&k.exp),
+            (None, None) => false,
+        });
+        self
+    }
+}
+
+pub fn run(a: &ReproArgs) -> Result<(), String> {
+    run::run(a)
+}

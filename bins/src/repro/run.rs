@@ -1,0 +1,200 @@
+//! Runs a paper's experiments through `remora bench` (in-process, one command line per
+//! series and workload) and reduces each bench record to a [`Point`].
+use super::report::{self, Point};
+use super::{Chart, Experiment, Paper, ReproArgs, Scale, Series};
+use crate::bench::phase::BenchRecord;
+use crate::bench::{self, BenchArgs};
+use clap::Parser;
+use std::time::Instant;
+
+/// A bench command line, parsed as `remora bench` parses its flags.
+#[derive(Parser)]
+#[command(no_binary_name = true)]
+struct BenchLine {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+/// The bench flags of `line`.
+pub fn parse_bench(line: &str) -> Result<BenchArgs, String> {
+    BenchLine::try_parse_from(line.split_whitespace())
+        .map(|l| l.bench)
+        .map_err(|e| format!("bench flags `{line}`: {e}"))
+}
+
+/// The command lines of a series: one per workload, or one for a `--factors` run.
+pub fn commands(s: &Series) -> Vec<String> {
+    if s.args.contains("--factors") {
+        vec![s.args.clone()]
+    } else {
+        s.workloads
+            .iter()
+            .map(|w| format!("{} --workload {w}", s.args))
+            .collect()
+    }
+}
+
+/// The points of one bench run's records: run phases, and the LOAD phase where the series
+/// lists `load` (once per series and client count).
+pub fn points(s: &Series, command: &str, recs: &[BenchRecord], out: &mut Vec<Point>) {
+    let wants_load = s.workloads.contains(&"load");
+    for r in recs {
+        let load = r.phase == "load";
+        if load && !wants_load {
+            continue;
+        }
+        let p = Point::of(&s.label, command, r);
+        if load
+            && out
+                .iter()
+                .any(|o| o.series == p.series && o.workload == p.workload && o.clients == p.clients)
+        {
+            continue;
+        }
+        out.push(p);
+    }
+}
+
+/// Runs every series of `e`: its points, and the runs that failed (a failing index does
+/// not stop the report; the failure is in it).
+pub fn experiment(e: &Experiment, quiet: bool) -> Result<(Vec<Point>, Vec<String>), String> {
+    let mut pts = Vec::new();
+    let mut failed = Vec::new();
+    for s in &e.series {
+        for cmd in commands(s) {
+            let t = Instant::now();
+            let mut a = parse_bench(&cmd)?;
+            a.silent = true;
+            a.quiet = true;
+            let recs = match bench::records(&a) {
+                Ok(r) => r,
+                Err(err) => {
+                    eprintln!("  {:<28} FAILED: remora bench {cmd}: {err}", s.label);
+                    failed.push(format!("`remora bench {cmd}`: {err}"));
+                    continue;
+                }
+            };
+            if !quiet {
+                eprintln!(
+                    "  {:<28} {:>6.1} s  remora bench {cmd}",
+                    s.label,
+                    t.elapsed().as_secs_f64()
+                );
+            }
+            points(s, &format!("remora bench {cmd}"), &recs, &mut pts);
+        }
+    }
+    Ok((pts, failed))
+}
+
+/// Runs, writes and charts one paper; returns its report section.
+pub fn paper(p: &Paper, a: &ReproArgs, scale: &Scale) -> Result<report::PaperReport, String> {
+    let mut exps = Vec::new();
+    for e in &p.experiments {
+        let t = Instant::now();
+        if !a.quiet {
+            eprintln!("{}: {}", e.id, e.title);
+        }
+        let (pts, failures) = experiment(e, a.quiet)?;
+        report::write_points(&a.out, &e.id, &pts)?;
+        let charts = report::charts(&a.out, e, &pts)?;
+        if !a.quiet {
+            eprintln!("  done in {:.1} s", t.elapsed().as_secs_f64());
+        }
+        exps.push(report::ExpReport {
+            id: e.id.clone(),
+            title: e.title.clone(),
+            curve: e.chart == Chart::Curve,
+            charts,
+            points: pts,
+            failures,
+        });
+    }
+    let rows = p
+        .claims
+        .iter()
+        .map(|c| report::evaluate(p, c, &exps))
+        .collect();
+    Ok(report::PaperReport {
+        key: p.key.into(),
+        name: p.name.into(),
+        paper_setup: p.paper_setup.into(),
+        setup: p.setup.clone(),
+        scale: scale.name.into(),
+        experiments: exps,
+        rows,
+    })
+}
+
+pub fn run(a: &ReproArgs) -> Result<(), String> {
+    let scale = Scale::of(a.scale);
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    let t = Instant::now();
+    let mut reports = Vec::new();
+    let known: Vec<String> = super::papers(a.paper, &scale)
+        .iter()
+        .flat_map(|p| p.experiments.iter().map(|e| e.id.clone()))
+        .collect();
+    if let Some(bad) = a.only.iter().find(|o| !known.contains(o)) {
+        return Err(format!(
+            "--only {bad}: no such experiment here (one of: {})",
+            known.join(", ")
+        ));
+    }
+    for p in super::papers(a.paper, &scale) {
+        let p = p.restrict(&a.only);
+        if !p.experiments.is_empty() {
+            reports.push(paper(&p, a, &scale)?);
+        }
+    }
+    let full = report::Report::new(a, &scale, reports);
+    full.write(&a.out)?;
+    println!(
+        "remora repro {:?} --scale {}: {} claims, {} experiments in {:.1} s; report in {}",
+        a.paper,
+        scale.name,
+        full.rows().count(),
+        full.papers
+            .iter()
+            .map(|p| p.experiments.len())
+            .sum::<usize>(),
+        t.elapsed().as_secs_f64(),
+        a.out.join("report.md").display()
+    );
+    if let Some(committed) = &a.check {
+        let diffs = report::check(committed, &full)?;
+        if !diffs.is_empty() {
+            return Err(format!(
+                "the report's shape differs from {}:\n  {}",
+                committed.display(),
+                diffs.join("\n  ")
+            ));
+        }
+        println!(
+            "check: same rows and every ratio on the same side of 1 as {}",
+            committed.display()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_lines_parse_and_bad_ones_fail() {
+        let a =
+            parse_bench("--fabric sim --index sherman --sweep clients=8,16 --warmup 5").unwrap();
+        assert_eq!(a.warmup, 5);
+        assert_eq!(a.sweep.as_deref(), Some("clients=8,16"));
+        assert!(parse_bench("--no-such-flag").is_err());
+        let s = Series::new("x", "--fabric sim".into(), &["load", "a"]);
+        assert_eq!(
+            commands(&s),
+            vec!["--fabric sim --workload load", "--fabric sim --workload a"]
+        );
+        let f = Series::new("f", "--factors --workloads a".into(), &["a"]);
+        assert_eq!(commands(&f).len(), 1);
+    }
+}

@@ -1,0 +1,163 @@
+//! SMART (OSDI'23): 16 compute nodes, 2 memory nodes, YCSB LOAD/A/B/C/D, zipfian 0.99,
+//! 8-byte integer and string keys, 8-byte values; SMART vs Sherman vs ART ported to
+//! disaggregated memory, and the factor analysis (ART, then each technique added).
+use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
+
+const NODES: usize = 16;
+const ALL: &[&str] = &["load", "a", "b", "c", "d"];
+
+pub fn paper(s: &Scale) -> Paper {
+    let base = format!("{} --compute-nodes {NODES} --memory-nodes 2", s.kv_flags());
+    let at_max = format!("{base} --clients-per-node {}", s.max_clients(NODES) / NODES);
+    let sweep = format!("{base} {}", s.client_sweep(NODES));
+    // The three indexes of the paper's comparison; the lead adds rows here.
+    let trio = |flags: &str, keys: &str, wl: &[&'static str]| {
+        let mut v = vec![
+            Series::new("SMART", format!("{flags} --index smart --keys {keys}"), wl),
+            Series::new(
+                "ART on DM",
+                format!("{flags} --index smart --baseline --keys {keys}"),
+                wl,
+            ),
+        ];
+        if keys == "int" {
+            v.insert(
+                1,
+                Series::new("Sherman", format!("{flags} --index sherman --keys int"), wl),
+            );
+        }
+        v
+    };
+    let experiments = vec![
+        Experiment {
+            id: "smart-ycsb-int".into(),
+            title: "SMART: YCSB, 8-byte integer keys".into(),
+            chart: Chart::Bars,
+            series: trio(&at_max, "int", ALL),
+        },
+        Experiment {
+            id: "smart-ycsb-string".into(),
+            title: "SMART: YCSB, string keys (Sherman takes integers only)".into(),
+            chart: Chart::Bars,
+            series: trio(&at_max, "string", &["load", "a", "c"]),
+        },
+        Experiment {
+            id: "smart-clients-a".into(),
+            title: "SMART: YCSB-A throughput vs clients".into(),
+            chart: Chart::Curve,
+            series: trio(&sweep, "int", &["a"]),
+        },
+        Experiment {
+            id: "smart-clients-c".into(),
+            title: "SMART: YCSB-C throughput vs clients".into(),
+            chart: Chart::Curve,
+            series: trio(&sweep, "int", &["c"]),
+        },
+        Experiment {
+            id: "smart-factors".into(),
+            title: "SMART: factor analysis (ART, then each technique added)".into(),
+            chart: Chart::Bars,
+            series: vec![Series::new(
+                "factors",
+                format!("{at_max} --index smart --factors --workloads load,a,b,c,d"),
+                ALL,
+            )],
+        },
+    ];
+    let p = |e: &str, s: &str, w| Pick::new(e, s, w);
+    let claims = vec![
+        Claim::ratio(
+            "write-throughput",
+            "SMART / Sherman throughput, write-intensive (YCSB-A), up to",
+            (6.1, 6.1),
+            Metric::Mops,
+            true,
+            p("smart-clients-a", "SMART", "a"),
+            p("smart-clients-a", "Sherman", "a"),
+            "paper: up to 6.1x over its client sweep (many threads per compute node)",
+        ),
+        Claim::ratio(
+            "write-latency",
+            "Sherman / SMART median latency, YCSB-A",
+            (1.4, 1.4),
+            Metric::P50,
+            false,
+            p("smart-ycsb-int", "SMART", "a"),
+            p("smart-ycsb-int", "Sherman", "a"),
+            "",
+        ),
+        Claim::ratio(
+            "read-throughput",
+            "SMART / Sherman throughput, read-only (YCSB-C), up to",
+            (2.8, 2.8),
+            Metric::Mops,
+            true,
+            p("smart-clients-c", "SMART", "c"),
+            p("smart-clients-c", "Sherman", "c"),
+            "the paper's gain comes from the memory nodes' IOPS: Sherman reads a 1 KB leaf \
+             per lookup, SMART one small leaf",
+        ),
+        Claim::ratio(
+            "read-latency",
+            "Sherman / SMART median latency, YCSB-C (paper: similar)",
+            (0.9, 1.1),
+            Metric::P50,
+            false,
+            p("smart-ycsb-int", "SMART", "c"),
+            p("smart-ycsb-int", "Sherman", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "factor-lock-free",
+            "factor: + lock-free internal nodes, LOAD",
+            (1.5, 1.5),
+            Metric::Mops,
+            false,
+            p("smart-factors", "+ lock-free internal", "LOAD"),
+            p("smart-factors", "ART baseline (+cache)", "LOAD"),
+            "",
+        ),
+        Claim::ratio(
+            "factor-in-place",
+            "factor: + update-in-place leaves, YCSB-B",
+            (1.5, 1.5),
+            Metric::Mops,
+            false,
+            p("smart-factors", "+ in-place leaf", "b"),
+            p("smart-factors", "+ lock-free internal", "b"),
+            "",
+        ),
+        Claim::ratio(
+            "factor-rear-lock",
+            "factor: + rear embedded lock, YCSB-A",
+            (3.0, 3.0),
+            Metric::Mops,
+            false,
+            p("smart-factors", "+ rear lock", "a"),
+            p("smart-factors", "+ in-place leaf", "a"),
+            "",
+        ),
+    ];
+    Paper {
+        key: "smart",
+        name: "SMART (OSDI'23)",
+        paper_setup: "16 compute nodes, 2 memory nodes, ConnectX-6 100 Gb; YCSB LOAD/A/B/C/D, \
+                      60M keys, zipfian 0.99, 8-byte integer or email keys, 8-byte values",
+        setup: format!(
+            "sim, {NODES} compute nodes x {} client threads x 4 coroutines (curves: {} per \
+             node), 2 memory nodes; {} keys, {} measured ops after {} warm-up ops, zipfian \
+             0.99, 8-byte values, seed 1",
+            s.max_clients(NODES) / NODES,
+            s.per_node
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
+            s.records,
+            s.ops,
+            s.warmup
+        ),
+        experiments,
+        claims,
+    }
+}
