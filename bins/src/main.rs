@@ -65,6 +65,20 @@ pub enum Service {
     Wort,
     /// WOART, WORT with adaptive nodes.
     Woart,
+    /// Erda's Redo Logging baseline (`remora bench --index erda-redo`).
+    ErdaRedo,
+    /// Erda's Read-After-Write baseline (`remora bench --index erda-raw`).
+    ErdaRaw,
+}
+
+impl Service {
+    /// The largest message its protocol needs, if more than a memory node's default.
+    pub fn max_message(self) -> Option<usize> {
+        match self {
+            Service::ErdaRedo | Service::ErdaRaw => Some(remora::core::erda::baseline::MAX_MESSAGE),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -5,6 +5,7 @@ use crate::{MemnodeArgs, Service};
 use remora::core::canrt::CanrtServer;
 use remora::core::catfish::CatfishServer;
 use remora::core::catfish::server::MAX_WINDOW;
+use remora::core::erda::baseline::{BaselineServer, Scheme};
 use remora::core::erda::{ErdaConfig, ErdaServer};
 use remora::core::server::{Echo, Handler};
 use remora::core::wort::{Kind, WortServer};
@@ -34,21 +35,26 @@ pub(crate) fn handler_for(
         Service::Wort => Box::new(WortServer::new(Kind::Wort)),
         Service::Woart => Box::new(WortServer::new(Kind::Woart)),
         Service::Catfish => Box::new(CatfishServer::new(max_msg)),
-        Service::Erda => {
-            // Half the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
-            let segment = 8u64 << 20;
-            let head_bytes = (region_len / 4 / segment).max(1) * segment;
-            Box::new(ErdaServer::new(ErdaConfig {
-                heads: 2,
-                buckets: (region_len / 8 / 32)
-                    .next_power_of_two()
-                    .clamp(1 << 14, 1 << 24)
-                    / 2,
-                segment_bytes: segment,
-                head_bytes,
-                ..ErdaConfig::small()
-            }))
-        }
+        Service::Erda => Box::new(ErdaServer::new(erda_geometry(region_len))),
+        Service::ErdaRedo => Box::new(BaselineServer::new(Scheme::Redo, erda_geometry(region_len))),
+        Service::ErdaRaw => Box::new(BaselineServer::new(Scheme::Raw, erda_geometry(region_len))),
+    }
+}
+
+/// Erda's (and its baselines') hash table and logs for a region of `region_len` bytes: half
+/// the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
+fn erda_geometry(region_len: u64) -> ErdaConfig {
+    let segment = 8u64 << 20;
+    let head_bytes = (region_len / 4 / segment).max(1) * segment;
+    ErdaConfig {
+        heads: 2,
+        buckets: (region_len / 8 / 32)
+            .next_power_of_two()
+            .clamp(1 << 14, 1 << 24)
+            / 2,
+        segment_bytes: segment,
+        head_bytes,
+        ..ErdaConfig::small()
     }
 }
 
@@ -119,6 +125,12 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         dm_len: a.dm_kib << 10,
         chunk_size: a.chunk_kib << 10,
         nvm_write_ns: a.nvm_write_ns,
+        max_msg: a
+            .service
+            .max_message()
+            .map_or(NodeConfig::default().max_msg, |m| {
+                m.max(NodeConfig::default().max_msg)
+            }),
         ..NodeConfig::default()
     };
     let handler = handler_for(a.service, cfg.region_len, cfg.max_msg);

@@ -887,3 +887,53 @@ fn erda_and_its_baselines_compare_on_the_sim() {
     );
     assert_eq!(table.lines().filter(|l| l.starts_with("erda")).count(), 12);
 }
+
+#[test]
+fn a_memnode_serves_erdas_baselines_to_bench() {
+    for (service, other) in [("erda-redo", "erda-raw"), ("erda-raw", "erda-redo")] {
+        let sock =
+            std::env::temp_dir().join(format!("remora-cli-{}-{service}.sock", std::process::id()));
+        let _m = Kid(Command::new(env!("CARGO_BIN_EXE_remora"))
+            .args(["memnode", "--listen", sock.to_str().unwrap()])
+            .args([
+                "--service",
+                service,
+                "--region-mib",
+                "64",
+                "--seconds",
+                "60",
+            ])
+            .spawn()
+            .unwrap());
+        let t = Instant::now();
+        while !sock.exists() && t.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let run = |index: &str| {
+            remora(&[
+                "bench",
+                "--connect",
+                sock.to_str().unwrap(),
+                "--index",
+                index,
+                "--workload",
+                "a",
+                "--records",
+                "200",
+                "--operations",
+                "500",
+                "--threads",
+                "1",
+                "--value-size",
+                "1024",
+                "--quiet",
+            ])
+        };
+        let out = run(service);
+        assert!(out.status.success(), "{service}: {}", stderr(&out));
+        // The other baseline is refused by name, not run against the wrong server.
+        let out = run(other);
+        assert!(!out.status.success(), "{other} ran against {service}");
+        assert!(stderr(&out).contains("service"), "{}", stderr(&out));
+    }
+}
