@@ -21,7 +21,9 @@ use super::tree::{Tree, read_node};
 use crate::server::LocalRegion;
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+// `usize` words, not `u64`: `core` builds for 32-bit targets without 64-bit atomics, and a
+// server's own region offsets fit its address space.
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use remora_layouts::catfish::{Entry, META_ROOT_OFFSET, Node, Rect, node_len};
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::vec::Vec;
@@ -41,10 +43,10 @@ pub struct SharedTree {
     writer: UnsafeCell<Writer>,
     /// The published tree's superblock offset (0: none) and fanout, for lock-free readers;
     /// set when a writer releases the lock.
-    meta: AtomicU64,
-    fanout: AtomicU64,
+    meta: AtomicUsize,
+    fanout: AtomicUsize,
     /// Heartbeat sequence numbers, one series for all threads.
-    seq: AtomicU64,
+    seq: AtomicUsize,
 }
 
 // SAFETY: `writer` is only reached through a `WriterGuard`, which exists only while
@@ -78,13 +80,14 @@ impl SharedTree {
     pub fn meta(&self) -> Option<u64> {
         match self.meta.load(Ordering::Acquire) {
             0 => None,
-            m => Some(m),
+            m => Some(m as u64),
         }
     }
 
     /// The next heartbeat sequence number.
     pub fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed) + 1
+        // Wraps after 2^32 heartbeats on a 32-bit target (over a year at 10 ms).
+        self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1) as u64
     }
 
     /// Appends every leaf entry intersecting `rect` to `out`, without the writers' lock (see
@@ -99,7 +102,7 @@ impl SharedTree {
         let Some(meta) = self.meta() else {
             return Err(CatfishError::NotCreated);
         };
-        let fanout = self.fanout.load(Ordering::Acquire) as usize;
+        let fanout = self.fanout.load(Ordering::Acquire);
         let root = GlobalAddr::from_raw(region.load_u64(meta + META_ROOT_OFFSET)?).offset();
         // Every node holds at least one node length of the region: a longer walk is a cycle.
         let most = region.len() / node_len(fanout) as u64 + 1;
@@ -171,7 +174,8 @@ impl DerefMut for WriterGuard<'_> {
 impl Drop for WriterGuard<'_> {
     fn drop(&mut self) {
         let (meta, fanout) = match &self.tree {
-            Some(t) => (t.meta(), t.fanout() as u64),
+            // The superblock lies in this server's own mapped region, so its offset fits.
+            Some(t) => (usize::try_from(t.meta()).unwrap_or(0), t.fanout()),
             None => (0, 0),
         };
         self.shared.fanout.store(fanout, Ordering::Release);
