@@ -68,7 +68,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     Some(_) => batch.len() >= (limit - count),
                 };
                 if flush {
-                    let last = self
+                    let (last, complete) = self
                         .visit_batch(&batch, lower.bytes(), limit - count, visit)
                         .await?;
                     batch.clear();
@@ -78,6 +78,14 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     }
                     if count >= limit {
                         break 'walk;
+                    }
+                    if !complete {
+                        // A leaf's forward chain was longer than we follow (a hot key
+                        // rewritten out of place many times since its slot was read): go on
+                        // from just past the last key visited, through fresh slots.
+                        self.restart(&mut tries, "scan kept meeting long leaf forward chains")
+                            .await?;
+                        continue 'walk;
                     }
                 }
                 let Some(frame) = frame else { break 'walk };
@@ -179,14 +187,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Reads a batch of leaves (one doorbell per memory node), visits the valid ones with
     /// keys `>= lower` in order, up to `room`. Returns how many were visited and the bound
-    /// just past the last one.
+    /// just past the last one, and `false` when it stopped early at a leaf whose forward
+    /// chain it could not follow to the end (the caller restarts from that bound).
     async fn visit_batch(
         &self,
         batch: &[(GlobalAddr, usize)],
         lower: &[u8],
         room: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
-    ) -> Result<Option<(usize, Key)>, SmartError> {
+    ) -> Result<(Option<(usize, Key)>, bool), SmartError> {
         let total: usize = batch.iter().map(|(_, b)| *b).sum();
         let mut bufs: Vec<u8> = std_alloc::vec![0u8; total];
         {
@@ -227,7 +236,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 Err(_) => true,
             };
             let view_bytes: &[u8] = if needs_reread {
-                self.read_live(addr, &mut one[..bytes]).await?;
+                if !self.read_live(addr, &mut one[..bytes]).await? {
+                    return Ok((last.map(|k| (visited, k)), false));
+                }
                 &one[..bytes]
             } else {
                 img
@@ -240,22 +251,20 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             visited += 1;
             last = Some(Key::successor(v.key));
         }
-        Ok(last.map(|k| (visited, k)))
+        Ok((last.map(|k| (visited, k)), true))
     }
 
-    /// Reads the live end of a leaf's forward chain into `buf`.
-    async fn read_live(&self, mut addr: GlobalAddr, buf: &mut [u8]) -> Result<(), SmartError> {
+    /// Reads the live end of a leaf's forward chain into `buf`; `false` when the chain is
+    /// longer than 64 hops (the caller restarts through fresh slots).
+    async fn read_live(&self, mut addr: GlobalAddr, buf: &mut [u8]) -> Result<bool, SmartError> {
         for _ in 0..64 {
             self.read_leaf(addr, buf).await?;
             let v = verified_leaf(buf)?;
             match v.status.forward() {
                 Some(next) if v.status.is_obsolete() => addr = next,
-                _ => return Ok(()),
+                _ => return Ok(true),
             }
         }
-        Err(SmartError::Contention {
-            what: "leaf forward chain too long",
-            tries: 64,
-        })
+        Ok(false)
     }
 }
