@@ -42,10 +42,13 @@ pub(crate) fn handler_for(
 }
 
 /// Erda's (and its baselines') hash table and logs for a region of `region_len` bytes: half
-/// the region for two head logs, 16 Mi buckets at most, in 8 MiB segments.
+/// the region for two heads, each a ring of four log regions (cleaning needs a spare), cut in
+/// segments of an eighth of a log region (64 KiB to 8 MiB), 16 Mi buckets at most.
 fn erda_geometry(region_len: u64) -> ErdaConfig {
-    let segment = 8u64 << 20;
-    let head_bytes = (region_len / 4 / segment).max(1) * segment;
+    let regions = 4u64;
+    let per_region = region_len / 4 / regions;
+    let eighth = (per_region / 8).max(1);
+    let segment = (1u64 << (63 - eighth.leading_zeros())).clamp(64 << 10, 8 << 20);
     ErdaConfig {
         heads: 2,
         buckets: (region_len / 8 / 32)
@@ -53,7 +56,8 @@ fn erda_geometry(region_len: u64) -> ErdaConfig {
             .clamp(1 << 14, 1 << 24)
             / 2,
         segment_bytes: segment,
-        head_bytes,
+        head_bytes: regions * (per_region / segment * segment),
+        regions: regions as u32,
         ..ErdaConfig::small()
     }
 }
@@ -119,6 +123,17 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         (None, 0) => DEFAULT_REGION_MIB << 20,
         (None, n) => n,
     };
+    if matches!(
+        a.service,
+        Service::Erda | Service::ErdaRedo | Service::ErdaRaw
+    ) && region_len < 8 << 20
+    {
+        return Err(format!(
+            "--service {:?} needs a region of at least 8 MiB (its table and logs): \
+             --region-mib 8 or more",
+            a.service
+        ));
+    }
     let cfg = NodeConfig {
         node_id: a.node_id,
         region_len,

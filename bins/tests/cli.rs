@@ -889,8 +889,12 @@ fn erda_and_its_baselines_compare_on_the_sim() {
 }
 
 #[test]
-fn a_memnode_serves_erdas_baselines_to_bench() {
-    for (service, other) in [("erda-redo", "erda-raw"), ("erda-raw", "erda-redo")] {
+fn a_memnode_serves_erda_and_its_baselines_to_bench() {
+    for (service, other) in [
+        ("erda", "erda-redo"),
+        ("erda-redo", "erda-raw"),
+        ("erda-raw", "erda-redo"),
+    ] {
         let sock =
             std::env::temp_dir().join(format!("remora-cli-{}-{service}.sock", std::process::id()));
         let _m = Kid(Command::new(env!("CARGO_BIN_EXE_remora"))
