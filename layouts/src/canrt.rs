@@ -54,10 +54,12 @@ pub const MAX_SLOTS: usize = 32;
 pub const MAX_VALUE: usize = 248;
 /// Most segments (gaps + levels) a tree header describes.
 pub const MAX_SEGMENTS: usize = 16;
-/// Most data nodes a tree has (the immediate carries 17 bits of node id).
-pub const MAX_DATA_NODES: u64 = 1 << 17;
-/// Largest prefix array clients cache.
-pub const MAX_PREFIX_BYTES: u64 = 1 << 20;
+/// Most data nodes a tree has (the immediate carries 20 bits of node id): with 32 slots a
+/// node, tens of millions of keys.
+pub const MAX_DATA_NODES: u64 = 1 << 20;
+/// Largest prefix array clients cache (room for [`MAX_DATA_NODES`] NodeIDs and their
+/// characters).
+pub const MAX_PREFIX_BYTES: u64 = 1 << 24;
 /// Tickets and `served` compare modulo 2^16.
 pub const TICKET_MASK: u64 = (1 << 16) - 1;
 /// Epochs compare modulo 2^15 in meta words.
@@ -929,13 +931,17 @@ fn header_crc(bytes: &[u8]) -> u64 {
 
 // ---------------------------------------------------------------- immediate
 
-const I_SLOT: Field = Field::new("slot", 0, 8);
-const I_NODE: Field = Field::new("node", 8, 17);
+// The slot takes exactly the bits MAX_SLOTS needs, the node the rest below the epoch.
+const I_SLOT: Field = Field::new("slot", 0, 5);
+const I_NODE: Field = Field::new("node", 5, 20);
 const I_EPOCH: Field = Field::new("epoch", 25, 7);
 const _: () = assert_disjoint(&[I_SLOT, I_NODE, I_EPOCH]);
+const _: () = assert!(1 << 5 == MAX_SLOTS && 1 << 20 == MAX_DATA_NODES);
 
 /// The WRITE_WITH_IMM immediate of an appended DataItem (paper: `node_id << 8 | bit_index`,
-/// here with the tree epoch in the top 7 bits).
+/// here `epoch << 25 | node_id << 5 | slot`: 5 bits hold any of [`MAX_SLOTS`], 20 bits any of
+/// [`MAX_DATA_NODES`], the tree epoch mod 2^7 the top 7). The server rejects a slot past its
+/// geometry's, a node past the tree's and an epoch not the tree's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Imm {
     pub epoch: u32,
@@ -1239,12 +1245,28 @@ mod tests {
         assert!(
             Imm {
                 epoch: 0,
-                node: 1 << 17,
+                node: 1 << 20,
                 slot: 0
             }
             .encode()
             .is_err()
         );
+        assert!(
+            Imm {
+                epoch: 0,
+                node: 0,
+                slot: 32
+            }
+            .encode()
+            .is_err()
+        );
+        // The widest node id round-trips next to the widest slot and epoch.
+        let wide = Imm {
+            epoch: 127,
+            node: (1 << 20) - 1,
+            slot: 31,
+        };
+        assert_eq!(Imm::decode(wide.encode().unwrap()).unwrap(), wide);
         let c = Control::new(ControlKind::Resize, 5, 3, 9, 1 << 30);
         assert_eq!(Control::decode(&c.encode()).unwrap(), c);
         assert!(Control::decode(&[9; 16]).is_err());

@@ -435,3 +435,88 @@ fn a_client_dying_with_a_lock_costs_a_lease_not_an_error() {
     println!("{slow} of 32 crash points left a dead lock holder (a lease each)");
     assert!(slow > 0, "no crash point hit a held lock");
 }
+
+/// A long scan racing writers that split data nodes all the time (every split gives every
+/// data node a new epoch, so the scan meets stale nodes again and again): it completes, and
+/// returns every key present throughout it exactly once, in order. It used to start over
+/// on each stale node; with the scanner's retry budget small, it never finished.
+#[test]
+fn a_long_scan_resumes_through_resizes() {
+    const STABLE: u64 = 3_000;
+    let done = Cell::new(false);
+    let result = RefCell::new(None::<Result<(Vec<u64>, u64), String>>);
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 3,
+        seed: 7,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let server = CanrtServer::new();
+    let stats = server.stats();
+    sim.set_handler(0, Box::new(server)).unwrap();
+    let loader = sim.client(0).unwrap();
+    sim.spawn_with(&loader, 0, move |ctx| async move {
+        let t = Canrt::open(ctx.ep(), cfg()).await.unwrap();
+        for i in 0..STABLE {
+            t.upsert(&(2 * i).to_be_bytes(), &i.to_le_bytes())
+                .await
+                .unwrap();
+        }
+    });
+    assert_eq!(sim.run().unfinished, 0, "load did not finish");
+    let resizes_before = stats.resizes.load(Ordering::Relaxed);
+    for w in 1..3u64 {
+        let ctx = sim.client(w as usize).unwrap();
+        let done = &done;
+        sim.spawn_with(&ctx, 0, move |ctx| async move {
+            let t = Canrt::open(ctx.ep(), cfg()).await.unwrap();
+            // Ascending keys past the stable ones (the last data node splits every few
+            // inserts), until the scan is over.
+            for i in 0..200_000u64 {
+                if done.get() {
+                    break;
+                }
+                let k = 2 * STABLE + 2 * i + w;
+                t.upsert(&k.to_be_bytes(), &k.to_le_bytes()).await.unwrap();
+            }
+        });
+    }
+    let scanner = sim.client(0).unwrap();
+    let (done, result) = (&done, &result);
+    sim.spawn_with(&scanner, 0, move |ctx| async move {
+        let small = CanrtConfig {
+            read_retries: 16,
+            ..cfg()
+        };
+        let t = Canrt::open(ctx.ep(), small).await.unwrap();
+        ctx.sleep(50_000).await;
+        let mut keys = Vec::new();
+        let r = t
+            .scan(&0u64.to_be_bytes(), usize::MAX, &mut |k, _| {
+                keys.push(u64::from_be_bytes(k.try_into().unwrap()))
+            })
+            .await;
+        done.set(true);
+        let resumes = t.scan_resumes();
+        *result.borrow_mut() = Some(r.map(|_| (keys, resumes)).map_err(|e| e.to_string()));
+    });
+    assert_eq!(sim.run().unfinished, 0, "scan or writers did not finish");
+    let resizes = stats.resizes.load(Ordering::Relaxed) - resizes_before;
+    let (keys, resumes) = result.borrow_mut().take().unwrap().expect("scan failed");
+    println!(
+        "{resizes} resizes raced a scan of {} keys: {resumes} resumes",
+        keys.len()
+    );
+    assert!(resizes > 16, "only {resizes} resizes raced the scan");
+    // Each resume is owed to a resize published during the scan (at most one per resize).
+    assert!(
+        resumes > 0 && resumes <= resizes,
+        "{resumes} resumes for {resizes} resizes"
+    );
+    assert!(
+        keys.windows(2).all(|w| w[0] < w[1]),
+        "scan not in order or repeats a key"
+    );
+    let stable: Vec<u64> = keys.iter().copied().filter(|&k| k < 2 * STABLE).collect();
+    assert_eq!(stable, (0..STABLE).map(|i| 2 * i).collect::<Vec<_>>());
+}

@@ -82,6 +82,8 @@ pub struct Canrt<'e, E: Endpoint> {
     pub(super) skips: Cell<u64>,
     pub(super) skip_requests: Cell<u64>,
     pub(super) turn_waits: Cell<u64>,
+    /// Scans resumed in a newer tree after meeting a stale node.
+    pub(super) scan_resumes: Cell<u64>,
     /// Resize waits begun (names each in its drain `Skip`s).
     pub(super) drain_waits: Cell<u64>,
     /// Bytes in the memory node's region (to bound speculative READs).
@@ -219,6 +221,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             skips: Cell::new(0),
             skip_requests: Cell::new(0),
             turn_waits: Cell::new(0),
+            scan_resumes: Cell::new(0),
             ticket_ns: Cell::new(0),
             drain_waits: Cell::new(0),
             mailbox: Default::default(),
@@ -535,6 +538,12 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
 
     /// Range scan: data nodes in key order (the prefix array's NodeIDs left to right) from
     /// the one holding `from`, [`SCAN_BATCH`] node snapshots per doorbell (paper §4.4).
+    ///
+    /// A stale node (a resize published a newer tree) does not start the scan over: the
+    /// pairs of the nodes already read stay (each was the valid tree's when read, so each
+    /// returned item is linearizable within the scan), and the scan resumes in the newer
+    /// tree from the key after the last one it holds. Resumes that add nothing are bounded
+    /// by `read_retries`; a resume that adds a pair resets the bound.
     async fn range(
         &self,
         from: u64,
@@ -543,8 +552,15 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     ) -> Result<usize, CanrtError> {
         let qp = self.qp()?;
         let mut pairs: Vec<(u64, Vec<u8>)> = Vec::new();
-        'again: for _ in 0..self.cfg.read_retries {
-            pairs.clear();
+        let mut at = from;
+        let mut idle = 0u32;
+        'again: loop {
+            if let Some(&(last, _)) = pairs.last() {
+                match last.checked_add(1) {
+                    Some(next) => at = next,
+                    None => break 'again,
+                }
+            }
             let v = self.view();
             let size = v.header.data_node_size as usize;
             let mut bufs = vec![0u8; size * SCAN_BATCH];
@@ -553,11 +569,12 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                 addr: GlobalAddr::from_raw(v.root),
                 why,
             };
-            let first = v.locate(from).map_err(corrupt)?;
+            let first = v.locate(at).map_err(corrupt)?;
             let mut r = v.rank(first).ok_or(corrupt(LayoutError::Inconsistent {
                 what: "located data node missing from key order",
             }))?;
             let order = v.order();
+            let before = pairs.len();
             while pairs.len() < limit && r < order.len() {
                 let ids = &order[r..(r + SCAN_BATCH).min(order.len())];
                 {
@@ -589,14 +606,25 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                                 continue;
                             }
                         };
-                        if !matches!(self.fresh(&v, &nv).await?, Fresh::Yes) {
+                        pairs.truncate(start);
+                        let fresh = self.fresh(&v, &nv).await?;
+                        if !matches!(fresh, Fresh::Yes) {
+                            if matches!(fresh, Fresh::NotYet) {
+                                // A resize is about to publish a newer tree: wait for it
+                                // (with back-off) rather than spin.
+                                self.await_thaw(&v, addr).await?;
+                            }
+                            Self::bump(&self.scan_resumes);
+                            idle = if start > before { 0 } else { idle + 1 };
+                            if idle > self.cfg.read_retries {
+                                return Err(CanrtError::Retries { what: "scan" });
+                            }
                             continue 'again;
                         }
-                        pairs.truncate(start);
                         // Only the keys this tree routes here (a split leaves copies behind
                         // for an instant).
                         let res = nv.for_each_live(|k, val| {
-                            if k >= from && v.locate(k).ok() == Some(id) {
+                            if k >= at && v.locate(k).ok() == Some(id) {
                                 pairs.push((k, val.to_vec()));
                             }
                         });
@@ -612,13 +640,18 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                 }
                 r += ids.len();
             }
-            let n = pairs.len().min(limit);
-            for (k, val) in &pairs[..n] {
-                visit(&k.to_be_bytes(), val);
-            }
-            return Ok(n);
+            break 'again;
         }
-        Err(CanrtError::Retries { what: "scan" })
+        let n = pairs.len().min(limit);
+        for (k, val) in &pairs[..n] {
+            visit(&k.to_be_bytes(), val);
+        }
+        Ok(n)
+    }
+
+    /// Times a scan met a stale node and resumed in a newer tree.
+    pub fn scan_resumes(&self) -> u64 {
+        self.scan_resumes.get()
     }
 }
 

@@ -791,6 +791,26 @@ proptest! {
     }
 }
 
+/// A tree of more data nodes than 17 bits of node id name (the immediate's old width):
+/// 600,000 keys, 2 a node, plan into 300,000 data nodes, and a client's view of the plan
+/// routes keys to them, the last ones past 2^17 included.
+#[test]
+fn a_tree_takes_more_than_two_to_the_17_data_nodes() {
+    let keys: Vec<u64> = (0..600_000u64).map(|i| i * 3 + 7).collect();
+    let p = plan(&keys, 2)
+        .unwrap()
+        .expect("a plan past 2^17 data nodes");
+    assert!(p.groups.len() > 1 << 17, "{} data nodes", p.groups.len());
+    let v = view_of(&p, 8);
+    let last = p.groups.len() - 1;
+    let (a, b) = p.groups[last];
+    for k in &keys[a..b] {
+        assert_eq!(v.locate(*k).unwrap(), last as u32);
+    }
+    let (a, _) = p.groups[1 << 17];
+    assert_eq!(v.locate(keys[a]).unwrap(), 1 << 17);
+}
+
 /// Non-blocking resizing: while a resize waits for a slow lock holder, the frozen valid tree
 /// still serves every lookup; writes wait (here: give up after a few polls); once the holder
 /// hands its ticket back the new tree is built, published, and takes writes.
