@@ -787,11 +787,22 @@ pub(super) fn locate(
     st: &mut State,
     key: &[u8],
 ) -> Result<Option<(u64, Bucket)>, FabricError> {
-    let sb = st.sb;
+    locate_in(region, &st.sb, &mut st.scratch, key)
+}
+
+/// The bucket holding `key` in the table `sb` describes, if any; `scratch` (one
+/// neighborhood of buckets) is left holding `key`'s neighborhood. Erda's server and its
+/// baselines share it.
+pub(super) fn locate_in(
+    region: &dyn LocalRegion,
+    sb: &Superblock,
+    scratch: &mut [u8],
+    key: &[u8],
+) -> Result<Option<(u64, Bucket)>, FabricError> {
     let home = sb.home(key);
-    region.read(sb.bucket_off(home), &mut st.scratch)?;
+    region.read(sb.bucket_off(home), scratch)?;
     for j in 0..sb.neighborhood as usize {
-        let raw = &st.scratch[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
+        let raw = &scratch[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
         let b = Bucket::decode(raw).map_err(|_| corrupt(region, sb.bucket_off(home + j as u64)))?;
         if b.holds(key) {
             return Ok(Some((home + j as u64, b)));

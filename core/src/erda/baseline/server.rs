@@ -806,17 +806,7 @@ fn locate(
     st: &mut State,
     key: &[u8],
 ) -> Result<Option<(u64, Bucket)>, FabricError> {
-    let sb = st.sb;
-    let home = sb.home(key);
-    region.read(sb.bucket_off(home), &mut st.scratch)?;
-    for j in 0..sb.neighborhood as usize {
-        let raw = &st.scratch[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
-        let b = Bucket::decode(raw).map_err(|_| corrupt(region, sb.bucket_off(home + j as u64)))?;
-        if b.holds(key) {
-            return Ok(Some((home + j as u64, b)));
-        }
-    }
-    Ok(None)
+    crate::erda::server::locate_in(region, &st.sb, &mut st.scratch, key)
 }
 
 /// The first unused bucket of `key`'s neighborhood (after `locate` filled the scratch).
