@@ -114,7 +114,8 @@ pub use view::{Found, NodeView, TreeView};
 use crate::fabric::FabricError;
 use crate::lease::LeaseConfig;
 use core::fmt;
-use remora_layouts::canrt::{DataGeometry, KEY_LENS, MAX_VALUE};
+use remora_layouts::canrt::DataGeometry;
+pub use remora_layouts::canrt::{KEY_LENS, MAX_VALUE};
 use remora_layouts::{GlobalAddr, LayoutError, NodeId};
 
 /// A client's settings.
