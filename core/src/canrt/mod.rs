@@ -84,6 +84,13 @@
 //!   width `m`, a character absent from an inner node sends the key to the nearest data node
 //!   in key order, and a last-level node's characters are range starts. The NodeID arrays
 //!   read left to right list the data nodes in key order: scans follow it.
+//! - **Keys.** A tree's key width is fixed when it is formatted ([`CanrtConfig::key_len`],
+//!   in the header, checked by every reader): 8-byte integer keys, or the paper's 16-byte
+//!   keys (random strings in its runs). Items carry the whole key; inside CANRT a key is a
+//!   `u128` of its big-endian bytes (`keys.rs`), so planner, lookups and scans work alike.
+//!   In a 16-byte tree every level reads one whole key byte, so a prefix node's characters
+//!   are the paper's characters, key bytes; key bytes equal in every key (a shared string
+//!   prefix) are gaps. A key of the wrong width is [`CanrtError::BadKey`], naming the tree's.
 //! - **Resizing** (`resize.rs`) follows the paper's shape: the tree is frozen (lookups go
 //!   on), in-flight appends drain, the full data node is split *in place* (its upper half
 //!   moves to a data node appended to the data array; every other data node stays where it
