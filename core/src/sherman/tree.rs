@@ -378,6 +378,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 ep.client_id(),
                 cfg.hierarchical_locks,
                 cfg.combine_commands,
+                cfg.spin_locks,
                 cfg.handover_cap,
                 LeaseConfig {
                     max_attempts: cfg.lock_retries,
