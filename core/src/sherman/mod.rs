@@ -41,8 +41,8 @@
 //! A client can die at any verb. What it can leave behind, and who finishes it:
 //!
 //! - **A held lock.** Lock words are owned ([`crate::lease`]): `owner_word(client, tag)`
-//!   with a fresh tag per acquisition. Waiters back off exponentially on the fabric clock; a
-//!   word unchanged for a lease (`lease.lease_ns`, 1 s by default, see [`ShermanConfig`])
+//!   with a fresh tag per acquisition. Waiters retry the CAS at once (`spin_locks`) or back
+//!   off exponentially on the fabric clock; a word unchanged for a lease (`lease.lease_ns`, 1 s by default, see [`ShermanConfig`])
 //!   has a dead holder, whom the waiter fences off the lock's memory node
 //!   ([`crate::fabric::Endpoint::fence`]) and then CASes the word from the holder's to its own
 //!   (`lock.rs`). The local lock table (coroutines of one handle) is unchanged; a handle never
@@ -96,7 +96,7 @@
 //!   grower win; the loser's separator insert finds it linked).
 //! - **Every wait is bounded** by the lease config's back-off and deadline on
 //!   [`crate::fabric::Endpoint::now_ns`] (and by `lock_retries` attempts on a fabric without
-//!   a clock): [`ShermanError::LockHeld`] and [`ShermanError::Unsettled`] name what was
+//!   a clock; a spinning lock wait on a fabric with a clock by the deadline only): [`ShermanError::LockHeld`] and [`ShermanError::Unsettled`] name what was
 //!   waited for, where, by whom, and how long.
 //!
 //! `poller/tests/sherman_crash.rs` kills a client at every doorbell of a root split, a leaf
