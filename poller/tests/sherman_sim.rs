@@ -153,3 +153,74 @@ fn front_rear_versions_need_ascending_segments_checksums_do_not() {
         "the mutant went unnoticed on shuffled segments"
     );
 }
+
+/// Virtual ns for 4 compute nodes x 2 client threads x 4 coroutines (one handle per thread,
+/// as `remora bench` runs them) to update 8 hot keys of one leaf 40 times per coroutine.
+fn hot_leaf_updates_ns(cfg: ShermanConfig) -> u64 {
+    use remora_poller::executor::join_all;
+    const NODES: usize = 4;
+    let errs = std::cell::RefCell::new(Vec::new());
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: NODES,
+        memory_nodes: 1,
+        seed: 7,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let c0 = sim.client(0).unwrap();
+    sim.spawn_with(&c0, 0, move |ctx| async move {
+        let t = Sherman::create(ctx.ep(), cfg).await.unwrap();
+        for k in 0..8u64 {
+            t.upsert(&k.to_be_bytes(), &k.to_le_bytes()).await.unwrap();
+        }
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    let start = sim.now_ns();
+    for node in 0..NODES {
+        for thread in 0..2u64 {
+            let ctx = sim.client(node).unwrap();
+            let errs = &errs;
+            sim.spawn_with(&ctx, thread, move |ctx| async move {
+                let t = Sherman::open(ctx.ep(), cfg).await.unwrap();
+                let co = (0..4u64).map(|co| {
+                    let t = &t;
+                    async move {
+                        for i in 0..40u64 {
+                            let k = (i + co + thread) % 8;
+                            if let Err(e) = t.update(&k.to_be_bytes(), &i.to_le_bytes()).await {
+                                errs.borrow_mut().push(format!("{e}"));
+                                return;
+                            }
+                        }
+                    }
+                });
+                join_all(co.collect()).await;
+            });
+        }
+    }
+    let r = sim.run();
+    assert_eq!(r.unfinished, 0);
+    assert!(errs.borrow().is_empty(), "{:?}", errs.borrow());
+    r.now_ns - start
+}
+
+/// The paper's FG+ spins on a host-memory lock word (the authors' `try_lock_addr` retries
+/// the CAS at once): on a hot leaf every failed CAS holds the word in the NIC's atomic unit
+/// for `host_atomic_ns` and, by per-queue-pair order, holds up the verbs its thread's other
+/// coroutines post behind it, the lock holder's write-back and unlock among them. Sherman's
+/// on-chip, hierarchical lock avoids both. Backing off instead hides the storm.
+#[test]
+fn a_spinning_fg_plus_collapses_on_a_hot_leaf_and_sherman_does_not() {
+    let sherman = hot_leaf_updates_ns(ShermanConfig::sherman());
+    let fg = hot_leaf_updates_ns(ShermanConfig::fg_plus());
+    let fg_backoff = hot_leaf_updates_ns(ShermanConfig {
+        spin_locks: false,
+        ..ShermanConfig::fg_plus()
+    });
+    eprintln!("hot leaf: sherman {sherman} ns, fg+ {fg} ns, fg+ backing off {fg_backoff} ns");
+    assert!(fg > 5 * sherman, "fg+ {fg} ns vs sherman {sherman} ns");
+    assert!(
+        fg > 2 * fg_backoff,
+        "spinning {fg} ns vs backing off {fg_backoff} ns"
+    );
+}

@@ -5,8 +5,9 @@
 //! owned lock ([`crate::lease`]): CMP_AND_SWP(0 → `owner_word(client, tag)`, a fresh tag per
 //! acquisition), released by a WRITE of 0, which command combination posts in the same
 //! doorbell as the page write-back (per-queue-pair order makes the write-back land first).
-//! Waiters back off exponentially on the fabric clock; a word unchanged for a lease has a dead
-//! holder, who is fenced off the node before the waiter CASes the word to its own and reports
+//! Waiters retry the CAS at once (`spin_locks`, as the authors' code does) or back off
+//! exponentially on the fabric clock; a word unchanged for a lease has a dead holder, who is
+//! fenced off the node before the waiter CASes the word to its own and reports
 //! [`Got::TookOver`] (the caller then repairs what the holder may have left half-done). A
 //! handle never fences itself: a word naming this client belongs to one of its own
 //! coroutines (FG+ has no local table), which is alive.
@@ -54,6 +55,7 @@ pub(super) struct Locks {
     tag: Cell<u32>,
     hierarchical: bool,
     combine: bool,
+    spin: bool,
     cap: u32,
     lease: LeaseConfig,
     table: RefCell<BTreeMap<GlobalAddr, LocalLock>>,
@@ -83,6 +85,7 @@ impl Locks {
         client: u32,
         hierarchical: bool,
         combine: bool,
+        spin: bool,
         cap: u32,
         lease: LeaseConfig,
     ) -> Locks {
@@ -91,6 +94,7 @@ impl Locks {
             tag: Cell::new(0),
             hierarchical,
             combine,
+            spin,
             cap,
             lease,
             table: RefCell::new(BTreeMap::new()),
@@ -179,7 +183,7 @@ impl Locks {
         }
         // Held: from here on the clock runs.
         let start = ep.now_ns();
-        let mut w = Waiter::new(self.lease, start);
+        let mut w = Waiter::new(self.wait_config(start), start);
         if let Some((word, at)) = seen
             && word != 0
         {
@@ -225,6 +229,27 @@ impl Locks {
                 },
                 Verdict::GiveUp { word, waited_ns } => return Err(held(word, waited_ns)),
             }
+        }
+    }
+
+    /// The bounds of one wait for the global word. Spinning (`spin`), every retry pauses the
+    /// least the fabric allows (it still lets this thread's other coroutines run), and on a
+    /// fabric whose clock runs only the lease and the deadline end the wait: a spinner makes
+    /// attempts at the pace of CAS round trips, so the attempt cap would cut short a wait
+    /// that a backing-off waiter survives.
+    fn wait_config(&self, now: u64) -> LeaseConfig {
+        if !self.spin {
+            return self.lease;
+        }
+        LeaseConfig {
+            min_backoff_ns: 1,
+            max_backoff_ns: 1,
+            max_attempts: if now > 0 {
+                u32::MAX
+            } else {
+                self.lease.max_attempts
+            },
+            ..self.lease
         }
     }
 
@@ -291,5 +316,45 @@ impl Locks {
             e.pass_on();
         }
         result.map_err(Into::into)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn locks(spin: bool) -> Locks {
+        let lease = LeaseConfig {
+            max_attempts: 1000,
+            ..LeaseConfig::default_lease()
+        };
+        Locks::new(7, false, false, spin, 8, lease)
+    }
+
+    #[test]
+    fn a_spinning_wait_retries_at_once_and_is_bounded_by_time_on_a_clock() {
+        let spin = locks(true);
+        let on_clock = spin.wait_config(5);
+        assert_eq!((on_clock.min_backoff_ns, on_clock.max_backoff_ns), (1, 1));
+        assert_eq!(on_clock.max_attempts, u32::MAX);
+        assert_eq!(on_clock.lease_ns, spin.lease.lease_ns);
+        assert_eq!(on_clock.deadline_ns, spin.lease.deadline_ns);
+        // Without a clock (stuck at 0) the attempt cap is the only bound: kept.
+        assert_eq!(spin.wait_config(0).max_attempts, 1000);
+        // The first pause of a spinning waiter is 1 ns, and stays 1 ns.
+        let mut w = Waiter::new(on_clock, 5);
+        assert_eq!(w.observe(42, 6), Verdict::Wait(1));
+        assert_eq!(w.observe(42, 8), Verdict::Wait(1));
+    }
+
+    #[test]
+    fn a_backing_off_wait_keeps_the_lease_config() {
+        let b = locks(false);
+        let c = b.wait_config(5);
+        assert_eq!(c, b.lease);
+        let mut w = Waiter::new(c, 5);
+        let first = w.observe(42, 6);
+        assert_eq!(first, Verdict::Wait(c.min_backoff_ns));
+        assert_eq!(w.observe(42, 7), Verdict::Wait(2 * c.min_backoff_ns));
     }
 }

@@ -11,6 +11,8 @@
 //!   (`onchip_locks`), local lock table with queued waiters and capped hand-over
 //!   (`hierarchical_locks`);
 //! - command combination: write-back and unlock in one doorbell (`combine_commands`);
+//! - lock waits spin on the global CAS as the authors' code does (`spin_locks`); FG+ spins
+//!   too, and its retry storm on hot host-memory words is what the paper measures;
 //! - index cache of level-1 internal pages (`cache.rs`, `index_cache`).
 //!
 //! [`ShermanConfig::fg_plus`] is the paper's FG+ baseline: one-sided locks in host memory,
@@ -39,8 +41,8 @@
 //! A client can die at any verb. What it can leave behind, and who finishes it:
 //!
 //! - **A held lock.** Lock words are owned ([`crate::lease`]): `owner_word(client, tag)`
-//!   with a fresh tag per acquisition. Waiters back off exponentially on the fabric clock; a
-//!   word unchanged for a lease (`lease.lease_ns`, 1 s by default, see [`ShermanConfig`])
+//!   with a fresh tag per acquisition. Waiters retry the CAS at once (`spin_locks`) or back
+//!   off exponentially on the fabric clock; a word unchanged for a lease (`lease.lease_ns`, 1 s by default, see [`ShermanConfig`])
 //!   has a dead holder, whom the waiter fences off the lock's memory node
 //!   ([`crate::fabric::Endpoint::fence`]) and then CASes the word from the holder's to its own
 //!   (`lock.rs`). The local lock table (coroutines of one handle) is unchanged; a handle never
@@ -94,7 +96,7 @@
 //!   grower win; the loser's separator insert finds it linked).
 //! - **Every wait is bounded** by the lease config's back-off and deadline on
 //!   [`crate::fabric::Endpoint::now_ns`] (and by `lock_retries` attempts on a fabric without
-//!   a clock): [`ShermanError::LockHeld`] and [`ShermanError::Unsettled`] name what was
+//!   a clock; a spinning lock wait on a fabric with a clock by the deadline only): [`ShermanError::LockHeld`] and [`ShermanError::Unsettled`] name what was
 //!   waited for, where, by whom, and how long.
 //!
 //! `poller/tests/sherman_crash.rs` kills a client at every doorbell of a root split, a leaf
@@ -142,6 +144,15 @@ pub struct ShermanConfig {
     pub handover_cap: u32,
     /// Write-back and unlock posted in one doorbell.
     pub combine_commands: bool,
+    /// A failed global lock CAS is retried at once, as the authors' `try_lock_addr` does (it
+    /// loops on the CAS with no pause), instead of backing off exponentially: the retry storm
+    /// that seeds/002 §1 blames for the one-sided locks' collapse ("such locks always trigger
+    /// unnecessary retries, which consumes RDMA IOPS"). Every failed CAS holds the word in
+    /// the memory node's atomic unit and, by per-queue-pair order, delays the verbs behind it
+    /// on its queue pair. With `hierarchical_locks` at most one coroutine per handle spins on
+    /// a word. Waits still end by lease and deadline on the fabric clock (the attempt cap
+    /// bounds them only on a fabric without a clock).
+    pub spin_locks: bool,
     /// Non-split writes write back one entry (else the whole page).
     pub two_level_versions: bool,
     /// Cache level-1 internal pages on the compute node.
@@ -187,6 +198,7 @@ impl ShermanConfig {
             hierarchical_locks: true,
             handover_cap: 8,
             combine_commands: true,
+            spin_locks: true,
             two_level_versions: true,
             index_cache: true,
             cache_bytes: 64 << 20,
@@ -202,8 +214,8 @@ impl ShermanConfig {
         }
     }
 
-    /// The FG+ baseline: host-memory locks, whole-page write-back, no hand-over, no
-    /// combination; with the index cache.
+    /// The FG+ baseline: host-memory locks (its CAS retried at once, as in the authors' code),
+    /// whole-page write-back, no hand-over, no combination; with the index cache.
     pub const fn fg_plus() -> ShermanConfig {
         ShermanConfig {
             onchip_locks: false,

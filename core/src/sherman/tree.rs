@@ -378,6 +378,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 ep.client_id(),
                 cfg.hierarchical_locks,
                 cfg.combine_commands,
+                cfg.spin_locks,
                 cfg.handover_cap,
                 LeaseConfig {
                     max_attempts: cfg.lock_retries,
@@ -1371,7 +1372,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// Writes the new right page, then the left page whole (after its redo record, if
     /// `logged`: a leaf), then unlocks the left page. One doorbell when both pages live on
-    /// one node (per-queue-pair order), else two.
+    /// one node and commands are combined (per-queue-pair order), else two.
     async fn write_split(
         &self,
         left_addr: GlobalAddr,
@@ -1383,7 +1384,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     ) -> Result<(), ShermanError> {
         let qp = self.qp(left_addr)?;
         let mut ops = Batch::new();
-        if right_addr.node() == left_addr.node() {
+        // Command combination also posts the new sibling with the left page (per-queue-pair
+        // order lands it first); without it (FG+), the sibling is written and acknowledged
+        // first, one more round trip.
+        if self.cfg.combine_commands && right_addr.node() == left_addr.node() {
             ops.push(Op::Write {
                 remote: right_addr,
                 local: right,
