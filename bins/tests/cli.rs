@@ -582,7 +582,7 @@ fn check_leaves_a_live_memnode_and_its_clients_alone() {
 #[test]
 fn a_client_of_another_service_hears_both_names() {
     let dir = std::env::temp_dir();
-    let sock = dir.join(format!("remora-cli-{}-erda.sock", std::process::id()));
+    let sock = dir.join(format!("remora-cli-{}-names.sock", std::process::id()));
     let _m = Kid(Command::new(env!("CARGO_BIN_EXE_remora"))
         .args([
             "memnode",
@@ -942,8 +942,10 @@ fn a_memnode_serves_erda_and_its_baselines_to_bench() {
         ("erda-redo", "erda-raw"),
         ("erda-raw", "erda-redo"),
     ] {
-        let sock =
-            std::env::temp_dir().join(format!("remora-cli-{}-{service}.sock", std::process::id()));
+        let sock = std::env::temp_dir().join(format!(
+            "remora-cli-{}-svc-{service}.sock",
+            std::process::id()
+        ));
         let _m = Kid(Command::new(env!("CARGO_BIN_EXE_remora"))
             .args(["memnode", "--listen", sock.to_str().unwrap()])
             .args([
