@@ -25,6 +25,9 @@
 pub mod control;
 pub mod harness;
 mod node;
+mod nvm;
+#[cfg(test)]
+mod nvm_tests;
 mod qp;
 mod ring;
 #[cfg(loom)]

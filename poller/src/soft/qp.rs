@@ -1,5 +1,6 @@
 //! The soft fabric's queue pair and endpoint.
 use super::node::NodeMem;
+use super::nvm::Placed;
 use super::ring::Ring;
 use super::words;
 use remora_core::block_on::yield_now;
@@ -323,6 +324,16 @@ impl SoftQp {
         Ok(unsafe { region.as_ptr().add(remote.offset() as usize) })
     }
 
+    /// Counts `len` bytes `verb` placed at `remote` if that is persistent memory (`nvm.rs`).
+    fn placed(&self, remote: GlobalAddr, verb: Placed, len: usize) {
+        if let Some(mem) = &self.mem
+            && mem.persistent()
+            && !remote.is_device()
+        {
+            mem.nvm.placed(verb, len as u64);
+        }
+    }
+
     /// Orders a read after an earlier write of this queue pair (store-load needs a fence).
     fn before_read(&self) {
         if self.last_write.replace(false) {
@@ -391,6 +402,7 @@ impl SoftQp {
                 // SAFETY: resolve checked the range lies in the mapped region.
                 unsafe { self.copy_out(p, local) };
                 self.last_write.set(true);
+                self.placed(*remote, Placed::Write, local.len());
             }
             Op::WriteImm { remote, local, imm } => {
                 let p = self.resolve(wr, *remote, local.len(), false)?;
@@ -398,6 +410,7 @@ impl SoftQp {
                 // SAFETY: resolve checked the range lies in the mapped region.
                 unsafe { self.copy_out(p, local) };
                 self.last_write.set(true);
+                self.placed(*remote, Placed::WriteImm, local.len());
                 self.push(wr, Msg::Imm(*imm, local.len() as u32)).await?;
             }
             Op::Cas {
@@ -409,10 +422,13 @@ impl SoftQp {
                 let p = self.resolve(wr, *remote, 8, true)?;
                 // SAFETY: resolve checked range and 8-byte alignment.
                 let w = unsafe { words::word(p) };
-                **old =
-                    match w.compare_exchange(*compare, *swap, Ordering::SeqCst, Ordering::SeqCst) {
-                        Ok(v) | Err(v) => v,
-                    };
+                match w.compare_exchange(*compare, *swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) => {
+                        **old = v;
+                        self.placed(*remote, Placed::Atomic, 8);
+                    }
+                    Err(v) => **old = v,
+                }
                 self.last_write.set(false);
             }
             Op::Faa { remote, add, old } => {
@@ -420,6 +436,7 @@ impl SoftQp {
                 // SAFETY: resolve checked range and 8-byte alignment.
                 **old = unsafe { words::word(p) }.fetch_add(*add, Ordering::SeqCst);
                 self.last_write.set(false);
+                self.placed(*remote, Placed::Atomic, 8);
             }
             Op::Send { local } => {
                 fence(Ordering::Release);
