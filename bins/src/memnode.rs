@@ -22,23 +22,36 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
-/// The server-side logic of `--service` for a node of `region_len` bytes whose messages are at
-/// most `max_msg` bytes (soft and verbs memory nodes alike).
+/// The server-side logic of `--service` for a fresh node of `region_len` bytes in
+/// `chunk_size` chunks whose messages are at most `max_msg` bytes (soft and verbs memory
+/// nodes alike), or why the service cannot be served there (an Erda store that does not fit).
 pub(crate) fn handler_for(
     service: Service,
     region_len: u64,
+    chunk_size: u64,
     max_msg: usize,
-) -> Box<dyn Handler + Send> {
-    match service {
+) -> Result<Box<dyn Handler + Send>, String> {
+    let erda = || {
+        let g = erda_geometry(region_len);
+        g.check(region_len, chunk_size)
+            .map(|_| g)
+            .map_err(|e| format!("--service {service:?}: {e} (--region-mib, --chunk-kib)"))
+    };
+    Ok(match service {
         Service::Echo => Box::new(Echo),
         Service::Canrt => Box::new(CanrtServer::new()),
         Service::Wort => Box::new(WortServer::new(Kind::Wort)),
         Service::Woart => Box::new(WortServer::new(Kind::Woart)),
         Service::Catfish => Box::new(CatfishServer::new(max_msg)),
-        Service::Erda => Box::new(ErdaServer::new(erda_geometry(region_len))),
-        Service::ErdaRedo => Box::new(BaselineServer::new(Scheme::Redo, erda_geometry(region_len))),
-        Service::ErdaRaw => Box::new(BaselineServer::new(Scheme::Raw, erda_geometry(region_len))),
-    }
+        Service::Erda => Box::new(
+            ErdaServer::for_region(erda_geometry(region_len), region_len, chunk_size)
+                .map_err(|e| format!("--service {service:?}: {e} (--region-mib, --chunk-kib)"))?,
+        ),
+        // The baselines' store (the same table, two logs of `head_bytes`, one mailbox) is
+        // no larger than Erda's of this two-head geometry: Erda's check covers it.
+        Service::ErdaRedo => Box::new(BaselineServer::new(Scheme::Redo, erda()?)),
+        Service::ErdaRaw => Box::new(BaselineServer::new(Scheme::Raw, erda()?)),
+    })
 }
 
 /// Erda's (and its baselines') hash table and logs for a region of `region_len` bytes: half
@@ -123,17 +136,6 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
         (None, 0) => DEFAULT_REGION_MIB << 20,
         (None, n) => n,
     };
-    if matches!(
-        a.service,
-        Service::Erda | Service::ErdaRedo | Service::ErdaRaw
-    ) && region_len < 8 << 20
-    {
-        return Err(format!(
-            "--service {:?} needs a region of at least 8 MiB (its table and logs): \
-             --region-mib 8 or more",
-            a.service
-        ));
-    }
     let cfg = NodeConfig {
         node_id: a.node_id,
         region_len,
@@ -148,7 +150,7 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
             }),
         ..NodeConfig::default()
     };
-    let handler = handler_for(a.service, cfg.region_len, cfg.max_msg);
+    let handler = handler_for(a.service, cfg.region_len, cfg.chunk_size, cfg.max_msg)?;
     let backing = match (&a.file, &a.pmem) {
         (Some(p), _) => Backing::File {
             path: p.clone(),
@@ -230,4 +232,30 @@ fn core_pin(core: usize) -> bool {
         .into_iter()
         .find(|c| c.id == core)
         .is_some_and(core_affinity::set_for_current)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erda_services_refuse_a_region_their_store_does_not_fit_at_start() {
+        let mib = 1u64 << 20;
+        for service in [Service::Erda, Service::ErdaRedo, Service::ErdaRaw] {
+            // 8 MiB passed the old "at least 8 MiB" rule, but in 4 MiB chunks the store has
+            // only the second chunk: the node started and dropped every Erda connection.
+            let err = handler_for(service, 8 * mib, 4 * mib, 4096)
+                .err()
+                .expect("8 MiB in 4 MiB chunks is refused");
+            assert!(err.contains("does not fit"), "{service:?}: {err}");
+            assert!(err.contains("--region-mib"), "{service:?}: {err}");
+            for len in [8 * mib, 64 * mib, 256 * mib] {
+                assert!(
+                    handler_for(service, len, 256 << 10, 4096).is_ok(),
+                    "{service:?}: {len} bytes"
+                );
+            }
+            assert!(handler_for(service, mib, 256 << 10, 4096).is_err());
+        }
+    }
 }

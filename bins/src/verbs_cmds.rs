@@ -127,7 +127,7 @@ mod real {
             ));
         }
         let region_len = cfg.region_len;
-        let handler = crate::memnode::handler_for(a.service, region_len, RECV_LEN);
+        let handler = crate::memnode::handler_for(a.service, region_len, cfg.chunk_size, RECV_LEN)?;
         let mut node = Memnode::start_with(cfg, handler).map_err(|e| e.to_string())?;
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe {

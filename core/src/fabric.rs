@@ -25,8 +25,16 @@
 //!    then enters the error state and every later post fails with [`FabricError::Flushed`].
 //! 5. **Immediates.** WRITE_WITH_IMM writes like WRITE, then consumes one posted receive at the
 //!    target, whose completion carries the 32-bit immediate ([`RecvKind::WriteImm`]).
-//! 6. **Two-sided.** SEND consumes one posted receive at the target; with none posted the
-//!    sender retries (receiver-not-ready) a bounded number of times, then fails.
+//! 6. **Two-sided.** SEND consumes one posted receive at the target (as WRITE_WITH_IMM does,
+//!    rule 5). With none posted the target answers receiver-not-ready (an RNR NAK): the
+//!    sender waits its RNR timer and retries, at most its RNR retry count of times, and the
+//!    post fails with [`FabricError::RnrRetryExceeded`] (the queue pair then in the error
+//!    state, rule 4) only when the last retry finds no receive either. A receive posted
+//!    meanwhile is taken; no message is lost or delivered twice. The count is finite on every
+//!    fabric (7 is not IB's "infinite" here), and a peer that is gone fails the post with
+//!    [`FabricError::RetryExceeded`], not RNR. Timer and count are the fabric's: the sim
+//!    models a NIC's (`rnr_timer_ns`, `rnr_retry`: 10 us, 7), the soft fabric a CPU thread
+//!    that reposts receives (`RnrPolicy`: 500 ms, 7), verbs asks rdma_cm for 6 retries.
 //! 7. **Device memory.** Addresses with the device bit ([`GlobalAddr::device`]) name the
 //!    node's on-chip memory, where the NIC has some.
 //! 8. **Counting.** Every queue pair counts what it did in its [`Counters`].

@@ -8,10 +8,17 @@
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
 use remora_core::fabric::{Endpoint, QueuePair};
 use remora_core::index::KvIndex;
-use remora_core::lincheck::driver::{LinSpec, hot_key, lin_client};
-use remora_core::lincheck::{CheckConfig, Op, Outcome, Recorder, check, tag};
+use remora_core::lincheck::driver::hot_key;
+use remora_core::lincheck::{Op, Outcome, tag};
 use remora_poller::sim::{Faults, Sim, SimConfig};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
+
+#[path = "common/survivors.rs"]
+mod survivors;
+use survivors::{Survivors, pct};
+#[path = "common/env.rs"]
+mod env;
+use env::env_count;
 
 const SURVIVORS: u32 = 6;
 const OPS: u64 = 40;
@@ -48,13 +55,9 @@ fn run(seed: u64, kind: Kind, crash: Option<u64>) -> Run {
     if let Some(p) = crash {
         faults = faults.crash_client_at_post(0, p);
     }
-    let rec = Recorder::new(
-        (SURVIVORS as u64 * OPS + 8) as usize,
-        (SURVIVORS as u64 * OPS * 17) as usize,
-    );
-    let errors = RefCell::new(Vec::<String>::new());
+    let survivors = Survivors::new(SURVIVORS, OPS);
+    let rec = &survivors.rec;
     let posts = Cell::new((0u64, 0u64));
-    let latencies = RefCell::new(Vec::new());
     let mut sim = Sim::new(SimConfig {
         compute_nodes: 4,
         memory_nodes: 1,
@@ -70,7 +73,7 @@ fn run(seed: u64, kind: Kind, crash: Option<u64>) -> Run {
     // The writer that dies: client 0 of the sim, lincheck client 1.
     let dying = sim.client(0).unwrap();
     {
-        let (rec, posts) = (&rec, &posts);
+        let posts = &posts;
         sim.spawn_with(&dying, 0, move |ctx| async move {
             let t = Canrt::open(ctx.ep(), cfg()).await.unwrap();
             let qp = ctx.ep().qp(0).unwrap();
@@ -127,88 +130,35 @@ fn run(seed: u64, kind: Kind, crash: Option<u64>) -> Run {
     for node in 1..4 {
         for c in 0..2u32 {
             let ctx = sim.client(node).unwrap();
-            let (rec, errors, latencies) = (&rec, &errors, &latencies);
+            let survivors = &survivors;
             let client = 2 + (node as u32 - 1) * 2 + c;
             sim.spawn_with(&ctx, 0, move |ctx| async move {
                 // Odd seeds: race the dying writer from the start (its last operation waits
                 // for tickets, and it may die waiting); even: start as it reaches it.
                 let start = if seed % 2 == 1 { 0 } else { 15_000 };
                 ctx.sleep(start + 2_000 * c as u64).await;
-                let t = match Canrt::open(ctx.ep(), cfg()).await {
-                    Ok(t) => t,
-                    Err(e) => {
-                        errors
-                            .borrow_mut()
-                            .push(format!("client {client}: open: {e}"));
-                        return;
-                    }
-                };
-                let spec = LinSpec {
-                    hot: 2,
-                    cold: 8,
-                    hot_percent: 70,
-                    ..LinSpec::new(client, OPS, seed, false)
-                };
-                let last = Cell::new(ctx.now_ns());
-                let clock = || {
-                    let now = ctx.now_ns();
-                    latencies.borrow_mut().push(now - last.replace(now));
-                    now
-                };
-                if let Err(e) = lin_client(&t, &spec, rec, &clock).await {
-                    errors.borrow_mut().push(format!("client {client}: {e}"));
+                match Canrt::open(ctx.ep(), cfg()).await {
+                    Ok(t) => survivors.run(&t, client, OPS, seed, || ctx.now_ns()).await,
+                    Err(e) => survivors.fail(format!("client {client}: open: {e}")),
                 }
             });
         }
     }
     let r = sim.run();
-    let errs = errors.borrow();
-    assert!(
-        errs.is_empty(),
-        "seed {seed} {kind:?} crash {crash:?}: {} survivors failed, first: {}",
-        errs.len(),
-        errs[0]
-    );
-    drop(errs);
-    let expect_unfinished = usize::from(crash.is_some());
-    assert!(
-        r.unfinished <= expect_unfinished,
-        "seed {seed} {kind:?} crash {crash:?}: {} tasks never finished",
-        r.unfinished
-    );
-    assert!(
-        r.now_ns < BOUND_NS,
-        "seed {seed} {kind:?} crash {crash:?}: ran {} ns of virtual time",
-        r.now_ns
-    );
     drop(sim);
-    let h = rec.finish().expect("recorder sized for the workload");
-    let report = check(&h, &CheckConfig::new(seed));
-    assert!(
-        report.is_ok(),
-        "seed {seed} {kind:?} crash {crash:?}: {report}"
-    );
+    let at = format!("seed {seed} {kind:?} crash {crash:?}");
+    let latencies = survivors.check(&at, &r, crash.is_some(), BOUND_NS);
     Run {
         posts: posts.get(),
-        latencies: latencies.into_inner(),
+        latencies,
         end_ns: r.now_ns,
         skipped: stats.skipped.load(std::sync::atomic::Ordering::Relaxed),
     }
 }
 
-fn pct(v: &mut [u64], p: usize) -> u64 {
-    v.sort_unstable();
-    v.get((v.len() * p / 100).min(v.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_writer_dying_at_any_verb_leaves_the_others_going() {
-    let seeds = std::env::var("CANRT_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(6u64);
+    let seeds = env_count("CANRT_CRASH_SEEDS", 6);
     let mut points = 0;
     let mut skips = 0;
     let mut worst = Vec::new();

@@ -8,12 +8,19 @@
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora_core::fabric::{Endpoint, QueuePair};
 use remora_core::index::KvIndex;
-use remora_core::lincheck::driver::{LinSpec, hot_key, lin_client};
-use remora_core::lincheck::{CheckConfig, Op, Outcome, Recorder, check, tag};
+use remora_core::lincheck::driver::hot_key;
+use remora_core::lincheck::{Op, Outcome, tag};
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::HeadState;
 use remora_poller::sim::{Faults, Sim, SimConfig};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
+
+#[path = "common/survivors.rs"]
+mod survivors;
+use survivors::{Survivors, pct};
+#[path = "common/env.rs"]
+mod env;
+use env::env_count;
 
 const SURVIVORS: u32 = 6;
 const OPS: u64 = 40;
@@ -66,16 +73,12 @@ fn run(seed: u64, kind: Kind, crash: Option<u64>) -> Run {
     if let Some(p) = crash {
         faults = faults.crash_client_at_post(0, p);
     }
-    let rec = Recorder::new(
-        (SURVIVORS as u64 * OPS + 8) as usize,
-        (SURVIVORS as u64 * OPS * 17) as usize,
-    );
-    let errors = RefCell::new(Vec::<String>::new());
+    let survivors = Survivors::new(SURVIVORS, OPS);
+    let rec = &survivors.rec;
     let posts = Cell::new((0u64, 0u64));
     let cleaning = Cell::new(false);
     // Set when the dying client starts its target operation: the survivors start then.
     let go = Cell::new(false);
-    let latencies = RefCell::new(Vec::new());
     let mut sim = Sim::new(SimConfig {
         compute_nodes: 4,
         memory_nodes: 1,
@@ -91,7 +94,7 @@ fn run(seed: u64, kind: Kind, crash: Option<u64>) -> Run {
     // The client that dies: client 0 of the sim, lincheck client 1.
     let dying = sim.client(0).unwrap();
     {
-        let (rec, posts, cleaning, go) = (&rec, &posts, &cleaning, &go);
+        let (posts, cleaning, go) = (&posts, &cleaning, &go);
         sim.spawn_with(&dying, 0, move |ctx| async move {
             let e = Erda::open(ctx.ep(), cfg).await.unwrap();
             let qp = ctx.ep().qp(0).unwrap();
@@ -162,7 +165,7 @@ fn run(seed: u64, kind: Kind, crash: Option<u64>) -> Run {
     for node in 1..4 {
         for c in 0..2u32 {
             let ctx = sim.client(node).unwrap();
-            let (rec, errors, latencies, go) = (&rec, &errors, &latencies, &go);
+            let (survivors, go) = (&survivors, &go);
             let client = 2 + (node as u32 - 1) * 2 + c;
             sim.spawn_with(&ctx, 0, move |ctx| async move {
                 // Start as the dying client starts its operation (or dies before), staggered
@@ -174,79 +177,28 @@ fn run(seed: u64, kind: Kind, crash: Option<u64>) -> Run {
                 }
                 ctx.sleep((seed % 3) * 2_000 + 500 * c as u64 + 300 * node as u64)
                     .await;
-                let e = match Erda::open(ctx.ep(), cfg).await {
-                    Ok(e) => e,
-                    Err(err) => {
-                        errors
-                            .borrow_mut()
-                            .push(format!("client {client}: open: {err}"));
-                        return;
-                    }
-                };
-                let spec = LinSpec {
-                    hot: 2,
-                    cold: 8,
-                    hot_percent: 70,
-                    ..LinSpec::new(client, OPS, seed, false)
-                };
-                let last = Cell::new(ctx.now_ns());
-                let clock = || {
-                    let now = ctx.now_ns();
-                    latencies.borrow_mut().push(now - last.replace(now));
-                    now
-                };
-                if let Err(err) = lin_client(&e, &spec, rec, &clock).await {
-                    errors.borrow_mut().push(format!("client {client}: {err}"));
+                match Erda::open(ctx.ep(), cfg).await {
+                    Ok(e) => survivors.run(&e, client, OPS, seed, || ctx.now_ns()).await,
+                    Err(err) => survivors.fail(format!("client {client}: open: {err}")),
                 }
             });
         }
     }
     let r = sim.run();
-    let errs = errors.borrow().clone();
-    assert!(
-        errs.is_empty(),
-        "seed {seed} {kind:?} crash {crash:?}: {} survivors failed, first: {}",
-        errs.len(),
-        errs[0]
-    );
-    assert!(
-        r.unfinished <= usize::from(crash.is_some()),
-        "seed {seed} {kind:?} crash {crash:?}: {} tasks never finished",
-        r.unfinished
-    );
-    assert!(
-        r.now_ns < BOUND_NS,
-        "seed {seed} {kind:?} crash {crash:?}: ran {} ns of virtual time",
-        r.now_ns
-    );
     drop(sim);
-    let h = rec.finish().expect("recorder sized for the workload");
-    let report = check(&h, &CheckConfig::new(seed));
-    assert!(
-        report.is_ok(),
-        "seed {seed} {kind:?} crash {crash:?}: {report}"
-    );
+    let at = format!("seed {seed} {kind:?} crash {crash:?}");
+    let latencies = survivors.check(&at, &r, crash.is_some(), BOUND_NS);
     Run {
         posts: posts.get(),
         cleaning: cleaning.get(),
-        latencies: latencies.into_inner(),
+        latencies,
         end_ns: r.now_ns,
     }
 }
 
-fn pct(v: &mut [u64], p: usize) -> u64 {
-    v.sort_unstable();
-    v.get((v.len() * p / 100).min(v.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or(0)
-}
-
 #[test]
 fn a_client_dying_at_any_verb_of_any_operation_leaves_the_others_going() {
-    let seeds = std::env::var("ERDA_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2u64);
+    let seeds = env_count("ERDA_CRASH_SEEDS", 2);
     let kinds = [
         Kind::Insert,
         Kind::Update,

@@ -20,22 +20,29 @@
 //!
 //! Child processes are this test binary re-executed with `KILL_CHILD` set.
 use remora_core::GlobalAddr;
-use remora_core::alloc::RemoteAllocator;
 use remora_core::block_on::block_on;
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv};
-use remora_core::index::KvIndex;
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair};
 use remora_core::lease::LeaseConfig;
 use remora_core::smart::{KeyMode, Smart, SmartConfig, Techniques};
-use remora_core::{Counters, NodeId};
-use remora_poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode, SoftQp, control};
+use remora_poller::soft::{NodeConfig, SoftMemoryNode, SoftQp, control};
 use std::cell::Cell;
 use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "common/env.rs"]
+mod env;
+#[path = "common/hooked.rs"]
+mod hooked;
+#[path = "common/kill.rs"]
+mod kill;
+use env::env_count;
+use hooked::{HookedEp, PostHook};
+use kill::{
+    Kid, Survey, WRITERS, halt, kill_when, progress_words, spawn_writer, survive, write_rounds,
+};
 
 const CHILD: &str = "KILL_CHILD";
-const WRITERS: u64 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Which {
@@ -102,24 +109,10 @@ fn bound(which: Which) -> Duration {
     6 * Duration::from_nanos(which.lease_ns()) + Duration::from_secs(2)
 }
 
-fn key(writer: u64, i: u64) -> [u8; 8] {
-    ((writer + 1) << 32 | i).to_be_bytes()
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Kid(Child);
-impl Drop for Kid {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The writer's side of "killed while holding a lock": once armed, after an atomic that took
 /// something completed, the next doorbell is not rung; the queue pair publishes `STOPPED` in
 /// the writer's progress word's high bit and waits for the SIGKILL.
-struct StopQp<'a> {
-    qp: &'a SoftQp,
+struct StopHook<'a> {
     /// What counts as taking something.
     what: Take,
     /// This client's id (its lock words name it).
@@ -129,9 +122,6 @@ struct StopQp<'a> {
     took: &'a Cell<bool>,
     progress: GlobalAddr,
 }
-
-/// Set in a writer's progress word when it stopped holding a lock.
-const STOPPED: u64 = 1 << 63;
 
 /// What a writer stops holding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,19 +149,14 @@ impl Take {
     }
 }
 
-impl QueuePair for StopQp<'_> {
-    fn peer(&self) -> NodeId {
-        self.qp.peer()
-    }
-    async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
+impl PostHook<SoftQp> for StopHook<'_> {
+    async fn post<'a, 'b>(
+        &'a self,
+        qp: &'a SoftQp,
+        ops: &'a mut [Op<'b>],
+    ) -> Result<(), FabricError> {
         if self.armed.get() && self.took.get() && !ops.is_empty() {
-            let mut b = [0u8; 8];
-            self.qp.read(self.progress, &mut b).await?;
-            let stopped = u64::from_le_bytes(b) | STOPPED;
-            self.qp.write(self.progress, &stopped.to_le_bytes()).await?;
-            loop {
-                std::thread::sleep(Duration::from_secs(1));
-            }
+            return Err(halt(qp, self.progress).await);
         }
         // The old value each CAS must find to take what we wait for.
         let wanted: Vec<Option<u64>> = ops
@@ -182,7 +167,7 @@ impl QueuePair for StopQp<'_> {
             })
             .collect();
         let faa = self.what == Take::Ticket && ops.iter().any(|op| matches!(op, Op::Faa { .. }));
-        let r = self.qp.post(ops).await;
+        let r = qp.post(ops).await;
         let took = faa
             || ops
                 .iter()
@@ -190,85 +175,6 @@ impl QueuePair for StopQp<'_> {
                 .any(|(op, w)| matches!((op, w), (Op::Cas { old, .. }, Some(c)) if **old == *c));
         self.took.set(r.is_ok() && took);
         r
-    }
-    async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-        self.qp.recv(buf).await
-    }
-    fn try_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        self.qp.try_recv(buf)
-    }
-    fn max_message(&self) -> usize {
-        self.qp.max_message()
-    }
-    fn counters(&self) -> &Counters {
-        self.qp.counters()
-    }
-    fn is_broken(&self) -> bool {
-        self.qp.is_broken()
-    }
-}
-
-struct StopEp<'a> {
-    ep: &'a SoftEndpoint,
-    qps: Vec<StopQp<'a>>,
-}
-
-impl<'a> Endpoint for StopEp<'a> {
-    type Qp = StopQp<'a>;
-    fn qp(&self, node: NodeId) -> Result<&StopQp<'a>, FabricError> {
-        self.qps
-            .iter()
-            .find(|q| q.qp.peer() == node)
-            .ok_or(FabricError::UnknownNode { node })
-    }
-    fn nodes(&self) -> &[NodeId] {
-        self.ep.nodes()
-    }
-    fn client_id(&self) -> u32 {
-        self.ep.client_id()
-    }
-    fn now_ns(&self) -> u64 {
-        self.ep.now_ns()
-    }
-    async fn pause(&self, ns: u64) {
-        self.ep.pause(ns).await
-    }
-    async fn fence(&self, node: NodeId, client: u32) -> Result<(), FabricError> {
-        self.ep.fence(node, client).await
-    }
-}
-
-/// Round `i` upserts key `i` (value `i + 1`: new keys), rewrites key `i / 2` in place,
-/// deletes and re-inserts every seventh key, then publishes `i + 1` as the count of
-/// acknowledged rounds.
-/// Arms `armed` after `rounds` rounds.
-async fn write_rounds<I: KvIndex>(
-    t: &I,
-    ep: &SoftEndpoint,
-    me: u64,
-    progress: GlobalAddr,
-    rounds: u64,
-    armed: &Cell<bool>,
-) {
-    let qp = ep.qp(progress.node()).unwrap();
-    for i in 0u64.. {
-        armed.set(i >= rounds);
-        let r = async {
-            t.upsert(&key(me, i), &(i + 1).to_le_bytes()).await?;
-            t.upsert(&key(me, i / 2), &(i / 2 + 1).to_le_bytes())
-                .await?;
-            if i % 7 == 0 {
-                t.delete(&key(me, i)).await?;
-                t.upsert(&key(me, i), &(i + 1).to_le_bytes()).await?;
-            }
-            Ok::<_, I::Error>(())
-        };
-        if let Err(e) = r.await {
-            // A live writer preempted past a lease is fenced: it stops, as a dead one.
-            eprintln!("writer {me}: round {i}: {e}");
-            return;
-        }
-        qp.write(progress, &(i + 1).to_le_bytes()).await.unwrap();
     }
 }
 
@@ -291,21 +197,13 @@ fn child_entry() {
         Which::Smart if me == 1 => Take::Freeze,
         _ => Take::Lock,
     };
-    let stop = StopEp {
-        ep: &ep,
-        qps: ep
-            .nodes()
-            .iter()
-            .map(|&n| StopQp {
-                qp: ep.qp(n).unwrap(),
-                what,
-                client: ep.client_id(),
-                armed: &armed,
-                took: &took,
-                progress,
-            })
-            .collect(),
-    };
+    let stop = HookedEp::new(&ep, |_| StopHook {
+        what,
+        client: ep.client_id(),
+        armed: &armed,
+        took: &took,
+        progress,
+    });
     block_on(async {
         match which {
             Which::Canrt => {
@@ -322,75 +220,11 @@ fn child_entry() {
 
 /// What one trial measured.
 struct Trial {
-    acked: u64,
-    /// The survivor's first write completed this long after the last kill.
-    first_write: Duration,
-    /// Its slowest operation.
-    slowest: Duration,
-    total: Duration,
-    failures: Vec<String>,
+    survey: Survey,
     /// Writers killed while holding what they had just taken.
     stopped: u32,
     /// SMART/ART: locks the survivor took over plus half-done changes it repaired.
     fixed: u64,
-}
-
-/// The survivor: reads back every acknowledged key, then writes and reads the whole range.
-async fn survive<I: KvIndex>(t: &I, qp: &impl QueuePair, progress: GlobalAddr) -> Trial {
-    let killed = Instant::now();
-    let mut out = [0u8; 8];
-    let mut trial = Trial {
-        acked: 0,
-        first_write: Duration::ZERO,
-        slowest: Duration::ZERO,
-        total: Duration::ZERO,
-        failures: Vec::new(),
-        stopped: 0,
-        fixed: 0,
-    };
-    let mut first_write = None;
-    for me in 0..WRITERS {
-        let mut b = [0u8; 8];
-        qp.read(progress.add(me * 8), &mut b).await.unwrap();
-        let done = u64::from_le_bytes(b) & !STOPPED;
-        trial.acked += done;
-        let mut slowest = Duration::ZERO;
-        let r: Result<(), String> = async {
-            for i in 0..done {
-                let t0 = Instant::now();
-                match t.get(&key(me, i), &mut out).await {
-                    Ok(Some(8)) if u64::from_le_bytes(out) == i + 1 => {}
-                    Ok(other) => return Err(format!("key {i}: {other:?}")),
-                    Err(e) => return Err(format!("key {i}: {e}")),
-                }
-                slowest = slowest.max(t0.elapsed());
-            }
-            for i in 0..done + 200 {
-                let t0 = Instant::now();
-                t.upsert(&key(me, i), &(i + 7).to_le_bytes())
-                    .await
-                    .map_err(|e| format!("rewrite key {i}: {e}"))?;
-                slowest = slowest.max(t0.elapsed());
-                first_write.get_or_insert_with(|| killed.elapsed());
-            }
-            for i in 0..done + 200 {
-                match t.get(&key(me, i), &mut out).await {
-                    Ok(Some(8)) if u64::from_le_bytes(out) == i + 7 => {}
-                    Ok(other) => return Err(format!("re-read key {i}: {other:?}")),
-                    Err(e) => return Err(format!("re-read key {i}: {e}")),
-                }
-            }
-            Ok(())
-        }
-        .await;
-        trial.slowest = trial.slowest.max(slowest);
-        if let Err(e) = r {
-            trial.failures.push(format!("writer {me}: {e}"));
-        }
-    }
-    trial.first_write = first_write.unwrap_or_default();
-    trial.total = killed.elapsed();
-    trial
 }
 
 fn run(which: Which, trial_no: u32) -> Trial {
@@ -413,12 +247,7 @@ fn run(which: Which, trial_no: u32) -> Trial {
     let _l = control::listen(&node, &path).unwrap();
     let ep = node.endpoint().unwrap();
     let qp = ep.qp(0).unwrap();
-    let progress = block_on(async {
-        let a = RemoteAllocator::open(qp).await.unwrap();
-        let p = a.alloc_chunk(qp).await.unwrap();
-        qp.write(p, &[0u8; 8 * WRITERS as usize]).await.unwrap();
-        p
-    });
+    let progress = progress_words(qp);
     // The tree exists before the writers start (so they do not race to create it).
     let smart = match which {
         Which::Canrt => None,
@@ -435,40 +264,18 @@ fn run(which: Which, trial_no: u32) -> Trial {
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let rounds = 50 + seed % 200;
-            let mut c = Command::new(std::env::current_exe().unwrap());
-            c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-                .env(CHILD, me.to_string())
-                .env("KILL_INDEX", name)
-                .env("KILL_SOCK", path.display().to_string())
-                .env("KILL_PROGRESS", progress.raw().to_string())
-                .env("KILL_ROUNDS", rounds.to_string());
-            Kid(c.spawn().expect("spawning a writer process"))
+            let env = [
+                ("KILL_INDEX", name.to_string()),
+                ("KILL_SOCK", path.display().to_string()),
+                ("KILL_PROGRESS", progress.raw().to_string()),
+                ("KILL_ROUNDS", rounds.to_string()),
+            ];
+            spawn_writer(CHILD, me, &env)
         })
         .collect();
     // Each writer is killed once it stopped holding what it took.
-    let start = Instant::now();
-    let mut stopped = 0;
-    for (me, kid) in kids.iter_mut().enumerate() {
-        loop {
-            let mut b = [0u8; 8];
-            block_on(qp.read(progress.add(me as u64 * 8), &mut b)).unwrap();
-            if u64::from_le_bytes(b) & STOPPED != 0 {
-                stopped += 1;
-                break;
-            }
-            if kid.0.try_wait().unwrap().is_some() {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "{name}: writer {me} never stopped holding a lock"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        kid.0.kill().unwrap();
-        kid.0.wait().unwrap();
-    }
-    let trial = match (&smart, &canrt) {
+    let stopped = kill_when(name, &mut kids, qp, progress, |_, _| false);
+    let survey = match (&smart, &canrt) {
         (Some(t), _) => block_on(survive(t, qp, progress)),
         (_, Some(t)) => block_on(survive(t, qp, progress)),
         _ => unreachable!("one index is open"),
@@ -494,38 +301,36 @@ fn run(which: Which, trial_no: u32) -> Trial {
          taken) after {} acknowledged rounds; the \
          survivor's first write completed {:?} after the last kill, its slowest operation took \
          {:?} (lease {:?}); all keys checked and rewritten in {:?}; {repairs}; failures: {:?}",
-        trial.acked,
-        trial.first_write,
-        trial.slowest,
+        survey.acked,
+        survey.first_write,
+        survey.slowest,
         Duration::from_nanos(which.lease_ns()),
-        trial.total,
-        trial.failures
+        survey.total,
+        survey.failures
     );
     Trial {
+        survey,
         stopped,
         fixed,
-        ..trial
     }
-}
-
-fn trials() -> u32 {
-    std::env::var("KILL_TRIALS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
 }
 
 fn campaign(which: Which) {
     let mut first = Vec::new();
     let mut slowest = Vec::new();
-    for n in 0..trials() {
+    for n in 0..env_count("KILL_TRIALS", 1) as u32 {
         let t = run(which, n);
-        assert!(t.failures.is_empty(), "{}: {:?}", which.name(), t.failures);
         assert!(
-            t.slowest < bound(which),
+            t.survey.failures.is_empty(),
+            "{}: {:?}",
+            which.name(),
+            t.survey.failures
+        );
+        assert!(
+            t.survey.slowest < bound(which),
             "{}: an operation took {:?}, over the bound {:?}",
             which.name(),
-            t.slowest,
+            t.survey.slowest,
             bound(which)
         );
         assert_eq!(
@@ -541,8 +346,8 @@ fn campaign(which: Which) {
                 which.name()
             );
         }
-        first.push(t.first_write);
-        slowest.push(t.slowest);
+        first.push(t.survey.first_write);
+        slowest.push(t.survey.slowest);
     }
     first.sort_unstable();
     slowest.sort_unstable();

@@ -15,15 +15,23 @@
 //!
 //! `SHERMAN_CRASH_SEEDS` (default 2) sets the seeds per operation kind; the default covers
 //! every doorbell of every kind on both trees in a few seconds of a debug build.
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv};
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair};
 use remora_core::index::KvIndex;
-use remora_core::lease::LeaseConfig;
 use remora_core::lincheck::driver::{LinSpec, lin_client};
 use remora_core::lincheck::{CheckConfig, History, Op as LinOp, Outcome, Recorder, check, tag};
 use remora_core::sherman::{RepairStats, Sherman, ShermanConfig};
-use remora_core::{Counters, NodeId};
 use remora_poller::sim::{Faults, Sim, SimConfig, SimEndpoint, SimQp};
 use std::cell::{Cell, RefCell};
+
+#[path = "common/hooked.rs"]
+mod hooked;
+use hooked::{HookedEp, PostHook};
+#[path = "common/sherman.rs"]
+mod sherman;
+use sherman::{add_repairs, tree_cfg};
+#[path = "common/env.rs"]
+mod env;
+use env::env_count;
 
 /// The lincheck client number of the victim. Its keys ([`vkey`]) lie below every survivor's
 /// (`client << 40 | x`) and the hot keys, so the survivors never fill or split its leaves.
@@ -36,86 +44,39 @@ const LEASE_NS: u64 = 1_000_000;
 /// No run may take longer than this in virtual time (a crash costs about one lease).
 const TIME_BOUND_NS: u64 = 200 * LEASE_NS;
 
-/// A queue pair that counts the doorbells its client rings (non-empty posts, as the sim
-/// numbers them for `crash_client_at_post`) and when the last was rung.
-struct CountQp<'a> {
-    qp: &'a SimQp,
+/// Counts the doorbells its client rings (non-empty posts, as the sim numbers them for
+/// `crash_client_at_post`) and when the last was rung.
+struct Count<'a> {
     ep: &'a SimEndpoint,
     posts: &'a Cell<u64>,
     last_post_ns: &'a Cell<u64>,
 }
 
-impl QueuePair for CountQp<'_> {
-    fn peer(&self) -> NodeId {
-        self.qp.peer()
-    }
-    async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
-        if !ops.is_empty() && !self.qp.is_broken() {
+impl PostHook<SimQp> for Count<'_> {
+    async fn post<'a, 'b>(
+        &'a self,
+        qp: &'a SimQp,
+        ops: &'a mut [Op<'b>],
+    ) -> Result<(), FabricError> {
+        if !ops.is_empty() && !qp.is_broken() {
             self.posts.set(self.posts.get() + 1);
             self.last_post_ns.set(self.ep.now_ns());
         }
-        self.qp.post(ops).await
-    }
-    async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-        self.qp.recv(buf).await
-    }
-    fn try_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        self.qp.try_recv(buf)
-    }
-    fn max_message(&self) -> usize {
-        self.qp.max_message()
-    }
-    fn counters(&self) -> &Counters {
-        self.qp.counters()
-    }
-    fn is_broken(&self) -> bool {
-        self.qp.is_broken()
+        qp.post(ops).await
     }
 }
 
-struct CountEp<'a> {
+/// The victim's endpoint: its doorbells counted.
+fn count_ep<'a>(
     ep: &'a SimEndpoint,
-    qps: Vec<CountQp<'a>>,
-}
-
-impl<'a> CountEp<'a> {
-    fn new(ep: &'a SimEndpoint, posts: &'a Cell<u64>, last_post_ns: &'a Cell<u64>) -> Self {
-        let qps = ep
-            .nodes()
-            .iter()
-            .map(|&n| CountQp {
-                qp: ep.qp(n).unwrap(),
-                ep,
-                posts,
-                last_post_ns,
-            })
-            .collect();
-        CountEp { ep, qps }
-    }
-}
-
-impl<'a> Endpoint for CountEp<'a> {
-    type Qp = CountQp<'a>;
-    fn qp(&self, node: NodeId) -> Result<&CountQp<'a>, FabricError> {
-        self.qps
-            .get(node as usize)
-            .ok_or(FabricError::UnknownNode { node })
-    }
-    fn nodes(&self) -> &[NodeId] {
-        self.ep.nodes()
-    }
-    fn client_id(&self) -> u32 {
-        self.ep.client_id()
-    }
-    fn now_ns(&self) -> u64 {
-        self.ep.now_ns()
-    }
-    async fn pause(&self, ns: u64) {
-        self.ep.pause(ns).await
-    }
-    async fn fence(&self, node: NodeId, client: u32) -> Result<(), FabricError> {
-        self.ep.fence(node, client).await
-    }
+    posts: &'a Cell<u64>,
+    last_post_ns: &'a Cell<u64>,
+) -> HookedEp<'a, SimEndpoint, Count<'a>> {
+    HookedEp::new(ep, |_| Count {
+        ep,
+        posts,
+        last_post_ns,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,18 +197,6 @@ struct RunResult {
     repairs: RepairStats,
 }
 
-fn tree_cfg(base: ShermanConfig) -> ShermanConfig {
-    ShermanConfig {
-        page_size: 256,
-        lease: LeaseConfig {
-            lease_ns: LEASE_NS,
-            deadline_ns: 50 * LEASE_NS,
-            ..LeaseConfig::default()
-        },
-        ..base
-    }
-}
-
 /// Virtual time of the tree's creation being over, of the operation under test, and of the
 /// survivors' start (just before it, so that they are mid-workload when the victim dies).
 const START_NS: u64 = 1_000_000;
@@ -274,7 +223,7 @@ fn run(
     target: Option<usize>,
     crash_at: Option<(u32, u64)>,
 ) -> RunResult {
-    let cfg = tree_cfg(base);
+    let cfg = tree_cfg(base, LEASE_NS);
     let ops = script(kind);
     let victim_ops = RefCell::new(Vec::new());
     let (posts, last_post) = (Cell::new(0u64), Cell::new(0u64));
@@ -282,13 +231,7 @@ fn run(
     let rec = Recorder::new(2000, 20_000);
     let victim_done = Cell::new(false);
     let repairs = Cell::new(RepairStats::default());
-    let add_repairs = |r: RepairStats| {
-        let mut sum = repairs.get();
-        sum.takeovers += r.takeovers;
-        sum.separators_linked += r.separators_linked;
-        sum.roots_grown += r.roots_grown;
-        repairs.set(sum);
-    };
+    let add_repairs = |r: RepairStats| repairs.set(add_repairs(repairs.get(), r));
     let add_repairs = &add_repairs;
     let mut sim = Sim::new(SimConfig {
         compute_nodes: 4,
@@ -321,7 +264,7 @@ fn run(
         );
         sim.spawn_with(&vctx, 1, move |ctx| async move {
             ctx.sleep(START_NS - ctx.now_ns()).await;
-            let ep = CountEp::new(ctx.ep(), posts, last_post);
+            let ep = count_ep(ctx.ep(), posts, last_post);
             let t = Sherman::open(&ep, cfg).await.unwrap();
             let now = || ctx.now_ns();
             let n = target.map_or(ops.len(), |s| (s + 1).min(ops.len()));
@@ -491,9 +434,7 @@ fn campaign(name: &str, base: ShermanConfig, seeds: u64) {
                     .max()
                     .unwrap_or(0);
                 stalls.push(stall);
-                fixed.takeovers += r.repairs.takeovers;
-                fixed.separators_linked += r.repairs.separators_linked;
-                fixed.roots_grown += r.repairs.roots_grown;
+                fixed = add_repairs(fixed, r.repairs);
                 repaired_states += usize::from(stall >= LEASE_NS);
                 kind_points += 1;
             }
@@ -523,19 +464,20 @@ fn campaign(name: &str, base: ShermanConfig, seeds: u64) {
     );
 }
 
-fn seeds() -> u64 {
-    std::env::var("SHERMAN_CRASH_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2)
-}
-
 #[test]
 fn sherman_survives_a_client_dying_at_any_verb() {
-    campaign("sherman", ShermanConfig::sherman(), seeds());
+    campaign(
+        "sherman",
+        ShermanConfig::sherman(),
+        env_count("SHERMAN_CRASH_SEEDS", 2),
+    );
 }
 
 #[test]
 fn fg_plus_survives_a_client_dying_at_any_verb() {
-    campaign("fg+", ShermanConfig::fg_plus(), seeds());
+    campaign(
+        "fg+",
+        ShermanConfig::fg_plus(),
+        env_count("SHERMAN_CRASH_SEEDS", 2),
+    );
 }

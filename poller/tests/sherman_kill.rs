@@ -16,21 +16,28 @@
 //!
 //! Child processes are this test binary re-executed with `SHERMAN_KILL_CHILD` set.
 use remora_core::GlobalAddr;
-use remora_core::alloc::RemoteAllocator;
 use remora_core::block_on::block_on;
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, SegmentOrder};
-use remora_core::index::KvIndex;
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, SegmentOrder};
 use remora_core::lease::LeaseConfig;
 use remora_core::sherman::{Sherman, ShermanConfig};
-use remora_core::{Counters, NodeId};
-use remora_poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode, SoftQp, control};
+use remora_poller::soft::{NodeConfig, SoftMemoryNode, SoftQp, control};
 use std::cell::Cell;
 use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "common/env.rs"]
+mod env;
+#[path = "common/hooked.rs"]
+mod hooked;
+#[path = "common/kill.rs"]
+mod kill;
+use env::env_count;
+use hooked::{HookedEp, PostHook};
+use kill::{
+    Kid, Survey, WRITERS, halt, kill_when, progress_words, spawn_writer, survive, write_rounds,
+};
 
 const CHILD: &str = "SHERMAN_KILL_CHILD";
-const WRITERS: u64 = 3;
 
 fn cfg(fg_plus: bool) -> ShermanConfig {
     let base = if fg_plus {
@@ -49,22 +56,6 @@ fn cfg(fg_plus: bool) -> ShermanConfig {
     }
 }
 
-fn key(writer: u64, i: u64) -> [u8; 8] {
-    ((writer + 1) << 32 | i).to_be_bytes()
-}
-
-/// Kills the child when the test ends, however it ends.
-struct Kid(Child);
-impl Drop for Kid {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Set in a writer's progress word once it stopped where it was told to.
-const STOPPED: u64 = 1 << 63;
-
 /// Where a writer stops (and is killed), once armed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stop {
@@ -77,8 +68,7 @@ enum Stop {
     TornLeaf,
 }
 
-struct StopQp<'a> {
-    qp: &'a SoftQp,
+struct StopHook<'a> {
     how: Stop,
     client: u32,
     armed: &'a Cell<bool>,
@@ -87,25 +77,14 @@ struct StopQp<'a> {
     seed: u64,
 }
 
-impl StopQp<'_> {
-    /// Publishes `STOPPED` and waits for the SIGKILL.
-    async fn halt(&self) -> ! {
-        let mut b = [0u8; 8];
-        let _ = self.qp.read(self.progress, &mut b).await;
-        let w = u64::from_le_bytes(b) | STOPPED;
-        let _ = self.qp.write(self.progress, &w.to_le_bytes()).await;
-        loop {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    }
-
+impl StopHook<'_> {
     /// Posts `ops[..t]` whole and part of the WRITE `ops[t]`.
-    async fn tear(&self, ops: &[Op<'_>], t: usize) -> Result<(), FabricError> {
+    async fn tear(&self, qp: &SoftQp, ops: &[Op<'_>], t: usize) -> Result<(), FabricError> {
         let Op::Write { remote, local: new } = ops[t] else {
             return Ok(());
         };
         let mut old = vec![0u8; new.len()];
-        self.qp.read(remote, &mut old).await?;
+        qp.read(remote, &mut old).await?;
         let differ: Vec<usize> = (0..new.len() / 8)
             .filter(|&i| new[i * 8..i * 8 + 8] != old[i * 8..i * 8 + 8])
             .collect();
@@ -125,25 +104,26 @@ impl StopQp<'_> {
                 local: &new[i * 8..i * 8 + 8],
             });
         }
-        self.qp.post(&mut part).await
+        qp.post(&mut part).await
     }
 }
 
-impl QueuePair for StopQp<'_> {
-    fn peer(&self) -> NodeId {
-        self.qp.peer()
-    }
-    async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
+impl PostHook<SoftQp> for StopHook<'_> {
+    async fn post<'a, 'b>(
+        &'a self,
+        qp: &'a SoftQp,
+        ops: &'a mut [Op<'b>],
+    ) -> Result<(), FabricError> {
         if self.armed.get() && !ops.is_empty() {
             if self.how == Stop::Lock && self.took.get() {
-                self.halt().await;
+                return Err(halt(qp, self.progress).await);
             }
             let big: Vec<usize> = (0..ops.len())
                 .filter(|&i| matches!(ops[i], Op::Write { local, .. } if local.len() > 8))
                 .collect();
             if self.how == Stop::TornLeaf && big.len() >= 2 {
-                self.tear(ops, big[big.len() - 1]).await?;
-                self.halt().await;
+                self.tear(qp, ops, big[big.len() - 1]).await?;
+                return Err(halt(qp, self.progress).await);
             }
         }
         let mine: Vec<bool> = ops
@@ -153,58 +133,13 @@ impl QueuePair for StopQp<'_> {
                     if self.client != 0 && swap >> 32 == self.client as u64)
             })
             .collect();
-        let r = self.qp.post(ops).await;
+        let r = qp.post(ops).await;
         let took = ops
             .iter()
             .zip(&mine)
             .any(|(op, &m)| m && matches!(op, Op::Cas { old, .. } if **old == 0));
         self.took.set(r.is_ok() && took);
         r
-    }
-    async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-        self.qp.recv(buf).await
-    }
-    fn try_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        self.qp.try_recv(buf)
-    }
-    fn max_message(&self) -> usize {
-        self.qp.max_message()
-    }
-    fn counters(&self) -> &Counters {
-        self.qp.counters()
-    }
-    fn is_broken(&self) -> bool {
-        self.qp.is_broken()
-    }
-}
-
-struct StopEp<'a> {
-    ep: &'a SoftEndpoint,
-    qps: Vec<StopQp<'a>>,
-}
-
-impl<'a> Endpoint for StopEp<'a> {
-    type Qp = StopQp<'a>;
-    fn qp(&self, node: NodeId) -> Result<&StopQp<'a>, FabricError> {
-        self.qps
-            .iter()
-            .find(|q| q.qp.peer() == node)
-            .ok_or(FabricError::UnknownNode { node })
-    }
-    fn nodes(&self) -> &[NodeId] {
-        self.ep.nodes()
-    }
-    fn client_id(&self) -> u32 {
-        self.ep.client_id()
-    }
-    fn now_ns(&self) -> u64 {
-        self.ep.now_ns()
-    }
-    async fn pause(&self, ns: u64) {
-        self.ep.pause(ns).await
-    }
-    async fn fence(&self, node: NodeId, client: u32) -> Result<(), FabricError> {
-        self.ep.fence(node, client).await
     }
 }
 
@@ -232,48 +167,21 @@ fn child_entry() {
         .parse()
         .unwrap();
     let (armed, took) = (Cell::new(false), Cell::new(false));
-    let stop = StopEp {
-        ep: &ep,
-        qps: ep
-            .nodes()
-            .iter()
-            .map(|&n| StopQp {
-                qp: ep.qp(n).unwrap(),
-                how: match me {
-                    1 => Stop::Lock,
-                    2 => Stop::TornLeaf,
-                    _ => Stop::Never,
-                },
-                client: ep.client_id(),
-                armed: &armed,
-                took: &took,
-                progress,
-                seed: rounds,
-            })
-            .collect(),
-    };
+    let stop = HookedEp::new(&ep, |_| StopHook {
+        how: match me {
+            1 => Stop::Lock,
+            2 => Stop::TornLeaf,
+            _ => Stop::Never,
+        },
+        client: ep.client_id(),
+        armed: &armed,
+        took: &took,
+        progress,
+        seed: rounds,
+    });
     block_on(async {
         let t = Sherman::open(&stop, cfg(fg)).await.unwrap();
-        let qp = ep.qp(progress.node()).unwrap();
-        for i in 0u64.. {
-            armed.set(i >= rounds);
-            let r = async {
-                t.upsert(&key(me, i), &(i + 1).to_le_bytes()).await?;
-                t.upsert(&key(me, i / 2), &(i / 2 + 1).to_le_bytes())
-                    .await?;
-                if i % 7 == 0 {
-                    t.delete(&key(me, i)).await?;
-                    t.upsert(&key(me, i), &(i + 1).to_le_bytes()).await?;
-                }
-                Ok::<_, remora_core::sherman::ShermanError>(())
-            };
-            if let Err(e) = r.await {
-                // A live writer preempted past a lease is fenced: it stops, as a dead one.
-                eprintln!("writer {me}: round {i}: {e}");
-                return;
-            }
-            qp.write(progress, &(i + 1).to_le_bytes()).await.unwrap();
-        }
+        write_rounds(&t, &ep, me, progress, rounds, &armed).await
     });
 }
 
@@ -293,12 +201,7 @@ fn run(fg: bool) {
     let ep = node.endpoint().unwrap();
     let qp = ep.qp(0).unwrap();
     let t = block_on(Sherman::create(&ep, cfg(fg))).unwrap();
-    let progress = block_on(async {
-        let a = RemoteAllocator::open(qp).await.unwrap();
-        let p = a.alloc_chunk(qp).await.unwrap();
-        qp.write(p, &[0u8; 8 * WRITERS as usize]).await.unwrap();
-        p
-    });
+    let progress = progress_words(qp);
     let mut seed = std::process::id() as u64 | 1;
     let mut min_rounds = [0u64; WRITERS as usize];
     for r in min_rounds.iter_mut() {
@@ -309,99 +212,38 @@ fn run(fg: bool) {
     }
     let mut kids: Vec<Kid> = (0..WRITERS)
         .map(|me| {
-            let mut c = Command::new(std::env::current_exe().unwrap());
-            c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-                .env(CHILD, me.to_string())
-                .env("SHERMAN_KILL_SOCK", path.display().to_string())
-                .env("SHERMAN_KILL_FG", if fg { "1" } else { "0" })
-                .env("SHERMAN_KILL_PROGRESS", progress.raw().to_string())
-                .env("SHERMAN_KILL_ROUNDS", min_rounds[me as usize].to_string());
-            Kid(c.spawn().expect("spawning a writer process"))
+            let env = [
+                ("SHERMAN_KILL_SOCK", path.display().to_string()),
+                ("SHERMAN_KILL_FG", if fg { "1" } else { "0" }.to_string()),
+                ("SHERMAN_KILL_PROGRESS", progress.raw().to_string()),
+                ("SHERMAN_KILL_ROUNDS", min_rounds[me as usize].to_string()),
+            ];
+            spawn_writer(CHILD, me, &env)
         })
         .collect();
     // Kill each writer once it has acknowledged its rounds (writer 0) or stopped where it
     // was told to (writers 1 and 2).
-    let start = Instant::now();
-    let mut stopped = 0;
-    for (me, kid) in kids.iter_mut().enumerate() {
-        loop {
-            let mut b = [0u8; 8];
-            block_on(qp.read(progress.add(me as u64 * 8), &mut b)).unwrap();
-            let w = u64::from_le_bytes(b);
-            if w & STOPPED != 0 {
-                stopped += 1;
-                break;
-            }
-            let exited = kid.0.try_wait().unwrap().is_some();
-            if (me == 0 && w >= min_rounds[0]) || exited {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "{name}: writer {me} makes no progress"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        kid.0.kill().unwrap();
-        kid.0.wait().unwrap();
-    }
+    let stopped = kill_when(name, &mut kids, qp, progress, |me, w| {
+        me == 0 && w >= min_rounds[0]
+    });
     // The survivor: everything acknowledged is there; then the whole range again, through
     // whatever the dead writers left (a leaf torn inside a WRITE included: the next holder of
     // its lock redoes it from the dead writer's redo record). Nothing may fail.
-    let killed = Instant::now();
-    let mut failures = Vec::new();
-    let mut acked = 0;
-    // The slowest survivor operation, and when its first write completed after the kill.
-    let mut slowest = Duration::ZERO;
-    let mut first_write = None;
-    block_on(async {
-        let mut out = [0u8; 8];
-        for me in 0..WRITERS {
-            let mut b = [0u8; 8];
-            qp.read(progress.add(me * 8), &mut b).await.unwrap();
-            let done = u64::from_le_bytes(b) & !STOPPED;
-            acked += done;
-            let r: Result<(), String> = async {
-                for i in 0..done {
-                    let t0 = Instant::now();
-                    match t.get(&key(me, i), &mut out).await {
-                        Ok(Some(8)) if u64::from_le_bytes(out) == i + 1 => {}
-                        Ok(other) => return Err(format!("key {i}: {other:?}")),
-                        Err(e) => return Err(format!("{e:?}")),
-                    }
-                    slowest = slowest.max(t0.elapsed());
-                }
-                for i in 0..done + 200 {
-                    let t0 = Instant::now();
-                    t.upsert(&key(me, i), &(i + 7).to_le_bytes())
-                        .await
-                        .map_err(|e| format!("{e:?}"))?;
-                    slowest = slowest.max(t0.elapsed());
-                    first_write.get_or_insert_with(|| killed.elapsed());
-                }
-                for i in 0..done + 200 {
-                    match t.get(&key(me, i), &mut out).await {
-                        Ok(Some(8)) if u64::from_le_bytes(out) == i + 7 => {}
-                        Ok(other) => return Err(format!("re-read key {i}: {other:?}")),
-                        Err(e) => return Err(format!("{e:?}")),
-                    }
-                }
-                Ok(())
-            }
-            .await;
-            if let Err(e) = r {
-                failures.push(format!("writer {me}: {e}"));
-            }
-        }
-    });
+    let Survey {
+        acked,
+        first_write,
+        slowest,
+        total,
+        failures,
+    } = block_on(survive(&t, qp, progress));
     let lease = Duration::from_nanos(cfg(fg).lease.lease_ns);
     println!(
         "{name}: {WRITERS} writer processes killed after {acked} acknowledged rounds; the \
          survivor's first write completed {:?} after the last kill, its slowest operation took \
          {slowest:?} (lease {lease:?}); it checked and rewrote every key in {:?} with repairs \
          {:?}; failures: {failures:?}",
-        first_write.unwrap_or_default(),
-        killed.elapsed(),
+        first_write,
+        total,
         t.repairs(),
     );
     assert!(failures.is_empty(), "{name}: {failures:?}");
@@ -424,7 +266,7 @@ fn sherman_survives_writer_processes_killed_mid_operation() {
     if std::env::var(CHILD).is_ok() {
         return;
     }
-    for _ in 0..trials() {
+    for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
         run(false);
     }
 }
@@ -434,14 +276,7 @@ fn fg_plus_survives_writer_processes_killed_mid_operation() {
     if std::env::var(CHILD).is_ok() {
         return;
     }
-    for _ in 0..trials() {
+    for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
         run(true);
     }
-}
-
-fn trials() -> u32 {
-    std::env::var("SHERMAN_KILL_TRIALS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
 }

@@ -18,13 +18,21 @@
 //! image and a one-entry record — each for an update in place, and for a split whose left
 //! page tears: a whole-page record), `SHERMAN_TORN_SEEDS` seeds each (default 3);
 //! each seed picks another subset of words and other timings.
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, SegmentOrder};
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, SegmentOrder};
 use remora_core::index::KvIndex;
-use remora_core::lease::LeaseConfig;
 use remora_core::sherman::{RepairStats, Sherman, ShermanConfig};
-use remora_core::{Counters, NodeId};
 use remora_poller::sim::{Faults, Sim, SimConfig, SimEndpoint, SimQp};
 use std::cell::{Cell, RefCell};
+
+#[path = "common/hooked.rs"]
+mod hooked;
+use hooked::{HookedEp, PostHook};
+#[path = "common/sherman.rs"]
+mod sherman;
+use sherman::{add_repairs, tree_cfg};
+#[path = "common/env.rs"]
+mod env;
+use env::env_count;
 
 const LEASE_NS: u64 = 1_000_000;
 /// Survivors must be done this long after the crash (a lease, plus the repair and their own
@@ -45,21 +53,21 @@ struct Tear {
     crash_ns: Cell<u64>,
 }
 
-struct TearQp<'a> {
-    qp: &'a SimQp,
+/// The victim's hook: tears its leaf write (see the module doc).
+struct TearHook<'a> {
     ep: &'a SimEndpoint,
     s: &'a Tear,
 }
 
-impl TearQp<'_> {
+impl TearHook<'_> {
     /// Posts `ops[..t]` whole and part of the WRITE `ops[t]` (some of the words that differ
     /// from what is there), then checks that the target holds a mix.
-    async fn tear(&self, ops: &[Op<'_>], t: usize) -> Result<(), FabricError> {
+    async fn tear(&self, qp: &SimQp, ops: &[Op<'_>], t: usize) -> Result<(), FabricError> {
         let Op::Write { remote, local: new } = ops[t] else {
             unreachable!("the target is a WRITE");
         };
         let mut old = vec![0u8; new.len()];
-        self.qp.read(remote, &mut old).await?;
+        qp.read(remote, &mut old).await?;
         let words = new.len() / 8;
         let differ: Vec<usize> = (0..words)
             .filter(|&i| new[i * 8..i * 8 + 8] != old[i * 8..i * 8 + 8])
@@ -81,22 +89,23 @@ impl TearQp<'_> {
                 local: &new[i * 8..i * 8 + 8],
             });
         }
-        self.qp.post(&mut part).await?;
+        qp.post(&mut part).await?;
         let mut now = vec![0u8; new.len()];
-        self.qp.read(remote, &mut now).await?;
+        qp.read(remote, &mut now).await?;
         self.s.torn.set(now != old && now != new);
         self.s.crash_ns.set(self.ep.now_ns());
         Ok(())
     }
 }
 
-impl QueuePair for TearQp<'_> {
-    fn peer(&self) -> NodeId {
-        self.qp.peer()
-    }
-    async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
-        if ops.is_empty() || self.qp.is_broken() {
-            return self.qp.post(ops).await;
+impl PostHook<SimQp> for TearHook<'_> {
+    async fn post<'a, 'b>(
+        &'a self,
+        qp: &'a SimQp,
+        ops: &'a mut [Op<'b>],
+    ) -> Result<(), FabricError> {
+        if ops.is_empty() || qp.is_broken() {
+            return qp.post(ops).await;
         }
         let n = self.s.posts.get();
         self.s.posts.set(n + 1);
@@ -107,56 +116,12 @@ impl QueuePair for TearQp<'_> {
             if big.len() >= 2 {
                 self.s.target.set(Some(n));
                 if self.s.tear.get() {
-                    self.tear(ops, *big.last().expect("two")).await?;
+                    self.tear(qp, ops, *big.last().expect("two")).await?;
                     // The sim kills the client at this doorbell: the rest never lands.
                 }
             }
         }
-        self.qp.post(ops).await
-    }
-    async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-        self.qp.recv(buf).await
-    }
-    fn try_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        self.qp.try_recv(buf)
-    }
-    fn max_message(&self) -> usize {
-        self.qp.max_message()
-    }
-    fn counters(&self) -> &Counters {
-        self.qp.counters()
-    }
-    fn is_broken(&self) -> bool {
-        self.qp.is_broken()
-    }
-}
-
-struct TearEp<'a> {
-    ep: &'a SimEndpoint,
-    qps: Vec<TearQp<'a>>,
-}
-
-impl<'a> Endpoint for TearEp<'a> {
-    type Qp = TearQp<'a>;
-    fn qp(&self, node: NodeId) -> Result<&Self::Qp, FabricError> {
-        self.qps
-            .get(node as usize)
-            .ok_or(FabricError::UnknownNode { node })
-    }
-    fn nodes(&self) -> &[NodeId] {
-        self.ep.nodes()
-    }
-    fn client_id(&self) -> u32 {
-        self.ep.client_id()
-    }
-    fn now_ns(&self) -> u64 {
-        self.ep.now_ns()
-    }
-    async fn pause(&self, ns: u64) {
-        self.ep.pause(ns).await
-    }
-    async fn fence(&self, node: NodeId, client: u32) -> Result<(), FabricError> {
-        self.ep.fence(node, client).await
+        qp.post(ops).await
     }
 }
 
@@ -194,22 +159,10 @@ struct RunResult {
     stall_ns: u64,
 }
 
-fn tree_cfg(base: ShermanConfig) -> ShermanConfig {
-    ShermanConfig {
-        page_size: 256,
-        lease: LeaseConfig {
-            lease_ns: LEASE_NS,
-            deadline_ns: 50 * LEASE_NS,
-            ..LeaseConfig::default()
-        },
-        ..base
-    }
-}
-
 /// One run: the victim loads a leaf and runs the operation under test at `TARGET_NS` (torn,
 /// and killed at post `crash` if given); a reader and a writer work on that leaf from then on.
 fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) -> RunResult {
-    let cfg = tree_cfg(base);
+    let cfg = tree_cfg(base, LEASE_NS);
     let tear = Tear::default();
     tear.seed
         .set(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5bd1);
@@ -243,19 +196,10 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
     {
         let (tear, errors) = (&tear, &errors);
         sim.spawn_with(&vctx, 1, move |ctx| async move {
-            let ep = TearEp {
+            let ep = HookedEp::new(ctx.ep(), |_| TearHook {
                 ep: ctx.ep(),
-                qps: ctx
-                    .ep()
-                    .nodes()
-                    .iter()
-                    .map(|&n| TearQp {
-                        qp: ctx.ep().qp(n).unwrap(),
-                        ep: ctx.ep(),
-                        s: tear,
-                    })
-                    .collect(),
-            };
+                s: tear,
+            });
             ctx.sleep(START_NS - ctx.now_ns()).await;
             let t = Sherman::create(&ep, cfg).await.unwrap();
             for i in 0..prefill {
@@ -271,15 +215,7 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
             assert_eq!(t.stats().1, u64::from(case == Case::Split), "{case:?}");
         });
     }
-    let add = |r: RepairStats| {
-        let mut s = repairs.get();
-        s.takeovers += r.takeovers;
-        s.leaves_redone += r.leaves_redone;
-        s.roots_grown += r.roots_grown;
-        s.separators_linked += r.separators_linked;
-        s.pages_rederived += r.pages_rederived;
-        repairs.set(s);
-    };
+    let add = |r: RepairStats| repairs.set(add_repairs(repairs.get(), r));
     for s in 1..3u64 {
         let ctx = sim.client(s as usize).unwrap();
         let (tear, errors, add, stall) = (&tear, &errors, &add, &stall);
@@ -346,17 +282,10 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
     }
 }
 
-fn seeds() -> u64 {
-    std::env::var("SHERMAN_TORN_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3)
-}
-
 fn campaign(name: &str, base: ShermanConfig) {
     let mut stalls = Vec::new();
     for case in [Case::Update, Case::Split] {
-        for seed in 1..=seeds() {
+        for seed in 1..=env_count("SHERMAN_TORN_SEEDS", 3) {
             let at = format!("{name} {case:?} seed {seed}");
             let dry = run(base, case, seed, None);
             assert!(dry.errors.is_empty(), "{at}: dry run: {:?}", dry.errors);

@@ -160,10 +160,12 @@ pub mod baseline;
 mod clean;
 mod client;
 mod displace;
+mod geometry;
 mod server;
 mod stripe;
 
 pub use client::{ClientStats, Erda};
+pub use geometry::ErdaConfigError;
 pub use server::{ErdaServer, ServerStats};
 
 /// Whether [`object_checksum`] runs on the `crc32c` crate (feature `hw-crc`: the CPU's

@@ -3,14 +3,15 @@
 use super::ErdaConfig;
 use super::clean::{self, Cleaner, region_of, region_start};
 use super::displace;
+use super::geometry::{ErdaConfigError, Plan, plan};
 use super::stripe;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
-    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, GOODBYE, HeadState, KEY_MAX, MAX_HEADS, MAX_REGIONS,
-    Meta, REQ_SEQ, REQUEST_LEN, ROOT_SLOT, Reply, ReqOp, Request, SUPERBLOCK_LEN, SUPERBLOCK_MAGIC,
-    SUPERBLOCK_VERSION, Status, Superblock, decode_hello_slots, decode_object_with, durable_mark,
-    encode_object_with, object_len, object_len_from_header,
+    BUCKET_LEN, Bucket, DURABLE_MARK_LEN, GOODBYE, HeadState, KEY_MAX, MAX_HEADS, Meta, REQ_SEQ,
+    REQUEST_LEN, ROOT_SLOT, Reply, ReqOp, Request, SUPERBLOCK_LEN, Status, Superblock,
+    decode_hello_slots, decode_object_with, durable_mark, encode_object_with, object_len,
+    object_len_from_header,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
 use std_alloc::collections::BTreeMap;
@@ -136,12 +137,27 @@ pub(super) fn corrupt(region: &dyn LocalRegion, off: u64) -> FabricError {
 }
 
 impl ErdaServer {
+    /// A server of `cfg`'s store; the geometry is checked when it formats the region (at
+    /// the first message: a bad one drops that client's connection). Builders that know the
+    /// region use [`ErdaServer::for_region`] to refuse a bad geometry before serving.
     pub fn new(cfg: ErdaConfig) -> ErdaServer {
         ErdaServer {
             cfg,
             st: None,
             stats: ServerStats::default(),
         }
+    }
+
+    /// A server of `cfg`'s store for a fresh region of `region_len` bytes in `chunk_size`
+    /// chunks, or why that geometry cannot be served there ([`ErdaConfig::check`]): every
+    /// builder that starts a memory node with this service refuses a bad geometry at start.
+    pub fn for_region(
+        cfg: ErdaConfig,
+        region_len: u64,
+        chunk_size: u64,
+    ) -> Result<ErdaServer, ErdaConfigError> {
+        cfg.check(region_len, chunk_size)?;
+        Ok(ErdaServer::new(cfg))
     }
 
     pub fn stats(&self) -> ServerStats {
@@ -177,34 +193,22 @@ impl ErdaServer {
     fn format(&mut self, region: &dyn LocalRegion) -> Result<State, FabricError> {
         let c = self.cfg;
         let bad = |why| FabricError::Unsupported { what: why };
-        if c.heads == 0 || c.heads as usize > MAX_HEADS || c.neighborhood == 0 {
-            return Err(bad(
-                "erda config: heads 1..=8 and a neighborhood of at least 1",
-            ));
-        }
-        let buckets = c.buckets + c.neighborhood as u64 - 1;
-        let table = buckets * BUCKET_LEN as u64;
-        let mailboxes = c.max_clients as u64 * remora_layouts::erda::MAILBOX_LEN as u64;
-        let stripes = (buckets.div_ceil(remora_layouts::erda::STRIPE_BUCKETS) + 1) * 8;
-        // The head state words follow the stripe words.
-        let states = MAX_HEADS as u64 * 8;
-        let meta_len =
-            (SUPERBLOCK_LEN as u64 + table + mailboxes + stripes + states).next_multiple_of(64);
-        let regions = c.regions.clamp(1, MAX_REGIONS as u32);
-        let region_bytes = c.head_bytes / regions as u64 / c.segment_bytes * c.segment_bytes;
-        if region_bytes == 0 || c.regions != regions {
-            return Err(bad(
-                "erda config: 1..=8 regions per head, each of at least one segment",
-            ));
-        }
-        let total = meta_len + c.heads as u64 * c.head_bytes;
-        // Claim the space from the region's chunk allocator. The CPU's CAS is not atomic
-        // against a NIC FETCH_AND_ADD on the same word (contract rule 3): on hardware, format
-        // before other indexes allocate on this node.
+        // The geometry's rules, as `ErdaConfig::check` saw them at start (the base moves
+        // nothing but the offsets).
+        let geometry = |e| match e {
+            ErdaConfigError::Geometry(why) => bad(why),
+            _ => bad("erda config does not form a valid store"),
+        };
+        let total = plan(&c, 0).map_err(geometry)?.total;
         let mut hdr = [0u8; HEADER_LEN];
         region.read(0, &mut hdr)?;
         let h = RegionHeader::decode(&hdr).map_err(|_| bad("region header does not decode"))?;
-        let need = total.next_multiple_of(h.chunk_size);
+        // Claim the space from the region's chunk allocator. The CPU's CAS is not atomic
+        // against a NIC FETCH_AND_ADD on the same word (contract rule 3): on hardware, format
+        // before other indexes allocate on this node.
+        let need = total
+            .checked_next_multiple_of(h.chunk_size)
+            .ok_or(bad("erda store does not fit in the region"))?;
         let mut cur = region.load_u64(NEXT_CHUNK_OFFSET)?;
         let base = loop {
             let end = cur
@@ -217,25 +221,12 @@ impl ErdaServer {
             }
             cur = seen;
         };
-        let mut head_base = [0u64; MAX_HEADS];
-        for (i, b) in head_base.iter_mut().take(c.heads as usize).enumerate() {
-            *b = base + meta_len + i as u64 * c.head_bytes;
-        }
-        // base is chunk-aligned, so the table (right after the superblock) is line-aligned.
-        let table_off = base + SUPERBLOCK_LEN as u64;
-        let sb = Superblock {
-            magic: SUPERBLOCK_MAGIC,
-            version: SUPERBLOCK_VERSION,
-            heads: c.heads,
-            buckets,
-            neighborhood: c.neighborhood,
-            max_clients: c.max_clients,
-            table_off,
-            mailbox_off: table_off + table,
-            segment_bytes: c.segment_bytes,
-            head_bytes: c.head_bytes,
-            head_base,
-        };
+        let Plan {
+            sb,
+            table_len: table,
+            regions,
+            ..
+        } = plan(&c, base).map_err(geometry)?;
         sb.validate(region.len())
             .map_err(|_| bad("erda config does not form a valid store"))?;
         // Fresh chunks are zero; clear the table anyway (a region reused by a test).

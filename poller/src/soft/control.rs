@@ -632,6 +632,7 @@ pub fn connect(path: &Path) -> io::Result<SoftQp> {
         dm,
         dm_len: r.dm_len,
         ctl,
+        nvm: Default::default(),
     };
     if mem.ctl_magic() != CTL_MAGIC {
         return Err(bad("memory node's control page has a bad magic"));

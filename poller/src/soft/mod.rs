@@ -25,12 +25,17 @@
 pub mod control;
 pub mod harness;
 mod node;
+mod nvm;
+#[cfg(test)]
+mod nvm_tests;
 mod qp;
 mod ring;
 #[cfg(loom)]
 mod ring_loom;
+#[cfg(test)]
+mod rnr_tests;
 pub mod watchdog;
 pub mod words;
 
 pub use node::{Backing, NodeConfig, Opened, ServeMode, ServerHandle, SoftMemoryNode};
-pub use qp::{CLIENT_PEER, RNR_TIMEOUT, SoftEndpoint, SoftQp};
+pub use qp::{CLIENT_PEER, RnrPolicy, SoftEndpoint, SoftQp};

@@ -99,6 +99,8 @@ pub(crate) struct NodeMem {
     pub(crate) dm: Option<Mapping>,
     pub(crate) dm_len: u64,
     pub(crate) ctl: Mapping,
+    /// Bytes written to the host region, if it is persistent (see `nvm.rs`).
+    pub(crate) nvm: super::nvm::NvmCounters,
 }
 
 impl NodeMem {
@@ -288,6 +290,7 @@ impl SoftMemoryNode {
             dm,
             dm_len: cfg.dm_len,
             ctl,
+            nvm: Default::default(),
         };
         let recovery = if restarted {
             let region = mem.local();
@@ -327,6 +330,13 @@ impl SoftMemoryNode {
             }),
             log: Mutex::new(VecDeque::new()),
         })
+    }
+
+    /// Bytes written to this node's persistent host region since it was created, by cause
+    /// (counted as the sim counts them: see `nvm.rs`; clients of this process only). `None`
+    /// when the region is not persistent (no durable backing, no `nvm_write_ns`).
+    pub fn nvm_stats(&self) -> Option<crate::sim::NvmStats> {
+        self.mem.persistent().then(|| self.mem.nvm.snapshot())
     }
 
     pub fn config(&self) -> NodeConfig {
@@ -723,7 +733,7 @@ fn serve_connection(
 impl NodeMem {
     /// The host region as the node's own CPU sees it (see [`WordRegion`]).
     pub(crate) fn local(&self) -> WordRegion<'_> {
-        let persist = if self.durable || self.nvm_write_ns > 0 {
+        let persist = if self.persistent() {
             Persist::Flush {
                 nvm_write_ns: self.nvm_write_ns,
             }
@@ -731,6 +741,19 @@ impl NodeMem {
             Persist::Nothing
         };
         // SAFETY: the region mapping is region_len bytes long and lives as long as self.
-        unsafe { WordRegion::new(self.region.as_ptr(), self.region_len, self.node_id, persist) }
+        let r = unsafe {
+            WordRegion::new(self.region.as_ptr(), self.region_len, self.node_id, persist)
+        };
+        if self.persistent() {
+            r.counting(&self.nvm)
+        } else {
+            r
+        }
+    }
+
+    /// The host region is persistent memory: `persist` writes back (a durable backing or
+    /// emulated NVM latency), and writes to it are counted (`nvm.rs`).
+    pub(crate) fn persistent(&self) -> bool {
+        self.durable || self.nvm_write_ns > 0
     }
 }

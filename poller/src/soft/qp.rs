@@ -1,5 +1,6 @@
 //! The soft fabric's queue pair and endpoint.
 use super::node::NodeMem;
+use super::nvm::Placed;
 use super::ring::Ring;
 use super::words;
 use remora_core::block_on::yield_now;
@@ -15,10 +16,48 @@ use std::time::{Duration, Instant};
 /// The node id a memory node's queue pairs report for their client end.
 pub const CLIENT_PEER: NodeId = NodeId::MAX;
 
-/// How long a sender retries a full receive queue before `RnrRetryExceeded`, and how long a
-/// receiver waits between checks that its peer is still alive.
-pub const RNR_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a receiver waits between checks that its peer is still alive.
 const LIVENESS_EVERY: Duration = Duration::from_millis(5);
+
+/// What a sender does when the peer has no receive posted (its ring is full): the
+/// receiver-not-ready (RNR) retry of contract rule 6, as the sim and RC NICs do it. The first
+/// attempt that finds no receive is an RNR NAK; the sender then retries every `timer`, at
+/// most `retries` times, and fails with [`FabricError::RnrRetryExceeded`] (the queue pair
+/// broken) only when all of them found no receive either. A receive posted between two
+/// retries is taken at once (a shared-memory ring has no retransmission to wait for), and a
+/// peer found dead at a retry fails the post with `RetryExceeded` instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RnrPolicy {
+    /// The RNR timer: time between two retries.
+    pub timer: Duration,
+    /// Retries after the first RNR NAK (finite, as on the sim: 7 is not "infinite" here).
+    pub retries: u32,
+}
+
+impl RnrPolicy {
+    /// The soft fabric's default: 7 retries (the sim's and IB's largest finite count) of
+    /// 500 ms, 3.5 s in all. A soft memory node's receives are reposted by a CPU thread, not a
+    /// NIC, and a handler step holds that thread: CANRT's resize of an 800k-key tree took up
+    /// to 1.5 s on a 2-core machine at load 10 (`bench --fabric soft --index canrt --workload
+    /// load --records 800000 --threads 2 --coroutines 8`), and the old fixed budget, 500 ms,
+    /// ended that load with "receiver not ready". So the timer is far longer than a NIC's
+    /// (the sim's 10 us); a dead peer is still found at the first retry.
+    pub const DEFAULT: RnrPolicy = RnrPolicy {
+        timer: Duration::from_millis(500),
+        retries: 7,
+    };
+
+    /// How long a sender waits for a receive before it fails: `retries` timers.
+    pub fn budget(&self) -> Duration {
+        self.timer.saturating_mul(self.retries)
+    }
+}
+
+impl Default for RnrPolicy {
+    fn default() -> Self {
+        RnrPolicy::DEFAULT
+    }
+}
 
 #[derive(Clone, Copy)]
 enum Msg<'a> {
@@ -63,6 +102,9 @@ pub struct SoftQp {
     counters: Counters,
     broken: Cell<bool>,
     last_write: Cell<bool>,
+    rnr: Cell<RnrPolicy>,
+    /// RNR NAKs and retries this queue pair's sends met.
+    rnr_naks: Cell<u64>,
     /// The order this queue pair's READs and WRITEs move their 64-byte segments in, and the
     /// xorshift state that shuffles them.
     order: Cell<SegmentOrder>,
@@ -112,6 +154,8 @@ impl SoftQp {
             counters: Counters::new(),
             broken: Cell::new(false),
             last_write: Cell::new(false),
+            rnr: Cell::new(RnrPolicy::DEFAULT),
+            rnr_naks: Cell::new(0),
             order: Cell::new(SegmentOrder::default()),
             rng: Cell::new(next_seed()),
             control,
@@ -130,6 +174,8 @@ impl SoftQp {
             counters: Counters::new(),
             broken: Cell::new(false),
             last_write: Cell::new(false),
+            rnr: Cell::new(RnrPolicy::DEFAULT),
+            rnr_naks: Cell::new(0),
             order: Cell::new(SegmentOrder::default()),
             rng: Cell::new(next_seed()),
             control,
@@ -152,6 +198,20 @@ impl SoftQp {
 
     pub fn segment_order(&self) -> SegmentOrder {
         self.order.get()
+    }
+
+    /// Sets this queue pair's receiver-not-ready retry policy (default [`RnrPolicy::DEFAULT`]).
+    pub fn set_rnr(&self, policy: RnrPolicy) {
+        self.rnr.set(policy);
+    }
+
+    pub fn rnr(&self) -> RnrPolicy {
+        self.rnr.get()
+    }
+
+    /// RNR NAKs (first attempts and retries that found no receive) this queue pair's sends met.
+    pub fn rnr_naks(&self) -> u64 {
+        self.rnr_naks.get()
     }
 
     /// Copies remote memory at `p` into `local`, segment by segment in this queue pair's order.
@@ -264,6 +324,16 @@ impl SoftQp {
         Ok(unsafe { region.as_ptr().add(remote.offset() as usize) })
     }
 
+    /// Counts `len` bytes `verb` placed at `remote` if that is persistent memory (`nvm.rs`).
+    fn placed(&self, remote: GlobalAddr, verb: Placed, len: usize) {
+        if let Some(mem) = &self.mem
+            && mem.persistent()
+            && !remote.is_device()
+        {
+            mem.nvm.placed(verb, len as u64);
+        }
+    }
+
     /// Orders a read after an earlier write of this queue pair (store-load needs a fence).
     fn before_read(&self) {
         if self.last_write.replace(false) {
@@ -271,8 +341,11 @@ impl SoftQp {
         }
     }
 
+    /// Puts `msg` in the peer's ring, retrying a full ring by this queue pair's [`RnrPolicy`].
     async fn push(&self, wr: usize, msg: Msg<'_>) -> Result<(), FabricError> {
-        let mut since: Option<Instant> = None;
+        let policy = self.rnr.get();
+        // When the next retry is due and how many are left, from the first RNR NAK on.
+        let mut retry: Option<(Instant, u32)> = None;
         loop {
             if self.tx.is_closed() {
                 return Err(FabricError::RetryExceeded { node: self.peer });
@@ -289,14 +362,27 @@ impl SoftQp {
                 }
                 Err(e) => return Err(e),
             }
-            let t = *since.get_or_insert_with(Instant::now);
-            if t.elapsed() > RNR_TIMEOUT {
-                return Err(if self.peer_alive() {
-                    FabricError::RnrRetryExceeded
-                } else {
-                    FabricError::RetryExceeded { node: self.peer }
-                });
+            // An RNR NAK: the first attempt, or a retry (the attempt just made once a timer
+            // ran out), found no receive. `left`: the retries still allowed after it.
+            let now = Instant::now();
+            let left = match retry {
+                None => Some(policy.retries),
+                Some((due, left)) if now >= due => Some(left),
+                Some(_) => None,
+            };
+            if let Some(left) = left {
+                self.rnr_naks.set(self.rnr_naks.get() + 1);
+                if !self.peer_alive() {
+                    return Err(FabricError::RetryExceeded { node: self.peer });
+                }
+                if left == 0 {
+                    return Err(FabricError::RnrRetryExceeded);
+                }
+                retry = Some((now + policy.timer, left - 1));
             }
+            // The receive is reposted by the peer's server thread: give it the core when
+            // every coroutine of this thread waits (a spinning sender starves it otherwise).
+            std::thread::yield_now();
             yield_now().await;
         }
     }
@@ -316,6 +402,7 @@ impl SoftQp {
                 // SAFETY: resolve checked the range lies in the mapped region.
                 unsafe { self.copy_out(p, local) };
                 self.last_write.set(true);
+                self.placed(*remote, Placed::Write, local.len());
             }
             Op::WriteImm { remote, local, imm } => {
                 let p = self.resolve(wr, *remote, local.len(), false)?;
@@ -323,6 +410,7 @@ impl SoftQp {
                 // SAFETY: resolve checked the range lies in the mapped region.
                 unsafe { self.copy_out(p, local) };
                 self.last_write.set(true);
+                self.placed(*remote, Placed::WriteImm, local.len());
                 self.push(wr, Msg::Imm(*imm, local.len() as u32)).await?;
             }
             Op::Cas {
@@ -334,10 +422,13 @@ impl SoftQp {
                 let p = self.resolve(wr, *remote, 8, true)?;
                 // SAFETY: resolve checked range and 8-byte alignment.
                 let w = unsafe { words::word(p) };
-                **old =
-                    match w.compare_exchange(*compare, *swap, Ordering::SeqCst, Ordering::SeqCst) {
-                        Ok(v) | Err(v) => v,
-                    };
+                match w.compare_exchange(*compare, *swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) => {
+                        **old = v;
+                        self.placed(*remote, Placed::Atomic, 8);
+                    }
+                    Err(v) => **old = v,
+                }
                 self.last_write.set(false);
             }
             Op::Faa { remote, add, old } => {
@@ -345,6 +436,7 @@ impl SoftQp {
                 // SAFETY: resolve checked range and 8-byte alignment.
                 **old = unsafe { words::word(p) }.fetch_add(*add, Ordering::SeqCst);
                 self.last_write.set(false);
+                self.placed(*remote, Placed::Atomic, 8);
             }
             Op::Send { local } => {
                 fence(Ordering::Release);

@@ -79,6 +79,8 @@ pub struct WordRegion<'a> {
     len: u64,
     node: NodeId,
     persist: Persist,
+    /// Where stores and write-backs are counted (persistent regions).
+    nvm: Option<&'a super::nvm::NvmCounters>,
     _mapping: PhantomData<&'a [u8]>,
 }
 
@@ -103,7 +105,20 @@ impl<'a> WordRegion<'a> {
             len,
             node,
             persist,
+            nvm: None,
             _mapping: PhantomData,
+        }
+    }
+
+    /// Counts this region's CPU stores and written-back lines in `nvm`.
+    pub(crate) fn counting(mut self, nvm: &'a super::nvm::NvmCounters) -> WordRegion<'a> {
+        self.nvm = Some(nvm);
+        self
+    }
+
+    fn stored(&self, bytes: usize) {
+        if let Some(n) = self.nvm {
+            n.stored(bytes as u64);
         }
     }
 
@@ -137,6 +152,7 @@ impl LocalRegion for WordRegion<'_> {
         fence(Ordering::Release);
         // SAFETY: `at` checked the range lies in the live mapping.
         unsafe { write(p, data) };
+        self.stored(data.len());
         Ok(())
     }
     fn load_u64(&self, offset: u64) -> Result<u64, FabricError> {
@@ -148,17 +164,20 @@ impl LocalRegion for WordRegion<'_> {
         let p = self.at(offset, 8, true)?;
         // SAFETY: `at` checked range and alignment.
         unsafe { word(p) }.store(value, Ordering::Release);
+        self.stored(8);
         Ok(())
     }
     fn cas_u64(&self, offset: u64, current: u64, new: u64) -> Result<u64, FabricError> {
         let p = self.at(offset, 8, true)?;
         // SAFETY: `at` checked range and alignment.
         let w = unsafe { word(p) };
-        Ok(
-            match w.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            },
-        )
+        match w.compare_exchange(current, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) => {
+                self.stored(8);
+                Ok(v)
+            }
+            Err(v) => Ok(v),
+        }
     }
     fn persist(&self, offset: u64, len: usize) {
         let Persist::Flush { nvm_write_ns } = self.persist else {
@@ -169,6 +188,9 @@ impl LocalRegion for WordRegion<'_> {
         };
         // SAFETY: `at` checked the range lies in the live mapping.
         let lines = unsafe { remora_pmem::flush::persist(p, len) };
+        if let Some(n) = self.nvm {
+            n.flushed(lines as u64);
+        }
         if nvm_write_ns > 0 {
             remora_pmem::latency::spin_ns(nvm_write_ns as u64 * lines as u64);
         }
