@@ -361,14 +361,18 @@ impl Model {
             .collect();
         let base = format!(
             "one_way={}ns link={}Gb/s nic={}Mops pcie_read={}ns host_atomic={}ns \
-             server={}x{}ns/msg",
+             server={}x{}ns/msg+lines(hit {}ns, miss {}/{}ns dram/nvm, llc {} lines)",
             self.one_way_ns,
             self.link_gbps,
             self.nic_mops,
             self.pcie_read_ns,
             self.host_atomic_ns,
             self.server_threads,
-            self.service_ps(1) as f64 / 1000.0
+            self.service_ps(1) as f64 / 1000.0,
+            self.server_llc_hit_ns,
+            self.server_dram_ns,
+            self.server_nvm_read_ns,
+            self.server_llc_lines
         );
         if changed.is_empty() {
             format!("default model ({base})")
@@ -442,8 +446,10 @@ impl Model {
     pub fn server_reply_ps(&self) -> Ps {
         ps(self.server_reply_ns)
     }
-    /// Memory-node CPU time to serve one message that is answered with `replies` replies:
-    /// `server_poll_ns + server_handler_ns + replies x server_reply_ns`.
+    /// Memory-node CPU time to serve one message that is answered with `replies` replies and
+    /// whose handler touches no region memory (the echo service):
+    /// `server_poll_ns + server_handler_ns + replies x server_reply_ns`. A handler that
+    /// touches memory costs its lines on top (`server.rs`).
     pub fn service_ps(&self, replies: u64) -> Ps {
         self.server_poll_ps() + self.handler_ps() + replies * self.server_reply_ps()
     }
