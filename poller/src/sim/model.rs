@@ -118,9 +118,11 @@ params! {
          touches (decode, dispatch, compute): assumed. The lines the handler touches are \
          charged on top (server_llc_*, server_dram_ns, server_nvm_read_ns), so a message \
          costs server_poll_ns + server_handler_ns + its memory + server_reply_ns per reply; \
-         with them a typical service (an R-tree search, an Erda request: ~10-30 cached lines) \
-         costs ~0.5 us per request, the order of Catfish's fast-messaging server cost \
-         (seeds/003 §3). Was 350 ns flat, for every handler, before memory was modelled.";
+         270 ns keeps typical services at their former ~0.5 us per request, the order of \
+         Catfish's fast-messaging server cost (seeds/003 §3): a Catfish R-tree search touches \
+         ~39 cached lines (~76 ns, a node's lines read together overlap), a WORT lookup ~9 \
+         (~80 ns), an Erda-baseline read ~6.5. Was 350 ns flat for every handler before memory \
+         was modelled; the echo service, touching none, now costs 420 ns instead of 500.";
     server_llc_lines: 393216.0, "lines", [1.0, 1e9],
         "Memory-node last-level cache, in 64-byte lines, one per node shared by its handler \
          threads (CLOCK replacement, llc.rs): 393216 lines = 24 MiB, the L3 of the CANRT \
@@ -146,10 +148,10 @@ params! {
          Scalable Persistent Memory', FAST'20). A store miss reads the line first (RFO).";
     server_mlp: 10.0, "misses", [1.0, 1024.0],
         "Memory-level parallelism within one contiguous access (one LocalRegion read/write \
-         call): the slowest of its new lines costs its full latency \
-         (hit or miss), each other new line 1/server_mlp of its own, as the core's fill buffers and \
-         prefetchers overlap a sequential access (10-12 outstanding L1D misses per Skylake \
-         core: Intel 64 and IA-32 Architectures Optimization Reference Manual); separate \
+         call): the slowest of its new lines costs its full latency (hit or miss), each other \
+         new line 1/server_mlp of its own, as the core's fill buffers and prefetchers overlap \
+         a sequential access (a Skylake core's 10 L1D line fill buffers bound its outstanding \
+         misses: Intel 64 and IA-32 Architectures Optimization Reference Manual); separate \
          calls are dependent accesses (a pointer chase) and do not overlap. Assumed.";
     server_reply_ns: 100.0, "ns", [0.0, 1e9],
         "Memory-node CPU time to post one reply SEND (build the work request, ring the doorbell): \
