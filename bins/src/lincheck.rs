@@ -103,6 +103,10 @@ pub struct LinArgs {
     /// Percentage of operations on hot keys.
     #[arg(long, default_value_t = 50)]
     pub hot_percent: u64,
+    /// Key bytes: 8 (big-endian integers) or 16 (CANRT, formatted with 16-byte keys, and
+    /// WORT/WOART: `lincheck::driver::wide_key`).
+    #[arg(long, default_value_t = 8)]
+    pub key_bytes: usize,
 }
 
 /// Parses `A..B`, `A..=B` or `N`.
@@ -128,7 +132,15 @@ fn seeds(s: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
 
 /// The index as the lincheck tests configure it: small nodes so a few hundred keys split,
 /// resize and collide.
-fn index_cfg(kind: IndexKind) -> Result<IndexCfg, String> {
+fn index_cfg(kind: IndexKind, key_bytes: usize) -> Result<IndexCfg, String> {
+    if key_bytes != 8
+        && !(key_bytes == 16
+            && matches!(kind, IndexKind::Canrt | IndexKind::Wort | IndexKind::Woart))
+    {
+        return Err(format!(
+            "--key-bytes {key_bytes}: keys are 8 bytes, or 16 for canrt, wort and woart"
+        ));
+    }
     Ok(match kind {
         IndexKind::Smart => IndexCfg::Smart {
             cfg: SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8),
@@ -151,6 +163,7 @@ fn index_cfg(kind: IndexKind) -> Result<IndexCfg, String> {
         IndexKind::Canrt => IndexCfg::Canrt {
             cfg: CanrtConfig {
                 slots: 8,
+                key_len: key_bytes as u32,
                 ..CanrtConfig::new(0)
             },
         },
@@ -188,6 +201,7 @@ fn spec(a: &LinArgs, client: u32, clients: u32, seed: u64, scans: bool) -> LinSp
         hot: a.hot_keys,
         cold: a.cold_keys,
         hot_percent: a.hot_percent,
+        key_len: a.key_bytes,
         ..LinSpec::new(client, a.ops.div_ceil(clients as u64), seed, scans)
     }
 }
@@ -344,7 +358,7 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
     if !(1..=255).contains(&a.clients) {
         return Err("--clients must be 1..=255".into());
     }
-    let cfg = index_cfg(a.index)?;
+    let cfg = index_cfg(a.index, a.key_bytes)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);
     let (mut check_s, wall) = (0f64, Instant::now());
     for seed in seeds {

@@ -210,6 +210,53 @@ fn bench_on_the_sim_is_reproducible_by_seed() {
     assert!(a[1]["per_op"]["round_trips"].as_f64().unwrap() >= 1.0);
 }
 
+/// `--keys string` on CANRT, WORT and WOART: the CANRT paper's random 16-byte string keys
+/// and 15-byte values (CANRT formats a tree of 16-byte keys); every loaded key is found.
+#[test]
+fn canrt_and_its_baselines_bench_16_byte_string_keys() {
+    for index in ["canrt", "wort", "woart"] {
+        let recs = bench_json(
+            &[
+                "--fabric",
+                "sim",
+                "--index",
+                index,
+                "--keys",
+                "string",
+                "--value-size",
+                "15",
+                "--workload",
+                "c",
+                "--records",
+                "1500",
+                "--operations",
+                "1500",
+            ],
+            &format!("{index}-s16"),
+        );
+        assert_eq!(recs.len(), 2, "{index}: a load and a run record");
+        assert_eq!(recs[1]["ops"].as_u64(), Some(1500), "{index}");
+        assert_eq!(
+            recs[1]["op_counts"]["misses"].as_u64(),
+            Some(0),
+            "{index}: loaded keys not found"
+        );
+    }
+    // A value CANRT's items cannot hold is refused in CANRT's words.
+    let out = remora(&[
+        "bench",
+        "--fabric",
+        "sim",
+        "--index",
+        "canrt",
+        "--value-size",
+        "250",
+    ]);
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("CANRT values are at most 248 bytes"), "{e}");
+}
+
 #[test]
 fn bench_on_the_soft_fabric_reports_every_figure() {
     for index in ["smart", "sherman", "fg-plus", "canrt", "erda"] {

@@ -35,7 +35,8 @@
 //! (see `remora_core::canrt`): a copy of the meta word inside the node READ proves nothing,
 //! as the segments of one READ observe memory in any order.
 //!
-//! **DataItem**: `key: u64`, `value: [u8; value_cap]`, tail word (valid bit last-written,
+//! **DataItem**: `key` (8-byte trees: a little-endian `u64`; 16-byte trees: the key's 16 bytes
+//! as given, i.e. big-endian), `value: [u8; value_cap]`, tail word (valid bit last-written,
 //! opflag, length, ticket, CRC-32 over key, value, opflag, length and ticket). The paper's
 //! `valid` bit is bit 0 of the tail; it is the one field the checksum leaves out (the server
 //! clears it after applying), and it shares the tail word, always written whole, with the
@@ -52,6 +53,14 @@ pub const TREE_MAGIC: u64 = u64::from_le_bytes(*b"CANRT001");
 pub const MAX_SLOTS: usize = 32;
 /// Largest value capacity of a DataItem.
 pub const MAX_VALUE: usize = 248;
+/// Key widths a tree can have, chosen when it is formatted: 8-byte integer keys or 16-byte
+/// keys (the paper's: random strings). Keys are compared as big-endian unsigned integers
+/// (`u128` in memory), so key order is the order of their bytes.
+pub const KEY_LENS: [u32; 2] = [8, 16];
+/// Widest key.
+pub const MAX_KEY: usize = 16;
+/// Largest encoded DataItem: key, value, tail word.
+pub const MAX_ITEM: usize = MAX_KEY + MAX_VALUE + 8;
 /// Most segments (gaps + levels) a tree header describes.
 pub const MAX_SEGMENTS: usize = 16;
 /// Most data nodes a tree has (the immediate carries 20 bits of node id): with 32 slots a
@@ -165,12 +174,13 @@ impl ItemOp {
 
 const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 
-/// CRC-32 of an item: key, value bytes, opflag, length, ticket (not the valid bit, which
-/// the server clears after applying). It covers every word a reader uses, so a torn item
-/// (any mix of an old and a new item's words) fails it whatever order its words landed in.
-pub fn item_check(key: u64, value: &[u8], op: ItemOp, len: usize, ticket: u64) -> u64 {
+/// CRC-32 of an item: key (its stored bytes), value bytes, opflag, length, ticket (not the
+/// valid bit, which the server clears after applying). It covers every word a reader uses,
+/// so a torn item (any mix of an old and a new item's words) fails it whatever order its
+/// words landed in.
+pub fn item_check(key: &[u8], value: &[u8], op: ItemOp, len: usize, ticket: u64) -> u64 {
     let mut d = CRC32.digest();
-    d.update(&key.to_le_bytes());
+    d.update(key);
     d.update(value);
     d.update(&[op as u8, len as u8]);
     d.update(&(ticket & TICKET_MASK).to_le_bytes());
@@ -180,7 +190,8 @@ pub fn item_check(key: u64, value: &[u8], op: ItemOp, len: usize, ticket: u64) -
 /// A decoded DataItem, borrowing its value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Item<'a> {
-    pub key: u64,
+    /// The key as a big-endian integer (below 2^64 in an 8-byte tree).
+    pub key: u128,
     pub value: &'a [u8],
     pub op: ItemOp,
     pub ticket: u64,
@@ -188,11 +199,13 @@ pub struct Item<'a> {
     pub valid: bool,
 }
 
-/// Data-node shape: slots per node and value capacity per item.
+/// Data-node shape: slots per node, value capacity and key width per item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataGeometry {
     pub slots: u32,
     pub value_cap: u32,
+    /// Key bytes per item: one of [`KEY_LENS`].
+    pub key_len: u32,
 }
 
 /// Offset of the lock word in a data node.
@@ -217,10 +230,76 @@ impl DataGeometry {
                 value: value_cap as u64,
             });
         }
-        Ok(DataGeometry { slots, value_cap })
+        Ok(DataGeometry {
+            slots,
+            value_cap,
+            key_len: 8,
+        })
+    }
+    /// The same shape with `key_len`-byte keys (8 or 16).
+    pub const fn with_key_len(self, key_len: u32) -> Result<DataGeometry, LayoutError> {
+        if key_len != KEY_LENS[0] && key_len != KEY_LENS[1] {
+            return Err(LayoutError::OutOfRange {
+                field: "key_len",
+                value: key_len as u64,
+            });
+        }
+        Ok(DataGeometry { key_len, ..self })
+    }
+    /// Bits of a key.
+    pub const fn key_bits(&self) -> u32 {
+        8 * self.key_len
+    }
+    /// The greatest key of the tree's width.
+    pub const fn max_key(&self) -> u128 {
+        if self.key_len >= 16 {
+            u128::MAX
+        } else {
+            (1u128 << self.key_bits()) - 1
+        }
+    }
+    /// The key whose big-endian bytes are `bytes`, if it has the tree's width.
+    pub fn key_from_be(&self, bytes: &[u8]) -> Option<u128> {
+        if bytes.len() != self.key_len as usize {
+            return None;
+        }
+        Some(bytes.iter().fold(0u128, |k, &b| k << 8 | b as u128))
+    }
+    /// Writes `key`'s big-endian bytes (the tree's width) into `out`; returns them.
+    pub fn key_to_be<'o>(&self, key: u128, out: &'o mut [u8; MAX_KEY]) -> &'o [u8] {
+        *out = key.to_be_bytes();
+        &out[MAX_KEY - self.key_len as usize..]
+    }
+    /// A key as an item stores it (8-byte trees: little-endian `u64`, as before 16-byte keys
+    /// existed; 16-byte trees: big-endian, the key's own bytes). None if `key` is wider than
+    /// the tree's keys.
+    fn store_key(&self, key: u128, out: &mut [u8]) -> Option<()> {
+        if key > self.max_key() {
+            return None;
+        }
+        match self.key_len {
+            8 => out[..8].copy_from_slice(&(key as u64).to_le_bytes()),
+            _ => out[..16].copy_from_slice(&key.to_be_bytes()),
+        }
+        Some(())
+    }
+    /// The key an item's first `key_len` bytes store (see [`Self::store_key`]).
+    pub fn stored_key(&self, bytes: &[u8]) -> Result<u128, LayoutError> {
+        match self.key_len {
+            8 => Ok(read_u64(bytes, 0)? as u128),
+            _ => {
+                let b = bytes.get(..16).ok_or(LayoutError::Short {
+                    need: 16,
+                    got: bytes.len(),
+                })?;
+                let mut w = [0u8; 16];
+                w.copy_from_slice(b);
+                Ok(u128::from_be_bytes(w))
+            }
+        }
     }
     pub const fn item_size(&self) -> u64 {
-        16 + self.value_cap as u64
+        self.key_len as u64 + self.value_cap as u64 + 8
     }
     pub const fn slot_off(&self, slot: u32) -> u64 {
         ITEMS_OFF + slot as u64 * self.item_size()
@@ -244,7 +323,7 @@ impl DataGeometry {
     pub fn encode_item(
         &self,
         out: &mut [u8],
-        key: u64,
+        key: u128,
         value: &[u8],
         op: ItemOp,
         ticket: u64,
@@ -264,11 +343,16 @@ impl DataGeometry {
             });
         }
         let out = &mut out[..size];
-        out[..8].copy_from_slice(&key.to_le_bytes());
-        let vbytes = &mut out[8..size - 8];
+        let kl = self.key_len as usize;
+        self.store_key(key, out).ok_or(LayoutError::OutOfRange {
+            field: "key wider than the tree's keys",
+            value: (key >> 64) as u64,
+        })?;
+        let vbytes = &mut out[kl..size - 8];
         vbytes[..value.len()].copy_from_slice(value);
         vbytes[value.len()..].fill(0);
-        let check = item_check(key, &out[8..size - 8], op, value.len(), ticket);
+        let (kb, vb) = out[..size - 8].split_at(kl);
+        let check = item_check(kb, vb, op, value.len(), ticket);
         let tail = T_VALID.set(0, valid as u64);
         let tail = T_OP.set(tail, op as u64);
         let tail = T_LEN.set(tail, value.len() as u64);
@@ -287,7 +371,8 @@ impl DataGeometry {
                 got: bytes.len(),
             });
         }
-        let key = read_u64(bytes, 0)?;
+        let kl = self.key_len as usize;
+        let key = self.stored_key(bytes)?;
         let tail = read_u64(bytes, size - 8)?;
         let op = ItemOp::from_bits(T_OP.get(tail))?;
         let len = T_LEN.get(tail) as usize;
@@ -299,13 +384,13 @@ impl DataGeometry {
         }
         let ticket = T_TICKET.get(tail);
         let stored = T_CHECK.get(tail);
-        let computed = item_check(key, &bytes[8..size - 8], op, len, ticket);
+        let computed = item_check(&bytes[..kl], &bytes[kl..size - 8], op, len, ticket);
         if stored != computed {
             return Err(LayoutError::BadChecksum { stored, computed });
         }
         Ok(Item {
             key,
-            value: &bytes[8..8 + len],
+            value: &bytes[kl..kl + len],
             op,
             ticket,
             valid: T_VALID.get(tail) == 1,
@@ -325,7 +410,9 @@ pub const fn tail_valid(tail: u64) -> bool {
 
 // ---------------------------------------------------------------- segments
 
-/// Which key bits a tree reads, most significant first: constant gaps and levels.
+/// Which key bits a tree reads, most significant first: constant gaps and levels. Bit
+/// numbers count from the key's least significant bit (keys are big-endian integers of the
+/// tree's width: bits up to 63 or 127); a gap is at most 64 bits wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Segment {
     /// Bits `lo .. lo+width` that every key of the tree had equal to `value` when it was
@@ -353,11 +440,15 @@ impl Segment {
             Segment::Gap { width, .. } | Segment::Level { width, .. } => width as u32,
         }
     }
-    /// The segment's bits of `key`.
-    pub const fn bits(&self, key: u64) -> u64 {
+    /// The segment's bits of `key` (a segment is at most 64 bits wide).
+    pub const fn bits(&self, key: u128) -> u64 {
         let w = self.width();
         let v = key >> self.lo();
-        if w >= 64 { v } else { v & ((1u64 << w) - 1) }
+        if w >= 64 {
+            v as u64
+        } else {
+            (v & ((1u128 << w) - 1)) as u64
+        }
     }
     /// Two words: descriptor, gap value.
     pub const fn encode(&self) -> [u64; 2] {
@@ -379,7 +470,8 @@ impl Segment {
         let lo = S_LO.get(words[0]);
         let width = S_WIDTH.get(words[0]);
         if width == 0
-            || lo + width > 64
+            || width > 64
+            || lo + width > 8 * MAX_KEY as u64
             || words[0] & !(S_KIND.mask() | S_LO.mask() | S_WIDTH.mask() | S_FANOUT.mask()) != 0
         {
             return Err(LayoutError::OutOfRange {
@@ -639,7 +731,8 @@ pub struct TreeHeader {
     pub magic: u64,
     /// Bumped by every resize.
     pub epoch: u32,
-    pub flags: u32,
+    /// Key bytes (one of [`KEY_LENS`]), fixed when the tree is formatted.
+    pub key_len: u32,
     pub slots: u32,
     pub value_cap: u32,
     /// Prefix levels `k`.
@@ -676,7 +769,7 @@ const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_ECMA_182);
 const _: () = assert!(core::mem::size_of::<TreeHeader>() == TREE_HEADER_LEN);
 const _: () = assert!(offset_of!(TreeHeader, magic) == 0);
 const _: () = assert!(offset_of!(TreeHeader, epoch) == 8);
-const _: () = assert!(offset_of!(TreeHeader, flags) == 12);
+const _: () = assert!(offset_of!(TreeHeader, key_len) == 12);
 const _: () = assert!(offset_of!(TreeHeader, slots) == 16);
 const _: () = assert!(offset_of!(TreeHeader, value_cap) == 20);
 const _: () = assert!(offset_of!(TreeHeader, height) == 24);
@@ -701,6 +794,7 @@ impl TreeHeader {
         DataGeometry {
             slots: self.slots,
             value_cap: self.value_cap,
+            key_len: self.key_len,
         }
     }
     /// The prefix array's shape, from the level segments' fanouts.
@@ -735,7 +829,7 @@ impl TreeHeader {
         let mut put = |at: usize, b: &[u8]| out[at..at + b.len()].copy_from_slice(b);
         put(0, &self.magic.to_le_bytes());
         put(8, &self.epoch.to_le_bytes());
-        put(12, &self.flags.to_le_bytes());
+        put(12, &self.key_len.to_le_bytes());
         put(16, &self.slots.to_le_bytes());
         put(20, &self.value_cap.to_le_bytes());
         put(24, &self.height.to_le_bytes());
@@ -819,7 +913,7 @@ impl TreeHeader {
         let h = TreeHeader {
             magic,
             epoch: read_u32(bytes, 8)?,
-            flags: read_u32(bytes, 12)?,
+            key_len: read_u32(bytes, 12)?,
             slots: read_u32(bytes, 16)?,
             value_cap: read_u32(bytes, 20)?,
             height: read_u32(bytes, 24)?,
@@ -845,7 +939,7 @@ impl TreeHeader {
 
     /// Every cross-field rule of a header.
     pub fn validate(&self) -> Result<(), LayoutError> {
-        let data = DataGeometry::new(self.slots, self.value_cap)?;
+        let data = DataGeometry::new(self.slots, self.value_cap)?.with_key_len(self.key_len)?;
         if self.n_segments as usize > MAX_SEGMENTS || self.n_segments == 0 {
             return Err(LayoutError::OutOfRange {
                 field: "n_segments",
@@ -853,7 +947,8 @@ impl TreeHeader {
             });
         }
         let mut levels = 0;
-        let mut prev_lo = 64u32;
+        // Segments lie within the key: none reads past its width.
+        let mut prev_lo = data.key_bits();
         for i in 0..self.n_segments as usize {
             let s = Segment::decode(self.segments[i])?;
             if s.lo() + s.width() > prev_lo {
@@ -978,7 +1073,8 @@ impl Imm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum ControlKind {
-    /// Build the empty tree if none is published (`slots`, `value_cap` give its shape).
+    /// Build the empty tree if none is published (`slots`, `value_cap` and, in `ticket`, the
+    /// key width give its shape).
     Format = 1,
     /// The lock holder (`ticket`) of `node` releases without writing.
     Unlock = 2,
@@ -1040,9 +1136,13 @@ impl Control {
             epoch: 0,
             value_cap: g.value_cap as u16,
             node: 0,
-            ticket: 0,
+            ticket: g.key_len,
             arg: g.slots,
         }
+    }
+    /// The data-node geometry a Format message asks for.
+    pub fn format_geometry(&self) -> Result<DataGeometry, LayoutError> {
+        DataGeometry::new(self.arg, self.value_cap as u32)?.with_key_len(self.ticket)
     }
     pub fn kind(&self) -> Result<ControlKind, LayoutError> {
         match self.kind {
@@ -1228,6 +1328,54 @@ mod tests {
     }
 
     #[test]
+    fn sixteen_byte_keys_round_trip_whole_and_checked() {
+        let g = DataGeometry::new(8, 16).unwrap().with_key_len(16).unwrap();
+        assert_eq!(g.item_size(), 40);
+        let key = u128::from_be_bytes(*b"random-string-k!");
+        let mut b = [0u8; 40];
+        g.encode_item(&mut b, key, b"fifteen bytes..", ItemOp::Insert, 3, true)
+            .unwrap();
+        // Stored as the key's own bytes.
+        assert_eq!(&b[..16], b"random-string-k!");
+        let it = g.decode_item(&b).unwrap();
+        assert_eq!((it.key, it.value), (key, &b"fifteen bytes.."[..]));
+        assert_eq!(g.key_from_be(b"random-string-k!"), Some(key));
+        assert_eq!(g.key_from_be(b"short"), None);
+        let mut kb = [0u8; MAX_KEY];
+        assert_eq!(g.key_to_be(key, &mut kb), b"random-string-k!");
+        // A changed key byte fails the checksum (the check covers all 16).
+        b[15] ^= 1;
+        assert!(matches!(
+            g.decode_item(&b),
+            Err(LayoutError::BadChecksum { .. })
+        ));
+        // An 8-byte tree refuses keys past 2^64; widths other than 8 and 16 are refused.
+        let g8 = DataGeometry::new(8, 16).unwrap();
+        assert!(
+            g8.encode_item(&mut b, 1 << 64, b"", ItemOp::Insert, 0, true)
+                .is_err()
+        );
+        assert_eq!(g8.key_to_be(0x0102, &mut kb), &[0, 0, 0, 0, 0, 0, 1, 2]);
+        assert!(g8.with_key_len(12).is_err());
+        let f = Control::decode(&Control::format(g).encode()).unwrap();
+        assert_eq!(f.format_geometry(), Ok(g));
+        // Segments of a 16-byte tree reach bit 127; a gap is at most 64 bits wide.
+        let top = Segment::Level {
+            lo: 120,
+            width: 8,
+            fanout: 3,
+        };
+        assert_eq!(Segment::decode(top.encode()), Ok(top));
+        assert_eq!(top.bits(key), b'r' as u64);
+        let wide = Segment::Gap {
+            lo: 32,
+            width: 65,
+            value: 0,
+        };
+        assert!(Segment::decode(wide.encode()).is_err());
+    }
+
+    #[test]
     fn meta_imm_control_round_trip() {
         let m = Meta::new(0b1011, 0xABCD, true, 30_000);
         assert_eq!(
@@ -1307,7 +1455,7 @@ mod tests {
         let mut h = TreeHeader {
             magic: TREE_MAGIC,
             epoch: 1,
-            flags: 0,
+            key_len: 8,
             slots: 16,
             value_cap: 8,
             height: 1,
@@ -1344,6 +1492,30 @@ mod tests {
             )
         };
         assert!(refused(|b| b.n_segments = 1));
+        assert!(refused(|b| b.key_len = 12));
+        // An 8-byte tree's segments end at bit 64; a 16-byte tree's at bit 128.
+        assert!(refused(|b| {
+            b.segments[0] = Segment::Gap {
+                lo: 8,
+                width: 64,
+                value: 0,
+            }
+            .encode()
+        }));
+        assert!(!refused(|b| {
+            b.key_len = 16;
+            b.data_node_size = DataGeometry::new(16, 8)
+                .unwrap()
+                .with_key_len(16)
+                .unwrap()
+                .node_size();
+            b.segments[0] = Segment::Gap {
+                lo: 8,
+                width: 64,
+                value: 0,
+            }
+            .encode()
+        }));
         assert!(refused(|b| b.data_cap = 1));
         assert!(refused(|b| b.area_len = 100));
         // A header or prefix array changed after sealing fails its checksum.
@@ -1386,7 +1558,7 @@ mod tests {
             let mut h = TreeHeader {
                 magic: TREE_MAGIC,
                 epoch,
-                flags: 0,
+                key_len: 8,
                 slots: 16,
                 value_cap: 8,
                 height: 2,

@@ -238,7 +238,7 @@ fn header_validation_never_overflows() {
         let h = canrt::TreeHeader {
             magic: canrt::TREE_MAGIC,
             epoch: w() as u32,
-            flags: w() as u32,
+            key_len: w() as u32,
             slots: w() as u32,
             value_cap: w() as u32,
             height: w() as u32,

@@ -2,7 +2,7 @@
 //! 16 clients race on shared hot keys (upserts, updates, deletes, gets, scans) while the
 //! tree splits, READ and WRITE segments landing in shuffled order (and ascending, the old
 //! fabric), with and without delayed messages. `CANRT_LIN_SEEDS=n` runs seeds 1..=n of each
-//! variant (CI: 3).
+//! variant (CI: 3). One variant runs a tree of 16-byte keys (the paper's width).
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
 use remora_core::fabric::SegmentOrder;
 use remora_core::lincheck::driver::{LinSpec, lin_client};
@@ -14,9 +14,10 @@ const CLIENTS: u32 = 16;
 const OPS: u64 = 300;
 
 /// One history of 16 clients on one seed, checked.
-fn history(seed: u64, order: SegmentOrder, delays: bool, slots: u32) -> Report {
+fn history(seed: u64, order: SegmentOrder, delays: bool, slots: u32, key_len: u32) -> Report {
     let cfg = CanrtConfig {
         slots,
+        key_len,
         ..CanrtConfig::new(0)
     };
     let rec = Recorder::new(
@@ -63,6 +64,7 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, slots: u32) -> Report {
                 let spec = LinSpec {
                     cold: 32,
                     hot_percent: 60,
+                    key_len: key_len as usize,
                     ..LinSpec::new(client, OPS, seed, true)
                 };
                 let clock = || ctx.now_ns();
@@ -96,8 +98,12 @@ fn seeds() -> u64 {
 }
 
 fn run(name: &str, order: SegmentOrder, delays: bool, slots: u32) {
+    run_keyed(name, order, delays, slots, 8)
+}
+
+fn run_keyed(name: &str, order: SegmentOrder, delays: bool, slots: u32, key_len: u32) {
     for seed in 1..=seeds() {
-        let r = history(seed, order, delays, slots);
+        let r = history(seed, order, delays, slots, key_len);
         println!("{name}: {r}");
         assert!(r.is_ok(), "{name}: {r}");
         assert!(r.scans > 50, "{name}: {r}");
@@ -118,4 +124,15 @@ fn canrt_is_linearizable_with_shuffled_segments_and_delays() {
 #[test]
 fn canrt_is_linearizable_with_ascending_segments() {
     run("ascending", SegmentOrder::Ascending, true, 8);
+}
+
+#[test]
+fn canrt_is_linearizable_with_16_byte_keys() {
+    run_keyed(
+        "16-byte keys, shuffled+delays",
+        SegmentOrder::Shuffled,
+        true,
+        4,
+        16,
+    );
 }

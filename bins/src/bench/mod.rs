@@ -284,7 +284,30 @@ impl BenchArgs {
     /// Longest key the index takes: Erda's (and its baselines') buckets hold keys of up to 16 bytes inline, so
     /// its string keys are the same YCSB keys recoded to fit (`ycsb::key_of_within`).
     pub(crate) fn key_limit(&self) -> usize {
-        if self.index.is_erda() { 16 } else { 32 }
+        if self.index.is_erda() || self.sixteen_byte_keys() {
+            16
+        } else {
+            32
+        }
+    }
+
+    /// CANRT (formatted with 16-byte keys), WORT and WOART run `--keys string` on the CANRT
+    /// paper's keys: random strings of exactly 16 bytes (`ycsb::string_key16`).
+    pub(crate) fn sixteen_byte_keys(&self) -> bool {
+        self.keys == KeyType::String
+            && matches!(
+                self.index,
+                IndexKind::Canrt | IndexKind::Wort | IndexKind::Woart
+            )
+    }
+
+    /// Writes key number `n` of the run into `out`; returns its length.
+    pub(crate) fn key(&self, n: u64, out: &mut [u8; 32]) -> usize {
+        if self.sixteen_byte_keys() {
+            ycsb::string_key16(n, out)
+        } else {
+            ycsb::key_of_within(self.keys, n, out, self.key_limit())
+        }
     }
 }
 
@@ -327,7 +350,9 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
         }
         IndexKind::Canrt => Ok(IndexCfg::Canrt {
             cfg: CanrtConfig {
-                value_cap: a.value_size as u32,
+                // Capacities are multiples of 8: a 15-byte value (the paper's) takes 16.
+                value_cap: (a.value_size as u32).next_multiple_of(8),
+                key_len: if a.keys == KeyType::String { 16 } else { 8 },
                 turn_notices: !a.canrt_poll,
                 ..CanrtConfig::new(0)
             },
@@ -548,11 +573,18 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         IndexKind::Wort => "WORT",
         IndexKind::Woart => "WOART",
     };
+    if a.index == IndexKind::Canrt && a.value_size > remora::core::canrt::MAX_VALUE {
+        return Err(format!(
+            "{name} values are at most {} bytes: --value-size 1..={}",
+            remora::core::canrt::MAX_VALUE,
+            remora::core::canrt::MAX_VALUE
+        ));
+    }
     if matches!(
         a.index,
         IndexKind::Sherman | IndexKind::FgPlus | IndexKind::Canrt
     ) {
-        if a.keys == KeyType::String {
+        if a.keys == KeyType::String && a.index != IndexKind::Canrt {
             return Err(format!("{name} keys are 8-byte integers: use --keys int"));
         }
         if a.value_size > 256 {
@@ -561,17 +593,13 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
             ));
         }
     }
-    if matches!(a.index, IndexKind::Wort | IndexKind::Woart) {
-        if a.keys == KeyType::String {
-            return Err(format!(
-                "{name} keys are at most 16 bytes; --keys string makes longer ones: use --keys int"
-            ));
-        }
-        if a.value_size > remora::core::wort::VALUE_MAX {
-            return Err(format!(
-                "{name} values are at most 256 bytes: --value-size 1..=256"
-            ));
-        }
+    // (WORT and WOART take keys of up to 16 bytes: `--keys string` gives them 16.)
+    if matches!(a.index, IndexKind::Wort | IndexKind::Woart)
+        && a.value_size > remora::core::wort::VALUE_MAX
+    {
+        return Err(format!(
+            "{name} values are at most 256 bytes: --value-size 1..=256"
+        ));
     }
     let ps = a.sherman.page_size;
     if matches!(a.index, IndexKind::Sherman | IndexKind::FgPlus)

@@ -2,7 +2,7 @@
 //! counts, and the JSON record made from all workers' results.
 use super::BenchArgs;
 use super::index::{ShermanSummary, Stats};
-use super::ycsb::{Distribution, KeyChooser, OpKind, Rng, Workload, key_of_within};
+use super::ycsb::{Distribution, KeyChooser, OpKind, Rng, Workload};
 use crate::report::{Latency, PerOp};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -438,7 +438,7 @@ async fn coroutine<I: KvIndex>(
             };
             (op, n)
         };
-        let kl = key_of_within(a.keys, n, &mut key, a.key_limit());
+        let kl = a.key(n, &mut key);
         let k = &key[..kl];
         let t0 = ctx.now_ns();
         let mut c = OpCounts::default();

@@ -69,7 +69,8 @@ pub enum Distribution {
 pub enum KeyType {
     /// 8-byte integers (big-endian).
     Int,
-    /// "user" + decimal digits (variable length).
+    /// "user" + decimal digits (variable length); for CANRT, WORT and WOART random strings
+    /// of exactly 16 bytes (the CANRT paper's keys: `string_key16`).
     String,
     /// 8-byte integers in insertion order: key n is n (big-endian), so LOAD inserts
     /// sequential keys (the CANRT paper's sequential workloads).
@@ -154,6 +155,25 @@ pub fn key_of_within(kind: KeyType, n: u64, out: &mut [u8; 32], max: usize) -> u
         out[4 + i] = digits[d - 1 - i];
     }
     4 + d
+}
+
+/// String key number `n` of exactly 16 bytes, as the CANRT paper's random string keys: 16
+/// letters and digits, the last 11 the hash of `n` in base 62 (so distinct key numbers give
+/// distinct keys, as with `key_of`), the first 5 from a second hash (so no byte position is
+/// constant across keys).
+pub fn string_key16(n: u64, out: &mut [u8; 32]) -> usize {
+    const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut v = fnvhash64(n);
+    for i in (5..16).rev() {
+        out[i] = DIGITS[(v % 62) as usize];
+        v /= 62;
+    }
+    let mut w = fnvhash64(n ^ 0x5DEE_CE66_D1CE_4E5B);
+    for i in (0..5).rev() {
+        out[i] = DIGITS[(w % 62) as usize];
+        w /= 62;
+    }
+    16
 }
 
 /// xorshift64*: the driver's uniform source (one per coroutine).
@@ -324,6 +344,16 @@ mod tests {
             assert!(seen.insert(b[..l].to_vec()), "key {n} collides");
         }
         assert_eq!(key_of_within(KeyType::Int, 7, &mut b, 16), 8);
+        // The CANRT paper's keys: 16 letters and digits, one to one, no constant byte.
+        let mut seen = std::collections::HashSet::new();
+        let mut firsts = std::collections::HashSet::new();
+        for n in 0..20_000 {
+            assert_eq!(string_key16(n, &mut b), 16);
+            assert!(b[..16].iter().all(u8::is_ascii_alphanumeric));
+            assert!(seen.insert(b[..16].to_vec()), "key {n} collides");
+            firsts.insert(b[0]);
+        }
+        assert!(firsts.len() > 50, "first bytes: {firsts:?}");
         assert_eq!(Workload::A.mix().iter().sum::<u32>(), 100);
         // Sequential keys: key n is n, big-endian, so insertion order is key order.
         assert_eq!(key_of(KeyType::Seq, 258, &mut b), 8);

@@ -3,7 +3,10 @@
 //! array, the prefix nodes' characters and NodeIDs, and which keys go to which data node.
 //!
 //! Levels read the key bits that differ between keys, most significant first, at most 8 per
-//! level; runs of bits equal in every key become gaps. `k` is the smallest height that holds
+//! level; runs of bits equal in every key become gaps (of at most 64 bits). Keys are `u128`s
+//! of the tree's width (`key_len` bytes, big-endian). In a 16-byte tree, the paper's, levels
+//! and gaps fall on byte boundaries, so a prefix node's characters are key bytes, and every
+//! key byte equal in all keys (a shared string prefix) is a gap. `k` is the smallest height that holds
 //! every key with at most `target` keys per data node (so each data node starts at most half
 //! full, `target` being half its slots), and each level's width `m` is the most characters
 //! one of its nodes needs. Inner nodes have one character
@@ -27,19 +30,20 @@ pub struct Plan {
 /// Every segment the keys call for: gaps for runs of at least `min_gap` constant bits, levels
 /// of at most 8 bits for the rest (runs of differing bits and the shorter constant runs
 /// between them, which a level reads as one constant digit).
-fn all_segments(keys: &[u64], min_gap: u32) -> Vec<Segment> {
+fn all_segments(keys: &[u128], min_gap: u32, bits: u32) -> Vec<Segment> {
     let first = keys.first().copied().unwrap_or(0);
-    let exact = keys.iter().fold(0u64, |d, k| d | (k ^ first));
+    let exact = keys.iter().fold(0u128, |d, k| d | (k ^ first));
     if exact == 0 {
         return vec![Segment::Level {
-            lo: 56,
+            lo: (bits - 8) as u8,
             width: 8,
             fanout: 1,
         }];
     }
-    let diff = fill_short_gaps(exact, min_gap);
+    let exact = if bits > 64 { whole_bytes(exact) } else { exact };
+    let diff = fill_short_gaps(exact, min_gap, bits);
     let mut out = Vec::new();
-    let mut hi = 64u32; // exclusive top of the current run
+    let mut hi = bits; // exclusive top of the current run
     while hi > 0 {
         let varying = diff >> (hi - 1) & 1 == 1;
         let mut lo = hi - 1;
@@ -58,27 +62,42 @@ fn all_segments(keys: &[u64], min_gap: u32) -> Vec<Segment> {
                 top -= w;
             }
         } else {
-            let width = hi - lo;
-            let value = if width == 64 {
-                first
-            } else {
-                (first >> lo) & ((1u64 << width) - 1)
-            };
-            out.push(Segment::Gap {
-                lo: lo as u8,
-                width: width as u8,
-                value,
-            });
+            // A gap holds at most 64 bits: a longer constant run is several.
+            let mut top = hi;
+            while top > lo {
+                let width = (top - lo).min(64);
+                top -= width;
+                let (lo, width) = (top as u8, width as u8);
+                let value = Segment::Gap {
+                    lo,
+                    width,
+                    value: 0,
+                }
+                .bits(first);
+                out.push(Segment::Gap { lo, width, value });
+            }
         }
         hi = lo;
     }
     out
 }
 
+/// `diff` with every byte that has a differing bit made all differing: levels and gaps then
+/// fall on byte boundaries (a level's character is a key byte).
+fn whole_bytes(diff: u128) -> u128 {
+    let mut out = 0u128;
+    for i in 0..16 {
+        if diff >> (8 * i) & 0xFF != 0 {
+            out |= 0xFF << (8 * i);
+        }
+    }
+    out
+}
+
 /// `diff` with every run of zero bits shorter than `min_gap` set (read by a level, not a gap).
-fn fill_short_gaps(diff: u64, min_gap: u32) -> u64 {
+fn fill_short_gaps(diff: u128, min_gap: u32, bits: u32) -> u128 {
     let mut out = diff;
-    let mut hi = 64u32;
+    let mut hi = bits;
     while hi > 0 {
         let varying = diff >> (hi - 1) & 1 == 1;
         let mut lo = hi - 1;
@@ -87,10 +106,10 @@ fn fill_short_gaps(diff: u64, min_gap: u32) -> u64 {
         }
         if !varying && hi - lo < min_gap {
             let width = hi - lo;
-            let mask = if width == 64 {
-                u64::MAX
+            let mask = if width == 128 {
+                u128::MAX
             } else {
-                ((1u64 << width) - 1) << lo
+                ((1u128 << width) - 1) << lo
             };
             out |= mask;
         }
@@ -101,7 +120,7 @@ fn fill_short_gaps(diff: u64, min_gap: u32) -> u64 {
 
 /// Runs of equal digits of `seg` in `keys[lo..hi]` (sorted keys that agree on every higher
 /// level and gap, so equal digits are adjacent): `(digit, start, end)`.
-fn runs(keys: &[u64], seg: Segment, lo: usize, hi: usize) -> Vec<(u8, usize, usize)> {
+fn runs(keys: &[u128], seg: Segment, lo: usize, hi: usize) -> Vec<(u8, usize, usize)> {
     let mut out = Vec::new();
     let mut i = lo;
     while i < hi {
@@ -186,7 +205,7 @@ fn by_unit(runs: &[(u8, usize, usize)], units: &[u32]) -> Option<Vec<(u8, usize,
 /// Plans `k` levels over `levels` (the first `k` level segments): level by level, each
 /// level's width is the most characters any of its nodes needs.
 fn plan_levels(
-    keys: &[u64],
+    keys: &[u128],
     levels: &[Segment],
     leaves: Leaves<'_>,
 ) -> Result<Option<Levels>, LayoutError> {
@@ -263,23 +282,24 @@ fn plan_levels(
     }))
 }
 
-/// Plans a tree for `keys` (sorted, distinct) with at most `target` keys per data node,
-/// numbered in key order. `None` when no shape within the format's limits holds them.
-pub fn plan(keys: &[u64], target: usize) -> Result<Option<Plan>, LayoutError> {
-    plan_with(keys, Leaves::Pack(target.max(1)))
+/// Plans a tree of `key_len`-byte keys (8 or 16) for `keys` (sorted, distinct) with at most
+/// `target` keys per data node, numbered in key order. `None` when no shape within the
+/// format's limits holds them.
+pub fn plan(keys: &[u128], target: usize, key_len: u32) -> Result<Option<Plan>, LayoutError> {
+    plan_with(keys, Leaves::Pack(target.max(1)), key_len)
 }
 
 /// Plans a prefix array that keeps every key in the data node it is in: `units[i]` is the
 /// data node of `keys[i]` (sorted, distinct keys; each node's keys contiguous). The plan's
 /// `groups` are the key ranges of its NodeID entries, in key order. `None` when no shape
 /// within the format's limits separates the nodes.
-pub fn plan_units(keys: &[u64], units: &[u32]) -> Result<Option<Plan>, LayoutError> {
+pub fn plan_units(keys: &[u128], units: &[u32], key_len: u32) -> Result<Option<Plan>, LayoutError> {
     if keys.is_empty() || units.len() != keys.len() || !contiguous(units) {
         return Err(LayoutError::Inconsistent {
             what: "data nodes to keep are empty or not contiguous in key order",
         });
     }
-    plan_with(keys, Leaves::Units(units))
+    plan_with(keys, Leaves::Units(units), key_len)
 }
 
 /// Each value of `units` occupies one contiguous block.
@@ -291,17 +311,34 @@ fn contiguous(units: &[u32]) -> bool {
         .all(|(i, u)| (i > 0 && units[i - 1] == *u) || seen.insert(*u))
 }
 
-fn plan_with(keys: &[u64], leaves: Leaves<'_>) -> Result<Option<Plan>, LayoutError> {
-    if keys.windows(2).any(|w| w[0] >= w[1]) {
+fn plan_with(keys: &[u128], leaves: Leaves<'_>, key_len: u32) -> Result<Option<Plan>, LayoutError> {
+    if key_len != 8 && key_len != 16 {
+        return Err(LayoutError::OutOfRange {
+            field: "key_len",
+            value: key_len as u64,
+        });
+    }
+    let bits = 8 * key_len;
+    if keys.windows(2).any(|w| w[0] >= w[1])
+        || keys.last().is_some_and(|&k| k >> 1 >> (bits - 1) != 0)
+    {
         return Err(LayoutError::Inconsistent {
-            what: "keys to plan are not sorted and distinct",
+            what: "keys to plan are not sorted and distinct, or wider than the tree's",
         });
     }
     // Every constant run a gap first (fewest levels); when the keys' differing bits
     // alternate so much that the segments run out before the bits that separate dense keys,
-    // fewer and finally no gaps: eight 8-bit levels always fit the format's segments.
-    for min_gap in [1, 8, 65] {
-        if let Some(p) = plan_segments(keys, &all_segments(keys, min_gap), leaves)? {
+    // fewer and finally no gaps: eight 8-bit levels (sixteen for 16-byte keys) always fit
+    // the format's segments.
+    // (A 16-byte tree's runs are whole bytes: its steps are every gap, gaps of two bytes or
+    // more, none.)
+    let steps = if bits > 64 {
+        [8, 16, bits + 1]
+    } else {
+        [1, 8, bits + 1]
+    };
+    for min_gap in steps {
+        if let Some(p) = plan_segments(keys, &all_segments(keys, min_gap, bits), leaves)? {
             return Ok(Some(p));
         }
     }
@@ -309,7 +346,7 @@ fn plan_with(keys: &[u64], leaves: Leaves<'_>) -> Result<Option<Plan>, LayoutErr
 }
 
 fn plan_segments(
-    keys: &[u64],
+    keys: &[u128],
     segs: &[Segment],
     leaves: Leaves<'_>,
 ) -> Result<Option<Plan>, LayoutError> {

@@ -7,7 +7,7 @@ use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter};
 use core::cell::{Cell, RefCell};
 use remora_layouts::canrt::{
-    Control, ControlKind, DataGeometry, FRONT_OFF, ItemOp, MAX_VALUE, Meta, ROOT_SLOT, SKIP_DRAIN,
+    Control, ControlKind, DataGeometry, FRONT_OFF, ItemOp, MAX_KEY, Meta, ROOT_SLOT, SKIP_DRAIN,
     TREE_HEADER_LEN, TreeHeader,
 };
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
@@ -16,7 +16,7 @@ use std_alloc::rc::Rc;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
-pub(super) const MAX_ITEM: usize = 16 + MAX_VALUE;
+pub(super) use remora_layouts::canrt::MAX_ITEM;
 /// Data nodes a scan READs per doorbell.
 pub const SCAN_BATCH: usize = 4;
 
@@ -102,13 +102,6 @@ pub struct Canrt<'e, E: Endpoint> {
 
 /// The meta word READ alone just before and just after a data node (bytes 0..8 and 8..16).
 pub(super) type Bracket = [u8; 16];
-
-fn key_of(key: &[u8]) -> Result<u64, CanrtError> {
-    let b: [u8; 8] = key
-        .try_into()
-        .map_err(|_| CanrtError::BadKey { len: key.len() })?;
-    Ok(u64::from_be_bytes(b))
-}
 
 /// Reads the published tree: root slot, header, prefix array. The server may be rewriting
 /// an area a slow client still reads (a view two resizes old), and one READ's segments
@@ -241,6 +234,16 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             skip_requests: self.skip_requests.get(),
             turn_waits: self.turn_waits.get(),
         }
+    }
+
+    /// Key bytes of the tree (8 or 16), fixed when it was formatted.
+    pub fn key_len(&self) -> u32 {
+        self.view.borrow().header.key_len
+    }
+
+    /// The key `bytes` name, if they have the tree's key width.
+    fn key_of(&self, bytes: &[u8]) -> Result<u128, CanrtError> {
+        super::keys::key_of(&self.view.borrow().data(), bytes)
     }
 
     /// The cached tree.
@@ -486,7 +489,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
 
     /// Algorithm 2: one READ of the whole data node (bracketed by two 8-byte READs of its
     /// meta word in the same doorbell: still one round trip).
-    async fn lookup(&self, key: u64, out: &mut [u8]) -> Result<Option<usize>, CanrtError> {
+    async fn lookup(&self, key: u128, out: &mut [u8]) -> Result<Option<usize>, CanrtError> {
         let mut last = None;
         for _ in 0..self.cfg.read_retries {
             let v = self.view();
@@ -546,20 +549,21 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     /// by `read_retries`; a resume that adds a pair resets the bound.
     async fn range(
         &self,
-        from: u64,
+        from: u128,
         limit: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize, CanrtError> {
         let qp = self.qp()?;
-        let mut pairs: Vec<(u64, Vec<u8>)> = Vec::new();
+        let mut pairs: Vec<(u128, Vec<u8>)> = Vec::new();
+        let g = self.view().data();
         let mut at = from;
         let mut idle = 0u32;
         'again: loop {
             if let Some(&(last, _)) = pairs.last() {
-                match last.checked_add(1) {
-                    Some(next) => at = next,
-                    None => break 'again,
+                if last >= g.max_key() {
+                    break 'again;
                 }
+                at = last + 1;
             }
             let v = self.view();
             let size = v.header.data_node_size as usize;
@@ -643,8 +647,9 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             break 'again;
         }
         let n = pairs.len().min(limit);
+        let mut kb = [0u8; MAX_KEY];
         for (k, val) in &pairs[..n] {
-            visit(&k.to_be_bytes(), val);
+            visit(g.key_to_be(*k, &mut kb), val);
         }
         Ok(n)
     }
@@ -708,20 +713,20 @@ impl<E: Endpoint> KvIndex for Canrt<'_, E> {
     type Error = CanrtError;
 
     async fn upsert(&self, key: &[u8], value: &[u8]) -> Result<(), CanrtError> {
-        self.write(ItemOp::Insert, key_of(key)?, value).await?;
+        self.write(ItemOp::Insert, self.key_of(key)?, value).await?;
         Ok(())
     }
 
     async fn update(&self, key: &[u8], value: &[u8]) -> Result<bool, CanrtError> {
-        self.write(ItemOp::Update, key_of(key)?, value).await
+        self.write(ItemOp::Update, self.key_of(key)?, value).await
     }
 
     async fn get(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, CanrtError> {
-        self.lookup(key_of(key)?, out).await
+        self.lookup(self.key_of(key)?, out).await
     }
 
     async fn delete(&self, key: &[u8]) -> Result<bool, CanrtError> {
-        self.write(ItemOp::Delete, key_of(key)?, &[]).await
+        self.write(ItemOp::Delete, self.key_of(key)?, &[]).await
     }
 
     async fn scan(
@@ -730,6 +735,6 @@ impl<E: Endpoint> KvIndex for Canrt<'_, E> {
         limit: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize, CanrtError> {
-        self.range(key_of(from)?, limit, visit).await
+        self.range(self.key_of(from)?, limit, visit).await
     }
 }

@@ -84,6 +84,13 @@
 //!   width `m`, a character absent from an inner node sends the key to the nearest data node
 //!   in key order, and a last-level node's characters are range starts. The NodeID arrays
 //!   read left to right list the data nodes in key order: scans follow it.
+//! - **Keys.** A tree's key width is fixed when it is formatted ([`CanrtConfig::key_len`],
+//!   in the header, checked by every reader): 8-byte integer keys, or the paper's 16-byte
+//!   keys (random strings in its runs). Items carry the whole key; inside CANRT a key is a
+//!   `u128` of its big-endian bytes (`keys.rs`), so planner, lookups and scans work alike.
+//!   In a 16-byte tree every level reads one whole key byte, so a prefix node's characters
+//!   are the paper's characters, key bytes; key bytes equal in every key (a shared string
+//!   prefix) are gaps. A key of the wrong width is [`CanrtError::BadKey`], naming the tree's.
 //! - **Resizing** (`resize.rs`) follows the paper's shape: the tree is frozen (lookups go
 //!   on), in-flight appends drain, the full data node is split *in place* (its upper half
 //!   moves to a data node appended to the data array; every other data node stays where it
@@ -97,6 +104,7 @@
 //!   that took a ticket always hands it back (a data node of an older data array excepted).
 mod build;
 mod client;
+mod keys;
 mod resize;
 mod server;
 #[cfg(test)]
@@ -113,7 +121,8 @@ pub use view::{Found, NodeView, TreeView};
 use crate::fabric::FabricError;
 use crate::lease::LeaseConfig;
 use core::fmt;
-use remora_layouts::canrt::{DataGeometry, MAX_VALUE};
+use remora_layouts::canrt::DataGeometry;
+pub use remora_layouts::canrt::{KEY_LENS, MAX_VALUE};
 use remora_layouts::{GlobalAddr, LayoutError, NodeId};
 
 /// A client's settings.
@@ -124,8 +133,13 @@ pub struct CanrtConfig {
     /// DataItem slots per data node (used when this client formats the tree).
     pub slots: u32,
     /// Value bytes per DataItem (used when this client formats the tree): 8 to
-    /// [`MAX_VALUE`], a multiple of 8.
+    /// [`MAX_VALUE`], a multiple of 8. Values up to this many bytes fit (a 15-byte value, the
+    /// paper's, takes a capacity of 16).
     pub value_cap: u32,
+    /// Key bytes (used when this client formats the tree): 8 (integer keys) or 16 (the
+    /// paper's). A tree keeps the width it was formatted with; a client opening an existing
+    /// tree takes the tree's.
+    pub key_len: u32,
     /// Re-reads of a torn or inconsistent data node before giving up.
     pub read_retries: u32,
     /// Polls while waiting for the lock ticket to be served, on a fabric without a clock
@@ -159,6 +173,7 @@ impl CanrtConfig {
             node,
             slots: 32,
             value_cap: 8,
+            key_len: 8,
             read_retries: 10_000,
             lock_polls: 2_000_000,
             resize_polls: 2_000_000,
@@ -183,7 +198,14 @@ impl CanrtConfig {
         if v < 8 || v as usize > MAX_VALUE || !v.is_multiple_of(8) {
             return Err(CanrtError::ValueCap { value_cap: v });
         }
-        DataGeometry::new(self.slots, self.value_cap).map_err(CanrtError::Config)
+        if !KEY_LENS.contains(&self.key_len) {
+            return Err(CanrtError::KeyLen {
+                key_len: self.key_len,
+            });
+        }
+        DataGeometry::new(self.slots, self.value_cap)
+            .and_then(|g| g.with_key_len(self.key_len))
+            .map_err(CanrtError::Config)
     }
 }
 
@@ -197,9 +219,11 @@ impl Default for CanrtConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CanrtError {
     Fabric(FabricError),
-    /// CANRT keys are 8-byte integers (big-endian bytes).
+    /// A key that is not of the tree's width (`width` bytes: 8 for integer keys, big-endian,
+    /// or 16, fixed when the tree was formatted).
     BadKey {
         len: usize,
+        width: u32,
     },
     /// A value longer than the tree's value capacity.
     ValueTooLong {
@@ -209,6 +233,10 @@ pub enum CanrtError {
     /// A value capacity CANRT's items cannot have (8 to [`MAX_VALUE`], a multiple of 8).
     ValueCap {
         value_cap: u32,
+    },
+    /// A key width CANRT trees cannot have (8 or 16 bytes).
+    KeyLen {
+        key_len: u32,
     },
     /// `get`'s output buffer is smaller than the value (nothing was copied).
     BufferTooSmall {
@@ -257,15 +285,25 @@ impl fmt::Display for CanrtError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CanrtError::Fabric(e) => write!(f, "canrt: {e}"),
-            CanrtError::BadKey { len } => {
-                write!(f, "canrt: keys are 8-byte integers, got {len} bytes")
-            }
+            CanrtError::BadKey { len, width } => write!(
+                f,
+                "canrt: this tree's keys are {width} bytes{}, got a {len}-byte key",
+                if *width == 8 {
+                    " (big-endian integers)"
+                } else {
+                    ""
+                }
+            ),
             CanrtError::ValueTooLong { len, max } => {
                 write!(f, "canrt: value of {len} bytes exceeds the tree's {max}")
             }
             CanrtError::ValueCap { value_cap } => write!(
                 f,
                 "canrt: values are 8 to {MAX_VALUE} bytes in multiples of 8, not {value_cap}"
+            ),
+            CanrtError::KeyLen { key_len } => write!(
+                f,
+                "canrt: keys are 8 bytes (integers) or 16 bytes, not {key_len}"
             ),
             CanrtError::BufferTooSmall { need, got } => write!(
                 f,

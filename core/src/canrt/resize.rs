@@ -22,6 +22,7 @@
 //! copy fails, whatever order its words were read in; the server still zeroes the magic
 //! first and writes it last, so the area is never a valid header while half written.
 use super::build::{Plan, plan, plan_units};
+use super::keys::load_key;
 use super::server::{CanrtServer, ServerStats, bad_layout, invalid};
 use super::view::{NodeView, TreeView};
 use crate::fabric::FabricError;
@@ -36,7 +37,7 @@ use std_alloc::vec;
 use std_alloc::vec::Vec;
 
 /// Key-value pairs sorted by key.
-type Pairs = Vec<(u64, Vec<u8>)>;
+type Pairs = Vec<(u128, Vec<u8>)>;
 
 /// Data nodes of the first data array.
 const FIRST_CAPACITY: u64 = 16;
@@ -100,7 +101,7 @@ impl CanrtServer {
         region: &dyn LocalRegion,
         g: DataGeometry,
         off: u64,
-        pairs: &[(u64, Vec<u8>)],
+        pairs: &[(u128, Vec<u8>)],
         meta: Meta,
     ) -> Result<Meta, FabricError> {
         let mut node = core::mem::take(&mut self.scratch);
@@ -188,7 +189,7 @@ impl CanrtServer {
         TreeHeader {
             magic: TREE_MAGIC,
             epoch,
-            flags: 0,
+            key_len: g.key_len,
             slots: g.slots,
             value_cap: g.value_cap,
             height: 0,
@@ -220,7 +221,7 @@ impl CanrtServer {
             self.tree(region)?;
             return Ok(());
         }
-        let p = plan(&[], 1)
+        let p = plan(&[], 1, g.key_len)
             .map_err(bad_layout(region, 0))?
             .ok_or_else(|| invalid(region, 0, "no shape for the empty tree"))?;
         self.rebuild_into(region, g, 1, &p, &[])?;
@@ -236,7 +237,7 @@ impl CanrtServer {
         g: DataGeometry,
         epoch: u32,
         p: &Plan,
-        pairs: &[(u64, Vec<u8>)],
+        pairs: &[(u128, Vec<u8>)],
     ) -> Result<(), FabricError> {
         let n = p.groups.len() as u64;
         let cap = (2 * n).max(FIRST_CAPACITY);
@@ -356,7 +357,7 @@ impl CanrtServer {
             let mut b = None;
             for s in 0..g.slots {
                 if m.bitmap() & (1 << s) != 0 {
-                    let k = region.load_u64(off + g.slot_off(s))?;
+                    let k = load_key(region, &g, off + g.slot_off(s))?;
                     b = widen(b, k);
                 }
             }
@@ -372,7 +373,7 @@ impl CanrtServer {
         region: &dyn LocalRegion,
         h: &TreeHeader,
         id: u32,
-    ) -> Result<Vec<(u64, Vec<u8>)>, FabricError> {
+    ) -> Result<Pairs, FabricError> {
         let g = h.data();
         let off = h.data_node_off(id);
         let mut buf = vec![0u8; g.node_size() as usize];
@@ -438,7 +439,7 @@ impl CanrtServer {
         // is data-node order, so bounds are all a prefix array needs to separate nodes).
         let mut keys = Vec::new();
         let mut units = Vec::new();
-        let mut push = |b: Option<(u64, u64)>, id: u32| {
+        let mut push = |b: Option<(u128, u128)>, id: u32| {
             if let Some((lo, hi)) = b {
                 keys.push(lo);
                 units.push(id);
@@ -458,7 +459,7 @@ impl CanrtServer {
             // Bounds that touch (corrupt): let the rebuild sort it out.
             None
         } else {
-            plan_units(&keys, &units).map_err(bad_layout(region, h.area_off))?
+            plan_units(&keys, &units, h.key_len).map_err(bad_layout(region, h.area_off))?
         };
         let Some(p) = planned else {
             self.bounds.clear();
@@ -489,7 +490,7 @@ impl CanrtServer {
             let mut bm = m.bitmap();
             for s in 0..g.slots {
                 if bm & (1 << s) != 0 {
-                    let k = region.load_u64(off + g.slot_off(s))?;
+                    let k = load_key(region, &g, off + g.slot_off(s))?;
                     if high.binary_search_by_key(&k, |p| p.0).is_ok() {
                         bm &= !(1 << s);
                     }
@@ -517,9 +518,9 @@ impl CanrtServer {
         }
         pairs.sort_by_key(|p| p.0);
         pairs.dedup_by_key(|p| p.0);
-        let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
+        let keys: Vec<u128> = pairs.iter().map(|p| p.0).collect();
         let target = (h.slots as usize / 2).max(1);
-        let p = plan(&keys, target)
+        let p = plan(&keys, target, h.key_len)
             .map_err(bad_layout(region, h.area_off))?
             .ok_or_else(|| invalid(region, h.area_off, "no tree shape holds the keys"))?;
         self.rebuild_into(region, h.data(), h.epoch.wrapping_add(1), &p, &pairs)
@@ -527,12 +528,12 @@ impl CanrtServer {
 }
 
 /// Smallest and largest key of sorted pairs.
-fn bounds_of(pairs: &[(u64, Vec<u8>)]) -> Option<(u64, u64)> {
+fn bounds_of(pairs: &[(u128, Vec<u8>)]) -> Option<(u128, u128)> {
     Some((pairs.first()?.0, pairs.last()?.0))
 }
 
 /// `b` widened to hold `k`.
-pub(super) fn widen(b: Option<(u64, u64)>, k: u64) -> Option<(u64, u64)> {
+pub(super) fn widen(b: Option<(u128, u128)>, k: u128) -> Option<(u128, u128)> {
     Some(match b {
         Some((lo, hi)) => (lo.min(k), hi.max(k)),
         None => (k, k),

@@ -9,6 +9,7 @@
 //! 4. releases the lock: `served + 1` in the meta word.
 //!
 //! Resizing is in `resize.rs`.
+use super::keys::load_key;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use core::sync::atomic::Ordering;
@@ -111,7 +112,7 @@ pub struct CanrtServer {
     pub(super) shadow: Option<(u64, u64)>,
     /// Smallest and largest key each data node has held since it was last split or built
     /// (wider than its live keys after deletes; never overlapping another node's).
-    pub(super) bounds: Vec<Option<(u64, u64)>>,
+    pub(super) bounds: Vec<Option<(u128, u128)>>,
     pub(super) heap: (u64, u64),
     pub(super) stats: Arc<ServerStats>,
     pub(super) scratch: Vec<u8>,
@@ -233,14 +234,15 @@ impl CanrtServer {
         g: DataGeometry,
         off: u64,
         slot: u32,
-        key: u64,
+        key: u128,
         op: ItemOp,
         front: Meta,
     ) -> Result<Meta, FabricError> {
         region.persist(off + g.slot_off(slot), g.item_size() as usize);
         let mut bm = front.bitmap();
         for s in 0..g.slots {
-            if s != slot && bm & (1 << s) != 0 && region.load_u64(off + g.slot_off(s))? == key {
+            if s != slot && bm & (1 << s) != 0 && load_key(region, &g, off + g.slot_off(s))? == key
+            {
                 bm &= !(1 << s);
             }
         }
@@ -285,7 +287,7 @@ impl CanrtServer {
         }
         let front = self.front(region, &h, off)?;
         let isz = g.item_size() as usize;
-        let mut item = [0u8; 16 + remora_layouts::canrt::MAX_VALUE];
+        let mut item = [0u8; remora_layouts::canrt::MAX_ITEM];
         region.read(off + g.slot_off(imm.slot), &mut item[..isz])?;
         let decoded = g
             .decode_item(&item[..isz])
@@ -416,7 +418,7 @@ impl CanrtServer {
         }
         let g = h.data();
         let isz = g.item_size() as usize;
-        let mut item = [0u8; 16 + remora_layouts::canrt::MAX_VALUE];
+        let mut item = [0u8; remora_layouts::canrt::MAX_ITEM];
         let mut m = front;
         for s in 0..g.slots {
             if front.bitmap() & (1 << s) != 0 {
@@ -606,7 +608,7 @@ impl CanrtServer {
         let view = self.view_of(region, &h)?;
         let g = h.data();
         let isz = g.item_size() as usize;
-        let mut item = [0u8; 16 + remora_layouts::canrt::MAX_VALUE];
+        let mut item = [0u8; remora_layouts::canrt::MAX_ITEM];
         for id in 0..h.n_data {
             let off = h.data_node_off(id);
             r.nodes += 1;
@@ -653,7 +655,7 @@ impl CanrtServer {
             let mut bm = m.bitmap();
             for s in 0..g.slots {
                 if bm & (1 << s) != 0 {
-                    let k = region.load_u64(off + g.slot_off(s))?;
+                    let k = load_key(region, &g, off + g.slot_off(s))?;
                     if view.rank(id).is_none() || view.locate(k).ok() != Some(id) {
                         bm &= !(1 << s);
                         r.trimmed += 1;
@@ -697,7 +699,7 @@ impl Handler for CanrtServer {
             },
             RecvKind::Send => match Control::decode(msg) {
                 Ok(c) => match c.kind() {
-                    Ok(ControlKind::Format) => match DataGeometry::new(c.arg, c.value_cap as u32) {
+                    Ok(ControlKind::Format) => match c.format_geometry() {
                         Ok(g) => self.format(region, g),
                         Err(_) => Err(invalid(region, 0, "format with a bad geometry")),
                     },

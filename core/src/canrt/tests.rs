@@ -322,6 +322,14 @@ fn cfg(slots: u32) -> CanrtConfig {
 
 /// Every live pair of the published tree, read directly from an image (no holders).
 fn dump(region: &dyn LocalRegion) -> BTreeMap<u64, u64> {
+    dump_keys(region)
+        .into_iter()
+        .map(|(k, v)| (k as u64, u64::from_le_bytes(v.try_into().unwrap())))
+        .collect()
+}
+
+/// [`dump`] for any key width and value: key (big-endian integer) to value bytes.
+fn dump_keys(region: &dyn LocalRegion) -> BTreeMap<u128, Vec<u8>> {
     let mut out = BTreeMap::new();
     let root = region.load_u64(root_offset(ROOT_SLOT)).unwrap();
     if root == 0 {
@@ -351,11 +359,7 @@ fn dump(region: &dyn LocalRegion) -> BTreeMap<u64, u64> {
                 id,
                 "key {k:#x} in a node it is not routed to"
             );
-            assert!(
-                out.insert(k, u64::from_le_bytes(v.try_into().unwrap()))
-                    .is_none(),
-                "key {k:#x} live twice"
-            );
+            assert!(out.insert(k, v.to_vec()).is_none(), "key {k:#x} live twice");
         })
         .unwrap();
     }
@@ -413,6 +417,22 @@ fn oracle_states(acts: &[Act]) -> Vec<BTreeMap<u64, u64>> {
 }
 
 async fn run_act<I: KvIndex>(t: &I, a: Act, model: &mut BTreeMap<u64, u64>) {
+    run_act_keyed(t, a, model, 8).await
+}
+
+/// Key `k` of a `key_len`-byte tree: its big-endian bytes, behind 8 constant bytes in a
+/// 16-byte tree (so the key's low 64 bits are `k`, as [`dump`] reads them).
+fn key_in(k: u64, key_len: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    if key_len == 16 {
+        out.extend_from_slice(b"canrt-k:");
+    }
+    out.extend_from_slice(&be(k));
+    out
+}
+
+async fn run_act_keyed<I: KvIndex>(t: &I, a: Act, model: &mut BTreeMap<u64, u64>, key_len: u32) {
+    let be = |k| key_in(k, key_len);
     match a {
         Act::Upsert(k, v) => {
             t.upsert(&be(k), &v.to_le_bytes()).await.unwrap();
@@ -474,7 +494,7 @@ fn single_client_matches_a_btreemap_through_resizes() {
         // Bad input is refused with errors.
         assert!(matches!(
             t.get(b"short", &mut out).await,
-            Err(CanrtError::BadKey { len: 5 })
+            Err(CanrtError::BadKey { len: 5, width: 8 })
         ));
         assert!(matches!(
             t.upsert(&be(1), &[0; 9]).await,
@@ -555,7 +575,7 @@ fn a_holders_item_stays_invisible_until_the_applier_runs() {
         let at = g.slot_off(slot) as usize;
         g.encode_item(
             &mut node[at..at + 24],
-            k,
+            k.into(),
             &v.to_le_bytes(),
             op,
             ticket,
@@ -621,11 +641,16 @@ fn every_crash_image_recovers_without_losing_an_acknowledged_write() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(2u64);
     for seed in 0..n {
-        crash_history(11 + seed, 40 + seed % 5 * 10);
+        crash_history(11 + seed, 40 + seed % 5 * 10, 8);
     }
 }
 
-fn crash_history(seed: u64, range: u64) {
+fn crash_history(seed: u64, range: u64, key_len: u32) {
+    let be = move |k| key_in(k, key_len);
+    let cfg = move |slots| CanrtConfig {
+        key_len,
+        ..cfg(slots)
+    };
     let acts = script(140, seed, range);
     let states = Rc::new(oracle_states(&acts));
     let acked = Rc::new(Cell::new(0usize));
@@ -696,7 +721,7 @@ fn crash_history(seed: u64, range: u64) {
         formatted.set(true);
         let mut model = BTreeMap::new();
         for (i, a) in acts.iter().enumerate() {
-            run_act(&t, *a, &mut model).await;
+            run_act_keyed(&t, *a, &mut model, key_len).await;
             acked.set(i + 1);
         }
         assert_eq!(model, states[acts.len()]);
@@ -730,16 +755,23 @@ fn crash_history(seed: u64, range: u64) {
 }
 
 fn view_of(p: &Plan, slots: u32) -> TreeView {
+    view_keyed(p, slots, 8)
+}
+
+/// A client's view of plan `p` for a tree of `key_len`-byte keys.
+fn view_keyed(p: &Plan, slots: u32, key_len: u32) -> TreeView {
     let mut segments = [[0u64; 2]; remora_layouts::canrt::MAX_SEGMENTS];
     for (i, s) in p.segments.iter().enumerate() {
         segments[i] = s.encode();
     }
-    let g = remora_layouts::canrt::DataGeometry::new(slots, 8).unwrap();
+    let g = remora_layouts::canrt::DataGeometry::new(slots, 8)
+        .and_then(|g| g.with_key_len(key_len))
+        .unwrap();
     let n = p.groups.len() as u64;
     let mut h = TreeHeader {
         magic: remora_layouts::canrt::TREE_MAGIC,
         epoch: 1,
-        flags: 0,
+        key_len,
         slots,
         value_cap: 8,
         height: p.geometry.height,
@@ -776,7 +808,8 @@ proptest! {
         let mut keys: Vec<u64> = raw.iter().map(|k| k & mask).collect();
         keys.sort_unstable();
         keys.dedup();
-        let p = plan(&keys, 4).unwrap().expect("a plan");
+        let keys: Vec<u128> = keys.iter().map(|&k| k.into()).collect();
+        let p = plan(&keys, 4, 8).unwrap().expect("a plan");
         let v = view_of(&p, 8);
         for (id, &(a, b)) in p.groups.iter().enumerate() {
             prop_assert!(b - a <= 4);
@@ -784,7 +817,7 @@ proptest! {
                 prop_assert_eq!(v.locate(*k).unwrap(), id as u32);
             }
         }
-        let mut all: Vec<u64> = probes.iter().map(|k| k & mask).chain(probes.iter().copied()).chain(keys.iter().copied()).collect();
+        let mut all: Vec<u128> = probes.iter().map(|k| (k & mask).into()).chain(probes.iter().map(|&k| k.into())).chain(keys.iter().copied()).collect();
         all.sort_unstable();
         let ids: Vec<u32> = all.iter().map(|k| v.locate(*k).unwrap()).collect();
         prop_assert!(ids.windows(2).all(|w| w[0] <= w[1]), "not monotone");
@@ -796,8 +829,8 @@ proptest! {
 /// routes keys to them, the last ones past 2^17 included.
 #[test]
 fn a_tree_takes_more_than_two_to_the_17_data_nodes() {
-    let keys: Vec<u64> = (0..600_000u64).map(|i| i * 3 + 7).collect();
-    let p = plan(&keys, 2)
+    let keys: Vec<u128> = (0..600_000u128).map(|i| i * 3 + 7).collect();
+    let p = plan(&keys, 2, 8)
         .unwrap()
         .expect("a plan past 2^17 data nodes");
     assert!(p.groups.len() > 1 << 17, "{} data nodes", p.groups.len());
@@ -1120,9 +1153,10 @@ fn errors_speak_canrts_words() {
         let e = t.upsert(b"key", b"v").await.unwrap_err();
         assert_eq!(
             e.to_string(),
-            "canrt: keys are 8-byte integers, got 3 bytes"
+            "canrt: this tree's keys are 8 bytes (big-endian integers), got a 3-byte key"
         );
     });
 }
 
 mod issue13;
+mod keys16;

@@ -118,7 +118,7 @@ impl TreeView {
     /// The data node of `key` (paper §3.2). A character absent from an inner node sends the
     /// key to the least or greatest data node under its neighbours, so key order is data-node
     /// order; on the last level a node's characters are range starts.
-    pub fn locate(&self, key: u64) -> Result<u32, LayoutError> {
+    pub fn locate(&self, key: u128) -> Result<u32, LayoutError> {
         let g = &self.geometry;
         let mut id = 0u64;
         let mut level = 1u32;
@@ -267,7 +267,7 @@ impl<'a> NodeView<'a> {
 
     /// What the applied items say about `key` (a live item that fails its checksum is an
     /// error: torn, so re-read).
-    pub fn find_applied(&self, key: u64) -> Result<Found<'a>, LayoutError> {
+    pub fn find_applied(&self, key: u128) -> Result<Found<'a>, LayoutError> {
         for s in self.live_slots() {
             let it = self.item(s)?;
             if it.key == key {
@@ -281,12 +281,12 @@ impl<'a> NodeView<'a> {
     /// yet persisted by the server (its NIC write may not be durable), so a reader that
     /// returned it could see it vanish in a memory-node crash; its writer returns only once
     /// the server has applied it (persisted, then made live by the bitmap).
-    pub fn find(&self, key: u64) -> Result<Found<'a>, LayoutError> {
+    pub fn find(&self, key: u128) -> Result<Found<'a>, LayoutError> {
         self.find_applied(key)
     }
 
     /// Every live (applied) pair, in slot order; `visit` gets key and value.
-    pub fn for_each_live(&self, mut visit: impl FnMut(u64, &'a [u8])) -> Result<(), LayoutError> {
+    pub fn for_each_live(&self, mut visit: impl FnMut(u128, &'a [u8])) -> Result<(), LayoutError> {
         for s in self.live_slots() {
             let it = self.item(s)?;
             visit(it.key, it.value);

@@ -42,7 +42,7 @@ impl<E: Endpoint> Canrt<'_, E> {
     pub(super) async fn write(
         &self,
         op: ItemOp,
-        key: u64,
+        key: u128,
         value: &[u8],
     ) -> Result<bool, CanrtError> {
         let max = self.view().header.value_cap as usize;
@@ -62,7 +62,7 @@ impl<E: Endpoint> Canrt<'_, E> {
         Err(CanrtError::Retries { what: "write" })
     }
 
-    async fn write_once(&self, op: ItemOp, key: u64, value: &[u8]) -> Result<Wrote, CanrtError> {
+    async fn write_once(&self, op: ItemOp, key: u128, value: &[u8]) -> Result<Wrote, CanrtError> {
         let qp = self.qp()?;
         let v = self.view();
         let g = v.data();
@@ -284,7 +284,7 @@ impl<E: Endpoint> Canrt<'_, E> {
         addr: GlobalAddr,
         nv: &NodeView<'_>,
         op: ItemOp,
-        key: u64,
+        key: u128,
         value: &[u8],
         t: u64,
     ) -> Result<Wrote, CanrtError> {
@@ -317,7 +317,7 @@ impl<E: Endpoint> Canrt<'_, E> {
         front: Meta,
         present: bool,
         op: ItemOp,
-        key: u64,
+        key: u128,
         value: &[u8],
         t: u64,
     ) -> Result<Wrote, CanrtError> {

@@ -51,6 +51,32 @@ pub struct LinSpec {
     pub value_size: usize,
     /// Include range scans (off for hash indexes).
     pub scans: bool,
+    /// Key bytes the index takes: 8 (the key's big-endian bytes) or 16 (those, then 8 more
+    /// bytes derived from the key: [`wide_key`]; key order is unchanged).
+    pub key_len: usize,
+}
+
+/// The 16-byte form of key `k`: its big-endian bytes, then those of a mix of it (so no byte
+/// of the 16 is constant across keys, and key order is the first 8 bytes' order).
+pub fn wide_key(k: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&k.to_be_bytes());
+    out[8..].copy_from_slice(&(k.rotate_left(29) ^ 0xA5C3_5A3C_96E1_7B0D).to_be_bytes());
+    out
+}
+
+/// The key a scan returned: `key_len` bytes of [`wide_key`] form (u64::MAX for anything else,
+/// which no operation writes).
+fn decode_key(k: &[u8], key_len: usize) -> u64 {
+    let Some(head) = k.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) else {
+        return u64::MAX;
+    };
+    let key = u64::from_be_bytes(head);
+    match key_len {
+        8 if k.len() == 8 => key,
+        16 if k == wide_key(key) => key,
+        _ => u64::MAX,
+    }
 }
 
 impl LinSpec {
@@ -65,6 +91,7 @@ impl LinSpec {
             hot_percent: 50,
             value_size: 8,
             scans,
+            key_len: 8,
         }
     }
 }
@@ -122,6 +149,7 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
         || !(8..=256).contains(&s.value_size)
         || (s.hot == 0 && s.cold == 0)
         || s.hot_percent > 100
+        || (s.key_len != 8 && s.key_len != 16)
     {
         return Err(LinClientError::BadSpec(s));
     }
@@ -137,7 +165,12 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
         } else {
             ((s.client as u64) << 40) | ((r >> 8) % s.cold)
         };
-        let kb = key.to_be_bytes();
+        let wide = wide_key(key);
+        let kb = if s.key_len == 16 {
+            &wide[..]
+        } else {
+            &wide[..8]
+        };
         let t = tag(s.client, seq as u32);
         value[..8].copy_from_slice(&t.to_le_bytes());
         let v = &value[..s.value_size];
@@ -159,20 +192,23 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
             .invoke(s.client, op, clock.now_ns())
             .ok_or(LinClientError::RecorderFull)?;
         let res = match op {
-            Op::Upsert { .. } => index.upsert(&kb, v).await.map(|()| Outcome::Done),
-            Op::Update { .. } => index.update(&kb, v).await.map(Outcome::Present),
-            Op::Delete { .. } => index.delete(&kb).await.map(Outcome::Present),
+            Op::Upsert { .. } => index.upsert(kb, v).await.map(|()| Outcome::Done),
+            Op::Update { .. } => index.update(kb, v).await.map(Outcome::Present),
+            Op::Delete { .. } => index.delete(kb).await.map(Outcome::Present),
             Op::Get { .. } => index
-                .get(&kb, &mut out)
+                .get(kb, &mut out)
                 .await
                 .map(|g| Outcome::Value(g.map(|n| decode_value(&out[..n.min(out.len())])))),
             Op::Scan { from, limit } => {
                 buf.clear();
+                // The least key of that order at or after `from`.
+                let mut fb = [0u8; 16];
+                fb[..8].copy_from_slice(&from.to_be_bytes());
                 let r = index
-                    .scan(&from.to_be_bytes(), limit as usize, &mut |k, val| {
+                    .scan(&fb[..s.key_len], limit as usize, &mut |k, val| {
                         // One past the longest limit, so an over-long result shows.
                         if buf.len() <= MAX_SCAN {
-                            let k = k.try_into().map(u64::from_be_bytes).unwrap_or(u64::MAX);
+                            let k = decode_key(k, s.key_len);
                             buf.push((k, decode_value(val)));
                         }
                     })

@@ -35,14 +35,14 @@ fn forge_item(
     ticket: u64,
 ) -> (u32, u32) {
     let g = v.data();
-    let id = v.locate(key).unwrap();
+    let id = v.locate(key.into()).unwrap();
     let off = v.header.data_node_off(id);
     let free = !meta_of(region, v, id).bitmap() & g.full_bitmap();
     let slot = free.trailing_zeros();
     let mut item = vec![0u8; g.item_size() as usize];
     g.encode_item(
         &mut item,
-        key,
+        key.into(),
         &val.to_le_bytes(),
         ItemOpT::Insert,
         ticket,
@@ -222,7 +222,10 @@ fn alternating_bits_next_to_dense_keys_still_plan() {
     keys.push(0xAAAA_AAAA_AAAA_AA80);
     keys.push(0x8AAA_AAAA_AAAA_AA80);
     keys.sort_unstable();
-    let p = plan(&keys, 4).unwrap().expect("a shape holds any key set");
+    let wide: Vec<u128> = keys.iter().map(|&k| k.into()).collect();
+    let p = plan(&wide, 4, 8)
+        .unwrap()
+        .expect("a shape holds any key set");
     assert!(p.groups.iter().all(|&(a, b)| b - a <= 4));
     assert_eq!(
         p.groups.iter().map(|&(a, b)| b - a).sum::<usize>(),
@@ -231,7 +234,7 @@ fn alternating_bits_next_to_dense_keys_still_plan() {
     let v = view_of(&p, 8);
     for (i, &(a, b)) in p.groups.iter().enumerate() {
         for &k in &keys[a..b] {
-            assert_eq!(v.locate(k).unwrap(), i as u32, "key {k:#x}");
+            assert_eq!(v.locate(k.into()).unwrap(), i as u32, "key {k:#x}");
         }
     }
     // End to end: the resizes that plan them succeed.
