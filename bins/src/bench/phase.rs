@@ -11,7 +11,7 @@ use remora::core::index::KvIndex;
 use remora::core::smart::SmartStats;
 use remora::poller::clock::Clock;
 use remora::poller::executor::join_all;
-use remora::poller::sim::{ClientCtx, NvmStats};
+use remora::poller::sim::{ClientCtx, LlcStats, NvmStats};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -136,6 +136,11 @@ pub struct BenchRecord {
     /// update-only/A/B give updates; null in a phase with two write types, or off the sim's
     /// persistent nodes.
     pub nvm_store_bytes_by_op: Option<NvmByOp>,
+    /// What the memory nodes' handlers did per operation in the sim's server CPU model
+    /// (messages served, distinct cache lines touched, last-level cache misses); null off the
+    /// sim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu: Option<ServerCpuPerOp>,
     pub smart: SmartSummary,
     pub sherman: ShermanSummary,
     /// CANRT's figures (`--index canrt` only).
@@ -179,6 +184,27 @@ impl NvmPerOp {
     }
 }
 
+/// The memory nodes' handler work per operation (see [`BenchRecord::server_cpu`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ServerCpuPerOp {
+    pub messages: f64,
+    pub lines: f64,
+    pub llc_misses: f64,
+}
+
+impl ServerCpuPerOp {
+    /// From the counts at a phase's start and end.
+    pub fn new(first: Option<LlcStats>, last: Option<LlcStats>, ops: u64) -> Option<Self> {
+        let d = first.zip(last).map(|(a, b)| b.since(&a))?;
+        let n = ops.max(1) as f64;
+        Some(ServerCpuPerOp {
+            messages: d.invocations as f64 / n,
+            lines: d.lines as f64 / n,
+            llc_misses: d.misses as f64 / n,
+        })
+    }
+}
+
 /// Stored NVM bytes per operation type (see [`BenchRecord::nvm_store_bytes_by_op`]).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct NvmByOp {
@@ -210,6 +236,8 @@ pub struct PhaseOut {
     busy_ns: Option<(u64, u64)>,
     /// The memory nodes' NVM write counts at start and end (sim with persistent nodes).
     nvm: Option<(NvmStats, NvmStats)>,
+    /// The memory nodes' cache counts at start and end (sim only).
+    llc: Option<(LlcStats, LlcStats)>,
     smart: SmartSummary,
     sherman: ShermanSummary,
     canrt: remora::core::canrt::ClientStats,
@@ -335,6 +363,13 @@ impl Ctx<'_> {
             Time::Wall(_) => None,
             Time::Virtual(c) if c.persistent() => Some(c.nvm_total()),
             Time::Virtual(_) => None,
+        }
+    }
+    /// The memory nodes' handlers' cache counts so far (sim only).
+    pub fn server_llc(&self) -> Option<LlcStats> {
+        match &self.time {
+            Time::Wall(_) => None,
+            Time::Virtual(c) => Some(c.server_llc_total()),
         }
     }
     /// The memory nodes' handler-thread busy time so far (sim only: virtual CPU time).
@@ -470,6 +505,7 @@ pub async fn phase<I: KvIndex>(
     let start_ns = ctx.now_ns();
     let busy0 = ctx.server_busy_ns();
     let nvm0 = ctx.nvm();
+    let llc0 = ctx.server_llc();
     let phase_salt = (ph.workload as u64 * 0x1000_0000) ^ ph.salt;
     let coros: Vec<_> = (0..ctx.a.coroutines)
         .map(|c| {
@@ -481,6 +517,7 @@ pub async fn phase<I: KvIndex>(
     let end_ns = ctx.now_ns();
     let busy_ns = busy0.zip(ctx.server_busy_ns());
     let nvm = nvm0.zip(ctx.nvm());
+    let llc = llc0.zip(ctx.server_llc());
     for r in results {
         r?;
     }
@@ -494,6 +531,7 @@ pub async fn phase<I: KvIndex>(
         end_ns,
         busy_ns,
         nvm,
+        llc,
         smart: SmartSummary::from_delta(&st0.smart, &st1.smart),
         sherman: ShermanSummary {
             lock_handovers: sh(|s| s.lock_handovers),
@@ -582,6 +620,15 @@ pub fn record(
     let server_ns_per_op = first
         .zip(last)
         .map(|((b0, _), (_, b1))| b1.saturating_sub(b0) as f64 / ops.max(1) as f64);
+    let server_cpu = ServerCpuPerOp::new(
+        outs.iter()
+            .min_by_key(|o| o.start_ns)
+            .and_then(|o| o.llc.map(|l| l.0)),
+        outs.iter()
+            .max_by_key(|o| o.end_ns)
+            .and_then(|o| o.llc.map(|l| l.1)),
+        ops,
+    );
     let nvm_first = outs.iter().min_by_key(|o| o.start_ns).and_then(|o| o.nvm);
     let nvm_last = outs.iter().max_by_key(|o| o.end_ns).and_then(|o| o.nvm);
     let nvm_per_op = nvm_first
@@ -635,6 +682,7 @@ pub fn record(
         nvm_bytes_per_op: nvm_per_op.map(|n| n.media),
         nvm_per_op,
         nvm_store_bytes_by_op,
+        server_cpu,
         smart,
         sherman,
         canrt: (index.index_name() == "canrt").then_some(canrt),

@@ -37,7 +37,7 @@ use remora::layouts::GlobalAddr;
 use remora::layouts::catfish::{META_ROOT_OFFSET, Node, node_len};
 use remora::poller::clock::Clock;
 use remora::poller::executor::{ServerCore, plan_cores, run_workers};
-use remora::poller::sim::{ClientCtx, Sim, SimConfig};
+use remora::poller::sim::{ClientCtx, LlcStats, Sim, SimConfig};
 use remora::poller::soft::{NodeConfig, ServeMode, SoftMemoryNode, control};
 use serde::Serialize;
 use std::cell::{Cell, RefCell};
@@ -383,6 +383,7 @@ struct Part {
     start_ns: u64,
     end_ns: u64,
     busy: Option<(u64, u64)>,
+    llc: Option<(LlcStats, LlcStats)>,
     offloaded: u64,
     messaging: u64,
     node_reads: u64,
@@ -393,6 +394,7 @@ struct Part {
 trait Clocks {
     fn now_ns(&self) -> u64;
     fn busy_ns(&self) -> Option<u64>;
+    fn llc(&self) -> Option<LlcStats>;
 }
 
 impl Clocks for ClientCtx {
@@ -402,6 +404,9 @@ impl Clocks for ClientCtx {
     fn busy_ns(&self) -> Option<u64> {
         Some(self.server_busy_ns())
     }
+    fn llc(&self) -> Option<LlcStats> {
+        Some(self.server_llc_total())
+    }
 }
 
 impl Clocks for Clock {
@@ -409,6 +414,9 @@ impl Clocks for Clock {
         Clock::now_ns(self)
     }
     fn busy_ns(&self) -> Option<u64> {
+        None
+    }
+    fn llc(&self) -> Option<LlcStats> {
         None
     }
 }
@@ -497,6 +505,7 @@ async fn part(
     let st0 = c.stats();
     let start_ns = clock.now_ns();
     let busy0 = clock.busy_ns();
+    let llc0 = clock.llc();
     let mut local = 0u64;
     loop {
         if sh.stop.load(Ordering::Relaxed) {
@@ -553,6 +562,7 @@ async fn part(
         start_ns,
         end_ns: clock.now_ns(),
         busy: busy0.zip(clock.busy_ns()),
+        llc: llc0.zip(clock.llc()),
         offloaded: st1.offloaded_searches - st0.offloaded_searches,
         messaging: st1.messaging_searches - st0.messaging_searches,
         node_reads: st1.node_reads - st0.node_reads,
@@ -1142,6 +1152,17 @@ fn record(
         nvm_bytes_per_op: None,
         nvm_per_op: None,
         nvm_store_bytes_by_op: None,
+        server_cpu: super::phase::ServerCpuPerOp::new(
+            parts
+                .iter()
+                .min_by_key(|p| p.start_ns)
+                .and_then(|p| p.llc.map(|l| l.0)),
+            parts
+                .iter()
+                .max_by_key(|p| p.end_ns)
+                .and_then(|p| p.llc.map(|l| l.1)),
+            ops,
+        ),
         smart: Default::default(),
         sherman: Default::default(),
         canrt: None,

@@ -2,6 +2,7 @@
 use super::engine::{Client, End, EngineStats, Ev, NO_CLIENT, NO_TASK, Nic, Notice, World};
 use super::exec::{Executor, Stop};
 use super::faults::Faults;
+use super::llc::LlcStats;
 use super::memory::{MemNode, NodeImage, NvmStats};
 use super::model::{Model, Ps};
 use super::qp::{SimEndpoint, SimQp, WorldRef};
@@ -11,7 +12,7 @@ use super::trace::{Trace, TraceSel};
 use remora_core::fabric::{FabricError, SegmentOrder};
 use remora_core::server::{Echo, Handler};
 use remora_layouts::NodeId;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -377,6 +378,21 @@ impl<'a> Sim<'a> {
         busy_total_ns(&self.w)
     }
 
+    /// The cache lines memory node `node`'s handlers have touched so far, hits and misses of
+    /// its last-level cache (the server CPU model, `llc.rs`).
+    pub fn server_llc_stats(&self, node: NodeId) -> Option<LlcStats> {
+        self.w
+            .borrow()
+            .nodes
+            .get(node as usize)
+            .map(|n| n.llc.stats)
+    }
+
+    /// [`Sim::server_llc_stats`] summed over all memory nodes.
+    pub fn server_llc_total(&self) -> LlcStats {
+        llc_total(&self.w)
+    }
+
     fn run_inner(&mut self, limit: Option<Ps>, until_done: bool) -> RunReport {
         let w = self.w.clone();
         let handlers = &self.handlers;
@@ -582,6 +598,11 @@ impl ClientCtx {
     pub fn server_busy_ns(&self) -> u64 {
         busy_total_ns(&self.w)
     }
+    /// Cache lines the memory nodes' handlers have touched so far (see
+    /// [`Sim::server_llc_stats`]).
+    pub fn server_llc_total(&self) -> LlcStats {
+        llc_total(&self.w)
+    }
     pub fn rand_u64(&self) -> u64 {
         self.rng.borrow_mut().next_u64()
     }
@@ -589,6 +610,13 @@ impl ClientCtx {
     pub fn rand_below(&self, n: u64) -> u64 {
         self.rng.borrow_mut().below(n)
     }
+}
+
+fn llc_total(w: &WorldRef) -> LlcStats {
+    w.borrow()
+        .nodes
+        .iter()
+        .fold(LlcStats::default(), |a, n| a.plus(&n.llc.stats))
 }
 
 fn nvm_total(w: &WorldRef) -> NvmStats {
@@ -636,11 +664,8 @@ fn handle_notice<'a>(
     let Some(h) = handlers.borrow().get(hix as usize).cloned() else {
         return;
     };
-    let region = SimRegion {
-        w,
-        node,
-        persist_cost: Cell::new(0),
-    };
+    let region = SimRegion::new(w, node);
+    region.begin();
     match n {
         Notice::Disconnect(_, end) => h.borrow_mut().on_disconnect(&region, end as usize),
         Notice::Restart(_) => {

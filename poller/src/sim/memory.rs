@@ -30,6 +30,7 @@
 //! **NVM write accounting** (persistent nodes, host region only; [`NvmStats`]): bytes the NIC
 //! placed, by verb; bytes the CPU stored; cache lines written back by `persist`.
 use super::engine::Kind;
+use super::llc::Llc;
 use super::model::Ps;
 use super::server::ServerThread;
 use remora_layouts::region::RegionHeader;
@@ -159,6 +160,8 @@ pub struct MemNode {
     undo_by_qp: HashMap<u32, VecDeque<u64>>,
     undo_seq: u64,
     pub nvm: NvmStats,
+    /// The CPU's last-level cache, as the server CPU model sees it (`llc.rs`).
+    pub(crate) llc: Llc,
 }
 
 impl MemNode {
@@ -189,6 +192,7 @@ impl MemNode {
             undo_by_qp: HashMap::new(),
             undo_seq: 0,
             nvm: NvmStats::default(),
+            llc: Llc::default(),
         }
     }
 
@@ -252,6 +256,10 @@ impl MemNode {
             self.log(qp, off, Undo { dm, old });
         }
         self.region(dm)[o..o + data.len()].copy_from_slice(data);
+        if !dm {
+            // DDIO: the NIC's data lands in the last-level cache.
+            self.llc.nic_write(off, data.len());
+        }
     }
 
     /// The node's CPU stores `data` at `off` of the host region (bounds already checked): in
@@ -376,6 +384,7 @@ impl MemNode {
     /// The node crashes at `at`: un-persisted state is lost as documented above.
     pub fn crash(&mut self, at: Ps) {
         self.crashes.push(at);
+        self.llc.clear();
         if self.persistent {
             let undo = std::mem::take(&mut self.undo);
             for ((_, off), u) in undo.into_iter().rev() {

@@ -67,7 +67,9 @@
 //! - [`exec`]: the single-threaded executor.
 //! - `server`: each memory node's CPU: `server_threads` handler threads, connections
 //!   assigned round-robin, messages served first come first served at
-//!   `server_poll_ns + server_handler_ns + server_reply_ns` per reply, busy time accounted
+//!   `server_poll_ns + server_handler_ns` + the cache lines the handler touched (a hit or a
+//!   DRAM/NVM miss in the node's last-level cache, [`llc`]) + `server_reply_ns` per reply,
+//!   busy time accounted
 //!   ([`Sim::server_busy_ns`], `LocalRegion::cpu_clock`), running a
 //!   `remora_core::server::Handler` (echo by default).
 //! - [`faults`], [`trace`], [`rng`], [`pool`].
@@ -76,6 +78,7 @@ pub mod engine;
 pub mod exec;
 pub mod faults;
 pub mod harness;
+pub mod llc;
 pub mod memory;
 pub mod model;
 pub mod perf;
@@ -91,6 +94,7 @@ pub use cluster::{ClientCtx, KeyHandle, Recovery, RunReport, Sim, SimConfig, Sim
 pub use engine::EngineStats;
 pub use exec::Stop;
 pub use faults::Faults;
+pub use llc::LlcStats;
 pub use memory::{NodeImage, NvmStats};
 pub use model::{Load, Model, ModelError, ModelVerb, ParamInfo};
 pub use qp::{SimEndpoint, SimQp};

@@ -113,11 +113,46 @@ params! {
         "Memory-node CPU time to take one receive completion off the completion queue (poll the \
          CQ, read the CQE, find the connection): assumed one busy-poll iteration, the same order \
          as client_poll_ns (a CQE read is one cache miss on the NIC-written ring).";
-    server_handler_ns: 350.0, "ns", [0.0, 1e12],
-        "Memory-node CPU time of the service logic for one message, between taking its \
-         completion and posting replies: assumed. With server_poll_ns and one reply's \
-         server_reply_ns it makes ~0.5 us per request, the order of Catfish's fast-messaging \
-         server cost (seeds/003 §3).";
+    server_handler_ns: 270.0, "ns", [0.0, 1e12],
+        "Memory-node CPU time of the service logic for one message apart from the memory it \
+         touches (decode, dispatch, compute): assumed. The lines the handler touches are \
+         charged on top (server_llc_*, server_dram_ns, server_nvm_read_ns), so a message \
+         costs server_poll_ns + server_handler_ns + its memory + server_reply_ns per reply; \
+         270 ns keeps typical services at their former ~0.5 us per request, the order of \
+         Catfish's fast-messaging server cost (seeds/003 §3): a Catfish R-tree search touches \
+         ~39 cached lines (~76 ns, a node's lines read together overlap), a WORT lookup ~9 \
+         (~80 ns), an Erda-baseline read ~6.5. Was 350 ns flat for every handler before memory \
+         was modelled; the echo service, touching none, now costs 420 ns instead of 500.";
+    server_llc_lines: 393216.0, "lines", [1.0, 1e9],
+        "Memory-node last-level cache, in 64-byte lines, one per node shared by its handler \
+         threads (CLOCK replacement, llc.rs): 393216 lines = 24 MiB, the L3 of the CANRT \
+         paper's Xeon server (seeds/000 §4.1: 32 KB/1 MB/24 MB L1/L2/L3). NIC writes are \
+         placed in it (DDIO); persisted lines stay cached. A data set much larger than the \
+         sim's (the papers load millions of keys) is modelled by scaling this down with it.";
+    server_llc_hit_ns: 10.0, "ns", [0.0, 1e9],
+        "Memory-node CPU time for a line the handler finds cached: assumed 10 ns, between an \
+         L2 hit (~14 cycles, ~5 ns) and an L3 hit (~77 cycles, ~30 ns at 2.6 GHz) on \
+         Skylake-SP (AnandTech, 'The Intel Skylake-X review', 2017, cache table); the lines a \
+         handler reuses most (ring heads, roots, metadata) sit in L1/L2. Charged once per \
+         distinct line per message (a later touch in the same message is an L1 hit, free).";
+    server_dram_ns: 90.0, "ns", [0.0, 1e9],
+        "Memory-node CPU time for a line missing the LLC on a DRAM node: ~90 ns idle random \
+         load latency of local DDR4 (Izraelevitz et al., 'Basic Performance Measurements of \
+         the Intel Optane DC Persistent Memory Module', arXiv:1903.05714, 2019: random Optane \
+         loads, 305 ns, are about 3x local DRAM's). A store miss fetches the line too \
+         (write-allocate), so it costs the same.";
+    server_nvm_read_ns: 305.0, "ns", [0.0, 1e9],
+        "Memory-node CPU time for a line missing the LLC on a persistent node: 305 ns, the \
+         idle random read latency of Optane DC PMM in App Direct mode (Izraelevitz et al., \
+         arXiv:1903.05714, 2019; Yang et al., 'An Empirical Guide to the Behavior and Use of \
+         Scalable Persistent Memory', FAST'20). A store miss reads the line first (RFO).";
+    server_mlp: 10.0, "misses", [1.0, 1024.0],
+        "Memory-level parallelism within one contiguous access (one LocalRegion read/write \
+         call): the slowest of its new lines costs its full latency (hit or miss), each other \
+         new line 1/server_mlp of its own, as the core's fill buffers and prefetchers overlap \
+         a sequential access (a Skylake core's 10 L1D line fill buffers bound its outstanding \
+         misses: Intel 64 and IA-32 Architectures Optimization Reference Manual); separate \
+         calls are dependent accesses (a pointer chase) and do not overlap. Assumed.";
     server_reply_ns: 100.0, "ns", [0.0, 1e9],
         "Memory-node CPU time to post one reply SEND (build the work request, ring the doorbell): \
          the same MMIO doorbell cost as client_post_ns (Kalia et al., ATC'16 §3). Replies are \
@@ -328,14 +363,18 @@ impl Model {
             .collect();
         let base = format!(
             "one_way={}ns link={}Gb/s nic={}Mops pcie_read={}ns host_atomic={}ns \
-             server={}x{}ns/msg",
+             server={}x{}ns/msg+lines(hit {}ns, miss {}/{}ns dram/nvm, llc {} lines)",
             self.one_way_ns,
             self.link_gbps,
             self.nic_mops,
             self.pcie_read_ns,
             self.host_atomic_ns,
             self.server_threads,
-            self.service_ps(1) as f64 / 1000.0
+            self.service_ps(1) as f64 / 1000.0,
+            self.server_llc_hit_ns,
+            self.server_dram_ns,
+            self.server_nvm_read_ns,
+            self.server_llc_lines
         );
         if changed.is_empty() {
             format!("default model ({base})")
@@ -409,8 +448,10 @@ impl Model {
     pub fn server_reply_ps(&self) -> Ps {
         ps(self.server_reply_ns)
     }
-    /// Memory-node CPU time to serve one message that is answered with `replies` replies:
-    /// `server_poll_ns + server_handler_ns + replies x server_reply_ns`.
+    /// Memory-node CPU time to serve one message that is answered with `replies` replies and
+    /// whose handler touches no region memory (the echo service):
+    /// `server_poll_ns + server_handler_ns + replies x server_reply_ns`. A handler that
+    /// touches memory costs its lines on top (`server.rs`).
     pub fn service_ps(&self, replies: u64) -> Ps {
         self.server_poll_ps() + self.handler_ps() + replies * self.server_reply_ps()
     }

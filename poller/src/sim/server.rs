@@ -8,11 +8,21 @@
 //!   thread, first come first served. The thread serves one message at a time, and is busy
 //!   only while serving: `server_poll_ns` (take the completion) + `server_scan_ns` x its
 //!   share of the node's connections (a polling server's ring scan; 0 for the default
-//!   event-based server) + `server_handler_ns` (the
-//!   handler runs at the end of it; its memory effects happen then) + `server_reply_ns` per
-//!   reply it queued (each reply SEND is posted when its post cost is paid, and never
-//!   waited for: send completions are reaped lazily). All costs are scaled by a slowed node's
-//!   factor.
+//!   event-based server) + `server_handler_ns` (the fixed part of the service: decode,
+//!   dispatch; the handler runs at the end of it and its memory effects happen then) + **the
+//!   memory the handler touched** (below) + `server_reply_ns` per reply it queued (each reply
+//!   SEND is posted when its post cost is paid, and never waited for: send completions are
+//!   reaped lazily). All costs are scaled by a slowed node's factor.
+//! - **Memory** (the server CPU model): every `LocalRegion` access of the handler is looked
+//!   up, per 64-byte line, in the node's last-level cache (`llc.rs`: CLOCK over
+//!   `server_llc_lines`, NIC writes placed in it by DDIO, persisted lines kept). A line counts
+//!   once per message: found, `server_llc_hit_ns`; missing, `server_dram_ns` (DRAM node) or
+//!   `server_nvm_read_ns` (persistent node). The new lines of one access (one `read`/`write`
+//!   call) overlap: the slowest costs its latency, each other 1/`server_mlp` of its own;
+//!   separate calls are dependent and add up. The total is charged after the handler
+//!   returns, with its persists (`Sim::server_llc_stats` counts the lines, hits and misses).
+//!   The received SEND payload (in a receive buffer, not the region) is not charged as
+//!   lines: reading it is part of `server_handler_ns`'s decode.
 //! - The message's receive is reposted (the connection's receive credit returned) when the
 //!   handler has consumed it, so a client that outruns the server meets RNR NAKs.
 //! - A handler error drops that connection: both ends break (the client's verbs and
@@ -45,6 +55,7 @@
 //!
 //! A thread's task is started with its first message, so idle nodes cost nothing.
 use super::engine::{BatchState, Ev, Kind, NO_TASK, World};
+use super::llc::Touch;
 use super::model::Ps;
 use super::qp::WorldRef;
 use remora_core::fabric::{FabricError, Recv, RecvKind};
@@ -243,11 +254,8 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             &[]
         };
         replies.clear();
-        let region = SimRegion {
-            w: &w,
-            node,
-            persist_cost: std::cell::Cell::new(0),
-        };
+        let region = SimRegion::new(&w, node);
+        region.begin();
         let r = match &handler {
             Some(h) => {
                 h.borrow_mut()
@@ -268,12 +276,13 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
                 continue;
             }
         }
-        // The write-backs the handler issued keep its thread busy (their effect is already
-        // durable: the sim applies a handler's memory effects when it returns).
+        // The memory the handler touched and the write-backs it issued keep its thread busy
+        // (their effect is already visible, and durable: the sim applies a handler's memory
+        // effects when it returns).
         let flush = {
             let wb = w.borrow();
             let nic = wb.ends[end as usize].nic as usize;
-            wb.nics[nic].scale(region.persist_cost.get())
+            wb.nics[nic].scale(region.mem_cost.get() + region.persist_cost.get())
         };
         Busy {
             w: &w,
@@ -365,15 +374,80 @@ fn post_reply(w: &mut World, end: u32, msg: &[u8]) {
 
 /// A simulated memory node's host region as its CPU sees it. Stores land in the volatile
 /// view; on a persistent node only what `persist` wrote back survives a crash (`memory.rs`).
+/// Every access is looked up in the node's last-level cache (`llc.rs`) and costs the
+/// handler's thread CPU time (see [`MemCost`]).
 pub(crate) struct SimRegion<'w> {
     pub w: &'w WorldRef,
     pub node: NodeId,
     /// Server CPU the handler's persists have cost so far (charged to its thread after it
     /// returns, before its replies are posted).
     pub persist_cost: std::cell::Cell<Ps>,
+    /// Server CPU the handler's memory accesses have cost so far (charged likewise).
+    pub mem_cost: std::cell::Cell<Ps>,
+    cost: MemCost,
 }
 
-impl SimRegion<'_> {
+/// What the lines a handler touches cost its thread (model `server_llc_*`, `server_dram_ns`,
+/// `server_nvm_read_ns`, `server_mlp`), in picoseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct MemCost {
+    pub llc_lines: usize,
+    pub hit: Ps,
+    /// A miss: DRAM or persistent memory, by the node.
+    pub miss: Ps,
+    pub mlp: u64,
+}
+
+impl MemCost {
+    pub fn new(m: &super::model::Model, persistent: bool) -> MemCost {
+        let ps = |ns: f64| (ns * 1000.0).round() as Ps;
+        MemCost {
+            llc_lines: m.server_llc_lines as usize,
+            hit: ps(m.server_llc_hit_ns),
+            miss: ps(if persistent {
+                m.server_nvm_read_ns
+            } else {
+                m.server_dram_ns
+            }),
+            mlp: (m.server_mlp as u64).max(1),
+        }
+    }
+
+    /// One contiguous access whose new lines cost `sum` together, the slowest `max`: the
+    /// slowest is waited for, the others overlap it (`server_mlp`).
+    pub fn overlap(&self, max: Ps, sum: Ps) -> Ps {
+        max + (sum - max) / self.mlp
+    }
+}
+
+impl<'w> SimRegion<'w> {
+    pub fn new(w: &'w WorldRef, node: NodeId) -> SimRegion<'w> {
+        let cost = {
+            let wb = w.borrow();
+            let persistent = wb.nodes.get(node as usize).is_some_and(|n| n.persistent);
+            MemCost::new(&wb.model, persistent)
+        };
+        SimRegion {
+            w,
+            node,
+            persist_cost: std::cell::Cell::new(0),
+            mem_cost: std::cell::Cell::new(0),
+            cost,
+        }
+    }
+
+    /// A new handler call begins: lines count again (see `llc.rs`).
+    pub fn begin(&self) {
+        let mut w = self.w.borrow_mut();
+        if let Some(n) = w.nodes.get_mut(self.node as usize) {
+            n.llc.begin();
+        }
+    }
+
+    fn charge(&self, ps: Ps) {
+        self.mem_cost.set(self.mem_cost.get() + ps);
+    }
+
     fn with<R>(
         &self,
         offset: u64,
@@ -381,17 +455,34 @@ impl SimRegion<'_> {
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, FabricError> {
         let mut w = self.w.borrow_mut();
-        let host = &mut w
+        let n = w
             .nodes
             .get_mut(self.node as usize)
-            .ok_or_else(|| out_of_range(self.node, offset, len))?
-            .host;
+            .ok_or_else(|| out_of_range(self.node, offset, len))?;
         let o = usize::try_from(offset).map_err(|_| out_of_range(self.node, offset, len))?;
         let bytes = o
             .checked_add(len)
-            .and_then(|end| host.get_mut(o..end))
+            .and_then(|end| n.host.get_mut(o..end))
             .ok_or_else(|| out_of_range(self.node, offset, len))?;
-        Ok(f(bytes))
+        let r = f(bytes);
+        if len > 0 {
+            n.llc.start(self.cost.llc_lines);
+            let (mut max, mut sum) = (0, 0);
+            let lo = offset / super::llc::LINE;
+            let hi = (offset + len as u64 - 1) / super::llc::LINE;
+            for line in lo..=hi {
+                let c = match n.llc.touch(line) {
+                    Touch::Again => continue,
+                    Touch::Hit => self.cost.hit,
+                    Touch::Miss => self.cost.miss,
+                };
+                max = max.max(c);
+                sum += c;
+            }
+            drop(w);
+            self.charge(self.cost.overlap(max, sum));
+        }
+        Ok(r)
     }
 }
 

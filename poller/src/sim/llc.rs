@@ -1,0 +1,268 @@
+//! The last-level cache of a memory node's CPU, as the server CPU model sees it (`server.rs`):
+//! which 64-byte lines of the host region a handler finds cached, and which it must fetch
+//! from DRAM or persistent memory.
+//!
+//! - **Replacement**: CLOCK (second chance) over `server_llc_lines` lines, a deterministic
+//!   approximation of the LLC's LRU-like policy: a touched line is marked referenced; a miss
+//!   in a full cache evicts the first unreferenced line after the hand, clearing marks on the
+//!   way. One cache per node, shared by its handler threads (the LLC is shared by a socket's
+//!   cores).
+//! - **Invocations**: each handler call is one invocation ([`Llc::begin`]); a line counts
+//!   once per invocation (its first touch is a hit or a miss, later touches of the same call
+//!   are L1 hits and free), so the counts are "distinct lines touched".
+//! - **Persists** (clwb) write a line back and leave it cached; the cache is not told.
+//!   Evicting a dirty line costs the handler nothing (the write-back is asynchronous).
+//! - **NIC writes** (DDIO, on by default on Intel Xeon servers since Sandy Bridge-EP, and
+//!   the platform `memory.rs` already assumes): the NIC's WRITE, WRITE_WITH_IMM and atomic
+//!   stores to the host region are placed in the LLC ([`Llc::nic_write`]), so a handler
+//!   that reads a request the NIC just wrote hits. DDIO's limit to a few LLC ways is not
+//!   modelled (the NIC's lines compete with the handler's under the one CLOCK). NIC READs
+//!   leave the cache as it is.
+//! - **Lazily started**: a node's cache exists from its handler's first memory access
+//!   ([`Llc::start`]); before that NIC writes are not tracked, so nodes whose handler never
+//!   touches the region (the echo service, one-sided indexes) pay nothing for it. The memory
+//!   used is bounded by `server_llc_lines` entries (~40 bytes each, grown as lines are
+//!   touched).
+//! - A crash empties the cache ([`Llc::clear`]).
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Cache-line size of the model.
+pub const LINE: u64 = 64;
+
+/// What one touch of a line found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    /// Already touched in this invocation (L1): free, not counted again.
+    Again,
+    Hit,
+    Miss,
+}
+
+/// Lines a node's handlers touched, by outcome, since the node started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LlcStats {
+    /// Handler invocations (messages served).
+    pub invocations: u64,
+    /// Distinct lines touched per invocation, summed.
+    pub lines: u64,
+    /// Of them, found in the cache.
+    pub hits: u64,
+    /// Of them, fetched from memory.
+    pub misses: u64,
+}
+
+impl LlcStats {
+    pub fn since(&self, e: &LlcStats) -> LlcStats {
+        LlcStats {
+            invocations: self.invocations.saturating_sub(e.invocations),
+            lines: self.lines.saturating_sub(e.lines),
+            hits: self.hits.saturating_sub(e.hits),
+            misses: self.misses.saturating_sub(e.misses),
+        }
+    }
+    pub fn plus(&self, o: &LlcStats) -> LlcStats {
+        LlcStats {
+            invocations: self.invocations + o.invocations,
+            lines: self.lines + o.lines,
+            hits: self.hits + o.hits,
+            misses: self.misses + o.misses,
+        }
+    }
+}
+
+/// A multiplicative hash of a line number (deterministic and cheap; line numbers are not
+/// adversarial).
+#[derive(Default)]
+pub struct LineHasher(u64);
+
+impl Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (n ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 ^= self.0 >> 29;
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    line: u64,
+    /// Invocation that last touched it (0: none, or only the NIC).
+    stamp: u64,
+    referenced: bool,
+}
+
+/// One memory node's last-level cache (see the module doc).
+#[derive(Default)]
+pub struct Llc {
+    cap: usize,
+    map: HashMap<u64, u32, BuildHasherDefault<LineHasher>>,
+    slots: Vec<Slot>,
+    hand: usize,
+    stamp: u64,
+    pub stats: LlcStats,
+}
+
+impl Llc {
+    /// Starts the cache with room for `lines` lines (at least one), if not started yet.
+    pub fn start(&mut self, lines: usize) {
+        if self.cap == 0 {
+            self.cap = lines.clamp(1, u32::MAX as usize);
+        }
+    }
+    pub fn started(&self) -> bool {
+        self.cap > 0
+    }
+    /// A new handler invocation begins.
+    pub fn begin(&mut self) {
+        self.stamp += 1;
+        self.stats.invocations += 1;
+    }
+    /// The handler touches line `line` (a line number: offset / [`LINE`]).
+    pub fn touch(&mut self, line: u64) -> Touch {
+        if let Some(&i) = self.map.get(&line) {
+            let s = &mut self.slots[i as usize];
+            s.referenced = true;
+            if s.stamp == self.stamp {
+                return Touch::Again;
+            }
+            s.stamp = self.stamp;
+            self.stats.lines += 1;
+            self.stats.hits += 1;
+            return Touch::Hit;
+        }
+        self.insert(line, self.stamp);
+        self.stats.lines += 1;
+        self.stats.misses += 1;
+        Touch::Miss
+    }
+    /// The NIC wrote `[off, off + len)` of the host region (DDIO): its lines are cached.
+    pub fn nic_write(&mut self, off: u64, len: usize) {
+        if self.cap == 0 || len == 0 {
+            return;
+        }
+        let (lo, hi) = (off / LINE, (off + len as u64 - 1) / LINE);
+        for line in lo..=hi {
+            match self.map.get(&line) {
+                Some(&i) => self.slots[i as usize].referenced = true,
+                None => self.insert(line, 0),
+            }
+        }
+    }
+    /// The node crashed: nothing is cached any more.
+    pub fn clear(&mut self) {
+        self.map.clear();
+        self.slots.clear();
+        self.hand = 0;
+    }
+    /// Lines cached now.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    fn insert(&mut self, line: u64, stamp: u64) {
+        let slot = Slot {
+            line,
+            stamp,
+            referenced: true,
+        };
+        if self.slots.len() < self.cap {
+            self.map.insert(line, self.slots.len() as u32);
+            self.slots.push(slot);
+            return;
+        }
+        // CLOCK: the first unreferenced line after the hand is the victim; at most one full
+        // turn clears every mark, so this ends within two turns.
+        loop {
+            let i = self.hand;
+            self.hand = (self.hand + 1) % self.slots.len();
+            let s = &mut self.slots[i];
+            if s.referenced {
+                s.referenced = false;
+                continue;
+            }
+            self.map.remove(&s.line);
+            *s = slot;
+            self.map.insert(line, i as u32);
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_touch_hits_and_repeats_within_a_call_are_free() {
+        let mut c = Llc::default();
+        c.start(8);
+        c.begin();
+        assert_eq!(c.touch(5), Touch::Miss);
+        assert_eq!(c.touch(5), Touch::Again);
+        c.begin();
+        assert_eq!(c.touch(5), Touch::Hit);
+        assert_eq!(
+            c.stats,
+            LlcStats {
+                invocations: 2,
+                lines: 2,
+                hits: 1,
+                misses: 1
+            }
+        );
+    }
+
+    #[test]
+    fn capacity_is_bounded_and_clock_keeps_the_referenced() {
+        let mut c = Llc::default();
+        c.start(4);
+        c.begin();
+        for l in 0..4 {
+            c.touch(l);
+        }
+        // A full turn clears the marks; line 0 is then the victim of line 10.
+        c.begin();
+        assert_eq!(c.touch(10), Touch::Miss);
+        assert_eq!(c.len(), 4);
+        // Line 1 was re-marked before the next miss, so line 2 goes for line 11.
+        c.begin();
+        assert_eq!(c.touch(1), Touch::Hit);
+        assert_eq!(c.touch(11), Touch::Miss);
+        c.begin();
+        assert_eq!(c.touch(1), Touch::Hit);
+        assert_eq!(c.touch(0), Touch::Miss, "evicted first");
+        c.begin();
+        assert_eq!(c.touch(2), Touch::Miss, "evicted second");
+        assert!(c.len() <= 4);
+        for l in 100..10_000 {
+            c.touch(l);
+        }
+        assert_eq!(c.len(), 4);
+    }
+
+    #[test]
+    fn nic_writes_are_cached_once_started_and_a_crash_empties_it() {
+        let mut c = Llc::default();
+        c.nic_write(0, 64);
+        assert_eq!(c.len(), 0, "not started: not tracked");
+        c.start(16);
+        c.nic_write(100, 100);
+        assert_eq!(c.len(), 3, "lines 1..=3");
+        c.begin();
+        assert_eq!(c.touch(2), Touch::Hit);
+        c.clear();
+        c.begin();
+        assert_eq!(c.touch(2), Touch::Miss);
+    }
+}
