@@ -107,6 +107,7 @@ mod write;
 
 pub use build::{Plan, plan, plan_units};
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
+pub use resize::resize_clock;
 pub use server::{CanrtServer, Counter, RecoveryReport, ServerStats};
 pub use view::{Found, NodeView, TreeView};
 

@@ -26,14 +26,35 @@ use super::server::{CanrtServer, ServerStats, bad_layout, invalid};
 use super::view::{NodeView, TreeView};
 use crate::fabric::FabricError;
 use crate::server::LocalRegion;
+use core::sync::atomic::{AtomicU32, Ordering};
 use remora_layouts::GlobalAddr;
 use remora_layouts::canrt::{
-    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, LOCK_OFF, MAX_SEGMENTS, Meta, ROOT_SLOT,
+    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, MAX_SEGMENTS, Meta, ROOT_SLOT, SHORT_EPOCH_MASK,
     TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
 };
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use std_alloc::vec;
 use std_alloc::vec::Vec;
+
+/// Resizes begun and ended (published or failed) by the CANRT servers of this process, for
+/// a benchmark to tell the operations that overlapped a resize ([`resize_clock`]).
+static RESIZES_BEGUN: AtomicU32 = AtomicU32::new(0);
+static RESIZES_ENDED: AtomicU32 = AtomicU32::new(0);
+
+/// (resizes begun, resizes ended) by the CANRT servers of this process so far (mod 2^32). A
+/// resize is under way while they differ; an operation overlapped one if they differed when
+/// it started or the first moved before it ended.
+pub fn resize_clock() -> (u32, u32) {
+    (
+        RESIZES_BEGUN.load(Ordering::Acquire),
+        RESIZES_ENDED.load(Ordering::Acquire),
+    )
+}
+
+/// A resize ended (see [`resize_clock`]).
+pub(super) fn end_resize_clock() {
+    RESIZES_ENDED.fetch_add(1, Ordering::AcqRel);
+}
 
 /// Key-value pairs sorted by key.
 type Pairs = Vec<(u64, Vec<u8>)>;
@@ -169,6 +190,7 @@ impl CanrtServer {
             .map_err(bad_layout(region, h.area_off))?;
         region.store_u64(root_offset(ROOT_SLOT), root.raw())?;
         region.persist(root_offset(ROOT_SLOT), 8);
+        self.view = None;
         if let Some(old) = self.tree.replace(h) {
             self.shadow = Some((old.area_off, old.area_len));
         }
@@ -258,62 +280,166 @@ impl CanrtServer {
         let h = Self::header(g, epoch, data_off, n as u32, cap, array_gen);
         let h = self.write_area(region, h, p)?;
         self.publish(region, h)?;
+        self.prev_epoch = None;
         self.bounds = bounds;
         Ok(())
     }
 
-    /// Freezes every data node of the valid tree: writers stop appending to it.
+    /// Starts a resize for data node `full`, reported full by its lock holder (or adds it
+    /// to the resize under way). Only the nodes the split moves keys out of are frozen: the
+    /// reported node and every node at least three-quarters full, as many as the data
+    /// array has room for (their writers hand their lock back and wait); every other node
+    /// keeps taking writes. With no room in the data array, every node is frozen for a
+    /// rebuild.
     pub(super) fn start_resize(
         &mut self,
         region: &dyn LocalRegion,
         full: u32,
     ) -> Result<(), FabricError> {
-        if self.resizing {
+        let h = self.tree(region)?;
+        if full >= h.n_data {
             return Ok(());
         }
-        let h = self.tree(region)?;
-        for id in 0..h.n_data {
-            let off = h.data_node_off(id);
-            let m = self.front(region, &h, off)?;
-            Self::store_meta(region, off, m.with_frozen(true))?;
+        let room = h.data_cap - h.n_data as u64;
+        if self.resizing {
+            if self.rebuild || self.split.contains(&full) {
+                return Ok(());
+            }
+            if (self.split.len() as u64) < room {
+                self.freeze(region, &h, full)?;
+                self.split.push(full);
+                return Ok(());
+            }
+            return self.freeze_all(region, &h);
         }
         self.resizing = true;
-        self.split = Some(full);
+        RESIZES_BEGUN.fetch_add(1, Ordering::AcqRel);
+        self.rebuild = false;
+        self.split.clear();
+        self.undrained.clear();
         self.drain_seen.clear();
+        if room == 0 {
+            return self.freeze_all(region, &h);
+        }
+        self.freeze(region, &h, full)?;
+        self.split.push(full);
+        let nearly = (h.slots * 3).div_ceil(4);
+        for id in 0..h.n_data {
+            if self.split.len() as u64 >= room {
+                break;
+            }
+            let off = h.data_node_off(id);
+            if id != full && self.front(region, &h, off)?.bitmap().count_ones() >= nearly {
+                self.freeze(region, &h, id)?;
+                self.split.push(id);
+            }
+        }
         Ok(())
     }
 
-    /// Finishes a resize once every ticket handed out on the frozen tree is served.
+    /// Freezes data node `id`: its next lock holders hand their tickets back. It drains
+    /// once every ticket handed out is served.
+    fn freeze(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+        id: u32,
+    ) -> Result<(), FabricError> {
+        let off = h.data_node_off(id);
+        let m = self.front(region, h, off)?;
+        if !m.frozen() {
+            Self::store_meta(region, off, m.with_frozen(true))?;
+        }
+        if Self::outstanding(region, off, m)? != 0 {
+            self.undrained.insert(id);
+        }
+        Ok(())
+    }
+
+    /// Turns the resize under way into a rebuild: every data node frozen.
+    fn freeze_all(&mut self, region: &dyn LocalRegion, h: &TreeHeader) -> Result<(), FabricError> {
+        self.rebuild = true;
+        self.split.clear();
+        for id in 0..h.n_data {
+            self.freeze(region, h, id)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the frozen nodes among `ids` (the nodes a message touched) that have drained.
+    pub(super) fn note_drained(&mut self, region: &dyn LocalRegion, ids: &[u32]) {
+        let Some(h) = self.tree else {
+            return;
+        };
+        for &id in ids {
+            if id < h.n_data && self.undrained.contains(&id) {
+                let off = h.data_node_off(id);
+                let drained = self
+                    .front(region, &h, off)
+                    .and_then(|m| Self::outstanding(region, off, m));
+                if drained == Ok(0) {
+                    self.undrained.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Re-checks every frozen node not yet drained (the server is idle: a drain seen late
+    /// costs nothing then).
+    pub(super) fn recheck_drains(&mut self, region: &dyn LocalRegion) {
+        let ids: Vec<u32> = self.undrained.iter().copied().collect();
+        self.note_drained(region, &ids);
+    }
+
+    /// Finishes a resize once every frozen node has drained (each message checks only the
+    /// nodes it touched: see [`Self::note_drained`]).
     pub(super) fn progress(&mut self, region: &dyn LocalRegion) -> Result<(), FabricError> {
-        if !self.resizing {
+        if !self.resizing || !self.undrained.is_empty() {
             return Ok(());
         }
         let h = self.tree(region)?;
-        for id in 0..h.n_data {
-            let off = h.data_node_off(id);
-            let tickets = region.load_u64(off + LOCK_OFF)? & remora_layouts::canrt::TICKET_MASK;
-            if tickets != self.front(region, &h, off)?.served() {
-                return Ok(());
-            }
-        }
-        let full = self.split.take();
-        let r = match full {
-            Some(f) if f < h.n_data => match self.split_node(region, &h, f) {
+        let r = if self.rebuild {
+            self.rebuild_all(region, &h)
+        } else {
+            match self.split_node(region, &h) {
                 Ok(true) => Ok(()),
-                Ok(false) => self.rebuild_all(region, &h),
+                Ok(false) => {
+                    // No split fits (no prefix array separates the nodes): repack, once
+                    // every node has drained.
+                    self.freeze_all(region, &h)?;
+                    if !self.undrained.is_empty() {
+                        return Ok(());
+                    }
+                    self.rebuild_all(region, &h)
+                }
                 Err(e) => Err(e),
-            },
-            _ => self.rebuild_all(region, &h),
+            }
         };
         // Whatever happened, the valid tree's nodes are writable again (a failed resize
         // leaves the old tree valid; a published one's nodes are unfrozen here).
         let cur = self.tree(region)?;
-        for id in 0..cur.n_data {
-            let off = cur.data_node_off(id);
-            let m = self.front(region, &cur, off)?;
-            Self::store_meta(region, off, m.with_frozen(false))?;
+        let thaw: Vec<u32> = if self.rebuild {
+            (0..cur.n_data).collect()
+        } else {
+            let new = if cur.array_gen == h.array_gen {
+                h.n_data..cur.n_data
+            } else {
+                0..0
+            };
+            self.split.iter().copied().chain(new).collect()
+        };
+        for id in thaw {
+            if id < cur.n_data {
+                let off = cur.data_node_off(id);
+                let m = self.front(region, &cur, off)?;
+                Self::store_meta(region, off, m.with_frozen(false))?;
+            }
         }
         self.resizing = false;
+        end_resize_clock();
+        self.rebuild = false;
+        self.split.clear();
+        self.undrained.clear();
         match r {
             Ok(()) => ServerStats::bump(&self.stats.resizes),
             Err(_) => {
@@ -398,7 +524,6 @@ impl CanrtServer {
         &mut self,
         region: &dyn LocalRegion,
         h: &TreeHeader,
-        full: u32,
     ) -> Result<bool, FabricError> {
         let g = h.data();
         let mut room = h.data_cap - h.n_data as u64;
@@ -408,17 +533,16 @@ impl CanrtServer {
         if self.bounds.len() != h.n_data as usize {
             self.load_bounds(region, h)?;
         }
-        let view = self.view_of(region, h)?;
+        let view = match self.view.take() {
+            Some(v) if v.header.epoch == h.epoch => v,
+            _ => self.view_of(region, h)?,
+        };
         // (node, its new sibling, the pairs that move there)
         let mut splits: Vec<(u32, u32, Pairs)> = Vec::new();
         let mut next = h.n_data;
-        let nearly = (g.slots * 3).div_ceil(4);
-        for id in core::iter::once(full).chain(view.order().iter().copied()) {
-            if room == 0 || splits.iter().any(|s| s.0 == id) {
-                continue;
-            }
-            let off = h.data_node_off(id);
-            if id != full && self.front(region, h, off)?.bitmap().count_ones() < nearly {
+        let frozen = self.split.clone();
+        for &id in &frozen {
+            if room == 0 || id >= h.n_data || splits.iter().any(|s| s.0 == id) {
                 continue;
             }
             let mut pairs = self.node_pairs(region, h, id)?;
@@ -474,14 +598,17 @@ impl CanrtServer {
         nh.epoch = epoch;
         nh.n_data = next;
         let nh = self.write_area(region, nh, &p)?;
-        // Every node takes the new epoch (still frozen): a client with an older view that
-        // reads one refreshes before trusting it.
+        // Every node takes the new epoch (the split ones still frozen): a client with an
+        // older view that reads one refreshes before trusting it. A writer of a node that
+        // was not split may have read its meta word just before, and append under the old
+        // epoch: `apply` takes that append if the new tree routes its key there too.
         for id in 0..h.n_data {
             let off = h.data_node_off(id);
             let m = self.front(region, h, off)?;
             Self::store_meta(region, off, m.with_epoch(epoch))?;
         }
         self.publish(region, nh)?;
+        self.prev_epoch = Some(h.epoch & SHORT_EPOCH_MASK);
         // The moved items leave the split nodes (recovery does the same after a crash here).
         for (id, _, high) in &splits {
             let off = h.data_node_off(*id);
