@@ -2,11 +2,13 @@
 //! [`crate::server::Handler`]), resizing (§3.5) and crash recovery (§3.6).
 //!
 //! Per appended DataItem (a WRITE_WITH_IMM notice) the applier:
-//! 1. checks the item (checksum, ticket = the node's served ticket, slot free) and persists it;
-//! 2. flips the bitmap bits (new slot on, the key's old slot off) in the meta word and
-//!    persists it: the commit point, one 8-byte store;
-//! 3. clears the item's `valid` bit and persists it (the item is processed);
-//! 4. releases the lock: `served + 1` in the meta word.
+//! 1. checks the item (checksum, ticket = the node's served ticket, slot free), clears its
+//!    `valid` bit (the item is processed) and persists it;
+//! 2. flips the bitmap bits (new slot on, the key's old slot off) and releases the lock
+//!    (`served + 1`) in one 8-byte store of the meta word, persisted: the commit point;
+//! 3. acknowledges the append to its writer (a [`Turn`] SEND).
+//!
+//! Two write-backs per write (the item's lines, the meta word's line).
 //!
 //! Resizing is in `resize.rs`.
 use super::view::TreeView;
@@ -252,6 +254,14 @@ impl CanrtServer {
     }
 
     /// Steps 1-3 for the item in `slot` (already checked): returns the committed meta word.
+    /// With `release` (the applier), step 3 comes first and step 4 rides on step 2: the
+    /// item is written back already marked processed, and one persisted store of the meta
+    /// word both makes it live and serves the next ticket (two write-backs per write, not
+    /// four). A crash before that store loses the item, which nobody was told was written
+    /// (acknowledgements follow the store). Recovery (`release` false) keeps the item
+    /// unprocessed until its bitmap bit is persisted, so a crash during recovery replays it
+    /// again.
+    #[allow(clippy::too_many_arguments)]
     fn commit(
         region: &dyn LocalRegion,
         g: DataGeometry,
@@ -260,7 +270,13 @@ impl CanrtServer {
         key: u64,
         op: ItemOp,
         front: Meta,
+        release: bool,
     ) -> Result<Meta, FabricError> {
+        let tail_off = off + g.tail_off(slot);
+        let tail = region.load_u64(tail_off)?;
+        if release {
+            region.store_u64(tail_off, tail_processed(tail))?;
+        }
         region.persist(off + g.slot_off(slot), g.item_size() as usize);
         let mut bm = front.bitmap();
         for s in 0..g.slots {
@@ -271,13 +287,16 @@ impl CanrtServer {
         if op != ItemOp::Delete {
             bm |= 1 << slot;
         }
-        let m = front.with_bitmap(bm);
+        let mut m = front.with_bitmap(bm);
+        if release {
+            m = m.with_served((m.served() + 1) & TICKET_MASK);
+        }
         Self::store_meta(region, off, m)?;
         region.persist(off + FRONT_OFF, 8);
-        let tail_off = off + g.tail_off(slot);
-        let tail = region.load_u64(tail_off)?;
-        region.store_u64(tail_off, tail_processed(tail))?;
-        region.persist(tail_off, 8);
+        if !release {
+            region.store_u64(tail_off, tail_processed(tail))?;
+            region.persist(tail_off, 8);
+        }
         Ok(m)
     }
 
@@ -369,14 +388,8 @@ impl CanrtServer {
             ServerStats::bump(&self.stats.refused);
             return Ok(());
         }
-        let m = Self::commit(region, g, off, imm.slot, key, op, front)?;
-        Self::release(region, off, m)?;
-        Self::ack(
-            replies,
-            imm.node,
-            front.served(),
-            m.with_served((m.served() + 1) & TICKET_MASK),
-        );
+        let m = Self::commit(region, g, off, imm.slot, key, op, front, true)?;
+        Self::ack(replies, imm.node, front.served(), m);
         if op != ItemOp::Delete
             && let Some(b) = self.bounds.get_mut(imm.node as usize)
         {
@@ -492,7 +505,7 @@ impl CanrtServer {
                     ServerStats::bump(&self.stats.refused);
                     break;
                 }
-                m = Self::commit(region, g, off, s, key, op, front)?;
+                m = Self::commit(region, g, off, s, key, op, front, true)?;
                 if op != ItemOp::Delete
                     && let Some(b) = self.bounds.get_mut(id as usize)
                 {
@@ -502,7 +515,10 @@ impl CanrtServer {
                 break;
             }
         }
-        Self::release(region, off, m)?;
+        if m == front {
+            // No item of the holder's applied (which would have served the next ticket).
+            Self::release(region, off, front)?;
+        }
         ServerStats::bump(&self.stats.skipped);
         Ok(true)
     }
@@ -714,7 +730,7 @@ impl CanrtServer {
                     && it.ticket == holder
                 {
                     let (key, op) = (it.key, it.op);
-                    m = Self::commit(region, g, off, s, key, op, m)?;
+                    m = Self::commit(region, g, off, s, key, op, m, false)?;
                     r.replayed += 1;
                 }
             }
