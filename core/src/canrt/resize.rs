@@ -541,8 +541,10 @@ impl CanrtServer {
         let mut splits: Vec<(u32, u32, Pairs)> = Vec::new();
         let mut next = h.n_data;
         let frozen = self.split.clone();
+        // Per data node, its entry in `splits` (a node is split once).
+        let mut split_of: Vec<u32> = vec![u32::MAX; h.n_data as usize];
         for &id in &frozen {
-            if room == 0 || id >= h.n_data || splits.iter().any(|s| s.0 == id) {
+            if room == 0 || id >= h.n_data || split_of[id as usize] != u32::MAX {
                 continue;
             }
             let mut pairs = self.node_pairs(region, h, id)?;
@@ -551,6 +553,7 @@ impl CanrtServer {
             }
             let high = pairs.split_off(pairs.len() / 2);
             self.bounds[id as usize] = bounds_of(&pairs);
+            split_of[id as usize] = splits.len() as u32;
             splits.push((id, next, high));
             next += 1;
             room -= 1;
@@ -574,7 +577,10 @@ impl CanrtServer {
         };
         for &id in view.order() {
             push(self.bounds[id as usize], id);
-            if let Some((_, new, high)) = splits.iter().find(|s| s.0 == id) {
+            let split = split_of
+                .get(id as usize)
+                .and_then(|&i| splits.get(i as usize));
+            if let Some((_, new, high)) = split {
                 push(bounds_of(high), *new);
             }
         }

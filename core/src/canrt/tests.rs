@@ -1143,3 +1143,4 @@ fn errors_speak_canrts_words() {
 }
 
 mod issue13;
+mod partial_resize;
