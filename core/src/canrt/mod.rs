@@ -84,10 +84,10 @@
 //!   width `m`, a character absent from an inner node sends the key to the nearest data node
 //!   in key order, and a last-level node's characters are range starts. The NodeID arrays
 //!   read left to right list the data nodes in key order: scans follow it.
-//! - **Resizing** (`resize.rs`) follows the paper's shape: the tree is frozen (lookups go
-//!   on), in-flight appends drain, the full data node is split *in place* (its upper half
-//!   moves to a data node appended to the data array; every other data node stays where it
-//!   is), and the new header and prefix array are written into the shadow area, the two
+//! - **Resizing** (`resize.rs`) follows the paper's shape: only the data nodes being split
+//!   are frozen (lookups go on, and so do writes to every other node), their in-flight
+//!   appends drain, the full data node is split *in place* (its upper half moves to a data
+//!   node appended to the data array; every other data node stays where it is), and the new header and prefix array are written into the shadow area, the two
 //!   areas alternating tick-tock, then published by one 8-byte store of the root slot.
 //!   Nodes three-quarters full are split in the same resize. Where remora differs: the new
 //!   height and per-level widths are planned from the data nodes' key bounds (not by

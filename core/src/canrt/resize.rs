@@ -1,8 +1,11 @@
 //! Growing the tree (paper §3.5), on the memory node's CPU.
 //!
-//! A client that finds its data node full reports it (`Resize`). The server freezes every
-//! data node of the valid tree (lookups go on reading it; writers hand their lock back and
-//! wait), waits until every lock ticket handed out has been served, then:
+//! A client that finds its data node full reports it (`Resize`). The server freezes the data
+//! nodes the split moves keys out of: the reported one and every node at least
+//! three-quarters full, as many as the data array has room for (their writers hand their
+//! lock back and wait; lookups go on). Every other data node keeps taking writes throughout.
+//! Once every lock ticket handed out on a frozen node has been served (each message
+//! re-checks only the frozen nodes it touched), the server:
 //!
 //! - **split** (the usual case): the full node keeps the lower half of its keys and the upper
 //!   half moves to a new data node appended to the data array; the other data nodes stay
@@ -12,10 +15,16 @@
 //!   node takes the new epoch, the root slot is switched to the shadow area (one persisted
 //!   8-byte store: the commit), the moved items are dropped from the full node, and the tree
 //!   is unfrozen.
+//!   A writer of a node that was not split may have read its meta word just before the new
+//!   epoch reached it and append under the old one: the append is applied if the new tree
+//!   routes its key to that node, else refused (lock released, item left unprocessed; the
+//!   writer hears a stale acknowledgement, or sees its ticket passed with its item untouched,
+//!   and writes again).
 //! - **rebuild** (when the data array is out of room, or no prefix array within the format's
-//!   limits separates the nodes): every live item is repacked half-full into a new data array
-//!   twice as large, with a new prefix array. The old array stays frozen; its memory is not
-//!   reclaimed (arrays double, so at most as much again is lost).
+//!   limits separates the nodes): every data node is frozen and drained (repacking moves
+//!   every item, so here every writer waits), then every live item is repacked half-full
+//!   into a new data array twice as large, with a new prefix array. The old array stays
+//!   frozen; its memory is not reclaimed (arrays double, so at most as much again is lost).
 //!
 //! Clients READ the shadow area while it is rewritten only if their view is two resizes
 //! old. The header and the prefix array carry CRC-64s ([`TreeHeader::seal`]) that a torn
