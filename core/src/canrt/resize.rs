@@ -38,8 +38,8 @@ use crate::server::LocalRegion;
 use core::sync::atomic::{AtomicU32, Ordering};
 use remora_layouts::GlobalAddr;
 use remora_layouts::canrt::{
-    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, MAX_SEGMENTS, Meta, ROOT_SLOT, SHORT_EPOCH_MASK,
-    TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
+    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, MAX_DATA_NODES, MAX_SEGMENTS, Meta, ROOT_SLOT,
+    SHORT_EPOCH_MASK, TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
 };
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use std_alloc::vec;
@@ -270,7 +270,10 @@ impl CanrtServer {
         pairs: &[(u64, Vec<u8>)],
     ) -> Result<(), FabricError> {
         let n = p.groups.len() as u64;
-        let cap = (2 * n).max(FIRST_CAPACITY);
+        // Twice the nodes (room to split into), but never past what a header may name (a
+        // capacity past it made every rebuild past 2^19 nodes fail, and fail again at each
+        // resize after: a 10M-key load never finished).
+        let cap = (2 * n).max(FIRST_CAPACITY).min(MAX_DATA_NODES).max(n);
         let data_off = self.new_array(region, g, cap)?;
         let meta = Meta::new(0, 0, false, epoch & EPOCH_MASK);
         let mut bounds = Vec::with_capacity(n as usize);
@@ -660,7 +663,13 @@ impl CanrtServer {
         pairs.sort_by_key(|p| p.0);
         pairs.dedup_by_key(|p| p.0);
         let keys: Vec<u64> = pairs.iter().map(|p| p.0).collect();
-        let target = (h.slots as usize / 2).max(1);
+        // Half full, unless that many nodes would leave less than half the node-id space to
+        // split into: then fuller (at most one slot short of full).
+        let half = (h.slots as usize / 2).max(1);
+        let room = (MAX_DATA_NODES / 2) as usize;
+        let target = half
+            .max(keys.len().div_ceil(room))
+            .min((h.slots as usize).saturating_sub(1).max(1));
         let p = plan(&keys, target)
             .map_err(bad_layout(region, h.area_off))?
             .ok_or_else(|| invalid(region, h.area_off, "no tree shape holds the keys"))?;
