@@ -270,10 +270,7 @@ impl CanrtServer {
         pairs: &[(u64, Vec<u8>)],
     ) -> Result<(), FabricError> {
         let n = p.groups.len() as u64;
-        // Twice the nodes (room to split into), but never past what a header may name (a
-        // capacity past it made every rebuild past 2^19 nodes fail, and fail again at each
-        // resize after: a 10M-key load never finished).
-        let cap = (2 * n).max(FIRST_CAPACITY).min(MAX_DATA_NODES).max(n);
+        let cap = data_capacity(n);
         let data_off = self.new_array(region, g, cap)?;
         let meta = Meta::new(0, 0, false, epoch & EPOCH_MASK);
         let mut bounds = Vec::with_capacity(n as usize);
@@ -675,6 +672,13 @@ impl CanrtServer {
             .ok_or_else(|| invalid(region, h.area_off, "no tree shape holds the keys"))?;
         self.rebuild_into(region, h.data(), h.epoch.wrapping_add(1), &p, &pairs)
     }
+}
+
+/// The capacity of a new data array for `n` nodes: twice the nodes (room to split into),
+/// but never past what a header may name. (A capacity past it made every rebuild past 2^19
+/// nodes fail, and fail again at each resize after: a 10M-key load never finished.)
+pub(super) fn data_capacity(n: u64) -> u64 {
+    (2 * n).max(FIRST_CAPACITY).min(MAX_DATA_NODES).max(n)
 }
 
 /// Smallest and largest key of sorted pairs.

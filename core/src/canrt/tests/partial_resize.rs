@@ -86,3 +86,20 @@ fn a_split_publishes_while_another_nodes_holder_appends() {
         }
     });
 }
+
+/// A rebuild's data array is one a header may name: at most 2^20 nodes (past 2^19 nodes,
+/// twice the nodes was more, and every rebuild failed).
+#[test]
+fn a_rebuilt_data_array_fits_the_header() {
+    use super::super::resize::data_capacity;
+    use remora_layouts::canrt::MAX_DATA_NODES;
+    assert_eq!(data_capacity(1), 16);
+    assert_eq!(data_capacity(1000), 2000);
+    for n in [(1 << 19) + 1, 625_000, MAX_DATA_NODES] {
+        let cap = data_capacity(n);
+        assert!(
+            cap >= n && cap <= MAX_DATA_NODES,
+            "{n} nodes: capacity {cap}"
+        );
+    }
+}
