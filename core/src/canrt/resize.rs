@@ -678,7 +678,7 @@ impl CanrtServer {
 /// but never past what a header may name. (A capacity past it made every rebuild past 2^19
 /// nodes fail, and fail again at each resize after: a 10M-key load never finished.)
 pub(super) fn data_capacity(n: u64) -> u64 {
-    (2 * n).max(FIRST_CAPACITY).min(MAX_DATA_NODES).max(n)
+    (2 * n).clamp(FIRST_CAPACITY, MAX_DATA_NODES).max(n)
 }
 
 /// Smallest and largest key of sorted pairs.
