@@ -242,6 +242,8 @@ pub struct PhaseOut {
     sherman: ShermanSummary,
     canrt: remora::core::canrt::ClientStats,
     key_bytes: u64,
+    /// Latencies of the operations that overlapped a CANRT resize.
+    during_resize: Histogram<u64>,
 }
 
 /// Shared state of a phase.
@@ -382,12 +384,14 @@ impl Ctx<'_> {
 }
 
 /// Runs one coroutine of a phase against `idx`.
+#[allow(clippy::too_many_arguments)]
 async fn coroutine<I: KvIndex>(
     idx: &I,
     ctx: &Ctx<'_>,
     ph: &Phase<'_>,
     seed: u64,
     hist: &RefCell<Histogram<u64>>,
+    during_resize: &RefCell<Histogram<u64>>,
     counts: &RefCell<OpCounts>,
     key_bytes: &RefCell<u64>,
 ) -> Result<(), String> {
@@ -441,6 +445,7 @@ async fn coroutine<I: KvIndex>(
         let kl = a.key(n, &mut key);
         let k = &key[..kl];
         let t0 = ctx.now_ns();
+        let rc0 = remora::core::canrt::resize_clock();
         let mut c = OpCounts::default();
         match op {
             OpKind::Read => {
@@ -477,6 +482,12 @@ async fn coroutine<I: KvIndex>(
         }
         let lat = ctx.now_ns().saturating_sub(t0).max(1);
         let _ = hist.borrow_mut().record(lat);
+        let rc1 = remora::core::canrt::resize_clock();
+        if rc0.0 != rc0.1 || rc1.0 != rc0.0 {
+            // A CANRT resize was under way when the operation started, or began before it
+            // ended.
+            let _ = during_resize.borrow_mut().record(lat);
+        }
         counts.borrow_mut().add(&c);
         *key_bytes.borrow_mut() += kl as u64;
         local += 1;
@@ -498,6 +509,7 @@ pub async fn phase<I: KvIndex>(
     stats: &dyn Fn() -> Stats,
 ) -> Result<PhaseOut, String> {
     let hist = RefCell::new(new_hist());
+    let during_resize = RefCell::new(new_hist());
     let counts = RefCell::new(OpCounts::default());
     let key_bytes = RefCell::new(0u64);
     let s0 = snapshot();
@@ -510,7 +522,16 @@ pub async fn phase<I: KvIndex>(
     let coros: Vec<_> = (0..ctx.a.coroutines)
         .map(|c| {
             let seed = ctx.a.sim.seed ^ phase_salt ^ ((worker * 4096 + c) as u64 + 1);
-            coroutine(idx, ctx, ph, seed, &hist, &counts, &key_bytes)
+            coroutine(
+                idx,
+                ctx,
+                ph,
+                seed,
+                &hist,
+                &during_resize,
+                &counts,
+                &key_bytes,
+            )
         })
         .collect();
     let results = join_all(coros).await;
@@ -541,6 +562,7 @@ pub async fn phase<I: KvIndex>(
         },
         canrt: canrt_delta(&st0.canrt, &st1.canrt),
         key_bytes: key_bytes.into_inner(),
+        during_resize: during_resize.into_inner(),
     })
 }
 
@@ -557,6 +579,13 @@ pub struct CanrtSummary {
     pub torn_retries: u64,
     /// Our lock tickets the server skipped (taken again).
     pub skipped: u64,
+    /// `Wait` messages sent (each answered by a turn notice: two server messages).
+    pub turn_waits: u64,
+    /// Operations that overlapped a resize (one under way when they started, or begun
+    /// before they ended), and their latency.
+    pub during_resize_ops: u64,
+    pub during_resize_p50_ns: u64,
+    pub during_resize_p99_ns: u64,
 }
 
 fn canrt_delta(
@@ -592,6 +621,7 @@ pub fn record(
     let mut sherman = ShermanSummary::default();
     let mut key_bytes = 0u64;
     let mut canrt = CanrtSummary::default();
+    let mut during_resize = new_hist();
     let start = outs.iter().map(|o| o.start_ns).min().unwrap_or(0);
     let end = outs.iter().map(|o| o.end_ns).max().unwrap_or(0);
     for o in outs {
@@ -608,7 +638,12 @@ pub fn record(
         canrt.lock_polls += o.canrt.lock_waits;
         canrt.torn_retries += o.canrt.torn_retries;
         canrt.skipped += o.canrt.skipped;
+        canrt.turn_waits += o.canrt.turn_waits;
+        let _ = during_resize.add(&o.during_resize);
     }
+    canrt.during_resize_ops = during_resize.len();
+    canrt.during_resize_p50_ns = during_resize.value_at_quantile(0.5);
+    canrt.during_resize_p99_ns = during_resize.value_at_quantile(0.99);
     canrt.resize_percent = 100.0 * canrt.resize_requests as f64 / (counts.inserts.max(1)) as f64;
     let ops = counts.total();
     // Busy time is monotone in time: from the first worker's start to the last one's end.

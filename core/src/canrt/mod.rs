@@ -91,10 +91,10 @@
 //!   In a 16-byte tree every level reads one whole key byte, so a prefix node's characters
 //!   are the paper's characters, key bytes; key bytes equal in every key (a shared string
 //!   prefix) are gaps. A key of the wrong width is [`CanrtError::BadKey`], naming the tree's.
-//! - **Resizing** (`resize.rs`) follows the paper's shape: the tree is frozen (lookups go
-//!   on), in-flight appends drain, the full data node is split *in place* (its upper half
-//!   moves to a data node appended to the data array; every other data node stays where it
-//!   is), and the new header and prefix array are written into the shadow area, the two
+//! - **Resizing** (`resize.rs`) follows the paper's shape: only the data nodes being split
+//!   are frozen (lookups go on, and so do writes to every other node), their in-flight
+//!   appends drain, the full data node is split *in place* (its upper half moves to a data
+//!   node appended to the data array; every other data node stays where it is), and the new header and prefix array are written into the shadow area, the two
 //!   areas alternating tick-tock, then published by one 8-byte store of the root slot.
 //!   Nodes three-quarters full are split in the same resize. Where remora differs: the new
 //!   height and per-level widths are planned from the data nodes' key bounds (not by
@@ -115,6 +115,7 @@ mod write;
 
 pub use build::{Plan, plan, plan_units};
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
+pub use resize::resize_clock;
 pub use server::{CanrtServer, Counter, RecoveryReport, ServerStats};
 pub use view::{Found, NodeView, TreeView};
 

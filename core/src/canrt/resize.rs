@@ -1,8 +1,11 @@
 //! Growing the tree (paper §3.5), on the memory node's CPU.
 //!
-//! A client that finds its data node full reports it (`Resize`). The server freezes every
-//! data node of the valid tree (lookups go on reading it; writers hand their lock back and
-//! wait), waits until every lock ticket handed out has been served, then:
+//! A client that finds its data node full reports it (`Resize`). The server freezes the data
+//! nodes the split moves keys out of: the reported one and every node at least
+//! three-quarters full, as many as the data array has room for (their writers hand their
+//! lock back and wait; lookups go on). Every other data node keeps taking writes throughout.
+//! Once every lock ticket handed out on a frozen node has been served (each message
+//! re-checks only the frozen nodes it touched), the server:
 //!
 //! - **split** (the usual case): the full node keeps the lower half of its keys and the upper
 //!   half moves to a new data node appended to the data array; the other data nodes stay
@@ -12,10 +15,16 @@
 //!   node takes the new epoch, the root slot is switched to the shadow area (one persisted
 //!   8-byte store: the commit), the moved items are dropped from the full node, and the tree
 //!   is unfrozen.
+//!   A writer of a node that was not split may have read its meta word just before the new
+//!   epoch reached it and append under the old one: the append is applied if the new tree
+//!   routes its key to that node, else refused (lock released, item left unprocessed; the
+//!   writer hears a stale acknowledgement, or sees its ticket passed with its item untouched,
+//!   and writes again).
 //! - **rebuild** (when the data array is out of room, or no prefix array within the format's
-//!   limits separates the nodes): every live item is repacked half-full into a new data array
-//!   twice as large, with a new prefix array. The old array stays frozen; its memory is not
-//!   reclaimed (arrays double, so at most as much again is lost).
+//!   limits separates the nodes): every data node is frozen and drained (repacking moves
+//!   every item, so here every writer waits), then every live item is repacked half-full
+//!   into a new data array twice as large, with a new prefix array. The old array stays
+//!   frozen; its memory is not reclaimed (arrays double, so at most as much again is lost).
 //!
 //! Clients READ the shadow area while it is rewritten only if their view is two resizes
 //! old. The header and the prefix array carry CRC-64s ([`TreeHeader::seal`]) that a torn
@@ -27,14 +36,35 @@ use super::server::{CanrtServer, ServerStats, bad_layout, invalid};
 use super::view::{NodeView, TreeView};
 use crate::fabric::FabricError;
 use crate::server::LocalRegion;
+use core::sync::atomic::{AtomicU32, Ordering};
 use remora_layouts::GlobalAddr;
 use remora_layouts::canrt::{
-    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, LOCK_OFF, MAX_SEGMENTS, Meta, ROOT_SLOT,
-    TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
+    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, MAX_DATA_NODES, MAX_SEGMENTS, Meta, ROOT_SLOT,
+    SHORT_EPOCH_MASK, TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
 };
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use std_alloc::vec;
 use std_alloc::vec::Vec;
+
+/// Resizes begun and ended (published or failed) by the CANRT servers of this process, for
+/// a benchmark to tell the operations that overlapped a resize ([`resize_clock`]).
+static RESIZES_BEGUN: AtomicU32 = AtomicU32::new(0);
+static RESIZES_ENDED: AtomicU32 = AtomicU32::new(0);
+
+/// (resizes begun, resizes ended) by the CANRT servers of this process so far (mod 2^32). A
+/// resize is under way while they differ; an operation overlapped one if they differed when
+/// it started or the first moved before it ended.
+pub fn resize_clock() -> (u32, u32) {
+    (
+        RESIZES_BEGUN.load(Ordering::Acquire),
+        RESIZES_ENDED.load(Ordering::Acquire),
+    )
+}
+
+/// A resize ended (see [`resize_clock`]).
+pub(super) fn end_resize_clock() {
+    RESIZES_ENDED.fetch_add(1, Ordering::AcqRel);
+}
 
 /// Key-value pairs sorted by key.
 type Pairs = Vec<(u128, Vec<u8>)>;
@@ -170,6 +200,7 @@ impl CanrtServer {
             .map_err(bad_layout(region, h.area_off))?;
         region.store_u64(root_offset(ROOT_SLOT), root.raw())?;
         region.persist(root_offset(ROOT_SLOT), 8);
+        self.view = None;
         if let Some(old) = self.tree.replace(h) {
             self.shadow = Some((old.area_off, old.area_len));
         }
@@ -240,7 +271,7 @@ impl CanrtServer {
         pairs: &[(u128, Vec<u8>)],
     ) -> Result<(), FabricError> {
         let n = p.groups.len() as u64;
-        let cap = (2 * n).max(FIRST_CAPACITY);
+        let cap = data_capacity(n);
         let data_off = self.new_array(region, g, cap)?;
         let meta = Meta::new(0, 0, false, epoch & EPOCH_MASK);
         let mut bounds = Vec::with_capacity(n as usize);
@@ -259,62 +290,166 @@ impl CanrtServer {
         let h = Self::header(g, epoch, data_off, n as u32, cap, array_gen);
         let h = self.write_area(region, h, p)?;
         self.publish(region, h)?;
+        self.prev_epoch = None;
         self.bounds = bounds;
         Ok(())
     }
 
-    /// Freezes every data node of the valid tree: writers stop appending to it.
+    /// Starts a resize for data node `full`, reported full by its lock holder (or adds it
+    /// to the resize under way). Only the nodes the split moves keys out of are frozen: the
+    /// reported node and every node at least three-quarters full, as many as the data
+    /// array has room for (their writers hand their lock back and wait); every other node
+    /// keeps taking writes. With no room in the data array, every node is frozen for a
+    /// rebuild.
     pub(super) fn start_resize(
         &mut self,
         region: &dyn LocalRegion,
         full: u32,
     ) -> Result<(), FabricError> {
-        if self.resizing {
+        let h = self.tree(region)?;
+        if full >= h.n_data {
             return Ok(());
         }
-        let h = self.tree(region)?;
-        for id in 0..h.n_data {
-            let off = h.data_node_off(id);
-            let m = self.front(region, &h, off)?;
-            Self::store_meta(region, off, m.with_frozen(true))?;
+        let room = h.data_cap - h.n_data as u64;
+        if self.resizing {
+            if self.rebuild || self.split.contains(&full) {
+                return Ok(());
+            }
+            if (self.split.len() as u64) < room {
+                self.freeze(region, &h, full)?;
+                self.split.push(full);
+                return Ok(());
+            }
+            return self.freeze_all(region, &h);
         }
         self.resizing = true;
-        self.split = Some(full);
+        RESIZES_BEGUN.fetch_add(1, Ordering::AcqRel);
+        self.rebuild = false;
+        self.split.clear();
+        self.undrained.clear();
         self.drain_seen.clear();
+        if room == 0 {
+            return self.freeze_all(region, &h);
+        }
+        self.freeze(region, &h, full)?;
+        self.split.push(full);
+        let nearly = (h.slots * 3).div_ceil(4);
+        for id in 0..h.n_data {
+            if self.split.len() as u64 >= room {
+                break;
+            }
+            let off = h.data_node_off(id);
+            if id != full && self.front(region, &h, off)?.bitmap().count_ones() >= nearly {
+                self.freeze(region, &h, id)?;
+                self.split.push(id);
+            }
+        }
         Ok(())
     }
 
-    /// Finishes a resize once every ticket handed out on the frozen tree is served.
+    /// Freezes data node `id`: its next lock holders hand their tickets back. It drains
+    /// once every ticket handed out is served.
+    fn freeze(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+        id: u32,
+    ) -> Result<(), FabricError> {
+        let off = h.data_node_off(id);
+        let m = self.front(region, h, off)?;
+        if !m.frozen() {
+            Self::store_meta(region, off, m.with_frozen(true))?;
+        }
+        if Self::outstanding(region, off, m)? != 0 {
+            self.undrained.insert(id);
+        }
+        Ok(())
+    }
+
+    /// Turns the resize under way into a rebuild: every data node frozen.
+    fn freeze_all(&mut self, region: &dyn LocalRegion, h: &TreeHeader) -> Result<(), FabricError> {
+        self.rebuild = true;
+        self.split.clear();
+        for id in 0..h.n_data {
+            self.freeze(region, h, id)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the frozen nodes among `ids` (the nodes a message touched) that have drained.
+    pub(super) fn note_drained(&mut self, region: &dyn LocalRegion, ids: &[u32]) {
+        let Some(h) = self.tree else {
+            return;
+        };
+        for &id in ids {
+            if id < h.n_data && self.undrained.contains(&id) {
+                let off = h.data_node_off(id);
+                let drained = self
+                    .front(region, &h, off)
+                    .and_then(|m| Self::outstanding(region, off, m));
+                if drained == Ok(0) {
+                    self.undrained.remove(&id);
+                }
+            }
+        }
+    }
+
+    /// Re-checks every frozen node not yet drained (the server is idle: a drain seen late
+    /// costs nothing then).
+    pub(super) fn recheck_drains(&mut self, region: &dyn LocalRegion) {
+        let ids: Vec<u32> = self.undrained.iter().copied().collect();
+        self.note_drained(region, &ids);
+    }
+
+    /// Finishes a resize once every frozen node has drained (each message checks only the
+    /// nodes it touched: see [`Self::note_drained`]).
     pub(super) fn progress(&mut self, region: &dyn LocalRegion) -> Result<(), FabricError> {
-        if !self.resizing {
+        if !self.resizing || !self.undrained.is_empty() {
             return Ok(());
         }
         let h = self.tree(region)?;
-        for id in 0..h.n_data {
-            let off = h.data_node_off(id);
-            let tickets = region.load_u64(off + LOCK_OFF)? & remora_layouts::canrt::TICKET_MASK;
-            if tickets != self.front(region, &h, off)?.served() {
-                return Ok(());
-            }
-        }
-        let full = self.split.take();
-        let r = match full {
-            Some(f) if f < h.n_data => match self.split_node(region, &h, f) {
+        let r = if self.rebuild {
+            self.rebuild_all(region, &h)
+        } else {
+            match self.split_node(region, &h) {
                 Ok(true) => Ok(()),
-                Ok(false) => self.rebuild_all(region, &h),
+                Ok(false) => {
+                    // No split fits (no prefix array separates the nodes): repack, once
+                    // every node has drained.
+                    self.freeze_all(region, &h)?;
+                    if !self.undrained.is_empty() {
+                        return Ok(());
+                    }
+                    self.rebuild_all(region, &h)
+                }
                 Err(e) => Err(e),
-            },
-            _ => self.rebuild_all(region, &h),
+            }
         };
         // Whatever happened, the valid tree's nodes are writable again (a failed resize
         // leaves the old tree valid; a published one's nodes are unfrozen here).
         let cur = self.tree(region)?;
-        for id in 0..cur.n_data {
-            let off = cur.data_node_off(id);
-            let m = self.front(region, &cur, off)?;
-            Self::store_meta(region, off, m.with_frozen(false))?;
+        let thaw: Vec<u32> = if self.rebuild {
+            (0..cur.n_data).collect()
+        } else {
+            let new = if cur.array_gen == h.array_gen {
+                h.n_data..cur.n_data
+            } else {
+                0..0
+            };
+            self.split.iter().copied().chain(new).collect()
+        };
+        for id in thaw {
+            if id < cur.n_data {
+                let off = cur.data_node_off(id);
+                let m = self.front(region, &cur, off)?;
+                Self::store_meta(region, off, m.with_frozen(false))?;
+            }
         }
         self.resizing = false;
+        end_resize_clock();
+        self.rebuild = false;
+        self.split.clear();
+        self.undrained.clear();
         match r {
             Ok(()) => ServerStats::bump(&self.stats.resizes),
             Err(_) => {
@@ -399,7 +534,6 @@ impl CanrtServer {
         &mut self,
         region: &dyn LocalRegion,
         h: &TreeHeader,
-        full: u32,
     ) -> Result<bool, FabricError> {
         let g = h.data();
         let mut room = h.data_cap - h.n_data as u64;
@@ -409,17 +543,18 @@ impl CanrtServer {
         if self.bounds.len() != h.n_data as usize {
             self.load_bounds(region, h)?;
         }
-        let view = self.view_of(region, h)?;
+        let view = match self.view.take() {
+            Some(v) if v.header.epoch == h.epoch => v,
+            _ => self.view_of(region, h)?,
+        };
         // (node, its new sibling, the pairs that move there)
         let mut splits: Vec<(u32, u32, Pairs)> = Vec::new();
         let mut next = h.n_data;
-        let nearly = (g.slots * 3).div_ceil(4);
-        for id in core::iter::once(full).chain(view.order().iter().copied()) {
-            if room == 0 || splits.iter().any(|s| s.0 == id) {
-                continue;
-            }
-            let off = h.data_node_off(id);
-            if id != full && self.front(region, h, off)?.bitmap().count_ones() < nearly {
+        let frozen = self.split.clone();
+        // Per data node, its entry in `splits` (a node is split once).
+        let mut split_of: Vec<u32> = vec![u32::MAX; h.n_data as usize];
+        for &id in &frozen {
+            if room == 0 || id >= h.n_data || split_of[id as usize] != u32::MAX {
                 continue;
             }
             let mut pairs = self.node_pairs(region, h, id)?;
@@ -428,6 +563,7 @@ impl CanrtServer {
             }
             let high = pairs.split_off(pairs.len() / 2);
             self.bounds[id as usize] = bounds_of(&pairs);
+            split_of[id as usize] = splits.len() as u32;
             splits.push((id, next, high));
             next += 1;
             room -= 1;
@@ -451,7 +587,10 @@ impl CanrtServer {
         };
         for &id in view.order() {
             push(self.bounds[id as usize], id);
-            if let Some((_, new, high)) = splits.iter().find(|s| s.0 == id) {
+            let split = split_of
+                .get(id as usize)
+                .and_then(|&i| splits.get(i as usize));
+            if let Some((_, new, high)) = split {
                 push(bounds_of(high), *new);
             }
         }
@@ -475,14 +614,17 @@ impl CanrtServer {
         nh.epoch = epoch;
         nh.n_data = next;
         let nh = self.write_area(region, nh, &p)?;
-        // Every node takes the new epoch (still frozen): a client with an older view that
-        // reads one refreshes before trusting it.
+        // Every node takes the new epoch (the split ones still frozen): a client with an
+        // older view that reads one refreshes before trusting it. A writer of a node that
+        // was not split may have read its meta word just before, and append under the old
+        // epoch: `apply` takes that append if the new tree routes its key there too.
         for id in 0..h.n_data {
             let off = h.data_node_off(id);
             let m = self.front(region, h, off)?;
             Self::store_meta(region, off, m.with_epoch(epoch))?;
         }
         self.publish(region, nh)?;
+        self.prev_epoch = Some(h.epoch & SHORT_EPOCH_MASK);
         // The moved items leave the split nodes (recovery does the same after a crash here).
         for (id, _, high) in &splits {
             let off = h.data_node_off(*id);
@@ -519,12 +661,25 @@ impl CanrtServer {
         pairs.sort_by_key(|p| p.0);
         pairs.dedup_by_key(|p| p.0);
         let keys: Vec<u128> = pairs.iter().map(|p| p.0).collect();
-        let target = (h.slots as usize / 2).max(1);
+        // Half full, unless that many nodes would leave less than half the node-id space to
+        // split into: then fuller (at most one slot short of full).
+        let half = (h.slots as usize / 2).max(1);
+        let room = (MAX_DATA_NODES / 2) as usize;
+        let target = half
+            .max(keys.len().div_ceil(room))
+            .min((h.slots as usize).saturating_sub(1).max(1));
         let p = plan(&keys, target, h.key_len)
             .map_err(bad_layout(region, h.area_off))?
             .ok_or_else(|| invalid(region, h.area_off, "no tree shape holds the keys"))?;
         self.rebuild_into(region, h.data(), h.epoch.wrapping_add(1), &p, &pairs)
     }
+}
+
+/// The capacity of a new data array for `n` nodes: twice the nodes (room to split into),
+/// but never past what a header may name. (A capacity past it made every rebuild past 2^19
+/// nodes fail, and fail again at each resize after: a 10M-key load never finished.)
+pub(super) fn data_capacity(n: u64) -> u64 {
+    (2 * n).clamp(FIRST_CAPACITY, MAX_DATA_NODES).max(n)
 }
 
 /// Smallest and largest key of sorted pairs.

@@ -2,14 +2,17 @@
 //! [`crate::server::Handler`]), resizing (§3.5) and crash recovery (§3.6).
 //!
 //! Per appended DataItem (a WRITE_WITH_IMM notice) the applier:
-//! 1. checks the item (checksum, ticket = the node's served ticket, slot free) and persists it;
-//! 2. flips the bitmap bits (new slot on, the key's old slot off) in the meta word and
-//!    persists it: the commit point, one 8-byte store;
-//! 3. clears the item's `valid` bit and persists it (the item is processed);
-//! 4. releases the lock: `served + 1` in the meta word.
+//! 1. checks the item (checksum, ticket = the node's served ticket, slot free), clears its
+//!    `valid` bit (the item is processed) and persists it;
+//! 2. flips the bitmap bits (new slot on, the key's old slot off) and releases the lock
+//!    (`served + 1`) in one 8-byte store of the meta word, persisted: the commit point;
+//! 3. acknowledges the append to its writer (a [`Turn`] SEND).
+//!
+//! Two write-backs per write (the item's lines, the meta word's line).
 //!
 //! Resizing is in `resize.rs`.
 use super::keys::load_key;
+use super::view::TreeView;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use core::sync::atomic::Ordering;
@@ -20,7 +23,7 @@ use remora_layouts::canrt::{
 };
 use remora_layouts::region::root_offset;
 use remora_layouts::{GlobalAddr, LayoutError};
-use std_alloc::collections::BTreeMap;
+use std_alloc::collections::{BTreeMap, BTreeSet};
 use std_alloc::format;
 use std_alloc::string::String;
 use std_alloc::sync::Arc;
@@ -57,6 +60,9 @@ pub struct ServerStats {
     pub skipped: Counter,
     /// Appends and unlocks that came after their ticket was skipped (ignored).
     pub late: Counter,
+    /// Appends under the tree before a split whose key the new tree routes to another
+    /// node (refused; their writers write again).
+    pub refused: Counter,
     /// Resizes that could not be done (no room on the memory node, or no tree shape): the
     /// old tree stays valid.
     pub failed_resizes: Counter,
@@ -91,7 +97,8 @@ pub(super) struct DrainSeen {
     conn: usize,
     wait: u32,
     leases: u8,
-    served: Vec<u64>,
+    /// (frozen data node, its served ticket)
+    served: Vec<(u32, u64)>,
 }
 
 /// Resize waits remembered at once (the oldest is forgotten; it starts over).
@@ -104,10 +111,25 @@ const MAX_LOCK_WAITERS: usize = 1 << 14;
 /// The CANRT metadata applier of one memory node.
 pub struct CanrtServer {
     pub(super) tree: Option<TreeHeader>,
-    /// Frozen, waiting for the last lock tickets to be served.
+    /// A resize is under way: the nodes it splits (or, for a rebuild, every node) are
+    /// frozen, waiting for their last lock tickets to be served.
     pub(super) resizing: bool,
-    /// The data node whose holder reported it full.
-    pub(super) split: Option<u32>,
+    /// The data nodes this resize splits, frozen (those reported full first); every other
+    /// node keeps taking writes. Empty for a rebuild.
+    pub(super) split: Vec<u32>,
+    /// This resize repacks the data array: every data node is frozen.
+    pub(super) rebuild: bool,
+    /// Frozen nodes whose lock tickets handed out are not all served yet. Only a release
+    /// (a message about the node, or an idle check) can drain one: each message re-checks
+    /// only the nodes it touched.
+    pub(super) undrained: BTreeSet<u32>,
+    /// The (short) epoch of the tree the last split replaced, same data array: an append
+    /// under it to a node that was not split is still applied if the valid tree routes
+    /// its key there (its writer read the meta word just before the split was published).
+    pub(super) prev_epoch: Option<u32>,
+    /// The valid tree's prefix array, read when an append must be routed (see
+    /// `prev_epoch`); dropped at each publish.
+    pub(super) view: Option<TreeView>,
     /// The area (offset, length) not published: the next resize writes its header there.
     pub(super) shadow: Option<(u64, u64)>,
     /// Smallest and largest key each data node has held since it was last split or built
@@ -151,7 +173,11 @@ impl CanrtServer {
         CanrtServer {
             tree: None,
             resizing: false,
-            split: None,
+            split: Vec::new(),
+            rebuild: false,
+            undrained: BTreeSet::new(),
+            prev_epoch: None,
+            view: None,
             shadow: None,
             bounds: Vec::new(),
             heap: (0, 0),
@@ -229,6 +255,14 @@ impl CanrtServer {
     }
 
     /// Steps 1-3 for the item in `slot` (already checked): returns the committed meta word.
+    /// With `release` (the applier), step 3 comes first and step 4 rides on step 2: the
+    /// item is written back already marked processed, and one persisted store of the meta
+    /// word both makes it live and serves the next ticket (two write-backs per write, not
+    /// four). A crash before that store loses the item, which nobody was told was written
+    /// (acknowledgements follow the store). Recovery (`release` false) keeps the item
+    /// unprocessed until its bitmap bit is persisted, so a crash during recovery replays it
+    /// again.
+    #[allow(clippy::too_many_arguments)]
     fn commit(
         region: &dyn LocalRegion,
         g: DataGeometry,
@@ -237,7 +271,13 @@ impl CanrtServer {
         key: u128,
         op: ItemOp,
         front: Meta,
+        release: bool,
     ) -> Result<Meta, FabricError> {
+        let tail_off = off + g.tail_off(slot);
+        let tail = region.load_u64(tail_off)?;
+        if release {
+            region.store_u64(tail_off, tail_processed(tail))?;
+        }
         region.persist(off + g.slot_off(slot), g.item_size() as usize);
         let mut bm = front.bitmap();
         for s in 0..g.slots {
@@ -249,13 +289,16 @@ impl CanrtServer {
         if op != ItemOp::Delete {
             bm |= 1 << slot;
         }
-        let m = front.with_bitmap(bm);
+        let mut m = front.with_bitmap(bm);
+        if release {
+            m = m.with_served((m.served() + 1) & TICKET_MASK);
+        }
         Self::store_meta(region, off, m)?;
         region.persist(off + FRONT_OFF, 8);
-        let tail_off = off + g.tail_off(slot);
-        let tail = region.load_u64(tail_off)?;
-        region.store_u64(tail_off, tail_processed(tail))?;
-        region.persist(tail_off, 8);
+        if !release {
+            region.store_u64(tail_off, tail_processed(tail))?;
+            region.persist(tail_off, 8);
+        }
         Ok(m)
     }
 
@@ -272,11 +315,13 @@ impl CanrtServer {
         let h = self.tree(region)?;
         let g = h.data();
         let imm = Imm::decode(imm).map_err(bad_layout(region, h.data_off))?;
-        if imm.epoch != h.epoch & SHORT_EPOCH_MASK {
+        let current = imm.epoch == h.epoch & SHORT_EPOCH_MASK;
+        if !current && self.prev_epoch != Some(imm.epoch) {
             // An append to a retired tree: only a holder whose ticket was skipped (it stalled
             // for a lease, and a resize went on without it) sends one. Its item lies in a
             // free slot under an old ticket, which nobody takes; it reads back that it was
-            // skipped and writes again.
+            // skipped and writes again. (An append under the tree the last split replaced
+            // is checked below: its node took writes through the split.)
             ServerStats::bump(&self.stats.late);
             return Ok(());
         }
@@ -327,14 +372,26 @@ impl CanrtServer {
                 return Err(invalid(region, off, "torn or corrupt DataItem"));
             }
         };
-        let m = Self::commit(region, g, off, imm.slot, key, op, front)?;
-        Self::release(region, off, m)?;
-        Self::ack(
-            replies,
-            imm.node,
-            front.served(),
-            m.with_served((m.served() + 1) & TICKET_MASK),
-        );
+        if !current && !self.routes_to(region, &h, key, imm.node)? {
+            // Its writer located the key with the tree before the last split, and the valid
+            // tree sends it to another node: refused (lock released, item left unprocessed
+            // under a passed ticket, which readers and recovery never take). The writer
+            // hears so (a stale acknowledgement, or its item still unprocessed behind the
+            // served ticket) and writes again.
+            Self::release(region, off, front)?;
+            let t = Turn {
+                stale: true,
+                applied: true,
+                ticket: front.served() as u16,
+                node: imm.node,
+                meta: front.with_served((front.served() + 1) & TICKET_MASK),
+            };
+            replies.send(&t.encode());
+            ServerStats::bump(&self.stats.refused);
+            return Ok(());
+        }
+        let m = Self::commit(region, g, off, imm.slot, key, op, front, true)?;
+        Self::ack(replies, imm.node, front.served(), m);
         if op != ItemOp::Delete
             && let Some(b) = self.bounds.get_mut(imm.node as usize)
         {
@@ -342,6 +399,20 @@ impl CanrtServer {
         }
         ServerStats::bump(&self.stats.applied);
         Ok(())
+    }
+
+    /// Whether the valid tree `h` sends `key` to data node `id`.
+    pub(super) fn routes_to(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+        key: u128,
+        id: u32,
+    ) -> Result<bool, FabricError> {
+        if self.view.as_ref().is_none_or(|v| v.header.epoch != h.epoch) {
+            self.view = Some(self.view_of(region, h)?);
+        }
+        Ok(self.view.as_ref().and_then(|v| v.locate(key).ok()) == Some(id))
     }
 
     /// Tells an appender that its item (ticket `ticket` on `node`) is applied.
@@ -430,7 +501,13 @@ impl CanrtServer {
                 && it.ticket == ticket
             {
                 let (key, op) = (it.key, it.op);
-                m = Self::commit(region, g, off, s, key, op, front)?;
+                if !self.routes_to(region, h, key, id)? {
+                    // Located with a tree before a split that sends its key elsewhere now
+                    // (see `apply`): refused, its writer sees it unprocessed and writes again.
+                    ServerStats::bump(&self.stats.refused);
+                    break;
+                }
+                m = Self::commit(region, g, off, s, key, op, front, true)?;
                 if op != ItemOp::Delete
                     && let Some(b) = self.bounds.get_mut(id as usize)
                 {
@@ -440,7 +517,10 @@ impl CanrtServer {
                 break;
             }
         }
-        Self::release(region, off, m)?;
+        if m == front {
+            // No item of the holder's applied (which would have served the next ticket).
+            Self::release(region, off, front)?;
+        }
         ServerStats::bump(&self.stats.skipped);
         Ok(true)
     }
@@ -471,10 +551,12 @@ impl CanrtServer {
             return Ok(());
         }
         // Two requests of one wait, a lease apart (consecutive lease counts): tickets served
-        // at both and still outstanding are stuck.
-        let mut now = Vec::with_capacity(h.n_data as usize);
-        for id in 0..h.n_data {
-            now.push(self.front(region, &h, h.data_node_off(id))?.served());
+        // at both and still outstanding on a frozen node are stuck.
+        let mut now = Vec::with_capacity(self.undrained.len());
+        for &id in &self.undrained {
+            if id < h.n_data {
+                now.push((id, self.front(region, &h, h.data_node_off(id))?.served()));
+            }
         }
         let (wait, leases) = (c.ticket, c.epoch);
         let prev = self
@@ -502,10 +584,10 @@ impl CanrtServer {
                 None
             }
         };
-        if let Some(before) = before.filter(|b| b.len() == now.len()) {
-            for (id, t) in before.into_iter().enumerate() {
-                if now[id] == t {
-                    self.skip_ticket(region, &h, id as u32, t)?;
+        if let Some(before) = before {
+            for (id, t) in before {
+                if now.contains(&(id, t)) {
+                    self.skip_ticket(region, &h, id, t)?;
                 }
             }
         }
@@ -596,6 +678,10 @@ impl CanrtServer {
     /// replays complete unprocessed ones, unfreezes an interrupted resize's tree (the root
     /// slot still names it, so the resize never happened), and resets every lock to free.
     pub fn recover(&mut self, region: &dyn LocalRegion) -> Result<RecoveryReport, FabricError> {
+        if self.resizing {
+            // The interrupted resize ends here (its tree is unfrozen below).
+            super::resize::end_resize_clock();
+        }
         *self = CanrtServer {
             stats: self.stats.clone(),
             ..CanrtServer::new()
@@ -646,7 +732,7 @@ impl CanrtServer {
                     && it.ticket == holder
                 {
                     let (key, op) = (it.key, it.op);
-                    m = Self::commit(region, g, off, s, key, op, m)?;
+                    m = Self::commit(region, g, off, s, key, op, m, false)?;
                     r.replayed += 1;
                 }
             }
@@ -719,8 +805,14 @@ impl Handler for CanrtServer {
         if r.is_err() {
             ServerStats::bump(&self.stats.rejected);
         }
+        // A resize may finish whatever the message was (once the nodes it froze drained:
+        // only the nodes this message touched can have).
+        if self.resizing && !self.undrained.is_empty() {
+            let touched = core::mem::take(&mut self.touched);
+            self.note_drained(region, &touched);
+            self.touched = touched;
+        }
         self.wake(region, conn, replies);
-        // A resize may finish whatever the message was.
         let p = if self.resizing {
             self.progress(region)
         } else {
@@ -749,6 +841,7 @@ impl Handler for CanrtServer {
 
     fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
         let was = self.resizing;
+        self.recheck_drains(region);
         let _ = self.progress(region);
         was && !self.resizing
     }

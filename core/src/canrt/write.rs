@@ -175,7 +175,11 @@ impl<E: Endpoint> Canrt<'_, E> {
                 if polls > self.cfg.lock_polls {
                     return Err(self.lock_timeout(addr, seen, t, since));
                 }
-                if !asked && self.cfg.turn_notices && !self.mailbox.deaf.get() {
+                // Next in line (one ticket ahead, its holder appending now): READ the meta
+                // word when that holder should be done instead of asking; a `Wait` and its
+                // notice cost the server's CPU two messages, a READ costs it nothing.
+                let next = t.wrapping_sub(seen) & TICKET_MASK == 1;
+                if !asked && !next && self.cfg.turn_notices && !self.mailbox.deaf.get() {
                     self.mailbox.register(id, t as u16, false);
                     Self::bump(&self.turn_waits);
                     self.control(ControlKind::Wait, &v, v.epoch_tag(), id, t)
@@ -226,6 +230,15 @@ impl<E: Endpoint> Canrt<'_, E> {
                 }
                 self.moved(&mut moved_at, seen, m.served());
                 seen = m.served();
+                if m.served() == t
+                    && !m.frozen()
+                    && m.epoch() == v.epoch_tag()
+                    && op == ItemOp::Insert
+                {
+                    // Our turn, seen in the meta word: an insert appends at once (as on a
+                    // notice).
+                    return self.put(&v, id, addr, m, false, op, key, value, t).await;
+                }
                 if m.served() == t
                     || skipped(t, m.served())
                     || m.epoch() != v.epoch_tag()
@@ -404,8 +417,23 @@ impl<E: Endpoint> Canrt<'_, E> {
                 }])
                 .await?;
         }
-        self.await_applied(addr, id, t, listen).await?;
-        Ok(Wrote::Done(present))
+        if self
+            .await_applied(
+                addr,
+                id,
+                t,
+                listen,
+                v.epoch_tag(),
+                remote.add(isz as u64 - 8),
+                &item[isz - 8..isz],
+            )
+            .await?
+        {
+            Ok(Wrote::Done(present))
+        } else {
+            Self::bump(&self.skips);
+            Ok(Wrote::Again)
+        }
     }
 
     /// Waits until the server has applied our item (ticket `t` of data node `id`): readers
@@ -413,13 +441,20 @@ impl<E: Endpoint> Canrt<'_, E> {
     /// write returns once it is durable and visible. The server's acknowledgement ends the
     /// wait (`listen`); without it, or if it is late, the meta word's served ticket moving
     /// past ours does (the item was applied, by its notice or by a skip that found it).
+    /// False if the server refused the item (a stale acknowledgement, or the served ticket
+    /// past ours with our item's last word, at `tail`, still as we wrote it, `written`): we
+    /// located the key with a tree a split has since replaced, and write again.
+    #[allow(clippy::too_many_arguments)]
     async fn await_applied(
         &self,
         addr: GlobalAddr,
         id: u32,
         t: u64,
         listen: bool,
-    ) -> Result<(), CanrtError> {
+        epoch: u32,
+        tail: GlobalAddr,
+        written: &[u8],
+    ) -> Result<bool, CanrtError> {
         let since = self.ep.now_ns();
         let mut waiter = Waiter::new(self.cfg.lease, since);
         let lease = self.cfg.lease;
@@ -433,13 +468,18 @@ impl<E: Endpoint> Canrt<'_, E> {
                     .saturating_mul(1 << late.min(6))
                     .clamp(lease.min_backoff_ns, lease.max_backoff_ns)
             };
-            if self.await_turn(id, t as u16, true, ns).await?.is_some() {
-                return Ok(());
+            if let Some(turn) = self.await_turn(id, t as u16, true, ns).await? {
+                return Ok(!turn.stale);
             }
             Self::bump(&self.waits);
             let m = Meta(read_word(self.qp()?, addr.add(FRONT_OFF)).await?);
             if m.served() != t {
-                return Ok(());
+                // A refusal needs a split published since our snapshot (a new epoch).
+                if m.epoch() == epoch {
+                    return Ok(true);
+                }
+                let last = read_word(self.qp()?, tail).await?;
+                return Ok(last.to_le_bytes()[..] != *written);
             }
             if let Verdict::GiveUp { .. } = waiter.observe(1 << 63 | t, self.ep.now_ns()) {
                 break;
