@@ -191,6 +191,14 @@ pub struct BenchArgs {
     /// for a turn notice (the comparison for the notices).
     #[arg(long)]
     pub canrt_poll: bool,
+    /// Erda: size its log so that the run cleans it (regions of twice the records' share,
+    /// cleaning after half a region of appends), as a `--seconds` run always does. Without
+    /// it, a fixed-count run's regions are sized so that its appends (records + warm-up +
+    /// operations) stay under the cleaning threshold, and below the point where the server
+    /// starts zeroing the next region ahead: the paper's YCSB figures exclude cleaning (it
+    /// measures cleaning apart, its Fig. 26).
+    #[arg(long)]
+    pub erda_clean: bool,
     #[command(flatten)]
     pub sim: SimArgs,
     #[command(flatten)]
@@ -387,7 +395,8 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
 /// sparse), 64 KiB segments, and logs sized for the live data, not for every write: each
 /// head is 3 regions of twice its share of the records, and log cleaning starts after half a
 /// region of appends (so a `--seconds` run never fills the log: cleaning frees what updates
-/// make stale, and a full region chains the next).
+/// make stale, and a full region chains the next). A run of `--operations` without
+/// `--erda-clean` gets regions large enough that it never starts a cleaning.
 fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
     let object = 64u64 + a.value_size as u64;
     let segment = 64u64 << 10;
@@ -395,9 +404,19 @@ fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
     let regions = 3u64;
     // Keys go to a head by their first writer's client id, so one head may hold every live
     // key: each region can (cleaning reclaims the rest; a full region chains the next).
-    let region = (a.records * object + 4 * segment)
+    let live = (a.records * object + 4 * segment)
         .next_multiple_of(segment)
         .max(2 << 20);
+    // Without --erda-clean, a fixed-count run (not --seconds) never cleans: every append of
+    // the run (as if all went to one head) stays under 70 % of the threshold (half a
+    // region), below the 75 % where the server starts zeroing the next region ahead.
+    let region = if a.erda_clean || a.seconds.is_some() {
+        live
+    } else {
+        let ops = a.operations.unwrap_or(a.records);
+        let appends = (a.records + a.warmup + ops) * object;
+        live.max((appends * 2 * 10 / 7).next_multiple_of(segment))
+    };
     ErdaConfig {
         heads: heads as u32,
         buckets: (8 * a.records).next_power_of_two().max(1 << 14),

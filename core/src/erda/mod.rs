@@ -146,10 +146,11 @@
 //!
 //! # Log regions and cleaning (issue 12)
 //!
-//! Each head's log is a ring of regions: a full region chains the next free one, and once
-//! clients appended a threshold to a head, the server cleans it lock-free (reverse-scan
-//! merge into a fresh region, a replication sweep, the head swing), reclaiming stale
-//! versions and deleted keys' buckets; clients read a cleaning head's keys through the
+//! Each head's log is a ring of regions: a full region chains the next free one (zeroed
+//! ahead of need, at most 64 KiB per message, so no request stalls the server for a whole
+//! region), and once clients appended a threshold to a head, the server cleans it
+//! lock-free (reverse-scan merge into a fresh region, a replication sweep, the head swing),
+//! reclaiming stale versions and deleted keys' buckets; clients read a cleaning head's keys through the
 //! server (the paper's SEND path) and check every one-sided answer against the head's epoch
 //! word. See `clean.rs` for the protocol and every decision the paper leaves open.
 //!

@@ -1,7 +1,7 @@
 //! Erda's memory-node CPU: sessions, hash-table management, log-space allocation, the
 //! metadata word, format and recovery.
 use super::ErdaConfig;
-use super::clean::{self, Cleaner, region_of, region_start};
+use super::clean::{self, Cleaner, Prep, Space, region_of, region_start};
 use super::displace;
 use super::geometry::{ErdaConfigError, Plan, plan};
 use super::stripe;
@@ -65,6 +65,12 @@ pub struct ServerStats {
     pub buckets_reclaimed: u64,
     /// Reads answered through the server ([`ReqOp::Get`], the SEND path while cleaning).
     pub located: u64,
+    /// Bytes of free log regions zeroed (and persisted) ahead of their chaining, a bounded
+    /// amount per message or idle call (see `clean.rs`).
+    pub zeroed_bytes: u64,
+    /// Chains put off because the next region was not yet zeroed whole (the grant that
+    /// needed it was answered `Busy`, to be asked again).
+    pub chain_waits: u64,
 }
 
 /// A key as a map key: its bytes, zero-padded, and its length.
@@ -122,6 +128,10 @@ pub(super) struct State {
     pub(super) threshold: u64,
     /// Each head's cleaner (volatile: a restart begins a cleaning in progress again).
     pub(super) cleaners: [Cleaner; MAX_HEADS],
+    /// How far each head's next free region is zeroed (volatile: a restart zeroes again).
+    pub(super) prep: [Prep; MAX_HEADS],
+    /// Bytes of zeroing the current message (or idle call) may still do.
+    pub(super) zero_budget: u64,
 }
 
 /// Erda's server-side handler. Formats the region on the first message if no store is
@@ -266,6 +276,8 @@ impl ErdaServer {
             appended: [0; MAX_HEADS],
             threshold: (region_bytes * u64::from(self.cfg.clean_permille) / 1000).max(1),
             cleaners: core::array::from_fn(|_| Cleaner::default()),
+            prep: [Prep::NONE; MAX_HEADS],
+            zero_budget: 0,
             sb,
             sb_off,
             cursor: [LOG_START; MAX_HEADS],
@@ -498,6 +510,7 @@ impl ErdaServer {
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
         let st = self.st.as_mut().expect("opened");
+        clean::set_zero_budget(st, clean::ZERO_PER_MESSAGE);
         let owned = st.owners.get(client as usize).copied().flatten() == Some(conn);
         let mut raw = [0u8; REQUEST_LEN];
         if client < st.sb.max_clients {
@@ -540,8 +553,11 @@ impl ErdaServer {
         // The cleaner shares this thread: a bounded step after every request (the sim calls
         // no `on_idle`, and a busy server would starve it there). An error leaves the
         // cleaning where it is, to be tried again on the next message.
+        // So does zeroing the next log region ahead of its chaining: with any zeroing a
+        // chain did above, at most `ZERO_PER_MESSAGE` bytes per message.
         if let Some(st) = self.st.as_mut() {
             let _ = clean::step(region, st, &mut self.stats, clean::STEP_AFTER_MESSAGE);
+            let _ = clean::zero_ahead(region, st, &mut self.stats, false);
         }
         Ok(())
     }
@@ -673,8 +689,13 @@ impl ErdaServer {
         } else {
             obj_len + DURABLE_MARK_LEN as u64
         };
-        let Some(units) = clean::reserve(region, st, &mut self.stats, head, len, true)? else {
-            return Ok(answer(Status::LogFull, head, 0));
+        let units = match clean::reserve(region, st, &mut self.stats, head, len, true)? {
+            Space::At(units) => units,
+            Space::Full => return Ok(answer(Status::LogFull, head, 0)),
+            // The head's next region is still being zeroed (a bounded share per message):
+            // `Busy` naming no grant, so the client backs off briefly and asks again. Nothing
+            // changed yet (a bucket is filled only once space is reserved).
+            Space::Preparing => return Ok(answer(Status::Busy, head, 0)),
         };
         let new_meta = meta
             .advance(units)
@@ -835,7 +856,7 @@ fn settle(
     let (new_meta, live) = if whole {
         stats.revoked_adopted += 1;
         match clean::reserve(region, st, stats, p.head, len, false)? {
-            Some(units) => {
+            Space::At(units) => {
                 let copy = sb
                     .object_off(p.head, units)
                     .map_err(|_| corrupt(region, off))?;
@@ -847,7 +868,7 @@ fn settle(
                     .map_err(|_| corrupt(region, off))?;
                 (m, !deleted)
             }
-            None => {
+            Space::Full | Space::Preparing => {
                 // No room for a copy: flush the original in place (a CPU flush reaches the
                 // NIC-written lines too on hardware) and keep the word.
                 region.persist(slot, len as usize);
@@ -921,15 +942,18 @@ impl Handler for ErdaServer {
         }
     }
 
-    /// Forgets finished grants (durable mark found), up to 64 per call, resuming where the
-    /// last call stopped: the volatile table of unfinished grants stays about as large as the
-    /// number of writes in flight.
+    /// Steps the cleaner, zeroes up to `ZERO_WHEN_IDLE` bytes of each head's next free log
+    /// region ahead of need, and forgets finished grants (durable mark found), up to 64 per
+    /// call, resuming where the last call stopped: the volatile table of unfinished grants
+    /// stays about as large as the number of writes in flight.
     fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
         let Some(st) = self.st.as_mut() else {
             return false;
         };
+        clean::set_zero_budget(st, clean::ZERO_WHEN_IDLE);
         let cleaned =
             clean::step(region, st, &mut self.stats, clean::STEP_WHEN_IDLE).unwrap_or(false);
+        let zeroed = clean::zero_ahead(region, st, &mut self.stats, true).unwrap_or(0);
         let mut done = Vec::new();
         let mut next = None;
         let from = st.sweep_from.take();
@@ -950,7 +974,7 @@ impl Handler for ErdaServer {
         for k in &done {
             st.pending.remove(k);
         }
-        cleaned || !done.is_empty()
+        cleaned || zeroed > 0 || !done.is_empty()
     }
 
     /// Formats or recovers the store before any client connects (a restart on a persistent
