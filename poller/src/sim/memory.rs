@@ -276,8 +276,15 @@ impl MemNode {
             let mut a = off;
             while a < end {
                 let b = ((a / LINE + 1) * LINE).min(end);
-                let old = self.host[a as usize..b as usize].to_vec();
-                self.undo_put(seq, a, Undo { dm: false, old });
+                let old = &self.host[a as usize..b as usize];
+                let new = &data[(a - off) as usize..(b - off) as usize];
+                // A store of the bytes already there needs no undo: rolling it back changes
+                // nothing, whatever else is rolled back around it (a handler clearing a
+                // fresh, zeroed table would otherwise log every line of it).
+                if old != new {
+                    let old = old.to_vec();
+                    self.undo_put(seq, a, Undo { dm: false, old });
+                }
                 a = b;
             }
         }
@@ -511,6 +518,11 @@ mod tests {
             n.cpu_store(16384 + line * LINE, &[4u8; 8]);
         }
         assert_eq!(n.unpersisted(), 201);
+        // Storing the bytes already there logs nothing (a crash would restore them anyway).
+        n.cpu_store(16384, &[4u8; 8]);
+        n.cpu_store(32768, &[0u8; 200]);
+        assert_eq!(n.unpersisted(), 201);
+        assert_eq!(n.nvm.cpu_store, 200 * 8 + 8 + 200, "still counted as stored");
         // One CPU line and the middle of the NIC write.
         assert_eq!(n.write_back(16384 + 100 * LINE, 8), 1);
         assert_eq!(n.write_back(8192 + 512, 64), 1);
