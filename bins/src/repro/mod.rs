@@ -10,6 +10,7 @@
 mod canrt;
 mod catfish;
 mod erda;
+pub(crate) mod memory;
 pub(crate) mod plot;
 pub(crate) mod report;
 mod run;
@@ -63,6 +64,13 @@ pub struct ReproArgs {
     /// the claims measured from them.
     #[arg(long, value_delimiter = ',', value_name = "ID,...")]
     pub only: Vec<String>,
+    /// Only measure how far `--scale full` can go on this machine (a minute or two): each
+    /// selected paper's index loaded in child processes at two key counts and two client
+    /// counts; bytes and CPU per key, bytes per client, and the most keys that fit this
+    /// machine's memory and a CPU budget (memory.md, memory.json). `--scale full` measures
+    /// it first and puts it in its report.
+    #[arg(long)]
+    pub memory: bool,
 }
 
 /// The sizes of one scale.
@@ -80,6 +88,20 @@ pub struct Scale {
     /// Client threads per compute node of the throughput-vs-clients curves.
     pub per_node: Vec<usize>,
 }
+
+/// Keys (rectangles for Catfish) each paper loads at `--scale full`, and its measured ops
+/// and warm-up ops per run: the most that load within about 15 minutes of CPU per paper
+/// (each of a paper's runs loads its keys afresh: SMART has about 80 runs, Sherman 26),
+/// measured with `remora repro all --memory` (bins/src/repro/memory.rs; CPU per loaded key
+/// is 10-20 µs on the sim for every index). Memory is not what binds: see the report's
+/// "How far `--scale full` goes" section.
+const FULL: &[(&str, u64, u64, u64)] = &[
+    ("smart", 800_000, 200_000, 100_000),
+    ("sherman", 4_000_000, 200_000, 100_000),
+    ("canrt", 1_000_000, 200_000, 100_000),
+    ("erda", 1_500_000, 200_000, 100_000),
+    ("catfish", 500_000, 100_000, 0),
+];
 
 impl Scale {
     pub fn of(s: ScaleSel) -> Scale {
@@ -102,13 +124,27 @@ impl Scale {
             },
             ScaleSel::Full => Scale {
                 name: "full",
-                records: 2_000_000,
-                ops: 1_000_000,
-                warmup: 500_000,
+                records: 1_000_000,
+                ops: 200_000,
+                warmup: 100_000,
                 rects: 2_000_000,
-                per_node: vec![1, 2, 4, 8],
+                per_node: vec![1, 2, 4],
             },
         }
+    }
+
+    /// This scale's sizes for paper `key` (`full` sizes each paper to its CPU budget).
+    pub fn for_paper(&self, key: &str) -> Scale {
+        let mut s = self.clone();
+        if self.name == "full"
+            && let Some(&(_, keys, ops, warmup)) = FULL.iter().find(|f| f.0 == key)
+        {
+            s.records = keys;
+            s.rects = keys;
+            s.ops = ops;
+            s.warmup = warmup;
+        }
+        s
     }
 
     /// The flags every key-value run of this scale shares.
@@ -238,6 +274,8 @@ pub struct Paper {
     pub name: &'static str,
     /// The paper's own setup, as it states it.
     pub paper_setup: &'static str,
+    /// The paper's own key (or object) count, where it states one.
+    pub paper_keys: Option<u64>,
     /// remora's setup for it (cluster shape, keys, scale).
     pub setup: String,
     pub experiments: Vec<Experiment>,
@@ -307,11 +345,11 @@ pub fn papers(sel: PaperSel, scale: &Scale) -> Vec<Paper> {
     all.iter()
         .filter(|&&p| sel == PaperSel::All || sel == p)
         .map(|p| match p {
-            PaperSel::Smart => smart::paper(scale),
-            PaperSel::Sherman => sherman::paper(scale),
-            PaperSel::Canrt => canrt::paper(scale),
-            PaperSel::Erda => erda::paper(scale),
-            _ => catfish::paper(scale),
+            PaperSel::Smart => smart::paper(&scale.for_paper("smart")),
+            PaperSel::Sherman => sherman::paper(&scale.for_paper("sherman")),
+            PaperSel::Canrt => canrt::paper(&scale.for_paper("canrt")),
+            PaperSel::Erda => erda::paper(&scale.for_paper("erda")),
+            _ => catfish::paper(&scale.for_paper("catfish")),
         })
         .collect()
 }

@@ -522,7 +522,11 @@ mod tests {
         n.cpu_store(16384, &[4u8; 8]);
         n.cpu_store(32768, &[0u8; 200]);
         assert_eq!(n.unpersisted(), 201);
-        assert_eq!(n.nvm.cpu_store, 200 * 8 + 8 + 200, "still counted as stored");
+        assert_eq!(
+            n.nvm.cpu_store,
+            200 * 8 + 8 + 200,
+            "still counted as stored"
+        );
         // One CPU line and the middle of the NIC write.
         assert_eq!(n.write_back(16384 + 100 * LINE, 8), 1);
         assert_eq!(n.write_back(8192 + 512, 64), 1);
