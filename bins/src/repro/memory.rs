@@ -14,6 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// One index to measure, in its paper's shape.
+#[derive(Clone, Copy)]
 pub struct Probe {
     pub paper: &'static str,
     pub index: &'static str,
@@ -199,8 +200,18 @@ impl Fit {
     }
 }
 
-/// Runs one probe's three children.
-pub fn measure(p: &Probe, dir: &Path) -> Result<Fit, String> {
+/// Runs one probe's children (`shrink` divides its key counts: the tool's own tests).
+pub fn measure(p: &Probe, dir: &Path, shrink: u64) -> Result<Fit, String> {
+    let shrunk;
+    let p = if shrink > 1 {
+        shrunk = Probe {
+            keys: (p.keys.0 / shrink, p.keys.1 / shrink),
+            ..*p
+        };
+        &shrunk
+    } else {
+        p
+    };
     let run = |keys: u64, per_node: usize, no_cache: bool| {
         let line = format!(
             "bench {} --records {keys} --clients-per-node {per_node} --workload load --quiet{}",

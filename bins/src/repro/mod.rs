@@ -36,7 +36,15 @@ pub enum PaperSel {
 pub enum ScaleSel {
     /// Small key counts and short runs: the whole `all` in a few minutes (CI).
     Quick,
-    /// As close to the papers' key counts as one machine's memory allows.
+    /// Each paper as large as about 15 minutes of CPU allows (every run loads its keys
+    /// afresh, at 10-40 µs of CPU per key): SMART 800k keys, Sherman 4M, CANRT 1M, Erda
+    /// 1.5M, Catfish 500k rectangles; 200k measured ops after 100k warm-up ops. CPU binds,
+    /// not memory: measured on a 24 GiB machine (`remora repro all --memory`, which measures
+    /// yours), the sim takes 111 B per SMART key plus 9.5 MiB and up to a 64 MiB cache per
+    /// client (137M keys would fit at 64 clients; the paper has 60M), 61 B per Sherman key
+    /// (295M fit at 32 clients; the paper has 1B), 350 per CANRT key, 772 per Erda key (its
+    /// table has 8 buckets a key), 215 per Catfish rectangle. Also measures the memory first
+    /// and reports it.
     Full,
     /// A few hundred keys: for tests of the tool itself, not for figures.
     #[value(hide = true)]

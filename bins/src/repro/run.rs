@@ -179,7 +179,12 @@ pub fn memory_report(a: &ReproArgs) -> Result<memory::MemoryReport, String> {
             continue;
         };
         let t = Instant::now();
-        let fit = memory::measure(&pr, &a.out)?;
+        let shrink = if a.scale == super::ScaleSel::Tiny {
+            100
+        } else {
+            1
+        };
+        let fit = memory::measure(&pr, &a.out, shrink)?;
         let (mut runs, mut clients) = (0, 0);
         for e in &p.experiments {
             let (r, c) = plan(e)?;
