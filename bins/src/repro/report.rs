@@ -404,6 +404,18 @@ fn reason(m: Metric, r: f64, n: &Point, d: &Point, num: &str, den: &str) -> Stri
     }
     if kind.is_empty() {
         kind.push("mechanism cost");
+        if m == Metric::Mops && n.round_trips_per_op < 0.97 * d.round_trips_per_op {
+            why.push(format!(
+                "{num} saves {:.0}% of the round trips per op but not time: nothing the model \
+                 meters is saturated, so the wait is elsewhere (locks, atomics, retries: p50 \
+                 {:.1} vs {:.1} µs, p99 {:.1} vs {:.1} µs)",
+                100.0 * (1.0 - n.round_trips_per_op / d.round_trips_per_op),
+                us(n.p50_ns),
+                us(d.p50_ns),
+                us(n.p99_ns),
+                us(d.p99_ns)
+            ));
+        }
     }
     why.push(format!(
         "per op: {num} {:.2} RT, {:.0} B; {den} {:.2} RT, {:.0} B",
