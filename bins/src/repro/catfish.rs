@@ -198,14 +198,19 @@ pub fn paper(s: &Scale) -> Paper {
              node running Catfish's server; R*-tree of {} uniform rectangles, fanout \
              30; {} measured ops; seed 1; heartbeats every {HEARTBEAT_US} µs (the paper's \
              10 ms is longer than the run); no warm-up (clients keep no cache; the server's \
-             heartbeats start with the run)",
+             heartbeats start with the run). Catfish vs TCP/IP (`catfish-tcp`): not on the \
+             sim but on real threads of the machine that ran the report (soft fabric vs TCP \
+             over loopback, 1 and 2 clients, {} rectangles, {} searches), wall-clock, not \
+             deterministic",
             s.per_node
                 .iter()
                 .map(|c| c.to_string())
                 .collect::<Vec<_>>()
                 .join("/"),
             s.rects,
-            s.ops
+            s.ops,
+            s.rects.min(SOFT_OBJECTS),
+            s.ops.min(SOFT_OBJECTS)
         ),
         experiments,
         claims,
