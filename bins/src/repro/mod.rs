@@ -62,7 +62,8 @@ pub struct ReproArgs {
     #[arg(long, default_value = "repro-out")]
     pub out: PathBuf,
     /// After the run, compare its report with this committed report.json: fail if a row
-    /// is missing or added, or a ratio moved to the other side of 1.
+    /// is missing or added, or a ratio moved to the other side of 1 (not compared for
+    /// wall-clock rows, measured on real threads: their side depends on the machine's load).
     #[arg(long, value_name = "REPORT_JSON")]
     pub check: Option<PathBuf>,
     /// No per-experiment progress lines.
