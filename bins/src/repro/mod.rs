@@ -37,8 +37,9 @@ pub enum ScaleSel {
     /// Small key counts and short runs: the whole `all` in a few minutes (CI).
     Quick,
     /// Each paper as large as about 15 minutes of CPU allows (every run loads its keys
-    /// afresh, at 10-40 µs of CPU per key): SMART 800k keys, Sherman 4M, CANRT 1M, Erda
-    /// 1.5M, Catfish 500k rectangles; 200k measured ops after 100k warm-up ops. CPU binds,
+    /// afresh, at 10-40 µs of CPU per key): SMART 400k keys, Sherman 2M, CANRT 500k, Erda
+    /// 600k, Catfish 300k rectangles; 50k measured ops after 25k warm-up ops (Sherman 100k
+    /// after 50k). CPU binds,
     /// not memory: measured on a 24 GiB machine (`remora repro all --memory`, which measures
     /// yours), the sim takes 111 B per SMART key plus 9.5 MiB and up to a 64 MiB cache per
     /// client (137M keys would fit at 64 clients; the paper has 60M), 61 B per Sherman key
@@ -99,17 +100,18 @@ pub struct Scale {
 }
 
 /// Keys (rectangles for Catfish) each paper loads at `--scale full`, and its measured ops
-/// and warm-up ops per run: the most that load within about 15 minutes of CPU per paper
-/// (each of a paper's runs loads its keys afresh: SMART has about 80 runs, Sherman 26),
-/// measured with `remora repro all --memory` (bins/src/repro/memory.rs; CPU per loaded key
-/// is 10-20 µs on the sim for every index). Memory is not what binds: see the report's
-/// "How far `--scale full` goes" section.
+/// and warm-up ops per run: about what fits 15 minutes of CPU per paper. Each of a paper's
+/// runs loads its keys afresh (`run::plan` counts them: SMART 69, Sherman 18, CANRT 48,
+/// Erda 42, Catfish 31); a load costs 10-40 µs of CPU per key (`remora repro all
+/// --memory`), and an operation at the papers' client counts up to ~100 µs (one Sherman
+/// run of 4M keys, 32 clients, 200k YCSB-A ops after 100k warm-up: 93.5 s of CPU, 483 MB
+/// peak RSS). Memory is not what binds: see `--memory`.
 const FULL: &[(&str, u64, u64, u64)] = &[
-    ("smart", 800_000, 200_000, 100_000),
-    ("sherman", 4_000_000, 200_000, 100_000),
-    ("canrt", 1_000_000, 200_000, 100_000),
-    ("erda", 1_500_000, 200_000, 100_000),
-    ("catfish", 500_000, 100_000, 0),
+    ("smart", 400_000, 50_000, 25_000),
+    ("sherman", 2_000_000, 100_000, 50_000),
+    ("canrt", 500_000, 50_000, 25_000),
+    ("erda", 600_000, 50_000, 25_000),
+    ("catfish", 300_000, 50_000, 0),
 ];
 
 impl Scale {
@@ -133,10 +135,10 @@ impl Scale {
             },
             ScaleSel::Full => Scale {
                 name: "full",
-                records: 1_000_000,
-                ops: 200_000,
-                warmup: 100_000,
-                rects: 2_000_000,
+                records: 500_000,
+                ops: 50_000,
+                warmup: 25_000,
+                rects: 300_000,
                 per_node: vec![1, 2, 4],
             },
         }
