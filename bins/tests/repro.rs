@@ -108,6 +108,38 @@ fn sherman_report_charts_and_check() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("sherman-factors"));
 }
 
+/// `--memory` runs each probe's bench as a child process and reads its peak RSS and CPU
+/// (tiny key counts here: the plumbing is under test, not the figures).
+#[test]
+fn memory_probe_measures_child_processes() {
+    let d = dir("memory");
+    let out = d.to_str().unwrap();
+    let o = remora(&[
+        "repro", "erda", "--memory", "--scale", "tiny", "--out", out, "--quiet",
+    ]);
+    ok(&o);
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("memory.json")).unwrap()).unwrap();
+    let fits = m["fits"].as_array().unwrap();
+    assert_eq!(fits.len(), 1, "erda has one index to probe: {m}");
+    let f = &fits[0];
+    assert_eq!(f["fit"]["index"], "erda");
+    for run in f["fit"]["runs"].as_array().unwrap() {
+        // Every child ran: a few MiB resident at least, some CPU.
+        assert!(run["max_rss_bytes"].as_u64().unwrap() > 1 << 20, "{run}");
+        assert!(run["cpu_s"].as_f64().unwrap() > 0.0, "{run}");
+    }
+    assert!(f["full_runs"].as_u64().unwrap() > 10, "{f}");
+    assert!(m["machine_bytes"].as_u64().unwrap() > 1 << 28);
+    let md = std::fs::read_to_string(d.join("memory.md")).unwrap();
+    assert!(md.contains("How far `--scale full` goes"), "{md}");
+    assert!(!d.join("report.md").exists(), "--memory runs no experiment");
+    // An output directory that cannot be made is an error, not a panic.
+    let bad = remora(&["repro", "erda", "--memory", "--out", "/proc/no-such-dir"]);
+    assert!(!bad.status.success());
+    assert!(!String::from_utf8_lossy(&bad.stderr).contains("panicked"));
+}
+
 #[test]
 fn bench_json_has_run_fields_and_sweeps() {
     let d = dir("bench");

@@ -746,7 +746,7 @@ fn run_phases(
 }
 
 /// The factor analysis: one technique added per row.
-fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> {
+pub(crate) fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)>, String> {
     let mut steps = Vec::new();
     match a.index {
         IndexKind::Smart => {

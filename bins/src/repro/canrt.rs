@@ -231,6 +231,7 @@ pub fn paper(s: &Scale) -> Paper {
         paper_setup: "3 machines with Optane DC PM (AppDirect), ConnectX-5: 1 server, 2 client \
                       machines, 16 client threads; 16-byte keys, 15-byte values; YCSB \
                       write-only / write-heavy / read-heavy / read-only",
+        paper_keys: None,
         setup: format!(
             "sim (persistent memory node), {NODES} compute nodes x 8 client threads x 4 \
              coroutines (curves: {} clients), 1 memory node running the tree's server (CANRT's applier, or WORT/WOART behind request rings); {} \

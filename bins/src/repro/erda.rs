@@ -149,6 +149,7 @@ pub fn paper(s: &Scale) -> Paper {
         name: "Erda",
         paper_setup: "one server with NVM, clients on other machines, RDMA; YCSB-C/B/A and \
                       update-only, values 16 B to 4 KB, throughput vs threads",
+        paper_keys: None,
         setup: format!(
             "sim with persistent memory nodes, {NODES} compute nodes x 8 client threads x 4 \
              coroutines (curves: {} clients), 1 memory node running the store's server; {} \

@@ -10,6 +10,7 @@
 mod canrt;
 mod catfish;
 mod erda;
+pub(crate) mod memory;
 pub(crate) mod plot;
 pub(crate) mod report;
 mod run;
@@ -35,7 +36,16 @@ pub enum PaperSel {
 pub enum ScaleSel {
     /// Small key counts and short runs: the whole `all` in a few minutes (CI).
     Quick,
-    /// As close to the papers' key counts as one machine's memory allows.
+    /// Each paper as large as about 15 minutes of CPU allows (every run loads its keys
+    /// afresh, at 10-40 µs of CPU per key): SMART 400k keys, Sherman 2M, CANRT 500k, Erda
+    /// 600k, Catfish 300k rectangles; 50k measured ops after 25k warm-up ops (Sherman 100k
+    /// after 50k). CPU binds,
+    /// not memory: measured on a 24 GiB machine (`remora repro all --memory`, which measures
+    /// yours), the sim takes 111 B per SMART key plus 9.5 MiB and up to a 64 MiB cache per
+    /// client (137M keys would fit at 64 clients; the paper has 60M), 61 B per Sherman key
+    /// (295M fit at 32 clients; the paper has 1B), 350 per CANRT key, 772 per Erda key (its
+    /// table has 8 buckets a key), 215 per Catfish rectangle. Also measures the memory first
+    /// and reports it.
     Full,
     /// A few hundred keys: for tests of the tool itself, not for figures.
     #[value(hide = true)]
@@ -53,7 +63,8 @@ pub struct ReproArgs {
     #[arg(long, default_value = "repro-out")]
     pub out: PathBuf,
     /// After the run, compare its report with this committed report.json: fail if a row
-    /// is missing or added, or a ratio moved to the other side of 1.
+    /// is missing or added, or a ratio moved to the other side of 1 (not compared for
+    /// wall-clock rows, measured on real threads: their side depends on the machine's load).
     #[arg(long, value_name = "REPORT_JSON")]
     pub check: Option<PathBuf>,
     /// No per-experiment progress lines.
@@ -63,6 +74,13 @@ pub struct ReproArgs {
     /// the claims measured from them.
     #[arg(long, value_delimiter = ',', value_name = "ID,...")]
     pub only: Vec<String>,
+    /// Only measure how far `--scale full` can go on this machine (a minute or two): each
+    /// selected paper's index loaded in child processes at two key counts and two client
+    /// counts; bytes and CPU per key, bytes per client, and the most keys that fit this
+    /// machine's memory and a CPU budget (memory.md, memory.json). `--scale full` measures
+    /// it first and puts it in its report.
+    #[arg(long)]
+    pub memory: bool,
 }
 
 /// The sizes of one scale.
@@ -80,6 +98,21 @@ pub struct Scale {
     /// Client threads per compute node of the throughput-vs-clients curves.
     pub per_node: Vec<usize>,
 }
+
+/// Keys (rectangles for Catfish) each paper loads at `--scale full`, and its measured ops
+/// and warm-up ops per run: about what fits 15 minutes of CPU per paper. Each of a paper's
+/// runs loads its keys afresh (`run::plan` counts them: SMART 69, Sherman 18, CANRT 48,
+/// Erda 42, Catfish 31); a load costs 10-40 µs of CPU per key (`remora repro all
+/// --memory`), and an operation at the papers' client counts up to ~100 µs (one Sherman
+/// run of 4M keys, 32 clients, 200k YCSB-A ops after 100k warm-up: 93.5 s of CPU, 483 MB
+/// peak RSS). Memory is not what binds: see `--memory`.
+const FULL: &[(&str, u64, u64, u64)] = &[
+    ("smart", 400_000, 50_000, 25_000),
+    ("sherman", 2_000_000, 100_000, 50_000),
+    ("canrt", 500_000, 50_000, 25_000),
+    ("erda", 600_000, 50_000, 25_000),
+    ("catfish", 300_000, 50_000, 0),
+];
 
 impl Scale {
     pub fn of(s: ScaleSel) -> Scale {
@@ -102,13 +135,27 @@ impl Scale {
             },
             ScaleSel::Full => Scale {
                 name: "full",
-                records: 2_000_000,
-                ops: 1_000_000,
-                warmup: 500_000,
-                rects: 2_000_000,
-                per_node: vec![1, 2, 4, 8],
+                records: 500_000,
+                ops: 50_000,
+                warmup: 25_000,
+                rects: 300_000,
+                per_node: vec![1, 2, 4],
             },
         }
+    }
+
+    /// This scale's sizes for paper `key` (`full` sizes each paper to its CPU budget).
+    pub fn for_paper(&self, key: &str) -> Scale {
+        let mut s = self.clone();
+        if self.name == "full"
+            && let Some(&(_, keys, ops, warmup)) = FULL.iter().find(|f| f.0 == key)
+        {
+            s.records = keys;
+            s.rects = keys;
+            s.ops = ops;
+            s.warmup = warmup;
+        }
+        s
     }
 
     /// The flags every key-value run of this scale shares.
@@ -238,6 +285,8 @@ pub struct Paper {
     pub name: &'static str,
     /// The paper's own setup, as it states it.
     pub paper_setup: &'static str,
+    /// The paper's own key (or object) count, where it states one.
+    pub paper_keys: Option<u64>,
     /// remora's setup for it (cluster shape, keys, scale).
     pub setup: String,
     pub experiments: Vec<Experiment>,
@@ -307,11 +356,11 @@ pub fn papers(sel: PaperSel, scale: &Scale) -> Vec<Paper> {
     all.iter()
         .filter(|&&p| sel == PaperSel::All || sel == p)
         .map(|p| match p {
-            PaperSel::Smart => smart::paper(scale),
-            PaperSel::Sherman => sherman::paper(scale),
-            PaperSel::Canrt => canrt::paper(scale),
-            PaperSel::Erda => erda::paper(scale),
-            _ => catfish::paper(scale),
+            PaperSel::Smart => smart::paper(&scale.for_paper("smart")),
+            PaperSel::Sherman => sherman::paper(&scale.for_paper("sherman")),
+            PaperSel::Canrt => canrt::paper(&scale.for_paper("canrt")),
+            PaperSel::Erda => erda::paper(&scale.for_paper("erda")),
+            _ => catfish::paper(&scale.for_paper("catfish")),
         })
         .collect()
 }

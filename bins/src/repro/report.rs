@@ -37,6 +37,10 @@ pub struct Point {
     pub seed: u64,
     pub memory_nodes: usize,
     pub compute_nodes: usize,
+    /// `sim` (virtual time, deterministic), or `soft`/`tcp`: real threads and sockets on
+    /// the machine that ran it, wall-clock, not deterministic.
+    #[serde(default)]
+    pub fabric: String,
     /// `[latency ns, fraction]`.
     pub cdf: Vec<[f64; 2]>,
     /// The bench command that measured it.
@@ -73,6 +77,7 @@ impl Point {
             seed: r.run.seed,
             memory_nodes: r.run.cluster.memory_nodes,
             compute_nodes: r.run.cluster.compute_nodes,
+            fabric: r.fabric.clone(),
             cdf: r.run.latency_cdf.clone(),
             command: command.into(),
         }
@@ -130,6 +135,15 @@ pub struct Row {
     pub note: String,
     pub missing: String,
     pub seed: Option<u64>,
+    /// Measured on real threads (soft fabric, TCP sockets), wall-clock on the machine that
+    /// ran it: `--check` compares the row's presence, not its side of 1 (on a busy 2-core
+    /// machine the side does not hold from run to run).
+    #[serde(default)]
+    pub wall_clock: bool,
+    /// Where remora's ratio is on the other side of 1 from the paper's: why, from the two
+    /// points' measurements (what saturates, queueing, cost per operation).
+    #[serde(default)]
+    pub reason: String,
 }
 
 impl Row {
@@ -206,6 +220,8 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
         note: c.note.into(),
         missing: c.missing.into(),
         seed: None,
+        wall_clock: false,
+        reason: String::new(),
     };
     let near_one = c.paper.0 <= 1.0 && c.paper.1 >= 1.0;
     let Some((num, den)) = &c.points else {
@@ -259,18 +275,24 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
     };
     row.remora = Some(r);
     row.side = side(Some(r), near_one);
+    row.wall_clock = n.fabric != "sim" || d.fabric != "sim";
     let paper_mid = (c.paper.0 + c.paper.1) / 2.0;
     row.agrees = Some(row.side == side(Some(paper_mid), near_one));
     row.of_paper = (c.paper.1 < OPEN_ENDED).then_some(r / paper_mid);
     row.seed = Some(n.seed);
     row.measured = format!(
-        "{} clients, {}: {} {} / {} {}",
+        "{} clients, {}: {} {} / {} {}{}",
         n.clients,
         wname(&n.workload),
         num.series,
         figure(n, c.metric),
         den.series,
-        figure(d, c.metric)
+        figure(d, c.metric),
+        if row.wall_clock {
+            format!(" (wall-clock, real threads: {})", machine())
+        } else {
+            String::new()
+        }
     );
     let facts = |pt: &Point, name: &str| {
         let mut s = format!(
@@ -286,7 +308,140 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
         s
     };
     row.diagnosis = format!("{}; {}", facts(n, &num.series), facts(d, &den.series));
+    if row.agrees == Some(false) {
+        row.reason = reason(c.metric, r, n, d, &num.series, &den.series);
+    }
     row
+}
+
+/// Why a ratio landed on the other side of 1 from the paper's, from what the two points
+/// measured: the resources the model saw saturated, closed-loop queueing (for latency
+/// claims), the cost per operation of each side, the adaptive client's choices, and the
+/// machine's scheduling for wall-clock points. Starts with the kind of cause.
+fn reason(m: Metric, r: f64, n: &Point, d: &Point, num: &str, den: &str) -> String {
+    let us = |ns: f64| ns / 1e3;
+    let mut kind = Vec::new();
+    let mut why = Vec::new();
+    if n.fabric != "sim" || d.fabric != "sim" {
+        kind.push("machine load (wall-clock)");
+        why.push(format!(
+            "real threads on {}: {num} p50 {:.1} µs but p99 {:.1} µs, {den} p50 {:.1} µs, \
+             p99 {:.1} µs{}",
+            machine(),
+            us(n.p50_ns),
+            us(n.p99_ns),
+            us(d.p50_ns),
+            us(d.p99_ns),
+            if n.p99_ns > 20.0 * n.p50_ns {
+                format!(
+                    ": {num}'s tail is {:.0}x its median, threads waiting for a CPU",
+                    n.p99_ns / n.p50_ns.max(1.0)
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let bound = |p: &Point| {
+        [
+            ("memory-node link bandwidth", p.link_use),
+            ("memory-node NIC message rate", p.nic_use),
+            ("server CPU", p.server_use),
+        ]
+        .into_iter()
+        .filter_map(|(w, u)| u.filter(|u| *u >= 0.7).map(|u| (w, u)))
+        .collect::<Vec<_>>()
+    };
+    let (bn, bd) = (bound(n), bound(d));
+    for (b, name) in [(&bn, num), (&bd, den)] {
+        for (w, u) in b {
+            kind.push(match *w {
+                "server CPU" => "server CPU bound (model parameter: server_threads x handler cost)",
+                "memory-node link bandwidth" => "bandwidth bound",
+                _ => "NIC message-rate bound",
+            });
+            why.push(format!(
+                "{name} saturates the {w} ({:.0}% used)",
+                100.0 * u.min(9.99)
+            ));
+        }
+    }
+    if let (Some(a), Some(b)) = (n.server_ns_per_op, d.server_ns_per_op)
+        && bn.iter().chain(&bd).any(|(w, _)| *w == "server CPU")
+    {
+        why.push(format!(
+            "server CPU per op: {num} {a:.0} ns, {den} {b:.0} ns"
+        ));
+    }
+    if matches!(m, Metric::P50 | Metric::P99 | Metric::Mean) {
+        let tp = n.mops / d.mops;
+        if r < 1.0 && tp > 1.03 {
+            kind.push("queueing (closed loop)");
+            why.push(format!(
+                "{num} runs {tp:.2}x {den}'s throughput at the same {} clients x {} \
+                 coroutines, so more of its operations are in flight at the memory nodes",
+                n.clients, n.coroutines
+            ));
+        }
+        if m == Metric::P50 {
+            let mean = d.mean_ns / n.mean_ns;
+            if (mean > 1.0) != (r > 1.0) {
+                kind.push("latency distribution");
+                why.push(format!(
+                    "by mean latency the ratio is {mean:.2}x ({num} {:.1} µs, {den} {:.1} µs; \
+                     p99 {:.1} vs {:.1} µs): the medians and the tails disagree",
+                    us(n.mean_ns),
+                    us(d.mean_ns),
+                    us(n.p99_ns),
+                    us(d.p99_ns)
+                ));
+            }
+        }
+    }
+    if let Some(o) = n.offloaded_share.filter(|o| *o < 0.05) {
+        kind.push("adaptive choice");
+        why.push(format!("{num} offloaded {:.0}% of its searches", 100.0 * o));
+    }
+    if kind.is_empty() {
+        kind.push("mechanism cost");
+        if m == Metric::Mops && n.round_trips_per_op < 0.97 * d.round_trips_per_op {
+            why.push(format!(
+                "{num} saves {:.0}% of the round trips per op but not time: nothing the model \
+                 meters is saturated, so the wait is elsewhere (locks, atomics, retries: p50 \
+                 {:.1} vs {:.1} µs, p99 {:.1} vs {:.1} µs)",
+                100.0 * (1.0 - n.round_trips_per_op / d.round_trips_per_op),
+                us(n.p50_ns),
+                us(d.p50_ns),
+                us(n.p99_ns),
+                us(d.p99_ns)
+            ));
+        }
+    }
+    why.push(format!(
+        "per op: {num} {:.2} RT, {:.0} B; {den} {:.2} RT, {:.0} B",
+        n.round_trips_per_op, n.bytes_per_op, d.round_trips_per_op, d.bytes_per_op
+    ));
+    kind.dedup();
+    format!("{}: {}", kind.join(", "), why.join("; "))
+}
+
+/// This machine, for wall-clock rows: cores, CPU model, load average when measured.
+pub fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into());
+    format!("{cores} cores, {model}, load average {load}")
 }
 
 /// One experiment's outputs.
@@ -321,6 +476,9 @@ pub struct Report {
     pub command: String,
     pub scale: String,
     pub papers: Vec<PaperReport>,
+    /// `--memory`: how far `--scale full` goes on the machine that ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<super::memory::MemoryReport>,
 }
 
 impl Report {
@@ -340,6 +498,7 @@ impl Report {
             ),
             scale: scale.name.into(),
             papers,
+            memory: None,
         }
     }
 
@@ -366,7 +525,9 @@ impl Report {
             m,
             "Generated by `{}` (scale `{}`). Every figure is from remora's deterministic \
              simulated cluster (virtual time, the NIC model written in each point's JSON): \
-             same seed, same figures. Each run loads its keys, runs an unmeasured warm-up of \
+             same seed, same figures; except rows marked wall-clock (Catfish vs TCP/IP: kernel \
+             sockets are not in the sim), measured on real threads of the machine that ran \
+             the report, whose load they depend on. Each run loads its keys, runs an unmeasured warm-up of \
              the workload, then the measured phase. A ratio is the system's figure over the \
              baseline's (throughput), or the baseline's over the system's (latency: times \
              lower). `agrees`: remora's ratio is on the same side of 1 as the paper's. \
@@ -399,6 +560,31 @@ impl Report {
                 }
             );
         }
+        let no: Vec<&Row> = self.rows().filter(|r| r.agrees == Some(false)).collect();
+        if !no.is_empty() {
+            let _ = writeln!(
+                m,
+                "\nWhy the rows marked **no** are on the other side of 1 (from the two points' \
+                 measurements; the model's view per point is in each paper's table):\n"
+            );
+            for r in no {
+                let _ = writeln!(m, "- {} / {}: {}", r.paper, r.what, r.reason);
+            }
+        }
+        match &self.memory {
+            Some(mem) => {
+                let _ = write!(m, "\n{}", mem.markdown());
+            }
+            None => {
+                let _ = writeln!(
+                    m,
+                    "\nHow far `--scale full` goes on a machine (the sim's bytes and CPU per \
+                     key and bytes per client of each paper's index, and the most keys that \
+                     fit its memory): `remora repro all --memory` measures it there and adds \
+                     it to the report (`--scale full` always does)."
+                );
+            }
+        }
         for p in &self.papers {
             let _ = writeln!(m, "\n## {}\n", p.name);
             let _ = writeln!(m, "- paper's setup: {}", p.paper_setup);
@@ -420,7 +606,11 @@ impl Report {
                     } else {
                         format!("not measured: {} {}", r.missing, r.measured)
                     },
-                    r.diagnosis,
+                    if r.reason.is_empty() {
+                        r.diagnosis.clone()
+                    } else {
+                        format!("{} — **not reproduced**: {}", r.diagnosis, r.reason)
+                    },
                     r.note
                 );
             }
@@ -615,7 +805,8 @@ pub fn charts(dir: &Path, e: &Experiment, pts: &[Point]) -> Result<Vec<String>, 
 }
 
 /// The differences in shape between the committed report at `path` and `now`: rows added
-/// or gone, ratios measured in one and not the other, ratios on the other side of 1.
+/// or gone, ratios measured in one and not the other, ratios on the other side of 1 (not
+/// for wall-clock rows: their side depends on the machine's load).
 pub fn check(path: &Path, now: &Report) -> Result<Vec<String>, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("--check {}: {e}", path.display()))?;
@@ -645,7 +836,7 @@ pub fn diff(old: &Report, now: &Report) -> Vec<String> {
         let Some(n) = now.rows().find(|n| key(n) == key(o)) else {
             continue;
         };
-        if o.side != n.side {
+        if o.side != n.side && !o.wall_clock && !n.wall_clock {
             d.push(format!(
                 "{}: ratio {} 1 committed ({}), {} now ({})",
                 key(o),
@@ -685,6 +876,7 @@ mod tests {
             seed: 7,
             memory_nodes: 2,
             compute_nodes: 16,
+            fabric: "sim".into(),
             cdf: vec![[1000.0, 0.0], [p50, 0.5], [p50 * 4.0, 1.0]],
             command: "remora bench --x, y".into(),
         }
@@ -695,6 +887,7 @@ mod tests {
             key: "t",
             name: "T",
             paper_setup: "s",
+            paper_keys: None,
             setup: "s".into(),
             experiments: vec![],
             claims,
@@ -755,6 +948,27 @@ mod tests {
         // Not measurable.
         let r = evaluate(&p, &claim("x", Metric::Mops, false, None), &exps());
         assert_eq!((r.remora, r.side.as_str()), (None, "none"));
+        assert!(r.reason.is_empty(), "a row that agrees needs no reason");
+        // The other way round the paper's side: the reason names what saturates (both
+        // points use 90% of the link) and each side's cost per op.
+        let swapped = Some((Pick::new("e", "b", "C"), Pick::new("e", "a", "C")));
+        let r = evaluate(&p, &claim("x", Metric::Mops, false, swapped), &exps());
+        assert_eq!(r.agrees, Some(false));
+        assert!(r.reason.starts_with("bandwidth bound"), "{}", r.reason);
+        assert!(r.reason.contains("per op: b 2.00 RT"), "{}", r.reason);
+        // A latency claim lost to a system that runs more throughput: closed-loop queueing.
+        let mut e = exps();
+        e[0].points[1].p50_ns = 9000.0;
+        e[0].points[1].mean_ns = 2000.0;
+        let r = evaluate(&p, &claim("x", Metric::P50, false, pick()), &e);
+        assert_eq!(r.agrees, Some(false));
+        assert!(r.reason.contains("queueing (closed loop)"), "{}", r.reason);
+        assert!(r.reason.contains("2.00x b's throughput"), "{}", r.reason);
+        assert!(
+            r.reason.contains("by mean latency the ratio is 3.00x"),
+            "{}",
+            r.reason
+        );
         // A pick that matches nothing says so.
         let bad = Some((Pick::new("e", "zz", "C"), Pick::new("e", "b", "C")));
         let r = evaluate(&p, &claim("x", Metric::Mops, false, bad), &exps());
@@ -775,6 +989,7 @@ mod tests {
                 experiments: exps(),
                 rows,
             }],
+            memory: None,
         }
     }
 
@@ -806,9 +1021,17 @@ mod tests {
         assert_eq!(side(Some(1.2), true), "near");
         assert_eq!(side(Some(1.2), false), "above");
         // Flipped side, lost row, new row: each reported.
-        let d = diff(&a, &report(vec![down, other.clone()]));
+        let d = diff(&a, &report(vec![down.clone(), other.clone()]));
         assert_eq!(d.len(), 1, "{d:?}");
         assert!(d[0].contains("t/x") && d[0].contains("below"), "{d:?}");
+        // A wall-clock row (soft fabric, sockets) may change sides; it may not go.
+        let mut soft_up = up.clone();
+        soft_up.wall_clock = true;
+        let mut soft_down = down.clone();
+        soft_down.wall_clock = true;
+        let s = report(vec![soft_up, other.clone()]);
+        assert!(diff(&s, &report(vec![soft_down, other.clone()])).is_empty());
+        assert!(!diff(&s, &report(vec![other.clone()])).is_empty());
         let d = diff(&a, &report(vec![up.clone()]));
         assert!(d.iter().any(|s| s.contains("t/y is gone")), "{d:?}");
         let mut extra = other.clone();

@@ -1,5 +1,6 @@
 //! Runs a paper's experiments through `remora bench` (in-process, one command line per
 //! series and workload) and reduces each bench record to a [`Point`].
+use super::memory;
 use super::report::{self, Point};
 use super::{Chart, Experiment, Paper, ReproArgs, Scale, Series};
 use crate::bench::phase::BenchRecord;
@@ -32,6 +33,41 @@ pub fn commands(s: &Series) -> Vec<String> {
             .map(|w| format!("{} --workload {w}", s.args))
             .collect()
     }
+}
+
+/// What the bench runs of `e` cost: how many runs (each loads its keys afresh: one per
+/// workload, sweep point and factor step) and the most client threads of any of them.
+pub fn plan(e: &Experiment) -> Result<(usize, usize), String> {
+    let mut runs = 0;
+    let mut most = 0;
+    for s in &e.series {
+        for cmd in commands(s) {
+            let a = parse_bench(&cmd)?;
+            let clients = |a: &BenchArgs| match a.fabric {
+                crate::args::FabricKind::Sim => a.sim.compute_nodes * a.sim.clients_per_node,
+                _ => a.threads,
+            };
+            let (points, top) = match &a.sweep {
+                Some(spec) => {
+                    let sw = crate::bench::sweep::parse(spec)?;
+                    let mut top = 0;
+                    for &v in &sw.values {
+                        top = top.max(clients(&crate::bench::sweep::point(&a, &sw.name, v)?));
+                    }
+                    (sw.values.len(), top)
+                }
+                None => (1, clients(&a)),
+            };
+            let steps = if a.factors {
+                crate::bench::factor_steps(&a)?.len() * a.workloads.len().max(1)
+            } else {
+                1
+            };
+            runs += points * steps;
+            most = most.max(top);
+        }
+    }
+    Ok((runs, most))
 }
 
 /// The points of one bench run's records: run phases, and the LOAD phase where the series
@@ -126,10 +162,95 @@ pub fn paper(p: &Paper, a: &ReproArgs, scale: &Scale) -> Result<report::PaperRep
     })
 }
 
+/// Share of this machine's memory one run may use, and the CPU budget of one paper's
+/// `--scale full` runs, in the memory report's fits.
+const USABLE: f64 = 0.8;
+const CPU_BUDGET_S: f64 = 900.0;
+
+/// `--memory`: measures each selected paper's index in child processes and fits its
+/// `--scale full` plan to this machine (see `memory.rs`).
+pub fn memory_report(a: &ReproArgs) -> Result<memory::MemoryReport, String> {
+    let full = Scale::of(super::ScaleSel::Full);
+    let papers = super::papers(a.paper, &full);
+    let machine = memory::machine_bytes().ok_or("cannot read MemTotal from /proc/meminfo")?;
+    let mut fits = Vec::new();
+    for pr in memory::probes() {
+        let Some(p) = papers.iter().find(|p| p.key == pr.paper) else {
+            continue;
+        };
+        let t = Instant::now();
+        let shrink = if a.scale == super::ScaleSel::Tiny {
+            100
+        } else {
+            1
+        };
+        let fit = memory::measure(&pr, &a.out, shrink)?;
+        let (mut runs, mut clients) = (0, 0);
+        for e in &p.experiments {
+            let (r, c) = plan(e)?;
+            runs += r;
+            clients = clients.max(c);
+        }
+        let keys = full.for_paper(p.key).records;
+        let row = memory::FitRow {
+            keys_fit_memory: fit.keys_fitting(USABLE * machine as f64, clients as f64),
+            keys_fit_cpu: if fit.cpu_us_per_key > 0.0 {
+                CPU_BUDGET_S * 1e6 / (fit.cpu_us_per_key * runs.max(1) as f64)
+            } else {
+                f64::INFINITY
+            },
+            fit,
+            full_clients: clients,
+            full_runs: runs,
+            full_keys: keys,
+            paper_keys: p.paper_keys,
+        };
+        if !a.quiet {
+            eprintln!(
+                "memory: {} ({}): {:.0} B/key, {:.1} µs CPU/key, {:.2} MiB/client; {} keys fit \
+                 {:.0}% of {:.1} GiB at {} clients ({:.0} s)",
+                row.fit.index,
+                row.fit.paper,
+                row.fit.bytes_per_key,
+                row.fit.cpu_us_per_key,
+                row.fit.bytes_per_client / (1u64 << 20) as f64,
+                memory::count(row.keys_fit_memory),
+                100.0 * USABLE,
+                machine as f64 / (1u64 << 30) as f64,
+                clients,
+                t.elapsed().as_secs_f64()
+            );
+        }
+        fits.push(row);
+    }
+    let m = memory::MemoryReport {
+        machine_bytes: machine,
+        usable: USABLE,
+        cpu_budget_s: CPU_BUDGET_S,
+        fits,
+    };
+    let p = a.out.join("memory.json");
+    let json = serde_json::to_string_pretty(&m).map_err(|e| e.to_string())?;
+    std::fs::write(&p, json + "\n").map_err(|e| format!("{}: {e}", p.display()))?;
+    Ok(m)
+}
+
 pub fn run(a: &ReproArgs) -> Result<(), String> {
     let scale = Scale::of(a.scale);
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let t = Instant::now();
+    let memory = if a.memory || a.scale == super::ScaleSel::Full {
+        Some(memory_report(a)?)
+    } else {
+        None
+    };
+    if let Some(m) = memory.as_ref().filter(|_| a.memory) {
+        let md = m.markdown();
+        let p = a.out.join("memory.md");
+        std::fs::write(&p, &md).map_err(|e| format!("{}: {e}", p.display()))?;
+        println!("{md}\n(memory.json and memory.md in {})", a.out.display());
+        return Ok(());
+    }
     let mut reports = Vec::new();
     let known: Vec<String> = super::papers(a.paper, &scale)
         .iter()
@@ -147,7 +268,8 @@ pub fn run(a: &ReproArgs) -> Result<(), String> {
             reports.push(paper(&p, a, &scale)?);
         }
     }
-    let full = report::Report::new(a, &scale, reports);
+    let mut full = report::Report::new(a, &scale, reports);
+    full.memory = memory;
     full.write(&a.out)?;
     println!(
         "remora repro {:?} --scale {}: {} claims, {} experiments in {:.1} s; report in {}",

@@ -122,6 +122,7 @@ pub fn paper(s: &Scale) -> Paper {
         name: "Sherman (SIGMOD'22)",
         paper_setup: "8 servers, each one compute and one memory node, ConnectX-5 100 Gb; \
                       8-byte keys and values, 1 billion keys bulk-loaded, zipfian 0.99",
+        paper_keys: Some(1_000_000_000),
         setup: format!(
             "sim, {NODES} compute nodes x {} client threads x 4 coroutines, {NODES} memory \
              nodes (curves: {} clients per node); {} keys loaded by inserts, {} measured ops \

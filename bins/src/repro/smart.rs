@@ -169,6 +169,7 @@ pub fn paper(s: &Scale) -> Paper {
         name: "SMART (OSDI'23)",
         paper_setup: "16 compute nodes, 2 memory nodes, ConnectX-6 100 Gb; YCSB LOAD/A/B/C/D, \
                       60M keys, zipfian 0.99, 8-byte integer or email keys, 8-byte values",
+        paper_keys: Some(60_000_000),
         setup: format!(
             "sim, {NODES} compute nodes x {} client threads x 4 coroutines (curves: {} per \
              node; unloaded: 1 x 1 coroutine), 2 memory nodes; {} keys, {} measured ops \

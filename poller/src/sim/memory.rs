@@ -35,7 +35,7 @@ use super::model::Ps;
 use super::server::ServerThread;
 use remora_layouts::region::RegionHeader;
 use remora_layouts::{GlobalAddr, NodeId};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -157,6 +157,13 @@ pub struct MemNode {
     /// Un-persisted writes by (sequence number, offset): a write trimmed by a persist keeps
     /// its sequence number in pieces.
     undo: BTreeMap<(u64, u64), Undo>,
+    /// The same pieces by (offset, sequence number), so a write-back finds the pieces of its
+    /// lines without scanning the whole log (which grows with every line a handler stores
+    /// and never persists: a scan made LOAD quadratic in the keys).
+    undo_by_off: BTreeSet<(u64, u64)>,
+    /// The longest piece ever logged: a piece overlapping `[lo, hi)` starts after
+    /// `lo - undo_max_len`.
+    undo_max_len: u64,
     undo_by_qp: HashMap<u32, VecDeque<u64>>,
     undo_seq: u64,
     pub nvm: NvmStats,
@@ -189,6 +196,8 @@ impl MemNode {
             handler: id as u32,
             crashes: Vec::new(),
             undo: BTreeMap::new(),
+            undo_by_off: BTreeSet::new(),
+            undo_max_len: 0,
             undo_by_qp: HashMap::new(),
             undo_seq: 0,
             nvm: NvmStats::default(),
@@ -275,8 +284,15 @@ impl MemNode {
             let mut a = off;
             while a < end {
                 let b = ((a / LINE + 1) * LINE).min(end);
-                let old = self.host[a as usize..b as usize].to_vec();
-                self.undo.insert((seq, a), Undo { dm: false, old });
+                let old = &self.host[a as usize..b as usize];
+                let new = &data[(a - off) as usize..(b - off) as usize];
+                // A store of the bytes already there needs no undo: rolling it back changes
+                // nothing, whatever else is rolled back around it (a handler clearing a
+                // fresh, zeroed table would otherwise log every line of it).
+                if old != new {
+                    let old = old.to_vec();
+                    self.undo_put(seq, a, Undo { dm: false, old });
+                }
                 a = b;
             }
         }
@@ -294,21 +310,27 @@ impl MemNode {
         let hi = (off + len as u64).div_ceil(LINE) * LINE;
         let lines = (hi - lo) / LINE;
         self.nvm.lines_flushed += lines;
+        let from = lo.saturating_sub(self.undo_max_len);
         let hit: Vec<(u64, u64)> = self
-            .undo
-            .iter()
-            .filter(|((_, o), u)| !u.dm && *o < hi && *o + u.old.len() as u64 > lo)
-            .map(|(k, _)| *k)
+            .undo_by_off
+            .range((from, 0)..(hi, 0))
+            .map(|&(o, seq)| (seq, o))
+            .filter(|k| {
+                self.undo
+                    .get(k)
+                    .is_some_and(|u| !u.dm && k.1 + u.old.len() as u64 > lo)
+            })
             .collect();
         for (seq, o) in hit {
-            let Some(u) = self.undo.remove(&(seq, o)) else {
+            let Some(u) = self.undo_take(seq, o) else {
                 continue;
             };
             let end = o + u.old.len() as u64;
             if o < lo {
                 let keep = u.old[..(lo - o) as usize].to_vec();
-                self.undo.insert(
-                    (seq, o),
+                self.undo_put(
+                    seq,
+                    o,
                     Undo {
                         dm: false,
                         old: keep,
@@ -317,8 +339,9 @@ impl MemNode {
             }
             if end > hi {
                 let keep = u.old[(hi - o) as usize..].to_vec();
-                self.undo.insert(
-                    (seq, hi),
+                self.undo_put(
+                    seq,
+                    hi,
                     Undo {
                         dm: false,
                         old: keep,
@@ -357,22 +380,51 @@ impl MemNode {
     fn log(&mut self, qp: u32, off: u64, u: Undo) {
         let seq = self.undo_seq;
         self.undo_seq += 1;
-        self.undo.insert((seq, off), u);
+        self.undo_put(seq, off, u);
         let q = self.undo_by_qp.entry(qp).or_default();
         q.push_back(seq);
+        let mut drained = Vec::new();
         while q.len() > self.persist_window {
-            if let Some(s) = q.pop_front() {
-                remove_seq(&mut self.undo, s);
-            }
+            drained.extend(q.pop_front());
+        }
+        for s in drained {
+            self.remove_seq(s);
         }
     }
 
     /// Everything `qp` wrote so far is persisted.
     fn persist_qp(&mut self, qp: u32) {
-        if let Some(q) = self.undo_by_qp.get_mut(&qp) {
-            for s in q.drain(..) {
-                remove_seq(&mut self.undo, s);
-            }
+        let seqs: Vec<u64> = self
+            .undo_by_qp
+            .get_mut(&qp)
+            .map_or_else(Vec::new, |q| q.drain(..).collect());
+        for s in seqs {
+            self.remove_seq(s);
+        }
+    }
+
+    /// Logs piece `(seq, off)` in both indexes.
+    fn undo_put(&mut self, seq: u64, off: u64, u: Undo) {
+        self.undo_max_len = self.undo_max_len.max(u.old.len() as u64);
+        self.undo_by_off.insert((off, seq));
+        self.undo.insert((seq, off), u);
+    }
+
+    /// Removes piece `(seq, off)` from both indexes.
+    fn undo_take(&mut self, seq: u64, off: u64) -> Option<Undo> {
+        self.undo_by_off.remove(&(off, seq));
+        self.undo.remove(&(seq, off))
+    }
+
+    /// Drops every piece of write `seq` from the undo log (it is persisted).
+    fn remove_seq(&mut self, seq: u64) {
+        while let Some((s, o)) = self
+            .undo
+            .range((seq, 0)..=(seq, u64::MAX))
+            .next()
+            .map(|(k, _)| *k)
+        {
+            self.undo_take(s, o);
         }
     }
 
@@ -387,6 +439,7 @@ impl MemNode {
         self.llc.clear();
         if self.persistent {
             let undo = std::mem::take(&mut self.undo);
+            self.undo_by_off.clear();
             for ((_, off), u) in undo.into_iter().rev() {
                 let o = off as usize;
                 let r = self.region(u.dm);
@@ -429,17 +482,6 @@ impl MemNode {
     }
 }
 
-/// Drops every piece of write `seq` from the undo log (it is persisted).
-fn remove_seq(undo: &mut BTreeMap<(u64, u64), Undo>, seq: u64) {
-    while let Some(k) = undo
-        .range((seq, 0)..=(seq, u64::MAX))
-        .next()
-        .map(|(k, _)| *k)
-    {
-        undo.remove(&k);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,5 +515,41 @@ mod tests {
         assert_eq!(n.nvm.cpu_store, 8);
         assert_eq!(n.nvm.nic_write, 8);
         assert_eq!(n.nvm.lines_flushed, 2);
+    }
+
+    #[test]
+    fn write_back_finds_the_pieces_of_its_lines_among_many() {
+        let mut n = node();
+        // A long NIC write starting well before the line written back (found through the
+        // longest-piece bound), then many CPU stores of one line each, never persisted.
+        n.store(false, 8192, &[3u8; 1024], 7, Kind::Write);
+        for line in 0..200u64 {
+            n.cpu_store(16384 + line * LINE, &[4u8; 8]);
+        }
+        assert_eq!(n.unpersisted(), 201);
+        // Storing the bytes already there logs nothing (a crash would restore them anyway).
+        n.cpu_store(16384, &[4u8; 8]);
+        n.cpu_store(32768, &[0u8; 200]);
+        assert_eq!(n.unpersisted(), 201);
+        assert_eq!(
+            n.nvm.cpu_store,
+            200 * 8 + 8 + 200,
+            "still counted as stored"
+        );
+        // One CPU line and the middle of the NIC write.
+        assert_eq!(n.write_back(16384 + 100 * LINE, 8), 1);
+        assert_eq!(n.write_back(8192 + 512, 64), 1);
+        // The NIC write is cut in two pieces around its persisted line.
+        assert_eq!(n.unpersisted(), 201);
+        n.crash(1);
+        let h = &n.host;
+        assert_eq!(&h[8192..8192 + 512], &[0u8; 512][..], "rolled back");
+        assert_eq!(&h[8192 + 512..8192 + 576], &[3u8; 64][..], "persisted");
+        assert_eq!(&h[8192 + 576..9216], &[0u8; 448][..], "rolled back");
+        for line in 0..200u64 {
+            let at = (16384 + line * LINE) as usize;
+            let want = if line == 100 { 4 } else { 0 };
+            assert_eq!(h[at], want, "line {line}");
+        }
     }
 }
