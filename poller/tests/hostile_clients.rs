@@ -274,6 +274,7 @@ async fn hostile(
         let mut sends: Vec<Vec<u8>> = Vec::new();
         let mut imms: Vec<(u64, u32, Vec<u8>)> = Vec::new();
         let msg = sample.as_ref().map_or(&[][..], |s| &s.msg[..]);
+        let mut flood = false;
         let own_write = sample
             .as_ref()
             .filter(|s| own_writes && s.kind == RecvKind::WriteImm)
@@ -323,6 +324,7 @@ async fn hostile(
             }
             7 => {
                 // A flood beyond the posted receives, replies unread.
+                flood = true;
                 for _ in 0..32 + rng.below(64) {
                     sends.push(mutate(&mut rng, msg, region_len));
                 }
@@ -331,6 +333,14 @@ async fn hostile(
                 let imm = rng.next() as u32;
                 imms.push((rng.below(region_len / 8) * 8, imm, Vec::new()));
             }
+        }
+        if flood {
+            // All in one doorbell: more SENDs than the node has receives posted.
+            i += sends.len() as u64;
+            sent.borrow_mut().sends += sends.len() as u64;
+            let mut ops: Vec<Op> = sends.iter().map(|m| Op::Send { local: m }).collect();
+            let _ = qp.post(&mut ops).await;
+            sends.clear();
         }
         for m in &sends {
             i += 1;
