@@ -208,18 +208,35 @@ struct Sent {
     replies: u64,
 }
 
-/// One hostile client: `msgs` hostile messages to memory node 0, reconnecting whenever the
-/// node drops its connection.
-async fn hostile(
-    first: ClientCtx,
+/// What one hostile client sends, and where it counts what it did.
+struct Attack {
+    /// What the node saw (everyone's traffic).
     log: Rc<RefCell<Log>>,
+    /// The hostile client's own valid traffic (empty: the service has no own workload).
     own: Rc<RefCell<Vec<Sample>>>,
+    /// It may rewrite the data of its own WRITE_WITH_IMMs (its own request slot).
     own_writes: bool,
-    mut rng: Rng,
+    /// It may send other clients' SENDs (they carry no writes in this service).
+    foreign: bool,
+    rng: Rng,
     msgs: u64,
     region_len: u64,
     sent: Rc<RefCell<Sent>>,
-) {
+}
+
+/// One hostile client: `msgs` hostile messages to memory node 0, reconnecting whenever the
+/// node drops its connection.
+async fn hostile(first: ClientCtx, a: Attack) {
+    let Attack {
+        log,
+        own,
+        own_writes,
+        foreign,
+        mut rng,
+        msgs,
+        region_len,
+        sent,
+    } = a;
     let mut ctx = first;
     // Let honest clients open first so there is traffic to sample.
     ctx.sleep(20_000 + rng.below(50_000)).await;
@@ -254,12 +271,11 @@ async fn hostile(
         // immediates, and the bytes of services without an own workload, from everyone's.
         let sample = {
             let (log, own) = (log.borrow(), own.borrow());
-            let pool =
-                if own.is_empty() || rng.below(4) == 0 && !own.iter().any(|s| !s.msg.is_empty()) {
-                    &log.samples
-                } else {
-                    &*own
-                };
+            let pool = if own.is_empty() || foreign && rng.below(2) == 0 {
+                &log.samples
+            } else {
+                &*own
+            };
             let mut s =
                 (!pool.is_empty()).then(|| pool[rng.below(pool.len() as u64) as usize].clone());
             if let (Some(s), false) = (s.as_mut(), log.samples.is_empty()) {
@@ -384,13 +400,16 @@ fn spawn_hostile<'a>(
         sim.spawn_with(&ctx, 100 + h as u64, move |ctx| {
             hostile(
                 ctx,
-                log,
-                Rc::default(),
-                false,
-                rng,
-                hostile_msgs(),
-                region_len,
-                sent,
+                Attack {
+                    log,
+                    own: Rc::default(),
+                    own_writes: false,
+                    foreign: true,
+                    rng,
+                    msgs: hostile_msgs(),
+                    region_len,
+                    sent,
+                },
             )
         });
     }
@@ -424,11 +443,22 @@ fn report(name: &str, seed: u64, log: &Rc<RefCell<Log>>, sent: &Rc<RefCell<Sent>
     );
 }
 
+/// Honest-client errors a service is known to give under hostile clients (a clean error
+/// after a bounded wait, never a hang or a wrong answer); the history of what completed is
+/// still checked. Only Erda's Read-After-Write baseline has one: a reservation its client
+/// never writes (here: a hostile replay of its own reservation request) blocks the ring's
+/// apply order for good, as the baseline's docs say ("the baseline has no lease"), so
+/// writers give up when the ring stays full. Seen first at `HOSTILE_SEEDS=3
+/// HOSTILE_MSGS=1500` (seed 3), and at seed 1 of the default run.
+fn tolerated(service: &str) -> Option<&'static str> {
+    (service == "erda-raw").then_some("gave up waiting")
+}
+
 /// A key-value service: honest `lin_client`s on compute nodes 0..3 (after `prepare` ran
 /// alone), hostile clients on node 3, and the honest history checked.
 macro_rules! kv_campaign {
     ($name:expr, $region_len:expr, $handler:expr, |$ep:ident| $open:expr, prepare: $prepare:expr,
-     own_writes: $own_writes:expr) => {{
+     own_writes: $own_writes:expr, foreign: $foreign:expr) => {{
         for seed in 1..=env_or("HOSTILE_SEEDS", 2) {
             println!("{} seed {seed}: running", $name);
             let region_len: u64 = $region_len;
@@ -505,20 +535,27 @@ macro_rules! kv_campaign {
                     let own = own.0;
                     hostile(
                         ctx,
-                        log,
-                        own,
-                        $own_writes,
-                        rng,
-                        hostile_msgs(),
-                        region_len,
-                        sent,
+                        Attack {
+                            log,
+                            own,
+                            own_writes: $own_writes,
+                            foreign: $foreign,
+                            rng,
+                            msgs: hostile_msgs(),
+                            region_len,
+                            sent,
+                        },
                     )
                     .await
                 });
             }
             let r = sim.run();
+            let tolerated = tolerated($name);
             assert!(
-                errors.borrow().is_empty(),
+                errors
+                    .borrow()
+                    .iter()
+                    .all(|e| tolerated.is_some_and(|t| e.contains(t))),
                 "{} seed {seed}: {:?}",
                 $name,
                 errors.borrow()
@@ -526,7 +563,15 @@ macro_rules! kv_campaign {
             assert_eq!(r.unfinished, 0, "{} seed {seed}: a client hung", $name);
             drop(sim);
             let h = rec.finish().expect("recorder sized for the workload");
-            assert_eq!(h.events.len() as u64, HONEST as u64 * OPS);
+            if errors.borrow().is_empty() {
+                assert_eq!(h.events.len() as u64, HONEST as u64 * OPS);
+            } else {
+                println!(
+                    "{} seed {seed}: known limitation hit: {:?}",
+                    $name,
+                    errors.borrow()
+                );
+            }
             let lin = check(&h, &CheckConfig::new(seed));
             report($name, seed, &log, &sent);
             assert!(lin.is_ok(), "{} seed {seed}: {lin}", $name);
@@ -537,13 +582,13 @@ macro_rules! kv_campaign {
 #[test]
 fn wort_survives_hostile_clients() {
     kv_campaign!("wort", 32 << 20, Box::new(WortServer::new(Kind::Wort)),
-        |ep| Wort::open(ep, Default::default()), prepare: false, own_writes: true);
+        |ep| Wort::open(ep, Default::default()), prepare: false, own_writes: true, foreign: true);
 }
 
 #[test]
 fn woart_survives_hostile_clients() {
     kv_campaign!("woart", 32 << 20, Box::new(WortServer::new(Kind::Woart)),
-        |ep| Wort::open(ep, Default::default()), prepare: false, own_writes: true);
+        |ep| Wort::open(ep, Default::default()), prepare: false, own_writes: true, foreign: true);
 }
 
 #[test]
@@ -553,13 +598,13 @@ fn canrt_survives_hostile_clients() {
         ..CanrtConfig::new(0)
     };
     kv_campaign!("canrt", 32 << 20, Box::new(CanrtServer::new()),
-        |ep| Canrt::open(ep, cfg), prepare: true, own_writes: false);
+        |ep| Canrt::open(ep, cfg), prepare: true, own_writes: false, foreign: true);
 }
 
 #[test]
 fn erda_survives_hostile_clients() {
     kv_campaign!("erda", 32 << 20, Box::new(ErdaServer::new(ErdaConfig::small())),
-        |ep| Erda::open(ep, ErdaClientConfig::default()), prepare: false, own_writes: false);
+        |ep| Erda::open(ep, ErdaClientConfig::default()), prepare: false, own_writes: false, foreign: true);
 }
 
 fn baseline_store() -> ErdaConfig {
@@ -575,14 +620,14 @@ fn baseline_store() -> ErdaConfig {
 fn erda_redo_survives_hostile_clients() {
     kv_campaign!("erda-redo", 16 << 20,
         Box::new(BaselineServer::new(Scheme::Redo, baseline_store())),
-        |ep| Baseline::open(ep, Scheme::Redo, ErdaClientConfig::default()), prepare: false, own_writes: false);
+        |ep| Baseline::open(ep, Scheme::Redo, ErdaClientConfig::default()), prepare: false, own_writes: false, foreign: false);
 }
 
 #[test]
 fn erda_raw_survives_hostile_clients() {
     kv_campaign!("erda-raw", 16 << 20,
         Box::new(BaselineServer::new(Scheme::Raw, baseline_store())),
-        |ep| Baseline::open(ep, Scheme::Raw, ErdaClientConfig::default()), prepare: false, own_writes: false);
+        |ep| Baseline::open(ep, Scheme::Raw, ErdaClientConfig::default()), prepare: false, own_writes: false, foreign: false);
 }
 
 #[test]
@@ -714,4 +759,42 @@ fn catfish_survives_hostile_clients() {
         drop(sim);
         report("catfish", seed, &log, &sent);
     }
+}
+
+/// Found by this campaign (seed-free: any replay of a hello): one WORT connection that
+/// greeted the node again and again took a new request ring each time, until all
+/// `MAX_CLIENTS` were its own and every later client was refused `TooManyClients`. A
+/// connection now keeps the one ring it has (its hello is answered with it again).
+#[test]
+fn a_wort_connection_replaying_its_hello_takes_one_ring() {
+    use remora_core::wort::MAX_CLIENTS;
+    use remora_core::wort::layout::{HELLO, decode_reply};
+    let opened = RefCell::new(None);
+    let mut sim = Sim::new(sim_cfg(1, 32 << 20)).unwrap();
+    sim.set_handler(0, Box::new(WortServer::new(Kind::Wort)))
+        .unwrap();
+    let hostile = sim.client(3).unwrap();
+    sim.spawn_with(&hostile, 0, |ctx| async move {
+        let qp = ctx.qp(0).unwrap();
+        let mut buf = vec![0u8; qp.max_message()];
+        let mut ids = std::collections::BTreeSet::new();
+        for _ in 0..MAX_CLIENTS + 8 {
+            qp.send(&HELLO).await.unwrap();
+            let r = qp.recv(&mut buf).await.unwrap();
+            let reply = decode_reply(&buf[..r.len as usize]).unwrap();
+            ids.insert((reply.status as u8, reply.seq));
+        }
+        assert_eq!(ids.len(), 1, "one connection took {} rings", ids.len());
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    let honest = sim.client(0).unwrap();
+    let opened = &opened;
+    sim.spawn_with(&honest, 0, move |ctx| async move {
+        let r = Wort::open(ctx.ep(), Default::default()).await;
+        *opened.borrow_mut() = Some(r.map(|_| ()).map_err(|e| e.to_string()));
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    let r = opened.borrow_mut().take().expect("the honest open ran");
+    assert!(r.is_ok(), "an honest client was refused: {r:?}");
 }
