@@ -604,7 +604,7 @@ fn canrt_survives_hostile_clients() {
 #[test]
 fn erda_survives_hostile_clients() {
     kv_campaign!("erda", 32 << 20, Box::new(ErdaServer::new(ErdaConfig::small())),
-        |ep| Erda::open(ep, ErdaClientConfig::default()), prepare: false, own_writes: false, foreign: true);
+        |ep| Erda::open(ep, ErdaClientConfig::default()), prepare: false, own_writes: true, foreign: true);
 }
 
 fn baseline_store() -> ErdaConfig {
