@@ -446,10 +446,10 @@ fn report(name: &str, seed: u64, log: &Rc<RefCell<Log>>, sent: &Rc<RefCell<Sent>
 /// Honest-client errors a service is known to give under hostile clients (a clean error
 /// after a bounded wait, never a hang or a wrong answer); the history of what completed is
 /// still checked. Only Erda's Read-After-Write baseline has one: a reservation its client
-/// never writes (here: a hostile replay of its own reservation request) blocks the ring's
-/// apply order for good, as the baseline's docs say ("the baseline has no lease"), so
-/// writers give up when the ring stays full. Seen first at `HOSTILE_SEEDS=3
-/// HOSTILE_MSGS=1500` (seed 3), and at seed 1 of the default run.
+/// never writes (here: a hostile copy of its own reservation request whose key was mutated
+/// into an honest client's key) blocks that key, and the ring's apply order, for good, as
+/// the baseline's docs say ("the baseline has no lease"); the key's honest writer gives up
+/// after its deadline. Seeds 1, 6 and 8 (default message count).
 fn tolerated(service: &str) -> Option<&'static str> {
     (service == "erda-raw").then_some("gave up waiting")
 }
