@@ -227,3 +227,36 @@ fn echo_memnode_survives_hostile_clients() {
     let r = block_on(qp.recv(&mut buf)).unwrap();
     assert_eq!(&buf[..r.len as usize], b"still here");
 }
+
+#[test]
+fn catfish_memnode_survives_hostile_clients() {
+    use remora::core::catfish::{CatfishClient, Mode, Rect, TreeKind};
+    let (mut kid, path) = memnode("catfish");
+    let ep = connect(&path);
+    let qp = ep.qp(0).unwrap();
+    let mut cf = block_on(CatfishClient::create_tree(qp, 1, 8, TreeKind::RStar)).unwrap();
+    let rect = |i: u64| {
+        let (x, y) = ((i * 37 % 3000) as i32, (i * 91 % 3000) as i32);
+        Rect::new(x, y, x + 3, y + 3).unwrap()
+    };
+    for i in 0..150 {
+        block_on(cf.insert(qp, rect(i), 1000 + i)).unwrap();
+    }
+    let (sent, reconnects) = hostile(&path, 0xca7, 400);
+    println!("catfish: hostile sent {sent} messages, reconnected {reconnects} times");
+    assert!(kid.0.try_wait().unwrap().is_none(), "catfish memnode died");
+    let ep2 = connect(&path);
+    let qp2 = ep2.qp(0).unwrap();
+    let mut fresh = block_on(CatfishClient::open(qp2)).unwrap();
+    let mut out = Vec::new();
+    for i in 0..150 {
+        for mode in [Mode::Messaging, Mode::Offload] {
+            out.clear();
+            block_on(fresh.search(qp2, rect(i), mode, &mut out)).unwrap();
+            assert!(
+                out.iter().any(|e| e.ptr == 1000 + i && e.rect == rect(i)),
+                "catfish: entry {i} lost ({mode:?})"
+            );
+        }
+    }
+}
