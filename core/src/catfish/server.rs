@@ -30,7 +30,7 @@ use remora_layouts::catfish::{
     Heartbeat, META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request,
     ResponseHeader, Status, encode_entry, hits_per_message, split_init_arg,
 };
-use remora_layouts::region::HEADER_LEN;
+use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, REGION_MAGIC};
 use std_alloc::collections::{BTreeMap, VecDeque};
 use std_alloc::format;
 use std_alloc::string::String;
@@ -278,7 +278,18 @@ impl CatfishServer {
     fn serve(&mut self, region: &dyn LocalRegion, conn: &mut Conn, req: &Request) -> Status {
         let arena = || {
             let a = GlobalAddr::from_raw(req.arg0);
-            (a.node() == region.node() && !a.is_device()).then_some((a.offset(), req.arg1))
+            // In a region with an allocator, only memory it has handed out (below its bump
+            // pointer): a chunk no client was given yet would later be refused, as
+            // overlapping, to the client that gets it.
+            let len = match req.op {
+                Opcode::Init => split_init_arg(req.arg1).map_or(0, |(len, _, _)| len),
+                _ => req.arg1,
+            };
+            let end = a.offset().saturating_add(len);
+            let allocated = region.load_u64(0).ok() != Some(REGION_MAGIC)
+                || region.load_u64(NEXT_CHUNK_OFFSET).is_ok_and(|n| end <= n);
+            (a.node() == region.node() && !a.is_device() && allocated)
+                .then_some((a.offset(), req.arg1))
         };
         if req.op == Opcode::Search {
             // Lock-free, as an offloading client reads (see `super::shared`).

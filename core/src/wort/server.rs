@@ -103,10 +103,15 @@ impl WortServer {
     }
 
     fn hello(&mut self, conn: usize, replies: &mut Replies) {
-        let status = match self.owners.iter().position(|o| o.is_none()) {
+        // A connection has one ring: a repeated hello is answered with the ring it has
+        // (else one connection could take every ring and lock all other clients out).
+        let mine = self.owners.iter().position(|o| *o == Some(conn));
+        let status = match mine.or_else(|| self.owners.iter().position(|o| o.is_none())) {
             Some(id) => {
+                if mine.is_none() {
+                    self.stats.sessions += 1;
+                }
                 self.owners[id] = Some(conn);
-                self.stats.sessions += 1;
                 let mut v = [0u8; 24];
                 let sb = self.tree.as_ref().map_or(0, |t| t.sb);
                 v[..8].copy_from_slice(&sb.to_le_bytes());
