@@ -96,10 +96,13 @@ fn soft_searches_match_the_oracle_in_every_mode() {
                 if t % 2 == 1 {
                     c.set_transport(Transport::WriteImm);
                 }
-                for i in (t * PER)..((t + 1) * PER) {
-                    block_on(c.insert(qp, data_rect(i), i)).unwrap();
-                }
+                // A failed insert still reaches the barrier (else the others wait forever).
+                let inserted: Result<(), CatfishError> = ((t * PER)..((t + 1) * PER))
+                    .try_for_each(|i| block_on(c.insert(qp, data_rect(i), i)));
                 barrier.wait();
+                if let Err(e) = inserted {
+                    panic!("thread {t}: insert failed: {e}");
+                }
                 block_on(c.reload(qp)).unwrap();
                 let all = 0..THREADS * PER;
                 let mut hits = Vec::new();
