@@ -237,3 +237,78 @@ fn a_slow_reader_never_takes_a_reused_node_for_the_one_it_wanted() {
     }
     assert!(caught > 0, "no wrong answer from reading reused nodes");
 }
+
+/// A recovered tree gets no arena back, and so never writes a node its previous life had
+/// retired or left ready (a reader from before the restart may still hold one): after the
+/// restart, old memory changes only where a node the recovered tree links is rewritten in
+/// place. The reclamation epoch survives the restart.
+#[test]
+fn a_recovered_tree_never_writes_what_its_previous_life_retired() {
+    use super::tree::tests::mem;
+    use remora_layouts::catfish::MAX_LEVEL;
+    let fanout = 6;
+    let len = node_len(fanout) as u64;
+    let r = mem(4 << 20);
+    let old_end = 1u64 << 20;
+    let mut t = Tree::format_kind(&r, 4096, old_end - 4096, fanout, TreeKind::RStar).unwrap();
+    t.set_reclaim_batch(4);
+    let rect = |i: u64| {
+        let (x, y) = ((i * 7919 % 5000) as i32, (i * 104_729 % 5000) as i32);
+        Rect::new(x, y, x + 30, y + 30).unwrap()
+    };
+    for i in 0..1500 {
+        t.insert(&r, rect(i), i).unwrap();
+        if i % 3 == 0 {
+            assert!(t.delete(&r, rect(i / 2), i / 2).unwrap() || i / 2 % 3 == 0);
+        }
+    }
+    let (waiting, ready) = t.reclaiming();
+    assert!(t.reused() > 0 && waiting + ready > 0, "{waiting} {ready}");
+    let epoch = t.epoch();
+    let before: Vec<u64> = (0..old_end / 8)
+        .map(|w| crate::server::LocalRegion::load_u64(&r, w * 8).unwrap())
+        .collect();
+    let (mut t, report) = Tree::recover(&r).unwrap().unwrap();
+    assert_eq!(t.epoch(), epoch);
+    // The nodes the recovered tree links.
+    let mut linked = BTreeSet::new();
+    let mut stack = vec![t.root_offset()];
+    while let Some(off) = stack.pop() {
+        assert!(linked.len() as u64 <= report.nodes && (linked.len() as u16) < u16::MAX);
+        linked.insert(off);
+        let n = super::tree::read_node(&r, off, fanout).unwrap();
+        assert!(n.level <= MAX_LEVEL);
+        if n.level > 0 {
+            stack.extend(
+                n.entries()
+                    .iter()
+                    .map(|e| GlobalAddr::from_raw(e.ptr).offset()),
+            );
+        }
+    }
+    assert_eq!(linked.len() as u64, report.nodes);
+    // The new life's memory: one fresh arena past everything the old one had.
+    t.grow(&r, old_end, 2 << 20).unwrap();
+    for i in 1500..3000 {
+        t.insert(&r, rect(i), i).unwrap();
+        if i % 3 == 0 {
+            t.delete(&r, rect(i - 700), i - 700).unwrap();
+        }
+    }
+    assert!(t.reused() > 0, "the new life reused nothing");
+    for (w, &old) in before.iter().enumerate() {
+        let at = w as u64 * 8;
+        let superblock = (t.meta()..t.meta() + 64).contains(&at);
+        if !superblock && crate::server::LocalRegion::load_u64(&r, at).unwrap() != old {
+            assert!(
+                linked
+                    .range(at.saturating_sub(len - 1)..=at)
+                    .next()
+                    .is_some(),
+                "byte {at} of the previous life's memory was written though no linked node holds it"
+            );
+        }
+    }
+    let report = t.check(&r).unwrap();
+    assert!(report.entries > 1500, "{report:?}");
+}
