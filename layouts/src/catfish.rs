@@ -174,6 +174,35 @@ const _: () = assert!(MAX_NODE_LEN == 3152 && MAX_NODE_LEN.is_multiple_of(8));
 const _: () = assert!(2 * min_fill(MIN_FANOUT) <= MIN_FANOUT + 1);
 const _: () = assert!(2 * min_fill(MAX_FANOUT) <= MAX_FANOUT + 1);
 
+/// Low bits of a node's version word that count its in-place rewrites (even when the image
+/// is whole, odd mid-rewrite; wrapping, since only the CRC decides what is whole). The
+/// bits above hold the node's birth epoch: the superblock's [`META_EPOCH_OFFSET`] word when
+/// the server wrote the node fresh (carved or reused), kept by its in-place rewrites.
+pub const VERSION_SEQ_BITS: u32 = 16;
+/// A node retired (replaced or dropped) while the superblock epoch was `e` is reused only
+/// once the epoch is at least `e + REUSE_GRACE`; so a reader that took the epoch `e0` from a
+/// READ completed before its traversal began, and meets a node born at `e0 + REUSE_GRACE`
+/// or later, may be looking at a reused node and must restart ([`Node::born_after_grace`]).
+pub const REUSE_GRACE: u64 = 2;
+
+/// The version word of an image born in epoch `birth` after `seq` half-rewrites.
+pub const fn node_version(birth: u64, seq: u64) -> u64 {
+    (birth << VERSION_SEQ_BITS) | (seq & ((1 << VERSION_SEQ_BITS) - 1))
+}
+
+/// The version word of the next whole image after an in-place rewrite of `v`, and the odd
+/// word stored while the rewrite is under way (the birth bits never change).
+pub const fn next_version(v: u64) -> (u64, u64) {
+    let birth = v >> VERSION_SEQ_BITS;
+    let seq = v & !1 & ((1 << VERSION_SEQ_BITS) - 1);
+    (node_version(birth, seq + 2), node_version(birth, seq + 1))
+}
+
+const _: () = assert!(next_version(node_version(5, 0xfffe)).0 == node_version(5, 0));
+const _: () = assert!(next_version(node_version(5, 0xfffe)).1 == node_version(5, 0xffff));
+const _: () = assert!(next_version(node_version(5, 2)).0 == node_version(5, 4));
+const _: () = assert!(next_version(node_version(5, 2)).1 == node_version(5, 3));
+
 /// A decoded node (the version is the even version of the image it came from). Holds up to
 /// [`MAX_FANOUT`] entries; `fanout` is the capacity of the tree it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,6 +282,18 @@ impl Node {
 
     pub fn is_full(&self) -> bool {
         self.count >= self.fanout
+    }
+
+    /// The epoch this node was written fresh in (see [`VERSION_SEQ_BITS`]).
+    pub const fn birth(&self) -> u64 {
+        self.version >> VERSION_SEQ_BITS
+    }
+
+    /// True if this image may be a reused node for a reader whose traversal began after it
+    /// READ the superblock epoch `epoch0` (see [`REUSE_GRACE`]): it must restart. Also true,
+    /// harmlessly, of a node that was only carved after its traversal began.
+    pub const fn born_after_grace(&self, epoch0: u64) -> bool {
+        self.birth() >= epoch0.saturating_add(REUSE_GRACE)
     }
 
     /// Bytes of this node's image.
@@ -367,7 +408,7 @@ impl Node {
     }
 }
 
-/// The superblock, named by root slot [`ROOT_SLOT`]: four independent 8-byte words, each
+/// The superblock, named by root slot [`ROOT_SLOT`]: independent 8-byte words, each
 /// read and written whole, so it needs no checksum.
 pub const META_MAGIC: u64 = u64::from_le_bytes(*b"CATFISH1");
 pub const META_MAGIC_OFFSET: u64 = 0;
@@ -380,8 +421,13 @@ pub const META_FANOUT_OFFSET: u64 = 24;
 /// The tree's kind ([`TreeKind`]), fixed when it is formatted (0, the basic R-tree, in a
 /// superblock written before the word existed: its carve was zeroed memory).
 pub const META_KIND_OFFSET: u64 = 32;
-pub const META_LEN: usize = 40;
-const _: () = assert!(META_KIND_OFFSET as usize + 8 == META_LEN);
+/// The reclamation epoch: grows by one at a time (only the server writes it); every node
+/// image carries the epoch it was born in, and a node retired in epoch `e` is reused only
+/// from epoch `e + REUSE_GRACE` on (see [`REUSE_GRACE`]).
+pub const META_EPOCH_OFFSET: u64 = 40;
+pub const META_LEN: usize = 48;
+const _: () = assert!(META_KIND_OFFSET + 8 == META_EPOCH_OFFSET);
+const _: () = assert!(META_EPOCH_OFFSET as usize + 8 == META_LEN);
 const _: () = assert!(META_LEN <= 64);
 
 /// Which R-tree variant the server keeps. Searches (messaging or offloading) read every kind
@@ -449,6 +495,8 @@ pub struct Meta {
     pub heartbeat: Heartbeat,
     pub fanout: usize,
     pub kind: TreeKind,
+    /// The reclamation epoch ([`META_EPOCH_OFFSET`]).
+    pub epoch: u64,
 }
 
 impl Meta {
@@ -468,6 +516,7 @@ impl Meta {
                     .unwrap_or(usize::MAX),
             )?,
             kind: TreeKind::decode(read_u64(bytes, META_KIND_OFFSET as usize)?)?,
+            epoch: read_u64(bytes, META_EPOCH_OFFSET as usize)?,
         })
     }
 }

@@ -7,6 +7,9 @@
 //! certainly present during it that intersects its window, and only entries possibly
 //! present; every delete must report whether the entry was there. The three tree kinds
 //! take turns over the seeds. `CATFISH_LIN_SEEDS=n` runs seeds 1..=n (CI: 3).
+//!
+//! The server steps its reclamation epoch every [`RECLAIM_BATCH`] retired nodes (not 64), so
+//! nodes it replaced are reused many times under the offloaded readers.
 use remora_core::catfish::{CatfishClient, CatfishServer, Mode, Rect, TreeKind};
 use remora_core::fabric::{Endpoint, QueuePair, SegmentOrder};
 use remora_core::lincheck::{CheckConfig, History, Op, Outcome, Recorder, Report, check};
@@ -17,6 +20,16 @@ const CLIENTS: u32 = 16;
 const OPS: u64 = 200;
 /// Grid side of the rectangles and windows.
 const SIDE: u64 = 4000;
+/// Retired nodes per reclamation epoch: reuse as soon as the readers' grace allows.
+const RECLAIM_BATCH: u64 = 2;
+
+/// How much reuse a history saw: the epoch the tree ended at, and offloaded searches that
+/// started over (a node born after their epoch's grace).
+#[derive(Debug, Default)]
+struct Reuse {
+    epoch: u64,
+    restarts: u64,
+}
 
 fn mix(mut x: u64) -> u64 {
     x ^= x >> 33;
@@ -36,7 +49,7 @@ const KINDS: [TreeKind; 3] = [TreeKind::RStar, TreeKind::Hilbert, TreeKind::Gutt
 
 /// One history of 16 clients on one seed, on a tree of `kind` (fanout 8, so it restructures
 /// often).
-fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> History {
+fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> (History, Reuse) {
     let rec = Recorder::new(
         (CLIENTS as u64 * OPS) as usize,
         (CLIENTS as u64 * OPS * 64) as usize,
@@ -59,8 +72,12 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> Hist
     })
     .unwrap();
     let max = sim.endpoint(0).unwrap().qp(0).unwrap().max_message();
-    sim.set_handler(0, Box::new(CatfishServer::new(max)))
-        .unwrap();
+    sim.set_handler(
+        0,
+        Box::new(CatfishServer::new(max).with_reclaim_batch(RECLAIM_BATCH)),
+    )
+    .unwrap();
+    let reuse = RefCell::new(Reuse::default());
     let c0 = sim.client(0).unwrap();
     sim.spawn_with(&c0, 0, |ctx| async move {
         CatfishClient::create_tree(ctx.qp(0).unwrap(), 1, 8, kind)
@@ -75,7 +92,7 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> Hist
     for node in 0..4 {
         for c in 0..4u32 {
             let ctx = sim.client(node).unwrap();
-            let (rec, errors) = (&rec, &errors);
+            let (rec, errors, reuse) = (&rec, &errors, &reuse);
             let client = 1 + node as u32 * 4 + c;
             sim.spawn_with(&ctx, 0, move |ctx| async move {
                 let qp = ctx.qp(0).unwrap();
@@ -150,6 +167,7 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> Hist
                         rec.complete_items(slot, &items, ctx.now_ns());
                     }
                 }
+                reuse.borrow_mut().restarts += cf.stats().reuse_restarts;
             });
         }
     }
@@ -163,10 +181,17 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> Hist
     );
     assert_eq!(r.unfinished, 0, "seed {seed}: clients never finished");
     drop(errs);
+    let ctx = sim.client(0).unwrap();
+    let reuse_ref = &reuse;
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let cf = CatfishClient::open(ctx.qp(0).unwrap()).await.unwrap();
+        reuse_ref.borrow_mut().epoch = cf.epoch();
+    });
+    assert_eq!(sim.run().unfinished, 0);
     drop(sim);
     let h = rec.finish().expect("recorder sized for the workload");
     assert_eq!(h.events.len() as u64, CLIENTS as u64 * OPS);
-    h
+    (h, reuse.into_inner())
 }
 
 fn seeds() -> u64 {
@@ -186,9 +211,12 @@ fn checked(name: &str, seed: u64, h: &History) -> Report {
 fn catfish_is_linearizable_with_shuffled_segments() {
     for seed in 1..=seeds() {
         let kind = KINDS[(seed as usize - 1) % 3];
-        let h = history(seed, SegmentOrder::Shuffled, seed % 2 == 0, kind);
+        let (h, reuse) = history(seed, SegmentOrder::Shuffled, seed % 2 == 0, kind);
         let r = checked(&format!("shuffled, {}", kind.name()), seed, &h);
+        println!("  {reuse:?}");
         assert!(r.is_ok(), "{r}");
+        // Dozens of epochs: every node retired in the first ones was free to be reused.
+        assert!(reuse.epoch > 20, "seed {seed}: {reuse:?}");
         assert!(r.scans > 1000, "{r}");
         let hits: usize = h.events.iter().map(|e| h.items_of(e).len()).sum();
         assert!(
@@ -252,7 +280,7 @@ fn catfish_is_linearizable_with_shuffled_segments() {
 fn catfish_is_linearizable_with_ascending_segments() {
     for seed in 1..=seeds() {
         let kind = KINDS[seed as usize % 3];
-        let h = history(seed, SegmentOrder::Ascending, true, kind);
+        let (h, _) = history(seed, SegmentOrder::Ascending, true, kind);
         let r = checked(&format!("ascending, {}", kind.name()), seed, &h);
         assert!(r.is_ok(), "{r}");
     }
@@ -263,7 +291,7 @@ fn catfish_is_linearizable_with_ascending_segments() {
 /// delete that reports an entry absent although it was inserted before and never deleted.
 #[test]
 fn catfish_deletes_are_checked() {
-    let h = history(7, SegmentOrder::Shuffled, false, TreeKind::RStar);
+    let (h, _) = history(7, SegmentOrder::Shuffled, false, TreeKind::RStar);
     let r = checked("deletes, rstar", 7, &h);
     assert!(r.is_ok(), "{r}");
     let found = h

@@ -96,10 +96,13 @@ fn soft_searches_match_the_oracle_in_every_mode() {
                 if t % 2 == 1 {
                     c.set_transport(Transport::WriteImm);
                 }
-                for i in (t * PER)..((t + 1) * PER) {
-                    block_on(c.insert(qp, data_rect(i), i)).unwrap();
-                }
+                // A failed insert still reaches the barrier (else the others wait forever).
+                let inserted: Result<(), CatfishError> = ((t * PER)..((t + 1) * PER))
+                    .try_for_each(|i| block_on(c.insert(qp, data_rect(i), i)));
                 barrier.wait();
+                if let Err(e) = inserted {
+                    panic!("thread {t}: insert failed: {e}");
+                }
                 block_on(c.reload(qp)).unwrap();
                 let all = 0..THREADS * PER;
                 let mut hits = Vec::new();
@@ -155,9 +158,11 @@ fn offloaded_searches_racing_inserts_never_miss_nor_invent() {
     let begun = AtomicU64::new(0);
     let done = AtomicU64::new(0);
     let torn = AtomicU64::new(0);
-    std::thread::scope(|s| {
+    // Set if the writer fails, so the readers stop instead of waiting for it forever.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let failed = std::thread::scope(|s| {
         for r in 0..3u64 {
-            let (node, begun, done, torn) = (&node, &begun, &done, &torn);
+            let (node, begun, done, torn, stop) = (&node, &begun, &done, &torn, &stop);
             s.spawn(move || {
                 let ep = node.endpoint().unwrap();
                 let qp = ep.qp(0).unwrap();
@@ -183,7 +188,7 @@ fn offloaded_searches_racing_inserts_never_miss_nor_invent() {
                         "invented an entry"
                     );
                     assert!(got.windows(2).all(|w| w[0] != w[1]), "duplicate hit");
-                    if finished == N {
+                    if finished == N || stop.load(Ordering::Acquire) {
                         break;
                     }
                 }
@@ -192,10 +197,17 @@ fn offloaded_searches_racing_inserts_never_miss_nor_invent() {
         }
         for i in 0..N {
             begun.store(i + 1, Ordering::Release);
-            block_on(w.insert(qp, data_rect(i), i)).unwrap();
+            if let Err(e) = block_on(w.insert(qp, data_rect(i), i)) {
+                stop.store(true, Ordering::Release);
+                return Some((i, e));
+            }
             done.store(i + 1, Ordering::Release);
         }
+        None
     });
+    if let Some((i, e)) = failed {
+        panic!("insert {i} failed: {e}");
+    }
     println!(
         "torn node images detected and re-read by racing readers: {}",
         torn.load(Ordering::Relaxed)

@@ -6,6 +6,11 @@
 //! `CATFISH_HEIGHTS=10000,100000,1000000,10000000` builds those sizes too (run it in release:
 //! `cargo test --release -p remora-poller --test catfish_trees -- --nocapture`), and with
 //! `CATFISH_SERVED=1` also as a served tree, reporting the nodes copy on write retired.
+//!
+//! A served tree reuses what it replaces after a grace period of epochs: its carved nodes
+//! stay near its live ones. `CATFISH_REUSE=50000,200000` reports carved against live nodes
+//! after that many inserts, and after deleting three quarters of them and inserting as
+//! many again (release, as above).
 use remora_core::FabricError;
 use remora_core::catfish::tree::{Tree, read_node};
 use remora_core::catfish::{Rect, TreeKind};
@@ -93,8 +98,8 @@ fn shape(region: &Mem, t: &Tree) -> Shape {
 
 /// Builds a tree of `n` rectangles at node size 30; returns it with its region.
 fn build(kind: TreeKind, n: u64, exclusive: bool) -> (Mem, Tree) {
-    // A served build never reuses the nodes copy on write replaced: room for them too.
-    let per = if exclusive { 24 * 5 } else { 2048 };
+    // A served build holds nodes in their grace period too.
+    let per = if exclusive { 24 * 5 } else { 24 * 8 };
     let bytes = (n as usize * per).max(8 << 20) + (4 << 20);
     let region = Mem(RefCell::new(vec![0u8; bytes]));
     let mut t = Tree::format_kind(&region, 4096, bytes as u64 - 8192, 30, kind).unwrap();
@@ -198,4 +203,80 @@ fn rstar_packs_tighter_and_offline_builds_match_served_ones() {
         area[1],
         area[0]
     );
+}
+
+/// Carved and live nodes of a served tree after `n` inserts, then after deleting three
+/// quarters of the entries and inserting as many new ones (delete-heavy churn).
+fn churn(kind: TreeKind, n: u64) -> [(u64, u64); 2] {
+    let (region, mut t) = build(kind, n, false);
+    let after_inserts = (t.nodes(), t.check(&region).unwrap().nodes);
+    // What the tree would have carved without reuse (the shape does not depend on it).
+    let never_reused = t.nodes() + t.reused();
+    for i in 0..n {
+        if i % 4 != 0 {
+            assert!(
+                t.delete(&region, rect(i), i).unwrap(),
+                "{kind:?}: {i} not found"
+            );
+        }
+    }
+    for i in n..n + n * 3 / 4 {
+        t.insert(&region, rect(i), i).unwrap();
+    }
+    let report = t.check(&region).unwrap();
+    assert_eq!(report.entries, n / 4 + n * 3 / 4, "{kind:?}");
+    if std::env::var("CATFISH_REUSE").is_ok() {
+        println!(
+            "{:>8} {n:>8}: without reuse {never_reused} carved after the inserts, {} after the \
+             churn; epoch {}",
+            kind.name(),
+            t.nodes() + t.reused(),
+            t.epoch()
+        );
+    }
+    [after_inserts, (t.nodes(), report.nodes)]
+}
+
+/// The served tree kept every node it replaced (11,606 carved for about 2,400 live after
+/// 50K inserts at node size 30): now it reuses them once their grace period is over, so it
+/// carves about what it keeps live, plus a few epochs' worth of retirements.
+#[test]
+fn served_trees_carve_about_what_they_keep_live() {
+    let slack = 4 * remora_core::catfish::reclaim::DEFAULT_BATCH;
+    for kind in KINDS {
+        let [(c1, l1), (c2, l2)] = churn(kind, 4000);
+        println!(
+            "{:>8} 4000: {c1} carved / {l1} live; churned: {c2} / {l2}",
+            kind.name()
+        );
+        assert!(
+            c1 <= l1 + l1 / 8 + slack,
+            "{kind:?}: {c1} carved for {l1} live"
+        );
+        // Churn adds no more than the live tree's peak and the epochs in flight.
+        assert!(
+            c2 <= c1 + l2 / 8 + slack,
+            "{kind:?}: {c2} carved for {l2} live after churn"
+        );
+    }
+    if let Ok(sizes) = std::env::var("CATFISH_REUSE") {
+        for n in sizes
+            .split(',')
+            .filter_map(|s| s.trim().parse::<u64>().ok())
+        {
+            for kind in KINDS {
+                let start = Instant::now();
+                let [(c1, l1), (c2, l2)] = churn(kind, n);
+                println!(
+                    "{:>8} {n:>8} inserts: {c1} nodes carved, {l1} live ({:.2}x); \
+                     3/4 deleted and as many inserted: {c2} carved, {l2} live ({:.2}x) \
+                     [{:.1} s]",
+                    kind.name(),
+                    c1 as f64 / l1 as f64,
+                    c2 as f64 / l2 as f64,
+                    start.elapsed().as_secs_f64()
+                );
+            }
+        }
+    }
 }

@@ -24,6 +24,10 @@ pub const MULTI_ISSUE: usize = 32;
 /// Times one node is re-read after torn images before the search gives up. Generous: on a
 /// shared-memory fabric the server thread can be descheduled in the middle of a rewrite.
 pub const TORN_RETRIES: u32 = 1 << 16;
+/// Times an offloaded search starts over after meeting a node born after its grace period
+/// (possibly a reused one, see [`super::reclaim`]) before it gives up with
+/// [`CatfishError::Lapped`].
+pub const REUSE_RESTARTS: u32 = 64;
 /// Times an insert asks for more space before giving up.
 const GROW_RETRIES: u32 = 4;
 /// How long a client waits for each reply message by default (see
@@ -63,6 +67,9 @@ pub struct ClientStats {
     pub torn_retries: u64,
     /// Superblock READs that found the cached root stale.
     pub root_refreshes: u64,
+    /// Offloaded searches started over because a node was born after the search's epoch
+    /// (possibly reused under it, see [`super::reclaim`]).
+    pub reuse_restarts: u64,
     /// Inserts that had to give the server another arena.
     pub grows: u64,
     /// Heartbeats taken from this client's slot ([`CatfishClient::search_adaptive`]).
@@ -78,6 +85,9 @@ pub struct CatfishClient {
     node_len: usize,
     /// The tree's kind, from the superblock.
     kind: TreeKind,
+    /// The reclamation epoch of the latest superblock READ that completed: the epoch an
+    /// offloaded search starts from ([`super::reclaim`]).
+    epoch: u64,
     alloc: RemoteAllocator,
     transport: Transport,
     mailbox: GlobalAddr,
@@ -175,6 +185,7 @@ impl CatfishClient {
             fanout: FANOUT,
             node_len: node_len(FANOUT),
             kind: TreeKind::Guttman,
+            epoch: 0,
             alloc,
             transport: Transport::Send,
             mailbox: GlobalAddr::NULL,
@@ -254,6 +265,7 @@ impl CatfishClient {
         self.fanout = meta.fanout;
         self.node_len = node_len(meta.fanout);
         self.kind = meta.kind;
+        self.epoch = meta.epoch;
         Ok(meta)
     }
 
@@ -618,7 +630,8 @@ impl CatfishClient {
     }
 
     /// RDMA offloading: the superblock and the cached root in one doorbell, then one
-    /// doorbell per level fetching every intersecting child at once (multi-issue).
+    /// doorbell per level fetching every intersecting child at once (multi-issue). Starts
+    /// over (bounded) when it meets a node born after its epoch's grace period.
     pub async fn search_offload<Q: QueuePair>(
         &mut self,
         qp: &Q,
@@ -628,6 +641,32 @@ impl CatfishClient {
         if self.root.is_null() {
             self.refresh_meta(qp).await?;
         }
+        let start = out.len();
+        for _ in 0..=REUSE_RESTARTS {
+            // The epoch of a superblock READ that completed before this attempt posts any.
+            let epoch0 = self.epoch;
+            if self.offload_once(qp, rect, out, epoch0).await? {
+                self.stats.offloaded_searches += 1;
+                return Ok(());
+            }
+            out.truncate(start);
+            self.stats.reuse_restarts += 1;
+        }
+        Err(CatfishError::Lapped {
+            node: qp.peer(),
+            restarts: REUSE_RESTARTS,
+        })
+    }
+
+    /// One offloaded traversal from epoch `epoch0`; false if it met a node born at or
+    /// after `epoch0 + REUSE_GRACE` (what it appended to `out` is then worthless).
+    async fn offload_once<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        rect: Rect,
+        out: &mut Vec<Entry>,
+        epoch0: u64,
+    ) -> Result<bool, CatfishError> {
         let (len, fanout) = (self.node_len, self.fanout);
         self.nodes.resize(len, 0);
         let mut meta_buf = [0u8; META_LEN];
@@ -646,6 +685,7 @@ impl CatfishClient {
         }
         self.stats.node_reads += 1;
         let meta = Meta::decode(&meta_buf)?;
+        self.epoch = meta.epoch;
         if meta.heartbeat.seq != self.last_heartbeat_seq {
             self.last_heartbeat_seq = meta.heartbeat.seq;
             self.observed = Some(meta.heartbeat.load_permille);
@@ -674,6 +714,9 @@ impl CatfishClient {
             for i in 0..self.frontier.len() {
                 let img = &self.nodes[i * len..(i + 1) * len];
                 let node = Node::decode_with(img, fanout)?;
+                if node.born_after_grace(epoch0) {
+                    return Ok(false);
+                }
                 if let Some(l) = parent
                     && node.level + 1 != l
                 {
@@ -701,8 +744,7 @@ impl CatfishClient {
             core::mem::swap(&mut self.frontier, &mut self.next);
             self.read_frontier(qp, 0).await?;
         }
-        self.stats.offloaded_searches += 1;
-        Ok(())
+        Ok(true)
     }
 
     /// READs every node of the frontier (from index `from`), `MULTI_ISSUE` per doorbell,
@@ -797,6 +839,11 @@ impl CatfishClient {
     /// The open tree's kind.
     pub fn kind(&self) -> TreeKind {
         self.kind
+    }
+
+    /// The reclamation epoch of the latest superblock READ ([`super::reclaim`]).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// The superblock address.

@@ -5,7 +5,9 @@
 //!   (seqlock + checksummed nodes, copy-on-write splits so one-sided readers stay correct):
 //!   the basic R-tree, the R*-tree ([`rstar`]) or the Hilbert R-tree ([`hilbert`]), and
 //!   delete with condense-tree; restructurings that move entries are transactions that
-//!   copy on write below one node rewritten once (`txn.rs`).
+//!   copy on write below one node rewritten once (`txn.rs`). Replaced and dropped nodes
+//!   are reused after a grace period of epochs that one-sided readers check by each node's
+//!   birth epoch ([`reclaim`]).
 //! - [`server`]: the fast-messaging server as a [`crate::server::Handler`]: reply flow
 //!   control, per-connection blocks released on disconnect, the load meter and heartbeats.
 //! - [`client`]: inserts and searches by fast messaging, searches by offloading (one
@@ -21,6 +23,9 @@ pub mod client;
 mod delete;
 pub mod hilbert;
 mod insert;
+pub mod reclaim;
+#[cfg(test)]
+mod reuse_tests;
 pub mod rstar;
 pub mod server;
 pub mod shared;
@@ -75,6 +80,13 @@ pub enum CatfishError {
         node: remora_layouts::NodeId,
         waited_ns: u64,
     },
+    /// An offloaded search met nodes born after its epoch's grace period (possibly reused
+    /// under it) in `restarts` attempts in a row: the server reclaims faster than this
+    /// reader traverses. Nothing wrong was returned; search again, or by messaging.
+    Lapped {
+        node: remora_layouts::NodeId,
+        restarts: u32,
+    },
 }
 
 impl From<FabricError> for CatfishError {
@@ -124,6 +136,12 @@ impl fmt::Display for CatfishError {
                 "catfish: memory node {node} sent no reply in {} ms (dead or hung mid-request; \
                  the request may or may not have taken effect): reconnect and open a new client",
                 waited_ns / 1_000_000
+            ),
+            CatfishError::Lapped { node, restarts } => write!(
+                f,
+                "catfish: memory node {node} reused nodes under {restarts} offloaded searches in \
+                 a row (its reclamation epoch moves faster than this reader): search again or \
+                 by messaging"
             ),
         }
     }

@@ -174,6 +174,8 @@ pub struct CatfishServer {
     out: Replies,
     handled: u64,
     conns: BTreeMap<usize, Conn>,
+    /// Retirements per reclamation epoch of the trees this server formats or recovers.
+    reclaim_batch: u64,
 }
 
 impl CatfishServer {
@@ -191,6 +193,7 @@ impl CatfishServer {
             out: Replies::new(),
             handled: 0,
             conns: BTreeMap::new(),
+            reclaim_batch: super::reclaim::DEFAULT_BATCH,
         }
     }
 
@@ -203,7 +206,24 @@ impl CatfishServer {
         s.window = self.window;
         s.meter.probe = self.meter.probe.clone();
         s.meter.interval_ns = self.meter.interval_ns;
+        s.reclaim_batch = self.reclaim_batch;
         s
+    }
+
+    /// Steps the reclamation epoch of the tree this server formats or recovers after every
+    /// `batch` retired nodes (default [`super::reclaim::DEFAULT_BATCH`]; tests use small
+    /// ones to reuse nodes often under offloaded readers).
+    pub fn with_reclaim_batch(mut self, batch: u64) -> CatfishServer {
+        self.reclaim_batch = batch.max(1);
+        self
+    }
+
+    /// The served tree's (nodes retired, retired nodes reused, epoch), if there is one.
+    pub fn reclaim_stats(&self) -> Option<(u64, u64, u64)> {
+        let w = self.tree.lock();
+        w.tree
+            .as_ref()
+            .map(|t| (t.retired(), t.reused(), t.epoch()))
     }
 
     /// Reports `probe` (per-mille) as the load instead of the server's own measure.
@@ -316,7 +336,8 @@ impl CatfishServer {
                 Some((base, arg1)) => match split_init_arg(arg1) {
                     Ok((len, kind, fanout)) => {
                         let fanout = if fanout == 0 { FANOUT } else { fanout };
-                        Tree::format_kind(region, base, len, fanout, kind).map(|t| {
+                        Tree::format_kind(region, base, len, fanout, kind).map(|mut t| {
+                            t.set_reclaim_batch(self.reclaim_batch);
                             w.tree = Some(t);
                         })
                     }
@@ -498,7 +519,8 @@ impl Handler for CatfishServer {
                 w.tree = None;
                 String::from("catfish: no tree in the region; waiting for Init")
             }
-            Ok(Some((t, r))) => {
+            Ok(Some((mut t, r))) => {
+                t.set_reclaim_batch(self.reclaim_batch);
                 w.tree = Some(t);
                 format!(
                     "catfish: tree checked: {} entries in {} nodes, height {}, {} underfull \

@@ -12,11 +12,13 @@
 //!   does, without the lock: it reads the root from the superblock, validates every node image
 //!   by its seqlock version and CRC-64 (re-reading a torn one, bounded), and relies on the
 //!   writers' rules for one-sided readers (ancestors enlarged top-down before an entry
-//!   appears, splits copy-on-write; see [`super::tree`]). So a search on one thread never
+//!   appears, splits copy-on-write; see [`super::tree`]), and like one it takes the
+//!   reclamation epoch before the root and starts over if it meets a node born after the
+//!   epoch's grace period ([`super::reclaim`]). So a search on one thread never
 //!   waits for an insert on another, and it never misses an entry whose insert finished
 //!   before the search began nor invents one, exactly as for an offloaded search.
 use super::CatfishError;
-use super::client::TORN_RETRIES;
+use super::client::{REUSE_RESTARTS, TORN_RETRIES};
 use super::tree::{Tree, read_node};
 use crate::server::LocalRegion;
 use core::cell::UnsafeCell;
@@ -24,7 +26,7 @@ use core::ops::{Deref, DerefMut};
 // `usize` words, not `u64`: `core` builds for 32-bit targets without 64-bit atomics, and a
 // server's own region offsets fit its address space.
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use remora_layouts::catfish::{Entry, META_ROOT_OFFSET, Node, Rect, node_len};
+use remora_layouts::catfish::{Entry, META_EPOCH_OFFSET, META_ROOT_OFFSET, Node, Rect, node_len};
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::vec::Vec;
 
@@ -103,36 +105,64 @@ impl SharedTree {
             return Err(CatfishError::NotCreated);
         };
         let fanout = self.fanout.load(Ordering::Acquire);
-        let root = GlobalAddr::from_raw(region.load_u64(meta + META_ROOT_OFFSET)?).offset();
-        // Every node holds at least one node length of the region: a longer walk is a cycle.
-        let most = region.len() / node_len(fanout) as u64 + 1;
-        let mut visited = 0u64;
-        stack.clear();
-        stack.push((root, u16::MAX));
-        while let Some((off, level)) = stack.pop() {
-            visited += 1;
-            if visited > most {
-                return Err(CatfishError::Corrupt(
-                    "search visited more nodes than exist",
-                ));
+        let start = out.len();
+        for _ in 0..=REUSE_RESTARTS {
+            if search_once(region, meta, fanout, rect, out, stack)? {
+                return Ok(());
             }
-            let node = read_consistent(region, off, fanout)?;
-            if level != u16::MAX && node.level != level {
-                return Err(CatfishError::Corrupt("child level is not parent level - 1"));
+            out.truncate(start);
+        }
+        Err(CatfishError::Lapped {
+            node: region.node(),
+            restarts: REUSE_RESTARTS,
+        })
+    }
+}
+
+/// One lock-free traversal; false if it met a node born after the grace period of the epoch
+/// it started from (see [`super::reclaim`]).
+fn search_once(
+    region: &dyn LocalRegion,
+    meta: u64,
+    fanout: usize,
+    rect: &Rect,
+    out: &mut Vec<Entry>,
+    stack: &mut Vec<(u64, u16)>,
+) -> Result<bool, CatfishError> {
+    // Loaded (acquire) before the root and every node: an epoch from before the walk.
+    let epoch0 = region.load_u64(meta + META_EPOCH_OFFSET)?;
+    let root = GlobalAddr::from_raw(region.load_u64(meta + META_ROOT_OFFSET)?).offset();
+    // Every node holds at least one node length of the region: a longer walk is a cycle.
+    let most = region.len() / node_len(fanout) as u64 + 1;
+    let mut visited = 0u64;
+    stack.clear();
+    stack.push((root, u16::MAX));
+    while let Some((off, level)) = stack.pop() {
+        visited += 1;
+        if visited > most {
+            return Err(CatfishError::Corrupt(
+                "search visited more nodes than exist",
+            ));
+        }
+        let node = read_consistent(region, off, fanout)?;
+        if node.born_after_grace(epoch0) {
+            return Ok(false);
+        }
+        if level != u16::MAX && node.level != level {
+            return Err(CatfishError::Corrupt("child level is not parent level - 1"));
+        }
+        for e in node.entries() {
+            if !e.rect.intersects(rect) {
+                continue;
             }
-            for e in node.entries() {
-                if !e.rect.intersects(rect) {
-                    continue;
-                }
-                if node.level == 0 {
-                    out.push(*e);
-                } else {
-                    stack.push((GlobalAddr::from_raw(e.ptr).offset(), node.level - 1));
-                }
+            if node.level == 0 {
+                out.push(*e);
+            } else {
+                stack.push((GlobalAddr::from_raw(e.ptr).offset(), node.level - 1));
             }
         }
-        Ok(())
     }
+    Ok(true)
 }
 
 /// Reads one node, re-reading while a writer on another thread is mid-rewrite (bounded).

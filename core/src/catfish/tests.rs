@@ -15,13 +15,13 @@ use std::vec;
 use std::vec::Vec;
 
 /// One write of the server: offset, the bytes it replaced, the bytes it wrote.
-type Logged = (u64, Vec<u8>, Vec<u8>);
+pub(super) type Logged = (u64, Vec<u8>, Vec<u8>);
 
 /// A plain-memory region that logs every write, so any node's successive images during
 /// one insert can be replayed.
-struct LogRegion {
-    mem: RefCell<Vec<u8>>,
-    log: RefCell<Vec<Logged>>,
+pub(super) struct LogRegion {
+    pub(super) mem: RefCell<Vec<u8>>,
+    pub(super) log: RefCell<Vec<Logged>>,
 }
 
 impl LocalRegion for LogRegion {

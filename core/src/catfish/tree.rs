@@ -13,24 +13,30 @@
 //! - A split never rewrites the node it splits: both halves go to fresh nodes, then the
 //!   parent is rewritten once to point at them (or a fresh root is published in the
 //!   superblock). A reader holding the old parent still finds every entry in the old node,
-//!   so a search never misses an entry that was inserted before it started. Split-off nodes
-//!   are not reclaimed (no epochs yet).
+//!   so a search never misses an entry that was inserted before it started.
 //! - Changes that move entries between nodes (R*'s forced reinsert, the Hilbert tree's
 //!   redistribution, delete's condense-tree; the basic tree's splits above) are
 //!   transactions ([`super::txn`]): in place when nothing moved, else copy on write up to a
 //!   new root published by one store.
+//!
+//! Replaced and dropped nodes are reclaimed by epochs ([`super::reclaim`]): a node retired
+//! in epoch `e` is reused only from epoch `e + 2` on, and carries its birth epoch in its
+//! version word, so a one-sided reader that could still hold a pointer to its old self
+//! recognises it and restarts.
 //!
 //! Nodes are carved from arenas the clients give the server (allocator chunks, by `Init`
 //! and `Grow`). A new arena is refused if it overlaps any memory an earlier one was given
 //! (the whole `[start, end)`, carved part included), and there is no fixed cap on how many
 //! arenas a tree takes: each holds at least one node, so the region bounds their number.
 use super::CatfishError;
+use super::reclaim::Reclaim;
 use super::txn::Txn;
 use crate::server::LocalRegion;
 use remora_layouts::catfish::{
-    Entry, FANOUT, MAX_FANOUT, MAX_LEVEL, MAX_NODE_LEN, META_FANOUT_OFFSET, META_HEARTBEAT_OFFSET,
-    META_KIND_OFFSET, META_LEN, META_MAGIC, META_MAGIC_OFFSET, META_ROOT_OFFSET, Node, ROOT_SLOT,
-    Rect, TreeKind, check_fanout, min_fill, node_len,
+    Entry, FANOUT, MAX_FANOUT, MAX_LEVEL, MAX_NODE_LEN, META_EPOCH_OFFSET, META_FANOUT_OFFSET,
+    META_HEARTBEAT_OFFSET, META_KIND_OFFSET, META_LEN, META_MAGIC, META_MAGIC_OFFSET,
+    META_ROOT_OFFSET, Node, ROOT_SLOT, Rect, TreeKind, check_fanout, min_fill, next_version,
+    node_len, node_version,
 };
 use remora_layouts::region::{HEADER_LEN, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
@@ -70,11 +76,8 @@ pub struct Tree {
     pub(super) kind: TreeKind,
     /// The transaction in progress ([`super::txn`]).
     pub(super) tx: Txn,
-    /// Carved nodes no reader ever reached (an aborted transaction's; with no concurrent
-    /// readers, dropped ones too): handed out before the arenas.
-    pub(super) spare: Vec<u64>,
-    /// Nodes replaced or dropped while readers may hold them (never reused yet).
-    pub(super) retired: u64,
+    /// Retired nodes waiting for their grace period, nodes ready for reuse, and the epoch.
+    pub(super) reclaim: Reclaim,
     /// No concurrent readers: transactions write in place and reuse dropped nodes.
     pub(super) exclusive: bool,
     /// Largest Hilbert value below each node (Hilbert trees; server memory only, rebuilt
@@ -143,8 +146,7 @@ impl Tree {
             root: 0,
             kind,
             tx: Txn::default(),
-            spare: Vec::new(),
-            retired: 0,
+            reclaim: Reclaim::default(),
             exclusive: false,
             lhv: BTreeMap::new(),
             arenas: Vec::new(),
@@ -157,8 +159,9 @@ impl Tree {
         t.grow(region, base, len)?;
         t.meta = t.carve(META_LEN.next_multiple_of(64) as u64)?;
         t.root = t.carve(t.node_len)?;
-        write_fresh(region, t.root, &Node::with_fanout(0, fanout))?;
+        write_fresh(region, t.root, &Node::with_fanout(0, fanout), 0)?;
         let node = region.node();
+        region.store_u64(t.meta + META_EPOCH_OFFSET, 0)?;
         region.store_u64(
             t.meta + META_ROOT_OFFSET,
             GlobalAddr::new(node, t.root).raw(),
@@ -202,6 +205,7 @@ impl Tree {
             .map_err(|_| bad("fanout out of range"))
             .and_then(|f| check_fanout(f).map_err(CatfishError::Layout))?;
         let kind = TreeKind::decode(region.load_u64(meta + META_KIND_OFFSET)?)?;
+        let epoch = region.load_u64(meta + META_EPOCH_OFFSET)?;
         let mut t = Tree {
             fanout,
             node_len: node_len(fanout) as u64,
@@ -209,8 +213,7 @@ impl Tree {
             root: root.offset(),
             kind,
             tx: Txn::default(),
-            spare: Vec::new(),
-            retired: 0,
+            reclaim: Reclaim::default(),
             exclusive: false,
             lhv: BTreeMap::new(),
             arenas: Vec::new(),
@@ -220,6 +223,7 @@ impl Tree {
             stack: Vec::new(),
             nodes: region.len() / node_len(fanout) as u64,
         };
+        t.reclaim.set_epoch(epoch);
         let report = t.check(region)?;
         t.nodes = report.nodes;
         if kind == TreeKind::Hilbert {
@@ -294,9 +298,32 @@ impl Tree {
         self.root
     }
 
-    /// Nodes replaced or dropped by transactions while readers may hold them (not reused).
+    /// Nodes replaced or dropped while readers may hold them (split-off, copied on write or
+    /// condensed away), since this server opened the tree.
     pub fn retired(&self) -> u64 {
-        self.retired
+        self.reclaim.retired()
+    }
+
+    /// Retired nodes written again after their grace period (each one a node the tree
+    /// would otherwise have carved).
+    pub fn reused(&self) -> u64 {
+        self.reclaim.reused()
+    }
+
+    /// Retired nodes still in their grace period, and nodes ready for reuse.
+    pub fn reclaiming(&self) -> (u64, u64) {
+        self.reclaim.waiting()
+    }
+
+    /// The reclamation epoch (the superblock's copy).
+    pub fn epoch(&self) -> u64 {
+        self.reclaim.epoch()
+    }
+
+    /// Retirements per epoch (at least 1; default [`super::reclaim::DEFAULT_BATCH`]): fewer
+    /// reclaim sooner, more make an offloaded reader's restart rarer.
+    pub fn set_reclaim_batch(&mut self, batch: u64) {
+        self.reclaim.set_batch(batch);
     }
 
     /// Declares that no client reads the tree one-sidedly (an offline build): transactions
@@ -382,9 +409,9 @@ impl Tree {
         Ok(())
     }
 
-    /// Nodes that still fit in the arenas.
+    /// Nodes that still fit in the arenas, or are ready for reuse.
     fn room(&self) -> u64 {
-        self.room
+        self.room + self.reclaim.ready()
     }
 
     /// Arenas the tree has been given.
@@ -416,12 +443,33 @@ impl Tree {
         self.carve_aligned(size, 8)
     }
 
-    /// A node's worth of memory: a spare one first, else carved.
+    /// A node's worth of memory: a reclaimed one first, else carved.
     pub(super) fn carve_node(&mut self) -> Result<u64, CatfishError> {
-        match self.spare.pop() {
+        match self.reclaim.take() {
             Some(off) => Ok(off),
             None => self.carve(self.node_len),
         }
+    }
+
+    /// Drops the node at `off`, which readers may still hold: reused after the grace
+    /// period (at once with no concurrent readers). Call once the tree no longer links it.
+    pub(super) fn retire(
+        &mut self,
+        region: &dyn LocalRegion,
+        off: u64,
+    ) -> Result<(), CatfishError> {
+        self.lhv.remove(&off);
+        if self.exclusive {
+            self.reclaim.give_back(off);
+            return Ok(());
+        }
+        self.reclaim
+            .retire(region, self.meta + META_EPOCH_OFFSET, off)
+    }
+
+    /// The epoch a node written fresh now is born in.
+    pub(super) fn birth(&self) -> u64 {
+        self.reclaim.epoch()
     }
 
     /// Carves a 64-byte aligned block of `size` bytes for the server's own use (a client's
@@ -489,17 +537,29 @@ impl Tree {
         }
         let mut carry = Entry { rect, ptr: id };
         let mut target = (off, node);
+        // Nodes split in two: retired once the tree no longer links them.
+        let mut split = [0u64; MAX_LEVEL as usize + 1];
+        let mut splits = 0;
         loop {
             let (toff, mut tnode) = target;
             if !tnode.is_full() {
                 tnode.push(carry)?;
-                return write_in_place(region, toff, &mut tnode);
+                write_in_place(region, toff, &mut tnode)?;
+                for &off in &split[..splits] {
+                    self.retire(region, off)?;
+                }
+                return Ok(());
             }
             let (a, b) = quadratic_split(&tnode, carry)?;
-            let a_off = self.carve(self.node_len)?;
-            let b_off = self.carve(self.node_len)?;
-            write_fresh(region, a_off, &a)?;
-            write_fresh(region, b_off, &b)?;
+            let a_off = self.carve_node()?;
+            let b_off = self.carve_node()?;
+            let birth = self.birth();
+            write_fresh(region, a_off, &a, birth)?;
+            write_fresh(region, b_off, &b, birth)?;
+            *split
+                .get_mut(splits)
+                .ok_or(bad("tree taller than MAX_LEVEL"))? = toff;
+            splits += 1;
             let node_id = region.node();
             let ea = Entry {
                 rect: a.mbr().ok_or(bad("empty split half"))?,
@@ -523,12 +583,15 @@ impl Tree {
                     }
                     r.push(ea)?;
                     r.push(eb)?;
-                    let r_off = self.carve(self.node_len)?;
-                    write_fresh(region, r_off, &r)?;
+                    let r_off = self.carve_node()?;
+                    write_fresh(region, r_off, &r, self.birth())?;
                     let raw = GlobalAddr::new(node_id, r_off).raw();
                     region.store_u64(self.meta + META_ROOT_OFFSET, raw)?;
                     region.persist(self.meta + META_ROOT_OFFSET, 8);
                     self.root = r_off;
+                    for &off in &split[..splits] {
+                        self.retire(region, off)?;
+                    }
                     return Ok(());
                 }
             }
@@ -574,13 +637,16 @@ pub fn read_node(region: &dyn LocalRegion, off: u64, fanout: usize) -> Result<No
     Ok(Node::decode_with(&buf[..len], fanout)?)
 }
 
-/// Writes a node no reader can reach yet.
+/// Writes a node no reader can reach through the published tree, born in epoch `birth`
+/// (the current epoch: a reader holding a pointer to a former node at `off` tells them
+/// apart by it, see [`super::reclaim`]).
 pub(super) fn write_fresh(
     region: &dyn LocalRegion,
     off: u64,
     node: &Node,
+    birth: u64,
 ) -> Result<(), CatfishError> {
-    let img = node.encode(2);
+    let img = node.encode(node_version(birth, 2));
     region.write(off, &img)?;
     region.persist(off, img.len());
     Ok(())
@@ -592,12 +658,12 @@ pub(super) fn write_in_place(
     off: u64,
     node: &mut Node,
 ) -> Result<(), CatfishError> {
-    let v = node.version;
-    node.version = v + 2;
-    let img = node.encode(v + 2);
-    region.store_u64(off, v + 1)?;
+    let (next, busy) = next_version(node.version);
+    node.version = next;
+    let img = node.encode(next);
+    region.store_u64(off, busy)?;
     region.write(off + 8, &img[8..])?;
-    region.store_u64(off, v + 2)?;
+    region.store_u64(off, next)?;
     region.persist(off, img.len());
     Ok(())
 }
@@ -820,7 +886,7 @@ pub(super) mod tests {
     #[test]
     fn the_tree_takes_as_many_arenas_as_the_region_holds() {
         let r = mem(8 << 20);
-        let chunk = 4096u64;
+        let chunk = 2048u64;
         let mut next = 4096u64;
         let mut t = Tree::format(&r, next, chunk).unwrap();
         next += chunk;

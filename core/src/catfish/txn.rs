@@ -20,9 +20,10 @@
 //!   sees the new one; entries present throughout are in both, entries deleted before the
 //!   search began are in neither.
 //!
-//! Replaced nodes are not reused while the tree serves readers (no reclamation epochs yet;
-//! [`Tree::retired`] counts them). A transaction that runs out of arena space leaves the
-//! region untouched and reports `Full` (its carved nodes are kept for the next one).
+//! Replaced and dropped nodes are retired once the new tree is published, and reused after
+//! a grace period of epochs that offloaded readers check ([`super::reclaim`]). A
+//! transaction that runs out of arena space leaves the region untouched and reports `Full`
+//! (its carved nodes are kept for the next one).
 //!
 //! With no concurrent readers ([`Tree::set_exclusive`], an offline build) the overlay is
 //! written in place and dropped nodes are reused: the tree's shape is the same either way.
@@ -157,7 +158,7 @@ impl Tree {
         self.tx.over.remove(&off);
         self.tx.dirty.remove(&off);
         if self.tx.fresh.remove(&off) {
-            self.spare.push(off);
+            self.reclaim.give_back(off);
         } else {
             self.tx.freed.push(off);
         }
@@ -179,7 +180,9 @@ impl Tree {
     /// Forgets the transaction; nodes it carved are kept for the next one.
     pub(super) fn abort(&mut self) {
         let fresh = core::mem::take(&mut self.tx.fresh);
-        self.spare.extend(fresh);
+        for off in fresh {
+            self.reclaim.give_back(off);
+        }
         self.tx = Txn::default();
     }
 
@@ -232,9 +235,10 @@ impl Tree {
     /// No concurrent readers: write everything where it is, reuse what was dropped.
     fn commit_exclusive(&mut self, region: &dyn LocalRegion) -> Result<(), CatfishError> {
         let over = core::mem::take(&mut self.tx.over);
+        let birth = self.birth();
         for (&off, node) in &over {
             if self.tx.fresh.contains(&off) {
-                write_fresh(region, off, node)?;
+                write_fresh(region, off, node, birth)?;
             } else {
                 let mut n = *node;
                 n.version = read_node(region, off, self.fanout)?.version;
@@ -243,12 +247,12 @@ impl Tree {
         }
         self.tx.over = over;
         self.note_lhv(region)?;
+        self.publish_root(region, self.tx.root)?;
         let freed = core::mem::take(&mut self.tx.freed);
         for off in freed {
-            self.lhv.remove(&off);
-            self.spare.push(off);
+            self.retire(region, off)?;
         }
-        self.publish_root(region, self.tx.root)
+        Ok(())
     }
 
     /// Copy on write up to the root, then one store of the root pointer.
@@ -332,8 +336,9 @@ impl Tree {
                 out.insert(off, n);
             }
         }
+        let birth = self.birth();
         for (&off, n) in &out {
-            write_fresh(region, off, n)?;
+            write_fresh(region, off, n, birth)?;
         }
         if let Some(l) = lca {
             let old = read_node(region, l, self.fanout)?;
@@ -346,14 +351,16 @@ impl Tree {
         let root = moved.get(&self.tx.root).copied().unwrap_or(self.tx.root);
         self.tx.over = out;
         self.note_lhv(region)?;
-        for &off in moved.keys() {
+        for &off in moved.keys().chain(&self.tx.freed) {
             self.lhv.remove(&off);
         }
-        for &off in &self.tx.freed {
-            self.lhv.remove(&off);
+        self.publish_root(region, root)?;
+        // Unlinked now: the replaced and the dropped nodes wait out their grace period.
+        let freed = core::mem::take(&mut self.tx.freed);
+        for off in moved.into_keys().chain(freed) {
+            self.retire(region, off)?;
         }
-        self.retired += (copy.len() + self.tx.freed.len()) as u64;
-        self.publish_root(region, root)
+        Ok(())
     }
 
     fn publish_root(&mut self, region: &dyn LocalRegion, root: u64) -> Result<(), CatfishError> {
