@@ -34,7 +34,8 @@
 //!    fabric (7 is not IB's "infinite" here), and a peer that is gone fails the post with
 //!    [`FabricError::RetryExceeded`], not RNR. Timer and count are the fabric's: the sim
 //!    models a NIC's (`rnr_timer_ns`, `rnr_retry`: 10 us, 7), the soft fabric a CPU thread
-//!    that reposts receives (`RnrPolicy`: 500 ms, 7), verbs asks rdma_cm for 6 retries.
+//!    that reposts receives (`RnrPolicy`: 500 ms, 7 for clients; 100 ms, 5 for a node's own
+//!    ends), verbs asks rdma_cm for 6 retries.
 //! 7. **Device memory.** Addresses with the device bit ([`GlobalAddr::device`]) name the
 //!    node's on-chip memory, where the NIC has some.
 //! 8. **Counting.** Every queue pair counts what it did in its [`Counters`].

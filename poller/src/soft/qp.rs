@@ -47,6 +47,15 @@ impl RnrPolicy {
         retries: 7,
     };
 
+    /// A memory node's ends (its replies and wake-ups to clients): 5 retries of 100 ms, the
+    /// old 0.5 s budget. A server thread waiting on one client's full ring serves none of its
+    /// other connections meanwhile (a NIC would retry without holding the CPU), so it gives
+    /// up on that client sooner than a client gives up on it.
+    pub const SERVER: RnrPolicy = RnrPolicy {
+        timer: Duration::from_millis(100),
+        retries: 5,
+    };
+
     /// How long a sender waits for a receive before it fails: `retries` timers.
     pub fn budget(&self) -> Duration {
         self.timer.saturating_mul(self.retries)
@@ -174,7 +183,7 @@ impl SoftQp {
             counters: Counters::new(),
             broken: Cell::new(false),
             last_write: Cell::new(false),
-            rnr: Cell::new(RnrPolicy::DEFAULT),
+            rnr: Cell::new(RnrPolicy::SERVER),
             rnr_naks: Cell::new(0),
             order: Cell::new(SegmentOrder::default()),
             rng: Cell::new(next_seed()),
@@ -380,9 +389,6 @@ impl SoftQp {
                 }
                 retry = Some((now + policy.timer, left - 1));
             }
-            // The receive is reposted by the peer's server thread: give it the core when
-            // every coroutine of this thread waits (a spinning sender starves it otherwise).
-            std::thread::yield_now();
             yield_now().await;
         }
     }
