@@ -133,10 +133,13 @@ fn fg_plus_is_linearizable_on_soft_threads() {
 #[test]
 fn canrt_is_linearizable_on_soft_threads() {
     use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
-    let cfg = CanrtConfig {
+    let mut cfg = CanrtConfig {
         slots: 8,
         ..CanrtConfig::new(0)
     };
+    if let Ok(ms) = std::env::var("CANRT_LEASE_MS") {
+        cfg.lease.lease_ns = ms.parse::<u64>().unwrap() * 1_000_000;
+    }
     let seed = 1;
     {
         let node = SoftMemoryNode::create_with(
