@@ -57,8 +57,6 @@ fn catfish_memnode(name: &str) -> (Kid, PathBuf) {
 #[test]
 fn a_catfish_bench_ends_with_an_error_when_its_memnode_is_killed() {
     for (k, first_ms) in [150u64, 400, 900].into_iter().enumerate() {
-        // On a loaded machine a kill can come before the bench has even connected
-        // (`Connection refused`), which tests nothing: then the point again, later.
         let mut ms = first_ms;
         for attempt in 0.. {
             let (mut m, path) = catfish_memnode(&format!("kill{k}-{attempt}"));
@@ -83,10 +81,6 @@ fn a_catfish_bench_ends_with_an_error_when_its_memnode_is_killed() {
             let out = bench.wait_with_output().unwrap();
             let waited = t.elapsed();
             let s = text(&out);
-            if s.contains("Connection refused") && attempt < 5 {
-                ms *= 2;
-                continue;
-            }
             assert!(
                 waited < Duration::from_secs(15),
                 "killed at {ms} ms: bench took {waited:?}"
@@ -96,7 +90,18 @@ fn a_catfish_bench_ends_with_an_error_when_its_memnode_is_killed() {
                 "killed at {ms} ms: the bench succeeded: {s}"
             );
             assert!(!s.contains("panicked at"), "{s}");
-            // It was running until the kill, and says why it stopped.
+            // It was running until the kill, and says why it stopped. A kill that came
+            // before the bench was connected (`Connection refused`, or the node gone during
+            // the handshake: a loaded machine starts the bench late) ended it with a clear
+            // error too, but tests nothing more: the same point again, later.
+            if !s.contains("memory node 0") && attempt < 5 {
+                assert!(
+                    s.contains("Connection refused") || s.contains("handshake"),
+                    "killed at {ms} ms: {s}"
+                );
+                ms *= 2;
+                continue;
+            }
             assert!(s.contains("memory node 0"), "killed at {ms} ms: {s}");
             println!(
                 "memnode killed {ms} ms in: bench ended {waited:?} later: {}",
