@@ -202,11 +202,7 @@ pub fn paper(s: &Scale) -> Paper {
              sim but on real threads of the machine that ran the report (soft fabric vs TCP \
              over loopback, 1 and 2 clients, {} rectangles, {} searches), wall-clock, not \
              deterministic",
-            s.per_node
-                .iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join("/"),
+            s.per_node_list(),
             s.rects,
             s.ops,
             s.rects.min(SOFT_OBJECTS),

@@ -128,11 +128,7 @@ pub fn paper(s: &Scale) -> Paper {
              nodes (curves: {} clients per node); {} keys loaded by inserts, {} measured ops \
              after {} warm-up ops, zipfian 0.99, seed 1",
             s.max_clients(NODES) / NODES,
-            s.per_node
-                .iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join("/"),
+            s.per_node_list(),
             s.records,
             s.ops,
             s.warmup

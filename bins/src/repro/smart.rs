@@ -171,16 +171,11 @@ pub fn paper(s: &Scale) -> Paper {
                       60M keys, zipfian 0.99, 8-byte integer or email keys, 8-byte values",
         paper_keys: Some(60_000_000),
         setup: format!(
-            "sim, {NODES} compute nodes x {} client threads x 4 coroutines (curves: {} per \
+            "sim, {NODES} compute nodes x {per_node} client threads x {COROUTINES} coroutines (curves: {} per \
              node; unloaded: 1 x 1 coroutine), 2 memory nodes; {} keys, {} measured ops \
              after {} warm-up ops ({warm} for the YCSB and factor runs at the largest client \
              count), zipfian 0.99, 8-byte values, seed 1",
-            s.max_clients(NODES) / NODES,
-            s.per_node
-                .iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join("/"),
+            s.per_node_list(),
             s.records,
             s.ops,
             s.warmup
