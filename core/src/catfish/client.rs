@@ -452,27 +452,8 @@ impl CatfishClient {
         rect: Rect,
         id: u64,
     ) -> Result<(), CatfishError> {
-        if !rect.is_valid() {
-            return Err(CatfishError::Server(Status::BadRequest));
-        }
-        for _ in 0..=GROW_RETRIES {
-            let req = Request {
-                op: Opcode::Insert,
-                acked: 0,
-                req_id: self.request_id(),
-                rect,
-                arg0: id,
-                arg1: 0,
-            };
-            let (h, _) = self.call(qp, req).await?;
-            self.observed = Some(h.load_permille);
-            match h.status {
-                Status::Ok => return Ok(()),
-                Status::Full => self.grow(qp).await?,
-                other => return Err(CatfishError::Server(other)),
-            }
-        }
-        Err(CatfishError::Server(Status::Full))
+        self.write_growing(qp, Opcode::Insert, rect, id).await?;
+        Ok(())
     }
 
     /// Deletes the entry with rectangle `rect` and object id `id` (through the server,
@@ -484,12 +465,30 @@ impl CatfishClient {
         rect: Rect,
         id: u64,
     ) -> Result<bool, CatfishError> {
+        let h = self.write_growing(qp, Opcode::Delete, rect, id).await?;
+        if h.flags & FLAG_LAST != 0 {
+            Ok(h.count == 1)
+        } else {
+            Err(CatfishError::Protocol("malformed delete reply"))
+        }
+    }
+
+    /// One tree-changing request (`op` on `rect`, object `id`) through the server; while
+    /// the server's arenas are full, gives it another allocator chunk and asks again. The
+    /// reply's header when the server says `Ok`.
+    async fn write_growing<Q: QueuePair>(
+        &mut self,
+        qp: &Q,
+        op: Opcode,
+        rect: Rect,
+        id: u64,
+    ) -> Result<ResponseHeader, CatfishError> {
         if !rect.is_valid() {
             return Err(CatfishError::Server(Status::BadRequest));
         }
         for _ in 0..=GROW_RETRIES {
             let req = Request {
-                op: Opcode::Delete,
+                op,
                 acked: 0,
                 req_id: self.request_id(),
                 rect,
@@ -499,8 +498,7 @@ impl CatfishClient {
             let (h, _) = self.call(qp, req).await?;
             self.observed = Some(h.load_permille);
             match h.status {
-                Status::Ok if h.flags & FLAG_LAST != 0 => return Ok(h.count == 1),
-                Status::Ok => return Err(CatfishError::Protocol("malformed delete reply")),
+                Status::Ok => return Ok(h),
                 Status::Full => self.grow(qp).await?,
                 other => return Err(CatfishError::Server(other)),
             }
