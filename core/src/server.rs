@@ -178,6 +178,15 @@ pub trait Handler {
         replies: &mut Replies,
     ) -> Result<(), FabricError>;
 
+    /// Connection `conn` is new: `peer` is its client's fabric id, as the fabric knows it
+    /// (what that client's [`Endpoint::client_id`](crate::fabric::Endpoint::client_id)
+    /// returns for this node and [`Endpoint::fence`](crate::fabric::Endpoint::fence) takes;
+    /// 0 if the fabric assigns none). Called before any message of `conn`. A client can say
+    /// anything about itself in its messages; this is the identity a handler may quote to
+    /// other clients (as the holder to fence). Fencing a client ends its connections here:
+    /// the fabric calls [`Handler::on_disconnect`] for each.
+    fn on_connect(&mut self, _region: &dyn LocalRegion, _conn: usize, _peer: u32) {}
+
     /// Nothing arrived: background work (log cleaning, resizing); true if it did any.
     fn on_idle(&mut self, _region: &dyn LocalRegion) -> bool {
         false

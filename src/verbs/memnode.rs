@@ -508,6 +508,9 @@ impl Memnode {
                 self.conns.len() + 1
             );
         }
+        let region = local_region(&self.region, self.cfg.node);
+        self.handler
+            .on_connect(&region, self.connections as usize, client);
         self.conns.push(Conn {
             qp,
             id: self.connections as usize,

@@ -90,8 +90,10 @@
 //!   and the queue pair places it only after the READ completed, so a mark means "whole and
 //!   durable". A delete is finished at its grant (the server wrote it).
 //! - A request for a key with an unfinished grant is answered `Busy`, naming the grant
-//!   (head, offset) and its writer's fabric client id (sent in the hello). The client asks
-//!   again, backing off on the fabric clock ([`crate::lease::Waiter`]).
+//!   (head, offset) and its writer's fabric client id as the fabric told the server
+//!   ([`Handler::on_connect`](crate::server::Handler::on_connect)); a hello naming another
+//!   id than its connection's is refused, so a client cannot have another fenced in its
+//!   place. The client asks again, backing off on the fabric clock ([`crate::lease::Waiter`]).
 //! - **The lease is measured by the waiting client**, on its own clock, as every lock of
 //!   remora is ([`crate::lease`]): the grant named in `Busy` is the lock word. The server
 //!   cannot measure it usefully: it has no clock in `core` (only the sim's `cpu_clock`), and
@@ -101,20 +103,26 @@
 //!   reported for a whole lease (`ErdaClientConfig::lease`, [`LEASE_NS`] = 100 ms by
 //!   default), the waiter
 //!   fences its writer and repeats its request with `revoke` naming the grant.
-//! - The server then **settles** the grant (the repair step of the lease protocol): if the
+//! - A fence ends the writer's connection at the node (every fabric calls
+//!   [`Handler::on_disconnect`](crate::server::Handler) for it), and the server then
+//!   **settles** the writer's grants (the repair step of the lease protocol). The server
+//!   settles another writer's grant only then, on its own knowledge: a `revoke` naming it is
+//!   a hint and changes nothing (else any client, having read the grant in a `Busy`, could
+//!   have a slow writer's object reverted under it without a fence). Settling: if the
 //!   object is whole it is kept (readers may have returned it) and, as its writer never
 //!   flushed it, the server writes a durable copy in fresh log space and names the copy in
 //!   its place, the older object still named (*adopted*); else the word reverts to the older
-//!   object and the slot is zeroed (*reverted*). A revoke naming anything else than the
-//!   key's unfinished grant changes nothing.
+//!   object and the slot is zeroed (*reverted*).
 //! - A `Busy` naming a grant of the requester's own handle that none of its coroutines is
 //!   writing (a coroutine's request whose reply never came back in time, so nobody will ever
-//!   write it) is an *orphan*: the handle names it in `revoke` at once, without a fence.
+//!   write it) is an *orphan*: the handle names it in `revoke` at once, without a fence; the
+//!   server settles it because the grant is the requester's connection's own.
 //! - When a writer's connection ends ([`Handler::on_disconnect`](crate::server::Handler)),
 //!   the server settles its grants at once: the fabric delivers nothing more of that
-//!   connection, so no waiter needs to wait out the lease. (The sim does not call it yet; the
-//!   soft memory node does.)
-//! - A fabric that cannot fence (verbs, today) makes the waiter fail with
+//!   connection, so no waiter needs to wait out the lease. A waiter whose fence the node has
+//!   not noticed yet (soft: the node's next pass over its connections) is answered `Busy`
+//!   once more and asks again after its back-off.
+//! - A fabric that cannot fence makes the waiter fail with
 //!   [`ErdaError::Held`] (naming the grant and its writer) instead of breaking the grant
 //!   unsafely; so does a wait past `lease.deadline_ns`.
 //!
@@ -164,6 +172,8 @@ mod displace;
 mod geometry;
 mod server;
 mod stripe;
+#[cfg(test)]
+mod trust_tests;
 
 pub use client::{ClientStats, Erda};
 pub use geometry::ErdaConfigError;

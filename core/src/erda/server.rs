@@ -105,7 +105,9 @@ pub(super) struct State {
     pub(super) present: Vec<bool>,
     /// Connection owning each client id.
     owners: Vec<Option<usize>>,
-    /// Fabric client id each session named in its hello (0: unknown), quoted to waiters.
+    /// Fabric client id of each session's connection as the fabric told it
+    /// (`Handler::on_connect`; 0: unknown), quoted to waiters as the writer to fence. Never
+    /// what the client says of itself.
     fabric: Vec<u32>,
     /// The value grant of each key still in flight (at most one per key: see the module
     /// docs, "Dead writers"). Volatile: a restart finds every grant settled by recovery.
@@ -140,6 +142,8 @@ pub struct ErdaServer {
     cfg: ErdaConfig,
     st: Option<State>,
     stats: ServerStats,
+    /// Each live connection's client, as the fabric knows it (`Handler::on_connect`).
+    peers: BTreeMap<usize, u32>,
 }
 
 pub(super) fn corrupt(region: &dyn LocalRegion, off: u64) -> FabricError {
@@ -155,6 +159,7 @@ impl ErdaServer {
             cfg,
             st: None,
             stats: ServerStats::default(),
+            peers: BTreeMap::new(),
         }
     }
 
@@ -412,7 +417,15 @@ impl ErdaServer {
     /// run is that long. One session per connection: handles on one endpoint share its
     /// receive queue and would take each other's replies, so a second hello on a connection
     /// with an open session is refused ([`Status::SessionOpen`]) until a goodbye.
-    fn hello(&mut self, conn: usize, fabric_id: u32, slots: u32, replies: &mut Replies) {
+    ///
+    /// `claimed` is the fabric id the hello names. The session is known by its connection's
+    /// id as the fabric told it ([`Handler::on_connect`]), which is what `Busy` answers quote
+    /// as the writer to fence: a hello naming another id (not 0, "none named") is refused
+    /// ([`Status::BadRequest`]), so no client can have another one fenced in its place. A
+    /// connection the fabric never introduced (a harness calling the handler directly) is
+    /// known as 0: nobody is ever fenced for its grants.
+    fn hello(&mut self, conn: usize, claimed: u32, slots: u32, replies: &mut Replies) {
+        let known = self.peers.get(&conn).copied().unwrap_or(0);
         let st = self.st.as_mut().expect("opened");
         let refuse = |status| Reply {
             status,
@@ -424,6 +437,11 @@ impl ErdaServer {
         if st.owners.contains(&Some(conn)) {
             self.stats.refused += 1;
             replies.send(&refuse(Status::SessionOpen).encode());
+            return;
+        }
+        if claimed != 0 && known != 0 && claimed != known {
+            self.stats.refused += 1;
+            replies.send(&refuse(Status::BadRequest).encode());
             return;
         }
         // The longest free run, up to `slots`, and at most a quarter of the free mailboxes
@@ -447,7 +465,7 @@ impl ErdaServer {
         }
         for id in best..best + best_len {
             st.owners[id] = Some(conn);
-            st.fabric[id] = fabric_id;
+            st.fabric[id] = known;
         }
         self.stats.sessions += 1;
         let reply = Reply {
@@ -622,9 +640,11 @@ impl ErdaServer {
         if let Some(p) = st.pending.get(&kb).copied() {
             if is_durable(region, &sb, &p) {
                 st.pending.remove(&kb);
-            } else if req.revoke == p.units {
-                // The requester fenced p's writer after a lease, or p is the requester's own
-                // orphan (none of its coroutines writes it): settle it.
+            } else if req.revoke == p.units && p.conn == conn {
+                // p is the requester's own orphan (none of its coroutines writes it): settle
+                // it. Another writer's grant is never settled on a request's word: a fence
+                // ends that writer's connection, and `on_disconnect` settles it then (a
+                // revoke naming it is only the requester's hint that it fenced).
                 st.pending.remove(&kb);
                 settle(region, st, &mut self.stats, key, &p)?;
             } else {
@@ -998,6 +1018,13 @@ impl Handler for ErdaServer {
     /// else reverted. Waiters on those keys proceed without waiting out a lease.
     fn on_disconnect(&mut self, region: &dyn LocalRegion, conn: usize) {
         self.end_session(region, conn);
+        self.peers.remove(&conn);
+    }
+
+    /// The connection's client as the fabric knows it: what this server quotes to waiters
+    /// (see `hello`).
+    fn on_connect(&mut self, _region: &dyn LocalRegion, conn: usize, peer: u32) {
+        self.peers.insert(conn, peer);
     }
 
     fn service(&self) -> &'static str {

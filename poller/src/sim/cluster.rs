@@ -170,6 +170,10 @@ impl World {
                 recv_waiters: Vec::new(),
                 ..End::default()
             });
+            // The handler learns the client's fabric id (`ClientCtx::client_id`, what
+            // `fence` takes) before the first message.
+            self.notices
+                .push(Notice::Connect(n as NodeId, a + 1, c.wrapping_add(1)));
             out.push(a);
         }
         out
@@ -654,7 +658,9 @@ fn handle_notice<'a>(
     let (node, hix) = {
         let wb = w.borrow();
         match n {
-            Notice::Disconnect(node, end) => (node, wb.ends[end as usize].handler),
+            Notice::Disconnect(node, end) | Notice::Connect(node, end, _) => {
+                (node, wb.ends[end as usize].handler)
+            }
             Notice::Restart(node) => match wb.nodes.get(node as usize) {
                 Some(m) if m.persistent => (node, m.handler),
                 _ => return,
@@ -668,6 +674,7 @@ fn handle_notice<'a>(
     region.begin();
     match n {
         Notice::Disconnect(_, end) => h.borrow_mut().on_disconnect(&region, end as usize),
+        Notice::Connect(_, end, peer) => h.borrow_mut().on_connect(&region, end as usize, peer),
         Notice::Restart(_) => {
             let report = h.borrow_mut().recover(&region);
             let mut wb = w.borrow_mut();

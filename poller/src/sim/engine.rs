@@ -68,6 +68,8 @@ pub enum Ev {
 /// (see `server.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notice {
+    /// `Handler::on_connect` for server end `1` of node `0`, whose client's fabric id is `2`.
+    Connect(NodeId, u32, u32),
     /// `Handler::on_disconnect` for server end `1` of node `0`.
     Disconnect(NodeId, u32),
     /// Node `0` restarted: `Handler::recover` on its surviving region (persistent nodes).

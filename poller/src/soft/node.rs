@@ -186,6 +186,9 @@ pub struct SoftMemoryNode {
     next_conn: std::sync::atomic::AtomicUsize,
     /// Connections taken out of `conns` by the threads of `spawn_servers` (their own shares).
     owned: std::sync::atomic::AtomicUsize,
+    /// Connections their serving handler has not yet been told of (`Handler::on_connect`),
+    /// with their client's fabric id.
+    fresh: Mutex<Vec<(usize, u32)>>,
     service: Mutex<Service>,
     log: Mutex<VecDeque<String>>,
 }
@@ -324,6 +327,7 @@ impl SoftMemoryNode {
             conns: Mutex::new(Vec::new()),
             next_conn: std::sync::atomic::AtomicUsize::new(0),
             owned: std::sync::atomic::AtomicUsize::new(0),
+            fresh: Mutex::new(Vec::new()),
             service: Mutex::new(Service {
                 handler,
                 replies: Replies::new(),
@@ -383,7 +387,37 @@ impl SoftMemoryNode {
     /// Registers the server end of a connection (client slot `slot`).
     pub(crate) fn adopt(&self, server_end: SoftQp, slot: u16) {
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        // The client's id is the slot's in its current generation (what its queue pair's
+        // `client_id` says). Listed before the connection can be served.
+        let generation = self.mem.slot(slot as usize).load(Ordering::Acquire) as u16;
+        lock(&self.fresh).push((id, client_id(slot, generation)));
         lock(&self.conns).push((id, server_end, slot));
+    }
+
+    /// Tells `handler` of the new connections `mine` selects (`Handler::on_connect`). A
+    /// connection is listed in `fresh` before it is in `conns`, so one taken from `conns`
+    /// is told of here before its first message.
+    fn introduce(
+        &self,
+        handler: &mut dyn Handler,
+        region: &WordRegion<'_>,
+        mine: impl Fn(usize) -> bool,
+    ) {
+        let mut fresh = lock(&self.fresh);
+        fresh.retain(|&(id, peer)| {
+            if mine(id) {
+                handler.on_connect(region, id, peer);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Whether the client on slot `slot` was fenced (`Endpoint::fence`): its connection
+    /// ends (the handler hears of it, as of any other end).
+    fn fenced(&self, slot: u16) -> bool {
+        self.mem.slot(slot as usize).load(Ordering::Acquire) & SLOT_FENCED != 0
     }
 
     /// Revokes the region key and issues a new one; returns it.
@@ -426,10 +460,11 @@ impl SoftMemoryNode {
         let Service { handler, replies } = &mut *service;
         let region = self.mem.local();
         let mut conns = lock(&self.conns);
+        self.introduce(&mut **handler, &region, |_| true);
         let mut served = 0;
         let mut dead = Vec::new();
         let mut others = Vec::new();
-        for (i, (id, qp, _)) in conns.iter().enumerate() {
+        for (i, (id, qp, slot)) in conns.iter().enumerate() {
             let r = serve_connection(&mut **handler, replies, &region, *id, qp, buf, &mut others);
             // Wake-ups for other connections (`Replies::send_to`), best effort.
             for (to, m) in others.drain(..) {
@@ -446,6 +481,8 @@ impl SoftMemoryNode {
             }
             if qp.is_closed() {
                 dead.push((i, String::new()));
+            } else if self.fenced(*slot) {
+                dead.push((i, format!("client of connection {id} was fenced")));
             } else if check_liveness && !qp.peer_alive() {
                 dead.push((i, format!("client of connection {id} went away")));
             }
@@ -580,7 +617,8 @@ impl SoftMemoryNode {
             let region = self.mem.local();
             let mut served = 0;
             let mut others = Vec::new();
-            for (i, (id, qp, _)) in mine.iter().enumerate() {
+            self.introduce(&mut **handler, &region, |id| id % n == t);
+            for (i, (id, qp, slot)) in mine.iter().enumerate() {
                 let r = serve_connection(
                     &mut **handler,
                     replies,
@@ -606,6 +644,8 @@ impl SoftMemoryNode {
                 }
                 if qp.is_closed() {
                     dead.push((i, String::new()));
+                } else if self.fenced(*slot) {
+                    dead.push((i, format!("client of connection {id} was fenced")));
                 } else if check && !qp.peer_alive() {
                     dead.push((i, format!("client of connection {id} went away")));
                 }
