@@ -2,7 +2,7 @@
 //! writes then WRITE their record into the granted ring slot and READ it back.
 use super::{
     MAX_MESSAGE, Op, REPLY_HEADER, REQ_HEADER, RecOp, ReplyHeader, ReqHeader, Scheme,
-    encode_record, record_len,
+    encode_record, raw_slot_len, record_len, void_word,
 };
 use crate::erda::{ErdaClientConfig, ErdaError};
 use crate::fabric::{Endpoint, Op as Verb, QueuePair, RecvKind};
@@ -298,12 +298,23 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
                         .0
                 }
                 Scheme::Raw => {
-                    let r = self
+                    let mut r = self
                         .call(Op::Reserve, op as u8, key, value.len(), &[], &mut out)
                         .await?
                         .0;
-                    if r.status == Status::Granted {
-                        self.write_slot(op, key, value, r.arg, &mut rec).await?;
+                    if r.status == Status::Granted
+                        && self.write_slot(op, key, value, r.arg, &mut rec).await?
+                    {
+                        // The reservation's lease ran out around our WRITE: the server
+                        // says whether it kept the record (`Granted`) or voided it (`Busy`:
+                        // it took no effect; write again).
+                        let pos = r.arg.to_le_bytes();
+                        r = self.call(Op::Check, 0, &[], 0, &pos, &mut out).await?.0;
+                        if !matches!(r.status, Status::Granted | Status::Busy) {
+                            return Err(ErdaError::Protocol {
+                                what: "the server no longer knows whether a voided write counted",
+                            });
+                        }
                     }
                     r
                 }
@@ -327,7 +338,9 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
         }
     }
 
-    /// RAW: WRITE the record into its ring slot and READ its last word back, one doorbell.
+    /// RAW: WRITE the record into its ring slot and READ its last word and the slot's void
+    /// word back, one doorbell. Returns whether the void word was there (the server voided
+    /// the reservation, or was about to: ask it which).
     async fn write_slot(
         &self,
         op: RecOp,
@@ -335,9 +348,9 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
         value: &[u8],
         pos: u64,
         rec: &mut [u8],
-    ) -> Result<(), ErdaError> {
+    ) -> Result<bool, ErdaError> {
         let len = record_len(key.len(), value.len());
-        if pos % self.ring_len + len as u64 > self.ring_len {
+        if pos % self.ring_len + raw_slot_len(len as u64) > self.ring_len {
             return Err(ErdaError::Protocol {
                 what: "granted ring slot runs past the ring",
             });
@@ -350,7 +363,9 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
                 why,
             },
         )?;
-        let mut flush = [0u8; 8];
+        // The record's last 8 bytes, its padding, the void word.
+        let tail = n.next_multiple_of(8) + 16 - n;
+        let mut flush = [0u8; 23];
         self.ep
             .qp(self.cfg.node)?
             .post(&mut [
@@ -360,11 +375,12 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
                 },
                 Verb::Read {
                     remote: at.add(n as u64 - 8),
-                    local: &mut flush,
+                    local: &mut flush[..tail],
                 },
             ])
             .await?;
-        Ok(())
+        let word = u64::from_le_bytes(flush[tail - 8..tail].try_into().unwrap_or([0; 8]));
+        Ok(word == void_word(pos))
     }
 }
 

@@ -24,13 +24,29 @@
 //!   what makes the apply asynchronous; its cost is charged to the message that triggers it.
 //! - *Read-After-Write ordering.* One write of a key is in flight at a time: a reservation
 //!   for a key whose previous reserved record has not landed (its CRC does not verify yet) is
-//!   answered `Busy` and the client asks again after a back-off (bounded by its deadline;
-//!   a writer that died holding a reservation blocks its key, and the ring's apply order,
-//!   until the deadline errors: the baseline has no lease). So the write takes effect when
+//!   answered `Busy` and the client asks again after a back-off (bounded by its deadline).
+//!   So the write takes effect when
 //!   its record lands whole, which is between the reservation and the end of the client's
 //!   doorbell; a read that finds the reserved record whole answers from it, else from the
 //!   key's previous state. Update and delete are answered present/absent at reservation
 //!   time from the settled state (no other write of the key is in flight then).
+//! - *Reservation lease* (not in the paper, whose clients never die). A reservation whose
+//!   record has not landed after [`RESERVATION_LEASE`] server steps (messages handled and
+//!   idle calls: the server has no clock, and counts its own progress, which no client
+//!   states) is **voided** when it blocks something: a request for its key, or the apply at
+//!   the ring's tail. Otherwise a writer that died (or a client that never meant to write)
+//!   would block its key, and the ring's apply order, for good. Voiding is safe for a
+//!   writer that was only slow: a RAW slot is the record, padded to 8 bytes, then a *void
+//!   word*; the server stores [`void_word`]`(pos)` there with a compare-and-swap (a full
+//!   barrier) and only *then* looks whether the record has landed. The writer's doorbell
+//!   READs the void word back after its WRITE. If it reads no void word, its WRITE landed
+//!   before the server's store, so the server found the record whole and kept it; if it
+//!   reads one, it asks the server ([`Op::Check`]) which of the two happened: kept
+//!   (`Granted`) or voided (`Busy`: the write took no effect, and the client writes again).
+//!   A voided slot's word is persisted, and recovery does not replay a record followed by
+//!   its void word. Residual window: a writer that stalls for a lease and then a whole lap
+//!   of the ring *between* its reservation reply and its WRITE landing can have that late
+//!   WRITE land in a slot reserved again (as CANRT's skipped holder, `canrt/mod.rs`).
 //! - *Ring buffer.* Records never span the ring's end. A record's CRC covers its absolute
 //!   ring position too (Redo's server re-stamps the client's CRC with it), so a stale record
 //!   of an earlier lap never verifies. Space is reused
@@ -49,6 +65,8 @@
 //!
 //! NVM bytes each operation writes, in this format and in the paper's, are in [`table1`].
 mod client;
+#[cfg(test)]
+mod lease_tests;
 mod server;
 pub mod table1;
 
@@ -110,6 +128,10 @@ pub enum Op {
     Reserve = 4,
     /// Apply every landed record now; the reply's `arg` is how many are left waiting.
     Drain = 5,
+    /// RAW: whether the record reserved at ring position `pos` (8 bytes little-endian after
+    /// the header) counts: `Granted` if it was kept, `Busy` if its reservation was voided
+    /// (see "Reservation lease"), `BadRequest` if the server no longer knows.
+    Check = 6,
 }
 
 impl Op {
@@ -120,6 +142,7 @@ impl Op {
             3 => Op::Write,
             4 => Op::Reserve,
             5 => Op::Drain,
+            6 => Op::Check,
             _ => return None,
         })
     }
@@ -214,6 +237,23 @@ impl ReplyHeader {
             aux: u64::from_le_bytes(b[16..24].try_into().ok()?),
         })
     }
+}
+
+/// Server steps (messages handled, idle calls) after which a RAW reservation whose record
+/// has not landed is voided when it blocks its key or the apply (see the module docs). An
+/// honest writer's record lands one round trip after its reservation's reply, while the
+/// server handles about one message per client in flight: far fewer.
+pub const RESERVATION_LEASE: u64 = 1024;
+
+/// The void word of the RAW slot at ring position `pos` (never 0 for a real position).
+pub const fn void_word(pos: u64) -> u64 {
+    pos ^ 0xD0D0_5107_0000_0000
+}
+
+/// Ring bytes a RAW reservation of a record of `len` bytes takes: the record, padded to 8
+/// bytes, then its void word.
+pub const fn raw_slot_len(len: u64) -> u64 {
+    len.next_multiple_of(8) + 8
 }
 
 /// Bytes of a log record for a key and value of these lengths (its header, key and value;

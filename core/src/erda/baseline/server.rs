@@ -1,8 +1,8 @@
 //! The baselines' memory-node CPU: the redo log / ring buffer, the asynchronous apply to
 //! the hash table and data slots, and the SEND-answered reads (see `mod.rs`).
 use super::{
-    APPLY_LAG, MAX_MESSAGE, Op, REC_HEADER, REPLY_HEADER, ROOT_SLOT, RecOp, ReplyHeader, ReqHeader,
-    Scheme, decode_record, record_len,
+    APPLY_LAG, MAX_MESSAGE, Op, REC_HEADER, REPLY_HEADER, RESERVATION_LEASE, ROOT_SLOT, RecOp,
+    ReplyHeader, ReqHeader, Scheme, decode_record, raw_slot_len, record_len, void_word,
 };
 use crate::erda::server::corrupt;
 use crate::erda::{ErdaConfig, displace, stripe};
@@ -46,7 +46,15 @@ pub struct BaselineServerStats {
     pub displaced: u64,
     /// Ring records replayed by recovery.
     pub replayed: u64,
+    /// RAW reservations voided: their record had not landed a lease after they were
+    /// granted, and they blocked their key or the apply (see `mod.rs`, "Reservation lease").
+    pub voided: u64,
+    /// Reservations found landed just as they were to be voided (kept).
+    pub kept_late: u64,
 }
+
+/// Voided ring positions the server remembers for [`Op::Check`].
+const VOIDED_KEPT: usize = 4096;
 
 type KeyBuf = ([u8; KEY_MAX], u8);
 
@@ -66,6 +74,8 @@ struct Queued {
     op: RecOp,
     /// Whole (Redo: always; RAW: once its CRC verified).
     landed: bool,
+    /// The server's step count when it was reserved (its lease runs from there).
+    at: u64,
 }
 
 /// A key's records not yet applied: the newest landed one, and (RAW) the one reserved and
@@ -94,6 +104,11 @@ struct State {
     applied: u64,
     scratch: Vec<u8>,
     rec: Vec<u8>,
+    /// Messages handled and idle calls so far: the server's clock-free measure of leases.
+    steps: u64,
+    /// The latest voided RAW positions (at most `VOIDED_KEPT`), and the newest one forgotten.
+    voided: VecDeque<u64>,
+    forgot: Option<u64>,
 }
 
 /// Redo Logging's or Read-After-Write's server ([`Handler`]). Formats its store on the
@@ -206,6 +221,9 @@ impl BaselineServer {
             applied: 0,
             scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
             rec: vec![0u8; MAX_MESSAGE],
+            steps: 0,
+            voided: VecDeque::new(),
+            forgot: None,
         });
         Ok(())
     }
@@ -263,6 +281,9 @@ impl BaselineServer {
             applied,
             scratch: vec![0u8; sb.neighborhood as usize * BUCKET_LEN],
             rec: vec![0u8; MAX_MESSAGE],
+            steps: 0,
+            voided: VecDeque::new(),
+            forgot: None,
         });
         // Every 8-byte offset of the ring stands for one position in [applied, applied+ring).
         let mut found: Vec<(u64, u64, RecOp, KeyBuf)> = Vec::new();
@@ -279,7 +300,17 @@ impl BaselineServer {
             let n = len as usize;
             region.read(ring_off(&sb, pos), &mut st.rec[..n])?;
             if let Some(r) = decode_record(&st.rec[..n], pos) {
-                found.push((pos, len, r.op, key_buf(r.key)));
+                let (op, key) = (r.op, key_buf(r.key));
+                // A RAW record followed by its void word was voided: it never counted.
+                let void_at = o + len.next_multiple_of(8);
+                if self.scheme == Scheme::Raw
+                    && void_at + 8 <= ring
+                    && region.load_u64(ring_off(&sb, pos) + len.next_multiple_of(8))?
+                        == void_word(pos)
+                {
+                    continue;
+                }
+                found.push((pos, len, op, key));
             }
         }
         found.sort_unstable_by_key(|f| f.0);
@@ -291,10 +322,12 @@ impl BaselineServer {
                 key,
                 op,
                 landed: true,
+                at: 0,
             };
             self.apply(region, &q)?;
+            let end = pos + self.slot_len(len);
             let st = self.st.as_mut().expect("just set");
-            st.cursor = st.cursor.max((pos + len).next_multiple_of(8));
+            st.cursor = st.cursor.max(end);
         }
         let st = self.st.as_mut().expect("just set");
         st.applied = st.cursor;
@@ -353,7 +386,10 @@ impl BaselineServer {
                 self.redo_write(region, &h, body, replies)?
             }
             Op::Reserve if self.scheme == Scheme::Raw => self.reserve(region, &h, body, replies)?,
-            Op::Write | Op::Reserve => self.reply(replies, Status::BadRequest, h.seq, 0, 0),
+            Op::Check if self.scheme == Scheme::Raw => self.check(&h, body, replies),
+            Op::Write | Op::Reserve | Op::Check => {
+                self.reply(replies, Status::BadRequest, h.seq, 0, 0)
+            }
         }
         // The asynchronous apply: keep at most APPLY_LAG records waiting.
         let lag = self.backlog().saturating_sub(APPLY_LAG);
@@ -413,12 +449,14 @@ impl BaselineServer {
         st.rec[4..8].copy_from_slice(&crc.to_le_bytes());
         region.write(off, &st.rec[..n])?;
         region.persist(off, n);
+        let at = st.steps;
         st.queue.push_back(Queued {
             pos,
             len,
             key,
             op,
             landed: true,
+            at,
         });
         st.keys.entry(key).or_default().latest = Some((pos, len, op));
         self.stats.logged += 1;
@@ -461,23 +499,107 @@ impl BaselineServer {
             self.reply(replies, Status::TableFull, h.seq, 0, 0);
             return Ok(());
         }
-        let Some(pos) = self.reserve_ring(region, len)? else {
+        let Some(pos) = self.reserve_ring(region, raw_slot_len(len))? else {
             self.reply(replies, Status::LogFull, h.seq, 0, 0);
             return Ok(());
         };
         let st = self.st.as_mut().expect("opened");
+        // (The slot's void word is not cleared: one left by an earlier lap names another
+        // position.)
         st.queued_bytes += len.next_multiple_of(8);
+        let at = st.steps;
         st.queue.push_back(Queued {
             pos,
             len,
             key: kb,
             op,
             landed: false,
+            at,
         });
         st.keys.entry(kb).or_default().inflight = Some((pos, len, op));
         self.stats.logged += 1;
         self.reply(replies, Status::Granted, h.seq, pos, 0);
         Ok(())
+    }
+
+    /// Ring bytes a record of `len` bytes takes (RAW: with its void word).
+    fn slot_len(&self, len: u64) -> u64 {
+        match self.scheme {
+            Scheme::Raw => raw_slot_len(len),
+            Scheme::Redo => len.next_multiple_of(8),
+        }
+    }
+
+    /// Whether the reservation at `pos` has been in flight for a lease of server steps.
+    fn stale(&self, pos: u64) -> bool {
+        let st = self.st.as_ref().expect("opened");
+        st.queue
+            .iter()
+            .find(|q| q.pos == pos)
+            .is_some_and(|q| st.steps.saturating_sub(q.at) >= RESERVATION_LEASE)
+    }
+
+    /// Voids the RAW reservation at `pos` (a record of `len` bytes) unless its record has
+    /// landed: stores its void word first (a compare-and-swap: a full barrier between that
+    /// store and the look at the record, so a writer that READs back no void word after its
+    /// WRITE had its record found whole here), then looks. Returns whether it was voided;
+    /// if so it is out of the queue and its key has nothing in flight.
+    fn void(&mut self, region: &dyn LocalRegion, pos: u64, len: u64) -> Result<bool, FabricError> {
+        let st = self.st.as_mut().expect("opened");
+        let at = ring_off(&st.sb, pos) + len.next_multiple_of(8);
+        let tag = void_word(pos);
+        let mut cur = region.load_u64(at)?;
+        for _ in 0..4 {
+            let seen = region.cas_u64(at, cur, tag)?;
+            if seen == cur {
+                break;
+            }
+            cur = seen;
+        }
+        if verify(region, st, pos, len)? {
+            // Landed before the void word: it counts (a writer that saw the word asks).
+            region.store_u64(at, 0)?;
+            self.stats.kept_late += 1;
+            return Ok(false);
+        }
+        // Durable: recovery does not replay a record that lands after this.
+        region.store_u64(at, tag)?;
+        region.persist(at, 8);
+        let Some(i) = st.queue.iter().position(|q| q.pos == pos) else {
+            return Ok(true);
+        };
+        let q = st.queue.remove(i).expect("found");
+        st.queued_bytes = st.queued_bytes.saturating_sub(len.next_multiple_of(8));
+        if let Some(ks) = st.keys.get_mut(&q.key) {
+            if ks.inflight.is_some_and(|(p, _, _)| p == pos) {
+                ks.inflight = None;
+            }
+            if ks.latest.is_none() && ks.inflight.is_none() {
+                st.keys.remove(&q.key);
+            }
+        }
+        st.voided.push_back(pos);
+        if st.voided.len() > VOIDED_KEPT {
+            st.forgot = st.voided.pop_front();
+        }
+        self.stats.voided += 1;
+        Ok(true)
+    }
+
+    /// RAW [`Op::Check`]: did the record reserved at `pos` count?
+    fn check(&mut self, h: &ReqHeader, body: &[u8], replies: &mut Replies) {
+        let st = self.st.as_ref().expect("opened");
+        let pos = body
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes);
+        let status = match pos {
+            Some(p) if st.voided.contains(&p) => Status::Busy,
+            // Reserved once, and not voided since the oldest void remembered.
+            Some(p) if p < st.cursor && st.forgot.is_none_or(|f| p > f) => Status::Granted,
+            _ => Status::BadRequest,
+        };
+        self.reply(replies, status, h.seq, 0, 0);
     }
 
     /// RAW: if `key` has a reserved record, promotes it to landed when it verifies now.
@@ -488,8 +610,15 @@ impl BaselineServer {
             return Ok(false);
         };
         if !verify(region, st, pos, len)? {
-            return Ok(true);
+            if !self.stale(pos) {
+                return Ok(true);
+            }
+            if self.void(region, pos, len)? {
+                return Ok(false);
+            }
+            // It landed just as its lease ran out: kept.
         }
+        let st = self.st.as_mut().expect("opened");
         if let Some(q) = st.queue.iter_mut().find(|q| q.pos == pos) {
             q.landed = true;
         }
@@ -631,8 +760,14 @@ impl BaselineServer {
             };
             if !q.landed {
                 if !verify(region, st, q.pos, q.len)? {
-                    break;
+                    if !self.stale(q.pos) {
+                        break;
+                    }
+                    if self.void(region, q.pos, q.len)? {
+                        continue;
+                    }
                 }
+                let st = self.st.as_mut().expect("opened");
                 let ks = st.keys.entry(q.key).or_default();
                 ks.inflight = None;
                 ks.latest = Some((q.pos, q.len, q.op));
@@ -838,6 +973,9 @@ impl Handler for BaselineServer {
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
         self.open(region)?;
+        if let Some(st) = self.st.as_mut() {
+            st.steps += 1;
+        }
         match recv.kind {
             RecvKind::Send => self.handle(region, msg, replies),
             RecvKind::WriteImm => {
@@ -849,9 +987,10 @@ impl Handler for BaselineServer {
 
     /// The asynchronous apply: everything that has landed.
     fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
-        if self.st.is_none() {
+        let Some(st) = self.st.as_mut() else {
             return false;
-        }
+        };
+        st.steps += 1;
         // An error here (a corrupt record or a full area) is met again, and reported, by
         // the next request that needs the apply.
         self.pump(region, usize::MAX).is_ok_and(|n| n > 0)
