@@ -106,3 +106,63 @@ fn a_hello_naming_another_client_gets_nobody_else_fenced() {
     );
     assert_eq!(lie_out.get(), Some(Status::BadRequest), "the lying hello");
 }
+
+/// On the soft fabric: a writer takes a grant and never writes it (here by hand, through
+/// its own mailbox). The key's next writer waits a lease and fences it; the revoke it then
+/// sends is no longer trusted, so the grant is settled only because the node ends a fenced
+/// client's connection and Erda settles its grants then (`Handler::on_disconnect`). The
+/// holder the waiter fenced is the one the node knows (`Handler::on_connect`).
+#[test]
+fn on_soft_a_fenced_writers_grant_is_settled_when_its_connection_ends() {
+    use remora_core::block_on::block_on;
+    use remora_core::lease::LeaseConfig;
+    use remora_poller::soft::{NodeConfig, SoftMemoryNode};
+    let n = SoftMemoryNode::create_with(
+        NodeConfig {
+            region_len: REGION,
+            ..NodeConfig::default()
+        },
+        Box::new(ErdaServer::new(ErdaConfig::small())),
+    )
+    .unwrap();
+    let _srv = n.spawn_server();
+    let (ep_a, ep_b) = (n.endpoint().unwrap(), n.endpoint().unwrap());
+    let cfg = ErdaClientConfig {
+        lease: LeaseConfig {
+            lease_ns: 20_000_000,
+            deadline_ns: 5_000_000_000,
+            ..LeaseConfig::default()
+        },
+        ..ErdaClientConfig::default()
+    };
+    block_on(async {
+        let a = Erda::open(&ep_a, cfg).await.unwrap();
+        a.upsert(b"k", &[1; 8]).await.unwrap();
+        let qp = ep_a.qp(0).unwrap();
+        let req = Request::new(ReqOp::Upsert, 9, b"k", 8).unwrap().encode();
+        qp.post(&mut [Op::WriteImm {
+            remote: GlobalAddr::new(0, a.superblock().mailbox(a.client_id())),
+            local: &req,
+            imm: a.client_id(),
+        }])
+        .await
+        .unwrap();
+        let mut buf = [0u8; 64];
+        let r = qp.recv(&mut buf).await.unwrap();
+        let g = Reply::decode(&buf[..r.len as usize]).unwrap();
+        assert_eq!(g.status, Status::Granted);
+        let b = Erda::open(&ep_b, cfg).await.unwrap();
+        let t = ep_b.now_ns();
+        b.upsert(b"k", &[2; 8]).await.unwrap();
+        let took = ep_b.now_ns() - t;
+        assert_eq!(b.stats().fenced, 1);
+        assert!(took < 2_000_000_000, "the wait took {took} ns");
+        let mut out = [0u8; 8];
+        assert_eq!(b.get(b"k", &mut out).await.unwrap(), Some(8));
+        assert_eq!(out, [2; 8]);
+        assert!(
+            a.upsert(b"k", &[3; 8]).await.is_err(),
+            "the fenced writer is cut off"
+        );
+    });
+}
