@@ -671,7 +671,11 @@ fn handle_notice<'a>(
         return;
     };
     let region = SimRegion::new(w, node);
-    region.begin();
+    if !matches!(n, Notice::Connect(..)) {
+        // (A connection's introduction is no handler invocation of the CPU model: it
+        // touches no memory in any service here.)
+        region.begin();
+    }
     match n {
         Notice::Disconnect(_, end) => h.borrow_mut().on_disconnect(&region, end as usize),
         Notice::Connect(_, end, peer) => h.borrow_mut().on_connect(&region, end as usize, peer),
