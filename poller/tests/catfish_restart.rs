@@ -6,7 +6,7 @@
 //! the tree stays within a small factor of its live nodes, where before every restart lost
 //! all of that and the clients granted new chunks each cycle. Every entry survives every
 //! restart, by messaging and offloaded searches alike.
-use remora_core::catfish::{CatfishClient, CatfishError, Mode, Rect, TreeKind};
+use remora_core::catfish::{CatfishClient, CatfishError, Mode, Rect, Transport, TreeKind};
 use remora_core::fabric::{Endpoint, QueuePair};
 use remora_layouts::catfish::node_len;
 use remora_layouts::region::NEXT_CHUNK_OFFSET;
@@ -129,6 +129,8 @@ fn run(kind: TreeKind, seed: u64) -> Vec<(u64, u64)> {
                 let mut c = CatfishClient::create_tree(ctx.qp(0).unwrap(), 1, FANOUT, kind)
                     .await
                     .map_err(|e| format!("create: {e}"))?;
+                // Requests go into a mailbox block, which a restart frees with the rest.
+                c.set_transport(Transport::WriteImm);
                 for _ in 0..ENTRIES {
                     insert(&mut c, ctx.qp(0).unwrap(), &mut live, &mut rng, &mut id)
                         .await
@@ -139,10 +141,30 @@ fn run(kind: TreeKind, seed: u64) -> Vec<(u64, u64)> {
                         // Past the restart: a new connection and a new client.
                         let back = crash_ns(k - 1) + DOWN_NS + 1000;
                         ctx.sleep(back.saturating_sub(ctx.now_ns())).await;
-                        ctx = ctx.reconnect();
+                        let fresh = ctx.reconnect();
+                        if k == CYCLES {
+                            // (Last, as a dead connection takes its timeout to report.) The
+                            // old client finds its connection broken, and then refuses
+                            // to write its old mailbox (free memory now) through the new one.
+                            let qp = fresh.qp(0).unwrap();
+                            let (rect, id) = (everything(), u64::MAX);
+                            if c.insert(ctx.qp(0).unwrap(), rect, id).await.is_ok() {
+                                return Err("an insert on a dead connection".into());
+                            }
+                            let posts = qp.counters().snapshot().doorbells;
+                            if c.insert(qp, rect, id).await.is_ok()
+                                || qp.counters().snapshot().doorbells != posts
+                            {
+                                return Err(
+                                    "the old client wrote through the new connection".into()
+                                );
+                            }
+                        }
+                        ctx = fresh;
                         c = CatfishClient::open(ctx.qp(0).unwrap())
                             .await
                             .map_err(|e| format!("cycle {k}: open: {e}"))?;
+                        c.set_transport(Transport::WriteImm);
                         same(&mut c, ctx.qp(0).unwrap(), &live)
                             .await
                             .map_err(|e| format!("cycle {k}, after the restart: {e}"))?;
