@@ -222,7 +222,12 @@ impl Arenas {
             if w(0)? != RECORD_MAGIC || w(REC_CRC)? != record_crc(start, end, next) {
                 return Err(corrupt("an arena record does not check"));
             }
-            if start != at || end > region.len() || end - start < RECORD_LEN + node_len {
+            if start != at
+                || end > region.len()
+                || end
+                    .checked_sub(start)
+                    .is_none_or(|l| l < RECORD_LEN + node_len)
+            {
                 return Err(corrupt("an arena record names impossible bounds"));
             }
             a.given
@@ -346,6 +351,8 @@ mod tests {
         rewrite(head, r.len() + 4096, next);
         refused("impossible bounds");
         rewrite(head + 64, end, next);
+        refused("impossible bounds");
+        rewrite(head, head - 64, next);
         refused("impossible bounds");
         r.store_u64(t.meta() + ARENAS_WORD, 4096 + 8).unwrap();
         refused("outside the region");
