@@ -87,6 +87,10 @@ pub(super) struct Arenas {
     room: u64,
     /// Offset of the newest record (0: none).
     head: u64,
+    /// A tree formatted before arena records: its arenas are unknown, so the records of
+    /// new ones are never published (a chain of only those would leave its live nodes
+    /// outside every recorded arena, and the next recovery would refuse the tree).
+    unrecorded: bool,
 }
 
 impl Arenas {
@@ -98,6 +102,7 @@ impl Arenas {
             open: 0,
             room: 0,
             head: 0,
+            unrecorded: false,
         }
     }
 
@@ -164,6 +169,9 @@ impl Arenas {
 
     /// Publishes the newest record in the superblock at `meta`.
     pub(super) fn link(&self, region: &dyn LocalRegion, meta: u64) -> Result<(), CatfishError> {
+        if self.unrecorded {
+            return Ok(());
+        }
         region.store_u64(meta + ARENAS_WORD, self.head)?;
         region.persist(meta + ARENAS_WORD, 8);
         Ok(())
@@ -202,6 +210,7 @@ impl Arenas {
         a.head = region.load_u64(meta + ARENAS_WORD)?;
         if a.head == 0 {
             // Formatted before arena records: nothing known to be free (nothing reused).
+            a.unrecorded = true;
             return Ok(a);
         }
         // Each arena holds its record and a node, which bounds the chain.
@@ -361,5 +370,36 @@ mod tests {
         }
         let (t2, report) = Tree::recover(&r).unwrap().unwrap();
         assert_eq!((report.entries, t2.arenas()), (200, t.arenas()));
+    }
+
+    /// A tree formatted before arena records (no chain in its superblock) recovers as it
+    /// always did, with no free space back, and keeps recovering after it is given new arenas.
+    #[test]
+    fn a_tree_without_arena_records_still_recovers() {
+        let r = mem(1 << 20);
+        let mut t = Tree::format(&r, 4096, 64 << 10).unwrap();
+        let rect = |id: u64| {
+            let x = (id * 37 % 1000) as i32;
+            Rect::new(x, x, x + 5, x + 5).unwrap()
+        };
+        for id in 0..100u64 {
+            t.insert(&r, rect(id), id).unwrap();
+        }
+        r.store_u64(t.meta() + ARENAS_WORD, 0).unwrap();
+        let mut next = 128 << 10;
+        for life in 0..3u64 {
+            let (mut t, report) = Tree::recover(&r).unwrap().unwrap();
+            assert_eq!(report.entries, 100 + 100 * life);
+            assert_eq!((t.arenas(), t.free_nodes()), (0, 0), "no free space known");
+            for id in 0..100u64 {
+                let id = 100 * (life + 1) + id;
+                if let Err(CatfishError::Full) = t.insert(&r, rect(id), id) {
+                    t.grow(&r, next, 64 << 10).unwrap();
+                    next += 64 << 10;
+                    t.insert(&r, rect(id), id).unwrap();
+                }
+            }
+            assert_eq!(r.load_u64(t.meta() + ARENAS_WORD).unwrap(), 0);
+        }
     }
 }
