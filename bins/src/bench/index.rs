@@ -122,16 +122,26 @@ impl IndexCfg {
         }
     }
 
-    pub fn server_handler(&self) -> Option<Box<dyn Handler + Send>> {
-        match self {
+    /// The handler for a memory node of a fresh `region_len`-byte region in `chunk_size`
+    /// chunks, if the index needs one; an error if the index cannot be served there (Erda's
+    /// geometry is checked here, at start, not at a client's first message).
+    pub fn server_handler(
+        &self,
+        region_len: u64,
+        chunk_size: u64,
+    ) -> Result<Option<Box<dyn Handler + Send>>, String> {
+        Ok(match self {
             IndexCfg::Canrt { .. } => Some(Box::new(CanrtServer::new())),
-            IndexCfg::Erda { server, .. } => Some(Box::new(ErdaServer::new(*server))),
+            IndexCfg::Erda { server, .. } => Some(Box::new(
+                ErdaServer::for_region(*server, region_len, chunk_size)
+                    .map_err(|e| format!("erda's memory node cannot start: {e}"))?,
+            )),
             IndexCfg::ErdaBaseline { scheme, server, .. } => {
                 Some(Box::new(BaselineServer::new(*scheme, *server)))
             }
             IndexCfg::Wort { kind } => Some(Box::new(WortServer::new(*kind))),
             _ => None,
-        }
+        })
     }
 }
 

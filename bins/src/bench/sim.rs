@@ -132,8 +132,9 @@ pub fn run(
     let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
     let created: RefCell<Option<String>> = RefCell::new(None);
     let wall = Instant::now();
+    let handler = index.server_handler(cfg.region_len, cfg.chunk_size)?;
     let mut sim = Sim::new(cfg).map_err(|e| e.0)?;
-    if let Some(h) = index.server_handler() {
+    if let Some(h) = handler {
         sim.set_handler(0, h).map_err(|e| e.0)?;
     }
     // The first client creates the index before the others open it.

@@ -89,7 +89,7 @@ pub fn run(
             if let Some(need) = index.max_message() {
                 cfg.max_msg = cfg.max_msg.max(need);
             }
-            let node = match index.server_handler() {
+            let node = match index.server_handler(cfg.region_len, cfg.chunk_size)? {
                 Some(h) => SoftMemoryNode::create_with(cfg, h),
                 None => SoftMemoryNode::create(cfg),
             }
