@@ -417,6 +417,39 @@ fn nan_and_infinite_seconds_are_clear_errors_not_panics() {
 }
 
 #[test]
+fn bench_refuses_an_erda_store_that_does_not_fit_its_region_at_start() {
+    // 1000 records make a 13 MiB store; a 4 MiB region cannot hold it. The memory node's
+    // builder says so before any client runs (it used to be found by the first message, and
+    // the sim reported only a flushed work request).
+    for fabric in ["sim", "soft"] {
+        let out = remora(&[
+            "bench",
+            "--fabric",
+            fabric,
+            "--index",
+            "erda",
+            "--records",
+            "1000",
+            "--operations",
+            "1000",
+            "--region-mib",
+            "4",
+            "--quiet",
+        ]);
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{fabric}: {e}");
+        assert_eq!(
+            e.trim(),
+            "remora: erda's memory node cannot start: erda store does not fit: its table and \
+             logs take 13631488 bytes (13 MiB) and a 4194304-byte (4 MiB) region has 3145728 \
+             free; give the node a larger region or the store fewer heads, smaller logs or \
+             fewer buckets",
+            "{fabric}"
+        );
+    }
+}
+
+#[test]
 fn memnode_listen_leaves_files_and_live_memnodes_alone() {
     let regular = std::env::temp_dir().join(format!("remora-cli-{}-regular", std::process::id()));
     std::fs::write(&regular, b"keep me").unwrap();

@@ -123,26 +123,40 @@ impl IndexCfg {
         }
     }
 
-    pub fn server_handler(&self) -> Option<Box<dyn Handler + Send>> {
-        self.server().map(|(h, _)| h)
+    /// The handler for a memory node of a fresh `region_len`-byte region in `chunk_size`
+    /// chunks, if the index needs one; an error if the index cannot be served there (Erda's
+    /// geometry is checked here, at start, not at a client's first message).
+    pub fn server_handler(
+        &self,
+        region_len: u64,
+        chunk_size: u64,
+    ) -> Result<Option<Box<dyn Handler + Send>>, String> {
+        Ok(self.server(region_len, chunk_size)?.map(|(h, _)| h))
     }
 
     /// [`Self::server_handler`], and where to read the resize clock of the CANRT server.
-    pub fn server(&self) -> Option<(Box<dyn Handler + Send>, ResizeWatch)> {
+    pub fn server(
+        &self,
+        region_len: u64,
+        chunk_size: u64,
+    ) -> Result<Option<(Box<dyn Handler + Send>, ResizeWatch)>, String> {
         let h: Box<dyn Handler + Send> = match self {
             IndexCfg::Canrt { .. } => {
                 let s = CanrtServer::new();
                 let watch = ResizeWatch::of(s.stats());
-                return Some((Box::new(s), watch));
+                return Ok(Some((Box::new(s), watch)));
             }
-            IndexCfg::Erda { server, .. } => Box::new(ErdaServer::new(*server)),
+            IndexCfg::Erda { server, .. } => Box::new(
+                ErdaServer::for_region(*server, region_len, chunk_size)
+                    .map_err(|e| format!("erda's memory node cannot start: {e}"))?,
+            ),
             IndexCfg::ErdaBaseline { scheme, server, .. } => {
                 Box::new(BaselineServer::new(*scheme, *server))
             }
             IndexCfg::Wort { kind } => Box::new(WortServer::new(*kind)),
-            _ => return None,
+            _ => return Ok(None),
         };
-        Some((h, ResizeWatch::default()))
+        Ok(Some((h, ResizeWatch::default())))
     }
 }
 

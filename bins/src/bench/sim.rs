@@ -135,7 +135,7 @@ pub fn run(
     let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
     let created: RefCell<Option<String>> = RefCell::new(None);
     let wall = Instant::now();
-    let server = index.server();
+    let server = index.server(cfg.region_len, cfg.chunk_size)?;
     let resizes: ResizeWatch = server.as_ref().map(|(_, w)| w.clone()).unwrap_or_default();
     let mut sim = Sim::new(cfg).map_err(|e| e.0)?;
     if let Some((h, _)) = server {

@@ -91,7 +91,7 @@ pub fn run(
             if let Some(need) = index.max_message() {
                 cfg.max_msg = cfg.max_msg.max(need);
             }
-            let (node, watch) = match index.server() {
+            let (node, watch) = match index.server(cfg.region_len, cfg.chunk_size)? {
                 Some((h, watch)) => (SoftMemoryNode::create_with(cfg, h), watch),
                 None => (SoftMemoryNode::create(cfg), ResizeWatch::default()),
             };
