@@ -212,13 +212,16 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
     let per = a.ops.div_ceil(clients as u64) as usize * clients as usize;
     let rec = Recorder::new(per, per * 17);
     let errors = RefCell::new(Vec::<String>::new());
-    let server = cfg.server_handler();
-    let mut sim = Sim::new(SimConfig {
+    let scfg = SimConfig {
         compute_nodes: 4,
-        memory_nodes: if server.is_some() { 1 } else { 2 },
         region_len: 64 << 20,
         seed,
         ..SimConfig::default()
+    };
+    let server = cfg.server_handler(scfg.region_len, scfg.chunk_size)?;
+    let mut sim = Sim::new(SimConfig {
+        memory_nodes: if server.is_some() { 1 } else { 2 },
+        ..scfg
     })
     .map_err(|e| e.0)?;
     if let Some(h) = server {
@@ -287,7 +290,7 @@ fn soft_history(
         chunk_size: 256 << 10,
         ..NodeConfig::default()
     };
-    let node = match cfg.server_handler() {
+    let node = match cfg.server_handler(ncfg.region_len, ncfg.chunk_size)? {
         Some(h) => SoftMemoryNode::create_with(ncfg, h),
         None => SoftMemoryNode::create(ncfg),
     }

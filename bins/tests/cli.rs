@@ -417,6 +417,39 @@ fn nan_and_infinite_seconds_are_clear_errors_not_panics() {
 }
 
 #[test]
+fn bench_refuses_an_erda_store_that_does_not_fit_its_region_at_start() {
+    // 1000 records make a 13 MiB store; a 4 MiB region cannot hold it. The memory node's
+    // builder says so before any client runs (it used to be found by the first message, and
+    // the sim reported only a flushed work request).
+    for fabric in ["sim", "soft"] {
+        let out = remora(&[
+            "bench",
+            "--fabric",
+            fabric,
+            "--index",
+            "erda",
+            "--records",
+            "1000",
+            "--operations",
+            "1000",
+            "--region-mib",
+            "4",
+            "--quiet",
+        ]);
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{fabric}: {e}");
+        assert_eq!(
+            e.trim(),
+            "remora: erda's memory node cannot start: erda store does not fit: its table and \
+             logs take 13631488 bytes (13 MiB) and a 4194304-byte (4 MiB) region has 3145728 \
+             free; give the node a larger region or the store fewer heads, smaller logs or \
+             fewer buckets",
+            "{fabric}"
+        );
+    }
+}
+
+#[test]
 fn memnode_listen_leaves_files_and_live_memnodes_alone() {
     let regular = std::env::temp_dir().join(format!("remora-cli-{}-regular", std::process::id()));
     std::fs::write(&regular, b"keep me").unwrap();
@@ -990,4 +1023,74 @@ fn a_memnode_serves_erda_and_its_baselines_to_bench() {
         assert!(!out.status.success(), "{other} ran against {service}");
         assert!(stderr(&out).contains("service"), "{}", stderr(&out));
     }
+}
+
+/// CANRT's "ops during a resize" come from the resize clock of the server the bench runs:
+/// counted on the sim (the load resizes the tree), and on a memory node in another process,
+/// whose server the bench cannot read, left at 0 with a note saying why.
+#[test]
+fn canrt_ops_during_a_resize_come_from_the_benchs_own_server() {
+    let recs = bench_json(
+        &[
+            "--fabric",
+            "sim",
+            "--index",
+            "canrt",
+            "--workload",
+            "load",
+            "--records",
+            "3000",
+            "--coroutines",
+            "4",
+        ],
+        "canrt-resizes",
+    );
+    let c = &recs[0]["canrt"];
+    let during = c["during_resize_ops"].as_u64().unwrap();
+    assert!(c["resize_requests"].as_u64().unwrap() > 0, "{c}");
+    assert!(during > 0 && during < 3000, "{c}");
+    let (p50, p99) = (
+        c["during_resize_p50_ns"].as_u64().unwrap(),
+        c["during_resize_p99_ns"].as_u64().unwrap(),
+    );
+    assert!(p50 > 0 && p99 >= p50, "{c}");
+    let sock = std::env::temp_dir().join(format!(
+        "remora-cli-{}-canrt-resizes.sock",
+        std::process::id()
+    ));
+    let _m = Kid(Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(["memnode", "--service", "canrt", "--listen"])
+        .arg(&sock)
+        .args(["--region-mib", "32", "--seconds", "120"])
+        .spawn()
+        .expect("starting remora memnode"));
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "memnode did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let recs = bench_json(
+        &[
+            "--index",
+            "canrt",
+            "--connect",
+            sock.to_str().unwrap(),
+            "--workload",
+            "load",
+            "--records",
+            "500",
+            "--coroutines",
+            "2",
+        ],
+        "canrt-resizes-remote",
+    );
+    assert_eq!(recs[0]["canrt"]["during_resize_ops"].as_u64(), Some(0));
+    let notes = recs[0]["notes"].to_string();
+    assert!(
+        notes.contains("ops during a resize: not observed"),
+        "{notes}"
+    );
 }

@@ -11,43 +11,19 @@
 //! stay near its live ones. `CATFISH_REUSE=50000,200000` reports carved against live nodes
 //! after that many inserts, and after deleting three quarters of them and inserting as
 //! many again (release, as above).
-use remora_core::FabricError;
 use remora_core::catfish::tree::{Tree, read_node};
 use remora_core::catfish::{Rect, TreeKind};
-use remora_core::server::LocalRegion;
-use remora_layouts::{GlobalAddr, NodeId};
-use std::cell::RefCell;
+use remora_layouts::GlobalAddr;
 use std::time::Instant;
+
+#[path = "common/mem_region.rs"]
+mod mem_region;
+use mem_region::MemRegion;
 
 const KINDS: [TreeKind; 3] = [TreeKind::Guttman, TreeKind::RStar, TreeKind::Hilbert];
 
 /// A region in plain memory (the server is its only user here).
-struct Mem(RefCell<Vec<u8>>);
-
-impl LocalRegion for Mem {
-    fn node(&self) -> NodeId {
-        0
-    }
-    fn len(&self) -> u64 {
-        self.0.borrow().len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        let m = self.0.borrow();
-        let src = m
-            .get(offset as usize..offset as usize + buf.len())
-            .ok_or(remora_core::server::out_of_range(0, offset, buf.len()))?;
-        buf.copy_from_slice(src);
-        Ok(())
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        let mut m = self.0.borrow_mut();
-        let dst = m
-            .get_mut(offset as usize..offset as usize + data.len())
-            .ok_or(remora_core::server::out_of_range(0, offset, data.len()))?;
-        dst.copy_from_slice(data);
-        Ok(())
-    }
-}
+type Mem = MemRegion;
 
 /// Uniform rectangles in a 2^20 square, sides up to 1/1000 of it (the bench's `uniform`).
 fn rect(i: u64) -> Rect {
@@ -101,7 +77,7 @@ fn build(kind: TreeKind, n: u64, exclusive: bool) -> (Mem, Tree) {
     // A served build holds nodes in their grace period too.
     let per = if exclusive { 24 * 5 } else { 24 * 8 };
     let bytes = (n as usize * per).max(8 << 20) + (4 << 20);
-    let region = Mem(RefCell::new(vec![0u8; bytes]));
+    let region = Mem::from_image(vec![0u8; bytes]);
     let mut t = Tree::format_kind(&region, 4096, bytes as u64 - 8192, 30, kind).unwrap();
     t.set_exclusive(exclusive);
     for i in 0..n {

@@ -2,79 +2,22 @@
 //! on the server alone: a full head chains a region instead of answering `LogFull`, cleaning
 //! reclaims stale versions and deleted keys' buckets, and a crash at every persistence point
 //! of a cleaning loses nothing acknowledged.
-use remora_core::NodeId;
 use remora_core::erda::{ErdaConfig, ErdaServer};
-use remora_core::fabric::{FabricError, Recv, RecvKind};
+use remora_core::fabric::{Recv, RecvKind};
 use remora_core::server::{Handler, LocalRegion, Replies};
 use remora_layouts::erda::{
     Bucket, HeadState, Reply, ReqOp, Request, Status, Superblock, decode_object, durable_mark,
     encode_object, hello, object_len,
 };
-use remora_layouts::region::RegionHeader;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+
+#[path = "common/mem_region.rs"]
+mod mem_region;
+use mem_region::{CrashImages, MemRegion};
 
 /// A memory node's region: plain bytes; while recording, the image at every persist call
 /// (a crash right after that persistence point).
-struct Mem {
-    bytes: Mutex<Vec<u8>>,
-    images: Mutex<Option<Vec<Vec<u8>>>>,
-}
-
-impl Mem {
-    fn new(len: usize) -> Mem {
-        let mut b = vec![0u8; len];
-        let h = RegionHeader::new(len as u64, 64 << 10, 0).unwrap();
-        b[..128].copy_from_slice(&h.encode());
-        Mem::from_image(b)
-    }
-    fn from_image(bytes: Vec<u8>) -> Mem {
-        Mem {
-            bytes: Mutex::new(bytes),
-            images: Mutex::new(None),
-        }
-    }
-    fn record(&self, on: bool) -> Vec<Vec<u8>> {
-        let mut g = self.images.lock().unwrap();
-        let taken = g.take().unwrap_or_default();
-        if on {
-            *g = Some(Vec::new());
-        }
-        taken
-    }
-    fn range(&self, off: u64, len: usize) -> Result<std::ops::Range<usize>, FabricError> {
-        let l = self.bytes.lock().unwrap().len();
-        let o = off as usize;
-        if o.checked_add(len).is_none_or(|e| e > l) {
-            return Err(remora_core::server::out_of_range(0, off, len));
-        }
-        Ok(o..o + len)
-    }
-}
-
-impl LocalRegion for Mem {
-    fn node(&self) -> NodeId {
-        0
-    }
-    fn len(&self) -> u64 {
-        self.bytes.lock().unwrap().len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        let r = self.range(offset, buf.len())?;
-        buf.copy_from_slice(&self.bytes.lock().unwrap()[r]);
-        Ok(())
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        let r = self.range(offset, data.len())?;
-        self.bytes.lock().unwrap()[r].copy_from_slice(data);
-        Ok(())
-    }
-    fn persist(&self, _offset: u64, _len: usize) {
-        if let Some(images) = self.images.lock().unwrap().as_mut() {
-            images.push(self.bytes.lock().unwrap().clone());
-        }
-    }
-}
+type Mem = MemRegion<CrashImages>;
 
 /// One head of four 16 KiB regions in 8 KiB segments; cleaning starts after 8 KiB of
 /// appends.
@@ -279,7 +222,7 @@ fn cleaning_keeps_a_small_log_going_and_reclaims_deleted_keys_buckets() {
         assert_eq!(read_back(&mem, &sb, format!("key{k}").as_bytes()), None);
     }
     // A server restarted on this image agrees (and answers from it).
-    let img = Mem::from_image(mem.bytes.lock().unwrap().clone());
+    let img = Mem::from_image(mem.image());
     let mut srv2 = ErdaServer::new(cfg());
     srv2.open(&img).unwrap();
     let mut c2 = Client::open(&mut srv2, &img);
@@ -346,7 +289,7 @@ fn a_crash_at_every_persistence_point_of_a_cleaning_loses_nothing() {
     // From here on, every persistence point is a crash image, with what was acknowledged
     // by then (the images of one put are taken before it returns: the put's own value or
     // the one before it may be found).
-    mem.record(true);
+    mem.obs.record(true);
     type Racing = Option<(Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>)>;
     type Acked = (usize, BTreeMap<Vec<u8>, Vec<u8>>, Racing);
     let mut acked: Vec<Acked> = Vec::new();
@@ -363,7 +306,7 @@ fn a_crash_at_every_persistence_point_of_a_cleaning_loses_nothing() {
             (ReqOp::Upsert, Some(vec![(step % 250) as u8; 150]))
         };
         let r = c.put(&mut srv, &mem, op, &key, value.as_deref().unwrap_or(b""));
-        let new = mem.record(true);
+        let new = mem.obs.record(true);
         // Images of this put: the key may have either its old or its new value.
         let old = want.get(&key).cloned();
         let granted = (r.status == Status::Granted)
@@ -390,7 +333,7 @@ fn a_crash_at_every_persistence_point_of_a_cleaning_loses_nothing() {
     }
     // The cleaner's own steps after the last put.
     while srv.on_idle(&mem) {}
-    for img in mem.record(false) {
+    for img in mem.obs.record(false) {
         acked.push((images.len(), want.clone(), None));
         images.push(img);
     }

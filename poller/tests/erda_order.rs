@@ -16,71 +16,39 @@ use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind};
 use remora_core::index::KvIndex;
 use remora_core::server::{Handler, LocalRegion, Replies};
-use remora_layouts::region::RegionHeader;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
+
+#[path = "common/mem_region.rs"]
+mod mem_region;
+use mem_region::{MemRegion, Observer};
 
 /// One recorded 8-byte store: the word's offset and its new value.
 type Store = (usize, [u8; 8]);
 
 /// A memory node's region: plain bytes, and while recording a log of every 8-byte store.
-struct Mem {
-    bytes: RefCell<Vec<u8>>,
-    log: RefCell<Option<Vec<Store>>>,
-}
+type Mem = MemRegion<StoreLog>;
 
-impl Mem {
-    fn new(len: usize) -> Mem {
-        let mut b = vec![0u8; len];
-        let h = RegionHeader::new(len as u64, 64 << 10, 0).unwrap();
-        b[..128].copy_from_slice(&h.encode());
-        Mem {
-            bytes: RefCell::new(b),
-            log: RefCell::new(None),
-        }
-    }
+/// While recording: every aligned word a store touched, with its new value, each one event of
+/// the timeline (a CPU's or NIC's stores land one aligned word at a time).
+#[derive(Default)]
+struct StoreLog(RefCell<Option<Vec<Store>>>);
+
+impl StoreLog {
     /// Stores recorded so far (the current time of the timeline).
     fn now(&self) -> usize {
-        self.log.borrow().as_ref().map_or(0, |l| l.len())
-    }
-    fn check(&self, off: u64, len: usize) -> Result<usize, FabricError> {
-        let o = off as usize;
-        if o.checked_add(len)
-            .is_none_or(|e| e > self.bytes.borrow().len())
-        {
-            return Err(remora_core::server::out_of_range(0, off, len));
-        }
-        Ok(o)
+        self.0.borrow().as_ref().map_or(0, |l| l.len())
     }
 }
 
-impl LocalRegion for Mem {
-    fn node(&self) -> NodeId {
-        0
-    }
-    fn len(&self) -> u64 {
-        self.bytes.borrow().len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        let o = self.check(offset, buf.len())?;
-        buf.copy_from_slice(&self.bytes.borrow()[o..o + buf.len()]);
-        Ok(())
-    }
-    /// Word by word, each store one event of the timeline (a CPU's or NIC's stores land one
-    /// aligned word at a time).
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        let o = self.check(offset, data.len())?;
-        for (i, w) in data.chunks(8).enumerate() {
-            let at = o + i * 8;
-            let mut bytes = self.bytes.borrow_mut();
-            bytes[at..at + w.len()].copy_from_slice(w);
-            if let Some(log) = self.log.borrow_mut().as_mut() {
-                let word = at & !7;
-                log.push((word, bytes[word..word + 8].try_into().unwrap()));
+impl Observer for StoreLog {
+    fn stored(&self, mem: &[u8], offset: usize, len: usize) {
+        if let Some(log) = self.0.borrow_mut().as_mut() {
+            for word in (offset & !7..offset + len).step_by(8) {
+                log.push((word, mem[word..word + 8].try_into().unwrap()));
             }
         }
-        Ok(())
     }
 }
 
@@ -201,7 +169,7 @@ impl<'n> TestQp<'n> {
         let mem = &self.node.mem;
         match op {
             Op::Read { remote, local } => {
-                let off = mem.check(remote.offset(), local.len())?;
+                let off = mem.range(remote.offset(), local.len())?.start;
                 match self.timeline.borrow_mut().as_mut() {
                     Some(t) => t.read(off, local),
                     None => mem.read(remote.offset(), local)?,
@@ -314,15 +282,15 @@ fn cfg() -> ErdaConfig {
 /// store: grants, bucket fills, hopscotch moves, the clients' object WRITEs. Returns the
 /// history and each key's upsert interval in its time (`None`: refused).
 fn fill(node: &Node, writer: &Erda<'_, TestEp<'_>>) -> (History, Vec<Option<(usize, usize)>>) {
-    let base = node.mem.bytes.borrow().clone();
-    *node.mem.log.borrow_mut() = Some(Vec::new());
+    let base = node.mem.image();
+    *node.mem.obs.0.borrow_mut() = Some(Vec::new());
     let mut spans = Vec::new();
     for x in 0..KEYS {
-        let begin = node.mem.now();
+        let begin = node.mem.obs.now();
         let r = block_on(writer.upsert(&key(x), &x.to_le_bytes()));
-        spans.push(r.is_ok().then(|| (begin, node.mem.now())));
+        spans.push(r.is_ok().then(|| (begin, node.mem.obs.now())));
     }
-    let log = node.mem.log.borrow_mut().take().unwrap();
+    let log = node.mem.obs.0.borrow_mut().take().unwrap();
     (History::new(base, &log), spans)
 }
 

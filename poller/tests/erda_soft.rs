@@ -2,24 +2,27 @@
 //! client against a BTreeMap, concurrent oracle-checked histories, torn and corrupt objects
 //! never returned, the server refusing bad requests, recovery after a crash, and the verbs
 //! and round trips per operation.
+use remora_core::GlobalAddr;
 use remora_core::block_on::block_on;
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaError, ErdaServer};
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, Verb};
+use remora_core::fabric::{Endpoint, Op, QueuePair, Recv, RecvKind, Verb};
 use remora_core::index::KvIndex;
 use remora_core::kvcheck::{History, client_history};
 use remora_core::lease::LeaseConfig;
 use remora_core::server::{Handler, LocalRegion, Replies};
-use remora_core::{GlobalAddr, NodeId};
 use remora_layouts::erda::{
     Bucket, HELLO, Reply, ReqOp, Request, Status, Superblock, decode_object, durable_mark,
     encode_object, hello, object_len,
 };
-use remora_layouts::region::RegionHeader;
 use remora_poller::executor::run_coroutines;
 use remora_poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
+
+#[path = "common/mem_region.rs"]
+mod mem_region;
+use mem_region::{CrashImages, MemRegion};
 
 fn node() -> Arc<SoftMemoryNode> {
     SoftMemoryNode::create_with(
@@ -400,69 +403,9 @@ fn the_server_refuses_bad_requests() {
 
 // ------------------------------------------------------------- server alone: recovery
 
-/// A memory node's region in a test: plain bytes behind a lock.
-struct Mem {
-    bytes: Mutex<Vec<u8>>,
-    /// While recording: the image at every persistence point (a crash right after it).
-    images: Mutex<Option<Vec<Vec<u8>>>>,
-}
-
-impl Mem {
-    fn new(len: usize) -> Mem {
-        let mut b = vec![0u8; len];
-        let h = RegionHeader::new(len as u64, 64 << 10, 0).unwrap();
-        b[..128].copy_from_slice(&h.encode());
-        Mem::from_image(b)
-    }
-    fn from_image(bytes: Vec<u8>) -> Mem {
-        Mem {
-            bytes: Mutex::new(bytes),
-            images: Mutex::new(None),
-        }
-    }
-    /// Starts recording crash images, or stops and returns them.
-    fn record(&self, on: bool) -> Vec<Vec<u8>> {
-        let mut g = self.images.lock().unwrap();
-        let taken = g.take().unwrap_or_default();
-        if on {
-            *g = Some(Vec::new());
-        }
-        taken
-    }
-    fn range(&self, off: u64, len: usize) -> Result<std::ops::Range<usize>, FabricError> {
-        let o = off as usize;
-        let l = self.bytes.lock().unwrap().len();
-        if o.checked_add(len).is_none_or(|e| e > l) {
-            return Err(remora_core::server::out_of_range(0, off, len));
-        }
-        Ok(o..o + len)
-    }
-}
-
-impl LocalRegion for Mem {
-    fn node(&self) -> NodeId {
-        0
-    }
-    fn len(&self) -> u64 {
-        self.bytes.lock().unwrap().len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        let r = self.range(offset, buf.len())?;
-        buf.copy_from_slice(&self.bytes.lock().unwrap()[r]);
-        Ok(())
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        let r = self.range(offset, data.len())?;
-        self.bytes.lock().unwrap()[r].copy_from_slice(data);
-        Ok(())
-    }
-    fn persist(&self, _offset: u64, _len: usize) {
-        // Every write so far is durable: a crash right after this point leaves this image.
-        if let Some(images) = self.images.lock().unwrap().as_mut() {
-            images.push(self.bytes.lock().unwrap().clone());
-        }
-    }
-}
+/// A memory node's region in a test: plain bytes behind a lock; while recording, the image at
+/// every persistence point (a crash right after it).
+type Mem = MemRegion<CrashImages>;
 
 /// Drives a server directly: a hello on connection `conn`, then requests through its mailbox.
 struct Session<'a> {
@@ -733,9 +676,9 @@ fn a_crash_in_the_middle_of_a_displacement_loses_no_key() {
     let mut found = None;
     for x in 0..64u64 {
         let before = s.srv.stats().displaced;
-        mem.record(true);
+        mem.obs.record(true);
         let r = s.put(ReqOp::Upsert, &key(x), &val(x, 8), true);
-        let images = mem.record(false);
+        let images = mem.obs.record(false);
         assert_eq!(r.status, Status::Granted, "key {x}");
         let moved = s.srv.stats().displaced - before;
         if moved > 0 {
@@ -856,10 +799,10 @@ fn a_crash_at_any_persist_point_of_a_delete_leaves_it_done_or_undone() {
     s.put(ReqOp::Upsert, b"a", b"a-one", true);
     s.put(ReqOp::Upsert, b"a", b"a-two", true);
     let sb = s.sb();
-    mem.record(true);
+    mem.obs.record(true);
     // The client writes nothing for a delete: the server wrote the deleted object.
     let r = s.put(ReqOp::Delete, b"a", b"", false);
-    let images = mem.record(false);
+    let images = mem.obs.record(false);
     assert_eq!(r.status, Status::Granted);
     assert_eq!(
         read_back(&mem, &sb, b"a"),

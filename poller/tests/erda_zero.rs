@@ -4,7 +4,6 @@
 //! crash is zeroed again before it is chained (no stale whole object of its previous life is
 //! left in it). Driven on the server alone, as `erda_clean.rs` does, and on the sim (server
 //! CPU per message on a persistent node).
-use remora_core::NodeId;
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora_core::fabric::{FabricError, Recv, RecvKind};
 use remora_core::index::KvIndex;
@@ -13,12 +12,15 @@ use remora_layouts::erda::{
     Bucket, HeadState, Reply, ReqOp, Request, Status, Superblock, decode_object, durable_mark,
     encode_object, hello, object_len,
 };
-use remora_layouts::region::RegionHeader;
 use remora_poller::sim::{Sim, SimConfig};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+#[path = "common/mem_region.rs"]
+mod mem_region;
+use mem_region::{MemRegion, Observer};
 
 /// The most bytes one message may store or persist: 64 KiB of zeroing, and room for the
 /// request's own stores and a cleaner step's copies (a few objects).
@@ -26,8 +28,11 @@ const BOUND: u64 = 80 << 10;
 
 /// A memory node's region that counts the bytes its CPU stores and persists, and keeps the
 /// image at chosen zeroing persists (a crash right after them).
-struct Mem {
-    bytes: Mutex<Vec<u8>>,
+type Mem = MemRegion<Counts>;
+
+/// What [`Mem`] counts and keeps.
+#[derive(Default)]
+struct Counts {
     stored: AtomicU64,
     persisted: AtomicU64,
     /// Persists of at least a page (zeroing) so far, and the ones to keep an image of.
@@ -36,65 +41,26 @@ struct Mem {
     images: Mutex<Vec<Vec<u8>>>,
 }
 
-impl Mem {
-    fn new(len: usize) -> Mem {
-        let mut b = vec![0u8; len];
-        let h = RegionHeader::new(len as u64, 64 << 10, 0).unwrap();
-        b[..128].copy_from_slice(&h.encode());
-        Mem::from_image(b)
-    }
-    fn from_image(bytes: Vec<u8>) -> Mem {
-        Mem {
-            bytes: Mutex::new(bytes),
-            stored: AtomicU64::new(0),
-            persisted: AtomicU64::new(0),
-            zero_persists: AtomicU64::new(0),
-            keep: Mutex::new(Vec::new()),
-            images: Mutex::new(Vec::new()),
-        }
-    }
+impl Counts {
     /// Bytes stored and persisted since the last call.
-    fn take_counts(&self) -> (u64, u64) {
+    fn take(&self) -> (u64, u64) {
         (
             self.stored.swap(0, Ordering::Relaxed),
             self.persisted.swap(0, Ordering::Relaxed),
         )
     }
-    fn range(&self, off: u64, len: usize) -> Result<std::ops::Range<usize>, FabricError> {
-        let l = self.bytes.lock().unwrap().len();
-        let o = off as usize;
-        if o.checked_add(len).is_none_or(|e| e > l) {
-            return Err(remora_core::server::out_of_range(0, off, len));
-        }
-        Ok(o..o + len)
-    }
 }
 
-impl LocalRegion for Mem {
-    fn node(&self) -> NodeId {
-        0
+impl Observer for Counts {
+    fn stored(&self, _mem: &[u8], _offset: usize, len: usize) {
+        self.stored.fetch_add(len as u64, Ordering::Relaxed);
     }
-    fn len(&self) -> u64 {
-        self.bytes.lock().unwrap().len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        let r = self.range(offset, buf.len())?;
-        buf.copy_from_slice(&self.bytes.lock().unwrap()[r]);
-        Ok(())
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        let r = self.range(offset, data.len())?;
-        self.bytes.lock().unwrap()[r].copy_from_slice(data);
-        self.stored.fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(())
-    }
-    fn persist(&self, _offset: u64, len: usize) {
+    fn persisted(&self, mem: &[u8], _offset: u64, len: usize) {
         self.persisted.fetch_add(len as u64, Ordering::Relaxed);
         if len >= 4096 {
             let n = self.zero_persists.fetch_add(1, Ordering::Relaxed);
             if self.keep.lock().unwrap().contains(&n) {
-                let img = self.bytes.lock().unwrap().clone();
-                self.images.lock().unwrap().push(img);
+                self.images.lock().unwrap().push(mem.to_vec());
             }
         }
     }
@@ -154,7 +120,7 @@ impl Client {
                 .encode();
             let sb = srv.superblock().unwrap().1;
             mem.write(sb.mailbox(self.id), &req).unwrap();
-            mem.take_counts();
+            mem.obs.take();
             let mut r = Replies::new();
             let recv = Recv {
                 kind: RecvKind::WriteImm,
@@ -162,7 +128,7 @@ impl Client {
                 imm: Some(self.id),
             };
             srv.on_message(mem, 1, recv, &[], &mut r).unwrap();
-            let (stored, persisted) = mem.take_counts();
+            let (stored, persisted) = mem.obs.take();
             self.max_stored = self.max_stored.max(stored);
             self.max_persisted = self.max_persisted.max(persisted);
             let rep = Reply::decode(r.iter().next().unwrap()).unwrap();
@@ -313,13 +279,13 @@ fn a_region_half_zeroed_at_a_crash_is_zeroed_again_before_it_is_chained() {
     }
     let first = srv.stats().zeroed_bytes;
     // Images at the 2nd and 9th zeroing persists from here (a 256 KiB region takes dozens).
-    let base = mem.zero_persists.load(Ordering::Relaxed);
-    *mem.keep.lock().unwrap() = vec![base + 1, base + 8];
-    while mem.images.lock().unwrap().len() < 2 {
+    let base = mem.obs.zero_persists.load(Ordering::Relaxed);
+    *mem.obs.keep.lock().unwrap() = vec![base + 1, base + 8];
+    while mem.obs.images.lock().unwrap().len() < 2 {
         put(&mut srv, &mut c, &mem);
     }
     assert!(srv.stats().zeroed_bytes - first < region_bytes, "partway");
-    let images = std::mem::take(&mut *mem.images.lock().unwrap());
+    let images = std::mem::take(&mut *mem.obs.images.lock().unwrap());
     for (n, img) in images.into_iter().enumerate() {
         let m = Mem::from_image(img);
         let mut srv2 = ErdaServer::new(cfg());

@@ -1,5 +1,6 @@
 //! The indexes `remora bench` drives, behind one enum so a worker opens whichever was asked
 //! for and the phase code stays generic over `KvIndex`.
+use super::resizes::ResizeWatch;
 use remora::core::Snapshot;
 use remora::core::canrt::{Canrt, CanrtConfig, CanrtServer};
 use remora::core::erda::baseline::{Baseline, BaselineServer, Scheme};
@@ -122,16 +123,40 @@ impl IndexCfg {
         }
     }
 
-    pub fn server_handler(&self) -> Option<Box<dyn Handler + Send>> {
-        match self {
-            IndexCfg::Canrt { .. } => Some(Box::new(CanrtServer::new())),
-            IndexCfg::Erda { server, .. } => Some(Box::new(ErdaServer::new(*server))),
-            IndexCfg::ErdaBaseline { scheme, server, .. } => {
-                Some(Box::new(BaselineServer::new(*scheme, *server)))
+    /// The handler for a memory node of a fresh `region_len`-byte region in `chunk_size`
+    /// chunks, if the index needs one; an error if the index cannot be served there (Erda's
+    /// geometry is checked here, at start, not at a client's first message).
+    pub fn server_handler(
+        &self,
+        region_len: u64,
+        chunk_size: u64,
+    ) -> Result<Option<Box<dyn Handler + Send>>, String> {
+        Ok(self.server(region_len, chunk_size)?.map(|(h, _)| h))
+    }
+
+    /// [`Self::server_handler`], and where to read the resize clock of the CANRT server.
+    pub fn server(
+        &self,
+        region_len: u64,
+        chunk_size: u64,
+    ) -> Result<Option<(Box<dyn Handler + Send>, ResizeWatch)>, String> {
+        let h: Box<dyn Handler + Send> = match self {
+            IndexCfg::Canrt { .. } => {
+                let s = CanrtServer::new();
+                let watch = ResizeWatch::of(s.stats());
+                return Ok(Some((Box::new(s), watch)));
             }
-            IndexCfg::Wort { kind } => Some(Box::new(WortServer::new(*kind))),
-            _ => None,
-        }
+            IndexCfg::Erda { server, .. } => Box::new(
+                ErdaServer::for_region(*server, region_len, chunk_size)
+                    .map_err(|e| format!("erda's memory node cannot start: {e}"))?,
+            ),
+            IndexCfg::ErdaBaseline { scheme, server, .. } => {
+                Box::new(BaselineServer::new(*scheme, *server))
+            }
+            IndexCfg::Wort { kind } => Box::new(WortServer::new(*kind)),
+            _ => return Ok(None),
+        };
+        Ok(Some((h, ResizeWatch::default())))
     }
 }
 

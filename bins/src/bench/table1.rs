@@ -82,7 +82,7 @@ pub fn measure(
         ..a.clone()
     };
     let out: RefCell<Result<Vec<(WriteOp, NvmStats)>, String>> = RefCell::new(Ok(Vec::new()));
-    let mut sim = Sim::new(SimConfig {
+    let scfg = SimConfig {
         compute_nodes: 1,
         memory_nodes: 1,
         region_len: super::region_bytes(&one),
@@ -90,9 +90,10 @@ pub fn measure(
         seed: a.sim.seed,
         persistent: true,
         ..SimConfig::default()
-    })
-    .map_err(|e| e.0)?;
-    if let Some(h) = cfg.server_handler() {
+    };
+    let handler = cfg.server_handler(scfg.region_len, scfg.chunk_size)?;
+    let mut sim = Sim::new(scfg).map_err(|e| e.0)?;
+    if let Some(h) = handler {
         sim.set_handler(0, h).map_err(|e| e.0)?;
     }
     let ctx = sim.client(0).map_err(|e| e.0)?;

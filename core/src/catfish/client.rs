@@ -7,7 +7,7 @@
 use super::CatfishError;
 use super::adaptive::{Backoff, BackoffConfig};
 use crate::alloc::RemoteAllocator;
-use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
     CLIENT_HEARTBEAT_OFFSET, Heartbeat, TreeKind, check_fanout, init_arg, node_len,
@@ -76,7 +76,11 @@ pub struct ClientStats {
     pub heartbeats: u64,
 }
 
-/// One client of a Catfish tree on one memory node.
+/// One client of a Catfish tree on one memory node, over one connection: pass it the same
+/// queue pair every time. After that connection breaks or the node restarts, open a new
+/// client on the new connection: this one's request mailbox (and flow-control count)
+/// belonged to the old one, and after a restart that memory may hold a tree node
+/// ([`super::arenas`]). A client that saw its connection fail refuses to send again.
 pub struct CatfishClient {
     meta: GlobalAddr,
     root: GlobalAddr,
@@ -289,8 +293,8 @@ impl CatfishClient {
         }
         req.acked = self.received;
         let bytes = req.encode();
-        match self.transport {
-            Transport::Send => qp.send(&bytes).await?,
+        let sent = match self.transport {
+            Transport::Send => qp.send(&bytes).await,
             Transport::WriteImm => {
                 let imm = u32::try_from(self.mailbox.offset() / 8)
                     .map_err(|_| CatfishError::Protocol("mailbox beyond 32 GiB: use SEND"))?;
@@ -299,11 +303,23 @@ impl CatfishClient {
                     local: &bytes,
                     imm,
                 }])
-                .await?;
+                .await
             }
-        }
+        };
+        sent.map_err(|e| self.broken(e))?;
         // The mailbox is reused only after this reply: the server has read it by then.
         self.recv_reply(qp, req.req_id).await
+    }
+
+    /// A verb of the messaging path failed: the queue pair is in the error state (RC), so
+    /// messaging on this client is closed like after [`CatfishError::NoReply`]. Above all it
+    /// never writes its request mailbox again through another connection: after the memory
+    /// node restarts, that memory is free again and may hold a tree node
+    /// ([`super::arenas`]). Open a new client on the new connection.
+    fn broken(&mut self, e: FabricError) -> CatfishError {
+        let e = CatfishError::Fabric(e);
+        self.closed = Some(e);
+        e
     }
 
     /// Sends one request by SEND whatever the transport (arena and mailbox requests, which
@@ -317,7 +333,7 @@ impl CatfishClient {
             return Err(e);
         }
         req.acked = self.received;
-        qp.send(&req.encode()).await?;
+        qp.send(&req.encode()).await.map_err(|e| self.broken(e))?;
         self.recv_reply(qp, req.req_id).await
     }
 
@@ -330,11 +346,11 @@ impl CatfishClient {
             return Err(e);
         }
         let r = match qp.clock_ns() {
-            None => qp.recv(&mut self.reply).await?,
+            None => qp.recv(&mut self.reply).await.map_err(|e| self.broken(e))?,
             Some(t0) => {
                 let ns = self.reply_timeout_ns;
                 match within(qp, ns, qp.recv(&mut self.reply)).await {
-                    Some(r) => r?,
+                    Some(r) => r.map_err(|e| self.broken(e))?,
                     None => {
                         let waited_ns = qp.clock_ns().unwrap_or(t0).saturating_sub(t0);
                         let e = CatfishError::NoReply {

@@ -19,11 +19,14 @@
 //!
 //! Formats are in [`remora_layouts::catfish`].
 pub mod adaptive;
+pub mod arenas;
 pub mod client;
 mod delete;
 pub mod hilbert;
 mod insert;
 pub mod reclaim;
+#[cfg(test)]
+mod recover_tests;
 #[cfg(test)]
 mod reuse_tests;
 pub mod rstar;

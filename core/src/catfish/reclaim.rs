@@ -29,9 +29,12 @@
 //! (`2 x` [`DEFAULT_BATCH`] retirements) during one traversal, or an idle client's stale `e0`
 //! (one restart, after which its `e0` is fresh).
 //!
-//! Nothing here is persistent but the epoch: a server that restarts ([`super::tree::Tree::recover`])
-//! gets no arena back either, so it never writes memory an earlier life retired (those
-//! nodes, like the arenas' free space, stay unused; see its documentation).
+//! Nothing here is persistent but the epoch. A server that restarts
+//! ([`super::tree::Tree::recover`]) finds every node its previous life retired or had ready
+//! (and all other free memory of its arenas, [`super::arenas`]) free again and reuses it at
+//! once, without a grace period; in exchange it first moves the epoch `REUSE_GRACE + 1`
+//! past the persisted one, so that every node it writes fresh is born after the grace
+//! period of any epoch a reader of the previous life can hold.
 use super::CatfishError;
 use crate::server::LocalRegion;
 #[cfg(doc)]

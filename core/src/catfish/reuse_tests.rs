@@ -17,7 +17,7 @@ use crate::fabric::SegmentOrder;
 use core::cell::RefCell;
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
-    META_EPOCH_OFFSET, META_ROOT_OFFSET, Node, Rect, TreeKind, node_len,
+    META_EPOCH_OFFSET, META_ROOT_OFFSET, Node, REUSE_GRACE, Rect, TreeKind, node_len,
 };
 use std::collections::BTreeSet;
 use std::vec;
@@ -238,12 +238,14 @@ fn a_slow_reader_never_takes_a_reused_node_for_the_one_it_wanted() {
     assert!(caught > 0, "no wrong answer from reading reused nodes");
 }
 
-/// A recovered tree gets no arena back, and so never writes a node its previous life had
-/// retired or left ready (a reader from before the restart may still hold one): after the
-/// restart, old memory changes only where a node the recovered tree links is rewritten in
-/// place. The reclamation epoch survives the restart.
+/// A recovered tree gets its arenas back and reuses what its previous life retired or left
+/// ready, but only born past any epoch a reader from before the restart can hold: after the
+/// restart, old memory changes only inside a node the tree links at the end, and one that
+/// was not linked at the restart (reused memory) is born at or after the recovered epoch,
+/// which is the old one plus `REUSE_GRACE + 1` (a reader from before holds at most the old
+/// one plus 1, and restarts on it). The epoch only grows.
 #[test]
-fn a_recovered_tree_never_writes_what_its_previous_life_retired() {
+fn a_recovered_tree_reuses_what_its_previous_life_retired_born_past_its_readers() {
     use super::tree::tests::mem;
     use remora_layouts::catfish::MAX_LEVEL;
     let fanout = 6;
@@ -269,6 +271,7 @@ fn a_recovered_tree_never_writes_what_its_previous_life_retired() {
         .map(|w| crate::server::LocalRegion::load_u64(&r, w * 8).unwrap())
         .collect();
     let (mut t, report) = Tree::recover(&r).unwrap().unwrap();
+    let epoch = epoch + REUSE_GRACE + 1;
     assert_eq!(t.epoch(), epoch);
     // The nodes the recovered tree links.
     let mut linked = BTreeSet::new();
@@ -296,19 +299,50 @@ fn a_recovered_tree_never_writes_what_its_previous_life_retired() {
         }
     }
     assert!(t.reused() > 0, "the new life reused nothing");
-    for (w, &old) in before.iter().enumerate() {
-        let at = w as u64 * 8;
-        let superblock = (t.meta()..t.meta() + 64).contains(&at);
-        if !superblock && crate::server::LocalRegion::load_u64(&r, at).unwrap() != old {
-            assert!(
-                linked
-                    .range(at.saturating_sub(len - 1)..=at)
-                    .next()
-                    .is_some(),
-                "byte {at} of the previous life's memory was written though no linked node holds it"
+    // The nodes linked now.
+    let mut now = BTreeSet::new();
+    let mut stack = vec![t.root_offset()];
+    while let Some(off) = stack.pop() {
+        now.insert(off);
+        let n = super::tree::read_node(&r, off, fanout).unwrap();
+        if n.level > 0 {
+            stack.extend(
+                n.entries()
+                    .iter()
+                    .map(|e| GlobalAddr::from_raw(e.ptr).offset()),
             );
         }
     }
+    // A node linked now either is an image of the previous life (linked at the restart,
+    // maybe rewritten in place: same birth) or was written fresh since, born late enough.
+    let mut reborn = 0;
+    for &off in &now {
+        let birth = super::tree::read_node(&r, off, fanout).unwrap().birth();
+        if linked.contains(&off) {
+            let w = (off / 8) as usize;
+            let old: Vec<u8> = before[w..w + len as usize / 8]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            let old = Node::decode_with(&old, fanout).unwrap().birth();
+            assert!(
+                birth == old || birth >= epoch,
+                "node {off}: birth {old} -> {birth}"
+            );
+        } else {
+            assert!(
+                birth >= epoch,
+                "node {off} written since the restart at birth {birth}"
+            );
+            if off < old_end {
+                reborn += 1;
+            }
+        }
+    }
+    assert!(
+        reborn > 0,
+        "no memory of the previous life (retired, ready or free) was reused"
+    );
     let report = t.check(&r).unwrap();
     assert!(report.entries > 1500, "{report:?}");
 }

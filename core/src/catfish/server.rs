@@ -521,12 +521,19 @@ impl Handler for CatfishServer {
             }
             Ok(Some((mut t, r))) => {
                 t.set_reclaim_batch(self.reclaim_batch);
-                w.tree = Some(t);
-                format!(
+                let said = format!(
                     "catfish: tree checked: {} entries in {} nodes, height {}, {} underfull \
-                     nodes; its free arena space is not recovered (clients grow it again)",
-                    r.entries, r.nodes, r.height, r.underfull
-                )
+                     nodes; {} arenas recovered with room for {} more nodes; epoch now {}",
+                    r.entries,
+                    r.nodes,
+                    r.height,
+                    r.underfull,
+                    t.arenas(),
+                    t.free_nodes(),
+                    t.epoch()
+                );
+                w.tree = Some(t);
+                said
             }
             Err(e) => {
                 // Serving a broken tree would answer wrongly: refuse every request instead.

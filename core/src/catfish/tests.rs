@@ -485,13 +485,15 @@ mod server {
         let mut fresh = CatfishServer::new(MSG);
         let said = fresh.recover(&rig.region).unwrap();
         assert!(said.contains("300 entries"), "{said}");
-        // The recovered server serves the tree, and grows it when asked.
+        assert!(said.contains("1 arenas recovered"), "{said}");
+        // The recovered server serves the tree, inserts into the free space it recovered,
+        // and grows it when asked.
         rig.server = fresh;
         rig.got = [0; 8];
         let (_, r) = rig.call(1, Opcode::Search, rect(2), 0, 0);
         assert_eq!(r.unwrap(), vec![(Status::Ok, FLAG_LAST, 2)]);
         let (_, r) = rig.call(1, Opcode::Insert, rect(5), 1000, 0);
-        assert_eq!(r.unwrap(), vec![(Status::Full, FLAG_LAST, 0)]);
+        assert_eq!(r.unwrap(), vec![(Status::Ok, FLAG_LAST, 0)]);
         let (_, r) = rig.call(
             1,
             Opcode::Grow,
@@ -500,7 +502,7 @@ mod server {
             1 << 20,
         );
         assert_eq!(r.unwrap(), vec![(Status::Ok, FLAG_LAST, 0)]);
-        let (_, r) = rig.call(1, Opcode::Insert, rect(5), 1000, 0);
+        let (_, r) = rig.call(1, Opcode::Insert, rect(5), 1001, 0);
         assert_eq!(r.unwrap(), vec![(Status::Ok, FLAG_LAST, 0)]);
         // A superblock whose magic is gone: reported, and the tree is not served.
         let meta = GlobalAddr::from_raw(rig.region.load_u64(root_offset(ROOT_SLOT)).unwrap());

@@ -25,38 +25,26 @@
 //! recognises it and restarts.
 //!
 //! Nodes are carved from arenas the clients give the server (allocator chunks, by `Init`
-//! and `Grow`). A new arena is refused if it overlaps any memory an earlier one was given
-//! (the whole `[start, end)`, carved part included), and there is no fixed cap on how many
-//! arenas a tree takes: each holds at least one node, so the region bounds their number.
+//! and `Grow`; [`super::arenas`]). A new arena is refused if it overlaps any memory an earlier
+//! one was given (the whole `[start, end)`, carved part included), and there is no fixed cap
+//! on how many arenas a tree takes: each holds its record and at least one node, so the
+//! region bounds their number. Each arena's record is persistent, so a restarted server
+//! gets back everything in them the tree does not reach ([`Tree::recover`]).
 use super::CatfishError;
+use super::arenas::{Arenas, SUPERBLOCK_LEN};
 use super::reclaim::Reclaim;
 use super::txn::Txn;
 use crate::server::LocalRegion;
 use remora_layouts::catfish::{
     Entry, FANOUT, MAX_FANOUT, MAX_LEVEL, MAX_NODE_LEN, META_EPOCH_OFFSET, META_FANOUT_OFFSET,
     META_HEARTBEAT_OFFSET, META_KIND_OFFSET, META_LEN, META_MAGIC, META_MAGIC_OFFSET,
-    META_ROOT_OFFSET, Node, ROOT_SLOT, Rect, TreeKind, check_fanout, min_fill, next_version,
-    node_len, node_version,
+    META_ROOT_OFFSET, Node, REUSE_GRACE, ROOT_SLOT, Rect, TreeKind, VERSION_SEQ_BITS, check_fanout,
+    min_fill, next_version, node_len, node_version,
 };
-use remora_layouts::region::{HEADER_LEN, root_offset};
+use remora_layouts::region::root_offset;
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::collections::BTreeMap;
 use std_alloc::vec::Vec;
-
-/// One bump arena: `[start, end)` was given to the tree, `[cursor, end)` is still free.
-/// Overlap checks use `start`, never `cursor`: carved nodes are live memory.
-#[derive(Debug, Clone, Copy)]
-struct Arena {
-    start: u64,
-    cursor: u64,
-    end: u64,
-}
-
-impl Arena {
-    fn free_nodes(&self, node_len: u64) -> u64 {
-        (self.end - self.cursor) / node_len
-    }
-}
 
 /// One step of an insert's descent: the node, its offset, and which entry was followed.
 #[derive(Clone, Copy)]
@@ -83,13 +71,9 @@ pub struct Tree {
     /// Largest Hilbert value below each node (Hilbert trees; server memory only, rebuilt
     /// by [`Tree::recover`]).
     pub(super) lhv: BTreeMap<u64, u64>,
-    /// Bump arenas, offsets in the region, sorted by start, never overlapping. Their number
-    /// is bounded by the region, not by a constant: each holds at least one node.
-    arenas: Vec<Arena>,
-    /// Arenas before this index have no room for a node.
-    open: usize,
-    /// Nodes that still fit in the arenas.
-    room: u64,
+    /// The arenas and their free space ([`super::arenas`]). Their number is bounded by the
+    /// region, not by a constant: each holds its record and at least one node.
+    arenas: Arenas,
     path: Vec<Step>,
     stack: Vec<u64>,
     nodes: u64,
@@ -149,15 +133,13 @@ impl Tree {
             reclaim: Reclaim::default(),
             exclusive: false,
             lhv: BTreeMap::new(),
-            arenas: Vec::new(),
-            open: 0,
-            room: 0,
+            arenas: Arenas::new(node_len(fanout) as u64),
             path: Vec::with_capacity(MAX_LEVEL as usize + 1),
             stack: Vec::new(),
             nodes: 0,
         };
-        t.grow(region, base, len)?;
-        t.meta = t.carve(META_LEN.next_multiple_of(64) as u64)?;
+        t.arenas.add(region, base, len)?;
+        t.meta = t.carve(SUPERBLOCK_LEN)?;
         t.root = t.carve(t.node_len)?;
         write_fresh(region, t.root, &Node::with_fanout(0, fanout), 0)?;
         let node = region.node();
@@ -171,6 +153,7 @@ impl Tree {
         region.store_u64(t.meta + META_KIND_OFFSET, kind as u64)?;
         region.store_u64(t.meta + META_MAGIC_OFFSET, META_MAGIC)?;
         region.persist(t.meta, META_LEN);
+        t.arenas.link(region, t.meta)?;
         let slot = root_offset(ROOT_SLOT);
         region.store_u64(slot, GlobalAddr::new(node, t.meta).raw())?;
         region.persist(slot, 8);
@@ -178,9 +161,19 @@ impl Tree {
     }
 
     /// Opens the tree a previous life of the server left in root slot [`ROOT_SLOT`] (a
-    /// persistent region after a restart), checking its whole structure first. The tree gets
-    /// no arenas back (which parts of them were free is not persisted): the next insert
-    /// reports `Full` and the client grows it. `Ok(None)`: no tree was ever published.
+    /// persistent region after a restart), checking its whole structure first (a node that
+    /// does not decode, torn or not, refuses the tree). `Ok(None)`: no tree was ever published.
+    ///
+    /// The tree gets its arenas back from their records, and everything in them that is not
+    /// reachable from the root is free again: what the previous life retired or had ready for
+    /// reuse, nodes of a transaction cut short, mailbox blocks, uncarved tails
+    /// ([`super::arenas`]; a tree formatted before arena records gets none back). Those nodes
+    /// are reused at once, so the reclamation epoch moves past anything a reader of the
+    /// previous life can have seen: the superblock's epoch `e` becomes `e + REUSE_GRACE + 1`
+    /// (persisted before anything is written; the previous life persisted every epoch step
+    /// before the next, so a reader saw at most `e + 1`), and every node written fresh from now
+    /// on is born at or after `e0 + REUSE_GRACE` for any epoch `e0` such a reader holds, which
+    /// makes it restart ([`super::reclaim`]). The epoch only grows across restarts.
     pub fn recover(region: &dyn LocalRegion) -> Result<Option<(Tree, TreeReport)>, CatfishError> {
         let raw = region.load_u64(root_offset(ROOT_SLOT))?;
         if raw == 0 {
@@ -216,19 +209,27 @@ impl Tree {
             reclaim: Reclaim::default(),
             exclusive: false,
             lhv: BTreeMap::new(),
-            arenas: Vec::new(),
-            open: 0,
-            room: 0,
+            arenas: Arenas::new(node_len(fanout) as u64),
             path: Vec::with_capacity(MAX_LEVEL as usize + 1),
             stack: Vec::new(),
             nodes: region.len() / node_len(fanout) as u64,
         };
-        t.reclaim.set_epoch(epoch);
-        let report = t.check(region)?;
+        let mut live = Vec::new();
+        let report = t.walk(region, |off| live.push(off))?;
+        t.arenas = Arenas::recover(region, meta, t.node_len, &live)?;
+        drop(live);
         t.nodes = report.nodes;
         if kind == TreeKind::Hilbert {
             t.rebuild_lhv(region, t.root, 0)?;
         }
+        // Checked whole: only now write anything.
+        let epoch = epoch
+            .checked_add(REUSE_GRACE + 1)
+            .filter(|e| *e < 1 << (64 - VERSION_SEQ_BITS))
+            .ok_or(CatfishError::Corrupt("reclamation epoch out of range"))?;
+        region.store_u64(meta + META_EPOCH_OFFSET, epoch)?;
+        region.persist(meta + META_EPOCH_OFFSET, 8);
+        t.reclaim.set_epoch(epoch);
         Ok(Some((t, report)))
     }
 
@@ -236,6 +237,15 @@ impl Tree {
     /// child is one level below its parent, each entry's rectangle covers its child, no node
     /// is reached twice, every non-root node holds at least [`min_fill`] entries.
     pub fn check(&mut self, region: &dyn LocalRegion) -> Result<TreeReport, CatfishError> {
+        self.walk(region, |_| ())
+    }
+
+    /// [`Tree::check`], telling `seen` the offset of every node it reaches.
+    fn walk(
+        &self,
+        region: &dyn LocalRegion,
+        mut seen: impl FnMut(u64),
+    ) -> Result<TreeReport, CatfishError> {
         let root = read_node(region, self.root, self.fanout)?;
         let mut report = TreeReport {
             nodes: 0,
@@ -254,6 +264,7 @@ impl Tree {
                 ));
             }
             let node = read_node(region, off, self.fanout)?;
+            seen(off);
             if node.level != level {
                 return Err(CatfishError::Corrupt("child level is not parent level - 1"));
             }
@@ -366,8 +377,9 @@ impl Tree {
         self.nodes
     }
 
-    /// Adds the arena `[base, base + len)` to carve nodes from. Refused if it lies outside
-    /// the region, holds no whole node, or overlaps memory the tree was already given (its
+    /// Adds the arena `[base, base + len)` to carve nodes from, recorded so that a restart
+    /// finds it again ([`super::arenas`]). Refused if it lies outside the region, holds no
+    /// whole node past its 64-byte record, or overlaps memory the tree was already given (its
     /// superblock, its nodes, or free space of an earlier arena).
     pub fn grow(
         &mut self,
@@ -375,67 +387,30 @@ impl Tree {
         base: u64,
         len: u64,
     ) -> Result<(), CatfishError> {
-        let start = base
-            .checked_next_multiple_of(64)
-            .ok_or(bad("arena end overflows"))?;
-        let end = base.checked_add(len).ok_or(bad("arena end overflows"))?;
-        if base < HEADER_LEN as u64 || end > region.len() || start >= end {
-            return Err(bad("arena outside the region or empty"));
-        }
-        if end - start < self.node_len {
-            return Err(bad("arena smaller than one node"));
-        }
-        // Arenas are sorted by start: only the neighbours of the insertion point can overlap.
-        let at = self.arenas.partition_point(|a| a.start < start);
-        let overlaps = |a: &Arena| start < a.end && a.start < end;
-        if self.arenas[..at].last().is_some_and(overlaps)
-            || self.arenas.get(at).is_some_and(overlaps)
-        {
-            return Err(bad("arena overlaps memory the tree already has"));
-        }
-        let arena = Arena {
-            start,
-            cursor: start,
-            end,
-        };
-        self.arenas
-            .try_reserve(1)
-            .map_err(|_| bad("no memory to track another arena"))?;
-        self.room += arena.free_nodes(self.node_len);
-        self.arenas.insert(at, arena);
-        if at < self.open {
-            self.open = at;
-        }
-        Ok(())
+        self.arenas.add(region, base, len)?;
+        self.arenas.link(region, self.meta)
     }
 
     /// Nodes that still fit in the arenas, or are ready for reuse.
     fn room(&self) -> u64 {
-        self.room + self.reclaim.ready()
+        self.arenas.room() + self.reclaim.ready()
+    }
+
+    /// Nodes that still fit in the free space of the arenas, or are ready for reuse.
+    pub fn free_nodes(&self) -> u64 {
+        self.room()
     }
 
     /// Arenas the tree has been given.
     pub fn arenas(&self) -> usize {
-        self.arenas.len()
+        self.arenas.count()
     }
 
     /// Carves `size` bytes at an `align`-aligned offset from the first arena with room.
     fn carve_aligned(&mut self, size: u64, align: u64) -> Result<u64, CatfishError> {
-        for i in self.open..self.arenas.len() {
-            let a = &mut self.arenas[i];
-            let at = a.cursor.next_multiple_of(align);
-            if at <= a.end && a.end - at >= size {
-                let before = a.free_nodes(self.node_len);
-                a.cursor = (at + size).next_multiple_of(8).min(a.end);
-                self.room = self.room - before + a.free_nodes(self.node_len);
-                self.nodes += 1;
-                return Ok(at);
-            }
-            if a.free_nodes(self.node_len) == 0 && i == self.open {
-                self.open += 1;
-            }
-        }
-        Err(CatfishError::Full)
+        let at = self.arenas.carve_aligned(size, align)?;
+        self.nodes += 1;
+        Ok(at)
     }
 
     /// Carves one node (or the superblock).

@@ -14,7 +14,8 @@
 //!    - CMP_AND_SWP / FETCH_AND_ADD: the word's lock slot is held for `host_atomic_ns`
 //!      (device memory: `1/dm_atomic_mops`); the op takes effect when it gets the slot;
 //!    - SEND / WRITE_WITH_IMM: need a posted receive at the target, else RNR NAK and retry
-//!      every `rnr_timer_ns` (+ a round trip), at most `rnr_retry` times; the queue pair's
+//!      every `rnr_timer_ns` (+ a round trip), at most `rnr_retry` times after the first
+//!      attempt (the NAK of the last one fails the op, 0: no retry); the queue pair's
 //!      later requests wait behind the held one. The receive is consumed when the request
 //!      is admitted; the completion is raised one ps after the last byte is placed and goes
 //!      to the waiting receiver, or, at a memory node, to the FIFO of the handler thread of
@@ -458,13 +459,34 @@ impl World {
         self.ends[end].recv_waiters.clear();
     }
 
+    /// Op `id`'s first attempt found no receive: it holds the peer's later requests.
     fn hold(&mut self, id: u32) {
         let peer = self.ends[self.ops.get(id).end as usize].peer as usize;
         self.ends[peer].held = Some(id);
+        self.rnr_nak(id);
+    }
+
+    /// Op `id` (holding its peer) found no receive, at its first attempt or a retry: an RNR
+    /// NAK. It is retried one RNR period later while retries are left (`rnr_retry` after the
+    /// first attempt, as the soft fabric's `RnrPolicy` and verbs count them), else it fails.
+    fn rnr_nak(&mut self, id: u32) {
         self.stats.rnr_naks += 1;
-        self.trace_op(id, || "no receive posted: RNR NAK".into());
-        let at = self.now + self.tm.rnr_period;
-        self.schedule(at, Ev::RnrRetry(id));
+        let o = self.ops.get_mut(id);
+        let end = o.end as usize;
+        if o.rnr_left > 0 {
+            o.rnr_left -= 1;
+            self.trace_op(id, || "no receive posted: RNR NAK".into());
+            let at = self.now + self.tm.rnr_period;
+            self.schedule(at, Ev::RnrRetry(id));
+            return;
+        }
+        let peer = self.ends[end].peer as usize;
+        self.ends[peer].held = None;
+        self.break_end(end as u32);
+        let at = self.now + self.tm.one_way;
+        self.trace_op(id, || "RNR retries exhausted".into());
+        self.finish(id, Some(FabricError::RnrRetryExceeded), at);
+        self.release(peer);
     }
 
     pub(super) fn rnr_retry(&mut self, id: u32) {
@@ -475,23 +497,16 @@ impl World {
         }
         let tnic = self.ends[peer].nic as usize;
         if !self.nics[tnic].dead && self.ends[peer].rq_credits == 0 {
-            let o = self.ops.get_mut(id);
-            if o.rnr_left > 0 {
-                o.rnr_left -= 1;
-                self.stats.rnr_naks += 1;
-                let at = self.now + self.tm.rnr_period;
-                self.schedule(at, Ev::RnrRetry(id));
-                return;
-            }
-            self.ends[peer].held = None;
-            self.break_end(end as u32);
-            let at = self.now + self.tm.one_way;
-            self.trace_op(id, || "RNR retries exhausted".into());
-            self.finish(id, Some(FabricError::RnrRetryExceeded), at);
-        } else {
-            self.ends[peer].held = None;
-            self.arrive(id);
+            self.rnr_nak(id);
+            return;
         }
+        self.ends[peer].held = None;
+        self.arrive(id);
+        self.release(peer);
+    }
+
+    /// The requests that waited behind a held one at `peer` arrive, until one is held again.
+    fn release(&mut self, peer: usize) {
         while self.ends[peer].held.is_none() {
             let Some(next) = self.ends[peer].backlog.pop_front() else {
                 break;
