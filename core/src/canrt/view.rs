@@ -4,7 +4,7 @@ use remora_layouts::LayoutError;
 use remora_layouts::bits::read_u64;
 use remora_layouts::canrt::{
     DataGeometry, EPOCH_MASK, FRONT_OFF, ITEMS_OFF, Item, LOCK_OFF, MAX_SEGMENTS, Meta,
-    PrefixGeometry, Segment, TICKET_MASK, TreeHeader,
+    PrefixGeometry, Segment, TICKET_MASK, TreeHeader, tail_valid,
 };
 use std_alloc::vec::Vec;
 
@@ -243,10 +243,23 @@ impl<'a> NodeView<'a> {
         self.g.decode_item(&self.bytes[off..])
     }
 
-    /// Slots marked live in the bitmap.
+    /// Whether live slot `slot` is reserved: its tail word has `valid` set. The server
+    /// clears an item's `valid` before the bitmap store that makes it live, so a live slot
+    /// with `valid` set is a hole the server reserved when it skipped a stalled lock holder
+    /// (a [`remora_layouts::canrt::hole_tail`]), or that holder's late append landing in it
+    /// (every word it can hold has `valid` set): never an item of the tree, and read
+    /// without a checksum (a late append may be landing while it is read).
+    pub fn reserved(&self, slot: u32) -> bool {
+        let isz = self.g.item_size() as usize;
+        let at = ITEMS_OFF as usize + (slot as usize + 1) * isz - 8;
+        read_u64(self.bytes, at).is_ok_and(tail_valid)
+    }
+
+    /// Slots holding applied items: marked live in the bitmap and not reserved.
     pub fn live_slots(&self) -> impl Iterator<Item = u32> + use<'a> {
         let b = self.front.bitmap();
-        (0..self.g.slots).filter(move |s| b & (1 << s) != 0)
+        let nv = *self;
+        (0..self.g.slots).filter(move |&s| b & (1 << s) != 0 && !nv.reserved(s))
     }
 
     /// The lock holder's complete record, if the READ saw a holder that had written one: a

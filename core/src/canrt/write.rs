@@ -8,7 +8,7 @@ use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::lease::{Verdict, Waiter};
 use remora_layouts::GlobalAddr;
 use remora_layouts::canrt::{
-    Control, ControlKind, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, TICKET_MASK,
+    Control, ControlKind, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, TICKET_MASK, tail_processed,
 };
 
 impl<E: Endpoint> Canrt<'_, E> {
@@ -400,14 +400,21 @@ impl<E: Endpoint> Canrt<'_, E> {
                 ])
                 .await?;
             let served = Meta(u64::from_le_bytes(meta)).served();
-            if skipped(t, served) && flush[..] == item[isz - 8..isz] {
+            let mut mine = [0u8; 8];
+            mine.copy_from_slice(&item[isz - 8..isz]);
+            let (mine, got) = (u64::from_le_bytes(mine), u64::from_le_bytes(flush));
+            if skipped(t, served) && got == mine {
+                // Still unprocessed: skipped, refused (it lies in the slot the server
+                // reserved for it).
                 Self::bump(&self.skips);
                 return Ok(Wrote::Again);
             }
-            if served != t {
+            if served != t && (got == tail_processed(mine) || !skipped(t, served)) {
                 // Applied already (a server that keeps up, or a skip that found our item).
                 return Ok(Wrote::Done(present));
             }
+            // Our ticket served past and the slot rewritten since (freed and taken again
+            // before this READ): the server's word decides, below.
         } else {
             self.qp()?
                 .post(&mut [Op::WriteImm {
@@ -423,7 +430,6 @@ impl<E: Endpoint> Canrt<'_, E> {
                 id,
                 t,
                 listen,
-                v.epoch_tag(),
                 remote.add(isz as u64 - 8),
                 &item[isz - 8..isz],
             )
@@ -443,7 +449,8 @@ impl<E: Endpoint> Canrt<'_, E> {
     /// past ours does (the item was applied, by its notice or by a skip that found it).
     /// False if the server refused the item (a stale acknowledgement, or the served ticket
     /// past ours with our item's last word, at `tail`, still as we wrote it, `written`): we
-    /// located the key with a tree a split has since replaced, and write again.
+    /// located the key with a tree a split has since replaced, or our ticket was skipped
+    /// (we stalled for a lease after our turn came), and write again.
     #[allow(clippy::too_many_arguments)]
     async fn await_applied(
         &self,
@@ -451,7 +458,6 @@ impl<E: Endpoint> Canrt<'_, E> {
         id: u32,
         t: u64,
         listen: bool,
-        epoch: u32,
         tail: GlobalAddr,
         written: &[u8],
     ) -> Result<bool, CanrtError> {
@@ -474,10 +480,8 @@ impl<E: Endpoint> Canrt<'_, E> {
             Self::bump(&self.waits);
             let m = Meta(read_word(self.qp()?, addr.add(FRONT_OFF)).await?);
             if m.served() != t {
-                // A refusal needs a split published since our snapshot (a new epoch).
-                if m.epoch() == epoch {
-                    return Ok(true);
-                }
+                // Refused (a split since our snapshot sends the key elsewhere, or our ticket
+                // was skipped): our item still unprocessed.
                 let last = read_word(self.qp()?, tail).await?;
                 return Ok(last.to_le_bytes()[..] != *written);
             }

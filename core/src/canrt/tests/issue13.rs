@@ -420,3 +420,55 @@ fn a_node_that_fills_while_growing_is_reported_as_full() {
         assert!(t.upsert(&be(7919), &1u64.to_le_bytes()).await.is_ok());
     });
 }
+
+/// The stalled-holder window of the module docs: holder A reads its turn and stalls for a
+/// lease before its append lands; a waiter's `Skip` passes A's ticket; B takes the next
+/// ticket, appends, is applied and acknowledged; then A's append lands. Before the fix, B
+/// appended into the slot A had picked (the first free one, the same for both), and A's late
+/// WRITE_WITH_IMM overwrote B's acknowledged item (key 6 read back as absent). The skip now
+/// reserves A's slot, so B writes elsewhere; A reads back that it was skipped and writes
+/// again.
+#[test]
+fn a_late_append_after_a_skip_never_overwrites_an_acknowledged_item() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    // B's handle lives in the hook, which must be 'static.
+    let ep2: &'static MemEp = Box::leak(Box::new(MemEp::new(&node)));
+    block_on(async {
+        let a = Canrt::open(&ep, cfg(8)).await.unwrap();
+        let b = Rc::new(Canrt::open(ep2, cfg(8)).await.unwrap());
+        a.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+        let v = tree_of(&node.pm);
+        let served = meta_of(&node.pm, &v, 0).served();
+        let skip = Control::new(
+            ControlKind::Skip,
+            v.epoch_tag(),
+            v.header.array_gen,
+            0,
+            served,
+        );
+        let (n, b2) = (node.clone(), b.clone());
+        // A's append is about to land (its turn seen, its slot picked): first a waiter's
+        // Skip passes A's ticket, then B writes key 6 on the next ticket.
+        *node.before_next_append.borrow_mut() = Some(Box::new(move || {
+            n.deliver(RecvKind::Send, None, &skip.encode()).unwrap();
+            block_on(async {
+                b2.upsert(&be(6), &66u64.to_le_bytes()).await.unwrap();
+            });
+        }));
+        a.upsert(&be(5), &2u64.to_le_bytes()).await.unwrap();
+        assert!(node.before_next_append.borrow().is_none(), "no append");
+        assert_eq!(a.stats().skipped, 1, "{:?}", a.stats());
+        let mut out = [0u8; 8];
+        assert_eq!(
+            b.get(&be(6), &mut out).await.unwrap(),
+            Some(8),
+            "key 6 lost"
+        );
+        assert_eq!(u64::from_le_bytes(out), 66);
+        assert_eq!(a.get(&be(5), &mut out).await.unwrap(), Some(8));
+        assert_eq!(u64::from_le_bytes(out), 2, "A's retry did not land");
+    });
+    let got = dump(&node.pm);
+    assert_eq!((got.get(&5), got.get(&6)), (Some(&2), Some(&66)));
+}
