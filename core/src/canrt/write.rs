@@ -374,6 +374,8 @@ impl<E: Endpoint> Canrt<'_, E> {
         if listen {
             self.mailbox.register(id, t as u16, true);
         }
+        // Whether our ticket may still turn out skipped with our item refused, unseen by us.
+        let mut skippable = true;
         if self.cfg.flush_appends {
             // A READ after the WRITE on the same queue pair completes only once the written
             // bytes left the NIC for memory: the item is durable when the write returns.
@@ -413,6 +415,8 @@ impl<E: Endpoint> Canrt<'_, E> {
                 // Applied already (a server that keeps up, or a skip that found our item).
                 return Ok(Wrote::Done(present));
             }
+            // Served our ticket, after our item landed: a skip would find it and apply it.
+            skippable = served != t;
             // Our ticket served past and the slot rewritten since (freed and taken again
             // before this READ): the server's word decides, below.
         } else {
@@ -430,6 +434,8 @@ impl<E: Endpoint> Canrt<'_, E> {
                 id,
                 t,
                 listen,
+                v.epoch_tag(),
+                skippable,
                 remote.add(isz as u64 - 8),
                 &item[isz - 8..isz],
             )
@@ -449,8 +455,9 @@ impl<E: Endpoint> Canrt<'_, E> {
     /// past ours does (the item was applied, by its notice or by a skip that found it).
     /// False if the server refused the item (a stale acknowledgement, or the served ticket
     /// past ours with our item's last word, at `tail`, still as we wrote it, `written`): we
-    /// located the key with a tree a split has since replaced, or our ticket was skipped
-    /// (we stalled for a lease after our turn came), and write again.
+    /// located the key with a tree a split has since replaced (a new `epoch`), or our
+    /// ticket was skipped (we stalled for a lease after our turn came; not `skippable` once
+    /// a flush READ saw our ticket served after our item landed), and write again.
     #[allow(clippy::too_many_arguments)]
     async fn await_applied(
         &self,
@@ -458,6 +465,8 @@ impl<E: Endpoint> Canrt<'_, E> {
         id: u32,
         t: u64,
         listen: bool,
+        epoch: u32,
+        skippable: bool,
         tail: GlobalAddr,
         written: &[u8],
     ) -> Result<bool, CanrtError> {
@@ -480,8 +489,11 @@ impl<E: Endpoint> Canrt<'_, E> {
             Self::bump(&self.waits);
             let m = Meta(read_word(self.qp()?, addr.add(FRONT_OFF)).await?);
             if m.served() != t {
-                // Refused (a split since our snapshot sends the key elsewhere, or our ticket
-                // was skipped): our item still unprocessed.
+                // Refused (our ticket skipped, or a split since our snapshot sends the key
+                // elsewhere): our item still unprocessed.
+                if !skippable && m.epoch() == epoch {
+                    return Ok(true);
+                }
                 let last = read_word(self.qp()?, tail).await?;
                 return Ok(last.to_le_bytes()[..] != *written);
             }
