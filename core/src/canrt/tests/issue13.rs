@@ -53,6 +53,21 @@ fn forge_item(
     (id, slot)
 }
 
+/// Reserved slots (live, `valid` set) in the published tree's data nodes.
+fn reserved_slots(region: &dyn LocalRegion) -> usize {
+    let v = tree_of(region);
+    let mut buf = vec![0u8; v.header.data_node_size as usize];
+    let mut n = 0;
+    for id in 0..v.header.n_data {
+        region.read(v.header.data_node_off(id), &mut buf).unwrap();
+        let nv = NodeView::parse(v.data(), &buf).unwrap();
+        n += (0..v.header.slots)
+            .filter(|&s| nv.front.bitmap() & (1 << s) != 0 && nv.reserved(s))
+            .count();
+    }
+    n
+}
+
 fn control(node: &MemNode, c: Control) -> Result<(), FabricError> {
     node.deliver(RecvKind::Send, None, &c.encode())
 }
@@ -471,4 +486,80 @@ fn a_late_append_after_a_skip_never_overwrites_an_acknowledged_item() {
     });
     let got = dump(&node.pm);
     assert_eq!((got.get(&5), got.get(&6)), (Some(&2), Some(&66)));
+}
+
+/// The late append lands after a resize of its node: the skip reserved A's slot, B fills
+/// the node, the server splits it in place (the lower half of its keys stays in their
+/// slots), and B writes more keys into it; then A's append lands (under the old tree).
+/// The split kept the slot reserved (B's keys went elsewhere), the late item is refused
+/// and never read, A writes again, and the slot is freed once the late append is in.
+#[test]
+fn a_reservation_outlives_a_split_of_its_node() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    let ep2: &'static MemEp = Box::leak(Box::new(MemEp::new(&node)));
+    block_on(async {
+        let a = Canrt::open(&ep, cfg(8)).await.unwrap();
+        let b = Rc::new(Canrt::open(ep2, cfg(8)).await.unwrap());
+        a.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+        // Slot 1 keeps an old item of key 14 (moved to slot 2 by its update): the hole A's
+        // skip leaves there holds that key's bytes, a key the split moves out.
+        a.upsert(&be(14), &1u64.to_le_bytes()).await.unwrap();
+        a.upsert(&be(14), &140u64.to_le_bytes()).await.unwrap();
+        let v = tree_of(&node.pm);
+        let served = meta_of(&node.pm, &v, 0).served();
+        let skip = Control::new(
+            ControlKind::Skip,
+            v.epoch_tag(),
+            v.header.array_gen,
+            0,
+            served,
+        );
+        let (n, b2) = (node.clone(), b.clone());
+        let split = Rc::new(Cell::new(false));
+        let split2 = split.clone();
+        *node.before_next_append.borrow_mut() = Some(Box::new(move || {
+            n.deliver(RecvKind::Send, None, &skip.encode()).unwrap();
+            // A's slot (1, the first free one) is reserved.
+            let m = meta_of(&n.pm, &v, 0);
+            assert_eq!(m.served(), served + 1);
+            assert_ne!(m.bitmap() & 0b10, 0, "A's slot not reserved");
+            block_on(async {
+                // Node 0 fills (5, the hole, 10..=15), and splits: 12..=16 move out.
+                for k in 10..=16u64 {
+                    b2.upsert(&be(k), &(k * 10).to_le_bytes()).await.unwrap();
+                }
+                let w = tree_of(&n.pm);
+                split2.set(w.header.epoch > v.header.epoch);
+                assert_eq!(w.header.array_gen, v.header.array_gen, "a rebuild");
+                // The hole is still reserved in node 0 (same memory, its keys < 12).
+                assert_eq!(w.locate(5).unwrap(), 0);
+                assert_ne!(meta_of(&n.pm, &w, 0).bitmap() & 0b10, 0, "split freed it");
+                // More keys into node 0: none takes slot 1.
+                for k in 1..=4u64 {
+                    b2.upsert(&be(k), &(k * 10).to_le_bytes()).await.unwrap();
+                }
+            });
+        }));
+        a.upsert(&be(5), &2u64.to_le_bytes()).await.unwrap();
+        assert!(split.get(), "node 0 was not split");
+        assert_eq!(a.stats().skipped, 1, "{:?}", a.stats());
+        let mut out = [0u8; 8];
+        for k in (1..=4u64).chain(10..=16) {
+            assert_eq!(b.get(&be(k), &mut out).await.unwrap(), Some(8), "key {k}");
+            assert_eq!(u64::from_le_bytes(out), k * 10, "key {k}");
+        }
+        assert_eq!(a.get(&be(5), &mut out).await.unwrap(), Some(8));
+        assert_eq!(u64::from_le_bytes(out), 2, "A's retry did not land");
+        // The late append came in: the slot was freed once node 0's lock moved on (A's
+        // retry found node 0 full again, and its resize request released it).
+        let st = node.server.borrow().stats();
+        assert_eq!(st.late.load(core::sync::atomic::Ordering::Relaxed), 1);
+        assert!(node.server.borrow().reserved.is_empty());
+        assert!(node.server.borrow().landed.is_empty());
+        assert_eq!(reserved_slots(&node.pm), 0, "never freed");
+    });
+    let got = dump(&node.pm);
+    assert_eq!(got.len(), 12, "{got:?}");
+    assert_eq!(got.get(&5), Some(&2));
 }
