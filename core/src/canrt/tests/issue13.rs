@@ -36,9 +36,25 @@ fn forge_item(
 ) -> (u32, u32) {
     let g = v.data();
     let id = v.locate(key.into()).unwrap();
-    let off = v.header.data_node_off(id);
     let free = !meta_of(region, v, id).bitmap() & g.full_bitmap();
     let slot = free.trailing_zeros();
+    forge_item_at(region, v, id, slot, key, val, ticket);
+    (id, slot)
+}
+
+/// Writes a complete, unprocessed item for `key` with `ticket` into `slot` of data node
+/// `id` (an append landing there, its notice not yet handled).
+fn forge_item_at(
+    region: &dyn LocalRegion,
+    v: &TreeView,
+    id: u32,
+    slot: u32,
+    key: u64,
+    val: u64,
+    ticket: u64,
+) {
+    let g = v.data();
+    let off = v.header.data_node_off(id);
     let mut item = vec![0u8; g.item_size() as usize];
     g.encode_item(
         &mut item,
@@ -50,7 +66,6 @@ fn forge_item(
     )
     .unwrap();
     region.write(off + g.slot_off(slot), &item).unwrap();
-    (id, slot)
 }
 
 /// Reserved slots (live, `valid` set) in the published tree's data nodes.
@@ -562,4 +577,78 @@ fn a_reservation_outlives_a_split_of_its_node() {
     let got = dump(&node.pm);
     assert_eq!(got.len(), 12, "{got:?}");
     assert_eq!(got.get(&5), Some(&2));
+}
+
+/// Recovery after a skip: holder A's ticket was skipped (its slot reserved), B's write was
+/// acknowledged, then A's late item landed in the reserved slot and the memory node crashed
+/// before its notice was handled. Recovery drops the reservation and never replays the late
+/// item as data, not even one carrying the served ticket (as a late item may, 2^16 tickets
+/// on); the recovered node writes into the freed slot. Before the reservations, B's item
+/// was in that slot and the late item destroyed it.
+#[test]
+fn recovery_drops_reservations_and_never_replays_a_late_append() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    let v = block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+        let v = tree_of(&node.pm);
+        let off = v.header.data_node_off(0);
+        let served = meta_of(&node.pm, &v, 0).served();
+        // A took ticket `served`, saw its turn (slot 1, the first free one, is its) and
+        // stalled; a waiter's Skip passes it.
+        node.pm.store_u64(off + LOCK_OFF, served + 1).unwrap();
+        control(
+            &node,
+            Control::new(
+                ControlKind::Skip,
+                v.epoch_tag(),
+                v.header.array_gen,
+                0,
+                served,
+            ),
+        )
+        .unwrap();
+        // B's write, acknowledged.
+        t.upsert(&be(6), &66u64.to_le_bytes()).await.unwrap();
+        // A's late item lands in its slot; no notice (the node crashes first).
+        forge_item_at(&node.pm, &v, 0, 1, 5, 2, served);
+        let mut out = [0u8; 8];
+        assert_eq!(
+            t.get(&be(6), &mut out).await.unwrap(),
+            Some(8),
+            "key 6 lost"
+        );
+        assert_eq!(u64::from_le_bytes(out), 66);
+        assert_eq!(t.get(&be(5), &mut out).await.unwrap(), Some(8));
+        assert_eq!(u64::from_le_bytes(out), 1, "a late item was read");
+        v
+    });
+    let served = meta_of(&node.pm, &v, 0).served();
+    for ticket in [served - 2, served] {
+        forge_item_at(&node.pm, &v, 0, 1, 5, 2, ticket);
+        let pm = Pm::from_image(node.pm.cur.borrow().clone());
+        let mut srv = CanrtServer::new();
+        let r = srv.recover(&pm).unwrap();
+        assert_eq!((r.unreserved, r.replayed, r.corrupt), (1, 0, 0), "{r:?}");
+        let got = dump(&pm);
+        assert_eq!(got.len(), 2, "ticket {ticket}: {got:?}");
+        assert_eq!((got.get(&5), got.get(&6)), (Some(&1), Some(&66)), "{got:?}");
+        // Recovered once more (a crash right after): nothing comes back.
+        let r = CanrtServer::new().recover(&pm).unwrap();
+        assert_eq!((r.unreserved, r.replayed), (0, 0), "{r:?}");
+        assert_eq!(dump(&pm), got);
+        // The recovered node's next write takes the freed slot.
+        let node2 = MemNode::new(pm);
+        *node2.server.borrow_mut() = srv;
+        let ep2 = MemEp::new(&node2);
+        block_on(async {
+            let t = Canrt::open(&ep2, cfg(8)).await.unwrap();
+            t.upsert(&be(7), &77u64.to_le_bytes()).await.unwrap();
+        });
+        assert_ne!(meta_of(&node2.pm, &v, 0).bitmap() & 0b10, 0);
+        let got = dump(&node2.pm);
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got.get(&7), Some(&77));
+    }
 }
