@@ -296,7 +296,7 @@ impl CanrtServer {
         // memory again (late appends land in it harmlessly, and their notices name no
         // reservation of the new array).
         self.reserved.clear();
-        self.landed.clear();
+        self.freeing.clear();
         Ok(())
     }
 

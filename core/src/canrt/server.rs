@@ -149,9 +149,9 @@ pub struct CanrtServer {
     /// Slots reserved for skipped lock holders' late appends: (data node, slot) -> the
     /// skipped ticket (see [`Self::skip_ticket`]). Of the current data array only.
     pub(super) reserved: BTreeMap<(u32, u32), u16>,
-    /// Per data node, reserved slots whose late append has landed: freed by the node's next
-    /// release.
-    pub(super) landed: BTreeMap<u32, u32>,
+    /// Per data node, reserved slots no append can land in any more (the late append
+    /// landed, or its holder handed the ticket back): freed by the node's next release.
+    pub(super) freeing: BTreeMap<u32, u32>,
 }
 
 impl Default for CanrtServer {
@@ -194,7 +194,7 @@ impl CanrtServer {
             waiters: BTreeMap::new(),
             touched: Vec::new(),
             reserved: BTreeMap::new(),
-            landed: BTreeMap::new(),
+            freeing: BTreeMap::new(),
         }
     }
 
@@ -341,13 +341,13 @@ impl CanrtServer {
         Ok(())
     }
 
-    /// `front` with the reserved slots of data node `id` whose late append has landed
+    /// `front` with the reserved slots of data node `id` no append can land in any more
     /// cleared (forgotten here): the caller stores it with the next ticket served. Only a
     /// store that serves a new ticket may change a node's bitmap outside a resize: the
     /// slot a lock holder appends into is the first free one of the bitmap it saw when its
     /// turn came, and `skip_ticket` must know which.
-    fn unreserve_landed(&mut self, id: u32, front: Meta) -> Meta {
-        match self.landed.remove(&id) {
+    fn unreserve(&mut self, id: u32, front: Meta) -> Meta {
+        match self.freeing.remove(&id) {
             Some(bits) => front.with_bitmap(front.bitmap() & !bits),
             None => front,
         }
@@ -378,7 +378,7 @@ impl CanrtServer {
             .is_ok_and(|it| it.valid && it.ticket == ticket as u64);
         if landed {
             self.reserved.remove(&(id, slot));
-            *self.landed.entry(id).or_insert(0) |= 1 << slot;
+            *self.freeing.entry(id).or_insert(0) |= 1 << slot;
         }
         Ok(landed)
     }
@@ -485,12 +485,12 @@ impl CanrtServer {
                 ));
             }
             Ok(_) if front.bitmap() & (1 << imm.slot) != 0 => {
-                Self::release(region, off, self.unreserve_landed(imm.node, front))?;
+                Self::release(region, off, self.unreserve(imm.node, front))?;
                 return Err(invalid(region, off, "append into a live slot"));
             }
             Ok((key, op, _)) => (key, op),
             Err(_) => {
-                Self::release(region, off, self.unreserve_landed(imm.node, front))?;
+                Self::release(region, off, self.unreserve(imm.node, front))?;
                 return Err(invalid(region, off, "torn or corrupt DataItem"));
             }
         };
@@ -500,7 +500,7 @@ impl CanrtServer {
             // under a passed ticket, which readers and recovery never take). The writer
             // hears so (a stale acknowledgement, or its item still unprocessed behind the
             // served ticket) and writes again.
-            Self::release(region, off, self.unreserve_landed(imm.node, front))?;
+            Self::release(region, off, self.unreserve(imm.node, front))?;
             let t = Turn {
                 stale: true,
                 applied: true,
@@ -512,7 +512,7 @@ impl CanrtServer {
             ServerStats::bump(&self.stats.refused);
             return Ok(());
         }
-        let free = self.unreserve_landed(imm.node, front);
+        let free = self.unreserve(imm.node, front);
         let m = Self::commit(region, g, off, imm.slot, key, op, free, true)?;
         Self::ack(replies, imm.node, front.served(), m);
         if op != ItemOp::Delete
@@ -563,7 +563,18 @@ impl CanrtServer {
         self.touched.push(c.node);
         let front = self.front(region, &h, off)?;
         if behind(c.ticket as u64, front.served()) {
-            // Skipped after a lease (its holder stalled): there is nothing to hand back.
+            // Skipped after a lease (its holder stalled): there is nothing to hand back. A
+            // holder hands back only a ticket it appends nothing under, so the slot reserved
+            // for it (if any) is freed at the node's next release.
+            let slot = self
+                .reserved
+                .range((c.node, 0)..=(c.node, u32::MAX))
+                .find(|&(_, &t)| t == c.ticket as u16)
+                .map(|(&k, _)| k);
+            if let Some(k) = slot {
+                self.reserved.remove(&k);
+                *self.freeing.entry(c.node).or_insert(0) |= 1 << k.1;
+            }
             ServerStats::bump(&self.stats.late);
             return Ok(false);
         }
@@ -576,7 +587,7 @@ impl CanrtServer {
                 "unlock by a client that does not hold the lock",
             ));
         }
-        Self::release(region, off, self.unreserve_landed(c.node, front))?;
+        Self::release(region, off, self.unreserve(c.node, front))?;
         ServerStats::bump(&self.stats.unlocks);
         Ok(true)
     }
@@ -640,7 +651,7 @@ impl CanrtServer {
                     ServerStats::bump(&self.stats.refused);
                     break;
                 }
-                let free = self.unreserve_landed(id, front);
+                let free = self.unreserve(id, front);
                 m = Self::commit(region, g, off, s, key, op, free, true)?;
                 if op != ItemOp::Delete
                     && let Some(b) = self.bounds.get_mut(id as usize)
@@ -654,7 +665,7 @@ impl CanrtServer {
         if m == front {
             // No item of the holder's applied (which would have served the next ticket): its
             // slot is reserved (a holder of a full node asks for a resize and has none).
-            let mut next = self.unreserve_landed(id, front);
+            let mut next = self.unreserve(id, front);
             let free = !front.bitmap() & g.full_bitmap();
             if free != 0 {
                 let s = free.trailing_zeros();

@@ -147,9 +147,11 @@ impl<E: Endpoint> Canrt<'_, E> {
                 }
                 // Tickets ahead of ours wait; one behind means ours was skipped (we were
                 // reported stalled before our turn came to us): we appended nothing under
-                // it, so take a new one.
+                // it, so take a new one. Handing it back frees the slot the skip reserved
+                // for our append.
                 if skipped(t, served) {
                     Self::bump(&self.skips);
+                    self.unlock(&v, v.epoch_tag(), id, t).await?;
                     return Ok(Wrote::Again);
                 }
                 // The same ticket served for a lease. If its holder's item is in the node,

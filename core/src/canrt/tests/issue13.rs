@@ -193,6 +193,8 @@ fn a_stuck_ticket_is_applied_or_skipped_on_request() {
     control(&node, skip(s0 + 1)).unwrap();
     control(&node, skip(s0 + 1)).unwrap();
     assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 2);
+    // The slot it would append into is reserved.
+    assert_eq!(reserved_slots(&node.pm), 1);
     // Its late append and its late unlock are ignored (its writer reads back that it was
     // skipped), the lock left to s0 + 2; the item never shows.
     let (_, slot) = forge_item(&node.pm, &v, 8, 88, s0 + 1);
@@ -210,6 +212,10 @@ fn a_stuck_ticket_is_applied_or_skipped_on_request() {
     )
     .unwrap();
     assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 2);
+    // Handed back, the ticket can have no append coming: its slot is freed with the next
+    // ticket served (not before: the holder of s0 + 2 picked its slot already).
+    assert!(node.server.borrow().reserved.is_empty());
+    assert_eq!(reserved_slots(&node.pm), 1);
     let mut buf = vec![0u8; v.header.data_node_size as usize];
     node.pm.read(off, &mut buf).unwrap();
     let nv = NodeView::parse(v.data(), &buf).unwrap();
@@ -226,13 +232,19 @@ fn a_stuck_ticket_is_applied_or_skipped_on_request() {
         )
         .is_err()
     );
+    control(
+        &node,
+        Control::new(ControlKind::Unlock, v.epoch_tag(), array_gen, 0, s0 + 2),
+    )
+    .unwrap();
+    assert_eq!(reserved_slots(&node.pm), 0);
     // A drain skip outside a resize does nothing.
     control(
         &node,
         Control::new(ControlKind::Skip, v.epoch_tag(), array_gen, SKIP_DRAIN, 0),
     )
     .unwrap();
-    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 2);
+    assert_eq!(meta_of(&node.pm, &v, 0).served(), s0 + 3);
     assert_eq!(
         node.server
             .borrow()
@@ -571,7 +583,7 @@ fn a_reservation_outlives_a_split_of_its_node() {
         let st = node.server.borrow().stats();
         assert_eq!(st.late.load(core::sync::atomic::Ordering::Relaxed), 1);
         assert!(node.server.borrow().reserved.is_empty());
-        assert!(node.server.borrow().landed.is_empty());
+        assert!(node.server.borrow().freeing.is_empty());
         assert_eq!(reserved_slots(&node.pm), 0, "never freed");
     });
     let got = dump(&node.pm);
