@@ -991,3 +991,73 @@ fn a_memnode_serves_erda_and_its_baselines_to_bench() {
         assert!(stderr(&out).contains("service"), "{}", stderr(&out));
     }
 }
+
+/// CANRT's "ops during a resize" come from the resize clock of the server the bench runs:
+/// counted on the sim (the load resizes the tree), and on a memory node in another process,
+/// whose server the bench cannot read, left at 0 with a note saying why.
+#[test]
+fn canrt_ops_during_a_resize_come_from_the_benchs_own_server() {
+    let recs = bench_json(
+        &[
+            "--fabric",
+            "sim",
+            "--index",
+            "canrt",
+            "--workload",
+            "load",
+            "--records",
+            "3000",
+            "--coroutines",
+            "4",
+        ],
+        "canrt-resizes",
+    );
+    let c = &recs[0]["canrt"];
+    let during = c["during_resize_ops"].as_u64().unwrap();
+    assert!(c["resize_requests"].as_u64().unwrap() > 0, "{c}");
+    assert!(during > 0 && during < 3000, "{c}");
+    let (p50, p99) = (
+        c["during_resize_p50_ns"].as_u64().unwrap(),
+        c["during_resize_p99_ns"].as_u64().unwrap(),
+    );
+    assert!(p50 > 0 && p99 >= p50, "{c}");
+    let sock = std::env::temp_dir().join(format!(
+        "remora-cli-{}-canrt-resizes.sock",
+        std::process::id()
+    ));
+    let _m = Kid(Command::new(env!("CARGO_BIN_EXE_remora"))
+        .args(["memnode", "--service", "canrt", "--listen"])
+        .arg(&sock)
+        .args(["--region-mib", "32", "--seconds", "120"])
+        .spawn()
+        .expect("starting remora memnode"));
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "memnode did not come up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let recs = bench_json(
+        &[
+            "--index",
+            "canrt",
+            "--connect",
+            sock.to_str().unwrap(),
+            "--workload",
+            "load",
+            "--records",
+            "500",
+            "--coroutines",
+            "2",
+        ],
+        "canrt-resizes-remote",
+    );
+    assert_eq!(recs[0]["canrt"]["during_resize_ops"].as_u64(), Some(0));
+    let notes = recs[0]["notes"].to_string();
+    assert!(
+        notes.contains("ops during a resize: not observed"),
+        "{notes}"
+    );
+}

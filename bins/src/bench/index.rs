@@ -1,5 +1,6 @@
 //! The indexes `remora bench` drives, behind one enum so a worker opens whichever was asked
 //! for and the phase code stays generic over `KvIndex`.
+use super::resizes::ResizeWatch;
 use remora::core::Snapshot;
 use remora::core::canrt::{Canrt, CanrtConfig, CanrtServer};
 use remora::core::erda::baseline::{Baseline, BaselineServer, Scheme};
@@ -123,15 +124,25 @@ impl IndexCfg {
     }
 
     pub fn server_handler(&self) -> Option<Box<dyn Handler + Send>> {
-        match self {
-            IndexCfg::Canrt { .. } => Some(Box::new(CanrtServer::new())),
-            IndexCfg::Erda { server, .. } => Some(Box::new(ErdaServer::new(*server))),
-            IndexCfg::ErdaBaseline { scheme, server, .. } => {
-                Some(Box::new(BaselineServer::new(*scheme, *server)))
+        self.server().map(|(h, _)| h)
+    }
+
+    /// [`Self::server_handler`], and where to read the resize clock of the CANRT server.
+    pub fn server(&self) -> Option<(Box<dyn Handler + Send>, ResizeWatch)> {
+        let h: Box<dyn Handler + Send> = match self {
+            IndexCfg::Canrt { .. } => {
+                let s = CanrtServer::new();
+                let watch = ResizeWatch::of(s.stats());
+                return Some((Box::new(s), watch));
             }
-            IndexCfg::Wort { kind } => Some(Box::new(WortServer::new(*kind))),
-            _ => None,
-        }
+            IndexCfg::Erda { server, .. } => Box::new(ErdaServer::new(*server)),
+            IndexCfg::ErdaBaseline { scheme, server, .. } => {
+                Box::new(BaselineServer::new(*scheme, *server))
+            }
+            IndexCfg::Wort { kind } => Box::new(WortServer::new(*kind)),
+            _ => return None,
+        };
+        Some((h, ResizeWatch::default()))
     }
 }
 

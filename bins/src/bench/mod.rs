@@ -12,6 +12,7 @@
 pub(crate) mod index;
 pub(crate) mod meta;
 pub(crate) mod phase;
+pub(crate) mod resizes;
 mod sim;
 mod soft;
 mod spatial;

@@ -2,6 +2,7 @@
 //! counts, and the JSON record made from all workers' results.
 use super::BenchArgs;
 use super::index::{ShermanSummary, Stats};
+use super::resizes::ResizeWatch;
 use super::ycsb::{Distribution, KeyChooser, OpKind, Rng, Workload};
 use crate::report::{Latency, PerOp};
 use hdrhistogram::Histogram;
@@ -349,6 +350,8 @@ pub enum Time<'c> {
 pub struct Ctx<'a> {
     pub a: &'a BenchArgs,
     pub time: Time<'a>,
+    /// The resize clock of the CANRT server under test, if the bench runs it.
+    pub resizes: ResizeWatch,
 }
 
 impl Ctx<'_> {
@@ -445,7 +448,7 @@ async fn coroutine<I: KvIndex>(
         let kl = a.key(n, &mut key);
         let k = &key[..kl];
         let t0 = ctx.now_ns();
-        let rc0 = remora::core::canrt::resize_clock();
+        let rc0 = ctx.resizes.now();
         let mut c = OpCounts::default();
         match op {
             OpKind::Read => {
@@ -482,10 +485,9 @@ async fn coroutine<I: KvIndex>(
         }
         let lat = ctx.now_ns().saturating_sub(t0).max(1);
         let _ = hist.borrow_mut().record(lat);
-        let rc1 = remora::core::canrt::resize_clock();
-        if rc0.0 != rc0.1 || rc1.0 != rc0.0 {
-            // A CANRT resize was under way when the operation started, or began before it
-            // ended.
+        if ResizeWatch::overlapped(rc0, ctx.resizes.now()) {
+            // A resize of the CANRT tree was under way when the operation started, or
+            // began before it ended.
             let _ = during_resize.borrow_mut().record(lat);
         }
         counts.borrow_mut().add(&c);

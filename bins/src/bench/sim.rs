@@ -7,6 +7,7 @@
 use super::BenchArgs;
 use super::index::{Handle, IndexCfg, snapshot_of};
 use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
+use super::resizes::ResizeWatch;
 use super::ycsb::Workload;
 use crate::perf_sim::model_from;
 use remora::poller::sim::{ClientCtx, Sim, SimConfig};
@@ -36,6 +37,7 @@ async fn client(
     arrived: &Cell<usize>,
     warmed: &Cell<usize>,
     clients: usize,
+    resizes: &ResizeWatch,
 ) -> ClientResult {
     let stop_all = |e: String| {
         load.stop.store(true, Ordering::Relaxed);
@@ -52,6 +54,7 @@ async fn client(
     let tctx = Ctx {
         a,
         time: Time::Virtual(ctx),
+        resizes: resizes.clone(),
     };
     let snap = || snapshot_of(ctx.ep());
     let stats = || idx.stats();
@@ -132,8 +135,10 @@ pub fn run(
     let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
     let created: RefCell<Option<String>> = RefCell::new(None);
     let wall = Instant::now();
+    let server = index.server();
+    let resizes: ResizeWatch = server.as_ref().map(|(_, w)| w.clone()).unwrap_or_default();
     let mut sim = Sim::new(cfg).map_err(|e| e.0)?;
-    if let Some(h) = index.server_handler() {
+    if let Some((h, _)) = server {
         sim.set_handler(0, h).map_err(|e| e.0)?;
     }
     // The first client creates the index before the others open it.
@@ -158,9 +163,12 @@ pub fn run(
             let w = node * s.clients_per_node + c;
             let base = sim.client(node).map_err(|e| e.0)?;
             let (load, run, arrived, results) = (&load, &run, &arrived, &results);
-            let (warm, warmed) = (warm.as_ref(), &warmed);
+            let (warm, warmed, resizes) = (warm.as_ref(), &warmed, &resizes);
             sim.spawn_with(&base, 0, move |ctx| async move {
-                let r = client(a, index, &ctx, w, load, warm, run, arrived, warmed, clients).await;
+                let r = client(
+                    a, index, &ctx, w, load, warm, run, arrived, warmed, clients, resizes,
+                )
+                .await;
                 results.borrow_mut().push(r);
             });
         }

@@ -2,6 +2,7 @@
 use super::BenchArgs;
 use super::index::{Handle, IndexCfg, snapshot_of};
 use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
+use super::resizes::ResizeWatch;
 use super::ycsb::Workload;
 use remora::core::block_on::block_on;
 use remora::core::fabric::Endpoint;
@@ -57,7 +58,7 @@ pub fn run(
     index: &IndexCfg,
     workload: Workload,
 ) -> Result<Vec<BenchRecord>, String> {
-    let (target, notes) = match &a.connect {
+    let (target, notes, resizes) = match &a.connect {
         Some(p) => {
             let path = PathBuf::from(p);
             let info = control::info(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -79,6 +80,7 @@ pub fn run(
                     path.display(),
                     info.region_len >> 20
                 )],
+                ResizeWatch::default(),
             )
         }
         None => {
@@ -89,11 +91,11 @@ pub fn run(
             if let Some(need) = index.max_message() {
                 cfg.max_msg = cfg.max_msg.max(need);
             }
-            let node = match index.server_handler() {
-                Some(h) => SoftMemoryNode::create_with(cfg, h),
-                None => SoftMemoryNode::create(cfg),
-            }
-            .map_err(|e| format!("creating the memory node: {e}"))?;
+            let (node, watch) = match index.server() {
+                Some((h, watch)) => (SoftMemoryNode::create_with(cfg, h), watch),
+                None => (SoftMemoryNode::create(cfg), ResizeWatch::default()),
+            };
+            let node = node.map_err(|e| format!("creating the memory node: {e}"))?;
             let pages = node.pages();
             (
                 Target::Local(node),
@@ -101,6 +103,7 @@ pub fn run(
                     "in-process memory node: {} MiB region on {pages}",
                     super::region_bytes(a) >> 20
                 )],
+                watch,
             )
         }
     };
@@ -140,7 +143,7 @@ pub fn run(
         }
     }
     let make_ep = || target.endpoint();
-    let r = run_threads(a, index, workload, "soft", &make_ep, notes);
+    let r = run_threads(a, index, workload, "soft", &make_ep, notes, resizes);
     LOCAL_SERVER_TID.store(0, Ordering::SeqCst);
     r
 }
@@ -185,7 +188,9 @@ pub(super) fn run_threads<E: Endpoint>(
     fabric: &str,
     make_ep: &(dyn Fn() -> Result<E, String> + Sync),
     mut notes: Vec<String>,
+    resizes: ResizeWatch,
 ) -> Result<Vec<BenchRecord>, String> {
+    notes.extend(resizes.note(index));
     let clock = Clock::get();
     let inserted = AtomicU64::new(0);
     let (dist, load, run) = Phase::pair(a, workload, &inserted);
@@ -210,6 +215,7 @@ pub(super) fn run_threads<E: Endpoint>(
             let ctx = Ctx {
                 a,
                 time: Time::Wall(clock),
+                resizes: resizes.clone(),
             };
             let snap = || snapshot_of(&ep);
             let stats = || idx.stats();

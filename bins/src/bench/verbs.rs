@@ -139,6 +139,8 @@ mod real {
             a.threads, a.coroutines
         ));
         let make_ep = || VerbsEndpoint::connect(&addrs, &opts).map_err(|e| e.to_string());
-        run_threads(a, index, workload, "verbs", &make_ep, notes)
+        // The memory node's server runs in its process: no resize clock to read here.
+        let resizes = super::super::resizes::ResizeWatch::default();
+        run_threads(a, index, workload, "verbs", &make_ep, notes, resizes)
     }
 }

@@ -106,6 +106,7 @@ mod build;
 mod client;
 mod keys;
 mod resize;
+mod resize_stats;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -115,7 +116,7 @@ mod write;
 
 pub use build::{Plan, plan, plan_units};
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
-pub use resize::resize_clock;
+pub use resize_stats::{ResizeClock, ResizeCounts};
 pub use server::{CanrtServer, Counter, RecoveryReport, ServerStats};
 pub use view::{Found, NodeView, TreeView};
 

@@ -36,7 +36,6 @@ use super::server::{CanrtServer, ServerStats, bad_layout, invalid};
 use super::view::{NodeView, TreeView};
 use crate::fabric::FabricError;
 use crate::server::LocalRegion;
-use core::sync::atomic::{AtomicU32, Ordering};
 use remora_layouts::GlobalAddr;
 use remora_layouts::canrt::{
     DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, MAX_DATA_NODES, MAX_SEGMENTS, Meta, ROOT_SLOT,
@@ -45,26 +44,6 @@ use remora_layouts::canrt::{
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use std_alloc::vec;
 use std_alloc::vec::Vec;
-
-/// Resizes begun and ended (published or failed) by the CANRT servers of this process, for
-/// a benchmark to tell the operations that overlapped a resize ([`resize_clock`]).
-static RESIZES_BEGUN: AtomicU32 = AtomicU32::new(0);
-static RESIZES_ENDED: AtomicU32 = AtomicU32::new(0);
-
-/// (resizes begun, resizes ended) by the CANRT servers of this process so far (mod 2^32). A
-/// resize is under way while they differ; an operation overlapped one if they differed when
-/// it started or the first moved before it ended.
-pub fn resize_clock() -> (u32, u32) {
-    (
-        RESIZES_BEGUN.load(Ordering::Acquire),
-        RESIZES_ENDED.load(Ordering::Acquire),
-    )
-}
-
-/// A resize ended (see [`resize_clock`]).
-pub(super) fn end_resize_clock() {
-    RESIZES_ENDED.fetch_add(1, Ordering::AcqRel);
-}
 
 /// Key-value pairs sorted by key.
 type Pairs = Vec<(u128, Vec<u8>)>;
@@ -328,7 +307,7 @@ impl CanrtServer {
             return self.freeze_all(region, &h);
         }
         self.resizing = true;
-        RESIZES_BEGUN.fetch_add(1, Ordering::AcqRel);
+        self.stats.resize_clock.begin();
         self.rebuild = false;
         self.split.clear();
         self.undrained.clear();
@@ -451,7 +430,7 @@ impl CanrtServer {
             }
         }
         self.resizing = false;
-        end_resize_clock();
+        self.stats.resize_clock.end();
         self.rebuild = false;
         self.split.clear();
         self.undrained.clear();

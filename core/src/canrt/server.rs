@@ -12,6 +12,7 @@
 //!
 //! Resizing is in `resize.rs`.
 use super::keys::load_key;
+use super::resize_stats::ResizeCounts;
 use super::view::TreeView;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
@@ -66,6 +67,8 @@ pub struct ServerStats {
     /// Resizes that could not be done (no room on the memory node, or no tree shape): the
     /// old tree stays valid.
     pub failed_resizes: Counter,
+    /// Resizes begun and ended: this server's resize clock ([`ResizeCounts`]).
+    pub resize_clock: ResizeCounts,
 }
 
 impl ServerStats {
@@ -834,7 +837,7 @@ impl CanrtServer {
     pub fn recover(&mut self, region: &dyn LocalRegion) -> Result<RecoveryReport, FabricError> {
         if self.resizing {
             // The interrupted resize ends here (its tree is unfrozen below).
-            super::resize::end_resize_clock();
+            self.stats.resize_clock.end();
         }
         *self = CanrtServer {
             stats: self.stats.clone(),

@@ -1213,3 +1213,4 @@ fn errors_speak_canrts_words() {
 mod issue13;
 mod keys16;
 mod partial_resize;
+mod resize_clock;
