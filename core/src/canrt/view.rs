@@ -193,9 +193,10 @@ pub enum Found<'a> {
 /// The segments of one READ observe memory in no particular order, so the bytes are a
 /// snapshot only if the meta word, READ alone just before and just after the node on the
 /// same queue pair, did not change ([`NodeView::stable`]). Then no lock was released and no
-/// item applied while the node was read: live items are those of `front`'s bitmap, and the
-/// only slot being written is the lock holder's free slot, whose item is trusted only if
-/// it checksums ([`NodeView::pending`]).
+/// item applied while the node was read: live items are those of `front`'s bitmap but the
+/// reserved slots ([`NodeView::reserved`]), and the only slots being written are the lock
+/// holder's free slot, whose item is trusted only if it checksums ([`NodeView::pending`]),
+/// and reserved slots (late appends of skipped holders), which are never read.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeView<'a> {
     pub lock: u64,
