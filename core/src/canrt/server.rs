@@ -294,8 +294,8 @@ impl CanrtServer {
         for s in 0..g.slots {
             if s != slot
                 && bm & (1 << s) != 0
-                && !Self::reserved_slot(region, g, off, s)?
                 && load_key(region, &g, off + g.slot_off(s))? == key
+                && !Self::reserved_slot(region, g, off, s)?
             {
                 bm &= !(1 << s);
             }
