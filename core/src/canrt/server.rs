@@ -831,9 +831,10 @@ impl CanrtServer {
         }
     }
 
-    /// Crash recovery (§3.6), run before any client connects: drops reserved slots,
-    /// replays the lock holder's complete unprocessed item, unfreezes an interrupted resize's tree (the root
-    /// slot still names it, so the resize never happened), and resets every lock to free.
+    /// Crash recovery (§3.6), run before any client connects: drops reserved slots, replays
+    /// the lock holder's complete unprocessed item, unfreezes an interrupted resize's tree
+    /// (the root slot still names it, so the resize never happened), and resets every lock
+    /// to free.
     pub fn recover(&mut self, region: &dyn LocalRegion) -> Result<RecoveryReport, FabricError> {
         if self.resizing {
             // The interrupted resize ends here (its tree is unfrozen below).
