@@ -664,3 +664,77 @@ fn recovery_drops_reservations_and_never_replays_a_late_append() {
         assert_eq!(got.get(&7), Some(&77));
     }
 }
+
+/// The skip finds holder A's append half landed (its tail word not yet) in the first free
+/// slot: the same case as an append still to come, so that slot is reserved. B's write
+/// goes elsewhere; the rest of A's append lands (before the reservations, on B's applied
+/// item, which then failed its checksum: key 7 unreadable), then its notice, which frees
+/// the slot at the next release. No reader ever sees A's item.
+#[test]
+fn a_torn_append_found_by_a_skip_is_reserved_like_a_late_one() {
+    let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
+    let ep = MemEp::new(&node);
+    block_on(async {
+        let t = Canrt::open(&ep, cfg(8)).await.unwrap();
+        t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
+        let v = tree_of(&node.pm);
+        let g = v.data();
+        let off = v.header.data_node_off(0);
+        let served = meta_of(&node.pm, &v, 0).served();
+        node.pm.store_u64(off + LOCK_OFF, served + 1).unwrap();
+        // A's item for key 6 in slot 1, all but its tail word landed.
+        let isz = g.item_size() as usize;
+        let mut item = vec![0u8; isz];
+        g.encode_item(
+            &mut item,
+            6,
+            &66u64.to_le_bytes(),
+            ItemOpT::Insert,
+            served,
+            true,
+        )
+        .unwrap();
+        node.pm
+            .write(off + g.slot_off(1), &item[..isz - 8])
+            .unwrap();
+        control(
+            &node,
+            Control::new(
+                ControlKind::Skip,
+                v.epoch_tag(),
+                v.header.array_gen,
+                0,
+                served,
+            ),
+        )
+        .unwrap();
+        assert_eq!(meta_of(&node.pm, &v, 0).served(), served + 1);
+        assert_eq!(reserved_slots(&node.pm), 1);
+        let mut out = [0u8; 8];
+        assert_eq!(t.get(&be(6), &mut out).await.unwrap(), None);
+        // B's write, acknowledged; then the rest of A's append, and its notice.
+        t.upsert(&be(7), &77u64.to_le_bytes()).await.unwrap();
+        node.pm
+            .write(off + g.tail_off(1), &item[isz - 8..])
+            .unwrap();
+        let imm = Imm {
+            epoch: v.epoch_tag(),
+            node: 0,
+            slot: 1,
+        }
+        .encode()
+        .unwrap();
+        node.deliver(RecvKind::WriteImm, Some(imm), &[]).unwrap();
+        assert_eq!(meta_of(&node.pm, &v, 0).served(), served + 2);
+        assert_eq!(t.get(&be(7), &mut out).await.unwrap(), Some(8), "key 7");
+        assert_eq!(u64::from_le_bytes(out), 77);
+        assert_eq!(t.get(&be(6), &mut out).await.unwrap(), None);
+        // Freed with the next ticket served.
+        assert_eq!(reserved_slots(&node.pm), 1);
+        t.upsert(&be(8), &88u64.to_le_bytes()).await.unwrap();
+        assert_eq!(reserved_slots(&node.pm), 0);
+    });
+    let got = dump(&node.pm);
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got.get(&6), None);
+}
