@@ -408,6 +408,13 @@ pub const fn tail_valid(tail: u64) -> bool {
     T_VALID.get(tail) == 1
 }
 
+/// The tail word of a *hole*: a slot the server reserved for a skipped lock holder whose
+/// append may still land there (a live slot whose tail has `valid` set is never an item of
+/// the tree). `valid` is set and the opflag is 0, which no item has: a hole never decodes.
+pub const fn hole_tail(ticket: u64) -> u64 {
+    T_TICKET.set(T_VALID.set(0, 1), ticket & TICKET_MASK)
+}
+
 // ---------------------------------------------------------------- segments
 
 /// Which key bits a tree reads, most significant first: constant gaps and levels. Bit
@@ -1321,6 +1328,11 @@ mod tests {
             g.decode_item(&b),
             Err(LayoutError::BadChecksum { .. })
         ));
+        // A hole's tail: valid, and nothing decodes with it, whatever the rest holds.
+        b[0] ^= 1;
+        b[n - 8..].copy_from_slice(&hole_tail(77).to_le_bytes());
+        assert!(tail_valid(hole_tail(77)));
+        assert!(g.decode_item(&b).is_err());
         assert!(
             g.encode_item(&mut b, 1, &[0; 17], ItemOp::Insert, 0, true)
                 .is_err()

@@ -40,17 +40,26 @@
 //!   `Skip`; a client waiting for a resize that sees no new tree for a lease sends a drain
 //!   `Skip`, and the server skips tickets that did not move between two of those. Skipping
 //!   applies the holder's complete item if it is in a free slot (it had appended and died
-//!   before the notice), else serves the next ticket. A holder that was only slow and
-//!   appends after its ticket was skipped reads the meta word back in its append's doorbell,
-//!   sees its ticket passed with its item unprocessed, and writes again on a new ticket; the
-//!   server ignores its late notice and unlock, and readers and recovery never take an item
-//!   whose ticket is not the served one. What is not covered: the lock word is a bare
-//!   counter, so the server cannot name (or [`crate::fabric::Endpoint::fence`]) the client
-//!   behind a ticket, and `Handler::on_disconnect` has nothing to release; a holder stalled
-//!   for a lease *between* reading its turn and its append landing can still have its item
-//!   land in the slot the next holder writes. With 10 ms leases and appends posted
-//!   immediately after the snapshot that grants the turn, that takes a stall of a lease
-//!   inside one doorbell.
+//!   before the notice). Else it serves the next ticket and, in that same persisted store of
+//!   the meta word, *reserves* the slot the holder would append into, which the server
+//!   knows: a holder appends into the first free slot of the bitmap it saw when its turn
+//!   came, and a node's bitmap changes only with its served ticket (or while it is frozen,
+//!   when nobody appends). A reserved slot is live with its item's `valid` bit set (a hole,
+//!   its tail persisted before the bitmap store); the applier clears `valid` before the
+//!   store that makes an item live, so such a slot is never an item of the tree: readers
+//!   skip it unchecked (a late append may be landing in it), the next holders do not pick
+//!   it, and splits keep it. A holder that was only slow appends into its reserved slot,
+//!   reads the meta word back in its append's doorbell, sees its ticket passed with its
+//!   item unprocessed, and writes again on a new ticket; the server refuses the late
+//!   append (and says so), and frees the slot at the node's next release. A waiter whose
+//!   ticket was skipped before its turn came hands it back, which frees its slot likewise.
+//!   So a late append never lands on an item of the tree, and readers and recovery never
+//!   take it (`tests/issue13.rs`, `poller/tests/canrt_lin.rs` with 20 us leases). What is
+//!   not covered: the lock word is a bare counter, so the server cannot name (or
+//!   [`crate::fabric::Endpoint::fence`]) the client behind a ticket, and
+//!   `Handler::on_disconnect` has nothing to release: a dead holder's hole costs its node a
+//!   slot until a rebuild (which leaves the old data array unused) or a recovery (no
+//!   connection from before a restart can append) drops it.
 //! - **Durability and visibility.** Readers see only applied items: the server persists an
 //!   item before the bitmap store that makes it live (and persists that), so a value a reader
 //!   returned survives a memory-node crash whatever the platform does with the NIC's writes

@@ -271,6 +271,11 @@ impl CanrtServer {
         self.publish(region, h)?;
         self.prev_epoch = None;
         self.bounds = bounds;
+        // Slots reserved in the old data array stay reserved there: nobody writes that
+        // memory again (late appends land in it harmlessly, and their notices name no
+        // reservation of the new array).
+        self.reserved.clear();
+        self.freeing.clear();
         Ok(())
     }
 
@@ -470,7 +475,7 @@ impl CanrtServer {
             let m = self.front(region, h, off)?;
             let mut b = None;
             for s in 0..g.slots {
-                if m.bitmap() & (1 << s) != 0 {
+                if m.bitmap() & (1 << s) != 0 && !Self::reserved_slot(region, g, off, s)? {
                     let k = load_key(region, &g, off + g.slot_off(s))?;
                     b = widen(b, k);
                 }
@@ -605,12 +610,14 @@ impl CanrtServer {
         self.publish(region, nh)?;
         self.prev_epoch = Some(h.epoch & SHORT_EPOCH_MASK);
         // The moved items leave the split nodes (recovery does the same after a crash here).
+        // Reserved slots stay reserved: the node keeps its memory, and a skipped holder's
+        // late append may still land in one.
         for (id, _, high) in &splits {
             let off = h.data_node_off(*id);
             let m = self.front(region, h, off)?;
             let mut bm = m.bitmap();
             for s in 0..g.slots {
-                if bm & (1 << s) != 0 {
+                if bm & (1 << s) != 0 && !Self::reserved_slot(region, g, off, s)? {
                     let k = load_key(region, &g, off + g.slot_off(s))?;
                     if high.binary_search_by_key(&k, |p| p.0).is_ok() {
                         bm &= !(1 << s);

@@ -19,8 +19,8 @@ use crate::server::{Handler, LocalRegion, Replies};
 use core::sync::atomic::Ordering;
 use remora_layouts::canrt::{
     Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, ROOT_SLOT,
-    SHORT_EPOCH_MASK, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, Turn, tail_processed,
-    tail_valid,
+    SHORT_EPOCH_MASK, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, Turn, hole_tail,
+    tail_processed, tail_valid,
 };
 use remora_layouts::region::root_offset;
 use remora_layouts::{GlobalAddr, LayoutError};
@@ -84,8 +84,9 @@ pub struct RecoveryReport {
     pub nodes: u32,
     /// Unprocessed complete DataItems whose metadata update was replayed.
     pub replayed: u32,
-    /// Committed DataItems whose `valid` bit was still set.
-    pub finished: u32,
+    /// Reserved slots dropped (skipped lock holders' holes and late appends: their
+    /// connections are gone).
+    pub unreserved: u32,
     /// Data nodes found frozen by an interrupted resize.
     pub unfrozen: u32,
     /// Live items that fail their checksum (media corruption; left in place).
@@ -148,6 +149,12 @@ pub struct CanrtServer {
     pub(super) waiters: BTreeMap<(u32, u16), usize>,
     /// Data nodes whose served ticket this message may have moved (their waiters are told).
     pub(super) touched: Vec<u32>,
+    /// Slots reserved for skipped lock holders' late appends: (data node, slot) -> the
+    /// skipped ticket (see [`Self::skip_ticket`]). Of the current data array only.
+    pub(super) reserved: BTreeMap<(u32, u32), u16>,
+    /// Per data node, reserved slots no append can land in any more (the late append
+    /// landed, or its holder handed the ticket back): freed by the node's next release.
+    pub(super) freeing: BTreeMap<u32, u32>,
 }
 
 impl Default for CanrtServer {
@@ -189,6 +196,8 @@ impl CanrtServer {
             drain_seen: Vec::new(),
             waiters: BTreeMap::new(),
             touched: Vec::new(),
+            reserved: BTreeMap::new(),
+            freeing: BTreeMap::new(),
         }
     }
 
@@ -258,13 +267,14 @@ impl CanrtServer {
     }
 
     /// Steps 1-3 for the item in `slot` (already checked): returns the committed meta word.
-    /// With `release` (the applier), step 3 comes first and step 4 rides on step 2: the
+    /// Step 3 comes first and step 4 (with `release`: the applier) rides on step 2: the
     /// item is written back already marked processed, and one persisted store of the meta
     /// word both makes it live and serves the next ticket (two write-backs per write, not
     /// four). A crash before that store loses the item, which nobody was told was written
-    /// (acknowledgements follow the store). Recovery (`release` false) keeps the item
-    /// unprocessed until its bitmap bit is persisted, so a crash during recovery replays it
-    /// again.
+    /// (acknowledgements follow the store). Recovery (`release` false) does the same (a
+    /// crash during recovery, before that store, loses the unacknowledged item it was
+    /// replaying): a live slot whose item is unprocessed is then always a reserved one (see
+    /// [`Self::skip_ticket`]), never an item of the tree.
     #[allow(clippy::too_many_arguments)]
     fn commit(
         region: &dyn LocalRegion,
@@ -278,13 +288,14 @@ impl CanrtServer {
     ) -> Result<Meta, FabricError> {
         let tail_off = off + g.tail_off(slot);
         let tail = region.load_u64(tail_off)?;
-        if release {
-            region.store_u64(tail_off, tail_processed(tail))?;
-        }
+        region.store_u64(tail_off, tail_processed(tail))?;
         region.persist(off + g.slot_off(slot), g.item_size() as usize);
         let mut bm = front.bitmap();
         for s in 0..g.slots {
-            if s != slot && bm & (1 << s) != 0 && load_key(region, &g, off + g.slot_off(s))? == key
+            if s != slot
+                && bm & (1 << s) != 0
+                && load_key(region, &g, off + g.slot_off(s))? == key
+                && !Self::reserved_slot(region, g, off, s)?
             {
                 bm &= !(1 << s);
             }
@@ -298,11 +309,94 @@ impl CanrtServer {
         }
         Self::store_meta(region, off, m)?;
         region.persist(off + FRONT_OFF, 8);
-        if !release {
-            region.store_u64(tail_off, tail_processed(tail))?;
-            region.persist(tail_off, 8);
-        }
         Ok(m)
+    }
+
+    /// Whether live slot `s` of the node at `off` is reserved (its tail has `valid` set:
+    /// see [`Self::skip_ticket`]); its bytes are then no item of the tree.
+    pub(super) fn reserved_slot(
+        region: &dyn LocalRegion,
+        g: DataGeometry,
+        off: u64,
+        s: u32,
+    ) -> Result<bool, FabricError> {
+        Ok(tail_valid(region.load_u64(off + g.tail_off(s))?))
+    }
+
+    /// Makes free slot `s` of the node at `off` a hole for skipped ticket `ticket`: its tail
+    /// gets `valid` set, persisted (before the bitmap store that marks the slot live, so no
+    /// old processed item there ever shows). The holder's append may be landing meanwhile:
+    /// a tail of its that landed first is left as it is (it has `valid` set too), and a
+    /// compare-and-swap keeps the server from overwriting one that lands at the same time.
+    fn reserve(
+        region: &dyn LocalRegion,
+        g: DataGeometry,
+        off: u64,
+        s: u32,
+        ticket: u64,
+    ) -> Result<(), FabricError> {
+        let tail_off = off + g.tail_off(s);
+        let tail = region.load_u64(tail_off)?;
+        if !tail_valid(tail) {
+            region.cas_u64(tail_off, tail, hole_tail(ticket))?;
+        }
+        region.persist(tail_off, 8);
+        Ok(())
+    }
+
+    /// `front` with the reserved slots of data node `id` no append can land in any more
+    /// cleared (forgotten here): the caller stores it with the next ticket served. Only a
+    /// store that serves a new ticket may change a node's bitmap outside a resize: the
+    /// slot a lock holder appends into is the first free one of the bitmap it saw when its
+    /// turn came, and `skip_ticket` must know which.
+    fn unreserve(&mut self, id: u32, front: Meta) -> Meta {
+        match self.freeing.remove(&id) {
+            Some(bits) => front.with_bitmap(front.bitmap() & !bits),
+            None => front,
+        }
+    }
+
+    /// A WRITE_WITH_IMM naming a slot reserved for skipped ticket `ticket` of data node
+    /// `id`: if that holder's item is in it, whole, its late append has landed (no byte of
+    /// it can come after its notice), and the slot is freed at the node's next release.
+    /// True if so.
+    fn late_landed(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+        id: u32,
+        slot: u32,
+        ticket: u16,
+    ) -> Result<bool, FabricError> {
+        let g = h.data();
+        if id >= h.n_data || slot >= g.slots {
+            return Ok(false);
+        }
+        let off = h.data_node_off(id);
+        let isz = g.item_size() as usize;
+        let mut item = [0u8; remora_layouts::canrt::MAX_ITEM];
+        region.read(off + g.slot_off(slot), &mut item[..isz])?;
+        let landed = g
+            .decode_item(&item[..isz])
+            .is_ok_and(|it| it.valid && it.ticket == ticket as u64);
+        if landed {
+            self.reserved.remove(&(id, slot));
+            *self.freeing.entry(id).or_insert(0) |= 1 << slot;
+        }
+        Ok(landed)
+    }
+
+    /// Tells a skipped holder whose append came late that it was refused (a stale
+    /// acknowledgement naming its ticket): it writes again.
+    fn refuse_late(replies: &mut Replies, node: u32, ticket: u64, meta: Meta) {
+        let t = Turn {
+            stale: true,
+            applied: true,
+            ticket: ticket as u16,
+            node,
+            meta,
+        };
+        replies.send(&t.encode());
     }
 
     /// A WRITE_WITH_IMM notice: apply the appended DataItem.
@@ -318,6 +412,19 @@ impl CanrtServer {
         let h = self.tree(region)?;
         let g = h.data();
         let imm = Imm::decode(imm).map_err(bad_layout(region, h.data_off))?;
+        if let Some(&t) = self.reserved.get(&(imm.node, imm.slot))
+            && self.late_landed(region, &h, imm.node, imm.slot, t)?
+        {
+            // The late append of a holder whose ticket was skipped, into the slot reserved
+            // for it (whatever tree it located its key with: reservations last through
+            // splits): never applied; its writer reads back that it was skipped (or hears
+            // so) and writes again.
+            ServerStats::bump(&self.stats.late);
+            self.touched.push(imm.node);
+            let front = self.front(region, &h, h.data_node_off(imm.node))?;
+            Self::refuse_late(replies, imm.node, t as u64, front);
+            return Ok(());
+        }
         let current = imm.epoch == h.epoch & SHORT_EPOCH_MASK;
         if !current && self.prev_epoch != Some(imm.epoch) {
             // An append to a retired tree: only a holder whose ticket was skipped (it stalled
@@ -340,7 +447,20 @@ impl CanrtServer {
         let decoded = g
             .decode_item(&item[..isz])
             .map(|it| (it.key, it.op, it.ticket));
+        let reserved =
+            front.bitmap() & (1 << imm.slot) != 0 && Self::reserved_slot(region, g, off, imm.slot)?;
         let (key, op) = match decoded {
+            Ok((_, _, ticket)) if reserved && ticket != front.served() => {
+                // A slot reserved for another skipped holder (a notice about another data
+                // array's slot, or one whose item was never in it): not this append's, and
+                // not the lock holder's. Ignored.
+                ServerStats::bump(&self.stats.late);
+                return Ok(());
+            }
+            Err(_) if reserved => {
+                ServerStats::bump(&self.stats.late);
+                return Ok(());
+            }
             Ok((_, _, ticket))
                 if ticket != front.served()
                     && !tail_valid(region.load_u64(off + g.tail_off(imm.slot))?) =>
@@ -350,10 +470,12 @@ impl CanrtServer {
                 return Ok(());
             }
             Ok((_, _, ticket)) if behind(ticket, front.served()) => {
-                // A skipped holder's late append: left where it is, unprocessed (readers and
-                // recovery take only the served ticket's item); its writer reads back that
-                // its ticket was skipped and writes again.
+                // A skipped holder's late append outside a reserved slot (under a data array
+                // a rebuild retired, or one a skip found whole but refused): left where it
+                // is, unprocessed (readers and recovery take only the served ticket's item);
+                // its writer reads back that its ticket was skipped and writes again.
                 ServerStats::bump(&self.stats.late);
+                Self::refuse_late(replies, imm.node, ticket, front);
                 return Ok(());
             }
             Ok((_, _, ticket)) if ticket != front.served() => {
@@ -366,12 +488,12 @@ impl CanrtServer {
                 ));
             }
             Ok(_) if front.bitmap() & (1 << imm.slot) != 0 => {
-                Self::release(region, off, front)?;
+                Self::release(region, off, self.unreserve(imm.node, front))?;
                 return Err(invalid(region, off, "append into a live slot"));
             }
             Ok((key, op, _)) => (key, op),
             Err(_) => {
-                Self::release(region, off, front)?;
+                Self::release(region, off, self.unreserve(imm.node, front))?;
                 return Err(invalid(region, off, "torn or corrupt DataItem"));
             }
         };
@@ -381,7 +503,7 @@ impl CanrtServer {
             // under a passed ticket, which readers and recovery never take). The writer
             // hears so (a stale acknowledgement, or its item still unprocessed behind the
             // served ticket) and writes again.
-            Self::release(region, off, front)?;
+            Self::release(region, off, self.unreserve(imm.node, front))?;
             let t = Turn {
                 stale: true,
                 applied: true,
@@ -393,7 +515,8 @@ impl CanrtServer {
             ServerStats::bump(&self.stats.refused);
             return Ok(());
         }
-        let m = Self::commit(region, g, off, imm.slot, key, op, front, true)?;
+        let free = self.unreserve(imm.node, front);
+        let m = Self::commit(region, g, off, imm.slot, key, op, free, true)?;
         Self::ack(replies, imm.node, front.served(), m);
         if op != ItemOp::Delete
             && let Some(b) = self.bounds.get_mut(imm.node as usize)
@@ -443,7 +566,18 @@ impl CanrtServer {
         self.touched.push(c.node);
         let front = self.front(region, &h, off)?;
         if behind(c.ticket as u64, front.served()) {
-            // Skipped after a lease (its holder stalled): there is nothing to hand back.
+            // Skipped after a lease (its holder stalled): there is nothing to hand back. A
+            // holder hands back only a ticket it appends nothing under, so the slot reserved
+            // for it (if any) is freed at the node's next release.
+            let slot = self
+                .reserved
+                .range((c.node, 0)..=(c.node, u32::MAX))
+                .find(|&(_, &t)| t == c.ticket as u16)
+                .map(|(&k, _)| k);
+            if let Some(k) = slot {
+                self.reserved.remove(&k);
+                *self.freeing.entry(c.node).or_insert(0) |= 1 << k.1;
+            }
             ServerStats::bump(&self.stats.late);
             return Ok(false);
         }
@@ -456,7 +590,7 @@ impl CanrtServer {
                 "unlock by a client that does not hold the lock",
             ));
         }
-        Self::release(region, off, front)?;
+        Self::release(region, off, self.unreserve(c.node, front))?;
         ServerStats::bump(&self.stats.unlocks);
         Ok(true)
     }
@@ -475,7 +609,17 @@ impl CanrtServer {
     /// appending or handing it back (a waiter's report, or a stalled drain): the holder's
     /// complete item, if it is in a free slot, is applied (its notice may still be on the
     /// way, and is then ignored); otherwise the ticket is skipped, and an append it sends
-    /// later is refused and its connection dropped. True if the ticket moved on.
+    /// later is refused. True if the ticket moved on.
+    ///
+    /// A skipped holder may have seen its turn and be about to append (stalled, not dead):
+    /// its append would land in the first free slot of the bitmap it saw, which is this
+    /// one (a node's bitmap changes only with its served ticket, or on a frozen node nobody
+    /// appends to). The same store that serves the next ticket marks that slot live, after
+    /// its tail got `valid` set ([`Self::reserve`]): a *reserved* slot, which readers skip,
+    /// the next holders do not pick and resizes keep, so the late append cannot land on an
+    /// item of the tree. It is freed at the node's release after the late append's notice
+    /// (`apply`), dropped by recovery or a rebuild (which leaves the old data array unused),
+    /// and otherwise stays (a dead holder's), at the cost of one slot.
     fn skip_ticket(
         &mut self,
         region: &dyn LocalRegion,
@@ -510,7 +654,8 @@ impl CanrtServer {
                     ServerStats::bump(&self.stats.refused);
                     break;
                 }
-                m = Self::commit(region, g, off, s, key, op, front, true)?;
+                let free = self.unreserve(id, front);
+                m = Self::commit(region, g, off, s, key, op, free, true)?;
                 if op != ItemOp::Delete
                     && let Some(b) = self.bounds.get_mut(id as usize)
                 {
@@ -521,8 +666,17 @@ impl CanrtServer {
             }
         }
         if m == front {
-            // No item of the holder's applied (which would have served the next ticket).
-            Self::release(region, off, front)?;
+            // No item of the holder's applied (which would have served the next ticket): its
+            // slot is reserved (a holder of a full node asks for a resize and has none).
+            let mut next = self.unreserve(id, front);
+            let free = !front.bitmap() & g.full_bitmap();
+            if free != 0 {
+                let s = free.trailing_zeros();
+                Self::reserve(region, g, off, s, ticket)?;
+                next = next.with_bitmap(next.bitmap() | 1 << s);
+                self.reserved.insert((id, s), ticket as u16);
+            }
+            Self::release(region, off, next)?;
         }
         ServerStats::bump(&self.stats.skipped);
         Ok(true)
@@ -677,9 +831,10 @@ impl CanrtServer {
         }
     }
 
-    /// Crash recovery (§3.6), run before any client connects: finishes committed items,
-    /// replays complete unprocessed ones, unfreezes an interrupted resize's tree (the root
-    /// slot still names it, so the resize never happened), and resets every lock to free.
+    /// Crash recovery (§3.6), run before any client connects: drops reserved slots, replays
+    /// the lock holder's complete unprocessed item, unfreezes an interrupted resize's tree
+    /// (the root slot still names it, so the resize never happened), and resets every lock
+    /// to free.
     pub fn recover(&mut self, region: &dyn LocalRegion) -> Result<RecoveryReport, FabricError> {
         if self.resizing {
             // The interrupted resize ends here (its tree is unfrozen below).
@@ -705,20 +860,29 @@ impl CanrtServer {
             if m.frozen() {
                 r.unfrozen += 1;
             }
+            // Reserved slots (a live slot whose item is unprocessed: a skipped holder's hole
+            // or its late append, see `skip_ticket`) go: the connections that could append
+            // into them are gone. Each becomes a hole, persisted before the store that frees
+            // it, so it is never replayed below, or by a later recovery.
+            let mut dropped = 0u32;
             for s in 0..g.slots {
-                let tail_off = off + g.tail_off(s);
-                let tail = region.load_u64(tail_off)?;
-                if m.bitmap() & (1 << s) != 0 {
-                    region.read(off + g.slot_off(s), &mut item[..isz])?;
-                    if g.decode_item(&item[..isz]).is_err() {
-                        r.corrupt += 1;
-                    } else if tail_valid(tail) {
-                        region.store_u64(tail_off, tail_processed(tail))?;
-                        region.persist(tail_off, 8);
-                        r.finished += 1;
-                    }
+                if m.bitmap() & (1 << s) == 0 {
+                    continue;
+                }
+                if Self::reserved_slot(region, g, off, s)? {
+                    let tail_off = off + g.tail_off(s);
+                    region.store_u64(tail_off, hole_tail(0))?;
+                    region.persist(tail_off, 8);
+                    dropped |= 1 << s;
+                    continue;
+                }
+                region.read(off + g.slot_off(s), &mut item[..isz])?;
+                if g.decode_item(&item[..isz]).is_err() {
+                    r.corrupt += 1;
                 }
             }
+            r.unreserved += dropped.count_ones();
+            m = m.with_bitmap(m.bitmap() & !dropped);
             // At most one unprocessed item per node belongs to the holder: only the lock
             // holder appends, and every processed item's valid bit is persisted clear before
             // the release. Its ticket is the served one; a complete item with another ticket
@@ -827,9 +991,9 @@ impl Handler for CanrtServer {
     fn recover(&mut self, region: &dyn LocalRegion) -> Result<String, FabricError> {
         let r = CanrtServer::recover(self, region)?;
         Ok(format!(
-            "canrt: {} data nodes, {} items replayed, {} finished, {} unfrozen, {} trimmed, \
-             {} corrupt",
-            r.nodes, r.replayed, r.finished, r.unfrozen, r.trimmed, r.corrupt
+            "canrt: {} data nodes, {} items replayed, {} reserved slots dropped, {} unfrozen, \
+             {} trimmed, {} corrupt",
+            r.nodes, r.replayed, r.unreserved, r.unfrozen, r.trimmed, r.corrupt
         ))
     }
 

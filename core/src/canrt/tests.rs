@@ -571,7 +571,7 @@ fn a_holders_item_stays_invisible_until_the_applier_runs() {
     // it not.
     let g = remora_layouts::canrt::DataGeometry::new(4, 8).unwrap();
     let mut node = vec![0u8; g.node_size() as usize];
-    let put_item = |node: &mut Vec<u8>, slot: u32, k: u64, v: u64, op, ticket| {
+    let put = |node: &mut Vec<u8>, slot: u32, k: u64, v: u64, op, ticket, valid| {
         let at = g.slot_off(slot) as usize;
         g.encode_item(
             &mut node[at..at + 24],
@@ -579,11 +579,15 @@ fn a_holders_item_stays_invisible_until_the_applier_runs() {
             &v.to_le_bytes(),
             op,
             ticket,
-            true,
+            valid,
         )
         .unwrap();
     };
-    put_item(&mut node, 0, 7, 70, ItemOpT::Insert, 0);
+    let put_item = |node: &mut Vec<u8>, slot: u32, k: u64, v: u64, op, ticket| {
+        put(node, slot, k, v, op, ticket, true)
+    };
+    // Applied: processed (valid clear).
+    put(&mut node, 0, 7, 70, ItemOpT::Insert, 0, false);
     let m = remora_layouts::canrt::Meta::new(0b1, 1, false, 1);
     node[8..16].copy_from_slice(&m.0.to_le_bytes());
     node[0..8].copy_from_slice(&2u64.to_le_bytes()); // ticket 1 handed out
@@ -626,6 +630,32 @@ fn a_holders_item_stays_invisible_until_the_applier_runs() {
     let m2 = m.with_served(2);
     assert!(!nv.stable(m.0, m2.0));
     assert!(!nv.stable(m2.0, m2.0));
+    // A live slot whose tail has `valid` set is reserved (a skipped holder's hole, or its
+    // late append, whole or landing): skipped, whatever its other bytes hold, never an
+    // error to retry on.
+    let mut res = node.clone();
+    res[8..16].copy_from_slice(&m.with_bitmap(0b111).0.to_le_bytes());
+    put(&mut res, 2, 9, 90, ItemOpT::Insert, 0, false);
+    let at = g.tail_off(1) as usize;
+    res[at..at + 8].copy_from_slice(&remora_layouts::canrt::hole_tail(1).to_le_bytes());
+    let nv = NodeView::parse(g, &res).unwrap();
+    assert!(nv.reserved(1) && !nv.reserved(0) && !nv.reserved(2));
+    assert_eq!(nv.live_slots().collect::<Vec<_>>(), vec![0, 2]);
+    assert_eq!(nv.find(7).unwrap(), Found::Present(&70u64.to_le_bytes()));
+    let mut seen = Vec::new();
+    nv.for_each_live(|k, _| seen.push(k)).unwrap();
+    assert_eq!(seen, vec![7, 9]);
+    // A late item of key 7 landing in it (whole, or torn) does not show either.
+    put_item(&mut res, 1, 7, 71, ItemOpT::Update, 1);
+    assert_eq!(
+        NodeView::parse(g, &res).unwrap().find(7).unwrap(),
+        Found::Present(&70u64.to_le_bytes())
+    );
+    res[g.slot_off(1) as usize] ^= 0x40;
+    assert_eq!(
+        NodeView::parse(g, &res).unwrap().find(7).unwrap(),
+        Found::Present(&70u64.to_le_bytes())
+    );
 }
 
 use remora_layouts::canrt::ItemOp as ItemOpT;

@@ -4,7 +4,7 @@ use remora_layouts::LayoutError;
 use remora_layouts::bits::read_u64;
 use remora_layouts::canrt::{
     DataGeometry, EPOCH_MASK, FRONT_OFF, ITEMS_OFF, Item, LOCK_OFF, MAX_SEGMENTS, Meta,
-    PrefixGeometry, Segment, TICKET_MASK, TreeHeader,
+    PrefixGeometry, Segment, TICKET_MASK, TreeHeader, tail_valid,
 };
 use std_alloc::vec::Vec;
 
@@ -193,9 +193,10 @@ pub enum Found<'a> {
 /// The segments of one READ observe memory in no particular order, so the bytes are a
 /// snapshot only if the meta word, READ alone just before and just after the node on the
 /// same queue pair, did not change ([`NodeView::stable`]). Then no lock was released and no
-/// item applied while the node was read: live items are those of `front`'s bitmap, and the
-/// only slot being written is the lock holder's free slot, whose item is trusted only if
-/// it checksums ([`NodeView::pending`]).
+/// item applied while the node was read: live items are those of `front`'s bitmap but the
+/// reserved slots ([`NodeView::reserved`]), and the only slots being written are the lock
+/// holder's free slot, whose item is trusted only if it checksums ([`NodeView::pending`]),
+/// and reserved slots (late appends of skipped holders), which are never read.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeView<'a> {
     pub lock: u64,
@@ -243,10 +244,23 @@ impl<'a> NodeView<'a> {
         self.g.decode_item(&self.bytes[off..])
     }
 
-    /// Slots marked live in the bitmap.
+    /// Whether live slot `slot` is reserved: its tail word has `valid` set. The server
+    /// clears an item's `valid` before the bitmap store that makes it live, so a live slot
+    /// with `valid` set is a hole the server reserved when it skipped a stalled lock holder
+    /// (a [`remora_layouts::canrt::hole_tail`]), or that holder's late append landing in it
+    /// (every word it can hold has `valid` set): never an item of the tree, and read
+    /// without a checksum (a late append may be landing while it is read).
+    pub fn reserved(&self, slot: u32) -> bool {
+        let isz = self.g.item_size() as usize;
+        let at = ITEMS_OFF as usize + (slot as usize + 1) * isz - 8;
+        read_u64(self.bytes, at).is_ok_and(tail_valid)
+    }
+
+    /// Slots holding applied items: marked live in the bitmap and not reserved.
     pub fn live_slots(&self) -> impl Iterator<Item = u32> + use<'a> {
         let b = self.front.bitmap();
-        (0..self.g.slots).filter(move |s| b & (1 << s) != 0)
+        let nv = *self;
+        (0..self.g.slots).filter(move |&s| b & (1 << s) != 0 && !nv.reserved(s))
     }
 
     /// The lock holder's complete record, if the READ saw a holder that had written one: a

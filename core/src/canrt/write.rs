@@ -8,7 +8,7 @@ use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::lease::{Verdict, Waiter};
 use remora_layouts::GlobalAddr;
 use remora_layouts::canrt::{
-    Control, ControlKind, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, TICKET_MASK,
+    Control, ControlKind, FRONT_OFF, Imm, ItemOp, LOCK_OFF, Meta, TICKET_MASK, tail_processed,
 };
 
 impl<E: Endpoint> Canrt<'_, E> {
@@ -147,9 +147,11 @@ impl<E: Endpoint> Canrt<'_, E> {
                 }
                 // Tickets ahead of ours wait; one behind means ours was skipped (we were
                 // reported stalled before our turn came to us): we appended nothing under
-                // it, so take a new one.
+                // it, so take a new one. Handing it back frees the slot the skip reserved
+                // for our append.
                 if skipped(t, served) {
                     Self::bump(&self.skips);
+                    self.unlock(&v, v.epoch_tag(), id, t).await?;
                     return Ok(Wrote::Again);
                 }
                 // The same ticket served for a lease. If its holder's item is in the node,
@@ -374,6 +376,8 @@ impl<E: Endpoint> Canrt<'_, E> {
         if listen {
             self.mailbox.register(id, t as u16, true);
         }
+        // Whether our ticket may still turn out skipped with our item refused, unseen by us.
+        let mut skippable = true;
         if self.cfg.flush_appends {
             // A READ after the WRITE on the same queue pair completes only once the written
             // bytes left the NIC for memory: the item is durable when the write returns.
@@ -400,14 +404,23 @@ impl<E: Endpoint> Canrt<'_, E> {
                 ])
                 .await?;
             let served = Meta(u64::from_le_bytes(meta)).served();
-            if skipped(t, served) && flush[..] == item[isz - 8..isz] {
+            let mut mine = [0u8; 8];
+            mine.copy_from_slice(&item[isz - 8..isz]);
+            let (mine, got) = (u64::from_le_bytes(mine), u64::from_le_bytes(flush));
+            if skipped(t, served) && got == mine {
+                // Still unprocessed: skipped, refused (it lies in the slot the server
+                // reserved for it).
                 Self::bump(&self.skips);
                 return Ok(Wrote::Again);
             }
-            if served != t {
+            if served != t && (got == tail_processed(mine) || !skipped(t, served)) {
                 // Applied already (a server that keeps up, or a skip that found our item).
                 return Ok(Wrote::Done(present));
             }
+            // Served our ticket, after our item landed: a skip would find it and apply it.
+            skippable = served != t;
+            // Our ticket served past and the slot rewritten since (freed and taken again
+            // before this READ): the server's word decides, below.
         } else {
             self.qp()?
                 .post(&mut [Op::WriteImm {
@@ -424,6 +437,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 t,
                 listen,
                 v.epoch_tag(),
+                skippable,
                 remote.add(isz as u64 - 8),
                 &item[isz - 8..isz],
             )
@@ -443,7 +457,9 @@ impl<E: Endpoint> Canrt<'_, E> {
     /// past ours does (the item was applied, by its notice or by a skip that found it).
     /// False if the server refused the item (a stale acknowledgement, or the served ticket
     /// past ours with our item's last word, at `tail`, still as we wrote it, `written`): we
-    /// located the key with a tree a split has since replaced, and write again.
+    /// located the key with a tree a split has since replaced (a new `epoch`), or our
+    /// ticket was skipped (we stalled for a lease after our turn came; not `skippable` once
+    /// a flush READ saw our ticket served after our item landed), and write again.
     #[allow(clippy::too_many_arguments)]
     async fn await_applied(
         &self,
@@ -452,6 +468,7 @@ impl<E: Endpoint> Canrt<'_, E> {
         t: u64,
         listen: bool,
         epoch: u32,
+        skippable: bool,
         tail: GlobalAddr,
         written: &[u8],
     ) -> Result<bool, CanrtError> {
@@ -474,8 +491,9 @@ impl<E: Endpoint> Canrt<'_, E> {
             Self::bump(&self.waits);
             let m = Meta(read_word(self.qp()?, addr.add(FRONT_OFF)).await?);
             if m.served() != t {
-                // A refusal needs a split published since our snapshot (a new epoch).
-                if m.epoch() == epoch {
+                // Refused (our ticket skipped, or a split since our snapshot sends the key
+                // elsewhere): our item still unprocessed.
+                if !skippable && m.epoch() == epoch {
                     return Ok(true);
                 }
                 let last = read_word(self.qp()?, tail).await?;
