@@ -16,11 +16,11 @@
 //! ([`Waiter`], `min_backoff_ns` doubling to `max_backoff_ns`, measured on the fabric clock,
 //! virtual on the sim), and it watches the lock word: a word that stays *the same* for a
 //! whole lease (`lease_ns`, measured on the waiter's own clock, so no clock is compared
-//! across machines) means its holder made no progress for that long. Only time the waiter
-//! spent watching counts: a gap between two of its looks adds at most [`Waiter::max_gap`]
-//! (a waiter descheduled for longer cannot vouch that the holder had the CPU meanwhile). A
-//! live holder whose critical section can outlast a lease refreshes the word (CAS to a new
-//! tag) before then.
+//! across machines) means its holder made no progress for that long. A waiter that looks at
+//! a steady pace can count only the time it spent watching ([`Waiter::watching`]: a gap
+//! between two of its looks adds at most [`Waiter::max_gap`], since a waiter descheduled for
+//! longer cannot vouch that the holder had the CPU meanwhile). A live holder whose critical
+//! section can outlast a lease refreshes the word (CAS to a new tag) before then.
 //!
 //! # Taking over
 //! Once the lease has run out on a word `w`:
@@ -100,21 +100,25 @@ pub enum Verdict {
 
 /// One waiter's view of one lock word (see the module docs).
 ///
-/// The lease runs only while the waiter watches: between two observations of the same word
-/// at most [`Waiter::max_gap`] counts. A waiter that was itself descheduled (or held up) for
-/// longer saw nothing of the holder meanwhile, and on an oversubscribed machine the holder
-/// was most likely descheduled with it: counting that gap fenced live holders that resumed
-/// microseconds later (Erda's soft lincheck under load, 144 ms between two looks, the grant
-/// finished right after). A dead holder is still found after one lease of watching.
+/// By default the lease runs from the first observation of a word (a caller may backdate it
+/// with an earlier observation: Sherman's reader that noted the word when it met a torn
+/// leaf). A [`Waiter::watching`] waiter counts only time it watched: between two
+/// observations of the same word at most [`Waiter::max_gap`]. A waiter that was itself
+/// descheduled for longer saw nothing of the holder meanwhile, and on an oversubscribed
+/// machine the holder was most likely descheduled with it: counting that gap fenced live
+/// holders that resumed microseconds later (Erda's soft lincheck under load, 144 ms between
+/// two looks, the grant finished right after). A dead holder is still found after one lease
+/// of watching.
 #[derive(Debug, Clone, Copy)]
 pub struct Waiter {
     cfg: LeaseConfig,
     start: u64,
     seen: u64,
-    /// How long the waiter has watched `seen` (gaps capped at `max_gap`), and when it last
+    /// How long the waiter has watched `seen` (gaps capped at `cap`), and when it last
     /// observed the word.
     watched: u64,
     last: u64,
+    cap: u64,
     backoff: u64,
     attempts: u32,
 }
@@ -127,21 +131,31 @@ impl Waiter {
             seen: 0,
             watched: 0,
             last: now,
+            cap: u64::MAX,
             backoff: cfg.min_backoff_ns.max(1),
             attempts: 0,
         }
     }
 
+    /// This waiter counts only the time it watched (see the type's docs): for a waiter that
+    /// looks at a steady pace (its back-off and a round trip) and never backdates.
+    pub fn watching(mut self) -> Waiter {
+        self.cap = self.max_gap();
+        self
+    }
+
     /// The lock was found holding `word` at `now`.
     pub fn observe(&mut self, word: u64, now: u64) -> Verdict {
         self.attempts = self.attempts.saturating_add(1);
-        let gap = now.saturating_sub(self.last);
-        self.last = self.last.max(now);
         if word != self.seen {
             self.seen = word;
             self.watched = 0;
+            // An earlier observation backdates the stretch.
+            self.last = now;
         } else {
-            self.watched = self.watched.saturating_add(gap.min(self.max_gap()));
+            let gap = now.saturating_sub(self.last);
+            self.watched = self.watched.saturating_add(gap.min(self.cap));
+            self.last = self.last.max(now);
         }
         let waited = now.saturating_sub(self.start);
         if waited > self.cfg.deadline_ns || self.attempts > self.cfg.max_attempts {
@@ -160,9 +174,9 @@ impl Waiter {
         Verdict::Wait(pause)
     }
 
-    /// The most one gap between two observations adds to the lease: an eighth of it, and at
-    /// least two of the longest back-offs (a waiter's ordinary pace is one back-off and a
-    /// round trip).
+    /// The most one gap between two observations adds to the lease of a
+    /// [`Waiter::watching`] waiter: an eighth of it, and at least two of the longest
+    /// back-offs (a waiter's ordinary pace is one back-off and a round trip).
     pub fn max_gap(&self) -> u64 {
         (self.cfg.lease_ns / 8)
             .max(self.cfg.max_backoff_ns.saturating_mul(2))
@@ -291,11 +305,9 @@ mod tests {
             }
         }
         assert_eq!(pauses, [10, 20, 40, 80, 80, 80], "exponential, capped");
-        // The same word watched for a whole lease: expired, once per lease.
+        // The same word for a whole lease: expired, once per lease.
         let stuck = owner_word(9, 3);
-        for t in (10_000..11_000).step_by(100) {
-            assert!(matches!(w.observe(stuck, t), Verdict::Wait(_)), "{t}");
-        }
+        assert!(matches!(w.observe(stuck, 10_000), Verdict::Wait(_)));
         assert!(matches!(w.observe(stuck, 10_999), Verdict::Wait(_)));
         assert_eq!(w.observe(stuck, 11_000), Verdict::Expired { word: stuck });
         assert!(matches!(w.observe(stuck, 11_500), Verdict::Wait(_)));
@@ -312,9 +324,13 @@ mod tests {
             deadline_ns: 100_000,
             max_attempts: 1_000_000,
         };
-        let mut w = Waiter::new(cfg, 0);
-        assert_eq!(w.max_gap(), 125);
+        // Without `watching`, the gap counts in full.
+        let mut plain = Waiter::new(cfg, 0);
         let stuck = owner_word(9, 3);
+        assert!(matches!(plain.observe(stuck, 0), Verdict::Wait(_)));
+        assert_eq!(plain.observe(stuck, 3000), Verdict::Expired { word: stuck });
+        let mut w = Waiter::new(cfg, 0).watching();
+        assert_eq!(w.max_gap(), 125);
         assert!(matches!(w.observe(stuck, 0), Verdict::Wait(_)));
         // The waiter was descheduled for three leases between two looks: that gap adds
         // `max_gap`, not a lease (the holder was likely descheduled with it).
