@@ -16,8 +16,11 @@
 //! ([`Waiter`], `min_backoff_ns` doubling to `max_backoff_ns`, measured on the fabric clock,
 //! virtual on the sim), and it watches the lock word: a word that stays *the same* for a
 //! whole lease (`lease_ns`, measured on the waiter's own clock, so no clock is compared
-//! across machines) means its holder made no progress for that long. A live holder whose
-//! critical section can outlast a lease refreshes the word (CAS to a new tag) before then.
+//! across machines) means its holder made no progress for that long. A waiter that looks at
+//! a steady pace can count only the time it spent watching ([`Waiter::watching`]: a gap
+//! between two of its looks adds at most [`Waiter::max_gap`], since a waiter descheduled for
+//! longer cannot vouch that the holder had the CPU meanwhile). A live holder whose critical
+//! section can outlast a lease refreshes the word (CAS to a new tag) before then.
 //!
 //! # Taking over
 //! Once the lease has run out on a word `w`:
@@ -96,12 +99,26 @@ pub enum Verdict {
 }
 
 /// One waiter's view of one lock word (see the module docs).
+///
+/// By default the lease runs from the first observation of a word (a caller may backdate it
+/// with an earlier observation: Sherman's reader that noted the word when it met a torn
+/// leaf). A [`Waiter::watching`] waiter counts only time it watched: between two
+/// observations of the same word at most [`Waiter::max_gap`]. A waiter that was itself
+/// descheduled for longer saw nothing of the holder meanwhile, and on an oversubscribed
+/// machine the holder was most likely descheduled with it: counting that gap fenced live
+/// holders that resumed microseconds later (Erda's soft lincheck under load, 144 ms between
+/// two looks, the grant finished right after). A dead holder is still found after one lease
+/// of watching.
 #[derive(Debug, Clone, Copy)]
 pub struct Waiter {
     cfg: LeaseConfig,
     start: u64,
     seen: u64,
-    since: u64,
+    /// How long the waiter has watched `seen` (gaps capped at `cap`), and when it last
+    /// observed the word.
+    watched: u64,
+    last: u64,
+    cap: u64,
     backoff: u64,
     attempts: u32,
 }
@@ -112,10 +129,19 @@ impl Waiter {
             cfg,
             start: now,
             seen: 0,
-            since: now,
+            watched: 0,
+            last: now,
+            cap: u64::MAX,
             backoff: cfg.min_backoff_ns.max(1),
             attempts: 0,
         }
+    }
+
+    /// This waiter counts only the time it watched (see the type's docs): for a waiter that
+    /// looks at a steady pace (its back-off and a round trip) and never backdates.
+    pub fn watching(mut self) -> Waiter {
+        self.cap = self.max_gap();
+        self
     }
 
     /// The lock was found holding `word` at `now`.
@@ -123,7 +149,13 @@ impl Waiter {
         self.attempts = self.attempts.saturating_add(1);
         if word != self.seen {
             self.seen = word;
-            self.since = now;
+            self.watched = 0;
+            // An earlier observation backdates the stretch.
+            self.last = now;
+        } else {
+            let gap = now.saturating_sub(self.last);
+            self.watched = self.watched.saturating_add(gap.min(self.cap));
+            self.last = self.last.max(now);
         }
         let waited = now.saturating_sub(self.start);
         if waited > self.cfg.deadline_ns || self.attempts > self.cfg.max_attempts {
@@ -132,14 +164,23 @@ impl Waiter {
                 waited_ns: waited,
             };
         }
-        if word != 0 && now.saturating_sub(self.since) >= self.cfg.lease_ns {
+        if word != 0 && self.watched >= self.cfg.lease_ns {
             // Start a fresh lease on this word, in case the takeover fails and it stays.
-            self.since = now;
+            self.watched = 0;
             return Verdict::Expired { word };
         }
         let pause = self.backoff;
         self.backoff = (self.backoff * 2).min(self.cfg.max_backoff_ns.max(1));
         Verdict::Wait(pause)
+    }
+
+    /// The most one gap between two observations adds to the lease of a
+    /// [`Waiter::watching`] waiter: an eighth of it, and at least two of the longest
+    /// back-offs (a waiter's ordinary pace is one back-off and a round trip).
+    pub fn max_gap(&self) -> u64 {
+        (self.cfg.lease_ns / 8)
+            .max(self.cfg.max_backoff_ns.saturating_mul(2))
+            .max(1)
     }
 }
 
@@ -272,6 +313,36 @@ mod tests {
         assert!(matches!(w.observe(stuck, 11_500), Verdict::Wait(_)));
         assert!(matches!(w.observe(stuck, 200_000), Verdict::GiveUp { .. }));
         assert_eq!(holder(stuck), 9);
+    }
+
+    #[test]
+    fn time_the_waiter_was_not_watching_does_not_count() {
+        let cfg = LeaseConfig {
+            lease_ns: 1000,
+            min_backoff_ns: 10,
+            max_backoff_ns: 40,
+            deadline_ns: 100_000,
+            max_attempts: 1_000_000,
+        };
+        // Without `watching`, the gap counts in full.
+        let mut plain = Waiter::new(cfg, 0);
+        let stuck = owner_word(9, 3);
+        assert!(matches!(plain.observe(stuck, 0), Verdict::Wait(_)));
+        assert_eq!(plain.observe(stuck, 3000), Verdict::Expired { word: stuck });
+        let mut w = Waiter::new(cfg, 0).watching();
+        assert_eq!(w.max_gap(), 125);
+        assert!(matches!(w.observe(stuck, 0), Verdict::Wait(_)));
+        // The waiter was descheduled for three leases between two looks: that gap adds
+        // `max_gap`, not a lease (the holder was likely descheduled with it).
+        assert!(matches!(w.observe(stuck, 3000), Verdict::Wait(_)));
+        // Watching on at its ordinary pace, it expires the word once the looks span a lease.
+        let mut t = 3000;
+        while let Verdict::Wait(_) = w.observe(stuck, t + 50) {
+            t += 50;
+            assert!(t < 5000, "never expired");
+        }
+        // 125 ns credited for the gap, then 18 looks 50 ns apart: 125 + 900 >= 1000.
+        assert_eq!(t + 50, 3000 + 18 * 50);
     }
 
     #[test]

@@ -537,7 +537,9 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 (revoke, orphan) = (units, units);
                 continue;
             }
-            let w = w.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+            // Only watched time counts (see `Waiter::watching`): this thread's own stall does
+            // not fence a holder that was descheduled with it.
+            let w = w.get_or_insert_with(|| Waiter::new(self.cfg.lease, now).watching());
             let held = |waited_ns| ErdaError::Held {
                 holder: who,
                 head: reply.head,
