@@ -11,13 +11,16 @@ use remora_core::catfish::{
 };
 use remora_core::counters::Counters;
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv};
-use remora_core::server::{Handler, LocalRegion, Replies};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::NODE_LEN;
 use remora_poller::soft::{NodeConfig, SoftMemoryNode, SoftQp};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
+
+#[path = "common/observed.rs"]
+mod observed;
+use observed::Observed;
 
 const SPACE: i32 = 100_000;
 
@@ -437,48 +440,6 @@ impl QueuePair for StallingQp<'_> {
     }
 }
 
-/// The Catfish server, publishing after every request how many it has handled and how many
-/// reply messages it holds back (flow control), so a test can wait for a server step
-/// instead of sleeping and hoping it came.
-struct Observed {
-    inner: CatfishServer,
-    handled: Arc<AtomicU64>,
-    queued: Arc<AtomicU64>,
-}
-
-impl Observed {
-    fn publish(&self) {
-        self.queued
-            .store(self.inner.queued_replies() as u64, Ordering::Release);
-        self.handled.store(self.inner.handled(), Ordering::Release);
-    }
-}
-
-impl Handler for Observed {
-    fn on_message(
-        &mut self,
-        region: &dyn LocalRegion,
-        conn: usize,
-        recv: Recv,
-        msg: &[u8],
-        replies: &mut Replies,
-    ) -> Result<(), FabricError> {
-        let r = self.inner.on_message(region, conn, recv, msg, replies);
-        self.publish();
-        r
-    }
-    fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {
-        self.inner.on_idle(region)
-    }
-    fn on_disconnect(&mut self, region: &dyn LocalRegion, conn: usize) {
-        self.inner.on_disconnect(region, conn);
-        self.publish();
-    }
-    fn service(&self) -> &'static str {
-        self.inner.service()
-    }
-}
-
 /// A slow reader's long reply against a node with `ring_depth`-slot receive rings and a
 /// server sending `window` messages unread at most: the other client's searches, and the
 /// slow client's whole answer once it reads again. Returns (other client's searches done
@@ -495,12 +456,8 @@ fn slow_reader_run(ring_depth: usize, window: usize) -> (u64, Result<Vec<u64>, S
         ..NodeConfig::default()
     };
     let max = cfg.max_msg;
-    let (handled, queued) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let server = Observed {
-        inner: CatfishServer::new(max).with_window(window),
-        handled: handled.clone(),
-        queued: queued.clone(),
-    };
+    let (server, seen) = Observed::new(CatfishServer::new(max).with_window(window));
+    let (handled, queued) = (&seen.handled, &seen.queued);
     let node = SoftMemoryNode::create_with(cfg, Box::new(server)).unwrap();
     let _server = node.spawn_server();
     let ep = node.endpoint().unwrap();
