@@ -3,7 +3,7 @@
 //! searches racing the server's writes must never miss an entry inserted before they began
 //! nor invent one; torn node READs are detected and re-read.
 use remora_core::Snapshot;
-use remora_core::block_on::block_on;
+use remora_core::block_on::{block_on, yield_now};
 use remora_core::catfish::client::TORN_RETRIES;
 use remora_core::catfish::server::DEFAULT_WINDOW;
 use remora_core::catfish::{
@@ -660,4 +660,87 @@ fn heartbeat_slots_drive_the_adaptive_search() {
         "heartbeat slots: {busy}/100 offloaded while busy; {:?}",
         c.stats()
     );
+}
+
+/// A queue pair whose clock jumps 10 s ahead once, in the middle of the first reply wait
+/// after `armed`: as if the client's thread had been descheduled that long (a loaded
+/// machine) while the server, which answers at once, was not.
+struct AwayQp<'a> {
+    inner: &'a SoftQp,
+    jump: Cell<u64>,
+    armed: Cell<bool>,
+}
+
+impl AwayQp<'_> {
+    fn now(&self) -> u64 {
+        self.inner.clock_ns().unwrap_or(0) + self.jump.get()
+    }
+}
+
+impl QueuePair for AwayQp<'_> {
+    fn peer(&self) -> u16 {
+        self.inner.peer()
+    }
+    async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
+        self.inner.post(ops).await
+    }
+    async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
+        // Two polls end pending, the second after the thread "was away".
+        yield_now().await;
+        if self.armed.replace(false) {
+            self.jump.set(self.jump.get() + 10_000_000_000);
+        }
+        yield_now().await;
+        self.inner.recv(buf).await
+    }
+    fn try_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        self.inner.try_recv(buf)
+    }
+    fn max_message(&self) -> usize {
+        self.inner.max_message()
+    }
+    fn counters(&self) -> &Counters {
+        self.inner.counters()
+    }
+    fn is_broken(&self) -> bool {
+        self.inner.is_broken()
+    }
+    fn clock_ns(&self) -> Option<u64> {
+        Some(self.now())
+    }
+    fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
+        let until = self.now().saturating_add(ns);
+        async move {
+            loop {
+                yield_now().await;
+                if self.now() >= until {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The reply deadline counts only time the client watched: a client whose thread was away
+/// for 10 s (five times its 2 s deadline) in the middle of a wait still takes the reply a
+/// live server sent, instead of calling the server hung (`NoReply`, the client closed).
+#[test]
+fn a_client_that_was_descheduled_does_not_call_a_live_server_hung() {
+    let node = node(1 << 20);
+    let _server = node.spawn_server();
+    let ep = node.endpoint().unwrap();
+    let qp = ep.qp(0).unwrap();
+    let mut c = block_on(CatfishClient::create(qp, 1)).unwrap();
+    block_on(c.insert(qp, data_rect(1), 1)).unwrap();
+    let away = AwayQp {
+        inner: qp,
+        jump: Cell::new(0),
+        armed: Cell::new(true),
+    };
+    block_on(c.insert(&away, data_rect(2), 2)).unwrap();
+    assert!(!away.armed.get(), "the wait never saw the jump");
+    let mut hits = Vec::new();
+    let everything = Rect::new(i32::MIN, i32::MIN, i32::MAX, i32::MAX).unwrap();
+    block_on(c.search(&away, everything, Mode::Messaging, &mut hits)).unwrap();
+    assert_eq!(ids_of(&hits), vec![1, 2]);
 }
