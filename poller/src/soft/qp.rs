@@ -19,6 +19,14 @@ pub const CLIENT_PEER: NodeId = NodeId::MAX;
 /// How long a receiver waits between checks that its peer is still alive.
 const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 
+/// How long a receive only spins; after that it also gives its CPU away (`sched_yield`)
+/// between checks. The soft fabric raises no interrupt, and a waiter that only spins takes
+/// the CPU from the thread it waits for: a memory node's server thread on the same core,
+/// which on a loaded 2-core machine then got no CPU for 300-700 ms at a time, and clients
+/// gave it up as hung (Catfish's `NoReply`). A round trip takes microseconds, so only long
+/// waits yield.
+const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
+
 /// What a sender does when the peer has no receive posted (its ring is full): the
 /// receiver-not-ready (RNR) retry of contract rule 6, as the sim and RC NICs do it. The first
 /// attempt that finds no receive is an RNR NAK; the sender then retries every `timer`, at
@@ -498,6 +506,7 @@ impl QueuePair for SoftQp {
 
     async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
         let mut checked = Instant::now();
+        let start = checked;
         loop {
             if let Some(r) = self.try_recv(buf)? {
                 return Ok(r);
@@ -510,6 +519,10 @@ impl QueuePair for SoftQp {
                     return Err(FabricError::RetryExceeded { node: self.peer });
                 }
                 checked = Instant::now();
+            }
+            if start.elapsed() > SPIN_BEFORE_YIELD {
+                // A long wait: let the thread it waits for (a server on this core) run.
+                std::thread::yield_now();
             }
             yield_now().await;
         }
