@@ -38,6 +38,7 @@ pub mod server;
 #[cfg(feature = "alloc")]
 pub mod sherman;
 pub mod smart;
+pub mod watched;
 #[cfg(feature = "alloc")]
 pub mod wort;
 

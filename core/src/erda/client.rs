@@ -3,6 +3,7 @@ use super::{ErdaClientConfig, ErdaError};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind};
 use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter, holder};
+use crate::watched::Watched;
 use core::cell::{Cell, RefCell};
 use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
@@ -94,7 +95,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         let qp = ep.qp(cfg.node)?;
         let want = cfg.slots.clamp(1, 64);
         qp.send(&hello_slots(ep.client_id(), want)).await?;
-        let reply = recv_reply(ep, qp, cfg.lease.deadline_ns).await?;
+        let mut w = Watched::new(ep.now_ns(), cfg.lease.deadline_ns);
+        let reply = recv_reply(ep, qp, &mut w).await?;
         if reply.status != Status::Welcome {
             return Err(ErdaError::Refused {
                 status: reply.status,
@@ -165,7 +167,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         let qp = self.qp()?;
         qp.send(&GOODBYE).await?;
         for _ in 0..4 {
-            let r = recv_reply(self.ep, qp, self.cfg.lease.deadline_ns).await?;
+            let mut w = Watched::new(self.ep.now_ns(), self.cfg.lease.deadline_ns);
+            let r = recv_reply(self.ep, qp, &mut w).await?;
             if r.status == Status::Closed {
                 return Ok(());
             }
@@ -320,10 +323,11 @@ impl<'e, E: Endpoint> Erda<'e, E> {
 
     /// Waits for the reply to `seq` in mailbox `slot`. One waiting coroutine at a time takes
     /// replies off the queue pair and routes them; the others wait for theirs to be routed
-    /// (or for the receiving role to be free), each up to the deadline.
+    /// (or for the receiving role to be free), each up to the deadline, counted in watched
+    /// time ([`Watched`]: a client descheduled on a loaded machine does not call a live
+    /// server dead).
     async fn await_reply(&self, slot: u32, seq: u32) -> Result<(Reply, bool), ErdaError> {
-        let start = self.ep.now_ns();
-        let deadline = self.cfg.lease.deadline_ns;
+        let mut w = Watched::new(self.ep.now_ns(), self.cfg.lease.deadline_ns);
         let qp = self.qp()?;
         let timeout = ErdaError::Retries {
             what: "no reply from the Erda server within the deadline (is the memory node down?)",
@@ -332,19 +336,17 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             if let Some(r) = self.take(slot) {
                 return Ok(r);
             }
-            let left = deadline.saturating_sub(self.ep.now_ns().saturating_sub(start));
-            if left == 0 {
+            if w.note(self.ep.now_ns()) == 0 {
                 return Err(timeout);
             }
             if !self.receiving.get() {
                 // Take replies off the queue pair, routing each, until this one's came.
                 let _role = Receiving::take(self);
                 loop {
-                    let left = deadline.saturating_sub(self.ep.now_ns().saturating_sub(start));
-                    if left == 0 {
+                    if w.note(self.ep.now_ns()) == 0 {
                         return Err(timeout);
                     }
-                    let r = recv_reply(self.ep, qp, left).await?;
+                    let r = recv_reply(self.ep, qp, &mut w).await?;
                     let refused = r.seq == seq && r.status == Status::BadRequest;
                     self.deliver(r);
                     if refused {
@@ -368,10 +370,10 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                     s.waker = Some(cx.waker().clone());
                     Poll::Pending
                 }));
-                let timer = pin!(self.ep.pause(left));
+                let timer = pin!(self.ep.pause(w.pause_ns()));
                 race(wait, timer).await
             };
-            if routed.is_none() && self.ep.now_ns().saturating_sub(start) >= deadline {
+            if routed.is_none() && w.note(self.ep.now_ns()) == 0 {
                 return Err(timeout);
             }
         }
@@ -987,16 +989,23 @@ async fn race<A: Future, B: Future>(mut a: Pin<&mut A>, mut b: Pin<&mut B>) -> O
     .await
 }
 
-/// The server's next reply, waiting at most `deadline_ns` on the fabric clock: a memory node
-/// that crashed after taking the request never answers, and its receive would never
-/// complete. (A reply that comes after all is skipped by the next request: its sequence is
-/// older.)
-async fn recv_reply<E: Endpoint>(ep: &E, qp: &E::Qp, deadline_ns: u64) -> Result<Reply, ErdaError> {
+/// The server's next reply, waiting at most what is left of `w` (watched time on the fabric
+/// clock): a memory node that crashed after taking the request never answers, and its
+/// receive would never complete. (A reply that comes after all is skipped by the next
+/// request: its sequence is older.)
+async fn recv_reply<E: Endpoint>(ep: &E, qp: &E::Qp, w: &mut Watched) -> Result<Reply, ErdaError> {
     let mut buf = [0u8; 64];
     let r = {
-        let recv = pin!(qp.recv(&mut buf));
-        let timer = pin!(ep.pause(deadline_ns));
-        race(recv, timer).await
+        let mut recv = pin!(qp.recv(&mut buf));
+        loop {
+            let timer = pin!(ep.pause(w.pause_ns()));
+            if let Some(r) = race(recv.as_mut(), timer).await {
+                break Some(r);
+            }
+            if w.note(ep.now_ns()) == 0 {
+                break None;
+            }
+        }
     };
     let r = r.ok_or(ErdaError::Retries {
         what: "no reply from the Erda server within the deadline (is the memory node down?)",
