@@ -47,6 +47,9 @@ pub enum IndexCfg {
     },
 }
 
+/// A memory node's handler and the resize clock of its CANRT server (empty for others).
+pub type ServedBy = (Box<dyn Handler + Send>, ResizeWatch);
+
 impl IndexCfg {
     pub fn index_name(&self) -> &'static str {
         match self {
@@ -135,11 +138,7 @@ impl IndexCfg {
     }
 
     /// [`Self::server_handler`], and where to read the resize clock of the CANRT server.
-    pub fn server(
-        &self,
-        region_len: u64,
-        chunk_size: u64,
-    ) -> Result<Option<(Box<dyn Handler + Send>, ResizeWatch)>, String> {
+    pub fn server(&self, region_len: u64, chunk_size: u64) -> Result<Option<ServedBy>, String> {
         let h: Box<dyn Handler + Send> = match self {
             IndexCfg::Canrt { .. } => {
                 let s = CanrtServer::new();
