@@ -618,3 +618,106 @@ fn writes_to_other_nodes_go_on_during_a_resize() {
     assert!(done >= 1, "the resize never finished");
     assert_eq!(wrong, 0, "lookups after the resize");
 }
+
+/// A writer queued behind a dead lock holder while a split of another data node gives every
+/// node a new epoch: its view is now stale, and it still reports the dead ticket after a
+/// lease, so the server skips it and the write goes on (hands its turn back, writes again on
+/// the new tree). It used to re-read the node on every poll because of the epoch and never
+/// report the stuck ticket: it waited until `lock_polls` ran out (2 million polls in the
+/// default configuration, hours; the rare `lin_soft canrt` run that never finished).
+#[test]
+fn a_waiter_with_a_stale_view_still_reports_a_dead_ticket() {
+    use remora_core::fabric::Endpoint;
+    use remora_layouts::GlobalAddr;
+    use remora_layouts::canrt::{Control, ControlKind, FRONT_OFF, LOCK_OFF, Meta};
+    let out = RefCell::new(None);
+    let waiting = Cell::new(None::<u32>);
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 2,
+        seed: 5,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let server = CanrtServer::new();
+    let stats = server.stats();
+    sim.set_handler(0, Box::new(server)).unwrap();
+    // Polls enough for many leases of waiting, not for the old endless wait.
+    let wcfg = CanrtConfig {
+        lock_polls: 20_000,
+        ..cfg()
+    };
+    let lease = wcfg.lease.lease_ns;
+    let setup = sim.client(0).unwrap();
+    let waiting_ref = &waiting;
+    let stats_ref = stats.clone();
+    sim.spawn_with(&setup, 0, move |ctx| async move {
+        let t = Canrt::open(ctx.ep(), cfg()).await.unwrap();
+        for k in 0..40u64 {
+            t.upsert(&(k << 20).to_be_bytes(), &k.to_le_bytes())
+                .await
+                .unwrap();
+        }
+        let v = t.view();
+        let qp = ctx.ep().qp(0).unwrap();
+        let word = async |at: GlobalAddr| {
+            let mut b = [0u8; 8];
+            qp.read(at, &mut b).await.unwrap();
+            u64::from_le_bytes(b)
+        };
+        let node_of = |k: u64| v.locate(u128::from(k << 20)).unwrap();
+        let (x, y) = (node_of(0), node_of(39));
+        assert_ne!(x, y, "one data node holds every key");
+        let lock = |id: u32| GlobalAddr::new(0, v.header.data_node_off(id) + LOCK_OFF);
+        let front = |id: u32| GlobalAddr::new(0, v.header.data_node_off(id) + FRONT_OFF);
+        // A dead holder on node x: its ticket is served, it never appends nor hands back.
+        qp.faa(lock(x), 1).await.unwrap();
+        waiting_ref.set(Some(x));
+        // Wait until the writer queued behind it.
+        let served = Meta(word(front(x)).await).served();
+        while word(lock(x)).await.wrapping_sub(served) & 0xffff < 2 {
+            ctx.sleep(1_000).await;
+        }
+        // Split node y: take its lock and report it full (it drains at once).
+        let ticket = Meta(word(front(y)).await).served();
+        qp.faa(lock(y), 1).await.unwrap();
+        let resizes = stats_ref.resizes.load(Ordering::Relaxed);
+        let c = Control::new(
+            ControlKind::Resize,
+            v.epoch_tag(),
+            v.header.array_gen,
+            y,
+            ticket,
+        );
+        qp.send(&c.encode()).await.unwrap();
+        ctx.sleep(100_000).await;
+        assert!(
+            stats_ref.resizes.load(Ordering::Relaxed) > resizes,
+            "the split did not happen"
+        );
+    });
+    let writer = sim.client(1).unwrap();
+    let out_ref = &out;
+    sim.spawn_with(&writer, 0, move |ctx| async move {
+        let t = Canrt::open(ctx.ep(), wcfg).await.unwrap();
+        while waiting_ref.get().is_none() {
+            ctx.sleep(1_000).await;
+        }
+        let start = ctx.now_ns();
+        let r = t.upsert(&0u64.to_be_bytes(), &7u64.to_le_bytes()).await;
+        let took = ctx.now_ns() - start;
+        let mut w = [0u8; 8];
+        let got = t.get(&0u64.to_be_bytes(), &mut w).await.unwrap();
+        *out_ref.borrow_mut() = Some((r.map_err(|e| e.to_string()), took, got, w));
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    let (r, took, got, w) = out.into_inner().unwrap();
+    println!("the write behind a dead holder took {took} ns ({r:?})");
+    assert_eq!(r, Ok(()), "the write behind the dead ticket failed");
+    assert!(
+        stats.skipped.load(Ordering::Relaxed) >= 1,
+        "the dead ticket was never skipped"
+    );
+    assert!(took < 20 * lease, "the write took {took} ns");
+    assert_eq!((got, u64::from_le_bytes(w)), (Some(8), 7));
+}

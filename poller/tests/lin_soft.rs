@@ -10,8 +10,12 @@ use remora_core::lincheck::driver::{LinSpec, lin_client};
 use remora_core::lincheck::{CheckConfig, History, Recorder, Report, check};
 use remora_poller::executor::run_coroutines;
 use remora_poller::soft::{NodeConfig, SoftMemoryNode};
-use std::sync::Arc;
-use std::time::Instant;
+use std::future::{Future, poll_fn};
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
 /// One test at a time: each spins 4 client threads and a server thread, and several at
 /// once on a small machine slow each other down many times over.
@@ -20,6 +24,81 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const THREADS: u32 = 4;
 const COROS: u32 = 4;
 const OPS: u64 = 300;
+
+/// A run still going after this long fails with what it has (a hang, not a slow machine:
+/// runs take seconds to a minute). `LIN_SOFT_DEADLINE_S` overrides it.
+const DEADLINE: Duration = Duration::from_secs(600);
+
+/// Stops every client of a run once one fails (or the run passes its deadline): without
+/// it, a client's error left the other threads running, and one waiting on a lock the
+/// failed client held (or on a notice it would have caused) kept `std::thread::scope`
+/// waiting forever, the error unseen.
+struct Stop {
+    flag: AtomicBool,
+    first: Mutex<Option<String>>,
+    start: Instant,
+    deadline: Duration,
+}
+
+impl Stop {
+    fn new(start: Instant) -> Stop {
+        let deadline = std::env::var("LIN_SOFT_DEADLINE_S")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(DEADLINE, Duration::from_secs);
+        Stop {
+            flag: AtomicBool::new(false),
+            first: Mutex::new(None),
+            start,
+            deadline,
+        }
+    }
+
+    /// Records `why` (the first failure is the one reported first) and stops every client.
+    fn fail(&self, why: String) -> String {
+        let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = Some(why.clone());
+        }
+        self.flag.store(true, Ordering::SeqCst);
+        why
+    }
+
+    fn first(&self) -> String {
+        let first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        format!(
+            "first failure: {}",
+            first.as_deref().unwrap_or("none recorded")
+        )
+    }
+
+    /// Runs client `fut`, ending it early (an error) once any client failed or the deadline
+    /// passed; its own error stops the others. `run_coroutines` polls every unfinished
+    /// coroutine each round, so a stopped client ends within a round, whatever it awaits.
+    async fn guard<T>(&self, fut: impl Future<Output = Result<T, String>>) -> Result<T, String> {
+        let mut fut = pin!(fut);
+        poll_fn(|cx| {
+            if self.flag.load(Ordering::SeqCst) {
+                return Poll::Ready(Err(
+                    "stopped (another client failed, or the deadline passed)".to_string(),
+                ));
+            }
+            let elapsed = self.start.elapsed();
+            if elapsed > self.deadline {
+                let why = format!(
+                    "still running after {elapsed:?} (deadline {:?})",
+                    self.deadline
+                );
+                return Poll::Ready(Err(self.fail(why)));
+            }
+            match fut.as_mut().poll(cx) {
+                Poll::Ready(Err(e)) => Poll::Ready(Err(self.fail(e))),
+                r => r,
+            }
+        })
+        .await
+    }
+}
 
 /// Runs the workload on `$node` (its server thread started here); `$open` opens the index on
 /// `$ep` (run once alone first, to create it).
@@ -39,14 +118,18 @@ macro_rules! lin_soft {
             block_on($open).unwrap();
         }
         let start = Instant::now();
-        let parts: Vec<History> = std::thread::scope(|s| {
+        let stop = Stop::new(start);
+        let results: Vec<Result<History, String>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
                 .map(|th| {
-                    let node = &node;
-                    s.spawn(move || {
-                        let ep1 = node.endpoint().unwrap();
+                    let (node, stop) = (&node, &stop);
+                    s.spawn(move || -> Result<History, String> {
+                        let ep1 = node
+                            .endpoint()
+                            .map_err(|e| stop.fail(format!("thread {th}: endpoint: {e}")))?;
                         let $ep = &ep1;
-                        let index = block_on($open).unwrap();
+                        let index = block_on($open)
+                            .map_err(|e| stop.fail(format!("thread {th}: open: {e:?}")))?;
                         let per = (COROS as u64 * OPS) as usize;
                         let rec = Recorder::new(per, per * 17);
                         let clock = || start.elapsed().as_nanos() as u64;
@@ -57,22 +140,43 @@ macro_rules! lin_soft {
                                     cold: 32,
                                     ..LinSpec::new(1 + th * COROS + c, OPS, seed, $scans)
                                 };
-                                async move {
+                                stop.guard(async move {
                                     lin_client(index, &spec, rec, clock)
                                         .await
                                         .map_err(|e| format!("client {}: {e}", spec.client))
-                                }
+                                })
                             })
                             .collect();
-                        for r in run_coroutines(coros) {
-                            r.unwrap();
+                        let errors: Vec<String> = run_coroutines(coros)
+                            .into_iter()
+                            .filter_map(Result::err)
+                            .collect();
+                        if !errors.is_empty() {
+                            return Err(format!(
+                                "thread {th} ({} of {per} operations recorded): {}",
+                                rec.len(),
+                                errors.join("; ")
+                            ));
                         }
-                        rec.finish().expect("recorder sized for the workload")
+                        rec.finish().map_err(|e| format!("thread {th}: {e:?}"))
                     })
                 })
                 .collect();
-            handles.into_iter().map(|t| t.join().unwrap()).collect()
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(th, t)| {
+                    t.join()
+                        .unwrap_or_else(|_| Err(stop.fail(format!("thread {th} panicked"))))
+                })
+                .collect()
         });
+        let failed: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        if !failed.is_empty() {
+            let threads: Vec<&str> = failed.iter().map(|e| e.as_str()).collect();
+            panic!("{}\nper thread:\n{}", stop.first(), threads.join("\n"));
+        }
+        let parts: Vec<History> = results.into_iter().filter_map(Result::ok).collect();
         let h = History::merge(parts);
         assert_eq!(h.events.len() as u64, (threads * COROS) as u64 * OPS);
         check(&h, &CheckConfig::new(seed))

@@ -39,7 +39,7 @@ use crate::server::LocalRegion;
 use remora_layouts::GlobalAddr;
 use remora_layouts::canrt::{
     DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, MAX_DATA_NODES, MAX_SEGMENTS, Meta, ROOT_SLOT,
-    SHORT_EPOCH_MASK, TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
+    TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
 };
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use std_alloc::vec;
@@ -269,7 +269,7 @@ impl CanrtServer {
         let h = Self::header(g, epoch, data_off, n as u32, cap, array_gen);
         let h = self.write_area(region, h, p)?;
         self.publish(region, h)?;
-        self.prev_epoch = None;
+        self.array_epoch = Some(h.epoch);
         self.bounds = bounds;
         // Slots reserved in the old data array stay reserved there: nobody writes that
         // memory again (late appends land in it harmlessly, and their notices name no
@@ -608,7 +608,9 @@ impl CanrtServer {
             Self::store_meta(region, off, m.with_epoch(epoch))?;
         }
         self.publish(region, nh)?;
-        self.prev_epoch = Some(h.epoch & SHORT_EPOCH_MASK);
+        // The replaced tree is of the same data array (a server that did not publish the
+        // array's first tree knows it from here on).
+        self.array_epoch.get_or_insert(h.epoch);
         // The moved items leave the split nodes (recovery does the same after a crash here).
         // Reserved slots stay reserved: the node keeps its memory, and a skipped holder's
         // late append may still land in one.

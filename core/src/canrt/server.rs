@@ -127,12 +127,15 @@ pub struct CanrtServer {
     /// (a message about the node, or an idle check) can drain one: each message re-checks
     /// only the nodes it touched.
     pub(super) undrained: BTreeSet<u32>,
-    /// The (short) epoch of the tree the last split replaced, same data array: an append
-    /// under it to a node that was not split is still applied if the valid tree routes
-    /// its key there (its writer read the meta word just before the split was published).
-    pub(super) prev_epoch: Option<u32>,
+    /// The (full) epoch of the oldest tree of the current data array this server knows:
+    /// the one it formatted or rebuilt, or the one its first split replaced. An append
+    /// named with any epoch from it to the valid one's ([`Self::same_array`]) is to a node
+    /// of this data array (splits keep nodes where they are): it is still applied if the
+    /// valid tree routes its key there (its writer read the meta word before one or more
+    /// splits were published: a holder descheduled between its turn and its append).
+    pub(super) array_epoch: Option<u32>,
     /// The valid tree's prefix array, read when an append must be routed (see
-    /// `prev_epoch`); dropped at each publish.
+    /// `array_epoch`); dropped at each publish.
     pub(super) view: Option<TreeView>,
     /// The area (offset, length) not published: the next resize writes its header there.
     pub(super) shadow: Option<(u64, u64)>,
@@ -186,7 +189,7 @@ impl CanrtServer {
             split: Vec::new(),
             rebuild: false,
             undrained: BTreeSet::new(),
-            prev_epoch: None,
+            array_epoch: None,
             view: None,
             shadow: None,
             bounds: Vec::new(),
@@ -426,12 +429,12 @@ impl CanrtServer {
             return Ok(());
         }
         let current = imm.epoch == h.epoch & SHORT_EPOCH_MASK;
-        if !current && self.prev_epoch != Some(imm.epoch) {
-            // An append to a retired tree: only a holder whose ticket was skipped (it stalled
-            // for a lease, and a resize went on without it) sends one. Its item lies in a
-            // free slot under an old ticket, which nobody takes; it reads back that it was
-            // skipped and writes again. (An append under the tree the last split replaced
-            // is checked below: its node took writes through the split.)
+        if !current && !self.same_array(&h, imm.epoch) {
+            // An append to a retired data array: only a holder whose ticket was skipped (it
+            // stalled for a lease, and a rebuild went on without it) sends one. Its item
+            // lies in a free slot under an old ticket, which nobody takes; it reads back
+            // that it was skipped and writes again. (An append under an older tree of this
+            // data array is checked below: its node took writes through the splits.)
             ServerStats::bump(&self.stats.late);
             return Ok(());
         }
@@ -498,7 +501,7 @@ impl CanrtServer {
             }
         };
         if !current && !self.routes_to(region, &h, key, imm.node)? {
-            // Its writer located the key with the tree before the last split, and the valid
+            // Its writer located the key with a tree before one or more splits, and the valid
             // tree sends it to another node: refused (lock released, item left unprocessed
             // under a passed ticket, which readers and recovery never take). The writer
             // hears so (a stale acknowledgement, or its item still unprocessed behind the
@@ -525,6 +528,19 @@ impl CanrtServer {
         }
         ServerStats::bump(&self.stats.applied);
         Ok(())
+    }
+
+    /// Whether short epoch `short` (an append's) names a tree of the valid tree `h`'s data
+    /// array that this server published or replaced (see `array_epoch`). Short epochs
+    /// wrap: an append more than 2^7 trees old may be taken for a younger one's (then
+    /// checked like any other: its slot holds no item of the served ticket's).
+    pub(super) fn same_array(&self, h: &TreeHeader, short: u32) -> bool {
+        let Some(first) = self.array_epoch else {
+            return false;
+        };
+        let span = h.epoch.wrapping_sub(first);
+        let age = (h.epoch & SHORT_EPOCH_MASK).wrapping_sub(short) & SHORT_EPOCH_MASK;
+        age <= span
     }
 
     /// Whether the valid tree `h` sends `key` to data node `id`.

@@ -112,6 +112,9 @@ impl<E: Endpoint> Canrt<'_, E> {
         let mut asked = false;
         // Consecutive notice waits that ran out without the served ticket moving.
         let mut late = 0u32;
+        // The node's epoch as last looked at whole (below): a new one is re-read at once, to
+        // notice a new tree; the same one again is waited on like ours, lease and all.
+        let mut checked = v.epoch_tag();
         loop {
             let nv = match self.snapshot(g, &bracket, buf) {
                 Ok(Some(nv)) => Some(nv),
@@ -125,6 +128,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 }
             };
             if let Some(nv) = nv {
+                checked = nv.front.epoch();
                 let served = nv.front.served();
                 let current = !nv.front.frozen() && nv.front.epoch() == v.epoch_tag();
                 if served == t && current {
@@ -241,9 +245,14 @@ impl<E: Endpoint> Canrt<'_, E> {
                     // notice).
                     return self.put(&v, id, addr, m, false, op, key, value, t).await;
                 }
+                // A split published since our view gives every node a new epoch: our
+                // ticket stays this node's, so once that epoch was looked at (a new view
+                // read) we wait on as before. Re-reading the node at every poll instead
+                // never reported a stuck ticket ahead (a dead holder's): the wait lasted
+                // until `lock_polls` ran out.
                 if m.served() == t
                     || skipped(t, m.served())
-                    || m.epoch() != v.epoch_tag()
+                    || (m.epoch() != v.epoch_tag() && m.epoch() != checked)
                     || (m.frozen() && polls.is_multiple_of(8))
                 {
                     break;
