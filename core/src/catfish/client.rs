@@ -869,8 +869,8 @@ impl CatfishClient {
 /// Runs `fut` until it resolves, or until `ns` of *watched* time of `qp`'s clock have passed
 /// (`None` then; the unfinished `fut` is dropped, which every fabric's receive allows).
 ///
-/// Watched time: the wait runs in pauses of `ns / 16`, and each one counts at most twice its
-/// length, however long it took. A pause that overran by far means this thread was not
+/// Watched time ([`crate::watched::Watched`]): the wait runs in pauses of `ns / 16`, and each
+/// one counts at most twice its length, however long it took. A pause that overran by far means this thread was not
 /// running (descheduled on a loaded machine), and that time says nothing about whether the
 /// server is hung: on a 2-core machine at load 25, clients of a live soft memory node
 /// reported `NoReply` after 5.3 s of a 2 s deadline. A fabric whose clock only moves while
@@ -880,12 +880,13 @@ async fn within<Q: QueuePair, F: core::future::Future>(
     ns: u64,
     fut: F,
 ) -> Option<F::Output> {
-    let step = (ns / 16).max(1);
     let mut fut = core::pin::pin!(fut);
-    let mut watched = 0u64;
-    let mut last = qp.clock_ns().unwrap_or(0);
-    while watched < ns {
-        let mut timer = core::pin::pin!(qp.pause(step.min(ns - watched)));
+    // A fabric without a clock: each pause counts its whole length.
+    let mut now = qp.clock_ns().unwrap_or(0);
+    let mut w = crate::watched::Watched::new(now, ns);
+    while w.note(now) > 0 {
+        let pause = w.pause_ns();
+        let mut timer = core::pin::pin!(qp.pause(pause));
         let done = core::future::poll_fn(|cx| {
             if let core::task::Poll::Ready(v) = fut.as_mut().poll(cx) {
                 return core::task::Poll::Ready(Some(v));
@@ -899,9 +900,7 @@ async fn within<Q: QueuePair, F: core::future::Future>(
         if done.is_some() {
             return done;
         }
-        let now = qp.clock_ns().unwrap_or(last.saturating_add(step));
-        watched = watched.saturating_add(now.saturating_sub(last).clamp(1, 2 * step));
-        last = now;
+        now = qp.clock_ns().unwrap_or(now.saturating_add(pause));
     }
     None
 }
