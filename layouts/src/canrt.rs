@@ -827,8 +827,12 @@ impl TreeHeader {
         Segment::decode(self.segments[i])
     }
     /// Region offset of data node `id`.
+    /// Saturates instead of overflowing for an id past the header's `data_cap` (such an
+    /// address lies outside every region: the READ fails with a remote access error).
     pub fn data_node_off(&self, id: u32) -> u64 {
-        self.data_off + id as u64 * self.data_node_size
+        (id as u64)
+            .saturating_mul(self.data_node_size)
+            .saturating_add(self.data_off)
     }
 
     pub fn encode(&self) -> [u8; TREE_HEADER_LEN] {
@@ -1003,10 +1007,14 @@ impl TreeHeader {
             .checked_mul(self.data_node_size)
             .and_then(|d| d.checked_add(self.data_off));
         let area_end = self.area_off.checked_add(self.area_len);
-        match (data_end, area_end) {
-            (Some(d), Some(a))
-                if self.prefix_off == self.area_off + TREE_HEADER_LEN as u64
-                    && self.prefix_off + self.prefix_len <= a
+        // Every sum checked: a header with valid checksums can still be crafted (a buggy or
+        // hostile writer seals what it writes), so no field may overflow here.
+        let prefix_start = self.area_off.checked_add(TREE_HEADER_LEN as u64);
+        let prefix_end = self.prefix_off.checked_add(self.prefix_len);
+        match (data_end, area_end, prefix_start, prefix_end) {
+            (Some(d), Some(a), Some(ps), Some(pe))
+                if self.prefix_off == ps
+                    && pe <= a
                     && (self.data_off >= a || d <= self.area_off)
                     && d <= crate::GlobalAddr::MAX_OFFSET
                     && a <= crate::GlobalAddr::MAX_OFFSET
