@@ -205,6 +205,9 @@ pub struct SweepEnd {
 pub struct Figure {
     /// The series (system) it is the figure of.
     pub series: String,
+    /// The client count of remora's figure: the sweep's largest.
+    #[serde(default)]
+    pub clients: usize,
     /// Its unit: Mops, µs, ns/op, B/op.
     pub unit: String,
     pub paper: f64,
@@ -287,6 +290,7 @@ fn figures(c: &Claim, n: Option<&Point>, d: Option<&Point>, ns: &str, ds: &str) 
             let paper = paper?;
             let remora = pt.map(|p| p.in_unit(c.metric)).filter(|v| v.is_finite());
             Some(Figure {
+                clients: pt.map_or(0, |p| p.clients),
                 series: series.into(),
                 unit: c.metric.unit().into(),
                 paper,
@@ -400,7 +404,12 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
     row.agrees = Some(row.side == side(Some(paper_mid), near_one));
     row.of_paper = class::of_paper(Some(r), c.paper.0, c.paper.1);
     row.class = class::classify(Some(r), c.paper.0, c.paper.1).name().into();
-    row.figures = figures(c, Some(n), Some(d), &num.series, &den.series);
+    // The paper's absolute figures are of its largest client count (or its peak): beside
+    // them, remora's at the sweep's largest, whichever client count the ratio is from.
+    row.figures = match pairs.last() {
+        Some((ln, ld)) => figures(c, Some(ln), Some(ld), &num.series, &den.series),
+        None => Vec::new(),
+    };
     row.seed = Some(n.seed);
     row.measured = format!(
         "{} clients, {}: {} {} / {} {}{}",
@@ -689,16 +698,20 @@ mod tests {
         // 4.0 against 2-3x: over the nearest end, 4/3: faithful.
         assert_eq!(r.class, "faithful");
         assert!((r.of_paper.unwrap() - 4.0 / 3.0).abs() < 1e-9);
-        // The figures of the picked points (8 clients): a 4 Mops, b 1 Mops.
+        // The figures at the sweep's largest client count (16), whichever the ratio is
+        // from (the paper's are of its largest): a 2 Mops, b 3 Mops.
         assert_eq!(r.figures.len(), 2);
         assert_eq!(
             (r.figures[0].series.as_str(), r.figures[0].remora),
-            ("a", Some(4.0))
+            ("a", Some(2.0))
         );
-        assert_eq!(r.figures[0].of_paper, Some(0.8));
+        assert_eq!(
+            (r.figures[0].of_paper, r.figures[0].clients),
+            (Some(0.4), 16)
+        );
         assert_eq!(
             (r.figures[1].series.as_str(), r.figures[1].of_paper),
-            ("b", Some(2.0))
+            ("b", Some(6.0))
         );
         assert_eq!(r.figures[1].unit, "Mops");
         // Latency figures are in µs.
@@ -719,7 +732,10 @@ mod tests {
             ),
             "{md}"
         );
-        assert!(md.contains("a 4.000 Mops vs paper 5.000 (0.80x)"), "{md}");
+        assert!(
+            md.contains("at 16 clients: a 2.000 Mops vs paper 5.000 (0.40x)"),
+            "{md}"
+        );
         assert!(md.contains("Fig. 9, 256 clients"), "{md}");
         // The row is in report.json with its class and figures.
         let json = serde_json::to_string(&report(vec![r])).unwrap();
