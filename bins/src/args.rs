@@ -28,6 +28,15 @@ pub struct SimArgs {
     /// Seed fixing every random choice of the simulation.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// A paper's hardware as a named set of model values (`smart`, `sherman`, `canrt`,
+    /// `erda`, `catfish`, or `default`), applied before `--model` and `--set`; each value's
+    /// source is printed by `--show-model`.
+    #[arg(long, default_value = "default", value_name = "NAME")]
+    pub profile: String,
+    /// Print the profile's table (parameter, value, default, source) and the whole model it
+    /// gives, then exit without running.
+    #[arg(long)]
+    pub show_model: bool,
     /// NIC/network model file (key = value lines); defaults are documented in the model.
     #[arg(long)]
     pub model: Option<PathBuf>,
@@ -168,6 +177,8 @@ pub fn check_fabric_flags(f: &FabricFlags<'_>) -> Result<(), String> {
         || f.sim.clients_per_node != 1
         || f.sim.memory_nodes != 1
         || f.sim.model.is_some()
+        || f.sim.profile != "default"
+        || f.sim.show_model
         || !f.sim.overrides.is_empty()
         || f.sim.trace.is_some()
         || f.sim.persistent;
@@ -187,8 +198,8 @@ pub fn check_fabric_flags(f: &FabricFlags<'_>) -> Result<(), String> {
         FabricKind::Soft | FabricKind::Verbs => {
             if sim_shape {
                 return Err(
-                    "--compute-nodes, --clients-per-node, --memory-nodes, --model, \
-                            --set, --trace and --persistent shape the sim: use them with \
+                    "--compute-nodes, --clients-per-node, --memory-nodes, --profile, \
+                            --model, --set, --show-model, --trace and --persistent shape the sim: use them with \
                             --fabric sim"
                         .into(),
                 );

@@ -194,6 +194,7 @@ fn main() -> ExitCode {
                 FabricKind::Verbs => verbs_cmds::check(a),
             }
         }),
+        Cmd::Perf(a) if a.sim.show_model => perf_sim::show_model(&a.sim),
         Cmd::Perf(a) => {
             let rows = perf_flags_apply(&a).and_then(|()| match a.fabric {
                 FabricKind::Soft => perf::run(&a),

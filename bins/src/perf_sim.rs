@@ -14,12 +14,17 @@ use hdrhistogram::Histogram;
 use remora::core::conformance;
 use remora::poller::sim::harness::SimHarness;
 use remora::poller::sim::perf::{PerfPoint, run_point};
+use remora::poller::sim::profiles::profile;
 use remora::poller::sim::{Model, ModelVerb, SimConfig, TraceSel};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-/// The model: defaults, then `--model FILE`, then each `--set name=value`.
+/// The model: defaults, then `--profile NAME`, then `--model FILE`, then each
+/// `--set name=value`.
 pub fn model_from(s: &SimArgs) -> Result<Model, String> {
     let mut m = Model::default();
+    profile(&s.profile)?
+        .apply(&mut m)
+        .map_err(|e| format!("--profile {}: {e}", s.profile))?;
     if let Some(p) = &s.model {
         let text = std::fs::read_to_string(p)
             .map_err(|e| format!("reading model file {}: {e}", p.display()))?;
@@ -30,6 +35,26 @@ pub fn model_from(s: &SimArgs) -> Result<Model, String> {
         m.set_pair(o).map_err(|e| format!("--set {o}: {e}"))?;
     }
     Ok(m)
+}
+
+/// `--show-model`: the profile's table and the resulting model file (every parameter with
+/// its value and source), printed to stdout.
+pub fn show_model(s: &SimArgs) -> Result<(), String> {
+    let m = model_from(s)?;
+    println!("{}", profile(&s.profile)?.table());
+    println!(
+        "# the model (profile, then --model, then --set):\n{}",
+        m.describe()
+    );
+    Ok(())
+}
+
+/// The note naming the run's hardware profile.
+pub fn profile_note(s: &SimArgs) -> String {
+    format!(
+        "hardware profile: {} (--profile; --show-model lists its sources)",
+        s.profile
+    )
 }
 
 fn model_verb(v: PerfVerb) -> ModelVerb {
@@ -156,6 +181,7 @@ pub fn run(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
                 s.compute_nodes, s.clients_per_node, a.coroutines, s.memory_nodes
             ),
             model.summary(),
+            profile_note(s),
             format!(
                 "analytic: idle round trip {:.1} ns, throughput bound {:.3} Mops{}",
                 r.expected_latency_ns,

@@ -40,6 +40,9 @@ pub struct RunInfo {
     pub cluster: Cluster,
     /// The seed of every random choice (workload keys; the sim's whole run).
     pub seed: u64,
+    /// The sim's hardware profile (`--profile`; sim only, null elsewhere): `model` is its
+    /// values with `--model` and `--set` applied on top.
+    pub profile: Option<String>,
     /// The sim's NIC/network model, every parameter (sim only; null elsewhere).
     pub model: Option<BTreeMap<String, f64>>,
     /// Operations of the same workload run, unmeasured, before the measured phase.
@@ -119,6 +122,7 @@ pub fn annotate(a: &BenchArgs, recs: &mut [BenchRecord]) -> Result<(), String> {
         r.run.cluster = cluster;
         r.run.seed = s.seed;
         r.run.model.clone_from(&model);
+        r.run.profile = model.as_ref().map(|_| s.profile.clone());
         r.run.warmup_ops = if r.phase == "run" { a.warmup } else { 0 };
     }
     Ok(())

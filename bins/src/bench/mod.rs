@@ -905,6 +905,9 @@ fn factors(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
 }
 
 pub fn run(a: &BenchArgs) -> Result<(), String> {
+    if a.sim.show_model {
+        return crate::perf_sim::show_model(&a.sim);
+    }
     if a.table1 {
         return table1::run(a);
     }

@@ -110,6 +110,11 @@ pub struct SpatialFlags {
     /// Catfish search window, as a fraction of the space's area (paper: 0.00001, 0.01).
     #[arg(long, default_value_t = 0.00001)]
     pub window: f64,
+    /// Catfish: each search's window fraction drawn from the paper's power law instead of
+    /// `--window`: density proportional to t^-0.99 on (0.00001, 0.01] (seeds/003 §5.2),
+    /// so most searches are small.
+    #[arg(long)]
+    pub power_law_windows: bool,
     /// Catfish data: uniform rectangles or skewed (clustered) points.
     #[arg(long, value_enum, default_value = "uniform")]
     pub spatial_data: SpatialData,
@@ -292,6 +297,19 @@ impl Data {
         let c = |v: i64| v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
         rect(c(cx - half), c(cy - half), c(cx + half), c(cy + half))
     }
+}
+
+/// The paper's power-law request scale (seeds/003 §5.2): `f(t) ∝ t^-0.99` on
+/// `(0.00001, 0.01]`, drawn by inverting its distribution function at `u` in `[0, 1)`.
+fn power_law_window(u: f64) -> f64 {
+    const LO: f64 = 0.00001;
+    const HI: f64 = 0.01;
+    // F(t) = (t^e - LO^e) / (HI^e - LO^e) with e = 1 - 0.99.
+    const E: f64 = 1.0 - 0.99;
+    let (a, b) = (LO.powf(E), HI.powf(E));
+    (a + u.clamp(0.0, 1.0) * (b - a))
+        .powf(1.0 / E)
+        .clamp(LO, HI)
 }
 
 /// A rectangle from two corners in any order.
@@ -540,7 +558,12 @@ async fn part(
             None => {
                 counts.reads += 1;
                 let existing = sh.records + sh.inserted.load(Ordering::Relaxed);
-                let q = sh.data.window(&mut rng, existing, sh.a.spatial.window);
+                let frac = if sh.a.spatial.power_law_windows {
+                    power_law_window(rng.unit())
+                } else {
+                    sh.a.spatial.window
+                };
+                let q = sh.data.window(&mut rng, existing, frac);
                 hits.clear();
                 let r = c.search(q, &mut hits).await;
                 counts.scanned += hits.len() as u64;
@@ -1108,7 +1131,11 @@ fn record(
                  window {} of the space, {} data",
                 100.0 * share,
                 counts.scanned as f64 / searches as f64,
-                a.spatial.window,
+                if a.spatial.power_law_windows {
+                    "power law (0.00001..0.01)".to_string()
+                } else {
+                    a.spatial.window.to_string()
+                },
                 sh.data.name()
             ),
         );
@@ -1206,6 +1233,22 @@ mod tests {
         assert_eq!(r[1].max_x as i64, SPACE);
         assert_eq!(r[1].max_y as i64, SPACE);
         assert_eq!(r[1].min_x as i64, SPACE / 3);
+    }
+
+    /// The power law spans the paper's range, and about each decade of it is equally likely
+    /// (t^-0.99 is nearly 1/t): a third of the windows below 0.0001, a third above 0.001.
+    #[test]
+    fn power_law_windows_follow_the_papers_distribution() {
+        assert!((power_law_window(0.0) - 0.00001).abs() < 1e-12);
+        assert!((power_law_window(1.0) - 0.01).abs() < 1e-9);
+        let n = 10_000;
+        let ts: Vec<f64> = (0..n)
+            .map(|i| power_law_window(i as f64 / n as f64))
+            .collect();
+        assert!(ts.windows(2).all(|w| w[0] <= w[1]), "monotone in u");
+        let share = |lim: f64| ts.iter().filter(|t| **t < lim).count() as f64 / n as f64;
+        assert!((0.30..0.36).contains(&share(0.0001)), "{}", share(0.0001));
+        assert!((0.63..0.69).contains(&share(0.001)), "{}", share(0.001));
     }
 
     #[test]

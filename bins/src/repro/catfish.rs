@@ -12,43 +12,103 @@ const HEARTBEAT_US: u64 = 100;
 /// Objects loaded and searches of the wall-clock (soft fabric vs TCP) experiment, at most.
 const SOFT_OBJECTS: u64 = 3_000;
 
+/// Client threads per client node of the curves: the paper runs 4 to 32 per node (32 to 256
+/// clients, seeds/003 §5); quick scale 1 to 16.
+fn per_node(s: &Scale) -> &'static [usize] {
+    match s.name {
+        "quick" => &[1, 4, 16],
+        "tiny" => &[1],
+        _ => &[4, 8, 16, 32],
+    }
+}
+
+/// Clients of the tree-size and node-size runs: the paper's 128 (16 per node, §5.3.1).
+const FIXED_CLIENTS: usize = 128;
+/// R*-tree search-only figures at 256 clients (seeds/003 §5.2.1, Figs. 11-12).
+const RSTAR_SRC: &str = "seeds/003 §5.2.1, Figs. 11-12, 256 clients; fast messaging: its peak";
+/// RDMA offloading at 256 clients on the R*-tree, derived from §5.2.2: the basic R-tree's
+/// 193.75 / 107.48 Kops are 2.75x / 2.50x lower than the R*-tree's.
+const RSTAR_OFF_SMALL: f64 = 0.19375 * 2.75;
+const RSTAR_OFF_LARGE: f64 = 0.10748 * 2.50;
+/// Basic R-tree figures (seeds/003 §5.2.2): fast messaging's peak, offloading at 256 clients.
+const BASIC_SRC: &str = "seeds/003 §5.2.2, Fig. 15: fast messaging's peak, RDMA offloading at \
+                         256 clients, scale 0.00001";
+/// Hilbert R-tree figures (seeds/003 §5.2.3).
+const HILBERT_SRC: &str = "seeds/003 §5.2.3, Fig. 19: Catfish's peak, RDMA offloading at 256 \
+                           clients, scale 0.00001";
+
+// The paper's 6.28x (basic R-tree, 90/10, vs fast messaging) is a measurement, not τ.
+#[allow(clippy::approx_constant)]
 pub fn paper(s: &Scale) -> Paper {
-    let sweep = s.client_sweep(NODES);
-    let base = format!(
-        "--fabric sim --index catfish --tree rstar --heartbeat-us {HEARTBEAT_US} \
-         --compute-nodes {NODES} --memory-nodes 1 --records {} --operations {} {sweep}",
-        s.rects, s.ops
+    let sweep: Vec<String> = per_node(s)
+        .iter()
+        .map(|p| (p * NODES).to_string())
+        .collect();
+    let sweep = format!("--sweep clients={}", sweep.join(","));
+    let common = format!(
+        "--fabric sim --profile catfish --index catfish --heartbeat-us {HEARTBEAT_US} \
+         --compute-nodes {NODES} --memory-nodes 1 --operations {}",
+        s.ops
     );
-    let modes = |window: &str| {
-        ["adaptive", "messaging", "offloading"]
+    let base = format!("{common} --records {} {sweep}", s.rects);
+    const MODES: [(&str, &str); 3] = [
+        ("adaptive", "Catfish (adaptive)"),
+        ("messaging", "fast messaging"),
+        ("offloading", "RDMA offloading"),
+    ];
+    // The three modes on `tree` with search windows `window` (a fraction, or the power law),
+    // on workload `wl` (c: search-only, b: 90/10 search/insert).
+    let modes_on = |tree: &str, window: &str, wl: &'static str| {
+        MODES
             .iter()
-            .map(|m| {
-                let label = match *m {
-                    "adaptive" => "Catfish (adaptive)",
-                    "messaging" => "fast messaging",
-                    _ => "RDMA offloading",
-                };
+            .map(|(m, label)| {
                 Series::new(
                     label,
-                    format!("{base} --mode {m} --window {window}"),
-                    &["c"],
+                    format!("{base} --tree {tree} --mode {m} {window}"),
+                    &[wl],
                 )
             })
             .collect::<Vec<_>>()
     };
-    // The TCP/IP baseline runs kernel sockets, which the sim does not model: Catfish and the
-    // baseline both run on real threads here (the soft fabric: shared memory in one
-    // process; TCP over loopback), wall-clock, a few thousand objects, 1 and 2 clients.
+    let modes = |window: &str| modes_on("rstar", &format!("--window {window}"), "c");
+    let power = "--power-law-windows";
+    // Fixed 128 clients, power-law windows: one series per mode and tree size (`records`)
+    // or node size (`fanout`).
+    let fixed = |sizes: &[(u64, usize)], by_fanout: bool| {
+        let mut v = Vec::new();
+        for (m, label) in MODES {
+            for &(records, fanout) in sizes {
+                let x = if by_fanout { fanout as u64 } else { records };
+                v.push(Series::new(
+                    &format!("{label} {x}"),
+                    format!(
+                        "{common} --tree rstar --mode {m} {power} --clients-per-node {} \
+                         --records {records} --fanout {fanout}",
+                        FIXED_CLIENTS / NODES
+                    ),
+                    &["c"],
+                ));
+            }
+        }
+        v
+    };
+    let tree_sizes: Vec<u64> = match s.name {
+        "quick" => vec![1_000, 10_000],
+        "tiny" => vec![50, 200],
+        _ => vec![10_000, 100_000, s.rects],
+    };
+    let node_sizes: &[u64] = if s.name == "full" {
+        &[15, 30, 70, 130]
+    } else {
+        &[15, 130]
+    };
     let soft = format!(
         "--fabric soft --no-pin --index catfish --tree rstar --records {} --operations {} \
          --sweep clients=1,2 --window 0.00001",
         s.rects.min(SOFT_OBJECTS),
         s.ops.min(SOFT_OBJECTS)
     );
-    let mut mixed = modes("0.00001");
-    for m in &mut mixed {
-        m.workloads = vec!["b"];
-    }
+    let mixed = modes_on("rstar", "--window 0.00001", "b");
     let experiments = vec![
         Experiment {
             id: "catfish-small".into(),
@@ -83,6 +143,81 @@ pub fn paper(s: &Scale) -> Paper {
             chart: Chart::Curve,
             series: mixed,
         },
+        Experiment {
+            id: "catfish-powerlaw".into(),
+            title: "Catfish: search-only, power-law request scales (Figs. 11(c), 12(c))".into(),
+            chart: Chart::Curve,
+            series: modes_on("rstar", power, "c"),
+        },
+        Experiment {
+            id: "catfish-basic".into(),
+            title: "Catfish on the basic R-tree: search-only, request scale 0.00001 (Figs. \
+                    15-16)"
+                .into(),
+            chart: Chart::Curve,
+            series: modes_on("guttman", "--window 0.00001", "c"),
+        },
+        Experiment {
+            id: "catfish-basic-mixed".into(),
+            title: "Catfish on the basic R-tree: 90/10 search/insert, request scale 0.00001 \
+                    (Figs. 17-18)"
+                .into(),
+            chart: Chart::Curve,
+            series: modes_on("guttman", "--window 0.00001", "b"),
+        },
+        Experiment {
+            id: "catfish-hilbert".into(),
+            title: "Catfish on the Hilbert R-tree: search-only, request scale 0.00001 (Figs. \
+                    19-20)"
+                .into(),
+            chart: Chart::Curve,
+            series: modes_on("hilbert", "--window 0.00001", "c"),
+        },
+        Experiment {
+            id: "catfish-hilbert-mixed".into(),
+            title: "Catfish on the Hilbert R-tree: 90/10 search/insert, request scale \
+                    0.00001 (Figs. 21-22)"
+                .into(),
+            chart: Chart::Curve,
+            series: modes_on("hilbert", "--window 0.00001", "b"),
+        },
+        Experiment {
+            id: "catfish-tree-sizes".into(),
+            title: format!(
+                "Catfish: R*-trees of {} rectangles, {FIXED_CLIENTS} clients, power-law \
+                 scales (Fig. 23)",
+                tree_sizes
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            ),
+            chart: Chart::Bars,
+            series: fixed(
+                &tree_sizes.iter().map(|&t| (t, 30)).collect::<Vec<_>>(),
+                false,
+            ),
+        },
+        Experiment {
+            id: "catfish-node-sizes".into(),
+            title: format!(
+                "Catfish: R*-tree nodes of {} entries, {FIXED_CLIENTS} clients, power-law \
+                 scales (Fig. 24)",
+                node_sizes
+                    .iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            ),
+            chart: Chart::Bars,
+            series: fixed(
+                &node_sizes
+                    .iter()
+                    .map(|&f| (s.rects, f as usize))
+                    .collect::<Vec<_>>(),
+                true,
+            ),
+        },
     ];
     let p = |e: &str, s: &str, w| Pick::new(e, s, w);
     let cat = "Catfish (adaptive)";
@@ -95,9 +230,9 @@ pub fn paper(s: &Scale) -> Paper {
             true,
             p("catfish-small", cat, "c"),
             p("catfish-small", "fast messaging", "c"),
-            "paper: up to 2.32x over all its search-only runs (R*-tree; remora's tree is \
-             Guttman's basic R-tree until issue 14)",
-        ),
+            "paper: up to 2.32x over all its search-only runs on the R*-tree",
+        )
+        .figures(Some(1.23935), Some(0.57553), RSTAR_SRC),
         Claim::ratio(
             "vs-offloading-small",
             "Catfish / RDMA offloading throughput, search-only, scale 0.00001, up to",
@@ -107,6 +242,12 @@ pub fn paper(s: &Scale) -> Paper {
             p("catfish-small", cat, "c"),
             p("catfish-small", "RDMA offloading", "c"),
             "",
+        )
+        .figures(
+            Some(1.23935),
+            Some(RSTAR_OFF_SMALL),
+            "seeds/003 §5.2.1-5.2.2, 256 clients (offloading: 193.75 Kops on the basic \
+             R-tree x 2.75)",
         ),
         Claim::ratio(
             "vs-messaging-large",
@@ -117,7 +258,8 @@ pub fn paper(s: &Scale) -> Paper {
             p("catfish-large", cat, "c"),
             p("catfish-large", "fast messaging", "c"),
             "",
-        ),
+        )
+        .figures(Some(0.77989), Some(0.61037), RSTAR_SRC),
         Claim::ratio(
             "vs-offloading-large",
             "Catfish / RDMA offloading throughput, search-only, scale 0.01, up to",
@@ -127,6 +269,12 @@ pub fn paper(s: &Scale) -> Paper {
             p("catfish-large", cat, "c"),
             p("catfish-large", "RDMA offloading", "c"),
             "",
+        )
+        .figures(
+            Some(0.77989),
+            Some(RSTAR_OFF_LARGE),
+            "seeds/003 §5.2.1-5.2.2, 256 clients (offloading: 107.48 Kops on the basic \
+             R-tree x 2.50)",
         ),
         Claim::ratio(
             "latency-vs-messaging",
@@ -137,7 +285,8 @@ pub fn paper(s: &Scale) -> Paper {
             p("catfish-small", cat, "c"),
             p("catfish-small", "fast messaging", "c"),
             "",
-        ),
+        )
+        .figures(Some(140.73), Some(299.10), RSTAR_SRC),
         Claim::ratio(
             "latency-vs-offloading",
             "RDMA offloading / Catfish mean latency, search-only, scale 0.00001, up to",
@@ -147,11 +296,12 @@ pub fn paper(s: &Scale) -> Paper {
             p("catfish-small", cat, "c"),
             p("catfish-small", "RDMA offloading", "c"),
             "",
-        ),
+        )
+        .figures(Some(140.73), None, RSTAR_SRC),
         Claim::ratio(
             "mixed-vs-messaging",
-            "Catfish / fast messaging throughput, 90/10 search/insert, up to",
-            (2.23, 2.23),
+            "Catfish / fast messaging throughput, 90/10 search/insert, up to (R*-tree, Fig. 13)",
+            (3.3, 3.3),
             Metric::Mops,
             true,
             p("catfish-mixed", cat, "b"),
@@ -160,12 +310,247 @@ pub fn paper(s: &Scale) -> Paper {
         ),
         Claim::ratio(
             "mixed-vs-offloading",
-            "Catfish / RDMA offloading throughput, 90/10 search/insert, up to",
-            (4.28, 4.28),
+            "Catfish / RDMA offloading throughput, 90/10 search/insert, up to (R*-tree, Fig. \
+             13)",
+            (13.67, 13.67),
             Metric::Mops,
             true,
             p("catfish-mixed", cat, "b"),
             p("catfish-mixed", "RDMA offloading", "b"),
+            "the paper's 2.23x / 4.28x are the real data set's (rea02, Fig. 26); the R*-tree's \
+             90/10 figures are 3.3x / 13.67x (§5.2.1)",
+        ),
+        Claim::ratio(
+            "mixed-latency-vs-messaging",
+            "fast messaging / Catfish mean latency, 90/10 search/insert, up to (R*-tree, Fig. \
+             14)",
+            (7.55, 7.55),
+            Metric::Mean,
+            true,
+            p("catfish-mixed", cat, "b"),
+            p("catfish-mixed", "fast messaging", "b"),
+            "",
+        ),
+        Claim::ratio(
+            "mixed-latency-vs-offloading",
+            "RDMA offloading / Catfish mean latency, 90/10 search/insert, up to (R*-tree, \
+             Fig. 14)",
+            (1.90, 1.90),
+            Metric::Mean,
+            true,
+            p("catfish-mixed", cat, "b"),
+            p("catfish-mixed", "RDMA offloading", "b"),
+            "",
+        ),
+        Claim::ratio(
+            "powerlaw-vs-messaging",
+            "Catfish / fast messaging throughput, search-only, power-law scales, up to",
+            (2.32, 2.32),
+            Metric::Mops,
+            true,
+            p("catfish-powerlaw", cat, "c"),
+            p("catfish-powerlaw", "fast messaging", "c"),
+            "the paper's 2.32x is its best over all search-only R*-tree runs",
+        )
+        .figures(Some(1.12484), Some(0.72332), RSTAR_SRC),
+        Claim::ratio(
+            "powerlaw-latency-vs-messaging",
+            "fast messaging / Catfish mean latency, search-only, power-law scales, most \
+             clients (302.91 / 161.58 µs)",
+            (1.87, 1.87),
+            Metric::Mean,
+            false,
+            p("catfish-powerlaw", cat, "c"),
+            p("catfish-powerlaw", "fast messaging", "c"),
+            "",
+        )
+        .figures(Some(161.58), Some(302.91), RSTAR_SRC),
+        Claim::ratio(
+            "basic-vs-messaging",
+            "Catfish / fast messaging throughput, basic R-tree, search-only, up to",
+            (2.50, 2.50),
+            Metric::Mops,
+            true,
+            p("catfish-basic", cat, "c"),
+            p("catfish-basic", "fast messaging", "c"),
+            "the paper's up-to figures for the basic R-tree span its three request scales",
+        )
+        .figures(None, Some(0.63891), BASIC_SRC),
+        Claim::ratio(
+            "basic-vs-offloading",
+            "Catfish / RDMA offloading throughput, basic R-tree, search-only, up to",
+            (5.88, 5.88),
+            Metric::Mops,
+            true,
+            p("catfish-basic", cat, "c"),
+            p("catfish-basic", "RDMA offloading", "c"),
+            "",
+        )
+        .figures(None, Some(0.19375), BASIC_SRC),
+        Claim::ratio(
+            "basic-latency-vs-messaging",
+            "fast messaging / Catfish mean latency, basic R-tree, search-only, up to",
+            (2.65, 2.65),
+            Metric::Mean,
+            true,
+            p("catfish-basic", cat, "c"),
+            p("catfish-basic", "fast messaging", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "basic-latency-vs-offloading",
+            "RDMA offloading / Catfish mean latency, basic R-tree, search-only, up to",
+            (5.09, 5.09),
+            Metric::Mean,
+            true,
+            p("catfish-basic", cat, "c"),
+            p("catfish-basic", "RDMA offloading", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "basic-mixed-vs-messaging",
+            "Catfish / fast messaging throughput, basic R-tree, 90/10, up to (Fig. 17)",
+            (6.28, 6.28),
+            Metric::Mops,
+            true,
+            p("catfish-basic-mixed", cat, "b"),
+            p("catfish-basic-mixed", "fast messaging", "b"),
+            "",
+        ),
+        Claim::ratio(
+            "basic-mixed-vs-offloading",
+            "Catfish / RDMA offloading throughput, basic R-tree, 90/10, up to (Fig. 17)",
+            (5.28, 5.28),
+            Metric::Mops,
+            true,
+            p("catfish-basic-mixed", cat, "b"),
+            p("catfish-basic-mixed", "RDMA offloading", "b"),
+            "",
+        ),
+        Claim::ratio(
+            "hilbert-vs-messaging",
+            "Catfish / fast messaging throughput, Hilbert R-tree, search-only, up to",
+            (1.69, 1.69),
+            Metric::Mops,
+            true,
+            p("catfish-hilbert", cat, "c"),
+            p("catfish-hilbert", "fast messaging", "c"),
+            "",
+        )
+        .figures(Some(1.07206), None, HILBERT_SRC),
+        Claim::ratio(
+            "hilbert-vs-offloading",
+            "Catfish / RDMA offloading throughput, Hilbert R-tree, search-only, up to",
+            (2.33, 2.33),
+            Metric::Mops,
+            true,
+            p("catfish-hilbert", cat, "c"),
+            p("catfish-hilbert", "RDMA offloading", "c"),
+            "",
+        )
+        .figures(Some(1.07206), Some(0.74567), HILBERT_SRC),
+        Claim::ratio(
+            "hilbert-latency-vs-messaging",
+            "fast messaging / Catfish mean latency, Hilbert R-tree, search-only, up to",
+            (2.01, 2.01),
+            Metric::Mean,
+            true,
+            p("catfish-hilbert", cat, "c"),
+            p("catfish-hilbert", "fast messaging", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "hilbert-latency-vs-offloading",
+            "RDMA offloading / Catfish mean latency, Hilbert R-tree, search-only, up to",
+            (2.09, 2.09),
+            Metric::Mean,
+            true,
+            p("catfish-hilbert", cat, "c"),
+            p("catfish-hilbert", "RDMA offloading", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "hilbert-mixed-vs-messaging",
+            "Catfish / fast messaging throughput, Hilbert R-tree, 90/10, up to (Fig. 21)",
+            (1.34, 1.34),
+            Metric::Mops,
+            true,
+            p("catfish-hilbert-mixed", cat, "b"),
+            p("catfish-hilbert-mixed", "fast messaging", "b"),
+            "",
+        )
+        .figures(
+            Some(0.75510),
+            None,
+            "seeds/003 §5.2.3, Fig. 21: Catfish's peak",
+        ),
+        Claim::ratio(
+            "hilbert-mixed-vs-offloading",
+            "Catfish / RDMA offloading throughput, Hilbert R-tree, 90/10, up to (Fig. 21)",
+            (3.95, 3.95),
+            Metric::Mops,
+            true,
+            p("catfish-hilbert-mixed", cat, "b"),
+            p("catfish-hilbert-mixed", "RDMA offloading", "b"),
+            "",
+        ),
+        Claim::ratio(
+            "tree-size-offloading",
+            "RDMA offloading throughput, smallest / largest R*-tree (Fig. 23: falls as the \
+             tree grows)",
+            (1.01, super::report::OPEN_ENDED),
+            Metric::Mops,
+            false,
+            p(
+                "catfish-tree-sizes",
+                &format!("RDMA offloading {}", tree_sizes[0]),
+                "c",
+            ),
+            p(
+                "catfish-tree-sizes",
+                &format!("RDMA offloading {}", tree_sizes[tree_sizes.len() - 1]),
+                "c",
+            ),
+            "",
+        ),
+        Claim::ratio(
+            "tree-size-messaging",
+            "fast messaging throughput, smallest / largest R*-tree (Fig. 23: stable)",
+            (0.9, 1.1),
+            Metric::Mops,
+            false,
+            p(
+                "catfish-tree-sizes",
+                &format!("fast messaging {}", tree_sizes[0]),
+                "c",
+            ),
+            p(
+                "catfish-tree-sizes",
+                &format!("fast messaging {}", tree_sizes[tree_sizes.len() - 1]),
+                "c",
+            ),
+            "",
+        ),
+        Claim::ratio(
+            "node-size-offloading",
+            "RDMA offloading throughput, 15-entry / 130-entry R*-tree nodes (Fig. 24: falls \
+             as nodes grow)",
+            (1.01, super::report::OPEN_ENDED),
+            Metric::Mops,
+            false,
+            p("catfish-node-sizes", "RDMA offloading 15", "c"),
+            p("catfish-node-sizes", "RDMA offloading 130", "c"),
+            "",
+        ),
+        Claim::ratio(
+            "node-size-messaging",
+            "fast messaging throughput, 15-entry / 130-entry R*-tree nodes (Fig. 24: hardly \
+             affected)",
+            (0.9, 1.1),
+            Metric::Mops,
+            false,
+            p("catfish-node-sizes", "fast messaging 15", "c"),
+            p("catfish-node-sizes", "fast messaging 130", "c"),
             "",
         ),
         Claim::ratio(
@@ -188,22 +573,39 @@ pub fn paper(s: &Scale) -> Paper {
     Paper {
         key: "catfish",
         name: "Catfish (TPDS)",
-        paper_setup: "9 nodes, 100 Gb InfiniBand (ConnectX-5): 1 server, 8 client nodes with \
-                      4-32 clients each (32-256 clients); R*-tree of 2 million rectangles, node \
+        paper_setup: "9 nodes of 2 x 14-core Xeon E5-2680 v4, 100 Gb InfiniBand (ConnectX-5): \
+                      1 server, 8 client nodes with 4-32 clients each (32-256 clients); \
+                      R*-tree (also basic and Hilbert R-trees) of 2 million rectangles, node \
                       size 30; 10,000 searches per client; request scales 0.00001, 0.01, \
-                      power law",
+                      power law; tree sizes 10K-10M and node sizes 15-130 at 128 clients",
         paper_keys: Some(2_000_000),
         setup: format!(
-            "sim, {NODES} compute nodes x {} clients (one outstanding search each), 1 memory \
-             node running Catfish's server; R*-tree of {} uniform rectangles, fanout \
-             30; {} measured ops; seed 1; heartbeats every {HEARTBEAT_US} µs (the paper's \
+            "sim in the paper's profile (`--profile catfish`: 28 server threads), {NODES} \
+             compute nodes x {} clients (one outstanding search each), 1 memory node running \
+             Catfish's server; R*-tree (and basic, Hilbert) of {} uniform rectangles, fanout \
+             30; tree sizes {} and node sizes {} at {FIXED_CLIENTS} clients with power-law \
+             scales; {} measured ops; seed 1; heartbeats every {HEARTBEAT_US} µs (the paper's \
              10 ms is longer than the run); no warm-up (clients keep no cache; the server's \
              heartbeats start with the run). Catfish vs TCP/IP (`catfish-tcp`): not on the \
              sim but on real threads of the machine that ran the report (soft fabric vs TCP \
              over loopback, 1 and 2 clients, {} rectangles, {} searches), wall-clock, not \
              deterministic",
-            s.per_node_list(),
+            per_node(s)
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
             s.rects,
+            tree_sizes
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
+            node_sizes
+                .iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join("/"),
             s.ops,
             s.rects.min(SOFT_OBJECTS),
             s.ops.min(SOFT_OBJECTS)

@@ -1,16 +1,30 @@
 //! Erda (zero-copy log-structured remote NVM): one server with persistent memory, clients
-//! on other machines; YCSB-C/B/A and update-only, latency vs value size, throughput vs
-//! threads; Erda vs Redo Logging and Read-After-Write.
+//! on other machines; YCSB-C/B/A and update-only: throughput vs threads (Figs. 18-21),
+//! latency and server CPU vs value size (Figs. 14-17, 22-25), latency during log cleaning
+//! (Fig. 26) and NVM bytes per write (Table 1); Erda vs Redo Logging and Read-After-Write.
 //!
 //! Every row is measured on the sim (`--index erda|erda-redo|erda-raw`, `--persistent`
-//! memory node); latency vs value size and log cleaning are not repro experiments yet.
+//! memory node) in the paper's hardware profile (`--profile erda`: ConnectX-3 40 Gb, 8
+//! server cores, DRAM + 150 ns NVM writes) with synchronous clients (one operation
+//! outstanding each, `--coroutines 1`), as the paper's.
 use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
 
 const NODES: usize = 2;
+/// The value size of the latency, CPU, cleaning and Table 1 rows: the paper's Fig. 25 and
+/// Fig. 26 size (its latency figures are averages over 16 B to 4 KiB).
+const VALUE: usize = 1024;
+/// The value size of the cleaning rows (the paper's is `VALUE`: see `paper`).
+const CLEAN_VALUE: usize = 64;
+/// seeds/004 §5.3: average throughputs over its thread counts (Figs. 18-20), KOp/s.
+const THREADS_SRC: &str = "seeds/004 §5.3, Figs. 18-20: averages over its thread counts";
+/// seeds/004 §5.2: average latencies over value sizes 16 B-4 KiB (Figs. 14-17), µs.
+const LATENCY_SRC: &str = "seeds/004 §5.2, Figs. 14-17: averages over 16 B-4 KiB values";
+/// Table 1's N (key + value bytes) at `VALUE` with 8-byte keys.
+const N: f64 = (8 + VALUE) as f64;
 
 pub fn paper(s: &Scale) -> Paper {
     let base = format!(
-        "{} --compute-nodes {NODES} --memory-nodes 1 --persistent --value-size 64",
+        "{} --profile erda --compute-nodes {NODES} --memory-nodes 1 --persistent --coroutines 1",
         s.kv_flags()
     );
     let threads: &[usize] = if s.name == "quick" {
@@ -18,40 +32,103 @@ pub fn paper(s: &Scale) -> Paper {
     } else {
         &[2, 4, 8, 16, 32]
     };
+    let sizes: &[usize] = if s.name == "quick" {
+        &[16, VALUE]
+    } else {
+        &[16, 64, 256, VALUE, 4096]
+    };
     let sweep: Vec<String> = threads.iter().map(|t| t.to_string()).collect();
+    const SYSTEMS: [(&str, &str); 3] = [
+        ("Erda", "erda"),
+        ("Redo Logging", "erda-redo"),
+        ("Read-After-Write", "erda-raw"),
+    ];
     // Erda and the paper's two baselines, on the same hash table and server contract.
     let three = |flags: &str, wl: &[&'static str]| {
-        [
-            ("Erda", "erda"),
-            ("Redo Logging", "erda-redo"),
-            ("Read-After-Write", "erda-raw"),
-        ]
-        .iter()
-        .map(|(label, idx)| Series::new(label, format!("{flags} --index {idx}"), wl))
-        .collect::<Vec<_>>()
+        SYSTEMS
+            .iter()
+            .map(|(label, idx)| Series::new(label, format!("{flags} --index {idx}"), wl))
+            .collect::<Vec<_>>()
     };
+    let all = ["c", "b", "a", "update-only"];
+    let at16 = format!("{base} --clients-per-node 8");
+    let mut by_size = Vec::new();
+    for &v in sizes {
+        for (label, idx) in SYSTEMS {
+            by_size.push(Series::new(
+                &format!("{label} {v} B"),
+                format!("{at16} --value-size {v} --index {idx}"),
+                &all,
+            ));
+        }
+    }
+    // Cleaning at 64-byte values: at the paper's 1 KiB the bench's cleaning geometry fills
+    // the log before the cleaner frees it (`--erda-clean --value-size 1024`, 16 clients,
+    // A or update-only: the server refuses with LogFull).
+    let at_clean = format!("{at16} --value-size {CLEAN_VALUE} --index erda");
+    let table1 = format!("{base} --clients-per-node 1 --value-size {VALUE}");
     let experiments = vec![
         Experiment {
             id: "erda-ycsb".into(),
-            title: "Erda vs Redo Logging vs Read-After-Write: YCSB at 16 client threads".into(),
+            title: "Erda vs Redo Logging vs Read-After-Write: YCSB at 16 client threads, \
+                    64-byte values"
+                .into(),
             chart: Chart::Bars,
-            series: three(
-                &format!("{base} --clients-per-node 8"),
-                &["c", "b", "a", "update-only"],
-            ),
+            series: three(&format!("{at16} --value-size 64"), &all),
         },
         Experiment {
             id: "erda-clients".into(),
-            title: "Erda vs Redo Logging vs Read-After-Write: throughput vs client threads".into(),
+            title: "Erda vs Redo Logging vs Read-After-Write: throughput vs client threads \
+                    (Figs. 18-21)"
+                .into(),
             chart: Chart::Curve,
             series: three(
-                &format!("{base} --sweep clients={}", sweep.join(",")),
-                &["c", "a"],
+                &format!("{base} --value-size 64 --sweep clients={}", sweep.join(",")),
+                &all,
             ),
+        },
+        Experiment {
+            id: "erda-values".into(),
+            title: "Erda vs Redo Logging vs Read-After-Write: latency and server CPU vs value \
+                    size, 16 client threads (Figs. 14-17, 22-25)"
+                .into(),
+            chart: Chart::Bars,
+            series: by_size,
+        },
+        Experiment {
+            id: "erda-cleaning".into(),
+            title: format!(
+                "Erda: latency during log cleaning vs without, {CLEAN_VALUE}-byte values \
+                 (Fig. 26)"
+            ),
+            chart: Chart::Bars,
+            series: vec![
+                Series::new("Erda", at_clean.clone(), &all),
+                Series::new(
+                    "Erda (log cleaning)",
+                    format!("{at_clean} --erda-clean"),
+                    &all,
+                ),
+            ],
+        },
+        Experiment {
+            id: "erda-table1".into(),
+            title: format!(
+                "Erda's Table 1: NVM bytes per create (LOAD) and update, {VALUE}-byte values"
+            ),
+            chart: Chart::Bars,
+            series: three(&table1, &["load", "update-only"]),
         },
     ];
     let p = |s: &str, w| Pick::new("erda-ycsb", s, w);
+    let v = |s: &str, w| Pick::new("erda-values", s, w);
     let (erda, redo, raw) = ("Erda", "Redo Logging", "Read-After-Write");
+    let (erda_v, redo_v, raw_v) = (
+        &format!("Erda {VALUE} B"),
+        &format!("Redo Logging {VALUE} B"),
+        &format!("Read-After-Write {VALUE} B"),
+    );
+    let kops = |k: f64| Some(k / 1e3);
     let claims = vec![
         Claim::ratio(
             "c-throughput-redo",
@@ -62,7 +139,8 @@ pub fn paper(s: &Scale) -> Paper {
             p(erda, "c"),
             p(redo, "c"),
             "",
-        ),
+        )
+        .figures(kops(96.35), kops(62.93), THREADS_SRC),
         Claim::ratio(
             "c-throughput-raw",
             "Erda / Read-After-Write throughput, YCSB-C (96.35 / 63.28 KOp/s)",
@@ -72,7 +150,8 @@ pub fn paper(s: &Scale) -> Paper {
             p(erda, "c"),
             p(raw, "c"),
             "",
-        ),
+        )
+        .figures(kops(96.35), kops(63.28), THREADS_SRC),
         Claim::ratio(
             "b-throughput-redo",
             "Erda / Redo Logging throughput, YCSB-B (92.57 / 61.78 KOp/s)",
@@ -82,7 +161,19 @@ pub fn paper(s: &Scale) -> Paper {
             p(erda, "b"),
             p(redo, "b"),
             "",
-        ),
+        )
+        .figures(kops(92.57), kops(61.78), THREADS_SRC),
+        Claim::ratio(
+            "b-throughput-raw",
+            "Erda / Read-After-Write throughput, YCSB-B (92.57 / 62.57 KOp/s)",
+            (1.48, 1.48),
+            Metric::Mops,
+            false,
+            p(erda, "b"),
+            p(raw, "b"),
+            "",
+        )
+        .figures(kops(92.57), kops(62.57), "seeds/004 §5.3, Fig. 19"),
         Claim::ratio(
             "a-throughput-redo",
             "Erda / Redo Logging throughput, YCSB-A (79.77 / 57.60 KOp/s)",
@@ -92,7 +183,19 @@ pub fn paper(s: &Scale) -> Paper {
             p(erda, "a"),
             p(redo, "a"),
             "",
-        ),
+        )
+        .figures(kops(79.77), kops(57.60), THREADS_SRC),
+        Claim::ratio(
+            "a-throughput-raw",
+            "Erda / Read-After-Write throughput, YCSB-A (79.77 / 58.32 KOp/s)",
+            (1.37, 1.37),
+            Metric::Mops,
+            false,
+            p(erda, "a"),
+            p(raw, "a"),
+            "",
+        )
+        .figures(kops(79.77), kops(58.32), "seeds/004 §5.3, Fig. 20"),
         Claim::ratio(
             "update-only-throughput-redo",
             "Erda / Redo Logging throughput, update-only (paper: approximately equal)",
@@ -104,6 +207,27 @@ pub fn paper(s: &Scale) -> Paper {
             "",
         ),
         Claim::ratio(
+            "b-throughput-redo-threads",
+            "Erda / Redo Logging throughput, YCSB-B, at the most client threads (Fig. 19)",
+            (1.50, 1.50),
+            Metric::Mops,
+            false,
+            Pick::new("erda-clients", erda, "b"),
+            Pick::new("erda-clients", redo, "b"),
+            "the paper's 1.50x is the ratio of its averages over thread counts",
+        ),
+        Claim::ratio(
+            "update-only-throughput-raw-threads",
+            "Erda / Read-After-Write throughput, update-only, at the most client threads \
+             (Fig. 21: approximately equal)",
+            (0.9, 1.1),
+            Metric::Mops,
+            false,
+            Pick::new("erda-clients", erda, "UPD"),
+            Pick::new("erda-clients", raw, "UPD"),
+            "",
+        ),
+        Claim::ratio(
             "c-latency-redo",
             "Redo Logging / Erda mean latency, YCSB-C (92.7 / 62.84 µs)",
             (1.48, 1.48),
@@ -112,7 +236,8 @@ pub fn paper(s: &Scale) -> Paper {
             p(erda, "c"),
             p(redo, "c"),
             "",
-        ),
+        )
+        .figures(Some(62.84), Some(92.7), LATENCY_SRC),
         Claim::ratio(
             "update-only-latency",
             "Redo Logging / Erda mean latency, update-only (103.89 / 102.1 µs)",
@@ -122,7 +247,53 @@ pub fn paper(s: &Scale) -> Paper {
             p(erda, "UPD"),
             p(redo, "UPD"),
             "",
-        ),
+        )
+        .figures(Some(102.1), Some(103.89), LATENCY_SRC),
+        Claim::ratio(
+            "c-latency-raw-values",
+            "Read-After-Write / Erda mean latency, YCSB-C, 1 KiB values (92.48 / 62.84 µs)",
+            (1.47, 1.47),
+            Metric::Mean,
+            false,
+            v(erda_v, "c"),
+            v(raw_v, "c"),
+            "the paper's figures are averages over 16 B-4 KiB values",
+        )
+        .figures(Some(62.84), Some(92.48), LATENCY_SRC),
+        Claim::ratio(
+            "b-latency-redo-values",
+            "Redo Logging / Erda mean latency, YCSB-B, 1 KiB values (94.71 / 62.76 µs)",
+            (1.51, 1.51),
+            Metric::Mean,
+            false,
+            v(erda_v, "b"),
+            v(redo_v, "b"),
+            "",
+        )
+        .figures(Some(62.76), Some(94.71), LATENCY_SRC),
+        Claim::ratio(
+            "a-latency-redo-values",
+            "Redo Logging / Erda mean latency, YCSB-A, 1 KiB values (100 / 74.64 µs)",
+            (1.34, 1.34),
+            Metric::Mean,
+            false,
+            v(erda_v, "a"),
+            v(redo_v, "a"),
+            "",
+        )
+        .figures(Some(74.64), Some(100.0), LATENCY_SRC),
+        Claim::ratio(
+            "update-only-latency-raw-values",
+            "Read-After-Write / Erda mean latency, update-only, 1 KiB values (105.47 / \
+             102.1 µs)",
+            (1.03, 1.03),
+            Metric::Mean,
+            false,
+            v(erda_v, "UPD"),
+            v(raw_v, "UPD"),
+            "",
+        )
+        .figures(Some(102.1), Some(105.47), LATENCY_SRC),
         Claim::ratio(
             "b-cpu-redo",
             "Redo Logging / Erda server CPU per op, YCSB-B",
@@ -131,7 +302,7 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p(erda, "b"),
             p(redo, "b"),
-            "server CPU per op from the sim's handler busy time",
+            "server CPU per op from the sim's handler busy time (64-byte values: Fig. 23)",
         ),
         Claim::ratio(
             "a-cpu-redo",
@@ -143,20 +314,139 @@ pub fn paper(s: &Scale) -> Paper {
             p(redo, "a"),
             "",
         ),
+        Claim::ratio(
+            "b-cpu-raw-values",
+            "Read-After-Write / Erda server CPU per op, YCSB-B, 1 KiB values (Fig. 25)",
+            (20.81, 20.81),
+            Metric::ServerCpu,
+            false,
+            v(erda_v, "b"),
+            v(raw_v, "b"),
+            "the paper's 20.81x is its average over 16 B-1 KiB values",
+        ),
+        Claim::ratio(
+            "a-cpu-raw-values",
+            "Read-After-Write / Erda server CPU per op, YCSB-A, 1 KiB values (Fig. 25)",
+            (1.96, 1.96),
+            Metric::ServerCpu,
+            false,
+            v(erda_v, "a"),
+            v(raw_v, "a"),
+            "",
+        ),
+        Claim::ratio(
+            "update-only-cpu-redo-values",
+            "Redo Logging / Erda server CPU per op, update-only, 1 KiB values (Fig. 25)",
+            (1.17, 1.17),
+            Metric::ServerCpu,
+            false,
+            v(erda_v, "UPD"),
+            v(redo_v, "UPD"),
+            "",
+        ),
+        Claim::ratio(
+            "update-only-cpu-raw-values",
+            "Read-After-Write / Erda server CPU per op, update-only, 1 KiB values (Fig. 25)",
+            (1.11, 1.11),
+            Metric::ServerCpu,
+            false,
+            v(erda_v, "UPD"),
+            v(raw_v, "UPD"),
+            "",
+        ),
+        Claim::ratio(
+            "cleaning-update-only-latency",
+            "Erda mean latency during log cleaning / without, update-only (Fig. 26: \
+             approximately equal)",
+            (0.9, 1.1),
+            Metric::Mean,
+            false,
+            Pick::new("erda-cleaning", "Erda", "UPD"),
+            Pick::new("erda-cleaning", "Erda (log cleaning)", "UPD"),
+            "64-byte values: at the paper's 1 KiB the bench's cleaning geometry fills the \
+             log before the cleaner frees it (LogFull)",
+        ),
+        Claim::ratio(
+            "cleaning-c-latency",
+            "Erda mean latency during log cleaning / without, YCSB-C (Fig. 26: higher, reads \
+             go through the server)",
+            (1.01, super::report::OPEN_ENDED),
+            Metric::Mean,
+            false,
+            Pick::new("erda-cleaning", "Erda", "c"),
+            Pick::new("erda-cleaning", "Erda (log cleaning)", "c"),
+            "a cleaning starts after half a region of appends: a read-only run appends \
+             nothing, so it cleans only if its load did",
+        ),
+        Claim::ratio(
+            "table1-create-redo",
+            "Redo Logging / Erda NVM bytes per create, 1 KiB values (Table 1: \
+             Size(key)+12+2N / Size(key)+10+N)",
+            ((20.0 + 2.0 * N) / (18.0 + N), (20.0 + 2.0 * N) / (18.0 + N)),
+            Metric::NvmCreate,
+            false,
+            Pick::new("erda-table1", erda, "load"),
+            Pick::new("erda-table1", redo, "load"),
+            "remora's formats differ from the paper's by headers and padding (`remora bench \
+             --table1` itemises them)",
+        )
+        .figures(
+            Some(18.0 + N),
+            Some(20.0 + 2.0 * N),
+            "seeds/004 §5.6, Table 1, N = 8-byte key + value",
+        ),
+        Claim::ratio(
+            "table1-update-redo",
+            "Redo Logging / Erda NVM bytes per update, 1 KiB values (Table 1: 4+2N / 9+N)",
+            ((4.0 + 2.0 * N) / (9.0 + N), (4.0 + 2.0 * N) / (9.0 + N)),
+            Metric::NvmUpdate,
+            false,
+            Pick::new("erda-table1", erda, "UPD"),
+            Pick::new("erda-table1", redo, "UPD"),
+            "",
+        )
+        .figures(
+            Some(9.0 + N),
+            Some(4.0 + 2.0 * N),
+            "seeds/004 §5.6, Table 1, N = 8-byte key + value",
+        ),
+        Claim::ratio(
+            "table1-update-raw",
+            "Read-After-Write / Erda NVM bytes per update, 1 KiB values (Table 1: 4+2N / 9+N)",
+            ((4.0 + 2.0 * N) / (9.0 + N), (4.0 + 2.0 * N) / (9.0 + N)),
+            Metric::NvmUpdate,
+            false,
+            Pick::new("erda-table1", erda, "UPD"),
+            Pick::new("erda-table1", raw, "UPD"),
+            "",
+        )
+        .figures(
+            Some(9.0 + N),
+            Some(4.0 + 2.0 * N),
+            "seeds/004 §5.6, Table 1, N = 8-byte key + value",
+        ),
     ];
     Paper {
         key: "erda",
         name: "Erda",
-        paper_setup: "one server with NVM, clients on other machines, RDMA; YCSB-C/B/A and \
-                      update-only, values 16 B to 4 KB, throughput vs threads",
+        paper_setup: "one server (2 x 4-core Xeon E5620, ConnectX-3 40 Gb InfiniBand, NVM \
+                      emulated as DRAM + 150 ns writes), clients on other machines; YCSB-C/B/A \
+                      and update-only, zipfian 0.99, values 16 B to 4 KB, throughput vs \
+                      threads",
         paper_keys: None,
         setup: format!(
-            "sim with persistent memory nodes, {NODES} compute nodes x 8 client threads x 4 \
-             coroutines (curves: {} clients), 1 memory node running the store's server; {} \
-             8-byte integer keys, 64-byte values, {} measured ops after {} warm-up ops, \
-             zipfian 0.99, seed 1",
+            "sim in the paper's profile (`--profile erda`), persistent memory node, \
+             {NODES} compute nodes x 8 synchronous client threads (one operation each; curves: \
+             {} clients), 1 memory node running the store's server; {} 8-byte integer keys, \
+             64-byte values (value-size rows: {}; Table 1: {VALUE} B), {} \
+             measured ops after {} warm-up ops, zipfian 0.99, seed 1",
             sweep.join("/"),
             s.records,
+            sizes
+                .iter()
+                .map(|v| format!("{v} B"))
+                .collect::<Vec<_>>()
+                .join("/"),
             s.ops,
             s.warmup
         ),

@@ -63,8 +63,9 @@ pub struct ReproArgs {
     #[arg(long, default_value = "repro-out")]
     pub out: PathBuf,
     /// After the run, compare its report with this committed report.json: fail if a row
-    /// is missing or added, or a ratio moved to the other side of 1 (not compared for
-    /// wall-clock rows, measured on real threads: their side depends on the machine's load).
+    /// is missing or added, a ratio moved to the other side of 1, or a row's class got worse
+    /// (faithful to rough or off, rough to off; sides and classes are not compared for
+    /// wall-clock rows, measured on real threads: they depend on the machine's load).
     #[arg(long, value_name = "REPORT_JSON")]
     pub check: Option<PathBuf>,
     /// No per-experiment progress lines.
@@ -241,6 +242,22 @@ pub enum Metric {
     Mean,
     /// Server CPU per operation: den ns/op / num ns/op.
     ServerCpu,
+    /// NVM bytes stored per create (Erda's Table 1): den B / num B.
+    NvmCreate,
+    /// NVM bytes stored per update: den B / num B.
+    NvmUpdate,
+}
+
+impl Metric {
+    /// The unit of a point's figure of this metric (and of [`PaperFigures`]).
+    pub fn unit(self) -> &'static str {
+        match self {
+            Metric::Mops => "Mops",
+            Metric::ServerCpu => "ns/op",
+            Metric::NvmCreate | Metric::NvmUpdate => "B/op",
+            _ => "µs",
+        }
+    }
 }
 
 /// One measured point a claim picks: an experiment's series (or factor step) on a workload,
@@ -283,6 +300,20 @@ pub struct Claim {
     pub missing: &'static str,
     /// Known reasons for a gap between the paper's figure and remora's.
     pub note: &'static str,
+    /// The paper's own figures of the two points, where it gives them.
+    pub figures: Option<PaperFigures>,
+}
+
+/// The paper's absolute figures of a claim's two points (not only their ratio): the report
+/// puts remora's beside them, with remora / paper.
+#[derive(Debug, Clone)]
+pub struct PaperFigures {
+    /// The numerator's figure, in the claim metric's unit ([`Metric::unit`]).
+    pub num: Option<f64>,
+    /// The denominator's figure, same unit.
+    pub den: Option<f64>,
+    /// Where the paper gives them (section, figure or table) and at which point of its runs.
+    pub source: &'static str,
 }
 
 /// One paper: its setup, its experiments and its claims.
@@ -322,6 +353,7 @@ impl Claim {
             alone: None,
             missing: "",
             note,
+            figures: None,
         }
     }
 
@@ -346,7 +378,15 @@ impl Claim {
             alone,
             missing,
             note,
+            figures: None,
         }
+    }
+
+    /// The paper's absolute figures of the numerator and the denominator (in
+    /// [`Metric::unit`]), and where it gives them.
+    pub fn figures(mut self, num: Option<f64>, den: Option<f64>, source: &'static str) -> Claim {
+        self.figures = Some(PaperFigures { num, den, source });
+        self
     }
 }
 

@@ -283,17 +283,21 @@ pub fn run(a: &ReproArgs) -> Result<(), String> {
         t.elapsed().as_secs_f64(),
         a.out.join("report.md").display()
     );
+    println!(
+        "classes (remora's ratio / the paper's): {}",
+        report::class::summary(&full.classes)
+    );
     if let Some(committed) = &a.check {
         let diffs = report::check(committed, &full)?;
         if !diffs.is_empty() {
             return Err(format!(
-                "the report's shape differs from {}:\n  {}",
+                "the report differs from {} (rows, sides of 1, or classes that got worse):\n  {}",
                 committed.display(),
                 diffs.join("\n  ")
             ));
         }
         println!(
-            "check: same rows and every ratio on the same side of 1 as {}",
+            "check: same rows, every ratio on the same side of 1 and no class worse than {}",
             committed.display()
         );
     }

@@ -72,6 +72,7 @@
 //!   busy time accounted
 //!   ([`Sim::server_busy_ns`], `LocalRegion::cpu_clock`), running a
 //!   `remora_core::server::Handler` (echo by default).
+//! - [`profiles`]: each paper's testbed as named model values (`--profile`), sourced.
 //! - [`faults`], [`trace`], [`rng`], [`pool`].
 pub mod cluster;
 pub mod engine;
@@ -83,6 +84,7 @@ pub mod memory;
 pub mod model;
 pub mod perf;
 pub mod pool;
+pub mod profiles;
 pub mod qp;
 mod queue;
 pub mod rng;

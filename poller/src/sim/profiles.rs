@@ -1,0 +1,332 @@
+//! Named hardware profiles: each paper's testbed as a set of [`Model`] parameter values
+//! applied on top of the defaults (`--profile NAME`; `--set` still overrides single values).
+//!
+//! Every value names its source: the paper's evaluation section (`seeds/NNN §...`, the
+//! texts in /work/shared/seeds), the vendor's specification of the part the paper names, or
+//! a published measurement of that NIC generation. Where the paper is silent the source
+//! says "assumed" and why. A profile describes hardware only; the cluster shape (compute
+//! and memory nodes, clients, coroutines) stays on the command line, and the repro scales
+//! `server_llc_lines` with the data set it loads (a run with fewer keys than the paper's
+//! gets a proportionally smaller cache, so it misses as the paper's did).
+use super::model::{Model, ModelError};
+
+/// One parameter value of a profile, with where it comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct ProfileValue {
+    /// A [`Model::PARAMS`] name.
+    pub param: &'static str,
+    pub value: f64,
+    /// The paper's words (or the part's specification), or "assumed: why".
+    pub source: &'static str,
+}
+
+/// A paper's testbed.
+#[derive(Debug, Clone, Copy)]
+pub struct Profile {
+    /// The `--profile` name.
+    pub name: &'static str,
+    /// One line: the paper and the hardware it ran on.
+    pub hardware: &'static str,
+    /// Values set on top of [`Model::default`]; parameters not listed keep their defaults.
+    pub values: &'static [ProfileValue],
+}
+
+const fn v(param: &'static str, value: f64, source: &'static str) -> ProfileValue {
+    ProfileValue {
+        param,
+        value,
+        source,
+    }
+}
+
+/// ConnectX-5 on-chip / memory-side request rate, shared by the ConnectX-5/6 profiles.
+const CX5_MOPS: &str = "~110 Mops: the rate Sherman measured for ConnectX-5 on-chip atomics \
+                        (seeds/002 §2.1), the model's memory-side IOPS bound";
+/// Broadwell/Skylake DRAM behind a DRAM-only memory node.
+const DRAM_NODE: &str = "DRAM memory node: a line missing the LLC costs a DRAM load \
+                         (server_dram_ns), not an Optane one";
+
+/// Every profile, `default` first.
+pub const PROFILES: &[Profile] = &[
+    Profile {
+        name: "default",
+        hardware: "the model's defaults: ConnectX-6 100 Gb, PCIe Gen3 x16, one handler \
+                   thread, 24 MiB LLC, Optane DC PMM on persistent nodes",
+        values: &[],
+    },
+    Profile {
+        name: "smart",
+        hardware: "SMART (OSDI'23): 16 compute + 2 memory nodes, ConnectX-6 100 Gb, DRAM \
+                   memory nodes",
+        values: &[
+            v(
+                "link_gbps",
+                100.0,
+                "'16 compute nodes, 2 memory nodes, ConnectX-6 100 Gb' (INDEX.md, SMART's \
+                 evaluation)",
+            ),
+            v(
+                "one_way_ns",
+                600.0,
+                "ConnectX-6 datasheet 'sub-600ns latency' (the default's source)",
+            ),
+            v("nic_mops", 110.0, CX5_MOPS),
+            v(
+                "server_threads",
+                1.0,
+                "assumed: SMART's memory nodes run no handler per operation (one-sided \
+                 only); one thread for allocation",
+            ),
+            v("server_nvm_read_ns", 90.0, DRAM_NODE),
+            v("nvm_write_ns", 0.0, "DRAM memory node: nothing to persist"),
+        ],
+    },
+    Profile {
+        name: "sherman",
+        hardware: "Sherman (SIGMOD'22): 8 servers (one compute + one memory node each), \
+                   ConnectX-5 100 Gb, Xeon E5-2650 v4, DRAM",
+        values: &[
+            v(
+                "link_gbps",
+                100.0,
+                "'one 100Gbps Mellanox ConnectX-5 NIC' per server (seeds/002 §3)",
+            ),
+            v(
+                "one_way_ns",
+                600.0,
+                "assumed: ConnectX-5 port-to-port latency as ConnectX-6's (both EDR, ~1.8 us \
+                 64 B READ round trip in perftest)",
+            ),
+            v("nic_mops", 110.0, CX5_MOPS),
+            v(
+                "server_threads",
+                2.0,
+                "'Each MS owns 64GB DRAM and 2 CPU cores' (seeds/002 §3)",
+            ),
+            v(
+                "server_llc_lines",
+                491_520.0,
+                "30 MiB: the L3 of the Xeon E5-2650 v4 the paper names (seeds/002 §3; Intel \
+                 ARK: 30 MB SmartCache)",
+            ),
+            v("server_nvm_read_ns", 90.0, DRAM_NODE),
+            v(
+                "nvm_write_ns",
+                0.0,
+                "'128GB DRAM' servers (seeds/002 §3): nothing to persist",
+            ),
+        ],
+    },
+    Profile {
+        name: "canrt",
+        hardware: "CANRT: 3 machines, Xeon 2.60 GHz (24 MB L3), Optane DC PMM in AppDirect, \
+                   ConnectX-5 InfiniBand",
+        values: &[
+            v(
+                "link_gbps",
+                100.0,
+                "'Mellanox ConnectX-5 InfiniBand NIC' (seeds/000 §4.1); the paper gives no \
+                 speed: assumed EDR 100 Gb, the ConnectX-5 InfiniBand rate",
+            ),
+            v(
+                "one_way_ns",
+                600.0,
+                "assumed: ConnectX-5 EDR as ConnectX-6 (~1.8 us READ round trip)",
+            ),
+            v("nic_mops", 110.0, CX5_MOPS),
+            v(
+                "server_threads",
+                1.0,
+                "'the server dedicatedly checks the corresponding client ring buffer' and \
+                 'due to the server CPU limitation, WORT and WOART exhibit poor scalability' \
+                 (seeds/000 §4.1, §4.5): assumed one server thread",
+            ),
+            v(
+                "server_llc_lines",
+                393_216.0,
+                "'32 KB/1 MB/24 MB L1/L2/L3 cache' (seeds/000 §4.1)",
+            ),
+            v(
+                "server_nvm_read_ns",
+                305.0,
+                "'commercial Intel Optane DC Persistent Memory ... AppDirect mode' (seeds/000 \
+                 §4.1): Optane random read, 305 ns (Izraelevitz et al. 2019)",
+            ),
+            v(
+                "nvm_write_ns",
+                90.0,
+                "Optane DC PMM clwb + sfence to the ADR domain, ~90 ns (Izraelevitz et al. \
+                 2019), the paper's AppDirect device",
+            ),
+        ],
+    },
+    Profile {
+        name: "erda",
+        hardware: "Erda: 2 x 4-core Xeon E5620 2.4 GHz, 12 GB DDR3, ConnectX-3 \
+                   40 Gb InfiniBand, NVM emulated as DRAM + 150 ns per write",
+        values: &[
+            v(
+                "link_gbps",
+                32.0,
+                "'40Gbps Mellanox ConnectX-3 InfiniBand' (seeds/004 §5): 40 Gb/s QDR \
+                 signalling carries 32 Gb/s of data (8b/10b encoding)",
+            ),
+            v(
+                "one_way_ns",
+                700.0,
+                "assumed: a ConnectX-3 64 B READ round trip is ~2.0 us in perftest, ~0.2 us \
+                 above ConnectX-5/6",
+            ),
+            v(
+                "nic_mops",
+                35.0,
+                "assumed from a published measurement: a ConnectX-3 serves ~35 M inbound \
+                 WRITEs/s (~26 M READs/s) (Kalia et al., HERD, SIGCOMM'14)",
+            ),
+            v(
+                "pcie_gbps",
+                32.0,
+                "the Xeon E5620 (Westmere-EP, seeds/004 §5) platform has PCIe 2.0; a \
+                 ConnectX-3 is x8: 5 GT/s x 8 x 8/10 = 32 Gb/s",
+            ),
+            v(
+                "server_threads",
+                8.0,
+                "'two 2.4 GHz Intel Xeon E5620 CPUs (4 cores)' (seeds/004 §5): 8 cores; the \
+                 paper does not say how many server threads: assumed one per core",
+            ),
+            v(
+                "server_llc_lines",
+                196_608.0,
+                "12 MiB: the L3 of the Xeon E5620 (Intel ARK: 12 MB SmartCache)",
+            ),
+            v(
+                "server_nvm_read_ns",
+                90.0,
+                "'adds extra write latency of DRAM to simulate NVM' (seeds/004 §5): reads \
+                 are DRAM reads",
+            ),
+            v(
+                "nvm_write_ns",
+                150.0,
+                "'By default, we add 150ns of extra write latencies' (seeds/004 §5)",
+            ),
+        ],
+    },
+    Profile {
+        name: "catfish",
+        hardware: "Catfish (TPDS): 9 nodes of 2 x 14-core Xeon E5-2680 v4 2.4 GHz, 512 GB \
+                   DDR4, ConnectX-5 EDR 100 Gb InfiniBand",
+        values: &[
+            v(
+                "link_gbps",
+                100.0,
+                "'a Mellanox MT27800 Family (ConnectX-5) adapter card, supporting EDR 100 \
+                 Gbps InfiniBand' (seeds/003 §5)",
+            ),
+            v(
+                "one_way_ns",
+                600.0,
+                "assumed: ConnectX-5 EDR as ConnectX-6 (~1.8 us READ round trip)",
+            ),
+            v("nic_mops", 110.0, CX5_MOPS),
+            v(
+                "server_threads",
+                28.0,
+                "'dual-socket Intel Xeon E5-2680 v4 (2x14-core Intel Broadwell, 2.40 GHz)' \
+                 (seeds/003 §5): 28 cores; assumed one server thread per core (the paper \
+                 does not give the count); `bench --server-threads` overrides it",
+            ),
+            v(
+                "server_llc_lines",
+                573_440.0,
+                "35 MiB: the L3 of one Xeon E5-2680 v4 socket (Intel ARK: 35 MB SmartCache)",
+            ),
+            v("server_nvm_read_ns", 90.0, DRAM_NODE),
+            v(
+                "nvm_write_ns",
+                0.0,
+                "'512 GB DDR4' (seeds/003 §5): a DRAM server, nothing to persist",
+            ),
+        ],
+    },
+];
+
+/// The profile called `name`, or an error listing the names.
+pub fn profile(name: &str) -> Result<&'static Profile, String> {
+    PROFILES.iter().find(|p| p.name == name).ok_or_else(|| {
+        let names: Vec<&str> = PROFILES.iter().map(|p| p.name).collect();
+        format!(
+            "unknown hardware profile '{name}'; known: {}",
+            names.join(", ")
+        )
+    })
+}
+
+impl Profile {
+    /// Sets every value of the profile on `m`.
+    pub fn apply(&self, m: &mut Model) -> Result<(), ModelError> {
+        for pv in self.values {
+            m.set(pv.param, &pv.value.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The model of this profile: defaults, then its values.
+    pub fn model(&self) -> Model {
+        let mut m = Model::default();
+        // Every value is checked by the `profiles_are_valid` test.
+        let _ = self.apply(&mut m);
+        m
+    }
+
+    /// The profile as a markdown table: parameter, value, default, source.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "profile `{}`: {}\n\n| parameter | value | default | source |\n|---|---|---|---|\n",
+            self.name, self.hardware
+        );
+        let d = Model::default();
+        for pv in self.values {
+            s.push_str(&format!(
+                "| {} | {} | {} | {} |\n",
+                pv.param,
+                pv.value,
+                d.get(pv.param).unwrap_or(f64::NAN),
+                pv.source
+            ));
+        }
+        if self.values.is_empty() {
+            s.push_str("| (none) | | | every parameter at its default |\n");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_are_valid() {
+        for p in PROFILES {
+            let mut m = Model::default();
+            p.apply(&mut m)
+                .unwrap_or_else(|e| panic!("profile {}: {e}", p.name));
+            for pv in p.values {
+                assert_eq!(m.get(pv.param), Some(pv.value), "{} {}", p.name, pv.param);
+                assert!(!pv.source.is_empty(), "{} {}", p.name, pv.param);
+            }
+            let mut seen: Vec<&str> = p.values.iter().map(|v| v.param).collect();
+            seen.sort();
+            seen.dedup();
+            assert_eq!(seen.len(), p.values.len(), "{}: a parameter twice", p.name);
+        }
+        assert_eq!(profile("default").unwrap().model(), Model::default());
+        assert!(profile("nope").unwrap_err().contains("erda"));
+        let erda = profile("erda").unwrap().model();
+        assert_eq!(erda.link_gbps, 32.0);
+        assert_eq!(erda.nvm_write_ns, 150.0);
+        assert!(profile("catfish").unwrap().table().contains("E5-2680"));
+    }
+}
