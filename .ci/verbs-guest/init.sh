@@ -116,7 +116,7 @@ if [ -n "$BENCH_ARGS" ]; then
         if [ -n "$SERVICE_NODE" ]; then
             kill $SERVICE_NODE 2>/dev/null
             wait $SERVICE_NODE 2>/dev/null
-            tail -n 1 /tmp/memnode-svc.log | sed 's/^/REMORA-BENCH: /'
+            tail -n 2 /tmp/memnode-svc.log | sed 's/^/REMORA-BENCH: /'
         fi
         say "bench $index $workload exit code $rc"
         [ "$rc" = 0 ] || BENCH_RC=1
@@ -128,7 +128,7 @@ fi
 
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
-tail -n 2 /tmp/memnode.log
+tail -n 3 /tmp/memnode.log
 
 expect_error "nobody listening" "refused the connection" \
     remora perf --fabric verbs --connect "$GUEST_IP:7999" --seconds 0.2 --quiet
