@@ -185,6 +185,7 @@ pub fn connect_qp_as(
         why,
     })?;
     qp.set_peer(w.node, Remote::from_welcome(&w), w.recv_len as usize);
+    qp.set_min_rnr_timer();
     let info = NodeInfo {
         addr: addr.into(),
         node: w.node,

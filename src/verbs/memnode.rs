@@ -503,6 +503,8 @@ impl Memnode {
         if unsafe { sys::rdma_accept(qp.cm_id(), &mut param) } != 0 {
             return Err(sys_err("rdma_accept"));
         }
+        // Best effort (the queue pair may not be in RTS before the connection is established).
+        qp.set_min_rnr_timer();
         self.connections += 1;
         if self.cfg.verbose {
             println!(

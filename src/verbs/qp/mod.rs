@@ -51,6 +51,9 @@ pub const RQ_DEPTH: u32 = 64;
 pub const RECV_BATCH: usize = 16;
 /// Bytes per receive buffer: the largest SEND a peer may send us.
 pub const RECV_LEN: usize = 4096;
+/// The RNR NAK timer each side advertises: IB code 28, 163.84 ms, so a sender's 6 RNR
+/// retries give a receiver about 1 s to post a buffer (rdma_cm leaves code 0: 655.36 ms).
+pub const MIN_RNR_TIMER: u8 = 28;
 /// Most work requests one post may carry.
 pub const MAX_BATCH: usize = 128;
 /// Batches in flight per queue pair.
@@ -128,6 +131,10 @@ pub struct VerbsQp {
     sq_used: Cell<u32>,
     /// Unsignaled detached work requests since the last signaled one.
     unsignaled: Cell<u32>,
+    /// Post futures waiting for their batch, and their turn counter for polling the
+    /// completion queue.
+    waiters: Cell<u32>,
+    turn: Cell<u32>,
     /// Receive buffers consumed and not yet posted again (posted as one chain).
     repost: RefCell<Vec<u32>>,
     wrs: RefCell<Vec<sys::ibv_send_wr>>,
@@ -260,6 +267,8 @@ impl VerbsQp {
             free: Cell::new(u64::MAX),
             sq_used: Cell::new(0),
             unsignaled: Cell::new(0),
+            waiters: Cell::new(0),
+            turn: Cell::new(0),
             repost: RefCell::new(Vec::with_capacity(RQ_DEPTH as usize)),
             wrs: RefCell::new(Vec::with_capacity(MAX_BATCH)),
             sges: RefCell::new(Vec::with_capacity(MAX_BATCH)),
@@ -345,6 +354,21 @@ impl VerbsQp {
             });
         }
         Ok(())
+    }
+
+    /// Sets the receiver-not-ready timer this side advertises ([`MIN_RNR_TIMER`]) instead of
+    /// rdma_cm's 0 (which IB reads as 655 ms). A move from RTS to RTS: best effort, a queue
+    /// pair whose device refuses keeps the default. Returns whether it took.
+    pub(crate) fn set_min_rnr_timer(&self) -> bool {
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTS,
+            cur_qp_state: sys::IBV_QPS_RTS,
+            min_rnr_timer: MIN_RNR_TIMER,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_STATE | sys::IBV_QP_CUR_STATE | sys::IBV_QP_MIN_RNR_TIMER;
+        // SAFETY: a live, connected queue pair; `attr` is valid for the call.
+        unsafe { sys::ibv_modify_qp(self.qp, &mut attr, mask as i32) == 0 }
     }
 
     fn to_error_state(&self) {

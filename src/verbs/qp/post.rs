@@ -569,6 +569,14 @@ impl VerbsQp {
         }
     }
 
+    /// Whether this waiting post is the one to poll the completion queue now (see
+    /// `PostFuture::poll`): one in every `waiters` turns, so some waiter always polls.
+    fn my_turn(&self) -> bool {
+        let t = self.turn.get().wrapping_add(1);
+        self.turn.set(t);
+        t.is_multiple_of(self.waiters.get().max(1))
+    }
+
     fn is_done(&self, slot: usize) -> bool {
         self.slots[slot].get().state == SlotState::Done
     }
@@ -687,14 +695,28 @@ impl Future for PostFuture<'_, '_> {
                     this.state = PostState::Finished;
                     return Poll::Ready(Err(e));
                 }
-                Ok(Some(slot)) => this.state = PostState::Posted(slot),
+                Ok(Some(slot)) => {
+                    this.state = PostState::Posted(slot);
+                    this.qp.waiters.set(this.qp.waiters.get() + 1);
+                }
                 Ok(None) => {}
             }
         }
-        this.qp.progress();
+        // Waiting posts take turns polling the completion queue: with n of them polled once
+        // per executor round, one polls per round (every completion it finds is recorded for
+        // all), instead of each draining it. A post whose batch another one's poll already
+        // reaped does not poll; one still waiting for room always does.
+        let poll_cq = match this.state {
+            PostState::Posted(s) => !this.qp.is_done(s) && this.qp.my_turn(),
+            _ => true,
+        };
+        if poll_cq {
+            this.qp.progress();
+        }
         match this.state {
             PostState::Posted(slot) if this.qp.is_done(slot) => {
                 this.state = PostState::Finished;
+                this.qp.waiters.set(this.qp.waiters.get() - 1);
                 Poll::Ready(this.qp.finish(slot, this.ops))
             }
             PostState::Finished => Poll::Ready(Err(FabricError::Unsupported {
@@ -711,6 +733,7 @@ impl Future for PostFuture<'_, '_> {
 impl Drop for PostFuture<'_, '_> {
     fn drop(&mut self) {
         if let PostState::Posted(slot) = self.state {
+            self.qp.waiters.set(self.qp.waiters.get() - 1);
             // The NIC may still write the staging buffer or read the chain's data: wait for
             // the batch. Bounded: the transport's retry limits always end in a completion.
             while !self.qp.is_done(slot) {
