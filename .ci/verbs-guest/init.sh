@@ -79,6 +79,19 @@ if [ -n "$PERF_ARGS" ]; then
     say "perf exit code $PERF_RC"
 fi
 
+# Syscalls of a client's data path (informational, never fails the run): READs of 64 B for
+# 0.5 s and for 2.5 s under `strace -c -f`; the difference is what 2 s of steady state
+# costs. Soft-RoCE's provider rings its doorbell with a syscall; a hardware NIC does not.
+if [ -x /usr/bin/strace ]; then
+    for s in 0.5 2.5; do
+        timeout 120 strace -c -f -o /tmp/strace.txt remora perf --fabric verbs \
+            --connect "$GUEST_IP:$PORT" --quiet --verbs read --sizes 64 --seconds "$s" \
+            --threads 1 --coroutines 4 > /tmp/strace-perf.out 2>&1
+        grep -a "verbs data path" /tmp/strace-perf.out | sed "s/^/REMORA-STRACE $s s: /"
+        sed "s/^/REMORA-STRACE $s s: /" /tmp/strace.txt 2>/dev/null | head -n 25
+    done
+fi
+
 # YCSB over verbs: each "index:workload" of BENCH_RUNS loads BENCH_ARGS' records and runs;
 # the table goes to the console. A run passes if it exits 0 and printed its run row. The
 # one-sided indexes share the echo memory node; CANRT and Erda each get a fresh memory node
@@ -93,16 +106,23 @@ if [ -n "$BENCH_ARGS" ]; then
         SERVICE_NODE=""
         case "$index" in
         canrt | erda)
+            # A fresh port for every service node: the previous one's port may not be free
+            # again yet right after it was killed.
             addr="$GUEST_IP:$SERVICE_PORT"
+            SERVICE_PORT=$((SERVICE_PORT + 1))
             remora memnode --fabric verbs --listen "$addr" --service "$index" $SERVICE_MEMNODE_ARGS \
                 > /tmp/memnode-svc.log 2>&1 &
             SERVICE_NODE=$!
-            for i in $(seq 1 100); do
+            for i in $(seq 1 300); do
                 grep -q listening /tmp/memnode-svc.log && break
                 kill -0 $SERVICE_NODE 2>/dev/null || break
                 usleep 100000
             done
             sed 's/^/REMORA-BENCH: /' /tmp/memnode-svc.log
+            if ! grep -q listening /tmp/memnode-svc.log; then
+                kill -0 $SERVICE_NODE 2>/dev/null && echo "REMORA-BENCH: service memnode alive, not listening after 30 s"
+                grep -i huge /proc/meminfo | sed 's/^/REMORA-BENCH: /'
+            fi
             ;;
         esac
         say "bench: remora bench --fabric verbs --connect $addr --index $index --workload $workload $BENCH_ARGS"
@@ -116,7 +136,7 @@ if [ -n "$BENCH_ARGS" ]; then
         if [ -n "$SERVICE_NODE" ]; then
             kill $SERVICE_NODE 2>/dev/null
             wait $SERVICE_NODE 2>/dev/null
-            tail -n 1 /tmp/memnode-svc.log | sed 's/^/REMORA-BENCH: /'
+            tail -n 2 /tmp/memnode-svc.log | sed 's/^/REMORA-BENCH: /'
         fi
         say "bench $index $workload exit code $rc"
         [ "$rc" = 0 ] || BENCH_RC=1
@@ -128,7 +148,7 @@ fi
 
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
-tail -n 2 /tmp/memnode.log
+tail -n 3 /tmp/memnode.log
 
 expect_error "nobody listening" "refused the connection" \
     remora perf --fabric verbs --connect "$GUEST_IP:7999" --seconds 0.2 --quiet

@@ -28,7 +28,7 @@ BENCH=${REMORA_GUEST_BENCH-"--records 2000 --seconds 1 --threads 1 --coroutines 
 BENCH_RUNS=${REMORA_GUEST_BENCH_RUNS:-"smart:c smart:a sherman:c canrt:c erda:c"}
 TIMEOUT=${REMORA_GUEST_TIMEOUT:-900}
 MODULES="crc32_generic crc32c_generic libcrc32c udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy configfs iw_cm ib_cm rdma_cm rdma_ucm"
-HOST_PKGS="qemu-system-x86 busybox-static libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers iproute2 cpio kmod xz-utils gzip"
+HOST_PKGS="qemu-system-x86 busybox-static libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers iproute2 cpio kmod xz-utils gzip strace"
 MULTIARCH=x86_64-linux-gnu
 T0=$(date +%s)
 
@@ -109,6 +109,12 @@ copy_libs() {
 }
 cp "$BIN" "$IR/usr/bin/remora"
 copy_libs "$BIN"
+# strace, when the host has it, for the guest's syscall count (informational).
+STRACE=$(command -v strace || true)
+if [ -n "$STRACE" ]; then
+    cp "$STRACE" "$IR/usr/bin/strace"
+    copy_libs "$STRACE"
+fi
 RDMA_TOOL=$(command -v rdma || true)
 [ -n "$RDMA_TOOL" ] || die "no rdma tool (iproute2) on the host"
 rm -f "$IR/usr/bin/rdma"

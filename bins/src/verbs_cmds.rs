@@ -33,7 +33,7 @@ mod real {
     use remora::verbs::check::{CONNECT_TIMEOUT, VerbsHarness, run_checks};
     use remora::verbs::qp::RECV_LEN;
     use remora::verbs::{
-        ConnectOptions, Memnode, MemnodeConfig, NodeInfo, VerbsEndpoint, connect_qp, probe,
+        ConnectOptions, Memnode, MemnodeConfig, NodeInfo, VerbsEndpoint, connect_qp, probe, totals,
     };
     use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -100,12 +100,22 @@ mod real {
             ),
         ];
         drop(qp);
-        crate::perf::run_generic(
+        let before = totals();
+        let mut recs = crate::perf::run_generic(
             a,
             "verbs",
             |_| VerbsEndpoint::connect(&[&addr], &opts).map_err(|e| e.to_string()),
             notes,
-        )
+        )?;
+        let note = format!(
+            "verbs data path (every point, warm-up included): {}",
+            totals() - before
+        );
+        println!("{note}");
+        for r in &mut recs {
+            r.notes.push(note.clone());
+        }
+        Ok(recs)
     }
 
     /// `remora memnode --fabric verbs --listen host:port`.
@@ -163,6 +173,11 @@ mod real {
         node.serve(&STOP, limit).map_err(|e| e.to_string())?;
         let (served, conns) = node.stats();
         let s = node.summary();
+        println!(
+            "memnode {} (verbs) data path: {}",
+            a.node_id,
+            node.verbs_stats()
+        );
         println!(
             "memnode {} (verbs): stopped after {conns} connections, {served} messages served; \
              device memory was {}",

@@ -403,6 +403,19 @@ pub trait QueuePair {
         ops: &'a mut [Op<'b>],
     ) -> impl Future<Output = Result<(), FabricError>>;
 
+    /// Posts ops nobody needs to see complete (a lock release, an unlock): WRITE,
+    /// WRITE_WITH_IMM and SEND only. A fabric that can resolves as soon as the ops are
+    /// posted, unsignaled, with the buffers already free to reuse (the data copied inline or
+    /// into the fabric's own staging); they still take effect in posting order (rule 1), and
+    /// a failure shows on a later post of this queue pair (then broken). The default waits
+    /// for completion, as [`QueuePair::post`] does.
+    fn post_unsignaled<'a, 'b>(
+        &'a self,
+        ops: &'a mut [Op<'b>],
+    ) -> impl Future<Output = Result<(), FabricError>> {
+        self.post(ops)
+    }
+
     /// Waits for the next receive completion; a SEND's payload is copied into `buf`.
     fn recv<'a>(&'a self, buf: &'a mut [u8]) -> impl Future<Output = Result<Recv, FabricError>>;
 

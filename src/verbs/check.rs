@@ -7,7 +7,7 @@ use super::error::VerbsError;
 use remora_core::alloc::RemoteAllocator;
 use remora_core::block_on::block_on_with;
 use remora_core::conformance::{Harness, checks};
-use remora_core::fabric::{Endpoint, QueuePair};
+use remora_core::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::NodeId;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -146,6 +146,140 @@ pub fn fenced_client_is_cut_off(h: &VerbsHarness) {
     assert_eq!(again, 0, "nothing left to cut");
 }
 
+/// READs, atomics and a non-inline WRITE on buffers of the endpoint's registered pool are
+/// posted in place: the results are right and not one byte is bounced through staging; the
+/// same ops on ordinary buffers are bounced and counted.
+pub fn pool_buffers_are_used_in_place(h: &VerbsHarness) {
+    let ep = h.endpoint().expect("a client connects");
+    let q = ep.qp(h.node()).unwrap();
+    let pool = ep.pool();
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    let before = q.stats();
+    let (mut wbuf, mut rbuf, mut cas, mut faa) = (
+        pool.take(4096).expect("a pool buffer"),
+        pool.take(4096).expect("a pool buffer"),
+        pool.take(8).expect("a pool buffer"),
+        pool.take(8).expect("a pool buffer"),
+    );
+    wbuf.copy_from_slice(&pattern);
+    let at = spin_block_on(async {
+        let alloc = RemoteAllocator::open(q).await.expect("allocator");
+        let at = alloc.alloc_chunk(q).await.expect("a chunk");
+        q.post(&mut [Op::Write {
+            remote: at,
+            local: &wbuf,
+        }])
+        .await
+        .expect("WRITE from the pool");
+        let word = at.add(8192);
+        q.post(&mut [
+            Op::Read {
+                remote: at,
+                local: &mut rbuf,
+            },
+            Op::Cas {
+                remote: word,
+                compare: 0,
+                swap: 5,
+                old: cas.word(),
+            },
+            Op::Faa {
+                remote: word,
+                add: 2,
+                old: faa.word(),
+            },
+        ])
+        .await
+        .expect("READ and atomics into the pool");
+        at
+    });
+    assert_eq!(&rbuf[..], &pattern[..], "READ into the pool");
+    assert_eq!(
+        (*cas.word(), *faa.word()),
+        (0, 5),
+        "atomic results in the pool"
+    );
+    let d = q.stats() - before;
+    // The allocator's own READs and atomics use ordinary buffers: only ours are in place.
+    assert_eq!(
+        d.in_place,
+        4096 + 4096 + 16,
+        "in-place bytes (bounced: {})",
+        d.bounced()
+    );
+    let mut plain = vec![0u8; 4096];
+    let b0 = q.stats();
+    spin_block_on(q.read(at, &mut plain)).expect("READ into a plain buffer");
+    assert_eq!(plain, pattern);
+    let d = q.stats() - b0;
+    assert_eq!(
+        (d.bounced_read, d.in_place),
+        (4096, 0),
+        "a plain buffer is bounced"
+    );
+}
+
+/// Unsignaled posts (`QueuePair::post_unsignaled`) resolve once posted, take effect in
+/// posting order before a later signaled post, and leave the caller's buffer free at once;
+/// more of them than the send queue holds go through (credit returned by the signaled ones
+/// every `SIGNAL_EVERY`). READs are refused.
+pub fn unsignaled_posts_take_effect_in_order(h: &VerbsHarness) {
+    let ep = h.endpoint().expect("a client connects");
+    let q = ep.qp(h.node()).unwrap();
+    spin_block_on(async {
+        let alloc = RemoteAllocator::open(q).await.expect("allocator");
+        let at = alloc.alloc_chunk(q).await.expect("a chunk");
+        let before = q.stats();
+        let mut big = vec![0u8; 1024];
+        for i in 0..1000u64 {
+            let v = i.to_le_bytes();
+            q.post_unsignaled(&mut [Op::Write {
+                remote: at,
+                local: &v,
+            }])
+            .await
+            .expect("an unsignaled WRITE");
+            if i % 100 == 0 {
+                big.fill(i as u8);
+                q.post_unsignaled(&mut [Op::Write {
+                    remote: at.add(64),
+                    local: &big,
+                }])
+                .await
+                .expect("a staged detached WRITE");
+                big.fill(0xee);
+            }
+        }
+        let mut seen = [0u8; 8];
+        let mut tail = vec![0u8; 1024];
+        q.read(at, &mut seen).await.expect("READ after them");
+        q.read(at.add(64), &mut tail)
+            .await
+            .expect("READ after them");
+        assert_eq!(u64::from_le_bytes(seen), 999, "the last unsignaled WRITE");
+        assert!(
+            tail.iter().all(|&b| b == (900 % 256) as u8),
+            "the staged WRITE's data"
+        );
+        let d = q.stats() - before;
+        assert!(
+            d.unsignaled >= 900,
+            "unsignaled work requests: {}",
+            d.unsignaled
+        );
+        let mut r = [0u8; 8];
+        assert!(
+            q.post_unsignaled(&mut [Op::Read {
+                remote: at,
+                local: &mut r,
+            }])
+            .await
+            .is_err(),
+            "an unsignaled READ is refused"
+        );
+    });
+}
+
 /// A named check of a verbs memory node.
 type Check = (&'static str, fn(&VerbsHarness));
 
@@ -155,7 +289,17 @@ pub fn run_checks(
     h: &VerbsHarness,
     mut each: impl FnMut(&str, &Result<f64, String>),
 ) -> Vec<(&'static str, Result<f64, String>)> {
-    let verbs_only: [Check; 1] = [("fenced_client_is_cut_off", fenced_client_is_cut_off)];
+    let verbs_only: [Check; 3] = [
+        ("fenced_client_is_cut_off", fenced_client_is_cut_off),
+        (
+            "pool_buffers_are_used_in_place",
+            pool_buffers_are_used_in_place,
+        ),
+        (
+            "unsignaled_posts_take_effect_in_order",
+            unsignaled_posts_take_effect_in_order,
+        ),
+    ];
     checks::<VerbsHarness>()
         .into_iter()
         .chain(verbs_only)

@@ -4,7 +4,9 @@ use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeo
 use super::device::{check_port, context_name, limits};
 use super::error::VerbsError;
 use super::mr::Pd;
+use super::pool::Pool;
 use super::qp::{RECV_LEN, Remote, VerbsQp};
+use super::stats::VerbsStats;
 use super::sys;
 use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Welcome};
 use remora_core::fabric::{Endpoint, FabricError};
@@ -183,6 +185,7 @@ pub fn connect_qp_as(
         why,
     })?;
     qp.set_peer(w.node, Remote::from_welcome(&w), w.recv_len as usize);
+    qp.set_min_rnr_timer();
     let info = NodeInfo {
         addr: addr.into(),
         node: w.node,
@@ -303,14 +306,20 @@ pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u3
     Ok(f.connections)
 }
 
+/// Bytes of an endpoint's registered pool, and of each of its buffers.
+pub const POOL_BYTES: usize = 2 << 20;
+pub const POOL_CHUNK: usize = 4096;
+
 /// A client's endpoint: one RC queue pair per memory node, all under one client id (the
-/// first node's).
+/// first node's), and the thread's registered buffer pool. Field order is release order:
+/// the queue pairs (and their registrations of the pool) before the pool.
 pub struct VerbsEndpoint {
     nodes: Vec<NodeId>,
     qps: Vec<VerbsQp>,
     info: Vec<NodeInfo>,
     client: u32,
     opts: ConnectOptions,
+    pool: Pool,
 }
 
 impl VerbsEndpoint {
@@ -325,9 +334,13 @@ impl VerbsEndpoint {
             info: Vec::new(),
             client: 0,
             opts: opts.clone(),
+            pool: Pool::new(POOL_BYTES, POOL_CHUNK)?,
         };
+        let (base, len) = ep.pool.span();
         for a in addrs {
-            let (qp, info) = connect_qp_as(a.as_ref(), opts, ep.client)?;
+            let (mut qp, info) = connect_qp_as(a.as_ref(), opts, ep.client)?;
+            // SAFETY: the pool is dropped after the queue pairs (field order).
+            unsafe { qp.register_pool(base, len)? };
             ep.client = info.client;
             if ep.nodes.contains(&info.node) {
                 return Err(VerbsError::Protocol {
@@ -350,6 +363,18 @@ impl VerbsEndpoint {
     /// The queue pairs, in the order of [`Self::nodes`].
     pub fn qps(&self) -> &[VerbsQp] {
         &self.qps
+    }
+
+    /// This thread's registered buffers: ops on them are posted in place (see [`Pool`]).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// What the queue pairs' data path cost so far, summed.
+    pub fn stats(&self) -> VerbsStats {
+        self.qps
+            .iter()
+            .fold(VerbsStats::default(), |a, q| a + q.stats())
     }
 }
 

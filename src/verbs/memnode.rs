@@ -27,10 +27,10 @@ use super::device::{check_port, context_name, limits, probe};
 use super::error::{VerbsError, sys_err};
 use super::mr::{Mr, Pd, REMOTE};
 use super::qp::{RECV_LEN, VerbsQp};
+use super::stats::{Stats, VerbsStats};
 use super::sys;
 use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Welcome, service_bytes};
-use remora_core::block_on::block_on;
-use remora_core::fabric::{FabricError, QueuePair, RecvKind};
+use remora_core::fabric::{FabricError, Op, QueuePair, RecvKind};
 use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
@@ -117,6 +117,8 @@ pub struct Memnode {
     connections: u64,
     /// Clients fenced off this node: they may not connect again under their id.
     fenced: BTreeSet<u32>,
+    /// Messages served and waits on its own replies.
+    server: Stats,
 }
 
 /// A one-line summary of the node, for logs.
@@ -181,6 +183,7 @@ impl Memnode {
             served: 0,
             connections: 0,
             fenced: BTreeSet::new(),
+            server: Stats::default(),
         };
         // SAFETY: a bound id; `verbs` is set when the address belongs to an RDMA device.
         let ctx = unsafe { (*node.listen.0).verbs };
@@ -500,6 +503,8 @@ impl Memnode {
         if unsafe { sys::rdma_accept(qp.cm_id(), &mut param) } != 0 {
             return Err(sys_err("rdma_accept"));
         }
+        // Best effort (the queue pair may not be in RTS before the connection is established).
+        qp.set_min_rnr_timer();
         self.connections += 1;
         if self.cfg.verbose {
             println!(
@@ -560,11 +565,21 @@ impl Memnode {
                     continue;
                 }
                 let (handler, replies) = (&mut *self.handler, &mut self.replies);
-                let r = serve_connection(handler, replies, &region, c, &mut buf, &mut others);
+                let r = serve_connection(
+                    handler,
+                    replies,
+                    &region,
+                    c,
+                    &mut buf,
+                    &mut others,
+                    &self.server,
+                );
                 // Wake-ups for other connections (`Replies::send_to`), best effort.
                 for (to, m) in others.drain(..) {
-                    if let Some(o) = self.conns.iter().find(|o| o.id == to && !o.dead) {
-                        let _ = block_on(o.qp.send(&m));
+                    if let Some(o) = self.conns.iter().find(|o| o.id == to && !o.dead)
+                        && let Ok(w) = o.qp.post_detached(&mut [Op::Send { local: &m }])
+                    {
+                        self.server.bump(|v| v.server_waits += w);
                     }
                 }
                 let c = &mut self.conns[i];
@@ -611,9 +626,21 @@ impl Memnode {
     pub fn stats(&self) -> (u64, u64) {
         (self.served, self.connections)
     }
+
+    /// The data path's counters: the node's own (messages, waits on its replies), its open
+    /// connections', and those of every queue pair of this process already released.
+    pub fn verbs_stats(&self) -> VerbsStats {
+        self.conns
+            .iter()
+            .fold(self.server.get() + super::stats::totals(), |a, c| {
+                a + c.qp.stats()
+            })
+    }
 }
 
-/// Hands every message waiting on `c` to the handler and sends its replies; returns how many.
+/// Hands every message waiting on `c` to the handler and posts its replies without waiting
+/// for them (detached SENDs: inline ones unsignaled, see `VerbsQp::post_detached`); returns
+/// how many messages.
 fn serve_connection(
     handler: &mut dyn Handler,
     replies: &mut Replies,
@@ -621,6 +648,7 @@ fn serve_connection(
     c: &Conn,
     buf: &mut [u8],
     others: &mut Vec<(usize, Vec<u8>)>,
+    stats: &Stats,
 ) -> Result<usize, FabricError> {
     let mut n = 0;
     while let Some(r) = c.qp.try_recv(buf)? {
@@ -631,9 +659,14 @@ fn serve_connection(
         };
         replies.clear();
         handler.on_message(region, c.id, r, msg, replies)?;
+        let mut waits = 0;
         for m in replies.iter() {
-            block_on(c.qp.send(m))?;
+            waits += c.qp.post_detached(&mut [Op::Send { local: m }])?;
         }
+        stats.bump(|v| {
+            v.server_messages += 1;
+            v.server_waits += waits;
+        });
         others.extend(replies.iter_other().map(|(to, m)| (to, m.to_vec())));
         n += 1;
     }

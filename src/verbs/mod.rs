@@ -20,7 +20,9 @@ pub mod endpoint;
 pub mod error;
 pub mod memnode;
 mod mr;
+pub mod pool;
 pub mod qp;
+pub mod stats;
 pub mod sys;
 pub mod wire;
 
@@ -30,4 +32,6 @@ pub use endpoint::{
 };
 pub use error::VerbsError;
 pub use memnode::{Memnode, MemnodeConfig};
+pub use pool::{Pool, PoolBuf};
 pub use qp::VerbsQp;
+pub use stats::{VerbsStats, totals};

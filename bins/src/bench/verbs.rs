@@ -41,7 +41,7 @@ mod real {
     use remora::poller::executor::{ServerCore, plan_cores};
     use remora::verbs::check::CONNECT_TIMEOUT;
     use remora::verbs::wire::DmKind;
-    use remora::verbs::{ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, probe};
+    use remora::verbs::{ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, probe, totals};
 
     /// The memory nodes of `--connect`, comma-separated host:port.
     fn addresses(a: &BenchArgs) -> Result<Vec<String>, String> {
@@ -141,6 +141,19 @@ mod real {
         let make_ep = || VerbsEndpoint::connect(&addrs, &opts).map_err(|e| e.to_string());
         // The memory node's server runs in its process: no resize clock to read here.
         let resizes = super::super::resizes::ResizeWatch::default();
-        run_threads(a, index, workload, "verbs", &make_ep, notes, resizes)
+        let before = totals();
+        let mut recs = run_threads(a, index, workload, "verbs", &make_ep, notes, resizes)?;
+        // Every worker's endpoint is gone by now, so the totals hold all of its queue pairs.
+        let d = totals() - before;
+        let ops: u64 = recs.iter().map(|r| r.ops).sum();
+        let note = format!(
+            "verbs data path (load and run, all threads): {d}; per operation: {:.2} doorbells,              {:.1} bounced bytes",
+            d.doorbells as f64 / ops.max(1) as f64,
+            d.bounced() as f64 / ops.max(1) as f64
+        );
+        for r in &mut recs {
+            r.notes.push(note.clone());
+        }
+        Ok(recs)
     }
 }

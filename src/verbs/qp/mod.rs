@@ -31,6 +31,7 @@ use super::arena::Arena;
 use super::cm::{Channel, CmId};
 use super::error::{VerbsError, sys_err};
 use super::mr::{LOCAL, Mr, Pd};
+use super::stats::{Stats, VerbsStats};
 use super::sys;
 pub use post::PostFuture;
 use post::{FREE, OneOff, Slot};
@@ -46,8 +47,13 @@ use std::future::Future;
 pub const SQ_DEPTH: u32 = 256;
 /// Receive buffers kept posted per queue pair.
 pub const RQ_DEPTH: u32 = 64;
+/// Consumed receive buffers are posted again in chains of this many (one `ibv_post_recv`).
+pub const RECV_BATCH: usize = 16;
 /// Bytes per receive buffer: the largest SEND a peer may send us.
 pub const RECV_LEN: usize = 4096;
+/// The RNR NAK timer each side advertises: IB code 28, 163.84 ms, so a sender's 6 RNR
+/// retries give a receiver about 1 s to post a buffer (rdma_cm leaves code 0: 655.36 ms).
+pub const MIN_RNR_TIMER: u8 = 28;
 /// Most work requests one post may carry.
 pub const MAX_BATCH: usize = 128;
 /// Batches in flight per queue pair.
@@ -66,6 +72,7 @@ struct Raw {
     recv_cq: *mut sys::ibv_cq,
     stage_mr: Option<Mr>,
     recv_mr: Option<Mr>,
+    pool_mr: Option<Mr>,
     stage: Option<Arena>,
     recv: Option<Arena>,
     pd: Pd,
@@ -94,6 +101,7 @@ impl Drop for Raw {
         }
         self.stage_mr = None;
         self.recv_mr = None;
+        self.pool_mr = None;
         self.stage = None;
         self.recv = None;
     }
@@ -112,12 +120,23 @@ pub struct VerbsQp {
     recv_base: *mut u8,
     recv_lkey: u32,
     counters: Counters,
+    stats: Stats,
+    /// The caller's registered pool, used in place: (base, len, lkey); len 0: none.
+    pool: Cell<(usize, usize, u32)>,
     broken: Cell<bool>,
     slots: [Cell<Slot>; SLOTS],
     /// Bit i set: slot i free.
     free: Cell<u64>,
     /// Work requests posted and not yet known complete.
     sq_used: Cell<u32>,
+    /// Unsignaled detached work requests since the last signaled one.
+    unsignaled: Cell<u32>,
+    /// Post futures waiting for their batch, and their turn counter for polling the
+    /// completion queue.
+    waiters: Cell<u32>,
+    turn: Cell<u32>,
+    /// Receive buffers consumed and not yet posted again (posted as one chain).
+    repost: RefCell<Vec<u32>>,
     wrs: RefCell<Vec<sys::ibv_send_wr>>,
     sges: RefCell<Vec<sys::ibv_sge>>,
     oneoff: RefCell<Vec<Option<OneOff>>>,
@@ -156,6 +175,7 @@ impl VerbsQp {
             recv_cq: std::ptr::null_mut(),
             stage_mr: None,
             recv_mr: None,
+            pool_mr: None,
             stage: None,
             recv: None,
             pd,
@@ -240,18 +260,23 @@ impl VerbsQp {
             recv_base,
             recv_lkey,
             counters: Counters::new(),
+            stats: Stats::default(),
+            pool: Cell::new((0, 0, 0)),
             broken: Cell::new(false),
             slots: [const { Cell::new(FREE) }; SLOTS],
             free: Cell::new(u64::MAX),
             sq_used: Cell::new(0),
+            unsignaled: Cell::new(0),
+            waiters: Cell::new(0),
+            turn: Cell::new(0),
+            repost: RefCell::new(Vec::with_capacity(RQ_DEPTH as usize)),
             wrs: RefCell::new(Vec::with_capacity(MAX_BATCH)),
             sges: RefCell::new(Vec::with_capacity(MAX_BATCH)),
             oneoff: RefCell::new((0..SLOTS).map(|_| None).collect()),
             raw,
         };
-        for i in 0..RQ_DEPTH as usize {
-            qp.post_recv(i).map_err(|()| sys_err("ibv_post_recv"))?;
-        }
+        qp.repost.borrow_mut().extend(0..RQ_DEPTH);
+        qp.post_recvs().map_err(|()| sys_err("ibv_post_recv"))?;
         Ok(qp)
     }
 
@@ -268,6 +293,33 @@ impl VerbsQp {
 
     pub(crate) fn channel(&self) -> Option<&Channel> {
         self.raw.channel.as_ref()
+    }
+
+    /// Registers `[base, base + len)` with this queue pair, so that ops whose local buffers
+    /// lie in it are posted in place instead of through staging (one pool per queue pair; a
+    /// second call replaces the first).
+    ///
+    /// # Safety
+    /// The memory stays mapped, and is not handed to anything else that frees it, until this
+    /// queue pair is dropped.
+    pub(crate) unsafe fn register_pool(
+        &mut self,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<(), VerbsError> {
+        self.pool.set((0, 0, 0));
+        self.raw.pool_mr = None;
+        // SAFETY: the caller keeps the memory mapped for the queue pair's life; the
+        // registration is released with `raw`, before the queue pair's end.
+        let mr = unsafe { Mr::register(&self.raw.pd, base, len, LOCAL)? };
+        self.pool.set((base as usize, len, mr.lkey()));
+        self.raw.pool_mr = Some(mr);
+        Ok(())
+    }
+
+    /// What this queue pair's data path cost so far (see [`super::stats`]).
+    pub fn stats(&self) -> VerbsStats {
+        self.stats.get()
     }
 
     /// Bytes a WRITE or SEND may have to go inline.
@@ -304,6 +356,21 @@ impl VerbsQp {
         Ok(())
     }
 
+    /// Sets the receiver-not-ready timer this side advertises ([`MIN_RNR_TIMER`]) instead of
+    /// rdma_cm's 0 (which IB reads as 655 ms). A move from RTS to RTS: best effort, a queue
+    /// pair whose device refuses keeps the default. Returns whether it took.
+    pub(crate) fn set_min_rnr_timer(&self) -> bool {
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTS,
+            cur_qp_state: sys::IBV_QPS_RTS,
+            min_rnr_timer: MIN_RNR_TIMER,
+            ..Default::default()
+        };
+        let mask = sys::IBV_QP_STATE | sys::IBV_QP_CUR_STATE | sys::IBV_QP_MIN_RNR_TIMER;
+        // SAFETY: a live, connected queue pair; `attr` is valid for the call.
+        unsafe { sys::ibv_modify_qp(self.qp, &mut attr, mask as i32) == 0 }
+    }
+
     fn to_error_state(&self) {
         let mut attr = sys::ibv_qp_attr {
             qp_state: sys::IBV_QPS_ERR,
@@ -311,6 +378,12 @@ impl VerbsQp {
         };
         // SAFETY: a live queue pair; moving it to the error state is always allowed.
         unsafe { sys::ibv_modify_qp(self.qp, &mut attr, sys::IBV_QP_STATE as i32) };
+    }
+}
+
+impl Drop for VerbsQp {
+    fn drop(&mut self) {
+        self.stats.retire();
     }
 }
 
@@ -324,6 +397,14 @@ impl QueuePair for VerbsQp {
         ops: &'q mut [Op<'a>],
     ) -> impl Future<Output = Result<(), FabricError>> {
         PostFuture::new(self, ops)
+    }
+
+    /// Detached (`post_detached`): resolves once posted; READs and atomics are refused.
+    fn post_unsignaled<'q, 'a>(
+        &'q self,
+        ops: &'q mut [Op<'a>],
+    ) -> impl Future<Output = Result<(), FabricError>> {
+        std::future::ready(self.post_detached(ops).map(|_| ()))
     }
 
     fn recv<'a>(&'a self, buf: &'a mut [u8]) -> impl Future<Output = Result<Recv, FabricError>> {

@@ -29,6 +29,8 @@ pub(super) struct Slot {
     last: u16,
     /// First failed work request and its status.
     err: Option<(u16, sys::ibv_wc_status)>,
+    /// Nobody waits for it: released as soon as it completes (a detached post).
+    detached: bool,
 }
 
 pub(super) const FREE: Slot = Slot {
@@ -36,7 +38,26 @@ pub(super) const FREE: Slot = Slot {
     n: 0,
     last: 0,
     err: None,
+    detached: false,
 };
+
+/// The slot bits of an unsignaled detached post's work requests (no slot).
+const NO_SLOT: u64 = 0xffff;
+
+/// How a batch is posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// A post future waits for it: signaled, results copied out by `finish`.
+    Wait,
+    /// Fire and forget: caller buffers are free when the call returns (copied inline or into
+    /// staging, never used in place); unsignaled when it needs no staging and fewer than
+    /// [`SIGNAL_EVERY`] unsignaled requests precede it.
+    Detached,
+}
+
+/// Most unsignaled work requests in a row: the next one is signaled, so that its completion
+/// returns their send-queue credit.
+pub(super) const SIGNAL_EVERY: u32 = 32;
 
 /// Where one op's local bytes go.
 #[derive(Debug, Clone, Copy)]
@@ -47,6 +68,8 @@ enum Place {
     Inline,
     /// At this offset of the batch's staging buffer.
     Staged(usize),
+    /// In the caller's own buffer, which lies in a registered pool (this lkey).
+    Direct(u32),
 }
 
 /// A staging buffer registered for one oversized batch.
@@ -69,6 +92,11 @@ impl VerbsQp {
                 self.fail_all_posted();
                 return;
             }
+            self.stats.bump(|v| {
+                v.cq_polls += 1;
+                v.empty_polls += u64::from(n == 0);
+                v.completions += n as u64;
+            });
             for k in 0..n as usize {
                 // SAFETY: entry k < n was written by ibv_poll_cq.
                 let wc = unsafe { &*wcs.as_ptr().cast::<sys::ibv_wc>().add(k) };
@@ -81,6 +109,14 @@ impl VerbsQp {
     }
 
     fn complete(&self, wr_id: u64, status: sys::ibv_wc_status) {
+        if wr_id >> 16 == NO_SLOT {
+            // Only an error completes an unsignaled request: nothing waits for it, but the
+            // queue pair is broken, so every later post fails.
+            if status != sys::IBV_WC_SUCCESS && !self.broken.replace(true) {
+                self.counters.count_error();
+            }
+            return;
+        }
         let (slot, idx) = ((wr_id >> 16) as usize % SLOTS, (wr_id & 0xffff) as u16);
         let mut s = self.slots[slot].get();
         if s.state != SlotState::Posted {
@@ -96,6 +132,10 @@ impl VerbsQp {
             s.state = SlotState::Done;
             self.sq_used
                 .set(self.sq_used.get().saturating_sub(s.n as u32));
+            if s.detached {
+                self.release(slot);
+                return;
+            }
         }
         self.slots[slot].set(s);
     }
@@ -114,40 +154,65 @@ impl VerbsQp {
                 c.set(s);
             }
         }
+        for slot in 0..SLOTS {
+            let s = self.slots[slot].get();
+            if s.detached && s.state == SlotState::Done {
+                self.release(slot);
+            }
+        }
         self.sq_used.set(0);
+        self.unsignaled.set(0);
     }
 
-    /// Where each op's local bytes go; returns the staging bytes the batch needs.
-    fn plan(&self, ops: &[Op<'_>], mut f: impl FnMut(usize, Place)) -> usize {
+    /// Where each op's local bytes go; returns the staging bytes the batch needs. A buffer
+    /// inside the registered pool is used in place (READ data and atomic results land in it,
+    /// WRITE data is read from it); any other buffer is bounced through staging.
+    fn plan(&self, ops: &[Op<'_>], in_place: bool, mut f: impl FnMut(usize, Place)) -> usize {
         let mut off = 0usize;
+        let pool = |p: *const u8, len: usize| self.pool_lkey(p, len).filter(|_| in_place);
+        let mut staged = |len: usize, align: usize| {
+            let p = Place::Staged(off);
+            off = (off + len).next_multiple_of(align);
+            p
+        };
         for (i, op) in ops.iter().enumerate() {
             let place = match op {
                 Op::Read { local: [], .. } => Place::Nothing,
-                Op::Read { local, .. } => {
-                    let p = Place::Staged(off);
-                    off = (off + local.len()).next_multiple_of(8);
-                    p
-                }
+                Op::Read { local, .. } => match pool(local.as_ptr(), local.len()) {
+                    Some(k) => Place::Direct(k),
+                    None => staged(local.len(), 8),
+                },
                 Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local } => {
                     if local.is_empty() {
                         Place::Nothing
                     } else if local.len() <= self.max_inline {
                         Place::Inline
                     } else {
-                        let p = Place::Staged(off);
-                        off = (off + local.len()).next_multiple_of(8);
-                        p
+                        match pool(local.as_ptr(), local.len()) {
+                            Some(k) => Place::Direct(k),
+                            None => staged(local.len(), 8),
+                        }
                     }
                 }
-                Op::Cas { .. } | Op::Faa { .. } => {
-                    let p = Place::Staged(off);
-                    off += 8;
-                    p
+                Op::Cas { old, .. } | Op::Faa { old, .. } => {
+                    let p: *const u64 = &**old;
+                    match pool(p.cast(), 8) {
+                        Some(k) if p.is_aligned() => Place::Direct(k),
+                        _ => staged(8, 8),
+                    }
                 }
             };
             f(i, place);
         }
         off
+    }
+
+    /// The pool's lkey when `[p, p + len)` lies inside the registered pool.
+    fn pool_lkey(&self, p: *const u8, len: usize) -> Option<u32> {
+        let (base, plen, lkey) = self.pool.get();
+        let p = p as usize;
+        (plen > 0 && p >= base && p.checked_add(len).is_some_and(|e| e <= base + plen))
+            .then_some(lkey)
     }
 
     /// The staging buffer of `slot` for a batch of `total` bytes: (base, lkey).
@@ -183,8 +248,13 @@ impl VerbsQp {
         self.counters.count_error();
     }
 
-    /// Checks and posts a batch. `Ok(None)`: no room yet (send queue or slots full).
-    fn start(&self, all: &mut [Op<'_>]) -> Result<Option<usize>, FabricError> {
+    /// Checks and posts a batch. `Ok(None)`: no room yet (send queue or slots full). A
+    /// detached post that needed no slot answers `Some(SLOTS)`.
+    pub(super) fn start(
+        &self,
+        all: &mut [Op<'_>],
+        mode: Mode,
+    ) -> Result<Option<usize>, FabricError> {
         let ops: &[Op<'_>] = all;
         if self.broken.get() {
             self.counters.count_error();
@@ -227,11 +297,17 @@ impl VerbsQp {
             None => ops,
         };
         let n = ops.len() as u32;
-        if self.free.get() == 0 || self.sq_used.get() + n > SQ_DEPTH {
+        let in_place = mode == Mode::Wait;
+        let total = self.plan(ops, in_place, |_, _| {});
+        let signaled = mode == Mode::Wait || total > 0 || self.unsignaled.get() + n >= SIGNAL_EVERY;
+        if (signaled && self.free.get() == 0) || self.sq_used.get() + n > SQ_DEPTH {
             return Ok(None);
         }
-        let slot = self.free.get().trailing_zeros() as usize;
-        let total = self.plan(ops, |_, _| {});
+        let slot = if signaled {
+            self.free.get().trailing_zeros() as usize
+        } else {
+            SLOTS
+        };
         if total > STAGE_SLOT {
             let arena = Arena::new(total).map_err(|_| FabricError::Unsupported {
                 what: "no memory for a staging buffer",
@@ -242,8 +318,9 @@ impl VerbsQp {
                     what: "could not register a staging buffer (locked-memory limit?)",
                 })?;
             self.oneoff.borrow_mut()[slot] = Some(OneOff { mr, arena });
+            self.stats.bump(|v| v.oneoff_regs += 1);
         }
-        let Some((base, lkey)) = self.stage_of(slot, total) else {
+        let Some((base, lkey)) = self.stage_of(slot % SLOTS, total) else {
             return Err(FabricError::Unsupported {
                 what: "staging buffer missing",
             });
@@ -253,10 +330,25 @@ impl VerbsQp {
         wrs.clear();
         sges.clear();
         let last = ops.len() - 1;
-        self.plan(ops, |i, place| {
+        let mut bounced_write = 0u64;
+        let slot_bits = if signaled { slot as u64 } else { NO_SLOT };
+        self.plan(ops, in_place, |i, place| {
             let op = &ops[i];
-            let (addr, len, inline) = match place {
-                Place::Nothing => (0u64, 0usize, false),
+            let (addr, len, key) = match place {
+                Place::Nothing => (0u64, 0usize, None),
+                Place::Direct(k) => {
+                    let p = match op {
+                        Op::Read { local, .. } => local.as_ptr(),
+                        Op::Write { local, .. }
+                        | Op::WriteImm { local, .. }
+                        | Op::Send { local } => local.as_ptr(),
+                        Op::Cas { old, .. } | Op::Faa { old, .. } => {
+                            let p: *const u64 = &**old;
+                            p.cast()
+                        }
+                    };
+                    (p as u64, op.len(), Some(k))
+                }
                 Place::Inline => {
                     let p = match op {
                         Op::Write { local, .. }
@@ -264,7 +356,7 @@ impl VerbsQp {
                         | Op::Send { local } => local.as_ptr(),
                         _ => std::ptr::null(),
                     };
-                    (p as u64, op.len(), true)
+                    (p as u64, op.len(), None)
                 }
                 Place::Staged(off) => {
                     // SAFETY: `off + len` is within the batch's staging buffer (plan's total).
@@ -276,20 +368,26 @@ impl VerbsQp {
                         // SAFETY: `dst` has room for `local.len()` bytes; the NIC does not use
                         // this slot's buffer before the doorbell below.
                         unsafe { std::ptr::copy_nonoverlapping(local.as_ptr(), dst, local.len()) };
+                        bounced_write += local.len() as u64;
                     }
-                    (dst as u64, op.len(), false)
+                    (dst as u64, op.len(), Some(lkey))
                 }
             };
+            let inline = matches!(place, Place::Inline);
             sges.push(sys::ibv_sge {
                 addr,
                 length: len as u32,
-                lkey: if inline { 0 } else { lkey },
+                lkey: key.unwrap_or(0),
             });
             let mut wr = sys::ibv_send_wr {
-                wr_id: ((slot as u64) << 16) | i as u64,
+                wr_id: (slot_bits << 16) | i as u64,
                 num_sge: i32::from(len > 0),
                 send_flags: if inline { sys::IBV_SEND_INLINE } else { 0 }
-                    | if i == last { sys::IBV_SEND_SIGNALED } else { 0 },
+                    | if i == last && signaled {
+                        sys::IBV_SEND_SIGNALED
+                    } else {
+                        0
+                    },
                 ..Default::default()
             };
             let (raddr, rkey) = op.remote().map_or((0, 0), |a| self.remote.target(a));
@@ -358,7 +456,26 @@ impl VerbsQp {
         // pair until the batch completes; inline data is copied during the call.
         let rc = unsafe { sys::ibv_post_send(self.qp, wr_ptr, &mut bad) };
         self.counters.count_post(all);
-        self.counters.count_round_trip();
+        if mode == Mode::Wait {
+            self.counters.count_round_trip();
+        }
+        self.stats.bump(|v| {
+            v.doorbells += 1;
+            v.wrs += u64::from(n);
+            v.unsignaled += u64::from(n - u32::from(signaled));
+            v.bounced_write += bounced_write;
+        });
+        if rc != 0 && !signaled {
+            // Nothing of an unsignaled post is tracked: the requests before the refused one
+            // went out and complete (or flush) on their own, with no buffer of ours to free.
+            drop((wrs, sges));
+            self.break_now();
+            return Err(FabricError::RemoteInvalid {
+                wr: 0,
+                addr: GlobalAddr::NULL,
+                why: "the local NIC refused to post the work request (beyond its limits)",
+            });
+        }
         if rc != 0 {
             // SAFETY: `bad` points into `wrs` when set.
             let posted = if bad.is_null() {
@@ -369,15 +486,55 @@ impl VerbsQp {
             drop((wrs, sges));
             return Err(self.post_failed(slot, posted, &ops[posted.min(last)]));
         }
+        self.sq_used.set(self.sq_used.get() + n);
+        if !signaled {
+            self.unsignaled.set(self.unsignaled.get() + n);
+            return Ok(Some(SLOTS));
+        }
+        // This completion also returns the credit of the unsignaled requests before it.
+        let credit = n + self.unsignaled.replace(0);
         self.slots[slot].set(Slot {
             state: SlotState::Posted,
-            n: n as u16,
+            n: credit as u16,
             last: last as u16,
             err: None,
+            detached: mode == Mode::Detached,
         });
         self.free.set(self.free.get() & !(1 << slot));
-        self.sq_used.set(self.sq_used.get() + n);
         Ok(Some(slot))
+    }
+
+    /// Posts `ops` without waiting for them (see [`Mode::Detached`]): the memory node's
+    /// replies, and releases nobody needs to see complete. Errors show on later posts (the
+    /// queue pair is then broken). Returns how many rounds it had to wait for send-queue
+    /// room or a staging slot, each round draining the send completion queue: 0 unless the
+    /// peer is slower than the posts.
+    pub(crate) fn post_detached(&self, ops: &mut [Op<'_>]) -> Result<u64, FabricError> {
+        if ops.is_empty() {
+            return Ok(0);
+        }
+        if ops
+            .iter()
+            .any(|op| matches!(op, Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }))
+        {
+            return Err(FabricError::Unsupported {
+                what: "a detached post of an op with a result (READ or atomic)",
+            });
+        }
+        // Reap completions (without waiting) once half the send queue or half the slots
+        // are taken, so that room is there before it runs out.
+        if self.sq_used.get() >= SQ_DEPTH / 2 || self.free.get().count_ones() < SLOTS as u32 / 2 {
+            self.progress();
+        }
+        let mut waits = 0;
+        loop {
+            if self.start(ops, Mode::Detached)?.is_some() {
+                return Ok(waits);
+            }
+            waits += 1;
+            self.progress();
+            std::hint::spin_loop();
+        }
     }
 
     /// `ibv_post_send` refused the request at `posted` (validation above keeps this for
@@ -392,6 +549,7 @@ impl VerbsQp {
                 n: posted as u16,
                 last: posted as u16 - 1,
                 err: None,
+                detached: false,
             });
             self.sq_used.set(self.sq_used.get() + posted as u32);
             let t0 = std::time::Instant::now();
@@ -411,6 +569,14 @@ impl VerbsQp {
         }
     }
 
+    /// Whether this waiting post is the one to poll the completion queue now (see
+    /// `PostFuture::poll`): one in every `waiters` turns, so some waiter always polls.
+    fn my_turn(&self) -> bool {
+        let t = self.turn.get().wrapping_add(1);
+        self.turn.set(t);
+        t.is_multiple_of(self.waiters.get().max(1))
+    }
+
     fn is_done(&self, slot: usize) -> bool {
         self.slots[slot].get().state == SlotState::Done
     }
@@ -427,29 +593,45 @@ impl VerbsQp {
         let refused = self.refused(ops);
         let k = refused.map_or(ops.len(), |(k, _)| k);
         let ok_upto = s.err.map_or(k, |(i, _)| (i as usize).min(k));
-        let total = self.plan(&ops[..k], |_, _| {});
+        let total = self.plan(&ops[..k], true, |_, _| {});
         if let Some((base, _)) = self.stage_of(slot, total) {
             let mut places = [Place::Nothing; MAX_BATCH];
-            self.plan(&ops[..k], |i, p| places[i] = p);
+            self.plan(&ops[..k], true, |i, p| places[i] = p);
+            let (mut read, mut atomic, mut in_place) = (0u64, 0u64, 0u64);
             for (i, op) in ops.iter_mut().enumerate().take(ok_upto) {
-                let Place::Staged(off) = places[i] else {
-                    continue;
+                let off = match places[i] {
+                    Place::Staged(off) => off,
+                    Place::Direct(_) => {
+                        in_place += op.len() as u64;
+                        continue;
+                    }
+                    _ => continue,
                 };
                 // SAFETY: the batch's completion arrived, so the NIC is done with the staging
                 // buffer; `off` and the op's length lie inside it (plan's total).
                 let src = unsafe { base.add(off) };
                 match op {
-                    // SAFETY: `local.len()` staged bytes at `src`, destination a distinct slice.
-                    Op::Read { local, .. } => unsafe {
-                        std::ptr::copy_nonoverlapping(src, local.as_mut_ptr(), local.len())
-                    },
-                    // SAFETY: 8 staged bytes at `src`, 8-aligned by plan.
+                    Op::Read { local, .. } => {
+                        // SAFETY: `local.len()` staged bytes at `src`, destination a distinct
+                        // slice.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(src, local.as_mut_ptr(), local.len())
+                        };
+                        read += local.len() as u64;
+                    }
                     Op::Cas { old, .. } | Op::Faa { old, .. } => {
-                        **old = unsafe { src.cast::<u64>().read_volatile() }
+                        // SAFETY: 8 staged bytes at `src`, 8-aligned by plan.
+                        **old = unsafe { src.cast::<u64>().read_volatile() };
+                        atomic += 8;
                     }
                     _ => {}
                 }
             }
+            self.stats.bump(|v| {
+                v.bounced_read += read;
+                v.bounced_atomic += atomic;
+                v.in_place += in_place;
+            });
         }
         self.release(slot);
         match s.err {
@@ -508,19 +690,33 @@ impl Future for PostFuture<'_, '_> {
                 this.state = PostState::Finished;
                 return Poll::Ready(Ok(()));
             }
-            match this.qp.start(this.ops) {
+            match this.qp.start(this.ops, Mode::Wait) {
                 Err(e) => {
                     this.state = PostState::Finished;
                     return Poll::Ready(Err(e));
                 }
-                Ok(Some(slot)) => this.state = PostState::Posted(slot),
+                Ok(Some(slot)) => {
+                    this.state = PostState::Posted(slot);
+                    this.qp.waiters.set(this.qp.waiters.get() + 1);
+                }
                 Ok(None) => {}
             }
         }
-        this.qp.progress();
+        // Waiting posts take turns polling the completion queue: with n of them polled once
+        // per executor round, one polls per round (every completion it finds is recorded for
+        // all), instead of each draining it. A post whose batch another one's poll already
+        // reaped does not poll; one still waiting for room always does.
+        let poll_cq = match this.state {
+            PostState::Posted(s) => !this.qp.is_done(s) && this.qp.my_turn(),
+            _ => true,
+        };
+        if poll_cq {
+            this.qp.progress();
+        }
         match this.state {
             PostState::Posted(slot) if this.qp.is_done(slot) => {
                 this.state = PostState::Finished;
+                this.qp.waiters.set(this.qp.waiters.get() - 1);
                 Poll::Ready(this.qp.finish(slot, this.ops))
             }
             PostState::Finished => Poll::Ready(Err(FabricError::Unsupported {
@@ -537,6 +733,7 @@ impl Future for PostFuture<'_, '_> {
 impl Drop for PostFuture<'_, '_> {
     fn drop(&mut self) {
         if let PostState::Posted(slot) = self.state {
+            self.qp.waiters.set(self.qp.waiters.get() - 1);
             // The NIC may still write the staging buffer or read the chain's data: wait for
             // the batch. Bounded: the transport's retry limits always end in a completion.
             while !self.qp.is_done(slot) {

@@ -1,6 +1,6 @@
 //! The receive side: posted receive buffers, their completions (SEND payloads and
 //! WRITE_WITH_IMM immediates), and replenishment.
-use super::{RECV_LEN, RQ_DEPTH, VerbsQp};
+use super::{RECV_BATCH, RECV_LEN, RQ_DEPTH, VerbsQp};
 use crate::verbs::error::{FailedOp, wc_error};
 use crate::verbs::sys;
 use remora_core::fabric::{FabricError, Recv, RecvKind};
@@ -11,24 +11,49 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 impl VerbsQp {
-    pub(super) fn post_recv(&self, i: usize) -> Result<(), ()> {
-        let mut sge = sys::ibv_sge {
-            // SAFETY: buffer `i` of the receive arena (RQ_DEPTH buffers of RECV_LEN bytes).
-            addr: unsafe { self.recv_base.add(i * RECV_LEN) } as u64,
-            length: RECV_LEN as u32,
-            lkey: self.recv_lkey,
-        };
-        let mut wr = sys::ibv_recv_wr {
-            wr_id: i as u64,
-            next: std::ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live queue pair; `wr` and `sge` are valid for the call (the provider
-        // copies them), and the buffer is registered and owned by this queue pair.
-        let rc = unsafe { sys::ibv_post_recv(self.qp, &mut wr, &mut bad) };
-        if rc == 0 { Ok(()) } else { Err(()) }
+    /// Posts every consumed receive buffer again, as chains of up to [`RECV_BATCH`].
+    pub(super) fn post_recvs(&self) -> Result<(), ()> {
+        let mut pending = self.repost.borrow_mut();
+        for chunk in pending.chunks(RECV_BATCH) {
+            let mut sges = [sys::ibv_sge::default(); RECV_BATCH];
+            let mut wrs = [const { MaybeUninit::<sys::ibv_recv_wr>::uninit() }; RECV_BATCH];
+            let wr_ptr = wrs.as_mut_ptr().cast::<sys::ibv_recv_wr>();
+            for (k, &i) in chunk.iter().enumerate() {
+                sges[k] = sys::ibv_sge {
+                    // SAFETY: buffer `i < RQ_DEPTH` of the receive arena (RQ_DEPTH buffers of
+                    // RECV_LEN bytes).
+                    addr: unsafe { self.recv_base.add(i as usize * RECV_LEN) } as u64,
+                    length: RECV_LEN as u32,
+                    lkey: self.recv_lkey,
+                };
+                wrs[k].write(sys::ibv_recv_wr {
+                    wr_id: u64::from(i),
+                    next: if k + 1 == chunk.len() {
+                        std::ptr::null_mut()
+                    } else {
+                        // SAFETY: k + 1 < RECV_BATCH: inside the array.
+                        unsafe { wr_ptr.add(k + 1) }
+                    },
+                    sg_list: &mut sges[k],
+                    num_sge: 1,
+                });
+            }
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: a live queue pair; the chain's first `chunk.len()` entries are written
+            // and linked, and they and their scatter entries are valid for the call (the
+            // provider copies them); the buffers are registered and owned by this queue pair
+            // and the NIC is done with them (their completions were reaped).
+            let rc = unsafe { sys::ibv_post_recv(self.qp, wr_ptr, &mut bad) };
+            self.stats.bump(|v| {
+                v.recv_posts += 1;
+                v.recvs_posted += chunk.len() as u64;
+            });
+            if rc != 0 {
+                return Err(());
+            }
+        }
+        pending.clear();
+        Ok(())
     }
 
     /// The next receive completion if one is there (see `QueuePair::try_recv`).
@@ -98,7 +123,12 @@ impl VerbsQp {
                 imm: None,
             }))
         };
-        if self.post_recv(i).is_err() {
+        let full = {
+            let mut pending = self.repost.borrow_mut();
+            pending.push(i as u32);
+            pending.len() >= RECV_BATCH
+        };
+        if full && self.post_recvs().is_err() {
             self.broken.set(true);
         }
         r
