@@ -7,5 +7,7 @@ pub use remora_layouts as layouts;
 pub use remora_pmem as pmem;
 pub use remora_poller as poller;
 
+pub mod node;
+
 #[cfg(feature = "verbs")]
 pub mod verbs;
