@@ -159,8 +159,7 @@ fn an_operation_dropped_halfway_finishes_and_frees_its_slot() {
         );
     }
     // Every slot busy: an op that cannot get one is not submitted, and dropping it is a no-op.
-    let ops: Vec<_> = (0..4u32).map(|i| idx.get(b"d0")).collect::<Vec<_>>();
-    let mut ops = ops;
+    let mut ops: Vec<_> = (0..4).map(|_| idx.get(b"d0")).collect();
     for op in &mut ops {
         let _ = Pin::new(op).poll(&mut cx);
     }

@@ -21,7 +21,8 @@ pub mod error;
 pub mod memnode;
 mod mr;
 pub mod qp;
-pub mod sys;
+// Raw bindgen bindings: an implementation detail, not the crate's API.
+pub(crate) mod sys;
 pub mod wire;
 
 pub use device::{DeviceSummary, probe};
