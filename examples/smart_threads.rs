@@ -2,49 +2,118 @@
 //! fabric), with blocking calls. Each thread writes its own keys, reads them back and checks
 //! every value; the example exits non-zero on a wrong answer and prints the operations/s.
 //!
-//! `cargo run --release --example smart_threads [-- THREADS OPS_PER_THREAD [CORES]]`
-//! (CORES as numactl takes them, e.g. `0` or `2-3`: pinned pollers; default one unpinned).
-use remora::node::{ComputeNode, CoreList, IndexConfig};
+//! `cargo run --release --example smart_threads [-- --threads N --ops N --cores LIST]`
+//! (`--cores` as numactl takes them, e.g. `0` or `2-3`: one pinned poller per core; default
+//! one unpinned poller). `--direct` runs the same work without the runtime, each thread on
+//! its own endpoint and per-thread SMART handle (what `remora bench` does), for comparison.
+use remora::core::index::KvIndex;
+use remora::core::smart::Smart;
+use remora::node::{ComputeNode, CoreList, Error, Index, IndexConfig};
 use std::time::Instant;
 
+struct Args {
+    threads: u64,
+    ops: u64,
+    cores: Option<CoreList>,
+    direct: bool,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        threads: 2,
+        ops: 20_000,
+        cores: None,
+        direct: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut val = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--threads" => a.threads = val()?.parse().map_err(|e| format!("--threads: {e}"))?,
+            "--ops" => a.ops = val()?.parse().map_err(|e| format!("--ops: {e}"))?,
+            "--cores" => a.cores = Some(CoreList::parse(&val()?).map_err(|e| e.to_string())?),
+            "--direct" => a.direct = true,
+            other => return Err(format!("unknown argument {other}")),
+        }
+    }
+    Ok(a)
+}
+
+fn key(w: u64, i: u64) -> String {
+    format!("user{w:02}-{i:08}")
+}
+
+fn value(w: u64, i: u64) -> [u8; 8] {
+    (w * 1_000_000 + i).to_le_bytes()
+}
+
+/// One thread's work through the shared runtime handle.
+fn through_runtime(smart: &Index, w: u64, ops: u64) -> Result<(), String> {
+    for i in 0..ops {
+        let k = key(w, i);
+        smart
+            .upsert(k.as_bytes(), &value(w, i))
+            .wait()
+            .map_err(|e| e.to_string())?;
+    }
+    for i in 0..ops {
+        let k = key(w, i);
+        match smart.get(k.as_bytes()).wait().map_err(|e| e.to_string())? {
+            Some(v) if v == value(w, i) => {}
+            other => return Err(format!("{k}: read {other:?}, wrote {:?}", value(w, i))),
+        }
+    }
+    Ok(())
+}
+
+/// The same work on this thread's own endpoint and SMART handle, spin-polled.
+fn direct(node: &ComputeNode, w: u64, ops: u64) -> Result<(), String> {
+    use remora::core::block_on::block_on;
+    let IndexConfig::Smart(cfg) = IndexConfig::smart(16) else {
+        unreachable!()
+    };
+    let ep = node
+        .memory_node()
+        .expect("in-process")
+        .endpoint()
+        .map_err(|e| e.to_string())?;
+    let smart = block_on(Smart::open(&ep, cfg)).map_err(|e| e.to_string())?;
+    let mut out = [0u8; 16];
+    for i in 0..ops {
+        let k = key(w, i);
+        block_on(smart.upsert(k.as_bytes(), &value(w, i))).map_err(|e| e.to_string())?;
+    }
+    for i in 0..ops {
+        let k = key(w, i);
+        let n = block_on(smart.get(k.as_bytes(), &mut out)).map_err(|e| e.to_string())?;
+        if n.map(|n| &out[..n]) != Some(&value(w, i)[..]) {
+            return Err(format!("{k}: read {n:?}"));
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let threads: usize = args.first().map_or(Ok(2), |a| a.parse())?;
-    let ops: u32 = args.get(1).map_or(Ok(20_000), |a| a.parse())?;
+    let a = args()?;
     let mut builder = ComputeNode::builder().in_process_default();
-    if let Some(cores) = args.get(2) {
-        builder = builder.cores(CoreList::parse(cores)?);
+    if let Some(cores) = &a.cores {
+        builder = builder.cores(cores.clone());
     }
     let node = builder.start()?;
     let smart = node.open(IndexConfig::smart(16))?;
 
     let t = Instant::now();
     std::thread::scope(|s| -> Result<(), String> {
-        let workers: Vec<_> = (0..threads)
+        let workers: Vec<_> = (0..a.threads)
             .map(|w| {
                 let smart = smart.clone(); // a handle is cheap to clone and Send + Sync
-                s.spawn(move || -> Result<(), String> {
-                    for i in 0..ops {
-                        let key = format!("user{w:02}-{i:08}");
-                        let value = (w as u64 * 1_000_000 + i as u64).to_le_bytes();
-                        smart
-                            .upsert(key.as_bytes(), &value)
-                            .wait()
-                            .map_err(|e| e.to_string())?;
+                let node = &node;
+                s.spawn(move || {
+                    if a.direct {
+                        direct(node, w, a.ops)
+                    } else {
+                        through_runtime(&smart, w, a.ops)
                     }
-                    for i in 0..ops {
-                        let key = format!("user{w:02}-{i:08}");
-                        let want = (w as u64 * 1_000_000 + i as u64).to_le_bytes();
-                        match smart
-                            .get(key.as_bytes())
-                            .wait()
-                            .map_err(|e| e.to_string())?
-                        {
-                            Some(v) if v == want => {}
-                            other => return Err(format!("{key}: read {other:?}, wrote {want:?}")),
-                        }
-                    }
-                    Ok(())
                 })
             })
             .collect();
@@ -54,25 +123,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(())
     })?;
     let secs = t.elapsed().as_secs_f64();
-    let total = 2 * threads as u64 * ops as u64;
+    let total = 2 * a.threads * a.ops;
 
-    // Every key is there, in order, once: a bounded scan with an end key.
-    let first: Vec<_> = smart
-        .scan(b"user00-", Some(b"user00-00000010"), 100)
-        .collect::<Result<_, _>>()?;
-    assert_eq!(
-        first.len(),
-        10.min(ops as usize),
-        "scan of user00's first keys"
-    );
+    // Every thread's keys are there, in order: a bounded scan with an end key.
+    let end = key(0, 10);
+    let first = smart
+        .scan(b"user00-", Some(end.as_bytes()), 100)
+        .collect::<Result<Vec<_>, Error>>()?;
+    let want: Vec<_> = (0..a.ops.min(10)).map(|i| key(0, i).into_bytes()).collect();
+    if first.iter().map(|(k, _)| k).ne(want.iter()) {
+        return Err(format!("scan of user00's first keys: {first:?}").into());
+    }
     let (pollers, cores) = node.pollers();
     println!(
-        "smart_threads: {threads} app threads, {pollers} poller(s) {}: {total} ops (upsert+get, \
-         all checked) in {secs:.2} s = {:.0} ops/s",
-        if cores.is_empty() {
-            "unpinned".to_string()
+        "smart_threads: {} app threads, {}: {total} ops (upsert+get, all checked) in {secs:.2} s \
+         = {:.0} ops/s",
+        a.threads,
+        if a.direct {
+            "direct per-thread handles (no runtime)".to_string()
+        } else if cores.is_empty() {
+            format!("{pollers} unpinned poller(s)")
         } else {
-            format!("on cores {cores:?}")
+            format!("{pollers} poller(s) on cores {cores:?}")
         },
         total as f64 / secs
     );

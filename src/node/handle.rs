@@ -339,7 +339,7 @@ impl Scan {
         Some(Ok(pair))
     }
 
-    fn take_batch(&mut self, asked: usize, visited: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>) {
+    fn take_batch(&mut self, asked: usize, visited: usize, pairs: Pairs) {
         if visited < asked {
             self.finished = true; // the index has no more keys from `from`
         }
@@ -367,11 +367,11 @@ impl Scan {
     }
 }
 
+/// Scanned `(key, value)` pairs.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// A scan slot's pairs, decoded: (pairs the index visited, pairs).
-fn decode_pairs(
-    d: &mut SlotData,
-    _: Option<&mut [u8]>,
-) -> Result<(usize, Vec<(Vec<u8>, Vec<u8>)>), Error> {
+fn decode_pairs(d: &mut SlotData, _: Option<&mut [u8]>) -> Result<(usize, Pairs), Error> {
     let visited = match d.result {
         Ok(Outcome::Count(n)) => n,
         Ok(_) => 0,

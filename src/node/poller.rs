@@ -68,6 +68,11 @@ pub(crate) fn run<E: Endpoint>(shared: &PollerShared, ep: E, idle_spins: u32) {
 }
 
 /// One operation, start to end: reads the slot's request, runs it, writes the result.
+///
+/// The slot's data lock is held across the operation's awaits on purpose: by the slot
+/// protocol nobody else takes it until the poller marks the slot DONE (after this task
+/// ends), and this poller's other tasks hold other slots' locks.
+#[allow(clippy::await_holding_lock)]
 async fn task<'a, E: Endpoint>(
     ep: &'a E,
     handles: &'a [OnceCell<PerThread<'a, E>>],
