@@ -28,6 +28,7 @@
 //! local lock table and index cache, CANRT's prefix cache) is per poller today: each poller
 //! opens its own per-thread handle. It plugs in at `index.rs` (`PerThread::open`), built
 //! once per node in [`ComputeNode::open`].
+#![warn(missing_docs)]
 mod block;
 mod cores;
 mod error;
