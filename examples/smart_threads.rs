@@ -6,6 +6,7 @@
 //! (`--cores` as numactl takes them, e.g. `0` or `2-3`: one pinned poller per core; default
 //! one unpinned poller). `--direct` runs the same work without the runtime, each thread on
 //! its own endpoint and per-thread SMART handle (what `remora bench` does), for comparison.
+//! `--idle-spins N`: empty loops a poller spins before it parks.
 use remora::core::index::KvIndex;
 use remora::core::smart::Smart;
 use remora::node::{ComputeNode, CoreList, Error, Index, IndexConfig};
@@ -16,6 +17,7 @@ struct Args {
     ops: u64,
     cores: Option<CoreList>,
     direct: bool,
+    idle_spins: Option<u32>,
 }
 
 fn args() -> Result<Args, String> {
@@ -24,6 +26,7 @@ fn args() -> Result<Args, String> {
         ops: 20_000,
         cores: None,
         direct: false,
+        idle_spins: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -33,6 +36,9 @@ fn args() -> Result<Args, String> {
             "--ops" => a.ops = val()?.parse().map_err(|e| format!("--ops: {e}"))?,
             "--cores" => a.cores = Some(CoreList::parse(&val()?).map_err(|e| e.to_string())?),
             "--direct" => a.direct = true,
+            "--idle-spins" => {
+                a.idle_spins = Some(val()?.parse().map_err(|e| format!("--idle-spins: {e}"))?)
+            }
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -98,6 +104,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut builder = ComputeNode::builder().in_process_default();
     if let Some(cores) = &a.cores {
         builder = builder.cores(cores.clone());
+    }
+    if let Some(n) = a.idle_spins {
+        builder = builder.idle_spins(n);
     }
     let node = builder.start()?;
     let smart = node.open(IndexConfig::smart(16))?;

@@ -144,8 +144,13 @@ fn an_operation_dropped_halfway_finishes_and_frees_its_slot() {
         drop(op);
     }
     settle();
-    assert!(dropped > 0);
-    assert_eq!(n.stats().abandoned, dropped, "{:?}", n.stats());
+    // An op may still finish between its pending poll and its drop (then its future frees
+    // the slot): abandoned ones are at most those dropped pending.
+    let abandoned = n.stats().abandoned;
+    assert!(
+        abandoned >= 1 && abandoned <= dropped,
+        "{abandoned} of {dropped}"
+    );
     for i in 0..50u32 {
         let key = format!("d{i}");
         assert_eq!(
