@@ -223,3 +223,40 @@ fn handles_and_ops_are_send_and_sync() {
 
 use std::future::Future;
 use std::pin::Pin;
+
+/// Under tokio's single-threaded runtime, operations of many tasks are awaited at once: the
+/// poller's completion wakes each task (tokio polls a task only when it is woken; with the
+/// wake removed from `PollerShared::complete`, nothing finishes: already the blocking
+/// `open` parks for ever).
+#[test]
+fn ops_are_awaited_under_a_current_thread_tokio_runtime() {
+    let n = node(8, 1);
+    let idx = n.open(IndexConfig::smart(8)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..16u32)
+            .map(|t| {
+                let idx = idx.clone();
+                tokio::spawn(async move {
+                    for i in 0..50u32 {
+                        let k = format!("tok{t}-{i}");
+                        idx.upsert(k.as_bytes(), &i.to_le_bytes()).await?;
+                        assert_eq!(idx.get(k.as_bytes()).await?, Some(i.to_le_bytes().to_vec()));
+                    }
+                    Ok::<(), Error>(())
+                })
+            })
+            .collect();
+        let all = async {
+            for t in tasks {
+                t.await.unwrap().unwrap();
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(60), all)
+            .await
+            .expect("every task finished within 60 s");
+    });
+}
