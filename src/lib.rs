@@ -1,11 +1,68 @@
-//! remora: one-sided RDMA index structures.
+//! remora: index structures for disaggregated memory, driven by one-sided RDMA.
 //!
-//! The facade re-exports the workspace crates; with feature `verbs` it also holds the real
-//! verbs fabric over rdma-core.
+//! Five published designs, each a key-value or spatial index whose nodes live in the memory
+//! of remote *memory nodes* and whose clients (on *compute nodes*) read and change them with
+//! one-sided verbs (READ, WRITE, CAS, FETCH_AND_ADD):
+//!
+//! | index | structure | open it with |
+//! |---|---|---|
+//! | SMART | adaptive radix tree, lock-free internal nodes, per-node read delegation and write combining | [`node::IndexConfig::Smart`] |
+//! | Sherman | B+tree with hierarchical on-chip locks and command combination | [`node::IndexConfig::Sherman`] |
+//! | CANRT | persistent radix tree, clients cache prefixes, the memory node applies appends | [`node::IndexConfig::Canrt`] (service [`node::Service::Canrt`]) |
+//! | Erda | log-structured hash store on remote NVM | [`node::IndexConfig::Erda`] (service [`node::Service::Erda`]) |
+//! | Catfish | R-trees with fast messaging and RDMA offloading | [`core::catfish`] (spatial, not a key-value index) |
+//!
+//! # Embedding remora
+//!
+//! A [`node::ComputeNode`] owns the connections to the memory nodes and pinned poller
+//! threads; [`node::ComputeNode::open`] opens any key-value index the same way and returns a
+//! handle that every application thread can share. Operations are futures (awaitable under
+//! tokio) or blocking calls:
+//!
+//! ```
+//! use remora::node::{ComputeNode, IndexConfig};
+//!
+//! // An in-process memory node on the soft fabric, one poller thread.
+//! let node = ComputeNode::builder().in_process_default().start()?;
+//! let smart = node.open(IndexConfig::smart(16))?;
+//! let sherman = node.open(IndexConfig::sherman())?;
+//!
+//! std::thread::scope(|s| {
+//!     for t in 0..2u64 {
+//!         let (smart, sherman) = (smart.clone(), sherman.clone());
+//!         s.spawn(move || {
+//!             // SMART here takes string keys (no NUL byte), Sherman 8-byte integers.
+//!             smart.upsert(format!("user{t}").as_bytes(), b"hello").wait().unwrap();
+//!             sherman.upsert(&t.to_be_bytes(), &(t * 10).to_le_bytes()).wait().unwrap();
+//!         });
+//!     }
+//! });
+//! assert_eq!(smart.get(b"user1").wait()?, Some(b"hello".to_vec()));
+//! assert_eq!(sherman.get(&1u64.to_be_bytes()).wait()?, Some(10u64.to_le_bytes().to_vec()));
+//! // A bounded scan with an end key: keys in [0, 2).
+//! let keys: Vec<_> = sherman
+//!     .scan(&0u64.to_be_bytes(), Some(&2u64.to_be_bytes()), 10)
+//!     .collect::<Result<_, _>>()?;
+//! assert_eq!(keys.len(), 2);
+//! # Ok::<(), remora::node::Error>(())
+//! ```
+//!
+//! The `examples/` directory has the same under tokio, against a memory node in another
+//! process, and one example per index.
+//!
+//! # Crates
+//!
+//! The facade re-exports the workspace crates: [`layouts`] (the `no_std` wire and node
+//! formats), [`core`] (the `no_std` fabric contract and every index's client and server
+//! algorithms), [`pmem`] (persistence primitives), [`poller`] (the soft and sim fabrics and
+//! server-side pollers). With feature `verbs` it also holds the real verbs fabric over
+//! rdma-core (`verbs`).
 pub use remora_core as core;
 pub use remora_layouts as layouts;
 pub use remora_pmem as pmem;
 pub use remora_poller as poller;
+
+pub mod node;
 
 #[cfg(feature = "verbs")]
 pub mod verbs;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 mod args;
 mod bench;
 mod lincheck;
+mod logger;
 mod memnode;
 mod perf;
 mod perf_sim;
@@ -172,6 +173,7 @@ fn perf_flags_apply(a: &PerfArgs) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    logger::init();
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Memnode(a) => match a.fabric {

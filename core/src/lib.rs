@@ -9,6 +9,30 @@
 //! - [`alloc`]: the remote allocator client (chunks by FETCH_AND_ADD, objects carved locally).
 //! - [`lease`]: owned remote locks with leases, fencing and takeover of a dead holder.
 //! - [`conformance`] (feature `conformance`): the suite every fabric must pass.
+//!
+//! The indexes, each a client handle over an [`Endpoint`] implementing [`index::KvIndex`]
+//! (except Catfish, a spatial index):
+//!
+//! - [`smart`]: SMART, the adaptive radix tree of disaggregated memory;
+//! - [`sherman`]: Sherman, the write-optimized B+tree (and its FG+ baseline);
+//! - [`canrt`]: CANRT, the persistent radix tree whose memory node applies appends;
+//! - [`erda`]: Erda, the log-structured hash store on remote NVM (and its baselines);
+//! - [`catfish`]: Catfish's R-trees, with fast messaging and RDMA offloading;
+//! - [`wort`]: WORT and WOART behind a server-reply ring, CANRT's baselines.
+//!
+//! Applications do not drive these handles directly: the root crate's `remora::node`
+//! runtime opens them on pinned poller threads and hands out thread-safe handles. Keys are
+//! byte strings compared in byte order, so integer keys are passed big-endian:
+//!
+//! ```
+//! let (a, b) = (2u64.to_be_bytes(), 10u64.to_be_bytes());
+//! assert!(a < b, "byte order is numeric order for big-endian keys");
+//! let addr = remora_core::GlobalAddr::new(1, 4096);
+//! assert_eq!((addr.node(), addr.offset()), (1, 4096));
+//! ```
+// Docs link private items on purpose (for readers of the source, and of
+// `cargo doc --document-private-items`); broken links stay errors.
+#![allow(rustdoc::private_intra_doc_links)]
 #![no_std]
 
 #[cfg(feature = "alloc")]

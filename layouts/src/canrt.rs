@@ -1210,7 +1210,7 @@ impl Control {
 
 // ---------------------------------------------------------------- turn notice
 
-/// [`Turn::kind`] of a turn notice.
+/// The kind byte of an encoded [`Turn`] notice.
 pub const TURN_KIND: u8 = 0x54;
 
 /// The server's answer to a [`ControlKind::Wait`] (a SEND, 16 bytes): data node `node`'s meta

@@ -4,6 +4,9 @@
 //! struct with compile-time size and offset assertions, bit-packed 8-byte words with typed
 //! accessors, and a checked decoder that returns [`LayoutError`] (never panics) on bytes that
 //! do not form a valid value. [`region::RegionHeader`] is the reference example of the pattern.
+// Docs link private items on purpose (for readers of the source, and of
+// `cargo doc --document-private-items`); broken links stay errors.
+#![allow(rustdoc::private_intra_doc_links)]
 #![no_std]
 #![forbid(unsafe_op_in_unsafe_fn)]
 

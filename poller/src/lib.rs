@@ -5,6 +5,9 @@
 //! - [`arena`]: hugepage-backed memory (MAP_HUGETLB, else THP, else 4 KiB pages).
 //! - [`soft`]: the shared-memory fabric and its memory node.
 //! - [`sim`]: the deterministic simulated cluster fabric.
+// Docs link private items on purpose (for readers of the source, and of
+// `cargo doc --document-private-items`); broken links stay errors.
+#![allow(rustdoc::private_intra_doc_links)]
 pub mod arena;
 pub mod clock;
 pub mod executor;

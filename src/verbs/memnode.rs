@@ -414,7 +414,7 @@ impl Memnode {
             Ok(h) => h,
             Err(why) => {
                 if self.cfg.verbose {
-                    eprintln!("memnode: refused a connection: {why}");
+                    log::warn!("memnode: refused a connection: {why}");
                 }
                 return Self::reject(ev.id, &[]);
             }
@@ -435,7 +435,7 @@ impl Memnode {
                     Self::reject(ev.id, &f.encode())
                 }
                 Err(e) => {
-                    eprintln!("memnode: fencing client {:#x} failed: {e}", hello.client);
+                    log::warn!("memnode: fencing client {:#x} failed: {e}", hello.client);
                     Self::reject(ev.id, &[])
                 }
             }
@@ -450,14 +450,14 @@ impl Memnode {
                     Self::reject(ev.id, &Revoked { new_rkey: k }.encode())
                 }
                 Err(e) => {
-                    eprintln!("memnode: key revocation failed: {e}");
+                    log::warn!("memnode: key revocation failed: {e}");
                     Self::reject(ev.id, &[])
                 }
             }
             return;
         }
         if let Err(e) = self.accept(ev, hello) {
-            eprintln!("memnode: could not accept a connection: {e}");
+            log::warn!("memnode: could not accept a connection: {e}");
         }
     }
 
@@ -477,7 +477,7 @@ impl Memnode {
             }
         };
         if self.fenced.contains(&hello.client) {
-            eprintln!(
+            log::warn!(
                 "memnode: refused client {:#x}: it was fenced and may not come back under its id",
                 hello.client
             );

@@ -23,7 +23,8 @@ mod mr;
 pub mod pool;
 pub mod qp;
 pub mod stats;
-pub mod sys;
+// Raw bindgen bindings: an implementation detail, not the crate's API.
+pub(crate) mod sys;
 pub mod wire;
 
 pub use device::{DeviceSummary, probe};

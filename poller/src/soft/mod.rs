@@ -13,7 +13,7 @@
 //! - every access is checked against the region bounds and the current region key before it
 //!   touches memory; a failure breaks the queue pair, as on a NIC;
 //! - ops of one queue pair take effect in posting order (fences between ops);
-//! - SEND and WRITE_WITH_IMM notices go through bounded receive rings ([`ring`]).
+//! - SEND and WRITE_WITH_IMM notices go through bounded receive rings (`ring.rs`).
 //!
 //! - a dead peer process is reported as `RetryExceeded` on every verb, one-sided ones
 //!   included, within a few milliseconds ([`watchdog`]), as a NIC reports it after its ack

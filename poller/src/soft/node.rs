@@ -427,9 +427,9 @@ impl SoftMemoryNode {
         k
     }
 
-    /// Logs an event to stderr and keeps the last 256 for inspection.
+    /// Logs an event (the `log` crate, level info) and keeps the last 256 for inspection.
     pub fn log(&self, msg: String) {
-        eprintln!("memnode {}: {msg}", self.cfg.node_id);
+        log::info!("memnode {}: {msg}", self.cfg.node_id);
         let mut l = lock(&self.log);
         if l.len() == 256 {
             l.pop_front();

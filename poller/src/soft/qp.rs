@@ -603,7 +603,7 @@ impl Endpoint for SoftEndpoint {
     }
     /// The client id of the first queue pair (each connection has its own; an index that
     /// names itself in lock words on several nodes uses the one of the node it locks on —
-    /// see [`SoftEndpoint::client_id_at`]).
+    /// its queue pair's [`SoftQp::client_id`]).
     fn client_id(&self) -> u32 {
         self.qps.first().map_or(0, SoftQp::client_id)
     }

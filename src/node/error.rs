@@ -1,0 +1,150 @@
+//! The one error type of the compute-node runtime and its handles.
+use super::cores::CoreListError;
+use remora_core::canrt::CanrtError;
+use remora_core::erda::{ErdaConfigError, ErdaError};
+use remora_core::fabric::FabricError;
+use remora_core::sherman::ShermanError;
+use remora_core::smart::SmartError;
+use std::fmt;
+
+/// What went wrong in the runtime or in an index operation. Index errors are wrapped as
+/// they are ([`std::error::Error::source`] returns them); new variants may be added.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// SMART failed the operation.
+    Smart(SmartError),
+    /// Sherman failed the operation.
+    Sherman(ShermanError),
+    /// CANRT failed the operation.
+    Canrt(CanrtError),
+    /// Erda failed the operation.
+    Erda(ErdaError),
+    /// The fabric failed outside an index operation (connecting a poller).
+    Fabric(FabricError),
+    /// A bad core list.
+    Cores(CoreListError),
+    /// Reaching a memory node, or starting a thread, failed.
+    Io {
+        /// What was being done.
+        what: String,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// An Erda geometry the in-process memory node cannot serve.
+    ErdaConfig(ErdaConfigError),
+    /// A key longer than the runtime's submission slots hold
+    /// ([`crate::node::Builder::max_key`]).
+    KeyTooLong {
+        /// The key's length.
+        len: usize,
+        /// The longest key.
+        max: usize,
+    },
+    /// A value longer than the runtime's submission slots hold
+    /// ([`crate::node::Builder::max_value`]).
+    ValueTooLong {
+        /// The value's length.
+        len: usize,
+        /// The longest value.
+        max: usize,
+    },
+    /// The index needs a service on its memory node that the memory node does not run.
+    Service {
+        /// The service the index needs.
+        needs: &'static str,
+        /// The service the memory node runs.
+        serves: String,
+    },
+    /// Every index slot of the node is taken.
+    TooManyIndexes {
+        /// How many indexes one node can open.
+        max: usize,
+    },
+    /// A setting the runtime cannot work with.
+    Config(String),
+    /// The compute node has shut down.
+    Stopped,
+    /// The poller running the operation panicked (a bug; the poller goes on).
+    Panicked,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Smart(e) => write!(f, "smart: {e}"),
+            Error::Sherman(e) => write!(f, "sherman: {e}"),
+            Error::Canrt(e) => write!(f, "canrt: {e}"),
+            Error::Erda(e) => write!(f, "erda: {e}"),
+            Error::Fabric(e) => write!(f, "fabric: {e}"),
+            Error::Cores(e) => write!(f, "cores: {e}"),
+            Error::Io { what, source } => write!(f, "{what}: {source}"),
+            Error::ErdaConfig(e) => write!(f, "erda's memory node cannot start: {e}"),
+            Error::KeyTooLong { len, max } => {
+                write!(
+                    f,
+                    "a {len}-byte key, longer than the node's {max}-byte maximum"
+                )
+            }
+            Error::ValueTooLong { len, max } => {
+                write!(
+                    f,
+                    "a {len}-byte value, longer than the node's {max}-byte maximum"
+                )
+            }
+            Error::Service { needs, serves } => write!(
+                f,
+                "the index needs the `{needs}` service on its memory node, which runs `{serves}` \
+                 (start it with `remora memnode --service {needs}`)"
+            ),
+            Error::TooManyIndexes { max } => {
+                write!(f, "a compute node opens at most {max} indexes")
+            }
+            Error::Config(why) => write!(f, "{why}"),
+            Error::Stopped => write!(f, "the compute node has shut down"),
+            Error::Panicked => write!(f, "the poller running this operation panicked"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Smart(e) => Some(e),
+            Error::Sherman(e) => Some(e),
+            Error::Canrt(e) => Some(e),
+            Error::Erda(e) => Some(e),
+            Error::Fabric(e) => Some(e),
+            Error::Cores(e) => Some(e),
+            Error::Io { source, .. } => Some(source),
+            Error::ErdaConfig(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<SmartError> for Error {
+    fn from(e: SmartError) -> Error {
+        Error::Smart(e)
+    }
+}
+impl From<ShermanError> for Error {
+    fn from(e: ShermanError) -> Error {
+        Error::Sherman(e)
+    }
+}
+impl From<CanrtError> for Error {
+    fn from(e: CanrtError) -> Error {
+        Error::Canrt(e)
+    }
+}
+impl From<ErdaError> for Error {
+    fn from(e: ErdaError) -> Error {
+        Error::Erda(e)
+    }
+}
+impl From<CoreListError> for Error {
+    fn from(e: CoreListError) -> Error {
+        Error::Cores(e)
+    }
+}

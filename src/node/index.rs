@@ -1,0 +1,178 @@
+//! Which index a handle opens, and each poller's own handle on it.
+//!
+//! Every poller thread opens its own per-thread handle of the index on its own endpoint
+//! ([`PerThread::open`]): that is where per-compute-node state (SMART's cache and
+//! delegation/combining tables, Sherman's local lock table and index cache, CANRT's prefix
+//! cache) plugs in once the indexes can share it between threads: the node would build the
+//! shared state once in [`crate::node::ComputeNode::open`] and pass it to every poller's
+//! `open`.
+use super::error::Error;
+use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
+use remora_core::fabric::Endpoint;
+use remora_core::index::KvIndex;
+use remora_core::server::Handler;
+use remora_core::sherman::{Sherman, ShermanConfig};
+use remora_core::smart::{KeyMode, Smart, SmartConfig, Techniques};
+
+/// An index to open, with its configuration. Every index opens the same way:
+/// [`crate::node::ComputeNode::open`] creates it on its memory node if it is not there yet
+/// (creators racing agree on one), else opens the one there.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum IndexConfig {
+    /// SMART, the adaptive radix tree (published in `root_slot`, 1 by default).
+    Smart(SmartConfig),
+    /// Sherman, the B+tree (published in `root_slot`, 2 by default).
+    Sherman(ShermanConfig),
+    /// CANRT, the radix tree whose memory node runs the `canrt` service.
+    Canrt(CanrtConfig),
+    /// Erda, the log-structured hash store whose memory node runs the `erda` service.
+    Erda(ErdaClientConfig),
+}
+
+impl IndexConfig {
+    /// SMART with all its techniques, variable-length keys (1..=255 bytes, no NUL byte) and
+    /// values up to `value_cap` bytes.
+    pub fn smart(value_cap: usize) -> IndexConfig {
+        IndexConfig::Smart(SmartConfig::new(
+            Techniques::SMART,
+            KeyMode::Variable,
+            value_cap,
+        ))
+    }
+
+    /// Sherman as its paper runs it (8-byte keys, 8-byte values).
+    pub fn sherman() -> IndexConfig {
+        IndexConfig::Sherman(ShermanConfig::sherman())
+    }
+
+    /// CANRT on memory node 0 (8-byte keys, values up to 8 bytes).
+    pub fn canrt() -> IndexConfig {
+        IndexConfig::Canrt(CanrtConfig::default())
+    }
+
+    /// Erda on memory node 0.
+    pub fn erda() -> IndexConfig {
+        IndexConfig::Erda(ErdaClientConfig::default())
+    }
+
+    /// The index's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            IndexConfig::Smart(_) => "smart",
+            IndexConfig::Sherman(_) => "sherman",
+            IndexConfig::Canrt(_) => "canrt",
+            IndexConfig::Erda(_) => "erda",
+        }
+    }
+
+    /// The service the index needs on its memory node (None: one-sided only, any will do).
+    pub fn service(&self) -> Option<&'static str> {
+        match self {
+            IndexConfig::Canrt(_) => Some("canrt"),
+            IndexConfig::Erda(_) => Some("erda"),
+            _ => None,
+        }
+    }
+}
+
+/// The server-side logic an in-process memory node runs for the indexes that need one.
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub enum Service {
+    /// One-sided indexes only (SMART, Sherman).
+    #[default]
+    None,
+    /// CANRT's metadata applier and resizer.
+    Canrt,
+    /// Erda's metadata server, with its store's geometry.
+    Erda(ErdaConfig),
+}
+
+impl Service {
+    /// The handler to install on a fresh region, or why it cannot be served there.
+    pub(crate) fn handler(
+        &self,
+        region_len: u64,
+        chunk_size: u64,
+    ) -> Result<Option<Box<dyn Handler + Send>>, Error> {
+        Ok(match self {
+            Service::None => None,
+            Service::Canrt => Some(Box::new(CanrtServer::new())),
+            Service::Erda(cfg) => Some(Box::new(
+                ErdaServer::for_region(*cfg, region_len, chunk_size).map_err(Error::ErdaConfig)?,
+            )),
+        })
+    }
+}
+
+/// One poller's handle on an index, on that poller's endpoint.
+pub(crate) enum PerThread<'e, E: Endpoint> {
+    Smart(Smart<'e, E>),
+    Sherman(Sherman<'e, E>),
+    Canrt(Canrt<'e, E>),
+    Erda(Erda<'e, E>),
+}
+
+impl<'e, E: Endpoint> PerThread<'e, E> {
+    /// Opens (creating if needed) the index on `ep`.
+    pub(crate) async fn open(ep: &'e E, cfg: &IndexConfig) -> Result<PerThread<'e, E>, Error> {
+        Ok(match cfg {
+            IndexConfig::Smart(c) => PerThread::Smart(Smart::open(ep, *c).await?),
+            IndexConfig::Sherman(c) => PerThread::Sherman(Sherman::create(ep, *c).await?),
+            IndexConfig::Canrt(c) => PerThread::Canrt(Canrt::open(ep, *c).await?),
+            IndexConfig::Erda(c) => PerThread::Erda(Erda::open(ep, *c).await?),
+        })
+    }
+
+    pub(crate) async fn upsert(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        match self {
+            PerThread::Smart(s) => Ok(s.upsert(key, value).await?),
+            PerThread::Sherman(s) => Ok(s.upsert(key, value).await?),
+            PerThread::Canrt(s) => Ok(s.upsert(key, value).await?),
+            PerThread::Erda(s) => Ok(s.upsert(key, value).await?),
+        }
+    }
+
+    pub(crate) async fn update(&self, key: &[u8], value: &[u8]) -> Result<bool, Error> {
+        match self {
+            PerThread::Smart(s) => Ok(s.update(key, value).await?),
+            PerThread::Sherman(s) => Ok(s.update(key, value).await?),
+            PerThread::Canrt(s) => Ok(s.update(key, value).await?),
+            PerThread::Erda(s) => Ok(s.update(key, value).await?),
+        }
+    }
+
+    pub(crate) async fn get(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, Error> {
+        match self {
+            PerThread::Smart(s) => Ok(s.get(key, out).await?),
+            PerThread::Sherman(s) => Ok(s.get(key, out).await?),
+            PerThread::Canrt(s) => Ok(s.get(key, out).await?),
+            PerThread::Erda(s) => Ok(s.get(key, out).await?),
+        }
+    }
+
+    pub(crate) async fn delete(&self, key: &[u8]) -> Result<bool, Error> {
+        match self {
+            PerThread::Smart(s) => Ok(s.delete(key).await?),
+            PerThread::Sherman(s) => Ok(s.delete(key).await?),
+            PerThread::Canrt(s) => Ok(s.delete(key).await?),
+            PerThread::Erda(s) => Ok(s.delete(key).await?),
+        }
+    }
+
+    pub(crate) async fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, Error> {
+        match self {
+            PerThread::Smart(s) => Ok(s.scan(from, limit, visit).await?),
+            PerThread::Sherman(s) => Ok(s.scan(from, limit, visit).await?),
+            PerThread::Canrt(s) => Ok(s.scan(from, limit, visit).await?),
+            PerThread::Erda(s) => Ok(s.scan(from, limit, visit).await?),
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! The compute-node runtime: how an application embeds remora.
+//!
+//! A [`ComputeNode`] is one per process (or per NUMA node). It owns the connections to the
+//! memory nodes and N poller threads, one per core of a core list given as `numactl` takes
+//! it (`2-9`, `0,2,4`), each pinned to its core unless asked not to be. Each poller has its
+//! own endpoint (queue pairs) and runs many operations at once as coroutines, DPDK style
+//! (see `poller.rs`).
+//!
+//! [`ComputeNode::open`] opens any index the same way ([`IndexConfig`]) and returns an
+//! [`Index`]: a handle that is `Clone + Send + Sync`, for any application thread. Each
+//! operation is copied into a bounded, preallocated submission slot of a poller and resolved
+//! as a future ([`Op`]) that works under tokio or any executor (the poller wakes it), or
+//! blocked on with [`Op::wait`]. An operation dropped halfway still runs to its end on the
+//! poller, its result discarded: it never leaves an index lock held.
+//!
+//! ```
+//! use remora::node::{ComputeNode, IndexConfig};
+//!
+//! let node = ComputeNode::builder().in_process_default().start()?;
+//! let smart = node.open(IndexConfig::smart(64))?;
+//! smart.upsert(b"apple", b"red").wait()?;
+//! assert_eq!(smart.get(b"apple").wait()?, Some(b"red".to_vec()));
+//! assert_eq!(smart.get(b"pear").wait()?, None);
+//! # Ok::<(), remora::node::Error>(())
+//! ```
+//!
+//! Per-compute-node index state (SMART's caches and delegation/combining tables, Sherman's
+//! local lock table and index cache, CANRT's prefix cache) is per poller today: each poller
+//! opens its own per-thread handle. It plugs in at `index.rs` (`PerThread::open`), built
+//! once per node in [`ComputeNode::open`].
+#![warn(missing_docs)]
+mod block;
+mod cores;
+mod error;
+mod handle;
+mod index;
+mod poller;
+mod ring;
+mod slot;
+#[cfg(test)]
+mod tests;
+
+pub use cores::{CoreList, CoreListError};
+pub use error::Error;
+pub use handle::{Index, Op, Scan};
+pub use index::{IndexConfig, Service};
+pub use remora_poller::soft::NodeConfig;
+
+use remora_poller::soft::{ServerHandle, SoftMemoryNode, control};
+use slot::{Cmd, PollerShared};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
+/// Where the memory nodes are.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Memory {
+    /// A memory node inside this process, on the soft fabric (shared memory), running
+    /// `service` for the indexes that need one.
+    InProcess {
+        /// Its region and queue settings.
+        config: NodeConfig,
+        /// Its server-side logic.
+        service: Service,
+    },
+    /// `remora memnode` processes of this machine, by their control sockets (soft fabric).
+    Memnodes(Vec<PathBuf>),
+}
+
+/// Sizes of the submission slots.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) max_key: usize,
+    pub(crate) max_value: usize,
+    pub(crate) scan_bytes: usize,
+}
+
+impl Limits {
+    /// Bytes of a slot's value buffer: a value, or a scan batch.
+    fn value_buf(&self) -> usize {
+        self.max_value.max(self.scan_bytes)
+    }
+
+    /// Pairs per scan batch: as many of the largest pair as the buffer holds.
+    pub(crate) fn scan_batch(&self) -> usize {
+        (self.value_buf() / (poller::PAIR_HEADER + self.max_key + self.max_value)).max(1)
+    }
+}
+
+/// How a [`ComputeNode`] is set up; [`Builder::start`] starts it.
+#[derive(Debug, Clone)]
+pub struct Builder {
+    memory: Memory,
+    cores: Option<CoreList>,
+    pollers: usize,
+    pin: bool,
+    depth: usize,
+    limits: Limits,
+    idle_spins: u32,
+    server_core: Option<usize>,
+}
+
+impl Builder {
+    /// An in-process memory node of `config` running `service`.
+    pub fn in_process(mut self, config: NodeConfig, service: Service) -> Builder {
+        self.memory = Memory::InProcess { config, service };
+        self
+    }
+
+    /// An in-process memory node with the default settings (64 MiB) and no service (SMART
+    /// and Sherman).
+    pub fn in_process_default(self) -> Builder {
+        self.in_process(NodeConfig::default(), Service::None)
+    }
+
+    /// The `remora memnode` listening on control socket `path`.
+    pub fn memnode(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.memory = Memory::Memnodes(vec![path.into()]);
+        self
+    }
+
+    /// Where the memory nodes are.
+    pub fn memory(mut self, memory: Memory) -> Builder {
+        self.memory = memory;
+        self
+    }
+
+    /// One poller per core of `cores`, pinned to it (unless [`Builder::no_pin`]).
+    pub fn cores(mut self, cores: CoreList) -> Builder {
+        self.cores = Some(cores);
+        self
+    }
+
+    /// `n` pollers, not pinned (when no core list is given; 1 by default).
+    pub fn pollers(mut self, n: usize) -> Builder {
+        self.pollers = n;
+        self
+    }
+
+    /// Do not pin the pollers (one per listed core still).
+    pub fn no_pin(mut self) -> Builder {
+        self.pin = false;
+        self
+    }
+
+    /// Operations each poller runs at once: its submission slots (64 by default).
+    pub fn queue_depth(mut self, depth: usize) -> Builder {
+        self.depth = depth;
+        self
+    }
+
+    /// Longest key an operation may carry (256 bytes by default).
+    pub fn max_key(mut self, bytes: usize) -> Builder {
+        self.limits.max_key = bytes;
+        self
+    }
+
+    /// Longest value an operation may carry (4096 bytes by default).
+    pub fn max_value(mut self, bytes: usize) -> Builder {
+        self.limits.max_value = bytes;
+        self
+    }
+
+    /// Empty loops a poller spins before it parks until the next submission (100 000 by
+    /// default; 0 parks at once, `u32::MAX` busy-polls for ever).
+    pub fn idle_spins(mut self, spins: u32) -> Builder {
+        self.idle_spins = spins;
+        self
+    }
+
+    /// The core of the in-process memory node's server thread (not pinned by default).
+    pub fn server_core(mut self, core: usize) -> Builder {
+        self.server_core = Some(core);
+        self
+    }
+
+    /// Starts the memory node (if in-process), connects every poller, pins it, and returns
+    /// the node once all are running.
+    pub fn start(self) -> Result<ComputeNode, Error> {
+        let (cores, pin) = match &self.cores {
+            Some(c) => {
+                if self.pin {
+                    c.check_allowed()?;
+                }
+                (c.cores().to_vec(), self.pin)
+            }
+            None => (vec![0; self.pollers], false),
+        };
+        if cores.is_empty() {
+            return Err(Error::Config(
+                "a compute node needs at least one poller".into(),
+            ));
+        }
+        if self.depth == 0 || self.depth > u32::MAX as usize / 2 {
+            return Err(Error::Config(format!(
+                "queue depth {} (1 to 2^31 operations per poller)",
+                self.depth
+            )));
+        }
+        if self.limits.max_key == 0 || self.limits.max_key > u16::MAX as usize {
+            return Err(Error::Config("max_key must be 1 to 65535 bytes".into()));
+        }
+        let (local, server, serves, connect): (_, _, String, Connector) = match &self.memory {
+            Memory::InProcess { config, service } => {
+                let handler = service.handler(config.region_len, config.chunk_size)?;
+                let node = match handler {
+                    Some(h) => SoftMemoryNode::create_with(*config, h),
+                    None => SoftMemoryNode::create(*config),
+                }
+                .map_err(|e| io("creating the in-process memory node", e))?;
+                let server = node.spawn_server_on(self.server_core);
+                let serves = node.service().to_string();
+                let n = node.clone();
+                (
+                    Some(node),
+                    Some(server),
+                    serves,
+                    Arc::new(move || {
+                        n.endpoint()
+                            .map_err(|e| io("connecting to the in-process memory node", e))
+                    }),
+                )
+            }
+            Memory::Memnodes(paths) => {
+                let first = paths
+                    .first()
+                    .ok_or_else(|| Error::Config("no memnode to connect to".into()))?;
+                let info = control::info(first)
+                    .map_err(|e| io(&format!("asking memnode {}", first.display()), e))?;
+                let paths = paths.clone();
+                (
+                    None,
+                    None,
+                    info.service_name().to_string(),
+                    Arc::new(move || {
+                        control::connect_all(&paths).map_err(|e| io("connecting to memnodes", e))
+                    }),
+                )
+            }
+        };
+        let pollers: Vec<Arc<PollerShared>> = cores
+            .iter()
+            .map(|_| {
+                Arc::new(PollerShared::new(
+                    self.depth,
+                    self.limits.max_key,
+                    self.limits.value_buf(),
+                ))
+            })
+            .collect();
+        let mut inner = Inner {
+            pollers,
+            threads: Vec::new(),
+            limits: self.limits,
+            serves,
+            next_index: AtomicUsize::new(0),
+            pinned: if pin { cores.clone() } else { Vec::new() },
+            _server: server,
+            local,
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<Result<(), Error>>();
+        for (i, &core) in cores.iter().enumerate() {
+            let (shared, connect, tx) = (inner.pollers[i].clone(), connect.clone(), tx.clone());
+            let spins = self.idle_spins;
+            let t = std::thread::Builder::new()
+                .name(format!("remora-poller-{i}"))
+                .spawn(move || {
+                    if pin && !core_affinity::set_for_current(core_affinity::CoreId { id: core }) {
+                        let _ = tx.send(Err(Error::Config(format!(
+                            "could not pin poller {i} to core {core}"
+                        ))));
+                        return;
+                    }
+                    let ep = match connect() {
+                        Ok(ep) => ep,
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = tx.send(Ok(()));
+                    drop(tx);
+                    poller::run(&shared, ep, spins);
+                })
+                .map_err(|e| io("starting a poller thread", e))?;
+            inner.threads.push(t);
+        }
+        drop(tx);
+        for _ in 0..cores.len() {
+            match rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e), // dropping `inner` stops the others
+                Err(_) => return Err(Error::Stopped),
+            }
+        }
+        log::debug!(
+            "remora: compute node started: {} pollers ({})",
+            cores.len(),
+            if pin { "pinned" } else { "not pinned" }
+        );
+        Ok(ComputeNode {
+            inner: Arc::new(inner),
+        })
+    }
+}
+
+type Connector =
+    Arc<dyn Fn() -> Result<remora_poller::soft::SoftEndpoint, Error> + Send + Sync + 'static>;
+
+fn io(what: &str, source: std::io::Error) -> Error {
+    Error::Io {
+        what: what.to_string(),
+        source,
+    }
+}
+
+/// What the handles share: the pollers, and the memory node if it is in-process. Dropped
+/// with the node and its last handle: the pollers then finish every queued operation and
+/// exit, then the memory node stops.
+pub(crate) struct Inner {
+    pub(crate) pollers: Vec<Arc<PollerShared>>,
+    threads: Vec<JoinHandle<()>>,
+    pub(crate) limits: Limits,
+    serves: String,
+    next_index: AtomicUsize,
+    pinned: Vec<usize>,
+    // Dropped after the pollers have stopped (Drop below runs first).
+    _server: Option<ServerHandle>,
+    local: Option<Arc<SoftMemoryNode>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for p in &self.pollers {
+            p.request_stop();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A compute node: the memory-node connections and the poller threads (see the module
+/// docs). Dropping it leaves the handles working; the pollers stop with the last of them.
+pub struct ComputeNode {
+    inner: Arc<Inner>,
+}
+
+/// Figures of a running node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeStats {
+    /// Operations the pollers have finished.
+    pub completed: u64,
+    /// Of those, operations whose future was dropped before their result.
+    pub abandoned: u64,
+    /// Submission slots free now, over all pollers.
+    pub free_slots: usize,
+    /// Submission slots in all.
+    pub slots: usize,
+}
+
+impl ComputeNode {
+    /// A builder with the defaults: one unpinned poller, an in-process memory node.
+    pub fn builder() -> Builder {
+        Builder {
+            memory: Memory::InProcess {
+                config: NodeConfig::default(),
+                service: Service::None,
+            },
+            cores: None,
+            pollers: 1,
+            pin: true,
+            depth: 64,
+            limits: Limits {
+                max_key: 256,
+                max_value: 4096,
+                scan_bytes: 16 << 10,
+            },
+            idle_spins: 100_000,
+            server_core: None,
+        }
+    }
+
+    /// Opens `cfg`'s index on every poller (creating it on its memory node if it is not
+    /// there) and returns a handle on it. Blocks until every poller has it open.
+    pub fn open(&self, cfg: IndexConfig) -> Result<Index, Error> {
+        if let Some(needs) = cfg.service()
+            && needs != self.inner.serves
+        {
+            return Err(Error::Service {
+                needs,
+                serves: self.inner.serves.clone(),
+            });
+        }
+        let id = self.inner.next_index.fetch_add(1, Ordering::Relaxed);
+        if id >= poller::MAX_INDEXES {
+            return Err(Error::TooManyIndexes {
+                max: poller::MAX_INDEXES,
+            });
+        }
+        for (p, shared) in self.inner.pollers.iter().enumerate() {
+            let open = OpenOn {
+                shared,
+                cmd: Cmd::Open(cfg),
+                id,
+            };
+            block::block_on(open.run()).map_err(|e| {
+                log::warn!("remora: opening {} on poller {p} failed: {e}", cfg.name());
+                e
+            })?;
+        }
+        Ok(Index {
+            inner: self.inner.clone(),
+            id,
+            name: cfg.name(),
+        })
+    }
+
+    /// How many pollers run, and the cores they are pinned to (empty: not pinned).
+    pub fn pollers(&self) -> (usize, &[usize]) {
+        (self.inner.pollers.len(), &self.inner.pinned)
+    }
+
+    /// The service the memory node runs (`none`, `canrt`, `erda`, ...).
+    pub fn service(&self) -> &str {
+        &self.inner.serves
+    }
+
+    /// The in-process memory node, if there is one (e.g. to serve it to other processes
+    /// with [`remora_poller::soft::control::listen`]).
+    pub fn memory_node(&self) -> Option<&Arc<SoftMemoryNode>> {
+        self.inner.local.as_ref()
+    }
+
+    /// Operations finished and slots free now.
+    pub fn stats(&self) -> NodeStats {
+        let p = &self.inner.pollers;
+        NodeStats {
+            completed: p.iter().map(|s| s.completed.load(Ordering::Relaxed)).sum(),
+            abandoned: p.iter().map(|s| s.abandoned.load(Ordering::Relaxed)).sum(),
+            free_slots: p.iter().map(|s| s.free_slots()).sum(),
+            slots: p.iter().map(|s| s.slots.len()).sum(),
+        }
+    }
+}
+
+/// An open command for one poller (it must run there, not on any free poller).
+struct OpenOn<'a> {
+    shared: &'a PollerShared,
+    cmd: Cmd,
+    id: usize,
+}
+
+impl OpenOn<'_> {
+    async fn run(self) -> Result<(), Error> {
+        let i = std::future::poll_fn(|cx| match self.shared.try_acquire() {
+            Some(i) => std::task::Poll::Ready(i),
+            None => {
+                self.shared.wait_for_slot(cx.waker());
+                match self.shared.try_acquire() {
+                    Some(i) => std::task::Poll::Ready(i),
+                    None => std::task::Poll::Pending,
+                }
+            }
+        })
+        .await;
+        {
+            let mut d = self.shared.slots[i as usize].data();
+            d.cmd = self.cmd;
+            d.index = self.id;
+            d.key_len = 0;
+            d.value_len = 0;
+        }
+        self.shared.submit(i);
+        let slot = &self.shared.slots[i as usize];
+        std::future::poll_fn(|cx| {
+            if !slot.is_done() {
+                slot.set_waker(cx.waker());
+                if !slot.is_done() {
+                    return std::task::Poll::Pending;
+                }
+            }
+            std::task::Poll::Ready(())
+        })
+        .await;
+        let r = std::mem::replace(&mut slot.data().result, Ok(slot::Outcome::Unit));
+        self.shared.release(i);
+        r.map(|_| ())
+    }
+}

@@ -1,0 +1,284 @@
+//! A poller thread: runs the operations of its submission slots as coroutines on its own
+//! endpoint, DPDK style.
+//!
+//! Each slot has one task place, allocated (pinned) when the poller starts; a submitted slot
+//! starts a task there, and the task is dropped in place when it finishes, so the loop
+//! allocates nothing per operation. A ready list holds the tasks to poll: a task is polled
+//! only after its waker was called (every fabric future wakes itself when it returns
+//! `Pending`: soft's yields, verbs' completion-queue polls), and a woken task goes to the
+//! back, so the tasks waiting on the fabric take turns. With nothing to run, the poller spins
+//! for a while, then parks until the next submission.
+use super::error::Error;
+use super::index::PerThread;
+use super::ring::Ring;
+use super::slot::{Cmd, Outcome, PollerShared, Slot};
+use remora_core::fabric::Endpoint;
+use std::cell::OnceCell;
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// How many indexes one compute node can open.
+pub(crate) const MAX_INDEXES: usize = 32;
+
+/// Bytes of a scanned pair's header in the value buffer: key length (u16), value length (u32).
+pub(crate) const PAIR_HEADER: usize = 6;
+
+/// The ready list: task numbers to poll, each at most once in it.
+struct Ready {
+    ring: Ring,
+    queued: Box<[AtomicBool]>,
+}
+
+impl Ready {
+    fn push(&self, i: usize) {
+        if !self.queued[i].swap(true, Ordering::AcqRel) {
+            let pushed = self.ring.push(i as u32);
+            debug_assert!(pushed, "the ready ring holds every task");
+        }
+    }
+}
+
+/// Task `i`'s waker: puts it on the ready list.
+struct TaskWaker {
+    ready: Arc<Ready>,
+    i: usize,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.ready.push(self.i);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ready.push(self.i);
+    }
+}
+
+/// The poller thread's body: runs submissions on `ep` until asked to stop and idle.
+pub(crate) fn run<E: Endpoint>(shared: &PollerShared, ep: E, idle_spins: u32) {
+    shared.set_thread();
+    let handles: Vec<OnceCell<PerThread<'_, E>>> =
+        (0..MAX_INDEXES).map(|_| OnceCell::new()).collect();
+    let ep = &ep;
+    let handles = &handles[..];
+    drive(shared, idle_spins, |i| task(ep, handles, &shared.slots[i]));
+}
+
+/// One operation, start to end: reads the slot's request, runs it, writes the result.
+///
+/// The slot's data lock is held across the operation's awaits on purpose: by the slot
+/// protocol nobody else takes it until the poller marks the slot DONE (after this task
+/// ends), and this poller's other tasks hold other slots' locks.
+#[allow(clippy::await_holding_lock)]
+async fn task<'a, E: Endpoint>(
+    ep: &'a E,
+    handles: &'a [OnceCell<PerThread<'a, E>>],
+    slot: &'a Slot,
+) {
+    let mut g = slot.data();
+    let d = &mut *g;
+    let handle = handles.get(d.index).and_then(OnceCell::get);
+    let r = match (d.cmd, handle) {
+        (Cmd::Open(cfg), _) => match PerThread::open(ep, &cfg).await {
+            Ok(h) => {
+                if let Some(place) = handles.get(d.index) {
+                    let _ = place.set(h);
+                }
+                Ok(Outcome::Unit)
+            }
+            Err(e) => Err(e),
+        },
+        (_, None) => Err(Error::Config(format!("no index {} is open", d.index))),
+        (Cmd::Upsert, Some(h)) => h
+            .upsert(&d.key[..d.key_len], &d.value[..d.value_len])
+            .await
+            .map(|()| Outcome::Unit),
+        (Cmd::Update, Some(h)) => h
+            .update(&d.key[..d.key_len], &d.value[..d.value_len])
+            .await
+            .map(Outcome::Bool),
+        (Cmd::Get, Some(h)) => h
+            .get(&d.key[..d.key_len], &mut d.value)
+            .await
+            .map(Outcome::Len),
+        (Cmd::Delete, Some(h)) => h.delete(&d.key[..d.key_len]).await.map(Outcome::Bool),
+        (Cmd::Scan { limit }, Some(h)) => {
+            let (key, buf) = (&d.key[..d.key_len], &mut d.value[..]);
+            let mut at = 0;
+            let mut overflow = None;
+            let n = h
+                .scan(key, limit, &mut |k, v| {
+                    let need = PAIR_HEADER + k.len() + v.len();
+                    if overflow.is_some() || at + need > buf.len() || k.len() > u16::MAX as usize {
+                        overflow.get_or_insert(need);
+                        return;
+                    }
+                    buf[at..at + 2].copy_from_slice(&(k.len() as u16).to_le_bytes());
+                    buf[at + 2..at + 6].copy_from_slice(&(v.len() as u32).to_le_bytes());
+                    buf[at + 6..at + 6 + k.len()].copy_from_slice(k);
+                    buf[at + 6 + k.len()..at + need].copy_from_slice(v);
+                    at += need;
+                })
+                .await;
+            d.value_len = at;
+            match (n, overflow) {
+                (Err(e), _) => Err(e),
+                (Ok(_), Some(need)) => Err(Error::ValueTooLong {
+                    len: need - PAIR_HEADER,
+                    max: buf.len() - PAIR_HEADER,
+                }),
+                (Ok(n), None) => Ok(Outcome::Count(n)),
+            }
+        }
+    };
+    d.result = r;
+}
+
+/// The loop: admits submissions, polls ready tasks, completes finished ones.
+fn drive<F: Future<Output = ()>>(
+    shared: &PollerShared,
+    idle_spins: u32,
+    mut start: impl FnMut(usize) -> F,
+) {
+    let n = shared.slots.len();
+    let ready = Arc::new(Ready {
+        ring: Ring::new(n),
+        queued: (0..n).map(|_| AtomicBool::new(false)).collect(),
+    });
+    let wakers: Vec<Waker> = (0..n)
+        .map(|i| {
+            Waker::from(Arc::new(TaskWaker {
+                ready: ready.clone(),
+                i,
+            }))
+        })
+        .collect();
+    let mut tasks: Pin<Box<[Option<F>]>> = Box::into_pin((0..n).map(|_| None).collect());
+    let mut live = 0usize;
+    let mut idle = 0u32;
+    loop {
+        let mut worked = false;
+        while let Some(i) = shared.submitted.pop() {
+            let i = i as usize;
+            // SAFETY: the tasks live in one pinned allocation that is never moved or resized;
+            // this projects to one element, whose place stays where it is.
+            let mut place = unsafe { tasks.as_mut().map_unchecked_mut(|s| &mut s[i]) };
+            place.set(Some(start(i)));
+            live += 1;
+            ready.push(i);
+            worked = true;
+        }
+        // One round: the tasks ready now (a task woken during the round waits for the next).
+        for _ in 0..ready.ring.len() {
+            let Some(i) = ready.ring.pop() else { break };
+            let i = i as usize;
+            ready.queued[i].store(false, Ordering::Release);
+            // SAFETY: as above, a projection to one element of the pinned allocation.
+            let mut place = unsafe { tasks.as_mut().map_unchecked_mut(|s| &mut s[i]) };
+            let Some(fut) = place.as_mut().as_pin_mut() else {
+                continue; // a stale wake of a finished task
+            };
+            worked = true;
+            let mut cx = Context::from_waker(&wakers[i]);
+            let polled = catch_unwind(AssertUnwindSafe(|| fut.poll(&mut cx)));
+            let finished = match polled {
+                Ok(Poll::Pending) => false,
+                Ok(Poll::Ready(())) => true,
+                Err(_) => {
+                    log::error!("remora: an index operation panicked on its poller");
+                    shared.slots[i].data().result = Err(Error::Panicked);
+                    true
+                }
+            };
+            if finished {
+                // Dropping a panicked task may panic again: contain it too.
+                let _ = catch_unwind(AssertUnwindSafe(|| place.set(None)));
+                live -= 1;
+                shared.complete(i as u32);
+            }
+        }
+        if worked || live > 0 {
+            idle = 0;
+            if !worked {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        if shared.stop.load(Ordering::SeqCst) && shared.submitted.is_empty() {
+            return;
+        }
+        idle = idle.saturating_add(1);
+        if idle < idle_spins {
+            std::hint::spin_loop();
+        } else {
+            shared.sleep();
+            idle = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tasks run as coroutines on the ready list: a task woken by its own waker is polled
+    /// again after the others, and every finished task completes its slot.
+    #[test]
+    fn ready_list_interleaves_and_completes() {
+        let shared = PollerShared::new(4, 8, 8);
+        let log = std::cell::RefCell::new(Vec::new());
+        for i in 0..3 {
+            let s = shared.try_acquire().unwrap();
+            assert_eq!(s, i);
+            shared.submit(s);
+        }
+        shared.request_stop();
+        drive(&shared, 1, |i| {
+            let log = &log;
+            async move {
+                for step in 0..2 {
+                    log.borrow_mut().push((i, step));
+                    remora_core::block_on::yield_now().await;
+                }
+            }
+        });
+        assert_eq!(
+            *log.borrow(),
+            vec![(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+        );
+        assert!((0..3).all(|i| shared.slots[i].is_done()));
+        assert_eq!(shared.completed.load(Ordering::Relaxed), 3);
+    }
+
+    /// A pending task is polled again only once its waker is called (here from another
+    /// thread, 20 ms later), not round-robin while it waits.
+    #[test]
+    fn a_task_is_polled_only_when_woken() {
+        let shared = PollerShared::new(2, 8, 8);
+        let polls = std::cell::Cell::new(0u32);
+        let s = shared.try_acquire().unwrap();
+        shared.submit(s);
+        shared.request_stop();
+        std::thread::scope(|sc| {
+            drive(&shared, 1, |_| {
+                let polls = &polls;
+                std::future::poll_fn(move |cx| {
+                    polls.set(polls.get() + 1);
+                    if polls.get() > 1 {
+                        return Poll::Ready(());
+                    }
+                    let w = cx.waker().clone();
+                    sc.spawn(move || {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        w.wake();
+                    });
+                    Poll::Pending
+                })
+            });
+        });
+        assert_eq!(polls.get(), 2, "polled once, then once per wake");
+    }
+}

@@ -1,0 +1,262 @@
+//! The runtime's tests, on an in-process memory node (soft fabric).
+use super::*;
+use std::error::Error as _;
+use std::task::{Context, Waker};
+
+fn node(depth: usize, pollers: usize) -> ComputeNode {
+    ComputeNode::builder()
+        .in_process(
+            NodeConfig {
+                region_len: 32 << 20,
+                ..NodeConfig::default()
+            },
+            Service::None,
+        )
+        .pollers(pollers)
+        .queue_depth(depth)
+        .idle_spins(1000)
+        .start()
+        .expect("starting a compute node")
+}
+
+#[test]
+fn blocking_calls_and_a_bounded_scan_with_an_end_key() {
+    let n = node(8, 1);
+    let idx = n.open(IndexConfig::smart(16)).unwrap();
+    for i in 0..100u32 {
+        let k = format!("k{i:03}");
+        idx.upsert(k.as_bytes(), &i.to_le_bytes()).wait().unwrap();
+    }
+    assert_eq!(
+        idx.get(b"k042").wait().unwrap(),
+        Some(42u32.to_le_bytes().to_vec())
+    );
+    let mut buf = [0u8; 4];
+    assert_eq!(idx.get_into(b"k007", &mut buf).wait().unwrap(), Some(4));
+    assert_eq!(buf, 7u32.to_le_bytes());
+    let mut small = [0u8; 2];
+    assert!(matches!(
+        idx.get_into(b"k007", &mut small).wait(),
+        Err(Error::ValueTooLong { len: 4, max: 2 })
+    ));
+    assert!(idx.update(b"k001", b"x").wait().unwrap());
+    assert!(!idx.update(b"nope", b"x").wait().unwrap());
+    assert!(idx.delete(b"k002").wait().unwrap());
+    assert_eq!(idx.get(b"k002").wait().unwrap(), None);
+    // [k010, k050): 40 keys, one batch or several.
+    let keys: Vec<Vec<u8>> = idx
+        .scan(b"k010", Some(b"k050"), 1000)
+        .map(|r| r.unwrap().0)
+        .collect();
+    let want: Vec<Vec<u8>> = (10..50).map(|i| format!("k{i:03}").into_bytes()).collect();
+    assert_eq!(keys, want);
+    // The limit bounds it; from k000 with k002 deleted.
+    let keys: Vec<_> = idx.scan(b"k000", None, 5).map(|r| r.unwrap().0).collect();
+    assert_eq!(keys, [b"k000", b"k001", b"k003", b"k004", b"k005"]);
+    // To the end: 99 keys, in order, across batches.
+    let all: Vec<_> = idx
+        .scan(b"", None, usize::MAX)
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(all.len(), 99);
+    assert!(all.windows(2).all(|w| w[0].0 < w[1].0));
+}
+
+#[test]
+fn scan_batches_are_stitched_without_gaps_or_repeats() {
+    let n = ComputeNode::builder()
+        .in_process_default()
+        .max_key(8)
+        .max_value(8)
+        .start()
+        .unwrap();
+    n.inner_limits_check();
+    let idx = n.open(IndexConfig::smart(8)).unwrap();
+    for i in 0..3000u32 {
+        idx.upsert(format!("{i:06}").as_bytes(), b"v")
+            .wait()
+            .unwrap();
+    }
+    let keys: Vec<_> = idx
+        .scan(b"000100", Some(b"002900"), usize::MAX)
+        .map(|r| r.unwrap().0)
+        .collect();
+    let want: Vec<_> = (100..2900u32)
+        .map(|i| format!("{i:06}").into_bytes())
+        .collect();
+    assert_eq!(keys, want);
+}
+
+impl ComputeNode {
+    /// The scan test needs batches smaller than its key count.
+    fn inner_limits_check(&self) {
+        assert!(self.inner.limits.scan_batch() < 2800);
+    }
+}
+
+#[test]
+fn errors_wrap_the_index_error_with_a_source() {
+    let n = node(4, 1);
+    let idx = n.open(IndexConfig::smart(8)).unwrap();
+    let e = idx.upsert(b"k", &[0u8; 64]).wait().unwrap_err();
+    assert!(matches!(e, Error::Smart(_)), "{e:?}");
+    assert!(e.source().is_some());
+    let e = idx.get(&[b'a'; 300]).wait().unwrap_err();
+    assert!(matches!(e, Error::KeyTooLong { len: 300, max: 256 }));
+    let e = n.open(IndexConfig::canrt()).unwrap_err();
+    assert!(matches!(e, Error::Service { needs: "canrt", .. }), "{e}");
+    let e: Error = CoreList::parse("9-2").unwrap_err().into();
+    assert!(e.to_string().contains("9-2") && e.source().is_some());
+    let e = ComputeNode::builder().queue_depth(0).start().err().unwrap();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+}
+
+/// An operation whose future is dropped after it was submitted still runs to its end on
+/// the poller (the write lands, no lock stays held: the next write of the key goes
+/// through), its slot comes back, and the node counts it as abandoned. One dropped before it
+/// got a slot never runs.
+#[test]
+fn an_operation_dropped_halfway_finishes_and_frees_its_slot() {
+    let n = node(4, 1);
+    let idx = n.open(IndexConfig::smart(8)).unwrap();
+    let mut cx = Context::from_waker(Waker::noop());
+    let settle = || {
+        let t = std::time::Instant::now();
+        while n.stats().free_slots < n.stats().slots {
+            assert!(
+                t.elapsed().as_secs() < 30,
+                "slots never came back: {:?}",
+                n.stats()
+            );
+            std::thread::yield_now();
+        }
+    };
+    let mut dropped = 0;
+    for i in 0..50u32 {
+        settle();
+        let key = format!("d{i}");
+        let mut op = idx.upsert(key.as_bytes(), b"first");
+        // Pending: submitted, not finished (a fast poller may finish it within the poll).
+        if Pin::new(&mut op).poll(&mut cx).is_pending() {
+            assert!(op.is_submitted());
+            dropped += 1;
+        }
+        drop(op);
+    }
+    settle();
+    // An op may still finish between its pending poll and its drop (then its future frees
+    // the slot): abandoned ones are at most those dropped pending.
+    let abandoned = n.stats().abandoned;
+    assert!(
+        abandoned >= 1 && abandoned <= dropped,
+        "{abandoned} of {dropped}"
+    );
+    for i in 0..50u32 {
+        let key = format!("d{i}");
+        assert_eq!(
+            idx.get(key.as_bytes()).wait().unwrap(),
+            Some(b"first".to_vec())
+        );
+        idx.upsert(key.as_bytes(), b"second").wait().unwrap();
+        assert_eq!(
+            idx.get(key.as_bytes()).wait().unwrap(),
+            Some(b"second".to_vec())
+        );
+    }
+    // Every slot busy: an op that cannot get one is not submitted, and dropping it is a no-op.
+    let mut ops: Vec<_> = (0..4).map(|_| idx.get(b"d0")).collect();
+    for op in &mut ops {
+        let _ = Pin::new(op).poll(&mut cx);
+    }
+    let mut late = idx.upsert(b"late", b"x");
+    let submitted = Pin::new(&mut late).poll(&mut cx).is_pending() && late.is_submitted();
+    drop(late);
+    drop(ops);
+    settle();
+    if !submitted {
+        assert_eq!(idx.get(b"late").wait().unwrap(), None);
+    }
+    let s = n.stats();
+    assert_eq!(s.free_slots, s.slots, "{s:?}");
+}
+
+/// More application threads than slots: operations wait for a free slot, none is lost.
+#[test]
+fn threads_share_one_handle_through_few_slots() {
+    let n = node(2, 2);
+    let idx = n.open(IndexConfig::smart(8)).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u32 {
+            let idx = idx.clone();
+            s.spawn(move || {
+                for i in 0..200u32 {
+                    let k = format!("t{t}-{i}");
+                    idx.upsert(k.as_bytes(), &i.to_le_bytes()).wait().unwrap();
+                    let v = idx.get(k.as_bytes()).wait().unwrap();
+                    assert_eq!(v, Some(i.to_le_bytes().to_vec()));
+                }
+            });
+        }
+    });
+    let s = n.stats();
+    assert_eq!(
+        s.completed,
+        4 * 200 * 2 + 2,
+        "every op, and one open per poller"
+    );
+    assert_eq!(s.free_slots, s.slots);
+}
+
+/// The handle and its futures can cross threads.
+#[test]
+fn handles_and_ops_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+    send_sync::<Index>();
+    send_sync::<ComputeNode>();
+    let n = node(2, 1);
+    let idx = n.open(IndexConfig::smart(8)).unwrap();
+    let op = idx.get(b"x");
+    send(&op);
+    assert_eq!(op.wait().unwrap(), None);
+}
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// Under tokio's single-threaded runtime, operations of many tasks are awaited at once: the
+/// poller's completion wakes each task (tokio polls a task only when it is woken; with the
+/// wake removed from `PollerShared::complete`, nothing finishes: already the blocking
+/// `open` parks for ever).
+#[test]
+fn ops_are_awaited_under_a_current_thread_tokio_runtime() {
+    let n = node(8, 1);
+    let idx = n.open(IndexConfig::smart(8)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..16u32)
+            .map(|t| {
+                let idx = idx.clone();
+                tokio::spawn(async move {
+                    for i in 0..50u32 {
+                        let k = format!("tok{t}-{i}");
+                        idx.upsert(k.as_bytes(), &i.to_le_bytes()).await?;
+                        assert_eq!(idx.get(k.as_bytes()).await?, Some(i.to_le_bytes().to_vec()));
+                    }
+                    Ok::<(), Error>(())
+                })
+            })
+            .collect();
+        let all = async {
+            for t in tasks {
+                t.await.unwrap().unwrap();
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(60), all)
+            .await
+            .expect("every task finished within 60 s");
+    });
+}
