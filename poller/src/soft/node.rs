@@ -480,10 +480,12 @@ impl SoftMemoryNode {
                 }
             }
             if qp.is_closed() {
+                last_words(&mut **handler, replies, &region, *id, qp, buf);
                 dead.push((i, String::new()));
             } else if self.fenced(*slot) {
                 dead.push((i, format!("client of connection {id} was fenced")));
             } else if check_liveness && !qp.peer_alive() {
+                last_words(&mut **handler, replies, &region, *id, qp, buf);
                 dead.push((i, format!("client of connection {id} went away")));
             }
         }
@@ -643,10 +645,12 @@ impl SoftMemoryNode {
                     }
                 }
                 if qp.is_closed() {
+                    last_words(&mut **handler, replies, &region, *id, qp, &mut buf);
                     dead.push((i, String::new()));
                 } else if self.fenced(*slot) {
                     dead.push((i, format!("client of connection {id} was fenced")));
                 } else if check && !qp.peer_alive() {
+                    last_words(&mut **handler, replies, &region, *id, qp, &mut buf);
                     dead.push((i, format!("client of connection {id} went away")));
                 }
             }
@@ -743,6 +747,20 @@ struct Service {
 
 /// Serves what is waiting on one connection; returns how many messages. Messages the
 /// handler queued for other connections are added to `others`.
+/// Handles what a departed client queued after the last look (its replies go nowhere): a
+/// notice it sent just before it died is delivered, as a NIC delivers what it received.
+fn last_words(
+    handler: &mut dyn Handler,
+    replies: &mut Replies,
+    region: &WordRegion<'_>,
+    id: usize,
+    qp: &SoftQp,
+    buf: &mut [u8],
+) {
+    let mut others = Vec::new();
+    let _ = serve_connection(handler, replies, region, id, qp, buf, &mut others);
+}
+
 fn serve_connection(
     handler: &mut dyn Handler,
     replies: &mut Replies,
@@ -753,7 +771,18 @@ fn serve_connection(
     others: &mut Vec<(usize, Vec<u8>)>,
 ) -> Result<usize, FabricError> {
     let mut n = 0;
-    while let Some(r) = qp.try_recv(buf)? {
+    // The first reply that could not be sent: the connection ends, but what the client had
+    // queued is still handled (without replies): a NIC delivers what it received, whatever
+    // became of the sender. Dropping it lost a killed CANRT writer's append notice, and its
+    // data node waited on the dead ticket (issue 26).
+    let mut failed = None;
+    loop {
+        let r = if failed.is_none() && !qp.is_broken() {
+            qp.try_recv(buf)?
+        } else {
+            qp.take_queued(buf)?
+        };
+        let Some(r) = r else { break };
         let msg: &[u8] = if r.kind == RecvKind::Send {
             &buf[..r.len as usize]
         } else {
@@ -761,13 +790,18 @@ fn serve_connection(
         };
         replies.clear();
         handler.on_message(region, id, r, msg, replies)?;
-        for m in replies.iter() {
-            block_on(qp.send(m))?;
+        if failed.is_none() {
+            for m in replies.iter() {
+                if let Err(e) = block_on(qp.send(m)) {
+                    failed = Some(e);
+                    break;
+                }
+            }
+            others.extend(replies.iter_other().map(|(to, m)| (to, m.to_vec())));
         }
-        others.extend(replies.iter_other().map(|(to, m)| (to, m.to_vec())));
         n += 1;
     }
-    Ok(n)
+    failed.map_or(Ok(n), Err)
 }
 
 impl NodeMem {

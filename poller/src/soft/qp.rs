@@ -461,6 +461,28 @@ impl SoftQp {
     }
 }
 
+impl SoftQp {
+    /// The next message the peer queued, even once this queue pair broke: a memory node
+    /// whose reply to a client failed (the client died, or stopped receiving) still handles
+    /// what that client had sent before, as a NIC's receive queue keeps what arrived.
+    pub(crate) fn take_queued(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        self.pop(buf)
+    }
+
+    fn pop(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        let r = self.rx.try_pop(buf)?;
+        if let Some(r) = &r {
+            fence(Ordering::Acquire);
+            self.counters.count_recv(if r.kind == RecvKind::Send {
+                r.len as usize
+            } else {
+                0
+            });
+        }
+        Ok(r)
+    }
+}
+
 impl Drop for SoftQp {
     fn drop(&mut self) {
         self.close();
@@ -532,16 +554,7 @@ impl QueuePair for SoftQp {
         if self.broken.get() {
             return Err(FabricError::Flushed);
         }
-        let r = self.rx.try_pop(buf)?;
-        if let Some(r) = &r {
-            fence(Ordering::Acquire);
-            self.counters.count_recv(if r.kind == RecvKind::Send {
-                r.len as usize
-            } else {
-                0
-            });
-        }
-        Ok(r)
+        self.pop(buf)
     }
 
     fn max_message(&self) -> usize {
