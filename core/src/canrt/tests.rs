@@ -1211,7 +1211,7 @@ fn errors_speak_canrts_words() {
 }
 
 mod issue13;
-mod killed_holder;
 mod keys16;
+mod killed_holder;
 mod partial_resize;
 mod resize_clock;

@@ -2,8 +2,8 @@
 //! heard of it (the soft fabric's WRITE_WITH_IMM places the item, then queues its notice; a
 //! verbs connection torn down mid-message can do the same). Its ticket is served, its item
 //! complete and unprocessed, and no notice will ever come.
-use super::*;
 use super::issue13::{forge_item, tree_of};
+use super::*;
 use remora_layouts::canrt::{FRONT_OFF, LOCK_OFF, Meta};
 
 /// [`MemEp`] with a virtual clock that pauses advance, so leases and deadlines run out.
@@ -73,5 +73,9 @@ fn a_writer_killed_between_its_item_and_its_notice_is_skipped() {
     });
     let got = dump(&node.pm);
     assert_eq!(got.get(&5), Some(&2));
-    assert_eq!(got.get(&6), Some(&66), "the dead writer's complete item was lost");
+    assert_eq!(
+        got.get(&6),
+        Some(&66),
+        "the dead writer's complete item was lost"
+    );
 }
