@@ -34,6 +34,7 @@ mod ring;
 mod ring_loom;
 #[cfg(test)]
 mod rnr_tests;
+mod serve;
 pub mod watchdog;
 pub mod words;
 

@@ -1,11 +1,11 @@
 //! The soft fabric's memory node: a registered region (and device memory) in shared memory,
 //! its key, its connections, and the echo service on their receive queues.
 use super::qp::{Channel, SoftEndpoint, SoftQp};
+use super::serve::{last_words, serve_connection};
 use super::words;
 use super::words::{Persist, WordRegion};
 use crate::arena::{Mapping, PageKind};
-use remora_core::block_on::block_on;
-use remora_core::fabric::{FabricError, QueuePair, RecvKind, SegmentOrder};
+use remora_core::fabric::SegmentOrder;
 use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
@@ -469,7 +469,7 @@ impl SoftMemoryNode {
             // Wake-ups for other connections (`Replies::send_to`), best effort.
             for (to, m) in others.drain(..) {
                 if let Some((_, q, _)) = conns.iter().find(|c| c.0 == to) {
-                    let _ = block_on(q.send(&m));
+                    let _ = q.send_or_queue(&m);
                 }
             }
             match r {
@@ -634,7 +634,7 @@ impl SoftMemoryNode {
                 // another thread owns is not reached (its client looks for itself).
                 for (to, m) in others.drain(..) {
                     if let Some((_, q, _)) = mine.iter().find(|c| c.0 == to) {
-                        let _ = block_on(q.send(&m));
+                        let _ = q.send_or_queue(&m);
                     }
                 }
                 match r {
@@ -747,63 +747,6 @@ struct Service {
 
 /// Serves what is waiting on one connection; returns how many messages. Messages the
 /// handler queued for other connections are added to `others`.
-/// Handles what a departed client queued after the last look (its replies go nowhere): a
-/// notice it sent just before it died is delivered, as a NIC delivers what it received.
-fn last_words(
-    handler: &mut dyn Handler,
-    replies: &mut Replies,
-    region: &WordRegion<'_>,
-    id: usize,
-    qp: &SoftQp,
-    buf: &mut [u8],
-) {
-    let mut others = Vec::new();
-    let _ = serve_connection(handler, replies, region, id, qp, buf, &mut others);
-}
-
-fn serve_connection(
-    handler: &mut dyn Handler,
-    replies: &mut Replies,
-    region: &WordRegion<'_>,
-    id: usize,
-    qp: &SoftQp,
-    buf: &mut [u8],
-    others: &mut Vec<(usize, Vec<u8>)>,
-) -> Result<usize, FabricError> {
-    let mut n = 0;
-    // The first reply that could not be sent: the connection ends, but what the client had
-    // queued is still handled (without replies): a NIC delivers what it received, whatever
-    // became of the sender. Dropping it lost a killed CANRT writer's append notice, and its
-    // data node waited on the dead ticket (issue 26).
-    let mut failed = None;
-    loop {
-        let r = if failed.is_none() && !qp.is_broken() {
-            qp.try_recv(buf)?
-        } else {
-            qp.take_queued(buf)?
-        };
-        let Some(r) = r else { break };
-        let msg: &[u8] = if r.kind == RecvKind::Send {
-            &buf[..r.len as usize]
-        } else {
-            &[]
-        };
-        replies.clear();
-        handler.on_message(region, id, r, msg, replies)?;
-        if failed.is_none() {
-            for m in replies.iter() {
-                if let Err(e) = block_on(qp.send(m)) {
-                    failed = Some(e);
-                    break;
-                }
-            }
-            others.extend(replies.iter_other().map(|(to, m)| (to, m.to_vec())));
-        }
-        n += 1;
-    }
-    failed.map_or(Ok(n), Err)
-}
-
 impl NodeMem {
     /// The host region as the node's own CPU sees it (see [`WordRegion`]).
     pub(crate) fn local(&self) -> WordRegion<'_> {

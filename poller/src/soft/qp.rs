@@ -7,7 +7,8 @@ use remora_core::block_on::yield_now;
 use remora_core::counters::Counters;
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, SegmentOrder};
 use remora_layouts::{GlobalAddr, NodeId};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
@@ -55,10 +56,9 @@ impl RnrPolicy {
         retries: 7,
     };
 
-    /// A memory node's ends (its replies and wake-ups to clients): 5 retries of 100 ms, the
-    /// old 0.5 s budget. A server thread waiting on one client's full ring serves none of its
-    /// other connections meanwhile (a NIC would retry without holding the CPU), so it gives
-    /// up on that client sooner than a client gives up on it.
+    /// A memory node's ends, for a SEND posted on them: 5 retries of 100 ms. The node's
+    /// server threads never wait on a client's receives: they reply with
+    /// `SoftQp::send_or_queue`, which keeps what the client has no receive for.
     pub const SERVER: RnrPolicy = RnrPolicy {
         timer: Duration::from_millis(100),
         retries: 5,
@@ -133,7 +133,16 @@ pub struct SoftQp {
     /// Client ends: this connection's slot at the node and the slot word while it may access
     /// the region (a fence or the end of the connection changes the word).
     slot: Option<(u16, u64)>,
+    /// Memory-node ends: replies the client had no receive for yet, in order, and their bytes
+    /// (see [`SoftQp::send_or_queue`]).
+    outbox: RefCell<VecDeque<Vec<u8>>>,
+    outbox_bytes: Cell<usize>,
 }
+
+/// The most reply bytes a memory node keeps for one client that posts no receives: past it
+/// the client reads nothing while it keeps sending (a NIC's responder would stall it), and
+/// its connection ends with [`FabricError::RnrRetryExceeded`].
+pub const OUTBOX_BYTES: usize = 8 << 20;
 
 /// A distinct nonzero shuffle seed per queue pair of this process.
 fn next_seed() -> u64 {
@@ -176,6 +185,8 @@ impl SoftQp {
             order: Cell::new(SegmentOrder::default()),
             rng: Cell::new(next_seed()),
             control,
+            outbox: RefCell::new(VecDeque::new()),
+            outbox_bytes: Cell::new(0),
         }
     }
 
@@ -198,6 +209,8 @@ impl SoftQp {
             control,
             peer_dead: None,
             slot: None,
+            outbox: RefCell::new(VecDeque::new()),
+            outbox_bytes: Cell::new(0),
         }
     }
 
@@ -462,6 +475,53 @@ impl SoftQp {
 }
 
 impl SoftQp {
+    /// A memory node's reply: SENT now if the client has a receive posted, else kept (in
+    /// order) for [`SoftQp::flush_outbox`]. A NIC retries a SEND that met no receive without
+    /// holding any CPU, and RC can retry RNR forever; a server thread that waited instead
+    /// served nobody else meanwhile, and gave up on a client that was only descheduled (or
+    /// SIGSTOPped) after 0.5 s, dropping its connection: a false death (issue 26). Only
+    /// evidence ends a connection: the client hung up (`RetryExceeded`), or it kept sending
+    /// while reading nothing until [`OUTBOX_BYTES`] were queued (`RnrRetryExceeded`).
+    pub(crate) fn send_or_queue(&self, msg: &[u8]) -> Result<(), FabricError> {
+        if msg.len() > self.tx.max_msg() {
+            return Err(FabricError::LocalLength {
+                wr: 0,
+                len: msg.len(),
+                max: self.tx.max_msg(),
+            });
+        }
+        self.counters.count_post(&[Op::Send { local: msg }]);
+        fence(Ordering::Release);
+        if !self.flush_outbox()? || !self.tx.try_push(RecvKind::Send, 0, msg)? {
+            let bytes = self.outbox_bytes.get() + msg.len();
+            if bytes > OUTBOX_BYTES {
+                return Err(FabricError::RnrRetryExceeded);
+            }
+            self.outbox.borrow_mut().push_back(msg.to_vec());
+            self.outbox_bytes.set(bytes);
+        }
+        Ok(())
+    }
+
+    /// SENDs the kept replies the client now has receives for, oldest first: true once none
+    /// is left. Fails only if the client hung up.
+    pub(crate) fn flush_outbox(&self) -> Result<bool, FabricError> {
+        if self.tx.is_closed() {
+            return Err(FabricError::RetryExceeded { node: self.peer });
+        }
+        let mut out = self.outbox.borrow_mut();
+        while let Some(m) = out.front() {
+            fence(Ordering::Release);
+            if !self.tx.try_push(RecvKind::Send, 0, m)? {
+                self.rnr_naks.set(self.rnr_naks.get() + 1);
+                return Ok(false);
+            }
+            self.outbox_bytes.set(self.outbox_bytes.get() - m.len());
+            out.pop_front();
+        }
+        Ok(true)
+    }
+
     /// The next message the peer queued, even once this queue pair broke: a memory node
     /// whose reply to a client failed (the client died, or stopped receiving) still handles
     /// what that client had sent before, as a NIC's receive queue keeps what arrived.
