@@ -690,3 +690,70 @@ pub fn revoke(path: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// The first 8 bytes of a memory node's last word on a data connection it ends (the reason
+/// follows: 2 bytes of length, then that many bytes of UTF-8).
+const FAREWELL_MAGIC: u64 = u64::from_le_bytes(*b"REMORAF1");
+/// The longest reason a farewell carries.
+const FAREWELL_MAX: usize = 240;
+
+/// Tells the client at the other end of control socket `fd` why its connection ends (the
+/// service refused what it sent: a geometry, a version), before its rings close. Best effort,
+/// never blocks: the socket is idle after the handshake, so its buffer has room.
+pub(crate) fn send_farewell(fd: &impl AsRawFd, why: &str) {
+    let n = why.floor_char_boundary(FAREWELL_MAX);
+    let mut b = Vec::with_capacity(10 + n);
+    b.extend_from_slice(&FAREWELL_MAGIC.to_le_bytes());
+    b.extend_from_slice(&(n as u16).to_le_bytes());
+    b.extend_from_slice(&why.as_bytes()[..n]);
+    // SAFETY: a non-blocking send of a buffer we own, on a descriptor we own; MSG_NOSIGNAL:
+    // a client that already hung up is no reason to die of SIGPIPE.
+    let _ = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            b.as_ptr().cast(),
+            b.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+}
+
+/// The reason a memory node gave for ending the connection of control socket `fd`, if it
+/// sent one ([`send_farewell`]). Reasons are interned (a few distinct ones a process).
+pub(crate) fn read_farewell(fd: &impl AsRawFd) -> Option<&'static str> {
+    let mut b = [0u8; 10 + FAREWELL_MAX];
+    // SAFETY: a non-blocking receive into a buffer we own, on a descriptor we own.
+    let got = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            b.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    let got = usize::try_from(got).ok()?;
+    if got < 10 || u64::from_le_bytes(b[..8].try_into().ok()?) != FAREWELL_MAGIC {
+        return None;
+    }
+    let n = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let why = std::str::from_utf8(b.get(10..10 + n.min(got - 10))?).ok()?;
+    Some(intern(why))
+}
+
+/// A `'static` copy of `why`, made once per distinct reason (at most 64; past them, a fixed
+/// text): a refusal becomes a [`remora_core::fabric::FabricError`], whose reasons are static.
+fn intern(why: &str) -> &'static str {
+    static SEEN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let Ok(mut seen) = SEEN.lock() else {
+        return "the memory node refused the connection (reason not kept)";
+    };
+    if let Some(s) = seen.iter().find(|s| **s == why) {
+        return s;
+    }
+    if seen.len() >= 64 {
+        return "the memory node refused the connection (too many distinct reasons to keep)";
+    }
+    let s: &'static str = Box::leak(why.to_owned().into_boxed_str());
+    seen.push(s);
+    s
+}

@@ -23,6 +23,8 @@
 //! use the sim fabric for that). The memory of a crashed memnode process stays mapped in its
 //! clients, but their queue pairs stop using it once the watchdog has seen the death.
 pub mod control;
+#[cfg(test)]
+mod farewell_tests;
 pub mod harness;
 mod node;
 mod nvm;

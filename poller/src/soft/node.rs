@@ -475,6 +475,7 @@ impl SoftMemoryNode {
             match r {
                 Ok(n) => served += n,
                 Err(e) => {
+                    qp.refuse(&format!("memory node {}: {e}", self.cfg.node_id));
                     dead.push((i, format!("dropping connection {id}: {e}")));
                     continue;
                 }
@@ -640,6 +641,7 @@ impl SoftMemoryNode {
                 match r {
                     Ok(k) => served += k,
                     Err(e) => {
+                        qp.refuse(&format!("memory node {}: {e}", self.cfg.node_id));
                         dead.push((i, format!("dropping connection {id}: {e}")));
                         continue;
                     }

@@ -137,6 +137,8 @@ pub struct SoftQp {
     /// (see [`SoftQp::send_or_queue`]).
     outbox: RefCell<VecDeque<Vec<u8>>>,
     outbox_bytes: Cell<usize>,
+    /// Client ends: the reason the memory node gave for ending the connection, once read.
+    farewell: Cell<Option<&'static str>>,
 }
 
 /// The most reply bytes a memory node keeps for one client that posts no receives: past it
@@ -187,6 +189,7 @@ impl SoftQp {
             control,
             outbox: RefCell::new(VecDeque::new()),
             outbox_bytes: Cell::new(0),
+            farewell: Cell::new(None),
         }
     }
 
@@ -211,6 +214,7 @@ impl SoftQp {
             slot: None,
             outbox: RefCell::new(VecDeque::new()),
             outbox_bytes: Cell::new(0),
+            farewell: Cell::new(None),
         }
     }
 
@@ -378,7 +382,7 @@ impl SoftQp {
         let mut retry: Option<(Instant, u32)> = None;
         loop {
             if self.tx.is_closed() {
-                return Err(FabricError::RetryExceeded { node: self.peer });
+                return Err(self.hung_up());
             }
             let pushed = match msg {
                 Msg::Send(p) => self.tx.try_push(RecvKind::Send, 0, p),
@@ -475,6 +479,34 @@ impl SoftQp {
 }
 
 impl SoftQp {
+    /// A memory node's end: tells the client why the node ends its connection (what its
+    /// service refused), then hangs up. The client's verbs then fail with that reason.
+    pub(crate) fn refuse(&self, why: &str) {
+        if let Some(s) = &self.control {
+            super::control::send_farewell(s, why);
+        }
+        self.close();
+    }
+
+    /// The error of a verb on a connection that ended: the memory node's reason if it gave
+    /// one ([`SoftQp::refuse`]: a service that refused a geometry or version says so to
+    /// the client, not only in its own log), else `RetryExceeded`.
+    fn hung_up(&self) -> FabricError {
+        if self.farewell.get().is_none()
+            && let Some(s) = &self.control
+        {
+            self.farewell.set(super::control::read_farewell(s));
+        }
+        match self.farewell.get() {
+            Some(why) => FabricError::RemoteInvalid {
+                wr: 0,
+                addr: GlobalAddr::NULL,
+                why,
+            },
+            None => FabricError::RetryExceeded { node: self.peer },
+        }
+    }
+
     /// A memory node's reply: SENT now if the client has a receive posted, else kept (in
     /// order) for [`SoftQp::flush_outbox`]. A NIC retries a SEND that met no receive without
     /// holding any CPU, and RC can retry RNR forever; a server thread that waited instead
@@ -489,6 +521,9 @@ impl SoftQp {
                 len: msg.len(),
                 max: self.tx.max_msg(),
             });
+        }
+        if self.tx.is_closed() {
+            return Err(FabricError::RetryExceeded { node: self.peer });
         }
         self.counters.count_post(&[Op::Send { local: msg }]);
         fence(Ordering::Release);
@@ -506,6 +541,9 @@ impl SoftQp {
     /// SENDs the kept replies the client now has receives for, oldest first: true once none
     /// is left. Fails only if the client hung up.
     pub(crate) fn flush_outbox(&self) -> Result<bool, FabricError> {
+        if self.outbox.borrow().is_empty() {
+            return Ok(true);
+        }
         if self.tx.is_closed() {
             return Err(FabricError::RetryExceeded { node: self.peer });
         }
@@ -568,7 +606,7 @@ impl QueuePair for SoftQp {
             // A dead or departed peer: no verb completes, as on a NIC after its retries.
             self.broken.set(true);
             self.counters.count_error();
-            return Err(FabricError::RetryExceeded { node: self.peer });
+            return Err(self.hung_up());
         }
         self.counters.count_post(ops);
         let mut result = Ok(());
@@ -594,7 +632,7 @@ impl QueuePair for SoftQp {
                 return Ok(r);
             }
             if self.rx.is_closed() {
-                return Err(FabricError::RetryExceeded { node: self.peer });
+                return Err(self.hung_up());
             }
             if checked.elapsed() > LIVENESS_EVERY {
                 if !self.peer_alive() {
