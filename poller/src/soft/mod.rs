@@ -25,6 +25,7 @@
 pub mod control;
 #[cfg(test)]
 mod farewell_tests;
+mod futex;
 pub mod harness;
 mod node;
 mod nvm;

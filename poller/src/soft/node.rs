@@ -392,6 +392,7 @@ impl SoftMemoryNode {
         let generation = self.mem.slot(slot as usize).load(Ordering::Acquire) as u16;
         lock(&self.fresh).push((id, client_id(slot, generation)));
         lock(&self.conns).push((id, server_end, slot));
+        self.mem.ring_doorbell();
     }
 
     /// Tells `handler` of the new connections `mine` selects (`Handler::on_connect`). A
@@ -675,11 +676,11 @@ impl SoftMemoryNode {
             idle = idle.saturating_add(1);
             match mode {
                 ServeMode::Polling => std::hint::spin_loop(),
-                ServeMode::Event => match idle {
-                    0..=2000 => std::hint::spin_loop(),
-                    2001..=20000 => std::thread::yield_now(),
-                    _ => std::thread::sleep(Duration::from_micros(50)),
-                },
+                ServeMode::Event if idle <= 2000 => std::hint::spin_loop(),
+                ServeMode::Event => self.mem.sleep(super::futex::IDLE_SLEEP, || {
+                    mine.iter().any(|c| c.1.has_queued())
+                        || lock(&self.conns).iter().any(|c| c.0 % n == t)
+                }),
             }
         }
         // The node may be served again later: hand the connections back.
@@ -703,10 +704,14 @@ impl SoftMemoryNode {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);
-                match idle {
-                    0..=2000 => std::hint::spin_loop(),
-                    2001..=20000 => std::thread::yield_now(),
-                    _ => std::thread::sleep(Duration::from_micros(50)),
+                if idle <= 2000 {
+                    std::hint::spin_loop();
+                } else {
+                    // Asleep until a client pushes (see `NodeMem::ring_doorbell`): yielding
+                    // instead gave a busy loop on this core the CPU a time slice at a time.
+                    self.mem.sleep(super::futex::IDLE_SLEEP, || {
+                        lock(&self.conns).iter().any(|c| c.1.has_queued())
+                    });
                 }
             }
         }
@@ -717,9 +722,8 @@ impl SoftMemoryNode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ServeMode {
     /// Gives its CPU away when idle, as a thread blocked on a completion channel does: spins
-    /// briefly, then yields, then sleeps 50 µs at a time (the soft fabric raises no
-    /// interrupt, so a sleeping thread notices a message within ~50 µs instead of being
-    /// woken).
+    /// briefly, then sleeps on the node's doorbell (a futex a client rings after a push while
+    /// a server thread sleeps), at most 500 µs at a time.
     #[default]
     Event,
     /// Polls its connections' receive rings without pause (the paper's polling server): the

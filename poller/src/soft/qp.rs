@@ -28,6 +28,20 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 /// waits yield.
 const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
 
+/// The longest a receive sleeps at once (see `SoftQp::recv`): it looks at its peer's
+/// liveness, and the thread's other coroutines' timers run, at least this often.
+const SLEEP_AT_MOST: Duration = Duration::from_micros(200);
+
+thread_local! {
+    /// Verbs posted and messages received by this thread: a receive that finds it unchanged
+    /// since its last look knows every other coroutine of the thread is waiting too.
+    static ACTIVITY: Cell<u64> = const { Cell::new(0) };
+}
+
+fn bump_activity() {
+    ACTIVITY.with(|a| a.set(a.get().wrapping_add(1)));
+}
+
 /// What a sender does when the peer has no receive posted (its ring is full): the
 /// receiver-not-ready (RNR) retry of contract rule 6, as the sim and RC NICs do it. The first
 /// attempt that finds no receive is an RNR NAK; the sender then retries every `timer`, at
@@ -389,7 +403,12 @@ impl SoftQp {
                 Msg::Imm(imm, len) => self.tx.try_push_imm(imm, len),
             };
             match pushed {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    if let Some(mem) = &self.mem {
+                        mem.ring_doorbell();
+                    }
+                    return Ok(());
+                }
                 Ok(false) => {}
                 Err(FabricError::LocalLength { len, max, .. }) => {
                     return Err(FabricError::LocalLength { wr, len, max });
@@ -479,6 +498,11 @@ impl SoftQp {
 }
 
 impl SoftQp {
+    /// True if the peer has sent something not yet received.
+    pub(crate) fn has_queued(&self) -> bool {
+        self.rx.has_queued()
+    }
+
     /// A memory node's end: tells the client why the node ends its connection (what its
     /// service refused), then hangs up. The client's verbs then fail with that reason.
     pub(crate) fn refuse(&self, why: &str) {
@@ -527,7 +551,9 @@ impl SoftQp {
         }
         self.counters.count_post(&[Op::Send { local: msg }]);
         fence(Ordering::Release);
-        if !self.flush_outbox()? || !self.tx.try_push(RecvKind::Send, 0, msg)? {
+        if self.flush_outbox()? && self.tx.try_push(RecvKind::Send, 0, msg)? {
+            self.tx.wake_consumer();
+        } else {
             let bytes = self.outbox_bytes.get() + msg.len();
             if bytes > OUTBOX_BYTES {
                 return Err(FabricError::RnrRetryExceeded);
@@ -552,11 +578,13 @@ impl SoftQp {
             fence(Ordering::Release);
             if !self.tx.try_push(RecvKind::Send, 0, m)? {
                 self.rnr_naks.set(self.rnr_naks.get() + 1);
+                self.tx.wake_consumer();
                 return Ok(false);
             }
             self.outbox_bytes.set(self.outbox_bytes.get() - m.len());
             out.pop_front();
         }
+        self.tx.wake_consumer();
         Ok(true)
     }
 
@@ -570,6 +598,7 @@ impl SoftQp {
     fn pop(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
         let r = self.rx.try_pop(buf)?;
         if let Some(r) = &r {
+            bump_activity();
             fence(Ordering::Acquire);
             self.counters.count_recv(if r.kind == RecvKind::Send {
                 r.len as usize
@@ -609,6 +638,7 @@ impl QueuePair for SoftQp {
             return Err(self.hung_up());
         }
         self.counters.count_post(ops);
+        bump_activity();
         let mut result = Ok(());
         for (wr, op) in ops.iter_mut().enumerate() {
             if let Err(e) = self.exec(wr, op).await {
@@ -627,6 +657,7 @@ impl QueuePair for SoftQp {
     async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
         let mut checked = Instant::now();
         let start = checked;
+        let mut activity = ACTIVITY.with(Cell::get).wrapping_sub(1);
         loop {
             if let Some(r) = self.try_recv(buf)? {
                 return Ok(r);
@@ -640,10 +671,19 @@ impl QueuePair for SoftQp {
                 }
                 checked = Instant::now();
             }
+            let now = ACTIVITY.with(Cell::get);
             if start.elapsed() > SPIN_BEFORE_YIELD {
-                // A long wait: let the thread it waits for (a server on this core) run.
-                std::thread::yield_now();
+                if now == activity {
+                    // A long wait, and nothing else on this thread moved since our last look
+                    // (its other coroutines wait too): sleep until the peer pushes (it wakes
+                    // us) instead of yielding, which gave a busy loop on this core the CPU a
+                    // time slice at a time (issue 26).
+                    self.rx.sleep_until_pushed(SLEEP_AT_MOST);
+                } else {
+                    std::thread::yield_now();
+                }
             }
+            activity = ACTIVITY.with(Cell::get);
             yield_now().await;
         }
     }
