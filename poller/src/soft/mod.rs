@@ -22,6 +22,9 @@
 //! What the soft fabric cannot model: the latency of a network (it is that of the CPU cache;
 //! use the sim fabric for that). The memory of a crashed memnode process stays mapped in its
 //! clients, but their queue pairs stop using it once the watchdog has seen the death.
+pub mod auth;
+#[cfg(test)]
+mod auth_tests;
 pub mod control;
 #[cfg(test)]
 mod farewell_tests;
