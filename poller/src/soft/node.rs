@@ -475,6 +475,11 @@ impl SoftMemoryNode {
             }
             match r {
                 Ok(n) => served += n,
+                Err(_) if qp.is_closed() => {
+                    // The client hung up with replies pending: nothing to report.
+                    dead.push((i, String::new()));
+                    continue;
+                }
                 Err(e) => {
                     qp.refuse(&format!("memory node {}: {e}", self.cfg.node_id));
                     dead.push((i, format!("dropping connection {id}: {e}")));
@@ -641,6 +646,11 @@ impl SoftMemoryNode {
                 }
                 match r {
                     Ok(k) => served += k,
+                    Err(_) if qp.is_closed() => {
+                        // The client hung up with replies pending: nothing to report.
+                        dead.push((i, String::new()));
+                        continue;
+                    }
                     Err(e) => {
                         qp.refuse(&format!("memory node {}: {e}", self.cfg.node_id));
                         dead.push((i, format!("dropping connection {id}: {e}")));
