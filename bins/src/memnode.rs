@@ -175,15 +175,28 @@ pub fn run(a: &MemnodeArgs) -> Result<(), String> {
             opened.recovery
         );
     }
+    let key = match &a.key_file {
+        Some(p) => Some(remora::poller::soft::auth::load_or_create(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
     let listener = control::listen_with(
         &node,
         Path::new(&a.listen),
         control::ListenOptions {
             mode: a.socket_mode,
             max_connections: a.max_connections,
+            key,
         },
     )
     .map_err(|e| e.to_string())?;
+    if let Some(p) = &a.key_file {
+        println!(
+            "memnode {}: clients need the key in {} (REMORA_KEY_FILE, or {}.key)",
+            cfg.node_id,
+            p.display(),
+            a.listen
+        );
+    }
     on_signals();
     if let Some(c) = a.core
         && !core_pin(c)

@@ -1212,5 +1212,6 @@ fn errors_speak_canrts_words() {
 
 mod issue13;
 mod keys16;
+mod killed_holder;
 mod partial_resize;
 mod resize_clock;

@@ -102,6 +102,8 @@ impl<E: Endpoint> Canrt<'_, E> {
         let mut seen = t;
         let mut moved_at = since;
         let mut report = false;
+        // Leases the served ticket stayed with its holder's item in the node, unapplied.
+        let mut held_leases = 0u32;
         // Registered for a turn notice (and `Wait` sent): unregistered however we leave.
         let _asked = Asked {
             mailbox: &self.mailbox,
@@ -158,13 +160,22 @@ impl<E: Endpoint> Canrt<'_, E> {
                     self.unlock(&v, v.epoch_tag(), id, t).await?;
                     return Ok(Wrote::Again);
                 }
-                // The same ticket served for a lease. If its holder's item is in the node,
-                // the holder did its part and the server is only slow (its notice is on the
-                // way): nothing to report. Else the holder died or stalled: ask for a skip.
-                if report && served == seen && nv.pending().is_none() {
-                    Self::bump(&self.skip_requests);
-                    self.control(ControlKind::Skip, &v, v.epoch_tag(), id, served)
-                        .await?;
+                // The same ticket served for a lease: the holder died or stalled, ask for a
+                // skip. If its item is in the node, the server may only be slow (its notice
+                // on the way), so that waits a second lease; but a holder killed between its
+                // item and its notice (soft's WRITE_WITH_IMM places the item, then queues the
+                // notice) sends none: the skip applies the item as the notice would have.
+                // Never reporting it wedged the node (issue 26).
+                if report && served == seen {
+                    let held = nv.pending().is_some();
+                    held_leases = if held { held_leases + 1 } else { 0 };
+                    if !held || held_leases >= 2 {
+                        Self::bump(&self.skip_requests);
+                        self.control(ControlKind::Skip, &v, v.epoch_tag(), id, served)
+                            .await?;
+                    }
+                } else if served != seen {
+                    held_leases = 0;
                 }
                 seen = served;
             } else {

@@ -2,8 +2,10 @@
 //! the node's shared memory (as memfds, by SCM_RIGHTS) and its own pair of message rings.
 //!
 //! Protocol (little-endian):
-//! - client → node, 16 bytes: magic `b"REMORAH1"`, version u32 (1), flags u32
-//!   (bit 0: admin connection — no rings, commands follow).
+//! - client → node, 16 bytes: magic `b"REMORAH1"`, version u32, flags u32
+//!   (bit 0: admin connection — no rings, commands follow; bit 1: a key follows), then the
+//!   32-byte key if bit 1 is set. A node started with a key ([`ListenOptions::key`],
+//!   [`super::auth`]) refuses a hello without it, or with another.
 //! - node → client, 64 bytes ([`Reply`]) with, for a data connection, the fds
 //!   region, control page, channel, and device memory if any; bytes 56..64 name the node's
 //!   service (`echo`, `canrt`, `erda`, ...). Or a refusal: magic `b"REMORAX1"` and 56 bytes
@@ -37,6 +39,7 @@ pub const VERSION: u32 = 2;
 /// Bytes of a reply (or refusal).
 const REPLY_LEN: usize = 80;
 const FLAG_ADMIN: u32 = 1;
+const FLAG_KEY: u32 = 2;
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Handshakes in progress at once; more are refused straight away.
 pub const MAX_HANDSHAKES: usize = 64;
@@ -230,6 +233,8 @@ pub struct ListenOptions {
     pub mode: u32,
     /// Data connections at most; more are refused with a reason.
     pub max_connections: usize,
+    /// The secret every client must send (none: the socket's mode alone admits).
+    pub key: Option<super::auth::Key>,
 }
 
 impl Default for ListenOptions {
@@ -237,6 +242,7 @@ impl Default for ListenOptions {
         ListenOptions {
             mode: 0o600,
             max_connections: 1024,
+            key: None,
         }
     }
 }
@@ -459,6 +465,24 @@ fn handshake(node: &Arc<SoftMemoryNode>, mut s: UnixStream, opts: ListenOptions)
         refuse(&s, &why);
         return Err(bad(&why));
     }
+    let mut sent = [0u8; super::auth::KEY_LEN];
+    if flags & FLAG_KEY != 0 {
+        s.read_exact(&mut sent)
+            .map_err(|e| io::Error::new(e.kind(), format!("no key after the hello: {e}")))?;
+    }
+    if let Some(key) = &opts.key {
+        let why = if flags & FLAG_KEY == 0 {
+            Some("this node needs a key (REMORA_KEY_FILE)")
+        } else if !super::auth::same(key, &sent) {
+            Some("wrong key")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            refuse(&s, why);
+            return Err(bad(&format!("refused a client: {why}")));
+        }
+    }
     let cfg = node.config();
     let mem = node.mem();
     let mut service = [0u8; 8];
@@ -556,7 +580,13 @@ fn admin(node: &Arc<SoftMemoryNode>, mut s: UnixStream, reply: &Reply) -> io::Re
     Ok(())
 }
 
-fn open(path: &Path, flags: u32) -> io::Result<(UnixStream, Reply, Vec<OwnedFd>)> {
+/// Opens a control connection with `key`, or else the key [`super::auth::client_key`]
+/// finds for `path`.
+fn open(
+    path: &Path,
+    flags: u32,
+    key: Option<super::auth::Key>,
+) -> io::Result<(UnixStream, Reply, Vec<OwnedFd>)> {
     let s = UnixStream::connect(path).map_err(|e| {
         io::Error::new(
             e.kind(),
@@ -568,10 +598,18 @@ fn open(path: &Path, flags: u32) -> io::Result<(UnixStream, Reply, Vec<OwnedFd>)
     })?;
     s.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     s.set_write_timeout(Some(CLIENT_TIMEOUT))?;
-    let mut hello = [0u8; 16];
-    hello[0..8].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
-    hello[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    hello[12..16].copy_from_slice(&flags.to_le_bytes());
+    let key = match key {
+        Some(k) => Some(k),
+        None => super::auth::client_key(path)?,
+    };
+    let flags = flags | if key.is_some() { FLAG_KEY } else { 0 };
+    let mut hello = Vec::with_capacity(16 + super::auth::KEY_LEN);
+    hello.extend_from_slice(&HELLO_MAGIC.to_le_bytes());
+    hello.extend_from_slice(&VERSION.to_le_bytes());
+    hello.extend_from_slice(&flags.to_le_bytes());
+    if let Some(k) = &key {
+        hello.extend_from_slice(k);
+    }
     let shown = path.display();
     let timed_out = |e: io::Error| {
         if matches!(
@@ -603,9 +641,16 @@ fn open(path: &Path, flags: u32) -> io::Result<(UnixStream, Reply, Vec<OwnedFd>)
     Ok((s, reply, fds))
 }
 
-/// Connects a queue pair to the memnode listening at `path`.
+/// Connects a queue pair to the memnode listening at `path` (with the key
+/// [`super::auth::client_key`] finds, if any).
 pub fn connect(path: &Path) -> io::Result<SoftQp> {
-    let (s, r, fds) = open(path, 0)?;
+    connect_with_key(path, None)
+}
+
+/// Connects a queue pair to the memnode listening at `path`, sending `key` (or, if none,
+/// the key [`super::auth::client_key`] finds).
+pub fn connect_with_key(path: &Path, key: Option<super::auth::Key>) -> io::Result<SoftQp> {
+    let (s, r, fds) = open(path, 0, key)?;
     if fds.len() < 3 {
         return Err(bad("memory node sent too few fds"));
     }
@@ -664,12 +709,12 @@ pub fn connect_all(paths: &[PathBuf]) -> io::Result<SoftEndpoint> {
 
 /// Asks the memnode at `path` for its geometry without opening a data connection.
 pub fn info(path: &Path) -> io::Result<Reply> {
-    Ok(open(path, FLAG_ADMIN)?.1)
+    Ok(open(path, FLAG_ADMIN, None)?.1)
 }
 
 /// Asks the memnode at `path` to revoke its region key.
 pub fn revoke(path: &Path) -> io::Result<()> {
-    let (mut s, _, _) = open(path, FLAG_ADMIN)?;
+    let (mut s, _, _) = open(path, FLAG_ADMIN, None)?;
     s.write_all(REVOKE)?;
     let mut b = [0u8; 8];
     s.read_exact(&mut b)?;
@@ -689,4 +734,71 @@ pub fn revoke(path: &Path) -> io::Result<()> {
         return Err(bad("memory node did not confirm the revocation"));
     }
     Ok(())
+}
+
+/// The first 8 bytes of a memory node's last word on a data connection it ends (the reason
+/// follows: 2 bytes of length, then that many bytes of UTF-8).
+const FAREWELL_MAGIC: u64 = u64::from_le_bytes(*b"REMORAF1");
+/// The longest reason a farewell carries.
+const FAREWELL_MAX: usize = 240;
+
+/// Tells the client at the other end of control socket `fd` why its connection ends (the
+/// service refused what it sent: a geometry, a version), before its rings close. Best effort,
+/// never blocks: the socket is idle after the handshake, so its buffer has room.
+pub(crate) fn send_farewell(fd: &impl AsRawFd, why: &str) {
+    let n = why.floor_char_boundary(FAREWELL_MAX);
+    let mut b = Vec::with_capacity(10 + n);
+    b.extend_from_slice(&FAREWELL_MAGIC.to_le_bytes());
+    b.extend_from_slice(&(n as u16).to_le_bytes());
+    b.extend_from_slice(&why.as_bytes()[..n]);
+    // SAFETY: a non-blocking send of a buffer we own, on a descriptor we own; MSG_NOSIGNAL:
+    // a client that already hung up is no reason to die of SIGPIPE.
+    let _ = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            b.as_ptr().cast(),
+            b.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+}
+
+/// The reason a memory node gave for ending the connection of control socket `fd`, if it
+/// sent one ([`send_farewell`]). Reasons are interned (a few distinct ones a process).
+pub(crate) fn read_farewell(fd: &impl AsRawFd) -> Option<&'static str> {
+    let mut b = [0u8; 10 + FAREWELL_MAX];
+    // SAFETY: a non-blocking receive into a buffer we own, on a descriptor we own.
+    let got = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            b.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    let got = usize::try_from(got).ok()?;
+    if got < 10 || u64::from_le_bytes(b[..8].try_into().ok()?) != FAREWELL_MAGIC {
+        return None;
+    }
+    let n = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let why = std::str::from_utf8(b.get(10..10 + n.min(got - 10))?).ok()?;
+    Some(intern(why))
+}
+
+/// A `'static` copy of `why`, made once per distinct reason (at most 64; past them, a fixed
+/// text): a refusal becomes a [`remora_core::fabric::FabricError`], whose reasons are static.
+fn intern(why: &str) -> &'static str {
+    static SEEN: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let Ok(mut seen) = SEEN.lock() else {
+        return "the memory node refused the connection (reason not kept)";
+    };
+    if let Some(s) = seen.iter().find(|s| **s == why) {
+        return s;
+    }
+    if seen.len() >= 64 {
+        return "the memory node refused the connection (too many distinct reasons to keep)";
+    }
+    let s: &'static str = Box::leak(why.to_owned().into_boxed_str());
+    seen.push(s);
+    s
 }

@@ -18,11 +18,26 @@
 //! - a dead peer process is reported as `RetryExceeded` on every verb, one-sided ones
 //!   included, within a few milliseconds ([`watchdog`]), as a NIC reports it after its ack
 //!   timeout.
+//! - a slow peer is not a dead one: a memory node keeps the replies a client has no receive
+//!   for (in order, `SoftQp::send_or_queue`) instead of waiting on it or dropping it; only
+//!   evidence ends a connection (the peer hung up or died, or was fenced);
+//! - long waits sleep on futexes in the shared memory and their peer wakes them (a receive
+//!   on its ring's tail, an idle memory-node thread on the node's doorbell); the waker makes
+//!   a syscall only when someone sleeps (`futex.rs`);
+//! - a memory node that ends a connection because its service refused a message says why
+//!   to that client (the reason travels over the control socket); one started with a key
+//!   file admits only clients that send its secret ([`auth`]).
 //!
 //! What the soft fabric cannot model: the latency of a network (it is that of the CPU cache;
 //! use the sim fabric for that). The memory of a crashed memnode process stays mapped in its
 //! clients, but their queue pairs stop using it once the watchdog has seen the death.
+pub mod auth;
+#[cfg(test)]
+mod auth_tests;
 pub mod control;
+#[cfg(test)]
+mod farewell_tests;
+mod futex;
 pub mod harness;
 mod node;
 mod nvm;
@@ -34,6 +49,7 @@ mod ring;
 mod ring_loom;
 #[cfg(test)]
 mod rnr_tests;
+mod serve;
 pub mod watchdog;
 pub mod words;
 

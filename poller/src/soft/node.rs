@@ -1,11 +1,11 @@
 //! The soft fabric's memory node: a registered region (and device memory) in shared memory,
 //! its key, its connections, and the echo service on their receive queues.
 use super::qp::{Channel, SoftEndpoint, SoftQp};
+use super::serve::{last_words, serve_connection};
 use super::words;
 use super::words::{Persist, WordRegion};
 use crate::arena::{Mapping, PageKind};
-use remora_core::block_on::block_on;
-use remora_core::fabric::{FabricError, QueuePair, RecvKind, SegmentOrder};
+use remora_core::fabric::SegmentOrder;
 use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
@@ -392,6 +392,7 @@ impl SoftMemoryNode {
         let generation = self.mem.slot(slot as usize).load(Ordering::Acquire) as u16;
         lock(&self.fresh).push((id, client_id(slot, generation)));
         lock(&self.conns).push((id, server_end, slot));
+        self.mem.ring_doorbell();
     }
 
     /// Tells `handler` of the new connections `mine` selects (`Handler::on_connect`). A
@@ -469,21 +470,29 @@ impl SoftMemoryNode {
             // Wake-ups for other connections (`Replies::send_to`), best effort.
             for (to, m) in others.drain(..) {
                 if let Some((_, q, _)) = conns.iter().find(|c| c.0 == to) {
-                    let _ = block_on(q.send(&m));
+                    let _ = q.send_or_queue(&m);
                 }
             }
             match r {
                 Ok(n) => served += n,
+                Err(_) if qp.is_closed() => {
+                    // The client hung up with replies pending: nothing to report.
+                    dead.push((i, String::new()));
+                    continue;
+                }
                 Err(e) => {
+                    qp.refuse(&format!("memory node {}: {e}", self.cfg.node_id));
                     dead.push((i, format!("dropping connection {id}: {e}")));
                     continue;
                 }
             }
             if qp.is_closed() {
+                last_words(&mut **handler, replies, &region, *id, qp, buf);
                 dead.push((i, String::new()));
             } else if self.fenced(*slot) {
                 dead.push((i, format!("client of connection {id} was fenced")));
             } else if check_liveness && !qp.peer_alive() {
+                last_words(&mut **handler, replies, &region, *id, qp, buf);
                 dead.push((i, format!("client of connection {id} went away")));
             }
         }
@@ -632,21 +641,29 @@ impl SoftMemoryNode {
                 // another thread owns is not reached (its client looks for itself).
                 for (to, m) in others.drain(..) {
                     if let Some((_, q, _)) = mine.iter().find(|c| c.0 == to) {
-                        let _ = block_on(q.send(&m));
+                        let _ = q.send_or_queue(&m);
                     }
                 }
                 match r {
                     Ok(k) => served += k,
+                    Err(_) if qp.is_closed() => {
+                        // The client hung up with replies pending: nothing to report.
+                        dead.push((i, String::new()));
+                        continue;
+                    }
                     Err(e) => {
+                        qp.refuse(&format!("memory node {}: {e}", self.cfg.node_id));
                         dead.push((i, format!("dropping connection {id}: {e}")));
                         continue;
                     }
                 }
                 if qp.is_closed() {
+                    last_words(&mut **handler, replies, &region, *id, qp, &mut buf);
                     dead.push((i, String::new()));
                 } else if self.fenced(*slot) {
                     dead.push((i, format!("client of connection {id} was fenced")));
                 } else if check && !qp.peer_alive() {
+                    last_words(&mut **handler, replies, &region, *id, qp, &mut buf);
                     dead.push((i, format!("client of connection {id} went away")));
                 }
             }
@@ -669,11 +686,11 @@ impl SoftMemoryNode {
             idle = idle.saturating_add(1);
             match mode {
                 ServeMode::Polling => std::hint::spin_loop(),
-                ServeMode::Event => match idle {
-                    0..=2000 => std::hint::spin_loop(),
-                    2001..=20000 => std::thread::yield_now(),
-                    _ => std::thread::sleep(Duration::from_micros(50)),
-                },
+                ServeMode::Event if idle <= 2000 => std::hint::spin_loop(),
+                ServeMode::Event => self.mem.sleep(super::futex::IDLE_SLEEP, || {
+                    mine.iter().any(|c| c.1.has_queued())
+                        || lock(&self.conns).iter().any(|c| c.0 % n == t)
+                }),
             }
         }
         // The node may be served again later: hand the connections back.
@@ -697,10 +714,14 @@ impl SoftMemoryNode {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);
-                match idle {
-                    0..=2000 => std::hint::spin_loop(),
-                    2001..=20000 => std::thread::yield_now(),
-                    _ => std::thread::sleep(Duration::from_micros(50)),
+                if idle <= 2000 {
+                    std::hint::spin_loop();
+                } else {
+                    // Asleep until a client pushes (see `NodeMem::ring_doorbell`): yielding
+                    // instead gave a busy loop on this core the CPU a time slice at a time.
+                    self.mem.sleep(super::futex::IDLE_SLEEP, || {
+                        lock(&self.conns).iter().any(|c| c.1.has_queued())
+                    });
                 }
             }
         }
@@ -711,9 +732,8 @@ impl SoftMemoryNode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ServeMode {
     /// Gives its CPU away when idle, as a thread blocked on a completion channel does: spins
-    /// briefly, then yields, then sleeps 50 µs at a time (the soft fabric raises no
-    /// interrupt, so a sleeping thread notices a message within ~50 µs instead of being
-    /// woken).
+    /// briefly, then sleeps on the node's doorbell (a futex a client rings after a push while
+    /// a server thread sleeps), at most 500 µs at a time.
     #[default]
     Event,
     /// Polls its connections' receive rings without pause (the paper's polling server): the
@@ -743,33 +763,6 @@ struct Service {
 
 /// Serves what is waiting on one connection; returns how many messages. Messages the
 /// handler queued for other connections are added to `others`.
-fn serve_connection(
-    handler: &mut dyn Handler,
-    replies: &mut Replies,
-    region: &WordRegion<'_>,
-    id: usize,
-    qp: &SoftQp,
-    buf: &mut [u8],
-    others: &mut Vec<(usize, Vec<u8>)>,
-) -> Result<usize, FabricError> {
-    let mut n = 0;
-    while let Some(r) = qp.try_recv(buf)? {
-        let msg: &[u8] = if r.kind == RecvKind::Send {
-            &buf[..r.len as usize]
-        } else {
-            &[]
-        };
-        replies.clear();
-        handler.on_message(region, id, r, msg, replies)?;
-        for m in replies.iter() {
-            block_on(qp.send(m))?;
-        }
-        others.extend(replies.iter_other().map(|(to, m)| (to, m.to_vec())));
-        n += 1;
-    }
-    Ok(n)
-}
-
 impl NodeMem {
     /// The host region as the node's own CPU sees it (see [`WordRegion`]).
     pub(crate) fn local(&self) -> WordRegion<'_> {

@@ -7,7 +7,8 @@ use remora_core::block_on::yield_now;
 use remora_core::counters::Counters;
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, SegmentOrder};
 use remora_layouts::{GlobalAddr, NodeId};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
@@ -26,6 +27,20 @@ const LIVENESS_EVERY: Duration = Duration::from_millis(5);
 /// gave it up as hung (Catfish's `NoReply`). A round trip takes microseconds, so only long
 /// waits yield.
 const SPIN_BEFORE_YIELD: Duration = Duration::from_micros(50);
+
+/// The longest a receive sleeps at once (see `SoftQp::recv`): it looks at its peer's
+/// liveness, and the thread's other coroutines' timers run, at least this often.
+const SLEEP_AT_MOST: Duration = Duration::from_micros(200);
+
+thread_local! {
+    /// Verbs posted and messages received by this thread: a receive that finds it unchanged
+    /// since its last look knows every other coroutine of the thread is waiting too.
+    static ACTIVITY: Cell<u64> = const { Cell::new(0) };
+}
+
+fn bump_activity() {
+    ACTIVITY.with(|a| a.set(a.get().wrapping_add(1)));
+}
 
 /// What a sender does when the peer has no receive posted (its ring is full): the
 /// receiver-not-ready (RNR) retry of contract rule 6, as the sim and RC NICs do it. The first
@@ -55,10 +70,9 @@ impl RnrPolicy {
         retries: 7,
     };
 
-    /// A memory node's ends (its replies and wake-ups to clients): 5 retries of 100 ms, the
-    /// old 0.5 s budget. A server thread waiting on one client's full ring serves none of its
-    /// other connections meanwhile (a NIC would retry without holding the CPU), so it gives
-    /// up on that client sooner than a client gives up on it.
+    /// A memory node's ends, for a SEND posted on them: 5 retries of 100 ms. The node's
+    /// server threads never wait on a client's receives: they reply with
+    /// `SoftQp::send_or_queue`, which keeps what the client has no receive for.
     pub const SERVER: RnrPolicy = RnrPolicy {
         timer: Duration::from_millis(100),
         retries: 5,
@@ -133,7 +147,18 @@ pub struct SoftQp {
     /// Client ends: this connection's slot at the node and the slot word while it may access
     /// the region (a fence or the end of the connection changes the word).
     slot: Option<(u16, u64)>,
+    /// Memory-node ends: replies the client had no receive for yet, in order, and their bytes
+    /// (see [`SoftQp::send_or_queue`]).
+    outbox: RefCell<VecDeque<Vec<u8>>>,
+    outbox_bytes: Cell<usize>,
+    /// Client ends: the reason the memory node gave for ending the connection, once read.
+    farewell: Cell<Option<&'static str>>,
 }
+
+/// The most reply bytes a memory node keeps for one client that posts no receives: past it
+/// the client reads nothing while it keeps sending (a NIC's responder would stall it), and
+/// its connection ends with [`FabricError::RnrRetryExceeded`].
+pub const OUTBOX_BYTES: usize = 8 << 20;
 
 /// A distinct nonzero shuffle seed per queue pair of this process.
 fn next_seed() -> u64 {
@@ -176,6 +201,9 @@ impl SoftQp {
             order: Cell::new(SegmentOrder::default()),
             rng: Cell::new(next_seed()),
             control,
+            outbox: RefCell::new(VecDeque::new()),
+            outbox_bytes: Cell::new(0),
+            farewell: Cell::new(None),
         }
     }
 
@@ -198,6 +226,9 @@ impl SoftQp {
             control,
             peer_dead: None,
             slot: None,
+            outbox: RefCell::new(VecDeque::new()),
+            outbox_bytes: Cell::new(0),
+            farewell: Cell::new(None),
         }
     }
 
@@ -365,14 +396,19 @@ impl SoftQp {
         let mut retry: Option<(Instant, u32)> = None;
         loop {
             if self.tx.is_closed() {
-                return Err(FabricError::RetryExceeded { node: self.peer });
+                return Err(self.hung_up());
             }
             let pushed = match msg {
                 Msg::Send(p) => self.tx.try_push(RecvKind::Send, 0, p),
                 Msg::Imm(imm, len) => self.tx.try_push_imm(imm, len),
             };
             match pushed {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    if let Some(mem) = &self.mem {
+                        mem.ring_doorbell();
+                    }
+                    return Ok(());
+                }
                 Ok(false) => {}
                 Err(FabricError::LocalLength { len, max, .. }) => {
                     return Err(FabricError::LocalLength { wr, len, max });
@@ -461,6 +497,119 @@ impl SoftQp {
     }
 }
 
+impl SoftQp {
+    /// True if the peer has sent something not yet received.
+    pub(crate) fn has_queued(&self) -> bool {
+        self.rx.has_queued()
+    }
+
+    /// A memory node's end: tells the client why the node ends its connection (what its
+    /// service refused), then hangs up. The client's verbs then fail with that reason.
+    pub(crate) fn refuse(&self, why: &str) {
+        if let Some(s) = &self.control {
+            super::control::send_farewell(s, why);
+        }
+        self.close();
+    }
+
+    /// The error of a verb on a connection that ended: the memory node's reason if it gave
+    /// one ([`SoftQp::refuse`]: a service that refused a geometry or version says so to
+    /// the client, not only in its own log), else `RetryExceeded`.
+    fn hung_up(&self) -> FabricError {
+        if self.farewell.get().is_none()
+            && let Some(s) = &self.control
+        {
+            self.farewell.set(super::control::read_farewell(s));
+        }
+        match self.farewell.get() {
+            Some(why) => FabricError::RemoteInvalid {
+                wr: 0,
+                addr: GlobalAddr::NULL,
+                why,
+            },
+            None => FabricError::RetryExceeded { node: self.peer },
+        }
+    }
+
+    /// A memory node's reply: SENT now if the client has a receive posted, else kept (in
+    /// order) for [`SoftQp::flush_outbox`]. A NIC retries a SEND that met no receive without
+    /// holding any CPU, and RC can retry RNR forever; a server thread that waited instead
+    /// served nobody else meanwhile, and gave up on a client that was only descheduled (or
+    /// SIGSTOPped) after 0.5 s, dropping its connection: a false death (issue 26). Only
+    /// evidence ends a connection: the client hung up (`RetryExceeded`), or it kept sending
+    /// while reading nothing until [`OUTBOX_BYTES`] were queued (`RnrRetryExceeded`).
+    pub(crate) fn send_or_queue(&self, msg: &[u8]) -> Result<(), FabricError> {
+        if msg.len() > self.tx.max_msg() {
+            return Err(FabricError::LocalLength {
+                wr: 0,
+                len: msg.len(),
+                max: self.tx.max_msg(),
+            });
+        }
+        if self.tx.is_closed() {
+            return Err(FabricError::RetryExceeded { node: self.peer });
+        }
+        self.counters.count_post(&[Op::Send { local: msg }]);
+        fence(Ordering::Release);
+        if self.flush_outbox()? && self.tx.try_push(RecvKind::Send, 0, msg)? {
+            self.tx.wake_consumer();
+        } else {
+            let bytes = self.outbox_bytes.get() + msg.len();
+            if bytes > OUTBOX_BYTES {
+                return Err(FabricError::RnrRetryExceeded);
+            }
+            self.outbox.borrow_mut().push_back(msg.to_vec());
+            self.outbox_bytes.set(bytes);
+        }
+        Ok(())
+    }
+
+    /// SENDs the kept replies the client now has receives for, oldest first: true once none
+    /// is left. Fails only if the client hung up.
+    pub(crate) fn flush_outbox(&self) -> Result<bool, FabricError> {
+        if self.outbox.borrow().is_empty() {
+            return Ok(true);
+        }
+        if self.tx.is_closed() {
+            return Err(FabricError::RetryExceeded { node: self.peer });
+        }
+        let mut out = self.outbox.borrow_mut();
+        while let Some(m) = out.front() {
+            fence(Ordering::Release);
+            if !self.tx.try_push(RecvKind::Send, 0, m)? {
+                self.rnr_naks.set(self.rnr_naks.get() + 1);
+                self.tx.wake_consumer();
+                return Ok(false);
+            }
+            self.outbox_bytes.set(self.outbox_bytes.get() - m.len());
+            out.pop_front();
+        }
+        self.tx.wake_consumer();
+        Ok(true)
+    }
+
+    /// The next message the peer queued, even once this queue pair broke: a memory node
+    /// whose reply to a client failed (the client died, or stopped receiving) still handles
+    /// what that client had sent before, as a NIC's receive queue keeps what arrived.
+    pub(crate) fn take_queued(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        self.pop(buf)
+    }
+
+    fn pop(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        let r = self.rx.try_pop(buf)?;
+        if let Some(r) = &r {
+            bump_activity();
+            fence(Ordering::Acquire);
+            self.counters.count_recv(if r.kind == RecvKind::Send {
+                r.len as usize
+            } else {
+                0
+            });
+        }
+        Ok(r)
+    }
+}
+
 impl Drop for SoftQp {
     fn drop(&mut self) {
         self.close();
@@ -486,9 +635,10 @@ impl QueuePair for SoftQp {
             // A dead or departed peer: no verb completes, as on a NIC after its retries.
             self.broken.set(true);
             self.counters.count_error();
-            return Err(FabricError::RetryExceeded { node: self.peer });
+            return Err(self.hung_up());
         }
         self.counters.count_post(ops);
+        bump_activity();
         let mut result = Ok(());
         for (wr, op) in ops.iter_mut().enumerate() {
             if let Err(e) = self.exec(wr, op).await {
@@ -507,12 +657,13 @@ impl QueuePair for SoftQp {
     async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<Recv, FabricError> {
         let mut checked = Instant::now();
         let start = checked;
+        let mut activity = ACTIVITY.with(Cell::get).wrapping_sub(1);
         loop {
             if let Some(r) = self.try_recv(buf)? {
                 return Ok(r);
             }
             if self.rx.is_closed() {
-                return Err(FabricError::RetryExceeded { node: self.peer });
+                return Err(self.hung_up());
             }
             if checked.elapsed() > LIVENESS_EVERY {
                 if !self.peer_alive() {
@@ -520,10 +671,19 @@ impl QueuePair for SoftQp {
                 }
                 checked = Instant::now();
             }
+            let now = ACTIVITY.with(Cell::get);
             if start.elapsed() > SPIN_BEFORE_YIELD {
-                // A long wait: let the thread it waits for (a server on this core) run.
-                std::thread::yield_now();
+                if now == activity {
+                    // A long wait, and nothing else on this thread moved since our last look
+                    // (its other coroutines wait too): sleep until the peer pushes (it wakes
+                    // us) instead of yielding, which gave a busy loop on this core the CPU a
+                    // time slice at a time (issue 26).
+                    self.rx.sleep_until_pushed(SLEEP_AT_MOST);
+                } else {
+                    std::thread::yield_now();
+                }
             }
+            activity = ACTIVITY.with(Cell::get);
             yield_now().await;
         }
     }
@@ -532,16 +692,7 @@ impl QueuePair for SoftQp {
         if self.broken.get() {
             return Err(FabricError::Flushed);
         }
-        let r = self.rx.try_pop(buf)?;
-        if let Some(r) = &r {
-            fence(Ordering::Acquire);
-            self.counters.count_recv(if r.kind == RecvKind::Send {
-                r.len as usize
-            } else {
-                0
-            });
-        }
-        Ok(r)
+        self.pop(buf)
     }
 
     fn max_message(&self) -> usize {

@@ -9,6 +9,7 @@
 //! | 0   | tail: messages produced (AtomicU64, its own cache line) |
 //! | 8   | closed: nonzero once either end hung up |
 //! | 64  | head: messages consumed (AtomicU64, its own cache line) |
+//! | 72  | waiting: nonzero while the consumer sleeps on tail's low half (a futex) |
 //! | 128 | `depth` slots of [`slot_bytes`]: len u32, kind u32, imm u32, reserved u32, payload |
 //!
 //! Both sides learn `depth` and `max_msg` from the handshake; nothing read from the ring is
@@ -20,12 +21,15 @@
 use super::words;
 use remora_core::fabric::{FabricError, Recv, RecvKind};
 use remora_layouts::GlobalAddr;
-use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{self, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::fence;
 
 const TAIL: usize = 0;
 /// Nonzero once the receiving side has hung up (its service dropped the connection).
 const CLOSED: usize = 8;
 const HEAD: usize = 64;
+/// Set by a consumer that sleeps until the tail moves (see [`Ring::sleep_until_pushed`]).
+const WAITING: usize = 72;
 const SLOTS: usize = 128;
 const SLOT_HEADER: usize = 16;
 const KIND_SEND: u32 = 1;
@@ -126,7 +130,48 @@ impl Ring {
     }
 }
 
+impl Ring {
+    /// The low half of the tail position: what a sleeping consumer waits on.
+    fn tail_word(&self) -> &std::sync::atomic::AtomicU32 {
+        // SAFETY: TAIL is an 8-aligned offset inside the ring's live mapping (Ring::new's
+        // contract); its low half (little-endian) changes with every push.
+        unsafe { super::futex::word32(self.mem.base.add(TAIL)) }
+    }
+
+    /// The consumer's long wait: sleeps until the producer pushes (it wakes us, see
+    /// [`Ring::wake_consumer`]), the ring closes, or `timeout` passes. Returns at once if a
+    /// message is queued. Spurious returns are fine: the caller looks again.
+    pub fn sleep_until_pushed(&self, timeout: std::time::Duration) {
+        let tail = self.load_pos(TAIL, Acquire);
+        self.store_pos(WAITING, 1, SeqCst);
+        // Pairs with the producer's fence in `wake_consumer`: either it sees `waiting`, or we
+        // see its tail.
+        fence(SeqCst);
+        if self.load_pos(TAIL, Acquire) == tail
+            && self.load_pos(HEAD, Relaxed) == tail
+            && !self.is_closed()
+        {
+            super::futex::wait(self.tail_word(), tail as u32, timeout);
+        }
+        self.store_pos(WAITING, 0, Relaxed);
+    }
+
+    /// After a push: wakes the consumer if it sleeps (a syscall only then).
+    #[inline]
+    pub fn wake_consumer(&self) {
+        fence(SeqCst);
+        if self.load_pos(WAITING, Relaxed) != 0 {
+            super::futex::wake(self.tail_word());
+        }
+    }
+}
+
 impl<M: RingMemory> Ring<M> {
+    /// True if a message waits to be taken.
+    pub fn has_queued(&self) -> bool {
+        self.load_pos(TAIL, Acquire) != self.load_pos(HEAD, Relaxed)
+    }
+
     /// A ring of `depth` slots for messages up to `max_msg` bytes in `mem`.
     ///
     /// # Safety

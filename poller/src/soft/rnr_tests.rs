@@ -155,3 +155,69 @@ fn no_retries_fail_at_the_first_nak() {
     assert!(t.elapsed() < Duration::from_secs(5));
     assert_eq!(qp.rnr_naks(), 1);
 }
+
+/// Answers every message with `n` replies, numbered.
+struct Burst {
+    n: u8,
+}
+
+impl Handler for Burst {
+    fn on_message(
+        &mut self,
+        _region: &dyn LocalRegion,
+        _conn: usize,
+        _recv: Recv,
+        _msg: &[u8],
+        replies: &mut Replies,
+    ) -> Result<(), FabricError> {
+        for i in 0..self.n {
+            replies.send(&[i; 8]);
+        }
+        Ok(())
+    }
+}
+
+/// A client that posts no receives for a while (descheduled, SIGSTOPped) is slow, not dead:
+/// the memory node keeps the replies its ring has no room for and serves on. Before, the
+/// server thread waited 0.5 s for the client's receives (serving nobody else meanwhile),
+/// then dropped the connection as "receiver not ready" (issue 26).
+#[test]
+fn a_client_that_stops_receiving_for_a_while_keeps_its_connection_and_replies() {
+    let cfg = NodeConfig {
+        region_len: 4 << 20,
+        dm_len: 0,
+        ring_depth: DEPTH,
+        ..NodeConfig::default()
+    };
+    let n = 4 * DEPTH as u8;
+    let node = SoftMemoryNode::create_with(cfg, Box::new(Burst { n })).unwrap();
+    let _srv = node.spawn_server();
+    let ep = node.endpoint().unwrap();
+    let qp = &ep.qps()[0];
+    let other = node.endpoint().unwrap();
+    block_on(qp.send(&[7; 8])).unwrap();
+    // The client reads nothing for 1.5 s; another client is served meanwhile.
+    let t = Instant::now();
+    block_on(other.qps()[0].send(&[1; 8])).unwrap();
+    let mut buf = [0u8; 64];
+    for i in 0..n {
+        let r = block_on(other.qps()[0].recv(&mut buf)).unwrap();
+        assert_eq!((r.len, buf[0]), (8, i));
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "the other client waited {:?} for the stalled one",
+        t.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(t.elapsed()));
+    for i in 0..n {
+        let r = block_on(qp.recv(&mut buf))
+            .unwrap_or_else(|e| panic!("reply {i} of {n} after the pause: {e}"));
+        assert_eq!((r.len, buf[0]), (8, i), "reply {i} out of order");
+    }
+    assert_eq!(node.connections(), 2, "{:?}", node.recent_log());
+    // And it is served as before.
+    block_on(qp.send(&[8; 8])).unwrap();
+    let r = block_on(qp.recv(&mut buf)).unwrap();
+    assert_eq!((r.len, buf[0]), (8, 0));
+}

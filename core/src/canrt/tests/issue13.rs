@@ -6,7 +6,7 @@ use remora_layouts::canrt::{
 };
 
 /// The published tree of a region (header, prefix array).
-fn tree_of(region: &dyn LocalRegion) -> TreeView {
+pub(super) fn tree_of(region: &dyn LocalRegion) -> TreeView {
     let root = region.load_u64(root_offset(ROOT_SLOT)).unwrap();
     let off = GlobalAddr::from_raw(root).offset();
     let mut hb = [0u8; TREE_HEADER_LEN];
@@ -27,7 +27,7 @@ fn meta_of(region: &dyn LocalRegion, v: &TreeView, id: u32) -> Meta {
 
 /// Writes a complete, unprocessed item for `key` with `ticket` into the first free slot of
 /// the data node that holds `key`; returns (node, slot).
-fn forge_item(
+pub(super) fn forge_item(
     region: &dyn LocalRegion,
     v: &TreeView,
     key: u64,
