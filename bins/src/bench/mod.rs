@@ -404,8 +404,15 @@ fn erda_geometry(a: &BenchArgs) -> ErdaConfig {
     let heads = 2u64;
     let regions = 3u64;
     // Keys go to a head by their first writer's client id, so one head may hold every live
-    // key: each region can (cleaning reclaims the rest; a full region chains the next).
-    let live = (a.records * object + 4 * segment)
+    // key: each region can, counted in whole segments (an object never spans one: at 1 KiB
+    // values a 64 KiB segment holds 60 objects, 4 % of it is left over), and a half more:
+    // a cleaning copies every live object into its target region while clients go on
+    // appending there (about one object per 64 work units of the cleaner: a few thousand
+    // appends while it merges and sweeps the table). A region of only the live bytes
+    // overflowed into the ring's last free region and the next cleaning found none:
+    // `LogFull` at 1 KiB values (2,000 records, update-only).
+    let live = a.records.div_ceil((segment / object).max(1)) * segment;
+    let live = (live + live / 2 + 4 * segment)
         .next_multiple_of(segment)
         .max(2 << 20);
     // Without --erda-clean, a fixed-count run (not --seconds) never cleans: every append of
