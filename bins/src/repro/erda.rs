@@ -392,9 +392,9 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             Pick::new("erda-cleaning", "Erda", "UPD"),
             Pick::new("erda-cleaning", "Erda (log cleaning)", "UPD"),
-            "measured at 1 KiB, 16 clients, 1 server thread: during cleaning the server \
-             spends ~18.8 µs per update (0.64 µs without), zeroing each target region whole \
-             and copying every live object, ~6.7 KB of NVM writes per 1 KB update; the \
+            "measured at 1 KiB, 16 clients, 1 server thread; the cause is in the two \
+             points' server ns/op and NVM B/op (erda-cleaning table): during cleaning the \
+             server zeroes each target region whole and copies every live object, and the \
              bench's live data fills 2/3 of a region, so a cleaning (every half region of \
              appends) copies all of it",
         ),
@@ -474,10 +474,11 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             st(erda, 8, "c"),
             st(redo, 8, "c"),
-            "the side depends on the server threads the paper does not state: measured \
-             Erda / Redo 1.68x at 1 thread, 0.84x at 2, 0.57x at 4, 0.56x at 8 (16 \
-             synchronous clients); at 8 Redo's server is ~37 % busy and its one round trip \
-             beats Erda's two READs; the paper's text and released server point to 1",
+            "the side depends on the server threads, which the paper does not state (the \
+             erda-server-threads table has Erda and Redo at 1, 2, 4 and 8, 16 synchronous \
+             clients): with many threads Redo's server is far from busy and its one round \
+             trip beats Erda's two READs; the paper's text (§5.3) and its released server \
+             (one polling thread) point to 1, which the other Erda rows use",
         ),
         Claim::ratio(
             "update-only-throughput-redo-8-server-threads",
@@ -488,9 +489,10 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             st(erda, 8, "UPD"),
             st(redo, 8, "UPD"),
-            "measured 1.93x at 1 server thread, 1.85x at 2, 0.94x at 4, 0.64x at 8: Redo's \
-             writes cost its server ~2x Erda's; the paper's clients pace every write \
-             (usleep(500) in its released clients) so its writes do not load the server",
+            "the erda-server-threads table has the ratio at 1, 2, 4 and 8 server threads: \
+             Redo's writes cost its server about twice Erda's (server ns/op); the paper's \
+             clients pace every write (usleep(500) in its released clients), so its writes \
+             do not load the server",
         ),
     ]);
     Paper {
