@@ -746,7 +746,12 @@ const FAREWELL_MAX: usize = 240;
 /// service refused what it sent: a geometry, a version), before its rings close. Best effort,
 /// never blocks: the socket is idle after the handshake, so its buffer has room.
 pub(crate) fn send_farewell(fd: &impl AsRawFd, why: &str) {
-    let n = why.floor_char_boundary(FAREWELL_MAX);
+    // The longest prefix of at most FAREWELL_MAX bytes that ends on a char boundary
+    // (`str::floor_char_boundary` is newer than the workspace's rust-version).
+    let n = (0..=why.len().min(FAREWELL_MAX))
+        .rev()
+        .find(|&i| why.is_char_boundary(i))
+        .unwrap_or(0);
     let mut b = Vec::with_capacity(10 + n);
     b.extend_from_slice(&FAREWELL_MAGIC.to_le_bytes());
     b.extend_from_slice(&(n as u16).to_le_bytes());
