@@ -378,7 +378,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 .await?
                 == Swap::Done
             {
-                self.cache.borrow_mut().set_slot(node, idx, new);
+                if let Some(mut c) = self.node.cache_mut() {
+                    c.set_slot(node, idx, new);
+                }
             }
         }
         Ok(Some(was_valid))
