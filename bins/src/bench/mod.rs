@@ -184,6 +184,12 @@ pub struct BenchArgs {
     /// With --table1: keys created, updated and deleted per cell.
     #[arg(long, default_value_t = 64)]
     pub table1_keys: u64,
+    /// Give every client thread its own copy of the state the papers share per compute node
+    /// (SMART's radix cache and delegation/combining table, Sherman's local lock table and
+    /// index cache) instead of one per compute node (sim) or per process (soft, verbs): the
+    /// "before" of the sharing.
+    #[arg(long)]
+    pub per_thread_state: bool,
     #[command(flatten)]
     pub smart: SmartFlags,
     #[command(flatten)]

@@ -119,10 +119,12 @@
 //! version (one hash pass).
 mod cache;
 mod lock;
+mod node;
 mod redo;
 mod tree;
 mod wait;
 
+pub use node::ShermanNode;
 pub use tree::{RepairStats, Sherman};
 
 use crate::alloc::AllocError;

@@ -1,6 +1,7 @@
 //! The B-link tree itself: descriptor, traversal, lookups, writes, splits, scans.
-use super::cache::{IndexCache, child_for};
+use super::cache::child_for;
 use super::lock::{Batch, Got, Locks};
+use super::node::ShermanNode;
 use super::redo;
 use super::wait::Patience;
 use super::{PageCheck, ShermanConfig, ShermanError};
@@ -15,6 +16,7 @@ use remora_layouts::sherman::{
     leaf_slot, leaf_value, rebind_entry, seal, set_internal_entry, verify_leaf,
 };
 use remora_layouts::{GlobalAddr, NodeId};
+use std_alloc::sync::Arc;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
@@ -142,7 +144,12 @@ pub struct Sherman<'e, E: Endpoint> {
     allocs: Vec<RemoteAllocator>,
     next_alloc: Cell<usize>,
     locks: Locks,
-    cache: RefCell<IndexCache>,
+    /// The compute node's shared state (local lock table, index cache), and this handle's
+    /// reader shard of its cache; index-cache hits and misses of this handle.
+    node: Arc<ShermanNode>,
+    shard: usize,
+    cache_hits: Cell<u64>,
+    cache_misses: Cell<u64>,
     pool: RefCell<Vec<Vec<u8>>>,
     handovers: Cell<u64>,
     splits: Cell<u64>,
@@ -242,8 +249,13 @@ fn hash(a: GlobalAddr) -> u64 {
 
 impl<'e, E: Endpoint> Sherman<'e, E> {
     /// Creates the tree and publishes it in `cfg.root_slot` of the first memory node, or
-    /// opens the one already there (so concurrent creators agree on one tree).
-    pub async fn create(ep: &'e E, cfg: ShermanConfig) -> Result<Self, ShermanError> {
+    /// opens the one already there (so concurrent creators agree on one tree); the handle
+    /// shares `node` with the other handles of its compute node.
+    pub async fn create_on(
+        ep: &'e E,
+        cfg: ShermanConfig,
+        node: Arc<ShermanNode>,
+    ) -> Result<Self, ShermanError> {
         let g = Geometry::new(cfg.page_size, cfg.value_size).map_err(ShermanError::Config)?;
         let first = *ep.nodes().first().ok_or(ShermanError::NoTree {
             slot: cfg.root_slot,
@@ -253,7 +265,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let mut cur = [0u8; 8];
         qp.read(slot, &mut cur).await?;
         if u64::from_le_bytes(cur) != 0 {
-            return Self::open(ep, cfg).await;
+            return Self::open_on(ep, cfg, node).await;
         }
         let mut tables = [0u64; MAX_NODES];
         let mut redo = [0u64; MAX_NODES];
@@ -301,12 +313,17 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         .await?;
         let old = qp.cas(slot, 0, desc_addr.raw()).await?;
         let _ = old; // 0: ours is published; else another creator won and we open theirs.
-        Self::open(ep, cfg).await
+        Self::open_on(ep, cfg, node).await
     }
 
     /// Opens the tree published in `cfg.root_slot`. Lock placement comes from the tree (all
-    /// handles must agree); the other switches are this handle's.
-    pub async fn open(ep: &'e E, cfg: ShermanConfig) -> Result<Self, ShermanError> {
+    /// handles must agree); the other switches are this handle's. The handle shares `node`
+    /// with the other handles of its compute node.
+    pub async fn open_on(
+        ep: &'e E,
+        cfg: ShermanConfig,
+        node: Arc<ShermanNode>,
+    ) -> Result<Self, ShermanError> {
         let g = Geometry::new(cfg.page_size, cfg.value_size).map_err(ShermanError::Config)?;
         let no_tree = ShermanError::NoTree {
             slot: cfg.root_slot,
@@ -384,8 +401,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     max_attempts: cfg.lock_retries,
                     ..cfg.lease
                 },
+                node.clone(),
             ),
-            cache: RefCell::new(IndexCache::new(cfg.index_cache, cfg.cache_bytes)),
+            shard: node.shard(),
+            node,
+            cache_hits: Cell::new(0),
+            cache_misses: Cell::new(0),
             pool: RefCell::new(Vec::new()),
             handovers: Cell::new(0),
             splits: Cell::new(0),
@@ -412,10 +433,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         f(&mut r);
         self.repairs.set(r);
     }
-    /// Index-cache hits, misses and bytes.
+    /// Index-cache hits and misses of this handle, and bytes in the node's cache.
     pub fn cache_stats(&self) -> (u64, u64, usize) {
-        let c = self.cache.borrow();
-        (c.hits, c.misses, c.bytes())
+        let (h, m) = (self.cache_hits.get(), self.cache_misses.get());
+        (h, m, self.node.cache_bytes())
     }
 
     fn page(&self) -> Vec<u8> {
@@ -1002,7 +1023,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 return Ok(addr);
             }
             if h.level() == 1 {
-                self.cache.borrow_mut().insert(&h, buf);
+                self.node.cache_insert(&h, buf);
             }
             addr = child_for(buf, &self.g, &h, key).ok_or(ShermanError::Corrupt {
                 addr,
@@ -1016,8 +1037,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// The leaf for `key`: from the index cache (true), else by walking down (false).
     async fn locate(&self, key: u64, buf: &mut [u8]) -> Result<(GlobalAddr, bool), ShermanError> {
-        if let Some(a) = self.cache.borrow_mut().leaf_for(key, &self.g) {
-            return Ok((a, true));
+        if self.cfg.index_cache {
+            if let Some(a) = self.node.leaf_for(self.shard, key, &self.g) {
+                self.cache_hits.set(self.cache_hits.get() + 1);
+                return Ok((a, true));
+            }
+            self.cache_misses.set(self.cache_misses.get() + 1);
         }
         Ok((self.walk(key, None, buf).await?, false))
     }
@@ -1062,13 +1087,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 });
             }
             if key < h.low_fence {
-                self.cache.borrow_mut().invalidate(key);
+                self.node.cache_invalidate(key);
                 p.pause(self.ep).await;
                 addr = self.locate(key, buf).await?.0;
                 continue;
             }
             if key >= h.high_fence {
-                self.cache.borrow_mut().invalidate(key);
+                self.node.cache_invalidate(key);
                 addr = GlobalAddr::from_raw(h.sibling);
                 continue;
             }
@@ -1162,12 +1187,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         // separator of this leaf's right sibling.
                         self.missing.set(Some((1, sep, next)));
                     }
-                    self.cache.borrow_mut().invalidate(key);
+                    self.node.cache_invalidate(key);
                     // (Every page passed from a parent's pointer lacks its separator there.)
                     addr = next;
                 }
                 Step::Restart => {
-                    self.cache.borrow_mut().invalidate(key);
+                    self.node.cache_invalidate(key);
                     p.pause(self.ep).await;
                     (addr, cached) = self.locate(key, buf).await?;
                 }
@@ -1540,7 +1565,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         self.page_write_ops(addr, &img, &mut ops);
                         self.locks.release(qp, lock, &mut ops).await?;
                         if level == 1 {
-                            self.cache.borrow_mut().insert(
+                            self.node.cache_insert(
                                 &PageHeader::decode(&img, &self.g)
                                     .map_err(|why| ShermanError::Corrupt { addr, why })?,
                                 &img,
@@ -1577,7 +1602,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         .await?;
                     self.splits.set(self.splits.get() + 1);
                     if level == 1 {
-                        self.cache.borrow_mut().invalidate(sep);
+                        self.node.cache_invalidate(sep);
                     }
                     let pending = if h.low_fence == 0 && h.high_fence == KEY_INFINITY {
                         self.grow_root(addr, level, up, right_addr).await?
@@ -1666,7 +1691,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     });
                 }
                 if key < h.low_fence {
-                    self.cache.borrow_mut().invalidate(key);
+                    self.node.cache_invalidate(key);
                     moves.pause(self.ep).await;
                     addr = self.locate(key, &mut buf).await?.0;
                     continue 'pages;

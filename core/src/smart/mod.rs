@@ -58,7 +58,7 @@ mod remote;
 mod repair_tests;
 mod scan;
 mod search;
-mod shared;
+pub(crate) mod shared;
 mod structure;
 #[cfg(test)]
 mod tests;
