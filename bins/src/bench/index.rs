@@ -2,7 +2,7 @@
 //! for and the phase code stays generic over `KvIndex`.
 use super::resizes::ResizeWatch;
 use remora::core::Snapshot;
-use remora::core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora::core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
 use remora::core::erda::baseline::{Baseline, BaselineServer, Scheme};
 use remora::core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora::core::fabric::{Endpoint, QueuePair};
@@ -166,6 +166,7 @@ impl IndexCfg {
 pub struct NodeState {
     smart: Option<Arc<SmartNode>>,
     sherman: Option<Arc<ShermanNode>>,
+    canrt: Option<Arc<CanrtNode>>,
 }
 
 impl NodeState {
@@ -180,18 +181,25 @@ impl NodeState {
                 sherman: Some(Arc::new(ShermanNode::new(cfg))),
                 ..NodeState::default()
             },
+            IndexCfg::Canrt { .. } => NodeState {
+                canrt: Some(Arc::new(CanrtNode::new())),
+                ..NodeState::default()
+            },
             _ => NodeState::default(),
         }
     }
 
     /// Bytes the state holds now (SMART: the radix cache's index and entries, and the
-    /// delegation/combining table; Sherman: the index cache's pages).
+    /// delegation/combining table; Sherman: the index cache's pages; CANRT: the prefix
+    /// array).
     pub fn bytes(&self) -> u64 {
         let smart = self.smart.as_ref().map_or(0, |n| {
             let f = n.footprint();
             f.cache_bytes + f.table_bytes
         });
-        smart + self.sherman.as_ref().map_or(0, |n| n.cache_bytes() as u64)
+        smart
+            + self.sherman.as_ref().map_or(0, |n| n.cache_bytes() as u64)
+            + self.canrt.as_ref().map_or(0, |n| n.prefix_bytes() as u64)
     }
 }
 
@@ -259,7 +267,15 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                 )
             }
             IndexCfg::Canrt { cfg } => {
-                Handle::Canrt(Canrt::open(ep, *cfg).await.map_err(|e| e.to_string())?)
+                let n = match &node.canrt {
+                    Some(n) => n.clone(),
+                    None => Arc::new(CanrtNode::new()),
+                };
+                Handle::Canrt(
+                    Canrt::open_on(ep, *cfg, n)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
             }
             IndexCfg::Erda { client, .. } => {
                 Handle::Erda(Erda::open(ep, *client).await.map_err(|e| e.to_string())?)

@@ -1212,5 +1212,6 @@ fn errors_speak_canrts_words() {
 
 mod issue13;
 mod keys16;
+mod node_share;
 mod partial_resize;
 mod resize_clock;
