@@ -18,6 +18,11 @@
 //! global lock straight to a local waiter — of any thread of the node — (no unlock, no CAS)
 //! up to `handover_cap` times in a row. The lock word keeps naming the thread that CASed it
 //! until the lock is released: a handed-over holder is covered by that thread's lease.
+//! So with the table shared, the unit of failure is the compute node (the process, as in
+//! the paper): a thread that dies holding a local turn leaves the node's waiters for that
+//! word to their deadline ([`ShermanError::LockHeld`]), and a waiter of another node that
+//! outwaits the lease fences the thread the word names, which may be the one that handed the
+//! lock over. Per-thread state (`Sherman::create`/`open`) keeps the unit a thread.
 use super::ShermanError;
 use super::node::ShermanNode;
 use crate::block_on::yield_now;
