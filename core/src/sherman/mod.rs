@@ -120,6 +120,7 @@
 mod cache;
 mod lock;
 mod node;
+mod open;
 mod redo;
 mod tree;
 mod wait;

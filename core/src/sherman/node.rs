@@ -15,6 +15,7 @@ use super::{Sherman, ShermanConfig, ShermanError};
 use crate::block_on::yield_now;
 use crate::fabric::Endpoint;
 use crate::smart::shared::{TryLock, TryLockGuard, TryRw};
+use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{Geometry, PageHeader};
@@ -109,6 +110,56 @@ impl ShermanNode {
     /// Bytes in the index cache (0 while it is being changed).
     pub fn cache_bytes(&self) -> usize {
         self.cache.read(0).map_or(0, |c| c.bytes())
+    }
+}
+
+/// A handle's access to its node's index cache: its reader shard, and its own hit and miss
+/// counts.
+pub(crate) struct NodeCache {
+    node: Arc<ShermanNode>,
+    shard: usize,
+    enabled: bool,
+    hits: Cell<u64>,
+    misses: Cell<u64>,
+}
+
+impl NodeCache {
+    pub(crate) fn new(node: Arc<ShermanNode>, enabled: bool) -> NodeCache {
+        NodeCache {
+            shard: node.shard(),
+            node,
+            enabled,
+            hits: Cell::new(0),
+            misses: Cell::new(0),
+        }
+    }
+
+    /// The leaf a cached level-1 page points `key` to (counted as a hit or a miss).
+    pub(crate) fn leaf_for(&self, key: u64, g: &Geometry) -> Option<GlobalAddr> {
+        if !self.enabled {
+            return None;
+        }
+        let hit = self.node.leaf_for(self.shard, key, g);
+        let c = if hit.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        c.set(c.get() + 1);
+        hit
+    }
+
+    pub(crate) fn cache_insert(&self, h: &PageHeader, page: &[u8]) {
+        self.node.cache_insert(h, page)
+    }
+
+    pub(crate) fn cache_invalidate(&self, key: u64) {
+        self.node.cache_invalidate(key)
+    }
+
+    /// This handle's hits and misses, and bytes in the node's cache.
+    pub(crate) fn stats(&self) -> (u64, u64, usize) {
+        (self.hits.get(), self.misses.get(), self.node.cache_bytes())
     }
 }
 
