@@ -5,7 +5,7 @@
 //! violation or an inconclusive key.
 use crate::args::{FabricKind, PerfArgs};
 use crate::bench::IndexKind;
-use crate::bench::index::{Handle, IndexCfg};
+use crate::bench::index::{Handle, IndexCfg, NodeState};
 use clap::Args;
 use remora::core::canrt::CanrtConfig;
 use remora::core::erda::{ErdaClientConfig, ErdaConfig};
@@ -219,6 +219,8 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
         ..SimConfig::default()
     };
     let server = cfg.server_handler(scfg.region_len, scfg.chunk_size)?;
+    // The clients of one compute node share its per-node state, as in `remora bench`.
+    let states: Vec<NodeState> = (0..4).map(|_| NodeState::new(cfg)).collect();
     let mut sim = Sim::new(SimConfig {
         memory_nodes: if server.is_some() { 1 } else { 2 },
         ..scfg
@@ -241,10 +243,11 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
     let scans = !matches!(cfg, IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. });
     for c in 0..clients {
         let base = sim.client(c as usize % 4).map_err(|e| e.0)?;
+        let state = &states[c as usize % 4];
         let (rec, errs) = (&rec, &errors);
         let s = spec(a, 1 + c, clients, seed, scans);
         sim.spawn_with(&base, 0, move |ctx| async move {
-            let idx = match Handle::open(ctx.ep(), cfg).await {
+            let idx = match Handle::open_on(ctx.ep(), cfg, state).await {
                 Ok(i) => i,
                 Err(e) => return errs.borrow_mut().push(format!("client {}: {e}", s.client)),
             };
@@ -311,16 +314,18 @@ fn soft_history(
     }
     let scans = !matches!(cfg, IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. });
     let start = Instant::now();
+    // The threads are one compute node: they share its per-node state.
+    let shared = NodeState::new(cfg);
     let parts: Result<Vec<History>, String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|th| {
-                let (node, plan) = (&node, &plan);
+                let (node, plan, shared) = (&node, &plan, &shared);
                 s.spawn(move || -> Result<History, String> {
                     if let Some(&c) = plan.workers.get(th) {
                         core_affinity::set_for_current(core_affinity::CoreId { id: c });
                     }
                     let ep = node.endpoint().map_err(|e| e.to_string())?;
-                    let idx = remora::core::block_on::block_on(Handle::open(&ep, cfg))?;
+                    let idx = remora::core::block_on::block_on(Handle::open_on(&ep, cfg, shared))?;
                     let per = a.ops.div_ceil(clients as u64) as usize * coros;
                     let rec = Recorder::new(per, per * 17);
                     let clock = || start.elapsed().as_nanos() as u64;

@@ -11,10 +11,11 @@
 use remora_core::block_on::block_on;
 use remora_core::fabric::SegmentOrder;
 use remora_core::index::KvIndex;
-use remora_core::smart::{KeyMode, Smart, SmartConfig, Techniques};
+use remora_core::smart::{KeyMode, Smart, SmartConfig, SmartNode, Techniques};
 use remora_poller::executor::run_coroutines;
 use remora_poller::soft::{NodeConfig, SoftMemoryNode};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const THREADS: usize = 4;
@@ -59,15 +60,20 @@ fn run(t: Techniques, ops: usize) {
         .map(|_| AtomicU64::new(0))
         .collect();
     let retries = AtomicU64::new(0);
+    // The threads are one compute node: they share its cache and delegation/combining table.
+    let mut cfg = SmartConfig::new(t, KeyMode::Fixed(8), 16);
+    cfg.cache_mib = 4.0;
+    let shared = Arc::new(SmartNode::new(&cfg));
     std::thread::scope(|s| {
         for th in 0..THREADS {
             let (node, issued, last_written, retries) = (&node, &issued, &last_written, &retries);
+            let shared = shared.clone();
             s.spawn(move || {
                 let ep = node.endpoint().unwrap();
                 let mut cfg = SmartConfig::new(t, KeyMode::Fixed(8), 16);
                 cfg.cache_mib = 4.0;
                 patient(&mut cfg);
-                let smart = block_on(Smart::open(&ep, cfg)).unwrap();
+                let smart = block_on(Smart::open_on(&ep, cfg, shared)).unwrap();
                 let smart = &smart;
                 let coros: Vec<_> = (0..COROS)
                     .map(|c| async move {

@@ -2,16 +2,17 @@
 //! for and the phase code stays generic over `KvIndex`.
 use super::resizes::ResizeWatch;
 use remora::core::Snapshot;
-use remora::core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora::core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
 use remora::core::erda::baseline::{Baseline, BaselineServer, Scheme};
 use remora::core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora::core::fabric::{Endpoint, QueuePair};
 use remora::core::index::KvIndex;
 use remora::core::server::Handler;
-use remora::core::sherman::{Sherman, ShermanConfig};
-use remora::core::smart::{Smart, SmartConfig, SmartStats, Techniques};
+use remora::core::sherman::{Sherman, ShermanConfig, ShermanNode};
+use remora::core::smart::{Smart, SmartConfig, SmartNode, SmartStats, Techniques};
 use remora::core::wort::{Kind, Wort, WortClientConfig, WortServer};
 use serde::Serialize;
+use std::sync::Arc;
 
 /// Which index, configured.
 #[derive(Debug, Clone)]
@@ -159,6 +160,49 @@ impl IndexCfg {
     }
 }
 
+/// The state one compute node's client threads share for the index under test (empty for
+/// indexes that keep none): open each thread's handle with [`Handle::open_on`].
+#[derive(Clone, Default)]
+pub struct NodeState {
+    smart: Option<Arc<SmartNode>>,
+    sherman: Option<Arc<ShermanNode>>,
+    canrt: Option<Arc<CanrtNode>>,
+}
+
+impl NodeState {
+    /// Fresh state for one compute node of `cfg`'s index.
+    pub fn new(cfg: &IndexCfg) -> NodeState {
+        match cfg {
+            IndexCfg::Smart { cfg, .. } => NodeState {
+                smart: Some(Arc::new(SmartNode::new(cfg))),
+                ..NodeState::default()
+            },
+            IndexCfg::Sherman { cfg, .. } => NodeState {
+                sherman: Some(Arc::new(ShermanNode::new(cfg))),
+                ..NodeState::default()
+            },
+            IndexCfg::Canrt { .. } => NodeState {
+                canrt: Some(Arc::new(CanrtNode::new())),
+                ..NodeState::default()
+            },
+            _ => NodeState::default(),
+        }
+    }
+
+    /// Bytes the state holds now (SMART: the radix cache's index and entries, and the
+    /// delegation/combining table; Sherman: the index cache's pages; CANRT: the prefix
+    /// array).
+    pub fn bytes(&self) -> u64 {
+        let smart = self.smart.as_ref().map_or(0, |n| {
+            let f = n.footprint();
+            f.cache_bytes + f.table_bytes
+        });
+        smart
+            + self.sherman.as_ref().map_or(0, |n| n.cache_bytes() as u64)
+            + self.canrt.as_ref().map_or(0, |n| n.prefix_bytes() as u64)
+    }
+}
+
 /// Sherman's own figures.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct ShermanSummary {
@@ -187,17 +231,51 @@ pub enum Handle<'e, E: Endpoint> {
 }
 
 impl<'e, E: Endpoint> Handle<'e, E> {
-    /// Opens the index, creating it if it is not there yet (safe to race: creators agree).
+    /// Opens the index, creating it if it is not there yet (safe to race: creators agree),
+    /// with per-node state of its own (a compute node of one thread).
     pub async fn open(ep: &'e E, cfg: &IndexCfg) -> Result<Handle<'e, E>, String> {
+        Self::open_on(ep, cfg, &NodeState::new(cfg)).await
+    }
+
+    /// [`Self::open`], sharing `node` with the other handles of its compute node.
+    pub async fn open_on(
+        ep: &'e E,
+        cfg: &IndexCfg,
+        node: &NodeState,
+    ) -> Result<Handle<'e, E>, String> {
         Ok(match cfg {
             IndexCfg::Smart { cfg, .. } => {
-                Handle::Smart(Smart::open(ep, *cfg).await.map_err(|e| e.to_string())?)
+                let n = match &node.smart {
+                    Some(n) => n.clone(),
+                    None => Arc::new(SmartNode::new(cfg)),
+                };
+                Handle::Smart(
+                    Smart::open_on(ep, *cfg, n)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
             }
             IndexCfg::Sherman { cfg, .. } => {
-                Handle::Sherman(Sherman::create(ep, *cfg).await.map_err(|e| e.to_string())?)
+                let n = match &node.sherman {
+                    Some(n) => n.clone(),
+                    None => Arc::new(ShermanNode::new(cfg)),
+                };
+                Handle::Sherman(
+                    Sherman::create_on(ep, *cfg, n)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
             }
             IndexCfg::Canrt { cfg } => {
-                Handle::Canrt(Canrt::open(ep, *cfg).await.map_err(|e| e.to_string())?)
+                let n = match &node.canrt {
+                    Some(n) => n.clone(),
+                    None => Arc::new(CanrtNode::new()),
+                };
+                Handle::Canrt(
+                    Canrt::open_on(ep, *cfg, n)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
             }
             IndexCfg::Erda { client, .. } => {
                 Handle::Erda(Erda::open(ep, *client).await.map_err(|e| e.to_string())?)

@@ -117,7 +117,8 @@ pub struct BenchArgs {
     /// Longest scan of workload E (lengths uniform in 1..=max).
     #[arg(long, default_value_t = 100)]
     pub scan_max: usize,
-    /// Worker threads (compute-node clients), each with its own endpoint and index handle.
+    /// Worker threads (client threads of one compute node), each with its own endpoint and
+    /// index handle, sharing the node's per-node state.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Coroutines per worker thread.
@@ -184,6 +185,12 @@ pub struct BenchArgs {
     /// With --table1: keys created, updated and deleted per cell.
     #[arg(long, default_value_t = 64)]
     pub table1_keys: u64,
+    /// Give every client thread its own copy of the state the papers share per compute node
+    /// (SMART's radix cache and delegation/combining table, Sherman's local lock table and
+    /// index cache) instead of one per compute node (sim) or per process (soft, verbs): the
+    /// "before" of the sharing.
+    #[arg(long)]
+    pub per_thread_state: bool,
     #[command(flatten)]
     pub smart: SmartFlags,
     #[command(flatten)]
@@ -222,10 +229,10 @@ pub struct SmartFlags {
     /// Release the leaf lock with a separate WRITE.
     #[arg(long)]
     pub no_rear_lock: bool,
-    /// No read delegation (concurrent reads of one key on a handle each go remote).
+    /// No read delegation (concurrent reads of one key on a compute node each go remote).
     #[arg(long)]
     pub no_delegation: bool,
-    /// No write combining (concurrent writes of one key on a handle each go remote).
+    /// No write combining (concurrent writes of one key on a compute node each go remote).
     #[arg(long)]
     pub no_combining: bool,
     /// No compute-side cache: SMART's radix cache, Sherman's index cache.
@@ -235,7 +242,8 @@ pub struct SmartFlags {
     /// rear-lock, delegation, combining, cache).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
-    /// Cache capacity per client, in MiB: SMART's radix cache, Sherman's index cache.
+    /// Cache capacity per compute node (per client thread with --per-thread-state), in MiB:
+    /// SMART's radix cache, Sherman's index cache.
     #[arg(long, default_value_t = 64.0, value_parser = crate::args::positive_f64)]
     pub cache_mib: f64,
 }

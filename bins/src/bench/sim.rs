@@ -1,11 +1,13 @@
 //! `remora bench --fabric sim`: the YCSB run on the simulated cluster, in virtual time.
 //!
 //! Every client thread (`--compute-nodes x --clients-per-node`) is one task of the sim,
-//! holding its own index handle and running `--coroutines` coroutines joined; all clients
+//! holding its own index handle and running `--coroutines` coroutines joined; the client
+//! threads of one compute node share its per-node state (SMART's cache and delegation /
+//! combining table; one copy per thread with `--per-thread-state`). All clients
 //! load together, meet at a barrier, then run the workload. Throughput and latency are in
 //! virtual time, so they are the model's figures, reproducible by seed.
 use super::BenchArgs;
-use super::index::{Handle, IndexCfg, snapshot_of};
+use super::index::{Handle, IndexCfg, NodeState, snapshot_of};
 use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
 use super::resizes::ResizeWatch;
 use super::ycsb::Workload;
@@ -29,6 +31,7 @@ async fn barrier(ctx: &ClientCtx, arrived: &Cell<usize>, clients: usize, run: &P
 async fn client(
     a: &BenchArgs,
     index: &IndexCfg,
+    node: &NodeState,
     ctx: &ClientCtx,
     w: usize,
     load: &Phase<'_>,
@@ -44,7 +47,7 @@ async fn client(
         run.stop.store(true, Ordering::Relaxed);
         e
     };
-    let idx = match Handle::open(ctx.ep(), index).await {
+    let idx = match Handle::open_on(ctx.ep(), index, node).await {
         Ok(i) => i,
         Err(e) => {
             arrived.set(arrived.get() + 1);
@@ -137,6 +140,14 @@ pub fn run(
     let wall = Instant::now();
     let server = index.server(cfg.region_len, cfg.chunk_size)?;
     let resizes: ResizeWatch = server.as_ref().map(|(_, w)| w.clone()).unwrap_or_default();
+    // Declared before the sim: its tasks borrow them.
+    let states: Vec<NodeState> = (0..if a.per_thread_state {
+        clients
+    } else {
+        s.compute_nodes
+    })
+        .map(|_| NodeState::new(index))
+        .collect();
     let mut sim = Sim::new(cfg).map_err(|e| e.0)?;
     if let Some((h, _)) = server {
         sim.set_handler(0, h).map_err(|e| e.0)?;
@@ -161,12 +172,13 @@ pub fn run(
     for node in 0..s.compute_nodes {
         for c in 0..s.clients_per_node {
             let w = node * s.clients_per_node + c;
+            let state = &states[if a.per_thread_state { w } else { node }];
             let base = sim.client(node).map_err(|e| e.0)?;
             let (load, run, arrived, results) = (&load, &run, &arrived, &results);
             let (warm, warmed, resizes) = (warm.as_ref(), &warmed, &resizes);
             sim.spawn_with(&base, 0, move |ctx| async move {
                 let r = client(
-                    a, index, &ctx, w, load, warm, run, arrived, warmed, clients, resizes,
+                    a, index, state, &ctx, w, load, warm, run, arrived, warmed, clients, resizes,
                 )
                 .await;
                 results.borrow_mut().push(r);
@@ -216,7 +228,26 @@ pub fn run(
         model.summary(),
         "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
     ];
+    let state_bytes: u64 = states.iter().map(NodeState::bytes).sum();
+    drop(states);
     let mut notes = notes;
+    if state_bytes > 0 {
+        notes.push(format!(
+            "client state: {} per-node state(s) ({}), {} B in all, {} B per client thread",
+            if a.per_thread_state {
+                clients
+            } else {
+                s.compute_nodes
+            },
+            if a.per_thread_state {
+                "one per client thread, --per-thread-state"
+            } else {
+                "one per compute node, shared by its client threads"
+            },
+            state_bytes,
+            state_bytes / clients as u64
+        ));
+    }
     if s.persistent {
         notes.push(
             "persistent memory nodes: nvm B/op = NIC-placed bytes + 64 x cache lines the \

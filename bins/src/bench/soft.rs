@@ -1,6 +1,6 @@
 //! `remora bench --fabric soft`: worker threads pinned to cores, each one compute-node client.
 use super::BenchArgs;
-use super::index::{Handle, IndexCfg, snapshot_of};
+use super::index::{Handle, IndexCfg, NodeState, snapshot_of};
 use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
 use super::resizes::ResizeWatch;
 use super::ycsb::Workload;
@@ -180,7 +180,8 @@ pub(super) fn local_server_cpu_ns() -> Option<u64> {
 
 /// LOAD then `workload` on `a.threads` pinned worker threads, each on its own endpoint from
 /// `make_ep` running `a.coroutines` coroutines: the real-thread runner of every fabric (soft,
-/// verbs). Appends the pinning and clock to `notes`.
+/// verbs). The threads are one compute node: they share its per-node state (one copy per
+/// thread with `--per-thread-state`). Appends the pinning and clock to `notes`.
 pub(super) fn run_threads<E: Endpoint>(
     a: &BenchArgs,
     index: &IndexCfg,
@@ -195,6 +196,7 @@ pub(super) fn run_threads<E: Endpoint>(
     let inserted = AtomicU64::new(0);
     let (dist, load, run) = Phase::pair(a, workload, &inserted);
     let barrier = Barrier::new(a.threads);
+    let shared = NodeState::new(index);
     let (results, pinning) = run_workers(
         a.threads,
         !a.no_pin,
@@ -211,7 +213,14 @@ pub(super) fn run_threads<E: Endpoint>(
                 e
             };
             let ep = make_ep().map_err(stop_all)?;
-            let idx = block_on(Handle::open(&ep, index)).map_err(stop_all)?;
+            let own;
+            let node = if a.per_thread_state {
+                own = NodeState::new(index);
+                &own
+            } else {
+                &shared
+            };
+            let idx = block_on(Handle::open_on(&ep, index, node)).map_err(stop_all)?;
             let ctx = Ctx {
                 a,
                 time: Time::Wall(clock),

@@ -1,5 +1,6 @@
 //! The CANRT client: node-oriented reads (Algorithm 2), scans, and waiting for resizes
 //! over a cached copy of the prefix nodes (lock-based appends, Algorithm 1, are in `write.rs`).
+use super::node::CanrtNode;
 use super::view::{Found, NodeView, TreeView};
 use super::{CanrtConfig, CanrtError};
 use crate::fabric::{Endpoint, Op, QueuePair};
@@ -12,7 +13,7 @@ use remora_layouts::canrt::{
 };
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
-use std_alloc::rc::Rc;
+use std_alloc::sync::Arc;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
@@ -73,7 +74,11 @@ impl Drop for Buf<'_> {
 pub struct Canrt<'e, E: Endpoint> {
     pub(super) ep: &'e E,
     pub(super) cfg: CanrtConfig,
-    pub(super) view: RefCell<Rc<TreeView>>,
+    /// This handle's view of the tree (the node's, or newer while not yet shared).
+    pub(super) view: RefCell<Arc<TreeView>>,
+    /// The compute node's shared prefix cache, and this handle's reader shard of it.
+    pub(super) node: Arc<CanrtNode>,
+    pub(super) shard: usize,
     pub(super) bufs: BufPool,
     pub(super) torn: Cell<u64>,
     pub(super) waits: Cell<u64>,
@@ -169,8 +174,13 @@ pub(super) enum Wrote {
 
 impl<'e, E: Endpoint> Canrt<'e, E> {
     /// Opens the tree on `cfg.node`; if none is published yet, asks the server to format one
-    /// with `cfg.slots` and `cfg.value_cap` and waits for it.
-    pub async fn open(ep: &'e E, cfg: CanrtConfig) -> Result<Canrt<'e, E>, CanrtError> {
+    /// with `cfg.slots` and `cfg.value_cap` and waits for it. The handle shares `node` (the
+    /// prefix cache) with the other handles of its compute node.
+    pub async fn open_on(
+        ep: &'e E,
+        cfg: CanrtConfig,
+        node: Arc<CanrtNode>,
+    ) -> Result<Canrt<'e, E>, CanrtError> {
         let geometry = cfg.validate()?;
         let qp = ep.qp(cfg.node)?;
         let slot = GlobalAddr::new(cfg.node, root_offset(ROOT_SLOT));
@@ -202,10 +212,13 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         }
         let view = load_view(qp, cfg.read_retries).await?;
         let region_len = read_word(qp, GlobalAddr::new(cfg.node, 16)).await?;
+        let shard = node.shard();
         Ok(Canrt {
             ep,
             cfg,
-            view: RefCell::new(Rc::new(view)),
+            view: RefCell::new(node.share(shard, Arc::new(view))),
+            node,
+            shard,
             bufs: BufPool(RefCell::new(Vec::new())),
             torn: Cell::new(0),
             waits: Cell::new(0),
@@ -247,7 +260,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
     }
 
     /// The cached tree.
-    pub fn view(&self) -> Rc<TreeView> {
+    pub fn view(&self) -> Arc<TreeView> {
         self.view.borrow().clone()
     }
 
@@ -356,6 +369,17 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         if root == cur.root && u64::from_le_bytes(eb) as u32 == cur.header.epoch {
             return Ok(false);
         }
+        // Another thread of the node may have loaded the newer tree already.
+        if let Some(v) = self.node.newer(self.shard, cur.header.epoch)
+            && v.root == root
+        {
+            let mut slot = self.view.borrow_mut();
+            if slot.header.epoch < v.header.epoch {
+                *slot = v;
+                return Ok(true);
+            }
+            return Ok(slot.header.epoch != cur.header.epoch);
+        }
         let guess = (2 * cur.header.prefix_len).max(1024);
         let v = match self.load_view_at(root, guess).await? {
             Some(v) => v,
@@ -364,7 +388,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         Self::bump(&self.refreshes);
         let mut slot = self.view.borrow_mut();
         if slot.header.epoch < v.header.epoch {
-            *slot = Rc::new(v);
+            *slot = self.node.share(self.shard, Arc::new(v));
             return Ok(true);
         }
         Ok(slot.header.epoch != cur.header.epoch)

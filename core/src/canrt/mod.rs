@@ -114,6 +114,7 @@
 mod build;
 mod client;
 mod keys;
+mod node;
 mod resize;
 mod resize_stats;
 mod server;
@@ -125,6 +126,7 @@ mod write;
 
 pub use build::{Plan, plan, plan_units};
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
+pub use node::CanrtNode;
 pub use resize_stats::{ResizeClock, ResizeCounts};
 pub use server::{CanrtServer, Counter, RecoveryReport, ServerStats};
 pub use view::{Found, NodeView, TreeView};

@@ -1213,5 +1213,6 @@ fn errors_speak_canrts_words() {
 mod issue13;
 mod keys16;
 mod killed_holder;
+mod node_share;
 mod partial_resize;
 mod resize_clock;

@@ -1,7 +1,7 @@
 //! The index cache: copies of level-1 internal pages (the parents of leaves), keyed by their
 //! low fence, so a lookup goes straight to its leaf in one READ.
 //!
-//! Only verified images enter the cache: pages a READ proved whole (`PageHeader::decode`:
+//! One per compute node ([`super::node::ShermanNode`]). Only verified images enter the cache: pages a READ proved whole (`PageHeader::decode`:
 //! checksum over the whole internal page) or images this handle wrote itself.
 //!
 //! A cached page can be stale; the leaf's fence keys tell. A leaf whose range is left of the
@@ -24,8 +24,6 @@ pub(super) struct IndexCache {
     cap: usize,
     enabled: bool,
     evict_cursor: u64,
-    pub(super) hits: u64,
-    pub(super) misses: u64,
 }
 
 /// The child of an internal page that covers `key` (largest separator <= key).
@@ -52,28 +50,19 @@ impl IndexCache {
             cap,
             enabled,
             evict_cursor: 0,
-            hits: 0,
-            misses: 0,
         }
     }
 
     /// The leaf a cached level-1 page points `key` to.
-    pub(super) fn leaf_for(&mut self, key: u64, g: &Geometry) -> Option<GlobalAddr> {
+    pub(super) fn leaf_for(&self, key: u64, g: &Geometry) -> Option<GlobalAddr> {
         if !self.enabled {
             return None;
         }
-        let hit = self
-            .map
+        self.map
             .range(..=key)
             .next_back()
             .filter(|(_, c)| key < c.high)
-            .and_then(|(_, c)| child_for(&c.page, g, &c.header, key));
-        if hit.is_some() {
-            self.hits += 1
-        } else {
-            self.misses += 1
-        }
-        hit
+            .and_then(|(_, c)| child_for(&c.page, g, &c.header, key))
     }
 
     /// Remembers a level-1 page just read whole.

@@ -12,22 +12,32 @@
 //! handle never fences itself: a word naming this client belongs to one of its own
 //! coroutines (FG+ has no local table), which is alive.
 //!
-//! Local level (`hierarchical_locks`): coroutines of one handle that want the same global lock
-//! queue in a local table instead of hammering the NIC; the releasing holder hands the global
-//! lock straight to a local waiter (no unlock, no CAS) up to `handover_cap` times in a row.
+//! Local level (`hierarchical_locks`): coroutines of one compute node (of all its client
+//! threads: the table is the node's, [`super::node::ShermanNode`]) that want the same global
+//! lock queue in a local table instead of hammering the NIC; the releasing holder hands the
+//! global lock straight to a local waiter — of any thread of the node — (no unlock, no CAS)
+//! up to `handover_cap` times in a row. The lock word keeps naming the thread that CASed it
+//! until the lock is released: a handed-over holder is covered by that thread's lease.
+//! So with the table shared, the unit of failure is the compute node (the process, as in
+//! the paper): a thread that dies holding a local turn leaves the node's waiters for that
+//! word to their deadline ([`ShermanError::LockHeld`]), and a waiter of another node that
+//! outwaits the lease fences the thread the word names, which may be the one that handed the
+//! lock over. Per-thread state (`Sherman::create`/`open`) keeps the unit a thread.
 use super::ShermanError;
+use super::node::ShermanNode;
 use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
 use crate::lease::{LeaseConfig, Verdict, Waiter, holder, owner_word};
-use core::cell::{Cell, RefCell};
+use core::cell::Cell;
 use remora_layouts::GlobalAddr;
-use std_alloc::collections::{BTreeMap, BTreeSet};
+use std_alloc::collections::BTreeSet;
+use std_alloc::sync::Arc;
 
-/// One global lock word as this handle sees it: a ticket queue (FIFO, so a coroutine that
-/// just released cannot barge ahead of the ones waiting), and whether this handle holds the
+/// One global lock word as this compute node sees it: a ticket queue (FIFO, so a coroutine
+/// that just released cannot barge ahead of the ones waiting), and whether the node holds the
 /// global lock.
 #[derive(Default)]
-struct LocalLock {
+pub(crate) struct LocalLock {
     next: u64,
     serving: u64,
     global: bool,
@@ -58,7 +68,8 @@ pub(super) struct Locks {
     spin: bool,
     cap: u32,
     lease: LeaseConfig,
-    table: RefCell<BTreeMap<GlobalAddr, LocalLock>>,
+    /// The compute node's state: its local lock table.
+    node: Arc<ShermanNode>,
 }
 
 /// How a lock was obtained (for counters and tests).
@@ -88,6 +99,7 @@ impl Locks {
         spin: bool,
         cap: u32,
         lease: LeaseConfig,
+        node: Arc<ShermanNode>,
     ) -> Locks {
         Locks {
             client,
@@ -97,7 +109,7 @@ impl Locks {
             spin,
             cap,
             lease,
-            table: RefCell::new(BTreeMap::new()),
+            node,
         }
     }
 
@@ -121,48 +133,52 @@ impl Locks {
         seen: Option<(u64, u64)>,
     ) -> Result<Got, ShermanError> {
         if self.hierarchical {
-            let ticket = {
-                let mut t = self.table.borrow_mut();
-                let e = t.entry(lock).or_default();
-                e.next += 1;
-                e.next - 1
-            };
+            let table = &self.node.locks;
+            let ticket = table
+                .with(lock, |e| {
+                    e.next += 1;
+                    e.next - 1
+                })
+                .await;
             let mut spins = 0u32;
             let mut start = None;
             loop {
-                {
-                    let mut t = self.table.borrow_mut();
-                    let e = t.get_mut(&lock).expect("entry made above");
-                    if e.serving == ticket {
-                        if e.global {
-                            return Ok(Got::HandedOver);
+                let now = ep.now_ns();
+                let turn = table
+                    .with(lock, |e| {
+                        if e.serving == ticket {
+                            return Some(Ok(e.global));
                         }
-                        break;
-                    }
-                    spins = spins.saturating_add(1);
-                    let now = ep.now_ns();
-                    let waited = now.saturating_sub(*start.get_or_insert(now));
-                    if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
-                        e.abandoned.insert(ticket);
-                        return Err(ShermanError::LockHeld {
-                            lock,
-                            holder: self.client,
-                            word: 0,
-                            waited_ns: waited,
-                        });
-                    }
+                        spins = spins.saturating_add(1);
+                        let waited = now.saturating_sub(*start.get_or_insert(now));
+                        if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
+                            e.abandoned.insert(ticket);
+                            return Some(Err(ShermanError::LockHeld {
+                                lock,
+                                holder: self.client,
+                                word: 0,
+                                waited_ns: waited,
+                            }));
+                        }
+                        None
+                    })
+                    .await;
+                match turn {
+                    Some(Ok(true)) => return Ok(Got::HandedOver),
+                    Some(Ok(false)) => break,
+                    Some(Err(e)) => return Err(e),
+                    None => yield_now().await,
                 }
-                yield_now().await;
             }
         }
         let r = self.acquire_global(ep, lock, seen).await;
         match r {
             Ok(_) => {
                 if self.hierarchical {
-                    self.table.borrow_mut().entry(lock).or_default().global = true;
+                    self.node.locks.with(lock, |e| e.global = true).await;
                 }
             }
-            Err(_) => self.give_up(lock),
+            Err(_) => self.give_up(lock).await,
         }
         r
     }
@@ -254,11 +270,9 @@ impl Locks {
     }
 
     /// Our turn ends without the global lock: the next waiter tries.
-    fn give_up(&self, lock: GlobalAddr) {
-        if self.hierarchical
-            && let Some(e) = self.table.borrow_mut().get_mut(&lock)
-        {
-            e.pass_on();
+    async fn give_up(&self, lock: GlobalAddr) {
+        if self.hierarchical {
+            self.node.locks.with(lock, |e| e.pass_on()).await;
         }
     }
 
@@ -270,17 +284,21 @@ impl Locks {
         lock: GlobalAddr,
         writeback: &mut Batch<'_>,
     ) -> Result<(), ShermanError> {
-        let hand_over = self.hierarchical && {
-            let mut t = self.table.borrow_mut();
-            let e = t.entry(lock).or_default();
-            if e.waiting() > 0 && e.handovers < self.cap {
-                e.handovers += 1;
-                true
-            } else {
-                e.handovers = 0;
-                false
-            }
-        };
+        let cap = self.cap;
+        let hand_over = self.hierarchical
+            && self
+                .node
+                .locks
+                .with(lock, |e| {
+                    if e.waiting() > 0 && e.handovers < cap {
+                        e.handovers += 1;
+                        true
+                    } else {
+                        e.handovers = 0;
+                        false
+                    }
+                })
+                .await;
         let result = if hand_over {
             if writeback.is_empty() {
                 Ok(())
@@ -307,13 +325,17 @@ impl Locks {
                 Err(e) => Err(e),
             }
         };
-        if self.hierarchical
-            && let Some(e) = self.table.borrow_mut().get_mut(&lock)
-        {
+        if self.hierarchical {
             // Handed over: the next waiter holds the global lock already. Otherwise it was
             // released (or, on an error, is in an unknown state: the next holder CASes).
-            e.global = hand_over && result.is_ok();
-            e.pass_on();
+            let handed = hand_over && result.is_ok();
+            self.node
+                .locks
+                .with(lock, |e| {
+                    e.global = handed;
+                    e.pass_on();
+                })
+                .await;
         }
         result.map_err(Into::into)
     }
@@ -328,7 +350,8 @@ mod tests {
             max_attempts: 1000,
             ..LeaseConfig::default_lease()
         };
-        Locks::new(7, false, false, spin, 8, lease)
+        let node = Arc::new(ShermanNode::new(&super::super::ShermanConfig::sherman()));
+        Locks::new(7, false, false, spin, 8, lease, node)
     }
 
     #[test]

@@ -45,8 +45,8 @@
 //!   off exponentially on the fabric clock; a word unchanged for a lease (`lease.lease_ns`, 1 s by default, see [`ShermanConfig`])
 //!   has a dead holder, whom the waiter fences off the lock's memory node
 //!   ([`crate::fabric::Endpoint::fence`]) and then CASes the word from the holder's to its own
-//!   (`lock.rs`). The local lock table (coroutines of one handle) is unchanged; a handle never
-//!   fences itself. A word that names no client, or a fabric that cannot fence (a node that
+//!   (`lock.rs`). The local lock table (coroutines of every thread of one compute node,
+//!   [`ShermanNode`]) is unchanged; a handle never fences itself. A word that names no client, or a fabric that cannot fence (a node that
 //!   refuses the fence), ends in [`ShermanError::LockHeld`] naming the word and holder after
 //!   the deadline.
 //! - **A page the holder was writing.** On the sim a crash drops a whole doorbell, so a page
@@ -119,10 +119,13 @@
 //! version (one hash pass).
 mod cache;
 mod lock;
+mod node;
+mod open;
 mod redo;
 mod tree;
 mod wait;
 
+pub use node::ShermanNode;
 pub use tree::{RepairStats, Sherman};
 
 use crate::alloc::AllocError;
@@ -138,7 +141,8 @@ pub struct ShermanConfig {
     pub value_size: usize,
     /// Global locks in the memory node's device memory (else a lock table in host memory).
     pub onchip_locks: bool,
-    /// Local lock table per handle: waiters queue locally and the lock is handed over.
+    /// Local lock table per compute node ([`ShermanNode`], shared by the node's handles):
+    /// waiters queue locally and the lock is handed over, between threads too.
     pub hierarchical_locks: bool,
     /// At most this many hand-overs in a row before the global lock is released.
     pub handover_cap: u32,
@@ -149,8 +153,8 @@ pub struct ShermanConfig {
     /// that seeds/002 §1 blames for the one-sided locks' collapse ("such locks always trigger
     /// unnecessary retries, which consumes RDMA IOPS"). Every failed CAS holds the word in
     /// the memory node's atomic unit and, by per-queue-pair order, delays the verbs behind it
-    /// on its queue pair. With `hierarchical_locks` at most one coroutine per handle spins on
-    /// a word. Waits still end by lease and deadline on the fabric clock (the attempt cap
+    /// on its queue pair. With `hierarchical_locks` at most one coroutine per compute node
+    /// spins on a word. Waits still end by lease and deadline on the fabric clock (the attempt cap
     /// bounds them only on a fabric without a clock).
     pub spin_locks: bool,
     /// Non-split writes write back one entry (else the whole page).

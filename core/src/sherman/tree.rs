@@ -1,6 +1,9 @@
-//! The B-link tree itself: descriptor, traversal, lookups, writes, splits, scans.
-use super::cache::{IndexCache, child_for};
+//! The B-link tree itself: traversal, lookups, writes, splits, scans (the descriptor and
+//! opening a tree are in `open.rs`).
+use super::cache::child_for;
 use super::lock::{Batch, Got, Locks};
+use super::node::NodeCache;
+use super::open::{D_ROOT, NodeLocks};
 use super::redo;
 use super::wait::Patience;
 use super::{PageCheck, ShermanConfig, ShermanError};
@@ -9,85 +12,13 @@ use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::index::KvIndex;
 use crate::lease::LeaseConfig;
 use core::cell::{Cell, RefCell};
-use remora_layouts::region::{HEADER_LEN as REGION_HEADER_LEN, RegionHeader, root_offset};
+use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{
     Geometry, KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, internal_entry, leaf_entry_bytes,
     leaf_slot, leaf_value, rebind_entry, seal, set_internal_entry, verify_leaf,
 };
-use remora_layouts::{GlobalAddr, NodeId};
 use std_alloc::vec;
 use std_alloc::vec::Vec;
-
-/// `b"SHERMAN2"` (version 2 added the redo pointer tables).
-const DESC_MAGIC: u64 = u64::from_le_bytes(*b"SHERMAN2");
-const DESC_LEN: usize = 192;
-const D_ROOT: u64 = 8;
-const D_CLIENTS: u64 = 40;
-const MAX_NODES: usize = 8;
-
-/// The tree's descriptor, stored once on the first memory node:
-/// magic, root, page size, value size, flags (bit 0: on-chip locks), clients (FAA counter),
-/// host lock-table entries, node count, host lock table per node, redo pointer table per
-/// node (one word per lock word, see `redo.rs`).
-#[derive(Debug, Clone, Copy)]
-struct Descriptor {
-    root: GlobalAddr,
-    page_size: u64,
-    value_size: u64,
-    onchip: bool,
-    host_locks: u64,
-    tables: [u64; MAX_NODES],
-    redo: [u64; MAX_NODES],
-}
-
-impl Descriptor {
-    fn encode(&self) -> [u8; DESC_LEN] {
-        let mut b = [0u8; DESC_LEN];
-        let words = [
-            DESC_MAGIC,
-            self.root.raw(),
-            self.page_size,
-            self.value_size,
-            self.onchip as u64,
-            0,
-            self.host_locks,
-            0,
-        ];
-        let all = words
-            .iter()
-            .chain(self.tables.iter())
-            .chain(self.redo.iter());
-        for (i, w) in all.enumerate() {
-            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-        }
-        b
-    }
-
-    fn decode(b: &[u8; DESC_LEN]) -> Option<Descriptor> {
-        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
-        if w(0) != DESC_MAGIC {
-            return None;
-        }
-        Some(Descriptor {
-            root: GlobalAddr::from_raw(w(1)),
-            page_size: w(2),
-            value_size: w(3),
-            onchip: w(4) & 1 == 1,
-            host_locks: w(6),
-            tables: core::array::from_fn(|i| w(8 + i)),
-            redo: core::array::from_fn(|i| w(8 + MAX_NODES + i)),
-        })
-    }
-}
-
-struct NodeLocks {
-    node: NodeId,
-    dm_locks: u64,
-    host_table: GlobalAddr,
-    host_locks: u64,
-    /// Redo pointers, one per lock word of this node (`redo.rs`).
-    redo_table: GlobalAddr,
-}
 
 /// What a locked leaf step decided.
 enum Step {
@@ -132,30 +63,31 @@ struct Logged {
 
 /// One compute node's handle on a Sherman tree (see [`super`]).
 pub struct Sherman<'e, E: Endpoint> {
-    ep: &'e E,
-    cfg: ShermanConfig,
-    g: Geometry,
-    desc: GlobalAddr,
-    onchip: bool,
-    root: Cell<GlobalAddr>,
-    nodes: Vec<NodeLocks>,
-    allocs: Vec<RemoteAllocator>,
-    next_alloc: Cell<usize>,
-    locks: Locks,
-    cache: RefCell<IndexCache>,
-    pool: RefCell<Vec<Vec<u8>>>,
-    handovers: Cell<u64>,
-    splits: Cell<u64>,
+    pub(super) ep: &'e E,
+    pub(super) cfg: ShermanConfig,
+    pub(super) g: Geometry,
+    pub(super) desc: GlobalAddr,
+    pub(super) onchip: bool,
+    pub(super) root: Cell<GlobalAddr>,
+    pub(super) nodes: Vec<NodeLocks>,
+    pub(super) allocs: Vec<RemoteAllocator>,
+    pub(super) next_alloc: Cell<usize>,
+    pub(super) locks: Locks,
+    /// The compute node's index cache (its local lock table is in `locks`).
+    pub(super) node: NodeCache,
+    pub(super) pool: RefCell<Vec<Vec<u8>>>,
+    pub(super) handovers: Cell<u64>,
+    pub(super) splits: Cell<u64>,
     /// A link a traversal found missing (a page reached through its parent or left
     /// neighbour whose right sibling the parent does not know): (parent level, separator,
     /// child). The next write of this handle inserts it.
-    missing: Cell<Option<(u8, u64, GlobalAddr)>>,
+    pub(super) missing: Cell<Option<(u8, u64, GlobalAddr)>>,
     /// Repairs made of what other clients left half-done.
-    repairs: Cell<RepairStats>,
+    pub(super) repairs: Cell<RepairStats>,
     /// Free redo slots of this handle, per memory node (index as in `nodes`).
-    redo_slots: RefCell<Vec<Vec<GlobalAddr>>>,
+    pub(super) redo_slots: RefCell<Vec<Vec<GlobalAddr>>>,
     /// Buffers for redo record images.
-    records: RefCell<Vec<Vec<u8>>>,
+    pub(super) records: RefCell<Vec<Vec<u8>>>,
 }
 
 fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
@@ -182,7 +114,7 @@ fn bind_of(check: PageCheck, version: u64) -> u64 {
 /// Encodes a whole leaf image into `img`: version `version`, fences `[low, high)`, `entries`
 /// (key, value) in the first slots, every other slot free, all bound to the version; sealed.
 #[allow(clippy::too_many_arguments)]
-fn encode_leaf(
+pub(super) fn encode_leaf(
     img: &mut [u8],
     g: &Geometry,
     check: PageCheck,
@@ -241,161 +173,6 @@ fn hash(a: GlobalAddr) -> u64 {
 }
 
 impl<'e, E: Endpoint> Sherman<'e, E> {
-    /// Creates the tree and publishes it in `cfg.root_slot` of the first memory node, or
-    /// opens the one already there (so concurrent creators agree on one tree).
-    pub async fn create(ep: &'e E, cfg: ShermanConfig) -> Result<Self, ShermanError> {
-        let g = Geometry::new(cfg.page_size, cfg.value_size).map_err(ShermanError::Config)?;
-        let first = *ep.nodes().first().ok_or(ShermanError::NoTree {
-            slot: cfg.root_slot,
-        })?;
-        let qp = ep.qp(first)?;
-        let slot = GlobalAddr::new(first, root_offset(cfg.root_slot));
-        let mut cur = [0u8; 8];
-        qp.read(slot, &mut cur).await?;
-        if u64::from_le_bytes(cur) != 0 {
-            return Self::open(ep, cfg).await;
-        }
-        let mut tables = [0u64; MAX_NODES];
-        let mut redo = [0u64; MAX_NODES];
-        let mut host_locks = u64::MAX;
-        for (i, &n) in ep.nodes().iter().enumerate().take(MAX_NODES) {
-            let q = ep.qp(n)?;
-            let a = RemoteAllocator::open(q).await?;
-            let count = (a.chunk_size() / 8).min(1 << 15);
-            host_locks = host_locks.min(count);
-            let zeros = vec![0u8; (count * 8) as usize];
-            let t = a.alloc_chunk(q).await?;
-            q.write(t, &zeros).await?;
-            tables[i] = t.raw();
-            // The redo pointers: as many words as there are lock words (device-memory locks
-            // are capped to the same count in `open`).
-            let r = a.alloc_chunk(q).await?;
-            q.write(r, &zeros).await?;
-            redo[i] = r.raw();
-        }
-        let a0 = RemoteAllocator::open(qp).await?;
-        let root = a0.alloc(qp, cfg.page_size as u64).await?;
-        let desc_addr = a0.alloc(qp, DESC_LEN as u64).await?;
-        let mut page = vec![0u8; g.page_size];
-        encode_leaf(&mut page, &g, cfg.page_check, 1, 0, KEY_INFINITY, 0, &[]);
-        let d = Descriptor {
-            root,
-            page_size: cfg.page_size as u64,
-            value_size: cfg.value_size as u64,
-            onchip: cfg.onchip_locks,
-            host_locks,
-            tables,
-            redo,
-        };
-        let img = d.encode();
-        qp.post(&mut [
-            Op::Write {
-                remote: root,
-                local: &page,
-            },
-            Op::Write {
-                remote: desc_addr,
-                local: &img,
-            },
-        ])
-        .await?;
-        let old = qp.cas(slot, 0, desc_addr.raw()).await?;
-        let _ = old; // 0: ours is published; else another creator won and we open theirs.
-        Self::open(ep, cfg).await
-    }
-
-    /// Opens the tree published in `cfg.root_slot`. Lock placement comes from the tree (all
-    /// handles must agree); the other switches are this handle's.
-    pub async fn open(ep: &'e E, cfg: ShermanConfig) -> Result<Self, ShermanError> {
-        let g = Geometry::new(cfg.page_size, cfg.value_size).map_err(ShermanError::Config)?;
-        let no_tree = ShermanError::NoTree {
-            slot: cfg.root_slot,
-        };
-        let first = *ep.nodes().first().ok_or(no_tree)?;
-        let qp = ep.qp(first)?;
-        let mut b = [0u8; 8];
-        qp.read(GlobalAddr::new(first, root_offset(cfg.root_slot)), &mut b)
-            .await?;
-        let desc = GlobalAddr::from_raw(u64::from_le_bytes(b));
-        if desc.is_null() || desc.node() != first {
-            return Err(no_tree);
-        }
-        let mut img = [0u8; DESC_LEN];
-        qp.read(desc, &mut img).await?;
-        let d = Descriptor::decode(&img).ok_or(no_tree)?;
-        if d.page_size != cfg.page_size as u64 || d.value_size != cfg.value_size as u64 {
-            return Err(no_tree);
-        }
-        let tag = qp.faa(desc.add(D_CLIENTS), 1).await? + 1;
-        let mut nodes = Vec::new();
-        let mut allocs = Vec::new();
-        for (i, &n) in ep.nodes().iter().enumerate().take(MAX_NODES) {
-            let q = ep.qp(n)?;
-            let mut hb = [0u8; REGION_HEADER_LEN];
-            q.read(GlobalAddr::new(n, 0), &mut hb).await?;
-            let rh = RegionHeader::decode(&hb).map_err(|why| ShermanError::Corrupt {
-                addr: GlobalAddr::new(n, 0),
-                why,
-            })?;
-            let host_locks = if d.host_locks == 0 {
-                0
-            } else {
-                1u64 << (63 - d.host_locks.leading_zeros())
-            };
-            // At most one lock word per redo pointer (`redo.rs`: a pointer has one writer).
-            let dm_locks = if rh.dm_len >= 8 {
-                (1u64 << (63 - (rh.dm_len / 8).leading_zeros())).min(host_locks)
-            } else {
-                0
-            };
-            if d.onchip && dm_locks == 0 {
-                return Err(ShermanError::Fabric(
-                    crate::fabric::FabricError::Unsupported {
-                        what: "on-chip locks need device memory on every memory node",
-                    },
-                ));
-            }
-            nodes.push(NodeLocks {
-                node: n,
-                dm_locks,
-                host_table: GlobalAddr::from_raw(d.tables[i]),
-                host_locks,
-                redo_table: GlobalAddr::from_raw(d.redo[i]),
-            });
-            allocs.push(RemoteAllocator::open(q).await?);
-        }
-        Ok(Sherman {
-            ep,
-            cfg,
-            g,
-            desc,
-            onchip: d.onchip,
-            root: Cell::new(d.root),
-            nodes,
-            allocs,
-            next_alloc: Cell::new(tag as usize),
-            locks: Locks::new(
-                ep.client_id(),
-                cfg.hierarchical_locks,
-                cfg.combine_commands,
-                cfg.spin_locks,
-                cfg.handover_cap,
-                LeaseConfig {
-                    max_attempts: cfg.lock_retries,
-                    ..cfg.lease
-                },
-            ),
-            cache: RefCell::new(IndexCache::new(cfg.index_cache, cfg.cache_bytes)),
-            pool: RefCell::new(Vec::new()),
-            handovers: Cell::new(0),
-            splits: Cell::new(0),
-            missing: Cell::new(None),
-            repairs: Cell::new(RepairStats::default()),
-            redo_slots: RefCell::new(Vec::new()),
-            records: RefCell::new(Vec::new()),
-        })
-    }
-
     pub fn geometry(&self) -> Geometry {
         self.g
     }
@@ -412,10 +189,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         f(&mut r);
         self.repairs.set(r);
     }
-    /// Index-cache hits, misses and bytes.
+    /// Index-cache hits and misses of this handle, and bytes in the node's cache.
     pub fn cache_stats(&self) -> (u64, u64, usize) {
-        let c = self.cache.borrow();
-        (c.hits, c.misses, c.bytes())
+        self.node.stats()
     }
 
     fn page(&self) -> Vec<u8> {
@@ -1002,7 +778,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 return Ok(addr);
             }
             if h.level() == 1 {
-                self.cache.borrow_mut().insert(&h, buf);
+                self.node.cache_insert(&h, buf);
             }
             addr = child_for(buf, &self.g, &h, key).ok_or(ShermanError::Corrupt {
                 addr,
@@ -1016,7 +792,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// The leaf for `key`: from the index cache (true), else by walking down (false).
     async fn locate(&self, key: u64, buf: &mut [u8]) -> Result<(GlobalAddr, bool), ShermanError> {
-        if let Some(a) = self.cache.borrow_mut().leaf_for(key, &self.g) {
+        if let Some(a) = self.node.leaf_for(key, &self.g) {
             return Ok((a, true));
         }
         Ok((self.walk(key, None, buf).await?, false))
@@ -1062,13 +838,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 });
             }
             if key < h.low_fence {
-                self.cache.borrow_mut().invalidate(key);
+                self.node.cache_invalidate(key);
                 p.pause(self.ep).await;
                 addr = self.locate(key, buf).await?.0;
                 continue;
             }
             if key >= h.high_fence {
-                self.cache.borrow_mut().invalidate(key);
+                self.node.cache_invalidate(key);
                 addr = GlobalAddr::from_raw(h.sibling);
                 continue;
             }
@@ -1162,12 +938,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         // separator of this leaf's right sibling.
                         self.missing.set(Some((1, sep, next)));
                     }
-                    self.cache.borrow_mut().invalidate(key);
+                    self.node.cache_invalidate(key);
                     // (Every page passed from a parent's pointer lacks its separator there.)
                     addr = next;
                 }
                 Step::Restart => {
-                    self.cache.borrow_mut().invalidate(key);
+                    self.node.cache_invalidate(key);
                     p.pause(self.ep).await;
                     (addr, cached) = self.locate(key, buf).await?;
                 }
@@ -1540,7 +1316,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         self.page_write_ops(addr, &img, &mut ops);
                         self.locks.release(qp, lock, &mut ops).await?;
                         if level == 1 {
-                            self.cache.borrow_mut().insert(
+                            self.node.cache_insert(
                                 &PageHeader::decode(&img, &self.g)
                                     .map_err(|why| ShermanError::Corrupt { addr, why })?,
                                 &img,
@@ -1577,7 +1353,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         .await?;
                     self.splits.set(self.splits.get() + 1);
                     if level == 1 {
-                        self.cache.borrow_mut().invalidate(sep);
+                        self.node.cache_invalidate(sep);
                     }
                     let pending = if h.low_fence == 0 && h.high_fence == KEY_INFINITY {
                         self.grow_root(addr, level, up, right_addr).await?
@@ -1666,7 +1442,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     });
                 }
                 if key < h.low_fence {
-                    self.cache.borrow_mut().invalidate(key);
+                    self.node.cache_invalidate(key);
                     moves.pause(self.ep).await;
                     addr = self.locate(key, &mut buf).await?.0;
                     continue 'pages;

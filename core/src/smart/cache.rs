@@ -13,6 +13,7 @@
 //! moves never make it wrong, just useless), otherwise the address index is probed and the
 //! hint refreshed. A walk thus costs about one entry (one or two lines) per level.
 use super::remote::{Find, NodeImg};
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::{Header, NodeType, Slot};
 use std_alloc::vec::Vec;
@@ -32,14 +33,15 @@ fn class(ty: NodeType) -> u32 {
     }
 }
 
-/// One cached internal node of `N` slots, slots and child hints inline.
+/// One cached internal node of `N` slots, slots and child hints inline. Hints are atomics:
+/// walks refresh them under a shared guard of the node's cache (a hint is only a guess, so
+/// a lost refresh costs one index probe later).
 #[repr(C, align(64))]
-#[derive(Clone)]
 struct Entry<const N: usize> {
     addr: GlobalAddr,
     header: Header,
     slots: [Slot; N],
-    hints: [EntryId; N],
+    hints: [AtomicU32; N],
 }
 
 /// A read-only view of a cached node.
@@ -101,7 +103,7 @@ trait Pool {
     fn refresh(&mut self, pos: usize, header: Header, slots: &[Slot]);
     fn set_slot(&mut self, pos: usize, idx: usize, slot: Slot);
     fn hint(&self, pos: usize, idx: usize) -> EntryId;
-    fn set_hint(&mut self, pos: usize, idx: usize, hint: EntryId);
+    fn set_hint(&self, pos: usize, idx: usize, hint: EntryId);
     fn push(&mut self, addr: GlobalAddr, header: Header, slots: &[Slot]);
     /// Removes entry `pos`; the last entry moves into its place.
     fn swap_remove(&mut self, pos: usize);
@@ -138,12 +140,11 @@ impl<const N: usize> Pool for Vec<Entry<N>> {
     fn hint(&self, pos: usize, idx: usize) -> EntryId {
         self.get(pos)
             .and_then(|e| e.hints.get(idx))
-            .copied()
-            .unwrap_or(NONE)
+            .map_or(NONE, |h| h.load(Relaxed))
     }
-    fn set_hint(&mut self, pos: usize, idx: usize, hint: EntryId) {
-        if let Some(h) = self.get_mut(pos).and_then(|e| e.hints.get_mut(idx)) {
-            *h = hint;
+    fn set_hint(&self, pos: usize, idx: usize, hint: EntryId) {
+        if let Some(h) = self.get(pos).and_then(|e| e.hints.get(idx)) {
+            h.store(hint, Relaxed);
         }
     }
     fn push(&mut self, addr: GlobalAddr, header: Header, slots: &[Slot]) {
@@ -151,7 +152,7 @@ impl<const N: usize> Pool for Vec<Entry<N>> {
             addr,
             header,
             slots: [Slot::EMPTY; N],
-            hints: [NONE; N],
+            hints: core::array::from_fn(|_| AtomicU32::new(NONE)),
         };
         let n = slots.len().min(N);
         e.slots[..n].copy_from_slice(&slots[..n]);
@@ -178,7 +179,7 @@ pub(crate) struct RadixCache {
     rng: u64,
     pinned: GlobalAddr,
     /// Where the pinned node (the root) was last found.
-    pinned_id: EntryId,
+    pinned_id: AtomicU32,
 }
 
 /// Runs `$body` with `$p` bound to the pool of class `$class` (static dispatch, hot path).
@@ -230,7 +231,7 @@ impl RadixCache {
             budget,
             rng: 0x2545_F491_4F6C_DD1D,
             pinned: GlobalAddr::NULL,
-            pinned_id: NONE,
+            pinned_id: AtomicU32::new(NONE),
         };
         if budget > 0 {
             let slots = (2 * budget / c.n4.cost())
@@ -263,10 +264,23 @@ impl RadixCache {
     pub fn len(&self) -> usize {
         self.n4.len() + self.n16.len() + self.n48.len() + self.n256.len()
     }
+    /// Bytes the cache holds in memory: its preallocated index and its pools' capacity.
+    pub fn footprint(&self) -> usize {
+        use core::mem::size_of;
+        self.index.capacity() * size_of::<EntryId>()
+            + self.n4.capacity() * size_of::<Entry<4>>()
+            + self.n16.capacity() * size_of::<Entry<16>>()
+            + self.n48.capacity() * size_of::<Entry<48>>()
+            + self.n256.capacity() * size_of::<Entry<256>>()
+    }
+    /// The node never evicted (`NULL`: none yet).
+    pub fn pinned(&self) -> GlobalAddr {
+        self.pinned
+    }
     /// Never evict this node (the root).
     pub fn pin(&mut self, addr: GlobalAddr) {
         self.pinned = addr;
-        self.pinned_id = NONE;
+        self.pinned_id.store(NONE, Relaxed);
     }
 
     fn addr_of(&self, id: EntryId) -> Option<GlobalAddr> {
@@ -288,18 +302,19 @@ impl RadixCache {
     }
 
     /// The entry caching `addr`, if any.
-    pub fn lookup(&mut self, addr: GlobalAddr) -> Option<EntryId> {
+    pub fn lookup(&self, addr: GlobalAddr) -> Option<EntryId> {
         if !self.enabled() {
             return None;
         }
-        if addr == self.pinned && self.addr_of(self.pinned_id) == Some(addr) {
-            return Some(self.pinned_id);
+        let pinned_id = self.pinned_id.load(Relaxed);
+        if addr == self.pinned && self.addr_of(pinned_id) == Some(addr) {
+            return Some(pinned_id);
         }
         let found = self.probe(addr).1;
         if addr == self.pinned
             && let Some(i) = found
         {
-            self.pinned_id = i;
+            self.pinned_id.store(i, Relaxed);
         }
         found
     }
@@ -313,14 +328,14 @@ impl RadixCache {
 
     /// The entry caching `child`, which slot `idx` of entry `id` points at: the slot's hint
     /// when it still names `child`'s entry, else an index probe (which refreshes the hint).
-    pub fn child(&mut self, id: EntryId, idx: usize, child: GlobalAddr) -> Option<EntryId> {
+    pub fn child(&self, id: EntryId, idx: usize, child: GlobalAddr) -> Option<EntryId> {
         let (c, pos) = split(id);
         let hint = on_pool!(self, c, |p| Pool::hint(p, pos, idx));
         if hint != NONE && self.addr_of(hint) == Some(child) {
             return Some(hint);
         }
         let found = self.probe(child).1?;
-        self.pool_mut(c).set_hint(pos, idx, found);
+        self.pool(c).set_hint(pos, idx, found);
         Some(found)
     }
 

@@ -20,9 +20,10 @@ pub struct Techniques {
     /// The leaf lock is released by the same WRITE that writes the leaf back; off: a
     /// separate WRITE after the write-back completed (one more round trip).
     pub rear_lock: bool,
-    /// Concurrent reads of one key on this handle share one remote read.
+    /// Concurrent reads of one key on this compute node (every handle sharing its
+    /// [`super::SmartNode`]) share one remote read.
     pub delegation: bool,
-    /// Concurrent writes of one key on this handle are combined into one remote write.
+    /// Concurrent writes of one key on this compute node are combined into one remote write.
     pub combining: bool,
     /// The compute-side radix cache of internal nodes (validated by reverse pointers).
     pub cache: bool,
@@ -68,7 +69,8 @@ pub struct SmartConfig {
     pub key_mode: KeyMode,
     /// Largest value in bytes; every leaf has room for this many.
     pub value_cap: usize,
-    /// Radix cache capacity in MiB (with `techniques.cache`).
+    /// Radix cache capacity in MiB (with `techniques.cache`), per compute node (per
+    /// [`super::SmartNode`]; its index is preallocated).
     pub cache_mib: f64,
     /// Region root slot (of memory node `nodes()[0]`) where the tree is published.
     pub root_slot: usize,
@@ -92,7 +94,7 @@ pub struct SmartConfig {
     /// Re-reads of a leaf whose checksum does not match before giving up (a torn read
     /// lasts one write-back; a torn leaf that stays torn is corrupt).
     pub max_checksum_retries: u32,
-    /// Entries of the local delegation/combining table.
+    /// Entries of the compute node's delegation/combining table.
     pub local_table: usize,
     /// Assume the fabric places a WRITE's last 8-byte word after all its others
     /// (`SegmentOrder::ShuffledTailLast`), as SMART's paper does of NICs: the rear lock is

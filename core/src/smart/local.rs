@@ -1,5 +1,5 @@
-//! Read delegation and write combining: a table of local entries per handle, shared by the
-//! handle's coroutines (one thread, so a `RefCell` never borrowed across an await).
+//! Read delegation and write combining: a table of local entries per compute node, shared by
+//! every client thread's handle of the node and all their coroutines ([`super::SmartNode`]).
 //!
 //! Delegation is linearizable: a reader that finds a read of its key in flight does not take
 //! that read's result (it may predate the reader); it waits for the *next* read, which one of
@@ -8,13 +8,27 @@
 //! flight leave their value in the entry; when the writer finishes, it writes the latest
 //! pending value once, and every writer whose value it covered returns (their writes are
 //! linearized just before the one that was applied, each overwriting the previous).
+//!
+//! Sharing between threads: the table is split into buckets of [`PROBE`] entries, each under
+//! a try-lock held only between awaits (a few hundred nanoseconds), never across one; a
+//! coroutine that finds its bucket busy yields to its executor and polls again, so no thread
+//! ever blocks on another. A leader's read result is its `lookup`'s, whose leaf the CRC
+//! verified (a torn leaf is re-read, never handed out). Waiting on a leader of another thread
+//! is polled through the executor (`yield_now`, which the sim charges as a busy-poll
+//! iteration). A leader that makes no progress for a lease (`SmartConfig::lease`, on the
+//! waiter's own clock) — a thread that died mid-READ, or a future dropped halfway — is
+//! replaced: a waiter becomes the leader with a new generation, and the old leader, should it
+//! come back, publishes nothing. Its entry's user count is then never released: the entry
+//! stays with its key (still usable for it) for the life of the node state.
 use super::Smart;
 use super::bump;
 use super::config::SmartError;
 use super::key::Key;
+use super::shared::{TryLock, TryLockGuard};
 use super::write::WriteKind;
 use crate::block_on::yield_now;
 use crate::fabric::Endpoint;
+use crate::lease::LeaseConfig;
 use remora_layouts::smart::MAX_LEAF_BYTES;
 use std_alloc::vec::Vec;
 
@@ -39,6 +53,8 @@ struct Entry {
     value: Vec<u8>,
     // Combining.
     writing: bool,
+    /// Generation of the current write leader (a waiter that replaces a stuck one bumps it).
+    write_gen: u64,
     pending: Option<WriteKind>,
     pending_seq: u64,
     applied_seq: u64,
@@ -46,55 +62,133 @@ struct Entry {
     pending_val: Vec<u8>,
 }
 
-pub(crate) struct LocalTable {
-    entries: Vec<Entry>,
-}
-
-const PROBE: usize = 8;
-
-impl LocalTable {
-    pub fn new(n: usize, value_cap: usize) -> LocalTable {
-        let n = n.max(PROBE).next_power_of_two();
-        LocalTable {
-            entries: (0..n)
-                .map(|_| Entry {
-                    users: 0,
-                    key: Vec::with_capacity(remora_layouts::smart::MAX_KEY_LEN),
-                    reading: false,
-                    read_gen: 0,
-                    done_gen: 0,
-                    result: Ok(None),
-                    value: Vec::with_capacity(value_cap),
-                    writing: false,
-                    pending: None,
-                    pending_seq: 0,
-                    applied_seq: 0,
-                    applied: Ok(false),
-                    pending_val: Vec::with_capacity(value_cap),
-                })
-                .collect(),
+impl Entry {
+    fn new(value_cap: usize) -> Entry {
+        Entry {
+            users: 0,
+            key: Vec::with_capacity(remora_layouts::smart::MAX_KEY_LEN),
+            reading: false,
+            read_gen: 0,
+            done_gen: 0,
+            result: Ok(None),
+            value: Vec::with_capacity(value_cap),
+            writing: false,
+            write_gen: 0,
+            pending: None,
+            pending_seq: 0,
+            applied_seq: 0,
+            applied: Ok(false),
+            pending_val: Vec::with_capacity(value_cap),
         }
     }
 
-    /// The entry of `key` (joining its users), a fresh one, or `None` when the probe
-    /// window is full of other keys (then the caller goes to remote memory directly).
-    fn claim(&mut self, key: &[u8]) -> Option<usize> {
-        let mask = self.entries.len() - 1;
-        let home = hash_key(key) as usize;
+    /// Records what the write of sequence number `seq` returned (a later one already
+    /// recorded stays).
+    fn apply(&mut self, seq: u64, r: Result<bool, SmartError>) {
+        if seq > self.applied_seq {
+            self.applied_seq = seq;
+            self.applied = r;
+        }
+    }
+}
+
+/// Entries per bucket: a key's entry is in its home bucket or nowhere.
+pub(crate) const PROBE: usize = 8;
+
+type Bucket = [Entry; PROBE];
+
+/// The node's table: buckets of [`PROBE`] entries, each under its own try-lock.
+pub(crate) struct LocalTable {
+    buckets: Vec<TryLock<Bucket>>,
+    value_cap: usize,
+}
+
+/// Where a claimed entry is: bucket and position in it.
+#[derive(Clone, Copy)]
+struct At(usize, usize);
+
+/// How long a waiter has seen one leader generation in flight, on its own clock (and in
+/// polls, for fabrics without a clock).
+struct Stuck {
+    leader: u64,
+    since: u64,
+    polls: u32,
+}
+
+impl Stuck {
+    fn new() -> Stuck {
+        Stuck {
+            leader: u64::MAX,
+            since: 0,
+            polls: 0,
+        }
+    }
+
+    /// True once generation `leader` has led for a lease of this waiter's watching (or for
+    /// `max_attempts` polls).
+    fn expired(&mut self, leader: u64, now: u64, lease: &LeaseConfig) -> bool {
+        if leader != self.leader {
+            *self = Stuck {
+                leader,
+                since: now,
+                polls: 0,
+            };
+            return false;
+        }
+        self.polls = self.polls.saturating_add(1);
+        now.saturating_sub(self.since) >= lease.lease_ns || self.polls > lease.max_attempts
+    }
+}
+
+impl LocalTable {
+    pub fn new(n: usize, value_cap: usize) -> LocalTable {
+        let buckets = (n.max(PROBE).next_power_of_two() / PROBE).max(1);
+        LocalTable {
+            buckets: (0..buckets)
+                .map(|_| TryLock::new(core::array::from_fn(|_| Entry::new(value_cap))))
+                .collect(),
+            value_cap,
+        }
+    }
+
+    /// Bytes the table holds (entries and their preallocated key and value buffers).
+    pub fn footprint(&self) -> usize {
+        let buffers = remora_layouts::smart::MAX_KEY_LEN + 2 * self.value_cap;
+        self.buckets.len() * (core::mem::size_of::<TryLock<Bucket>>() + PROBE * buffers)
+    }
+
+    /// The largest value the entries were sized for.
+    pub fn value_cap(&self) -> usize {
+        self.value_cap
+    }
+
+    /// The bucket of `b`, locked: polls the executor while another thread holds it.
+    async fn lock(&self, b: usize) -> TryLockGuard<'_, Bucket> {
+        loop {
+            if let Some(g) = self.buckets[b].try_lock() {
+                return g;
+            }
+            yield_now().await;
+        }
+    }
+
+    /// The entry of `key` (joining its users), a fresh one, or `None` when its bucket is full
+    /// of other keys (then the caller goes to remote memory directly).
+    async fn claim(&self, key: &[u8]) -> Option<At> {
+        let b = (hash_key(key) as usize) & (self.buckets.len() - 1);
+        let mut g = self.lock(b).await;
         let mut free = None;
-        for d in 0..PROBE {
-            let i = (home + d) & mask;
-            let e = &self.entries[i];
+        for (i, e) in g.iter_mut().enumerate() {
             if e.users > 0 && e.key == key {
-                self.entries[i].users += 1;
-                return Some(i);
+                e.users += 1;
+                return Some(At(b, i));
             }
             if e.users == 0 && free.is_none() {
                 free = Some(i);
             }
         }
         let i = free?;
-        let e = &mut self.entries[i];
+        let e = &mut g[i];
         e.users = 1;
         e.key.clear();
         e.key.extend_from_slice(key);
@@ -102,14 +196,17 @@ impl LocalTable {
         e.read_gen = 0;
         e.done_gen = 0;
         e.writing = false;
+        e.write_gen = 0;
         e.pending = None;
         e.pending_seq = 0;
         e.applied_seq = 0;
-        Some(i)
+        Some(At(b, i))
     }
 
-    fn release(&mut self, i: usize) {
-        self.entries[i].users -= 1;
+    /// Runs `f` on the claimed entry `at` under its bucket's lock.
+    async fn with<R>(&self, at: At, f: impl FnOnce(&mut Entry) -> R) -> R {
+        let mut g = self.lock(at.0).await;
+        f(&mut g[at.1])
     }
 }
 
@@ -123,50 +220,69 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if !self.cfg.techniques.delegation {
             return self.get_direct(key, out).await;
         }
-        let Some(i) = self.local.borrow_mut().claim(key) else {
+        let local = &self.node.local;
+        let Some(at) = local.claim(key).await else {
             return self.get_direct(key, out).await;
         };
-        let (mut leader, my_gen) = {
-            let mut t = self.local.borrow_mut();
-            let e = &mut t.entries[i];
-            if e.reading {
-                (false, e.read_gen + 1)
-            } else {
-                e.reading = true;
-                e.read_gen += 1;
-                (true, e.read_gen)
-            }
-        };
+        let (mut leader, mut my_gen) = local
+            .with(at, |e| {
+                if e.reading {
+                    (false, e.read_gen + 1)
+                } else {
+                    e.reading = true;
+                    e.read_gen += 1;
+                    (true, e.read_gen)
+                }
+            })
+            .await;
+        let lease = &self.cfg.lease;
+        let mut stuck = Stuck::new();
         loop {
             if leader {
                 let mut val = [0u8; MAX_LEAF_BYTES];
                 let r = self.get_direct(key, &mut val[..self.cfg.value_cap]).await;
-                let mut t = self.local.borrow_mut();
-                let e = &mut t.entries[i];
-                e.value.clear();
-                if let Ok(Some(n)) = r {
-                    e.value.extend_from_slice(&val[..n]);
-                }
-                e.result = r;
-                e.done_gen = my_gen;
-                e.reading = false;
-                t.release(i);
-                drop(t);
+                local
+                    .with(at, |e| {
+                        // Replaced as the leader (stuck for a lease): publish nothing.
+                        if e.reading && e.read_gen == my_gen {
+                            e.value.clear();
+                            if let Ok(Some(n)) = r {
+                                e.value.extend_from_slice(&val[..n]);
+                            }
+                            e.result = r;
+                            e.done_gen = my_gen;
+                            e.reading = false;
+                        }
+                        e.users -= 1;
+                    })
+                    .await;
                 return copy_out(r, &val, out);
             }
             yield_now().await;
-            let mut t = self.local.borrow_mut();
-            let e = &mut t.entries[i];
-            if e.done_gen >= my_gen {
-                let r = copy_out(e.result, &e.value, out);
-                t.release(i);
+            let now = self.ep.now_ns();
+            let served = local
+                .with(at, |e| {
+                    if e.done_gen >= my_gen {
+                        e.users -= 1;
+                        return Some(copy_out(e.result, &e.value, out));
+                    }
+                    if !e.reading {
+                        e.reading = true;
+                        e.read_gen = my_gen;
+                        leader = true;
+                    } else if stuck.expired(e.read_gen, now, lease) {
+                        // The leader made no progress for a lease: lead a new read.
+                        e.read_gen = e.read_gen.max(my_gen);
+                        my_gen = e.read_gen;
+                        leader = true;
+                        bump(&self.stats.leader_takeovers);
+                    }
+                    None
+                })
+                .await;
+            if let Some(r) = served {
                 bump(&self.stats.delegated_reads);
                 return r;
-            }
-            if !e.reading {
-                e.reading = true;
-                e.read_gen = my_gen;
-                leader = true;
             }
         }
     }
@@ -187,81 +303,105 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if !self.cfg.techniques.combining {
             return self.write_op(kind, key, value).await;
         }
-        let Some(i) = self.local.borrow_mut().claim(key.bytes()) else {
+        let local = &self.node.local;
+        let Some(at) = local.claim(key.bytes()).await else {
             return self.write_op(kind, key, value).await;
         };
         // `lead`: Some(None) = lead with my own value; Some(Some(seq)) = lead with my
         // deposited value `seq`; None = wait.
         let mut lead: Option<Option<u64>> = None;
         let mut my_seq = None;
-        {
-            let mut t = self.local.borrow_mut();
-            let e = &mut t.entries[i];
-            if !e.writing {
-                e.writing = true;
-                lead = Some(None);
-            } else if e.pending.is_none() || e.pending == Some(kind) {
-                e.pending = Some(kind);
-                e.pending_val.clear();
-                e.pending_val.extend_from_slice(value);
-                e.pending_seq += 1;
-                my_seq = Some(e.pending_seq);
-            }
-        }
+        let mut my_gen = 0;
+        local
+            .with(at, |e| {
+                if !e.writing {
+                    e.writing = true;
+                    e.write_gen += 1;
+                    my_gen = e.write_gen;
+                    lead = Some(None);
+                } else if e.pending.is_none() || e.pending == Some(kind) {
+                    e.pending = Some(kind);
+                    e.pending_val.clear();
+                    e.pending_val.extend_from_slice(value);
+                    e.pending_seq += 1;
+                    my_seq = Some(e.pending_seq);
+                }
+            })
+            .await;
+        let lease = &self.cfg.lease;
+        let mut stuck = Stuck::new();
         loop {
             if let Some(own_seq) = lead {
                 let r = self.write_op(kind, key, value).await;
-                if let Some(s) = own_seq {
-                    let mut t = self.local.borrow_mut();
-                    t.entries[i].applied = r;
-                    t.entries[i].applied_seq = s;
-                }
-                // Serve the latest pending value once.
+                // Serve the latest pending value once (if still the leader).
                 let mut buf = [0u8; MAX_LEAF_BYTES];
-                let taken = {
-                    let mut t = self.local.borrow_mut();
-                    let e = &mut t.entries[i];
-                    e.pending.take().map(|k| {
-                        let n = e.pending_val.len();
-                        buf[..n].copy_from_slice(&e.pending_val);
-                        (k, n, e.pending_seq)
+                let taken = local
+                    .with(at, |e| {
+                        if let Some(s) = own_seq {
+                            e.apply(s, r);
+                        }
+                        if e.write_gen != my_gen {
+                            return None;
+                        }
+                        e.pending.take().map(|k| {
+                            let n = e.pending_val.len();
+                            buf[..n].copy_from_slice(&e.pending_val);
+                            (k, n, e.pending_seq)
+                        })
                     })
-                };
+                    .await;
                 if let Some((k, n, seq)) = taken {
                     let r2 = self.write_op(k, key, &buf[..n]).await;
-                    let mut t = self.local.borrow_mut();
-                    t.entries[i].applied = r2;
-                    t.entries[i].applied_seq = seq;
+                    local.with(at, |e| e.apply(seq, r2)).await;
                 }
-                let mut t = self.local.borrow_mut();
-                t.entries[i].writing = false;
-                t.release(i);
+                local
+                    .with(at, |e| {
+                        if e.write_gen == my_gen {
+                            e.writing = false;
+                        }
+                        e.users -= 1;
+                    })
+                    .await;
                 return r;
             }
             yield_now().await;
-            let mut t = self.local.borrow_mut();
-            let e = &mut t.entries[i];
-            if let Some(s) = my_seq
-                && e.applied_seq >= s
-            {
-                let r = e.applied;
-                t.release(i);
+            let now = self.ep.now_ns();
+            let served = local
+                .with(at, |e| {
+                    if let Some(s) = my_seq
+                        && e.applied_seq >= s
+                    {
+                        e.users -= 1;
+                        return Some(e.applied);
+                    }
+                    let take_over = e.writing && stuck.expired(e.write_gen, now, lease);
+                    if !e.writing || take_over {
+                        match my_seq {
+                            Some(s) if e.pending_seq == s && e.pending.is_some() => {
+                                e.pending = None;
+                                lead = Some(Some(s));
+                            }
+                            // My value was superseded or taken by a leader that is stuck:
+                            // write it myself.
+                            Some(_) if take_over => lead = Some(None),
+                            Some(_) => {}
+                            None => lead = Some(None),
+                        }
+                        if lead.is_some() {
+                            e.writing = true;
+                            e.write_gen += 1;
+                            my_gen = e.write_gen;
+                            if take_over {
+                                bump(&self.stats.leader_takeovers);
+                            }
+                        }
+                    }
+                    None
+                })
+                .await;
+            if let Some(r) = served {
                 bump(&self.stats.combined_writes);
                 return r;
-            }
-            if !e.writing {
-                match my_seq {
-                    Some(s) if e.pending_seq == s && e.pending.is_some() => {
-                        e.pending = None;
-                        e.writing = true;
-                        lead = Some(Some(s));
-                    }
-                    Some(_) => {}
-                    None => {
-                        e.writing = true;
-                        lead = Some(None);
-                    }
-                }
             }
         }
     }

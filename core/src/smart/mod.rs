@@ -1,9 +1,10 @@
 //! SMART: adaptive radix tree on disaggregated memory (issue 5).
 //!
 //! One [`Smart`] handle per worker thread (compute-node client): it borrows the thread's
-//! endpoint and keeps the node-local state — the radix cache of internal nodes, the local
-//! table for read delegation and write combining, one allocator per memory node. The
-//! coroutines of the thread share the handle through `&self`.
+//! endpoint, keeps one allocator per memory node and its redo slots, and shares the
+//! compute node's state ([`SmartNode`]: the radix cache of internal nodes, the local table
+//! for read delegation and write combining) with the other threads' handles of the node.
+//! The coroutines of the thread share the handle through `&self`.
 //!
 //! Concurrency (see `layouts::smart` for the formats):
 //! - Internal nodes: an 8-byte slot changes by one CMP_AND_SWP ([`Techniques::lock_free_internal`])
@@ -49,29 +50,33 @@ mod config;
 mod key;
 mod leaflock;
 mod local;
+mod node;
+#[cfg(test)]
+mod node_tests;
 mod remote;
 #[cfg(test)]
 mod repair_tests;
 mod scan;
 mod search;
+pub(crate) mod shared;
 mod structure;
 #[cfg(test)]
 mod tests;
 mod write;
 
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
+pub use node::{NodeFootprint, SmartNode};
 
 use crate::alloc::RemoteAllocator;
 use crate::fabric::{Endpoint, QueuePair};
 use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter};
-use cache::RadixCache;
-use core::cell::{Cell, RefCell};
+use core::cell::Cell;
 use key::Key;
-use local::LocalTable;
 use remora_layouts::GlobalAddr;
 use remora_layouts::region::root_offset;
 use remora_layouts::smart::{Header, NodeType, TREE_MAGIC, TREE_META_LEN, TreeMeta};
+use std_alloc::sync::Arc;
 use std_alloc::vec::Vec;
 use write::WriteKind;
 
@@ -86,6 +91,7 @@ pub(crate) struct Stats {
     pub cache_invalidations: Cell<u64>,
     pub delegated_reads: Cell<u64>,
     pub combined_writes: Cell<u64>,
+    pub leader_takeovers: Cell<u64>,
     pub grows: Cell<u64>,
     pub prefix_splits: Cell<u64>,
     pub leaf_splits: Cell<u64>,
@@ -112,6 +118,9 @@ pub struct SmartStats {
     pub delegated_reads: u64,
     /// Writes that were combined into another coroutine's remote write.
     pub combined_writes: u64,
+    /// Delegated reads or combined writes whose leader made no progress for a lease (a
+    /// thread that died mid-operation) and that a waiter led again.
+    pub leader_takeovers: u64,
     pub grows: u64,
     pub prefix_splits: u64,
     pub leaf_splits: u64,
@@ -120,7 +129,7 @@ pub struct SmartStats {
     /// Half-done changes of other clients finished here: grows of frozen nodes, prefix
     /// splits, torn leaves rebuilt from a redo copy.
     pub repairs: u64,
-    /// Bytes and entries in the radix cache.
+    /// Bytes (entries, not the index) and entries in the node's radix cache.
     pub cache_bytes: u64,
     pub cache_entries: u64,
 }
@@ -152,8 +161,10 @@ pub struct Smart<'e, E: Endpoint> {
     pub(crate) next_node: Cell<usize>,
     /// Tag of the last internal-node lock this handle took (lock-based mode).
     pub(crate) lock_seq: Cell<u32>,
-    pub(crate) cache: RefCell<RadixCache>,
-    pub(crate) local: RefCell<LocalTable>,
+    /// The compute node's shared state.
+    pub(crate) node: Arc<SmartNode>,
+    /// This handle's reader shard of the node's cache.
+    pub(crate) shard: usize,
     /// Per memory node (in `ep.nodes()` order): this handle's redo slots (in-place mode).
     pub(crate) redo: Vec<leaflock::RedoRing>,
     pub(crate) stats: Stats,
@@ -162,8 +173,20 @@ pub struct Smart<'e, E: Endpoint> {
 impl<'e, E: Endpoint> Smart<'e, E> {
     /// Opens the tree published in root slot `cfg.root_slot` of the endpoint's first memory
     /// node, creating it (a Node256 root) if the slot is empty. Every client of one tree must
-    /// use the same structural techniques, key mode and value capacity.
+    /// use the same structural techniques, key mode and value capacity. The handle gets node
+    /// state of its own (a compute node of one thread); see [`Self::open_on`] to share it.
     pub async fn open(ep: &'e E, cfg: SmartConfig) -> Result<Smart<'e, E>, SmartError> {
+        cfg.check()?;
+        Self::open_on(ep, cfg, Arc::new(SmartNode::new(&cfg))).await
+    }
+
+    /// [`Self::open`], sharing `node` (the compute node's cache and delegation/combining
+    /// table) with the other handles opened on it: one per client thread of the node.
+    pub async fn open_on(
+        ep: &'e E,
+        cfg: SmartConfig,
+        node: Arc<SmartNode>,
+    ) -> Result<Smart<'e, E>, SmartError> {
         cfg.check()?;
         let first = *ep
             .nodes()
@@ -173,11 +196,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         for &n in ep.nodes() {
             allocs.push(RemoteAllocator::open(ep.qp(n)?).await?);
         }
-        let cache_bytes = if cfg.techniques.cache {
-            (cfg.cache_mib * 1024.0 * 1024.0) as usize
-        } else {
-            0
-        };
+        let shard = node.shard();
         let mut s = Smart {
             ep,
             cfg,
@@ -185,8 +204,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             allocs,
             next_node: Cell::new(0),
             lock_seq: Cell::new(0),
-            cache: RefCell::new(RadixCache::new(cache_bytes)),
-            local: RefCell::new(LocalTable::new(cfg.local_table, cfg.value_cap)),
+            node,
+            shard,
             redo: Vec::new(),
             stats: Stats::default(),
         };
@@ -252,7 +271,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             });
         }
         s.root = GlobalAddr::from_raw(meta.root);
-        s.cache.borrow_mut().pin(s.root);
+        s.node.join(&cfg, s.root)?;
         Ok(s)
     }
 
@@ -260,10 +279,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         &self.cfg
     }
 
-    /// The handle's statistics so far.
+    /// The compute node's state this handle shares.
+    pub fn node(&self) -> &Arc<SmartNode> {
+        &self.node
+    }
+
+    /// The handle's statistics so far (the cache figures are the node's).
     pub fn stats(&self) -> SmartStats {
         let s = &self.stats;
-        let c = self.cache.borrow();
+        let (cache_bytes, cache_entries) = self
+            .node
+            .cache(self.shard)
+            .map_or((0, 0), |c| (c.bytes() as u64, c.len() as u64));
         SmartStats {
             restarts: s.restarts.get(),
             checksum_retries: s.checksum_retries.get(),
@@ -273,13 +300,14 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             cache_invalidations: s.cache_invalidations.get(),
             delegated_reads: s.delegated_reads.get(),
             combined_writes: s.combined_writes.get(),
+            leader_takeovers: s.leader_takeovers.get(),
             grows: s.grows.get(),
             prefix_splits: s.prefix_splits.get(),
             leaf_splits: s.leaf_splits.get(),
             takeovers: s.takeovers.get(),
             repairs: s.repairs.get(),
-            cache_bytes: c.bytes() as u64,
-            cache_entries: c.len() as u64,
+            cache_bytes,
+            cache_entries,
         }
     }
 

@@ -8,6 +8,7 @@ use super::tests::{MemEp, block, endpoint, memory};
 use super::*;
 use crate::fabric::FabricError;
 use crate::lease::{LeaseConfig, owner_word};
+use core::cell::RefCell;
 use remora_layouts::NodeId;
 use remora_layouts::smart::{LEAF_CRC_OFFSET, LeafStatus, SlotKind, leaf_lock_offset};
 use std::rc::Rc;

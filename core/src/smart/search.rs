@@ -118,17 +118,20 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Walks the cache as far as it knows the key's path.
     fn walk_cache(&self, key: &[u8]) -> CacheWalk {
-        let mut cache = self.cache.borrow_mut();
         let mut cur = self.root;
         let mut cur_ty = NodeType::N256;
         let mut parent: Option<Parent> = None;
         // One entry per level: the child's entry comes from the slot's hint (or one probe).
+        let start = Start {
+            addr: cur,
+            ty: cur_ty,
+            parent,
+        };
+        let Some(cache) = self.node.cache(self.shard) else {
+            return CacheWalk::Remote(start);
+        };
         let Some(mut id) = cache.lookup(cur) else {
-            return CacheWalk::Remote(Start {
-                addr: cur,
-                ty: cur_ty,
-                parent,
-            });
+            return CacheWalk::Remote(start);
         };
         loop {
             let here = Start {
@@ -183,7 +186,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     }
 
     fn invalidate(&self, addr: GlobalAddr) {
-        if self.cache.borrow_mut().remove(addr) {
+        if self.node.cache_mut().is_some_and(|mut c| c.remove(addr)) {
             bump(&self.stats.cache_invalidations);
         }
     }
@@ -330,7 +333,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 {
                     self.invalidate(p.addr);
                 }
-                self.cache.borrow_mut().put(&img);
+                if let Some(mut c) = self.node.cache_mut() {
+                    c.put(&img);
+                }
             }
             // A frozen node may be mid-copy: decide nothing negative on it.
             let mut wait = false;

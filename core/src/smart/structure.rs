@@ -221,7 +221,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 == Swap::Done
         };
         if done {
-            self.cache.borrow_mut().set_slot(img.addr, free, new);
+            if let Some(mut c) = self.node.cache_mut() {
+                c.set_slot(img.addr, free, new);
+            }
         } else {
             self.free(la, bytes);
         }
@@ -322,7 +324,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             return Ok(false);
         }
         bump(&self.stats.leaf_splits);
-        self.cache.borrow_mut().set_slot(img.addr, idx, new);
+        if let Some(mut c) = self.node.cache_mut() {
+            c.set_slot(img.addr, idx, new);
+        }
         // The moved leaf's reverse pointer now names its new parent.
         self.write(
             other.add(NODE_REV_OFFSET as u64),
@@ -397,8 +401,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         debug_assert_eq!(new_h.prefix_start(), at + 1);
         self.finish_prefix_split(img.addr, h, at + 1).await?;
         bump(&self.stats.prefix_splits);
-        {
-            let mut c = self.cache.borrow_mut();
+        if let Some(mut c) = self.node.cache_mut() {
             c.set_slot(parent.addr, parent.idx, pslot);
             c.remove(img.addr);
         }
@@ -596,8 +599,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         {
             return Ok(false);
         }
-        {
-            let mut c = self.cache.borrow_mut();
+        if let Some(mut c) = self.node.cache_mut() {
             c.remove(img.addr);
             c.set_slot(parent.addr, parent.idx, pslot);
             c.put(n);

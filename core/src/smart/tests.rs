@@ -4,6 +4,7 @@ extern crate std;
 use super::*;
 use crate::counters::Counters;
 use crate::fabric::{FabricError, Op, Recv};
+use core::cell::RefCell;
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Waker};

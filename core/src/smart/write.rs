@@ -377,8 +377,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 .change_slot(node, header.frozen(false), idx, slot, new)
                 .await?
                 == Swap::Done
+                && let Some(mut c) = self.node.cache_mut()
             {
-                self.cache.borrow_mut().set_slot(node, idx, new);
+                c.set_slot(node, idx, new);
             }
         }
         Ok(Some(was_valid))

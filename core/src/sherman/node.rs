@@ -1,0 +1,185 @@
+//! The state Sherman keeps per compute node, shared by every client thread's handle of it
+//! (seeds/002 §4.2–4.3: the local lock table of the hierarchical on-chip lock, with hand-over
+//! between the node's threads, and the index cache are per compute node): one
+//! [`ShermanNode`] per tree per compute node, each handle holding its own endpoint and an
+//! `Arc` of it ([`super::Sherman::open_on`]).
+//!
+//! Concurrency: the local lock table is split into buckets by lock word, each a try-lock held
+//! between awaits only ([`LocalLocks`]); the index cache sits behind a sharded try-RW guard
+//! (lookups share it; fills and invalidations are skipped while it is busy, which is correct
+//! because a cached page is always checked against the leaf's fences). Nothing blocks a
+//! thread.
+use super::cache::IndexCache;
+use super::lock::LocalLock;
+use super::{Sherman, ShermanConfig, ShermanError};
+use crate::block_on::yield_now;
+use crate::fabric::Endpoint;
+use crate::smart::shared::{TryLock, TryLockGuard, TryRw};
+use core::cell::Cell;
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use remora_layouts::GlobalAddr;
+use remora_layouts::sherman::{Geometry, PageHeader};
+use std_alloc::collections::BTreeMap;
+use std_alloc::sync::Arc;
+use std_alloc::vec::Vec;
+
+/// Buckets of the local lock table (a lock word's entry lives in bucket `hash % BUCKETS`).
+const BUCKETS: usize = 256;
+
+type Bucket = BTreeMap<GlobalAddr, LocalLock>;
+
+/// The local level of HOCL for one compute node: per global lock word, the queue of the
+/// node's coroutines (of every thread) that want it, and whether the node holds it.
+pub(crate) struct LocalLocks {
+    buckets: Vec<TryLock<Bucket>>,
+}
+
+impl LocalLocks {
+    fn new() -> LocalLocks {
+        LocalLocks {
+            buckets: (0..BUCKETS)
+                .map(|_| TryLock::new(BTreeMap::new()))
+                .collect(),
+        }
+    }
+
+    fn bucket(&self, lock: GlobalAddr) -> &TryLock<Bucket> {
+        let h = lock.raw().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        &self.buckets[h as usize % BUCKETS]
+    }
+
+    /// Runs `f` on the entry of `lock` (made if missing) under its bucket's lock; polls the
+    /// executor while another thread holds the bucket.
+    pub(crate) async fn with<R>(&self, lock: GlobalAddr, f: impl FnOnce(&mut LocalLock) -> R) -> R {
+        let b = self.bucket(lock);
+        let mut g: TryLockGuard<'_, Bucket> = loop {
+            if let Some(g) = b.try_lock() {
+                break g;
+            }
+            yield_now().await;
+        };
+        f(g.entry(lock).or_default())
+    }
+}
+
+/// Per-compute-node state of one Sherman tree. `Sync`: share it (in an `Arc`) among the
+/// handles of every client thread of one compute node.
+pub struct ShermanNode {
+    pub(crate) locks: LocalLocks,
+    cache: TryRw<IndexCache>,
+    handles: AtomicU32,
+}
+
+impl ShermanNode {
+    /// Fresh state for the trees `cfg` opens (an index cache of `cfg.cache_bytes` with
+    /// `cfg.index_cache`).
+    pub fn new(cfg: &ShermanConfig) -> ShermanNode {
+        ShermanNode {
+            locks: LocalLocks::new(),
+            cache: TryRw::new(IndexCache::new(cfg.index_cache, cfg.cache_bytes)),
+            handles: AtomicU32::new(0),
+        }
+    }
+
+    /// A reader shard of the cache for a new handle.
+    pub(crate) fn shard(&self) -> usize {
+        self.handles.fetch_add(1, Relaxed) as usize
+    }
+
+    /// The leaf a cached level-1 page points `key` to (`None`: not cached, or the cache is
+    /// being changed).
+    pub(crate) fn leaf_for(&self, shard: usize, key: u64, g: &Geometry) -> Option<GlobalAddr> {
+        self.cache.read(shard)?.leaf_for(key, g)
+    }
+
+    /// Remembers a level-1 page read whole (skipped while another thread changes the cache).
+    pub(crate) fn cache_insert(&self, h: &PageHeader, page: &[u8]) {
+        if let Some(mut c) = self.cache.write() {
+            c.insert(h, page);
+        }
+    }
+
+    /// Drops the cached page covering `key` (skipped while another thread changes the
+    /// cache: the stale page is caught again by the next leaf's fences).
+    pub(crate) fn cache_invalidate(&self, key: u64) {
+        if let Some(mut c) = self.cache.write() {
+            c.invalidate(key);
+        }
+    }
+
+    /// Bytes in the index cache (0 while it is being changed).
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.read(0).map_or(0, |c| c.bytes())
+    }
+}
+
+/// A handle's access to its node's index cache: its reader shard, and its own hit and miss
+/// counts.
+pub(crate) struct NodeCache {
+    node: Arc<ShermanNode>,
+    shard: usize,
+    enabled: bool,
+    hits: Cell<u64>,
+    misses: Cell<u64>,
+}
+
+impl NodeCache {
+    pub(crate) fn new(node: Arc<ShermanNode>, enabled: bool) -> NodeCache {
+        NodeCache {
+            shard: node.shard(),
+            node,
+            enabled,
+            hits: Cell::new(0),
+            misses: Cell::new(0),
+        }
+    }
+
+    /// The leaf a cached level-1 page points `key` to (counted as a hit or a miss).
+    pub(crate) fn leaf_for(&self, key: u64, g: &Geometry) -> Option<GlobalAddr> {
+        if !self.enabled {
+            return None;
+        }
+        let hit = self.node.leaf_for(self.shard, key, g);
+        let c = if hit.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        c.set(c.get() + 1);
+        hit
+    }
+
+    pub(crate) fn cache_insert(&self, h: &PageHeader, page: &[u8]) {
+        self.node.cache_insert(h, page)
+    }
+
+    pub(crate) fn cache_invalidate(&self, key: u64) {
+        self.node.cache_invalidate(key)
+    }
+
+    /// This handle's hits and misses, and bytes in the node's cache.
+    pub(crate) fn stats(&self) -> (u64, u64, usize) {
+        (self.hits.get(), self.misses.get(), self.node.cache_bytes())
+    }
+}
+
+impl<'e, E: Endpoint> Sherman<'e, E> {
+    /// Creates the tree and publishes it in `cfg.root_slot` of the first memory node, or
+    /// opens the one already there (so concurrent creators agree on one tree). The handle
+    /// gets node state of its own (a compute node of one thread); see
+    /// [`Sherman::create_on`] to share it.
+    pub async fn create(ep: &'e E, cfg: ShermanConfig) -> Result<Self, ShermanError> {
+        Self::create_on(ep, cfg, Arc::new(ShermanNode::new(&cfg))).await
+    }
+
+    /// Opens the tree published in `cfg.root_slot`, with node state of its own; see
+    /// [`Sherman::open_on`] to share it.
+    pub async fn open(ep: &'e E, cfg: ShermanConfig) -> Result<Self, ShermanError> {
+        Self::open_on(ep, cfg, Arc::new(ShermanNode::new(&cfg))).await
+    }
+}
+
+const _: () = {
+    const fn shareable<T: Send + Sync>() {}
+    shareable::<ShermanNode>();
+};
