@@ -305,7 +305,18 @@ impl Locks {
             } else {
                 qp.post(writeback).await
             }
-        } else if self.combine || writeback.is_empty() {
+        } else if writeback.is_empty() {
+            // A bare unlock: nothing of the operation's effect waits on it, so it is posted
+            // unsignaled where the fabric can (a failure shows on this queue pair's next
+            // post; a lock left held is taken over after its lease, as a dead holder's).
+            qp.post_unsignaled(&mut [Op::Write {
+                remote: lock,
+                local: &ZERO,
+            }])
+            .await
+        } else if self.combine {
+            // Write-back and unlock in one doorbell, waited for: the operation returns only
+            // once its data is in the page (linearizability), so this one stays signaled.
             writeback
                 .push(Op::Write {
                     remote: lock,
@@ -316,7 +327,7 @@ impl Locks {
         } else {
             match qp.post(writeback).await {
                 Ok(()) => {
-                    qp.post(&mut [Op::Write {
+                    qp.post_unsignaled(&mut [Op::Write {
                         remote: lock,
                         local: &ZERO,
                     }])

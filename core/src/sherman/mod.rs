@@ -187,8 +187,10 @@ pub enum PageCheck {
     Checksums,
     /// MUTANT, for tests only: the authors' check, `front == rear` with pages written rear
     /// first, body, front last (three ordered WRITEs) and entries not bound to the page
-    /// version. Sound only if every READ moves its segments in ascending order.
+    /// version. Sound only if every READ moves its segments in ascending order. Hidden from
+    /// the docs: not part of the API, compiled for the conformance suite's mutant tests.
     #[cfg(any(test, feature = "conformance"))]
+    #[doc(hidden)]
     FrontRearOnly,
 }
 
