@@ -7,13 +7,14 @@
 //! shared state once in [`crate::node::ComputeNode::open`] and pass it to every poller's
 //! `open`.
 use super::error::Error;
-use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora_core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora_core::fabric::Endpoint;
 use remora_core::index::KvIndex;
 use remora_core::server::Handler;
-use remora_core::sherman::{Sherman, ShermanConfig};
-use remora_core::smart::{KeyMode, Smart, SmartConfig, Techniques};
+use remora_core::sherman::{Sherman, ShermanConfig, ShermanNode};
+use remora_core::smart::{KeyMode, Smart, SmartConfig, SmartNode, Techniques};
+use std::sync::Arc;
 
 /// An index to open, with its configuration. Every index opens the same way:
 /// [`crate::node::ComputeNode::open`] creates it on its memory node if it is not there yet
@@ -107,6 +108,26 @@ impl Service {
     }
 }
 
+/// An index's state shared by all pollers of one compute node.
+pub(crate) enum NodeState {
+    Smart(Arc<SmartNode>),
+    Sherman(Arc<ShermanNode>),
+    Canrt(Arc<CanrtNode>),
+    /// Erda keeps nothing per node.
+    None,
+}
+
+impl NodeState {
+    pub(crate) fn new(cfg: &IndexConfig) -> NodeState {
+        match cfg {
+            IndexConfig::Smart(c) => NodeState::Smart(Arc::new(SmartNode::new(c))),
+            IndexConfig::Sherman(c) => NodeState::Sherman(Arc::new(ShermanNode::new(c))),
+            IndexConfig::Canrt(_) => NodeState::Canrt(Arc::new(CanrtNode::new())),
+            IndexConfig::Erda(_) => NodeState::None,
+        }
+    }
+}
+
 /// One poller's handle on an index, on that poller's endpoint.
 pub(crate) enum PerThread<'e, E: Endpoint> {
     Smart(Smart<'e, E>),
@@ -116,13 +137,27 @@ pub(crate) enum PerThread<'e, E: Endpoint> {
 }
 
 impl<'e, E: Endpoint> PerThread<'e, E> {
-    /// Opens (creating if needed) the index on `ep`.
-    pub(crate) async fn open(ep: &'e E, cfg: &IndexConfig) -> Result<PerThread<'e, E>, Error> {
-        Ok(match cfg {
-            IndexConfig::Smart(c) => PerThread::Smart(Smart::open(ep, *c).await?),
-            IndexConfig::Sherman(c) => PerThread::Sherman(Sherman::create(ep, *c).await?),
-            IndexConfig::Canrt(c) => PerThread::Canrt(Canrt::open(ep, *c).await?),
-            IndexConfig::Erda(c) => PerThread::Erda(Erda::open(ep, *c).await?),
+    /// Opens (creating if needed) the index on `ep`, on the node's shared `state` when
+    /// there is one for this index (else with state of its own).
+    pub(crate) async fn open(
+        ep: &'e E,
+        cfg: &IndexConfig,
+        state: Option<&NodeState>,
+    ) -> Result<PerThread<'e, E>, Error> {
+        Ok(match (cfg, state) {
+            (IndexConfig::Smart(c), Some(NodeState::Smart(n))) => {
+                PerThread::Smart(Smart::open_on(ep, *c, n.clone()).await?)
+            }
+            (IndexConfig::Smart(c), _) => PerThread::Smart(Smart::open(ep, *c).await?),
+            (IndexConfig::Sherman(c), Some(NodeState::Sherman(n))) => {
+                PerThread::Sherman(Sherman::create_on(ep, *c, n.clone()).await?)
+            }
+            (IndexConfig::Sherman(c), _) => PerThread::Sherman(Sherman::create(ep, *c).await?),
+            (IndexConfig::Canrt(c), Some(NodeState::Canrt(n))) => {
+                PerThread::Canrt(Canrt::open_on(ep, *c, n.clone()).await?)
+            }
+            (IndexConfig::Canrt(c), _) => PerThread::Canrt(Canrt::open(ep, *c).await?),
+            (IndexConfig::Erda(c), _) => PerThread::Erda(Erda::open(ep, *c).await?),
         })
     }
 

@@ -24,10 +24,10 @@
 //! # Ok::<(), remora::node::Error>(())
 //! ```
 //!
-//! Per-compute-node index state (SMART's caches and delegation/combining tables, Sherman's
-//! local lock table and index cache, CANRT's prefix cache) is per poller today: each poller
-//! opens its own per-thread handle. It plugs in at `index.rs` (`PerThread::open`), built
-//! once per node in [`ComputeNode::open`].
+//! Per-compute-node index state (SMART's cache and delegation/combining table, Sherman's
+//! local lock table with hand-over and its index cache, CANRT's prefix cache) is built once
+//! per node in [`ComputeNode::open`] and shared by the handles every poller opens on it, as
+//! the papers share it between the threads of one compute node.
 #![warn(missing_docs)]
 mod block;
 mod cores;
@@ -43,14 +43,15 @@ mod tests;
 pub use cores::{CoreList, CoreListError};
 pub use error::Error;
 pub use handle::{Index, Op, Scan};
+use index::NodeState;
 pub use index::{IndexConfig, Service};
 pub use remora_poller::soft::NodeConfig;
 
 use remora_poller::soft::{ServerHandle, SoftMemoryNode, control};
 use slot::{Cmd, PollerShared};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 
 /// Where the memory nodes are.
@@ -240,6 +241,8 @@ impl Builder {
                 )
             }
         };
+        let states: Arc<[OnceLock<NodeState>]> =
+            (0..poller::MAX_INDEXES).map(|_| OnceLock::new()).collect();
         let pollers: Vec<Arc<PollerShared>> = cores
             .iter()
             .map(|_| {
@@ -247,6 +250,7 @@ impl Builder {
                     self.depth,
                     self.limits.max_key,
                     self.limits.value_buf(),
+                    states.clone(),
                 ))
             })
             .collect();
@@ -400,6 +404,12 @@ impl ComputeNode {
             return Err(Error::TooManyIndexes {
                 max: poller::MAX_INDEXES,
             });
+        }
+        // The index's per-compute-node state, built once and shared by every poller's
+        // handle (SMART's cache and delegation/combining table, Sherman's local lock table
+        // and index cache, CANRT's prefix cache).
+        if let Some(first) = self.inner.pollers.first() {
+            let _ = first.states[id].set(NodeState::new(&cfg));
         }
         for (p, shared) in self.inner.pollers.iter().enumerate() {
             let open = OpenOn {

@@ -64,7 +64,9 @@ pub(crate) fn run<E: Endpoint>(shared: &PollerShared, ep: E, idle_spins: u32) {
         (0..MAX_INDEXES).map(|_| OnceCell::new()).collect();
     let ep = &ep;
     let handles = &handles[..];
-    drive(shared, idle_spins, |i| task(ep, handles, &shared.slots[i]));
+    drive(shared, idle_spins, |i| {
+        task(ep, handles, &shared.states, &shared.slots[i])
+    });
 }
 
 /// One operation, start to end: reads the slot's request, runs it, writes the result.
@@ -76,21 +78,24 @@ pub(crate) fn run<E: Endpoint>(shared: &PollerShared, ep: E, idle_spins: u32) {
 async fn task<'a, E: Endpoint>(
     ep: &'a E,
     handles: &'a [OnceCell<PerThread<'a, E>>],
+    states: &'a [std::sync::OnceLock<super::index::NodeState>],
     slot: &'a Slot,
 ) {
     let mut g = slot.data();
     let d = &mut *g;
     let handle = handles.get(d.index).and_then(OnceCell::get);
     let r = match (d.cmd, handle) {
-        (Cmd::Open(cfg), _) => match PerThread::open(ep, &cfg).await {
-            Ok(h) => {
-                if let Some(place) = handles.get(d.index) {
-                    let _ = place.set(h);
+        (Cmd::Open(cfg), _) => {
+            match PerThread::open(ep, &cfg, states.get(d.index).and_then(|s| s.get())).await {
+                Ok(h) => {
+                    if let Some(place) = handles.get(d.index) {
+                        let _ = place.set(h);
+                    }
+                    Ok(Outcome::Unit)
                 }
-                Ok(Outcome::Unit)
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
-        },
+        }
         (_, None) => Err(Error::Config(format!("no index {} is open", d.index))),
         (Cmd::Upsert, Some(h)) => h
             .upsert(&d.key[..d.key_len], &d.value[..d.value_len])
@@ -228,7 +233,7 @@ mod tests {
     /// again after the others, and every finished task completes its slot.
     #[test]
     fn ready_list_interleaves_and_completes() {
-        let shared = PollerShared::new(4, 8, 8);
+        let shared = PollerShared::new(4, 8, 8, Arc::from([]));
         let log = std::cell::RefCell::new(Vec::new());
         for i in 0..3 {
             let s = shared.try_acquire().unwrap();
@@ -257,7 +262,7 @@ mod tests {
     /// thread, 20 ms later), not round-robin while it waits.
     #[test]
     fn a_task_is_polled_only_when_woken() {
-        let shared = PollerShared::new(2, 8, 8);
+        let shared = PollerShared::new(2, 8, 8, Arc::from([]));
         let polls = std::cell::Cell::new(0u32);
         let s = shared.try_acquire().unwrap();
         shared.submit(s);

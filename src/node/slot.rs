@@ -9,10 +9,10 @@
 //! never stops halfway through a write, holding a lock), then frees the slot itself and
 //! discards the result.
 use super::error::Error;
-use super::index::IndexConfig;
+use super::index::{IndexConfig, NodeState};
 use super::ring::Ring;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
 use std::thread::Thread;
 use std::time::Duration;
@@ -100,10 +100,18 @@ pub(crate) struct PollerShared {
     pub(crate) stop: AtomicBool,
     pub(crate) completed: AtomicU64,
     pub(crate) abandoned: AtomicU64,
+    /// Each open index's per-compute-node state, by index id, shared by every poller of the
+    /// node (set by `ComputeNode::open` before the pollers open their handles).
+    pub(crate) states: Arc<[OnceLock<NodeState>]>,
 }
 
 impl PollerShared {
-    pub(crate) fn new(depth: usize, max_key: usize, value_buf: usize) -> PollerShared {
+    pub(crate) fn new(
+        depth: usize,
+        max_key: usize,
+        value_buf: usize,
+        states: Arc<[OnceLock<NodeState>]>,
+    ) -> PollerShared {
         let free = Ring::new(depth);
         for i in 0..depth {
             free.push(i as u32);
@@ -133,6 +141,7 @@ impl PollerShared {
             stop: AtomicBool::new(false),
             completed: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
+            states,
         }
     }
 

@@ -260,3 +260,43 @@ fn ops_are_awaited_under_a_current_thread_tokio_runtime() {
             .expect("every task finished within 60 s");
     });
 }
+
+/// Every poller's handle on one index is opened on the same per-node state: SMART's cache
+/// and local table, Sherman's local lock table, CANRT's prefix cache (one `Arc` held by the
+/// node, and clones held by each poller's handle), and the index works through it.
+#[test]
+fn pollers_share_one_node_state_per_index() {
+    let n = node(8, 2);
+    let smart = n.open(IndexConfig::smart(16)).unwrap();
+    let sherman = n.open(IndexConfig::sherman()).unwrap();
+    for i in 0..50u32 {
+        let k = format!("k{i:03}");
+        smart.upsert(k.as_bytes(), &i.to_le_bytes()).wait().unwrap();
+        sherman
+            .upsert(&(i as u64 + 1).to_be_bytes(), &i.to_le_bytes())
+            .wait()
+            .unwrap();
+    }
+    assert_eq!(
+        smart.get(b"k007").wait().unwrap(),
+        Some(7u32.to_le_bytes().to_vec())
+    );
+    // The node's own reference, and the same number of clones from each of the 2 pollers'
+    // handles (none if the handles had state of their own).
+    let shared_by_both = |count: usize| count >= 3 && (count - 1) % 2 == 0;
+    let states = &n.inner.pollers[0].states;
+    match states[0].get() {
+        Some(index::NodeState::Smart(s)) => assert!(shared_by_both(Arc::strong_count(s))),
+        _ => panic!("SMART's node state is missing"),
+    }
+    match states[1].get() {
+        Some(index::NodeState::Sherman(s)) => assert!(shared_by_both(Arc::strong_count(s))),
+        _ => panic!("Sherman's node state is missing"),
+    }
+    for p in &n.inner.pollers {
+        assert!(
+            Arc::ptr_eq(&p.states, states),
+            "pollers see one state table"
+        );
+    }
+}
