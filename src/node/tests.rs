@@ -283,7 +283,7 @@ fn pollers_share_one_node_state_per_index() {
     );
     // The node's own reference, and the same number of clones from each of the 2 pollers'
     // handles (none if the handles had state of their own).
-    let shared_by_both = |count: usize| count >= 3 && (count - 1) % 2 == 0;
+    let shared_by_both = |count: usize| count >= 3 && (count - 1).is_multiple_of(2);
     let states = &n.inner.pollers[0].states;
     match states[0].get() {
         Some(index::NodeState::Smart(s)) => assert!(shared_by_both(Arc::strong_count(s))),
