@@ -1,9 +1,11 @@
 //! Algorithm 1, the write path: lock by FETCH_AND_ADD (waiting for the ticket to be served,
-//! and reporting a ticket stuck for a lease), check the bitmap, append with WRITE_WITH_IMM.
-use super::CanrtError;
+//! and reporting a ticket stuck for a lease), check the bitmap, append with WRITE_WITH_IMM,
+//! then (the default, [`WriteAck::Applied`]) wait until the server applied the item, or
+//! ([`WriteAck::Posted`], the paper's weaker count) return at once.
 use super::client::{Bracket, Canrt, Fresh, MAX_ITEM, Wrote, read_word};
 use super::turn::Mailbox;
 use super::view::{Found, NodeView, TreeView};
+use super::{CanrtError, WriteAck};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::lease::{Verdict, Waiter};
 use remora_layouts::GlobalAddr;
@@ -374,6 +376,18 @@ impl<E: Endpoint> Canrt<'_, E> {
         .encode()
         .map_err(CanrtError::Config)?;
         let remote = addr.add(g.slot_off(slot));
+        if self.cfg.ack == WriteAck::Posted {
+            // The paper's count (weaker, `WriteAck::Posted`): done once the NIC took the
+            // item. The server applies it later; its acknowledgement is dropped unheard.
+            self.qp()?
+                .post(&mut [Op::WriteImm {
+                    remote,
+                    local: &item[..isz],
+                    imm,
+                }])
+                .await?;
+            return Ok(Wrote::Done(present));
+        }
         // The server acknowledges the item once applied (a turn notice naming our ticket).
         let listen = self.cfg.turn_notices && !self.mailbox.deaf.get();
         let _ack = Asked {
