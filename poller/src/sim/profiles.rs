@@ -70,7 +70,13 @@ pub const PROFILES: &[Profile] = &[
                 600.0,
                 "ConnectX-6 datasheet 'sub-600ns latency' (the default's source)",
             ),
-            v("nic_mops", 110.0, CX5_MOPS),
+            v(
+                "nic_mops",
+                110.0,
+                "assumed: ConnectX-6 as the ~110 Mops Sherman measured on ConnectX-5 \
+                 (seeds/002 §2.1); SMART's text names the memory-side IOPS bound without a \
+                 figure, and ConnectX-6 briefs' 215 M msg/s is a two-port peak",
+            ),
             v(
                 "server_threads",
                 1.0,
@@ -215,7 +221,7 @@ pub const PROFILES: &[Profile] = &[
     },
     Profile {
         name: "catfish",
-        hardware: "Catfish (TPDS): 9 nodes of 2 x 14-core Xeon E5-2680 v4 2.4 GHz, 512 GB \
+        hardware: "Catfish: 9 nodes of 2 x 14-core Xeon E5-2680 v4 2.4 GHz, 512 GB \
                    DDR4, ConnectX-5 EDR 100 Gb InfiniBand",
         values: &[
             v(
