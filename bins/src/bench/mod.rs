@@ -9,6 +9,8 @@
 //! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
+#[cfg(test)]
+mod cpu_calibration;
 pub(crate) mod index;
 pub(crate) mod meta;
 pub(crate) mod phase;

@@ -74,6 +74,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 max: g.value_cap as usize,
             });
         }
+        self.ep.charge(crate::work::Work::Probe(1));
         let id = v.locate(key).map_err(|why| CanrtError::Corrupt {
             addr: GlobalAddr::from_raw(v.root),
             why,
@@ -366,6 +367,7 @@ impl<E: Endpoint> Canrt<'_, E> {
         let slot = free.trailing_zeros();
         let mut item = [0u8; MAX_ITEM];
         let isz = g.item_size() as usize;
+        self.ep.charge(crate::work::Work::Crc32c(isz));
         g.encode_item(&mut item[..isz], key, value, op, t, true)
             .map_err(CanrtError::Config)?;
         let imm = Imm {
