@@ -44,6 +44,7 @@
 //! in place when they lie in its registered arena and bounces them through registered staging
 //! buffers otherwise, so index code never sees the difference except in the counters.
 use crate::counters::Counters;
+pub use crate::work::Work;
 use core::fmt;
 use core::future::Future;
 use remora_layouts::{GlobalAddr, NodeId};
@@ -444,6 +445,11 @@ pub trait QueuePair {
         crate::block_on::yield_now()
     }
 
+    /// States CPU work this queue pair's thread did ([`Endpoint::charge`]); for code that
+    /// holds a queue pair but no endpoint. The default charges nothing.
+    #[inline]
+    fn charge(&self, _work: Work) {}
+
     /// READ `buf.len()` bytes at `remote`.
     fn read<'a>(
         &'a self,
@@ -535,6 +541,14 @@ pub trait Endpoint {
     fn pause(&self, _ns: u64) -> impl Future<Output = ()> {
         crate::block_on::yield_now()
     }
+
+    /// States CPU work the calling coroutine just did (see [`crate::work`]). Synchronous
+    /// and free by default: fabrics on real CPUs (soft, verbs) charge nothing, since the
+    /// work really took its time. The sim makes it CPU debt of the calling coroutine, paid on
+    /// its thread's CPU before the coroutine's next post, receive or pause (or when the
+    /// benchmark settles it at the end of an operation).
+    #[inline]
+    fn charge(&self, _work: Work) {}
 
     /// Fences client `client` off memory node `node`: when this resolves, no verb of that
     /// client reaches the node's memory any more (its queue pair or key is revoked, as a

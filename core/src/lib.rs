@@ -63,9 +63,10 @@ pub mod server;
 pub mod sherman;
 pub mod smart;
 pub mod watched;
+pub mod work;
 #[cfg(feature = "alloc")]
 pub mod wort;
 
 pub use counters::{Counters, Snapshot};
-pub use fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, SegmentOrder};
+pub use fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, SegmentOrder, Work};
 pub use remora_layouts::{GlobalAddr, NodeId};

@@ -172,7 +172,9 @@ impl ItemOp {
     }
 }
 
-const CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+/// CRC-32C, slice-by-16 tables (the client checks every item of a data node it reads).
+static CRC32: crc::Crc<u32, crc::Table<16>> =
+    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 
 /// CRC-32 of an item: key (its stored bytes), value bytes, opflag, length, ticket (not the
 /// valid bit, which the server clears after applying). It covers every word a reader uses,
@@ -772,7 +774,9 @@ pub struct TreeHeader {
 
 pub const TREE_HEADER_LEN: usize = 384;
 const HEADER_CHECK_OFF: usize = 112;
-const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_ECMA_182);
+/// CRC-64, slice-by-16 tables.
+static CRC64: crc::Crc<u64, crc::Table<16>> =
+    crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_ECMA_182);
 const _: () = assert!(core::mem::size_of::<TreeHeader>() == TREE_HEADER_LEN);
 const _: () = assert!(offset_of!(TreeHeader, magic) == 0);
 const _: () = assert!(offset_of!(TreeHeader, epoch) == 8);

@@ -51,7 +51,7 @@ fn contended(
                                 ctx.now_ps(),
                                 u64::from_le_bytes(b[8..16].try_into().unwrap()),
                             ));
-                            ctx.step().await;
+                            ctx.cpu(200).await;
                         }
                     });
                 }

@@ -90,11 +90,15 @@ impl IndexCfg {
             .map(|(_, n)| *n)
             .collect(),
             IndexCfg::Canrt { cfg } => {
-                if cfg.flush_appends {
-                    vec!["flush-appends"]
-                } else {
-                    vec![]
+                let mut v = Vec::new();
+                if cfg.flush_appends && cfg.linearizable() {
+                    v.push("flush-appends");
                 }
+                if !cfg.linearizable() {
+                    // The paper's weaker write (`--canrt-ack posted`): named in every record.
+                    v.push("posted-writes (not linearizable)");
+                }
+                v
             }
             IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. } | IndexCfg::Wort { .. } => {
                 vec![]

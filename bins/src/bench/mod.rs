@@ -9,6 +9,8 @@
 //! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
+#[cfg(test)]
+mod cpu_calibration;
 pub(crate) mod index;
 pub(crate) mod meta;
 pub(crate) mod phase;
@@ -28,7 +30,16 @@ use clap::{Args, ValueEnum};
 use index::IndexCfg;
 use indicatif::{ProgressBar, ProgressStyle};
 use phase::{BenchRecord, value_for};
-use remora::core::canrt::CanrtConfig;
+use remora::core::canrt::{CanrtConfig, WriteAck};
+
+/// `--canrt-ack`: when a CANRT write returns (see `remora::core::canrt::WriteAck`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CanrtAck {
+    /// Once the server applied and persisted the item: durable, linearizable (default).
+    Applied,
+    /// Once the append's WRITE_WITH_IMM completed: the paper's count, weaker.
+    Posted,
+}
 use remora::core::erda::baseline::Scheme;
 use remora::core::erda::{ErdaClientConfig, ErdaConfig};
 use remora::core::sherman::ShermanConfig;
@@ -199,6 +210,12 @@ pub struct BenchArgs {
     /// for a turn notice (the comparison for the notices).
     #[arg(long)]
     pub canrt_poll: bool,
+    /// CANRT: when a write returns. `applied` (default): once the server applied and
+    /// persisted it, durable and linearizable. `posted`: once its WRITE_WITH_IMM completes,
+    /// as the CANRT paper counts a write; weaker (not linearizable, an item the server
+    /// refuses is lost), for comparison with the paper's figures only.
+    #[arg(long, value_enum, default_value = "applied")]
+    pub canrt_ack: CanrtAck,
     /// Erda: size its log so that the run cleans it (regions of twice the records' share,
     /// cleaning after half a region of appends), as a `--seconds` run always does. Without
     /// it, a fixed-count run's regions are sized so that its appends (records + warm-up +
@@ -371,6 +388,10 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 value_cap: (a.value_size as u32).next_multiple_of(8),
                 key_len: if a.keys == KeyType::String { 16 } else { 8 },
                 turn_notices: !a.canrt_poll,
+                ack: match a.canrt_ack {
+                    CanrtAck::Applied => WriteAck::Applied,
+                    CanrtAck::Posted => WriteAck::Posted,
+                },
                 ..CanrtConfig::new(0)
             },
         }),
@@ -613,6 +634,9 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         IndexKind::Wort => "WORT",
         IndexKind::Woart => "WOART",
     };
+    if a.canrt_ack == CanrtAck::Posted && a.index != IndexKind::Canrt {
+        return Err("--canrt-ack posted is for --index canrt".into());
+    }
     if a.index == IndexKind::Canrt && a.value_size > remora::core::canrt::MAX_VALUE {
         return Err(format!(
             "{name} values are at most {} bytes: --value-size 1..={}",

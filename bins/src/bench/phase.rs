@@ -10,6 +10,7 @@ use indicatif::ProgressBar;
 use remora::core::Snapshot;
 use remora::core::index::KvIndex;
 use remora::core::smart::SmartStats;
+use remora::core::work::Work;
 use remora::poller::clock::Clock;
 use remora::poller::executor::join_all;
 use remora::poller::sim::{ClientCtx, LlcStats, NvmStats};
@@ -377,6 +378,20 @@ impl Ctx<'_> {
             Time::Virtual(c) => Some(c.server_llc_total()),
         }
     }
+    /// States client CPU work of the calling coroutine (sim only: on real CPUs the work
+    /// takes its own time; see `Endpoint::charge`).
+    pub fn charge(&self, w: Work) {
+        if let Time::Virtual(c) = &self.time {
+            c.charge(w);
+        }
+    }
+    /// Pays the client CPU work the calling coroutine stated and has not paid yet (sim only),
+    /// so that an operation's latency includes the work after its last post.
+    pub async fn settle(&self) {
+        if let Time::Virtual(c) = &self.time {
+            c.settle().await;
+        }
+    }
     /// The memory nodes' handler-thread busy time so far (sim only: virtual CPU time).
     pub fn server_busy_ns(&self) -> Option<u64> {
         match &self.time {
@@ -447,6 +462,8 @@ async fn coroutine<I: KvIndex>(
         };
         let kl = a.key(n, &mut key);
         let k = &key[..kl];
+        ctx.charge(Work::KeyGen(1));
+        ctx.settle().await;
         let t0 = ctx.now_ns();
         let rc0 = ctx.resizes.now();
         let mut c = OpCounts::default();
@@ -483,6 +500,7 @@ async fn coroutine<I: KvIndex>(
                     .map_err(|e| e.to_string())? as u64;
             }
         }
+        ctx.settle().await;
         let lat = ctx.now_ns().saturating_sub(t0).max(1);
         let _ = hist.borrow_mut().record(lat);
         if ResizeWatch::overlapped(rc0, ctx.resizes.now()) {

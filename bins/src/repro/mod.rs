@@ -159,6 +159,41 @@ impl Scale {
         s
     }
 
+    /// The flags every key-value run of paper `profile` shares: [`Scale::kv_flags`], the
+    /// paper's hardware (`--profile`), and its last-level cache scaled with the data set:
+    /// `server_llc_lines` x keys loaded / the paper's keys (at least 64 lines, at most the
+    /// profile's), so a run of 10k keys misses the cache as the paper's 60M did instead of
+    /// fitting in it whole.
+    pub fn sim_flags(&self, profile: &str, paper_keys: u64) -> String {
+        format!(
+            "{} --profile {profile} --set server_llc_lines={}",
+            self.kv_flags(),
+            self.llc_lines(profile, paper_keys)
+        )
+    }
+
+    /// The profile's LLC in lines, scaled by keys loaded / `paper_keys`.
+    pub fn llc_lines(&self, profile: &str, paper_keys: u64) -> u64 {
+        let full = remora::poller::sim::profiles::profile(profile)
+            .map(|p| p.model().server_llc_lines)
+            .unwrap_or(remora::poller::sim::Model::default().server_llc_lines);
+        let scaled = full * self.records as f64 / paper_keys.max(1) as f64;
+        (scaled.round() as u64).clamp(64, full as u64)
+    }
+
+    /// The client threads per compute node of a paper's sweep `paper` (its scripts' counts,
+    /// ascending): all of them at `full`, the first, a middle one and the last at `quick`
+    /// (CI-affordable), the first alone at `tiny`.
+    pub fn sweep_points(&self, paper: &[usize]) -> Vec<usize> {
+        match (self.name, paper) {
+            (_, []) => vec![1],
+            ("full", _) => paper.to_vec(),
+            ("tiny", _) => vec![paper[0]],
+            _ if paper.len() <= 3 => paper.to_vec(),
+            _ => vec![paper[0], paper[paper.len() / 2], paper[paper.len() - 1]],
+        }
+    }
+
     /// The flags every key-value run of this scale shares.
     pub fn kv_flags(&self) -> String {
         format!(

@@ -7,9 +7,17 @@ const NODES: usize = 16;
 const ALL: &[&str] = &["load", "a", "b", "c", "d"];
 /// Coroutines per client thread (the bench's default).
 const COROUTINES: u64 = 4;
+/// The paper's keys (60M): the modelled cache is scaled by keys loaded / this.
+const PAPER_KEYS: u64 = 60_000_000;
+/// Client threads per compute node the authors' scripts sweep: up to 22 for YCSB-A, up to 56
+/// for YCSB-C (16 compute nodes: 352 and 896 threads). Each thread is synchronous here (one
+/// operation in flight: `--coroutines 1`).
+const THREADS_A: &[usize] = &[1, 2, 4, 8, 16, 22];
+const THREADS_C: &[usize] = &[1, 2, 4, 8, 16, 32, 56];
 
 pub fn paper(s: &Scale) -> Paper {
-    let base = format!("{} --compute-nodes {NODES} --memory-nodes 2", s.kv_flags());
+    let sim = s.sim_flags("smart", PAPER_KEYS);
+    let base = format!("{sim} --compute-nodes {NODES} --memory-nodes 2");
     // SMART's cache and read-delegation table are per client thread here (per compute node
     // in the paper), so the warm-up gives every coroutine of the largest run a few hundred
     // operations: a warm-up spread thinner leaves them cold (604 B/op read at 64 clients,
@@ -17,14 +25,34 @@ pub fn paper(s: &Scale) -> Paper {
     let per_node = s.max_clients(NODES) / NODES;
     let warm = s.warmup.max(200 * (per_node * NODES) as u64 * COROUTINES);
     let at_max = format!(
-        "--fabric sim --records {} --operations {} --warmup {warm} --compute-nodes {NODES} \
-         --memory-nodes 2 --clients-per-node {per_node}",
-        s.records, s.ops
+        "--fabric sim --profile smart --set server_llc_lines={} --records {} --operations {} \
+         --warmup {warm} --compute-nodes {NODES} --memory-nodes 2 --clients-per-node {per_node}",
+        s.llc_lines("smart", PAPER_KEYS),
+        s.records,
+        s.ops
     );
     // Unloaded: one client of one coroutine per compute node, for median latencies that are
     // not queueing (a closed loop's p50 at saturation is in-flight operations / throughput).
     let unloaded = format!("{base} --clients-per-node 1 --coroutines 1");
-    let sweep = format!("{base} {}", s.client_sweep(NODES));
+    // The paper's thread sweeps, synchronous threads; every thread's cache warmed by ~50
+    // operations of its own before the measured phase.
+    let paper_sweep = |threads: &[usize]| {
+        let pts = s.sweep_points(threads);
+        let most = pts.iter().max().copied().unwrap_or(1) * NODES;
+        let v: Vec<String> = pts.iter().map(|t| (t * NODES).to_string()).collect();
+        format!(
+            "--fabric sim --profile smart --set server_llc_lines={} --records {} --operations {} \
+             --warmup {} --compute-nodes {NODES} --memory-nodes 2 --coroutines 1 \
+             --sweep clients={}",
+            s.llc_lines("smart", PAPER_KEYS),
+            s.records,
+            s.ops,
+            s.warmup.max(50 * most as u64),
+            v.join(",")
+        )
+    };
+    let sweep_a = paper_sweep(THREADS_A);
+    let sweep_c = paper_sweep(THREADS_C);
     // The three indexes of the paper's comparison; the lead adds rows here.
     let trio = |flags: &str, keys: &str, wl: &[&'static str]| {
         let mut v = vec![
@@ -54,19 +82,19 @@ pub fn paper(s: &Scale) -> Paper {
             id: "smart-ycsb-string".into(),
             title: "SMART: YCSB, string keys (Sherman takes integers only)".into(),
             chart: Chart::Bars,
-            series: trio(&at_max, "string", &["load", "a", "c"]),
+            series: trio(&at_max, "string", ALL),
         },
         Experiment {
             id: "smart-clients-a".into(),
             title: "SMART: YCSB-A throughput vs clients".into(),
             chart: Chart::Curve,
-            series: trio(&sweep, "int", &["a"]),
+            series: trio(&sweep_a, "int", &["a"]),
         },
         Experiment {
             id: "smart-clients-c".into(),
             title: "SMART: YCSB-C throughput vs clients".into(),
             chart: Chart::Curve,
-            series: trio(&sweep, "int", &["c"]),
+            series: trio(&sweep_c, "int", &["c"]),
         },
         Experiment {
             id: "smart-unloaded".into(),
@@ -171,16 +199,28 @@ pub fn paper(s: &Scale) -> Paper {
                       60M keys, zipfian 0.99, 8-byte integer or email keys, 8-byte values",
         paper_keys: Some(60_000_000),
         setup: format!(
-            "sim, {NODES} compute nodes x {per_node} client threads x {COROUTINES} coroutines (curves: {} per \
-             node; unloaded: 1 x 1 coroutine), 2 memory nodes; {} keys, {} measured ops \
-             after {} warm-up ops ({warm} for the YCSB and factor runs at the largest client \
-             count), zipfian 0.99, 8-byte values, seed 1",
-            s.per_node_list(),
+            "sim, profile smart (ConnectX-6 100 Gb, DRAM memory nodes; `remora perf --fabric \
+             sim --profile smart --show-model`), LLC scaled to {} lines ({} keys of the \
+             paper's 60M); {NODES} compute nodes x {per_node} client threads x {COROUTINES} \
+             coroutines (curves: the authors' thread sweeps, synchronous threads, {} per node \
+             for YCSB-A and {} for YCSB-C; unloaded: 1 x 1 coroutine), 2 memory nodes; {} \
+             measured ops after {} warm-up ops ({warm} for the YCSB and factor runs at the \
+             largest client count, 50 per thread for the curves), zipfian 0.99, 8-byte \
+             values, seed 1",
+            s.llc_lines("smart", PAPER_KEYS),
             s.records,
+            list(&s.sweep_points(THREADS_A)),
+            list(&s.sweep_points(THREADS_C)),
             s.ops,
             s.warmup
         ),
         experiments,
         claims,
     }
+}
+
+/// `1/4/22`.
+pub(super) fn list(v: &[usize]) -> String {
+    let v: Vec<String> = v.iter().map(|c| c.to_string()).collect();
+    v.join("/")
 }

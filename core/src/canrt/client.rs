@@ -3,7 +3,7 @@
 use super::node::CanrtNode;
 use super::view::{Found, NodeView, TreeView};
 use super::{CanrtConfig, CanrtError};
-use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter};
 use core::cell::{Cell, RefCell};
@@ -334,6 +334,12 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         node: &'b [u8],
     ) -> Result<Option<NodeView<'b>>, LayoutError> {
         let nv = NodeView::parse(g, node)?;
+        // Whoever takes a snapshot scans its applied items, checksumming each (`find`,
+        // `for_each_live`).
+        for _ in nv.live_slots() {
+            self.ep.charge(Work::Scan(1));
+            self.ep.charge(Work::Crc32c(g.item_size() as usize));
+        }
         let word = |i: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&bracket[i..i + 8]);
@@ -517,6 +523,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         let mut last = None;
         for _ in 0..self.cfg.read_retries {
             let v = self.view();
+            self.ep.charge(Work::Probe(1));
             let id = v.locate(key).map_err(|why| CanrtError::Corrupt {
                 addr: GlobalAddr::from_raw(v.root),
                 why,
@@ -597,6 +604,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                 addr: GlobalAddr::from_raw(v.root),
                 why,
             };
+            self.ep.charge(Work::Probe(1));
             let first = v.locate(at).map_err(corrupt)?;
             let mut r = v.rank(first).ok_or(corrupt(LayoutError::Inconsistent {
                 what: "located data node missing from key order",
@@ -652,6 +660,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                         // Only the keys this tree routes here (a split leaves copies behind
                         // for an instant).
                         let res = nv.for_each_live(|k, val| {
+                            self.ep.charge(Work::Probe(1));
                             if k >= at && v.locate(k).ok() == Some(id) {
                                 pairs.push((k, val.to_vec()));
                             }
@@ -661,6 +670,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                         }
                         Self::bump(&self.torn);
                     }
+                    self.ep.charge(Work::Sort(pairs.len() - start));
                     pairs[start..].sort_unstable_by_key(|p| p.0);
                     if pairs.len() >= limit {
                         break;

@@ -178,6 +178,38 @@ pub struct CanrtConfig {
     /// (`Wait`, answered by a turn notice) instead of READing the meta word until it is: the
     /// wait then costs the memory node's NIC nothing (but a message to its CPU).
     pub turn_notices: bool,
+    /// When a write returns: [`WriteAck::Applied`] (the default: durable and linearizable),
+    /// or [`WriteAck::Posted`], the paper's weaker count.
+    pub ack: WriteAck,
+}
+
+/// When a CANRT write (insert, update, delete) returns to its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteAck {
+    /// Once the server has applied the item: persisted, then made visible to readers, and
+    /// acknowledged to the writer. Durable and linearizable. The default.
+    #[default]
+    Applied,
+    /// Once the append's WRITE_WITH_IMM has completed at the client (the memory node's NIC
+    /// took the item), as the CANRT paper counts a write ("about 1.5 RTTs", §4.2), without
+    /// the flush READ and without waiting for the server. WEAKER than `Applied`, and not
+    /// linearizable: a read right after the write may not see it (the server applies it
+    /// later), its durability rests on the NIC's write reaching the persistence domain, and
+    /// an item the server refuses (its writer's ticket skipped, or its key moved by a split
+    /// raced with the write) is lost without the writer hearing. For comparisons with the
+    /// paper's figures only (`remora bench --canrt-ack posted`); the linearizability check
+    /// refuses it.
+    Posted,
+}
+
+impl WriteAck {
+    /// The flag value: `applied` or `posted`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            WriteAck::Applied => "applied",
+            WriteAck::Posted => "posted",
+        }
+    }
 }
 
 impl CanrtConfig {
@@ -200,7 +232,14 @@ impl CanrtConfig {
             write_retries: 1_000,
             flush_appends: true,
             turn_notices: true,
+            ack: WriteAck::Applied,
         }
+    }
+
+    /// Whether writes under this configuration are linearizable (and durable when they
+    /// return): false for [`WriteAck::Posted`].
+    pub const fn linearizable(&self) -> bool {
+        matches!(self.ack, WriteAck::Applied)
     }
 }
 

@@ -1,9 +1,11 @@
 //! Algorithm 1, the write path: lock by FETCH_AND_ADD (waiting for the ticket to be served,
-//! and reporting a ticket stuck for a lease), check the bitmap, append with WRITE_WITH_IMM.
-use super::CanrtError;
+//! and reporting a ticket stuck for a lease), check the bitmap, append with WRITE_WITH_IMM,
+//! then (the default, [`WriteAck::Applied`]) wait until the server applied the item, or
+//! ([`WriteAck::Posted`], the paper's weaker count) return at once.
 use super::client::{Bracket, Canrt, Fresh, MAX_ITEM, Wrote, read_word};
 use super::turn::Mailbox;
 use super::view::{Found, NodeView, TreeView};
+use super::{CanrtError, WriteAck};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::lease::{Verdict, Waiter};
 use remora_layouts::GlobalAddr;
@@ -72,6 +74,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                 max: g.value_cap as usize,
             });
         }
+        self.ep.charge(crate::work::Work::Probe(1));
         let id = v.locate(key).map_err(|why| CanrtError::Corrupt {
             addr: GlobalAddr::from_raw(v.root),
             why,
@@ -375,6 +378,7 @@ impl<E: Endpoint> Canrt<'_, E> {
         let slot = free.trailing_zeros();
         let mut item = [0u8; MAX_ITEM];
         let isz = g.item_size() as usize;
+        self.ep.charge(crate::work::Work::Crc32c(isz));
         g.encode_item(&mut item[..isz], key, value, op, t, true)
             .map_err(CanrtError::Config)?;
         let imm = Imm {
@@ -385,6 +389,18 @@ impl<E: Endpoint> Canrt<'_, E> {
         .encode()
         .map_err(CanrtError::Config)?;
         let remote = addr.add(g.slot_off(slot));
+        if self.cfg.ack == WriteAck::Posted {
+            // The paper's count (weaker, `WriteAck::Posted`): done once the NIC took the
+            // item. The server applies it later; its acknowledgement is dropped unheard.
+            self.qp()?
+                .post(&mut [Op::WriteImm {
+                    remote,
+                    local: &item[..isz],
+                    imm,
+                }])
+                .await?;
+            return Ok(Wrote::Done(present));
+        }
         // The server acknowledges the item once applied (a turn notice naming our ticket).
         let listen = self.cfg.turn_notices && !self.mailbox.deaf.get();
         let _ack = Asked {

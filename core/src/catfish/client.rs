@@ -7,7 +7,7 @@
 use super::CatfishError;
 use super::adaptive::{Backoff, BackoffConfig};
 use crate::alloc::RemoteAllocator;
-use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
+use crate::fabric::{Endpoint, FabricError, Op, QueuePair, Work};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
     CLIENT_HEARTBEAT_OFFSET, Heartbeat, TreeKind, check_fanout, init_arg, node_len,
@@ -621,6 +621,7 @@ impl CatfishClient {
             if h.status != Status::Ok {
                 return Err(CatfishError::Server(h.status));
             }
+            qp.charge(Work::Decode(len));
             for i in 0..h.count as usize {
                 out.push(decode_hit(&self.reply[..len], i)?);
             }
@@ -728,6 +729,10 @@ impl CatfishClient {
             for i in 0..self.frontier.len() {
                 let img = &self.nodes[i * len..(i + 1) * len];
                 let node = Node::decode_with(img, fanout)?;
+                // Each image is checked twice (`read_frontier`, here), then every entry's
+                // rectangle is tested.
+                qp.charge(Work::Crc64(2 * len));
+                qp.charge(Work::Rect(node.entries().len()));
                 if node.born_after_grace(epoch0) {
                     return Ok(false);
                 }

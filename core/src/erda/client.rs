@@ -1,6 +1,6 @@
 //! Erda's client handle: one-sided reads, request-then-WRITE writes.
 use super::{ErdaClientConfig, ErdaError};
-use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind};
+use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind, Work};
 use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter, holder};
 use crate::watched::Watched;
@@ -451,6 +451,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         let mut obj = [0u8; OBJECT_MAX];
         let len = encode_object_with(&mut obj, key, value, false, super::object_checksum)
             .map_err(|why| ErdaError::Corrupt { addr, why })?;
+        self.ep.charge(Work::Crc32c(len));
         if self.sb.head_remaining(units) < (len + DURABLE_MARK_LEN) as u64 {
             return Err(ErdaError::Protocol {
                 what: "granted space runs past the head's log",
@@ -642,6 +643,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             .await?;
             *state = u64::from_le_bytes(sw);
         }
+        self.ep.charge(Work::Crc32c(len));
         match decode_object_with(&buf[..len], super::object_checksum) {
             Ok(o) if o.key == key => {
                 if o.delete {
@@ -669,7 +671,10 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         addr: GlobalAddr,
         key: &[u8],
     ) -> Result<Option<Bucket>, ErdaError> {
+        // The neighbourhood lookup: hash the key to its home bucket, then scan.
+        self.ep.charge(Work::Probe(1));
         for j in 0..self.sb.neighborhood as usize {
+            self.ep.charge(Work::Scan(1));
             let raw = &buf[j * BUCKET_LEN..(j + 1) * BUCKET_LEN];
             // A zero control word is an unused bucket (or one being filled or cleared, which
             // a validated image never shows): skip it whatever its metadata word says.

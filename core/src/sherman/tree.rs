@@ -8,7 +8,7 @@ use super::redo;
 use super::wait::Patience;
 use super::{PageCheck, ShermanConfig, ShermanError};
 use crate::alloc::RemoteAllocator;
-use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::index::KvIndex;
 use crate::lease::LeaseConfig;
 use core::cell::{Cell, RefCell};
@@ -168,6 +168,11 @@ fn raw_internal(page: &[u8]) -> bool {
 }
 
 /// Spreads page addresses over lock words (Fibonacci hashing: the high bits of the product).
+/// Comparisons of a binary search over `n` entries.
+fn search_steps(n: usize) -> usize {
+    (usize::BITS - n.leading_zeros()) as usize
+}
+
 fn hash(a: GlobalAddr) -> u64 {
     (a.raw() >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32
 }
@@ -483,6 +488,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let mut seen = None;
         loop {
             qp.read(addr, buf).await?;
+            // An internal page's checksum covers the page, a leaf's its header (its slots
+            // are checked by the scan: `find_in_leaf`).
+            let checked = if raw_internal(buf) { buf.len() } else { 64 };
+            self.ep.charge(Work::Decode(checked));
             let why = match self.decode(buf) {
                 Ok(h) => return Ok(h),
                 Err(e) => e,
@@ -671,6 +680,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         key: u64,
     ) -> Result<Option<(usize, usize)>, remora_layouts::LayoutError> {
         let mut found = None;
+        self.ep.charge(Work::Scan(self.g.leaf_capacity()));
         if self.cfg.page_check == PageCheck::Checksums {
             verify_leaf(page, &self.g, bind, |s, slot| {
                 if let Slot::Live { key: k, len, .. } = slot
@@ -778,8 +788,11 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 return Ok(addr);
             }
             if h.level() == 1 {
+                self.ep.charge(Work::Probe(1));
                 self.node.cache_insert(&h, buf);
             }
+            self.ep
+                .charge(Work::Compare(search_steps(self.g.internal_capacity())));
             addr = child_for(buf, &self.g, &h, key).ok_or(ShermanError::Corrupt {
                 addr,
                 why: remora_layouts::LayoutError::Inconsistent {
@@ -792,6 +805,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// The leaf for `key`: from the index cache (true), else by walking down (false).
     async fn locate(&self, key: u64, buf: &mut [u8]) -> Result<(GlobalAddr, bool), ShermanError> {
+        self.ep.charge(Work::Probe(1));
         if let Some(a) = self.node.leaf_for(key, &self.g) {
             return Ok((a, true));
         }
@@ -1406,6 +1420,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         });
                     }
                     batch.clear();
+                    self.ep.charge(Work::Scan(self.g.leaf_capacity()));
                     let whole = verify_leaf(&buf, &self.g, self.bind(&hh), |s, slot| {
                         if let Slot::Live { key: k, len, .. } = slot
                             && k >= key
@@ -1451,6 +1466,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     addr = GlobalAddr::from_raw(h.sibling);
                     continue 'pages;
                 }
+                self.ep.charge(Work::Sort(batch.len()));
                 batch.sort_unstable_by_key(|e| e.0);
                 // A key deleted and re-inserted into another slot while the READ ran can show
                 // up in both slots: report it once.

@@ -2,7 +2,7 @@
 //! writes, allocation.
 use super::Smart;
 use super::config::SmartError;
-use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::lease::{Verdict, Waiter};
 use remora_layouts::smart::{
     Header, LEAF_CRC_OFFSET, LEAF_KEY_OFFSET, LeafStatus, LeafView, MAX_NODE_BYTES,
@@ -227,6 +227,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         loop {
             self.read(addr, &mut buf[..ty.bytes()]).await?;
             self.stats.node_reads.set(self.stats.node_reads.get() + 1);
+            self.ep.charge(Work::Decode(ty.bytes()));
             match NodeImg::decode(addr, ty, &buf[..ty.bytes()]) {
                 Ok(img) => return Ok(img),
                 Err(err) => {
@@ -254,6 +255,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut stuck: Option<Waiter> = None;
         loop {
             self.read(addr, buf).await?;
+            self.ep.charge(Work::Crc64(buf.len()));
             match check_leaf(buf) {
                 Ok(v) => return Ok(LeafSummary::of(&v)),
                 Err(err) => {

@@ -5,7 +5,7 @@ use super::Smart;
 use super::config::SmartError;
 use super::key::{Key, user_key};
 use super::remote::{check_leaf, verified_leaf};
-use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::{MAX_LEAF_BYTES, NodeType, SlotKind};
 use std_alloc::vec::Vec;
@@ -155,6 +155,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         }
                     }
                 }
+                self.ep.charge(Work::Sort(kids.len()));
                 kids.sort_unstable_by_key(|(b, _)| *b);
                 for (b, kind) in kids.iter().rev() {
                     if let Some(l) = bound
@@ -230,7 +231,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }
             let img = &bufs[off..off + bytes];
             off += bytes;
-            // Torn or forwarded leaves are re-read one by one.
+            // Torn or forwarded leaves are re-read one by one. (The image is checked twice:
+            // here and by `verified_leaf`.)
+            self.ep.charge(Work::Crc64(2 * bytes));
             let needs_reread = match check_leaf(img) {
                 Ok(v) => v.status.is_obsolete(),
                 Err(_) => true,

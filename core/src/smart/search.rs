@@ -2,7 +2,7 @@
 use super::config::SmartError;
 use super::remote::{Find, LeafSummary, NodeImg};
 use super::{Smart, bump};
-use crate::fabric::Endpoint;
+use crate::fabric::{Endpoint, Work};
 use remora_layouts::smart::{Header, MAX_LEAF_BYTES, NodeType, Slot, SlotKind, leaf_bytes};
 use remora_layouts::{GlobalAddr, LayoutError};
 
@@ -107,6 +107,16 @@ fn prefix_mismatch(h: Header, key: &[u8]) -> Option<usize> {
         .find(|&at| key.get(at) != Some(&p[at - s]))
 }
 
+/// Slots a search of one node examines: one of a Node256 (indexed by the key byte), on
+/// average half of the others' (a linear scan).
+fn scanned(h: Header, slots: usize) -> usize {
+    if h.node_type() == NodeType::N256 {
+        1
+    } else {
+        slots.div_ceil(2)
+    }
+}
+
 impl<'e, E: Endpoint> Smart<'e, E> {
     fn root_start(&self) -> Start {
         Start {
@@ -142,10 +152,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             let Some(c) = cache.node(id) else {
                 return CacheWalk::Remote(here);
             };
+            self.ep.charge(Work::Probe(1));
             let h = c.header;
             if !prefix_matches(h, key) {
                 return CacheWalk::Remote(here);
             }
+            self.ep.charge(Work::Scan(scanned(h, c.slots.len())));
             let Find::Match { idx, slot } = c.find(key[h.depth()]) else {
                 return CacheWalk::Remote(here);
             };
@@ -333,6 +345,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 {
                     self.invalidate(p.addr);
                 }
+                self.ep.charge(Work::Probe(1));
                 if let Some(mut c) = self.node.cache_mut() {
                     c.put(&img);
                 }
@@ -360,6 +373,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 });
             }
             if !wait {
+                self.ep.charge(Work::Scan(scanned(h, img.slots.len())));
                 match img.find(k[h.depth()]) {
                     Find::Absent { frozen: true, .. } => {}
                     Find::Absent {

@@ -6,7 +6,7 @@ use super::config::SmartError;
 use super::remote::{NodeImg, build_leaf};
 use super::search::Parent;
 use super::{Pace, Smart, bump};
-use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::lease::{Verdict, Waiter, holder, owner_word};
 use remora_layouts::smart::{
     Header, LeafStatus, MAX_LEAF_BYTES, MAX_NODE_BYTES, MAX_PREFIX, NODE_HEADER_OFFSET,
@@ -186,6 +186,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let bytes = leaf_bytes(key.len(), self.cfg.value_cap);
         let la = self.alloc_leaf(key, bytes).await?;
         let mut leaf = [0u8; MAX_LEAF_BYTES];
+        self.ep.charge(Work::Crc64(bytes));
         build_leaf(
             &mut leaf[..bytes],
             pack(img.addr)?,
@@ -295,6 +296,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             n.encode(&mut images[i * sz..(i + 1) * sz]);
         }
         let mut leaf = [0u8; MAX_LEAF_BYTES];
+        self.ep.charge(Work::Crc64(lbytes));
         build_leaf(
             &mut leaf[..lbytes],
             pack(last)?,
@@ -372,6 +374,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut pimg = [0u8; 48];
         p.encode(&mut pimg);
         let mut leaf = [0u8; MAX_LEAF_BYTES];
+        self.ep.charge(Work::Crc64(lbytes));
         build_leaf(
             &mut leaf[..lbytes],
             pack(pa)?,
@@ -683,6 +686,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut nimg = [0u8; MAX_NODE_BYTES];
         let nb = n.encode(&mut nimg);
         let mut leaf = [0u8; MAX_LEAF_BYTES];
+        self.ep.charge(Work::Crc64(lbytes));
         build_leaf(
             &mut leaf[..lbytes],
             pack(na)?,

@@ -7,7 +7,7 @@ use super::leaflock::Got;
 use super::remote::{build_leaf, check_leaf, verified_leaf};
 use super::search::{Miss, Pos};
 use super::structure::Swap;
-use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::lease::owner_word;
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::{
@@ -213,6 +213,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             WriteKind::Delete => (false, &[][..]),
             _ => (true, value),
         };
+        self.ep.charge(Work::Crc64(bytes));
         build_leaf(
             &mut img[..bytes],
             rev,
@@ -326,6 +327,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             what: "node address",
             err,
         })?;
+        self.ep.charge(Work::Crc64(bytes));
         build_leaf(
             &mut img[..bytes],
             rev,

@@ -2,7 +2,7 @@
 //! into this client's ring with WRITE_WITH_IMM and one reply SEND (the server-reply path).
 use super::layout::*;
 use super::{WortClientConfig, WortError};
-use crate::fabric::{Endpoint, Op, QueuePair, RecvKind};
+use crate::fabric::{Endpoint, Op, QueuePair, RecvKind, Work};
 use crate::index::KvIndex;
 use core::cell::{Cell, RefCell};
 use core::future::{Future, poll_fn};
@@ -188,6 +188,7 @@ impl<'e, E: Endpoint> Wort<'e, E> {
                 let at = slot as usize * REPLY_MAX;
                 out[..len].copy_from_slice(&self.inbox.borrow()[at..at + len]);
                 self.inbox_len.borrow_mut()[slot as usize] = 0;
+                self.ep.charge(Work::Decode(len));
                 let r = decode_reply(&out[..len]).map_err(|_| WortError::Protocol {
                     what: "a reply that does not decode",
                 })?;

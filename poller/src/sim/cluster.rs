@@ -575,6 +575,7 @@ impl ClientCtx {
             until,
             cpu: None,
             armed: false,
+            settle: false,
         }
     }
     /// Computes for `ns`: occupies this client thread's CPU (shared with its other
@@ -585,16 +586,24 @@ impl ClientCtx {
             until: 0,
             cpu: Some((self.client, ns * 1000)),
             armed: false,
+            settle: false,
         }
     }
-    /// One index step of client CPU work (`client_step_ns`).
-    pub fn step(&self) -> Sleep {
-        let t = self.w.borrow().tm.client_step;
+    /// States client CPU work of this coroutine, as
+    /// [`Endpoint::charge`](remora_core::fabric::Endpoint::charge) on its endpoint.
+    pub fn charge(&self, work: remora_core::work::Work) {
+        self.w.borrow_mut().charge(work);
+    }
+    /// Pays the CPU work this coroutine has stated and not yet paid (its debt) on the
+    /// thread's CPU, then resumes: the end of an operation whose last work came after its
+    /// last post.
+    pub fn settle(&self) -> Sleep {
         Sleep {
             w: self.w.clone(),
             until: 0,
-            cpu: Some((self.client, t)),
+            cpu: None,
             armed: false,
+            settle: true,
         }
     }
     /// CPU time all memory nodes' handler threads have been busy so far, in ns (see
@@ -711,6 +720,35 @@ pub(crate) fn sleep_until(w: WorldRef, until: Ps) -> Sleep {
         until,
         cpu: None,
         armed: false,
+        settle: false,
+    }
+}
+
+/// A pause of `ns` (at least 1) of virtual time that first pays the calling coroutine's CPU
+/// debt ([`World::pay_debt`]): the wait begins when that work is done.
+pub(crate) fn pause(w: WorldRef, ns: u64) -> Pause {
+    Pause { w, ns, sleep: None }
+}
+
+/// The future of [`pause`].
+pub struct Pause {
+    w: WorldRef,
+    ns: u64,
+    sleep: Option<Sleep>,
+}
+
+impl Future for Pause {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        if this.sleep.is_none() {
+            let from = this.w.borrow_mut().pay_debt();
+            this.sleep = Some(sleep_until(this.w.clone(), from + this.ns.max(1) * 1000));
+        }
+        match this.sleep.as_mut() {
+            Some(s) => Pin::new(s).poll(cx),
+            None => Poll::Ready(()),
+        }
     }
 }
 
@@ -719,6 +757,8 @@ pub struct Sleep {
     until: Ps,
     cpu: Option<(u32, Ps)>,
     armed: bool,
+    /// Pays the task's CPU debt at the first poll ([`ClientCtx::settle`]).
+    settle: bool,
 }
 
 impl Future for Sleep {
@@ -727,6 +767,9 @@ impl Future for Sleep {
         let this = self.get_mut();
         let mut w = this.w.borrow_mut();
         let now = w.now;
+        if std::mem::take(&mut this.settle) {
+            this.until = w.pay_debt();
+        }
         if let Some((c, dur)) = this.cpu.take() {
             let client = &mut w.clients[c as usize];
             let start = client.cpu_free.max(now);

@@ -8,7 +8,8 @@
 //! never reorder it.
 //!
 //! The life of an op (see `target.rs` for the responder side):
-//! 1. `post`: the client thread spends `client_post_ns` of CPU, then each op of the batch is
+//! 1. `post`: the client thread pays the posting coroutine's stated CPU work (its debt, see
+//!    [`World::charge`]) and spends `client_post_ns` of CPU, then each op of the batch is
 //!    serialized on the client NIC's transmit link and flies `one_way_ns` (+ jitter, + fault
 //!    delays, never overtaking an earlier op of its queue pair): an `Arrive` event.
 //! 2. `Arrive` at the responder NIC: receive link, NIC engine admission (`nic_mops`), then
@@ -29,6 +30,7 @@ use super::queue::{Entry, EventQueue};
 use super::rng::Rng;
 use super::trace::Trace;
 use remora_core::fabric::{FabricError, RecvKind, SegmentOrder};
+use remora_core::work::{KINDS, Work};
 use remora_layouts::{GlobalAddr, NodeId};
 use std::collections::VecDeque;
 
@@ -138,7 +140,13 @@ pub struct Tm {
     pub read_step: Ps,
     pub segment: u64,
     pub poll: Ps,
-    pub client_step: Ps,
+    /// Client CPU work ([`Work`]) by kind: a fixed part per charge (ps) and thousandths of
+    /// a ps per unit, `client_cpu_scale` applied.
+    pub work: [(Ps, u64); KINDS],
+    /// CRC-32C through the instructions (fixed ps, milli-ps per byte), for a `Work::Crc32c`
+    /// of at least `crc32c_hw_min` bytes (as `erda::object_checksum` takes them).
+    pub crc32c_hw: (Ps, u64),
+    pub crc32c_hw_min: usize,
     pub rnr_period: Ps,
     pub rnr_retry: u32,
     pub dead_timeout: Ps,
@@ -168,12 +176,56 @@ impl Tm {
             read_step: m.read_step_ps(),
             segment: m.segment(),
             poll: ps(m.client_poll_ns).max(1),
-            client_step: ps(m.client_step_ns),
+            work: work_costs(m),
+            crc32c_hw: (
+                (m.client_crc32c_hw_call_ns * m.client_cpu_scale * 1000.0).round() as Ps,
+                (m.client_crc32c_hw_ns_per_byte * m.client_cpu_scale * 1e6).round() as u64,
+            ),
+            crc32c_hw_min: m.client_crc32c_hw_min_bytes as usize,
             rnr_period: ps(m.rnr_timer_ns) + 2 * m.one_way_ps(),
             rnr_retry: m.rnr_retry as u32,
             dead_timeout: m.dead_timeout_ps(),
             recv_depth: m.recv_depth as u32,
             max_message: m.max_message as usize,
+        }
+    }
+}
+
+/// The per-kind costs of [`Tm::work`] from the model's `client_*` work parameters.
+fn work_costs(m: &Model) -> [(Ps, u64); KINDS] {
+    let k = m.client_cpu_scale;
+    let ps = |ns: f64| (ns * k * 1000.0).round() as Ps;
+    let mps = |ns: f64| (ns * k * 1e6).round() as u64;
+    let mut t = [(0, 0); KINDS];
+    for w in Work::ALL {
+        t[w.kind()] = match w {
+            Work::Crc32c(_) => (
+                ps(m.client_crc32c_call_ns),
+                mps(m.client_crc32c_ns_per_byte),
+            ),
+            Work::Crc64(_) => (ps(m.client_crc64_call_ns), mps(m.client_crc64_ns_per_byte)),
+            Work::Decode(_) => (0, mps(m.client_decode_ns_per_byte)),
+            Work::Scan(_) => (0, mps(m.client_scan_ns)),
+            Work::Probe(_) => (0, mps(m.client_probe_ns)),
+            Work::Compare(_) => (0, mps(m.client_compare_ns)),
+            Work::Sort(_) => (0, mps(m.client_sort_ns)),
+            Work::Rect(_) => (0, mps(m.client_rect_ns)),
+            Work::KeyGen(_) => (0, mps(m.client_keygen_ns)),
+        };
+    }
+    t
+}
+
+impl Tm {
+    /// Virtual CPU time of `w` on a client thread (0 for a count of 0).
+    pub fn work_ps(&self, w: Work) -> Ps {
+        if w.count() == 0 {
+            return 0;
+        }
+        let line = |(call, per): (Ps, u64)| call + (w.units().saturating_mul(per) + 500) / 1000;
+        match w {
+            Work::Crc32c(n) if n >= self.crc32c_hw_min => line(self.crc32c_hw),
+            _ => line(self.work[w.kind()]),
         }
     }
 }
@@ -431,6 +483,9 @@ pub struct World {
     pub queued: Vec<bool>,
     /// Client of each task (NO_CLIENT for server tasks).
     pub task_client: Vec<u32>,
+    /// CPU work each task has stated ([`World::charge`]) and not yet paid on its client
+    /// thread's CPU.
+    pub task_debt: Vec<Ps>,
     pub current_task: u32,
     /// Handler threads (memory node, thread) whose task must be started.
     pub to_serve: Vec<(NodeId, u32)>,
@@ -468,6 +523,7 @@ impl World {
             ready: VecDeque::new(),
             queued: Vec::new(),
             task_client: Vec::new(),
+            task_debt: Vec::new(),
             current_task: NO_TASK,
             to_serve: Vec::new(),
             stopped: Vec::new(),
@@ -553,8 +609,39 @@ impl World {
 
     pub fn add_task(&mut self, client: u32) -> u32 {
         self.task_client.push(client);
+        self.task_debt.push(0);
         self.queued.push(false);
         (self.task_client.len() - 1) as u32
+    }
+
+    /// Client CPU work `w` stated by the current task: debt it pays on its thread's CPU
+    /// before its next post, receive or pause ([`World::pay_debt`]). Work stated outside a
+    /// client task (a server task, or no task) costs nothing.
+    pub fn charge(&mut self, w: Work) {
+        let t = self.current_task as usize;
+        if self.task_client.get(t).is_some_and(|&c| c != NO_CLIENT) {
+            let d = self.tm.work_ps(w);
+            self.task_debt[t] = self.task_debt[t].saturating_add(d);
+        }
+    }
+
+    /// Pays the current task's CPU debt on its client thread's CPU, after the work already
+    /// queued there (its other coroutines', its posts'); returns when that CPU time ends (now
+    /// if there is no debt).
+    pub fn pay_debt(&mut self) -> Ps {
+        let t = self.current_task as usize;
+        let now = self.now;
+        let Some(&c) = self.task_client.get(t) else {
+            return now;
+        };
+        let debt = std::mem::take(&mut self.task_debt[t]);
+        if debt == 0 || c == NO_CLIENT {
+            return now;
+        }
+        let cl = &mut self.clients[c as usize];
+        let end = cl.cpu_free.max(now) + debt;
+        cl.cpu_free = end;
+        end
     }
 
     /// One-way flight time of one message: base, jitter and injected delay.
@@ -597,9 +684,14 @@ impl World {
         // Client CPU: building the work requests and ringing the doorbell.
         let mut t = now;
         if client != NO_CLIENT {
+            // The posting coroutine's stated work first, then the doorbell.
+            let debt = self
+                .task_debt
+                .get_mut(task as usize)
+                .map_or(0, std::mem::take);
             let c = &mut self.clients[client as usize];
             let post = self.nics[nic].scale(self.tm.post);
-            t = c.cpu_free.max(now) + post;
+            t = c.cpu_free.max(now) + debt + post;
             c.cpu_free = t;
         }
         if traced {

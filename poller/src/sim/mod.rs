@@ -21,7 +21,7 @@
 //!             let qp = ctx.qp(0).unwrap();            // queue pair to memory node 0
 //!             let mut b = [0u8; 64];
 //!             qp.read(GlobalAddr::new(0, 4096), &mut b).await.unwrap();
-//!             ctx.step().await;                       // client CPU work
+//!             ctx.cpu(200).await;                     // 200 ns of client CPU work
 //!         });
 //!     }
 //! }

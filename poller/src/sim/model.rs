@@ -174,9 +174,96 @@ params! {
         "Client CPU time to build a work request batch and ring the doorbell (MMIO): assumed \
          ~100 ns (Kalia et al., ATC'16 §3: doorbell MMIOs cost ~ hundreds of cycles). One client \
          thread thus posts at most 10 M batches/s.";
-    client_step_ns: 200.0, "ns", [0.0, 1e12],
-        "Client CPU time of one index step (parse a node, compute the next address), charged by \
-         ClientCtx::step(); assumed.";
+    client_cpu_scale: 1.0, "x", [0.0, 1000.0],
+        "Multiplier on every client CPU work cost below (the client_*_ns work parameters, \
+         not client_post_ns): 1.0 is the host that calibrated them; a paper's hardware \
+         profile sets it for a slower (>1) or faster (<1) client CPU.";
+    client_crc32c_call_ns: 5.0, "ns", [0.0, 1e9],
+        "Client CPU time of one CRC-32C call (fixed part) and per byte checksummed \
+         (Work::Crc32c): Erda's object checksums through erda::object_checksum (hardware \
+         crc32c from 128 B, slice-by-16 tables below) and CANRT's item checksums; measured on \
+         this host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, \
+         release, min of runs). Literature: SSE4.2 crc32 runs at ~0.1-0.3 ns/B single-stream, \
+         ~0.05 with three interleaved streams (Intel, 'Fast CRC Computation for iSCSI \
+         Polynomial Using CRC32 Instruction', 2011).";
+    client_crc32c_ns_per_byte: 0.22, "ns/B", [0.0, 1e6],
+        "Client CPU time of one CRC-32C call (fixed part) and per byte checksummed \
+         (Work::Crc32c): Erda's object checksums through erda::object_checksum (hardware \
+         crc32c from 128 B, slice-by-16 tables below) and CANRT's item checksums; measured on \
+         this host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, \
+         release, min of runs). Literature: SSE4.2 crc32 runs at ~0.1-0.3 ns/B single-stream, \
+         ~0.05 with three interleaved streams (Intel, 'Fast CRC Computation for iSCSI \
+         Polynomial Using CRC32 Instruction', 2011).";
+    client_crc32c_hw_call_ns: 13.0, "ns", [0.0, 1e9],
+        "Client CPU time of one CRC-32C call through the crc32c crate's SSE4.2/ARMv8 \
+         instructions (fixed part), which erda::object_checksum takes from 128 B (the sim \
+         charges a Work::Crc32c of at least client_crc32c_hw_min_bytes on this line, as that \
+         function does); measured on this host by \
+         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min of \
+         runs). Literature: see client_crc32c_hw_ns_per_byte.";
+    client_crc32c_hw_ns_per_byte: 0.034, "ns/B", [0.0, 1e6],
+        "Client CPU time per byte of a CRC-32C through the crc32c crate's instructions (three \
+         interleaved crc32 streams); measured as client_crc32c_hw_call_ns. Literature: ~0.05 \
+         ns/B with three interleaved crc32q streams at 3 GHz (Intel, 'Fast CRC Computation \
+         for iSCSI Polynomial Using CRC32 Instruction', 2011).";
+    client_crc32c_hw_min_bytes: 128.0, "B", [0.0, 1e9],
+        "Checksums at least this long take the CRC-32C instruction line \
+         (client_crc32c_hw_*), shorter ones the table line: erda::HW_CRC_MIN_BYTES, where \
+         erda::object_checksum switches (the crate's fixed costs lose to the tables below \
+         it, measured by erda_crc).";
+    client_crc64_call_ns: 20.0, "ns", [0.0, 1e9],
+        "Client CPU time of one CRC-64 call (fixed part) and per byte (Work::Crc64): \
+         slice-by-16 table CRC-64 as SMART's leaf checksum, CANRT's header and prefix checks \
+         and Catfish's node checks compute it; measured on this host by \
+         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
+         of runs). Literature: slice-by-8/16 table CRCs run at ~1-2 cycles/B (Kounavis and \
+         Berry, 'A Systematic Approach to Building High Performance Software-Based CRC \
+         Generators', ISCC'05).";
+    client_crc64_ns_per_byte: 0.28, "ns/B", [0.0, 1e6],
+        "Client CPU time of one CRC-64 call (fixed part) and per byte (Work::Crc64): \
+         slice-by-16 table CRC-64 as SMART's leaf checksum, CANRT's header and prefix checks \
+         and Catfish's node checks compute it; measured on this host by \
+         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
+         of runs). Literature: slice-by-8/16 table CRCs run at ~1-2 cycles/B (Kounavis and \
+         Berry, 'A Systematic Approach to Building High Performance Software-Based CRC \
+         Generators', ISCC'05).";
+    client_decode_ns_per_byte: 0.077, "ns/B", [0.0, 1e6],
+        "Client CPU time per byte of a node or page image decoded or copied into the client's \
+         view of it (Work::Decode): field loads, bounds checks and the copy of a read buffer, \
+         as remora_layouts' decoders do; measured on this host by \
+         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
+         of runs). Literature: memcpy of L1/L2-resident data runs at ~0.02-0.1 ns/B.";
+    client_scan_ns: 3.0, "ns", [0.0, 1e9],
+        "Client CPU time per entry of a linear scan (Work::Scan): one slot of a Sherman leaf, \
+         one item of a CANRT data node, one child of a SMART Node4-256: load, decode and \
+         compare one key; measured on this host by bins/src/bench/cpu_calibration.rs \
+         (AMD EPYC, 2 vCPUs, 2026-11-29, release, min of runs).";
+    client_probe_ns: 18.0, "ns", [0.0, 1e9],
+        "Client CPU time of one probe of a client-side cache or hash table (Work::Probe): \
+         hash the key, walk one bucket, as SMART's node cache, Sherman's index cache and \
+         CANRT's prefix cache do; measured on this host by \
+         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
+         of runs). Literature: one DRAM-missing hash probe ~80-100 ns, an L2 hit a few ns.";
+    client_compare_ns: 2.5, "ns", [0.0, 1e9],
+        "Client CPU time of one key comparison of a binary search (Work::Compare): Sherman's \
+         internal pages, CANRT's prefix arrays; measured on this host by \
+         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
+         of runs).";
+    client_sort_ns: 0.68, "ns", [0.0, 1e9],
+        "Client CPU time per n log2 n of a sort of n items (Work::Sort; the comparison count \
+         of a comparison sort): range results and Catfish's collected entries; measured on \
+         this host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, \
+         release, min of runs).";
+    client_rect_ns: 0.35, "ns", [0.0, 1e9],
+        "Client CPU time of one rectangle intersection or containment test of an R-tree \
+         search (Work::Rect): four f64 comparisons and the entry's decode; measured on this \
+         host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, \
+         release, min of runs).";
+    client_keygen_ns: 35.0, "ns", [0.0, 1e9],
+        "Client CPU time to draw and format one YCSB key (Work::KeyGen): the zipfian or \
+         uniform chooser and the key bytes, which the papers' benchmark clients pay per \
+         operation too; measured on this host by bins/src/bench/cpu_calibration.rs (AMD \
+         EPYC, 2 vCPUs, 2026-11-29, release, min of runs).";
     client_poll_ns: 50.0, "ns", [1.0, 1e9],
         "Client CPU time of one busy-poll iteration: a coroutine that yields without waiting for \
          a verb resumes this much later (assumed; keeps spin loops from freezing virtual time).";

@@ -70,7 +70,13 @@ pub const PROFILES: &[Profile] = &[
                 600.0,
                 "ConnectX-6 datasheet 'sub-600ns latency' (the default's source)",
             ),
-            v("nic_mops", 110.0, CX5_MOPS),
+            v(
+                "nic_mops",
+                110.0,
+                "assumed: ConnectX-6 as the ~110 Mops Sherman measured on ConnectX-5 \
+                 (seeds/002 §2.1); SMART's text names the memory-side IOPS bound without a \
+                 figure, and ConnectX-6 briefs' 215 M msg/s is a two-port peak",
+            ),
             v(
                 "server_threads",
                 1.0,
@@ -79,6 +85,12 @@ pub const PROFILES: &[Profile] = &[
             ),
             v("server_nvm_read_ns", 90.0, DRAM_NODE),
             v("nvm_write_ns", 0.0, "DRAM memory node: nothing to persist"),
+            v(
+                "client_cpu_scale",
+                1.0,
+                "assumed: SMART's text names no client CPU; as the host that calibrated the \
+                 client work costs (an AMD EPYC at 2.6 GHz)",
+            ),
         ],
     },
     Profile {
@@ -114,6 +126,13 @@ pub const PROFILES: &[Profile] = &[
                 "nvm_write_ns",
                 0.0,
                 "'128GB DRAM' servers (seeds/002 §3): nothing to persist",
+            ),
+            v(
+                "client_cpu_scale",
+                1.4,
+                "'two 2.2GHz Intel Xeon E5-2650 v4 CPUs' (seeds/002 §3): a 2016 Broadwell core \
+                 at 2.2 GHz against the calibrating 2.6 GHz EPYC: assumed 1.4x slower per \
+                 thread (clock 1.18x, older core ~1.2x)",
             ),
         ],
     },
@@ -157,6 +176,12 @@ pub const PROFILES: &[Profile] = &[
                 90.0,
                 "Optane DC PMM clwb + sfence to the ADR domain, ~90 ns (Izraelevitz et al. \
                  2019), the paper's AppDirect device",
+            ),
+            v(
+                "client_cpu_scale",
+                1.1,
+                "'Intel Xeon(R) 2.60 GHz CPU' with Optane DC PMM (seeds/000 §4.1), so a \
+                 Cascade Lake Xeon: assumed 1.1x the calibrating 2.6 GHz EPYC per thread",
             ),
         ],
     },
@@ -211,11 +236,18 @@ pub const PROFILES: &[Profile] = &[
                 150.0,
                 "'By default, we add 150ns of extra write latencies' (seeds/004 §5)",
             ),
+            v(
+                "client_cpu_scale",
+                2.0,
+                "'two 2.4 GHz Intel Xeon E5620 CPUs' (seeds/004 §5): a 2010 Westmere core \
+                 (SSE4.2, no AVX) against the calibrating 2.6 GHz \
+                 EPYC: assumed 2x slower per thread",
+            ),
         ],
     },
     Profile {
         name: "catfish",
-        hardware: "Catfish (TPDS): 9 nodes of 2 x 14-core Xeon E5-2680 v4 2.4 GHz, 512 GB \
+        hardware: "Catfish: 9 nodes of 2 x 14-core Xeon E5-2680 v4 2.4 GHz, 512 GB \
                    DDR4, ConnectX-5 EDR 100 Gb InfiniBand",
         values: &[
             v(
@@ -247,6 +279,13 @@ pub const PROFILES: &[Profile] = &[
                 "nvm_write_ns",
                 0.0,
                 "'512 GB DDR4' (seeds/003 §5): a DRAM server, nothing to persist",
+            ),
+            v(
+                "client_cpu_scale",
+                1.3,
+                "'Intel Xeon E5-2680 v4 (... Broadwell, 2.40 GHz)' (seeds/003 §5) against the \
+                 calibrating 2.6 GHz EPYC: assumed 1.3x slower per thread (clock 1.08x, older \
+                 core ~1.2x)",
             ),
         ],
     },

@@ -11,7 +11,7 @@
 //! completion taken, `count_error` per failed post or receive.
 use super::engine::{BatchState, Kind, NO_CLIENT, NO_TASK, RxDone, World};
 use remora_core::counters::Counters;
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind};
+use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, Work};
 use remora_layouts::NodeId;
 use std::cell::RefCell;
 use std::future::Future;
@@ -257,6 +257,8 @@ impl Drop for PostFuture<'_, '_> {
 pub struct RecvFuture<'a> {
     qp: &'a SimQp,
     buf: &'a mut [u8],
+    /// When the coroutine's CPU debt is paid (set at the first poll).
+    paid_at: Option<u64>,
 }
 
 impl Future for RecvFuture<'_> {
@@ -265,6 +267,16 @@ impl Future for RecvFuture<'_> {
         let this = self.get_mut();
         let mut w = this.qp.w.borrow_mut();
         let end = this.qp.end as usize;
+        // The coroutine's stated CPU work is done before it waits for a receive.
+        let first = this.paid_at.is_none();
+        let paid = *this.paid_at.get_or_insert_with(|| w.pay_debt());
+        let t = w.current_task;
+        if w.now < paid && t != NO_TASK {
+            if first {
+                w.schedule(paid, super::engine::Ev::Wake(t));
+            }
+            return Poll::Pending;
+        }
         if let Some(rx) = w.ends[end].cq.pop_front() {
             return Poll::Ready(this.qp.take_rx(&mut w, rx, this.buf));
         }
@@ -301,7 +313,11 @@ impl QueuePair for SimQp {
     }
 
     fn recv<'a>(&'a self, buf: &'a mut [u8]) -> impl Future<Output = Result<Recv, FabricError>> {
-        RecvFuture { qp: self, buf }
+        RecvFuture {
+            qp: self,
+            buf,
+            paid_at: None,
+        }
     }
 
     fn try_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
@@ -333,8 +349,12 @@ impl QueuePair for SimQp {
 
     /// A virtual-time wait, as [`SimEndpoint::pause`].
     fn pause(&self, ns: u64) -> impl Future<Output = ()> {
-        let until = self.w.borrow().now + ns.max(1) * 1000;
-        super::cluster::sleep_until(self.w.clone(), until)
+        super::cluster::pause(self.w.clone(), ns)
+    }
+
+    /// CPU debt of the calling coroutine, as [`SimEndpoint::charge`].
+    fn charge(&self, work: Work) {
+        self.w.borrow_mut().charge(work);
     }
 }
 
@@ -385,13 +405,22 @@ impl Endpoint for SimEndpoint {
     fn now_ns(&self) -> u64 {
         self.qps.first().map_or(0, |q| q.w.borrow().now / 1000)
     }
+    /// Pays the coroutine's CPU debt, then lets the others run for `ns` of virtual time.
     fn pause(&self, ns: u64) -> impl Future<Output = ()> {
         let w = self.qps.first().map(|q| q.w.clone());
         async move {
             if let Some(w) = w {
-                let until = w.borrow().now + ns.max(1) * 1000;
-                super::cluster::sleep_until(w, until).await;
+                super::cluster::pause(w, ns).await;
             }
+        }
+    }
+    /// Makes `work` CPU debt of the calling coroutine (model parameters `client_*`, times
+    /// `client_cpu_scale`): paid on this client thread's CPU, after its other coroutines'
+    /// work, before the coroutine's next post, receive or pause, or at
+    /// [`ClientCtx::settle`](super::ClientCtx::settle).
+    fn charge(&self, work: Work) {
+        if let Some(q) = self.qps.first() {
+            q.w.borrow_mut().charge(work);
         }
     }
     /// Breaks every queue pair of client `client - 1` to `node`; later requests of its are

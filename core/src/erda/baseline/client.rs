@@ -5,7 +5,7 @@ use super::{
     encode_record, raw_slot_len, record_len, void_word,
 };
 use crate::erda::{ErdaClientConfig, ErdaError};
-use crate::fabric::{Endpoint, Op as Verb, QueuePair, RecvKind};
+use crate::fabric::{Endpoint, Op as Verb, QueuePair, RecvKind, Work};
 use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter};
 use core::cell::{Cell, RefCell};
@@ -293,6 +293,7 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
                 Scheme::Redo => {
                     let n = encode_record(&mut rec, op, key, value, 0)
                         .ok_or(ErdaError::BadKey { len: key.len() })?;
+                    self.ep.charge(Work::Crc32c(n));
                     self.call(Op::Write, 0, &[], 0, &rec[..n], &mut out)
                         .await?
                         .0
@@ -357,6 +358,7 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
         }
         let n =
             encode_record(rec, op, key, value, pos).ok_or(ErdaError::BadKey { len: key.len() })?;
+        self.ep.charge(Work::Crc32c(n));
         let at = GlobalAddr::try_new(self.cfg.node, self.ring_off + pos % self.ring_len).map_err(
             |why| ErdaError::Corrupt {
                 addr: GlobalAddr::NULL,
