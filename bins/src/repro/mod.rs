@@ -202,22 +202,6 @@ impl Scale {
         )
     }
 
-    /// `--sweep clients=...` over `nodes` compute nodes.
-    pub fn client_sweep(&self, nodes: usize) -> String {
-        let v: Vec<String> = self
-            .per_node
-            .iter()
-            .map(|p| (p * nodes).to_string())
-            .collect();
-        format!("--sweep clients={}", v.join(","))
-    }
-
-    /// The curves' client threads per compute node, as `1/2/4` (for setup texts).
-    pub fn per_node_list(&self) -> String {
-        let v: Vec<String> = self.per_node.iter().map(|c| c.to_string()).collect();
-        v.join("/")
-    }
-
     /// The largest client count of the curves over `nodes` compute nodes.
     pub fn max_clients(&self, nodes: usize) -> usize {
         self.per_node.iter().max().copied().unwrap_or(1) * nodes
