@@ -287,6 +287,9 @@ pub struct Pick {
     pub exp: String,
     pub series: String,
     pub workload: &'static str,
+    /// Only the point at this client count. A claim one of whose picks names a count pairs
+    /// its two points whatever their counts (a gain across client counts of one series).
+    pub clients: Option<usize>,
 }
 
 impl Pick {
@@ -295,6 +298,14 @@ impl Pick {
             exp: exp.into(),
             series: series.into(),
             workload,
+            clients: None,
+        }
+    }
+    /// The point at `clients` clients only.
+    pub fn at(exp: &str, series: &str, workload: &'static str, clients: usize) -> Pick {
+        Pick {
+            clients: Some(clients),
+            ..Pick::new(exp, series, workload)
         }
     }
 }

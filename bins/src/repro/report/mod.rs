@@ -275,6 +275,7 @@ fn picked<'a>(exps: &'a [ExpReport], k: &super::Pick) -> Vec<&'a Point> {
         .filter(|e| e.id == k.exp)
         .flat_map(|e| e.points.iter())
         .filter(|p| p.series == k.series && p.workload.eq_ignore_ascii_case(k.workload))
+        .filter(|p| k.clients.is_none_or(|c| p.clients == c))
         .collect()
 }
 
@@ -347,10 +348,15 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
         return row;
     };
     let (ns, ds) = (picked(exps, num), picked(exps, den));
-    // Pairs at the same client count.
+    // Pairs at the same client count (any count where a pick names its own).
+    let any = num.clients.is_some() || den.clients.is_some();
     let mut pairs: Vec<(&Point, &Point)> = ns
         .iter()
-        .filter_map(|n| ds.iter().find(|d| d.clients == n.clients).map(|d| (*n, *d)))
+        .filter_map(|n| {
+            ds.iter()
+                .find(|d| any || d.clients == n.clients)
+                .map(|d| (*n, *d))
+        })
         .collect();
     pairs.sort_by_key(|(n, _)| n.clients);
     let ratio = |n: &Point, d: &Point| {
@@ -412,12 +418,17 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
     };
     row.seed = Some(n.seed);
     row.measured = format!(
-        "{} clients, {}: {} {} / {} {}{}",
+        "{} clients, {}: {} {} / {}{} {}{}",
         n.clients,
         wname(&n.workload),
         num.series,
         figure(n, c.metric),
         den.series,
+        if d.clients == n.clients {
+            String::new()
+        } else {
+            format!(" at {} clients", d.clients)
+        },
         figure(d, c.metric),
         if row.wall_clock {
             format!(" (wall-clock, real threads: {})", machine())
