@@ -664,6 +664,28 @@ mod tests {
         assert!(r.remora.is_none() && r.missing.contains("zz"), "{r:?}");
     }
 
+    /// Picks at named client counts pair across counts: one series' gain from 8 to 16
+    /// clients (6 / 4), not the ratio at a shared count.
+    #[test]
+    fn picks_at_client_counts_pair_across_counts() {
+        let gain = Some((Pick::at("e", "a", "C", 16), Pick::at("e", "a", "C", 8)));
+        let r = evaluate(
+            &paper(vec![]),
+            &claim("g", Metric::Mops, false, gain),
+            &exps(),
+        );
+        assert_eq!(r.remora, Some(1.5));
+        assert!(r.measured.contains("a at 8 clients"), "{}", r.measured);
+        // A count nobody ran: no pair.
+        let none = Some((Pick::at("e", "a", "C", 32), Pick::at("e", "a", "C", 8)));
+        let r = evaluate(
+            &paper(vec![]),
+            &claim("g", Metric::Mops, false, none),
+            &exps(),
+        );
+        assert!(r.remora.is_none(), "{r:?}");
+    }
+
     pub(super) fn report(rows: Vec<Row>) -> Report {
         Report {
             classes: class::counts(rows.iter()),
