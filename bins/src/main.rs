@@ -44,6 +44,9 @@ enum Cmd {
     /// Reproduce the papers' headline experiments on the sim: JSON, CSV, charts and a
     /// markdown report of each claim next to remora's figure.
     Repro(repro::ReproArgs),
+    /// Merge the JSON records of a cluster run's processes (`bench --cluster-size`): summed
+    /// throughput and one latency histogram.
+    Merge(bench::cluster::MergeArgs),
 }
 
 /// The fabrics a standalone memory node can serve.
@@ -189,6 +192,7 @@ fn main() -> ExitCode {
         },
         Cmd::Bench(a) => bench::run(&a),
         Cmd::Repro(a) => repro::run(&a),
+        Cmd::Merge(a) => bench::cluster::run_merge(&a),
         Cmd::Check(c) => c.refuse_unused().and_then(|()| {
             if c.lin.linearizability {
                 return lincheck::run(&c.lin, c.perf.fabric, c.perf.threads, c.perf.coroutines);

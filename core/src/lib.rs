@@ -7,6 +7,7 @@
 //! - [`fabric`]: work requests, the [`fabric::QueuePair`] and [`fabric::Endpoint`] traits, errors.
 //! - [`counters`]: per-queue-pair operation counters, the hardware-independent figures.
 //! - [`alloc`]: the remote allocator client (chunks by FETCH_AND_ADD, objects carved locally).
+//! - [`barrier`]: a barrier held in a memory node, to start compute-node processes together.
 //! - [`lease`]: owned remote locks with leases, fencing and takeover of a dead holder.
 //! - [`conformance`] (feature `conformance`): the suite every fabric must pass.
 //!
@@ -39,6 +40,7 @@
 extern crate alloc as std_alloc;
 
 pub mod alloc;
+pub mod barrier;
 pub mod block_on;
 #[cfg(feature = "alloc")]
 pub mod canrt;

@@ -9,6 +9,7 @@
 //! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
+pub(crate) mod cluster;
 #[cfg(test)]
 mod cpu_calibration;
 pub(crate) mod index;
@@ -228,6 +229,8 @@ pub struct BenchArgs {
     pub sim: SimArgs,
     #[command(flatten)]
     pub spatial: spatial::SpatialFlags,
+    #[command(flatten)]
+    pub cluster: cluster::ClusterFlags,
 }
 
 /// SMART's run-time technique switches.
@@ -594,6 +597,7 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
 }
 
 fn validate(a: &BenchArgs) -> Result<(), String> {
+    cluster::validate(a)?;
     if a.threads == 0 || a.coroutines == 0 {
         return Err("--threads and --coroutines must be at least 1".into());
     }

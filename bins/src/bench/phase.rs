@@ -151,6 +151,9 @@ pub struct BenchRecord {
     /// Catfish's figures (`--index catfish` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spatial: Option<super::spatial::SpatialSummary>,
+    /// A cluster run's process (`--cluster-size`): its rank and latency histogram.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_process: Option<super::cluster::ClusterPart>,
     pub notes: Vec<String>,
     /// Cluster shape, seed, model, factor step, warm-up and latency CDF (`meta.rs`).
     #[serde(flatten)]
@@ -742,6 +745,7 @@ pub fn record(
         sherman,
         canrt: (index.index_name() == "canrt").then_some(canrt),
         spatial: None,
+        cluster_process: super::cluster::ClusterPart::new(a, &hist),
         notes,
         run: super::meta::RunInfo::with_cdf(&hist),
     }

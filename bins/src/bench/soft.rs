@@ -1,5 +1,6 @@
 //! `remora bench --fabric soft`: worker threads pinned to cores, each one compute-node client.
 use super::BenchArgs;
+use super::cluster;
 use super::index::{Handle, IndexCfg, NodeState, snapshot_of};
 use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
 use super::resizes::ResizeWatch;
@@ -10,8 +11,8 @@ use remora::poller::clock::Clock;
 use remora::poller::executor::{ServerCore, plan_cores, run_coroutines, run_workers};
 use remora::poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode, control};
 use std::path::PathBuf;
-use std::sync::Barrier;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
 
 /// Waits at a barrier a fixed number of times in all, the rest when dropped early.
 pub(super) struct BarrierGuard<'a> {
@@ -194,7 +195,14 @@ pub(super) fn run_threads<E: Endpoint>(
     notes.extend(resizes.note(index));
     let clock = Clock::get();
     let inserted = AtomicU64::new(0);
-    let (dist, load, run) = Phase::pair(a, workload, &inserted);
+    let (dist, mut load, run) = Phase::pair(a, workload, &inserted);
+    if a.cluster.on() {
+        // A cluster run's process loads its share of the records.
+        let (from, to) = a.cluster.share(a.records);
+        load.next_load = AtomicU64::new(from);
+        load.records = to;
+    }
+    let cluster_err: Mutex<Option<String>> = Mutex::new(None);
     let barrier = Barrier::new(a.threads);
     let shared = NodeState::new(index);
     let (results, pinning) = run_workers(
@@ -205,7 +213,10 @@ pub(super) fn run_threads<E: Endpoint>(
             // on the way out), and an error stops the other workers' phases.
             let sync = BarrierGuard {
                 barrier: &barrier,
-                left: std::cell::Cell::new(if workload == Workload::Load { 1 } else { 3 }),
+                left: std::cell::Cell::new(
+                    if workload == Workload::Load { 1 } else { 3 }
+                        + if a.cluster.on() { 2 } else { 0 },
+                ),
             };
             let stop_all = |e: String| {
                 load.stop.store(true, Ordering::SeqCst);
@@ -220,7 +231,33 @@ pub(super) fn run_threads<E: Endpoint>(
             } else {
                 &shared
             };
+            // A cluster run: the leader thread meets the other processes at the memory
+            // node's barrier while this process's threads wait for it.
+            let cluster_failed = |e: String| {
+                *cluster_err.lock().unwrap_or_else(|p| p.into_inner()) = Some(stop_all(e));
+            };
+            let cluster_result = || match &*cluster_err.lock().unwrap_or_else(|p| p.into_inner()) {
+                Some(e) => Err(e.clone()),
+                None => Ok(()),
+            };
+            let meet_all = |what: &str| -> Result<(), String> {
+                if sync.wait()
+                    && let Err(e) = cluster::meet(a, &ep, what)
+                {
+                    cluster_failed(e);
+                }
+                sync.wait();
+                cluster_result()
+            };
+            // Rank 0 opens (creates) the index before the others open it.
+            let late = a.cluster.on() && a.cluster.cluster_rank != 0;
+            if late {
+                meet_all("before opening the index")?;
+            }
             let idx = block_on(Handle::open_on(&ep, index, node)).map_err(stop_all)?;
+            if a.cluster.on() && !late {
+                meet_all("after opening the index")?;
+            }
             let ctx = Ctx {
                 a,
                 time: Time::Wall(clock),
@@ -233,13 +270,19 @@ pub(super) fn run_threads<E: Endpoint>(
             if workload == Workload::Load {
                 return Ok((l, None));
             }
-            if sync.wait()
-                && let Some(s) = a.seconds
-            {
-                run.deadline_ns
-                    .store(clock.now_ns() + (s * 1e9) as u64, Ordering::SeqCst);
+            if sync.wait() {
+                if a.cluster.on()
+                    && let Err(e) = cluster::meet(a, &ep, "before the measured phase")
+                {
+                    cluster_failed(e);
+                }
+                if let Some(s) = a.seconds {
+                    run.deadline_ns
+                        .store(clock.now_ns() + (s * 1e9) as u64, Ordering::SeqCst);
+                }
             }
             sync.wait();
+            cluster_result()?;
             let r = one(phase(&idx, &ctx, &run, w, &snap, &stats)).map_err(stop_all)?;
             Ok((l, Some(r)))
         },

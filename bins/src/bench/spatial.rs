@@ -1216,6 +1216,7 @@ fn record(
             },
             tree_height: height,
         }),
+        cluster_process: None,
         notes,
         run: super::meta::RunInfo::with_cdf(&hist),
     }
