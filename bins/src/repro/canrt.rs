@@ -139,15 +139,14 @@ pub fn paper(s: &Scale) -> Paper {
                 false,
                 p("CANRT", "UPD"),
                 p(base_tree, "UPD"),
-                "both trees are bound by the one server thread (server_use ~1). Its cost per \
-                 write (1 client, update-only, `--set server_llc_lines=3932`, components by \
-                 zeroing each model cost): CANRT's applier 888 ns = 320 poll + fixed handler \
-                 (the model's flat per-message charge, the same for every service) + 100 \
-                 acknowledgement SEND (the paper's server sends none) + 224 write-back (2.5 \
-                 lines) + 244 memory (~0.7 NVM miss); WORT 1605 ns = 320 + 100 reply + 180 \
-                 write-back + 1005 memory (~3 NVM misses: its radix path at 10k keys). The \
-                 paper's 7-11x needs its WORT at 7-11x its applier's cost; here it is 1.8x: \
-                 the flat per-message charge and WORT's shallow tree keep it there",
+                "both trees are bound by the one server thread (server_use ~1; the two points' \
+                 server ns/op in this table). The paper's 7-11x needs its WORT server to spend \
+                 7-11x its applier's time per write; here the two differ by less: the model's \
+                 flat per-message charge (poll + handler, the same for every service) and the \
+                 acknowledgement SEND (which the paper's server does not send) are a large \
+                 share of the applier's cost, and WORT's radix path at quick scale is short \
+                 (components measured by zeroing one model cost at a time: `remora bench \
+                 --fabric sim --profile canrt --persistent --workload update-only --set X=0`)",
             ),
             Claim::ratio(
                 if base_tree == "WORT" {
