@@ -157,6 +157,12 @@ fn front_rear_versions_need_ascending_segments_checksums_do_not() {
 /// Virtual ns for 4 compute nodes x 2 client threads x 4 coroutines (one handle per thread,
 /// as `remora bench` runs them) to update 8 hot keys of one leaf 40 times per coroutine.
 fn hot_leaf_updates_ns(cfg: ShermanConfig) -> u64 {
+    hot_leaf_run_ns(cfg, 2, 4, Model::default())
+}
+
+/// Virtual ns for 4 compute nodes x `threads` client threads x `coroutines` coroutines to
+/// update 8 hot keys of one leaf 40 times per coroutine, on `model`.
+fn hot_leaf_run_ns(cfg: ShermanConfig, threads: u64, coroutines: u64, model: Model) -> u64 {
     use remora_poller::executor::join_all;
     const NODES: usize = 4;
     let errs = std::cell::RefCell::new(Vec::new());
@@ -164,6 +170,7 @@ fn hot_leaf_updates_ns(cfg: ShermanConfig) -> u64 {
         compute_nodes: NODES,
         memory_nodes: 1,
         seed: 7,
+        model,
         ..SimConfig::default()
     })
     .unwrap();
@@ -177,12 +184,12 @@ fn hot_leaf_updates_ns(cfg: ShermanConfig) -> u64 {
     assert_eq!(sim.run().unfinished, 0);
     let start = sim.now_ns();
     for node in 0..NODES {
-        for thread in 0..2u64 {
+        for thread in 0..threads {
             let ctx = sim.client(node).unwrap();
             let errs = &errs;
             sim.spawn_with(&ctx, thread, move |ctx| async move {
                 let t = Sherman::open(ctx.ep(), cfg).await.unwrap();
-                let co = (0..4u64).map(|co| {
+                let co = (0..coroutines).map(|co| {
                     let t = &t;
                     async move {
                         for i in 0..40u64 {
@@ -222,5 +229,30 @@ fn a_spinning_fg_plus_collapses_on_a_hot_leaf_and_sherman_does_not() {
     assert!(
         fg > 2 * fg_backoff,
         "spinning {fg} ns vs backing off {fg_backoff} ns"
+    );
+}
+
+/// Synchronous threads (the authors' benchmark: no coroutines) spinning on FG+'s host-memory
+/// lock word: only when a waiting CAS holds the memory node's request engine
+/// (`host_atomic_stalls`, the Sherman profile's) does the retry storm slow the holder's own
+/// verbs and FG+ collapse; Sherman's on-chip words are untouched by it.
+#[test]
+fn host_atomic_stalls_collapse_synchronous_fg_plus_only() {
+    let stalls = Model {
+        host_atomic_stalls: 1.0,
+        ..Model::default()
+    };
+    let fg = hot_leaf_run_ns(ShermanConfig::fg_plus(), 8, 1, Model::default());
+    let fg_stalls = hot_leaf_run_ns(ShermanConfig::fg_plus(), 8, 1, stalls.clone());
+    let sh = hot_leaf_run_ns(ShermanConfig::sherman(), 8, 1, Model::default());
+    let sh_stalls = hot_leaf_run_ns(ShermanConfig::sherman(), 8, 1, stalls);
+    eprintln!("sync hot leaf: fg+ {fg} -> {fg_stalls} ns, sherman {sh} -> {sh_stalls} ns");
+    assert!(
+        fg_stalls > 3 * fg,
+        "fg+ {fg} ns, with stalls {fg_stalls} ns"
+    );
+    assert!(
+        sh_stalls < sh + sh / 5,
+        "sherman {sh} ns, with stalls {sh_stalls} ns"
     );
 }

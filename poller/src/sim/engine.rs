@@ -125,6 +125,8 @@ pub struct Tm {
     pub pcie_read: Ps,
     pub pcie_write: Ps,
     pub host_atomic: Ps,
+    /// A host-memory atomic waiting for its word's lock slot holds the NIC's request engine.
+    pub host_atomic_stalls: bool,
     pub dm_atomic: Ps,
     pub post: Ps,
     pub server_poll: Ps,
@@ -164,6 +166,7 @@ impl Tm {
             pcie_read: m.pcie_read_ps(),
             pcie_write: m.pcie_write_ps(),
             host_atomic: m.host_atomic_ps(),
+            host_atomic_stalls: m.host_atomic_stalls > 0.0,
             dm_atomic: m.dm_atomic_ps(),
             post: m.post_ps(),
             server_poll: m.server_poll_ps(),

@@ -102,6 +102,11 @@ params! {
          write) under the NIC's internal lock (Sherman, seeds/002 §1), so atomics on one address \
          serialize at 1/400ns = 2.5 Mops, the ~2-3 Mops same-address figure of Kalia et al., \
          'Design guidelines for high performance RDMA systems', ATC'16.";
+    host_atomic_stalls: 0.0, "0/1", [0.0, 1.0],
+        "1: a host-memory atomic that waits for its word's lock slot holds the NIC's request \
+         engine until it gets the slot, so every later request to that NIC waits behind it \
+         (conflicting atomics 'consume RDMA IOPS', Sherman, seeds/002 §1); 0 (default): it \
+         waits on its slot alone and only its own queue pair's later verbs wait behind it.";
     dm_atomic_mops: 110.0, "Mops", [0.001, 10000.0],
         "Atomics on one device-memory (on-chip) word: ~110 Mops (Sherman, seeds/002 §2.1, \
          ConnectX-5 on-chip memory).";

@@ -111,6 +111,14 @@ pub const PROFILES: &[Profile] = &[
             ),
             v("nic_mops", 110.0, CX5_MOPS),
             v(
+                "host_atomic_stalls",
+                1.0,
+                "conflicting RDMA atomics on host memory 'trigger unnecessary retries, which \
+                 consumes RDMA IOPS' (seeds/002 §1): a CAS waiting on its word holds the NIC's \
+                 request engine. Without it FG+ at the authors' 176 synchronous threads is \
+                 bound only by the hot leaf's critical section and does not collapse",
+            ),
+            v(
                 "server_threads",
                 2.0,
                 "'Each MS owns 64GB DRAM and 2 CPU cores' (seeds/002 §3)",

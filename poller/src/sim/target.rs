@@ -12,7 +12,8 @@
 //!    - WRITE: segments are placed one step apart from `pcie_write_ns` after admission; the
 //!      ack leaves after the last one;
 //!    - CMP_AND_SWP / FETCH_AND_ADD: the word's lock slot is held for `host_atomic_ns`
-//!      (device memory: `1/dm_atomic_mops`); the op takes effect when it gets the slot;
+//!      (device memory: `1/dm_atomic_mops`); the op takes effect when it gets the slot; with
+//!      `host_atomic_stalls` a host-memory atomic holds the engine until it gets the slot;
 //!    - SEND / WRITE_WITH_IMM: need a posted receive at the target, else RNR NAK and retry
 //!      every `rnr_timer_ns` (+ a round trip), at most `rnr_retry` times after the first
 //!      attempt (the NAK of the last one fails the op, 0: no retry); the queue pair's
@@ -247,6 +248,11 @@ impl World {
                     self.nodes[n].atomic_free[slot] = a + occ;
                 }
                 self.ends[peer].last_effect = a;
+                if !dm && self.tm.host_atomic_stalls {
+                    // Waiting for the slot, the atomic keeps the engine (`host_atomic_stalls`).
+                    let engine = &mut self.nics[tnic].engine_free;
+                    *engine = (*engine).max(a);
+                }
                 self.set_timeline(id, a, 1);
                 self.trace_op(id, || {
                     format!(
