@@ -657,3 +657,40 @@ pub fn paper(s: &Scale) -> Paper {
         claims,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repro::ScaleSel;
+
+    /// Every sim run of the quick report shrinks the LLC with the data set (10k of the
+    /// paper's 2M rectangles: 35 MiB / 200 = 2867 lines), and the curves sweep the
+    /// paper's 32 to 256 clients.
+    #[test]
+    fn quick_sim_runs_scale_the_llc_and_sweep_the_papers_clients() {
+        let s = Scale::of(ScaleSel::Quick).for_paper("catfish");
+        assert_eq!(llc_lines(&s), 2867);
+        let p = paper(&s);
+        let mut sim = 0;
+        for e in &p.experiments {
+            for se in &e.series {
+                if se.args.contains("--fabric sim") {
+                    sim += 1;
+                    assert!(
+                        se.args.contains("--set server_llc_lines=2867"),
+                        "{}",
+                        se.args
+                    );
+                }
+            }
+        }
+        assert!(sim > 0);
+        let small = p.experiments.iter().find(|e| e.id == "catfish-small");
+        let small = small.expect("catfish-small");
+        assert!(
+            small.series[0].args.contains("--sweep clients=32,128,256"),
+            "{}",
+            small.series[0].args
+        );
+    }
+}
