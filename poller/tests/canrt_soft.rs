@@ -2,7 +2,7 @@
 //! runs the metadata applier (`CanrtServer`) on its own thread.
 use remora_core::block_on::block_on;
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
-use remora_core::fabric::{Endpoint, QueuePair, Verb};
+use remora_core::fabric::{Endpoint, FabricError, QueuePair, Verb};
 use remora_core::index::KvIndex;
 use remora_core::kvcheck::{History, client_history};
 use remora_core::{GlobalAddr, Snapshot};
@@ -295,7 +295,16 @@ fn a_dead_lock_holder_costs_a_lease_and_bad_messages_are_refused() {
             12345,
         );
         qp.send(&forged.encode()).await.unwrap();
-        qp.send(b"garbage").await.unwrap();
+        // The node may already have dropped this connection for the forged unlock (its
+        // farewell closes the rings at once): the garbage then never leaves, which is the
+        // same outcome. Any other error is a bug.
+        match qp.send(b"garbage").await {
+            Ok(())
+            | Err(FabricError::RetryExceeded { .. })
+            | Err(FabricError::RemoteInvalid { .. })
+            | Err(FabricError::Flushed) => {}
+            Err(e) => panic!("sending on a refused connection: {e:?}"),
+        }
         let other = n.endpoint().unwrap();
         let t2 = Canrt::open(&other, cfg(8)).await.unwrap();
         assert_eq!(t2.get(&be(1), &mut out).await.unwrap(), Some(8));
