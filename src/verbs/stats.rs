@@ -37,6 +37,13 @@ pub struct VerbsStats {
     pub empty_polls: u64,
     /// Send completions reaped.
     pub completions: u64,
+    /// `ibv_poll_cq` calls on receive completion queues (a receive waits by polling only
+    /// this queue, never the send queue's).
+    pub recv_polls: u64,
+    /// ... of which found nothing (a wait for the peer's message, not data-path work).
+    pub recv_empty: u64,
+    /// Receive completions reaped.
+    pub recv_completions: u64,
     /// Receive chains posted (`ibv_post_recv` calls) and receives in them.
     pub recv_posts: u64,
     pub recvs_posted: u64,
@@ -82,6 +89,9 @@ macro_rules! fields {
             cq_polls,
             empty_polls,
             completions,
+            recv_polls,
+            recv_empty,
+            recv_completions,
             recv_posts,
             recvs_posted,
             server_messages,
@@ -114,8 +124,8 @@ impl fmt::Display for VerbsStats {
             f,
             "bounced bytes: read {} atomic {} write {} (in place {}, one-off registrations {}); \
              {} doorbells for {} work requests ({} unsignaled, {:.2} per doorbell); send CQ: {} \
-             polls for {} completions ({:.2} per completion, {} empty); receive posts: {} for \
-             {} buffers",
+             polls for {} completions ({:.2} per completion, {} empty); receive CQ: {} polls for {} \
+             completions ({} empty); receive posts: {} for {} buffers",
             self.bounced_read,
             self.bounced_atomic,
             self.bounced_write,
@@ -129,6 +139,9 @@ impl fmt::Display for VerbsStats {
             self.completions,
             self.polls_per_completion(),
             self.empty_polls,
+            self.recv_polls,
+            self.recv_completions,
+            self.recv_empty,
             self.recv_posts,
             self.recvs_posted,
         )?;
@@ -184,6 +197,9 @@ static TOTALS: Mutex<VerbsStats> = Mutex::new(VerbsStats {
     cq_polls: 0,
     empty_polls: 0,
     completions: 0,
+    recv_polls: 0,
+    recv_empty: 0,
+    recv_completions: 0,
     recv_posts: 0,
     recvs_posted: 0,
     server_messages: 0,

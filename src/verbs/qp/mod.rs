@@ -13,6 +13,7 @@
 //!   slot of it (WRITE data copied in before the doorbell, READ data and atomic results copied
 //!   out after the completion). A batch needing more than a slot gets a one-off registration.
 //! - **Completions drive themselves.** Polling a post future polls the send completion queue
+//!   (a receive wait polls only the receive queue's, see `RecvFuture`)
 //!   and records every completion in the slot table, so coroutines sharing the queue pair see
 //!   each other's completions, and any executor (even a spin `block_on`) makes progress.
 //!   Dropping a post future before it resolves waits for its batch, so the NIC never writes
@@ -135,6 +136,9 @@ pub struct VerbsQp {
     /// completion queue.
     waiters: Cell<u32>,
     turn: Cell<u32>,
+    /// Receive waits' empty rounds since one last polled the send completion queue (see
+    /// `RecvFuture::poll`).
+    recv_idle: Cell<u32>,
     /// Receive buffers consumed and not yet posted again (posted as one chain).
     repost: RefCell<Vec<u32>>,
     wrs: RefCell<Vec<sys::ibv_send_wr>>,
@@ -269,6 +273,7 @@ impl VerbsQp {
             unsignaled: Cell::new(0),
             waiters: Cell::new(0),
             turn: Cell::new(0),
+            recv_idle: Cell::new(0),
             repost: RefCell::new(Vec::with_capacity(RQ_DEPTH as usize)),
             wrs: RefCell::new(Vec::with_capacity(MAX_BATCH)),
             sges: RefCell::new(Vec::with_capacity(MAX_BATCH)),

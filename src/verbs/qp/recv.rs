@@ -61,6 +61,11 @@ impl VerbsQp {
         let mut wc = MaybeUninit::<sys::ibv_wc>::uninit();
         // SAFETY: a live CQ and room for one completion.
         let n = unsafe { sys::ibv_poll_cq(self.raw.recv_cq, 1, wc.as_mut_ptr()) };
+        self.stats.bump(|v| {
+            v.recv_polls += 1;
+            v.recv_empty += u64::from(n == 0);
+            v.recv_completions += u64::from(n > 0);
+        });
         if n < 0 {
             self.broken.set(true);
             return Err(FabricError::Unsupported {
@@ -135,6 +140,9 @@ impl VerbsQp {
     }
 }
 
+/// Empty receive rounds between a receive wait's polls of the send completion queue.
+const SEND_POLL_EVERY: u32 = 4096;
+
 /// The future of [`VerbsQp::recv`].
 pub struct RecvFuture<'q, 'a> {
     qp: &'q VerbsQp,
@@ -155,8 +163,21 @@ impl Future for RecvFuture<'_, '_> {
         match this.qp.poll_recv(this.buf) {
             Ok(Some(r)) => Poll::Ready(Ok(r)),
             Err(e) => Poll::Ready(Err(e)),
+            // Polls the receive completion queue only. Send completions are reaped by the
+            // posts that wait for them (`PostFuture`), by detached posts once half the send
+            // queue or half the staging slots are taken (which returns unsignaled requests'
+            // credit), and by a dropped post's wait; a failed send moves the queue pair to
+            // the error state, which flushes the posted receives, so this wait still ends
+            // with an error. As a backstop for a provider slow to flush them, a long wait
+            // polls the send queue once every `SEND_POLL_EVERY` empty rounds.
             Ok(None) => {
-                this.qp.progress();
+                let idle = this.qp.recv_idle.get() + 1;
+                if idle >= SEND_POLL_EVERY {
+                    this.qp.recv_idle.set(0);
+                    this.qp.progress();
+                } else {
+                    this.qp.recv_idle.set(idle);
+                }
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }
