@@ -7,17 +7,20 @@
 //! (`next_chunk` of the region header) of every memory node through the fabric: the bytes
 //! handed out so far, the header's included. An index that reuses freed memory keeps it
 //! flat; one that leaks climbs until the node is full. At the end every live key is read
-//! back and compared with the value it was given. Sim fabric only for now.
+//! back and compared with the value it was given. Sim and soft fabrics (not verbs yet).
 use super::BenchArgs;
 use super::index::{Handle, IndexCfg};
 use super::phase::value_for;
 use super::ycsb::Rng;
+use crate::args::FabricKind;
 use crate::perf_sim::model_from;
+use remora::core::block_on::block_on;
 use remora::core::fabric::{Endpoint, QueuePair};
 use remora::core::index::KvIndex;
 use remora::layouts::GlobalAddr;
 use remora::layouts::region::NEXT_CHUNK_OFFSET;
 use remora::poller::sim::{Sim, SimConfig};
+use remora::poller::soft::{NodeConfig, SoftMemoryNode, control};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::io::Write;
@@ -230,22 +233,69 @@ fn run_sim(a: &BenchArgs, index: &IndexCfg) -> Result<ChurnRecord, String> {
             report.seed
         ));
     }
-    Ok(ChurnRecord {
+    Ok(record(a, index, "sim", region_bytes, o))
+}
+
+/// One index's churn on the soft fabric: an in-process memory node (or `--connect`'s).
+fn run_soft(a: &BenchArgs, index: &IndexCfg) -> Result<ChurnRecord, String> {
+    let out = RefCell::new(Outcome::default());
+    let (region_bytes, _server, _node, ep) = match &a.connect {
+        Some(p) => {
+            let path = std::path::PathBuf::from(p);
+            let info = control::info(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let ep = control::connect_all(std::slice::from_ref(&path))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            (info.region_len, None, None, ep)
+        }
+        None => {
+            let mut cfg = NodeConfig {
+                region_len: super::region_bytes(a),
+                ..NodeConfig::default()
+            };
+            if let Some(need) = index.max_message() {
+                cfg.max_msg = cfg.max_msg.max(need);
+            }
+            let node = match index.server(cfg.region_len, cfg.chunk_size)? {
+                Some((h, _)) => SoftMemoryNode::create_with(cfg.clone(), h),
+                None => SoftMemoryNode::create(cfg.clone()),
+            }
+            .map_err(|e| format!("creating the memory node: {e}"))?;
+            let server = node.spawn_server_on(a.server_core);
+            let ep = node
+                .endpoint()
+                .map_err(|e| format!("connecting to the memory node: {e}"))?;
+            (cfg.region_len, Some(server), Some(node), ep)
+        }
+    };
+    if let Err(e) = block_on(churn(a, &ep, index, &out)) {
+        out.borrow_mut().error = Some(e);
+    }
+    Ok(record(a, index, "soft", region_bytes, out.into_inner()))
+}
+
+fn record(
+    a: &BenchArgs,
+    index: &IndexCfg,
+    fabric: &'static str,
+    region_bytes: u64,
+    o: Outcome,
+) -> ChurnRecord {
+    ChurnRecord {
         tool: "remora bench --churn",
         index: index.index_name().to_string(),
-        fabric: "sim",
+        fabric,
         workload: "churn",
         records: a.records,
         operations: a.operations.unwrap_or(a.records),
         value_size: a.value_size,
         region_bytes,
-        seed: s.seed,
+        seed: a.sim.seed,
         slope_bytes_per_mop: slope(&o.samples),
         samples: o.samples,
         final_mismatches: o.mismatches,
         resurrected: o.resurrected,
         error: o.error,
-    })
+    }
 }
 
 fn print(r: &ChurnRecord, out: &mut dyn Write) {
@@ -296,8 +346,8 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
 /// Runs the churn for every `--index`, prints the tables, writes the JSON records and the
 /// chart; fails with the first index's error after everything is written.
 pub fn run(a: &BenchArgs) -> Result<(), String> {
-    if a.fabric != crate::args::FabricKind::Sim {
-        return Err("--churn runs on the sim fabric (--fabric sim) for now".into());
+    if a.fabric == FabricKind::Verbs {
+        return Err("--churn runs on the sim and soft fabrics (not verbs yet)".into());
     }
     let mut recs = Vec::new();
     for &kind in &a.indexes {
@@ -312,7 +362,10 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             return Err("--churn drives key-value indexes; Catfish is an R-tree".into());
         }
         let index = super::index_cfg(&one)?;
-        let r = run_sim(&one, &index)?;
+        let r = match a.fabric {
+            FabricKind::Soft => run_soft(&one, &index)?,
+            _ => run_sim(&one, &index)?,
+        };
         if !a.silent {
             print(&r, &mut *crate::report::human_out(a.json.as_deref()));
         }

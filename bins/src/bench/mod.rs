@@ -195,7 +195,7 @@ pub struct BenchArgs {
     /// Churn instead of a YCSB run (`churn.rs`): after loading `--records` keys, each of
     /// `--operations` operations deletes one live key and inserts a new one; prints the
     /// remote bytes in use (every memory node's allocator cursor) over the run, then checks
-    /// that every live key reads back exactly. Sim fabric.
+    /// that every live key reads back exactly. Sim and soft fabrics.
     #[arg(long)]
     pub churn: bool,
     /// With --churn: how many times the bytes in use are sampled over the run.
