@@ -256,8 +256,8 @@ fn run_soft(a: &BenchArgs, index: &IndexCfg) -> Result<ChurnRecord, String> {
                 cfg.max_msg = cfg.max_msg.max(need);
             }
             let node = match index.server(cfg.region_len, cfg.chunk_size)? {
-                Some((h, _)) => SoftMemoryNode::create_with(cfg.clone(), h),
-                None => SoftMemoryNode::create(cfg.clone()),
+                Some((h, _)) => SoftMemoryNode::create_with(cfg, h),
+                None => SoftMemoryNode::create(cfg),
             }
             .map_err(|e| format!("creating the memory node: {e}"))?;
             let server = node.spawn_server_on(a.server_core);
