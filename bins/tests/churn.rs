@@ -3,7 +3,12 @@
 use std::process::Command;
 
 /// Runs a small churn of `index` on the sim; returns (exit success, the JSON record, stderr).
-fn churn(index: &str, records: &str, operations: &str) -> (bool, serde_json::Value, String) {
+fn churn(
+    index: &str,
+    records: &str,
+    operations: &str,
+    region_mib: &str,
+) -> (bool, serde_json::Value, String) {
     let json =
         std::env::temp_dir().join(format!("remora-churn-{}-{index}.json", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_remora"))
@@ -21,7 +26,7 @@ fn churn(index: &str, records: &str, operations: &str) -> (bool, serde_json::Val
             "--churn-samples",
             "10",
             "--region-mib",
-            "64",
+            region_mib,
             "--json",
             json.to_str().unwrap(),
         ])
@@ -53,7 +58,7 @@ fn totals(rec: &serde_json::Value) -> Vec<u64> {
 
 #[test]
 fn sherman_churn_stays_flat_and_reads_back() {
-    let (ok, rec, err) = churn("sherman", "2000", "20000");
+    let (ok, rec, err) = churn("sherman", "2000", "20000", "64");
     assert!(ok, "churn failed: {err}");
     let t = totals(&rec);
     assert_eq!(t.len(), 11, "one sample at 0 and ten over the run: {rec}");
@@ -69,7 +74,7 @@ fn sherman_churn_stays_flat_and_reads_back() {
 /// check above.
 #[test]
 fn smart_churn_leaks_until_reclamation_lands() {
-    let (ok, rec, err) = churn("smart", "2000", "40000");
+    let (ok, rec, err) = churn("smart", "2000", "40000", "64");
     assert!(ok, "churn failed: {err}");
     let t = totals(&rec);
     assert!(
@@ -78,4 +83,18 @@ fn smart_churn_leaks_until_reclamation_lands() {
     );
     assert!(rec["slope_bytes_per_mop"].as_f64().unwrap() > 0.0, "{rec}");
     assert_eq!(rec["final_mismatches"], 0, "{rec}");
+}
+
+/// A node that fills mid-run stops the churn with the allocator's error, and the samples
+/// up to that point are still written (they are the finding).
+#[test]
+fn smart_churn_out_of_memory_keeps_the_samples() {
+    let (ok, rec, _) = churn("smart", "2000", "100000", "4");
+    assert!(!ok, "a full node fails the run: {rec}");
+    let err = rec["error"].as_str().expect("the error is recorded");
+    assert!(err.contains("is full"), "{err}");
+    let t = totals(&rec);
+    assert!(t.len() >= 2, "samples before the error: {rec}");
+    assert_eq!(*t.last().unwrap(), 4 << 20, "full at the end: {t:?}");
+    assert!(rec["final_mismatches"].is_null(), "{rec}");
 }

@@ -3,9 +3,9 @@
 //!
 //! After loading `--records` keys (the live set), each operation deletes one live key
 //! (chosen uniformly) and inserts a fresh one, so the live set stays `--records` keys. Every
-//! `--operations / --churn-samples` operations the run READs the allocator cursor
-//! (`next_chunk` of the region header) of every memory node through the fabric: the bytes
-//! handed out so far, the header's included. An index that reuses freed memory keeps it
+//! `--operations / --churn-samples` operations the run READs the region header of every
+//! memory node through the fabric; its allocator cursor (`next_chunk`) is the bytes handed
+//! out so far, the header's included. An index that reuses freed memory keeps it
 //! flat; one that leaks climbs until the node is full. At the end every live key is read
 //! back and compared with the value it was given. Sim and soft fabrics (not verbs yet).
 use super::BenchArgs;
@@ -18,7 +18,7 @@ use remora::core::block_on::block_on;
 use remora::core::fabric::{Endpoint, QueuePair};
 use remora::core::index::KvIndex;
 use remora::layouts::GlobalAddr;
-use remora::layouts::region::NEXT_CHUNK_OFFSET;
+use remora::layouts::region::{HEADER_LEN, RegionHeader};
 use remora::poller::sim::{Sim, SimConfig};
 use remora::poller::soft::{NodeConfig, SoftMemoryNode, control};
 use serde::Serialize;
@@ -30,7 +30,8 @@ use std::io::Write;
 pub struct Sample {
     /// Churn operations (one delete + one insert each) done when sampled.
     pub ops: u64,
-    /// The allocator cursor of each memory node: bytes of its region handed out so far.
+    /// The allocator cursor of each memory node, capped at its region's length: bytes of its
+    /// region handed out so far.
     pub bytes_in_use: Vec<u64>,
     /// Keys in the index (the live set: `--records` throughout).
     pub live_keys: u64,
@@ -60,18 +61,22 @@ pub struct ChurnRecord {
     pub error: Option<String>,
 }
 
-/// Reads the allocator cursor of every memory node of `ep`.
+/// Reads the region header of every memory node of `ep`: its allocator cursor, capped at
+/// the region's length (a FETCH_AND_ADD that found the node full leaves the cursor past the
+/// end), is the bytes handed out so far.
 async fn cursors<E: Endpoint>(ep: &E) -> Result<Vec<u64>, String> {
     let mut out = Vec::with_capacity(ep.nodes().len());
     for &node in ep.nodes() {
         let qp = ep
             .qp(node)
             .map_err(|e| format!("memory node {node}: {e}"))?;
-        let mut word = [0u8; 8];
-        qp.read(GlobalAddr::new(node, NEXT_CHUNK_OFFSET), &mut word)
+        let mut raw = [0u8; HEADER_LEN];
+        qp.read(GlobalAddr::new(node, 0), &mut raw)
             .await
-            .map_err(|e| format!("reading the allocator cursor of node {node}: {e}"))?;
-        out.push(u64::from_le_bytes(word));
+            .map_err(|e| format!("reading the region header of node {node}: {e}"))?;
+        let h = RegionHeader::decode(&raw)
+            .map_err(|e| format!("the region header of node {node}: {e}"))?;
+        out.push(h.next_chunk.min(h.region_len));
     }
     Ok(out)
 }
