@@ -9,6 +9,7 @@
 //! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
+mod churn;
 pub(crate) mod cluster;
 #[cfg(test)]
 mod cpu_calibration;
@@ -191,6 +192,18 @@ pub struct BenchArgs {
     /// persistent memory node, beside remora's and the paper's formulas.
     #[arg(long)]
     pub table1: bool,
+    /// Churn instead of a YCSB run (`churn.rs`): after loading `--records` keys, each of
+    /// `--operations` operations deletes one live key and inserts a new one; prints the
+    /// remote bytes in use (every memory node's allocator cursor) over the run, then checks
+    /// that every live key reads back exactly. Sim and soft fabrics.
+    #[arg(long)]
+    pub churn: bool,
+    /// With --churn: how many times the bytes in use are sampled over the run.
+    #[arg(long, default_value_t = 20)]
+    pub churn_samples: u64,
+    /// With --churn: write the chart of bytes in use over operations to STEM.svg and STEM.png.
+    #[arg(long, value_name = "STEM")]
+    pub churn_chart: Option<String>,
     /// With --table1: the value sizes (default 16,32,...,4096).
     #[arg(long, value_delimiter = ',')]
     pub table1_sizes: Vec<usize>,
@@ -953,6 +966,9 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
     }
     if a.table1 {
         return table1::run(a);
+    }
+    if a.churn {
+        return churn::run(a);
     }
     let all = records(a)?;
     if let Some(p) = &a.json {
