@@ -12,18 +12,8 @@
 use remora_layouts::{canrt, catfish, erda, region, sherman, smart};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+mod common;
+use common::{Rng, rounds};
 
 fn interesting(r: &mut Rng) -> u64 {
     let shift = r.below(64);
@@ -39,13 +29,6 @@ fn interesting(r: &mut Rng) -> u64 {
         8 => r.below(1 << 16),
         _ => r.next(),
     }
-}
-
-fn rounds() -> u64 {
-    std::env::var("REMORA_FUZZ_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000)
 }
 
 /// Mutates `seeds` (each padded to `len`) `rounds()` times and runs `f` on every image; a

@@ -11,42 +11,26 @@
 use remora_layouts::{canrt, catfish, erda, sherman};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    /// A boundary value, or a small perturbation of `near`.
-    fn interesting(&mut self, near: u64) -> u64 {
-        let shift = self.below(64);
-        match self.below(12) {
-            0 => 0,
-            1 => 1,
-            2 => u64::MAX,
-            3 => u64::MAX - self.below(512),
-            4 => 1 << shift,
-            5 => (1 << shift) - 1,
-            6 => u32::MAX as u64,
-            7 => near.wrapping_add(self.below(1024)),
-            8 => near.wrapping_sub(self.below(1024)),
-            9 => near.wrapping_mul(1 + self.below(4)),
-            10 => self.below(1 << 16),
-            _ => self.next(),
-        }
-    }
-}
+mod common;
+use common::{Rng, rounds};
 
-fn rounds() -> u64 {
-    std::env::var("REMORA_FUZZ_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20_000)
+/// A boundary value, or a small perturbation of `near`.
+fn interesting(r: &mut Rng, near: u64) -> u64 {
+    let shift = r.below(64);
+    match r.below(12) {
+        0 => 0,
+        1 => 1,
+        2 => u64::MAX,
+        3 => u64::MAX - r.below(512),
+        4 => 1 << shift,
+        5 => (1 << shift) - 1,
+        6 => u32::MAX as u64,
+        7 => near.wrapping_add(r.below(1024)),
+        8 => near.wrapping_sub(r.below(1024)),
+        9 => near.wrapping_mul(1 + r.below(4)),
+        10 => r.below(1 << 16),
+        _ => r.next(),
+    }
 }
 
 /// Runs `f` and fails the test, naming the round and the input, if it panics.
@@ -64,14 +48,14 @@ fn mutate_words(r: &mut Rng, img: &mut [u8], from: usize) {
         let old = u64::from_le_bytes(img[at..at + 8].try_into().unwrap());
         let new = if r.below(3) == 0 {
             // A 32-bit field in either half of the word.
-            let half = r.interesting(old & 0xffff_ffff) & 0xffff_ffff;
+            let half = interesting(r, old & 0xffff_ffff) & 0xffff_ffff;
             if r.below(2) == 0 {
                 (old & !0xffff_ffff) | half
             } else {
                 (old & 0xffff_ffff) | half << 32
             }
         } else {
-            r.interesting(old)
+            interesting(r, old)
         };
         img[at..at + 8].copy_from_slice(&new.to_le_bytes());
     }
@@ -137,7 +121,7 @@ fn canrt_tree_header_resealed() {
         let mut h = good;
         for _ in 0..1 + r.below(3) {
             let f = r.below(17);
-            let v = |r: &mut Rng, old: u64| r.interesting(old);
+            let v = |r: &mut Rng, old: u64| interesting(r, old);
             match f {
                 0 => h.epoch = v(&mut r, h.epoch as u64) as u32,
                 1 => h.key_len = v(&mut r, h.key_len as u64) as u32,

@@ -20,7 +20,7 @@ use remora::core::index::KvIndex;
 use remora::layouts::GlobalAddr;
 use remora::layouts::region::{HEADER_LEN, RegionHeader};
 use remora::poller::sim::{Sim, SimConfig};
-use remora::poller::soft::{NodeConfig, SoftMemoryNode, control};
+use remora::poller::soft::control;
 use serde::Serialize;
 use std::cell::RefCell;
 use std::io::Write;
@@ -253,23 +253,12 @@ fn run_soft(a: &BenchArgs, index: &IndexCfg) -> Result<ChurnRecord, String> {
             (info.region_len, None, None, ep)
         }
         None => {
-            let mut cfg = NodeConfig {
-                region_len: super::region_bytes(a),
-                ..NodeConfig::default()
-            };
-            if let Some(need) = index.max_message() {
-                cfg.max_msg = cfg.max_msg.max(need);
-            }
-            let node = match index.server(cfg.region_len, cfg.chunk_size)? {
-                Some((h, _)) => SoftMemoryNode::create_with(cfg, h),
-                None => SoftMemoryNode::create(cfg),
-            }
-            .map_err(|e| format!("creating the memory node: {e}"))?;
+            let (node, _) = super::soft::local_memory_node(a, index)?;
             let server = node.spawn_server_on(a.server_core);
             let ep = node
                 .endpoint()
                 .map_err(|e| format!("connecting to the memory node: {e}"))?;
-            (cfg.region_len, Some(server), Some(node), ep)
+            (super::region_bytes(a), Some(server), Some(node), ep)
         }
     };
     if let Err(e) = block_on(churn(a, &ep, index, &out)) {

@@ -12,7 +12,7 @@ use remora::poller::executor::{ServerCore, plan_cores, run_coroutines, run_worke
 use remora::poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode, control};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 
 /// Waits at a barrier a fixed number of times in all, the rest when dropped early.
 pub(super) struct BarrierGuard<'a> {
@@ -85,18 +85,7 @@ pub fn run(
             )
         }
         None => {
-            let mut cfg = NodeConfig {
-                region_len: super::region_bytes(a),
-                ..NodeConfig::default()
-            };
-            if let Some(need) = index.max_message() {
-                cfg.max_msg = cfg.max_msg.max(need);
-            }
-            let (node, watch) = match index.server(cfg.region_len, cfg.chunk_size)? {
-                Some((h, watch)) => (SoftMemoryNode::create_with(cfg, h), watch),
-                None => (SoftMemoryNode::create(cfg), ResizeWatch::default()),
-            };
-            let node = node.map_err(|e| format!("creating the memory node: {e}"))?;
+            let (node, watch) = local_memory_node(a, index)?;
             let pages = node.pages();
             (
                 Target::Local(node),
@@ -323,4 +312,26 @@ pub(super) fn one<F: std::future::Future>(f: F) -> F::Output {
     run_coroutines(vec![f])
         .pop()
         .expect("one future, one output")
+}
+
+/// The in-process memory node a soft run uses without `--connect`: a region of the run's
+/// size, receive buffers large enough for the index's messages, and the index's server (if
+/// it has one) with its resize watch.
+pub(super) fn local_memory_node(
+    a: &BenchArgs,
+    index: &IndexCfg,
+) -> Result<(Arc<SoftMemoryNode>, ResizeWatch), String> {
+    let mut cfg = NodeConfig {
+        region_len: super::region_bytes(a),
+        ..NodeConfig::default()
+    };
+    if let Some(need) = index.max_message() {
+        cfg.max_msg = cfg.max_msg.max(need);
+    }
+    let (node, watch) = match index.server(cfg.region_len, cfg.chunk_size)? {
+        Some((h, watch)) => (SoftMemoryNode::create_with(cfg, h), watch),
+        None => (SoftMemoryNode::create(cfg), ResizeWatch::default()),
+    };
+    let node = node.map_err(|e| format!("creating the memory node: {e}"))?;
+    Ok((node, watch))
 }
