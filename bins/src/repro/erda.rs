@@ -5,27 +5,14 @@
 //!
 //! Every row is measured on the sim (`--index erda|erda-redo|erda-raw`, `--persistent`
 //! memory node) in the paper's hardware profile (`--profile erda`: ConnectX-3 40 Gb, 8
-//! server cores, DRAM + 150 ns NVM writes) with one server thread (`SERVER_THREADS`) and
-//! synchronous clients (one operation outstanding each, `--coroutines 1`), as the paper's.
+//! server cores, DRAM + 150 ns NVM writes, one server thread: the profile's source says
+//! why) and synchronous clients (one operation outstanding each, `--coroutines 1`), as the paper's.
 use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
 
 const NODES: usize = 2;
 /// The value size of the latency, CPU, cleaning and Table 1 rows: the paper's Fig. 25 and
 /// Fig. 26 size (its latency figures are averages over 16 B to 4 KiB).
 const VALUE: usize = 1024;
-/// One server thread, not the profile's one per core. The paper does not say how many
-/// threads its servers run, but its throughput section says the baselines' reads are bound
-/// by the server's CPU as client threads grow: "the read procedures of Redo Logging and
-/// Read After Write need CPU involvements. Hence the throughput of Erda is not affected by
-/// CPU consumption as the number of threads increases" (seeds/004 §5.3), and the code it
-/// releases ("The source codes are released for public use at
-/// <https://github.com/csXinxinLiu/Erda>", seeds/004 §1) serves every connection of the
-/// Redo Logging and Read After Write servers from one completion-queue thread
-/// (`build_context` starts one `poll_cq` thread for the one device context). With 8
-/// server threads 16 synchronous clients keep Redo's server ~37 % busy and Redo's one
-/// round trip beats Erda's two READs (Erda / Redo 0.56x on YCSB-C, where the paper has
-/// 1.53x): the `erda-server-threads` rows show the sensitivity.
-const SERVER_THREADS: &str = "--set server_threads=1";
 /// seeds/004 §5.3: average throughputs over its thread counts (Figs. 18-20), KOp/s.
 const THREADS_SRC: &str = "seeds/004 §5.3, Figs. 18-20: averages over its thread counts";
 /// seeds/004 §5.2: average latencies over value sizes 16 B-4 KiB (Figs. 14-17), µs.
@@ -35,7 +22,7 @@ const N: f64 = (8 + VALUE) as f64;
 
 pub fn paper(s: &Scale) -> Paper {
     let base = format!(
-        "{} --profile erda {SERVER_THREADS} --compute-nodes {NODES} --memory-nodes 1 \
+        "{} --profile erda --compute-nodes {NODES} --memory-nodes 1 \
          --persistent --coroutines 1",
         s.kv_flags()
     );
@@ -76,8 +63,9 @@ pub fn paper(s: &Scale) -> Paper {
     }
     // Cleaning at the paper's 1 KiB values (Fig. 26).
     let at_clean = format!("{at16} --value-size {VALUE} --index erda");
-    // The sensitivity of Erda / Redo Logging to the server's threads (the paper does not
-    // say how many it ran: see `SERVER_THREADS`); the later `--set` wins.
+    // The sensitivity of Erda / Redo Logging to the server's threads: the paper does not
+    // say how many it ran; the profile's 1 comes from its §5.3 and its released server's
+    // one completion-queue thread (poller/src/sim/profiles.rs).
     let mut by_server = Vec::new();
     for t in [1, 2, 4, 8] {
         for (label, idx) in &SYSTEMS[..2] {
