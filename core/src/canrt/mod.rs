@@ -115,11 +115,13 @@ mod build;
 mod client;
 mod keys;
 mod node;
+mod recover;
 mod resize;
 mod resize_stats;
 mod server;
 #[cfg(test)]
 mod tests;
+mod tickets;
 mod turn;
 mod view;
 mod write;

@@ -11,16 +11,15 @@
 //! Two write-backs per write (the item's lines, the meta word's line).
 //!
 //! Resizing is in `resize.rs`.
-use super::keys::load_key;
 use super::resize_stats::ResizeCounts;
 use super::view::TreeView;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
 use core::sync::atomic::Ordering;
 use remora_layouts::canrt::{
-    Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, LOCK_OFF, MAX_ITEM, MAX_SLOTS,
-    Meta, ROOT_SLOT, SHORT_EPOCH_MASK, SKIP_DRAIN, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, Turn,
-    hole_tail, tail_processed, tail_valid,
+    Control, ControlKind, DataGeometry, FRONT_OFF, Imm, ItemOp, MAX_ITEM, MAX_SLOTS, Meta,
+    ROOT_SLOT, SHORT_EPOCH_MASK, TICKET_MASK, TREE_HEADER_LEN, TreeHeader, Turn, hole_tail,
+    tail_processed, tail_valid,
 };
 use remora_layouts::region::root_offset;
 use remora_layouts::{GlobalAddr, LayoutError};
@@ -98,19 +97,12 @@ pub struct RecoveryReport {
 
 /// One client's resize wait as the drain `Skip`s it sent describe it.
 pub(super) struct DrainSeen {
-    conn: usize,
-    wait: u32,
-    leases: u8,
+    pub(super) conn: usize,
+    pub(super) wait: u32,
+    pub(super) leases: u8,
     /// (frozen data node, its served ticket)
-    served: Vec<(u32, u64)>,
+    pub(super) served: Vec<(u32, u64)>,
 }
-
-/// Resize waits remembered at once (the oldest is forgotten; it starts over).
-const MAX_DRAIN_WAITS: usize = 256;
-
-/// Lock waiters remembered at once (past it, a `Wait` is answered at once and its client
-/// looks for its turn itself).
-const MAX_LOCK_WAITERS: usize = 1 << 14;
 
 /// The CANRT metadata applier of one memory node.
 pub struct CanrtServer {
@@ -229,7 +221,7 @@ impl CanrtServer {
         Ok(h)
     }
 
-    fn node_off(
+    pub(super) fn node_off(
         &self,
         region: &dyn LocalRegion,
         h: &TreeHeader,
@@ -263,7 +255,7 @@ impl CanrtServer {
     /// Step 4: the next ticket is served. Persisted, so that recovery knows which ticket
     /// held the lock at the crash: the one complete unapplied item it may replay is that
     /// ticket's, and an item the applier refused (another ticket) stays out.
-    fn release(region: &dyn LocalRegion, off: u64, m: Meta) -> Result<(), FabricError> {
+    pub(super) fn release(region: &dyn LocalRegion, off: u64, m: Meta) -> Result<(), FabricError> {
         Self::store_meta(region, off, m.with_served((m.served() + 1) & TICKET_MASK))?;
         region.persist(off + FRONT_OFF, 8);
         Ok(())
@@ -279,7 +271,7 @@ impl CanrtServer {
     /// replaying): a live slot whose item is unprocessed is then always a reserved one (see
     /// [`Self::skip_ticket`]), never an item of the tree.
     #[allow(clippy::too_many_arguments)]
-    fn commit(
+    pub(super) fn commit(
         region: &dyn LocalRegion,
         g: DataGeometry,
         off: u64,
@@ -347,7 +339,7 @@ impl CanrtServer {
     /// old processed item there ever shows). The holder's append may be landing meanwhile:
     /// a tail of its that landed first is left as it is (it has `valid` set too), and a
     /// compare-and-swap keeps the server from overwriting one that lands at the same time.
-    fn reserve(
+    pub(super) fn reserve(
         region: &dyn LocalRegion,
         g: DataGeometry,
         off: u64,
@@ -368,7 +360,7 @@ impl CanrtServer {
     /// store that serves a new ticket may change a node's bitmap outside a resize: the
     /// slot a lock holder appends into is the first free one of the bitmap it saw when its
     /// turn came, and `skip_ticket` must know which.
-    fn unreserve(&mut self, id: u32, front: Meta) -> Meta {
+    pub(super) fn unreserve(&mut self, id: u32, front: Meta) -> Meta {
         match self.freeing.remove(&id) {
             Some(bits) => front.with_bitmap(front.bitmap() & !bits),
             None => front,
@@ -583,377 +575,6 @@ impl CanrtServer {
             meta,
         };
         replies.send(&t.encode());
-    }
-
-    /// The holder of `c.ticket` hands its lock back. A node of an older data array (a full
-    /// rebuild moved every item out of it) needs no release: false. The node's epoch may
-    /// have changed since the holder read it (a split published meanwhile): the ticket is
-    /// still this node's, and is released.
-    fn unlock(&mut self, region: &dyn LocalRegion, c: &Control) -> Result<bool, FabricError> {
-        let h = self.tree(region)?;
-        if c.arg != h.array_gen as u32 || c.node >= h.n_data {
-            return Ok(false);
-        }
-        let off = self.node_off(region, &h, c.node)?;
-        self.touched.push(c.node);
-        let front = self.front(region, &h, off)?;
-        if behind(c.ticket as u64, front.served()) {
-            // Skipped after a lease (its holder stalled): there is nothing to hand back. A
-            // holder hands back only a ticket it appends nothing under, so the slot reserved
-            // for it (if any) is freed at the node's next release.
-            let slot = self
-                .reserved
-                .range((c.node, 0)..=(c.node, u32::MAX))
-                .find(|&(_, &t)| t == c.ticket as u16)
-                .map(|(&k, _)| k);
-            if let Some(k) = slot {
-                self.reserved.remove(&k);
-                *self.freeing.entry(c.node).or_insert(0) |= 1 << k.1;
-            }
-            ServerStats::bump(&self.stats.late);
-            return Ok(false);
-        }
-        // The ticket must be the served one, and handed out: a message naming the served
-        // ticket of a free lock would run `served` ahead of the lock word for good.
-        if front.served() != c.ticket as u64 || Self::outstanding(region, off, front)? == 0 {
-            return Err(invalid(
-                region,
-                off,
-                "unlock by a client that does not hold the lock",
-            ));
-        }
-        Self::release(region, off, self.unreserve(c.node, front))?;
-        ServerStats::bump(&self.stats.unlocks);
-        Ok(true)
-    }
-
-    /// Tickets handed out on the node at `off` and not yet served (the holder's included).
-    pub(super) fn outstanding(
-        region: &dyn LocalRegion,
-        off: u64,
-        front: Meta,
-    ) -> Result<u64, FabricError> {
-        let lock = region.load_u64(off + LOCK_OFF)?;
-        Ok(lock.wrapping_sub(front.served()) & TICKET_MASK)
-    }
-
-    /// Ticket `ticket` of the node at `off` has been served for a lease without its holder
-    /// appending or handing it back (a waiter's report, or a stalled drain): the holder's
-    /// complete item, if it is in a free slot, is applied (its notice may still be on the
-    /// way, and is then ignored); otherwise the ticket is skipped, and an append it sends
-    /// later is refused. True if the ticket moved on.
-    ///
-    /// A skipped holder may have seen its turn and be about to append (stalled, not dead):
-    /// its append would land in the first free slot of the bitmap it saw, which is this
-    /// one (a node's bitmap changes only with its served ticket, or on a frozen node nobody
-    /// appends to). The same store that serves the next ticket marks that slot live, after
-    /// its tail got `valid` set ([`Self::reserve`]): a *reserved* slot, which readers skip,
-    /// the next holders do not pick and resizes keep, so the late append cannot land on an
-    /// item of the tree. It is freed at the node's release after the late append's notice
-    /// (`apply`), dropped by recovery or a rebuild (which leaves the old data array unused),
-    /// and otherwise stays (a dead holder's), at the cost of one slot.
-    fn skip_ticket(
-        &mut self,
-        region: &dyn LocalRegion,
-        h: &TreeHeader,
-        id: u32,
-        ticket: u64,
-    ) -> Result<bool, FabricError> {
-        let off = self.node_off(region, h, id)?;
-        self.touched.push(id);
-        let front = self.front(region, h, off)?;
-        if front.served() != ticket || Self::outstanding(region, off, front)? == 0 {
-            // It moved on meanwhile, or nobody holds it: nothing to do.
-            return Ok(false);
-        }
-        let g = h.data();
-        let isz = g.item_size() as usize;
-        let mut item = [0u8; remora_layouts::canrt::MAX_ITEM];
-        let mut m = front;
-        for s in 0..g.slots {
-            if front.bitmap() & (1 << s) != 0 {
-                continue;
-            }
-            region.read(off + g.slot_off(s), &mut item[..isz])?;
-            if let Ok(it) = g.decode_item(&item[..isz])
-                && it.valid
-                && it.ticket == ticket
-            {
-                let (key, op) = (it.key, it.op);
-                if !self.routes_to(region, h, key, id)? {
-                    // Located with a tree before a split that sends its key elsewhere now
-                    // (see `apply`): refused, its writer sees it unprocessed and writes again.
-                    ServerStats::bump(&self.stats.refused);
-                    break;
-                }
-                let free = self.unreserve(id, front);
-                m = Self::commit(region, g, off, s, key, op, free, true)?;
-                if op != ItemOp::Delete
-                    && let Some(b) = self.bounds.get_mut(id as usize)
-                {
-                    *b = super::resize::widen(*b, key);
-                }
-                ServerStats::bump(&self.stats.applied);
-                break;
-            }
-        }
-        if m == front {
-            // No item of the holder's applied (which would have served the next ticket): its
-            // slot is reserved (a holder of a full node asks for a resize and has none).
-            let mut next = self.unreserve(id, front);
-            let free = !front.bitmap() & g.full_bitmap();
-            if free != 0 {
-                let s = free.trailing_zeros();
-                Self::reserve(region, g, off, s, ticket)?;
-                next = next.with_bitmap(next.bitmap() | 1 << s);
-                self.reserved.insert((id, s), ticket as u16);
-            }
-            Self::release(region, off, next)?;
-        }
-        ServerStats::bump(&self.stats.skipped);
-        Ok(true)
-    }
-
-    /// A `Skip` control message (see [`ControlKind::Skip`]).
-    fn skip(
-        &mut self,
-        region: &dyn LocalRegion,
-        conn: usize,
-        c: &Control,
-    ) -> Result<(), FabricError> {
-        let h = self.tree(region)?;
-        if c.arg != h.array_gen as u32 {
-            return Ok(());
-        }
-        if c.node != SKIP_DRAIN {
-            if c.node >= h.n_data {
-                return Err(invalid(
-                    region,
-                    h.data_off,
-                    "skip of a data node beyond the tree",
-                ));
-            }
-            self.skip_ticket(region, &h, c.node, c.ticket as u64)?;
-            return Ok(());
-        }
-        if !self.resizing {
-            return Ok(());
-        }
-        // Two requests of one wait, a lease apart (consecutive lease counts): tickets served
-        // at both and still outstanding on a frozen node are stuck.
-        let mut now = Vec::with_capacity(self.undrained.len());
-        for &id in &self.undrained {
-            if id < h.n_data {
-                now.push((id, self.front(region, &h, h.data_node_off(id))?.served()));
-            }
-        }
-        let (wait, leases) = (c.ticket, c.epoch);
-        let prev = self
-            .drain_seen
-            .iter()
-            .position(|d| d.conn == conn && d.wait == wait);
-        let before = match prev {
-            Some(i) => {
-                let d = &mut self.drain_seen[i];
-                let consecutive = d.leases.wrapping_add(1) & SHORT_EPOCH_MASK as u8 == leases;
-                d.leases = leases;
-                let before = core::mem::replace(&mut d.served, now.clone());
-                consecutive.then_some(before)
-            }
-            None => {
-                if self.drain_seen.len() >= MAX_DRAIN_WAITS {
-                    self.drain_seen.remove(0);
-                }
-                self.drain_seen.push(DrainSeen {
-                    conn,
-                    wait,
-                    leases,
-                    served: now.clone(),
-                });
-                None
-            }
-        };
-        if let Some(before) = before {
-            for (id, t) in before {
-                if now.contains(&(id, t)) {
-                    self.skip_ticket(region, &h, id, t)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A `Wait` (see [`ControlKind::Wait`]): answered now if the ticket is served (or passed,
-    /// or not one handed out, or about another data array), else when it is served.
-    fn wait(
-        &mut self,
-        region: &dyn LocalRegion,
-        conn: usize,
-        c: &Control,
-        replies: &mut Replies,
-    ) -> Result<(), FabricError> {
-        let h = self.tree(region)?;
-        let ticket = c.ticket as u16;
-        let stale = Turn {
-            stale: true,
-            applied: false,
-            ticket,
-            node: c.node,
-            meta: Meta(0),
-        };
-        if c.arg != h.array_gen as u32 || c.node >= h.n_data {
-            replies.send(&stale.encode());
-            return Ok(());
-        }
-        let off = h.data_node_off(c.node);
-        let front = self.front(region, &h, off)?;
-        let ahead = (c.ticket as u64).wrapping_sub(front.served()) & TICKET_MASK;
-        if ahead == 0
-            || ahead >= Self::outstanding(region, off, front)?
-            || self.waiters.len() >= MAX_LOCK_WAITERS
-        {
-            // Its turn, passed, not a ticket handed out, or no room to remember it.
-            let t = Turn {
-                stale: false,
-                applied: false,
-                ticket,
-                node: c.node,
-                meta: front,
-            };
-            replies.send(&t.encode());
-            return Ok(());
-        }
-        self.waiters.insert((c.node, ticket), conn);
-        Ok(())
-    }
-
-    /// Tells the waiters of the data nodes this message touched whose ticket is now served.
-    fn wake(&mut self, region: &dyn LocalRegion, conn: usize, replies: &mut Replies) {
-        let Some(h) = self.tree else {
-            self.touched.clear();
-            return;
-        };
-        while let Some(id) = self.touched.pop() {
-            if self.waiters.is_empty() {
-                self.touched.clear();
-                return;
-            }
-            if id >= h.n_data {
-                continue;
-            }
-            let Ok(front) = self.front(region, &h, h.data_node_off(id)) else {
-                continue;
-            };
-            let ticket = front.served() as u16;
-            if let Some(to) = self.waiters.remove(&(id, ticket)) {
-                let t = Turn {
-                    stale: false,
-                    applied: false,
-                    ticket,
-                    node: id,
-                    meta: front,
-                }
-                .encode();
-                if to == conn {
-                    replies.send(&t);
-                } else {
-                    replies.send_to(to, &t);
-                }
-            }
-        }
-    }
-
-    /// Crash recovery (§3.6), run before any client connects: drops reserved slots, replays
-    /// the lock holder's complete unprocessed item, unfreezes an interrupted resize's tree
-    /// (the root slot still names it, so the resize never happened), and resets every lock
-    /// to free.
-    pub fn recover(&mut self, region: &dyn LocalRegion) -> Result<RecoveryReport, FabricError> {
-        if self.resizing {
-            // The interrupted resize ends here (its tree is unfrozen below).
-            self.stats.resize_clock.end();
-        }
-        *self = CanrtServer {
-            stats: self.stats.clone(),
-            ..CanrtServer::new()
-        };
-        let mut r = RecoveryReport::default();
-        if region.load_u64(root_offset(ROOT_SLOT))? == 0 {
-            return Ok(r);
-        }
-        let h = self.tree(region)?;
-        let view = self.view_of(region, &h)?;
-        let g = h.data();
-        let isz = g.item_size() as usize;
-        let mut item = [0u8; remora_layouts::canrt::MAX_ITEM];
-        for id in 0..h.n_data {
-            let off = h.data_node_off(id);
-            r.nodes += 1;
-            let mut m = self.front(region, &h, off)?;
-            if m.frozen() {
-                r.unfrozen += 1;
-            }
-            // Reserved slots (a live slot whose item is unprocessed: a skipped holder's hole
-            // or its late append, see `skip_ticket`) go: the connections that could append
-            // into them are gone. Each becomes a hole, persisted before the store that frees
-            // it, so it is never replayed below, or by a later recovery.
-            let mut dropped = 0u32;
-            for s in 0..g.slots {
-                if m.bitmap() & (1 << s) == 0 {
-                    continue;
-                }
-                if Self::reserved_slot(region, g, off, s)? {
-                    let tail_off = off + g.tail_off(s);
-                    region.store_u64(tail_off, hole_tail(0))?;
-                    region.persist(tail_off, 8);
-                    dropped |= 1 << s;
-                    continue;
-                }
-                region.read(off + g.slot_off(s), &mut item[..isz])?;
-                if g.decode_item(&item[..isz]).is_err() {
-                    r.corrupt += 1;
-                }
-            }
-            r.unreserved += dropped.count_ones();
-            m = m.with_bitmap(m.bitmap() & !dropped);
-            // At most one unprocessed item per node belongs to the holder: only the lock
-            // holder appends, and every processed item's valid bit is persisted clear before
-            // the release. Its ticket is the served one; a complete item with another ticket
-            // is one the applier refused at run time (or a skipped holder's late append)
-            // and stays out.
-            let holder = m.served();
-            for s in 0..g.slots {
-                if m.bitmap() & (1 << s) != 0 {
-                    continue;
-                }
-                region.read(off + g.slot_off(s), &mut item[..isz])?;
-                if let Ok(it) = g.decode_item(&item[..isz])
-                    && it.valid
-                    && it.ticket == holder
-                {
-                    let (key, op) = (it.key, it.op);
-                    m = Self::commit(region, g, off, s, key, op, m, false)?;
-                    r.replayed += 1;
-                }
-            }
-            // Items this tree routes elsewhere: a split published before its moved items
-            // left the full node.
-            let mut bm = m.bitmap();
-            for s in 0..g.slots {
-                if bm & (1 << s) != 0 {
-                    let k = load_key(region, &g, off + g.slot_off(s))?;
-                    if view.rank(id).is_none() || view.locate(k).ok() != Some(id) {
-                        bm &= !(1 << s);
-                        r.trimmed += 1;
-                    }
-                }
-            }
-            let m = m.with_bitmap(bm).with_frozen(false).with_epoch(h.epoch);
-            Self::store_meta(region, off, m)?;
-            region.store_u64(off + LOCK_OFF, m.served())?;
-            region.persist(off, g.node_size() as usize);
-        }
-        self.load_bounds(region, &h)?;
-        Ok(r)
     }
 }
 
