@@ -2,7 +2,7 @@
 //! over a cached copy of the prefix nodes (lock-based appends, Algorithm 1, are in `write.rs`).
 use super::node::CanrtNode;
 use super::view::{Found, NodeView, TreeView};
-use super::{CanrtConfig, CanrtError};
+use super::{CanrtConfig, CanrtError, WriteAck};
 use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter};
@@ -209,6 +209,13 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                     }
                 };
             }
+        }
+        if cfg.ack == WriteAck::Posted {
+            // Our writes do not wait for the server's acknowledgement: spare it the SENDs.
+            // (An `Applied` handle on this connection then hears none either and reads the
+            // meta word instead: slower, still correct.)
+            qp.send(&Control::new(ControlKind::Quiet, 0, 0, 0, 0).encode())
+                .await?;
         }
         let view = load_view(qp, cfg.read_retries).await?;
         let region_len = read_word(qp, GlobalAddr::new(cfg.node, 16)).await?;

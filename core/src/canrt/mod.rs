@@ -192,9 +192,10 @@ pub enum WriteAck {
     /// acknowledged to the writer. Durable and linearizable. The default.
     #[default]
     Applied,
-    /// Once the append's WRITE_WITH_IMM has completed at the client (the memory node's NIC
-    /// took the item), as the CANRT paper counts a write ("about 1.5 RTTs", §4.2), without
-    /// the flush READ and without waiting for the server. WEAKER than `Applied`, and not
+    /// Once the append's WRITE_WITH_IMM is posted (unsignaled: its completion is not
+    /// waited for), as the CANRT paper counts a write ("about 1.5 RTTs", §4.2: the lock's
+    /// round trip and the WRITE's half), without the flush READ and without waiting for the
+    /// server. WEAKER than `Applied`, and not
     /// linearizable: a read right after the write may not see it (the server applies it
     /// later), its durability rests on the NIC's write reaching the persistence domain, and
     /// an item the server refuses (its writer's ticket skipped, or its key moved by a split

@@ -6,7 +6,9 @@
 //!    `valid` bit (the item is processed) and persists it;
 //! 2. flips the bitmap bits (new slot on, the key's old slot off) and releases the lock
 //!    (`served + 1`) in one 8-byte store of the meta word, persisted: the commit point;
-//! 3. acknowledges the append to its writer (a [`Turn`] SEND).
+//! 3. acknowledges the append to its writer (a [`Turn`] SEND), unless the writer's
+//!    connection asked for none ([`ControlKind::Quiet`]: writers that count a write done
+//!    once posted, the paper's count, whose server sends nothing back).
 //!
 //! Two write-backs per write (the item's lines, the meta word's line).
 //!
@@ -150,6 +152,9 @@ pub struct CanrtServer {
     /// Per data node, reserved slots no append can land in any more (the late append
     /// landed, or its holder handed the ticket back): freed by the node's next release.
     pub(super) freeing: BTreeMap<u32, u32>,
+    /// Connections whose writers hear no acknowledgement of an applied item
+    /// ([`ControlKind::Quiet`]: they count a write done once posted).
+    pub(super) quiet: BTreeSet<usize>,
 }
 
 impl Default for CanrtServer {
@@ -193,6 +198,7 @@ impl CanrtServer {
             touched: Vec::new(),
             reserved: BTreeMap::new(),
             freeing: BTreeMap::new(),
+            quiet: BTreeSet::new(),
         }
     }
 
@@ -417,9 +423,12 @@ impl CanrtServer {
     fn apply(
         &mut self,
         region: &dyn LocalRegion,
+        conn: usize,
         imm: u32,
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
+        // A quiet connection's writers do not wait for the acknowledgement: none is sent.
+        let ack = !self.quiet.contains(&conn);
         let h = self.tree(region)?;
         let g = h.data();
         let imm = Imm::decode(imm).map_err(bad_layout(region, h.data_off))?;
@@ -477,7 +486,9 @@ impl CanrtServer {
                     && !tail_valid(region.load_u64(off + g.tail_off(imm.slot))?) =>
             {
                 // Applied already (by a skip request that found it before its notice came).
-                Self::ack(replies, imm.node, ticket, front);
+                if ack {
+                    Self::ack(replies, imm.node, ticket, front);
+                }
                 return Ok(());
             }
             Ok((_, _, ticket)) if behind(ticket, front.served()) => {
@@ -528,7 +539,9 @@ impl CanrtServer {
         }
         let free = self.unreserve(imm.node, front);
         let m = Self::commit(region, g, off, imm.slot, key, op, free, true)?;
-        Self::ack(replies, imm.node, front.served(), m);
+        if ack {
+            Self::ack(replies, imm.node, front.served(), m);
+        }
         if op != ItemOp::Delete
             && let Some(b) = self.bounds.get_mut(imm.node as usize)
         {
@@ -600,7 +613,7 @@ impl Handler for CanrtServer {
     ) -> Result<(), FabricError> {
         let r = match recv.kind {
             RecvKind::WriteImm => match recv.imm {
-                Some(imm) => self.apply(region, imm, replies),
+                Some(imm) => self.apply(region, conn, imm, replies),
                 None => Err(invalid(region, 0, "WRITE_WITH_IMM without an immediate")),
             },
             RecvKind::Send => match Control::decode(msg) {
@@ -617,6 +630,10 @@ impl Handler for CanrtServer {
                     },
                     Ok(ControlKind::Skip) => self.skip(region, conn, &c),
                     Ok(ControlKind::Wait) => self.wait(region, conn, &c, replies),
+                    Ok(ControlKind::Quiet) => {
+                        self.quiet.insert(conn);
+                        Ok(())
+                    }
                     Err(_) => Err(invalid(region, 0, "unknown CANRT control message")),
                 },
                 Err(_) => Err(invalid(region, 0, "malformed CANRT control message")),
@@ -657,6 +674,7 @@ impl Handler for CanrtServer {
     fn on_disconnect(&mut self, _region: &dyn LocalRegion, conn: usize) {
         self.drain_seen.retain(|d| d.conn != conn);
         self.waiters.retain(|_, c| *c != conn);
+        self.quiet.remove(&conn);
     }
 
     fn on_idle(&mut self, region: &dyn LocalRegion) -> bool {

@@ -390,10 +390,12 @@ impl<E: Endpoint> Canrt<'_, E> {
         .map_err(CanrtError::Config)?;
         let remote = addr.add(g.slot_off(slot));
         if self.cfg.ack == WriteAck::Posted {
-            // The paper's count (weaker, `WriteAck::Posted`): done once the NIC took the
-            // item. The server applies it later; its acknowledgement is dropped unheard.
+            // The paper's count (weaker, `WriteAck::Posted`): done once the append is posted
+            // (§4.2: 'about 1.5 RTTs', the WRITE counted as its half trip), unsignaled: its
+            // completion is not waited for. The server applies it later; its acknowledgement
+            // is dropped unheard. A failure breaks the queue pair for our next verb.
             self.qp()?
-                .post(&mut [Op::WriteImm {
+                .post_unsignaled(&mut [Op::WriteImm {
                     remote,
                     local: &item[..isz],
                     imm,

@@ -71,6 +71,11 @@ pub enum ControlKind {
     /// or if `arg` names another data array), so the waiter costs the memory node no READs.
     /// Best effort: a waiter also looks for itself now and then.
     Wait = 5,
+    /// The sending connection's writers count a write done once its append is posted (the
+    /// paper's count, `WriteAck::Posted`) and hear no acknowledgement: the server stops
+    /// SENDing one for each item it applies from then on (refusals still go). Other fields
+    /// are zero.
+    Quiet = 6,
 }
 
 /// [`Control::node`] of a [`ControlKind::Skip`] about the whole frozen tree.
@@ -132,6 +137,7 @@ impl Control {
             3 => Ok(ControlKind::Resize),
             4 => Ok(ControlKind::Skip),
             5 => Ok(ControlKind::Wait),
+            6 => Ok(ControlKind::Quiet),
             k => Err(LayoutError::BadMagic {
                 expected: 1,
                 found: k as u64,

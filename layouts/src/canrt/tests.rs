@@ -180,12 +180,17 @@ fn meta_imm_control_round_trip() {
         (2, SKIP_DRAIN, 70_000 & 0xFFFF)
     );
     let mut bad = skip.encode();
-    bad[0] = 6;
+    bad[0] = 7;
     assert!(Control::decode(&bad).is_err());
     let wait = Control::new(ControlKind::Wait, 1, 3, 7, 9);
     assert_eq!(
         Control::decode(&wait.encode()).unwrap().kind(),
         Ok(ControlKind::Wait)
+    );
+    let quiet = Control::new(ControlKind::Quiet, 0, 0, 0, 0);
+    assert_eq!(
+        Control::decode(&quiet.encode()).unwrap().kind(),
+        Ok(ControlKind::Quiet)
     );
 }
 

@@ -154,6 +154,8 @@ pub struct Tm {
     pub dead_timeout: Ps,
     pub recv_depth: u32,
     pub max_message: usize,
+    /// `unsignaled_at_post`: [`QueuePair::post_unsignaled`](remora_core::fabric::QueuePair::post_unsignaled) resolves at its doorbell.
+    pub unsignaled_at_post: bool,
 }
 
 impl Tm {
@@ -190,6 +192,7 @@ impl Tm {
             dead_timeout: m.dead_timeout_ps(),
             recv_depth: m.recv_depth as u32,
             max_message: m.max_message as usize,
+            unsignaled_at_post: m.unsignaled_at_post > 0.0,
         }
     }
 }

@@ -310,6 +310,13 @@ params! {
          ~90-94 ns (Izraelevitz et al., 'Basic Performance Measurements of the Intel Optane \
          DC Persistent Memory Module', arXiv:1903.05714, 2019; Yang et al., FAST'20). \
          Charged per line in the range, dirty or not; 0 on DRAM nodes (persist is a no-op).";
+    unsignaled_at_post: 0.0, "0/1", [0.0, 1.0],
+        "1: QueuePair::post_unsignaled resolves once its doorbell is rung, as ibv_post_send of \
+         a work request without IBV_SEND_SIGNALED does (no completion is raised; remora's \
+         verbs fabric returns at post): the ops still take effect in order and a failure \
+         breaks the queue pair for its later posts. 0 (default, the sim's behaviour before \
+         this parameter, kept so that profiles measured with it keep their figures): it waits \
+         for completion, as post does.";
 }
 
 /// A bad `--set` or model-file entry.

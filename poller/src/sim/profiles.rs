@@ -191,6 +191,13 @@ pub const PROFILES: &[Profile] = &[
                 "'Intel Xeon(R) 2.60 GHz CPU' with Optane DC PMM (seeds/000 §4.1), so a \
                  Cascade Lake Xeon: assumed 1.1x the calibrating 2.6 GHz EPYC per thread",
             ),
+            v(
+                "unsignaled_at_post",
+                1.0,
+                "the paper counts a write done once its WRITE_WITH_IMM is posted ('about 1.5 \
+                 RTTs', seeds/000 §4.2: the WRITE as half a round trip, no completion waited \
+                 for), as an unsignaled ibv_post_send returns on the ConnectX-5",
+            ),
         ],
     },
     Profile {

@@ -253,6 +253,57 @@ impl Drop for PostFuture<'_, '_> {
     }
 }
 
+/// The future of [`SimQp::post_unsignaled`].
+pub struct UnsignaledFuture<'a, 'b> {
+    post: PostFuture<'a, 'b>,
+    /// Posted unwatched: the wait for the doorbell.
+    doorbell: Option<super::cluster::Sleep>,
+}
+
+impl Future for UnsignaledFuture<'_, '_> {
+    type Output = Result<(), FabricError>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Some(d) = this.doorbell.as_mut() {
+            return Pin::new(d).poll(cx).map(|()| Ok(()));
+        }
+        let wr = this.post.qp.w.clone();
+        let unwatched = this.post.batch.is_none()
+            && !this.post.finished
+            && wr.borrow().tm.unsignaled_at_post
+            && this
+                .post
+                .ops
+                .iter()
+                .all(|o| matches!(o, Op::Write { .. } | Op::WriteImm { .. } | Op::Send { .. }));
+        if !unwatched {
+            return Pin::new(&mut this.post).poll(cx);
+        }
+        let mut w = wr.borrow_mut();
+        if let Poll::Ready(r) = this.post.start(&mut w) {
+            this.post.finished = true;
+            return Poll::Ready(r);
+        }
+        // Posted (or its client crashed at the post: then it never resolves).
+        let Some(b) = this.post.batch.take() else {
+            return Poll::Pending;
+        };
+        this.post.finished = true;
+        w.batches.get_mut(b).state = BatchState::Abandoned;
+        let client = w.ends[this.post.qp.end as usize].client;
+        let at = if client == NO_CLIENT {
+            w.now
+        } else {
+            w.clients[client as usize].cpu_free
+        };
+        drop(w);
+        let d = this
+            .doorbell
+            .insert(super::cluster::sleep_until(wr.clone(), at));
+        Pin::new(d).poll(cx).map(|()| Ok(()))
+    }
+}
+
 /// The future of [`SimQp::recv`].
 pub struct RecvFuture<'a> {
     qp: &'a SimQp,
@@ -309,6 +360,25 @@ impl QueuePair for SimQp {
             ops,
             batch: None,
             finished: false,
+        }
+    }
+
+    /// With the model's `unsignaled_at_post`, resolves once the doorbell is rung: the batch
+    /// (its data copied at post) goes on unwatched and is freed when it completes; an error
+    /// breaks the queue pair for later posts. Otherwise (or for a READ or an atomic, whose
+    /// results must land) it waits for completion, as [`SimQp::post`] does.
+    fn post_unsignaled<'a, 'b>(
+        &'a self,
+        ops: &'a mut [Op<'b>],
+    ) -> impl Future<Output = Result<(), FabricError>> {
+        UnsignaledFuture {
+            post: PostFuture {
+                qp: self,
+                ops,
+                batch: None,
+                finished: false,
+            },
+            doorbell: None,
         }
     }
 
