@@ -139,14 +139,17 @@ pub fn paper(s: &Scale) -> Paper {
                 false,
                 p("CANRT", "UPD"),
                 p(base_tree, "UPD"),
-                "both trees are bound by the one server thread (server_use ~1; the two points' \
-                 server ns/op in this table). The paper's 7-11x needs its WORT server to spend \
-                 7-11x its applier's time per write; here the two differ by less: the model's \
-                 flat per-message charge (poll + handler, the same for every service) and the \
-                 acknowledgement SEND (which the paper's server does not send) are a large \
-                 share of the applier's cost, and WORT's radix path at quick scale is short \
-                 (components measured by zeroing one model cost at a time: `remora bench \
-                 --fabric sim --profile canrt --persistent --workload update-only --set X=0`)",
+                "both trees are bound by the one server thread (server_use ~1), so the ratio is \
+                 the ratio of their server time per write. Measured by zeroing one model cost \
+                 at a time (this row's commands with `--set X=0`): CANRT's applier ~900 ns = \
+                 the flat per-message charge (server_poll_ns 50 + server_handler_ns 270) + \
+                 its acknowledgement SEND 100 + two persisted lines ~220 + Optane misses ~220 \
+                 (the data node's items, scanned for the key's old slot) + cached lines ~30; \
+                 WORT's ~1600 ns = the same 420 + misses ~925 (its radix path) + persists \
+                 ~180 + cached lines ~80. The paper's 7.44x would need the applier at <= \
+                 1600/7.44 = 215 ns per write, under its poll and two Optane write-backs alone \
+                 (230 ns): the paper's applier never bound its writes (it reports write-only \
+                 as CANRT's best workload), the model's one applier thread does",
             ),
             Claim::ratio(
                 if base_tree == "WORT" {
@@ -216,9 +219,11 @@ pub fn paper(s: &Scale) -> Paper {
             p("WORT", "UPD"),
             "CANRT with `--canrt-ack posted`, the paper's count of a write: weaker than \
              remora's default (not linearizable; an item the server refuses is lost), shown \
-             beside the default row. Still bound by the one server thread, as the default is \
-             (see the default row's note): the server still SENDs its acknowledgement (100 \
-             ns of its 888 per write), which the posting client drops unheard",
+             beside the default row. The server SENDs a posted writer no acknowledgement, \
+             and the write returns at its doorbell, yet the applier still bounds it as in the \
+             default row (server_use ~1): ~830 ns per write, of which 320 the flat \
+             per-message charge and ~440 two persisted lines and the Optane misses of the \
+             data node (measured as the default row's note says)",
         ),
         Claim::ratio(
             "write-heavy-wort-posted",
@@ -238,9 +243,11 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             Pick::at("canrt-clients", POSTED, "a", 16),
             Pick::at("canrt-clients", POSTED, "a", 2),
-            "one server thread applies every write (the paper's 'background thread'): from \
-             4 clients on it is the bottleneck (server_use in canrt-clients.csv), so the \
-             gain stops where the paper's, network bound, goes on",
+            "one server thread applies every write (the paper's 'background thread', ~830 \
+             ns per posted write, see the write-only rows): from 4 clients on it is the \
+             bottleneck (server_use in canrt-clients.csv), so the gain stops where the \
+             paper's, network bound, goes on. At 2 clients a posted write costs one round \
+             trip (the lock FETCH_AND_ADD with the node READ) and its doorbell",
         ),
         Claim::ratio(
             "write-latency-posted",
@@ -250,9 +257,10 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             Pick::new("canrt-latency", POSTED, "UPD"),
             Pick::new("canrt-latency", "WORT", "UPD"),
-            "the paper's count: the write returns once its WRITE_WITH_IMM completes (lock \
-             FETCH_AND_ADD with the node READ, then the append): 2 round trips, the paper's \
-             'about 1.5' counting the last as half",
+            "the paper's count: the write returns once its WRITE_WITH_IMM is posted \
+             (unsignaled, the canrt profile's unsignaled_at_post): one round trip (the lock \
+             FETCH_AND_ADD with the node READ) and the append's doorbell, the paper's \
+             'about 1.5' counting the WRITE as a half",
         ),
         Claim::ratio(
             "seq-write-latency",
@@ -264,7 +272,14 @@ pub fn paper(s: &Scale) -> Paper {
             Pick::new("canrt-seq", POSTED, "LOAD"),
             Pick::new("canrt-latency", POSTED, "LOAD"),
             "sequential keys are 8-byte integers in order (`--keys seq`), random ones 16-byte \
-             strings; one client, the LOAD phase's inserts",
+             strings; one client, the LOAD phase's inserts. The paper's cause, data-node \
+             conflicts, is remora's too, larger: each sequential insert goes to the node the \
+             previous one appended to, and its FETCH_AND_ADD lands (a doorbell and a one-way \
+             trip after that append) before the applier (~1.7-2 us per insert, splits \
+             included) has released the lock, so it polls the lock once (the bench's 'lock \
+             polls' ~1.0/op sequential, 0.02 random; 2.3 RT/op against 1.0). Splits add to \
+             it: the rightmost node fills every slots/2 inserts (6% of inserts resize, 0.2% \
+             random)",
         ),
         Claim::ratio(
             "seq-read-latency",
@@ -308,8 +323,14 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             Pick::new("canrt-range-10k", "CANRT", "RANGE"),
             Pick::new("canrt-range-10k", "WORT", "RANGE"),
-            "WORT answers a range with one request per key (as in the paper); remora's CANRT \
-             reads whole data nodes, many keys per READ",
+            "WORT answers a range with one request per key (as in the paper), each naming \
+             the key after the previous one, so they run one after another: ~9,100 round \
+             trips of ~2.75 us (the network's ~1.7 and the server's ~1.04 per Next, the \
+             range's server ns/op over its RT/op). remora's CANRT reads 4 data nodes per \
+             doorbell (SCAN_BATCH) of ~16 live keys each, ~64 keys per round trip. The \
+             paper's 3.1x (and its growth to 3.8x with 100,000 keys) fits a CANRT that reads \
+             one data node of a few keys per round trip; the paper gives neither its data \
+             nodes' fill nor its batching, so neither is set to land the row",
         ),
         if full {
             Claim::ratio(
@@ -351,8 +372,8 @@ pub fn paper(s: &Scale) -> Paper {
              request rings); random 16-byte string keys (sequential: 8-byte integers in \
              order), 15-byte values (the paper's), {} measured ops after {} warm-up ops; \
              latency: one client of one coroutine; zipfian 0.99, seed 1. CANRT (posted): the \
-             paper's write, returning once its WRITE_WITH_IMM completes (`--canrt-ack \
-             posted`, not linearizable); CANRT: remora's default, returning once the server \
+             paper's write, returning once its WRITE_WITH_IMM is posted (`--canrt-ack \
+             posted`, not linearizable; unsignaled, the profile's unsignaled_at_post); CANRT: remora's default, returning once the server \
              applied and persisted it",
             s.llc_lines("canrt", PAPER_KEYS),
             s.records,
