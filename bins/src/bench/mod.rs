@@ -225,8 +225,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub canrt_poll: bool,
     /// CANRT: when a write returns. `applied` (default): once the server applied and
-    /// persisted it, durable and linearizable. `posted`: once its WRITE_WITH_IMM completes,
-    /// as the CANRT paper counts a write; weaker (not linearizable, an item the server
+    /// persisted it, durable and linearizable. `posted`: once its WRITE_WITH_IMM is posted
+    /// (unsignaled: at its doorbell on verbs and on the sim with `unsignaled_at_post`, as in
+    /// the canrt profile; at its completion elsewhere), as the CANRT paper counts a write; weaker (not linearizable, an item the server
     /// refuses is lost), for comparison with the paper's figures only.
     #[arg(long, value_enum, default_value = "applied")]
     pub canrt_ack: CanrtAck,
