@@ -21,6 +21,10 @@
 //! retry exceeded), so a holder whose lease ran out cannot write under a lock taken over
 //! after the fence. If the queue pair cannot be moved, the request is refused and the waiter
 //! reports the lock held instead of breaking it.
+//!
+//! **Keys.** With [`MemnodeConfig::key`] (`remora memnode --key-file`), every connect request
+//! (connection, revocation, fence) must prove the key ([`Gate`], see `wire.rs`); any other is
+//! rejected with [`Unauthorized`], which the client reports as its error.
 use super::arena::{Arena, PageKind};
 use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeout};
 use super::device::{check_port, context_name, limits, probe};
@@ -29,7 +33,9 @@ use super::mr::{Mr, Pd, REMOTE};
 use super::qp::{RECV_LEN, VerbsQp};
 use super::stats::{Stats, VerbsStats};
 use super::sys;
-use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Welcome, service_bytes};
+use super::wire::{
+    DmKind, Fenced, Gate, Hello, Request, Revoked, Unauthorized, Welcome, service_bytes,
+};
 use remora_core::fabric::{FabricError, Op, QueuePair, RecvKind};
 use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
@@ -57,6 +63,9 @@ pub struct MemnodeConfig {
     pub device: Option<String>,
     /// Print one line per connection.
     pub verbose: bool,
+    /// Admit only requests that prove this key (`wire`'s module docs; `None`: anyone who
+    /// reaches the port).
+    pub key: Option<remora_poller::soft::auth::Key>,
 }
 
 /// The device memory of one device.
@@ -120,6 +129,8 @@ pub struct Memnode {
     connections: u64,
     /// Clients fenced off this node: they may not connect again under their id.
     fenced: BTreeSet<u32>,
+    /// The key check of every connect request (with `MemnodeConfig::key`).
+    gate: Option<Gate>,
     /// Messages served and waits on its own replies.
     server: Stats,
 }
@@ -173,6 +184,7 @@ impl Memnode {
         if unsafe { sys::rdma_listen(listen.0, 64) } != 0 {
             return Err(sys_err("rdma_listen"));
         }
+        let gate = cfg.key.map(Gate::new);
         let mut node = Memnode {
             conns: Vec::new(),
             devs: Vec::new(),
@@ -186,6 +198,7 @@ impl Memnode {
             served: 0,
             connections: 0,
             fenced: BTreeSet::new(),
+            gate,
             server: Stats::default(),
         };
         // SAFETY: a bound id; `verbs` is set when the address belongs to an RDMA device.

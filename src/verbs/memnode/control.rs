@@ -73,6 +73,16 @@ impl Memnode {
     }
 
     fn on_connect_request(&mut self, ev: &Event) {
+        if let Some(gate) = &mut self.gate
+            && let Err(why) = gate.admit_now(&ev.private)
+        {
+            let u = Unauthorized { why };
+            log::warn!("memnode: refused a request: {why:?} (--key-file)");
+            if self.cfg.verbose {
+                println!("memnode: refused a request for its key: {why:?}");
+            }
+            return Self::reject(ev.id, &u.encode());
+        }
         let hello = match Hello::decode(&ev.private) {
             Ok(h) => h,
             Err(why) => {
