@@ -282,13 +282,16 @@ impl Unauthorized {
         };
         match self.why {
             AuthRefusal::NoKey => format!(
-                "it admits only clients with its key, and this one sent {mine}: set                  {KEY_FILE_ENV} to a copy of the node's --key-file"
+                "it admits only clients with its key, and this one sent {mine}: set \
+                 {KEY_FILE_ENV} to a copy of the node's --key-file"
             ),
             AuthRefusal::WrongKey => format!(
-                "wrong key: this client sent {mine}, which is not the node's (another node's, or                  revoked)"
+                "wrong key: this client sent {mine}, which is not the node's (another node's, \
+                 or revoked)"
             ),
             AuthRefusal::Clock => format!(
-                "this client's clock is more than {CLOCK_WINDOW_S} s off the node's: synchronise                  the clocks"
+                "this client's clock is more than {CLOCK_WINDOW_S} s off the node's: \
+                 synchronise the clocks"
             ),
             AuthRefusal::Replay => "the hello was a replay of one it already admitted".into(),
         }
@@ -588,7 +591,8 @@ mod tests {
         ] {
             let u = Unauthorized { why };
             assert_eq!(Unauthorized::decode(&u.encode()), Some(u));
-            assert!(!u.explain().is_empty());
+            let text = u.explain();
+            assert!(!text.is_empty() && !text.contains("  "), "{text:?}");
             assert_eq!(Revoked::decode(&u.encode()), Err(REFUSED_KEY));
             assert_eq!(Fenced::decode(&u.encode()), Err(REFUSED_KEY));
         }
