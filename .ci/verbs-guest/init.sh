@@ -92,8 +92,8 @@ kill_campaign() {
     addr=$1
     KILL_RC=0
     say "kill campaign: $KILLS clients SIGKILLed at random points beside the conformance suite and a SMART YCSB-A client"
-    remora bench --fabric verbs --connect "$addr" --quiet --index smart --workload a \
-        --records 500 --seconds 10 --threads 1 --coroutines 4 > /tmp/kill-survivor.out 2>&1 &
+    timeout "$BENCH_TIMEOUT" remora bench --fabric verbs --connect "$addr" --quiet --index smart \
+        --workload a --records 500 --seconds 10 --threads 1 --coroutines 4 > /tmp/kill-survivor.out 2>&1 &
     survivor=$!
     n=0
     while [ "$n" -lt "$KILLS" ]; do
@@ -272,9 +272,11 @@ if want rtt; then
         RTT_NODE=$!
         if wait_listening $RTT_NODE 300 /tmp/memnode-rtt.log; then
             tx0=$(cat /sys/class/net/vrt1/statistics/tx_packets)
+            say "rtt: ping over the pair, no delay: $(ping -c 3 -q 10.9.0.1 2>&1 | tail -n 1)"
             rtt_point 0ms 1 1
             rtt_point 0ms 2 32
             $TC qdisc add dev vrt1 root netem delay 1ms || RTT_RC=1
+            say "rtt: ping over the pair, netem 1 ms: $(ping -c 3 -q 10.9.0.1 2>&1 | tail -n 1)"
             rtt_point 1ms 1 1
             rtt_point 1ms 2 32
             $TC qdisc del dev vrt1 root

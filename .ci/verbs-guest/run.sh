@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Real verbs without an RDMA NIC: builds `remora` with `--features verbs`, packs it with a
 # Debian kernel's Soft-RoCE modules, busybox and rdma-core into an initramfs, boots that
-# under QEMU (TCG), and inside the guest runs a verbs memory node plus, from a second
-# process, the fabric conformance suite, `remora perf` and small YCSB runs of `remora bench
-# --fabric verbs` (SMART C and A; Sherman, CANRT, Erda C). Exit 0 only when the guest's
-# serial console ends with "REMORA-GUEST: PASS".
+# under QEMU (TCG), and inside the guest runs a verbs memory node plus, from other
+# processes, the fabric conformance suite (while a SIGKILL campaign kills other clients of the
+# same node), `remora perf` and small YCSB runs of `remora bench --fabric verbs` (SMART C and
+# A; Sherman, CANRT, Erda C), the node's message rate with 1 ms of added RTT (netem) against
+# none, and `--key-file` refusals. Exit 0 only when the guest's serial console ends with
+# "REMORA-GUEST: PASS".
 #
 # Usage: .ci/verbs-guest/run.sh            (from anywhere; needs root or sudo for apt-get)
 # Environment:
