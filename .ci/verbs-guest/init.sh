@@ -294,7 +294,7 @@ if want rtt; then
         fi
         kill $RTT_NODE 2>/dev/null
         wait $RTT_NODE 2>/dev/null
-        grep -a "data path" /tmp/memnode-rtt.log | sed 's/^/REMORA-RTT: /'
+        grep -a "data path\|footprint" /tmp/memnode-rtt.log | sed 's/^/REMORA-RTT: /'
     else
         say "rtt: could not set up the veth pair"
         RTT_RC=1

@@ -196,6 +196,14 @@ mod real {
              device memory was {}",
             a.node_id, s.dm
         );
+        if let Some(b) = node.per_connection_bytes() {
+            println!(
+                "memnode {} (verbs): footprint {} KiB per connection (resident + hugetlb memory \
+                 grown across the first accept)",
+                a.node_id,
+                b >> 10
+            );
+        }
         Ok(())
     }
 

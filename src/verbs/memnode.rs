@@ -131,6 +131,8 @@ pub struct Memnode {
     fenced: BTreeSet<u32>,
     /// The key check of every connect request (with `MemnodeConfig::key`).
     gate: Option<Gate>,
+    /// Memory one connection costs this process (measured across the first accept).
+    per_connection: Option<u64>,
     /// Messages served and waits on its own replies.
     server: Stats,
 }
@@ -199,6 +201,7 @@ impl Memnode {
             connections: 0,
             fenced: BTreeSet::new(),
             gate,
+            per_connection: None,
             server: Stats::default(),
         };
         // SAFETY: a bound id; `verbs` is set when the address belongs to an RDMA device.
@@ -304,6 +307,13 @@ impl Memnode {
         Ok(())
     }
 
+    /// The memory one connection costs this process: its resident plus hugetlb memory grown
+    /// across the first accept (receive ring, staging, queue pair and CQs; `None` before a
+    /// connection, or where `/proc/self/status` cannot be read).
+    pub fn per_connection_bytes(&self) -> Option<u64> {
+        self.per_connection
+    }
+
     /// Messages served and connections accepted so far.
     pub fn stats(&self) -> (u64, u64) {
         (self.served, self.connections)
@@ -367,6 +377,21 @@ fn local_region(region: &Arena, node: NodeId) -> WordRegion<'_> {
 mod tests {
     use super::*;
     use remora_core::server::LocalRegion;
+
+    #[test]
+    fn process_memory_sees_memory_this_process_touches() {
+        let before = control::process_memory().expect("/proc/self/status is readable");
+        let mut block = vec![0u8; 32 << 20];
+        for b in block.iter_mut().step_by(4096) {
+            *b = 1;
+        }
+        let after = control::process_memory().expect("/proc/self/status is readable");
+        assert!(
+            after >= before + (16 << 20),
+            "{before} -> {after} bytes after touching 32 MiB"
+        );
+        assert_eq!(std::hint::black_box(&block)[4096], 1);
+    }
 
     #[test]
     fn region_is_bounds_checked_and_word_atomic() {

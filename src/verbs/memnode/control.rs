@@ -160,7 +160,11 @@ impl Memnode {
         let client = self.client_for(hello.client);
         let d = &self.devs[dev];
         set_ack_timeout(ev.id);
+        let before = self.per_connection.is_none().then(process_memory);
         let mut qp = VerbsQp::create(CmId(ev.id), None, d.pd.borrowed(), self.cfg.node, true)?;
+        if let Some(Some(b)) = before {
+            self.per_connection = process_memory().map(|a| a.saturating_sub(b));
+        }
         qp.set_peer(self.cfg.node, Default::default(), hello.recv_len as usize);
         let w = self.welcome(d, client).encode();
         let mut param = sys::rdma_conn_param {
@@ -221,4 +225,16 @@ impl Memnode {
         }
         Ok(())
     }
+}
+
+/// This process's resident plus hugetlb memory in bytes (`/proc/self/status`), if readable.
+pub(super) fn process_memory() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some((kib("VmRSS:")? + kib("HugetlbPages:").unwrap_or(0)) << 10)
 }
