@@ -2,8 +2,8 @@
 # Real verbs without an RDMA NIC: builds `remora` with `--features verbs`, packs it with a
 # Debian kernel's Soft-RoCE modules, busybox and rdma-core into an initramfs, boots that
 # under QEMU (TCG), and inside the guest runs a verbs memory node plus, from other
-# processes, the fabric conformance suite (while a SIGKILL campaign kills other clients of the
-# same node), `remora perf` and small YCSB runs of `remora bench --fabric verbs` (SMART C and
+# processes, a SIGKILL campaign against clients of the node (then the fabric conformance
+# suite on it), `remora perf` and small YCSB runs of `remora bench --fabric verbs` (SMART C and
 # A; Sherman, CANRT, Erda C), the node's message rate with 1 ms of added RTT (netem) against
 # none, and `--key-file` refusals. Exit 0 only when the guest's serial console ends with
 # "REMORA-GUEST: PASS".
@@ -17,7 +17,7 @@
 #                        CANRT and Erda C; CANRT and Erda on a memnode of their --service)
 #   REMORA_GUEST_KILLS   clients SIGKILLed in the kill campaign (default 6; 0 skips it)
 #   REMORA_GUEST_SECTIONS  what the guest runs (default: all of "check perf strace bench
-#                        errors rtt auth"; the kill campaign runs beside "check")
+#                        errors rtt auth"; the kill campaign runs before "check")
 #   REMORA_GUEST_TIMEOUT seconds before the guest is killed (default 900)
 #   CARGO_TARGET_DIR     where cargo builds (default: <repo>/target)
 # Facts this relies on: ../../../shared/notes/soft-roce-guest.md (modules and their order,
