@@ -1,10 +1,11 @@
 #!/bin/busybox sh
 # PID 1 of the remora verbs guest (see run.sh): brings up Soft-RoCE (rdma_rxe) on dummy0,
 # starts a verbs memory node, runs a SIGKILL campaign against its clients, then the fabric
-# conformance suite on it, `remora perf` and small YCSB runs (`remora bench
-# --fabric verbs`) against it from other processes, measures a memory node's message rate
-# with 1 ms of added round-trip time (netem on a veth pair) against none, checks key-file
-# authentication, and reports on the serial console. The host greps the final "REMORA-GUEST: PASS" / "REMORA-GUEST: FAIL" line.
+# conformance suite on it, `remora perf` and small YCSB runs (`remora bench --fabric verbs`)
+# against it from other processes, measures a memory node's message rate with 1 ms of added
+# round-trip time (netem on a veth pair) against none, checks key-file authentication, and
+# reports on the serial console. The host greps the final "REMORA-GUEST: PASS" /
+# "REMORA-GUEST: FAIL" line.
 /bin/busybox --install -s /bin
 export PATH=/bin:/sbin:/usr/bin:/usr/sbin
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
