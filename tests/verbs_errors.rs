@@ -112,6 +112,7 @@ fn memnode_without_a_device_says_so() {
         dm_len: 4096,
         device: None,
         verbose: false,
+        key: None,
     };
     match Memnode::start(cfg) {
         Err(e) => {

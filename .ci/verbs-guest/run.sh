@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Real verbs without an RDMA NIC: builds `remora` with `--features verbs`, packs it with a
 # Debian kernel's Soft-RoCE modules, busybox and rdma-core into an initramfs, boots that
-# under QEMU (TCG), and inside the guest runs a verbs memory node plus, from a second
-# process, the fabric conformance suite, `remora perf` and small YCSB runs of `remora bench
-# --fabric verbs` (SMART C and A; Sherman, CANRT, Erda C). Exit 0 only when the guest's
-# serial console ends with "REMORA-GUEST: PASS".
+# under QEMU (TCG), and inside the guest runs a verbs memory node plus, from other
+# processes, a SIGKILL campaign against clients of the node (then the fabric conformance
+# suite on it), `remora perf` and small YCSB runs of `remora bench --fabric verbs` (SMART C and
+# A; Sherman, CANRT, Erda C), the node's message rate with 1 ms of added RTT (netem) against
+# none, and `--key-file` refusals. Exit 0 only when the guest's serial console ends with
+# "REMORA-GUEST: PASS".
 #
 # Usage: .ci/verbs-guest/run.sh            (from anywhere; needs root or sudo for apt-get)
 # Environment:
@@ -13,6 +15,9 @@
 #   REMORA_GUEST_BENCH   `remora bench` arguments for every YCSB run ("" skips them)
 #   REMORA_GUEST_BENCH_RUNS  the runs, index:workload each (default: SMART C and A, Sherman,
 #                        CANRT and Erda C; CANRT and Erda on a memnode of their --service)
+#   REMORA_GUEST_KILLS   clients SIGKILLed in the kill campaign (default 6; 0 skips it)
+#   REMORA_GUEST_SECTIONS  what the guest runs (default: all of "check perf strace bench
+#                        errors rtt auth"; the kill campaign runs before "check")
 #   REMORA_GUEST_TIMEOUT seconds before the guest is killed (default 900)
 #   CARGO_TARGET_DIR     where cargo builds (default: <repo>/target)
 # Facts this relies on: ../../../shared/notes/soft-roce-guest.md (modules and their order,
@@ -27,7 +32,9 @@ PERF=${REMORA_GUEST_PERF-"--verbs read,write,write-imm,cas,faa,send --sizes 64,4
 BENCH=${REMORA_GUEST_BENCH-"--records 2000 --seconds 1 --threads 1 --coroutines 4"}
 BENCH_RUNS=${REMORA_GUEST_BENCH_RUNS:-"smart:c smart:a sherman:c canrt:c erda:c"}
 TIMEOUT=${REMORA_GUEST_TIMEOUT:-900}
-MODULES="crc32_generic crc32c_generic libcrc32c udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy configfs iw_cm ib_cm rdma_cm rdma_ucm"
+KILLS=${REMORA_GUEST_KILLS:-6}
+SECTIONS=${REMORA_GUEST_SECTIONS:-"check perf strace bench errors rtt auth"}
+MODULES="crc32_generic crc32c_generic libcrc32c udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy configfs iw_cm ib_cm rdma_cm rdma_ucm veth sch_netem"
 HOST_PKGS="qemu-system-x86 busybox-static libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers iproute2 cpio kmod xz-utils gzip strace"
 MULTIARCH=x86_64-linux-gnu
 T0=$(date +%s)
@@ -115,6 +122,14 @@ if [ -n "$STRACE" ]; then
     cp "$STRACE" "$IR/usr/bin/strace"
     copy_libs "$STRACE"
 fi
+# iproute2's ip (veth pairs, policy routing) and tc (netem) for the added-RTT run, at
+# /usr/sbin, beside busybox's own applets in /bin.
+for tool in ip tc; do
+    path=$(PATH=/usr/sbin:/sbin:/usr/bin:/bin command -v "$tool" || true)
+    [ -n "$path" ] || die "no $tool (iproute2) on the host"
+    cp "$path" "$IR/usr/sbin/$tool"
+    copy_libs "$path"
+done
 RDMA_TOOL=$(command -v rdma || true)
 [ -n "$RDMA_TOOL" ] || die "no rdma tool (iproute2) on the host"
 rm -f "$IR/usr/bin/rdma"
@@ -148,6 +163,10 @@ SERVICE_PORT=7473
 SERVICE_MEMNODE_ARGS="--region-mib 64 --chunk-kib 256"
 BENCH_ARGS="$BENCH"
 BENCH_RUNS="$BENCH_RUNS"
+KILLS=$KILLS
+SECTIONS="$SECTIONS"
+RTT_PORT=7480
+AUTH_PORT=7481
 CONF
 cp "$HERE/init.sh" "$IR/init"
 chmod +x "$IR/init"

@@ -137,8 +137,8 @@ pub struct MemnodeArgs {
     /// Data connections at most; more are refused with a clear error.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
-    /// Admit only clients that send the secret in this key file (made, mode 0600, if it does
-    /// not exist). Clients read it from REMORA_KEY_FILE, else from `<socket>.key`.
+    /// Admit only clients that prove the secret in this key file (made, mode 0600, if it does
+    /// not exist). Clients read it from REMORA_KEY_FILE, else (soft) from `<socket>.key`.
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<std::path::PathBuf>,
     /// Server threads: connection k is served by thread k mod N, each with its own handler

@@ -128,6 +128,12 @@ mod real {
             dm_len: a.dm_kib << 10,
             device: a.device.clone(),
             verbose: false,
+            key: match &a.key_file {
+                Some(p) => {
+                    Some(remora::poller::soft::auth::load_or_create(p).map_err(|e| e.to_string())?)
+                }
+                None => None,
+            },
         };
         if !a.listen.contains(':') {
             return Err(format!(
@@ -168,6 +174,13 @@ mod real {
             s.device,
             s.listen
         );
+        if let Some(p) = &a.key_file {
+            println!(
+                "memnode {} (verbs): clients need the key in {} (REMORA_KEY_FILE)",
+                a.node_id,
+                p.display()
+            );
+        }
         let _ = std::io::stdout().flush();
         let limit = a.seconds.map(Duration::from_secs_f64);
         node.serve(&STOP, limit).map_err(|e| e.to_string())?;
@@ -183,6 +196,14 @@ mod real {
              device memory was {}",
             a.node_id, s.dm
         );
+        if let Some(b) = node.per_connection_bytes() {
+            println!(
+                "memnode {} (verbs): footprint {} KiB per connection (resident + hugetlb memory \
+                 grown across the first accept)",
+                a.node_id,
+                b >> 10
+            );
+        }
         Ok(())
     }
 

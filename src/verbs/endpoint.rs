@@ -8,7 +8,7 @@ use super::pool::Pool;
 use super::qp::{RECV_LEN, Remote, VerbsQp};
 use super::stats::VerbsStats;
 use super::sys;
-use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Welcome};
+use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Unauthorized, Welcome};
 use remora_core::fabric::{Endpoint, FabricError};
 use remora_layouts::NodeId;
 use std::time::Duration;
@@ -67,7 +67,13 @@ fn expect(
             addr: addr.into(),
             why: "route resolution failed",
         },
-        sys::RDMA_CM_EVENT_REJECTED => VerbsError::Refused { addr: addr.into() },
+        sys::RDMA_CM_EVENT_REJECTED => match Unauthorized::decode(&ev.private) {
+            Some(u) => VerbsError::Unauthorized {
+                addr: addr.into(),
+                why: u.explain(),
+            },
+            None => VerbsError::Refused { addr: addr.into() },
+        },
         sys::RDMA_CM_EVENT_UNREACHABLE | sys::RDMA_CM_EVENT_CONNECT_ERROR => {
             VerbsError::Unreachable {
                 addr: addr.into(),

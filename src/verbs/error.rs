@@ -38,6 +38,8 @@ pub enum VerbsError {
     },
     /// The memory node refused the connection, or no one listens there.
     Refused { addr: String },
+    /// The memory node refused the request for its key (`wire::Unauthorized::explain`).
+    Unauthorized { addr: String, why: String },
     /// rdma_cm could not reach the peer (no route, transport timeout).
     Unreachable { addr: String, stage: &'static str },
     /// The peer did not answer in time.
@@ -113,6 +115,9 @@ impl fmt::Display for VerbsError {
                 "the memory node at {addr} refused the connection: is `remora memnode --fabric \
                  verbs --listen {addr}` running?"
             ),
+            VerbsError::Unauthorized { addr, why } => {
+                write!(f, "the memory node at {addr} refused the connection: {why}")
+            }
             VerbsError::Unreachable { addr, stage } => write!(
                 f,
                 "cannot reach {addr} ({stage}): check that the memory node runs and that the \

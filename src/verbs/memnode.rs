@@ -21,6 +21,10 @@
 //! retry exceeded), so a holder whose lease ran out cannot write under a lock taken over
 //! after the fence. If the queue pair cannot be moved, the request is refused and the waiter
 //! reports the lock held instead of breaking it.
+//!
+//! **Keys.** With [`MemnodeConfig::key`] (`remora memnode --key-file`), every connect request
+//! (connection, revocation, fence) must prove the key ([`Gate`], see `wire.rs`); any other is
+//! rejected with [`Unauthorized`], which the client reports as its error.
 use super::arena::{Arena, PageKind};
 use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeout};
 use super::device::{check_port, context_name, limits, probe};
@@ -29,7 +33,9 @@ use super::mr::{Mr, Pd, REMOTE};
 use super::qp::{RECV_LEN, VerbsQp};
 use super::stats::{Stats, VerbsStats};
 use super::sys;
-use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Welcome, service_bytes};
+use super::wire::{
+    DmKind, Fenced, Gate, Hello, Request, Revoked, Unauthorized, Welcome, service_bytes,
+};
 use remora_core::fabric::{FabricError, Op, QueuePair, RecvKind};
 use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
@@ -38,6 +44,9 @@ use remora_poller::soft::words::{Persist, WordRegion};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+mod control;
+mod device_state;
 
 /// What a memory node serves.
 #[derive(Debug, Clone)]
@@ -54,6 +63,9 @@ pub struct MemnodeConfig {
     pub device: Option<String>,
     /// Print one line per connection.
     pub verbose: bool,
+    /// Admit only requests that prove this key (`wire`'s module docs; `None`: anyone who
+    /// reaches the port).
+    pub key: Option<remora_poller::soft::auth::Key>,
 }
 
 /// The device memory of one device.
@@ -117,6 +129,10 @@ pub struct Memnode {
     connections: u64,
     /// Clients fenced off this node: they may not connect again under their id.
     fenced: BTreeSet<u32>,
+    /// The key check of every connect request (with `MemnodeConfig::key`).
+    gate: Option<Gate>,
+    /// Memory one connection costs this process (measured across the first accept).
+    per_connection: Option<u64>,
     /// Messages served and waits on its own replies.
     server: Stats,
 }
@@ -170,6 +186,7 @@ impl Memnode {
         if unsafe { sys::rdma_listen(listen.0, 64) } != 0 {
             return Err(sys_err("rdma_listen"));
         }
+        let gate = cfg.key.map(Gate::new);
         let mut node = Memnode {
             conns: Vec::new(),
             devs: Vec::new(),
@@ -183,6 +200,8 @@ impl Memnode {
             served: 0,
             connections: 0,
             fenced: BTreeSet::new(),
+            gate,
+            per_connection: None,
             server: Stats::default(),
         };
         // SAFETY: a bound id; `verbs` is set when the address belongs to an RDMA device.
@@ -213,340 +232,6 @@ impl Memnode {
             dm,
             service: self.handler.service(),
         }
-    }
-
-    /// The per-device state for `ctx`, set up on first use.
-    fn device(&mut self, ctx: *mut sys::ibv_context) -> Result<usize, VerbsError> {
-        if let Some(i) = self.devs.iter().position(|d| d.ctx == ctx) {
-            return Ok(i);
-        }
-        let name = context_name(ctx);
-        if let Some(want) = &self.cfg.device
-            && *want != name
-        {
-            return Err(VerbsError::WrongDevice {
-                addr: self.cfg.listen.clone(),
-                via: name,
-                wanted: want.clone(),
-            });
-        }
-        let (_, rd, init_rd, max_dm) = limits(ctx)?;
-        let pd = Pd::alloc(ctx)?;
-        // SAFETY: the region arena outlives every device state (field order of Memnode).
-        let region_mr = unsafe {
-            Mr::register(
-                &pd,
-                self.region.as_ptr(),
-                self.cfg.region_len as usize,
-                REMOTE,
-            )?
-        };
-        let dm = self.device_memory(ctx, &pd, max_dm)?;
-        self.devs.push(DevState {
-            ctx,
-            region_mr,
-            dm,
-            pd,
-            rd,
-            init_rd,
-        });
-        Ok(self.devs.len() - 1)
-    }
-
-    fn device_memory(
-        &mut self,
-        ctx: *mut sys::ibv_context,
-        pd: &Pd,
-        max_dm: u64,
-    ) -> Result<Dm, VerbsError> {
-        let len = self.cfg.dm_len;
-        if len == 0 {
-            return Ok(Dm::None);
-        }
-        if max_dm >= len {
-            let mut attr = sys::ibv_alloc_dm_attr {
-                length: len as usize,
-                log_align_req: 3,
-                comp_mask: 0,
-            };
-            // SAFETY: open context; `attr` valid for the call; the result is checked.
-            let dm = unsafe { sys::ibv_alloc_dm(ctx, &mut attr) };
-            if !dm.is_null() {
-                let zeros = vec![0u8; len as usize];
-                // SAFETY: `dm` has `len` bytes; `zeros` is a readable buffer of that size.
-                let rc =
-                    unsafe { sys::ibv_memcpy_to_dm(dm, 0, zeros.as_ptr().cast(), len as usize) };
-                // SAFETY: registers the whole device memory, zero-based, for remote access.
-                let mr = unsafe {
-                    sys::ibv_reg_dm_mr(
-                        pd.raw(),
-                        dm,
-                        0,
-                        len as usize,
-                        REMOTE | sys::IBV_ACCESS_ZERO_BASED,
-                    )
-                };
-                if rc == 0 && !mr.is_null() {
-                    return Ok(Dm::Device(DeviceMem {
-                        mr: Some(Mr::from_raw(mr)),
-                        dm,
-                    }));
-                }
-                if !mr.is_null() {
-                    drop(Mr::from_raw(mr));
-                }
-                // SAFETY: not registered (any registration was released just above).
-                unsafe { sys::ibv_free_dm(dm) };
-            }
-        }
-        let arena = match self.dm_host.take() {
-            Some(a) => a,
-            None => Arena::new(len as usize)?,
-        };
-        // SAFETY: the host stand-in arena outlives every device state (field order).
-        let mr = unsafe { Mr::register(pd, arena.as_ptr(), len as usize, REMOTE) };
-        self.dm_host = Some(arena);
-        Ok(Dm::Host { mr: mr? })
-    }
-
-    fn welcome(&self, dev: &DevState, client: u32) -> Welcome {
-        let (dm_kind, dm_addr, dm_rkey, dm_len) = match &dev.dm {
-            Dm::None => (DmKind::None, 0, 0, 0),
-            Dm::Device(d) => (
-                DmKind::Device,
-                0,
-                d.mr.as_ref().map_or(0, Mr::rkey),
-                self.cfg.dm_len,
-            ),
-            Dm::Host { mr } => (
-                DmKind::Host,
-                self.dm_host.as_ref().map_or(0, |a| a.as_ptr() as u64),
-                mr.rkey(),
-                self.cfg.dm_len,
-            ),
-        };
-        Welcome {
-            node: self.cfg.node,
-            recv_len: RECV_LEN as u32,
-            region_addr: self.region.as_ptr() as u64,
-            region_rkey: dev.region_mr.rkey(),
-            region_len: self.cfg.region_len,
-            dm_kind,
-            dm_addr,
-            dm_rkey,
-            dm_len,
-            service: service_bytes(self.handler.service()),
-            client,
-        }
-    }
-
-    /// Cuts client `client` off this node (see the module docs); returns how many of its
-    /// connections were cut. An error means one of its queue pairs could not be moved to the
-    /// error state: the client is not known to be fenced.
-    pub fn fence(&mut self, client: u32) -> Result<u32, VerbsError> {
-        if client == 0 {
-            return Err(VerbsError::Protocol {
-                addr: self.cfg.listen.clone(),
-                why: "a fence must name a client (id 0 names none)",
-            });
-        }
-        self.fenced.insert(client);
-        let region = local_region(&self.region, self.cfg.node);
-        let mut cut = 0;
-        for c in self
-            .conns
-            .iter_mut()
-            .filter(|c| c.client == client && !c.dead)
-        {
-            c.qp.cut_off()?;
-            c.dead = true;
-            // SAFETY: the connection's id is live (released with the Conn); disconnecting
-            // twice (again on release) is harmless.
-            unsafe { sys::rdma_disconnect(c.qp.cm_id()) };
-            self.handler.on_disconnect(&region, c.id);
-            cut += 1;
-        }
-        Ok(cut)
-    }
-
-    /// The id of a connecting client: the one it claims, or (0) a fresh one.
-    fn client_for(&self, claimed: u32) -> u32 {
-        if claimed != 0 {
-            return claimed;
-        }
-        let n = (self.connections + 1) & 0xff_ffff;
-        (self.cfg.node as u32 & 0xff) << 24 | n.max(1) as u32
-    }
-
-    /// Registers the region again under a new key on every device, then releases the old
-    /// registrations (so the new key differs from the old). Returns the first device's key.
-    pub fn revoke_key(&mut self) -> Result<u32, VerbsError> {
-        let mut key = 0;
-        for (i, d) in self.devs.iter_mut().enumerate() {
-            // SAFETY: the region arena outlives the registration (field order).
-            let fresh = unsafe {
-                Mr::register(
-                    &d.pd,
-                    self.region.as_ptr(),
-                    self.cfg.region_len as usize,
-                    REMOTE,
-                )?
-            };
-            if i == 0 {
-                key = fresh.rkey();
-            }
-            drop(std::mem::replace(&mut d.region_mr, fresh));
-        }
-        Ok(key)
-    }
-
-    fn reject(id: *mut sys::rdma_cm_id, data: &[u8]) {
-        // SAFETY: a connect-request id this node owns; the data lives through the call; the
-        // id is destroyed once, after its event was acknowledged.
-        unsafe {
-            sys::rdma_reject(id, data.as_ptr().cast(), data.len() as u8);
-            sys::rdma_destroy_id(id);
-        }
-    }
-
-    fn on_connect_request(&mut self, ev: &Event) {
-        let hello = match Hello::decode(&ev.private) {
-            Ok(h) => h,
-            Err(why) => {
-                if self.cfg.verbose {
-                    log::warn!("memnode: refused a connection: {why}");
-                }
-                return Self::reject(ev.id, &[]);
-            }
-        };
-        if hello.request == Request::Fence {
-            match self.fence(hello.client) {
-                Ok(n) => {
-                    if self.cfg.verbose {
-                        println!(
-                            "memnode: client {:#x} fenced ({n} connections cut)",
-                            hello.client
-                        );
-                    }
-                    let f = Fenced {
-                        client: hello.client,
-                        connections: n,
-                    };
-                    Self::reject(ev.id, &f.encode())
-                }
-                Err(e) => {
-                    log::warn!("memnode: fencing client {:#x} failed: {e}", hello.client);
-                    Self::reject(ev.id, &[])
-                }
-            }
-            return;
-        }
-        if hello.request == Request::RevokeKey {
-            match self.revoke_key() {
-                Ok(k) => {
-                    if self.cfg.verbose {
-                        println!("memnode: region key revoked; new key {k:#x}");
-                    }
-                    Self::reject(ev.id, &Revoked { new_rkey: k }.encode())
-                }
-                Err(e) => {
-                    log::warn!("memnode: key revocation failed: {e}");
-                    Self::reject(ev.id, &[])
-                }
-            }
-            return;
-        }
-        if let Err(e) = self.accept(ev, hello) {
-            log::warn!("memnode: could not accept a connection: {e}");
-        }
-    }
-
-    fn accept(&mut self, ev: &Event, hello: Hello) -> Result<(), VerbsError> {
-        // SAFETY: a connect-request id has its device context.
-        let ctx = unsafe { (*ev.id).verbs };
-        // SAFETY: as above, with its port.
-        let port = unsafe { (*ev.id).port_num };
-        let dev = match self
-            .device(ctx)
-            .and_then(|d| check_port(ctx, port).map(|()| d))
-        {
-            Ok(d) => d,
-            Err(e) => {
-                Self::reject(ev.id, &[]);
-                return Err(e);
-            }
-        };
-        if self.fenced.contains(&hello.client) {
-            log::warn!(
-                "memnode: refused client {:#x}: it was fenced and may not come back under its id",
-                hello.client
-            );
-            Self::reject(ev.id, &[]);
-            return Ok(());
-        }
-        let client = self.client_for(hello.client);
-        let d = &self.devs[dev];
-        set_ack_timeout(ev.id);
-        let mut qp = VerbsQp::create(CmId(ev.id), None, d.pd.borrowed(), self.cfg.node, true)?;
-        qp.set_peer(self.cfg.node, Default::default(), hello.recv_len as usize);
-        let w = self.welcome(d, client).encode();
-        let mut param = sys::rdma_conn_param {
-            private_data: w.as_ptr().cast(),
-            private_data_len: w.len() as u8,
-            responder_resources: ev.initiator_depth.min(d.rd),
-            initiator_depth: ev.responder_resources.min(d.init_rd),
-            retry_count: TRANSPORT_RETRIES,
-            rnr_retry_count: 6,
-            ..Default::default()
-        };
-        // SAFETY: the id has its queue pair; `param` and its private data live through the call.
-        if unsafe { sys::rdma_accept(qp.cm_id(), &mut param) } != 0 {
-            return Err(sys_err("rdma_accept"));
-        }
-        // Best effort (the queue pair may not be in RTS before the connection is established).
-        qp.set_min_rnr_timer();
-        self.connections += 1;
-        if self.cfg.verbose {
-            println!(
-                "memnode: client {} connected ({} open)",
-                self.connections,
-                self.conns.len() + 1
-            );
-        }
-        let region = local_region(&self.region, self.cfg.node);
-        self.handler
-            .on_connect(&region, self.connections as usize, client);
-        self.conns.push(Conn {
-            qp,
-            id: self.connections as usize,
-            client,
-            dead: false,
-        });
-        Ok(())
-    }
-
-    fn on_event(&mut self, ev: Event) -> Result<(), VerbsError> {
-        match ev.kind {
-            sys::RDMA_CM_EVENT_CONNECT_REQUEST => self.on_connect_request(&ev),
-            sys::RDMA_CM_EVENT_ESTABLISHED => {}
-            sys::RDMA_CM_EVENT_DEVICE_REMOVAL => {
-                return Err(VerbsError::Sys {
-                    what: "the RDMA device was removed",
-                    errno: libc::ENODEV,
-                });
-            }
-            _ => {
-                // Disconnected, timed out, or failed: release that connection.
-                if let Some(i) = self.conns.iter().position(|c| c.qp.cm_id() == ev.id) {
-                    let c = self.conns.swap_remove(i);
-                    if !c.dead {
-                        let region = local_region(&self.region, self.cfg.node);
-                        self.handler.on_disconnect(&region, c.id);
-                    }
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Serves until `stop` is set or `limit` has passed.
@@ -622,6 +307,13 @@ impl Memnode {
         Ok(())
     }
 
+    /// The memory one connection costs this process: its resident plus hugetlb memory grown
+    /// across the first accept (receive ring, staging, queue pair and CQs; `None` before a
+    /// connection, or where `/proc/self/status` cannot be read).
+    pub fn per_connection_bytes(&self) -> Option<u64> {
+        self.per_connection
+    }
+
     /// Messages served and connections accepted so far.
     pub fn stats(&self) -> (u64, u64) {
         (self.served, self.connections)
@@ -685,6 +377,21 @@ fn local_region(region: &Arena, node: NodeId) -> WordRegion<'_> {
 mod tests {
     use super::*;
     use remora_core::server::LocalRegion;
+
+    #[test]
+    fn process_memory_sees_memory_this_process_touches() {
+        let before = control::process_memory().expect("/proc/self/status is readable");
+        let mut block = vec![0u8; 32 << 20];
+        for b in block.iter_mut().step_by(4096) {
+            *b = 1;
+        }
+        let after = control::process_memory().expect("/proc/self/status is readable");
+        assert!(
+            after >= before + (16 << 20),
+            "{before} -> {after} bytes after touching 32 MiB"
+        );
+        assert_eq!(std::hint::black_box(&block)[4096], 1);
+    }
 
     #[test]
     fn region_is_bounds_checked_and_word_atomic() {

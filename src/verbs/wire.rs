@@ -2,17 +2,34 @@
 //! other channel). All integers little-endian. The transport may pad private data with
 //! zeros, so every message starts with a magic word and decoders ignore trailing bytes.
 //!
-//! - [`Hello`] (client → node, in the connect request, 16 bytes): what the client wants
+//! - [`Hello`] (client → node, in the connect request, 48 bytes): what the client wants
 //!   (a connection, the revocation of the region's key, or the fencing of a client), its
 //!   receive-buffer size, and a client id (for a connection: the id the client already has
-//!   from its first memory node, 0 to be given one; for a fence: the client to fence).
+//!   from its first memory node, 0 to be given one; for a fence: the client to fence); then
+//!   its proof of the node's key (see below; zeros from a client without a key).
 //! - [`Welcome`] (node → client, in the accept, 72 bytes): the node id, the host region's
 //!   address/key/length, the device memory's address/key/length/kind, the node's
 //!   receive-buffer size (the largest SEND it takes), the service, and the client's id.
 //! - [`Revoked`] (node → client, in the reject answering a revocation, 16 bytes): the new key.
 //! - [`Fenced`] (node → client, in the reject answering a fence, 16 bytes): the client fenced
 //!   and how many of its connections were cut.
+//! - [`Unauthorized`] (node → client, in the reject of a request without the right key, 16
+//!   bytes): why.
+//!
+//! **Keys** (issue 26: clients who are who they say). A memory node started with a key file
+//! (`remora memnode --key-file`, the soft fabric's format: `remora_poller::soft::auth`)
+//! admits only requests that prove its key; a client reads the key from the file
+//! `REMORA_KEY_FILE` names. The key itself never travels: the hello carries a random nonce,
+//! the client's clock (Unix seconds) and a 128-bit tag over the first 32 bytes of the hello
+//! (two SipHash-2-4 PRFs, each keyed by one half of the 32-byte key). The node refuses a
+//! missing or wrong tag, a time more than [`CLOCK_WINDOW_S`] off its own clock, and a nonce
+//! it has already admitted within that window (a replayed hello). Every request needs it:
+//! connections, key revocations and fences. Revoking a key means a new key file and a
+//! restart of the node, as on soft.
 use remora_layouts::NodeId;
+use remora_poller::soft::auth::{KEY_FILE_ENV, KEY_LEN, Key, read_key};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 pub const MAGIC: u32 = u32::from_le_bytes(*b"RMV1");
 pub const VERSION: u16 = 1;
@@ -45,8 +62,17 @@ pub struct Hello {
 }
 
 impl Hello {
-    pub const LEN: usize = 16;
+    /// Bytes on the wire: the request (16), the nonce and time (16), the tag (16).
+    pub const LEN: usize = 48;
+    /// The hello, signed with the client's key ([`client_key`]) when it has one.
     pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = self.encode_unsigned();
+        if let Ok(Some(key)) = client_key() {
+            sign(&mut b, &key, nonce(), unix_secs());
+        }
+        b
+    }
+    fn encode_unsigned(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[4..6].copy_from_slice(&VERSION.to_le_bytes());
@@ -60,8 +86,9 @@ impl Hello {
         b[12..16].copy_from_slice(&self.client.to_le_bytes());
         b
     }
+    /// The request part (the proof is [`Gate::admit`]'s to check).
     pub fn decode(b: &[u8]) -> Result<Hello, &'static str> {
-        if b.len() < Self::LEN || u32_at(b, 0) != MAGIC {
+        if b.len() < REQUEST_LEN || u32_at(b, 0) != MAGIC {
             return Err("no remora hello in the connect request");
         }
         if u16_at(b, 4) != VERSION {
@@ -78,6 +105,196 @@ impl Hello {
             recv_len: u32_at(b, 8),
             client: u32_at(b, 12),
         })
+    }
+}
+
+/// Bytes of a hello's request part.
+const REQUEST_LEN: usize = 16;
+/// Bytes of a hello the tag covers: the request, the nonce and the time.
+const SIGNED_LEN: usize = 32;
+/// How far (seconds) a hello's time may be from the node's clock.
+pub const CLOCK_WINDOW_S: u64 = 120;
+
+/// The 128-bit tag of `msg` under `key`: SipHash-2-4 (a keyed PRF) keyed by each half of the
+/// key in turn.
+fn tag(key: &Key, msg: &[u8]) -> [u8; 16] {
+    use std::hash::Hasher;
+    let mut out = [0u8; 16];
+    for (i, half) in key.chunks_exact(KEY_LEN / 2).enumerate() {
+        // std's SipHasher is SipHash-2-4; its deprecation is about hashing for HashMap,
+        // where a faster hasher was wanted, not about its strength as a keyed PRF.
+        #[allow(deprecated)]
+        let mut h = std::hash::SipHasher::new_with_keys(u64_at(half, 0), u64_at(half, 8));
+        h.write(msg);
+        out[8 * i..8 * i + 8].copy_from_slice(&h.finish().to_le_bytes());
+    }
+    out
+}
+
+fn sign(b: &mut [u8; Hello::LEN], key: &Key, nonce: u64, secs: u64) {
+    b[16..24].copy_from_slice(&nonce.to_le_bytes());
+    b[24..32].copy_from_slice(&secs.to_le_bytes());
+    let t = tag(key, &b[..SIGNED_LEN]);
+    b[SIGNED_LEN..Hello::LEN].copy_from_slice(&t);
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A fresh random nonce (the system's random source; the clock if it cannot be read).
+fn nonce() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    match std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64),
+    }
+}
+
+/// This process's key for memory nodes: the one in the file `REMORA_KEY_FILE` names (read
+/// once), `None` without that variable, or why the file cannot be used.
+pub fn client_key() -> Result<Option<Key>, String> {
+    static KEY: OnceLock<Result<Option<Key>, String>> = OnceLock::new();
+    KEY.get_or_init(|| match std::env::var_os(KEY_FILE_ENV) {
+        None => Ok(None),
+        Some(p) => read_key(std::path::Path::new(&p))
+            .map(Some)
+            .map_err(|e| format!("{KEY_FILE_ENV}: {e}")),
+    })
+    .clone()
+}
+
+/// Why a node refused a request for its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthRefusal {
+    /// The hello proved no key.
+    NoKey,
+    /// Its tag is not the node's key's.
+    WrongKey,
+    /// Its time is more than [`CLOCK_WINDOW_S`] off the node's clock.
+    Clock,
+    /// Its nonce was admitted before (a replayed hello).
+    Replay,
+}
+
+/// A node's check of the key on every connect request (see the module docs).
+pub struct Gate {
+    key: Key,
+    /// Nonces admitted within the clock window, with their times.
+    seen: BTreeMap<u64, u64>,
+}
+
+impl Gate {
+    /// A gate for `key`.
+    pub fn new(key: Key) -> Gate {
+        Gate {
+            key,
+            seen: BTreeMap::new(),
+        }
+    }
+
+    /// Admits the hello `b` (private data of a connect request) at node time `now` (Unix
+    /// seconds), or says why not.
+    pub fn admit(&mut self, b: &[u8], now: u64) -> Result<(), AuthRefusal> {
+        if b.len() < Hello::LEN || b[SIGNED_LEN..Hello::LEN].iter().all(|&x| x == 0) {
+            return Err(AuthRefusal::NoKey);
+        }
+        let want = tag(&self.key, &b[..SIGNED_LEN]);
+        let diff = want
+            .iter()
+            .zip(&b[SIGNED_LEN..Hello::LEN])
+            .fold(0u8, |d, (x, y)| d | (x ^ y));
+        if diff != 0 {
+            return Err(AuthRefusal::WrongKey);
+        }
+        let (nonce, secs) = (u64_at(b, 16), u64_at(b, 24));
+        if secs.abs_diff(now) > CLOCK_WINDOW_S {
+            return Err(AuthRefusal::Clock);
+        }
+        // A nonce older than the window cannot come back (its time would be refused).
+        self.seen
+            .retain(|_, t| t.saturating_add(2 * CLOCK_WINDOW_S) >= now);
+        if self.seen.insert(nonce, secs).is_some() {
+            return Err(AuthRefusal::Replay);
+        }
+        Ok(())
+    }
+
+    /// [`Gate::admit`] at the node's clock now.
+    pub fn admit_now(&mut self, b: &[u8]) -> Result<(), AuthRefusal> {
+        self.admit(b, unix_secs())
+    }
+}
+
+/// Marks an [`Unauthorized`] reply.
+const UNAUTHORIZED_TAG: u16 = 0x8004;
+
+/// Node → client: a request refused for its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unauthorized {
+    pub why: AuthRefusal,
+}
+
+impl Unauthorized {
+    pub const LEN: usize = 16;
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+        b[4..6].copy_from_slice(&VERSION.to_le_bytes());
+        b[6..8].copy_from_slice(&UNAUTHORIZED_TAG.to_le_bytes());
+        let code: u32 = match self.why {
+            AuthRefusal::NoKey => 1,
+            AuthRefusal::WrongKey => 2,
+            AuthRefusal::Clock => 3,
+            AuthRefusal::Replay => 4,
+        };
+        b[8..12].copy_from_slice(&code.to_le_bytes());
+        b
+    }
+    pub fn decode(b: &[u8]) -> Option<Unauthorized> {
+        if b.len() < Self::LEN || u32_at(b, 0) != MAGIC || u16_at(b, 6) != UNAUTHORIZED_TAG {
+            return None;
+        }
+        let why = match u32_at(b, 8) {
+            1 => AuthRefusal::NoKey,
+            2 => AuthRefusal::WrongKey,
+            3 => AuthRefusal::Clock,
+            4 => AuthRefusal::Replay,
+            _ => return None,
+        };
+        Some(Unauthorized { why })
+    }
+
+    /// What the client should do, in its own terms (its key file, its clock).
+    pub fn explain(&self) -> String {
+        let mine = match client_key() {
+            Ok(Some(_)) => format!(
+                "the key in {}",
+                std::env::var(KEY_FILE_ENV).unwrap_or_default()
+            ),
+            Ok(None) => format!("no key ({KEY_FILE_ENV} is not set)"),
+            Err(e) => format!("no key ({e})"),
+        };
+        match self.why {
+            AuthRefusal::NoKey => format!(
+                "it admits only clients with its key, and this one sent {mine}: set \
+                 {KEY_FILE_ENV} to a copy of the node's --key-file"
+            ),
+            AuthRefusal::WrongKey => format!(
+                "wrong key: this client sent {mine}, which is not the node's (another node's, \
+                 or revoked)"
+            ),
+            AuthRefusal::Clock => format!(
+                "this client's clock is more than {CLOCK_WINDOW_S} s off the node's: \
+                 synchronise the clocks"
+            ),
+            AuthRefusal::Replay => "the hello was a replay of one it already admitted".into(),
+        }
     }
 }
 
@@ -196,6 +413,9 @@ pub fn service_name(b: &[u8; 8]) -> String {
     }
 }
 
+/// A revocation or fence refused for its key.
+const REFUSED_KEY: &str = "the memory node refused the request: it needs its key (REMORA_KEY_FILE)";
+
 /// Marks a [`Revoked`] reply (distinct from every [`Hello`] request code).
 const REVOKED_TAG: u16 = 0x8002;
 
@@ -215,6 +435,9 @@ impl Revoked {
         b
     }
     pub fn decode(b: &[u8]) -> Result<Revoked, &'static str> {
+        if Unauthorized::decode(b).is_some() {
+            return Err(REFUSED_KEY);
+        }
         if b.len() < Self::LEN || u32_at(b, 0) != MAGIC || u16_at(b, 6) != REVOKED_TAG {
             return Err("the memory node rejected the request without revoking");
         }
@@ -246,6 +469,9 @@ impl Fenced {
         b
     }
     pub fn decode(b: &[u8]) -> Result<Fenced, &'static str> {
+        if Unauthorized::decode(b).is_some() {
+            return Err(REFUSED_KEY);
+        }
         if b.len() < Self::LEN || u32_at(b, 0) != MAGIC || u16_at(b, 6) != FENCED_TAG {
             return Err("the memory node rejected the fence without fencing");
         }
@@ -312,5 +538,67 @@ mod tests {
         let r = Revoked { new_rkey: 77 };
         assert_eq!(Revoked::decode(&r.encode()), Ok(r));
         assert!(Revoked::decode(&h.encode()).is_err());
+    }
+
+    #[test]
+    fn the_gate_admits_only_a_fresh_hello_signed_with_its_key() {
+        let key: Key = core::array::from_fn(|i| i as u8 * 7 + 1);
+        let other: Key = core::array::from_fn(|i| i as u8 * 7 + 2);
+        let h = Hello {
+            request: Request::Connect,
+            recv_len: 4096,
+            client: 5,
+        };
+        let now = 1_800_000_000;
+        let signed = |k: &Key, nonce: u64, secs: u64| {
+            let mut b = h.encode_unsigned();
+            sign(&mut b, k, nonce, secs);
+            b
+        };
+        let mut gate = Gate::new(key);
+        let ok = signed(&key, 11, now);
+        assert_eq!(Hello::decode(&ok), Ok(h), "the request part is unchanged");
+        assert_eq!(gate.admit(&ok, now + 3), Ok(()));
+        assert_eq!(gate.admit(&ok, now + 4), Err(AuthRefusal::Replay));
+        assert_eq!(
+            gate.admit(&h.encode_unsigned(), now),
+            Err(AuthRefusal::NoKey)
+        );
+        assert_eq!(gate.admit(&ok[..16], now), Err(AuthRefusal::NoKey));
+        assert_eq!(
+            gate.admit(&signed(&other, 12, now), now),
+            Err(AuthRefusal::WrongKey)
+        );
+        assert_eq!(
+            gate.admit(&signed(&key, 13, now - CLOCK_WINDOW_S - 1), now),
+            Err(AuthRefusal::Clock)
+        );
+        // A signed hello whose request was changed (another client's id): the tag no longer
+        // matches.
+        let mut forged = signed(&key, 14, now);
+        forged[12] ^= 1;
+        assert_eq!(gate.admit(&forged, now), Err(AuthRefusal::WrongKey));
+        // Any bit of the tag counts.
+        let mut bent = signed(&key, 15, now);
+        bent[47] ^= 0x80;
+        assert_eq!(gate.admit(&bent, now), Err(AuthRefusal::WrongKey));
+        assert_eq!(gate.admit(&signed(&key, 16, now), now), Ok(()));
+        for why in [
+            AuthRefusal::NoKey,
+            AuthRefusal::WrongKey,
+            AuthRefusal::Clock,
+            AuthRefusal::Replay,
+        ] {
+            let u = Unauthorized { why };
+            assert_eq!(Unauthorized::decode(&u.encode()), Some(u));
+            let text = u.explain();
+            assert!(!text.is_empty() && !text.contains("  "), "{text:?}");
+            assert_eq!(Revoked::decode(&u.encode()), Err(REFUSED_KEY));
+            assert_eq!(Fenced::decode(&u.encode()), Err(REFUSED_KEY));
+        }
+        assert_eq!(
+            Unauthorized::decode(&Revoked { new_rkey: 1 }.encode()),
+            None
+        );
     }
 }

@@ -1,0 +1,240 @@
+//! Connection control of the verbs memory node: rdma_cm connect requests (connections,
+//! key revocations, fences; see the parent module's docs), accepts and disconnects.
+use super::*;
+
+impl Memnode {
+    /// Cuts client `client` off this node (see the module docs); returns how many of its
+    /// connections were cut. An error means one of its queue pairs could not be moved to the
+    /// error state: the client is not known to be fenced.
+    pub fn fence(&mut self, client: u32) -> Result<u32, VerbsError> {
+        if client == 0 {
+            return Err(VerbsError::Protocol {
+                addr: self.cfg.listen.clone(),
+                why: "a fence must name a client (id 0 names none)",
+            });
+        }
+        self.fenced.insert(client);
+        let region = local_region(&self.region, self.cfg.node);
+        let mut cut = 0;
+        for c in self
+            .conns
+            .iter_mut()
+            .filter(|c| c.client == client && !c.dead)
+        {
+            c.qp.cut_off()?;
+            c.dead = true;
+            // SAFETY: the connection's id is live (released with the Conn); disconnecting
+            // twice (again on release) is harmless.
+            unsafe { sys::rdma_disconnect(c.qp.cm_id()) };
+            self.handler.on_disconnect(&region, c.id);
+            cut += 1;
+        }
+        Ok(cut)
+    }
+
+    /// The id of a connecting client: the one it claims, or (0) a fresh one.
+    fn client_for(&self, claimed: u32) -> u32 {
+        if claimed != 0 {
+            return claimed;
+        }
+        let n = (self.connections + 1) & 0xff_ffff;
+        (self.cfg.node as u32 & 0xff) << 24 | n.max(1) as u32
+    }
+
+    /// Registers the region again under a new key on every device, then releases the old
+    /// registrations (so the new key differs from the old). Returns the first device's key.
+    pub fn revoke_key(&mut self) -> Result<u32, VerbsError> {
+        let mut key = 0;
+        for (i, d) in self.devs.iter_mut().enumerate() {
+            // SAFETY: the region arena outlives the registration (field order).
+            let fresh = unsafe {
+                Mr::register(
+                    &d.pd,
+                    self.region.as_ptr(),
+                    self.cfg.region_len as usize,
+                    REMOTE,
+                )?
+            };
+            if i == 0 {
+                key = fresh.rkey();
+            }
+            drop(std::mem::replace(&mut d.region_mr, fresh));
+        }
+        Ok(key)
+    }
+
+    fn reject(id: *mut sys::rdma_cm_id, data: &[u8]) {
+        // SAFETY: a connect-request id this node owns; the data lives through the call; the
+        // id is destroyed once, after its event was acknowledged.
+        unsafe {
+            sys::rdma_reject(id, data.as_ptr().cast(), data.len() as u8);
+            sys::rdma_destroy_id(id);
+        }
+    }
+
+    fn on_connect_request(&mut self, ev: &Event) {
+        if let Some(gate) = &mut self.gate
+            && let Err(why) = gate.admit_now(&ev.private)
+        {
+            let u = Unauthorized { why };
+            log::warn!("memnode: refused a request: {why:?} (--key-file)");
+            if self.cfg.verbose {
+                println!("memnode: refused a request for its key: {why:?}");
+            }
+            return Self::reject(ev.id, &u.encode());
+        }
+        let hello = match Hello::decode(&ev.private) {
+            Ok(h) => h,
+            Err(why) => {
+                if self.cfg.verbose {
+                    log::warn!("memnode: refused a connection: {why}");
+                }
+                return Self::reject(ev.id, &[]);
+            }
+        };
+        if hello.request == Request::Fence {
+            match self.fence(hello.client) {
+                Ok(n) => {
+                    if self.cfg.verbose {
+                        println!(
+                            "memnode: client {:#x} fenced ({n} connections cut)",
+                            hello.client
+                        );
+                    }
+                    let f = Fenced {
+                        client: hello.client,
+                        connections: n,
+                    };
+                    Self::reject(ev.id, &f.encode())
+                }
+                Err(e) => {
+                    log::warn!("memnode: fencing client {:#x} failed: {e}", hello.client);
+                    Self::reject(ev.id, &[])
+                }
+            }
+            return;
+        }
+        if hello.request == Request::RevokeKey {
+            match self.revoke_key() {
+                Ok(k) => {
+                    if self.cfg.verbose {
+                        println!("memnode: region key revoked; new key {k:#x}");
+                    }
+                    Self::reject(ev.id, &Revoked { new_rkey: k }.encode())
+                }
+                Err(e) => {
+                    log::warn!("memnode: key revocation failed: {e}");
+                    Self::reject(ev.id, &[])
+                }
+            }
+            return;
+        }
+        if let Err(e) = self.accept(ev, hello) {
+            log::warn!("memnode: could not accept a connection: {e}");
+        }
+    }
+
+    fn accept(&mut self, ev: &Event, hello: Hello) -> Result<(), VerbsError> {
+        // SAFETY: a connect-request id has its device context.
+        let ctx = unsafe { (*ev.id).verbs };
+        // SAFETY: as above, with its port.
+        let port = unsafe { (*ev.id).port_num };
+        let dev = match self
+            .device(ctx)
+            .and_then(|d| check_port(ctx, port).map(|()| d))
+        {
+            Ok(d) => d,
+            Err(e) => {
+                Self::reject(ev.id, &[]);
+                return Err(e);
+            }
+        };
+        if self.fenced.contains(&hello.client) {
+            log::warn!(
+                "memnode: refused client {:#x}: it was fenced and may not come back under its id",
+                hello.client
+            );
+            Self::reject(ev.id, &[]);
+            return Ok(());
+        }
+        let client = self.client_for(hello.client);
+        let d = &self.devs[dev];
+        set_ack_timeout(ev.id);
+        let before = self.per_connection.is_none().then(process_memory);
+        let mut qp = VerbsQp::create(CmId(ev.id), None, d.pd.borrowed(), self.cfg.node, true)?;
+        if let Some(Some(b)) = before {
+            self.per_connection = process_memory().map(|a| a.saturating_sub(b));
+        }
+        qp.set_peer(self.cfg.node, Default::default(), hello.recv_len as usize);
+        let w = self.welcome(d, client).encode();
+        let mut param = sys::rdma_conn_param {
+            private_data: w.as_ptr().cast(),
+            private_data_len: w.len() as u8,
+            responder_resources: ev.initiator_depth.min(d.rd),
+            initiator_depth: ev.responder_resources.min(d.init_rd),
+            retry_count: TRANSPORT_RETRIES,
+            rnr_retry_count: 6,
+            ..Default::default()
+        };
+        // SAFETY: the id has its queue pair; `param` and its private data live through the call.
+        if unsafe { sys::rdma_accept(qp.cm_id(), &mut param) } != 0 {
+            return Err(sys_err("rdma_accept"));
+        }
+        // Best effort (the queue pair may not be in RTS before the connection is established).
+        qp.set_min_rnr_timer();
+        self.connections += 1;
+        if self.cfg.verbose {
+            println!(
+                "memnode: client {} connected ({} open)",
+                self.connections,
+                self.conns.len() + 1
+            );
+        }
+        let region = local_region(&self.region, self.cfg.node);
+        self.handler
+            .on_connect(&region, self.connections as usize, client);
+        self.conns.push(Conn {
+            qp,
+            id: self.connections as usize,
+            client,
+            dead: false,
+        });
+        Ok(())
+    }
+
+    pub(super) fn on_event(&mut self, ev: Event) -> Result<(), VerbsError> {
+        match ev.kind {
+            sys::RDMA_CM_EVENT_CONNECT_REQUEST => self.on_connect_request(&ev),
+            sys::RDMA_CM_EVENT_ESTABLISHED => {}
+            sys::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                return Err(VerbsError::Sys {
+                    what: "the RDMA device was removed",
+                    errno: libc::ENODEV,
+                });
+            }
+            _ => {
+                // Disconnected, timed out, or failed: release that connection.
+                if let Some(i) = self.conns.iter().position(|c| c.qp.cm_id() == ev.id) {
+                    let c = self.conns.swap_remove(i);
+                    if !c.dead {
+                        let region = local_region(&self.region, self.cfg.node);
+                        self.handler.on_disconnect(&region, c.id);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// This process's resident plus hugetlb memory in bytes (`/proc/self/status`), if readable.
+pub(super) fn process_memory() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = |field: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+    };
+    Some((kib("VmRSS:")? + kib("HugetlbPages:").unwrap_or(0)) << 10)
+}
