@@ -718,7 +718,9 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         return Err("--device names an RDMA device: it is for --fabric verbs".into());
     }
     if (a.think_read_us > 0 || a.think_write_us > 0) && a.fabric != FabricKind::Sim {
-        return Err("--think-read-us / --think-write-us pace sim clients: they need --fabric sim".into());
+        return Err(
+            "--think-read-us / --think-write-us pace sim clients: they need --fabric sim".into(),
+        );
     }
     if a.index == IndexKind::Catfish {
         spatial::validate(a)?;
