@@ -7,6 +7,8 @@
 //! memory node) in the paper's hardware profile (`--profile erda`: ConnectX-3 40 Gb, 8
 //! server cores, DRAM + 150 ns NVM writes, one server thread: the profile's source says
 //! why) and synchronous clients (one operation outstanding each, `--coroutines 1`), as the paper's.
+//! The write-heavy latency rows (`erda-paced`) also pace the writers as the paper's released
+//! clients do (500 µs before each write, [`PACED`]).
 use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
 
 const NODES: usize = 2;
@@ -560,7 +562,8 @@ pub fn paper(s: &Scale) -> Paper {
         paper_keys: None,
         setup: format!(
             "sim in the paper's profile (`--profile erda`) with 1 server thread (server-thread \
-             rows: 1/2/4/8), persistent memory node, {NODES} compute nodes x 8 synchronous client threads (one operation each; curves: \
+             rows: 1/2/4/8), persistent memory node, writers paced 500 µs per write in the \
+             erda-paced rows (`{PACED}`), {NODES} compute nodes x 8 synchronous client threads (one operation each; curves: \
              {} clients), 1 memory node running the store's server; {} 8-byte integer keys, \
              64-byte values (value-size rows: {}; cleaning and Table 1: {VALUE} B), {} \
              measured ops after {} warm-up ops, zipfian 0.99, seed 1",
