@@ -1133,3 +1133,78 @@ fn erda_cleaning_keeps_a_1kib_log_from_filling() {
         .expect("a run row");
     assert_eq!(run["op_counts"]["updates"].as_u64(), Some(4000));
 }
+
+/// `--think-write-us` paces each writer (the Erda paper's clients wait 500 µs before each
+/// write): a paced client completes one operation per think time plus its latency, the
+/// think time is outside the measured latency, and a fabric with no virtual clock refuses
+/// the flag.
+#[test]
+fn think_time_paces_sim_writers_outside_their_latency() {
+    let run = |think: &'static str, tag: &str| {
+        let recs = bench_json(
+            &[
+                "--fabric",
+                "sim",
+                "--persistent",
+                "--index",
+                "erda-redo",
+                "--records",
+                "500",
+                "--operations",
+                "400",
+                "--warmup",
+                "100",
+                "--coroutines",
+                "1",
+                "--clients-per-node",
+                "2",
+                "--workload",
+                "update-only",
+                "--think-write-us",
+                think,
+            ],
+            tag,
+        );
+        let r = recs
+            .into_iter()
+            .find(|r| r["phase"] == "run")
+            .expect("a run row");
+        (
+            r["mops"].as_f64().unwrap(),
+            r["latency"]["mean_ns"].as_f64().unwrap(),
+            r["threads"].as_u64().unwrap() as f64,
+        )
+    };
+    let (closed, closed_lat, _) = run("0", "think-0");
+    let (paced, paced_lat, clients) = run("500", "think-500");
+    // One operation per (500 µs + latency) per client.
+    let want = clients / (500e3 + paced_lat) * 1e3;
+    assert!(
+        (paced / want - 1.0).abs() < 0.05,
+        "paced {paced} Mops, want {want} ({clients} clients, mean {paced_lat} ns)"
+    );
+    assert!(
+        closed > 20.0 * paced,
+        "closed loop {closed} vs paced {paced} Mops"
+    );
+    // The think time is not in the latency (a lightly loaded server is, if anything, faster).
+    assert!(
+        paced_lat <= closed_lat * 1.05,
+        "{paced_lat} ns vs {closed_lat} ns"
+    );
+    let out = remora(&[
+        "bench",
+        "--fabric",
+        "soft",
+        "--index",
+        "erda",
+        "--think-write-us",
+        "500",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--fabric sim"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -239,6 +239,15 @@ pub struct BenchArgs {
     /// measures cleaning apart, its Fig. 26).
     #[arg(long)]
     pub erda_clean: bool,
+    /// Sim only: virtual microseconds each client thread waits before each read it issues
+    /// (think time, outside the operation's measured latency). 0 (default): closed loop.
+    /// The Erda paper's released latency clients pace their reads so (`usleep(100)`).
+    #[arg(long, default_value_t = 0)]
+    pub think_read_us: u64,
+    /// Sim only: the same before each write (update, insert, delete); the Erda paper's
+    /// released latency clients wait `usleep(500)` before each write.
+    #[arg(long, default_value_t = 0)]
+    pub think_write_us: u64,
     #[command(flatten)]
     pub sim: SimArgs,
     #[command(flatten)]
@@ -708,6 +717,11 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
     })?;
     if a.device.is_some() && a.fabric != FabricKind::Verbs {
         return Err("--device names an RDMA device: it is for --fabric verbs".into());
+    }
+    if (a.think_read_us > 0 || a.think_write_us > 0) && a.fabric != FabricKind::Sim {
+        return Err(
+            "--think-read-us / --think-write-us pace sim clients: they need --fabric sim".into(),
+        );
     }
     if a.index == IndexKind::Catfish {
         spatial::validate(a)?;

@@ -467,6 +467,16 @@ async fn coroutine<I: KvIndex>(
         let k = &key[..kl];
         ctx.charge(Work::KeyGen(1));
         ctx.settle().await;
+        let think_us = match op {
+            OpKind::Read | OpKind::Scan => a.think_read_us,
+            OpKind::Update | OpKind::Insert => a.think_write_us,
+        };
+        if think_us > 0
+            && ph.workload != Workload::Load
+            && let Time::Virtual(c) = &ctx.time
+        {
+            c.sleep(think_us * 1000).await;
+        }
         let t0 = ctx.now_ns();
         let rc0 = ctx.resizes.now();
         let mut c = OpCounts::default();
