@@ -3,7 +3,9 @@
 //! what is measured is the client: index code, executor, and the verbs data path (chains,
 //! slots, completion dispatch, copies). Beside each index, a floor loop on the same device
 //! that only posts and polls the same READs (as many per lookup, of the same mean size, one
-//! work request each, straight to the device), and the ratio of the two.
+//! work request each, straight to the device), and the ratio of the two; then the same READs
+//! as the fabric's `qp.read` futures on the same coroutines (what the verbs data path and
+//! executor add to the floor, without the index).
 //!
 //! One thread, `--coroutines` coroutines, `--seconds` of lookups per index after loading
 //! [`KEYS`] keys and one warm-up pass. CPU is the thread's (`CLOCK_THREAD_CPUTIME_ID`). The
@@ -37,6 +39,8 @@ struct Row {
     ops: u64,
     cpu_ns: f64,
     floor_ns: f64,
+    /// The same READs as `qp.read` futures on the same coroutines.
+    fabric_ns: f64,
     d: VerbsStats,
     bytes_in: u64,
 }
@@ -130,11 +134,30 @@ fn measure<I: KvIndex>(
     qp.floor_loop(floor_ops, per_op, 4096, &mut buf)
         .map_err(|e| format!("floor loop: {e}"))?;
     let floor = thread_cpu_ns() - f0;
+    drop(buf);
+    // The same READs through the fabric's own post futures, on the same coroutines.
+    let remote = remora::core::GlobalAddr::new(0, 4096);
+    let each = floor_ops.div_ceil(co as u64);
+    let coros = (0..co)
+        .map(|_| async move {
+            let mut frame = [0u8; 4096];
+            for _ in 0..each * u64::from(per_op) {
+                qp.read(remote, &mut frame[..size]).await?;
+            }
+            Ok::<(), remora::core::FabricError>(())
+        })
+        .collect();
+    let p0 = thread_cpu_ns();
+    for r in run_coroutines(coros) {
+        r.map_err(|e| format!("fabric loop: {e}"))?;
+    }
+    let fabric = thread_cpu_ns() - p0;
     Ok(Row {
         name,
         ops,
         cpu_ns: cpu as f64 / ops.max(1) as f64,
         floor_ns: floor as f64 / floor_ops as f64,
+        fabric_ns: fabric as f64 / (each * co as u64) as f64,
         d,
         bytes_in,
     })
@@ -177,11 +200,13 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
          of lookups per index; CPU of the client thread"
     );
     println!(
-        "{:<8} {:>9} {:>10} {:>10} {:>6} {:>9} {:>7} {:>8} {:>10} {:>10} {:>10}",
+        "{:<8} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>9} {:>7} {:>8} {:>10} {:>10} {:>10}",
         "index",
         "lookups",
         "ns/lookup",
         "floor ns",
+        "ratio",
+        "fabric ns",
         "ratio",
         "doorbells",
         "bytes",
@@ -193,12 +218,14 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
     for r in &rows {
         let per = |v: u64| v as f64 / r.ops.max(1) as f64;
         println!(
-            "{:<8} {:>9} {:>10.0} {:>10.0} {:>5.2}x {:>9.2} {:>7.0} {:>8.2} {:>10} {:>10} {:>10}",
+            "{:<8} {:>9} {:>10.0} {:>9.0} {:>5.1}x {:>10.0} {:>5.2}x {:>9.2} {:>7.0} {:>8.2} {:>10} {:>10} {:>10}",
             r.name,
             r.ops,
             r.cpu_ns,
             r.floor_ns,
             r.cpu_ns / r.floor_ns.max(1e-9),
+            r.fabric_ns,
+            r.fabric_ns / r.floor_ns.max(1e-9),
             per(r.d.doorbells),
             per(r.bytes_in),
             r.d.polls_per_completion(),

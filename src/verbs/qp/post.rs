@@ -32,6 +32,10 @@ pub(super) struct Slot {
     err: Option<(u16, sys::ibv_wc_status)>,
     /// Nobody waits for it: released as soon as it completes (a detached post).
     detached: bool,
+    /// Some op of it went through staging (results to copy out when it completes).
+    staged: bool,
+    /// It has a one-off staging registration (released with the slot).
+    oneoff: bool,
 }
 
 pub(super) const FREE: Slot = Slot {
@@ -40,6 +44,8 @@ pub(super) const FREE: Slot = Slot {
     last: 0,
     err: None,
     detached: false,
+    staged: false,
+    oneoff: false,
 };
 
 /// The slot bits of an unsignaled detached post's work requests (no slot).
@@ -538,6 +544,8 @@ impl VerbsQp {
             last: last as u16,
             err: None,
             detached: mode == Mode::Detached,
+            staged: total > 0,
+            oneoff: total > STAGE_SLOT,
         });
         self.free.set(self.free.get() & !(1 << slot));
         Ok(Some(slot))
@@ -589,6 +597,8 @@ impl VerbsQp {
                 last: posted as u16 - 1,
                 err: None,
                 detached: false,
+                staged: true,
+                oneoff: true,
             });
             self.sq_used.set(self.sq_used.get() + posted as u32);
             let t0 = std::time::Instant::now();
@@ -613,8 +623,9 @@ impl VerbsQp {
     }
 
     fn release(&self, slot: usize) {
-        self.slots[slot].set(FREE);
-        self.oneoff.borrow_mut()[slot] = None;
+        if self.slots[slot].replace(FREE).oneoff {
+            self.oneoff.borrow_mut()[slot] = None;
+        }
         self.free.set(self.free.get() | (1 << slot));
     }
 
@@ -624,8 +635,30 @@ impl VerbsQp {
         let refused = self.refused(ops);
         let k = refused.map_or(ops.len(), |(k, _)| k);
         let ok_upto = s.err.map_or(k, |(i, _)| (i as usize).min(k));
-        let total = self.plan(&ops[..k], true, |_, _| {});
-        if let Some((base, _)) = self.stage_of(slot, total) {
+        if !s.staged {
+            // Everything in place or inline: nothing to copy, only the in-place bytes to
+            // count.
+            let in_place: usize = ops[..ok_upto]
+                .iter()
+                .map(|op| match op {
+                    Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local }
+                        if local.len() <= self.max_inline =>
+                    {
+                        0
+                    }
+                    op => op.len(),
+                })
+                .sum();
+            self.stats.bump(|v| v.in_place += in_place as u64);
+        }
+        let total = if s.staged {
+            self.plan(&ops[..k], true, |_, _| {})
+        } else {
+            0
+        };
+        if s.staged
+            && let Some((base, _)) = self.stage_of(slot, total)
+        {
             let mut places = [Place::Nothing; MAX_BATCH];
             self.plan(&ops[..k], true, |i, p| places[i] = p);
             let (mut read, mut atomic, mut in_place) = (0u64, 0u64, 0u64);
