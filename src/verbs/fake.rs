@@ -359,3 +359,80 @@ impl FakeQp {
         sys::IBV_WC_SUCCESS
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::FakeEndpoint;
+    use remora_core::block_on::block_on;
+    use remora_core::fabric::{Endpoint, FabricError, QueuePair};
+    use remora_core::server::Echo;
+    use remora_layouts::GlobalAddr;
+    use remora_poller::executor::run_coroutines;
+
+    fn node(id: NodeId) -> Rc<FakeNode> {
+        FakeNode::new(id, 4 << 20, 1 << 20, 64 << 10, Box::new(Echo)).unwrap()
+    }
+
+    #[test]
+    fn verbs_complete_in_memory_and_frames_are_read_in_place() {
+        let ep = FakeEndpoint::connect(&[node(0), node(1)]).unwrap();
+        // Coroutines on both queue pairs, sharing the thread's completion queue.
+        let coros = (0..8u64)
+            .map(|c| {
+                let ep = &ep;
+                async move {
+                    let n = (c % 2) as NodeId;
+                    let qp = ep.qp(n).unwrap();
+                    let at = GlobalAddr::new(n, 8192 + 64 * c);
+                    let mut img = [0u8; 64];
+                    for round in 0..50u64 {
+                        let data = [(c + round) as u8; 64];
+                        qp.write(at, &data).await.unwrap();
+                        qp.read(at, &mut img).await.unwrap();
+                        assert_eq!(img, data);
+                        let old = qp.faa(at, 1).await.unwrap();
+                        assert_eq!(old, u64::from_ne_bytes(data[..8].try_into().unwrap()));
+                        assert_eq!(qp.cas(at, old + 1, 5).await.unwrap(), old + 1);
+                    }
+                }
+            })
+            .collect();
+        run_coroutines(coros);
+        let s = ep.stats();
+        assert_eq!(s.bounced_read + s.bounced_atomic, 0, "{s}");
+        assert!(s.in_place >= 8 * 50 * (64 + 16), "{s}");
+        assert!(s.completions >= 8 * 50 * 4, "{s}");
+        assert!(s.polls_per_completion() <= 1.2, "{s}");
+        // A heap buffer is outside the registered memory: bounced.
+        let qp = ep.qp(0).unwrap();
+        let mut heap = vec![0u8; 64];
+        block_on(qp.read(GlobalAddr::new(0, 8192), &mut heap)).unwrap();
+        assert_eq!(ep.stats().bounced_read, 64);
+    }
+
+    #[test]
+    fn errors_break_the_queue_pair_like_a_nic() {
+        let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+        let qp = ep.qp(0).unwrap();
+        let mut b = [0u8; 8];
+        let e = block_on(qp.read(GlobalAddr::new(0, 4 << 20), &mut b)).unwrap_err();
+        assert!(matches!(e, FabricError::RemoteAccess { .. }), "{e:?}");
+        assert!(qp.is_broken());
+        let e = block_on(qp.read(GlobalAddr::new(0, 0), &mut b)).unwrap_err();
+        assert_eq!(e, FabricError::Flushed);
+    }
+
+    #[test]
+    fn sends_reach_the_service_and_replies_the_receives() {
+        let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+        let qp = ep.qp(0).unwrap();
+        let mut reply = [0u8; 64];
+        for i in 0..200u8 {
+            block_on(qp.send(&[i; 40])).unwrap();
+            let r = block_on(qp.recv(&mut reply)).unwrap();
+            assert_eq!(r.len, 40);
+            assert_eq!(reply[..40], [i; 40]);
+        }
+    }
+}
