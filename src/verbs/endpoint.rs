@@ -327,7 +327,7 @@ pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u3
 pub const POOL_BYTES: usize = 2 << 20;
 pub const POOL_CHUNK: usize = 4096;
 /// Bytes of an endpoint's coroutine frames (see [`remora_poller::frames`]).
-pub const FRAME_BYTES: usize = 16 << 20;
+pub const FRAME_BYTES: usize = 4 << 20;
 
 /// A client's endpoint: one RC queue pair per memory node, all under one client id (the
 /// first node's), all on one send completion queue, and the thread's registered memory: a

@@ -924,6 +924,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 max: self.g.value_size,
             });
         }
+        // As in `lookup`: small pages in the coroutine's frame.
+        if self.g.page_size <= FRAME_PAGE {
+            let mut frame = [0u8; FRAME_PAGE];
+            return self
+                .modify_in(key, value, change, &mut frame[..self.g.page_size])
+                .await;
+        }
         let mut buf = self.page();
         let r = self.modify_in(key, value, change, &mut buf).await;
         self.give(buf);
