@@ -26,6 +26,7 @@
 //! - **Receives.** Each queue pair keeps [`RQ_DEPTH`] receive buffers of [`RECV_LEN`] bytes
 //!   posted; every receive completion (SEND or WRITE_WITH_IMM) re-posts its buffer.
 pub(crate) mod cq;
+mod detached;
 mod post;
 mod recv;
 mod remote;

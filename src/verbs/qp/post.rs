@@ -23,19 +23,19 @@ pub(super) enum SlotState {
 /// One batch in flight.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Slot {
-    state: SlotState,
+    pub(super) state: SlotState,
     /// Work requests in the batch.
-    n: u16,
+    pub(super) n: u16,
     /// Index of the last one (the signaled one).
-    last: u16,
+    pub(super) last: u16,
     /// First failed work request and its status.
-    err: Option<(u16, sys::ibv_wc_status)>,
+    pub(super) err: Option<(u16, sys::ibv_wc_status)>,
     /// Nobody waits for it: released as soon as it completes (a detached post).
-    detached: bool,
+    pub(super) detached: bool,
     /// Some op of it went through staging (results to copy out when it completes).
-    staged: bool,
+    pub(super) staged: bool,
     /// It has a one-off staging registration (released with the slot).
-    oneoff: bool,
+    pub(super) oneoff: bool,
 }
 
 pub(super) const FREE: Slot = Slot {
@@ -278,7 +278,7 @@ impl VerbsQp {
     }
 
     /// Breaks the queue pair after a refused op, as the NIC's error would have.
-    fn break_now(&self) {
+    pub(super) fn break_now(&self) {
         self.broken.set(true);
         self.to_error_state();
         self.counters.count_error();
@@ -551,78 +551,11 @@ impl VerbsQp {
         Ok(Some(slot))
     }
 
-    /// Posts `ops` without waiting for them (see [`Mode::Detached`]): the memory node's
-    /// replies, and releases nobody needs to see complete. Errors show on later posts (the
-    /// queue pair is then broken). Returns how many rounds it had to wait for send-queue
-    /// room or a staging slot, each round draining the send completion queue: 0 unless the
-    /// peer is slower than the posts.
-    pub(crate) fn post_detached(&self, ops: &mut [Op<'_>]) -> Result<u64, FabricError> {
-        if ops.is_empty() {
-            return Ok(0);
-        }
-        if ops
-            .iter()
-            .any(|op| matches!(op, Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }))
-        {
-            return Err(FabricError::Unsupported {
-                what: "a detached post of an op with a result (READ or atomic)",
-            });
-        }
-        // Reap completions (without waiting) once half the send queue or half the slots
-        // are taken, so that room is there before it runs out.
-        if self.sq_used.get() >= SQ_DEPTH / 2 || self.free.get().count_ones() < SLOTS as u32 / 2 {
-            self.progress();
-        }
-        let mut waits = 0;
-        loop {
-            if self.start(ops, Mode::Detached)?.is_some() {
-                return Ok(waits);
-            }
-            waits += 1;
-            self.progress();
-            std::hint::spin_loop();
-        }
-    }
-
-    /// `ibv_post_send` refused the request at `posted` (validation above keeps this for
-    /// limits the provider knows and we do not). The requests before it went out unsignaled:
-    /// move the queue pair to the error state, which flushes what has not executed, and give
-    /// them a bounded time (100 ms) to finish before the staging slot is reused.
-    fn post_failed(&self, slot: usize, posted: usize, op: &Op<'_>) -> FabricError {
-        self.break_now();
-        if posted > 0 {
-            self.slots[slot].set(Slot {
-                state: SlotState::Posted,
-                n: posted as u16,
-                last: posted as u16 - 1,
-                err: None,
-                detached: false,
-                staged: true,
-                oneoff: true,
-            });
-            self.sq_used.set(self.sq_used.get() + posted as u32);
-            let t0 = std::time::Instant::now();
-            while !self.is_done(slot) && t0.elapsed() < std::time::Duration::from_millis(100) {
-                self.progress();
-            }
-            if !self.is_done(slot) {
-                self.sq_used
-                    .set(self.sq_used.get().saturating_sub(posted as u32));
-            }
-        }
-        self.release(slot);
-        FabricError::RemoteInvalid {
-            wr: posted,
-            addr: op.remote().unwrap_or(GlobalAddr::NULL),
-            why: "the local NIC refused to post the work request (beyond its limits)",
-        }
-    }
-
-    fn is_done(&self, slot: usize) -> bool {
+    pub(super) fn is_done(&self, slot: usize) -> bool {
         self.slots[slot].get().state == SlotState::Done
     }
 
-    fn release(&self, slot: usize) {
+    pub(super) fn release(&self, slot: usize) {
         if self.slots[slot].replace(FREE).oneoff {
             self.oneoff.borrow_mut()[slot] = None;
         }
