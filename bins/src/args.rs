@@ -130,6 +130,12 @@ pub struct PerfArgs {
     /// GID index (verbs, RoCE).
     #[arg(long, default_value_t = 0)]
     pub gid_index: u32,
+    /// With `--fabric verbs`: no NIC, the fake verbs device in this process. Prints the
+    /// client CPU per lookup of SMART, Sherman and Erda beside a floor loop that only posts
+    /// and polls the same READs, with the data path's counters (`--seconds` per index,
+    /// `--coroutines` on one thread).
+    #[arg(long)]
+    pub fake: bool,
 }
 
 /// A duration in seconds: finite and positive (NaN, infinity, zero and negatives are refused

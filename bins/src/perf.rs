@@ -58,14 +58,24 @@ async fn drive<Q: QueuePair>(
 ) -> Result<(), String> {
     let (measuring, stop) = flags;
     let clock = Clock::get();
-    let mut buf = vec![0x5au8; size];
+    // Up to 4 KiB the buffer is part of the coroutine's frame: registered memory under verbs
+    // (see `remora::poller::frames`), which the NIC reads and writes in place.
+    let mut frame = [0u8; 4096];
+    let mut heap = Vec::new();
+    let buf: &mut [u8] = if size <= frame.len() {
+        &mut frame[..size]
+    } else {
+        heap.resize(size, 0);
+        &mut heap
+    };
+    buf.fill(0x5a);
     let mut reply = vec![0u8; qp.max_message()];
     let mut expect = 0u64;
     while !stop.load(Relaxed) {
         let t0 = clock.now_ns();
         let r = match verb {
-            PerfVerb::Read => qp.read(remote, &mut buf).await,
-            PerfVerb::Write => qp.write(remote, &buf).await,
+            PerfVerb::Read => qp.read(remote, buf).await,
+            PerfVerb::Write => qp.write(remote, buf).await,
             PerfVerb::Cas => qp.cas(remote, expect, expect + 1).await.map(|old| {
                 expect = if old == expect { old + 1 } else { old };
             }),
@@ -74,7 +84,7 @@ async fn drive<Q: QueuePair>(
                 let r = qp
                     .post(&mut [Op::WriteImm {
                         remote,
-                        local: &buf,
+                        local: buf,
                         imm: size as u32,
                     }])
                     .await;
@@ -83,7 +93,7 @@ async fn drive<Q: QueuePair>(
                     Err(e) => Err(e),
                 }
             }
-            PerfVerb::Send => match qp.send(&buf).await {
+            PerfVerb::Send => match qp.send(buf).await {
                 Ok(()) => qp.recv(&mut reply).await.map(drop),
                 Err(e) => Err(e),
             },

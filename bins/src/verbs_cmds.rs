@@ -28,6 +28,10 @@ pub fn check(_a: &PerfArgs) -> Result<(), String> {
 pub use real::{check, memnode, perf};
 
 #[cfg(feature = "verbs")]
+#[path = "verbs_fake.rs"]
+mod fake;
+
+#[cfg(feature = "verbs")]
 mod real {
     use super::*;
     use remora::verbs::check::{CONNECT_TIMEOUT, VerbsHarness, run_checks};
@@ -76,8 +80,11 @@ mod real {
         ))
     }
 
-    /// `remora perf --fabric verbs --connect host:port`.
+    /// `remora perf --fabric verbs --connect host:port`, or `--fake` (see `verbs_fake.rs`).
     pub fn perf(a: &PerfArgs) -> Result<Vec<PerfRecord>, String> {
+        if a.fake {
+            return super::fake::run(a).map(|()| Vec::new());
+        }
         let addr = target(a, "perf")?;
         let opts = options(a);
         let (qp, info) = connect_qp(&addr, &opts).map_err(|e| e.to_string())?;

@@ -6,8 +6,10 @@
 //! runs until it waits on the fabric, then the next one runs. Wakers are no-ops: every fabric
 //! future makes progress by being polled (the soft fabric completes on the next poll, the
 //! verbs fabric polls its completion queue), so nothing needs to be woken. The coroutines are
-//! pinned in one allocation made before the run; the loop itself allocates nothing and makes
-//! no system call.
+//! pinned in one place before the run: the thread's frame memory when a fabric installed one
+//! ([`crate::frames`]: registered memory, where the NIC writes READ results in place), else
+//! one heap allocation. The loop itself allocates nothing and makes no system call.
+use crate::frames::Frames;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -22,7 +24,7 @@ pub fn run_coroutines_with<F: Future>(
     coroutines: Vec<F>,
     mut progress: impl FnMut(),
 ) -> Vec<F::Output> {
-    let mut tasks: Pin<Box<[F]>> = Box::into_pin(coroutines.into_boxed_slice());
+    let mut tasks = Frames::new(coroutines);
     let mut out: Vec<Option<F::Output>> = (0..tasks.len()).map(|_| None).collect();
     let mut live = tasks.len();
     let mut cx = Context::from_waker(Waker::noop());
@@ -31,10 +33,7 @@ pub fn run_coroutines_with<F: Future>(
             if slot.is_some() {
                 continue;
             }
-            // SAFETY: the boxed slice is pinned and never moved or resized while the
-            // futures live; we only project to one element at a time.
-            let fut = unsafe { tasks.as_mut().map_unchecked_mut(|s| &mut s[i]) };
-            if let Poll::Ready(v) = fut.poll(&mut cx) {
+            if let Poll::Ready(v) = tasks.get(i).poll(&mut cx) {
                 *slot = Some(v);
                 live -= 1;
             }
@@ -53,13 +52,13 @@ pub fn run_coroutines_with<F: Future>(
 pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
     let out = (0..futures.len()).map(|_| None).collect();
     JoinAll {
-        futures: Box::into_pin(futures.into_boxed_slice()),
+        futures: Frames::new(futures),
         out,
     }
 }
 
 pub struct JoinAll<F: Future> {
-    futures: Pin<Box<[F]>>,
+    futures: Frames<F>,
     out: Vec<Option<F::Output>>,
 }
 
@@ -67,16 +66,14 @@ impl<F: Future> Future for JoinAll<F> {
     type Output = Vec<F::Output>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<F::Output>> {
         // SAFETY: JoinAll is not structurally pinned in `out` (plain data, moved freely); the
-        // futures stay in their own pinned allocation, which we never move.
+        // futures stay in their own place (`Frames`), which moving JoinAll does not move.
         let this = unsafe { self.get_unchecked_mut() };
         let mut pending = false;
         for (i, slot) in this.out.iter_mut().enumerate() {
             if slot.is_some() {
                 continue;
             }
-            // SAFETY: the boxed slice is pinned and never moved; we project to one element.
-            let fut = unsafe { this.futures.as_mut().map_unchecked_mut(|s| &mut s[i]) };
-            match fut.poll(cx) {
+            match this.futures.get(i).poll(cx) {
                 Poll::Ready(v) => *slot = Some(v),
                 Poll::Pending => pending = true,
             }

@@ -1,6 +1,7 @@
 //! remora-poller: where remora's code meets threads, memory and time.
 //!
 //! - [`executor`]: the pinned run-to-completion executor (N coroutines per worker thread).
+//! - [`frames`]: where a thread's coroutines live (registered memory under verbs).
 //! - [`clock`]: a cheap monotonic clock for latency figures.
 //! - [`arena`]: hugepage-backed memory (MAP_HUGETLB, else THP, else 4 KiB pages).
 //! - [`soft`]: the shared-memory fabric and its memory node.
@@ -11,5 +12,6 @@
 pub mod arena;
 pub mod clock;
 pub mod executor;
+pub mod frames;
 pub mod sim;
 pub mod soft;

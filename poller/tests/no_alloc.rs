@@ -137,3 +137,76 @@ fn canrt_lookups_and_appends_allocate_nothing() {
     let t = block_on(Canrt::open(&ep, CanrtConfig::new(0))).unwrap();
     check_index(&t, "canrt");
 }
+
+#[test]
+fn erda_lookups_and_updates_allocate_nothing() {
+    use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
+    let cfg = NodeConfig {
+        region_len: 32 << 20,
+        ..NodeConfig::default()
+    };
+    let n =
+        SoftMemoryNode::create_with(cfg, Box::new(ErdaServer::new(ErdaConfig::small()))).unwrap();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    let t = block_on(Erda::open(&ep, ErdaClientConfig::default())).unwrap();
+    check_index(&t, "erda");
+}
+
+#[test]
+fn wort_and_woart_lookups_and_updates_allocate_nothing() {
+    use remora_core::wort::{Kind, Wort, WortClientConfig, WortServer};
+    for kind in [Kind::Wort, Kind::Woart] {
+        let cfg = NodeConfig {
+            region_len: 32 << 20,
+            ..NodeConfig::default()
+        };
+        let n = SoftMemoryNode::create_with(cfg, Box::new(WortServer::new(kind))).unwrap();
+        let _srv = n.spawn_server();
+        let ep = n.endpoint().unwrap();
+        let t = block_on(Wort::open(&ep, WortClientConfig::default())).unwrap();
+        check_index(&t, &format!("{kind:?}"));
+    }
+}
+
+#[test]
+fn catfish_searches_allocate_nothing() {
+    use remora_core::catfish::{CatfishClient, CatfishServer, Mode, Rect};
+    let cfg = NodeConfig::default();
+    let max = cfg.max_msg;
+    let n = SoftMemoryNode::create_with(cfg, Box::new(CatfishServer::new(max))).unwrap();
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    let qp = ep.qp(0).unwrap();
+    let mut c = block_on(CatfishClient::create(qp, 1)).unwrap();
+    let rect = |i: i32, w: i32| {
+        Rect::new(
+            i * 97 % 10_000,
+            i * 31 % 10_000,
+            i * 97 % 10_000 + w,
+            i * 31 % 10_000 + w,
+        )
+        .unwrap()
+    };
+    block_on(async {
+        for i in 0..500 {
+            c.insert(qp, rect(i, 50), i as u64).await.unwrap();
+        }
+    });
+    let mut out = Vec::with_capacity(1024);
+    let mut pass = |mode: Mode| {
+        count(|| {
+            block_on(async {
+                for i in 0..200 {
+                    out.clear();
+                    c.search(qp, rect(i, 400), mode, &mut out).await.unwrap();
+                    assert!(!out.is_empty(), "search {i} finds its own rectangle");
+                }
+            })
+        })
+    };
+    for mode in [Mode::Offload, Mode::Messaging] {
+        let _ = pass(mode); // warm buffers
+        assert_eq!(pass(mode), 0, "catfish {mode:?} searches allocated");
+    }
+}

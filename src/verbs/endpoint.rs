@@ -3,14 +3,21 @@
 use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeout};
 use super::device::{check_port, context_name, limits};
 use super::error::VerbsError;
+use super::fake::FakeNode;
 use super::mr::Pd;
 use super::pool::Pool;
+use super::qp::cq::SendCq;
 use super::qp::{RECV_LEN, Remote, VerbsQp};
 use super::stats::VerbsStats;
 use super::sys;
 use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Unauthorized, Welcome};
 use remora_core::fabric::{Endpoint, FabricError};
 use remora_layouts::NodeId;
+use remora_poller::arena::Mapping;
+use remora_poller::frames::{self, FrameStack};
+use std::marker::PhantomData;
+use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How clients connect.
@@ -147,13 +154,23 @@ pub fn connect_qp_as(
     opts: &ConnectOptions,
     client: u32,
 ) -> Result<(VerbsQp, NodeInfo), VerbsError> {
+    connect_qp_on(addr, opts, client, None)
+}
+
+/// [`connect_qp_as`] on the thread's send completion queue `cq` when it fits.
+fn connect_qp_on(
+    addr: &str,
+    opts: &ConnectOptions,
+    client: u32,
+    cq: Option<&Rc<SendCq>>,
+) -> Result<(VerbsQp, NodeInfo), VerbsError> {
     let (ch, id) = resolve(addr, opts)?;
     // SAFETY: resolved id: its context is open.
     let ctx = unsafe { (*id.0).verbs };
     let (_, rd, init_rd, _) = limits(ctx)?;
     let device = context_name(ctx);
     let pd = Pd::alloc(ctx)?;
-    let mut qp = VerbsQp::create(id, Some(ch), pd, 0, true)?;
+    let mut qp = VerbsQp::create_on(id, Some(ch), pd, 0, true, cq)?;
     let hello = Hello {
         request: Request::Connect,
         recv_len: RECV_LEN as u32,
@@ -315,38 +332,36 @@ pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u3
 /// Bytes of an endpoint's registered pool, and of each of its buffers.
 pub const POOL_BYTES: usize = 2 << 20;
 pub const POOL_CHUNK: usize = 4096;
+/// Bytes of an endpoint's coroutine frames (see [`remora_poller::frames`]).
+pub const FRAME_BYTES: usize = 4 << 20;
 
 /// A client's endpoint: one RC queue pair per memory node, all under one client id (the
-/// first node's), and the thread's registered buffer pool. Field order is release order:
-/// the queue pairs (and their registrations of the pool) before the pool.
+/// first node's), all on one send completion queue, and the thread's registered memory: a
+/// buffer pool and the coroutine frames, which the endpoint installs as its thread's frame
+/// memory (so what coroutines READ into and their atomics' result words are in registered
+/// memory, written in place by the NIC). Field order is release order: the queue pairs (and
+/// their registrations) before the pool.
 pub struct VerbsEndpoint {
     nodes: Vec<NodeId>,
     qps: Vec<VerbsQp>,
     info: Vec<NodeInfo>,
     client: u32,
     opts: ConnectOptions,
+    frames: Arc<FrameStack>,
     pool: Pool,
 }
 
 impl VerbsEndpoint {
-    /// Connects to every memory node in `addrs` (host:port each).
+    /// Connects to every memory node in `addrs` (host:port each), and makes this endpoint's
+    /// coroutine frames the calling thread's frame memory.
     pub fn connect<S: AsRef<str>>(
         addrs: &[S],
         opts: &ConnectOptions,
     ) -> Result<VerbsEndpoint, VerbsError> {
-        let mut ep = VerbsEndpoint {
-            nodes: Vec::new(),
-            qps: Vec::new(),
-            info: Vec::new(),
-            client: 0,
-            opts: opts.clone(),
-            pool: Pool::new(POOL_BYTES, POOL_CHUNK)?,
-        };
-        let (base, len) = ep.pool.span();
+        let mut ep = VerbsEndpoint::empty(opts.clone())?;
         for a in addrs {
-            let (mut qp, info) = connect_qp_as(a.as_ref(), opts, ep.client)?;
-            // SAFETY: the pool is dropped after the queue pairs (field order).
-            unsafe { qp.register_pool(base, len)? };
+            let cq = ep.qps.last().map(|q| q.send_cq().clone());
+            let (qp, info) = connect_qp_on(a.as_ref(), opts, ep.client, cq.as_ref())?;
             ep.client = info.client;
             if ep.nodes.contains(&info.node) {
                 return Err(VerbsError::Protocol {
@@ -354,11 +369,42 @@ impl VerbsEndpoint {
                     why: "two memory nodes have the same node id",
                 });
             }
-            ep.nodes.push(info.node);
-            ep.qps.push(qp);
+            ep.add(qp, info.node)?;
             ep.info.push(info);
         }
+        frames::install(ep.frames.clone());
         Ok(ep)
+    }
+
+    fn empty(opts: ConnectOptions) -> Result<VerbsEndpoint, VerbsError> {
+        let mem = Mapping::anonymous(FRAME_BYTES).map_err(|e| VerbsError::Sys {
+            what: "mmap of the coroutine frames",
+            errno: e.raw_os_error().unwrap_or(0),
+        })?;
+        Ok(VerbsEndpoint {
+            nodes: Vec::new(),
+            qps: Vec::new(),
+            info: Vec::new(),
+            client: 0,
+            opts,
+            frames: FrameStack::new(Arc::new(mem)),
+            pool: Pool::new(POOL_BYTES, POOL_CHUNK)?,
+        })
+    }
+
+    /// Registers the pool and frames with `qp` and adds it.
+    fn add(&mut self, mut qp: VerbsQp, node: NodeId) -> Result<(), VerbsError> {
+        let (base, len) = self.pool.span();
+        let (fbase, flen) = self.frames.span();
+        // SAFETY: the pool is dropped after the queue pairs (field order); the frames'
+        // mapping lives as long as any holder of the stack, this endpoint included.
+        unsafe {
+            qp.register_pool(0, base, len)?;
+            qp.register_pool(1, fbase, flen)?;
+        }
+        self.nodes.push(node);
+        self.qps.push(qp);
+        Ok(())
     }
 
     /// What each memory node told at connection time.
@@ -381,6 +427,77 @@ impl VerbsEndpoint {
         self.qps
             .iter()
             .fold(VerbsStats::default(), |a, q| a + q.stats())
+    }
+}
+
+impl Drop for VerbsEndpoint {
+    fn drop(&mut self) {
+        frames::uninstall(&self.frames);
+    }
+}
+
+/// An endpoint on the fake device ([`super::fake`]): the verbs data path over memory nodes
+/// in this process. Not `Send`: its nodes are shared with the caller.
+pub struct FakeEndpoint {
+    ep: VerbsEndpoint,
+    _one_thread: PhantomData<Rc<FakeNode>>,
+}
+
+impl FakeEndpoint {
+    /// Connects to every node of `nodes` (one queue pair each, as client 1).
+    pub fn connect(nodes: &[Rc<FakeNode>]) -> Result<FakeEndpoint, VerbsError> {
+        let mut ep = VerbsEndpoint::empty(ConnectOptions::default())?;
+        ep.client = 1;
+        for n in nodes {
+            let cq = ep.qps.last().map(|q| q.send_cq().clone());
+            let qp = VerbsQp::fake(n, cq.as_ref())?;
+            if ep.nodes.contains(&n.node()) {
+                return Err(VerbsError::Protocol {
+                    addr: "fake device".into(),
+                    why: "two memory nodes have the same node id",
+                });
+            }
+            ep.add(qp, n.node())?;
+        }
+        frames::install(ep.frames.clone());
+        Ok(FakeEndpoint {
+            ep,
+            _one_thread: PhantomData,
+        })
+    }
+
+    /// What the queue pairs' data path cost so far, summed.
+    pub fn stats(&self) -> VerbsStats {
+        self.ep.stats()
+    }
+
+    /// The registered buffer pool (see [`VerbsEndpoint::pool`]).
+    pub fn pool(&self) -> &Pool {
+        &self.ep.pool
+    }
+}
+
+impl Endpoint for FakeEndpoint {
+    type Qp = VerbsQp;
+
+    fn qp(&self, node: NodeId) -> Result<&VerbsQp, FabricError> {
+        self.ep.qp(node)
+    }
+
+    fn nodes(&self) -> &[NodeId] {
+        &self.ep.nodes
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.ep.now_ns()
+    }
+
+    fn client_id(&self) -> u32 {
+        self.ep.client
+    }
+
+    fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
+        self.ep.pause(ns)
     }
 }
 

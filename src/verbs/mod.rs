@@ -10,14 +10,17 @@
 //! - [`check`]: the conformance-suite harness against a running memory node.
 //!
 //! Local buffers are ordinary slices: WRITE/SEND payloads up to the inline limit go inside
-//! the work request; everything else is bounced through registered staging memory owned by
-//! the queue pair (see [`qp`]). Connection set-up uses only rdma_cm and its private data.
+//! the work request; a buffer in the endpoint's registered memory (its pool, or a coroutine's
+//! frame: see [`VerbsEndpoint`]) is used in place; anything else is bounced through
+//! registered staging memory owned by the queue pair (see [`qp`]). [`fake`] is a device that
+//! completes work requests in memory, for measuring the data path's CPU without a NIC. Connection set-up uses only rdma_cm and its private data.
 pub mod arena;
 pub mod check;
 mod cm;
 pub mod device;
 pub mod endpoint;
 pub mod error;
+pub mod fake;
 pub mod memnode;
 mod mr;
 pub mod pool;
@@ -29,9 +32,11 @@ pub mod wire;
 
 pub use device::{DeviceSummary, probe};
 pub use endpoint::{
-    ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, connect_qp_as, fence_client, revoke_key,
+    ConnectOptions, FakeEndpoint, NodeInfo, VerbsEndpoint, connect_qp, connect_qp_as, fence_client,
+    revoke_key,
 };
 pub use error::VerbsError;
+pub use fake::FakeNode;
 pub use memnode::{Memnode, MemnodeConfig};
 pub use pool::{Pool, PoolBuf};
 pub use qp::VerbsQp;

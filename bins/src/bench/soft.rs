@@ -5,7 +5,6 @@ use super::index::{Handle, IndexCfg, NodeState, snapshot_of};
 use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
 use super::resizes::ResizeWatch;
 use super::ycsb::Workload;
-use remora::core::block_on::block_on;
 use remora::core::fabric::Endpoint;
 use remora::poller::clock::Clock;
 use remora::poller::executor::{ServerCore, plan_cores, run_coroutines, run_workers};
@@ -243,7 +242,13 @@ pub(super) fn run_threads<E: Endpoint>(
             if late {
                 meet_all("before opening the index")?;
             }
-            let idx = block_on(Handle::open_on(&ep, index, node)).map_err(stop_all)?;
+            // On the executor, so that the open's buffers are in the thread's frame memory
+            // like the phases' (registered memory under verbs).
+            let idx = run_coroutines(vec![Handle::open_on(&ep, index, node)])
+                .pop()
+                .ok_or_else(|| "opening the index ran nothing".to_string())
+                .and_then(|r| r)
+                .map_err(stop_all)?;
             if a.cluster.on() && !late {
                 meet_all("after opening the index")?;
             }

@@ -41,6 +41,9 @@ pub struct ClientStats {
     pub turn_waits: u64,
 }
 
+/// Largest data node a lookup reads into its own frame instead of a pooled buffer.
+const FRAME_NODE: usize = 1024;
+
 /// Data-node buffers, one per coroutine in flight, reused (no zeroing or allocation per
 /// operation once warm).
 pub(super) struct BufPool(RefCell<Vec<Vec<u8>>>);
@@ -536,8 +539,18 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                 why,
             })?;
             let addr = self.node_addr(&v, id);
-            let mut b = self.bufs.take(v.header.data_node_size as usize);
-            let buf = &mut b.buf;
+            // Data nodes up to FRAME_NODE bytes are read into the coroutine's own frame
+            // (registered memory under verbs: the NIC writes it in place); larger ones into
+            // a pooled heap buffer.
+            let size = v.header.data_node_size as usize;
+            let mut frame = [0u8; FRAME_NODE];
+            let mut pooled;
+            let buf: &mut [u8] = if size <= FRAME_NODE {
+                &mut frame[..size]
+            } else {
+                pooled = self.bufs.take(size);
+                &mut pooled.buf
+            };
             let mut bracket = Bracket::default();
             self.read_snapshot(addr, &mut bracket, buf).await?;
             let nv = match self.snapshot(v.data(), &bracket, buf) {

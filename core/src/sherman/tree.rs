@@ -90,6 +90,10 @@ pub struct Sherman<'e, E: Endpoint> {
     pub(super) records: RefCell<Vec<Vec<u8>>>,
 }
 
+/// Largest page a lookup reads into its own frame (the paper's 1 KiB pages) instead of a
+/// pooled heap page.
+const FRAME_PAGE: usize = 1024;
+
 fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
     let k: [u8; 8] = key
         .try_into()
@@ -827,6 +831,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
 
     async fn lookup(&self, key: u64, out: &mut [u8]) -> Result<Option<usize>, ShermanError> {
+        // Pages up to FRAME_PAGE are read into the coroutine's own frame: where a fabric
+        // with registered memory (verbs) has the NIC write them in place, while the pool's
+        // heap pages would be bounced through staging.
+        if self.g.page_size <= FRAME_PAGE {
+            let mut frame = [0u8; FRAME_PAGE];
+            return self
+                .lookup_in(key, out, &mut frame[..self.g.page_size])
+                .await;
+        }
         let mut buf = self.page();
         let r = self.lookup_in(key, out, &mut buf).await;
         self.give(buf);
@@ -910,6 +923,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 len: value.len(),
                 max: self.g.value_size,
             });
+        }
+        // As in `lookup`: small pages in the coroutine's frame.
+        if self.g.page_size <= FRAME_PAGE {
+            let mut frame = [0u8; FRAME_PAGE];
+            return self
+                .modify_in(key, value, change, &mut frame[..self.g.page_size])
+                .await;
         }
         let mut buf = self.page();
         let r = self.modify_in(key, value, change, &mut buf).await;

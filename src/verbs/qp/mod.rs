@@ -12,10 +12,11 @@
 //!   bounced through this queue pair's registered staging arena: each batch in flight owns one
 //!   slot of it (WRITE data copied in before the doorbell, READ data and atomic results copied
 //!   out after the completion). A batch needing more than a slot gets a one-off registration.
-//! - **Completions drive themselves.** Polling a post future polls the send completion queue
-//!   (a receive wait polls only the receive queue's, see `RecvFuture`)
-//!   and records every completion in the slot table, so coroutines sharing the queue pair see
-//!   each other's completions, and any executor (even a spin `block_on`) makes progress.
+//! - **One send completion queue per thread** ([`cq`]): the queue pairs of an endpoint share
+//!   it, and each completion is handed to the queue pair and batch its `wr_id` names. Waiting
+//!   post futures take turns polling it, one per executor round; a post whose batch is done
+//!   resolves without polling (a receive wait polls only its receive queue, see
+//!   `RecvFuture`), and any executor (even a spin `block_on`) makes progress.
 //!   Dropping a post future before it resolves waits for its batch, so the NIC never writes
 //!   memory after its owner is gone.
 //! - **Refused requests.** rdma-core's providers refuse a misaligned atomic at post time
@@ -24,6 +25,8 @@
 //!   and the queue pair is moved to the error state, as the contract requires.
 //! - **Receives.** Each queue pair keeps [`RQ_DEPTH`] receive buffers of [`RECV_LEN`] bytes
 //!   posted; every receive completion (SEND or WRITE_WITH_IMM) re-posts its buffer.
+pub(crate) mod cq;
+mod detached;
 mod post;
 mod recv;
 mod remote;
@@ -31,9 +34,11 @@ mod remote;
 use super::arena::Arena;
 use super::cm::{Channel, CmId};
 use super::error::{VerbsError, sys_err};
+use super::fake::{FakeNode, FakeQp};
 use super::mr::{LOCAL, Mr, Pd};
 use super::stats::{Stats, VerbsStats};
 use super::sys;
+use cq::SendCq;
 pub use post::PostFuture;
 use post::{FREE, OneOff, Slot};
 pub use recv::RecvFuture;
@@ -43,6 +48,7 @@ use remora_layouts::NodeId;
 pub(crate) use remote::Remote;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::rc::Rc;
 
 /// Send-queue depth (work requests in flight per queue pair).
 pub const SQ_DEPTH: u32 = 256;
@@ -69,17 +75,29 @@ const POLL_BATCH: usize = 16;
 struct Raw {
     qp_created: bool,
     disconnect: bool,
-    send_cq: *mut sys::ibv_cq,
     recv_cq: *mut sys::ibv_cq,
     stage_mr: Option<Mr>,
     recv_mr: Option<Mr>,
-    pool_mr: Option<Mr>,
+    pool_mrs: [Option<Mr>; POOLS],
     stage: Option<Arena>,
     recv: Option<Arena>,
-    pd: Pd,
-    id: CmId,
+    /// The thread's send completion queue (destroyed with its last queue pair).
+    send: Rc<SendCq>,
+    /// None on the fake device.
+    pd: Option<Pd>,
+    id: Option<CmId>,
     channel: Option<Channel>,
 }
+
+/// The device under a queue pair.
+enum Dev {
+    Real(*mut sys::ibv_qp),
+    Fake(FakeQp),
+}
+
+/// Registered ranges of the caller's a queue pair uses in place (the endpoint's pool and
+/// its coroutine frames).
+pub(crate) const POOLS: usize = 2;
 
 impl Drop for Raw {
     fn drop(&mut self) {
@@ -87,14 +105,13 @@ impl Drop for Raw {
         // pair before its completion queues and registrations, registrations before their
         // memory and protection domain (fields below), the id before its channel.
         unsafe {
-            if self.qp_created {
+            if let Some(id) = &self.id
+                && self.qp_created
+            {
                 if self.disconnect {
-                    sys::rdma_disconnect(self.id.0);
+                    sys::rdma_disconnect(id.0);
                 }
-                sys::rdma_destroy_qp(self.id.0);
-            }
-            if !self.send_cq.is_null() {
-                sys::ibv_destroy_cq(self.send_cq);
+                sys::rdma_destroy_qp(id.0);
             }
             if !self.recv_cq.is_null() {
                 sys::ibv_destroy_cq(self.recv_cq);
@@ -102,7 +119,7 @@ impl Drop for Raw {
         }
         self.stage_mr = None;
         self.recv_mr = None;
-        self.pool_mr = None;
+        self.pool_mrs = [None, None];
         self.stage = None;
         self.recv = None;
     }
@@ -115,15 +132,17 @@ pub struct VerbsQp {
     /// Largest SEND the peer's receive buffers take.
     max_message: usize,
     max_inline: usize,
-    qp: *mut sys::ibv_qp,
+    dev: Dev,
+    /// This queue pair's index at its send completion queue.
+    cq_index: u16,
     stage_base: *mut u8,
     stage_lkey: u32,
     recv_base: *mut u8,
     recv_lkey: u32,
     counters: Counters,
     stats: Stats,
-    /// The caller's registered pool, used in place: (base, len, lkey); len 0: none.
-    pool: Cell<(usize, usize, u32)>,
+    /// The caller's registered ranges, used in place: (base, len, lkey); len 0: none.
+    pools: [Cell<(usize, usize, u32)>; POOLS],
     broken: Cell<bool>,
     slots: [Cell<Slot>; SLOTS],
     /// Bit i set: slot i free.
@@ -132,10 +151,6 @@ pub struct VerbsQp {
     sq_used: Cell<u32>,
     /// Unsignaled detached work requests since the last signaled one.
     unsignaled: Cell<u32>,
-    /// Post futures waiting for their batch, and their turn counter for polling the
-    /// completion queue.
-    waiters: Cell<u32>,
-    turn: Cell<u32>,
     /// Receive waits' empty rounds since one last polled the send completion queue (see
     /// `RecvFuture::poll`).
     recv_idle: Cell<u32>,
@@ -150,19 +165,37 @@ pub struct VerbsQp {
 // SAFETY: a queue pair is used by one thread at a time (`&self` methods are not Sync, the
 // type is not Sync). libibverbs objects may be used from any thread, and every Cell/RefCell
 // here moves with the value, so moving the whole queue pair to another thread is sound. A
-// post future borrows the queue pair, so none can be in flight while it moves.
+// post future borrows the queue pair, so none can be in flight while it moves. The `Rc`s it
+// holds (its send completion queue, a fake node) are shared only among the queue pairs of
+// one `VerbsEndpoint`, which owns them all and moves them together (a standalone queue pair
+// has its own), and a fake endpoint is not `Send` at all (`FakeEndpoint`).
 unsafe impl Send for VerbsQp {}
 
 impl VerbsQp {
-    /// Creates the queue pair on `id` (whose device is resolved), with its completion queues,
-    /// staging and receive buffers, and posts the receives. `channel` is owned by the queue
-    /// pair on the client side (one channel per connection) and `None` on a memory node.
+    /// Creates the queue pair on `id` (whose device is resolved), with its own send
+    /// completion queue, staging and receive buffers, and posts the receives. `channel` is
+    /// owned by the queue pair on the client side (one channel per connection) and `None` on
+    /// a memory node.
     pub(crate) fn create(
         id: CmId,
         channel: Option<Channel>,
         pd: Pd,
         peer: NodeId,
         disconnect_on_drop: bool,
+    ) -> Result<VerbsQp, VerbsError> {
+        VerbsQp::create_on(id, channel, pd, peer, disconnect_on_drop, None)
+    }
+
+    /// [`Self::create`] on the thread's send completion queue `cq` when it fits (same
+    /// device, room left; else on a new one). The new queue pair's completion queue is
+    /// [`Self::send_cq`], for the next one.
+    pub(crate) fn create_on(
+        id: CmId,
+        channel: Option<Channel>,
+        pd: Pd,
+        peer: NodeId,
+        disconnect_on_drop: bool,
+        cq: Option<&Rc<SendCq>>,
     ) -> Result<VerbsQp, VerbsError> {
         // SAFETY: `id` is a live cm id; `verbs` is its device context once resolved.
         let ctx = unsafe { (*id.0).verbs };
@@ -172,34 +205,25 @@ impl VerbsQp {
                 errno: libc::ENODEV,
             });
         }
+        let send = match cq {
+            Some(c) if c.fits(ctx) => c.clone(),
+            _ => Rc::new(SendCq::real(ctx)?),
+        };
         let mut raw = Raw {
             qp_created: false,
             disconnect: disconnect_on_drop,
-            send_cq: std::ptr::null_mut(),
             recv_cq: std::ptr::null_mut(),
             stage_mr: None,
             recv_mr: None,
-            pool_mr: None,
+            pool_mrs: [None, None],
             stage: None,
             recv: None,
-            pd,
-            id,
+            send,
+            pd: Some(pd),
+            id: Some(id),
             channel,
         };
-        // SAFETY: `ctx` is open; completion queues without channels, checked for null.
-        raw.send_cq = unsafe {
-            sys::ibv_create_cq(
-                ctx,
-                SQ_DEPTH as i32 + 1,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        if raw.send_cq.is_null() {
-            return Err(sys_err("ibv_create_cq (send)"));
-        }
-        // SAFETY: as above.
+        // SAFETY: `ctx` is open; a completion queue without channel, checked for null.
         raw.recv_cq = unsafe {
             sys::ibv_create_cq(
                 ctx,
@@ -212,10 +236,14 @@ impl VerbsQp {
         if raw.recv_cq.is_null() {
             return Err(sys_err("ibv_create_cq (receive)"));
         }
+        let (id, pd) = match (&raw.id, &raw.pd) {
+            (Some(i), Some(p)) => (i.0, p.raw()),
+            _ => unreachable!("set above"),
+        };
         let mut max_inline = 0;
         for inline in [INLINE_WANT, 0] {
             let mut attr = sys::ibv_qp_init_attr {
-                send_cq: raw.send_cq,
+                send_cq: raw.send.raw(),
                 recv_cq: raw.recv_cq,
                 cap: sys::ibv_qp_cap {
                     max_send_wr: SQ_DEPTH,
@@ -229,7 +257,7 @@ impl VerbsQp {
                 ..Default::default()
             };
             // SAFETY: live id, PD and CQs of the same device; `attr` is a valid in/out struct.
-            if unsafe { sys::rdma_create_qp(raw.id.0, raw.pd.raw(), &mut attr) } == 0 {
+            if unsafe { sys::rdma_create_qp(id, pd, &mut attr) } == 0 {
                 raw.qp_created = true;
                 max_inline = attr.cap.max_inline_data as usize;
                 break;
@@ -238,41 +266,115 @@ impl VerbsQp {
         if !raw.qp_created {
             return Err(sys_err("rdma_create_qp"));
         }
+        // SAFETY: created above.
+        let dev = Dev::Real(unsafe { (*id).qp });
+        VerbsQp::finish_create(raw, dev, peer, max_inline)
+    }
+
+    /// A queue pair to `node` on the fake device (see [`super::fake`]), on `cq` when given
+    /// and not full.
+    pub(crate) fn fake(
+        node: &Rc<FakeNode>,
+        cq: Option<&Rc<SendCq>>,
+    ) -> Result<VerbsQp, VerbsError> {
+        let send = match cq {
+            Some(c) if c.fits(std::ptr::null_mut()) => c.clone(),
+            _ => Rc::new(SendCq::fake()),
+        };
+        let raw = Raw {
+            qp_created: false,
+            disconnect: false,
+            recv_cq: std::ptr::null_mut(),
+            stage_mr: None,
+            recv_mr: None,
+            pool_mrs: [None, None],
+            stage: None,
+            recv: None,
+            send,
+            pd: None,
+            id: None,
+            channel: None,
+        };
+        let dev = Dev::Fake(FakeQp::connect(node, RQ_DEPTH as usize));
+        let mut qp = VerbsQp::finish_create(raw, dev, node.node(), INLINE_WANT as usize)?;
+        let (addr, len) = node.region();
+        let (dm_addr, dm_len) = node.dm();
+        let remote = Remote {
+            region_addr: addr,
+            region_rkey: super::fake::FAKE_RKEY,
+            region_len: len,
+            dm: (dm_len > 0).then_some((
+                super::wire::DmKind::Host,
+                dm_addr,
+                super::fake::FAKE_RKEY,
+                dm_len,
+            )),
+        };
+        qp.set_peer(node.node(), remote, RECV_LEN);
+        Ok(qp)
+    }
+
+    /// Registers `[base, base + len)` with this queue pair's protection domain (nothing to
+    /// do on the fake device): the registration, if any, and its local key.
+    ///
+    /// # Safety
+    /// The memory stays mapped while the registration lives.
+    unsafe fn register(
+        raw: &Raw,
+        base: *mut u8,
+        len: usize,
+    ) -> Result<(Option<Mr>, u32), VerbsError> {
+        match &raw.pd {
+            Some(pd) => {
+                // SAFETY: by the caller's contract.
+                let mr = unsafe { Mr::register(pd, base, len, LOCAL)? };
+                let k = mr.lkey();
+                Ok((Some(mr), k))
+            }
+            None => Ok((None, 0)),
+        }
+    }
+
+    /// Staging and receive buffers, the common fields, and the first receives.
+    fn finish_create(
+        mut raw: Raw,
+        dev: Dev,
+        peer: NodeId,
+        max_inline: usize,
+    ) -> Result<VerbsQp, VerbsError> {
+        let cq_index = raw.send.join().ok_or(VerbsError::Sys {
+            what: "a send completion queue with no room left",
+            errno: libc::ENOSPC,
+        })?;
         let stage = raw.stage.insert(Arena::new(SLOTS * STAGE_SLOT)?);
         let (stage_base, stage_len) = (stage.as_ptr(), stage.len());
         // SAFETY: the arena is owned by `raw`, which drops the registration first.
-        let stage_mr = raw
-            .stage_mr
-            .insert(unsafe { Mr::register(&raw.pd, stage_base, stage_len, LOCAL)? });
-        let stage_lkey = stage_mr.lkey();
+        let (mr, stage_lkey) = unsafe { VerbsQp::register(&raw, stage_base, stage_len)? };
+        raw.stage_mr = mr;
         let recv = raw.recv.insert(Arena::new(RQ_DEPTH as usize * RECV_LEN)?);
         let (recv_base, recv_len) = (recv.as_ptr(), recv.len());
         // SAFETY: as above.
-        let recv_mr = raw
-            .recv_mr
-            .insert(unsafe { Mr::register(&raw.pd, recv_base, recv_len, LOCAL)? });
-        let recv_lkey = recv_mr.lkey();
+        let (mr, recv_lkey) = unsafe { VerbsQp::register(&raw, recv_base, recv_len)? };
+        raw.recv_mr = mr;
         let qp = VerbsQp {
             peer,
             remote: Remote::default(),
             max_message: RECV_LEN,
             max_inline,
-            // SAFETY: created above.
-            qp: unsafe { (*raw.id.0).qp },
+            dev,
+            cq_index,
             stage_base,
             stage_lkey,
             recv_base,
             recv_lkey,
             counters: Counters::new(),
             stats: Stats::default(),
-            pool: Cell::new((0, 0, 0)),
+            pools: [const { Cell::new((0, 0, 0)) }; POOLS],
             broken: Cell::new(false),
             slots: [const { Cell::new(FREE) }; SLOTS],
             free: Cell::new(u64::MAX),
             sq_used: Cell::new(0),
             unsignaled: Cell::new(0),
-            waiters: Cell::new(0),
-            turn: Cell::new(0),
             recv_idle: Cell::new(0),
             repost: RefCell::new(Vec::with_capacity(RQ_DEPTH as usize)),
             wrs: RefCell::new(Vec::with_capacity(MAX_BATCH)),
@@ -285,6 +387,12 @@ impl VerbsQp {
         Ok(qp)
     }
 
+    /// The send completion queue this queue pair posts to (for the next queue pair of the
+    /// thread).
+    pub(crate) fn send_cq(&self) -> &Rc<SendCq> {
+        &self.raw.send
+    }
+
     /// Sets what the peer told at connection time.
     pub(crate) fn set_peer(&mut self, peer: NodeId, remote: Remote, max_message: usize) {
         self.peer = peer;
@@ -293,32 +401,33 @@ impl VerbsQp {
     }
 
     pub(crate) fn cm_id(&self) -> *mut sys::rdma_cm_id {
-        self.raw.id.0
+        self.raw.id.as_ref().map_or(std::ptr::null_mut(), |i| i.0)
     }
 
     pub(crate) fn channel(&self) -> Option<&Channel> {
         self.raw.channel.as_ref()
     }
 
-    /// Registers `[base, base + len)` with this queue pair, so that ops whose local buffers
-    /// lie in it are posted in place instead of through staging (one pool per queue pair; a
-    /// second call replaces the first).
+    /// Registers `[base, base + len)` with this queue pair as range `which` (< [`POOLS`]),
+    /// so that ops whose local buffers lie in it are posted in place instead of through
+    /// staging (a second call with the same `which` replaces the first).
     ///
     /// # Safety
     /// The memory stays mapped, and is not handed to anything else that frees it, until this
     /// queue pair is dropped.
     pub(crate) unsafe fn register_pool(
         &mut self,
+        which: usize,
         base: *mut u8,
         len: usize,
     ) -> Result<(), VerbsError> {
-        self.pool.set((0, 0, 0));
-        self.raw.pool_mr = None;
+        self.pools[which].set((0, 0, 0));
+        self.raw.pool_mrs[which] = None;
         // SAFETY: the caller keeps the memory mapped for the queue pair's life; the
         // registration is released with `raw`, before the queue pair's end.
-        let mr = unsafe { Mr::register(&self.raw.pd, base, len, LOCAL)? };
-        self.pool.set((base as usize, len, mr.lkey()));
-        self.raw.pool_mr = Some(mr);
+        let (mr, lkey) = unsafe { VerbsQp::register(&self.raw, base, len)? };
+        self.pools[which].set((base as usize, len, lkey));
+        self.raw.pool_mrs[which] = mr;
         Ok(())
     }
 
@@ -350,8 +459,16 @@ impl VerbsQp {
             qp_state: sys::IBV_QPS_ERR,
             ..Default::default()
         };
-        // SAFETY: a live queue pair; moving it to the error state is always allowed.
-        let rc = unsafe { sys::ibv_modify_qp(self.qp, &mut attr, sys::IBV_QP_STATE as i32) };
+        let rc = match &self.dev {
+            // SAFETY: a live queue pair; moving it to the error state is always allowed.
+            Dev::Real(qp) => unsafe {
+                sys::ibv_modify_qp(*qp, &mut attr, sys::IBV_QP_STATE as i32)
+            },
+            Dev::Fake(f) => {
+                f.to_error();
+                0
+            }
+        };
         if rc != 0 {
             return Err(VerbsError::Sys {
                 what: "ibv_modify_qp to the error state (fencing a client)",
@@ -372,8 +489,11 @@ impl VerbsQp {
             ..Default::default()
         };
         let mask = sys::IBV_QP_STATE | sys::IBV_QP_CUR_STATE | sys::IBV_QP_MIN_RNR_TIMER;
-        // SAFETY: a live, connected queue pair; `attr` is valid for the call.
-        unsafe { sys::ibv_modify_qp(self.qp, &mut attr, mask as i32) == 0 }
+        match &self.dev {
+            // SAFETY: a live, connected queue pair; `attr` is valid for the call.
+            Dev::Real(qp) => unsafe { sys::ibv_modify_qp(*qp, &mut attr, mask as i32) == 0 },
+            Dev::Fake(_) => true,
+        }
     }
 
     fn to_error_state(&self) {
@@ -381,13 +501,54 @@ impl VerbsQp {
             qp_state: sys::IBV_QPS_ERR,
             ..Default::default()
         };
-        // SAFETY: a live queue pair; moving it to the error state is always allowed.
-        unsafe { sys::ibv_modify_qp(self.qp, &mut attr, sys::IBV_QP_STATE as i32) };
+        match &self.dev {
+            // SAFETY: a live queue pair; moving it to the error state is always allowed.
+            Dev::Real(qp) => unsafe {
+                sys::ibv_modify_qp(*qp, &mut attr, sys::IBV_QP_STATE as i32);
+            },
+            Dev::Fake(f) => f.to_error(),
+        }
+    }
+
+    /// `ibv_post_send` on this queue pair's device.
+    #[inline]
+    fn post_send(&self, wr: *mut sys::ibv_send_wr, bad: &mut *mut sys::ibv_send_wr) -> i32 {
+        match &self.dev {
+            // SAFETY: a live queue pair; the caller's chain is valid for the call.
+            Dev::Real(qp) => unsafe { sys::ibv_post_send(*qp, wr, bad) },
+            Dev::Fake(f) => match self.raw.send.fake_cq() {
+                Some(cq) => f.post_send(wr, cq),
+                None => -libc::EINVAL,
+            },
+        }
+    }
+
+    /// `ibv_post_recv` on this queue pair's device.
+    #[inline]
+    fn post_recv(&self, wr: *mut sys::ibv_recv_wr, bad: &mut *mut sys::ibv_recv_wr) -> i32 {
+        match &self.dev {
+            // SAFETY: a live queue pair; the caller's chain is valid for the call.
+            Dev::Real(qp) => unsafe { sys::ibv_post_recv(*qp, wr, bad) },
+            Dev::Fake(f) => f.post_recv(wr),
+        }
+    }
+
+    /// `ibv_poll_cq` on this queue pair's receive completion queue.
+    #[inline]
+    fn poll_recv_cq(&self, wc: *mut sys::ibv_wc) -> i32 {
+        match &self.dev {
+            // SAFETY: a live CQ; room for one completion at `wc` (the caller's).
+            Dev::Real(_) => unsafe { sys::ibv_poll_cq(self.raw.recv_cq, 1, wc) },
+            Dev::Fake(f) => f.recv_cq.poll(1, wc),
+        }
     }
 }
 
 impl Drop for VerbsQp {
     fn drop(&mut self) {
+        // Completions of this queue pair still in the shared queue are dropped by whoever
+        // polls them.
+        self.raw.send.place(self.cq_index, std::ptr::null());
         self.stats.retire();
     }
 }
@@ -438,5 +599,77 @@ impl QueuePair for VerbsQp {
 
     fn pause(&self, ns: u64) -> impl Future<Output = ()> {
         remora_poller::clock::pause(ns)
+    }
+}
+
+impl VerbsQp {
+    /// The floor of the data path, to measure the rest against: `ops` times `per_op` READs
+    /// of `size` bytes from the peer's region (at `offset`) into `buf`, each one work
+    /// request posted straight to the device and its completion polled straight from the
+    /// completion queue: no futures, slots, staging or dispatch. `buf` must lie in this
+    /// queue pair's registered ranges, and nothing may be in flight on its completion queue.
+    pub fn floor_loop(
+        &self,
+        ops: u64,
+        per_op: u32,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), FabricError> {
+        let Some(lkey) = self.pool_lkey(buf.as_ptr(), buf.len()) else {
+            return Err(FabricError::Unsupported {
+                what: "the floor loop reads into registered memory only",
+            });
+        };
+        if self.raw.send.waiters.get() != 0 || self.sq_used.get() != 0 {
+            return Err(FabricError::Unsupported {
+                what: "the floor loop needs an idle queue pair",
+            });
+        }
+        let (raddr, rkey) = self
+            .remote
+            .target(remora_layouts::GlobalAddr::new(self.peer, offset));
+        let mut sge = sys::ibv_sge {
+            addr: buf.as_mut_ptr() as u64,
+            length: buf.len() as u32,
+            lkey,
+        };
+        let mut wr = sys::ibv_send_wr {
+            wr_id: u64::MAX,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: sys::IBV_WR_RDMA_READ,
+            send_flags: sys::IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
+            remote_addr: raddr,
+            rkey,
+        };
+        let mut wc = std::mem::MaybeUninit::<sys::ibv_wc>::uninit();
+        let mut bad = std::ptr::null_mut();
+        for _ in 0..ops * u64::from(per_op) {
+            if self.post_send(&mut wr, &mut bad) != 0 {
+                return Err(FabricError::Unsupported {
+                    what: "the device refused the floor loop's READ",
+                });
+            }
+            loop {
+                let n = self.raw.send.poll(1, wc.as_mut_ptr());
+                if n < 0 {
+                    return Err(FabricError::Unsupported {
+                        what: "polling the completion queue failed",
+                    });
+                }
+                if n == 1 {
+                    // SAFETY: one completion written by the poll.
+                    if unsafe { wc.assume_init_ref() }.status != sys::IBV_WC_SUCCESS {
+                        self.broken.set(true);
+                        return Err(FabricError::Flushed);
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 }

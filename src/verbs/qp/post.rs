@@ -1,5 +1,6 @@
 //! The send side: staging plans, the doorbell, completions into the slot table, and the
 //! post future (see the parent module's notes on batching, signaling and staging).
+use super::cq::{split, wr_id};
 use super::{MAX_BATCH, POLL_BATCH, SLOTS, SQ_DEPTH, STAGE_SLOT, VerbsQp};
 use crate::verbs::arena::Arena;
 use crate::verbs::error::{FailedOp, wc_error};
@@ -22,15 +23,19 @@ pub(super) enum SlotState {
 /// One batch in flight.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Slot {
-    state: SlotState,
+    pub(super) state: SlotState,
     /// Work requests in the batch.
-    n: u16,
+    pub(super) n: u16,
     /// Index of the last one (the signaled one).
-    last: u16,
+    pub(super) last: u16,
     /// First failed work request and its status.
-    err: Option<(u16, sys::ibv_wc_status)>,
+    pub(super) err: Option<(u16, sys::ibv_wc_status)>,
     /// Nobody waits for it: released as soon as it completes (a detached post).
-    detached: bool,
+    pub(super) detached: bool,
+    /// Some op of it went through staging (results to copy out when it completes).
+    pub(super) staged: bool,
+    /// It has a one-off staging registration (released with the slot).
+    pub(super) oneoff: bool,
 }
 
 pub(super) const FREE: Slot = Slot {
@@ -39,6 +44,8 @@ pub(super) const FREE: Slot = Slot {
     last: 0,
     err: None,
     detached: false,
+    staged: false,
+    oneoff: false,
 };
 
 /// The slot bits of an unsignaled detached post's work requests (no slot).
@@ -74,22 +81,29 @@ enum Place {
 
 /// A staging buffer registered for one oversized batch.
 pub(super) struct OneOff {
-    mr: Mr,
+    /// None on the fake device (nothing to register); local key 0.
+    mr: Option<Mr>,
     arena: Arena,
 }
 
 impl VerbsQp {
-    /// Drains the send completion queue into the slot table.
+    /// Drains the thread's send completion queue, handing each completion to the slot table
+    /// of the queue pair it names.
     pub(super) fn progress(&self) {
         let mut wcs = MaybeUninit::<[sys::ibv_wc; POLL_BATCH]>::uninit();
+        let cq = &*self.raw.send;
         loop {
-            // SAFETY: a live CQ and room for POLL_BATCH completions; the first `n` are
-            // initialized by the call.
-            let n = unsafe {
-                sys::ibv_poll_cq(self.raw.send_cq, POLL_BATCH as i32, wcs.as_mut_ptr().cast())
-            };
+            let n = cq.poll(POLL_BATCH, wcs.as_mut_ptr().cast());
             if n < 0 {
                 self.fail_all_posted();
+                for i in 0..super::cq::QPS_PER_CQ {
+                    if let Some(p) = cq.qp(i)
+                        && i != self.cq_index as usize
+                    {
+                        // SAFETY: see `dispatch`.
+                        unsafe { &*p }.fail_all_posted();
+                    }
+                }
                 return;
             }
             self.stats.bump(|v| {
@@ -100,7 +114,7 @@ impl VerbsQp {
             for k in 0..n as usize {
                 // SAFETY: entry k < n was written by ibv_poll_cq.
                 let wc = unsafe { &*wcs.as_ptr().cast::<sys::ibv_wc>().add(k) };
-                self.complete(wc.wr_id, wc.status);
+                self.dispatch(wc.wr_id, wc.status);
             }
             if (n as usize) < POLL_BATCH {
                 return;
@@ -108,8 +122,26 @@ impl VerbsQp {
         }
     }
 
+    /// Hands a completion to the queue pair its `wr_id` names (this one, or another of the
+    /// thread's on the same completion queue; dropped if that one is gone).
+    #[inline]
+    fn dispatch(&self, wr_id: u64, status: sys::ibv_wc_status) {
+        let (qi, _, _) = split(wr_id);
+        if qi == self.cq_index as usize {
+            return self.complete(wr_id, status);
+        }
+        if let Some(p) = self.raw.send.qp(qi) {
+            // SAFETY: `p` was recorded by that queue pair at its last post and is cleared
+            // when it drops; queue pairs share a completion queue only inside one endpoint,
+            // which never moves them after connecting (their Vec is not touched again), and
+            // all of them are used on this thread only (the queue is not Sync).
+            unsafe { &*p }.complete(wr_id, status);
+        }
+    }
+
     fn complete(&self, wr_id: u64, status: sys::ibv_wc_status) {
-        if wr_id >> 16 == NO_SLOT {
+        let (_, slot_bits, idx) = split(wr_id);
+        if slot_bits == NO_SLOT {
             // Only an error completes an unsignaled request: nothing waits for it, but the
             // queue pair is broken, so every later post fails.
             if status != sys::IBV_WC_SUCCESS && !self.broken.replace(true) {
@@ -117,7 +149,7 @@ impl VerbsQp {
             }
             return;
         }
-        let (slot, idx) = ((wr_id >> 16) as usize % SLOTS, (wr_id & 0xffff) as u16);
+        let slot = slot_bits as usize % SLOTS;
         let mut s = self.slots[slot].get();
         if s.state != SlotState::Posted {
             return;
@@ -207,12 +239,16 @@ impl VerbsQp {
         off
     }
 
-    /// The pool's lkey when `[p, p + len)` lies inside the registered pool.
-    fn pool_lkey(&self, p: *const u8, len: usize) -> Option<u32> {
-        let (base, plen, lkey) = self.pool.get();
+    /// The local key when `[p, p + len)` lies inside one of the caller's registered ranges
+    /// (the endpoint's pool, its coroutine frames).
+    #[inline]
+    pub(super) fn pool_lkey(&self, p: *const u8, len: usize) -> Option<u32> {
         let p = p as usize;
-        (plen > 0 && p >= base && p.checked_add(len).is_some_and(|e| e <= base + plen))
-            .then_some(lkey)
+        let end = p.checked_add(len)?;
+        self.pools.iter().find_map(|c| {
+            let (base, plen, lkey) = c.get();
+            (plen > 0 && p >= base && end <= base + plen).then_some(lkey)
+        })
     }
 
     /// The staging buffer of `slot` for a batch of `total` bytes: (base, lkey).
@@ -227,7 +263,7 @@ impl VerbsQp {
         let oneoff = self.oneoff.borrow();
         oneoff[slot]
             .as_ref()
-            .map(|o| (o.arena.as_ptr(), o.mr.lkey()))
+            .map(|o| (o.arena.as_ptr(), o.mr.as_ref().map_or(0, Mr::lkey)))
     }
 
     /// The first op the NIC would refuse at post time (a misaligned atomic), and its error.
@@ -242,7 +278,7 @@ impl VerbsQp {
     }
 
     /// Breaks the queue pair after a refused op, as the NIC's error would have.
-    fn break_now(&self) {
+    pub(super) fn break_now(&self) {
         self.broken.set(true);
         self.to_error_state();
         self.counters.count_error();
@@ -313,10 +349,17 @@ impl VerbsQp {
                 what: "no memory for a staging buffer",
             })?;
             // SAFETY: the arena is kept with its registration until the batch is released.
-            let mr = unsafe { Mr::register(&self.raw.pd, arena.as_ptr(), arena.len(), LOCAL) }
-                .map_err(|_| FabricError::Unsupported {
-                    what: "could not register a staging buffer (locked-memory limit?)",
-                })?;
+            let mr = match &self.raw.pd {
+                Some(pd) => Some(
+                    // SAFETY: as above.
+                    unsafe { Mr::register(pd, arena.as_ptr(), arena.len(), LOCAL) }.map_err(
+                        |_| FabricError::Unsupported {
+                            what: "could not register a staging buffer (locked-memory limit?)",
+                        },
+                    )?,
+                ),
+                None => None,
+            };
             self.oneoff.borrow_mut()[slot] = Some(OneOff { mr, arena });
             self.stats.bump(|v| v.oneoff_regs += 1);
         }
@@ -380,7 +423,7 @@ impl VerbsQp {
                 lkey: key.unwrap_or(0),
             });
             let mut wr = sys::ibv_send_wr {
-                wr_id: (slot_bits << 16) | i as u64,
+                wr_id: wr_id(self.cq_index, slot_bits, i),
                 num_sge: i32::from(len > 0),
                 send_flags: if inline { sys::IBV_SEND_INLINE } else { 0 }
                     | if i == last && signaled {
@@ -451,10 +494,12 @@ impl VerbsQp {
             }
         }
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
-        // SAFETY: a live queue pair; the chain and its scatter entries stay valid for the call
-        // (the provider copies them); staged buffers are registered and owned by this queue
-        // pair until the batch completes; inline data is copied during the call.
-        let rc = unsafe { sys::ibv_post_send(self.qp, wr_ptr, &mut bad) };
+        // Completions of this chain find this queue pair where it is now.
+        self.raw.send.place(self.cq_index, self);
+        // The chain and its scatter entries stay valid for the call (the provider copies
+        // them); staged buffers are registered and owned by this queue pair until the batch
+        // completes; inline data is copied during the call.
+        let rc = self.post_send(wr_ptr, &mut bad);
         self.counters.count_post(all);
         if mode == Mode::Wait {
             self.counters.count_round_trip();
@@ -499,91 +544,21 @@ impl VerbsQp {
             last: last as u16,
             err: None,
             detached: mode == Mode::Detached,
+            staged: total > 0,
+            oneoff: total > STAGE_SLOT,
         });
         self.free.set(self.free.get() & !(1 << slot));
         Ok(Some(slot))
     }
 
-    /// Posts `ops` without waiting for them (see [`Mode::Detached`]): the memory node's
-    /// replies, and releases nobody needs to see complete. Errors show on later posts (the
-    /// queue pair is then broken). Returns how many rounds it had to wait for send-queue
-    /// room or a staging slot, each round draining the send completion queue: 0 unless the
-    /// peer is slower than the posts.
-    pub(crate) fn post_detached(&self, ops: &mut [Op<'_>]) -> Result<u64, FabricError> {
-        if ops.is_empty() {
-            return Ok(0);
-        }
-        if ops
-            .iter()
-            .any(|op| matches!(op, Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }))
-        {
-            return Err(FabricError::Unsupported {
-                what: "a detached post of an op with a result (READ or atomic)",
-            });
-        }
-        // Reap completions (without waiting) once half the send queue or half the slots
-        // are taken, so that room is there before it runs out.
-        if self.sq_used.get() >= SQ_DEPTH / 2 || self.free.get().count_ones() < SLOTS as u32 / 2 {
-            self.progress();
-        }
-        let mut waits = 0;
-        loop {
-            if self.start(ops, Mode::Detached)?.is_some() {
-                return Ok(waits);
-            }
-            waits += 1;
-            self.progress();
-            std::hint::spin_loop();
-        }
-    }
-
-    /// `ibv_post_send` refused the request at `posted` (validation above keeps this for
-    /// limits the provider knows and we do not). The requests before it went out unsignaled:
-    /// move the queue pair to the error state, which flushes what has not executed, and give
-    /// them a bounded time (100 ms) to finish before the staging slot is reused.
-    fn post_failed(&self, slot: usize, posted: usize, op: &Op<'_>) -> FabricError {
-        self.break_now();
-        if posted > 0 {
-            self.slots[slot].set(Slot {
-                state: SlotState::Posted,
-                n: posted as u16,
-                last: posted as u16 - 1,
-                err: None,
-                detached: false,
-            });
-            self.sq_used.set(self.sq_used.get() + posted as u32);
-            let t0 = std::time::Instant::now();
-            while !self.is_done(slot) && t0.elapsed() < std::time::Duration::from_millis(100) {
-                self.progress();
-            }
-            if !self.is_done(slot) {
-                self.sq_used
-                    .set(self.sq_used.get().saturating_sub(posted as u32));
-            }
-        }
-        self.release(slot);
-        FabricError::RemoteInvalid {
-            wr: posted,
-            addr: op.remote().unwrap_or(GlobalAddr::NULL),
-            why: "the local NIC refused to post the work request (beyond its limits)",
-        }
-    }
-
-    /// Whether this waiting post is the one to poll the completion queue now (see
-    /// `PostFuture::poll`): one in every `waiters` turns, so some waiter always polls.
-    fn my_turn(&self) -> bool {
-        let t = self.turn.get().wrapping_add(1);
-        self.turn.set(t);
-        t.is_multiple_of(self.waiters.get().max(1))
-    }
-
-    fn is_done(&self, slot: usize) -> bool {
+    pub(super) fn is_done(&self, slot: usize) -> bool {
         self.slots[slot].get().state == SlotState::Done
     }
 
-    fn release(&self, slot: usize) {
-        self.slots[slot].set(FREE);
-        self.oneoff.borrow_mut()[slot] = None;
+    pub(super) fn release(&self, slot: usize) {
+        if self.slots[slot].replace(FREE).oneoff {
+            self.oneoff.borrow_mut()[slot] = None;
+        }
         self.free.set(self.free.get() | (1 << slot));
     }
 
@@ -593,8 +568,30 @@ impl VerbsQp {
         let refused = self.refused(ops);
         let k = refused.map_or(ops.len(), |(k, _)| k);
         let ok_upto = s.err.map_or(k, |(i, _)| (i as usize).min(k));
-        let total = self.plan(&ops[..k], true, |_, _| {});
-        if let Some((base, _)) = self.stage_of(slot, total) {
+        if !s.staged {
+            // Everything in place or inline: nothing to copy, only the in-place bytes to
+            // count.
+            let in_place: usize = ops[..ok_upto]
+                .iter()
+                .map(|op| match op {
+                    Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local }
+                        if local.len() <= self.max_inline =>
+                    {
+                        0
+                    }
+                    op => op.len(),
+                })
+                .sum();
+            self.stats.bump(|v| v.in_place += in_place as u64);
+        }
+        let total = if s.staged {
+            self.plan(&ops[..k], true, |_, _| {})
+        } else {
+            0
+        };
+        if s.staged
+            && let Some((base, _)) = self.stage_of(slot, total)
+        {
             let mut places = [Place::Nothing; MAX_BATCH];
             self.plan(&ops[..k], true, |i, p| places[i] = p);
             let (mut read, mut atomic, mut in_place) = (0u64, 0u64, 0u64);
@@ -697,17 +694,19 @@ impl Future for PostFuture<'_, '_> {
                 }
                 Ok(Some(slot)) => {
                     this.state = PostState::Posted(slot);
-                    this.qp.waiters.set(this.qp.waiters.get() + 1);
+                    let cq = &this.qp.raw.send;
+                    cq.waiters.set(cq.waiters.get() + 1);
                 }
                 Ok(None) => {}
             }
         }
-        // Waiting posts take turns polling the completion queue: with n of them polled once
-        // per executor round, one polls per round (every completion it finds is recorded for
-        // all), instead of each draining it. A post whose batch another one's poll already
-        // reaped does not poll; one still waiting for room always does.
+        // The waiting posts of all the thread's queue pairs take turns polling its completion
+        // queue: with n of them polled once per executor round, one polls per round (every
+        // completion it finds goes to its queue pair's slot table), instead of each draining
+        // it. A post whose batch another one's poll already reaped does not poll; one still
+        // waiting for room always does.
         let poll_cq = match this.state {
-            PostState::Posted(s) => !this.qp.is_done(s) && this.qp.my_turn(),
+            PostState::Posted(s) => !this.qp.is_done(s) && this.qp.raw.send.my_turn(),
             _ => true,
         };
         if poll_cq {
@@ -716,7 +715,8 @@ impl Future for PostFuture<'_, '_> {
         match this.state {
             PostState::Posted(slot) if this.qp.is_done(slot) => {
                 this.state = PostState::Finished;
-                this.qp.waiters.set(this.qp.waiters.get() - 1);
+                let cq = &this.qp.raw.send;
+                cq.waiters.set(cq.waiters.get() - 1);
                 Poll::Ready(this.qp.finish(slot, this.ops))
             }
             PostState::Finished => Poll::Ready(Err(FabricError::Unsupported {
@@ -733,7 +733,8 @@ impl Future for PostFuture<'_, '_> {
 impl Drop for PostFuture<'_, '_> {
     fn drop(&mut self) {
         if let PostState::Posted(slot) = self.state {
-            self.qp.waiters.set(self.qp.waiters.get() - 1);
+            let cq = &self.qp.raw.send;
+            cq.waiters.set(cq.waiters.get() - 1);
             // The NIC may still write the staging buffer or read the chain's data: wait for
             // the batch. Bounded: the transport's retry limits always end in a completion.
             while !self.qp.is_done(slot) {

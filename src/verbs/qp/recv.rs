@@ -39,11 +39,10 @@ impl VerbsQp {
                 });
             }
             let mut bad = std::ptr::null_mut();
-            // SAFETY: a live queue pair; the chain's first `chunk.len()` entries are written
-            // and linked, and they and their scatter entries are valid for the call (the
+            // The chain's first `chunk.len()` entries are written and linked, and they and their scatter entries are valid for the call (the
             // provider copies them); the buffers are registered and owned by this queue pair
             // and the NIC is done with them (their completions were reaped).
-            let rc = unsafe { sys::ibv_post_recv(self.qp, wr_ptr, &mut bad) };
+            let rc = self.post_recv(wr_ptr, &mut bad);
             self.stats.bump(|v| {
                 v.recv_posts += 1;
                 v.recvs_posted += chunk.len() as u64;
@@ -59,8 +58,7 @@ impl VerbsQp {
     /// The next receive completion if one is there (see `QueuePair::try_recv`).
     pub(super) fn poll_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
         let mut wc = MaybeUninit::<sys::ibv_wc>::uninit();
-        // SAFETY: a live CQ and room for one completion.
-        let n = unsafe { sys::ibv_poll_cq(self.raw.recv_cq, 1, wc.as_mut_ptr()) };
+        let n = self.poll_recv_cq(wc.as_mut_ptr());
         self.stats.bump(|v| {
             v.recv_polls += 1;
             v.recv_empty += u64::from(n == 0);

@@ -1,0 +1,438 @@
+//! A fake verbs device: the verbs fabric's own data path (work-request chains, selective
+//! signaling, slots, staging, completion dispatch) over a device that completes every work
+//! request in memory, at post time, on the calling thread. READ and WRITE are copies,
+//! CMP_AND_SWP and FETCH_AND_ADD are atomics on the node's region, SEND and WRITE_WITH_IMM
+//! go to the node's service ([`Handler`]) at once and its replies land in the client's posted
+//! receives.
+//!
+//! It stands in for a NIC where there is none, so that the client's CPU per operation, its
+//! CQ polls and its copies can be measured (`remora perf --fabric verbs --fake`): the
+//! queue pair code is the same as over rdma-core, only `ibv_post_send`, `ibv_post_recv`,
+//! `ibv_poll_cq` and `ibv_modify_qp` are these functions. One thread: a node and its
+//! endpoints are `Rc`-shared, not `Send`.
+//!
+//! Like a NIC it checks remote keys and bounds (a remote access error, then every later
+//! request flushed), answers a SEND with no posted receive with an RNR error, and moves to the
+//! error state on any failure. Unlike a NIC it does not check local keys.
+use super::arena::Arena;
+use super::error::VerbsError;
+use super::sys;
+use remora_core::fabric::{Recv, RecvKind};
+use remora_core::server::{Handler, Replies};
+use remora_layouts::NodeId;
+use remora_layouts::region::RegionHeader;
+use remora_poller::soft::words::{Persist, WordRegion};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The remote key of every fake node's region.
+pub(crate) const FAKE_RKEY: u32 = 0x5eed;
+
+/// A completion queue in memory (a ring allocated once).
+pub(crate) struct FakeCq {
+    ring: RefCell<VecDeque<sys::ibv_wc>>,
+    cap: usize,
+}
+
+impl FakeCq {
+    pub(crate) fn new(cap: usize) -> FakeCq {
+        FakeCq {
+            ring: RefCell::new(VecDeque::with_capacity(cap)),
+            cap,
+        }
+    }
+
+    /// Adds a completion; a full queue drops it (a NIC would raise a CQ overrun).
+    fn push(&self, wr_id: u64, status: sys::ibv_wc_status, opcode: sys::ibv_wc_opcode, len: u32) {
+        let mut r = self.ring.borrow_mut();
+        if r.len() >= self.cap {
+            return;
+        }
+        r.push_back(sys::ibv_wc {
+            wr_id,
+            status,
+            opcode,
+            vendor_err: 0,
+            byte_len: len,
+            __bindgen_anon_1: Default::default(),
+            qp_num: 0,
+            src_qp: 0,
+            wc_flags: 0,
+            pkey_index: 0,
+            slid: 0,
+            sl: 0,
+            dlid_path_bits: 0,
+        });
+    }
+
+    /// `ibv_poll_cq`: up to `n` completions into `out`; how many.
+    pub(crate) fn poll(&self, n: usize, out: *mut sys::ibv_wc) -> i32 {
+        let mut r = self.ring.borrow_mut();
+        let k = n.min(r.len());
+        for i in 0..k {
+            if let Some(wc) = r.pop_front() {
+                // SAFETY: the caller gives room for `n >= k` completions at `out`.
+                unsafe { out.add(i).write(wc) };
+            }
+        }
+        k as i32
+    }
+}
+
+/// A memory node in this process: a region with its header, and a service.
+pub struct FakeNode {
+    node: NodeId,
+    region: Arena,
+    len: u64,
+    /// Device memory (host memory standing in for the NIC's, as on a NIC without any).
+    dm: Arena,
+    dm_len: u64,
+    handler: RefCell<Box<dyn Handler>>,
+    replies: RefCell<Replies>,
+    conns: Cell<usize>,
+}
+
+impl FakeNode {
+    /// A node of `region_len` bytes (its header written, as `remora memnode` does) and
+    /// `dm_len` bytes of device memory, serving `handler`.
+    pub fn new(
+        node: NodeId,
+        region_len: u64,
+        chunk_size: u64,
+        dm_len: u64,
+        handler: Box<dyn Handler>,
+    ) -> Result<Rc<FakeNode>, VerbsError> {
+        let header = RegionHeader::new(region_len, chunk_size, dm_len).map_err(|e| {
+            VerbsError::BadAddress {
+                addr: "fake device".into(),
+                why: format!("bad region geometry: {e:?}"),
+            }
+        })?;
+        let region = Arena::new(region_len as usize)?;
+        let bytes = header.encode();
+        // SAFETY: the fresh arena holds region_len >= the header's bytes; nothing else uses it.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), region.as_ptr(), bytes.len()) };
+        Ok(Rc::new(FakeNode {
+            node,
+            region,
+            len: region_len,
+            dm: Arena::new(dm_len as usize)?,
+            dm_len,
+            handler: RefCell::new(handler),
+            replies: RefCell::new(Replies::new()),
+            conns: Cell::new(0),
+        }))
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// The region's (virtual address, length): what a client's welcome would carry.
+    pub(crate) fn region(&self) -> (u64, u64) {
+        (self.region.as_ptr() as u64, self.len)
+    }
+
+    /// The device memory's (virtual address, length).
+    pub(crate) fn dm(&self) -> (u64, u64) {
+        (self.dm.as_ptr() as u64, self.dm_len)
+    }
+
+    fn words(&self) -> WordRegion<'_> {
+        // SAFETY: the arena stays mapped while `self` lives, which outlives the borrow.
+        unsafe { WordRegion::new(self.region.as_ptr(), self.len, self.node, Persist::Nothing) }
+    }
+
+    /// The region address of `[raddr, raddr + len)` under `rkey`, if the key and bounds hold.
+    fn at(&self, raddr: u64, rkey: u32, len: usize) -> Option<*mut u8> {
+        if rkey != FAKE_RKEY {
+            return None;
+        }
+        [(&self.region, self.len), (&self.dm, self.dm_len)]
+            .into_iter()
+            .find_map(|(a, alen)| {
+                let off = raddr.checked_sub(a.as_ptr() as u64)?;
+                let end = off.checked_add(len as u64)?;
+                (end <= alen).then(|| {
+                    // SAFETY: off + len <= alen: inside the arena.
+                    unsafe { a.as_ptr().add(off as usize) }
+                })
+            })
+    }
+}
+
+/// One posted receive: (wr_id, buffer, bytes).
+type Posted = (u64, u64, u32);
+
+/// A queue pair's device side.
+pub(crate) struct FakeQp {
+    node: Rc<FakeNode>,
+    conn: usize,
+    recvs: RefCell<VecDeque<Posted>>,
+    pub(crate) recv_cq: FakeCq,
+    broken: Cell<bool>,
+}
+
+impl FakeQp {
+    /// Connects to `node` as a new client (the node's service sees a new connection).
+    pub(crate) fn connect(node: &Rc<FakeNode>, rq_depth: usize) -> FakeQp {
+        let conn = node.conns.get();
+        node.conns.set(conn + 1);
+        node.handler
+            .borrow_mut()
+            .on_connect(&node.words(), conn, conn as u32 + 1);
+        FakeQp {
+            node: node.clone(),
+            conn,
+            recvs: RefCell::new(VecDeque::with_capacity(rq_depth)),
+            recv_cq: FakeCq::new(rq_depth + 1),
+            broken: Cell::new(false),
+        }
+    }
+
+    /// `ibv_post_recv`.
+    pub(crate) fn post_recv(&self, mut wr: *mut sys::ibv_recv_wr) -> i32 {
+        let mut q = self.recvs.borrow_mut();
+        while !wr.is_null() {
+            // SAFETY: the caller's chain is valid for the call.
+            let w = unsafe { &*wr };
+            // SAFETY: one scatter entry per receive (the queue pair's own).
+            let sge = unsafe { &*w.sg_list };
+            if self.broken.get() {
+                self.recv_cq
+                    .push(w.wr_id, sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_RECV, 0);
+            } else {
+                q.push_back((w.wr_id, sge.addr, sge.length));
+            }
+            wr = w.next;
+        }
+        0
+    }
+
+    /// `ibv_modify_qp` to the error state: posted receives are flushed.
+    pub(crate) fn to_error(&self) {
+        self.broken.set(true);
+        for (id, _, _) in self.recvs.borrow_mut().drain(..) {
+            self.recv_cq
+                .push(id, sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_RECV, 0);
+        }
+    }
+
+    /// `ibv_post_send`: executes the chain now; completions go to `cq`.
+    pub(crate) fn post_send(&self, mut wr: *mut sys::ibv_send_wr, cq: &FakeCq) -> i32 {
+        while !wr.is_null() {
+            // SAFETY: the caller's chain and scatter lists are valid for the call.
+            let w = unsafe { &*wr };
+            let (status, op) = if self.broken.get() {
+                (sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_SEND)
+            } else {
+                self.execute(w)
+            };
+            if status != sys::IBV_WC_SUCCESS {
+                self.to_error();
+            }
+            if status != sys::IBV_WC_SUCCESS || w.send_flags & sys::IBV_SEND_SIGNALED != 0 {
+                cq.push(w.wr_id, status, op, 0);
+            }
+            wr = w.next;
+        }
+        0
+    }
+
+    fn execute(&self, w: &sys::ibv_send_wr) -> (sys::ibv_wc_status, sys::ibv_wc_opcode) {
+        let (laddr, len) = if w.num_sge > 0 {
+            // SAFETY: num_sge > 0: one valid scatter entry.
+            let s = unsafe { &*w.sg_list };
+            (s.addr as *mut u8, s.length as usize)
+        } else {
+            (std::ptr::null_mut(), 0)
+        };
+        const ACCESS: sys::ibv_wc_status = sys::IBV_WC_REM_ACCESS_ERR;
+        let node = &*self.node;
+        match w.opcode {
+            sys::IBV_WR_RDMA_READ | sys::IBV_WR_RDMA_WRITE | sys::IBV_WR_RDMA_WRITE_WITH_IMM => {
+                // SAFETY: the rdma member for these opcodes.
+                let r = unsafe { w.wr.rdma };
+                let Some(p) = node.at(r.remote_addr, r.rkey, len) else {
+                    return (ACCESS, sys::IBV_WC_RDMA_WRITE);
+                };
+                if w.opcode == sys::IBV_WR_RDMA_READ {
+                    // SAFETY: `len` bytes inside the region and in the caller's registered
+                    // (or staging) buffer; distinct memory.
+                    unsafe { std::ptr::copy_nonoverlapping(p, laddr, len) };
+                    return (sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_READ);
+                }
+                // SAFETY: as above, the other way (inline data is read from the caller's
+                // buffer, valid for the call).
+                unsafe { std::ptr::copy_nonoverlapping(laddr, p, len) };
+                if w.opcode == sys::IBV_WR_RDMA_WRITE {
+                    return (sys::IBV_WC_SUCCESS, sys::IBV_WC_RDMA_WRITE);
+                }
+                // SAFETY: the immediate member for WRITE_WITH_IMM.
+                let imm = u32::from_be(unsafe { w.__bindgen_anon_1.imm_data });
+                let recv = Recv {
+                    kind: RecvKind::WriteImm,
+                    len: len as u32,
+                    imm: Some(imm),
+                };
+                (self.serve(recv, &[]), sys::IBV_WC_RDMA_WRITE)
+            }
+            sys::IBV_WR_ATOMIC_CMP_AND_SWP | sys::IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                // SAFETY: the atomic member for these opcodes.
+                let a = unsafe { w.wr.atomic };
+                let Some(p) = node.at(a.remote_addr, a.rkey, 8) else {
+                    return (ACCESS, sys::IBV_WC_COMP_SWAP);
+                };
+                if !(p as usize).is_multiple_of(8) || len < 8 {
+                    return (sys::IBV_WC_REM_INV_REQ_ERR, sys::IBV_WC_COMP_SWAP);
+                }
+                // SAFETY: an aligned word inside the region, accessed atomically.
+                let word = unsafe { &*p.cast::<AtomicU64>() };
+                let (old, op) = if w.opcode == sys::IBV_WR_ATOMIC_CMP_AND_SWP {
+                    let old = match word.compare_exchange(
+                        a.compare_add,
+                        a.swap,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    ) {
+                        Ok(v) | Err(v) => v,
+                    };
+                    (old, sys::IBV_WC_COMP_SWAP)
+                } else {
+                    (
+                        word.fetch_add(a.compare_add, Ordering::SeqCst),
+                        sys::IBV_WC_FETCH_ADD,
+                    )
+                };
+                // SAFETY: the result buffer holds 8 bytes (checked above).
+                unsafe { laddr.cast::<u64>().write_unaligned(old) };
+                (sys::IBV_WC_SUCCESS, op)
+            }
+            sys::IBV_WR_SEND => {
+                let msg = if len == 0 {
+                    &[][..]
+                } else {
+                    // SAFETY: the SEND's `len` bytes, valid for the call.
+                    unsafe { std::slice::from_raw_parts(laddr, len) }
+                };
+                let recv = Recv {
+                    kind: RecvKind::Send,
+                    len: len as u32,
+                    imm: None,
+                };
+                (self.serve(recv, msg), sys::IBV_WC_SEND)
+            }
+            _ => (sys::IBV_WC_REM_INV_REQ_ERR, sys::IBV_WC_SEND),
+        }
+    }
+
+    /// Hands a message to the node's service and delivers its replies to this queue pair's
+    /// posted receives (replies to other connections are dropped: one client per node here).
+    fn serve(&self, recv: Recv, msg: &[u8]) -> sys::ibv_wc_status {
+        let node = &*self.node;
+        let mut replies = node.replies.borrow_mut();
+        replies.clear();
+        let served =
+            node.handler
+                .borrow_mut()
+                .on_message(&node.words(), self.conn, recv, msg, &mut replies);
+        if served.is_err() {
+            return sys::IBV_WC_REM_OP_ERR;
+        }
+        for m in replies.iter() {
+            let Some((id, addr, cap)) = self.recvs.borrow_mut().pop_front() else {
+                return sys::IBV_WC_RNR_RETRY_EXC_ERR;
+            };
+            if m.len() > cap as usize {
+                self.recv_cq
+                    .push(id, sys::IBV_WC_LOC_LEN_ERR, sys::IBV_WC_RECV, 0);
+                continue;
+            }
+            // SAFETY: the posted receive buffer holds `cap >= m.len()` bytes and the client
+            // does not touch it until it reaps this completion.
+            unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), addr as *mut u8, m.len()) };
+            self.recv_cq
+                .push(id, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV, m.len() as u32);
+        }
+        sys::IBV_WC_SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::FakeEndpoint;
+    use remora_core::block_on::block_on;
+    use remora_core::fabric::{Endpoint, FabricError, QueuePair};
+    use remora_core::server::Echo;
+    use remora_layouts::GlobalAddr;
+    use remora_poller::executor::run_coroutines;
+
+    fn node(id: NodeId) -> Rc<FakeNode> {
+        FakeNode::new(id, 4 << 20, 1 << 20, 64 << 10, Box::new(Echo)).unwrap()
+    }
+
+    #[test]
+    fn verbs_complete_in_memory_and_frames_are_read_in_place() {
+        let ep = FakeEndpoint::connect(&[node(0), node(1)]).unwrap();
+        // Coroutines on both queue pairs, sharing the thread's completion queue.
+        let coros = (0..8u64)
+            .map(|c| {
+                let ep = &ep;
+                async move {
+                    let n = (c % 2) as NodeId;
+                    let qp = ep.qp(n).unwrap();
+                    let at = GlobalAddr::new(n, 8192 + 64 * c);
+                    let mut img = [0u8; 64];
+                    for round in 0..50u64 {
+                        let data = [(c + round) as u8; 64];
+                        qp.write(at, &data).await.unwrap();
+                        qp.read(at, &mut img).await.unwrap();
+                        assert_eq!(img, data);
+                        let old = qp.faa(at, 1).await.unwrap();
+                        assert_eq!(old, u64::from_ne_bytes(data[..8].try_into().unwrap()));
+                        assert_eq!(qp.cas(at, old + 1, 5).await.unwrap(), old + 1);
+                    }
+                }
+            })
+            .collect();
+        run_coroutines(coros);
+        let s = ep.stats();
+        assert_eq!(s.bounced_read + s.bounced_atomic, 0, "{s}");
+        assert!(s.in_place >= 8 * 50 * (64 + 16), "{s}");
+        assert!(s.completions >= 8 * 50 * 4, "{s}");
+        assert!(s.polls_per_completion() <= 1.2, "{s}");
+        // A heap buffer is outside the registered memory: bounced.
+        let qp = ep.qp(0).unwrap();
+        let mut heap = vec![0u8; 64];
+        block_on(qp.read(GlobalAddr::new(0, 8192), &mut heap)).unwrap();
+        assert_eq!(ep.stats().bounced_read, 64);
+    }
+
+    #[test]
+    fn errors_break_the_queue_pair_like_a_nic() {
+        let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+        let qp = ep.qp(0).unwrap();
+        let mut b = [0u8; 8];
+        let e = block_on(qp.read(GlobalAddr::new(0, 4 << 20), &mut b)).unwrap_err();
+        assert!(matches!(e, FabricError::RemoteAccess { .. }), "{e:?}");
+        assert!(qp.is_broken());
+        let e = block_on(qp.read(GlobalAddr::new(0, 0), &mut b)).unwrap_err();
+        assert_eq!(e, FabricError::Flushed);
+    }
+
+    #[test]
+    fn sends_reach_the_service_and_replies_the_receives() {
+        let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+        let qp = ep.qp(0).unwrap();
+        let mut reply = [0u8; 64];
+        for i in 0..200u8 {
+            block_on(qp.send(&[i; 40])).unwrap();
+            let r = block_on(qp.recv(&mut reply)).unwrap();
+            assert_eq!(r.len, 40);
+            assert_eq!(reply[..40], [i; 40]);
+        }
+    }
+}

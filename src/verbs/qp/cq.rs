@@ -1,0 +1,164 @@
+//! One send completion queue per thread: every queue pair of an endpoint posts into it, and
+//! whoever polls it hands each completion to the queue pair named in its `wr_id` (which
+//! marks the batch done in that queue pair's slot table: the coroutine waiting on it finds it
+//! done on its next poll without polling anything).
+//!
+//! A `wr_id` is `queue pair index << 48 | slot << 16 | work request index`.
+use super::VerbsQp;
+use crate::verbs::error::{VerbsError, sys_err};
+use crate::verbs::fake::FakeCq;
+use crate::verbs::sys;
+use std::cell::Cell;
+
+/// Queue pairs one completion queue serves.
+pub(crate) const QPS_PER_CQ: usize = 16;
+
+/// Work requests one queue pair may have completing at once (its send-queue depth, as every
+/// request of a failed batch completes).
+const CQE_PER_QP: i32 = super::SQ_DEPTH as i32;
+
+enum Kind {
+    Real {
+        cq: *mut sys::ibv_cq,
+        ctx: *mut sys::ibv_context,
+    },
+    Fake(FakeCq),
+}
+
+/// A send completion queue shared by the queue pairs of one thread.
+pub(crate) struct SendCq {
+    kind: Kind,
+    /// The queue pairs by index, as each last posted (null: gone or never posted).
+    qps: [Cell<*const VerbsQp>; QPS_PER_CQ],
+    taken: Cell<usize>,
+    /// Post futures of all these queue pairs waiting for their batch, and the turn counter
+    /// that lets one of them poll per executor round.
+    pub(super) waiters: Cell<u32>,
+    turn: Cell<u32>,
+}
+
+impl SendCq {
+    fn with(kind: Kind) -> SendCq {
+        SendCq {
+            kind,
+            qps: [const { Cell::new(std::ptr::null()) }; QPS_PER_CQ],
+            taken: Cell::new(0),
+            waiters: Cell::new(0),
+            turn: Cell::new(0),
+        }
+    }
+
+    /// A completion queue on device context `ctx` with room for [`QPS_PER_CQ`] queue pairs.
+    pub(crate) fn real(ctx: *mut sys::ibv_context) -> Result<SendCq, VerbsError> {
+        // SAFETY: `ctx` is open; no channel, no vector; checked for null.
+        let cq = unsafe {
+            sys::ibv_create_cq(
+                ctx,
+                CQE_PER_QP * QPS_PER_CQ as i32 + 1,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if cq.is_null() {
+            return Err(sys_err("ibv_create_cq (send)"));
+        }
+        Ok(SendCq::with(Kind::Real { cq, ctx }))
+    }
+
+    /// The fake device's completion queue.
+    pub(crate) fn fake() -> SendCq {
+        SendCq::with(Kind::Fake(FakeCq::new(
+            CQE_PER_QP as usize * QPS_PER_CQ + 1,
+        )))
+    }
+
+    /// The raw completion queue to create a queue pair on (null on the fake device).
+    pub(crate) fn raw(&self) -> *mut sys::ibv_cq {
+        match &self.kind {
+            Kind::Real { cq, .. } => *cq,
+            Kind::Fake(_) => std::ptr::null_mut(),
+        }
+    }
+
+    pub(crate) fn fake_cq(&self) -> Option<&FakeCq> {
+        match &self.kind {
+            Kind::Fake(c) => Some(c),
+            Kind::Real { .. } => None,
+        }
+    }
+
+    /// True when a queue pair on `ctx` may join (same device, room left).
+    pub(crate) fn fits(&self, ctx: *mut sys::ibv_context) -> bool {
+        let same = match &self.kind {
+            Kind::Real { ctx: c, .. } => *c == ctx,
+            Kind::Fake(_) => ctx.is_null(),
+        };
+        same && self.taken.get() < QPS_PER_CQ
+    }
+
+    /// Takes an index for a new queue pair.
+    pub(crate) fn join(&self) -> Option<u16> {
+        let i = self.taken.get();
+        (i < QPS_PER_CQ).then(|| {
+            self.taken.set(i + 1);
+            i as u16
+        })
+    }
+
+    /// Records where queue pair `i` is (it calls this on every post: a queue pair that moved
+    /// since has nothing in flight).
+    #[inline]
+    pub(super) fn place(&self, i: u16, qp: *const VerbsQp) {
+        self.qps[i as usize].set(qp);
+    }
+
+    /// The queue pair at index `i`, if it is there.
+    pub(super) fn qp(&self, i: usize) -> Option<*const VerbsQp> {
+        let p = self.qps.get(i)?.get();
+        (!p.is_null()).then_some(p)
+    }
+
+    /// Up to `n` completions into `wcs` (`ibv_poll_cq`'s answer).
+    #[inline]
+    pub(super) fn poll(&self, n: usize, wcs: *mut sys::ibv_wc) -> i32 {
+        match &self.kind {
+            // SAFETY: a live CQ; room for `n` completions at `wcs` (the caller's).
+            Kind::Real { cq, .. } => unsafe { sys::ibv_poll_cq(*cq, n as i32, wcs) },
+            Kind::Fake(c) => c.poll(n, wcs),
+        }
+    }
+
+    /// Whether the calling waiting post is the one to poll now: one in every `waiters` turns,
+    /// so some waiter polls every round and the others do not.
+    pub(super) fn my_turn(&self) -> bool {
+        let t = self.turn.get().wrapping_add(1);
+        self.turn.set(t);
+        t.is_multiple_of(self.waiters.get().max(1))
+    }
+}
+
+impl Drop for SendCq {
+    fn drop(&mut self) {
+        if let Kind::Real { cq, .. } = self.kind {
+            // SAFETY: every queue pair on it is destroyed (each holds the Rc until after).
+            unsafe { sys::ibv_destroy_cq(cq) };
+        }
+    }
+}
+
+/// The `wr_id` of work request `idx` of batch `slot` on queue pair `qp`.
+#[inline]
+pub(super) fn wr_id(qp: u16, slot: u64, idx: usize) -> u64 {
+    (u64::from(qp) << 48) | (slot << 16) | idx as u64
+}
+
+/// (queue pair, slot, work request) of a `wr_id`.
+#[inline]
+pub(super) fn split(wr_id: u64) -> (usize, u64, u16) {
+    (
+        (wr_id >> 48) as usize,
+        (wr_id >> 16) & 0xffff_ffff,
+        (wr_id & 0xffff) as u16,
+    )
+}
