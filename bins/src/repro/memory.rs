@@ -6,10 +6,9 @@
 //!
 //! The child processes measure the sim's whole footprint: the memory nodes' regions (zeroed
 //! lazily, so only what the index touches counts), the clients' own state (SMART's radix
-//! cache and Sherman's index cache live per client thread, bounded by `--cache-mib`), the
-//! sim's queues and the bench's histograms. SMART's radix cache and Sherman's index cache
-//! are per compute node (shared by its client threads), so the fit counts one full cache per
-//! compute node, not one per client thread.
+//! cache and Sherman's index cache live per compute node, shared by its client threads and
+//! bounded by `--cache-mib`: the fit counts one full cache per compute node, not one per
+//! client thread), the sim's queues and the bench's histograms.
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
