@@ -88,7 +88,10 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p(full, "a"),
             p("FG+", "a"),
-            "",
+            "rough, measured: FG+'s p99 is near the paper's ~20 ms (the absolute figures \
+             beside it), Sherman's (some 240 µs) about a third of the ~660 µs the paper's \
+             ratio implies (20 ms / 30.2): the gap is in Sherman's tail (its hot leaves' \
+             lock queues), not FG+'s",
         )
         .figures(None, Some(20_000.0), FG_BOUND),
         Claim::ratio(
