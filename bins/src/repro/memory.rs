@@ -6,8 +6,9 @@
 //!
 //! The child processes measure the sim's whole footprint: the memory nodes' regions (zeroed
 //! lazily, so only what the index touches counts), the clients' own state (SMART's radix
-//! cache and Sherman's index cache live per client thread, bounded by `--cache-mib`), the
-//! sim's queues and the bench's histograms.
+//! cache and Sherman's index cache live per compute node, shared by its client threads and
+//! bounded by `--cache-mib`: the fit counts one full cache per compute node, not one per
+//! client thread), the sim's queues and the bench's histograms.
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -24,9 +25,9 @@ pub struct Probe {
     /// The two key counts (small, large) and client threads per node (few, many).
     pub keys: (u64, u64),
     pub per_node: (usize, usize),
-    /// A per-client cache bounded by `--cache-mib` (default 64 MiB) that fills as keys grow:
-    /// the runs over keys take `--no-cache` (so bytes per key are the index's own, not every
-    /// client's copy of it), the fit counts each client's cache full.
+    /// A per-compute-node cache bounded by `--cache-mib` (default 64 MiB) that fills as keys
+    /// grow: the runs over keys take `--no-cache` (so bytes per key are the index's own, not
+    /// every node's copy of it), the fit counts each compute node's cache full.
     pub cache_mib: Option<f64>,
 }
 
@@ -173,23 +174,27 @@ pub struct Fit {
     pub bytes_per_client: f64,
     /// Peak RSS not explained by keys or clients (the binary, the sim, fixed buffers).
     pub fixed_bytes: f64,
-    /// A per-client cache that fills up to this bound at large key counts.
+    /// A per-compute-node cache that fills up to this bound at large key counts.
     pub cache_bytes: Option<f64>,
+    /// Compute nodes of the paper's shape: one cache each.
+    #[serde(default)]
+    pub compute_nodes: usize,
 }
 
 impl Fit {
-    /// Bytes at `keys` keys and `clients` client threads (caches counted full when
-    /// `full_caches`).
+    /// Bytes at `keys` keys and `clients` client threads over the paper's compute nodes
+    /// (one cache per compute node, counted full when `full_caches`).
     pub fn bytes_at(&self, keys: f64, clients: f64, full_caches: bool) -> f64 {
-        let cache = if full_caches {
-            self.cache_bytes.unwrap_or(0.0)
+        let caches = if full_caches {
+            self.cache_bytes.unwrap_or(0.0) * self.compute_nodes.max(1) as f64
         } else {
             0.0
         };
-        self.fixed_bytes + keys * self.bytes_per_key + clients * (self.bytes_per_client + cache)
+        self.fixed_bytes + keys * self.bytes_per_key + clients * self.bytes_per_client + caches
     }
 
-    /// The most keys that fit in `mem` bytes at `clients` client threads with full caches.
+    /// The most keys that fit in `mem` bytes at `clients` client threads with full caches
+    /// (one per compute node).
     pub fn keys_fitting(&self, mem: f64, clients: f64) -> f64 {
         let left = mem - self.bytes_at(0.0, clients, true);
         if self.bytes_per_key <= 0.0 || left <= 0.0 {
@@ -263,6 +268,7 @@ fn fit(p: &Probe, command: String, runs: [Usage; 5], nodes: usize) -> Fit {
         bytes_per_client,
         fixed_bytes: (rss(base) - k0 * bytes_per_key - c0 * bytes_per_client).max(0.0),
         cache_bytes: p.cache_mib.map(|m| m * (1u64 << 20) as f64),
+        compute_nodes: nodes,
     }
 }
 
@@ -317,19 +323,19 @@ impl MemoryReport {
              CPU of each child from `wait4`. Bytes per key: the slope over keys (the memory \
              nodes' regions are zeroed lazily, so this is what the index touches: nodes, \
              leaves, logs, allocator slack; measured with `--no-cache` where the index has a \
-             per-client cache). Bytes per client: the slope over client threads \
-             (the client's own state: caches, buffers, histograms, queue pairs); an index \
-             with a per-client cache (`cache` column) fills it up to `--cache-mib` at large \
-             key counts, so the fit counts every cache full. Fit: the most keys whose bytes \
-             fit {:.0}% of the machine at the paper's `--scale full` client count, and the \
-             most whose loads fit {:.0} s of CPU over the paper's `--scale full` runs (every \
-             run loads its keys afresh).\n",
+             per-compute-node cache). Bytes per client: the slope over client threads \
+             (the client's own state: buffers, histograms, queue pairs); an index with a \
+             per-compute-node cache (`cache` column) fills it up to `--cache-mib` at large \
+             key counts, so the fit counts every compute node's cache full. Fit: the most \
+             keys whose bytes fit {:.0}% of the machine at the paper's `--scale full` client \
+             count, and the most whose loads fit {:.0} s of CPU over the paper's `--scale \
+             full` runs (every run loads its keys afresh).\n",
             100.0 * self.usable,
             self.cpu_budget_s
         );
         let _ = writeln!(
             m,
-            "| paper | index | B/key | CPU µs/key | MiB/client | cache MiB/client | fixed MiB \
+            "| paper | index | B/key | CPU µs/key | MiB/client | cache MiB/node | fixed MiB \
              | full: clients, runs, keys | paper's keys | keys fitting memory | keys fitting \
              CPU | measured by |\n|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"
         );
@@ -413,8 +419,10 @@ mod tests {
         assert!((f.bytes_per_client - 1000.0).abs() < 1e-9, "{f:?}");
         assert!((f.fixed_bytes - 50_000.0).abs() < 1e-6, "{f:?}");
         assert!((f.cpu_us_per_key - 10.0).abs() < 1e-6, "{f:?}");
-        // 10 clients with full 1 MiB caches, then 100 B a key.
-        let mem = 50_000.0 + 10.0 * (1000.0 + 1048576.0) + 100.0 * 5000.0;
+        // 10 clients over 4 compute nodes, one full 1 MiB cache per node (not per client),
+        // then 100 B a key.
+        assert_eq!(f.compute_nodes, 4);
+        let mem = 50_000.0 + 10.0 * 1000.0 + 4.0 * 1048576.0 + 100.0 * 5000.0;
         assert!((f.keys_fitting(mem, 10.0) - 5000.0).abs() < 1e-6);
         assert_eq!(f.keys_fitting(1.0, 10.0), 0.0);
         assert_eq!(count(60e6), "60.0M");

@@ -5,54 +5,108 @@ use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
 
 const NODES: usize = 16;
 const ALL: &[&str] = &["load", "a", "b", "c", "d"];
-/// Coroutines per client thread (the bench's default).
-const COROUTINES: u64 = 4;
-/// The paper's keys (60M): the modelled cache is scaled by keys loaded / this.
+/// Coroutines per client thread: every script of the authors runs `./ycsb_test <CNs>
+/// <clients per CN> 2 ...` (dmemsys/SMART exp/fig_12.py, fig_13.py, fig_17.py; its README:
+/// "coro_num_per_client: ... 2 is recommended"), Sherman's runs too.
+const COROUTINES: u64 = 2;
+/// The paper's keys (60M): the modelled LLC is scaled by keys loaded / this. The compute-side
+/// caches are not: the authors give SMART and Sherman 600 MiB per compute node for 60M keys
+/// (exp/params/fig_13.json `cache_size`), but scaled by keys (0.1 MiB at 10k keys) it no
+/// longer holds even the top of a 10k-key tree, whose root and second level are 256-way
+/// nodes: measured at 16 x 48 threads x 2 coroutines, YCSB-C, SMART reads 1.78 times per
+/// lookup, 1513 B (the root's 2 KiB image, again and again) and falls from 198 to 14.5 Mops.
+/// The default 64 MiB holds the whole 10k-key tree: every lookup hits (0.99 READs).
 const PAPER_KEYS: u64 = 60_000_000;
-/// Client threads per compute node the authors' scripts sweep: up to 22 for YCSB-A, up to 56
-/// for YCSB-C (16 compute nodes: 352 and 896 threads). Each thread is synchronous here (one
-/// operation in flight: `--coroutines 1`).
-const THREADS_A: &[usize] = &[1, 2, 4, 8, 16, 22];
-const THREADS_C: &[usize] = &[1, 2, 4, 8, 16, 32, 56];
+/// Client threads per compute node of the authors' integer-key YCSB sweeps (exp/params/
+/// fig_13.json `client_num`, 16 compute nodes, 2 coroutines each). SMART: up to 24 for
+/// YCSB-A, 48 for YCSB-C.
+const SMART_THREADS_A: &[usize] = &[2, 4, 6, 10, 12, 18, 20, 24];
+const SMART_THREADS_C: &[usize] = &[4, 8, 10, 12, 16, 24, 32, 48];
+/// Sherman is swept with fewer clients ("as Sherman/ART saturates the network more easily
+/// than SMART, we test them with fewer clients", exp/fig_12.py): YCSB-C up to 16 per node
+/// on 16 nodes; YCSB-A ends on 2 compute nodes x 19..22 threads (its first points, 16 x 1
+/// and 4 x 7..9, are other shapes: remora sweeps the last shape, where its peak is).
+const SHERMAN_THREADS_C: &[usize] = &[4, 6, 8, 10, 12, 13, 14, 16];
+const SHERMAN_NODES_A: usize = 2;
+const SHERMAN_THREADS_A: &[usize] = &[19, 20, 21, 22];
+/// Coroutines per thread of the YCSB bars and the factor analysis (the bench's default): not
+/// the authors' factor shape, 16 compute nodes x 24 threads x 2 coroutines (exp/params/
+/// fig_17.json `client_num: [16, 24]`, exp/fig_17.py). Measured in that shape at quick scale
+/// (10k keys), the 768 operations in flight meet a tree of ~260 internal nodes where the
+/// paper's 60M keys spread them over millions, and a zipfian over 10k keys sends each hot
+/// key twice the paper's share: the ART baseline's LOAD waits on internal-node locks (37.8
+/// round trips per insert against 11.4 here; lock-free LOAD 13.9x, paper 1.5x) and the
+/// in-place leaves' hottest key serializes YCSB-B's updates under its lock (+ in-place leaf
+/// 0.87x, paper 1.5x). In this shape (16 x 4 x 4, 256 in flight) the steps land at 4.5x,
+/// 1.25x and 1.55x.
+const BAR_COROUTINES: u64 = 4;
 
 pub fn paper(s: &Scale) -> Paper {
     let sim = s.sim_flags("smart", PAPER_KEYS);
     let base = format!("{sim} --compute-nodes {NODES} --memory-nodes 2");
-    // SMART's cache and read-delegation table are per client thread here (per compute node
-    // in the paper), so the warm-up gives every coroutine of the largest run a few hundred
-    // operations: a warm-up spread thinner leaves them cold (604 B/op read at 64 clients,
-    // 96 B/op warm).
     let per_node = s.max_clients(NODES) / NODES;
-    let warm = s.warmup.max(200 * (per_node * NODES) as u64 * COROUTINES);
+    let llc = s.llc_lines("smart", PAPER_KEYS);
+    // Every coroutine's run of a few operations before the measured phase.
+    let warm = |clients: usize| s.warmup.max(50 * clients as u64 * COROUTINES);
+    // The YCSB bars and the factor analysis: remora's own shape (see BAR_COROUTINES), a few
+    // hundred warm-up operations per coroutine.
+    let bar_warm = s
+        .warmup
+        .max(200 * (per_node * NODES) as u64 * BAR_COROUTINES);
     let at_max = format!(
-        "--fabric sim --profile smart --set server_llc_lines={} --records {} --operations {} \
-         --warmup {warm} --compute-nodes {NODES} --memory-nodes 2 --clients-per-node {per_node}",
-        s.llc_lines("smart", PAPER_KEYS),
-        s.records,
-        s.ops
+        "--fabric sim --profile smart --set server_llc_lines={llc} --records {} --operations {} \
+         --warmup {bar_warm} --compute-nodes {NODES} --memory-nodes 2 --clients-per-node \
+         {per_node} --coroutines {BAR_COROUTINES}",
+        s.records, s.ops
     );
     // Unloaded: one client of one coroutine per compute node, for median latencies that are
     // not queueing (a closed loop's p50 at saturation is in-flight operations / throughput).
     let unloaded = format!("{base} --clients-per-node 1 --coroutines 1");
-    // The paper's thread sweeps, synchronous threads; every thread's cache warmed by ~50
-    // operations of its own before the measured phase.
-    let paper_sweep = |threads: &[usize]| {
+    // The authors' thread sweeps of one index (its own counts).
+    let paper_sweep = |nodes: usize, threads: &[usize]| {
         let pts = s.sweep_points(threads);
-        let most = pts.iter().max().copied().unwrap_or(1) * NODES;
-        let v: Vec<String> = pts.iter().map(|t| (t * NODES).to_string()).collect();
+        let most = pts.iter().max().copied().unwrap_or(1) * nodes;
+        let v: Vec<String> = pts.iter().map(|t| (t * nodes).to_string()).collect();
         format!(
-            "--fabric sim --profile smart --set server_llc_lines={} --records {} --operations {} \
-             --warmup {} --compute-nodes {NODES} --memory-nodes 2 --coroutines 1 \
-             --sweep clients={}",
-            s.llc_lines("smart", PAPER_KEYS),
+            "--fabric sim --profile smart --set server_llc_lines={llc} --records {} \
+             --operations {} --warmup {} --compute-nodes {nodes} --memory-nodes 2 \
+             --coroutines {COROUTINES} --sweep clients={}",
             s.records,
             s.ops,
-            s.warmup.max(50 * most as u64),
+            warm(most),
             v.join(",")
         )
     };
-    let sweep_a = paper_sweep(THREADS_A);
-    let sweep_c = paper_sweep(THREADS_C);
+    let last = |nodes: usize, threads: &[usize]| {
+        nodes * s.sweep_points(threads).last().copied().unwrap_or(1)
+    };
+    let smart_a = last(NODES, SMART_THREADS_A);
+    let smart_c = last(NODES, SMART_THREADS_C);
+    let sherman_a = last(SHERMAN_NODES_A, SHERMAN_THREADS_A);
+    let sherman_c = last(NODES, SHERMAN_THREADS_C);
+    let curve = |wl: &'static str, smart: &[usize], sherman_nodes: usize, sherman: &[usize]| {
+        let own = paper_sweep(NODES, smart);
+        vec![
+            Series::new(
+                "SMART",
+                format!("{own} --index smart --keys int"),
+                &[wl][..],
+            ),
+            Series::new(
+                "Sherman",
+                format!(
+                    "{} --index sherman --keys int",
+                    paper_sweep(sherman_nodes, sherman)
+                ),
+                &[wl][..],
+            ),
+            Series::new(
+                "ART on DM",
+                format!("{own} --index smart --baseline --keys int"),
+                &[wl][..],
+            ),
+        ]
+    };
     // The three indexes of the paper's comparison; the lead adds rows here.
     let trio = |flags: &str, keys: &str, wl: &[&'static str]| {
         let mut v = vec![
@@ -88,13 +142,13 @@ pub fn paper(s: &Scale) -> Paper {
             id: "smart-clients-a".into(),
             title: "SMART: YCSB-A throughput vs clients".into(),
             chart: Chart::Curve,
-            series: trio(&sweep_a, "int", &["a"]),
+            series: curve("a", SMART_THREADS_A, SHERMAN_NODES_A, SHERMAN_THREADS_A),
         },
         Experiment {
             id: "smart-clients-c".into(),
             title: "SMART: YCSB-C throughput vs clients".into(),
             chart: Chart::Curve,
-            series: trio(&sweep_c, "int", &["c"]),
+            series: curve("c", SMART_THREADS_C, NODES, SHERMAN_THREADS_C),
         },
         Experiment {
             id: "smart-unloaded".into(),
@@ -124,9 +178,15 @@ pub fn paper(s: &Scale) -> Paper {
             (6.1, 6.1),
             Metric::Mops,
             true,
-            p("smart-clients-a", "SMART", "a"),
-            p("smart-clients-a", "Sherman", "a"),
-            "paper: up to 6.1x over its client sweep (many threads per compute node)",
+            Pick::at("smart-clients-a", "SMART", "a", smart_a),
+            Pick::at("smart-clients-a", "Sherman", "a", sherman_a),
+            "the paper's curves give each index its own client counts (Sherman saturates with \
+             fewer); 'up to' is peak against peak: SMART at its largest count (16 compute \
+             nodes), Sherman at its own (2 compute nodes), both x 2 coroutines. Rough, \
+             measured: neither index saturates a metered resource (the model's view); both \
+             wait on hot keys' leaf locks (SMART's lock polls and combined writes, Sherman's \
+             hand-overs; p99 some 20x the median), and a zipfian over 10k keys gives the \
+             hottest key about twice the share it has over the paper's 60M",
         ),
         Claim::ratio(
             "write-latency",
@@ -144,10 +204,19 @@ pub fn paper(s: &Scale) -> Paper {
             (2.8, 2.8),
             Metric::Mops,
             true,
-            p("smart-clients-c", "SMART", "c"),
-            p("smart-clients-c", "Sherman", "c"),
-            "the paper's gain comes from the memory nodes' IOPS: Sherman reads a 1 KB leaf \
-             per lookup, SMART one small leaf",
+            Pick::at("smart-clients-c", "SMART", "c", smart_c),
+            Pick::at("smart-clients-c", "Sherman", "c", sherman_c),
+            "the paper's gain comes from the memory nodes' IOPS: Sherman reads a leaf per \
+             lookup, SMART one small leaf. Off, measured: SMART's 10k-key tree is wholly in \
+             its cache, so each lookup is one READ of a ~65 B leaf and SMART runs at the \
+             memory nodes' NIC message rate (the model's view), while Sherman reads one \
+             1 KiB page per lookup at their link bandwidth: the ratio is message rate / \
+             (bandwidth / 1 KiB). The paper's Sherman ran span-32 pages (the authors' \
+             exp/params/fig_13.json `span_size: 32`; their forked Sherman's Common.h: a \
+             32 x 18 B + 47 B = 623 B leaf), remora's pages are powers of two (32 of its \
+             24 B entries need 840 B, so 1 KiB); and the paper's 600 MiB cache does not hold \
+             its 60M-key tree (0.1 MiB, the cache scaled to 10k keys, does not hold the root: \
+             see smart.rs), so its lookups read more than one node",
         ),
         Claim::ratio(
             "read-latency",
@@ -200,17 +269,22 @@ pub fn paper(s: &Scale) -> Paper {
         paper_keys: Some(60_000_000),
         setup: format!(
             "sim, profile smart (ConnectX-6 100 Gb, DRAM memory nodes; `remora perf --fabric \
-             sim --profile smart --show-model`), LLC scaled to {} lines ({} keys of the \
-             paper's 60M); {NODES} compute nodes x {per_node} client threads x {COROUTINES} \
-             coroutines (curves: the authors' thread sweeps, synchronous threads, {} per node \
-             for YCSB-A and {} for YCSB-C; unloaded: 1 x 1 coroutine), 2 memory nodes; {} \
-             measured ops after {} warm-up ops ({warm} for the YCSB and factor runs at the \
-             largest client count, 50 per thread for the curves), zipfian 0.99, 8-byte \
-             values, seed 1",
-            s.llc_lines("smart", PAPER_KEYS),
+             sim --profile smart --show-model`), LLC scaled to {llc} lines ({} keys of the \
+             paper's 60M), 64 MiB cache per compute node (the authors' 600 MiB, not scaled: \
+             it holds the whole tree); YCSB bars and factors: {NODES} compute nodes x \
+             {per_node} client threads x {BAR_COROUTINES} coroutines ({bar_warm} warm-up ops; \
+             the authors' factor shape, {NODES} x 24 x 2, is not used at this scale: see \
+             smart.rs); curves: the authors' thread sweeps of each index x {COROUTINES} \
+             coroutines (their scripts' count), SMART {} per node (YCSB-A) and {} (YCSB-C) on \
+             {NODES} nodes, Sherman {} on {SHERMAN_NODES_A} nodes (YCSB-A) and {} on {NODES} \
+             (YCSB-C), 50 warm-up ops per coroutine; unloaded: 1 x 1 coroutine; 2 memory \
+             nodes; {} measured ops, at least {} warm-up ops, zipfian 0.99, 8-byte values, \
+             seed 1",
             s.records,
-            list(&s.sweep_points(THREADS_A)),
-            list(&s.sweep_points(THREADS_C)),
+            list(&s.sweep_points(SMART_THREADS_A)),
+            list(&s.sweep_points(SMART_THREADS_C)),
+            list(&s.sweep_points(SHERMAN_THREADS_A)),
+            list(&s.sweep_points(SHERMAN_THREADS_C)),
             s.ops,
             s.warmup
         ),

@@ -325,9 +325,15 @@ impl Locks {
                 .expect("a batch has room for the unlock");
             qp.post(writeback).await
         } else {
+            // Without combination, as the authors' `write_page_and_unlock` without
+            // CONFIG_ENABLE_OP_COUPLE: `write_sync` of the page, then `unlock_addr(...,
+            // async = need_split)`, a synchronous `cas_dm_sync` after an ordinary write-back
+            // (thustorage/Sherman src/Tree.cpp): the unlock's round trip is waited for, and
+            // only then does the local lock pass on. That round trip is what combination
+            // saves (posting the unlock unsignaled here would save it without combination).
             match qp.post(writeback).await {
                 Ok(()) => {
-                    qp.post_unsignaled(&mut [Op::Write {
+                    qp.post(&mut [Op::Write {
                         remote: lock,
                         local: &ZERO,
                     }])
@@ -355,6 +361,76 @@ impl Locks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::counters::Counters;
+    use crate::fabric::Recv;
+    use core::cell::RefCell;
+    use remora_layouts::NodeId;
+    use std_alloc::vec::Vec;
+
+    /// A queue pair that executes nothing and records each post: (ops, signaled).
+    #[derive(Default)]
+    struct Recorder {
+        posts: RefCell<Vec<(usize, bool)>>,
+        counters: Counters,
+    }
+
+    impl QueuePair for Recorder {
+        fn peer(&self) -> NodeId {
+            0
+        }
+        async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
+            self.posts.borrow_mut().push((ops.len(), true));
+            Ok(())
+        }
+        async fn post_unsignaled<'a, 'b>(
+            &'a self,
+            ops: &'a mut [Op<'b>],
+        ) -> Result<(), FabricError> {
+            self.posts.borrow_mut().push((ops.len(), false));
+            Ok(())
+        }
+        async fn recv<'a>(&'a self, _buf: &'a mut [u8]) -> Result<Recv, FabricError> {
+            Err(FabricError::Unsupported { what: "recv" })
+        }
+        fn try_recv(&self, _buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+            Err(FabricError::Unsupported { what: "recv" })
+        }
+        fn max_message(&self) -> usize {
+            0
+        }
+        fn counters(&self) -> &Counters {
+            &self.counters
+        }
+        fn is_broken(&self) -> bool {
+            false
+        }
+    }
+
+    /// The posts of one release of a written-back page.
+    fn release_posts(combine: bool) -> Vec<(usize, bool)> {
+        let lease = LeaseConfig::default_lease();
+        let node = Arc::new(ShermanNode::new(&super::super::ShermanConfig::sherman()));
+        let locks = Locks::new(7, false, combine, true, 8, lease, node);
+        let qp = Recorder::default();
+        let page = [0u8; 64];
+        let mut wb = Batch::new();
+        wb.push(Op::Write {
+            remote: GlobalAddr::new(0, 4096),
+            local: &page,
+        })
+        .expect("room");
+        crate::block_on::block_on(locks.release(&qp, GlobalAddr::new(0, 64), &mut wb))
+            .expect("release");
+        qp.posts.into_inner()
+    }
+
+    #[test]
+    fn without_combination_the_unlock_is_a_second_waited_round_trip() {
+        // The authors' non-combined release waits for its unlock (`cas_dm_sync`); the
+        // combined one posts write-back and unlock in one doorbell.
+        assert_eq!(release_posts(false), [(1, true), (1, true)]);
+        assert_eq!(release_posts(true), [(2, true)]);
+    }
 
     fn locks(spin: bool) -> Locks {
         let lease = LeaseConfig {

@@ -270,6 +270,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     // Reverse check: the leaf must name the cached node as its parent.
                     if info.reverse != node.pack48().unwrap_or(0) {
                         self.invalidate(node);
+                    } else if live != leaf {
+                        // The cached slot named an out-of-place leaf that has since been
+                        // replaced: point it at the live end of the chain, so that the next
+                        // lookup reads one leaf instead of following the chain again (the
+                        // authors' code drops the entry and re-reads the parent slot instead;
+                        // without either, every update of a hot key lengthens every other
+                        // client's chain by one READ).
+                        if let Ok(s) = Slot::leaf(slot.pkey(), live, bytes)
+                            && let Some(mut c) = self.node.cache_mut()
+                        {
+                            c.set_slot(node, idx, s);
+                        }
                     }
                     if info.key(buf) == k {
                         bump(&self.stats.cache_leaf_hits);

@@ -302,6 +302,60 @@ fn warm_cache_lookup_is_one_read() {
 }
 
 #[test]
+fn a_cached_slot_follows_a_forward_chain_once() {
+    // Out-of-place leaves with the cache (the factor analysis's "+ lock-free internal"
+    // step): another compute node updates a key ten times, each update a new leaf that the
+    // old one forwards to. The reader's cached slot still names the first leaf: its next
+    // lookup follows the chain (11 READs), and then reads the live leaf at once instead of
+    // following the chain again on every lookup.
+    let t = Techniques {
+        in_place_leaf: false,
+        rear_lock: false,
+        delegation: false,
+        combining: false,
+        ..Techniques::SMART
+    };
+    let m = memory(16 << 20);
+    let (ep_r, ep_w) = (endpoint(&m), endpoint(&m));
+    let cfg = SmartConfig::new(t, KeyMode::Fixed(8), 8);
+    let reader = block(Smart::open(&ep_r, cfg)).unwrap();
+    let writer = block(Smart::open(&ep_w, cfg)).unwrap();
+    let key = |k: u64| (k * 7919).to_be_bytes();
+    for k in 0..200u64 {
+        block(writer.upsert(&key(k), &k.to_le_bytes())).unwrap();
+    }
+    let mut out = [0u8; 8];
+    for _ in 0..2 {
+        for k in 0..200u64 {
+            block(reader.get(&key(k), &mut out)).unwrap();
+        }
+    }
+    for v in 1..=10u64 {
+        block(writer.upsert(&key(77), &v.to_le_bytes())).unwrap();
+    }
+    let reads = |f: &dyn Fn()| {
+        let before = reader.counters();
+        f();
+        (reader.counters() - before).verb(crate::fabric::Verb::Read)
+    };
+    let get = || {
+        assert_eq!(
+            block(reader.get(&key(77), &mut out.clone())).unwrap(),
+            Some(8)
+        );
+    };
+    assert_eq!(
+        reads(&get),
+        11,
+        "the chain of ten replaced leaves, then the live one"
+    );
+    assert_eq!(reads(&get), 1, "the cached slot now names the live leaf");
+    let mut v = [0u8; 8];
+    block(reader.get(&key(77), &mut v)).unwrap();
+    assert_eq!(u64::from_le_bytes(v), 10);
+}
+
+#[test]
 fn coroutines_and_handles_interleave_correctly() {
     // Four handles (compute nodes) with four coroutines each, all on one hot key set,
     // interleaved at every round trip; then every key holds a value some writer wrote last.

@@ -63,7 +63,8 @@ pub const PROFILES: &[Profile] = &[
                 "link_gbps",
                 100.0,
                 "'16 compute nodes, 2 memory nodes, ConnectX-6 100 Gb' (INDEX.md, SMART's \
-                 evaluation)",
+                 evaluation); the authors' README: CloudLab r650 machines, 'one 100Gbps \
+                 Mellanox ConnectX-6 IB RNIC', each on a 100Gbps switch",
             ),
             v(
                 "one_way_ns",
@@ -75,7 +76,8 @@ pub const PROFILES: &[Profile] = &[
                 110.0,
                 "assumed: ConnectX-6 as the ~110 Mops Sherman measured on ConnectX-5 \
                  (seeds/002 §2.1); SMART's text names the memory-side IOPS bound without a \
-                 figure, and ConnectX-6 briefs' 215 M msg/s is a two-port peak",
+                 figure, and ConnectX-6 briefs' 215 M msg/s is a two-port peak. It binds \
+                 SMART's YCSB-C at quick scale (one READ per lookup, ~90% of 2 x 110 Mops)",
             ),
             v(
                 "server_threads",
