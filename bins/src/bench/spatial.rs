@@ -21,6 +21,7 @@
 //! and TCP runners ([`run`]); this file holds the flags and the record.
 mod client;
 mod data;
+mod gate;
 mod run;
 
 use super::BenchArgs;
@@ -138,6 +139,11 @@ pub struct SpatialFlags {
     /// --tcp-listen ADDR`), instead of one started in-process on loopback.
     #[arg(long, value_name = "HOST:PORT")]
     pub tcp_connect: Option<String>,
+    /// Catfish on the sim: each compute node serves one READ doorbell of its clients at a
+    /// time, as the paper's client nodes did (seeds/003 §4.4, Figs. 8(b), 9(b); see
+    /// `spatial/gate.rs`). Off: a node's READs run in parallel, as the sim's NIC model has it.
+    #[arg(long)]
+    pub node_serial_reads: bool,
 }
 
 /// Catfish's own figures in the JSON record.

@@ -2,6 +2,7 @@
 //! memory node, and the TCP baseline; each creates or opens the tree, runs every client's
 //! LOAD and run phases, and measures the tree's height.
 use super::client::{Rdma, SpatialOps, part};
+use super::gate::{GatedEp, NodeReads};
 use super::{ClientResult, Outcome, POLL_SCAN_NS, Serve, Shared};
 use crate::bench::BenchArgs;
 use crate::bench::soft::{BarrierGuard, one};
@@ -109,6 +110,8 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
     let arrived = Cell::new(0usize);
     let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
     let height: RefCell<Option<u16>> = RefCell::new(None);
+    // Before the sim: its clients borrow them.
+    let gates: Vec<NodeReads> = (0..s.compute_nodes).map(|_| NodeReads::default()).collect();
     let mut sim = Sim::new(SimConfig {
         compute_nodes: s.compute_nodes,
         memory_nodes: 1,
@@ -158,8 +161,9 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
             let w = node * s.clients_per_node + c;
             let base = sim.client(node).map_err(|e| e.0)?;
             let (arrived, results) = (&arrived, &results);
+            let gate = gates.get(node).filter(|_| a.spatial.node_serial_reads);
             sim.spawn_with(&base, 0, move |ctx| async move {
-                let r = sim_client(sh, &ctx, w, arrived, clients).await;
+                let r = sim_client(sh, &ctx, w, gate, arrived, clients).await;
                 results.borrow_mut().push(r);
             });
         }
@@ -201,6 +205,7 @@ pub(super) async fn sim_client(
     sh: &Shared<'_>,
     ctx: &ClientCtx,
     w: usize,
+    gate: Option<&NodeReads>,
     arrived: &Cell<usize>,
     clients: usize,
 ) -> ClientResult {
@@ -217,9 +222,17 @@ pub(super) async fn sim_client(
         }
     };
     let mode = sh.a.spatial.mode;
+    let ep = match GatedEp::new(ctx.ep(), gate) {
+        Ok(ep) => ep,
+        Err(e) => {
+            arrived.set(arrived.get() + 1);
+            sh.stop.store(true, Ordering::Relaxed);
+            return Err(e.to_string());
+        }
+    };
     let mut ops = Rdma {
         c: &mut c,
-        ep: ctx.ep(),
+        ep: &ep,
         mode,
     };
     let l = part(&mut ops, sh, ctx, w, true).await;
