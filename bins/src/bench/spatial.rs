@@ -139,8 +139,8 @@ pub struct SpatialFlags {
     /// --tcp-listen ADDR`), instead of one started in-process on loopback.
     #[arg(long, value_name = "HOST:PORT")]
     pub tcp_connect: Option<String>,
-    /// Catfish on the sim: each compute node serves one READ doorbell of its clients at a
-    /// time, as the paper's client nodes did (seeds/003 §4.4, Figs. 8(b), 9(b); see
+    /// Catfish on the sim: each compute node serves one READ (of a node image) of its
+    /// clients at a time, as the paper's client nodes did (seeds/003 §4.4, Figs. 8(b), 9(b); see
     /// `spatial/gate.rs`). Off: a node's READs run in parallel, as the sim's NIC model has it.
     #[arg(long)]
     pub node_serial_reads: bool,
@@ -192,6 +192,9 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if a.spatial.heartbeat_us == 0 {
         return Err("--heartbeat-us must be at least 1".into());
+    }
+    if a.spatial.node_serial_reads && a.fabric != FabricKind::Sim {
+        return Err("--node-serial-reads models the paper's client nodes on --fabric sim".into());
     }
     if a.spatial.server_threads == 0 {
         return Err("--server-threads must be at least 1".into());

@@ -57,20 +57,20 @@ const HILBERT_SRC: &str = "seeds/003 §5.2.3, Fig. 19: Catfish's peak, RDMA offl
                            clients, scale 0.00001";
 
 /// Why the Catfish-vs-offloading rows fall short of the paper, measured (quick scale,
-/// `remora repro catfish --scale quick`, the rows' JSON): offloading alone runs 1.30 Mops at
-/// 256 clients on the R*-tree at scale 0.00001 where the paper has ~533 Kops (2.4x), so
-/// the adaptive mix (1.57 Mops, paper 1.24) gains less over it.
+/// `remora repro catfish --scale quick`, the rows' JSON): offloading alone runs 957 Kops at
+/// 256 clients on the R*-tree at scale 0.00001 where the paper has ~533 Kops (1.8x), and
+/// 784 Kops on the basic R-tree where the paper has 193.75 (4.0x), so the adaptive mix
+/// (1.30 Mops, paper 1.24) gains less over it.
 macro_rules! offload_note {
     () => {
-        "offloading is 2.4x the paper's absolute figure (1.30 Mops vs ~533 Kops at 256 \
-         clients, R*-tree, scale 0.00001): with each client node serving one READ doorbell \
-         at a time (§4.4, `--node-serial-reads`) an offloaded search costs one doorbell per \
-         level, and the quick tree has 3 levels of 24-byte entries (i32 coordinates) where \
-         the paper's 2-million-rectangle tree has 5 levels of 40-byte entries (four doubles \
-         per rectangle, §2); the basic R-tree's offloading is no slower than the R*-tree's \
-         here (1.27 vs 1.30 Mops) since levels, not nodes, set its cost, where the paper's \
-         is 2.75x slower. Catfish's own 1.57 Mops at 256 clients (73% of its searches \
-         offloaded, server 82% busy) is 1.27x the paper's 1.24 Mops"
+        "offloading is faster than the paper's: 957 Kops vs ~533 Kops at 256 clients \
+         (R*-tree, scale 0.00001; 1.8x), 784 vs 193.75 Kops on the basic R-tree (4.0x). Each \
+         client node serves one READ at a time (§4.4, `--node-serial-reads`), so an offloaded \
+         search costs one READ per node it visits, and the quick tree (10k rectangles) has 3 \
+         levels where the paper's 2 million have 5: a search READs 4.25 nodes (superblock \
+         included), and the basic R-tree's 5.2, only 1.2x more, where the paper's basic tree \
+         costs 2.75x the R*-tree's. Catfish's own 1.30 Mops at 256 clients (67% of its \
+         searches offloaded, server 81% busy) is 1.05x the paper's 1.24 Mops"
     };
 }
 const OFFLOAD_NOTE: &str = offload_note!();
@@ -81,7 +81,7 @@ const MESSAGING_NOTE: &str = "the server's cost per request is the paper's (48.6
     clients on); at 32 clients the 28 server threads are 94% busy, under Algorithm 1's T = \
     95%, so Catfish does not offload and pays its heartbeat-slot READ (remora keeps the \
     slot on the memory node, the paper in the client's memory: a second round trip per \
-    search), 0.97x; from 128 clients on it offloads ~70% of its searches";
+    search), 0.97x; at 256 clients it offloads 67% of its searches";
 
 // The paper's 6.28x (basic R-tree, 90/10, vs fast messaging) is a measurement, not τ.
 #[allow(clippy::approx_constant)]
@@ -591,9 +591,9 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("catfish-node-sizes", "RDMA offloading 15", "c"),
             p("catfish-node-sizes", "RDMA offloading 130", "c"),
-            "with each client node serving one READ doorbell at a time (§4.4, \
-             `--node-serial-reads`) an offloaded search costs one doorbell per level, so the \
-             15-entry tree (4 round trips a search) is slower than the 130-entry one (2); the \
+            "with each client node serving one READ at a time (§4.4, \
+             `--node-serial-reads`) an offloaded search costs one READ per node visited, so \
+             the 15-entry tree (8.4 READs a search) is slower than the 130-entry one (3.7); the \
              paper's offloading falls as nodes grow from the bytes of irrelevant entries \
              fetched, which do not dominate here (a 130-entry node is 3.1 KB, 0.25 µs of the \
              100 Gb link against a ~1.8 µs READ round trip)",
@@ -652,8 +652,8 @@ pub fn paper(s: &Scale) -> Paper {
             "sim in the paper's profile (`--profile catfish`: 28 server threads at the \
              paper's 48.65 µs of server CPU per request (28 cores / its fast messaging's \
              575.53 Kops); its 35 MiB LLC scaled by rectangles loaded / the paper's 2 \
-             million: {} lines); each client node serves one READ doorbell of its clients at \
-             a time (`--node-serial-reads`, the paper's §4.4 saturation), {NODES} \
+             million: {} lines); each client node serves one READ of its clients at a \
+             time (`--node-serial-reads`, the paper's §4.4 saturation), {NODES} \
              compute nodes x {} clients (one outstanding search each), 1 memory node running \
              Catfish's server; R*-tree (and basic, Hilbert) of {} uniform rectangles, fanout \
              30; tree sizes {} and node sizes {} at {FIXED_CLIENTS} clients with power-law \
@@ -696,7 +696,7 @@ mod tests {
 
     /// Every sim run of the quick report shrinks the LLC with the data set (10k of the
     /// paper's 2M rectangles: 35 MiB / 200 = 2867 lines), runs the paper's profile (its
-    /// server cost) with its client nodes' one READ doorbell at a time, and the curves sweep
+    /// server cost) with its client nodes' one READ at a time, and the curves sweep
     /// the paper's 32 to 256 clients.
     #[test]
     fn quick_sim_runs_scale_the_llc_and_sweep_the_papers_clients() {
