@@ -11,6 +11,8 @@
 //!   0.01) centred on a random object already loaded (so windows follow the data).
 //! - `--mode messaging|offloading|adaptive`; adaptive is Algorithm 1 with the server's
 //!   heartbeats ([`CatfishClient::search_adaptive`]).
+//! - `--node-serial-reads` (sim): each compute node serves one READ of its clients at a
+//!   time, as the paper's client nodes did (`spatial/gate.rs`).
 //!
 //! Each client thread is one [`CatfishClient`] with one outstanding operation (the client
 //! serves one request at a time on its queue pair): `--coroutines` does not apply. The
