@@ -4,8 +4,9 @@
 //! copy-on-split path in [`super::tree`]).
 use super::CatfishError;
 use super::hilbert;
+use super::quadratic::{choose_subtree, quadratic_split};
 use super::rstar;
-use super::tree::{Tree, bad, choose_subtree, quadratic_split};
+use super::tree::{Tree, bad};
 use crate::server::LocalRegion;
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{Entry, MAX_LEVEL, Node, TreeKind, min_fill};

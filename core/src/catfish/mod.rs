@@ -24,6 +24,7 @@ pub mod client;
 mod delete;
 pub mod hilbert;
 mod insert;
+mod quadratic;
 pub mod reclaim;
 #[cfg(test)]
 mod recover_tests;
