@@ -121,9 +121,12 @@ mod cache;
 mod lock;
 mod node;
 mod open;
+mod read;
 mod redo;
+mod repair;
 mod tree;
 mod wait;
+mod write;
 
 pub use node::ShermanNode;
 pub use tree::{RepairStats, Sherman};
