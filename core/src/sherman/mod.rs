@@ -117,6 +117,7 @@
 //! internal page ≈ 118 ns (≈ 7 ns); with the index cache a lookup verifies one leaf, a
 //! descent one internal page per level. A FG+ write-back also rebinds every slot to the new
 //! version (one hash pass).
+mod bulk;
 mod cache;
 mod lock;
 mod node;
@@ -128,6 +129,7 @@ mod tree;
 mod wait;
 mod write;
 
+pub use bulk::{BulkEntry, BulkStats, PAPER_FILL_PERCENT};
 pub use node::ShermanNode;
 pub use tree::{RepairStats, Sherman};
 
@@ -289,6 +291,10 @@ pub enum ShermanError {
         at: GlobalAddr,
         waited_ns: u64,
     },
+    /// A bulk load refused: its input or the tree it was given (see `bulk.rs`).
+    Bulk {
+        what: &'static str,
+    },
 }
 
 impl From<FabricError> for ShermanError {
@@ -353,6 +359,7 @@ impl fmt::Display for ShermanError {
                 at,
                 waited_ns,
             } => write!(f, "sherman: {what} at {at}, still after {waited_ns} ns"),
+            ShermanError::Bulk { what } => write!(f, "sherman: {what}"),
         }
     }
 }

@@ -45,6 +45,7 @@
 //! - Memory of replaced nodes and leaves is not reclaimed (no epoch scheme yet).
 #![cfg(feature = "alloc")]
 
+mod bulk;
 mod cache;
 mod config;
 mod key;
@@ -64,6 +65,7 @@ mod structure;
 mod tests;
 mod write;
 
+pub use bulk::BulkStats;
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
 pub use node::{NodeFootprint, SmartNode};
 
