@@ -9,6 +9,7 @@
 //! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
+mod bulk;
 mod churn;
 pub(crate) mod cluster;
 #[cfg(test)]
@@ -216,6 +217,13 @@ pub struct BenchArgs {
     /// "before" of the sharing.
     #[arg(long)]
     pub per_thread_state: bool,
+    /// Load the keys by inserting them through the index (the LOAD phase measured) even where
+    /// the run measures another workload. By default, on the sim, SMART (8-byte keys),
+    /// Sherman and FG+ are bulk-loaded instead (`bulk.rs`): the same keys and values,
+    /// written as the index's image at memory speed; the run's records then have no LOAD
+    /// record, and their notes say how the keys were loaded.
+    #[arg(long)]
+    pub no_bulk_load: bool,
     #[command(flatten)]
     pub smart: SmartFlags,
     #[command(flatten)]

@@ -137,6 +137,8 @@ pub fn run(
     let arrived = Cell::new(0usize);
     let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
     let created: RefCell<Option<String>> = RefCell::new(None);
+    let bulk = super::bulk::wanted(a, index, workload).then(|| super::bulk::plan(a));
+    let bulked: RefCell<Option<(String, f64)>> = RefCell::new(None);
     let wall = Instant::now();
     let server = index.server(cfg.region_len, cfg.chunk_size)?;
     let resizes: ResizeWatch = server.as_ref().map(|(_, w)| w.clone()).unwrap_or_default();
@@ -152,17 +154,30 @@ pub fn run(
     if let Some((h, _)) = server {
         sim.set_handler(0, h).map_err(|e| e.0)?;
     }
-    // The first client creates the index before the others open it.
+    // The first client creates the index before the others open it (and bulk-loads it).
     let first = sim.client(0).map_err(|e| e.0)?;
     sim.spawn_with(&first, 0, |ctx| {
-        let created = &created;
+        let (created, bulk, bulked) = (&created, &bulk, &bulked);
         async move {
-            if let Err(e) = Handle::open(ctx.ep(), index).await {
+            let r = async {
+                let h = Handle::open(ctx.ep(), index).await?;
+                if let Some(p) = bulk {
+                    let t = Instant::now();
+                    let what = h.bulk_load(a, &p.keys).await?;
+                    *bulked.borrow_mut() = Some((what, t.elapsed().as_secs_f64()));
+                }
+                Ok::<(), String>(())
+            };
+            if let Err(e) = r.await {
                 *created.borrow_mut() = Some(e);
             }
         }
     });
     let r = sim.run();
+    if bulk.is_some() {
+        // Loaded: every client's LOAD phase finds no key left to insert.
+        load.next_load.store(a.records, Ordering::Relaxed);
+    }
     if let Some(e) = created.borrow().as_ref() {
         return Err(format!(
             "creating the index on the sim (seed {}): {e}",
@@ -211,7 +226,7 @@ pub fn run(
             stats
         );
     }
-    let notes = vec![
+    let mut notes = vec![
         format!("seed {} (same seed, same figures)", s.seed),
         format!(
             "{} compute nodes x {} clients x {} coroutines, {} memory node(s)",
@@ -228,6 +243,22 @@ pub fn run(
         model.summary(),
         "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
     ];
+    if let (Some(p), Some((what, secs))) = (&bulk, bulked.borrow().as_ref()) {
+        let rate = p.keys.len() as f64 / (p.sort_s + secs).max(1e-9);
+        notes.push(format!(
+            "load: bulk-loaded, not measured ({what}); {} keys generated and sorted in {:.2} \
+             wall s, written in {secs:.2} wall s: {rate:.0} keys/s (--no-bulk-load inserts them)",
+            p.keys.len(),
+            p.sort_s
+        ));
+        if !a.silent {
+            eprintln!(
+                "bulk load: {rate:.0} keys/s ({} keys, sort {:.2} s, image {secs:.2} s)",
+                p.keys.len(),
+                p.sort_s
+            );
+        }
+    }
     let state_bytes: u64 = states.iter().map(NodeState::bytes).sum();
     drop(states);
     let mut notes = notes;
@@ -260,16 +291,19 @@ pub fn run(
         threads,
         ..a.clone()
     };
-    let mut out = vec![record(
-        &shaped,
-        index,
-        Workload::Load,
-        "load",
-        dist,
-        &loads,
-        "sim",
-        notes.clone(),
-    )];
+    let mut out = Vec::new();
+    if bulk.is_none() {
+        out.push(record(
+            &shaped,
+            index,
+            Workload::Load,
+            "load",
+            dist,
+            &loads,
+            "sim",
+            notes.clone(),
+        ));
+    }
     if !runs.is_empty() {
         out.push(record(
             &shaped, index, workload, "run", dist, &runs, "sim", notes,
