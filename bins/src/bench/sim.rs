@@ -261,7 +261,6 @@ pub fn run(
     }
     let state_bytes: u64 = states.iter().map(NodeState::bytes).sum();
     drop(states);
-    let mut notes = notes;
     if state_bytes > 0 {
         notes.push(format!(
             "client state: {} per-node state(s) ({}), {} B in all, {} B per client thread",
