@@ -9,7 +9,7 @@
 //! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
-mod bulk;
+pub(crate) mod bulk;
 mod churn;
 pub(crate) mod cluster;
 #[cfg(test)]
@@ -224,6 +224,10 @@ pub struct BenchArgs {
     /// record, and their notes say how the keys were loaded.
     #[arg(long)]
     pub no_bulk_load: bool,
+    /// Keep the bulk-loaded cluster's memory for the next run that loads the same (set for
+    /// the points of a `--sweep` and by `remora repro`): load once, measure many.
+    #[arg(skip)]
+    pub load_once: bool,
     #[command(flatten)]
     pub smart: SmartFlags,
     #[command(flatten)]
@@ -992,12 +996,21 @@ pub(crate) fn records(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
         let s = sweep::parse(spec)?;
         let mut all = Vec::new();
         for &v in &s.values {
-            let point = sweep::point(a, &s.name, v)?;
+            let mut point = sweep::point(a, &s.name, v)?;
+            // The points start from one loaded cluster (where it is bulk-loaded).
+            point.load_once = true;
             if !a.silent {
                 let mut out = crate::report::human_out(a.json.as_deref());
                 let _ = writeln!(out, "\n--sweep {}={v}", s.name);
             }
-            all.extend(records(&point)?);
+            let r = records(&point);
+            if r.is_err() && !a.load_once {
+                bulk::forget();
+            }
+            all.extend(r?);
+        }
+        if !a.load_once {
+            bulk::forget();
         }
         return Ok(all);
     }

@@ -35,8 +35,9 @@ pub fn commands(s: &Series) -> Vec<String> {
     }
 }
 
-/// What the bench runs of `e` cost: how many runs (each loads its keys afresh: one per
-/// workload, sweep point and factor step) and the most client threads of any of them.
+/// What the bench runs of `e` cost: how many runs (one per workload, sweep point and factor
+/// step; a bulk-loaded run whose load an earlier run of the experiment made starts from a
+/// copy of it) and the most client threads of any of them.
 pub fn plan(e: &Experiment) -> Result<(usize, usize), String> {
     let mut runs = 0;
     let mut most = 0;
@@ -102,6 +103,9 @@ pub fn experiment(e: &Experiment, quiet: bool) -> Result<(Vec<Point>, Vec<String
             let mut a = parse_bench(&cmd)?;
             a.silent = true;
             a.quiet = true;
+            // The series' commands (one per workload, sweep point) share one bulk-loaded
+            // cluster where their loads are the same: load once, measure many.
+            a.load_once = true;
             let recs = match bench::records(&a) {
                 Ok(r) => r,
                 Err(err) => {
@@ -120,6 +124,7 @@ pub fn experiment(e: &Experiment, quiet: bool) -> Result<(Vec<Point>, Vec<String
             points(s, &format!("remora bench {cmd}"), &recs, &mut pts);
         }
     }
+    crate::bench::bulk::forget();
     Ok((pts, failed))
 }
 
