@@ -13,7 +13,9 @@
 //! - command combination: write-back and unlock in one doorbell (`combine_commands`);
 //! - lock waits spin on the global CAS as the authors' code does (`spin_locks`); FG+ spins
 //!   too, and its retry storm on hot host-memory words is what the paper measures;
-//! - index cache of level-1 internal pages (`cache.rs`, `index_cache`).
+//! - index cache of level-1 internal pages (`cache.rs`, `index_cache`);
+//! - bulk loading, as the paper's evaluation loads its trees (`bulk.rs`: leaves 80% full,
+//!   written chunk by chunk at memory speed, [`Sherman::bulk_load`]).
 //!
 //! [`ShermanConfig::fg_plus`] is the paper's FG+ baseline: one-sided locks in host memory,
 //! whole-page write-back, no hand-over, no combination, with the index cache.
