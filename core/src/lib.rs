@@ -43,6 +43,8 @@ pub mod alloc;
 pub mod barrier;
 pub mod block_on;
 #[cfg(feature = "alloc")]
+pub mod bulk;
+#[cfg(feature = "alloc")]
 pub mod canrt;
 #[cfg(feature = "alloc")]
 pub mod catfish;

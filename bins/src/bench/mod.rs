@@ -1,6 +1,7 @@
 //! `remora bench`: the YCSB driver.
 //!
-//! Loads `--records` keys (YCSB LOAD), then runs the chosen workload for `--operations`
+//! Loads `--records` keys (YCSB LOAD; on the sim SMART, Sherman and FG+ are bulk-loaded
+//! where the load is not measured, `bulk.rs`), then runs the chosen workload for `--operations`
 //! operations or `--seconds` seconds. On `--fabric soft` every worker thread is one
 //! compute-node client with its own endpoint and index handle, running `--coroutines`
 //! coroutines; on `--fabric sim` the clients are `--compute-nodes x --clients-per-node`
@@ -9,6 +10,7 @@
 //! indexes only). Any index implementing `KvIndex` plugs in
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
+pub(crate) mod bulk;
 mod churn;
 pub(crate) mod cluster;
 #[cfg(test)]
@@ -216,6 +218,17 @@ pub struct BenchArgs {
     /// "before" of the sharing.
     #[arg(long)]
     pub per_thread_state: bool,
+    /// Load the keys by inserting them through the index (the LOAD phase measured) even where
+    /// the run measures another workload. By default, on the sim, SMART (8-byte keys),
+    /// Sherman and FG+ are bulk-loaded instead (`bulk.rs`): the same keys and values,
+    /// written as the index's image at memory speed; the run's records then have no LOAD
+    /// record, and their notes say how the keys were loaded.
+    #[arg(long)]
+    pub no_bulk_load: bool,
+    /// Keep the bulk-loaded cluster's memory for the next run that loads the same (set for
+    /// the points of a `--sweep` and by `remora repro`): load once, measure many.
+    #[arg(skip)]
+    pub load_once: bool,
     #[command(flatten)]
     pub smart: SmartFlags,
     #[command(flatten)]
@@ -999,12 +1012,21 @@ pub(crate) fn records(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
         let s = sweep::parse(spec)?;
         let mut all = Vec::new();
         for &v in &s.values {
-            let point = sweep::point(a, &s.name, v)?;
+            let mut point = sweep::point(a, &s.name, v)?;
+            // The points start from one loaded cluster (where it is bulk-loaded).
+            point.load_once = true;
             if !a.silent {
                 let mut out = crate::report::human_out(a.json.as_deref());
                 let _ = writeln!(out, "\n--sweep {}={v}", s.name);
             }
-            all.extend(records(&point)?);
+            let r = records(&point);
+            if r.is_err() && !a.load_once {
+                bulk::forget();
+            }
+            all.extend(r?);
+        }
+        if !a.load_once {
+            bulk::forget();
         }
         return Ok(all);
     }

@@ -232,6 +232,8 @@ impl NvmByOp {
 
 /// What one worker measured in one phase.
 pub struct PhaseOut {
+    /// The worker (client thread) that ran it.
+    worker: usize,
     counts: OpCounts,
     hist: Histogram<u64>,
     snap: Snapshot,
@@ -578,6 +580,7 @@ pub async fn phase<I: KvIndex>(
     let st1 = stats();
     let sh = |f: fn(&ShermanSummary) -> u64| f(&st1.sherman) - f(&st0.sherman);
     Ok(PhaseOut {
+        worker,
         counts: counts.into_inner(),
         hist: hist.into_inner(),
         snap: snapshot() - s0,
@@ -657,11 +660,25 @@ pub fn record(
     let mut during_resize = new_hist();
     let start = outs.iter().map(|o| o.start_ns).min().unwrap_or(0);
     let end = outs.iter().map(|o| o.end_ns).max().unwrap_or(0);
+    // Workers that share one compute node's state (SMART's cache): each reports that one
+    // cache's bytes, so they are counted once per state, not once per worker.
+    let sharing = if a.per_thread_state {
+        1
+    } else if a.fabric == crate::args::FabricKind::Sim {
+        a.sim.clients_per_node
+    } else {
+        a.threads
+    }
+    .max(1);
     for o in outs {
         let _ = hist.add(&o.hist);
         counts.add(&o.counts);
         snap = snap + o.snap;
-        smart.add(&o.smart);
+        let mut s = o.smart;
+        if o.worker % sharing != 0 {
+            s.cache_bytes = 0;
+        }
+        smart.add(&s);
         sherman.lock_handovers += o.sherman.lock_handovers;
         sherman.splits += o.sherman.splits;
         sherman.cache_hits += o.sherman.cache_hits;
@@ -758,5 +775,76 @@ pub fn record(
         cluster_process: super::cluster::ClusterPart::new(a, &hist),
         notes,
         run: super::meta::RunInfo::with_cdf(&hist),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn out(worker: usize, cache_bytes: u64) -> PhaseOut {
+        PhaseOut {
+            worker,
+            counts: OpCounts::default(),
+            hist: new_hist(),
+            snap: Snapshot::default(),
+            start_ns: 0,
+            end_ns: 1,
+            busy_ns: None,
+            nvm: None,
+            llc: None,
+            smart: SmartSummary {
+                cache_bytes,
+                ..SmartSummary::default()
+            },
+            sherman: ShermanSummary::default(),
+            canrt: Default::default(),
+            key_bytes: 0,
+            during_resize: new_hist(),
+        }
+    }
+
+    /// Each worker reports its compute node's whole cache: two nodes of two threads hold
+    /// two caches, not four.
+    #[test]
+    fn cache_bytes_count_each_node_once() {
+        let line = "--index smart --fabric sim --compute-nodes 2 --clients-per-node 2";
+        #[derive(clap::Parser)]
+        #[command(no_binary_name = true)]
+        struct Line {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let a = <Line as clap::Parser>::try_parse_from(line.split_whitespace())
+            .unwrap()
+            .bench;
+        let idx = super::super::index_cfg(&a).unwrap();
+        let outs: Vec<PhaseOut> = (0..4).map(|w| out(w, 100 + (w / 2) as u64)).collect();
+        let r = record(
+            &a,
+            &idx,
+            Workload::C,
+            "run",
+            Distribution::Zipfian,
+            &outs,
+            "sim",
+            vec![],
+        );
+        assert_eq!(r.smart.cache_bytes, 100 + 101);
+        let per_thread = BenchArgs {
+            per_thread_state: true,
+            ..a.clone()
+        };
+        let r = record(
+            &per_thread,
+            &idx,
+            Workload::C,
+            "run",
+            Distribution::Zipfian,
+            &outs,
+            "sim",
+            vec![],
+        );
+        assert_eq!(r.smart.cache_bytes, 2 * (100 + 101));
     }
 }

@@ -86,6 +86,53 @@ async fn client(
     Ok((l, Some(r)))
 }
 
+/// The first client creates the index (and bulk-loads it) before the others open it.
+/// With a bulk load, the run starts from a fresh sim over the loaded memory (saved for the
+/// next run with `load_once`), so that a run's figures are the same whether its load was
+/// made or found saved.
+#[allow(clippy::too_many_arguments)]
+fn create<'a>(
+    mut sim: Sim<'a>,
+    a: &'a BenchArgs,
+    index: &'a IndexCfg,
+    cfg: &SimConfig,
+    bulk: Option<&'a super::bulk::BulkPlan>,
+    identity: Option<String>,
+    created: &'a RefCell<Option<String>>,
+    bulked: &'a RefCell<Option<(String, f64)>>,
+) -> Result<Sim<'a>, String> {
+    let first = sim.client(0).map_err(|e| e.0)?;
+    sim.spawn_with(&first, 0, |ctx| async move {
+        let r = async {
+            let h = Handle::open(ctx.ep(), index).await?;
+            if let Some(p) = bulk {
+                let t = Instant::now();
+                let what = h.bulk_load(a, &p.keys).await?;
+                *bulked.borrow_mut() = Some((what, t.elapsed().as_secs_f64()));
+            }
+            Ok::<(), String>(())
+        };
+        if let Err(e) = r.await {
+            *created.borrow_mut() = Some(e);
+        }
+    });
+    let r = sim.run();
+    if let Some(e) = created.borrow().as_ref() {
+        return Err(format!(
+            "creating the index on the sim (seed {}): {e}",
+            r.seed
+        ));
+    }
+    if bulk.is_none() {
+        return Ok(sim);
+    }
+    let images = sim.into_images();
+    if let (true, Some(id)) = (a.load_once, identity) {
+        super::bulk::save(id, &images);
+    }
+    Sim::with_images(cfg.clone(), images).map_err(|e| e.0)
+}
+
 pub fn run(
     a: &BenchArgs,
     index: &IndexCfg,
@@ -137,6 +184,17 @@ pub fn run(
     let arrived = Cell::new(0usize);
     let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
     let created: RefCell<Option<String>> = RefCell::new(None);
+    // Bulk loading, and load once: a run whose load was saved (`--sweep`, `repro`) starts
+    // from a copy of the loaded cluster's memory.
+    let bulk_wanted = super::bulk::wanted(a, index, workload);
+    let identity = bulk_wanted.then(|| super::bulk::load_identity(a, index, &cfg));
+    let found = identity
+        .as_deref()
+        .filter(|_| a.load_once)
+        .and_then(|id| super::bulk::saved(id, cfg.region_len));
+    let restored = found.is_some();
+    let bulk = (bulk_wanted && !restored).then(|| super::bulk::plan(a));
+    let bulked: RefCell<Option<(String, f64)>> = RefCell::new(None);
     let wall = Instant::now();
     let server = index.server(cfg.region_len, cfg.chunk_size)?;
     let resizes: ResizeWatch = server.as_ref().map(|(_, w)| w.clone()).unwrap_or_default();
@@ -148,26 +206,29 @@ pub fn run(
     })
         .map(|_| NodeState::new(index))
         .collect();
-    let mut sim = Sim::new(cfg).map_err(|e| e.0)?;
+    let mut sim = match found {
+        Some(images) => Sim::with_images(cfg.clone(), images),
+        None => Sim::new(cfg.clone()),
+    }
+    .map_err(|e| e.0)?;
     if let Some((h, _)) = server {
         sim.set_handler(0, h).map_err(|e| e.0)?;
     }
-    // The first client creates the index before the others open it.
-    let first = sim.client(0).map_err(|e| e.0)?;
-    sim.spawn_with(&first, 0, |ctx| {
-        let created = &created;
-        async move {
-            if let Err(e) = Handle::open(ctx.ep(), index).await {
-                *created.borrow_mut() = Some(e);
-            }
-        }
-    });
-    let r = sim.run();
-    if let Some(e) = created.borrow().as_ref() {
-        return Err(format!(
-            "creating the index on the sim (seed {}): {e}",
-            r.seed
-        ));
+    if !restored {
+        sim = create(
+            sim,
+            a,
+            index,
+            &cfg,
+            bulk.as_ref(),
+            identity,
+            &created,
+            &bulked,
+        )?;
+    }
+    if bulk_wanted {
+        // Loaded: every client's LOAD phase finds no key left to insert.
+        load.next_load.store(a.records, Ordering::Relaxed);
     }
     for node in 0..s.compute_nodes {
         for c in 0..s.clients_per_node {
@@ -211,7 +272,7 @@ pub fn run(
             stats
         );
     }
-    let notes = vec![
+    let mut notes = vec![
         format!("seed {} (same seed, same figures)", s.seed),
         format!(
             "{} compute nodes x {} clients x {} coroutines, {} memory node(s)",
@@ -228,9 +289,31 @@ pub fn run(
         model.summary(),
         "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
     ];
+    if restored {
+        notes.push(
+            "load: bulk-loaded once for the sweep or report, not measured; this run started \
+             from a copy of the loaded cluster's memory"
+                .into(),
+        );
+    }
+    if let (Some(p), Some((what, secs))) = (&bulk, bulked.borrow().as_ref()) {
+        let rate = p.keys.len() as f64 / (p.sort_s + secs).max(1e-9);
+        notes.push(format!(
+            "load: bulk-loaded, not measured ({what}); {} keys generated and sorted in {:.2} \
+             wall s, written in {secs:.2} wall s: {rate:.0} keys/s (--no-bulk-load inserts them)",
+            p.keys.len(),
+            p.sort_s
+        ));
+        if !a.silent {
+            eprintln!(
+                "bulk load: {rate:.0} keys/s ({} keys, sort {:.2} s, image {secs:.2} s)",
+                p.keys.len(),
+                p.sort_s
+            );
+        }
+    }
     let state_bytes: u64 = states.iter().map(NodeState::bytes).sum();
     drop(states);
-    let mut notes = notes;
     if state_bytes > 0 {
         notes.push(format!(
             "client state: {} per-node state(s) ({}), {} B in all, {} B per client thread",
@@ -260,16 +343,19 @@ pub fn run(
         threads,
         ..a.clone()
     };
-    let mut out = vec![record(
-        &shaped,
-        index,
-        Workload::Load,
-        "load",
-        dist,
-        &loads,
-        "sim",
-        notes.clone(),
-    )];
+    let mut out = Vec::new();
+    if !bulk_wanted {
+        out.push(record(
+            &shaped,
+            index,
+            Workload::Load,
+            "load",
+            dist,
+            &loads,
+            "sim",
+            notes.clone(),
+        ));
+    }
     if !runs.is_empty() {
         out.push(record(
             &shaped, index, workload, "run", dist, &runs, "sim", notes,

@@ -35,8 +35,9 @@ pub fn commands(s: &Series) -> Vec<String> {
     }
 }
 
-/// What the bench runs of `e` cost: how many runs (each loads its keys afresh: one per
-/// workload, sweep point and factor step) and the most client threads of any of them.
+/// What the bench runs of `e` cost: how many runs (one per workload, sweep point and factor
+/// step; a bulk-loaded run whose load an earlier run of the experiment made starts from a
+/// copy of it) and the most client threads of any of them.
 pub fn plan(e: &Experiment) -> Result<(usize, usize), String> {
     let mut runs = 0;
     let mut most = 0;
@@ -93,7 +94,16 @@ pub fn points(s: &Series, command: &str, recs: &[BenchRecord], out: &mut Vec<Poi
 
 /// Runs every series of `e`: its points, and the runs that failed (a failing index does
 /// not stop the report; the failure is in it).
-pub fn experiment(e: &Experiment, quiet: bool) -> Result<(Vec<Point>, Vec<String>), String> {
+///
+/// `bulk`: runs whose load is not measured bulk-load it (`bench/bulk.rs`) and share one
+/// loaded cluster (load once, measure many). Off at `--scale quick`: its committed report's
+/// rows were measured on insert-loaded trees, and bulk-loaded trees (Sherman's 80% full
+/// leaves, as the paper loads them) move some of them.
+pub fn experiment(
+    e: &Experiment,
+    quiet: bool,
+    bulk: bool,
+) -> Result<(Vec<Point>, Vec<String>), String> {
     let mut pts = Vec::new();
     let mut failed = Vec::new();
     for s in &e.series {
@@ -102,6 +112,10 @@ pub fn experiment(e: &Experiment, quiet: bool) -> Result<(Vec<Point>, Vec<String
             let mut a = parse_bench(&cmd)?;
             a.silent = true;
             a.quiet = true;
+            // The series' commands (one per workload, sweep point) share one bulk-loaded
+            // cluster where their loads are the same: load once, measure many.
+            a.load_once = bulk;
+            a.no_bulk_load |= !bulk;
             let recs = match bench::records(&a) {
                 Ok(r) => r,
                 Err(err) => {
@@ -120,6 +134,7 @@ pub fn experiment(e: &Experiment, quiet: bool) -> Result<(Vec<Point>, Vec<String
             points(s, &format!("remora bench {cmd}"), &recs, &mut pts);
         }
     }
+    crate::bench::bulk::forget();
     Ok((pts, failed))
 }
 
@@ -131,7 +146,7 @@ pub fn paper(p: &Paper, a: &ReproArgs, scale: &Scale) -> Result<report::PaperRep
         if !a.quiet {
             eprintln!("{}: {}", e.id, e.title);
         }
-        let (pts, failures) = experiment(e, a.quiet)?;
+        let (pts, failures) = experiment(e, a.quiet, scale.name != "quick")?;
         report::write_points(&a.out, &e.id, &pts)?;
         let charts = report::charts(&a.out, e, &pts)?;
         if !a.quiet {

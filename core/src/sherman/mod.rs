@@ -13,7 +13,9 @@
 //! - command combination: write-back and unlock in one doorbell (`combine_commands`);
 //! - lock waits spin on the global CAS as the authors' code does (`spin_locks`); FG+ spins
 //!   too, and its retry storm on hot host-memory words is what the paper measures;
-//! - index cache of level-1 internal pages (`cache.rs`, `index_cache`).
+//! - index cache of level-1 internal pages (`cache.rs`, `index_cache`);
+//! - bulk loading, as the paper's evaluation loads its trees (`bulk.rs`: leaves 80% full,
+//!   written chunk by chunk at memory speed, [`Sherman::bulk_load`]).
 //!
 //! [`ShermanConfig::fg_plus`] is the paper's FG+ baseline: one-sided locks in host memory,
 //! whole-page write-back, no hand-over, no combination, with the index cache.
@@ -117,14 +119,19 @@
 //! internal page ≈ 118 ns (≈ 7 ns); with the index cache a lookup verifies one leaf, a
 //! descent one internal page per level. A FG+ write-back also rebinds every slot to the new
 //! version (one hash pass).
+mod bulk;
 mod cache;
 mod lock;
 mod node;
 mod open;
+mod read;
 mod redo;
+mod repair;
 mod tree;
 mod wait;
+mod write;
 
+pub use bulk::{BulkEntry, BulkStats, PAPER_FILL_PERCENT};
 pub use node::ShermanNode;
 pub use tree::{RepairStats, Sherman};
 
@@ -286,6 +293,10 @@ pub enum ShermanError {
         at: GlobalAddr,
         waited_ns: u64,
     },
+    /// A bulk load refused: its input or the tree it was given (see `bulk.rs`).
+    Bulk {
+        what: &'static str,
+    },
 }
 
 impl From<FabricError> for ShermanError {
@@ -350,6 +361,7 @@ impl fmt::Display for ShermanError {
                 at,
                 waited_ns,
             } => write!(f, "sherman: {what} at {at}, still after {waited_ns} ns"),
+            ShermanError::Bulk { what } => write!(f, "sherman: {what}"),
         }
     }
 }

@@ -43,8 +43,11 @@
 //!   lease after which a holder counts as dead, a deadline per operation; errors name the
 //!   lock word and its holder ([`SmartError::Held`]).
 //! - Memory of replaced nodes and leaves is not reclaimed (no epoch scheme yet).
+//! - Bulk loading (`bulk.rs`, [`Smart::bulk_load`]): the tree inserts of a sorted key set
+//!   grow, written chunk by chunk at memory speed.
 #![cfg(feature = "alloc")]
 
+mod bulk;
 mod cache;
 mod config;
 mod key;
@@ -64,6 +67,7 @@ mod structure;
 mod tests;
 mod write;
 
+pub use bulk::BulkStats;
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
 pub use node::{NodeFootprint, SmartNode};
 

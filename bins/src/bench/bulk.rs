@@ -1,0 +1,292 @@
+//! The LOAD phase by bulk loading (`remora::core::{smart, sherman}` `bulk_load`), where the
+//! load is not what is measured: the run's `--records` keys are generated, sorted and
+//! written as the index's image at memory speed by one client, through the fabric (chunks
+//! taken by FETCH_AND_ADD, one WRITE per chunk), before the other clients open the index.
+//! The keys and values are exactly those the LOAD phase would insert (key number `n` gets
+//! `value_for(n)`), so the run phase sees the same key set.
+use super::BenchArgs;
+use super::index::{Handle, IndexCfg};
+use super::phase::value_for;
+use super::ycsb::{KeyType, Workload};
+use remora::core::fabric::Endpoint;
+use remora::core::sherman::PAPER_FILL_PERCENT;
+use remora::core::smart::KeyMode;
+use remora::layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader};
+use remora::poller::sim::{NodeImage, SimConfig};
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+/// One key of a bulk load: its bytes and its key number (for its value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BulkKey {
+    key: [u8; 8],
+    n: u64,
+}
+
+impl AsRef<[u8]> for BulkKey {
+    fn as_ref(&self) -> &[u8] {
+        &self.key
+    }
+}
+
+/// The sorted keys of a bulk load, and what preparing them cost.
+pub struct BulkPlan {
+    pub keys: Vec<BulkKey>,
+    pub sort_s: f64,
+}
+
+/// Whether the load of this run is bulk-loaded: the index has a bulk loader (SMART with
+/// 8-byte keys, Sherman, FG+), the workload is not LOAD itself, and `--no-bulk-load` is off.
+pub fn wanted(a: &BenchArgs, index: &IndexCfg, workload: Workload) -> bool {
+    let eight = matches!(a.keys, KeyType::Int | KeyType::Seq);
+    let able = match index {
+        IndexCfg::Smart { cfg, .. } => eight && cfg.key_mode == KeyMode::Fixed(8),
+        IndexCfg::Sherman { .. } => eight,
+        _ => false,
+    };
+    able && workload != Workload::Load && !a.no_bulk_load && a.records > 0
+}
+
+/// The run's `--records` keys, sorted; a key drawn twice keeps its last key number (as the
+/// later insert's value would win).
+pub fn plan(a: &BenchArgs) -> BulkPlan {
+    let t = Instant::now();
+    let mut buf = [0u8; 32];
+    let mut keys: Vec<BulkKey> = (0..a.records)
+        .map(|n| {
+            let len = a.key(n, &mut buf);
+            let mut key = [0u8; 8];
+            key.copy_from_slice(&buf[..len.min(8)]);
+            BulkKey { key, n }
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup_by(|later, kept| {
+        let same = later.key == kept.key;
+        if same {
+            kept.n = later.n;
+        }
+        same
+    });
+    BulkPlan {
+        keys,
+        sort_s: t.elapsed().as_secs_f64(),
+    }
+}
+
+impl<E: Endpoint> Handle<'_, E> {
+    /// Bulk-loads `keys` into this freshly created index (before any other handle opens
+    /// it); returns a one-line summary.
+    pub async fn bulk_load(&self, a: &BenchArgs, keys: &[BulkKey]) -> Result<String, String> {
+        let size = a.value_size;
+        match self {
+            Handle::Smart(s) => {
+                let mut val = |i: usize, out: &mut [u8]| {
+                    value_for(keys[i].n, size, out);
+                    size
+                };
+                let st = s
+                    .bulk_load(keys, &mut val)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "SMART image of {} keys: internal nodes N4/N16/N48/N256 {:?}, {} MiB in {} chunks",
+                    st.keys,
+                    st.nodes,
+                    st.bytes >> 20,
+                    st.chunks
+                ))
+            }
+            Handle::Sherman(s) => {
+                let mut entry = |i: u64, out: &mut [u8]| {
+                    let k = &keys[i as usize];
+                    value_for(k.n, size, out);
+                    (k.key, size)
+                };
+                let st = s
+                    .bulk_load(keys.len() as u64, PAPER_FILL_PERCENT, &mut entry)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(format!(
+                    "Sherman image of {} keys, leaves {PAPER_FILL_PERCENT}% full: {} leaves, {} \
+                     internal pages, height {}, {} MiB in {} chunks",
+                    st.keys,
+                    st.leaves,
+                    st.internal_pages,
+                    st.height + 1,
+                    st.bytes >> 20,
+                    st.chunks
+                ))
+            }
+            _ => Err("this index has no bulk loader".into()),
+        }
+    }
+}
+
+/// Load once, measure many: the memory images of the last bulk-loaded cluster, by what was
+/// loaded (see [`load_identity`]). Each run that finds its load here starts a fresh sim from
+/// a copy (`Sim::with_images`) instead of loading again; the first run starts from a copy
+/// too, so a point's figures are the same whether its load was made or found.
+struct Loaded {
+    identity: String,
+    images: Vec<NodeImage>,
+}
+
+thread_local! {
+    static LOADED: RefCell<Option<Loaded>> = const { RefCell::new(None) };
+}
+
+/// What makes two runs' loaded clusters the same: the index and its configuration, the keys
+/// and values, the memory nodes and the seed. Not the region length (it grows with the
+/// client count): a copy is made as long as the run's region (see [`saved`]).
+pub fn load_identity(a: &BenchArgs, index: &IndexCfg, cfg: &SimConfig) -> String {
+    format!(
+        "{index:?}|{}|{:?}|{}|{}|{}|{}|{}|{}",
+        a.records,
+        a.keys,
+        a.value_size,
+        cfg.memory_nodes,
+        cfg.chunk_size,
+        cfg.dm_len,
+        cfg.persistent,
+        cfg.seed
+    )
+}
+
+/// A copy of images, each region at least `region_len` bytes (a longer region says so in its
+/// header: the chunks past the old end are free). Only the allocated part of each region is
+/// copied (up to the region header's chunk cursor); the rest stays untouched zero pages.
+pub fn copy_images(images: &[NodeImage], region_len: u64) -> Vec<NodeImage> {
+    images
+        .iter()
+        .map(|img| {
+            let at = NEXT_CHUNK_OFFSET as usize;
+            let used = img
+                .host
+                .get(at..at + 8)
+                .map_or(img.host.len(), |w| {
+                    u64::from_le_bytes(w.try_into().unwrap_or([0xff; 8])) as usize
+                })
+                .min(img.host.len());
+            let len = img.host.len().max(region_len as usize);
+            let mut host = vec![0u8; len];
+            host[..used].copy_from_slice(&img.host[..used]);
+            if len > img.host.len()
+                && let Ok(mut h) = RegionHeader::decode(&host[..HEADER_LEN])
+            {
+                h.region_len = len as u64;
+                host[..HEADER_LEN].copy_from_slice(&h.encode());
+            }
+            NodeImage {
+                host,
+                dm: img.dm.clone(),
+                key: Arc::new(AtomicU32::new(img.key.load(Ordering::Relaxed))),
+            }
+        })
+        .collect()
+}
+
+/// A copy of the saved load `identity` in regions of at least `region_len` bytes, if it is
+/// the one saved.
+pub fn saved(identity: &str, region_len: u64) -> Option<Vec<NodeImage>> {
+    LOADED.with(|l| {
+        l.borrow()
+            .as_ref()
+            .filter(|s| s.identity == identity)
+            .map(|s| copy_images(&s.images, region_len))
+    })
+}
+
+/// Keeps `images` (a copy) as the saved load `identity`, replacing any other.
+pub fn save(identity: String, images: &[NodeImage]) {
+    let images = copy_images(images, 0);
+    LOADED.with(|l| *l.borrow_mut() = Some(Loaded { identity, images }));
+}
+
+/// Drops the saved load (its memory).
+pub fn forget() {
+    LOADED.with(|l| *l.borrow_mut() = None);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> BenchArgs {
+        #[derive(clap::Parser)]
+        #[command(no_binary_name = true)]
+        struct Line {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let mut a = <Line as clap::Parser>::try_parse_from(line.split_whitespace())
+            .unwrap()
+            .bench;
+        a.silent = true;
+        a
+    }
+
+    /// A sweep's second point starts from the first point's loaded cluster (its note says
+    /// so) and measures exactly what it measures run alone; and both see every loaded key
+    /// (YCSB-C finds them all).
+    #[test]
+    fn a_restored_load_measures_what_a_fresh_one_does() {
+        for index in ["smart", "sherman"] {
+            let base = format!(
+                "--index {index} --fabric sim --workload c --records 5000 --operations 4000 \
+                 --compute-nodes 2 --coroutines 2"
+            );
+            let swept =
+                super::super::records(&args(&format!("{base} --sweep clients=2,4"))).unwrap();
+            let alone =
+                super::super::records(&args(&format!("{base} --clients-per-node 2"))).unwrap();
+            assert_eq!(
+                (swept.len(), alone.len()),
+                (2, 1),
+                "no LOAD records when bulk-loaded"
+            );
+            let (restored, fresh) = (&swept[1], &alone[0]);
+            assert!(
+                restored
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("copy of the loaded")),
+                "{index}: {:?}",
+                restored.notes
+            );
+            assert!(
+                fresh
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("bulk-loaded, not measured"))
+            );
+            assert_eq!(restored.ops, fresh.ops);
+            assert_eq!(
+                restored.op_counts.misses, 0,
+                "{index}: a loaded key was missing"
+            );
+            assert_eq!(
+                (
+                    restored.seconds,
+                    restored.latency.p99_ns,
+                    restored.per_op.bytes_in
+                ),
+                (fresh.seconds, fresh.latency.p99_ns, fresh.per_op.bytes_in),
+                "{index}"
+            );
+        }
+        forget();
+    }
+
+    /// A copy into a longer region keeps the contents and says the new length in the header.
+    #[test]
+    fn copies_grow_the_region() {
+        let img = NodeImage::fresh(1 << 20, 1 << 16, 0).unwrap();
+        let copy = copy_images(&[img], 4 << 20);
+        let h = RegionHeader::decode(&copy[0].host[..HEADER_LEN]).unwrap();
+        assert_eq!((copy[0].host.len(), h.region_len), (4 << 20, 4 << 20));
+        assert_eq!(h.chunk_size, 1 << 16);
+    }
+}

@@ -1,0 +1,557 @@
+//! Writes: upserts, updates and deletes under the leaf's lock, leaf and internal splits,
+//! separator inserts and root growth.
+use super::lock::{Batch, Got};
+use super::open::D_ROOT;
+use super::repair::Logged;
+use super::tree::{FRAME_PAGE, Sherman, encode_leaf};
+use super::{PageCheck, ShermanError};
+use crate::fabric::{Endpoint, Op, QueuePair};
+use remora_layouts::GlobalAddr;
+use remora_layouts::sherman::{
+    KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, internal_entry, leaf_slot, leaf_value,
+    rebind_entry, seal, set_internal_entry,
+};
+use std_alloc::vec;
+use std_alloc::vec::Vec;
+
+/// What a locked leaf step decided.
+pub(super) enum Step {
+    Done(bool),
+    /// To the right sibling (address, separator: the page's high fence).
+    MoveTo(GlobalAddr, u64),
+    Restart,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    Upsert,
+    Update,
+    Delete,
+}
+
+impl<'e, E: Endpoint> Sherman<'e, E> {
+    /// Ops writing sealed page image `img` whole: one WRITE (readers verify its content, so
+    /// the order its segments land in does not matter). The mutant writes rear version,
+    /// body, front version as three ordered WRITEs, as its check needs.
+    pub(super) fn page_write_ops<'b>(&self, addr: GlobalAddr, img: &'b [u8], ops: &mut Batch<'b>) {
+        if self.cfg.page_check == PageCheck::Checksums {
+            ops.push(Op::Write {
+                remote: addr,
+                local: img,
+            })
+            .expect("a doorbell batch holds at most 8 work requests");
+            return;
+        }
+        let rear = self.g.rear_offset();
+        ops.push(Op::Write {
+            remote: addr.add(rear as u64),
+            local: &img[rear..],
+        })
+        .expect("a doorbell batch holds at most 8 work requests");
+        ops.push(Op::Write {
+            remote: addr.add(8),
+            local: &img[8..rear],
+        })
+        .expect("a doorbell batch holds at most 8 work requests");
+        ops.push(Op::Write {
+            remote: addr,
+            local: &img[..8],
+        })
+        .expect("a doorbell batch holds at most 8 work requests");
+    }
+
+    pub(super) async fn modify(
+        &self,
+        key: u64,
+        value: &[u8],
+        change: Change,
+    ) -> Result<bool, ShermanError> {
+        if value.len() > self.g.value_size {
+            return Err(ShermanError::ValueTooLong {
+                len: value.len(),
+                max: self.g.value_size,
+            });
+        }
+        // As in `lookup`: small pages in the coroutine's frame.
+        if self.g.page_size <= FRAME_PAGE {
+            let mut frame = [0u8; FRAME_PAGE];
+            return self
+                .modify_in(key, value, change, &mut frame[..self.g.page_size])
+                .await;
+        }
+        let mut buf = self.page();
+        let r = self.modify_in(key, value, change, &mut buf).await;
+        self.give(buf);
+        r
+    }
+
+    pub(super) async fn modify_in(
+        &self,
+        key: u64,
+        value: &[u8],
+        change: Change,
+        buf: &mut [u8],
+    ) -> Result<bool, ShermanError> {
+        let (mut addr, mut cached) = self.locate(key, buf).await?;
+        let mut p = self.patience();
+        loop {
+            let (lock, got) = self.acquire_page(addr, None).await?;
+            if got == Got::HandedOver {
+                self.handovers.set(self.handovers.get() + 1);
+            }
+            let step = self
+                .modify_locked(addr, lock, key, value, change, buf)
+                .await?;
+            if !matches!(step, Step::Done(_)) && !p.step(self.ep) {
+                return Err(ShermanError::Unsettled {
+                    what: "write did not reach the key's leaf",
+                    at: addr,
+                    waited_ns: p.waited(self.ep),
+                });
+            }
+            match step {
+                Step::Done(r) => {
+                    self.link_missing().await?;
+                    return Ok(r);
+                }
+                Step::MoveTo(next, sep) => {
+                    if !cached {
+                        // Reached from a parent that routed the key here: it lacks the
+                        // separator of this leaf's right sibling.
+                        self.missing.set(Some((1, sep, next)));
+                    }
+                    self.node.cache_invalidate(key);
+                    // (Every page passed from a parent's pointer lacks its separator there.)
+                    addr = next;
+                }
+                Step::Restart => {
+                    self.node.cache_invalidate(key);
+                    p.pause(self.ep).await;
+                    (addr, cached) = self.locate(key, buf).await?;
+                }
+            }
+        }
+    }
+
+    /// Under the leaf's lock: apply the change, write back, release.
+    pub(super) async fn modify_locked(
+        &self,
+        addr: GlobalAddr,
+        lock: GlobalAddr,
+        key: u64,
+        value: &[u8],
+        change: Change,
+        buf: &mut [u8],
+    ) -> Result<Step, ShermanError> {
+        let qp = self.qp(addr)?;
+        let read = self.read_leaf(addr, buf, key, true).await;
+        let (h, found) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
+                return Err(e);
+            }
+        };
+        if !h.covers(key) {
+            self.locks.release(qp, lock, &mut Batch::new()).await?;
+            return Ok(if key >= h.high_fence {
+                Step::MoveTo(GlobalAddr::from_raw(h.sibling), h.high_fence)
+            } else {
+                Step::Restart
+            });
+        }
+        let bind = self.bind(&h);
+        let (slot, valid) = match (found, change) {
+            (Some((s, _)), Change::Upsert | Change::Update) => (s, true),
+            (Some((s, _)), Change::Delete) => (s, false),
+            (None, Change::Update | Change::Delete) => {
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
+                return Ok(Step::Done(false));
+            }
+            (None, Change::Upsert) => {
+                let free = (0..self.g.leaf_capacity())
+                    .find(|&s| matches!(leaf_slot(buf, &self.g, s, bind), Ok(Slot::Free { .. })));
+                match free {
+                    Some(s) => (s, true),
+                    None => {
+                        self.split_leaf(addr, lock, &h, key, value, buf).await?;
+                        return Ok(Step::Done(true));
+                    }
+                }
+            }
+        };
+        let version = match leaf_slot(buf, &self.g, slot, bind) {
+            Ok(Slot::Live { version, .. } | Slot::Free { version }) => version.wrapping_add(1),
+            Err(_) => 0,
+        };
+        let at = self.g.leaf_entry_offset(slot);
+        let entry = at..at + self.g.leaf_entry_size();
+        // A delete keeps the entry's key and value bytes and changes only its meta word
+        // (valid bit, version, checksum): with two-level versions it is one aligned 8-byte
+        // WRITE, which no crash can tear.
+        let mut kept = [0u8; remora_layouts::sherman::MAX_VALUE];
+        let val: &[u8] = match found {
+            _ if valid => value,
+            Some((_, len)) => {
+                kept[..len].copy_from_slice(leaf_value(buf, &self.g, slot, len));
+                &kept[..len]
+            }
+            None => &[],
+        };
+        if self.cfg.two_level_versions {
+            encode_leaf_entry(&mut buf[entry.clone()], key, val, version, valid, bind);
+            let written = if valid { entry } else { at..at + 8 };
+            // A delete's one aligned word cannot tear: no redo record.
+            let logged = if valid {
+                match self.log(addr, at, &buf[written.clone()], 0).await {
+                    Ok(l) => Some(l),
+                    Err(e) => {
+                        self.locks.release(qp, lock, &mut Batch::new()).await?;
+                        return Err(e);
+                    }
+                }
+            } else {
+                None
+            };
+            let mut ops = Batch::new();
+            if let Some(l) = &logged {
+                self.log_ops(l, &mut ops);
+            }
+            ops.push(Op::Write {
+                remote: addr.add(at as u64),
+                local: &buf[written],
+            })
+            .expect("a doorbell batch holds at most 8 work requests");
+            let r = self.locks.release(qp, lock, &mut ops).await;
+            drop(ops);
+            if let Some(l) = logged {
+                self.unlog(l);
+            }
+            r?;
+        } else {
+            // Whole page under a new version: every slot (verified under the lock) is
+            // rebound to it.
+            let mut nh = h;
+            nh.front_version = h.front_version.wrapping_add(1).max(1);
+            let nbind = self.bind(&nh);
+            for s in 0..self.g.leaf_capacity() {
+                let at = self.g.leaf_entry_offset(s);
+                rebind_entry(&mut buf[at..at + self.g.leaf_entry_size()], nbind);
+            }
+            encode_leaf_entry(&mut buf[entry.clone()], key, val, version, valid, nbind);
+            nh.encode(buf);
+            seal(buf, &self.g);
+            // The record is the entry and the new version (the rest is rebuilt from the page).
+            let logged = match self.log(addr, at, &buf[entry], nh.front_version).await {
+                Ok(l) => l,
+                Err(e) => {
+                    self.locks.release(qp, lock, &mut Batch::new()).await?;
+                    return Err(e);
+                }
+            };
+            let mut ops = Batch::new();
+            self.log_ops(&logged, &mut ops);
+            self.page_write_ops(addr, buf, &mut ops);
+            let r = self.locks.release(qp, lock, &mut ops).await;
+            drop(ops);
+            self.unlog(logged);
+            r?;
+        }
+        Ok(Step::Done(found.is_some() || change == Change::Upsert))
+    }
+
+    /// Splits a full leaf (locked) while inserting `key`, then links the new page upward.
+    pub(super) async fn split_leaf(
+        &self,
+        addr: GlobalAddr,
+        lock: GlobalAddr,
+        h: &PageHeader,
+        key: u64,
+        value: &[u8],
+        buf: &mut [u8],
+    ) -> Result<(), ShermanError> {
+        let qp = self.qp(addr)?;
+        let bind = self.bind(h);
+        let mut entries: Vec<(u64, Vec<u8>)> = Vec::with_capacity(self.g.leaf_capacity() + 1);
+        for s in 0..self.g.leaf_capacity() {
+            if let Ok(Slot::Live { key: k, len, .. }) = leaf_slot(buf, &self.g, s, bind) {
+                entries.push((k, leaf_value(buf, &self.g, s, len).to_vec()));
+            }
+        }
+        entries.push((key, value.to_vec()));
+        entries.sort_unstable_by_key(|e| e.0);
+        let mid = entries.len() / 2;
+        let sep = entries[mid].0;
+        let right_addr = match self.alloc_page().await {
+            Ok(a) => a,
+            Err(e) => {
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
+                return Err(e);
+            }
+        };
+        let leaf_image =
+            |version: u64, low: u64, high: u64, sibling: u64, part: &[(u64, Vec<u8>)]| {
+                let mut img = vec![0u8; self.g.page_size];
+                let check = self.cfg.page_check;
+                encode_leaf(&mut img, &self.g, check, version, low, high, sibling, part);
+                img
+            };
+        let right = leaf_image(1, sep, h.high_fence, h.sibling, &entries[mid..]);
+        let left = leaf_image(
+            h.front_version.wrapping_add(1).max(1),
+            h.low_fence,
+            sep,
+            right_addr.raw(),
+            &entries[..mid],
+        );
+        let logged = match self.log(addr, 0, &left, 0).await {
+            Ok(l) => l,
+            Err(e) => {
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
+                return Err(e);
+            }
+        };
+        let r = self
+            .write_split(addr, lock, right_addr, &right, &left, Some(&logged))
+            .await;
+        self.unlog(logged);
+        r?;
+        self.splits.set(self.splits.get() + 1);
+        let pending = if h.low_fence == 0 && h.high_fence == KEY_INFINITY {
+            self.grow_root(addr, 0, sep, right_addr).await?
+        } else {
+            Some((1, sep, right_addr))
+        };
+        match pending {
+            Some((level, sep, child)) => self.insert_separator(level, sep, child).await.map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the new right page, then the left page whole (after its redo record, if
+    /// `logged`: a leaf), then unlocks the left page. One doorbell when both pages live on
+    /// one node and commands are combined (per-queue-pair order), else two.
+    pub(super) async fn write_split(
+        &self,
+        left_addr: GlobalAddr,
+        lock: GlobalAddr,
+        right_addr: GlobalAddr,
+        right: &[u8],
+        left: &[u8],
+        logged: Option<&Logged>,
+    ) -> Result<(), ShermanError> {
+        let qp = self.qp(left_addr)?;
+        let mut ops = Batch::new();
+        // Command combination also posts the new sibling with the left page (per-queue-pair
+        // order lands it first); without it (FG+), the sibling is written and acknowledged
+        // first, one more round trip.
+        if self.cfg.combine_commands && right_addr.node() == left_addr.node() {
+            ops.push(Op::Write {
+                remote: right_addr,
+                local: right,
+            })
+            .expect("a doorbell batch holds at most 8 work requests");
+        } else if let Err(e) = self.qp(right_addr)?.write(right_addr, right).await {
+            self.locks.release(qp, lock, &mut Batch::new()).await?;
+            return Err(e.into());
+        }
+        if let Some(l) = logged {
+            self.log_ops(l, &mut ops);
+        }
+        self.page_write_ops(left_addr, left, &mut ops);
+        self.locks.release(qp, lock, &mut ops).await
+    }
+
+    /// The root at `level` split into itself and `right` at `sep`: a new root above them.
+    /// Returns the separator still to link (level, key, child) if the root moved meanwhile.
+    pub(super) async fn grow_root(
+        &self,
+        old_root: GlobalAddr,
+        level: u8,
+        sep: u64,
+        right: GlobalAddr,
+    ) -> Result<Option<(u8, u64, GlobalAddr)>, ShermanError> {
+        let qp = self.qp(self.desc)?;
+        let a0 = &self.allocs[0];
+        let new_root = a0.alloc(qp, self.g.page_size as u64).await?;
+        let mut img = vec![0u8; self.g.page_size];
+        let h = PageHeader {
+            front_version: 1,
+            meta: PageHeader::pack_meta(level + 1, false, 1),
+            low_fence: 0,
+            high_fence: KEY_INFINITY,
+            leftmost: old_root.raw(),
+            ..Default::default()
+        };
+        h.encode(&mut img);
+        set_internal_entry(&mut img, &self.g, 0, sep, right.raw());
+        seal(&mut img, &self.g);
+        let mut old = 0u64;
+        qp.post(&mut [
+            Op::Write {
+                remote: new_root,
+                local: &img,
+            },
+            Op::Cas {
+                remote: self.desc.add(D_ROOT),
+                compare: old_root.raw(),
+                swap: new_root.raw(),
+                old: &mut old,
+            },
+        ])
+        .await?;
+        if old == old_root.raw() {
+            self.root.set(new_root);
+            Ok(None)
+        } else {
+            // Only the holder of the root's lock grows the root, so this cannot happen unless the
+            // descriptor was changed behind the tree's back; link the split the ordinary way.
+            a0.free(new_root, self.g.page_size as u64);
+            Ok(Some((level + 1, sep, right)))
+        }
+    }
+
+    /// Inserts separator `sep` → `child` into the internal level `level`, splitting upward
+    /// as needed (iteratively). Idempotent: false if `sep` was linked already (by the
+    /// splitter, or by another client repairing the same split).
+    pub(super) async fn insert_separator(
+        &self,
+        mut level: u8,
+        mut sep: u64,
+        mut child: GlobalAddr,
+    ) -> Result<bool, ShermanError> {
+        let mut buf = self.page();
+        let r = async {
+            let mut p = self.patience();
+            'levels: loop {
+                let mut addr = self.walk(sep, Some(level), &mut buf).await?;
+                loop {
+                    if !p.step(self.ep) {
+                        return Err(ShermanError::Unsettled {
+                            what: "separator insert did not find its page",
+                            at: addr,
+                            waited_ns: p.waited(self.ep),
+                        });
+                    }
+                    let qp = self.qp(addr)?;
+                    let (lock, _) = self.acquire_page(addr, None).await?;
+                    let h = match self.read_page_as(addr, &mut buf, true).await {
+                        Ok(h) => h,
+                        Err(e) => {
+                            self.locks.release(qp, lock, &mut Batch::new()).await?;
+                            return Err(e);
+                        }
+                    };
+                    if !h.covers(sep) || h.level() != level {
+                        self.locks.release(qp, lock, &mut Batch::new()).await?;
+                        if sep >= h.high_fence && h.level() == level && h.sibling != 0 {
+                            addr = GlobalAddr::from_raw(h.sibling);
+                            continue;
+                        }
+                        p.pause(self.ep).await;
+                        continue 'levels;
+                    }
+                    let mut entries: Vec<(u64, u64)> = (0..h.count())
+                        .map(|i| internal_entry(&buf, &self.g, i).unwrap_or((KEY_INFINITY, 0)))
+                        .collect();
+                    let pos = entries.partition_point(|e| e.0 < sep);
+                    if entries.get(pos).is_some_and(|e| e.0 == sep) {
+                        // Already linked (a retried insert, or a repair): nothing to do.
+                        self.locks.release(qp, lock, &mut Batch::new()).await?;
+                        return Ok(false);
+                    }
+                    entries.insert(pos, (sep, child.raw()));
+                    let image = |version: u64,
+                                 low: u64,
+                                 high: u64,
+                                 sibling: u64,
+                                 leftmost: u64,
+                                 part: &[(u64, u64)]| {
+                        let mut img = vec![0u8; self.g.page_size];
+                        let hh = PageHeader {
+                            front_version: version,
+                            meta: PageHeader::pack_meta(level, false, part.len()),
+                            sibling,
+                            low_fence: low,
+                            high_fence: high,
+                            leftmost,
+                            ..Default::default()
+                        };
+                        hh.encode(&mut img);
+                        for (i, (k, c)) in part.iter().enumerate() {
+                            set_internal_entry(&mut img, &self.g, i, *k, *c);
+                        }
+                        seal(&mut img, &self.g);
+                        img
+                    };
+                    let v = h.front_version.wrapping_add(1).max(1);
+                    if entries.len() <= self.g.internal_capacity() {
+                        let img = image(
+                            v,
+                            h.low_fence,
+                            h.high_fence,
+                            h.sibling,
+                            h.leftmost,
+                            &entries,
+                        );
+                        let mut ops = Batch::new();
+                        self.page_write_ops(addr, &img, &mut ops);
+                        self.locks.release(qp, lock, &mut ops).await?;
+                        if level == 1 {
+                            self.node.cache_insert(
+                                &PageHeader::decode(&img, &self.g)
+                                    .map_err(|why| ShermanError::Corrupt { addr, why })?,
+                                &img,
+                            );
+                        }
+                        return Ok(true);
+                    }
+                    let mid = entries.len() / 2;
+                    let up = entries[mid].0;
+                    let right_addr = match self.alloc_page().await {
+                        Ok(a) => a,
+                        Err(e) => {
+                            self.locks.release(qp, lock, &mut Batch::new()).await?;
+                            return Err(e);
+                        }
+                    };
+                    let right = image(
+                        1,
+                        up,
+                        h.high_fence,
+                        h.sibling,
+                        entries[mid].1,
+                        &entries[mid + 1..],
+                    );
+                    let left = image(
+                        v,
+                        h.low_fence,
+                        up,
+                        right_addr.raw(),
+                        h.leftmost,
+                        &entries[..mid],
+                    );
+                    self.write_split(addr, lock, right_addr, &right, &left, None)
+                        .await?;
+                    self.splits.set(self.splits.get() + 1);
+                    if level == 1 {
+                        self.node.cache_invalidate(sep);
+                    }
+                    let pending = if h.low_fence == 0 && h.high_fence == KEY_INFINITY {
+                        self.grow_root(addr, level, up, right_addr).await?
+                    } else {
+                        Some((level + 1, up, right_addr))
+                    };
+                    match pending {
+                        Some((l, s, c)) => (level, sep, child) = (l, s, c),
+                        None => return Ok(true),
+                    }
+                    continue 'levels;
+                }
+            }
+        }
+        .await;
+        self.give(buf);
+        r
+    }
+}
