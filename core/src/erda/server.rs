@@ -369,13 +369,13 @@ impl ErdaServer {
         // Without a thread of its own (`on_background`), the cleaner shares this thread: a
         // bounded step after every request (a busy server would starve it in `on_idle`). An
         // error leaves the cleaning where it is, to be tried again on the next message.
-        // Zeroing the next log region ahead of its chaining stays here: with any zeroing a
+        // So does zeroing the next log region ahead of its chaining: with any zeroing a
         // chain did above, at most `ZERO_PER_MESSAGE` bytes per message.
-        if let Some(st) = self.st.as_mut() {
-            if !self.background {
-                let _ = clean::step(region, st, &mut self.stats, clean::STEP_AFTER_MESSAGE);
-                let _ = clean::zero_ahead(region, st, &mut self.stats, false);
-            }
+        if !self.background
+            && let Some(st) = self.st.as_mut()
+        {
+            let _ = clean::step(region, st, &mut self.stats, clean::STEP_AFTER_MESSAGE);
+            let _ = clean::zero_ahead(region, st, &mut self.stats, false);
         }
         Ok(())
     }
@@ -723,8 +723,10 @@ impl Handler for ErdaServer {
     }
 
     /// The cleaner on a thread of its own, as the authors' `logcleaning` pthread
-    /// (Erda/server/server_logclean.c): one bounded step per call, true while it works. From
-    /// the first call on, messages no longer step it.
+    /// (Erda/server/server_logclean.c): one bounded step per call, and the paced zeroing of
+    /// the next free regions (at most `ZERO_PER_MESSAGE` bytes a call), true while it works.
+    /// From the first call on, messages do neither (a grant that must chain still zeroes
+    /// within its message's budget).
     fn on_background(&mut self, region: &dyn LocalRegion) -> bool {
         self.background = true;
         let Some(st) = self.st.as_mut() else {
