@@ -192,6 +192,18 @@ pub trait Handler {
         false
     }
 
+    /// Background work the service does on a thread of its own (Erda's log cleaner, the
+    /// baselines' asynchronous apply: the authors' servers run each in a pthread of its own).
+    /// A fabric that gives the node such a thread calls this on it, again while it returns
+    /// true (it did some work) and again after each later message; its CPU time is that
+    /// thread's, not the request threads'. A handler that has been called here leaves that
+    /// work to this call from then on, instead of doing it inline after its messages. A
+    /// fabric without such a thread never calls it (and the handler keeps its work inline,
+    /// or on [`Handler::on_idle`]). Default: no background work.
+    fn on_background(&mut self, _region: &dyn LocalRegion) -> bool {
+        false
+    }
+
     /// The node restarts on a region that holds a previous life's state (a file or
     /// persistent memory): repair it before any client connects, and say what was repaired.
     /// The default trusts the region as it is.

@@ -16,7 +16,10 @@
 //! client asks again after a back-off, each message zeroing a share more); a cleaning due
 //! while its target is not zeroed starts a few messages later. Offsets in metadata
 //! words are absolute within the head's log, so a region keeps its addresses whichever run
-//! it belongs to: clients never learn new head pointers. (The paper registers a new 1 GB
+//! it belongs to: clients never learn new head pointers. Where the fabric gives the node a
+//! background thread (`Handler::on_background`, the sim's `background_threads`), the
+//! cleaning steps and the paced zeroing run there instead of after each message; a grant
+//! that must chain still zeroes within its message's budget. (The paper registers a new 1 GB
 //! region and links it; here the regions are reserved when the store is formatted, so a
 //! client's superblock stays valid for the store's life.)
 //!

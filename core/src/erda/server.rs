@@ -146,6 +146,9 @@ pub struct ErdaServer {
     stats: ServerStats,
     /// Each live connection's client, as the fabric knows it (`Handler::on_connect`).
     peers: BTreeMap<usize, u32>,
+    /// The fabric runs the cleaner on a thread of its own ([`Handler::on_background`]):
+    /// messages no longer step it.
+    background: bool,
 }
 
 pub(super) fn corrupt(region: &dyn LocalRegion, off: u64) -> FabricError {
@@ -162,6 +165,7 @@ impl ErdaServer {
             st: None,
             stats: ServerStats::default(),
             peers: BTreeMap::new(),
+            background: false,
         }
     }
 
@@ -362,12 +366,14 @@ impl ErdaServer {
             _ => self.stats.refused += 1,
         }
         replies.send(&reply.encode());
-        // The cleaner shares this thread: a bounded step after every request (the sim calls
-        // no `on_idle`, and a busy server would starve it there). An error leaves the
-        // cleaning where it is, to be tried again on the next message.
+        // Without a thread of its own (`on_background`), the cleaner shares this thread: a
+        // bounded step after every request (a busy server would starve it in `on_idle`). An
+        // error leaves the cleaning where it is, to be tried again on the next message.
         // So does zeroing the next log region ahead of its chaining: with any zeroing a
         // chain did above, at most `ZERO_PER_MESSAGE` bytes per message.
-        if let Some(st) = self.st.as_mut() {
+        if !self.background
+            && let Some(st) = self.st.as_mut()
+        {
             let _ = clean::step(region, st, &mut self.stats, clean::STEP_AFTER_MESSAGE);
             let _ = clean::zero_ahead(region, st, &mut self.stats, false);
         }
@@ -714,6 +720,23 @@ impl Handler for ErdaServer {
             st.pending.remove(k);
         }
         cleaned || zeroed > 0 || !done.is_empty()
+    }
+
+    /// The cleaner on a thread of its own, as the authors' `logcleaning` pthread
+    /// (Erda/server/server_logclean.c): one bounded step per call, and the paced zeroing of
+    /// the next free regions (at most `ZERO_PER_MESSAGE` bytes a call), true while it works.
+    /// From the first call on, messages do neither (a grant that must chain still zeroes
+    /// within its message's budget).
+    fn on_background(&mut self, region: &dyn LocalRegion) -> bool {
+        self.background = true;
+        let Some(st) = self.st.as_mut() else {
+            return false;
+        };
+        let cleaned =
+            clean::step(region, st, &mut self.stats, clean::STEP_WHEN_IDLE).unwrap_or(false);
+        clean::set_zero_budget(st, clean::ZERO_PER_MESSAGE);
+        let zeroed = clean::zero_ahead(region, st, &mut self.stats, false).unwrap_or(0);
+        cleaned || zeroed > 0
     }
 
     /// Formats or recovers the store before any client connects (a restart on a persistent

@@ -148,6 +148,8 @@ pub struct MemNode {
     pub dm_atomic_free: Vec<Ps>,
     /// The node's CPU: its handler threads (see `server.rs`).
     pub(crate) threads: Vec<ServerThread>,
+    /// Its background thread, once woken (`background.rs`; model `background_threads`).
+    pub(crate) background: Option<ServerThread>,
     /// Connections made to this node so far (assigns each its thread).
     pub conns: u32,
     /// Which of the sim's handlers serves connections made from now on.
@@ -192,6 +194,7 @@ impl MemNode {
             atomic_free: vec![0; slots.max(1)],
             dm_atomic_free: vec![0; slots.max(1)],
             threads: (0..threads.max(1)).map(|_| ServerThread::new()).collect(),
+            background: None,
             conns: 0,
             handler: id as u32,
             crashes: Vec::new(),
@@ -475,10 +478,11 @@ impl MemNode {
         self.crashes.iter().any(|&c| c >= from && c <= to)
     }
 
-    /// CPU time all handler threads have spent serving up to `now` (a service in progress
-    /// counts up to `now`).
+    /// CPU time all handler threads (the background one included) have spent serving up to
+    /// `now` (a service in progress counts up to `now`).
     pub fn busy_ps(&self, now: Ps) -> Ps {
-        self.threads.iter().map(|t| t.busy_ps(now)).sum()
+        let bg = self.background.as_ref().map_or(0, |t| t.busy_ps(now));
+        self.threads.iter().map(|t| t.busy_ps(now)).sum::<Ps>() + bg
     }
 }
 

@@ -74,6 +74,7 @@
 //!   `remora_core::server::Handler` (echo by default).
 //! - [`profiles`]: each paper's testbed as named model values (`--profile`), sourced.
 //! - [`faults`], [`trace`], [`rng`], [`pool`].
+mod background;
 pub mod cluster;
 pub mod engine;
 pub mod exec;

@@ -317,6 +317,12 @@ params! {
          breaks the queue pair for its later posts. 0 (default, the sim's behaviour before \
          this parameter, kept so that profiles measured with it keep their figures): it waits \
          for completion, as post does.";
+    background_threads: 0.0, "threads", [0.0, 1.0],
+        "1: each memory node has a background thread on a core of its own, on which its \
+         handler's background work (Handler::on_background: log cleaning, asynchronous apply) \
+         runs concurrently with the request threads, its CPU time counted in the node's \
+         (background.rs). 0 (default, the sim's behaviour before this parameter): none, and \
+         handlers do that work inline after their messages.";
 }
 
 /// A bad `--set` or model-file entry.

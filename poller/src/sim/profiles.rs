@@ -242,6 +242,16 @@ pub const PROFILES: &[Profile] = &[
                  erda-server-threads rows measure 1-8",
             ),
             v(
+                "background_threads",
+                1.0,
+                "the authors' servers run their background work in a pthread of its own, \
+                 beside the poll_cq thread: Erda's log cleaner (pthread_create of \
+                 logcleaning, Erda/server/server_logclean.c) and the baselines' apply of the \
+                 ring buffer to the table (pthread_create of rbflush, Redo \
+                 Logging/server.c and Read After Write/server.c); the paper's server has 8 \
+                 cores (seeds/004 §5), so that thread has a core of its own",
+            ),
+            v(
                 "server_llc_lines",
                 196_608.0,
                 "12 MiB: the L3 of the Xeon E5620 (Intel ARK: 12 MB SmartCache)",

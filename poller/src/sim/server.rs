@@ -78,7 +78,7 @@ pub(crate) struct ServerThread {
     /// Its task has been asked for and not yet started.
     pub starting: bool,
     /// Its task waits for a message.
-    waiting: bool,
+    pub(super) waiting: bool,
     /// CPU time of finished services, and the service (or reply post) in progress.
     busy_done: Ps,
     cur: (Ps, Ps),
@@ -186,7 +186,7 @@ impl Future for Busy<'_> {
         let Some(t) = w
             .nodes
             .get_mut(this.node)
-            .and_then(|n| n.threads.get_mut(this.thread))
+            .and_then(|n| super::background::thread_mut(n, this.thread))
         else {
             return Poll::Ready(());
         };
@@ -209,9 +209,24 @@ impl Future for Busy<'_> {
     }
 }
 
+/// Keeps thread `thread` of memory node `node` busy for `dur` (see [`Busy`]).
+pub(super) fn busy(w: &WorldRef, node: usize, thread: usize, dur: Ps) -> impl Future<Output = ()> {
+    Busy {
+        w,
+        node,
+        thread,
+        dur,
+        until: None,
+    }
+}
+
 /// Runs handler thread `thread` of memory node `node` forever: takes its messages in order,
-/// charges their service, runs the handler, reposts the receive, posts the replies.
+/// charges their service, runs the handler, reposts the receive, posts the replies. The
+/// node's background thread (`background.rs`) runs its own loop.
 pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers: Handlers<'_>) {
+    if thread == super::background::BACKGROUND {
+        return super::background::background_loop(w, node, handlers).await;
+    }
     let (n, t) = (node as usize, thread as usize);
     let mut replies = Replies::new();
     loop {
@@ -275,6 +290,7 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
                 wb.end_connection(end, true);
                 continue;
             }
+            super::background::kick(&mut wb, n);
         }
         // The memory the handler touched and the write-backs it issued keep its thread busy
         // (their effect is already visible, and durable: the sim applies a handler's memory

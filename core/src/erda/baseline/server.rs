@@ -119,6 +119,9 @@ pub struct BaselineServer {
     cfg: ErdaConfig,
     st: Option<State>,
     stats: BaselineServerStats,
+    /// The fabric runs the apply on a thread of its own ([`Handler::on_background`]):
+    /// messages no longer apply.
+    background: bool,
 }
 
 impl BaselineServer {
@@ -130,6 +133,7 @@ impl BaselineServer {
             cfg,
             st: None,
             stats: BaselineServerStats::default(),
+            background: false,
         }
     }
 
@@ -196,12 +200,28 @@ impl BaselineServer {
                 self.reply(replies, Status::BadRequest, h.seq, 0, 0)
             }
         }
-        // The asynchronous apply: keep at most APPLY_LAG records waiting.
-        let lag = self.backlog().saturating_sub(APPLY_LAG);
-        if lag > 0 {
-            self.pump(region, lag)?;
+        // The asynchronous apply: keep at most APPLY_LAG records waiting (on the background
+        // thread, if the fabric gives one: `on_background`). A background apply that falls
+        // behind by more than BACKGROUND_BACKLOG records is helped here, as the authors'
+        // request thread waits for its ring to drain (`wait()` in their server.c).
+        if !self.background {
+            self.apply_lag(region)?;
+        } else {
+            let over = self.backlog().saturating_sub(super::BACKGROUND_BACKLOG);
+            if over > 0 {
+                self.pump(region, over)?;
+            }
         }
         Ok(())
+    }
+
+    /// Applies the oldest records until at most [`APPLY_LAG`] wait; how many it applied.
+    fn apply_lag(&mut self, region: &dyn LocalRegion) -> Result<usize, FabricError> {
+        let lag = self.backlog().saturating_sub(APPLY_LAG);
+        if lag == 0 {
+            return Ok(0);
+        }
+        self.pump(region, lag)
     }
 
     /// Whether `key` is present once its landed records are applied (no record in flight).
@@ -799,6 +819,19 @@ impl Handler for BaselineServer {
         // An error here (a corrupt record or a full area) is met again, and reported, by
         // the next request that needs the apply.
         self.pump(region, usize::MAX).is_ok_and(|n| n > 0)
+    }
+
+    /// The asynchronous apply on a thread of its own, as the authors' `rbflush` pthread
+    /// (Redo Logging/server.c, Read After Write/server.c): the same lag as inline (at most
+    /// [`APPLY_LAG`] records wait), true while it applied some. From the first call on,
+    /// messages no longer apply (a full ring still applies what it can, as inline).
+    fn on_background(&mut self, region: &dyn LocalRegion) -> bool {
+        self.background = true;
+        if self.st.is_none() {
+            return false;
+        }
+        // An error is met again, and reported, by the next request that needs the apply.
+        self.apply_lag(region).is_ok_and(|n| n > 0)
     }
 
     fn service(&self) -> &'static str {
