@@ -836,8 +836,9 @@ fn catfish_bench_on_the_sim_reports_the_offloaded_share() {
         "300",
         "--operations",
         "200",
+        // Request scale 0.5: window edges up to half the side, so searches find objects.
         "--window",
-        "0.01",
+        "0.5",
     ];
     let recs = bench_json(&data, "cfcsv");
     let s = &recs[1]["spatial"];

@@ -4,11 +4,13 @@
 //! `--operations` operations (or runs `--seconds`):
 //! - `--workload c`: search-only; `--workload b`: 90% searches, 10% inserts (the Catfish
 //!   paper's mixed workload, not YCSB-B's 95/5); other workloads are refused.
-//! - data (`--spatial-data`): `uniform` rectangles (side up to 1/1000 of the space) or
-//!   `skewed` points clustered around 16 centres; or `--data FILE`, CSV lines
+//! - data (`--spatial-data`): `uniform` rectangles (the paper's: edges uniform in
+//!   (0, 0.0001] of the side, placed uniformly; inserts placed by the paper's power-law
+//!   rule) or `skewed` points clustered around 16 centres; or `--data FILE`, CSV lines
 //!   `min_x,min_y,max_x,max_y` or `x,y` (any units: scaled into the space).
-//! - a search is a square window of `--window` of the space's area (the paper's 0.00001 and
-//!   0.01) centred on a random object already loaded (so windows follow the data).
+//! - a search is a rectangle at the paper's request scale `--window` (0.00001 or 0.01):
+//!   its edges drawn uniformly from (0, scale] of the side per axis, placed uniformly in the
+//!   space (`spatial/data.rs` gives the paper's wording and our reading of the power law).
 //! - `--mode messaging|offloading|adaptive`; adaptive is Algorithm 1 with the server's
 //!   heartbeats ([`CatfishClient::search_adaptive`]).
 //! - `--node-serial-reads` (sim): each compute node serves one READ of its clients at a
@@ -74,7 +76,8 @@ pub enum Serve {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SpatialData {
-    /// Rectangles placed uniformly, sides uniform up to 1/1000 of the space.
+    /// The paper's rectangles: edges uniform in (0, 0.0001] of the side, placed uniformly;
+    /// a run's inserts at the request scale, placed by the paper's power-law rule.
     Uniform,
     /// Points clustered around 16 centres (normal-ish, σ = 1/100 of the space).
     Skewed,
@@ -104,12 +107,14 @@ pub struct SpatialFlags {
     /// Catfish searches: messaging, offloading or adaptive.
     #[arg(long, value_enum, default_value = "adaptive")]
     pub mode: SearchMode,
-    /// Catfish search window, as a fraction of the space's area (paper: 0.00001, 0.01).
+    /// Catfish request scale (the paper's 0.00001 or 0.01, seeds/003 §5.2): each search
+    /// window's edges are drawn uniformly from (0, scale] of the space's side, per axis
+    /// (not a fraction of the area), and the window is placed uniformly in the space.
     #[arg(long, default_value_t = 0.00001)]
     pub window: f64,
-    /// Catfish: each search's window fraction drawn from the paper's power law instead of
-    /// `--window`: density proportional to t^-0.99 on (0.00001, 0.01] (seeds/003 §5.2),
-    /// so most searches are small.
+    /// Catfish: each search draws its request scale t from the paper's power law instead of
+    /// `--window` (density proportional to t^-0.99 on (0.00001, 0.01], seeds/003 §5.2), then
+    /// its edges from (0, t]; so most searches are small.
     #[arg(long)]
     pub power_law_windows: bool,
     /// Catfish data: uniform rectangles or skewed (clustered) points.
@@ -153,6 +158,7 @@ pub struct SpatialFlags {
 pub struct SpatialSummary {
     pub mode: String,
     pub data: String,
+    /// The request scale (`--window`): window edges uniform in (0, window] of the side.
     pub window: f64,
     pub fanout: usize,
     /// guttman, rstar or hilbert.
@@ -181,7 +187,10 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     let w = a.spatial.window;
     if !(w > 0.0 && w <= 1.0) {
-        return Err(format!("--window must be in (0, 1], got {w}"));
+        return Err(format!(
+            "--window is the request scale, a window edge bound as a fraction of the \
+             space's side, in (0, 1]; got {w}"
+        ));
     }
     remora::layouts::catfish::check_fanout(a.spatial.fanout).map_err(|_| {
         format!(
@@ -391,7 +400,7 @@ fn record(
             0,
             format!(
                 "{mode} searches: {:.1}% offloaded ({off} of {searches}), {:.1} hits/search, \
-                 window {} of the space, {} data",
+                 request scale {}, {} data",
                 100.0 * share,
                 counts.scanned as f64 / searches as f64,
                 if a.spatial.power_law_windows {

@@ -1,7 +1,6 @@
 //! One client's phase of a spatial run: the same operations by RDMA (a [`CatfishClient`]
 //! searching by messaging, offloading or adaptively) or over TCP, timed on the sim's or the
 //! host's clock.
-use super::data::power_law_window;
 use super::{Part, SearchMode, Shared};
 use crate::bench::index::snapshot_of;
 use crate::bench::phase::{OpCounts, new_hist};
@@ -163,13 +162,7 @@ pub(super) async fn part(
             }
             None => {
                 counts.reads += 1;
-                let existing = sh.records + sh.inserted.load(Ordering::Relaxed);
-                let frac = if sh.a.spatial.power_law_windows {
-                    power_law_window(rng.unit())
-                } else {
-                    sh.a.spatial.window
-                };
-                let q = sh.data.window(&mut rng, existing, frac);
+                let q = sh.data.window(&mut rng);
                 hits.clear();
                 let r = c.search(q, &mut hits).await;
                 counts.scanned += hits.len() as u64;

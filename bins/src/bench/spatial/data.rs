@@ -1,5 +1,24 @@
 //! The objects of a spatial run and its search windows: generated (`uniform` rectangles or
-//! `skewed` points) or read from a CSV file, and the paper's power-law window sizes.
+//! `skewed` points) or read from a CSV file, and the paper's request scales.
+//!
+//! The Catfish paper's setup (seeds/003 §5.2), in the unit square (`SPACE` units a side):
+//! - the tree's rectangles have edges drawn uniformly from (0, 0.0001] per axis
+//!   ([`DATA_EDGE`]); the paper does not say where they lie, so they are placed uniformly.
+//! - a search at request scale `s` is a rectangle whose edges are drawn uniformly from
+//!   (0, s] per axis ("the request scale of 0.00001 means the edges of a requested
+//!   rectangle are randomly selected from (0,0.00001]"); the paper does not say where a
+//!   window lies, so it is placed uniformly over the space.
+//! - the power-law request scale: our reading is that each search first draws its scale
+//!   `t` with density ∝ t^-0.99 on (0.00001, 0.01] (the paper calls `t` the "request
+//!   scale", the same word it defines for 0.00001 and 0.01), then its edges from (0, t].
+//! - inserts (the 90/10 workloads): "the rectangle scales of both search and insert
+//!   requests are the same as those in the previous experiments", so an inserted
+//!   rectangle's edges are drawn like a search's; its corner is placed by the paper's rule:
+//!   x and y each drawn with density ∝ t^-0.99 on (0.5, 1.0], then reflected to one of
+//!   (x, y), (1-x, y), (x, 1-y), (1-x, 1-y) at random.
+//!
+//! Coordinates are integers: an edge of `e` of the side spans `floor(e * SPACE)` units
+//! (0 when `e` is under one unit), so it never exceeds the drawn edge.
 use super::{CLUSTERS, SPACE, SpatialData};
 use crate::bench::BenchArgs;
 use crate::bench::ycsb::Rng;
@@ -10,6 +29,31 @@ pub(super) struct Data {
     kind: SpatialData,
     file: Vec<Rect>,
     seed: u64,
+    /// Objects loaded before the run; generated objects past them are inserts.
+    records: u64,
+    scale: Scale,
+}
+
+/// Edge bound of the paper's tree rectangles, as a fraction of the side (seeds/003 §5.2).
+pub(super) const DATA_EDGE: f64 = 0.0001;
+
+/// The request scale of searches (and of generated inserts).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Scale {
+    /// Edges uniform in (0, s] of the side.
+    Fixed(f64),
+    /// Each request draws its scale from the paper's power law, then edges in (0, t].
+    PowerLaw,
+}
+
+impl Scale {
+    /// One request's edge bound.
+    fn draw(self, r: &mut Rng) -> f64 {
+        match self {
+            Scale::Fixed(s) => s,
+            Scale::PowerLaw => power_law_window(r.unit()),
+        }
+    }
 }
 
 impl Data {
@@ -22,10 +66,17 @@ impl Data {
             }
             None => Vec::new(),
         };
+        let scale = if a.spatial.power_law_windows {
+            Scale::PowerLaw
+        } else {
+            Scale::Fixed(a.spatial.window)
+        };
         Ok(Data {
             kind: a.spatial.spatial_data,
             file,
             seed: a.sim.seed,
+            records: a.records,
+            scale,
         })
     }
 
@@ -45,11 +96,21 @@ impl Data {
         let mut r = Rng::new(self.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xda7a);
         let c = |v: i64| v.clamp(0, SPACE) as i32;
         match self.kind {
+            SpatialData::Uniform if i >= self.records => {
+                let e = self.scale.draw(&mut r);
+                let (w, h) = (edge(&mut r, e), edge(&mut r, e));
+                let mut at = |side: i64| {
+                    let v = power_law(r.unit(), 0.5, 1.0);
+                    let v = if r.below(2) == 0 { v } else { 1.0 - v };
+                    ((v * SPACE as f64) as i64).min(SPACE - side)
+                };
+                let (x, y) = (at(w), at(h));
+                rect(c(x), c(y), c(x + w), c(y + h))
+            }
             SpatialData::Uniform => {
-                let x = r.below(SPACE as u64) as i64;
-                let y = r.below(SPACE as u64) as i64;
-                let w = r.below((SPACE / 1000) as u64) as i64;
-                let h = r.below((SPACE / 1000) as u64) as i64;
+                let (w, h) = (edge(&mut r, DATA_EDGE), edge(&mut r, DATA_EDGE));
+                let x = r.below((SPACE - w + 1) as u64) as i64;
+                let y = r.below((SPACE - h + 1) as u64) as i64;
                 rect(c(x), c(y), c(x + w), c(y + h))
             }
             SpatialData::Skewed => {
@@ -67,29 +128,38 @@ impl Data {
         }
     }
 
-    /// A search window of `frac` of the space's area centred on a random object below
-    /// `existing`.
-    pub(super) fn window(&self, r: &mut Rng, existing: u64, frac: f64) -> Rect {
-        let o = self.object(r.below(existing.max(1)));
-        let cx = (o.min_x as i64 + o.max_x as i64) / 2;
-        let cy = (o.min_y as i64 + o.max_y as i64) / 2;
-        let half = ((frac.sqrt() * SPACE as f64) / 2.0).max(0.5) as i64;
-        let c = |v: i64| v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-        rect(c(cx - half), c(cy - half), c(cx + half), c(cy + half))
+    /// A search window at the run's request scale: edges uniform in (0, t] of the side per
+    /// axis (`t` the scale, or drawn from the power law), placed uniformly in the space.
+    pub(super) fn window(&self, r: &mut Rng) -> Rect {
+        let t = self.scale.draw(r);
+        let (w, h) = (edge(r, t), edge(r, t));
+        let x = r.below((SPACE - w + 1) as u64) as i32;
+        let y = r.below((SPACE - h + 1) as u64) as i32;
+        rect(x, y, x + w as i32, y + h as i32)
     }
+}
+
+/// An edge drawn uniformly from (0, `bound`] of the side, in whole units (rounded down).
+fn edge(r: &mut Rng, bound: f64) -> i64 {
+    let e = (1.0 - r.unit()) * bound.clamp(0.0, 1.0);
+    ((e * SPACE as f64) as i64).clamp(0, SPACE)
+}
+
+/// `f(t) ∝ t^-0.99` on `(lo, hi]` (seeds/003 §5.2), drawn by inverting its distribution
+/// function at `u` in `[0, 1)`.
+fn power_law(u: f64, lo: f64, hi: f64) -> f64 {
+    // F(t) = (t^e - lo^e) / (hi^e - lo^e) with e = 1 - 0.99.
+    const E: f64 = 1.0 - 0.99;
+    let (a, b) = (lo.powf(E), hi.powf(E));
+    (a + u.clamp(0.0, 1.0) * (b - a))
+        .powf(1.0 / E)
+        .clamp(lo, hi)
 }
 
 /// The paper's power-law request scale (seeds/003 §5.2): `f(t) ∝ t^-0.99` on
 /// `(0.00001, 0.01]`, drawn by inverting its distribution function at `u` in `[0, 1)`.
 pub(super) fn power_law_window(u: f64) -> f64 {
-    const LO: f64 = 0.00001;
-    const HI: f64 = 0.01;
-    // F(t) = (t^e - LO^e) / (HI^e - LO^e) with e = 1 - 0.99.
-    const E: f64 = 1.0 - 0.99;
-    let (a, b) = (LO.powf(E), HI.powf(E));
-    (a + u.clamp(0.0, 1.0) * (b - a))
-        .powf(1.0 / E)
-        .clamp(LO, HI)
+    power_law(u, 0.00001, 0.01)
 }
 
 /// A rectangle from two corners in any order.
@@ -187,6 +257,105 @@ mod tests {
         let share = |lim: f64| ts.iter().filter(|t| **t < lim).count() as f64 / n as f64;
         assert!((0.30..0.36).contains(&share(0.0001)), "{}", share(0.0001));
         assert!((0.63..0.69).contains(&share(0.001)), "{}", share(0.001));
+    }
+
+    fn generated(records: u64, scale: Scale) -> Data {
+        Data {
+            kind: SpatialData::Uniform,
+            file: Vec::new(),
+            seed: 7,
+            records,
+            scale,
+        }
+    }
+
+    fn edges(q: &Rect) -> (f64, f64) {
+        let side = SPACE as f64;
+        (
+            (q.max_x - q.min_x) as f64 / side,
+            (q.max_y - q.min_y) as f64 / side,
+        )
+    }
+
+    /// The paper's request scale bounds each window edge (not the window's area): at 0.01
+    /// every edge is within (0, 0.01] and they average about half of it, and windows are
+    /// spread over the whole space, not around the data.
+    #[test]
+    fn window_edges_are_within_the_request_scale() {
+        for s in [0.00001, 0.01] {
+            let d = generated(1000, Scale::Fixed(s));
+            let mut r = Rng::new(3);
+            let qs: Vec<Rect> = (0..4000).map(|_| d.window(&mut r)).collect();
+            let es: Vec<f64> = qs.iter().flat_map(|q| <[f64; 2]>::from(edges(q))).collect();
+            assert!(es.iter().all(|e| *e <= s), "scale {s}: an edge above it");
+            let mean = es.iter().sum::<f64>() / es.len() as f64;
+            assert!(
+                (0.40 * s..0.55 * s).contains(&mean),
+                "scale {s}: mean edge {mean}"
+            );
+            assert!(qs.iter().all(|q| q.min_x >= 0 && q.max_x as i64 <= SPACE));
+            let right = qs.iter().filter(|q| q.min_x as i64 > SPACE / 2).count();
+            assert!(
+                (1800..2200).contains(&right),
+                "{right} of 4000 right of centre"
+            );
+        }
+        // The power law: each edge within its own drawn scale, so within (0, 0.01], and most
+        // searches small.
+        let d = generated(1000, Scale::PowerLaw);
+        let mut r = Rng::new(4);
+        let es: Vec<f64> = (0..4000)
+            .flat_map(|_| <[f64; 2]>::from(edges(&d.window(&mut r))))
+            .collect();
+        assert!(es.iter().all(|e| *e <= 0.01));
+        let small = es.iter().filter(|e| **e < 0.0001).count();
+        assert!(
+            small > es.len() / 3,
+            "{small} of {} edges under 0.0001",
+            es.len()
+        );
+    }
+
+    /// The tree's rectangles have edges in (0, 0.0001] and lie uniformly; inserts (ids past
+    /// the loaded records) lean to the centre, by the paper's power law on (0.5, 1.0]
+    /// (density at 0.5 about twice that at 1.0).
+    #[test]
+    fn data_and_inserts_follow_the_papers_setup() {
+        let d = generated(2000, Scale::Fixed(0.00001));
+        let loaded: Vec<Rect> = (0..2000).map(|i| d.object(i)).collect();
+        let es: Vec<f64> = loaded
+            .iter()
+            .flat_map(|q| <[f64; 2]>::from(edges(q)))
+            .collect();
+        assert!(es.iter().all(|e| *e <= DATA_EDGE));
+        let mean = es.iter().sum::<f64>() / es.len() as f64;
+        assert!(
+            (0.40 * DATA_EDGE..0.55 * DATA_EDGE).contains(&mean),
+            "{mean}"
+        );
+        let central = |q: &Rect| {
+            let d = |v: i32| (v as f64 / SPACE as f64 - 0.5).abs();
+            d(q.min_x).max(d(q.min_y)) < 0.25
+        };
+        let loaded_central = loaded.iter().filter(|q| central(q)).count();
+        let inserted: Vec<Rect> = (2000..4000).map(|i| d.object(i)).collect();
+        let inserted_central = inserted.iter().filter(|q| central(q)).count();
+        // Uniform: a quarter of the objects have both coordinates within 0.25 of the centre;
+        // the power law puts ln(1.5)/ln(2) = 58% of each coordinate there (34% of objects).
+        assert!((420..580).contains(&loaded_central), "{loaded_central}");
+        assert!((600..770).contains(&inserted_central), "{inserted_central}");
+        let ies: Vec<f64> = inserted
+            .iter()
+            .flat_map(|q| <[f64; 2]>::from(edges(q)))
+            .collect();
+        assert!(
+            ies.iter().all(|e| *e <= 0.00001),
+            "inserts at the request scale"
+        );
+        assert_eq!(
+            d.object(2500),
+            generated(2000, Scale::Fixed(0.00001)).object(2500)
+        );
     }
 
     #[test]
