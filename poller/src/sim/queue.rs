@@ -33,11 +33,28 @@ impl PartialOrd for Entry {
     }
 }
 
+/// A wheel event: an entry and the next one of its bucket's list.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    e: Entry,
+    next: u32,
+}
+
+/// End of a bucket's list (and of the free list).
+const NIL: u32 = u32::MAX;
+
 pub struct EventQueue {
     cur: BinaryHeap<Entry>,
     /// Absolute bucket number whose events are in `cur` (all earlier ones are drained).
     cur_abs: u64,
-    buckets: Vec<Vec<Entry>>,
+    /// First node of each wheel bucket's list (`NIL` when empty). The buckets are intrusive
+    /// lists through one node array, not a `Vec` each: the wheel is sparse (about one event
+    /// a bucket), and a push then touches a 4-byte head and a recently freed node instead
+    /// of a cold `Vec` header and its cold heap block.
+    heads: Vec<u32>,
+    nodes: Vec<Node>,
+    /// Free nodes, most recently freed first (warm in the cache).
+    free: u32,
     bits: [u64; WORDS],
     wheel_len: usize,
     overflow: BinaryHeap<Entry>,
@@ -54,7 +71,9 @@ impl EventQueue {
         EventQueue {
             cur: BinaryHeap::new(),
             cur_abs: 0,
-            buckets: (0..SLOTS).map(|_| Vec::new()).collect(),
+            heads: vec![NIL; SLOTS],
+            nodes: Vec::new(),
+            free: NIL,
             bits: [0; WORDS],
             wheel_len: 0,
             overflow: BinaryHeap::new(),
@@ -72,7 +91,20 @@ impl EventQueue {
             self.cur.push(e);
         } else if b < self.cur_abs + SLOTS as u64 {
             let i = (b % SLOTS as u64) as usize;
-            self.buckets[i].push(e);
+            let node = Node {
+                e,
+                next: self.heads[i],
+            };
+            let n = if self.free != NIL {
+                let n = self.free;
+                self.free = self.nodes[n as usize].next;
+                self.nodes[n as usize] = node;
+                n
+            } else {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            };
+            self.heads[i] = n;
             self.bits[i / 64] |= 1 << (i % 64);
             self.wheel_len += 1;
         } else {
@@ -122,16 +154,23 @@ impl EventQueue {
         // Wheel buckets before `next` are empty; `next` becomes the current bucket.
         self.cur_abs = next;
         let i = (next % SLOTS as u64) as usize;
-        if self.bits[i / 64] & (1 << (i % 64)) != 0
-            && self.buckets[i]
-                .first()
-                .is_some_and(|e| e.at >> SHIFT == next)
-        {
+        let head = self.heads[i];
+        if head != NIL && self.nodes[head as usize].e.at >> SHIFT == next {
             self.bits[i / 64] &= !(1 << (i % 64));
-            self.wheel_len -= self.buckets[i].len();
-            let mut b = std::mem::take(&mut self.buckets[i]);
-            self.cur.extend(b.drain(..));
-            self.buckets[i] = b;
+            self.heads[i] = NIL;
+            // Move the list into `cur`, then hand its nodes to the free list.
+            let mut n = head;
+            loop {
+                let node = self.nodes[n as usize];
+                self.cur.push(node.e);
+                self.wheel_len -= 1;
+                if node.next == NIL {
+                    self.nodes[n as usize].next = self.free;
+                    break;
+                }
+                n = node.next;
+            }
+            self.free = head;
         }
         while self.overflow.peek().is_some_and(|e| e.at >> SHIFT <= next) {
             if let Some(e) = self.overflow.pop() {
