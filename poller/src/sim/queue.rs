@@ -2,7 +2,7 @@
 //!
 //! Events are ordered by `(at, order)`. Most are due within a few microseconds, so they go
 //! to a wheel of `SLOTS` buckets of `2^SHIFT` ps each, with a bitmap of the non-empty ones;
-//! the bucket being drained lives in a small heap (`cur`), and events beyond the wheel's
+//! the bucket being drained lives in a small sorted vector (`cur`), and events beyond the wheel's
 //! horizon wait in an overflow heap. Popping is O(1) amortized instead of O(log n) over all
 //! pending events, which is most of the simulator's cost with thousands of clients.
 use super::model::Ps;
@@ -44,7 +44,9 @@ struct Node {
 const NIL: u32 = u32::MAX;
 
 pub struct EventQueue {
-    cur: BinaryHeap<Entry>,
+    /// The current bucket's events, sorted by [`Entry`]'s order (the earliest last): a
+    /// bucket holds about one event, which a heap would sift for nothing.
+    cur: Vec<Entry>,
     /// Absolute bucket number whose events are in `cur` (all earlier ones are drained).
     cur_abs: u64,
     /// First node of each wheel bucket's list (`NIL` when empty). The buckets are intrusive
@@ -69,7 +71,7 @@ impl Default for EventQueue {
 impl EventQueue {
     pub fn new() -> EventQueue {
         EventQueue {
-            cur: BinaryHeap::new(),
+            cur: Vec::new(),
             cur_abs: 0,
             heads: vec![NIL; SLOTS],
             nodes: Vec::new(),
@@ -88,7 +90,8 @@ impl EventQueue {
     pub fn push(&mut self, e: Entry) {
         let b = e.at >> SHIFT;
         if b <= self.cur_abs {
-            self.cur.push(e);
+            let p = self.cur.partition_point(|x| *x < e);
+            self.cur.insert(p, e);
         } else if b < self.cur_abs + SLOTS as u64 {
             let i = (b % SLOTS as u64) as usize;
             let node = Node {
@@ -177,6 +180,7 @@ impl EventQueue {
                 self.cur.push(e);
             }
         }
+        self.cur.sort_unstable();
         // Overflow events that now fall inside the wheel's horizon move into it.
         while let Some(e) = self.overflow.peek().copied() {
             if e.at >> SHIFT >= self.cur_abs + SLOTS as u64 {
@@ -194,7 +198,7 @@ impl EventQueue {
 
     pub fn peek_time(&mut self) -> Option<Ps> {
         if self.refill() {
-            self.cur.peek().map(|e| e.at)
+            self.cur.last().map(|e| e.at)
         } else {
             None
         }
