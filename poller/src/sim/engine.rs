@@ -262,8 +262,13 @@ impl Link {
         if w == 0 {
             return at;
         }
-        // First interval that ends after `at`: the gap search starts there.
-        let mut i = self.busy.partition_point(|&(_, e)| e <= at);
+        // First interval that ends after `at`: the gap search starts there. Most messages
+        // go after every reservation (ends are sorted): no search then.
+        let mut i = if self.busy.back().is_none_or(|&(_, e)| e <= at) {
+            self.busy.len()
+        } else {
+            self.busy.partition_point(|&(_, e)| e <= at)
+        };
         let mut start = at;
         while let Some(&(s, e)) = self.busy.get(i) {
             if start + w <= s {

@@ -51,6 +51,9 @@ pub struct Executor<'a> {
     /// Virtual time of each task's pending self-wake (see `run`).
     foreign_due: Vec<Ps>,
     foreign: Arc<Mutex<Vec<u32>>>,
+    /// The self-woken tasks being scheduled: swapped with `foreign`'s list so that neither
+    /// loses its capacity (no allocation per wake-up).
+    woken: Vec<u32>,
     pub user_live: usize,
 }
 
@@ -69,6 +72,7 @@ impl<'a> Executor<'a> {
             frozen: Vec::new(),
             foreign_due: Vec::new(),
             foreign: Arc::new(Mutex::new(Vec::new())),
+            woken: Vec::new(),
             user_live: 0,
         }
     }
@@ -180,12 +184,12 @@ impl<'a> Executor<'a> {
             }
             let mut wb = w.borrow_mut();
             wb.current_task = NO_TASK;
-            let woken: Vec<u32> = match self.foreign.lock() {
-                Ok(mut q) if !q.is_empty() => std::mem::take(&mut *q),
-                _ => Vec::new(),
-            };
+            let mut woken = std::mem::take(&mut self.woken);
+            if let Ok(mut q) = self.foreign.lock() {
+                std::mem::swap(&mut *q, &mut woken);
+            }
             let at = wb.now + wb.tm.poll;
-            for t in woken {
+            for &t in &woken {
                 // One pending self-wake per task: a task whose coroutines all yield (a joined
                 // group of spinners) must not multiply its wake-ups within one instant.
                 let due = &mut self.foreign_due[t as usize];
@@ -195,6 +199,8 @@ impl<'a> Executor<'a> {
                 *due = at;
                 wb.schedule(at, Ev::Wake(t));
             }
+            woken.clear();
+            self.woken = woken;
             if until_done && self.user_live == 0 {
                 return Stop::AllDone;
             }

@@ -2,7 +2,7 @@
 //!
 //! Events are ordered by `(at, order)`. Most are due within a few microseconds, so they go
 //! to a wheel of `SLOTS` buckets of `2^SHIFT` ps each, with a bitmap of the non-empty ones;
-//! the bucket being drained lives in a small heap (`cur`), and events beyond the wheel's
+//! the bucket being drained lives in a small sorted vector (`cur`), and events beyond the wheel's
 //! horizon wait in an overflow heap. Popping is O(1) amortized instead of O(log n) over all
 //! pending events, which is most of the simulator's cost with thousands of clients.
 use super::model::Ps;
@@ -33,11 +33,30 @@ impl PartialOrd for Entry {
     }
 }
 
+/// A wheel event: an entry and the next one of its bucket's list.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    e: Entry,
+    next: u32,
+}
+
+/// End of a bucket's list (and of the free list).
+const NIL: u32 = u32::MAX;
+
 pub struct EventQueue {
-    cur: BinaryHeap<Entry>,
+    /// The current bucket's events, sorted by [`Entry`]'s order (the earliest last): a
+    /// bucket holds about one event, which a heap would sift for nothing.
+    cur: Vec<Entry>,
     /// Absolute bucket number whose events are in `cur` (all earlier ones are drained).
     cur_abs: u64,
-    buckets: Vec<Vec<Entry>>,
+    /// First node of each wheel bucket's list (`NIL` when empty). The buckets are intrusive
+    /// lists through one node array, not a `Vec` each: the wheel is sparse (about one event
+    /// a bucket), and a push then touches a 4-byte head and a recently freed node instead
+    /// of a cold `Vec` header and its cold heap block.
+    heads: Vec<u32>,
+    nodes: Vec<Node>,
+    /// Free nodes, most recently freed first (warm in the cache).
+    free: u32,
     bits: [u64; WORDS],
     wheel_len: usize,
     overflow: BinaryHeap<Entry>,
@@ -52,9 +71,11 @@ impl Default for EventQueue {
 impl EventQueue {
     pub fn new() -> EventQueue {
         EventQueue {
-            cur: BinaryHeap::new(),
+            cur: Vec::new(),
             cur_abs: 0,
-            buckets: (0..SLOTS).map(|_| Vec::new()).collect(),
+            heads: vec![NIL; SLOTS],
+            nodes: Vec::new(),
+            free: NIL,
             bits: [0; WORDS],
             wheel_len: 0,
             overflow: BinaryHeap::new(),
@@ -69,10 +90,24 @@ impl EventQueue {
     pub fn push(&mut self, e: Entry) {
         let b = e.at >> SHIFT;
         if b <= self.cur_abs {
-            self.cur.push(e);
+            let p = self.cur.partition_point(|x| *x < e);
+            self.cur.insert(p, e);
         } else if b < self.cur_abs + SLOTS as u64 {
             let i = (b % SLOTS as u64) as usize;
-            self.buckets[i].push(e);
+            let node = Node {
+                e,
+                next: self.heads[i],
+            };
+            let n = if self.free != NIL {
+                let n = self.free;
+                self.free = self.nodes[n as usize].next;
+                self.nodes[n as usize] = node;
+                n
+            } else {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            };
+            self.heads[i] = n;
             self.bits[i / 64] |= 1 << (i % 64);
             self.wheel_len += 1;
         } else {
@@ -122,22 +157,30 @@ impl EventQueue {
         // Wheel buckets before `next` are empty; `next` becomes the current bucket.
         self.cur_abs = next;
         let i = (next % SLOTS as u64) as usize;
-        if self.bits[i / 64] & (1 << (i % 64)) != 0
-            && self.buckets[i]
-                .first()
-                .is_some_and(|e| e.at >> SHIFT == next)
-        {
+        let head = self.heads[i];
+        if head != NIL && self.nodes[head as usize].e.at >> SHIFT == next {
             self.bits[i / 64] &= !(1 << (i % 64));
-            self.wheel_len -= self.buckets[i].len();
-            let mut b = std::mem::take(&mut self.buckets[i]);
-            self.cur.extend(b.drain(..));
-            self.buckets[i] = b;
+            self.heads[i] = NIL;
+            // Move the list into `cur`, then hand its nodes to the free list.
+            let mut n = head;
+            loop {
+                let node = self.nodes[n as usize];
+                self.cur.push(node.e);
+                self.wheel_len -= 1;
+                if node.next == NIL {
+                    self.nodes[n as usize].next = self.free;
+                    break;
+                }
+                n = node.next;
+            }
+            self.free = head;
         }
         while self.overflow.peek().is_some_and(|e| e.at >> SHIFT <= next) {
             if let Some(e) = self.overflow.pop() {
                 self.cur.push(e);
             }
         }
+        self.cur.sort_unstable();
         // Overflow events that now fall inside the wheel's horizon move into it.
         while let Some(e) = self.overflow.peek().copied() {
             if e.at >> SHIFT >= self.cur_abs + SLOTS as u64 {
@@ -155,7 +198,7 @@ impl EventQueue {
 
     pub fn peek_time(&mut self) -> Option<Ps> {
         if self.refill() {
-            self.cur.peek().map(|e| e.at)
+            self.cur.last().map(|e| e.at)
         } else {
             None
         }

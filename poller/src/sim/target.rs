@@ -138,7 +138,11 @@ impl World {
                     );
                     return;
                 }
-                None => {}
+                None => {
+                    if let Some(n) = node {
+                        self.nodes[n].prefetch(remote.is_device(), remote.offset(), size);
+                    }
+                }
             }
         }
         if matches!(kind, Kind::Send | Kind::WriteImm) {
