@@ -117,6 +117,13 @@ pub struct SpatialFlags {
     /// its edges from (0, t]; so most searches are small.
     #[arg(long)]
     pub power_law_windows: bool,
+    /// Catfish: the number of objects the paper's tree holds in the unit square (2 million,
+    /// seeds/003 §5.2). With fewer `--records`, every length (the data's edge bound and the
+    /// request scale) is multiplied by sqrt(paper objects / records), so the loaded objects
+    /// lie as densely, and a search meets as many of them, as in the paper's tree: a run is
+    /// the paper's space seen through a smaller patch. 0: lengths as given.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub paper_objects: u64,
     /// Catfish data: uniform rectangles or skewed (clustered) points.
     #[arg(long, value_enum, default_value = "uniform")]
     pub spatial_data: SpatialData,
@@ -400,7 +407,7 @@ fn record(
             0,
             format!(
                 "{mode} searches: {:.1}% offloaded ({off} of {searches}), {:.1} hits/search, \
-                 request scale {}, {} data",
+                 request scale {}, {} data{}",
                 100.0 * share,
                 counts.scanned as f64 / searches as f64,
                 if a.spatial.power_law_windows {
@@ -408,7 +415,8 @@ fn record(
                 } else {
                     a.spatial.window.to_string()
                 },
-                sh.data.name()
+                sh.data.name(),
+                sh.data.zoom_note()
             ),
         );
     }

@@ -56,44 +56,43 @@ const BASIC_SRC: &str = "seeds/003 §5.2.2, Fig. 15: fast messaging's peak, RDMA
 const HILBERT_SRC: &str = "seeds/003 §5.2.3, Fig. 19: Catfish's peak, RDMA offloading at 256 \
                            clients, scale 0.00001";
 
-/// Why the Catfish-vs-offloading rows fall short of the paper, measured (quick scale,
-/// `remora repro catfish --scale quick`, the rows' JSON; `remora bench ... --clients-per-node
-/// 32 --json` for the nodes read): offloading alone runs 1,032 Kops at 256 clients on the
-/// R*-tree at scale 0.00001 where the paper has ~533 Kops (1.9x), and 899 Kops on the basic
-/// R-tree where the paper has 193.75 (4.6x), so the adaptive mix (1.345 Mops, paper 1.24)
-/// gains less over it.
+/// Why the Catfish-vs-offloading rows fall short of the paper, measured at quick scale
+/// (`remora bench --fabric sim --profile catfish --set server_llc_lines=2867 --index catfish
+/// --heartbeat-us 100 --node-serial-reads --compute-nodes 8 --memory-nodes 1 --operations
+/// 10000 --records 10000 --clients-per-node 32 --workload c --tree rstar|guttman --mode
+/// offloading|adaptive --window 0.00001 --json`: Mops, round trips per op, the notes' offload
+/// share): offloading alone runs 1,026 Kops at 256 clients on the R*-tree where the paper has
+/// ~533 Kops (1.9x), and 699 Kops on the basic R-tree where the paper has 193.75 (3.6x), so
+/// the adaptive mix (1.387 Mops, paper 1.24) gains less over it.
 macro_rules! offload_note {
     () => {
-        "offloading is faster than the paper's: 1,032 Kops vs ~533 Kops at 256 clients \
-         (R*-tree, scale 0.00001; 1.9x), 899 vs 193.75 Kops on the basic R-tree (4.6x). Each \
+        "offloading is faster than the paper's: 1,026 Kops vs ~533 Kops at 256 clients \
+         (R*-tree, scale 0.00001; 1.9x), 699 vs 193.75 Kops on the basic R-tree (3.6x). Each \
          client node serves one READ at a time (§4.4, `--node-serial-reads`), so an offloaded \
-         search costs one READ per node it visits, and the quick tree (10k rectangles) has 3 \
-         levels where the paper's 2 million have 5: with the paper's scales (window and data \
-         edges in (0, 0.00001] and (0, 0.0001]) a search finds ~0 rectangles and READs 3.9 \
-         nodes (superblock included), and the basic R-tree's 4.5, only 1.15x more, where the \
-         paper's basic tree costs 2.75x the R*-tree's. Catfish's own 1.345 Mops at 256 \
-         clients (70% of its searches offloaded, server 75% busy) is 1.09x the paper's 1.24 \
-         Mops"
+         search costs one round trip per node it visits, and the quick tree (10k rectangles, \
+         lengths scaled to the paper's 2M density by --paper-objects) has 3 levels where the \
+         paper's 2 million have 5: an offloaded search takes 3.98 round trips on the R*-tree \
+         and 5.82 on the basic R-tree, 1.46x more, where the paper's basic tree costs 2.75x \
+         the R*-tree's. Catfish's own 1.387 Mops at 256 clients (67.5% of its searches \
+         offloaded) is 1.12x the paper's 1.24 Mops"
     };
 }
 const OFFLOAD_NOTE: &str = offload_note!();
 
 /// Why the Catfish-vs-messaging rows are below 1 at 32 clients, measured as above.
 const MESSAGING_NOTE: &str = "the server's cost per request is the paper's (48.65 µs = 28 \
-    cores / 575.53 Kops, profile catfish: remora's fast messaging runs 570 Kops from 128 \
+    cores / 575.53 Kops, profile catfish: remora's fast messaging runs 571 Kops from 128 \
     clients on); at 32 clients the 28 server threads are 94% busy, under Algorithm 1's T = \
     95%, so Catfish does not offload and pays its heartbeat-slot READ (remora keeps the \
     slot on the memory node, the paper in the client's memory: a second round trip per \
-    search), 0.97x; at 256 clients it offloads 70% of its searches";
+    search), 0.97x; at 256 clients it offloads 67% of its searches";
 
-/// Why scale 0.01 is not bandwidth bound at quick scale, measured (`remora bench` at 256
-/// clients, `--window 0.01 --json`: `spatial.hits_per_search`, `node_reads_per_offload`).
-const SPARSE_NOTE: &str = "at the paper's scales (window edges in (0, 0.01], rectangle edges \
-    in (0, 0.0001]) a search of the quick tree's 10k rectangles finds 0.25 of them, where the \
-    paper's 2 million give ~51 (2M x (0.00005 + 0.005)^2): the quick tree is 200x sparser, so \
-    an offloaded search READs 3.2 nodes plus the superblock (4.1 round trips), not the \
-    bandwidth-bound case the paper's 0.01 is; offloading runs 967 Kops at 256 clients \
-    against the paper's ~269 Kops (3.6x), Catfish 1.29 Mops against 0.78";
+/// Scale 0.01 at quick scale, measured as for `OFFLOAD_NOTE` with `--window 0.01`.
+const SPARSE_NOTE: &str = "with lengths scaled to the paper's 2M-rectangle density \
+    (--paper-objects) a 0.01 search of the quick tree finds 50.3 rectangles, as the paper's \
+    ~51 (2M x (0.00005 + 0.005)^2), and an offloaded search takes 9.68 round trips; but the \
+    quick tree is 3 levels to the paper's 5, and offloading runs 419 Kops at 256 clients \
+    against the paper's ~269 Kops (1.56x)";
 
 /// Why offloading hardly falls from the smaller to the larger tree, measured (128
 /// clients, power-law scales, `remora bench ... --records 1000|10000 --json`).
@@ -141,7 +140,10 @@ pub fn paper(s: &Scale) -> Paper {
     let power = "--power-law-windows";
     // Fixed 128 clients, power-law windows: one series per mode and tree size (`records`)
     // or node size (`fanout`).
+    // The tree-size runs keep the paper's lengths unzoomed (`--paper-objects 0`): its 10K
+    // to 10M trees lie in one unit square, denser as they grow, and so do these.
     let fixed = |sizes: &[(u64, usize)], by_fanout: bool| {
+        let zoom = if by_fanout { "" } else { " --paper-objects 0" };
         let mut v = Vec::new();
         for (m, label) in MODES {
             for &(records, fanout) in sizes {
@@ -150,7 +152,7 @@ pub fn paper(s: &Scale) -> Paper {
                     &format!("{label} {x}"),
                     format!(
                         "{common} --tree rstar --mode {m} {power} --clients-per-node {} \
-                         --records {records} --fanout {fanout}",
+                         --records {records} --fanout {fanout}{zoom}",
                         FIXED_CLIENTS / NODES
                     ),
                     &["c"],

@@ -32,6 +32,9 @@ pub(super) struct Data {
     /// Objects loaded before the run; generated objects past them are inserts.
     records: u64,
     scale: Scale,
+    /// Factor on every generated length (data edges, request scales): sqrt(paper objects /
+    /// records) when fewer objects are loaded than the paper's tree holds, else 1.
+    zoom: f64,
 }
 
 /// Edge bound of the paper's tree rectangles, as a fraction of the side (seeds/003 §5.2).
@@ -71,13 +74,31 @@ impl Data {
         } else {
             Scale::Fixed(a.spatial.window)
         };
+        let zoom = if file.is_empty() && a.spatial.paper_objects > a.records && a.records > 0 {
+            (a.spatial.paper_objects as f64 / a.records as f64).sqrt()
+        } else {
+            1.0
+        };
         Ok(Data {
             kind: a.spatial.spatial_data,
             file,
             seed: a.sim.seed,
             records: a.records,
             scale,
+            zoom,
         })
+    }
+
+    /// What `--paper-objects` did to the run's lengths, for its notes ("" when nothing).
+    pub(super) fn zoom_note(&self) -> String {
+        if self.zoom == 1.0 {
+            return String::new();
+        }
+        format!(
+            "; lengths x{:.2} (data edges and request scales: {} objects lie as densely as \
+             the paper's --paper-objects)",
+            self.zoom, self.records
+        )
     }
 
     pub(super) fn name(&self) -> String {
@@ -97,7 +118,7 @@ impl Data {
         let c = |v: i64| v.clamp(0, SPACE) as i32;
         match self.kind {
             SpatialData::Uniform if i >= self.records => {
-                let e = self.scale.draw(&mut r);
+                let e = self.scale.draw(&mut r) * self.zoom;
                 let (w, h) = (edge(&mut r, e), edge(&mut r, e));
                 let mut at = |side: i64| {
                     let v = power_law(r.unit(), 0.5, 1.0);
@@ -108,7 +129,8 @@ impl Data {
                 rect(c(x), c(y), c(x + w), c(y + h))
             }
             SpatialData::Uniform => {
-                let (w, h) = (edge(&mut r, DATA_EDGE), edge(&mut r, DATA_EDGE));
+                let d = DATA_EDGE * self.zoom;
+                let (w, h) = (edge(&mut r, d), edge(&mut r, d));
                 let x = r.below((SPACE - w + 1) as u64) as i64;
                 let y = r.below((SPACE - h + 1) as u64) as i64;
                 rect(c(x), c(y), c(x + w), c(y + h))
@@ -131,7 +153,7 @@ impl Data {
     /// A search window at the run's request scale: edges uniform in (0, t] of the side per
     /// axis (`t` the scale, or drawn from the power law), placed uniformly in the space.
     pub(super) fn window(&self, r: &mut Rng) -> Rect {
-        let t = self.scale.draw(r);
+        let t = self.scale.draw(r) * self.zoom;
         let (w, h) = (edge(r, t), edge(r, t));
         let x = r.below((SPACE - w + 1) as u64) as i32;
         let y = r.below((SPACE - h + 1) as u64) as i32;
@@ -266,7 +288,43 @@ mod tests {
             seed: 7,
             records,
             scale,
+            zoom: 1.0,
         }
+    }
+
+    /// `--paper-objects`: 10k objects zoomed to the paper's 2M density meet about as many
+    /// objects per 0.01 search as the paper's tree (2M x (0.005 + 0.00005)^2 ≈ 51 on
+    /// average), where the unzoomed 10k meet almost none.
+    #[test]
+    fn zoomed_runs_meet_as_many_objects_per_search_as_the_papers_tree() {
+        let hits = |zoom: f64| {
+            let mut d = generated(10_000, Scale::Fixed(0.01));
+            d.zoom = zoom;
+            let objs: Vec<Rect> = (0..10_000).map(|i| d.object(i)).collect();
+            let mut r = Rng::new(3);
+            let n = 300;
+            let mut hits = 0usize;
+            for _ in 0..n {
+                let q = d.window(&mut r);
+                hits += objs
+                    .iter()
+                    .filter(|o| {
+                        o.min_x <= q.max_x
+                            && q.min_x <= o.max_x
+                            && o.min_y <= q.max_y
+                            && q.min_y <= o.max_y
+                    })
+                    .count();
+            }
+            hits as f64 / n as f64
+        };
+        let zoomed = hits((2_000_000f64 / 10_000.0).sqrt());
+        assert!(
+            (35.0..70.0).contains(&zoomed),
+            "zoomed: {zoomed} hits/search"
+        );
+        let plain = hits(1.0);
+        assert!(plain < 1.0, "unzoomed: {plain} hits/search");
     }
 
     fn edges(q: &Rect) -> (f64, f64) {
