@@ -40,16 +40,16 @@ pub const CANON_LEN: usize = KEY_MAX + 1;
 /// Prefix digits a node header holds.
 pub const PREFIX_MAX: usize = 6;
 
-pub const SB_MAGIC: u64 = u64::from_le_bytes(*b"WORTSB01");
-pub const SB_LEN: usize = 64;
+pub(crate) const SB_MAGIC: u64 = u64::from_le_bytes(*b"WORTSB01");
+pub(crate) const SB_LEN: usize = 64;
 /// Offsets of the superblock's words.
-pub const SB_KIND: u64 = 8;
-pub const SB_ROOT: u64 = 16;
-pub const SB_RINGS: u64 = 24;
-pub const SB_RING_OFF: u64 = 32;
-pub const SB_HEAP_BASE: u64 = 40;
-pub const SB_HEAP_END: u64 = 48;
-pub const SB_HEAP_TOP: u64 = 56;
+pub(crate) const SB_KIND: u64 = 8;
+pub(crate) const SB_ROOT: u64 = 16;
+pub(crate) const SB_RINGS: u64 = 24;
+pub(crate) const SB_RING_OFF: u64 = 32;
+pub(crate) const SB_HEAP_BASE: u64 = 40;
+pub(crate) const SB_HEAP_END: u64 = 48;
+pub(crate) const SB_HEAP_TOP: u64 = 56;
 const _: () = assert!(SB_HEAP_TOP as usize + 8 == SB_LEN);
 
 /// Which tree a store holds.
@@ -62,12 +62,14 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The tree's name as reports print it (`wort` or `woart`).
     pub const fn name(self) -> &'static str {
         match self {
             Kind::Wort => "wort",
             Kind::Woart => "woart",
         }
     }
+    /// The region-header root slot where this kind's superblock is published.
     pub const fn root_slot(self) -> usize {
         match self {
             Kind::Wort => ROOT_SLOT_WORT,
@@ -92,6 +94,7 @@ impl Kind {
             Kind::Woart => k[i],
         }
     }
+    /// The kind stored in a superblock's kind word; `None` for an unknown value.
     pub fn from_word(w: u64) -> Option<Kind> {
         match w {
             1 => Some(Kind::Wort),
@@ -102,7 +105,7 @@ impl Kind {
 }
 
 /// The canonical key of `key` (see [`CANON_LEN`]); `None` for an empty or too long key.
-pub fn canon(key: &[u8]) -> Option<[u8; CANON_LEN]> {
+pub(crate) fn canon(key: &[u8]) -> Option<[u8; CANON_LEN]> {
     if key.is_empty() || key.len() > KEY_MAX {
         return None;
     }
@@ -117,7 +120,7 @@ pub fn canon(key: &[u8]) -> Option<[u8; CANON_LEN]> {
 /// A child word: a node's region offset (64-byte aligned) with its type in the low bits;
 /// 0 is "no child".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ptr {
+pub(crate) enum Ptr {
     Null,
     Leaf(u64),
     /// WORT's node: 16 children indexed by a nibble.
@@ -181,14 +184,14 @@ impl Ptr {
 
 // ---------------------------------------------------------------- node header
 
-pub const H_DEPTH: Field = Field::new("depth", 0, 8);
-pub const H_PLEN: Field = Field::new("prefix_len", 8, 8);
-pub const H_PREFIX: Field = Field::new("prefix", 16, 48);
+pub(crate) const H_DEPTH: Field = Field::new("depth", 0, 8);
+pub(crate) const H_PLEN: Field = Field::new("prefix_len", 8, 8);
+pub(crate) const H_PREFIX: Field = Field::new("prefix", 16, 48);
 const _: () = assert_disjoint(&[H_DEPTH, H_PLEN, H_PREFIX]);
 
 /// An inner node's header word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
+pub(crate) struct Header {
     pub depth: u8,
     pub plen: u8,
     /// The first `min(plen, PREFIX_MAX)` prefix digits.
@@ -229,21 +232,21 @@ impl Header {
 
 // ---------------------------------------------------------------- leaf
 
-pub const LEAF_MAGIC: u64 = 0x5754;
-pub const L_MAGIC: Field = Field::new("leaf_magic", 48, 16);
-pub const L_KEY_LEN: Field = Field::new("leaf_key_len", 40, 8);
-pub const L_VALUE_LEN: Field = Field::new("leaf_value_len", 0, 16);
+pub(crate) const LEAF_MAGIC: u64 = 0x5754;
+pub(crate) const L_MAGIC: Field = Field::new("leaf_magic", 48, 16);
+pub(crate) const L_KEY_LEN: Field = Field::new("leaf_key_len", 40, 8);
+pub(crate) const L_VALUE_LEN: Field = Field::new("leaf_value_len", 0, 16);
 const _: () = assert_disjoint(&[L_MAGIC, L_KEY_LEN, L_VALUE_LEN]);
 /// Bytes before a leaf's value.
-pub const LEAF_HEAD: usize = 8 + KEY_MAX;
-pub const LEAF_MAX: usize = LEAF_HEAD + VALUE_MAX;
+pub(crate) const LEAF_HEAD: usize = 8 + KEY_MAX;
+pub(crate) const LEAF_MAX: usize = LEAF_HEAD + VALUE_MAX;
 
-pub const fn leaf_len(value_len: usize) -> usize {
+pub(crate) const fn leaf_len(value_len: usize) -> usize {
     (LEAF_HEAD + value_len).next_multiple_of(8)
 }
 
 /// Encodes a leaf into `out`; returns its length.
-pub fn encode_leaf(out: &mut [u8; LEAF_MAX], key: &[u8], value: &[u8]) -> usize {
+pub(crate) fn encode_leaf(out: &mut [u8; LEAF_MAX], key: &[u8], value: &[u8]) -> usize {
     let w = L_MAGIC.set(0, LEAF_MAGIC);
     let w = L_KEY_LEN.set(w, key.len() as u64);
     let w = L_VALUE_LEN.set(w, value.len() as u64);
@@ -257,7 +260,7 @@ pub fn encode_leaf(out: &mut [u8; LEAF_MAX], key: &[u8], value: &[u8]) -> usize 
 }
 
 /// A leaf's header word: (key length, value length), validated.
-pub fn decode_leaf_header(w: u64) -> Result<(usize, usize), LayoutError> {
+pub(crate) fn decode_leaf_header(w: u64) -> Result<(usize, usize), LayoutError> {
     if L_MAGIC.get(w) != LEAF_MAGIC {
         return Err(LayoutError::BadMagic {
             expected: LEAF_MAGIC,
@@ -281,7 +284,7 @@ pub fn decode_leaf_header(w: u64) -> Result<(usize, usize), LayoutError> {
 
 /// What a request asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReqOp {
+pub(crate) enum ReqOp {
     Get = 1,
     Upsert = 2,
     Update = 3,
@@ -304,24 +307,24 @@ impl ReqOp {
     }
 }
 
-pub const REQ_MAGIC: u64 = 0xA7;
-pub const R_MAGIC: Field = Field::new("req_magic", 56, 8);
-pub const R_OP: Field = Field::new("req_op", 48, 8);
-pub const R_KEY_LEN: Field = Field::new("req_key_len", 40, 8);
-pub const R_FLAGS: Field = Field::new("req_flags", 32, 8);
-pub const R_VALUE_LEN: Field = Field::new("req_value_len", 0, 16);
+pub(crate) const REQ_MAGIC: u64 = 0xA7;
+pub(crate) const R_MAGIC: Field = Field::new("req_magic", 56, 8);
+pub(crate) const R_OP: Field = Field::new("req_op", 48, 8);
+pub(crate) const R_KEY_LEN: Field = Field::new("req_key_len", 40, 8);
+pub(crate) const R_FLAGS: Field = Field::new("req_flags", 32, 8);
+pub(crate) const R_VALUE_LEN: Field = Field::new("req_value_len", 0, 16);
 const _: () = assert_disjoint(&[R_MAGIC, R_OP, R_KEY_LEN, R_FLAGS, R_VALUE_LEN]);
 /// Flag of [`ReqOp::Next`]: strictly greater than the key.
-pub const FLAG_EXCLUSIVE: u64 = 1;
+pub(crate) const FLAG_EXCLUSIVE: u64 = 1;
 /// Bytes before a request's value.
-pub const REQ_HEAD: usize = 16 + KEY_MAX;
+pub(crate) const REQ_HEAD: usize = 16 + KEY_MAX;
 /// Bytes of one ring slot (whole cache lines).
 pub const SLOT_LEN: usize = (REQ_HEAD + VALUE_MAX).next_multiple_of(64);
 const _: () = assert!(SLOT_LEN == 320);
 
 /// A decoded request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     pub op: ReqOp,
     pub flags: u64,
     pub seq: u32,
@@ -337,7 +340,7 @@ impl Request {
 }
 
 /// Encodes a request into `out`; returns the bytes to write.
-pub fn encode_request(
+pub(crate) fn encode_request(
     out: &mut [u8; SLOT_LEN],
     op: ReqOp,
     flags: u64,
@@ -359,7 +362,7 @@ pub fn encode_request(
 }
 
 /// Decodes a request's first [`REQ_HEAD`] bytes; never panics on arbitrary bytes.
-pub fn decode_request(b: &[u8]) -> Result<Request, LayoutError> {
+pub(crate) fn decode_request(b: &[u8]) -> Result<Request, LayoutError> {
     if b.len() < REQ_HEAD {
         return Err(LayoutError::Short {
             need: REQ_HEAD,
@@ -422,6 +425,7 @@ pub enum Status {
 }
 
 impl Status {
+    /// The status of a reply's first byte; `None` for an unknown value.
     pub fn from_u8(b: u8) -> Option<Status> {
         Some(match b {
             1 => Status::Ok,
@@ -437,20 +441,26 @@ impl Status {
 
 /// Bytes before a reply's value.
 pub const REPLY_HEAD: usize = 16 + KEY_MAX;
+/// Longest reply: the header, the 16-byte key and the longest value.
 pub const REPLY_MAX: usize = REPLY_HEAD + VALUE_MAX;
 
 /// A decoded reply header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
+    /// What the server answered.
     pub status: Status,
+    /// The ring slot of the request this answers.
     pub slot: u16,
+    /// The sequence number of the request this answers (for a welcome, the client id).
     pub seq: u32,
+    /// Bytes of the key at `msg[16..16 + key_len]` (0 to 16).
     pub key_len: usize,
+    /// Bytes of the value at `msg[REPLY_HEAD..]` (at most [`VALUE_MAX`]).
     pub value_len: usize,
 }
 
 /// Encodes a reply into `out`; returns its length.
-pub fn encode_reply(
+pub(crate) fn encode_reply(
     out: &mut [u8; REPLY_MAX],
     status: Status,
     slot: u16,
@@ -509,10 +519,13 @@ pub const fn imm(client: u32, slot: u16) -> u32 {
 /// A tree error the server reports (and a corrupt region).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TreeError {
+    /// The region access failed.
     Fabric(FabricError),
     /// A node or leaf that does not decode, at this offset.
     Corrupt {
+        /// Region offset of the node or leaf.
         off: u64,
+        /// What did not decode.
         why: LayoutError,
     },
     /// The heap cannot hold the write.

@@ -62,31 +62,43 @@ impl Default for WortClientConfig {
     }
 }
 
+/// An error of a WORT or WOART client operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WortError {
+    /// The fabric failed the request or reply.
     Fabric(FabricError),
     /// Keys are 1 to 16 bytes.
     BadKey {
+        /// The key's length in bytes.
         len: usize,
     },
+    /// The value is longer than the server's slots hold.
     ValueTooLong {
+        /// The value's length in bytes.
         len: usize,
+        /// The longest value, [`VALUE_MAX`] bytes.
         max: usize,
     },
+    /// The caller's buffer cannot hold the value read.
     BufferTooSmall {
+        /// The buffer's length in bytes.
         len: usize,
+        /// Bytes the value needs.
         need: usize,
     },
     /// The server refused: heap full, no free ring, or a request it could not decode.
     Refused {
+        /// The status the server replied with.
         status: Status,
     },
     /// The server's answer does not fit the protocol.
     Protocol {
+        /// Which part of the reply was wrong.
         what: &'static str,
     },
     /// No reply within the deadline.
     Timeout {
+        /// Nanoseconds waited (fabric time) before giving up.
         waited_ns: u64,
     },
 }

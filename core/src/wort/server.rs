@@ -17,10 +17,15 @@ pub const RING_SLOTS: u32 = 32;
 /// What the server did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ServerStats {
+    /// Client sessions accepted (hellos welcomed).
     pub sessions: u64,
+    /// Requests taken from the rings, decoded or not.
     pub requests: u64,
+    /// Requests that did not decode, answered [`Status::BadRequest`](crate::wort::layout::Status::BadRequest).
     pub bad_requests: u64,
+    /// Writes refused because the heap was full.
     pub full: u64,
+    /// The tree's own counters.
     pub tree: TreeStats,
 }
 
@@ -50,6 +55,7 @@ fn fail(r: &dyn LocalRegion, e: TreeError) -> FabricError {
 }
 
 impl WortServer {
+    /// A server of `kind`; it formats or opens its store when the first message arrives.
     pub fn new(kind: Kind) -> WortServer {
         WortServer {
             kind,
@@ -64,6 +70,7 @@ impl WortServer {
         }
     }
 
+    /// A snapshot of the server's and its tree's counters.
     pub fn stats(&self) -> ServerStats {
         ServerStats {
             tree: self.tree.as_ref().map(|t| t.stats).unwrap_or_default(),

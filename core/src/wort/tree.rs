@@ -34,12 +34,17 @@ const EXTENT: u64 = 64 << 10;
 /// What the tree did (volatile, since the server started).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TreeStats {
+    /// Keys inserted (absent before).
     pub inserts: u64,
+    /// Values overwritten: a present key given a new leaf, swapped in by one 8-byte store.
     pub updates: u64,
+    /// Keys deleted.
     pub deletes: u64,
     /// New inner nodes for two leaves, path-compression splits, node growths.
     pub new_nodes: u64,
+    /// Path-compression splits: a node's prefix cut where a new key diverges.
     pub splits: u64,
+    /// Node growths (WOART only: a full node replaced by the next size up).
     pub grows: u64,
     /// `persist` calls.
     pub persists: u64,
@@ -56,13 +61,16 @@ struct Found {
 /// A tree's volatile handle (the state is all in the region but the allocator cursor).
 #[derive(Debug, Clone)]
 pub struct Tree {
+    /// Which tree the store holds.
     pub kind: Kind,
+    /// Region offset of the tree's superblock.
     pub sb: u64,
     heap_base: u64,
     heap_end: u64,
     /// Next free byte; `durable_top` is what the superblock says.
     top: u64,
     durable_top: u64,
+    /// What the tree did since this handle opened it.
     pub stats: TreeStats,
 }
 
