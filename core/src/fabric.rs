@@ -54,32 +54,52 @@ use remora_layouts::{GlobalAddr, NodeId};
 pub enum Op<'a> {
     /// RDMA READ: `local.len()` bytes from `remote`.
     Read {
+        /// Where the bytes are read from.
         remote: GlobalAddr,
+        /// Receives the bytes; its length is the transfer's length.
         local: &'a mut [u8],
     },
     /// RDMA WRITE of `local` to `remote`.
-    Write { remote: GlobalAddr, local: &'a [u8] },
+    Write {
+        /// Where the bytes land.
+        remote: GlobalAddr,
+        /// The bytes to write.
+        local: &'a [u8],
+    },
     /// RDMA WRITE_WITH_IMM: a WRITE, then a receive completion at the target carrying `imm`.
     WriteImm {
+        /// Where the bytes land.
         remote: GlobalAddr,
+        /// The bytes to write.
         local: &'a [u8],
+        /// The immediate the target's receive completion carries.
         imm: u32,
     },
     /// 8-byte CMP_AND_SWP: if `*remote == compare` store `swap`; `old` receives the prior value.
     Cas {
+        /// The 8-byte aligned word compared and swapped.
         remote: GlobalAddr,
+        /// The value the word must hold for the swap to happen.
         compare: u64,
+        /// The value stored if the comparison holds.
         swap: u64,
+        /// Receives the word's value before the operation (equal to `compare` on success).
         old: &'a mut u64,
     },
     /// 8-byte FETCH_AND_ADD (wrapping); `old` receives the prior value.
     Faa {
+        /// The 8-byte aligned word added to.
         remote: GlobalAddr,
+        /// The addend (wrapping).
         add: u64,
+        /// Receives the word's value before the addition.
         old: &'a mut u64,
     },
     /// Two-sided SEND of `local` to the peer's receive queue.
-    Send { local: &'a [u8] },
+    Send {
+        /// The message; at most the peer's receive buffer size.
+        local: &'a [u8],
+    },
 }
 
 /// The order in which a fabric's READs observe, and WRITEs place, the 64-byte segments of
@@ -104,6 +124,7 @@ impl SegmentOrder {
     /// Bytes per segment: a PCIe read completion / cache line.
     pub const SEGMENT: usize = 64;
 
+    /// The order's name, as [`SegmentOrder::parse`] accepts it.
     pub const fn name(self) -> &'static str {
         match self {
             SegmentOrder::Ascending => "ascending",
@@ -227,16 +248,24 @@ pub fn xorshift(state: &mut u64) -> u64 {
 /// The verb of an op, for counters, traces and errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verb {
+    /// RDMA READ.
     Read,
+    /// RDMA WRITE.
     Write,
+    /// RDMA WRITE_WITH_IMM.
     WriteImm,
+    /// 8-byte CMP_AND_SWP.
     Cas,
+    /// 8-byte FETCH_AND_ADD.
     Faa,
+    /// Two-sided SEND.
     Send,
+    /// A receive completion (of a SEND or a WRITE_WITH_IMM).
     Recv,
 }
 
 impl Verb {
+    /// Every verb, in declaration order (the counters' index order).
     pub const ALL: [Verb; 7] = [
         Verb::Read,
         Verb::Write,
@@ -246,6 +275,7 @@ impl Verb {
         Verb::Send,
         Verb::Recv,
     ];
+    /// The verb's name as in the verbs API (`READ`, `CMP_AND_SWP`, ...).
     pub const fn name(self) -> &'static str {
         match self {
             Verb::Read => "READ",
@@ -260,6 +290,7 @@ impl Verb {
 }
 
 impl Op<'_> {
+    /// The verb this op posts.
     pub fn verb(&self) -> Verb {
         match self {
             Op::Read { .. } => Verb::Read,
@@ -294,6 +325,7 @@ impl Op<'_> {
         }
     }
 
+    /// Whether the op moves no bytes (a zero-length READ, WRITE or SEND).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -311,9 +343,11 @@ pub enum RecvKind {
 /// A receive completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Recv {
+    /// What raised the completion.
     pub kind: RecvKind,
     /// Payload bytes (SEND) or bytes written (WRITE_WITH_IMM).
     pub len: u32,
+    /// The immediate of a WRITE_WITH_IMM; `None` for a SEND.
     pub imm: Option<u32>,
 }
 
@@ -322,28 +356,50 @@ pub struct Recv {
 pub enum FabricError {
     /// IBV_WC_REM_ACCESS_ERR: outside the target region or a revoked key. No memory touched.
     RemoteAccess {
+        /// Index of the failed op in the posted batch.
         wr: usize,
+        /// The remote address the op named.
         addr: GlobalAddr,
+        /// Bytes the op asked for.
         len: usize,
     },
     /// IBV_WC_REM_INV_REQ_ERR: the target refused the request (e.g. a misaligned atomic).
     RemoteInvalid {
+        /// Index of the failed op in the posted batch.
         wr: usize,
+        /// The remote address the op named.
         addr: GlobalAddr,
+        /// Why the target refused.
         why: &'static str,
     },
     /// IBV_WC_LOC_LEN_ERR: a message larger than the receive buffers or the fabric's limit.
-    LocalLength { wr: usize, len: usize, max: usize },
+    LocalLength {
+        /// Index of the failed op in the posted batch.
+        wr: usize,
+        /// Bytes of the message.
+        len: usize,
+        /// The largest message the receiver or fabric takes.
+        max: usize,
+    },
     /// IBV_WC_WR_FLUSH_ERR: the queue pair is in the error state after an earlier error.
     Flushed,
     /// IBV_WC_RNR_RETRY_EXC_ERR: the peer posted no receive in time.
     RnrRetryExceeded,
     /// IBV_WC_RETRY_EXC_ERR: the peer did not answer (dead node, broken link).
-    RetryExceeded { node: NodeId },
+    RetryExceeded {
+        /// The memory node that did not answer.
+        node: NodeId,
+    },
     /// No queue pair to that memory node on this endpoint.
-    UnknownNode { node: NodeId },
+    UnknownNode {
+        /// The node asked for.
+        node: NodeId,
+    },
     /// The fabric cannot do this at all (e.g. no device memory on this node).
-    Unsupported { what: &'static str },
+    Unsupported {
+        /// What was asked for.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for FabricError {
@@ -510,6 +566,7 @@ pub trait QueuePair {
 
 /// A client's view of the cluster: one queue pair per memory node.
 pub trait Endpoint {
+    /// The fabric's queue pair type.
     type Qp: QueuePair;
     /// The queue pair to `node`.
     fn qp(&self, node: NodeId) -> Result<&Self::Qp, FabricError>;
