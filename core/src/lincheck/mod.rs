@@ -67,9 +67,9 @@ pub mod driver;
 mod history;
 mod memo;
 mod record;
-pub mod register;
+mod register;
 mod shrink;
-pub mod window;
+mod window;
 
 #[cfg(test)]
 mod tests;
