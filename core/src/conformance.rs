@@ -14,6 +14,7 @@ use std_alloc::vec::Vec;
 
 /// What a fabric provides to be checked.
 pub trait Harness: Sync {
+    /// The endpoint each client of [`Harness::run`] gets.
     type Ep: Endpoint;
     /// The memory node under test; its echo service must be running.
     fn node(&self) -> NodeId;

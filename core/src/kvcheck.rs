@@ -18,11 +18,13 @@ use std_alloc::vec::Vec;
 pub struct History {
     /// Client number, 1..=255 (0 marks the initial value of hot keys).
     pub client: u64,
+    /// Operations the client issues.
     pub ops: u64,
     /// Keys per client (small ranges force splits, deletes and re-inserts).
     pub range: u64,
     /// Shared hot keys (0: none).
     pub hot: u64,
+    /// Seed of the client's operation mix and keys (same seed, same history).
     pub seed: u64,
     /// Value bytes the index stores (>= 8).
     pub value_size: usize,
@@ -42,9 +44,13 @@ fn own_key(client: u64, x: u64) -> u64 {
 /// What a history did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tally {
+    /// Upserts, updates and deletes, each checked against the oracle.
     pub writes: u64,
+    /// Gets of the client's own keys, checked against the oracle.
     pub reads: u64,
+    /// Scans of the client's own range, checked against the oracle.
     pub scans: u64,
+    /// Reads of shared hot keys, checked to never see a writer's sequence go backwards.
     pub hot_reads: u64,
 }
 

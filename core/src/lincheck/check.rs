@@ -8,6 +8,7 @@ use std_alloc::format;
 use std_alloc::string::String;
 use std_alloc::vec::Vec;
 
+/// How [`check`] searches a history.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckConfig {
     /// The seed the history was generated with (printed in reports).
@@ -21,6 +22,7 @@ pub struct CheckConfig {
 }
 
 impl CheckConfig {
+    /// The defaults for a history made with `seed`: 2M search nodes per key, 4 violations listed, shrinking on.
     pub fn new(seed: u64) -> CheckConfig {
         CheckConfig {
             seed,
@@ -37,10 +39,13 @@ const MAX_PRINTED: usize = 40;
 /// One violation: what, why, and a failing sub-history.
 #[derive(Debug, Clone)]
 pub struct Violation {
+    /// The seed the history was generated with.
     pub seed: u64,
     /// "key 0x…", "entry 7", "scan …".
     pub subject: String,
+    /// Why no linearization exists.
     pub reason: String,
+    /// The failing operations, a sub-history of the checked one.
     pub witness: History,
     /// Earlier operations of the key left out of the witness: all returned before the
     /// witness's first operation began, and the witness fails whatever state they left.
@@ -108,7 +113,9 @@ impl fmt::Display for Violation {
 /// What [`check`] found.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
+    /// The seed the history was generated with.
     pub seed: u64,
+    /// Operations in the history.
     pub ops: usize,
     /// Keys and rectangle entries searched.
     pub keys: usize,
@@ -116,6 +123,7 @@ pub struct Report {
     pub scans: usize,
     /// Search nodes visited.
     pub nodes: u64,
+    /// The violations found, at most [`CheckConfig::max_violations`].
     pub violations: Vec<Violation>,
     /// Further violations found but not listed (past `max_violations`).
     pub unlisted: usize,

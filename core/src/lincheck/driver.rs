@@ -25,6 +25,7 @@ pub const MAX_SCAN: usize = 16;
 /// Where time comes from: nanoseconds, from one origin shared by all recorders whose
 /// histories are merged (virtual time on the sim).
 pub trait Clock {
+    /// Now, in nanoseconds since the shared origin.
     fn now_ns(&self) -> u64;
 }
 
@@ -39,7 +40,9 @@ impl<F: Fn() -> u64> Clock for F {
 pub struct LinSpec {
     /// 1..=255 (the cold key range is `client << 40 | x`).
     pub client: u32,
+    /// Operations the client issues.
     pub ops: u64,
+    /// Seed of the client's operation mix and keys.
     pub seed: u64,
     /// Shared hot keys (0: none).
     pub hot: u64,

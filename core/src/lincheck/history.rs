@@ -19,40 +19,54 @@ pub const fn tag_parts(t: u64) -> (u32, u32) {
 /// One operation and its arguments. Keys are integers (passed to the index big-endian).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
+    /// Inserts or overwrites; outcome `Done`.
     Upsert {
+        /// The key.
         key: u64,
+        /// The value written: a unique [`tag`].
         value: u64,
     },
     /// Overwrites if present; outcome `Present(was_present)`.
     Update {
+        /// The key.
         key: u64,
+        /// The value written: a unique [`tag`].
         value: u64,
     },
     /// Outcome `Present(was_present)`.
     Delete {
+        /// The key.
         key: u64,
     },
     /// Outcome `Value(..)`.
     Get {
+        /// The key.
         key: u64,
     },
     /// Up to `limit` pairs with keys `>= from`; outcome `Items`.
     Scan {
+        /// The smallest key returned may be this one.
         from: u64,
+        /// Most pairs returned.
         limit: u32,
     },
     /// Adds entry `id` with rectangle `rect`; outcome `Done`.
     Insert {
+        /// The entry's rectangle.
         rect: Rect,
+        /// The entry's unique id.
         id: u64,
     },
     /// Removes entry `id`; outcome `Present(was_present)`.
     Remove {
+        /// The rectangle the entry was inserted with.
         rect: Rect,
+        /// The entry's unique id.
         id: u64,
     },
     /// Entries intersecting `window`; outcome `Items` of `(id, 0)`.
     Search {
+        /// The query window.
         window: Rect,
     },
 }
@@ -63,12 +77,17 @@ pub enum Outcome {
     /// Failed with an error or never returned: it may or may not have taken effect, at any
     /// point after its invocation.
     Unknown,
+    /// Completed, with nothing to return (an upsert or insert).
     Done,
+    /// Whether the key or entry was present before the operation.
     Present(bool),
+    /// The value read, `None` if absent.
     Value(Option<u64>),
     /// `len` items from `start` in the history's item pool.
     Items {
+        /// Index of the first item in [`History::items`].
         start: u32,
+        /// Number of items.
         len: u32,
     },
 }
@@ -78,19 +97,28 @@ pub enum Outcome {
 /// the clock's times, for printing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
+    /// The client that issued the operation.
     pub client: u32,
+    /// Invocation stamp.
     pub call: u64,
+    /// Response stamp; [`PENDING`] if it never returned.
     pub ret: u64,
+    /// Clock time of the invocation, in nanoseconds.
     pub call_ns: u64,
+    /// Clock time of the response, in nanoseconds.
     pub ret_ns: u64,
+    /// The operation and its arguments.
     pub op: Op,
+    /// What it returned.
     pub outcome: Outcome,
 }
 
 /// A complete history: its events and the pool their scan/search results live in.
 #[derive(Debug, Clone, Default)]
 pub struct History {
+    /// Every operation, in recording order.
     pub events: Vec<Event>,
+    /// The pool of `(key, value)` (or `(id, 0)`) results that `Items` outcomes index.
     pub items: Vec<(u64, u64)>,
 }
 

@@ -11,7 +11,9 @@ pub struct Slot(u32);
 /// The recorder ran out of room: the history is incomplete and cannot be checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecorderFull {
+    /// Events the recorder had room for.
     pub ops_capacity: usize,
+    /// Result items the recorder had room for.
     pub items_capacity: usize,
 }
 
@@ -122,6 +124,7 @@ impl Recorder {
         self.inner.borrow().events.len()
     }
 
+    /// Whether no operation has been recorded yet.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
