@@ -45,7 +45,7 @@ pub enum Op {
     },
     /// Up to `limit` pairs with keys `>= from`; outcome `Items`.
     Scan {
-        /// The smallest key returned may be this one.
+        /// Lowest key of the range (inclusive).
         from: u64,
         /// Most pairs returned.
         limit: u32,
