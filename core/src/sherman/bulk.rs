@@ -37,13 +37,17 @@ pub type BulkEntry<'a> = dyn FnMut(u64, &mut [u8]) -> ([u8; 8], usize) + 'a;
 /// What a bulk load built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BulkStats {
+    /// Keys loaded.
     pub keys: u64,
+    /// Leaf pages written.
     pub leaves: u64,
+    /// Internal pages written, all levels.
     pub internal_pages: u64,
     /// Levels above the leaves.
     pub height: u8,
-    /// Bytes written and chunks taken.
+    /// Bytes written.
     pub bytes: u64,
+    /// Allocator chunks the load took.
     pub chunks: u64,
 }
 

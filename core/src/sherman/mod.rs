@@ -144,7 +144,9 @@ use remora_layouts::{GlobalAddr, LayoutError};
 /// The tree's shape and which of the paper's techniques are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShermanConfig {
+    /// Bytes of a page, leaf or internal (the paper's 1 KiB by default).
     pub page_size: usize,
+    /// Bytes of a leaf entry's value; values are at most this long.
     pub value_size: usize,
     /// Global locks in the memory node's device memory (else a lock table in host memory).
     pub onchip_locks: bool,
@@ -168,6 +170,7 @@ pub struct ShermanConfig {
     pub two_level_versions: bool,
     /// Cache level-1 internal pages on the compute node.
     pub index_cache: bool,
+    /// Capacity of the index cache in bytes (with `index_cache`), per compute node.
     pub cache_bytes: usize,
     /// Region-header root slot that publishes the tree.
     pub root_slot: usize,
@@ -248,53 +251,72 @@ impl Default for ShermanConfig {
     }
 }
 
+/// Errors of Sherman (and FG+) operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShermanError {
+    /// The fabric failed a request.
     Fabric(FabricError),
+    /// The remote allocator could not provide memory for a new page.
     Alloc(AllocError),
     /// Sherman keys are 8-byte integers (big-endian bytes), below u64::MAX.
     BadKey {
+        /// The key's length in bytes (must be 8).
         len: usize,
     },
     /// A value longer than the tree's value size.
     ValueTooLong {
+        /// The value's length in bytes.
         len: usize,
+        /// The tree's value size.
         max: usize,
     },
     /// `get`'s output buffer is smaller than the value.
     BufferTooSmall {
+        /// Bytes of the value.
         need: usize,
+        /// Bytes of the buffer given.
         got: usize,
     },
     /// The configuration does not form a valid page geometry.
     Config(LayoutError),
     /// A page or descriptor that stays undecodable after every re-read.
     Corrupt {
+        /// Where the page or descriptor lives.
         addr: GlobalAddr,
+        /// Why it did not decode.
         why: LayoutError,
     },
     /// A lock still held past the deadline: by `holder` (the client named by `word`), which
     /// could not be fenced (the fabric cannot, or the word names no client), or by a coroutine
     /// of this handle (`word` 0: the local queue).
     LockHeld {
+        /// The lock word's address.
         lock: GlobalAddr,
+        /// The fabric client id the lock word names (0: none).
         holder: u32,
+        /// The lock word as last read.
         word: u64,
+        /// Nanoseconds waited (fabric clock) before giving up.
         waited_ns: u64,
     },
     /// No tree is published in the root slot, or it was made with another geometry.
     NoTree {
+        /// The region-header root slot looked in.
         slot: usize,
     },
     /// The tree did not settle by the deadline (e.g. a sibling chain that never reaches the
     /// key): what, where, and for how long it was waited for.
     Unsettled {
+        /// What was waited for.
         what: &'static str,
+        /// The page where it was waited for.
         at: GlobalAddr,
+        /// Nanoseconds waited (fabric clock).
         waited_ns: u64,
     },
     /// A bulk load refused: its input or the tree it was given (see `bulk.rs`).
     Bulk {
+        /// Why the bulk load was refused.
         what: &'static str,
     },
 }

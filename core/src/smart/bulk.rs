@@ -32,11 +32,13 @@ use std_alloc::vec::Vec;
 /// What a bulk load built.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BulkStats {
+    /// Keys loaded.
     pub keys: u64,
     /// Internal nodes below the root, by type (N4, N16, N48, N256).
     pub nodes: [u64; 4],
-    /// Bytes written and chunks taken.
+    /// Bytes written.
     pub bytes: u64,
+    /// Allocator chunks the load took.
     pub chunks: u64,
 }
 

@@ -30,6 +30,7 @@ pub struct Techniques {
 }
 
 impl Techniques {
+    /// Every technique of the paper on: SMART as evaluated.
     pub const SMART: Techniques = Techniques {
         lock_free_internal: true,
         in_place_leaf: true,
@@ -38,6 +39,7 @@ impl Techniques {
         combining: true,
         cache: true,
     };
+    /// Every technique off: the baseline the paper's factor analysis starts from (locked internal nodes, out-of-place leaf writes, no cache).
     pub const BASELINE: Techniques = Techniques {
         lock_free_internal: false,
         in_place_leaf: false,
@@ -63,9 +65,12 @@ pub enum KeyMode {
     Variable,
 }
 
+/// A SMART tree's key shape, value capacity, techniques and wait policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SmartConfig {
+    /// Which of the paper's techniques are on.
     pub techniques: Techniques,
+    /// How keys are shaped; every client of one tree must agree.
     pub key_mode: KeyMode,
     /// Largest value in bytes; every leaf has room for this many.
     pub value_cap: usize,
@@ -105,6 +110,7 @@ pub struct SmartConfig {
 }
 
 impl SmartConfig {
+    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption.
     pub fn new(techniques: Techniques, key_mode: KeyMode, value_cap: usize) -> SmartConfig {
         SmartConfig {
             techniques,
@@ -171,47 +177,65 @@ impl SmartConfig {
 /// coroutine that waited on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SmartError {
+    /// The fabric failed a request.
     Fabric(FabricError),
+    /// The remote allocator could not provide memory for a node or leaf.
     Alloc(AllocError),
     /// Remote bytes stayed undecodable (corrupt, or torn on every re-read).
     Corrupt {
+        /// Which structure did not decode.
         what: &'static str,
+        /// Why it did not decode.
         err: LayoutError,
     },
     /// A leaf's checksum did not match on any of the allowed re-reads.
     Checksum {
+        /// Re-reads made ([`SmartConfig::max_checksum_retries`]).
         retries: u32,
     },
     /// An operation restarted more than allowed.
     Contention {
+        /// Which operation restarted.
         what: &'static str,
+        /// Restarts made ([`SmartConfig::max_restarts`]).
         tries: u32,
     },
     /// A lock (or a frozen node) stayed held past the deadline: `word` at `at`, held by
     /// fabric client `holder` (0: unknown, as for a frozen node), which could not be fenced.
     Held {
+        /// Which lock or node was waited for.
         what: &'static str,
+        /// The address of the lock word or node header.
         at: GlobalAddr,
+        /// The word as last read.
         word: u64,
+        /// The fabric client id of the holder (0: unknown).
         holder: u32,
+        /// Nanoseconds waited (fabric clock) before giving up.
         waited_ns: u64,
     },
     /// A key this tree cannot hold.
     BadKey {
+        /// What is wrong with the key.
         why: &'static str,
     },
     /// A value larger than the configured capacity.
     ValueTooLarge {
+        /// The value's length in bytes.
         len: usize,
+        /// The configured [`SmartConfig::value_cap`].
         cap: usize,
     },
     /// `get`'s output buffer is smaller than the value.
     BufferTooSmall {
+        /// Bytes of the value.
         need: usize,
+        /// Bytes of the buffer given.
         got: usize,
     },
     /// The tree in the root slot was built with other structural settings.
     Mismatch {
+        /// Which structural setting differs.
         what: &'static str,
     },
     /// A configuration that cannot work.

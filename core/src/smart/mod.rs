@@ -125,16 +125,20 @@ pub struct SmartStats {
     /// Delegated reads or combined writes whose leader made no progress for a lease (a
     /// thread that died mid-operation) and that a waiter led again.
     pub leader_takeovers: u64,
+    /// Nodes grown into the next type (N4 -> N16 -> N48 -> N256).
     pub grows: u64,
+    /// Compressed prefixes split by a new key diverging inside them.
     pub prefix_splits: u64,
+    /// Leaves of another key replaced by new internal nodes holding both leaves.
     pub leaf_splits: u64,
     /// Leaf or node locks taken over from a holder that made no progress for a lease.
     pub takeovers: u64,
     /// Half-done changes of other clients finished here: grows of frozen nodes, prefix
     /// splits, torn leaves rebuilt from a redo copy.
     pub repairs: u64,
-    /// Bytes (entries, not the index) and entries in the node's radix cache.
+    /// Bytes of the entries (not the index) in the node's radix cache.
     pub cache_bytes: u64,
+    /// Entries in the node's radix cache.
     pub cache_entries: u64,
 }
 
@@ -279,6 +283,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         Ok(s)
     }
 
+    /// The configuration this handle was opened with.
     pub fn config(&self) -> &SmartConfig {
         &self.cfg
     }
