@@ -154,7 +154,7 @@ pub(super) fn hash(a: GlobalAddr) -> u64 {
 }
 
 impl<'e, E: Endpoint> Sherman<'e, E> {
-    /// The page geometry (page size, entry sizes, fan-out) this handle uses.
+    /// The page geometry (page and value sizes) this handle uses.
     pub fn geometry(&self) -> Geometry {
         self.g
     }
