@@ -126,7 +126,6 @@ mod turn;
 mod view;
 mod write;
 
-pub use build::{Plan, plan, plan_units};
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
 pub use node::CanrtNode;
 pub use resize_stats::{ResizeClock, ResizeCounts};

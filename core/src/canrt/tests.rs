@@ -5,6 +5,7 @@
 //! The threaded and simulated runs live in poller/tests/canrt_*.rs.
 extern crate std;
 use super::*;
+use super::build::{Plan, plan};
 use crate::block_on::block_on;
 use crate::counters::Counters;
 use crate::fabric::{Endpoint, Op, QueuePair, Recv, RecvKind, SegmentOrder, Verb};
