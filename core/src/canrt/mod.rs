@@ -130,7 +130,7 @@ pub use client::{Canrt, ClientStats, SCAN_BATCH};
 pub use node::CanrtNode;
 pub use resize_stats::{ResizeClock, ResizeCounts};
 pub use server::{CanrtServer, Counter, RecoveryReport, ServerStats};
-pub use view::{Found, NodeView, TreeView};
+pub use view::TreeView;
 
 use crate::fabric::FabricError;
 use crate::lease::LeaseConfig;

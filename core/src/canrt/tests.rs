@@ -6,6 +6,7 @@
 extern crate std;
 use super::*;
 use super::build::{Plan, plan};
+use super::view::{Found, NodeView};
 use crate::block_on::block_on;
 use crate::counters::Counters;
 use crate::fabric::{Endpoint, Op, QueuePair, Recv, RecvKind, SegmentOrder, Verb};
