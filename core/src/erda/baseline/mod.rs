@@ -117,9 +117,9 @@ pub const BACKGROUND_BACKLOG: usize = 210;
 pub const ROOT_SLOT: usize = 6;
 
 /// Bytes of a request's header, of a reply's header, of a log record's header.
-pub const REQ_HEADER: usize = 16;
-pub const REPLY_HEADER: usize = 24;
-pub const REC_HEADER: usize = 8;
+pub(crate) const REQ_HEADER: usize = 16;
+pub(crate) const REPLY_HEADER: usize = 24;
+pub(crate) const REC_HEADER: usize = 8;
 
 /// The largest message either side sends: a reply carrying a 4 KiB value, or a Redo write
 /// carrying a 4 KiB record. A fabric with smaller receive buffers refuses such values (the
@@ -129,7 +129,7 @@ pub const MAX_MESSAGE: usize = REQ_HEADER + REC_HEADER + KEY_MAX + VALUE_MAX;
 /// Request kinds (byte 0 of a request).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Op {
+pub(crate) enum Op {
     Hello = 1,
     Get = 2,
     /// A Redo write: the record follows the header.
@@ -161,7 +161,7 @@ impl Op {
 /// Record kinds (byte 0 of a log record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum RecOp {
+pub(crate) enum RecOp {
     Upsert = 1,
     Update = 2,
     Delete = 3,
