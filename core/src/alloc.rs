@@ -16,19 +16,25 @@ pub const MIN_OBJECT: u64 = 16;
 const CLASSES: usize = 24;
 const FREE_PER_CLASS: usize = 64;
 
+/// Errors of the remote allocator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AllocError {
+    /// The fabric failed the FETCH_AND_ADD or READ.
     Fabric(FabricError),
     /// The region header did not decode: not a remora memory node, or corrupt.
     BadHeader(LayoutError),
     /// The memory node has no chunk left.
     OutOfMemory {
+        /// The memory node.
         node: NodeId,
+        /// Bytes of its region.
         region_len: u64,
     },
     /// An object larger than one chunk.
     TooLarge {
+        /// Bytes asked for.
         size: u64,
+        /// Bytes of a chunk, the most one object can take.
         chunk_size: u64,
     },
 }
@@ -95,9 +101,11 @@ impl RemoteAllocator {
         })
     }
 
+    /// The memory node this allocator carves from.
     pub fn node(&self) -> NodeId {
         self.node
     }
+    /// Bytes of each chunk taken from the memory node (as its region header says).
     pub fn chunk_size(&self) -> u64 {
         self.chunk_size
     }

@@ -247,6 +247,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         })
     }
 
+    /// A snapshot of this handle's counters.
     pub fn stats(&self) -> ClientStats {
         ClientStats {
             torn_retries: self.torn.get(),

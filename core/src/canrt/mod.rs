@@ -215,6 +215,7 @@ impl WriteAck {
 }
 
 impl CanrtConfig {
+    /// A configuration for memory node `node` with the defaults: 32 slots per data node, 8-byte values and keys, a 10 ms lease and 2 s deadline, items acknowledged once applied.
     pub const fn new(node: NodeId) -> CanrtConfig {
         CanrtConfig {
             node,
@@ -272,59 +273,79 @@ impl Default for CanrtConfig {
 /// What went wrong in a CANRT client operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CanrtError {
+    /// The fabric failed a request.
     Fabric(FabricError),
     /// A key that is not of the tree's width (`width` bytes: 8 for integer keys, big-endian,
     /// or 16, fixed when the tree was formatted).
     BadKey {
+        /// The key's length in bytes.
         len: usize,
+        /// The tree's key width in bytes.
         width: u32,
     },
     /// A value longer than the tree's value capacity.
     ValueTooLong {
+        /// The value's length in bytes.
         len: usize,
+        /// The tree's value capacity.
         max: usize,
     },
     /// A value capacity CANRT's items cannot have (8 to [`MAX_VALUE`], a multiple of 8).
     ValueCap {
+        /// The capacity asked for.
         value_cap: u32,
     },
     /// A key width CANRT trees cannot have (8 or 16 bytes).
     KeyLen {
+        /// The width asked for.
         key_len: u32,
     },
     /// `get`'s output buffer is smaller than the value (nothing was copied).
     BufferTooSmall {
+        /// Bytes of the value.
         need: usize,
+        /// Bytes of the buffer given.
         got: usize,
     },
     /// The configuration does not form a valid data-node geometry.
     Config(LayoutError),
     /// A header, prefix array or data node that stays undecodable after every re-read.
     Corrupt {
+        /// Where the structure lives.
         addr: GlobalAddr,
+        /// Why it did not decode.
         why: LayoutError,
     },
     /// No tree published in the root slot, even after asking the server to format one.
     NoTree {
+        /// The region-header root slot looked in.
         slot: usize,
     },
     /// Our lock ticket was not served before the deadline: the server stopped applying, or
     /// kept refusing to skip the ticket served (`served`) ahead of ours (`ticket`).
     LockTimeout {
+        /// The data node whose lock was waited for.
         node: GlobalAddr,
+        /// The ticket the node was serving when the wait gave up.
         served: u32,
+        /// Our ticket.
         ticket: u32,
+        /// Nanoseconds waited (fabric clock).
         waited_ns: u64,
     },
     /// The memory node has no room for the tree (or for its growth: a resize failed and the
     /// region's allocator has too little left).
     NodeFull {
+        /// The memory node.
         node: NodeId,
+        /// Bytes of the region in use.
         used: u64,
+        /// Bytes of the region.
         len: u64,
     },
     /// An operation that did not settle within its retries.
     Retries {
+        /// Which operation did not settle.
         what: &'static str,
     },
 }

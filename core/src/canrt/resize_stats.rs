@@ -44,7 +44,9 @@ impl ResizeCounts {
 /// One reading of a server's resize counts.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ResizeClock {
+    /// Resizes begun so far (wrapping).
     pub begun: u32,
+    /// Resizes ended so far (wrapping); equal to `begun` when none is under way.
     pub ended: u32,
 }
 

@@ -40,6 +40,7 @@ pub struct Counter(
 );
 
 impl Counter {
+    /// The count, read with `order`.
     #[allow(clippy::useless_conversion)] // u32 to u64 on targets without 64-bit atomics
     pub fn load(&self, order: Ordering) -> u64 {
         u64::from(self.0.load(order))
@@ -52,9 +53,13 @@ impl Counter {
 /// What the applier has done; shared so a test or an operator can watch a running node.
 #[derive(Debug, Default)]
 pub struct ServerStats {
+    /// Items (appends) applied to data nodes.
     pub applied: Counter,
+    /// Locks handed back without an append by their holders.
     pub unlocks: Counter,
+    /// Resizes (data node splits or rebuilds) finished.
     pub resizes: Counter,
+    /// Empty trees formatted in the root slot.
     pub formats: Counter,
     /// Messages refused (torn or forged items, unlocks by non-holders, stale immediates).
     pub rejected: Counter,
@@ -179,6 +184,7 @@ pub(super) fn bad_layout(
 }
 
 impl CanrtServer {
+    /// A server with no tree loaded: it opens the published tree, or formats one on a client's request, when messages arrive.
     pub fn new() -> CanrtServer {
         CanrtServer {
             tree: None,
@@ -202,6 +208,7 @@ impl CanrtServer {
         }
     }
 
+    /// The server's counters, shared: they keep counting after this call.
     pub fn stats(&self) -> Arc<ServerStats> {
         self.stats.clone()
     }

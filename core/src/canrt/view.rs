@@ -11,6 +11,7 @@ use std_alloc::vec::Vec;
 /// A tree as a client caches it: its header and its whole prefix array.
 #[derive(Debug, Clone)]
 pub struct TreeView {
+    /// The tree header as read (geometry, epoch, the prefix array's segments).
     pub header: TreeHeader,
     /// The root-slot word this view was loaded from.
     pub root: u64,
@@ -108,9 +109,11 @@ impl TreeView {
     pub fn epoch_tag(&self) -> u32 {
         self.header.epoch & EPOCH_MASK
     }
+    /// The data nodes' geometry (slots and value capacity).
     pub fn data(&self) -> DataGeometry {
         self.header.data()
     }
+    /// The whole prefix array, as cached.
     pub fn prefix_bytes(&self) -> &[u8] {
         &self.prefix
     }

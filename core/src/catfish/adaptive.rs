@@ -52,6 +52,7 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// A back-off in its initial state (messaging everything), its random draws seeded with `seed`.
     pub fn new(cfg: BackoffConfig, seed: u64) -> Backoff {
         Backoff {
             cfg,

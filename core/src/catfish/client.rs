@@ -59,7 +59,9 @@ pub enum Transport {
 /// What this client's searches cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClientStats {
+    /// Searches answered by the server (fast messaging).
     pub messaging_searches: u64,
+    /// Searches the client ran itself, by one-sided READs (RDMA offloading).
     pub offloaded_searches: u64,
     /// Node images read one-sidedly (retries included).
     pub node_reads: u64,
@@ -244,6 +246,7 @@ impl CatfishClient {
         self.transport = t;
     }
 
+    /// A snapshot of this client's counters.
     pub fn stats(&self) -> ClientStats {
         self.stats
     }

@@ -51,7 +51,9 @@ use remora_layouts::{GlobalAddr, LayoutError};
 /// Why a Catfish operation failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CatfishError {
+    /// The fabric failed a request.
     Fabric(FabricError),
+    /// The remote allocator failed (other than running out of chunks).
     Alloc(AllocError),
     /// A node, superblock or message did not decode.
     Layout(LayoutError),
@@ -66,12 +68,16 @@ pub enum CatfishError {
     /// The memory node has no allocator chunk left to grow the tree with: the insert was
     /// not done, the tree is intact and still serves searches.
     NodeFull {
+        /// The memory node.
         node: remora_layouts::NodeId,
+        /// Bytes of its region.
         region_len: u64,
     },
     /// A node kept reading torn or mid-write past the retry bound.
     TornRetriesExhausted {
+        /// The node's address.
         addr: GlobalAddr,
+        /// Why its last read did not decode.
         last: LayoutError,
     },
     /// A structurally impossible tree.
@@ -81,14 +87,18 @@ pub enum CatfishError {
     /// request may or may not have taken effect; the client's messaging is closed (a late
     /// reply would be taken for the next request's), so open a new client.
     NoReply {
+        /// The memory node that did not answer.
         node: remora_layouts::NodeId,
+        /// Nanoseconds waited (fabric clock).
         waited_ns: u64,
     },
     /// An offloaded search met nodes born after its epoch's grace period (possibly reused
     /// under it) in `restarts` attempts in a row: the server reclaims faster than this
     /// reader traverses. Nothing wrong was returned; search again, or by messaging.
     Lapped {
+        /// The memory node.
         node: remora_layouts::NodeId,
+        /// Attempts made in a row.
         restarts: u32,
     },
 }

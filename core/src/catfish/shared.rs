@@ -33,6 +33,7 @@ use std_alloc::vec::Vec;
 /// What the writers' lock protects.
 #[derive(Default)]
 pub struct Writer {
+    /// The tree, once opened or created.
     pub tree: Option<Tree>,
     /// Mailbox blocks of closed connections, handed to the next ones.
     pub free_mailboxes: Vec<u64>,

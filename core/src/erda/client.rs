@@ -179,10 +179,12 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         })
     }
 
+    /// The superblock this client read when it connected.
     pub fn superblock(&self) -> Superblock {
         self.sb
     }
 
+    /// A snapshot of this client's counters.
     pub fn stats(&self) -> ClientStats {
         ClientStats {
             fallbacks: self.fallbacks.get(),

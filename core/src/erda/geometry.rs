@@ -22,8 +22,11 @@ pub enum ErdaConfigError {
     /// The store takes `need` bytes (whole chunks) and a fresh region of `region_len` bytes
     /// has `free` after its header.
     DoesNotFit {
+        /// Bytes the store takes.
         need: u64,
+        /// Bytes free after the region header.
         free: u64,
+        /// Bytes of the region.
         region_len: u64,
     },
 }

@@ -341,57 +341,78 @@ impl Default for ErdaClientConfig {
     }
 }
 
+/// An error of an Erda client operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErdaError {
+    /// The fabric failed a request.
     Fabric(FabricError),
     /// Keys are 1..=16 bytes.
     BadKey {
+        /// The key's length in bytes.
         len: usize,
     },
+    /// A value longer than the largest value an object holds.
     ValueTooLong {
+        /// The value's length in bytes.
         len: usize,
+        /// The longest value.
         max: usize,
     },
     /// The caller's buffer cannot hold the value.
     BufferTooSmall {
+        /// The buffer's length in bytes.
         len: usize,
+        /// Bytes the value needs.
         need: usize,
     },
     /// The server refused: table or log full, too many clients, or a bad request.
     Refused {
+        /// The status the server replied with.
         status: Status,
     },
     /// A message, bucket or superblock that does not decode.
     Corrupt {
+        /// Where the bytes were read.
         addr: GlobalAddr,
+        /// Why they did not decode.
         why: LayoutError,
     },
     /// The server's answer does not fit the protocol.
     Protocol {
+        /// Which part of the reply was wrong.
         what: &'static str,
     },
     /// No answer from a stable image with a whole object within the deadline: the key's
     /// neighborhood kept changing, or no object it names verified (media corruption).
     Incomplete {
+        /// The address of the last object tried.
         addr: GlobalAddr,
+        /// Reads made.
         attempts: u32,
+        /// Nanoseconds waited (fabric clock).
         waited_ns: u64,
     },
     /// Another write of the key, granted at (`head`, `units`) to fabric client `holder`, was
     /// still unfinished at the deadline, or past its lease with a writer this fabric cannot
     /// fence.
     Held {
+        /// The fabric client id the write was granted to.
         holder: u32,
+        /// The log head of the grant.
         head: u8,
+        /// The granted object's offset in that head's log, in allocation units.
         units: u32,
+        /// Nanoseconds waited (fabric clock).
         waited_ns: u64,
     },
     /// A bounded wait ran out.
     Retries {
+        /// What was waited for.
         what: &'static str,
     },
     /// Not something a hash store does.
     Unsupported {
+        /// What was asked for.
         what: &'static str,
     },
 }

@@ -32,16 +32,21 @@ pub(super) const MAX_PROBE: u64 = 4096;
 /// What the server did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ServerStats {
+    /// Client sessions accepted (hellos welcomed).
     pub sessions: u64,
+    /// Write grants handed out.
     pub grants: u64,
+    /// Requests answered `Absent`: the key is missing.
     pub absent: u64,
+    /// Requests refused (full, too many clients, or undecodable).
     pub refused: u64,
     /// Buckets filled for new keys.
     pub inserts: u64,
     /// Persist calls (flush + fence) on the write path.
     pub persists: u64,
-    /// Metadata words reverted / emptied by recovery.
+    /// Metadata words reverted by recovery to their previous object (the newest did not verify).
     pub reverted: u64,
+    /// Buckets emptied by recovery (no whole object, or undecodable).
     pub emptied: u64,
     /// Bucket entries moved closer to their home by hopscotch displacement.
     pub displaced: u64,
@@ -49,17 +54,19 @@ pub struct ServerStats {
     pub deduplicated: u64,
     /// Requests answered `Busy`: another write of the key was granted and not yet durable.
     pub busy: u64,
-    /// Grants of fenced or disconnected writers settled: reverted (the object was not
-    /// whole) or adopted (whole but not known durable: the server wrote a durable copy).
+    /// Grants of fenced or disconnected writers reverted (the object was not whole).
     pub revoked_reverted: u64,
+    /// Grants of fenced or disconnected writers adopted (the server wrote a durable copy).
     pub revoked_adopted: u64,
     /// Regions chained to a head whose last region was full (instead of `LogFull`).
     pub chained: u64,
-    /// Log cleanings started and finished (see `clean.rs`).
+    /// Log cleanings started (see `clean.rs`).
     pub cleanings_started: u64,
+    /// Log cleanings finished.
     pub cleanings_done: u64,
-    /// Live objects the cleaner copied out of the regions it empties, and their bytes.
+    /// Live objects the cleaner copied out of the regions it empties.
     pub cleaned_objects: u64,
+    /// Bytes of those objects.
     pub cleaned_bytes: u64,
     /// Bytes of log freed by finished cleanings (the emptied regions, less the copies).
     pub reclaimed_bytes: u64,
@@ -181,6 +188,7 @@ impl ErdaServer {
         Ok(ErdaServer::new(cfg))
     }
 
+    /// A snapshot of the server's counters.
     pub fn stats(&self) -> ServerStats {
         self.stats
     }

@@ -98,10 +98,12 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
         })
     }
 
+    /// Which baseline this client speaks.
     pub fn scheme(&self) -> Scheme {
         self.scheme
     }
 
+    /// A snapshot of this client's counters.
     pub fn stats(&self) -> BaselineStats {
         BaselineStats {
             retries: self.retries.get(),

@@ -95,6 +95,7 @@ impl Scheme {
             Scheme::Raw => "erda-raw",
         }
     }
+    /// The scheme's name in reports (`erda-redo` or `erda-raw`).
     pub const fn name(self) -> &'static str {
         match self {
             Scheme::Redo => "erda-redo",

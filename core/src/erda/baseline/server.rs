@@ -30,6 +30,7 @@ pub(crate) const SLOT_HEADER: usize = 8;
 /// What the server did so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BaselineServerStats {
+    /// Client sessions accepted (hellos answered).
     pub sessions: u64,
     /// Records appended (Redo) or reserved (RAW).
     pub logged: u64,
@@ -137,6 +138,7 @@ impl BaselineServer {
         }
     }
 
+    /// A snapshot of the server's counters.
     pub fn stats(&self) -> BaselineServerStats {
         self.stats
     }

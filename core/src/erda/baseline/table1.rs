@@ -26,8 +26,11 @@
 /// The three schemes of Table 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum System {
+    /// Erda: out-of-place writes with an 8-byte atomic metadata switch.
     Erda,
+    /// Redo logging: the value is written to a log, then applied by the server.
     Redo,
+    /// Read After Write: the write reserves a log record, then is read back and applied.
     Raw,
 }
 
@@ -38,11 +41,14 @@ pub enum WriteOp {
     Create,
     /// An update of a present key with a value of the same size.
     Update,
+    /// A delete of a present key.
     Delete,
 }
 
 impl WriteOp {
+    /// The three operations, in Table 1's column order.
     pub const ALL: [WriteOp; 3] = [WriteOp::Create, WriteOp::Update, WriteOp::Delete];
+    /// The operation's name in reports.
     pub const fn name(self) -> &'static str {
         match self {
             WriteOp::Create => "create",
@@ -53,7 +59,9 @@ impl WriteOp {
 }
 
 impl System {
+    /// The three schemes, in Table 1's row order.
     pub const ALL: [System; 3] = [System::Erda, System::Redo, System::Raw];
+    /// The scheme's name in reports (`erda`, `erda-redo`, `erda-raw`).
     pub const fn name(self) -> &'static str {
         match self {
             System::Erda => "erda",
