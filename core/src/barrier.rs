@@ -26,12 +26,25 @@ pub enum BarrierError {
     Fabric(FabricError),
     /// Not all `n` processes arrived before the bound; `arrived` had (this one included,
     /// though it withdrew its arrival on the way out when it could).
-    Timeout { arrived: u64, n: u64 },
+    Timeout {
+        /// Processes that had arrived.
+        arrived: u64,
+        /// Processes the barrier waits for.
+        n: u64,
+    },
     /// The word holds more arrivals than `n`: processes with another cluster size, or
     /// arrivals left by an earlier run that died inside a barrier (restart the memory node).
-    Overfull { arrived: u64, n: u64 },
+    Overfull {
+        /// Arrivals the word holds.
+        arrived: u64,
+        /// Processes this one expects.
+        n: u64,
+    },
     /// `n` is 0 or does not fit the 32-bit count.
-    BadSize { n: u64 },
+    BadSize {
+        /// The cluster size given.
+        n: u64,
+    },
 }
 
 impl From<FabricError> for BarrierError {

@@ -25,6 +25,7 @@ pub fn block_on<F: Future>(fut: F) -> F::Output {
 /// A future that returns `Pending` once, waking itself: a yield point for coroutines.
 pub struct YieldNow(bool);
 
+/// A future that is pending once, then ready: awaiting it lets the executor run other coroutines.
 pub fn yield_now() -> YieldNow {
     YieldNow(false)
 }

@@ -39,8 +39,9 @@ struct NodeChunks {
 /// whole (see the module doc).
 pub struct ChunkWriter {
     nodes: Vec<NodeChunks>,
-    /// Bytes written so far, and chunks taken.
+    /// Bytes written so far.
     pub bytes: u64,
+    /// Chunks taken from the memory nodes so far.
     pub chunks: u64,
 }
 

@@ -27,8 +27,11 @@ pub struct Snapshot {
     pub bytes_out: u64,
     /// Payload bytes received by this side (READ data, atomic results, received messages).
     pub bytes_in: u64,
+    /// Posts: batches of work requests rung with one doorbell.
     pub doorbells: u64,
+    /// Posts whose completion a coroutine waited for.
     pub round_trips: u64,
+    /// Failed posts and receives.
     pub errors: u64,
 }
 
@@ -49,6 +52,7 @@ const fn slot(v: Verb) -> usize {
 }
 
 impl Counters {
+    /// All counters at zero.
     pub const fn new() -> Counters {
         Counters {
             verbs: [const { Cell::new(0) }; 7],
@@ -98,10 +102,12 @@ impl Counters {
         bump(&self.bytes_in, len as u64);
     }
 
+    /// Counts one failed post or receive.
     pub fn count_error(&self) {
         bump(&self.errors, 1);
     }
 
+    /// A copy of the counters as they are now.
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             verbs: core::array::from_fn(|i| self.verbs[i].get()),
@@ -115,6 +121,7 @@ impl Counters {
 }
 
 impl Snapshot {
+    /// How many ops of verb `v` were counted.
     pub fn verb(&self, v: Verb) -> u64 {
         self.verbs[slot(v)]
     }

@@ -5,6 +5,7 @@
 //! client check two-sided delivery end to end, and `remora perf` measure SEND latency.
 use crate::fabric::{FabricError, QueuePair, RecvKind};
 
+/// First 4 bytes of the echo's reply to a WRITE_WITH_IMM.
 pub const IMM_REPLY_TAG: [u8; 4] = *b"IMM!";
 
 /// Encodes the reply to a WRITE_WITH_IMM.

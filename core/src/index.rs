@@ -12,7 +12,9 @@
 use core::fmt::{Debug, Display};
 use core::future::Future;
 
+/// A key-value index handle: point operations and ordered scans over byte-string keys, as futures.
 pub trait KvIndex {
+    /// The index's error type.
     type Error: Debug + Display;
 
     /// Inserts or overwrites `key`.

@@ -59,7 +59,9 @@ pub const fn holder(word: u64) -> u32 {
 pub struct LeaseConfig {
     /// A lock word unchanged for this long has a dead (or fenced-to-be) holder.
     pub lease_ns: u64,
+    /// The first pause after a failed attempt, in nanoseconds; each retry doubles it.
     pub min_backoff_ns: u64,
+    /// The longest pause between attempts, in nanoseconds.
     pub max_backoff_ns: u64,
     /// A wait that lasts longer fails (several leases: takeovers can chain).
     pub deadline_ns: u64,
@@ -93,9 +95,17 @@ pub enum Verdict {
     /// Pause this long, then try again.
     Wait(u64),
     /// The word has not changed for a whole lease: fence its holder and take over.
-    Expired { word: u64 },
+    Expired {
+        /// The unchanged lock word, naming the holder to fence.
+        word: u64,
+    },
     /// The wait is over its deadline or attempt budget.
-    GiveUp { word: u64, waited_ns: u64 },
+    GiveUp {
+        /// The lock word as last observed.
+        word: u64,
+        /// Nanoseconds waited (fabric clock).
+        waited_ns: u64,
+    },
 }
 
 /// One waiter's view of one lock word (see the module docs).
@@ -124,6 +134,7 @@ pub struct Waiter {
 }
 
 impl Waiter {
+    /// A waiter whose wait starts at `now` (fabric clock, nanoseconds).
     pub fn new(cfg: LeaseConfig, now: u64) -> Waiter {
         Waiter {
             cfg,
@@ -187,12 +198,17 @@ impl Waiter {
 /// Why a lock could not be had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LockError {
+    /// The fabric failed a request.
     Fabric(FabricError),
     /// Held past the deadline by `holder`, whom the fabric could not fence.
     Held {
+        /// The lock word's address.
         at: GlobalAddr,
+        /// The lock word as last read.
         word: u64,
+        /// The fabric client id the word names.
         holder: u32,
+        /// Nanoseconds waited (fabric clock).
         waited_ns: u64,
     },
 }
@@ -225,8 +241,14 @@ impl core::fmt::Display for LockError {
 /// repair what it may have left half-done).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquired {
+    /// The lock was free, or released, when taken.
     Clean,
-    TookOver { from: u32 },
+    /// Taken over from a holder silent for a whole lease, now fenced: the caller repairs what
+    /// it may have left half-done.
+    TookOver {
+        /// The fabric client id of the dead holder.
+        from: u32,
+    },
 }
 
 /// Takes the lock word at `at` for `mine` (an [`owner_word`]) under the protocol above: CAS

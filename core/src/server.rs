@@ -15,9 +15,11 @@ use std_alloc::vec::Vec;
 
 /// A memory node's host region as its own CPU sees it.
 pub trait LocalRegion {
+    /// The memory node this region belongs to.
     fn node(&self) -> NodeId;
     /// Bytes in the region, header included.
     fn len(&self) -> u64;
+    /// Whether the region has no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -34,6 +36,7 @@ pub trait LocalRegion {
         self.read(offset, &mut b)?;
         Ok(u64::from_le_bytes(b))
     }
+    /// Stores an aligned 8-byte word (little-endian). The default writes it with [`LocalRegion::write`].
     fn store_u64(&self, offset: u64, value: u64) -> Result<(), FabricError> {
         aligned(self, offset)?;
         self.write(offset, &value.to_le_bytes())
@@ -121,6 +124,7 @@ pub struct Replies {
 const CURRENT: usize = usize::MAX;
 
 impl Replies {
+    /// No messages queued.
     pub fn new() -> Replies {
         Replies::default()
     }
@@ -138,6 +142,7 @@ impl Replies {
         self.ends.push(self.bytes.len());
         self.to.push(to);
     }
+    /// Whether no message is queued.
     pub fn is_empty(&self) -> bool {
         self.ends.is_empty()
     }
@@ -157,6 +162,7 @@ impl Replies {
     pub fn iter_other(&self) -> impl Iterator<Item = (usize, &[u8])> {
         self.all().filter(|m| m.0 != CURRENT)
     }
+    /// Drops every queued message.
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.ends.clear();
