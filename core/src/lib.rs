@@ -35,6 +35,7 @@
 // `cargo doc --document-private-items`); broken links stay errors.
 #![allow(rustdoc::private_intra_doc_links)]
 #![no_std]
+#![warn(missing_docs)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc as std_alloc;
