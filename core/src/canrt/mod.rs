@@ -83,7 +83,7 @@
 //!   reader brackets the node READ with two 8-byte READs of the meta word alone, in the same
 //!   doorbell (one round trip, three verbs): per-queue-pair order puts the first before and
 //!   the second after every segment, and if both equal the node's own copy nothing but the
-//!   holder's append changed the node meanwhile ([`NodeView::stable`]). Items, headers and
+//!   holder's append changed the node meanwhile ([`NodeView::stable`](view::NodeView::stable)). Items, headers and
 //!   prefix arrays are checksummed over every field a reader uses (CRC-32 per item, CRC-64
 //!   for header and prefix array), so a torn copy fails whatever order its words landed in.
 //! - **Characters.** The paper's characters are the first `k` key bytes, matched exactly,

@@ -4,9 +4,9 @@
 //! persistence point, with and without random early evictions of dirty cache lines.
 //! The threaded and simulated runs live in poller/tests/canrt_*.rs.
 extern crate std;
-use super::*;
 use super::build::{Plan, plan};
 use super::view::{Found, NodeView};
+use super::*;
 use crate::block_on::block_on;
 use crate::counters::Counters;
 use crate::fabric::{Endpoint, Op, QueuePair, Recv, RecvKind, SegmentOrder, Verb};

@@ -103,7 +103,7 @@ impl Tree {
         Tree::format_with(region, base, len, FANOUT)
     }
 
-    /// Formats an empty tree of `fanout` entries per node (`MIN_FANOUT` to [`MAX_FANOUT`])
+    /// Formats an empty tree of `fanout` entries per node (`MIN_FANOUT` to [`MAX_FANOUT`](remora_layouts::catfish::MAX_FANOUT))
     /// in the arena `[base, base + len)` and publishes its superblock in root slot
     /// [`ROOT_SLOT`].
     pub fn format_with(
