@@ -9,17 +9,68 @@
 //! - [`alloc`]: the remote allocator client (chunks by FETCH_AND_ADD, objects carved locally).
 //! - [`barrier`]: a barrier held in a memory node, to start compute-node processes together.
 //! - [`lease`]: owned remote locks with leases, fencing and takeover of a dead holder.
-//! - [`conformance`] (feature `conformance`): the suite every fabric must pass.
+#![cfg_attr(
+    feature = "conformance",
+    doc = "- [`conformance`] (feature `conformance`): the suite every fabric must pass."
+)]
+#![cfg_attr(
+    not(feature = "conformance"),
+    doc = "- `conformance` (feature `conformance`): the suite every fabric must pass."
+)]
 //!
-//! The indexes, each a client handle over an [`Endpoint`] implementing [`index::KvIndex`]
-//! (except Catfish, a spatial index):
+//! The indexes (feature `alloc`), each a client handle over an [`Endpoint`] implementing
+//! [`index::KvIndex`] (except Catfish, a spatial index):
 //!
-//! - [`smart`]: SMART, the adaptive radix tree of disaggregated memory;
-//! - [`sherman`]: Sherman, the write-optimized B+tree (and its FG+ baseline);
-//! - [`canrt`]: CANRT, the persistent radix tree whose memory node applies appends;
-//! - [`erda`]: Erda, the log-structured hash store on remote NVM (and its baselines);
-//! - [`catfish`]: Catfish's R-trees, with fast messaging and RDMA offloading;
-//! - [`wort`]: WORT and WOART behind a server-reply ring, CANRT's baselines.
+// Modules behind a feature are linked only when they exist, so `cargo doc` passes with
+// any features.
+#![cfg_attr(
+    feature = "alloc",
+    doc = "- [`smart`]: SMART, the adaptive radix tree of disaggregated memory;"
+)]
+#![cfg_attr(
+    not(feature = "alloc"),
+    doc = "- `smart`: SMART, the adaptive radix tree of disaggregated memory;"
+)]
+#![cfg_attr(
+    feature = "alloc",
+    doc = "- [`sherman`]: Sherman, the write-optimized B+tree (and its FG+ baseline);"
+)]
+#![cfg_attr(
+    not(feature = "alloc"),
+    doc = "- `sherman`: Sherman, the write-optimized B+tree (and its FG+ baseline);"
+)]
+#![cfg_attr(
+    feature = "alloc",
+    doc = "- [`canrt`]: CANRT, the persistent radix tree whose memory node applies appends;"
+)]
+#![cfg_attr(
+    not(feature = "alloc"),
+    doc = "- `canrt`: CANRT, the persistent radix tree whose memory node applies appends;"
+)]
+#![cfg_attr(
+    feature = "alloc",
+    doc = "- [`erda`]: Erda, the log-structured hash store on remote NVM (and its baselines);"
+)]
+#![cfg_attr(
+    not(feature = "alloc"),
+    doc = "- `erda`: Erda, the log-structured hash store on remote NVM (and its baselines);"
+)]
+#![cfg_attr(
+    feature = "alloc",
+    doc = "- [`catfish`]: Catfish's R-trees, with fast messaging and RDMA offloading;"
+)]
+#![cfg_attr(
+    not(feature = "alloc"),
+    doc = "- `catfish`: Catfish's R-trees, with fast messaging and RDMA offloading;"
+)]
+#![cfg_attr(
+    feature = "alloc",
+    doc = "- [`wort`]: WORT and WOART behind a server-reply ring, CANRT's baselines."
+)]
+#![cfg_attr(
+    not(feature = "alloc"),
+    doc = "- `wort`: WORT and WOART behind a server-reply ring, CANRT's baselines."
+)]
 //!
 //! Applications do not drive these handles directly: the root crate's `remora::node`
 //! runtime opens them on pinned poller threads and hands out thread-safe handles. Keys are
