@@ -144,7 +144,7 @@ use remora_layouts::{GlobalAddr, LayoutError};
 /// The tree's shape and which of the paper's techniques are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShermanConfig {
-    /// Bytes of a page, leaf or internal (the paper's 1 KiB by default).
+    /// Bytes of a page, leaf or internal (1 KiB by default).
     pub page_size: usize,
     /// Bytes of a leaf entry's value; values are at most this long.
     pub value_size: usize,
@@ -292,7 +292,7 @@ pub enum ShermanError {
     LockHeld {
         /// The lock word's address.
         lock: GlobalAddr,
-        /// The fabric client id the lock word names (0: none).
+        /// The fabric client id the lock word names.
         holder: u32,
         /// The lock word as last read.
         word: u64,

@@ -28,9 +28,10 @@
 pub enum System {
     /// Erda: out-of-place writes with an 8-byte atomic metadata switch.
     Erda,
-    /// Redo logging: the value is written to a log, then applied by the server.
+    /// Redo Logging: the record is SENT to the server, which logs it, answers, then applies it.
     Redo,
-    /// Read After Write: the write reserves a log record, then is read back and applied.
+    /// Read-After-Write: the client WRITEs the record into a reserved ring slot and READs it
+    /// back; the server applies it later.
     Raw,
 }
 
