@@ -3,7 +3,7 @@
 use super::ShermanError;
 use super::lock::{Batch, Got};
 use super::redo;
-use super::tree::{Sherman, bind_of, raw_internal, raw_level, raw_word};
+use super::tree::{FRAME_PAGE, Sherman, bind_of, raw_internal, raw_level, raw_word};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{KEY_INFINITY, PageHeader, rebind_entry, seal, set_internal_entry};
@@ -127,22 +127,35 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         if slot.is_null() || slot.node() != page.node() {
             return Ok(());
         }
-        let mut rec = self
-            .records
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| vec![0u8; self.record_len()]);
-        let mut buf = self.page();
+        // As in `lookup`: the record and the page in the coroutine's frame when the page is
+        // small, else in pooled heap buffers.
+        let mut frame = [0u8; FRAME_PAGE];
+        let mut frame_rec = [0u8; redo::HEADER + FRAME_PAGE];
+        let mut pooled = None;
+        let (buf, rec): (&mut [u8], &mut [u8]) = if self.g.page_size <= FRAME_PAGE {
+            (
+                &mut frame[..self.g.page_size],
+                &mut frame_rec[..self.record_len()],
+            )
+        } else {
+            let rec = self
+                .records
+                .borrow_mut()
+                .pop()
+                .unwrap_or_else(|| vec![0u8; self.record_len()]);
+            let (p, r) = pooled.insert((self.page(), rec));
+            (p, r)
+        };
         let r = async {
-            qp.read(slot, &mut rec).await?;
+            qp.read(slot, rec).await?;
             let Some(r) = redo::decode(&rec, self.g.page_size) else {
                 return Ok(());
             };
             if r.page.node() != page.node() || self.redo_ptr(r.page)? != ptr {
                 return Ok(());
             }
-            qp.read(r.page, &mut buf).await?;
-            if raw_level(&buf) != Some(0) || self.leaf_whole(&buf) {
+            qp.read(r.page, buf).await?;
+            if raw_level(buf) != Some(0) || self.leaf_whole(buf) {
                 return Ok(());
             }
             let end = r.off + r.bytes.len();
@@ -158,14 +171,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             }
             buf[r.off..end].copy_from_slice(r.bytes);
             if r.rebind != 0 {
-                seal(&mut buf, &self.g);
+                seal(buf, &self.g);
             }
-            if !self.leaf_whole(&buf) {
+            if !self.leaf_whole(buf) {
                 // Not the torn write this record describes: left for the deadline to report.
                 return Ok(());
             }
             if r.rebind != 0 {
-                qp.write(r.page, &buf).await?;
+                qp.write(r.page, buf).await?;
             } else {
                 qp.write(r.page.add(r.off as u64), r.bytes).await?;
             }
@@ -173,8 +186,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             Ok(())
         }
         .await;
-        self.give(buf);
-        self.records.borrow_mut().push(rec);
+        if let Some((p, rec)) = pooled {
+            self.give(p);
+            self.records.borrow_mut().push(rec);
+        }
         r
     }
 

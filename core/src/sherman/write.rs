@@ -416,15 +416,34 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     /// splitter, or by another client repairing the same split).
     pub(super) async fn insert_separator(
         &self,
+        level: u8,
+        sep: u64,
+        child: GlobalAddr,
+    ) -> Result<bool, ShermanError> {
+        // As in `lookup`: small pages in the coroutine's frame.
+        if self.g.page_size <= FRAME_PAGE {
+            let mut frame = [0u8; FRAME_PAGE];
+            return self
+                .insert_separator_in(level, sep, child, &mut frame[..self.g.page_size])
+                .await;
+        }
+        let mut buf = self.page();
+        let r = self.insert_separator_in(level, sep, child, &mut buf).await;
+        self.give(buf);
+        r
+    }
+
+    async fn insert_separator_in(
+        &self,
         mut level: u8,
         mut sep: u64,
         mut child: GlobalAddr,
+        buf: &mut [u8],
     ) -> Result<bool, ShermanError> {
-        let mut buf = self.page();
-        let r = async {
+        async {
             let mut p = self.patience();
             'levels: loop {
-                let mut addr = self.walk(sep, Some(level), &mut buf).await?;
+                let mut addr = self.walk(sep, Some(level), buf).await?;
                 loop {
                     if !p.step(self.ep) {
                         return Err(ShermanError::Unsettled {
@@ -435,7 +454,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     }
                     let qp = self.qp(addr)?;
                     let (lock, _) = self.acquire_page(addr, None).await?;
-                    let h = match self.read_page_as(addr, &mut buf, true).await {
+                    let h = match self.read_page_as(addr, buf, true).await {
                         Ok(h) => h,
                         Err(e) => {
                             self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -452,7 +471,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         continue 'levels;
                     }
                     let mut entries: Vec<(u64, u64)> = (0..h.count())
-                        .map(|i| internal_entry(&buf, &self.g, i).unwrap_or((KEY_INFINITY, 0)))
+                        .map(|i| internal_entry(buf, &self.g, i).unwrap_or((KEY_INFINITY, 0)))
                         .collect();
                     let pos = entries.partition_point(|e| e.0 < sep);
                     if entries.get(pos).is_some_and(|e| e.0 == sep) {
@@ -550,8 +569,6 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 }
             }
         }
-        .await;
-        self.give(buf);
-        r
+        .await
     }
 }
