@@ -14,7 +14,6 @@ use remora_layouts::canrt::{
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::sync::Arc;
-use std_alloc::vec;
 use std_alloc::vec::Vec;
 
 pub(super) use remora_layouts::canrt::MAX_ITEM;

@@ -148,7 +148,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         };
         let r = async {
             qp.read(slot, rec).await?;
-            let Some(r) = redo::decode(&rec, self.g.page_size) else {
+            let Some(r) = redo::decode(rec, self.g.page_size) else {
                 return Ok(());
             };
             if r.page.node() != page.node() || self.redo_ptr(r.page)? != ptr {
