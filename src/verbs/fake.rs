@@ -437,10 +437,13 @@ mod tests {
     }
 
     /// Loads `keys` keys into `idx` by upserts, looks each up and scans from the first, on 4
-    /// coroutines placed in the endpoint's frames (as the bench runs them); returns the bytes
-    /// READs and atomics bounced through staging since the endpoint connected (the index's
-    /// open included).
-    fn bounced_by<I: remora_core::index::KvIndex>(ep: &FakeEndpoint, idx: &I, keys: u64) -> u64 {
+    /// coroutines placed in the endpoint's frames (as the bench runs them); returns the data
+    /// path's figures since the endpoint connected (the index's open included).
+    fn run_on<I: remora_core::index::KvIndex>(
+        ep: &FakeEndpoint,
+        idx: &I,
+        keys: u64,
+    ) -> super::super::VerbsStats {
         let coros = (0..4u64)
             .map(|c| async move {
                 let value = [c as u8 + 1; 8];
@@ -468,7 +471,7 @@ mod tests {
         run_coroutines(coros);
         let d = ep.stats();
         assert!(d.in_place > 0, "{d}");
-        d.bounced_read + d.bounced_atomic
+        d
     }
 
     #[test]
@@ -483,8 +486,12 @@ mod tests {
             .pop()
             .unwrap()
             .unwrap();
+        // Creating the tree zeroes its tables from the heap (WRITEs, once per tree).
+        let created = ep.stats().bounced_write;
         // 3000 keys: leaves and internal pages split, separators are inserted.
-        assert_eq!(bounced_by(&ep, &tree, 3000), 0, "{}", ep.stats());
+        let d = run_on(&ep, &tree, 3000);
+        assert_eq!(d.bounced_read + d.bounced_atomic, 0, "{d}");
+        assert_eq!(d.bounced_write, created, "{d}");
     }
 
     #[test]
@@ -509,7 +516,8 @@ mod tests {
         .unwrap()
         .unwrap();
         // 3000 keys: the tree resizes, and the client reloads its view.
-        assert_eq!(bounced_by(&ep, &tree, 3000), 0, "{}", ep.stats());
+        let d = run_on(&ep, &tree, 3000);
+        assert_eq!(d.bounced(), 0, "{d}");
         assert!(tree.stats().refreshes > 0, "{:?}", tree.stats());
     }
 }

@@ -13,7 +13,10 @@ use std_alloc::vec::Vec;
 /// A redo record about to be posted (see `redo.rs`): its image, the slot it goes to, and
 /// the lock's redo pointer that will name the slot.
 pub(super) struct Logged {
-    rec: Vec<u8>,
+    /// The record's image: inline (so in the coroutine's frame once the caller keeps the
+    /// `Logged` across the post) when a record of the tree's pages fits, else pooled.
+    frame: [u8; redo::HEADER + FRAME_PAGE],
+    rec: Option<Vec<u8>>,
     len: usize,
     slot: GlobalAddr,
     slot_word: [u8; 8],
@@ -47,13 +50,20 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     .await?
             }
         };
-        let mut rec = self
-            .records
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| vec![0u8; self.record_len()]);
-        let len = redo::encode(&mut rec, page, off, bytes, rebind);
+        let mut frame = [0u8; redo::HEADER + FRAME_PAGE];
+        let mut rec = (self.record_len() > frame.len()).then(|| {
+            self.records
+                .borrow_mut()
+                .pop()
+                .unwrap_or_else(|| vec![0u8; self.record_len()])
+        });
+        let out = match &mut rec {
+            Some(r) => &mut r[..],
+            None => &mut frame[..self.record_len()],
+        };
+        let len = redo::encode(out, page, off, bytes, rebind);
         Ok(Logged {
+            frame,
             rec,
             len,
             slot,
@@ -72,7 +82,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         for op in [
             Op::Write {
                 remote: l.slot,
-                local: &l.rec[..l.len],
+                local: match &l.rec {
+                    Some(r) => &r[..l.len],
+                    None => &l.frame[..l.len],
+                },
             },
             Op::Write {
                 remote: l.ptr,
@@ -91,7 +104,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             slots.resize_with(l.node + 1, Vec::new);
         }
         slots[l.node].push(l.slot);
-        self.records.borrow_mut().push(l.rec);
+        if let Some(r) = l.rec {
+            self.records.borrow_mut().push(r);
+        }
     }
 
     /// Takes the lock of `page` (returned); after a takeover from a dead holder, first puts
