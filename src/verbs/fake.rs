@@ -435,4 +435,89 @@ mod tests {
             assert_eq!(reply[..40], [i; 40]);
         }
     }
+
+    /// Loads `keys` keys into `idx` by upserts, looks each up and scans from the first, on 4
+    /// coroutines placed in the endpoint's frames (as the bench runs them); returns the data
+    /// path's figures since the endpoint connected (the index's open included).
+    fn run_on<I: remora_core::index::KvIndex>(
+        ep: &FakeEndpoint,
+        idx: &I,
+        keys: u64,
+    ) -> super::super::VerbsStats {
+        let coros = (0..4u64)
+            .map(|c| async move {
+                let value = [c as u8 + 1; 8];
+                let key = |i: u64| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1).to_be_bytes();
+                let mut i = c;
+                while i < keys {
+                    idx.upsert(&key(i), &value).await.unwrap();
+                    i += 4;
+                }
+                let mut out = [0u8; 8];
+                let mut i = c;
+                while i < keys {
+                    assert_eq!(idx.get(&key(i), &mut out).await.unwrap(), Some(8));
+                    assert_eq!(out, value);
+                    i += 4;
+                }
+                let mut seen = 0;
+                let n = idx
+                    .scan(&1u64.to_be_bytes(), 100, &mut |_, _| seen += 1)
+                    .await
+                    .unwrap();
+                assert!(n == 100 && seen == 100, "{n} {seen}");
+            })
+            .collect();
+        run_coroutines(coros);
+        let d = ep.stats();
+        assert!(d.in_place > 0, "{d}");
+        d
+    }
+
+    #[test]
+    fn sherman_opens_loads_looks_up_and_scans_in_place() {
+        use remora_core::sherman::{Sherman, ShermanConfig, ShermanNode};
+        use std::sync::Arc;
+        let n = FakeNode::new(0, 64 << 20, 1 << 20, 256 << 10, Box::new(Echo)).unwrap();
+        let ep = FakeEndpoint::connect(&[n]).unwrap();
+        let cfg = ShermanConfig::default();
+        let node = Arc::new(ShermanNode::new(&cfg));
+        let tree = run_coroutines(vec![Sherman::create_on(&ep, cfg, node)])
+            .pop()
+            .unwrap()
+            .unwrap();
+        // Creating the tree zeroes its tables from the heap (WRITEs, once per tree).
+        let created = ep.stats().bounced_write;
+        // 3000 keys: leaves and internal pages split, separators are inserted.
+        let d = run_on(&ep, &tree, 3000);
+        assert_eq!(d.bounced_read + d.bounced_atomic, 0, "{d}");
+        assert_eq!(d.bounced_write, created, "{d}");
+    }
+
+    #[test]
+    fn canrt_opens_loads_looks_up_and_scans_in_place() {
+        use remora_core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
+        use std::sync::Arc;
+        let n = FakeNode::new(
+            0,
+            64 << 20,
+            1 << 20,
+            256 << 10,
+            Box::new(CanrtServer::new()),
+        )
+        .unwrap();
+        let ep = FakeEndpoint::connect(&[n]).unwrap();
+        let tree = run_coroutines(vec![Canrt::open_on(
+            &ep,
+            CanrtConfig::default(),
+            Arc::new(CanrtNode::new()),
+        )])
+        .pop()
+        .unwrap()
+        .unwrap();
+        // 3000 keys: the tree resizes, and the client reloads its view.
+        let d = run_on(&ep, &tree, 3000);
+        assert_eq!(d.bounced(), 0, "{d}");
+        assert!(tree.stats().refreshes > 0, "{:?}", tree.stats());
+    }
 }

@@ -14,7 +14,6 @@ use remora_layouts::canrt::{
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::sync::Arc;
-use std_alloc::vec;
 use std_alloc::vec::Vec;
 
 pub(super) use remora_layouts::canrt::MAX_ITEM;
@@ -44,6 +43,10 @@ pub struct ClientStats {
 /// Largest data node a lookup reads into its own frame instead of a pooled buffer.
 const FRAME_NODE: usize = 1024;
 
+/// Largest prefix array a view load reads into its own frame (then copies into the view)
+/// instead of a heap buffer.
+const FRAME_PREFIX: usize = 8192;
+
 /// Data-node buffers, one per coroutine in flight, reused (no zeroing or allocation per
 /// operation once warm).
 pub(super) struct BufPool(RefCell<Vec<Vec<u8>>>);
@@ -51,25 +54,62 @@ pub(super) struct BufPool(RefCell<Vec<Vec<u8>>>);
 /// A buffer taken from the pool; goes back when dropped.
 pub(super) struct Buf<'p> {
     pool: &'p BufPool,
-    pub(super) buf: Vec<u8>,
+    pub(super) buf: NodeBuf,
+}
+
+/// A data node's bytes: inline (in the coroutine's frame, wherever the `Buf` is kept across
+/// an `.await`: registered memory under verbs, so the NIC writes it in place) for nodes up to
+/// [`FRAME_NODE`] bytes, else a pooled heap buffer.
+pub(super) struct NodeBuf {
+    frame: [u8; FRAME_NODE],
+    len: usize,
+    heap: Option<Vec<u8>>,
+}
+
+impl core::ops::Deref for NodeBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match &self.heap {
+            Some(h) => h,
+            None => &self.frame[..self.len],
+        }
+    }
+}
+
+impl core::ops::DerefMut for NodeBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match &mut self.heap {
+            Some(h) => h,
+            None => &mut self.frame[..self.len],
+        }
+    }
 }
 
 impl BufPool {
     pub(super) fn take(&self, size: usize) -> Buf<'_> {
-        let mut buf = self.0.borrow_mut().pop().unwrap_or_default();
-        if buf.len() != size {
-            buf.resize(size, 0);
+        let heap = (size > FRAME_NODE).then(|| {
+            let mut buf = self.0.borrow_mut().pop().unwrap_or_default();
+            if buf.len() != size {
+                buf.resize(size, 0);
+            }
+            buf
+        });
+        Buf {
+            pool: self,
+            buf: NodeBuf {
+                frame: [0u8; FRAME_NODE],
+                len: size.min(FRAME_NODE),
+                heap,
+            },
         }
-        Buf { pool: self, buf }
     }
 }
 
 impl Drop for Buf<'_> {
     fn drop(&mut self) {
-        self.pool
-            .0
-            .borrow_mut()
-            .push(core::mem::take(&mut self.buf));
+        if let Some(h) = self.buf.heap.take() {
+            self.pool.0.borrow_mut().push(h);
+        }
     }
 }
 
@@ -147,9 +187,22 @@ async fn load_view<Q: QueuePair>(qp: &Q, tries: u32) -> Result<TreeView, CanrtEr
                 continue;
             }
         };
-        let mut prefix = vec![0u8; h.prefix_len as usize];
-        qp.read(GlobalAddr::new(at.node(), h.prefix_off), &mut prefix)
+        let len = h.prefix_len as usize;
+        let mut frame = [0u8; FRAME_PREFIX];
+        let mut heap = Vec::new();
+        let buf: &mut [u8] = if len <= FRAME_PREFIX {
+            &mut frame[..len]
+        } else {
+            heap.resize(len, 0);
+            &mut heap
+        };
+        qp.read(GlobalAddr::new(at.node(), h.prefix_off), buf)
             .await?;
+        let prefix = if len <= FRAME_PREFIX {
+            frame[..len].to_vec()
+        } else {
+            heap
+        };
         match TreeView::new(h, root, prefix) {
             Ok(v) => return Ok(v),
             Err(why) => last = corrupt(why),
@@ -424,7 +477,15 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             return Ok(None);
         }
         let mut hb = [0u8; TREE_HEADER_LEN];
-        let mut prefix = vec![0u8; guess as usize];
+        let guess = guess as usize;
+        let mut frame = [0u8; FRAME_PREFIX];
+        let mut heap = Vec::new();
+        let buf: &mut [u8] = if guess <= FRAME_PREFIX {
+            &mut frame[..guess]
+        } else {
+            heap.resize(guess, 0);
+            &mut heap
+        };
         self.qp()?
             .post(&mut [
                 Op::Read {
@@ -433,7 +494,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                 },
                 Op::Read {
                     remote: at.add(TREE_HEADER_LEN as u64),
-                    local: &mut prefix,
+                    local: buf,
                 },
             ])
             .await?;
@@ -442,11 +503,17 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         };
         if h.area_off != at.offset()
             || h.prefix_off != at.offset() + TREE_HEADER_LEN as u64
-            || h.prefix_len > guess
+            || h.prefix_len > guess as u64
         {
             return Ok(None);
         }
-        prefix.truncate(h.prefix_len as usize);
+        let len = h.prefix_len as usize;
+        let prefix = if guess <= FRAME_PREFIX {
+            frame[..len].to_vec()
+        } else {
+            heap.truncate(len);
+            heap
+        };
         Ok(TreeView::new(h, root, prefix).ok())
     }
 
@@ -619,7 +686,15 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             }
             let v = self.view();
             let size = v.header.data_node_size as usize;
-            let mut bufs = vec![0u8; size * SCAN_BATCH];
+            // Snapshots in the coroutine's frame for nodes up to FRAME_NODE (see `NodeBuf`).
+            let mut frame = [0u8; FRAME_NODE * SCAN_BATCH];
+            let mut heap = Vec::new();
+            let bufs: &mut [u8] = if size <= FRAME_NODE {
+                &mut frame[..size * SCAN_BATCH]
+            } else {
+                heap.resize(size * SCAN_BATCH, 0);
+                &mut heap
+            };
             let mut brackets = [Bracket::default(); SCAN_BATCH];
             let corrupt = |why| CanrtError::Corrupt {
                 addr: GlobalAddr::from_raw(v.root),

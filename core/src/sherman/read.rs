@@ -326,11 +326,30 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         limit: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize, ShermanError> {
+        // As in `lookup`: small pages in the coroutine's frame.
+        if self.g.page_size <= FRAME_PAGE {
+            let mut frame = [0u8; FRAME_PAGE];
+            return self
+                .scan_in(from, limit, visit, &mut frame[..self.g.page_size])
+                .await;
+        }
         let mut buf = self.page();
-        let r = async {
+        let r = self.scan_in(from, limit, visit, &mut buf).await;
+        self.give(buf);
+        r
+    }
+
+    async fn scan_in(
+        &self,
+        from: u64,
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+        buf: &mut [u8],
+    ) -> Result<usize, ShermanError> {
+        async {
             let mut key = from;
             let mut seen = 0usize;
-            let mut addr = self.locate(key, &mut buf).await?.0;
+            let mut addr = self.locate(key, buf).await?.0;
             let mut batch: Vec<(u64, usize, usize)> = Vec::with_capacity(self.g.leaf_capacity());
             // Bounds the moves that make no progress (re-locating, moving right of `key`).
             let mut moves = self.patience();
@@ -343,7 +362,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 let mut repaired = false;
                 let mut torn_word = None;
                 loop {
-                    let hh = self.read_page(addr, &mut buf).await?;
+                    let hh = self.read_page(addr, buf).await?;
                     if !hh.is_leaf() {
                         return Err(ShermanError::Corrupt {
                             addr,
@@ -354,7 +373,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     }
                     batch.clear();
                     self.ep.charge(Work::Scan(self.g.leaf_capacity()));
-                    let whole = verify_leaf(&buf, &self.g, self.bind(&hh), |s, slot| {
+                    let whole = verify_leaf(buf, &self.g, self.bind(&hh), |s, slot| {
                         if let Slot::Live { key: k, len, .. } = slot
                             && k >= key
                             && k < hh.high_fence
@@ -392,7 +411,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 if key < h.low_fence {
                     self.node.cache_invalidate(key);
                     moves.pause(self.ep).await;
-                    addr = self.locate(key, &mut buf).await?.0;
+                    addr = self.locate(key, buf).await?.0;
                     continue 'pages;
                 }
                 if key >= h.high_fence {
@@ -408,7 +427,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     if seen >= limit {
                         break;
                     }
-                    visit(&k.to_be_bytes(), leaf_value(&buf, &self.g, s, len));
+                    visit(&k.to_be_bytes(), leaf_value(buf, &self.g, s, len));
                     seen += 1;
                 }
                 if h.high_fence == KEY_INFINITY || h.sibling == 0 {
@@ -419,8 +438,6 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             }
             Ok(seen)
         }
-        .await;
-        self.give(buf);
-        r
+        .await
     }
 }

@@ -3,7 +3,7 @@
 use super::ShermanError;
 use super::lock::{Batch, Got};
 use super::redo;
-use super::tree::{Sherman, bind_of, raw_internal, raw_level, raw_word};
+use super::tree::{FRAME_PAGE, Sherman, bind_of, raw_internal, raw_level, raw_word};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{KEY_INFINITY, PageHeader, rebind_entry, seal, set_internal_entry};
@@ -13,7 +13,10 @@ use std_alloc::vec::Vec;
 /// A redo record about to be posted (see `redo.rs`): its image, the slot it goes to, and
 /// the lock's redo pointer that will name the slot.
 pub(super) struct Logged {
-    rec: Vec<u8>,
+    /// The record's image: inline (so in the coroutine's frame once the caller keeps the
+    /// `Logged` across the post) when a record of the tree's pages fits, else pooled.
+    frame: [u8; redo::HEADER + FRAME_PAGE],
+    rec: Option<Vec<u8>>,
     len: usize,
     slot: GlobalAddr,
     slot_word: [u8; 8],
@@ -47,13 +50,20 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     .await?
             }
         };
-        let mut rec = self
-            .records
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| vec![0u8; self.record_len()]);
-        let len = redo::encode(&mut rec, page, off, bytes, rebind);
+        let mut frame = [0u8; redo::HEADER + FRAME_PAGE];
+        let mut rec = (self.record_len() > frame.len()).then(|| {
+            self.records
+                .borrow_mut()
+                .pop()
+                .unwrap_or_else(|| vec![0u8; self.record_len()])
+        });
+        let out = match &mut rec {
+            Some(r) => &mut r[..],
+            None => &mut frame[..self.record_len()],
+        };
+        let len = redo::encode(out, page, off, bytes, rebind);
         Ok(Logged {
+            frame,
             rec,
             len,
             slot,
@@ -72,7 +82,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         for op in [
             Op::Write {
                 remote: l.slot,
-                local: &l.rec[..l.len],
+                local: match &l.rec {
+                    Some(r) => &r[..l.len],
+                    None => &l.frame[..l.len],
+                },
             },
             Op::Write {
                 remote: l.ptr,
@@ -91,7 +104,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             slots.resize_with(l.node + 1, Vec::new);
         }
         slots[l.node].push(l.slot);
-        self.records.borrow_mut().push(l.rec);
+        if let Some(r) = l.rec {
+            self.records.borrow_mut().push(r);
+        }
     }
 
     /// Takes the lock of `page` (returned); after a takeover from a dead holder, first puts
@@ -127,22 +142,35 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         if slot.is_null() || slot.node() != page.node() {
             return Ok(());
         }
-        let mut rec = self
-            .records
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| vec![0u8; self.record_len()]);
-        let mut buf = self.page();
+        // As in `lookup`: the record and the page in the coroutine's frame when the page is
+        // small, else in pooled heap buffers.
+        let mut frame = [0u8; FRAME_PAGE];
+        let mut frame_rec = [0u8; redo::HEADER + FRAME_PAGE];
+        let mut pooled = None;
+        let (buf, rec): (&mut [u8], &mut [u8]) = if self.g.page_size <= FRAME_PAGE {
+            (
+                &mut frame[..self.g.page_size],
+                &mut frame_rec[..self.record_len()],
+            )
+        } else {
+            let rec = self
+                .records
+                .borrow_mut()
+                .pop()
+                .unwrap_or_else(|| vec![0u8; self.record_len()]);
+            let (p, r) = pooled.insert((self.page(), rec));
+            (p, r)
+        };
         let r = async {
-            qp.read(slot, &mut rec).await?;
-            let Some(r) = redo::decode(&rec, self.g.page_size) else {
+            qp.read(slot, rec).await?;
+            let Some(r) = redo::decode(rec, self.g.page_size) else {
                 return Ok(());
             };
             if r.page.node() != page.node() || self.redo_ptr(r.page)? != ptr {
                 return Ok(());
             }
-            qp.read(r.page, &mut buf).await?;
-            if raw_level(&buf) != Some(0) || self.leaf_whole(&buf) {
+            qp.read(r.page, buf).await?;
+            if raw_level(buf) != Some(0) || self.leaf_whole(buf) {
                 return Ok(());
             }
             let end = r.off + r.bytes.len();
@@ -158,14 +186,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             }
             buf[r.off..end].copy_from_slice(r.bytes);
             if r.rebind != 0 {
-                seal(&mut buf, &self.g);
+                seal(buf, &self.g);
             }
-            if !self.leaf_whole(&buf) {
+            if !self.leaf_whole(buf) {
                 // Not the torn write this record describes: left for the deadline to report.
                 return Ok(());
             }
             if r.rebind != 0 {
-                qp.write(r.page, &buf).await?;
+                qp.write(r.page, buf).await?;
             } else {
                 qp.write(r.page.add(r.off as u64), r.bytes).await?;
             }
@@ -173,8 +201,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             Ok(())
         }
         .await;
-        self.give(buf);
-        self.records.borrow_mut().push(rec);
+        if let Some((p, rec)) = pooled {
+            self.give(p);
+            self.records.borrow_mut().push(rec);
+        }
         r
     }
 

@@ -66,6 +66,21 @@ pub struct Sherman<'e, E: Endpoint> {
 /// pooled heap page.
 pub(super) const FRAME_PAGE: usize = 1024;
 
+/// `len` bytes of `frame` when they fit (the coroutine's frame: registered memory under
+/// verbs, so the NIC reads and writes them in place), else of `heap`, grown to `len`.
+pub(super) fn frame_or_heap<'a>(
+    frame: &'a mut [u8; FRAME_PAGE],
+    heap: &'a mut Vec<u8>,
+    len: usize,
+) -> &'a mut [u8] {
+    if len <= FRAME_PAGE {
+        &mut frame[..len]
+    } else {
+        heap.resize(len, 0);
+        heap
+    }
+}
+
 pub(super) fn key_of(key: &[u8]) -> Result<u64, ShermanError> {
     let k: [u8; 8] = key
         .try_into()

@@ -3,7 +3,7 @@
 use super::lock::{Batch, Got};
 use super::open::D_ROOT;
 use super::repair::Logged;
-use super::tree::{FRAME_PAGE, Sherman, encode_leaf};
+use super::tree::{FRAME_PAGE, Sherman, encode_leaf, frame_or_heap};
 use super::{PageCheck, ShermanError};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use remora_layouts::GlobalAddr;
@@ -11,7 +11,6 @@ use remora_layouts::sherman::{
     KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, internal_entry, leaf_slot, leaf_value,
     rebind_entry, seal, set_internal_entry,
 };
-use std_alloc::vec;
 use std_alloc::vec::Vec;
 
 /// What a locked leaf step decided.
@@ -289,22 +288,31 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 return Err(e);
             }
         };
-        let leaf_image =
-            |version: u64, low: u64, high: u64, sibling: u64, part: &[(u64, Vec<u8>)]| {
-                let mut img = vec![0u8; self.g.page_size];
-                let check = self.cfg.page_check;
-                encode_leaf(&mut img, &self.g, check, version, low, high, sibling, part);
-                img
-            };
-        let right = leaf_image(1, sep, h.high_fence, h.sibling, &entries[mid..]);
-        let left = leaf_image(
+        let leaf_image = |img: &mut [u8],
+                          version: u64,
+                          low: u64,
+                          high: u64,
+                          sibling: u64,
+                          part: &[(u64, Vec<u8>)]| {
+            let check = self.cfg.page_check;
+            encode_leaf(img, &self.g, check, version, low, high, sibling, part);
+        };
+        // The images in the coroutine's frame when the page is small (see `frame_or_heap`).
+        let (mut right_frame, mut right_heap) = ([0u8; FRAME_PAGE], Vec::new());
+        let (mut left_frame, mut left_heap) = ([0u8; FRAME_PAGE], Vec::new());
+        let right = frame_or_heap(&mut right_frame, &mut right_heap, self.g.page_size);
+        leaf_image(right, 1, sep, h.high_fence, h.sibling, &entries[mid..]);
+        let left = frame_or_heap(&mut left_frame, &mut left_heap, self.g.page_size);
+        leaf_image(
+            left,
             h.front_version.wrapping_add(1).max(1),
             h.low_fence,
             sep,
             right_addr.raw(),
             &entries[..mid],
         );
-        let logged = match self.log(addr, 0, &left, 0).await {
+        let (right, left) = (&*right, &*left);
+        let logged = match self.log(addr, 0, left, 0).await {
             Ok(l) => l,
             Err(e) => {
                 self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -312,7 +320,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             }
         };
         let r = self
-            .write_split(addr, lock, right_addr, &right, &left, Some(&logged))
+            .write_split(addr, lock, right_addr, right, left, Some(&logged))
             .await;
         self.unlog(logged);
         r?;
@@ -374,7 +382,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let qp = self.qp(self.desc)?;
         let a0 = &self.allocs[0];
         let new_root = a0.alloc(qp, self.g.page_size as u64).await?;
-        let mut img = vec![0u8; self.g.page_size];
+        let (mut frame, mut heap) = ([0u8; FRAME_PAGE], Vec::new());
+        let img = frame_or_heap(&mut frame, &mut heap, self.g.page_size);
         let h = PageHeader {
             front_version: 1,
             meta: PageHeader::pack_meta(level + 1, false, 1),
@@ -383,14 +392,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             leftmost: old_root.raw(),
             ..Default::default()
         };
-        h.encode(&mut img);
-        set_internal_entry(&mut img, &self.g, 0, sep, right.raw());
-        seal(&mut img, &self.g);
+        h.encode(img);
+        set_internal_entry(img, &self.g, 0, sep, right.raw());
+        seal(img, &self.g);
         let mut old = 0u64;
         qp.post(&mut [
             Op::Write {
                 remote: new_root,
-                local: &img,
+                local: img,
             },
             Op::Cas {
                 remote: self.desc.add(D_ROOT),
@@ -416,15 +425,34 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     /// splitter, or by another client repairing the same split).
     pub(super) async fn insert_separator(
         &self,
+        level: u8,
+        sep: u64,
+        child: GlobalAddr,
+    ) -> Result<bool, ShermanError> {
+        // As in `lookup`: small pages in the coroutine's frame.
+        if self.g.page_size <= FRAME_PAGE {
+            let mut frame = [0u8; FRAME_PAGE];
+            return self
+                .insert_separator_in(level, sep, child, &mut frame[..self.g.page_size])
+                .await;
+        }
+        let mut buf = self.page();
+        let r = self.insert_separator_in(level, sep, child, &mut buf).await;
+        self.give(buf);
+        r
+    }
+
+    async fn insert_separator_in(
+        &self,
         mut level: u8,
         mut sep: u64,
         mut child: GlobalAddr,
+        buf: &mut [u8],
     ) -> Result<bool, ShermanError> {
-        let mut buf = self.page();
-        let r = async {
+        async {
             let mut p = self.patience();
             'levels: loop {
-                let mut addr = self.walk(sep, Some(level), &mut buf).await?;
+                let mut addr = self.walk(sep, Some(level), buf).await?;
                 loop {
                     if !p.step(self.ep) {
                         return Err(ShermanError::Unsettled {
@@ -435,7 +463,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     }
                     let qp = self.qp(addr)?;
                     let (lock, _) = self.acquire_page(addr, None).await?;
-                    let h = match self.read_page_as(addr, &mut buf, true).await {
+                    let h = match self.read_page_as(addr, buf, true).await {
                         Ok(h) => h,
                         Err(e) => {
                             self.locks.release(qp, lock, &mut Batch::new()).await?;
@@ -452,7 +480,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         continue 'levels;
                     }
                     let mut entries: Vec<(u64, u64)> = (0..h.count())
-                        .map(|i| internal_entry(&buf, &self.g, i).unwrap_or((KEY_INFINITY, 0)))
+                        .map(|i| internal_entry(buf, &self.g, i).unwrap_or((KEY_INFINITY, 0)))
                         .collect();
                     let pos = entries.partition_point(|e| e.0 < sep);
                     if entries.get(pos).is_some_and(|e| e.0 == sep) {
@@ -461,13 +489,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         return Ok(false);
                     }
                     entries.insert(pos, (sep, child.raw()));
-                    let image = |version: u64,
+                    let image = |img: &mut [u8],
+                                 version: u64,
                                  low: u64,
                                  high: u64,
                                  sibling: u64,
                                  leftmost: u64,
                                  part: &[(u64, u64)]| {
-                        let mut img = vec![0u8; self.g.page_size];
                         let hh = PageHeader {
                             front_version: version,
                             meta: PageHeader::pack_meta(level, false, part.len()),
@@ -477,16 +505,22 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             leftmost,
                             ..Default::default()
                         };
-                        hh.encode(&mut img);
+                        hh.encode(img);
                         for (i, (k, c)) in part.iter().enumerate() {
-                            set_internal_entry(&mut img, &self.g, i, *k, *c);
+                            set_internal_entry(img, &self.g, i, *k, *c);
                         }
-                        seal(&mut img, &self.g);
-                        img
+                        seal(img, &self.g);
                     };
+                    // The images in the coroutine's frame when the page is small (see
+                    // `frame_or_heap`).
+                    let (mut right_frame, mut right_heap) = ([0u8; FRAME_PAGE], Vec::new());
+                    let (mut left_frame, mut left_heap) = ([0u8; FRAME_PAGE], Vec::new());
+                    let size = self.g.page_size;
                     let v = h.front_version.wrapping_add(1).max(1);
                     if entries.len() <= self.g.internal_capacity() {
-                        let img = image(
+                        let img = frame_or_heap(&mut left_frame, &mut left_heap, size);
+                        image(
+                            img,
                             v,
                             h.low_fence,
                             h.high_fence,
@@ -494,14 +528,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             h.leftmost,
                             &entries,
                         );
+                        let img = &*img;
                         let mut ops = Batch::new();
-                        self.page_write_ops(addr, &img, &mut ops);
+                        self.page_write_ops(addr, img, &mut ops);
                         self.locks.release(qp, lock, &mut ops).await?;
                         if level == 1 {
                             self.node.cache_insert(
-                                &PageHeader::decode(&img, &self.g)
+                                &PageHeader::decode(img, &self.g)
                                     .map_err(|why| ShermanError::Corrupt { addr, why })?,
-                                &img,
+                                img,
                             );
                         }
                         return Ok(true);
@@ -515,7 +550,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             return Err(e);
                         }
                     };
-                    let right = image(
+                    let right = frame_or_heap(&mut right_frame, &mut right_heap, size);
+                    image(
+                        right,
                         1,
                         up,
                         h.high_fence,
@@ -523,7 +560,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         entries[mid].1,
                         &entries[mid + 1..],
                     );
-                    let left = image(
+                    let left = frame_or_heap(&mut left_frame, &mut left_heap, size);
+                    image(
+                        left,
                         v,
                         h.low_fence,
                         up,
@@ -531,7 +570,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         h.leftmost,
                         &entries[..mid],
                     );
-                    self.write_split(addr, lock, right_addr, &right, &left, None)
+                    self.write_split(addr, lock, right_addr, right, left, None)
                         .await?;
                     self.splits.set(self.splits.get() + 1);
                     if level == 1 {
@@ -550,8 +589,6 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 }
             }
         }
-        .await;
-        self.give(buf);
-        r
+        .await
     }
 }
