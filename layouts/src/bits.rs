@@ -96,7 +96,7 @@ pub fn read_u64(bytes: &[u8], at: usize) -> Result<u64, LayoutError> {
 }
 
 /// Reads a little-endian u32 at `at`, or says the slice is short.
-pub fn read_u32(bytes: &[u8], at: usize) -> Result<u32, LayoutError> {
+pub(crate) fn read_u32(bytes: &[u8], at: usize) -> Result<u32, LayoutError> {
     let end = at.checked_add(4).ok_or(LayoutError::Short {
         need: usize::MAX,
         got: bytes.len(),

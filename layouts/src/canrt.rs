@@ -67,7 +67,7 @@ pub const MAX_SEGMENTS: usize = 16;
 pub const MAX_DATA_NODES: u64 = 1 << 20;
 /// Largest prefix array clients cache (room for [`MAX_DATA_NODES`] NodeIDs and their
 /// characters).
-pub const MAX_PREFIX_BYTES: u64 = 1 << 24;
+pub(crate) const MAX_PREFIX_BYTES: u64 = 1 << 24;
 /// Tickets and `served` compare modulo 2^16.
 pub const TICKET_MASK: u64 = (1 << 16) - 1;
 /// Epochs compare modulo 2^15 in meta words.
@@ -189,7 +189,7 @@ static CRC32: crc::Crc<u32, crc::Table<16>> =
 /// valid bit, which the server clears after applying). It covers every word a reader uses,
 /// so a torn item (any mix of an old and a new item's words) fails it whatever order its
 /// words landed in.
-pub fn item_check(key: &[u8], value: &[u8], op: ItemOp, len: usize, ticket: u64) -> u64 {
+pub(crate) fn item_check(key: &[u8], value: &[u8], op: ItemOp, len: usize, ticket: u64) -> u64 {
     let mut d = CRC32.digest();
     d.update(key);
     d.update(value);

@@ -147,13 +147,13 @@ pub const NODE_MAGIC: u32 = u32::from_le_bytes(*b"CFN1");
 pub const MAX_LEVEL: u16 = 32;
 
 /// Byte offset of a node's head version word.
-pub const NODE_VERSION_OFFSET: usize = 0;
+pub(crate) const NODE_VERSION_OFFSET: usize = 0;
 /// Byte offset of a node's meta word: [`NODE_MAGIC`] (bits 31..0), level (47..32), count (63..48).
-pub const NODE_META_OFFSET: usize = 8;
+pub(crate) const NODE_META_OFFSET: usize = 8;
 /// Byte offset of a node's first entry.
-pub const NODE_ENTRIES_OFFSET: usize = 16;
+pub(crate) const NODE_ENTRIES_OFFSET: usize = 16;
 /// Offsets at the default fanout (see [`node_checksum_offset`] for any other).
-pub const NODE_CHECKSUM_OFFSET: usize = node_checksum_offset(FANOUT);
+pub(crate) const NODE_CHECKSUM_OFFSET: usize = node_checksum_offset(FANOUT);
 /// Byte offset of the tail version word at the default fanout.
 pub const NODE_TAIL_OFFSET: usize = NODE_CHECKSUM_OFFSET + 8;
 /// Bytes of a node image at the default fanout.
@@ -587,7 +587,7 @@ pub enum Opcode {
 }
 
 /// Bits of [`Opcode::Init`]'s arg1 holding the arena length.
-pub const INIT_LEN_BITS: u32 = 40;
+pub(crate) const INIT_LEN_BITS: u32 = 40;
 
 /// [`Opcode::Init`]'s arg1 for an arena of `len` bytes (below 2^40), a tree `kind` and
 /// `fanout` entries per node.
@@ -724,7 +724,7 @@ pub const FLAG_MORE: u8 = 2;
 /// Byte of a response message holding its flags (bits 24..32 of the first word).
 pub const RESPONSE_FLAGS_BYTE: usize = 3;
 /// Bytes of a [`ResponseHeader`].
-pub const RESPONSE_HEADER_LEN: usize = 16;
+pub(crate) const RESPONSE_HEADER_LEN: usize = 16;
 
 /// Header of one response message, followed by `count` entries of [`ENTRY_LEN`] bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

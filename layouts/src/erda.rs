@@ -44,11 +44,11 @@ pub const KEY_MAX: usize = 16;
 /// Longest value (the paper evaluates 16 B to 4 KiB).
 pub const VALUE_MAX: usize = 4096;
 /// Bytes before the key in an object.
-pub const OBJECT_HEADER: usize = 16;
+pub(crate) const OBJECT_HEADER: usize = 16;
 /// Largest object.
 pub const OBJECT_MAX: usize = OBJECT_HEADER + KEY_MAX + VALUE_MAX;
 /// Magic in bits 63..56 of an object's header word.
-pub const OBJECT_MAGIC: u64 = 0xE7;
+pub(crate) const OBJECT_MAGIC: u64 = 0xE7;
 /// Most head logs a store has.
 pub const MAX_HEADS: usize = 8;
 /// Largest offset (in 8-byte units) a metadata word holds.
@@ -61,13 +61,13 @@ static CRC32: crc::Crc<u32, crc::Table<16>> =
 // ---------------------------------------------------------------- metadata word
 
 /// Metadata word bit 63: 1 when offset A names the newest object, 0 when offset B does.
-pub const NEW_TAG: Field = Field::new("new_tag", 63, 1);
+pub(crate) const NEW_TAG: Field = Field::new("new_tag", 63, 1);
 /// Metadata word bits 62..32: offset A, in 8-byte units from the head log's start (0: none).
-pub const OFF_A: Field = Field::new("offset_a", 32, 31);
+pub(crate) const OFF_A: Field = Field::new("offset_a", 32, 31);
 /// Metadata word bits 31..1: offset B, in 8-byte units from the head log's start (0: none).
-pub const OFF_B: Field = Field::new("offset_b", 1, 31);
+pub(crate) const OFF_B: Field = Field::new("offset_b", 1, 31);
 /// Metadata word bit 0: reserved, must be clear.
-pub const META_RESERVED: Field = Field::new("meta_reserved", 0, 1);
+pub(crate) const META_RESERVED: Field = Field::new("meta_reserved", 0, 1);
 const _: () = assert_disjoint(&[NEW_TAG, OFF_A, OFF_B, META_RESERVED]);
 const _: () =
     assert!(NEW_TAG.mask() | OFF_A.mask() | OFF_B.mask() | META_RESERVED.mask() == u64::MAX);
@@ -205,11 +205,11 @@ const _: () = assert!(offset_of!(Bucket, key) == 16);
 pub const BUCKET_META_OFFSET: u64 = 0;
 
 /// Control word bit 63: the bucket holds a key.
-pub const USED: Field = Field::new("used", 63, 1);
+pub(crate) const USED: Field = Field::new("used", 63, 1);
 /// Control word bits 15..8: the head whose log holds the key's objects.
-pub const BUCKET_HEAD: Field = Field::new("head", 8, 8);
+pub(crate) const BUCKET_HEAD: Field = Field::new("head", 8, 8);
 /// Control word bits 7..0: key length in bytes (1..=[`KEY_MAX`]).
-pub const BUCKET_KEY_LEN: Field = Field::new("key_len", 0, 8);
+pub(crate) const BUCKET_KEY_LEN: Field = Field::new("key_len", 0, 8);
 const _: () = assert_disjoint(&[USED, BUCKET_HEAD, BUCKET_KEY_LEN]);
 const CTL_KNOWN: u64 = USED.mask() | BUCKET_HEAD.mask() | BUCKET_KEY_LEN.mask();
 
@@ -318,7 +318,7 @@ pub fn check_key(key: &[u8]) -> Result<(), LayoutError> {
 }
 
 /// The hash both sides use to place a key (FNV-1a, then a 64-bit finalizer).
-pub fn key_hash(key: &[u8]) -> u64 {
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in key {
         h ^= b as u64;
@@ -334,9 +334,9 @@ pub fn key_hash(key: &[u8]) -> u64 {
 // ---------------------------------------------------------------- object
 
 /// Object header bits 63..56: [`OBJECT_MAGIC`].
-pub const OBJ_MAGIC: Field = Field::new("obj_magic", 56, 8);
+pub(crate) const OBJ_MAGIC: Field = Field::new("obj_magic", 56, 8);
 /// Object header bit 48: the object records a delete (no value).
-pub const OBJ_DELETE: Field = Field::new("delete", 48, 1);
+pub(crate) const OBJ_DELETE: Field = Field::new("delete", 48, 1);
 /// Object header bits 39..32: key length in bytes.
 pub const OBJ_KEY_LEN: Field = Field::new("key_len", 32, 8);
 /// Object header bits 15..0: value length in bytes.
@@ -352,7 +352,7 @@ pub const fn object_len(key_len: usize, value_len: usize) -> usize {
 
 /// An object checksum: CRC-32C over `header` then `body` (a caller may bring a hardware
 /// implementation; every implementation must give [`object_crc_sw`]'s value).
-pub type ObjectChecksum = fn(header: &[u8], body: &[u8]) -> u32;
+pub(crate) type ObjectChecksum = fn(header: &[u8], body: &[u8]) -> u32;
 
 /// Writes an object into `out`; returns its length. `value` is ignored for a deletion.
 pub fn encode_object(
@@ -725,15 +725,15 @@ impl Superblock {
 // ---------------------------------------------------------------- head state
 
 /// Head state bits 31..0: cleaning starts and ends (odd while cleaning).
-pub const HS_EPOCH: Field = Field::new("epoch", 0, 32);
+pub(crate) const HS_EPOCH: Field = Field::new("epoch", 0, 32);
 /// Head state bits 35..32: first region of the live run.
-pub const HS_FIRST: Field = Field::new("first", 32, 4);
+pub(crate) const HS_FIRST: Field = Field::new("first", 32, 4);
 /// Head state bits 39..36: regions in the live run.
-pub const HS_LEN: Field = Field::new("len", 36, 4);
+pub(crate) const HS_LEN: Field = Field::new("len", 36, 4);
 /// Head state bits 43..40: regions at the front of the run being cleaned.
-pub const HS_SRC: Field = Field::new("src", 40, 4);
+pub(crate) const HS_SRC: Field = Field::new("src", 40, 4);
 /// Head state bits 47..44: regions the head's log is divided into.
-pub const HS_REGIONS: Field = Field::new("regions", 44, 4);
+pub(crate) const HS_REGIONS: Field = Field::new("regions", 44, 4);
 const _: () = assert_disjoint(&[HS_EPOCH, HS_FIRST, HS_LEN, HS_SRC, HS_REGIONS]);
 const HS_KNOWN: u64 =
     HS_EPOCH.mask() | HS_FIRST.mask() | HS_LEN.mask() | HS_SRC.mask() | HS_REGIONS.mask();

@@ -13,7 +13,7 @@ use memoffset::offset_of;
 /// `b"REMORA01"` read as a little-endian u64.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"REMORA01");
 /// Layout version stored in [`RegionHeader::version`]; decoders refuse any other.
-pub const REGION_VERSION: u32 = 1;
+pub(crate) const REGION_VERSION: u32 = 1;
 /// Number of named root slots.
 pub const ROOT_SLOTS: usize = 8;
 

@@ -55,11 +55,11 @@ use memoffset::offset_of;
 /// Bytes of the [`PageHeader`] at the front of every page.
 pub const HEADER_LEN: usize = 64;
 /// Bytes of the rear version word at the end of every page.
-pub const REAR_LEN: usize = 8;
+pub(crate) const REAR_LEN: usize = 8;
 /// Keys must be below this; it is the +∞ fence.
 pub const KEY_INFINITY: u64 = u64::MAX;
 /// Bytes of an internal entry.
-pub const INTERNAL_ENTRY: usize = 16;
+pub(crate) const INTERNAL_ENTRY: usize = 16;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -91,25 +91,25 @@ const _: () = assert!(offset_of!(PageHeader, high_fence) == 32);
 const _: () = assert!(offset_of!(PageHeader, leftmost) == 40);
 const _: () = assert!(offset_of!(PageHeader, checksum) == CHECKSUM_AT);
 /// Byte offset of the header's checksum word.
-pub const CHECKSUM_AT: usize = 48;
+pub(crate) const CHECKSUM_AT: usize = 48;
 
 /// Page level in [`PageHeader::meta`] (bits 7..0; 0 for leaves).
 pub const LEVEL: Field = Field::new("level", 0, 8);
 /// Leaf flag in [`PageHeader::meta`] (bit 8).
-pub const LEAF: Field = Field::new("leaf", 8, 1);
+pub(crate) const LEAF: Field = Field::new("leaf", 8, 1);
 /// Entry count in [`PageHeader::meta`] (bits 31..16; internal pages: sorted entries in use).
 pub const COUNT: Field = Field::new("count", 16, 16);
 const _: () = assert_disjoint(&[LEVEL, LEAF, COUNT]);
 
 /// Leaf entry meta word: valid bit, value length (0..=256), 7-bit entry version, 47-bit
 /// checksum of the entry bound to the page version. This field: bit 0, the entry is live.
-pub const VALID: Field = Field::new("valid", 0, 1);
+pub(crate) const VALID: Field = Field::new("valid", 0, 1);
 /// Value length in bytes, 0..=256 (bits 9..1 of a leaf entry's meta word).
-pub const VALUE_LEN: Field = Field::new("value_len", 1, 9);
+pub(crate) const VALUE_LEN: Field = Field::new("value_len", 1, 9);
 /// Entry version, wrapping at 128 (bits 16..10).
-pub const ENTRY_VERSION: Field = Field::new("entry_version", 10, 7);
+pub(crate) const ENTRY_VERSION: Field = Field::new("entry_version", 10, 7);
 /// 47-bit checksum of the entry bound to the page version (bits 63..17).
-pub const CHECKSUM: Field = Field::new("checksum", 17, 47);
+pub(crate) const CHECKSUM: Field = Field::new("checksum", 17, 47);
 const _: () = assert_disjoint(&[VALID, VALUE_LEN, ENTRY_VERSION, CHECKSUM]);
 const _: () = assert!(VALUE_LEN.max() >= MAX_VALUE as u64);
 /// The largest value size a geometry allows.
@@ -137,7 +137,7 @@ fn word(b: &[u8], at: usize) -> u64 {
 /// Hash of a whole page image, its checksum word counted as 0. Eight independent lanes (word
 /// `i` goes to lane `i % 8`, one 64-byte line per round), folded at the end, so the CPU
 /// overlaps the multiplies.
-pub fn page_hash(page: &[u8], g: &Geometry) -> u64 {
+pub(crate) fn page_hash(page: &[u8], g: &Geometry) -> u64 {
     const _: () = assert!(CHECKSUM_AT < 64 && HEADER_LEN == 64);
     let mut lanes: [u64; 8] = core::array::from_fn(|l| 0x243f_6a88_85a3_08d3 ^ (l as u64) << 56);
     let (head, body) = page[..g.page_size].split_at(64);
@@ -158,7 +158,7 @@ pub fn page_hash(page: &[u8], g: &Geometry) -> u64 {
 }
 
 /// Hash of a leaf's header words (checksum word counted as 0) and its rear version.
-pub fn header_hash(page: &[u8], g: &Geometry) -> u64 {
+pub(crate) fn header_hash(page: &[u8], g: &Geometry) -> u64 {
     let mut h = 0x4528_21e6_38d0_1377u64;
     for at in (0..HEADER_LEN).step_by(8) {
         h = step(h, if at == CHECKSUM_AT { 0 } else { word(page, at) });

@@ -36,7 +36,7 @@ pub const MAX_PREFIX: usize = 6;
 /// Longest key a leaf (and a node depth) can describe, in bytes.
 pub const MAX_KEY_LEN: usize = 256;
 /// Leaves are sized in units of this many bytes (the slot's size field counts them).
-pub const LEAF_UNIT: usize = 64;
+pub(crate) const LEAF_UNIT: usize = 64;
 /// Largest leaf: 63 units.
 pub const MAX_LEAF_BYTES: usize = 63 * LEAF_UNIT;
 /// Largest node (Node256).
@@ -102,7 +102,7 @@ impl NodeType {
 /// The fixed front of an internal node; the slots follow it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeFront {
+pub(crate) struct NodeFront {
     /// Reverse pointer: `pack48` of the parent (0 for the root), or the lock word in the lock-based baseline.
     pub reverse: u64,
     /// The node's [`Header`] word.
@@ -419,7 +419,7 @@ pub fn decode_reverse(raw: u64) -> Result<Option<GlobalAddr>, LayoutError> {
 /// The fixed front of a leaf; key, value area and the rear lock follow.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeafFront {
+pub(crate) struct LeafFront {
     /// Reverse pointer: `pack48` of the parent node.
     pub reverse: u64,
     /// The [`LeafStatus`] word.
@@ -431,13 +431,13 @@ pub struct LeafFront {
 }
 const _: () = assert!(core::mem::size_of::<LeafFront>() == 32);
 /// Byte offset of a leaf's reverse pointer.
-pub const LEAF_REV_OFFSET: usize = offset_of!(LeafFront, reverse);
+pub(crate) const LEAF_REV_OFFSET: usize = offset_of!(LeafFront, reverse);
 /// Byte offset of a leaf's status word.
 pub const LEAF_STATUS_OFFSET: usize = offset_of!(LeafFront, status);
 /// Byte offset of a leaf's checksum word.
 pub const LEAF_CRC_OFFSET: usize = offset_of!(LeafFront, checksum);
 /// Byte offset of a leaf's meta word.
-pub const LEAF_META_OFFSET: usize = offset_of!(LeafFront, meta);
+pub(crate) const LEAF_META_OFFSET: usize = offset_of!(LeafFront, meta);
 /// Byte offset of a leaf's key.
 pub const LEAF_KEY_OFFSET: usize = core::mem::size_of::<LeafFront>();
 const _: () = assert!(LEAF_REV_OFFSET == 0 && LEAF_STATUS_OFFSET == 8);

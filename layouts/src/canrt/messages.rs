@@ -196,7 +196,7 @@ impl Control {
 // ---------------------------------------------------------------- turn notice
 
 /// The kind byte of an encoded [`Turn`] notice.
-pub const TURN_KIND: u8 = 0x54;
+pub(crate) const TURN_KIND: u8 = 0x54;
 
 /// The server's answer to a [`ControlKind::Wait`] (a SEND, 16 bytes): data node `node`'s meta
 /// word when it served the waiter's `ticket` (or when it found the ticket already passed, or

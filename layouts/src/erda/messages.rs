@@ -33,11 +33,11 @@ impl ReqOp {
 }
 
 /// Request word bits 7..0: the [`ReqOp`].
-pub const REQ_OP: Field = Field::new("op", 0, 8);
+pub(crate) const REQ_OP: Field = Field::new("op", 0, 8);
 /// Request word bits 15..8: key length in bytes.
-pub const REQ_KEY_LEN: Field = Field::new("key_len", 8, 8);
+pub(crate) const REQ_KEY_LEN: Field = Field::new("key_len", 8, 8);
 /// Request word bits 31..16: value length in bytes.
-pub const REQ_VALUE_LEN: Field = Field::new("value_len", 16, 16);
+pub(crate) const REQ_VALUE_LEN: Field = Field::new("value_len", 16, 16);
 /// Request word bits 63..32: the client's request sequence number.
 pub const REQ_SEQ: Field = Field::new("seq", 32, 32);
 const _: () = assert_disjoint(&[REQ_OP, REQ_KEY_LEN, REQ_VALUE_LEN, REQ_SEQ]);
@@ -212,13 +212,13 @@ impl Status {
 }
 
 /// Reply word bits 7..0: the [`Status`].
-pub const REP_STATUS: Field = Field::new("status", 0, 8);
+pub(crate) const REP_STATUS: Field = Field::new("status", 0, 8);
 /// Reply word bits 15..8: head id.
-pub const REP_HEAD: Field = Field::new("head", 8, 8);
+pub(crate) const REP_HEAD: Field = Field::new("head", 8, 8);
 /// Reply word bits 31..16: status-specific extra (see [`Reply`]).
-pub const REP_AUX: Field = Field::new("aux", 16, 16);
+pub(crate) const REP_AUX: Field = Field::new("aux", 16, 16);
 /// Reply word bits 63..32: the request's sequence number (hello: the client id).
-pub const REP_SEQ: Field = Field::new("seq", 32, 32);
+pub(crate) const REP_SEQ: Field = Field::new("seq", 32, 32);
 const _: () = assert_disjoint(&[REP_STATUS, REP_HEAD, REP_AUX, REP_SEQ]);
 
 /// The server's SEND back: `[word: status, head, aux, sequence][u64: units or superblock
@@ -284,7 +284,7 @@ pub const HELLO: [u8; 8] = *b"ERDAHELO";
 
 /// Bytes of a hello that names the client's fabric client id (little-endian u32 after
 /// [`HELLO`]), which the server quotes to writers waiting on this client's grants.
-pub const HELLO_LEN: usize = 12;
+pub(crate) const HELLO_LEN: usize = 12;
 
 /// The hello of the client whose fabric client id is `id`.
 pub fn hello(id: u32) -> [u8; HELLO_LEN] {
@@ -296,7 +296,7 @@ pub fn hello(id: u32) -> [u8; HELLO_LEN] {
 
 /// The fabric client id a hello names (0, "unknown", for a bare [`HELLO`]); `None` if `msg`
 /// is not a hello.
-pub fn decode_hello(msg: &[u8]) -> Option<u32> {
+pub(crate) fn decode_hello(msg: &[u8]) -> Option<u32> {
     match msg.len() {
         8 if msg == HELLO => Some(0),
         HELLO_LEN if msg[..8] == HELLO => msg[8..].try_into().ok().map(u32::from_le_bytes),
@@ -306,7 +306,7 @@ pub fn decode_hello(msg: &[u8]) -> Option<u32> {
 
 /// Bytes of a hello that also asks for `slots` request mailboxes (little-endian u32 after
 /// the fabric client id): one per request a handle keeps in flight at once.
-pub const HELLO_SLOTS_LEN: usize = 16;
+pub(crate) const HELLO_SLOTS_LEN: usize = 16;
 
 /// The hello of fabric client `id` asking for `slots` request mailboxes.
 pub fn hello_slots(id: u32, slots: u32) -> [u8; HELLO_SLOTS_LEN] {
