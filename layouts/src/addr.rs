@@ -77,7 +77,8 @@ impl GlobalAddr {
     pub const fn node(self) -> NodeId {
         NODE.get(self.0) as NodeId
     }
-    /// Whether the address is in the node's device (on-chip NIC) memory rather than its host region (bit 47).
+    /// Whether the address is in the node's device (on-chip NIC) memory rather than its host region
+    /// (bit 47).
     pub const fn is_device(self) -> bool {
         DEVICE.get(self.0) == 1
     }

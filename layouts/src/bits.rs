@@ -16,7 +16,8 @@ pub struct Field {
 }
 
 impl Field {
-    /// A field of `width` bits starting at bit `lo`; fails (at compile time in const contexts) unless it fits in a u64.
+    /// A field of `width` bits starting at bit `lo`; fails (at compile time in const contexts)
+    /// unless it fits in a u64.
     pub const fn new(name: &'static str, lo: u32, width: u32) -> Field {
         assert!(width >= 1 && lo + width <= 64, "field outside a u64");
         Field { name, lo, width }

@@ -224,7 +224,8 @@ const _: () = assert!(next_version(node_version(5, 2)).1 == node_version(5, 3));
 /// [`MAX_FANOUT`] entries; `fanout` is the capacity of the tree it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Node {
-    /// The image's head version (even; birth epoch above [`VERSION_SEQ_BITS`], rewrite count below).
+    /// The image's head version (even; birth epoch above [`VERSION_SEQ_BITS`], rewrite count
+    /// below).
     pub version: u64,
     /// 0 for leaves.
     pub level: u16,
@@ -747,7 +748,8 @@ pub const fn hits_per_message(max_message: usize) -> usize {
 }
 
 impl ResponseHeader {
-    /// The header's 16 bytes: magic, status, flags, req_id; then load (bits 15..0) and count (bits 63..32).
+    /// The header's 16 bytes: magic, status, flags, req_id; then load (bits 15..0) and count (bits
+    /// 63..32).
     pub fn encode(&self) -> [u8; RESPONSE_HEADER_LEN] {
         let mut out = [0u8; RESPONSE_HEADER_LEN];
         let w0 = RESPONSE_MAGIC as u64

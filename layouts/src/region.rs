@@ -19,7 +19,8 @@ pub const ROOT_SLOTS: usize = 8;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-/// The 128-byte header at offset 0 of a memory node's host region (allocator state and index roots).
+/// The 128-byte header at offset 0 of a memory node's host region (allocator state and index
+/// roots).
 pub struct RegionHeader {
     /// Must equal [`REGION_MAGIC`].
     pub magic: u64,

@@ -274,7 +274,8 @@ impl PageHeader {
         self.low_fence <= key && key < self.high_fence
     }
 
-    /// Writes the header's eight words, little-endian, into the first [`HEADER_LEN`] bytes of `page`.
+    /// Writes the header's eight words, little-endian, into the first [`HEADER_LEN`] bytes of
+    /// `page`.
     pub fn encode(&self, page: &mut [u8]) {
         let words = [
             self.front_version,

@@ -103,7 +103,8 @@ impl NodeType {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NodeFront {
-    /// Reverse pointer: `pack48` of the parent (0 for the root), or the lock word in the lock-based baseline.
+    /// Reverse pointer: `pack48` of the parent (0 for the root), or the lock word in the lock-based
+    /// baseline.
     pub reverse: u64,
     /// The node's [`Header`] word.
     pub header: u64,
@@ -305,7 +306,8 @@ impl Slot {
     /// The empty slot word (all zero).
     pub const EMPTY: Slot = Slot(0);
 
-    /// A slot pointing at a leaf of `bytes` bytes (a non-zero multiple of [`LEAF_UNIT`], at most [`MAX_LEAF_BYTES`]) at a non-null `pack48` address.
+    /// A slot pointing at a leaf of `bytes` bytes (a non-zero multiple of [`LEAF_UNIT`], at most
+    /// [`MAX_LEAF_BYTES`]) at a non-null `pack48` address.
     pub fn leaf(pkey: u8, addr: GlobalAddr, bytes: usize) -> Result<Slot, LayoutError> {
         if bytes == 0 || bytes > MAX_LEAF_BYTES || !bytes.is_multiple_of(LEAF_UNIT) {
             return Err(LayoutError::OutOfRange {

@@ -114,7 +114,8 @@ const _: () = assert!(offset_of!(Control, ticket) == 8);
 const _: () = assert!(offset_of!(Control, arg) == 12);
 
 impl Control {
-    /// A message about `node` (epoch taken mod 2^7, ticket mod 2^16, `arg` the low 32 bits of `array_gen`).
+    /// A message about `node` (epoch taken mod 2^7, ticket mod 2^16, `arg` the low 32 bits of
+    /// `array_gen`).
     pub fn new(kind: ControlKind, epoch: u32, array_gen: u64, node: u32, ticket: u64) -> Control {
         Control {
             kind: kind as u8,
@@ -219,7 +220,8 @@ pub struct Turn {
 pub const TURN_LEN: usize = 16;
 
 impl Turn {
-    /// The notice's 16 bytes: [`TURN_KIND`], flags (bit 0 stale, bit 1 applied), ticket, node, meta word.
+    /// The notice's 16 bytes: [`TURN_KIND`], flags (bit 0 stale, bit 1 applied), ticket, node, meta
+    /// word.
     pub fn encode(&self) -> [u8; TURN_LEN] {
         let mut out = [0u8; TURN_LEN];
         out[0] = TURN_KIND;

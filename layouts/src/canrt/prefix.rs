@@ -77,7 +77,8 @@ impl Segment {
             }
         }
     }
-    /// Decodes two words written by [`Segment::encode`], checking kind, bit range, fanout and gap value.
+    /// Decodes two words written by [`Segment::encode`], checking kind, bit range, fanout and gap
+    /// value.
     pub const fn decode(words: [u64; 2]) -> Result<Segment, LayoutError> {
         let lo = S_LO.get(words[0]);
         let width = S_WIDTH.get(words[0]);
