@@ -65,21 +65,28 @@ impl GlobalAddr {
         GlobalAddr(NODE.set(0, node as u64) | DEVICE.mask() | offset)
     }
 
+    /// Wraps a raw packed word (node, device bit, offset) without checking it.
     pub const fn from_raw(raw: u64) -> GlobalAddr {
         GlobalAddr(raw)
     }
+    /// The packed 64-bit word (bits 63..48 node, 47 device, 46..0 offset).
     pub const fn raw(self) -> u64 {
         self.0
     }
+    /// The memory node the address is on (bits 63..48).
     pub const fn node(self) -> NodeId {
         NODE.get(self.0) as NodeId
     }
+    /// Whether the address is in the node's device (on-chip NIC) memory rather than its host region
+    /// (bit 47).
     pub const fn is_device(self) -> bool {
         DEVICE.get(self.0) == 1
     }
+    /// Byte offset inside the region (bits 46..0).
     pub const fn offset(self) -> u64 {
         OFFSET.get(self.0)
     }
+    /// Whether this is [`GlobalAddr::NULL`] (the all-zero word).
     pub const fn is_null(self) -> bool {
         self.0 == 0
     }

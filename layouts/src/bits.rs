@@ -7,12 +7,17 @@ use crate::LayoutError;
 /// A bit field inside a `u64`: bits `lo .. lo + width`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Field {
+    /// Field name, used in `OutOfRange` errors.
     pub name: &'static str,
+    /// Lowest bit of the field (0 = least significant).
     pub lo: u32,
+    /// Width of the field in bits (1..=64).
     pub width: u32,
 }
 
 impl Field {
+    /// A field of `width` bits starting at bit `lo`; fails (at compile time in const contexts)
+    /// unless it fits in a u64.
     pub const fn new(name: &'static str, lo: u32, width: u32) -> Field {
         assert!(width >= 1 && lo + width <= 64, "field outside a u64");
         Field { name, lo, width }
@@ -27,10 +32,12 @@ impl Field {
         }
     }
 
+    /// The field's bits set in an otherwise-zero word.
     pub const fn mask(&self) -> u64 {
         self.max() << self.lo
     }
 
+    /// The field's value in `word`, shifted down to bit 0.
     pub const fn get(&self, word: u64) -> u64 {
         (word >> self.lo) & self.max()
     }
@@ -90,7 +97,7 @@ pub fn read_u64(bytes: &[u8], at: usize) -> Result<u64, LayoutError> {
 }
 
 /// Reads a little-endian u32 at `at`, or says the slice is short.
-pub fn read_u32(bytes: &[u8], at: usize) -> Result<u32, LayoutError> {
+pub(crate) fn read_u32(bytes: &[u8], at: usize) -> Result<u32, LayoutError> {
     let end = at.checked_add(4).ok_or(LayoutError::Short {
         need: usize::MAX,
         got: bytes.len(),

@@ -67,7 +67,7 @@ pub const MAX_SEGMENTS: usize = 16;
 pub const MAX_DATA_NODES: u64 = 1 << 20;
 /// Largest prefix array clients cache (room for [`MAX_DATA_NODES`] NodeIDs and their
 /// characters).
-pub const MAX_PREFIX_BYTES: u64 = 1 << 24;
+pub(crate) const MAX_PREFIX_BYTES: u64 = 1 << 24;
 /// Tickets and `served` compare modulo 2^16.
 pub const TICKET_MASK: u64 = (1 << 16) - 1;
 /// Epochs compare modulo 2^15 in meta words.
@@ -95,33 +95,42 @@ const _: () = assert_disjoint(&[M_BITMAP, M_SERVED, M_FROZEN, M_EPOCH]);
 pub struct Meta(pub u64);
 
 impl Meta {
+    /// Packs a meta word; `served` is kept mod 2^16 and `epoch` mod 2^15.
     pub const fn new(bitmap: u32, served: u64, frozen: bool, epoch: u32) -> Meta {
         let w = M_BITMAP.set(0, bitmap as u64);
         let w = M_SERVED.set(w, served);
         let w = M_FROZEN.set(w, frozen as u64);
         Meta(M_EPOCH.set(w, epoch as u64))
     }
+    /// Bits 31..0: bit `s` set when slot `s` holds a live DataItem.
     pub const fn bitmap(self) -> u32 {
         M_BITMAP.get(self.0) as u32
     }
+    /// Bits 47..32: tickets released so far, mod 2^16.
     pub const fn served(self) -> u64 {
         M_SERVED.get(self.0)
     }
+    /// Bit 48: a resize is under way.
     pub const fn frozen(self) -> bool {
         M_FROZEN.get(self.0) == 1
     }
+    /// Bits 63..49: the tree's epoch, mod 2^15.
     pub const fn epoch(self) -> u32 {
         M_EPOCH.get(self.0) as u32
     }
+    /// The same word with a new bitmap.
     pub const fn with_bitmap(self, b: u32) -> Meta {
         Meta(M_BITMAP.set(self.0, b as u64))
     }
+    /// The same word with a new `served` count (truncated to 16 bits).
     pub const fn with_served(self, s: u64) -> Meta {
         Meta(M_SERVED.set(self.0, s))
     }
+    /// The same word with the frozen flag set or cleared.
     pub const fn with_frozen(self, f: bool) -> Meta {
         Meta(M_FROZEN.set(self.0, f as u64))
     }
+    /// The same word with a new epoch (taken mod 2^15).
     pub const fn with_epoch(self, e: u32) -> Meta {
         Meta(M_EPOCH.set(self.0, (e & EPOCH_MASK) as u64))
     }
@@ -158,6 +167,7 @@ pub enum ItemOp {
 }
 
 impl ItemOp {
+    /// The opflag for tail-word bits 2..1 (1 insert, 2 delete, 3 update), or an error.
     pub const fn from_bits(b: u64) -> Result<ItemOp, LayoutError> {
         match b {
             1 => Ok(ItemOp::Insert),
@@ -179,7 +189,7 @@ static CRC32: crc::Crc<u32, crc::Table<16>> =
 /// valid bit, which the server clears after applying). It covers every word a reader uses,
 /// so a torn item (any mix of an old and a new item's words) fails it whatever order its
 /// words landed in.
-pub fn item_check(key: &[u8], value: &[u8], op: ItemOp, len: usize, ticket: u64) -> u64 {
+pub(crate) fn item_check(key: &[u8], value: &[u8], op: ItemOp, len: usize, ticket: u64) -> u64 {
     let mut d = CRC32.digest();
     d.update(key);
     d.update(value);
@@ -193,8 +203,11 @@ pub fn item_check(key: &[u8], value: &[u8], op: ItemOp, len: usize, ticket: u64)
 pub struct Item<'a> {
     /// The key as a big-endian integer (below 2^64 in an 8-byte tree).
     pub key: u128,
+    /// The value's bytes (its stored length, at most `value_cap`).
     pub value: &'a [u8],
+    /// What the item does to its key.
     pub op: ItemOp,
+    /// The writer's lock ticket, mod 2^16.
     pub ticket: u64,
     /// Not yet processed by the server (the paper's valid = 1).
     pub valid: bool,
@@ -203,7 +216,9 @@ pub struct Item<'a> {
 /// Data-node shape: slots per node, value capacity and key width per item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataGeometry {
+    /// DataItem slots per node (2..=[`MAX_SLOTS`]).
     pub slots: u32,
+    /// Value capacity of each item in bytes (a multiple of 8 in 8..=[`MAX_VALUE`]).
     pub value_cap: u32,
     /// Key bytes per item: one of [`KEY_LENS`].
     pub key_len: u32,
@@ -217,6 +232,7 @@ pub const FRONT_OFF: u64 = 8;
 pub const ITEMS_OFF: u64 = 16;
 
 impl DataGeometry {
+    /// A shape with 8-byte keys; `slots` in 2..=32, `value_cap` a multiple of 8 in 8..=248.
     pub const fn new(slots: u32, value_cap: u32) -> Result<DataGeometry, LayoutError> {
         // Two slots at least: an overwrite appends before the old item is dropped.
         if slots < 2 || slots as usize > MAX_SLOTS {
@@ -299,15 +315,19 @@ impl DataGeometry {
             }
         }
     }
+    /// Bytes of one DataItem: key, value capacity, tail word.
     pub const fn item_size(&self) -> u64 {
         self.key_len as u64 + self.value_cap as u64 + 8
     }
+    /// Byte offset of slot `slot` within a data node.
     pub const fn slot_off(&self, slot: u32) -> u64 {
         ITEMS_OFF + slot as u64 * self.item_size()
     }
+    /// Byte offset of slot `slot`'s tail word within a data node.
     pub const fn tail_off(&self, slot: u32) -> u64 {
         self.slot_off(slot) + self.item_size() - 8
     }
+    /// Bytes of a data node: lock word, meta word, `slots` items.
     pub const fn node_size(&self) -> u64 {
         ITEMS_OFF + self.slots as u64 * self.item_size()
     }

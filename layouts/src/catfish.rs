@@ -30,12 +30,17 @@ pub const ROOT_SLOT: usize = 5;
 /// An axis-aligned rectangle, bounds inclusive; valid iff `min <= max` on both axes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Rect {
+    /// Least x coordinate (inclusive).
     pub min_x: i32,
+    /// Least y coordinate (inclusive).
     pub min_y: i32,
+    /// Greatest x coordinate (inclusive).
     pub max_x: i32,
+    /// Greatest y coordinate (inclusive).
     pub max_y: i32,
 }
 
+/// Bytes of an encoded [`Rect`]: min_x, min_y, max_x, max_y as little-endian i32.
 pub const RECT_LEN: usize = 16;
 
 impl Rect {
@@ -54,6 +59,7 @@ impl Rect {
         })
     }
 
+    /// Whether `min <= max` on both axes.
     pub const fn is_valid(&self) -> bool {
         self.min_x <= self.max_x && self.min_y <= self.max_y
     }
@@ -83,6 +89,7 @@ impl Rect {
         w * h
     }
 
+    /// Writes the four bounds, little-endian, in the order min_x, min_y, max_x, max_y.
     pub fn encode_into(&self, out: &mut [u8; RECT_LEN]) {
         out[0..4].copy_from_slice(&self.min_x.to_le_bytes());
         out[4..8].copy_from_slice(&self.min_y.to_le_bytes());
@@ -108,10 +115,13 @@ impl Rect {
 /// `GlobalAddr`) or the caller's object id (leaves).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Entry {
+    /// The entry's rectangle (a child's bounding rectangle on internal levels).
     pub rect: Rect,
+    /// Child node address (raw `GlobalAddr`) on internal levels; the object id in leaves.
     pub ptr: u64,
 }
 
+/// Bytes of an encoded [`Entry`]: rectangle then pointer.
 pub const ENTRY_LEN: usize = 24;
 
 /// Entries per node unless the tree is formatted with another fanout (the paper evaluates
@@ -120,6 +130,7 @@ pub const FANOUT: usize = 16;
 /// The fanout range a tree may be formatted with: a node image is [`node_len`]`(fanout)`
 /// bytes, and the fanout is recorded in the superblock so clients size their READs by it.
 pub const MIN_FANOUT: usize = 4;
+/// Largest fanout a tree may be formatted with.
 pub const MAX_FANOUT: usize = 130;
 /// Minimum entries of a non-root node after a split at the default fanout.
 pub const MIN_FILL: usize = min_fill(FANOUT);
@@ -135,11 +146,15 @@ pub const NODE_MAGIC: u32 = u32::from_le_bytes(*b"CFN1");
 /// Levels above the leaves are bounded so a corrupt level cannot drive a reader astray.
 pub const MAX_LEVEL: u16 = 32;
 
-pub const NODE_VERSION_OFFSET: usize = 0;
-pub const NODE_META_OFFSET: usize = 8;
-pub const NODE_ENTRIES_OFFSET: usize = 16;
+/// Byte offset of a node's head version word.
+pub(crate) const NODE_VERSION_OFFSET: usize = 0;
+/// Byte offset of a node's meta word: [`NODE_MAGIC`] (bits 31..0), level (47..32), count (63..48).
+pub(crate) const NODE_META_OFFSET: usize = 8;
+/// Byte offset of a node's first entry.
+pub(crate) const NODE_ENTRIES_OFFSET: usize = 16;
 /// Offsets at the default fanout (see [`node_checksum_offset`] for any other).
-pub const NODE_CHECKSUM_OFFSET: usize = node_checksum_offset(FANOUT);
+pub(crate) const NODE_CHECKSUM_OFFSET: usize = node_checksum_offset(FANOUT);
+/// Byte offset of the tail version word at the default fanout.
 pub const NODE_TAIL_OFFSET: usize = NODE_CHECKSUM_OFFSET + 8;
 /// Bytes of a node image at the default fanout.
 pub const NODE_LEN: usize = node_len(FANOUT);
@@ -209,11 +224,16 @@ const _: () = assert!(next_version(node_version(5, 2)).1 == node_version(5, 3));
 /// [`MAX_FANOUT`] entries; `fanout` is the capacity of the tree it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Node {
+    /// The image's head version (even; birth epoch above [`VERSION_SEQ_BITS`], rewrite count
+    /// below).
     pub version: u64,
     /// 0 for leaves.
     pub level: u16,
+    /// Entries in use, at the front of `entries`.
     pub count: u16,
+    /// Capacity of the tree's nodes ([`MIN_FANOUT`]..=[`MAX_FANOUT`]).
     pub fanout: u16,
+    /// Entry storage; only the first `count` are meaningful.
     pub entries: [Entry; MAX_FANOUT],
 }
 
@@ -226,6 +246,7 @@ pub struct NodeImage {
 }
 
 impl NodeImage {
+    /// The image's bytes ([`node_len`] of the node's fanout).
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..self.len]
     }
@@ -278,10 +299,12 @@ impl Node {
         }
     }
 
+    /// The entries in use.
     pub fn entries(&self) -> &[Entry] {
         &self.entries[..self.count as usize]
     }
 
+    /// Whether the node holds `fanout` entries.
     pub fn is_full(&self) -> bool {
         self.count >= self.fanout
     }
@@ -413,6 +436,7 @@ impl Node {
 /// The superblock, named by root slot [`ROOT_SLOT`]: independent 8-byte words, each
 /// read and written whole, so it needs no checksum.
 pub const META_MAGIC: u64 = u64::from_le_bytes(*b"CATFISH1");
+/// Byte offset of [`META_MAGIC`] in the superblock.
 pub const META_MAGIC_OFFSET: u64 = 0;
 /// Raw `GlobalAddr` of the current root node.
 pub const META_ROOT_OFFSET: u64 = 8;
@@ -427,6 +451,7 @@ pub const META_KIND_OFFSET: u64 = 32;
 /// image carries the epoch it was born in, and a node retired in epoch `e` is reused only
 /// from epoch `e + REUSE_GRACE` on (see [`REUSE_GRACE`]).
 pub const META_EPOCH_OFFSET: u64 = 40;
+/// Bytes of the superblock.
 pub const META_LEN: usize = 48;
 const _: () = assert!(META_KIND_OFFSET + 8 == META_EPOCH_OFFSET);
 const _: () = assert!(META_EPOCH_OFFSET as usize + 8 == META_LEN);
@@ -449,6 +474,7 @@ pub enum TreeKind {
 }
 
 impl TreeKind {
+    /// The kind stored in the superblock's [`META_KIND_OFFSET`] word (0..=2), or an error.
     pub const fn decode(v: u64) -> Result<TreeKind, LayoutError> {
         match v {
             0 => Ok(TreeKind::Guttman),
@@ -461,6 +487,7 @@ impl TreeKind {
         }
     }
 
+    /// Short lowercase name of the kind ("guttman", "rstar", "hilbert").
     pub const fn name(self) -> &'static str {
         match self {
             TreeKind::Guttman => "guttman",
@@ -474,14 +501,18 @@ impl TreeKind {
 /// with every report (a client that sees the same sequence twice knows no heartbeat came).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Heartbeat {
+    /// Server CPU utilisation, in per-mille (bits 15..0 of the word).
     pub load_permille: u16,
+    /// Report sequence number (bits 63..16 of the word).
     pub seq: u64,
 }
 
 impl Heartbeat {
+    /// The heartbeat word: load in bits 15..0, sequence above.
     pub const fn encode(&self) -> u64 {
         self.load_permille as u64 | (self.seq << 16)
     }
+    /// Splits a heartbeat word into load and sequence.
     pub const fn decode(word: u64) -> Heartbeat {
         Heartbeat {
             load_permille: (word & 0xffff) as u16,
@@ -493,15 +524,20 @@ impl Heartbeat {
 /// The decoded superblock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
+    /// Raw `GlobalAddr` of the root node ([`META_ROOT_OFFSET`]).
     pub root: u64,
+    /// The server's last heartbeat ([`META_HEARTBEAT_OFFSET`]).
     pub heartbeat: Heartbeat,
+    /// Entries per node ([`META_FANOUT_OFFSET`]).
     pub fanout: usize,
+    /// R-tree variant ([`META_KIND_OFFSET`]).
     pub kind: TreeKind,
     /// The reclamation epoch ([`META_EPOCH_OFFSET`]).
     pub epoch: u64,
 }
 
 impl Meta {
+    /// Decodes the superblock, checking the magic, fanout and tree kind.
     pub fn decode(bytes: &[u8]) -> Result<Meta, LayoutError> {
         let magic = read_u64(bytes, META_MAGIC_OFFSET as usize)?;
         if magic != META_MAGIC {
@@ -552,7 +588,7 @@ pub enum Opcode {
 }
 
 /// Bits of [`Opcode::Init`]'s arg1 holding the arena length.
-pub const INIT_LEN_BITS: u32 = 40;
+pub(crate) const INIT_LEN_BITS: u32 = 40;
 
 /// [`Opcode::Init`]'s arg1 for an arena of `len` bytes (below 2^40), a tree `kind` and
 /// `fanout` entries per node.
@@ -582,24 +618,33 @@ pub const CLIENT_HEARTBEAT_OFFSET: u64 = 56;
 const _: () = assert!(REQUEST_LEN as u64 <= CLIENT_HEARTBEAT_OFFSET);
 const _: () = assert!(CLIENT_HEARTBEAT_OFFSET + 8 <= CLIENT_BLOCK_LEN as u64);
 
+/// Magic in bits 15..0 of a request's first word.
 pub const REQUEST_MAGIC: u16 = 0xCF01;
+/// Magic in bits 15..0 of a response message's first word.
 pub const RESPONSE_MAGIC: u16 = 0xCF02;
+/// Bytes of an encoded [`Request`].
 pub const REQUEST_LEN: usize = 40;
 
 /// A fast-messaging request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
+    /// What the request asks (bits 23..16 of the first word).
     pub op: Opcode,
     /// Reply messages the client has received on this connection so far, modulo 256 (the
     /// server's flow control: it keeps at most a window of unread replies per connection).
     pub acked: u8,
+    /// Client-chosen id echoed in the response (bits 63..32 of the first word).
     pub req_id: u32,
+    /// Rectangle argument (bytes 8..24).
     pub rect: Rect,
+    /// First argument word (bytes 24..32); meaning per [`Opcode`].
     pub arg0: u64,
+    /// Second argument word (bytes 32..40); meaning per [`Opcode`].
     pub arg1: u64,
 }
 
 impl Request {
+    /// The request's 40 bytes: magic, opcode, acked, req_id word; rectangle; arg0; arg1.
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let mut out = [0u8; REQUEST_LEN];
         let w0 = REQUEST_MAGIC as u64
@@ -615,6 +660,7 @@ impl Request {
         out
     }
 
+    /// Decodes 40 bytes, checking the magic and the opcode.
     pub fn decode(bytes: &[u8]) -> Result<Request, LayoutError> {
         if bytes.len() != REQUEST_LEN {
             return Err(LayoutError::Short {
@@ -659,6 +705,7 @@ impl Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Status {
+    /// The request succeeded.
     Ok = 0,
     /// The server's arenas are exhausted: send [`Opcode::Grow`] and retry.
     Full = 1,
@@ -677,16 +724,21 @@ pub const FLAG_LAST: u8 = 1;
 pub const FLAG_MORE: u8 = 2;
 /// Byte of a response message holding its flags (bits 24..32 of the first word).
 pub const RESPONSE_FLAGS_BYTE: usize = 3;
-pub const RESPONSE_HEADER_LEN: usize = 16;
+/// Bytes of a [`ResponseHeader`].
+pub(crate) const RESPONSE_HEADER_LEN: usize = 16;
 
 /// Header of one response message, followed by `count` entries of [`ENTRY_LEN`] bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponseHeader {
+    /// Outcome of the request (bits 23..16 of the first word).
     pub status: Status,
+    /// [`FLAG_LAST`] and [`FLAG_MORE`] bits.
     pub flags: u8,
+    /// Id of the request this answers.
     pub req_id: u32,
     /// The server's current load, piggybacked on every reply.
     pub load_permille: u16,
+    /// Entries following the header in this message.
     pub count: u32,
 }
 
@@ -696,6 +748,8 @@ pub const fn hits_per_message(max_message: usize) -> usize {
 }
 
 impl ResponseHeader {
+    /// The header's 16 bytes: magic, status, flags, req_id; then load (bits 15..0) and count (bits
+    /// 63..32).
     pub fn encode(&self) -> [u8; RESPONSE_HEADER_LEN] {
         let mut out = [0u8; RESPONSE_HEADER_LEN];
         let w0 = RESPONSE_MAGIC as u64

@@ -44,10 +44,11 @@ pub const KEY_MAX: usize = 16;
 /// Longest value (the paper evaluates 16 B to 4 KiB).
 pub const VALUE_MAX: usize = 4096;
 /// Bytes before the key in an object.
-pub const OBJECT_HEADER: usize = 16;
+pub(crate) const OBJECT_HEADER: usize = 16;
 /// Largest object.
 pub const OBJECT_MAX: usize = OBJECT_HEADER + KEY_MAX + VALUE_MAX;
-pub const OBJECT_MAGIC: u64 = 0xE7;
+/// Magic in bits 63..56 of an object's header word.
+pub(crate) const OBJECT_MAGIC: u64 = 0xE7;
 /// Most head logs a store has.
 pub const MAX_HEADS: usize = 8;
 /// Largest offset (in 8-byte units) a metadata word holds.
@@ -59,10 +60,14 @@ static CRC32: crc::Crc<u32, crc::Table<16>> =
 
 // ---------------------------------------------------------------- metadata word
 
-pub const NEW_TAG: Field = Field::new("new_tag", 63, 1);
-pub const OFF_A: Field = Field::new("offset_a", 32, 31);
-pub const OFF_B: Field = Field::new("offset_b", 1, 31);
-pub const META_RESERVED: Field = Field::new("meta_reserved", 0, 1);
+/// Metadata word bit 63: 1 when offset A names the newest object, 0 when offset B does.
+pub(crate) const NEW_TAG: Field = Field::new("new_tag", 63, 1);
+/// Metadata word bits 62..32: offset A, in 8-byte units from the head log's start (0: none).
+pub(crate) const OFF_A: Field = Field::new("offset_a", 32, 31);
+/// Metadata word bits 31..1: offset B, in 8-byte units from the head log's start (0: none).
+pub(crate) const OFF_B: Field = Field::new("offset_b", 1, 31);
+/// Metadata word bit 0: reserved, must be clear.
+pub(crate) const META_RESERVED: Field = Field::new("meta_reserved", 0, 1);
 const _: () = assert_disjoint(&[NEW_TAG, OFF_A, OFF_B, META_RESERVED]);
 const _: () =
     assert!(NEW_TAG.mask() | OFF_A.mask() | OFF_B.mask() | META_RESERVED.mask() == u64::MAX);
@@ -70,8 +75,11 @@ const _: () =
 /// The 8-byte atomic metadata word of a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Meta {
+    /// Whether `a` is the newest object (else `b` is).
     pub new_tag: bool,
+    /// Offset A, in 8-byte units into the key's head log (0: no object; at most [`MAX_UNITS`]).
     pub a: u32,
+    /// Offset B, in 8-byte units into the key's head log (0: no object; at most [`MAX_UNITS`]).
     pub b: u32,
 }
 
@@ -83,6 +91,7 @@ impl Meta {
         b: 0,
     };
 
+    /// The packed word (offsets truncated to 31 bits).
     pub const fn encode(self) -> u64 {
         let w = NEW_TAG.set(0, self.new_tag as u64);
         let w = OFF_A.set(w, self.a as u64);
@@ -104,6 +113,7 @@ impl Meta {
         })
     }
 
+    /// Whether neither offset names an object.
     pub const fn is_empty(self) -> bool {
         self.a == 0 && self.b == 0
     }
@@ -175,22 +185,31 @@ impl Meta {
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// A 32-byte hash bucket: metadata word, control word, inline key.
 pub struct Bucket {
+    /// The [`Meta`] word, encoded.
     pub meta: u64,
+    /// Control word: [`USED`], [`BUCKET_HEAD`], [`BUCKET_KEY_LEN`].
     pub ctl: u64,
+    /// The key, zero-padded to [`KEY_MAX`] bytes.
     pub key: [u8; KEY_MAX],
 }
 
+/// Bytes of a [`Bucket`].
 pub const BUCKET_LEN: usize = 32;
 const _: () = assert!(core::mem::size_of::<Bucket>() == BUCKET_LEN);
 const _: () = assert!(offset_of!(Bucket, meta) == 0);
 const _: () = assert!(offset_of!(Bucket, ctl) == 8);
 const _: () = assert!(offset_of!(Bucket, key) == 16);
+/// Byte offset of the metadata word within a bucket.
 pub const BUCKET_META_OFFSET: u64 = 0;
 
-pub const USED: Field = Field::new("used", 63, 1);
-pub const BUCKET_HEAD: Field = Field::new("head", 8, 8);
-pub const BUCKET_KEY_LEN: Field = Field::new("key_len", 0, 8);
+/// Control word bit 63: the bucket holds a key.
+pub(crate) const USED: Field = Field::new("used", 63, 1);
+/// Control word bits 15..8: the head whose log holds the key's objects.
+pub(crate) const BUCKET_HEAD: Field = Field::new("head", 8, 8);
+/// Control word bits 7..0: key length in bytes (1..=[`KEY_MAX`]).
+pub(crate) const BUCKET_KEY_LEN: Field = Field::new("key_len", 0, 8);
 const _: () = assert_disjoint(&[USED, BUCKET_HEAD, BUCKET_KEY_LEN]);
 const CTL_KNOWN: u64 = USED.mask() | BUCKET_HEAD.mask() | BUCKET_KEY_LEN.mask();
 
@@ -217,6 +236,7 @@ impl Bucket {
         })
     }
 
+    /// The bucket's 32 bytes, little-endian, in field order.
     pub fn encode(&self) -> [u8; BUCKET_LEN] {
         let mut out = [0u8; BUCKET_LEN];
         out[0..8].copy_from_slice(&self.meta.to_le_bytes());
@@ -264,15 +284,19 @@ impl Bucket {
         Ok(Bucket { meta, ctl, key })
     }
 
+    /// Whether the bucket holds a key.
     pub fn is_used(&self) -> bool {
         USED.get(self.ctl) == 1
     }
+    /// The head whose log holds the key's objects.
     pub fn head(&self) -> u8 {
         BUCKET_HEAD.get(self.ctl) as u8
     }
+    /// The stored key (its recorded length, at most [`KEY_MAX`] bytes).
     pub fn key(&self) -> &[u8] {
         &self.key[..(BUCKET_KEY_LEN.get(self.ctl) as usize).min(KEY_MAX)]
     }
+    /// Whether the bucket is used and holds exactly `key`.
     pub fn holds(&self, key: &[u8]) -> bool {
         self.is_used() && self.key() == key
     }
@@ -294,7 +318,7 @@ pub fn check_key(key: &[u8]) -> Result<(), LayoutError> {
 }
 
 /// The hash both sides use to place a key (FNV-1a, then a 64-bit finalizer).
-pub fn key_hash(key: &[u8]) -> u64 {
+pub(crate) fn key_hash(key: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in key {
         h ^= b as u64;
@@ -309,9 +333,13 @@ pub fn key_hash(key: &[u8]) -> u64 {
 
 // ---------------------------------------------------------------- object
 
-pub const OBJ_MAGIC: Field = Field::new("obj_magic", 56, 8);
-pub const OBJ_DELETE: Field = Field::new("delete", 48, 1);
+/// Object header bits 63..56: [`OBJECT_MAGIC`].
+pub(crate) const OBJ_MAGIC: Field = Field::new("obj_magic", 56, 8);
+/// Object header bit 48: the object records a delete (no value).
+pub(crate) const OBJ_DELETE: Field = Field::new("delete", 48, 1);
+/// Object header bits 39..32: key length in bytes.
 pub const OBJ_KEY_LEN: Field = Field::new("key_len", 32, 8);
+/// Object header bits 15..0: value length in bytes.
 pub const OBJ_VALUE_LEN: Field = Field::new("value_len", 0, 16);
 const _: () = assert_disjoint(&[OBJ_MAGIC, OBJ_DELETE, OBJ_KEY_LEN, OBJ_VALUE_LEN]);
 const OBJ_KNOWN: u64 =
@@ -324,7 +352,7 @@ pub const fn object_len(key_len: usize, value_len: usize) -> usize {
 
 /// An object checksum: CRC-32C over `header` then `body` (a caller may bring a hardware
 /// implementation; every implementation must give [`object_crc_sw`]'s value).
-pub type ObjectChecksum = fn(header: &[u8], body: &[u8]) -> u32;
+pub(crate) type ObjectChecksum = fn(header: &[u8], body: &[u8]) -> u32;
 
 /// Writes an object into `out`; returns its length. `value` is ignored for a deletion.
 pub fn encode_object(
@@ -385,8 +413,11 @@ pub fn object_crc_sw(header: &[u8], body: &[u8]) -> u32 {
 /// A whole, checksum-verified object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObjectRef<'a> {
+    /// Whether the object records a delete.
     pub delete: bool,
+    /// The object's key.
     pub key: &'a [u8],
+    /// The object's value (empty for a delete).
     pub value: &'a [u8],
     /// Bytes the object takes in the log.
     pub len: usize,
@@ -454,6 +485,7 @@ pub fn decode_object_with(bytes: &[u8], crc: ObjectChecksum) -> Result<ObjectRef
 
 // ---------------------------------------------------------------- superblock
 
+/// `b"ERDA0001"` as a little-endian u64.
 pub const SUPERBLOCK_MAGIC: u64 = u64::from_le_bytes(*b"ERDA0001");
 /// Version 2 added the stripe version words after the mailboxes; version 3 the head state
 /// words after those (log regions and cleaning, [`HeadState`]).
@@ -472,16 +504,23 @@ const _: () = assert!(
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Superblock {
+    /// Must equal [`SUPERBLOCK_MAGIC`].
     pub magic: u64,
+    /// Must equal [`SUPERBLOCK_VERSION`].
     pub version: u32,
+    /// Head logs in use (1..=[`MAX_HEADS`]).
     pub heads: u32,
     /// Buckets in the table, the `neighborhood - 1` overflow buckets included.
     pub buckets: u64,
+    /// Buckets a key may be placed from its home bucket (hopscotch neighborhood).
     pub neighborhood: u32,
     /// Request mailboxes (one per client id).
     pub max_clients: u32,
+    /// Region offset of bucket 0.
     pub table_off: u64,
+    /// Region offset of client 0's request mailbox.
     pub mailbox_off: u64,
+    /// Bytes of a log segment (objects never span one).
     pub segment_bytes: u64,
     /// Bytes of each head's log (a whole number of segments).
     pub head_bytes: u64,
@@ -489,6 +528,7 @@ pub struct Superblock {
     pub head_base: [u64; MAX_HEADS],
 }
 
+/// Bytes of an encoded [`Superblock`].
 pub const SUPERBLOCK_LEN: usize = 128;
 const _: () = assert!(core::mem::size_of::<Superblock>() == SUPERBLOCK_LEN);
 const _: () = assert!(offset_of!(Superblock, version) == 8);
@@ -510,12 +550,15 @@ impl Superblock {
     pub fn home_buckets(&self) -> u64 {
         self.buckets - (self.neighborhood as u64 - 1)
     }
+    /// Home bucket index of `key`.
     pub fn home(&self, key: &[u8]) -> u64 {
         key_hash(key) % self.home_buckets()
     }
+    /// Region offset of bucket `i`.
     pub fn bucket_off(&self, i: u64) -> u64 {
         self.table_off + i * BUCKET_LEN as u64
     }
+    /// Region offset of client `client`'s request mailbox.
     pub fn mailbox(&self, client: u32) -> u64 {
         self.mailbox_off + client as u64 * MAILBOX_LEN as u64
     }
@@ -557,6 +600,7 @@ impl Superblock {
         self.head_bytes.saturating_sub(units as u64 * 8)
     }
 
+    /// The superblock's 128 bytes, little-endian, in field order.
     pub fn encode(&self) -> [u8; SUPERBLOCK_LEN] {
         let mut out = [0u8; SUPERBLOCK_LEN];
         let mut put = |at: usize, b: &[u8]| out[at..at + b.len()].copy_from_slice(b);
@@ -680,11 +724,16 @@ impl Superblock {
 
 // ---------------------------------------------------------------- head state
 
-pub const HS_EPOCH: Field = Field::new("epoch", 0, 32);
-pub const HS_FIRST: Field = Field::new("first", 32, 4);
-pub const HS_LEN: Field = Field::new("len", 36, 4);
-pub const HS_SRC: Field = Field::new("src", 40, 4);
-pub const HS_REGIONS: Field = Field::new("regions", 44, 4);
+/// Head state bits 31..0: cleaning starts and ends (odd while cleaning).
+pub(crate) const HS_EPOCH: Field = Field::new("epoch", 0, 32);
+/// Head state bits 35..32: first region of the live run.
+pub(crate) const HS_FIRST: Field = Field::new("first", 32, 4);
+/// Head state bits 39..36: regions in the live run.
+pub(crate) const HS_LEN: Field = Field::new("len", 36, 4);
+/// Head state bits 43..40: regions at the front of the run being cleaned.
+pub(crate) const HS_SRC: Field = Field::new("src", 40, 4);
+/// Head state bits 47..44: regions the head's log is divided into.
+pub(crate) const HS_REGIONS: Field = Field::new("regions", 44, 4);
 const _: () = assert_disjoint(&[HS_EPOCH, HS_FIRST, HS_LEN, HS_SRC, HS_REGIONS]);
 const HS_KNOWN: u64 =
     HS_EPOCH.mask() | HS_FIRST.mask() | HS_LEN.mask() | HS_SRC.mask() | HS_REGIONS.mask();
@@ -700,14 +749,20 @@ pub const MAX_REGIONS: u8 = 8;
 /// names knows no region was reused in between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeadState {
+    /// Cleaning starts and ends so far (odd: cleaning under way).
     pub epoch: u32,
+    /// First region of the live run.
     pub first: u8,
+    /// Regions in the live run.
     pub len: u8,
+    /// Regions at the front of the run being emptied by cleaning (0 when not cleaning).
     pub src: u8,
+    /// Regions the log is divided into (1..=[`MAX_REGIONS`]).
     pub regions: u8,
 }
 
 impl HeadState {
+    /// The packed state word.
     pub const fn encode(self) -> u64 {
         let w = HS_EPOCH.set(0, self.epoch as u64);
         let w = HS_FIRST.set(w, self.first as u64);

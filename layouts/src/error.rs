@@ -5,17 +5,43 @@ use core::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayoutError {
     /// Fewer bytes than the format needs.
-    Short { need: usize, got: usize },
+    Short {
+        /// Bytes the format needs.
+        need: usize,
+        /// Bytes supplied.
+        got: usize,
+    },
     /// A magic number or type tag that is not this format's.
-    BadMagic { expected: u64, found: u64 },
+    BadMagic {
+        /// The value this format expects.
+        expected: u64,
+        /// The value read.
+        found: u64,
+    },
     /// A version this build does not read.
-    BadVersion { found: u32 },
+    BadVersion {
+        /// The version read.
+        found: u32,
+    },
     /// A checksum over the bytes does not match the one stored with them (torn or corrupt).
-    BadChecksum { stored: u64, computed: u64 },
+    BadChecksum {
+        /// The checksum stored with the bytes.
+        stored: u64,
+        /// The checksum computed over them.
+        computed: u64,
+    },
     /// A field holds a value outside its documented range.
-    OutOfRange { field: &'static str, value: u64 },
+    OutOfRange {
+        /// Name of the field.
+        field: &'static str,
+        /// The offending value.
+        value: u64,
+    },
     /// Fields that are each valid but contradict one another.
-    Inconsistent { what: &'static str },
+    Inconsistent {
+        /// Which fields disagree.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for LayoutError {

@@ -8,6 +8,7 @@
 // `cargo doc --document-private-items`); broken links stay errors.
 #![allow(rustdoc::private_intra_doc_links)]
 #![no_std]
+#![warn(missing_docs)]
 #![forbid(unsafe_op_in_unsafe_fn)]
 
 pub mod addr;

@@ -12,15 +12,21 @@ use memoffset::offset_of;
 
 /// `b"REMORA01"` read as a little-endian u64.
 pub const REGION_MAGIC: u64 = u64::from_le_bytes(*b"REMORA01");
-pub const REGION_VERSION: u32 = 1;
+/// Layout version stored in [`RegionHeader::version`]; decoders refuse any other.
+pub(crate) const REGION_VERSION: u32 = 1;
 /// Number of named root slots.
 pub const ROOT_SLOTS: usize = 8;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The 128-byte header at offset 0 of a memory node's host region (allocator state and index
+/// roots).
 pub struct RegionHeader {
+    /// Must equal [`REGION_MAGIC`].
     pub magic: u64,
+    /// Must equal [`REGION_VERSION`].
     pub version: u32,
+    /// Reserved flag bits (0 in this version).
     pub flags: u32,
     /// Bytes in the host region, header included.
     pub region_len: u64,
@@ -30,11 +36,13 @@ pub struct RegionHeader {
     pub next_chunk: u64,
     /// Bytes of device memory the node exposes (0: none).
     pub dm_len: u64,
+    /// Unused; zero.
     pub reserved: [u64; 2],
     /// Named root slots (index roots), each an encoded `GlobalAddr` or 0.
     pub roots: [u64; ROOT_SLOTS],
 }
 
+/// Size of [`RegionHeader`] in bytes; the first allocatable byte of a host region.
 pub const HEADER_LEN: usize = 128;
 const _: () = assert!(core::mem::size_of::<RegionHeader>() == HEADER_LEN);
 const _: () = assert!(offset_of!(RegionHeader, magic) == 0);
@@ -84,6 +92,7 @@ impl RegionHeader {
         })
     }
 
+    /// The header's 128 bytes, little-endian, in field order.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         let mut put = |at: usize, b: &[u8]| out[at..at + b.len()].copy_from_slice(b);

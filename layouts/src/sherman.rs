@@ -52,27 +52,34 @@ use crate::LayoutError;
 use crate::bits::{Field, assert_disjoint, read_u64};
 use memoffset::offset_of;
 
+/// Bytes of the [`PageHeader`] at the front of every page.
 pub const HEADER_LEN: usize = 64;
-pub const REAR_LEN: usize = 8;
+/// Bytes of the rear version word at the end of every page.
+pub(crate) const REAR_LEN: usize = 8;
 /// Keys must be below this; it is the +∞ fence.
 pub const KEY_INFINITY: u64 = u64::MAX;
 /// Bytes of an internal entry.
-pub const INTERNAL_ENTRY: usize = 16;
+pub(crate) const INTERNAL_ENTRY: usize = 16;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The 64-byte header at offset 0 of every page, internal or leaf.
 pub struct PageHeader {
+    /// Page version; bumped by every whole-page write and repeated in the rear word.
     pub front_version: u64,
     /// Packed: level, leaf flag, entry count ([`LEVEL`], [`LEAF`], [`COUNT`]).
     pub meta: u64,
     /// Right sibling (raw `GlobalAddr`), 0 for the rightmost page of a level.
     pub sibling: u64,
+    /// Lowest key the page may hold (inclusive).
     pub low_fence: u64,
+    /// Key bound of the page (exclusive); [`KEY_INFINITY`] means +∞.
     pub high_fence: u64,
     /// Internal pages: child for keys below the first entry's key.
     pub leftmost: u64,
     /// [`page_hash`] of the page (internal) or [`header_hash`] (leaf), set by [`seal`].
     pub checksum: u64,
+    /// Unused; zero.
     pub reserved: u64,
 }
 const _: () = assert!(core::mem::size_of::<PageHeader>() == HEADER_LEN);
@@ -84,19 +91,25 @@ const _: () = assert!(offset_of!(PageHeader, high_fence) == 32);
 const _: () = assert!(offset_of!(PageHeader, leftmost) == 40);
 const _: () = assert!(offset_of!(PageHeader, checksum) == CHECKSUM_AT);
 /// Byte offset of the header's checksum word.
-pub const CHECKSUM_AT: usize = 48;
+pub(crate) const CHECKSUM_AT: usize = 48;
 
+/// Page level in [`PageHeader::meta`] (bits 7..0; 0 for leaves).
 pub const LEVEL: Field = Field::new("level", 0, 8);
-pub const LEAF: Field = Field::new("leaf", 8, 1);
+/// Leaf flag in [`PageHeader::meta`] (bit 8).
+pub(crate) const LEAF: Field = Field::new("leaf", 8, 1);
+/// Entry count in [`PageHeader::meta`] (bits 31..16; internal pages: sorted entries in use).
 pub const COUNT: Field = Field::new("count", 16, 16);
 const _: () = assert_disjoint(&[LEVEL, LEAF, COUNT]);
 
 /// Leaf entry meta word: valid bit, value length (0..=256), 7-bit entry version, 47-bit
-/// checksum of the entry bound to the page version.
-pub const VALID: Field = Field::new("valid", 0, 1);
-pub const VALUE_LEN: Field = Field::new("value_len", 1, 9);
-pub const ENTRY_VERSION: Field = Field::new("entry_version", 10, 7);
-pub const CHECKSUM: Field = Field::new("checksum", 17, 47);
+/// checksum of the entry bound to the page version. This field: bit 0, the entry is live.
+pub(crate) const VALID: Field = Field::new("valid", 0, 1);
+/// Value length in bytes, 0..=256 (bits 9..1 of a leaf entry's meta word).
+pub(crate) const VALUE_LEN: Field = Field::new("value_len", 1, 9);
+/// Entry version, wrapping at 128 (bits 16..10).
+pub(crate) const ENTRY_VERSION: Field = Field::new("entry_version", 10, 7);
+/// 47-bit checksum of the entry bound to the page version (bits 63..17).
+pub(crate) const CHECKSUM: Field = Field::new("checksum", 17, 47);
 const _: () = assert_disjoint(&[VALID, VALUE_LEN, ENTRY_VERSION, CHECKSUM]);
 const _: () = assert!(VALUE_LEN.max() >= MAX_VALUE as u64);
 /// The largest value size a geometry allows.
@@ -124,7 +137,7 @@ fn word(b: &[u8], at: usize) -> u64 {
 /// Hash of a whole page image, its checksum word counted as 0. Eight independent lanes (word
 /// `i` goes to lane `i % 8`, one 64-byte line per round), folded at the end, so the CPU
 /// overlaps the multiplies.
-pub fn page_hash(page: &[u8], g: &Geometry) -> u64 {
+pub(crate) fn page_hash(page: &[u8], g: &Geometry) -> u64 {
     const _: () = assert!(CHECKSUM_AT < 64 && HEADER_LEN == 64);
     let mut lanes: [u64; 8] = core::array::from_fn(|l| 0x243f_6a88_85a3_08d3 ^ (l as u64) << 56);
     let (head, body) = page[..g.page_size].split_at(64);
@@ -145,7 +158,7 @@ pub fn page_hash(page: &[u8], g: &Geometry) -> u64 {
 }
 
 /// Hash of a leaf's header words (checksum word counted as 0) and its rear version.
-pub fn header_hash(page: &[u8], g: &Geometry) -> u64 {
+pub(crate) fn header_hash(page: &[u8], g: &Geometry) -> u64 {
     let mut h = 0x4528_21e6_38d0_1377u64;
     for at in (0..HEADER_LEN).step_by(8) {
         h = step(h, if at == CHECKSUM_AT { 0 } else { word(page, at) });
@@ -177,7 +190,9 @@ fn entry_hash_from(seed: u64, bytes: &[u8]) -> u64 {
 /// Page and entry sizes of one tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Bytes of a page (a power of two in 256..=65536).
     pub page_size: usize,
+    /// Bytes of a leaf entry's value area (a multiple of 8 in 8..=256).
     pub value_size: usize,
 }
 
@@ -208,36 +223,46 @@ impl Geometry {
         }
         Ok(g)
     }
+    /// Bytes of a leaf entry: meta word, key, value area.
     pub const fn leaf_entry_size(&self) -> usize {
         16 + self.value_size
     }
+    /// Leaf entries that fit between the header and the rear version.
     pub const fn leaf_capacity(&self) -> usize {
         (self.page_size - HEADER_LEN - REAR_LEN) / self.leaf_entry_size()
     }
+    /// Internal entries that fit between the header and the rear version.
     pub const fn internal_capacity(&self) -> usize {
         (self.page_size - HEADER_LEN - REAR_LEN) / INTERNAL_ENTRY
     }
+    /// Byte offset of leaf slot `slot` within a page.
     pub const fn leaf_entry_offset(&self, slot: usize) -> usize {
         HEADER_LEN + slot * self.leaf_entry_size()
     }
+    /// Byte offset of internal entry `i` within a page.
     pub const fn internal_entry_offset(&self, i: usize) -> usize {
         HEADER_LEN + i * INTERNAL_ENTRY
     }
+    /// Byte offset of the rear version word within a page.
     pub const fn rear_offset(&self) -> usize {
         self.page_size - REAR_LEN
     }
 }
 
 impl PageHeader {
+    /// The page's level (0 for leaves).
     pub fn level(&self) -> u8 {
         LEVEL.get(self.meta) as u8
     }
+    /// Whether the page is a leaf.
     pub fn is_leaf(&self) -> bool {
         LEAF.get(self.meta) == 1
     }
+    /// Entry count from the meta word.
     pub fn count(&self) -> usize {
         COUNT.get(self.meta) as usize
     }
+    /// Packs level, leaf flag and entry count into a meta word.
     pub fn pack_meta(level: u8, leaf: bool, count: usize) -> u64 {
         COUNT.set(
             LEAF.set(LEVEL.set(0, level as u64), leaf as u64),
@@ -249,6 +274,8 @@ impl PageHeader {
         self.low_fence <= key && key < self.high_fence
     }
 
+    /// Writes the header's eight words, little-endian, into the first [`HEADER_LEN`] bytes of
+    /// `page`.
     pub fn encode(&self, page: &mut [u8]) {
         let words = [
             self.front_version,
@@ -364,6 +391,7 @@ pub fn internal_entry(page: &[u8], g: &Geometry, i: usize) -> Result<(u64, u64),
     Ok((read_u64(page, at)?, read_u64(page, at + 8)?))
 }
 
+/// Writes internal entry `i` (separator key, child) into `page`; does not update the checksum.
 pub fn set_internal_entry(page: &mut [u8], g: &Geometry, i: usize, key: u64, child: u64) {
     let at = g.internal_entry_offset(i);
     page[at..at + 8].copy_from_slice(&key.to_le_bytes());
@@ -374,9 +402,19 @@ pub fn set_internal_entry(page: &mut [u8], g: &Geometry, i: usize, key: u64, chi
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
     /// Free (never used since the last whole-page write, or deleted), with its last version.
-    Free { version: u8 },
+    Free {
+        /// Entry version of the slot's last write.
+        version: u8,
+    },
     /// A live entry whose value is `len` bytes.
-    Live { key: u64, version: u8, len: usize },
+    Live {
+        /// The entry's key.
+        key: u64,
+        /// Entry version.
+        version: u8,
+        /// Value length in bytes.
+        len: usize,
+    },
 }
 
 /// Encodes a leaf entry into `out` (`g.leaf_entry_size()` bytes): `value` (at most the value

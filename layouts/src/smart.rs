@@ -36,7 +36,7 @@ pub const MAX_PREFIX: usize = 6;
 /// Longest key a leaf (and a node depth) can describe, in bytes.
 pub const MAX_KEY_LEN: usize = 256;
 /// Leaves are sized in units of this many bytes (the slot's size field counts them).
-pub const LEAF_UNIT: usize = 64;
+pub(crate) const LEAF_UNIT: usize = 64;
 /// Largest leaf: 63 units.
 pub const MAX_LEAF_BYTES: usize = 63 * LEAF_UNIT;
 /// Largest node (Node256).
@@ -45,15 +45,21 @@ pub const MAX_NODE_BYTES: usize = 16 + 8 * 256;
 /// The four internal node types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum NodeType {
+    /// Node4: 4 slots.
     N4 = 0,
+    /// Node16: 16 slots.
     N16 = 1,
+    /// Node48: 48 slots.
     N48 = 2,
+    /// Node256: 256 slots, indexed by the partial key.
     N256 = 3,
 }
 
 impl NodeType {
+    /// The four types, smallest first.
     pub const ALL: [NodeType; 4] = [NodeType::N4, NodeType::N16, NodeType::N48, NodeType::N256];
 
+    /// The type for its 2-bit code (0..=3), or an error.
     pub const fn from_bits(b: u64) -> Result<NodeType, LayoutError> {
         match b {
             0 => Ok(NodeType::N4),
@@ -96,15 +102,21 @@ impl NodeType {
 /// The fixed front of an internal node; the slots follow it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeFront {
+pub(crate) struct NodeFront {
+    /// Reverse pointer: `pack48` of the parent (0 for the root), or the lock word in the lock-based
+    /// baseline.
     pub reverse: u64,
+    /// The node's [`Header`] word.
     pub header: u64,
 }
 const _: () = assert!(core::mem::size_of::<NodeFront>() == 16);
 const _: () = assert!(offset_of!(NodeFront, reverse) == 0);
 const _: () = assert!(offset_of!(NodeFront, header) == 8);
+/// Byte offset of an internal node's reverse pointer.
 pub const NODE_REV_OFFSET: usize = offset_of!(NodeFront, reverse);
+/// Byte offset of an internal node's header word.
 pub const NODE_HEADER_OFFSET: usize = offset_of!(NodeFront, header);
+/// Byte offset of an internal node's slot 0.
 pub const NODE_SLOTS_OFFSET: usize = core::mem::size_of::<NodeFront>();
 const _: () = assert!(NodeType::N4.bytes() == 48);
 const _: () = assert!(NodeType::N16.bytes() == 144);
@@ -191,9 +203,11 @@ impl Header {
         Ok(Header(raw))
     }
 
+    /// The header word as stored.
     pub const fn raw(self) -> u64 {
         self.0
     }
+    /// The node type (bits 52..51).
     pub fn node_type(self) -> NodeType {
         // The 2-bit field always decodes.
         match H_TYPE.get(self.0) {
@@ -203,9 +217,11 @@ impl Header {
             _ => NodeType::N256,
         }
     }
+    /// Key byte the node dispatches on (bits 61..53).
     pub const fn depth(self) -> usize {
         H_DEPTH.get(self.0) as usize
     }
+    /// Bytes of compressed prefix held in the header (bits 50..48, at most [`MAX_PREFIX`]).
     pub const fn prefix_len(self) -> usize {
         H_PLEN.get(self.0) as usize
     }
@@ -220,15 +236,19 @@ impl Header {
     pub const fn prefix_start(self) -> usize {
         self.depth() - self.prefix_len()
     }
+    /// Bit 63: a writer has started copying the node.
     pub const fn is_frozen(self) -> bool {
         H_FROZEN.get(self.0) == 1
     }
+    /// Bit 62: the node has been replaced and unlinked.
     pub const fn is_obsolete(self) -> bool {
         H_OBSOLETE.get(self.0) == 1
     }
+    /// The same header with the frozen bit set or cleared.
     pub const fn frozen(self, on: bool) -> Header {
         Header(H_FROZEN.set(self.0, on as u64))
     }
+    /// The same header with the obsolete bit set.
     pub const fn obsolete(self) -> Header {
         Header(H_OBSOLETE.set(self.0, 1))
     }
@@ -256,17 +276,24 @@ const _: () = assert!(S_SIZE.max() as usize * LEAF_UNIT == MAX_LEAF_BYTES);
 /// What a slot word says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotKind {
+    /// No child.
     Empty,
     /// A leaf of `bytes` bytes.
     Leaf {
+        /// Partial key: the key byte at the parent's depth.
         pkey: u8,
+        /// Address of the leaf.
         addr: GlobalAddr,
+        /// Leaf size in bytes (a multiple of [`LEAF_UNIT`]).
         bytes: usize,
     },
     /// An internal node of type `ty`.
     Node {
+        /// Partial key: the key byte at the parent's depth.
         pkey: u8,
+        /// Address of the child node.
         addr: GlobalAddr,
+        /// The child's type.
         ty: NodeType,
     },
 }
@@ -276,8 +303,11 @@ pub enum SlotKind {
 pub struct Slot(u64);
 
 impl Slot {
+    /// The empty slot word (all zero).
     pub const EMPTY: Slot = Slot(0);
 
+    /// A slot pointing at a leaf of `bytes` bytes (a non-zero multiple of [`LEAF_UNIT`], at most
+    /// [`MAX_LEAF_BYTES`]) at a non-null `pack48` address.
     pub fn leaf(pkey: u8, addr: GlobalAddr, bytes: usize) -> Result<Slot, LayoutError> {
         if bytes == 0 || bytes > MAX_LEAF_BYTES || !bytes.is_multiple_of(LEAF_UNIT) {
             return Err(LayoutError::OutOfRange {
@@ -299,6 +329,7 @@ impl Slot {
         Ok(Slot(w))
     }
 
+    /// A slot pointing at a child node of type `ty` at a non-null `pack48` address.
     pub fn node(pkey: u8, addr: GlobalAddr, ty: NodeType) -> Result<Slot, LayoutError> {
         let a = addr.pack48()?;
         if a == 0 {
@@ -317,12 +348,15 @@ impl Slot {
     pub const fn from_raw(raw: u64) -> Slot {
         Slot(raw)
     }
+    /// The slot word as stored.
     pub const fn raw(self) -> u64 {
         self.0
     }
+    /// Bit 63: the slot is frozen (its node is being copied).
     pub const fn is_frozen(self) -> bool {
         S_FROZEN.get(self.0) == 1
     }
+    /// The same slot with the frozen bit set or cleared.
     pub const fn frozen(self, on: bool) -> Slot {
         Slot(S_FROZEN.set(self.0, on as u64))
     }
@@ -387,17 +421,26 @@ pub fn decode_reverse(raw: u64) -> Result<Option<GlobalAddr>, LayoutError> {
 /// The fixed front of a leaf; key, value area and the rear lock follow.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeafFront {
+pub(crate) struct LeafFront {
+    /// Reverse pointer: `pack48` of the parent node.
     pub reverse: u64,
+    /// The [`LeafStatus`] word.
     pub status: u64,
+    /// CRC-64 over the valid bit, the meta word, the key and the value area.
     pub checksum: u64,
+    /// The [`LeafMeta`] word.
     pub meta: u64,
 }
 const _: () = assert!(core::mem::size_of::<LeafFront>() == 32);
-pub const LEAF_REV_OFFSET: usize = offset_of!(LeafFront, reverse);
+/// Byte offset of a leaf's reverse pointer.
+pub(crate) const LEAF_REV_OFFSET: usize = offset_of!(LeafFront, reverse);
+/// Byte offset of a leaf's status word.
 pub const LEAF_STATUS_OFFSET: usize = offset_of!(LeafFront, status);
+/// Byte offset of a leaf's checksum word.
 pub const LEAF_CRC_OFFSET: usize = offset_of!(LeafFront, checksum);
-pub const LEAF_META_OFFSET: usize = offset_of!(LeafFront, meta);
+/// Byte offset of a leaf's meta word.
+pub(crate) const LEAF_META_OFFSET: usize = offset_of!(LeafFront, meta);
+/// Byte offset of a leaf's key.
 pub const LEAF_KEY_OFFSET: usize = core::mem::size_of::<LeafFront>();
 const _: () = assert!(LEAF_REV_OFFSET == 0 && LEAF_STATUS_OFFSET == 8);
 const _: () = assert!(LEAF_CRC_OFFSET == 16 && LEAF_META_OFFSET == 24);
@@ -428,9 +471,11 @@ const L_STATUS_USED: u64 = L_VALID.mask() | L_OBSOLETE.mask() | L_FWD.mask();
 pub struct LeafStatus(u64);
 
 impl LeafStatus {
+    /// A status word with only the valid bit (set or clear).
     pub const fn live(valid: bool) -> LeafStatus {
         LeafStatus(L_VALID.set(0, valid as u64))
     }
+    /// Checks a status word: no unknown bits, obsolete bit set exactly when a forward address is.
     pub fn decode(raw: u64) -> Result<LeafStatus, LayoutError> {
         if raw & !L_STATUS_USED != 0 {
             return Err(LayoutError::Inconsistent {
@@ -450,15 +495,19 @@ impl LeafStatus {
         let p = to.pack48()?;
         Ok(LeafStatus(L_FWD.set(L_OBSOLETE.set(self.0, 1), p)))
     }
+    /// The status word as stored.
     pub const fn raw(self) -> u64 {
         self.0
     }
+    /// Bit 0: the leaf holds a live key-value pair.
     pub const fn is_valid(self) -> bool {
         L_VALID.get(self.0) == 1
     }
+    /// Bit 1: the leaf was replaced out of place.
     pub const fn is_obsolete(self) -> bool {
         L_OBSOLETE.get(self.0) == 1
     }
+    /// The replacing leaf's address (bits 55..8), if any.
     pub fn forward(self) -> Option<GlobalAddr> {
         match L_FWD.get(self.0) {
             0 => None,
@@ -478,12 +527,16 @@ pub const LEAF_MAGIC: u64 = 0x5AF1;
 /// A leaf's meta word: lengths and a magic tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeafMeta {
+    /// Key length in bytes (1..=[`MAX_KEY_LEN`]; bits 15..0).
     pub key_len: usize,
+    /// Value length in bytes, at most `val_cap` (bits 31..16).
     pub val_len: usize,
+    /// Value area capacity in bytes (bits 47..32).
     pub val_cap: usize,
 }
 
 impl LeafMeta {
+    /// The meta word with [`LEAF_MAGIC`], or an error if the lengths do not fit a leaf.
     pub fn encode(&self) -> Result<u64, LayoutError> {
         if self.key_len == 0 || self.key_len > MAX_KEY_LEN {
             return Err(LayoutError::OutOfRange {
@@ -503,6 +556,7 @@ impl LeafMeta {
         Ok(M_MAGIC.set(w, LEAF_MAGIC))
     }
 
+    /// Checks the magic and the lengths of a meta word.
     pub fn decode(raw: u64) -> Result<LeafMeta, LayoutError> {
         if M_MAGIC.get(raw) != LEAF_MAGIC {
             return Err(LayoutError::BadMagic {
@@ -536,12 +590,19 @@ impl LeafMeta {
 /// over [`LeafView::checksummed`]).
 #[derive(Debug, Clone, Copy)]
 pub struct LeafView<'a> {
+    /// Reverse pointer word.
     pub reverse: u64,
+    /// The status word.
     pub status: LeafStatus,
+    /// The stored checksum (not verified by the decoder).
     pub checksum: u64,
+    /// The meta word.
     pub meta: LeafMeta,
+    /// The key bytes.
     pub key: &'a [u8],
+    /// The value bytes (`meta.val_len` of them).
     pub value: &'a [u8],
+    /// The rear lock word: 0 free, else the holder's owner word.
     pub lock: u64,
     bytes: &'a [u8],
 }
@@ -622,6 +683,7 @@ pub const TREE_MAGIC: u64 = u64::from_le_bytes(*b"SMART001");
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TreeMeta {
+    /// Must equal [`TREE_MAGIC`].
     pub magic: u64,
     /// Structural mode bits (the writer protocols every client must share).
     pub flags: u64,
@@ -630,11 +692,13 @@ pub struct TreeMeta {
     /// Key mode (0: variable, n: fixed n-byte keys) and value capacity, packed.
     pub shape: u64,
 }
+/// Bytes of an encoded [`TreeMeta`].
 pub const TREE_META_LEN: usize = core::mem::size_of::<TreeMeta>();
 const _: () = assert!(TREE_META_LEN == 32);
 const _: () = assert!(offset_of!(TreeMeta, root) == 16 && offset_of!(TreeMeta, shape) == 24);
 
 impl TreeMeta {
+    /// The block's 32 bytes, little-endian, in field order.
     pub fn encode(&self) -> [u8; TREE_META_LEN] {
         let mut o = [0u8; TREE_META_LEN];
         o[0..8].copy_from_slice(&self.magic.to_le_bytes());
@@ -643,6 +707,7 @@ impl TreeMeta {
         o[24..32].copy_from_slice(&self.shape.to_le_bytes());
         o
     }
+    /// Decodes 32 bytes, checking the magic and that the root is not null.
     pub fn decode(b: &[u8]) -> Result<TreeMeta, LayoutError> {
         let m = TreeMeta {
             magic: read_u64(b, 0)?,

@@ -10,26 +10,35 @@ use memoffset::offset_of;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TreeHeader {
+    /// Must equal [`TREE_MAGIC`].
     pub magic: u64,
     /// Bumped by every resize.
     pub epoch: u32,
     /// Key bytes (one of [`KEY_LENS`]), fixed when the tree is formatted.
     pub key_len: u32,
+    /// DataItem slots per data node.
     pub slots: u32,
+    /// Value capacity of each DataItem in bytes.
     pub value_cap: u32,
     /// Prefix levels `k`.
     pub height: u32,
     /// The widest level's characters per node (each level's is in its segment).
     pub width: u32,
+    /// Segments in use at the front of `segments`.
     pub n_segments: u32,
+    /// Data nodes in use (ids `0 .. n_data`).
     pub n_data: u32,
     /// Region offsets.
     pub prefix_off: u64,
+    /// Bytes of the prefix array.
     pub prefix_len: u64,
+    /// Region offset of data node 0.
     pub data_off: u64,
+    /// Bytes of one data node ([`DataGeometry::node_size`]).
     pub data_node_size: u64,
     /// The header's area: header and prefix array (reused tick-tock by later epochs).
     pub area_off: u64,
+    /// Bytes of the area.
     pub area_len: u64,
     /// Data nodes the data array at `data_off` has room for (`n_data` are in use; a resize
     /// appends new data nodes there, in place, until it is full).
@@ -41,10 +50,13 @@ pub struct TreeHeader {
     pub prefix_check: u64,
     /// CRC-64 of the encoded header with this field zero (set by [`TreeHeader::seal`]).
     pub header_check: u64,
+    /// Unused; zero.
     pub reserved: u64,
+    /// The tree's [`Segment`]s, each encoded as two words; the first `n_segments` are used.
     pub segments: [[u64; 2]; MAX_SEGMENTS],
 }
 
+/// Bytes of an encoded [`TreeHeader`].
 pub const TREE_HEADER_LEN: usize = 384;
 const HEADER_CHECK_OFF: usize = 112;
 /// CRC-64, slice-by-16 tables.
@@ -74,6 +86,7 @@ const _: () = assert!(offset_of!(TreeHeader, reserved) == 120);
 const _: () = assert!(offset_of!(TreeHeader, segments) == 128);
 
 impl TreeHeader {
+    /// The data nodes' shape (slots, value capacity, key width) recorded in the header.
     pub fn data(&self) -> DataGeometry {
         DataGeometry {
             slots: self.slots,
@@ -112,6 +125,7 @@ impl TreeHeader {
             .saturating_add(self.data_off)
     }
 
+    /// The header's 384 bytes, little-endian, in field order.
     pub fn encode(&self) -> [u8; TREE_HEADER_LEN] {
         let mut out = [0u8; TREE_HEADER_LEN];
         let mut put = |at: usize, b: &[u8]| out[at..at + b.len()].copy_from_slice(b);

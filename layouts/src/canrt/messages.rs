@@ -20,17 +20,22 @@ const _: () = assert!(1 << 5 == MAX_SLOTS && 1 << 20 == MAX_DATA_NODES);
 /// geometry's, a node past the tree's and an epoch not the tree's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Imm {
+    /// Tree epoch, mod 2^7 (bits 31..25).
     pub epoch: u32,
+    /// Data node id, below [`MAX_DATA_NODES`] (bits 24..5).
     pub node: u32,
+    /// DataItem slot, below [`MAX_SLOTS`] (bits 4..0).
     pub slot: u32,
 }
 
 impl Imm {
+    /// The 32-bit immediate, or an error if the node or slot does not fit its bits.
     pub fn encode(&self) -> Result<u32, LayoutError> {
         let w = I_SLOT.set_checked(0, self.slot as u64)?;
         let w = I_NODE.set_checked(w, self.node as u64)?;
         Ok(I_EPOCH.set(w, (self.epoch & SHORT_EPOCH_MASK) as u64) as u32)
     }
+    /// Decodes an immediate, refusing a slot past [`MAX_SLOTS`].
     pub fn decode(imm: u32) -> Result<Imm, LayoutError> {
         let w = imm as u64;
         let slot = I_SLOT.get(w) as u32;
@@ -85,11 +90,13 @@ pub const SKIP_DRAIN: u32 = u32::MAX;
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Control {
+    /// A [`ControlKind`] as its byte (1..=6).
     pub kind: u8,
     /// The epoch the client saw in the node's meta word (mod 2^7).
     pub epoch: u8,
     /// Format: value bytes per item.
     pub value_cap: u16,
+    /// The data node the message is about ([`SKIP_DRAIN`]: the whole tree).
     pub node: u32,
     /// The lock ticket handed back (mod 2^16).
     pub ticket: u32,
@@ -99,6 +106,7 @@ pub struct Control {
     pub arg: u32,
 }
 
+/// Bytes of an encoded [`Control`].
 pub const CONTROL_LEN: usize = 16;
 const _: () = assert!(core::mem::size_of::<Control>() == CONTROL_LEN);
 const _: () = assert!(offset_of!(Control, node) == 4);
@@ -106,6 +114,8 @@ const _: () = assert!(offset_of!(Control, ticket) == 8);
 const _: () = assert!(offset_of!(Control, arg) == 12);
 
 impl Control {
+    /// A message about `node` (epoch taken mod 2^7, ticket mod 2^16, `arg` the low 32 bits of
+    /// `array_gen`).
     pub fn new(kind: ControlKind, epoch: u32, array_gen: u64, node: u32, ticket: u64) -> Control {
         Control {
             kind: kind as u8,
@@ -116,6 +126,7 @@ impl Control {
             arg: array_gen as u32,
         }
     }
+    /// A Format message asking for a tree of shape `g` (key width carried in `ticket`).
     pub fn format(g: DataGeometry) -> Control {
         Control {
             kind: ControlKind::Format as u8,
@@ -130,6 +141,7 @@ impl Control {
     pub fn format_geometry(&self) -> Result<DataGeometry, LayoutError> {
         DataGeometry::new(self.arg, self.value_cap as u32)?.with_key_len(self.ticket)
     }
+    /// The message's kind, or an error for an unknown kind byte.
     pub fn kind(&self) -> Result<ControlKind, LayoutError> {
         match self.kind {
             1 => Ok(ControlKind::Format),
@@ -144,6 +156,7 @@ impl Control {
             }),
         }
     }
+    /// The message's 16 bytes, little-endian, in field order.
     pub fn encode(&self) -> [u8; CONTROL_LEN] {
         let mut out = [0u8; CONTROL_LEN];
         out[0] = self.kind;
@@ -154,6 +167,7 @@ impl Control {
         out[12..16].copy_from_slice(&self.arg.to_le_bytes());
         out
     }
+    /// Decodes 16 bytes, checking the kind, the epoch (< 2^7) and the ticket (< 2^16).
     pub fn decode(bytes: &[u8]) -> Result<Control, LayoutError> {
         if bytes.len() != CONTROL_LEN {
             return Err(LayoutError::Short {
@@ -183,7 +197,7 @@ impl Control {
 // ---------------------------------------------------------------- turn notice
 
 /// The kind byte of an encoded [`Turn`] notice.
-pub const TURN_KIND: u8 = 0x54;
+pub(crate) const TURN_KIND: u8 = 0x54;
 
 /// The server's answer to a [`ControlKind::Wait`] (a SEND, 16 bytes): data node `node`'s meta
 /// word when it served the waiter's `ticket` (or when it found the ticket already passed, or
@@ -194,14 +208,20 @@ pub struct Turn {
     pub stale: bool,
     /// Not a turn but the acknowledgement of an applied append (`ticket` is the appender's).
     pub applied: bool,
+    /// The waiter's lock ticket, mod 2^16.
     pub ticket: u16,
+    /// The data node.
     pub node: u32,
+    /// The node's meta word when the server answered.
     pub meta: Meta,
 }
 
+/// Bytes of an encoded [`Turn`].
 pub const TURN_LEN: usize = 16;
 
 impl Turn {
+    /// The notice's 16 bytes: [`TURN_KIND`], flags (bit 0 stale, bit 1 applied), ticket, node, meta
+    /// word.
     pub fn encode(&self) -> [u8; TURN_LEN] {
         let mut out = [0u8; TURN_LEN];
         out[0] = TURN_KIND;
@@ -211,6 +231,7 @@ impl Turn {
         out[8..16].copy_from_slice(&self.meta.0.to_le_bytes());
         out
     }
+    /// Decodes 16 bytes, checking the kind byte and flags.
     pub fn decode(bytes: &[u8]) -> Result<Turn, LayoutError> {
         if bytes.len() != TURN_LEN {
             return Err(LayoutError::Short {

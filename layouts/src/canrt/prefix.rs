@@ -12,10 +12,24 @@ use crate::bits::{Field, assert_disjoint, read_u32};
 pub enum Segment {
     /// Bits `lo .. lo+width` that every key of the tree had equal to `value` when it was
     /// built; a key above or below it goes to the greatest or least data node under here.
-    Gap { lo: u8, width: u8, value: u64 },
+    Gap {
+        /// Lowest key bit of the gap.
+        lo: u8,
+        /// Bits in the gap (1..=64).
+        width: u8,
+        /// The bits' common value.
+        value: u64,
+    },
     /// Bits `lo .. lo+width` (width 1..=8) are the character of the next prefix level,
     /// whose nodes hold up to `fanout` (1..=256) characters.
-    Level { lo: u8, width: u8, fanout: u16 },
+    Level {
+        /// Lowest key bit of the character.
+        lo: u8,
+        /// Bits in the character (1..=8).
+        width: u8,
+        /// Most characters a node of the level holds (1..=256).
+        fanout: u16,
+    },
 }
 
 const S_KIND: Field = Field::new("kind", 0, 2);
@@ -25,11 +39,13 @@ const S_FANOUT: Field = Field::new("fanout", 24, 9);
 const _: () = assert_disjoint(&[S_KIND, S_LO, S_WIDTH, S_FANOUT]);
 
 impl Segment {
+    /// Lowest key bit the segment covers.
     pub const fn lo(&self) -> u32 {
         match *self {
             Segment::Gap { lo, .. } | Segment::Level { lo, .. } => lo as u32,
         }
     }
+    /// Bits the segment covers.
     pub const fn width(&self) -> u32 {
         match *self {
             Segment::Gap { width, .. } | Segment::Level { width, .. } => width as u32,
@@ -61,6 +77,8 @@ impl Segment {
             }
         }
     }
+    /// Decodes two words written by [`Segment::encode`], checking kind, bit range, fanout and gap
+    /// value.
     pub const fn decode(words: [u64; 2]) -> Result<Segment, LayoutError> {
         let lo = S_LO.get(words[0]);
         let width = S_WIDTH.get(words[0]);
@@ -111,7 +129,9 @@ impl Segment {
 /// widen the levels under it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrefixGeometry {
+    /// Prefix levels (1..=[`MAX_SEGMENTS`]).
     pub height: u32,
+    /// Characters per node of each level, level 1 first; entries past `height` are 0.
     pub widths: [u16; MAX_SEGMENTS],
 }
 

@@ -17,6 +17,7 @@ pub enum ReqOp {
 }
 
 impl ReqOp {
+    /// The op for its byte (1..=4), or an error.
     pub const fn from_u8(b: u8) -> Result<ReqOp, LayoutError> {
         match b {
             1 => Ok(ReqOp::Upsert),
@@ -31,9 +32,13 @@ impl ReqOp {
     }
 }
 
-pub const REQ_OP: Field = Field::new("op", 0, 8);
-pub const REQ_KEY_LEN: Field = Field::new("key_len", 8, 8);
-pub const REQ_VALUE_LEN: Field = Field::new("value_len", 16, 16);
+/// Request word bits 7..0: the [`ReqOp`].
+pub(crate) const REQ_OP: Field = Field::new("op", 0, 8);
+/// Request word bits 15..8: key length in bytes.
+pub(crate) const REQ_KEY_LEN: Field = Field::new("key_len", 8, 8);
+/// Request word bits 31..16: value length in bytes.
+pub(crate) const REQ_VALUE_LEN: Field = Field::new("value_len", 16, 16);
+/// Request word bits 63..32: the client's request sequence number.
 pub const REQ_SEQ: Field = Field::new("seq", 32, 32);
 const _: () = assert_disjoint(&[REQ_OP, REQ_KEY_LEN, REQ_VALUE_LEN, REQ_SEQ]);
 
@@ -41,10 +46,15 @@ const _: () = assert_disjoint(&[REQ_OP, REQ_KEY_LEN, REQ_VALUE_LEN, REQ_SEQ]);
 /// client id): `[word: op, key length, value length, sequence][key, 16 bytes]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Request {
+    /// What the client asks.
     pub op: ReqOp,
+    /// Client sequence number, echoed in the reply.
     pub seq: u32,
+    /// Length of the value the client will write, in bytes.
     pub value_len: u16,
+    /// Key length in bytes (1..=[`KEY_MAX`]).
     pub key_len: u8,
+    /// The key, zero-padded.
     pub key: [u8; KEY_MAX],
     /// Offset (units) of an earlier grant of this key that the requester found in flight
     /// past its lease and has fenced the writer of (0: none): the server settles that grant
@@ -52,10 +62,12 @@ pub struct Request {
     pub revoke: u32,
 }
 
+/// Bytes of an encoded [`Request`] (fits a mailbox).
 pub const REQUEST_LEN: usize = 32;
 const _: () = assert!(REQUEST_LEN <= MAILBOX_LEN);
 
 impl Request {
+    /// A request for `key` (1..=[`KEY_MAX`] bytes) with a value of `value_len` bytes; no revoke.
     pub fn new(op: ReqOp, seq: u32, key: &[u8], value_len: usize) -> Result<Request, LayoutError> {
         check_key(key)?;
         if value_len > VALUE_MAX {
@@ -80,9 +92,11 @@ impl Request {
         self.revoke = units & MAX_UNITS as u32;
         self
     }
+    /// The key (its recorded length).
     pub fn key(&self) -> &[u8] {
         &self.key[..(self.key_len as usize).min(KEY_MAX)]
     }
+    /// The request's 32 bytes: packed word, key, revoke (as a u64), little-endian.
     pub fn encode(&self) -> [u8; REQUEST_LEN] {
         let w = REQ_OP.set(0, self.op as u64);
         let w = REQ_KEY_LEN.set(w, self.key_len as u64);
@@ -94,6 +108,7 @@ impl Request {
         out[24..32].copy_from_slice(&(self.revoke as u64).to_le_bytes());
         out
     }
+    /// Decodes 32 bytes, checking the op, key length and padding, value length and revoke.
     pub fn decode(bytes: &[u8]) -> Result<Request, LayoutError> {
         let w = read_u64(bytes, 0)?;
         if bytes.len() < REQUEST_LEN {
@@ -172,6 +187,7 @@ pub enum Status {
 }
 
 impl Status {
+    /// The status for its byte (1..=11), or an error.
     pub const fn from_u8(b: u8) -> Result<Status, LayoutError> {
         Ok(match b {
             1 => Status::Granted,
@@ -195,10 +211,14 @@ impl Status {
     }
 }
 
-pub const REP_STATUS: Field = Field::new("status", 0, 8);
-pub const REP_HEAD: Field = Field::new("head", 8, 8);
-pub const REP_AUX: Field = Field::new("aux", 16, 16);
-pub const REP_SEQ: Field = Field::new("seq", 32, 32);
+/// Reply word bits 7..0: the [`Status`].
+pub(crate) const REP_STATUS: Field = Field::new("status", 0, 8);
+/// Reply word bits 15..8: head id.
+pub(crate) const REP_HEAD: Field = Field::new("head", 8, 8);
+/// Reply word bits 31..16: status-specific extra (see [`Reply`]).
+pub(crate) const REP_AUX: Field = Field::new("aux", 16, 16);
+/// Reply word bits 63..32: the request's sequence number (hello: the client id).
+pub(crate) const REP_SEQ: Field = Field::new("seq", 32, 32);
 const _: () = assert_disjoint(&[REP_STATUS, REP_HEAD, REP_AUX, REP_SEQ]);
 
 /// The server's SEND back: `[word: status, head, aux, sequence][u64: units or superblock
@@ -207,16 +227,23 @@ const _: () = assert_disjoint(&[REP_STATUS, REP_HEAD, REP_AUX, REP_SEQ]);
 /// the waiter can watch for the mark with one-sided READs instead of asking the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
+    /// The answer.
     pub status: Status,
+    /// Head of the grant or located object.
     pub head: u8,
+    /// Sequence number of the request answered (hello: the client id granted).
     pub seq: u32,
+    /// Offset in 8-byte units, or the superblock offset; meaning per [`Status`].
     pub arg: u64,
+    /// Status-specific extra: for `Busy`, the in-flight object's length in 8-byte units.
     pub aux: u16,
 }
 
+/// Bytes of an encoded [`Reply`].
 pub const REPLY_LEN: usize = 16;
 
 impl Reply {
+    /// The reply's 16 bytes: packed word, then `arg`, little-endian.
     pub fn encode(&self) -> [u8; REPLY_LEN] {
         let w = REP_STATUS.set(0, self.status as u64);
         let w = REP_HEAD.set(w, self.head as u64);
@@ -227,6 +254,7 @@ impl Reply {
         out[8..].copy_from_slice(&self.arg.to_le_bytes());
         out
     }
+    /// Decodes 16 bytes, checking the status byte.
     pub fn decode(bytes: &[u8]) -> Result<Reply, LayoutError> {
         if bytes.len() != REPLY_LEN {
             return Err(LayoutError::Short {
@@ -256,7 +284,7 @@ pub const HELLO: [u8; 8] = *b"ERDAHELO";
 
 /// Bytes of a hello that names the client's fabric client id (little-endian u32 after
 /// [`HELLO`]), which the server quotes to writers waiting on this client's grants.
-pub const HELLO_LEN: usize = 12;
+pub(crate) const HELLO_LEN: usize = 12;
 
 /// The hello of the client whose fabric client id is `id`.
 pub fn hello(id: u32) -> [u8; HELLO_LEN] {
@@ -268,7 +296,7 @@ pub fn hello(id: u32) -> [u8; HELLO_LEN] {
 
 /// The fabric client id a hello names (0, "unknown", for a bare [`HELLO`]); `None` if `msg`
 /// is not a hello.
-pub fn decode_hello(msg: &[u8]) -> Option<u32> {
+pub(crate) fn decode_hello(msg: &[u8]) -> Option<u32> {
     match msg.len() {
         8 if msg == HELLO => Some(0),
         HELLO_LEN if msg[..8] == HELLO => msg[8..].try_into().ok().map(u32::from_le_bytes),
@@ -278,7 +306,7 @@ pub fn decode_hello(msg: &[u8]) -> Option<u32> {
 
 /// Bytes of a hello that also asks for `slots` request mailboxes (little-endian u32 after
 /// the fabric client id): one per request a handle keeps in flight at once.
-pub const HELLO_SLOTS_LEN: usize = 16;
+pub(crate) const HELLO_SLOTS_LEN: usize = 16;
 
 /// The hello of fabric client `id` asking for `slots` request mailboxes.
 pub fn hello_slots(id: u32, slots: u32) -> [u8; HELLO_SLOTS_LEN] {
