@@ -9,6 +9,7 @@
 //! [`LocalRegion`]: bounds-checked, words atomic (the NIC writes the same memory
 //! concurrently), and `persist` for what must survive a crash.
 use crate::fabric::{FabricError, Recv};
+use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader};
 use remora_layouts::{GlobalAddr, NodeId};
 use std_alloc::string::String;
 use std_alloc::vec::Vec;
@@ -93,6 +94,34 @@ fn aligned<R: LocalRegion + ?Sized>(r: &R, offset: u64) -> Result<(), FabricErro
         Ok(())
     } else {
         Err(out_of_range(r.node(), offset, 8))
+    }
+}
+
+/// Claims `len` bytes (rounded up to the region's chunk size) from the region's chunk
+/// allocator with the memory node's own CPU, as a server formatting its store does: a CAS
+/// loop on the region header's next-chunk word. `Ok(None)`: the region has no room.
+///
+/// The CPU's CAS is not atomic against a NIC FETCH_AND_ADD on the same word (contract rule
+/// 3): on hardware, claim before clients allocate on this node.
+pub fn claim_chunks(region: &dyn LocalRegion, len: u64) -> Result<Option<u64>, FabricError> {
+    let mut hdr = [0u8; HEADER_LEN];
+    region.read(0, &mut hdr)?;
+    let h = RegionHeader::decode(&hdr).map_err(|_| FabricError::Unsupported {
+        what: "region header does not decode",
+    })?;
+    let Some(need) = len.checked_next_multiple_of(h.chunk_size) else {
+        return Ok(None);
+    };
+    let mut cur = region.load_u64(NEXT_CHUNK_OFFSET)?;
+    loop {
+        let Some(end) = cur.checked_add(need).filter(|&e| e <= region.len()) else {
+            return Ok(None);
+        };
+        let seen = region.cas_u64(NEXT_CHUNK_OFFSET, cur, end)?;
+        if seen == cur {
+            return Ok(Some(cur));
+        }
+        cur = seen;
     }
 }
 

@@ -15,7 +15,7 @@ use remora_layouts::erda::{
     decode_hello_slots, decode_object_with, durable_mark, encode_object_with, object_len,
     object_len_from_header,
 };
-use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
+use remora_layouts::region::root_offset;
 use std_alloc::collections::BTreeMap;
 use std_alloc::string::String;
 use std_alloc::vec;

@@ -13,7 +13,7 @@ use remora_layouts::erda::{
     BUCKET_LEN, Bucket, KEY_MAX, MAILBOX_LEN, MAX_HEADS, Meta, STRIPE_BUCKETS, SUPERBLOCK_LEN,
     SUPERBLOCK_MAGIC, SUPERBLOCK_VERSION, Status, Superblock, VALUE_MAX, check_key,
 };
-use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
+use remora_layouts::region::root_offset;
 use std_alloc::collections::{BTreeMap, VecDeque};
 use std_alloc::string::String;
 use std_alloc::vec;

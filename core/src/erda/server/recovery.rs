@@ -12,27 +12,9 @@ impl ErdaServer {
             _ => bad("erda config does not form a valid store"),
         };
         let total = plan(&c, 0).map_err(geometry)?.total;
-        let mut hdr = [0u8; HEADER_LEN];
-        region.read(0, &mut hdr)?;
-        let h = RegionHeader::decode(&hdr).map_err(|_| bad("region header does not decode"))?;
-        // Claim the space from the region's chunk allocator. The CPU's CAS is not atomic
-        // against a NIC FETCH_AND_ADD on the same word (contract rule 3): on hardware, format
-        // before other indexes allocate on this node.
-        let need = total
-            .checked_next_multiple_of(h.chunk_size)
+        // Before other indexes allocate on this node (see `claim_chunks`).
+        let base = crate::server::claim_chunks(region, total)?
             .ok_or(bad("erda store does not fit in the region"))?;
-        let mut cur = region.load_u64(NEXT_CHUNK_OFFSET)?;
-        let base = loop {
-            let end = cur
-                .checked_add(need)
-                .filter(|&e| e <= region.len())
-                .ok_or(bad("erda store does not fit in the region"))?;
-            let seen = region.cas_u64(NEXT_CHUNK_OFFSET, cur, end)?;
-            if seen == cur {
-                break cur;
-            }
-            cur = seen;
-        };
         let Plan {
             sb,
             table_len: table,

@@ -22,22 +22,8 @@ impl BaselineServer {
         let meta_len =
             (SUPERBLOCK_LEN as u64 + table + MAILBOX_LEN as u64 + stripes).next_multiple_of(64);
         let total = meta_len + 2 * c.head_bytes;
-        let mut hdr = [0u8; HEADER_LEN];
-        region.read(0, &mut hdr)?;
-        let h = RegionHeader::decode(&hdr).map_err(|_| bad("region header does not decode"))?;
-        let need = total.next_multiple_of(h.chunk_size);
-        let mut cur = region.load_u64(NEXT_CHUNK_OFFSET)?;
-        let base = loop {
-            let end = cur
-                .checked_add(need)
-                .filter(|&e| e <= region.len())
-                .ok_or(bad("baseline store does not fit in the region"))?;
-            let seen = region.cas_u64(NEXT_CHUNK_OFFSET, cur, end)?;
-            if seen == cur {
-                break cur;
-            }
-            cur = seen;
-        };
+        let base = crate::server::claim_chunks(region, total)?
+            .ok_or(bad("baseline store does not fit in the region"))?;
         let mut head_base = [0u64; MAX_HEADS];
         head_base[0] = base + meta_len;
         head_base[1] = base + meta_len + c.head_bytes;
