@@ -74,6 +74,10 @@ struct StopHook<'a> {
     armed: &'a Cell<bool>,
     took: &'a Cell<bool>,
     progress: GlobalAddr,
+    /// Where this writer publishes how many locks it took over from dead holders (a lock
+    /// writer 1 left can be taken over by writer 0 or 2 before the survivor runs).
+    takeovers: GlobalAddr,
+    taken: &'a Cell<u64>,
     seed: u64,
 }
 
@@ -133,12 +137,32 @@ impl PostHook<SoftQp> for StopHook<'_> {
                     if self.client != 0 && swap >> 32 == self.client as u64)
             })
             .collect();
+        let over: Vec<bool> = ops
+            .iter()
+            .map(|op| {
+                matches!(*op, Op::Cas { compare, swap, .. }
+                    if compare != 0 && swap >> 32 == self.client as u64)
+            })
+            .collect();
         let r = qp.post(ops).await;
         let took = ops
             .iter()
             .zip(&mine)
             .any(|(op, &m)| m && matches!(op, Op::Cas { old, .. } if **old == 0));
         self.took.set(r.is_ok() && took);
+        // A CAS from another holder's word to ours that found that word: a takeover.
+        let taken = ops
+            .iter()
+            .zip(&over)
+            .filter(|&(op, &o)| {
+                o && matches!(op, Op::Cas { old, compare, .. } if **old == *compare)
+            })
+            .count() as u64;
+        if r.is_ok() && taken > 0 {
+            self.taken.set(self.taken.get() + taken);
+            qp.write(self.takeovers, &self.taken.get().to_le_bytes())
+                .await?;
+        }
         r
     }
 }
@@ -154,19 +178,19 @@ fn child_entry() {
     let me: u64 = me.parse().unwrap();
     let path = PathBuf::from(std::env::var("SHERMAN_KILL_SOCK").unwrap());
     let fg = std::env::var("SHERMAN_KILL_FG").unwrap() == "1";
-    let progress = GlobalAddr::from_raw(
+    let base = GlobalAddr::from_raw(
         std::env::var("SHERMAN_KILL_PROGRESS")
             .unwrap()
             .parse()
             .unwrap(),
-    )
-    .add(me * 8);
+    );
+    let progress = base.add(me * 8);
     let ep = control::connect_all(&[path]).unwrap();
     let rounds: u64 = std::env::var("SHERMAN_KILL_ROUNDS")
         .unwrap()
         .parse()
         .unwrap();
-    let (armed, took) = (Cell::new(false), Cell::new(false));
+    let (armed, took, taken) = (Cell::new(false), Cell::new(false), Cell::new(0));
     let stop = HookedEp::new(&ep, |_| StopHook {
         how: match me {
             1 => Stop::Lock,
@@ -177,12 +201,19 @@ fn child_entry() {
         armed: &armed,
         took: &took,
         progress,
+        takeovers: takeover_word(base, me),
+        taken: &taken,
         seed: rounds,
     });
     block_on(async {
         let t = Sherman::open(&stop, cfg(fg)).await.unwrap();
         write_rounds(&t, &ep, me, progress, rounds, &armed).await
     });
+}
+
+/// Writer `me`'s count of locks it took over, after the progress words.
+fn takeover_word(progress: GlobalAddr, me: u64) -> GlobalAddr {
+    progress.add((WRITERS + me) * 8)
 }
 
 fn run(fg: bool) {
@@ -248,10 +279,21 @@ fn run(fg: bool) {
     );
     assert!(failures.is_empty(), "{name}: {failures:?}");
     assert_eq!(stopped, 2, "{name}: writers 1 and 2 stop where told");
+    // Writers 1 and 2 died holding a lock each (the same one when writer 2 took writer 1's
+    // over); a live writer may take a dead one's over before it is killed itself, and then
+    // the survivor takes over what that writer held. Each stop leaves a lock someone took.
+    let by_writers: u64 = (0..WRITERS)
+        .map(|me| {
+            let mut b = [0u8; 8];
+            block_on(qp.read(takeover_word(progress, me), &mut b)).unwrap();
+            u64::from_le_bytes(b)
+        })
+        .sum();
     let r = t.repairs();
     assert!(
-        r.takeovers >= 2 && r.leaves_redone >= 1,
-        "{name}: the survivor must take over both locks and redo the torn leaf: {r:?}"
+        r.takeovers + by_writers >= 2 && r.takeovers >= 1 && r.leaves_redone >= 1,
+        "{name}: the locks of both stopped writers must be taken over (survivor {r:?}, \
+         writers {by_writers}) and the survivor must redo the torn leaf"
     );
     // A survivor operation waits out at most a few dead holders' leases (a leaf's, a
     // parent's during a separator insert; a reader that finds a torn leaf waits a lease

@@ -45,12 +45,13 @@ pub fn spawn_writer(child: &str, me: u64, env: &[(&str, String)]) -> Kid {
     Kid(c.spawn().expect("spawning a writer process"))
 }
 
-/// The writers' progress words, zeroed: one a writer, in a chunk of the node behind `qp`.
+/// The writers' progress words, zeroed: one a writer, in a chunk of the node behind `qp`,
+/// then one more a writer for what a test wants them to publish.
 pub fn progress_words(qp: &impl QueuePair) -> GlobalAddr {
     block_on(async {
         let a = RemoteAllocator::open(qp).await.unwrap();
         let p = a.alloc_chunk(qp).await.unwrap();
-        qp.write(p, &[0u8; 8 * WRITERS as usize]).await.unwrap();
+        qp.write(p, &[0u8; 16 * WRITERS as usize]).await.unwrap();
         p
     })
 }
