@@ -16,7 +16,10 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum SpinClock {
     /// Invariant TSC, with its calibrated rate in ticks per nanosecond.
-    Tsc { ticks_per_ns: f64 },
+    Tsc {
+        /// TSC ticks per nanosecond (the TSC frequency in GHz), measured at calibration.
+        ticks_per_ns: f64,
+    },
     /// The monotonic clock (`Instant`).
     Monotonic,
 }

@@ -24,6 +24,7 @@
 // Docs link private items on purpose (for readers of the source, and of
 // `cargo doc --document-private-items`); broken links stay errors.
 #![allow(rustdoc::private_intra_doc_links)]
+#![warn(missing_docs)]
 
 pub mod flush;
 pub mod latency;
@@ -44,27 +45,43 @@ pub use region::{DramBacking, PersistentRegion, RegionKind};
 pub enum PmemError {
     /// `[offset, offset + len)` does not fit in a region of `size` bytes (or overflows).
     OutOfBounds {
+        /// First byte of the access, from the start of the region.
         offset: usize,
+        /// Length of the access in bytes.
         len: usize,
+        /// Size of the region in bytes.
         size: usize,
     },
     /// An 8-byte word access at an offset that is not a multiple of `align`.
-    Misaligned { offset: usize, align: usize },
+    Misaligned {
+        /// Offset of the access, from the start of the region.
+        offset: usize,
+        /// Alignment the access needs, in bytes (8 for a word).
+        align: usize,
+    },
     /// The kernel refused `MAP_SYNC` for this file: it is not on a filesystem mounted with DAX.
     NotDax {
+        /// The file that was to be mapped.
         path: PathBuf,
+        /// The `mmap` error (`EOPNOTSUPP`).
         source: std::io::Error,
     },
     /// The file is shorter than the requested mapping (mapping past the end would fault).
     FileTooSmall {
+        /// The file that was to be mapped.
         path: PathBuf,
+        /// Its length in bytes.
         file_len: u64,
+        /// The mapping length asked for, in bytes.
         wanted: usize,
     },
     /// A system call failed; `what` says which, `path` names the file when there is one.
     Io {
+        /// The failing call (e.g. `"open"`, `"posix_fallocate"`).
         what: &'static str,
+        /// The file it was about, if any.
         path: Option<PathBuf>,
+        /// The OS error.
         source: std::io::Error,
     },
     /// An argument that can never be valid (for example a zero-length region).
