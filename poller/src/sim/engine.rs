@@ -34,12 +34,12 @@ use remora_core::work::{KINDS, Work};
 use remora_layouts::{GlobalAddr, NodeId};
 use std::collections::VecDeque;
 
-pub const NO_TASK: u32 = u32::MAX;
-pub const NO_CLIENT: u32 = u32::MAX;
+pub(crate) const NO_TASK: u32 = u32::MAX;
+pub(crate) const NO_CLIENT: u32 = u32::MAX;
 
 /// Events of the simulation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ev {
+pub(crate) enum Ev {
     /// The request of op `0` has fully arrived at its responder.
     Arrive(u32),
     /// Segment `1` of op `0` is applied (WRITE) or sampled (READ).
@@ -69,7 +69,7 @@ pub enum Ev {
 /// Work for a memory node's handler outside its messages, done by `Sim` between task polls
 /// (see `server.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Notice {
+pub(crate) enum Notice {
     /// `Handler::on_connect` for server end `1` of node `0`, whose client's fabric id is `2`.
     Connect(NodeId, u32, u32),
     /// `Handler::on_disconnect` for server end `1` of node `0`.
@@ -118,7 +118,7 @@ impl Ev {
 
 /// Model quantities precomputed in picoseconds.
 #[derive(Debug, Clone)]
-pub struct Tm {
+pub(crate) struct Tm {
     pub one_way: Ps,
     pub jitter: Ps,
     pub nic_op: Ps,
@@ -242,7 +242,7 @@ impl Tm {
 /// flight ahead of their arrival; a request that arrives in between must not queue behind
 /// them, or two-sided traffic, which mixes both on one link, would see phantom delays.)
 #[derive(Debug, Clone, Default)]
-pub struct Link {
+pub(crate) struct Link {
     /// Reserved intervals `[start, end)`, sorted, disjoint; touching ones are merged.
     busy: VecDeque<(Ps, Ps)>,
     /// The longest transmission reserved so far: no later request starts more than this
@@ -296,7 +296,7 @@ impl Link {
 
 /// A NIC: one per compute node and one per memory node.
 #[derive(Debug, Clone, Default)]
-pub struct Nic {
+pub(crate) struct Nic {
     pub tx: Link,
     pub rx: Link,
     pub engine_free: Ps,
@@ -319,7 +319,7 @@ impl Nic {
 
 /// A receive completion waiting in a queue pair end's completion queue.
 #[derive(Debug, Default)]
-pub struct RxDone {
+pub(crate) struct RxDone {
     pub kind: Option<RecvKind>,
     pub len: u32,
     pub imm: Option<u32>,
@@ -329,7 +329,7 @@ pub struct RxDone {
 /// One end of a reliable connection: the requester side of the ops it posts and the
 /// responder side of the ops its peer posts.
 #[derive(Debug, Default)]
-pub struct End {
+pub(crate) struct End {
     pub nic: u32,
     pub peer: u32,
     /// The memory node of this connection.
@@ -366,7 +366,7 @@ pub struct End {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Kind {
+pub(crate) enum Kind {
     #[default]
     Read,
     Write,
@@ -391,7 +391,7 @@ impl Kind {
 
 /// One op in flight.
 #[derive(Debug, Default)]
-pub struct OpSlot {
+pub(crate) struct OpSlot {
     pub kind: Kind,
     pub end: u32,
     pub batch: u32,
@@ -427,7 +427,7 @@ pub struct OpSlot {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BatchState {
+pub(crate) enum BatchState {
     #[default]
     InFlight,
     Done,
@@ -436,7 +436,7 @@ pub enum BatchState {
 
 /// One posted batch (one doorbell).
 #[derive(Debug, Default)]
-pub struct Batch {
+pub(crate) struct Batch {
     pub task: u32,
     pub end: u32,
     pub ops: Vec<u32>,
@@ -453,7 +453,7 @@ pub struct Batch {
 
 /// A client thread on a compute node.
 #[derive(Debug, Clone, Default)]
-pub struct Client {
+pub(crate) struct Client {
     pub nic: u32,
     pub cpu_free: Ps,
     pub dead: bool,
@@ -463,15 +463,21 @@ pub struct Client {
 /// Counts of what the engine did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EngineStats {
+    /// Events taken off the event queue and handled.
     pub events: u64,
+    /// Work requests posted (each op of a batch counts once).
     pub verbs: u64,
+    /// Batches posted (one per `post` call, however many ops it carries).
     pub batches: u64,
+    /// Times the executor polled a ready task.
     pub polls: u64,
+    /// RNR NAKs: a SEND or WRITE_WITH_IMM that found no receive posted, at its first
+    /// attempt or at a retry.
     pub rnr_naks: u64,
 }
 
 /// The whole simulated cluster's state.
-pub struct World {
+pub(crate) struct World {
     pub now: Ps,
     pub model: Model,
     pub tm: Tm,
@@ -1105,7 +1111,7 @@ impl World {
 }
 
 /// Sets the work-request index of an error that carries one.
-pub fn with_wr(e: FabricError, wr: usize) -> FabricError {
+pub(crate) fn with_wr(e: FabricError, wr: usize) -> FabricError {
     match e {
         FabricError::RemoteAccess { addr, len, .. } => FabricError::RemoteAccess { wr, addr, len },
         FabricError::RemoteInvalid { addr, why, .. } => {
