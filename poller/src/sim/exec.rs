@@ -43,7 +43,7 @@ pub enum Stop {
     TimeLimit,
 }
 
-pub struct Executor<'a> {
+pub(crate) struct Executor<'a> {
     tasks: Vec<Option<Task<'a>>>,
     wakers: Vec<Waker>,
     user: Vec<bool>,
