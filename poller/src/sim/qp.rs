@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
 
-pub type WorldRef = Rc<RefCell<World>>;
+pub(crate) type WorldRef = Rc<RefCell<World>>;
 
 const OUTSIDE: FabricError = FabricError::Unsupported {
     what: "sim verbs must be awaited by a task of the simulation (Sim::run)",
@@ -85,7 +85,7 @@ impl SimQp {
 }
 
 /// The future of [`SimQp::post`].
-pub struct PostFuture<'a, 'b> {
+pub(crate) struct PostFuture<'a, 'b> {
     qp: &'a SimQp,
     ops: &'a mut [Op<'b>],
     batch: Option<u32>,
@@ -254,7 +254,7 @@ impl Drop for PostFuture<'_, '_> {
 }
 
 /// The future of [`SimQp::post_unsignaled`].
-pub struct UnsignaledFuture<'a, 'b> {
+pub(crate) struct UnsignaledFuture<'a, 'b> {
     post: PostFuture<'a, 'b>,
     /// Posted unwatched: the wait for the doorbell.
     doorbell: Option<super::cluster::Sleep>,
@@ -305,7 +305,7 @@ impl Future for UnsignaledFuture<'_, '_> {
 }
 
 /// The future of [`SimQp::recv`].
-pub struct RecvFuture<'a> {
+pub(crate) struct RecvFuture<'a> {
     qp: &'a SimQp,
     buf: &'a mut [u8],
     /// When the coroutine's CPU debt is paid (set at the first poll).
@@ -528,4 +528,4 @@ impl Endpoint for SimEndpoint {
 }
 
 /// How long a fence waits for the fenced client's transfers in flight to land.
-pub const FENCE_SETTLE_NS: u64 = 20_000;
+pub(crate) const FENCE_SETTLE_NS: u64 = 20_000;
