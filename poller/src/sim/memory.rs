@@ -41,8 +41,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A memory node's contents, to carry memory from one simulation to the next.
 pub struct NodeImage {
+    /// The host region, byte 0 first (the region header at offset 0); its length is the
+    /// region's.
     pub host: Vec<u8>,
+    /// The device memory (NIC SRAM), empty when the node has none.
     pub dm: Vec<u8>,
+    /// The region key: queue pairs are made under its current value, and a bump (see
+    /// [`KeyHandle::revoke`](super::KeyHandle::revoke)) makes their later accesses fail. A
+    /// node made from this image shares the counter with it.
     pub key: Arc<AtomicU32>,
 }
 
@@ -74,7 +80,7 @@ fn write_header(
 }
 
 /// Why an access was refused.
-pub enum Refused {
+pub(crate) enum Refused {
     Access,
     Misaligned,
 }
@@ -86,7 +92,7 @@ struct Undo {
 }
 
 /// Cache-line size of the persistence model (what `persist` writes back).
-pub const LINE: u64 = 64;
+pub(crate) const LINE: u64 = 64;
 
 /// Bytes written to a memory node's persistent host region, by cause (see the module doc).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -135,8 +141,7 @@ impl NvmStats {
     }
 }
 
-pub struct MemNode {
-    pub id: NodeId,
+pub(crate) struct MemNode {
     pub host: Vec<u8>,
     pub dm: Vec<u8>,
     pub key: Arc<AtomicU32>,
@@ -184,7 +189,6 @@ impl MemNode {
         threads: usize,
     ) -> MemNode {
         MemNode {
-            id,
             host: img.host,
             dm: img.dm,
             key: img.key,
@@ -504,7 +508,7 @@ impl MemNode {
 }
 
 /// The most bytes of one verb [`MemNode::prefetch`] asks for.
-pub const PREFETCH_MAX: u64 = 4096;
+pub(crate) const PREFETCH_MAX: u64 = 4096;
 
 #[cfg(target_arch = "x86_64")]
 #[inline]
