@@ -21,16 +21,23 @@
 use super::model::Ps;
 use remora_layouts::NodeId;
 
+/// A memory-node fault (see the module doc for what each does).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FaultKind {
+    /// The node crashes: it stops answering and loses its un-persisted memory.
     CrashNode(NodeId),
+    /// The crashed node comes back, with a new region key.
     RestartNode(NodeId),
+    /// The node's service times are multiplied by the factor (finite and > 0) from then on.
     SlowNode(NodeId, f64),
 }
 
+/// A node fault at a virtual time.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Scheduled {
+    /// Virtual time of the fault, in picoseconds.
     pub at: Ps,
+    /// What happens then.
     pub kind: FaultKind,
 }
 
@@ -48,6 +55,7 @@ pub struct Faults {
 }
 
 impl Faults {
+    /// No faults (the same as `Faults::default()`); add some with the builder methods.
     pub fn none() -> Faults {
         Faults::default()
     }
