@@ -11,8 +11,11 @@ use super::model::Ps;
 /// Which batches to trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceSel {
+    /// Number of the first traced batch (batches are numbered in posting order from 0).
     pub first: u64,
+    /// How many consecutive batches from `first` are traced.
     pub count: u64,
+    /// Also print each line to stderr as it happens (besides keeping it).
     pub stderr: bool,
 }
 
@@ -28,13 +31,13 @@ impl TraceSel {
 }
 
 #[derive(Debug, Default)]
-pub struct Trace {
+pub(crate) struct Trace {
     sel: Option<TraceSel>,
     pub lines: Vec<String>,
 }
 
 /// `1234567` ps as `"1234.567ns"`.
-pub fn fmt_ps(t: Ps) -> String {
+pub(crate) fn fmt_ps(t: Ps) -> String {
     format!("{}.{:03}ns", t / 1000, t % 1000)
 }
 
