@@ -36,6 +36,7 @@ impl<T: Default> Slab<T> {
         &mut self.slots[id as usize]
     }
     /// Slots in use.
+    #[cfg(test)]
     pub fn live(&self) -> usize {
         self.slots.len() - self.free.len()
     }
