@@ -28,11 +28,11 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Cache-line size of the model.
-pub const LINE: u64 = 64;
+pub(crate) const LINE: u64 = 64;
 
 /// What one touch of a line found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Touch {
+pub(crate) enum Touch {
     /// Already touched in this invocation (L1): free, not counted again.
     Again,
     Hit,
@@ -53,6 +53,8 @@ pub struct LlcStats {
 }
 
 impl LlcStats {
+    /// What was counted after `e`, an earlier reading of the same counters (each count
+    /// saturates at 0, so a reading taken across a restart never underflows).
     pub fn since(&self, e: &LlcStats) -> LlcStats {
         LlcStats {
             invocations: self.invocations.saturating_sub(e.invocations),
@@ -61,6 +63,7 @@ impl LlcStats {
             misses: self.misses.saturating_sub(e.misses),
         }
     }
+    /// The counts of `self` and `o` added (e.g. several nodes' caches together).
     pub fn plus(&self, o: &LlcStats) -> LlcStats {
         LlcStats {
             invocations: self.invocations + o.invocations,
@@ -74,7 +77,7 @@ impl LlcStats {
 /// A multiplicative hash of a line number (deterministic and cheap; line numbers are not
 /// adversarial).
 #[derive(Default)]
-pub struct LineHasher(u64);
+pub(crate) struct LineHasher(u64);
 
 impl Hasher for LineHasher {
     fn finish(&self) -> u64 {
@@ -101,7 +104,7 @@ struct Slot {
 
 /// One memory node's last-level cache (see the module doc).
 #[derive(Default)]
-pub struct Llc {
+pub(crate) struct Llc {
     cap: usize,
     map: HashMap<u64, u32, BuildHasherDefault<LineHasher>>,
     slots: Vec<Slot>,
@@ -116,9 +119,6 @@ impl Llc {
         if self.cap == 0 {
             self.cap = lines.clamp(1, u32::MAX as usize);
         }
-    }
-    pub fn started(&self) -> bool {
-        self.cap > 0
     }
     /// A new handler invocation begins.
     pub fn begin(&mut self) {
@@ -163,11 +163,9 @@ impl Llc {
         self.hand = 0;
     }
     /// Lines cached now.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.slots.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
     }
 
     fn insert(&mut self, line: u64, stamp: u64) {
