@@ -16,11 +16,18 @@ pub type Ps = u64;
 
 /// One model parameter: name, default, unit and where the figure comes from.
 pub struct ParamInfo {
+    /// The parameter's name, as `--set` and model files spell it (the [`Model`] field).
     pub name: &'static str,
+    /// Its value in [`Model::default`].
     pub default: f64,
+    /// Its unit (`"ns"`, `"Gb/s"`, `"B"`, ...), for messages and model dumps.
     pub unit: &'static str,
+    /// Smallest value [`Model::set`] accepts (inclusive).
     pub min: f64,
+    /// Largest value [`Model::set`] accepts (inclusive).
     pub max: f64,
+    /// Where the default comes from (datasheet, paper section, measurement), and what the
+    /// parameter means.
     pub source: &'static str,
 }
 
@@ -328,16 +335,26 @@ params! {
 /// A bad `--set` or model-file entry.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModelError {
+    /// No parameter has this name (the message lists the known ones).
     Unknown {
+        /// The name given.
         name: String,
     },
+    /// The value is not a finite number within the parameter's range (or breaks its own
+    /// rule, e.g. `segment_bytes` must be a power of two).
     BadValue {
+        /// The parameter.
         name: String,
+        /// The value given, as text.
         value: String,
+        /// What is wrong with it.
         why: String,
     },
+    /// A line that is not `name = value`.
     BadLine {
+        /// 1-based line number in the model file; 0 for a single `--set` pair.
         line: usize,
+        /// The line as given.
         text: String,
     },
 }
@@ -379,7 +396,9 @@ pub struct Load {
     pub outstanding: u64,
     /// Client threads.
     pub clients: u64,
+    /// Compute nodes the client threads are spread over (each has one NIC).
     pub compute_nodes: u64,
+    /// Memory nodes the verbs are spread over (each has one NIC).
     pub memory_nodes: u64,
     /// All atomics on one word.
     pub hot: bool,
@@ -388,11 +407,17 @@ pub struct Load {
 /// Which verb an analytic figure is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelVerb {
+    /// RDMA READ.
     Read,
+    /// RDMA WRITE.
     Write,
+    /// RDMA WRITE_WITH_IMM (a receive completion at the responder, served by its CPU).
     WriteImm,
+    /// CMP_AND_SWP, 8 bytes.
     Cas,
+    /// FETCH_AND_ADD, 8 bytes.
     Faa,
+    /// Two-sided SEND (a receive at the responder, served by its CPU).
     Send,
 }
 
@@ -504,7 +529,7 @@ impl Model {
 
     // ---- derived quantities (picoseconds), shared by the engine and the analytic figures ----
 
-    pub fn ps_per_byte(&self) -> f64 {
+    pub(crate) fn ps_per_byte(&self) -> f64 {
         8000.0 / self.link_gbps
     }
     /// Link serialization per byte in thousandths of a picosecond (integer arithmetic keeps
@@ -516,41 +541,44 @@ impl Model {
     pub fn wire_ps(&self, bytes: u64) -> Ps {
         (bytes * self.milli_ps_per_byte()).div_ceil(1000)
     }
-    pub fn packets(&self, payload: u64) -> u64 {
+    pub(crate) fn packets(&self, payload: u64) -> u64 {
         payload.div_ceil(self.mtu as u64).max(1)
     }
     /// Bytes on the wire for a message carrying `payload` bytes.
     pub fn msg_bytes(&self, payload: u64) -> u64 {
         payload + self.packets(payload) * self.header_bytes as u64
     }
+    /// `one_way_ns` in picoseconds: NIC to NIC, before serialization and jitter.
     pub fn one_way_ps(&self) -> Ps {
         ps(self.one_way_ns)
     }
-    pub fn nic_op_ps(&self) -> Ps {
+    pub(crate) fn nic_op_ps(&self) -> Ps {
         (1e6 / self.nic_mops).round() as Ps
     }
-    pub fn dm_atomic_ps(&self) -> Ps {
+    pub(crate) fn dm_atomic_ps(&self) -> Ps {
         (1e6 / self.dm_atomic_mops).round() as Ps
     }
-    pub fn host_atomic_ps(&self) -> Ps {
+    pub(crate) fn host_atomic_ps(&self) -> Ps {
         ps(self.host_atomic_ns)
     }
-    pub fn pcie_read_ps(&self) -> Ps {
+    pub(crate) fn pcie_read_ps(&self) -> Ps {
         ps(self.pcie_read_ns)
     }
-    pub fn pcie_write_ps(&self) -> Ps {
+    pub(crate) fn pcie_write_ps(&self) -> Ps {
         ps(self.pcie_write_ns)
     }
+    /// `client_post_ns` in picoseconds: the client CPU time of one `post` (one batch,
+    /// whatever its size).
     pub fn post_ps(&self) -> Ps {
         ps(self.client_post_ns)
     }
-    pub fn handler_ps(&self) -> Ps {
+    pub(crate) fn handler_ps(&self) -> Ps {
         ps(self.server_handler_ns)
     }
-    pub fn server_poll_ps(&self) -> Ps {
+    pub(crate) fn server_poll_ps(&self) -> Ps {
         ps(self.server_poll_ns)
     }
-    pub fn server_reply_ps(&self) -> Ps {
+    pub(crate) fn server_reply_ps(&self) -> Ps {
         ps(self.server_reply_ns)
     }
     /// Memory-node CPU time to serve one message that is answered with `replies` replies and
@@ -568,7 +596,7 @@ impl Model {
             _ => 0,
         }
     }
-    pub fn segment(&self) -> u64 {
+    pub(crate) fn segment(&self) -> u64 {
         self.segment_bytes as u64
     }
     /// Pacing of consecutive segments of one transfer: one segment at link rate.
