@@ -14,13 +14,19 @@ use std::time::Instant;
 /// One measurement: a verb at a size on a cluster shape.
 #[derive(Debug, Clone)]
 pub struct PerfPoint {
+    /// The verb every coroutine issues.
     pub verb: ModelVerb,
+    /// Bytes per verb (payload); atomics always move 8 bytes, whatever this says.
     pub size: usize,
+    /// Client threads on each compute node (at least 1).
     pub clients_per_node: usize,
+    /// Coroutines per client thread, each with one verb in flight (at least 1).
     pub coroutines: usize,
     /// All atomics target one word (contention).
     pub hot: bool,
+    /// Virtual time run before the window opens, in nanoseconds (not counted).
     pub warmup_ns: u64,
+    /// Length of the measurement window, in virtual nanoseconds.
     pub measure_ns: u64,
 }
 
@@ -41,19 +47,27 @@ pub struct PerfResult {
     pub server_busy_ns: u64,
     /// Handler threads per memory node.
     pub server_threads: usize,
+    /// Memory nodes of the cluster.
     pub memory_nodes: usize,
+    /// The engine's counters over the whole run, warm-up included.
     pub stats: EngineStats,
+    /// Wall-clock seconds the simulation took (build, warm-up and window).
     pub wall_seconds: f64,
-    /// The model's idle round trip and throughput bound for this point.
+    /// The model's idle round trip for this point, in ns (for SEND and WRITE_WITH_IMM, the
+    /// echo: request and reply).
     pub expected_latency_ns: f64,
+    /// The model's throughput bound for this point's load, in million ops per second.
     pub expected_mops: f64,
     /// The model's server CPU time per op (`Model::server_cpu_per_op_ps`), in ns.
     pub expected_server_ns_per_op: f64,
+    /// The trace lines of the run (empty unless the config selected a trace).
     pub trace: Vec<String>,
+    /// The seed of the run (replays it exactly).
     pub seed: u64,
 }
 
 impl PerfResult {
+    /// Throughput inside the window, in million ops per second.
     pub fn mops(&self) -> f64 {
         self.ops as f64 / self.seconds / 1e6
     }
