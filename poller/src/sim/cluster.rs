@@ -24,7 +24,10 @@ use std::task::{Context, Poll};
 /// The shape of a simulated cluster.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
+    /// Compute nodes (1..=65535), each with one NIC shared by its client threads.
     pub compute_nodes: usize,
+    /// Memory nodes (1..=65535), each with its own NIC, host region and CPU; their `NodeId`s
+    /// are `0..memory_nodes`.
     pub memory_nodes: usize,
     /// Bytes of each memory node's host region, header included.
     pub region_len: u64,
@@ -34,9 +37,13 @@ pub struct SimConfig {
     pub chunk_size: u64,
     /// Host regions are persistent memory (see `memory.rs`); else DRAM, lost at a crash.
     pub persistent: bool,
+    /// The NIC, network and CPU model (see [`Model::PARAMS`] for each parameter).
     pub model: Model,
+    /// Seed of every random choice of the run: the same seed and inputs give the same run.
     pub seed: u64,
+    /// Faults to inject (none by default).
     pub faults: Faults,
+    /// Which batches to trace, if any.
     pub trace: Option<TraceSel>,
     /// How READs sample and WRITEs place their 64-byte segments (default: shuffled).
     pub segment_order: SegmentOrder,
@@ -74,11 +81,13 @@ impl std::error::Error for SimError {}
 /// The outcome of [`Sim::run`] / [`Sim::run_for`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RunReport {
+    /// Why the run stopped.
     pub stop: Stop,
     /// Virtual time at the end, in nanoseconds.
     pub now_ns: u64,
     /// User tasks that did not finish (waiting forever, cut by the time limit, or crashed).
     pub unfinished: usize,
+    /// The simulation's seed: running the same inputs under it replays this run.
     pub seed: u64,
 }
 
@@ -92,6 +101,7 @@ impl KeyHandle {
     pub fn revoke(&self) {
         self.0.fetch_add(1, Ordering::AcqRel);
     }
+    /// The key's current value (each [`revoke`](Self::revoke) adds one).
     pub fn current(&self) -> u32 {
         self.0.load(Ordering::Acquire)
     }
@@ -101,6 +111,7 @@ impl KeyHandle {
 /// [`Sim::recovery_reports`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
+    /// The memory node that restarted.
     pub node: NodeId,
     /// Virtual time of the restart, in nanoseconds.
     pub at_ns: u64,
@@ -432,18 +443,23 @@ impl<'a> Sim<'a> {
         self.run_inner(Some(limit), false)
     }
 
+    /// Current virtual time in nanoseconds (rounded down).
     pub fn now_ns(&self) -> u64 {
         self.w.borrow().now / 1000
     }
+    /// Current virtual time in picoseconds (the engine's resolution).
     pub fn now_ps(&self) -> Ps {
         self.w.borrow().now
     }
+    /// The seed the simulation was made with ([`SimConfig::seed`]).
     pub fn seed(&self) -> u64 {
         self.w.borrow().seed
     }
+    /// A copy of the model the simulation runs.
     pub fn model(&self) -> Model {
         self.w.borrow().model.clone()
     }
+    /// The engine's counters since the simulation began.
     pub fn stats(&self) -> EngineStats {
         self.w.borrow().stats
     }
@@ -517,6 +533,8 @@ impl ClientCtx {
             rng: RefCell::new(Rng::new(seed, 1 + ((self.client as u64) << 20) + 1 + i)),
         }
     }
+    /// This client thread's endpoint: one queue pair per memory node, shared by the
+    /// coroutines of the thread.
     pub fn ep(&self) -> &SimEndpoint {
         &self.ep
     }
@@ -558,12 +576,16 @@ impl ClientCtx {
     pub fn qp(&self, node: NodeId) -> Result<&SimQp, FabricError> {
         remora_core::fabric::Endpoint::qp(&*self.ep, node)
     }
+    /// This client thread's index in the simulation, counted from 0 in creation order
+    /// over all compute nodes (the index [`Faults::crash_client_at_post`] names).
     pub fn client_id(&self) -> u32 {
         self.client
     }
+    /// Current virtual time in nanoseconds (rounded down).
     pub fn now_ns(&self) -> u64 {
         self.w.borrow().now / 1000
     }
+    /// Current virtual time in picoseconds (the engine's resolution).
     pub fn now_ps(&self) -> Ps {
         self.w.borrow().now
     }
@@ -616,6 +638,8 @@ impl ClientCtx {
     pub fn server_llc_total(&self) -> LlcStats {
         llc_total(&self.w)
     }
+    /// The next word of this context's random stream (xoshiro256**, derived from the
+    /// simulation's seed, the client and the stream: the same seed gives the same words).
     pub fn rand_u64(&self) -> u64 {
         self.rng.borrow_mut().next_u64()
     }
@@ -712,7 +736,6 @@ fn busy_total_ns(w: &WorldRef) -> u64 {
     w.nodes.iter().map(|n| n.busy_ps(w.now)).sum::<Ps>() / 1000
 }
 
-/// A virtual-time wait (see [`ClientCtx::sleep`], [`ClientCtx::cpu`]).
 /// A timer of the world `w` firing at virtual time `until`.
 pub(crate) fn sleep_until(w: WorldRef, until: Ps) -> Sleep {
     Sleep {
@@ -752,6 +775,9 @@ impl Future for Pause {
     }
 }
 
+/// A virtual-time wait (see [`ClientCtx::sleep`], [`ClientCtx::cpu`], [`ClientCtx::settle`]):
+/// resolves when the simulation's clock reaches its end. Awaited outside a task of the
+/// simulation it resolves at once.
 pub struct Sleep {
     w: WorldRef,
     until: Ps,
