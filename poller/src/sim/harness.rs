@@ -16,6 +16,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// The sim fabric's `Harness` for the conformance suite: one memory node whose memory
+/// outlives each run's simulation (see the module doc).
 pub struct SimHarness {
     images: Mutex<Option<Vec<NodeImage>>>,
     key: Arc<AtomicU32>,
