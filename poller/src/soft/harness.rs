@@ -23,6 +23,8 @@ enum Target {
     },
 }
 
+/// The soft fabric's `Harness` for the conformance suite: a memory node in this process or
+/// a memnode process (see the module doc); every client gets its own endpoint.
 pub struct SoftHarness {
     target: Target,
 }
