@@ -332,18 +332,25 @@ impl Mapping {
         ))
     }
 
+    /// First byte of the mapping (page-aligned). Valid for [`len`](Self::len) bytes while
+    /// the mapping lives; other processes or a NIC may write it concurrently.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+    /// Length of the mapping in bytes (the length asked for, after any rounding up to pages).
     pub fn len(&self) -> usize {
         self.len
     }
+    /// True for a zero-length mapping.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// What backs the mapping (hugepages, small pages, a file, persistent memory).
     pub fn pages(&self) -> PageKind {
         self.pages
     }
+    /// The descriptor to hand to another process (SCM_RIGHTS) so it maps the same memory;
+    /// `None` for a private anonymous mapping. It stays owned by the mapping.
     pub fn fd(&self) -> Option<RawFd> {
         self.fd.as_ref().map(|f| f.as_raw_fd())
     }
