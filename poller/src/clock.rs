@@ -54,6 +54,9 @@ impl Clock {
         *C.get_or_init(calibrate)
     }
 
+    /// Nanoseconds since this clock's origin (its first use in the process). Monotonic, but
+    /// TSC readings are scaled by a rate calibrated over 20 ms, so long intervals may be off
+    /// by that calibration's error.
     #[inline]
     pub fn now_ns(&self) -> u64 {
         #[cfg(target_arch = "x86_64")]
