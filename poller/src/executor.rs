@@ -57,6 +57,8 @@ pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
     }
 }
 
+/// The future of [`join_all`]: the futures live in place (they are not moved once polled);
+/// the outputs are kept until the last one finishes.
 pub struct JoinAll<F: Future> {
     futures: Frames<F>,
     out: Vec<Option<F::Output>>,
