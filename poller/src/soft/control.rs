@@ -33,14 +33,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// First 8 bytes of a client's hello (`b"REMORAH1"`, read as a little-endian word); a
+/// connection that starts with anything else is refused.
 pub const HELLO_MAGIC: u64 = u64::from_le_bytes(*b"REMORAH1");
-pub const REPLY_MAGIC: u64 = u64::from_le_bytes(*b"REMORAR1");
-pub const VERSION: u32 = 2;
+pub(crate) const REPLY_MAGIC: u64 = u64::from_le_bytes(*b"REMORAR1");
+pub(crate) const VERSION: u32 = 2;
 /// Bytes of a reply (or refusal).
 const REPLY_LEN: usize = 80;
 const FLAG_ADMIN: u32 = 1;
 const FLAG_KEY: u32 = 2;
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Handshakes in progress at once; more are refused straight away.
 pub const MAX_HANDSHAKES: usize = 64;
 /// Commands one admin connection may send, and how long it may stay.
@@ -55,19 +57,31 @@ const REVOKED: &[u8; 8] = b"REVOKED!";
 /// What a memory node tells a connecting client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
+    /// The node's id, as queue pairs to it name it.
     pub node_id: NodeId,
+    /// Descriptors sent with the reply (region, control page, channel, device memory if
+    /// any); 0 on an admin connection. At most 4.
     pub n_fds: u32,
+    /// Bytes of the host region, header included.
     pub region_len: u64,
+    /// Bytes of device memory (0: none).
     pub dm_len: u64,
+    /// The region key when the client connected: its queue pair works until the key is
+    /// revoked.
     pub key: u64,
+    /// Largest SEND payload in bytes (256..=1 MiB).
     pub max_msg: u32,
+    /// Slots of each of the connection's two message rings (1..=65536).
     pub depth: u32,
+    /// Bytes of the channel mapping holding both rings (checked against `depth` and
+    /// `max_msg` by the client).
     pub chan_len: u64,
     /// The node's service name, zero-padded ASCII.
     pub service: [u8; 8],
     /// The connection's client slot and the slot word its queue pair must find (data
     /// connections; see `NodeMem::slot`).
     pub slot: u16,
+    /// The value the client slot's word holds for this connection (see `slot`).
     pub slot_word: u64,
 }
 
@@ -269,6 +283,7 @@ impl Drop for Listener {
 }
 
 impl Listener {
+    /// The socket's path (removed when the listener is dropped, if it is still ours).
     pub fn path(&self) -> &Path {
         &self.path
     }
