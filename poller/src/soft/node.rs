@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 /// How a memory node is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeConfig {
+    /// The node's id: queue pairs to it name it, and its `GlobalAddr`s carry it.
     pub node_id: NodeId,
     /// Host region bytes, header included.
     pub region_len: u64,
@@ -75,7 +76,12 @@ pub enum Backing {
     /// `persist` makes stores durable across power loss; otherwise an ordinary file, which
     /// survives the node's process (the page cache) but not the machine. A node started on a
     /// file that holds a region runs its service's recovery before it accepts clients.
-    File { path: std::path::PathBuf, dax: bool },
+    File {
+        /// The file (created with the region's length if it is new or empty).
+        path: std::path::PathBuf,
+        /// The file is on a DAX filesystem: map it with `MAP_SYNC`.
+        dax: bool,
+    },
 }
 
 /// What opening a node found.
@@ -343,6 +349,7 @@ impl SoftMemoryNode {
         self.mem.persistent().then(|| self.mem.nvm.snapshot())
     }
 
+    /// The configuration the node was made with.
     pub fn config(&self) -> NodeConfig {
         self.cfg
     }
