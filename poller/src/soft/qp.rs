@@ -244,6 +244,7 @@ impl SoftQp {
         self.order.set(order);
     }
 
+    /// The segment order this queue pair's READs and WRITEs use now.
     pub fn segment_order(&self) -> SegmentOrder {
         self.order.get()
     }
@@ -253,6 +254,7 @@ impl SoftQp {
         self.rnr.set(policy);
     }
 
+    /// This queue pair's receiver-not-ready retry policy now.
     pub fn rnr(&self) -> RnrPolicy {
         self.rnr.get()
     }
@@ -723,11 +725,14 @@ pub struct SoftEndpoint {
 }
 
 impl SoftEndpoint {
+    /// An endpoint over `qps`; each queue pair serves the memory node it is connected to (the
+    /// first of them, if two reach the same node).
     pub fn new(qps: Vec<SoftQp>) -> SoftEndpoint {
         let nodes = qps.iter().map(|q| q.peer).collect();
         SoftEndpoint { qps, nodes }
     }
 
+    /// The queue pairs, in the order given to [`SoftEndpoint::new`].
     pub fn qps(&self) -> &[SoftQp] {
         &self.qps
     }
