@@ -91,7 +91,10 @@ pub enum Persist {
     Nothing,
     /// Cache-line write-back + fence (a file or persistent memory behind the region), plus
     /// `nvm_write_ns` of emulated NVM latency per line.
-    Flush { nvm_write_ns: u32 },
+    Flush {
+        /// Emulated NVM write latency per flushed cache line, in ns (0: none).
+        nvm_write_ns: u32,
+    },
 }
 
 impl<'a> WordRegion<'a> {
