@@ -754,7 +754,7 @@ pub(crate) fn pause(w: WorldRef, ns: u64) -> Pause {
 }
 
 /// The future of [`pause`].
-pub struct Pause {
+pub(crate) struct Pause {
     w: WorldRef,
     ns: u64,
     sleep: Option<Sleep>,
