@@ -44,13 +44,13 @@ const FLAG_ADMIN: u32 = 1;
 const FLAG_KEY: u32 = 2;
 pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Handshakes in progress at once; more are refused straight away.
-pub const MAX_HANDSHAKES: usize = 64;
+pub(crate) const MAX_HANDSHAKES: usize = 64;
 /// Commands one admin connection may send, and how long it may stay.
 const ADMIN_COMMANDS: usize = 64;
 const ADMIN_DEADLINE: Duration = Duration::from_secs(10);
 const REFUSE_MAGIC: u64 = u64::from_le_bytes(*b"REMORAX1");
 /// How long a client waits for the node's answer to its hello.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 const REVOKE: &[u8; 8] = b"REVOKE!!";
 const REVOKED: &[u8; 8] = b"REVOKED!";
 
