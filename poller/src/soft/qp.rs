@@ -158,7 +158,7 @@ pub struct SoftQp {
 /// The most reply bytes a memory node keeps for one client that posts no receives: past it
 /// the client reads nothing while it keeps sending (a NIC's responder would stall it), and
 /// its connection ends with [`FabricError::RnrRetryExceeded`].
-pub const OUTBOX_BYTES: usize = 8 << 20;
+pub(crate) const OUTBOX_BYTES: usize = 8 << 20;
 
 /// A distinct nonzero shuffle seed per queue pair of this process.
 fn next_seed() -> u64 {
