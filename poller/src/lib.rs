@@ -9,6 +9,7 @@
 // Docs link private items on purpose (for readers of the source, and of
 // `cargo doc --document-private-items`); broken links stay errors.
 #![allow(rustdoc::private_intra_doc_links)]
+#![warn(missing_docs)]
 pub mod arena;
 pub mod clock;
 pub mod executor;

@@ -51,7 +51,7 @@
 //! # Determinism
 //!
 //! One seed fixes everything: event tie-breaks, jitter, fault choices and every coroutine's
-//! random stream come from xoshiro256** streams derived from it ([`rng`]). The same seed and
+//! random stream come from xoshiro256** streams derived from it (`rng`). The same seed and
 //! inputs give byte-identical results and counters; [`RunReport::seed`] names the seed of a
 //! run, so a failing test can print it and be replayed.
 //!
@@ -73,7 +73,7 @@
 //!   ([`Sim::server_busy_ns`], `LocalRegion::cpu_clock`), running a
 //!   `remora_core::server::Handler` (echo by default).
 //! - [`profiles`]: each paper's testbed as named model values (`--profile`), sourced.
-//! - [`faults`], [`trace`], [`rng`], [`pool`].
+//! - [`faults`], [`trace`]; `rng`, `pool` (crate-private).
 mod background;
 pub mod cluster;
 pub mod engine;

@@ -15,6 +15,7 @@ use super::model::{Model, ModelError};
 pub struct ProfileValue {
     /// A [`Model::PARAMS`] name.
     pub param: &'static str,
+    /// The value given to `param`, in that parameter's unit.
     pub value: f64,
     /// The paper's words (or the part's specification), or "assumed: why".
     pub source: &'static str,
