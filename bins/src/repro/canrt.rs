@@ -31,7 +31,7 @@ const POSTED_RECV_DEPTH: u32 = 4096;
 const WRITE_ONLY_NOTE: &str = "measured cause: both trees are bound by their memory node's one \
     server thread (server CPU ~100% above: the paper's CANRT applies appends on 'a background \
     thread', §3.3; its WORT and WOART serve every request on the server, §4.1, and WORT has no \
-    concurrency, §2.3), so the ratio is WORT's server time per write over the applier's \
+    concurrency, §2.4), so the ratio is WORT's server time per write over the applier's \
     (server_ns_per_op in canrt-ycsb.csv). Each model cost zeroed in turn (this row's commands \
     with `--set X=0`, quick, seed 1): the applier's ~900 ns per write = the flat per-message \
     charge (server_poll_ns 50 + server_handler_ns 270, assumed, the same for every handler) + \
@@ -85,8 +85,9 @@ const RANGE_NOTE: &str = "measured cause: CANRT's side. WORT's is the paper's (�
     remora's CANRT reads 10,000 / its RT/op keys per round trip (~70): 4 data-node snapshots \
     per doorbell (SCAN_BATCH in core/src/canrt/client.rs, where the paper integrates the \
     requests of one data node into one request) of ~17 live keys each (B/op over a node READ's \
-    bytes). One node per round trip would still read ~17 keys per read (~19x, off); the paper \
-    gives neither its data nodes' size nor their fill, so nothing is set to land the row";
+    bytes). One node per round trip (SCAN_BATCH 1, measured at quick: 567 round trips, 1.66 ms) \
+    still reads ~17 keys per READ, ~15x; the paper gives neither its data nodes' size nor \
+    their fill, so nothing is set to land the row";
 
 pub fn paper(s: &Scale) -> Paper {
     // The paper's clients are synchronous threads: one operation in flight each.
