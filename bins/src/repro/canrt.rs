@@ -421,8 +421,10 @@ pub fn paper(s: &Scale) -> Paper {
              order), 15-byte values (the paper's), {} measured ops after {} warm-up ops; \
              latency: one client of one coroutine; zipfian 0.99, seed 1. CANRT (posted): the \
              paper's write, returning once its WRITE_WITH_IMM is posted (`--canrt-ack \
-             posted`, not linearizable; unsignaled, the profile's unsignaled_at_post); CANRT: remora's default, returning once the server \
-             applied and persisted it",
+             posted`, not linearizable; unsignaled, the profile's unsignaled_at_post; \
+             {POSTED_RECV_DEPTH} receives per connection, as its appends do not wait to be \
+             consumed); CANRT: remora's default, returning once the server applied and \
+             persisted it",
             s.llc_lines("canrt", PAPER_KEYS),
             s.records,
             sweep.join("/"),
