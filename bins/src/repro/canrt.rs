@@ -16,6 +16,78 @@ const PAPER_KEYS: u64 = 1_000_000;
 /// The CANRT paper's count of a write (done once its WRITE_WITH_IMM is posted): weaker than
 /// remora's default, used only for the series that compare with the paper's figures.
 const POSTED: &str = "CANRT (posted)";
+/// Receives the memory node keeps posted per connection in the posted-write series. A posted
+/// writer does not wait for its append to be consumed (seeds/000 §3.3: 'completed once the
+/// WRITE_WITH_IMM request has been successfully posted'), and remora's CANRT client has no
+/// flow control of its own against the server's receive queue: with the model's default 64
+/// the appends outrun the applier during a resize from ~30,000 keys on and exhaust the sim's
+/// bounded RNR retries (the queue pair breaks; on hardware rnr_retry 7 retries forever). The
+/// paper's server posts the receives its notices consume and gives no depth; 4096 (within a
+/// ConnectX-5 queue's 32768 work requests) covers a resize at --scale full (500,000 keys)
+/// and changes no quick figure (no RNR NAK there).
+const POSTED_RECV_DEPTH: u32 = 4096;
+
+/// The write-only rows (CANRT's default write): where the server time goes.
+const WRITE_ONLY_NOTE: &str = "measured cause: both trees are bound by their memory node's one \
+    server thread (server CPU ~100% above: the paper's CANRT applies appends on 'a background \
+    thread', §3.3; its WORT and WOART serve every request on the server, §4.1, and WORT has no \
+    concurrency, §2.4), so the ratio is WORT's server time per write over the applier's \
+    (server_ns_per_op in canrt-ycsb.csv). Each model cost zeroed in turn (this row's commands \
+    with `--set X=0`, quick, seed 1): the applier's ~900 ns per write = the flat per-message \
+    charge (server_poll_ns 50 + server_handler_ns 270, assumed, the same for every handler) + \
+    its acknowledgement SEND (server_reply_ns 100) + two persists (the item's line and the \
+    meta word's, nvm_write_ns: ~210) + Optane misses ~230 (the node's keys, scanned for the \
+    key's older item, which the paper's server must find too to 'mark the old DataItem as \
+    invalid') + cached lines ~40; WORT's ~1600 = the same 420 + Optane misses ~925 (its radix \
+    path) + persists ~180 + cached lines ~80. The paper's 7.44x needs an applier at <= WORT's \
+    / 7.44 (~215 ns) per write, under its own two write-backs and one Optane read: the paper \
+    reports write-only as CANRT's best workload (§4.5), so its applier did not bound it. It \
+    names one applier thread and gives no absolute throughput, so nothing is set to land the \
+    row; with the applier's flat handler charge (the one cost not from the paper's hardware) \
+    removed alone, the posted row's ratio is still ~2.9x";
+
+/// The write-heavy rows: half the operations are writes through the one applier thread.
+const WRITE_HEAVY_NOTE: &str = "measured cause as the write-only rows': half the operations \
+    are writes, which the applier thread serves one at a time (server CPU ~100% above), while \
+    CANRT's reads are one-sided READs the server never sees; the row falls between the \
+    write-only row (applier bound) and the read-only one (link bound)";
+
+/// The posted write-only row.
+const POSTED_WRITE_ONLY_NOTE: &str = "CANRT with `--canrt-ack posted`, the paper's count of a \
+    write: weaker than remora's default (not linearizable; an item the server refuses is \
+    lost), shown beside the default row. Measured cause: the server SENDs a posted writer no \
+    acknowledgement and the write returns at its doorbell, yet the applier thread still bounds \
+    it (server CPU ~100% above): a writer whose data node is still locked by an unapplied \
+    append waits for the applier (the lock is released by the server, §3.3, Algorithm 1), so \
+    throughput = 1 / the applier's time per write (server_ns_per_op in canrt-ycsb.csv, ~830 \
+    ns at quick: the flat per-message charge ~320, two persists ~210, the node's Optane \
+    misses ~230, cached lines ~40, zeroed one at a time as the default row's note says). \
+    Uniform keys (`--distribution uniform`) leave it there: the lock waits are not the \
+    zipfian hot nodes' alone";
+
+/// The 2-to-16-thread scaling row.
+const SCALING_NOTE: &str = "measured cause: the applier thread. At 2 clients a posted write \
+    is one round trip (the lock FETCH_AND_ADD with the node READ) and its doorbell, and the \
+    applier is ~30% busy (server_use in canrt-clients.csv); it is saturated from 8 clients on \
+    (~98%), so the curve stops at 1 / (server_ns_per_op) where the paper's grows almost \
+    proportionally to 16 threads (§4.5). Proportional growth needs one applier thread at <= \
+    1 / (10.88 x the 2-client rate x the write share 0.5), ~250 ns per write at quick, \
+    against the ~830 ns measured (the write-only rows' notes): the paper's figure implies an \
+    applier that never bound write-heavy throughput. With the applier's flat handler charge \
+    removed alone (`--set server_handler_ns=0` on these two runs) the gain is still ~4.9x";
+
+/// The 10,000-key range row.
+const RANGE_NOTE: &str = "measured cause: CANRT's side. WORT's is the paper's (§4.4: 'calling a \
+    remote read request for each key', one after another): its range's mean over its RT/op is \
+    one WORT point read's latency (canrt-latency), and the WORT / CANRT read-latency row is \
+    faithful. The paper's 3.1x puts its CANRT range at 10,000 x WORT's read latency / 3.1, so \
+    with its read-latency ratio (1.19-1.22x) one CANRT read per 3.1 / 1.2 ~ 2.6 keys. \
+    remora's CANRT reads 10,000 / its RT/op keys per round trip (~70): 4 data-node snapshots \
+    per doorbell (SCAN_BATCH in core/src/canrt/client.rs, where the paper integrates the \
+    requests of one data node into one request) of ~17 live keys each (B/op over a node READ's \
+    bytes). One node per round trip (SCAN_BATCH 1, measured at quick: 567 round trips, 1.66 ms) \
+    still reads ~17 keys per READ, ~15x; the paper gives neither its data nodes' size nor \
+    their fill, so nothing is set to land the row";
 
 pub fn paper(s: &Scale) -> Paper {
     // The paper's clients are synchronous threads: one operation in flight each.
@@ -45,7 +117,10 @@ pub fn paper(s: &Scale) -> Paper {
             1,
             Series::new(
                 POSTED,
-                format!("{flags} --index canrt --canrt-ack posted"),
+                format!(
+                    "{flags} --index canrt --canrt-ack posted --set \
+                     recv_depth={POSTED_RECV_DEPTH}"
+                ),
                 posted_wl,
             ),
         );
@@ -139,17 +214,7 @@ pub fn paper(s: &Scale) -> Paper {
                 false,
                 p("CANRT", "UPD"),
                 p(base_tree, "UPD"),
-                "both trees are bound by the one server thread (server_use ~1), so the ratio is \
-                 the ratio of their server time per write. Measured by zeroing one model cost \
-                 at a time (this row's commands with `--set X=0`): CANRT's applier ~900 ns = \
-                 the flat per-message charge (server_poll_ns 50 + server_handler_ns 270) + \
-                 its acknowledgement SEND 100 + two persisted lines ~220 + Optane misses ~220 \
-                 (the data node's items, scanned for the key's old slot) + cached lines ~30; \
-                 WORT's ~1600 ns = the same 420 + misses ~925 (its radix path) + persists \
-                 ~180 + cached lines ~80. The paper's 7.44x would need the applier at <= \
-                 1600/7.44 = 215 ns per write, under its poll and two Optane write-backs alone \
-                 (230 ns): the paper's applier never bound its writes (it reports write-only \
-                 as CANRT's best workload), the model's one applier thread does",
+                WRITE_ONLY_NOTE,
             ),
             Claim::ratio(
                 if base_tree == "WORT" {
@@ -167,7 +232,7 @@ pub fn paper(s: &Scale) -> Paper {
                 false,
                 p("CANRT", "a"),
                 p(base_tree, "a"),
-                "",
+                WRITE_HEAVY_NOTE,
             ),
         ]);
         for wl in ["b", "c"] {
@@ -217,13 +282,7 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p(POSTED, "UPD"),
             p("WORT", "UPD"),
-            "CANRT with `--canrt-ack posted`, the paper's count of a write: weaker than \
-             remora's default (not linearizable; an item the server refuses is lost), shown \
-             beside the default row. The server SENDs a posted writer no acknowledgement, \
-             and the write returns at its doorbell, yet the applier still bounds it as in the \
-             default row (server_use ~1): ~830 ns per write, of which 320 the flat \
-             per-message charge and ~440 two persisted lines and the Optane misses of the \
-             data node (measured as the default row's note says)",
+            POSTED_WRITE_ONLY_NOTE,
         ),
         Claim::ratio(
             "write-heavy-wort-posted",
@@ -233,7 +292,7 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p(POSTED, "a"),
             p("WORT", "a"),
-            "",
+            WRITE_HEAVY_NOTE,
         ),
         Claim::ratio(
             "scaling-2-16",
@@ -243,11 +302,7 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             Pick::at("canrt-clients", POSTED, "a", 16),
             Pick::at("canrt-clients", POSTED, "a", 2),
-            "one server thread applies every write (the paper's 'background thread', ~830 \
-             ns per posted write, see the write-only rows): from 4 clients on it is the \
-             bottleneck (server_use in canrt-clients.csv), so the gain stops where the \
-             paper's, network bound, goes on. At 2 clients a posted write costs one round \
-             trip (the lock FETCH_AND_ADD with the node READ) and its doorbell",
+            SCALING_NOTE,
         ),
         Claim::ratio(
             "write-latency-posted",
@@ -323,14 +378,7 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             Pick::new("canrt-range-10k", "CANRT", "RANGE"),
             Pick::new("canrt-range-10k", "WORT", "RANGE"),
-            "WORT answers a range with one request per key (as in the paper), each naming \
-             the key after the previous one, so they run one after another: ~9,100 round \
-             trips of ~2.75 us (the network's ~1.7 and the server's ~1.04 per Next, the \
-             range's server ns/op over its RT/op). remora's CANRT reads 4 data nodes per \
-             doorbell (SCAN_BATCH) of ~16 live keys each, ~64 keys per round trip. The \
-             paper's 3.1x (and its growth to 3.8x with 100,000 keys) fits a CANRT that reads \
-             one data node of a few keys per round trip; the paper gives neither its data \
-             nodes' fill nor its batching, so neither is set to land the row",
+            RANGE_NOTE,
         ),
         if full {
             Claim::ratio(
@@ -373,8 +421,10 @@ pub fn paper(s: &Scale) -> Paper {
              order), 15-byte values (the paper's), {} measured ops after {} warm-up ops; \
              latency: one client of one coroutine; zipfian 0.99, seed 1. CANRT (posted): the \
              paper's write, returning once its WRITE_WITH_IMM is posted (`--canrt-ack \
-             posted`, not linearizable; unsignaled, the profile's unsignaled_at_post); CANRT: remora's default, returning once the server \
-             applied and persisted it",
+             posted`, not linearizable; unsignaled, the profile's unsignaled_at_post; \
+             {POSTED_RECV_DEPTH} receives per connection, as its appends do not wait to be \
+             consumed); CANRT: remora's default, returning once the server applied and \
+             persisted it",
             s.llc_lines("canrt", PAPER_KEYS),
             s.records,
             sweep.join("/"),

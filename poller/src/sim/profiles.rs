@@ -167,9 +167,11 @@ pub const PROFILES: &[Profile] = &[
             v(
                 "server_threads",
                 1.0,
-                "'the server dedicatedly checks the corresponding client ring buffer' and \
-                 'due to the server CPU limitation, WORT and WOART exhibit poor scalability' \
-                 (seeds/000 §4.1, §4.5): assumed one server thread",
+                "one thread: CANRT's 'a background thread will process the appending \
+                 messages from clients' (seeds/000 §3.3); WORT's and WOART's server 'dedicatedly \
+                 checks the corresponding client ring buffer' (§4.1), WORT 'does not support \
+                 concurrent access requests' (§2.4), and 'due to the server CPU limitation, \
+                 WORT and WOART exhibit poor scalability' (§4.5)",
             ),
             v(
                 "server_llc_lines",
