@@ -253,11 +253,15 @@ impl VerbsQp {
 
     /// The staging buffer of `slot` for a batch of `total` bytes: (base, lkey).
     fn stage_of(&self, slot: usize, total: usize) -> Option<(*mut u8, u32)> {
+        if total == 0 {
+            // Nothing staged (the staging buffers may not even be mapped).
+            return Some((std::ptr::null_mut(), 0));
+        }
         if total <= STAGE_SLOT {
             // SAFETY: slot < SLOTS, so the slot lies inside the staging arena.
             return Some((
-                unsafe { self.stage_base.add(slot * STAGE_SLOT) },
-                self.stage_lkey,
+                unsafe { self.stage_base.get().add(slot * STAGE_SLOT) },
+                self.stage_lkey.get(),
             ));
         }
         let oneoff = self.oneoff.borrow();
@@ -344,6 +348,18 @@ impl VerbsQp {
         } else {
             SLOTS
         };
+        if total > 0 && total <= STAGE_SLOT {
+            self.ensure_stage()?;
+        }
+        // A message's reply needs a posted receive: the first SEND or WRITE_WITH_IMM posts them.
+        if self.recv_base.get().is_null()
+            && !self.shared_recv
+            && ops
+                .iter()
+                .any(|op| matches!(op, Op::Send { .. } | Op::WriteImm { .. }))
+        {
+            self.ensure_recvs()?;
+        }
         if total > STAGE_SLOT {
             let arena = Arena::new(total).map_err(|_| FabricError::Unsupported {
                 what: "no memory for a staging buffer",
