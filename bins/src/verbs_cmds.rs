@@ -103,7 +103,8 @@ mod real {
                 "staging buffers on {}; inline up to {} bytes; one doorbell per post, last work \
                  request signaled",
                 qp.staging_pages()
-                    .map_or("none yet (mapped on the first bounce)".to_string(), |k| k.to_string()),
+                    .map_or("none yet (mapped on the first bounce)".to_string(), |k| k
+                        .to_string()),
                 info.max_inline
             ),
         ];

@@ -255,7 +255,13 @@ impl Memnode {
         // A handler per extra thread where the service has them (sharing its state); else
         // the threads take turns on the node's.
         let own: Vec<Option<Box<dyn Handler + Send>>> = (0..n)
-            .map(|t| if t == 0 { None } else { lock(&self.handler).fork() })
+            .map(|t| {
+                if t == 0 {
+                    None
+                } else {
+                    lock(&self.handler).fork()
+                }
+            })
             .collect();
         self.forked = own.iter().map(Option::is_some).collect();
         let quit = AtomicBool::new(false);
@@ -299,7 +305,9 @@ impl Memnode {
             while r.is_ok()
                 && !stop.load(Ordering::Relaxed)
                 && limit.is_none_or(|l| t0.elapsed() < l)
-                && threads.iter().all(|t| t.as_ref().is_ok_and(|h| !h.is_finished()))
+                && threads
+                    .iter()
+                    .all(|t| t.as_ref().is_ok_and(|h| !h.is_finished()))
             {
                 r = self
                     .channel
@@ -311,10 +319,12 @@ impl Memnode {
                 match t {
                     Ok(h) => match h.join() {
                         Ok(v) => self.server.bump(|s| *s = *s + v),
-                        Err(_) => r = r.and(Err(VerbsError::Sys {
-                            what: "a memnode server thread panicked",
-                            errno: libc::EIO,
-                        })),
+                        Err(_) => {
+                            r = r.and(Err(VerbsError::Sys {
+                                what: "a memnode server thread panicked",
+                                errno: libc::EIO,
+                            }))
+                        }
                     },
                     Err(e) => {
                         r = r.and(Err(VerbsError::Sys {

@@ -183,8 +183,13 @@ impl Memnode {
         let srq = d.srqs[shard % d.srqs.len()].clone();
         let (srq_raw, recv_cq) = srq.raw();
         let before = self.per_connection.is_none().then(process_memory);
-        let mut qp =
-            VerbsQp::create_shared(CmId(ev.id), d.pd.borrowed(), self.cfg.node, srq_raw, recv_cq)?;
+        let mut qp = VerbsQp::create_shared(
+            CmId(ev.id),
+            d.pd.borrowed(),
+            self.cfg.node,
+            srq_raw,
+            recv_cq,
+        )?;
         if let Some(Some(b)) = before {
             self.per_connection = process_memory().map(|a| a.saturating_sub(b));
         }

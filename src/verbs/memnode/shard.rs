@@ -178,13 +178,16 @@ pub(super) struct Conn {
     pub(super) introduced: bool,
 }
 
+/// A message for another thread's connection: (connection, bytes).
+type Mail = (usize, Vec<u8>);
+
 /// What the control thread hands the server threads.
 pub(super) struct Hub {
     /// Per server thread: connections handed over (and its connections between serves).
     pub(super) inbox: Vec<Mutex<Vec<Conn>>>,
     /// Per server thread: messages other threads' handlers sent to its connections
     /// (`Replies::send_to`).
-    mail: Vec<Mutex<Vec<(usize, Vec<u8>)>>>,
+    mail: Vec<Mutex<Vec<Mail>>>,
     /// Per server thread: connections or mail are waiting in the two above.
     pending: Vec<AtomicBool>,
     /// Messages served by all threads.
@@ -291,14 +294,8 @@ impl Server<'_> {
                         self.take_new(&mut mine, &mut srqs);
                         self.deliver_mail(&mine, &stats);
                     }
-                    served += self.on_completion(
-                        wc,
-                        &srq,
-                        &mine,
-                        &mut replies,
-                        &mut others,
-                        &stats,
-                    );
+                    served +=
+                        self.on_completion(wc, &srq, &mine, &mut replies, &mut others, &stats);
                     srqs[si].1.push(wc.wr_id as u32 % SRQ_DEPTH);
                 }
                 for (to, m) in others.drain(..) {

@@ -450,11 +450,10 @@ impl VerbsQp {
                 what: "a memory node's queue pair receives through its server thread's shared queue",
             });
         }
-        let arena = Arena::new(RQ_DEPTH as usize * RECV_LEN).map_err(|_| {
-            FabricError::Unsupported {
+        let arena =
+            Arena::new(RQ_DEPTH as usize * RECV_LEN).map_err(|_| FabricError::Unsupported {
                 what: "no memory for receive buffers",
-            }
-        })?;
+            })?;
         // SAFETY: the arena is kept in `raw`, which releases the registration first.
         let (mr, lkey) = unsafe { VerbsQp::register(&self.raw, arena.as_ptr(), arena.len()) }
             .map_err(|_| FabricError::Unsupported {

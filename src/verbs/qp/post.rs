@@ -338,7 +338,9 @@ impl VerbsQp {
         };
         let n = ops.len() as u32;
         let in_place = mode == Mode::Wait;
-        let total = self.plan(ops, in_place, |_, _| {});
+        // One planning pass: where each op's bytes go, and the staging the batch needs.
+        let mut places = [Place::Nothing; MAX_BATCH];
+        let total = self.plan(ops, in_place, |i, p| places[i] = p);
         let signaled = mode == Mode::Wait || total > 0 || self.unsignaled.get() + n >= SIGNAL_EVERY;
         if (signaled && self.free.get() == 0) || self.sq_used.get() + n > SQ_DEPTH {
             return Ok(None);
@@ -391,8 +393,7 @@ impl VerbsQp {
         let last = ops.len() - 1;
         let mut bounced_write = 0u64;
         let slot_bits = if signaled { slot as u64 } else { NO_SLOT };
-        self.plan(ops, in_place, |i, place| {
-            let op = &ops[i];
+        for (i, (op, &place)) in ops.iter().zip(&places).enumerate() {
             let (addr, len, key) = match place {
                 Place::Nothing => (0u64, 0usize, None),
                 Place::Direct(k) => {
@@ -494,7 +495,7 @@ impl VerbsQp {
                 Op::Send { .. } => wr.opcode = sys::IBV_WR_SEND,
             }
             wrs.push(wr);
-        });
+        }
         // Link the chain now that the vectors no longer move (capacity MAX_BATCH reserved).
         let sge_ptr = sges.as_mut_ptr();
         let wr_ptr = wrs.as_mut_ptr();
