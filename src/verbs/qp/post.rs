@@ -339,8 +339,12 @@ impl VerbsQp {
         let n = ops.len() as u32;
         let in_place = mode == Mode::Wait;
         // One planning pass: where each op's bytes go, and the staging the batch needs.
-        let mut places = [Place::Nothing; MAX_BATCH];
-        let total = self.plan(ops, in_place, |i, p| places[i] = p);
+        // (Uninitialized: a batch is mostly one op, and writing all MAX_BATCH places would
+        // cost more than planning twice.)
+        let mut places = [MaybeUninit::<Place>::uninit(); MAX_BATCH];
+        let total = self.plan(ops, in_place, |i, p| {
+            places[i].write(p);
+        });
         let signaled = mode == Mode::Wait || total > 0 || self.unsignaled.get() + n >= SIGNAL_EVERY;
         if (signaled && self.free.get() == 0) || self.sq_used.get() + n > SQ_DEPTH {
             return Ok(None);
@@ -393,7 +397,9 @@ impl VerbsQp {
         let last = ops.len() - 1;
         let mut bounced_write = 0u64;
         let slot_bits = if signaled { slot as u64 } else { NO_SLOT };
-        for (i, (op, &place)) in ops.iter().zip(&places).enumerate() {
+        for (i, (op, place)) in ops.iter().zip(&places).enumerate() {
+            // SAFETY: `plan` wrote the place of every op (index < ops.len()).
+            let place = unsafe { place.assume_init() };
             let (addr, len, key) = match place {
                 Place::Nothing => (0u64, 0usize, None),
                 Place::Direct(k) => {
