@@ -445,7 +445,9 @@ impl VerbsQp {
                 length: len as u32,
                 lkey: key.unwrap_or(0),
             });
-            let mut wr = sys::ibv_send_wr {
+            // Built in the vector's own memory (a work request assembled on the stack and
+            // then copied in stalled on its narrow stores: a fifth of start()).
+            wrs.push(sys::ibv_send_wr {
                 wr_id: wr_id(self.cq_index, slot_bits, i),
                 num_sge: i32::from(len > 0),
                 send_flags: if inline { sys::IBV_SEND_INLINE } else { 0 }
@@ -455,6 +457,9 @@ impl VerbsQp {
                         0
                     },
                 ..Default::default()
+            });
+            let Some(wr) = wrs.last_mut() else {
+                unreachable!("pushed just above")
             };
             let (raddr, rkey) = op.remote().map_or((0, 0), |a| self.remote.target(a));
             match op {
@@ -500,7 +505,6 @@ impl VerbsQp {
                 }
                 Op::Send { .. } => wr.opcode = sys::IBV_WR_SEND,
             }
-            wrs.push(wr);
         }
         // Link the chain now that the vectors no longer move (capacity MAX_BATCH reserved).
         let sge_ptr = sges.as_mut_ptr();
