@@ -113,6 +113,7 @@ fn memnode_without_a_device_says_so() {
         device: None,
         verbose: false,
         key: None,
+        threads: 1,
     };
     match Memnode::start(cfg) {
         Err(e) => {

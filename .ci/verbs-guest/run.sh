@@ -5,7 +5,7 @@
 # processes, a SIGKILL campaign against clients of the node (then the fabric conformance
 # suite on it), `remora perf` and small YCSB runs of `remora bench --fabric verbs` (SMART C and
 # A; Sherman, CANRT, Erda C), the node's message rate with 1 ms of added RTT (netem) against
-# none, and `--key-file` refusals. Exit 0 only when the guest's serial console ends with
+# none, its rate with 1 server thread against 2, and `--key-file` refusals. Exit 0 only when the guest's serial console ends with
 # "REMORA-GUEST: PASS".
 #
 # Usage: .ci/verbs-guest/run.sh            (from anywhere; needs root or sudo for apt-get)
@@ -17,7 +17,7 @@
 #                        CANRT and Erda C; CANRT and Erda on a memnode of their --service)
 #   REMORA_GUEST_KILLS   clients SIGKILLed in the kill campaign (default 6; 0 skips it)
 #   REMORA_GUEST_SECTIONS  what the guest runs (default: all of "check perf strace bench
-#                        errors rtt auth"; the kill campaign runs before "check")
+#                        errors rtt threads auth"; the kill campaign runs before "check")
 #   REMORA_GUEST_TIMEOUT seconds before the guest is killed (default 900)
 #   CARGO_TARGET_DIR     where cargo builds (default: <repo>/target)
 # Facts this relies on: ../../../shared/notes/soft-roce-guest.md (modules and their order,
@@ -33,7 +33,7 @@ BENCH=${REMORA_GUEST_BENCH-"--records 2000 --seconds 1 --threads 1 --coroutines 
 BENCH_RUNS=${REMORA_GUEST_BENCH_RUNS:-"smart:c smart:a sherman:c canrt:c erda:c"}
 TIMEOUT=${REMORA_GUEST_TIMEOUT:-900}
 KILLS=${REMORA_GUEST_KILLS:-6}
-SECTIONS=${REMORA_GUEST_SECTIONS:-"check perf strace bench errors rtt auth"}
+SECTIONS=${REMORA_GUEST_SECTIONS:-"check perf strace bench errors rtt threads auth"}
 MODULES="crc32_generic crc32c_generic libcrc32c udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy configfs iw_cm ib_cm rdma_cm rdma_ucm veth sch_netem"
 HOST_PKGS="qemu-system-x86 busybox-static libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers iproute2 cpio kmod xz-utils gzip strace"
 MULTIARCH=x86_64-linux-gnu
@@ -154,7 +154,7 @@ cat >"$IR/etc/remora-guest.conf" <<CONF
 GUEST_IP=192.0.2.1
 PORT=7471
 HUGEPAGES=96
-MEMNODE_ARGS="--region-mib 64 --chunk-kib 256 --dm-kib 256"
+MEMNODE_ARGS="--region-mib 64 --chunk-kib 256 --dm-kib 256 --threads 2"
 CHECK_TIMEOUT=480
 PERF_TIMEOUT=240
 PERF_ARGS="$PERF"
@@ -167,6 +167,7 @@ KILLS=$KILLS
 SECTIONS="$SECTIONS"
 RTT_PORT=7480
 AUTH_PORT=7481
+THREADS_PORT=7490
 CONF
 cp "$HERE/init.sh" "$IR/init"
 chmod +x "$IR/init"

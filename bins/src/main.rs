@@ -142,7 +142,9 @@ pub struct MemnodeArgs {
     #[arg(long, value_name = "PATH")]
     pub key_file: Option<std::path::PathBuf>,
     /// Server threads: connection k is served by thread k mod N, each with its own handler
-    /// where the service can share its state (Catfish); `--core` pins the first.
+    /// where the service can share its state (Catfish); `--core` pins the first (soft). With
+    /// `--fabric verbs` each thread has its own shared receive queue and never waits on its
+    /// replies; the main thread handles connection events.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Server threads poll their connections without pause instead of giving the CPU away
@@ -185,9 +187,10 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Memnode(a) => match a.fabric {
             MemnodeFabric::Soft => memnode::run(&a),
-            MemnodeFabric::Verbs if a.threads != 1 || a.polling || a.tcp_listen.is_some() => {
-                Err("--threads, --polling and --tcp-listen are for --fabric soft".into())
+            MemnodeFabric::Verbs if a.polling || a.tcp_listen.is_some() => {
+                Err("--polling and --tcp-listen are for --fabric soft".into())
             }
+            MemnodeFabric::Verbs if a.threads == 0 => Err("--threads must be at least 1".into()),
             MemnodeFabric::Verbs => verbs_cmds::memnode(&a),
         },
         Cmd::Bench(a) => bench::run(&a),

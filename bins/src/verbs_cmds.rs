@@ -102,7 +102,9 @@ mod real {
             format!(
                 "staging buffers on {}; inline up to {} bytes; one doorbell per post, last work \
                  request signaled",
-                qp.staging_pages(),
+                qp.staging_pages()
+                    .map_or("none yet (mapped on the first bounce)".to_string(), |k| k
+                        .to_string()),
                 info.max_inline
             ),
         ];
@@ -135,6 +137,7 @@ mod real {
             dm_len: a.dm_kib << 10,
             device: a.device.clone(),
             verbose: false,
+            threads: a.threads,
             key: match &a.key_file {
                 Some(p) => {
                     Some(remora::poller::soft::auth::load_or_create(p).map_err(|e| e.to_string())?)
@@ -202,6 +205,17 @@ mod real {
             "memnode {} (verbs): stopped after {conns} connections, {served} messages served; \
              device memory was {}",
             a.node_id, s.dm
+        );
+        println!(
+            "memnode {} (verbs): {} server threads, each with a shared receive queue of {} \
+             buffers; receiver-not-ready timer {:.2} ms (IB code {}) read back on {} of {conns} \
+             connections",
+            a.node_id,
+            a.threads,
+            remora::verbs::SRQ_DEPTH,
+            remora::verbs::qp::MIN_RNR_TIMER_MS,
+            remora::verbs::qp::MIN_RNR_TIMER,
+            node.rnr_timer_set()
         );
         if let Some(b) = node.per_connection_bytes() {
             println!(

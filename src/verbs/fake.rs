@@ -436,6 +436,38 @@ mod tests {
         }
     }
 
+    #[test]
+    fn one_sided_clients_get_no_staging_or_receive_buffers() {
+        let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+        let qp = ep.qp(0).unwrap();
+        assert_eq!(qp.buffers_mapped(), (false, false), "nothing at connect");
+        let at = GlobalAddr::new(0, 8192);
+        // READs, WRITEs and atomics in registered memory (a coroutine frame, as the indexes
+        // run): in place, so neither buffer is ever mapped.
+        let coros = (0..2u64)
+            .map(|c| async move {
+                let mut img = [0u8; 512];
+                qp.write(at, &[c as u8; 512]).await.unwrap();
+                qp.read(at, &mut img).await.unwrap();
+                qp.faa(at, 1).await.unwrap();
+                qp.cas(at, 0, 1).await.unwrap();
+            })
+            .collect();
+        run_coroutines(coros);
+        assert_eq!(qp.buffers_mapped(), (false, false), "{}", ep.stats());
+        assert!(qp.staging_pages().is_none());
+        // A buffer the NIC cannot reach is bounced: staging is mapped then, not receives.
+        let mut heap = vec![0u8; 512];
+        block_on(qp.read(at, &mut heap)).unwrap();
+        assert_eq!(qp.buffers_mapped(), (true, false));
+        // The first message posts the receives its reply needs.
+        block_on(qp.send(&[9; 16])).unwrap();
+        assert_eq!(qp.buffers_mapped(), (true, true));
+        let mut reply = [0u8; 64];
+        assert_eq!(block_on(qp.recv(&mut reply)).unwrap().len, 16);
+        assert_eq!(reply[..16], [9; 16]);
+    }
+
     /// Loads `keys` keys into `idx` by upserts, looks each up and scans from the first, on 4
     /// coroutines placed in the endpoint's frames (as the bench runs them); returns the data
     /// path's figures since the endpoint connected (the index's open included).

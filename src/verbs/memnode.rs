@@ -22,6 +22,10 @@
 //! after the fence. If the queue pair cannot be moved, the request is refused and the waiter
 //! reports the lock held instead of breaking it.
 //!
+//! **Server threads** ([`MemnodeConfig::threads`], see `shard.rs`): each serves its share of
+//! the connections from its own shared receive queue and never waits for a reply; the
+//! thread that calls [`Memnode::serve`] handles connection events.
+//!
 //! **Keys.** With [`MemnodeConfig::key`] (`remora memnode --key-file`), every connect request
 //! (connection, revocation, fence) must prove the key ([`Gate`], see `wire.rs`); any other is
 //! rejected with [`Unauthorized`], which the client reports as its error.
@@ -29,24 +33,28 @@ use super::arena::{Arena, PageKind};
 use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeout};
 use super::device::{check_port, context_name, limits, probe};
 use super::error::{VerbsError, sys_err};
-use super::mr::{Mr, Pd, REMOTE};
+use super::mr::{LOCAL, Mr, Pd, REMOTE};
 use super::qp::{RECV_LEN, VerbsQp};
 use super::stats::{Stats, VerbsStats};
 use super::sys;
 use super::wire::{
     DmKind, Fenced, Gate, Hello, Request, Revoked, Unauthorized, Welcome, service_bytes,
 };
-use remora_core::fabric::{FabricError, Op, QueuePair, RecvKind};
+use remora_core::fabric::{Op, QueuePair, Recv, RecvKind};
 use remora_core::server::{Echo, Handler, Replies};
 use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
 use remora_poller::soft::words::{Persist, WordRegion};
+use shard::{Conn, Ctl, Hub, Server, Srq, ThreadHandler, lock};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod control;
 mod device_state;
+mod shard;
+pub use shard::SRQ_DEPTH;
 
 /// What a memory node serves.
 #[derive(Debug, Clone)]
@@ -66,6 +74,9 @@ pub struct MemnodeConfig {
     /// Admit only requests that prove this key (`wire`'s module docs; `None`: anyone who
     /// reaches the port).
     pub key: Option<remora_poller::soft::auth::Key>,
+    /// Server threads (at least 1; `remora memnode --threads`), each with its own shared
+    /// receive queue and its share of the connections.
+    pub threads: usize,
 }
 
 /// The device memory of one device.
@@ -96,6 +107,8 @@ impl Drop for DeviceMem {
 /// What the node keeps per RDMA device connections arrive on. Field order is release order.
 struct DevState {
     ctx: *mut sys::ibv_context,
+    /// One shared receive queue per server thread.
+    srqs: Vec<Arc<Srq>>,
     region_mr: Mr,
     dm: Dm,
     pd: Pd,
@@ -103,30 +116,26 @@ struct DevState {
     init_rd: u8,
 }
 
-struct Conn {
-    qp: VerbsQp,
-    /// Its number for the handler (never reused).
-    id: usize,
-    /// The client it belongs to (fenced as a whole).
-    client: u32,
-    /// Failed or refused: nothing more is served from it (released on its rdma_cm event).
-    dead: bool,
-}
-
 /// A running memory node. Field order is release order: connections, then per-device
 /// registrations, then the memory, then the listener.
 pub struct Memnode {
-    conns: Vec<Conn>,
+    /// The connections, each with its server thread (in its inbox between serves).
+    hub: Arc<Hub>,
+    /// The open connections as the control thread sees them.
+    ctls: Vec<Arc<Ctl>>,
     devs: Vec<DevState>,
     dm_host: Option<Arena>,
     region: Arena,
     listen: CmId,
     channel: Channel,
     cfg: MemnodeConfig,
-    handler: Box<dyn Handler + Send>,
-    replies: Replies,
-    served: u64,
+    handler: Arc<Mutex<Box<dyn Handler + Send>>>,
+    service: &'static str,
+    /// Per server thread of the running serve: it has a handler of its own (`fork`).
+    forked: Vec<bool>,
     connections: u64,
+    /// Connections whose queue pair took the node's receiver-not-ready timer.
+    rnr_set: u64,
     /// Clients fenced off this node: they may not connect again under their id.
     fenced: BTreeSet<u32>,
     /// The key check of every connect request (with `MemnodeConfig::key`).
@@ -187,18 +196,21 @@ impl Memnode {
             return Err(sys_err("rdma_listen"));
         }
         let gate = cfg.key.map(Gate::new);
+        let service = handler.service();
         let mut node = Memnode {
-            conns: Vec::new(),
+            hub: Arc::new(Hub::new(cfg.threads)),
+            ctls: Vec::new(),
             devs: Vec::new(),
             dm_host: None,
             region,
             listen,
             channel,
             cfg,
-            handler,
-            replies: Replies::new(),
-            served: 0,
+            handler: Arc::new(Mutex::new(handler)),
+            service,
+            forked: Vec::new(),
             connections: 0,
+            rnr_set: 0,
             fenced: BTreeSet::new(),
             gate,
             per_connection: None,
@@ -230,81 +242,102 @@ impl Memnode {
             device,
             region_pages: self.region.kind(),
             dm,
-            service: self.handler.service(),
+            service: self.service,
         }
     }
 
-    /// Serves until `stop` is set or `limit` has passed.
+    /// Serves until `stop` is set or `limit` has passed: [`MemnodeConfig::threads`] server
+    /// threads serve the connections (see `shard.rs`) while the calling thread handles
+    /// connection events.
     pub fn serve(&mut self, stop: &AtomicBool, limit: Option<Duration>) -> Result<(), VerbsError> {
         let t0 = Instant::now();
-        let mut buf = vec![0u8; RECV_LEN];
-        let (mut idle, mut round) = (0u64, 0u64);
-        while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| t0.elapsed() < l) {
-            round += 1;
-            let mut served = 0;
-            let region = local_region(&self.region, self.cfg.node);
-            let mut others = Vec::new();
-            for i in 0..self.conns.len() {
-                let c = &mut self.conns[i];
-                if c.dead {
-                    continue;
+        let n = self.hub.threads();
+        // A handler per extra thread where the service has them (sharing its state); else
+        // the threads take turns on the node's.
+        let own: Vec<Option<Box<dyn Handler + Send>>> = (0..n)
+            .map(|t| {
+                if t == 0 {
+                    None
+                } else {
+                    lock(&self.handler).fork()
                 }
-                let (handler, replies) = (&mut *self.handler, &mut self.replies);
-                let r = serve_connection(
-                    handler,
-                    replies,
-                    &region,
-                    c,
-                    &mut buf,
-                    &mut others,
-                    &self.server,
-                );
-                // Wake-ups for other connections (`Replies::send_to`), best effort.
-                for (to, m) in others.drain(..) {
-                    if let Some(o) = self.conns.iter().find(|o| o.id == to && !o.dead)
-                        && let Ok(w) = o.qp.post_detached(&mut [Op::Send { local: &m }])
-                    {
-                        self.server.bump(|v| v.server_waits += w);
-                    }
-                }
-                let c = &mut self.conns[i];
-                let handler = &mut *self.handler;
-                match r {
-                    Ok(n) => served += n,
-                    Err(e) => {
-                        // Nothing more from it: disconnected, so the client's queue pair fails
-                        // instead of waiting for replies; released on its rdma_cm event.
-                        c.dead = true;
-                        // SAFETY: the connection's id is live (it is released with the Conn);
-                        // disconnecting twice (again on release) is harmless.
-                        unsafe { sys::rdma_disconnect(c.qp.cm_id()) };
-                        handler.on_disconnect(&region, c.id);
-                        if self.cfg.verbose {
-                            println!("memnode: connection {} ended: {e}", c.id);
+            })
+            .collect();
+        self.forked = own.iter().map(Option::is_some).collect();
+        let quit = AtomicBool::new(false);
+        let (hub, handler) = (self.hub.clone(), self.handler.clone());
+        let (base, len, node) = (
+            self.region.as_ptr() as usize,
+            self.region.len() as u64,
+            self.cfg.node,
+        );
+        let verbose = self.cfg.verbose;
+        let result = std::thread::scope(|s| {
+            let quit = &quit;
+            let threads: Vec<_> = own
+                .into_iter()
+                .enumerate()
+                .map(|(t, own)| {
+                    let (hub, handler) = (&*hub, &*handler);
+                    std::thread::Builder::new()
+                        .name(format!("remora-verbs-srv-{t}"))
+                        .spawn_scoped(s, move || {
+                            // SAFETY: the region arena is mapped for the whole scope (the
+                            // node outlives `serve`).
+                            let region = unsafe {
+                                WordRegion::new(base as *mut u8, len, node, Persist::Nothing)
+                            };
+                            Server {
+                                t,
+                                hub,
+                                handler: match own {
+                                    Some(h) => ThreadHandler::Own(h),
+                                    None => ThreadHandler::Shared(handler),
+                                },
+                                region,
+                                verbose,
+                            }
+                            .run(quit)
+                        })
+                })
+                .collect();
+            let mut r = Ok(());
+            while r.is_ok()
+                && !stop.load(Ordering::Relaxed)
+                && limit.is_none_or(|l| t0.elapsed() < l)
+                && threads
+                    .iter()
+                    .all(|t| t.as_ref().is_ok_and(|h| !h.is_finished()))
+            {
+                r = self
+                    .channel
+                    .next(Duration::from_millis(20))
+                    .and_then(|ev| ev.map_or(Ok(()), |ev| self.on_event(ev)));
+            }
+            quit.store(true, Ordering::Relaxed);
+            for t in threads {
+                match t {
+                    Ok(h) => match h.join() {
+                        Ok(v) => self.server.bump(|s| *s = *s + v),
+                        Err(_) => {
+                            r = r.and(Err(VerbsError::Sys {
+                                what: "a memnode server thread panicked",
+                                errno: libc::EIO,
+                            }))
                         }
+                    },
+                    Err(e) => {
+                        r = r.and(Err(VerbsError::Sys {
+                            what: "spawning a memnode server thread",
+                            errno: e.raw_os_error().unwrap_or(libc::EAGAIN),
+                        }))
                     }
                 }
             }
-            if served == 0 {
-                self.handler.on_idle(&region);
-            }
-            self.served += served as u64;
-            idle = if served > 0 { 0 } else { idle + 1 };
-            if self.conns.is_empty() {
-                // Nothing to serve: wait for connection events.
-                if let Some(ev) = self.channel.next(Duration::from_millis(20))? {
-                    self.on_event(ev)?;
-                }
-            } else if round % 128 == 0 {
-                while let Some(ev) = self.channel.next(Duration::ZERO)? {
-                    self.on_event(ev)?;
-                }
-            }
-            if idle > 256 {
-                std::thread::yield_now();
-            }
-        }
-        Ok(())
+            r
+        });
+        self.forked.clear();
+        result
     }
 
     /// The memory one connection costs this process: its resident plus hugetlb memory grown
@@ -314,55 +347,22 @@ impl Memnode {
         self.per_connection
     }
 
+    /// Connections whose queue pair was read back with the receiver-not-ready timer
+    /// [`super::qp::MIN_RNR_TIMER`] (the rest kept rdma_cm's default, 655 ms).
+    pub fn rnr_timer_set(&self) -> u64 {
+        self.rnr_set
+    }
+
     /// Messages served and connections accepted so far.
     pub fn stats(&self) -> (u64, u64) {
-        (self.served, self.connections)
+        (self.hub.served.load(Ordering::Relaxed), self.connections)
     }
 
     /// The data path's counters: the node's own (messages, waits on its replies), its open
     /// connections', and those of every queue pair of this process already released.
     pub fn verbs_stats(&self) -> VerbsStats {
-        self.conns
-            .iter()
-            .fold(self.server.get() + super::stats::totals(), |a, c| {
-                a + c.qp.stats()
-            })
+        self.server.get() + super::stats::totals() + self.hub.stats()
     }
-}
-
-/// Hands every message waiting on `c` to the handler and posts its replies without waiting
-/// for them (detached SENDs: inline ones unsignaled, see `VerbsQp::post_detached`); returns
-/// how many messages.
-fn serve_connection(
-    handler: &mut dyn Handler,
-    replies: &mut Replies,
-    region: &WordRegion<'_>,
-    c: &Conn,
-    buf: &mut [u8],
-    others: &mut Vec<(usize, Vec<u8>)>,
-    stats: &Stats,
-) -> Result<usize, FabricError> {
-    let mut n = 0;
-    while let Some(r) = c.qp.try_recv(buf)? {
-        let msg: &[u8] = if r.kind == RecvKind::Send {
-            &buf[..(r.len as usize).min(buf.len())]
-        } else {
-            &[]
-        };
-        replies.clear();
-        handler.on_message(region, c.id, r, msg, replies)?;
-        let mut waits = 0;
-        for m in replies.iter() {
-            waits += c.qp.post_detached(&mut [Op::Send { local: m }])?;
-        }
-        stats.bump(|v| {
-            v.server_messages += 1;
-            v.server_waits += waits;
-        });
-        others.extend(replies.iter_other().map(|(to, m)| (to, m.to_vec())));
-        n += 1;
-    }
-    Ok(n)
 }
 
 /// The node's registered region as its own CPU sees it: the soft fabric's [`WordRegion`]

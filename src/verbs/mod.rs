@@ -37,7 +37,7 @@ pub use endpoint::{
 };
 pub use error::VerbsError;
 pub use fake::FakeNode;
-pub use memnode::{Memnode, MemnodeConfig};
+pub use memnode::{Memnode, MemnodeConfig, SRQ_DEPTH};
 pub use pool::{Pool, PoolBuf};
 pub use qp::VerbsQp;
 pub use stats::{VerbsStats, totals};

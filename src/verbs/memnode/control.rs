@@ -17,16 +17,35 @@ impl Memnode {
         let region = local_region(&self.region, self.cfg.node);
         let mut cut = 0;
         for c in self
-            .conns
-            .iter_mut()
-            .filter(|c| c.client == client && !c.dead)
+            .ctls
+            .iter()
+            .filter(|c| c.client == client && !c.dead.load(Ordering::Acquire))
         {
-            c.qp.cut_off()?;
-            c.dead = true;
-            // SAFETY: the connection's id is live (released with the Conn); disconnecting
-            // twice (again on release) is harmless.
-            unsafe { sys::rdma_disconnect(c.qp.cm_id()) };
-            self.handler.on_disconnect(&region, c.id);
+            let mut attr = sys::ibv_qp_attr {
+                qp_state: sys::IBV_QPS_ERR,
+                ..Default::default()
+            };
+            // SAFETY: the queue pair is live while its `Ctl` is listed (its server thread
+            // drops it only after this thread marks it gone); moving a queue pair to the
+            // error state is always allowed, from any thread.
+            let rc = unsafe { sys::ibv_modify_qp(c.qp, &mut attr, sys::IBV_QP_STATE as i32) };
+            if rc != 0 {
+                return Err(VerbsError::Sys {
+                    what: "ibv_modify_qp to the error state (fencing a client)",
+                    errno: rc.abs(),
+                });
+            }
+            c.dead.store(true, Ordering::Release);
+            // SAFETY: the connection's id is live (as above); disconnecting twice (again on
+            // release) is harmless.
+            unsafe { sys::rdma_disconnect(c.cm_id) };
+            // Its handler learns of it before the fence is answered: here when its thread
+            // serves with the node's handler, else (a forked handler) on its thread's next
+            // round.
+            let forked = self.forked.get(self.hub.owner(c.id)).copied();
+            if !forked.unwrap_or(false) && !c.told.swap(true, Ordering::AcqRel) {
+                lock(&self.handler).on_disconnect(&region, c.id);
+            }
             cut += 1;
         }
         Ok(cut)
@@ -160,8 +179,17 @@ impl Memnode {
         let client = self.client_for(hello.client);
         let d = &self.devs[dev];
         set_ack_timeout(ev.id);
+        let shard = self.hub.owner(self.connections as usize + 1);
+        let srq = d.srqs[shard % d.srqs.len()].clone();
+        let (srq_raw, recv_cq) = srq.raw();
         let before = self.per_connection.is_none().then(process_memory);
-        let mut qp = VerbsQp::create(CmId(ev.id), None, d.pd.borrowed(), self.cfg.node, true)?;
+        let mut qp = VerbsQp::create_shared(
+            CmId(ev.id),
+            d.pd.borrowed(),
+            self.cfg.node,
+            srq_raw,
+            recv_cq,
+        )?;
         if let Some(Some(b)) = before {
             self.per_connection = process_memory().map(|a| a.saturating_sub(b));
         }
@@ -180,24 +208,36 @@ impl Memnode {
         if unsafe { sys::rdma_accept(qp.cm_id(), &mut param) } != 0 {
             return Err(sys_err("rdma_accept"));
         }
-        // Best effort (the queue pair may not be in RTS before the connection is established).
-        qp.set_min_rnr_timer();
+        // If the queue pair is not in RTS yet, again when the connection is established.
+        let rnr = qp.set_min_rnr_timer();
         self.connections += 1;
         if self.cfg.verbose {
             println!(
                 "memnode: client {} connected ({} open)",
                 self.connections,
-                self.conns.len() + 1
+                self.ctls.len() + 1
             );
         }
-        let region = local_region(&self.region, self.cfg.node);
-        self.handler
-            .on_connect(&region, self.connections as usize, client);
-        self.conns.push(Conn {
-            qp,
+        let ctl = Arc::new(Ctl {
             id: self.connections as usize,
             client,
-            dead: false,
+            cm_id: qp.cm_id(),
+            qp: qp.raw_qp(),
+            dead: AtomicBool::new(false),
+            told: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            rnr: AtomicBool::new(rnr),
+        });
+        if rnr {
+            self.rnr_set += 1;
+        }
+        self.ctls.push(ctl.clone());
+        // Its thread introduces it to the handler before serving any message of it.
+        self.hub.hand_over(Conn {
+            qp,
+            ctl,
+            srq,
+            introduced: false,
         });
         Ok(())
     }
@@ -205,7 +245,17 @@ impl Memnode {
     pub(super) fn on_event(&mut self, ev: Event) -> Result<(), VerbsError> {
         match ev.kind {
             sys::RDMA_CM_EVENT_CONNECT_REQUEST => self.on_connect_request(&ev),
-            sys::RDMA_CM_EVENT_ESTABLISHED => {}
+            sys::RDMA_CM_EVENT_ESTABLISHED => {
+                if let Some(c) = self.ctls.iter().find(|c| c.cm_id == ev.id)
+                    && !c.rnr.load(Ordering::Relaxed)
+                    && !c.dead.load(Ordering::Acquire)
+                    // The queue pair is live while its `Ctl` is listed (see `fence`).
+                    && crate::verbs::qp::set_min_rnr_timer(c.qp)
+                {
+                    c.rnr.store(true, Ordering::Relaxed);
+                    self.rnr_set += 1;
+                }
+            }
             sys::RDMA_CM_EVENT_DEVICE_REMOVAL => {
                 return Err(VerbsError::Sys {
                     what: "the RDMA device was removed",
@@ -213,13 +263,10 @@ impl Memnode {
                 });
             }
             _ => {
-                // Disconnected, timed out, or failed: release that connection.
-                if let Some(i) = self.conns.iter().position(|c| c.qp.cm_id() == ev.id) {
-                    let c = self.conns.swap_remove(i);
-                    if !c.dead {
-                        let region = local_region(&self.region, self.cfg.node);
-                        self.handler.on_disconnect(&region, c.id);
-                    }
+                // Disconnected, timed out, or failed: its server thread releases it (and
+                // tells its handler); this thread touches it no more.
+                if let Some(i) = self.ctls.iter().position(|c| c.cm_id == ev.id) {
+                    self.ctls.swap_remove(i).gone.store(true, Ordering::Release);
                 }
             }
         }

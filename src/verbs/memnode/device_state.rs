@@ -31,8 +31,12 @@ impl Memnode {
             )?
         };
         let dm = self.device_memory(ctx, &pd, max_dm)?;
+        let srqs = (0..self.hub.threads())
+            .map(|_| Srq::new(ctx, &pd).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
         self.devs.push(DevState {
             ctx,
+            srqs,
             region_mr,
             dm,
             pd,
@@ -124,7 +128,7 @@ impl Memnode {
             dm_addr,
             dm_rkey,
             dm_len,
-            service: service_bytes(self.handler.service()),
+            service: service_bytes(self.service),
             client,
         }
     }

@@ -24,7 +24,13 @@
 //!   would fail it (remote access error outside the region, remote invalid request inside)
 //!   and the queue pair is moved to the error state, as the contract requires.
 //! - **Receives.** Each queue pair keeps [`RQ_DEPTH`] receive buffers of [`RECV_LEN`] bytes
-//!   posted; every receive completion (SEND or WRITE_WITH_IMM) re-posts its buffer.
+//!   posted; consumed ones are posted again in chains of [`RECV_BATCH`]. A memory node's
+//!   queue pairs have none of their own: they take from their server thread's shared receive
+//!   queue (SRQ) and report to its receive completion queue ([`VerbsQp::create_shared`]).
+//! - **Footprint.** Staging and receive buffers are mapped and registered on first need: the
+//!   first batch that bounces, the first SEND or WRITE_WITH_IMM posted (a message's reply
+//!   needs a posted receive), or the first receive wait. A one-sided client (SMART, Sherman:
+//!   READs, WRITEs and atomics in its registered frames) never gets either.
 pub(crate) mod cq;
 mod detached;
 mod post;
@@ -61,6 +67,8 @@ pub const RECV_LEN: usize = 4096;
 /// The RNR NAK timer each side advertises: IB code 28, 163.84 ms, so a sender's 6 RNR
 /// retries give a receiver about 1 s to post a buffer (rdma_cm leaves code 0: 655.36 ms).
 pub const MIN_RNR_TIMER: u8 = 28;
+/// [`MIN_RNR_TIMER`] in milliseconds.
+pub const MIN_RNR_TIMER_MS: f64 = 163.84;
 /// Most work requests one post may carry.
 pub const MAX_BATCH: usize = 128;
 /// Batches in flight per queue pair.
@@ -75,12 +83,14 @@ const POLL_BATCH: usize = 16;
 struct Raw {
     qp_created: bool,
     disconnect: bool,
+    /// This queue pair's own receive completion queue (null: a server thread's shared one).
     recv_cq: *mut sys::ibv_cq,
-    stage_mr: Option<Mr>,
-    recv_mr: Option<Mr>,
+    /// Set on first need (see the module docs on footprint).
+    stage_mr: RefCell<Option<Mr>>,
+    recv_mr: RefCell<Option<Mr>>,
     pool_mrs: [Option<Mr>; POOLS],
-    stage: Option<Arena>,
-    recv: Option<Arena>,
+    stage: RefCell<Option<Arena>>,
+    recv: RefCell<Option<Arena>>,
     /// The thread's send completion queue (destroyed with its last queue pair).
     send: Rc<SendCq>,
     /// None on the fake device.
@@ -117,11 +127,11 @@ impl Drop for Raw {
                 sys::ibv_destroy_cq(self.recv_cq);
             }
         }
-        self.stage_mr = None;
-        self.recv_mr = None;
+        *self.stage_mr.get_mut() = None;
+        *self.recv_mr.get_mut() = None;
         self.pool_mrs = [None, None];
-        self.stage = None;
-        self.recv = None;
+        *self.stage.get_mut() = None;
+        *self.recv.get_mut() = None;
     }
 }
 
@@ -135,10 +145,15 @@ pub struct VerbsQp {
     dev: Dev,
     /// This queue pair's index at its send completion queue.
     cq_index: u16,
-    stage_base: *mut u8,
-    stage_lkey: u32,
-    recv_base: *mut u8,
-    recv_lkey: u32,
+    /// Its number at the device (0 on the fake device).
+    qp_num: u32,
+    /// Staging and receive buffers, once mapped (null before).
+    stage_base: Cell<*mut u8>,
+    stage_lkey: Cell<u32>,
+    recv_base: Cell<*mut u8>,
+    recv_lkey: Cell<u32>,
+    /// Receives come from a server thread's shared receive queue (none of its own).
+    shared_recv: bool,
     counters: Counters,
     stats: Stats,
     /// The caller's registered ranges, used in place: (base, len, lkey); len 0: none.
@@ -172,22 +187,10 @@ pub struct VerbsQp {
 unsafe impl Send for VerbsQp {}
 
 impl VerbsQp {
-    /// Creates the queue pair on `id` (whose device is resolved), with its own send
-    /// completion queue, staging and receive buffers, and posts the receives. `channel` is
-    /// owned by the queue pair on the client side (one channel per connection) and `None` on
-    /// a memory node.
-    pub(crate) fn create(
-        id: CmId,
-        channel: Option<Channel>,
-        pd: Pd,
-        peer: NodeId,
-        disconnect_on_drop: bool,
-    ) -> Result<VerbsQp, VerbsError> {
-        VerbsQp::create_on(id, channel, pd, peer, disconnect_on_drop, None)
-    }
-
-    /// [`Self::create`] on the thread's send completion queue `cq` when it fits (same
-    /// device, room left; else on a new one). The new queue pair's completion queue is
+    /// Creates the queue pair on `id` (whose device is resolved) on the thread's send
+    /// completion queue `cq` when it fits (same device, room left; else on a new one), with
+    /// its own receive completion queue. `channel` is owned by the queue pair on the client
+    /// side (one channel per connection). The new queue pair's completion queue is
     /// [`Self::send_cq`], for the next one.
     pub(crate) fn create_on(
         id: CmId,
@@ -196,6 +199,32 @@ impl VerbsQp {
         peer: NodeId,
         disconnect_on_drop: bool,
         cq: Option<&Rc<SendCq>>,
+    ) -> Result<VerbsQp, VerbsError> {
+        VerbsQp::create_inner(id, channel, pd, peer, disconnect_on_drop, cq, None)
+    }
+
+    /// A memory node's queue pair on `id`: its own send completion queue, and no receive
+    /// buffers or receive completion queue of its own: it takes receives from `srq` (a shared
+    /// receive queue on `pd`) and reports them to `recv_cq`, both of which must outlive it.
+    /// Its receive completions are polled by whoever polls `recv_cq` (`try_recv` refuses).
+    pub(crate) fn create_shared(
+        id: CmId,
+        pd: Pd,
+        peer: NodeId,
+        srq: *mut sys::ibv_srq,
+        recv_cq: *mut sys::ibv_cq,
+    ) -> Result<VerbsQp, VerbsError> {
+        VerbsQp::create_inner(id, None, pd, peer, true, None, Some((srq, recv_cq)))
+    }
+
+    fn create_inner(
+        id: CmId,
+        channel: Option<Channel>,
+        pd: Pd,
+        peer: NodeId,
+        disconnect_on_drop: bool,
+        cq: Option<&Rc<SendCq>>,
+        shared: Option<(*mut sys::ibv_srq, *mut sys::ibv_cq)>,
     ) -> Result<VerbsQp, VerbsError> {
         // SAFETY: `id` is a live cm id; `verbs` is its device context once resolved.
         let ctx = unsafe { (*id.0).verbs };
@@ -213,29 +242,35 @@ impl VerbsQp {
             qp_created: false,
             disconnect: disconnect_on_drop,
             recv_cq: std::ptr::null_mut(),
-            stage_mr: None,
-            recv_mr: None,
+            stage_mr: RefCell::new(None),
+            recv_mr: RefCell::new(None),
             pool_mrs: [None, None],
-            stage: None,
-            recv: None,
+            stage: RefCell::new(None),
+            recv: RefCell::new(None),
             send,
             pd: Some(pd),
             id: Some(id),
             channel,
         };
-        // SAFETY: `ctx` is open; a completion queue without channel, checked for null.
-        raw.recv_cq = unsafe {
-            sys::ibv_create_cq(
-                ctx,
-                RQ_DEPTH as i32 + 1,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
+        let (srq, recv_cq) = match shared {
+            Some(s) => s,
+            None => {
+                // SAFETY: `ctx` is open; a completion queue without channel, checked for null.
+                raw.recv_cq = unsafe {
+                    sys::ibv_create_cq(
+                        ctx,
+                        RQ_DEPTH as i32 + 1,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        0,
+                    )
+                };
+                if raw.recv_cq.is_null() {
+                    return Err(sys_err("ibv_create_cq (receive)"));
+                }
+                (std::ptr::null_mut(), raw.recv_cq)
+            }
         };
-        if raw.recv_cq.is_null() {
-            return Err(sys_err("ibv_create_cq (receive)"));
-        }
         let (id, pd) = match (&raw.id, &raw.pd) {
             (Some(i), Some(p)) => (i.0, p.raw()),
             _ => unreachable!("set above"),
@@ -244,10 +279,11 @@ impl VerbsQp {
         for inline in [INLINE_WANT, 0] {
             let mut attr = sys::ibv_qp_init_attr {
                 send_cq: raw.send.raw(),
-                recv_cq: raw.recv_cq,
+                recv_cq,
+                srq,
                 cap: sys::ibv_qp_cap {
                     max_send_wr: SQ_DEPTH,
-                    max_recv_wr: RQ_DEPTH,
+                    max_recv_wr: if srq.is_null() { RQ_DEPTH } else { 0 },
                     max_send_sge: 1,
                     max_recv_sge: 1,
                     max_inline_data: inline,
@@ -268,7 +304,7 @@ impl VerbsQp {
         }
         // SAFETY: created above.
         let dev = Dev::Real(unsafe { (*id).qp });
-        VerbsQp::finish_create(raw, dev, peer, max_inline)
+        VerbsQp::finish_create(raw, dev, peer, max_inline, !srq.is_null())
     }
 
     /// A queue pair to `node` on the fake device (see [`super::fake`]), on `cq` when given
@@ -285,18 +321,18 @@ impl VerbsQp {
             qp_created: false,
             disconnect: false,
             recv_cq: std::ptr::null_mut(),
-            stage_mr: None,
-            recv_mr: None,
+            stage_mr: RefCell::new(None),
+            recv_mr: RefCell::new(None),
             pool_mrs: [None, None],
-            stage: None,
-            recv: None,
+            stage: RefCell::new(None),
+            recv: RefCell::new(None),
             send,
             pd: None,
             id: None,
             channel: None,
         };
         let dev = Dev::Fake(FakeQp::connect(node, RQ_DEPTH as usize));
-        let mut qp = VerbsQp::finish_create(raw, dev, node.node(), INLINE_WANT as usize)?;
+        let mut qp = VerbsQp::finish_create(raw, dev, node.node(), INLINE_WANT as usize, false)?;
         let (addr, len) = node.region();
         let (dm_addr, dm_len) = node.dm();
         let remote = Remote {
@@ -335,38 +371,36 @@ impl VerbsQp {
         }
     }
 
-    /// Staging and receive buffers, the common fields, and the first receives.
+    /// The common fields (staging and receive buffers come on first need).
     fn finish_create(
-        mut raw: Raw,
+        raw: Raw,
         dev: Dev,
         peer: NodeId,
         max_inline: usize,
+        shared_recv: bool,
     ) -> Result<VerbsQp, VerbsError> {
         let cq_index = raw.send.join().ok_or(VerbsError::Sys {
             what: "a send completion queue with no room left",
             errno: libc::ENOSPC,
         })?;
-        let stage = raw.stage.insert(Arena::new(SLOTS * STAGE_SLOT)?);
-        let (stage_base, stage_len) = (stage.as_ptr(), stage.len());
-        // SAFETY: the arena is owned by `raw`, which drops the registration first.
-        let (mr, stage_lkey) = unsafe { VerbsQp::register(&raw, stage_base, stage_len)? };
-        raw.stage_mr = mr;
-        let recv = raw.recv.insert(Arena::new(RQ_DEPTH as usize * RECV_LEN)?);
-        let (recv_base, recv_len) = (recv.as_ptr(), recv.len());
-        // SAFETY: as above.
-        let (mr, recv_lkey) = unsafe { VerbsQp::register(&raw, recv_base, recv_len)? };
-        raw.recv_mr = mr;
+        let qp_num = match &dev {
+            // SAFETY: a live queue pair created above.
+            Dev::Real(q) => unsafe { (**q).qp_num },
+            Dev::Fake(_) => 0,
+        };
         let qp = VerbsQp {
+            qp_num,
             peer,
             remote: Remote::default(),
             max_message: RECV_LEN,
             max_inline,
             dev,
             cq_index,
-            stage_base,
-            stage_lkey,
-            recv_base,
-            recv_lkey,
+            stage_base: Cell::new(std::ptr::null_mut()),
+            stage_lkey: Cell::new(0),
+            recv_base: Cell::new(std::ptr::null_mut()),
+            recv_lkey: Cell::new(0),
+            shared_recv,
             counters: Counters::new(),
             stats: Stats::default(),
             pools: [const { Cell::new((0, 0, 0)) }; POOLS],
@@ -382,9 +416,75 @@ impl VerbsQp {
             oneoff: RefCell::new((0..SLOTS).map(|_| None).collect()),
             raw,
         };
-        qp.repost.borrow_mut().extend(0..RQ_DEPTH);
-        qp.post_recvs().map_err(|()| sys_err("ibv_post_recv"))?;
         Ok(qp)
+    }
+
+    /// Maps and registers the staging buffers if not yet done.
+    pub(super) fn ensure_stage(&self) -> Result<(), FabricError> {
+        if !self.stage_base.get().is_null() {
+            return Ok(());
+        }
+        let arena = Arena::new(SLOTS * STAGE_SLOT).map_err(|_| FabricError::Unsupported {
+            what: "no memory for staging buffers",
+        })?;
+        // SAFETY: the arena is kept in `raw`, which releases the registration first.
+        let (mr, lkey) = unsafe { VerbsQp::register(&self.raw, arena.as_ptr(), arena.len()) }
+            .map_err(|_| FabricError::Unsupported {
+                what: "could not register staging buffers (locked-memory limit?)",
+            })?;
+        self.stage_base.set(arena.as_ptr());
+        self.stage_lkey.set(lkey);
+        *self.raw.stage_mr.borrow_mut() = mr;
+        *self.raw.stage.borrow_mut() = Some(arena);
+        Ok(())
+    }
+
+    /// Maps, registers and posts the receive buffers if not yet done (a queue pair on a
+    /// shared receive queue has none: an error).
+    pub(super) fn ensure_recvs(&self) -> Result<(), FabricError> {
+        if !self.recv_base.get().is_null() {
+            return Ok(());
+        }
+        if self.shared_recv {
+            return Err(FabricError::Unsupported {
+                what: "a memory node's queue pair receives through its server thread's shared queue",
+            });
+        }
+        let arena =
+            Arena::new(RQ_DEPTH as usize * RECV_LEN).map_err(|_| FabricError::Unsupported {
+                what: "no memory for receive buffers",
+            })?;
+        // SAFETY: the arena is kept in `raw`, which releases the registration first.
+        let (mr, lkey) = unsafe { VerbsQp::register(&self.raw, arena.as_ptr(), arena.len()) }
+            .map_err(|_| FabricError::Unsupported {
+                what: "could not register receive buffers (locked-memory limit?)",
+            })?;
+        self.recv_base.set(arena.as_ptr());
+        self.recv_lkey.set(lkey);
+        *self.raw.recv_mr.borrow_mut() = mr;
+        *self.raw.recv.borrow_mut() = Some(arena);
+        self.repost.borrow_mut().extend(0..RQ_DEPTH);
+        if self.post_recvs().is_err() {
+            self.broken.set(true);
+            return Err(FabricError::Unsupported {
+                what: "ibv_post_recv refused the receive buffers",
+            });
+        }
+        Ok(())
+    }
+
+    /// Its queue pair number (what a shared receive queue's completions name).
+    #[inline]
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// Whether staging and receive buffers were mapped (for footprint checks).
+    pub fn buffers_mapped(&self) -> (bool, bool) {
+        (
+            !self.stage_base.get().is_null(),
+            !self.recv_base.get().is_null(),
+        )
     }
 
     /// The send completion queue this queue pair posts to (for the next queue pair of the
@@ -398,6 +498,14 @@ impl VerbsQp {
         self.peer = peer;
         self.remote = remote;
         self.max_message = max_message.min(u32::MAX as usize);
+    }
+
+    /// The device's queue pair (null on the fake device).
+    pub(crate) fn raw_qp(&self) -> *mut sys::ibv_qp {
+        match &self.dev {
+            Dev::Real(q) => *q,
+            Dev::Fake(_) => std::ptr::null_mut(),
+        }
     }
 
     pub(crate) fn cm_id(&self) -> *mut sys::rdma_cm_id {
@@ -441,57 +549,17 @@ impl VerbsQp {
         self.max_inline
     }
 
-    /// What backs the staging buffers.
-    pub fn staging_pages(&self) -> super::arena::PageKind {
-        self.raw
-            .stage
-            .as_ref()
-            .map_or(super::arena::PageKind::Small, Arena::kind)
-    }
-
-    /// The memory node's side of a fence: moves this (server-side) queue pair to the error
-    /// state, after which the responder processes no more packets of the peer — a READ,
-    /// WRITE or atomic of the fenced client no longer reaches memory (its requester retries,
-    /// then fails with retry exceeded). Checked, unlike the best-effort move on a local error.
-    pub(crate) fn cut_off(&self) -> Result<(), VerbsError> {
-        self.broken.set(true);
-        let mut attr = sys::ibv_qp_attr {
-            qp_state: sys::IBV_QPS_ERR,
-            ..Default::default()
-        };
-        let rc = match &self.dev {
-            // SAFETY: a live queue pair; moving it to the error state is always allowed.
-            Dev::Real(qp) => unsafe {
-                sys::ibv_modify_qp(*qp, &mut attr, sys::IBV_QP_STATE as i32)
-            },
-            Dev::Fake(f) => {
-                f.to_error();
-                0
-            }
-        };
-        if rc != 0 {
-            return Err(VerbsError::Sys {
-                what: "ibv_modify_qp to the error state (fencing a client)",
-                errno: rc.abs(),
-            });
-        }
-        Ok(())
+    /// What backs the staging buffers (`None`: none mapped yet, nothing bounced).
+    pub fn staging_pages(&self) -> Option<super::arena::PageKind> {
+        self.raw.stage.borrow().as_ref().map(Arena::kind)
     }
 
     /// Sets the receiver-not-ready timer this side advertises ([`MIN_RNR_TIMER`]) instead of
-    /// rdma_cm's 0 (which IB reads as 655 ms). A move from RTS to RTS: best effort, a queue
-    /// pair whose device refuses keeps the default. Returns whether it took.
+    /// rdma_cm's 0 (which IB reads as 655 ms), see [`set_min_rnr_timer`]. Returns whether the
+    /// queue pair now has it.
     pub(crate) fn set_min_rnr_timer(&self) -> bool {
-        let mut attr = sys::ibv_qp_attr {
-            qp_state: sys::IBV_QPS_RTS,
-            cur_qp_state: sys::IBV_QPS_RTS,
-            min_rnr_timer: MIN_RNR_TIMER,
-            ..Default::default()
-        };
-        let mask = sys::IBV_QP_STATE | sys::IBV_QP_CUR_STATE | sys::IBV_QP_MIN_RNR_TIMER;
         match &self.dev {
-            // SAFETY: a live, connected queue pair; `attr` is valid for the call.
-            Dev::Real(qp) => unsafe { sys::ibv_modify_qp(*qp, &mut attr, mask as i32) == 0 },
+            Dev::Real(qp) => set_min_rnr_timer(*qp),
             Dev::Fake(_) => true,
         }
     }
@@ -551,6 +619,35 @@ impl Drop for VerbsQp {
         self.raw.send.place(self.cq_index, std::ptr::null());
         self.stats.retire();
     }
+}
+
+/// Sets queue pair `qp`'s receiver-not-ready timer to [`MIN_RNR_TIMER`] (a move from RTS to
+/// RTS: a queue pair not yet in RTS, or whose device refuses, keeps rdma_cm's default) and
+/// reads it back: true when the queue pair has it. `qp` must be live; libibverbs allows the
+/// call from any thread.
+pub(crate) fn set_min_rnr_timer(qp: *mut sys::ibv_qp) -> bool {
+    let mut attr = sys::ibv_qp_attr {
+        qp_state: sys::IBV_QPS_RTS,
+        min_rnr_timer: MIN_RNR_TIMER,
+        ..Default::default()
+    };
+    let mask = sys::IBV_QP_STATE | sys::IBV_QP_MIN_RNR_TIMER;
+    // SAFETY: a live queue pair (the caller's); `attr` is valid for the call.
+    if unsafe { sys::ibv_modify_qp(qp, &mut attr, mask as i32) } != 0 {
+        return false;
+    }
+    let mut got = sys::ibv_qp_attr::default();
+    let mut init = sys::ibv_qp_init_attr::default();
+    // SAFETY: as above; both structs are valid outputs for the call.
+    let rc = unsafe {
+        sys::ibv_query_qp(
+            qp,
+            &mut got,
+            (sys::IBV_QP_STATE | sys::IBV_QP_MIN_RNR_TIMER) as i32,
+            &mut init,
+        )
+    };
+    rc == 0 && got.min_rnr_timer == MIN_RNR_TIMER
 }
 
 impl QueuePair for VerbsQp {

@@ -253,11 +253,15 @@ impl VerbsQp {
 
     /// The staging buffer of `slot` for a batch of `total` bytes: (base, lkey).
     fn stage_of(&self, slot: usize, total: usize) -> Option<(*mut u8, u32)> {
+        if total == 0 {
+            // Nothing staged (the staging buffers may not even be mapped).
+            return Some((std::ptr::null_mut(), 0));
+        }
         if total <= STAGE_SLOT {
             // SAFETY: slot < SLOTS, so the slot lies inside the staging arena.
             return Some((
-                unsafe { self.stage_base.add(slot * STAGE_SLOT) },
-                self.stage_lkey,
+                unsafe { self.stage_base.get().add(slot * STAGE_SLOT) },
+                self.stage_lkey.get(),
             ));
         }
         let oneoff = self.oneoff.borrow();
@@ -334,7 +338,13 @@ impl VerbsQp {
         };
         let n = ops.len() as u32;
         let in_place = mode == Mode::Wait;
-        let total = self.plan(ops, in_place, |_, _| {});
+        // One planning pass: where each op's bytes go, and the staging the batch needs.
+        // (Uninitialized: a batch is mostly one op, and writing all MAX_BATCH places would
+        // cost more than planning twice.)
+        let mut places = [MaybeUninit::<Place>::uninit(); MAX_BATCH];
+        let total = self.plan(ops, in_place, |i, p| {
+            places[i].write(p);
+        });
         let signaled = mode == Mode::Wait || total > 0 || self.unsignaled.get() + n >= SIGNAL_EVERY;
         if (signaled && self.free.get() == 0) || self.sq_used.get() + n > SQ_DEPTH {
             return Ok(None);
@@ -344,6 +354,18 @@ impl VerbsQp {
         } else {
             SLOTS
         };
+        if total > 0 && total <= STAGE_SLOT {
+            self.ensure_stage()?;
+        }
+        // A message's reply needs a posted receive: the first SEND or WRITE_WITH_IMM posts them.
+        if self.recv_base.get().is_null()
+            && !self.shared_recv
+            && ops
+                .iter()
+                .any(|op| matches!(op, Op::Send { .. } | Op::WriteImm { .. }))
+        {
+            self.ensure_recvs()?;
+        }
         if total > STAGE_SLOT {
             let arena = Arena::new(total).map_err(|_| FabricError::Unsupported {
                 what: "no memory for a staging buffer",
@@ -375,8 +397,9 @@ impl VerbsQp {
         let last = ops.len() - 1;
         let mut bounced_write = 0u64;
         let slot_bits = if signaled { slot as u64 } else { NO_SLOT };
-        self.plan(ops, in_place, |i, place| {
-            let op = &ops[i];
+        for (i, (op, place)) in ops.iter().zip(&places).enumerate() {
+            // SAFETY: `plan` wrote the place of every op (index < ops.len()).
+            let place = unsafe { place.assume_init() };
             let (addr, len, key) = match place {
                 Place::Nothing => (0u64, 0usize, None),
                 Place::Direct(k) => {
@@ -422,7 +445,9 @@ impl VerbsQp {
                 length: len as u32,
                 lkey: key.unwrap_or(0),
             });
-            let mut wr = sys::ibv_send_wr {
+            // Built in the vector's own memory (a work request assembled on the stack and
+            // then copied in stalled on its narrow stores: a fifth of start()).
+            wrs.push(sys::ibv_send_wr {
                 wr_id: wr_id(self.cq_index, slot_bits, i),
                 num_sge: i32::from(len > 0),
                 send_flags: if inline { sys::IBV_SEND_INLINE } else { 0 }
@@ -432,6 +457,9 @@ impl VerbsQp {
                         0
                     },
                 ..Default::default()
+            });
+            let Some(wr) = wrs.last_mut() else {
+                unreachable!("pushed just above")
             };
             let (raddr, rkey) = op.remote().map_or((0, 0), |a| self.remote.target(a));
             match op {
@@ -477,8 +505,7 @@ impl VerbsQp {
                 }
                 Op::Send { .. } => wr.opcode = sys::IBV_WR_SEND,
             }
-            wrs.push(wr);
-        });
+        }
         // Link the chain now that the vectors no longer move (capacity MAX_BATCH reserved).
         let sge_ptr = sges.as_mut_ptr();
         let wr_ptr = wrs.as_mut_ptr();

@@ -22,9 +22,9 @@ impl VerbsQp {
                 sges[k] = sys::ibv_sge {
                     // SAFETY: buffer `i < RQ_DEPTH` of the receive arena (RQ_DEPTH buffers of
                     // RECV_LEN bytes).
-                    addr: unsafe { self.recv_base.add(i as usize * RECV_LEN) } as u64,
+                    addr: unsafe { self.recv_base.get().add(i as usize * RECV_LEN) } as u64,
                     length: RECV_LEN as u32,
-                    lkey: self.recv_lkey,
+                    lkey: self.recv_lkey.get(),
                 };
                 wrs[k].write(sys::ibv_recv_wr {
                     wr_id: u64::from(i),
@@ -57,6 +57,7 @@ impl VerbsQp {
 
     /// The next receive completion if one is there (see `QueuePair::try_recv`).
     pub(super) fn poll_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        self.ensure_recvs()?;
         let mut wc = MaybeUninit::<sys::ibv_wc>::uninit();
         let n = self.poll_recv_cq(wc.as_mut_ptr());
         self.stats.bump(|v| {
@@ -114,7 +115,7 @@ impl VerbsQp {
             // `len <= RECV_LEN` bytes; `buf` is a distinct slice with room for them.
             unsafe {
                 std::ptr::copy_nonoverlapping(
-                    self.recv_base.add(i * RECV_LEN),
+                    self.recv_base.get().add(i * RECV_LEN),
                     buf.as_mut_ptr(),
                     len,
                 )
