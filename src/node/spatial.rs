@@ -90,6 +90,11 @@ impl CatfishConfig {
 /// Sync`, usable from any thread, with the same [`Op`] futures (awaited, or blocked on with
 /// [`Op::wait`]) and the same [`Error`] as [`Index`]. Each entry is a rectangle with a
 /// `u64` value (Catfish's object id); several entries may share a rectangle.
+///
+/// Each poller has one Catfish client (one request outstanding on its queue pair), so the
+/// node runs as many Catfish operations at once as it has pollers; more wait their turn in
+/// FIFO order. A search's hits are gathered on the poller in its slot's buffer (grown to the
+/// largest search it has run, then reused) before at most `limit` are handed back.
 #[derive(Clone, Debug)]
 pub struct Spatial {
     pub(crate) index: Index,
