@@ -9,6 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# One example per index (catfish.rs: the spatial one), plus the embedding ones: a missing
+# file fails here rather than silently dropping out of the loop below.
+for want in smart_threads smart_tokio memnode_processes sherman canrt erda catfish; do
+    test -f "examples/$want.rs" || { echo "examples/$want.rs is missing" >&2; exit 1; }
+done
+
 cargo build --release -p remora --examples
 for ex in examples/*.rs; do
     name=$(basename "$ex" .rs)

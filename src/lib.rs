@@ -10,14 +10,16 @@
 //! | Sherman | B+tree with hierarchical on-chip locks and command combination | [`node::IndexConfig::Sherman`] |
 //! | CANRT | persistent radix tree, clients cache prefixes, the memory node applies appends | [`node::IndexConfig::Canrt`] (service [`node::Service::Canrt`]) |
 //! | Erda | log-structured hash store on remote NVM | [`node::IndexConfig::Erda`] (service [`node::Service::Erda`]) |
-//! | Catfish | R-trees with fast messaging and RDMA offloading | [`core::catfish`] (spatial, not a key-value index) |
+//! | Catfish | R-tree with fast messaging, RDMA offloading and an adaptive switch between them (spatial: rectangles, window searches) | [`node::SpatialConfig::Catfish`] with [`node::ComputeNode::open_spatial`] (service [`node::Service::Catfish`]) |
 //!
 //! # Embedding remora
 //!
 //! A [`node::ComputeNode`] owns the connections to the memory nodes and pinned poller
 //! threads; [`node::ComputeNode::open`] opens any key-value index the same way and returns a
-//! handle that every application thread can share. Operations are futures (awaitable under
-//! tokio) or blocking calls:
+//! handle that every application thread can share ([`node::ComputeNode::open_spatial`] does
+//! the same for Catfish, whose handle inserts, searches and deletes rectangles). Operations
+//! are futures (awaitable under tokio) or blocking calls, with one error type
+//! ([`node::Error`]):
 //!
 //! ```
 //! use remora::node::{ComputeNode, IndexConfig};
@@ -48,7 +50,9 @@
 //! ```
 //!
 //! The `examples/` directory has the same under tokio, against a memory node in another
-//! process, and one example per index.
+//! process, and one example per index (`catfish.rs` for the spatial one). With feature
+//! `verbs`, `node::Builder::verbs` connects the pollers to `remora memnode --fabric verbs`
+//! instead.
 //!
 //! # Crates
 //!

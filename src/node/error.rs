@@ -1,6 +1,7 @@
 //! The one error type of the compute-node runtime and its handles.
 use super::cores::CoreListError;
 use remora_core::canrt::CanrtError;
+use remora_core::catfish::{CatfishError, Rect};
 use remora_core::erda::{ErdaConfigError, ErdaError};
 use remora_core::fabric::FabricError;
 use remora_core::sherman::ShermanError;
@@ -20,8 +21,15 @@ pub enum Error {
     Canrt(CanrtError),
     /// Erda failed the operation.
     Erda(ErdaError),
+    /// Catfish failed the operation.
+    Catfish(CatfishError),
+    /// A rectangle whose minimum exceeds its maximum on an axis.
+    BadRect(Rect),
     /// The fabric failed outside an index operation (connecting a poller).
     Fabric(FabricError),
+    /// The verbs fabric failed to connect a poller (feature `verbs`).
+    #[cfg(feature = "verbs")]
+    Verbs(crate::verbs::VerbsError),
     /// A bad core list.
     Cores(CoreListError),
     /// Reaching a memory node, or starting a thread, failed.
@@ -76,7 +84,15 @@ impl fmt::Display for Error {
             Error::Sherman(e) => write!(f, "sherman: {e}"),
             Error::Canrt(e) => write!(f, "canrt: {e}"),
             Error::Erda(e) => write!(f, "erda: {e}"),
+            Error::Catfish(e) => write!(f, "{e}"),
+            Error::BadRect(r) => write!(
+                f,
+                "rectangle ({}, {})-({}, {}) has a minimum above its maximum",
+                r.min_x, r.min_y, r.max_x, r.max_y
+            ),
             Error::Fabric(e) => write!(f, "fabric: {e}"),
+            #[cfg(feature = "verbs")]
+            Error::Verbs(e) => write!(f, "verbs: {e}"),
             Error::Cores(e) => write!(f, "cores: {e}"),
             Error::Io { what, source } => write!(f, "{what}: {source}"),
             Error::ErdaConfig(e) => write!(f, "erda's memory node cannot start: {e}"),
@@ -114,7 +130,10 @@ impl std::error::Error for Error {
             Error::Sherman(e) => Some(e),
             Error::Canrt(e) => Some(e),
             Error::Erda(e) => Some(e),
+            Error::Catfish(e) => Some(e),
             Error::Fabric(e) => Some(e),
+            #[cfg(feature = "verbs")]
+            Error::Verbs(e) => Some(e),
             Error::Cores(e) => Some(e),
             Error::Io { source, .. } => Some(source),
             Error::ErdaConfig(e) => Some(e),
@@ -141,6 +160,11 @@ impl From<CanrtError> for Error {
 impl From<ErdaError> for Error {
     fn from(e: ErdaError) -> Error {
         Error::Erda(e)
+    }
+}
+impl From<CatfishError> for Error {
+    fn from(e: CatfishError) -> Error {
+        Error::Catfish(e)
     }
 }
 impl From<CoreListError> for Error {

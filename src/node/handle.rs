@@ -34,7 +34,16 @@ impl std::fmt::Debug for Index {
     }
 }
 
-type Finish<T> = fn(&mut SlotData, Option<&mut [u8]>) -> Result<T, Error>;
+/// Where an operation's result is copied to, besides its return value.
+pub(crate) enum Out<'a> {
+    None,
+    /// A value ([`Index::get_into`]).
+    Bytes(&'a mut [u8]),
+    /// Spatial search hits ([`crate::node::Spatial::search_into`]).
+    Entries(&'a mut Vec<remora_core::catfish::Entry>),
+}
+
+pub(crate) type Finish<T> = fn(&mut SlotData, &mut Out<'_>) -> Result<T, Error>;
 
 impl Index {
     /// The index's name (`smart`, `sherman`, ...).
@@ -42,12 +51,12 @@ impl Index {
         self.name
     }
 
-    fn op<'a, T>(
+    pub(crate) fn op<'a, T>(
         &'a self,
         cmd: Cmd,
         key: &'a [u8],
         value: &'a [u8],
-        out: Option<&'a mut [u8]>,
+        out: Out<'a>,
         finish: Finish<T>,
     ) -> Op<'a, T> {
         Op {
@@ -65,7 +74,7 @@ impl Index {
 
     /// Inserts `key` or overwrites its value.
     pub fn upsert<'a>(&'a self, key: &'a [u8], value: &'a [u8]) -> Op<'a, ()> {
-        self.op(Cmd::Upsert, key, value, None, |d, _| match d.result {
+        self.op(Cmd::Upsert, key, value, Out::None, |d, _| match d.result {
             Ok(_) => Ok(()),
             Err(_) => Err(take_err(d)),
         })
@@ -73,17 +82,17 @@ impl Index {
 
     /// Overwrites `key`'s value if `key` is present; `false` if it is absent.
     pub fn update<'a>(&'a self, key: &'a [u8], value: &'a [u8]) -> Op<'a, bool> {
-        self.op(Cmd::Update, key, value, None, finish_bool)
+        self.op(Cmd::Update, key, value, Out::None, finish_bool)
     }
 
     /// Removes `key`; `false` if it was absent.
     pub fn delete<'a>(&'a self, key: &'a [u8]) -> Op<'a, bool> {
-        self.op(Cmd::Delete, key, &[], None, finish_bool)
+        self.op(Cmd::Delete, key, &[], Out::None, finish_bool)
     }
 
     /// `key`'s value, or `None` if absent.
     pub fn get<'a>(&'a self, key: &'a [u8]) -> Op<'a, Option<Vec<u8>>> {
-        self.op(Cmd::Get, key, &[], None, |d, _| match d.result {
+        self.op(Cmd::Get, key, &[], Out::None, |d, _| match d.result {
             Ok(Outcome::Len(Some(n))) => Ok(Some(d.value[..n.min(d.value.len())].to_vec())),
             Ok(_) => Ok(None),
             Err(_) => Err(take_err(d)),
@@ -93,20 +102,24 @@ impl Index {
     /// Copies `key`'s value into `out` and returns its length, or `None` if absent (no
     /// allocation). A value longer than `out` is [`Error::ValueTooLong`].
     pub fn get_into<'a>(&'a self, key: &'a [u8], out: &'a mut [u8]) -> Op<'a, Option<usize>> {
-        self.op(Cmd::Get, key, &[], Some(out), |d, out| match d.result {
-            Ok(Outcome::Len(Some(n))) => {
-                let out = out.unwrap_or_default();
-                if n > out.len() || n > d.value.len() {
-                    return Err(Error::ValueTooLong {
-                        len: n,
-                        max: out.len(),
-                    });
+        self.op(Cmd::Get, key, &[], Out::Bytes(out), |d, out| {
+            match d.result {
+                Ok(Outcome::Len(Some(n))) => {
+                    let Out::Bytes(out) = out else {
+                        return Err(Error::Config("get_into without a buffer".into()));
+                    };
+                    if n > out.len() || n > d.value.len() {
+                        return Err(Error::ValueTooLong {
+                            len: n,
+                            max: out.len(),
+                        });
+                    }
+                    out[..n].copy_from_slice(&d.value[..n]);
+                    Ok(Some(n))
                 }
-                out[..n].copy_from_slice(&d.value[..n]);
-                Ok(Some(n))
+                Ok(_) => Ok(None),
+                Err(_) => Err(take_err(d)),
             }
-            Ok(_) => Ok(None),
-            Err(_) => Err(take_err(d)),
         })
     }
 
@@ -131,14 +144,14 @@ impl Index {
 }
 
 /// The error a failed slot holds, taken out (the slot's result is reset).
-fn take_err(d: &mut SlotData) -> Error {
+pub(crate) fn take_err(d: &mut SlotData) -> Error {
     match std::mem::replace(&mut d.result, Ok(Outcome::Unit)) {
         Err(e) => e,
         Ok(_) => Error::Config("an operation with no error".into()),
     }
 }
 
-fn finish_bool(d: &mut SlotData, _: Option<&mut [u8]>) -> Result<bool, Error> {
+fn finish_bool(d: &mut SlotData, _: &mut Out<'_>) -> Result<bool, Error> {
     match d.result {
         Ok(Outcome::Bool(b)) => Ok(b),
         Ok(_) => Ok(false),
@@ -171,7 +184,7 @@ pub struct Op<'a, T> {
     cmd: Cmd,
     key: &'a [u8],
     value: &'a [u8],
-    out: Option<&'a mut [u8]>,
+    out: Out<'a>,
     finish: Finish<T>,
     /// (poller, slot) once submitted.
     at: Option<(usize, u32)>,
@@ -271,7 +284,7 @@ impl<T> Future for Op<'_, T> {
         }
         let r = {
             let mut d = slot.data();
-            (this.finish)(&mut d, this.out.as_deref_mut())
+            (this.finish)(&mut d, &mut this.out)
         };
         this.at = None;
         this.done = true;
@@ -318,7 +331,7 @@ impl Scan {
                     Cmd::Scan { limit: ask },
                     &self.from,
                     &[],
-                    None,
+                    Out::None,
                     decode_pairs,
                 )
                 .await;
@@ -371,7 +384,7 @@ impl Scan {
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A scan slot's pairs, decoded: (pairs the index visited, pairs).
-fn decode_pairs(d: &mut SlotData, _: Option<&mut [u8]>) -> Result<(usize, Pairs), Error> {
+fn decode_pairs(d: &mut SlotData, _: &mut Out<'_>) -> Result<(usize, Pairs), Error> {
     let visited = match d.result {
         Ok(Outcome::Count(n)) => n,
         Ok(_) => 0,

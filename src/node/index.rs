@@ -1,13 +1,14 @@
 //! Which index a handle opens, and each poller's own handle on it.
 //!
 //! Every poller thread opens its own per-thread handle of the index on its own endpoint
-//! ([`PerThread::open`]): that is where per-compute-node state (SMART's cache and
+//! ([`PerThread::open`]), on the per-compute-node state (SMART's cache and
 //! delegation/combining tables, Sherman's local lock table and index cache, CANRT's prefix
-//! cache) plugs in once the indexes can share it between threads: the node would build the
-//! shared state once in [`crate::node::ComputeNode::open`] and pass it to every poller's
-//! `open`.
+//! cache) that [`crate::node::ComputeNode::open`] built once. Catfish's client is per poller
+//! (see `spatial.rs`).
 use super::error::Error;
+use super::spatial::{CatfishOn, SpatialConfig};
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
+use remora_core::catfish::CatfishServer;
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora_core::fabric::Endpoint;
 use remora_core::index::KvIndex;
@@ -89,22 +90,50 @@ pub enum Service {
     Canrt,
     /// Erda's metadata server, with its store's geometry.
     Erda(ErdaConfig),
+    /// Catfish's fast-messaging server (R-tree writes, messaging searches, heartbeats).
+    Catfish,
 }
 
 impl Service {
-    /// The handler to install on a fresh region, or why it cannot be served there.
+    /// The handler to install on a fresh region whose queue pairs take messages of up to
+    /// `max_msg` bytes, or why it cannot be served there.
     pub(crate) fn handler(
         &self,
         region_len: u64,
         chunk_size: u64,
+        max_msg: usize,
     ) -> Result<Option<Box<dyn Handler + Send>>, Error> {
         Ok(match self {
             Service::None => None,
             Service::Canrt => Some(Box::new(CanrtServer::new())),
+            Service::Catfish => Some(Box::new(CatfishServer::new(max_msg))),
             Service::Erda(cfg) => Some(Box::new(
                 ErdaServer::for_region(*cfg, region_len, chunk_size).map_err(Error::ErdaConfig)?,
             )),
         })
+    }
+}
+
+/// What a poller opens: a key-value or a spatial index.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Opening {
+    Kv(IndexConfig),
+    Spatial(SpatialConfig),
+}
+
+impl Opening {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Opening::Kv(c) => c.name(),
+            Opening::Spatial(c) => c.name(),
+        }
+    }
+
+    pub(crate) fn service(&self) -> Option<&'static str> {
+        match self {
+            Opening::Kv(c) => c.service(),
+            Opening::Spatial(c) => Some(c.service()),
+        }
     }
 }
 
@@ -113,17 +142,20 @@ pub(crate) enum NodeState {
     Smart(Arc<SmartNode>),
     Sherman(Arc<ShermanNode>),
     Canrt(Arc<CanrtNode>),
-    /// Erda keeps nothing per node.
+    /// Nothing per node (Erda, Catfish).
     None,
 }
 
 impl NodeState {
-    pub(crate) fn new(cfg: &IndexConfig) -> NodeState {
+    pub(crate) fn new(cfg: &Opening) -> NodeState {
         match cfg {
-            IndexConfig::Smart(c) => NodeState::Smart(Arc::new(SmartNode::new(c))),
-            IndexConfig::Sherman(c) => NodeState::Sherman(Arc::new(ShermanNode::new(c))),
-            IndexConfig::Canrt(_) => NodeState::Canrt(Arc::new(CanrtNode::new())),
-            IndexConfig::Erda(_) => NodeState::None,
+            Opening::Kv(IndexConfig::Smart(c)) => NodeState::Smart(Arc::new(SmartNode::new(c))),
+            Opening::Kv(IndexConfig::Sherman(c)) => {
+                NodeState::Sherman(Arc::new(ShermanNode::new(c)))
+            }
+            Opening::Kv(IndexConfig::Canrt(_)) => NodeState::Canrt(Arc::new(CanrtNode::new())),
+            // Erda keeps nothing per node; Catfish's client is per poller (its queue pair).
+            Opening::Kv(IndexConfig::Erda(_)) | Opening::Spatial(_) => NodeState::None,
         }
     }
 }
@@ -134,6 +166,13 @@ pub(crate) enum PerThread<'e, E: Endpoint> {
     Sherman(Sherman<'e, E>),
     Canrt(Canrt<'e, E>),
     Erda(Erda<'e, E>),
+    /// Boxed: the client carries ~13 KB of buffers and back-off state.
+    Catfish(Box<CatfishOn<'e, E>>),
+}
+
+/// What a key-value operation on a spatial index fails with (the handles never send one).
+fn not_kv() -> Error {
+    Error::Config("catfish is a spatial index: insert, search and delete rectangles".into())
 }
 
 impl<'e, E: Endpoint> PerThread<'e, E> {
@@ -141,9 +180,18 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
     /// there is one for this index (else with state of its own).
     pub(crate) async fn open(
         ep: &'e E,
-        cfg: &IndexConfig,
+        cfg: &Opening,
         state: Option<&NodeState>,
+        depth: usize,
     ) -> Result<PerThread<'e, E>, Error> {
+        let cfg = match cfg {
+            Opening::Spatial(SpatialConfig::Catfish(c)) => {
+                return Ok(PerThread::Catfish(Box::new(
+                    CatfishOn::open(ep, c, depth).await?,
+                )));
+            }
+            Opening::Kv(c) => c,
+        };
         Ok(match (cfg, state) {
             (IndexConfig::Smart(c), Some(NodeState::Smart(n))) => {
                 PerThread::Smart(Smart::open_on(ep, *c, n.clone()).await?)
@@ -161,12 +209,23 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
         })
     }
 
+    /// The spatial index, or an error for a key-value one.
+    pub(crate) fn spatial(&self) -> Result<&CatfishOn<'e, E>, Error> {
+        match self {
+            PerThread::Catfish(c) => Ok(c),
+            _ => Err(Error::Config(
+                "a key-value index has no spatial operations".into(),
+            )),
+        }
+    }
+
     pub(crate) async fn upsert(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
         match self {
             PerThread::Smart(s) => Ok(s.upsert(key, value).await?),
             PerThread::Sherman(s) => Ok(s.upsert(key, value).await?),
             PerThread::Canrt(s) => Ok(s.upsert(key, value).await?),
             PerThread::Erda(s) => Ok(s.upsert(key, value).await?),
+            PerThread::Catfish(_) => Err(not_kv()),
         }
     }
 
@@ -176,6 +235,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.update(key, value).await?),
             PerThread::Canrt(s) => Ok(s.update(key, value).await?),
             PerThread::Erda(s) => Ok(s.update(key, value).await?),
+            PerThread::Catfish(_) => Err(not_kv()),
         }
     }
 
@@ -185,6 +245,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.get(key, out).await?),
             PerThread::Canrt(s) => Ok(s.get(key, out).await?),
             PerThread::Erda(s) => Ok(s.get(key, out).await?),
+            PerThread::Catfish(_) => Err(not_kv()),
         }
     }
 
@@ -194,6 +255,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.delete(key).await?),
             PerThread::Canrt(s) => Ok(s.delete(key).await?),
             PerThread::Erda(s) => Ok(s.delete(key).await?),
+            PerThread::Catfish(_) => Err(not_kv()),
         }
     }
 
@@ -208,6 +270,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.scan(from, limit, visit).await?),
             PerThread::Canrt(s) => Ok(s.scan(from, limit, visit).await?),
             PerThread::Erda(s) => Ok(s.scan(from, limit, visit).await?),
+            PerThread::Catfish(_) => Err(not_kv()),
         }
     }
 }

@@ -24,6 +24,14 @@
 //! # Ok::<(), remora::node::Error>(())
 //! ```
 //!
+//! [`ComputeNode::open_spatial`] opens Catfish, the spatial index, the same way: its
+//! [`Spatial`] handle inserts and deletes rectangles with `u64` values and searches windows
+//! (at most a limit of hits), with the same [`Op`] futures and [`Error`].
+//!
+//! The memory nodes are in-process or `remora memnode` processes on the soft fabric, or,
+//! with feature `verbs`, `remora memnode --fabric verbs` processes reached over RDMA
+//! (`Builder::verbs`): each poller then runs its own verbs endpoint.
+//!
 //! Per-compute-node index state (SMART's cache and delegation/combining table, Sherman's
 //! local lock table with hand-over and its index cache, CANRT's prefix cache) is built once
 //! per node in [`ComputeNode::open`] and shared by the handles every poller opens on it, as
@@ -37,21 +45,29 @@ mod index;
 mod poller;
 mod ring;
 mod slot;
+mod spatial;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "verbs")]
+mod verbs;
+#[cfg(all(test, feature = "verbs"))]
+mod verbs_tests;
 
 pub use cores::{CoreList, CoreListError};
 pub use error::Error;
 pub use handle::{Index, Op, Scan};
-use index::NodeState;
 pub use index::{IndexConfig, Service};
+use index::{NodeState, Opening};
+pub use remora_core::catfish::{Entry, Mode as SearchMode, Rect, TreeKind};
 pub use remora_poller::soft::NodeConfig;
+pub use spatial::{CatfishConfig, Spatial, SpatialConfig};
 
-use remora_poller::soft::{ServerHandle, SoftMemoryNode, control};
+use remora_core::fabric::Endpoint;
+use remora_poller::soft::{ServerHandle, SoftEndpoint, SoftMemoryNode, control};
 use slot::{Cmd, PollerShared};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 /// Where the memory nodes are.
@@ -68,6 +84,25 @@ pub enum Memory {
     },
     /// `remora memnode` processes of this machine, by their control sockets (soft fabric).
     Memnodes(Vec<PathBuf>),
+    /// `remora memnode --fabric verbs` processes, by their `host:port` (the real verbs
+    /// fabric: each poller connects its own RC queue pairs through rdma_cm).
+    #[cfg(feature = "verbs")]
+    Verbs {
+        /// The memory nodes, `host:port` each, in node order.
+        addrs: Vec<String>,
+        /// The device and connection timeout.
+        options: crate::verbs::ConnectOptions,
+    },
+    /// The verbs fabric's data path over the fake device ([`crate::verbs::fake`]): a memory
+    /// node in the poller's own thread, for testing without a NIC. One poller only (the
+    /// fake device is single-threaded, so a second poller would have a node of its own).
+    #[cfg(feature = "verbs")]
+    VerbsFake {
+        /// Its region's geometry (`region_len`, `chunk_size`, `dm_len`, `node_id`).
+        config: NodeConfig,
+        /// Its server-side logic.
+        service: Service,
+    },
 }
 
 /// Sizes of the submission slots.
@@ -119,6 +154,21 @@ impl Builder {
     /// The `remora memnode` listening on control socket `path`.
     pub fn memnode(mut self, path: impl Into<PathBuf>) -> Builder {
         self.memory = Memory::Memnodes(vec![path.into()]);
+        self
+    }
+
+    /// The `remora memnode --fabric verbs` processes at `addrs` (`host:port` each): every
+    /// poller connects its own queue pairs to each, over the real verbs fabric.
+    #[cfg(feature = "verbs")]
+    pub fn verbs<S: Into<String>>(
+        mut self,
+        addrs: impl IntoIterator<Item = S>,
+        options: crate::verbs::ConnectOptions,
+    ) -> Builder {
+        self.memory = Memory::Verbs {
+            addrs: addrs.into_iter().map(Into::into).collect(),
+            options,
+        };
         self
     }
 
@@ -203,9 +253,10 @@ impl Builder {
         if self.limits.max_key == 0 || self.limits.max_key > u16::MAX as usize {
             return Err(Error::Config("max_key must be 1 to 65535 bytes".into()));
         }
-        let (local, server, serves, connect): (_, _, String, Connector) = match &self.memory {
+        let (local, server, serves, connect): (_, _, String, Connect) = match &self.memory {
             Memory::InProcess { config, service } => {
-                let handler = service.handler(config.region_len, config.chunk_size)?;
+                let handler =
+                    service.handler(config.region_len, config.chunk_size, config.max_msg)?;
                 let node = match handler {
                     Some(h) => SoftMemoryNode::create_with(*config, h),
                     None => SoftMemoryNode::create(*config),
@@ -218,10 +269,10 @@ impl Builder {
                     Some(node),
                     Some(server),
                     serves,
-                    Arc::new(move || {
+                    Connect::Soft(Arc::new(move || {
                         n.endpoint()
                             .map_err(|e| io("connecting to the in-process memory node", e))
-                    }),
+                    })),
                 )
             }
             Memory::Memnodes(paths) => {
@@ -235,12 +286,46 @@ impl Builder {
                     None,
                     None,
                     info.service_name().to_string(),
-                    Arc::new(move || {
+                    Connect::Soft(Arc::new(move || {
                         control::connect_all(&paths).map_err(|e| io("connecting to memnodes", e))
-                    }),
+                    })),
+                )
+            }
+            #[cfg(feature = "verbs")]
+            Memory::Verbs { addrs, options } => {
+                let serves = verbs::service_of(addrs, options)?;
+                (
+                    None,
+                    None,
+                    serves,
+                    Connect::Verbs {
+                        addrs: addrs.clone(),
+                        options: options.clone(),
+                    },
+                )
+            }
+            #[cfg(feature = "verbs")]
+            Memory::VerbsFake { config, service } => {
+                if cores.len() != 1 {
+                    return Err(Error::Config(
+                        "the fake verbs device runs one poller (its memory node lives in the \
+                         poller's thread)"
+                            .into(),
+                    ));
+                }
+                let serves = verbs::fake_handler(config, service)?.service().to_string();
+                (
+                    None,
+                    None,
+                    serves,
+                    Connect::VerbsFake {
+                        config: *config,
+                        service: *service,
+                    },
                 )
             }
         };
+        let connect = Arc::new(connect);
         let states: Arc<[OnceLock<NodeState>]> =
             (0..poller::MAX_INDEXES).map(|_| OnceLock::new()).collect();
         let pollers: Vec<Arc<PollerShared>> = cores
@@ -260,6 +345,7 @@ impl Builder {
             limits: self.limits,
             serves,
             next_index: AtomicUsize::new(0),
+            spatial: Mutex::new(None),
             pinned: if pin { cores.clone() } else { Vec::new() },
             _server: server,
             local,
@@ -277,16 +363,21 @@ impl Builder {
                         ))));
                         return;
                     }
-                    let ep = match connect() {
-                        Ok(ep) => ep,
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                            return;
+                    match &*connect {
+                        Connect::Soft(f) => serve(f(), tx, &shared, spins),
+                        #[cfg(feature = "verbs")]
+                        Connect::Verbs { addrs, options } => serve(
+                            crate::verbs::VerbsEndpoint::connect(addrs, options)
+                                .map_err(Error::Verbs),
+                            tx,
+                            &shared,
+                            spins,
+                        ),
+                        #[cfg(feature = "verbs")]
+                        Connect::VerbsFake { config, service } => {
+                            serve(verbs::fake_endpoint(config, service), tx, &shared, spins)
                         }
-                    };
-                    let _ = tx.send(Ok(()));
-                    drop(tx);
-                    poller::run(&shared, ep, spins);
+                    }
                 })
                 .map_err(|e| io("starting a poller thread", e))?;
             inner.threads.push(t);
@@ -310,8 +401,41 @@ impl Builder {
     }
 }
 
-type Connector =
-    Arc<dyn Fn() -> Result<remora_poller::soft::SoftEndpoint, Error> + Send + Sync + 'static>;
+/// How a poller thread gets its endpoint (made on the poller's thread: a verbs endpoint
+/// installs its registered coroutine frames there).
+enum Connect {
+    Soft(Arc<dyn Fn() -> Result<SoftEndpoint, Error> + Send + Sync + 'static>),
+    #[cfg(feature = "verbs")]
+    Verbs {
+        addrs: Vec<String>,
+        options: crate::verbs::ConnectOptions,
+    },
+    #[cfg(feature = "verbs")]
+    VerbsFake {
+        config: NodeConfig,
+        service: Service,
+    },
+}
+
+/// A poller thread's body once it has tried to connect: reports the outcome to `start`, then
+/// runs the poller on the endpoint until the node stops.
+fn serve<E: Endpoint>(
+    ep: Result<E, Error>,
+    tx: std::sync::mpsc::Sender<Result<(), Error>>,
+    shared: &PollerShared,
+    spins: u32,
+) {
+    match ep {
+        Ok(ep) => {
+            let _ = tx.send(Ok(()));
+            drop(tx);
+            poller::run(shared, ep, spins);
+        }
+        Err(e) => {
+            let _ = tx.send(Err(e));
+        }
+    }
+}
 
 fn io(what: &str, source: std::io::Error) -> Error {
     Error::Io {
@@ -329,6 +453,8 @@ pub(crate) struct Inner {
     pub(crate) limits: Limits,
     serves: String,
     next_index: AtomicUsize,
+    /// The spatial index, once opened (one per node: its client is per poller).
+    spatial: Mutex<Option<Spatial>>,
     pinned: Vec<usize>,
     // Dropped after the pollers have stopped (Drop below runs first).
     _server: Option<ServerHandle>,
@@ -391,6 +517,43 @@ impl ComputeNode {
     /// Opens `cfg`'s index on every poller (creating it on its memory node if it is not
     /// there) and returns a handle on it. Blocks until every poller has it open.
     pub fn open(&self, cfg: IndexConfig) -> Result<Index, Error> {
+        self.open_on_pollers(Opening::Kv(cfg))
+    }
+
+    /// Opens `cfg`'s spatial index (Catfish) the same way as [`ComputeNode::open`]: on every
+    /// poller, creating its tree if the memory node holds none. A node opens one spatial
+    /// index: opening it again returns the first handle (the first configuration's search
+    /// mode holds).
+    ///
+    /// ```
+    /// use remora::node::{ComputeNode, NodeConfig, Rect, Service, SpatialConfig};
+    ///
+    /// let node = ComputeNode::builder()
+    ///     .in_process(NodeConfig::default(), Service::Catfish)
+    ///     .start()?;
+    /// let tree = node.open_spatial(SpatialConfig::catfish())?;
+    /// let r = |x, y, w| Rect { min_x: x, min_y: y, max_x: x + w, max_y: y + w };
+    /// tree.insert(r(0, 0, 10), 1).wait()?;
+    /// tree.insert(r(100, 100, 10), 2).wait()?;
+    /// let hits = tree.search(r(5, 5, 20), 100).wait()?;
+    /// assert_eq!(hits.iter().map(|e| e.ptr).collect::<Vec<_>>(), [1]);
+    /// assert!(tree.delete(r(0, 0, 10), 1).wait()?);
+    /// assert!(tree.search(r(5, 5, 20), 100).wait()?.is_empty());
+    /// # Ok::<(), remora::node::Error>(())
+    /// ```
+    pub fn open_spatial(&self, cfg: SpatialConfig) -> Result<Spatial, Error> {
+        let mut g = self.inner.spatial.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = &*g {
+            return Ok(s.clone());
+        }
+        let s = Spatial {
+            index: self.open_on_pollers(Opening::Spatial(cfg))?,
+        };
+        *g = Some(s.clone());
+        Ok(s)
+    }
+
+    fn open_on_pollers(&self, cfg: Opening) -> Result<Index, Error> {
         if let Some(needs) = cfg.service()
             && needs != self.inner.serves
         {
@@ -434,7 +597,7 @@ impl ComputeNode {
         (self.inner.pollers.len(), &self.inner.pinned)
     }
 
-    /// The service the memory node runs (`none`, `canrt`, `erda`, ...).
+    /// The service the memory node runs (`echo` for none, `canrt`, `erda`, `catfish`).
     pub fn service(&self) -> &str {
         &self.inner.serves
     }

@@ -1,7 +1,8 @@
 //! A poller thread: runs the operations of its submission slots as coroutines on its own
 //! endpoint, DPDK style.
 //!
-//! Each slot has one task place, allocated (pinned) when the poller starts; a submitted slot
+//! Each slot has one task place, allocated (pinned, in the fabric's registered frame memory
+//! on verbs) when the poller starts; a submitted slot
 //! starts a task there, and the task is dropped in place when it finishes, so the loop
 //! allocates nothing per operation. A ready list holds the tasks to poll: a task is polled
 //! only after its waker was called (every fabric future wakes itself when it returns
@@ -13,10 +14,10 @@ use super::index::PerThread;
 use super::ring::Ring;
 use super::slot::{Cmd, Outcome, PollerShared, Slot};
 use remora_core::fabric::Endpoint;
+use remora_poller::frames::Frames;
 use std::cell::OnceCell;
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
@@ -64,8 +65,9 @@ pub(crate) fn run<E: Endpoint>(shared: &PollerShared, ep: E, idle_spins: u32) {
         (0..MAX_INDEXES).map(|_| OnceCell::new()).collect();
     let ep = &ep;
     let handles = &handles[..];
+    let depth = shared.slots.len();
     drive(shared, idle_spins, |i| {
-        task(ep, handles, &shared.states, &shared.slots[i])
+        task(ep, handles, &shared.states, &shared.slots[i], depth)
     });
 }
 
@@ -80,13 +82,15 @@ async fn task<'a, E: Endpoint>(
     handles: &'a [OnceCell<PerThread<'a, E>>],
     states: &'a [std::sync::OnceLock<super::index::NodeState>],
     slot: &'a Slot,
+    depth: usize,
 ) {
     let mut g = slot.data();
     let d = &mut *g;
     let handle = handles.get(d.index).and_then(OnceCell::get);
     let r = match (d.cmd, handle) {
         (Cmd::Open(cfg), _) => {
-            match PerThread::open(ep, &cfg, states.get(d.index).and_then(|s| s.get())).await {
+            let state = states.get(d.index).and_then(|s| s.get());
+            match PerThread::open(ep, &cfg, state, depth).await {
                 Ok(h) => {
                     if let Some(place) = handles.get(d.index) {
                         let _ = place.set(h);
@@ -110,6 +114,24 @@ async fn task<'a, E: Endpoint>(
             .await
             .map(Outcome::Len),
         (Cmd::Delete, Some(h)) => h.delete(&d.key[..d.key_len]).await.map(Outcome::Bool),
+        (Cmd::SpatialInsert { rect, value }, Some(h)) => match h.spatial() {
+            Ok(c) => c.insert(rect, value).await.map(|()| Outcome::Unit),
+            Err(e) => Err(e),
+        },
+        (Cmd::SpatialDelete { rect, value }, Some(h)) => match h.spatial() {
+            Ok(c) => c.delete(rect, value).await.map(Outcome::Bool),
+            Err(e) => Err(e),
+        },
+        (Cmd::SpatialSearch { rect, .. }, Some(h)) => {
+            d.hits.clear();
+            match h.spatial() {
+                Ok(c) => c
+                    .search(rect, &mut d.hits)
+                    .await
+                    .map(|()| Outcome::Count(d.hits.len())),
+                Err(e) => Err(e),
+            }
+        }
         (Cmd::Scan { limit }, Some(h)) => {
             let (key, buf) = (&d.key[..d.key_len], &mut d.value[..]);
             let mut at = 0;
@@ -161,17 +183,16 @@ fn drive<F: Future<Output = ()>>(
             }))
         })
         .collect();
-    let mut tasks: Pin<Box<[Option<F>]>> = Box::into_pin((0..n).map(|_| None).collect());
+    // In the thread's frame memory when its fabric installed one (verbs: registered with
+    // the NIC, so what a task READs into is written in place), else on the heap.
+    let mut tasks: Frames<Option<F>> = Frames::new((0..n).map(|_| None).collect());
     let mut live = 0usize;
     let mut idle = 0u32;
     loop {
         let mut worked = false;
         while let Some(i) = shared.submitted.pop() {
             let i = i as usize;
-            // SAFETY: the tasks live in one pinned allocation that is never moved or resized;
-            // this projects to one element, whose place stays where it is.
-            let mut place = unsafe { tasks.as_mut().map_unchecked_mut(|s| &mut s[i]) };
-            place.set(Some(start(i)));
+            tasks.get(i).set(Some(start(i)));
             live += 1;
             ready.push(i);
             worked = true;
@@ -181,8 +202,7 @@ fn drive<F: Future<Output = ()>>(
             let Some(i) = ready.ring.pop() else { break };
             let i = i as usize;
             ready.queued[i].store(false, Ordering::Release);
-            // SAFETY: as above, a projection to one element of the pinned allocation.
-            let mut place = unsafe { tasks.as_mut().map_unchecked_mut(|s| &mut s[i]) };
+            let mut place = tasks.get(i);
             let Some(fut) = place.as_mut().as_pin_mut() else {
                 continue; // a stale wake of a finished task
             };

@@ -9,8 +9,9 @@
 //! never stops halfway through a write, holding a lock), then frees the slot itself and
 //! discards the result.
 use super::error::Error;
-use super::index::{IndexConfig, NodeState};
+use super::index::{NodeState, Opening};
 use super::ring::Ring;
+use remora_core::catfish::{Entry, Rect};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
@@ -25,13 +26,29 @@ const ABANDONED: u8 = 3;
 /// What a slot asks for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Cmd {
-    Open(IndexConfig),
+    Open(Opening),
     Upsert,
     Update,
     Get,
     Delete,
     /// Up to `limit` pairs from the key, encoded into the value buffer.
     Scan {
+        limit: usize,
+    },
+    /// A spatial insert of `rect` with `value`.
+    SpatialInsert {
+        rect: Rect,
+        value: u64,
+    },
+    /// A spatial delete of the entry `rect` with `value`.
+    SpatialDelete {
+        rect: Rect,
+        value: u64,
+    },
+    /// The entries intersecting `rect`, into the slot's hits (at most `limit` are given to
+    /// the application).
+    SpatialSearch {
+        rect: Rect,
         limit: usize,
     },
 }
@@ -57,6 +74,8 @@ pub(crate) struct SlotData {
     /// The value written, the value read, or a scan's pairs.
     pub(crate) value: Box<[u8]>,
     pub(crate) value_len: usize,
+    /// A spatial search's hits (grown to the largest search the slot has run, then reused).
+    pub(crate) hits: Vec<Entry>,
     pub(crate) result: Result<Outcome, Error>,
 }
 
@@ -127,6 +146,7 @@ impl PollerShared {
                         key_len: 0,
                         value: vec![0; value_buf].into_boxed_slice(),
                         value_len: 0,
+                        hits: Vec::new(),
                         result: Ok(Outcome::Unit),
                     }),
                     waker: Mutex::new(None),

@@ -300,3 +300,122 @@ fn pollers_share_one_node_state_per_index() {
         );
     }
 }
+
+fn catfish_node(pollers: usize, depth: usize) -> ComputeNode {
+    ComputeNode::builder()
+        .in_process(
+            NodeConfig {
+                region_len: 32 << 20,
+                ..NodeConfig::default()
+            },
+            Service::Catfish,
+        )
+        .pollers(pollers)
+        .queue_depth(depth)
+        .idle_spins(1000)
+        .start()
+        .expect("starting a compute node with the catfish service")
+}
+
+fn square(i: u64) -> Rect {
+    let (x, y) = ((i % 40) as i32 * 100, (i / 40) as i32 * 100);
+    Rect {
+        min_x: x,
+        min_y: y,
+        max_x: x + 50,
+        max_y: y + 50,
+    }
+}
+
+/// Catfish through the node, in each search mode: threads sharing one handle insert
+/// disjoint squares on 2 pollers (each poller's one client taken in turn by its
+/// coroutines), then a search finds exactly the squares of a window, the limit bounds what
+/// comes back while the count says how many matched, and a delete removes one entry.
+#[test]
+fn catfish_inserts_from_threads_and_searches_a_window() {
+    for mode in [
+        SearchMode::Messaging,
+        SearchMode::Offload,
+        SearchMode::Adaptive,
+    ] {
+        catfish_in_mode(mode);
+    }
+}
+
+fn catfish_in_mode(mode: SearchMode) {
+    let n = catfish_node(2, 8);
+    assert_eq!(n.service(), "catfish");
+    let cfg = CatfishConfig::default().with_search(mode);
+    let tree = n.open_spatial(SpatialConfig::Catfish(cfg)).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let tree = tree.clone();
+            s.spawn(move || {
+                for i in (t..400).step_by(4) {
+                    tree.insert(square(i), i).wait().unwrap();
+                }
+            });
+        }
+    });
+    // Squares 0..400 on a 40-wide grid of 100-unit cells: the window [0, 450] x [0, 250]
+    // touches columns 0..=4 of rows 0..=2.
+    let window = Rect {
+        min_x: 0,
+        min_y: 0,
+        max_x: 450,
+        max_y: 250,
+    };
+    let mut want: Vec<u64> = (0..3)
+        .flat_map(|r| (0..5).map(move |c| r * 40 + c))
+        .collect();
+    want.sort_unstable();
+    let mut got: Vec<u64> = tree
+        .search(window, 100)
+        .wait()
+        .unwrap()
+        .iter()
+        .map(|e| e.ptr)
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, want, "{mode:?}");
+    let mut out = Vec::new();
+    assert_eq!(tree.search_into(window, 4, &mut out).wait().unwrap(), 15);
+    assert_eq!(out.len(), 4);
+    assert!(
+        out.iter()
+            .all(|e| want.contains(&e.ptr) && e.rect == square(e.ptr))
+    );
+    assert!(tree.delete(square(41), 41).wait().unwrap());
+    assert!(!tree.delete(square(41), 41).wait().unwrap());
+    assert_eq!(tree.search_into(window, 100, &mut out).wait().unwrap(), 14);
+    assert!(!out.iter().any(|e| e.ptr == 41));
+    // The same handle comes back from a second open; a bad rectangle is a clear error.
+    let again = n.open_spatial(SpatialConfig::catfish()).unwrap();
+    assert_eq!(again.search(window, 100).wait().unwrap().len(), 14);
+    let bad = Rect {
+        min_x: 10,
+        min_y: 0,
+        max_x: 0,
+        max_y: 0,
+    };
+    assert!(matches!(tree.insert(bad, 1).wait(), Err(Error::BadRect(_))));
+    let s = n.stats();
+    assert_eq!(s.free_slots, s.slots, "{s:?}");
+}
+
+/// Catfish needs its service on the memory node; SMART's index has no spatial operations.
+#[test]
+fn catfish_needs_its_service() {
+    let n = node(4, 1);
+    let e = n.open_spatial(SpatialConfig::catfish()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Service {
+                needs: "catfish",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
