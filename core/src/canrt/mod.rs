@@ -108,13 +108,16 @@
 //!   Nodes three-quarters full are split in the same resize. Where remora differs: the new
 //!   height and per-level widths are planned from the data nodes' key bounds (not by
 //!   incremental addWidth/addHeight), and when the data array is full every item is
-//!   repacked into one twice as large (its predecessor is not reclaimed).
+//!   repacked into one twice as large; its predecessor's memory goes to a free pool that
+//!   later rebuilds build in (`pool.rs`: reuse is safe while stale clients still address
+//!   it, and the pool comes back after a memory-node crash).
 //! - **Lock tickets across resizes.** A data node keeps its lock word for life, so a client
 //!   that took a ticket always hands it back (a data node of an older data array excepted).
 mod build;
 mod client;
 mod keys;
 mod node;
+mod pool;
 mod recover;
 mod resize;
 mod resize_stats;

@@ -677,5 +677,6 @@ mod killed_holder;
 mod node_share;
 mod partial_resize;
 mod reads;
+mod reclaim;
 mod resize_clock;
 mod resizing;
