@@ -65,6 +65,9 @@ const POOL_MAGIC: u64 = u64::from_le_bytes(*b"CANRTFRE");
 /// Set in a table entry's length: a spare header area, not a run of data-node frames.
 pub(super) const AREA: u64 = 1 << 63;
 
+/// (region offset, bytes).
+pub(super) type Extent = (u64, u64);
+
 /// Free memory of retired data arrays, and the reserved slots its frames carry.
 #[derive(Debug, Default)]
 pub(super) struct Pool {
@@ -143,7 +146,7 @@ impl Pool {
     }
 
     /// The table `bytes` hold: (free runs, shadow area), or None if it does not check.
-    pub(super) fn decode(bytes: &[u8]) -> Option<(Vec<(u64, u64)>, Option<(u64, u64)>)> {
+    pub(super) fn decode(bytes: &[u8]) -> Option<(Vec<Extent>, Option<Extent>)> {
         let word = |i: usize| {
             let b = bytes.get(8 * i..8 * i + 8)?;
             Some(u64::from_le_bytes(b.try_into().ok()?))
