@@ -57,9 +57,10 @@
 //!   take it (`tests/issue13.rs`, `poller/tests/canrt_lin.rs` with 20 us leases). What is
 //!   not covered: the lock word is a bare counter, so the server cannot name (or
 //!   [`crate::fabric::Endpoint::fence`]) the client behind a ticket, and
-//!   `Handler::on_disconnect` has nothing to release: a dead holder's hole costs its node a
-//!   slot until a rebuild (which leaves the old data array unused) or a recovery (no
-//!   connection from before a restart can append) drops it.
+//!   `Handler::on_disconnect` has nothing to release: a dead holder's hole costs a slot
+//!   until a recovery (no connection from before a restart can append) drops it; a rebuild
+//!   carries it to the next node built in its frame (`pool.rs`: the old array's memory is
+//!   reused, and the late append may still land).
 //! - **Durability and visibility.** Readers see only applied items: the server persists an
 //!   item before the bitmap store that makes it live (and persists that), so a value a reader
 //!   returned survives a memory-node crash whatever the platform does with the NIC's writes
