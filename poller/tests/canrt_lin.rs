@@ -5,6 +5,7 @@
 //! variant (CI: 3). One variant runs a tree of 16-byte keys (the paper's width).
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer, ServerStats};
 use remora_core::fabric::SegmentOrder;
+use remora_core::index::KvIndex;
 use remora_core::lincheck::driver::{LinSpec, lin_client};
 use remora_core::lincheck::{CheckConfig, Recorder, Report, check};
 use remora_poller::sim::{Faults, Sim, SimConfig};
@@ -27,17 +28,25 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, slots: u32, key_len: u3
         key_len,
         ..CanrtConfig::new(0)
     };
-    history_with(seed, order, faults, cfg).0
+    history_with(seed, order, faults, cfg, 0).0
 }
 
+/// Live keys of the churn before a history (see [`history_with`]), above every key the
+/// history uses.
+const WARM_LIVE: u64 = 400;
+const WARM_BASE: u64 = 0xFFFF_0000_0000_0000;
+
 /// One history of 16 clients on one seed with these faults and client settings, checked;
-/// the server's counters.
+/// the server's counters. With `warm` > 0, one client first churns `warm` times over
+/// [`WARM_LIVE`] ascending keys of its own (rebuilds that retire arrays) and deletes them
+/// all before the history begins. Also returns the arrays reused before the history.
 fn history_with(
     seed: u64,
     order: SegmentOrder,
     faults: Faults,
     cfg: CanrtConfig,
-) -> (Report, Arc<ServerStats>) {
+    warm: u64,
+) -> (Report, Arc<ServerStats>, u64) {
     let key_len = cfg.key_len;
     let rec = Recorder::new(
         (CLIENTS as u64 * OPS) as usize,
@@ -59,9 +68,22 @@ fn history_with(
     sim.set_handler(0, Box::new(server)).unwrap();
     let c0 = sim.client(0).unwrap();
     sim.spawn_with(&c0, 0, move |ctx| async move {
-        Canrt::open(ctx.ep(), cfg).await.unwrap();
+        let t = Canrt::open(ctx.ep(), cfg).await.unwrap();
+        let key = |i: u64| (WARM_BASE + i).to_be_bytes();
+        let live = if warm > 0 { WARM_LIVE } else { 0 };
+        for i in 0..live {
+            t.upsert(&key(i), &i.to_le_bytes()).await.unwrap();
+        }
+        for i in 0..warm {
+            assert!(t.delete(&key(i)).await.unwrap());
+            t.upsert(&key(live + i), &i.to_le_bytes()).await.unwrap();
+        }
+        for i in warm..warm + live {
+            assert!(t.delete(&key(i)).await.unwrap());
+        }
     });
     assert_eq!(sim.run().unfinished, 0, "seed {seed}: open did not finish");
+    let reused_before = stats.arrays_reused.load(Ordering::Relaxed);
     for node in 0..4 {
         for c in 0..4u32 {
             let ctx = sim.client(node).unwrap();
@@ -103,7 +125,7 @@ fn history_with(
     drop(sim);
     let h = rec.finish().expect("recorder sized for the workload");
     assert_eq!(h.events.len() as u64, CLIENTS as u64 * OPS);
-    (check(&h, &CheckConfig::new(seed)), stats)
+    (check(&h, &CheckConfig::new(seed)), stats, reused_before)
 }
 
 fn seeds() -> u64 {
@@ -169,7 +191,7 @@ fn canrt_is_linearizable_when_holders_stall_past_short_leases() {
         };
         cfg.lease.lease_ns = 20_000;
         let faults = Faults::none().delays(0.05, 60_000);
-        let (r, st) = history_with(seed, SegmentOrder::Shuffled, faults, cfg);
+        let (r, st, _) = history_with(seed, SegmentOrder::Shuffled, faults, cfg, 0);
         let (s, l) = (
             st.skipped.load(Ordering::Relaxed),
             st.late.load(Ordering::Relaxed),
@@ -183,5 +205,40 @@ fn canrt_is_linearizable_when_holders_stall_past_short_leases() {
     assert!(
         skipped > 0 && late > 0,
         "no holder stalled: {skipped} skips, {late} late"
+    );
+}
+
+/// Rebuilds that build their data array in a retired one's memory (issue 26: `pool.rs`)
+/// while 16 clients race, some holders stall past 20 us leases (their late appends may
+/// land in a retired array, or in one rebuilt there), and four-slot nodes keep the tree
+/// splitting and rebuilding. Clients keep views of retired arrays, READ and FETCH_AND_ADD
+/// in them after their memory is reused: histories stay linearizable.
+#[test]
+fn canrt_is_linearizable_while_retired_arrays_are_reused() {
+    let (mut reused, mut late) = (0, 0);
+    for seed in 1..=seeds() {
+        let mut cfg = CanrtConfig {
+            slots: 4,
+            ..CanrtConfig::new(0)
+        };
+        cfg.lease.lease_ns = 20_000;
+        let faults = Faults::none().delays(0.05, 60_000);
+        let (r, st, before) = history_with(seed, SegmentOrder::Shuffled, faults, cfg, 3_300);
+        let (u, l) = (
+            st.arrays_reused.load(Ordering::Relaxed) - before,
+            st.late.load(Ordering::Relaxed),
+        );
+        println!(
+            "reuse, seed {seed}: {r}; {} arrays retired, {u} reused during the history, \
+             {l} late appends",
+            st.arrays_retired.load(Ordering::Relaxed)
+        );
+        assert!(r.is_ok(), "reuse, seed {seed}: {r}");
+        reused += u;
+        late += l;
+    }
+    assert!(
+        reused > 0 && late > 0,
+        "{reused} arrays reused, {late} late"
     );
 }

@@ -57,9 +57,10 @@
 //!   take it (`tests/issue13.rs`, `poller/tests/canrt_lin.rs` with 20 us leases). What is
 //!   not covered: the lock word is a bare counter, so the server cannot name (or
 //!   [`crate::fabric::Endpoint::fence`]) the client behind a ticket, and
-//!   `Handler::on_disconnect` has nothing to release: a dead holder's hole costs its node a
-//!   slot until a rebuild (which leaves the old data array unused) or a recovery (no
-//!   connection from before a restart can append) drops it.
+//!   `Handler::on_disconnect` has nothing to release: a dead holder's hole costs a slot
+//!   until a recovery (no connection from before a restart can append) drops it; a rebuild
+//!   carries it to the next node built in its frame (`pool.rs`: the old array's memory is
+//!   reused, and the late append may still land).
 //! - **Durability and visibility.** Readers see only applied items: the server persists an
 //!   item before the bitmap store that makes it live (and persists that), so a value a reader
 //!   returned survives a memory-node crash whatever the platform does with the NIC's writes
@@ -108,13 +109,16 @@
 //!   Nodes three-quarters full are split in the same resize. Where remora differs: the new
 //!   height and per-level widths are planned from the data nodes' key bounds (not by
 //!   incremental addWidth/addHeight), and when the data array is full every item is
-//!   repacked into one twice as large (its predecessor is not reclaimed).
+//!   repacked into one twice as large; its predecessor's memory goes to a free pool that
+//!   later rebuilds build in (`pool.rs`: reuse is safe while stale clients still address
+//!   it, and the pool comes back after a memory-node crash).
 //! - **Lock tickets across resizes.** A data node keeps its lock word for life, so a client
 //!   that took a ticket always hands it back (a data node of an older data array excepted).
 mod build;
 mod client;
 mod keys;
 mod node;
+mod pool;
 mod recover;
 mod resize;
 mod resize_stats;

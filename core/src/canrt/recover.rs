@@ -9,8 +9,9 @@ use remora_layouts::region::root_offset;
 impl CanrtServer {
     /// Crash recovery (§3.6), run before any client connects: drops reserved slots, replays
     /// the lock holder's complete unprocessed item, unfreezes an interrupted resize's tree
-    /// (the root slot still names it, so the resize never happened), and resets every lock
-    /// to free.
+    /// (the root slot still names it, so the resize never happened), resets every lock
+    /// to free, and takes back the free pool (retired arrays' memory) and the shadow area
+    /// from the published area's pool table.
     pub fn recover(&mut self, region: &dyn LocalRegion) -> Result<RecoveryReport, FabricError> {
         if self.resizing {
             // The interrupted resize ends here (its tree is unfrozen below).
@@ -97,6 +98,9 @@ impl CanrtServer {
             region.persist(off, g.node_size() as usize);
         }
         self.load_bounds(region, &h)?;
+        // The free memory of retired data arrays, and the shadow area, as the published
+        // area's pool table records them (`pool.rs`).
+        self.load_pool(region, &h)?;
         Ok(r)
     }
 }

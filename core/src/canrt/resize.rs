@@ -24,7 +24,9 @@
 //!   limits separates the nodes): every data node is frozen and drained (repacking moves
 //!   every item, so here every writer waits), then every live item is repacked half-full
 //!   into a new data array twice as large, with a new prefix array. The old array stays
-//!   frozen; its memory is not reclaimed (arrays double, so at most as much again is lost).
+//!   frozen, and its memory goes to the server's free pool: a later rebuild builds its
+//!   array there when it fits (`pool.rs` says why that is safe while stale clients may
+//!   still address the old array).
 //!
 //! Clients READ the shadow area while it is rewritten only if their view is two resizes
 //! old. The header and the prefix array carry CRC-64s ([`TreeHeader::seal`]) that a torn
@@ -32,14 +34,15 @@
 //! first and writes it last, so the area is never a valid header while half written.
 use super::build::{Plan, plan, plan_units};
 use super::keys::load_key;
+use super::pool::{area_need, table_off};
 use super::server::{CanrtServer, ServerStats, bad_layout, invalid};
 use super::view::{NodeView, TreeView};
 use crate::fabric::FabricError;
 use crate::server::LocalRegion;
 use remora_layouts::GlobalAddr;
 use remora_layouts::canrt::{
-    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, MAX_DATA_NODES, MAX_SEGMENTS, Meta, ROOT_SLOT,
-    TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
+    DataGeometry, EPOCH_MASK, FRONT_OFF, ItemOp, LOCK_OFF, MAX_DATA_NODES, MAX_SEGMENTS, Meta,
+    ROOT_SLOT, TICKET_MASK, TREE_HEADER_LEN, TREE_MAGIC, TreeHeader,
 };
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
 use std_alloc::vec;
@@ -85,7 +88,7 @@ impl CanrtServer {
     }
 
     /// A zeroed data array for `cap` nodes (lock words 0: no client has seen it).
-    fn new_array(
+    pub(super) fn new_array(
         &mut self,
         region: &dyn LocalRegion,
         g: DataGeometry,
@@ -104,7 +107,11 @@ impl CanrtServer {
     }
 
     /// Writes a data node's meta words and `pairs` as its items (everything but the lock
-    /// word, which only NIC atomics touch).
+    /// word, which only NIC atomics touch) into the frame at `off`. Its served ticket starts
+    /// at the frame's lock count (0 in new memory; a reused frame keeps its count, see
+    /// `pool.rs`), and slots its frame carries reserved for late appends stay reserved
+    /// (their bytes untouched): returned as (slot, ticket), for the caller to note under the
+    /// node's id. On an error the frame keeps them.
     fn write_node(
         &mut self,
         region: &dyn LocalRegion,
@@ -112,22 +119,68 @@ impl CanrtServer {
         off: u64,
         pairs: &[(u128, Vec<u8>)],
         meta: Meta,
+    ) -> Result<(Meta, Vec<(u32, u16)>), FabricError> {
+        let holes = self.pool.holes.remove(&off).unwrap_or_default();
+        let r = self.write_frame(region, g, off, pairs, meta, &holes);
+        match r {
+            Ok(m) => Ok((m, holes)),
+            Err(e) => {
+                if !holes.is_empty() {
+                    self.pool.holes.insert(off, holes);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn write_frame(
+        &mut self,
+        region: &dyn LocalRegion,
+        g: DataGeometry,
+        off: u64,
+        pairs: &[(u128, Vec<u8>)],
+        meta: Meta,
+        holes: &[(u32, u16)],
     ) -> Result<Meta, FabricError> {
+        let reserved = holes.iter().fold(0u32, |b, &(s, _)| b | 1 << s);
+        if pairs.len() + reserved.count_ones() as usize > g.slots as usize {
+            return Err(invalid(
+                region,
+                off,
+                "no room beside the frame's reserved slots",
+            ));
+        }
         let mut node = core::mem::take(&mut self.scratch);
         node.clear();
         node.resize(g.node_size() as usize, 0);
         let isz = g.item_size() as usize;
-        let mut bitmap = 0u32;
-        for (slot, (k, v)) in pairs.iter().enumerate() {
-            let at = g.slot_off(slot as u32) as usize;
+        let mut bitmap = reserved;
+        let mut free = (0..g.slots).filter(|s| reserved & (1 << s) == 0);
+        for ((k, v), slot) in pairs.iter().zip(&mut free) {
+            let at = g.slot_off(slot) as usize;
             g.encode_item(&mut node[at..at + isz], *k, v, ItemOp::Insert, 0, false)
                 .map_err(bad_layout(region, off))?;
             bitmap |= 1 << slot;
         }
-        let m = meta.with_bitmap(bitmap);
+        let lock = region.load_u64(off + LOCK_OFF)?;
+        let m = meta.with_bitmap(bitmap).with_served(lock & TICKET_MASK);
         let front = FRONT_OFF as usize;
         node[front..front + 8].copy_from_slice(&m.0.to_le_bytes());
-        let r = region.write(off + FRONT_OFF, &node[front..]);
+        let r = if reserved == 0 {
+            region.write(off + FRONT_OFF, &node[front..])
+        } else {
+            // Holes first (their tails persisted valid before the bitmap store marks them
+            // live), then every other slot, then the meta word.
+            let mut r = Ok(());
+            for &(s, t) in holes {
+                r = r.and(Self::reserve(region, g, off, s, t as u64));
+            }
+            for s in (0..g.slots).filter(|s| reserved & (1 << s) == 0) {
+                let at = g.slot_off(s) as usize;
+                r = r.and(region.write(off + at as u64, &node[at..at + isz]));
+            }
+            r.and(region.write(off + FRONT_OFF, &node[front..front + 8]))
+        };
         self.scratch = node;
         r?;
         region.persist(off, g.node_size() as usize);
@@ -136,18 +189,31 @@ impl CanrtServer {
 
     /// Writes a header and prefix array into the shadow area (or a new, larger one), header
     /// magic last; returns the header with its area filled in. Nothing points to it yet.
+    /// The area also holds the pool table for the tree once published (`pool.rs`): the
+    /// free runs, with `retiring` (the data array a rebuild replaces) among them.
     fn write_area(
         &mut self,
         region: &dyn LocalRegion,
         mut h: TreeHeader,
         plan: &Plan,
+        retiring: Option<(u64, u64)>,
     ) -> Result<TreeHeader, FabricError> {
-        let need = TREE_HEADER_LEN as u64 + plan.geometry.total_len();
+        let need = area_need(plan.geometry.total_len());
         let (off, len) = match self.shadow.take() {
             Some((off, len)) if len >= need => (off, len),
-            _ => {
-                let len = need + need / 2;
-                (self.alloc(region, len)?, len)
+            small => {
+                // A shadow too small for this tree waits for a smaller one (areas are only
+                // ever reused as areas: see `pool.rs`).
+                if let Some(a) = small {
+                    self.pool.areas.push(a);
+                }
+                match self.pool.take_area(need) {
+                    Some(a) => a,
+                    None => {
+                        let len = need + need / 2;
+                        (self.alloc(region, len)?, len)
+                    }
+                }
             }
         };
         h.area_off = off;
@@ -165,10 +231,13 @@ impl CanrtServer {
         h.seal(&plan.prefix);
         region.store_u64(off, 0)?;
         region.write(h.prefix_off, &plan.prefix)?;
+        // Once published, the area the valid tree has now is the shadow.
+        let shadow = self.tree.map(|t| (t.area_off, t.area_len));
+        let table = self.write_table(region, &h, retiring, shadow)?;
         let enc = h.encode();
         region.write(off + 8, &enc[8..])?;
         region.store_u64(off, TREE_MAGIC)?;
-        region.persist(off, need as usize);
+        region.persist(off, (table_off(&h) + table - off) as usize);
         Ok(h)
     }
 
@@ -250,32 +319,62 @@ impl CanrtServer {
         pairs: &[(u128, Vec<u8>)],
     ) -> Result<(), FabricError> {
         let n = p.groups.len() as u64;
-        let cap = data_capacity(n);
-        let data_off = self.new_array(region, g, cap)?;
+        let ns = g.node_size();
+        let (data_off, cap, reused) = self.array_for(region, g, n, data_capacity(n))?;
         let meta = Meta::new(0, 0, false, epoch & EPOCH_MASK);
         let mut bounds = Vec::with_capacity(n as usize);
+        // Reserved slots the reused frames carry: (node, slot) -> ticket.
+        let mut carried = Vec::new();
+        let mut r = Ok(());
         for (id, &(a, b)) in p.groups.iter().enumerate() {
-            self.write_node(
-                region,
-                g,
-                data_off + id as u64 * g.node_size(),
-                &pairs[a..b],
-                meta,
-            )?;
+            let off = data_off + id as u64 * ns;
+            match self.write_node(region, g, off, &pairs[a..b], meta) {
+                Ok((_, holes)) => carried.extend(holes.into_iter().map(|(s, t)| (id as u32, s, t))),
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
             bounds.push(bounds_of(&pairs[a..b]));
         }
-        region.persist(data_off, (cap * g.node_size()) as usize);
-        let array_gen = self.tree.map_or(1, |t| t.array_gen + 1);
-        let h = Self::header(g, epoch, data_off, n as u32, cap, array_gen);
-        let h = self.write_area(region, h, p)?;
-        self.publish(region, h)?;
+        let old = self.tree;
+        let array_gen = old.map_or(1, |t| t.array_gen + 1);
+        let retiring = old.map(|t| (t.data_off, t.data_cap * t.data_node_size));
+        let r = r.and_then(|()| {
+            region.persist(data_off, (cap * ns) as usize);
+            let h = Self::header(g, epoch, data_off, n as u32, cap, array_gen);
+            let h = self.write_area(region, h, p, retiring)?;
+            self.publish(region, h)?;
+            Ok(h)
+        });
+        let h = match r {
+            Ok(h) => h,
+            Err(e) => {
+                // Nothing published: the array's memory, and the reservations its frames
+                // carried, go back to the pool.
+                for &(id, s, t) in &carried {
+                    let frame = self.pool.holes.entry(data_off + id as u64 * ns);
+                    frame.or_default().push((s, t));
+                }
+                self.pool.release(data_off, cap * ns);
+                return Err(e);
+            }
+        };
         self.array_epoch = Some(h.epoch);
         self.bounds = bounds;
-        // Slots reserved in the old data array stay reserved there: nobody writes that
-        // memory again (late appends land in it harmlessly, and their notices name no
-        // reservation of the new array).
+        // The old data array's memory goes to the pool, and the slots reserved in it stay
+        // with their frames (late appends may still land there: see `pool.rs`).
+        if let Some(o) = old {
+            self.retire(&o);
+        }
         self.reserved.clear();
         self.freeing.clear();
+        for (id, s, t) in carried {
+            self.reserved.insert((id, s), t);
+        }
+        if reused {
+            ServerStats::bump(&self.stats.arrays_reused);
+        }
         Ok(())
     }
 
@@ -592,12 +691,16 @@ impl CanrtServer {
         // The new nodes (never seen by a client: lock words 0, so is their served).
         let meta = Meta::new(0, 0, true, epoch & EPOCH_MASK);
         for (_, new, high) in &splits {
-            self.write_node(region, g, h.data_node_off(*new), high, meta)?;
+            let (_, holes) = self.write_node(region, g, h.data_node_off(*new), high, meta)?;
+            // Slots its frame carried from a retired array stay reserved in the new node.
+            for (s, t) in holes {
+                self.reserved.insert((*new, s), t);
+            }
         }
         let mut nh = *h;
         nh.epoch = epoch;
         nh.n_data = next;
-        let nh = self.write_area(region, nh, &p)?;
+        let nh = self.write_area(region, nh, &p, None)?;
         // Every node takes the new epoch (the split ones still frozen): a client with an
         // older view that reads one refreshes before trusting it. A writer of a node that
         // was not split may have read its meta word just before, and append under the old

@@ -75,6 +75,10 @@ pub struct ServerStats {
     pub failed_resizes: Counter,
     /// Resizes begun and ended: this server's resize clock ([`ResizeCounts`]).
     pub resize_clock: ResizeCounts,
+    /// Data arrays retired by rebuilds (their memory went to the free pool, `pool.rs`).
+    pub arrays_retired: Counter,
+    /// Data arrays built in memory a retired one freed (no new chunks claimed).
+    pub arrays_reused: Counter,
 }
 
 impl ServerStats {
@@ -160,6 +164,8 @@ pub struct CanrtServer {
     /// Connections whose writers hear no acknowledgement of an applied item
     /// ([`ControlKind::Quiet`]: they count a write done once posted).
     pub(super) quiet: BTreeSet<usize>,
+    /// Memory of retired data arrays, free for later ones (`pool.rs`).
+    pub(super) pool: super::pool::Pool,
 }
 
 impl Default for CanrtServer {
@@ -205,7 +211,13 @@ impl CanrtServer {
             reserved: BTreeMap::new(),
             freeing: BTreeMap::new(),
             quiet: BTreeSet::new(),
+            pool: Default::default(),
         }
+    }
+
+    /// Bytes of retired data arrays free for reuse (the pool, `pool.rs`).
+    pub fn free_bytes(&self) -> u64 {
+        self.pool.free_bytes()
     }
 
     /// The server's counters, shared: they keep counting after this call.

@@ -671,11 +671,12 @@ fn a_tree_takes_more_than_two_to_the_17_data_nodes() {
 }
 
 mod basics;
-mod issue13;
+pub(super) mod issue13;
 mod keys16;
 mod killed_holder;
 mod node_share;
 mod partial_resize;
 mod reads;
+mod reclaim;
 mod resize_clock;
 mod resizing;

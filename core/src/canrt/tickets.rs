@@ -86,8 +86,8 @@ impl CanrtServer {
     /// its tail got `valid` set ([`Self::reserve`]): a *reserved* slot, which readers skip,
     /// the next holders do not pick and resizes keep, so the late append cannot land on an
     /// item of the tree. It is freed at the node's release after the late append's notice
-    /// (`apply`), dropped by recovery or a rebuild (which leaves the old data array unused),
-    /// and otherwise stays (a dead holder's), at the cost of one slot.
+    /// (`apply`), dropped by recovery, carried by a rebuild to the node later built in its
+    /// frame (`pool.rs`), and otherwise stays (a dead holder's), at the cost of one slot.
     fn skip_ticket(
         &mut self,
         region: &dyn LocalRegion,
