@@ -41,12 +41,19 @@ impl Default for ConnectOptions {
 /// What a client learned about a memory node when connecting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
+    /// The address connected to (host:port, as given).
     pub addr: String,
+    /// The node's id, as `GlobalAddr`s name it.
     pub node: NodeId,
+    /// The local RDMA device the connection goes through.
     pub device: String,
+    /// Bytes of the node's host region.
     pub region_len: u64,
+    /// Bytes of its device memory (0 when it has none).
     pub dm_len: u64,
+    /// What its device-memory addresses point at.
     pub dm_kind: DmKind,
+    /// Bytes a WRITE or SEND on this queue pair may carry inline in the work request.
     pub max_inline: usize,
     /// The service the node runs (`echo`, `canrt`, `erda`, `catfish`).
     pub service: String,
@@ -329,11 +336,12 @@ pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u3
     Ok(f.connections)
 }
 
-/// Bytes of an endpoint's registered pool, and of each of its buffers.
-pub const POOL_BYTES: usize = 2 << 20;
-pub const POOL_CHUNK: usize = 4096;
+/// Bytes of an endpoint's registered pool.
+const POOL_BYTES: usize = 2 << 20;
+/// Bytes of each buffer of that pool.
+const POOL_CHUNK: usize = 4096;
 /// Bytes of an endpoint's coroutine frames (see [`remora_poller::frames`]).
-pub const FRAME_BYTES: usize = 4 << 20;
+const FRAME_BYTES: usize = 4 << 20;
 
 /// A client's endpoint: one RC queue pair per memory node, all under one client id (the
 /// first node's), all on one send completion queue, and the thread's registered memory: a
