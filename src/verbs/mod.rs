@@ -13,7 +13,8 @@
 //! the work request; a buffer in the endpoint's registered memory (its pool, or a coroutine's
 //! frame: see [`VerbsEndpoint`]) is used in place; anything else is bounced through
 //! registered staging memory owned by the queue pair (see [`qp`]). [`fake`] is a device that
-//! completes work requests in memory, for measuring the data path's CPU without a NIC. Connection set-up uses only rdma_cm and its private data.
+//! completes work requests in memory, for measuring the data path's CPU without a NIC.
+//! Connection set-up uses only rdma_cm and its private data ([`wire`]).
 pub(crate) mod arena;
 pub mod check;
 mod cm;
