@@ -244,7 +244,7 @@ fn connect_qp_on(
 /// under a new one; returns the new key. Queue pairs connected before keep the old key and
 /// get remote access errors; connections made after get the new key.
 ///
-/// The request is a connect request carrying a revocation [`Hello`], which the node answers
+/// The request is a connect request carrying a revocation hello (`wire::Hello`), which the node answers
 /// by rejecting it with the new key in the reject's private data (rdma_cm only, no side
 /// channel).
 pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> {
@@ -289,7 +289,7 @@ pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> 
 /// Asks the memory node at `addr` to fence client `client` (see `memnode.rs`): when this
 /// returns `Ok`, none of that client's verbs reaches the node's memory any more. Returns how
 /// many of its connections the node cut (0: it had none left). A connect request carrying a
-/// fence hello, answered by a reject carrying [`Fenced`] (rdma_cm only, as [`revoke_key`]);
+/// fence hello, answered by a reject carrying `wire::Fenced` (rdma_cm only, as [`revoke_key`]);
 /// blocks for up to `opts.timeout`.
 pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u32, VerbsError> {
     let (ch, id) = resolve(addr, opts)?;
