@@ -61,9 +61,7 @@
 //! algorithms), [`pmem`] (persistence primitives), [`poller`] (the soft and sim fabrics and
 //! server-side pollers). With feature `verbs` it also holds the real verbs fabric over
 //! rdma-core (`verbs`).
-// The verbs module is not yet fully documented (88 items: its wire format and error
-// variants), so the lint covers the facade without it.
-#![cfg_attr(not(feature = "verbs"), warn(missing_docs))]
+#![warn(missing_docs)]
 pub use remora_core as core;
 pub use remora_layouts as layouts;
 pub use remora_pmem as pmem;

@@ -29,7 +29,7 @@ impl fmt::Display for PageKind {
 }
 
 /// An anonymous, zero-filled mapping owned by its creator.
-pub struct Arena {
+pub(crate) struct Arena {
     ptr: NonNull<u8>,
     len: usize,
     kind: PageKind,
@@ -98,29 +98,20 @@ impl Arena {
         })
     }
 
+    /// The first byte of the mapping (page-aligned); valid for [`Arena::len`] bytes while
+    /// the arena lives.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }
 
+    /// Bytes mapped: the length asked for, rounded up to the page size used.
     pub fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
+    /// What backs the mapping.
     pub fn kind(&self) -> PageKind {
         self.kind
-    }
-
-    /// True when `[p, p + len)` lies inside the arena.
-    pub fn contains(&self, p: *const u8, len: usize) -> bool {
-        let start = self.ptr.as_ptr() as usize;
-        let p = p as usize;
-        p >= start
-            && p.checked_add(len)
-                .is_some_and(|end| end <= start + self.len)
     }
 }
 
@@ -137,11 +128,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn maps_zeroed_memory_and_bounds_checks() {
+    fn maps_zeroed_memory() {
         let a = Arena::new(10_000).unwrap();
         assert!(a.len() >= 10_000);
-        assert!(a.contains(a.as_ptr(), a.len()));
-        assert!(!a.contains(a.as_ptr(), a.len() + 1));
         // SAFETY: in bounds of a fresh private mapping nothing else uses.
         let b = unsafe { a.as_ptr().add(9_999).read() };
         assert_eq!(b, 0);

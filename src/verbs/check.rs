@@ -12,6 +12,9 @@ use remora_layouts::NodeId;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+/// The conformance suite's harness against one running memory node (which must run the echo
+/// service): it knows the node's address and geometry, and gives each client thread a fresh
+/// endpoint of its own.
 pub struct VerbsHarness {
     addr: String,
     opts: ConnectOptions,
@@ -29,6 +32,8 @@ impl VerbsHarness {
         })
     }
 
+    /// What the first connection learned about the node (its id, region and device memory,
+    /// service).
     pub fn info(&self) -> &NodeInfo {
         &self.info
     }

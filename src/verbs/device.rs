@@ -7,13 +7,16 @@ use std::ffi::CStr;
 /// What the checks found about the device a fabric will use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceSummary {
+    /// The device's name as rdma-core lists it (`rdma link show`, e.g. `mlx5_0`, `rxe0`).
     pub name: String,
     /// The first ACTIVE port.
     pub port: u8,
     /// On-chip (device) memory the NIC offers, in bytes (0: none).
     pub max_dm: u64,
-    /// READs/atomics a queue pair may have outstanding, as responder and as initiator.
+    /// READs/atomics a queue pair may have outstanding as responder (`max_qp_rd_atom`, at most 16).
     pub max_rd_atom: u8,
+    /// READs/atomics a queue pair may have outstanding as initiator (`max_qp_init_rd_atom`, at
+    /// most 16).
     pub max_init_rd_atom: u8,
 }
 

@@ -41,12 +41,19 @@ impl Default for ConnectOptions {
 /// What a client learned about a memory node when connecting.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
+    /// The address connected to (host:port, as given).
     pub addr: String,
+    /// The node's id, as `GlobalAddr`s name it.
     pub node: NodeId,
+    /// The local RDMA device the connection goes through.
     pub device: String,
+    /// Bytes of the node's host region.
     pub region_len: u64,
+    /// Bytes of its device memory (0 when it has none).
     pub dm_len: u64,
+    /// What its device-memory addresses point at.
     pub dm_kind: DmKind,
+    /// Bytes a WRITE or SEND on this queue pair may carry inline in the work request.
     pub max_inline: usize,
     /// The service the node runs (`echo`, `canrt`, `erda`, `catfish`).
     pub service: String,
@@ -237,7 +244,7 @@ fn connect_qp_on(
 /// under a new one; returns the new key. Queue pairs connected before keep the old key and
 /// get remote access errors; connections made after get the new key.
 ///
-/// The request is a connect request carrying a revocation [`Hello`], which the node answers
+/// The request is a connect request carrying a revocation hello (`wire::Hello`), which the node answers
 /// by rejecting it with the new key in the reject's private data (rdma_cm only, no side
 /// channel).
 pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> {
@@ -282,7 +289,7 @@ pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> 
 /// Asks the memory node at `addr` to fence client `client` (see `memnode.rs`): when this
 /// returns `Ok`, none of that client's verbs reaches the node's memory any more. Returns how
 /// many of its connections the node cut (0: it had none left). A connect request carrying a
-/// fence hello, answered by a reject carrying [`Fenced`] (rdma_cm only, as [`revoke_key`]);
+/// fence hello, answered by a reject carrying `wire::Fenced` (rdma_cm only, as [`revoke_key`]);
 /// blocks for up to `opts.timeout`.
 pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u32, VerbsError> {
     let (ch, id) = resolve(addr, opts)?;
@@ -329,11 +336,12 @@ pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u3
     Ok(f.connections)
 }
 
-/// Bytes of an endpoint's registered pool, and of each of its buffers.
-pub const POOL_BYTES: usize = 2 << 20;
-pub const POOL_CHUNK: usize = 4096;
+/// Bytes of an endpoint's registered pool.
+const POOL_BYTES: usize = 2 << 20;
+/// Bytes of each buffer of that pool.
+const POOL_CHUNK: usize = 4096;
 /// Bytes of an endpoint's coroutine frames (see [`remora_poller::frames`]).
-pub const FRAME_BYTES: usize = 4 << 20;
+const FRAME_BYTES: usize = 4 << 20;
 
 /// A client's endpoint: one RC queue pair per memory node, all under one client id (the
 /// first node's), all on one send completion queue, and the thread's registered memory: a

@@ -11,47 +11,103 @@ pub enum VerbsError {
     /// The machine has no RDMA device at all.
     NoDevice,
     /// `--device NAME` names no device.
-    NoSuchDevice { name: String, found: String },
+    NoSuchDevice {
+        /// The name asked for.
+        name: String,
+        /// The devices there are, comma-separated.
+        found: String,
+    },
     /// The device exists but its character device cannot be opened.
     Permission {
+        /// The device (or `rdma_cm` for the connection manager).
         device: String,
+        /// The character device that could not be opened (`/dev/infiniband/...`).
         path: String,
+        /// The open's errno (`EACCES` or `EPERM`).
         errno: i32,
     },
     /// No port of the device is ACTIVE.
     PortDown {
+        /// The device.
         device: String,
+        /// The port checked (1-based, as rdma-core numbers them).
         port: u8,
+        /// Its state as rdma-core names it (`DOWN`, `INIT`, `ARMED`, ...).
         state: &'static str,
     },
     /// Memory registration failed (usually the locked-memory limit).
-    Register { bytes: usize, errno: i32 },
+    Register {
+        /// Bytes the registration asked for.
+        bytes: usize,
+        /// `ibv_reg_mr`'s errno.
+        errno: i32,
+    },
     /// A listen or connect address that does not parse or resolve.
-    BadAddress { addr: String, why: String },
+    BadAddress {
+        /// The address as given.
+        addr: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// rdma_cm found no RDMA device behind the address.
-    Resolve { addr: String, why: &'static str },
+    Resolve {
+        /// The address.
+        addr: String,
+        /// Which resolution step failed.
+        why: &'static str,
+    },
     /// The connection went to another device than `--device` named.
     WrongDevice {
+        /// The address connected to (or listened on).
         addr: String,
+        /// The device the route goes through.
         via: String,
+        /// The device `--device` named.
         wanted: String,
     },
     /// The memory node refused the connection, or no one listens there.
-    Refused { addr: String },
-    /// The memory node refused the request for its key (`wire::Unauthorized::explain`).
-    Unauthorized { addr: String, why: String },
+    Refused {
+        /// The memory node's address.
+        addr: String,
+    },
+    /// The memory node refused the request for its key.
+    Unauthorized {
+        /// The memory node's address.
+        addr: String,
+        /// Why, and what to change, in the client's terms (its key file, its clock).
+        why: String,
+    },
     /// rdma_cm could not reach the peer (no route, transport timeout).
-    Unreachable { addr: String, stage: &'static str },
+    Unreachable {
+        /// The peer's address.
+        addr: String,
+        /// The connection step that failed.
+        stage: &'static str,
+    },
     /// The peer did not answer in time.
     Timeout {
+        /// The peer's address.
         addr: String,
+        /// The connection step that was waiting.
         stage: &'static str,
+        /// How long it waited, in whole seconds (`ConnectOptions::timeout`).
         secs: u64,
     },
     /// The peer answered with bytes that are not remora's connection protocol.
-    Protocol { addr: String, why: &'static str },
+    Protocol {
+        /// The peer's address.
+        addr: String,
+        /// What was wrong with its answer.
+        why: &'static str,
+    },
     /// Any other failing call, with its errno.
-    Sys { what: &'static str, errno: i32 },
+    Sys {
+        /// The call (or step) that failed.
+        what: &'static str,
+        /// Its errno, or the errno that best names the failure when the call sets none (0
+        /// when none fits).
+        errno: i32,
+    },
 }
 
 fn errno_text(errno: i32) -> String {

@@ -126,7 +126,8 @@ impl FakeNode {
         }))
     }
 
-    pub fn node(&self) -> NodeId {
+    /// The node's id (what its welcome would carry).
+    pub(crate) fn node(&self) -> NodeId {
         self.node
     }
 

@@ -5,9 +5,9 @@
 //! Catfish's server), which reaches the region through the soft fabric's
 //! `WordRegion`.
 //!
-//! Clients learn where everything is from the accept's private data ([`Welcome`]); a
+//! Clients learn where everything is from the accept's private data (`wire::Welcome`); a
 //! connect request carrying a revocation hello re-registers the region under a new key and is
-//! answered by a reject carrying that key ([`Revoked`]).
+//! answered by a reject carrying that key (`wire::Revoked`).
 //!
 //! **Client ids and fencing** (the verbs side of `remora_core::lease`). Every connection
 //! belongs to a client id: a client's first memory node assigns one (node id in the top 8
@@ -16,7 +16,7 @@
 //! each of `c`'s queue pairs here is moved to the error state (`ibv_modify_qp`, checked) and
 //! disconnected, its handler learns the connection ended, and `c` is remembered so that it
 //! cannot connect again under that id; only then is the request answered (a reject carrying
-//! [`Fenced`]). From that answer on, no verb of `c` reaches this node's memory: a queue pair
+//! `wire::Fenced`). From that answer on, no verb of `c` reaches this node's memory: a queue pair
 //! in the error state processes no incoming packets (its requester retries and fails with
 //! retry exceeded), so a holder whose lease ran out cannot write under a lock taken over
 //! after the fence. If the queue pair cannot be moved, the request is refused and the waiter
@@ -27,8 +27,8 @@
 //! thread that calls [`Memnode::serve`] handles connection events.
 //!
 //! **Keys.** With [`MemnodeConfig::key`] (`remora memnode --key-file`), every connect request
-//! (connection, revocation, fence) must prove the key ([`Gate`], see `wire.rs`); any other is
-//! rejected with [`Unauthorized`], which the client reports as its error.
+//! (connection, revocation, fence) must prove the key (`wire::Gate`, see `wire.rs`); any other
+//! is rejected with `wire::Unauthorized`, which the client reports as its error.
 use super::arena::{Arena, PageKind};
 use super::cm::{Channel, CmId, Event, SockAddr, TRANSPORT_RETRIES, set_ack_timeout};
 use super::device::{check_port, context_name, limits, probe};
@@ -61,9 +61,13 @@ pub use shard::SRQ_DEPTH;
 pub struct MemnodeConfig {
     /// host:port to listen on (an address of an interface with an RDMA device).
     pub listen: String,
+    /// The node's id: what clients' `GlobalAddr`s name it by (unique among the memory nodes
+    /// a client connects to).
     pub node: NodeId,
     /// Host region bytes, header included.
     pub region_len: u64,
+    /// Bytes of the chunks the region's allocator hands out (a power of two, at least 64;
+    /// written into the region header).
     pub chunk_size: u64,
     /// Device-memory bytes (0: none).
     pub dm_len: u64,
@@ -149,9 +153,14 @@ pub struct Memnode {
 /// A one-line summary of the node, for logs.
 #[derive(Debug, Clone)]
 pub struct MemnodeSummary {
+    /// The address listened on (host:port).
     pub listen: String,
+    /// The RDMA device connections arrive on (a placeholder until the first connection).
     pub device: String,
+    /// What backs the host region.
     pub region_pages: PageKind,
+    /// What backs device memory, in words (`none`, the NIC's on-chip memory, or host
+    /// memory standing in for it; `not set up yet` before the first connection).
     pub dm: &'static str,
     /// The service on every connection (`Handler::service`).
     pub service: &'static str,

@@ -13,8 +13,9 @@
 //! the work request; a buffer in the endpoint's registered memory (its pool, or a coroutine's
 //! frame: see [`VerbsEndpoint`]) is used in place; anything else is bounced through
 //! registered staging memory owned by the queue pair (see [`qp`]). [`fake`] is a device that
-//! completes work requests in memory, for measuring the data path's CPU without a NIC. Connection set-up uses only rdma_cm and its private data.
-pub mod arena;
+//! completes work requests in memory, for measuring the data path's CPU without a NIC.
+//! Connection set-up uses only rdma_cm and its private data ([`wire`]).
+pub(crate) mod arena;
 pub mod check;
 mod cm;
 pub mod device;
@@ -30,6 +31,7 @@ pub mod stats;
 pub(crate) mod sys;
 pub mod wire;
 
+pub use arena::PageKind;
 pub use device::{DeviceSummary, probe};
 pub use endpoint::{
     ConnectOptions, FakeEndpoint, NodeInfo, VerbsEndpoint, connect_qp, connect_qp_as, fence_client,

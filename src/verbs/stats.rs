@@ -44,8 +44,9 @@ pub struct VerbsStats {
     pub recv_empty: u64,
     /// Receive completions reaped.
     pub recv_completions: u64,
-    /// Receive chains posted (`ibv_post_recv` calls) and receives in them.
+    /// Receive chains posted (`ibv_post_recv` calls).
     pub recv_posts: u64,
+    /// Receive work requests in those chains.
     pub recvs_posted: u64,
     /// Memory node: messages handed to its service.
     pub server_messages: u64,
@@ -160,7 +161,7 @@ impl fmt::Display for VerbsStats {
 
 /// Live counters of one queue pair (or one memory node).
 #[derive(Debug, Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     s: Cell<VerbsStats>,
 }
 
@@ -173,6 +174,7 @@ impl Stats {
         self.s.set(s);
     }
 
+    /// The counters so far.
     pub fn get(&self) -> VerbsStats {
         self.s.get()
     }

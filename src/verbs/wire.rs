@@ -2,18 +2,18 @@
 //! other channel). All integers little-endian. The transport may pad private data with
 //! zeros, so every message starts with a magic word and decoders ignore trailing bytes.
 //!
-//! - [`Hello`] (client → node, in the connect request, 48 bytes): what the client wants
+//! - `Hello` (client → node, in the connect request, 48 bytes): what the client wants
 //!   (a connection, the revocation of the region's key, or the fencing of a client), its
 //!   receive-buffer size, and a client id (for a connection: the id the client already has
 //!   from its first memory node, 0 to be given one; for a fence: the client to fence); then
 //!   its proof of the node's key (see below; zeros from a client without a key).
-//! - [`Welcome`] (node → client, in the accept, 72 bytes): the node id, the host region's
+//! - `Welcome` (node → client, in the accept, 72 bytes): the node id, the host region's
 //!   address/key/length, the device memory's address/key/length/kind, the node's
 //!   receive-buffer size (the largest SEND it takes), the service, and the client's id.
-//! - [`Revoked`] (node → client, in the reject answering a revocation, 16 bytes): the new key.
-//! - [`Fenced`] (node → client, in the reject answering a fence, 16 bytes): the client fenced
+//! - `Revoked` (node → client, in the reject answering a revocation, 16 bytes): the new key.
+//! - `Fenced` (node → client, in the reject answering a fence, 16 bytes): the client fenced
 //!   and how many of its connections were cut.
-//! - [`Unauthorized`] (node → client, in the reject of a request without the right key, 16
+//! - `Unauthorized` (node → client, in the reject of a request without the right key, 16
 //!   bytes): why.
 //!
 //! **Keys** (issue 26: clients who are who they say). A memory node started with a key file
@@ -22,17 +22,23 @@
 //! `REMORA_KEY_FILE` names. The key itself never travels: the hello carries a random nonce,
 //! the client's clock (Unix seconds) and a 128-bit tag over the first 32 bytes of the hello
 //! (two SipHash-2-4 PRFs, each keyed by one half of the 32-byte key). The node refuses a
-//! missing or wrong tag, a time more than [`CLOCK_WINDOW_S`] off its own clock, and a nonce
+//! missing or wrong tag, a time more than `CLOCK_WINDOW_S` (120 s) off its own clock, and a nonce
 //! it has already admitted within that window (a replayed hello). Every request needs it:
 //! connections, key revocations and fences. Revoking a key means a new key file and a
 //! restart of the node, as on soft.
+//!
+//! All of it is internal to the fabric except [`DmKind`], which [`super::NodeInfo`] reports.
 use remora_layouts::NodeId;
 use remora_poller::soft::auth::{KEY_FILE_ENV, KEY_LEN, Key, read_key};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-pub const MAGIC: u32 = u32::from_le_bytes(*b"RMV1");
-pub const VERSION: u16 = 1;
+/// First word of every message ("RMV1"), so that zero padding or a stranger's private data
+/// is told apart from a message.
+pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"RMV1");
+/// Protocol version (bytes 4..6 of every message); a node and client of different versions
+/// refuse each other.
+pub(crate) const VERSION: u16 = 1;
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
@@ -46,16 +52,22 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 
 /// What a connect request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
+    /// A queue pair to the node (accepted with a [`Welcome`]).
     Connect,
+    /// A new rkey for the node's region, cutting off every key holder (rejected with a
+    /// [`Revoked`]).
     RevokeKey,
     /// Cut client `Hello::client` off the node (see `memnode.rs`).
     Fence,
 }
 
+/// Client → node, in the connect request: what the client asks for (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hello {
+pub(crate) struct Hello {
+    /// What the client asks for.
     pub request: Request,
+    /// Bytes of each of the client's receive buffers (the largest SEND the node may send it).
     pub recv_len: u32,
     /// Connect: the client's id (0: assign one). Fence: the client to fence.
     pub client: u32,
@@ -113,7 +125,7 @@ const REQUEST_LEN: usize = 16;
 /// Bytes of a hello the tag covers: the request, the nonce and the time.
 const SIGNED_LEN: usize = 32;
 /// How far (seconds) a hello's time may be from the node's clock.
-pub const CLOCK_WINDOW_S: u64 = 120;
+pub(crate) const CLOCK_WINDOW_S: u64 = 120;
 
 /// The 128-bit tag of `msg` under `key`: SipHash-2-4 (a keyed PRF) keyed by each half of the
 /// key in turn.
@@ -158,7 +170,7 @@ fn nonce() -> u64 {
 
 /// This process's key for memory nodes: the one in the file `REMORA_KEY_FILE` names (read
 /// once), `None` without that variable, or why the file cannot be used.
-pub fn client_key() -> Result<Option<Key>, String> {
+pub(crate) fn client_key() -> Result<Option<Key>, String> {
     static KEY: OnceLock<Result<Option<Key>, String>> = OnceLock::new();
     KEY.get_or_init(|| match std::env::var_os(KEY_FILE_ENV) {
         None => Ok(None),
@@ -171,7 +183,7 @@ pub fn client_key() -> Result<Option<Key>, String> {
 
 /// Why a node refused a request for its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthRefusal {
+pub(crate) enum AuthRefusal {
     /// The hello proved no key.
     NoKey,
     /// Its tag is not the node's key's.
@@ -183,7 +195,7 @@ pub enum AuthRefusal {
 }
 
 /// A node's check of the key on every connect request (see the module docs).
-pub struct Gate {
+pub(crate) struct Gate {
     key: Key,
     /// Nonces admitted within the clock window, with their times.
     seen: BTreeMap<u64, u64>,
@@ -236,12 +248,15 @@ const UNAUTHORIZED_TAG: u16 = 0x8004;
 
 /// Node → client: a request refused for its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unauthorized {
+pub(crate) struct Unauthorized {
+    /// Why the node refused.
     pub why: AuthRefusal,
 }
 
 impl Unauthorized {
+    /// Bytes on the wire: magic, version, tag, the reason code (u32), 4 zero bytes.
     pub const LEN: usize = 16;
+    /// The reply as the node puts it in the reject.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -256,6 +271,8 @@ impl Unauthorized {
         b[8..12].copy_from_slice(&code.to_le_bytes());
         b
     }
+    /// The refusal in a reject's private data, or `None` when it is not one (another reply,
+    /// an unknown reason code, or no remora message at all).
     pub fn decode(b: &[u8]) -> Option<Unauthorized> {
         if b.len() < Self::LEN || u32_at(b, 0) != MAGIC || u16_at(b, 6) != UNAUTHORIZED_TAG {
             return None;
@@ -298,7 +315,8 @@ impl Unauthorized {
     }
 }
 
-/// Where the node's device-memory addresses point.
+/// Where a memory node's device-memory addresses (`GlobalAddr`s with the device bit) point,
+/// as it says in its welcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DmKind {
     /// No device memory: device addresses fail with a remote access error.
@@ -309,16 +327,28 @@ pub enum DmKind {
     Host,
 }
 
+/// Node → client, in the accept: where the node's memory is and how to reach it.
+/// [`Welcome::decode`] refuses one with a zero `recv_len`, `region_len` or `client`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Welcome {
+pub(crate) struct Welcome {
+    /// The node's id (what `GlobalAddr`s name it by).
     pub node: NodeId,
+    /// Bytes of each of the node's receive buffers: the largest SEND it takes.
     pub recv_len: u32,
+    /// Virtual address of the node's host region (region offset 0) for RDMA.
     pub region_addr: u64,
+    /// Remote key of the host region.
     pub region_rkey: u32,
+    /// Bytes of the host region.
     pub region_len: u64,
+    /// What device-memory addresses point at.
     pub dm_kind: DmKind,
+    /// RDMA address of device-memory offset 0 (0 for on-chip memory, registered
+    /// zero-based; unused with [`DmKind::None`]).
     pub dm_addr: u64,
+    /// Remote key of the device memory.
     pub dm_rkey: u32,
+    /// Bytes of device memory (0 with [`DmKind::None`]).
     pub dm_len: u64,
     /// The service the node's CPU runs on every connection (`Handler::service`), NUL-padded
     /// ASCII; all zero from nodes that predate it, which ran only the echo service.
@@ -333,7 +363,9 @@ impl Welcome {
     pub fn service_name(&self) -> String {
         service_name(&self.service)
     }
+    /// Bytes on the wire (68 used, 4 zero).
     pub const LEN: usize = 72;
+    /// The welcome as the node puts it in the accept.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -356,6 +388,7 @@ impl Welcome {
         b[64..68].copy_from_slice(&self.client.to_le_bytes());
         b
     }
+    /// The welcome in an accept's private data, or why it is not a usable one.
     pub fn decode(b: &[u8]) -> Result<Welcome, &'static str> {
         if b.len() < Self::LEN || u32_at(b, 0) != MAGIC {
             return Err("no remora welcome in the accept");
@@ -393,7 +426,7 @@ impl Welcome {
 }
 
 /// A service name as [`Welcome::service`] carries it: the first 8 bytes, NUL-padded.
-pub fn service_bytes(name: &str) -> [u8; 8] {
+pub(crate) fn service_bytes(name: &str) -> [u8; 8] {
     let mut b = [0u8; 8];
     let n = name.len().min(8);
     b[..n].copy_from_slice(&name.as_bytes()[..n]);
@@ -402,7 +435,7 @@ pub fn service_bytes(name: &str) -> [u8; 8] {
 
 /// The name in [`Welcome::service`] bytes (`"echo"` when empty; `?` for bytes that are not
 /// text).
-pub fn service_name(b: &[u8; 8]) -> String {
+pub(crate) fn service_name(b: &[u8; 8]) -> String {
     let n = b.iter().position(|&c| c == 0).unwrap_or(8);
     if n == 0 {
         return "echo".into();
@@ -419,13 +452,17 @@ const REFUSED_KEY: &str = "the memory node refused the request: it needs its key
 /// Marks a [`Revoked`] reply (distinct from every [`Hello`] request code).
 const REVOKED_TAG: u16 = 0x8002;
 
+/// Node → client, in the reject answering a revocation: the region's key has changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Revoked {
+pub(crate) struct Revoked {
+    /// The host region's new remote key (the old one no longer works).
     pub new_rkey: u32,
 }
 
 impl Revoked {
+    /// Bytes on the wire: magic, version, tag, the new key, 4 zero bytes.
     pub const LEN: usize = 16;
+    /// The reply as the node puts it in the reject.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -434,6 +471,7 @@ impl Revoked {
         b[8..12].copy_from_slice(&self.new_rkey.to_le_bytes());
         b
     }
+    /// The reply in a reject's private data, or why the node did not revoke.
     pub fn decode(b: &[u8]) -> Result<Revoked, &'static str> {
         if Unauthorized::decode(b).is_some() {
             return Err(REFUSED_KEY);
@@ -450,15 +488,19 @@ impl Revoked {
 /// Marks a [`Fenced`] reply.
 const FENCED_TAG: u16 = 0x8003;
 
+/// Node → client, in the reject answering a fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Fenced {
+pub(crate) struct Fenced {
+    /// The client fenced (as the hello named it).
     pub client: u32,
     /// Connections of that client the node cut (0: it had none left: gone or fenced before).
     pub connections: u32,
 }
 
 impl Fenced {
+    /// Bytes on the wire: magic, version, tag, the client, the connection count.
     pub const LEN: usize = 16;
+    /// The reply as the node puts it in the reject.
     pub fn encode(&self) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -468,6 +510,7 @@ impl Fenced {
         b[12..16].copy_from_slice(&self.connections.to_le_bytes());
         b
     }
+    /// The reply in a reject's private data, or why the node did not fence.
     pub fn decode(b: &[u8]) -> Result<Fenced, &'static str> {
         if Unauthorized::decode(b).is_some() {
             return Err(REFUSED_KEY);

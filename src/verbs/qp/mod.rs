@@ -12,7 +12,7 @@
 //!   bounced through this queue pair's registered staging arena: each batch in flight owns one
 //!   slot of it (WRITE data copied in before the doorbell, READ data and atomic results copied
 //!   out after the completion). A batch needing more than a slot gets a one-off registration.
-//! - **One send completion queue per thread** ([`cq`]): the queue pairs of an endpoint share
+//! - **One send completion queue per thread** (`qp/cq.rs`): the queue pairs of an endpoint share
 //!   it, and each completion is handed to the queue pair and batch its `wr_id` names. Waiting
 //!   post futures take turns polling it, one per executor round; a post whose batch is done
 //!   resolves without polling (a receive wait polls only its receive queue, see
@@ -26,7 +26,7 @@
 //! - **Receives.** Each queue pair keeps [`RQ_DEPTH`] receive buffers of [`RECV_LEN`] bytes
 //!   posted; consumed ones are posted again in chains of [`RECV_BATCH`]. A memory node's
 //!   queue pairs have none of their own: they take from their server thread's shared receive
-//!   queue (SRQ) and report to its receive completion queue ([`VerbsQp::create_shared`]).
+//!   queue (SRQ) and report to its receive completion queue (`VerbsQp::create_shared`).
 //! - **Footprint.** Staging and receive buffers are mapped and registered on first need: the
 //!   first batch that bounces, the first SEND or WRITE_WITH_IMM posted (a message's reply
 //!   needs a posted receive), or the first receive wait. A one-sided client (SMART, Sherman:

@@ -687,7 +687,8 @@ enum PostState {
     Finished,
 }
 
-/// The future of [`VerbsQp::post`]: posts on first poll, then polls the completion queue.
+/// The future of [`VerbsQp`]'s [`QueuePair::post`](remora_core::fabric::QueuePair::post): posts
+/// on first poll, then polls the completion queue.
 pub struct PostFuture<'q, 'a> {
     qp: &'q VerbsQp,
     ops: &'q mut [Op<'a>],

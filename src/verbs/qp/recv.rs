@@ -142,7 +142,7 @@ impl VerbsQp {
 /// Empty receive rounds between a receive wait's polls of the send completion queue.
 const SEND_POLL_EVERY: u32 = 4096;
 
-/// The future of [`VerbsQp::recv`].
+/// The future of [`VerbsQp`]'s [`QueuePair::recv`](remora_core::fabric::QueuePair::recv).
 pub struct RecvFuture<'q, 'a> {
     qp: &'q VerbsQp,
     buf: &'a mut [u8],
