@@ -28,17 +28,49 @@ fn per_node(s: &Scale) -> Vec<usize> {
     }
 }
 
-/// The memory node's last-level cache in lines, scaled with the data set: the profile's
-/// 35 MiB (one E5-2680 v4 socket) x rectangles loaded / the paper's 2 million, so a quick
-/// run's 10k-rectangle tree misses the cache as the paper's ~100 MB tree did instead of
-/// fitting in it whole (measured at 10k rectangles, 128 clients: 6.7 of ~39 lines per
+/// Rectangles of the curves (the paper's three trees at 32 to 256 clients): the paper's 2
+/// million at quick and full scale, so the tree has the paper's height (5 levels at node
+/// size 30; seeds/003 §5.3.1 reports 5 for 1M and 6 for 10M rectangles) and an offloaded
+/// search READs as many levels as the paper's. Each tree is loaded once per report and every
+/// run starts from a copy of it (`bench/spatial/load.rs`). Tiny keeps its own count.
+fn curve_rects(s: &Scale) -> u64 {
+    match s.name {
+        "tiny" => s.rects,
+        _ => PAPER_RECTS,
+    }
+}
+
+/// The memory node's last-level cache in lines for a tree of `rects`, scaled with the data
+/// set: the profile's 35 MiB (one E5-2680 v4 socket) x rectangles loaded / the paper's 2
+/// million, so a 10k-rectangle tree misses the cache as the paper's ~100 MB tree did instead
+/// of fitting in it whole (measured at 10k rectangles, 128 clients: 6.7 of ~39 lines per
 /// search miss, against 0 with the full cache).
-fn llc_lines(s: &Scale) -> u64 {
+fn llc_lines(rects: u64) -> u64 {
     let full = remora::poller::sim::profiles::profile("catfish")
         .map(|p| p.model().server_llc_lines)
         .unwrap_or(remora::poller::sim::Model::default().server_llc_lines);
-    let scaled = full * s.rects as f64 / PAPER_RECTS as f64;
+    let scaled = full * rects as f64 / PAPER_RECTS as f64;
     (scaled.round() as u64).clamp(64, full as u64)
+}
+
+/// Server CPU per request of Catfish's own messaging, in ns (its series run `--set
+/// server_handler_ns=` this). The profile's 48.65 µs is the paper's "Fast messaging"
+/// baseline: FaRM's messaging, whose server threads poll ("We implement FaRM for R-tree and
+/// label their methods as 'Fast messaging' and 'RDMA offloading'", seeds/003 §5; "a large
+/// portion of time is used to poll if new messages arrive", §5.2.1), 28 cores / its 575.53
+/// Kops. Catfish's is event-based (§4.2), and the paper measures the two with the server CPU
+/// saturated (Fig. 6, 80 clients, scale 0.00001): 152.50 µs a search event-based against
+/// 203.96 µs polling. Derived: 48,650 x 152.50 / 203.96 = 36,376 ns. The baselines keep the
+/// profile's cost.
+const EVENT_HANDLER_NS: u64 = 36_376;
+
+/// The flags of a series in mode `m`: Catfish's (adaptive) event-based server cost.
+fn mode_flags(m: &str) -> String {
+    if m == "adaptive" {
+        format!(" --set server_handler_ns={EVENT_HANDLER_NS}")
+    } else {
+        String::new()
+    }
 }
 
 /// Clients of the tree-size and node-size runs: the paper's 128 (16 per node, §5.3.1).
@@ -110,13 +142,15 @@ pub fn paper(s: &Scale) -> Paper {
         .collect();
     let sweep = format!("--sweep clients={}", sweep.join(","));
     let common = format!(
-        "--fabric sim --profile catfish --set server_llc_lines={} --index catfish \
-         --heartbeat-us {HEARTBEAT_US} --node-serial-reads --compute-nodes {NODES} \
-         --memory-nodes 1 --operations {}",
-        llc_lines(s),
+        "--fabric sim --profile catfish --index catfish --heartbeat-us {HEARTBEAT_US} \
+         --node-serial-reads --compute-nodes {NODES} --memory-nodes 1 --operations {}",
         s.ops
     );
-    let base = format!("{common} --records {} {sweep}", s.rects);
+    let base = format!(
+        "{common} --set server_llc_lines={} --records {} {sweep}",
+        llc_lines(curve_rects(s)),
+        curve_rects(s)
+    );
     const MODES: [(&str, &str); 3] = [
         ("adaptive", "Catfish (adaptive)"),
         ("messaging", "fast messaging"),
@@ -130,7 +164,7 @@ pub fn paper(s: &Scale) -> Paper {
             .map(|(m, label)| {
                 Series::new(
                     label,
-                    format!("{base} --tree {tree} --mode {m} {window}"),
+                    format!("{base}{} --tree {tree} --mode {m} {window}", mode_flags(m)),
                     &[wl],
                 )
             })
@@ -151,8 +185,10 @@ pub fn paper(s: &Scale) -> Paper {
                 v.push(Series::new(
                     &format!("{label} {x}"),
                     format!(
-                        "{common} --tree rstar --mode {m} {power} --clients-per-node {} \
-                         --records {records} --fanout {fanout}{zoom}",
+                        "{common} --set server_llc_lines={}{} --tree rstar --mode {m} {power} \
+                         --clients-per-node {} --records {records} --fanout {fanout}{zoom}",
+                        llc_lines(s.rects),
+                        mode_flags(m),
                         FIXED_CLIENTS / NODES
                     ),
                     &["c"],
@@ -672,12 +708,15 @@ pub fn paper(s: &Scale) -> Paper {
         setup: format!(
             "sim in the paper's profile (`--profile catfish`: 28 server threads at the \
              paper's 48.65 µs of server CPU per request (28 cores / its fast messaging's \
-             575.53 Kops); its 35 MiB LLC scaled by rectangles loaded / the paper's 2 \
-             million: {} lines); each client node serves one READ of its clients at a \
+             575.53 Kops); its 35 MiB LLC ({} lines), scaled by rectangles loaded / the \
+             paper's 2 million in the tree-size and node-size runs: {} lines); each client node serves one READ of its clients at a \
              time (`--node-serial-reads`, the paper's §4.4 saturation), {NODES} \
              compute nodes x {} clients (one outstanding search each), 1 memory node running \
-             Catfish's server; R*-tree (and basic, Hilbert) of {} rectangles with edges \
-             uniform in (0, 0.0001] of the side, placed uniformly, fanout 30; search windows \
+             Catfish's server; R*-tree (and basic, Hilbert) of {} rectangles (each tree \
+             loaded once, by 8 clients, and every run started from a copy of its memory) with \
+             edges uniform in (0, 0.0001] of the side, placed uniformly, fanout 30, entries of \
+             24 bytes (i32 coordinates; the paper's are 4 doubles + a pointer, 40 bytes); \
+             search windows \
              with edges uniform in (0, scale] per axis, placed uniformly (inserts: the \
              paper's power-law placement); tree sizes {} and node sizes {} at {FIXED_CLIENTS} clients with power-law \
              scales; {} measured ops; seed 1; heartbeats every {HEARTBEAT_US} µs (the paper's \
@@ -686,13 +725,14 @@ pub fn paper(s: &Scale) -> Paper {
              sim but on real threads of the machine that ran the report (soft fabric vs TCP \
              over loopback, 1 and 2 clients, {} rectangles, {} searches), wall-clock, not \
              deterministic",
-            llc_lines(s),
+            llc_lines(curve_rects(s)),
+            llc_lines(s.rects),
             per_node(s)
                 .iter()
                 .map(|c| c.to_string())
                 .collect::<Vec<_>>()
                 .join("/"),
-            s.rects,
+            curve_rects(s),
             tree_sizes
                 .iter()
                 .map(|c| c.to_string())
@@ -717,25 +757,41 @@ mod tests {
     use super::*;
     use crate::repro::ScaleSel;
 
-    /// Every sim run of the quick report shrinks the LLC with the data set (10k of the
-    /// paper's 2M rectangles: 35 MiB / 200 = 2867 lines), runs the paper's profile (its
-    /// server cost) with its client nodes' one READ at a time, and the curves sweep
+    /// The quick report's curves load the paper's 2M rectangles with its whole LLC; the
+    /// tree-size and node-size runs shrink the LLC with their data set (10k of the paper's
+    /// 2M rectangles: 35 MiB / 200 = 2867 lines); every sim run is in the paper's profile
+    /// (its server cost) with its client nodes' one READ at a time, and the curves sweep
     /// the paper's 32 to 256 clients.
     #[test]
     fn quick_sim_runs_scale_the_llc_and_sweep_the_papers_clients() {
         let s = Scale::of(ScaleSel::Quick).for_paper("catfish");
-        assert_eq!(llc_lines(&s), 2867);
+        assert_eq!(llc_lines(s.rects), 2867);
+        assert_eq!(curve_rects(&s), PAPER_RECTS);
+        let full = llc_lines(PAPER_RECTS);
         let p = paper(&s);
         let mut sim = 0;
         for e in &p.experiments {
             for se in &e.series {
                 if se.args.contains("--fabric sim") {
                     sim += 1;
+                    let curve = se.args.contains("--sweep clients=");
+                    let (llc, rects) = if curve {
+                        (full, PAPER_RECTS)
+                    } else {
+                        (2867, 0)
+                    };
                     assert!(
-                        se.args.contains("--set server_llc_lines=2867"),
+                        se.args.contains(&format!("--set server_llc_lines={llc} ")),
                         "{}",
                         se.args
                     );
+                    if curve {
+                        assert!(
+                            se.args.contains(&format!("--records {rects} ")),
+                            "{}",
+                            se.args
+                        );
+                    }
                     assert!(se.args.contains("--node-serial-reads"), "{}", se.args);
                     assert!(se.args.contains("--profile catfish"), "{}", se.args);
                 }
