@@ -133,15 +133,16 @@ mod tests {
     #[test]
     fn image_region_reads_writes_and_bounds() {
         let mut v = vec![0u8; 64];
-        let r = ImageRegion::new(&mut v, 0);
-        r.write(8, &[1, 2, 3]).expect("in range");
-        let mut b = [0u8; 4];
-        r.read(7, &mut b).expect("in range");
-        assert_eq!(b, [0, 1, 2, 3]);
-        assert!(r.read(62, &mut b).is_err());
-        assert!(r.write(u64::MAX, &[1]).is_err());
-        assert_eq!(r.load_u64(8).expect("aligned"), 0x0003_0201);
-        drop(r);
+        {
+            let r = ImageRegion::new(&mut v, 0);
+            r.write(8, &[1, 2, 3]).expect("in range");
+            let mut b = [0u8; 4];
+            r.read(7, &mut b).expect("in range");
+            assert_eq!(b, [0, 1, 2, 3]);
+            assert!(r.read(62, &mut b).is_err());
+            assert!(r.write(u64::MAX, &[1]).is_err());
+            assert_eq!(r.load_u64(8).expect("aligned"), 0x0003_0201);
+        }
         assert_eq!(&v[8..11], &[1, 2, 3]);
     }
 }

@@ -16,6 +16,11 @@ use remora::poller::sim::{ClientCtx, NodeImage, Sim, SimConfig};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 
+/// A load's LOAD phases, memory images and tree height.
+type LoadedSim = (Vec<Part>, Vec<NodeImage>, Option<u16>);
+/// The measured clients' run phases and the tree's height after.
+type Measured = (Vec<Result<Part, String>>, Option<u16>);
+
 pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
     let a = sh.a;
     let s = &a.sim;
@@ -117,7 +122,7 @@ fn load_sim(
     cfg: &SimConfig,
     nodes: usize,
     per_node: usize,
-) -> Result<(Vec<Part>, Vec<NodeImage>, Option<u16>), String> {
+) -> Result<LoadedSim, String> {
     let a = sh.a;
     let seed = cfg.seed;
     let created: RefCell<Option<String>> = RefCell::new(None);
@@ -204,7 +209,7 @@ fn measure_sim(
     cfg: &SimConfig,
     images: Vec<NodeImage>,
     handler: remora::core::catfish::CatfishServer,
-) -> Result<(Vec<Result<Part, String>>, Option<u16>), String> {
+) -> Result<Measured, String> {
     let a = sh.a;
     let s = &a.sim;
     let clients = s.compute_nodes * s.clients_per_node;
@@ -292,4 +297,60 @@ async fn sim_client(
         mode: sh.a.spatial.mode,
     };
     part(&mut ops, sh, ctx, w, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::bench::BenchArgs;
+
+    fn args(line: &str) -> BenchArgs {
+        #[derive(clap::Parser)]
+        #[command(no_binary_name = true)]
+        struct Line {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let mut a = <Line as clap::Parser>::try_parse_from(line.split_whitespace())
+            .expect("bench flags")
+            .bench;
+        a.silent = true;
+        a.quiet = true;
+        a
+    }
+
+    /// A run that finds its tree loaded (the second of two in one process) measures exactly
+    /// what the run that loaded it did, and its server recovers the whole tree.
+    #[test]
+    fn a_found_load_measures_what_a_made_one_does() {
+        let a = args(
+            "--index catfish --fabric sim --workload c --records 3000 --operations 600 \
+             --compute-nodes 2 --clients-per-node 3 --mode offloading --tree rstar \
+             --heartbeat-us 100",
+        );
+        let first = super::super::run(&a).expect("first run");
+        let second = super::super::run(&a).expect("second run");
+        let run = |r: &[crate::bench::phase::BenchRecord]| {
+            let r = r.iter().find(|r| r.phase == "run").expect("a run phase");
+            (r.ops, r.mops, r.latency.p50_ns, r.per_op.round_trips)
+        };
+        assert_eq!(run(&first), run(&second));
+        let notes = &first.last().expect("records").notes;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("tree checked: 3000 entries")),
+            "{notes:?}"
+        );
+        let s = first
+            .last()
+            .and_then(|r| r.spatial.as_ref())
+            .expect("spatial");
+        assert_eq!(s.offloaded_searches, 600);
+        assert!(
+            s.node_reads_per_offload >= 2.0,
+            "{}",
+            s.node_reads_per_offload
+        );
+        assert_eq!(s.conflicts_per_offload, 0.0, "search-only: no writer");
+    }
 }
