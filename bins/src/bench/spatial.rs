@@ -21,8 +21,13 @@
 //! record is the bench's usual one, plus `spatial` (the share of searches offloaded, hits
 //! per search, the tree height).
 //!
-//! Parts: the objects and windows ([`data`]), one client's phase ([`client`]), the sim, soft
-//! and TCP runners ([`run`]); this file holds the flags and the record.
+//! On the sim the tree is loaded (by one client, in object order) in a sim of its own and
+//! each run measures a copy of it, so a process measures one loaded tree at many client
+//! counts and modes ([`load`]).
+//!
+//! Parts: the objects and windows ([`data`]), one client's phase ([`client`]), the sim
+//! runner ([`sim`]) and its loaded trees ([`load`]), the soft and TCP runners ([`run`]); this
+//! file holds the flags and the record.
 mod client;
 mod data;
 mod gate;
