@@ -471,7 +471,7 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
         if let Some(f) = pt.offload {
             let _ = write!(
                 s,
-                " ({:.2} node READs and {:.3} read-write conflicts per offloaded search",
+                " ({:.2} node READs and {:.4} read-write conflicts per offloaded search",
                 f.reads, f.conflicts
             );
             if let Some(h) = f.tree_height {
