@@ -21,12 +21,19 @@
 //! record is the bench's usual one, plus `spatial` (the share of searches offloaded, hits
 //! per search, the tree height).
 //!
-//! Parts: the objects and windows ([`data`]), one client's phase ([`client`]), the sim, soft
-//! and TCP runners ([`run`]); this file holds the flags and the record.
+//! On the sim the tree is loaded (by one client, in object order) in a sim of its own and
+//! each run measures a copy of it, so a process measures one loaded tree at many client
+//! counts and modes ([`load`]).
+//!
+//! Parts: the objects and windows ([`data`]), one client's phase ([`client`]), the sim
+//! runner ([`sim`]) and its loaded trees ([`load`]), the soft and TCP runners ([`run`]); this
+//! file holds the flags and the record.
 mod client;
 mod data;
 mod gate;
+mod load;
 mod run;
+mod sim;
 
 use super::BenchArgs;
 use super::phase::{BenchRecord, OpCounts, new_hist};
@@ -39,8 +46,9 @@ use hdrhistogram::Histogram;
 use remora::core::Snapshot;
 use remora::core::catfish::TreeKind;
 use remora::poller::sim::LlcStats;
-use run::{run_sim, run_soft, run_tcp};
+use run::{run_soft, run_tcp};
 use serde::Serialize;
+use sim::run_sim;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
@@ -178,8 +186,14 @@ pub struct SpatialSummary {
     /// Heartbeats the clients took from their slots (adaptive mode).
     pub heartbeats: u64,
     pub hits_per_search: f64,
-    /// One-sided node READs per offloaded search.
+    /// One-sided node READs per offloaded search (re-reads and restarts included).
     pub node_reads_per_offload: f64,
+    /// Read-write conflicts per offloaded search: node images read torn or mid-rewrite
+    /// (read again) plus traversals started over (a node born after the search's epoch).
+    /// A concurrent insert on the server causes both.
+    pub conflicts_per_offload: f64,
+    /// Of those, traversals started over per offloaded search.
+    pub restarts_per_offload: f64,
     /// Levels of the tree after the phase (leaves included), where measured.
     pub tree_height: Option<u16>,
 }
@@ -261,6 +275,7 @@ struct Shared<'a> {
 }
 
 /// What one client measured in one phase.
+#[derive(Clone)]
 struct Part {
     hist: Histogram<u64>,
     counts: OpCounts,
@@ -272,10 +287,16 @@ struct Part {
     offloaded: u64,
     messaging: u64,
     node_reads: u64,
+    /// Node images an offloaded search read again (torn or mid-rewrite).
+    torn_retries: u64,
+    /// Offloaded searches started over (a node born after the search's epoch).
+    restarts: u64,
     heartbeats: u64,
 }
 
-type ClientResult = Result<(Part, Option<Part>), String>;
+/// A client's LOAD phase (none where another sim loaded the tree: `spatial/load.rs`) and
+/// run phase.
+type ClientResult = Result<(Option<Part>, Option<Part>), String>;
 
 /// Runs LOAD and the workload; returns the records of both phases.
 pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
@@ -305,7 +326,7 @@ pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
     let mut runs = Vec::new();
     for r in results {
         let (l, r) = r?;
-        loads.push(l);
+        loads.extend(l);
         runs.extend(r);
     }
     notes.push(
@@ -372,6 +393,7 @@ fn record(
     let mut counts = OpCounts::default();
     let mut snap = Snapshot::default();
     let (mut off, mut msg, mut reads, mut beats) = (0u64, 0u64, 0u64, 0u64);
+    let (mut torn, mut restarts) = (0u64, 0u64);
     for p in parts {
         let _ = hist.add(&p.hist);
         counts.add(&p.counts);
@@ -379,6 +401,8 @@ fn record(
         off += p.offloaded;
         msg += p.messaging;
         reads += p.node_reads;
+        torn += p.torn_retries;
+        restarts += p.restarts;
         beats += p.heartbeats;
     }
     let start = parts.iter().map(|p| p.start_ns).min().unwrap_or(0);
@@ -419,6 +443,15 @@ fn record(
                 sh.data.zoom_note()
             ),
         );
+    }
+    let per_off = |n: u64| if off > 0 { n as f64 / off as f64 } else { 0.0 };
+    if off > 0 {
+        notes.push(format!(
+            "offloaded searches: {:.2} node READs each; read-write conflicts {:.4} per search \
+             ({torn} torn images read again, {restarts} traversals started over)",
+            per_off(reads),
+            per_off(torn + restarts)
+        ));
     }
     let per_op = PerOp::new(&snap, ops);
     let obj = 24.0; // an entry: rectangle + object id
@@ -489,11 +522,9 @@ fn record(
             } else {
                 0.0
             },
-            node_reads_per_offload: if off > 0 {
-                reads as f64 / off as f64
-            } else {
-                0.0
-            },
+            node_reads_per_offload: per_off(reads),
+            conflicts_per_offload: per_off(torn + restarts),
+            restarts_per_offload: per_off(restarts),
             tree_height: height,
         }),
         cluster_process: None,

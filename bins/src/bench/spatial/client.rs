@@ -188,6 +188,8 @@ pub(super) async fn part(
         offloaded: st1.offloaded_searches - st0.offloaded_searches,
         messaging: st1.messaging_searches - st0.messaging_searches,
         node_reads: st1.node_reads - st0.node_reads,
+        torn_retries: st1.torn_retries - st0.torn_retries,
+        restarts: st1.reuse_restarts - st0.reuse_restarts,
         heartbeats: st1.heartbeats - st0.heartbeats,
     })
 }

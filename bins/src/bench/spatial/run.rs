@@ -2,13 +2,11 @@
 //! memory node, and the TCP baseline; each creates or opens the tree, runs every client's
 //! LOAD and run phases, and measures the tree's height.
 use super::client::{Rdma, SpatialOps, part};
-use super::gate::{GatedEp, NodeReads};
-use super::{ClientResult, Outcome, POLL_SCAN_NS, Serve, Shared};
+use super::{ClientResult, Outcome, Serve, Shared};
 use crate::bench::BenchArgs;
 use crate::bench::soft::{BarrierGuard, one};
 use crate::bench::tcp::{TcpClient, TcpServer};
 use crate::bench::ycsb::Workload;
-use crate::perf_sim::model_from;
 use remora::core::block_on::block_on;
 use remora::core::catfish::{CatfishClient, CatfishError, CatfishServer, TreeKind};
 use remora::core::fabric::{Endpoint, QueuePair};
@@ -16,9 +14,8 @@ use remora::layouts::GlobalAddr;
 use remora::layouts::catfish::{META_ROOT_OFFSET, Node, node_len};
 use remora::poller::clock::Clock;
 use remora::poller::executor::{ServerCore, plan_cores, run_workers};
-use remora::poller::sim::{ClientCtx, Sim, SimConfig};
 use remora::poller::soft::{NodeConfig, ServeMode, SoftMemoryNode, control};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Barrier;
 use std::sync::atomic::Ordering;
@@ -83,175 +80,6 @@ pub(super) async fn open_or_create<Q: QueuePair>(
             .map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     }
-}
-
-pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
-    let a = sh.a;
-    let s = &a.sim;
-    if s.compute_nodes == 0 || s.clients_per_node == 0 {
-        return Err("--compute-nodes and --clients-per-node must be at least 1".into());
-    }
-    if s.memory_nodes != 1 {
-        return Err("--index catfish runs one memory node: --memory-nodes 1".into());
-    }
-    let clients = s.compute_nodes * s.clients_per_node;
-    let mut model = model_from(s)?;
-    if a.spatial.server_threads > 1 {
-        model
-            .set("server_threads", &a.spatial.server_threads.to_string())
-            .map_err(|e| format!("--server-threads: {e}"))?;
-    }
-    if a.spatial.serve == Serve::Polling && model.get("server_scan_ns") == Some(0.0) {
-        model
-            .set("server_scan_ns", &POLL_SCAN_NS.to_string())
-            .map_err(|e| format!("--serve polling: {e}"))?;
-    }
-    let created: RefCell<Option<String>> = RefCell::new(None);
-    let arrived = Cell::new(0usize);
-    let results: RefCell<Vec<ClientResult>> = RefCell::new(Vec::new());
-    let height: RefCell<Option<u16>> = RefCell::new(None);
-    // Before the sim: its clients borrow them.
-    let gates: Vec<NodeReads> = (0..s.compute_nodes).map(|_| NodeReads::default()).collect();
-    let mut sim = Sim::new(SimConfig {
-        compute_nodes: s.compute_nodes,
-        memory_nodes: 1,
-        region_len: crate::bench::region_bytes(a),
-        model: model.clone(),
-        seed: s.seed,
-        ..SimConfig::default()
-    })
-    .map_err(|e| e.0)?;
-    let max = sim
-        .endpoint(0)
-        .map_err(|e| e.0)?
-        .qp(0)
-        .map_err(|e| e.to_string())?
-        .max_message();
-    sim.set_handler(0, Box::new(server(a, max)))
-        .map_err(|e| e.0)?;
-    let first = sim.client(0).map_err(|e| e.0)?;
-    sim.spawn_with(&first, 0, |ctx| {
-        let created = &created;
-        async move {
-            let r = match ctx.qp(0) {
-                Ok(qp) => open_or_create(qp, a.spatial.fanout, a.spatial.tree.kind())
-                    .await
-                    .map(|_| ()),
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = r {
-                *created.borrow_mut() = Some(e);
-            }
-        }
-    });
-    if sim.run().unfinished > 0 {
-        return Err(format!(
-            "creating the tree on the sim (seed {}) never finished",
-            s.seed
-        ));
-    }
-    if let Some(e) = created.borrow().as_ref() {
-        return Err(format!(
-            "creating the tree on the sim (seed {}): {e}",
-            s.seed
-        ));
-    }
-    for node in 0..s.compute_nodes {
-        for c in 0..s.clients_per_node {
-            let w = node * s.clients_per_node + c;
-            let base = sim.client(node).map_err(|e| e.0)?;
-            let (arrived, results) = (&arrived, &results);
-            let gate = gates.get(node).filter(|_| a.spatial.node_serial_reads);
-            sim.spawn_with(&base, 0, move |ctx| async move {
-                let r = sim_client(sh, &ctx, w, gate, arrived, clients).await;
-                results.borrow_mut().push(r);
-            });
-        }
-    }
-    let report = sim.run();
-    if report.unfinished > 0 {
-        return Err(format!(
-            "{} sim clients never finished (seed {}): Catfish stalled in virtual time",
-            report.unfinished, report.seed
-        ));
-    }
-    let probe = sim.client(0).map_err(|e| e.0)?;
-    sim.spawn_with(&probe, 0, |ctx| {
-        let height = &height;
-        async move {
-            if let Ok(qp) = ctx.qp(0)
-                && let Ok(c) = CatfishClient::open(qp).await
-            {
-                *height.borrow_mut() = tree_height(qp, &c).await.ok();
-            }
-        }
-    });
-    sim.run();
-    let notes = vec![
-        format!("seed {} (same seed, same figures)", s.seed),
-        format!(
-            "{} compute nodes x {} clients, 1 memory node",
-            s.compute_nodes, s.clients_per_node
-        ),
-        model.summary(),
-        "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
-    ];
-    drop(sim);
-    let h = *height.borrow();
-    Ok((results.into_inner(), h, clients, notes))
-}
-
-pub(super) async fn sim_client(
-    sh: &Shared<'_>,
-    ctx: &ClientCtx,
-    w: usize,
-    gate: Option<&NodeReads>,
-    arrived: &Cell<usize>,
-    clients: usize,
-) -> ClientResult {
-    let opened = match ctx.qp(0) {
-        Ok(qp) => open(sh.a, qp).await,
-        Err(e) => Err(e.to_string()),
-    };
-    let mut c = match opened {
-        Ok(c) => c,
-        Err(e) => {
-            arrived.set(arrived.get() + 1);
-            sh.stop.store(true, Ordering::Relaxed);
-            return Err(e);
-        }
-    };
-    let mode = sh.a.spatial.mode;
-    let ep = match GatedEp::new(ctx.ep(), gate) {
-        Ok(ep) => ep,
-        Err(e) => {
-            arrived.set(arrived.get() + 1);
-            sh.stop.store(true, Ordering::Relaxed);
-            return Err(e.to_string());
-        }
-    };
-    let mut ops = Rdma {
-        c: &mut c,
-        ep: &ep,
-        mode,
-    };
-    let l = part(&mut ops, sh, ctx, w, true).await;
-    arrived.set(arrived.get() + 1);
-    let l = l?;
-    if sh.a.workload == Workload::Load {
-        return Ok((l, None));
-    }
-    while arrived.get() < clients && !sh.stop.load(Ordering::Relaxed) {
-        ctx.sleep(1_000).await;
-    }
-    if let Some(s) = sh.a.seconds {
-        let end = ctx.now_ns() + (s * 1e9) as u64;
-        let _ = sh
-            .deadline_ns
-            .compare_exchange(0, end, Ordering::Relaxed, Ordering::Relaxed);
-    }
-    let r = part(&mut ops, sh, ctx, w, false).await?;
-    Ok((l, Some(r)))
 }
 
 pub(super) fn run_soft(sh: &Shared<'_>) -> Result<Outcome, String> {
@@ -372,7 +200,7 @@ pub(super) fn phases(
 ) -> ClientResult {
     let a = sh.a;
     sync.wait();
-    let l = one(part(ops, sh, clock, w, true))?;
+    let l = Some(one(part(ops, sh, clock, w, true))?);
     if a.workload == Workload::Load {
         return Ok((l, None));
     }

@@ -47,6 +47,9 @@ pub struct Point {
     pub server_use: Option<f64>,
     /// Catfish: share of searches offloaded.
     pub offloaded_share: Option<f64>,
+    /// Catfish: what an offloaded search cost, where the run offloaded any.
+    #[serde(default)]
+    pub offload: Option<OffloadFacts>,
     /// NVM bytes stored per create and per update (Erda's Table 1 measure), where the phase
     /// has one write type (LOAD: creates; update-only, A, B: updates).
     #[serde(default)]
@@ -93,6 +96,15 @@ impl Point {
                 .zip(param("server_threads"))
                 .map(|(ns, t)| ops_s * ns / 1e9 / t.max(1.0)),
             offloaded_share: r.spatial.as_ref().map(|s| s.offloaded_share),
+            offload: r
+                .spatial
+                .as_ref()
+                .filter(|s| s.offloaded_searches > 0)
+                .map(|s| OffloadFacts {
+                    reads: s.node_reads_per_offload,
+                    conflicts: s.conflicts_per_offload,
+                    tree_height: s.tree_height,
+                }),
             nvm_create_bytes: r.nvm_store_bytes_by_op.as_ref().and_then(|n| n.create),
             nvm_update_bytes: r.nvm_store_bytes_by_op.as_ref().and_then(|n| n.update),
             seed: r.run.seed,
@@ -138,6 +150,18 @@ impl Point {
         }
         (!b.is_empty()).then(|| b.join(", "))
     }
+}
+
+/// What a Catfish run's offloaded searches cost (`bench/spatial.rs`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct OffloadFacts {
+    /// Node READs per offloaded search.
+    pub reads: f64,
+    /// Read-write conflicts (torn images read again, traversals started over) per
+    /// offloaded search.
+    pub conflicts: f64,
+    /// Levels of the tree after the run.
+    pub tree_height: Option<u16>,
 }
 
 /// A paper range whose top is this or more reads "more than the bottom".
@@ -444,6 +468,17 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
         if let Some(o) = pt.offloaded_share {
             let _ = write!(s, ", {:.0}% of searches offloaded", 100.0 * o);
         }
+        if let Some(f) = pt.offload {
+            let _ = write!(
+                s,
+                " ({:.2} node READs and {:.4} read-write conflicts per offloaded search",
+                f.reads, f.conflicts
+            );
+            if let Some(h) = f.tree_height {
+                let _ = write!(s, ", tree of {h} levels");
+            }
+            s.push(')');
+        }
         if let Some(b) = pt.bound() {
             let _ = write!(s, ", {b}");
         }
@@ -554,6 +589,7 @@ mod tests {
             nic_use: Some(0.1),
             server_use: None,
             offloaded_share: None,
+            offload: None,
             nvm_create_bytes: None,
             nvm_update_bytes: None,
             seed: 7,

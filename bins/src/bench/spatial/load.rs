@@ -1,0 +1,148 @@
+//! Load once, measure many (Catfish on the sim): the paper's tree holds 2 million
+//! rectangles (seeds/003 §5.2), which take a minute of host CPU to insert through the sim,
+//! and a report measures the same tree at three client counts and in three modes. So a sim
+//! run loads its tree in a sim of its own, by one client (the objects are inserted in their
+//! order whatever the run's client count or model: the tree depends on the objects alone),
+//! keeps the memory image, and measures in a fresh sim started from a copy of it, whose
+//! server recovers the tree from the region (`Tree::recover`, as after a restart). Every run
+//! starts from a copy, so a point's figures are the same whether its load was made here or
+//! found.
+use super::Part;
+use crate::bench::BenchArgs;
+use crate::bench::bulk::copy_images;
+use remora::core::FabricError;
+use remora::core::server::{LocalRegion, out_of_range};
+use remora::layouts::NodeId;
+use remora::poller::sim::NodeImage;
+use std::cell::RefCell;
+
+/// Loaded trees kept: a report's experiments alternate at most two (tree sizes, node
+/// sizes), and each image of the paper's 2M-rectangle tree holds ~100 MB.
+const KEPT: usize = 2;
+
+/// A loaded cluster: its memory images and the loading client's LOAD phase (timed in the
+/// sim model `model`).
+struct Loaded {
+    identity: String,
+    images: Vec<NodeImage>,
+    model: String,
+    parts: Vec<Part>,
+}
+
+thread_local! {
+    static LOADED: RefCell<Vec<Loaded>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What makes two runs' loaded trees the same: the tree (kind, fanout) and the objects
+/// (their number, data, zoom, seed). Not the region length (a copy is made as long as the
+/// run's), the run's client count, search mode or sim model.
+pub(super) fn identity(a: &BenchArgs) -> String {
+    let s = &a.spatial;
+    format!(
+        "{:?}|{}|{}|{}|{:?}|{:?}|{}",
+        s.tree, s.fanout, a.records, s.paper_objects, s.spatial_data, s.data, a.sim.seed
+    )
+}
+
+/// A copy of the saved load `identity` (regions at least `region_len` bytes), and its LOAD
+/// phase if it was timed in the sim model `model` (none otherwise), if it is saved.
+pub(super) fn saved(
+    identity: &str,
+    model: &str,
+    region_len: u64,
+) -> Option<(Vec<NodeImage>, Vec<Part>)> {
+    LOADED.with(|l| {
+        l.borrow().iter().find(|s| s.identity == identity).map(|s| {
+            let parts = if s.model == model {
+                s.parts.clone()
+            } else {
+                Vec::new()
+            };
+            (copy_images(&s.images, region_len), parts)
+        })
+    })
+}
+
+/// Keeps `images` and `parts` (timed in `model`) as the load `identity`, dropping the
+/// oldest beyond [`KEPT`].
+pub(super) fn save(identity: String, images: Vec<NodeImage>, model: String, parts: Vec<Part>) {
+    LOADED.with(|l| {
+        let mut l = l.borrow_mut();
+        l.retain(|s| s.identity != identity);
+        if l.len() >= KEPT {
+            l.remove(0);
+        }
+        l.push(Loaded {
+            identity,
+            images,
+            model,
+            parts,
+        });
+    });
+}
+
+/// A memory node's image as its CPU sees it before the sim starts: the server recovers
+/// the loaded tree through it (one thread, so plain reads and writes).
+pub(super) struct ImageRegion<'a> {
+    bytes: RefCell<&'a mut Vec<u8>>,
+    node: NodeId,
+}
+
+impl<'a> ImageRegion<'a> {
+    /// The image `bytes` of memory node `node`.
+    pub(super) fn new(bytes: &'a mut Vec<u8>, node: NodeId) -> ImageRegion<'a> {
+        ImageRegion {
+            bytes: RefCell::new(bytes),
+            node,
+        }
+    }
+
+    fn range(&self, offset: u64, len: usize) -> Result<core::ops::Range<usize>, FabricError> {
+        let end = offset.checked_add(len as u64);
+        match end {
+            Some(e) if e <= self.len() => Ok(offset as usize..e as usize),
+            _ => Err(out_of_range(self.node, offset, len)),
+        }
+    }
+}
+
+impl LocalRegion for ImageRegion<'_> {
+    fn node(&self) -> NodeId {
+        self.node
+    }
+    fn len(&self) -> u64 {
+        self.bytes.borrow().len() as u64
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
+        let r = self.range(offset, buf.len())?;
+        buf.copy_from_slice(&self.bytes.borrow()[r]);
+        Ok(())
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
+        let r = self.range(offset, data.len())?;
+        self.bytes.borrow_mut()[r].copy_from_slice(data);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads and writes land in the image, and a range past its end is refused.
+    #[test]
+    fn image_region_reads_writes_and_bounds() {
+        let mut v = vec![0u8; 64];
+        {
+            let r = ImageRegion::new(&mut v, 0);
+            r.write(8, &[1, 2, 3]).expect("in range");
+            let mut b = [0u8; 4];
+            r.read(7, &mut b).expect("in range");
+            assert_eq!(b, [0, 1, 2, 3]);
+            assert!(r.read(62, &mut b).is_err());
+            assert!(r.write(u64::MAX, &[1]).is_err());
+            assert_eq!(r.load_u64(8).expect("aligned"), 0x0003_0201);
+        }
+        assert_eq!(&v[8..11], &[1, 2, 3]);
+    }
+}

@@ -1,0 +1,356 @@
+//! The deterministic sim runner of a spatial run. The tree is loaded in a sim of its own
+//! and measured in a fresh one started from a copy of its memory (`spatial/load.rs`: load
+//! once, measure many); `--workload load` measures the load itself, in one sim.
+use super::client::{Rdma, part};
+use super::gate::{GatedEp, NodeReads};
+use super::load::{self, ImageRegion};
+use super::run::{open, open_or_create, server, tree_height};
+use super::{ClientResult, Outcome, POLL_SCAN_NS, Part, Serve, Shared};
+use crate::bench::bulk::copy_images;
+use crate::bench::ycsb::Workload;
+use crate::perf_sim::model_from;
+use remora::core::catfish::CatfishClient;
+use remora::core::fabric::{Endpoint, QueuePair};
+use remora::core::server::Handler;
+use remora::poller::sim::{ClientCtx, NodeImage, Sim, SimConfig};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering;
+
+/// A load's LOAD phases, memory images and tree height.
+type LoadedSim = (Vec<Part>, Vec<NodeImage>, Option<u16>);
+/// The measured clients' run phases and the tree's height after.
+type Measured = (Vec<Result<Part, String>>, Option<u16>);
+
+pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
+    let a = sh.a;
+    let s = &a.sim;
+    if s.compute_nodes == 0 || s.clients_per_node == 0 {
+        return Err("--compute-nodes and --clients-per-node must be at least 1".into());
+    }
+    if s.memory_nodes != 1 {
+        return Err("--index catfish runs one memory node: --memory-nodes 1".into());
+    }
+    let clients = s.compute_nodes * s.clients_per_node;
+    let mut model = model_from(s)?;
+    if a.spatial.server_threads > 1 {
+        model
+            .set("server_threads", &a.spatial.server_threads.to_string())
+            .map_err(|e| format!("--server-threads: {e}"))?;
+    }
+    if a.spatial.serve == Serve::Polling && model.get("server_scan_ns") == Some(0.0) {
+        model
+            .set("server_scan_ns", &POLL_SCAN_NS.to_string())
+            .map_err(|e| format!("--serve polling: {e}"))?;
+    }
+    let cfg = SimConfig {
+        compute_nodes: s.compute_nodes,
+        memory_nodes: 1,
+        region_len: crate::bench::region_bytes(a),
+        model: model.clone(),
+        seed: s.seed,
+        ..SimConfig::default()
+    };
+    let mut notes = vec![
+        format!("seed {} (same seed, same figures)", s.seed),
+        format!(
+            "{} compute nodes x {} clients, 1 memory node",
+            s.compute_nodes, s.clients_per_node
+        ),
+        model.summary(),
+        "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
+    ];
+    if a.workload == Workload::Load {
+        let (parts, _, height) = load_sim(sh, &cfg, s.compute_nodes, s.clients_per_node)?;
+        let results = parts.into_iter().map(|p| Ok((Some(p), None))).collect();
+        return Ok((results, height, clients, notes));
+    }
+    let id = load::identity(a);
+    let (mut images, loads) = match load::saved(&id, &model.summary(), cfg.region_len) {
+        Some(found) => found,
+        None => {
+            let (parts, images, _) = load_sim(sh, &cfg, 1, 1)?;
+            let copy = copy_images(&images, cfg.region_len);
+            load::save(id, images, model.summary(), parts.clone());
+            (copy, parts)
+        }
+    };
+    notes.push(
+        "the tree was loaded by one client, in object order, in a sim of its own; the run \
+         starts from a copy of its memory, the server recovering the tree from the region \
+         (load once, measure many)"
+            .into(),
+    );
+    if loads.is_empty() {
+        notes.push(
+            "no LOAD figures: this tree's load was timed in another sim model (an earlier run \
+             of this process)"
+                .into(),
+        );
+    }
+    let max = model
+        .get("max_message")
+        .ok_or("the sim model has no max_message")? as usize;
+    let mut handler = server(a, max);
+    let said = recover(&mut handler, &mut images)?;
+    notes.push(said);
+    let (runs, height) = measure_sim(sh, &cfg, images, handler)?;
+    let mut results: Vec<ClientResult> = loads.into_iter().map(|l| Ok((Some(l), None))).collect();
+    results.extend(runs.into_iter().map(|r| r.map(|r| (None, Some(r)))));
+    Ok((results, height, clients, notes))
+}
+
+/// Recovers the loaded tree in memory node 0's image into `handler`; what it found.
+fn recover(
+    handler: &mut remora::core::catfish::CatfishServer,
+    images: &mut [NodeImage],
+) -> Result<String, String> {
+    let img = images.first_mut().ok_or("no memory image to recover")?;
+    let said = handler
+        .recover(&ImageRegion::new(&mut img.host, 0))
+        .map_err(|e| format!("recovering the loaded tree: {e}"))?;
+    if said.contains("tree checked") {
+        Ok(said)
+    } else {
+        Err(format!("recovering the loaded tree: {said}"))
+    }
+}
+
+/// Creates the tree and loads `--records` objects by `per_node` clients on each of the first
+/// `nodes` compute nodes; their LOAD phases, the memory images and the tree's height.
+fn load_sim(
+    sh: &Shared<'_>,
+    cfg: &SimConfig,
+    nodes: usize,
+    per_node: usize,
+) -> Result<LoadedSim, String> {
+    let a = sh.a;
+    let seed = cfg.seed;
+    let created: RefCell<Option<String>> = RefCell::new(None);
+    let results: RefCell<Vec<Result<Part, String>>> = RefCell::new(Vec::new());
+    let height: RefCell<Option<u16>> = RefCell::new(None);
+    let mut sim = Sim::new(cfg.clone()).map_err(|e| e.0)?;
+    let max = sim
+        .endpoint(0)
+        .map_err(|e| e.0)?
+        .qp(0)
+        .map_err(|e| e.to_string())?
+        .max_message();
+    sim.set_handler(0, Box::new(server(a, max)))
+        .map_err(|e| e.0)?;
+    let first = sim.client(0).map_err(|e| e.0)?;
+    sim.spawn_with(&first, 0, |ctx| {
+        let created = &created;
+        async move {
+            let r = match ctx.qp(0) {
+                Ok(qp) => open_or_create(qp, a.spatial.fanout, a.spatial.tree.kind())
+                    .await
+                    .map(|_| ()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = r {
+                *created.borrow_mut() = Some(e);
+            }
+        }
+    });
+    if sim.run().unfinished > 0 {
+        return Err(format!(
+            "creating the tree on the sim (seed {seed}) never finished"
+        ));
+    }
+    if let Some(e) = created.borrow().as_ref() {
+        return Err(format!("creating the tree on the sim (seed {seed}): {e}"));
+    }
+    for node in 0..nodes.min(cfg.compute_nodes) {
+        for c in 0..per_node {
+            let w = node * per_node + c;
+            let base = sim.client(node).map_err(|e| e.0)?;
+            let results = &results;
+            sim.spawn_with(&base, 0, move |ctx| async move {
+                let r = match ctx.qp(0) {
+                    Ok(qp) => match open(a, qp).await {
+                        Ok(mut c) => {
+                            let mut ops = Rdma {
+                                c: &mut c,
+                                ep: ctx.ep(),
+                                mode: a.spatial.mode,
+                            };
+                            part(&mut ops, sh, &ctx, w, true).await
+                        }
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e.to_string()),
+                };
+                if r.is_err() {
+                    sh.stop.store(true, Ordering::Relaxed);
+                }
+                results.borrow_mut().push(r);
+            });
+        }
+    }
+    let report = sim.run();
+    if report.unfinished > 0 {
+        return Err(format!(
+            "{} sim clients never finished loading (seed {seed}): Catfish stalled in \
+             virtual time",
+            report.unfinished
+        ));
+    }
+    probe_height(&mut sim, &height)?;
+    let images = sim.into_images();
+    let parts = results.into_inner().into_iter().collect::<Result<_, _>>()?;
+    let h = *height.borrow();
+    Ok((parts, images, h))
+}
+
+/// Measures the run phase of every client on a sim started from `images`, whose server
+/// `handler` has recovered the tree; the clients' run phases and the tree's height after.
+fn measure_sim(
+    sh: &Shared<'_>,
+    cfg: &SimConfig,
+    images: Vec<NodeImage>,
+    handler: remora::core::catfish::CatfishServer,
+) -> Result<Measured, String> {
+    let a = sh.a;
+    let s = &a.sim;
+    let clients = s.compute_nodes * s.clients_per_node;
+    let arrived = Cell::new(0usize);
+    let results: RefCell<Vec<Result<Part, String>>> = RefCell::new(Vec::new());
+    let height: RefCell<Option<u16>> = RefCell::new(None);
+    // Before the sim: its clients borrow them.
+    let gates: Vec<NodeReads> = (0..s.compute_nodes).map(|_| NodeReads::default()).collect();
+    let mut sim = Sim::with_images(cfg.clone(), images).map_err(|e| e.0)?;
+    sim.set_handler(0, Box::new(handler)).map_err(|e| e.0)?;
+    for node in 0..s.compute_nodes {
+        for c in 0..s.clients_per_node {
+            let w = node * s.clients_per_node + c;
+            let base = sim.client(node).map_err(|e| e.0)?;
+            let (arrived, results) = (&arrived, &results);
+            let gate = gates.get(node).filter(|_| a.spatial.node_serial_reads);
+            sim.spawn_with(&base, 0, move |ctx| async move {
+                let r = sim_client(sh, &ctx, w, gate, arrived, clients).await;
+                results.borrow_mut().push(r);
+            });
+        }
+    }
+    let report = sim.run();
+    if report.unfinished > 0 {
+        return Err(format!(
+            "{} sim clients never finished (seed {}): Catfish stalled in virtual time",
+            report.unfinished, report.seed
+        ));
+    }
+    probe_height(&mut sim, &height)?;
+    drop(sim);
+    let h = *height.borrow();
+    Ok((results.into_inner(), h))
+}
+
+/// Reads the tree's height from a client of compute node 0.
+fn probe_height<'a>(sim: &mut Sim<'a>, height: &'a RefCell<Option<u16>>) -> Result<(), String> {
+    let probe = sim.client(0).map_err(|e| e.0)?;
+    sim.spawn_with(&probe, 0, |ctx| async move {
+        if let Ok(qp) = ctx.qp(0)
+            && let Ok(c) = CatfishClient::open(qp).await
+        {
+            *height.borrow_mut() = tree_height(qp, &c).await.ok();
+        }
+    });
+    sim.run();
+    Ok(())
+}
+
+/// One client of the measured sim: opens the tree, waits for every client, runs its phase.
+async fn sim_client(
+    sh: &Shared<'_>,
+    ctx: &ClientCtx,
+    w: usize,
+    gate: Option<&NodeReads>,
+    arrived: &Cell<usize>,
+    clients: usize,
+) -> Result<Part, String> {
+    let opened = match ctx.qp(0) {
+        Ok(qp) => open(sh.a, qp).await,
+        Err(e) => Err(e.to_string()),
+    };
+    let ep = GatedEp::new(ctx.ep(), gate).map_err(|e| e.to_string());
+    let (mut c, ep) = match (opened, ep) {
+        (Ok(c), Ok(ep)) => (c, ep),
+        (Err(e), _) | (_, Err(e)) => {
+            arrived.set(arrived.get() + 1);
+            sh.stop.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    arrived.set(arrived.get() + 1);
+    while arrived.get() < clients && !sh.stop.load(Ordering::Relaxed) {
+        ctx.sleep(1_000).await;
+    }
+    if let Some(s) = sh.a.seconds {
+        let end = ctx.now_ns() + (s * 1e9) as u64;
+        let _ = sh
+            .deadline_ns
+            .compare_exchange(0, end, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    let mut ops = Rdma {
+        c: &mut c,
+        ep: &ep,
+        mode: sh.a.spatial.mode,
+    };
+    part(&mut ops, sh, ctx, w, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::bench::BenchArgs;
+
+    fn args(line: &str) -> BenchArgs {
+        #[derive(clap::Parser)]
+        #[command(no_binary_name = true)]
+        struct Line {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let mut a = <Line as clap::Parser>::try_parse_from(line.split_whitespace())
+            .expect("bench flags")
+            .bench;
+        a.silent = true;
+        a.quiet = true;
+        a
+    }
+
+    /// A run that finds its tree loaded (the second of two in one process) measures exactly
+    /// what the run that loaded it did, and its server recovers the whole tree.
+    #[test]
+    fn a_found_load_measures_what_a_made_one_does() {
+        let a = args(
+            "--index catfish --fabric sim --workload c --records 3000 --operations 600 \
+             --compute-nodes 2 --clients-per-node 3 --mode offloading --tree rstar \
+             --heartbeat-us 100",
+        );
+        let first = super::super::run(&a).expect("first run");
+        let second = super::super::run(&a).expect("second run");
+        let run = |r: &[crate::bench::phase::BenchRecord]| {
+            let r = r.iter().find(|r| r.phase == "run").expect("a run phase");
+            (r.ops, r.mops, r.latency.p50_ns, r.per_op.round_trips)
+        };
+        assert_eq!(run(&first), run(&second));
+        let notes = &first.last().expect("records").notes;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("tree checked: 3000 entries")),
+            "{notes:?}"
+        );
+        let s = first
+            .last()
+            .and_then(|r| r.spatial.as_ref())
+            .expect("spatial");
+        assert_eq!(s.offloaded_searches, 600);
+        assert!(
+            s.node_reads_per_offload >= 2.0,
+            "{}",
+            s.node_reads_per_offload
+        );
+        assert_eq!(s.conflicts_per_offload, 0.0, "search-only: no writer");
+    }
+}
