@@ -42,7 +42,7 @@ pub enum ScaleSel {
     /// 50k). Runs whose load is not measured bulk-load SMART's and Sherman's trees once per
     /// experiment; the rest insert every key, and that CPU, not memory, is what binds
     /// (measured on a 24 GiB machine, `remora repro all --memory` measures yours: ~95 B per
-    /// SMART key, 61 per Sherman key, ~300 per CANRT key, 772 per Erda key, 215 per Catfish
+    /// SMART key, 60 per Sherman key, ~300 per CANRT key, ~1000 per Erda key, 105 per Catfish
     /// rectangle). Also measures the memory first and reports it.
     Full,
     /// A few hundred keys: for tests of the tool itself, not for figures.
@@ -101,15 +101,16 @@ pub struct Scale {
 /// Keys (rectangles for Catfish) each paper loads at `--scale full`, and its measured ops
 /// and warm-up ops per run, sized so that `remora repro all --scale full` finishes in about
 /// an hour of CPU on a 2-core machine (docs/repro-full/README.md has the measured times).
-/// Memory does not bind (`--memory`: SMART ~95 B/key, Sherman ~61); CPU spent inserting
+/// Memory does not bind (`--memory`: SMART ~95 B/key, Sherman ~60); CPU spent inserting
 /// keys does. A run whose load is not measured bulk-loads (SMART with 8-byte keys, Sherman
 /// and FG+; `bench/bulk.rs`) once per experiment and index, and the experiment's other runs
-/// start from a copy of it; every other run inserts all its keys, at 6-19 µs of CPU a key:
+/// start from a copy of it; every other run inserts all its keys, at 6-19 µs of CPU a key
+/// (`--memory`: SMART 6.3, Sherman 7.1, CANRT 10-13, Erda 11.3, Catfish 19.2):
 /// - SMART, 2M keys (paper 60M): 19 of its runs insert, the three LOAD bars, the ten
 ///   string-key runs (no bulk loader for string keys) and each factor step's LOAD; at 60M
 ///   those inserts alone would take about 2 hours of CPU (19 x 60M x 6.3 µs).
 /// - Sherman, 4M keys (paper 1B, 80% full): the five factor steps' LOAD insert every key
-///   (18.6 µs each: 6 minutes of CPU at 4M, 26 hours at 1B); the rest bulk-loads.
+///   (5 x 4M x 7.1 µs: 2.4 minutes of CPU; 10 hours at 1B); the rest bulk-loads.
 /// - CANRT, 500k keys (the paper states none; 1M assumed for its cache scaling): no bulk
 ///   loader, each of its runs inserts.
 /// - Erda, 600k keys (the paper states none): no bulk loader, each run inserts.
