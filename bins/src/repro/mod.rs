@@ -36,16 +36,14 @@ pub enum PaperSel {
 pub enum ScaleSel {
     /// Small key counts and short runs: the whole `all` in a few minutes (CI).
     Quick,
-    /// Each paper as large as about 15 minutes of CPU allows (every run loads its keys
-    /// afresh, at 10-40 µs of CPU per key): SMART 400k keys, Sherman 2M, CANRT 500k, Erda
-    /// 600k, Catfish 300k rectangles; 50k measured ops after 25k warm-up ops (Sherman 100k
-    /// after 50k). CPU binds,
-    /// not memory: measured on a 24 GiB machine (`remora repro all --memory`, which measures
-    /// yours), the sim takes 111 B per SMART key plus 9.5 MiB and up to a 64 MiB cache per
-    /// client (137M keys would fit at 64 clients; the paper has 60M), 61 B per Sherman key
-    /// (295M fit at 32 clients; the paper has 1B), 350 per CANRT key, 772 per Erda key (its
-    /// table has 8 buckets a key), 215 per Catfish rectangle. Also measures the memory first
-    /// and reports it.
+    /// Each paper as large as an hour of CPU for all five allows on a 2-core machine: SMART
+    /// 2M keys (paper 60M), Sherman 4M (paper 1B), CANRT 500k, Erda 600k, Catfish 300k
+    /// rectangles (paper 2M); 50k measured ops after 25k warm-up ops (Sherman 100k after
+    /// 50k). Runs whose load is not measured bulk-load SMART's and Sherman's trees once per
+    /// experiment; the rest insert every key, and that CPU, not memory, is what binds
+    /// (measured on a 24 GiB machine, `remora repro all --memory` measures yours: ~95 B per
+    /// SMART key, 60 per Sherman key, ~300 per CANRT key, ~1000 per Erda key, 105 per Catfish
+    /// rectangle). Also measures the memory first and reports it.
     Full,
     /// A few hundred keys: for tests of the tool itself, not for figures.
     #[value(hide = true)]
@@ -101,15 +99,26 @@ pub struct Scale {
 }
 
 /// Keys (rectangles for Catfish) each paper loads at `--scale full`, and its measured ops
-/// and warm-up ops per run: about what fits 15 minutes of CPU per paper. Each of a paper's
-/// runs loads its keys afresh (`run::plan` counts them: SMART 69, Sherman 18, CANRT 48,
-/// Erda 42, Catfish 31); a load costs 10-40 µs of CPU per key (`remora repro all
-/// --memory`), and an operation at the papers' client counts up to ~100 µs (one Sherman
-/// run of 4M keys, 32 clients, 200k YCSB-A ops after 100k warm-up: 93.5 s of CPU, 483 MB
-/// peak RSS). Memory is not what binds: see `--memory`.
+/// and warm-up ops per run, sized so that `remora repro all --scale full` finishes in about
+/// an hour of CPU on a 2-core machine (docs/repro-full/README.md has the measured times).
+/// Memory does not bind (`--memory`: SMART ~95 B/key, Sherman ~60); CPU spent inserting
+/// keys does. A run whose load is not measured bulk-loads (SMART with 8-byte keys, Sherman
+/// and FG+; `bench/bulk.rs`) once per experiment and index, and the experiment's other runs
+/// start from a copy of it; every other run inserts all its keys, at 6-19 µs of CPU a key
+/// (`--memory`: SMART 6.3, Sherman 7.1, CANRT 10-13, Erda 11.3, Catfish 19.2):
+/// - SMART, 2M keys (paper 60M): 19 of its runs insert, the three LOAD bars, the ten
+///   string-key runs (no bulk loader for string keys) and each factor step's LOAD; at 60M
+///   those inserts alone would take about 2 hours of CPU (19 x 60M x 6.3 µs).
+/// - Sherman, 4M keys (paper 1B, 80% full): the five factor steps' LOAD insert every key
+///   (5 x 4M x 7.1 µs: 2.4 minutes of CPU; 10 hours at 1B); the rest bulk-loads.
+/// - CANRT, 500k keys (the paper states none; 1M assumed for its cache scaling): no bulk
+///   loader, each of its runs inserts.
+/// - Erda, 600k keys (the paper states none): no bulk loader, each run inserts.
+/// - Catfish, 300k rectangles (paper 2M): no bulk loader, each run inserts through the
+///   server.
 const FULL: &[(&str, u64, u64, u64)] = &[
-    ("smart", 400_000, 50_000, 25_000),
-    ("sherman", 2_000_000, 100_000, 50_000),
+    ("smart", 2_000_000, 50_000, 25_000),
+    ("sherman", 4_000_000, 100_000, 50_000),
     ("canrt", 500_000, 50_000, 25_000),
     ("erda", 600_000, 50_000, 25_000),
     ("catfish", 300_000, 50_000, 0),
