@@ -42,7 +42,10 @@
 //! - Waits are paced on the fabric clock (`SmartConfig::lease`): exponential back-off, a
 //!   lease after which a holder counts as dead, a deadline per operation; errors name the
 //!   lock word and its holder ([`SmartError::Held`]).
-//! - Memory of replaced nodes and leaves is not reclaimed (no epoch scheme yet).
+//! - Memory of deleted leaves and of replaced nodes and leaves is reused after a grace
+//!   period bounded by leases (`reclaim.rs`): deletes unlink their leaf (a Node256 slot
+//!   empties, a smaller node's slot turns dead), grows copy only live slots (compaction) and
+//!   drop a node left without any.
 //! - Bulk loading (`bulk.rs`, [`Smart::bulk_load`]): the tree inserts of a sorted key set
 //!   grow, written chunk by chunk at memory speed.
 #![cfg(feature = "alloc")]
@@ -56,6 +59,7 @@ mod local;
 mod node;
 #[cfg(test)]
 mod node_tests;
+mod reclaim;
 mod remote;
 #[cfg(test)]
 mod repair_tests;
@@ -101,6 +105,7 @@ pub(crate) struct Stats {
     pub leaf_splits: Cell<u64>,
     pub takeovers: Cell<u64>,
     pub repairs: Cell<u64>,
+    pub stale_attempts: Cell<u64>,
 }
 
 /// A plain copy of a handle's statistics.
@@ -136,6 +141,15 @@ pub struct SmartStats {
     /// Half-done changes of other clients finished here: grows of frozen nodes, prefix
     /// splits, torn leaves rebuilt from a redo copy.
     pub repairs: u64,
+    /// Operation attempts restarted because they outlived the attempt lease of reclamation
+    /// (a stalled client coming back), or met a leaf being unlinked.
+    pub stale_attempts: u64,
+    /// Objects (leaves, nodes) this handle retired for reuse.
+    pub retired: u64,
+    /// Retired objects this handle reused.
+    pub reused: u64,
+    /// Retired objects waiting for their grace period or for reuse.
+    pub retired_waiting: u64,
     /// Bytes of the entries (not the index) in the node's radix cache.
     pub cache_bytes: u64,
     /// Entries in the node's radix cache.
@@ -176,6 +190,9 @@ pub struct Smart<'e, E: Endpoint> {
     /// Per memory node (in `ep.nodes()` order): this handle's redo slots (in-place mode).
     pub(crate) redo: Vec<leaflock::RedoRing>,
     pub(crate) stats: Stats,
+    /// Retired objects and their grace periods (`reclaim.rs`).
+    pub(crate) reclaim: core::cell::RefCell<reclaim::Reclaim>,
+    pub(crate) timing: reclaim::Timing,
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {
@@ -216,6 +233,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             shard,
             redo: Vec::new(),
             stats: Stats::default(),
+            reclaim: core::cell::RefCell::new(reclaim::Reclaim::new(
+                reclaim::Timing::of(&cfg),
+                ep.nodes().len(),
+            )),
+            timing: reclaim::Timing::of(&cfg),
         };
         if cfg.techniques.in_place_leaf {
             let slot = s.max_leaf_bytes();
@@ -315,6 +337,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             leaf_splits: s.leaf_splits.get(),
             takeovers: s.takeovers.get(),
             repairs: s.repairs.get(),
+            stale_attempts: s.stale_attempts.get(),
+            retired: self.reclaim.borrow().retired,
+            reused: self.reclaim.borrow().reused,
+            retired_waiting: self.reclaim.borrow().waiting(),
             cache_bytes,
             cache_entries,
         }

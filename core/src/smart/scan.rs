@@ -178,7 +178,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                 bounded: bounded && Some(*b) == bound,
                             });
                         }
-                        SlotKind::Empty => {}
+                        SlotKind::Empty | SlotKind::Dead { .. } => {}
                     }
                 }
             }
@@ -264,7 +264,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             self.read_leaf(addr, buf).await?;
             let v = verified_leaf(buf)?;
             match v.status.forward() {
-                Some(next) if v.status.is_obsolete() => addr = next,
+                // A retired leaf forwards to itself: deleted, skipped by the caller.
+                Some(next) if v.status.is_obsolete() && next != addr => addr = next,
                 _ => return Ok(true),
             }
         }
