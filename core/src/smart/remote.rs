@@ -41,7 +41,8 @@ pub(crate) fn build_leaf(
 }
 
 /// The status of a deleted leaf that is (being) unlinked and retired: obsolete, forwarding
-/// to itself (see `reclaim.rs`).
+/// to itself (see `reclaim.rs`), whatever its valid bit (out of place, the retiring CAS
+/// keeps it: it is under the checksum).
 pub(crate) fn retired_status(leaf: GlobalAddr) -> Result<LeafStatus, LayoutError> {
     LeafStatus::live(false).forwarded(leaf)
 }

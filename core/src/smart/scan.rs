@@ -247,7 +247,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 img
             };
             let v = verified_leaf(view_bytes)?;
-            if !v.status.is_valid() || v.key < lower {
+            // Still obsolete at the end of its chain: retired (deleted), forwarding to itself.
+            if !v.status.is_valid() || v.status.is_obsolete() || v.key < lower {
                 continue;
             }
             visit(user_key(self.cfg.key_mode, v.key), v.value);

@@ -344,7 +344,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let status_at = leaf.add(LEAF_STATUS_OFFSET as u64);
         if kind == WriteKind::Delete {
             // Mark the leaf retired (the linearization point); the caller unlinks it.
-            let gone = retired_status(leaf).map_err(|err| SmartError::Corrupt {
+            // The valid bit stays as it was: it is under the leaf's checksum.
+            let gone = st.forwarded(leaf).map_err(|err| SmartError::Corrupt {
                 what: "leaf address",
                 err,
             })?;
