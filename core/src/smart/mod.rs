@@ -53,6 +53,7 @@
 mod bulk;
 mod cache;
 mod config;
+mod frozen;
 mod key;
 mod leaflock;
 mod local;
