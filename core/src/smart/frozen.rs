@@ -114,4 +114,40 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }),
         }
     }
+
+    /// Removes node `node` (header `h`, reached through `parent`), which a delete just left
+    /// without a live slot: freezes it and lets [`Self::help_grow`] finish the replacement
+    /// (the parent slot empties or dies; a key inserted meanwhile is kept in a compacted
+    /// copy). Anyone finishes it if we stop half-way, as for a grow.
+    pub(crate) async fn remove_node(
+        &self,
+        node: remora_layouts::GlobalAddr,
+        h: remora_layouts::smart::Header,
+        parent: &Parent,
+    ) -> Result<(), SmartError> {
+        use remora_layouts::smart::{NODE_HEADER_OFFSET, NodeType};
+        let h = h.frozen(false);
+        if h.node_type() == NodeType::N256 || parent.slot.is_frozen() {
+            return Ok(());
+        }
+        // The parent slot may come from the cache: check it first, so that a stale one
+        // does not leave the node frozen until someone helps after a lease.
+        let mut word = [0u8; 8];
+        let slot_at = parent
+            .addr
+            .add(remora_layouts::smart::slot_offset(parent.idx) as u64);
+        self.read(slot_at, &mut word).await?;
+        if u64::from_le_bytes(word) != parent.slot.raw() {
+            return Ok(());
+        }
+        let hdr = node.add(NODE_HEADER_OFFSET as u64);
+        if self.cas(hdr, h.raw(), h.frozen(true).raw()).await? != h.raw() {
+            return Ok(());
+        }
+        let img = self.read_node(node, h.node_type()).await?;
+        if img.header == h.frozen(true) {
+            self.help_grow(&img, parent).await?;
+        }
+        Ok(())
+    }
 }

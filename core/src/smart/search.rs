@@ -53,6 +53,9 @@ pub(crate) enum Pos {
         leaf: GlobalAddr,
         bytes: usize,
         info: LeafSummary,
+        /// The slot that led to `node`, when the leaf was the only live slot of `node` in
+        /// the image the search used: a delete of the key then removes the node too.
+        alone: Option<Parent>,
     },
     /// The key is absent. `grand` led to the parent (None: unknown, or the parent is the
     /// root).
@@ -90,9 +93,18 @@ enum CacheWalk {
         leaf: GlobalAddr,
         bytes: usize,
         parent: Option<Parent>,
+        alone: bool,
     },
     /// Continue with remote reads from here.
     Remote(Start),
+}
+
+/// True when slot `idx` is the only live one (neither empty nor dead) of `slots`.
+fn only_live(slots: &[Slot], idx: usize) -> bool {
+    slots
+        .iter()
+        .enumerate()
+        .all(|(i, s)| i == idx || !super::structure::is_live(s))
 }
 
 fn prefix_matches(h: Header, key: &[u8]) -> bool {
@@ -185,6 +197,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         leaf: addr,
                         bytes,
                         parent,
+                        alone: only_live(c.slots, idx),
                     };
                 }
                 Ok(SlotKind::Node { addr, ty, .. }) => {
@@ -292,6 +305,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     leaf,
                     bytes,
                     parent,
+                    alone,
                 } => {
                     let Some((live, info)) = self.read_live_leaf(leaf, bytes, buf).await? else {
                         return Ok(None);
@@ -327,6 +341,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             leaf: live,
                             bytes,
                             info,
+                            alone: parent.filter(|_| alone),
                         }));
                     }
                     self.invalidate(node);
@@ -474,6 +489,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                     leaf: live,
                                     bytes,
                                     info,
+                                    alone: parent.filter(|_| only_live(img.live_slots(), idx)),
                                 }));
                             } else if !frozen {
                                 return Ok(Some(Pos::Miss {

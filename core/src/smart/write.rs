@@ -68,6 +68,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     slot,
                     leaf,
                     bytes,
+                    alone,
                     ..
                 }) => {
                     let done = if self.cfg.techniques.in_place_leaf {
@@ -89,8 +90,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         // The delete took effect (the leaf is marked retired): unlink it.
                         // If this fails (a grow froze the slot), whoever meets the marked
                         // leaf finishes the unlink.
-                        self.unlink_leaf(node, header, idx, slot, leaf, bytes)
-                            .await?;
+                        if self
+                            .unlink_leaf(node, header, idx, slot, leaf, bytes)
+                            .await?
+                            && let Some(p) = alone
+                            && !self.stale(t0)
+                        {
+                            // The node holds no other key: drop it from its parent.
+                            self.remove_node(node, header, &p).await?;
+                        }
                     }
                     done
                 }
