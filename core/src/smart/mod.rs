@@ -32,9 +32,11 @@
 //!   write-back doorbell is `[redo copy, leaf body, unlock]`. Readers check a CRC-64 over
 //!   valid bit, key and value and re-read on mismatch. A waiter (or a reader that keeps
 //!   finding the leaf torn) that sees the same lock word for a lease fences the holder, takes
-//!   the lock over and repairs a torn leaf from the redo copy. A key keeps one leaf for its
-//!   whole life (delete clears the valid bit), so a leaf found with the right key is always
-//!   the key's current state. Out-of-place mode writes a new leaf, then CASes the old leaf's
+//!   the lock over and repairs a torn leaf from the redo copy. A key keeps one leaf while it
+//!   is present; delete marks the leaf retired (obsolete, forwarding to itself) under its
+//!   lock and then unlinks it, and a re-insert writes a new leaf, so a leaf found with the
+//!   right key and not retired is the key's current state; a retired one is finished
+//!   (unlinked) by whoever meets it, and the search restarts. Out-of-place mode writes a new leaf, then CASes the old leaf's
 //!   status to "obsolete, forward to new" (the linearization point) and swings the parent
 //!   slot (best effort: readers follow the forward chain).
 //! - Absence is only decided on a freshly read node with no frozen word on the way, so a
