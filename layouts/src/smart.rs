@@ -11,7 +11,9 @@
 //! A node dispatches on key byte `depth`; its compressed prefix holds key bytes
 //! `depth - prefix_len .. depth`. Slots change only by CMP_AND_SWP (lock-free mode) or under
 //! the header's lock bit (the lock-based baseline). Node256 slots are indexed by the partial
-//! key; the smaller types fill slots left to right and never empty one.
+//! key; the smaller types fill slots left to right and never empty one: a deleted key's slot
+//! there becomes *dead* ([`Slot::dead`]: leaf flag, partial key, no address), which only the
+//! same partial key takes again, and a grow's copy drops.
 //!
 //! **Leaf** (a multiple of 64 bytes, at most [`MAX_LEAF_BYTES`]):
 //!
@@ -287,6 +289,12 @@ pub enum SlotKind {
         /// Leaf size in bytes (a multiple of [`LEAF_UNIT`]).
         bytes: usize,
     },
+    /// A dead slot: its key's leaf was deleted and unlinked. It keeps its partial key (a
+    /// Node4/16/48 never has two slots of one partial key), so only that key byte reuses it.
+    Dead {
+        /// Partial key: the key byte at the parent's depth.
+        pkey: u8,
+    },
     /// An internal node of type `ty`.
     Node {
         /// Partial key: the key byte at the parent's depth.
@@ -344,6 +352,16 @@ impl Slot {
         Ok(Slot(w))
     }
 
+    /// A dead slot of partial key `pkey`: leaf flag, no size, null address.
+    pub const fn dead(pkey: u8) -> Slot {
+        Slot(S_LEAF.set(S_PKEY.set(0, pkey as u64), 1))
+    }
+
+    /// True for a dead slot, frozen or not.
+    pub const fn is_dead(self) -> bool {
+        self.0 & !S_FROZEN.mask() & !S_PKEY.mask() == S_LEAF.mask()
+    }
+
     /// A slot word as read; only [`Slot::kind`] checks it.
     pub const fn from_raw(raw: u64) -> Slot {
         Slot(raw)
@@ -373,6 +391,9 @@ impl Slot {
     pub fn kind(self) -> Result<SlotKind, LayoutError> {
         if self.is_empty() {
             return Ok(SlotKind::Empty);
+        }
+        if self.is_dead() {
+            return Ok(SlotKind::Dead { pkey: self.pkey() });
         }
         let packed = S_ADDR.get(self.0);
         if packed == 0 {
@@ -734,6 +755,16 @@ impl TreeMeta {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn dead_slot_keeps_its_partial_key() {
+        let d = Slot::dead(0x41);
+        assert!(d.is_dead() && d.frozen(true).is_dead() && !d.is_empty());
+        assert_eq!(d.kind().unwrap(), SlotKind::Dead { pkey: 0x41 });
+        assert_eq!(d.frozen(true).pkey(), 0x41);
+        let l = Slot::leaf(0x41, GlobalAddr::new(0, 64), 64).unwrap();
+        assert!(!l.is_dead() && !Slot::EMPTY.is_dead());
+    }
 
     #[test]
     fn header_round_trip_and_bits() {

@@ -355,7 +355,14 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         if kind == super::IndexKind::Catfish {
             return Err("--churn drives key-value indexes; Catfish is an R-tree".into());
         }
-        let index = super::index_cfg(&one)?;
+        let mut index = super::index_cfg(&one)?;
+        if let super::index::IndexCfg::Smart { cfg, .. } = &mut index {
+            // SMART reuses memory a grace period (3 x (2 leases + the longest back-off))
+            // after retiring it: with its 0.5 s default leases (sized for CI's oversubscribed
+            // soft threads) that is 3 s of churn in flight; the churn runs with the 10 ms
+            // leases of a client on dedicated cores (`LeaseConfig::default_lease`).
+            cfg.lease = remora::core::lease::LeaseConfig::default_lease();
+        }
         let r = match a.fabric {
             FabricKind::Soft => run_soft(&one, &index)?,
             _ => run_sim(&one, &index)?,

@@ -234,6 +234,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             },
             header: Header::new(depth, ty, prefix).map_err(layout("bulk node header"))?,
             slots,
+            t0: 0,
         };
         let mut img = [0u8; NodeType::N256.bytes()];
         let len = n.encode(&mut img);

@@ -180,6 +180,8 @@ pub(crate) struct RadixCache {
     pinned: GlobalAddr,
     /// Where the pinned node (the root) was last found.
     pinned_id: AtomicU32,
+    /// Fabric time when the cache was last emptied (reclamation bounds its age).
+    pub(crate) started: u64,
 }
 
 /// Runs `$body` with `$p` bound to the pool of class `$class` (static dispatch, hot path).
@@ -232,6 +234,7 @@ impl RadixCache {
             rng: 0x2545_F491_4F6C_DD1D,
             pinned: GlobalAddr::NULL,
             pinned_id: AtomicU32::new(NONE),
+            started: 0,
         };
         if budget > 0 {
             let slots = (2 * budget / c.n4.cost())
@@ -442,6 +445,18 @@ impl RadixCache {
         true
     }
 
+    /// Drops every entry (keeping the memory), as of fabric time `now`.
+    pub fn clear(&mut self, now: u64) {
+        self.index.fill(NONE);
+        self.n4.clear();
+        self.n16.clear();
+        self.n48.clear();
+        self.n256.clear();
+        self.bytes = 0;
+        self.pinned_id.store(NONE, Relaxed);
+        self.started = now;
+    }
+
     fn evict_one(&mut self) -> bool {
         for _ in 0..4 {
             let n = self.len();
@@ -479,6 +494,7 @@ mod tests {
             rev: 0,
             header: Header::new(1, ty, &[]).unwrap(),
             slots: [Slot::EMPTY; 256],
+            t0: 0,
         }
     }
 

@@ -107,10 +107,16 @@ pub struct SmartConfig {
     /// default the release is a second 8-byte WRITE in the same doorbell (per-queue-pair order
     /// places it after the write-back): one more work request, no more round trips.
     pub assume_tail_last: bool,
+    /// Reuse the memory of deleted leaves and replaced nodes and leaves (`reclaim.rs`): a
+    /// retire list per handle, reused after a grace period derived from `lease` (3 x (2
+    /// leases + the longest back-off)); operation attempts older than a third of it restart,
+    /// and the radix cache is dropped whole every third of it. Off: nothing is reused (the
+    /// figures of runs shorter than a grace period are the same either way).
+    pub reclaim: bool,
 }
 
 impl SmartConfig {
-    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption.
+    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on.
     pub fn new(techniques: Techniques, key_mode: KeyMode, value_cap: usize) -> SmartConfig {
         SmartConfig {
             techniques,
@@ -127,6 +133,7 @@ impl SmartConfig {
             max_checksum_retries: 1_000,
             local_table: 1024,
             assume_tail_last: false,
+            reclaim: true,
         }
     }
 

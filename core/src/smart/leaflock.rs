@@ -128,19 +128,24 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Takes the lock of the `bytes`-byte leaf at `leaf` for `mine`, reading the leaf into
     /// `img` in the same doorbell (after the lock CAS). Waits with back-off; takes over from
-    /// a holder whose word stayed the same for a lease (fencing it first).
+    /// a holder whose word stayed the same for a lease (fencing it first). `None`: the
+    /// attempt that found the leaf (at `t0`) grew too old to touch it (`reclaim.rs`).
     pub(crate) async fn lock_leaf(
         &self,
         leaf: GlobalAddr,
         bytes: usize,
         mine: u64,
         img: &mut [u8],
-    ) -> Result<Got, SmartError> {
+        t0: u64,
+    ) -> Result<Option<Got>, SmartError> {
         let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
         let qp = self.qp(leaf)?;
         let mut waiter: Option<Waiter> = None;
         let mut expected = 0u64;
         loop {
+            if self.stale(t0) {
+                return Ok(None);
+            }
             let mut old = 0u64;
             qp.post(&mut [
                 Op::Cas {
@@ -156,12 +161,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             ])
             .await?;
             if old == expected {
-                return Ok(if expected == 0 {
+                return Ok(Some(if expected == 0 {
                     Got::Clean
                 } else {
                     bump(&self.stats.takeovers);
                     Got::TookOver(expected)
-                });
+                }));
             }
             expected = 0;
             bump(&self.stats.lock_waits);

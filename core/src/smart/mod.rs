@@ -32,9 +32,11 @@
 //!   write-back doorbell is `[redo copy, leaf body, unlock]`. Readers check a CRC-64 over
 //!   valid bit, key and value and re-read on mismatch. A waiter (or a reader that keeps
 //!   finding the leaf torn) that sees the same lock word for a lease fences the holder, takes
-//!   the lock over and repairs a torn leaf from the redo copy. A key keeps one leaf for its
-//!   whole life (delete clears the valid bit), so a leaf found with the right key is always
-//!   the key's current state. Out-of-place mode writes a new leaf, then CASes the old leaf's
+//!   the lock over and repairs a torn leaf from the redo copy. A key keeps one leaf while it
+//!   is present; delete marks the leaf retired (obsolete, forwarding to itself) under its
+//!   lock and then unlinks it, and a re-insert writes a new leaf, so a leaf found with the
+//!   right key and not retired is the key's current state; a retired one is finished
+//!   (unlinked) by whoever meets it, and the search restarts. Out-of-place mode writes a new leaf, then CASes the old leaf's
 //!   status to "obsolete, forward to new" (the linearization point) and swings the parent
 //!   slot (best effort: readers follow the forward chain).
 //! - Absence is only decided on a freshly read node with no frozen word on the way, so a
@@ -42,7 +44,10 @@
 //! - Waits are paced on the fabric clock (`SmartConfig::lease`): exponential back-off, a
 //!   lease after which a holder counts as dead, a deadline per operation; errors name the
 //!   lock word and its holder ([`SmartError::Held`]).
-//! - Memory of replaced nodes and leaves is not reclaimed (no epoch scheme yet).
+//! - Memory of deleted leaves and of replaced nodes and leaves is reused after a grace
+//!   period bounded by leases (`reclaim.rs`): deletes unlink their leaf (a Node256 slot
+//!   empties, a smaller node's slot turns dead), grows copy only live slots (compaction) and
+//!   drop a node left without any.
 //! - Bulk loading (`bulk.rs`, [`Smart::bulk_load`]): the tree inserts of a sorted key set
 //!   grow, written chunk by chunk at memory speed.
 #![cfg(feature = "alloc")]
@@ -50,12 +55,14 @@
 mod bulk;
 mod cache;
 mod config;
+mod frozen;
 mod key;
 mod leaflock;
 mod local;
 mod node;
 #[cfg(test)]
 mod node_tests;
+mod reclaim;
 mod remote;
 #[cfg(test)]
 mod repair_tests;
@@ -101,6 +108,7 @@ pub(crate) struct Stats {
     pub leaf_splits: Cell<u64>,
     pub takeovers: Cell<u64>,
     pub repairs: Cell<u64>,
+    pub stale_attempts: Cell<u64>,
 }
 
 /// A plain copy of a handle's statistics.
@@ -136,6 +144,15 @@ pub struct SmartStats {
     /// Half-done changes of other clients finished here: grows of frozen nodes, prefix
     /// splits, torn leaves rebuilt from a redo copy.
     pub repairs: u64,
+    /// Operation attempts restarted because they outlived the attempt lease of reclamation
+    /// (a stalled client coming back), or met a leaf being unlinked.
+    pub stale_attempts: u64,
+    /// Objects (leaves, nodes) this handle retired for reuse.
+    pub retired: u64,
+    /// Retired objects this handle reused.
+    pub reused: u64,
+    /// Retired objects waiting for their grace period or for reuse.
+    pub retired_waiting: u64,
     /// Bytes of the entries (not the index) in the node's radix cache.
     pub cache_bytes: u64,
     /// Entries in the node's radix cache.
@@ -176,6 +193,9 @@ pub struct Smart<'e, E: Endpoint> {
     /// Per memory node (in `ep.nodes()` order): this handle's redo slots (in-place mode).
     pub(crate) redo: Vec<leaflock::RedoRing>,
     pub(crate) stats: Stats,
+    /// Retired objects and their grace periods (`reclaim.rs`).
+    pub(crate) reclaim: core::cell::RefCell<reclaim::Reclaim>,
+    pub(crate) timing: reclaim::Timing,
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {
@@ -216,6 +236,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             shard,
             redo: Vec::new(),
             stats: Stats::default(),
+            reclaim: core::cell::RefCell::new(reclaim::Reclaim::new(
+                reclaim::Timing::of(&cfg),
+                ep.nodes().len(),
+            )),
+            timing: reclaim::Timing::of(&cfg),
         };
         if cfg.techniques.in_place_leaf {
             let slot = s.max_leaf_bytes();
@@ -315,6 +340,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             leaf_splits: s.leaf_splits.get(),
             takeovers: s.takeovers.get(),
             repairs: s.repairs.get(),
+            stale_attempts: s.stale_attempts.get(),
+            retired: self.reclaim.borrow().retired,
+            reused: self.reclaim.borrow().reused,
+            retired_waiting: self.reclaim.borrow().waiting(),
             cache_bytes,
             cache_entries,
         }

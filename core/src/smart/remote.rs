@@ -40,6 +40,18 @@ pub(crate) fn build_leaf(
     Ok(())
 }
 
+/// The status of a deleted leaf that is (being) unlinked and retired: obsolete, forwarding
+/// to itself (see `reclaim.rs`), whatever its valid bit (out of place, the retiring CAS
+/// keeps it: it is under the checksum).
+pub(crate) fn retired_status(leaf: GlobalAddr) -> Result<LeafStatus, LayoutError> {
+    LeafStatus::live(false).forwarded(leaf)
+}
+
+/// True for the status of a retired leaf at `leaf`.
+pub(crate) fn is_retired(st: LeafStatus, leaf: GlobalAddr) -> bool {
+    st.is_obsolete() && st.forward() == Some(leaf)
+}
+
 /// Verifies a leaf image: decodes and checks the checksum.
 pub(crate) fn check_leaf(bytes: &[u8]) -> Result<LeafView<'_>, LayoutError> {
     let v = LeafView::decode(bytes)?;
@@ -114,6 +126,9 @@ pub(crate) struct NodeImg {
     pub rev: u64,
     pub header: Header,
     pub slots: [Slot; 256],
+    /// Fabric time just before the READ of this image was posted (0: built locally); see
+    /// `reclaim.rs` for what may still be done with it, and until when.
+    pub t0: u64,
 }
 
 impl NodeImg {
@@ -143,6 +158,7 @@ impl NodeImg {
             rev: rd(NODE_REV_OFFSET)?,
             header,
             slots,
+            t0: 0,
         })
     }
 
@@ -225,11 +241,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut tries = 0;
         let mut pace = None;
         loop {
+            let t0 = self.ep.now_ns();
             self.read(addr, &mut buf[..ty.bytes()]).await?;
             self.stats.node_reads.set(self.stats.node_reads.get() + 1);
             self.ep.charge(Work::Decode(ty.bytes()));
             match NodeImg::decode(addr, ty, &buf[..ty.bytes()]) {
-                Ok(img) => return Ok(img),
+                Ok(img) => return Ok(NodeImg { t0, ..img }),
                 Err(err) => {
                     tries += 1;
                     if tries >= self.cfg.max_checksum_retries || !self.back_off(&mut pace).await {
@@ -333,6 +350,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     ) -> Result<GlobalAddr, SmartError> {
         let node_ix = node_ix % self.allocs.len();
         let node = self.ep.nodes()[node_ix];
+        if self.cfg.reclaim {
+            let nodes = self.ep.nodes();
+            let off = self.reclaim.borrow_mut().take(
+                self.ep.now_ns(),
+                node_ix,
+                |a| nodes.iter().position(|n| *n == a.node()),
+                size,
+            );
+            if let Some(off) = off {
+                return Ok(GlobalAddr::new(node, off));
+            }
+        }
         let qp = self.ep.qp(node)?;
         Ok(self.allocs[node_ix].alloc(qp, size as u64).await?)
     }
@@ -352,6 +381,29 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     ) -> Result<GlobalAddr, SmartError> {
         self.alloc_at(super::local::hash_key(key) as usize, bytes)
             .await
+    }
+
+    /// Retires an object this client just unlinked (see `reclaim.rs`): reused after the
+    /// grace period. Without reclamation it is left where it is.
+    pub(crate) fn retire(&self, addr: GlobalAddr, size: usize) {
+        if self.cfg.reclaim {
+            self.reclaim
+                .borrow_mut()
+                .retire(self.ep.now_ns(), addr, size);
+        }
+    }
+
+    /// True when the attempt that began at `t0` is too old to act on what it read (see
+    /// `reclaim.rs`): the caller restarts from the root.
+    pub(crate) fn stale(&self, t0: u64) -> bool {
+        if !self.cfg.reclaim {
+            return false;
+        }
+        let old = self.ep.now_ns().saturating_sub(t0) >= self.timing.attempt_ns;
+        if old {
+            super::bump(&self.stats.stale_attempts);
+        }
+        old
     }
 
     /// Returns an object that was never linked into the tree.
@@ -401,6 +453,7 @@ mod tests {
             rev: 0,
             header: Header::new(1, NodeType::N4, &[]).unwrap(),
             slots: [Slot::EMPTY; 256],
+            t0: 0,
         };
         img.slots[0] = Slot::leaf(5, a, 64).unwrap();
         img.slots[1] = Slot::leaf(9, a, 64).unwrap();

@@ -54,6 +54,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         'walk: while count < limit {
             stack.clear();
             batch.clear();
+            // Every address on the stack was read during this walk: it may be acted on
+            // until the walk outlives the reclamation lease (`reclaim.rs`).
+            let t0 = self.ep.now_ns();
             stack.push(Frame::Node {
                 addr: self.root,
                 ty: NodeType::N256,
@@ -69,7 +72,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 };
                 if flush {
                     let (last, complete) = self
-                        .visit_batch(&batch, lower.bytes(), limit - count, visit)
+                        .visit_batch(&batch, lower.bytes(), limit - count, visit, t0)
                         .await?;
                     batch.clear();
                     if let Some((n, last_key)) = last {
@@ -103,6 +106,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     } => (addr, ty, expect_start, path, bounded),
                 };
                 let img = self.read_node(addr, ty).await?;
+                if self.stale(t0) {
+                    self.restart(&mut tries, "scan walks kept outliving their lease")
+                        .await?;
+                    continue 'walk;
+                }
                 let h = img.header;
                 if !h.is_obsolete() && !h.is_frozen() && h.prefix_start() < expect_start {
                     // A prefix split not finished yet (see `prefix_split`): finish it.
@@ -178,7 +186,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                 bounded: bounded && Some(*b) == bound,
                             });
                         }
-                        SlotKind::Empty => {}
+                        SlotKind::Empty | SlotKind::Dead { .. } => {}
                     }
                 }
             }
@@ -189,13 +197,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     /// Reads a batch of leaves (one doorbell per memory node), visits the valid ones with
     /// keys `>= lower` in order, up to `room`. Returns how many were visited and the bound
     /// just past the last one, and `false` when it stopped early at a leaf whose forward
-    /// chain it could not follow to the end (the caller restarts from that bound).
+    /// chain it could not follow to the end, or the walk that found the leaves (at `t0`)
+    /// grew too old to trust them (the caller restarts from that bound).
     async fn visit_batch(
         &self,
         batch: &[(GlobalAddr, usize)],
         lower: &[u8],
         room: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
+        t0: u64,
     ) -> Result<(Option<(usize, Key)>, bool), SmartError> {
         let total: usize = batch.iter().map(|(_, b)| *b).sum();
         let mut bufs: Vec<u8> = std_alloc::vec![0u8; total];
@@ -223,6 +233,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
         let mut visited = 0;
         let mut last: Option<Key> = None;
+        if self.stale(t0) {
+            return Ok((None, false));
+        }
         let mut off = 0;
         let mut one = [0u8; MAX_LEAF_BYTES];
         for &(addr, bytes) in batch {
@@ -239,7 +252,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 Err(_) => true,
             };
             let view_bytes: &[u8] = if needs_reread {
-                if !self.read_live(addr, &mut one[..bytes]).await? {
+                if !self.read_live(addr, &mut one[..bytes]).await? || self.stale(t0) {
                     return Ok((last.map(|k| (visited, k)), false));
                 }
                 &one[..bytes]
@@ -247,7 +260,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 img
             };
             let v = verified_leaf(view_bytes)?;
-            if !v.status.is_valid() || v.key < lower {
+            // Still obsolete at the end of its chain: retired (deleted), forwarding to itself.
+            if !v.status.is_valid() || v.status.is_obsolete() || v.key < lower {
                 continue;
             }
             visit(user_key(self.cfg.key_mode, v.key), v.value);
@@ -264,7 +278,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             self.read_leaf(addr, buf).await?;
             let v = verified_leaf(buf)?;
             match v.status.forward() {
-                Some(next) if v.status.is_obsolete() => addr = next,
+                // A retired leaf forwards to itself: deleted, skipped by the caller.
+                Some(next) if v.status.is_obsolete() && next != addr => addr = next,
                 _ => return Ok(true),
             }
         }

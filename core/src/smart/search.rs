@@ -1,6 +1,6 @@
 //! Finding a key: through the cache when it has the path, then by fresh remote reads.
 use super::config::SmartError;
-use super::remote::{Find, LeafSummary, NodeImg};
+use super::remote::{Find, LeafSummary, NodeImg, is_retired};
 use super::{Smart, bump};
 use crate::fabric::{Endpoint, Work};
 use remora_layouts::smart::{Header, MAX_LEAF_BYTES, NodeType, Slot, SlotKind, leaf_bytes};
@@ -35,6 +35,8 @@ pub(crate) enum Miss {
     },
     /// The node's compressed prefix differs from the key at key position `at`.
     Prefix { at: usize },
+    /// Slot `idx` is dead with the key's partial key: an insert takes it back.
+    Dead { idx: usize, slot: Slot },
 }
 
 /// Where a search ended.
@@ -51,6 +53,9 @@ pub(crate) enum Pos {
         leaf: GlobalAddr,
         bytes: usize,
         info: LeafSummary,
+        /// The slot that led to `node`, when the leaf was the only live slot of `node` in
+        /// the image the search used: a delete of the key then removes the node too.
+        alone: Option<Parent>,
     },
     /// The key is absent. `grand` led to the parent (None: unknown, or the parent is the
     /// root).
@@ -88,9 +93,18 @@ enum CacheWalk {
         leaf: GlobalAddr,
         bytes: usize,
         parent: Option<Parent>,
+        alone: bool,
     },
     /// Continue with remote reads from here.
     Remote(Start),
+}
+
+/// True when slot `idx` is the only live one (neither empty nor dead) of `slots`.
+fn only_live(slots: &[Slot], idx: usize) -> bool {
+    slots
+        .iter()
+        .enumerate()
+        .all(|(i, s)| i == idx || !super::structure::is_live(s))
 }
 
 fn prefix_matches(h: Header, key: &[u8]) -> bool {
@@ -140,6 +154,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let Some(cache) = self.node.cache(self.shard) else {
             return CacheWalk::Remote(start);
         };
+        if self.cfg.reclaim {
+            // Entries may name memory that has since been reused: the cache is dropped
+            // whole once older than reclamation allows (see `reclaim.rs`).
+            let now = self.ep.now_ns();
+            if now.saturating_sub(cache.started) >= self.timing.cache_ttl_ns() {
+                drop(cache);
+                if let Some(mut c) = self.node.cache_mut() {
+                    c.clear(now);
+                }
+                return CacheWalk::Remote(start);
+            }
+        }
         let Some(mut id) = cache.lookup(cur) else {
             return CacheWalk::Remote(start);
         };
@@ -171,6 +197,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         leaf: addr,
                         bytes,
                         parent,
+                        alone: only_live(c.slots, idx),
                     };
                 }
                 Ok(SlotKind::Node { addr, ty, .. }) => {
@@ -192,7 +219,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     cur = addr;
                     cur_ty = ty;
                 }
-                Ok(SlotKind::Empty) | Err(_) => return CacheWalk::Remote(here),
+                Ok(SlotKind::Empty | SlotKind::Dead { .. }) | Err(_) => {
+                    return CacheWalk::Remote(here);
+                }
             }
         }
     }
@@ -225,7 +254,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         for _ in 0..MAX_FORWARDS {
             let info = self.read_leaf(addr, buf).await?;
             match info.status.forward() {
-                Some(next) if info.status.is_obsolete() => addr = next,
+                Some(next) if info.status.is_obsolete() && next != addr => addr = next,
                 _ => return Ok(Some((addr, info))),
             }
         }
@@ -251,6 +280,19 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         buf: &mut [u8],
         use_cache: bool,
     ) -> Result<Option<Pos>, SmartError> {
+        // An attempt that outlived the reclamation lease may have read reused memory:
+        // nothing it found is trusted (see `reclaim.rs`).
+        let t0 = self.ep.now_ns();
+        let pos = self.search_attempt(k, buf, use_cache).await?;
+        Ok(pos.filter(|_| !self.stale(t0)))
+    }
+
+    async fn search_attempt(
+        &self,
+        k: &[u8],
+        buf: &mut [u8],
+        use_cache: bool,
+    ) -> Result<Option<Pos>, SmartError> {
         let use_cache = use_cache && self.cfg.techniques.cache;
         let start = if use_cache {
             match self.walk_cache(k) {
@@ -263,10 +305,16 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     leaf,
                     bytes,
                     parent,
+                    alone,
                 } => {
                     let Some((live, info)) = self.read_live_leaf(leaf, bytes, buf).await? else {
                         return Ok(None);
                     };
+                    if is_retired(info.status, live) {
+                        // Deleted and being unlinked: the fresh path finishes it.
+                        self.invalidate(node);
+                        return Ok(None);
+                    }
                     // Reverse check: the leaf must name the cached node as its parent.
                     if info.reverse != node.pack48().unwrap_or(0) {
                         self.invalidate(node);
@@ -293,6 +341,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             leaf: live,
                             bytes,
                             info,
+                            alone: parent.filter(|_| alone),
                         }));
                     }
                     self.invalidate(node);
@@ -423,7 +472,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             else {
                                 return Ok(None);
                             };
-                            if info.key(buf) == k {
+                            let frozen = slot.is_frozen() || h.is_frozen();
+                            if is_retired(info.status, live) {
+                                // A deleted leaf not yet unlinked: finish the unlink, then
+                                // restart (the key is absent, or elsewhere by then).
+                                if !frozen {
+                                    self.unlink_leaf(addr, h, idx, slot, live, bytes).await?;
+                                    return Ok(None);
+                                }
+                            } else if info.key(buf) == k {
                                 return Ok(Some(Pos::Leaf {
                                     node: addr,
                                     header: h,
@@ -432,9 +489,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                     leaf: live,
                                     bytes,
                                     info,
+                                    alone: parent.filter(|_| only_live(img.live_slots(), idx)),
                                 }));
-                            }
-                            if !(slot.is_frozen() || h.is_frozen()) {
+                            } else if !frozen {
                                 return Ok(Some(Pos::Miss {
                                     node: img,
                                     parent,
@@ -445,6 +502,16 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                         leaf: live,
                                         bytes,
                                     },
+                                }));
+                            }
+                        }
+                        Ok(SlotKind::Dead { .. }) => {
+                            if !(slot.is_frozen() || h.is_frozen()) {
+                                return Ok(Some(Pos::Miss {
+                                    node: img,
+                                    parent,
+                                    grand,
+                                    miss: Miss::Dead { idx, slot },
                                 }));
                             }
                         }

@@ -5,7 +5,7 @@
 use super::config::SmartError;
 use super::remote::{NodeImg, build_leaf};
 use super::search::Parent;
-use super::{Pace, Smart, bump};
+use super::{Smart, bump};
 use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::lease::{Verdict, Waiter, holder, owner_word};
 use remora_layouts::smart::{
@@ -27,6 +27,19 @@ pub(crate) enum Swap {
 
 fn layout(what: &'static str) -> impl Fn(LayoutError) -> SmartError {
     move |err| SmartError::Corrupt { what, err }
+}
+
+/// A slot that names a leaf or node (neither empty nor dead): what a copy keeps.
+pub(crate) fn is_live(s: &Slot) -> bool {
+    !s.is_empty() && !s.is_dead()
+}
+
+/// The smallest node type holding `n` slots (the type of a compacted copy).
+pub(crate) fn fit(n: usize) -> NodeType {
+    NodeType::ALL
+        .into_iter()
+        .find(|t| t.capacity() >= n)
+        .unwrap_or(NodeType::N256)
 }
 
 fn pack(a: GlobalAddr) -> Result<u64, SmartError> {
@@ -174,11 +187,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
     }
 
-    /// Inserts a new leaf for `key` into the empty slot `free` of `img`.
+    /// Inserts a new leaf for `key` into slot `free` of `img`, empty or dead (`was`).
     pub(crate) async fn insert_at(
         &self,
         img: &NodeImg,
         free: usize,
+        was: Slot,
         key: &[u8],
         value: &[u8],
     ) -> Result<bool, SmartError> {
@@ -208,16 +222,16 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     },
                     Op::Cas {
                         remote: img.addr.add(slot_offset(free) as u64),
-                        compare: Slot::EMPTY.raw(),
+                        compare: was.raw(),
                         swap: new.raw(),
                         old: &mut old,
                     },
                 ])
                 .await?;
-            old == Slot::EMPTY.raw()
+            old == was.raw()
         } else {
             self.write(la, &leaf[..bytes]).await?;
-            self.change_slot(img.addr, img.header, free, Slot::EMPTY, new)
+            self.change_slot(img.addr, img.header, free, was, new)
                 .await?
                 == Swap::Done
         };
@@ -283,6 +297,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 rev: self.node_rev(parent)?,
                 header: h,
                 slots: [Slot::EMPTY; 256],
+                t0: 0,
             };
             if i + 1 < levels.len() {
                 n.slots[0] = Slot::node(key[depth], addrs[i + 1], NodeType::N4)
@@ -367,6 +382,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             header: Header::new(at, NodeType::N4, &key[s..at])
                 .map_err(layout("split parent header"))?,
             slots: [Slot::EMPTY; 256],
+            t0: 0,
         };
         p.slots[0] =
             Slot::node(prefix[j], img.addr, h.node_type()).map_err(layout("split slot"))?;
@@ -445,8 +461,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Freezes the slots of a node whose header is frozen (by us or by a grower we are
     /// helping), so that nobody changes them while it is copied. Returns their final
-    /// (unfrozen) values. Idempotent: any number of helpers may run it at once.
-    pub(crate) async fn complete_freeze(&self, img: &NodeImg) -> Result<[Slot; 256], SmartError> {
+    /// (unfrozen) values. Idempotent: any number of helpers may run it at once. `None`: our
+    /// image of the node grew too old to go on (`reclaim.rs`).
+    pub(crate) async fn complete_freeze(
+        &self,
+        img: &NodeImg,
+    ) -> Result<Option<[Slot; 256]>, SmartError> {
         let cap = img.ty().capacity();
         let mut want = img.slots;
         if !self.cfg.techniques.lock_free_internal {
@@ -475,7 +495,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     },
                 ])
                 .await?;
-            return Ok(want);
+            return Ok(Some(want));
         }
         let qp = self.qp(img.addr)?;
         let mut done = [false; 256];
@@ -488,6 +508,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut pace = None;
         let mut rounds = 0u32;
         loop {
+            if self.stale(img.t0) {
+                // The node may have been replaced and its memory reused meanwhile: leave the
+                // rest of the freeze to a fresher reader.
+                return Ok(None);
+            }
             let mut olds = [0u64; 256];
             let mut ops: Vec<Op<'_>> = Vec::with_capacity(cap);
             let mut which: Vec<usize> = Vec::with_capacity(cap);
@@ -503,7 +528,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             }
             if ops.is_empty() {
-                return Ok(want);
+                return Ok(Some(want));
             }
             qp.post(&mut ops).await?;
             drop(ops);
@@ -521,7 +546,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }
             rounds += 1;
             if which.iter().all(|&i| done[i]) {
-                return Ok(want);
+                return Ok(Some(want));
             }
             // Slot writers kept changing slots between our read and our CAS.
             if !self.back_off(&mut pace).await {
@@ -535,7 +560,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Builds the copy of frozen node `img` (slots `slots`, plus `extra` if it fits) as a
     /// node of type `ty` at `na`, under `parent`. Returns the copy's image.
-    fn copy_of(
+    pub(crate) fn copy_of(
         &self,
         img: &NodeImg,
         slots: &[Slot; 256],
@@ -561,10 +586,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             rev: self.node_rev(parent.addr)?,
             header,
             slots: [Slot::EMPTY; 256],
+            t0: 0,
         };
         let live = slots[..img.ty().capacity()]
             .iter()
-            .filter(|s| !s.is_empty())
+            .filter(|s| is_live(s))
             .chain(extra.as_ref());
         let mut k = 0;
         for s in live {
@@ -585,16 +611,26 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         Ok(n)
     }
 
-    /// Publishes the copy `n` of frozen node `img` in the parent slot, then retires `img`
-    /// (obsolete header) and points the children's reverse pointers at the copy.
-    async fn swing_to_copy(
+    /// Publishes the copy `n` of frozen node `img` in the parent slot (no copy: `img` had no
+    /// live slot left, and the parent slot empties or dies), then marks `img` obsolete,
+    /// points the children's reverse pointers at the copy and retires `img` for reuse.
+    pub(crate) async fn swing_to_copy(
         &self,
         img: &NodeImg,
         parent: &Parent,
-        n: &NodeImg,
+        n: Option<&NodeImg>,
         live: &[Slot],
     ) -> Result<bool, SmartError> {
-        let pslot = Slot::node(parent.slot.pkey(), n.addr, n.ty()).map_err(layout("grown slot"))?;
+        if self.stale(img.t0) {
+            return Ok(false);
+        }
+        let pslot = match n {
+            Some(n) => {
+                Slot::node(parent.slot.pkey(), n.addr, n.ty()).map_err(layout("grown slot"))?
+            }
+            None if parent.header.node_type() == NodeType::N256 => Slot::EMPTY,
+            None => Slot::dead(parent.slot.pkey()),
+        };
         if self
             .change_slot(parent.addr, parent.header, parent.idx, parent.slot, pslot)
             .await?
@@ -605,13 +641,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if let Some(mut c) = self.node.cache_mut() {
             c.remove(img.addr);
             c.set_slot(parent.addr, parent.idx, pslot);
-            c.put(n);
+            if let Some(n) = n {
+                c.put(n);
+            }
         }
         let dead = img.header.frozen(true).obsolete().raw().to_le_bytes();
-        let rev = pack(n.addr)?.to_le_bytes();
+        let rev = pack(n.map_or(GlobalAddr::NULL, |n| n.addr))?.to_le_bytes();
         let mut writes: Vec<(GlobalAddr, &[u8])> = Vec::with_capacity(live.len() + 1);
         writes.push((img.addr.add(NODE_HEADER_OFFSET as u64), &dead[..]));
-        for s in live {
+        for s in live.iter().filter(|_| n.is_some()) {
             match s.kind() {
                 Ok(SlotKind::Leaf { addr, .. }) => writes.push((addr, &rev[..])),
                 // In lock-based mode a node's reverse-pointer word is its lock.
@@ -622,6 +660,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }
         }
         self.write_all(&writes).await?;
+        self.retire(img.addr, img.ty().bytes());
         Ok(true)
     }
 
@@ -653,7 +692,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             // The parent is being grown: its slot cannot change (see `change_slot`).
             return Ok(false);
         }
-        let na = self.alloc_node(new_ty).await?;
+        let mut na = self.alloc_node(new_ty).await?;
         let lbytes = leaf_bytes(key.len(), self.cfg.value_cap);
         let la = match self.alloc_leaf(key, lbytes).await {
             Ok(la) => la,
@@ -662,25 +701,38 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 return Err(e);
             }
         };
-        let give_up = |s: &Self| {
-            s.free(na, new_ty.bytes());
+        let mut new_ty = new_ty;
+        let give_up = |s: &Self, na: GlobalAddr, ty: NodeType| {
+            s.free(na, ty.bytes());
             s.free(la, lbytes);
         };
         let h = img.header;
         let hdr = img.addr.add(NODE_HEADER_OFFSET as u64);
-        if self.cas(hdr, h.raw(), h.frozen(true).raw()).await? != h.raw() {
-            give_up(self);
+        if self.stale(img.t0) || self.cas(hdr, h.raw(), h.frozen(true).raw()).await? != h.raw() {
+            give_up(self, na, new_ty);
             return Ok(false);
         }
         *froze = Some(img.addr);
-        let slots = self.complete_freeze(img).await?;
+        let Some(slots) = self.complete_freeze(img).await? else {
+            give_up(self, na, new_ty);
+            return Ok(false);
+        };
         let d = h.depth();
         let b = key[d];
         let cap = img.ty().capacity();
         let live = &slots[..cap];
         // The key's slot may have appeared before the freeze: then the copy goes without our
         // leaf and the restart finds the key.
-        let ours = !live.iter().any(|s| !s.is_empty() && s.pkey() == b);
+        let ours = !live.iter().any(|s| is_live(s) && s.pkey() == b);
+        // Dead slots are dropped: the copy may fit a smaller type (a compaction).
+        let count = live.iter().filter(|s| is_live(s)).count() + ours as usize;
+        let want = fit(count + 1).min(new_ty);
+        if want != new_ty
+            && let Ok(a) = self.alloc_node(want).await
+        {
+            self.free(na, new_ty.bytes());
+            (na, new_ty) = (a, want);
+        }
         let new_leaf = Slot::leaf(b, la, lbytes).map_err(layout("grown leaf slot"))?;
         let n = self.copy_of(img, &slots, na, new_ty, parent, ours.then_some(new_leaf))?;
         let mut nimg = [0u8; MAX_NODE_BYTES];
@@ -702,8 +754,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         } else {
             self.write(na, &nimg[..nb]).await?;
         }
-        if !self.swing_to_copy(img, parent, &n, live).await? {
-            give_up(self);
+        if !self.swing_to_copy(img, parent, Some(&n), live).await? {
+            give_up(self, na, new_ty);
             return Ok(false);
         }
         *froze = None;
@@ -712,99 +764,5 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             self.free(la, lbytes);
         }
         Ok(ours)
-    }
-
-    /// Finishes the grow of frozen node `img` (reached through `parent`) for a grower that
-    /// died or lost its parent slot: freezes what is left, copies the node (to a larger type
-    /// only if it is full) and swings the parent slot to the copy. Any number of helpers may
-    /// race; one swing wins and the others free their copies.
-    /// Returns whether our copy replaced the node.
-    pub(crate) async fn help_grow(
-        &self,
-        img: &NodeImg,
-        parent: &Parent,
-    ) -> Result<bool, SmartError> {
-        if !img.header.is_frozen() || img.header.is_obsolete() || parent.slot.is_frozen() {
-            return Ok(false);
-        }
-        let slots = self.complete_freeze(img).await?;
-        let cap = img.ty().capacity();
-        let live = &slots[..cap];
-        let full = live.iter().all(|s| !s.is_empty());
-        let ty = match img.ty().grown() {
-            Some(g) if full => g,
-            _ => img.ty(),
-        };
-        let na = self.alloc_node(ty).await?;
-        let n = self.copy_of(img, &slots, na, ty, parent, None)?;
-        let mut nimg = [0u8; MAX_NODE_BYTES];
-        let nb = n.encode(&mut nimg);
-        self.write(na, &nimg[..nb]).await?;
-        if self.swing_to_copy(img, parent, &n, live).await? {
-            bump(&self.stats.grows);
-            bump(&self.stats.repairs);
-            Ok(true)
-        } else {
-            self.free(na, ty.bytes());
-            Ok(false)
-        }
-    }
-
-    /// A search met frozen node `node` (through `parent`): waits a little (the caller then
-    /// restarts from the root), and once the node has stayed frozen, unchanged, for a lease
-    /// — or at once if `mine` (we froze it and lost our swing) — finishes its grow; or, if
-    /// the parent slot is frozen too, the parent's (through `grand`). `fresh`: the path came
-    /// from the root, not the cache, so `path` (the parent and grandparent slots) is current.
-    pub(crate) async fn wait_frozen(
-        &self,
-        pace: &mut Pace,
-        waiter: &mut Option<(Waiter, u64)>,
-        node: &NodeImg,
-        path: (Option<Parent>, Option<Parent>),
-        fresh: bool,
-        mine: bool,
-    ) -> Result<(), SmartError> {
-        let (parent, grand) = path;
-        let now = self.ep.now_ns();
-        let word = node.header.raw() ^ node.addr.raw().rotate_left(7) | 1;
-        let (w, since) = waiter.get_or_insert_with(|| (Waiter::new(self.cfg.lease, now), now));
-        let mut verdict = w.observe(word, now);
-        if pace.count() >= self.cfg.max_restarts {
-            verdict = Verdict::GiveUp {
-                word,
-                waited_ns: now.saturating_sub(*since),
-            };
-        }
-        let help = matches!(verdict, Verdict::Expired { .. }) || mine;
-        if help
-            && fresh
-            && let Some(p) = parent
-        {
-            if !p.slot.is_frozen() {
-                if self.help_grow(node, &p).await? {
-                    return Ok(());
-                }
-            } else if let Some(g) = grand {
-                // The parent is frozen as well: its grow comes first.
-                let pimg = self.read_node(p.addr, p.header.node_type()).await?;
-                if self.help_grow(&pimg, &g).await? {
-                    return Ok(());
-                }
-            }
-        }
-        match verdict {
-            Verdict::Wait(ns) => {
-                self.ep.pause(ns).await;
-                Ok(())
-            }
-            Verdict::Expired { .. } => Ok(()),
-            Verdict::GiveUp { waited_ns, .. } => Err(SmartError::Held {
-                what: "internal node frozen by a grow (grower unknown)",
-                at: node.addr,
-                word: node.header.raw(),
-                holder: 0,
-                waited_ns,
-            }),
-        }
     }
 }

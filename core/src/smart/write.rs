@@ -4,7 +4,7 @@ use super::Smart;
 use super::config::SmartError;
 use super::key::Key;
 use super::leaflock::Got;
-use super::remote::{build_leaf, check_leaf, verified_leaf};
+use super::remote::{build_leaf, check_leaf, is_retired, retired_status, verified_leaf};
 use super::search::{Miss, Pos};
 use super::structure::Swap;
 use crate::fabric::{Endpoint, Op, QueuePair, Work};
@@ -46,6 +46,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut froze: Option<GlobalAddr> = None;
         let mut use_cache = true;
         loop {
+            let t0 = self.ep.now_ns();
             let done = match self.search(k, &mut buf, use_cache).await? {
                 None => None,
                 Some(Pos::Frozen {
@@ -67,10 +68,13 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     slot,
                     leaf,
                     bytes,
+                    alone,
                     ..
                 }) => {
-                    if self.cfg.techniques.in_place_leaf {
-                        self.write_in_place(kind, leaf, bytes, k, value).await?
+                    let done = if self.cfg.techniques.in_place_leaf {
+                        self.write_in_place(kind, leaf, bytes, k, value, t0).await?
+                    } else if self.stale(t0) {
+                        None
                     } else {
                         self.write_out_of_place(
                             kind,
@@ -81,7 +85,22 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             value,
                         )
                         .await?
+                    };
+                    if kind == WriteKind::Delete && done == Some(true) && !self.stale(t0) {
+                        // The delete took effect (the leaf is marked retired): unlink it.
+                        // If this fails (a grow froze the slot), whoever meets the marked
+                        // leaf finishes the unlink.
+                        if self
+                            .unlink_leaf(node, header, idx, slot, leaf, bytes)
+                            .await?
+                            && let Some(p) = alone
+                            && !self.stale(t0)
+                        {
+                            // The node holds no other key: drop it from its parent.
+                            self.remove_node(node, header, &p).await?;
+                        }
                     }
+                    done
                 }
                 Some(Pos::Miss {
                     node,
@@ -113,9 +132,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             continue;
                         }
                     }
+                    if self.stale(t0) {
+                        use_cache = false;
+                        self.restart(&mut pace, "write attempts kept outliving their lease")
+                            .await?;
+                        continue;
+                    }
                     let inserted = match (miss, parent) {
                         (Miss::Empty { free: Some(j) }, _) => {
-                            self.insert_at(&node, j, k, value).await?
+                            self.insert_at(&node, j, Slot::EMPTY, k, value).await?
+                        }
+                        (Miss::Dead { idx, slot }, _) => {
+                            self.insert_at(&node, idx, slot, k, value).await?
                         }
                         (Miss::Empty { free: None }, Some(p)) => {
                             self.grow(&node, &p, k, value, &mut froze).await?
@@ -168,13 +196,16 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         bytes: usize,
         key: &[u8],
         value: &[u8],
+        t0: u64,
     ) -> Result<Option<bool>, SmartError> {
         let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
         let qp = self.qp(leaf)?;
         let redo = self.redo_slot(leaf.node()).await?;
         let mine = owner_word(self.ep.client_id(), redo.tag);
         let mut img = [0u8; MAX_LEAF_BYTES];
-        let got = self.lock_leaf(leaf, bytes, mine, &mut img).await?;
+        let Some(got) = self.lock_leaf(leaf, bytes, mine, &mut img, t0).await? else {
+            return Ok(None);
+        };
         let unlock = 0u64.to_le_bytes();
         // After a takeover the leaf may be torn: rebuild it from the dead holder's redo copy
         // (and write it back even if we change nothing).
@@ -191,6 +222,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }
         };
         let (was_valid, same_key) = match check_leaf(&img[..bytes]) {
+            // Deleted and being unlinked: restart (and help the unlink on the way).
+            Ok(v) if is_retired(v.status, leaf) => (false, false),
             Ok(v) => (v.status.is_valid(), v.key == key),
             Err(err) => {
                 self.write(lock_at, &unlock).await?;
@@ -209,22 +242,22 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             return Ok(if same_key { Some(false) } else { None });
         }
         let rev = u64::from_le_bytes(img[..8].try_into().unwrap_or([0; 8]));
-        let (valid, v) = match kind {
-            WriteKind::Delete => (false, &[][..]),
-            _ => (true, value),
+        let (status, v) = match kind {
+            WriteKind::Delete => (
+                retired_status(leaf).map_err(|err| SmartError::Corrupt {
+                    what: "leaf address",
+                    err,
+                })?,
+                &[][..],
+            ),
+            _ => (LeafStatus::live(true), value),
         };
         self.ep.charge(Work::Crc64(bytes));
-        build_leaf(
-            &mut img[..bytes],
-            rev,
-            LeafStatus::live(valid),
-            key,
-            v,
-            self.cfg.value_cap,
-        )
-        .map_err(|err| SmartError::Corrupt {
-            what: "leaf image",
-            err,
+        build_leaf(&mut img[..bytes], rev, status, key, v, self.cfg.value_cap).map_err(|err| {
+            SmartError::Corrupt {
+                what: "leaf image",
+                err,
+            }
         })?;
         if self.cfg.techniques.rear_lock && self.cfg.assume_tail_last {
             // Redo copy, then write-back and release in one WRITE: the lock word is the last
@@ -316,6 +349,17 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if !was_valid && kind != WriteKind::Upsert {
             return Ok(Some(false));
         }
+        let status_at = leaf.add(LEAF_STATUS_OFFSET as u64);
+        if kind == WriteKind::Delete {
+            // Mark the leaf retired (the linearization point); the caller unlinks it.
+            // The valid bit stays as it was: it is under the leaf's checksum.
+            let gone = st.forwarded(leaf).map_err(|err| SmartError::Corrupt {
+                what: "leaf address",
+                err,
+            })?;
+            let old = self.cas(status_at, st.raw(), gone.raw()).await?;
+            return Ok((old == st.raw()).then_some(was_valid));
+        }
         let bytes = leaf_bytes(key.len(), self.cfg.value_cap);
         let na = self.alloc_leaf(key, bytes).await?;
         let mut img = [0u8; MAX_LEAF_BYTES];
@@ -344,7 +388,6 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             what: "leaf address",
             err,
         })?;
-        let status_at = leaf.add(LEAF_STATUS_OFFSET as u64);
         let old = if na.node() == leaf.node() {
             let mut old = 0u64;
             self.qp(na)?
@@ -379,9 +422,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 .change_slot(node, header.frozen(false), idx, slot, new)
                 .await?
                 == Swap::Done
-                && let Some(mut c) = self.node.cache_mut()
             {
-                c.set_slot(node, idx, new);
+                if let Some(mut c) = self.node.cache_mut() {
+                    c.set_slot(node, idx, new);
+                }
+                // Unreachable now but through stale reads: retire the replaced leaf (and
+                // the head of its chain; links between them stay unreclaimed).
+                self.retire(leaf, current.len());
+                if let Ok(remora_layouts::smart::SlotKind::Leaf { addr, .. }) = slot.kind()
+                    && addr != leaf
+                {
+                    self.retire(addr, current.len());
+                }
             }
         }
         Ok(Some(was_valid))
