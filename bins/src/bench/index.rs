@@ -3,7 +3,7 @@
 use super::resizes::ResizeWatch;
 use remora::core::Snapshot;
 use remora::core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
-use remora::core::chime::{Chime, ChimeConfig, ChimeNode, ChimeStats};
+use remora::core::chime::{Chime, ChimeConfig, ChimeNode};
 use remora::core::erda::baseline::{Baseline, BaselineServer, Scheme};
 use remora::core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora::core::fabric::{Endpoint, QueuePair};
@@ -246,7 +246,6 @@ pub struct ShermanSummary {
 pub struct Stats {
     pub smart: SmartStats,
     pub sherman: ShermanSummary,
-    pub chime: ChimeStats,
     pub canrt: remora::core::canrt::ClientStats,
 }
 
@@ -377,7 +376,6 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                         cache_hits: hits,
                         cache_misses: misses,
                     },
-                    chime: c.stats(),
                     ..Stats::default()
                 }
             }
