@@ -66,7 +66,11 @@ pub fn paper(s: &Scale) -> Paper {
                     format!("{} --index sherman", at(1.0 / LESS_CACHE)),
                     &["c", "a"],
                 ),
-                Series::new("Sherman", format!("{} --index sherman", at(1.0)), &["c", "a"]),
+                Series::new(
+                    "Sherman",
+                    format!("{} --index sherman", at(1.0)),
+                    &["c", "a"],
+                ),
                 Series::new("SMART", format!("{} --index smart", at(1.0)), &["c", "a"]),
             ],
         },
@@ -76,7 +80,10 @@ pub fn paper(s: &Scale) -> Paper {
             chart: Chart::Bars,
             series: vec![Series::new(
                 "factors",
-                format!("{} --index chime --factors --workloads load,a,b,c,d", at(1.0)),
+                format!(
+                    "{} --index chime --factors --workloads load,a,b,c,d",
+                    at(1.0)
+                ),
                 &["load", "a", "b", "c", "d"],
             )],
         },
@@ -143,7 +150,11 @@ pub fn paper(s: &Scale) -> Paper {
             "+ hopscotch leaf (+ replicated metadata)",
             "factor-vacancy",
         ),
-        ("+ speculative read", "+ vacancy-aware lock", "factor-speculative"),
+        (
+            "+ speculative read",
+            "+ vacancy-aware lock",
+            "factor-speculative",
+        ),
     ] {
         claims.push(Claim::ratio(
             id,

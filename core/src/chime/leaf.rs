@@ -21,7 +21,11 @@ impl Run {
     pub(crate) fn window(h: usize) -> Run {
         Run {
             first: h / NEIGHBOURHOOD,
-            count: if h % NEIGHBOURHOOD == 0 { 1 } else { 2 },
+            count: if h.is_multiple_of(NEIGHBOURHOOD) {
+                1
+            } else {
+                2
+            },
         }
     }
 
