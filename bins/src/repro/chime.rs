@@ -52,17 +52,17 @@ pub fn paper(s: &Scale) -> Paper {
             chart: Chart::Bars,
             series: vec![
                 Series::new(
-                    "CHIME, cache / 8.7",
+                    "CHIME cache/8.7",
                     format!("{} --index chime", at(1.0 / LESS_CACHE)),
                     &["c", "a"],
                 ),
                 Series::new(
-                    "CHIME, cache / 30",
+                    "CHIME cache/30",
                     format!("{} --index chime", at(1.0 / 30.0)),
                     &["c", "a"],
                 ),
                 Series::new(
-                    "Sherman, cache / 8.7",
+                    "Sherman cache/8.7",
                     format!("{} --index sherman", at(1.0 / LESS_CACHE)),
                     &["c", "a"],
                 ),
@@ -133,7 +133,7 @@ pub fn paper(s: &Scale) -> Paper {
             (1.0, 100.0),
             Metric::Mops,
             false,
-            c("CHIME, cache / 8.7", w),
+            c("CHIME cache/8.7", w),
             c("Sherman", w),
             "CHIME's abstract: the same throughput with up to 8.7x less cache; 30% of CHIME's \
              cache is its hotspot buffer (the authors' kHotspotBufSize)",
