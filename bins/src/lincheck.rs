@@ -174,6 +174,17 @@ fn index_cfg(kind: IndexKind, key_bytes: usize) -> Result<IndexCfg, String> {
                 name,
             }
         }
+        // Small internal pages so level 1 splits too (a leaf holds 64 keys).
+        IndexKind::Chime => IndexCfg::Chime {
+            cfg: remora::core::chime::ChimeConfig {
+                sherman: ShermanConfig {
+                    page_size: 256,
+                    ..remora::core::chime::ChimeConfig::chime().sherman
+                },
+                ..remora::core::chime::ChimeConfig::chime()
+            }
+            .with_cache(1 << 20),
+        },
         IndexKind::Canrt => IndexCfg::Canrt {
             cfg: CanrtConfig {
                 slots: 8,

@@ -100,6 +100,8 @@ pub mod bulk;
 pub mod canrt;
 #[cfg(feature = "alloc")]
 pub mod catfish;
+#[cfg(feature = "alloc")]
+pub mod chime;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod counters;

@@ -15,6 +15,7 @@ pub mod addr;
 pub mod bits;
 pub mod canrt;
 pub mod catfish;
+pub mod chime;
 pub mod erda;
 pub mod error;
 pub mod region;

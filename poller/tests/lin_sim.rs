@@ -211,3 +211,15 @@ fn erda_is_linearizable_on_the_sim() {
         assert_ok("erda", &r);
     }
 }
+
+#[test]
+fn chime_is_linearizable_on_the_sim() {
+    use remora_core::chime::{Chime, ChimeConfig};
+    // Small internal pages (level 1 splits too); 64-slot leaves split a few times.
+    let mut cfg = ChimeConfig::chime().with_cache(1 << 20);
+    cfg.sherman.page_size = 256;
+    for seed in 1..=3 {
+        let r = lin_histories!(seed, sim_cfg(seed, 2), scans: true, setup: |sim| (), |ep| Chime::create(ep, cfg));
+        assert_ok("chime", &r);
+    }
+}

@@ -3,6 +3,7 @@
 use super::resizes::ResizeWatch;
 use remora::core::Snapshot;
 use remora::core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
+use remora::core::chime::{Chime, ChimeConfig, ChimeNode};
 use remora::core::erda::baseline::{Baseline, BaselineServer, Scheme};
 use remora::core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora::core::fabric::{Endpoint, QueuePair};
@@ -25,6 +26,10 @@ pub enum IndexCfg {
     Sherman {
         cfg: ShermanConfig,
         name: &'static str,
+    },
+    /// CHIME on Sherman.
+    Chime {
+        cfg: ChimeConfig,
     },
     /// CANRT; its memory node (node 0) runs `CanrtServer`.
     Canrt {
@@ -56,6 +61,7 @@ impl IndexCfg {
         match self {
             IndexCfg::Smart { .. } => "smart",
             IndexCfg::Sherman { name, .. } => name,
+            IndexCfg::Chime { .. } => "chime",
             IndexCfg::Canrt { .. } => "canrt",
             IndexCfg::Erda { .. } => "erda",
             IndexCfg::ErdaBaseline { scheme, .. } => scheme.name(),
@@ -84,6 +90,19 @@ impl IndexCfg {
                 (cfg.combine_commands, "combination"),
                 (cfg.two_level_versions, "two-level"),
                 (cfg.index_cache, "cache"),
+            ]
+            .iter()
+            .filter(|(b, _)| *b)
+            .map(|(_, n)| *n)
+            .collect(),
+            IndexCfg::Chime { cfg } => [
+                (cfg.hopscotch, "hopscotch"),
+                (cfg.hopscotch && cfg.vacancy_lock, "vacancy-lock"),
+                (cfg.hopscotch && cfg.speculative, "speculative"),
+                (cfg.sherman.onchip_locks, "on-chip"),
+                (cfg.sherman.hierarchical_locks, "hierarchical"),
+                (cfg.sherman.combine_commands, "combination"),
+                (cfg.sherman.index_cache, "cache"),
             ]
             .iter()
             .filter(|(b, _)| *b)
@@ -170,6 +189,7 @@ impl IndexCfg {
 pub struct NodeState {
     smart: Option<Arc<SmartNode>>,
     sherman: Option<Arc<ShermanNode>>,
+    chime: Option<Arc<ChimeNode>>,
     canrt: Option<Arc<CanrtNode>>,
 }
 
@@ -183,6 +203,10 @@ impl NodeState {
             },
             IndexCfg::Sherman { cfg, .. } => NodeState {
                 sherman: Some(Arc::new(ShermanNode::new(cfg))),
+                ..NodeState::default()
+            },
+            IndexCfg::Chime { cfg } => NodeState {
+                chime: Some(Arc::new(ChimeNode::new(cfg))),
                 ..NodeState::default()
             },
             IndexCfg::Canrt { .. } => NodeState {
@@ -203,6 +227,7 @@ impl NodeState {
         });
         smart
             + self.sherman.as_ref().map_or(0, |n| n.cache_bytes() as u64)
+            + self.chime.as_ref().map_or(0, |n| n.cache_bytes() as u64)
             + self.canrt.as_ref().map_or(0, |n| n.prefix_bytes() as u64)
     }
 }
@@ -228,6 +253,7 @@ pub struct Stats {
 pub enum Handle<'e, E: Endpoint> {
     Smart(Smart<'e, E>),
     Sherman(Sherman<'e, E>),
+    Chime(Chime<'e, E>),
     Canrt(Canrt<'e, E>),
     Erda(Erda<'e, E>),
     Baseline(Baseline<'e, E>),
@@ -266,6 +292,17 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                 };
                 Handle::Sherman(
                     Sherman::create_on(ep, *cfg, n)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+            IndexCfg::Chime { cfg } => {
+                let n = match &node.chime {
+                    Some(n) => n.clone(),
+                    None => Arc::new(ChimeNode::new(cfg)),
+                };
+                Handle::Chime(
+                    Chime::create_on(ep, *cfg, n)
                         .await
                         .map_err(|e| e.to_string())?,
                 )
@@ -328,6 +365,20 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                     ..Stats::default()
                 }
             }
+            Handle::Chime(c) => {
+                let s = c.sherman();
+                let (handovers, splits) = s.stats();
+                let (hits, misses, _) = s.cache_stats();
+                Stats {
+                    sherman: ShermanSummary {
+                        lock_handovers: handovers,
+                        splits,
+                        cache_hits: hits,
+                        cache_misses: misses,
+                    },
+                    ..Stats::default()
+                }
+            }
             Handle::Canrt(s) => Stats {
                 canrt: s.stats(),
                 ..Stats::default()
@@ -344,6 +395,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
+            Handle::Chime(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.upsert(key, value).await.map_err(|e| e.to_string()),
@@ -355,6 +407,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.update(key, value).await.map_err(|e| e.to_string()),
+            Handle::Chime(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.update(key, value).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.update(key, value).await.map_err(|e| e.to_string()),
@@ -366,6 +419,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.get(key, out).await.map_err(|e| e.to_string()),
+            Handle::Chime(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.get(key, out).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.get(key, out).await.map_err(|e| e.to_string()),
@@ -377,6 +431,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.delete(key).await.map_err(|e| e.to_string()),
+            Handle::Chime(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.delete(key).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.delete(key).await.map_err(|e| e.to_string()),
@@ -393,6 +448,7 @@ impl<E: Endpoint> KvIndex for Handle<'_, E> {
         match self {
             Handle::Smart(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Sherman(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
+            Handle::Chime(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Canrt(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Erda(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),
             Handle::Baseline(s) => s.scan(from, limit, visit).await.map_err(|e| e.to_string()),

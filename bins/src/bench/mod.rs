@@ -44,6 +44,7 @@ pub enum CanrtAck {
     /// Once the append's WRITE_WITH_IMM completed: the paper's count, weaker.
     Posted,
 }
+use remora::core::chime::ChimeConfig;
 use remora::core::erda::baseline::Scheme;
 use remora::core::erda::{ErdaClientConfig, ErdaConfig};
 use remora::core::sherman::ShermanConfig;
@@ -62,6 +63,8 @@ pub enum IndexKind {
     Sherman,
     /// FG+, Sherman's baseline: host-memory locks, whole-page write-back, index cache.
     FgPlus,
+    /// CHIME, Sherman with hopscotch-hash leaves (8-byte integer keys, values up to 8 bytes).
+    Chime,
     /// CANRT, the client-active persistent radix tree (8-byte integer keys).
     Canrt,
     /// Erda, the log-structured remote NVM hash store (no scans: not workload E).
@@ -351,6 +354,16 @@ pub struct ShermanFlags {
     /// Sherman page size in bytes.
     #[arg(long, default_value_t = 1024)]
     pub page_size: usize,
+    /// CHIME (`--index chime`): Sherman's leaves instead of hopscotch leaves (every other
+    /// CHIME switch is then moot: the run is Sherman's).
+    #[arg(long)]
+    pub no_hopscotch: bool,
+    /// CHIME: the lock holder READs the whole leaf, not the groups the vacancy bitmap names.
+    #[arg(long)]
+    pub no_vacancy_lock: bool,
+    /// CHIME: no speculative reads (no hotspot cache; all of --cache-mib to the index cache).
+    #[arg(long)]
+    pub no_speculative: bool,
 }
 
 impl BenchArgs {
@@ -420,6 +433,28 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                     "sherman"
                 },
             })
+        }
+        IndexKind::Chime => {
+            let f = &a.sherman;
+            let base = ChimeConfig::chime();
+            let cfg = ChimeConfig {
+                sherman: ShermanConfig {
+                    page_size: f.page_size,
+                    value_size: a.value_size,
+                    onchip_locks: !f.no_onchip,
+                    hierarchical_locks: !f.no_hierarchical,
+                    combine_commands: !f.no_combination,
+                    two_level_versions: !f.no_two_level,
+                    index_cache: !a.smart.no_cache,
+                    ..base.sherman
+                },
+                hopscotch: !f.no_hopscotch,
+                vacancy_lock: !f.no_vacancy_lock,
+                speculative: !f.no_speculative,
+                ..base
+            }
+            .with_cache((a.smart.cache_mib * (1 << 20) as f64) as usize);
+            Ok(IndexCfg::Chime { cfg })
         }
         IndexKind::Canrt => Ok(IndexCfg::Canrt {
             cfg: CanrtConfig {
@@ -666,6 +701,7 @@ fn validate(a: &BenchArgs) -> Result<(), String> {
         IndexKind::Smart => "SMART",
         IndexKind::Sherman => "Sherman",
         IndexKind::FgPlus => "FG+",
+        IndexKind::Chime => "CHIME",
         IndexKind::Canrt => "CANRT",
         IndexKind::Erda => "Erda",
         IndexKind::ErdaRedo => "Erda's Redo Logging baseline",
@@ -874,6 +910,29 @@ pub(crate) fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)
                 "--factors: CANRT, Erda (and its baselines), Catfish, WORT and WOART have no technique switches yet"
                     .into(),
             );
+        }
+        IndexKind::Chime => {
+            // CHIME's Fig. 15a order, at one cache size (the flags'); Sherman first.
+            let IndexCfg::Chime { cfg } = index_cfg(a)? else {
+                return Err("--factors: CHIME's configuration".into());
+            };
+            let bytes = cfg.sherman.cache_bytes + cfg.hotspot_bytes;
+            let names = [
+                "Sherman",
+                "+ hopscotch leaf (+ replicated metadata)",
+                "+ vacancy-aware lock",
+                "+ speculative read",
+            ];
+            for (i, name) in names.iter().enumerate() {
+                let c = ChimeConfig {
+                    hopscotch: i >= 1,
+                    vacancy_lock: i >= 2,
+                    speculative: i >= 3,
+                    ..cfg
+                }
+                .with_cache(bytes);
+                steps.push((*name, IndexCfg::Chime { cfg: c }));
+            }
         }
         IndexKind::Sherman | IndexKind::FgPlus => {
             let mut c = ShermanConfig {

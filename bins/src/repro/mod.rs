@@ -9,6 +9,7 @@
 //! the bench gains it is adding a [`Series`] row and filling the claim's `num`/`den`.
 mod canrt;
 mod catfish;
+mod chime;
 mod erda;
 pub(crate) mod memory;
 pub(crate) mod plot;
@@ -28,6 +29,9 @@ pub enum PaperSel {
     Canrt,
     Erda,
     Catfish,
+    /// CHIME (SOSP'24), beyond the seeds: not part of `all` (its rows are not in the
+    /// committed report).
+    Chime,
     All,
 }
 
@@ -437,14 +441,16 @@ pub fn papers(sel: PaperSel, scale: &Scale) -> Vec<Paper> {
         PaperSel::Canrt,
         PaperSel::Erda,
         PaperSel::Catfish,
+        PaperSel::Chime,
     ];
     all.iter()
-        .filter(|&&p| sel == PaperSel::All || sel == p)
+        .filter(|&&p| (sel == PaperSel::All && p != PaperSel::Chime) || sel == p)
         .map(|p| match p {
             PaperSel::Smart => smart::paper(&scale.for_paper("smart")),
             PaperSel::Sherman => sherman::paper(&scale.for_paper("sherman")),
             PaperSel::Canrt => canrt::paper(&scale.for_paper("canrt")),
             PaperSel::Erda => erda::paper(&scale.for_paper("erda")),
+            PaperSel::Chime => chime::paper(&scale.for_paper("chime")),
             _ => catfish::paper(&scale.for_paper("catfish")),
         })
         .collect()

@@ -89,7 +89,7 @@ const ZERO: [u8; 8] = [0; 8];
 /// The work requests of one doorbell: at most a new page, a redo record and its pointer, a
 /// page written whole (one WRITE; three for the test-only front == rear mutant) and the
 /// unlock — fixed capacity, so a write allocates nothing.
-pub(super) type Batch<'b> = heapless::Vec<Op<'b>, 8>;
+pub(crate) type Batch<'b> = heapless::Vec<Op<'b>, 8>;
 
 impl Locks {
     pub(super) fn new(

@@ -121,6 +121,7 @@
 //! version (one hash pass).
 mod bulk;
 mod cache;
+mod hooks;
 mod lock;
 mod node;
 mod open;
@@ -132,8 +133,10 @@ mod wait;
 mod write;
 
 pub use bulk::{BulkEntry, BulkStats, PAPER_FILL_PERCENT};
+pub(crate) use hooks::Batch;
 pub use node::ShermanNode;
 pub use tree::{RepairStats, Sherman};
+pub(crate) use wait::Patience;
 
 use crate::alloc::AllocError;
 use crate::fabric::FabricError;

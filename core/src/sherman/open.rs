@@ -1,6 +1,7 @@
 //! A Sherman tree's descriptor (on the first memory node), and creating and opening a tree:
 //! a handle is the thread's endpoint, its allocators and lock placement, and its compute
 //! node's shared state ([`ShermanNode`]).
+use super::hooks::encode_root_over;
 use super::lock::Locks;
 use super::node::{NodeCache, ShermanNode};
 use super::tree::{RepairStats, Sherman, encode_leaf};
@@ -96,6 +97,17 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         cfg: ShermanConfig,
         node: Arc<ShermanNode>,
     ) -> Result<Self, ShermanError> {
+        Self::create_with(ep, cfg, node, None).await
+    }
+
+    /// [`Self::create_on`]; with `leaf`, the first leaf is that image (another leaf format:
+    /// CHIME's, see `hooks.rs`) under a level-1 root, so the tree's own pages are internal.
+    pub(super) async fn create_with(
+        ep: &'e E,
+        cfg: ShermanConfig,
+        node: Arc<ShermanNode>,
+        leaf: Option<&[u8]>,
+    ) -> Result<Self, ShermanError> {
         let g = Geometry::new(cfg.page_size, cfg.value_size).map_err(ShermanError::Config)?;
         let first = *ep.nodes().first().ok_or(ShermanError::NoTree {
             slot: cfg.root_slot,
@@ -129,7 +141,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let root = a0.alloc(qp, cfg.page_size as u64).await?;
         let desc_addr = a0.alloc(qp, DESC_LEN as u64).await?;
         let mut page = vec![0u8; g.page_size];
-        encode_leaf(&mut page, &g, cfg.page_check, 1, 0, KEY_INFINITY, 0, &[]);
+        match leaf {
+            None => encode_leaf(&mut page, &g, cfg.page_check, 1, 0, KEY_INFINITY, 0, &[]),
+            Some(img) => {
+                let at = a0.alloc(qp, img.len() as u64).await?;
+                qp.write(at, img).await?;
+                encode_root_over(&mut page, &g, at);
+            }
+        }
         let d = Descriptor {
             root,
             page_size: cfg.page_size as u64,

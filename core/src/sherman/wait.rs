@@ -6,7 +6,7 @@
 use crate::fabric::Endpoint;
 use crate::lease::LeaseConfig;
 
-pub(super) struct Patience {
+pub(crate) struct Patience {
     cfg: LeaseConfig,
     /// When the first attempt failed.
     start: Option<u64>,
@@ -15,7 +15,7 @@ pub(super) struct Patience {
 }
 
 impl Patience {
-    pub(super) fn new(cfg: LeaseConfig) -> Patience {
+    pub(crate) fn new(cfg: LeaseConfig) -> Patience {
         Patience {
             cfg,
             start: None,
@@ -25,20 +25,20 @@ impl Patience {
     }
 
     /// Nanoseconds since the first failed attempt.
-    pub(super) fn waited<E: Endpoint>(&self, ep: &E) -> u64 {
+    pub(crate) fn waited<E: Endpoint>(&self, ep: &E) -> u64 {
         self.start
             .map_or(0, |start| ep.now_ns().saturating_sub(start))
     }
 
     /// The wait has lasted a lease or more (or, without a clock, a tenth of the attempts):
     /// what it waits for has a dead client behind it and needs repairing.
-    pub(super) fn past_lease<E: Endpoint>(&self, ep: &E) -> bool {
+    pub(crate) fn past_lease<E: Endpoint>(&self, ep: &E) -> bool {
         self.waited(ep) >= self.cfg.lease_ns || self.attempts >= self.cfg.max_attempts / 10
     }
 
     /// Counts one more attempt without pausing (a step that makes progress, e.g. a move to a
     /// sibling); false once the deadline or the attempt cap is passed.
-    pub(super) fn step<E: Endpoint>(&mut self, ep: &E) -> bool {
+    pub(crate) fn step<E: Endpoint>(&mut self, ep: &E) -> bool {
         self.attempts = self.attempts.saturating_add(1);
         if self.start.is_none() {
             self.start = Some(ep.now_ns());
@@ -48,7 +48,7 @@ impl Patience {
 
     /// Backs off before the next attempt; false (without pausing) once the deadline or the
     /// attempt cap is passed.
-    pub(super) async fn pause<E: Endpoint>(&mut self, ep: &E) -> bool {
+    pub(crate) async fn pause<E: Endpoint>(&mut self, ep: &E) -> bool {
         if !self.step(ep) {
             return false;
         }

@@ -1,0 +1,193 @@
+//! CHIME (SOSP'24): 10 compute nodes and 1 memory node; 8-byte keys and values, YCSB A-E,
+//! zipfian 0.99; CHIME against SMART and Sherman at one cache size, a cache-size sweep, and
+//! the factor analysis (its Fig. 15a). Setup from the authors' `exp/params/common.json` and
+//! `fig_12.json`/`fig_15a.json`: `MN_num: 1`, `value_size: 8`, `cache_size: 100` (MB),
+//! `hotspot_buffer_size: 30`, client counts `[10, n]`.
+use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
+
+const NODES: usize = 10;
+/// The paper's keys (`kLoadedKeyNum = 60000000`, the authors' `include/Common.h`): the cache
+/// is scaled by keys loaded / this, so it covers the same share of the index.
+const PAPER_KEYS: u64 = 60_000_000;
+/// The paper's cache per compute node, MB (`cache_size: 100`).
+const PAPER_CACHE_MB: f64 = 100.0;
+/// CHIME's headline: the same throughput with up to 8.7x less cache.
+const LESS_CACHE: f64 = 8.7;
+/// Client threads per compute node: `fig_12.json` runs CHIME on YCSB-C up to 64 per node.
+const THREADS: &[usize] = &[8, 16, 32, 64];
+
+/// The scaled cache (MiB) of `scale`, times `factor`.
+fn cache_mib(s: &Scale, factor: f64) -> String {
+    let mib = PAPER_CACHE_MB * factor * s.records as f64 / PAPER_KEYS as f64;
+    format!("{mib:.5}")
+}
+
+pub fn paper(s: &Scale) -> Paper {
+    let pts = s.sweep_points(THREADS);
+    let top = pts.iter().max().copied().unwrap_or(1);
+    let base = format!(
+        "{} --compute-nodes {NODES} --memory-nodes 1 --clients-per-node {top} --coroutines 1 \
+         --distribution zipfian --value-size 8",
+        s.sim_flags("smart", PAPER_KEYS)
+    );
+    let at = |factor: f64| format!("{base} --cache-mib {}", cache_mib(s, factor));
+    let wl = &["a", "b", "c", "d", "e"];
+    let experiments = vec![
+        Experiment {
+            id: "chime-ycsb".into(),
+            title: "CHIME vs SMART vs Sherman: YCSB A-E at the paper's cache (scaled)".into(),
+            chart: Chart::Bars,
+            series: vec![
+                Series::new("CHIME", format!("{} --index chime", at(1.0)), wl),
+                Series::new("SMART", format!("{} --index smart", at(1.0)), wl),
+                Series::new("Sherman", format!("{} --index sherman", at(1.0)), wl),
+            ],
+        },
+        Experiment {
+            id: "chime-cache".into(),
+            title: format!(
+                "Cache: CHIME with 1/{LESS_CACHE} of the cache against SMART and Sherman \
+                 with all of it (YCSB-C, YCSB-A)"
+            ),
+            chart: Chart::Bars,
+            series: vec![
+                Series::new(
+                    "CHIME cache/8.7",
+                    format!("{} --index chime", at(1.0 / LESS_CACHE)),
+                    &["c", "a"],
+                ),
+                Series::new(
+                    "CHIME cache/30",
+                    format!("{} --index chime", at(1.0 / 30.0)),
+                    &["c", "a"],
+                ),
+                Series::new(
+                    "Sherman cache/8.7",
+                    format!("{} --index sherman", at(1.0 / LESS_CACHE)),
+                    &["c", "a"],
+                ),
+                Series::new(
+                    "Sherman",
+                    format!("{} --index sherman", at(1.0)),
+                    &["c", "a"],
+                ),
+                Series::new("SMART", format!("{} --index smart", at(1.0)), &["c", "a"]),
+            ],
+        },
+        Experiment {
+            id: "chime-factors".into(),
+            title: "CHIME: Sherman then each technique (Fig. 15a)".into(),
+            chart: Chart::Bars,
+            series: vec![Series::new(
+                "factors",
+                format!(
+                    "{} --index chime --factors --workloads load,a,b,c,d",
+                    at(1.0)
+                ),
+                &["load", "a", "b", "c", "d"],
+            )],
+        },
+    ];
+    let y = |series: &str, w| Pick::new("chime-ycsb", series, w);
+    let c = |series: &str, w| Pick::new("chime-cache", series, w);
+    let f = |step: &str, w| Pick::new("chime-factors", step, w);
+    const HEADLINE: &str = "CHIME's abstract: up to 5.1x the throughput of the best \
+                            existing index at the same cache size";
+    let mut claims = Vec::new();
+    for (w, id_smart, id_sherman) in [
+        ("a", "vs-smart-a", "vs-sherman-a"),
+        ("b", "vs-smart-b", "vs-sherman-b"),
+        ("c", "vs-smart-c", "vs-sherman-c"),
+        ("d", "vs-smart-d", "vs-sherman-d"),
+        ("e", "vs-smart-e", "vs-sherman-e"),
+    ] {
+        claims.push(Claim::ratio(
+            id_smart,
+            "CHIME / SMART throughput at the same cache (paper: CHIME ahead, up to 5.1x \
+             over the best)",
+            (1.01, 5.1),
+            Metric::Mops,
+            false,
+            y("CHIME", w),
+            y("SMART", w),
+            HEADLINE,
+        ));
+        claims.push(Claim::ratio(
+            id_sherman,
+            "CHIME / Sherman throughput at the same cache (paper: CHIME ahead, up to 5.1x \
+             over the best)",
+            (1.01, 5.1),
+            Metric::Mops,
+            false,
+            y("CHIME", w),
+            y("Sherman", w),
+            "remora's Sherman pages are 1 KiB (39 leaf slots; the paper's Sherman has span \
+             64); both trees share Sherman's internal pages and index cache",
+        ));
+    }
+    for (w, id) in [("c", "less-cache-c"), ("a", "less-cache-a")] {
+        claims.push(Claim::ratio(
+            id,
+            "CHIME with 8.7x less cache / Sherman with all of it, throughput (paper: the \
+             same throughput, >= 1)",
+            (1.0, 100.0),
+            Metric::Mops,
+            false,
+            c("CHIME cache/8.7", w),
+            c("Sherman", w),
+            "CHIME's abstract: the same throughput with up to 8.7x less cache; 30% of CHIME's \
+             cache is its hotspot buffer (the authors' kHotspotBufSize)",
+        ));
+    }
+    for (step, prev, id) in [
+        (
+            "+ hopscotch leaf (+ replicated metadata)",
+            "Sherman",
+            "factor-hopscotch",
+        ),
+        (
+            "+ vacancy-aware lock",
+            "+ hopscotch leaf (+ replicated metadata)",
+            "factor-vacancy",
+        ),
+        (
+            "+ speculative read",
+            "+ vacancy-aware lock",
+            "factor-speculative",
+        ),
+    ] {
+        claims.push(Claim::ratio(
+            id,
+            "factor analysis step, YCSB-C (paper's Fig. 15a: each step helps or holds)",
+            (0.95, 100.0),
+            Metric::Mops,
+            false,
+            f(step, "c"),
+            f(prev, "c"),
+            "remora has no metadata-replication or sibling-validation switch: the layout \
+             always replicates the metadata and keeps both fences",
+        ));
+    }
+    Paper {
+        key: "chime",
+        name: "CHIME (SOSP'24)",
+        paper_setup: "10 CloudLab r650 (two 36-core Xeon, ConnectX-6 100 Gb each), 1 memory \
+                      node; 8-byte keys and values, 60M keys, zipfian 0.99, 100 MB cache per \
+                      compute node (30 MB of it CHIME's hotspot buffer)",
+        paper_keys: Some(PAPER_KEYS),
+        setup: format!(
+            "sim, profile smart (the same CloudLab r650 / ConnectX-6 100 Gb as CHIME's README \
+             names), LLC scaled to {} lines; {NODES} compute nodes x {top} synchronous client \
+             threads (the paper: up to 64), 1 memory node; {} keys loaded by inserts (Sherman \
+             and SMART bulk-loaded), {} measured ops after {} warm-up ops, zipfian 0.99, cache \
+             {} MiB per compute node (100 MB x keys / 60M), seed 1",
+            s.llc_lines("smart", PAPER_KEYS),
+            s.records,
+            s.ops,
+            s.warmup,
+            cache_mib(s, 1.0),
+        ),
+        experiments,
+        claims,
+    }
+}

@@ -1,0 +1,289 @@
+//! CHIME (SOSP'24, "A Cache-Efficient and High-Performance Hybrid Index on Disaggregated
+//! Memory"; authors' code dmemsys/CHIME): a B+tree whose leaves are hopscotch hash tables,
+//! built on Sherman. Here it is built on remora's Sherman ([`crate::sherman`]): Sherman's
+//! internal pages, index cache, hierarchical on-chip locks, leases and separator inserts
+//! (through `sherman/hooks.rs`), with CHIME's leaf. Each technique is a switch
+//! ([`ChimeConfig`]); with all of them off the handle *is* Sherman.
+//!
+//! - **Hopscotch leaves** (`hopscotch.rs`, format `remora_layouts::chime`): 64 slots, a
+//!   neighbourhood of 8, a hop bitmap per slot; a lookup READs the one or two groups that
+//!   hold the key's neighbourhood (`read.rs`), not the leaf.
+//! - **Replicated metadata**: every group of 8 slots starts with the leaf's metadata (sibling,
+//!   fences, stamps), so a neighbourhood READ carries it (always on: the layout has it).
+//! - **Vacancy-aware lock** (`vacancy_lock`, `write.rs`): the leaf's vacancy bitmap lives in
+//!   a prefix word next to the stamps, read by the lock holder in the doorbell that reads the
+//!   key's neighbourhood, so an insert READs only the groups up to the free slot it will
+//!   use. Off: the writer READs the whole leaf under the lock. Remora's lock words are
+//!   Sherman's owned lease words (client and tag, in NIC device memory), which leave no room
+//!   for CHIME's 57-bit bitmap inside the word; the bitmap's word is beside the leaf instead,
+//!   and reaches the writer in the same round trip.
+//! - **Speculative reads** (`speculative`, `hotspot.rs`): a per-node hotspot cache of
+//!   (key, leaf, slot); a hit READs one entry and its group header (56 bytes).
+//!
+//! Beyond CHIME: deletes (an entry freed, its home's bitmap cleared, groups rewritten);
+//! several memory nodes (leaves are allocated on the nodes in turn, each lock on its leaf's
+//! node); READs verified in any segment order (group checksums bound to their header, and
+//! stamps between neighbouring groups: `remora_layouts::chime`); and the hop-after-split case:
+//! CHIME's split asserts that the new key fits the half it goes to, which a real trace broke
+//! (its issue tracker); here a split repacks the leaf's entries and any half that does not
+//! fit is split again (`hopscotch::pack`), so a split may make three or more leaves.
+//!
+//! Not here (yet): sibling-based validation (the group headers keep both fences, 16 bytes
+//! more per group than CHIME's), CHIME's variable-length values, and repair of a leaf torn
+//! by a writer that died inside a WRITE (Sherman's redo records are not written for CHIME's
+//! leaves: a reader of such a leaf fails with `Corrupt` at the deadline; locks of dead holders
+//! are taken over as Sherman's).
+mod hopscotch;
+mod hotspot;
+mod leaf;
+mod read;
+mod write;
+
+pub use hotspot::HOTSPOT_ENTRY_BYTES;
+
+use crate::fabric::Endpoint;
+use crate::index::KvIndex;
+use crate::sherman::{Sherman, ShermanConfig, ShermanError, ShermanNode};
+use core::cell::Cell;
+use hotspot::Hotspot;
+use remora_layouts::chime::{KEY_INFINITY, LEAF_LEN, LeafPrefix, MAX_VALUE};
+use std_alloc::sync::Arc;
+use std_alloc::vec;
+
+/// CHIME's errors are its Sherman's (keys, values, locks, pages, the fabric).
+pub type ChimeError = ShermanError;
+
+/// CHIME's switches, and the Sherman it is built on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChimeConfig {
+    /// Sherman's configuration: internal pages, locks, index cache (`cache_bytes` is the
+    /// index cache's share), root slot.
+    pub sherman: ShermanConfig,
+    /// Hopscotch leaves; off: Sherman's own leaves (and every switch below is moot).
+    pub hopscotch: bool,
+    /// The vacancy bitmap tells the lock holder which groups to READ.
+    pub vacancy_lock: bool,
+    /// Speculative reads through the hotspot cache.
+    pub speculative: bool,
+    /// Bytes of the hotspot cache per compute node (with `speculative`).
+    pub hotspot_bytes: usize,
+}
+
+/// The share of the cache CHIME gives the hotspot buffer: 30 of 100 MB (the authors'
+/// `include/Common.h`: `kIndexCacheSize = 100`, `kHotspotBufSize = 30`).
+pub const HOTSPOT_SHARE_PERCENT: usize = 30;
+
+impl ChimeConfig {
+    /// CHIME with every technique on, on Sherman with every technique on, 100 MB of cache
+    /// per compute node (the paper's), 30% of it the hotspot buffer; root slot 4.
+    pub const fn chime() -> ChimeConfig {
+        ChimeConfig {
+            sherman: ShermanConfig {
+                root_slot: 4,
+                ..ShermanConfig::sherman()
+            },
+            hopscotch: true,
+            vacancy_lock: true,
+            speculative: true,
+            hotspot_bytes: 0,
+        }
+        .with_cache(100 << 20)
+    }
+
+    /// This configuration with `bytes` of cache per compute node, split as CHIME splits it
+    /// (all to the index cache without speculative reads).
+    pub const fn with_cache(mut self, bytes: usize) -> ChimeConfig {
+        let hot = if self.speculative && self.hopscotch {
+            bytes / 100 * HOTSPOT_SHARE_PERCENT
+        } else {
+            0
+        };
+        self.hotspot_bytes = hot;
+        self.sherman.cache_bytes = bytes - hot;
+        self
+    }
+}
+
+impl Default for ChimeConfig {
+    fn default() -> Self {
+        ChimeConfig::chime()
+    }
+}
+
+/// One compute node's state shared by its threads: Sherman's (local lock table, index
+/// cache) and the hotspot cache.
+pub struct ChimeNode {
+    sherman: Arc<ShermanNode>,
+    hot: Hotspot,
+}
+
+impl ChimeNode {
+    /// Fresh node state for `cfg`.
+    pub fn new(cfg: &ChimeConfig) -> ChimeNode {
+        ChimeNode {
+            sherman: Arc::new(ShermanNode::new(&cfg.sherman)),
+            hot: Hotspot::new(if cfg.speculative {
+                cfg.hotspot_bytes
+            } else {
+                0
+            }),
+        }
+    }
+
+    /// Bytes cached now: index cache pages and hotspot entries.
+    pub fn cache_bytes(&self) -> usize {
+        self.sherman.cache_bytes() + self.hot.bytes()
+    }
+}
+
+/// CHIME's own counters of one handle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChimeStats {
+    /// Speculative reads tried, and those that found their key.
+    pub speculative_tries: u64,
+    /// Speculative reads that found their key.
+    pub speculative_hits: u64,
+    /// Inserts that hopped entries.
+    pub hops: u64,
+    /// Leaf splits, and the leaves they made beyond two (the hop-after-split case).
+    pub splits: u64,
+    /// Leaves beyond the second made by a split.
+    pub extra_leaves: u64,
+    /// Group READs refused (torn, or neighbouring groups from two moments) and retried.
+    pub retries: u64,
+}
+
+/// One thread's handle on a CHIME tree.
+pub struct Chime<'e, E: Endpoint> {
+    tree: Sherman<'e, E>,
+    cfg: ChimeConfig,
+    node: Arc<ChimeNode>,
+    stats: Cell<ChimeStats>,
+}
+
+impl<'e, E: Endpoint> Chime<'e, E> {
+    /// Creates the tree in `cfg.sherman.root_slot` (or opens the one there), sharing `node`
+    /// with the other handles of its compute node.
+    pub async fn create_on(
+        ep: &'e E,
+        cfg: ChimeConfig,
+        node: Arc<ChimeNode>,
+    ) -> Result<Self, ChimeError> {
+        if cfg.sherman.value_size > MAX_VALUE {
+            return Err(ShermanError::ValueTooLong {
+                len: cfg.sherman.value_size,
+                max: MAX_VALUE,
+            });
+        }
+        if cfg.sherman.page_size > read::FRAME {
+            return Err(ShermanError::Config(
+                remora_layouts::LayoutError::OutOfRange {
+                    field: "page_size (CHIME's internal pages are at most 1 KiB)",
+                    value: cfg.sherman.page_size as u64,
+                },
+            ));
+        }
+        let tree = if cfg.hopscotch {
+            let mut img = vec![0u8; LEAF_LEN];
+            let meta = leaf::Meta {
+                sibling: 0,
+                low: 0,
+                high: KEY_INFINITY,
+            };
+            leaf::encode_leaf(
+                &mut img,
+                &hopscotch::Table::empty(),
+                meta,
+                &mut LeafPrefix::default(),
+            );
+            Sherman::create_over_leaf(ep, cfg.sherman, node.sherman.clone(), &img).await?
+        } else {
+            Sherman::create_on(ep, cfg.sherman, node.sherman.clone()).await?
+        };
+        Ok(Chime {
+            tree,
+            cfg,
+            node,
+            stats: Cell::new(ChimeStats::default()),
+        })
+    }
+
+    /// [`Self::create_on`] with node state of its own.
+    pub async fn create(ep: &'e E, cfg: ChimeConfig) -> Result<Self, ChimeError> {
+        Self::create_on(ep, cfg, Arc::new(ChimeNode::new(&cfg))).await
+    }
+
+    /// This handle's CHIME counters.
+    pub fn stats(&self) -> ChimeStats {
+        self.stats.get()
+    }
+
+    /// The Sherman under this tree (its lock hand-overs, splits of internal pages, cache).
+    pub fn sherman(&self) -> &Sherman<'e, E> {
+        &self.tree
+    }
+
+    fn count(&self, f: impl FnOnce(&mut ChimeStats)) {
+        let mut s = self.stats.get();
+        f(&mut s);
+        self.stats.set(s);
+    }
+}
+
+pub(crate) fn key_of(key: &[u8]) -> Result<u64, ChimeError> {
+    let k: [u8; 8] = key
+        .try_into()
+        .map_err(|_| ShermanError::BadKey { len: key.len() })?;
+    let k = u64::from_be_bytes(k);
+    if k == KEY_INFINITY {
+        return Err(ShermanError::BadKey { len: 8 });
+    }
+    Ok(k)
+}
+
+impl<E: Endpoint> KvIndex for Chime<'_, E> {
+    type Error = ChimeError;
+
+    async fn upsert(&self, key: &[u8], value: &[u8]) -> Result<(), ChimeError> {
+        if !self.cfg.hopscotch {
+            return self.tree.upsert(key, value).await;
+        }
+        self.modify(key_of(key)?, value, write::Change::Upsert)
+            .await
+            .map(drop)
+    }
+
+    async fn update(&self, key: &[u8], value: &[u8]) -> Result<bool, ChimeError> {
+        if !self.cfg.hopscotch {
+            return self.tree.update(key, value).await;
+        }
+        self.modify(key_of(key)?, value, write::Change::Update)
+            .await
+    }
+
+    async fn get(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ChimeError> {
+        if !self.cfg.hopscotch {
+            return self.tree.get(key, out).await;
+        }
+        self.lookup(key_of(key)?, out).await
+    }
+
+    async fn delete(&self, key: &[u8]) -> Result<bool, ChimeError> {
+        if !self.cfg.hopscotch {
+            return self.tree.delete(key).await;
+        }
+        self.modify(key_of(key)?, &[], write::Change::Delete).await
+    }
+
+    async fn scan(
+        &self,
+        from: &[u8],
+        limit: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> Result<usize, ChimeError> {
+        if !self.cfg.hopscotch {
+            return self.tree.scan(from, limit, visit).await;
+        }
+        self.scan_from(key_of(from)?, limit, visit).await
+    }
+}

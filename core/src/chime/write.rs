@@ -1,0 +1,285 @@
+//! Writes under the leaf's lock: value updates in place (one entry), inserts (with hops) and
+//! deletes (whole groups under new stamps), and splits that repack the leaf into two or more
+//! leaves (`hopscotch::pack`), linked upward through Sherman's separator inserts.
+use super::hopscotch::{NoRoom, Table, pack};
+use super::leaf::{Meta, Run, dirty_ranges, encode_groups, encode_leaf, groups_of};
+use super::read::At;
+use super::{Chime, ChimeError};
+use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::sherman::{Batch, ShermanError};
+use remora_layouts::GlobalAddr;
+use remora_layouts::chime::{
+    ENTRY_LEN, Entry, GroupHeader, LEAF_LEN, LeafPrefix, MAX_VALUE, NEIGHBOURHOOD, SLOTS,
+    group_offset, home, slot_offset,
+};
+use std_alloc::vec;
+use std_alloc::vec::Vec;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Change {
+    Upsert,
+    Update,
+    Delete,
+}
+
+/// What a locked step decided.
+enum Step {
+    Done(bool),
+    /// The leaf does not cover the key (lock released): its metadata.
+    Elsewhere(GroupHeader),
+}
+
+const FULL: &str = "a doorbell batch holds at most 8 work requests";
+
+impl<'e, E: Endpoint> Chime<'e, E> {
+    pub(super) async fn modify(
+        &self,
+        key: u64,
+        value: &[u8],
+        change: Change,
+    ) -> Result<bool, ChimeError> {
+        let max = self.cfg.sherman.value_size.min(MAX_VALUE);
+        if value.len() > max {
+            return Err(ShermanError::ValueTooLong {
+                len: value.len(),
+                max,
+            });
+        }
+        let mut at = self.locate(key).await?;
+        let mut p = self.tree.wait();
+        let mut leaf = [0u8; LEAF_LEN];
+        loop {
+            let lock = self.tree.lock_leaf(at.addr).await?;
+            match self
+                .modify_locked(at, lock, key, value, change, &mut leaf)
+                .await?
+            {
+                Step::Done(r) => {
+                    self.tree.finish_links().await?;
+                    return Ok(r);
+                }
+                Step::Elsewhere(h) => {
+                    self.follow(key, &h, &mut at, &mut p).await?;
+                }
+            }
+        }
+    }
+
+    /// Releases `lock` of `addr` with nothing written, then returns `r`.
+    async fn bail<T>(
+        &self,
+        addr: GlobalAddr,
+        lock: GlobalAddr,
+        r: Result<T, ChimeError>,
+    ) -> Result<T, ChimeError> {
+        self.tree.unlock_leaf(addr, lock, &mut Batch::new()).await?;
+        r
+    }
+
+    async fn modify_locked(
+        &self,
+        at: At,
+        lock: GlobalAddr,
+        key: u64,
+        value: &[u8],
+        change: Change,
+        leaf: &mut [u8; LEAF_LEN],
+    ) -> Result<Step, ChimeError> {
+        let addr = at.addr;
+        let h = home(key);
+        let mut t = Table::empty();
+        // Vacancy-aware: the prefix and the key's neighbourhood in one doorbell; else the
+        // whole leaf.
+        let mut known = if self.cfg.vacancy_lock {
+            Run::window(h)
+        } else {
+            Run::ALL
+        };
+        let hdr = match self.read_run(addr, known, true, leaf, &mut t).await {
+            Ok(hdr) => hdr,
+            Err(e) => return self.bail(addr, lock, Err(e)).await,
+        };
+        if !hdr.covers(key) {
+            return self.bail(addr, lock, Ok(Step::Elsewhere(hdr))).await;
+        }
+        let mut prefix = match LeafPrefix::decode(&leaf[..]) {
+            Ok(p) => p,
+            Err(why) => {
+                return self
+                    .bail(addr, lock, Err(ShermanError::Corrupt { addr, why }))
+                    .await;
+            }
+        };
+        let meta = Meta::of(&hdr);
+        let len = value.len() as u8;
+        let mut val = [0u8; MAX_VALUE];
+        val[..value.len()].copy_from_slice(value);
+        let dirty = match (t.find(key), change) {
+            (Some(s), Change::Upsert | Change::Update) => {
+                // In place: one entry, bound to its group's unchanged header.
+                t.e[s].value = val;
+                t.e[s].len = len;
+                let g = group_offset(s / NEIGHBOURHOOD);
+                let gh = GroupHeader::decode(&leaf[g..])
+                    .map_err(|why| ShermanError::Corrupt { addr, why });
+                let gh = match gh {
+                    Ok(gh) => gh,
+                    Err(e) => return self.bail(addr, lock, Err(e)).await,
+                };
+                let o = slot_offset(s);
+                t.e[s].encode(&mut leaf[o..o + ENTRY_LEN], gh.hash());
+                let mut ops = Batch::new();
+                ops.push(Op::Write {
+                    remote: addr.add(o as u64),
+                    local: &leaf[o..o + ENTRY_LEN],
+                })
+                .expect(FULL);
+                self.tree.unlock_leaf(addr, lock, &mut ops).await?;
+                return Ok(Step::Done(true));
+            }
+            (Some(s), Change::Delete) => {
+                self.node.hot.drop_key(key);
+                t.remove(s)
+            }
+            (None, Change::Update | Change::Delete) => {
+                return self.bail(addr, lock, Ok(Step::Done(false))).await;
+            }
+            (None, Change::Upsert) => {
+                let free = prefix.vacancy;
+                let j = (0..SLOTS)
+                    .map(|d| (h + d) % SLOTS)
+                    .find(|&s| free & (1 << s) != 0);
+                let reach = j.map(|j| Run::span(h, j));
+                if let Some(r) = reach
+                    && r.count > known.count
+                {
+                    // The free slot is past the neighbourhood: READ the groups up to it.
+                    if let Err(e) = self.read_run(addr, r, false, leaf, &mut t).await {
+                        return self.bail(addr, lock, Err(e)).await;
+                    }
+                    known = r;
+                }
+                match t.insert(key, len, val, free) {
+                    Ok((_, dirty)) => {
+                        if dirty.count_ones() > 2 {
+                            self.count(|s| s.hops += 1);
+                        }
+                        dirty
+                    }
+                    Err(NoRoom) => {
+                        if known.count < Run::ALL.count
+                            && let Err(e) = self.read_run(addr, Run::ALL, false, leaf, &mut t).await
+                        {
+                            return self.bail(addr, lock, Err(e)).await;
+                        }
+                        let e = Entry {
+                            live: true,
+                            len,
+                            hop: 0,
+                            key,
+                            value: val,
+                        };
+                        return self
+                            .split(addr, lock, &t, e, meta, prefix)
+                            .await
+                            .map(|()| Step::Done(true));
+                    }
+                }
+            }
+        };
+        let groups = groups_of(dirty);
+        encode_groups(&mut leaf[..], &t, groups, meta, &mut prefix);
+        let mut ops = Batch::new();
+        for (a, b) in dirty_ranges(groups) {
+            ops.push(Op::Write {
+                remote: addr.add(a as u64),
+                local: &leaf[a..b],
+            })
+            .expect(FULL);
+        }
+        ops.push(Op::Write {
+            remote: addr,
+            local: &leaf[..remora_layouts::chime::PREFIX_LEN],
+        })
+        .expect(FULL);
+        self.tree.unlock_leaf(addr, lock, &mut ops).await?;
+        Ok(Step::Done(true))
+    }
+
+    /// Splits the locked leaf `addr` (every slot in `t`) while inserting `new`: its entries
+    /// and `new` repacked into two or more leaves in key order, the new ones written before
+    /// the old one (which keeps the lowest keys) is rewritten and unlocked, then linked into
+    /// level 1 left to right.
+    async fn split(
+        &self,
+        addr: GlobalAddr,
+        lock: GlobalAddr,
+        t: &Table,
+        new: Entry,
+        meta: Meta,
+        prefix: LeafPrefix,
+    ) -> Result<(), ChimeError> {
+        let mut all: Vec<Entry> = t.live().copied().chain(core::iter::once(new)).collect();
+        all.sort_unstable_by_key(|e| e.key);
+        let mut parts: Vec<(u64, Table)> = Vec::new();
+        pack(&all, SLOTS, &mut |first, table| {
+            parts.push((all[first].key, *table))
+        });
+        self.count(|s| {
+            s.splits += 1;
+            s.extra_leaves += parts.len().saturating_sub(2) as u64;
+        });
+        let mut addrs = vec![addr];
+        for _ in 1..parts.len() {
+            match self.tree.alloc_leaf(LEAF_LEN as u64).await {
+                Ok(a) => addrs.push(a),
+                Err(e) => return self.bail(addr, lock, Err(e)).await,
+            }
+        }
+        let mut images = vec![[0u8; LEAF_LEN]; parts.len()];
+        for (i, (img, (low, part))) in images.iter_mut().zip(&parts).enumerate() {
+            let last = i + 1 == parts.len();
+            let m = Meta {
+                sibling: if last {
+                    meta.sibling
+                } else {
+                    addrs[i + 1].raw()
+                },
+                low: if i == 0 { meta.low } else { *low },
+                high: if last { meta.high } else { parts[i + 1].0 },
+            };
+            let mut pf = if i == 0 {
+                prefix
+            } else {
+                LeafPrefix::default()
+            };
+            encode_leaf(img, part, m, &mut pf);
+        }
+        // The new leaves first: in the unlock's doorbell when on the same node (per-queue-
+        // pair order lands them first), else written and acknowledged before.
+        let mut ops = Batch::new();
+        for (i, img) in images.iter().enumerate().skip(1) {
+            let a = addrs[i];
+            if a.node() == addr.node() && self.cfg.sherman.combine_commands && ops.len() < 6 {
+                ops.push(Op::Write {
+                    remote: a,
+                    local: img,
+                })
+                .expect(FULL);
+            } else if let Err(e) = self.tree.qp_of(a)?.write(a, img).await {
+                return self.bail(addr, lock, Err(e.into())).await;
+            }
+        }
+        ops.push(Op::Write {
+            remote: addr,
+            local: &images[0],
+        })
+        .expect(FULL);
+        self.tree.unlock_leaf(addr, lock, &mut ops).await?;
+        drop(ops);
+        for (i, (low, _)) in parts.iter().enumerate().skip(1) {
+            self.tree.link_leaf(*low, addrs[i]).await?;
+        }
+        Ok(())
+    }
+}

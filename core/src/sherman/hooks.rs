@@ -1,0 +1,133 @@
+//! What CHIME (`crate::chime`) borrows from Sherman: a tree whose level-1 pages point to
+//! leaves of another format, the descent to a leaf's address (index cache or walk), the leaf
+//! locks (local table, on-chip words, leases), separator inserts above a split leaf, and the
+//! missing-link repair. Nothing here reads or writes a leaf: the caller owns the leaf format.
+use super::cache::child_for;
+use super::tree::Sherman;
+use super::{ShermanConfig, ShermanError, ShermanNode};
+use crate::fabric::Endpoint;
+use remora_layouts::GlobalAddr;
+use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader, seal};
+use std_alloc::sync::Arc;
+
+pub(crate) use super::lock::Batch;
+use super::lock::Got;
+use super::wait::Patience;
+
+/// Encodes into `page` an empty level-1 root over the one leaf at `leaf`.
+pub(super) fn encode_root_over(page: &mut [u8], g: &Geometry, leaf: GlobalAddr) {
+    let h = PageHeader {
+        front_version: 1,
+        meta: PageHeader::pack_meta(1, false, 0),
+        low_fence: 0,
+        high_fence: KEY_INFINITY,
+        leftmost: leaf.raw(),
+        ..Default::default()
+    };
+    h.encode(page);
+    seal(page, g);
+}
+
+impl<'e, E: Endpoint> Sherman<'e, E> {
+    /// Creates (or opens, if one is published in `cfg.root_slot`) a tree whose first leaf is
+    /// the image `leaf`, under a level-1 root.
+    pub(crate) async fn create_over_leaf(
+        ep: &'e E,
+        cfg: ShermanConfig,
+        node: Arc<ShermanNode>,
+        leaf: &[u8],
+    ) -> Result<Self, ShermanError> {
+        Self::create_with(ep, cfg, node, Some(leaf)).await
+    }
+
+    /// The endpoint of this handle.
+    pub(crate) fn endpoint(&self) -> &'e E {
+        self.ep
+    }
+
+    /// The bounds of every wait, as Sherman's own.
+    pub(crate) fn wait(&self) -> Patience {
+        self.patience()
+    }
+
+    /// The leaf covering `key` as the level-1 pages say: from the index cache (true), else
+    /// by walking down to the level-1 page (read into `buf`, one page) and caching it.
+    pub(crate) async fn leaf_of(
+        &self,
+        key: u64,
+        buf: &mut [u8],
+    ) -> Result<(GlobalAddr, bool), ShermanError> {
+        self.ep.charge(crate::fabric::Work::Probe(1));
+        if let Some(a) = self.node.leaf_for(key, &self.g) {
+            return Ok((a, true));
+        }
+        let at = self.walk(key, Some(1), buf).await?;
+        let h = PageHeader::decode(buf, &self.g)
+            .map_err(|why| ShermanError::Corrupt { addr: at, why })?;
+        self.ep.charge(crate::fabric::Work::Probe(1));
+        self.node.cache_insert(&h, buf);
+        let child = child_for(buf, &self.g, &h, key).ok_or(ShermanError::Corrupt {
+            addr: at,
+            why: remora_layouts::LayoutError::Inconsistent {
+                what: "internal page without child",
+            },
+        })?;
+        Ok((child, false))
+    }
+
+    /// Takes the lock of leaf `addr` (hand-overs counted as Sherman's).
+    pub(crate) async fn lock_leaf(&self, addr: GlobalAddr) -> Result<GlobalAddr, ShermanError> {
+        let (lock, got) = self.acquire_page(addr, None).await?;
+        if got == Got::HandedOver {
+            self.handovers.set(self.handovers.get() + 1);
+        }
+        Ok(lock)
+    }
+
+    /// Posts `ops` and releases `lock` of leaf `addr` (in one doorbell with command
+    /// combination, as Sherman's write-backs).
+    pub(crate) async fn unlock_leaf(
+        &self,
+        addr: GlobalAddr,
+        lock: GlobalAddr,
+        ops: &mut Batch<'_>,
+    ) -> Result<(), ShermanError> {
+        let qp = self.qp(addr)?;
+        self.locks.release(qp, lock, ops).await
+    }
+
+    /// The queue pair to `a`'s memory node.
+    pub(crate) fn qp_of(&self, a: GlobalAddr) -> Result<&'e E::Qp, ShermanError> {
+        self.qp(a)
+    }
+
+    /// Allocates `len` bytes for a new leaf (memory nodes in turn).
+    pub(crate) async fn alloc_leaf(&self, len: u64) -> Result<GlobalAddr, ShermanError> {
+        let i = self.next_alloc.get() % self.allocs.len();
+        self.next_alloc.set(i + 1);
+        let a = &self.allocs[i];
+        Ok(a.alloc(self.ep.qp(a.node())?, len).await?)
+    }
+
+    /// Links a split leaf's new right sibling `child` (keys ≥ `sep`) into level 1.
+    pub(crate) async fn link_leaf(&self, sep: u64, child: GlobalAddr) -> Result<(), ShermanError> {
+        self.splits.set(self.splits.get() + 1);
+        self.insert_separator(1, sep, child).await.map(drop)
+    }
+
+    /// A leaf reached from its parent does not cover the key: the parent lacks the separator
+    /// `sep` of its sibling `child`; the next [`Self::finish_links`] inserts it.
+    pub(crate) fn note_missing(&self, sep: u64, child: GlobalAddr) {
+        self.missing.set(Some((1, sep, child)));
+    }
+
+    /// Inserts the separators this handle found missing.
+    pub(crate) async fn finish_links(&self) -> Result<(), ShermanError> {
+        self.link_missing().await
+    }
+
+    /// Drops the cached level-1 page covering `key`.
+    pub(crate) fn forget(&self, key: u64) {
+        self.node.cache_invalidate(key)
+    }
+}
