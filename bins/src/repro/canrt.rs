@@ -16,16 +16,6 @@ const PAPER_KEYS: u64 = 1_000_000;
 /// The CANRT paper's count of a write (done once its WRITE_WITH_IMM is posted): weaker than
 /// remora's default, used only for the series that compare with the paper's figures.
 const POSTED: &str = "CANRT (posted)";
-/// Receives the memory node keeps posted per connection in the posted-write series. A posted
-/// writer does not wait for its append to be consumed (seeds/000 §3.3: 'completed once the
-/// WRITE_WITH_IMM request has been successfully posted'), and remora's CANRT client has no
-/// flow control of its own against the server's receive queue: with the model's default 64
-/// the appends outrun the applier during a resize from ~30,000 keys on and exhaust the sim's
-/// bounded RNR retries (the queue pair breaks; on hardware rnr_retry 7 retries forever). The
-/// paper's server posts the receives its notices consume and gives no depth; 4096 (within a
-/// ConnectX-5 queue's 32768 work requests) covers a resize at --scale full (500,000 keys)
-/// and changes no quick figure (no RNR NAK there).
-const POSTED_RECV_DEPTH: u32 = 4096;
 
 /// The write-only rows (CANRT's default write): where the server time goes.
 const WRITE_ONLY_NOTE: &str = "measured cause: both trees are bound by their memory node's one \
@@ -117,10 +107,7 @@ pub fn paper(s: &Scale) -> Paper {
             1,
             Series::new(
                 POSTED,
-                format!(
-                    "{flags} --index canrt --canrt-ack posted --set \
-                     recv_depth={POSTED_RECV_DEPTH}"
-                ),
+                format!("{flags} --index canrt --canrt-ack posted"),
                 posted_wl,
             ),
         );
@@ -422,8 +409,7 @@ pub fn paper(s: &Scale) -> Paper {
              latency: one client of one coroutine; zipfian 0.99, seed 1. CANRT (posted): the \
              paper's write, returning once its WRITE_WITH_IMM is posted (`--canrt-ack \
              posted`, not linearizable; unsignaled, the profile's unsignaled_at_post; \
-             {POSTED_RECV_DEPTH} receives per connection, as its appends do not wait to be \
-             consumed); CANRT: remora's default, returning once the server applied and \
+             flow-controlled by credits against the server's receives); CANRT: remora's default, returning once the server applied and \
              persisted it",
             s.llc_lines("canrt", PAPER_KEYS),
             s.records,

@@ -266,17 +266,10 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
                 };
             }
         }
-        if cfg.ack == WriteAck::Posted {
-            // Our writes do not wait for the server's acknowledgement: spare it the SENDs.
-            // (An `Applied` handle on this connection then hears none either and reads the
-            // meta word instead: slower, still correct.)
-            qp.send(&Control::new(ControlKind::Quiet, 0, 0, 0, 0).encode())
-                .await?;
-        }
         let view = load_view(qp, cfg.read_retries).await?;
         let region_len = read_word(qp, GlobalAddr::new(cfg.node, 16)).await?;
         let shard = node.shard();
-        Ok(Canrt {
+        let t = Canrt {
             ep,
             cfg,
             view: RefCell::new(node.share(shard, Arc::new(view))),
@@ -297,7 +290,15 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             region_len,
             #[cfg(test)]
             ascending_check: Cell::new(false),
-        })
+        };
+        if cfg.ack == WriteAck::Posted {
+            // Our writes do not wait for the server's acknowledgement: spare it the SENDs,
+            // but have it count our appends (flow control, `credit.rs`). (An `Applied`
+            // handle on this connection then hears none either and reads the meta word
+            // instead: slower, still correct.)
+            t.ask_credit().await?;
+        }
+        Ok(t)
     }
 
     /// A snapshot of this handle's counters.

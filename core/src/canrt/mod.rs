@@ -116,6 +116,7 @@
 //!   that took a ticket always hands it back (a data node of an older data array excepted).
 mod build;
 mod client;
+mod credit;
 mod keys;
 mod node;
 mod pool;
@@ -186,6 +187,13 @@ pub struct CanrtConfig {
     /// When a write returns: [`WriteAck::Applied`] (the default: durable and linearizable),
     /// or [`WriteAck::Posted`], the paper's weaker count.
     pub ack: WriteAck,
+    /// [`WriteAck::Posted`] only: the most appends a writer keeps posted but not yet
+    /// consumed by the server (flow control, `credit.rs`). Each unconsumed append holds
+    /// one of the server's receives on the connection, so this must stay below the
+    /// server's receive depth (64 on the sim and soft by default) less the writer's
+    /// control messages; past it, appends are RNR NAKed and, once the retries run out,
+    /// the queue pair breaks. The server returns a credit every half window. At least 2.
+    pub posted_window: u32,
 }
 
 /// When a CANRT write (insert, update, delete) returns to its caller.
@@ -240,6 +248,7 @@ impl CanrtConfig {
             flush_appends: true,
             turn_notices: true,
             ack: WriteAck::Applied,
+            posted_window: 32,
         }
     }
 

@@ -163,7 +163,8 @@ pub struct CanrtServer {
     pub(super) freeing: BTreeMap<u32, u32>,
     /// Connections whose writers hear no acknowledgement of an applied item
     /// ([`ControlKind::Quiet`]: they count a write done once posted).
-    pub(super) quiet: BTreeSet<usize>,
+    /// Per such connection, its posted appends' flow control (`credit.rs`).
+    pub(super) quiet: BTreeMap<usize, super::credit::Credit>,
     /// Memory of retired data arrays, free for later ones (`pool.rs`).
     pub(super) pool: super::pool::Pool,
 }
@@ -210,7 +211,7 @@ impl CanrtServer {
             touched: Vec::new(),
             reserved: BTreeMap::new(),
             freeing: BTreeMap::new(),
-            quiet: BTreeSet::new(),
+            quiet: BTreeMap::new(),
             pool: Default::default(),
         }
     }
@@ -447,7 +448,7 @@ impl CanrtServer {
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
         // A quiet connection's writers do not wait for the acknowledgement: none is sent.
-        let ack = !self.quiet.contains(&conn);
+        let ack = !self.quiet.contains_key(&conn);
         let h = self.tree(region)?;
         let g = h.data();
         let imm = Imm::decode(imm).map_err(bad_layout(region, h.data_off))?;
@@ -631,10 +632,14 @@ impl Handler for CanrtServer {
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
         let r = match recv.kind {
-            RecvKind::WriteImm => match recv.imm {
-                Some(imm) => self.apply(region, conn, imm, replies),
-                None => Err(invalid(region, 0, "WRITE_WITH_IMM without an immediate")),
-            },
+            RecvKind::WriteImm => {
+                // Its receive is free again, whatever becomes of the item.
+                self.consumed(conn, replies);
+                match recv.imm {
+                    Some(imm) => self.apply(region, conn, imm, replies),
+                    None => Err(invalid(region, 0, "WRITE_WITH_IMM without an immediate")),
+                }
+            }
             RecvKind::Send => match Control::decode(msg) {
                 Ok(c) => match c.kind() {
                     Ok(ControlKind::Format) => match c.format_geometry() {
@@ -650,7 +655,7 @@ impl Handler for CanrtServer {
                     Ok(ControlKind::Skip) => self.skip(region, conn, &c),
                     Ok(ControlKind::Wait) => self.wait(region, conn, &c, replies),
                     Ok(ControlKind::Quiet) => {
-                        self.quiet.insert(conn);
+                        self.quiet(conn, &c, replies);
                         Ok(())
                     }
                     Err(_) => Err(invalid(region, 0, "unknown CANRT control message")),

@@ -6,6 +6,7 @@
 //! at the meta word itself when a notice is late.
 use super::CanrtError;
 use super::client::Canrt;
+use super::credit::credited;
 use crate::fabric::{Endpoint, FabricError, QueuePair};
 use core::cell::{Cell, RefCell};
 use core::future::{Future, poll_fn};
@@ -20,6 +21,10 @@ pub(super) struct Mailbox {
     entries: RefCell<Vec<Entry>>,
     /// The fabric cannot receive (no notices: waiters poll).
     pub(super) deaf: Cell<bool>,
+    /// Posted appends (`WriteAck::Posted`) this handle made (`credit.rs`).
+    pub(super) posted: Cell<u64>,
+    /// The server's last count of them consumed (its last credit).
+    pub(super) credited: Cell<u64>,
 }
 
 struct Entry {
@@ -32,6 +37,11 @@ struct Entry {
 }
 
 impl Mailbox {
+    /// Posted appends not yet known to be consumed by the server.
+    pub(super) fn unconsumed(&self) -> u64 {
+        self.posted.get().saturating_sub(self.credited.get())
+    }
+
     /// Starts waiting for the turn of `ticket` on `node` (`applied`: for the server's
     /// acknowledgement that its append is applied).
     pub(super) fn register(&self, node: u32, ticket: u16, applied: bool) {
@@ -177,11 +187,15 @@ impl<E: Endpoint> Canrt<'_, E> {
         }
     }
 
-    /// Files one received message (a turn notice; anything else is dropped).
+    /// Files one received message (a turn notice or a credit; anything else is dropped).
     fn file(&self, buf: &[u8], len: usize) {
         if len == TURN_LEN
             && let Ok(t) = Turn::decode(&buf[..len])
         {
+            if let Some(n) = credited(&t) {
+                let c = &self.mailbox.credited;
+                c.set(c.get().max(n));
+            }
             self.mailbox.deliver(t);
         }
     }

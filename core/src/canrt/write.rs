@@ -393,7 +393,9 @@ impl<E: Endpoint> Canrt<'_, E> {
             // The paper's count (weaker, `WriteAck::Posted`): done once the append is posted
             // (§4.2: 'about 1.5 RTTs', the WRITE counted as its half trip), unsignaled: its
             // completion is not waited for. The server applies it later; its acknowledgement
-            // is dropped unheard. A failure breaks the queue pair for our next verb.
+            // is dropped unheard. A failure breaks the queue pair for our next verb. It may
+            // not outrun the server's receives (`credit.rs`).
+            self.take_credit().await?;
             self.qp()?
                 .post_unsignaled(&mut [Op::WriteImm {
                     remote,
