@@ -78,8 +78,10 @@ pub enum ControlKind {
     Wait = 5,
     /// The sending connection's writers count a write done once its append is posted (the
     /// paper's count, `WriteAck::Posted`) and hear no acknowledgement: the server stops
-    /// SENDing one for each item it applies from then on (refusals still go). Other fields
-    /// are zero.
+    /// SENDing one for each item it applies from then on (refusals still go). The ticket
+    /// field carries the writer's posted window (appends it may have unconsumed); the server
+    /// returns its count of consumed appends as a credit every half window, and at once when
+    /// a `Quiet` arrives again (see `core::canrt::credit`). Other fields are zero.
     Quiet = 6,
 }
 
