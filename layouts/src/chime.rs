@@ -19,7 +19,7 @@
 //! moves, adds or removes an entry rewrites whole groups; a value update rewrites one entry.
 //!
 //! - Within a group: every entry's checksum covers the entry *and a hash of its group's
-//!   header* ([`header_hash`]). A group is accepted only if all 8 entries verify against the
+//!   header* (`header_hash`). A group is accepted only if all 8 entries verify against the
 //!   header read, so a header torn between two writes, or an entry left from another group
 //!   image, fails. A value update keeps the header: the one entry is its own atomic unit.
 //! - Across the two groups of a neighbourhood: each group write bumps that group's 16-bit
