@@ -72,14 +72,19 @@ pub fn of_paper(remora: Option<f64>, lo: f64, hi: f64) -> Option<f64> {
     })
 }
 
-/// The class of a ratio `remora` against the paper's range `lo..=hi`.
+/// The class of a ratio `remora` against the paper's range `lo..=hi`. A ratio on the other
+/// side of 1 from a paper's range that lies wholly on one side is off, however near in
+/// magnitude (0.99x against the paper's 1.5x says the mechanism does not help).
 pub fn classify(remora: Option<f64>, lo: f64, hi: f64) -> Class {
-    if remora.is_none() {
+    let Some(r) = remora else {
         return Class::Unmeasured;
-    }
+    };
     let Some(q) = of_paper(remora, lo, hi) else {
         return Class::DirectionOnly;
     };
+    if (lo > 1.0 && r < 1.0) || (hi < 1.0 && r > 1.0) {
+        return Class::Off;
+    }
     // Distance either way: 0.5 is as far as 2.
     let d = q.max(1.0 / q);
     if d <= FAITHFUL {
@@ -129,7 +134,9 @@ mod tests {
         assert_eq!(classify(Some(2.2), 1.5, 1.5), Class::Faithful);
         assert_eq!(classify(Some(2.3), 1.5, 1.5), Class::Rough);
         assert_eq!(classify(Some(1.01), 1.5, 1.5), Class::Faithful);
-        assert_eq!(classify(Some(0.99), 1.5, 1.5), Class::Rough);
+        assert_eq!(classify(Some(0.99), 1.5, 1.5), Class::Off);
+        assert_eq!(classify(Some(1.01), 0.7, 0.9), Class::Off);
+        assert_eq!(classify(Some(0.99), 0.9, 1.1), Class::Faithful);
         assert_eq!(classify(Some(0.49), 1.5, 1.5), Class::Off);
         assert_eq!(classify(Some(4.6), 1.5, 1.5), Class::Off);
         // A range: the nearest end, 1 inside.

@@ -22,7 +22,7 @@ impl Report {
              lower). `agrees`: remora's ratio is on the same side of 1 as the paper's. \
              `remora / paper`: remora's ratio over the paper's (over the nearest end of a \
              range; 1 inside it), and its class: faithful within 0.67-1.5, rough within \
-             0.33-3, off further; direction only where the paper says just \"more than 1x\". \
+             0.33-3, off further or on the other side of 1 from the paper; direction only where the paper says just \"more than 1x\". \
              An \"up to\" row shows its sweep's smallest and largest ratio. Where the paper \
              gives absolute figures, remora's are beside them (remora / paper). \
              Each point's JSON names the `remora bench` command that measures it.\n",
