@@ -72,19 +72,15 @@ pub fn of_paper(remora: Option<f64>, lo: f64, hi: f64) -> Option<f64> {
     })
 }
 
-/// The class of a ratio `remora` against the paper's range `lo..=hi`. A ratio on the other
-/// side of 1 from a paper's range that lies wholly on one side is off, however near in
-/// magnitude (0.99x against the paper's 1.5x says the mechanism does not help).
+/// The class of a ratio `remora` against the paper's range `lo..=hi`, by magnitude only
+/// (see [`with_side`]).
 pub fn classify(remora: Option<f64>, lo: f64, hi: f64) -> Class {
-    let Some(r) = remora else {
+    if remora.is_none() {
         return Class::Unmeasured;
-    };
+    }
     let Some(q) = of_paper(remora, lo, hi) else {
         return Class::DirectionOnly;
     };
-    if (lo > 1.0 && r < 1.0) || (hi < 1.0 && r > 1.0) {
-        return Class::Off;
-    }
     // Distance either way: 0.5 is as far as 2.
     let d = q.max(1.0 / q);
     if d <= FAITHFUL {
@@ -96,10 +92,21 @@ pub fn classify(remora: Option<f64>, lo: f64, hi: f64) -> Class {
     }
 }
 
-/// The class of `row`, from its ratio and the paper's range (a report from before classes
-/// had no `class` field: computed the same way).
+/// A class made off when the row is on the other side of 1 from the paper (`agrees` false:
+/// outside the "near 1" band, on the other side), however near in magnitude: 0.95x against
+/// the paper's 1.34x says the mechanism does not help. Direction-only and unmeasured rows
+/// keep their class.
+pub fn with_side(c: Class, agrees: Option<bool>) -> Class {
+    match c {
+        Class::Faithful | Class::Rough if agrees == Some(false) => Class::Off,
+        c => c,
+    }
+}
+
+/// The class of `row`, from its ratio, the paper's range and its side of 1 (a report from
+/// before classes had no `class` field: computed the same way).
 pub fn of_row(row: &Row) -> Class {
-    classify(row.remora, row.paper_lo, row.paper_hi)
+    with_side(classify(row.remora, row.paper_lo, row.paper_hi), row.agrees)
 }
 
 /// How many rows of each class, by name (every class named, zeros included).
@@ -134,9 +141,14 @@ mod tests {
         assert_eq!(classify(Some(2.2), 1.5, 1.5), Class::Faithful);
         assert_eq!(classify(Some(2.3), 1.5, 1.5), Class::Rough);
         assert_eq!(classify(Some(1.01), 1.5, 1.5), Class::Faithful);
-        assert_eq!(classify(Some(0.99), 1.5, 1.5), Class::Off);
-        assert_eq!(classify(Some(1.01), 0.7, 0.9), Class::Off);
-        assert_eq!(classify(Some(0.99), 0.9, 1.1), Class::Faithful);
+        assert_eq!(classify(Some(0.99), 1.5, 1.5), Class::Rough);
+        assert_eq!(with_side(Class::Rough, Some(false)), Class::Off);
+        assert_eq!(with_side(Class::Faithful, Some(false)), Class::Off);
+        assert_eq!(with_side(Class::Faithful, Some(true)), Class::Faithful);
+        assert_eq!(
+            with_side(Class::DirectionOnly, Some(false)),
+            Class::DirectionOnly
+        );
         assert_eq!(classify(Some(0.49), 1.5, 1.5), Class::Off);
         assert_eq!(classify(Some(4.6), 1.5, 1.5), Class::Off);
         // A range: the nearest end, 1 inside.

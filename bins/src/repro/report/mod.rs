@@ -433,7 +433,9 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
     let paper_mid = (c.paper.0 + c.paper.1) / 2.0;
     row.agrees = Some(row.side == side(Some(paper_mid), near_one));
     row.of_paper = class::of_paper(Some(r), c.paper.0, c.paper.1);
-    row.class = class::classify(Some(r), c.paper.0, c.paper.1).name().into();
+    row.class = class::with_side(class::classify(Some(r), c.paper.0, c.paper.1), row.agrees)
+        .name()
+        .into();
     // The paper's absolute figures are of its largest client count (or its peak): beside
     // them, remora's at the sweep's largest, whichever client count the ratio is from.
     row.figures = match pairs.last() {
