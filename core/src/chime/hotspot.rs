@@ -7,18 +7,61 @@
 //! (key, leaf, slot) words. A torn triple is harmless: a speculative read is verified by
 //! content (the entry must hold the key, bound to a header whose fences cover it), and a
 //! miss falls back to the neighbourhood read.
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use remora_layouts::GlobalAddr;
 use std_alloc::vec::Vec;
+
+#[cfg(target_has_atomic = "64")]
+use core::sync::atomic::AtomicU64 as Word;
+
+/// A 64-bit word on targets without 64-bit atomics (32-bit microcontrollers): two 32-bit
+/// halves. A reader may see halves of two different stores; that is a torn entry, which the
+/// cache already tolerates (every hit is verified by the entry's content).
+#[cfg(not(target_has_atomic = "64"))]
+struct Word {
+    lo: core::sync::atomic::AtomicU32,
+    hi: core::sync::atomic::AtomicU32,
+}
+
+#[cfg(not(target_has_atomic = "64"))]
+impl Word {
+    fn new(v: u64) -> Word {
+        Word {
+            lo: core::sync::atomic::AtomicU32::new(v as u32),
+            hi: core::sync::atomic::AtomicU32::new((v >> 32) as u32),
+        }
+    }
+    fn load(&self, o: Ordering) -> u64 {
+        let hi = self.hi.load(o) as u64;
+        (hi << 32) | self.lo.load(o) as u64
+    }
+    fn store(&self, v: u64, o: Ordering) {
+        self.lo.store(v as u32, o);
+        self.hi.store((v >> 32) as u32, o);
+    }
+    fn swap(&self, v: u64, o: Ordering) -> u64 {
+        let hi = self.hi.swap((v >> 32) as u32, o) as u64;
+        (hi << 32) | self.lo.swap(v as u32, o) as u64
+    }
+    /// Not atomic across the halves: a racing store may leave a torn (harmless) entry.
+    fn compare_exchange(&self, cur: u64, new: u64, ok: Ordering, _: Ordering) -> Result<u64, u64> {
+        let seen = self.load(Ordering::Acquire);
+        if seen != cur {
+            return Err(seen);
+        }
+        self.store(new, ok);
+        Ok(seen)
+    }
+}
 
 /// Bytes one hotspot entry takes (key, leaf address, slot).
 pub const HOTSPOT_ENTRY_BYTES: usize = 24;
 
 pub(crate) struct Hotspot {
-    keys: Vec<AtomicU64>,
-    leaves: Vec<AtomicU64>,
-    slots: Vec<AtomicU64>,
-    filled: AtomicU64,
+    keys: Vec<Word>,
+    leaves: Vec<Word>,
+    slots: Vec<AtomicUsize>,
+    filled: AtomicUsize,
 }
 
 fn spread(key: u64) -> u64 {
@@ -34,12 +77,12 @@ impl Hotspot {
         } else {
             1usize << (usize::BITS - 1 - n.leading_zeros())
         };
-        let mk = || (0..n).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
+        let mk = || (0..n).map(|_| Word::new(0)).collect::<Vec<_>>();
         Hotspot {
             keys: mk(),
             leaves: mk(),
-            slots: mk(),
-            filled: AtomicU64::new(0),
+            slots: (0..n).map(|_| AtomicUsize::new(0)).collect(),
+            filled: AtomicUsize::new(0),
         }
     }
 
@@ -57,7 +100,7 @@ impl Hotspot {
         {
             return None;
         }
-        Some(self.slots[i].load(Ordering::Relaxed) as usize % remora_layouts::chime::SLOTS)
+        Some(self.slots[i].load(Ordering::Relaxed) % remora_layouts::chime::SLOTS)
     }
 
     /// Notes that `key` was found in `slot` of `leaf`.
@@ -67,7 +110,7 @@ impl Hotspot {
             self.filled.fetch_add(1, Ordering::Relaxed);
         }
         self.leaves[i].store(leaf.raw(), Ordering::Relaxed);
-        self.slots[i].store(slot as u64, Ordering::Relaxed);
+        self.slots[i].store(slot, Ordering::Relaxed);
         self.keys[i].store(key.wrapping_add(1), Ordering::Release);
     }
 
@@ -84,6 +127,6 @@ impl Hotspot {
 
     /// Bytes of the entries in use.
     pub(crate) fn bytes(&self) -> usize {
-        self.filled.load(Ordering::Relaxed) as usize * HOTSPOT_ENTRY_BYTES
+        self.filled.load(Ordering::Relaxed) * HOTSPOT_ENTRY_BYTES
     }
 }
