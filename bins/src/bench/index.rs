@@ -249,6 +249,21 @@ pub struct Stats {
     pub canrt: remora::core::canrt::ClientStats,
 }
 
+/// A Sherman tree's counters (CHIME's are its Sherman's).
+fn sherman_stats<E: Endpoint>(s: &Sherman<'_, E>) -> Stats {
+    let (handovers, splits) = s.stats();
+    let (hits, misses, _) = s.cache_stats();
+    Stats {
+        sherman: ShermanSummary {
+            lock_handovers: handovers,
+            splits,
+            cache_hits: hits,
+            cache_misses: misses,
+        },
+        ..Stats::default()
+    }
+}
+
 /// One worker's handle on the index under test.
 pub enum Handle<'e, E: Endpoint> {
     Smart(Smart<'e, E>),
@@ -352,33 +367,9 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                 smart: s.stats(),
                 ..Stats::default()
             },
-            Handle::Sherman(s) => {
-                let (handovers, splits) = s.stats();
-                let (hits, misses, _) = s.cache_stats();
-                Stats {
-                    sherman: ShermanSummary {
-                        lock_handovers: handovers,
-                        splits,
-                        cache_hits: hits,
-                        cache_misses: misses,
-                    },
-                    ..Stats::default()
-                }
-            }
-            Handle::Chime(c) => {
-                let s = c.sherman();
-                let (handovers, splits) = s.stats();
-                let (hits, misses, _) = s.cache_stats();
-                Stats {
-                    sherman: ShermanSummary {
-                        lock_handovers: handovers,
-                        splits,
-                        cache_hits: hits,
-                        cache_misses: misses,
-                    },
-                    ..Stats::default()
-                }
-            }
+            Handle::Sherman(s) => sherman_stats(s),
+            // CHIME's internal pages, locks and cache are its Sherman's.
+            Handle::Chime(c) => sherman_stats(c.sherman()),
             Handle::Canrt(s) => Stats {
                 canrt: s.stats(),
                 ..Stats::default()
