@@ -419,19 +419,33 @@ impl VerbsQp {
         Ok(qp)
     }
 
+    /// Maps `len` bytes and registers them with this queue pair's protection domain. The
+    /// caller keeps the arena in `raw` beside the registration (which `raw` releases first).
+    fn map_registered(
+        &self,
+        len: usize,
+        no_memory: &'static str,
+        no_registration: &'static str,
+    ) -> Result<(Arena, Option<Mr>, u32), FabricError> {
+        let arena = Arena::new(len).map_err(|_| FabricError::Unsupported { what: no_memory })?;
+        // SAFETY: the caller keeps the arena in `raw`, which releases the registration first.
+        let (mr, lkey) = unsafe { VerbsQp::register(&self.raw, arena.as_ptr(), arena.len()) }
+            .map_err(|_| FabricError::Unsupported {
+                what: no_registration,
+            })?;
+        Ok((arena, mr, lkey))
+    }
+
     /// Maps and registers the staging buffers if not yet done.
     pub(super) fn ensure_stage(&self) -> Result<(), FabricError> {
         if !self.stage_base.get().is_null() {
             return Ok(());
         }
-        let arena = Arena::new(SLOTS * STAGE_SLOT).map_err(|_| FabricError::Unsupported {
-            what: "no memory for staging buffers",
-        })?;
-        // SAFETY: the arena is kept in `raw`, which releases the registration first.
-        let (mr, lkey) = unsafe { VerbsQp::register(&self.raw, arena.as_ptr(), arena.len()) }
-            .map_err(|_| FabricError::Unsupported {
-                what: "could not register staging buffers (locked-memory limit?)",
-            })?;
+        let (arena, mr, lkey) = self.map_registered(
+            SLOTS * STAGE_SLOT,
+            "no memory for staging buffers",
+            "could not register staging buffers (locked-memory limit?)",
+        )?;
         self.stage_base.set(arena.as_ptr());
         self.stage_lkey.set(lkey);
         *self.raw.stage_mr.borrow_mut() = mr;
@@ -450,15 +464,11 @@ impl VerbsQp {
                 what: "a memory node's queue pair receives through its server thread's shared queue",
             });
         }
-        let arena =
-            Arena::new(RQ_DEPTH as usize * RECV_LEN).map_err(|_| FabricError::Unsupported {
-                what: "no memory for receive buffers",
-            })?;
-        // SAFETY: the arena is kept in `raw`, which releases the registration first.
-        let (mr, lkey) = unsafe { VerbsQp::register(&self.raw, arena.as_ptr(), arena.len()) }
-            .map_err(|_| FabricError::Unsupported {
-                what: "could not register receive buffers (locked-memory limit?)",
-            })?;
+        let (arena, mr, lkey) = self.map_registered(
+            RQ_DEPTH as usize * RECV_LEN,
+            "no memory for receive buffers",
+            "could not register receive buffers (locked-memory limit?)",
+        )?;
         self.recv_base.set(arena.as_ptr());
         self.recv_lkey.set(lkey);
         *self.raw.recv_mr.borrow_mut() = mr;
