@@ -17,6 +17,7 @@ const OPS: u64 = 400;
 /// a fraction of the run.
 fn short_leases(t: Techniques) -> SmartConfig {
     let mut cfg = SmartConfig::new(t, KeyMode::Fixed(8), 8);
+    cfg.reclaim = true;
     cfg.lease = LeaseConfig {
         lease_ns: 200_000,
         min_backoff_ns: 200,
