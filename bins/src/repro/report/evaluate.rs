@@ -1,0 +1,247 @@
+//! Grading one claim: the ratio of the picked points, its side of 1, the figures beside it.
+
+use super::*;
+
+/// Where a ratio lies against 1: "near" within 3% of it (so a tie does not flip sides on
+/// noise), or within 0.8..1.25 for a claim of "no considerable difference" (a paper range
+/// that holds 1).
+pub(crate) fn side(v: Option<f64>, near_one: bool) -> String {
+    let band = if near_one { 0.8..=1.25 } else { 0.97..=1.03 };
+    match v {
+        Some(v) if band.contains(&v) => "near",
+        Some(v) if v > 1.0 => "above",
+        Some(v) if v < 1.0 => "below",
+        Some(_) => "near",
+        None => "none",
+    }
+    .into()
+}
+
+pub(super) fn wname(w: &str) -> String {
+    if w == "LOAD" {
+        "LOAD".to_string()
+    } else {
+        format!("YCSB-{w}")
+    }
+}
+
+pub(super) fn figure(pt: &Point, m: Metric) -> String {
+    match m {
+        Metric::Mops => format!("{:.3} Mops", pt.mops),
+        Metric::P50 => format!("p50 {:.1} µs", pt.p50_ns / 1e3),
+        Metric::P99 => format!("p99 {:.1} µs", pt.p99_ns / 1e3),
+        Metric::Mean => format!("mean {:.1} µs", pt.mean_ns / 1e3),
+        Metric::ServerCpu => format!(
+            "server {:.0} ns/op",
+            pt.server_ns_per_op.unwrap_or(f64::NAN)
+        ),
+        Metric::NvmCreate => format!("NVM {:.0} B/create", pt.metric(m)),
+        Metric::NvmUpdate => format!("NVM {:.0} B/update", pt.metric(m)),
+    }
+}
+
+/// The points of pick `k` in `exps`, by client count.
+pub(super) fn picked<'a>(exps: &'a [ExpReport], k: &crate::repro::Pick) -> Vec<&'a Point> {
+    exps.iter()
+        .filter(|e| e.id == k.exp)
+        .flat_map(|e| e.points.iter())
+        .filter(|p| p.series == k.series && p.workload.eq_ignore_ascii_case(k.workload))
+        .filter(|p| k.clients.is_none_or(|c| p.clients == c))
+        .collect()
+}
+
+/// The paper's absolute figures of claim `c` beside remora's at the picked points `n` (of
+/// series `ns`) and `d` (of `ds`).
+pub(super) fn figures(
+    c: &Claim,
+    n: Option<&Point>,
+    d: Option<&Point>,
+    ns: &str,
+    ds: &str,
+) -> Vec<Figure> {
+    let Some(f) = &c.figures else {
+        return Vec::new();
+    };
+    [(f.num, n, ns), (f.den, d, ds)]
+        .into_iter()
+        .filter_map(|(paper, pt, series)| {
+            let paper = paper?;
+            let remora = pt.map(|p| p.in_unit(c.metric)).filter(|v| v.is_finite());
+            Some(Figure {
+                clients: pt.map_or(0, |p| p.clients),
+                series: series.into(),
+                unit: c.metric.unit().into(),
+                paper,
+                remora,
+                of_paper: remora.map(|v| v / paper),
+                source: f.source.into(),
+            })
+        })
+        .collect()
+}
+
+/// remora's figure for claim `c`.
+pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
+    let mut row = Row {
+        paper: p.key.into(),
+        id: c.id.into(),
+        what: c.what.into(),
+        paper_lo: c.paper.0,
+        paper_hi: c.paper.1,
+        remora: None,
+        side: side(None, false),
+        agrees: None,
+        of_paper: None,
+        measured: String::new(),
+        diagnosis: String::new(),
+        note: c.note.into(),
+        missing: c.missing.into(),
+        seed: None,
+        wall_clock: false,
+        reason: String::new(),
+        class: class::Class::Unmeasured.name().into(),
+        up_to: c.up_to,
+        sweep_min: None,
+        sweep_max: None,
+        figures: Vec::new(),
+    };
+    let near_one = c.paper.0 <= 1.0 && c.paper.1 >= 1.0;
+    let Some((num, den)) = &c.points else {
+        if let Some(pt) = c
+            .alone
+            .as_ref()
+            .and_then(|k| picked(exps, k).into_iter().max_by_key(|p| p.clients))
+        {
+            row.measured = format!(
+                "{} alone, {} clients, {}: {}",
+                pt.series,
+                pt.clients,
+                wname(&pt.workload),
+                figure(pt, c.metric)
+            );
+            row.seed = Some(pt.seed);
+            row.figures = figures(c, Some(pt), None, &pt.series, "");
+        }
+        return row;
+    };
+    let (ns, ds) = (picked(exps, num), picked(exps, den));
+    // Pairs at the same client count (any count where a pick names its own).
+    let any = num.clients.is_some() || den.clients.is_some();
+    let mut pairs: Vec<(&Point, &Point)> = ns
+        .iter()
+        .filter_map(|n| {
+            ds.iter()
+                .find(|d| any || d.clients == n.clients)
+                .map(|d| (*n, *d))
+        })
+        .collect();
+    pairs.sort_by_key(|(n, _)| n.clients);
+    let ratio = |n: &Point, d: &Point| {
+        let (a, b) = (n.metric(c.metric), d.metric(c.metric));
+        let r = match c.metric {
+            Metric::Mops => a / b,
+            _ => b / a,
+        };
+        r.is_finite().then_some(r)
+    };
+    let all: Vec<SweepEnd> = pairs
+        .iter()
+        .filter_map(|(n, d)| {
+            ratio(n, d).map(|r| SweepEnd {
+                ratio: r,
+                clients: n.clients,
+            })
+        })
+        .collect();
+    if all.len() > 1 {
+        row.sweep_min = all
+            .iter()
+            .copied()
+            .min_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        row.sweep_max = all
+            .iter()
+            .copied()
+            .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    }
+    let best = if c.up_to {
+        pairs
+            .iter()
+            .filter_map(|(n, d)| ratio(n, d).map(|r| (r, *n, *d)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    } else {
+        pairs
+            .last()
+            .and_then(|(n, d)| ratio(n, d).map(|r| (r, *n, *d)))
+    };
+    let Some((r, n, d)) = best else {
+        row.missing = format!(
+            "no measured pair: {} / {} in {}",
+            num.series, den.series, num.exp
+        );
+        return row;
+    };
+    row.remora = Some(r);
+    row.side = side(Some(r), near_one);
+    row.wall_clock = n.fabric != "sim" || d.fabric != "sim";
+    let paper_mid = (c.paper.0 + c.paper.1) / 2.0;
+    row.agrees = Some(row.side == side(Some(paper_mid), near_one));
+    row.of_paper = class::of_paper(Some(r), c.paper.0, c.paper.1);
+    row.class = class::with_side(class::classify(Some(r), c.paper.0, c.paper.1), row.agrees)
+        .name()
+        .into();
+    // The paper's absolute figures are of its largest client count (or its peak): beside
+    // them, remora's at the sweep's largest, whichever client count the ratio is from.
+    row.figures = match pairs.last() {
+        Some((ln, ld)) => figures(c, Some(ln), Some(ld), &num.series, &den.series),
+        None => Vec::new(),
+    };
+    row.seed = Some(n.seed);
+    row.measured = format!(
+        "{} clients, {}: {} {} / {}{} {}{}",
+        n.clients,
+        wname(&n.workload),
+        num.series,
+        figure(n, c.metric),
+        den.series,
+        if d.clients == n.clients {
+            String::new()
+        } else {
+            format!(" at {} clients", d.clients)
+        },
+        figure(d, c.metric),
+        if row.wall_clock {
+            format!(" (wall-clock, real threads: {})", machine())
+        } else {
+            String::new()
+        }
+    );
+    let facts = |pt: &Point, name: &str| {
+        let mut s = format!(
+            "{name}: {:.2} RT/op, {:.0} B/op",
+            pt.round_trips_per_op, pt.bytes_per_op
+        );
+        if let Some(o) = pt.offloaded_share {
+            let _ = write!(s, ", {:.0}% of searches offloaded", 100.0 * o);
+        }
+        if let Some(f) = pt.offload {
+            let _ = write!(
+                s,
+                " ({:.2} node READs and {:.4} read-write conflicts per offloaded search",
+                f.reads, f.conflicts
+            );
+            if let Some(h) = f.tree_height {
+                let _ = write!(s, ", tree of {h} levels");
+            }
+            s.push(')');
+        }
+        if let Some(b) = pt.bound() {
+            let _ = write!(s, ", {b}");
+        }
+        s
+    };
+    row.diagnosis = format!("{}; {}", facts(n, &num.series), facts(d, &den.series));
+    if row.agrees == Some(false) {
+        row.reason = reason(c.metric, r, n, d, &num.series, &den.series);
+    }
+    row
+}

@@ -1,0 +1,246 @@
+use super::*;
+use crate::repro::Pick;
+
+pub(super) fn pt(series: &str, w: &str, clients: usize, mops: f64, p50: f64) -> Point {
+    Point {
+        series: series.into(),
+        workload: w.into(),
+        clients,
+        coroutines: 4,
+        mops,
+        p50_ns: p50,
+        p99_ns: p50 * 3.0,
+        mean_ns: p50,
+        round_trips_per_op: 2.0,
+        verbs_per_op: 3.0,
+        bytes_per_op: 100.0,
+        server_ns_per_op: None,
+        link_use: Some(0.9),
+        nic_use: Some(0.1),
+        server_use: None,
+        offloaded_share: None,
+        offload: None,
+        nvm_create_bytes: None,
+        nvm_update_bytes: None,
+        seed: 7,
+        memory_nodes: 2,
+        compute_nodes: 16,
+        fabric: "sim".into(),
+        cdf: vec![[1000.0, 0.0], [p50, 0.5], [p50 * 4.0, 1.0]],
+        command: "remora bench --x, y".into(),
+    }
+}
+
+pub(super) fn paper(claims: Vec<Claim>) -> Paper {
+    Paper {
+        key: "t",
+        name: "T",
+        paper_setup: "s",
+        paper_keys: None,
+        setup: "s".into(),
+        experiments: vec![],
+        claims,
+    }
+}
+
+pub(super) fn claim(
+    id: &'static str,
+    metric: Metric,
+    up_to: bool,
+    pts: Option<(Pick, Pick)>,
+) -> Claim {
+    Claim {
+        id,
+        what: "w",
+        paper: (2.0, 3.0),
+        metric,
+        up_to,
+        points: pts,
+        alone: None,
+        missing: "baseline not in bench",
+        note: "",
+        figures: None,
+    }
+}
+
+pub(super) fn exps() -> Vec<ExpReport> {
+    vec![ExpReport {
+        id: "e".into(),
+        title: "E".into(),
+        curve: true,
+        charts: vec![],
+        points: vec![
+            pt("a", "C", 8, 4.0, 2000.0),
+            pt("a", "C", 16, 6.0, 3000.0),
+            pt("b", "C", 8, 1.0, 4000.0),
+            pt("b", "C", 16, 3.0, 6000.0),
+        ],
+        failures: vec![],
+    }]
+}
+
+#[test]
+fn ratios_pick_the_right_points() {
+    let pick = || Some((Pick::new("e", "a", "c"), Pick::new("e", "b", "C")));
+    let p = paper(vec![]);
+    // At the largest client count: 6 / 3.
+    let r = evaluate(&p, &claim("x", Metric::Mops, false, pick()), &exps());
+    assert_eq!(r.remora, Some(2.0));
+    assert_eq!(r.side, "above");
+    assert_eq!(r.agrees, Some(true));
+    assert!(r.measured.contains("16 clients"), "{}", r.measured);
+    assert!(
+        r.diagnosis.contains("link bandwidth 90%"),
+        "{}",
+        r.diagnosis
+    );
+    // Up to: the best over client counts, 4 / 1.
+    let r = evaluate(&p, &claim("x", Metric::Mops, true, pick()), &exps());
+    assert_eq!(r.remora, Some(4.0));
+    // Latency: the baseline's over the system's.
+    let r = evaluate(&p, &claim("x", Metric::P50, false, pick()), &exps());
+    assert_eq!(r.remora, Some(2.0));
+    // Not measurable.
+    let r = evaluate(&p, &claim("x", Metric::Mops, false, None), &exps());
+    assert_eq!((r.remora, r.side.as_str()), (None, "none"));
+    assert!(r.reason.is_empty(), "a row that agrees needs no reason");
+    // The other way round the paper's side: the reason names what saturates (both
+    // points use 90% of the link) and each side's cost per op.
+    let swapped = Some((Pick::new("e", "b", "C"), Pick::new("e", "a", "C")));
+    let r = evaluate(&p, &claim("x", Metric::Mops, false, swapped), &exps());
+    assert_eq!(r.agrees, Some(false));
+    assert!(r.reason.starts_with("bandwidth bound"), "{}", r.reason);
+    assert!(r.reason.contains("per op: b 2.00 RT"), "{}", r.reason);
+    // A latency claim lost to a system that runs more throughput: closed-loop queueing.
+    let mut e = exps();
+    e[0].points[1].p50_ns = 9000.0;
+    e[0].points[1].mean_ns = 2000.0;
+    let r = evaluate(&p, &claim("x", Metric::P50, false, pick()), &e);
+    assert_eq!(r.agrees, Some(false));
+    assert!(r.reason.contains("queueing (closed loop)"), "{}", r.reason);
+    assert!(r.reason.contains("2.00x b's throughput"), "{}", r.reason);
+    assert!(
+        r.reason.contains("by mean latency the ratio is 3.00x"),
+        "{}",
+        r.reason
+    );
+    // A pick that matches nothing says so.
+    let bad = Some((Pick::new("e", "zz", "C"), Pick::new("e", "b", "C")));
+    let r = evaluate(&p, &claim("x", Metric::Mops, false, bad), &exps());
+    assert!(r.remora.is_none() && r.missing.contains("zz"), "{r:?}");
+}
+
+/// Picks at named client counts pair across counts: one series' gain from 8 to 16
+/// clients (6 / 4), not the ratio at a shared count.
+#[test]
+fn picks_at_client_counts_pair_across_counts() {
+    let gain = Some((Pick::at("e", "a", "C", 16), Pick::at("e", "a", "C", 8)));
+    let r = evaluate(
+        &paper(vec![]),
+        &claim("g", Metric::Mops, false, gain),
+        &exps(),
+    );
+    assert_eq!(r.remora, Some(1.5));
+    assert!(r.measured.contains("a at 8 clients"), "{}", r.measured);
+    // A count nobody ran: no pair.
+    let none = Some((Pick::at("e", "a", "C", 32), Pick::at("e", "a", "C", 8)));
+    let r = evaluate(
+        &paper(vec![]),
+        &claim("g", Metric::Mops, false, none),
+        &exps(),
+    );
+    assert!(r.remora.is_none(), "{r:?}");
+}
+
+pub(super) fn report(rows: Vec<Row>) -> Report {
+    Report {
+        classes: class::counts(rows.iter()),
+        tool: "repro".into(),
+        command: "c".into(),
+        scale: "quick".into(),
+        papers: vec![PaperReport {
+            key: "t".into(),
+            name: "T".into(),
+            paper_setup: "p".into(),
+            setup: "s".into(),
+            scale: "quick".into(),
+            experiments: exps(),
+            rows,
+        }],
+        memory: None,
+    }
+}
+
+/// An "up to" row carries the sweep's smallest and largest ratio (a wrong-side point
+/// shows), its class, and the paper's absolute figures beside remora's; report.md leads
+/// with the class counts and shows them all.
+#[test]
+fn up_to_rows_show_the_sweep_and_the_papers_figures() {
+    let pick = Some((Pick::new("e", "a", "C"), Pick::new("e", "b", "C")));
+    let mut e = exps();
+    // At 16 clients a runs below b: 2.0 / 3.0.
+    e[0].points[1].mops = 2.0;
+    let c =
+        claim("x", Metric::Mops, true, pick).figures(Some(5.0), Some(0.5), "Fig. 9, 256 clients");
+    let r = evaluate(&paper(vec![]), &c, &e);
+    assert_eq!(r.remora, Some(4.0));
+    assert!(r.up_to);
+    let (lo, hi) = (r.sweep_min.unwrap(), r.sweep_max.unwrap());
+    assert_eq!((lo.clients, hi.clients), (16, 8));
+    assert!(
+        (lo.ratio - 2.0 / 3.0).abs() < 1e-9 && hi.ratio == 4.0,
+        "{lo:?} {hi:?}"
+    );
+    // 4.0 against 2-3x: over the nearest end, 4/3: faithful.
+    assert_eq!(r.class, "faithful");
+    assert!((r.of_paper.unwrap() - 4.0 / 3.0).abs() < 1e-9);
+    // The figures at the sweep's largest client count (16), whichever the ratio is
+    // from (the paper's are of its largest): a 2 Mops, b 3 Mops.
+    assert_eq!(r.figures.len(), 2);
+    assert_eq!(
+        (r.figures[0].series.as_str(), r.figures[0].remora),
+        ("a", Some(2.0))
+    );
+    assert_eq!(
+        (r.figures[0].of_paper, r.figures[0].clients),
+        (Some(0.4), 16)
+    );
+    assert_eq!(
+        (r.figures[1].series.as_str(), r.figures[1].of_paper),
+        ("b", Some(6.0))
+    );
+    assert_eq!(r.figures[1].unit, "Mops");
+    // Latency figures are in µs.
+    let both = Some((Pick::new("e", "a", "C"), Pick::new("e", "b", "C")));
+    let l = claim("l", Metric::P50, false, both).figures(Some(3.0), None, "Fig. 10");
+    let lr = evaluate(&paper(vec![]), &l, &e);
+    assert_eq!(lr.figures.len(), 1);
+    assert_eq!(
+        lr.figures[0].remora,
+        Some(3.0),
+        "a's p50 at 16 clients is 3000 ns"
+    );
+    let md = report(vec![r.clone(), lr]).markdown();
+    assert!(md.contains("Classes (remora's ratio / the paper's): faithful 2, rough 0, off 0, direction only 0, unmeasured 0"), "{md}");
+    assert!(
+        md.contains(
+            "sweep 0.67x (16 clients) .. 4.00x (8 clients), **wrong side of 1 at 16 clients**"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("at 16 clients: a 2.000 Mops vs paper 5.000 (0.40x)"),
+        "{md}"
+    );
+    assert!(md.contains("Fig. 9, 256 clients"), "{md}");
+    // The row is in report.json with its class and figures.
+    let json = serde_json::to_string(&report(vec![r])).unwrap();
+    for f in [
+        "\"class\":\"faithful\"",
+        "\"sweep_min\"",
+        "\"figures\"",
+        "\"classes\"",
+    ] {
+        assert!(json.contains(f), "{f} in {json}");
+    }
+}
