@@ -3,9 +3,10 @@
 //! `report.md` (the paper's claim, remora's figure, the ratio, its class, setup and seed side
 //! by side).
 //!
-//! `evaluate.rs` computes a claim's row, `class.rs` grades it against the paper, `why.rs` explains a row on the wrong side
-//! of 1, `markdown.rs` writes report.md, `files.rs` the per-experiment JSON, CSV and charts,
-//! `check.rs` compares a run with the committed report (`--check`).
+//! `evaluate.rs` computes a claim's row, `class.rs` grades it against the paper, `why.rs`
+//! explains a row on the wrong side of 1, `markdown.rs` writes report.md, `files.rs` the
+//! per-experiment JSON, CSV and charts, `check.rs` compares a run with the committed report
+//! (`--check`).
 mod check;
 pub mod class;
 mod evaluate;
