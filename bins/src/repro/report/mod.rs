@@ -18,7 +18,6 @@ use super::{Claim, Metric, Paper, ReproArgs, Scale};
 use crate::bench::phase::BenchRecord;
 pub use check::check;
 pub use evaluate::evaluate;
-pub(crate) use evaluate::side;
 use evaluate::wname;
 pub use files::{charts, write_points};
 use serde::{Deserialize, Serialize};
