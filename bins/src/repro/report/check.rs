@@ -86,9 +86,9 @@ pub fn diff(old: &Report, now: &Report) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{claim, exps, paper, report};
     use super::super::evaluate;
     use super::super::evaluate::side;
+    use super::super::tests::{claim, exps, paper, report};
     use super::*;
     use crate::repro::{Metric, Pick};
 
