@@ -663,3 +663,47 @@ pub fn paper(s: &Scale) -> Paper {
         claims,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repro::ScaleSel;
+
+    /// Every update-only throughput or latency row is measured with writers paced as the
+    /// paper's released clients pace them (`PACED`): closed-loop writers make those rows a
+    /// measure of the request thread instead (Erda / Redo 1.36x where the paper's are
+    /// approximately equal). Read-only (YCSB-C) rows are left closed-loop.
+    #[test]
+    fn update_only_rows_pace_their_writers() {
+        for scale in [ScaleSel::Quick, ScaleSel::Full] {
+            let p = paper(&Scale::of(scale).for_paper("erda"));
+            let args = |pick: &Pick| -> String {
+                let e = p.experiments.iter().find(|e| e.id == pick.exp);
+                let e = e.unwrap_or_else(|| panic!("no experiment {}", pick.exp));
+                let s = e.series.iter().find(|s| s.label == pick.series);
+                let s = s.unwrap_or_else(|| panic!("no series {} in {}", pick.series, pick.exp));
+                s.args.clone()
+            };
+            let mut paced = 0;
+            for c in &p.claims {
+                let Some((num, den)) = &c.points else {
+                    continue;
+                };
+                if !matches!(c.metric, Metric::Mops | Metric::Mean) {
+                    continue;
+                }
+                for pick in [num, den] {
+                    let a = args(pick);
+                    if pick.workload == "UPD" {
+                        assert!(a.contains(PACED), "{}: {a}", c.id);
+                        paced += 1;
+                    }
+                    if pick.workload == "c" {
+                        assert!(!a.contains("--think-read-us"), "{}: {a}", c.id);
+                    }
+                }
+            }
+            assert!(paced >= 8, "{paced} paced picks");
+        }
+    }
+}
