@@ -196,6 +196,8 @@ pub struct Smart<'e, E: Endpoint> {
     /// Retired objects and their grace periods (`reclaim.rs`).
     pub(crate) reclaim: core::cell::RefCell<reclaim::Reclaim>,
     pub(crate) timing: reclaim::Timing,
+    /// Buffers this handle's scans reuse (`scan.rs`).
+    pub(crate) scan_scratch: scan::ScanScratch,
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {
@@ -241,6 +243,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 ep.nodes().len(),
             )),
             timing: reclaim::Timing::of(&cfg),
+            scan_scratch: Default::default(),
         };
         if cfg.techniques.in_place_leaf {
             let slot = s.max_leaf_bytes();

@@ -2,14 +2,19 @@
 //! writes, allocation.
 use super::Smart;
 use super::config::SmartError;
-use crate::fabric::{Endpoint, Op, QueuePair, Work};
+use crate::fabric::{Endpoint, FabricError, Op, QueuePair, Work};
 use crate::lease::{Verdict, Waiter};
 use remora_layouts::smart::{
     Header, LEAF_CRC_OFFSET, LEAF_KEY_OFFSET, LeafStatus, LeafView, MAX_NODE_BYTES,
     NODE_HEADER_OFFSET, NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, encode_leaf,
 };
 use remora_layouts::{GlobalAddr, LayoutError};
-use std_alloc::vec::Vec;
+
+/// The most work requests posted in one doorbell (the verbs fabric's chain limit).
+pub(crate) const MAX_CHAIN: usize = 128;
+
+/// Memory nodes [`Smart::post_spread`] keeps in flight at once (more go in further rounds).
+const SPREAD: usize = 16;
 
 /// CRC-64/XZ, slice-by-16 tables.
 const CRC: crc::Crc<u64, crc::Table<16>> = crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_XZ);
@@ -327,19 +332,27 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
     }
 
-    /// WRITEs several objects: one doorbell per memory node involved.
+    /// WRITEs several objects: one doorbell per memory node involved (up to
+    /// [`MAX_CHAIN`] writes each), one memory node after the other.
     pub(crate) async fn write_all(&self, writes: &[(GlobalAddr, &[u8])]) -> Result<(), SmartError> {
         for &node in self.ep.nodes() {
-            let mut ops: Vec<Op<'_>> = writes
-                .iter()
-                .filter(|(a, _)| a.node() == node)
-                .map(|&(remote, local)| Op::Write { remote, local })
-                .collect();
-            if !ops.is_empty() {
+            let mut mine = writes.iter().filter(|(a, _)| a.node() == node).peekable();
+            while mine.peek().is_some() {
+                let mut ops: heapless::Vec<Op<'_>, MAX_CHAIN> = heapless::Vec::new();
+                while !ops.is_full()
+                    && let Some(&(remote, local)) = mine.next()
+                {
+                    let _ = ops.push(Op::Write { remote, local });
+                }
                 self.ep.qp(node)?.post(&mut ops).await?;
             }
         }
         Ok(())
+    }
+
+    /// [`post_spread`] on this handle's endpoint.
+    pub(crate) async fn post_spread(&self, ops: &mut [Op<'_>]) -> Result<(), SmartError> {
+        Ok(post_spread(self.ep, ops).await?)
     }
 
     /// Allocates `size` bytes on the memory node at position `node_ix` of the endpoint.
@@ -414,10 +427,68 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     }
 }
 
+/// Posts `ops`, grouped by memory node (the ops of one node adjacent), as one doorbell
+/// per memory node, all in flight together: one round trip for the lot instead of one
+/// per memory node. Resolves when every op has completed, with the first error.
+pub(crate) async fn post_spread<E: Endpoint>(
+    ep: &E,
+    ops: &mut [Op<'_>],
+) -> Result<(), FabricError> {
+    let mut rest = ops;
+    while !rest.is_empty() {
+        let mut futs: heapless::Vec<Option<_>, SPREAD> = heapless::Vec::new();
+        while !futs.is_full() && !rest.is_empty() {
+            let node = rest[0].remote().map_or(0, |a| a.node());
+            let run = rest
+                .iter()
+                .take_while(|o| o.remote().map_or(0, |a| a.node()) == node)
+                .count()
+                .min(MAX_CHAIN);
+            let (head, tail) = core::mem::take(&mut rest).split_at_mut(run);
+            rest = tail;
+            let _ = futs.push(Some(ep.qp(node)?.post(head)));
+        }
+        let mut futs = core::pin::pin!(futs);
+        let mut first: Result<(), FabricError> = Ok(());
+        core::future::poll_fn(|cx| {
+            // SAFETY: the vector is pinned for the rest of this function and is never
+            // moved, grown or shrunk; each element is only reached through a `Pin`.
+            let v = unsafe { futs.as_mut().get_unchecked_mut() };
+            let mut pending = false;
+            for f in v.iter_mut() {
+                // SAFETY: `f` lives in the pinned vector (see above) and is not moved.
+                let mut f = unsafe { core::pin::Pin::new_unchecked(f) };
+                let Some(fut) = f.as_mut().as_pin_mut() else {
+                    continue;
+                };
+                match fut.poll(cx) {
+                    core::task::Poll::Ready(r) => {
+                        if let (Ok(()), Err(e)) = (&first, r) {
+                            first = Err(e);
+                        }
+                        f.set(None);
+                    }
+                    core::task::Poll::Pending => pending = true,
+                }
+            }
+            if pending {
+                core::task::Poll::Pending
+            } else {
+                core::task::Poll::Ready(())
+            }
+        })
+        .await;
+        first?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::cell::Cell;
     use remora_layouts::smart::leaf_bytes;
+    use std_alloc::rc::Rc;
 
     #[test]
     fn leaf_checksum_catches_every_single_word_change() {
@@ -443,6 +514,116 @@ mod tests {
         let mut b = buf;
         b[8] = 0;
         assert!(check_leaf(&b[..n]).is_err());
+    }
+
+    /// Memory nodes that note how many posts are in flight at once (each completes after
+    /// one yield, with every byte read equal to its node's number).
+    struct Spread {
+        nodes: [remora_layouts::NodeId; 4],
+        qps: [SpreadQp; 4],
+        /// Posts in flight now, and the most at once.
+        seen: Rc<[Cell<usize>; 2]>,
+    }
+
+    struct SpreadQp {
+        node: remora_layouts::NodeId,
+        seen: Rc<[Cell<usize>; 2]>,
+        counters: crate::counters::Counters,
+    }
+
+    impl QueuePair for SpreadQp {
+        fn peer(&self) -> remora_layouts::NodeId {
+            self.node
+        }
+        async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
+            let [now, most] = &*self.seen;
+            now.set(now.get() + 1);
+            most.set(most.get().max(now.get()));
+            crate::block_on::yield_now().await;
+            for op in ops.iter_mut() {
+                match op {
+                    Op::Read { remote, local } if remote.node() == self.node => {
+                        local.fill(self.node as u8)
+                    }
+                    _ => {
+                        return Err(FabricError::Unsupported {
+                            what: "not a READ here",
+                        });
+                    }
+                }
+            }
+            now.set(now.get() - 1);
+            Ok(())
+        }
+        async fn recv<'a>(&'a self, _: &'a mut [u8]) -> Result<crate::fabric::Recv, FabricError> {
+            Err(FabricError::Unsupported { what: "recv" })
+        }
+        fn try_recv(&self, _: &mut [u8]) -> Result<Option<crate::fabric::Recv>, FabricError> {
+            Err(FabricError::Unsupported { what: "recv" })
+        }
+        fn max_message(&self) -> usize {
+            0
+        }
+        fn counters(&self) -> &crate::counters::Counters {
+            &self.counters
+        }
+        fn is_broken(&self) -> bool {
+            false
+        }
+    }
+
+    impl Endpoint for Spread {
+        type Qp = SpreadQp;
+        fn qp(&self, node: remora_layouts::NodeId) -> Result<&SpreadQp, FabricError> {
+            self.qps
+                .get(node as usize)
+                .ok_or(FabricError::UnknownNode { node })
+        }
+        fn nodes(&self) -> &[remora_layouts::NodeId] {
+            &self.nodes
+        }
+    }
+
+    #[test]
+    fn a_spread_post_has_every_memory_node_in_flight_at_once() {
+        let seen = Rc::new([Cell::new(0), Cell::new(0)]);
+        let ep = Spread {
+            nodes: [0, 1, 2, 3],
+            qps: core::array::from_fn(|i| SpreadQp {
+                node: i as u16,
+                seen: seen.clone(),
+                counters: crate::counters::Counters::new(),
+            }),
+            seen,
+        };
+        let [now, most] = &*ep.seen;
+        // Two READs per memory node, grouped by node.
+        let mut bufs = [[0xffu8; 16]; 8];
+        {
+            let mut ops: heapless::Vec<Op<'_>, 8> = heapless::Vec::new();
+            for (i, b) in bufs.iter_mut().enumerate() {
+                let remote = GlobalAddr::new((i / 2) as u16, 4096);
+                let _ = ops.push(Op::Read { remote, local: b });
+            }
+            crate::block_on::block_on(post_spread(&ep, &mut ops)).unwrap();
+        }
+        assert_eq!(
+            most.get(),
+            4,
+            "posts to different memory nodes waited in turn"
+        );
+        assert_eq!(now.get(), 0);
+        for (i, b) in bufs.iter().enumerate() {
+            assert_eq!(*b, [(i / 2) as u8; 16], "READ {i} landed");
+        }
+        // An op for a node the endpoint does not reach: an error, nothing left in flight.
+        let mut b = [0u8; 8];
+        let mut ops = [Op::Read {
+            remote: GlobalAddr::new(9, 0),
+            local: &mut b,
+        }];
+        assert!(crate::block_on::block_on(post_spread(&ep, &mut ops)).is_err());
+        assert_eq!(now.get(), 0);
     }
 
     #[test]

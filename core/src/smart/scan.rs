@@ -1,16 +1,65 @@
 //! Range scan: an in-order walk of fresh node images, leaves read in batches (one doorbell
-//! per memory node per batch). A node that turns out obsolete or inconsistent restarts the
-//! walk just after the last key visited.
+//! per memory node per batch, all memory nodes in flight together: one round trip per
+//! batch). A node that turns out obsolete or inconsistent restarts the walk just after the
+//! last key visited. The walk's stack, batch and leaf images live in buffers the handle
+//! keeps for its next scan ([`ScanScratch`]): a scan allocates only while they grow.
 use super::Smart;
 use super::config::SmartError;
 use super::key::{Key, user_key};
-use super::remote::{check_leaf, verified_leaf};
-use crate::fabric::{Endpoint, Op, QueuePair, Work};
+use super::remote::{MAX_CHAIN, NodeImg, check_leaf, verified_leaf};
+use crate::fabric::{Endpoint, Op, Work};
+use core::cell::RefCell;
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::{MAX_LEAF_BYTES, NodeType, SlotKind};
 use std_alloc::vec::Vec;
 
-// Frames live in one Vec per scan; boxing the path would allocate per node.
+/// Leaves read in one batch at most (each memory node's share fits one doorbell).
+const LEAF_BATCH: usize = MAX_CHAIN;
+
+/// Buffer sets kept for later scans at most (more scans at once on one handle allocate).
+const KEPT: usize = 64;
+
+/// Sibling internal nodes read ahead together at most (one doorbell per memory node).
+const NODE_BATCH: usize = 16;
+
+/// The buffers scans of one handle reuse: one set per scan in flight.
+#[derive(Default)]
+pub(crate) struct ScanScratch {
+    free: RefCell<Vec<ScanBufs>>,
+}
+
+#[derive(Default)]
+struct ScanBufs {
+    stack: Vec<Frame>,
+    batch: Vec<(GlobalAddr, usize)>,
+    images: Vec<u8>,
+    /// Internal-node images read ahead during one walk (never overwritten within it).
+    nodes: Vec<u8>,
+}
+
+/// A buffer set lent to one scan; back to the handle's scratch when dropped.
+struct Lent<'a> {
+    from: &'a ScanScratch,
+    bufs: ScanBufs,
+}
+
+impl ScanScratch {
+    fn lend(&self) -> Lent<'_> {
+        let bufs = self.free.borrow_mut().pop().unwrap_or_default();
+        Lent { from: self, bufs }
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        let mut free = self.from.free.borrow_mut();
+        if free.len() < KEPT {
+            free.push(core::mem::take(&mut self.bufs));
+        }
+    }
+}
+
+// Frames live in one reused Vec per scan; boxing the path would allocate per node.
 #[allow(clippy::large_enum_variant)]
 enum Frame {
     Node {
@@ -19,6 +68,8 @@ enum Frame {
         expect_start: usize,
         path: Key,
         bounded: bool,
+        /// Where its image was read ahead into the walk's node buffer (None: not yet).
+        at: Option<usize>,
     },
     Leaf {
         addr: GlobalAddr,
@@ -49,11 +100,17 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut lower = Key::lower_bound(self.cfg.key_mode, from)?;
         let mut count = 0usize;
         let mut tries = self.pace();
-        let mut stack: Vec<Frame> = Vec::new();
-        let mut batch: Vec<(GlobalAddr, usize)> = Vec::new();
+        let mut lent = self.scan_scratch.lend();
+        let ScanBufs {
+            stack,
+            batch,
+            images,
+            nodes,
+        } = &mut lent.bufs;
         'walk: while count < limit {
             stack.clear();
             batch.clear();
+            nodes.clear();
             // Every address on the stack was read during this walk: it may be acted on
             // until the walk outlives the reclamation lease (`reclaim.rs`).
             let t0 = self.ep.now_ns();
@@ -63,16 +120,17 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 expect_start: 0,
                 path: Key::lower_bound(self.cfg.key_mode, &[])?,
                 bounded: true,
+                at: None,
             });
             loop {
                 let frame = stack.pop();
                 let flush = match &frame {
                     None => !batch.is_empty(),
-                    Some(_) => batch.len() >= (limit - count),
+                    Some(_) => batch.len() >= (limit - count).min(LEAF_BATCH),
                 };
                 if flush {
                     let (last, complete) = self
-                        .visit_batch(&batch, lower.bytes(), limit - count, visit, t0)
+                        .visit_batch(batch, images, lower.bytes(), limit - count, visit, t0)
                         .await?;
                     batch.clear();
                     if let Some((n, last_key)) = last {
@@ -91,8 +149,22 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         continue 'walk;
                     }
                 }
-                let Some(frame) = frame else { break 'walk };
-                let (addr, ty, expect_start, path, mut bounded) = match frame {
+                let Some(mut frame) = frame else {
+                    break 'walk;
+                };
+                if let Frame::Node { at: None, .. } = frame {
+                    // This node and the siblings after it, read together: no more than the
+                    // keys still wanted (each subtree holds at least one).
+                    let want = (limit - count)
+                        .saturating_sub(batch.len())
+                        .clamp(1, NODE_BATCH);
+                    stack.push(frame);
+                    self.read_ahead(stack, nodes, want).await?;
+                    frame = stack
+                        .pop()
+                        .ok_or(SmartError::Config("scan stack emptied"))?;
+                }
+                let (addr, ty, expect_start, path, mut bounded, at) = match frame {
                     Frame::Leaf { addr, bytes } => {
                         batch.push((addr, bytes));
                         continue;
@@ -103,9 +175,20 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         expect_start,
                         path,
                         bounded,
-                    } => (addr, ty, expect_start, path, bounded),
+                        at,
+                    } => (addr, ty, expect_start, path, bounded, at),
                 };
-                let img = self.read_node(addr, ty).await?;
+                let img = match at.and_then(|o| nodes.get(o..o + ty.bytes())) {
+                    Some(bytes) => {
+                        self.ep.charge(Work::Decode(ty.bytes()));
+                        match NodeImg::decode(addr, ty, bytes) {
+                            Ok(img) => img,
+                            // Torn: read on its own, with read_node's bounded retries.
+                            Err(_) => self.read_node(addr, ty).await?,
+                        }
+                    }
+                    None => self.read_node(addr, ty).await?,
+                };
                 if self.stale(t0) {
                     self.restart(&mut tries, "scan walks kept outliving their lease")
                         .await?;
@@ -184,6 +267,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                 expect_start: depth + 1,
                                 path: child,
                                 bounded: bounded && Some(*b) == bound,
+                                at: None,
                             });
                         }
                         SlotKind::Empty | SlotKind::Dead { .. } => {}
@@ -194,7 +278,69 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         Ok(count)
     }
 
-    /// Reads a batch of leaves (one doorbell per memory node), visits the valid ones with
+    /// Reads the images of the internal nodes on top of `stack` (up to `want` of them, in
+    /// a row, none read yet) into `nodes`, all memory nodes in flight together, and notes
+    /// in each frame where its image is.
+    async fn read_ahead(
+        &self,
+        stack: &mut [Frame],
+        nodes: &mut Vec<u8>,
+        want: usize,
+    ) -> Result<(), SmartError> {
+        // The first node is needed; the siblings after it may not be (the scan may end
+        // first), so they get no more bytes than the leaves still wanted would take.
+        let mut budget = want * self.max_leaf_bytes();
+        let mut picked: heapless::Vec<usize, NODE_BATCH> = heapless::Vec::new();
+        for (i, f) in stack.iter().enumerate().rev() {
+            match f {
+                Frame::Node { at: None, ty, .. }
+                    if picked.is_empty()
+                        || (picked.len() < want.min(NODE_BATCH) && ty.bytes() <= budget) =>
+                {
+                    budget = budget.saturating_sub(ty.bytes() * usize::from(!picked.is_empty()));
+                    let _ = picked.push(i);
+                }
+                _ => break,
+            }
+        }
+        let base = nodes.len();
+        let mut end = base;
+        for &i in &picked {
+            if let Frame::Node { ty, at, .. } = &mut stack[i] {
+                *at = Some(end);
+                end += ty.bytes();
+            }
+        }
+        nodes.resize(end, 0);
+        let mut slices: heapless::Vec<Option<(GlobalAddr, &mut [u8])>, NODE_BATCH> =
+            heapless::Vec::new();
+        let mut rest = &mut nodes[base..];
+        for &i in &picked {
+            if let Frame::Node { addr, ty, .. } = &stack[i] {
+                let (head, tail) = core::mem::take(&mut rest).split_at_mut(ty.bytes());
+                let _ = slices.push(Some((*addr, head)));
+                rest = tail;
+            }
+        }
+        let mut ops: heapless::Vec<Op<'_>, NODE_BATCH> = heapless::Vec::new();
+        for &node in self.ep.nodes() {
+            for s in slices.iter_mut() {
+                if s.as_ref().is_some_and(|(a, _)| a.node() == node)
+                    && let Some((remote, local)) = s.take()
+                {
+                    let _ = ops.push(Op::Read { remote, local });
+                }
+            }
+        }
+        self.post_spread(&mut ops).await?;
+        self.stats
+            .node_reads
+            .set(self.stats.node_reads.get() + ops.len() as u64);
+        Ok(())
+    }
+
+    /// Reads a batch of up to [`LEAF_BATCH`] leaves into `images` (one doorbell per memory
+    /// node, all in flight together), visits the valid ones with
     /// keys `>= lower` in order, up to `room`. Returns how many were visited and the bound
     /// just past the last one, and `false` when it stopped early at a leaf whose forward
     /// chain it could not follow to the end, or the walk that found the leaves (at `t0`)
@@ -202,34 +348,38 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     async fn visit_batch(
         &self,
         batch: &[(GlobalAddr, usize)],
+        images: &mut Vec<u8>,
         lower: &[u8],
         room: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
         t0: u64,
     ) -> Result<(Option<(usize, Key)>, bool), SmartError> {
         let total: usize = batch.iter().map(|(_, b)| *b).sum();
-        let mut bufs: Vec<u8> = std_alloc::vec![0u8; total];
+        images.clear();
+        images.resize(total, 0);
         {
-            let mut rest = &mut bufs[..];
-            let mut slices: Vec<(GlobalAddr, &mut [u8])> = Vec::with_capacity(batch.len());
+            let mut rest = &mut images[..];
+            let mut slices: heapless::Vec<Option<(GlobalAddr, &mut [u8])>, LEAF_BATCH> =
+                heapless::Vec::new();
             for &(a, b) in batch {
                 let (head, tail) = rest.split_at_mut(b);
-                slices.push((a, head));
+                slices
+                    .push(Some((a, head)))
+                    .map_err(|_| SmartError::Config("a scan batch of more than 128 leaves"))?;
                 rest = tail;
             }
+            // The batch's READs grouped by memory node, each node's adjacent.
+            let mut ops: heapless::Vec<Op<'_>, LEAF_BATCH> = heapless::Vec::new();
             for &node in self.ep.nodes() {
-                let mut ops: Vec<Op<'_>> = slices
-                    .iter_mut()
-                    .filter(|(a, _)| a.node() == node)
-                    .map(|(a, s)| Op::Read {
-                        remote: *a,
-                        local: &mut s[..],
-                    })
-                    .collect();
-                if !ops.is_empty() {
-                    self.ep.qp(node)?.post(&mut ops).await?;
+                for s in slices.iter_mut() {
+                    if s.as_ref().is_some_and(|(a, _)| a.node() == node)
+                        && let Some((remote, local)) = s.take()
+                    {
+                        let _ = ops.push(Op::Read { remote, local });
+                    }
                 }
             }
+            self.post_spread(&mut ops).await?;
         }
         let mut visited = 0;
         let mut last: Option<Key> = None;
@@ -242,7 +392,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             if visited >= room {
                 break;
             }
-            let img = &bufs[off..off + bytes];
+            let img = &images[off..off + bytes];
             off += bytes;
             // Torn or forwarded leaves are re-read one by one. (The image is checked twice:
             // here and by `verified_leaf`.)

@@ -281,8 +281,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         use_cache: bool,
     ) -> Result<Option<Pos>, SmartError> {
         // An attempt that outlived the reclamation lease may have read reused memory:
-        // nothing it found is trusted (see `reclaim.rs`).
-        let t0 = self.ep.now_ns();
+        // nothing it found is trusted (see `reclaim.rs`). No clock read without reclamation.
+        let t0 = if self.cfg.reclaim {
+            self.ep.now_ns()
+        } else {
+            0
+        };
         let pos = self.search_attempt(k, buf, use_cache).await?;
         Ok(pos.filter(|_| !self.stale(t0)))
     }
