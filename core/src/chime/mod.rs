@@ -28,15 +28,17 @@
 //! (its issue tracker); here a split repacks the leaf's entries and any half that does not
 //! fit is split again (`hopscotch::pack`), so a split may make three or more leaves.
 //!
+//! A writer that dies holding a leaf's lock is fenced after its lease and the lock taken
+//! over, as Sherman's; a leaf it tore in the middle of its write-back is redone by the lock's
+//! next holder from the redo record every leaf write posts first (`redo.rs`).
+//!
 //! Not here (yet): sibling-based validation (the group headers keep both fences, 16 bytes
-//! more per group than CHIME's), CHIME's variable-length values, and repair of a leaf torn
-//! by a writer that died inside a WRITE (Sherman's redo records are not written for CHIME's
-//! leaves: a reader of such a leaf fails with `Corrupt` at the deadline; locks of dead holders
-//! are taken over as Sherman's).
+//! more per group than CHIME's) and CHIME's variable-length values.
 mod hopscotch;
 mod hotspot;
 mod leaf;
 mod read;
+mod redo;
 mod write;
 
 pub use hotspot::HOTSPOT_ENTRY_BYTES;
@@ -44,8 +46,9 @@ pub use hotspot::HOTSPOT_ENTRY_BYTES;
 use crate::fabric::Endpoint;
 use crate::index::KvIndex;
 use crate::sherman::{Sherman, ShermanConfig, ShermanError, ShermanNode};
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use hotspot::Hotspot;
+use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{KEY_INFINITY, LEAF_LEN, LeafPrefix, MAX_VALUE};
 use std_alloc::sync::Arc;
 use std_alloc::vec;
@@ -159,6 +162,8 @@ pub struct Chime<'e, E: Endpoint> {
     cfg: ChimeConfig,
     node: Arc<ChimeNode>,
     stats: Cell<ChimeStats>,
+    /// Free redo slots of this handle (`redo.rs`), on any memory node.
+    redo_slots: RefCell<std_alloc::vec::Vec<GlobalAddr>>,
 }
 
 impl<'e, E: Endpoint> Chime<'e, E> {
@@ -205,6 +210,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             cfg,
             node,
             stats: Cell::new(ChimeStats::default()),
+            redo_slots: RefCell::new(std_alloc::vec::Vec::new()),
         })
     }
 
