@@ -9,9 +9,9 @@
 //! the new image of every unit it changes, hashed — into a slot of the writer's own on the
 //! leaf's memory node, and the slot's address into the lock's redo pointer (Sherman's table:
 //! one word per lock word, written only by the holder). Per-queue-pair order lands both
-//! before any byte of the leaf. Units are the prefix and the 8 groups; a value update logs
-//! its entry's whole group (its header unchanged, so the group image is the writer's), a
-//! split the whole left leaf (its new right leaves are unreachable until it lands).
+//! before any byte of the leaf. Units are the prefix and the 8 groups, or one entry (a value
+//! update, whose group header is unchanged); a split logs the whole left leaf (its new right
+//! leaves are unreachable until it lands).
 //!
 //! Whoever takes the lock over from a dead holder (`write.rs`, or a reader that found the
 //! leaf torn for a lease, `read.rs`) first reads the pointer and the record; if the record is
@@ -28,8 +28,8 @@
 //! and a repairer that dies in the middle leaves the same record for the next.
 //!
 //! Record layout (little-endian words): the leaf's address; the unit mask (bit 0 the
-//! prefix, bit 1 + g group g) with [`MAGIC`] in the high half; a hash of both and the bytes;
-//! 0; then each unit's bytes in order.
+//! prefix, bit 1 + g group g, bits 15..9 one entry's slot + 1) with [`MAGIC`] in the high
+//! half; a hash of both and the bytes; 0; then each unit's bytes in order.
 use super::hopscotch::Table;
 use super::leaf::{Run, decode_run};
 use super::{Chime, ChimeError};
@@ -37,8 +37,8 @@ use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::sherman::Batch;
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{
-    GROUP_HEADER_LEN, GROUP_LEN, GROUPS, GroupHeader, LEAF_LEN, LeafPrefix, PREFIX_LEN,
-    group_offset,
+    ENTRY_LEN, GROUP_HEADER_LEN, GROUP_LEN, GROUPS, GroupHeader, LEAF_LEN, LeafPrefix, PREFIX_LEN,
+    SLOTS, group_offset, slot_offset,
 };
 
 /// Bytes of a record before its units.
@@ -59,8 +59,19 @@ fn unit(u: usize) -> (usize, usize) {
     }
 }
 
+/// The mask of the one entry of slot `s` (a value update: its group's header unchanged,
+/// so the entry alone is the unit; bits 15..9 hold `s + 1`).
+pub(super) const fn entry_unit(s: usize) -> u16 {
+    ((s as u16) + 1) << 9
+}
+
+/// The byte ranges of the units of `mask`, in order.
 fn units(mask: u16) -> impl Iterator<Item = (usize, usize)> {
-    (0..=GROUPS).filter(move |u| mask & (1 << u) != 0).map(unit)
+    let entry = (mask >> 9) as usize;
+    (0..=GROUPS)
+        .filter(move |u| mask & (1 << u) != 0)
+        .map(unit)
+        .chain((entry > 0).then(|| (slot_offset(entry - 1), slot_offset(entry - 1) + ENTRY_LEN)))
 }
 
 /// Bytes of the units of `mask`.
@@ -114,7 +125,7 @@ fn header(rec: &[u8]) -> Option<(GlobalAddr, u16)> {
     let mask = (span & 0xffff) as u16;
     let plain = word(rec, 3) == 0 && span >> 16 & 0xffff == 0;
     (leaf != 0 && span >> 32 == MAGIC && plain && mask != 0).then_some(())?;
-    (mask & !ALL_UNITS == 0).then_some((GlobalAddr::from_raw(leaf), mask))
+    ((mask >> 9) as usize <= SLOTS).then_some((GlobalAddr::from_raw(leaf), mask))
 }
 
 /// Writes the units of a whole record `rec` into the leaf image `img`; false if the record
@@ -344,6 +355,25 @@ mod tests {
             rest[a..b].copy_from_slice(&old[a..b]);
             assert!(!leaf_whole(&rest), "all but unit {a}..{b} passes");
         }
+        // A value update: one entry (its group header unchanged) torn, redone from its record.
+        let s = 24;
+        let g = group_offset(3);
+        let h = GroupHeader::decode(&new[g..g + GROUP_HEADER_LEN]).unwrap();
+        let mut upd = new;
+        let o = slot_offset(s);
+        Entry {
+            value: *b"newvalue",
+            ..t.e[s]
+        }
+        .encode(&mut upd[o..o + ENTRY_LEN], h.hash());
+        let mut erec = [0u8; RECORD_MAX];
+        let en = encode(&mut erec, leaf, entry_unit(s), &upd);
+        assert_eq!(en, HEADER + ENTRY_LEN);
+        let mut torn = new;
+        torn[o + 16..o + 24].copy_from_slice(&upd[o + 16..o + 24]);
+        assert!(!leaf_whole(&torn));
+        assert!(apply(&erec[..en], &mut torn));
+        assert_eq!(torn, upd);
         // A record with any word changed is refused.
         for i in 0..n / 8 {
             let mut bad = rec;

@@ -4,7 +4,7 @@
 use super::hopscotch::{NoRoom, Table, pack};
 use super::leaf::{Meta, Run, dirty_ranges, encode_groups, encode_leaf, groups_of};
 use super::read::At;
-use super::redo::ALL_UNITS;
+use super::redo::{ALL_UNITS, entry_unit};
 use super::{Chime, ChimeError};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::sherman::{Batch, ShermanError};
@@ -129,9 +129,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 };
                 let o = slot_offset(s);
                 t.e[s].encode(&mut leaf[o..o + ENTRY_LEN], gh.hash());
-                // The record: the entry's whole group (its header unchanged).
-                let unit = 1 << (1 + s / NEIGHBOURHOOD);
-                let logged = match self.log(addr, unit, &leaf[..]).await {
+                let logged = match self.log(addr, entry_unit(s), &leaf[..]).await {
                     Ok(l) => l,
                     Err(e) => return self.bail(addr, lock, Err(e)).await,
                 };
