@@ -139,31 +139,42 @@ pub fn paper(s: &Scale) -> Paper {
              cache is its hotspot buffer (the authors' kHotspotBufSize)",
         ));
     }
-    for (step, prev, id) in [
+    // Each step on the workload its mechanism acts on (the paper's Fig. 15a: each step
+    // raises throughput there): the leaf and the speculative reads on lookups (YCSB-C), the
+    // vacancy-aware lock on writes (YCSB-A: it shortens the locked READ of an insert or
+    // update). "More than 1x" (direction only): a step that only holds says "no".
+    for (step, prev, w, id) in [
         (
             "+ hopscotch leaf (+ replicated metadata)",
             "Sherman",
+            "c",
             "factor-hopscotch",
         ),
         (
             "+ vacancy-aware lock",
             "+ hopscotch leaf (+ replicated metadata)",
+            "a",
             "factor-vacancy",
         ),
         (
             "+ speculative read",
             "+ vacancy-aware lock",
+            "c",
             "factor-speculative",
         ),
     ] {
         claims.push(Claim::ratio(
             id,
-            "factor analysis step, YCSB-C (paper's Fig. 15a: each step helps or holds)",
-            (0.95, 100.0),
+            if w == "c" {
+                "factor analysis step, YCSB-C (paper's Fig. 15a: the step raises throughput)"
+            } else {
+                "factor analysis step, YCSB-A (paper's Fig. 15a: the step raises throughput)"
+            },
+            (1.01, super::report::OPEN_ENDED),
             Metric::Mops,
             false,
-            f(step, "c"),
-            f(prev, "c"),
+            f(step, w),
+            f(prev, w),
             "remora has no metadata-replication or sibling-validation switch: the layout \
              always replicates the metadata and keeps both fences",
         ));
