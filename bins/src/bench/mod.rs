@@ -453,7 +453,7 @@ fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 speculative: !f.no_speculative,
                 ..base
             }
-            .with_cache((a.smart.cache_mib * (1 << 20) as f64) as usize);
+            .with_cache_for((a.smart.cache_mib * (1 << 20) as f64) as usize, a.records);
             Ok(IndexCfg::Chime { cfg })
         }
         IndexKind::Canrt => Ok(IndexCfg::Canrt {
@@ -930,7 +930,7 @@ pub(crate) fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)
                     speculative: i >= 3,
                     ..cfg
                 }
-                .with_cache(bytes);
+                .with_cache_for(bytes, a.records);
                 steps.push((*name, IndexCfg::Chime { cfg: c }));
             }
         }

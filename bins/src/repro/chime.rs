@@ -135,8 +135,10 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             c("CHIME cache/8.7", w),
             c("Sherman", w),
-            "CHIME's abstract: the same throughput with up to 8.7x less cache; 30% of CHIME's \
-             cache is its hotspot buffer (the authors' kHotspotBufSize)",
+            "CHIME's abstract: the same throughput with up to 8.7x less cache. The authors' \
+             code (Tree.cpp) gives a 30 MB hotspot buffer only above 50 MB of cache: at 100/8.7 \
+             MB all of it holds internal pages, as here. The authors' cache charges a cached \
+             page its live entries; remora's (Sherman's) its whole page",
         ));
     }
     // Each step on the workload its mechanism acts on (the paper's Fig. 15a: each step
