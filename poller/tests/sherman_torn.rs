@@ -17,10 +17,14 @@
 //! Four cases (Sherman's one-entry write-back, FG+'s whole page — rebuilt from the torn
 //! image and a one-entry record — each for an update in place, and for a split whose left
 //! page tears: a whole-page record), `SHERMAN_TORN_SEEDS` seeds each (default 3);
-//! each seed picks another subset of words and other timings.
+//! each seed picks another subset of words and other timings. CHIME (`remora_core::chime`,
+//! its leaves' records in `chime/redo.rs`) runs the same cases and an insert, whose doorbell
+//! writes several groups and the leaf prefix: each seed tears another of those WRITEs (the
+//! ones before it land whole, the ones after never do).
+use remora_core::chime::ChimeConfig;
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, SegmentOrder};
 use remora_core::index::KvIndex;
-use remora_core::sherman::{RepairStats, Sherman, ShermanConfig};
+use remora_core::sherman::{RepairStats, ShermanConfig};
 use remora_poller::sim::{Faults, Sim, SimConfig, SimEndpoint, SimQp};
 use std::cell::{Cell, RefCell};
 
@@ -33,6 +37,9 @@ use sherman::{add_repairs, tree_cfg};
 #[path = "common/env.rs"]
 mod env;
 use env::env_count;
+#[path = "common/trees.rs"]
+mod trees;
+use trees::Base;
 
 const LEASE_NS: u64 = 1_000_000;
 /// Survivors must be done this long after the crash (a lease, plus the repair and their own
@@ -45,6 +52,8 @@ struct Tear {
     armed: Cell<bool>,
     /// Tear (else only note) the doorbell that writes the leaf.
     tear: Cell<bool>,
+    /// Tear any of the leaf WRITEs after the first (by the seed), not only the last.
+    any: Cell<bool>,
     seed: Cell<u64>,
     /// The number of that doorbell.
     target: Cell<Option<u64>>,
@@ -116,7 +125,12 @@ impl PostHook<SimQp> for TearHook<'_> {
             if big.len() >= 2 {
                 self.s.target.set(Some(n));
                 if self.s.tear.get() {
-                    self.tear(qp, ops, *big.last().expect("two")).await?;
+                    let pick = if self.s.any.get() {
+                        big[1 + (self.s.seed.get() >> 16) as usize % (big.len() - 1)]
+                    } else {
+                        *big.last().expect("two")
+                    };
+                    self.tear(qp, ops, pick).await?;
                     // The sim kills the client at this doorbell: the rest never lands.
                 }
             }
@@ -131,6 +145,8 @@ enum Case {
     Update,
     /// An insert into a full leaf: the left page of the split tears.
     Split,
+    /// An insert of a new key that does not split (CHIME: groups and the prefix written).
+    Insert,
 }
 
 fn key(i: u64) -> [u8; 8] {
@@ -142,6 +158,9 @@ const fn old_value(i: u64) -> u64 {
     i + 1
 }
 const NEW_VALUE: u64 = 0xdead;
+/// The survivors work on the first keys of the victim's (all of a Sherman leaf's; CHIME's
+/// split leaf holds more, and its torn left leaf holds these).
+const SURVIVOR_KEYS: u64 = 16;
 
 const START_NS: u64 = 1_000_000;
 const TARGET_NS: u64 = 3_000_000;
@@ -161,12 +180,13 @@ struct RunResult {
 
 /// One run: the victim loads a leaf and runs the operation under test at `TARGET_NS` (torn,
 /// and killed at post `crash` if given); a reader and a writer work on that leaf from then on.
-fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) -> RunResult {
-    let cfg = tree_cfg(base, LEASE_NS);
+fn run(base: Base, case: Case, seed: u64, crash: Option<(u32, u64)>) -> RunResult {
+    let cfg = base.with(tree_cfg(base.sherman(), LEASE_NS));
     let tear = Tear::default();
     tear.seed
         .set(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5bd1);
     tear.tear.set(crash.is_some());
+    tear.any.set(case == Case::Insert);
     let errors = RefCell::new(Vec::<String>::new());
     let repairs = Cell::new(RepairStats::default());
     let stall = Cell::new(0u64);
@@ -184,14 +204,25 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
     .unwrap();
     let vctx = sim.client(0).unwrap();
     let victim = vctx.client_id();
-    let g = remora_layouts::sherman::Geometry::new(cfg.page_size, cfg.value_size).unwrap();
-    let prefill = match case {
-        Case::Update => g.leaf_capacity() as u64 - 1,
-        Case::Split => g.leaf_capacity() as u64,
+    let (prefill, target_key) = match (case, cfg) {
+        (Case::Split, Base::Chime(_)) => {
+            let at = chime_split_point(cfg);
+            (at, at)
+        }
+        (_, Base::Chime(_)) => (SURVIVOR_KEYS, 2),
+        (_, Base::Sherman(c)) => {
+            let g = remora_layouts::sherman::Geometry::new(c.page_size, c.value_size).unwrap();
+            match case {
+                Case::Split => (g.leaf_capacity() as u64, g.leaf_capacity() as u64),
+                _ => (g.leaf_capacity() as u64 - 1, 2),
+            }
+        }
     };
-    let target_key = match case {
-        Case::Update => 2,
-        Case::Split => prefill,
+    // The key the operation under test writes: a present one, the next in line (a split),
+    // or a new one between two present ones (an insert).
+    let target = match case {
+        Case::Insert => u64::from_be_bytes(key(target_key)) + 3,
+        _ => u64::from_be_bytes(key(target_key)),
     };
     {
         let (tear, errors) = (&tear, &errors);
@@ -201,7 +232,7 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
                 s: tear,
             });
             ctx.sleep(START_NS - ctx.now_ns()).await;
-            let t = Sherman::create(&ep, cfg).await.unwrap();
+            let t = cfg.create(&ep).await.unwrap();
             for i in 0..prefill {
                 t.upsert(&key(i), &old_value(i).to_le_bytes())
                     .await
@@ -209,10 +240,15 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
             }
             ctx.sleep(TARGET_NS - ctx.now_ns()).await;
             tear.armed.set(true);
-            if let Err(e) = t.upsert(&key(target_key), &NEW_VALUE.to_le_bytes()).await {
+            let splits = t.sherman().stats().1;
+            if let Err(e) = t
+                .upsert(&target.to_be_bytes(), &NEW_VALUE.to_le_bytes())
+                .await
+            {
                 errors.borrow_mut().push(format!("victim: {e}"));
             }
-            assert_eq!(t.stats().1, u64::from(case == Case::Split), "{case:?}");
+            let split = t.sherman().stats().1 - splits;
+            assert_eq!(split, u64::from(case == Case::Split), "{case:?}");
         });
     }
     let add = |r: RepairStats| repairs.set(add_repairs(repairs.get(), r));
@@ -221,7 +257,7 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
         let (tear, errors, add, stall) = (&tear, &errors, &add, &stall);
         sim.spawn_with(&ctx, 1 + s, move |ctx| async move {
             ctx.sleep(TARGET_NS + 200 * s - ctx.now_ns()).await;
-            let t = Sherman::open(ctx.ep(), cfg).await.unwrap();
+            let t = cfg.open(ctx.ep()).await.unwrap();
             let mut out = [0u8; 8];
             let timed = |call: u64| {
                 let past = ctx.now_ns().saturating_sub(call.max(tear.crash_ns.get()));
@@ -231,7 +267,7 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
             };
             let r: Result<(), String> = async {
                 for round in 0..20u64 {
-                    for i in 0..prefill {
+                    for i in 0..prefill.min(SURVIVOR_KEYS) {
                         let call = ctx.now_ns();
                         if s == 2 {
                             // The writer: new keys between the victim's (into the torn leaf).
@@ -246,7 +282,7 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
                             .map_err(|e| format!("survivor {s}: key {i}: {e}"))?
                             .map(|_| u64::from_le_bytes(out));
                         timed(call);
-                        let ok = if i == target_key {
+                        let ok = if i == target_key && case != Case::Insert {
                             got == Some(old_value(i))
                                 || got == Some(NEW_VALUE)
                                 || (case == Case::Split && got.is_none())
@@ -264,7 +300,7 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
             if let Err(e) = r {
                 errors.borrow_mut().push(e);
             }
-            add(t.repairs());
+            add(t.sherman().repairs());
         });
     }
     let r = sim.run();
@@ -282,9 +318,39 @@ fn run(base: ShermanConfig, case: Case, seed: u64, crash: Option<(u32, u64)>) ->
     }
 }
 
-fn campaign(name: &str, base: ShermanConfig) {
+/// The index of the first key (of `key(0)`, `key(1)`, ... inserted in order) whose insert
+/// splits a CHIME leaf: the victim's prefill and split key.
+fn chime_split_point(cfg: Base) -> u64 {
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 1,
+        memory_nodes: 1,
+        region_len: 16 << 20,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let ctx = sim.client(0).unwrap();
+    let at = Cell::new(None);
+    let at_ref = &at;
+    sim.spawn_with(&ctx, 1, move |ctx| async move {
+        let t = cfg.create(ctx.ep()).await.unwrap();
+        for i in 0..200u64 {
+            t.upsert(&key(i), &old_value(i).to_le_bytes())
+                .await
+                .unwrap();
+            if t.sherman().stats().1 > 0 {
+                at_ref.set(Some(i));
+                return;
+            }
+        }
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    at.get().expect("200 keys split a CHIME leaf")
+}
+
+fn campaign(name: &str, base: Base, cases: &[Case]) {
     let mut stalls = Vec::new();
-    for case in [Case::Update, Case::Split] {
+    for &case in cases {
         for seed in 1..=env_count("SHERMAN_TORN_SEEDS", 3) {
             let at = format!("{name} {case:?} seed {seed}");
             let dry = run(base, case, seed, None);
@@ -327,10 +393,27 @@ fn campaign(name: &str, base: ShermanConfig) {
 
 #[test]
 fn sherman_repairs_a_leaf_entry_torn_by_a_dying_writer() {
-    campaign("sherman", ShermanConfig::sherman());
+    campaign(
+        "sherman",
+        Base::Sherman(ShermanConfig::sherman()),
+        &[Case::Update, Case::Split],
+    );
 }
 
 #[test]
 fn fg_plus_repairs_a_leaf_page_torn_by_a_dying_writer() {
-    campaign("fg+", ShermanConfig::fg_plus());
+    campaign(
+        "fg+",
+        Base::Sherman(ShermanConfig::fg_plus()),
+        &[Case::Update, Case::Split],
+    );
+}
+
+#[test]
+fn chime_repairs_a_leaf_torn_by_a_dying_writer() {
+    campaign(
+        "chime",
+        Base::Chime(ChimeConfig::chime().with_cache(1 << 20)),
+        &[Case::Update, Case::Insert, Case::Split],
+    );
 }

@@ -58,7 +58,7 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 speculative: !f.no_speculative,
                 ..base
             }
-            .with_cache((a.smart.cache_mib * (1 << 20) as f64) as usize);
+            .with_cache_for((a.smart.cache_mib * (1 << 20) as f64) as usize, a.records);
             Ok(IndexCfg::Chime { cfg })
         }
         IndexKind::Canrt => Ok(IndexCfg::Canrt {

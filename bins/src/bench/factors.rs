@@ -147,7 +147,7 @@ pub(crate) fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)
                     speculative: i >= 3,
                     ..cfg
                 }
-                .with_cache(bytes);
+                .with_cache_for(bytes, a.records);
                 steps.push((*name, IndexCfg::Chime { cfg: c }));
             }
         }

@@ -121,8 +121,19 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             y("CHIME", w),
             y("Sherman", w),
-            "remora's Sherman pages are 1 KiB (39 leaf slots; the paper's Sherman has span \
-             64); both trees share Sherman's internal pages and index cache",
+            if w == "e" {
+                "scans read whole leaves, as CHIME's coarse-grained range query (which READs them \
+                 in one batch from the cached level-1 pages; here one after another along \
+                 siblings). Its fine-grained one (the authors' FINE_GRAINED_RANGE_QUERY) \
+                 READs the neighbourhood of every key of [from, to): it needs their dense \
+                 integer keys (test/ycsb_test.cpp: range_query(k, k + size)), and remora's \
+                 YCSB-E scans count keys from a fnv-hashed one, whose keys cannot be \
+                 enumerated. A 1824 B hash leaf holds at most 64 keys, a 1 KiB Sherman page \
+                 39: per scan CHIME READs more bytes"
+            } else {
+                "remora's Sherman pages are 1 KiB (39 leaf slots; the paper's Sherman has span \
+                 64); both trees share Sherman's internal pages and index cache"
+            },
         ));
     }
     for (w, id) in [("c", "less-cache-c"), ("a", "less-cache-a")] {
@@ -135,35 +146,51 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             c("CHIME cache/8.7", w),
             c("Sherman", w),
-            "CHIME's abstract: the same throughput with up to 8.7x less cache; 30% of CHIME's \
-             cache is its hotspot buffer (the authors' kHotspotBufSize)",
+            "CHIME's abstract: the same throughput with up to 8.7x less cache. The authors' \
+             code (Tree.cpp) gives a 30 MB hotspot buffer only above 50 MB of cache: at 100/8.7 \
+             MB all of it holds internal pages, as here (both cache level-1 pages only). The \
+             authors' cache charges a cached page its live entries; remora's (Sherman's) its \
+             whole page. Measured cause: the scaled cache/8.7 holds one 1 KiB level-1 page, so \
+             most lookups walk from the root (YCSB-C: 2173 B/op against 386 B/op at the whole \
+             cache)",
         ));
     }
-    for (step, prev, id) in [
+    // Each step on the workload its mechanism acts on (the paper's Fig. 15a: each step
+    // raises throughput there): the leaf and the speculative reads on lookups (YCSB-C), the
+    // vacancy-aware lock on writes (YCSB-A: it shortens the locked READ of an insert or
+    // update). "More than 1x" (direction only): a step that only holds says "no".
+    for (step, prev, w, id) in [
         (
             "+ hopscotch leaf (+ replicated metadata)",
             "Sherman",
+            "c",
             "factor-hopscotch",
         ),
         (
             "+ vacancy-aware lock",
             "+ hopscotch leaf (+ replicated metadata)",
+            "a",
             "factor-vacancy",
         ),
         (
             "+ speculative read",
             "+ vacancy-aware lock",
+            "c",
             "factor-speculative",
         ),
     ] {
         claims.push(Claim::ratio(
             id,
-            "factor analysis step, YCSB-C (paper's Fig. 15a: each step helps or holds)",
-            (0.95, 100.0),
+            if w == "c" {
+                "factor analysis step, YCSB-C (paper's Fig. 15a: the step raises throughput)"
+            } else {
+                "factor analysis step, YCSB-A (paper's Fig. 15a: the step raises throughput)"
+            },
+            (1.01, super::report::OPEN_ENDED),
             Metric::Mops,
             false,
-            f(step, "c"),
-            f(prev, "c"),
+            f(step, w),
+            f(prev, w),
             "remora has no metadata-replication or sibling-validation switch: the layout \
              always replicates the metadata and keeps both fences",
         ));

@@ -28,15 +28,17 @@
 //! (its issue tracker); here a split repacks the leaf's entries and any half that does not
 //! fit is split again (`hopscotch::pack`), so a split may make three or more leaves.
 //!
+//! A writer that dies holding a leaf's lock is fenced after its lease and the lock taken
+//! over, as Sherman's; a leaf it tore in the middle of its write-back is redone by the lock's
+//! next holder from the redo record every leaf write posts first (`redo.rs`).
+//!
 //! Not here (yet): sibling-based validation (the group headers keep both fences, 16 bytes
-//! more per group than CHIME's), CHIME's variable-length values, and repair of a leaf torn
-//! by a writer that died inside a WRITE (Sherman's redo records are not written for CHIME's
-//! leaves: a reader of such a leaf fails with `Corrupt` at the deadline; locks of dead holders
-//! are taken over as Sherman's).
+//! more per group than CHIME's) and CHIME's variable-length values.
 mod hopscotch;
 mod hotspot;
 mod leaf;
 mod read;
+mod redo;
 mod write;
 
 pub use hotspot::HOTSPOT_ENTRY_BYTES;
@@ -44,8 +46,9 @@ pub use hotspot::HOTSPOT_ENTRY_BYTES;
 use crate::fabric::Endpoint;
 use crate::index::KvIndex;
 use crate::sherman::{Sherman, ShermanConfig, ShermanError, ShermanNode};
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use hotspot::Hotspot;
+use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{KEY_INFINITY, LEAF_LEN, LeafPrefix, MAX_VALUE};
 use std_alloc::sync::Arc;
 use std_alloc::vec;
@@ -73,6 +76,12 @@ pub struct ChimeConfig {
 /// `include/Common.h`: `kIndexCacheSize = 100`, `kHotspotBufSize = 30`).
 pub const HOTSPOT_SHARE_PERCENT: usize = 30;
 
+/// The authors' hotspot buffer, MB (`include/Common.h`: `kHotspotBufSize = 30`).
+pub const PAPER_HOTSPOT_MB: u128 = 30;
+
+/// The keys the authors' sizes are for (`include/Common.h`: `kLoadedKeyNum = 60000000`).
+pub const PAPER_KEYS: u64 = 60_000_000;
+
 impl ChimeConfig {
     /// CHIME with every technique on, on Sherman with every technique on, 100 MB of cache
     /// per compute node (the paper's), 30% of it the hotspot buffer; root slot 4.
@@ -90,8 +99,28 @@ impl ChimeConfig {
         .with_cache(100 << 20)
     }
 
-    /// This configuration with `bytes` of cache per compute node, split as CHIME splits it
-    /// (all to the index cache without speculative reads).
+    /// This configuration with `bytes` of cache per compute node for a tree of `keys` keys,
+    /// split as the authors' code splits it (`src/Tree.cpp`, `Tree::Tree`): the hotspot
+    /// buffer is a fixed `kHotspotBufSize` (30 MB) only when `kIndexCacheSize` exceeds it by
+    /// more than 20 MB, else there is none and the whole cache holds internal pages. The
+    /// sizes are scaled by `keys` / [`PAPER_KEYS`], as the repro scales the cache, so at
+    /// 100 MB (scaled) 30 of it is the hotspot buffer, and at 100/8.7 MB none is.
+    pub const fn with_cache_for(mut self, bytes: usize, keys: u64) -> ChimeConfig {
+        let hot =
+            if self.speculative && self.hopscotch && bytes > scaled_mb(PAPER_HOTSPOT_MB + 20, keys)
+            {
+                scaled_mb(PAPER_HOTSPOT_MB, keys)
+            } else {
+                0
+            };
+        self.hotspot_bytes = hot;
+        self.sherman.cache_bytes = bytes - hot;
+        self
+    }
+
+    /// This configuration with `bytes` of cache per compute node, [`HOTSPOT_SHARE_PERCENT`]
+    /// of it the hotspot buffer (with speculative reads), whatever its size (small trees in
+    /// tests; [`Self::with_cache_for`] splits it as the authors' code).
     pub const fn with_cache(mut self, bytes: usize) -> ChimeConfig {
         let hot = if self.speculative && self.hopscotch {
             bytes / 100 * HOTSPOT_SHARE_PERCENT
@@ -102,6 +131,11 @@ impl ChimeConfig {
         self.sherman.cache_bytes = bytes - hot;
         self
     }
+}
+
+/// `n` of the authors' MB for a tree of `keys` keys (scaled by `keys` / [`PAPER_KEYS`]).
+const fn scaled_mb(n: u128, keys: u64) -> usize {
+    (n * (1 << 20) * keys as u128 / PAPER_KEYS as u128) as usize
 }
 
 impl Default for ChimeConfig {
@@ -159,6 +193,8 @@ pub struct Chime<'e, E: Endpoint> {
     cfg: ChimeConfig,
     node: Arc<ChimeNode>,
     stats: Cell<ChimeStats>,
+    /// Free redo slots of this handle (`redo.rs`), on any memory node.
+    redo_slots: RefCell<std_alloc::vec::Vec<GlobalAddr>>,
 }
 
 impl<'e, E: Endpoint> Chime<'e, E> {
@@ -205,6 +241,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             cfg,
             node,
             stats: Cell::new(ChimeStats::default()),
+            redo_slots: RefCell::new(std_alloc::vec::Vec::new()),
         })
     }
 
@@ -285,5 +322,34 @@ impl<E: Endpoint> KvIndex for Chime<'_, E> {
             return self.tree.scan(from, limit, visit).await;
         }
         self.scan_from(key_of(from)?, limit, visit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_is_split_as_the_authors_code_splits_it() {
+        let mb = 1usize << 20;
+        // 100 MB for the paper's 60M keys: 30 MB of hotspot buffer, 70 MB of pages.
+        let c = ChimeConfig::chime().with_cache_for(100 * mb, PAPER_KEYS);
+        assert_eq!((c.hotspot_bytes, c.sherman.cache_bytes), (30 * mb, 70 * mb));
+        // 100/8.7 MB (and anything up to 50 MB): no hotspot buffer, all pages.
+        let small = 100 * mb * 10 / 87;
+        let c = ChimeConfig::chime().with_cache_for(small, PAPER_KEYS);
+        assert_eq!((c.hotspot_bytes, c.sherman.cache_bytes), (0, small));
+        let c = ChimeConfig::chime().with_cache_for(50 * mb, PAPER_KEYS);
+        assert_eq!(c.hotspot_bytes, 0);
+        // Scaled by keys: 1/6000 of the keys, 1/6000 of the sizes.
+        let c = ChimeConfig::chime().with_cache_for(100 * mb / 6000, PAPER_KEYS / 6000);
+        assert_eq!(c.hotspot_bytes, 30 * mb / 6000);
+        // Without speculative reads there is no hotspot buffer.
+        let c = ChimeConfig {
+            speculative: false,
+            ..ChimeConfig::chime()
+        }
+        .with_cache_for(100 * mb, PAPER_KEYS);
+        assert_eq!((c.hotspot_bytes, c.sherman.cache_bytes), (0, 100 * mb));
     }
 }

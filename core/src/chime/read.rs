@@ -39,18 +39,22 @@ impl<'e, E: Endpoint> Chime<'e, E> {
 
     /// READs the groups of `run` of leaf `addr` into `leaf` (at their offsets) until they
     /// verify, into `t`; returns the leaf's metadata as their headers carry it. With
-    /// `prefix` (a lock holder) the leaf prefix is read in the same doorbell.
+    /// `prefix` (a lock holder) the leaf prefix is read in the same doorbell. `locked`: the
+    /// caller holds the leaf's lock; else a leaf torn for a lease is repaired (its writer
+    /// died: its lock's next holder redoes it, `redo.rs`).
     pub(super) async fn read_run(
         &self,
         addr: GlobalAddr,
         run: Run,
         prefix: bool,
+        locked: bool,
         leaf: &mut [u8; LEAF_LEN],
         t: &mut Table,
     ) -> Result<GroupHeader, ChimeError> {
         let qp = self.tree.qp_of(addr)?;
         let ep = self.tree.endpoint();
         let mut p = self.tree.wait();
+        let (mut seen, mut repaired) = (None, false);
         loop {
             {
                 let ranges = run.ranges();
@@ -86,6 +90,14 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 Err(why) => why,
             };
             self.count(|s| s.retries += 1);
+            if !locked && seen.is_none() {
+                seen = Some(self.tree.lock_word_of(addr).await?);
+            }
+            if !locked && !repaired && p.past_lease(ep) {
+                repaired = true;
+                self.repair(addr, seen).await?;
+                continue;
+            }
             if !p.pause(ep).await {
                 return Err(ShermanError::Corrupt { addr, why });
             }
@@ -190,7 +202,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let run = Run::window(home(key));
         loop {
             let h = self
-                .read_run(at.addr, run, false, &mut leaf, &mut t)
+                .read_run(at.addr, run, false, false, &mut leaf, &mut t)
                 .await?;
             if !self.follow(key, &h, &mut at, &mut p).await? {
                 continue;
@@ -223,7 +235,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut batch: Vec<(u64, usize)> = Vec::with_capacity(remora_layouts::chime::SLOTS);
         while seen < limit {
             let h = self
-                .read_run(at.addr, Run::ALL, false, &mut leaf, &mut t)
+                .read_run(at.addr, Run::ALL, false, false, &mut leaf, &mut t)
                 .await?;
             if !self.follow(key, &h, &mut at, &mut p).await? {
                 continue;

@@ -4,6 +4,7 @@
 use super::hopscotch::{NoRoom, Table, pack};
 use super::leaf::{Meta, Run, dirty_ranges, encode_groups, encode_leaf, groups_of};
 use super::read::At;
+use super::redo::{ALL_UNITS, entry_unit};
 use super::{Chime, ChimeError};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::sherman::{Batch, ShermanError};
@@ -49,7 +50,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut p = self.tree.wait();
         let mut leaf = [0u8; LEAF_LEN];
         loop {
-            let lock = self.tree.lock_leaf(at.addr).await?;
+            let lock = self.lock(at.addr, None).await?;
             match self
                 .modify_locked(at, lock, key, value, change, &mut leaf)
                 .await?
@@ -95,7 +96,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         } else {
             Run::ALL
         };
-        let hdr = match self.read_run(addr, known, true, leaf, &mut t).await {
+        let hdr = match self.read_run(addr, known, true, true, leaf, &mut t).await {
             Ok(hdr) => hdr,
             Err(e) => return self.bail(addr, lock, Err(e)).await,
         };
@@ -128,13 +129,21 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 };
                 let o = slot_offset(s);
                 t.e[s].encode(&mut leaf[o..o + ENTRY_LEN], gh.hash());
+                let logged = match self.log(addr, entry_unit(s), &leaf[..]).await {
+                    Ok(l) => l,
+                    Err(e) => return self.bail(addr, lock, Err(e)).await,
+                };
                 let mut ops = Batch::new();
+                logged.ops(&mut ops);
                 ops.push(Op::Write {
                     remote: addr.add(o as u64),
                     local: &leaf[o..o + ENTRY_LEN],
                 })
                 .expect(FULL);
-                self.tree.unlock_leaf(addr, lock, &mut ops).await?;
+                let r = self.tree.unlock_leaf(addr, lock, &mut ops).await;
+                drop(ops);
+                self.unlog(logged);
+                r?;
                 return Ok(Step::Done(true));
             }
             (Some(s), Change::Delete) => {
@@ -154,7 +163,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                     && r.count > known.count
                 {
                     // The free slot is past the neighbourhood: READ the groups up to it.
-                    if let Err(e) = self.read_run(addr, r, false, leaf, &mut t).await {
+                    if let Err(e) = self.read_run(addr, r, false, true, leaf, &mut t).await {
                         return self.bail(addr, lock, Err(e)).await;
                     }
                     known = r;
@@ -168,7 +177,9 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                     }
                     Err(NoRoom) => {
                         if known.count < Run::ALL.count
-                            && let Err(e) = self.read_run(addr, Run::ALL, false, leaf, &mut t).await
+                            && let Err(e) = self
+                                .read_run(addr, Run::ALL, false, true, leaf, &mut t)
+                                .await
                         {
                             return self.bail(addr, lock, Err(e)).await;
                         }
@@ -189,7 +200,12 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         };
         let groups = groups_of(dirty);
         encode_groups(&mut leaf[..], &t, groups, meta, &mut prefix);
+        let logged = match self.log(addr, 1 | (groups as u16) << 1, &leaf[..]).await {
+            Ok(l) => l,
+            Err(e) => return self.bail(addr, lock, Err(e)).await,
+        };
         let mut ops = Batch::new();
+        logged.ops(&mut ops);
         for (a, b) in dirty_ranges(groups) {
             ops.push(Op::Write {
                 remote: addr.add(a as u64),
@@ -202,7 +218,10 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             local: &leaf[..remora_layouts::chime::PREFIX_LEN],
         })
         .expect(FULL);
-        self.tree.unlock_leaf(addr, lock, &mut ops).await?;
+        let r = self.tree.unlock_leaf(addr, lock, &mut ops).await;
+        drop(ops);
+        self.unlog(logged);
+        r?;
         Ok(Step::Done(true))
     }
 
@@ -257,7 +276,14 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         }
         // The new leaves first: in the unlock's doorbell when on the same node (per-queue-
         // pair order lands them first), else written and acknowledged before.
+        // The old leaf's record (all of it) goes first; the new leaves are unreachable until
+        // the old leaf's image lands, so they need none.
+        let logged = match self.log(addr, ALL_UNITS, &images[0]).await {
+            Ok(l) => l,
+            Err(e) => return self.bail(addr, lock, Err(e)).await,
+        };
         let mut ops = Batch::new();
+        logged.ops(&mut ops);
         for (i, img) in images.iter().enumerate().skip(1) {
             let a = addrs[i];
             if a.node() == addr.node() && self.cfg.sherman.combine_commands && ops.len() < 6 {
@@ -267,6 +293,8 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 })
                 .expect(FULL);
             } else if let Err(e) = self.tree.qp_of(a)?.write(a, img).await {
+                drop(ops);
+                self.unlog(logged);
                 return self.bail(addr, lock, Err(e.into())).await;
             }
         }
@@ -275,8 +303,10 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             local: &images[0],
         })
         .expect(FULL);
-        self.tree.unlock_leaf(addr, lock, &mut ops).await?;
+        let r = self.tree.unlock_leaf(addr, lock, &mut ops).await;
         drop(ops);
+        self.unlog(logged);
+        r?;
         for (i, (low, _)) in parts.iter().enumerate().skip(1) {
             self.tree.link_leaf(*low, addrs[i]).await?;
         }

@@ -1,7 +1,8 @@
 //! What CHIME (`crate::chime`) borrows from Sherman: a tree whose level-1 pages point to
 //! leaves of another format, the descent to a leaf's address (index cache or walk), the leaf
-//! locks (local table, on-chip words, leases), separator inserts above a split leaf, and the
-//! missing-link repair. Nothing here reads or writes a leaf: the caller owns the leaf format.
+//! locks (local table, on-chip words, leases, takeovers, redo pointers), separator inserts
+//! above a split leaf, and the missing-link repair. Nothing here reads or writes a leaf: the
+//! caller owns the leaf format (and its redo records).
 use super::cache::child_for;
 use super::tree::Sherman;
 use super::{ShermanConfig, ShermanError, ShermanNode};
@@ -75,13 +76,50 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         Ok((child, false))
     }
 
-    /// Takes the lock of leaf `addr` (hand-overs counted as Sherman's).
-    pub(crate) async fn lock_leaf(&self, addr: GlobalAddr) -> Result<GlobalAddr, ShermanError> {
-        let (lock, got) = self.acquire_page(addr, None).await?;
-        if got == Got::HandedOver {
-            self.handovers.set(self.handovers.get() + 1);
+    /// Takes the lock of leaf `addr` (hand-overs and takeovers counted as Sherman's); true
+    /// if it was taken over from a dead holder, whose torn leaf the caller then repairs (the
+    /// caller owns the leaf format, so Sherman's leaf redo is not run). `seen`: see
+    /// [`Self::lock_word_of`].
+    pub(crate) async fn lock_leaf(
+        &self,
+        addr: GlobalAddr,
+        seen: Option<(u64, u64)>,
+    ) -> Result<(GlobalAddr, bool), ShermanError> {
+        let lock = self.lock_for(addr)?;
+        let got = self.locks.acquire(self.ep, lock, seen).await?;
+        match got {
+            Got::HandedOver => self.handovers.set(self.handovers.get() + 1),
+            Got::TookOver { .. } => self.repaired(|r| r.takeovers += 1),
+            Got::Acquired => {}
         }
-        Ok(lock)
+        Ok((lock, matches!(got, Got::TookOver { .. })))
+    }
+
+    /// The lock word of leaf `addr` now, and when it was read: a reader that finds the leaf
+    /// torn notes it, so that its lease runs from then ([`Self::lock_leaf`]'s `seen`).
+    pub(crate) async fn lock_word_of(&self, addr: GlobalAddr) -> Result<(u64, u64), ShermanError> {
+        self.lock_word(addr).await
+    }
+
+    /// The redo pointer of the lock word that guards leaf `addr` (one word per lock word,
+    /// written only by its holder; see `redo.rs`).
+    pub(crate) fn redo_ptr_of(&self, addr: GlobalAddr) -> Result<GlobalAddr, ShermanError> {
+        self.redo_ptr(addr)
+    }
+
+    /// Allocates `len` bytes on the memory node of `near` (a redo slot beside its leaves).
+    pub(crate) async fn alloc_near(
+        &self,
+        near: GlobalAddr,
+        len: u64,
+    ) -> Result<GlobalAddr, ShermanError> {
+        let a = &self.allocs[self.node_index(near)?];
+        Ok(a.alloc(self.ep.qp(a.node())?, len).await?)
+    }
+
+    /// Counts a leaf torn by a dead writer and rewritten from its redo record.
+    pub(crate) fn count_leaf_redone(&self) {
+        self.repaired(|r| r.leaves_redone += 1)
     }
 
     /// Posts `ops` and releases `lock` of leaf `addr` (in one doorbell with command
