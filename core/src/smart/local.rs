@@ -17,9 +17,11 @@
 //! is polled through the executor (`yield_now`, which the sim charges as a busy-poll
 //! iteration). A leader that makes no progress for a lease (`SmartConfig::lease`, on the
 //! waiter's own clock) — a thread that died mid-READ, or a future dropped halfway — is
-//! replaced: a waiter becomes the leader with a new generation, and the old leader, should it
-//! come back, publishes nothing. Its entry's user count is then never released: the entry
-//! stays with its key (still usable for it) for the life of the node state.
+//! replaced: a waiter becomes the leader with a new generation and releases the old leader's
+//! user count for it, and the old leader, should it come back, publishes nothing and releases
+//! nothing (its generation is gone). So an entry whose leader died returns to the free pool
+//! once its other users are done, instead of staying with its key for the life of the node
+//! state.
 use super::Smart;
 use super::bump;
 use super::config::SmartError;
@@ -203,6 +205,16 @@ impl LocalTable {
         Some(At(b, i))
     }
 
+    /// Users counted on `key`'s entries (tests).
+    #[cfg(test)]
+    fn users(&self, key: &[u8]) -> u32 {
+        let b = (hash_key(key) as usize) & (self.buckets.len() - 1);
+        let g = self.buckets[b]
+            .try_lock()
+            .expect("bucket free between operations");
+        g.iter().filter(|e| e.key == key).map(|e| e.users).sum()
+    }
+
     /// Runs `f` on the claimed entry `at` under its bucket's lock.
     async fn with<R>(&self, at: At, f: impl FnOnce(&mut Entry) -> R) -> R {
         let mut g = self.lock(at.0).await;
@@ -243,7 +255,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 let r = self.get_direct(key, &mut val[..self.cfg.value_cap]).await;
                 local
                     .with(at, |e| {
-                        // Replaced as the leader (stuck for a lease): publish nothing.
+                        // Replaced as the leader (stuck for a lease): publish nothing, and
+                        // leave the user count alone (the replacer released ours).
                         if e.reading && e.read_gen == my_gen {
                             e.value.clear();
                             if let Ok(Some(n)) = r {
@@ -252,8 +265,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             e.result = r;
                             e.done_gen = my_gen;
                             e.reading = false;
+                            e.users -= 1;
                         }
-                        e.users -= 1;
                     })
                     .await;
                 return copy_out(r, &val, out);
@@ -271,8 +284,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         e.read_gen = my_gen;
                         leader = true;
                     } else if stuck.expired(e.read_gen, now, lease) {
-                        // The leader made no progress for a lease: lead a new read.
-                        e.read_gen = e.read_gen.max(my_gen);
+                        // The leader made no progress for a lease: lead a new read, and
+                        // release its user count (it releases nothing if it comes back).
+                        e.users -= 1;
+                        e.read_gen = e.read_gen.max(my_gen) + 1;
                         my_gen = e.read_gen;
                         leader = true;
                         bump(&self.stats.leader_takeovers);
@@ -356,10 +371,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
                 local
                     .with(at, |e| {
+                        // Replaced (stuck for a lease): the replacer released our count.
                         if e.write_gen == my_gen {
                             e.writing = false;
+                            e.users -= 1;
                         }
-                        e.users -= 1;
                     })
                     .await;
                 return r;
@@ -387,13 +403,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             Some(_) => {}
                             None => lead = Some(None),
                         }
+                        if take_over {
+                            // The stuck leader releases nothing if it comes back.
+                            e.users -= 1;
+                            bump(&self.stats.leader_takeovers);
+                        }
                         if lead.is_some() {
                             e.writing = true;
                             e.write_gen += 1;
                             my_gen = e.write_gen;
-                            if take_over {
-                                bump(&self.stats.leader_takeovers);
-                            }
                         }
                     }
                     None
@@ -424,5 +442,96 @@ fn copy_out(
             Ok(Some(n))
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::super::tests::{block, endpoint, memory};
+    use super::super::*;
+    use core::future::Future;
+    use core::pin::pin;
+    use core::task::{Context, Waker};
+
+    /// SMART with every technique, and waiters that replace a leader after 50 polls (the
+    /// in-memory fabric has no clock).
+    fn cfg() -> SmartConfig {
+        let mut cfg = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
+        cfg.lease.max_attempts = 50;
+        cfg
+    }
+
+    /// Polls `f` once: a leader stopped inside its remote access.
+    fn poll_once<F: Future>(f: core::pin::Pin<&mut F>) {
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(
+            f.poll(&mut cx).is_pending(),
+            "stopped before its first verb"
+        );
+    }
+
+    #[test]
+    fn a_dead_read_leader_releases_its_entry() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 5u64.to_be_bytes();
+        block(s.upsert(&key, &[1; 8])).unwrap();
+        let mut out = [0u8; 8];
+        {
+            // Dies (its future dropped) in the middle of the read it leads.
+            let mut dead = [0u8; 8];
+            poll_once(pin!(s.get(&key, &mut dead)));
+        }
+        assert_eq!(s.node.local.users(&key), 1);
+        assert_eq!(block(s.get(&key, &mut out)).unwrap(), Some(8));
+        assert_eq!(s.stats().leader_takeovers, 1);
+        // Before: 1 for ever (the dead leader's), and the entry never left its key.
+        assert_eq!(
+            s.node.local.users(&key),
+            0,
+            "the dead leader's count was released"
+        );
+    }
+
+    #[test]
+    fn a_slow_read_leader_coming_back_releases_nothing_twice() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 6u64.to_be_bytes();
+        block(s.upsert(&key, &[2; 8])).unwrap();
+        let (mut slow_out, mut out) = ([0u8; 8], [0u8; 8]);
+        {
+            let mut slow = pin!(s.get(&key, &mut slow_out));
+            poll_once(slow.as_mut());
+            // Replaced while stopped, then resumed: it publishes nothing, releases nothing.
+            assert_eq!(block(s.get(&key, &mut out)).unwrap(), Some(8));
+            assert_eq!(block(slow).unwrap(), Some(8));
+        }
+        assert_eq!(slow_out, [2; 8]);
+        assert_eq!(s.node.local.users(&key), 0);
+    }
+
+    #[test]
+    fn a_dead_write_leader_releases_its_entry() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 7u64.to_be_bytes();
+        block(s.upsert(&key, &[3; 8])).unwrap();
+        poll_once(pin!(s.upsert(&key, &[4; 8])));
+        assert_eq!(s.node.local.users(&key), 1);
+        block(s.upsert(&key, &[5; 8])).unwrap();
+        assert_eq!(s.stats().leader_takeovers, 1);
+        assert_eq!(
+            s.node.local.users(&key),
+            0,
+            "the dead leader's count was released"
+        );
+        let mut out = [0u8; 8];
+        assert_eq!(block(s.get(&key, &mut out)).unwrap(), Some(8));
+        assert_eq!(out, [5; 8]);
     }
 }
