@@ -334,6 +334,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Out-of-place write: a new leaf, then the old leaf's status CASed to forward to it
     /// (the linearization point), then the parent slot swung (best effort).
+    #[allow(clippy::too_many_arguments)]
     async fn write_out_of_place(
         &self,
         kind: WriteKind,
