@@ -19,9 +19,10 @@
 //! waiter's own clock) — a thread that died mid-READ, or a future dropped halfway — is
 //! replaced: a waiter becomes the leader with a new generation and releases the old leader's
 //! user count for it, and the old leader, should it come back, publishes nothing and releases
-//! nothing (its generation is gone). So an entry whose leader died returns to the free pool
-//! once its other users are done, instead of staying with its key for the life of the node
-//! state.
+//! nothing (its generation is gone). A user whose operation is dropped halfway (its future
+//! dropped, its thread unwinding) releases its count at once through its claim's drop, and a
+//! read leader its lead too. So an entry whose users died returns to the free pool once the
+//! others are done, instead of staying with its key for the life of the node state.
 use super::Smart;
 use super::bump;
 use super::config::SmartError;
@@ -108,6 +109,53 @@ pub(crate) struct LocalTable {
 /// Where a claimed entry is: bucket and position in it.
 #[derive(Clone, Copy)]
 struct At(usize, usize);
+
+/// What a claim leads, if anything: the read of this generation, or a write.
+#[derive(Clone, Copy)]
+enum Lead {
+    Read(u64),
+    Write,
+}
+
+/// A user's claim on an entry while its operation runs. Dropped armed (the operation's
+/// future dropped halfway, or its thread unwinding), it releases the user count of a waiter,
+/// and of a read leader (if still the leader) with its lead, so that a waiter leads at once
+/// instead of after a lease. A write leader's lead and count are left to the waiter that
+/// replaces it after a lease: it may have taken a waiter's value, which only a replacer
+/// rewrites.
+struct Claim<'t> {
+    table: &'t LocalTable,
+    at: At,
+    lead: Option<Lead>,
+    armed: bool,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Bucket locks are held only between awaits, never across one: the wait is short.
+        let bucket = &self.table.buckets[self.at.0];
+        let mut g = loop {
+            if let Some(g) = bucket.try_lock() {
+                break g;
+            }
+            core::hint::spin_loop();
+        };
+        let e = &mut g[self.at.1];
+        match self.lead {
+            None => e.users -= 1,
+            Some(Lead::Read(gen_)) if e.reading && e.read_gen == gen_ => {
+                e.reading = false;
+                e.users -= 1;
+            }
+            // Replaced as the read leader (the replacer released our count), or a write
+            // leader (its replacer will).
+            Some(_) => {}
+        }
+    }
+}
 
 /// How long a waiter has seen one leader generation in flight, on its own clock (and in
 /// polls, for fabrics without a clock).
@@ -236,6 +284,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let Some(at) = local.claim(key).await else {
             return self.get_direct(key, out).await;
         };
+        let mut claim = Claim {
+            table: local,
+            at,
+            lead: None,
+            armed: true,
+        };
         let (mut leader, mut my_gen) = local
             .with(at, |e| {
                 if e.reading {
@@ -247,6 +301,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             })
             .await;
+        claim.lead = leader.then_some(Lead::Read(my_gen));
         let lease = &self.cfg.lease;
         let mut stuck = Stuck::new();
         loop {
@@ -269,6 +324,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         }
                     })
                     .await;
+                claim.armed = false;
                 return copy_out(r, &val, out);
             }
             yield_now().await;
@@ -296,9 +352,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 })
                 .await;
             if let Some(r) = served {
+                claim.armed = false;
                 bump(&self.stats.delegated_reads);
                 return r;
             }
+            claim.lead = leader.then_some(Lead::Read(my_gen));
         }
     }
 
@@ -322,6 +380,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let Some(at) = local.claim(key.bytes()).await else {
             return self.write_op(kind, key, value).await;
         };
+        let mut claim = Claim {
+            table: local,
+            at,
+            lead: None,
+            armed: true,
+        };
         // `lead`: Some(None) = lead with my own value; Some(Some(seq)) = lead with my
         // deposited value `seq`; None = wait.
         let mut lead: Option<Option<u64>> = None;
@@ -343,6 +407,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             })
             .await;
+        claim.lead = lead.map(|_| Lead::Write);
         let lease = &self.cfg.lease;
         let mut stuck = Stuck::new();
         loop {
@@ -378,6 +443,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         }
                     })
                     .await;
+                claim.armed = false;
                 return r;
             }
             yield_now().await;
@@ -418,9 +484,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 })
                 .await;
             if let Some(r) = served {
+                claim.armed = false;
                 bump(&self.stats.combined_writes);
                 return r;
             }
+            claim.lead = lead.map(|_| Lead::Write);
         }
     }
 }
@@ -472,7 +540,7 @@ mod tests {
     }
 
     #[test]
-    fn a_dead_read_leader_releases_its_entry() {
+    fn a_dead_read_leader_releases_its_entry_at_once() {
         let m = memory(16 << 20);
         let ep = endpoint(&m);
         let s = block(Smart::open(&ep, cfg())).unwrap();
@@ -484,15 +552,40 @@ mod tests {
             let mut dead = [0u8; 8];
             poll_once(pin!(s.get(&key, &mut dead)));
         }
-        assert_eq!(s.node.local.users(&key), 1);
-        assert_eq!(block(s.get(&key, &mut out)).unwrap(), Some(8));
-        assert_eq!(s.stats().leader_takeovers, 1);
         // Before: 1 for ever (the dead leader's), and the entry never left its key.
         assert_eq!(
             s.node.local.users(&key),
             0,
             "the dead leader's count was released"
         );
+        assert_eq!(block(s.get(&key, &mut out)).unwrap(), Some(8));
+        assert_eq!(
+            s.stats().leader_takeovers,
+            0,
+            "led at once, no lease waited"
+        );
+        assert_eq!(s.node.local.users(&key), 0);
+    }
+
+    #[test]
+    fn a_dead_waiter_releases_its_count() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 8u64.to_be_bytes();
+        block(s.upsert(&key, &[6; 8])).unwrap();
+        let (mut lead_out, mut dead) = ([0u8; 8], [0u8; 8]);
+        let mut leader = pin!(s.get(&key, &mut lead_out));
+        poll_once(leader.as_mut());
+        // A second reader joins as a waiter, and dies.
+        poll_once(pin!(s.get(&key, &mut dead)));
+        assert_eq!(
+            s.node.local.users(&key),
+            1,
+            "only the leader's count is left"
+        );
+        assert_eq!(block(leader).unwrap(), Some(8));
+        assert_eq!(s.node.local.users(&key), 0);
     }
 
     #[test]
