@@ -110,11 +110,8 @@ pub struct SmartConfig {
     /// Reuse the memory of deleted leaves and replaced nodes and leaves (`reclaim.rs`): a
     /// retire list per handle, reused after a grace period derived from `lease` (3 x (2
     /// leases + the longest back-off)); operation attempts older than a third of it restart,
-    /// and the radix cache is dropped whole every third of it. Off (the default): nothing is
-    /// reused. Off by default because with it on, concurrent hot-key upserts beside deletes
-    /// can give up after 10,000 tries (`Contention`): `poller/tests/smart_concurrent.rs`
-    /// `mixed_techniques_threads_agree_with_oracle` failed about 1 run in 3 with it on, 0 in
-    /// 5 with it off; the cause is not yet found. `remora bench --churn` turns it on.
+    /// and the radix cache is dropped whole every third of it. On by default; off, nothing
+    /// is reused (the region keeps every object ever written).
     pub reclaim: bool,
 }
 
@@ -136,7 +133,7 @@ impl SmartConfig {
             max_checksum_retries: 1_000,
             local_table: 1024,
             assume_tail_last: false,
-            reclaim: false,
+            reclaim: true,
         }
     }
 

@@ -17,9 +17,12 @@
 //! is polled through the executor (`yield_now`, which the sim charges as a busy-poll
 //! iteration). A leader that makes no progress for a lease (`SmartConfig::lease`, on the
 //! waiter's own clock) — a thread that died mid-READ, or a future dropped halfway — is
-//! replaced: a waiter becomes the leader with a new generation, and the old leader, should it
-//! come back, publishes nothing. Its entry's user count is then never released: the entry
-//! stays with its key (still usable for it) for the life of the node state.
+//! replaced: a waiter becomes the leader with a new generation and releases the old leader's
+//! user count for it, and the old leader, should it come back, publishes nothing and releases
+//! nothing (its generation is gone). A user whose operation is dropped halfway (its future
+//! dropped, its thread unwinding) releases its count at once through its claim's drop, and a
+//! read leader its lead too. So an entry whose users died returns to the free pool once the
+//! others are done, instead of staying with its key for the life of the node state.
 use super::Smart;
 use super::bump;
 use super::config::SmartError;
@@ -106,6 +109,53 @@ pub(crate) struct LocalTable {
 /// Where a claimed entry is: bucket and position in it.
 #[derive(Clone, Copy)]
 struct At(usize, usize);
+
+/// What a claim leads, if anything: the read of this generation, or a write.
+#[derive(Clone, Copy)]
+enum Lead {
+    Read(u64),
+    Write,
+}
+
+/// A user's claim on an entry while its operation runs. Dropped armed (the operation's
+/// future dropped halfway, or its thread unwinding), it releases the user count of a waiter,
+/// and of a read leader (if still the leader) with its lead, so that a waiter leads at once
+/// instead of after a lease. A write leader's lead and count are left to the waiter that
+/// replaces it after a lease: it may have taken a waiter's value, which only a replacer
+/// rewrites.
+struct Claim<'t> {
+    table: &'t LocalTable,
+    at: At,
+    lead: Option<Lead>,
+    armed: bool,
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Bucket locks are held only between awaits, never across one: the wait is short.
+        let bucket = &self.table.buckets[self.at.0];
+        let mut g = loop {
+            if let Some(g) = bucket.try_lock() {
+                break g;
+            }
+            core::hint::spin_loop();
+        };
+        let e = &mut g[self.at.1];
+        match self.lead {
+            None => e.users -= 1,
+            Some(Lead::Read(gen_)) if e.reading && e.read_gen == gen_ => {
+                e.reading = false;
+                e.users -= 1;
+            }
+            // Replaced as the read leader (the replacer released our count), or a write
+            // leader (its replacer will).
+            Some(_) => {}
+        }
+    }
+}
 
 /// How long a waiter has seen one leader generation in flight, on its own clock (and in
 /// polls, for fabrics without a clock).
@@ -203,6 +253,16 @@ impl LocalTable {
         Some(At(b, i))
     }
 
+    /// Users counted on `key`'s entries (tests).
+    #[cfg(test)]
+    fn users(&self, key: &[u8]) -> u32 {
+        let b = (hash_key(key) as usize) & (self.buckets.len() - 1);
+        let g = self.buckets[b]
+            .try_lock()
+            .expect("bucket free between operations");
+        g.iter().filter(|e| e.key == key).map(|e| e.users).sum()
+    }
+
     /// Runs `f` on the claimed entry `at` under its bucket's lock.
     async fn with<R>(&self, at: At, f: impl FnOnce(&mut Entry) -> R) -> R {
         let mut g = self.lock(at.0).await;
@@ -224,6 +284,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let Some(at) = local.claim(key).await else {
             return self.get_direct(key, out).await;
         };
+        let mut claim = Claim {
+            table: local,
+            at,
+            lead: None,
+            armed: true,
+        };
         let (mut leader, mut my_gen) = local
             .with(at, |e| {
                 if e.reading {
@@ -235,6 +301,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             })
             .await;
+        claim.lead = leader.then_some(Lead::Read(my_gen));
         let lease = &self.cfg.lease;
         let mut stuck = Stuck::new();
         loop {
@@ -243,7 +310,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 let r = self.get_direct(key, &mut val[..self.cfg.value_cap]).await;
                 local
                     .with(at, |e| {
-                        // Replaced as the leader (stuck for a lease): publish nothing.
+                        // Replaced as the leader (stuck for a lease): publish nothing, and
+                        // leave the user count alone (the replacer released ours).
                         if e.reading && e.read_gen == my_gen {
                             e.value.clear();
                             if let Ok(Some(n)) = r {
@@ -252,10 +320,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             e.result = r;
                             e.done_gen = my_gen;
                             e.reading = false;
+                            e.users -= 1;
                         }
-                        e.users -= 1;
                     })
                     .await;
+                claim.armed = false;
                 return copy_out(r, &val, out);
             }
             yield_now().await;
@@ -271,8 +340,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         e.read_gen = my_gen;
                         leader = true;
                     } else if stuck.expired(e.read_gen, now, lease) {
-                        // The leader made no progress for a lease: lead a new read.
-                        e.read_gen = e.read_gen.max(my_gen);
+                        // The leader made no progress for a lease: lead a new read, and
+                        // release its user count (it releases nothing if it comes back).
+                        e.users -= 1;
+                        e.read_gen = e.read_gen.max(my_gen) + 1;
                         my_gen = e.read_gen;
                         leader = true;
                         bump(&self.stats.leader_takeovers);
@@ -281,9 +352,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 })
                 .await;
             if let Some(r) = served {
+                claim.armed = false;
                 bump(&self.stats.delegated_reads);
                 return r;
             }
+            claim.lead = leader.then_some(Lead::Read(my_gen));
         }
     }
 
@@ -307,6 +380,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let Some(at) = local.claim(key.bytes()).await else {
             return self.write_op(kind, key, value).await;
         };
+        let mut claim = Claim {
+            table: local,
+            at,
+            lead: None,
+            armed: true,
+        };
         // `lead`: Some(None) = lead with my own value; Some(Some(seq)) = lead with my
         // deposited value `seq`; None = wait.
         let mut lead: Option<Option<u64>> = None;
@@ -328,6 +407,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             })
             .await;
+        claim.lead = lead.map(|_| Lead::Write);
         let lease = &self.cfg.lease;
         let mut stuck = Stuck::new();
         loop {
@@ -356,12 +436,14 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
                 local
                     .with(at, |e| {
+                        // Replaced (stuck for a lease): the replacer released our count.
                         if e.write_gen == my_gen {
                             e.writing = false;
+                            e.users -= 1;
                         }
-                        e.users -= 1;
                     })
                     .await;
+                claim.armed = false;
                 return r;
             }
             yield_now().await;
@@ -387,22 +469,26 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             Some(_) => {}
                             None => lead = Some(None),
                         }
+                        if take_over {
+                            // The stuck leader releases nothing if it comes back.
+                            e.users -= 1;
+                            bump(&self.stats.leader_takeovers);
+                        }
                         if lead.is_some() {
                             e.writing = true;
                             e.write_gen += 1;
                             my_gen = e.write_gen;
-                            if take_over {
-                                bump(&self.stats.leader_takeovers);
-                            }
                         }
                     }
                     None
                 })
                 .await;
             if let Some(r) = served {
+                claim.armed = false;
                 bump(&self.stats.combined_writes);
                 return r;
             }
+            claim.lead = lead.map(|_| Lead::Write);
         }
     }
 }
@@ -424,5 +510,121 @@ fn copy_out(
             Ok(Some(n))
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::super::tests::{block, endpoint, memory};
+    use super::super::*;
+    use core::future::Future;
+    use core::pin::pin;
+    use core::task::{Context, Waker};
+
+    /// SMART with every technique, and waiters that replace a leader after 50 polls (the
+    /// in-memory fabric has no clock).
+    fn cfg() -> SmartConfig {
+        let mut cfg = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
+        cfg.lease.max_attempts = 50;
+        cfg
+    }
+
+    /// Polls `f` once: a leader stopped inside its remote access.
+    fn poll_once<F: Future>(f: core::pin::Pin<&mut F>) {
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(
+            f.poll(&mut cx).is_pending(),
+            "stopped before its first verb"
+        );
+    }
+
+    #[test]
+    fn a_dead_read_leader_releases_its_entry_at_once() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 5u64.to_be_bytes();
+        block(s.upsert(&key, &[1; 8])).unwrap();
+        let mut out = [0u8; 8];
+        {
+            // Dies (its future dropped) in the middle of the read it leads.
+            let mut dead = [0u8; 8];
+            poll_once(pin!(s.get(&key, &mut dead)));
+        }
+        // Before: 1 for ever (the dead leader's), and the entry never left its key.
+        assert_eq!(
+            s.node.local.users(&key),
+            0,
+            "the dead leader's count was released"
+        );
+        assert_eq!(block(s.get(&key, &mut out)).unwrap(), Some(8));
+        assert_eq!(
+            s.stats().leader_takeovers,
+            0,
+            "led at once, no lease waited"
+        );
+        assert_eq!(s.node.local.users(&key), 0);
+    }
+
+    #[test]
+    fn a_dead_waiter_releases_its_count() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 8u64.to_be_bytes();
+        block(s.upsert(&key, &[6; 8])).unwrap();
+        let (mut lead_out, mut dead) = ([0u8; 8], [0u8; 8]);
+        let mut leader = pin!(s.get(&key, &mut lead_out));
+        poll_once(leader.as_mut());
+        // A second reader joins as a waiter, and dies.
+        poll_once(pin!(s.get(&key, &mut dead)));
+        assert_eq!(
+            s.node.local.users(&key),
+            1,
+            "only the leader's count is left"
+        );
+        assert_eq!(block(leader).unwrap(), Some(8));
+        assert_eq!(s.node.local.users(&key), 0);
+    }
+
+    #[test]
+    fn a_slow_read_leader_coming_back_releases_nothing_twice() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 6u64.to_be_bytes();
+        block(s.upsert(&key, &[2; 8])).unwrap();
+        let (mut slow_out, mut out) = ([0u8; 8], [0u8; 8]);
+        {
+            let mut slow = pin!(s.get(&key, &mut slow_out));
+            poll_once(slow.as_mut());
+            // Replaced while stopped, then resumed: it publishes nothing, releases nothing.
+            assert_eq!(block(s.get(&key, &mut out)).unwrap(), Some(8));
+            assert_eq!(block(slow).unwrap(), Some(8));
+        }
+        assert_eq!(slow_out, [2; 8]);
+        assert_eq!(s.node.local.users(&key), 0);
+    }
+
+    #[test]
+    fn a_dead_write_leader_releases_its_entry() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 7u64.to_be_bytes();
+        block(s.upsert(&key, &[3; 8])).unwrap();
+        poll_once(pin!(s.upsert(&key, &[4; 8])));
+        assert_eq!(s.node.local.users(&key), 1);
+        block(s.upsert(&key, &[5; 8])).unwrap();
+        assert_eq!(s.stats().leader_takeovers, 1);
+        assert_eq!(
+            s.node.local.users(&key),
+            0,
+            "the dead leader's count was released"
+        );
+        let mut out = [0u8; 8];
+        assert_eq!(block(s.get(&key, &mut out)).unwrap(), Some(8));
+        assert_eq!(out, [5; 8]);
     }
 }

@@ -54,6 +54,8 @@
 
 mod bulk;
 mod cache;
+#[cfg(test)]
+mod chain_tests;
 mod config;
 mod frozen;
 mod key;

@@ -96,7 +96,7 @@ fn start_and_abandon<F: Future>(f: F) {
 }
 
 #[test]
-fn a_leader_that_dies_mid_read_is_replaced_by_a_waiter() {
+fn a_leader_that_dies_mid_read_hands_its_lead_over_at_once() {
     let m = memory(4 << 20);
     let (ep1, ep2) = (endpoint(&m), endpoint(&m));
     let mut c = cfg();
@@ -114,7 +114,9 @@ fn a_leader_that_dies_mid_read_is_replaced_by_a_waiter() {
         Some(8)
     );
     assert_eq!(u64::from_le_bytes(out), 7);
-    assert_eq!(s2.stats().leader_takeovers, 1);
+    // The dropped leader's claim released its lead: the next reader led without waiting
+    // for a lease (a leader that stalls instead is replaced: `local::tests`).
+    assert_eq!(s2.stats().leader_takeovers, 0);
     // The entry keeps working for later readers: they lead their own reads.
     assert_eq!(
         block(s1.get(&5u64.to_be_bytes(), &mut out)).unwrap(),

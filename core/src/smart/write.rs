@@ -79,6 +79,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         self.write_out_of_place(
                             kind,
                             (node, header, idx, slot),
+                            t0,
                             leaf,
                             &buf[..bytes],
                             k,
@@ -333,10 +334,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Out-of-place write: a new leaf, then the old leaf's status CASed to forward to it
     /// (the linearization point), then the parent slot swung (best effort).
+    #[allow(clippy::too_many_arguments)]
     async fn write_out_of_place(
         &self,
         kind: WriteKind,
         at: (GlobalAddr, Header, usize, Slot),
+        t0: u64,
         leaf: GlobalAddr,
         current: &[u8],
         key: &[u8],
@@ -418,18 +421,27 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 what: "leaf slot",
                 err,
             })?;
-            if self
-                .change_slot(node, header.frozen(false), idx, slot, new)
-                .await?
-                == Swap::Done
-            {
+            let h = header.frozen(false);
+            let swung = match self.change_slot(node, h, idx, slot, new).await? {
+                Swap::Done => Some(slot),
+                // The remote slot is not the value the search used (a cached slot ahead of
+                // it, pointed at the live end of the chain by a lookup): swing it from its
+                // real value if that is an earlier leaf of our chain. Without this a cache
+                // ahead of the remote slot failed every later swing, the chain grew by a
+                // leaf per write, and past `MAX_FORWARDS` fresh searches restarted forever.
+                Swap::Failed(cur) if self.behind_new_leaf(cur, slot, na, t0).await? => {
+                    (self.change_slot(node, h, idx, cur, new).await? == Swap::Done).then_some(cur)
+                }
+                _ => None,
+            };
+            if let Some(head) = swung {
                 if let Some(mut c) = self.node.cache_mut() {
                     c.set_slot(node, idx, new);
                 }
                 // Unreachable now but through stale reads: retire the replaced leaf (and
                 // the head of its chain; links between them stay unreclaimed).
                 self.retire(leaf, current.len());
-                if let Ok(remora_layouts::smart::SlotKind::Leaf { addr, .. }) = slot.kind()
+                if let Ok(remora_layouts::smart::SlotKind::Leaf { addr, .. }) = head.kind()
                     && addr != leaf
                 {
                     self.retire(addr, current.len());
@@ -437,5 +449,31 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }
         }
         Ok(Some(was_valid))
+    }
+
+    /// After a failed swing to our new leaf `na` (expecting `slot`): true when the
+    /// remote slot's value `cur` is sure to name an earlier leaf of `na`'s chain, so that
+    /// swinging it to `na` skips only replaced leaves. It is when `cur` is a leaf slot of
+    /// the same partial key, not frozen, and `na` has not been replaced since (one READ of its
+    /// status, after the CAS that returned `cur`): a slot moves only forward along a key's
+    /// chain, and leaves it only when the chain's live end is retired (`na` is not). A
+    /// stale attempt (`reclaim.rs`) does not try.
+    async fn behind_new_leaf(
+        &self,
+        cur: Slot,
+        slot: Slot,
+        na: GlobalAddr,
+        t0: u64,
+    ) -> Result<bool, SmartError> {
+        use remora_layouts::smart::SlotKind;
+        let leafy = matches!(cur.kind(), Ok(SlotKind::Leaf { addr, .. }) if addr != na);
+        if !leafy || cur.is_frozen() || cur.pkey() != slot.pkey() || self.stale(t0) {
+            return Ok(false);
+        }
+        let mut word = [0u8; 8];
+        self.read(na.add(LEAF_STATUS_OFFSET as u64), &mut word)
+            .await?;
+        let live = LeafStatus::decode(u64::from_le_bytes(word)).is_ok_and(|s| !s.is_obsolete());
+        Ok(live && !self.stale(t0))
     }
 }
