@@ -362,8 +362,6 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
             // soft threads) that is 3 s of churn in flight; the churn runs with the 10 ms
             // leases of a client on dedicated cores (`LeaseConfig::default_lease`).
             cfg.lease = remora::core::lease::LeaseConfig::default_lease();
-            // Reclamation is off by default (see `SmartConfig::reclaim`); churn is its use.
-            cfg.reclaim = true;
         }
         let r = match a.fabric {
             FabricKind::Soft => run_soft(&one, &index)?,
