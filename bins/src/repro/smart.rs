@@ -11,15 +11,24 @@ const ALL: &[&str] = &["load", "a", "b", "c", "d"];
 const COROUTINES: u64 = 2;
 /// The paper's keys (60M): the modelled LLC is scaled by keys loaded / this. The compute-side
 /// caches are not: the authors give SMART and Sherman 600 MiB per compute node for 60M keys
-/// (exp/params/fig_13.json `cache_size`), but scaled by keys (0.1 MiB at 10k keys) it no
-/// longer holds even the top of a 10k-key tree, whose root and second level are 256-way
-/// nodes: measured at 16 x 48 threads x 2 coroutines, YCSB-C, SMART reads 1.78 times per
-/// lookup, 1513 B (the root's 2 KiB image, again and again) and falls from 198 to 14.5 Mops.
-/// The default 64 MiB holds the whole 10k-key tree: every lookup hits (0.99 READs).
+/// (exp/params/fig_11.json `cache_size`, `kIndexCacheSize = 600` MB in their Common.h). Over
+/// 60M random 8-byte keys (YCSB's hashed `randint` keys) SMART's first three levels are full
+/// 256-way nodes (~66k x 2 KiB, ~136 MB) and the fourth holds ~3.6 keys a slot (counted
+/// here, not the paper's): 600 MiB holds the top levels and part of the last, so a hot
+/// lookup reads about one leaf. Scaled by keys (0.1 MiB at 10k keys) the cache no longer holds even the top of a 10k-key tree (its 128
+/// 256-way nodes alone are ~260 KiB): measured at 16 x 48 threads x 2 coroutines,
+/// YCSB-C (`remora bench --fabric sim --profile smart --set server_llc_lines=66 --records
+/// 10000 --operations 10000 --warmup 76800 --compute-nodes 16 --memory-nodes 2
+/// --clients-per-node 48 --coroutines 2 --index smart --workload c --cache-mib X`): 0.1 MiB
+/// 1.77 READs and 1509 B per lookup (the root's 2 KiB image, again and again), 14.7 Mops;
+/// 0.27 MiB (about those 256-way nodes) 1.34 READs, 653 B, 31.5 Mops, the root still
+/// evicted; 0.5 MiB and up every lookup hits (0.99 READs, 63 B,
+/// 204 Mops). The default 64 MiB is kept: it gives the paper's one read per hot lookup.
 const PAPER_KEYS: u64 = 60_000_000;
 /// Client threads per compute node of the authors' integer-key YCSB sweeps (exp/params/
-/// fig_13.json `client_num`, 16 compute nodes, 2 coroutines each). SMART: up to 24 for
-/// YCSB-A, 48 for YCSB-C.
+/// fig_11.json `client_num`, Fig. 11's throughput/latency curves: 16 compute nodes, 2
+/// coroutines each; fig_12.json is the same with email keys, fig_13.json YCSB-A alone).
+/// SMART: up to 24 for YCSB-A, 48 for YCSB-C.
 const SMART_THREADS_A: &[usize] = &[2, 4, 6, 10, 12, 18, 20, 24];
 const SMART_THREADS_C: &[usize] = &[4, 8, 10, 12, 16, 24, 32, 48];
 /// Sherman is swept with fewer clients ("as Sherman/ART saturates the network more easily
@@ -29,6 +38,16 @@ const SMART_THREADS_C: &[usize] = &[4, 8, 10, 12, 16, 24, 32, 48];
 const SHERMAN_THREADS_C: &[usize] = &[4, 6, 8, 10, 12, 13, 14, 16];
 const SHERMAN_NODES_A: usize = 2;
 const SHERMAN_THREADS_A: &[usize] = &[19, 20, 21, 22];
+/// Sherman's page in the SMART paper's comparison: span 32 (exp/params/fig_11.json
+/// `span_size: 32`), which the authors' forked Sherman (River861/Sherman include/Common.h)
+/// turns into a 32 x (8 + 8 + 2) + 35 + 12 = 623 B leaf, read whole per lookup
+/// (`page_search` reads max(leaf, internal) bytes). remora's pages are powers of two and its
+/// leaf entries 24 B: 32 of them need 32 x 24 + 72 = 840 B, so 1 KiB (39 entries) is the
+/// smallest page of span 32. It reads 1.64x the paper's bytes per lookup; 512 B would read
+/// 0.82x but hold 18 entries (`remora bench` as for the cache above, `--index sherman
+/// --clients-per-node 16 --warmup 25600 --page-size X`: 22.7 Mops at 1 KiB, 42.7 at 512 B,
+/// both at the memory nodes' link bandwidth).
+const SHERMAN_PAGE: usize = 1024;
 /// Coroutines per thread of the YCSB bars and the factor analysis (the bench's default): not
 /// the authors' factor shape, 16 compute nodes x 24 threads x 2 coroutines (exp/params/
 /// fig_17.json `client_num: [16, 24]`, exp/fig_17.py). Measured in that shape at quick scale
@@ -95,7 +114,7 @@ pub fn paper(s: &Scale) -> Paper {
             Series::new(
                 "Sherman",
                 format!(
-                    "{} --index sherman --keys int",
+                    "{} --index sherman --keys int --page-size {SHERMAN_PAGE}",
                     paper_sweep(sherman_nodes, sherman)
                 ),
                 &[wl][..],
@@ -120,7 +139,11 @@ pub fn paper(s: &Scale) -> Paper {
         if keys == "int" {
             v.insert(
                 1,
-                Series::new("Sherman", format!("{flags} --index sherman --keys int"), wl),
+                Series::new(
+                    "Sherman",
+                    format!("{flags} --index sherman --keys int --page-size {SHERMAN_PAGE}"),
+                    wl,
+                ),
             );
         }
         v
@@ -207,16 +230,21 @@ pub fn paper(s: &Scale) -> Paper {
             Pick::at("smart-clients-c", "SMART", "c", smart_c),
             Pick::at("smart-clients-c", "Sherman", "c", sherman_c),
             "the paper's gain comes from the memory nodes' IOPS: Sherman reads a leaf per \
-             lookup, SMART one small leaf. Off, measured: SMART's 10k-key tree is wholly in \
-             its cache, so each lookup is one READ of a ~65 B leaf and SMART runs at the \
-             memory nodes' NIC message rate (the model's view), while Sherman reads one \
-             1 KiB page per lookup at their link bandwidth: the ratio is message rate / \
-             (bandwidth / 1 KiB). The paper's Sherman ran span-32 pages (the authors' \
-             exp/params/fig_13.json `span_size: 32`; their forked Sherman's Common.h: a \
-             32 x 18 B + 47 B = 623 B leaf), remora's pages are powers of two (32 of its \
-             24 B entries need 840 B, so 1 KiB); and the paper's 600 MiB cache does not hold \
-             its 60M-key tree (0.1 MiB, the cache scaled to 10k keys, does not hold the root: \
-             see smart.rs), so its lookups read more than one node",
+             lookup, SMART one small leaf. Off, measured (smart-clients-c.csv): SMART's 10k-key \
+             tree is wholly in its cache, each lookup 0.99 READs of 65 B, NIC use 0.89 (its \
+             memory nodes' message rate, 2 x 110 Mops, binds; link use 0.52); Sherman reads \
+             one 1 KiB page per lookup (1.00 READ, 1024 B) at its memory nodes' link \
+             bandwidth (link use 0.85, flat at 21-22 Mops from 64 clients). Both are as the \
+             paper ran them in kind (the authors' 600 MiB cache holds the top of their 60M-key \
+             tree; at quick scale 0.1-0.27 MiB make SMART re-read its root: see smart.rs), not \
+             in size: the paper's Sherman leaf is 623 B (span 32, fig_11.json; remora's \
+             power-of-two pages need 1 KiB for span 32; 512 B pages measure 42.7 Mops in `bench` \
+             against 22.7 at 1 KiB), so \
+             remora's Sherman reads 1.64x the paper's bytes; and the paper's 2.8x puts its \
+             SMART near 100 Mops if its Sherman ran at its 623 B leaves' line rate (~36 Mops), \
+             half of remora's 198: its memory nodes served ~50 M lookups/s each, where remora \
+             models 110 M READs/s (the nic_mops of the smart profile, assumed from Sherman's \
+             on-chip atomics, not measured for host-memory READs)",
         ),
         Claim::ratio(
             "read-latency",
@@ -271,7 +299,7 @@ pub fn paper(s: &Scale) -> Paper {
             "sim, profile smart (ConnectX-6 100 Gb, DRAM memory nodes; `remora perf --fabric \
              sim --profile smart --show-model`), LLC scaled to {llc} lines ({} keys of the \
              paper's 60M), 64 MiB cache per compute node (the authors' 600 MiB, not scaled: \
-             it holds the whole tree); YCSB bars and factors: {NODES} compute nodes x \
+             it holds the whole tree), Sherman's pages 1 KiB (span 32: see smart.rs); YCSB bars and factors: {NODES} compute nodes x \
              {per_node} client threads x {BAR_COROUTINES} coroutines ({bar_warm} warm-up ops; \
              the authors' factor shape, {NODES} x 24 x 2, is not used at this scale: see \
              smart.rs); curves: the authors' thread sweeps of each index x {COROUTINES} \
