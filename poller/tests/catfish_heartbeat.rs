@@ -72,7 +72,10 @@ fn heartbeats_reach_the_client_without_a_read() {
     let (_, _, off, reads, hbs) = out[0];
     assert_eq!(off, 0, "a calm server: all messaging");
     assert!(hbs >= 10, "heartbeats taken while calm: {hbs}");
-    assert_eq!(reads, 0, "looking at the heartbeat must not READ: {reads} READs");
+    assert_eq!(
+        reads, 0,
+        "looking at the heartbeat must not READ: {reads} READs"
+    );
     let (_, _, off, _, hbs) = out[1];
     assert!(hbs >= 5, "heartbeats taken while busy: {hbs}");
     assert!(off >= 100, "a busy server: {off}/300 offloaded");

@@ -10,8 +10,8 @@
 //!   [`CatfishServer::on_message`](Handler::on_message)); the rest waits here until the
 //!   client asks with [`Opcode::More`], so a client that stops reading never blocks the
 //!   event loop, and the others are served meanwhile.
-//! - Per-connection state (queued replies, the connection's block: request mailbox and
-//!   heartbeat slot, handed out by [`Opcode::Mailbox`] and validated on every
+//! - Per-connection state (queued replies, the connection's block: its request mailbox,
+//!   handed out by [`Opcode::Mailbox`] and validated on every
 //!   WRITE_WITH_IMM) is released in [`Handler::on_disconnect`]; blocks are reused.
 //! - Load: busy time over the node's clock where the fabric reports it
 //!   ([`LocalRegion::cpu_clock`]), else an event-loop meter ([`LoadMeter`]). Every reply
