@@ -577,8 +577,8 @@ pub enum Opcode {
     /// window that ended with [`FLAG_MORE`]).
     More = 5,
     /// Give this connection its block on the memory node ([`CLIENT_BLOCK_LEN`] bytes): the
-    /// request mailbox for WRITE_WITH_IMM requests at offset 0, and the connection's
-    /// heartbeat slot at [`CLIENT_HEARTBEAT_OFFSET`]. The reply carries one entry whose `ptr`
+    /// request mailbox for WRITE_WITH_IMM requests at offset 0; the server sends heartbeats
+    /// to the connections holding a block. The reply carries one entry whose `ptr`
     /// is the block's raw `GlobalAddr`.
     Mailbox = 6,
     /// Delete the entry with rectangle `rect` and object id `arg0` (one of them, if the same
@@ -611,9 +611,8 @@ pub const fn split_init_arg(arg1: u64) -> Result<(u64, TreeKind, usize), LayoutE
 
 /// Bytes of a connection's block (see [`Opcode::Mailbox`]).
 pub const CLIENT_BLOCK_LEN: usize = 64;
-/// The connection's heartbeat slot (the paper's `u_serv`) in its block: the server writes a
-/// [`Heartbeat`] word there every heartbeat interval (never 0: its sequence starts at 1);
-/// the client reads it and writes 0 back once it has taken it.
+/// Reserved in the connection's block (it held a heartbeat slot; the server now sends each
+/// client its heartbeat as a message, as the paper's server does).
 pub const CLIENT_HEARTBEAT_OFFSET: u64 = 56;
 const _: () = assert!(REQUEST_LEN as u64 <= CLIENT_HEARTBEAT_OFFSET);
 const _: () = assert!(CLIENT_HEARTBEAT_OFFSET + 8 <= CLIENT_BLOCK_LEN as u64);

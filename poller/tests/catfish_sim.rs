@@ -364,12 +364,12 @@ fn sim_adaptive_mode_follows_the_measured_cpu_load() {
         assert_eq!(wrong, 0, "wrong answers");
         (off as f64 / n as f64, util)
     };
-    // Load piggybacked on replies (Mode::Adaptive), then Algorithm 1's heartbeat slots.
+    // Load piggybacked on replies (Mode::Adaptive), then Algorithm 1's heartbeats.
     for heartbeats in [false, true] {
         let (lone, lone_util) = run(1, 600, heartbeats);
         let (crowd, crowd_util) = run(64, 60, heartbeats);
         println!(
-            "heartbeat slots {heartbeats}: 1 client: {:.1} % offloaded (server CPU {:.0} %); \
+            "heartbeats {heartbeats}: 1 client: {:.1} % offloaded (server CPU {:.0} %); \
              64 clients: {:.1} % offloaded (server CPU {:.0} %)",
             lone * 100.0,
             lone_util * 100.0,

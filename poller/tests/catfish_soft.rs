@@ -609,9 +609,9 @@ fn the_tree_grows_until_the_node_is_full_and_says_so() {
     println!("{n} entries in {grows} grows of 4 KiB before the 320 KiB node was full");
 }
 
-/// Algorithm 1 with heartbeat slots on the soft fabric (a real clock): the server writes
-/// its load into each connection's slot, the client takes it at most once per `Inv`, and
-/// offloads while it says busy.
+/// Algorithm 1 with heartbeats on the soft fabric (a real clock): the server sends its load
+/// to each connection as a heartbeat message, the client takes it at most once per `Inv`,
+/// and offloads while it says busy.
 #[test]
 fn heartbeat_slots_drive_the_adaptive_search() {
     let probe = Arc::new(AtomicU32::new(100));
@@ -663,7 +663,7 @@ fn heartbeat_slots_drive_the_adaptive_search() {
     assert_eq!(calm, 2, "the client never went back to messaging");
     assert!(c.stats().heartbeats >= 10, "{:?}", c.stats());
     println!(
-        "heartbeat slots: {busy}/100 offloaded while busy; {:?}",
+        "heartbeats: {busy}/100 offloaded while busy; {:?}",
         c.stats()
     );
 }

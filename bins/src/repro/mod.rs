@@ -2,7 +2,7 @@
 //! the sim, with a warm-up before every measured phase; JSON + CSV + charts per experiment
 //! and one markdown report of the paper's claims next to remora's figures.
 //!
-//! Each paper is one file (`smart.rs`, `sherman.rs`, `canrt.rs`, `erda.rs`, `catfish.rs`)
+//! Each paper is one file (`smart.rs`, `sherman.rs`, `canrt.rs`, `erda.rs`, `catfish/`)
 //! holding its experiment list and its claim list: an experiment is a set of `remora bench`
 //! command lines (so every figure can be re-run by hand), a claim names the two measured
 //! points whose ratio the paper states. Adding a baseline (WORT, Erda's Redo/RAW, ...) when

@@ -6,16 +6,15 @@
 //! take the mode asked for, or the back-off's choice in [`Mode::Adaptive`].
 use super::CatfishError;
 use super::adaptive::{Backoff, BackoffConfig};
+use super::server::HEARTBEAT_REQ_ID;
 use crate::alloc::RemoteAllocator;
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair, Work};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
-    CLIENT_HEARTBEAT_OFFSET, Heartbeat, TreeKind, check_fanout, init_arg, node_len,
-};
-use remora_layouts::catfish::{
     Entry, FANOUT, FLAG_LAST, FLAG_MORE, META_LEN, Meta, Node, Opcode, ROOT_SLOT, Rect, Request,
     ResponseHeader, Status, decode_hit,
 };
+use remora_layouts::catfish::{TreeKind, check_fanout, init_arg, node_len};
 use remora_layouts::region::root_offset;
 use std_alloc::vec::Vec;
 
@@ -74,7 +73,7 @@ pub struct ClientStats {
     pub reuse_restarts: u64,
     /// Inserts that had to give the server another arena.
     pub grows: u64,
-    /// Heartbeats taken from this client's slot ([`CatfishClient::search_adaptive`]).
+    /// Heartbeats taken by Algorithm 1 ([`CatfishClient::search_adaptive`]).
     pub heartbeats: u64,
 }
 
@@ -108,11 +107,12 @@ pub struct CatfishClient {
     /// Load seen by the latest search, not yet fed to the back-off.
     observed: Option<u16>,
     last_heartbeat_seq: u64,
-    /// Algorithm 1's `Inv` and `t0` (the client's clock when it last took a heartbeat from
-    /// its slot), and when it last READ the slot.
+    /// Algorithm 1's `Inv` and `t0` (the client's clock when it last took a heartbeat).
     heartbeat_interval_ns: u64,
     t0: u64,
-    slot_read_at: u64,
+    /// Algorithm 1's `u_serv`: the load of the latest heartbeat message the server sent to
+    /// this client, not taken yet (`None`: zeroed).
+    u_serv: Option<u16>,
     stats: ClientStats,
     /// The bound on each reply wait, and the error that closed messaging after one ran out.
     reply_timeout_ns: u64,
@@ -206,7 +206,7 @@ impl CatfishClient {
             last_heartbeat_seq: 0,
             heartbeat_interval_ns: super::server::HEARTBEAT_NS,
             t0: 0,
-            slot_read_at: 0,
+            u_serv: None,
             stats: ClientStats::default(),
             reply_timeout_ns: DEFAULT_REPLY_TIMEOUT_NS,
             closed: None,
@@ -345,37 +345,78 @@ impl CatfishClient {
         qp: &Q,
         req_id: u32,
     ) -> Result<(ResponseHeader, usize), CatfishError> {
-        if let Some(e) = self.closed {
-            return Err(e);
-        }
-        let r = match qp.clock_ns() {
-            None => qp.recv(&mut self.reply).await.map_err(|e| self.broken(e))?,
-            Some(t0) => {
-                let ns = self.reply_timeout_ns;
-                match within(qp, ns, qp.recv(&mut self.reply)).await {
-                    Some(r) => r.map_err(|e| self.broken(e))?,
-                    None => {
-                        let waited_ns = qp.clock_ns().unwrap_or(t0).saturating_sub(t0);
-                        let e = CatfishError::NoReply {
-                            node: qp.peer(),
-                            waited_ns,
-                        };
-                        self.closed = Some(e);
-                        return Err(e);
+        // Heartbeats may precede the reply: at most the server's window of them.
+        for _ in 0..=super::server::MAX_WINDOW {
+            if let Some(e) = self.closed {
+                return Err(e);
+            }
+            let r = match qp.clock_ns() {
+                None => qp.recv(&mut self.reply).await.map_err(|e| self.broken(e))?,
+                Some(t0) => {
+                    let ns = self.reply_timeout_ns;
+                    match within(qp, ns, qp.recv(&mut self.reply)).await {
+                        Some(r) => r.map_err(|e| self.broken(e))?,
+                        None => {
+                            let waited_ns = qp.clock_ns().unwrap_or(t0).saturating_sub(t0);
+                            let e = CatfishError::NoReply {
+                                node: qp.peer(),
+                                waited_ns,
+                            };
+                            self.closed = Some(e);
+                            return Err(e);
+                        }
                     }
                 }
+            };
+            self.received = self.received.wrapping_add(1);
+            let len = r.len as usize;
+            let msg = self.reply.get(..len).ok_or(CatfishError::Protocol(
+                "reply longer than the receive buffer",
+            ))?;
+            let h = ResponseHeader::decode(msg)?;
+            if h.req_id == HEARTBEAT_REQ_ID {
+                self.u_serv = Some(h.load_permille);
+                continue;
             }
-        };
-        self.received = self.received.wrapping_add(1);
-        let len = r.len as usize;
-        let msg = self.reply.get(..len).ok_or(CatfishError::Protocol(
-            "reply longer than the receive buffer",
-        ))?;
-        let h = ResponseHeader::decode(msg)?;
-        if h.req_id != req_id {
-            return Err(CatfishError::Protocol("reply to another request"));
+            if h.req_id != req_id {
+                return Err(CatfishError::Protocol("reply to another request"));
+            }
+            return Ok((h, len));
         }
-        Ok((h, len))
+        Err(CatfishError::Protocol(
+            "more unread messages than the server's window",
+        ))
+    }
+
+    /// Takes the heartbeat messages already received (without waiting): the latest load
+    /// goes to `u_serv`. Anything else waiting there is a protocol error (no request is
+    /// outstanding between two calls). Nothing to take once messaging is closed.
+    fn take_heartbeats<Q: QueuePair>(&mut self, qp: &Q) -> Result<(), CatfishError> {
+        if self.closed.is_some() {
+            // Messaging is closed: no heartbeat is taken, the client may still offload.
+            return Ok(());
+        }
+        // At most the server's window of messages can be unread; bound the loop by it.
+        for _ in 0..=super::server::MAX_WINDOW {
+            let Some(r) = qp.try_recv(&mut self.reply).map_err(|e| self.broken(e))? else {
+                return Ok(());
+            };
+            self.received = self.received.wrapping_add(1);
+            let msg = self
+                .reply
+                .get(..r.len as usize)
+                .ok_or(CatfishError::Protocol(
+                    "reply longer than the receive buffer",
+                ))?;
+            let h = ResponseHeader::decode(msg)?;
+            if h.req_id != HEARTBEAT_REQ_ID {
+                return Err(CatfishError::Protocol("a reply no request waits for"));
+            }
+            self.u_serv = Some(h.load_permille);
+        }
+        Err(CatfishError::Protocol(
+            "more unread messages than the server's window",
+        ))
     }
 
     /// Asks the server for this connection's request mailbox (by SEND), growing the tree's
@@ -550,15 +591,16 @@ impl CatfishClient {
         Ok(mode)
     }
 
-    /// The paper's adaptive search (Algorithm 1) with the server's heartbeats: before the
-    /// search, if the last heartbeat taken is older than `Inv` (by `ep`'s clock), the client
-    /// READs its heartbeat slot on the memory node; a non-zero word is the fresh utilisation
-    /// `U`, and the client writes 0 back and restarts `t0`. Then the back-off
-    /// ([`Backoff::observe`], lines 11-16) picks messaging or offloading. The slot is on the
-    /// memory node, not in the client's memory as in the paper (remora's clients register
-    /// no memory), so looking costs a READ: while no fresh heartbeat has come, the client
-    /// looks at most once per `Inv / 8`. A fabric without a clock (`now_ns` always 0) looks
-    /// before every search. Returns the mode used.
+    /// The paper's adaptive search (Algorithm 1) with the server's heartbeats. The server
+    /// sends each connection a heartbeat message every `Inv` (seeds/003 §4.1: the heartbeat
+    /// "is sent to all active clients by the aforementioned fast messaging design", into
+    /// `u_serv`, "the memory region where the heartbeats are written"), so looking at it is
+    /// local: before the search, if the last heartbeat taken is older than `Inv` (by `ep`'s
+    /// clock), the client takes the heartbeats already in its receive queue (no network
+    /// operation; a reply wait takes them too); the latest is `U`, `u_serv` is cleared and
+    /// `t0` restarts. Then the back-off ([`Backoff::observe`], lines 11-16) picks messaging
+    /// or offloading. A fabric without a clock (`now_ns` always 0) looks before every
+    /// search. Returns the mode used.
     pub async fn search_adaptive<E: Endpoint>(
         &mut self,
         ep: &E,
@@ -570,25 +612,15 @@ impl CatfishClient {
         }
         let qp = ep.qp(self.alloc.node())?;
         if self.mailbox.is_null() {
+            // The connection's block: the server sends heartbeats to connections holding one.
             self.mailbox = self.request_mailbox(qp).await?;
         }
         let t = ep.now_ns();
-        let inv = self.heartbeat_interval_ns;
         let mut u = None;
-        if t == 0
-            || (t.saturating_sub(self.t0) > inv && t.saturating_sub(self.slot_read_at) > inv / 8)
-        {
-            self.slot_read_at = t;
-            let slot = GlobalAddr::new(
-                self.mailbox.node(),
-                self.mailbox.offset() + CLIENT_HEARTBEAT_OFFSET,
-            );
-            let mut word = [0u8; 8];
-            qp.read(slot, &mut word).await?;
-            let w = u64::from_le_bytes(word);
-            if w != 0 {
-                u = Some(Heartbeat::decode(w).load_permille);
-                qp.write(slot, &[0u8; 8]).await?;
+        if t == 0 || t.saturating_sub(self.t0) > self.heartbeat_interval_ns {
+            self.take_heartbeats(qp)?;
+            if let Some(load) = self.u_serv.take() {
+                u = Some(load);
                 self.t0 = t;
                 self.stats.heartbeats += 1;
             }

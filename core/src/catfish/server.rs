@@ -10,14 +10,18 @@
 //!   [`CatfishServer::on_message`](Handler::on_message)); the rest waits here until the
 //!   client asks with [`Opcode::More`], so a client that stops reading never blocks the
 //!   event loop, and the others are served meanwhile.
-//! - Per-connection state (queued replies, the connection's block: request mailbox and
-//!   heartbeat slot, handed out by [`Opcode::Mailbox`] and validated on every
+//! - Per-connection state (queued replies, the connection's block: its request mailbox,
+//!   handed out by [`Opcode::Mailbox`] and validated on every
 //!   WRITE_WITH_IMM) is released in [`Handler::on_disconnect`]; blocks are reused.
 //! - Load: busy time over the node's clock where the fabric reports it
 //!   ([`LocalRegion::cpu_clock`]), else an event-loop meter ([`LoadMeter`]). Every reply
 //!   carries it; every heartbeat interval it is written to the superblock's heartbeat word
-//!   (offloading clients READ it with their first doorbell) and to every connection's
-//!   heartbeat slot (Algorithm 1's `u_serv`).
+//!   (offloading clients READ it with their first doorbell) and sent to every connection
+//!   holding a block, as a heartbeat message (a reply header with request id
+//!   [`HEARTBEAT_REQ_ID`]): the paper's heartbeat, "sent to all active clients by the
+//!   aforementioned fast messaging design" into the client's `u_serv` (seeds/003 §4.1), so
+//!   the client reads it locally. The handler has no timer of its own: a heartbeat that
+//!   falls due while the loop is idle goes out with the next message it handles.
 use super::CatfishError;
 use super::shared::SharedTree;
 use super::tree::Tree;
@@ -26,9 +30,9 @@ use crate::server::{CpuClock, Handler, LocalRegion, Replies};
 use core::sync::atomic::{AtomicU32, Ordering};
 use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
-    CLIENT_BLOCK_LEN, CLIENT_HEARTBEAT_OFFSET, ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE,
-    Heartbeat, META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request,
-    ResponseHeader, Status, encode_entry, hits_per_message, split_init_arg,
+    CLIENT_BLOCK_LEN, ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE, Heartbeat,
+    META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request, ResponseHeader,
+    Status, encode_entry, hits_per_message, split_init_arg,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, REGION_MAGIC};
 use std_alloc::collections::{BTreeMap, VecDeque};
@@ -42,6 +46,8 @@ use std_alloc::vec::Vec;
 pub const HEARTBEAT_EVERY: u64 = 16;
 /// The heartbeat interval where the fabric reports the node's CPU clock (the paper's 10 ms).
 pub const HEARTBEAT_NS: u64 = 10_000_000;
+/// The request id of a heartbeat message (clients never number a request 0).
+pub const HEARTBEAT_REQ_ID: u32 = 0;
 /// Reply messages the server leaves unread at one client before it waits for the client to
 /// ask for more (see [`CatfishServer::with_window`]).
 pub const DEFAULT_WINDOW: usize = 8;
@@ -112,8 +118,10 @@ impl LoadMeter {
 /// [`Handler::on_disconnect`].
 #[derive(Debug, Default)]
 struct Conn {
-    /// Reply messages sent on this connection, modulo 256.
+    /// Reply messages sent on this connection, modulo 256 (heartbeats included).
     sent: u8,
+    /// The client's count of messages received, from its latest request.
+    acked: u8,
     /// Reply messages not sent yet (flow control): `bytes[start..ends[0]]` is the next.
     bytes: Vec<u8>,
     ends: VecDeque<usize>,
@@ -174,6 +182,8 @@ pub struct CatfishServer {
     out: Replies,
     handled: u64,
     conns: BTreeMap<usize, Conn>,
+    /// A heartbeat is due to the connections (sent with the next message handled).
+    heartbeat_due: bool,
     /// Retirements per reclamation epoch of the trees this server formats or recovers.
     reclaim_batch: u64,
 }
@@ -193,6 +203,7 @@ impl CatfishServer {
             out: Replies::new(),
             handled: 0,
             conns: BTreeMap::new(),
+            heartbeat_due: false,
             reclaim_batch: super::reclaim::DEFAULT_BATCH,
         }
     }
@@ -272,9 +283,22 @@ impl CatfishServer {
             };
             // A failed store means the superblock is outside the region: nothing to report to.
             let _ = region.store_u64(meta + META_HEARTBEAT_OFFSET, hb.encode());
-            // And into every connection's own slot (Algorithm 1's u_serv).
-            for block in self.conns.values().filter_map(|c| c.mailbox) {
-                let _ = region.store_u64(block + CLIENT_HEARTBEAT_OFFSET, hb.encode());
+            self.heartbeat_due = true;
+        }
+    }
+
+    /// Sends the due heartbeat to every connection holding a block whose client has room
+    /// for it (fewer than the window unread: a heartbeat is never worth a receive slot the
+    /// replies need, and a newer one replaces it anyway).
+    fn send_heartbeats(&mut self, replies: &mut Replies) {
+        if !core::mem::take(&mut self.heartbeat_due) {
+            return;
+        }
+        let msg = self.header(Status::Ok, 0, HEARTBEAT_REQ_ID, 0).encode();
+        for (&id, c) in self.conns.iter_mut() {
+            if c.mailbox.is_some() && usize::from(c.sent.wrapping_sub(c.acked)) < self.window {
+                replies.send_to(id, &msg);
+                c.sent = c.sent.wrapping_add(1);
             }
         }
     }
@@ -383,10 +407,6 @@ impl CatfishServer {
                 };
                 match at {
                     Ok(at) => {
-                        if conn.mailbox.is_none() {
-                            // A reused block must not show its last owner's heartbeat.
-                            let _ = region.store_u64(at + CLIENT_HEARTBEAT_OFFSET, 0);
-                        }
                         conn.mailbox = Some(at);
                         let h = self.header(Status::Ok, FLAG_LAST, req.req_id, 1);
                         let entry = Entry {
@@ -477,6 +497,7 @@ impl Handler for CatfishServer {
         replies: &mut Replies,
     ) -> Result<(), FabricError> {
         self.tick(region, true);
+        self.send_heartbeats(replies);
         let mut state = self
             .conns
             .get_mut(&conn)
@@ -587,6 +608,7 @@ impl CatfishServer {
                 "the client acknowledged replies it was never sent",
             ));
         }
+        conn.acked = req.acked;
         let budget = self.window - unread;
         if req.op == Opcode::More {
             if conn.ends.is_empty() || conn.queued_req != req.req_id {
