@@ -12,8 +12,8 @@
 //! memory node's link saturated (4.7 Mops at 256 clients, where the paper has ~533 Kops).
 //!
 //! The model: each compute node has one [`NodeReads`] its clients share; every READ of a
-//! doorbell whose ops are all READs of node images (one level of an offloaded search; not
-//! the 8-byte heartbeat slot, which the paper keeps in the client's own memory) waits its
+//! doorbell whose ops are all READs of node images (one level of an offloaded search; an
+//! 8-byte READ is a word, not a node image) waits its
 //! turn (first come, first served) and holds the node until it completes. One READ, not one
 //! doorbell: Fig. 9(b) draws single READs of different threads interleaving, and the
 //! paper's multi-issue (one thread's READs of a level pipelined, §4.3) saves at most 15.13%
@@ -58,8 +58,8 @@ impl<Q: QueuePair> QueuePair for GatedQp<'_, Q> {
         self.inner.peer()
     }
     async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
-        // Node images only: the 8-byte heartbeat slot is a READ only because remora keeps
-        // it on the memory node (the paper's server writes it into the client's memory).
+        // Node images only: an 8-byte READ is a word, not a node (the heartbeat is no READ:
+        // the server sends it into the client's memory, as the paper's does).
         let reads = ops.iter().all(|o| matches!(o, Op::Read { .. }))
             && ops
                 .iter()
@@ -250,7 +250,7 @@ mod tests {
         // Gated: each READ on its own, one in flight on the node.
         assert_eq!(most_in_flight(Some(&node), 64), (1, 16));
         assert_eq!(most_in_flight(None, 64), (4, 8));
-        // The 8-byte heartbeat slot is not a node image: not gated.
+        // An 8-byte word is not a node image: not gated.
         assert_eq!(most_in_flight(Some(&node), 8), (4, 8));
     }
 }
