@@ -20,7 +20,6 @@ use super::layout::{SB_HEAP_END, SB_HEAP_TOP, TreeError};
 use crate::server::LocalRegion;
 use remora_layouts::region::NEXT_CHUNK_OFFSET;
 use std_alloc::collections::{BTreeMap, BTreeSet};
-use std_alloc::vec::Vec;
 
 /// The heap's durable mark advances this far at a time.
 pub(super) const EXTENT: u64 = 64 << 10;
@@ -147,7 +146,7 @@ impl Heap {
 
     /// After a crash: every byte below the bump pointer that no block of `reachable`
     /// (offset, allocated length) covers is free.
-    pub(super) fn rebuild(&mut self, reachable: &mut Vec<(u64, u64)>) {
+    pub(super) fn rebuild(&mut self, reachable: &mut [(u64, u64)]) {
         self.free.clear();
         self.by_len.clear();
         self.free_bytes = 0;

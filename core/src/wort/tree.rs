@@ -58,15 +58,18 @@ pub struct TreeStats {
 /// Most inner nodes on a path (each takes at least one digit of a canonical key).
 const PATH_MAX: usize = 2 * CANON_LEN + 1;
 
+/// An inner node on a lookup's path: the node, the child word naming it, and the node and
+/// digit of that word (None: the root word).
+type Step = (Ptr, u64, Option<(Ptr, u8)>);
+
 /// Where a lookup found a key.
 struct Found {
     slot: u64,
     leaf: u64,
     /// The inner node holding the child word, and the digit, unless the root word does.
     parent: Option<(Ptr, u8)>,
-    /// The inner nodes on the way, root first: each with the child word naming it and the
-    /// node and digit of that word (None: the root word).
-    path: [(Ptr, u64, Option<(Ptr, u8)>); PATH_MAX],
+    /// The inner nodes on the way, root first.
+    path: [Step; PATH_MAX],
     depth: usize,
 }
 
