@@ -1,5 +1,6 @@
-//! The CANRT client: node-oriented reads (Algorithm 2), scans, and waiting for resizes
-//! over a cached copy of the prefix nodes (lock-based appends, Algorithm 1, are in `write.rs`).
+//! The CANRT client: node-oriented reads (Algorithm 2) and waiting for resizes
+//! over a cached copy of the prefix nodes (lock-based appends, Algorithm 1, are in `write.rs`;
+//! range scans in `scan.rs`).
 use super::node::CanrtNode;
 use super::view::{Found, NodeView, TreeView};
 use super::{CanrtConfig, CanrtError, WriteAck};
@@ -8,7 +9,7 @@ use crate::index::KvIndex;
 use crate::lease::{Verdict, Waiter};
 use core::cell::{Cell, RefCell};
 use remora_layouts::canrt::{
-    Control, ControlKind, DataGeometry, FRONT_OFF, ItemOp, MAX_KEY, Meta, ROOT_SLOT, SKIP_DRAIN,
+    Control, ControlKind, DataGeometry, FRONT_OFF, ItemOp, Meta, ROOT_SLOT, SKIP_DRAIN,
     TREE_HEADER_LEN, TreeHeader,
 };
 use remora_layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
@@ -41,7 +42,7 @@ pub struct ClientStats {
 }
 
 /// Largest data node a lookup reads into its own frame instead of a pooled buffer.
-const FRAME_NODE: usize = 1024;
+pub(super) const FRAME_NODE: usize = 1024;
 
 /// Largest prefix array a view load reads into its own frame (then copies into the view)
 /// instead of a heap buffer.
@@ -657,137 +658,6 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         Err(last.unwrap_or(CanrtError::Retries {
             what: "data node read",
         }))
-    }
-
-    /// Range scan: data nodes in key order (the prefix array's NodeIDs left to right) from
-    /// the one holding `from`, [`SCAN_BATCH`] node snapshots per doorbell (paper §4.4).
-    ///
-    /// A stale node (a resize published a newer tree) does not start the scan over: the
-    /// pairs of the nodes already read stay (each was the valid tree's when read, so each
-    /// returned item is linearizable within the scan), and the scan resumes in the newer
-    /// tree from the key after the last one it holds. Resumes that add nothing are bounded
-    /// by `read_retries`; a resume that adds a pair resets the bound.
-    async fn range(
-        &self,
-        from: u128,
-        limit: usize,
-        visit: &mut dyn FnMut(&[u8], &[u8]),
-    ) -> Result<usize, CanrtError> {
-        let qp = self.qp()?;
-        let mut pairs: Vec<(u128, Vec<u8>)> = Vec::new();
-        let g = self.view().data();
-        let mut at = from;
-        let mut idle = 0u32;
-        'again: loop {
-            if let Some(&(last, _)) = pairs.last() {
-                if last >= g.max_key() {
-                    break 'again;
-                }
-                at = last + 1;
-            }
-            let v = self.view();
-            let size = v.header.data_node_size as usize;
-            // Snapshots in the coroutine's frame for nodes up to FRAME_NODE (see `NodeBuf`).
-            let mut frame = [0u8; FRAME_NODE * SCAN_BATCH];
-            let mut heap = Vec::new();
-            let bufs: &mut [u8] = if size <= FRAME_NODE {
-                &mut frame[..size * SCAN_BATCH]
-            } else {
-                heap.resize(size * SCAN_BATCH, 0);
-                &mut heap
-            };
-            let mut brackets = [Bracket::default(); SCAN_BATCH];
-            let corrupt = |why| CanrtError::Corrupt {
-                addr: GlobalAddr::from_raw(v.root),
-                why,
-            };
-            self.ep.charge(Work::Probe(1));
-            let first = v.locate(at).map_err(corrupt)?;
-            let mut r = v.rank(first).ok_or(corrupt(LayoutError::Inconsistent {
-                what: "located data node missing from key order",
-            }))?;
-            let order = v.order();
-            let before = pairs.len();
-            while pairs.len() < limit && r < order.len() {
-                let ids = &order[r..(r + SCAN_BATCH).min(order.len())];
-                {
-                    let mut ops: heapless::Vec<Op<'_>, { 3 * SCAN_BATCH }> = heapless::Vec::new();
-                    for ((&id, b), br) in ids.iter().zip(bufs.chunks_mut(size)).zip(&mut brackets) {
-                        // ids.len() <= SCAN_BATCH: three READs each fit.
-                        self.push_snapshot(&mut ops, self.node_addr(&v, id), br, b)?;
-                    }
-                    qp.post(&mut ops).await?;
-                }
-                for (i, &id) in ids.iter().enumerate() {
-                    let addr = self.node_addr(&v, id);
-                    let buf = &mut bufs[i * size..(i + 1) * size];
-                    let bracket = &mut brackets[i];
-                    let start = pairs.len();
-                    let mut tries = 0;
-                    loop {
-                        if tries > 0 {
-                            self.read_snapshot(addr, bracket, buf).await?;
-                        }
-                        tries += 1;
-                        if tries > self.cfg.read_retries {
-                            return Err(CanrtError::Retries { what: "scan read" });
-                        }
-                        let nv = match self.snapshot(v.data(), bracket, buf) {
-                            Ok(Some(nv)) => nv,
-                            _ => {
-                                Self::bump(&self.torn);
-                                continue;
-                            }
-                        };
-                        pairs.truncate(start);
-                        let fresh = self.fresh(&v, &nv).await?;
-                        if !matches!(fresh, Fresh::Yes) {
-                            if matches!(fresh, Fresh::NotYet) {
-                                // A resize is about to publish a newer tree: wait for it
-                                // (with back-off) rather than spin.
-                                self.await_thaw(&v, addr).await?;
-                            }
-                            Self::bump(&self.scan_resumes);
-                            idle = if start > before { 0 } else { idle + 1 };
-                            if idle > self.cfg.read_retries {
-                                return Err(CanrtError::Retries { what: "scan" });
-                            }
-                            continue 'again;
-                        }
-                        // Only the keys this tree routes here (a split leaves copies behind
-                        // for an instant).
-                        let res = nv.for_each_live(|k, val| {
-                            self.ep.charge(Work::Probe(1));
-                            if k >= at && v.locate(k).ok() == Some(id) {
-                                pairs.push((k, val.to_vec()));
-                            }
-                        });
-                        if res.is_ok() {
-                            break;
-                        }
-                        Self::bump(&self.torn);
-                    }
-                    self.ep.charge(Work::Sort(pairs.len() - start));
-                    pairs[start..].sort_unstable_by_key(|p| p.0);
-                    if pairs.len() >= limit {
-                        break;
-                    }
-                }
-                r += ids.len();
-            }
-            break 'again;
-        }
-        let n = pairs.len().min(limit);
-        let mut kb = [0u8; MAX_KEY];
-        for (k, val) in &pairs[..n] {
-            visit(g.key_to_be(*k, &mut kb), val);
-        }
-        Ok(n)
-    }
-
-    /// Times a scan met a stale node and resumed in a newer tree.
-    pub fn scan_resumes(&self) -> u64 {
-        self.scan_resumes.get()
     }
 }
 

@@ -123,6 +123,7 @@ mod pool;
 mod recover;
 mod resize;
 mod resize_stats;
+mod scan;
 mod server;
 #[cfg(test)]
 mod tests;

@@ -184,6 +184,17 @@ pub(super) fn table_off(h: &TreeHeader) -> u64 {
     (h.prefix_off + h.prefix_len).next_multiple_of(8)
 }
 
+/// Bytes of a new area for a tree that needs `need`: half as much again, rounded up to a
+/// power of two. The classes let a tree whose prefix array grows and shrinks (sequential
+/// keys with random deletes: the live keys spread over a wider range) find a spare of its
+/// class again; with half as much again alone, each replaced area fell a little short of
+/// the next need (a 128,960-byte need left a 193,440-byte area, the next need was 194,536)
+/// and every growth claimed new memory (issue 26). Spares of smaller classes sum to less
+/// than one of the class in use.
+pub(super) fn area_len(need: u64) -> u64 {
+    (need + need / 2).next_power_of_two()
+}
+
 /// Bytes an area needs for a prefix array of `prefix_len` bytes: header, prefix array,
 /// pool table.
 pub(super) fn area_need(prefix_len: u64) -> u64 {
@@ -192,10 +203,12 @@ pub(super) fn area_need(prefix_len: u64) -> u64 {
 
 impl CanrtServer {
     /// A data array for `n` nodes, with room to split into: the smallest free run of the
-    /// pool with room for `n` and half as many again (its frames keep their lock words; see
-    /// the module docs), taken whole, else `cap` nodes of new zeroed memory. Accepting a run
-    /// a little short of `cap` keeps a churn from claiming new memory each time its node
-    /// count drifts up by one. Returns (offset, capacity in nodes, reused).
+    /// pool with room for `n` and a quarter as many again (its frames keep their lock words;
+    /// see the module docs), taken whole, else `cap` nodes of new zeroed memory. Accepting a
+    /// run well short of `cap` keeps a churn from claiming new memory each time its node
+    /// count drifts up: with room for half as many again, a churn of sequential keys with
+    /// random deletes whose node count drifted from 766 to 769 claimed a third array (issue
+    /// 26). Returns (offset, capacity in nodes, reused).
     pub(super) fn array_for(
         &mut self,
         region: &dyn LocalRegion,
@@ -204,7 +217,7 @@ impl CanrtServer {
         cap: u64,
     ) -> Result<(u64, u64, bool), FabricError> {
         let ns = g.node_size();
-        let enough = cap.min(n + n.div_ceil(2)).max(n);
+        let enough = cap.min(n + n.div_ceil(4)).max(n);
         if let Some((off, len)) = self.pool.take(enough * ns, ns) {
             return Ok((off, len / ns, true));
         }

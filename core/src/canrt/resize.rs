@@ -210,7 +210,7 @@ impl CanrtServer {
                 match self.pool.take_area(need) {
                     Some(a) => a,
                     None => {
-                        let len = need + need / 2;
+                        let len = super::pool::area_len(need);
                         (self.alloc(region, len)?, len)
                     }
                 }

@@ -2,8 +2,9 @@
 //!
 //! **Superblock** (64 bytes, published in root slot [`ROOT_SLOT_WORT`] or [`ROOT_SLOT_WOART`]):
 //! magic, tree kind, the root word (a tagged pointer, see [`Ptr`]), the ring geometry, and
-//! the heap: `[heap_base, heap_end)` with `heap_top` the durable high-water mark of the bump
-//! allocator (a node is only ever reachable below a `heap_top` persisted before it).
+//! the heap: `[heap_base, heap_end)` (`heap_end`: the memory claimed from the region so far)
+//! with `heap_top` the durable high-water mark of the bump allocator (a node is only ever
+//! reachable below a `heap_top` persisted before it).
 //!
 //! **Node header** (the first 8-byte word of every inner node, stored whole): depth (bits
 //! 7..0, the digit where the node's prefix starts), prefix length (15..8, in digits), and up

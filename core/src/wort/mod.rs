@@ -25,9 +25,12 @@
 //!
 //! Linearizability: the server applies one request at a time and answers after the change
 //! is durable, so each operation takes effect at its handling, between its request and its
-//! reply. Not implemented: reuse of replaced leaves and nodes (the heap only grows: a full
-//! heap answers [`Status::Full`](layout::Status)), node shrinking after deletes.
+//! reply. Memory (`heap.rs`): the heap claims the region's chunks as it grows; replaced and
+//! deleted leaves, grown nodes' old copies and nodes emptied by deletes are freed and reused
+//! (a full heap answers [`Status::Full`](layout::Status)). Not implemented: shrinking a node
+//! that deletes left with few children.
 mod client;
+mod heap;
 pub mod layout;
 mod nodes;
 mod server;

@@ -18,18 +18,21 @@
 //!   it: [`Tree::recover`] rebuilds such a header from a leaf below (the prefix ends where it
 //!   ended before).
 //!
-//! The heap is a bump allocator whose high-water mark is persisted ahead of use (in extents),
-//! so every reachable node lies below the durable mark. Replaced leaves and nodes are not
-//! reused (no reclamation, as Erda's logs): a full heap answers [`TreeError::Full`].
+//! The heap (`heap.rs`) is a bump allocator whose high-water mark is persisted ahead of use
+//! (in extents), so every reachable node lies below the durable mark, over memory claimed
+//! from the region a chunk at a time. A leaf or node is freed once the store that unlinks it
+//! is persisted (an update's old leaf, a deleted leaf, a grown node's old copy, a node a
+//! delete emptied, an emptied subtree a leaf replaces) and reused by later allocations;
+//! recovery takes back the free memory as what the tree does not reach. A full heap answers
+//! [`TreeError::Full`].
+use super::heap::{EXTENT, Heap};
 use super::layout::*;
 use super::nodes::{self, Children, Image};
 use crate::fabric::FabricError;
 use crate::server::LocalRegion;
 use remora_layouts::LayoutError;
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader, root_offset};
-
-/// The heap's durable mark advances this far at a time.
-const EXTENT: u64 = 64 << 10;
+use std_alloc::vec::Vec;
 
 /// What the tree did (volatile, since the server started).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,7 +51,16 @@ pub struct TreeStats {
     pub grows: u64,
     /// `persist` calls.
     pub persists: u64,
+    /// Leaves and inner nodes freed (unlinked, their memory reused).
+    pub freed: u64,
 }
+
+/// Most inner nodes on a path (each takes at least one digit of a canonical key).
+const PATH_MAX: usize = 2 * CANON_LEN + 1;
+
+/// An inner node on a lookup's path: the node, the child word naming it, and the node and
+/// digit of that word (None: the root word).
+type Step = (Ptr, u64, Option<(Ptr, u8)>);
 
 /// Where a lookup found a key.
 struct Found {
@@ -56,6 +68,9 @@ struct Found {
     leaf: u64,
     /// The inner node holding the child word, and the digit, unless the root word does.
     parent: Option<(Ptr, u8)>,
+    /// The inner nodes on the way, root first.
+    path: [Step; PATH_MAX],
+    depth: usize,
 }
 
 /// A tree's volatile handle (the state is all in the region but the allocator cursor).
@@ -65,11 +80,7 @@ pub struct Tree {
     pub kind: Kind,
     /// Region offset of the tree's superblock.
     pub sb: u64,
-    heap_base: u64,
-    heap_end: u64,
-    /// Next free byte; `durable_top` is what the superblock says.
-    top: u64,
-    durable_top: u64,
+    heap: Heap,
     /// What the tree did since this handle opened it.
     pub stats: TreeStats,
 }
@@ -83,8 +94,9 @@ fn bad(what: &'static str) -> TreeError {
 }
 
 impl Tree {
-    /// Formats a tree of `kind` with `clients x slots` ring slots in the rest of the region
-    /// (claimed from the region's chunk allocator) and publishes it.
+    /// Formats a tree of `kind` with `clients x slots` ring slots and its first heap extent in
+    /// memory claimed from the region's chunk allocator (the heap claims more as it grows),
+    /// and publishes it.
     pub fn format(
         r: &dyn LocalRegion,
         kind: Kind,
@@ -96,14 +108,17 @@ impl Tree {
         let h = RegionHeader::decode(&hdr).map_err(|why| corrupt(0, why))?;
         let rings = clients as u64 * slots as u64 * SLOT_LEN as u64;
         let mut cur = r.load_u64(NEXT_CHUNK_OFFSET)?;
-        let end = r.len() / h.chunk_size * h.chunk_size;
-        let base = loop {
-            if cur.saturating_add(SB_LEN as u64 + rings + EXTENT) > end {
+        let limit = r.len() / h.chunk_size * h.chunk_size;
+        let first = (SB_LEN as u64 + rings + EXTENT).next_multiple_of(h.chunk_size);
+        let (base, end) = loop {
+            let end = cur.saturating_add(first);
+            if end > limit {
                 return Err(bad("the region has no room for a WORT/WOART store"));
             }
             let seen = r.cas_u64(NEXT_CHUNK_OFFSET, cur, end)?;
             if seen == cur {
-                break cur;
+                r.persist(NEXT_CHUNK_OFFSET, 8);
+                break (cur, end);
             }
             cur = seen;
         };
@@ -151,6 +166,11 @@ impl Tree {
             ));
         }
         let (base, end, top) = (w(SB_HEAP_BASE)?, w(SB_HEAP_END)?, w(SB_HEAP_TOP)?);
+        let mut hdr = [0u8; HEADER_LEN];
+        r.read(0, &mut hdr)?;
+        let chunk = RegionHeader::decode(&hdr)
+            .map_err(|why| corrupt(0, why))?
+            .chunk_size;
         if !(base <= top && top <= end && end <= r.len()) {
             return Err(corrupt(
                 sb,
@@ -162,10 +182,7 @@ impl Tree {
         Ok(Tree {
             kind,
             sb,
-            heap_base: base,
-            heap_end: end,
-            top,
-            durable_top: top,
+            heap: Heap::new(base, end, top, r.len() / chunk * chunk, chunk),
             stats: TreeStats::default(),
         })
     }
@@ -180,9 +197,14 @@ impl Tree {
         ))
     }
 
-    /// Bytes of the heap in use.
+    /// Bytes of the heap in use (allocated and not freed).
     pub fn heap_used(&self) -> u64 {
-        self.top - self.heap_base
+        self.heap.used()
+    }
+
+    /// Bytes of the region the heap has claimed (its superblock's `heap_end` less its base).
+    pub fn heap_claimed(&self) -> u64 {
+        self.heap.end - self.heap.base
     }
 
     fn persist(&mut self, r: &dyn LocalRegion, off: u64, len: usize) {
@@ -191,21 +213,37 @@ impl Tree {
     }
 
     fn alloc(&mut self, r: &dyn LocalRegion, len: usize) -> Result<u64, TreeError> {
-        let len = (len as u64).next_multiple_of(64);
-        let end = self.top.checked_add(len).ok_or(TreeError::Full)?;
-        if end > self.heap_end {
-            return Err(TreeError::Full);
+        let (sb, before) = (self.sb, self.heap.persists);
+        let o = self.heap.alloc(r, sb, len);
+        self.stats.persists += self.heap.persists - before;
+        o
+    }
+
+    /// The leaf at `o` is unlinked (the store persisted): its memory is free.
+    fn free_leaf(&mut self, r: &dyn LocalRegion, o: u64) -> Result<(), TreeError> {
+        let (_, vl) = self.leaf_key(r, o)?;
+        self.heap.free(o, leaf_len(vl));
+        self.stats.freed += 1;
+        Ok(())
+    }
+
+    /// The inner nodes of the subtree under `p`, which holds no leaf and is unlinked (the
+    /// store persisted), are free.
+    fn free_empty(&mut self, r: &dyn LocalRegion, p: Ptr) -> Result<(), TreeError> {
+        if matches!(p, Ptr::Null | Ptr::Leaf(_)) {
+            return Ok(());
         }
-        if end > self.durable_top {
-            // The mark goes first: nothing is reachable above a durable mark.
-            let mark = end.next_multiple_of(EXTENT).min(self.heap_end);
-            r.store_u64(self.sb + SB_HEAP_TOP, mark)?;
-            self.persist(r, self.sb + SB_HEAP_TOP, 8);
-            self.durable_top = mark;
+        let mut ch = Children::new();
+        nodes::children(r, p, &mut ch)?;
+        for c in ch.as_slice() {
+            let cp = self.ptr_of(c.word)?;
+            if !matches!(cp, Ptr::Leaf(_)) {
+                self.free_empty(r, cp)?;
+            }
         }
-        let o = self.top;
-        self.top = end;
-        Ok(o)
+        self.heap.free(p.offset(), nodes::node_len(p));
+        self.stats.freed += 1;
+        Ok(())
     }
 
     /// Checks that a pointer names memory of the heap (a corrupt word never sends the server
@@ -216,7 +254,7 @@ impl Tree {
             _ => nodes::node_len(p) as u64,
         };
         let o = p.offset();
-        if p != Ptr::Null && (o < self.heap_base || o + len > self.durable_top) {
+        if p != Ptr::Null && (o < self.heap.base || o + len > self.heap.durable_top) {
             return Err(corrupt(
                 o,
                 LayoutError::OutOfRange {
@@ -245,7 +283,7 @@ impl Tree {
         r.read(o, &mut b)?;
         let w = u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]));
         let (kl, vl) = decode_leaf_header(w).map_err(|why| corrupt(o, why))?;
-        if o + leaf_len(vl) as u64 > self.durable_top {
+        if o + leaf_len(vl) as u64 > self.heap.durable_top {
             return Err(corrupt(
                 o,
                 LayoutError::OutOfRange {
@@ -361,6 +399,8 @@ impl Tree {
         let mut slot = self.sb + SB_ROOT;
         let mut parent = None;
         let mut d = 0usize;
+        let mut path = [(Ptr::Null, 0, None); PATH_MAX];
+        let mut depth = 0;
         loop {
             match self.load_ptr(r, slot)? {
                 Ptr::Null => return Ok(None),
@@ -369,9 +409,19 @@ impl Tree {
                         slot,
                         leaf: o,
                         parent,
+                        path,
+                        depth,
                     }));
                 }
                 p => {
+                    let at = path.get_mut(depth).ok_or(corrupt(
+                        p.offset(),
+                        LayoutError::Inconsistent {
+                            what: "path longer than a key",
+                        },
+                    ))?;
+                    *at = (p, slot, parent);
+                    depth += 1;
                     let h = self.node_header(r, p, d)?;
                     // Optimistic: the leaf's whole key is compared at the end.
                     for i in 0..(h.plen as usize).min(PREFIX_MAX) {
@@ -443,6 +493,7 @@ impl Tree {
                         let leaf = self.new_leaf(r, key, value)?;
                         r.store_u64(slot, Ptr::Leaf(leaf).encode())?;
                         self.persist(r, slot, 8);
+                        self.free_empty(r, p)?;
                         self.stats.inserts += 1;
                         return Ok(false);
                     }
@@ -485,10 +536,11 @@ impl Tree {
                     self.stats.inserts += 1;
                     return Ok(false);
                 }
-                Some((_, lk)) if lk == k => {
+                Some((old, lk)) if lk == k => {
                     let leaf = self.new_leaf(r, key, value)?;
                     r.store_u64(slot, Ptr::Leaf(leaf).encode())?;
                     self.persist(r, slot, 8);
+                    self.free_leaf(r, old)?;
                     self.stats.updates += 1;
                     return Ok(true);
                 }
@@ -577,6 +629,8 @@ impl Tree {
         let grown = nodes::grown(p, o).ok_or(bad("a direct node is never full"))?;
         r.store_u64(slot, grown.encode())?;
         self.persist(r, slot, 8);
+        self.heap.free(p.offset(), nodes::node_len(p));
+        self.stats.freed += 1;
         self.stats.grows += 1;
         Ok(())
     }
@@ -596,6 +650,28 @@ impl Tree {
                 nodes::remove(r, node, digit, f.slot)?;
                 self.stats.persists += 1;
             }
+        }
+        self.free_leaf(r, f.leaf)?;
+        // Inner nodes the delete left empty leave the tree, deepest first (each unlinked by
+        // one persisted store, then freed): else a key range deleted for good would keep
+        // its nodes for ever.
+        for &(node, slot, parent) in f.path[..f.depth].iter().rev() {
+            let mut ch = Children::new();
+            nodes::children(r, node, &mut ch)?;
+            if ch.len != 0 {
+                break;
+            }
+            match parent {
+                None => {
+                    r.store_u64(slot, 0)?;
+                    self.persist(r, slot, 8);
+                }
+                Some((up, digit)) => {
+                    nodes::remove(r, up, digit, slot)?;
+                    self.stats.persists += 1;
+                }
+            }
+            self.free_empty(r, node)?;
         }
         self.stats.deletes += 1;
         Ok(true)
@@ -665,10 +741,13 @@ impl Tree {
     /// Walks the whole tree after a crash: every node whose header depth is not its place
     /// (a split cut short between publishing the new node and moving the old one down) gets
     /// its header rebuilt from a leaf below; an emptied subtree in that state is dropped.
+    /// The heap's free memory is then what the tree does not reach.
     /// Returns (nodes, leaves, headers repaired).
     pub fn recover(&mut self, r: &dyn LocalRegion) -> Result<(u64, u64, u64), TreeError> {
         let mut counts = (0, 0, 0);
-        self.repair(r, self.sb + SB_ROOT, 0, &mut counts)?;
+        let mut reach = Vec::new();
+        self.repair(r, self.sb + SB_ROOT, 0, &mut counts, &mut reach)?;
+        self.heap.rebuild(&mut reach);
         Ok(counts)
     }
 
@@ -678,12 +757,14 @@ impl Tree {
         slot: u64,
         d: usize,
         counts: &mut (u64, u64, u64),
+        reach: &mut Vec<(u64, u64)>,
     ) -> Result<(), TreeError> {
         let p = self.load_ptr(r, slot)?;
         match p {
             Ptr::Null => return Ok(()),
             Ptr::Leaf(o) => {
-                self.leaf_key(r, o)?;
+                let (_, vl) = self.leaf_key(r, o)?;
+                reach.push((o, leaf_len(vl) as u64));
                 counts.1 += 1;
                 return Ok(());
             }
@@ -728,8 +809,9 @@ impl Tree {
             let slots: [u64; nodes::FANOUT_MAX] = core::array::from_fn(|i| ch.list[i].slot);
             (slots, ch.len)
         };
+        reach.push((p.offset(), nodes::node_len(p) as u64));
         for &s in &slots[..n] {
-            self.repair(r, s, next, counts)?;
+            self.repair(r, s, next, counts, reach)?;
         }
         Ok(())
     }

@@ -172,6 +172,9 @@ pub(crate) struct MemNode {
     /// `lo - undo_max_len`.
     undo_max_len: u64,
     undo_by_qp: HashMap<u32, VecDeque<u64>>,
+    /// Per cache line, the bytes an un-persisted CPU store already logged (bit `i` = byte
+    /// `i` of the line): a later store to them logs nothing (see [`MemNode::cpu_store`]).
+    cpu_logged: HashMap<u64, u64>,
     undo_seq: u64,
     pub nvm: NvmStats,
     /// The CPU's last-level cache, as the server CPU model sees it (`llc.rs`).
@@ -206,6 +209,7 @@ impl MemNode {
             undo_by_off: BTreeSet::new(),
             undo_max_len: 0,
             undo_by_qp: HashMap::new(),
+            cpu_logged: HashMap::new(),
             undo_seq: 0,
             nvm: NvmStats::default(),
             llc: Llc::default(),
@@ -298,6 +302,13 @@ impl MemNode {
     /// The node's CPU stores `data` at `off` of the host region (bounds already checked): in
     /// the volatile view at once; on a persistent node, un-persisted per cache line until a
     /// [`MemNode::write_back`] covers the line.
+    ///
+    /// Only a byte's *first* store since its line was last written back is logged. A later
+    /// store's undo piece could never matter: the earlier CPU piece under the same byte is
+    /// older (a crash rolls back newest first, so the byte ends with the oldest piece's old
+    /// value), and both leave the log together (only a write-back of their line, or a crash,
+    /// drops a CPU piece). So the log holds at most one line's worth of bytes per line
+    /// between write-backs, however often a handler rewrites a word it does not persist.
     pub fn cpu_store(&mut self, off: u64, data: &[u8]) {
         let o = off as usize;
         if self.persistent && !data.is_empty() {
@@ -307,15 +318,30 @@ impl MemNode {
             let end = off + data.len() as u64;
             let mut a = off;
             while a < end {
-                let b = ((a / LINE + 1) * LINE).min(end);
-                let old = &self.host[a as usize..b as usize];
-                let new = &data[(a - off) as usize..(b - off) as usize];
-                // A store of the bytes already there needs no undo: rolling it back changes
-                // nothing, whatever else is rolled back around it (a handler clearing a
-                // fresh, zeroed table would otherwise log every line of it).
-                if old != new {
-                    let old = old.to_vec();
-                    self.undo_put(seq, a, Undo { dm: false, old });
+                let line = a / LINE;
+                let b = ((line + 1) * LINE).min(end);
+                let logged = self.cpu_logged.get(&line).copied().unwrap_or(0);
+                let mut want = line_mask(a - line * LINE, b - line * LINE) & !logged;
+                let mut newly = 0;
+                // Each run of bytes not yet logged in this line: one piece.
+                while want != 0 {
+                    let r0 = u64::from(want.trailing_zeros());
+                    let r1 = r0 + u64::from((want >> r0).trailing_ones());
+                    want &= !line_mask(r0, r1);
+                    let (ra, rb) = (line * LINE + r0, line * LINE + r1);
+                    let old = &self.host[ra as usize..rb as usize];
+                    let new = &data[(ra - off) as usize..(rb - off) as usize];
+                    // A store of the bytes already there needs no undo: rolling it back
+                    // changes nothing, whatever else is rolled back around it (a handler
+                    // clearing a fresh, zeroed table would otherwise log every line of it).
+                    if old != new {
+                        let old = old.to_vec();
+                        self.undo_put(seq, ra, Undo { dm: false, old });
+                        newly |= line_mask(r0, r1);
+                    }
+                }
+                if newly != 0 {
+                    *self.cpu_logged.entry(line).or_default() |= newly;
                 }
                 a = b;
             }
@@ -334,6 +360,11 @@ impl MemNode {
         let hi = (off + len as u64).div_ceil(LINE) * LINE;
         let lines = (hi - lo) / LINE;
         self.nvm.lines_flushed += lines;
+        if !self.cpu_logged.is_empty() {
+            for line in lo / LINE..hi / LINE {
+                self.cpu_logged.remove(&line);
+            }
+        }
         let from = lo.saturating_sub(self.undo_max_len);
         let hit: Vec<(u64, u64)> = self
             .undo_by_off
@@ -464,6 +495,7 @@ impl MemNode {
         if self.persistent {
             let undo = std::mem::take(&mut self.undo);
             self.undo_by_off.clear();
+            self.cpu_logged.clear();
             for ((_, off), u) in undo.into_iter().rev() {
                 let o = off as usize;
                 let r = self.region(u.dm);
@@ -505,6 +537,12 @@ impl MemNode {
         let bg = self.background.as_ref().map_or(0, |t| t.busy_ps(now));
         self.threads.iter().map(|t| t.busy_ps(now)).sum::<Ps>() + bg
     }
+}
+
+/// Bits `lo..hi` of a line's byte mask (`lo < hi <= LINE`).
+fn line_mask(lo: u64, hi: u64) -> u64 {
+    let upto = |n: u64| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    upto(hi) & !upto(lo)
 }
 
 /// The most bytes of one verb [`MemNode::prefetch`] asks for.
@@ -592,5 +630,32 @@ mod tests {
             let want = if line == 100 { 4 } else { 0 };
             assert_eq!(h[at], want, "line {line}");
         }
+    }
+
+    #[test]
+    fn a_word_rewritten_without_a_persist_keeps_one_undo_piece() {
+        let mut n = node();
+        let at = 4096 + 8;
+        n.cpu_store(at, &1u64.to_le_bytes());
+        // A NIC write over it (never flushed), then the CPU rewrites it thousands of times.
+        n.store(false, at, &2u64.to_le_bytes(), 7, Kind::Write);
+        for v in 3..5000u64 {
+            n.cpu_store(at, &v.to_le_bytes());
+        }
+        // A store to the same line's other bytes logs those bytes only.
+        n.cpu_store(at - 8, &9u64.to_le_bytes());
+        assert_eq!(n.unpersisted(), 3, "CPU piece, NIC piece, the other word");
+        n.crash(1);
+        assert_eq!(&n.host[at as usize - 8..at as usize + 8], &[0u8; 16][..]);
+        // After a write-back the line logs afresh.
+        let mut n = node();
+        n.cpu_store(at, &1u64.to_le_bytes());
+        assert_eq!(n.write_back(at, 8), 1);
+        for v in 2..100u64 {
+            n.cpu_store(at, &v.to_le_bytes());
+        }
+        assert_eq!(n.unpersisted(), 1);
+        n.crash(1);
+        assert_eq!(n.host[at as usize], 1, "rolled back to the persisted value");
     }
 }
