@@ -32,6 +32,11 @@
 //! with feature `verbs`, `remora memnode --fabric verbs` processes reached over RDMA
 //! (`Builder::verbs`): each poller then runs its own verbs endpoint.
 //!
+//! A poller whose connection is lost (a broken queue pair, a memory node gone or restarted,
+//! a revoked region key) fails the operation that found out, and its next operation
+//! connects again with bounded retries ([`Error::Reconnect`] if it cannot) and reopens its
+//! indexes there (see `lives.rs`).
+//!
 //! Per-compute-node index state (SMART's cache and delegation/combining table, Sherman's
 //! local lock table with hand-over and its index cache, CANRT's prefix cache) is built once
 //! per node in [`ComputeNode::open`] and shared by the handles every poller opens on it, as
@@ -44,6 +49,8 @@ mod handle;
 mod index;
 mod lives;
 mod poller;
+#[cfg(test)]
+mod reconnect_tests;
 mod ring;
 mod slot;
 mod spatial;
