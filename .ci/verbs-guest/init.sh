@@ -378,6 +378,7 @@ fi
 # its pollers (CLUSTER_ARGS) each with its own queue pair to both nodes, application threads
 # sharing one SMART and one Sherman handle; it reads every key back and checks a Sherman
 # scan, and exits non-zero on a wrong answer. Both memory nodes must still be alive after.
+# (Sherman's on-chip locks need device memory on every node: --dm-kib.)
 CLUSTER_RC=skipped
 if want cluster; then
     CLUSTER_RC=0
@@ -386,7 +387,7 @@ if want cluster; then
     for k in 0 1; do
         port=$((CLUSTER_PORT + k))
         remora memnode --fabric verbs --listen "$GUEST_IP:$port" --node-id "$k" --region-mib 32 \
-            --chunk-kib 256 --dm-kib 0 > "/tmp/memnode-cl$k.log" 2>&1 &
+            --chunk-kib 256 --dm-kib 256 > "/tmp/memnode-cl$k.log" 2>&1 &
         pid=$!
         CL_PIDS="$CL_PIDS $pid"
         CL_ADDRS="$CL_ADDRS${CL_ADDRS:+,}$GUEST_IP:$port"
