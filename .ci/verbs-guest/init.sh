@@ -3,7 +3,8 @@
 # starts a verbs memory node, runs a SIGKILL campaign against its clients, then the fabric
 # conformance suite on it, `remora perf` and small YCSB runs (`remora bench --fabric verbs`)
 # against it from other processes, measures a memory node's message rate with 1 ms of added
-# round-trip time (netem on a veth pair) against none, checks key-file authentication, and
+# round-trip time (netem on a veth pair) against none, checks key-file authentication, runs
+# a compute node (examples/verbs_cluster.rs, several pollers) over two memory nodes, and
 # reports on the serial console. The host greps the final "REMORA-GUEST: PASS" /
 # "REMORA-GUEST: FAIL" line.
 /bin/busybox --install -s /bin
@@ -373,6 +374,45 @@ if want auth; then
     say "auth exit code $AUTH_RC (key refusals: see error lines)"
 fi
 
+# A compute node over two memory nodes (issue 23): examples/verbs_cluster.rs in one process,
+# its pollers (CLUSTER_ARGS) each with its own queue pair to both nodes, application threads
+# sharing one SMART and one Sherman handle; it reads every key back and checks a Sherman
+# scan, and exits non-zero on a wrong answer. Both memory nodes must still be alive after.
+# (Sherman's on-chip locks need device memory on every node: --dm-kib.)
+CLUSTER_RC=skipped
+if want cluster; then
+    CLUSTER_RC=0
+    CL_PIDS=""
+    CL_ADDRS=""
+    for k in 0 1; do
+        port=$((CLUSTER_PORT + k))
+        remora memnode --fabric verbs --listen "$GUEST_IP:$port" --node-id "$k" --region-mib 32 \
+            --chunk-kib 256 --dm-kib 256 > "/tmp/memnode-cl$k.log" 2>&1 &
+        pid=$!
+        CL_PIDS="$CL_PIDS $pid"
+        CL_ADDRS="$CL_ADDRS${CL_ADDRS:+,}$GUEST_IP:$port"
+        if ! wait_listening "$pid" 300 "/tmp/memnode-cl$k.log"; then
+            sed "s/^/REMORA-CLUSTER node $k: /" "/tmp/memnode-cl$k.log"
+            CLUSTER_RC=1
+        fi
+    done
+    if [ "$CLUSTER_RC" = 0 ]; then
+        say "cluster: verbs_cluster $CL_ADDRS $CLUSTER_ARGS"
+        timeout "$BENCH_TIMEOUT" verbs_cluster "$CL_ADDRS" $CLUSTER_ARGS > /tmp/cluster.out 2>&1
+        rc=$?
+        sed 's/^/REMORA-CLUSTER: /' /tmp/cluster.out
+        [ "$rc" = 0 ] && grep -q "all read back" /tmp/cluster.out || CLUSTER_RC=1
+        for pid in $CL_PIDS; do
+            kill -0 "$pid" 2>/dev/null || { say "cluster: memory node $pid died"; CLUSTER_RC=1; }
+        done
+    fi
+    for pid in $CL_PIDS; do
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    say "cluster exit code $CLUSTER_RC"
+fi
+
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
 tail -n 5 /tmp/memnode.log
@@ -411,7 +451,7 @@ fi
 ok() { [ "$1" = 0 ] || [ "$1" = skipped ]; }
 
 if ok "$CHECK_RC" && [ "$ERRORS_RC" = 0 ] && ok "$PERF_RC" && ok "$BENCH_RC" && ok "$KILL_RC" &&
-    ok "$RTT_RC" && ok "$AUTH_RC" && ok "$THREADS_RC"; then
+    ok "$RTT_RC" && ok "$AUTH_RC" && ok "$THREADS_RC" && ok "$CLUSTER_RC"; then
     finish PASS
 fi
-finish "FAIL (conformance $CHECK_RC, kill campaign $KILL_RC, perf $PERF_RC, bench $BENCH_RC, rtt $RTT_RC, auth $AUTH_RC, threads $THREADS_RC, error messages $ERRORS_RC)"
+finish "FAIL (conformance $CHECK_RC, kill campaign $KILL_RC, perf $PERF_RC, bench $BENCH_RC, rtt $RTT_RC, auth $AUTH_RC, threads $THREADS_RC, cluster $CLUSTER_RC, error messages $ERRORS_RC)"

@@ -5,7 +5,8 @@
 # processes, a SIGKILL campaign against clients of the node (then the fabric conformance
 # suite on it), `remora perf` and small YCSB runs of `remora bench --fabric verbs` (SMART C and
 # A; Sherman, CANRT, Erda C), the node's message rate with 1 ms of added RTT (netem) against
-# none, its rate with 1 server thread against 2, and `--key-file` refusals. Exit 0 only when the guest's serial console ends with
+# none, its rate with 1 server thread against 2, `--key-file` refusals, and a compute node
+# (examples/verbs_cluster.rs: several pollers) over two memory nodes. Exit 0 only when the guest's serial console ends with
 # "REMORA-GUEST: PASS".
 #
 # Usage: .ci/verbs-guest/run.sh            (from anywhere; needs root or sudo for apt-get)
@@ -17,7 +18,8 @@
 #                        CANRT and Erda C; CANRT and Erda on a memnode of their --service)
 #   REMORA_GUEST_KILLS   clients SIGKILLed in the kill campaign (default 6; 0 skips it)
 #   REMORA_GUEST_SECTIONS  what the guest runs (default: all of "check perf strace bench
-#                        errors rtt threads auth"; the kill campaign runs before "check")
+#                        errors rtt threads auth cluster"; the kill campaign runs before
+#                        "check")
 #   REMORA_GUEST_TIMEOUT seconds before the guest is killed (default 900)
 #   CARGO_TARGET_DIR     where cargo builds (default: <repo>/target)
 # Facts this relies on: ../../../shared/notes/soft-roce-guest.md (modules and their order,
@@ -33,7 +35,7 @@ BENCH=${REMORA_GUEST_BENCH-"--records 2000 --seconds 1 --threads 1 --coroutines 
 BENCH_RUNS=${REMORA_GUEST_BENCH_RUNS:-"smart:c smart:a sherman:c canrt:c erda:c"}
 TIMEOUT=${REMORA_GUEST_TIMEOUT:-900}
 KILLS=${REMORA_GUEST_KILLS:-6}
-SECTIONS=${REMORA_GUEST_SECTIONS:-"check perf strace bench errors rtt threads auth"}
+SECTIONS=${REMORA_GUEST_SECTIONS:-"check perf strace bench errors rtt threads auth cluster"}
 MODULES="crc32_generic crc32c_generic libcrc32c udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy configfs iw_cm ib_cm rdma_cm rdma_ucm veth sch_netem"
 HOST_PKGS="qemu-system-x86 busybox-static libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers iproute2 cpio kmod xz-utils gzip strace"
 MULTIARCH=x86_64-linux-gnu
@@ -98,8 +100,11 @@ fi
 # 3. The host-built binary.
 say "building remora --features verbs (release)"
 (cd "$ROOT" && cargo build --release --quiet -p remora-bins --features verbs)
+(cd "$ROOT" && cargo build --release --quiet -p remora --features verbs --example verbs_cluster)
 BIN="$TARGET/release/remora"
 [ -x "$BIN" ] || die "no $BIN after the build"
+CLUSTER_BIN="$TARGET/release/examples/verbs_cluster"
+[ -x "$CLUSTER_BIN" ] || die "no $CLUSTER_BIN after the build"
 
 # 4. The initramfs.
 IR="$CACHE/initramfs"
@@ -116,6 +121,8 @@ copy_libs() {
 }
 cp "$BIN" "$IR/usr/bin/remora"
 copy_libs "$BIN"
+cp "$CLUSTER_BIN" "$IR/usr/bin/verbs_cluster"
+copy_libs "$CLUSTER_BIN"
 # strace, when the host has it, for the guest's syscall count (informational).
 STRACE=$(command -v strace || true)
 if [ -n "$STRACE" ]; then
@@ -168,6 +175,8 @@ SECTIONS="$SECTIONS"
 RTT_PORT=7480
 AUTH_PORT=7481
 THREADS_PORT=7490
+CLUSTER_PORT=7500
+CLUSTER_ARGS="--pollers 3 --threads 3 --keys 200"
 CONF
 cp "$HERE/init.sh" "$IR/init"
 chmod +x "$IR/init"

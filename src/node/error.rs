@@ -75,6 +75,16 @@ pub enum Error {
     Stopped,
     /// The poller running the operation panicked (a bug; the poller goes on).
     Panicked,
+    /// The poller lost its connection to the memory nodes (its queue pair broke, or the
+    /// node stopped answering) and could not connect again in `tries` attempts (backing
+    /// off between them); `last` is why the last attempt failed. The next operation tries
+    /// again.
+    Reconnect {
+        /// Connection attempts made.
+        tries: u32,
+        /// Why the last one failed.
+        last: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -119,6 +129,11 @@ impl fmt::Display for Error {
             Error::Config(why) => write!(f, "{why}"),
             Error::Stopped => write!(f, "the compute node has shut down"),
             Error::Panicked => write!(f, "the poller running this operation panicked"),
+            Error::Reconnect { tries, last } => write!(
+                f,
+                "lost the connection to the memory node and {tries} reconnects failed (last: \
+                 {last}); is the memory node up?"
+            ),
         }
     }
 }
@@ -139,6 +154,31 @@ impl std::error::Error for Error {
             Error::ErdaConfig(e) => Some(e),
             _ => None,
         }
+    }
+}
+
+impl Error {
+    /// Whether this error means the poller's connection is gone (its queue pair broke, the
+    /// memory node stopped answering, or its region key was revoked): the poller then
+    /// connects again before its next operation.
+    pub(crate) fn is_connection_lost(&self) -> bool {
+        let f = match self {
+            Error::Fabric(f)
+            | Error::Smart(SmartError::Fabric(f))
+            | Error::Sherman(ShermanError::Fabric(f))
+            | Error::Canrt(CanrtError::Fabric(f))
+            | Error::Erda(ErdaError::Fabric(f))
+            | Error::Catfish(CatfishError::Fabric(f)) => f,
+            Error::Catfish(CatfishError::NoReply { .. }) => return true,
+            _ => return false,
+        };
+        matches!(
+            f,
+            FabricError::Flushed
+                | FabricError::RnrRetryExceeded
+                | FabricError::RetryExceeded { .. }
+                | FabricError::RemoteAccess { .. }
+        )
     }
 }
 

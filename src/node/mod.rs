@@ -32,6 +32,11 @@
 //! with feature `verbs`, `remora memnode --fabric verbs` processes reached over RDMA
 //! (`Builder::verbs`): each poller then runs its own verbs endpoint.
 //!
+//! A poller whose connection is lost (a broken queue pair, a memory node gone or restarted,
+//! a revoked region key) fails the operation that found out, and its next operation
+//! connects again with bounded retries ([`Error::Reconnect`] if it cannot) and reopens its
+//! indexes there (see `lives.rs`).
+//!
 //! Per-compute-node index state (SMART's cache and delegation/combining table, Sherman's
 //! local lock table with hand-over and its index cache, CANRT's prefix cache) is built once
 //! per node in [`ComputeNode::open`] and shared by the handles every poller opens on it, as
@@ -42,7 +47,10 @@ mod cores;
 mod error;
 mod handle;
 mod index;
+mod lives;
 mod poller;
+#[cfg(test)]
+mod reconnect_tests;
 mod ring;
 mod slot;
 mod spatial;
@@ -93,9 +101,10 @@ pub enum Memory {
         /// The device and connection timeout.
         options: crate::verbs::ConnectOptions,
     },
-    /// The verbs fabric's data path over the fake device ([`crate::verbs::fake`]): a memory
-    /// node in the poller's own thread, for testing without a NIC. One poller only (the
-    /// fake device is single-threaded, so a second poller would have a node of its own).
+    /// The verbs fabric's data path over the fake device ([`crate::verbs::fake`]): one
+    /// memory node in this process, for testing without a NIC. Every poller connects its own
+    /// queue pair (and client id) to it, as over real verbs; the device runs each work
+    /// request at post time, one poller at a time.
     #[cfg(feature = "verbs")]
     VerbsFake {
         /// Its region's geometry (`region_len`, `chunk_size`, `dm_len`, `node_id`).
@@ -306,23 +315,8 @@ impl Builder {
             }
             #[cfg(feature = "verbs")]
             Memory::VerbsFake { config, service } => {
-                if cores.len() != 1 {
-                    return Err(Error::Config(
-                        "the fake verbs device runs one poller (its memory node lives in the \
-                         poller's thread)"
-                            .into(),
-                    ));
-                }
-                let serves = verbs::fake_handler(config, service)?.service().to_string();
-                (
-                    None,
-                    None,
-                    serves,
-                    Connect::VerbsFake {
-                        config: *config,
-                        service: *service,
-                    },
-                )
+                let fake = verbs::SharedFake::new(config, service)?;
+                (None, None, fake.service(), Connect::VerbsFake(fake))
             }
         };
         let connect = Arc::new(connect);
@@ -364,18 +358,21 @@ impl Builder {
                         return;
                     }
                     match &*connect {
-                        Connect::Soft(f) => serve(f(), tx, &shared, spins),
+                        Connect::Soft(f) => serve(&**f, tx, &shared, spins, None),
                         #[cfg(feature = "verbs")]
                         Connect::Verbs { addrs, options } => serve(
-                            crate::verbs::VerbsEndpoint::connect(addrs, options)
-                                .map_err(Error::Verbs),
+                            &|| {
+                                crate::verbs::VerbsEndpoint::connect(addrs, options)
+                                    .map_err(Error::Verbs)
+                            },
                             tx,
                             &shared,
                             spins,
+                            None,
                         ),
                         #[cfg(feature = "verbs")]
-                        Connect::VerbsFake { config, service } => {
-                            serve(verbs::fake_endpoint(config, service), tx, &shared, spins)
+                        Connect::VerbsFake(fake) => {
+                            serve(&|| fake.endpoint(), tx, &shared, spins, Some(fake.gate()))
                         }
                     }
                 })
@@ -411,25 +408,28 @@ enum Connect {
         options: crate::verbs::ConnectOptions,
     },
     #[cfg(feature = "verbs")]
-    VerbsFake {
-        config: NodeConfig,
-        service: Service,
-    },
+    VerbsFake(Arc<verbs::SharedFake>),
 }
 
-/// A poller thread's body once it has tried to connect: reports the outcome to `start`, then
-/// runs the poller on the endpoint until the node stops.
+/// A poller thread's body: connects, reports the outcome to `start`, then runs the poller on
+/// the endpoint (and on new ones from `connect` after lost connections) until the node
+/// stops.
 fn serve<E: Endpoint>(
-    ep: Result<E, Error>,
+    connect: &dyn Fn() -> Result<E, Error>,
     tx: std::sync::mpsc::Sender<Result<(), Error>>,
     shared: &PollerShared,
     spins: u32,
+    gate: Option<&lives::Gate>,
 ) {
+    let ep = {
+        let _g = gate.map(lives::Gate::enter);
+        connect()
+    };
     match ep {
         Ok(ep) => {
             let _ = tx.send(Ok(()));
             drop(tx);
-            poller::run(shared, ep, spins);
+            lives::run(shared, ep, connect, spins, gate);
         }
         Err(e) => {
             let _ = tx.send(Err(e));

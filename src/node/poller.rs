@@ -11,11 +11,12 @@
 //! for a while, then parks until the next submission.
 use super::error::Error;
 use super::index::PerThread;
+use super::lives::{Gate, Life};
 use super::ring::Ring;
 use super::slot::{Cmd, Outcome, PollerShared, Slot};
 use remora_core::fabric::Endpoint;
 use remora_poller::frames::Frames;
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -58,32 +59,20 @@ impl Wake for TaskWaker {
     }
 }
 
-/// The poller thread's body: runs submissions on `ep` until asked to stop and idle.
-pub(crate) fn run<E: Endpoint>(shared: &PollerShared, ep: E, idle_spins: u32) {
-    shared.set_thread();
-    let handles: Vec<OnceCell<PerThread<'_, E>>> =
-        (0..MAX_INDEXES).map(|_| OnceCell::new()).collect();
-    let ep = &ep;
-    let handles = &handles[..];
-    let depth = shared.slots.len();
-    drive(shared, idle_spins, |i| {
-        task(ep, handles, &shared.states, &shared.slots[i], depth)
-    });
-}
-
 /// One operation, start to end: reads the slot's request, runs it, writes the result.
 ///
 /// The slot's data lock is held across the operation's awaits on purpose: by the slot
 /// protocol nobody else takes it until the poller marks the slot DONE (after this task
 /// ends), and this poller's other tasks hold other slots' locks.
 #[allow(clippy::await_holding_lock)]
-async fn task<'a, E: Endpoint>(
+pub(crate) async fn task<'a, E: Endpoint>(
     ep: &'a E,
     handles: &'a [OnceCell<PerThread<'a, E>>],
-    states: &'a [std::sync::OnceLock<super::index::NodeState>],
+    life: &'a Life,
     slot: &'a Slot,
     depth: usize,
 ) {
+    let states = &life.states[..];
     let mut g = slot.data();
     let d = &mut *g;
     let handle = handles.get(d.index).and_then(OnceCell::get);
@@ -95,6 +84,7 @@ async fn task<'a, E: Endpoint>(
                     if let Some(place) = handles.get(d.index) {
                         let _ = place.set(h);
                     }
+                    life.opened(d.index, cfg);
                     Ok(Outcome::Unit)
                 }
                 Err(e) => Err(e),
@@ -161,15 +151,32 @@ async fn task<'a, E: Endpoint>(
             }
         }
     };
+    if r.as_ref().is_err_and(Error::is_connection_lost) {
+        life.lost.set(true);
+    }
     d.result = r;
 }
 
-/// The loop: admits submissions, polls ready tasks, completes finished ones.
-fn drive<F: Future<Output = ()>>(
+/// How [`drive`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Asked to stop, with nothing queued or running.
+    Stopped,
+    /// A task lost the connection (`lost`): it admitted nothing since and every task
+    /// started before has finished.
+    Lost,
+}
+
+/// The loop: admits submissions, polls ready tasks, completes finished ones, until asked to
+/// stop or until a task sets `lost`. With a `gate`, it holds it while it runs tasks (never
+/// while it spins or sleeps idle).
+pub(crate) fn drive<F: Future<Output = ()>>(
     shared: &PollerShared,
     idle_spins: u32,
+    gate: Option<&Gate>,
+    lost: &Cell<bool>,
     mut start: impl FnMut(usize) -> F,
-) {
+) -> End {
     let n = shared.slots.len();
     let ready = Arc::new(Ready {
         ring: Ring::new(n),
@@ -190,7 +197,22 @@ fn drive<F: Future<Output = ()>>(
     let mut idle = 0u32;
     loop {
         let mut worked = false;
-        while let Some(i) = shared.submitted.pop() {
+        if lost.get() && live == 0 {
+            return End::Lost;
+        }
+        let admit = !lost.get() && !shared.submitted.is_empty();
+        if !admit && ready.ring.is_empty() {
+            if shared.stop.load(Ordering::SeqCst) && shared.submitted.is_empty() && live == 0 {
+                return End::Stopped;
+            }
+            idle_wait(shared, live, &mut idle, idle_spins);
+            continue;
+        }
+        let _gate = gate.map(Gate::enter);
+        // A lost connection admits nothing more: what is queued runs after the reconnect.
+        while !lost.get()
+            && let Some(i) = shared.submitted.pop()
+        {
             let i = i as usize;
             tasks.get(i).set(Some(start(i)));
             live += 1;
@@ -225,23 +247,26 @@ fn drive<F: Future<Output = ()>>(
                 shared.complete(i as u32);
             }
         }
-        if worked || live > 0 {
-            idle = 0;
-            if !worked {
-                std::hint::spin_loop();
-            }
-            continue;
-        }
-        if shared.stop.load(Ordering::SeqCst) && shared.submitted.is_empty() {
-            return;
-        }
-        idle = idle.saturating_add(1);
-        if idle < idle_spins {
-            std::hint::spin_loop();
-        } else {
-            shared.sleep();
+        if worked {
             idle = 0;
         }
+    }
+}
+
+/// Nothing to poll this turn: spins (tasks are running, or for `idle_spins` empty turns),
+/// then parks until the next submission.
+fn idle_wait(shared: &PollerShared, live: usize, idle: &mut u32, idle_spins: u32) {
+    if live > 0 {
+        *idle = 0;
+        std::hint::spin_loop();
+        return;
+    }
+    *idle = idle.saturating_add(1);
+    if *idle < idle_spins {
+        std::hint::spin_loop();
+    } else {
+        shared.sleep();
+        *idle = 0;
     }
 }
 
@@ -261,7 +286,8 @@ mod tests {
             shared.submit(s);
         }
         shared.request_stop();
-        drive(&shared, 1, |i| {
+        let lost = Cell::new(false);
+        let end = drive(&shared, 1, None, &lost, |i| {
             let log = &log;
             async move {
                 for step in 0..2 {
@@ -270,6 +296,7 @@ mod tests {
                 }
             }
         });
+        assert_eq!(end, End::Stopped);
         assert_eq!(
             *log.borrow(),
             vec![(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
@@ -288,7 +315,8 @@ mod tests {
         shared.submit(s);
         shared.request_stop();
         std::thread::scope(|sc| {
-            drive(&shared, 1, |_| {
+            let lost = Cell::new(false);
+            drive(&shared, 1, None, &lost, |_| {
                 let polls = &polls;
                 std::future::poll_fn(move |cx| {
                     polls.set(polls.get() + 1);
