@@ -223,15 +223,16 @@ impl LocalTable {
     }
 
     /// The entry of `key` (joining its users), a fresh one, or `None` when its bucket is full
-    /// of other keys (then the caller goes to remote memory directly).
-    async fn claim(&self, key: &[u8]) -> Option<At> {
+    /// of other keys (then the caller goes to remote memory directly). `f` runs on the
+    /// claimed entry under the same hold of the bucket lock.
+    async fn claim<R>(&self, key: &[u8], f: impl FnOnce(&mut Entry) -> R) -> Option<(At, R)> {
         let b = (hash_key(key) as usize) & (self.buckets.len() - 1);
         let mut g = self.lock(b).await;
         let mut free = None;
         for (i, e) in g.iter_mut().enumerate() {
             if e.users > 0 && e.key == key {
                 e.users += 1;
-                return Some(At(b, i));
+                return Some((At(b, i), f(e)));
             }
             if e.users == 0 && free.is_none() {
                 free = Some(i);
@@ -250,7 +251,7 @@ impl LocalTable {
         e.pending = None;
         e.pending_seq = 0;
         e.applied_seq = 0;
-        Some(At(b, i))
+        Some((At(b, i), f(e)))
     }
 
     /// Users counted on `key`'s entries (tests).
@@ -281,7 +282,16 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             return self.get_direct(key, out).await;
         }
         let local = &self.node.local;
-        let Some(at) = local.claim(key).await else {
+        let claimed = local.claim(key, |e| {
+            if e.reading {
+                (false, e.read_gen + 1)
+            } else {
+                e.reading = true;
+                e.read_gen += 1;
+                (true, e.read_gen)
+            }
+        });
+        let Some((at, (mut leader, mut my_gen))) = claimed.await else {
             return self.get_direct(key, out).await;
         };
         let mut claim = Claim {
@@ -290,24 +300,21 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             lead: None,
             armed: true,
         };
-        let (mut leader, mut my_gen) = local
-            .with(at, |e| {
-                if e.reading {
-                    (false, e.read_gen + 1)
-                } else {
-                    e.reading = true;
-                    e.read_gen += 1;
-                    (true, e.read_gen)
-                }
-            })
-            .await;
         claim.lead = leader.then_some(Lead::Read(my_gen));
         let lease = &self.cfg.lease;
         let mut stuck = Stuck::new();
         loop {
             if leader {
-                let mut val = [0u8; MAX_LEAF_BYTES];
-                let r = self.get_direct(key, &mut val[..self.cfg.value_cap]).await;
+                // The value lands in `out` (no buffer of the largest leaf to clear per
+                // lookup), limited to the tree's values so that the table holds it.
+                let cap = self.cfg.value_cap;
+                let room = out.len().min(cap);
+                let r = self.get_direct(key, &mut out[..room]).await;
+                if room < cap && matches!(r, Err(SmartError::BufferTooSmall { .. })) {
+                    // Too small for our buffer, not for the waiters': publish nothing, and
+                    // let the claim's drop hand the read on to one of them.
+                    return r;
+                }
                 local
                     .with(at, |e| {
                         // Replaced as the leader (stuck for a lease): publish nothing, and
@@ -315,7 +322,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         if e.reading && e.read_gen == my_gen {
                             e.value.clear();
                             if let Ok(Some(n)) = r {
-                                e.value.extend_from_slice(&val[..n]);
+                                e.value.extend_from_slice(&out[..n]);
                             }
                             e.result = r;
                             e.done_gen = my_gen;
@@ -325,7 +332,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     })
                     .await;
                 claim.armed = false;
-                return copy_out(r, &val, out);
+                return r;
             }
             yield_now().await;
             let now = self.ep.now_ns();
@@ -377,7 +384,26 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             return self.write_op(kind, key, value).await;
         }
         let local = &self.node.local;
-        let Some(at) = local.claim(key.bytes()).await else {
+        // `lead`: Some(None) = lead with my own value; Some(Some(seq)) = lead with my
+        // deposited value `seq`; None = wait.
+        let mut lead: Option<Option<u64>> = None;
+        let mut my_seq = None;
+        let mut my_gen = 0;
+        let claimed = local.claim(key.bytes(), |e| {
+            if !e.writing {
+                e.writing = true;
+                e.write_gen += 1;
+                my_gen = e.write_gen;
+                lead = Some(None);
+            } else if e.pending.is_none() || e.pending == Some(kind) {
+                e.pending = Some(kind);
+                e.pending_val.clear();
+                e.pending_val.extend_from_slice(value);
+                e.pending_seq += 1;
+                my_seq = Some(e.pending_seq);
+            }
+        });
+        let Some((at, ())) = claimed.await else {
             return self.write_op(kind, key, value).await;
         };
         let mut claim = Claim {
@@ -386,27 +412,6 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             lead: None,
             armed: true,
         };
-        // `lead`: Some(None) = lead with my own value; Some(Some(seq)) = lead with my
-        // deposited value `seq`; None = wait.
-        let mut lead: Option<Option<u64>> = None;
-        let mut my_seq = None;
-        let mut my_gen = 0;
-        local
-            .with(at, |e| {
-                if !e.writing {
-                    e.writing = true;
-                    e.write_gen += 1;
-                    my_gen = e.write_gen;
-                    lead = Some(None);
-                } else if e.pending.is_none() || e.pending == Some(kind) {
-                    e.pending = Some(kind);
-                    e.pending_val.clear();
-                    e.pending_val.extend_from_slice(value);
-                    e.pending_seq += 1;
-                    my_seq = Some(e.pending_seq);
-                }
-            })
-            .await;
         claim.lead = lead.map(|_| Lead::Write);
         let lease = &self.cfg.lease;
         let mut stuck = Stuck::new();
@@ -585,6 +590,37 @@ mod tests {
             "only the leader's count is left"
         );
         assert_eq!(block(leader).unwrap(), Some(8));
+        assert_eq!(s.node.local.users(&key), 0);
+    }
+
+    #[test]
+    fn a_read_leader_with_a_small_buffer_hands_the_read_on() {
+        let m = memory(16 << 20);
+        let ep = endpoint(&m);
+        let s = block(Smart::open(&ep, cfg())).unwrap();
+        let key = 9u64.to_be_bytes();
+        block(s.upsert(&key, &[7; 8])).unwrap();
+        let (mut first, mut small, mut out) = ([0u8; 8], [0u8; 4], [0u8; 8]);
+        {
+            // A read in flight; two readers arrive, so they wait for the next read.
+            let mut lead1 = pin!(s.get(&key, &mut first));
+            poll_once(lead1.as_mut());
+            let mut lead2 = pin!(s.get(&key, &mut small));
+            poll_once(lead2.as_mut());
+            let mut waiter = pin!(s.get(&key, &mut out));
+            poll_once(waiter.as_mut());
+            assert_eq!(block(lead1).unwrap(), Some(8));
+            // The reader with the small buffer leads the next read; the other waits on it.
+            poll_once(lead2.as_mut());
+            poll_once(waiter.as_mut());
+            assert!(matches!(
+                block(lead2),
+                Err(SmartError::BufferTooSmall { need: 8, got: 4 })
+            ));
+            // Too small for the leader, not for the waiter: it reads the value itself.
+            assert_eq!(block(waiter).unwrap(), Some(8));
+        }
+        assert_eq!(out, [7; 8]);
         assert_eq!(s.node.local.users(&key), 0);
     }
 

@@ -39,10 +39,13 @@ pub(crate) enum Miss {
     Dead { idx: usize, slot: Slot },
 }
 
-/// Where a search ended.
-// Returned by value inside the operation's future; boxing would allocate per insert.
+/// Where a search ended. `N` is the image of the node a `Miss` or `Frozen` end was decided
+/// on: `()` when the search left it in the caller's slot ([`Smart::search_in`]: nothing of
+/// 2 KiB is moved or cleared per search), [`NodeImg`] for callers that keep it by value
+/// ([`Smart::search`]).
+// `Pos<NodeImg>` is returned by value inside a write's future; boxing would allocate.
 #[allow(clippy::large_enum_variant)]
-pub(crate) enum Pos {
+pub(crate) enum Pos<N = NodeImg> {
     /// The key's live leaf; its verified image is in the caller's buffer, `info` says
     /// what it holds.
     Leaf {
@@ -60,7 +63,7 @@ pub(crate) enum Pos {
     /// The key is absent. `grand` led to the parent (None: unknown, or the parent is the
     /// root).
     Miss {
-        node: NodeImg,
+        node: N,
         parent: Option<Parent>,
         grand: Option<Parent>,
         miss: Miss,
@@ -69,10 +72,54 @@ pub(crate) enum Pos {
     /// root, or, once it has stayed frozen for a lease, finish the grow for its dead grower
     /// ([`Smart::help_grow`]). `parent` is the slot that led to it.
     Frozen {
-        node: NodeImg,
+        node: N,
         parent: Option<Parent>,
         grand: Option<Parent>,
     },
+}
+
+impl Pos<()> {
+    /// This end with the image the search left in `img`; `None` if a `Miss` or `Frozen`
+    /// end finds no image there (never after [`Smart::search_in`]; the caller restarts).
+    fn with_image(self, img: &mut Option<NodeImg>) -> Option<Pos> {
+        Some(match self {
+            Pos::Leaf {
+                node,
+                header,
+                idx,
+                slot,
+                leaf,
+                bytes,
+                info,
+                alone,
+            } => Pos::Leaf {
+                node,
+                header,
+                idx,
+                slot,
+                leaf,
+                bytes,
+                info,
+                alone,
+            },
+            Pos::Miss {
+                parent,
+                grand,
+                miss,
+                ..
+            } => Pos::Miss {
+                node: img.take()?,
+                parent,
+                grand,
+                miss,
+            },
+            Pos::Frozen { parent, grand, .. } => Pos::Frozen {
+                node: img.take()?,
+                parent,
+                grand,
+            },
+        })
+    }
 }
 
 /// Where the remote part of a search starts.
@@ -140,8 +187,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
     }
 
-    /// Walks the cache as far as it knows the key's path.
-    fn walk_cache(&self, key: &[u8]) -> CacheWalk {
+    /// Walks the cache as far as it knows the key's path. `now`: the fabric clock at the
+    /// start of the attempt (read only when reclamation is on).
+    fn walk_cache(&self, key: &[u8], now: u64) -> CacheWalk {
         let mut cur = self.root;
         let mut cur_ty = NodeType::N256;
         let mut parent: Option<Parent> = None;
@@ -157,7 +205,6 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if self.cfg.reclaim {
             // Entries may name memory that has since been reused: the cache is dropped
             // whole once older than reclamation allows (see `reclaim.rs`).
-            let now = self.ep.now_ns();
             if now.saturating_sub(cache.started) >= self.timing.cache_ttl_ns() {
                 drop(cache);
                 if let Some(mut c) = self.node.cache_mut() {
@@ -270,24 +317,41 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         leaf_bytes(key, self.cfg.value_cap).min(MAX_LEAF_BYTES)
     }
 
-    /// Searches `key`. `Ok(None)`: the search met an inconsistency and must restart (from
-    /// the root, without the cache).
-    ///
-    /// `key` is encoded; `buf` holds the largest leaf of the tree ([`Self::max_leaf_bytes`]).
+    /// [`Self::search_in`], with the image of a `Miss` or `Frozen` end moved into the
+    /// position (for writes, which keep it across their own awaits).
     pub(crate) async fn search(
         &self,
         k: &[u8],
         buf: &mut [u8],
         use_cache: bool,
     ) -> Result<Option<Pos>, SmartError> {
+        let mut img = None;
+        let pos = self.search_in(k, buf, &mut img, use_cache).await?;
+        Ok(pos.and_then(|p| p.with_image(&mut img)))
+    }
+
+    /// Searches `key`. `Ok(None)`: the search met an inconsistency and must restart (from
+    /// the root, without the cache).
+    ///
+    /// `key` is encoded; `buf` holds the largest leaf of the tree ([`Self::max_leaf_bytes`]);
+    /// `img` receives each node image read, so that a `Miss` or `Frozen` end's node is the
+    /// image left there.
+    pub(crate) async fn search_in(
+        &self,
+        k: &[u8],
+        buf: &mut [u8],
+        img: &mut Option<NodeImg>,
+        use_cache: bool,
+    ) -> Result<Option<Pos<()>>, SmartError> {
         // An attempt that outlived the reclamation lease may have read reused memory:
-        // nothing it found is trusted (see `reclaim.rs`). No clock read without reclamation.
+        // nothing it found is trusted (see `reclaim.rs`). No clock read without reclamation;
+        // with it, this one reading also dates the cache (`walk_cache`).
         let t0 = if self.cfg.reclaim {
             self.ep.now_ns()
         } else {
             0
         };
-        let pos = self.search_attempt(k, buf, use_cache).await?;
+        let pos = self.search_attempt(k, buf, img, use_cache, t0).await?;
         Ok(pos.filter(|_| !self.stale(t0)))
     }
 
@@ -295,11 +359,13 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         &self,
         k: &[u8],
         buf: &mut [u8],
+        img: &mut Option<NodeImg>,
         use_cache: bool,
-    ) -> Result<Option<Pos>, SmartError> {
+        t0: u64,
+    ) -> Result<Option<Pos<()>>, SmartError> {
         let use_cache = use_cache && self.cfg.techniques.cache;
         let start = if use_cache {
-            match self.walk_cache(k) {
+            match self.walk_cache(k, t0) {
                 CacheWalk::Remote(s) => s,
                 CacheWalk::Leaf {
                     node,
@@ -359,7 +425,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         } else {
             self.root_start()
         };
-        self.search_remote(k, start, buf, use_cache).await
+        self.search_remote(k, start, buf, img, use_cache).await
     }
 
     async fn search_remote(
@@ -367,8 +433,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         k: &[u8],
         start: Start,
         buf: &mut [u8],
+        slot: &mut Option<NodeImg>,
         use_cache: bool,
-    ) -> Result<Option<Pos>, SmartError> {
+    ) -> Result<Option<Pos<()>>, SmartError> {
         let Start {
             mut addr,
             mut ty,
@@ -376,7 +443,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         } = start;
         let mut grand: Option<Parent> = None;
         loop {
-            let img = self.read_node(addr, ty).await?;
+            let img = &*slot.insert(self.read_node(addr, ty).await?);
             let h = img.header;
             let expect = parent.map_or(0, |p| p.header.depth() + 1);
             if !h.is_obsolete() && !h.is_frozen() && h.prefix_start() < expect {
@@ -392,7 +459,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 // copy gets the shortened prefix (see `copy_of`).
                 bump(&self.stats.lock_waits);
                 return Ok(Some(Pos::Frozen {
-                    node: img,
+                    node: (),
                     parent,
                     grand,
                 }));
@@ -412,7 +479,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
                 self.ep.charge(Work::Probe(1));
                 if let Some(mut c) = self.node.cache_mut() {
-                    c.put(&img);
+                    c.put(img);
                 }
             }
             // A frozen node may be mid-copy: decide nothing negative on it.
@@ -426,7 +493,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     });
                 } else {
                     return Ok(Some(Pos::Miss {
-                        node: img,
+                        node: (),
                         parent,
                         grand,
                         miss: Miss::Prefix { at },
@@ -446,7 +513,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         frozen: false,
                     } => {
                         return Ok(Some(Pos::Miss {
-                            node: img,
+                            node: (),
                             parent,
                             grand,
                             miss: Miss::Empty { free },
@@ -497,7 +564,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                 }));
                             } else if !frozen {
                                 return Ok(Some(Pos::Miss {
-                                    node: img,
+                                    node: (),
                                     parent,
                                     grand,
                                     miss: Miss::OtherLeaf {
@@ -512,7 +579,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         Ok(SlotKind::Dead { .. }) => {
                             if !(slot.is_frozen() || h.is_frozen()) {
                                 return Ok(Some(Pos::Miss {
-                                    node: img,
+                                    node: (),
                                     parent,
                                     grand,
                                     miss: Miss::Dead { idx, slot },
@@ -530,7 +597,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }
             bump(&self.stats.lock_waits);
             return Ok(Some(Pos::Frozen {
-                node: img,
+                node: (),
                 parent,
                 grand,
             }));
@@ -563,20 +630,25 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut pace = self.pace();
         let mut frozen = None;
         let mut use_cache = true;
+        // Node images the search reads land here, not in its result.
+        let mut img = None;
         loop {
-            match self.search(key, buf, use_cache).await? {
+            match self.search_in(key, buf, &mut img, use_cache).await? {
                 None => {
                     use_cache = false;
                     self.restart(&mut pace, "lookup kept meeting inconsistent nodes")
                         .await?;
                 }
-                Some(Pos::Frozen {
-                    node,
-                    parent,
-                    grand,
-                }) => {
+                Some(Pos::Frozen { parent, grand, .. }) => {
+                    let Some(node) = img.as_ref() else {
+                        // `search_in` leaves the frozen node's image: never taken.
+                        use_cache = false;
+                        self.restart(&mut pace, "lookup lost a frozen node's image")
+                            .await?;
+                        continue;
+                    };
                     let path = (parent, grand);
-                    self.wait_frozen(&mut pace, &mut frozen, &node, path, !use_cache, false)
+                    self.wait_frozen(&mut pace, &mut frozen, node, path, !use_cache, false)
                         .await?;
                     use_cache = false;
                 }
