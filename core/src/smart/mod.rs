@@ -161,9 +161,10 @@ pub struct SmartStats {
     pub cache_entries: u64,
 }
 
-/// How long one operation has been restarting: back-off and deadline on the fabric clock.
+/// How long one operation has been restarting: back-off and deadline on the fabric clock,
+/// which runs from its first restart (an operation that never restarts reads no clock).
 pub(crate) struct Pace {
-    w: Waiter,
+    w: Option<Waiter>,
     tries: u32,
 }
 
@@ -366,10 +367,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// A fresh pace for one operation's restarts.
     pub(crate) fn pace(&self) -> Pace {
-        Pace {
-            w: Waiter::new(self.cfg.lease, self.ep.now_ns()),
-            tries: 0,
-        }
+        Pace { w: None, tries: 0 }
     }
 
     /// Backs off after a restart (exponentially, on the fabric clock); errors when the
@@ -388,7 +386,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if pace.tries >= self.cfg.max_restarts {
             return Err(give_up);
         }
-        match pace.w.observe(0, self.ep.now_ns()) {
+        let now = self.ep.now_ns();
+        let lease = self.cfg.lease;
+        let w = pace.w.get_or_insert_with(|| Waiter::new(lease, now));
+        match w.observe(0, now) {
             Verdict::Wait(ns) => self.ep.pause(ns).await,
             Verdict::Expired { .. } | Verdict::GiveUp { .. } => return Err(give_up),
         }
