@@ -1,5 +1,5 @@
 //! Erda's log objects: the header word's fields, encoding with the CRC-32, and decoding
-//! (a torn or stale object is an error, never a panic).
+//! (a torn, unfinished or foreign object is an error).
 use super::*;
 
 /// Slice-by-16 tables (16 KiB, in a static: built at compile time, never copied).
