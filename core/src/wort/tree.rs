@@ -25,6 +25,9 @@
 //! delete emptied, an emptied subtree a leaf replaces) and reused by later allocations;
 //! recovery takes back the free memory as what the tree does not reach. A full heap answers
 //! [`TreeError::Full`].
+mod recover;
+mod scan;
+
 use super::heap::{EXTENT, Heap};
 use super::layout::*;
 use super::nodes::{self, Children, Image};
@@ -675,144 +678,5 @@ impl Tree {
         }
         self.stats.deletes += 1;
         Ok(true)
-    }
-
-    /// The leaf of the smallest key `>= key` (`> key` if `exclusive`).
-    pub fn next(
-        &self,
-        r: &dyn LocalRegion,
-        key: &[u8],
-        exclusive: bool,
-    ) -> Result<Option<u64>, TreeError> {
-        let k = canon(key).ok_or(bad("keys are 1 to 16 bytes"))?;
-        let root = self.load_ptr(r, self.sb + SB_ROOT)?;
-        self.lower_bound(r, root, 0, &k, exclusive)
-    }
-
-    fn lower_bound(
-        &self,
-        r: &dyn LocalRegion,
-        p: Ptr,
-        d: usize,
-        k: &[u8; CANON_LEN],
-        excl: bool,
-    ) -> Result<Option<u64>, TreeError> {
-        match p {
-            Ptr::Null => Ok(None),
-            Ptr::Leaf(o) => {
-                let lk = self.leaf_key(r, o)?.0;
-                Ok((lk > *k || (!excl && lk == *k)).then_some(o))
-            }
-            _ => {
-                let h = self.node_header(r, p, d)?;
-                let mut lk = None;
-                for i in 0..h.plen as usize {
-                    let Some(pd) = self.prefix_digit(r, p, &h, i, &mut lk)? else {
-                        return Ok(None);
-                    };
-                    let kd = self.kind.digit(k, d + i);
-                    if pd > kd {
-                        return self.min_leaf(r, p);
-                    }
-                    if pd < kd {
-                        return Ok(None);
-                    }
-                }
-                let d2 = d + h.plen as usize;
-                let c = self.kind.digit(k, d2);
-                let mut ch = Children::new();
-                nodes::children(r, p, &mut ch)?;
-                for child in ch.as_slice().iter().filter(|x| x.digit >= c) {
-                    let cp = self.ptr_of(child.word)?;
-                    let found = if child.digit == c {
-                        self.lower_bound(r, cp, d2 + 1, k, excl)?
-                    } else {
-                        self.min_leaf(r, cp)?
-                    };
-                    if found.is_some() {
-                        return Ok(found);
-                    }
-                }
-                Ok(None)
-            }
-        }
-    }
-
-    /// Walks the whole tree after a crash: every node whose header depth is not its place
-    /// (a split cut short between publishing the new node and moving the old one down) gets
-    /// its header rebuilt from a leaf below; an emptied subtree in that state is dropped.
-    /// The heap's free memory is then what the tree does not reach.
-    /// Returns (nodes, leaves, headers repaired).
-    pub fn recover(&mut self, r: &dyn LocalRegion) -> Result<(u64, u64, u64), TreeError> {
-        let mut counts = (0, 0, 0);
-        let mut reach = Vec::new();
-        self.repair(r, self.sb + SB_ROOT, 0, &mut counts, &mut reach)?;
-        self.heap.rebuild(&mut reach);
-        Ok(counts)
-    }
-
-    fn repair(
-        &mut self,
-        r: &dyn LocalRegion,
-        slot: u64,
-        d: usize,
-        counts: &mut (u64, u64, u64),
-        reach: &mut Vec<(u64, u64)>,
-    ) -> Result<(), TreeError> {
-        let p = self.load_ptr(r, slot)?;
-        match p {
-            Ptr::Null => return Ok(()),
-            Ptr::Leaf(o) => {
-                let (_, vl) = self.leaf_key(r, o)?;
-                reach.push((o, leaf_len(vl) as u64));
-                counts.1 += 1;
-                return Ok(());
-            }
-            _ => {}
-        }
-        counts.0 += 1;
-        let mut h = nodes::header(r, p)?;
-        if h.depth as usize != d {
-            let end = h.depth as usize + h.plen as usize;
-            if end < d || end >= self.kind.digits() {
-                return Err(corrupt(
-                    p.offset(),
-                    LayoutError::Inconsistent {
-                        what: "node header beyond repair",
-                    },
-                ));
-            }
-            let Some(l) = self.min_leaf(r, p)? else {
-                r.store_u64(slot, 0)?;
-                self.persist(r, slot, 8);
-                counts.2 += 1;
-                return Ok(());
-            };
-            let lk = self.leaf_key(r, l)?.0;
-            h = Header::with_prefix(d, end - d, |i| self.kind.digit(&lk, i));
-            r.store_u64(p.offset(), h.encode())?;
-            self.persist(r, p.offset(), 8);
-            counts.2 += 1;
-        }
-        let next = d + h.plen as usize + 1;
-        if next > self.kind.digits() {
-            return Err(corrupt(
-                p.offset(),
-                LayoutError::Inconsistent {
-                    what: "node deeper than a key",
-                },
-            ));
-        }
-        let (slots, n) = {
-            let mut ch = Children::new();
-            nodes::children(r, p, &mut ch)?;
-            let slots: [u64; nodes::FANOUT_MAX] = core::array::from_fn(|i| ch.list[i].slot);
-            (slots, ch.len)
-        };
-        reach.push((p.offset(), nodes::node_len(p) as u64));
-        for &s in &slots[..n] {
-            self.repair(r, s, next, counts, reach)?;
-        }
-        Ok(())
     }
 }
