@@ -204,41 +204,56 @@ impl Memnode {
             rnr_retry_count: 6,
             ..Default::default()
         };
-        // SAFETY: the id has its queue pair; `param` and its private data live through the call.
-        if unsafe { sys::rdma_accept(qp.cm_id(), &mut param) } != 0 {
-            return Err(sys_err("rdma_accept"));
-        }
-        // If the queue pair is not in RTS yet, again when the connection is established.
-        let rnr = qp.set_min_rnr_timer();
+        // The connection goes to its server thread before it is accepted: once accepted, the
+        // client may send at once, and a message on a queue pair its thread does not know
+        // yet would be taken for the last packet of a released one and dropped (the client
+        // then waits for a reply that never comes).
+        let cm_id = qp.cm_id();
         self.connections += 1;
-        if self.cfg.verbose {
-            println!(
-                "memnode: client {} connected ({} open)",
-                self.connections,
-                self.ctls.len() + 1
-            );
-        }
         let ctl = Arc::new(Ctl {
             id: self.connections as usize,
             client,
-            cm_id: qp.cm_id(),
+            cm_id,
             qp: qp.raw_qp(),
             dead: AtomicBool::new(false),
             told: AtomicBool::new(false),
             gone: AtomicBool::new(false),
-            rnr: AtomicBool::new(rnr),
+            rnr: AtomicBool::new(false),
         });
-        if rnr {
-            self.rnr_set += 1;
-        }
         self.ctls.push(ctl.clone());
         // Its thread introduces it to the handler before serving any message of it.
         self.hub.hand_over(Conn {
             qp,
-            ctl,
+            ctl: ctl.clone(),
             srq,
             introduced: false,
         });
+        // SAFETY: the id has its queue pair (owned by the connection just handed over, which
+        // is released only once its `Ctl` is marked gone, below or on an rdma_cm event);
+        // `param` and its private data live through the call.
+        if unsafe { sys::rdma_accept(cm_id, &mut param) } != 0 {
+            let e = sys_err("rdma_accept");
+            if let Some(i) = self.ctls.iter().position(|c| Arc::ptr_eq(c, &ctl)) {
+                self.ctls.swap_remove(i);
+            }
+            // Its server thread releases it (and tells its handler).
+            ctl.dead.store(true, Ordering::Release);
+            ctl.gone.store(true, Ordering::Release);
+            return Err(e);
+        }
+        // If the queue pair is not in RTS yet, again when the connection is established.
+        // The queue pair is live while its `Ctl` is listed (as for the ESTABLISHED event).
+        if crate::verbs::qp::set_min_rnr_timer(ctl.qp) {
+            ctl.rnr.store(true, Ordering::Relaxed);
+            self.rnr_set += 1;
+        }
+        if self.cfg.verbose {
+            println!(
+                "memnode: client {} connected ({} open)",
+                self.connections,
+                self.ctls.len()
+            );
+        }
         Ok(())
     }
 
