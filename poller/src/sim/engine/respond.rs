@@ -39,6 +39,13 @@ impl World {
         err: Option<FabricError>,
         last_effect: Ps,
     ) {
+        self.queue_response(id, bytes, err, last_effect);
+        self.schedule(ready, Ev::RespTx(id));
+    }
+
+    /// Records op `id`'s response (`bytes`, `err`, not completing before `last_effect`) and
+    /// queues it at its end, in the order responses leave.
+    fn queue_response(&mut self, id: u32, bytes: u64, err: Option<FabricError>, last_effect: Ps) {
         let o = self.ops.get_mut(id);
         o.resp_bytes = bytes;
         o.resp_err = err;
@@ -46,7 +53,6 @@ impl World {
         o.resp_in = 0;
         let end = o.end as usize;
         self.ends[end].responses.push_back(id);
-        self.schedule(ready, Ev::RespTx(id));
     }
 
     pub(super) fn response_leaves(&mut self, id: u32) {
@@ -70,13 +76,7 @@ impl World {
         err: Option<FabricError>,
         last_effect: Ps,
     ) {
-        let o = self.ops.get_mut(id);
-        o.resp_bytes = bytes;
-        o.resp_err = err;
-        o.resp_after = last_effect;
-        o.resp_in = 0;
-        let end = o.end as usize;
-        self.ends[end].responses.push_back(id);
+        self.queue_response(id, bytes, err, last_effect);
         self.response_sent(id, tx_start);
     }
 
