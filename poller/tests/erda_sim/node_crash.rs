@@ -8,13 +8,14 @@ struct Writes {
     in_flight: Option<(u64, u64)>,
 }
 
+/// Virtual time by which a persistent node has created an `ErdaConfig::small()` store.
+const STORE_SETUP_NS: u64 = 5_000_000;
+
 /// 8 writers upsert their own keys (20 each, over and over) on a persistent memory node that
 /// crashes at `crash_ns` and restarts (a fresh server recovers the store on the node's
 /// image before anyone connects); then every key is read back. Returns the keys whose
 /// recovered value is neither the last acknowledged one nor the one in flight, and how many
 /// writes had been acknowledged.
-/// Virtual time by which a persistent node has created an `ErdaConfig::small()` store.
-const STORE_SETUP_NS: u64 = 5_000_000;
 
 fn node_crash(seed: u64, crash_ns: u64, unflushed: bool) -> (Vec<String>, usize) {
     let cfg = SimConfig {
