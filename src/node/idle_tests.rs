@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 /// pollers, the memory node's server and a busy loop all on one core: 5 threads for it, as
 /// on a loaded host. An operation's median time is bounded far above a healthy run's and
 /// far below the broken one's. Pollers that spun 100 000 empty turns after each operation
-/// held the core while the application thread and the other poller waited for it: medians
-/// of 0.9-1.1 ms (release build, `examples/node_latency.rs` under `taskset -c 0` beside a
-/// busy loop) against 13 µs since they park after an adaptive spin.
+/// held the core while the application thread and the other poller waited for it: this
+/// test's median was 0.7-1.1 ms in a debug build (0.9-1.1 ms in release, measured with
+/// `examples/node_latency.rs` under `taskset -c 0` beside a busy loop), against 39-41 µs
+/// (12-13 µs) since they park after an adaptive spin, and 88-112 µs with three copies of
+/// the test on the same core at once.
 #[test]
 fn single_operations_stay_fast_with_pollers_on_one_busy_core() {
     let Some(core) = core_affinity::get_core_ids().and_then(|c| c.first().copied()) else {

@@ -264,12 +264,13 @@ pub(crate) fn drive<F: Future<Output = ()>>(
 /// once) for at most `limit` empty turns and an adaptive [`Spin`] budget of at most
 /// [`super::spin::SPIN_AT_MOST`], then parks until a submitter wakes it (one futex wake).
 ///
-/// Spinning pollers were the cause of slow single operations on an oversubscribed host:
-/// measured with `examples/node_latency.rs` beside two busy loops (load 14), one thread's
-/// Sherman upserts through 2 pollers took 2.1 ms (soft) and 6.0 ms (fake verbs) per
-/// operation against 29 and 11 µs through 1, with pollers spinning 100 000 empty turns (a
-/// millisecond or more of CPU) after each operation while the application thread and the
-/// other poller waited for a core.
+/// Spinning pollers were the cause of slow single operations on an oversubscribed host.
+/// Pollers that spun 100 000 empty turns after each operation (a millisecond or more of
+/// CPU) were preempted, and an operation then waited in the run queue for its poller's next
+/// turn. Measured with `examples/node_latency.rs` beside two busy loops (load 23), one
+/// thread's Sherman upserts through 2 pollers took 0.3-4.3 ms (soft) and 4.6-13 ms (fake
+/// verbs) per operation on average, against 22-36 and 27-200 µs through 1. With this spin
+/// they take 17-30 and 42-65 µs (10-81 and 23-46 µs through 1).
 pub(crate) struct Idle {
     limit: u32,
     turns: u32,
