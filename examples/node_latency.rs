@@ -1,9 +1,9 @@
-//! One application thread's blocking operations through a compute node of N pollers: the
+//! Application threads' blocking operations (one thread by default) through a compute node of N pollers: the
 //! latency of single operations, and where each thread's wall time went (on a CPU, waiting
 //! for one, asleep), from Linux's per-thread scheduler figures. Exits non-zero on a wrong
 //! answer.
 //!
-//! `cargo run --release --example node_latency [-- --pollers N --ops N --idle-spins N --fake]`
+//! `cargo run --release --example node_latency [-- --pollers N --threads N --ops N --idle-spins N --fake]`
 //!
 //! Sherman upserts of 8-byte keys on an in-process memory node (soft fabric), or with
 //! `--fake` (feature `verbs`) on the fake verbs device. Run it beside busy loops (e.g. two
@@ -13,6 +13,7 @@ use std::time::Instant;
 
 struct Args {
     pollers: usize,
+    threads: u64,
     ops: u64,
     idle_spins: Option<u32>,
     fake: bool,
@@ -21,6 +22,7 @@ struct Args {
 fn args() -> Result<Args, String> {
     let mut a = Args {
         pollers: 2,
+        threads: 1,
         ops: 2000,
         idle_spins: None,
         fake: false,
@@ -30,6 +32,7 @@ fn args() -> Result<Args, String> {
         let mut val = || it.next().ok_or(format!("{flag} needs a value"));
         match flag.as_str() {
             "--pollers" => a.pollers = val()?.parse().map_err(|e| format!("--pollers: {e}"))?,
+            "--threads" => a.threads = val()?.parse().map_err(|e| format!("--threads: {e}"))?,
             "--ops" => a.ops = val()?.parse().map_err(|e| format!("--ops: {e}"))?,
             "--idle-spins" => {
                 a.idle_spins = Some(val()?.parse().map_err(|e| format!("--idle-spins: {e}"))?)
@@ -37,14 +40,14 @@ fn args() -> Result<Args, String> {
             "--fake" => a.fake = true,
             other => {
                 return Err(format!(
-                    "unknown argument {other} (usage: node_latency [--pollers N] [--ops N] \
-                     [--idle-spins N] [--fake])"
+                    "unknown argument {other} (usage: node_latency [--pollers N] [--threads N] \
+                     [--ops N] [--idle-spins N] [--fake])"
                 ));
             }
         }
     }
-    if a.ops == 0 || a.pollers == 0 {
-        return Err("--ops and --pollers must be positive".into());
+    if a.ops == 0 || a.pollers == 0 || a.threads == 0 {
+        return Err("--ops, --pollers and --threads must be positive".into());
     }
     Ok(a)
 }
@@ -140,14 +143,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .wait()?;
     }
     let before = threads();
-    let mut lat = Vec::with_capacity(a.ops as usize);
     let t = Instant::now();
-    for k in 0..a.ops {
-        let t0 = Instant::now();
-        tree.upsert(&(k + 1).to_be_bytes(), &(k * 3).to_le_bytes())
-            .wait()?;
-        lat.push(t0.elapsed().as_nanos() as u64);
-    }
+    // Thread `w` writes keys w + 1, w + 1 + threads, ...: `ops` keys in all.
+    let mut lat = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..a.threads)
+            .map(|w| {
+                let tree = &tree;
+                s.spawn(move || -> Result<Vec<u64>, remora::node::Error> {
+                    let mut lat = Vec::new();
+                    for k in (w..a.ops).step_by(a.threads as usize) {
+                        let t0 = Instant::now();
+                        tree.upsert(&(k + 1).to_be_bytes(), &(k * 3).to_le_bytes())
+                            .wait()?;
+                        lat.push(t0.elapsed().as_nanos() as u64);
+                    }
+                    Ok(lat)
+                })
+            })
+            .collect();
+        let mut all = Vec::with_capacity(a.ops as usize);
+        for w in workers {
+            all.extend(w.join().map_err(|_| "a worker panicked")??);
+        }
+        Ok::<_, Box<dyn std::error::Error>>(all)
+    })?;
     let wall = t.elapsed();
     let after = threads();
     for k in (0..a.ops).step_by(97) {
@@ -160,11 +179,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let q = |f: f64| lat[((lat.len() - 1) as f64 * f) as usize] as f64 / 1e3;
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "node_latency: {} poller(s), {}, {} sherman upserts from 1 thread in {:.3} s: \
+        "node_latency: {} poller(s), {}, {} sherman upserts from {} thread(s) in {:.3} s: \
          mean {:.1} us/op, p50 {:.1}, p99 {:.1}, max {:.1} us; load {}",
         a.pollers,
         if a.fake { "fake verbs" } else { "soft" },
         a.ops,
+        a.threads,
         wall.as_secs_f64(),
         wall.as_secs_f64() * 1e6 / a.ops as f64,
         q(0.5),
