@@ -167,10 +167,10 @@ fn live<E: Endpoint>(
     end
 }
 
-/// Waits (spinning, then parking) until an operation is queued: false if the node stopped
-/// first.
+/// Waits (spinning, then parking: [`poller::Idle`]) until an operation is queued: false if
+/// the node stopped first.
 fn wait_for_work(shared: &PollerShared, idle_spins: u32) -> bool {
-    let mut idle = 0u32;
+    let mut idle = poller::Idle::new(idle_spins);
     loop {
         if !shared.submitted.is_empty() {
             return true;
@@ -178,13 +178,7 @@ fn wait_for_work(shared: &PollerShared, idle_spins: u32) -> bool {
         if shared.stop.load(Ordering::SeqCst) {
             return false;
         }
-        idle = idle.saturating_add(1);
-        if idle < idle_spins {
-            std::hint::spin_loop();
-        } else {
-            shared.sleep();
-            idle = 0;
-        }
+        idle.wait(shared);
     }
 }
 

@@ -46,6 +46,8 @@ mod block;
 mod cores;
 mod error;
 mod handle;
+#[cfg(test)]
+mod idle_tests;
 mod index;
 mod lives;
 mod poller;
@@ -54,6 +56,7 @@ mod reconnect_tests;
 mod ring;
 mod slot;
 mod spatial;
+mod spin;
 #[cfg(test)]
 mod tests;
 #[cfg(feature = "verbs")]
@@ -223,8 +226,10 @@ impl Builder {
         self
     }
 
-    /// Empty loops a poller spins before it parks until the next submission (100 000 by
-    /// default; 0 parks at once, `u32::MAX` busy-polls for ever).
+    /// Empty loops a poller spins before it parks until the next submission: at most this
+    /// many (100 000 by default; 0 parks at once) and at most 50 µs, less while its spins
+    /// end in sleep, so that pollers on an oversubscribed host sleep instead of holding the
+    /// cores the application's threads need. `u32::MAX` busy-polls for ever (DPDK style, for dedicated cores).
     pub fn idle_spins(mut self, spins: u32) -> Builder {
         self.idle_spins = spins;
         self
@@ -490,6 +495,10 @@ pub struct NodeStats {
     pub free_slots: usize,
     /// Submission slots in all.
     pub slots: usize,
+    /// Times a poller parked, idle (it then sleeps until a submission wakes it).
+    pub parks: u64,
+    /// Times a submitter woke a parked poller.
+    pub wakes: u64,
 }
 
 impl ComputeNode {
@@ -616,6 +625,8 @@ impl ComputeNode {
             abandoned: p.iter().map(|s| s.abandoned.load(Ordering::Relaxed)).sum(),
             free_slots: p.iter().map(|s| s.free_slots()).sum(),
             slots: p.iter().map(|s| s.slots.len()).sum(),
+            parks: p.iter().map(|s| s.parks.load(Ordering::Relaxed)).sum(),
+            wakes: p.iter().map(|s| s.wakes.load(Ordering::Relaxed)).sum(),
         }
     }
 }

@@ -119,6 +119,10 @@ pub(crate) struct PollerShared {
     pub(crate) stop: AtomicBool,
     pub(crate) completed: AtomicU64,
     pub(crate) abandoned: AtomicU64,
+    /// Times the poller parked (idle, nothing queued).
+    pub(crate) parks: AtomicU64,
+    /// Times a submitter unparked the poller.
+    pub(crate) wakes: AtomicU64,
     /// Each open index's per-compute-node state, by index id, shared by every poller of the
     /// node (set by `ComputeNode::open` before the pollers open their handles).
     pub(crate) states: Arc<[OnceLock<NodeState>]>,
@@ -161,6 +165,8 @@ impl PollerShared {
             stop: AtomicBool::new(false),
             completed: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
+            parks: AtomicU64::new(0),
+            wakes: AtomicU64::new(0),
             states,
         }
     }
@@ -196,6 +202,7 @@ impl PollerShared {
         if self.sleeping.load(Ordering::SeqCst)
             && let Some(t) = self.thread.get()
         {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
             t.unpark();
         }
     }
@@ -252,6 +259,7 @@ impl PollerShared {
         self.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if self.submitted.is_empty() && !self.stop.load(Ordering::SeqCst) {
+            self.parks.fetch_add(1, Ordering::Relaxed);
             std::thread::park_timeout(Duration::from_millis(10));
         }
         self.sleeping.store(false, Ordering::SeqCst);
