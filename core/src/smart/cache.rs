@@ -618,7 +618,7 @@ mod tests {
 
     /// Under pressure the nodes every lookup crosses stay: a walk root -> 256-way node ->
     /// small node, repeated between fills of nodes used once, keeps its whole path cached,
-    /// however many fills evict. (Random eviction loses the path within a few dozen fills.)
+    /// however many fills evict. (With random eviction instead, this fails.)
     #[test]
     fn hot_top_levels_survive_pressure() {
         let n256 = RadixCache::new(1 << 20).pool(class(NodeType::N256)).cost();
