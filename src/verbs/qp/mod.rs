@@ -31,6 +31,7 @@
 //!   first batch that bounces, the first SEND or WRITE_WITH_IMM posted (a message's reply
 //!   needs a posted receive), or the first receive wait. A one-sided client (SMART, Sherman:
 //!   READs, WRITEs and atomics in its registered frames) never gets either.
+mod chain;
 pub(crate) mod cq;
 mod detached;
 mod post;
@@ -171,8 +172,8 @@ pub struct VerbsQp {
     recv_idle: Cell<u32>,
     /// Receive buffers consumed and not yet posted again (posted as one chain).
     repost: RefCell<Vec<u32>>,
-    wrs: RefCell<Vec<sys::ibv_send_wr>>,
-    sges: RefCell<Vec<sys::ibv_sge>>,
+    /// The work-request chain posts build (see `chain.rs`).
+    chain: RefCell<chain::Chain>,
     oneoff: RefCell<Vec<Option<OneOff>>>,
     raw: Raw,
 }
@@ -411,8 +412,7 @@ impl VerbsQp {
             unsignaled: Cell::new(0),
             recv_idle: Cell::new(0),
             repost: RefCell::new(Vec::with_capacity(RQ_DEPTH as usize)),
-            wrs: RefCell::new(Vec::with_capacity(MAX_BATCH)),
-            sges: RefCell::new(Vec::with_capacity(MAX_BATCH)),
+            chain: RefCell::new(chain::Chain::new()),
             oneoff: RefCell::new((0..SLOTS).map(|_| None).collect()),
             raw,
         };
@@ -701,11 +701,11 @@ impl QueuePair for VerbsQp {
     }
 
     fn clock_ns(&self) -> Option<u64> {
-        Some(remora_poller::clock::monotonic_ns())
+        Some(super::clock::now_ns())
     }
 
     fn pause(&self, ns: u64) -> impl Future<Output = ()> {
-        remora_poller::clock::pause(ns)
+        super::clock::pause(ns)
     }
 }
 
