@@ -206,7 +206,11 @@ mod tests {
         // The readings bracket Instant's at most a few µs apart; the rate is off by the
         // calibration's ~1e-5: within 0.1% plus 20 µs.
         let tol = e / 1000 + 20_000;
-        assert!(d.abs_diff(e) <= tol, "clock {d} ns vs Instant {e} ns ({})", source_name());
+        assert!(
+            d.abs_diff(e) <= tol,
+            "clock {d} ns vs Instant {e} ns ({})",
+            source_name()
+        );
     }
 
     #[test]
@@ -225,6 +229,10 @@ mod tests {
         let (m, t) = (monotonic_ns(), now_ns());
         // The calibration started from CLOCK_MONOTONIC, and tests run for seconds, not
         // hours: the two stay within a millisecond.
-        assert!(t.abs_diff(m) < 1_000_000, "now {t} vs CLOCK_MONOTONIC {m} ({})", source_name());
+        assert!(
+            t.abs_diff(m) < 1_000_000,
+            "now {t} vs CLOCK_MONOTONIC {m} ({})",
+            source_name()
+        );
     }
 }

@@ -37,6 +37,7 @@ mod detached;
 mod post;
 mod recv;
 mod remote;
+mod slot;
 
 use super::arena::Arena;
 use super::cm::{Channel, CmId};
@@ -46,8 +47,8 @@ use super::mr::{LOCAL, Mr, Pd};
 use super::stats::{Stats, VerbsStats};
 use super::sys;
 use cq::SendCq;
+use post::OneOff;
 pub use post::PostFuture;
-use post::{FREE, OneOff, Slot};
 pub use recv::RecvFuture;
 use remora_core::counters::Counters;
 use remora_core::fabric::{FabricError, Op, QueuePair, Recv};
@@ -160,7 +161,7 @@ pub struct VerbsQp {
     /// The caller's registered ranges, used in place: (base, len, lkey); len 0: none.
     pools: [Cell<(usize, usize, u32)>; POOLS],
     broken: Cell<bool>,
-    slots: [Cell<Slot>; SLOTS],
+    slots: [slot::SlotCell; SLOTS],
     /// Bit i set: slot i free.
     free: Cell<u64>,
     /// Work requests posted and not yet known complete.
@@ -406,7 +407,7 @@ impl VerbsQp {
             stats: Stats::default(),
             pools: [const { Cell::new((0, 0, 0)) }; POOLS],
             broken: Cell::new(false),
-            slots: [const { Cell::new(FREE) }; SLOTS],
+            slots: [const { slot::SlotCell::free() }; SLOTS],
             free: Cell::new(u64::MAX),
             sq_used: Cell::new(0),
             unsignaled: Cell::new(0),

@@ -1,6 +1,7 @@
 //! The send side: staging plans, the doorbell, completions into the slot table, and the
 //! post future (see the parent module's notes on batching, signaling and staging).
 use super::cq::{split, wr_id};
+pub(super) use super::slot::{FREE, Slot, SlotState};
 use super::{MAX_BATCH, POLL_BATCH, SLOTS, SQ_DEPTH, STAGE_SLOT, VerbsQp};
 use crate::verbs::arena::Arena;
 use crate::verbs::error::{FailedOp, wc_error};
@@ -12,44 +13,6 @@ use std::future::Future;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SlotState {
-    Free,
-    Posted,
-    Done,
-}
-
-/// One batch in flight.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Slot {
-    pub(super) state: SlotState,
-    /// Work requests in the batch.
-    pub(super) n: u16,
-    /// Index of the last one (the signaled one).
-    pub(super) last: u16,
-    /// First failed work request and its status.
-    pub(super) err: Option<(u16, sys::ibv_wc_status)>,
-    /// Nobody waits for it: released as soon as it completes (a detached post).
-    pub(super) detached: bool,
-    /// Some op of it went through staging (results to copy out when it completes).
-    pub(super) staged: bool,
-    /// It has a one-off staging registration (released with the slot).
-    pub(super) oneoff: bool,
-    /// An op the NIC would refuse at post time ended it (its error is the batch's).
-    pub(super) refused: bool,
-}
-
-pub(super) const FREE: Slot = Slot {
-    state: SlotState::Free,
-    n: 0,
-    last: 0,
-    err: None,
-    detached: false,
-    staged: false,
-    oneoff: false,
-    refused: false,
-};
 
 /// The slot bits of an unsignaled detached post's work requests (no slot).
 const NO_SLOT: u64 = 0xffff;
@@ -213,7 +176,7 @@ impl VerbsQp {
     /// takes). A buffer inside a registered range is used in place when `in_place` (READ
     /// data and atomic results land in it, WRITE data is read from it); any other buffer is
     /// bounced through staging.
-    #[inline]
+    #[inline(always)]
     fn place_of(&self, op: &Op<'_>, in_place: bool, off: &mut usize) -> Place {
         let pool = |p: *const u8, len: usize| self.pool_lkey(p, len).filter(|_| in_place);
         let mut staged = |len: usize| {
@@ -524,7 +487,7 @@ impl VerbsQp {
     }
 
     pub(super) fn is_done(&self, slot: usize) -> bool {
-        self.slots[slot].get().state == SlotState::Done
+        self.slots[slot].is_done()
     }
 
     pub(super) fn release(&self, slot: usize) {
@@ -614,9 +577,7 @@ impl VerbsQp {
 fn local_ptr(op: &Op<'_>) -> *const u8 {
     match op {
         Op::Read { local, .. } => local.as_ptr(),
-        Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local } => {
-            local.as_ptr()
-        }
+        Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local } => local.as_ptr(),
         Op::Cas { old, .. } | Op::Faa { old, .. } => {
             let p: *const u64 = &**old;
             p.cast()
