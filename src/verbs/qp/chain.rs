@@ -27,7 +27,7 @@ impl Chain {
     /// Sets work request `i` (< [`MAX_BATCH`]) to `op` on the remote `(address, key)`,
     /// with its local bytes `sge` (none when the length is 0) and `send_flags` (inline,
     /// signaled).
-    #[inline]
+    #[inline(always)]
     pub(super) fn set(
         &mut self,
         i: usize,
@@ -84,7 +84,7 @@ impl Chain {
 
     /// Links work requests `0..n` (1 <= n <= [`MAX_BATCH`]) into a chain, each to its scatter
     /// entry; returns its head, valid while this borrow of the chain lasts.
-    #[inline]
+    #[inline(always)]
     pub(super) fn link(&mut self, n: usize) -> *mut sys::ibv_send_wr {
         let wr_ptr = self.wrs.as_mut_ptr();
         let sge_ptr = self.sges.as_mut_ptr();

@@ -57,6 +57,7 @@ const ONEOFF: u32 = 61;
 const REFUSED: u32 = 62;
 
 impl Slot {
+    #[inline(always)]
     const fn pack(self) -> u64 {
         let state = match self.state {
             SlotState::Free => 0,
@@ -80,7 +81,7 @@ impl Slot {
             | ((self.refused as u64) << REFUSED)
     }
 
-    #[inline]
+    #[inline(always)]
     fn unpack(w: u64) -> Slot {
         let bit = |b: u32| (w >> b) & 1 == 1;
         Slot {
@@ -115,23 +116,23 @@ impl SlotCell {
         SlotCell(Cell::new(FREE.pack()))
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn get(&self) -> Slot {
         Slot::unpack(self.0.get())
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn set(&self, s: Slot) {
         self.0.set(s.pack());
     }
 
-    #[inline]
+    #[inline(always)]
     pub(super) fn replace(&self, s: Slot) -> Slot {
         Slot::unpack(self.0.replace(s.pack()))
     }
 
     /// Whether its batch is done (one load, no unpacking).
-    #[inline]
+    #[inline(always)]
     pub(super) fn is_done(&self) -> bool {
         self.0.get() & 3 == 2
     }
