@@ -385,6 +385,7 @@ impl VerbsEndpoint {
     }
 
     fn empty(opts: ConnectOptions) -> Result<VerbsEndpoint, VerbsError> {
+        super::clock::calibrate();
         let mem = Mapping::anonymous(FRAME_BYTES).map_err(|e| VerbsError::Sys {
             what: "mmap of the coroutine frames",
             errno: e.raw_os_error().unwrap_or(0),
@@ -496,6 +497,7 @@ impl Endpoint for FakeEndpoint {
         &self.ep.nodes
     }
 
+    #[inline]
     fn now_ns(&self) -> u64 {
         self.ep.now_ns()
     }
@@ -523,8 +525,9 @@ impl Endpoint for VerbsEndpoint {
         &self.nodes
     }
 
+    #[inline]
     fn now_ns(&self) -> u64 {
-        remora_poller::clock::monotonic_ns()
+        super::clock::now_ns()
     }
 
     fn client_id(&self) -> u32 {
@@ -532,7 +535,7 @@ impl Endpoint for VerbsEndpoint {
     }
 
     fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
-        remora_poller::clock::pause(ns)
+        super::clock::pause(ns)
     }
 
     /// Through the rdma_cm control path ([`fence_client`]): the node moves the client's queue

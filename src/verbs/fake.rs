@@ -32,51 +32,75 @@ pub(crate) const FAKE_RKEY: u32 = 0x5eed;
 
 /// A completion queue in memory (a ring allocated once).
 pub(crate) struct FakeCq {
-    ring: RefCell<VecDeque<sys::ibv_wc>>,
-    cap: usize,
+    ring: RefCell<Box<[sys::ibv_wc]>>,
+    head: Cell<usize>,
+    len: Cell<usize>,
 }
 
 impl FakeCq {
     pub(crate) fn new(cap: usize) -> FakeCq {
         FakeCq {
-            ring: RefCell::new(VecDeque::with_capacity(cap)),
-            cap,
+            ring: RefCell::new(vec![sys::ibv_wc::default(); cap.max(1)].into_boxed_slice()),
+            head: Cell::new(0),
+            len: Cell::new(0),
         }
     }
 
-    /// Adds a completion; a full queue drops it (a NIC would raise a CQ overrun).
+    /// Adds a completion; a full queue drops it (a NIC would raise a CQ overrun). Only the
+    /// fields a completion of this device sets are written (the others stay zero), each as
+    /// its own store, and `poll` copies them the same way: a whole completion read back
+    /// with wide loads right after its narrow stores stalled store forwarding.
     fn push(&self, wr_id: u64, status: sys::ibv_wc_status, opcode: sys::ibv_wc_opcode, len: u32) {
         let mut r = self.ring.borrow_mut();
-        if r.len() >= self.cap {
+        let (cap, n) = (r.len(), self.len.get());
+        if n >= cap {
             return;
         }
-        r.push_back(sys::ibv_wc {
-            wr_id,
-            status,
-            opcode,
-            vendor_err: 0,
-            byte_len: len,
-            __bindgen_anon_1: Default::default(),
-            qp_num: 0,
-            src_qp: 0,
-            wc_flags: 0,
-            pkey_index: 0,
-            slid: 0,
-            sl: 0,
-            dlid_path_bits: 0,
-        });
+        let mut at = self.head.get() + n;
+        if at >= cap {
+            at -= cap;
+        }
+        let wc = &mut r[at];
+        wc.wr_id = wr_id;
+        wc.status = status;
+        wc.opcode = opcode;
+        wc.byte_len = len;
+        self.len.set(n + 1);
     }
 
     /// `ibv_poll_cq`: up to `n` completions into `out`; how many.
     pub(crate) fn poll(&self, n: usize, out: *mut sys::ibv_wc) -> i32 {
-        let mut r = self.ring.borrow_mut();
-        let k = n.min(r.len());
+        let r = self.ring.borrow();
+        let k = n.min(self.len.get());
+        let cap = r.len();
+        let mut head = self.head.get();
         for i in 0..k {
-            if let Some(wc) = r.pop_front() {
-                // SAFETY: the caller gives room for `n >= k` completions at `out`.
-                unsafe { out.add(i).write(wc) };
+            let wc = &r[head];
+            // SAFETY: the caller gives room for `n >= k` completions at `out`; every field
+            // is written (the ones this device never sets as zero).
+            unsafe {
+                let o = out.add(i);
+                (&raw mut (*o).wr_id).write(wc.wr_id);
+                (&raw mut (*o).status).write(wc.status);
+                (&raw mut (*o).opcode).write(wc.opcode);
+                (&raw mut (*o).vendor_err).write(0);
+                (&raw mut (*o).byte_len).write(wc.byte_len);
+                (&raw mut (*o).__bindgen_anon_1).write(Default::default());
+                (&raw mut (*o).qp_num).write(0);
+                (&raw mut (*o).src_qp).write(0);
+                (&raw mut (*o).wc_flags).write(0);
+                (&raw mut (*o).pkey_index).write(0);
+                (&raw mut (*o).slid).write(0);
+                (&raw mut (*o).sl).write(0);
+                (&raw mut (*o).dlid_path_bits).write(0);
+            }
+            head += 1;
+            if head == cap {
+                head = 0;
             }
         }
+        self.head.set(head);
+        self.len.set(self.len.get() - k);
         k as i32
     }
 }

@@ -17,6 +17,7 @@
 //! Connection set-up uses only rdma_cm and its private data ([`wire`]).
 pub(crate) mod arena;
 pub mod check;
+pub mod clock;
 mod cm;
 pub mod device;
 pub mod endpoint;

@@ -54,6 +54,7 @@ impl VerbsQp {
                 detached: false,
                 staged: true,
                 oneoff: true,
+                refused: false,
             });
             self.sq_used.set(self.sq_used.get() + posted as u32);
             let t0 = std::time::Instant::now();

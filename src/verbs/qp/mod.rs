@@ -31,11 +31,13 @@
 //!   first batch that bounces, the first SEND or WRITE_WITH_IMM posted (a message's reply
 //!   needs a posted receive), or the first receive wait. A one-sided client (SMART, Sherman:
 //!   READs, WRITEs and atomics in its registered frames) never gets either.
+mod chain;
 pub(crate) mod cq;
 mod detached;
 mod post;
 mod recv;
 mod remote;
+mod slot;
 
 use super::arena::Arena;
 use super::cm::{Channel, CmId};
@@ -45,8 +47,8 @@ use super::mr::{LOCAL, Mr, Pd};
 use super::stats::{Stats, VerbsStats};
 use super::sys;
 use cq::SendCq;
+use post::OneOff;
 pub use post::PostFuture;
-use post::{FREE, OneOff, Slot};
 pub use recv::RecvFuture;
 use remora_core::counters::Counters;
 use remora_core::fabric::{FabricError, Op, QueuePair, Recv};
@@ -159,7 +161,7 @@ pub struct VerbsQp {
     /// The caller's registered ranges, used in place: (base, len, lkey); len 0: none.
     pools: [Cell<(usize, usize, u32)>; POOLS],
     broken: Cell<bool>,
-    slots: [Cell<Slot>; SLOTS],
+    slots: [slot::SlotCell; SLOTS],
     /// Bit i set: slot i free.
     free: Cell<u64>,
     /// Work requests posted and not yet known complete.
@@ -171,8 +173,8 @@ pub struct VerbsQp {
     recv_idle: Cell<u32>,
     /// Receive buffers consumed and not yet posted again (posted as one chain).
     repost: RefCell<Vec<u32>>,
-    wrs: RefCell<Vec<sys::ibv_send_wr>>,
-    sges: RefCell<Vec<sys::ibv_sge>>,
+    /// The work-request chain posts build (see `chain.rs`).
+    chain: RefCell<chain::Chain>,
     oneoff: RefCell<Vec<Option<OneOff>>>,
     raw: Raw,
 }
@@ -405,14 +407,13 @@ impl VerbsQp {
             stats: Stats::default(),
             pools: [const { Cell::new((0, 0, 0)) }; POOLS],
             broken: Cell::new(false),
-            slots: [const { Cell::new(FREE) }; SLOTS],
+            slots: [const { slot::SlotCell::free() }; SLOTS],
             free: Cell::new(u64::MAX),
             sq_used: Cell::new(0),
             unsignaled: Cell::new(0),
             recv_idle: Cell::new(0),
             repost: RefCell::new(Vec::with_capacity(RQ_DEPTH as usize)),
-            wrs: RefCell::new(Vec::with_capacity(MAX_BATCH)),
-            sges: RefCell::new(Vec::with_capacity(MAX_BATCH)),
+            chain: RefCell::new(chain::Chain::new()),
             oneoff: RefCell::new((0..SLOTS).map(|_| None).collect()),
             raw,
         };
@@ -701,11 +702,11 @@ impl QueuePair for VerbsQp {
     }
 
     fn clock_ns(&self) -> Option<u64> {
-        Some(remora_poller::clock::monotonic_ns())
+        Some(super::clock::now_ns())
     }
 
     fn pause(&self, ns: u64) -> impl Future<Output = ()> {
-        remora_poller::clock::pause(ns)
+        super::clock::pause(ns)
     }
 }
 

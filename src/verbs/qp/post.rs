@@ -1,6 +1,7 @@
 //! The send side: staging plans, the doorbell, completions into the slot table, and the
 //! post future (see the parent module's notes on batching, signaling and staging).
 use super::cq::{split, wr_id};
+pub(super) use super::slot::{FREE, Slot, SlotState};
 use super::{MAX_BATCH, POLL_BATCH, SLOTS, SQ_DEPTH, STAGE_SLOT, VerbsQp};
 use crate::verbs::arena::Arena;
 use crate::verbs::error::{FailedOp, wc_error};
@@ -12,41 +13,6 @@ use std::future::Future;
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum SlotState {
-    Free,
-    Posted,
-    Done,
-}
-
-/// One batch in flight.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Slot {
-    pub(super) state: SlotState,
-    /// Work requests in the batch.
-    pub(super) n: u16,
-    /// Index of the last one (the signaled one).
-    pub(super) last: u16,
-    /// First failed work request and its status.
-    pub(super) err: Option<(u16, sys::ibv_wc_status)>,
-    /// Nobody waits for it: released as soon as it completes (a detached post).
-    pub(super) detached: bool,
-    /// Some op of it went through staging (results to copy out when it completes).
-    pub(super) staged: bool,
-    /// It has a one-off staging registration (released with the slot).
-    pub(super) oneoff: bool,
-}
-
-pub(super) const FREE: Slot = Slot {
-    state: SlotState::Free,
-    n: 0,
-    last: 0,
-    err: None,
-    detached: false,
-    staged: false,
-    oneoff: false,
-};
 
 /// The slot bits of an unsignaled detached post's work requests (no slot).
 const NO_SLOT: u64 = 0xffff;
@@ -196,47 +162,54 @@ impl VerbsQp {
         self.unsignaled.set(0);
     }
 
-    /// Where each op's local bytes go; returns the staging bytes the batch needs. A buffer
-    /// inside the registered pool is used in place (READ data and atomic results land in it,
-    /// WRITE data is read from it); any other buffer is bounced through staging.
+    /// Where each op's local bytes go; returns the staging bytes the batch needs (see
+    /// [`Self::place_of`]).
     fn plan(&self, ops: &[Op<'_>], in_place: bool, mut f: impl FnMut(usize, Place)) -> usize {
         let mut off = 0usize;
-        let pool = |p: *const u8, len: usize| self.pool_lkey(p, len).filter(|_| in_place);
-        let mut staged = |len: usize, align: usize| {
-            let p = Place::Staged(off);
-            off = (off + len).next_multiple_of(align);
-            p
-        };
         for (i, op) in ops.iter().enumerate() {
-            let place = match op {
-                Op::Read { local: [], .. } => Place::Nothing,
-                Op::Read { local, .. } => match pool(local.as_ptr(), local.len()) {
-                    Some(k) => Place::Direct(k),
-                    None => staged(local.len(), 8),
-                },
-                Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local } => {
-                    if local.is_empty() {
-                        Place::Nothing
-                    } else if local.len() <= self.max_inline {
-                        Place::Inline
-                    } else {
-                        match pool(local.as_ptr(), local.len()) {
-                            Some(k) => Place::Direct(k),
-                            None => staged(local.len(), 8),
-                        }
-                    }
-                }
-                Op::Cas { old, .. } | Op::Faa { old, .. } => {
-                    let p: *const u64 = &**old;
-                    match pool(p.cast(), 8) {
-                        Some(k) if p.is_aligned() => Place::Direct(k),
-                        _ => staged(8, 8),
-                    }
-                }
-            };
-            f(i, place);
+            f(i, self.place_of(op, in_place, &mut off));
         }
         off
+    }
+
+    /// Where `op`'s local bytes go, staging from offset `off` on (moved past what it
+    /// takes). A buffer inside a registered range is used in place when `in_place` (READ
+    /// data and atomic results land in it, WRITE data is read from it); any other buffer is
+    /// bounced through staging.
+    #[inline(always)]
+    fn place_of(&self, op: &Op<'_>, in_place: bool, off: &mut usize) -> Place {
+        let pool = |p: *const u8, len: usize| self.pool_lkey(p, len).filter(|_| in_place);
+        let mut staged = |len: usize| {
+            let p = Place::Staged(*off);
+            *off = (*off + len).next_multiple_of(8);
+            p
+        };
+        match op {
+            Op::Read { local: [], .. } => Place::Nothing,
+            Op::Read { local, .. } => match pool(local.as_ptr(), local.len()) {
+                Some(k) => Place::Direct(k),
+                None => staged(local.len()),
+            },
+            Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local } => {
+                if local.is_empty() {
+                    Place::Nothing
+                } else if local.len() <= self.max_inline {
+                    Place::Inline
+                } else {
+                    match pool(local.as_ptr(), local.len()) {
+                        Some(k) => Place::Direct(k),
+                        None => staged(local.len()),
+                    }
+                }
+            }
+            Op::Cas { old, .. } | Op::Faa { old, .. } => {
+                let p: *const u64 = &**old;
+                match pool(p.cast(), 8) {
+                    Some(k) if p.is_aligned() => Place::Direct(k),
+                    _ => staged(8),
+                }
+            }
+        }
     }
 
     /// The local key when `[p, p + len)` lies inside one of the caller's registered ranges
@@ -305,6 +278,13 @@ impl VerbsQp {
                 what: "a batch of more than 128 work requests",
             });
         }
+        let in_place = mode == Mode::Wait;
+        // One pass: every op checked, the first the NIC would refuse found (the ops before
+        // it are the batch), and where the batch's bytes go planned. (Places uninitialized:
+        // a batch is mostly one op, and writing all MAX_BATCH would cost more than the pass.)
+        let mut places = [MaybeUninit::<Place>::uninit(); MAX_BATCH];
+        let mut refused: Option<(usize, FabricError)> = None;
+        let (mut total, mut direct, mut messages) = (0usize, 0u64, false);
         for (wr, op) in ops.iter().enumerate() {
             if let Some(a) = op.remote()
                 && a.node() != self.peer
@@ -326,8 +306,24 @@ impl VerbsQp {
                     max: u32::MAX as usize,
                 });
             }
+            if refused.is_some() {
+                continue;
+            }
+            if let Op::Cas { remote, .. } | Op::Faa { remote, .. } = op
+                && let Some(e) = self.remote.misaligned_atomic(wr, *remote)
+            {
+                refused = Some((wr, e));
+                continue;
+            }
+            messages |= matches!(op, Op::Send { .. } | Op::WriteImm { .. });
+            let place = self.place_of(op, in_place, &mut total);
+            if let Place::Direct(_) = place {
+                direct += len as u64;
+            }
+            places[wr].write(place);
         }
-        let ops = match self.refused(ops) {
+        let was_refused = refused.is_some();
+        let ops = match refused {
             Some((0, e)) => {
                 self.counters.count_post(ops);
                 self.break_now();
@@ -337,14 +333,6 @@ impl VerbsQp {
             None => ops,
         };
         let n = ops.len() as u32;
-        let in_place = mode == Mode::Wait;
-        // One planning pass: where each op's bytes go, and the staging the batch needs.
-        // (Uninitialized: a batch is mostly one op, and writing all MAX_BATCH places would
-        // cost more than planning twice.)
-        let mut places = [MaybeUninit::<Place>::uninit(); MAX_BATCH];
-        let total = self.plan(ops, in_place, |i, p| {
-            places[i].write(p);
-        });
         let signaled = mode == Mode::Wait || total > 0 || self.unsignaled.get() + n >= SIGNAL_EVERY;
         if (signaled && self.free.get() == 0) || self.sq_used.get() + n > SQ_DEPTH {
             return Ok(None);
@@ -358,72 +346,29 @@ impl VerbsQp {
             self.ensure_stage()?;
         }
         // A message's reply needs a posted receive: the first SEND or WRITE_WITH_IMM posts them.
-        if self.recv_base.get().is_null()
-            && !self.shared_recv
-            && ops
-                .iter()
-                .any(|op| matches!(op, Op::Send { .. } | Op::WriteImm { .. }))
-        {
+        if messages && self.recv_base.get().is_null() && !self.shared_recv {
             self.ensure_recvs()?;
         }
         if total > STAGE_SLOT {
-            let arena = Arena::new(total).map_err(|_| FabricError::Unsupported {
-                what: "no memory for a staging buffer",
-            })?;
-            // SAFETY: the arena is kept with its registration until the batch is released.
-            let mr = match &self.raw.pd {
-                Some(pd) => Some(
-                    // SAFETY: as above.
-                    unsafe { Mr::register(pd, arena.as_ptr(), arena.len(), LOCAL) }.map_err(
-                        |_| FabricError::Unsupported {
-                            what: "could not register a staging buffer (locked-memory limit?)",
-                        },
-                    )?,
-                ),
-                None => None,
-            };
-            self.oneoff.borrow_mut()[slot] = Some(OneOff { mr, arena });
-            self.stats.bump(|v| v.oneoff_regs += 1);
+            self.oneoff_stage(slot, total)?;
         }
         let Some((base, lkey)) = self.stage_of(slot % SLOTS, total) else {
             return Err(FabricError::Unsupported {
                 what: "staging buffer missing",
             });
         };
-        let mut wrs = self.wrs.borrow_mut();
-        let mut sges = self.sges.borrow_mut();
-        wrs.clear();
-        sges.clear();
+        let mut chain = self.chain.borrow_mut();
         let last = ops.len() - 1;
         let mut bounced_write = 0u64;
         let slot_bits = if signaled { slot as u64 } else { NO_SLOT };
         for (i, (op, place)) in ops.iter().zip(&places).enumerate() {
-            // SAFETY: `plan` wrote the place of every op (index < ops.len()).
+            // SAFETY: the pass above wrote the place of every op before the refused one.
             let place = unsafe { place.assume_init() };
-            let (addr, len, key) = match place {
-                Place::Nothing => (0u64, 0usize, None),
-                Place::Direct(k) => {
-                    let p = match op {
-                        Op::Read { local, .. } => local.as_ptr(),
-                        Op::Write { local, .. }
-                        | Op::WriteImm { local, .. }
-                        | Op::Send { local } => local.as_ptr(),
-                        Op::Cas { old, .. } | Op::Faa { old, .. } => {
-                            let p: *const u64 = &**old;
-                            p.cast()
-                        }
-                    };
-                    (p as u64, op.len(), Some(k))
-                }
-                Place::Inline => {
-                    let p = match op {
-                        Op::Write { local, .. }
-                        | Op::WriteImm { local, .. }
-                        | Op::Send { local } => local.as_ptr(),
-                        _ => std::ptr::null(),
-                    };
-                    (p as u64, op.len(), None)
-                }
+            let len = op.len() as u32;
+            let (addr, key) = match place {
+                Place::Nothing => (0u64, 0),
+                Place::Direct(k) => (local_ptr(op) as u64, k),
+                Place::Inline => (local_ptr(op) as u64, 0),
                 Place::Staged(off) => {
                     // SAFETY: `off + len` is within the batch's staging buffer (plan's total).
                     let dst = unsafe { base.add(off) };
@@ -436,90 +381,29 @@ impl VerbsQp {
                         unsafe { std::ptr::copy_nonoverlapping(local.as_ptr(), dst, local.len()) };
                         bounced_write += local.len() as u64;
                     }
-                    (dst as u64, op.len(), Some(lkey))
+                    (dst as u64, lkey)
                 }
             };
-            let inline = matches!(place, Place::Inline);
-            sges.push(sys::ibv_sge {
-                addr,
-                length: len as u32,
-                lkey: key.unwrap_or(0),
-            });
-            // Built in the vector's own memory (a work request assembled on the stack and
-            // then copied in stalled on its narrow stores: a fifth of start()).
-            wrs.push(sys::ibv_send_wr {
-                wr_id: wr_id(self.cq_index, slot_bits, i),
-                num_sge: i32::from(len > 0),
-                send_flags: if inline { sys::IBV_SEND_INLINE } else { 0 }
-                    | if i == last && signaled {
-                        sys::IBV_SEND_SIGNALED
-                    } else {
-                        0
-                    },
-                ..Default::default()
-            });
-            let Some(wr) = wrs.last_mut() else {
-                unreachable!("pushed just above")
+            let flags = if matches!(place, Place::Inline) {
+                sys::IBV_SEND_INLINE
+            } else {
+                0
+            } | if i == last && signaled {
+                sys::IBV_SEND_SIGNALED
+            } else {
+                0
             };
-            let (raddr, rkey) = op.remote().map_or((0, 0), |a| self.remote.target(a));
-            match op {
-                Op::Read { .. } => {
-                    wr.opcode = sys::IBV_WR_RDMA_READ;
-                    wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                        remote_addr: raddr,
-                        rkey,
-                    };
-                }
-                Op::Write { .. } => {
-                    wr.opcode = sys::IBV_WR_RDMA_WRITE;
-                    wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                        remote_addr: raddr,
-                        rkey,
-                    };
-                }
-                Op::WriteImm { imm, .. } => {
-                    wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
-                    wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
-                        remote_addr: raddr,
-                        rkey,
-                    };
-                    wr.__bindgen_anon_1.imm_data = imm.to_be();
-                }
-                Op::Cas { compare, swap, .. } => {
-                    wr.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
-                    wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-                        remote_addr: raddr,
-                        compare_add: *compare,
-                        swap: *swap,
-                        rkey,
-                    };
-                }
-                Op::Faa { add, .. } => {
-                    wr.opcode = sys::IBV_WR_ATOMIC_FETCH_AND_ADD;
-                    wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
-                        remote_addr: raddr,
-                        compare_add: *add,
-                        swap: 0,
-                        rkey,
-                    };
-                }
-                Op::Send { .. } => wr.opcode = sys::IBV_WR_SEND,
-            }
+            let remote = op.remote().map_or((0, 0), |a| self.remote.target(a));
+            chain.set(
+                i,
+                wr_id(self.cq_index, slot_bits, i),
+                op,
+                (addr, len, key),
+                remote,
+                flags,
+            );
         }
-        // Link the chain now that the vectors no longer move (capacity MAX_BATCH reserved).
-        let sge_ptr = sges.as_mut_ptr();
-        let wr_ptr = wrs.as_mut_ptr();
-        for i in 0..wrs.len() {
-            // SAFETY: i and i + 1 index the vectors' initialized elements.
-            unsafe {
-                wrs[i].sg_list = sge_ptr.add(i);
-                wrs[i].next = if i == last {
-                    std::ptr::null_mut()
-                } else {
-                    wr_ptr.add(i + 1)
-                };
-            }
-        }
+        let wr_ptr = chain.link(ops.len());
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
         // Completions of this chain find this queue pair where it is now.
         self.raw.send.place(self.cq_index, self);
@@ -527,6 +411,7 @@ impl VerbsQp {
         // them); staged buffers are registered and owned by this queue pair until the batch
         // completes; inline data is copied during the call.
         let rc = self.post_send(wr_ptr, &mut bad);
+        drop(chain);
         self.counters.count_post(all);
         if mode == Mode::Wait {
             self.counters.count_round_trip();
@@ -536,11 +421,11 @@ impl VerbsQp {
             v.wrs += u64::from(n);
             v.unsignaled += u64::from(n - u32::from(signaled));
             v.bounced_write += bounced_write;
+            v.in_place += direct;
         });
         if rc != 0 && !signaled {
             // Nothing of an unsignaled post is tracked: the requests before the refused one
             // went out and complete (or flush) on their own, with no buffer of ours to free.
-            drop((wrs, sges));
             self.break_now();
             return Err(FabricError::RemoteInvalid {
                 wr: 0,
@@ -549,13 +434,12 @@ impl VerbsQp {
             });
         }
         if rc != 0 {
-            // SAFETY: `bad` points into `wrs` when set.
+            // SAFETY: `bad` points into the chain when set.
             let posted = if bad.is_null() {
                 0
             } else {
                 unsafe { bad.offset_from(wr_ptr) }.max(0) as usize
             };
-            drop((wrs, sges));
             return Err(self.post_failed(slot, posted, &ops[posted.min(last)]));
         }
         self.sq_used.set(self.sq_used.get() + n);
@@ -573,13 +457,37 @@ impl VerbsQp {
             detached: mode == Mode::Detached,
             staged: total > 0,
             oneoff: total > STAGE_SLOT,
+            refused: was_refused,
         });
         self.free.set(self.free.get() & !(1 << slot));
         Ok(Some(slot))
     }
 
+    /// Maps (and registers) a staging buffer of `total` bytes for the batch in `slot`, which
+    /// a staging slot cannot hold.
+    fn oneoff_stage(&self, slot: usize, total: usize) -> Result<(), FabricError> {
+        let arena = Arena::new(total).map_err(|_| FabricError::Unsupported {
+            what: "no memory for a staging buffer",
+        })?;
+        let mr = match &self.raw.pd {
+            Some(pd) => Some(
+                // SAFETY: the arena is kept with its registration until the batch is
+                // released.
+                unsafe { Mr::register(pd, arena.as_ptr(), arena.len(), LOCAL) }.map_err(|_| {
+                    FabricError::Unsupported {
+                        what: "could not register a staging buffer (locked-memory limit?)",
+                    }
+                })?,
+            ),
+            None => None,
+        };
+        self.oneoff.borrow_mut()[slot] = Some(OneOff { mr, arena });
+        self.stats.bump(|v| v.oneoff_regs += 1);
+        Ok(())
+    }
+
     pub(super) fn is_done(&self, slot: usize) -> bool {
-        self.slots[slot].get().state == SlotState::Done
+        self.slots[slot].is_done()
     }
 
     pub(super) fn release(&self, slot: usize) {
@@ -592,25 +500,14 @@ impl VerbsQp {
     /// Copies results out of a finished batch and frees its slot.
     fn finish(&self, slot: usize, ops: &mut [Op<'_>]) -> Result<(), FabricError> {
         let s = self.slots[slot].get();
-        let refused = self.refused(ops);
-        let k = refused.map_or(ops.len(), |(k, _)| k);
-        let ok_upto = s.err.map_or(k, |(i, _)| (i as usize).min(k));
-        if !s.staged {
-            // Everything in place or inline: nothing to copy, only the in-place bytes to
-            // count.
-            let in_place: usize = ops[..ok_upto]
-                .iter()
-                .map(|op| match op {
-                    Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local }
-                        if local.len() <= self.max_inline =>
-                    {
-                        0
-                    }
-                    op => op.len(),
-                })
-                .sum();
-            self.stats.bump(|v| v.in_place += in_place as u64);
+        if !s.staged && !s.refused && s.err.is_none() {
+            // Everything in place or inline, nothing refused or failed: nothing to copy.
+            self.release(slot);
+            return Ok(());
         }
+        let refused = if s.refused { self.refused(ops) } else { None };
+        let k = refused.as_ref().map_or(ops.len(), |(k, _)| *k);
+        let ok_upto = s.err.map_or(k, |(i, _)| (i as usize).min(k));
         let total = if s.staged {
             self.plan(&ops[..k], true, |_, _| {})
         } else {
@@ -621,15 +518,10 @@ impl VerbsQp {
         {
             let mut places = [Place::Nothing; MAX_BATCH];
             self.plan(&ops[..k], true, |i, p| places[i] = p);
-            let (mut read, mut atomic, mut in_place) = (0u64, 0u64, 0u64);
+            let (mut read, mut atomic) = (0u64, 0u64);
             for (i, op) in ops.iter_mut().enumerate().take(ok_upto) {
-                let off = match places[i] {
-                    Place::Staged(off) => off,
-                    Place::Direct(_) => {
-                        in_place += op.len() as u64;
-                        continue;
-                    }
-                    _ => continue,
+                let Place::Staged(off) = places[i] else {
+                    continue;
                 };
                 // SAFETY: the batch's completion arrived, so the NIC is done with the staging
                 // buffer; `off` and the op's length lie inside it (plan's total).
@@ -654,7 +546,6 @@ impl VerbsQp {
             self.stats.bump(|v| {
                 v.bounced_read += read;
                 v.bounced_atomic += atomic;
-                v.in_place += in_place;
             });
         }
         self.release(slot);
@@ -677,6 +568,19 @@ impl VerbsQp {
                 };
                 Err(wc_error(status, op, self.peer))
             }
+        }
+    }
+}
+
+/// The address of `op`'s local bytes (its buffer, or its atomic's result word).
+#[inline]
+fn local_ptr(op: &Op<'_>) -> *const u8 {
+    match op {
+        Op::Read { local, .. } => local.as_ptr(),
+        Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local } => local.as_ptr(),
+        Op::Cas { old, .. } | Op::Faa { old, .. } => {
+            let p: *const u64 = &**old;
+            p.cast()
         }
     }
 }
