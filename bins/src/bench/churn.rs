@@ -8,6 +8,12 @@
 //! out so far, the header's included. An index that reuses freed memory keeps it
 //! flat; one that leaks climbs until the node is full. At the end every live key is read
 //! back and compared with the value it was given. Sim and soft fabrics (not verbs yet).
+//! Catfish, the R-tree, churns rectangles the same way ([`rtree`]).
+//!
+//! With `--seconds S` the churn also stops after S seconds of wall-clock time (checked every
+//! 1,024 operations), whichever comes first; the record keeps the operations actually run.
+mod rtree;
+
 use super::BenchArgs;
 use super::index::{Handle, IndexCfg};
 use super::phase::value_for;
@@ -46,6 +52,11 @@ pub struct ChurnRecord {
     pub workload: &'static str,
     pub records: u64,
     pub operations: u64,
+    /// Churn operations actually run (fewer than `operations` if `--seconds` stopped it or
+    /// an error did).
+    pub ops_done: u64,
+    /// Wall-clock seconds of the churn phase (after the load, before the final check).
+    pub churn_seconds: f64,
     pub value_size: usize,
     pub region_bytes: u64,
     pub seed: u64,
@@ -102,6 +113,8 @@ fn slope(samples: &[Sample]) -> f64 {
 #[derive(Default)]
 struct Outcome {
     samples: Vec<Sample>,
+    done: u64,
+    churn_seconds: f64,
     mismatches: Option<u64>,
     resurrected: Option<u64>,
     error: Option<String>,
@@ -137,8 +150,16 @@ async fn churn<E: Endpoint>(
     let mut live: Vec<u64> = (0..a.records).collect();
     let mut rng = Rng::new(a.sim.seed ^ 0xC4_0524);
     sample(0, cursors(ep).await?);
+    let start = std::time::Instant::now();
+    let limit = a.seconds.map(std::time::Duration::from_secs_f64);
     let mut done = 0u64;
     while done < ops {
+        if done.is_multiple_of(1024) && limit.is_some_and(|l| start.elapsed() >= l) && done > 0 {
+            if out.borrow().samples.last().is_none_or(|s| s.ops != done) {
+                sample(done, cursors(ep).await?);
+            }
+            break;
+        }
         let slot = rng.below(live.len() as u64) as usize;
         let old = live[slot];
         let kl = a.key(old, &mut key);
@@ -159,6 +180,9 @@ async fn churn<E: Endpoint>(
                 if let Ok(b) = cursors(ep).await {
                     sample(done, b);
                 }
+                let mut o = out.borrow_mut();
+                o.done = done;
+                o.churn_seconds = start.elapsed().as_secs_f64();
                 return Err(format!(
                     "{}: after {done} churn operations: {e}",
                     index.index_name()
@@ -169,6 +193,11 @@ async fn churn<E: Endpoint>(
         if done.is_multiple_of(every) || done == ops {
             sample(done, cursors(ep).await?);
         }
+    }
+    {
+        let mut o = out.borrow_mut();
+        o.done = done;
+        o.churn_seconds = start.elapsed().as_secs_f64();
     }
     let mut bad = 0u64;
     for &n in &live {
@@ -184,7 +213,7 @@ async fn churn<E: Endpoint>(
     let mut back = 0u64;
     let mut on = std::collections::HashSet::with_capacity(live.len());
     on.extend(live.iter().copied());
-    let newest = a.records + ops;
+    let newest = a.records + done;
     for n in (newest.saturating_sub(a.records + 1_000)..newest).filter(|n| !on.contains(n)) {
         let kl = a.key(n, &mut key);
         if idx.get(&key[..kl], &mut got).await?.is_some() {
@@ -238,7 +267,7 @@ fn run_sim(a: &BenchArgs, index: &IndexCfg) -> Result<ChurnRecord, String> {
             report.seed
         ));
     }
-    Ok(record(a, index, "sim", region_bytes, o))
+    Ok(record(a, index.index_name(), "sim", region_bytes, o))
 }
 
 /// One index's churn on the soft fabric: an in-process memory node (or `--connect`'s).
@@ -264,23 +293,31 @@ fn run_soft(a: &BenchArgs, index: &IndexCfg) -> Result<ChurnRecord, String> {
     if let Err(e) = block_on(churn(a, &ep, index, &out)) {
         out.borrow_mut().error = Some(e);
     }
-    Ok(record(a, index, "soft", region_bytes, out.into_inner()))
+    Ok(record(
+        a,
+        index.index_name(),
+        "soft",
+        region_bytes,
+        out.into_inner(),
+    ))
 }
 
 fn record(
     a: &BenchArgs,
-    index: &IndexCfg,
+    index: &str,
     fabric: &'static str,
     region_bytes: u64,
     o: Outcome,
 ) -> ChurnRecord {
     ChurnRecord {
         tool: "remora bench --churn",
-        index: index.index_name().to_string(),
+        index: index.to_string(),
         fabric,
         workload: "churn",
         records: a.records,
         operations: a.operations.unwrap_or(a.records),
+        ops_done: o.done,
+        churn_seconds: o.churn_seconds,
         value_size: a.value_size,
         region_bytes,
         seed: a.sim.seed,
@@ -295,11 +332,13 @@ fn record(
 fn print(r: &ChurnRecord, out: &mut dyn Write) {
     let _ = writeln!(
         out,
-        "\nchurn: {} on {}, {} live keys, {} operations (delete + insert), region {} MiB",
+        "\nchurn: {} on {}, {} live keys, {} of {} operations (delete + insert) in {:.1} s, region {} MiB",
         r.index,
         r.fabric,
         r.records,
+        r.ops_done,
         r.operations,
+        r.churn_seconds,
         r.region_bytes >> 20
     );
     let nodes = r.samples.first().map_or(1, |s| s.bytes_in_use.len());
@@ -307,7 +346,14 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
     for n in 0..nodes {
         head.push_str(&format!(" {:>16}", format!("node {n} bytes")));
     }
-    head.push_str(&format!(" {:>10}", "live keys"));
+    head.push_str(&format!(
+        " {:>10}",
+        if r.index == "catfish" {
+            "live rects"
+        } else {
+            "live keys"
+        }
+    ));
     let _ = writeln!(out, "{head}");
     for s in &r.samples {
         let mut row = format!("{:>12}", s.ops);
@@ -329,8 +375,13 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
         (None, Some(0)) => {
             let _ = writeln!(
                 out,
-                "final check: all {} live keys read back exactly",
-                r.records
+                "final check: all {} live {} read back exactly",
+                r.records,
+                if r.index == "catfish" {
+                    "rectangles found by window searches and"
+                } else {
+                    "keys"
+                }
             );
         }
         _ => {}
@@ -353,7 +404,15 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         one.erda_clean = true;
         super::validate(&one)?;
         if kind == super::IndexKind::Catfish {
-            return Err("--churn drives key-value indexes; Catfish is an R-tree".into());
+            let r = match a.fabric {
+                FabricKind::Soft => rtree::run_soft(&one)?,
+                _ => rtree::run_sim(&one, None)?,
+            };
+            if !a.silent {
+                print(&r, &mut *crate::report::human_out(a.json.as_deref()));
+            }
+            recs.push(r);
+            continue;
         }
         let mut index = super::index_cfg(&one)?;
         if let super::index::IndexCfg::Smart { cfg, .. } = &mut index {
