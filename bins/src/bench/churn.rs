@@ -10,8 +10,9 @@
 //! back and compared with the value it was given. Sim and soft fabrics (not verbs yet).
 //! Catfish, the R-tree, churns rectangles the same way ([`rtree`]).
 //!
-//! With `--seconds S` the churn also stops after S seconds of wall-clock time (checked every
-//! 1,024 operations), whichever comes first; the record keeps the operations actually run.
+//! With `--seconds S` the churn also stops after S seconds of wall-clock time, whichever
+//! comes first, and samples on the clock too ([`Pace`]); the record keeps the operations
+//! actually run.
 mod rtree;
 
 use super::BenchArgs;
@@ -109,6 +110,62 @@ fn slope(samples: &[Sample]) -> f64 {
     if sxx == 0.0 { 0.0 } else { sxy / sxx * 1e6 }
 }
 
+/// When a churn samples and when it stops: every `--operations / --churn-samples`
+/// operations, and with `--seconds S` also every `S / --churn-samples` of wall-clock time
+/// (so a run the clock stops early still has its samples), stopping at S. The clock is read
+/// every 1,024 operations.
+struct Pace {
+    start: std::time::Instant,
+    ops: u64,
+    every: u64,
+    limit: Option<std::time::Duration>,
+    tick: Option<std::time::Duration>,
+    next: std::time::Duration,
+}
+
+impl Pace {
+    fn new(a: &BenchArgs, ops: u64) -> Pace {
+        let samples = a.churn_samples.max(1);
+        let limit = a.seconds.map(std::time::Duration::from_secs_f64);
+        let tick = limit.map(|l| l / samples as u32);
+        Pace {
+            start: std::time::Instant::now(),
+            ops,
+            every: (ops / samples).max(1),
+            limit,
+            tick,
+            next: tick.unwrap_or_default(),
+        }
+    }
+
+    /// After `done` operations: (sample now, stop now).
+    fn after(&mut self, done: u64) -> (bool, bool) {
+        let mut sample = done.is_multiple_of(self.every) || done == self.ops;
+        let mut stop = false;
+        if done.is_multiple_of(1024) && self.limit.is_some() {
+            let t = self.start.elapsed();
+            stop = self.limit.is_some_and(|l| t >= l);
+            if let Some(tick) = self.tick
+                && t >= self.next
+            {
+                sample = true;
+                while self.next <= t {
+                    self.next += tick;
+                }
+            }
+            sample |= stop;
+        }
+        (sample, stop)
+    }
+
+    /// Records `done` operations and the churn's seconds in `out`.
+    fn finish(&self, out: &RefCell<Outcome>, done: u64) {
+        let mut o = out.borrow_mut();
+        o.done = done;
+        o.churn_seconds = self.start.elapsed().as_secs_f64();
+    }
+}
+
 /// What the churn task leaves behind (samples survive an error).
 #[derive(Default)]
 struct Outcome {
@@ -129,7 +186,6 @@ async fn churn<E: Endpoint>(
 ) -> Result<(), String> {
     let idx = Handle::open(ep, index).await?;
     let ops = a.operations.unwrap_or(a.records);
-    let every = (ops / a.churn_samples.max(1)).max(1);
     let mut key = [0u8; 32];
     let mut val = vec![0u8; a.value_size];
     let mut got = vec![0u8; a.value_size.max(8)];
@@ -150,16 +206,9 @@ async fn churn<E: Endpoint>(
     let mut live: Vec<u64> = (0..a.records).collect();
     let mut rng = Rng::new(a.sim.seed ^ 0xC4_0524);
     sample(0, cursors(ep).await?);
-    let start = std::time::Instant::now();
-    let limit = a.seconds.map(std::time::Duration::from_secs_f64);
+    let mut pace = Pace::new(a, ops);
     let mut done = 0u64;
     while done < ops {
-        if done.is_multiple_of(1024) && limit.is_some_and(|l| start.elapsed() >= l) && done > 0 {
-            if out.borrow().samples.last().is_none_or(|s| s.ops != done) {
-                sample(done, cursors(ep).await?);
-            }
-            break;
-        }
         let slot = rng.below(live.len() as u64) as usize;
         let old = live[slot];
         let kl = a.key(old, &mut key);
@@ -180,9 +229,7 @@ async fn churn<E: Endpoint>(
                 if let Ok(b) = cursors(ep).await {
                     sample(done, b);
                 }
-                let mut o = out.borrow_mut();
-                o.done = done;
-                o.churn_seconds = start.elapsed().as_secs_f64();
+                pace.finish(out, done);
                 return Err(format!(
                     "{}: after {done} churn operations: {e}",
                     index.index_name()
@@ -190,15 +237,15 @@ async fn churn<E: Endpoint>(
             }
         }
         done += 1;
-        if done.is_multiple_of(every) || done == ops {
+        let (now, stop) = pace.after(done);
+        if now {
             sample(done, cursors(ep).await?);
         }
+        if stop {
+            break;
+        }
     }
-    {
-        let mut o = out.borrow_mut();
-        o.done = done;
-        o.churn_seconds = start.elapsed().as_secs_f64();
-    }
+    pace.finish(out, done);
     let mut bad = 0u64;
     for &n in &live {
         let kl = a.key(n, &mut key);

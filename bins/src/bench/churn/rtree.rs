@@ -9,7 +9,7 @@
 //! rectangle (offloaded: the client READs the nodes, born-epoch checks included); the
 //! latest deleted ones must not be found; and a search of the whole space must return the
 //! live set and nothing else.
-use super::{ChurnRecord, Outcome, Sample, cursors, record};
+use super::{ChurnRecord, Outcome, Pace, Sample, cursors, record};
 use crate::bench::BenchArgs;
 use crate::perf_sim::model_from;
 use remora::core::block_on::block_on;
@@ -68,7 +68,6 @@ pub(super) async fn churn<E: Endpoint>(
         .map_err(|e| format!("creating the tree: {e}"))?;
     let seed = a.sim.seed;
     let ops = a.operations.unwrap_or(a.records);
-    let every = (ops / a.churn_samples.max(1)).max(1);
     let sample = |done: u64, bytes: Vec<u64>| {
         out.borrow_mut().samples.push(Sample {
             ops: done,
@@ -84,21 +83,9 @@ pub(super) async fn churn<E: Endpoint>(
     let mut live: Vec<u64> = (0..a.records).collect();
     let mut rng = crate::bench::ycsb::Rng::new(seed ^ 0xC4_0524);
     sample(0, cursors(ep).await?);
-    let start = std::time::Instant::now();
-    let limit = a.seconds.map(std::time::Duration::from_secs_f64);
+    let mut pace = Pace::new(a, ops);
     let mut done = 0u64;
-    let stop = |done: u64, start: std::time::Instant| {
-        let mut o = out.borrow_mut();
-        o.done = done;
-        o.churn_seconds = start.elapsed().as_secs_f64();
-    };
     while done < ops {
-        if done > 0 && done.is_multiple_of(1024) && limit.is_some_and(|l| start.elapsed() >= l) {
-            if out.borrow().samples.last().is_none_or(|s| s.ops != done) {
-                sample(done, cursors(ep).await?);
-            }
-            break;
-        }
         let slot = rng.below(live.len() as u64) as usize;
         let (old, new) = (live[slot], a.records + done);
         let step = async {
@@ -117,16 +104,20 @@ pub(super) async fn churn<E: Endpoint>(
             if let Ok(b) = cursors(ep).await {
                 sample(done, b);
             }
-            stop(done, start);
+            pace.finish(out, done);
             return Err(format!("catfish: after {done} churn operations: {e}"));
         }
         live[slot] = new;
         done += 1;
-        if done.is_multiple_of(every) || done == ops {
+        let (now, stop) = pace.after(done);
+        if now {
             sample(done, cursors(ep).await?);
         }
+        if stop {
+            break;
+        }
     }
-    stop(done, start);
+    pace.finish(out, done);
     let mut hits: Vec<Entry> = Vec::new();
     let mut bad = 0u64;
     for &n in &live {
