@@ -8,6 +8,13 @@
 //! out so far, the header's included. An index that reuses freed memory keeps it
 //! flat; one that leaks climbs until the node is full. At the end every live key is read
 //! back and compared with the value it was given. Sim and soft fabrics (not verbs yet).
+//! Catfish, the R-tree, churns rectangles the same way ([`rtree`]).
+//!
+//! With `--seconds S` the churn also stops after S seconds of wall-clock time, whichever
+//! comes first, and samples on the clock too ([`Pace`]); the record keeps the operations
+//! actually run.
+mod rtree;
+
 use super::BenchArgs;
 use super::index::{Handle, IndexCfg};
 use super::phase::value_for;
@@ -46,6 +53,11 @@ pub struct ChurnRecord {
     pub workload: &'static str,
     pub records: u64,
     pub operations: u64,
+    /// Churn operations actually run (fewer than `operations` if `--seconds` stopped it or
+    /// an error did).
+    pub ops_done: u64,
+    /// Wall-clock seconds of the churn phase (after the load, before the final check).
+    pub churn_seconds: f64,
     pub value_size: usize,
     pub region_bytes: u64,
     pub seed: u64,
@@ -98,10 +110,68 @@ fn slope(samples: &[Sample]) -> f64 {
     if sxx == 0.0 { 0.0 } else { sxy / sxx * 1e6 }
 }
 
+/// When a churn samples and when it stops: every `--operations / --churn-samples`
+/// operations, and with `--seconds S` also every `S / --churn-samples` of wall-clock time
+/// (so a run the clock stops early still has its samples), stopping at S. The clock is read
+/// every 1,024 operations.
+struct Pace {
+    start: std::time::Instant,
+    ops: u64,
+    every: u64,
+    limit: Option<std::time::Duration>,
+    tick: Option<std::time::Duration>,
+    next: std::time::Duration,
+}
+
+impl Pace {
+    fn new(a: &BenchArgs, ops: u64) -> Pace {
+        let samples = a.churn_samples.max(1);
+        let limit = a.seconds.map(std::time::Duration::from_secs_f64);
+        let tick = limit.map(|l| l / samples as u32);
+        Pace {
+            start: std::time::Instant::now(),
+            ops,
+            every: (ops / samples).max(1),
+            limit,
+            tick,
+            next: tick.unwrap_or_default(),
+        }
+    }
+
+    /// After `done` operations: (sample now, stop now).
+    fn after(&mut self, done: u64) -> (bool, bool) {
+        let mut sample = done.is_multiple_of(self.every) || done == self.ops;
+        let mut stop = false;
+        if done.is_multiple_of(1024) && self.limit.is_some() {
+            let t = self.start.elapsed();
+            stop = self.limit.is_some_and(|l| t >= l);
+            if let Some(tick) = self.tick
+                && t >= self.next
+            {
+                sample = true;
+                while self.next <= t {
+                    self.next += tick;
+                }
+            }
+            sample |= stop;
+        }
+        (sample, stop)
+    }
+
+    /// Records `done` operations and the churn's seconds in `out`.
+    fn finish(&self, out: &RefCell<Outcome>, done: u64) {
+        let mut o = out.borrow_mut();
+        o.done = done;
+        o.churn_seconds = self.start.elapsed().as_secs_f64();
+    }
+}
+
 /// What the churn task leaves behind (samples survive an error).
 #[derive(Default)]
 struct Outcome {
     samples: Vec<Sample>,
+    done: u64,
+    churn_seconds: f64,
     mismatches: Option<u64>,
     resurrected: Option<u64>,
     error: Option<String>,
@@ -116,7 +186,6 @@ async fn churn<E: Endpoint>(
 ) -> Result<(), String> {
     let idx = Handle::open(ep, index).await?;
     let ops = a.operations.unwrap_or(a.records);
-    let every = (ops / a.churn_samples.max(1)).max(1);
     let mut key = [0u8; 32];
     let mut val = vec![0u8; a.value_size];
     let mut got = vec![0u8; a.value_size.max(8)];
@@ -137,6 +206,7 @@ async fn churn<E: Endpoint>(
     let mut live: Vec<u64> = (0..a.records).collect();
     let mut rng = Rng::new(a.sim.seed ^ 0xC4_0524);
     sample(0, cursors(ep).await?);
+    let mut pace = Pace::new(a, ops);
     let mut done = 0u64;
     while done < ops {
         let slot = rng.below(live.len() as u64) as usize;
@@ -159,6 +229,7 @@ async fn churn<E: Endpoint>(
                 if let Ok(b) = cursors(ep).await {
                     sample(done, b);
                 }
+                pace.finish(out, done);
                 return Err(format!(
                     "{}: after {done} churn operations: {e}",
                     index.index_name()
@@ -166,10 +237,15 @@ async fn churn<E: Endpoint>(
             }
         }
         done += 1;
-        if done.is_multiple_of(every) || done == ops {
+        let (now, stop) = pace.after(done);
+        if now {
             sample(done, cursors(ep).await?);
         }
+        if stop {
+            break;
+        }
     }
+    pace.finish(out, done);
     let mut bad = 0u64;
     for &n in &live {
         let kl = a.key(n, &mut key);
@@ -184,7 +260,7 @@ async fn churn<E: Endpoint>(
     let mut back = 0u64;
     let mut on = std::collections::HashSet::with_capacity(live.len());
     on.extend(live.iter().copied());
-    let newest = a.records + ops;
+    let newest = a.records + done;
     for n in (newest.saturating_sub(a.records + 1_000)..newest).filter(|n| !on.contains(n)) {
         let kl = a.key(n, &mut key);
         if idx.get(&key[..kl], &mut got).await?.is_some() {
@@ -238,7 +314,7 @@ fn run_sim(a: &BenchArgs, index: &IndexCfg) -> Result<ChurnRecord, String> {
             report.seed
         ));
     }
-    Ok(record(a, index, "sim", region_bytes, o))
+    Ok(record(a, index.index_name(), "sim", region_bytes, o))
 }
 
 /// One index's churn on the soft fabric: an in-process memory node (or `--connect`'s).
@@ -264,23 +340,31 @@ fn run_soft(a: &BenchArgs, index: &IndexCfg) -> Result<ChurnRecord, String> {
     if let Err(e) = block_on(churn(a, &ep, index, &out)) {
         out.borrow_mut().error = Some(e);
     }
-    Ok(record(a, index, "soft", region_bytes, out.into_inner()))
+    Ok(record(
+        a,
+        index.index_name(),
+        "soft",
+        region_bytes,
+        out.into_inner(),
+    ))
 }
 
 fn record(
     a: &BenchArgs,
-    index: &IndexCfg,
+    index: &str,
     fabric: &'static str,
     region_bytes: u64,
     o: Outcome,
 ) -> ChurnRecord {
     ChurnRecord {
         tool: "remora bench --churn",
-        index: index.index_name().to_string(),
+        index: index.to_string(),
         fabric,
         workload: "churn",
         records: a.records,
         operations: a.operations.unwrap_or(a.records),
+        ops_done: o.done,
+        churn_seconds: o.churn_seconds,
         value_size: a.value_size,
         region_bytes,
         seed: a.sim.seed,
@@ -295,11 +379,13 @@ fn record(
 fn print(r: &ChurnRecord, out: &mut dyn Write) {
     let _ = writeln!(
         out,
-        "\nchurn: {} on {}, {} live keys, {} operations (delete + insert), region {} MiB",
+        "\nchurn: {} on {}, {} live keys, {} of {} operations (delete + insert) in {:.1} s, region {} MiB",
         r.index,
         r.fabric,
         r.records,
+        r.ops_done,
         r.operations,
+        r.churn_seconds,
         r.region_bytes >> 20
     );
     let nodes = r.samples.first().map_or(1, |s| s.bytes_in_use.len());
@@ -307,7 +393,14 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
     for n in 0..nodes {
         head.push_str(&format!(" {:>16}", format!("node {n} bytes")));
     }
-    head.push_str(&format!(" {:>10}", "live keys"));
+    head.push_str(&format!(
+        " {:>10}",
+        if r.index == "catfish" {
+            "live rects"
+        } else {
+            "live keys"
+        }
+    ));
     let _ = writeln!(out, "{head}");
     for s in &r.samples {
         let mut row = format!("{:>12}", s.ops);
@@ -329,8 +422,13 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
         (None, Some(0)) => {
             let _ = writeln!(
                 out,
-                "final check: all {} live keys read back exactly",
-                r.records
+                "final check: all {} live {} read back exactly",
+                r.records,
+                if r.index == "catfish" {
+                    "rectangles found by window searches and"
+                } else {
+                    "keys"
+                }
             );
         }
         _ => {}
@@ -353,7 +451,15 @@ pub fn run(a: &BenchArgs) -> Result<(), String> {
         one.erda_clean = true;
         super::validate(&one)?;
         if kind == super::IndexKind::Catfish {
-            return Err("--churn drives key-value indexes; Catfish is an R-tree".into());
+            let r = match a.fabric {
+                FabricKind::Soft => rtree::run_soft(&one)?,
+                _ => rtree::run_sim(&one, None)?,
+            };
+            if !a.silent {
+                print(&r, &mut *crate::report::human_out(a.json.as_deref()));
+            }
+            recs.push(r);
+            continue;
         }
         let mut index = super::index_cfg(&one)?;
         if let super::index::IndexCfg::Smart { cfg, .. } = &mut index {
