@@ -164,8 +164,9 @@ const MESSAGING_NOTE: &str = "the fast messaging baseline (FaRM's, polling) cost
     (row 'polling fast messaging mean latency, 320 / 80 clients': its cost derived from \
     Fig. 6); charged to these runs it made fast messaging 0.166 Mops and 1518 µs mean at 256 \
     clients (0.29x and 5.1x the paper's §5 figures) and these rows 4.6-6.5x (scale 0.00001: \
-    6.52x against the paper's 2.32x; power law at 256 clients 6.22x against 1.87x), so they \
-    do not carry it. The paper's 'up to 2.32x' is its best over all three request scales; \
+    6.52x against the paper's 2.32x; power law at 256 clients 6.22x against 1.87x; the \
+    basic R-tree's 3.37x against 2.50x; the Hilbert R-tree's, from its Catfish runs, ~5.8x \
+    against 1.69x), so they do not carry it. The paper's 'up to 2.32x' is its best over all three request scales; \
     at scale 0.01 its own 256-client figures give at least 1.28x (779.89 / 610.37 Kops, \
     the fast messaging's peak)";
 
@@ -180,7 +181,8 @@ const MIXED_MESSAGING_NOTE: &str = "the paper's fast messaging falls in its 90/1
     (R*-tree) and 6.28x (basic) need its fast messaging to fall in 90/10 by that much, an \
     insert cost (and lock contention among its 28 threads) the paper does not give. Fig. \
     6's oversubscribed polling cost is not it: charged to fast messaging it made the R*-tree \
-    90/10 rows 6.54x (throughput) and 6.53x (latency), both at 256 clients, from a fast \
+    90/10 rows 6.54x (throughput) and 6.53x (latency), both at 256 clients, and the basic \
+    R-tree's 4.52x (0.750 / 0.166 Mops), from a fast \
     messaging of 0.166 Mops that the paper's search-only figures rule out (see the \
     search-only rows' note)";
 
