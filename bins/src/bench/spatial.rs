@@ -166,6 +166,13 @@ pub struct SpatialFlags {
     /// `spatial/gate.rs`). Off: a node's READs run in parallel, as the sim's NIC model has it.
     #[arg(long)]
     pub node_serial_reads: bool,
+    /// Catfish on the sim: a polling server with one polling thread per connection on its
+    /// `server_threads` cores, oversubscribed (the Catfish paper's polling server, seeds/003
+    /// §4.2, Fig. 6): each message costs this many ns x share^2 more, share = the run's
+    /// clients (one connection each) / server threads, rounded up. It sets the sim's
+    /// `server_scan_ns` (charged x share a message) to this x share. 0: off.
+    #[arg(long, default_value_t = 0.0, value_name = "NS")]
+    pub poll_oversub_ns: f64,
 }
 
 /// Catfish's own figures in the JSON record.
@@ -230,6 +237,19 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if a.spatial.server_threads == 0 {
         return Err("--server-threads must be at least 1".into());
+    }
+    let oversub = a.spatial.poll_oversub_ns;
+    if !(oversub.is_finite() && oversub >= 0.0) {
+        return Err(format!(
+            "--poll-oversub-ns is a CPU time in ns, at least 0; got {oversub}"
+        ));
+    }
+    if oversub > 0.0 && (a.fabric != FabricKind::Sim || a.spatial.serve != Serve::Event) {
+        return Err(
+            "--poll-oversub-ns models an oversubscribed polling server on --fabric sim; it \
+             replaces --serve polling's ring scan (give one of them)"
+                .into(),
+        );
     }
     let tcp = a.spatial.mode == SearchMode::Tcp;
     if tcp && a.fabric != FabricKind::Soft {

@@ -42,6 +42,12 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
             .set("server_scan_ns", &POLL_SCAN_NS.to_string())
             .map_err(|e| format!("--serve polling: {e}"))?;
     }
+    let oversub = oversub_scan_ns(&model, a.spatial.poll_oversub_ns, clients)?;
+    if let Some(scan) = oversub {
+        model
+            .set("server_scan_ns", &scan.to_string())
+            .map_err(|e| format!("--poll-oversub-ns: {e}"))?;
+    }
     let cfg = SimConfig {
         compute_nodes: s.compute_nodes,
         memory_nodes: 1,
@@ -59,6 +65,13 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
         model.summary(),
         "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
     ];
+    if let Some(scan) = oversub {
+        notes.push(format!(
+            "oversubscribed polling server (--poll-oversub-ns {}): {scan} ns of ring scan x \
+             each thread's share of the {clients} connections, a message",
+            a.spatial.poll_oversub_ns
+        ));
+    }
     if a.workload == Workload::Load {
         let (parts, _, height) = load_sim(sh, &cfg, s.compute_nodes, s.clients_per_node)?;
         let results = parts.into_iter().map(|p| Ok((Some(p), None))).collect();
@@ -97,6 +110,32 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
     let mut results: Vec<ClientResult> = loads.into_iter().map(|l| Ok((Some(l), None))).collect();
     results.extend(runs.into_iter().map(|r| r.map(|r| (None, Some(r)))));
     Ok((results, height, clients, notes))
+}
+
+/// The `server_scan_ns` of `--poll-oversub-ns k` with `clients` connections: k x share, share
+/// = clients / `server_threads` rounded up as the sim's server rounds it, so a message costs
+/// k x share^2 (`server.rs` charges the scan x share). None when k is 0. An error when the
+/// model's `server_scan_ns` is already set: two polling models in one run.
+fn oversub_scan_ns(
+    model: &remora::poller::sim::Model,
+    k: f64,
+    clients: usize,
+) -> Result<Option<f64>, String> {
+    if k <= 0.0 {
+        return Ok(None);
+    }
+    if model.get("server_scan_ns") != Some(0.0) {
+        return Err(
+            "--poll-oversub-ns sets server_scan_ns from the run's connections: do not also \
+             --set server_scan_ns"
+                .into(),
+        );
+    }
+    let threads = model
+        .get("server_threads")
+        .ok_or("the sim model has no server_threads")?
+        .max(1.0) as usize;
+    Ok(Some(k * clients.div_ceil(threads) as f64))
 }
 
 /// Recovers the loaded tree in memory node 0's image into `handler`; what it found.
@@ -316,6 +355,50 @@ mod tests {
         a.silent = true;
         a.quiet = true;
         a
+    }
+
+    /// The measured phase's throughput of a messaging run with `per_node` clients on each of
+    /// two compute nodes, two server threads, and `extra` flags.
+    fn messaging_mops(per_node: usize, extra: &str) -> f64 {
+        let a = args(&format!(
+            "--index catfish --fabric sim --workload c --records 3000 --operations 600 \
+             --compute-nodes 2 --clients-per-node {per_node} --mode messaging --tree rstar \
+             --heartbeat-us 100 --server-threads 2 {extra}"
+        ));
+        let r = super::super::run(&a).expect("messaging run");
+        r.iter()
+            .find(|r| r.phase == "run")
+            .expect("a run phase")
+            .mops
+    }
+
+    /// An oversubscribed polling server (`--poll-oversub-ns`) loses throughput as its
+    /// connections outnumber its threads (the Catfish paper's Fig. 6 polling server), where
+    /// the event-based one keeps its saturated throughput.
+    #[test]
+    fn an_oversubscribed_polling_server_slows_with_more_connections() {
+        let (event_few, event_many) = (messaging_mops(1, ""), messaging_mops(8, ""));
+        assert!(
+            event_many >= 0.95 * event_few,
+            "{event_few} -> {event_many}"
+        );
+        let flag = "--poll-oversub-ns 20000";
+        let (poll_few, poll_many) = (messaging_mops(1, flag), messaging_mops(8, flag));
+        assert!(poll_many < 0.5 * poll_few, "{poll_few} -> {poll_many}");
+        assert!(poll_few < event_few, "{poll_few} vs {event_few}");
+    }
+
+    /// `--poll-oversub-ns` is refused beside a `--set server_scan_ns` or off the sim.
+    #[test]
+    fn oversubscription_refuses_a_second_polling_model() {
+        let a = args(
+            "--index catfish --fabric sim --workload c --records 300 --operations 60 \
+             --poll-oversub-ns 100 --set server_scan_ns=25",
+        );
+        let e = super::super::run(&a).expect_err("two polling models");
+        assert!(e.contains("server_scan_ns"), "{e}");
+        let a = args("--index catfish --fabric soft --workload c --poll-oversub-ns 100");
+        assert!(super::super::validate(&a).is_err());
     }
 
     /// A run that finds its tree loaded (the second of two in one process) measures exactly
