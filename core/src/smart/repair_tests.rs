@@ -13,6 +13,7 @@ use remora_layouts::NodeId;
 use remora_layouts::smart::{LEAF_CRC_OFFSET, LeafStatus, SlotKind, leaf_lock_offset};
 use std::rc::Rc;
 use std::vec::Vec;
+use std_alloc::sync::Arc;
 
 /// The in-memory fabric with a clock that `pause` advances, client ids, and a fence that
 /// records whom it fenced.
@@ -220,5 +221,70 @@ fn running_out_of_memory_in_a_grow_freezes_nothing() {
         assert_eq!(r, Ok(()), "{t:?} {:?}", s.stats());
         assert_eq!(block(s.get(&key(4), &mut out)), Ok(Some(8)));
         assert_eq!(s.stats().grows, 1, "{t:?}");
+    }
+}
+
+/// After a memory-node restart, the recovery takes back what the tree does not reach, but
+/// keeps the redo copy that a dead holder's lock word names: once every spare byte has been
+/// handed out and overwritten, the torn leaf is still rebuilt from it, and every other key
+/// reads back.
+#[test]
+fn recovery_keeps_what_the_tree_reaches_and_the_redo_copy_a_lock_names() {
+    let m = memory(4 << 20);
+    let clock = Rc::new(Cell::new(1));
+    let fenced = Rc::new(RefCell::new(Vec::new()));
+    let (ep, dep) = (
+        clock_ep(&m, 7, &clock, &fenced),
+        clock_ep(&m, 9, &clock, &fenced),
+    );
+    let cfg = short_lease(Techniques::SMART);
+    let key = |i: u64| (0x3000_0000_0000_0000 | (i * 0x0101_0101)).to_be_bytes();
+    {
+        let s = block(Smart::open(&ep, cfg)).unwrap();
+        let dead = block(Smart::open(&dep, cfg)).unwrap();
+        block(s.upsert(&KEY, b"old-valu")).unwrap();
+        // Garbage: keys deleted, nodes grown and compacted.
+        for i in 0..300u64 {
+            block(s.upsert(&key(i), &i.to_le_bytes())).unwrap();
+        }
+        for i in (0..300u64).filter(|i| i % 3 != 0) {
+            assert_eq!(block(s.delete(&key(i))), Ok(true));
+        }
+        tear_under_dead_holder(&m, &s, &dead, b"new-valu");
+    }
+    // The node restarted: both handles are gone with their retire lists.
+    let rep_ep = clock_ep(&m, 11, &clock, &fenced);
+    let (r, rep) = block(Smart::open_recovering(
+        &rep_ep,
+        cfg,
+        Arc::new(SmartNode::new(&cfg)),
+    ))
+    .unwrap();
+    assert!(rep.free_bytes > 0 && rep.reached_bytes > 0, "{rep:?}");
+    assert!(
+        rep.free_bytes + rep.reached_bytes <= rep.used_bytes,
+        "{rep:?}"
+    );
+    assert_eq!(rep.leaves, 1 + 100, "{rep:?}");
+    // Hand out every spare byte, and scribble over it.
+    let mut n = 0;
+    while r.reclaim.borrow().spare_bytes > 0 {
+        let a = block(r.alloc_at(0, 16)).unwrap();
+        let o = a.offset() as usize;
+        m.borrow_mut()[o..o + 16].fill(0xEE);
+        n += 1;
+    }
+    // (The redo ring came from spare memory too.)
+    let ring = (leaflock::REDO_SLOTS * r.max_leaf_bytes()).next_power_of_two() as u64;
+    assert_eq!(n * 16 + ring, rep.free_bytes, "{rep:?}");
+    let mut out = [0u8; 8];
+    assert_eq!(block(r.get(&KEY, &mut out)), Ok(Some(8)));
+    assert_eq!(&out, b"new-valu", "rebuilt from the redo copy");
+    for i in 0..300u64 {
+        let want = (i % 3 == 0).then_some(8);
+        assert_eq!(block(r.get(&key(i), &mut out)), Ok(want), "key {i}");
+        if want.is_some() {
+            assert_eq!(u64::from_le_bytes(out), i);
+        }
     }
 }
