@@ -47,7 +47,8 @@
 //! - Memory of deleted leaves and of replaced nodes and leaves is reused after a grace
 //!   period bounded by leases (`reclaim.rs`): deletes unlink their leaf (a Node256 slot
 //!   empties, a smaller node's slot turns dead), grows copy only live slots (compaction) and
-//!   drop a node left without any.
+//!   drop a node left without any. After a memory-node restart, the first client takes back
+//!   what the tree does not reach ([`Smart::open_recovering`], `recover.rs`).
 //! - Bulk loading (`bulk.rs`, [`Smart::bulk_load`]): the tree inserts of a sorted key set
 //!   grow, written chunk by chunk at memory speed.
 #![cfg(feature = "alloc")]
@@ -65,6 +66,7 @@ mod node;
 #[cfg(test)]
 mod node_tests;
 mod reclaim;
+mod recover;
 mod remote;
 #[cfg(test)]
 mod repair_tests;
@@ -79,6 +81,7 @@ mod write;
 pub use bulk::BulkStats;
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
 pub use node::{NodeFootprint, SmartNode};
+pub use recover::Recovered;
 
 use crate::alloc::RemoteAllocator;
 use crate::fabric::{Endpoint, QueuePair};
@@ -220,6 +223,17 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         cfg: SmartConfig,
         node: Arc<SmartNode>,
     ) -> Result<Smart<'e, E>, SmartError> {
+        Self::open_with(ep, cfg, node, true).await
+    }
+
+    /// [`Self::open_on`]; the redo rings are allocated later (by [`Self::alloc_redo`]) unless
+    /// `redo_now`.
+    pub(crate) async fn open_with(
+        ep: &'e E,
+        cfg: SmartConfig,
+        node: Arc<SmartNode>,
+        redo_now: bool,
+    ) -> Result<Smart<'e, E>, SmartError> {
         cfg.check()?;
         let first = *ep
             .nodes()
@@ -248,14 +262,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             timing: reclaim::Timing::of(&cfg),
             scan_scratch: Default::default(),
         };
-        if cfg.techniques.in_place_leaf {
-            let slot = s.max_leaf_bytes();
-            let mut rings = Vec::with_capacity(s.allocs.len());
-            for ix in 0..s.allocs.len() {
-                let base = s.alloc_at(ix, leaflock::REDO_SLOTS * slot).await?;
-                rings.push(leaflock::RedoRing::new(base, slot)?);
-            }
-            s.redo = rings;
+        if redo_now {
+            s.alloc_redo().await?;
         }
         let slot_at = GlobalAddr::new(first, root_offset(cfg.root_slot));
         let shape = match cfg.key_mode {
@@ -312,6 +320,20 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         s.root = GlobalAddr::from_raw(meta.root);
         s.node.join(&cfg, s.root)?;
         Ok(s)
+    }
+
+    /// Allocates this handle's redo rings (in-place leaves only).
+    pub(crate) async fn alloc_redo(&mut self) -> Result<(), SmartError> {
+        if self.cfg.techniques.in_place_leaf {
+            let slot = self.max_leaf_bytes();
+            let mut rings = Vec::with_capacity(self.allocs.len());
+            for ix in 0..self.allocs.len() {
+                let base = self.alloc_at(ix, leaflock::REDO_SLOTS * slot).await?;
+                rings.push(leaflock::RedoRing::new(base, slot)?);
+            }
+            self.redo = rings;
+        }
+        Ok(())
     }
 
     /// The configuration this handle was opened with.

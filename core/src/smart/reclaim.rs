@@ -33,10 +33,12 @@
 //! starts by `f + grace - 2 * attempt` is done by then).
 //!
 //! Memory-node crash: retire lists are volatile per client; the region's allocator cursor is
-//! persistent. After a restart of the memory node the tree is reopened as it was written;
-//! objects that were in some client's retire list (at most `grace` worth of one client's
-//! retirements) are leaked, bounded, and nothing live is lost: the lists only ever held
-//! unlinked objects.
+//! persistent. A restart of any memory node ends every handle (each reaches every node), so
+//! what their retire lists, free lists and chunk tails held is in nobody's hands. The first
+//! client to open the tree after the restart takes it back ([`super::Smart::open_recovering`],
+//! `recover.rs`): everything below each node's cursor that the tree does not reach becomes
+//! *spare* memory of that handle, reused first, once a grace period has passed since the
+//! recovery began (every address into the previous life is older than that).
 use super::config::SmartConfig;
 use remora_layouts::GlobalAddr;
 use std_alloc::collections::VecDeque;
@@ -85,6 +87,12 @@ pub(crate) struct Reclaim {
     /// (retired at, address, bytes), oldest first.
     limbo: VecDeque<(u64, GlobalAddr, usize)>,
     ready: Vec<[Vec<u64>; CLASSES]>,
+    /// Free blocks recovered after a memory-node restart, per memory node and size class
+    /// (each aligned as the allocator aligns an object of its class), and when.
+    spare: Vec<[Vec<u64>; CLASSES]>,
+    spare_at: u64,
+    /// Bytes of the spare blocks.
+    pub spare_bytes: u64,
     /// Objects retired / reused so far.
     pub retired: u64,
     pub reused: u64,
@@ -98,6 +106,11 @@ impl Reclaim {
             ready: (0..nodes)
                 .map(|_| core::array::from_fn(|_| Vec::new()))
                 .collect(),
+            spare: (0..nodes)
+                .map(|_| core::array::from_fn(|_| Vec::new()))
+                .collect(),
+            spare_at: 0,
+            spare_bytes: 0,
             retired: 0,
             reused: 0,
         }
@@ -140,8 +153,57 @@ impl Reclaim {
                 }
             }
         }
-        let off = self.ready.get_mut(ix)?[class_of(bytes)].pop()?;
+        let class = class_of(bytes);
+        let off = match self.ready.get_mut(ix)?[class].pop() {
+            Some(off) => off,
+            None if now != 0 && now.saturating_sub(self.spare_at) >= self.timing.grace_ns => {
+                self.take_spare(ix, class)?
+            }
+            None => return None,
+        };
         self.reused += 1;
+        Some(off)
+    }
+
+    /// Adds the free range `[off, end)` of memory node position `ix`, reusable a grace
+    /// period after `since`, as spare blocks: the largest powers of two that fit, each aligned to its size up to
+    /// 64 bytes (as the allocator aligns objects). `off` and `end` are multiples of
+    /// [`crate::alloc::MIN_OBJECT`].
+    pub(crate) fn add_spare(&mut self, since: u64, ix: usize, mut off: u64, end: u64) {
+        let min = crate::alloc::MIN_OBJECT;
+        let Some(lists) = self.spare.get_mut(ix) else {
+            return;
+        };
+        self.spare_at = since;
+        let top = min << (CLASSES - 1);
+        while end.saturating_sub(off) >= min {
+            let rem = end - off;
+            let mut p = if rem >= top {
+                top
+            } else {
+                1u64 << (63 - rem.leading_zeros())
+            };
+            while p > min && !off.is_multiple_of(p.min(64)) {
+                p /= 2;
+            }
+            lists[class_of(p as usize)].push(off);
+            self.spare_bytes += p;
+            off += p;
+        }
+    }
+
+    /// A spare block of class `class` on node position `ix`: one of that class, or the
+    /// front of the smallest larger one, whose other halves (one of each class in between)
+    /// stay spare.
+    fn take_spare(&mut self, ix: usize, class: usize) -> Option<u64> {
+        let lists = self.spare.get_mut(ix)?;
+        let from = (class..CLASSES).find(|&c| !lists[c].is_empty())?;
+        let off = lists[from].pop()?;
+        let min = crate::alloc::MIN_OBJECT;
+        for (c, list) in lists.iter_mut().enumerate().take(from).skip(class) {
+            list.push(off + (min << c));
+        }
+        self.spare_bytes -= min << class;
         Some(off)
     }
 }
@@ -184,5 +246,43 @@ impl<'e, E: crate::fabric::Endpoint> super::Smart<'e, E> {
             }
         }
         Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing() -> Timing {
+        Timing {
+            attempt_ns: 10,
+            grace_ns: 30,
+        }
+    }
+
+    #[test]
+    fn spare_blocks_are_aligned_split_on_demand_and_wait_a_grace() {
+        let mut r = Reclaim::new(timing(), 1);
+        // [16, 4160): 16 bytes at 16, 32 at 32, 4096 at 64 (each aligned to its size).
+        r.add_spare(100, 0, 16, 16 + 4096 + 48);
+        assert_eq!(r.spare_bytes, 4096 + 48);
+        let node_of = |_| Some(0);
+        // Not before the grace period since the recovery.
+        assert_eq!(r.take(120, 0, node_of, 64), None);
+        let mut got = Vec::new();
+        while let Some(off) = r.take(130, 0, node_of, 64) {
+            assert!(off.is_multiple_of(64), "{off}");
+            assert!(off >= 16 && off + 64 <= 16 + 4096 + 48, "{off}");
+            got.push(off);
+        }
+        got.sort_unstable();
+        got.dedup();
+        // Every 64-byte piece of the range, each once.
+        assert_eq!(got.len(), 4096 / 64, "{got:?}");
+        assert_eq!(r.spare_bytes, 48);
+        assert_eq!(r.take(130, 0, node_of, 16), Some(16));
+        assert_eq!(r.take(130, 0, node_of, 32), Some(32));
+        assert_eq!(r.spare_bytes, 0);
+        assert_eq!(r.take(130, 0, node_of, 16), None);
     }
 }

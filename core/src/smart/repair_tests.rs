@@ -9,10 +9,12 @@ use super::*;
 use crate::fabric::FabricError;
 use crate::lease::{LeaseConfig, owner_word};
 use core::cell::RefCell;
+use core::future::Future;
 use remora_layouts::NodeId;
 use remora_layouts::smart::{LEAF_CRC_OFFSET, LeafStatus, SlotKind, leaf_lock_offset};
 use std::rc::Rc;
 use std::vec::Vec;
+use std_alloc::sync::Arc;
 
 /// The in-memory fabric with a clock that `pause` advances, client ids, and a fence that
 /// records whom it fenced.
@@ -21,6 +23,8 @@ struct ClockEp {
     id: u32,
     clock: Rc<Cell<u64>>,
     fenced: Rc<RefCell<Vec<u32>>>,
+    /// Nanoseconds each reading of the clock advances it (0: only `pause` does).
+    tick: u64,
 }
 
 impl Endpoint for ClockEp {
@@ -35,6 +39,7 @@ impl Endpoint for ClockEp {
         self.id
     }
     fn now_ns(&self) -> u64 {
+        self.clock.set(self.clock.get() + self.tick);
         self.clock.get()
     }
     async fn pause(&self, ns: u64) {
@@ -104,6 +109,7 @@ fn clock_ep(
         id,
         clock: clock.clone(),
         fenced: f.clone(),
+        tick: 0,
     }
 }
 
@@ -220,5 +226,125 @@ fn running_out_of_memory_in_a_grow_freezes_nothing() {
         assert_eq!(r, Ok(()), "{t:?} {:?}", s.stats());
         assert_eq!(block(s.get(&key(4), &mut out)), Ok(Some(8)));
         assert_eq!(s.stats().grows, 1, "{t:?}");
+    }
+}
+
+/// After a memory-node restart, the recovery takes back what the tree does not reach, but
+/// keeps the redo copy that a dead holder's lock word names: once every spare byte has been
+/// handed out and overwritten, the torn leaf is still rebuilt from it, and every other key
+/// reads back.
+#[test]
+fn recovery_keeps_what_the_tree_reaches_and_the_redo_copy_a_lock_names() {
+    let m = memory(4 << 20);
+    let clock = Rc::new(Cell::new(1));
+    let fenced = Rc::new(RefCell::new(Vec::new()));
+    let (ep, dep) = (
+        clock_ep(&m, 7, &clock, &fenced),
+        clock_ep(&m, 9, &clock, &fenced),
+    );
+    let cfg = short_lease(Techniques::SMART);
+    let key = |i: u64| (0x3000_0000_0000_0000 | (i * 0x0101_0101)).to_be_bytes();
+    {
+        let s = block(Smart::open(&ep, cfg)).unwrap();
+        let dead = block(Smart::open(&dep, cfg)).unwrap();
+        block(s.upsert(&KEY, b"old-valu")).unwrap();
+        // Garbage: keys deleted, nodes grown and compacted.
+        for i in 0..300u64 {
+            block(s.upsert(&key(i), &i.to_le_bytes())).unwrap();
+        }
+        for i in (0..300u64).filter(|i| i % 3 != 0) {
+            assert_eq!(block(s.delete(&key(i))), Ok(true));
+        }
+        tear_under_dead_holder(&m, &s, &dead, b"new-valu");
+    }
+    // The node restarted: both handles are gone with their retire lists.
+    let rep_ep = clock_ep(&m, 11, &clock, &fenced);
+    let (r, rep) = block(Smart::open_recovering(
+        &rep_ep,
+        cfg,
+        Arc::new(SmartNode::new(&cfg)),
+    ))
+    .unwrap();
+    assert!(rep.free_bytes > 0 && rep.reached_bytes > 0, "{rep:?}");
+    assert!(
+        rep.free_bytes + rep.reached_bytes <= rep.used_bytes,
+        "{rep:?}"
+    );
+    assert_eq!(rep.leaves, 1 + 100, "{rep:?}");
+    // Hand out every spare byte, and scribble over it.
+    let mut n = 0;
+    while r.reclaim.borrow().spare_bytes > 0 {
+        let a = block(r.alloc_at(0, 16)).unwrap();
+        let o = a.offset() as usize;
+        m.borrow_mut()[o..o + 16].fill(0xEE);
+        n += 1;
+    }
+    // (The redo ring came from spare memory too.)
+    let ring = (leaflock::REDO_SLOTS * r.max_leaf_bytes()).next_power_of_two() as u64;
+    assert_eq!(n * 16 + ring, rep.free_bytes, "{rep:?}");
+    let mut out = [0u8; 8];
+    assert_eq!(block(r.get(&KEY, &mut out)), Ok(Some(8)));
+    assert_eq!(&out, b"new-valu", "rebuilt from the redo copy");
+    for i in 0..300u64 {
+        let want = (i % 3 == 0).then_some(8);
+        assert_eq!(block(r.get(&key(i), &mut out)), Ok(want), "key {i}");
+        if want.is_some() {
+            assert_eq!(u64::from_le_bytes(out), i);
+        }
+    }
+}
+
+/// A client thread killed without unwinding (its future never dropped) while it leads a
+/// combined write or a delegated read ties the compute node's local-table entry of its key
+/// for one lease, no longer: the next operation on the key waits that lease, takes the
+/// entry over and completes; the one after it does not wait at all.
+#[test]
+fn a_leader_killed_without_unwinding_ties_its_entry_for_one_lease() {
+    for write in [true, false] {
+        let m = memory(4 << 20);
+        let clock = Rc::new(Cell::new(1));
+        let fenced = Rc::new(RefCell::new(Vec::new()));
+        let ep = ClockEp {
+            tick: 100,
+            ..clock_ep(&m, 7, &clock, &fenced)
+        };
+        let cfg = short_lease(Techniques::SMART);
+        let lease = cfg.lease.lease_ns;
+        let s = block(Smart::open(&ep, cfg)).unwrap();
+        block(s.upsert(&KEY, b"old-valu")).unwrap();
+        let mut dead_out = [0u8; 8];
+        {
+            let mut f: core::pin::Pin<std::boxed::Box<dyn Future<Output = _>>> = if write {
+                std::boxed::Box::pin(async { s.upsert(&KEY, b"dead-val").await.map(|_| None) })
+            } else {
+                std::boxed::Box::pin(s.get(&KEY, &mut dead_out))
+            };
+            let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+            assert!(f.as_mut().poll(&mut cx).is_pending(), "stopped in its verb");
+            // Killed: no unwinding, nothing of it runs again, its claim is never dropped.
+            core::mem::forget(f);
+        }
+        let mut out = [0u8; 8];
+        let op = |v: &'static [u8; 8], out: &mut [u8; 8]| {
+            if write {
+                block(s.upsert(&KEY, v)).map(|_| Some(8))
+            } else {
+                block(s.get(&KEY, out))
+            }
+        };
+        let t0 = clock.get();
+        assert_eq!(op(b"next-val", &mut out), Ok(Some(8)), "write {write}");
+        let waited = clock.get() - t0;
+        assert!(
+            waited >= lease && waited <= 2 * lease,
+            "write {write}: waited {waited} ns for a lease of {lease} ns"
+        );
+        std::println!("write {write}: waited {waited} ns (lease {lease} ns)");
+        assert_eq!(s.stats().leader_takeovers, 1, "write {write}");
+        let t1 = clock.get();
+        assert_eq!(op(b"last-val", &mut out), Ok(Some(8)), "write {write}");
+        assert!(clock.get() - t1 < lease / 2, "write {write}: tied again");
+        assert_eq!(block(s.get(&KEY, &mut out)), Ok(Some(8)));
+        assert_eq!(&out, if write { b"last-val" } else { b"old-valu" });
     }
 }
