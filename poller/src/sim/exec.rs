@@ -11,14 +11,25 @@ use super::qp::WorldRef;
 use remora_layouts::NodeId;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 
 type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
+/// The self-wake list shared by every task's waker: the ids in the order of their first
+/// wake since the executor last took the list, and whether the list is non-empty (read
+/// without the lock, so that a run of events with nobody yielding never takes it).
+struct WakeList {
+    ids: Mutex<Vec<u32>>,
+    any: AtomicBool,
+}
+
 struct ForeignWake {
     id: u32,
-    queue: Arc<Mutex<Vec<u32>>>,
+    /// This task is in `list.ids` (set and cleared under its lock).
+    listed: AtomicBool,
+    list: Arc<WakeList>,
 }
 
 impl Wake for ForeignWake {
@@ -26,8 +37,17 @@ impl Wake for ForeignWake {
         self.wake_by_ref()
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        if let Ok(mut q) = self.queue.lock() {
+        // Already listed: this wake-up is the pending one (the executor schedules one self-wake
+        // per task per collection; a second entry would be dropped there).
+        if self.listed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut q) = self.list.ids.lock()
+            && !self.listed.load(Ordering::Relaxed)
+        {
+            self.listed.store(true, Ordering::Release);
             q.push(self.id);
+            self.list.any.store(true, Ordering::Release);
         }
     }
 }
@@ -46,11 +66,13 @@ pub enum Stop {
 pub(crate) struct Executor<'a> {
     tasks: Vec<Option<Task<'a>>>,
     wakers: Vec<Waker>,
+    /// Each task's waker state (`wakers[i]` wraps `wake_state[i]`).
+    wake_state: Vec<Arc<ForeignWake>>,
     user: Vec<bool>,
     frozen: Vec<bool>,
     /// Virtual time of each task's pending self-wake (see `run`).
     foreign_due: Vec<Ps>,
-    foreign: Arc<Mutex<Vec<u32>>>,
+    foreign: Arc<WakeList>,
     /// The self-woken tasks being scheduled: swapped with `foreign`'s list so that neither
     /// loses its capacity (no allocation per wake-up).
     woken: Vec<u32>,
@@ -68,10 +90,14 @@ impl<'a> Executor<'a> {
         Executor {
             tasks: Vec::new(),
             wakers: Vec::new(),
+            wake_state: Vec::new(),
             user: Vec::new(),
             frozen: Vec::new(),
             foreign_due: Vec::new(),
-            foreign: Arc::new(Mutex::new(Vec::new())),
+            foreign: Arc::new(WakeList {
+                ids: Mutex::new(Vec::new()),
+                any: AtomicBool::new(false),
+            }),
             woken: Vec::new(),
             user_live: 0,
         }
@@ -82,11 +108,13 @@ impl<'a> Executor<'a> {
         let i = id as usize;
         while self.tasks.len() <= i {
             self.tasks.push(None);
-            let wk = ForeignWake {
+            let wk = Arc::new(ForeignWake {
                 id: self.wakers.len() as u32,
-                queue: self.foreign.clone(),
-            };
-            self.wakers.push(Waker::from(Arc::new(wk)));
+                listed: AtomicBool::new(false),
+                list: self.foreign.clone(),
+            });
+            self.wakers.push(Waker::from(wk.clone()));
+            self.wake_state.push(wk);
             self.user.push(false);
             self.frozen.push(false);
             self.foreign_due.push(0);
@@ -185,8 +213,16 @@ impl<'a> Executor<'a> {
             let mut wb = w.borrow_mut();
             wb.current_task = NO_TASK;
             let mut woken = std::mem::take(&mut self.woken);
-            if let Ok(mut q) = self.foreign.lock() {
+            if self.foreign.any.load(Ordering::Acquire)
+                && let Ok(mut q) = self.foreign.ids.lock()
+            {
                 std::mem::swap(&mut *q, &mut woken);
+                self.foreign.any.store(false, Ordering::Relaxed);
+                for &t in &woken {
+                    self.wake_state[t as usize]
+                        .listed
+                        .store(false, Ordering::Release);
+                }
             }
             let at = wb.now + wb.tm.poll;
             for &t in &woken {
