@@ -14,7 +14,7 @@ use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 
 /// Runs `coroutines` to completion on this thread and returns their outputs in order.
@@ -61,7 +61,9 @@ pub fn run_coroutines_with<F: Future>(
 pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
     let n = futures.len();
     let join = Arc::new(Join {
-        parent: Mutex::new(None),
+        first: OnceLock::new(),
+        changed: AtomicBool::new(false),
+        later: Mutex::new(None),
         woken: (0..n).map(|_| AtomicBool::new(false)).collect(),
     });
     let wakers = (0..n)
@@ -98,8 +100,11 @@ pub struct JoinAll<F: Future> {
 
 /// What a [`JoinAll`] shares with its futures' wakers and marks.
 struct Join {
-    /// The waker of the task the join runs in (from its last poll).
-    parent: Mutex<Option<Waker>>,
+    /// The waker of the task the join runs in: from its first poll, or (`changed`) from its
+    /// last poll in `later`. A task's waker seldom changes, so a wake-up seldom locks.
+    first: OnceLock<Waker>,
+    changed: AtomicBool,
+    later: Mutex<Option<Waker>>,
     /// Future `i` was woken or marked since its last poll.
     woken: Box<[AtomicBool]>,
 }
@@ -114,8 +119,13 @@ impl Wake for ChildWake {
         self.wake_by_ref()
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        self.join.woken[self.i].store(true, Ordering::Release);
-        if let Ok(p) = self.join.parent.lock()
+        let j = &self.join;
+        j.woken[self.i].store(true, Ordering::Release);
+        if !j.changed.load(Ordering::Acquire) {
+            if let Some(w) = j.first.get() {
+                w.wake_by_ref();
+            }
+        } else if let Ok(p) = j.later.lock()
             && let Some(w) = p.as_ref()
         {
             w.wake_by_ref();
@@ -219,8 +229,11 @@ impl<F: Future> Future for JoinAll<F> {
             .is_some_and(|w| w.will_wake(cx.waker()))
         {
             this.parent = Some(cx.waker().clone());
-            if let Ok(mut p) = this.join.parent.lock() {
-                *p = Some(cx.waker().clone());
+            if this.join.first.set(cx.waker().clone()).is_err() {
+                if let Ok(mut p) = this.join.later.lock() {
+                    *p = Some(cx.waker().clone());
+                }
+                this.join.changed.store(true, Ordering::Release);
             }
         }
         // A join inside another's future: its futures are not parked (the outer one would
@@ -236,8 +249,11 @@ impl<F: Future> Future for JoinAll<F> {
             if slot.is_some() {
                 continue;
             }
-            let woken = this.join.woken[i].swap(false, Ordering::AcqRel);
-            if this.parked[i] && !woken {
+            // A plain load first: most futures polled were not woken (no locked swap).
+            let flag = &this.join.woken[i];
+            if flag.load(Ordering::Acquire) {
+                flag.store(false, Ordering::Release);
+            } else if this.parked[i] {
                 pending = true;
                 continue;
             }
