@@ -9,6 +9,7 @@ use super::engine::{Ev, NO_TASK, Notice};
 use super::model::Ps;
 use super::qp::WorldRef;
 use remora_layouts::NodeId;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,6 +43,13 @@ impl Wake for ForeignWake {
         if self.listed.load(Ordering::Acquire) {
             return;
         }
+        // On the thread running this executor (every wake-up of a simulation, in practice):
+        // its own list, without a lock.
+        if RUNNING.with(|r| r.get()) == Arc::as_ptr(&self.list) {
+            self.listed.store(true, Ordering::Release);
+            LOCAL.with_borrow_mut(|l| l.push(self.id));
+            return;
+        }
         if let Ok(mut q) = self.list.ids.lock()
             && !self.listed.load(Ordering::Relaxed)
         {
@@ -49,6 +57,48 @@ impl Wake for ForeignWake {
             q.push(self.id);
             self.list.any.store(true, Ordering::Release);
         }
+    }
+}
+
+thread_local! {
+    /// The wake list of the executor running on this thread (null when none), and the tasks
+    /// its wakers listed from this thread since it last took them, in order.
+    static RUNNING: Cell<*const WakeList> = const { Cell::new(std::ptr::null()) };
+    static LOCAL: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes an executor's wake list this thread's for one `run` (unless another run is
+/// under way on it), and hands what is left of the thread's list back to the shared one
+/// when the run ends, however it ends.
+struct Running(Option<Arc<WakeList>>);
+
+impl Running {
+    fn enter(list: &Arc<WakeList>) -> Running {
+        RUNNING.with(|r| {
+            if r.get().is_null() {
+                r.set(Arc::as_ptr(list));
+                Running(Some(list.clone()))
+            } else {
+                Running(None)
+            }
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let Some(list) = self.0.take() else { return };
+        RUNNING.with(|r| r.set(std::ptr::null()));
+        LOCAL.with_borrow_mut(|l| {
+            if l.is_empty() {
+                return;
+            }
+            if let Ok(mut q) = list.ids.lock() {
+                q.append(l);
+                list.any.store(true, Ordering::Release);
+            }
+            l.clear();
+        });
     }
 }
 
@@ -173,6 +223,7 @@ impl<'a> Executor<'a> {
         spawn_servers: &mut dyn FnMut(&mut Executor<'a>, NodeId, u32),
         notices: &mut dyn FnMut(Notice),
     ) -> Stop {
+        let running = Running::enter(&self.foreign);
         loop {
             // Housekeeping the engine asked for: handler notices (a restarted node recovers
             // before it serves again), new handler threads, crashed clients.
@@ -224,6 +275,20 @@ impl<'a> Executor<'a> {
                         .store(false, Ordering::Release);
                 }
             }
+            // This thread's wake-ups come after the shared list's (those were made before
+            // the run began, or on other threads).
+            let own = running.0.is_some();
+            LOCAL.with_borrow_mut(|l| {
+                if !own {
+                    return;
+                }
+                for &t in l.iter() {
+                    self.wake_state[t as usize]
+                        .listed
+                        .store(false, Ordering::Release);
+                }
+                woken.append(l);
+            });
             let at = wb.now + wb.tm.poll;
             for &t in &woken {
                 // One pending self-wake per task: a task whose coroutines all yield (a joined
