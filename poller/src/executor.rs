@@ -10,9 +10,12 @@
 //! ([`crate::frames`]: registered memory, where the NIC writes READ results in place), else
 //! one heap allocation. The loop itself allocates nothing and makes no system call.
 use crate::frames::Frames;
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
 
 /// Runs `coroutines` to completion on this thread and returns their outputs in order.
 pub fn run_coroutines<F: Future>(coroutines: Vec<F>) -> Vec<F::Output> {
@@ -46,14 +49,38 @@ pub fn run_coroutines_with<F: Future>(
         .collect()
 }
 
-/// A future that polls every future of `futures` in turn each time it is polled, and
-/// resolves to all their outputs in order once every one has. It is how one client thread's
+/// A future that polls the futures of `futures` in turn each time it is polled, and resolves
+/// to all their outputs in order once every one has. It is how one client thread's
 /// coroutines run as one task under another executor (the sim's).
+///
+/// A poll skips a future that is *parked*: one whose last poll ended waiting only for
+/// things that mark it when they happen ([`park_current`]: the sim's verbs), and that has
+/// been neither marked nor woken through its waker since. Polled, such a future would only
+/// have answered `Pending` again; every other future is polled every time, in order, as a
+/// busy-polling executor would.
 pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
-    let out = (0..futures.len()).map(|_| None).collect();
+    let n = futures.len();
+    let join = Arc::new(Join {
+        first: OnceLock::new(),
+        changed: AtomicBool::new(false),
+        later: Mutex::new(None),
+        woken: (0..n).map(|_| AtomicBool::new(false)).collect(),
+    });
+    let wakers = (0..n)
+        .map(|i| {
+            Waker::from(Arc::new(ChildWake {
+                join: join.clone(),
+                i,
+            }))
+        })
+        .collect();
     JoinAll {
         futures: Frames::new(futures),
-        out,
+        out: (0..n).map(|_| None).collect(),
+        parked: vec![false; n],
+        wakers,
+        join,
+        parent: None,
     }
 }
 
@@ -62,23 +89,189 @@ pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
 pub struct JoinAll<F: Future> {
     futures: Frames<F>,
     out: Vec<Option<F::Output>>,
+    /// Future `i` is parked (see [`join_all`]).
+    parked: Vec<bool>,
+    /// Future `i`'s waker: marks it woken, then wakes the task.
+    wakers: Vec<Waker>,
+    join: Arc<Join>,
+    /// The task's waker as last handed to `join` (compared without its lock).
+    parent: Option<Waker>,
+}
+
+/// What a [`JoinAll`] shares with its futures' wakers and marks.
+struct Join {
+    /// The waker of the task the join runs in: from its first poll, or (`changed`) from its
+    /// last poll in `later`. A task's waker seldom changes, so a wake-up seldom locks.
+    first: OnceLock<Waker>,
+    changed: AtomicBool,
+    later: Mutex<Option<Waker>>,
+    /// Future `i` was woken or marked since its last poll.
+    woken: Box<[AtomicBool]>,
+}
+
+struct ChildWake {
+    join: Arc<Join>,
+    i: usize,
+}
+
+impl Wake for ChildWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let j = &self.join;
+        j.woken[self.i].store(true, Ordering::Release);
+        if !j.changed.load(Ordering::Acquire) {
+            if let Some(w) = j.first.get() {
+                w.wake_by_ref();
+            }
+        } else if let Ok(p) = j.later.lock()
+            && let Some(w) = p.as_ref()
+        {
+            w.wake_by_ref();
+        }
+    }
+}
+
+/// A future of a [`join_all`] that waits for something it will be marked for (see
+/// [`park_current`]). Marking does not wake the task: whoever marks makes it ready itself.
+#[derive(Clone)]
+pub struct ChildMark {
+    join: Arc<Join>,
+    i: u32,
+}
+
+impl ChildMark {
+    /// The awaited thing happened: the join polls this future at its next poll.
+    pub fn mark(&self) {
+        self.join.woken[self.i as usize].store(true, Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for ChildMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ChildMark({})", self.i)
+    }
+}
+
+/// How the future a join is polling waits, as told by the fabric futures it polls.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Park {
+    /// Nothing said: polled every time.
+    Unsaid,
+    /// Everything it waits for marks it.
+    Parked,
+    /// Something it waits for does not mark it: polled every time.
+    Vetoed,
+}
+
+thread_local! {
+    /// The join and index of the future being polled (null outside a join's poll).
+    static CURRENT: Cell<(*const Join, u32)> = const { Cell::new((std::ptr::null(), 0)) };
+    static PARK: Cell<Park> = const { Cell::new(Park::Unsaid) };
+}
+
+/// Called by a fabric future about to return `Pending` on a wait that will call
+/// [`ChildMark::mark`] (and make its task ready) when it ends: parks the [`join_all`] future
+/// being polled unless another wait vetoes it ([`veto_park`]). Returns the mark when
+/// `want_mark` (None outside a join's poll).
+pub fn park_current(want_mark: bool) -> Option<ChildMark> {
+    let (join, i) = CURRENT.with(|c| c.get());
+    if join.is_null() {
+        return None;
+    }
+    PARK.with(|p| {
+        if p.get() == Park::Unsaid {
+            p.set(Park::Parked);
+        }
+    });
+    if !want_mark {
+        return None;
+    }
+    // SAFETY: `CURRENT` is non-null only while `JoinAll::poll` polls future `i`, and that
+    // join holds an `Arc<Join>` (the pointer came from `Arc::as_ptr` of it) throughout: the
+    // count is live, and the increment gives the `Arc` built here a count of its own.
+    let join = unsafe {
+        Arc::increment_strong_count(join);
+        Arc::from_raw(join)
+    };
+    Some(ChildMark { join, i })
+}
+
+/// Called by a fabric future about to return `Pending` on a wait that will not mark (a
+/// timer, a receive): the [`join_all`] future being polled is polled every time.
+pub fn veto_park() {
+    if !CURRENT.with(|c| c.get()).0.is_null() {
+        PARK.with(|p| p.set(Park::Vetoed));
+    }
+}
+
+/// Restores `CURRENT` when a join's poll ends, however it ends (a future that panics must
+/// not leave it naming a join that may be gone).
+struct Current((*const Join, u32));
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
+    }
 }
 
 impl<F: Future> Future for JoinAll<F> {
     type Output = Vec<F::Output>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Vec<F::Output>> {
-        // SAFETY: JoinAll is not structurally pinned in `out` (plain data, moved freely); the
-        // futures stay in their own place (`Frames`), which moving JoinAll does not move.
+        // SAFETY: JoinAll is not structurally pinned in `out`, `parked`, `wakers` or `join`
+        // (plain data, moved freely); the futures stay in their own place (`Frames`), which
+        // moving JoinAll does not move.
         let this = unsafe { self.get_unchecked_mut() };
+        if !this
+            .parent
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            this.parent = Some(cx.waker().clone());
+            if this.join.first.set(cx.waker().clone()).is_err() {
+                if let Ok(mut p) = this.join.later.lock() {
+                    *p = Some(cx.waker().clone());
+                }
+                this.join.changed.store(true, Ordering::Release);
+            }
+        }
+        // A join inside another's future: its futures are not parked (the outer one would
+        // not be told), and the outer future is polled every time.
+        let guard = Current(CURRENT.with(|c| c.get()));
+        let nested = !guard.0.0.is_null();
+        if nested {
+            CURRENT.with(|c| c.set((std::ptr::null(), 0)));
+        }
+        let me = Arc::as_ptr(&this.join);
         let mut pending = false;
         for (i, slot) in this.out.iter_mut().enumerate() {
             if slot.is_some() {
                 continue;
             }
-            match this.futures.get(i).poll(cx) {
+            // A plain load first: most futures polled were not woken (no locked swap).
+            let flag = &this.join.woken[i];
+            if flag.load(Ordering::Acquire) {
+                flag.store(false, Ordering::Release);
+            } else if this.parked[i] {
+                pending = true;
+                continue;
+            }
+            if !nested {
+                CURRENT.with(|c| c.set((me, i as u32)));
+                PARK.with(|p| p.set(Park::Unsaid));
+            }
+            let mut child_cx = Context::from_waker(&this.wakers[i]);
+            let r = this.futures.get(i).poll(&mut child_cx);
+            this.parked[i] = !nested && r.is_pending() && PARK.with(|p| p.get()) == Park::Parked;
+            match r {
                 Poll::Ready(v) => *slot = Some(v),
                 Poll::Pending => pending = true,
             }
+        }
+        drop(guard);
+        if nested {
+            PARK.with(|p| p.set(Park::Vetoed));
         }
         if pending {
             return Poll::Pending;
@@ -275,6 +468,69 @@ mod tests {
             })
             .collect();
         assert_eq!(run_coroutines(vec![join_all(futs)]), vec![vec![0, 2, 4, 6]]);
+    }
+
+    /// A future that waits for `mark` to be set by someone else, telling the join how
+    /// (parks with a mark, or vetoes), and counts its polls.
+    struct Waits<'a> {
+        polls: &'a Cell<u32>,
+        done: &'a Cell<bool>,
+        slot: &'a RefCell<Option<ChildMark>>,
+        veto: bool,
+    }
+
+    impl Future for Waits<'_> {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.set(self.polls.get() + 1);
+            if self.done.get() {
+                return Poll::Ready(());
+            }
+            if self.veto {
+                veto_park();
+            }
+            let m = park_current(true);
+            *self.slot.borrow_mut() = m;
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn join_all_skips_a_parked_future_until_it_is_marked() {
+        for veto in [false, true] {
+            let (polls, done) = (Cell::new(0), Cell::new(false));
+            let slot = RefCell::new(None);
+            let mut join = Box::pin(join_all(vec![
+                Box::pin(Waits {
+                    polls: &polls,
+                    done: &done,
+                    slot: &slot,
+                    veto,
+                }) as Pin<Box<dyn Future<Output = ()>>>,
+                Box::pin(async {
+                    for _ in 0..5 {
+                        yield_now().await;
+                    }
+                }),
+            ]));
+            let mut cx = Context::from_waker(Waker::noop());
+            for _ in 0..4 {
+                assert!(join.as_mut().poll(&mut cx).is_pending());
+            }
+            // Parked: polled once, then skipped while its sibling runs; vetoed: every time.
+            assert_eq!(polls.get(), if veto { 4 } else { 1 });
+            done.set(true);
+            if !veto {
+                assert!(join.as_mut().poll(&mut cx).is_pending());
+                assert_eq!(polls.get(), 1, "not marked yet");
+                let m = slot.borrow_mut().take().expect("parked with a mark");
+                m.mark();
+            }
+            while join.as_mut().poll(&mut cx).is_pending() {}
+            assert!(polls.get() >= 2);
+        }
+        // Outside a join nothing parks.
+        assert!(park_current(true).is_none());
     }
 
     #[test]

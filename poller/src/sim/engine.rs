@@ -29,6 +29,7 @@ use super::pool::{BufPool, Slab};
 use super::queue::{Entry, EventQueue};
 use super::rng::Rng;
 use super::trace::Trace;
+use crate::executor::ChildMark;
 use remora_core::fabric::{FabricError, RecvKind, SegmentOrder};
 use remora_core::work::{KINDS, Work};
 use remora_layouts::{GlobalAddr, NodeId};
@@ -253,6 +254,9 @@ pub(crate) struct Batch {
     pub state: BatchState,
     pub number: u64,
     pub rechecked: bool,
+    /// The joined coroutine that waits for it, marked when it completes (see
+    /// [`crate::executor::join_all`]).
+    pub mark: Option<ChildMark>,
 }
 
 /// A client thread on a compute node.
@@ -498,6 +502,7 @@ impl World {
             batch.state = BatchState::InFlight;
             batch.number = number;
             batch.rechecked = false;
+            batch.mark = None;
         }
         self.stats.batches += 1;
         let e = &self.ends[end as usize];

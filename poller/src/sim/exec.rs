@@ -9,16 +9,28 @@ use super::engine::{Ev, NO_TASK, Notice};
 use super::model::Ps;
 use super::qp::WorldRef;
 use remora_layouts::NodeId;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 
 type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
+/// The self-wake list shared by every task's waker: the ids in the order of their first
+/// wake since the executor last took the list, and whether the list is non-empty (read
+/// without the lock, so that a run of events with nobody yielding never takes it).
+struct WakeList {
+    ids: Mutex<Vec<u32>>,
+    any: AtomicBool,
+}
+
 struct ForeignWake {
     id: u32,
-    queue: Arc<Mutex<Vec<u32>>>,
+    /// This task is in `list.ids` (set and cleared under its lock).
+    listed: AtomicBool,
+    list: Arc<WakeList>,
 }
 
 impl Wake for ForeignWake {
@@ -26,9 +38,67 @@ impl Wake for ForeignWake {
         self.wake_by_ref()
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        if let Ok(mut q) = self.queue.lock() {
-            q.push(self.id);
+        // Already listed: this wake-up is the pending one (the executor schedules one self-wake
+        // per task per collection; a second entry would be dropped there).
+        if self.listed.load(Ordering::Acquire) {
+            return;
         }
+        // On the thread running this executor (every wake-up of a simulation, in practice):
+        // its own list, without a lock.
+        if RUNNING.with(|r| r.get()) == Arc::as_ptr(&self.list) {
+            self.listed.store(true, Ordering::Release);
+            LOCAL.with_borrow_mut(|l| l.push(self.id));
+            return;
+        }
+        if let Ok(mut q) = self.list.ids.lock()
+            && !self.listed.load(Ordering::Relaxed)
+        {
+            self.listed.store(true, Ordering::Release);
+            q.push(self.id);
+            self.list.any.store(true, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    /// The wake list of the executor running on this thread (null when none), and the tasks
+    /// its wakers listed from this thread since it last took them, in order.
+    static RUNNING: Cell<*const WakeList> = const { Cell::new(std::ptr::null()) };
+    static LOCAL: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes an executor's wake list this thread's for one `run` (unless another run is
+/// under way on it), and hands what is left of the thread's list back to the shared one
+/// when the run ends, however it ends.
+struct Running(Option<Arc<WakeList>>);
+
+impl Running {
+    fn enter(list: &Arc<WakeList>) -> Running {
+        RUNNING.with(|r| {
+            if r.get().is_null() {
+                r.set(Arc::as_ptr(list));
+                Running(Some(list.clone()))
+            } else {
+                Running(None)
+            }
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let Some(list) = self.0.take() else { return };
+        RUNNING.with(|r| r.set(std::ptr::null()));
+        LOCAL.with_borrow_mut(|l| {
+            if l.is_empty() {
+                return;
+            }
+            if let Ok(mut q) = list.ids.lock() {
+                q.append(l);
+                list.any.store(true, Ordering::Release);
+            }
+            l.clear();
+        });
     }
 }
 
@@ -46,11 +116,13 @@ pub enum Stop {
 pub(crate) struct Executor<'a> {
     tasks: Vec<Option<Task<'a>>>,
     wakers: Vec<Waker>,
+    /// Each task's waker state (`wakers[i]` wraps `wake_state[i]`).
+    wake_state: Vec<Arc<ForeignWake>>,
     user: Vec<bool>,
     frozen: Vec<bool>,
     /// Virtual time of each task's pending self-wake (see `run`).
     foreign_due: Vec<Ps>,
-    foreign: Arc<Mutex<Vec<u32>>>,
+    foreign: Arc<WakeList>,
     /// The self-woken tasks being scheduled: swapped with `foreign`'s list so that neither
     /// loses its capacity (no allocation per wake-up).
     woken: Vec<u32>,
@@ -68,10 +140,14 @@ impl<'a> Executor<'a> {
         Executor {
             tasks: Vec::new(),
             wakers: Vec::new(),
+            wake_state: Vec::new(),
             user: Vec::new(),
             frozen: Vec::new(),
             foreign_due: Vec::new(),
-            foreign: Arc::new(Mutex::new(Vec::new())),
+            foreign: Arc::new(WakeList {
+                ids: Mutex::new(Vec::new()),
+                any: AtomicBool::new(false),
+            }),
             woken: Vec::new(),
             user_live: 0,
         }
@@ -82,11 +158,13 @@ impl<'a> Executor<'a> {
         let i = id as usize;
         while self.tasks.len() <= i {
             self.tasks.push(None);
-            let wk = ForeignWake {
+            let wk = Arc::new(ForeignWake {
                 id: self.wakers.len() as u32,
-                queue: self.foreign.clone(),
-            };
-            self.wakers.push(Waker::from(Arc::new(wk)));
+                listed: AtomicBool::new(false),
+                list: self.foreign.clone(),
+            });
+            self.wakers.push(Waker::from(wk.clone()));
+            self.wake_state.push(wk);
             self.user.push(false);
             self.frozen.push(false);
             self.foreign_due.push(0);
@@ -145,6 +223,7 @@ impl<'a> Executor<'a> {
         spawn_servers: &mut dyn FnMut(&mut Executor<'a>, NodeId, u32),
         notices: &mut dyn FnMut(Notice),
     ) -> Stop {
+        let running = Running::enter(&self.foreign);
         loop {
             // Housekeeping the engine asked for: handler notices (a restarted node recovers
             // before it serves again), new handler threads, crashed clients.
@@ -185,9 +264,31 @@ impl<'a> Executor<'a> {
             let mut wb = w.borrow_mut();
             wb.current_task = NO_TASK;
             let mut woken = std::mem::take(&mut self.woken);
-            if let Ok(mut q) = self.foreign.lock() {
+            if self.foreign.any.load(Ordering::Acquire)
+                && let Ok(mut q) = self.foreign.ids.lock()
+            {
                 std::mem::swap(&mut *q, &mut woken);
+                self.foreign.any.store(false, Ordering::Relaxed);
+                for &t in &woken {
+                    self.wake_state[t as usize]
+                        .listed
+                        .store(false, Ordering::Release);
+                }
             }
+            // This thread's wake-ups come after the shared list's (those were made before
+            // the run began, or on other threads).
+            let own = running.0.is_some();
+            LOCAL.with_borrow_mut(|l| {
+                if !own {
+                    return;
+                }
+                for &t in l.iter() {
+                    self.wake_state[t as usize]
+                        .listed
+                        .store(false, Ordering::Release);
+                }
+                woken.append(l);
+            });
             let at = wb.now + wb.tm.poll;
             for &t in &woken {
                 // One pending self-wake per task: a task whose coroutines all yield (a joined

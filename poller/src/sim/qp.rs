@@ -10,6 +10,7 @@
 //! sent, `count_round_trip` when an awaited post completes, `count_recv` per receive
 //! completion taken, `count_error` per failed post or receive.
 use super::engine::{BatchState, Kind, NO_CLIENT, NO_TASK, RxDone, World};
+use crate::executor::{park_current, veto_park};
 use remora_core::counters::Counters;
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, Recv, RecvKind, Work};
 use remora_layouts::NodeId;
@@ -235,6 +236,14 @@ impl Future for PostFuture<'_, '_> {
         };
         if r.is_ready() {
             this.finished = true;
+        } else if let Some(b) = this.batch {
+            // Its completion marks the coroutine (`complete`), which a join then polls.
+            let batch = w.batches.get_mut(b);
+            if batch.mark.is_none() {
+                batch.mark = park_current(true);
+            } else {
+                park_current(false);
+            }
         }
         r
     }
@@ -326,6 +335,7 @@ impl Future for RecvFuture<'_> {
             if first {
                 w.schedule(paid, super::engine::Ev::Wake(t));
             }
+            veto_park();
             return Poll::Pending;
         }
         if let Some(rx) = w.ends[end].cq.pop_front() {
@@ -342,6 +352,7 @@ impl Future for RecvFuture<'_> {
         if !w.ends[end].recv_waiters.contains(&t) {
             w.ends[end].recv_waiters.push(t);
         }
+        veto_park();
         Poll::Pending
     }
 }

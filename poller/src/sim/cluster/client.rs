@@ -219,6 +219,8 @@ impl Future for Sleep {
             let at = this.until;
             w.schedule(at, Ev::Wake(t));
         }
+        // Its wake-up makes the task ready without marking the coroutine.
+        crate::executor::veto_park();
         Poll::Pending
     }
 }

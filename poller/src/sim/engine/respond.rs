@@ -233,7 +233,11 @@ impl World {
         match state {
             BatchState::Abandoned => self.free_batch(b),
             _ => {
-                self.batches.get_mut(b).state = BatchState::Done;
+                let batch = self.batches.get_mut(b);
+                batch.state = BatchState::Done;
+                if let Some(m) = batch.mark.take() {
+                    m.mark();
+                }
                 self.make_ready(task);
             }
         }
@@ -250,6 +254,7 @@ impl World {
         let batch = self.batches.get_mut(b);
         batch.ops = ops;
         batch.ops.clear();
+        batch.mark = None;
         self.batches.free(b);
     }
 }
