@@ -107,6 +107,10 @@ pub struct LinArgs {
     /// WORT/WOART: `lincheck::driver::wide_key`).
     #[arg(long, default_value_t = 8)]
     pub key_bytes: usize,
+    /// With --index chime: remora's own ideas beyond CHIME to turn on (comma-separated:
+    /// delegation, combining).
+    #[arg(long, value_delimiter = ',')]
+    pub with: Vec<String>,
 }
 
 /// Parses `A..B`, `A..=B` or `N`.
@@ -391,7 +395,13 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
     if !(1..=255).contains(&a.clients) {
         return Err("--clients must be 1..=255".into());
     }
-    let cfg = index_cfg(a.index, a.key_bytes)?;
+    let cfg = match (index_cfg(a.index, a.key_bytes)?, a.with.is_empty()) {
+        (IndexCfg::Chime { cfg }, _) => IndexCfg::Chime {
+            cfg: crate::bench::chime_with(cfg, &a.with)?,
+        },
+        (cfg, true) => cfg,
+        (_, false) => return Err("--with: only with --index chime".into()),
+    };
     refuse_weak(&cfg)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);
     let (mut check_s, wall) = (0f64, Instant::now());

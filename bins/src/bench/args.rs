@@ -254,7 +254,9 @@ pub struct SmartFlags {
     #[arg(long)]
     pub no_cache: bool,
     /// With --baseline: add the named techniques (comma-separated: lock-free, in-place,
-    /// rear-lock, delegation, combining, cache).
+    /// rear-lock, delegation, combining, cache). With --index chime: `delegation` and
+    /// `combining`, remora's per-compute-node read delegation and write combining on CHIME
+    /// (off by default).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
     /// Cache capacity per compute node (per client thread with --per-thread-state), in MiB:

@@ -59,7 +59,9 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 ..base
             }
             .with_cache_for((a.smart.cache_mib * (1 << 20) as f64) as usize, a.records);
-            Ok(IndexCfg::Chime { cfg })
+            Ok(IndexCfg::Chime {
+                cfg: chime_with(cfg, &a.smart.with)?,
+            })
         }
         IndexKind::Canrt => Ok(IndexCfg::Canrt {
             cfg: CanrtConfig {
@@ -97,6 +99,20 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
             },
         }),
     }
+}
+
+/// CHIME's `--with`: remora's own ideas beyond CHIME (off by default).
+pub(crate) fn chime_with(mut cfg: ChimeConfig, with: &[String]) -> Result<ChimeConfig, String> {
+    for w in with {
+        if !cfg.turn_on(w) {
+            return Err(format!(
+                "--with {w}: CHIME (--index chime) takes {} (remora's per-compute-node read \
+                 delegation and write combining)",
+                ChimeConfig::IDEAS.join(", ")
+            ));
+        }
+    }
+    Ok(cfg)
 }
 
 /// An Erda store sized for the run: 8 buckets per record (keys take the first free bucket of

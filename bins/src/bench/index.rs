@@ -99,6 +99,8 @@ impl IndexCfg {
                 (cfg.hopscotch, "hopscotch"),
                 (cfg.hopscotch && cfg.vacancy_lock, "vacancy-lock"),
                 (cfg.hopscotch && cfg.speculative, "speculative"),
+                (cfg.hopscotch && cfg.delegation, "delegation"),
+                (cfg.hopscotch && cfg.combining, "combining"),
                 (cfg.sherman.onchip_locks, "on-chip"),
                 (cfg.sherman.hierarchical_locks, "hierarchical"),
                 (cfg.sherman.combine_commands, "combination"),

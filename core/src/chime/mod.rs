@@ -32,8 +32,14 @@
 //! over, as Sherman's; a leaf it tore in the middle of its write-back is redone by the lock's
 //! next holder from the redo record every leaf write posts first (`redo.rs`).
 //!
+//! remora's own idea beyond CHIME (`delegation` and `combining`, off by default so the handle
+//! stays CHIME; `delegate.rs`): the threads of a compute node share their operations on a
+//! hot key, at most two lookups and two writes in flight per key and node, as SMART's read
+//! delegation and write combining do for its leaves.
+//!
 //! Not here (yet): sibling-based validation (the group headers keep both fences, 16 bytes
 //! more per group than CHIME's) and CHIME's variable-length values.
+mod delegate;
 mod hopscotch;
 mod hotspot;
 mod leaf;
@@ -41,12 +47,14 @@ mod read;
 mod redo;
 mod write;
 
+pub use delegate::DELEGATION_ENTRIES;
 pub use hotspot::HOTSPOT_ENTRY_BYTES;
 
 use crate::fabric::Endpoint;
 use crate::index::KvIndex;
 use crate::sherman::{Sherman, ShermanConfig, ShermanError, ShermanNode};
 use core::cell::{Cell, RefCell};
+use delegate::Delegation;
 use hotspot::Hotspot;
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{KEY_INFINITY, LEAF_LEN, LeafPrefix, MAX_VALUE};
@@ -70,6 +78,12 @@ pub struct ChimeConfig {
     pub speculative: bool,
     /// Bytes of the hotspot cache per compute node (with `speculative`).
     pub hotspot_bytes: usize,
+    /// remora's own idea, not CHIME's (off in [`ChimeConfig::chime`]): read delegation per
+    /// compute node (`delegate.rs`), with hopscotch leaves.
+    pub delegation: bool,
+    /// remora's own idea, not CHIME's (off in [`ChimeConfig::chime`]): write combining of
+    /// updates and upserts per compute node (`delegate.rs`), with hopscotch leaves.
+    pub combining: bool,
 }
 
 /// The share of the cache CHIME gives the hotspot buffer: 30 of 100 MB (the authors'
@@ -95,6 +109,8 @@ impl ChimeConfig {
             vacancy_lock: true,
             speculative: true,
             hotspot_bytes: 0,
+            delegation: false,
+            combining: false,
         }
         .with_cache(100 << 20)
     }
@@ -133,6 +149,22 @@ impl ChimeConfig {
     }
 }
 
+impl ChimeConfig {
+    /// The names of remora's own ideas beyond CHIME, each a switch off by default.
+    pub const IDEAS: [&'static str; 2] = ["delegation", "combining"];
+
+    /// Turns on remora's idea `name` (one of [`Self::IDEAS`]); false if there is none of
+    /// that name.
+    pub fn turn_on(&mut self, name: &str) -> bool {
+        match name {
+            "delegation" => self.delegation = true,
+            "combining" => self.combining = true,
+            _ => return false,
+        }
+        true
+    }
+}
+
 /// `n` of the authors' MB for a tree of `keys` keys (scaled by `keys` / [`PAPER_KEYS`]).
 const fn scaled_mb(n: u128, keys: u64) -> usize {
     (n * (1 << 20) * keys as u128 / PAPER_KEYS as u128) as usize
@@ -149,6 +181,7 @@ impl Default for ChimeConfig {
 pub struct ChimeNode {
     sherman: Arc<ShermanNode>,
     hot: Hotspot,
+    delegation: Delegation,
 }
 
 impl ChimeNode {
@@ -161,12 +194,23 @@ impl ChimeNode {
             } else {
                 0
             }),
+            delegation: Delegation::new(if (cfg.delegation || cfg.combining) && cfg.hopscotch {
+                DELEGATION_ENTRIES
+            } else {
+                0
+            }),
         }
     }
 
     /// Bytes cached now: index cache pages and hotspot entries.
     pub fn cache_bytes(&self) -> usize {
         self.sherman.cache_bytes() + self.hot.bytes()
+    }
+
+    /// Bytes of the read-delegation table (none without `delegation`): in-flight lookups'
+    /// state, not a cache (it holds a key only while one of the node's threads reads it).
+    pub fn delegation_bytes(&self) -> usize {
+        self.delegation.bytes()
     }
 }
 
@@ -185,6 +229,11 @@ pub struct ChimeStats {
     pub extra_leaves: u64,
     /// Group READs refused (torn, or neighbouring groups from two moments) and retried.
     pub retries: u64,
+    /// Lookups served by another thread's lookup of the key (`delegation`).
+    pub delegated_reads: u64,
+    /// Updates and upserts whose value another thread's write of the key applied
+    /// (`combining`).
+    pub combined_writes: u64,
 }
 
 /// One thread's handle on a CHIME tree.
@@ -285,7 +334,14 @@ impl<E: Endpoint> KvIndex for Chime<'_, E> {
         if !self.cfg.hopscotch {
             return self.tree.upsert(key, value).await;
         }
-        self.modify(key_of(key)?, value, write::Change::Upsert)
+        let key = key_of(key)?;
+        if self.cfg.combining {
+            return self
+                .modify_combined(key, value, write::Change::Upsert)
+                .await
+                .map(drop);
+        }
+        self.modify(key, value, write::Change::Upsert)
             .await
             .map(drop)
     }
@@ -294,15 +350,24 @@ impl<E: Endpoint> KvIndex for Chime<'_, E> {
         if !self.cfg.hopscotch {
             return self.tree.update(key, value).await;
         }
-        self.modify(key_of(key)?, value, write::Change::Update)
-            .await
+        let key = key_of(key)?;
+        if self.cfg.combining {
+            return self
+                .modify_combined(key, value, write::Change::Update)
+                .await;
+        }
+        self.modify(key, value, write::Change::Update).await
     }
 
     async fn get(&self, key: &[u8], out: &mut [u8]) -> Result<Option<usize>, ChimeError> {
         if !self.cfg.hopscotch {
             return self.tree.get(key, out).await;
         }
-        self.lookup(key_of(key)?, out).await
+        let key = key_of(key)?;
+        if self.cfg.delegation {
+            return self.get_delegated(key, out).await;
+        }
+        self.lookup(key, out).await
     }
 
     async fn delete(&self, key: &[u8]) -> Result<bool, ChimeError> {
