@@ -74,6 +74,7 @@ pub struct RemoteAllocator {
     end: Cell<u64>,
     free: RefCell<[heapless::Vec<u64, FREE_PER_CLASS>; CLASSES]>,
     chunks: Cell<u64>,
+    carved: Cell<u64>,
 }
 
 fn class_of(size: u64) -> (usize, u64) {
@@ -98,6 +99,7 @@ impl RemoteAllocator {
             end: Cell::new(0),
             free: RefCell::new(core::array::from_fn(|_| heapless::Vec::new())),
             chunks: Cell::new(0),
+            carved: Cell::new(0),
         })
     }
 
@@ -112,6 +114,12 @@ impl RemoteAllocator {
     /// Chunks this client has taken from the node.
     pub fn chunks_taken(&self) -> u64 {
         self.chunks.get()
+    }
+
+    /// Bytes of objects carved from chunks so far (sizes rounded up; objects reused from
+    /// the free list not counted again): what this client's objects took from the region.
+    pub fn bytes_carved(&self) -> u64 {
+        self.carved.get()
     }
 
     /// Takes a whole chunk from the memory node (one FETCH_AND_ADD).
@@ -150,6 +158,7 @@ impl RemoteAllocator {
             self.end.set(at + self.chunk_size);
         }
         self.cursor.set(at + rounded);
+        self.carved.set(self.carved.get() + rounded);
         Ok(GlobalAddr::new(self.node, at))
     }
 

@@ -61,6 +61,8 @@ mod config;
 mod frozen;
 mod key;
 mod leaflock;
+#[cfg(test)]
+mod leak_tests;
 mod local;
 mod node;
 #[cfg(test)]

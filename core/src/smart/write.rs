@@ -87,18 +87,27 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         )
                         .await?
                     };
-                    if kind == WriteKind::Delete && done == Some(true) && !self.stale(t0) {
-                        // The delete took effect (the leaf is marked retired): unlink it.
-                        // If this fails (a grow froze the slot), whoever meets the marked
-                        // leaf finishes the unlink.
-                        if self
-                            .unlink_leaf(node, header, idx, slot, leaf, bytes)
-                            .await?
-                            && let Some(p) = alone
-                            && !self.stale(t0)
+                    if kind == WriteKind::Delete && done == Some(true) {
+                        // The delete took effect (the leaf is marked retired): unlink it,
+                        // and drop its node from the parent if it holds no other key.
+                        let mut finished = false;
+                        if !self.stale(t0)
+                            && self
+                                .unlink_leaf(node, header, idx, slot, leaf, bytes)
+                                .await?
                         {
-                            // The node holds no other key: drop it from its parent.
-                            self.remove_node(node, header, &p).await?;
+                            if let Some(p) = alone.filter(|_| !self.stale(t0)) {
+                                self.remove_node(node, header, &p).await?;
+                            }
+                            // A dropped node may leave its parent empty: look again then.
+                            finished = alone.is_none();
+                        }
+                        if !finished {
+                            // This attempt went stale (or lost the unlink to a grow), or
+                            // emptied a node: finish with fresh searches. Left to whoever
+                            // meets the marked leaf, a deleted key's leaf stayed linked for
+                            // good under churn, which never searches a deleted key again.
+                            self.finish_delete(k, &mut buf).await?;
                         }
                     }
                     done
@@ -184,6 +193,69 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     )
                     .await?;
                 }
+            }
+        }
+    }
+
+    /// After a delete took effect (its leaf marked retired) but its own attempt could not
+    /// unlink the leaf or drop the node it emptied (or dropped one): fresh searches of the
+    /// key until no slot names the leaf (a search that meets it finishes the unlink and
+    /// retires it) and no node on its path below the root is left with no live slot (each is
+    /// dropped from its parent, bottom up). Bounded by the restart pace; past it the marked
+    /// leaf is left to whoever meets it.
+    async fn finish_delete(&self, k: &[u8], buf: &mut [u8]) -> Result<(), SmartError> {
+        use super::structure::is_live;
+        use remora_layouts::smart::NodeType;
+        let mut pace = self.pace();
+        let mut frozen = None;
+        // The node last dropped.
+        let mut last = None;
+        loop {
+            match self.search(k, buf, false).await? {
+                // Unlinked it on the way (or met an inconsistency): look again.
+                None => {}
+                Some(Pos::Miss {
+                    node,
+                    parent: Some(p),
+                    miss: Miss::Dead { .. } | Miss::Empty { .. },
+                    ..
+                }) if node.ty() != NodeType::N256
+                    && !node.slots[..node.ty().capacity()].iter().any(is_live) =>
+                {
+                    // Met again, its removal failed (a race): back off below first.
+                    let first = last != Some(node.addr);
+                    if first && !self.stale(node.t0) {
+                        // Then look again at once: the parent may be left empty in turn.
+                        last = Some(node.addr);
+                        self.remove_node(node.addr, node.header, &p).await?;
+                        continue;
+                    }
+                }
+                // Frozen: a grow copies the marked leaf along; wait for (or finish) it.
+                Some(Pos::Frozen {
+                    node,
+                    parent,
+                    grand,
+                }) => {
+                    let path = (parent, grand);
+                    if self
+                        .wait_frozen(&mut pace, &mut frozen, &node, path, true, false)
+                        .await
+                        .is_err()
+                    {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                // No slot names the leaf any more (or the key was inserted again).
+                Some(_) => return Ok(()),
+            }
+            if self
+                .restart(&mut pace, "unlinking a deleted leaf")
+                .await
+                .is_err()
+            {
+                return Ok(());
             }
         }
     }
