@@ -425,7 +425,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         } else {
             self.root_start()
         };
-        self.search_remote(k, start, buf, img, use_cache).await
+        self.search_remote(k, start, buf, img, use_cache, t0).await
     }
 
     async fn search_remote(
@@ -435,6 +435,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         buf: &mut [u8],
         slot: &mut Option<NodeImg>,
         use_cache: bool,
+        t0: u64,
     ) -> Result<Option<Pos<()>>, SmartError> {
         let Start {
             mut addr,
@@ -546,9 +547,14 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             let frozen = slot.is_frozen() || h.is_frozen();
                             if is_retired(info.status, live) {
                                 // A deleted leaf not yet unlinked: finish the unlink, then
-                                // restart (the key is absent, or elsewhere by then).
+                                // restart (the key is absent, or elsewhere by then). A stale
+                                // attempt posts no CAS on what it learned (its node may be
+                                // reused by now: reclaim.rs); it restarts and a fresh one
+                                // unlinks.
                                 if !frozen {
-                                    self.unlink_leaf(addr, h, idx, slot, live, bytes).await?;
+                                    if !self.stale(t0) {
+                                        self.unlink_leaf(addr, h, idx, slot, live, bytes).await?;
+                                    }
                                     return Ok(None);
                                 }
                             } else if info.key(buf) == k {
