@@ -16,7 +16,6 @@ const STORE_SETUP_NS: u64 = 5_000_000;
 /// image before anyone connects); then every key is read back. Returns the keys whose
 /// recovered value is neither the last acknowledged one nor the one in flight, and how many
 /// writes had been acknowledged.
-
 fn node_crash(seed: u64, crash_ns: u64, unflushed: bool) -> (Vec<String>, usize) {
     let cfg = SimConfig {
         compute_nodes: 2,
