@@ -14,7 +14,7 @@ mod erda;
 pub(crate) mod memory;
 pub(crate) mod plot;
 pub(crate) mod report;
-mod run;
+pub(crate) mod run;
 mod sherman;
 mod smart;
 

@@ -256,15 +256,7 @@ mod tests {
     use crate::bench::BenchArgs;
 
     fn args(line: &str) -> BenchArgs {
-        #[derive(clap::Parser)]
-        #[command(no_binary_name = true)]
-        struct Line {
-            #[command(flatten)]
-            bench: BenchArgs,
-        }
-        let mut a = <Line as clap::Parser>::try_parse_from(line.split_whitespace())
-            .expect("bench flags")
-            .bench;
+        let mut a = crate::repro::run::parse_bench(line).expect("bench flags");
         a.silent = true;
         a.quiet = true;
         a
