@@ -17,6 +17,17 @@ pub(crate) fn side(v: Option<f64>, near_one: bool) -> String {
     .into()
 }
 
+/// Whether remora's ratio `r` is on the paper's side of 1. A ratio within the noise band
+/// around 1 (`side`'s "near") agrees with a paper's on the same strict side of 1: a paper's
+/// 1.02x ("about equal, slightly above") is met by 1.07x, and 1.10x by 1.02x, but a paper's
+/// 1.34x is not met by 0.99x, nor a 1.02x by 0.95x. How far apart they are is the class's
+/// business (`class::of_paper`), not the side's.
+pub(crate) fn same_side(r: f64, paper: f64, near_one: bool) -> bool {
+    let (sr, sp) = (side(Some(r), near_one), side(Some(paper), near_one));
+    let strictly = |v: f64| (v > 1.0, v < 1.0);
+    sr == sp || ((sr == "near" || sp == "near") && r != 1.0 && strictly(r) == strictly(paper))
+}
+
 pub(super) fn wname(w: &str) -> String {
     if w == "LOAD" {
         "LOAD".to_string()
@@ -184,7 +195,7 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
     row.side = side(Some(r), near_one);
     row.wall_clock = n.fabric != "sim" || d.fabric != "sim";
     let paper_mid = (c.paper.0 + c.paper.1) / 2.0;
-    row.agrees = Some(row.side == side(Some(paper_mid), near_one));
+    row.agrees = Some(same_side(r, paper_mid, near_one));
     row.of_paper = class::of_paper(Some(r), c.paper.0, c.paper.1);
     row.class = class::with_side(class::classify(Some(r), c.paper.0, c.paper.1), row.agrees)
         .name()

@@ -244,3 +244,19 @@ fn up_to_rows_show_the_sweep_and_the_papers_figures() {
         assert!(json.contains(f), "{f} in {json}");
     }
 }
+
+#[test]
+fn a_ratio_near_one_agrees_only_with_a_paper_on_its_strict_side() {
+    use super::evaluate::same_side;
+    // The paper's "about equal, slightly above" and remora's a little further above.
+    assert!(same_side(1.07, 1.02, false));
+    assert!(same_side(1.02, 1.10, false));
+    assert!(same_side(0.98, 1.02, false), "both within the noise band");
+    // A paper clearly above is not met by a ratio just below 1, nor slightly above by below.
+    assert!(!same_side(0.99, 1.34, false));
+    assert!(!same_side(0.95, 1.02, false));
+    assert!(!same_side(0.5, 2.0, false));
+    // A paper range around 1: remora must be near it too.
+    assert!(!same_side(1.3, 1.0, true));
+    assert!(same_side(1.1, 1.0, true));
+}
