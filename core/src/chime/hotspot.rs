@@ -4,7 +4,8 @@
 //! entry (with its group header) instead of the neighbourhood.
 //!
 //! One per compute node, shared by its threads without locks: a direct-mapped array of
-//! (key, leaf, slot) words. A torn triple is harmless: a speculative read is verified by
+//! (key tag and slot, leaf) word pairs, 16 bytes an entry as the authors'. A torn pair is
+//! harmless: a speculative read is verified by
 //! content (the entry must hold the key, bound to a header whose fences cover it), and a
 //! miss falls back to the neighbourhood read.
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -54,19 +55,36 @@ impl Word {
     }
 }
 
-/// Bytes one hotspot entry takes (key, leaf address, slot).
-pub const HOTSPOT_ENTRY_BYTES: usize = 24;
+/// Bytes one hotspot entry takes: the leaf's address and one word of key tag and slot, 16 as
+/// the authors' `IdxCacheEntry` (`include/IdxCache.h`: leaf address 8, slot 2, fingerprint
+/// 2, frequency 4).
+pub const HOTSPOT_ENTRY_BYTES: usize = 16;
+
+/// Bits of a tag word that hold the slot (`SLOTS` = 64).
+const SLOT_BITS: u32 = 6;
 
 pub(crate) struct Hotspot {
-    keys: Vec<Word>,
+    /// Per entry: `spread(key) >> SLOT_BITS` in the high bits, the slot in the low ones; 0 is
+    /// an empty entry. With the entry's index (the low bits of `spread(key)`, at least
+    /// `SLOT_BITS` of them once the cache has 64 entries) it names the key exactly, where the
+    /// authors keep a 16-bit fingerprint; a smaller cache may confuse two keys, which the
+    /// speculative read's check of the entry's content catches.
+    tags: Vec<Word>,
     leaves: Vec<Word>,
-    slots: Vec<AtomicUsize>,
     filled: AtomicUsize,
 }
 
 fn spread(key: u64) -> u64 {
     key.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29)
 }
+
+/// The tag word of `key` found in `slot` (0 for the one key in 2^58 whose tag and slot are
+/// all zero: never cached).
+fn tag(key: u64, slot: usize) -> u64 {
+    (spread(key) >> SLOT_BITS << SLOT_BITS) | (slot as u64 & ((1 << SLOT_BITS) - 1))
+}
+
+const TAG_MASK: u64 = !((1 << SLOT_BITS) - 1);
 
 impl Hotspot {
     /// A cache of at most `bytes` (rounded down to a power of two entries; none below one).
@@ -79,46 +97,52 @@ impl Hotspot {
         };
         let mk = || (0..n).map(|_| Word::new(0)).collect::<Vec<_>>();
         Hotspot {
-            keys: mk(),
+            tags: mk(),
             leaves: mk(),
-            slots: (0..n).map(|_| AtomicUsize::new(0)).collect(),
             filled: AtomicUsize::new(0),
         }
     }
 
     fn at(&self, key: u64) -> Option<usize> {
-        let n = self.keys.len();
+        let n = self.tags.len();
         (n > 0).then(|| (spread(key) as usize) & (n - 1))
     }
 
-    /// The slot `key` was last found in, if in leaf `leaf`. Keys are stored plus one (0 is an
-    /// empty entry).
+    /// The slot `key` was last found in, if in leaf `leaf`.
     pub(crate) fn get(&self, key: u64, leaf: GlobalAddr) -> Option<usize> {
         let i = self.at(key)?;
-        if self.keys[i].load(Ordering::Acquire) != key.wrapping_add(1)
+        let w = self.tags[i].load(Ordering::Acquire);
+        if w == 0
+            || w & TAG_MASK != tag(key, 0)
             || self.leaves[i].load(Ordering::Relaxed) != leaf.raw()
         {
             return None;
         }
-        Some(self.slots[i].load(Ordering::Relaxed) % remora_layouts::chime::SLOTS)
+        Some((w & !TAG_MASK) as usize % remora_layouts::chime::SLOTS)
     }
 
     /// Notes that `key` was found in `slot` of `leaf`.
     pub(crate) fn put(&self, key: u64, leaf: GlobalAddr, slot: usize) {
         let Some(i) = self.at(key) else { return };
-        if self.keys[i].swap(0, Ordering::AcqRel) == 0 {
+        let w = tag(key, slot);
+        if w == 0 {
+            return;
+        }
+        if self.tags[i].swap(0, Ordering::AcqRel) == 0 {
             self.filled.fetch_add(1, Ordering::Relaxed);
         }
         self.leaves[i].store(leaf.raw(), Ordering::Relaxed);
-        self.slots[i].store(slot, Ordering::Relaxed);
-        self.keys[i].store(key.wrapping_add(1), Ordering::Release);
+        self.tags[i].store(w, Ordering::Release);
     }
 
     /// Forgets `key`.
     pub(crate) fn drop_key(&self, key: u64) {
-        if let Some(i) = self.at(key)
-            && self.keys[i]
-                .compare_exchange(key.wrapping_add(1), 0, Ordering::AcqRel, Ordering::Relaxed)
+        let Some(i) = self.at(key) else { return };
+        let w = self.tags[i].load(Ordering::Acquire);
+        if w != 0
+            && w & TAG_MASK == tag(key, 0)
+            && self.tags[i]
+                .compare_exchange(w, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
         {
             self.filled.fetch_sub(1, Ordering::Relaxed);
@@ -128,5 +152,32 @@ impl Hotspot {
     /// Bytes of the entries in use.
     pub(crate) fn bytes(&self) -> usize {
         self.filled.load(Ordering::Relaxed) * HOTSPOT_ENTRY_BYTES
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_sixteen_bytes_and_name_their_key() {
+        // 64 entries in 1 KiB: 16 bytes each, as the authors' IdxCacheEntry.
+        let h = Hotspot::new(1024);
+        assert_eq!(h.tags.len(), 64);
+        let leaf = GlobalAddr::from_raw(0x1000);
+        h.put(7, leaf, 5);
+        assert_eq!(h.get(7, leaf), Some(5));
+        assert_eq!(h.bytes(), 16);
+        // Another key of the same entry is not taken for the one cached there.
+        let other = (0..u64::MAX)
+            .find(|&k| k != 7 && h.at(k) == h.at(7))
+            .unwrap_or(7);
+        assert_ne!(other, 7);
+        assert_eq!(h.get(other, leaf), None);
+        h.drop_key(other);
+        assert_eq!(h.get(7, leaf), Some(5));
+        assert_eq!(h.get(7, GlobalAddr::from_raw(0x2000)), None);
+        h.drop_key(7);
+        assert_eq!((h.get(7, leaf), h.bytes()), (None, 0));
     }
 }

@@ -18,7 +18,11 @@
 //!   for CHIME's 57-bit bitmap inside the word; the bitmap's word is beside the leaf instead,
 //!   and reaches the writer in the same round trip.
 //! - **Speculative reads** (`speculative`, `hotspot.rs`): a per-node hotspot cache of
-//!   (key, leaf, slot); a hit READs one entry and its group header (56 bytes).
+//!   (key tag, leaf, slot), 16 bytes an entry as the authors'; a hit READs one entry and its
+//!   group header (56 bytes).
+//! - **The cache budget** is counted as the authors count it: a cached level-1 page by its
+//!   live entries (`ShermanConfig::cache_charge`, `CacheCharge::LiveEntries`), a hotspot
+//!   entry as 16 bytes.
 //!
 //! Beyond CHIME: deletes (an entry freed, its home's bitmap cleared, groups rewritten);
 //! several memory nodes (leaves are allocated on the nodes in turn, each lock on its leaf's
@@ -52,7 +56,7 @@ pub use hotspot::HOTSPOT_ENTRY_BYTES;
 
 use crate::fabric::Endpoint;
 use crate::index::KvIndex;
-use crate::sherman::{Sherman, ShermanConfig, ShermanError, ShermanNode};
+use crate::sherman::{CacheCharge, Sherman, ShermanConfig, ShermanError, ShermanNode};
 use core::cell::{Cell, RefCell};
 use delegate::Delegation;
 use hotspot::Hotspot;
@@ -103,6 +107,9 @@ impl ChimeConfig {
         ChimeConfig {
             sherman: ShermanConfig {
                 root_slot: 4,
+                // The authors' tree cache counts a cached internal node by its live entries
+                // (their Sherman too: the same code with CHIME's switches off).
+                cache_charge: CacheCharge::LiveEntries,
                 ..ShermanConfig::sherman()
             },
             hopscotch: true,

@@ -23,7 +23,39 @@ pub(super) struct IndexCache {
     bytes: usize,
     cap: usize,
     enabled: bool,
+    charge: CacheCharge,
     evict_cursor: u64,
+}
+
+/// What a cached level-1 page costs against the index cache's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheCharge {
+    /// The whole page image (Sherman's: remora's Sherman caches page images).
+    #[default]
+    WholePage,
+    /// Its live entries, as CHIME's authors count a cached internal node
+    /// (`include/InternalNode.h`, `InternalNode::consumed_cache_size`: an 8-byte pointer, the
+    /// 43-byte `InternalMetadata` and a 17-byte `InternalEntry` per live record). Their
+    /// Sherman baseline is the same code with CHIME's switches off, so it counts the same.
+    LiveEntries,
+}
+
+/// The authors' bytes of a cached internal node besides its entries: 8 (pointer) + 43
+/// (`InternalMetadata`: version 1, level and valid 2, three 8-byte pointers, two 8-byte
+/// fences), `include/InternalNode.h` and `include/Common.h` (`internalMetadataSize`).
+pub const LIVE_PAGE_BYTES: usize = 8 + 43;
+/// The authors' bytes per live entry of a cached internal node (`internalEntrySize`:
+/// version 1, key 8, child pointer 8; `include/Common.h`).
+pub const LIVE_ENTRY_BYTES: usize = 17;
+
+impl CacheCharge {
+    /// The bytes `page` (header `h`) costs.
+    fn of(self, h: &PageHeader, page: &[u8]) -> usize {
+        match self {
+            CacheCharge::WholePage => page.len(),
+            CacheCharge::LiveEntries => LIVE_PAGE_BYTES + LIVE_ENTRY_BYTES * h.count(),
+        }
+    }
 }
 
 /// The child of an internal page that covers `key` (largest separator <= key).
@@ -43,12 +75,13 @@ pub(super) fn child_for(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> 
 }
 
 impl IndexCache {
-    pub(super) fn new(enabled: bool, cap: usize) -> IndexCache {
+    pub(super) fn new(enabled: bool, cap: usize, charge: CacheCharge) -> IndexCache {
         IndexCache {
             map: BTreeMap::new(),
             bytes: 0,
             cap,
             enabled,
+            charge,
             evict_cursor: 0,
         }
     }
@@ -67,13 +100,14 @@ impl IndexCache {
 
     /// Remembers a level-1 page just read whole.
     pub(super) fn insert(&mut self, h: &PageHeader, page: &[u8]) {
-        if !self.enabled || h.level() != 1 || page.len() > self.cap {
+        let cost = self.charge.of(h, page);
+        if !self.enabled || h.level() != 1 || cost > self.cap {
             return;
         }
         if let Some(old) = self.map.remove(&h.low_fence) {
-            self.bytes -= old.page.len();
+            self.bytes -= self.charge.of(&old.header, &old.page);
         }
-        while self.bytes + page.len() > self.cap {
+        while self.bytes + cost > self.cap {
             // Evict round-robin by key: cheap, no per-access bookkeeping.
             let victim = self
                 .map
@@ -84,10 +118,10 @@ impl IndexCache {
             let Some(k) = victim else { break };
             self.evict_cursor = k.wrapping_add(1);
             if let Some(old) = self.map.remove(&k) {
-                self.bytes -= old.page.len();
+                self.bytes -= self.charge.of(&old.header, &old.page);
             }
         }
-        self.bytes += page.len();
+        self.bytes += cost;
         self.map.insert(
             h.low_fence,
             Cached {
@@ -104,11 +138,46 @@ impl IndexCache {
         if let Some(k) = k
             && let Some(old) = self.map.remove(&k)
         {
-            self.bytes -= old.page.len();
+            self.bytes -= self.charge.of(&old.header, &old.page);
         }
     }
 
     pub(super) fn bytes(&self) -> usize {
         self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn level1(low: u64, count: usize) -> PageHeader {
+        PageHeader {
+            meta: PageHeader::pack_meta(1, false, count),
+            low_fence: low,
+            high_fence: low + 100,
+            ..PageHeader::default()
+        }
+    }
+
+    #[test]
+    fn a_page_costs_its_image_or_its_live_entries_as_the_authors_count() {
+        let page = [0u8; 1024];
+        // Whole pages: a 2 KiB cache holds two 1 KiB pages, whatever their entries.
+        let mut whole = IndexCache::new(true, 2048, CacheCharge::WholePage);
+        for i in 0..4 {
+            whole.insert(&level1(i * 100, 20), &page);
+        }
+        assert_eq!((whole.map.len(), whole.bytes()), (2, 2048));
+        // Live entries: 8 + 43 + 17 x 20 = 391 bytes a page, five in 2 KiB.
+        let mut live = IndexCache::new(true, 2048, CacheCharge::LiveEntries);
+        for i in 0..6 {
+            live.insert(&level1(i * 100, 20), &page);
+        }
+        assert_eq!((live.map.len(), live.bytes()), (5, 5 * 391));
+        // Replacing and dropping a page returns what it was charged.
+        live.insert(&level1(500, 30), &page);
+        live.invalidate(550);
+        assert_eq!(live.bytes(), live.map.len() * 391);
     }
 }

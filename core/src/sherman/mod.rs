@@ -133,6 +133,7 @@ mod wait;
 mod write;
 
 pub use bulk::{BulkEntry, BulkStats, PAPER_FILL_PERCENT};
+pub use cache::{CacheCharge, LIVE_ENTRY_BYTES, LIVE_PAGE_BYTES};
 pub(crate) use hooks::Batch;
 pub use node::ShermanNode;
 pub use tree::{RepairStats, Sherman};
@@ -190,6 +191,9 @@ pub struct ShermanConfig {
     pub lock_retries: u32,
     /// How readers prove a page image whole (always [`PageCheck::Checksums`] outside tests).
     pub page_check: PageCheck,
+    /// What a cached page costs against `cache_bytes`: the whole page (Sherman's), or its
+    /// live entries as CHIME's authors count them (CHIME's experiment).
+    pub cache_charge: CacheCharge,
 }
 
 /// How a reader proves that a READ saw one page image.
@@ -232,6 +236,7 @@ impl ShermanConfig {
             },
             lock_retries: 1_000_000,
             page_check: PageCheck::Checksums,
+            cache_charge: CacheCharge::WholePage,
         }
     }
 

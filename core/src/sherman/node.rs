@@ -76,7 +76,11 @@ impl ShermanNode {
     pub fn new(cfg: &ShermanConfig) -> ShermanNode {
         ShermanNode {
             locks: LocalLocks::new(),
-            cache: TryRw::new(IndexCache::new(cfg.index_cache, cfg.cache_bytes)),
+            cache: TryRw::new(IndexCache::new(
+                cfg.index_cache,
+                cfg.cache_bytes,
+                cfg.cache_charge,
+            )),
             handles: AtomicU32::new(0),
         }
     }
