@@ -77,7 +77,8 @@ fn geometry_of_the_paper() {
     let g = Geometry::new(640, 8).unwrap();
     assert_eq!(g.leaf_capacity(), 23);
     assert_eq!(g.rear_offset(), 632);
-    assert!(Geometry::new(672, 8).is_ok() && Geometry::new(200, 8).is_err());
+    assert!(Geometry::new(704, 8).is_ok() && Geometry::new(672, 8).is_err());
+    assert!(Geometry::new(192, 8).is_err());
     assert!(Geometry::new(256, 256).is_err());
 }
 
