@@ -55,8 +55,13 @@ const SHERMAN_THREADS_A: &[usize] = &[19, 20, 21, 22];
 /// with the entry version and checksum, key, value) where the fork's are 18 B, so a 640 B
 /// leaf holds 23 entries, not 32; matching span 32 instead would take 32 x 24 + 72 = 840 B
 /// (1.35x the bytes). Before, remora ran 1 KiB pages (1.64x the bytes): Sherman's YCSB-C peak
-/// 20.7 Mops, 1024 B per lookup, link use 0.85. Only the SMART paper's runs use this page:
-/// Sherman's own and CHIME's reports keep the 1 KiB default.
+/// 20.7 Mops, 1024 B per lookup, link use 0.85. The page moves YCSB-A little: at 2 x 22
+/// threads x 2 coroutines (the curve's last point, `remora bench --fabric sim --profile smart
+/// --set server_llc_lines=66 --records 10000 --operations 10000 --warmup 5000 --compute-nodes
+/// 2 --memory-nodes 2 --coroutines 2 --sweep clients=44 --index sherman --keys int --workload
+/// a --page-size X`) Sherman measures 13.9 Mops at 640 B (23 entries), 12.7 at 896 B (34, the
+/// nearest span 32 in whole lines) and 12.2 at 1 KiB (39). Only the SMART paper's runs use
+/// this page: Sherman's own and CHIME's reports keep the 1 KiB default.
 const SHERMAN_PAGE: usize = 640;
 /// Coroutines per thread of the YCSB bars and the factor analysis (the bench's default): not
 /// the authors' factor shape, 16 compute nodes x 24 threads x 2 coroutines (exp/params/
