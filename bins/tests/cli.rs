@@ -190,6 +190,10 @@ fn flags_a_fabric_would_ignore_are_refused() {
             "--page-size 100000",
         ),
         (
+            &["bench", "--index", "sherman", "--page-size", "1000"],
+            "multiple of 64",
+        ),
+        (
             &["bench", "--compare-art", "--keys", "string"],
             "--compare-art",
         ),

@@ -190,17 +190,19 @@ fn entry_hash_from(seed: u64, bytes: &[u8]) -> u64 {
 /// Page and entry sizes of one tree.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
-    /// Bytes of a page (a power of two in 256..=65536).
+    /// Bytes of a page (a multiple of 64 in 256..=65536).
     pub page_size: usize,
     /// Bytes of a leaf entry's value area (a multiple of 8 in 8..=256).
     pub value_size: usize,
 }
 
 impl Geometry {
-    /// `page_size`: a power of two in 256..=65536; `value_size`: a multiple of 8 in 8..=256;
+    /// `page_size`: a multiple of 64 (the page hash runs over whole 64-byte lines) in
+    /// 256..=65536, so a page can match another build's node size (the SMART paper's Sherman
+    /// leaf is 623 B: `bins/src/repro/smart.rs`); `value_size`: a multiple of 8 in 8..=256;
     /// a leaf must hold at least 4 entries.
     pub fn new(page_size: usize, value_size: usize) -> Result<Geometry, LayoutError> {
-        if !page_size.is_power_of_two() || !(256..=65536).contains(&page_size) {
+        if !page_size.is_multiple_of(64) || !(256..=65536).contains(&page_size) {
             return Err(LayoutError::OutOfRange {
                 field: "page_size",
                 value: page_size as u64,

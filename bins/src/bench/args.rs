@@ -431,10 +431,10 @@ pub(super) fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     let ps = a.sherman.page_size;
     if matches!(a.index, IndexKind::Sherman | IndexKind::FgPlus)
-        && !(ps.is_power_of_two() && (256..=65536).contains(&ps))
+        && !(ps.is_multiple_of(64) && (256..=65536).contains(&ps))
     {
         return Err(format!(
-            "--page-size {ps}: Sherman pages are a power of two from 256 to 65536 bytes"
+            "--page-size {ps}: Sherman pages are a multiple of 64 from 256 to 65536 bytes"
         ));
     }
     if a.compare_art && a.keys == KeyType::String {

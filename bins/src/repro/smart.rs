@@ -44,15 +44,25 @@ const SHERMAN_THREADS_C: &[usize] = &[4, 6, 8, 10, 12, 13, 14, 16];
 const SHERMAN_NODES_A: usize = 2;
 const SHERMAN_THREADS_A: &[usize] = &[19, 20, 21, 22];
 /// Sherman's page in the SMART paper's comparison: span 32 (exp/params/fig_11.json
-/// `span_size: 32`), which the authors' forked Sherman (River861/Sherman include/Common.h)
-/// turns into a 32 x (8 + 8 + 2) + 35 + 12 = 623 B leaf, read whole per lookup
-/// (`page_search` reads max(leaf, internal) bytes). remora's pages are powers of two and its
-/// leaf entries 24 B: 32 of them need 32 x 24 + 72 = 840 B, so 1 KiB (39 entries) is the
-/// smallest page of span 32. It reads 1.64x the paper's bytes per lookup; 512 B would read
-/// 0.82x but hold 18 entries (`remora bench` as for the cache above, `--index sherman
-/// --clients-per-node 16 --warmup 25600 --page-size X`: 22.7 Mops at 1 KiB, 42.7 at 512 B,
-/// both at the memory nodes' link bandwidth).
-const SHERMAN_PAGE: usize = 1024;
+/// `span_size: 32`), which the authors' forked Sherman (River861/Sherman include/Common.h:
+/// `kLeafPageSize = spanSize * (keyLen + simulatedValLen + 2) + headerSize + 12`, `headerSize
+/// = keyLen * 2 + 19`) turns into a 32 x (8 + 8 + 2) + 35 + 12 = 623 B leaf (561 B internal
+/// page), read whole per lookup (src/Tree.cpp `page_search` reads max(leaf, internal) = 623
+/// bytes). A YCSB-C lookup of Sherman is bound by the memory nodes' link bandwidth (one page
+/// READ per lookup, the level-1 pages cached), so its page's bytes set its throughput: remora
+/// runs the paper's 623 B rounded up to whole 64-byte lines (its page hash runs over lines),
+/// 640 B, which reads 1.03x the paper's bytes. remora's leaf entries are 24 B (a meta word
+/// with the entry version and checksum, key, value) where the fork's are 18 B, so a 640 B
+/// leaf holds 23 entries, not 32; matching span 32 instead would take 32 x 24 + 72 = 840 B
+/// (1.35x the bytes). Before, remora ran 1 KiB pages (1.64x the bytes): Sherman's YCSB-C peak
+/// 20.7 Mops, 1024 B per lookup, link use 0.85. The page moves YCSB-A little: at 2 x 22
+/// threads x 2 coroutines (the curve's last point, `remora bench --fabric sim --profile smart
+/// --set server_llc_lines=66 --records 10000 --operations 10000 --warmup 5000 --compute-nodes
+/// 2 --memory-nodes 2 --coroutines 2 --sweep clients=44 --index sherman --keys int --workload
+/// a --page-size X`) Sherman measures 13.9 Mops at 640 B (23 entries), 12.7 at 896 B (34, the
+/// nearest span 32 in whole lines) and 12.2 at 1 KiB (39). Only the SMART paper's runs use
+/// this page: Sherman's own and CHIME's reports keep the 1 KiB default.
+const SHERMAN_PAGE: usize = 640;
 /// Coroutines per thread of the YCSB bars and the factor analysis (the bench's default): not
 /// the authors' factor shape, 16 compute nodes x 24 threads x 2 coroutines (exp/params/
 /// fig_17.json `client_num: [16, 24]`, exp/fig_17.py). Measured in that shape at quick scale
@@ -210,11 +220,18 @@ pub fn paper(s: &Scale) -> Paper {
             Pick::at("smart-clients-a", "Sherman", "a", sherman_a),
             "the paper's curves give each index its own client counts (Sherman saturates with \
              fewer); 'up to' is peak against peak: SMART at its largest count (16 compute \
-             nodes), Sherman at its own (2 compute nodes), both x 2 coroutines. Rough, \
-             measured: neither index saturates a metered resource (the model's view); both \
-             wait on hot keys' leaf locks (SMART's lock polls and combined writes, Sherman's \
-             hand-overs; p99 some 20x the median), and a zipfian over 10k keys gives the \
-             hottest key about twice the share it has over the paper's 60M",
+             nodes), Sherman at its own (2 compute nodes), both x 2 coroutines. Measured \
+             (smart-clients-a.csv): neither index saturates a metered resource. Sherman does \
+             the authors' round trips (2.05 per op: a read 1, an update 3, lock CAS, page READ, \
+             entry write + unlock) and moves 702 B per op, 9.9 of its memory nodes' 25 GB/s: at \
+             88 operations in flight its 14.1 Mops is 6.2 us per op, round trips and hot leaves' \
+             lock hand-overs (p99 20x the median). SMART is flat at 26.6-27.6 Mops from 192 \
+             clients, its hot keys' rear locks and combined writes. For 6.1x, a Sherman at 88 in \
+             flight beside a SMART at remora's 26.6 Mops would take ~20 us per op: that wait is \
+             not in remora's model and was not found here. With the paper's 623 B leaf (640 B, \
+             smart.rs; before, 1 KiB pages: Sherman 12.3 Mops, 2.17x, rough) Sherman's leaves \
+             hold 23 keys where 1 KiB held 39, so fewer keys share a leaf lock; a zipfian over \
+             10k keys gives the hottest key about twice its share over the paper's 60M",
         ),
         Claim::ratio(
             "write-latency",
@@ -235,22 +252,20 @@ pub fn paper(s: &Scale) -> Paper {
             Pick::at("smart-clients-c", "SMART", "c", smart_c),
             Pick::at("smart-clients-c", "Sherman", "c", sherman_c),
             "the paper's gain comes from the memory nodes' IOPS: Sherman reads a leaf per \
-             lookup, SMART one small leaf. Off, measured (smart-clients-c.csv): SMART's 10k-key \
-             tree is wholly in its cache, each lookup 0.99 READs of 65 B, NIC use 0.89 (its \
-             memory nodes' message rate, 2 x 110 Mops, binds; link use 0.52); Sherman reads \
-             one 1 KiB page per lookup (1.00 READ, 1024 B) at its memory nodes' link \
-             bandwidth (link use 0.85, flat at 21-22 Mops from 64 clients). Both are as the \
-             paper ran them in kind (the authors' 600 MiB cache holds the 256-way levels of their \
-             60M-key tree, 64 MiB those of this one; scaled by keys, 0.1 MiB holds a quarter \
-             of this tree's second level and SMART reads 1.76 per lookup: see smart.rs), not \
-             in size: the paper's Sherman leaf is 623 B (span 32, fig_11.json; remora's \
-             power-of-two pages need 1 KiB for span 32; 512 B pages measure 42.7 Mops in `bench` \
-             against 22.7 at 1 KiB), so \
-             remora's Sherman reads 1.64x the paper's bytes; and the paper's 2.8x puts its \
-             SMART near 100 Mops if its Sherman ran at its 623 B leaves' line rate (~36 Mops), \
-             half of remora's 198: its memory nodes served ~50 M lookups/s each, where remora \
-             models 110 M READs/s (the nic_mops of the smart profile, assumed from Sherman's \
-             on-chip atomics, not measured for host-memory READs)",
+             lookup, SMART one small leaf. Rough, measured (smart-clients-c.csv): Sherman runs \
+             the paper's leaf bytes (span 32: 623 B in the authors' fork, River861/Sherman \
+             include/Common.h; 640 B here, smart.rs) with the same cache budget as SMART (the \
+             authors give both 600 MiB, Sherman without eviction, exp/params/common.json and \
+             fig_11.json; 64 MiB here, which holds both trees' internal levels): one READ of \
+             640 B per lookup at its memory nodes' link bandwidth (link use 0.90, flat at 35-36 \
+             Mops from 64 clients: more clients only queue, and the authors' sweep stops at 16 \
+             x 16 threads). SMART's tree is wholly in its cache, each lookup 0.99 READs of 65 B, \
+             bound by its memory nodes' message rate (NIC use 0.89 of 2 x 110 Mops, link use \
+             0.52). The rest of the gap is on SMART's side: 2.8x over a Sherman at its leaves' \
+             line rate puts the paper's SMART near 100 Mops, ~50 M lookups/s per memory node, \
+             where remora models 110 M READs/s (nic_mops of the smart profile, from Sherman's \
+             on-chip atomics, not measured for host-memory READs). Before, with 1 KiB pages \
+             (1.64x the paper's bytes): Sherman 20.7 Mops, 9.59x, off",
         ),
         Claim::ratio(
             "read-latency",
@@ -261,7 +276,7 @@ pub fn paper(s: &Scale) -> Paper {
             p("smart-unloaded", "SMART", "c"),
             p("smart-unloaded", "Sherman", "c"),
             "measured unloaded (1 client x 1 coroutine per compute node): loaded, Sherman's \
-             1 KB leaf reads saturate the memory nodes' links and a closed loop's p50 becomes \
+             leaf reads saturate the memory nodes' links and a closed loop's p50 becomes \
              in-flight operations / throughput",
         ),
         Claim::ratio(
@@ -272,7 +287,19 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ lock-free internal", "LOAD"),
             p("smart-factors", "ART baseline (+cache)", "LOAD"),
-            "",
+            "measured: the ART baseline takes 11.4 round trips per insert against 5.3 lock-free, \
+             most of its time waiting on internal-node locks. Not the quick scale's small tree: \
+             smart-factors' bench with --workloads load, --records 100000 and the LLC scaled \
+             with it (server_llc_lines=660) gives 3.72x \
+             (6.98 vs 4.21 RT/op) and at 1M keys (6600 lines) 5.94x (4.3 vs 25.5 Mops, 6.28 vs 3.31 RT/op, \
+             p50 57.1 vs 7.7 us). A difference read in the authors' code: their ART baseline \
+             (TREE_TEST_ROWEX_ART) locks internal nodes with HOCL, NIC on-chip 1-bit locks \
+             with a compute node's local lock table handing a lock over between its coroutines \
+             (CMakeLists.txt: TREE_TEST_HOCL_HANDOVER on for every factor step before write \
+             combining; src/Tree.cpp lock_node), where remora's baseline (core/src/smart \
+             structure.rs lock_node) takes a remote CAS lock in the node's word and a waiter \
+             backs off and retries (lease.rs), with no local hand-over, so each contended lock \
+             costs its waiters round trips and pauses",
         ),
         Claim::ratio(
             "factor-in-place",
@@ -292,7 +319,15 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ rear lock", "a"),
             p("smart-factors", "+ in-place leaf", "a"),
-            "",
+            "measured: the rear lock saves the separate unlock WRITE (2.89 to 2.29 round trips \
+             per op), shortening a hot leaf's lock hold from two round trips after the grant to \
+             one. In the authors' code the step before it (in-place leaf, no embedded lock) \
+             locks a leaf with a masked CAS on a hashed 1-bit lock in NIC on-chip memory (64 \
+             locks per 8-byte word, 1M locks for 60M leaves: src/Tree.cpp \
+             get_on_chip_lock_addr, ON_CHIP_SIZE 128 KiB in include/Rdma.h), with local \
+             hand-over, and unlocks with a second masked CAS after the write; remora's step \
+             keeps the lock in the leaf's own word. What the other 2x of the paper's gain comes \
+             from (contention on shared on-chip lock words is one candidate) was not measured",
         ),
     ];
     Paper {
@@ -306,7 +341,7 @@ pub fn paper(s: &Scale) -> Paper {
              sim --profile smart --show-model`), LLC scaled to {llc} lines ({} keys of the \
              paper's 60M), 64 MiB cache per compute node (the authors' 600 MiB holds their \
              tree's 256-way levels, this one this tree's; scaled by keys it would not: see \
-             smart.rs), Sherman's pages 1 KiB (span 32: see smart.rs); YCSB bars and factors: {NODES} compute nodes x \
+             smart.rs), Sherman's pages {SHERMAN_PAGE} B (the paper's 623 B leaf in 64-byte lines: see smart.rs); YCSB bars and factors: {NODES} compute nodes x \
              {per_node} client threads x {BAR_COROUTINES} coroutines ({bar_warm} warm-up ops; \
              the authors' factor shape, {NODES} x 24 x 2, is not used at this scale: see \
              smart.rs); curves: the authors' thread sweeps of each index x {COROUTINES} \

@@ -73,6 +73,12 @@ fn geometry_of_the_paper() {
     assert_eq!(g.leaf_capacity(), 39);
     assert_eq!(g.internal_capacity(), 59);
     assert!(Geometry::new(1000, 8).is_err());
+    // Whole 64-byte lines need not be a power of two: the SMART paper's 623 B leaf, rounded.
+    let g = Geometry::new(640, 8).unwrap();
+    assert_eq!(g.leaf_capacity(), 23);
+    assert_eq!(g.rear_offset(), 632);
+    assert!(Geometry::new(704, 8).is_ok() && Geometry::new(672, 8).is_err());
+    assert!(Geometry::new(192, 8).is_err());
     assert!(Geometry::new(256, 256).is_err());
 }
 
