@@ -618,6 +618,7 @@ fn copy_out<F: Flavor>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core::cell::Cell;
     use core::future::Future;
     use core::pin::pin;
     use core::task::{Context, Poll, Waker};
@@ -667,6 +668,97 @@ mod tests {
             Poll::Ready(r) => r.map(|(at, (lead, g))| (at, lead, g)),
             Poll::Pending => panic!("bucket busy"),
         }
+    }
+
+    /// No clock; a leader seen in flight for 3 polls counts as stuck.
+    struct NoClock;
+
+    impl Host for NoClock {
+        fn now_ns(&self) -> u64 {
+            0
+        }
+        fn lease(&self) -> LeaseConfig {
+            LeaseConfig {
+                max_attempts: 3,
+                ..LeaseConfig::default()
+            }
+        }
+        fn value_cap(&self) -> usize {
+            8
+        }
+        fn count(&self, _: Counted) {}
+    }
+
+    /// A remote read that stays in flight until `open` is set.
+    async fn gated(open: &Cell<bool>, out: &mut [u8]) -> Result<Option<usize>, (usize, usize)> {
+        core::future::poll_fn(|_| {
+            if open.get() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        out[..8].copy_from_slice(&[5; 8]);
+        Ok(Some(8))
+    }
+
+    /// Whether `key`'s entry has a read in flight, and its generation.
+    fn reading(t: &Table<Test>, key: &[u8]) -> (bool, u64) {
+        let b = (Test::home(key) as usize) & (t.buckets.len() - 1);
+        let g = t.buckets[b].try_lock().unwrap();
+        let e = g
+            .iter()
+            .find(|e| e.users > 0 && e.key.get() == key)
+            .unwrap();
+        (e.reading, e.read_gen)
+    }
+
+    /// A waiter that leads after a replaced leader's replacer was dropped opens a fresh
+    /// generation, so the replaced leader, coming back, matches nothing. (When it took its
+    /// own generation number instead, which the replaced leader held too, the one coming
+    /// back published, released a count it no longer had and freed the entry under the
+    /// waiter's read in flight.)
+    #[test]
+    fn a_replaced_leader_coming_back_finds_no_generation_of_its_own() {
+        use std_alloc::boxed::Box;
+        let t = Table::<Test>::with_entries(16, 8);
+        let key = 9u64.to_be_bytes();
+        let host = NoClock;
+        let gates: [Cell<bool>; 4] = Default::default();
+        let mut outs = [[0u8; 8]; 4];
+        let [o_p, o_l, o_w, o_z] = &mut outs;
+        let (g_p, g_l, g_w, g_z) = (&gates[0], &gates[1], &gates[2], &gates[3]);
+        let mut p = pin!(t.get(&host, &key, o_p, async |o: &mut [u8]| gated(g_p, o).await));
+        assert!(poll(p.as_mut()).is_pending(), "leads generation 1");
+        let mut l = pin!(t.get(&host, &key, o_l, async |o: &mut [u8]| gated(g_l, o).await));
+        let mut w = pin!(t.get(&host, &key, o_w, async |o: &mut [u8]| gated(g_w, o).await));
+        assert!(poll(l.as_mut()).is_pending() && poll(w.as_mut()).is_pending());
+        g_p.set(true);
+        assert_eq!(poll(p.as_mut()), Poll::Ready(Ok(Some(8))));
+        // L (a waiter for generation 2) leads it; Z arrives and replaces it as stuck.
+        assert!(poll(l.as_mut()).is_pending());
+        assert_eq!(reading(&t, &key), (true, 2));
+        let mut z = Box::pin(t.get(&host, &key, o_z, async |o: &mut [u8]| gated(g_z, o).await));
+        for _ in 0..20 {
+            assert!(poll(z.as_mut()).is_pending());
+        }
+        assert_eq!(reading(&t, &key), (true, 4), "Z replaced L");
+        // Z dies mid-read; W (also a waiter for generation 2) leads next.
+        drop(z);
+        assert!(!reading(&t, &key).0);
+        for _ in 0..2 {
+            assert!(poll(w.as_mut()).is_pending());
+        }
+        assert_eq!(reading(&t, &key), (true, 5), "a fresh generation, not 2");
+        // L comes back: it publishes and releases nothing; W's read and count stand.
+        g_l.set(true);
+        assert_eq!(poll(l.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert_eq!(reading(&t, &key), (true, 5));
+        assert_eq!(t.users(&key), 1, "only W's count is left");
+        g_w.set(true);
+        assert_eq!(poll(w.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert_eq!(t.users(&key), 0);
     }
 
     #[test]
