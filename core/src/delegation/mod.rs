@@ -181,6 +181,18 @@ impl<F: Flavor> Entry<F> {
         }
     }
 
+    /// A reader joins: it leads a new read (`true`) if none is in flight, else waits for the
+    /// next one; with the generation it leads or waits for.
+    fn join_read(&mut self) -> (bool, u64) {
+        if self.reading {
+            (false, self.read_gen + 1)
+        } else {
+            self.reading = true;
+            self.read_gen += 1;
+            (true, self.read_gen)
+        }
+    }
+
     /// Records what the write of sequence number `seq` returned (a later one already
     /// recorded stays).
     fn apply(&mut self, seq: u64, r: Result<bool, F::Error>) {
@@ -384,15 +396,7 @@ impl<F: Flavor> Table<F> {
         out: &mut [u8],
         mut read: impl AsyncFnMut(&mut [u8]) -> Result<Option<usize>, F::Error>,
     ) -> Result<Option<usize>, F::Error> {
-        let claimed = self.claim(key, |e| {
-            if e.reading {
-                (false, e.read_gen + 1)
-            } else {
-                e.reading = true;
-                e.read_gen += 1;
-                (true, e.read_gen)
-            }
-        });
+        let claimed = self.claim(key, Entry::join_read);
         let Some((at, (mut leader, mut my_gen))) = claimed.await else {
             return read(out).await;
         };

@@ -37,15 +37,7 @@ fn poll<F: Future>(f: core::pin::Pin<&mut F>) -> Poll<F::Output> {
 /// A reader's claim: whether it leads, and the generation it leads or waits for.
 fn claim(t: &Table<Test>, key: u64) -> Option<(At, bool, u64)> {
     let key = key.to_be_bytes();
-    let f = t.claim(&key, |e| {
-        if e.reading {
-            (false, e.read_gen + 1)
-        } else {
-            e.reading = true;
-            e.read_gen += 1;
-            (true, e.read_gen)
-        }
-    });
+    let f = t.claim(&key, Entry::join_read);
     match poll(pin!(f)) {
         Poll::Ready(r) => r.map(|(at, (lead, g))| (at, lead, g)),
         Poll::Pending => panic!("bucket busy"),
