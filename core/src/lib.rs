@@ -105,6 +105,8 @@ pub mod chime;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod counters;
+#[cfg(feature = "alloc")]
+pub(crate) mod delegation;
 pub mod echo;
 #[cfg(feature = "alloc")]
 pub mod erda;

@@ -4,50 +4,13 @@
 use remora_core::GlobalAddr;
 use remora_core::block_on::block_on;
 use remora_core::fabric::{Endpoint, QueuePair};
-use remora_core::index::KvIndex;
 use remora_core::sherman::{Sherman, ShermanConfig};
 use remora_core::smart::{KeyMode, Smart, SmartConfig, Techniques};
 use remora_poller::soft::{NodeConfig, SoftMemoryNode};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: p was allocated by System with layout l.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: p was allocated by System with layout l.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static A: Counting = Counting;
-
-fn allocs() -> u64 {
-    ALLOCS.with(|c| c.get())
-}
-
-/// Allocations made by `f` on this thread.
-fn count(f: impl FnOnce()) -> u64 {
-    let before = allocs();
-    f();
-    allocs() - before
-}
+#[path = "common/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{check_index, count};
 
 fn node() -> std::sync::Arc<SoftMemoryNode> {
     SoftMemoryNode::create(NodeConfig {
@@ -76,34 +39,6 @@ fn verbs_allocate_nothing() {
     };
     let _ = count(&mut run);
     assert_eq!(count(&mut run), 0, "fabric verbs allocated");
-}
-
-fn check_index<I: KvIndex>(t: &I, name: &str) {
-    let keys: Vec<[u8; 8]> = (0..2000u64)
-        .map(|i| (i * 7919 % 100_000).to_be_bytes())
-        .collect();
-    block_on(async {
-        for k in &keys {
-            t.upsert(k, &[1u8; 8]).await.unwrap();
-        }
-    });
-    let mut out = [0u8; 8];
-    let mut pass = |update: bool| {
-        count(|| {
-            block_on(async {
-                for k in &keys {
-                    if update {
-                        assert!(t.update(k, &[2u8; 8]).await.unwrap());
-                    } else {
-                        assert!(t.get(k, &mut out).await.unwrap().is_some());
-                    }
-                }
-            })
-        })
-    };
-    let _ = (pass(false), pass(true)); // warm caches and pools
-    assert_eq!(pass(false), 0, "{name}: lookups allocated");
-    assert_eq!(pass(true), 0, "{name}: in-place updates allocated");
 }
 
 #[test]

@@ -1,0 +1,623 @@
+//! Read delegation and write combining: one table of local entries per compute node, shared
+//! by every client thread's handle of the node and all their coroutines. SMART uses it for
+//! its leaves (`smart/local.rs`), CHIME for its hopscotch entries (`chime/delegate.rs`); each
+//! brings a [`Flavor`] (how an entry stores its key and values, which errors it shares) and a
+//! [`Host`] (its clock, lease and counters), and passes its own remote read and write.
+//!
+//! Delegation is linearizable: a reader that finds a read of its key in flight does not take
+//! that read's result (it may predate the reader); it waits for the *next* read, which one of
+//! the waiting readers issues once the current one completes, and which therefore starts
+//! after every reader it serves arrived (a generation is opened under the bucket lock after
+//! the previous one closed, and numbers only grow: one that failed is never reused). So at
+//! most two reads per key are in flight per node, whatever the skew. Combining: writers that
+//! find a write of their key in flight leave their value in the entry; when the writer
+//! finishes, it writes the latest pending value once, and every writer whose value it covered
+//! returns (their writes are linearized just before the one that was applied, each
+//! overwriting the previous). Only writes of one kind combine.
+//!
+//! Sharing between threads: the table is split into buckets of [`PROBE`] entries, each under
+//! a try-lock held only between awaits (a few hundred nanoseconds), never across one; a
+//! coroutine that finds its bucket busy yields to its executor and polls again, so no thread
+//! ever blocks on another. Waiting on a leader of another thread is polled through the
+//! executor (`yield_now`, which the sim charges as a busy-poll iteration). A leader that makes
+//! no progress for a lease (the host's lease, on the waiter's own clock, or its attempt cap on
+//! fabrics without one) — a thread that died mid-READ, or a future dropped halfway — is
+//! replaced: a waiter becomes the leader with a new generation and releases the old leader's
+//! user count for it, and the old leader, should it come back, publishes nothing and releases
+//! nothing (its generation is gone). A user whose operation is dropped halfway (its future
+//! dropped, its thread unwinding) releases its count at once through its claim's drop, and a
+//! read leader its lead too. So an entry whose users died returns to the free pool once the
+//! others are done, instead of staying with its key for the life of the node state.
+use crate::block_on::yield_now;
+use crate::lease::LeaseConfig;
+use crate::smart::shared::{TryLock, TryLockGuard};
+use std_alloc::vec::Vec;
+
+/// Entries per bucket: a key's entry is in its home bucket or nowhere.
+pub(crate) const PROBE: usize = 8;
+
+/// Where an entry keeps bytes (its key, its published value, a pending value): preallocated
+/// at the table's creation, so that the hot path never allocates.
+pub(crate) trait Bytes {
+    /// Storage for up to `cap` bytes.
+    fn with_capacity(cap: usize) -> Self;
+    /// Replaces the bytes held with `b` (at most the capacity it was made with).
+    fn set(&mut self, b: &[u8]);
+    /// The bytes held.
+    fn get(&self) -> &[u8];
+    /// Bytes kept outside the entry for a capacity of `cap` (the heap's share).
+    fn heap(cap: usize) -> usize;
+}
+
+impl Bytes for Vec<u8> {
+    fn with_capacity(cap: usize) -> Self {
+        Vec::with_capacity(cap)
+    }
+    fn set(&mut self, b: &[u8]) {
+        self.clear();
+        self.extend_from_slice(b);
+    }
+    fn get(&self) -> &[u8] {
+        self
+    }
+    fn heap(cap: usize) -> usize {
+        cap
+    }
+}
+
+/// Up to `N` bytes inside the entry, with their length.
+#[derive(Clone, Copy)]
+pub(crate) struct Inline<const N: usize> {
+    len: usize,
+    bytes: [u8; N],
+}
+
+impl<const N: usize> Bytes for Inline<N> {
+    fn with_capacity(_: usize) -> Self {
+        Inline {
+            len: 0,
+            bytes: [0; N],
+        }
+    }
+    fn set(&mut self, b: &[u8]) {
+        self.bytes[..b.len()].copy_from_slice(b);
+        self.len = b.len();
+    }
+    fn get(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+    fn heap(_: usize) -> usize {
+        0
+    }
+}
+
+/// What one index keeps in its entries.
+pub(crate) trait Flavor {
+    /// Storage of an entry's key.
+    type Key: Bytes;
+    /// Storage of an entry's published and pending values.
+    type Value: Bytes;
+    /// Kinds of write (only writes of one kind combine).
+    type Kind: Copy + PartialEq;
+    /// The index's error.
+    type Error: Copy;
+    /// A write leader's buffer for the pending value it takes: the largest value.
+    type Scratch: AsMut<[u8]>;
+    /// The longest key.
+    const KEY_CAP: usize;
+    /// Whether a read leader's error is handed to its waiters (otherwise one of them reads
+    /// again).
+    const SHARES_ERRORS: bool;
+    /// The hash that picks a key's bucket.
+    fn home(key: &[u8]) -> u64;
+    /// A zeroed [`Self::Scratch`].
+    fn scratch() -> Self::Scratch;
+    /// The error of an `out` of `got` bytes for a value of `need`.
+    fn too_small(need: usize, got: usize) -> Self::Error;
+    /// Whether `e` is [`Self::too_small`]'s error.
+    fn is_too_small(e: &Self::Error) -> bool;
+}
+
+/// What a handle tells the table while it waits.
+pub(crate) trait Host {
+    /// The waiter's clock.
+    fn now_ns(&self) -> u64;
+    /// When a leader counts as stuck.
+    fn lease(&self) -> LeaseConfig;
+    /// The largest value of the tree (what a read leader reads into its buffer).
+    fn value_cap(&self) -> usize;
+    /// Counts one event.
+    fn count(&self, what: Counted);
+}
+
+/// Events a [`Host`] counts.
+#[derive(Clone, Copy)]
+pub(crate) enum Counted {
+    /// A read served by another reader's read.
+    Delegated,
+    /// A write whose value another writer applied.
+    Combined,
+    /// A stuck leader replaced.
+    TakenOver,
+}
+
+struct Entry<F: Flavor> {
+    users: u32,
+    key: F::Key,
+    // Delegation.
+    reading: bool,
+    read_gen: u64,
+    done_gen: u64,
+    result: Result<Option<usize>, F::Error>,
+    value: F::Value,
+    // Combining.
+    writing: bool,
+    /// Generation of the current write leader (a waiter that replaces a stuck one bumps it).
+    write_gen: u64,
+    pending: Option<F::Kind>,
+    pending_seq: u64,
+    applied_seq: u64,
+    applied: Result<bool, F::Error>,
+    pending_val: F::Value,
+}
+
+impl<F: Flavor> Entry<F> {
+    fn new(value_cap: usize) -> Entry<F> {
+        Entry {
+            users: 0,
+            key: F::Key::with_capacity(F::KEY_CAP),
+            reading: false,
+            read_gen: 0,
+            done_gen: 0,
+            result: Ok(None),
+            value: F::Value::with_capacity(value_cap),
+            writing: false,
+            write_gen: 0,
+            pending: None,
+            pending_seq: 0,
+            applied_seq: 0,
+            applied: Ok(false),
+            pending_val: F::Value::with_capacity(value_cap),
+        }
+    }
+
+    /// A reader joins: it leads a new read (`true`) if none is in flight, else waits for the
+    /// next one; with the generation it leads or waits for.
+    fn join_read(&mut self) -> (bool, u64) {
+        if self.reading {
+            (false, self.read_gen + 1)
+        } else {
+            self.reading = true;
+            self.read_gen += 1;
+            (true, self.read_gen)
+        }
+    }
+
+    /// Records what the write of sequence number `seq` returned (a later one already
+    /// recorded stays).
+    fn apply(&mut self, seq: u64, r: Result<bool, F::Error>) {
+        if seq > self.applied_seq {
+            self.applied_seq = seq;
+            self.applied = r;
+        }
+    }
+}
+
+type Bucket<F> = [Entry<F>; PROBE];
+
+/// A node's table: buckets of [`PROBE`] entries, each under its own try-lock.
+pub(crate) struct Table<F: Flavor> {
+    buckets: Vec<TryLock<Bucket<F>>>,
+    value_cap: usize,
+}
+
+/// Where a claimed entry is: bucket and position in it.
+#[derive(Clone, Copy)]
+struct At(usize, usize);
+
+/// What a claim leads, if anything: the read of this generation, or a write.
+#[derive(Clone, Copy)]
+enum Lead {
+    Read(u64),
+    Write,
+}
+
+/// A user's claim on an entry while its operation runs. Dropped armed (the operation's
+/// future dropped halfway, or its thread unwinding), it releases the user count of a waiter,
+/// and of a read leader (if still the leader) with its lead, so that a waiter leads at once
+/// instead of after a lease. A write leader's lead and count are left to the waiter that
+/// replaces it after a lease: it may have taken a waiter's value, which only a replacer
+/// rewrites.
+struct Claim<'t, F: Flavor> {
+    table: &'t Table<F>,
+    at: At,
+    lead: Option<Lead>,
+    armed: bool,
+}
+
+impl<F: Flavor> Drop for Claim<'_, F> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Bucket locks are held only between awaits, never across one: the wait is short.
+        let bucket = &self.table.buckets[self.at.0];
+        let mut g = loop {
+            if let Some(g) = bucket.try_lock() {
+                break g;
+            }
+            core::hint::spin_loop();
+        };
+        let e = &mut g[self.at.1];
+        match self.lead {
+            None => e.users -= 1,
+            Some(Lead::Read(gen_)) if e.reading && e.read_gen == gen_ => {
+                e.reading = false;
+                e.users -= 1;
+            }
+            // Replaced as the read leader (the replacer released our count), or a write
+            // leader (its replacer will).
+            Some(_) => {}
+        }
+    }
+}
+
+/// How long a waiter has seen one leader generation in flight, on its own clock (and in
+/// polls, for fabrics without a clock).
+struct Stuck {
+    leader: u64,
+    since: u64,
+    polls: u32,
+}
+
+impl Stuck {
+    fn new() -> Stuck {
+        Stuck {
+            leader: u64::MAX,
+            since: 0,
+            polls: 0,
+        }
+    }
+
+    /// True once generation `leader` has led for a lease of this waiter's watching (or for
+    /// `max_attempts` polls).
+    fn expired(&mut self, leader: u64, now: u64, lease: &LeaseConfig) -> bool {
+        if leader != self.leader {
+            *self = Stuck {
+                leader,
+                since: now,
+                polls: 0,
+            };
+            return false;
+        }
+        self.polls = self.polls.saturating_add(1);
+        now.saturating_sub(self.since) >= lease.lease_ns || self.polls > lease.max_attempts
+    }
+}
+
+impl<F: Flavor> Table<F> {
+    /// A table of `entries` (rounded up to whole buckets of a power of two; none at 0, and
+    /// then every operation goes to remote memory directly) for values up to `value_cap`.
+    pub(crate) fn with_entries(entries: usize, value_cap: usize) -> Table<F> {
+        let n = if entries == 0 {
+            0
+        } else {
+            entries.div_ceil(PROBE).next_power_of_two()
+        };
+        Table {
+            buckets: (0..n)
+                .map(|_| TryLock::new(core::array::from_fn(|_| Entry::new(value_cap))))
+                .collect(),
+            value_cap,
+        }
+    }
+
+    /// Bytes the table holds (entries and their preallocated key and value buffers).
+    pub(crate) fn footprint(&self) -> usize {
+        let buffers = F::Key::heap(F::KEY_CAP) + 2 * F::Value::heap(self.value_cap);
+        self.buckets.len() * (core::mem::size_of::<TryLock<Bucket<F>>>() + PROBE * buffers)
+    }
+
+    /// The largest value the entries were sized for.
+    pub(crate) fn value_cap(&self) -> usize {
+        self.value_cap
+    }
+
+    /// The bucket of `b`, locked: polls the executor while another thread holds it.
+    async fn lock(&self, b: usize) -> TryLockGuard<'_, Bucket<F>> {
+        loop {
+            if let Some(g) = self.buckets[b].try_lock() {
+                return g;
+            }
+            yield_now().await;
+        }
+    }
+
+    /// The entry of `key` (joining its users), a fresh one, or `None` when its bucket is full
+    /// of other keys (then the caller goes to remote memory directly). `f` runs on the
+    /// claimed entry under the same hold of the bucket lock.
+    async fn claim<R>(&self, key: &[u8], f: impl FnOnce(&mut Entry<F>) -> R) -> Option<(At, R)> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let b = (F::home(key) as usize) & (self.buckets.len() - 1);
+        let mut g = self.lock(b).await;
+        let mut free = None;
+        for (i, e) in g.iter_mut().enumerate() {
+            if e.users > 0 && e.key.get() == key {
+                e.users += 1;
+                return Some((At(b, i), f(e)));
+            }
+            if e.users == 0 && free.is_none() {
+                free = Some(i);
+            }
+        }
+        let i = free?;
+        let e = &mut g[i];
+        e.users = 1;
+        e.key.set(key);
+        e.reading = false;
+        e.read_gen = 0;
+        e.done_gen = 0;
+        e.writing = false;
+        e.write_gen = 0;
+        e.pending = None;
+        e.pending_seq = 0;
+        e.applied_seq = 0;
+        Some((At(b, i), f(e)))
+    }
+
+    /// Runs `f` on the claimed entry `at` under its bucket's lock.
+    async fn with<R>(&self, at: At, f: impl FnOnce(&mut Entry<F>) -> R) -> R {
+        let mut g = self.lock(at.0).await;
+        f(&mut g[at.1])
+    }
+
+    /// Users counted on `key`'s entries (tests).
+    #[cfg(test)]
+    pub(crate) fn users(&self, key: &[u8]) -> u32 {
+        let b = (F::home(key) as usize) & (self.buckets.len() - 1);
+        let g = self.buckets[b]
+            .try_lock()
+            .expect("bucket free between operations");
+        g.iter()
+            .filter(|e| e.users > 0 && e.key.get() == key)
+            .map(|e| e.users)
+            .sum()
+    }
+
+    /// A read of `key` into `out` with delegation: `read` is the index's own read (into a
+    /// buffer of at most [`Host::value_cap`] bytes, or `out` itself when `key`'s bucket is
+    /// full).
+    pub(crate) async fn get(
+        &self,
+        host: &impl Host,
+        key: &[u8],
+        out: &mut [u8],
+        mut read: impl AsyncFnMut(&mut [u8]) -> Result<Option<usize>, F::Error>,
+    ) -> Result<Option<usize>, F::Error> {
+        let claimed = self.claim(key, Entry::join_read);
+        let Some((at, (mut leader, mut my_gen))) = claimed.await else {
+            return read(out).await;
+        };
+        let mut claim = Claim {
+            table: self,
+            at,
+            lead: leader.then_some(Lead::Read(my_gen)),
+            armed: true,
+        };
+        let lease = host.lease();
+        let mut stuck = Stuck::new();
+        loop {
+            if leader {
+                // The value lands in `out` (no buffer of the largest value to clear per
+                // read), limited to the tree's values so that the table holds it.
+                let cap = host.value_cap();
+                let room = out.len().min(cap);
+                let r = read(&mut out[..room]).await;
+                let publish = match &r {
+                    Ok(_) => true,
+                    // Too small for our buffer, not for the waiters': publish nothing, and
+                    // hand the read on to one of them.
+                    Err(e) if room < cap && F::is_too_small(e) => false,
+                    Err(_) => F::SHARES_ERRORS,
+                };
+                self.with(at, |e| {
+                    // Replaced as the leader (stuck for a lease): publish nothing, and
+                    // leave the user count alone (the replacer released ours).
+                    if e.reading && e.read_gen == my_gen {
+                        if publish {
+                            e.value.set(match r {
+                                Ok(Some(n)) => &out[..n],
+                                _ => &[],
+                            });
+                            e.result = r;
+                            e.done_gen = my_gen;
+                        }
+                        e.reading = false;
+                        e.users -= 1;
+                    }
+                })
+                .await;
+                claim.armed = false;
+                return r;
+            }
+            yield_now().await;
+            let now = host.now_ns();
+            let served = self
+                .with(at, |e| {
+                    if e.done_gen >= my_gen {
+                        e.users -= 1;
+                        return Some(copy_out::<F>(e.result, e.value.get(), out));
+                    }
+                    if !e.reading {
+                        // A fresh generation, opened after every waiter it will serve
+                        // arrived.
+                        e.reading = true;
+                        e.read_gen += 1;
+                        my_gen = e.read_gen;
+                        leader = true;
+                    } else if stuck.expired(e.read_gen, now, &lease) {
+                        // The leader made no progress for a lease: lead a new read, and
+                        // release its user count (it releases nothing if it comes back).
+                        e.users -= 1;
+                        e.read_gen = e.read_gen.max(my_gen) + 1;
+                        my_gen = e.read_gen;
+                        leader = true;
+                        host.count(Counted::TakenOver);
+                    }
+                    None
+                })
+                .await;
+            if let Some(r) = served {
+                claim.armed = false;
+                host.count(Counted::Delegated);
+                return r;
+            }
+            claim.lead = leader.then_some(Lead::Read(my_gen));
+        }
+    }
+
+    /// A write of `value` (of `kind`) to `key` with combining; returns what `write` (the
+    /// index's own write, of a kind and a value) returned for it. The caller has checked
+    /// that `value` fits the table's values.
+    pub(crate) async fn write(
+        &self,
+        host: &impl Host,
+        key: &[u8],
+        kind: F::Kind,
+        value: &[u8],
+        write: impl AsyncFn(F::Kind, &[u8]) -> Result<bool, F::Error>,
+    ) -> Result<bool, F::Error> {
+        // `lead`: Some(None) = lead with my own value; Some(Some(seq)) = lead with my
+        // deposited value `seq`; None = wait.
+        let mut lead: Option<Option<u64>> = None;
+        let mut my_seq = None;
+        let mut my_gen = 0;
+        let claimed = self.claim(key, |e| {
+            if !e.writing {
+                e.writing = true;
+                e.write_gen += 1;
+                my_gen = e.write_gen;
+                lead = Some(None);
+            } else if e.pending.is_none() || e.pending == Some(kind) {
+                e.pending = Some(kind);
+                e.pending_val.set(value);
+                e.pending_seq += 1;
+                my_seq = Some(e.pending_seq);
+            }
+        });
+        let Some((at, ())) = claimed.await else {
+            return write(kind, value).await;
+        };
+        let mut claim = Claim {
+            table: self,
+            at,
+            lead: lead.map(|_| Lead::Write),
+            armed: true,
+        };
+        let lease = host.lease();
+        let mut stuck = Stuck::new();
+        loop {
+            if let Some(own_seq) = lead {
+                let r = write(kind, value).await;
+                // Serve the latest pending value once (if still the leader).
+                let mut buf = F::scratch();
+                let buf = buf.as_mut();
+                let taken = self
+                    .with(at, |e| {
+                        if let Some(s) = own_seq {
+                            e.apply(s, r);
+                        }
+                        if e.write_gen != my_gen {
+                            return None;
+                        }
+                        e.pending.take().map(|k| {
+                            let n = e.pending_val.get().len();
+                            buf[..n].copy_from_slice(e.pending_val.get());
+                            (k, n, e.pending_seq)
+                        })
+                    })
+                    .await;
+                if let Some((k, n, seq)) = taken {
+                    let r2 = write(k, &buf[..n]).await;
+                    self.with(at, |e| e.apply(seq, r2)).await;
+                }
+                self.with(at, |e| {
+                    // Replaced (stuck for a lease): the replacer released our count.
+                    if e.write_gen == my_gen {
+                        e.writing = false;
+                        e.users -= 1;
+                    }
+                })
+                .await;
+                claim.armed = false;
+                return r;
+            }
+            yield_now().await;
+            let now = host.now_ns();
+            let served = self
+                .with(at, |e| {
+                    if let Some(s) = my_seq
+                        && e.applied_seq >= s
+                    {
+                        e.users -= 1;
+                        return Some(e.applied);
+                    }
+                    let take_over = e.writing && stuck.expired(e.write_gen, now, &lease);
+                    if !e.writing || take_over {
+                        match my_seq {
+                            Some(s) if e.pending_seq == s && e.pending.is_some() => {
+                                e.pending = None;
+                                lead = Some(Some(s));
+                            }
+                            // My value was superseded (its successor's writer will return
+                            // for me), or taken by a leader that is stuck: write it myself.
+                            Some(_) if take_over => lead = Some(None),
+                            Some(_) => {}
+                            None => lead = Some(None),
+                        }
+                        if take_over {
+                            // The stuck leader releases nothing if it comes back.
+                            e.users -= 1;
+                            host.count(Counted::TakenOver);
+                        }
+                        if lead.is_some() {
+                            e.writing = true;
+                            e.write_gen += 1;
+                            my_gen = e.write_gen;
+                        }
+                    }
+                    None
+                })
+                .await;
+            if let Some(r) = served {
+                claim.armed = false;
+                host.count(Counted::Combined);
+                return r;
+            }
+            claim.lead = lead.map(|_| Lead::Write);
+        }
+    }
+}
+
+/// A published read result, copied into a waiter's `out`.
+fn copy_out<F: Flavor>(
+    r: Result<Option<usize>, F::Error>,
+    val: &[u8],
+    out: &mut [u8],
+) -> Result<Option<usize>, F::Error> {
+    match r {
+        Ok(Some(n)) => {
+            let got = out.len();
+            out.get_mut(..n)
+                .ok_or(F::too_small(n, got))?
+                .copy_from_slice(&val[..n]);
+            Ok(Some(n))
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests;

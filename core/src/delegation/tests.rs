@@ -1,0 +1,183 @@
+//! The table on its own, with a test flavor (8-byte keys and values) and gated reads.
+use super::*;
+use core::cell::Cell;
+use core::future::Future;
+use core::pin::pin;
+use core::task::{Context, Poll, Waker};
+
+/// 8-byte keys and values, as CHIME's.
+enum Test {}
+
+impl Flavor for Test {
+    type Key = Inline<8>;
+    type Value = Inline<8>;
+    type Kind = ();
+    type Error = (usize, usize);
+    type Scratch = [u8; 8];
+    const KEY_CAP: usize = 8;
+    const SHARES_ERRORS: bool = false;
+    fn home(key: &[u8]) -> u64 {
+        key.iter().fold(0, |h, b| h << 8 | *b as u64)
+    }
+    fn scratch() -> [u8; 8] {
+        [0; 8]
+    }
+    fn too_small(need: usize, got: usize) -> (usize, usize) {
+        (need, got)
+    }
+    fn is_too_small(_: &(usize, usize)) -> bool {
+        true
+    }
+}
+
+fn poll<F: Future>(f: core::pin::Pin<&mut F>) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// A reader's claim: whether it leads, and the generation it leads or waits for.
+fn claim(t: &Table<Test>, key: u64) -> Option<(At, bool, u64)> {
+    let key = key.to_be_bytes();
+    let f = t.claim(&key, Entry::join_read);
+    match poll(pin!(f)) {
+        Poll::Ready(r) => r.map(|(at, (lead, g))| (at, lead, g)),
+        Poll::Pending => panic!("bucket busy"),
+    }
+}
+
+/// No clock; a leader seen in flight for 3 polls counts as stuck.
+struct NoClock;
+
+impl Host for NoClock {
+    fn now_ns(&self) -> u64 {
+        0
+    }
+    fn lease(&self) -> LeaseConfig {
+        LeaseConfig {
+            max_attempts: 3,
+            ..LeaseConfig::default()
+        }
+    }
+    fn value_cap(&self) -> usize {
+        8
+    }
+    fn count(&self, _: Counted) {}
+}
+
+/// A remote read that stays in flight until `open` is set.
+async fn gated(open: &Cell<bool>, out: &mut [u8]) -> Result<Option<usize>, (usize, usize)> {
+    core::future::poll_fn(|_| {
+        if open.get() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    out[..8].copy_from_slice(&[5; 8]);
+    Ok(Some(8))
+}
+
+/// Whether `key`'s entry has a read in flight, and its generation.
+fn reading(t: &Table<Test>, key: &[u8]) -> (bool, u64) {
+    let b = (Test::home(key) as usize) & (t.buckets.len() - 1);
+    let g = t.buckets[b].try_lock().unwrap();
+    let e = g
+        .iter()
+        .find(|e| e.users > 0 && e.key.get() == key)
+        .unwrap();
+    (e.reading, e.read_gen)
+}
+
+/// A waiter that leads after a replaced leader's replacer was dropped opens a fresh
+/// generation, so the replaced leader, coming back, matches nothing. (When it took its
+/// own generation number instead, which the replaced leader held too, the one coming
+/// back published, released a count it no longer had and freed the entry under the
+/// waiter's read in flight.)
+#[test]
+fn a_replaced_leader_coming_back_finds_no_generation_of_its_own() {
+    use std_alloc::boxed::Box;
+    let t = Table::<Test>::with_entries(16, 8);
+    let key = 9u64.to_be_bytes();
+    let host = NoClock;
+    let gates: [Cell<bool>; 4] = Default::default();
+    let mut outs = [[0u8; 8]; 4];
+    let [o_p, o_l, o_w, o_z] = &mut outs;
+    let (g_p, g_l, g_w, g_z) = (&gates[0], &gates[1], &gates[2], &gates[3]);
+    let mut p = pin!(t.get(&host, &key, o_p, async |o: &mut [u8]| gated(g_p, o).await));
+    assert!(poll(p.as_mut()).is_pending(), "leads generation 1");
+    let mut l = pin!(t.get(&host, &key, o_l, async |o: &mut [u8]| gated(g_l, o).await));
+    let mut w = pin!(t.get(&host, &key, o_w, async |o: &mut [u8]| gated(g_w, o).await));
+    assert!(poll(l.as_mut()).is_pending() && poll(w.as_mut()).is_pending());
+    g_p.set(true);
+    assert_eq!(poll(p.as_mut()), Poll::Ready(Ok(Some(8))));
+    // L (a waiter for generation 2) leads it; Z arrives and replaces it as stuck.
+    assert!(poll(l.as_mut()).is_pending());
+    assert_eq!(reading(&t, &key), (true, 2));
+    let mut z = Box::pin(t.get(&host, &key, o_z, async |o: &mut [u8]| gated(g_z, o).await));
+    for _ in 0..20 {
+        assert!(poll(z.as_mut()).is_pending());
+    }
+    assert_eq!(reading(&t, &key), (true, 4), "Z replaced L");
+    // Z dies mid-read; W (also a waiter for generation 2) leads next.
+    drop(z);
+    assert!(!reading(&t, &key).0);
+    for _ in 0..2 {
+        assert!(poll(w.as_mut()).is_pending());
+    }
+    assert_eq!(reading(&t, &key), (true, 5), "a fresh generation, not 2");
+    // L comes back: it publishes and releases nothing; W's read and count stand.
+    g_l.set(true);
+    assert_eq!(poll(l.as_mut()), Poll::Ready(Ok(Some(8))));
+    assert_eq!(reading(&t, &key), (true, 5));
+    assert_eq!(t.users(&key), 1, "only W's count is left");
+    g_w.set(true);
+    assert_eq!(poll(w.as_mut()), Poll::Ready(Ok(Some(8))));
+    assert_eq!(t.users(&key), 0);
+}
+
+#[test]
+fn a_second_reader_waits_for_the_next_generation() {
+    let t = Table::<Test>::with_entries(16, 8);
+    let (a, lead, g) = claim(&t, 7).unwrap();
+    assert!(lead && g == 1);
+    // Arrives while generation 1 is in flight: waits for generation 2, not 1's result.
+    let (b, lead, g) = claim(&t, 7).unwrap();
+    assert!(!lead && g == 2);
+    assert_eq!((a.0, a.1), (b.0, b.1));
+    assert_eq!(t.users(&7u64.to_be_bytes()), 2);
+    // Another key takes an entry of its own.
+    let (_, lead, _) = claim(&t, 8).unwrap();
+    assert!(lead);
+}
+
+#[test]
+fn a_dropped_leader_releases_its_lead_and_count() {
+    let t = Table::<Test>::with_entries(16, 8);
+    let (at, _, g) = claim(&t, 3).unwrap();
+    let _ = claim(&t, 3).unwrap();
+    drop(Claim {
+        table: &t,
+        at,
+        lead: Some(Lead::Read(g)),
+        armed: true,
+    });
+    assert_eq!(
+        t.users(&3u64.to_be_bytes()),
+        1,
+        "the waiter's count is left"
+    );
+    let g = t.buckets[at.0].try_lock().unwrap();
+    assert!(!g[at.1].reading, "the waiter may lead at once");
+}
+
+#[test]
+fn a_full_bucket_sends_the_reader_direct() {
+    let t = Table::<Test>::with_entries(PROBE, 8);
+    for k in 0..PROBE as u64 {
+        assert!(claim(&t, k).is_some());
+    }
+    assert!(claim(&t, 1000).is_none());
+    let empty = Table::<Test>::with_entries(0, 8);
+    assert!(empty.buckets.is_empty());
+    assert!(claim(&empty, 1).is_none());
+}
