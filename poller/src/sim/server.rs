@@ -8,7 +8,8 @@
 //!   thread, first come first served. The thread serves one message at a time, and is busy
 //!   only while serving: `server_poll_ns` (take the completion) + `server_scan_ns` x its
 //!   share of the node's connections (a polling server's ring scan; 0 for the default
-//!   event-based server) + `server_handler_ns` (the fixed part of the service: decode,
+//!   event-based server) + `server_wake_ns` if the thread had blocked for want of a
+//!   message (a blocking server's wake; 0 by default) + `server_handler_ns` (the fixed part of the service: decode,
 //!   dispatch; the handler runs at the end of it and its memory effects happen then) + **the
 //!   memory the handler touched** (below) + `server_reply_ns` per reply it queued (each reply
 //!   SEND is posted when its post cost is paid, and never waited for: send completions are
@@ -79,6 +80,9 @@ pub(crate) struct ServerThread {
     pub starting: bool,
     /// Its task waits for a message.
     pub(super) waiting: bool,
+    /// It found no message waiting since its last one, so it blocked (`server_wake_ns`);
+    /// a thread starts blocked.
+    slept: bool,
     /// CPU time of finished services, and the service (or reply post) in progress.
     busy_done: Ps,
     cur: (Ps, Ps),
@@ -91,6 +95,7 @@ impl ServerThread {
             task: NO_TASK,
             starting: false,
             waiting: false,
+            slept: true,
             busy_done: 0,
             cur: (0, 0),
         }
@@ -127,6 +132,8 @@ struct NextMessage<'w> {
 }
 
 struct Message {
+    /// The thread had blocked before it (see `ServerThread::slept`).
+    woke: bool,
     end: u32,
     recv: Recv,
     data: Vec<u8>,
@@ -152,6 +159,7 @@ impl Future for NextMessage<'_> {
                 t.waiting = false;
                 let kind = rx.kind.unwrap_or(RecvKind::Send);
                 return Poll::Ready(Message {
+                    woke: std::mem::take(&mut t.slept),
                     end,
                     recv: Recv {
                         kind,
@@ -163,6 +171,7 @@ impl Future for NextMessage<'_> {
             }
         }
         t.waiting = true;
+        t.slept = true;
         Poll::Pending
     }
 }
@@ -243,9 +252,11 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             // A polling server scans its share of the rings for each message it finds.
             let mem = &wb.nodes[n];
             let share = u64::from(mem.conns).div_ceil(mem.threads.len() as u64);
+            // A blocking thread woken for this message pays its wake first.
+            let wake = if msg.woke { wb.tm.server_wake } else { 0 };
             (
                 wb.now,
-                nic.scale(wb.tm.server_poll + wb.tm.handler + wb.tm.server_scan * share),
+                nic.scale(wake + wb.tm.server_poll + wb.tm.handler + wb.tm.server_scan * share),
                 nic.scale(wb.tm.server_reply),
                 handlers.borrow().get(e.handler as usize).cloned(),
             )
