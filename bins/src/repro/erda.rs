@@ -57,8 +57,14 @@ const A_LATENCY: &str = "measured with writers paced as the paper's (erda-paced 
      plus the posts: Redo sleeps before every operation (500 µs before a write, 100 µs \
      before a read), Erda before writes only (and usleep(2) inside a read, not \
      subtracted); all three are ~100 µs on update-only, where every operation sleeps \
-     500 µs. remora times each operation to its completion and models no sleep overshoot: \
-     not reproduced";
+     500 µs. remora times each operation to its completion and models no sleep overshoot. \
+     The paper's servers also block in ibv_get_cq_event between requests (poll_cq in each \
+     server.c), where the profile's handler threads busy-poll: the sim's `server_wake_ns` \
+     (default 0, left 0 in the erda profile, as no source gives that wake's cost on the \
+     paper's Westmere / CentOS 7.3 server) charges a thread woken for a request, and \
+     measured with it (these commands `--set server_wake_ns=3000`) Erda is 6.5 µs, Redo \
+     7.4 µs: 1.15x (6000: 7.7 / 9.9 µs, 1.28x), as every Redo operation wakes the request \
+     thread and only Erda's writes do: not reproduced";
 /// The note of the Redo / Erda update-only latency row (erda-paced).
 const PACED_UPD_LATENCY: &str = "writers wait 500 µs before each write as the paper's \
      released clients do (closed loop at 64 bytes, erda-ycsb table: 1.36x, queueing behind \
@@ -501,7 +507,13 @@ pub fn paper(s: &Scale) -> Paper {
              dominated: Redo and RAW send every read and write to the server (1 request per \
              op), Erda only its writes, so YCSB-B 1 / 0.05 = 20 (paper 20.09x Redo, 20.81x \
              RAW), YCSB-A 1 / 0.5 = 2 (1.89x, 1.96x), update-only 1 / 1 = 1 (1.17x, 1.11x); \
-             remora's CPU per request follows each request's work: not reproduced",
+             remora's CPU per request follows each request's work. A blocking server's wake \
+             per request (the sim's `server_wake_ns`, 0 in the erda profile for want of a \
+             source) is such a cost: measured with writers paced as the paper's clients \
+             (erda-paced commands, which give the same 6048 / 644 ns/op at 0) and `--set \
+             server_wake_ns=3000`, Redo 6.24 / Erda 1.41 µs = 4.4x; 6000, 6.42 / 2.14 µs = \
+             3.0x: less than a wake per write, as the 16 paced writers stay in phase and the \
+             thread serves each burst after one wake: not reproduced",
         ),
         Claim::ratio(
             "update-only-cpu-raw-values",
@@ -516,7 +528,8 @@ pub fn paper(s: &Scale) -> Paper {
              background thread (the client's READ already made the ring copy durable); \
              Erda 0.64 µs. The paper's 1.11x would need a further cost per request common \
              to the three of (3.25 - 1.11 x 0.64) / 0.11 = 23 µs at 1 KiB (1.5 µs at 64 \
-             bytes, erda-ycsb table: 0.83 / 0.61 µs): the cause is the Redo row's",
+             bytes, erda-ycsb table: 0.83 / 0.61 µs): the cause is the Redo row's (paced, \
+             `--set server_wake_ns=3000`: RAW 4.10 / Erda 1.41 µs = 2.9x; 6000: 2.25x)",
         ),
         Claim::ratio(
             "cleaning-update-only-latency",
@@ -622,7 +635,14 @@ pub fn paper(s: &Scale) -> Paper {
              thread (2.20 Mops, 100 % used) and stops binding at 4. The paper's text (§5.3) \
              and its released server (one completion-queue thread) point to 1, which the \
              other Erda rows use; the paper's throughput clients also sleep inside every \
-             operation (see the YCSB-C row), so its figures are not closed-loop ones",
+             operation (see the YCSB-C row), so its figures are not closed-loop ones. Its \
+             servers block in ibv_get_cq_event between requests (poll_cq in each server.c), \
+             where the profile's threads busy-poll: with the sim's `server_wake_ns` (0 in the \
+             erda profile, no source gives the wake's cost on the paper's server) set, a \
+             lightly used Redo thread is woken for each read, and this row's commands with \
+             `--set server_wake_ns=3000` measure Redo at 5.4 µs and 2.91 Mops, Erda/Redo \
+             1.23x (6000: 1.90x); at 1 server thread it does not move (2.20 Mops: the busy \
+             thread never sleeps)",
         ),
         Claim::ratio(
             "update-only-throughput-redo-8-server-threads",
