@@ -334,13 +334,12 @@ params! {
         "Blocking (interrupt-driven) handler threads: a thread that found no message waiting \
          sleeps in the kernel, as a server blocked in ibv_get_cq_event on a completion \
          channel does (the Erda authors' Redo Logging/server.c, Read After Write/server.c and \
-         Erda/server/server.c poll_cq threads); the next message reaches its handler only \
-         after the completion interrupt has woken it, this long later, and the wake (the \
-         read() on the channel returning, the switch back in, ibv_ack_cq_events and \
-         ibv_req_notify_cq) is charged to the thread's CPU, as `top` counts a process's \
-         system time. A thread that finds its next message already queued pays nothing, so \
-         a loaded server amortises it. 0 (default, the sim's behaviour before this \
-         parameter): threads busy-poll.";
+         Erda/server/server.c poll_cq threads), and its core idles; the next message's \
+         service starts only this long after it arrived (the core leaving its idle state), \
+         no CPU counted for the wait. A message already queued when the thread finishes the \
+         previous one waits for nothing, so a loaded server does not pay it. The interrupt, \
+         the completion event's delivery and the switch back into the thread are not \
+         modelled. 0 (default, the sim's behaviour before this parameter): threads busy-poll";
 }
 
 /// A bad `--set` or model-file entry.

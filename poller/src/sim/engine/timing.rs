@@ -42,8 +42,8 @@ pub(crate) struct Tm {
     pub max_message: usize,
     /// `unsignaled_at_post`: [`QueuePair::post_unsignaled`](remora_core::fabric::QueuePair::post_unsignaled) resolves at its doorbell.
     pub unsignaled_at_post: bool,
-    /// `server_wake_ns`: a handler thread that blocked for want of a message pays this, CPU
-    /// and delay, before its next one.
+    /// `server_wake_ns`: a handler thread that blocked for want of a message waits this
+    /// long (no CPU) before serving its next one.
     pub server_wake: Ps,
 }
 
