@@ -46,19 +46,19 @@ const PACED_TPUT: &str = "writers wait 500 µs before each write as the paper's 
      apply on the background thread), RAW's ~0.4 µs of its ~0.8 µs";
 /// The note of the Redo / Erda YCSB-A latency row (erda-paced): why it stays off.
 const A_LATENCY: &str = "measured with writers paced as the paper's (erda-paced table): \
-     Erda 5.0 µs at 2.00 round trips per op, Redo 4.8 µs at 1.00 (a read is one SEND \
-     answered at once, a write one SEND plus 3.3 µs of request-path work), the server \
-     lightly loaded; closed loop (erda-values table) 5.2x, Redo's write queueing behind the \
-     request thread. The paper's latency is not an operation's completion time: its \
-     released latency clients (Redo Logging/Client_latency.c, Erda/client/client_latency.c) \
-     post each put and get without waiting for it (another thread reaps the completions) \
-     and report (wall time - the nominal usleep time) / operations, so each figure is the \
-     usleeps' overshoot past their nominal time (at least Linux's 50 µs default timer slack) \
-     plus the posts: Redo sleeps before every operation (500 µs before a write, 100 µs \
-     before a read), Erda before writes only (and usleep(2) inside a read, not \
-     subtracted); all three are ~100 µs on update-only, where every operation sleeps \
-     500 µs. remora times each operation to its completion and models no sleep overshoot: \
-     not reproduced";
+     Erda 6.5 µs at 2.00 round trips per op, Redo 7.4 µs at 1.00, the server lightly loaded, \
+     so its request thread has gone to sleep before most requests: the profile's \
+     `server_wake_ns` (3 µs, the Westmere core's C1 exit; the authors' servers block in \
+     ibv_get_cq_event) delays every Redo operation and only Erda's writes (without it, `--set \
+     server_wake_ns=0`: Erda 5.0, Redo 4.8 µs, 0.95x, the other side). remora's figures are \
+     completion times, ~13x below the paper's: its released latency clients \
+     (Redo Logging/Client_latency.c, Erda/client/client_latency.c) post each put and get \
+     without waiting for it (another thread reaps the completions) and report (wall time - \
+     the nominal usleep time) / operations, so each figure is the usleeps' overshoot past \
+     their nominal time (at least Linux's 50 µs default timer slack) plus the posts: Redo \
+     sleeps before every operation (500 µs before a write, 100 µs before a read), Erda before \
+     writes only (and usleep(2) inside a read, not subtracted); remora models no sleep \
+     overshoot";
 /// The note of the Redo / Erda update-only latency row (erda-paced).
 const PACED_UPD_LATENCY: &str = "writers wait 500 µs before each write as the paper's \
      released clients do (closed loop at 64 bytes, erda-ycsb table: 1.36x, queueing behind \
@@ -501,7 +501,11 @@ pub fn paper(s: &Scale) -> Paper {
              dominated: Redo and RAW send every read and write to the server (1 request per \
              op), Erda only its writes, so YCSB-B 1 / 0.05 = 20 (paper 20.09x Redo, 20.81x \
              RAW), YCSB-A 1 / 0.5 = 2 (1.89x, 1.96x), update-only 1 / 1 = 1 (1.17x, 1.11x); \
-             remora's CPU per request follows each request's work: not reproduced",
+             remora's CPU per request follows each request's work. The profile's \
+             `server_wake_ns` (a blocked thread's wake) is idle time of the core, not CPU; \
+             the CPU of the interrupt, the event's delivery and the switch-in that `top` \
+             would count per request has no source on the paper's server and is not \
+             modelled: not reproduced",
         ),
         Claim::ratio(
             "update-only-cpu-raw-values",
@@ -614,15 +618,18 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             st(erda, 8, "c"),
             st(redo, 8, "c"),
-            "the side depends on the server threads, which the paper does not state (the \
-             erda-server-threads table has Erda and Redo at 1, 2, 4 and 8, 16 synchronous \
-             clients): measured at 8, Redo's read is one SEND round trip plus 0.45 µs of \
-             server work (2.4 µs, server 18 % used), Erda's two dependent READs (4.4 µs), so \
-             16 synchronous clients do 6.39 against 3.58 Mops; Redo's server binds at 1 \
-             thread (2.20 Mops, 100 % used) and stops binding at 4. The paper's text (§5.3) \
-             and its released server (one completion-queue thread) point to 1, which the \
-             other Erda rows use; the paper's throughput clients also sleep inside every \
-             operation (see the YCSB-C row), so its figures are not closed-loop ones",
+            "the paper does not state its server threads (the erda-server-threads table has \
+             Erda and Redo at 1, 2, 4 and 8, 16 synchronous clients): at 8, Redo's read is one \
+             SEND round trip plus 0.45 µs of server work and a wake, Erda's two dependent \
+             READs (4.4 µs); Redo's server binds at 1 thread (2.20 Mops, 100 % used). The \
+             paper's text (§5.3) and its released server (one completion-queue thread) point \
+             to 1, which the other Erda rows use; the paper's throughput clients also sleep inside every \
+             operation (see the YCSB-C row), so its figures are not closed-loop ones. Its \
+             servers block in ibv_get_cq_event between requests (poll_cq in each server.c): \
+             at 8 threads each is mostly asleep, and the profile's `server_wake_ns` (3 µs, the \
+             Westmere core's C1 exit) delays each Redo read (5.4 µs, 2.91 Mops against \
+             Erda's 3.58: 1.23x; `--set server_wake_ns=0`: 2.4 µs, 6.39 Mops, 0.56x); at 1 \
+             thread the busy server rarely sleeps (2.20 Mops either way)",
         ),
         Claim::ratio(
             "update-only-throughput-redo-8-server-threads",

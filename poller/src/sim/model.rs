@@ -330,6 +330,16 @@ params! {
          runs concurrently with the request threads, its CPU time counted in the node's \
          (background.rs). 0 (default, the sim's behaviour before this parameter): none, and \
          handlers do that work inline after their messages.";
+    server_wake_ns: 0.0, "ns", [0.0, 1e9],
+        "Blocking (interrupt-driven) handler threads: a thread that found no message waiting \
+         sleeps in the kernel, as a server blocked in ibv_get_cq_event on a completion \
+         channel does (the Erda authors' Redo Logging/server.c, Read After Write/server.c and \
+         Erda/server/server.c poll_cq threads), and its core idles; the next message's \
+         service starts only this long after it arrived (the core leaving its idle state), \
+         no CPU counted for the wait. A message already queued when the thread finishes the \
+         previous one waits for nothing, so a loaded server does not pay it. The interrupt, \
+         the completion event's delivery and the switch back into the thread are not \
+         modelled. 0 (default, the sim's behaviour before this parameter): threads busy-poll";
 }
 
 /// A bad `--set` or model-file entry.

@@ -295,6 +295,17 @@ pub const PROFILES: &[Profile] = &[
                  (SSE4.2, no AVX) against the calibrating 2.6 GHz \
                  EPYC: assumed 2x slower per thread",
             ),
+            v(
+                "server_wake_ns",
+                3000.0,
+                "the authors' servers block in ibv_get_cq_event between requests (poll_cq in \
+                 Redo Logging/server.c, Read After Write/server.c, Erda/server/server.c), so a \
+                 request that finds the thread asleep waits for its idle core to wake: at \
+                 least the exit latency of the shallowest idle state of the paper's Xeon \
+                 E5620 (Westmere-EP, seeds/004 §5), 3 us for C1 in Linux's intel_idle table \
+                 for Nehalem/Westmere (nehalem_cstates: C1 3, C1E 10, C3 20, C6 200 us); \
+                 the interrupt, the event's delivery and the switch-in add to it, unmodelled",
+            ),
         ],
     },
     Profile {

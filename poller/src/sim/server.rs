@@ -23,6 +23,10 @@
 //!   returns, with its persists (`Sim::server_llc_stats` counts the lines, hits and misses).
 //!   The received SEND payload (in a receive buffer, not the region) is not charged as
 //!   lines: reading it is part of `server_handler_ns`'s decode.
+//! - **Blocking threads** (`server_wake_ns`, 0 by default): a thread that found no message
+//!   waiting has blocked, and the next message waits that long (the core's wake, no CPU
+//!   counted) before its service starts; one already queued when the thread finishes the
+//!   previous does not.
 //! - The message's receive is reposted (the connection's receive credit returned) when the
 //!   handler has consumed it, so a client that outruns the server meets RNR NAKs.
 //! - A handler error drops that connection: both ends break (the client's verbs and
@@ -79,6 +83,9 @@ pub(crate) struct ServerThread {
     pub starting: bool,
     /// Its task waits for a message.
     pub(super) waiting: bool,
+    /// It found no message waiting since its last one, so it blocked (`server_wake_ns`);
+    /// a thread starts blocked.
+    slept: bool,
     /// CPU time of finished services, and the service (or reply post) in progress.
     busy_done: Ps,
     cur: (Ps, Ps),
@@ -91,6 +98,7 @@ impl ServerThread {
             task: NO_TASK,
             starting: false,
             waiting: false,
+            slept: true,
             busy_done: 0,
             cur: (0, 0),
         }
@@ -127,6 +135,8 @@ struct NextMessage<'w> {
 }
 
 struct Message {
+    /// The thread had blocked before it (see `ServerThread::slept`).
+    woke: bool,
     end: u32,
     recv: Recv,
     data: Vec<u8>,
@@ -152,6 +162,7 @@ impl Future for NextMessage<'_> {
                 t.waiting = false;
                 let kind = rx.kind.unwrap_or(RecvKind::Send);
                 return Poll::Ready(Message {
+                    woke: std::mem::take(&mut t.slept),
                     end,
                     recv: Recv {
                         kind,
@@ -163,17 +174,20 @@ impl Future for NextMessage<'_> {
             }
         }
         t.waiting = true;
+        t.slept = true;
         Poll::Pending
     }
 }
 
-/// Keeps a handler thread busy for `dur`, accounting it as busy time.
+/// Keeps a handler thread busy for `dur`, accounting it as busy time (unless `idle`: then
+/// the thread only waits, as a core leaving an idle state does, and no CPU is counted).
 struct Busy<'w> {
     w: &'w WorldRef,
     node: usize,
     thread: usize,
     dur: Ps,
     until: Option<Ps>,
+    idle: bool,
 }
 
 impl Future for Busy<'_> {
@@ -194,14 +208,18 @@ impl Future for Busy<'_> {
             None if this.dur == 0 || task == NO_TASK => Poll::Ready(()),
             None => {
                 let until = now + this.dur;
-                t.cur = (now, until);
+                if !this.idle {
+                    t.cur = (now, until);
+                }
                 this.until = Some(until);
                 w.schedule(until, Ev::Wake(task));
                 Poll::Pending
             }
             Some(u) if now >= u => {
-                t.busy_done += this.dur;
-                t.cur = (u, u);
+                if !this.idle {
+                    t.busy_done += this.dur;
+                    t.cur = (u, u);
+                }
                 Poll::Ready(())
             }
             Some(_) => Poll::Pending,
@@ -217,6 +235,7 @@ pub(super) fn busy(w: &WorldRef, node: usize, thread: usize, dur: Ps) -> impl Fu
         thread,
         dur,
         until: None,
+        idle: false,
     }
 }
 
@@ -236,14 +255,17 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             thread: t,
         }
         .await;
-        let (start, work, reply_cost, handler) = {
+        let (wake, start, work, reply_cost, handler) = {
             let wb = w.borrow();
             let e = &wb.ends[msg.end as usize];
             let nic = &wb.nics[e.nic as usize];
             // A polling server scans its share of the rings for each message it finds.
             let mem = &wb.nodes[n];
             let share = u64::from(mem.conns).div_ceil(mem.threads.len() as u64);
+            // A blocking thread woken for this message waits for its wake first.
+            let wake = if msg.woke { wb.tm.server_wake } else { 0 };
             (
+                wake,
                 wb.now,
                 nic.scale(wb.tm.server_poll + wb.tm.handler + wb.tm.server_scan * share),
                 nic.scale(wb.tm.server_reply),
@@ -254,8 +276,18 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             w: &w,
             node: n,
             thread: t,
+            dur: wake,
+            until: None,
+            idle: true,
+        }
+        .await;
+        Busy {
+            w: &w,
+            node: n,
+            thread: t,
             dur: work,
             until: None,
+            idle: false,
         }
         .await;
         let end = msg.end;
@@ -306,6 +338,7 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             thread: t,
             dur: flush,
             until: None,
+            idle: false,
         }
         .await;
         for m in replies.iter() {
@@ -315,6 +348,7 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
                 thread: t,
                 dur: reply_cost,
                 until: None,
+                idle: false,
             }
             .await;
             if !alive(&w, n, end, start) {
@@ -341,6 +375,7 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
                 thread: t,
                 dur: reply_cost,
                 until: None,
+                idle: false,
             }
             .await;
             if alive(&w, n, to, start) {

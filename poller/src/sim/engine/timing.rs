@@ -42,6 +42,9 @@ pub(crate) struct Tm {
     pub max_message: usize,
     /// `unsignaled_at_post`: [`QueuePair::post_unsignaled`](remora_core::fabric::QueuePair::post_unsignaled) resolves at its doorbell.
     pub unsignaled_at_post: bool,
+    /// `server_wake_ns`: a handler thread that blocked for want of a message waits this
+    /// long (no CPU) before serving its next one.
+    pub server_wake: Ps,
 }
 
 impl Tm {
@@ -79,6 +82,7 @@ impl Tm {
             recv_depth: m.recv_depth as u32,
             max_message: m.max_message as usize,
             unsignaled_at_post: m.unsignaled_at_post > 0.0,
+            server_wake: ps(m.server_wake_ns),
         }
     }
 }
