@@ -68,7 +68,7 @@ impl SendCq {
 
     /// The fake device's completion queue.
     pub(crate) fn fake() -> SendCq {
-        SendCq::with(Kind::Fake(FakeCq::new(
+        SendCq::with(Kind::Fake(FakeCq::delayed(
             CQE_PER_QP as usize * QPS_PER_CQ + 1,
         )))
     }
