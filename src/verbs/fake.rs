@@ -1,6 +1,7 @@
 //! A fake verbs device: the verbs fabric's own data path (work-request chains, selective
 //! signaling, slots, staging, completion dispatch) over a device that completes every work
-//! request in memory, at post time, on the calling thread. READ and WRITE are copies,
+//! request in memory, at post time, on the calling thread (its send completions show one
+//! poll late, as a NIC's arrive a round trip after the doorbell: see `FakeCq::delayed`). READ and WRITE are copies,
 //! CMP_AND_SWP and FETCH_AND_ADD are atomics on the node's region, SEND and WRITE_WITH_IMM
 //! go to the node's service ([`Handler`]) at once and its replies land in the client's posted
 //! receives.
@@ -35,14 +36,33 @@ pub(crate) struct FakeCq {
     ring: RefCell<Box<[sys::ibv_wc]>>,
     head: Cell<usize>,
     len: Cell<usize>,
+    /// Completions a poll may reap (see [`FakeCq::delayed`]); `usize::MAX`: all of them.
+    seen: Cell<usize>,
+    delayed: bool,
 }
 
 impl FakeCq {
+    /// A queue whose completions are reaped by the first poll after their push.
     pub(crate) fn new(cap: usize) -> FakeCq {
         FakeCq {
             ring: RefCell::new(vec![sys::ibv_wc::default(); cap.max(1)].into_boxed_slice()),
             head: Cell::new(0),
             len: Cell::new(0),
+            seen: Cell::new(usize::MAX),
+            delayed: false,
+        }
+    }
+
+    /// A queue whose completions show one poll late: a poll reaps only what was there when
+    /// the previous poll returned. A NIC's completion is never there at the first poll after
+    /// the doorbell (it takes a round trip), so a post's waiter polls at least once in vain
+    /// and the executor moves on to other coroutines, as it does over a NIC; a device that
+    /// completed within the doorbell would run a thread's coroutines one after the other.
+    pub(crate) fn delayed(cap: usize) -> FakeCq {
+        FakeCq {
+            seen: Cell::new(0),
+            delayed: true,
+            ..FakeCq::new(cap)
         }
     }
 
@@ -71,7 +91,7 @@ impl FakeCq {
     /// `ibv_poll_cq`: up to `n` completions into `out`; how many.
     pub(crate) fn poll(&self, n: usize, out: *mut sys::ibv_wc) -> i32 {
         let r = self.ring.borrow();
-        let k = n.min(self.len.get());
+        let k = n.min(self.len.get()).min(self.seen.get());
         let cap = r.len();
         let mut head = self.head.get();
         for i in 0..k {
@@ -101,6 +121,9 @@ impl FakeCq {
         }
         self.head.set(head);
         self.len.set(self.len.get() - k);
+        if self.delayed {
+            self.seen.set(self.len.get());
+        }
         k as i32
     }
 }

@@ -82,6 +82,11 @@ impl Chain {
         }
     }
 
+    /// The `wr_id` of work request `i` as last set.
+    pub(super) fn wr_id(&self, i: usize) -> u64 {
+        self.wrs[i].wr_id
+    }
+
     /// Links work requests `0..n` (1 <= n <= [`MAX_BATCH`]) into a chain, each to its scatter
     /// entry; returns its head, valid while this borrow of the chain lasts.
     #[inline(always)]

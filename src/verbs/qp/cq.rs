@@ -35,6 +35,9 @@ pub(crate) struct SendCq {
     /// that lets one of them poll per executor round.
     pub(super) waiters: Cell<u32>,
     turn: Cell<u32>,
+    /// Bit i set: queue pair i has batches queued and not yet posted (its doorbell is rung
+    /// by [`Self::flush`]).
+    pending: Cell<u16>,
 }
 
 impl SendCq {
@@ -45,6 +48,7 @@ impl SendCq {
             taken: Cell::new(0),
             waiters: Cell::new(0),
             turn: Cell::new(0),
+            pending: Cell::new(0),
         }
     }
 
@@ -68,7 +72,7 @@ impl SendCq {
 
     /// The fake device's completion queue.
     pub(crate) fn fake() -> SendCq {
-        SendCq::with(Kind::Fake(FakeCq::new(
+        SendCq::with(Kind::Fake(FakeCq::delayed(
             CQE_PER_QP as usize * QPS_PER_CQ + 1,
         )))
     }
@@ -111,6 +115,41 @@ impl SendCq {
     #[inline]
     pub(super) fn place(&self, i: u16, qp: *const VerbsQp) {
         self.qps[i as usize].set(qp);
+    }
+
+    /// Notes that queue pair `i` (placed: see [`Self::place`]) has batches queued.
+    #[inline]
+    pub(super) fn queue(&self, i: u16) {
+        self.pending.set(self.pending.get() | 1 << i);
+    }
+
+    /// Notes that queue pair `i` has nothing queued any more.
+    #[inline]
+    pub(super) fn unqueue(&self, i: u16) {
+        self.pending.set(self.pending.get() & !(1 << i));
+    }
+
+    /// True when some queue pair has batches queued.
+    #[inline]
+    pub(super) fn has_pending(&self) -> bool {
+        self.pending.get() != 0
+    }
+
+    /// Rings the doorbell of every queue pair with batches queued: one `ibv_post_send` each,
+    /// its queued batches as one chain (see `VerbsQp::ring`).
+    pub(super) fn flush(&self) {
+        let mut bits = self.pending.get();
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            match self.qp(i) {
+                // SAFETY: as in `VerbsQp::dispatch`: the pointer was placed by that queue pair
+                // when it queued (it cannot move while a post future borrows it, and it
+                // clears its bit when it drops); used on this thread only.
+                Some(p) => unsafe { &*p }.ring(),
+                None => self.unqueue(i as u16),
+            }
+        }
     }
 
     /// The queue pair at index `i`, if it is there.

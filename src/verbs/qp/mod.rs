@@ -1,7 +1,14 @@
 //! One RC queue pair and its data path: the [`QueuePair`] of the verbs fabric.
 //!
 //! - **Doorbell batching.** A `post` turns its ops into one chain of work requests and rings
-//!   the doorbell once (`ibv_post_send` with the chain).
+//!   the doorbell once (`ibv_post_send` with the chain). Across coroutines too (Kalia et al.,
+//!   ATC'16): while other posts of the thread are waiting, a new batch is only queued behind
+//!   the queue pair's chain, and the first post future of the round polled again rings every
+//!   queue pair's doorbell once for all the batches queued meanwhile (`SendCq::flush`): with
+//!   n coroutines posting each round, one `ibv_post_send` per queue pair instead of n. A
+//!   post with nothing else waiting (one coroutine, `block_on`), a detached post, a post
+//!   finding no room and a dropped future ring at once. Each batch keeps its own signaled
+//!   last request, and a queue pair's batches go out in the order they were queued.
 //! - **Selective signaling.** Only the last work request of a batch asks for a completion;
 //!   on RC its completion implies the others'. A failed request completes on its own (with its
 //!   error) and the requests after it are flushed, each with a completion, so the batch is
@@ -37,6 +44,7 @@ mod detached;
 mod post;
 mod recv;
 mod remote;
+mod ring;
 mod slot;
 
 use super::arena::Arena;
@@ -175,6 +183,10 @@ pub struct VerbsQp {
     repost: RefCell<Vec<u32>>,
     /// The work-request chain posts build (see `chain.rs`).
     chain: RefCell<chain::Chain>,
+    /// Work requests at the head of `chain` queued and not yet posted (see `PostFuture`).
+    queued_wrs: Cell<usize>,
+    /// Bit i set: the batch in slot i is among them.
+    queued: Cell<u64>,
     oneoff: RefCell<Vec<Option<OneOff>>>,
     raw: Raw,
 }
@@ -414,6 +426,8 @@ impl VerbsQp {
             recv_idle: Cell::new(0),
             repost: RefCell::new(Vec::with_capacity(RQ_DEPTH as usize)),
             chain: RefCell::new(chain::Chain::new()),
+            queued_wrs: Cell::new(0),
+            queued: Cell::new(0),
             oneoff: RefCell::new((0..SLOTS).map(|_| None).collect()),
             raw,
         };
@@ -626,7 +640,8 @@ impl VerbsQp {
 impl Drop for VerbsQp {
     fn drop(&mut self) {
         // Completions of this queue pair still in the shared queue are dropped by whoever
-        // polls them.
+        // polls them. (Nothing is queued: a queued batch's post future borrows it.)
+        self.raw.send.unqueue(self.cq_index);
         self.raw.send.place(self.cq_index, std::ptr::null());
         self.stats.retire();
     }

@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// The slot bits of an unsignaled detached post's work requests (no slot).
-const NO_SLOT: u64 = 0xffff;
+pub(super) const NO_SLOT: u64 = 0xffff;
 
 /// How a batch is posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +144,10 @@ impl VerbsQp {
     fn fail_all_posted(&self) {
         self.broken.set(true);
         self.to_error_state();
+        // Batches queued and not rung never will be: they finish here with the rest.
+        self.queued_wrs.set(0);
+        self.queued.set(0);
+        self.raw.send.unqueue(self.cq_index);
         for c in &self.slots {
             let mut s = c.get();
             if s.state == SlotState::Posted {
@@ -335,8 +339,19 @@ impl VerbsQp {
         let n = ops.len() as u32;
         let signaled = mode == Mode::Wait || total > 0 || self.unsignaled.get() + n >= SIGNAL_EVERY;
         if (signaled && self.free.get() == 0) || self.sq_used.get() + n > SQ_DEPTH {
+            // What is queued holds the room: post it, so that its completions return it.
+            self.ring();
             return Ok(None);
         }
+        if self.queued_wrs.get() + ops.len() > MAX_BATCH {
+            self.ring();
+        }
+        let head = self.queued_wrs.get();
+        // A waited-for batch joins the chain queued this executor round when other posts of
+        // the thread are waiting (they are being polled in turn and may add theirs): its
+        // post future rings the doorbell for all of them when it is polled again, next round.
+        let cq = &*self.raw.send;
+        let defer = mode == Mode::Wait && (cq.waiters.get() > 0 || cq.has_pending());
         let slot = if signaled {
             self.free.get().trailing_zeros() as usize
         } else {
@@ -395,13 +410,56 @@ impl VerbsQp {
             };
             let remote = op.remote().map_or((0, 0), |a| self.remote.target(a));
             chain.set(
-                i,
+                head + i,
                 wr_id(self.cq_index, slot_bits, i),
                 op,
                 (addr, len, key),
                 remote,
                 flags,
             );
+        }
+        if defer || head > 0 {
+            // Queued behind (or rung with) what this round queued: the doorbell is rung by
+            // `ring`, which counts it.
+            drop(chain);
+            self.counters.count_post(all);
+            if mode == Mode::Wait {
+                self.counters.count_round_trip();
+            }
+            self.stats.bump(|v| {
+                v.wrs += u64::from(n);
+                v.unsignaled += u64::from(n - u32::from(signaled));
+                v.bounced_write += bounced_write;
+                v.in_place += direct;
+            });
+            self.sq_used.set(self.sq_used.get() + n);
+            self.queued_wrs.set(head + ops.len());
+            let at = if signaled {
+                let credit = n + self.unsignaled.replace(0);
+                self.slots[slot].set(Slot {
+                    state: SlotState::Posted,
+                    n: credit as u16,
+                    last: last as u16,
+                    err: None,
+                    detached: mode == Mode::Detached,
+                    staged: total > 0,
+                    oneoff: total > STAGE_SLOT,
+                    refused: was_refused,
+                });
+                self.free.set(self.free.get() & !(1 << slot));
+                self.queued.set(self.queued.get() | 1 << slot);
+                slot
+            } else {
+                self.unsignaled.set(self.unsignaled.get() + n);
+                SLOTS
+            };
+            if defer {
+                cq.place(self.cq_index, self);
+                cq.queue(self.cq_index);
+            } else {
+                self.ring();
+            }
+            return Ok(Some(at));
         }
         let wr_ptr = chain.link(ops.len());
         let mut bad: *mut sys::ibv_send_wr = std::ptr::null_mut();
@@ -614,6 +672,7 @@ impl Future for PostFuture<'_, '_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let mut fresh = false;
         if let PostState::Start = this.state {
             if this.ops.is_empty() {
                 this.state = PostState::Finished;
@@ -625,6 +684,7 @@ impl Future for PostFuture<'_, '_> {
                     return Poll::Ready(Err(e));
                 }
                 Ok(Some(slot)) => {
+                    fresh = true;
                     this.state = PostState::Posted(slot);
                     let cq = &this.qp.raw.send;
                     cq.waiters.set(cq.waiters.get() + 1);
@@ -637,8 +697,17 @@ impl Future for PostFuture<'_, '_> {
         // completion it finds goes to its queue pair's slot table), instead of each draining
         // it. A post whose batch another one's poll already reaped does not poll; one still
         // waiting for room always does.
+        //
+        // A batch queued at an earlier poll has seen every other waiting post of the thread
+        // polled once since (a round): the first of them polled again rings every queue
+        // pair's doorbell, for all the batches the round queued.
         let poll_cq = match this.state {
-            PostState::Posted(s) => !this.qp.is_done(s) && this.qp.raw.send.my_turn(),
+            PostState::Posted(s) => {
+                if !fresh && this.qp.is_queued(s) {
+                    this.qp.raw.send.flush();
+                }
+                !this.qp.is_done(s) && this.qp.raw.send.my_turn()
+            }
             _ => true,
         };
         if poll_cq {
@@ -667,6 +736,9 @@ impl Drop for PostFuture<'_, '_> {
         if let PostState::Posted(slot) = self.state {
             let cq = &self.qp.raw.send;
             cq.waiters.set(cq.waiters.get() - 1);
+            if self.qp.is_queued(slot) {
+                self.qp.ring();
+            }
             // The NIC may still write the staging buffer or read the chain's data: wait for
             // the batch. Bounded: the transport's retry limits always end in a completion.
             while !self.qp.is_done(slot) {
