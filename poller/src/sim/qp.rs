@@ -441,6 +441,10 @@ impl QueuePair for SimQp {
 
 /// A client's endpoint: one queue pair per memory node.
 pub struct SimEndpoint {
+    /// The world of its queue pairs (`None` with none), held here too: the index code
+    /// reads the clock (`now_ns`) many times a verb, and this saves it the pointer chase
+    /// through `qps` to a queue pair that is often out of the host's cache.
+    w: Option<WorldRef>,
     qps: Vec<SimQp>,
     nodes: Vec<NodeId>,
     client: u32,
@@ -449,7 +453,13 @@ pub struct SimEndpoint {
 impl SimEndpoint {
     pub(crate) fn new(qps: Vec<SimQp>, client: u32) -> SimEndpoint {
         let nodes = qps.iter().map(|q| q.node).collect();
-        SimEndpoint { qps, nodes, client }
+        let w = qps.first().map(|q| q.w.clone());
+        SimEndpoint {
+            w,
+            qps,
+            nodes,
+            client,
+        }
     }
     /// The client thread this endpoint belongs to.
     pub fn client(&self) -> u32 {
@@ -484,11 +494,11 @@ impl Endpoint for SimEndpoint {
         self.client + 1
     }
     fn now_ns(&self) -> u64 {
-        self.qps.first().map_or(0, |q| q.w.borrow().now / 1000)
+        self.w.as_ref().map_or(0, |w| w.borrow().now / 1000)
     }
     /// Pays the coroutine's CPU debt, then lets the others run for `ns` of virtual time.
     fn pause(&self, ns: u64) -> impl Future<Output = ()> {
-        let w = self.qps.first().map(|q| q.w.clone());
+        let w = self.w.clone();
         async move {
             if let Some(w) = w {
                 super::cluster::pause(w, ns).await;
@@ -500,8 +510,8 @@ impl Endpoint for SimEndpoint {
     /// work, before the coroutine's next post, receive or pause, or at
     /// [`ClientCtx::settle`](super::ClientCtx::settle).
     fn charge(&self, work: Work) {
-        if let Some(q) = self.qps.first() {
-            q.w.borrow_mut().charge(work);
+        if let Some(w) = &self.w {
+            w.borrow_mut().charge(work);
         }
     }
     /// Breaks every queue pair of client `client - 1` to `node`; later requests of its are
@@ -510,7 +520,7 @@ impl Endpoint for SimEndpoint {
     /// link rate, takes ~5 µs), as a memory node's QP error transition waits for its
     /// in-flight requests.
     fn fence(&self, node: NodeId, client: u32) -> impl Future<Output = Result<(), FabricError>> {
-        let w = self.qps.first().map(|q| q.w.clone());
+        let w = self.w.clone();
         async move {
             let Some(w) = w else {
                 return Err(FabricError::UnknownNode { node });
