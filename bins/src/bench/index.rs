@@ -370,8 +370,15 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                 ..Stats::default()
             },
             Handle::Sherman(s) => sherman_stats(s),
-            // CHIME's internal pages, locks and cache are its Sherman's.
-            Handle::Chime(c) => sherman_stats(c.sherman()),
+            // CHIME's internal pages, locks and cache are its Sherman's; its per-node
+            // delegation and combining count where SMART's do (the record's `smart` fields).
+            Handle::Chime(c) => {
+                let mut st = sherman_stats(c.sherman());
+                let own = c.stats();
+                st.smart.delegated_reads = own.delegated_reads;
+                st.smart.combined_writes = own.combined_writes;
+                st
+            }
             Handle::Canrt(s) => Stats {
                 canrt: s.stats(),
                 ..Stats::default()
