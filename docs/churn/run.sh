@@ -8,6 +8,7 @@
 #   OPS=1000000 docs/churn/run.sh sherman smart
 #   DEADLINE=12:33 docs/churn/run.sh   # cap each run's churn so each lane ends by 12:33 UTC
 #   TAG=-again docs/churn/run.sh canrt  # writes canrt-again.* beside canrt.*
+#   FABRIC=sim TAG=-sim docs/churn/run.sh wort  # on the simulated cluster instead of soft
 #
 # Per index it writes <index>.json (the record, samples included), <index>.txt (the printed
 # table), <index>.time (`/usr/bin/time -v`: wall and CPU) and <index>.svg/.png (the chart);
@@ -36,7 +37,7 @@ one() { # index cap-seconds-or-empty
     local extra=()
     [[ -n "$cap" ]] && extra=(--seconds "$cap")
     echo "$(date -u +%T) $i: region $region MiB, $OPS operations ${cap:+(at most $cap s)}"
-    /usr/bin/time -v -o "$f.time" "$bin" bench --fabric soft --index "$i" --churn \
+    /usr/bin/time -v -o "$f.time" "$bin" bench --fabric "${FABRIC:-soft}" --index "$i" --churn \
         --records "$RECORDS" --operations "$OPS" --churn-samples "$SAMPLES" \
         --region-mib "$region" --churn-chart "$f" --json "$f.json" --quiet \
         "${extra[@]}" >"$f.txt" 2>&1 || echo "$i: exit $? (see $f.txt)"

@@ -72,6 +72,7 @@ def row(here, stem):
         "stem": stem,
         "cells": [
             r["index"] + ("" if stem in ORDER else f" ({stem})"),
+            r["fabric"],
             f"{r['records']:,}",
             f"{mib(r['region_bytes'])} ({r['region_bytes'] / first:.1f}x)",
             f"{r['ops_done']:,}" + ("" if r["ops_done"] == r["operations"] else f" of {r['operations']:,}"),
@@ -146,9 +147,9 @@ def main():
     stems = [f[:-5] for f in os.listdir(here) if f.endswith(".json")]
     rows = [row(here, s) for s in sorted(stems, key=order)]
     out = [HEAD]
-    out.append("| index | live set | region MiB | operations run | churn s | MiB in use first / last / peak "
+    out.append("| index | fabric | live set | region MiB | operations run | churn s | MiB in use first / last / peak "
                "| full | slope KiB/Mop | 2nd-half slope KiB/Mop | final check | wall s | CPU s (user + sys) |")
-    out.append("|" + "---|" * 12)
+    out.append("|" + "---|" * 13)
     for r in rows:
         out.append("| " + " | ".join(r["cells"]) + " |")
     out.append("")
