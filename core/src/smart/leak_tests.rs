@@ -199,7 +199,13 @@ fn oversized(s: &Smart<'_, JumpyEp>) -> (u64, [u64; 4]) {
         }
         if addr != s.root {
             types[ty as usize] += 1;
-            if live > 0 && ty != NodeType::N4 && structure::compacts(ty, live) {
+            // A Node16 with at most 2 keys, or a Node48 with at most 8.
+            let half_of_smaller = match ty {
+                NodeType::N16 => 2,
+                NodeType::N48 => 8,
+                _ => 0,
+            };
+            if live > 0 && live <= half_of_smaller {
                 over += 1;
             }
         }
