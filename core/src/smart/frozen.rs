@@ -116,9 +116,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     }
 
     /// Removes node `node` (header `h`, reached through `parent`), which a delete just left
-    /// without a live slot: freezes it and lets [`Self::help_grow`] finish the replacement
-    /// (the parent slot empties or dies; a key inserted meanwhile is kept in a compacted
-    /// copy). Anyone finishes it if we stop half-way, as for a grow.
+    /// without a live slot, or shrinks it when its live slots fit a smaller type
+    /// (`structure::compacts`): freezes it and lets [`Self::help_grow`] finish the
+    /// replacement (the parent slot empties or dies, or swings to a compacted copy; a key
+    /// inserted meanwhile is kept in the copy). Anyone finishes it if we stop half-way, as
+    /// for a grow.
     pub(crate) async fn remove_node(
         &self,
         node: remora_layouts::GlobalAddr,

@@ -170,3 +170,127 @@ fn churn_with_stale_attempts_leaks_nothing() {
         churn(t, 40);
     }
 }
+
+/// Key `m` of group `g`: groups of a few keys under one node each (the last key byte), as
+/// the churn bench's level-2 nodes hold two or three keys of a 100,000-key tree.
+fn grouped(g: u64, m: u8) -> [u8; 8] {
+    let mut k = key(g);
+    k[7] = m;
+    k
+}
+
+/// (Node16/Node48 nodes holding at most half of the next smaller type's slots, all nodes
+/// below the root by type) of the tree.
+fn oversized(s: &Smart<'_, JumpyEp>) -> (u64, [u64; 4]) {
+    let mut todo = Vec::from([(s.root, NodeType::N256)]);
+    let (mut over, mut types) = (0u64, [0u64; 4]);
+    while let Some((addr, ty)) = todo.pop() {
+        let img = block(s.read_node(addr, ty)).unwrap();
+        let mut live = 0;
+        for slot in &img.slots[..ty.capacity()] {
+            match slot.kind() {
+                Ok(SlotKind::Leaf { .. }) => live += 1,
+                Ok(SlotKind::Node { addr, ty, .. }) => {
+                    todo.push((addr, ty));
+                    live += 1;
+                }
+                _ => {}
+            }
+        }
+        if addr != s.root {
+            types[ty as usize] += 1;
+            // A Node16 with at most 2 keys, or a Node48 with at most 8.
+            let half_of_smaller = match ty {
+                NodeType::N16 => 2,
+                NodeType::N48 => 8,
+                _ => 0,
+            };
+            if live > 0 && live <= half_of_smaller {
+                over += 1;
+            }
+        }
+    }
+    (over, types)
+}
+
+/// Churn over groups of about three keys (each group one node): a group that once held
+/// four keys grew its node into a Node16, which stayed a Node16 while it held any key, so
+/// the tree's bytes drifted into Node16s (and the grow's unused Node16 copies, freed to the
+/// allocator's bounded free list behind reuses from the retire lists, were lost). Deletes
+/// now shrink such nodes, and never-linked objects go back to the retire lists: the bytes
+/// carved stop growing, and no node is left at twice the size its keys need.
+fn grouped_churn(t: Techniques) {
+    let m = memory(64 << 20);
+    let c = cfg(t);
+    let ep = JumpyEp {
+        inner: endpoint(&m),
+        readings: Cell::new(0x2545_F491_4F6C_DD1D),
+        clock: Cell::new(1),
+        // No descheduled client here: every delete's own attempt shrinks its node.
+        jump_every: u64::MAX,
+        jump_ns: 0,
+    };
+    let s = block(Smart::open(&ep, c)).unwrap();
+    const GROUPS: u64 = 1_000;
+    const LIVE: usize = 3_000;
+    const OPS: u64 = 60_000;
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut present = std::collections::BTreeSet::new();
+    let mut live: Vec<(u64, u8)> = Vec::new();
+    let fresh = |present: &mut std::collections::BTreeSet<(u64, u8)>, mut r: u64| loop {
+        let k = (r % GROUPS, (r >> 20) as u8);
+        if present.insert(k) {
+            return k;
+        }
+        r = r
+            .wrapping_mul(0x5851_F42D_4C95_7F2D)
+            .wrapping_add(0x1405_7B7E_F767_814F);
+    };
+    while live.len() < LIVE {
+        let k = fresh(&mut present, next());
+        block(s.upsert(&grouped(k.0, k.1), &k.0.to_le_bytes())).unwrap();
+        live.push(k);
+    }
+    let mut at_quarter = 0;
+    for op in 0..OPS {
+        let i = (next() % LIVE as u64) as usize;
+        let (g, b) = live[i];
+        assert_eq!(block(s.delete(&grouped(g, b))), Ok(true), "op {op}");
+        present.remove(&(g, b));
+        let k = fresh(&mut present, next());
+        block(s.upsert(&grouped(k.0, k.1), &k.0.to_le_bytes())).unwrap();
+        live[i] = k;
+        if op == OPS / 4 {
+            at_quarter = carved(&s);
+        }
+    }
+    let mut out = [0u8; 8];
+    for &(g, b) in &live {
+        assert_eq!(block(s.get(&grouped(g, b), &mut out)), Ok(Some(8)));
+        assert_eq!(out, g.to_le_bytes());
+    }
+    let (over, types) = oversized(&s);
+    let end = carved(&s);
+    std::println!(
+        "{t:?}: nodes by type {types:?}, {over} oversized, carved {at_quarter} at a quarter, {end} at the end, {:?}",
+        s.stats()
+    );
+    assert_eq!(over, 0, "{t:?}: nodes left larger than their keys need");
+    assert!(
+        end <= at_quarter + (32 << 10),
+        "{t:?}: bytes carved kept growing: {at_quarter} at a quarter, {end} at the end"
+    );
+}
+
+#[test]
+fn grouped_churn_shrinks_nodes_and_stays_flat() {
+    for t in [Techniques::SMART, Techniques::BASELINE] {
+        grouped_churn(t);
+    }
+}

@@ -419,10 +419,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         old
     }
 
-    /// Returns an object that was never linked into the tree.
+    /// Returns an object that was never linked into the tree: with reclamation, to the
+    /// lists retired objects are reused from (`reclaim.rs`: `Reclaim::release`).
     pub(crate) fn free(&self, addr: GlobalAddr, size: usize) {
         if let Some(ix) = self.ep.nodes().iter().position(|n| *n == addr.node()) {
-            self.allocs[ix].free(addr, size as u64);
+            if self.cfg.reclaim {
+                self.reclaim.borrow_mut().release(ix, addr.offset(), size);
+            } else {
+                self.allocs[ix].free(addr, size as u64);
+            }
         }
     }
 }

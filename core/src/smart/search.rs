@@ -56,9 +56,12 @@ pub(crate) enum Pos<N = NodeImg> {
         leaf: GlobalAddr,
         bytes: usize,
         info: LeafSummary,
-        /// The slot that led to `node`, when the leaf was the only live slot of `node` in
-        /// the image the search used: a delete of the key then removes the node too.
-        alone: Option<Parent>,
+        /// The slot that led to `node`, when a delete of the key leaves `node` (as the
+        /// image the search used has it) to be replaced by a compacted copy: removed when
+        /// `others` is 0, else shrunk to a smaller type ([`super::structure::compacts`]).
+        compact: Option<Parent>,
+        /// Live slots of `node` other than the leaf's, in that image.
+        others: usize,
     },
     /// The key is absent. `grand` led to the parent (None: unknown, or the parent is the
     /// root).
@@ -91,7 +94,8 @@ impl Pos<()> {
                 leaf,
                 bytes,
                 info,
-                alone,
+                compact,
+                others,
             } => Pos::Leaf {
                 node,
                 header,
@@ -100,7 +104,8 @@ impl Pos<()> {
                 leaf,
                 bytes,
                 info,
-                alone,
+                compact,
+                others,
             },
             Pos::Miss {
                 parent,
@@ -140,18 +145,26 @@ enum CacheWalk {
         leaf: GlobalAddr,
         bytes: usize,
         parent: Option<Parent>,
-        alone: bool,
+        /// Live slots of the cached node other than `idx`.
+        others: usize,
     },
     /// Continue with remote reads from here.
     Remote(Start),
 }
 
-/// True when slot `idx` is the only live one (neither empty nor dead) of `slots`.
-fn only_live(slots: &[Slot], idx: usize) -> bool {
+/// Live slots (neither empty nor dead) of `slots` other than slot `idx`.
+fn others_live(slots: &[Slot], idx: usize) -> usize {
     slots
         .iter()
         .enumerate()
-        .all(|(i, s)| i == idx || !super::structure::is_live(s))
+        .filter(|&(i, s)| i != idx && super::structure::is_live(s))
+        .count()
+}
+
+/// The slot that led to a node of type `ty` with `others` live slots besides the key's, if a
+/// delete of the key compacts the node.
+fn compact_after(parent: Option<Parent>, ty: NodeType, others: usize) -> Option<Parent> {
+    parent.filter(|_| super::structure::compacts(ty, others))
 }
 
 fn prefix_matches(h: Header, key: &[u8]) -> bool {
@@ -244,7 +257,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         leaf: addr,
                         bytes,
                         parent,
-                        alone: only_live(c.slots, idx),
+                        others: others_live(c.slots, idx),
                     };
                 }
                 Ok(SlotKind::Node { addr, ty, .. }) => {
@@ -375,7 +388,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     leaf,
                     bytes,
                     parent,
-                    alone,
+                    others,
                 } => {
                     let Some((live, info)) = self.read_live_leaf(leaf, bytes, buf).await? else {
                         return Ok(None);
@@ -411,7 +424,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                             leaf: live,
                             bytes,
                             info,
-                            alone: parent.filter(|_| alone),
+                            compact: compact_after(parent, header.node_type(), others),
+                            others,
                         }));
                     }
                     self.invalidate(node);
@@ -558,6 +572,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                     return Ok(None);
                                 }
                             } else if info.key(buf) == k {
+                                let others = others_live(img.live_slots(), idx);
                                 return Ok(Some(Pos::Leaf {
                                     node: addr,
                                     header: h,
@@ -566,7 +581,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                                     leaf: live,
                                     bytes,
                                     info,
-                                    alone: parent.filter(|_| only_live(img.live_slots(), idx)),
+                                    compact: compact_after(parent, h.node_type(), others),
+                                    others,
                                 }));
                             } else if !frozen {
                                 return Ok(Some(Pos::Miss {

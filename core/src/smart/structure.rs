@@ -42,6 +42,24 @@ pub(crate) fn fit(n: usize) -> NodeType {
         .unwrap_or(NodeType::N256)
 }
 
+/// Whether a delete that leaves a node of type `ty` with `others` live slots replaces it by
+/// a compacted copy (the freeze, copy and swing of a grow: [`Smart::remove_node`]): it is
+/// removed when no live slot is left, and a Node16 or Node48 shrinks once its live slots
+/// would fill at most half of the next smaller type (to the smallest type holding them with
+/// one slot free, as a grow's compaction sizes its copy). Without the shrink a node never left its largest type
+/// while it held a key: under churn the tree's memory drifted into Node16s with two or three
+/// keys, whose freed bytes the smaller classes (leaves, Node4s) cannot use. The half-full
+/// margin keeps a node hovering around one size from being copied back and forth at every
+/// insert and delete. Node256s are left alone (the root, and nodes of dense key bytes).
+pub(crate) fn compacts(ty: NodeType, others: usize) -> bool {
+    let half_of_smaller = match ty {
+        NodeType::N16 => NodeType::N4.capacity() / 2,
+        NodeType::N48 => NodeType::N16.capacity() / 2,
+        NodeType::N4 | NodeType::N256 => 0,
+    };
+    others == 0 || others <= half_of_smaller
+}
+
 fn pack(a: GlobalAddr) -> Result<u64, SmartError> {
     a.pack48().map_err(layout("address beyond 48 bits"))
 }

@@ -68,7 +68,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     slot,
                     leaf,
                     bytes,
-                    alone,
+                    compact,
+                    others,
                     ..
                 }) => {
                     let done = if self.cfg.techniques.in_place_leaf {
@@ -89,18 +90,19 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     };
                     if kind == WriteKind::Delete && done == Some(true) {
                         // The delete took effect (the leaf is marked retired): unlink it,
-                        // and drop its node from the parent if it holds no other key.
+                        // and drop its node from the parent if it holds no other key, or
+                        // shrink it if its other keys fit a smaller type (`compacts`).
                         let mut finished = false;
                         if !self.stale(t0)
                             && self
                                 .unlink_leaf(node, header, idx, slot, leaf, bytes)
                                 .await?
                         {
-                            if let Some(p) = alone.filter(|_| !self.stale(t0)) {
+                            if let Some(p) = compact.filter(|_| !self.stale(t0)) {
                                 self.remove_node(node, header, &p).await?;
                             }
                             // A dropped node may leave its parent empty: look again then.
-                            finished = alone.is_none();
+                            finished = compact.is_none() || others > 0;
                         }
                         if !finished {
                             // This attempt went stale (or lost the unlink to a grow), or
