@@ -288,6 +288,8 @@ struct Shared<'a> {
     insert_pct: u64,
     budget: Option<u64>,
     issued: AtomicU64,
+    /// Operations of the unmeasured warm-up phase (`--warmup`, sim only) not yet issued.
+    warm_left: AtomicU64,
     inserted: AtomicU64,
     next_load: AtomicU64,
     deadline_ns: AtomicU64,
@@ -332,6 +334,7 @@ pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
         },
         data,
         issued: AtomicU64::new(0),
+        warm_left: AtomicU64::new(a.warmup),
         inserted: AtomicU64::new(0),
         next_load: AtomicU64::new(0),
         deadline_ns: AtomicU64::new(0),

@@ -112,17 +112,31 @@ fn tcp_error(e: String) -> CatfishError {
     CatfishError::Protocol("the TCP connection failed (see above)")
 }
 
-/// One client's LOAD (`load`) or run phase.
+/// Which phase [`part`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// LOAD: inserts the data set's objects.
+    Load,
+    /// The unmeasured warm-up (`--warmup`): the workload, from its own share of operations
+    /// and its own random stream, so the measured phase draws what it drew without it.
+    Warm,
+    /// The measured run phase.
+    Run,
+}
+
+/// One client's LOAD, warm-up or run phase.
 pub(super) async fn part(
     c: &mut impl SpatialOps,
     sh: &Shared<'_>,
     clock: &dyn Clocks,
     worker: usize,
-    load: bool,
+    phase: Phase,
 ) -> Result<Part, String> {
+    let load = phase == Phase::Load;
     let mut hist = new_hist();
     let mut counts = OpCounts::default();
-    let mut rng = Rng::new(sh.a.sim.seed ^ 0x5a71a1 ^ (worker as u64 + 1) << 20);
+    let warm_salt = if phase == Phase::Warm { 0x3a2b_0000 } else { 0 };
+    let mut rng = Rng::new(sh.a.sim.seed ^ 0x5a71a1 ^ warm_salt ^ (worker as u64 + 1) << 20);
     let mut hits: Vec<Entry> = Vec::new();
     let s0 = c.snapshot();
     let st0 = c.stats();
@@ -140,6 +154,15 @@ pub(super) async fn part(
                 break;
             }
             Some(n)
+        } else if phase == Phase::Warm {
+            let left = sh
+                .warm_left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+            if left.is_err() {
+                break;
+            }
+            (rng.below(100) < sh.insert_pct)
+                .then(|| sh.records + sh.inserted.fetch_add(1, Ordering::Relaxed))
         } else {
             if let Some(b) = sh.budget
                 && sh.issued.fetch_add(1, Ordering::Relaxed) >= b

@@ -1,7 +1,7 @@
 //! The runners of a spatial run: the deterministic sim, the in-process or connected soft
 //! memory node, and the TCP baseline; each creates or opens the tree, runs every client's
 //! LOAD and run phases, and measures the tree's height.
-use super::client::{Rdma, SpatialOps, part};
+use super::client::{Phase, Rdma, SpatialOps, part};
 use super::{ClientResult, Outcome, Serve, Shared};
 use crate::bench::BenchArgs;
 use crate::bench::soft::{BarrierGuard, one};
@@ -200,7 +200,7 @@ pub(super) fn phases(
 ) -> ClientResult {
     let a = sh.a;
     sync.wait();
-    let l = Some(one(part(ops, sh, clock, w, true))?);
+    let l = Some(one(part(ops, sh, clock, w, Phase::Load))?);
     if a.workload == Workload::Load {
         return Ok((l, None));
     }
@@ -211,7 +211,7 @@ pub(super) fn phases(
             .store(clock.now_ns() + (s * 1e9) as u64, Ordering::SeqCst);
     }
     sync.wait();
-    let r = one(part(ops, sh, clock, w, false))?;
+    let r = one(part(ops, sh, clock, w, Phase::Run))?;
     Ok((l, Some(r)))
 }
 

@@ -1,7 +1,7 @@
 //! The deterministic sim runner of a spatial run. The tree is loaded in a sim of its own
 //! and measured in a fresh one started from a copy of its memory (`spatial/load.rs`: load
 //! once, measure many); `--workload load` measures the load itself, in one sim.
-use super::client::{Rdma, part};
+use super::client::{Phase, Rdma, part};
 use super::gate::{GatedEp, NodeReads};
 use super::load::{self, ImageRegion};
 use super::run::{open, open_or_create, server, tree_height};
@@ -213,7 +213,7 @@ fn load_sim(
                                 ep: ctx.ep(),
                                 mode: a.spatial.mode,
                             };
-                            part(&mut ops, sh, &ctx, w, true).await
+                            part(&mut ops, sh, &ctx, w, Phase::Load).await
                         }
                         Err(e) => Err(e),
                     },
@@ -253,6 +253,7 @@ fn measure_sim(
     let s = &a.sim;
     let clients = s.compute_nodes * s.clients_per_node;
     let arrived = Cell::new(0usize);
+    let warmed = Cell::new(0usize);
     let results: RefCell<Vec<Result<Part, String>>> = RefCell::new(Vec::new());
     let height: RefCell<Option<u16>> = RefCell::new(None);
     // Before the sim: its clients borrow them.
@@ -263,10 +264,11 @@ fn measure_sim(
         for c in 0..s.clients_per_node {
             let w = node * s.clients_per_node + c;
             let base = sim.client(node).map_err(|e| e.0)?;
-            let (arrived, results) = (&arrived, &results);
+            let (arrived, warmed, results) = (&arrived, &warmed, &results);
             let gate = gates.get(node).filter(|_| a.spatial.node_serial_reads);
             sim.spawn_with(&base, 0, move |ctx| async move {
-                let r = sim_client(sh, &ctx, w, gate, arrived, clients).await;
+                let met = Barriers { arrived, warmed };
+                let r = sim_client(sh, &ctx, w, gate, met, clients).await;
                 results.borrow_mut().push(r);
             });
         }
@@ -298,15 +300,34 @@ fn probe_height<'a>(sim: &mut Sim<'a>, height: &'a RefCell<Option<u16>>) -> Resu
     Ok(())
 }
 
-/// One client of the measured sim: opens the tree, waits for every client, runs its phase.
+/// The counts the measured sim's clients meet at: opened (`arrived`) and warmed up.
+#[derive(Clone, Copy)]
+struct Barriers<'a> {
+    arrived: &'a Cell<usize>,
+    warmed: &'a Cell<usize>,
+}
+
+/// Waits (in virtual time) until `count` reaches `clients` or the run is stopped.
+async fn meet(ctx: &ClientCtx, sh: &Shared<'_>, count: &Cell<usize>, clients: usize) {
+    count.set(count.get() + 1);
+    while count.get() < clients && !sh.stop.load(Ordering::Relaxed) {
+        ctx.sleep(1_000).await;
+    }
+}
+
+/// One client of the measured sim: opens the tree, waits for every client, runs the
+/// unmeasured warm-up (`--warmup` operations shared by all clients, so the adaptive
+/// back-off and the server's heartbeats are past their start when measuring begins), waits
+/// for every client again, and runs its measured phase.
 async fn sim_client(
     sh: &Shared<'_>,
     ctx: &ClientCtx,
     w: usize,
     gate: Option<&NodeReads>,
-    arrived: &Cell<usize>,
+    met: Barriers<'_>,
     clients: usize,
 ) -> Result<Part, String> {
+    let arrived = met.arrived;
     let opened = match ctx.qp(0) {
         Ok(qp) => open(sh.a, qp).await,
         Err(e) => Err(e.to_string()),
@@ -320,9 +341,16 @@ async fn sim_client(
             return Err(e);
         }
     };
-    arrived.set(arrived.get() + 1);
-    while arrived.get() < clients && !sh.stop.load(Ordering::Relaxed) {
-        ctx.sleep(1_000).await;
+    meet(ctx, sh, arrived, clients).await;
+    let mut ops = Rdma {
+        c: &mut c,
+        ep: &ep,
+        mode: sh.a.spatial.mode,
+    };
+    if sh.a.warmup > 0 {
+        let warm = part(&mut ops, sh, ctx, w, Phase::Warm).await;
+        meet(ctx, sh, met.warmed, clients).await;
+        warm?;
     }
     if let Some(s) = sh.a.seconds {
         let end = ctx.now_ns() + (s * 1e9) as u64;
@@ -330,12 +358,7 @@ async fn sim_client(
             .deadline_ns
             .compare_exchange(0, end, Ordering::Relaxed, Ordering::Relaxed);
     }
-    let mut ops = Rdma {
-        c: &mut c,
-        ep: &ep,
-        mode: sh.a.spatial.mode,
-    };
-    part(&mut ops, sh, ctx, w, false).await
+    part(&mut ops, sh, ctx, w, Phase::Run).await
 }
 
 #[cfg(test)]

@@ -18,7 +18,14 @@ const NODES: usize = 8;
 /// Heartbeat interval (Algorithm 1's Inv) in µs. The paper's 10 ms is longer than a whole
 /// measured phase here (10,000 searches: ~6-18 ms of virtual time), so at most one
 /// heartbeat would arrive and the adaptive client would hardly adapt; 100 µs keeps tens of
-/// heartbeats per run.
+/// heartbeats per run. Measured with the paper's 10 ms on a run long enough for it (R*-tree,
+/// scale 0.00001, 256 clients, 100,000 searches: 390 a client): a client takes one heartbeat
+/// per Inv and offloads [0, N) = [0, 8) searches on it (Algorithm 1), so 6.7% of searches
+/// were offloaded and Catfish ran server-bound at 0.784 Mops (1.161 at 100 µs, 43.5%
+/// offloaded; the paper's 1.239). The paper's 1,239.35 Kops at 256 clients would need its
+/// event-based server at ~24 µs a search on 28 cores with so few searches offloaded, where
+/// its Fig. 6 shows that server saturated near 0.5 Mops (80 clients at 152.50 µs), so its
+/// clients must have offloaded more than a 10 ms heartbeat lets Algorithm 1 do.
 const HEARTBEAT_US: u64 = 100;
 /// Objects loaded and searches of the wall-clock (soft fabric vs TCP) experiment, at most.
 const SOFT_OBJECTS: u64 = 3_000;
@@ -61,6 +68,18 @@ fn llc_lines(rects: u64) -> u64 {
         .unwrap_or(remora::poller::sim::Model::default().server_llc_lines);
     let scaled = full * rects as f64 / PAPER_RECTS as f64;
     (scaled.round() as u64).clamp(64, full as u64)
+}
+
+/// Unmeasured operations each curve runs before its measured phase (`--warmup`): as many as
+/// it measures. The paper's clients each issue 10,000 searches (seeds/003 §5.2), so its
+/// figures are Algorithm 1's steady state; a quick run measures 10,000 operations in all (39
+/// a client at 256 clients), which without a warm-up is mostly the back-off's start (every
+/// client messaging until the first busy heartbeat, then the offload windows growing while
+/// the heartbeats lag). Measured without it (basic R-tree, scale 0.00001, 256 clients):
+/// 0.559 Mops with 10,000 operations, 0.810 with 100,000 (390 a client); R*-tree 1.082 and
+/// 1.161 (`remora bench` of the point's command with `--operations 100000`).
+fn curve_warmup(s: &Scale) -> u64 {
+    s.ops
 }
 
 /// Server CPU per request of Catfish's own messaging, in ns (its series run `--set
@@ -198,9 +217,10 @@ pub fn paper(s: &Scale) -> Paper {
         s.ops
     );
     let base = format!(
-        "{common} --set server_llc_lines={} --records {} {sweep}",
+        "{common} --set server_llc_lines={} --records {} --warmup {} {sweep}",
         llc_lines(curve_rects(s)),
-        curve_rects(s)
+        curve_rects(s),
+        curve_warmup(s)
     );
     let c = Ctx { s, common, base };
     let experiments = vec![
@@ -267,8 +287,11 @@ pub fn paper(s: &Scale) -> Paper {
              with edges uniform in (0, scale] per axis, placed uniformly (inserts: the \
              paper's power-law placement); tree sizes {} and node sizes {} at {FIXED_CLIENTS} clients with power-law \
              scales; {} measured ops; seed 1; heartbeats every {HEARTBEAT_US} µs (the paper's \
-             10 ms is longer than the run); no warm-up (clients keep no cache; the server's \
-             heartbeats start with the run). Polling vs event-based fast messaging \
+             10 ms is longer than the run); the curves run {} unmeasured operations first \
+             (`--warmup`: the paper's clients issue 10,000 searches each, so its figures are \
+             the adaptive back-off's steady state, not its start), the tree-size and \
+             node-size runs none (clients keep no cache; the server's heartbeats start with \
+             the run). Polling vs event-based fast messaging \
              (`catfish-polling`, Fig. 6): 80 and 320 clients on the R*-tree, both at Catfish's \
              event-based cost, the polling server with {} ns more a search x (clients per \
              server thread)^2 (`--poll-oversub-ns`, derived from Fig. 6 in \
@@ -296,6 +319,7 @@ pub fn paper(s: &Scale) -> Paper {
                 .collect::<Vec<_>>()
                 .join("/"),
             s.ops,
+            curve_warmup(s),
             polling::POLL_OVERSUB_NS,
             s.rects.min(SOFT_OBJECTS),
             s.ops.min(SOFT_OBJECTS)
@@ -344,6 +368,15 @@ mod tests {
                             "{}",
                             se.args
                         );
+                    }
+                    // The three-mode curves are measured past the back-off's start (a warm-up
+                    // as long as the run); Fig. 6's messaging-only runs and the tree-size and
+                    // node-size runs have none.
+                    let warm = format!("--warmup {} ", s.ops);
+                    let three_modes = curve && e.id != "catfish-polling";
+                    assert_eq!(se.args.contains(&warm), three_modes, "{}", se.args);
+                    if !three_modes {
+                        assert!(!se.args.contains("--warmup"), "{}", se.args);
                     }
                     assert!(se.args.contains("--node-serial-reads"), "{}", se.args);
                     assert!(se.args.contains("--profile catfish"), "{}", se.args);
