@@ -125,13 +125,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         value: &[u8],
         change: Change,
     ) -> Result<bool, ChimeError> {
-        let max = self.cfg.sherman.value_size.min(MAX_VALUE);
-        if value.len() > max {
-            return Err(ShermanError::ValueTooLong {
-                len: value.len(),
-                max,
-            });
-        }
+        self.check_value(value)?;
         let write = async |k: Kind, v: &[u8]| self.modify(key, v, k.0).await;
         let table = &self.node.delegation;
         table

@@ -33,12 +33,8 @@ enum Step {
 const FULL: &str = "a doorbell batch holds at most 8 work requests";
 
 impl<'e, E: Endpoint> Chime<'e, E> {
-    pub(super) async fn modify(
-        &self,
-        key: u64,
-        value: &[u8],
-        change: Change,
-    ) -> Result<bool, ChimeError> {
+    /// Refuses a value longer than the tree's value size (or CHIME's largest).
+    pub(super) fn check_value(&self, value: &[u8]) -> Result<(), ChimeError> {
         let max = self.cfg.sherman.value_size.min(MAX_VALUE);
         if value.len() > max {
             return Err(ShermanError::ValueTooLong {
@@ -46,6 +42,16 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 max,
             });
         }
+        Ok(())
+    }
+
+    pub(super) async fn modify(
+        &self,
+        key: u64,
+        value: &[u8],
+        change: Change,
+    ) -> Result<bool, ChimeError> {
+        self.check_value(value)?;
         let mut at = self.locate(key).await?;
         let mut p = self.tree.wait();
         let mut leaf = [0u8; LEAF_LEN];

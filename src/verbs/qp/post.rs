@@ -422,31 +422,11 @@ impl VerbsQp {
             // Queued behind (or rung with) what this round queued: the doorbell is rung by
             // `ring`, which counts it.
             drop(chain);
-            self.counters.count_post(all);
-            if mode == Mode::Wait {
-                self.counters.count_round_trip();
-            }
-            self.stats.bump(|v| {
-                v.wrs += u64::from(n);
-                v.unsignaled += u64::from(n - u32::from(signaled));
-                v.bounced_write += bounced_write;
-                v.in_place += direct;
-            });
+            self.count_batch(all, mode, (n, signaled), bounced_write, direct, 0);
             self.sq_used.set(self.sq_used.get() + n);
             self.queued_wrs.set(head + ops.len());
             let at = if signaled {
-                let credit = n + self.unsignaled.replace(0);
-                self.slots[slot].set(Slot {
-                    state: SlotState::Posted,
-                    n: credit as u16,
-                    last: last as u16,
-                    err: None,
-                    detached: mode == Mode::Detached,
-                    staged: total > 0,
-                    oneoff: total > STAGE_SLOT,
-                    refused: was_refused,
-                });
-                self.free.set(self.free.get() & !(1 << slot));
+                self.arm(slot, n, last, mode, total, was_refused);
                 self.queued.set(self.queued.get() | 1 << slot);
                 slot
             } else {
@@ -470,17 +450,7 @@ impl VerbsQp {
         // completes; inline data is copied during the call.
         let rc = self.post_send(wr_ptr, &mut bad);
         drop(chain);
-        self.counters.count_post(all);
-        if mode == Mode::Wait {
-            self.counters.count_round_trip();
-        }
-        self.stats.bump(|v| {
-            v.doorbells += 1;
-            v.wrs += u64::from(n);
-            v.unsignaled += u64::from(n - u32::from(signaled));
-            v.bounced_write += bounced_write;
-            v.in_place += direct;
-        });
+        self.count_batch(all, mode, (n, signaled), bounced_write, direct, 1);
         if rc != 0 && !signaled {
             // Nothing of an unsignaled post is tracked: the requests before the refused one
             // went out and complete (or flush) on their own, with no buffer of ours to free.
@@ -505,7 +475,38 @@ impl VerbsQp {
             self.unsignaled.set(self.unsignaled.get() + n);
             return Ok(Some(SLOTS));
         }
-        // This completion also returns the credit of the unsignaled requests before it.
+        self.arm(slot, n, last, mode, total, was_refused);
+        Ok(Some(slot))
+    }
+
+    /// Counts a batch posted, queued or rung (`doorbells`: 1 when rung here; `ring` counts
+    /// the doorbells of queued batches): its work requests (`n`, of which the last is
+    /// `signaled` or not), its round trip when waited on, and its bytes.
+    fn count_batch(
+        &self,
+        ops: &[Op<'_>],
+        mode: Mode,
+        (n, signaled): (u32, bool),
+        bounced_write: u64,
+        direct: u64,
+        doorbells: u64,
+    ) {
+        self.counters.count_post(ops);
+        if mode == Mode::Wait {
+            self.counters.count_round_trip();
+        }
+        self.stats.bump(|v| {
+            v.doorbells += doorbells;
+            v.wrs += u64::from(n);
+            v.unsignaled += u64::from(n - u32::from(signaled));
+            v.bounced_write += bounced_write;
+            v.in_place += direct;
+        });
+    }
+
+    /// Marks `slot` posted for a signaled batch of `n` requests (the last at `last`): its
+    /// completion also returns the credit of the unsignaled requests posted before it.
+    fn arm(&self, slot: usize, n: u32, last: usize, mode: Mode, total: usize, refused: bool) {
         let credit = n + self.unsignaled.replace(0);
         self.slots[slot].set(Slot {
             state: SlotState::Posted,
@@ -515,10 +516,9 @@ impl VerbsQp {
             detached: mode == Mode::Detached,
             staged: total > 0,
             oneoff: total > STAGE_SLOT,
-            refused: was_refused,
+            refused,
         });
         self.free.set(self.free.get() & !(1 << slot));
-        Ok(Some(slot))
     }
 
     /// Maps (and registers) a staging buffer of `total` bytes for the batch in `slot`, which
