@@ -294,3 +294,50 @@ fn think_time_paces_sim_writers_outside_their_latency() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_timed_sim_run_counts_what_completes_within_its_window() {
+    // `--seconds` counts as a benchmark that samples completed operations per interval: an
+    // operation still in flight at the deadline is not counted and does not stretch the
+    // window (before, the run ended when its slowest operation returned).
+    let window = 0.000_2;
+    let recs = bench_json(
+        &[
+            "--fabric",
+            "sim",
+            "--index",
+            "sherman",
+            "--workload",
+            "a",
+            "--records",
+            "2000",
+            "--seconds",
+            "0.0002",
+            "--warmup",
+            "200",
+            "--compute-nodes",
+            "2",
+            "--clients-per-node",
+            "4",
+            "--coroutines",
+            "2",
+        ],
+        "window",
+    );
+    let r = recs
+        .into_iter()
+        .find(|r| r["phase"] == "run")
+        .expect("a run row");
+    let seconds = r["seconds"].as_f64().unwrap();
+    assert!(
+        (seconds / window - 1.0).abs() < 1e-6,
+        "measured over {seconds} s, window {window} s"
+    );
+    let ops = r["ops"].as_u64().unwrap() as f64;
+    assert!(ops > 0.0, "nothing completed in the window");
+    let mops = r["mops"].as_f64().unwrap();
+    assert!(
+        (mops * 1e6 * window / ops - 1.0).abs() < 1e-6,
+        "{mops} Mops over {window} s is not {ops} operations"
+    );
+}
