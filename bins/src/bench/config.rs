@@ -73,6 +73,7 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                     CanrtAck::Applied => WriteAck::Applied,
                     CanrtAck::Posted => WriteAck::Posted,
                 },
+                scan_batch: a.canrt_scan_batch,
                 ..CanrtConfig::new(0)
             },
         }),
