@@ -20,6 +20,11 @@ fn cfg() -> CanrtConfig {
 /// 16 clients' histories on one seed, READ and WRITE segments landing in `order`; returns
 /// the server's resize count and the clients' data-node snapshots retried as torn.
 fn histories_in(seed: u64, order: SegmentOrder) -> (u64, u64) {
+    histories_with(seed, order, cfg().scan_batch)
+}
+
+/// [`histories_in`] with scans reading `scan_batch` data nodes per doorbell.
+fn histories_with(seed: u64, order: SegmentOrder, scan_batch: u32) -> (u64, u64) {
     let failures = RefCell::new(Vec::<String>::new());
     let torn = Cell::new(0u64);
     let mut sim = Sim::new(SimConfig {
@@ -40,7 +45,11 @@ fn histories_in(seed: u64, order: SegmentOrder) -> (u64, u64) {
             let torn = &torn;
             let client = 1 + node as u64 * 4 + c;
             sim.spawn_with(&ctx, 0, move |ctx| async move {
-                let t = match Canrt::open(ctx.ep(), cfg()).await {
+                let cfg = CanrtConfig {
+                    scan_batch,
+                    ..cfg()
+                };
+                let t = match Canrt::open(ctx.ep(), cfg).await {
                     Ok(t) => t,
                     Err(e) => {
                         failures
@@ -85,6 +94,15 @@ fn histories_in(seed: u64, order: SegmentOrder) -> (u64, u64) {
 /// [`histories_in`] with the sim's default (shuffled) segment order; the resize count.
 fn histories(seed: u64) -> u64 {
     histories_in(seed, SegmentOrder::default()).0
+}
+
+/// Scans of one data node per round trip (the paper's range) hold the histories too.
+#[test]
+fn histories_hold_with_one_node_per_scan_round_trip() {
+    for seed in 1..=2 {
+        let (resizes, _) = histories_with(seed, SegmentOrder::Shuffled, 1);
+        assert!(resizes > 3, "seed {seed}: the tree never grew");
+    }
 }
 
 #[test]
