@@ -228,9 +228,12 @@ fn per_operation_figures_on_the_sim() {
     assert_eq!(seen, want);
 }
 
+/// Key-value pairs a scan returned.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Doorbells and READs of 20 scans of 200 keys with `scan_batch` data nodes per doorbell,
 /// and the pairs they returned.
-fn scans_with_batch(batch: u32) -> (u64, u64, Vec<(Vec<u8>, Vec<u8>)>) {
+fn scans_with_batch(batch: u32) -> (u64, u64, Pairs) {
     let out = RefCell::new(None);
     let mut sim = Sim::new(SimConfig::default()).unwrap();
     sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
