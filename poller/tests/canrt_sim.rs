@@ -20,6 +20,11 @@ fn cfg() -> CanrtConfig {
 /// 16 clients' histories on one seed, READ and WRITE segments landing in `order`; returns
 /// the server's resize count and the clients' data-node snapshots retried as torn.
 fn histories_in(seed: u64, order: SegmentOrder) -> (u64, u64) {
+    histories_with(seed, order, cfg().scan_batch)
+}
+
+/// [`histories_in`] with scans reading `scan_batch` data nodes per doorbell.
+fn histories_with(seed: u64, order: SegmentOrder, scan_batch: u32) -> (u64, u64) {
     let failures = RefCell::new(Vec::<String>::new());
     let torn = Cell::new(0u64);
     let mut sim = Sim::new(SimConfig {
@@ -40,7 +45,11 @@ fn histories_in(seed: u64, order: SegmentOrder) -> (u64, u64) {
             let torn = &torn;
             let client = 1 + node as u64 * 4 + c;
             sim.spawn_with(&ctx, 0, move |ctx| async move {
-                let t = match Canrt::open(ctx.ep(), cfg()).await {
+                let cfg = CanrtConfig {
+                    scan_batch,
+                    ..cfg()
+                };
+                let t = match Canrt::open(ctx.ep(), cfg).await {
                     Ok(t) => t,
                     Err(e) => {
                         failures
@@ -85,6 +94,15 @@ fn histories_in(seed: u64, order: SegmentOrder) -> (u64, u64) {
 /// [`histories_in`] with the sim's default (shuffled) segment order; the resize count.
 fn histories(seed: u64) -> u64 {
     histories_in(seed, SegmentOrder::default()).0
+}
+
+/// Scans of one data node per round trip (the paper's range) hold the histories too.
+#[test]
+fn histories_hold_with_one_node_per_scan_round_trip() {
+    for seed in 1..=2 {
+        let (resizes, _) = histories_with(seed, SegmentOrder::Shuffled, 1);
+        assert!(resizes > 3, "seed {seed}: the tree never grew");
+    }
 }
 
 #[test]
@@ -208,6 +226,70 @@ fn per_operation_figures_on_the_sim() {
     assert_eq!(upd.verb(Verb::WriteImm), 3000);
     let want: usize = (0..100).map(|i| (3000 - 30 * i).min(100)).sum();
     assert_eq!(seen, want);
+}
+
+/// Key-value pairs a scan returned.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Doorbells and READs of 20 scans of 200 keys with `scan_batch` data nodes per doorbell,
+/// and the pairs they returned.
+fn scans_with_batch(batch: u32) -> (u64, u64, Pairs) {
+    let out = RefCell::new(None);
+    let mut sim = Sim::new(SimConfig::default()).unwrap();
+    sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
+    let ctx = sim.client(0).unwrap();
+    let out_ref = &out;
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let t = Canrt::open(
+            ctx.ep(),
+            CanrtConfig {
+                slots: 32,
+                scan_batch: batch,
+                ..CanrtConfig::new(0)
+            },
+        )
+        .await
+        .unwrap();
+        for k in 0..2000u64 {
+            t.upsert(&(k * 104_729).to_be_bytes(), &k.to_le_bytes())
+                .await
+                .unwrap();
+        }
+        let qp = ctx.qp(0).unwrap();
+        let before = qp.counters().snapshot();
+        let mut pairs = Vec::new();
+        for i in 0..20u64 {
+            t.scan(&(i * 90 * 104_729).to_be_bytes(), 200, &mut |k, v| {
+                pairs.push((k.to_vec(), v.to_vec()))
+            })
+            .await
+            .unwrap();
+        }
+        let c = qp.counters().snapshot() - before;
+        *out_ref.borrow_mut() = Some((c.doorbells, c.verb(Verb::Read), pairs));
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    out.into_inner().unwrap()
+}
+
+/// `scan_batch: 1` reads one data node per round trip (the paper's range query, one request
+/// per node); the default overlaps several; both return the same pairs.
+#[test]
+fn a_scan_batch_of_one_reads_one_node_per_round_trip() {
+    let (rt1, reads1, pairs1) = scans_with_batch(1);
+    let (rt4, reads4, pairs4) = scans_with_batch(CanrtConfig::new(0).scan_batch);
+    assert_eq!(pairs1, pairs4);
+    assert_eq!(pairs1.len(), 20 * 200);
+    // Each node snapshot is three READs (the node bracketed by two meta-word READs).
+    println!("scan batch 1: {rt1} doorbells, {reads1} READs; batch 4: {rt4}, {reads4}");
+    assert_eq!(3 * rt1, reads1, "one node per doorbell");
+    // The default reads up to 4 nodes per doorbell (past the scan's end in its last one).
+    assert!(
+        3 * rt4 < reads4 / 2,
+        "the default overlaps nodes: {rt4}, {reads4}"
+    );
+    assert!(rt4 < rt1 / 2 && reads4 >= reads1, "{rt4} vs {rt1}");
 }
 
 /// The memory node's host region as an image, for running recovery between two sims.

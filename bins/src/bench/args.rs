@@ -204,6 +204,11 @@ pub struct BenchArgs {
     /// refuses is lost), for comparison with the paper's figures only.
     #[arg(long, value_enum, default_value = "applied")]
     pub canrt_ack: CanrtAck,
+    /// CANRT: data nodes a range scan READs per doorbell (1 to 4). 4 (the default) overlaps
+    /// consecutive nodes' READs; 1 reads one node per round trip, as the paper's range query
+    /// (§4.4: one request per data node).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub canrt_scan_batch: Option<u32>,
     /// Erda: size its log so that the run cleans it (regions of twice the records' share,
     /// cleaning after half a region of appends), as a `--seconds` run always does. Without
     /// it, a fixed-count run's regions are sized so that its appends (records + warm-up +
@@ -401,6 +406,9 @@ pub(super) fn validate(a: &BenchArgs) -> Result<(), String> {
     };
     if a.canrt_ack == CanrtAck::Posted && a.index != IndexKind::Canrt {
         return Err("--canrt-ack posted is for --index canrt".into());
+    }
+    if a.canrt_scan_batch.is_some() && a.index != IndexKind::Canrt {
+        return Err("--canrt-scan-batch is for --index canrt".into());
     }
     if a.index == IndexKind::Canrt && a.value_size > remora::core::canrt::MAX_VALUE {
         return Err(format!(

@@ -73,6 +73,9 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                     CanrtAck::Applied => WriteAck::Applied,
                     CanrtAck::Posted => WriteAck::Posted,
                 },
+                scan_batch: a
+                    .canrt_scan_batch
+                    .unwrap_or(remora::core::canrt::SCAN_BATCH as u32),
                 ..CanrtConfig::new(0)
             },
         }),

@@ -195,6 +195,12 @@ pub struct CanrtConfig {
     /// control messages; past it, appends are RNR NAKed and, once the retries run out,
     /// the queue pair breaks. The server returns a credit every half window. At least 2.
     pub posted_window: u32,
+    /// Range scans: data-node snapshots READ per doorbell, 1 to [`SCAN_BATCH`] (values
+    /// outside act as the nearest bound). The default, `SCAN_BATCH`, overlaps the READs of
+    /// consecutive nodes; 1 reads one node per round trip, one after another, as the CANRT
+    /// paper's range query does (§4.4: the requests for one data node are integrated into
+    /// one request; nothing overlaps the requests for different nodes).
+    pub scan_batch: u32,
 }
 
 /// When a CANRT write (insert, update, delete) returns to its caller.
@@ -250,6 +256,7 @@ impl CanrtConfig {
             turn_notices: true,
             ack: WriteAck::Applied,
             posted_window: 32,
+            scan_batch: SCAN_BATCH as u32,
         }
     }
 

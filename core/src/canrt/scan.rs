@@ -1,5 +1,6 @@
-//! CANRT range scans (paper §4.4): data nodes in key order, [`SCAN_BATCH`] node snapshots
-//! per doorbell, resumed in a newer tree when a resize publishes one mid-scan.
+//! CANRT range scans (paper §4.4): data nodes in key order, up to [`SCAN_BATCH`] node
+//! snapshots per doorbell ([`super::CanrtConfig::scan_batch`]), resumed in a newer tree
+//! when a resize publishes one mid-scan.
 use super::CanrtError;
 use super::client::{Bracket, Canrt, FRAME_NODE, Fresh, SCAN_BATCH};
 use crate::fabric::{Endpoint, Op, QueuePair, Work};
@@ -9,7 +10,8 @@ use std_alloc::vec::Vec;
 
 impl<E: Endpoint> Canrt<'_, E> {
     /// Range scan: data nodes in key order (the prefix array's NodeIDs left to right) from
-    /// the one holding `from`, [`SCAN_BATCH`] node snapshots per doorbell (paper §4.4).
+    /// the one holding `from`, `cfg.scan_batch` (at most [`SCAN_BATCH`]) node snapshots per
+    /// doorbell (paper §4.4).
     ///
     /// A stale node (a resize published a newer tree) does not start the scan over: the
     /// pairs of the nodes already read stay (each was the valid tree's when read, so each
@@ -23,6 +25,7 @@ impl<E: Endpoint> Canrt<'_, E> {
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize, CanrtError> {
         let qp = self.qp()?;
+        let batch = (self.cfg.scan_batch as usize).clamp(1, SCAN_BATCH);
         let mut pairs: Vec<(u128, Vec<u8>)> = Vec::new();
         let g = self.view().data();
         let mut at = from;
@@ -58,7 +61,7 @@ impl<E: Endpoint> Canrt<'_, E> {
             let order = v.order();
             let before = pairs.len();
             while pairs.len() < limit && r < order.len() {
-                let ids = &order[r..(r + SCAN_BATCH).min(order.len())];
+                let ids = &order[r..(r + batch).min(order.len())];
                 {
                     let mut ops: heapless::Vec<Op<'_>, { 3 * SCAN_BATCH }> = heapless::Vec::new();
                     for ((&id, b), br) in ids.iter().zip(bufs.chunks_mut(size)).zip(&mut brackets) {
