@@ -2,8 +2,9 @@
 //! (`remora::verbs::fake`), which completes work requests in memory at post time, so that
 //! what is measured is the client: index code, executor, and the verbs data path (chains,
 //! slots, completion dispatch, copies). Beside each index, a floor loop on the same device
-//! that only posts and polls the same READs (as many per lookup, of the same mean size, one
-//! work request each, straight to the device), and the ratio of the two; then the same READs
+//! that only posts and polls the same READs (as many per lookup as the index's work requests,
+//! of their mean size, one work request each, straight to the device: what any lookup must at
+//! least do, the results landing in place), and the ratio of the two; then the same READs
 //! as the fabric's `qp.read` futures on the same coroutines (what the verbs data path and
 //! executor add to the floor, without the index).
 //!
@@ -122,9 +123,11 @@ fn measure<I: KvIndex>(
     let cpu = thread_cpu_ns() - t0;
     let d = ep.stats() - s0;
     let bytes_in = (qp.counters().snapshot() - c0).bytes_in;
-    // The floor: as many READs per lookup, of the mean size, straight to the device.
-    let per_op = (d.doorbells as f64 / ops as f64).round().max(1.0) as u32;
-    let size = (bytes_in / d.doorbells.max(1)).clamp(8, 4096) as usize;
+    // The floor: as many READs per lookup as the index posted (work requests, not doorbells:
+    // batching puts several lookups' READs behind one doorbell), of their mean size, each
+    // posted and polled alone, straight to the device.
+    let per_op = (d.wrs as f64 / ops as f64).round().max(1.0) as u32;
+    let size = (bytes_in / d.wrs.max(1)).clamp(8, 4096) as usize;
     let mut buf = ep
         .pool()
         .take(size)

@@ -275,8 +275,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut tries = 0;
         let mut pace = None;
         let mut stuck: Option<Waiter> = None;
+        // The queue pair once, and its READ awaited here rather than through `Self::read`:
+        // one future level less to descend at every poll of a lookup.
+        let qp = self.qp(addr)?;
         loop {
-            self.read(addr, buf).await?;
+            qp.read(addr, buf).await?;
             self.ep.charge(Work::Crc64(buf.len()));
             match check_leaf(buf) {
                 Ok(v) => return Ok(LeafSummary::of(&v)),
