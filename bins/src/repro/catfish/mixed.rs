@@ -186,9 +186,12 @@ pub(super) fn hilbert_claims() -> Vec<Claim> {
              755.10 Kops in its Hilbert 90/10 runs (Fig. 21), with its offloading (3.95x \
              below Catfish there, 2.33x search-only), which it puts down to read-write \
              conflicts; remora's offloaded searches meet ~0 conflicts (the R*-tree 90/10 \
-             row's note) and its inserts cost the server what a search does, so its 90/10 \
-             Catfish runs as fast as its search-only one (256 clients: 1.209 Mops, 1.60x the \
-             paper's peak) and its gain over fast messaging is its search-only gain. Without \
+             row's note). Its inserts cost the server a search's cost plus the 41.4 µs its \
+             Hilbert insert code measures beyond its search (`HILBERT_INSERT_NS`: 45.7 against \
+             4.4 µs; more than its R*-tree's 13.2, where the paper finds Hilbert inserts the \
+             cheaper), so its 90/10 Catfish falls from 1.209 to 1.084 Mops at 256 clients \
+             (1.44x the paper's peak) and its fast messaging from 0.569 to 0.521; the gain over \
+             fast messaging stays near its search-only gain (2.08x). Without \
              the curves' warm-up the run measured the back-off's start (2.01x, at 128 \
              clients)",
         )
