@@ -62,6 +62,11 @@ pub trait LocalRegion {
     fn cpu_clock(&self) -> Option<CpuClock> {
         None
     }
+    /// States `ns` of CPU time the handler spends computing beyond what the fabric sees of
+    /// it (its memory accesses): the sim charges it to the serving thread with the message's
+    /// memory; real fabrics ignore it (the time is really spent). A handler states only
+    /// measured costs (Catfish's insert: `catfish::server`).
+    fn charge_cpu_ns(&self, _ns: u64) {}
 }
 
 /// A memory node's CPU accounting at one instant (see [`LocalRegion::cpu_clock`]).

@@ -173,6 +173,13 @@ pub struct SpatialFlags {
     /// `server_scan_ns` (charged x share a message) to this x share. 0: off.
     #[arg(long, default_value_t = 0.0, value_name = "NS")]
     pub poll_oversub_ns: f64,
+    /// Catfish: CPU ns the server states per insert beyond a search's
+    /// (`CatfishServer::with_insert_cpu_ns`; the sim charges it, real fabrics spend their
+    /// own). For the sim, whose `server_handler_ns` charges every request alike; the repro
+    /// passes the cost measured on the real code for the tree kind
+    /// (`poller/tests/catfish_server_cost.rs`). 0: an insert costs what a search does.
+    #[arg(long, default_value_t = 0, value_name = "NS")]
+    pub insert_cpu_ns: u64,
 }
 
 /// Catfish's own figures in the JSON record.

@@ -186,6 +186,9 @@ pub struct CatfishServer {
     heartbeat_due: bool,
     /// Retirements per reclamation epoch of the trees this server formats or recovers.
     reclaim_batch: u64,
+    /// CPU an insert costs beyond a search, stated to the fabric (see
+    /// [`CatfishServer::with_insert_cpu_ns`]).
+    insert_cpu_ns: u64,
 }
 
 impl CatfishServer {
@@ -205,6 +208,7 @@ impl CatfishServer {
             conns: BTreeMap::new(),
             heartbeat_due: false,
             reclaim_batch: super::reclaim::DEFAULT_BATCH,
+            insert_cpu_ns: 0,
         }
     }
 
@@ -218,7 +222,21 @@ impl CatfishServer {
         s.meter.probe = self.meter.probe.clone();
         s.meter.interval_ns = self.meter.interval_ns;
         s.reclaim_batch = self.reclaim_batch;
+        s.insert_cpu_ns = self.insert_cpu_ns;
         s
+    }
+
+    /// States `ns` of CPU per insert request beyond what a search costs
+    /// ([`LocalRegion::charge_cpu_ns`]: the sim charges it, real fabrics spend it). A
+    /// fabric model that charges a request a fixed cost derived from search throughput (the
+    /// sim's `server_handler_ns`) would otherwise charge an insert, which descends the tree as
+    /// a search does and then rewrites, splits and (R*-tree) reinserts, what a search costs.
+    /// The value is measured on the real code (`poller/tests/catfish_server_cost.rs`: mean
+    /// insert minus mean search of the server's own code on the tree kind served). Default
+    /// 0.
+    pub fn with_insert_cpu_ns(mut self, ns: u64) -> CatfishServer {
+        self.insert_cpu_ns = ns;
+        self
     }
 
     /// Steps the reclamation epoch of the tree this server formats or recovers after every
@@ -374,7 +392,10 @@ impl CatfishServer {
                 Some((base, len)) => t.grow(region, base, len),
                 None => return Status::BadRequest,
             },
-            (Opcode::Insert, Some(t)) => t.insert(region, req.rect, req.arg0),
+            (Opcode::Insert, Some(t)) => {
+                region.charge_cpu_ns(self.insert_cpu_ns);
+                t.insert(region, req.rect, req.arg0)
+            }
             (Opcode::Delete, Some(t)) => match t.delete(region, req.rect, req.arg0) {
                 Ok(found) => {
                     // The reply carries the deleted entry, or nothing if there was none.

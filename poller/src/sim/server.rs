@@ -10,7 +10,8 @@
 //!   share of the node's connections (a polling server's ring scan; 0 for the default
 //!   event-based server) + `server_handler_ns` (the fixed part of the service: decode,
 //!   dispatch; the handler runs at the end of it and its memory effects happen then) + **the
-//!   memory the handler touched** (below) + `server_reply_ns` per reply it queued (each reply
+//!   memory the handler touched** (below) + the CPU time it states for its computation
+//!   (`LocalRegion::charge_cpu_ns`, measured costs only) + `server_reply_ns` per reply it queued (each reply
 //!   SEND is posted when its post cost is paid, and never waited for: send completions are
 //!   reaped lazily). All costs are scaled by a slowed node's factor.
 //! - **Memory** (the server CPU model): every `LocalRegion` access of the handler is looked
@@ -574,6 +575,10 @@ impl LocalRegion for SimRegion<'_> {
         let lines = n.write_back(offset, (end - offset) as usize);
         self.persist_cost
             .set(self.persist_cost.get() + lines * line);
+    }
+    /// Charged with the message's memory (scaled by a slowed node's factor as it is).
+    fn charge_cpu_ns(&self, ns: u64) {
+        self.charge(ns.saturating_mul(1000));
     }
     /// Virtual time and the CPU time this node's handler threads have been busy.
     fn cpu_clock(&self) -> Option<CpuClock> {

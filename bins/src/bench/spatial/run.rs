@@ -45,7 +45,9 @@ pub(super) async fn tree_height<Q: QueuePair>(qp: &Q, c: &CatfishClient) -> Resu
 
 /// The Catfish server of an in-process or simulated memory node.
 pub(super) fn server(a: &BenchArgs, max_message: usize) -> CatfishServer {
-    CatfishServer::new(max_message).with_heartbeat_interval_ns(a.spatial.heartbeat_us * 1000)
+    CatfishServer::new(max_message)
+        .with_heartbeat_interval_ns(a.spatial.heartbeat_us * 1000)
+        .with_insert_cpu_ns(a.spatial.insert_cpu_ns)
 }
 
 /// A client of the tree, with the run's heartbeat interval.
