@@ -3,6 +3,7 @@
 //! split, grow. Each builds its new objects off to the side, publishes them with one slot
 //! change, and on failure frees them (they were never reachable) and asks for a restart.
 use super::config::SmartError;
+use super::handover::{Release, Turn};
 use super::remote::{NodeImg, build_leaf};
 use super::search::Parent;
 use super::{Smart, bump};
@@ -60,6 +61,13 @@ pub(crate) fn compacts(ty: NodeType, others: usize) -> bool {
     others == 0 || others <= half_of_smaller
 }
 
+/// A held internal-node lock (lock-based mode), released by [`Smart::unlock_node`].
+pub(crate) struct NodeLock<'a> {
+    lock_at: GlobalAddr,
+    /// This compute node's local turn, with the hand-over table.
+    turn: Option<Turn<'a>>,
+}
+
 fn pack(a: GlobalAddr) -> Result<u64, SmartError> {
     a.pack48().map_err(layout("address beyond 48 bits"))
 }
@@ -93,37 +101,26 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             });
         }
         // Lock-based baseline: take the node lock (with the header and the slot read in the
-        // same doorbell), check that no grow froze the node, write the slot, unlock.
+        // same doorbell), check that no grow froze the node, write the slot, unlock (or hand
+        // the lock over to a client of this compute node: `handover.rs`).
         let hdr = node.add(NODE_HEADER_OFFSET as u64);
-        let qp = self.qp(node)?;
         let mut front = [0u8; 8];
         let mut cur = [0u8; 8];
-        self.lock_node(node, &mut [(hdr, &mut front[..]), (at, &mut cur[..])])
+        let lock = self
+            .lock_node(node, &mut [(hdr, &mut front[..]), (at, &mut cur[..])])
             .await?;
         let current = u64::from_le_bytes(cur);
         let now_h = u64::from_le_bytes(front);
-        let unlock = 0u64.to_le_bytes();
-        let lock_at = node.add(NODE_REV_OFFSET as u64);
         if now_h != header.frozen(false).raw() {
-            self.write(lock_at, &unlock).await?;
+            self.unlock_node(lock, None).await?;
             return Ok(Swap::Stale);
         }
         if current != expected.raw() {
-            self.write(lock_at, &unlock).await?;
+            self.unlock_node(lock, None).await?;
             return Ok(Swap::Failed(Slot::from_raw(current)));
         }
         let nw = new.raw().to_le_bytes();
-        qp.post(&mut [
-            Op::Write {
-                remote: at,
-                local: &nw,
-            },
-            Op::Write {
-                remote: lock_at,
-                local: &unlock,
-            },
-        ])
-        .await?;
+        self.unlock_node(lock, Some((at, &nw[..]))).await?;
         Ok(Swap::Done)
     }
 
@@ -133,18 +130,46 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     /// Nothing needs repair after a takeover: a holder's writes under the lock are single
     /// slot words, or the freeze of a node whose header says so (finished by
     /// [`Self::complete_freeze`]).
+    ///
+    /// With the compute node's hand-over table (`SmartConfig::hocl_handover`), the node's
+    /// clients first queue for a local turn; a turn handed the lock by the previous holder
+    /// re-stamps the word with its own (CAS from the handed word, same doorbell) instead of
+    /// competing for it.
     pub(crate) async fn lock_node(
         &self,
         node: GlobalAddr,
         reads: &mut [(GlobalAddr, &mut [u8])],
-    ) -> Result<(), SmartError> {
+    ) -> Result<NodeLock<'_>, SmartError> {
         let lock_at = node.add(NODE_REV_OFFSET as u64);
         let tag = self.lock_seq.get().wrapping_add(1).max(1);
         self.lock_seq.set(tag);
         let mine = owner_word(self.ep.client_id(), tag);
         let qp = self.qp(node)?;
-        let mut waiter: Option<Waiter> = None;
+        let table = &self.node.handover;
         let mut expected = 0u64;
+        let mut turn = None;
+        if table.on() {
+            let (t, g) = table
+                .turn(node, mine, &self.cfg.lease, || self.ep.now_ns())
+                .await
+                .map_err(|t| SmartError::Held {
+                    what: "internal node lock (this compute node's turn)",
+                    at: lock_at,
+                    word: t.owner,
+                    holder: holder(t.owner),
+                    waited_ns: t.waited_ns,
+                })?;
+            turn = Some(t);
+            if let Some((other, word)) = g.stale {
+                // Handed over for another node hashed to the same entry, and not taken:
+                // unlock it for the releaser (a CAS: harmless if it changed meanwhile).
+                let at = other.add(NODE_REV_OFFSET as u64);
+                self.qp(other)?.cas(at, word, 0).await?;
+            }
+            expected = g.handed.unwrap_or(0);
+        }
+        let mut handed = expected != 0;
+        let mut waiter: Option<Waiter> = None;
         loop {
             let mut old = 0u64;
             let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
@@ -163,12 +188,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             qp.post(&mut ops).await?;
             drop(ops);
             if old == expected {
-                if expected != 0 {
+                if handed {
+                    bump(&self.stats.handovers);
+                } else if expected != 0 {
                     bump(&self.stats.takeovers);
                 }
-                return Ok(());
+                return Ok(NodeLock { lock_at, turn });
             }
             expected = 0;
+            handed = false;
             bump(&self.stats.lock_waits);
             let now = self.ep.now_ns();
             let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
@@ -193,6 +221,41 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             }
         }
+    }
+
+    /// Writes `write` (if any) and releases `lock` in the same doorbell, or, when a client of
+    /// this compute node waits for the lock and the hand-over budget allows, writes only and
+    /// leaves the lock held for it.
+    pub(crate) async fn unlock_node(
+        &self,
+        lock: NodeLock<'_>,
+        write: Option<(GlobalAddr, &[u8])>,
+    ) -> Result<(), SmartError> {
+        let NodeLock { lock_at, turn } = lock;
+        let release = match &turn {
+            Some(t) => t.decide().await,
+            None => Release::Unlock,
+        };
+        let unlock = 0u64.to_le_bytes();
+        let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
+        if let Some((remote, local)) = write {
+            let _ = ops.push(Op::Write { remote, local });
+        }
+        if release == Release::Unlock {
+            let _ = ops.push(Op::Write {
+                remote: lock_at,
+                local: &unlock,
+            });
+        }
+        let r = if ops.is_empty() {
+            Ok(())
+        } else {
+            self.qp(lock_at)?.post(&mut ops).await
+        };
+        if let Some(t) = turn {
+            t.finish(release == Release::HandOver && r.is_ok()).await;
+        }
+        r.map_err(Into::into)
     }
 
     /// The reverse pointer new internal nodes get: the parent's address, except in
@@ -493,26 +556,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             let mut raw = [0u8; MAX_NODE_BYTES];
             let n = cap * 8;
             let slots_at = img.addr.add(NODE_SLOTS_OFFSET as u64);
-            self.lock_node(img.addr, &mut [(slots_at, &mut raw[..n])])
+            let lock = self
+                .lock_node(img.addr, &mut [(slots_at, &mut raw[..n])])
                 .await?;
             for (i, w) in want.iter_mut().enumerate().take(cap) {
                 let v = u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
                 *w = Slot::from_raw(v).frozen(false);
                 raw[8 * i..8 * i + 8].copy_from_slice(&w.frozen(true).raw().to_le_bytes());
             }
-            let unlock = 0u64.to_le_bytes();
-            self.qp(img.addr)?
-                .post(&mut [
-                    Op::Write {
-                        remote: slots_at,
-                        local: &raw[..n],
-                    },
-                    Op::Write {
-                        remote: img.addr.add(NODE_REV_OFFSET as u64),
-                        local: &unlock,
-                    },
-                ])
-                .await?;
+            self.unlock_node(lock, Some((slots_at, &raw[..n]))).await?;
             return Ok(Some(want));
         }
         let qp = self.qp(img.addr)?;
