@@ -22,8 +22,8 @@
 //! baseline posts that doorbell anyway, with its lock CAS): no extra round trip, and a
 //! failed re-stamp (the word was taken over meanwhile) falls back to an ordinary acquisition.
 //!
-//! Failure: the entry records the local holder's word and when its turn began. A turn held
-//! for a whole lease belongs to a dead (or stalled) client: a waiter takes the turn, and if
+//! Failure: the entry records the local holder's word. A turn a waiter sees held by the
+//! same word for a whole lease belongs to a dead (or stalled) client: a waiter takes the turn, and if
 //! the dead one was handed a word it may not have re-stamped, tries that word first (the CAS
 //! fails harmlessly if it did); otherwise the remote lock's own lease and fencing apply. A
 //! holder that is dropped mid-turn (a killed coroutine) gives its turn back at once
@@ -54,8 +54,6 @@ const DROP_SPINS: u32 = 1 << 12;
 struct Entry {
     /// The lock word of the coroutine holding the entry's local turn (0: free).
     owner: u64,
-    /// When the turn began (fabric clock).
-    since: u64,
     /// The internal node the last turn was for.
     node: u64,
     /// A remote lock word of `node` this compute node still holds, handed over to the next
@@ -153,7 +151,11 @@ impl HandOver {
         now: impl Fn() -> u64,
     ) -> Result<(Turn<'_>, Granted), TurnTimeout> {
         let idx = Self::index(node);
-        let start = now();
+        // The clock is read only while waiting (an uncontended turn reads none): the wait's
+        // start, and when the current owner was first seen (its lease runs from there, as a
+        // remote word's does in `crate::lease`).
+        let mut start = None;
+        let mut seen: Option<(u64, u64)> = None;
         // Counted among the entry's waiters until the turn is granted or refused; a waiter
         // dropped meanwhile (a killed coroutine) is uncounted by the guard's drop, so no
         // releaser hands the lock over to it.
@@ -164,18 +166,28 @@ impl HandOver {
         };
         let mut polls = 0u32;
         loop {
-            let t = now();
             let got = self
                 .with(idx, |e| {
                     if !queue.queued {
                         e.waiting += 1;
                         queue.queued = true;
                     }
-                    let dead = e.owner != 0 && t.saturating_sub(e.since) >= lease.lease_ns;
-                    if e.owner != 0 && !dead {
-                        let waited_ns = t.saturating_sub(start);
-                        if waited_ns > lease.deadline_ns
-                            || (t == start && polls > lease.max_attempts)
+                    let mut dead = false;
+                    if e.owner != 0 {
+                        let t = now();
+                        let t0 = *start.get_or_insert(t);
+                        let since = match seen {
+                            Some((o, at)) if o == e.owner => at,
+                            _ => {
+                                seen = Some((e.owner, t));
+                                t
+                            }
+                        };
+                        dead = t.saturating_sub(since) >= lease.lease_ns;
+                        let waited_ns = t.saturating_sub(t0);
+                        if !dead
+                            && (waited_ns > lease.deadline_ns
+                                || (t == t0 && polls > lease.max_attempts))
                         {
                             e.waiting -= 1;
                             queue.queued = false;
@@ -184,7 +196,9 @@ impl HandOver {
                                 waited_ns,
                             }));
                         }
-                        return None;
+                        if !dead {
+                            return None;
+                        }
                     }
                     e.waiting -= 1;
                     queue.queued = false;
@@ -212,7 +226,6 @@ impl HandOver {
                         }
                     };
                     e.owner = mine;
-                    e.since = t;
                     e.node = node.raw();
                     e.pending = g.handed.unwrap_or(0);
                     e.handed = 0;
