@@ -70,6 +70,7 @@ mod local;
 mod node;
 #[cfg(test)]
 mod node_tests;
+mod nodelock;
 mod reclaim;
 mod recover;
 mod remote;
