@@ -111,6 +111,11 @@ pub struct LinArgs {
     /// delegation, combining).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
+    /// With --index smart: the factor analysis's first step, the ART baseline with the cache
+    /// (lock-based internal nodes, whose locks a compute node hands over between its clients;
+    /// out-of-place leaves).
+    #[arg(long)]
+    pub baseline: bool,
 }
 
 /// Parses `A..B`, `A..=B` or `N`.
@@ -401,6 +406,18 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
         },
         (cfg, true) => cfg,
         (_, false) => return Err("--with: only with --index chime".into()),
+    };
+    let cfg = match (cfg, a.baseline) {
+        (IndexCfg::Smart { .. }, true) => {
+            let mut t = Techniques::BASELINE;
+            t.cache = true;
+            IndexCfg::Smart {
+                cfg: SmartConfig::new(t, KeyMode::Fixed(8), 8),
+                t,
+            }
+        }
+        (_, true) => return Err("--baseline: only with --index smart".into()),
+        (cfg, false) => cfg,
     };
     refuse_weak(&cfg)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);

@@ -71,8 +71,8 @@ const SHERMAN_PAGE: usize = 640;
 /// key twice the paper's share: the ART baseline's LOAD waits on internal-node locks (37.8
 /// round trips per insert against 11.4 here; lock-free LOAD 13.9x, paper 1.5x) and the
 /// in-place leaves' hottest key serializes YCSB-B's updates under its lock (+ in-place leaf
-/// 0.87x, paper 1.5x). In this shape (16 x 4 x 4, 256 in flight) the steps land at 4.5x,
-/// 1.25x and 1.55x.
+/// 0.87x, paper 1.5x). In this shape (16 x 4 x 4, 256 in flight) the steps land at 2.9x
+/// (with the baseline's lock hand-over; 4.5x without), 1.27x and 1.55x.
 const BAR_COROUTINES: u64 = 4;
 
 /// The measured window of the throughput-vs-clients curves, in virtual seconds. The authors
@@ -322,19 +322,21 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ lock-free internal", "LOAD"),
             p("smart-factors", "ART baseline (+cache)", "LOAD"),
-            "measured: the ART baseline takes 11.4 round trips per insert against 5.3 lock-free, \
-             most of its time waiting on internal-node locks. Not the quick scale's small tree: \
-             smart-factors' bench with --workloads load, --records 100000 and the LLC scaled \
-             with it (server_llc_lines=660) gives 3.72x \
-             (6.98 vs 4.21 RT/op) and at 1M keys (6600 lines) 5.94x (4.3 vs 25.5 Mops, 6.28 vs 3.31 RT/op, \
-             p50 57.1 vs 7.7 us). A difference read in the authors' code: their ART baseline \
-             (TREE_TEST_ROWEX_ART) locks internal nodes with HOCL, NIC on-chip 1-bit locks \
-             with a compute node's local lock table handing a lock over between its coroutines \
-             (CMakeLists.txt: TREE_TEST_HOCL_HANDOVER on for every factor step before write \
-             combining; src/Tree.cpp lock_node), where remora's baseline (core/src/smart \
-             structure.rs lock_node) takes a remote CAS lock in the node's word and a waiter \
-             backs off and retries (lease.rs), with no local hand-over, so each contended lock \
-             costs its waiters round trips and pauses",
+            "measured: the ART baseline takes 9.2 round trips per insert against 5.3 lock-free. \
+             Its internal-node locks are taken as the authors' baseline takes them \
+             (TREE_TEST_ROWEX_ART with TREE_TEST_HOCL_HANDOVER, on for every factor step before \
+             write combining: CMakeLists.txt; src/Tree.cpp lock_node, include/LocalLockTable.h): \
+             a compute node's clients queue for a lock in the node's local table and a releaser \
+             hands it to a waiting one, up to 9 times in a row (core/src/smart/handover.rs); \
+             without the hand-over this row was 4.47x (1.08 vs 4.84 Mops, 11.4 RT/op). At 100k \
+             keys (smart-factors' bench with --workloads load, --records 100000, \
+             server_llc_lines=660) 3.18x (4.14 vs 13.14 Mops, 6.75 vs 4.21 RT/op; 3.72x without). \
+             Differences left: the authors' locks are 1-bit words in NIC on-chip memory, remora's \
+             the node's own word in host memory; the authors' insert locks each node of its path \
+             in turn from the cached node down (unlocking one before locking the next), remora's \
+             only the node whose slot it changes (fewer locks: not a cause of a larger factor); and a handed-over lock is re-stamped with the taker's owner word (a CAS in \
+             the doorbell that reads the node) so that a waiter of another node fences the \
+             client really holding it",
         ),
         Claim::ratio(
             "factor-in-place",

@@ -113,10 +113,17 @@ pub struct SmartConfig {
     /// and the radix cache is dropped whole every third of it. On by default; off, nothing
     /// is reused (the region keeps every object ever written).
     pub reclaim: bool,
+    /// Lock-based baseline only (`techniques.lock_free_internal` off): the clients of one
+    /// compute node queue for an internal node's lock in the node's local table, and a
+    /// releaser hands the lock to a waiting one up to 9 times in a row instead of unlocking
+    /// (`handover.rs`), as the SMART authors' ART baseline does (`TREE_TEST_HOCL_HANDOVER`,
+    /// dmemsys/SMART `include/LocalLockTable.h`). On by default; off, every client competes
+    /// for the remote lock word.
+    pub hocl_handover: bool,
 }
 
 impl SmartConfig {
-    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on.
+    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline).
     pub fn new(techniques: Techniques, key_mode: KeyMode, value_cap: usize) -> SmartConfig {
         SmartConfig {
             techniques,
@@ -134,6 +141,7 @@ impl SmartConfig {
             local_table: 1024,
             assume_tail_last: false,
             reclaim: true,
+            hocl_handover: true,
         }
     }
 

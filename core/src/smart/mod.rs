@@ -59,6 +59,9 @@ mod cache;
 mod chain_tests;
 mod config;
 mod frozen;
+mod handover;
+#[cfg(test)]
+mod handover_tests;
 mod key;
 mod leaflock;
 #[cfg(test)]
@@ -67,6 +70,7 @@ mod local;
 mod node;
 #[cfg(test)]
 mod node_tests;
+mod nodelock;
 mod reclaim;
 mod recover;
 mod remote;
@@ -114,6 +118,7 @@ pub(crate) struct Stats {
     pub prefix_splits: Cell<u64>,
     pub leaf_splits: Cell<u64>,
     pub takeovers: Cell<u64>,
+    pub handovers: Cell<u64>,
     pub repairs: Cell<u64>,
     pub stale_attempts: Cell<u64>,
 }
@@ -148,6 +153,9 @@ pub struct SmartStats {
     pub leaf_splits: u64,
     /// Leaf or node locks taken over from a holder that made no progress for a lease.
     pub takeovers: u64,
+    /// Internal-node locks (lock-based baseline) handed over by another client of this
+    /// compute node, without an unlock and a competing CAS (`SmartConfig::hocl_handover`).
+    pub handovers: u64,
     /// Half-done changes of other clients finished here: grows of frozen nodes, prefix
     /// splits, torn leaves rebuilt from a redo copy.
     pub repairs: u64,
@@ -369,6 +377,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             prefix_splits: s.prefix_splits.get(),
             leaf_splits: s.leaf_splits.get(),
             takeovers: s.takeovers.get(),
+            handovers: s.handovers.get(),
             repairs: s.repairs.get(),
             stale_attempts: s.stale_attempts.get(),
             retired: self.reclaim.borrow().retired,

@@ -10,6 +10,7 @@
 use super::SmartConfig;
 use super::cache::RadixCache;
 use super::config::SmartError;
+use super::handover::HandOver;
 use super::local::LocalTable;
 use super::shared::{ReadGuard, TryRw, WriteGuard};
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -21,6 +22,8 @@ use remora_layouts::GlobalAddr;
 pub struct SmartNode {
     pub(crate) cache: TryRw<RadixCache>,
     pub(crate) local: LocalTable,
+    /// The local lock table of the lock-based baseline's hand-over (empty otherwise).
+    pub(crate) handover: HandOver,
     cache_on: bool,
     /// Handles opened on this node so far (each takes its own reader shard of the cache).
     handles: AtomicU32,
@@ -52,6 +55,7 @@ impl SmartNode {
         SmartNode {
             cache: TryRw::new(RadixCache::new(cache_bytes)),
             local: LocalTable::new(cfg.local_table, cfg.value_cap),
+            handover: HandOver::new(!cfg.techniques.lock_free_internal && cfg.hocl_handover),
             cache_on: cache_bytes > 0,
             handles: AtomicU32::new(0),
         }
@@ -116,7 +120,7 @@ impl SmartNode {
         NodeFootprint {
             cache_bytes,
             cache_entries,
-            table_bytes: self.local.footprint() as u64,
+            table_bytes: (self.local.footprint() + self.handover.footprint()) as u64,
             handles: self.handles.load(Relaxed),
         }
     }

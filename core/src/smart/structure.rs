@@ -7,7 +7,6 @@ use super::remote::{NodeImg, build_leaf};
 use super::search::Parent;
 use super::{Smart, bump};
 use crate::fabric::{Endpoint, Op, QueuePair, Work};
-use crate::lease::{Verdict, Waiter, holder, owner_word};
 use remora_layouts::smart::{
     Header, LeafStatus, MAX_LEAF_BYTES, MAX_NODE_BYTES, MAX_PREFIX, NODE_HEADER_OFFSET,
     NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, SlotKind, leaf_bytes, slot_offset,
@@ -93,106 +92,27 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             });
         }
         // Lock-based baseline: take the node lock (with the header and the slot read in the
-        // same doorbell), check that no grow froze the node, write the slot, unlock.
+        // same doorbell), check that no grow froze the node, write the slot, unlock (or hand
+        // the lock over to a client of this compute node: `handover.rs`).
         let hdr = node.add(NODE_HEADER_OFFSET as u64);
-        let qp = self.qp(node)?;
         let mut front = [0u8; 8];
         let mut cur = [0u8; 8];
-        self.lock_node(node, &mut [(hdr, &mut front[..]), (at, &mut cur[..])])
+        let lock = self
+            .lock_node(node, &mut [(hdr, &mut front[..]), (at, &mut cur[..])])
             .await?;
         let current = u64::from_le_bytes(cur);
         let now_h = u64::from_le_bytes(front);
-        let unlock = 0u64.to_le_bytes();
-        let lock_at = node.add(NODE_REV_OFFSET as u64);
         if now_h != header.frozen(false).raw() {
-            self.write(lock_at, &unlock).await?;
+            self.unlock_node(lock, None).await?;
             return Ok(Swap::Stale);
         }
         if current != expected.raw() {
-            self.write(lock_at, &unlock).await?;
+            self.unlock_node(lock, None).await?;
             return Ok(Swap::Failed(Slot::from_raw(current)));
         }
         let nw = new.raw().to_le_bytes();
-        qp.post(&mut [
-            Op::Write {
-                remote: at,
-                local: &nw,
-            },
-            Op::Write {
-                remote: lock_at,
-                local: &unlock,
-            },
-        ])
-        .await?;
+        self.unlock_node(lock, Some((at, &nw[..]))).await?;
         Ok(Swap::Done)
-    }
-
-    /// Takes the lock of internal node `node` (lock-based mode: its reverse-pointer word
-    /// holds the owner word), reading `reads` in the same doorbell after the CAS. Waits with
-    /// back-off and takes over from a holder that made no progress for a lease (fencing it).
-    /// Nothing needs repair after a takeover: a holder's writes under the lock are single
-    /// slot words, or the freeze of a node whose header says so (finished by
-    /// [`Self::complete_freeze`]).
-    pub(crate) async fn lock_node(
-        &self,
-        node: GlobalAddr,
-        reads: &mut [(GlobalAddr, &mut [u8])],
-    ) -> Result<(), SmartError> {
-        let lock_at = node.add(NODE_REV_OFFSET as u64);
-        let tag = self.lock_seq.get().wrapping_add(1).max(1);
-        self.lock_seq.set(tag);
-        let mine = owner_word(self.ep.client_id(), tag);
-        let qp = self.qp(node)?;
-        let mut waiter: Option<Waiter> = None;
-        let mut expected = 0u64;
-        loop {
-            let mut old = 0u64;
-            let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
-            let _ = ops.push(Op::Cas {
-                remote: lock_at,
-                compare: expected,
-                swap: mine,
-                old: &mut old,
-            });
-            for (remote, local) in reads.iter_mut() {
-                let _ = ops.push(Op::Read {
-                    remote: *remote,
-                    local,
-                });
-            }
-            qp.post(&mut ops).await?;
-            drop(ops);
-            if old == expected {
-                if expected != 0 {
-                    bump(&self.stats.takeovers);
-                }
-                return Ok(());
-            }
-            expected = 0;
-            bump(&self.stats.lock_waits);
-            let now = self.ep.now_ns();
-            let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
-            match w.observe(old, now) {
-                Verdict::Wait(ns) => self.ep.pause(ns).await,
-                Verdict::Expired { word } => {
-                    if self
-                        .fence_holder("internal node lock", lock_at, word)
-                        .await?
-                    {
-                        expected = word;
-                    }
-                }
-                Verdict::GiveUp { word, waited_ns } => {
-                    return Err(SmartError::Held {
-                        what: "internal node lock",
-                        at: lock_at,
-                        word,
-                        holder: holder(word),
-                        waited_ns,
-                    });
-                }
-            }
-        }
     }
 
     /// The reverse pointer new internal nodes get: the parent's address, except in
@@ -493,26 +413,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             let mut raw = [0u8; MAX_NODE_BYTES];
             let n = cap * 8;
             let slots_at = img.addr.add(NODE_SLOTS_OFFSET as u64);
-            self.lock_node(img.addr, &mut [(slots_at, &mut raw[..n])])
+            let lock = self
+                .lock_node(img.addr, &mut [(slots_at, &mut raw[..n])])
                 .await?;
             for (i, w) in want.iter_mut().enumerate().take(cap) {
                 let v = u64::from_le_bytes(raw[8 * i..8 * i + 8].try_into().unwrap_or([0; 8]));
                 *w = Slot::from_raw(v).frozen(false);
                 raw[8 * i..8 * i + 8].copy_from_slice(&w.frozen(true).raw().to_le_bytes());
             }
-            let unlock = 0u64.to_le_bytes();
-            self.qp(img.addr)?
-                .post(&mut [
-                    Op::Write {
-                        remote: slots_at,
-                        local: &raw[..n],
-                    },
-                    Op::Write {
-                        remote: img.addr.add(NODE_REV_OFFSET as u64),
-                        local: &unlock,
-                    },
-                ])
-                .await?;
+            self.unlock_node(lock, Some((slots_at, &raw[..n]))).await?;
             return Ok(Some(want));
         }
         let qp = self.qp(img.addr)?;

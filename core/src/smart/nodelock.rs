@@ -1,0 +1,155 @@
+//! The lock-based baseline's internal-node lock (`Techniques::lock_free_internal` off): an
+//! owned lock word (`crate::lease`) in the node's reverse-pointer word, taken with a CAS that
+//! reads what the caller needs in the same doorbell, and released by a WRITE in the doorbell
+//! of the caller's last write, or handed over to another client of the compute node
+//! (`handover.rs`).
+use super::config::SmartError;
+use super::handover::{Release, Turn};
+use super::{Smart, bump};
+use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::lease::{Verdict, Waiter, holder, owner_word};
+use remora_layouts::GlobalAddr;
+use remora_layouts::smart::NODE_REV_OFFSET;
+
+/// A held internal-node lock (lock-based mode), released by [`Smart::unlock_node`].
+pub(crate) struct NodeLock<'a> {
+    lock_at: GlobalAddr,
+    /// This compute node's local turn, with the hand-over table.
+    turn: Option<Turn<'a>>,
+}
+
+impl<'e, E: Endpoint> Smart<'e, E> {
+    /// Takes the lock of internal node `node` (lock-based mode: its reverse-pointer word
+    /// holds the owner word), reading `reads` in the same doorbell after the CAS. Waits with
+    /// back-off and takes over from a holder that made no progress for a lease (fencing it).
+    /// Nothing needs repair after a takeover: a holder's writes under the lock are single
+    /// slot words, or the freeze of a node whose header says so (finished by
+    /// [`Self::complete_freeze`]).
+    ///
+    /// With the compute node's hand-over table (`SmartConfig::hocl_handover`), the node's
+    /// clients first queue for a local turn; a turn handed the lock by the previous holder
+    /// re-stamps the word with its own (CAS from the handed word, same doorbell) instead of
+    /// competing for it.
+    pub(crate) async fn lock_node(
+        &self,
+        node: GlobalAddr,
+        reads: &mut [(GlobalAddr, &mut [u8])],
+    ) -> Result<NodeLock<'_>, SmartError> {
+        let lock_at = node.add(NODE_REV_OFFSET as u64);
+        let tag = self.lock_seq.get().wrapping_add(1).max(1);
+        self.lock_seq.set(tag);
+        let mine = owner_word(self.ep.client_id(), tag);
+        let qp = self.qp(node)?;
+        let table = &self.node.handover;
+        let mut expected = 0u64;
+        let mut turn = None;
+        if table.on() {
+            let (t, g) = table
+                .turn(node, mine, &self.cfg.lease, || self.ep.now_ns())
+                .await
+                .map_err(|t| SmartError::Held {
+                    what: "internal node lock (this compute node's turn)",
+                    at: lock_at,
+                    word: t.owner,
+                    holder: holder(t.owner),
+                    waited_ns: t.waited_ns,
+                })?;
+            turn = Some(t);
+            if let Some((other, word)) = g.stale {
+                // Handed over for another node hashed to the same entry, and not taken:
+                // unlock it for the releaser (a CAS: harmless if it changed meanwhile).
+                let at = other.add(NODE_REV_OFFSET as u64);
+                self.qp(other)?.cas(at, word, 0).await?;
+            }
+            expected = g.handed.unwrap_or(0);
+        }
+        let mut handed = expected != 0;
+        let mut waiter: Option<Waiter> = None;
+        loop {
+            let mut old = 0u64;
+            let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
+            let _ = ops.push(Op::Cas {
+                remote: lock_at,
+                compare: expected,
+                swap: mine,
+                old: &mut old,
+            });
+            for (remote, local) in reads.iter_mut() {
+                let _ = ops.push(Op::Read {
+                    remote: *remote,
+                    local,
+                });
+            }
+            qp.post(&mut ops).await?;
+            drop(ops);
+            if old == expected {
+                if handed {
+                    bump(&self.stats.handovers);
+                } else if expected != 0 {
+                    bump(&self.stats.takeovers);
+                }
+                return Ok(NodeLock { lock_at, turn });
+            }
+            expected = 0;
+            handed = false;
+            bump(&self.stats.lock_waits);
+            let now = self.ep.now_ns();
+            let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+            match w.observe(old, now) {
+                Verdict::Wait(ns) => self.ep.pause(ns).await,
+                Verdict::Expired { word } => {
+                    if self
+                        .fence_holder("internal node lock", lock_at, word)
+                        .await?
+                    {
+                        expected = word;
+                    }
+                }
+                Verdict::GiveUp { word, waited_ns } => {
+                    return Err(SmartError::Held {
+                        what: "internal node lock",
+                        at: lock_at,
+                        word,
+                        holder: holder(word),
+                        waited_ns,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Writes `write` (if any) and releases `lock` in the same doorbell, or, when a client of
+    /// this compute node waits for the lock and the hand-over budget allows, writes only and
+    /// leaves the lock held for it.
+    pub(crate) async fn unlock_node(
+        &self,
+        lock: NodeLock<'_>,
+        write: Option<(GlobalAddr, &[u8])>,
+    ) -> Result<(), SmartError> {
+        let NodeLock { lock_at, turn } = lock;
+        let release = match &turn {
+            Some(t) => t.decide().await,
+            None => Release::Unlock,
+        };
+        let unlock = 0u64.to_le_bytes();
+        let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
+        if let Some((remote, local)) = write {
+            let _ = ops.push(Op::Write { remote, local });
+        }
+        if release == Release::Unlock {
+            let _ = ops.push(Op::Write {
+                remote: lock_at,
+                local: &unlock,
+            });
+        }
+        let r = if ops.is_empty() {
+            Ok(())
+        } else {
+            self.qp(lock_at)?.post(&mut ops).await
+        };
+        if let Some(t) = turn {
+            t.finish(release == Release::HandOver && r.is_ok()).await;
+        }
+        r.map_err(Into::into)
+    }
+}
