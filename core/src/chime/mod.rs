@@ -241,6 +241,9 @@ pub struct ChimeStats {
     pub splits: u64,
     /// Leaves beyond the second made by a split.
     pub extra_leaves: u64,
+    /// Leaves allocated by splits (a split whose entries fit one leaf again, once repacked,
+    /// allocates none).
+    pub new_leaves: u64,
     /// Group READs refused (torn, or neighbouring groups from two moments) and retried.
     pub retries: u64,
     /// Lookups served by another thread's lookup of the key (`delegation`).
@@ -248,6 +251,18 @@ pub struct ChimeStats {
     /// Updates and upserts whose value another thread's write of the key applied
     /// (`combining`).
     pub combined_writes: u64,
+}
+
+/// What a walk along the leaf chain finds ([`Chime::census`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChimeCensus {
+    /// Leaves in the chain.
+    pub leaves: u64,
+    /// Live entries in them.
+    pub entries: u64,
+    /// Free slots in them (leaves x 64 - entries): CHIME merges no leaves, so a leaf that
+    /// lost its keys keeps its slots.
+    pub free_slots: u64,
 }
 
 /// One thread's handle on a CHIME tree.
