@@ -199,14 +199,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             if let Some(l) = cached.take()
                 && (h.level() + 1 != l || key < h.low_fence || key >= h.high_fence)
             {
-                // A stale cached page: drop it, start one cached level up or at the root.
+                // A stale cached page: drop it, start one cached level up or at the root
+                // (also if the copy is still there: another thread held the cache).
                 self.node.cache_invalidate_at(l, key);
                 if !p.step(self.ep) {
                     return Err(unsettled("cached pages did not settle", &p));
                 }
                 (addr, cached, top) = match self.cached_start(lookup, key) {
-                    Some((a, l)) => (a, Some(l), false),
-                    None => (self.root.get(), None, true),
+                    Some((a, up)) if (a, up) != (at, l) => (a, Some(up), false),
+                    _ => (self.root.get(), None, true),
                 };
                 (from_parent, grown) = (false, false);
                 continue;
