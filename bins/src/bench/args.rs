@@ -328,6 +328,10 @@ pub struct ShermanFlags {
     /// CHIME: no speculative reads (no hotspot cache; all of --cache-mib to the index cache).
     #[arg(long)]
     pub no_speculative: bool,
+    /// CHIME: the index cache holds level-1 pages only, as Sherman's own (not the authors'
+    /// `CACHE_MORE_INTERNAL_NODE`).
+    #[arg(long)]
+    pub no_cache_upper: bool,
 }
 
 impl BenchArgs {

@@ -42,6 +42,42 @@ pub struct Sample {
     pub bytes_in_use: Vec<u64>,
     /// Keys in the index (the live set: `--records` throughout).
     pub live_keys: u64,
+    /// CHIME only: its leaves, counted along the leaf chain when sampled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leaves: Option<LeafCensus>,
+}
+
+/// A census of CHIME's leaves at a sample (`Chime::census`), and its splits so far.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LeafCensus {
+    /// Leaves in the leaf chain.
+    pub leaves: u64,
+    /// Live entries in them.
+    pub entries: u64,
+    /// Free slots in them.
+    pub free_slots: u64,
+    /// Leaf splits of the churn's handle so far (the load's included).
+    pub splits: u64,
+    /// Leaves those splits allocated: with one client and no merges, `leaves` is one more.
+    pub new_leaves: u64,
+}
+
+/// The census of `idx`'s leaves, for an index that has one (CHIME).
+async fn census<E: Endpoint>(idx: &Handle<'_, E>) -> Result<Option<LeafCensus>, String> {
+    let Handle::Chime(c) = idx else {
+        return Ok(None);
+    };
+    let n = c
+        .census()
+        .await
+        .map_err(|e| format!("counting CHIME's leaves: {e}"))?;
+    Ok(Some(LeafCensus {
+        leaves: n.leaves,
+        entries: n.entries,
+        free_slots: n.free_slots,
+        splits: c.stats().splits,
+        new_leaves: c.stats().new_leaves,
+    }))
 }
 
 /// The JSON record of one index's churn run.
@@ -189,11 +225,12 @@ async fn churn<E: Endpoint>(
     let mut key = [0u8; 32];
     let mut val = vec![0u8; a.value_size];
     let mut got = vec![0u8; a.value_size.max(8)];
-    let sample = |done: u64, bytes: Vec<u64>| {
+    let sample = |done: u64, bytes: Vec<u64>, leaves: Option<LeafCensus>| {
         out.borrow_mut().samples.push(Sample {
             ops: done,
             bytes_in_use: bytes,
             live_keys: a.records,
+            leaves,
         })
     };
     for n in 0..a.records {
@@ -205,7 +242,7 @@ async fn churn<E: Endpoint>(
     }
     let mut live: Vec<u64> = (0..a.records).collect();
     let mut rng = Rng::new(a.sim.seed ^ 0xC4_0524);
-    sample(0, cursors(ep).await?);
+    sample(0, cursors(ep).await?, census(&idx).await?);
     let mut pace = Pace::new(a, ops);
     let mut done = 0u64;
     while done < ops {
@@ -227,7 +264,7 @@ async fn churn<E: Endpoint>(
             Err(e) => {
                 // The finding: how far it got, and the bytes in use when it stopped.
                 if let Ok(b) = cursors(ep).await {
-                    sample(done, b);
+                    sample(done, b, None);
                 }
                 pace.finish(out, done);
                 return Err(format!(
@@ -239,7 +276,7 @@ async fn churn<E: Endpoint>(
         done += 1;
         let (now, stop) = pace.after(done);
         if now {
-            sample(done, cursors(ep).await?);
+            sample(done, cursors(ep).await?, census(&idx).await?);
         }
         if stop {
             break;
@@ -401,6 +438,13 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
             "live keys"
         }
     ));
+    let leaves = r.samples.iter().any(|s| s.leaves.is_some());
+    if leaves {
+        head.push_str(&format!(
+            " {:>8} {:>10} {:>10} {:>8} {:>10}",
+            "leaves", "entries", "free slots", "splits", "new leaves"
+        ));
+    }
     let _ = writeln!(out, "{head}");
     for s in &r.samples {
         let mut row = format!("{:>12}", s.ops);
@@ -408,6 +452,12 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
             row.push_str(&format!(" {b:>16}"));
         }
         row.push_str(&format!(" {:>10}", s.live_keys));
+        if let Some(c) = s.leaves {
+            row.push_str(&format!(
+                " {:>8} {:>10} {:>10} {:>8} {:>10}",
+                c.leaves, c.entries, c.free_slots, c.splits, c.new_leaves
+            ));
+        }
         let _ = writeln!(out, "{row}");
     }
     let _ = writeln!(

@@ -51,6 +51,7 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                     combine_commands: !f.no_combination,
                     two_level_versions: !f.no_two_level,
                     index_cache: !a.smart.no_cache,
+                    cache_upper_levels: !f.no_cache_upper,
                     ..base.sherman
                 },
                 hopscotch: !f.no_hopscotch,

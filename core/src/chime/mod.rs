@@ -23,6 +23,10 @@
 //! - **The cache budget** is counted as the authors count it: a cached level-1 page by its
 //!   live entries (`ShermanConfig::cache_charge`, `CacheCharge::LiveEntries`), a hotspot
 //!   entry as 16 bytes.
+//! - **Internal pages above level 1 cached too** (`ShermanConfig::cache_upper_levels`, the
+//!   authors' `CACHE_MORE_INTERNAL_NODE`, on in every run of theirs): a lookup whose level-1
+//!   page is not cached starts at the lowest cached page covering its key, not at the root;
+//!   each cached page costs its live entries as a level-1 page does.
 //!
 //! Beyond CHIME: deletes (an entry freed, its home's bitmap cleared, groups rewritten);
 //! several memory nodes (leaves are allocated on the nodes in turn, each lock on its leaf's
@@ -110,6 +114,9 @@ impl ChimeConfig {
                 // The authors' tree cache counts a cached internal node by its live entries
                 // (their Sherman too: the same code with CHIME's switches off).
                 cache_charge: CacheCharge::LiveEntries,
+                // The authors cache the internal nodes above level 1 too
+                // (`CACHE_MORE_INTERNAL_NODE`, on in all their runs, their Sherman's too).
+                cache_upper_levels: true,
                 ..ShermanConfig::sherman()
             },
             hopscotch: true,
@@ -234,6 +241,9 @@ pub struct ChimeStats {
     pub splits: u64,
     /// Leaves beyond the second made by a split.
     pub extra_leaves: u64,
+    /// Leaves allocated by splits (a split whose entries fit one leaf again, once repacked,
+    /// allocates none).
+    pub new_leaves: u64,
     /// Group READs refused (torn, or neighbouring groups from two moments) and retried.
     pub retries: u64,
     /// Lookups served by another thread's lookup of the key (`delegation`).
@@ -241,6 +251,18 @@ pub struct ChimeStats {
     /// Updates and upserts whose value another thread's write of the key applied
     /// (`combining`).
     pub combined_writes: u64,
+}
+
+/// What a walk along the leaf chain finds ([`Chime::census`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChimeCensus {
+    /// Leaves in the chain.
+    pub leaves: u64,
+    /// Live entries in them.
+    pub entries: u64,
+    /// Free slots in them (leaves x 64 - entries): CHIME merges no leaves, so a leaf that
+    /// lost its keys keeps its slots.
+    pub free_slots: u64,
 }
 
 /// One thread's handle on a CHIME tree.

@@ -270,6 +270,40 @@ impl<'e, E: Endpoint> Chime<'e, E> {
     }
 }
 
+impl<E: Endpoint> Chime<'_, E> {
+    /// Walks the leaf chain from the leftmost leaf, READing every leaf whole: how many
+    /// leaves, live entries and free slots the tree has now (a churn's census; not atomic
+    /// against concurrent writers).
+    pub async fn census(&self) -> Result<super::ChimeCensus, ChimeError> {
+        let mut at = self.locate(0).await?;
+        let mut leaf = [0u8; LEAF_LEN];
+        let mut t = Table::empty();
+        let mut p = self.tree.wait();
+        let mut key = 0;
+        let mut c = super::ChimeCensus::default();
+        loop {
+            let h = self
+                .read_run(at.addr, Run::ALL, false, false, &mut leaf, &mut t)
+                .await?;
+            if !self.follow(key, &h, &mut at, &mut p).await? {
+                continue;
+            }
+            let live = t.live().count() as u64;
+            c.leaves += 1;
+            c.entries += live;
+            c.free_slots += remora_layouts::chime::SLOTS as u64 - live;
+            if h.high == KEY_INFINITY || h.sibling == 0 {
+                return Ok(c);
+            }
+            key = h.high;
+            at = At {
+                addr: GlobalAddr::from_raw(h.sibling),
+                from_parent: false,
+            };
+        }
+    }
+}
+
 fn copy_value(e: &Entry, out: &mut [u8]) -> Result<usize, ChimeError> {
     let len = e.len as usize;
     let got = out.len();

@@ -253,6 +253,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         self.count(|s| {
             s.splits += 1;
             s.extra_leaves += parts.len().saturating_sub(2) as u64;
+            s.new_leaves += parts.len().saturating_sub(1) as u64;
         });
         let mut addrs = vec![addr];
         for _ in 1..parts.len() {

@@ -1,12 +1,19 @@
 //! The index cache: copies of level-1 internal pages (the parents of leaves), keyed by their
-//! low fence, so a lookup goes straight to its leaf in one READ.
+//! low fence, so a lookup goes straight to its leaf in one READ; with `upper` (CHIME's
+//! experiment: the authors' `CACHE_MORE_INTERNAL_NODE`) also the pages above level 1, so a
+//! lookup whose level-1 page is not cached starts its descent at the lowest cached page that
+//! covers its key instead of at the root.
 //!
 //! One per compute node ([`super::node::ShermanNode`]). Only verified images enter the cache: pages a READ proved whole (`PageHeader::decode`:
 //! checksum over the whole internal page) or images this handle wrote itself.
 //!
 //! A cached page can be stale; the leaf's fence keys tell. A leaf whose range is left of the
 //! key sends the reader along the sibling chain (and drops the stale copy); anything else that
-//! does not fit drops the copy and the reader descends from the root.
+//! does not fit drops the copy and the reader descends from the root. A cached upper page is
+//! checked the same way by the page it points to: a child that is not at the level below or
+//! does not cover the key drops the cached copy and the descent starts again one cached level
+//! higher (or at the root), as the authors' `Tree::search` retries after
+//! `TreeCache::invalidate`; the pages read on the way are cached afresh.
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{Geometry, PageHeader, internal_entry};
 use std_alloc::collections::BTreeMap;
@@ -18,15 +25,21 @@ struct Cached {
     page: Vec<u8>,
 }
 
+/// The highest level cached: a tree of 1 KiB pages is a handful of levels high, and a level
+/// byte above this in a verified page is not worth a map.
+const MAX_LEVEL: usize = 16;
+
 pub(super) struct IndexCache {
-    map: BTreeMap<u64, Cached>,
+    /// Per level (index 0: level 1), pages by low fence.
+    levels: Vec<BTreeMap<u64, Cached>>,
+    /// Per level, where the round-robin eviction goes on.
+    cursors: Vec<u64>,
     bytes: usize,
     cap: usize,
     enabled: bool,
+    upper: bool,
     charge: CacheCharge,
-    evict_cursor: u64,
 }
-
 /// What a cached level-1 page costs against the index cache's capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CacheCharge {
@@ -75,15 +88,34 @@ pub(super) fn child_for(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> 
 }
 
 impl IndexCache {
-    pub(super) fn new(enabled: bool, cap: usize, charge: CacheCharge) -> IndexCache {
+    /// A cache of `cap` bytes (`enabled`), pages charged by `charge`; `upper`: pages above
+    /// level 1 too.
+    pub(super) fn new(enabled: bool, cap: usize, charge: CacheCharge, upper: bool) -> IndexCache {
+        let n = if upper { MAX_LEVEL } else { 1 };
         IndexCache {
-            map: BTreeMap::new(),
+            levels: (0..n).map(|_| BTreeMap::new()).collect(),
+            cursors: (0..n).map(|_| 0).collect(),
             bytes: 0,
             cap,
             enabled,
+            upper,
             charge,
-            evict_cursor: 0,
         }
+    }
+
+    /// Whether pages above level 1 are cached.
+    pub(super) fn upper(&self) -> bool {
+        self.enabled && self.upper
+    }
+
+    /// The cached page of `level` covering `key`.
+    fn covering(&self, level: usize, key: u64) -> Option<&Cached> {
+        self.levels
+            .get(level.checked_sub(1)?)?
+            .range(..=key)
+            .next_back()
+            .map(|(_, c)| c)
+            .filter(|c| key < c.high)
     }
 
     /// The leaf a cached level-1 page points `key` to.
@@ -91,38 +123,38 @@ impl IndexCache {
         if !self.enabled {
             return None;
         }
-        self.map
-            .range(..=key)
-            .next_back()
-            .filter(|(_, c)| key < c.high)
-            .and_then(|(_, c)| child_for(&c.page, g, &c.header, key))
+        let c = self.covering(1, key)?;
+        child_for(&c.page, g, &c.header, key)
     }
 
-    /// Remembers a level-1 page just read whole.
+    /// Where a descent to `key` can start without the root: the child that the lowest cached
+    /// page of level 2 or above covering `key` points it to, and that page's level (the
+    /// child is one below). `None` without `upper` or with no such page.
+    pub(super) fn start_for(&self, key: u64, g: &Geometry) -> Option<(GlobalAddr, u8)> {
+        if !self.upper() {
+            return None;
+        }
+        (2..=self.levels.len()).find_map(|level| {
+            let c = self.covering(level, key)?;
+            Some((child_for(&c.page, g, &c.header, key)?, level as u8))
+        })
+    }
+
+    /// Remembers an internal page just read whole: level 1, or any level with `upper`.
     pub(super) fn insert(&mut self, h: &PageHeader, page: &[u8]) {
         let cost = self.charge.of(h, page);
-        if !self.enabled || h.level() != 1 || cost > self.cap {
+        let level = usize::from(h.level());
+        if !self.enabled || level == 0 || level > self.levels.len() || cost > self.cap {
             return;
         }
-        if let Some(old) = self.map.remove(&h.low_fence) {
-            self.bytes -= self.charge.of(&old.header, &old.page);
-        }
+        self.remove(level, h.low_fence);
         while self.bytes + cost > self.cap {
-            // Evict round-robin by key: cheap, no per-access bookkeeping.
-            let victim = self
-                .map
-                .range(self.evict_cursor..)
-                .next()
-                .or_else(|| self.map.iter().next())
-                .map(|(k, _)| *k);
-            let Some(k) = victim else { break };
-            self.evict_cursor = k.wrapping_add(1);
-            if let Some(old) = self.map.remove(&k) {
-                self.bytes -= self.charge.of(&old.header, &old.page);
+            if !self.evict_one() {
+                break;
             }
         }
         self.bytes += cost;
-        self.map.insert(
+        self.levels[level - 1].insert(
             h.low_fence,
             Cached {
                 high: h.high_fence,
@@ -132,13 +164,45 @@ impl IndexCache {
         );
     }
 
-    /// Drops the cached page that covers `key`.
-    pub(super) fn invalidate(&mut self, key: u64) {
-        let k = self.map.range(..=key).next_back().map(|(k, _)| *k);
-        if let Some(k) = k
-            && let Some(old) = self.map.remove(&k)
-        {
+    /// Evicts one page, round-robin by key in the lowest level that has one (the authors'
+    /// eviction samples random keys and so nearly always finds a level-1 page; the few upper
+    /// pages, which every descent passes, go last). False if the cache is empty.
+    fn evict_one(&mut self) -> bool {
+        let Some(i) = self.levels.iter().position(|m| !m.is_empty()) else {
+            return false;
+        };
+        // Cheap, no per-access bookkeeping.
+        let m = &self.levels[i];
+        let victim = m
+            .range(self.cursors[i]..)
+            .next()
+            .or_else(|| m.iter().next())
+            .map(|(k, _)| *k);
+        let Some(k) = victim else { return false };
+        self.cursors[i] = k.wrapping_add(1);
+        self.remove(i + 1, k);
+        true
+    }
+
+    /// Drops the page of `level` whose low fence is `low`, returning what it was charged.
+    fn remove(&mut self, level: usize, low: u64) {
+        if let Some(old) = self.levels[level - 1].remove(&low) {
             self.bytes -= self.charge.of(&old.header, &old.page);
+        }
+    }
+
+    /// Drops the cached level-1 page that covers `key`.
+    pub(super) fn invalidate(&mut self, key: u64) {
+        self.invalidate_at(1, key)
+    }
+
+    /// Drops the cached page of `level` that covers `key` (or the last one left of it).
+    pub(super) fn invalidate_at(&mut self, level: usize, key: u64) {
+        let Some(m) = level.checked_sub(1).and_then(|i| self.levels.get(i)) else {
+            return;
+        };
+        if let Some(k) = m.range(..=key).next_back().map(|(k, _)| *k) {
+            self.remove(level, k);
         }
     }
 
@@ -164,20 +228,20 @@ mod tests {
     fn a_page_costs_its_image_or_its_live_entries_as_the_authors_count() {
         let page = [0u8; 1024];
         // Whole pages: a 2 KiB cache holds two 1 KiB pages, whatever their entries.
-        let mut whole = IndexCache::new(true, 2048, CacheCharge::WholePage);
+        let mut whole = IndexCache::new(true, 2048, CacheCharge::WholePage, false);
         for i in 0..4 {
             whole.insert(&level1(i * 100, 20), &page);
         }
-        assert_eq!((whole.map.len(), whole.bytes()), (2, 2048));
+        assert_eq!((whole.levels[0].len(), whole.bytes()), (2, 2048));
         // Live entries: 8 + 43 + 17 x 20 = 391 bytes a page, five in 2 KiB.
-        let mut live = IndexCache::new(true, 2048, CacheCharge::LiveEntries);
+        let mut live = IndexCache::new(true, 2048, CacheCharge::LiveEntries, false);
         for i in 0..6 {
             live.insert(&level1(i * 100, 20), &page);
         }
-        assert_eq!((live.map.len(), live.bytes()), (5, 5 * 391));
+        assert_eq!((live.levels[0].len(), live.bytes()), (5, 5 * 391));
         // Replacing and dropping a page returns what it was charged.
         live.insert(&level1(500, 30), &page);
         live.invalidate(550);
-        assert_eq!(live.bytes(), live.map.len() * 391);
+        assert_eq!(live.bytes(), live.levels[0].len() * 391);
     }
 }

@@ -172,7 +172,8 @@ pub struct ShermanConfig {
     pub spin_locks: bool,
     /// Non-split writes write back one entry (else the whole page).
     pub two_level_versions: bool,
-    /// Cache level-1 internal pages on the compute node.
+    /// Cache level-1 internal pages on the compute node (and the pages above them with
+    /// `cache_upper_levels`).
     pub index_cache: bool,
     /// Capacity of the index cache in bytes (with `index_cache`), per compute node.
     pub cache_bytes: usize,
@@ -194,6 +195,13 @@ pub struct ShermanConfig {
     /// What a cached page costs against `cache_bytes`: the whole page (Sherman's), or its
     /// live entries as CHIME's authors count them (CHIME's experiment).
     pub cache_charge: CacheCharge,
+    /// The index cache also holds the internal pages above level 1, so a lookup whose
+    /// level-1 page is not cached starts at the lowest cached page covering its key, not at
+    /// the root: CHIME's authors' `CACHE_MORE_INTERNAL_NODE` (`CMakeLists.txt`, on by
+    /// default and left on by every run of `exp/params/common.json`, their Sherman baseline
+    /// included; `include/TreeCache.h`, `src/Tree.cpp` `cache_node`). Off in
+    /// [`ShermanConfig::sherman`]: Sherman's own index cache holds level-1 pages.
+    pub cache_upper_levels: bool,
 }
 
 /// How a reader proves that a READ saw one page image.
@@ -237,6 +245,7 @@ impl ShermanConfig {
             lock_retries: 1_000_000,
             page_check: PageCheck::Checksums,
             cache_charge: CacheCharge::WholePage,
+            cache_upper_levels: false,
         }
     }
 

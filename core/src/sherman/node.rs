@@ -67,6 +67,7 @@ impl LocalLocks {
 pub struct ShermanNode {
     pub(crate) locks: LocalLocks,
     cache: TryRw<IndexCache>,
+    upper: bool,
     handles: AtomicU32,
 }
 
@@ -80,7 +81,9 @@ impl ShermanNode {
                 cfg.index_cache,
                 cfg.cache_bytes,
                 cfg.cache_charge,
+                cfg.cache_upper_levels,
             )),
+            upper: cfg.index_cache && cfg.cache_upper_levels,
             handles: AtomicU32::new(0),
         }
     }
@@ -96,7 +99,31 @@ impl ShermanNode {
         self.cache.read(shard)?.leaf_for(key, g)
     }
 
-    /// Remembers a level-1 page read whole (skipped while another thread changes the cache).
+    /// Where a descent to `key` can start below the root (`IndexCache::start_for`).
+    pub(crate) fn start_for(
+        &self,
+        shard: usize,
+        key: u64,
+        g: &Geometry,
+    ) -> Option<(GlobalAddr, u8)> {
+        self.cache.read(shard)?.start_for(key, g)
+    }
+
+    /// Whether the cache holds pages above level 1 (`ShermanConfig::cache_upper_levels`).
+    pub(crate) fn caches_upper(&self) -> bool {
+        self.upper
+    }
+
+    /// Drops the cached page of `level` covering `key` (skipped while another thread changes
+    /// the cache, as [`Self::cache_invalidate`]).
+    pub(crate) fn cache_invalidate_at(&self, level: u8, key: u64) {
+        if let Some(mut c) = self.cache.write() {
+            c.invalidate_at(usize::from(level), key);
+        }
+    }
+
+    /// Remembers an internal page read whole: level 1, or any with `cache_upper_levels`
+    /// (skipped while another thread changes the cache).
     pub(crate) fn cache_insert(&self, h: &PageHeader, page: &[u8]) {
         if let Some(mut c) = self.cache.write() {
             c.insert(h, page);
@@ -155,6 +182,25 @@ impl NodeCache {
 
     pub(crate) fn cache_insert(&self, h: &PageHeader, page: &[u8]) {
         self.node.cache_insert(h, page)
+    }
+
+    /// Where a descent to `key` can start below the root: a cached page above level 1
+    /// (`ShermanConfig::cache_upper_levels`) points to its child, one level below the
+    /// returned level.
+    pub(crate) fn start_for(&self, key: u64, g: &Geometry) -> Option<(GlobalAddr, u8)> {
+        if !self.enabled {
+            return None;
+        }
+        self.node.start_for(self.shard, key, g)
+    }
+
+    /// Whether pages above level 1 are cached.
+    pub(crate) fn caches_upper(&self) -> bool {
+        self.enabled && self.node.caches_upper()
+    }
+
+    pub(crate) fn cache_invalidate_at(&self, level: u8, key: u64) {
+        self.node.cache_invalidate_at(level, key)
     }
 
     pub(crate) fn cache_invalidate(&self, key: u64) {

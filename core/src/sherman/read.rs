@@ -157,7 +157,14 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// Walks from the root to the page covering `key` at `level`, or (`None`) to the leaf
     /// covering it, whose address is returned without reading the leaf itself (unless the
-    /// root is that leaf). Level-1 pages passed on the way refresh the index cache.
+    /// root is that leaf). Level-1 pages passed on the way refresh the index cache (and the
+    /// pages above them with `cache_upper_levels`).
+    ///
+    /// With `cache_upper_levels`, a descent to a leaf or a level-1 page starts at the child of
+    /// the lowest cached page above level 1 that covers the key. That child must be one
+    /// level below its cached parent and cover the key; if not, the cached copy is stale (the
+    /// child split, or the root grew): it is dropped and the descent starts again one cached
+    /// level higher, or at the root.
     ///
     /// Repairs on the way (a split is finished by whoever notices it unfinished): a root with
     /// a right sibling is a root whose split's client has not grown the tree (yet, or ever —
@@ -175,6 +182,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         // `addr` is the root as we know it / was reached through a parent's child pointer.
         let (mut top, mut from_parent) = (true, false);
         let mut grown = false;
+        // The level of the cached page `addr` was taken from, until `addr` is checked.
+        let lookup = !matches!(level, Some(l) if l > 1);
+        let mut cached = None;
+        if let Some((a, l)) = self.cached_start(lookup, key) {
+            (addr, cached, top) = (a, Some(l), false);
+        }
         loop {
             let h = self.read_page(addr, buf).await?;
             let at = addr;
@@ -183,6 +196,22 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 at,
                 waited_ns: p.waited(self.ep),
             };
+            if let Some(l) = cached.take()
+                && (h.level() + 1 != l || key < h.low_fence || key >= h.high_fence)
+            {
+                // A stale cached page: drop it, start one cached level up or at the root
+                // (also if the copy is still there: another thread held the cache).
+                self.node.cache_invalidate_at(l, key);
+                if !p.step(self.ep) {
+                    return Err(unsettled("cached pages did not settle", &p));
+                }
+                (addr, cached, top) = match self.cached_start(lookup, key) {
+                    Some((a, up)) if (a, up) != (at, l) => (a, Some(up), false),
+                    _ => (self.root.get(), None, true),
+                };
+                (from_parent, grown) = (false, false);
+                continue;
+            }
             if top && h.sibling != 0 && h.low_fence == 0 && !grown {
                 self.refresh_root().await?;
                 if self.root.get() == addr {
@@ -230,7 +259,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             if level == Some(h.level()) || (level.is_none() && h.is_leaf()) {
                 return Ok(addr);
             }
-            if h.level() == 1 {
+            if h.level() == 1 || self.node.caches_upper() {
                 self.ep.charge(Work::Probe(1));
                 self.node.cache_insert(&h, buf);
             }
@@ -244,6 +273,16 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             })?;
             from_parent = true;
         }
+    }
+
+    /// Where a lookup's descent to `key` starts below the root (`cache_upper_levels`): a
+    /// cached page's child and that page's level.
+    fn cached_start(&self, lookup: bool, key: u64) -> Option<(GlobalAddr, u8)> {
+        if !lookup || !self.node.caches_upper() {
+            return None;
+        }
+        self.ep.charge(Work::Probe(1));
+        self.node.start_for(key, &self.g)
     }
 
     /// The leaf for `key`: from the index cache (true), else by walking down (false).

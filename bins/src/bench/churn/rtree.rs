@@ -73,6 +73,7 @@ pub(super) async fn churn<E: Endpoint>(
             ops: done,
             bytes_in_use: bytes,
             live_keys: a.records,
+            leaves: None,
         })
     };
     for n in 0..a.records {
