@@ -242,7 +242,10 @@ fn waiting_readers_park_until_their_leader_publishes() {
     assert!(l.poll(), "the leader publishes");
     // A is woken and leads generation 2 (its read completes at once here), and its
     // publish wakes B.
-    assert!(a.poll_if_woken() && b.poll_if_woken(), "woken by the publishes");
+    assert!(
+        a.poll_if_woken() && b.poll_if_woken(),
+        "woken by the publishes"
+    );
     assert_eq!((a.polls, b.polls), (2, 2));
     assert_eq!(a.out, Some(Ok(Some(8))));
     assert_eq!(b.out, Some(Ok(Some(8))));
@@ -330,8 +333,14 @@ fn waiting_writers_park_until_their_value_is_applied() {
     }
     assert_eq!((a.polls, b.polls), (1, 1), "parked, not polled");
     gate.set(true);
-    assert!(l.poll(), "the leader writes its value, then the latest pending one");
-    assert!(a.poll_if_woken() && b.poll_if_woken(), "both covered by that write");
+    assert!(
+        l.poll(),
+        "the leader writes its value, then the latest pending one"
+    );
+    assert!(
+        a.poll_if_woken() && b.poll_if_woken(),
+        "both covered by that write"
+    );
     assert_eq!((a.polls, b.polls), (2, 2));
     assert_eq!(writes.get(), 2);
     assert_eq!(t.users(&key), 0);

@@ -16,8 +16,12 @@
 //! threads: the table is the node's, [`super::node::ShermanNode`]) that want the same global
 //! lock queue in a local table instead of hammering the NIC; the releasing holder hands the
 //! global lock straight to a local waiter — of any thread of the node — (no unlock, no CAS)
-//! up to `handover_cap` times in a row. The lock word keeps naming the thread that CASed it
-//! until the lock is released: a handed-over holder is covered by that thread's lease.
+//! up to `handover_cap` times in a row. A local waiter parks ([`crate::delegation::park`]):
+//! it leaves its waker under its ticket, and whoever passes the turn on wakes the waiter whose
+//! turn it is (only that one), so a waiter is polled once per hand-over, not at every round
+//! of its executor; a timer at its deadline bounds the wait. The lock word keeps naming the
+//! thread that CASed it until the lock is released: a handed-over holder is covered by that
+//! thread's lease.
 //! So with the table shared, the unit of failure is the compute node (the process, as in
 //! the paper): a thread that dies holding a local turn leaves the node's waiters for that
 //! word to their deadline ([`ShermanError::LockHeld`]), and a waiter of another node that
@@ -590,7 +594,10 @@ mod tests {
         }
         assert!(matches!(
             a.out,
-            Some(Err(ShermanError::LockHeld { waited_ns: 10_001, .. }))
+            Some(Err(ShermanError::LockHeld {
+                waited_ns: 10_001,
+                ..
+            }))
         ));
         crate::block_on::block_on(node.locks.with(lock, |e| {
             assert_eq!(e.parked.len(), 0, "its slot is free");
