@@ -100,7 +100,7 @@ impl<E: Endpoint> Host for Chime<'_, E> {
         }
     }
     fn pause(&self, ns: u64) -> impl core::future::Future<Output = ()> {
-        self.tree.endpoint().pause(ns)
+        self.tree.endpoint().timer(ns)
     }
 }
 

@@ -5,10 +5,11 @@
 //! by the delegation and combining table (this module's parent) and by Sherman's local lock
 //! table (`sherman/lock.rs`).
 //!
-//! On the sim a waiter's wake-up, like any wake-up through a waker, resumes it
-//! `client_poll_ns` later (`poller/src/sim/exec.rs`); a polling waiter saw the change at its
-//! next poll, 0 to `client_poll_ns` after it. Wherever wakers do nothing (the busy-polling
-//! executors of soft and verbs), a parked waiter is simply polled as before.
+//! On the sim a waiter woken by another task runs at the instant of the wake-up
+//! (`poller/src/sim/exec.rs`; by a coroutine of its own task, `client_poll_ns` later); a
+//! polling waiter saw the change at its next poll, 0 to `client_poll_ns` after it. Wherever
+//! wakers do nothing (the busy-polling executors of soft and verbs), a parked waiter is
+//! simply polled as before.
 //!
 //! Every wait stays bounded: a parked waiter also arms a timer at its next lease or deadline
 //! check ([`wait`]), so a dead holder, who wakes nobody, is still found out. The slots are

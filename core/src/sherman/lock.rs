@@ -190,7 +190,7 @@ impl Locks {
                     Poll::Pending => Check::Retry,
                 }
             };
-            match park::wait(check, |ns| ep.pause(ns)).await {
+            match park::wait(check, |ns| ep.timer(ns)).await {
                 Ok(true) => return Ok(Got::HandedOver),
                 Ok(false) => {}
                 Err(e) => return Err(e),

@@ -79,7 +79,7 @@ impl<E: Endpoint> Host for Smart<'_, E> {
         });
     }
     fn pause(&self, ns: u64) -> impl core::future::Future<Output = ()> {
-        self.ep.pause(ns)
+        self.ep.timer(ns)
     }
 }
 
