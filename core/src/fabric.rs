@@ -599,6 +599,14 @@ pub trait Endpoint {
         crate::block_on::yield_now()
     }
 
+    /// A timer of about `ns` nanoseconds for a coroutine that waits to be woken (a parked
+    /// waiter's next lease check): unlike [`Endpoint::pause`] it settles no CPU work of the
+    /// caller's (on the sim, the work stays owed until the coroutine's next post). The
+    /// default is [`Endpoint::pause`].
+    fn timer(&self, ns: u64) -> impl Future<Output = ()> {
+        self.pause(ns)
+    }
+
     /// States CPU work the calling coroutine just did (see [`crate::work`]). Synchronous
     /// and free by default: fabrics on real CPUs (soft, verbs) charge nothing, since the
     /// work really took its time. The sim makes it CPU debt of the calling coroutine, paid on

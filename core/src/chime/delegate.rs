@@ -99,6 +99,9 @@ impl<E: Endpoint> Host for Chime<'_, E> {
             Counted::TakenOver => {}
         }
     }
+    fn pause(&self, ns: u64) -> impl core::future::Future<Output = ()> {
+        self.tree.endpoint().timer(ns)
+    }
 }
 
 impl<'e, E: Endpoint> Chime<'e, E> {

@@ -18,10 +18,11 @@
 //! Sharing between threads: the table is split into buckets of [`PROBE`] entries, each under
 //! a try-lock held only between awaits (a few hundred nanoseconds), never across one; a
 //! coroutine that finds its bucket busy yields to its executor and polls again, so no thread
-//! ever blocks on another. Waiting on a leader of another thread is polled through the
-//! executor (`yield_now`, which the sim charges as a busy-poll iteration). A leader that makes
-//! no progress for a lease (the host's lease, on the waiter's own clock, or its attempt cap on
-//! fabrics without one) — a thread that died mid-READ, or a future dropped halfway — is
+//! ever blocks on another. A waiter parks ([`park`]): it leaves its waker in the entry, and
+//! the leader wakes the entry's waiters when it publishes, applies or ends (a waiter is not
+//! polled while the read or write it waits for is in flight), with a timer at its next lease
+//! check ([`Host::pause`]). A leader that makes no progress for a lease (the host's lease, on
+//! the waiter's own clock, or its attempt cap on fabrics without one) — a thread that died mid-READ, or a future dropped halfway — is
 //! replaced: a waiter becomes the leader with a new generation and releases the old leader's
 //! user count for it, and the old leader, should it come back, publishes nothing and releases
 //! nothing (its generation is gone). A user whose operation is dropped halfway (its future
@@ -31,7 +32,14 @@
 use crate::block_on::yield_now;
 use crate::lease::LeaseConfig;
 use crate::smart::shared::{TryLock, TryLockGuard};
+use core::future::Future;
+use park::{Check, Parked};
 use std_alloc::vec::Vec;
+
+pub(crate) mod park;
+
+/// Coroutines that can park on one entry (more poll: they are served all the same).
+const PARKED: usize = 8;
 
 /// Entries per bucket: a key's entry is in its home bucket or nowhere.
 pub(crate) const PROBE: usize = 8;
@@ -128,6 +136,11 @@ pub(crate) trait Host {
     fn value_cap(&self) -> usize;
     /// Counts one event.
     fn count(&self, what: Counted);
+    /// Lets the waiter's other coroutines run for about `ns` (the timer of a parked waiter,
+    /// at its next lease check); the default yields once (then the waiter polls).
+    fn pause(&self, _ns: u64) -> impl Future<Output = ()> {
+        yield_now()
+    }
 }
 
 /// Events a [`Host`] counts.
@@ -159,6 +172,8 @@ struct Entry<F: Flavor> {
     applied_seq: u64,
     applied: Result<bool, F::Error>,
     pending_val: F::Value,
+    /// Readers and writers waiting on this entry, woken when it changes.
+    parked: Parked<PARKED>,
 }
 
 impl<F: Flavor> Entry<F> {
@@ -178,6 +193,7 @@ impl<F: Flavor> Entry<F> {
             applied_seq: 0,
             applied: Ok(false),
             pending_val: F::Value::with_capacity(value_cap),
+            parked: Parked::default(),
         }
     }
 
@@ -194,11 +210,12 @@ impl<F: Flavor> Entry<F> {
     }
 
     /// Records what the write of sequence number `seq` returned (a later one already
-    /// recorded stays).
+    /// recorded stays), and wakes the waiters (the ones it covered return).
     fn apply(&mut self, seq: u64, r: Result<bool, F::Error>) {
         if seq > self.applied_seq {
             self.applied_seq = seq;
             self.applied = r;
+            self.parked.wake_all();
         }
     }
 }
@@ -254,6 +271,8 @@ impl<F: Flavor> Drop for Claim<'_, F> {
             Some(Lead::Read(gen_)) if e.reading && e.read_gen == gen_ => {
                 e.reading = false;
                 e.users -= 1;
+                // One of the waiters leads now.
+                e.parked.wake_all();
             }
             // Replaced as the read leader (the replacer released our count), or a write
             // leader (its replacer will).
@@ -292,6 +311,14 @@ impl Stuck {
         }
         self.polls = self.polls.saturating_add(1);
         now.saturating_sub(self.since) >= lease.lease_ns || self.polls > lease.max_attempts
+    }
+
+    /// Nanoseconds (at least 1) until the generation being watched has led for a lease.
+    fn left(&self, now: u64, lease: &LeaseConfig) -> u64 {
+        lease
+            .lease_ns
+            .saturating_sub(now.saturating_sub(self.since))
+            .max(1)
     }
 }
 
@@ -364,6 +391,8 @@ impl<F: Flavor> Table<F> {
         e.pending = None;
         e.pending_seq = 0;
         e.applied_seq = 0;
+        // Nobody waits on an entry without users.
+        e.parked.clear();
         Some((At(b, i), f(e)))
     }
 
@@ -371,6 +400,32 @@ impl<F: Flavor> Table<F> {
     async fn with<R>(&self, at: At, f: impl FnOnce(&mut Entry<F>) -> R) -> R {
         let mut g = self.lock(at.0).await;
         f(&mut g[at.1])
+    }
+
+    /// Waits on the claimed entry `at`: `decide` runs under its bucket's lock, with the
+    /// waiter's clock, at once and each time the waiter is woken or its timer fires; `Ok`
+    /// ends the wait, `Err(ns)` parks the waiter in the entry (woken by whoever changes
+    /// it next) with a timer of `ns` (its next lease check).
+    async fn park<R>(
+        &self,
+        at: At,
+        host: &impl Host,
+        mut decide: impl FnMut(&mut Entry<F>, u64) -> Result<R, u64>,
+    ) -> R {
+        let check = |cx: &mut core::task::Context<'_>| {
+            let now = host.now_ns();
+            let Some(mut g) = self.buckets[at.0].try_lock() else {
+                return Check::Retry;
+            };
+            let e = &mut g[at.1];
+            match decide(e, now) {
+                Ok(r) => Check::Done(r),
+                Err(ns) if e.parked.park(0, cx.waker()) => Check::Park(ns),
+                // Every slot taken: poll.
+                Err(_) => Check::Retry,
+            }
+        };
+        park::wait(check, |ns| host.pause(ns)).await
     }
 
     /// Users counted on `key`'s entries (tests).
@@ -436,19 +491,19 @@ impl<F: Flavor> Table<F> {
                         }
                         e.reading = false;
                         e.users -= 1;
+                        // Served, or one of them leads next.
+                        e.parked.wake_all();
                     }
                 })
                 .await;
                 claim.armed = false;
                 return r;
             }
-            yield_now().await;
-            let now = host.now_ns();
             let served = self
-                .with(at, |e| {
+                .park(at, host, |e, now| {
                     if e.done_gen >= my_gen {
                         e.users -= 1;
-                        return Some(copy_out::<F>(e.result, e.value.get(), out));
+                        return Ok(Some(copy_out::<F>(e.result, e.value.get(), out)));
                     }
                     if !e.reading {
                         // A fresh generation, opened after every waiter it will serve
@@ -457,7 +512,9 @@ impl<F: Flavor> Table<F> {
                         e.read_gen += 1;
                         my_gen = e.read_gen;
                         leader = true;
-                    } else if stuck.expired(e.read_gen, now, &lease) {
+                        return Ok(None);
+                    }
+                    if stuck.expired(e.read_gen, now, &lease) {
                         // The leader made no progress for a lease: lead a new read, and
                         // release its user count (it releases nothing if it comes back).
                         e.users -= 1;
@@ -465,8 +522,10 @@ impl<F: Flavor> Table<F> {
                         my_gen = e.read_gen;
                         leader = true;
                         host.count(Counted::TakenOver);
+                        return Ok(None);
                     }
-                    None
+                    // Parked until the leader publishes or ends, or its lease check.
+                    Err(stuck.left(now, &lease))
                 })
                 .await;
             if let Some(r) = served {
@@ -548,21 +607,21 @@ impl<F: Flavor> Table<F> {
                     if e.write_gen == my_gen {
                         e.writing = false;
                         e.users -= 1;
+                        // One of the waiters leads next.
+                        e.parked.wake_all();
                     }
                 })
                 .await;
                 claim.armed = false;
                 return r;
             }
-            yield_now().await;
-            let now = host.now_ns();
             let served = self
-                .with(at, |e| {
+                .park(at, host, |e, now| {
                     if let Some(s) = my_seq
                         && e.applied_seq >= s
                     {
                         e.users -= 1;
-                        return Some(e.applied);
+                        return Ok(Some(e.applied));
                     }
                     let take_over = e.writing && stuck.expired(e.write_gen, now, &lease);
                     if !e.writing || take_over {
@@ -586,9 +645,17 @@ impl<F: Flavor> Table<F> {
                             e.writing = true;
                             e.write_gen += 1;
                             my_gen = e.write_gen;
+                            return Ok(None);
                         }
                     }
-                    None
+                    // Parked until a write is applied or the leader ends, or its lease
+                    // check (with nobody writing, the lease: the writer that took the
+                    // latest value leads, and ends the wait).
+                    Err(if e.writing {
+                        stuck.left(now, &lease)
+                    } else {
+                        lease.lease_ns.max(1)
+                    })
                 })
                 .await;
             if let Some(r) = served {

@@ -181,3 +181,167 @@ fn a_full_bucket_sends_the_reader_direct() {
     assert!(empty.buckets.is_empty());
     assert!(claim(&empty, 1).is_none());
 }
+
+/// A clock the test moves; a leader counts as stuck after 1 µs of it.
+struct Clocked {
+    clock: park::testing::Clock,
+    takeovers: Cell<u32>,
+}
+
+impl Host for Clocked {
+    fn now_ns(&self) -> u64 {
+        self.clock.now.get()
+    }
+    fn lease(&self) -> LeaseConfig {
+        LeaseConfig {
+            lease_ns: 1_000,
+            ..LeaseConfig::default()
+        }
+    }
+    fn value_cap(&self) -> usize {
+        8
+    }
+    fn count(&self, what: Counted) {
+        if matches!(what, Counted::TakenOver) {
+            self.takeovers.set(self.takeovers.get() + 1);
+        }
+    }
+    fn pause(&self, ns: u64) -> impl Future<Output = ()> {
+        self.clock.timer(ns)
+    }
+}
+
+/// Readers waiting for a read in flight are not polled while it is in flight (they were
+/// polled at every executor round, every 50 ns on the sim, before they parked): each is
+/// polled once to park and once when its leader publishes.
+#[test]
+fn waiting_readers_park_until_their_leader_publishes() {
+    use park::testing::Task;
+    let t = Table::<Test>::with_entries(16, 8);
+    let host = Clocked {
+        clock: Default::default(),
+        takeovers: Cell::new(0),
+    };
+    let key = 4u64.to_be_bytes();
+    let gate = Cell::new(false);
+    let mut outs = [[0u8; 8]; 3];
+    let [o_l, o_a, o_b] = &mut outs;
+    let mut l = Task::new(t.get(&host, &key, o_l, async |o: &mut [u8]| gated(&gate, o).await));
+    assert!(!l.poll(), "leads, its read in flight");
+    // They arrived during generation 1: generation 2 serves them, read by one of them.
+    let mut a = Task::new(t.get(&host, &key, o_a, async |o: &mut [u8]| gated(&gate, o).await));
+    let mut b = Task::new(t.get(&host, &key, o_b, async |o: &mut [u8]| gated(&gate, o).await));
+    assert!(!a.poll() && !b.poll());
+    // 400 ns of executor rounds, the leader's read still in flight: nobody wakes them.
+    for _ in 0..8 {
+        host.clock.now.set(host.clock.now.get() + 50);
+        assert!(!a.poll_if_woken() && !b.poll_if_woken());
+    }
+    assert_eq!((a.polls, b.polls), (1, 1), "parked, not polled");
+    gate.set(true);
+    assert!(l.poll(), "the leader publishes");
+    // A is woken and leads generation 2 (its read completes at once here), and its
+    // publish wakes B.
+    assert!(
+        a.poll_if_woken() && b.poll_if_woken(),
+        "woken by the publishes"
+    );
+    assert_eq!((a.polls, b.polls), (2, 2));
+    assert_eq!(a.out, Some(Ok(Some(8))));
+    assert_eq!(b.out, Some(Ok(Some(8))));
+    assert_eq!(host.takeovers.get(), 0);
+    assert_eq!(t.users(&key), 0);
+}
+
+/// A parked reader whose leader died (its read never ends, nobody wakes the reader) is
+/// still woken by its timer at the leader's lease, and leads a read of its own then.
+#[test]
+fn a_parked_reader_replaces_a_dead_leader_at_its_lease() {
+    use park::testing::Task;
+    let t = Table::<Test>::with_entries(16, 8);
+    let host = Clocked {
+        clock: Default::default(),
+        takeovers: Cell::new(0),
+    };
+    host.clock.now.set(10_000);
+    let key = 5u64.to_be_bytes();
+    let (dead, open) = (Cell::new(false), Cell::new(true));
+    let mut outs = [[0u8; 8]; 2];
+    let [o_l, o_w] = &mut outs;
+    let mut l = Task::new(t.get(&host, &key, o_l, async |o: &mut [u8]| gated(&dead, o).await));
+    assert!(!l.poll());
+    let mut w = Task::new(t.get(&host, &key, o_w, async |o: &mut [u8]| gated(&open, o).await));
+    assert!(!w.poll());
+    let due = host.clock.due.get().expect("a parked waiter arms a timer");
+    assert_eq!(due, 11_000, "at the leader's lease on the waiter's clock");
+    // Rounds up to just before the lease: nothing wakes it.
+    for _ in 0..19 {
+        host.clock.now.set(host.clock.now.get() + 50);
+        assert!(!w.poll_if_woken());
+    }
+    assert_eq!(w.polls, 1);
+    // The timer's event (the sim polls the task then).
+    host.clock.now.set(due);
+    let mut rounds = 0;
+    while !w.poll_if_woken() {
+        if rounds == 0 {
+            w.poll();
+        }
+        rounds += 1;
+        assert!(rounds < 3, "leads once its timer fired");
+    }
+    assert_eq!(w.out, Some(Ok(Some(8))));
+    assert_eq!(host.takeovers.get(), 1);
+    assert!(w.polls <= 3, "{} polls", w.polls);
+    // The dead leader's claim, dropped (its thread unwound), leaves the entry free.
+    drop(l);
+    assert_eq!(t.users(&key), 0);
+}
+
+/// Writers whose values wait for a write in flight are not polled until it is applied.
+#[test]
+fn waiting_writers_park_until_their_value_is_applied() {
+    use park::testing::Task;
+    let t = Table::<Test>::with_entries(16, 8);
+    let host = Clocked {
+        clock: Default::default(),
+        takeovers: Cell::new(0),
+    };
+    let key = 6u64.to_be_bytes();
+    let gate = Cell::new(false);
+    let writes = Cell::new(0u32);
+    let write = async |_: (), _: &[u8]| {
+        core::future::poll_fn(|_| {
+            if gate.get() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        writes.set(writes.get() + 1);
+        Ok(true)
+    };
+    let mut l = Task::new(t.write(&host, &key, (), &[1; 8], write));
+    assert!(!l.poll());
+    let mut a = Task::new(t.write(&host, &key, (), &[2; 8], write));
+    let mut b = Task::new(t.write(&host, &key, (), &[3; 8], write));
+    assert!(!a.poll() && !b.poll());
+    for _ in 0..8 {
+        host.clock.now.set(host.clock.now.get() + 50);
+        assert!(!a.poll_if_woken() && !b.poll_if_woken());
+    }
+    assert_eq!((a.polls, b.polls), (1, 1), "parked, not polled");
+    gate.set(true);
+    assert!(
+        l.poll(),
+        "the leader writes its value, then the latest pending one"
+    );
+    assert!(
+        a.poll_if_woken() && b.poll_if_woken(),
+        "both covered by that write"
+    );
+    assert_eq!((a.polls, b.polls), (2, 2));
+    assert_eq!(writes.get(), 2);
+    assert_eq!(t.users(&key), 0);
+}

@@ -16,8 +16,12 @@
 //! threads: the table is the node's, [`super::node::ShermanNode`]) that want the same global
 //! lock queue in a local table instead of hammering the NIC; the releasing holder hands the
 //! global lock straight to a local waiter — of any thread of the node — (no unlock, no CAS)
-//! up to `handover_cap` times in a row. The lock word keeps naming the thread that CASed it
-//! until the lock is released: a handed-over holder is covered by that thread's lease.
+//! up to `handover_cap` times in a row. A local waiter parks ([`crate::delegation::park`]):
+//! it leaves its waker under its ticket, and whoever passes the turn on wakes the waiter whose
+//! turn it is (only that one), so a waiter is polled once per hand-over, not at every round
+//! of its executor; a timer at its deadline bounds the wait. The lock word keeps naming the
+//! thread that CASed it until the lock is released: a handed-over holder is covered by that
+//! thread's lease.
 //! So with the table shared, the unit of failure is the compute node (the process, as in
 //! the paper): a thread that dies holding a local turn leaves the node's waiters for that
 //! word to their deadline ([`ShermanError::LockHeld`]), and a waiter of another node that
@@ -25,13 +29,19 @@
 //! lock over. Per-thread state (`Sherman::create`/`open`) keeps the unit a thread.
 use super::ShermanError;
 use super::node::ShermanNode;
-use crate::block_on::yield_now;
+use crate::delegation::park::{self, Check, Parked};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
 use crate::lease::{LeaseConfig, Verdict, Waiter, holder, owner_word};
 use core::cell::Cell;
+use core::future::Future;
+use core::pin::pin;
+use core::task::{Context, Poll};
 use remora_layouts::GlobalAddr;
 use std_alloc::collections::BTreeSet;
 use std_alloc::sync::Arc;
+
+/// Waiters of one lock word that park (the ones behind them poll until a slot frees).
+const PARKED: usize = 4;
 
 /// One global lock word as this compute node sees it: a ticket queue (FIFO, so a coroutine
 /// that just released cannot barge ahead of the ones waiting), and whether the node holds the
@@ -44,6 +54,9 @@ pub(crate) struct LocalLock {
     handovers: u32,
     /// Tickets whose coroutine gave up waiting; skipped when their turn comes.
     abandoned: BTreeSet<u64>,
+    /// Waiters parked for their turn, under their tickets: the one whose turn comes is woken
+    /// (only it), by whoever passes the turn on.
+    parked: Parked<PARKED>,
 }
 
 impl LocalLock {
@@ -51,12 +64,14 @@ impl LocalLock {
     fn waiting(&self) -> u64 {
         self.next - self.serving - 1 - self.abandoned.len() as u64
     }
-    /// The turn passes to the next ticket still wanted.
+    /// The turn passes to the next ticket still wanted, whose waiter is woken.
     fn pass_on(&mut self) {
         self.serving += 1;
         while self.abandoned.remove(&self.serving) {
             self.serving += 1;
         }
+        let serving = self.serving;
+        self.parked.wake_if(|ticket| ticket <= serving);
     }
 }
 
@@ -140,35 +155,45 @@ impl Locks {
                     e.next - 1
                 })
                 .await;
+            // Parked until our turn (the holder that passes it wakes us), bounded by the
+            // deadline (a timer) and the attempt cap (looks at the queue).
             let mut spins = 0u32;
             let mut start = None;
-            loop {
+            let check = |cx: &mut Context<'_>| {
                 let now = ep.now_ns();
-                let turn = table
-                    .with(lock, |e| {
-                        if e.serving == ticket {
-                            return Some(Ok(e.global));
-                        }
-                        spins = spins.saturating_add(1);
-                        let waited = now.saturating_sub(*start.get_or_insert(now));
-                        if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
-                            e.abandoned.insert(ticket);
-                            return Some(Err(ShermanError::LockHeld {
-                                lock,
-                                holder: self.client,
-                                word: 0,
-                                waited_ns: waited,
-                            }));
-                        }
-                        None
-                    })
-                    .await;
-                match turn {
-                    Some(Ok(true)) => return Ok(Got::HandedOver),
-                    Some(Ok(false)) => break,
-                    Some(Err(e)) => return Err(e),
-                    None => yield_now().await,
+                let waker = cx.waker();
+                let look = pin!(table.with(lock, |e| {
+                    if e.serving == ticket {
+                        return Check::Done(Ok(e.global));
+                    }
+                    spins = spins.saturating_add(1);
+                    let waited = now.saturating_sub(*start.get_or_insert(now));
+                    if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
+                        e.abandoned.insert(ticket);
+                        e.parked.forget(ticket);
+                        return Check::Done(Err(ShermanError::LockHeld {
+                            lock,
+                            holder: self.client,
+                            word: 0,
+                            waited_ns: waited,
+                        }));
+                    }
+                    if e.parked.park(ticket, waker) {
+                        Check::Park(self.lease.deadline_ns - waited + 1)
+                    } else {
+                        Check::Retry
+                    }
+                }));
+                // The bucket busy: its lock's future has asked for another poll.
+                match look.poll(&mut Context::from_waker(waker)) {
+                    Poll::Ready(c) => c,
+                    Poll::Pending => Check::Retry,
                 }
+            };
+            match park::wait(check, |ns| ep.timer(ns)).await {
+                Ok(true) => return Ok(Got::HandedOver),
+                Ok(false) => {}
+                Err(e) => return Err(e),
             }
         }
         let r = self.acquire_global(ep, lock, seen).await;
@@ -466,5 +491,118 @@ mod tests {
         let first = w.observe(42, 6);
         assert_eq!(first, Verdict::Wait(c.min_backoff_ns));
         assert_eq!(w.observe(42, 7), Verdict::Wait(2 * c.min_backoff_ns));
+    }
+
+    /// A fabric whose clock and timers the test drives.
+    #[derive(Default)]
+    struct Clocked {
+        clock: crate::delegation::park::testing::Clock,
+        qp: Recorder,
+    }
+
+    impl Endpoint for Clocked {
+        type Qp = Recorder;
+        fn qp(&self, _node: NodeId) -> Result<&Recorder, FabricError> {
+            Ok(&self.qp)
+        }
+        fn nodes(&self) -> &[NodeId] {
+            &[0]
+        }
+        fn now_ns(&self) -> u64 {
+            self.clock.now.get()
+        }
+        fn pause(&self, ns: u64) -> impl Future<Output = ()> {
+            self.clock.timer(ns)
+        }
+    }
+
+    /// Hierarchical locks of one node with a deadline of 10 µs for a local turn.
+    fn local(node: &Arc<ShermanNode>) -> Locks {
+        let lease = LeaseConfig {
+            deadline_ns: 10_000,
+            ..LeaseConfig::default_lease()
+        };
+        Locks::new(7, true, true, true, 8, lease, node.clone())
+    }
+
+    /// The turn passes on as `release` passes it after a hand-over.
+    fn hand_over(node: &ShermanNode, lock: GlobalAddr) {
+        crate::block_on::block_on(node.locks.with(lock, |e| {
+            e.global = true;
+            e.pass_on();
+        }));
+    }
+
+    /// Local waiters park: not polled while the lock is held (they were polled at every
+    /// executor round, every 50 ns on the sim, before), and only the waiter whose turn comes
+    /// is woken, once per hand-over.
+    #[test]
+    fn a_local_waiter_is_polled_once_per_hand_over() {
+        use crate::delegation::park::testing::Task;
+        let node = Arc::new(ShermanNode::new(&super::super::ShermanConfig::sherman()));
+        let locks = local(&node);
+        let ep = Clocked::default();
+        let lock = GlobalAddr::device(0, 64);
+        // Ticket 0 holds the lock word (and the global lock).
+        crate::block_on::block_on(node.locks.with(lock, |e| {
+            e.next = 1;
+            e.global = true;
+        }));
+        let mut a = Task::new(locks.acquire(&ep, lock, None));
+        let mut b = Task::new(locks.acquire(&ep, lock, None));
+        assert!(!a.poll() && !b.poll());
+        for _ in 0..100 {
+            ep.clock.now.set(ep.clock.now.get() + 50);
+            assert!(!a.poll_if_woken() && !b.poll_if_woken());
+        }
+        assert_eq!((a.polls, b.polls), (1, 1), "parked, not polled");
+        hand_over(&node, lock);
+        assert!(a.poll_if_woken(), "a's turn: woken");
+        assert!(!b.poll_if_woken());
+        assert_eq!(b.polls, 1, "b's turn has not come: not woken");
+        assert!(matches!(a.out, Some(Ok(Got::HandedOver))));
+        hand_over(&node, lock);
+        assert!(b.poll_if_woken());
+        assert!(matches!(b.out, Some(Ok(Got::HandedOver))));
+        assert_eq!((a.polls, b.polls), (2, 2));
+        assert_eq!(ep.qp.posts.borrow().len(), 0, "no verb");
+    }
+
+    /// A parked waiter whose holder died (nobody passes the turn on) is woken by its timer at
+    /// its deadline, gives its ticket up, and the turn skips it.
+    #[test]
+    fn a_parked_local_waiter_of_a_dead_holder_ends_at_its_deadline() {
+        use crate::delegation::park::testing::Task;
+        let node = Arc::new(ShermanNode::new(&super::super::ShermanConfig::sherman()));
+        let locks = local(&node);
+        let ep = Clocked::default();
+        ep.clock.now.set(1_000);
+        let lock = GlobalAddr::device(0, 128);
+        crate::block_on::block_on(node.locks.with(lock, |e| {
+            e.next = 1;
+            e.global = true;
+        }));
+        let mut a = Task::new(locks.acquire(&ep, lock, None));
+        assert!(!a.poll());
+        let due = ep.clock.due.get().expect("a timer at the deadline");
+        assert_eq!(due, 1_000 + 10_001);
+        ep.clock.now.set(due);
+        // The timer's event polls the task; the deadline check follows at its next poll.
+        a.poll();
+        while !a.poll_if_woken() {
+            assert!(a.polls < 5, "ends once its timer fired");
+        }
+        assert!(matches!(
+            a.out,
+            Some(Err(ShermanError::LockHeld {
+                waited_ns: 10_001,
+                ..
+            }))
+        ));
+        crate::block_on::block_on(node.locks.with(lock, |e| {
+            assert_eq!(e.parked.len(), 0, "its slot is free");
+            e.pass_on();
+            assert_eq!(e.serving, 2, "its ticket is skipped");
+        }));
     }
 }

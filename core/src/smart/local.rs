@@ -78,6 +78,9 @@ impl<E: Endpoint> Host for Smart<'_, E> {
             Counted::TakenOver => &self.stats.leader_takeovers,
         });
     }
+    fn pause(&self, ns: u64) -> impl core::future::Future<Output = ()> {
+        self.ep.timer(ns)
+    }
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {

@@ -3,8 +3,10 @@
 //!
 //! The engine wakes a task directly (by id) when the verb, receive or sleep it waits for
 //! completes, so the hot path needs no waker traffic. Futures that wake themselves through
-//! their `Waker` (e.g. `yield_now`, or a channel between coroutines) are resumed after
-//! `client_poll_ns` of virtual time: a busy-poll loop advances the clock instead of freezing it.
+//! their `Waker` (e.g. `yield_now`, or a channel between coroutines of one task) are resumed
+//! after `client_poll_ns` of virtual time: a busy-poll loop advances the clock instead of
+//! freezing it. A task woken through its waker by another task (a parked waiter woken by the
+//! holder that released what it waits for) is ready at once, in the order of the wake-ups.
 use super::engine::{Ev, NO_TASK, Notice};
 use super::model::Ps;
 use super::qp::WorldRef;
@@ -44,8 +46,14 @@ impl Wake for ForeignWake {
             return;
         }
         // On the thread running this executor (every wake-up of a simulation, in practice):
-        // its own list, without a lock.
+        // its own list, without a lock. A wake-up by another task (a parked waiter woken by
+        // the holder that released what it waits for) runs it at this instant; a task's own
+        // (a busy-poll loop) after `client_poll_ns`.
         if RUNNING.with(|r| r.get()) == Arc::as_ptr(&self.list) {
+            if POLLING.with(|p| p.get()) != self.id {
+                NOW.with_borrow_mut(|l| l.push(self.id));
+                return;
+            }
             self.listed.store(true, Ordering::Release);
             LOCAL.with_borrow_mut(|l| l.push(self.id));
             return;
@@ -65,6 +73,10 @@ thread_local! {
     /// its wakers listed from this thread since it last took them, in order.
     static RUNNING: Cell<*const WakeList> = const { Cell::new(std::ptr::null()) };
     static LOCAL: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
+    /// The task being polled on this thread (`NO_TASK` between polls).
+    static POLLING: Cell<u32> = const { Cell::new(NO_TASK) };
+    /// Tasks woken by other tasks since the executor last took them: ready at once.
+    static NOW: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Makes an executor's wake list this thread's for one `run` (unless another run is
@@ -89,6 +101,8 @@ impl Drop for Running {
     fn drop(&mut self) {
         let Some(list) = self.0.take() else { return };
         RUNNING.with(|r| r.set(std::ptr::null()));
+        // Wake-ups by other tasks not yet taken: the next run schedules them.
+        NOW.with_borrow_mut(|n| LOCAL.with_borrow_mut(|l| l.append(n)));
         LOCAL.with_borrow_mut(|l| {
             if l.is_empty() {
                 return;
@@ -186,7 +200,10 @@ impl<'a> Executor<'a> {
             return;
         };
         let mut cx = Context::from_waker(&self.wakers[i]);
-        if f.as_mut().poll(&mut cx).is_ready() {
+        POLLING.with(|p| p.set(t));
+        let done = f.as_mut().poll(&mut cx).is_ready();
+        POLLING.with(|p| p.set(NO_TASK));
+        if done {
             self.tasks[i] = None;
             if self.user[i] {
                 self.user_live -= 1;
@@ -302,6 +319,17 @@ impl<'a> Executor<'a> {
             }
             woken.clear();
             self.woken = woken;
+            if own {
+                NOW.with_borrow_mut(|l| {
+                    for &t in l.iter() {
+                        wb.make_ready(t);
+                    }
+                    l.clear();
+                });
+                if !wb.ready.is_empty() {
+                    continue;
+                }
+            }
             if until_done && self.user_live == 0 {
                 return Stop::AllDone;
             }

@@ -505,6 +505,17 @@ impl Endpoint for SimEndpoint {
             }
         }
     }
+    /// A virtual-time timer of `ns` (at least 1) from now; the coroutine's CPU debt stays
+    /// owed.
+    fn timer(&self, ns: u64) -> impl Future<Output = ()> {
+        let w = self.w.clone();
+        async move {
+            if let Some(w) = w {
+                let until = w.borrow().now + ns.max(1) * 1000;
+                super::cluster::sleep_until(w, until).await;
+            }
+        }
+    }
     /// Makes `work` CPU debt of the calling coroutine (model parameters `client_*`, times
     /// `client_cpu_scale`): paid on this client thread's CPU, after its other coroutines'
     /// work, before the coroutine's next post, receive or pause, or at
