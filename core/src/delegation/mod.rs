@@ -167,6 +167,8 @@ struct Entry<F: Flavor> {
     writing: bool,
     /// Generation of the current write leader (a waiter that replaces a stuck one bumps it).
     write_gen: u64,
+    /// The write generation whose leader's future was dropped halfway (0: none).
+    write_abandoned: u64,
     pending: Option<F::Kind>,
     pending_seq: u64,
     applied_seq: u64,
@@ -188,6 +190,7 @@ impl<F: Flavor> Entry<F> {
             value: F::Value::with_capacity(value_cap),
             writing: false,
             write_gen: 0,
+            write_abandoned: 0,
             pending: None,
             pending_seq: 0,
             applied_seq: 0,
@@ -236,7 +239,8 @@ struct At(usize, usize);
 #[derive(Clone, Copy)]
 enum Lead {
     Read(u64),
-    Write,
+    /// A write leader of this generation.
+    Write(u64),
 }
 
 /// A user's claim on an entry while its operation runs. Dropped armed (the operation's
@@ -274,8 +278,14 @@ impl<F: Flavor> Drop for Claim<'_, F> {
                 // One of the waiters leads now.
                 e.parked.wake_all();
             }
+            // A write leader dropped halfway: it will never write again, so a waiter may
+            // replace it after a lease (a WRITE it had posted has landed by then).
+            Some(Lead::Write(gen_)) if e.writing && e.write_gen == gen_ => {
+                e.write_abandoned = gen_;
+                e.parked.wake_all();
+            }
             // Replaced as the read leader (the replacer released our count), or a write
-            // leader (its replacer will).
+            // leader (its replacer did).
             Some(_) => {}
         }
     }
@@ -298,9 +308,17 @@ impl Stuck {
         }
     }
 
-    /// True once generation `leader` has led for a lease of this waiter's watching (or for
-    /// `max_attempts` polls).
+    /// True once generation `leader` has led for a lease of this waiter's watching (or, on a
+    /// fabric without a clock, for `max_attempts` polls).
     fn expired(&mut self, leader: u64, now: u64, lease: &LeaseConfig) -> bool {
+        self.expired_after(leader, now, lease.lease_ns, lease)
+    }
+
+    /// True once generation `leader` has led for `bound_ns` of this waiter's watching (or,
+    /// on a fabric without a clock, where `now` stays 0, for `max_attempts` polls). Polls
+    /// never count where there is a clock: a waiter that polls fast would otherwise replace a
+    /// live leader that was only descheduled for a few milliseconds.
+    fn expired_after(&mut self, leader: u64, now: u64, bound_ns: u64, lease: &LeaseConfig) -> bool {
         if leader != self.leader {
             *self = Stuck {
                 leader,
@@ -310,13 +328,20 @@ impl Stuck {
             return false;
         }
         self.polls = self.polls.saturating_add(1);
-        now.saturating_sub(self.since) >= lease.lease_ns || self.polls > lease.max_attempts
+        if now == 0 {
+            return self.polls > lease.max_attempts;
+        }
+        now.saturating_sub(self.since) >= bound_ns
     }
 
     /// Nanoseconds (at least 1) until the generation being watched has led for a lease.
     fn left(&self, now: u64, lease: &LeaseConfig) -> u64 {
-        lease
-            .lease_ns
+        self.left_of(now, lease.lease_ns)
+    }
+
+    /// Nanoseconds (at least 1) until the generation being watched has led for `bound_ns`.
+    fn left_of(&self, now: u64, bound_ns: u64) -> u64 {
+        bound_ns
             .saturating_sub(now.saturating_sub(self.since))
             .max(1)
     }
@@ -572,7 +597,7 @@ impl<F: Flavor> Table<F> {
         let mut claim = Claim {
             table: self,
             at,
-            lead: lead.map(|_| Lead::Write),
+            lead: lead.map(|_| Lead::Write(my_gen)),
             armed: true,
         };
         let lease = host.lease();
@@ -623,7 +648,18 @@ impl<F: Flavor> Table<F> {
                         e.users -= 1;
                         return Ok(Some(e.applied));
                     }
-                    let take_over = e.writing && stuck.expired(e.write_gen, now, &lease);
+                    // A leader whose future was dropped is replaced after a lease. A live
+                    // one may hold a waiter's value it has yet to write: replaced, it would
+                    // write that value late, over writes that returned since (seen under
+                    // CPU contention: a leader descheduled for milliseconds). So a live
+                    // leader is waited for, up to the deadline that bounds every wait.
+                    let bound = if e.write_abandoned == e.write_gen {
+                        lease.lease_ns
+                    } else {
+                        lease.deadline_ns
+                    };
+                    let take_over =
+                        e.writing && stuck.expired_after(e.write_gen, now, bound, &lease);
                     if !e.writing || take_over {
                         match my_seq {
                             Some(s) if e.pending_seq == s && e.pending.is_some() => {
@@ -652,7 +688,7 @@ impl<F: Flavor> Table<F> {
                     // check (with nobody writing, the lease: the writer that took the
                     // latest value leads, and ends the wait).
                     Err(if e.writing {
-                        stuck.left(now, &lease)
+                        stuck.left_of(now, bound)
                     } else {
                         lease.lease_ns.max(1)
                     })
@@ -663,7 +699,7 @@ impl<F: Flavor> Table<F> {
                 host.count(Counted::Combined);
                 return r;
             }
-            claim.lead = lead.map(|_| Lead::Write);
+            claim.lead = lead.map(|_| Lead::Write(my_gen));
         }
     }
 }

@@ -345,3 +345,75 @@ fn waiting_writers_park_until_their_value_is_applied() {
     assert_eq!(writes.get(), 2);
     assert_eq!(t.users(&key), 0);
 }
+
+/// A live write leader that took a waiter's value and is slow to write it (a thread
+/// descheduled for milliseconds under CPU contention) is not replaced at its lease: the
+/// replacer would write the value and return, and the slow leader would write it again
+/// later, over writes that returned in between (seen by `remora check --linearizability
+/// --index smart --fabric soft --threads 2 --coroutines 8` beside two busy loops). A
+/// leader whose future was dropped is replaced after a lease, as before.
+#[test]
+fn a_slow_live_write_leader_is_waited_for_and_a_dropped_one_replaced() {
+    use park::testing::Task;
+    let t = Table::<Test>::with_entries(16, 8);
+    let host = Clocked {
+        clock: Default::default(),
+        takeovers: Cell::new(0),
+    };
+    host.clock.now.set(10_000);
+    let key = 4u64.to_be_bytes();
+    let (allowed, writes) = (Cell::new(0u32), Cell::new(0u32));
+    let write = async |_: (), _: &[u8]| {
+        let mine = writes.get();
+        core::future::poll_fn(|_| {
+            if mine < allowed.get() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        writes.set(mine + 1);
+        Ok(true)
+    };
+    let mut l = Task::new(t.write(&host, &key, (), &[1; 8], write));
+    assert!(!l.poll(), "leads, its own write in flight");
+    let mut w = Task::new(t.write(&host, &key, (), &[2; 8], write));
+    assert!(!w.poll(), "deposits its value and waits");
+    allowed.set(1);
+    assert!(
+        !l.poll(),
+        "its own write done, it writes the waiter's value"
+    );
+    assert_eq!(writes.get(), 1);
+    for _ in 0..20 {
+        host.clock.now.set(host.clock.now.get() + 1_000);
+        assert!(!w.poll(), "a live leader is waited for past its lease");
+    }
+    assert_eq!(host.takeovers.get(), 0);
+    allowed.set(2);
+    assert!(l.poll());
+    assert!(w.poll(), "served by the leader's write");
+    assert_eq!(w.out, Some(Ok(true)));
+    assert_eq!(writes.get(), 2, "the waiter's value was written once");
+    assert_eq!(t.users(&key), 0);
+
+    // The same with the leader's future dropped mid-write: replaced after a lease.
+    let mut l = Task::new(t.write(&host, &key, (), &[3; 8], write));
+    assert!(!l.poll());
+    let mut w = Task::new(t.write(&host, &key, (), &[4; 8], write));
+    assert!(!w.poll());
+    allowed.set(3);
+    assert!(!l.poll(), "it writes the waiter's value");
+    drop(l);
+    let mut rounds = 0;
+    while !w.poll() {
+        host.clock.now.set(host.clock.now.get() + 500);
+        allowed.set(writes.get() + 1);
+        rounds += 1;
+        assert!(rounds < 10, "replaced within a lease or so");
+    }
+    assert_eq!(host.takeovers.get(), 1);
+    assert_eq!(w.out, Some(Ok(true)));
+    assert_eq!(t.users(&key), 0);
+}
