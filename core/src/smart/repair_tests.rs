@@ -295,9 +295,11 @@ fn recovery_keeps_what_the_tree_reaches_and_the_redo_copy_a_lock_names() {
 }
 
 /// A client thread killed without unwinding (its future never dropped) while it leads a
-/// combined write or a delegated read ties the compute node's local-table entry of its key
-/// for one lease, no longer: the next operation on the key waits that lease, takes the
-/// entry over and completes; the one after it does not wait at all.
+/// delegated read ties the compute node's local-table entry of its key for one lease, and
+/// while it leads a combined write, for the deadline that bounds every wait (a live write
+/// leader descheduled for a while looks the same, and may still write a waiter's value it
+/// took: it is not replaced at its lease). No longer: the next operation on the key waits,
+/// takes the entry over and completes; the one after it does not wait at all.
 #[test]
 fn a_leader_killed_without_unwinding_ties_its_entry_for_one_lease() {
     for write in [true, false] {
@@ -309,7 +311,7 @@ fn a_leader_killed_without_unwinding_ties_its_entry_for_one_lease() {
             ..clock_ep(&m, 7, &clock, &fenced)
         };
         let cfg = short_lease(Techniques::SMART);
-        let lease = cfg.lease.lease_ns;
+        let (lease, deadline) = (cfg.lease.lease_ns, cfg.lease.deadline_ns);
         let s = block(Smart::open(&ep, cfg)).unwrap();
         block(s.upsert(&KEY, b"old-valu")).unwrap();
         let mut dead_out = [0u8; 8];
@@ -335,9 +337,10 @@ fn a_leader_killed_without_unwinding_ties_its_entry_for_one_lease() {
         let t0 = clock.get();
         assert_eq!(op(b"next-val", &mut out), Ok(Some(8)), "write {write}");
         let waited = clock.get() - t0;
+        let bound = if write { deadline } else { lease };
         assert!(
-            waited >= lease && waited <= 2 * lease,
-            "write {write}: waited {waited} ns for a lease of {lease} ns"
+            waited >= bound && waited <= bound + lease,
+            "write {write}: waited {waited} ns for a bound of {bound} ns"
         );
         std::println!("write {write}: waited {waited} ns (lease {lease} ns)");
         assert_eq!(s.stats().leader_takeovers, 1, "write {write}");
