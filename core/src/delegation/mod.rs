@@ -308,17 +308,11 @@ impl Stuck {
         }
     }
 
-    /// True once generation `leader` has led for a lease of this waiter's watching (or, on a
-    /// fabric without a clock, for `max_attempts` polls).
-    fn expired(&mut self, leader: u64, now: u64, lease: &LeaseConfig) -> bool {
-        self.expired_after(leader, now, lease.lease_ns, lease)
-    }
-
     /// True once generation `leader` has led for `bound_ns` of this waiter's watching (or,
     /// on a fabric without a clock, where `now` stays 0, for `max_attempts` polls). Polls
     /// never count where there is a clock: a waiter that polls fast would otherwise replace a
     /// live leader that was only descheduled for a few milliseconds.
-    fn expired_after(&mut self, leader: u64, now: u64, bound_ns: u64, lease: &LeaseConfig) -> bool {
+    fn expired(&mut self, leader: u64, now: u64, bound_ns: u64, lease: &LeaseConfig) -> bool {
         if leader != self.leader {
             *self = Stuck {
                 leader,
@@ -334,13 +328,8 @@ impl Stuck {
         now.saturating_sub(self.since) >= bound_ns
     }
 
-    /// Nanoseconds (at least 1) until the generation being watched has led for a lease.
-    fn left(&self, now: u64, lease: &LeaseConfig) -> u64 {
-        self.left_of(now, lease.lease_ns)
-    }
-
     /// Nanoseconds (at least 1) until the generation being watched has led for `bound_ns`.
-    fn left_of(&self, now: u64, bound_ns: u64) -> u64 {
+    fn left(&self, now: u64, bound_ns: u64) -> u64 {
         bound_ns
             .saturating_sub(now.saturating_sub(self.since))
             .max(1)
@@ -539,7 +528,7 @@ impl<F: Flavor> Table<F> {
                         leader = true;
                         return Ok(None);
                     }
-                    if stuck.expired(e.read_gen, now, &lease) {
+                    if stuck.expired(e.read_gen, now, lease.lease_ns, &lease) {
                         // The leader made no progress for a lease: lead a new read, and
                         // release its user count (it releases nothing if it comes back).
                         e.users -= 1;
@@ -550,7 +539,7 @@ impl<F: Flavor> Table<F> {
                         return Ok(None);
                     }
                     // Parked until the leader publishes or ends, or its lease check.
-                    Err(stuck.left(now, &lease))
+                    Err(stuck.left(now, lease.lease_ns))
                 })
                 .await;
             if let Some(r) = served {
@@ -658,8 +647,7 @@ impl<F: Flavor> Table<F> {
                     } else {
                         lease.deadline_ns
                     };
-                    let take_over =
-                        e.writing && stuck.expired_after(e.write_gen, now, bound, &lease);
+                    let take_over = e.writing && stuck.expired(e.write_gen, now, bound, &lease);
                     if !e.writing || take_over {
                         match my_seq {
                             Some(s) if e.pending_seq == s && e.pending.is_some() => {
@@ -688,7 +676,7 @@ impl<F: Flavor> Table<F> {
                     // check (with nobody writing, the lease: the writer that took the
                     // latest value leads, and ends the wait).
                     Err(if e.writing {
-                        stuck.left_of(now, bound)
+                        stuck.left(now, bound)
                     } else {
                         lease.lease_ns.max(1)
                     })

@@ -168,28 +168,44 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     Got::TookOver(expected)
                 }));
             }
-            expected = 0;
             bump(&self.stats.lock_waits);
-            let now = self.ep.now_ns();
-            let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
-            match w.observe(old, now) {
-                Verdict::Wait(ns) => self.ep.pause(ns).await,
-                Verdict::Expired { word } => {
-                    if self.fence_holder("leaf lock", lock_at, word).await? {
-                        expected = word;
-                    }
-                }
-                Verdict::GiveUp { word, waited_ns } => {
-                    return Err(SmartError::Held {
-                        what: "leaf lock",
-                        at: lock_at,
-                        word,
-                        holder: holder(word),
-                        waited_ns,
-                    });
+            expected = self
+                .lock_wait(&mut waiter, old, "leaf lock", lock_at)
+                .await?;
+        }
+    }
+
+    /// One failed CAS on the remote lock word at `lock_at`, which held `old`: backs off, or
+    /// fences a holder whose word stayed for a lease (then returns that word, for the next
+    /// CAS to take the lock from), or gives up past the deadline. Returns the word the next
+    /// CAS expects.
+    pub(crate) async fn lock_wait(
+        &self,
+        waiter: &mut Option<Waiter>,
+        old: u64,
+        what: &'static str,
+        lock_at: GlobalAddr,
+    ) -> Result<u64, SmartError> {
+        let now = self.ep.now_ns();
+        let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+        match w.observe(old, now) {
+            Verdict::Wait(ns) => self.ep.pause(ns).await,
+            Verdict::Expired { word } => {
+                if self.fence_holder(what, lock_at, word).await? {
+                    return Ok(word);
                 }
             }
+            Verdict::GiveUp { word, waited_ns } => {
+                return Err(SmartError::Held {
+                    what,
+                    at: lock_at,
+                    word,
+                    holder: holder(word),
+                    waited_ns,
+                });
+            }
         }
+        Ok(0)
     }
 
     /// Fences the holder named by `word` (a lock at `at` unchanged for a lease). False: the

@@ -7,7 +7,7 @@ use super::config::SmartError;
 use super::handover::{Release, Turn};
 use super::{Smart, bump};
 use crate::fabric::{Endpoint, Op, QueuePair};
-use crate::lease::{Verdict, Waiter, holder, owner_word};
+use crate::lease::{Waiter, holder, owner_word};
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::NODE_REV_OFFSET;
 
@@ -90,31 +90,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
                 return Ok(NodeLock { lock_at, turn });
             }
-            expected = 0;
             handed = false;
             bump(&self.stats.lock_waits);
-            let now = self.ep.now_ns();
-            let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
-            match w.observe(old, now) {
-                Verdict::Wait(ns) => self.ep.pause(ns).await,
-                Verdict::Expired { word } => {
-                    if self
-                        .fence_holder("internal node lock", lock_at, word)
-                        .await?
-                    {
-                        expected = word;
-                    }
-                }
-                Verdict::GiveUp { word, waited_ns } => {
-                    return Err(SmartError::Held {
-                        what: "internal node lock",
-                        at: lock_at,
-                        word,
-                        holder: holder(word),
-                        waited_ns,
-                    });
-                }
-            }
+            expected = self
+                .lock_wait(&mut waiter, old, "internal node lock", lock_at)
+                .await?;
         }
     }
 
