@@ -55,6 +55,13 @@ pub trait LocalRegion {
     /// Makes `[offset, offset + len)` durable: flush and fence on persistent memory, nothing
     /// on DRAM.
     fn persist(&self, _offset: u64, _len: usize) {}
+    /// [`LocalRegion::persist`] with `clflush`: the range's lines are written back, fenced
+    /// and dropped from the CPU's caches, so the next access to them misses (WORT's and
+    /// WOART's `flush_buffer` is `clflush` between two `mfence`s). The default is
+    /// [`LocalRegion::persist`]: a fabric that models no cache has nothing to drop.
+    fn persist_evict(&self, offset: u64, len: usize) {
+        self.persist(offset, len)
+    }
     /// The node's clock and the CPU time its handler threads have spent serving, where the
     /// fabric accounts it (the sim does, in virtual time); `None` elsewhere. A load meter
     /// reads it twice and takes [`CpuClock::load_permille_since`]: real idle time, not a

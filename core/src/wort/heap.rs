@@ -98,7 +98,7 @@ impl Heap {
                 return Err(TreeError::Full);
             }
             r.store_u64(sb + SB_HEAP_TOP, mark)?;
-            r.persist(sb + SB_HEAP_TOP, 8);
+            r.persist_evict(sb + SB_HEAP_TOP, 8);
             self.persists += 1;
             self.durable_top = mark;
         }
@@ -114,9 +114,9 @@ impl Heap {
         if want <= self.end || r.cas_u64(NEXT_CHUNK_OFFSET, self.end, want)? != self.end {
             return Ok(());
         }
-        r.persist(NEXT_CHUNK_OFFSET, 8);
+        r.persist_evict(NEXT_CHUNK_OFFSET, 8);
         r.store_u64(sb + SB_HEAP_END, want)?;
-        r.persist(sb + SB_HEAP_END, 8);
+        r.persist_evict(sb + SB_HEAP_END, 8);
         self.persists += 2;
         self.end = want;
         Ok(())

@@ -7,8 +7,10 @@
 //!   16, 48 and 256 children. Both compress paths (a node header holds its depth, prefix
 //!   length and first prefix digits in one 8-byte word), store keys in leaves reached by
 //!   tagged 8-byte child words, and make every change visible with one 8-byte store after
-//!   persisting (clwb + sfence through [`LocalRegion::persist`](crate::server::LocalRegion))
-//!   everything it publishes. A path-compression split is WORT's failure-atomic one: the
+//!   persisting everything it publishes. Every flush is the authors' `flush_buffer`
+//!   (SeKwonLee/WORT, `src/wort/wort.c`, `src/woart/woart.c`): `clflush` between two
+//!   `mfence`s, which evicts the lines it writes back, so the next access to them misses
+//!   the server's cache ([`LocalRegion::persist_evict`](crate::server::LocalRegion)). A path-compression split is WORT's failure-atomic one: the
 //!   header's depth tells recovery a node that a crash left with its old prefix.
 //! - **Keys**: 1 to 16 bytes (the CANRT paper's 16-byte keys, or 8-byte big-endian
 //!   integers); values up to [`VALUE_MAX`] bytes. A tree indexes the 17-byte canonical key

@@ -244,7 +244,7 @@ pub fn add_in_place(r: &dyn LocalRegion, p: Ptr, digit: u8, word: u64) -> Result
         Ptr::N16Direct(_) | Ptr::N256(_) => {
             let slot = find_child(r, p, digit)?.unwrap_or(o + 8);
             r.store_u64(slot, word)?;
-            r.persist(slot, 8);
+            r.persist_evict(slot, 8);
             Ok(true)
         }
         Ptr::N4(_) | Ptr::N16(_) => {
@@ -261,10 +261,10 @@ pub fn add_in_place(r: &dyn LocalRegion, p: Ptr, digit: u8, word: u64) -> Result
             keys[i & 7] = digit;
             r.store_u64(kw, u64::from_le_bytes(keys))?;
             r.store_u64(slot, word)?;
-            r.persist(kw, 8);
-            r.persist(slot, 8);
+            r.persist_evict(kw, 8);
+            r.persist_evict(slot, 8);
             r.store_u64(o + BITMAP, bits | 1 << i)?;
-            r.persist(o + BITMAP, 8);
+            r.persist_evict(o + BITMAP, 8);
             Ok(true)
         }
         Ptr::N48(_) => {
@@ -281,12 +281,12 @@ pub fn add_in_place(r: &dyn LocalRegion, p: Ptr, digit: u8, word: u64) -> Result
             };
             let slot = o + N48_PTRS as u64 + 8 * j as u64;
             r.store_u64(slot, word)?;
-            r.persist(slot, 8);
+            r.persist_evict(slot, 8);
             let iw = o + N48_INDEX + (digit as u64 & !7);
             let mut b = r.load_u64(iw)?.to_le_bytes();
             b[digit as usize & 7] = j as u8 + 1;
             r.store_u64(iw, u64::from_le_bytes(b))?;
-            r.persist(iw, 8);
+            r.persist_evict(iw, 8);
             Ok(true)
         }
         Ptr::Null | Ptr::Leaf(_) => Ok(false),
@@ -311,6 +311,6 @@ pub fn remove(r: &dyn LocalRegion, p: Ptr, digit: u8, slot: u64) -> Result<(), T
         Ptr::Null | Ptr::Leaf(_) => return Ok(()),
     };
     r.store_u64(at, w)?;
-    r.persist(at, 8);
+    r.persist_evict(at, 8);
     Ok(())
 }

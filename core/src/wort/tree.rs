@@ -2,8 +2,9 @@
 //! digits, NODE16 only) or WOART (8-bit digits, adaptive nodes), with WORT's failure-atomic
 //! path compression and 8-byte atomic commits (Lee et al., FAST'17).
 //!
-//! Every change becomes visible by one 8-byte store, persisted (clwb + sfence through
-//! [`LocalRegion::persist`]) after everything it publishes:
+//! Every change becomes visible by one 8-byte store, persisted (clflush between fences, as
+//! the authors' `flush_buffer`: [`LocalRegion::persist_evict`], which drops the lines from
+//! the server's cache) after everything it publishes:
 //! - **insert under a node**: the leaf is written and persisted, then the node commits the
 //!   child (see `nodes.rs`);
 //! - **update**: a new leaf is written and persisted, then the parent's child word is stored
@@ -52,7 +53,7 @@ pub struct TreeStats {
     pub splits: u64,
     /// Node growths (WOART only: a full node replaced by the next size up).
     pub grows: u64,
-    /// `persist` calls.
+    /// Flushes (`persist_evict` calls: clflush of a range, then a fence).
     pub persists: u64,
     /// Leaves and inner nodes freed (unlinked, their memory reused).
     pub freed: u64,
@@ -120,7 +121,7 @@ impl Tree {
             }
             let seen = r.cas_u64(NEXT_CHUNK_OFFSET, cur, end)?;
             if seen == cur {
-                r.persist(NEXT_CHUNK_OFFSET, 8);
+                r.persist_evict(NEXT_CHUNK_OFFSET, 8);
                 break (cur, end);
             }
             cur = seen;
@@ -142,9 +143,9 @@ impl Tree {
             sb[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
         }
         r.write(base, &sb)?;
-        r.persist(base, SB_LEN);
+        r.persist_evict(base, SB_LEN);
         r.store_u64(root_offset(kind.root_slot()), base)?;
-        r.persist(root_offset(kind.root_slot()), 8);
+        r.persist_evict(root_offset(kind.root_slot()), 8);
         Tree::open(r, kind, base)
     }
 
@@ -212,7 +213,7 @@ impl Tree {
 
     fn persist(&mut self, r: &dyn LocalRegion, off: u64, len: usize) {
         self.stats.persists += 1;
-        r.persist(off, len);
+        r.persist_evict(off, len);
     }
 
     fn alloc(&mut self, r: &dyn LocalRegion, len: usize) -> Result<u64, TreeError> {

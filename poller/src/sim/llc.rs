@@ -10,7 +10,8 @@
 //! - **Invocations**: each handler call is one invocation ([`Llc::begin`]); a line counts
 //!   once per invocation (its first touch is a hit or a miss, later touches of the same call
 //!   are L1 hits and free), so the counts are "distinct lines touched".
-//! - **Persists** (clwb) write a line back and leave it cached; the cache is not told.
+//! - **Persists** (clwb) write a line back and leave it cached; the cache is not told. A
+//!   `persist_evict` (clflush, WORT's and WOART's flush) drops its lines ([`Llc::evict`]).
 //!   Evicting a dirty line costs the handler nothing (the write-back is asynchronous).
 //! - **NIC writes** (DDIO, on by default on Intel Xeon servers since Sandy Bridge-EP, and
 //!   the platform `memory.rs` already assumes): the NIC's WRITE, WRITE_WITH_IMM and atomic
@@ -26,6 +27,9 @@
 //! - A crash empties the cache ([`Llc::clear`]).
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+
+/// The line number an evicted slot holds (no region has a line this far).
+const EMPTY: u64 = u64::MAX;
 
 /// Cache-line size of the model.
 pub(crate) const LINE: u64 = 64;
@@ -156,6 +160,22 @@ impl Llc {
             }
         }
     }
+    /// `[off, off + len)` was flushed with `clflush`: its lines leave the cache (their slots
+    /// are the next victims), so the next touch of each misses.
+    pub fn evict(&mut self, off: u64, len: usize) {
+        if self.cap == 0 || len == 0 {
+            return;
+        }
+        let (lo, hi) = (off / LINE, (off + len as u64 - 1) / LINE);
+        for line in lo..=hi {
+            if let Some(i) = self.map.remove(&line) {
+                let s = &mut self.slots[i as usize];
+                s.line = EMPTY;
+                s.stamp = 0;
+                s.referenced = false;
+            }
+        }
+    }
     /// The node crashed: nothing is cached any more.
     pub fn clear(&mut self) {
         self.map.clear();
@@ -189,7 +209,9 @@ impl Llc {
                 s.referenced = false;
                 continue;
             }
-            self.map.remove(&s.line);
+            if s.line != EMPTY {
+                self.map.remove(&s.line);
+            }
             *s = slot;
             self.map.insert(line, i as u32);
             return;
@@ -200,6 +222,31 @@ impl Llc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_evicted_line_misses_and_its_slot_is_reused() {
+        let mut c = Llc::default();
+        c.start(2);
+        c.begin();
+        assert_eq!(c.touch(1), Touch::Miss);
+        assert_eq!(c.touch(2), Touch::Miss);
+        // clflush of line 1 (bytes 64..128): the next touch misses.
+        c.evict(64, 64);
+        c.begin();
+        assert_eq!(c.touch(2), Touch::Hit);
+        assert_eq!(c.touch(1), Touch::Miss);
+        assert!(
+            c.len() <= 2,
+            "the evicted slot was reused, the cache did not grow"
+        );
+        c.begin();
+        assert_eq!(c.touch(1), Touch::Hit);
+        assert_eq!(
+            c.touch(2),
+            Touch::Hit,
+            "line 2 kept: the evicted slot was the victim"
+        );
+    }
 
     #[test]
     fn second_touch_hits_and_repeats_within_a_call_are_free() {

@@ -576,6 +576,21 @@ impl LocalRegion for SimRegion<'_> {
         self.persist_cost
             .set(self.persist_cost.get() + lines * line);
     }
+    /// [`persist`](LocalRegion::persist), then the range's lines leave the node's
+    /// last-level cache (`llc.rs`): `clflush` invalidates what it writes back.
+    fn persist_evict(&self, offset: u64, len: usize) {
+        self.persist(offset, len);
+        let mut w = self.w.borrow_mut();
+        if let Some(n) = w.nodes.get_mut(self.node as usize)
+            && n.persistent
+        {
+            let size = n.host.len() as u64;
+            let end = offset.saturating_add(len as u64).min(size);
+            if offset < end {
+                n.llc.evict(offset, (end - offset) as usize);
+            }
+        }
+    }
     /// Charged with the message's memory (scaled by a slowed node's factor as it is).
     fn charge_cpu_ns(&self, ns: u64) {
         self.charge(ns.saturating_mul(1000));
