@@ -232,12 +232,17 @@ fn posted_writes_never_outrun_the_servers_receives() {
             }
         }
         let rnr = ctx.ep().qp(0).unwrap().counters().snapshot();
-        *out_ref.borrow_mut() = Some((errors, found, rnr));
+        *out_ref.borrow_mut() = Some((errors, found, rnr, t.stats()));
     });
     assert_eq!(sim.run().unfinished, 0);
     drop(sim);
-    let (errors, found, c) = out.into_inner().unwrap();
-    println!("{found} of {N} found; {c:?}");
+    let (errors, found, c, st) = out.into_inner().unwrap();
+    println!("{found} of {N} found; {c:?}; {st:?}");
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(found, N, "the server applies every posted item");
+    // The applier is ~200 us a message: the updates wait for credits, and say so.
+    assert!(
+        st.credit_waits >= N / 4 && st.credit_wait_ns >= st.credit_waits * 100_000,
+        "credit waits counted: {st:?}"
+    );
 }

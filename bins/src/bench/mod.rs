@@ -116,8 +116,8 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
             let _ = writeln!(
                 out,
                 "canrt {} {}: resize requests {} ({:.2}% of inserts), lock polls {:.3}/op, torn \
-                 retries {}, skipped tickets {}, Wait messages {:.3}/op; ops during a resize \
-                 {} (p50 {:.1} us, p99 {:.1} us)",
+                 retries {}, skipped tickets {}, Wait messages {:.3}/op, credit waits {:.3}/op \
+                 ({:.2} us per op); ops during a resize {} (p50 {:.1} us, p99 {:.1} us)",
                 r.workload,
                 r.phase,
                 c.resize_requests,
@@ -126,6 +126,8 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
                 c.torn_retries,
                 c.skipped,
                 c.turn_waits as f64 / r.ops.max(1) as f64,
+                c.credit_waits as f64 / r.ops.max(1) as f64,
+                c.credit_wait_ns as f64 / 1e3 / r.ops.max(1) as f64,
                 c.during_resize_ops,
                 c.during_resize_p50_ns as f64 / 1e3,
                 c.during_resize_p99_ns as f64 / 1e3

@@ -417,6 +417,8 @@ fn canrt_delta(
         skipped: b.skipped - a.skipped,
         skip_requests: b.skip_requests - a.skip_requests,
         turn_waits: b.turn_waits - a.turn_waits,
+        credit_waits: b.credit_waits - a.credit_waits,
+        credit_wait_ns: b.credit_wait_ns - a.credit_wait_ns,
     }
 }
 

@@ -39,6 +39,11 @@ pub struct ClientStats {
     pub skip_requests: u64,
     /// `Wait` requests sent (a lock ticket not yet served: the server sends a turn notice).
     pub turn_waits: u64,
+    /// Posted appends ([`super::WriteAck::Posted`]) that waited for a credit: their writer
+    /// had a window of appends the server had not yet consumed (flow control, `credit.rs`).
+    pub credit_waits: u64,
+    /// Nanoseconds (fabric clock) those appends waited for their credit, summed.
+    pub credit_wait_ns: u64,
 }
 
 /// Largest data node a lookup reads into its own frame instead of a pooled buffer.
@@ -131,6 +136,9 @@ pub struct Canrt<'e, E: Endpoint> {
     pub(super) skips: Cell<u64>,
     pub(super) skip_requests: Cell<u64>,
     pub(super) turn_waits: Cell<u64>,
+    /// Appends that waited for a credit, and the fabric nanoseconds they waited.
+    pub(super) credit_waits: Cell<u64>,
+    pub(super) credit_wait_ns: Cell<u64>,
     /// Scans resumed in a newer tree after meeting a stale node.
     pub(super) scan_resumes: Cell<u64>,
     /// Resize waits begun (names each in its drain `Skip`s).
@@ -284,6 +292,8 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             skips: Cell::new(0),
             skip_requests: Cell::new(0),
             turn_waits: Cell::new(0),
+            credit_waits: Cell::new(0),
+            credit_wait_ns: Cell::new(0),
             scan_resumes: Cell::new(0),
             ticket_ns: Cell::new(0),
             drain_waits: Cell::new(0),
@@ -312,6 +322,8 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             skipped: self.skips.get(),
             skip_requests: self.skip_requests.get(),
             turn_waits: self.turn_waits.get(),
+            credit_waits: self.credit_waits.get(),
+            credit_wait_ns: self.credit_wait_ns.get(),
         }
     }
 

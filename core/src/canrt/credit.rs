@@ -100,8 +100,12 @@ impl<E: Endpoint> Canrt<'_, E> {
             self.drain_notices()?;
         }
         if m.unconsumed() >= w && !m.deaf.get() {
+            let since = self.ep.now_ns();
             let result = self.await_credit(w).await;
             m.unregister(CREDIT_NODE, 0, true);
+            self.credit_waits.set(self.credit_waits.get() + 1);
+            let waited = self.ep.now_ns().saturating_sub(since);
+            self.credit_wait_ns.set(self.credit_wait_ns.get() + waited);
             result?;
         }
         m.posted.set(m.posted.get() + 1);

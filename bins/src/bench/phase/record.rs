@@ -237,6 +237,9 @@ pub struct CanrtSummary {
     pub skipped: u64,
     /// `Wait` messages sent (each answered by a turn notice: two server messages).
     pub turn_waits: u64,
+    /// Posted appends that waited for a credit (flow control), and the ns they waited.
+    pub credit_waits: u64,
+    pub credit_wait_ns: u64,
     /// Operations that overlapped a resize (one under way when they started, or begun
     /// before they ended), and their latency.
     pub during_resize_ops: u64,
@@ -294,6 +297,8 @@ pub fn record(
         canrt.torn_retries += o.canrt.torn_retries;
         canrt.skipped += o.canrt.skipped;
         canrt.turn_waits += o.canrt.turn_waits;
+        canrt.credit_waits += o.canrt.credit_waits;
+        canrt.credit_wait_ns += o.canrt.credit_wait_ns;
         let _ = during_resize.add(&o.during_resize);
     }
     canrt.during_resize_ops = during_resize.len();
