@@ -1,0 +1,73 @@
+//! How full CANRT's data nodes are after a load, the figure behind the range-query rows: a
+//! range query READs one data node per round trip (`scan_batch` 1, as the paper's §4.4
+//! merges only the requests for one node), so its gain over WORT's one request per key is
+//! about the keys each node READ returns.
+//!
+//! remora grows the tree by splitting the full node in two halves (`resize.rs`), so a data
+//! node holds about half its slots or more (a rebuild repacks them half full). The paper
+//! grows a whole level of prefix nodes at once (`addHeight`, seeds/000 §3.5), which spreads
+//! each node's keys over the new level; its 3.1x over WORT at 10,000 keys (§4.4) implies
+//! ~2.6-3 keys per node READ. Print the figure with
+//! `cargo test --release -p remora-poller --test canrt_fill -- --nocapture`.
+use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
+use remora_core::index::KvIndex;
+use remora_poller::sim::{Sim, SimConfig};
+use std::cell::RefCell;
+
+fn rng(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+/// Loads `n` random 16-byte keys (15-byte values, the paper's) with one client; returns the
+/// reachable data nodes and the slots per node.
+fn load(n: u64) -> (usize, u32) {
+    let out = RefCell::new(None);
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: 1,
+        seed: 3,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
+    let ctx = sim.client(0).unwrap();
+    let out_ref = &out;
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let cfg = CanrtConfig {
+            key_len: 16,
+            value_cap: 16,
+            ..CanrtConfig::new(0)
+        };
+        let t = Canrt::open(ctx.ep(), cfg).await.unwrap();
+        let mut s = 0x5eed_u64;
+        for _ in 0..n {
+            let mut k = [0u8; 16];
+            k[..8].copy_from_slice(&rng(&mut s).to_be_bytes());
+            k[8..].copy_from_slice(&rng(&mut s).to_be_bytes());
+            t.upsert(&k, &[7u8; 15]).await.unwrap();
+        }
+        let v = t.view();
+        *out_ref.borrow_mut() = Some((v.order().len(), cfg.slots));
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    out.into_inner().unwrap()
+}
+
+#[test]
+fn data_nodes_stay_about_half_full_or_more() {
+    for n in [1_000u64, 10_000] {
+        let (nodes, slots) = load(n);
+        let per = n as f64 / nodes as f64;
+        println!(
+            "{n} random 16-byte keys: {nodes} reachable data nodes of {slots} slots, {per:.1} \
+             keys per node (the paper's range row implies ~2.6-3 per node READ)"
+        );
+        assert!(
+            per >= 0.45 * f64::from(slots) && per <= f64::from(slots),
+            "{n} keys in {nodes} nodes of {slots} slots"
+        );
+    }
+}
