@@ -57,11 +57,13 @@ const WRITE_ONLY_NOTE: &str = concat!(
     the node's keys (searched for the key's old item, which the paper's server must mark \
     invalid) 232, the rest (server_poll_ns, cached lines, a credit SEND per 16 appends) \
     ~140. Uniform keys leave it there (1.13 Mops). With all three zeroed CANRT makes 4.64 \
-    Mops (5.7x WORT): 16 synchronous writers at ~2.6 us each (one round trip and the \
-    append's doorbell) cap it near 6.2 Mops, 7.5x WORT, so the paper's 7.44x means an \
-    applier that never held a writer back, under its own two write-backs and one Optane read \
-    per update. The paper names one thread and prices none of this, so nothing is set to \
-    land the row"
+    Mops (6.6x WORT's 0.704): 16 synchronous writers at ~2.6 us each (one round trip and the \
+    append's doorbell) cap it near 6.2 Mops, 8.8x WORT, so the paper's 7.44x (5.24 Mops) \
+    needs an applier of at most ~190 ns per write, under its own two write-backs and one \
+    Optane read per update. Credits do not hold the writers back: 0.000 credit waits per op \
+    (bench's canrt line); a writer waits only for a node whose last write is not yet \
+    applied, as the paper's lock does. The paper names one thread and prices none of this, \
+    so nothing is set to land the row"
 );
 
 /// The write-heavy rows: half the operations are writes through the one applier thread.
@@ -327,7 +329,12 @@ pub fn paper(s: &Scale) -> Paper {
              included) has released the lock, so it polls the lock once (the bench's 'lock \
              polls' ~1.0/op sequential, 0.02 random; 2.3 RT/op against 1.0). Splits add to \
              it: the rightmost node fills every slots/2 inserts (6% of inserts resize, 0.2% \
-             random)",
+             random). They grow with the tree, which is why the row falls at full scale: \
+             each split rewrites the prefix array (sized by the data nodes) and every client \
+             reloads it, and the lower half a split leaves behind never fills again. One \
+             client, posted: 100,000 sequential keys p50 9.9 us, server 4.9 us and 3.3 KB \
+             READ per insert, 6.25% of inserts resize (random: 2.5 us, 1.8 us, 1.4 KB, \
+             0.03%); 500,000 (full) p50 25.7 us, 18.3 us and 11.2 KB per insert",
         ),
         Claim::ratio(
             "seq-read-latency",
@@ -355,8 +362,10 @@ pub fn paper(s: &Scale) -> Paper {
                  'about 1.5' counting the WRITE as a half (§4.2). remora's default write is 2 \
                  round trips (the lock, then the append with its flush READ) and the applier's \
                  acknowledgement (p50 in the CANRT series, ~2x this one). WORT's side: its \
-                 server takes 1.22 us per write (server_ns_per_op in canrt-latency.csv: poll + \
-                 handler 320, reply 100, two persists ~180, its radix path ~620), where the \
+                 server takes 1.42 us per write (server_ns_per_op in canrt-latency.csv: poll + \
+                 handler 320, reply 100, two flushes of 2.75 lines ~250, its radix path's 11 \
+                 lines ~750 with 2.4 Optane misses: every flush is the authors' clflush, \
+                 which evicts what it writes back, 1.7 misses before), where the \
                  paper's ratio at this CANRT write would need 2.4-2.6 us; the paper names the \
                  parts ('request polling, key locating, data persistence, and posting reply \
                  message', §4.2) but not their times"
