@@ -277,12 +277,19 @@ mod tests {
                     check(t);
                     parts += 1
                 });
-                assert_eq!(parts == 1, fits, "{n} keys: one table iff a fresh one holds them");
+                assert_eq!(
+                    parts == 1,
+                    fits,
+                    "{n} keys: one table iff a fresh one holds them"
+                );
                 failed[i] += usize::from(!fits);
             }
         }
         assert_eq!(failed[..2], [0, 0], "a fresh table holds 32 keys or fewer");
-        assert!(failed[4] > failed[3] && failed[3] > 0, "fails more as it fills: {failed:?}");
+        assert!(
+            failed[4] > failed[3] && failed[3] > 0,
+            "fails more as it fills: {failed:?}"
+        );
     }
 
     #[test]
