@@ -60,6 +60,9 @@ pub struct LeafCensus {
     pub splits: u64,
     /// Leaves those splits allocated: with one client and no merges, `leaves` is one more.
     pub new_leaves: u64,
+    /// Of `splits`, those that allocated no leaf: the leaf's entries and the new key fit a
+    /// fresh table, so it was rebuilt in place (`hopscotch::pack` makes one table).
+    pub rebuilt_in_place: u64,
 }
 
 /// The census of `idx`'s leaves, for an index that has one (CHIME).
@@ -77,6 +80,11 @@ async fn census<E: Endpoint>(idx: &Handle<'_, E>) -> Result<Option<LeafCensus>, 
         free_slots: n.free_slots,
         splits: c.stats().splits,
         new_leaves: c.stats().new_leaves,
+        // A split that allocates makes one new leaf plus its extra leaves.
+        rebuilt_in_place: c
+            .stats()
+            .splits
+            .saturating_sub(c.stats().new_leaves.saturating_sub(c.stats().extra_leaves)),
     }))
 }
 
@@ -441,8 +449,8 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
     let leaves = r.samples.iter().any(|s| s.leaves.is_some());
     if leaves {
         head.push_str(&format!(
-            " {:>8} {:>10} {:>10} {:>8} {:>10}",
-            "leaves", "entries", "free slots", "splits", "new leaves"
+            " {:>8} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9}",
+            "leaves", "entries", "free slots", "splits", "new leaves", "in place", "keys/leaf"
         ));
     }
     let _ = writeln!(out, "{head}");
@@ -454,8 +462,14 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
         row.push_str(&format!(" {:>10}", s.live_keys));
         if let Some(c) = s.leaves {
             row.push_str(&format!(
-                " {:>8} {:>10} {:>10} {:>8} {:>10}",
-                c.leaves, c.entries, c.free_slots, c.splits, c.new_leaves
+                " {:>8} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9.1}",
+                c.leaves,
+                c.entries,
+                c.free_slots,
+                c.splits,
+                c.new_leaves,
+                c.rebuilt_in_place,
+                c.entries as f64 / c.leaves.max(1) as f64
             ));
         }
         let _ = writeln!(out, "{row}");

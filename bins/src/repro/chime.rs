@@ -135,21 +135,27 @@ pub fn paper(s: &Scale) -> Paper {
             y("CHIME", w),
             y("Sherman", w),
             if w == "e" {
-                "measured cause: bytes per scanned key. A scan READs whole hash leaves, as CHIME's \
-                 coarse-grained range query (the authors READ them in one batch from the cached \
-                 level-1 pages; here along siblings: 2.51 RT/op, but both sides are bandwidth \
-                 bound). remora's hash leaf is 1824 B (24 B entries: a meta word whose checksum \
-                 binds the entry to its group header, for READs in any segment order; 32 B group \
-                 headers: stamps and both fences) where the authors' is 1316 B (include/Common.h: \
-                 19 B entries, 10 B metadata replicas with sibling-based validation, a version \
-                 byte per 63 B). Per scan CHIME READs ~2.2 leaves of ~41 keys (~44 B per key), \
-                 Sherman ~2.8 pages of ~27 keys (~38 B per key). At the authors' 1316 B a leaf \
-                 the same scans would READ ~2960 B/op against Sherman's 2887: the coarse query \
-                 alone does not put CHIME ahead. The authors' fine-grained query (READ only the \
-                 neighbourhoods of the keys of [from, to) in a leaf the range covers in part) \
-                 needs their dense keys (ycsb workloade: insertorder=ordered; range_query(k, k + \
-                 size)); remora's YCSB-E keys are fnv-hashed. With dense keys (--keys seq) and \
-                 whole-leaf scans: CHIME 2.232 / Sherman 2.665 Mops = 0.84x"
+                "measured cause: bytes per scan, on a link-bound run (link use 0.98 CHIME, 0.96 \
+                 Sherman at 640 clients, quick scale). CHIME READs 3893 B and 2.37 round trips \
+                 per op, Sherman 2848 B and 2.89: the throughput ratio (0.74x) is the bytes \
+                 ratio (0.73x). So READing a scan's leaves one by one along siblings, where the \
+                 authors READ them in one batch from the cached level-1 page, costs latency \
+                 here, not throughput. A scan READs whole hash leaves (CHIME's coarse-grained \
+                 range query): ~2.2 leaves of ~41 keys per scan of 1..=100 keys. remora's \
+                 hash leaf is 1824 B where the authors' is 1316 B (include/Common.h: 19 B \
+                 entries, 10 B metadata replicas, a version byte per 63 B): remora's 24 B \
+                 entries carry a meta word whose checksum binds the entry to its group header, \
+                 and its 32 B group headers carry stamps and both fences, so that a READ \
+                 validates in any segment order, which the authors' per-cache-line versions \
+                 do not. Those 508 B per leaf times ~2.2 leaves (~1060 B per op) are the whole \
+                 gap (3893 - 2848 = 1045 B per op): at the authors' leaf size CHIME's scans \
+                 would READ about what Sherman's do. The row is off by the price of READs that \
+                 validate in any segment order; without it the coarse query only draws level. \
+                 The authors' fine-grained query (READ only the neighbourhoods of the keys of \
+                 [from, to) in a leaf the range covers in part) needs their dense keys (ycsb \
+                 workloade: insertorder=ordered; range_query(k, k + size)); remora's YCSB-E \
+                 keys are fnv-hashed. With dense keys (--keys seq) and whole-leaf scans: \
+                 CHIME 2.232 / Sherman 2.665 Mops = 0.84x"
             } else {
                 "remora's Sherman pages are 1 KiB (39 leaf slots; the paper's Sherman has span \
                  64); both trees share Sherman's internal pages and index cache"

@@ -239,6 +239,59 @@ mod tests {
         assert_eq!(t.e, before);
     }
 
+    /// A leaf whose insert found no room is repacked by `pack` into one table, in place,
+    /// whenever its live keys and the new one fit a fresh table (a rebuild, no new leaf):
+    /// only a set no fresh table holds is split. Over deterministic random key sets, a fresh
+    /// table never fails at 32 keys or fewer, so a split that allocates a leaf happens only
+    /// to a leaf well over half full (the churn's leaf growth is bounded by that, not by
+    /// a rebuild missing).
+    #[test]
+    fn pack_rebuilds_in_place_whatever_a_fresh_table_holds() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut failed = [0usize; 5];
+        for (i, n) in [24usize, 32, 40, 48, 56].into_iter().enumerate() {
+            for _ in 0..400 {
+                let mut es: Vec<Entry> = (0..n)
+                    .map(|_| Entry {
+                        live: true,
+                        len: 8,
+                        key: next(),
+                        ..Entry::default()
+                    })
+                    .collect();
+                es.sort_unstable_by_key(|e| e.key);
+                es.dedup_by_key(|e| e.key);
+                let mut fresh = Table::empty();
+                let fits = es.iter().all(|e| {
+                    let free = fresh.vacancy();
+                    fresh.insert(e.key, e.len, e.value, free).is_ok()
+                });
+                let mut parts = 0;
+                pack(&es, SLOTS, &mut |_, t| {
+                    check(t);
+                    parts += 1
+                });
+                assert_eq!(
+                    parts == 1,
+                    fits,
+                    "{n} keys: one table iff a fresh one holds them"
+                );
+                failed[i] += usize::from(!fits);
+            }
+        }
+        assert_eq!(failed[..2], [0, 0], "a fresh table holds 32 keys or fewer");
+        assert!(
+            failed[4] > failed[3] && failed[3] > 0,
+            "fails more as it fills: {failed:?}"
+        );
+    }
+
     #[test]
     fn pack_splits_a_half_that_does_not_fit_again() {
         // 12 keys of one home: halves of 6 fit; 20 keys of one home: halves of 10 do not,
