@@ -334,8 +334,8 @@ pub fn check_fits(a: &crate::bench::BenchArgs) -> Result<(), String> {
         let region = crate::bench::region_bytes(r) * r.sim.memory_nodes.max(1) as u64;
         if region > limit {
             return Err(format!(
-                "does not fit: its memory nodes' regions are {:.1} GiB ({} records of {} B \
-                 values), above the {:.1} GiB this process can still allocate (the lower of \
+                "does not fit: its memory nodes' regions are {:.2} GiB ({} records of {} B \
+                 values), above the {:.2} GiB this process can still allocate (the lower of \
                  what `ulimit -v` leaves and MemTotal); fewer --records or --operations",
                 region as f64 / (1u64 << 30) as f64,
                 r.records,
