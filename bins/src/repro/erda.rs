@@ -11,6 +11,10 @@
 //! (`erda-paced-clients`, `erda-server-threads`) and the cleaning rows also pace the
 //! writers as the paper's released clients do (500 µs before each write, [`PACED`]).
 use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
+mod cpu;
+mod sizing;
+use cpu::{CPU_A_RAW, CPU_UPD_RAW, CPU_UPD_REDO};
+use sizing::{SIZED, VALUES_RUN_BYTES, records_at, sized_flags};
 
 const NODES: usize = 2;
 /// The value size of the latency, CPU, cleaning and Table 1 rows: the paper's Fig. 25 and
@@ -72,11 +76,7 @@ const PACED_UPD_LATENCY: &str = "writers wait 500 µs before each write as the p
      writes' completion times";
 
 pub fn paper(s: &Scale) -> Paper {
-    let base = format!(
-        "{} --profile erda --compute-nodes {NODES} --memory-nodes 1 \
-         --persistent --coroutines 1",
-        s.kv_flags()
-    );
+    let base = sized_flags(s);
     let threads: &[usize] = if s.name == "quick" {
         &[4, 16]
     } else {
@@ -101,14 +101,22 @@ pub fn paper(s: &Scale) -> Paper {
             .collect::<Vec<_>>()
     };
     let all = ["c", "b", "a", "update-only"];
-    let at16 = format!("{base} --clients-per-node 8");
+    let at16 = format!("{base} {SIZED}");
     let paced = format!("{at16} {PACED}");
     let mut by_size = Vec::new();
+    let mut size_keys = Vec::new();
     for &v in sizes {
+        let keys = records_at(s, v);
+        size_keys.push(format!("{keys} at {v} B"));
+        let mut sv = s.clone();
+        sv.records = keys;
         for (label, idx) in SYSTEMS {
             by_size.push(Series::new(
                 &format!("{label} {v} B"),
-                format!("{at16} --value-size {v} --index {idx}"),
+                format!(
+                    "{} {SIZED} --value-size {v} --index {idx}",
+                    sized_flags(&sv)
+                ),
                 &all,
             ));
         }
@@ -450,7 +458,8 @@ pub fn paper(s: &Scale) -> Paper {
         ),
         Claim::ratio(
             "b-cpu-raw-values",
-            "Read-After-Write / Erda server CPU per op, YCSB-B, 1 KiB values (Fig. 25)",
+            "Read-After-Write / Erda server CPU per op, YCSB-B, 1 KiB values (paper: its average \
+             over Figs. 22-25, 16 B-1 KiB)",
             (20.81, 20.81),
             Metric::ServerCpu,
             false,
@@ -460,68 +469,36 @@ pub fn paper(s: &Scale) -> Paper {
         ),
         Claim::ratio(
             "a-cpu-raw-values",
-            "Read-After-Write / Erda server CPU per op, YCSB-A, 1 KiB values (Fig. 25)",
+            "Read-After-Write / Erda server CPU per op, YCSB-A, 1 KiB values (paper: its average \
+             over Figs. 22-25, 16 B-1 KiB)",
             (1.96, 1.96),
             Metric::ServerCpu,
             false,
             v(erda_v, "a"),
             v(raw_v, "a"),
-            "measured (server ns/op, erda-values): RAW's server applies every 1 KiB record \
-             to its slot, 17 lines persisted at 150 ns (2.55 µs), and serves every read; \
-             Erda's persists one 8-byte word per write and serves no read. The paper's CPU \
-             ratios are its ratios of server requests per operation (see the update-only \
-             Redo CPU row): 1 per op for RAW here (a read, or a write's reservation), 0.5 for Erda (its \
-             writes), 2x against the paper's 1.96x, where remora's per-request costs differ \
-             by kind (a 1 KiB apply 2.55 µs, a reservation or a read ~0.5 µs, an Erda write \
-             0.64 µs)",
+            CPU_A_RAW,
         ),
         Claim::ratio(
             "update-only-cpu-redo-values",
-            "Redo Logging / Erda server CPU per op, update-only, 1 KiB values (Fig. 25)",
+            "Redo Logging / Erda server CPU per op, update-only, 1 KiB values (paper: its average \
+             over Figs. 22-25, 16 B-1 KiB)",
             (1.17, 1.17),
             Metric::ServerCpu,
             false,
             v(erda_v, "UPD"),
             v(redo_v, "UPD"),
-            "measured per 1 KiB update (server ns/op, erda-values): Redo 6.0 µs, of which \
-             5.1 µs persists the record twice, 17 lines x 150 ns into the log and again at \
-             its apply, as the authors' Redo Logging/server.c does (pflush with 150 ns per \
-             line at the append and in rbflush); Erda 0.64 µs, one 8-byte word persisted \
-             (the authors' Erda/server/server.c write path flushes nothing). Both counted \
-             over all the server's threads, as `top` counts the process: Redo's apply runs \
-             on the profile's background thread (the authors' rbflush pthread), which moves \
-             it off the request path but not out of the total. So remora's baseline does \
-             per op what the authors' code does. For the paper's 1.17x, every request would \
-             need a further cost common to the three systems of (6.05 - 1.17 x 0.64) / 0.17 \
-             = 31 µs at 1 KiB (3.0 µs at 64 bytes, erda-ycsb table: 1.22 / 0.61 µs), such as \
-             the wake of a server thread blocked in ibv_get_cq_event (the authors' servers \
-             block there, poll_cq in server.c) as `top` counts it; no source gives that cost \
-             on the paper's Westmere / CentOS 7.3 server, and 31 µs is ten times a context \
-             switch, so remora does not model it. Each of the paper's CPU ratios is its \
-             ratio of server requests per operation, as if a fixed cost per request \
-             dominated: Redo and RAW send every read and write to the server (1 request per \
-             op), Erda only its writes, so YCSB-B 1 / 0.05 = 20 (paper 20.09x Redo, 20.81x \
-             RAW), YCSB-A 1 / 0.5 = 2 (1.89x, 1.96x), update-only 1 / 1 = 1 (1.17x, 1.11x); \
-             remora's CPU per request follows each request's work. The profile's \
-             `server_wake_ns` (a blocked thread's wake) is idle time of the core, not CPU; \
-             the CPU of the interrupt, the event's delivery and the switch-in that `top` \
-             would count per request has no source on the paper's server and is not \
-             modelled: not reproduced",
+            CPU_UPD_REDO,
         ),
         Claim::ratio(
             "update-only-cpu-raw-values",
-            "Read-After-Write / Erda server CPU per op, update-only, 1 KiB values (Fig. 25)",
+            "Read-After-Write / Erda server CPU per op, update-only, 1 KiB values (paper: its \
+             average over Figs. 22-25, 16 B-1 KiB)",
             (1.11, 1.11),
             Metric::ServerCpu,
             false,
             v(erda_v, "UPD"),
             v(raw_v, "UPD"),
-            "measured per 1 KiB update (server ns/op, erda-values): RAW 3.2 µs, of which \
-             2.55 µs is the apply persisting the record's 17 lines at 150 ns on the \
-             background thread (the client's READ already made the ring copy durable); \
-             Erda 0.64 µs. The paper's 1.11x would need a further cost per request common \
-             to the three of (3.25 - 1.11 x 0.64) / 0.11 = 23 µs at 1 KiB (1.5 µs at 64 \
-             bytes, erda-ycsb table: 0.83 / 0.61 µs): the cause is the Redo row's",
+            CPU_UPD_RAW,
         ),
         Claim::ratio(
             "cleaning-update-only-latency",
@@ -665,7 +642,11 @@ pub fn paper(s: &Scale) -> Paper {
              (`{PACED}`), {NODES} compute nodes x 8 synchronous client threads (one operation each; curves: \
              {} clients), 1 memory node running the store's server; {} 8-byte integer keys, \
              64-byte values (value-size rows: {}; cleaning and Table 1: {VALUE} B), {} \
-             measured ops after {} warm-up ops, zipfian 0.99, seed 1",
+             measured ops after {} warm-up ops, zipfian 0.99, seed 1; the value-size rows \
+             load {} keys: the scale's, or fewer where a run's memory-node region (about 17x \
+             its appended bytes, allocated whole) would pass {} GiB (a third of this 24 GiB \
+             machine, under the 12 GB `ulimit -v` of the full runs): the most keys that keep \
+             it within",
             sweep.join("/"),
             s.records,
             sizes
@@ -674,7 +655,9 @@ pub fn paper(s: &Scale) -> Paper {
                 .collect::<Vec<_>>()
                 .join("/"),
             s.ops,
-            s.warmup
+            s.warmup,
+            size_keys.join(", "),
+            VALUES_RUN_BYTES >> 30
         ),
         experiments,
         claims,

@@ -280,6 +280,73 @@ pub fn machine_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The most bytes this process can still allocate: what the address-space limit (`ulimit
+/// -v`, RLIMIT_AS) leaves beside the address space it already maps (`VmSize`), and this
+/// machine's memory (Linux's default heuristic overcommit refuses one allocation larger
+/// than RAM + swap), whichever is lower; `None` if neither is known.
+pub fn allocation_limit() -> Option<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `rl` is a valid, writable rlimit for the call's duration.
+    let as_limit = (unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut rl) } == 0
+        && rl.rlim_cur != libc::RLIM_INFINITY)
+        .then(|| rl.rlim_cur.saturating_sub(mapped_bytes().unwrap_or(0)));
+    match (as_limit, machine_bytes()) {
+        (Some(a), Some(m)) => Some(a.min(m)),
+        (a, m) => a.or(m),
+    }
+}
+
+/// The address space this process maps now (`VmSize` of /proc/self/status), if readable.
+fn mapped_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmSize:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Refuses, before it starts, a bench run whose memory-node regions (`region_bytes` for each
+/// memory node, summed; every `--index` and every point of a `--sweep`) cannot be
+/// allocated here: the run would end
+/// the whole process in an allocation abort (Erda's 4 KiB values at 600k keys asked 48.9 GB).
+pub fn check_fits(a: &crate::bench::BenchArgs) -> Result<(), String> {
+    let Some(limit) = allocation_limit() else {
+        return Ok(());
+    };
+    let mut runs = Vec::new();
+    // `--index` fills `indexes`; bench sets `index` for each run.
+    for &kind in &a.indexes {
+        let mut one = a.clone();
+        one.index = kind;
+        match &a.sweep {
+            Some(spec) => {
+                let sw = crate::bench::sweep::parse(spec)?;
+                for &v in &sw.values {
+                    runs.push(crate::bench::sweep::point(&one, &sw.name, v)?);
+                }
+            }
+            None => runs.push(one),
+        }
+    }
+    for r in &runs {
+        let region = crate::bench::region_bytes(r) * r.sim.memory_nodes.max(1) as u64;
+        if region > limit {
+            return Err(format!(
+                "does not fit: its memory nodes' regions are {:.2} GiB ({} records of {} B \
+                 values), above the {:.2} GiB this process can still allocate (the lower of \
+                 what `ulimit -v` leaves and MemTotal); fewer --records or --operations",
+                region as f64 / (1u64 << 30) as f64,
+                r.records,
+                r.value_size,
+                limit as f64 / (1u64 << 30) as f64,
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The memory section: every fit, and how many keys fit `mem` bytes at `clients(paper)`
 /// client threads (the paper's shape at `--scale full`) and `cpu_s` seconds of CPU for
 /// `runs(paper)` loads.
@@ -385,6 +452,23 @@ pub fn count(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run whose regions pass what this process can allocate is refused with a message
+    /// before it starts; a small one passes.
+    #[test]
+    fn a_run_that_cannot_be_allocated_is_refused_before_it_starts() {
+        let huge = crate::repro::run::parse_bench(
+            "--fabric sim --index erda --records 1000 --region-mib 1048576",
+        )
+        .unwrap();
+        let err = check_fits(&huge).unwrap_err();
+        assert!(
+            err.contains("does not fit") && err.contains("--records"),
+            "{err}"
+        );
+        let small = crate::repro::run::parse_bench("--fabric sim --index erda --records 1000");
+        assert_eq!(check_fits(&small.unwrap()), Ok(()));
+    }
 
     #[test]
     fn fit_separates_keys_from_clients_and_caps_at_the_machine() {

@@ -116,7 +116,7 @@ pub fn experiment(
             // cluster where their loads are the same: load once, measure many.
             a.load_once = bulk;
             a.no_bulk_load |= !bulk;
-            let recs = match bench::records(&a) {
+            let recs = match memory::check_fits(&a).and_then(|()| bench::records(&a)) {
                 Ok(r) => r,
                 Err(err) => {
                     eprintln!("  {:<28} FAILED: remora bench {cmd}: {err}", s.label);
