@@ -89,8 +89,8 @@ fn table(n: usize) -> (Arc<Join>, Vec<Waker>) {
 /// coroutines run as one task under another executor (the sim's).
 ///
 /// A poll skips a future that is *parked*: one whose last poll ended waiting only for
-/// things that mark it when they happen ([`park_current`]: the sim's verbs), and that has
-/// been neither marked nor woken through its waker since. Polled, such a future would only
+/// things that mark it when they happen ([`park_current`]: the sim's verbs and timers), and
+/// that has been neither marked nor woken through its waker since. Polled, such a future would only
 /// have answered `Pending` again; every other future is polled every time, in order, as a
 /// busy-polling executor would.
 pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
@@ -231,8 +231,8 @@ pub fn park_current(want_mark: bool) -> Option<ChildMark> {
     Some(ChildMark { join, i })
 }
 
-/// Called by a fabric future about to return `Pending` on a wait that will not mark (a
-/// timer, a receive): the [`join_all`] future being polled is polled every time.
+/// Called by a fabric future about to return `Pending` on a wait that will not mark (the
+/// sim's receives): the [`join_all`] future being polled is polled every time.
 pub fn veto_park() {
     if !CURRENT.with(|c| c.get()).0.is_null() {
         PARK.with(|p| p.set(Park::Vetoed));
