@@ -2,40 +2,54 @@
 //! coroutines.
 //!
 //! DPDK-style: a worker owns its endpoint (queue pairs) and runs N index operations as
-//! coroutines (futures). Every round it polls each unfinished coroutine once; a coroutine
-//! runs until it waits on the fabric, then the next one runs. Wakers are no-ops: every fabric
-//! future makes progress by being polled (the soft fabric completes on the next poll, the
-//! verbs fabric polls its completion queue), so nothing needs to be woken. The coroutines are
-//! pinned in one place before the run: the thread's frame memory when a fabric installed one
-//! ([`crate::frames`]: registered memory, where the NIC writes READ results in place), else
-//! one heap allocation. The loop itself allocates nothing and makes no system call.
+//! coroutines (futures). Each round it polls, in ascending index, every unfinished coroutine
+//! whose waker was woken since its last poll; a coroutine runs until it waits, then the next
+//! one runs. Each coroutine has a waker of its own, built once from its index into the
+//! thread's coroutine table (a wake-up sets that coroutine's flag: no allocation, no
+//! syscall). Fabric futures that make progress by being polled (the soft fabric's
+//! `yield_now`, the verbs fabric polling its completion queue) wake themselves before they
+//! return `Pending`, so they are polled every round; a coroutine parked on something another
+//! coroutine or thread will wake (a delegation or lock waiter) is not polled until then.
+//! The coroutines are pinned in one place before the run: the thread's frame memory when a
+//! fabric installed one ([`crate::frames`]: registered memory, where the NIC writes READ
+//! results in place), else one heap allocation. The loop itself allocates nothing and makes
+//! no system call.
 use crate::frames::Frames;
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
+
+/// Coroutine polls made by [`run_coroutines`] in this process (all threads), so that a
+/// benchmark can report polls per completion.
+pub static COROUTINE_POLLS: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `coroutines` to completion on this thread and returns their outputs in order.
 pub fn run_coroutines<F: Future>(coroutines: Vec<F>) -> Vec<F::Output> {
     run_coroutines_with(coroutines, || {})
 }
 
-/// As [`run_coroutines`], calling `progress` once per round (e.g. to poll a shared CQ).
+/// As [`run_coroutines`], calling `progress` once per round (e.g. to poll a shared CQ; what it
+/// completes must wake the coroutines that wait for it).
 pub fn run_coroutines_with<F: Future>(
     coroutines: Vec<F>,
     mut progress: impl FnMut(),
 ) -> Vec<F::Output> {
     let mut tasks = Frames::new(coroutines);
-    let mut out: Vec<Option<F::Output>> = (0..tasks.len()).map(|_| None).collect();
-    let mut live = tasks.len();
-    let mut cx = Context::from_waker(Waker::noop());
+    let n = tasks.len();
+    let (join, wakers) = table(n);
+    let mut out: Vec<Option<F::Output>> = (0..n).map(|_| None).collect();
+    let mut live = n;
+    let mut polls = 0u64;
     while live > 0 {
         for (i, slot) in out.iter_mut().enumerate() {
-            if slot.is_some() {
+            if slot.is_some() || !join.take(i) {
                 continue;
             }
+            polls += 1;
+            let mut cx = Context::from_waker(&wakers[i]);
             if let Poll::Ready(v) = tasks.get(i).poll(&mut cx) {
                 *slot = Some(v);
                 live -= 1;
@@ -43,28 +57,21 @@ pub fn run_coroutines_with<F: Future>(
         }
         progress();
     }
+    COROUTINE_POLLS.fetch_add(polls, Ordering::Relaxed);
     drop(tasks);
     out.into_iter()
         .map(|v| v.expect("every coroutine finished"))
         .collect()
 }
 
-/// A future that polls the futures of `futures` in turn each time it is polled, and resolves
-/// to all their outputs in order once every one has. It is how one client thread's
-/// coroutines run as one task under another executor (the sim's).
-///
-/// A poll skips a future that is *parked*: one whose last poll ended waiting only for
-/// things that mark it when they happen ([`park_current`]: the sim's verbs), and that has
-/// been neither marked nor woken through its waker since. Polled, such a future would only
-/// have answered `Pending` again; every other future is polled every time, in order, as a
-/// busy-polling executor would.
-pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
-    let n = futures.len();
+/// A coroutine table of `n` entries, every one woken (to be polled once at the start), and
+/// the waker of each entry.
+fn table(n: usize) -> (Arc<Join>, Vec<Waker>) {
     let join = Arc::new(Join {
         first: OnceLock::new(),
         changed: AtomicBool::new(false),
         later: Mutex::new(None),
-        woken: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        woken: (0..n).map(|_| AtomicBool::new(true)).collect(),
     });
     let wakers = (0..n)
         .map(|i| {
@@ -74,6 +81,21 @@ pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
             }))
         })
         .collect();
+    (join, wakers)
+}
+
+/// A future that polls the futures of `futures` in turn each time it is polled, and resolves
+/// to all their outputs in order once every one has. It is how one client thread's
+/// coroutines run as one task under another executor (the sim's).
+///
+/// A poll skips a future that is *parked*: one whose last poll ended waiting only for
+/// things that mark it when they happen ([`park_current`]: the sim's verbs and timers), and
+/// that has been neither marked nor woken through its waker since. Polled, such a future would only
+/// have answered `Pending` again; every other future is polled every time, in order, as a
+/// busy-polling executor would.
+pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
+    let n = futures.len();
+    let (join, wakers) = table(n);
     JoinAll {
         futures: Frames::new(futures),
         out: (0..n).map(|_| None).collect(),
@@ -130,6 +152,17 @@ impl Wake for ChildWake {
         {
             w.wake_by_ref();
         }
+    }
+}
+
+impl Join {
+    /// Whether entry `i` was woken since it was last taken; clears it. A plain load first:
+    /// most entries looked at were not woken (no locked swap). Inlined into the generic
+    /// polls of other crates: it runs once per coroutine per poll of a join.
+    #[inline]
+    fn take(&self, i: usize) -> bool {
+        let flag = &self.woken[i];
+        flag.load(Ordering::Relaxed) && flag.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -198,8 +231,8 @@ pub fn park_current(want_mark: bool) -> Option<ChildMark> {
     Some(ChildMark { join, i })
 }
 
-/// Called by a fabric future about to return `Pending` on a wait that will not mark (a
-/// timer, a receive): the [`join_all`] future being polled is polled every time.
+/// Called by a fabric future about to return `Pending` on a wait that will not mark (the
+/// sim's receives): the [`join_all`] future being polled is polled every time.
 pub fn veto_park() {
     if !CURRENT.with(|c| c.get()).0.is_null() {
         PARK.with(|p| p.set(Park::Vetoed));
@@ -249,11 +282,7 @@ impl<F: Future> Future for JoinAll<F> {
             if slot.is_some() {
                 continue;
             }
-            // A plain load first: most futures polled were not woken (no locked swap).
-            let flag = &this.join.woken[i];
-            if flag.load(Ordering::Acquire) {
-                flag.store(false, Ordering::Release);
-            } else if this.parked[i] {
+            if !this.join.take(i) && this.parked[i] {
                 pending = true;
                 continue;
             }
@@ -531,6 +560,40 @@ mod tests {
         }
         // Outside a join nothing parks.
         assert!(park_current(true).is_none());
+    }
+
+    /// A coroutine waiting on a waker that nobody wakes while its sibling makes 100 steps is
+    /// polled once, then once more when the sibling wakes it (polling every coroutine every
+    /// round polled it 101 times).
+    #[test]
+    fn a_waiting_coroutine_is_polled_only_when_its_waker_fires() {
+        let (polls, done) = (Cell::new(0u32), Cell::new(false));
+        let saved = RefCell::new(None::<Waker>);
+        let waiter = std::future::poll_fn(|cx| {
+            polls.set(polls.get() + 1);
+            if done.get() {
+                return Poll::Ready(());
+            }
+            *saved.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        let stepper = async {
+            for _ in 0..100 {
+                yield_now().await;
+            }
+            done.set(true);
+            if let Some(w) = saved.borrow_mut().take() {
+                w.wake();
+            }
+        };
+        let before = COROUTINE_POLLS.load(Ordering::Relaxed);
+        run_coroutines(vec![
+            Box::pin(waiter) as Pin<Box<dyn Future<Output = ()>>>,
+            Box::pin(stepper),
+        ]);
+        assert_eq!(polls.get(), 2);
+        // The stepper's 101 polls and the waiter's 2 (other tests may add theirs).
+        assert!(COROUTINE_POLLS.load(Ordering::Relaxed) - before >= 103);
     }
 
     #[test]

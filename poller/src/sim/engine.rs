@@ -65,6 +65,8 @@ pub(crate) enum Ev {
     RespRx(u32),
     /// The connection of server end `0` ends (its client crashed one dead timeout ago).
     Hangup(u32),
+    /// Timer `0` ([`World::timers`]) fires: its coroutine is marked and its task made ready.
+    Timer(u32),
 }
 
 /// Work for a memory node's handler outside its messages, done by `Sim` between task polls
@@ -95,6 +97,7 @@ impl Ev {
             Ev::RespTx(a) => (8, a, 0),
             Ev::RespRx(a) => (9, a, 0),
             Ev::Hangup(a) => (10, a, 0),
+            Ev::Timer(a) => (11, a, 0),
         };
         (k << 60) | ((b as u64 & 0x0FFF_FFFF) << 32) | a as u64
     }
@@ -112,7 +115,8 @@ impl Ev {
             7 => Ev::Fault(a),
             8 => Ev::RespTx(a),
             9 => Ev::RespRx(a),
-            _ => Ev::Hangup(a),
+            10 => Ev::Hangup(a),
+            _ => Ev::Timer(a),
         }
     }
 }
@@ -285,6 +289,13 @@ pub struct EngineStats {
 }
 
 /// The whole simulated cluster's state.
+/// A coroutine's armed timer: the task to wake and the mark of the coroutine waiting.
+#[derive(Default)]
+pub(crate) struct Timer {
+    pub task: u32,
+    pub mark: Option<ChildMark>,
+}
+
 pub(crate) struct World {
     pub now: Ps,
     pub model: Model,
@@ -302,6 +313,9 @@ pub(crate) struct World {
     pub ends: Vec<End>,
     pub ops: Slab<OpSlot>,
     pub batches: Slab<Batch>,
+    /// Armed timers of coroutines that a join polls only when marked (see
+    /// [`World::schedule_timer`]).
+    pub timers: Slab<Timer>,
     pub pool: BufPool,
     pub clients: Vec<Client>,
     pub ready: VecDeque<u32>,
@@ -343,6 +357,7 @@ impl World {
             ends: Vec::new(),
             ops: Slab::new(),
             batches: Slab::new(),
+            timers: Slab::new(),
             pool: BufPool::new(),
             clients: Vec::new(),
             ready: VecDeque::new(),
@@ -397,8 +412,33 @@ impl World {
             Ev::RespTx(op) => self.response_leaves(op),
             Ev::RespRx(op) => self.response_arrives(op),
             Ev::Hangup(end) => self.end_connection(end, true),
+            Ev::Timer(id) => {
+                let timer = self.timers.get_mut(id);
+                let task = timer.task;
+                if let Some(m) = timer.mark.take() {
+                    m.mark();
+                }
+                self.timers.free(id);
+                self.make_ready(task);
+            }
         }
         true
+    }
+
+    /// Wakes task `task` at `at` (a timer of one of its coroutines): through a timer that
+    /// marks the waiting coroutine when `mark` names it (so that a join polls that coroutine
+    /// and not its siblings), else as a plain task wake-up.
+    pub fn schedule_timer(&mut self, at: Ps, task: u32, mark: Option<ChildMark>) {
+        match mark {
+            Some(m) => {
+                let id = self.timers.alloc();
+                let timer = self.timers.get_mut(id);
+                timer.task = task;
+                timer.mark = Some(m);
+                self.schedule(at, Ev::Timer(id));
+            }
+            None => self.schedule(at, Ev::Wake(task)),
+        }
     }
 
     pub fn make_ready(&mut self, task: u32) {

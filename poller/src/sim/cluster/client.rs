@@ -214,13 +214,15 @@ impl Future for Sleep {
         if t == NO_TASK {
             return Poll::Ready(());
         }
+        // Its firing marks the coroutine (inside a join), which the join then polls: a
+        // sleeping coroutine is not polled when its siblings are.
         if !this.armed {
             this.armed = true;
-            let at = this.until;
-            w.schedule(at, Ev::Wake(t));
+            let mark = crate::executor::park_current(true);
+            w.schedule_timer(this.until, t, mark);
+        } else {
+            crate::executor::park_current(false);
         }
-        // Its wake-up makes the task ready without marking the coroutine.
-        crate::executor::veto_park();
         Poll::Pending
     }
 }
