@@ -408,7 +408,16 @@ fn searches_and_inserts_queue_behind_an_insert_holding_the_lock() {
     // later.
     assert!(s0 < 200_000 && i0 < 1_200_000, "no lock: {s0}, {i0}");
     assert!(s1 < 200_000, "writers' lock: the search waited ({s1})");
-    assert!(i1 > 1_900_000, "writers' lock: the insert did not wait ({i1})");
-    assert!(s2 > 900_000, "reader-writer lock: the search did not wait ({s2})");
-    assert!(i2 > 1_900_000, "reader-writer lock: the insert did not wait ({i2})");
+    assert!(
+        i1 > 1_900_000,
+        "writers' lock: the insert did not wait ({i1})"
+    );
+    assert!(
+        s2 > 900_000,
+        "reader-writer lock: the search did not wait ({s2})"
+    );
+    assert!(
+        i2 > 1_900_000,
+        "reader-writer lock: the insert did not wait ({i2})"
+    );
 }

@@ -643,7 +643,11 @@ impl LocalRegion for SimRegion<'_> {
     }
     /// Held to the end of this message's service (see `TreeLock`).
     fn hold_lock(&self, exclusive: bool) {
-        let h = if exclusive { HELD_EXCLUSIVE } else { HELD_SHARED };
+        let h = if exclusive {
+            HELD_EXCLUSIVE
+        } else {
+            HELD_SHARED
+        };
         self.held.set(self.held.get().max(h));
     }
     /// Virtual time and the CPU time this node's handler threads have been busy.
