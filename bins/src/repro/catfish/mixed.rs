@@ -102,9 +102,11 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              and Catfish is capped by the inserts the lock lets through (1.106 -> 0.715 Mops; \
              the offloading row's note), so the gain went 2.02x -> 1.58x. One lock per tree \
              serialises every insert; the paper's node locks ([28]) let inserts on different \
-             nodes run at once and give no figure to size that by. Measured with remora's own \
-             lock instead (writers only, searches lock-free: `--set server_tree_lock=1`): see \
-             the report's notes",
+             nodes run at once and give no figure to size that by. With remora's own lock \
+             instead (writers only, searches lock-free: `--set server_tree_lock=1`), measured: \
+             Catfish 0.701 / 0.743 / 0.695 Mops and fast messaging 0.527 / 0.540 / 0.535 at \
+             32 / 128 / 256 clients, 1.38x: the writers' serialisation is the cap, the \
+             searches' waits add the rest",
         ),
         Claim::ratio(
             "mixed-vs-offloading",
@@ -211,8 +213,9 @@ pub(super) fn hilbert_claims() -> Vec<Claim> {
              cheaper). Under the server's reader-writer lock (`server_tree_lock`, seeds/003 \
              §3.2) an insert holds the tree for those 41.4 µs and its memory, so one tree \
              serves ~24 K inserts a second, 0.24 Mops of 90/10, whatever the mode: Catfish \
-             fell from 1.084 to 0.241 Mops (0.32x the paper's 755.10 Kops peak), and the \
-             three modes meet at that cap. The cause is remora's Hilbert insert: the paper's \
+             fell from 1.084 to 0.241 Mops (0.32x the paper's 755.10 Kops peak), fast \
+             messaging to 0.223 and offloading to 0.241 at 128 clients: the three modes meet \
+             at that cap (2.08x -> 1.08x over fast messaging, 1.77x -> 1.00x over offloading). The cause is remora's Hilbert insert: the paper's \
              'does not decrease' as clients grow, 'the server CPUs are still not saturated by \
              the read/write contention' (§5.2.3), needs inserts far cheaper than its R*-tree's; \
              a profile of the cost test puts `Tree::entry_key` (Hilbert values recomputed for \
