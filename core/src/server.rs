@@ -74,6 +74,12 @@ pub trait LocalRegion {
     /// memory; real fabrics ignore it (the time is really spent). A handler states only
     /// measured costs (Catfish's insert: `catfish::server`).
     fn charge_cpu_ns(&self, _ns: u64) {}
+    /// States that the handler holds its served structure's lock for the rest of this
+    /// message's service: `exclusive` as a writer, else shared as a reader. The sim
+    /// serialises the services of its threads under one such lock per node, in virtual time
+    /// (model `server_tree_lock`); real fabrics ignore it (the handler's own lock, if any,
+    /// does it). Catfish's server states it (`catfish::server`).
+    fn hold_lock(&self, _exclusive: bool) {}
 }
 
 /// A memory node's CPU accounting at one instant (see [`LocalRegion::cpu_clock`]).

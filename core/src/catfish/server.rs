@@ -354,7 +354,10 @@ impl CatfishServer {
                 .then_some((a.offset(), req.arg1))
         };
         if req.op == Opcode::Search {
-            // Lock-free, as an offloading client reads (see `super::shared`).
+            // Lock-free, as an offloading client reads (see `super::shared`); stated as a
+            // reader's hold so that a fabric modelling the paper's reader-writer lock
+            // (seeds/003 §3.2) charges it.
+            region.hold_lock(false);
             self.hits.clear();
             let r = self
                 .tree
@@ -370,6 +373,7 @@ impl CatfishServer {
         }
         let tree = self.tree.clone();
         let mut w = tree.lock();
+        region.hold_lock(true);
         let w = &mut *w;
         let result = match (req.op, w.tree.as_mut()) {
             // Formatting over a live tree would strand its clients.

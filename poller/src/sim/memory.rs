@@ -179,6 +179,8 @@ pub(crate) struct MemNode {
     pub nvm: NvmStats,
     /// The CPU's last-level cache, as the server CPU model sees it (`llc.rs`).
     pub(crate) llc: Llc,
+    /// The lock over its served structure (`server.rs`, model `server_tree_lock`).
+    pub(crate) tree_lock: super::server::TreeLock,
 }
 
 impl MemNode {
@@ -213,6 +215,7 @@ impl MemNode {
             undo_seq: 0,
             nvm: NvmStats::default(),
             llc: Llc::default(),
+            tree_lock: Default::default(),
         }
     }
 

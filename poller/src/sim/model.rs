@@ -340,6 +340,16 @@ params! {
          previous one waits for nothing, so a loaded server does not pay it. The interrupt, \
          the completion event's delivery and the switch back into the thread are not \
          modelled. 0 (default, the sim's behaviour before this parameter): threads busy-poll";
+    server_tree_lock: 0.0, "0/1/2", [0.0, 2.0],
+        "One lock over each memory node's served structure, held by a handler that states it \
+         (LocalRegion::hold_lock) from its handler call to the end of its service (the \
+         memory it touched and the CPU it stated), its threads waiting for it in virtual \
+         time, spinning (busy CPU). 1: writers exclusive, readers free (remora's Catfish \
+         server: inserts under a spin lock, searches lock-free); 2: a reader-writer lock, \
+         readers wait for a writer and a writer for every reader (Catfish's paper, seeds/003 \
+         §3.2: 'the concurrent lock [28] to avoid the read-write conflict and write-write \
+         conflict'). 0 (default, the sim's behaviour before this parameter): no lock, the \
+         threads' services overlap";
 }
 
 /// A bad `--set` or model-file entry.

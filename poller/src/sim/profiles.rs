@@ -367,6 +367,17 @@ pub const PROFILES: &[Profile] = &[
                  this derivation, not as a confirmation; the tree's memory is charged on top \
                  (under 1 us a search)",
             ),
+            v(
+                "server_tree_lock",
+                2.0,
+                "a reader-writer lock over the tree: 'to handle the concurrent accesses from \
+                 multiple clients, we implement the concurrent lock [28] to avoid the \
+                 read-write conflict and write-write conflict' (seeds/003 §3.2; [28]: \
+                 Kornacker and Banks, VLDB'95), so a server-side search waits for an insert \
+                 and an insert for the searches and inserts before it. Coarser than [28], \
+                 which locks nodes: one lock per tree (the paper gives no lock granularity \
+                 figures; the authors' code is not public)",
+            ),
         ],
     },
 ];

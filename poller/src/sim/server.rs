@@ -55,6 +55,12 @@
 //!   `Sim::set_handler_with` is made anew at the restart, as a restarted server process
 //!   starts with no volatile state; one set with `Sim::set_handler` lives on, its volatile
 //!   fields included. A DRAM node restarts on a fresh region without `recover`.
+//! - **The structure's lock** (model `server_tree_lock`, 0 by default: none): a handler that
+//!   states it holds its structure's lock (`LocalRegion::hold_lock`) holds it from its call
+//!   to the end of its service (the memory it touched, the CPU it stated); a thread whose
+//!   handler meets the lock held waits, spinning (busy), until the holder's service ends,
+//!   then serves. Holders are ordered by their handler calls, so the handler's effects
+//!   keep their order; 1 locks only writers (exclusive), 2 is a reader-writer lock.
 //! - Busy time is accounted per thread (`MemNode::busy_ps`), read by `Sim::server_busy_ns`,
 //!   `ClientCtx::server_busy_ns` and, from the handler, `LocalRegion::cpu_clock`.
 //!
@@ -119,6 +125,48 @@ impl ServerThread {
     pub fn busy_ps(&self, now: Ps) -> Ps {
         let (a, b) = self.cur;
         self.busy_done + now.clamp(a, b) - a
+    }
+}
+
+/// The lock over a memory node's served structure (model `server_tree_lock`), as the
+/// virtual times its holders release it.
+#[derive(Debug, Default)]
+pub(crate) struct TreeLock {
+    /// The last writer's release.
+    excl_until: Ps,
+    /// The latest release of a reader.
+    shared_until: Ps,
+    /// Services that waited for the lock, and their waits (ps).
+    pub waits: u64,
+    pub wait_ps: Ps,
+}
+
+/// What a handler stated of the lock (`SimRegion::held`).
+const HELD_NONE: u8 = 0;
+const HELD_SHARED: u8 = 1;
+const HELD_EXCLUSIVE: u8 = 2;
+
+impl TreeLock {
+    /// A service that called its handler at `now`, stated `held` and lasts `hold` from its
+    /// start: how long it waits for the lock under model value `mode` (see the module docs);
+    /// its hold is recorded.
+    fn acquire(&mut self, mode: u8, held: u8, now: Ps, hold: Ps) -> Ps {
+        let start = match (mode, held) {
+            (0, _) | (_, HELD_NONE) | (1, HELD_SHARED) => return 0,
+            (_, HELD_EXCLUSIVE) => now.max(self.excl_until).max(self.shared_until),
+            _ => now.max(self.excl_until),
+        };
+        let end = start + hold;
+        if held == HELD_EXCLUSIVE {
+            self.excl_until = end;
+        } else {
+            self.shared_until = self.shared_until.max(end);
+        }
+        if start > now {
+            self.waits += 1;
+            self.wait_ps += start - now;
+        }
+        start - now
     }
 }
 
@@ -333,6 +381,16 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             let nic = wb.ends[end as usize].nic as usize;
             wb.nics[nic].scale(region.mem_cost.get() + region.persist_cost.get())
         };
+        // A lock the handler holds is waited for first, spinning (see `TreeLock`).
+        let wait = {
+            let mut wb = w.borrow_mut();
+            let mode = wb.model.server_tree_lock as u8;
+            let now = wb.now;
+            wb.nodes.get_mut(n).map_or(0, |m| {
+                m.tree_lock.acquire(mode, region.held.get(), now, flush)
+            })
+        };
+        let flush = flush + wait;
         Busy {
             w: &w,
             node: n,
@@ -436,6 +494,8 @@ pub(crate) struct SimRegion<'w> {
     pub persist_cost: std::cell::Cell<Ps>,
     /// Server CPU the handler's memory accesses have cost so far (charged likewise).
     pub mem_cost: std::cell::Cell<Ps>,
+    /// The structure's lock the handler stated it holds (`HELD_*`, the strongest stated).
+    pub held: std::cell::Cell<u8>,
     cost: MemCost,
 }
 
@@ -484,6 +544,7 @@ impl<'w> SimRegion<'w> {
             node,
             persist_cost: std::cell::Cell::new(0),
             mem_cost: std::cell::Cell::new(0),
+            held: std::cell::Cell::new(HELD_NONE),
             cost,
         }
     }
@@ -594,6 +655,15 @@ impl LocalRegion for SimRegion<'_> {
     /// Charged with the message's memory (scaled by a slowed node's factor as it is).
     fn charge_cpu_ns(&self, ns: u64) {
         self.charge(ns.saturating_mul(1000));
+    }
+    /// Held to the end of this message's service (see `TreeLock`).
+    fn hold_lock(&self, exclusive: bool) {
+        let h = if exclusive {
+            HELD_EXCLUSIVE
+        } else {
+            HELD_SHARED
+        };
+        self.held.set(self.held.get().max(h));
     }
     /// Virtual time and the CPU time this node's handler threads have been busy.
     fn cpu_clock(&self) -> Option<CpuClock> {
