@@ -369,14 +369,16 @@ pub const PROFILES: &[Profile] = &[
             ),
             v(
                 "server_tree_lock",
-                2.0,
-                "a reader-writer lock over the tree: 'to handle the concurrent accesses from \
-                 multiple clients, we implement the concurrent lock [28] to avoid the \
-                 read-write conflict and write-write conflict' (seeds/003 §3.2; [28]: \
-                 Kornacker and Banks, VLDB'95), so a server-side search waits for an insert \
-                 and an insert for the searches and inserts before it. Coarser than [28], \
-                 which locks nodes: one lock per tree (the paper gives no lock granularity \
-                 figures; the authors' code is not public)",
+                1.0,
+                "remora's Catfish server: inserts and other writes run under one lock per \
+                 tree and searches take none (they check each node's version and checksum, \
+                 core/src/catfish/shared.rs), so an insert waits for the inserts before it \
+                 and a search waits for nothing. The paper's 'concurrent lock [28] to avoid \
+                 the read-write conflict and write-write conflict' (seeds/003 §3.2; [28]: \
+                 Kornacker and Banks, VLDB'95) locks nodes, which a search of a node being \
+                 rewritten waits for; a reader-writer lock over the whole tree \
+                 (`--set server_tree_lock=2`) over-states that, and the paper gives no lock \
+                 figures to size it by",
             ),
         ],
     },

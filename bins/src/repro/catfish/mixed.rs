@@ -2,11 +2,12 @@
 //! R-tree (Figs. 17-18) and the Hilbert R-tree (Figs. 21-22). The inserts are always sent to
 //! the server (fast messaging); only the searches switch.
 //!
-//! The server's tree is under the paper's reader-writer lock (profile `catfish`,
-//! `server_tree_lock = 2`, seeds/003 §3.2): an insert holds it exclusively for its service
-//! (the tree's memory and the insert CPU below), a server-side search shares it, and threads
-//! wait for it spinning, so the load the adaptive clients see includes the waits. One lock
-//! per tree, coarser than the paper's node locks ([28]), which the paper does not measure.
+//! The server's inserts are serialised as remora's server serialises them (profile `catfish`,
+//! `server_tree_lock = 1`): an insert holds the tree's writers' lock for its service (the
+//! tree's memory and the insert CPU below), searches take no lock, and a thread waits for the
+//! lock spinning, so the load the adaptive clients see includes the waits. The paper's
+//! reader-writer lock (seeds/003 §3.2) locks nodes ([28]); one over the whole tree is
+//! `--set server_tree_lock=2`, whose figures the notes give beside.
 use super::{CAT, Ctx, p};
 use crate::repro::{Chart, Claim, Experiment, Metric, Series};
 
