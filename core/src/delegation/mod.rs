@@ -398,13 +398,15 @@ impl<F: Flavor> Table<F> {
         e.users = 1;
         e.key.set(key);
         e.reading = false;
-        e.read_gen = 0;
-        e.done_gen = 0;
         e.writing = false;
-        e.write_gen = 0;
         e.pending = None;
-        e.pending_seq = 0;
-        e.applied_seq = 0;
+        // Generations and sequence numbers go on from the entry's last users, never back to
+        // 0: a leader replaced at its lease (its count released by its replacer) may still
+        // come back, and must find no generation or sequence number of its own among the
+        // new users' (it would publish its old READ as their read, or mark their values
+        // applied, under another key's users even).
+        e.done_gen = e.read_gen;
+        e.applied_seq = e.pending_seq;
         // Nobody waits on an entry without users.
         e.parked.clear();
         Some((At(b, i), f(e)))

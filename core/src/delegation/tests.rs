@@ -417,3 +417,95 @@ fn a_slow_live_write_leader_is_waited_for_and_a_dropped_one_replaced() {
     assert_eq!(w.out, Some(Ok(true)));
     assert_eq!(t.users(&key), 0);
 }
+
+/// A remote read that stays in flight until `open` is set, then returns `val`'s bytes (the
+/// value the READ found when it was issued).
+async fn gated_val(
+    open: &Cell<bool>,
+    val: u8,
+    out: &mut [u8],
+) -> Result<Option<usize>, (usize, usize)> {
+    core::future::poll_fn(|_| {
+        if open.get() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    out[..8].copy_from_slice(&[val; 8]);
+    Ok(Some(8))
+}
+
+/// A read leader replaced at its lease (its thread descheduled past it) whose entry then
+/// emptied and was taken again for the same key must, coming back, find nothing of its
+/// own in it: its READ predates the new users (a write may have returned in between).
+/// When a claim restarted the entry's generations at 0, the old leader's generation (2)
+/// named the new users' second read, so the old leader published its old value as that
+/// read's result to a reader that started after the write returned, and released a
+/// count it no longer had (seen by `remora check --linearizability --index smart
+/// --fabric soft --threads 2 --coroutines 8` beside two busy loops: a get returning a
+/// value no order of the writes allows).
+#[test]
+fn a_replaced_leader_finds_nothing_of_its_own_in_its_entry_taken_again() {
+    let t = Table::<Test>::with_entries(16, 8);
+    let key = 3u64.to_be_bytes();
+    let host = NoClock;
+    let gates: [Cell<bool>; 6] = Default::default();
+    let mut outs = [[0u8; 8]; 6];
+    let [g_p, g_l, g_z, g_n1, g_n2, g_n3] = &gates;
+    {
+        let [o_p, o_l, o_z, o_n1, o_n2, o_n3] = &mut outs;
+        // The old users: P leads generation 1, L waits for 2 and leads it; its READ finds 1s.
+        let mut p = pin!(t.get(&host, &key, o_p, async |o: &mut [u8]| {
+            gated_val(g_p, 1, o).await
+        }));
+        assert!(poll(p.as_mut()).is_pending());
+        let mut l = pin!(t.get(&host, &key, o_l, async |o: &mut [u8]| {
+            gated_val(g_l, 1, o).await
+        }));
+        assert!(poll(l.as_mut()).is_pending());
+        g_p.set(true);
+        assert_eq!(poll(p.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert!(poll(l.as_mut()).is_pending());
+        assert_eq!(reading(&t, &key), (true, 2), "L leads generation 2");
+        // L's thread is descheduled; Z replaces it, reads and returns. The entry empties.
+        g_z.set(true);
+        let mut z = pin!(t.get(&host, &key, o_z, async |o: &mut [u8]| {
+            gated_val(g_z, 1, o).await
+        }));
+        let mut rounds = 0;
+        while poll(z.as_mut()).is_pending() {
+            rounds += 1;
+            assert!(rounds < 10, "replaces L after its lease");
+        }
+        assert_eq!(t.users(&key), 0, "L's count released by Z");
+        // A write of 2s returns here. New users take the entry again: N1 leads, N2 and N3
+        // arrive during its read, N2 leads the next read, and N3 waits for it.
+        let mut n1 = pin!(t.get(&host, &key, o_n1, async |o: &mut [u8]| {
+            gated_val(g_n1, 2, o).await
+        }));
+        assert!(poll(n1.as_mut()).is_pending());
+        let mut n2 = pin!(t.get(&host, &key, o_n2, async |o: &mut [u8]| {
+            gated_val(g_n2, 2, o).await
+        }));
+        let mut n3 = pin!(t.get(&host, &key, o_n3, async |o: &mut [u8]| {
+            gated_val(g_n3, 2, o).await
+        }));
+        assert!(poll(n2.as_mut()).is_pending() && poll(n3.as_mut()).is_pending());
+        g_n1.set(true);
+        assert_eq!(poll(n1.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert!(poll(n2.as_mut()).is_pending(), "N2 leads the next read");
+        assert!(poll(n3.as_mut()).is_pending(), "N3 waits for it");
+        // L comes back with the 1s its READ found before the write returned.
+        g_l.set(true);
+        assert_eq!(poll(l.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert_eq!(t.users(&key), 2, "L released no count of the new users");
+        assert!(poll(n3.as_mut()).is_pending(), "N3 is not served L's read");
+        g_n2.set(true);
+        assert_eq!(poll(n2.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert_eq!(poll(n3.as_mut()), Poll::Ready(Ok(Some(8))));
+    }
+    assert_eq!(outs[5], [2; 8], "N3 started after the write of 2s returned");
+    assert_eq!(t.users(&key), 0);
+}
