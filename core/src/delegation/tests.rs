@@ -159,6 +159,7 @@ fn a_dropped_leader_releases_its_lead_and_count() {
         table: &t,
         at,
         lead: Some(Lead::Read(g)),
+        seq: None,
         armed: true,
     });
     assert_eq!(
@@ -507,5 +508,57 @@ fn a_replaced_leader_finds_nothing_of_its_own_in_its_entry_taken_again() {
         assert_eq!(poll(n3.as_mut()), Poll::Ready(Ok(Some(8))));
     }
     assert_eq!(outs[5], [2; 8], "N3 started after the write of 2s returned");
+    assert_eq!(t.users(&key), 0);
+}
+
+/// A writer whose value a leader wrote returns that write's result, even when its thread
+/// was descheduled until a later write of the key had returned another (seen by `remora
+/// check --linearizability --index smart --fabric soft --threads 2 --coroutines 8` beside
+/// two busy loops: an update returned `false` while a get returned its value). The later
+/// result waits until the slow writer has picked up its own.
+#[test]
+fn a_slow_combined_writer_gets_its_own_writes_result() {
+    let t = Table::<Test>::with_entries(16, 8);
+    let host = NoClock;
+    let key = 2u64.to_be_bytes();
+    let open = Cell::new(false);
+    // Each value says what its write returns: 4s find the key absent (deleted in between).
+    let write = async |_: (), v: &[u8]| {
+        core::future::poll_fn(|_| {
+            if open.get() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        Ok(v[0] != 4)
+    };
+    let mut l = pin!(t.write(&host, &key, (), &[1; 8], write));
+    assert!(poll(l.as_mut()).is_pending(), "L leads");
+    let mut w = pin!(t.write(&host, &key, (), &[2; 8], write));
+    assert!(poll(w.as_mut()).is_pending(), "W deposits its value");
+    open.set(true);
+    assert_eq!(
+        poll(l.as_mut()),
+        Poll::Ready(Ok(true)),
+        "L wrote 1s, then 2s"
+    );
+    // W's thread is descheduled. X leads a write, Y's value is combined into it.
+    open.set(false);
+    let mut x = pin!(t.write(&host, &key, (), &[3; 8], write));
+    assert!(poll(x.as_mut()).is_pending(), "X leads");
+    let mut y = pin!(t.write(&host, &key, (), &[4; 8], write));
+    assert!(poll(y.as_mut()).is_pending(), "Y deposits its value");
+    open.set(true);
+    let _ = poll(x.as_mut());
+    // W comes back: its value was written, by a write that found the key present.
+    assert_eq!(poll(w.as_mut()), Poll::Ready(Ok(true)));
+    let mut rounds = 0;
+    while poll(x.as_mut()).is_pending() {
+        rounds += 1;
+        assert!(rounds < 5, "X publishes once W picked up");
+    }
+    assert_eq!(poll(y.as_mut()), Poll::Ready(Ok(false)));
     assert_eq!(t.users(&key), 0);
 }
