@@ -116,6 +116,55 @@ pub struct LinArgs {
     /// out-of-place leaves).
     #[arg(long)]
     pub baseline: bool,
+    /// With --index smart: SMART's techniques to turn off (comma-separated:
+    /// lock-free-internal, in-place-leaf, rear-lock, delegation, combining, cache), to find
+    /// which one a failing history needs.
+    #[arg(long, value_delimiter = ',')]
+    pub without: Vec<String>,
+    /// Write the whole history of every seed with a violation or an inconclusive key to
+    /// `DIR/seed-N.txt` (one operation a line, by invocation time), to read beside the
+    /// report's minimal sub-history.
+    #[arg(long, value_name = "DIR")]
+    pub dump_violations: Option<std::path::PathBuf>,
+}
+
+/// Writes `h` to `dir/seed-<seed>.txt`, its events ordered by invocation time.
+fn dump(dir: &std::path::Path, seed: u64, h: &History) -> Result<std::path::PathBuf, String> {
+    struct Events(History);
+    impl std::fmt::Display for Events {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            self.0.write_events(f)
+        }
+    }
+    let mut order: Vec<_> = h.events.iter().collect();
+    order.sort_by_key(|e| (e.call_ns, e.client));
+    let mut sorted = History::default();
+    for e in order {
+        sorted.push(*e, h.items_of(e));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(format!("seed-{seed}.txt"));
+    std::fs::write(&path, Events(sorted).to_string())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// The switch of SMART's technique `name` (as `--without` spells it).
+fn smart_switch<'t>(t: &'t mut Techniques, name: &str) -> Result<&'t mut bool, String> {
+    Ok(match name {
+        "lock-free-internal" => &mut t.lock_free_internal,
+        "in-place-leaf" => &mut t.in_place_leaf,
+        "rear-lock" => &mut t.rear_lock,
+        "delegation" => &mut t.delegation,
+        "combining" => &mut t.combining,
+        "cache" => &mut t.cache,
+        _ => {
+            return Err(format!(
+                "--without {name}: SMART's techniques are lock-free-internal, in-place-leaf, \
+                 rear-lock, delegation, combining, cache"
+            ));
+        }
+    })
 }
 
 /// Parses `A..B`, `A..=B` or `N`.
@@ -419,6 +468,19 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
         (_, true) => return Err("--baseline: only with --index smart".into()),
         (cfg, false) => cfg,
     };
+    let cfg = match (cfg, a.without.is_empty()) {
+        (IndexCfg::Smart { cfg: c, mut t }, false) => {
+            for w in &a.without {
+                *smart_switch(&mut t, w)? = false;
+            }
+            IndexCfg::Smart {
+                cfg: SmartConfig { techniques: t, ..c },
+                t,
+            }
+        }
+        (_, false) => return Err("--without: only with --index smart".into()),
+        (cfg, true) => cfg,
+    };
     refuse_weak(&cfg)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);
     let (mut check_s, wall) = (0f64, Instant::now());
@@ -444,6 +506,12 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
             );
         } else {
             print!("{r}");
+            if let Some(dir) = &a.dump_violations {
+                println!(
+                    "seed {seed}: whole history in {}",
+                    dump(dir, seed, &h)?.display()
+                );
+            }
         }
     }
     println!(

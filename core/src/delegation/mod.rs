@@ -13,7 +13,9 @@
 //! find a write of their key in flight leave their value in the entry; when the writer
 //! finishes, it writes the latest pending value once, and every writer whose value it covered
 //! returns (their writes are linearized just before the one that was applied, each
-//! overwriting the previous). Only writes of one kind combine.
+//! overwriting the previous) with that write's result: the next write's result is published
+//! only once they all picked it up, so a writer whose thread was descheduled meanwhile never
+//! takes a later write's. Only writes of one kind combine.
 //!
 //! Sharing between threads: the table is split into buckets of [`PROBE`] entries, each under
 //! a try-lock held only between awaits (a few hundred nanoseconds), never across one; a
@@ -174,6 +176,18 @@ struct Entry<F: Flavor> {
     applied_seq: u64,
     applied: Result<bool, F::Error>,
     pending_val: F::Value,
+    /// Writers whose deposited value is pending (not yet taken by a leader).
+    open: u32,
+    /// Writers whose value (or a later one that superseded it) a leader took and has yet
+    /// to apply, up to sequence number `taken_seq`.
+    inflight: u32,
+    taken_seq: u64,
+    /// Writers covered by the write of `applied_seq` that have not picked up its result
+    /// yet. The next write's result is published only once they have: a writer picks up
+    /// the result of the first write at or after its own sequence number, and a later
+    /// result (a slow waiter's thread descheduled meanwhile) could be another write's
+    /// (`false` from an update after a delete, while its own value was written).
+    unserved: u32,
     /// Readers and writers waiting on this entry, woken when it changes.
     parked: Parked<PARKED>,
 }
@@ -196,6 +210,10 @@ impl<F: Flavor> Entry<F> {
             applied_seq: 0,
             applied: Ok(false),
             pending_val: F::Value::with_capacity(value_cap),
+            open: 0,
+            inflight: 0,
+            taken_seq: 0,
+            unserved: 0,
             parked: Parked::default(),
         }
     }
@@ -213,13 +231,46 @@ impl<F: Flavor> Entry<F> {
     }
 
     /// Records what the write of sequence number `seq` returned (a later one already
-    /// recorded stays), and wakes the waiters (the ones it covered return).
-    fn apply(&mut self, seq: u64, r: Result<bool, F::Error>) {
-        if seq > self.applied_seq {
-            self.applied_seq = seq;
-            self.applied = r;
-            self.parked.wake_all();
+    /// recorded stays), and wakes the waiters (the ones it covered return). Only once every
+    /// writer the previous write covered has picked up its result (`unserved` is 0):
+    /// `false` and the caller waits (or, with `force`, past the deadline, publishes all the
+    /// same: those writers are dead).
+    fn apply(&mut self, seq: u64, r: Result<bool, F::Error>, force: bool) -> bool {
+        if seq <= self.applied_seq {
+            return true;
         }
+        if self.unserved > 0 && !force {
+            return false;
+        }
+        self.applied_seq = seq;
+        self.applied = r;
+        self.unserved = self.inflight;
+        self.inflight = 0;
+        self.parked.wake_all();
+        true
+    }
+
+    /// A leader takes the pending value of sequence number `seq`; `me`: the taker is a
+    /// writer that deposited it (it returns its own write's result, covering nobody).
+    fn take(&mut self, seq: u64, me: bool) {
+        self.inflight += self.open.saturating_sub(u32::from(me));
+        self.open = 0;
+        self.taken_seq = seq;
+    }
+
+    /// Writer `seq` leaves without picking up a result (its future dropped, or it writes its
+    /// value itself).
+    fn leave(&mut self, seq: u64) {
+        let n = if seq <= self.applied_seq {
+            &mut self.unserved
+        } else if seq <= self.taken_seq {
+            &mut self.inflight
+        } else {
+            &mut self.open
+        };
+        *n = n.saturating_sub(1);
+        // A leader may be waiting for the last unserved writer.
+        self.parked.wake_all();
     }
 }
 
@@ -253,6 +304,8 @@ struct Claim<'t, F: Flavor> {
     table: &'t Table<F>,
     at: At,
     lead: Option<Lead>,
+    /// A waiting writer's deposited sequence number.
+    seq: Option<u64>,
     armed: bool,
 }
 
@@ -271,7 +324,12 @@ impl<F: Flavor> Drop for Claim<'_, F> {
         };
         let e = &mut g[self.at.1];
         match self.lead {
-            None => e.users -= 1,
+            None => {
+                e.users -= 1;
+                if let Some(s) = self.seq {
+                    e.leave(s);
+                }
+            }
             Some(Lead::Read(gen_)) if e.reading && e.read_gen == gen_ => {
                 e.reading = false;
                 e.users -= 1;
@@ -398,13 +456,17 @@ impl<F: Flavor> Table<F> {
         e.users = 1;
         e.key.set(key);
         e.reading = false;
-        e.read_gen = 0;
-        e.done_gen = 0;
         e.writing = false;
-        e.write_gen = 0;
         e.pending = None;
-        e.pending_seq = 0;
-        e.applied_seq = 0;
+        // Generations and sequence numbers go on from the entry's last users, never back to
+        // 0: a leader replaced at its lease (its count released by its replacer) may still
+        // come back, and must find no generation or sequence number of its own among the
+        // new users' (it would publish its old READ as their read, or mark their values
+        // applied, under another key's users even).
+        e.done_gen = e.read_gen;
+        e.applied_seq = e.pending_seq;
+        e.taken_seq = e.pending_seq;
+        (e.open, e.inflight, e.unserved) = (0, 0, 0);
         // Nobody waits on an entry without users.
         e.parked.clear();
         Some((At(b, i), f(e)))
@@ -473,6 +535,7 @@ impl<F: Flavor> Table<F> {
             table: self,
             at,
             lead: leader.then_some(Lead::Read(my_gen)),
+            seq: None,
             armed: true,
         };
         let lease = host.lease();
@@ -577,6 +640,7 @@ impl<F: Flavor> Table<F> {
                 e.pending = Some(kind);
                 e.pending_val.set(value);
                 e.pending_seq += 1;
+                e.open += 1;
                 my_seq = Some(e.pending_seq);
             }
         });
@@ -587,6 +651,7 @@ impl<F: Flavor> Table<F> {
             table: self,
             at,
             lead: lead.map(|_| Lead::Write(my_gen)),
+            seq: my_seq,
             armed: true,
         };
         let lease = host.lease();
@@ -594,27 +659,29 @@ impl<F: Flavor> Table<F> {
         loop {
             if let Some(own_seq) = lead {
                 let r = write(kind, value).await;
+                if let Some(s) = own_seq {
+                    self.publish(at, host, s, r).await;
+                }
                 // Serve the latest pending value once (if still the leader).
                 let mut buf = F::scratch();
                 let buf = buf.as_mut();
                 let taken = self
                     .with(at, |e| {
-                        if let Some(s) = own_seq {
-                            e.apply(s, r);
-                        }
                         if e.write_gen != my_gen {
                             return None;
                         }
+                        let seq = e.pending_seq;
                         e.pending.take().map(|k| {
                             let n = e.pending_val.get().len();
                             buf[..n].copy_from_slice(e.pending_val.get());
-                            (k, n, e.pending_seq)
+                            e.take(seq, false);
+                            (k, n, seq)
                         })
                     })
                     .await;
                 if let Some((k, n, seq)) = taken {
                     let r2 = write(k, &buf[..n]).await;
-                    self.with(at, |e| e.apply(seq, r2)).await;
+                    self.publish(at, host, seq, r2).await;
                 }
                 self.with(at, |e| {
                     // Replaced (stuck for a lease): the replacer released our count.
@@ -634,7 +701,13 @@ impl<F: Flavor> Table<F> {
                     if let Some(s) = my_seq
                         && e.applied_seq >= s
                     {
+                        // The result of the first write at or after ours: no later one is
+                        // published before we took it.
                         e.users -= 1;
+                        e.unserved = e.unserved.saturating_sub(1);
+                        if e.unserved == 0 {
+                            e.parked.wake_all();
+                        }
                         return Ok(Some(e.applied));
                     }
                     // A leader whose future was dropped is replaced after a lease. A live
@@ -652,11 +725,15 @@ impl<F: Flavor> Table<F> {
                         match my_seq {
                             Some(s) if e.pending_seq == s && e.pending.is_some() => {
                                 e.pending = None;
+                                e.take(s, true);
                                 lead = Some(Some(s));
                             }
                             // My value was superseded (its successor's writer will return
                             // for me), or taken by a leader that is stuck: write it myself.
-                            Some(_) if take_over => lead = Some(None),
+                            Some(s) if take_over => {
+                                e.leave(s);
+                                lead = Some(None);
+                            }
                             Some(_) => {}
                             None => lead = Some(None),
                         }
@@ -688,7 +765,34 @@ impl<F: Flavor> Table<F> {
                 return r;
             }
             claim.lead = lead.map(|_| Lead::Write(my_gen));
+            if lead.is_some() {
+                // A leader now: it returns its own write's result, and picks up none.
+                claim.seq = None;
+            }
         }
+    }
+
+    /// Publishes what the write of sequence number `seq` returned, once the writers the
+    /// previous write covered have picked up its result ([`Entry::apply`]); a writer that
+    /// has not within the deadline is dead, and is published over.
+    async fn publish(&self, at: At, host: &impl Host, seq: u64, r: Result<bool, F::Error>) {
+        let lease = host.lease();
+        let since = host.now_ns();
+        let mut polls = 0u32;
+        self.park(at, host, |e, now| {
+            polls = polls.saturating_add(1);
+            let dead = if now == 0 {
+                polls > lease.max_attempts
+            } else {
+                now.saturating_sub(since) >= lease.deadline_ns
+            };
+            if e.apply(seq, r, dead) {
+                Ok(())
+            } else {
+                Err(lease.lease_ns.max(1))
+            }
+        })
+        .await
     }
 }
 

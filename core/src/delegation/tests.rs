@@ -159,6 +159,7 @@ fn a_dropped_leader_releases_its_lead_and_count() {
         table: &t,
         at,
         lead: Some(Lead::Read(g)),
+        seq: None,
         armed: true,
     });
     assert_eq!(
@@ -415,5 +416,149 @@ fn a_slow_live_write_leader_is_waited_for_and_a_dropped_one_replaced() {
     }
     assert_eq!(host.takeovers.get(), 1);
     assert_eq!(w.out, Some(Ok(true)));
+    assert_eq!(t.users(&key), 0);
+}
+
+/// A remote read that stays in flight until `open` is set, then returns `val`'s bytes (the
+/// value the READ found when it was issued).
+async fn gated_val(
+    open: &Cell<bool>,
+    val: u8,
+    out: &mut [u8],
+) -> Result<Option<usize>, (usize, usize)> {
+    core::future::poll_fn(|_| {
+        if open.get() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    out[..8].copy_from_slice(&[val; 8]);
+    Ok(Some(8))
+}
+
+/// A read leader replaced at its lease (its thread descheduled past it) whose entry then
+/// emptied and was taken again for the same key must, coming back, find nothing of its
+/// own in it: its READ predates the new users (a write may have returned in between).
+/// When a claim restarted the entry's generations at 0, the old leader's generation (2)
+/// named the new users' second read, so the old leader published its old value as that
+/// read's result to a reader that started after the write returned, and released a
+/// count it no longer had (seen by `remora check --linearizability --index smart
+/// --fabric soft --threads 2 --coroutines 8` beside two busy loops: a get returning a
+/// value no order of the writes allows).
+#[test]
+fn a_replaced_leader_finds_nothing_of_its_own_in_its_entry_taken_again() {
+    let t = Table::<Test>::with_entries(16, 8);
+    let key = 3u64.to_be_bytes();
+    let host = NoClock;
+    let gates: [Cell<bool>; 6] = Default::default();
+    let mut outs = [[0u8; 8]; 6];
+    let [g_p, g_l, g_z, g_n1, g_n2, g_n3] = &gates;
+    {
+        let [o_p, o_l, o_z, o_n1, o_n2, o_n3] = &mut outs;
+        // The old users: P leads generation 1, L waits for 2 and leads it; its READ finds 1s.
+        let mut p = pin!(t.get(&host, &key, o_p, async |o: &mut [u8]| {
+            gated_val(g_p, 1, o).await
+        }));
+        assert!(poll(p.as_mut()).is_pending());
+        let mut l = pin!(t.get(&host, &key, o_l, async |o: &mut [u8]| {
+            gated_val(g_l, 1, o).await
+        }));
+        assert!(poll(l.as_mut()).is_pending());
+        g_p.set(true);
+        assert_eq!(poll(p.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert!(poll(l.as_mut()).is_pending());
+        assert_eq!(reading(&t, &key), (true, 2), "L leads generation 2");
+        // L's thread is descheduled; Z replaces it, reads and returns. The entry empties.
+        g_z.set(true);
+        let mut z = pin!(t.get(&host, &key, o_z, async |o: &mut [u8]| {
+            gated_val(g_z, 1, o).await
+        }));
+        let mut rounds = 0;
+        while poll(z.as_mut()).is_pending() {
+            rounds += 1;
+            assert!(rounds < 10, "replaces L after its lease");
+        }
+        assert_eq!(t.users(&key), 0, "L's count released by Z");
+        // A write of 2s returns here. New users take the entry again: N1 leads, N2 and N3
+        // arrive during its read, N2 leads the next read, and N3 waits for it.
+        let mut n1 = pin!(t.get(&host, &key, o_n1, async |o: &mut [u8]| {
+            gated_val(g_n1, 2, o).await
+        }));
+        assert!(poll(n1.as_mut()).is_pending());
+        let mut n2 = pin!(t.get(&host, &key, o_n2, async |o: &mut [u8]| {
+            gated_val(g_n2, 2, o).await
+        }));
+        let mut n3 = pin!(t.get(&host, &key, o_n3, async |o: &mut [u8]| {
+            gated_val(g_n3, 2, o).await
+        }));
+        assert!(poll(n2.as_mut()).is_pending() && poll(n3.as_mut()).is_pending());
+        g_n1.set(true);
+        assert_eq!(poll(n1.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert!(poll(n2.as_mut()).is_pending(), "N2 leads the next read");
+        assert!(poll(n3.as_mut()).is_pending(), "N3 waits for it");
+        // L comes back with the 1s its READ found before the write returned.
+        g_l.set(true);
+        assert_eq!(poll(l.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert_eq!(t.users(&key), 2, "L released no count of the new users");
+        assert!(poll(n3.as_mut()).is_pending(), "N3 is not served L's read");
+        g_n2.set(true);
+        assert_eq!(poll(n2.as_mut()), Poll::Ready(Ok(Some(8))));
+        assert_eq!(poll(n3.as_mut()), Poll::Ready(Ok(Some(8))));
+    }
+    assert_eq!(outs[5], [2; 8], "N3 started after the write of 2s returned");
+    assert_eq!(t.users(&key), 0);
+}
+
+/// A writer whose value a leader wrote returns that write's result, even when its thread
+/// was descheduled until a later write of the key had returned another (seen by `remora
+/// check --linearizability --index smart --fabric soft --threads 2 --coroutines 8` beside
+/// two busy loops: an update returned `false` while a get returned its value). The later
+/// result waits until the slow writer has picked up its own.
+#[test]
+fn a_slow_combined_writer_gets_its_own_writes_result() {
+    let t = Table::<Test>::with_entries(16, 8);
+    let host = NoClock;
+    let key = 2u64.to_be_bytes();
+    let open = Cell::new(false);
+    // Each value says what its write returns: 4s find the key absent (deleted in between).
+    let write = async |_: (), v: &[u8]| {
+        core::future::poll_fn(|_| {
+            if open.get() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        Ok(v[0] != 4)
+    };
+    let mut l = pin!(t.write(&host, &key, (), &[1; 8], write));
+    assert!(poll(l.as_mut()).is_pending(), "L leads");
+    let mut w = pin!(t.write(&host, &key, (), &[2; 8], write));
+    assert!(poll(w.as_mut()).is_pending(), "W deposits its value");
+    open.set(true);
+    assert_eq!(
+        poll(l.as_mut()),
+        Poll::Ready(Ok(true)),
+        "L wrote 1s, then 2s"
+    );
+    // W's thread is descheduled. X leads a write, Y's value is combined into it.
+    open.set(false);
+    let mut x = pin!(t.write(&host, &key, (), &[3; 8], write));
+    assert!(poll(x.as_mut()).is_pending(), "X leads");
+    let mut y = pin!(t.write(&host, &key, (), &[4; 8], write));
+    assert!(poll(y.as_mut()).is_pending(), "Y deposits its value");
+    open.set(true);
+    let _ = poll(x.as_mut());
+    // W comes back: its value was written, by a write that found the key present.
+    assert_eq!(poll(w.as_mut()), Poll::Ready(Ok(true)));
+    let mut rounds = 0;
+    while poll(x.as_mut()).is_pending() {
+        rounds += 1;
+        assert!(rounds < 5, "X publishes once W picked up");
+    }
+    assert_eq!(poll(y.as_mut()), Poll::Ready(Ok(false)));
     assert_eq!(t.users(&key), 0);
 }
