@@ -73,7 +73,7 @@ impl Tree {
                 if let Some(m) = node.mbr() {
                     p.entries[idx].rect = m;
                 }
-                self.order(region, &mut p)?;
+                self.order(&mut p);
             }
             (off, node) = (poff, p);
         }

@@ -17,47 +17,90 @@ pub(super) type Path = Vec<(u64, usize)>;
 
 impl Tree {
     /// The Hilbert key of an entry of a node at `level`: its centre's Hilbert value in a
-    /// leaf, its child's largest Hilbert value above.
-    pub(super) fn entry_key(
-        &self,
-        region: &dyn LocalRegion,
-        level: u16,
-        e: &Entry,
-    ) -> Result<u64, CatfishError> {
+    /// leaf, its child's largest Hilbert value (LHV) above, as stored for the child (by the
+    /// transaction if it changed the child, else by the tree), never recomputed from below.
+    pub(super) fn entry_key(&self, level: u16, e: &Entry) -> u64 {
         if level == 0 {
-            return Ok(hilbert::key(&e.rect));
+            #[cfg(test)]
+            self.keys
+                .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+            return hilbert::key(&e.rect);
         }
         let off = GlobalAddr::from_raw(e.ptr).offset();
-        match self.tx.over.get(&off) {
-            Some(n) => self.node_lhv(region, n),
-            None => Ok(self.lhv.get(&off).copied().unwrap_or(0)),
-        }
+        self.tx
+            .lhv
+            .get(&off)
+            .or_else(|| self.lhv.get(&off))
+            .copied()
+            .unwrap_or(0)
     }
 
-    /// The largest Hilbert value of a node's entries (0 when empty).
-    pub(super) fn node_lhv(&self, region: &dyn LocalRegion, n: &Node) -> Result<u64, CatfishError> {
-        let mut m = 0;
-        for e in n.entries() {
-            m = m.max(self.entry_key(region, n.level, e)?);
-        }
-        Ok(m)
+    /// The largest Hilbert value of a node's entries (0 when empty): a Hilbert tree keeps
+    /// every node in key order, so its last entry's key.
+    pub(super) fn node_lhv(&self, n: &Node) -> u64 {
+        n.entries().last().map_or(0, |e| self.entry_key(n.level, e))
     }
 
     /// Orders a Hilbert tree's node by its entries' keys (other kinds keep their order).
-    pub(super) fn order(&self, region: &dyn LocalRegion, n: &mut Node) -> Result<(), CatfishError> {
+    pub(super) fn order(&self, n: &mut Node) {
         if self.kind != TreeKind::Hilbert {
-            return Ok(());
+            return;
         }
         let count = n.count as usize;
-        let mut keyed: Vec<(u64, Entry)> = Vec::with_capacity(count);
-        for e in n.entries() {
-            keyed.push((self.entry_key(region, n.level, e)?, *e));
+        let level = n.level;
+        n.entries[..count].sort_by_cached_key(|e| self.entry_key(level, e));
+    }
+
+    /// Moves entry `i` of a Hilbert tree's node, whose key alone changed, to its place in
+    /// key order (a few look-ups: the rest of the node is already in order).
+    fn reposition(&self, n: &mut Node, mut i: usize) {
+        if self.kind != TreeKind::Hilbert {
+            return;
         }
-        keyed.sort_by_key(|k| k.0);
-        for (slot, (_, e)) in n.entries[..count].iter_mut().zip(keyed) {
-            *slot = e;
+        let count = n.count as usize;
+        let k = self.entry_key(n.level, &n.entries[i]);
+        while i > 0 && self.entry_key(n.level, &n.entries[i - 1]) > k {
+            n.entries.swap(i - 1, i);
+            i -= 1;
         }
+        while i + 1 < count && self.entry_key(n.level, &n.entries[i + 1]) < k {
+            n.entries.swap(i, i + 1);
+            i += 1;
+        }
+    }
+
+    /// The first entry of a Hilbert tree's node (kept in key order) whose key is at least
+    /// `key`: a binary search over the stored keys.
+    fn first_at_least(&self, n: &Node, key: u64) -> usize {
+        let (mut lo, mut hi) = (0, n.count as usize);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.entry_key(n.level, &n.entries[mid]) < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    /// Adds `e` to a node with room: a Hilbert tree's at its place in key order, found by
+    /// binary search (other kinds append).
+    fn push_in_order(&self, n: &mut Node, e: Entry) -> Result<(), CatfishError> {
+        let at = match self.kind {
+            TreeKind::Hilbert => self.first_at_least(n, self.entry_key(n.level, &e)),
+            _ => n.count as usize,
+        };
+        n.push(e)?;
+        n.entries[at..n.count as usize].rotate_right(1);
         Ok(())
+    }
+
+    /// Sorts `all` (entries of a node at `level`) by key, each key computed once.
+    fn sorted(&self, level: u16, all: Vec<Entry>) -> Vec<Entry> {
+        let mut all = all;
+        all.sort_by_cached_key(|e| self.entry_key(level, e));
+        all
     }
 
     fn node_of(&self, level: u16, entries: &[Entry]) -> Result<Node, CatfishError> {
@@ -84,23 +127,17 @@ impl Tree {
             return Err(bad("reinsert above the root"));
         }
         let key = match self.kind {
-            TreeKind::Hilbert => self.entry_key(region, level, &e)?,
+            TreeKind::Hilbert => self.entry_key(level, &e),
             _ => 0,
         };
         while node.level > level {
             let idx = match self.kind {
                 TreeKind::Guttman => choose_subtree(&node, &e.rect),
                 TreeKind::RStar => rstar::choose_subtree(node.entries(), node.level, &e.rect),
-                TreeKind::Hilbert => {
-                    let mut pick = None;
-                    for (i, c) in node.entries().iter().enumerate() {
-                        if self.entry_key(region, node.level, c)? >= key {
-                            pick = Some(i);
-                            break;
-                        }
-                    }
-                    pick.or(node.entries().len().checked_sub(1))
-                }
+                // The first child whose LHV reaches `key`; past every LHV, the last child.
+                TreeKind::Hilbert => (node.count as usize)
+                    .checked_sub(1)
+                    .map(|last| self.first_at_least(&node, key).min(last)),
             }
             .ok_or(CatfishError::Corrupt("internal node without entries"))?;
             path.push((off, idx));
@@ -123,8 +160,11 @@ impl Tree {
         loop {
             let level = node.level;
             if !node.is_full() {
-                node.push(carry)?;
-                self.order(region, &mut node)?;
+                self.push_in_order(&mut node, carry)?;
+                if level > 0 {
+                    // A split below changed the keys of two entries, not only the new one's.
+                    self.order(&mut node);
+                }
                 self.put(off, node);
                 return self.adjust(region, &path, off, node, false);
             }
@@ -154,12 +194,7 @@ impl Tree {
                     };
                     let (soff, sib) = self.child(region, poff, &parent, sidx)?;
                     all.extend_from_slice(sib.entries());
-                    let mut keyed: Vec<(u64, Entry)> = Vec::with_capacity(all.len());
-                    for e in &all {
-                        keyed.push((self.entry_key(region, level, e)?, *e));
-                    }
-                    keyed.sort_by_key(|k| k.0);
-                    let sorted: Vec<Entry> = keyed.into_iter().map(|k| k.1).collect();
+                    let sorted = self.sorted(level, all);
                     let (lo, hi) = (idx.min(sidx), idx.max(sidx));
                     let (lo_off, hi_off) = if idx < sidx { (off, soff) } else { (soff, off) };
                     let n = sorted.len();
@@ -171,7 +206,7 @@ impl Tree {
                         self.put(hi_off, b);
                         parent.entries[lo] = self.entry_of(region, lo_off, &a)?;
                         parent.entries[hi] = self.entry_of(region, hi_off, &b)?;
-                        self.order(region, &mut parent)?;
+                        self.order(&mut parent);
                         self.put(poff, parent);
                         return self.adjust(region, &path, poff, parent, false);
                     }
@@ -198,12 +233,7 @@ impl Tree {
                     (self.node_of(level, &ga)?, self.node_of(level, &gb)?)
                 }
                 TreeKind::Hilbert => {
-                    let mut keyed: Vec<(u64, Entry)> = Vec::with_capacity(all.len());
-                    for e in &all {
-                        keyed.push((self.entry_key(region, level, e)?, *e));
-                    }
-                    keyed.sort_by_key(|k| k.0);
-                    let sorted: Vec<Entry> = keyed.into_iter().map(|k| k.1).collect();
+                    let sorted = self.sorted(level, all);
                     let h = sorted.len() / 2;
                     (
                         self.node_of(level, &sorted[..h])?,
@@ -223,7 +253,7 @@ impl Tree {
                     let mut r = Node::with_fanout(level + 1, self.fanout);
                     r.push(ea)?;
                     r.push(eb)?;
-                    self.order(region, &mut r)?;
+                    self.order(&mut r);
                     let r_off = self.alloc(r)?;
                     self.tx.root = r_off;
                     return Ok(());
@@ -239,8 +269,9 @@ impl Tree {
     }
 
     /// Brings the ancestors on `path` up to date with the node at `off`: their entries
-    /// grow to cover it (or, with `tighten`, become its exact bounding rectangle), and a
-    /// Hilbert tree reorders them by the new keys.
+    /// grow to cover it (or, with `tighten`, become its exact bounding rectangle), and in a
+    /// Hilbert tree the changed entry moves to its place by its child's new LHV and each
+    /// ancestor's LHV is stored anew: O(1) look-ups per level, nothing recomputed below.
     pub(super) fn adjust(
         &mut self,
         region: &dyn LocalRegion,
@@ -270,12 +301,12 @@ impl Tree {
             };
             let before = p;
             p.entries[i].rect = r;
-            self.order(region, &mut p)?;
+            self.reposition(&mut p, i);
             if p.entries() != before.entries() {
                 self.put(poff, p);
             } else if self.kind == TreeKind::Hilbert {
-                // Unchanged, but its largest key may have grown: recomputed at the commit.
-                self.tx.touched.push(poff);
+                // Unchanged, but its largest key may have grown.
+                self.note_node_lhv(poff, &p);
             } else {
                 // Nothing above changes either.
                 return Ok(());

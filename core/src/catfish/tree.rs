@@ -75,6 +75,9 @@ pub struct Tree {
     /// The arenas and their free space ([`super::arenas`]). Their number is bounded by the
     /// region, not by a constant: each holds its record and at least one node.
     arenas: Arenas,
+    /// Leaf Hilbert keys computed by inserts and deletes (tests count them).
+    #[cfg(test)]
+    pub(super) keys: core::sync::atomic::AtomicU64,
     path: Vec<Step>,
     stack: Vec<u64>,
     nodes: u64,
@@ -135,6 +138,8 @@ impl Tree {
             exclusive: false,
             lhv: BTreeMap::new(),
             arenas: Arenas::new(node_len(fanout) as u64),
+            #[cfg(test)]
+            keys: Default::default(),
             path: Vec::with_capacity(MAX_LEVEL as usize + 1),
             stack: Vec::new(),
             nodes: 0,
@@ -211,6 +216,8 @@ impl Tree {
             exclusive: false,
             lhv: BTreeMap::new(),
             arenas: Arenas::new(node_len(fanout) as u64),
+            #[cfg(test)]
+            keys: Default::default(),
             path: Vec::with_capacity(MAX_LEVEL as usize + 1),
             stack: Vec::new(),
             nodes: region.len() / node_len(fanout) as u64,

@@ -51,8 +51,10 @@ pub(super) struct Txn {
     pub(super) parent: BTreeMap<u64, u64>,
     /// The root as the transaction sees it.
     pub(super) root: u64,
-    /// Unchanged published nodes whose largest Hilbert value may have grown, deepest first.
-    pub(super) touched: Vec<u64>,
+    /// Largest Hilbert value of every node the transaction changed or whose largest value
+    /// it moved (Hilbert trees): set when the node is put, children before parents, so a
+    /// parent reads its children's values here instead of recomputing them.
+    pub(super) lhv: BTreeMap<u64, u64>,
 }
 
 /// How one changed node differs from its published image.
@@ -142,13 +144,24 @@ impl Tree {
         if !self.tx.fresh.contains(&off) {
             self.tx.dirty.insert(off);
         }
+        self.note_node_lhv(off, &node);
         self.tx.over.insert(off, node);
+    }
+
+    /// Records the largest Hilbert value of `node` (at `off`) for the transaction (Hilbert
+    /// trees): O(fanout) look-ups of its children's stored values, one key in a leaf.
+    pub(super) fn note_node_lhv(&mut self, off: u64, node: &Node) {
+        if self.kind == TreeKind::Hilbert {
+            let v = self.node_lhv(node);
+            self.tx.lhv.insert(off, v);
+        }
     }
 
     /// A fresh node holding `node`; returns its offset.
     pub(super) fn alloc(&mut self, node: Node) -> Result<u64, CatfishError> {
         let off = self.carve_node()?;
         self.tx.fresh.insert(off);
+        self.note_node_lhv(off, &node);
         self.tx.over.insert(off, node);
         Ok(off)
     }
@@ -156,6 +169,7 @@ impl Tree {
     /// Drops the node at `off` from the tree.
     pub(super) fn free(&mut self, off: u64) {
         self.tx.over.remove(&off);
+        self.tx.lhv.remove(&off);
         self.tx.dirty.remove(&off);
         if self.tx.fresh.remove(&off) {
             self.reclaim.give_back(off);
@@ -225,7 +239,7 @@ impl Tree {
                     n.version = version;
                     write_in_place(region, off, &mut n)?;
                 }
-                self.note_lhv(region)?;
+                self.note_lhv(&BTreeMap::new());
                 return Ok(());
             }
         }
@@ -246,7 +260,7 @@ impl Tree {
             }
         }
         self.tx.over = over;
-        self.note_lhv(region)?;
+        self.note_lhv(&BTreeMap::new());
         self.publish_root(region, self.tx.root)?;
         let freed = core::mem::take(&mut self.tx.freed);
         for off in freed {
@@ -350,7 +364,7 @@ impl Tree {
         }
         let root = moved.get(&self.tx.root).copied().unwrap_or(self.tx.root);
         self.tx.over = out;
-        self.note_lhv(region)?;
+        self.note_lhv(&moved);
         for &off in moved.keys().chain(&self.tx.freed) {
             self.lhv.remove(&off);
         }
@@ -373,33 +387,26 @@ impl Tree {
         Ok(())
     }
 
-    /// Records the largest Hilbert value of every node the overlay holds (Hilbert trees),
-    /// children before parents.
-    fn note_lhv(&mut self, region: &dyn LocalRegion) -> Result<(), CatfishError> {
+    /// Keeps the largest Hilbert value of every node the transaction changed (Hilbert
+    /// trees), under its published offset (`moved`: where copy on write put a node). Only
+    /// the transaction's nodes are touched: O(path) per insert.
+    fn note_lhv(&mut self, moved: &BTreeMap<u64, u64>) {
         if self.kind != TreeKind::Hilbert {
-            return Ok(());
+            return;
         }
-        let mut by_level: Vec<(u16, u64)> =
-            self.tx.over.iter().map(|(&o, n)| (n.level, o)).collect();
-        by_level.sort_unstable();
-        for (_, off) in by_level {
-            let n = self.tx.over[&off];
-            let v = self.node_lhv(region, &n)?;
-            self.lhv.insert(off, v);
+        let lhv = core::mem::take(&mut self.tx.lhv);
+        for (&from, &to) in moved {
+            let v = lhv
+                .get(&from)
+                .or_else(|| self.lhv.get(&from))
+                .copied()
+                .unwrap_or(0);
+            self.lhv.insert(to, v);
         }
-        let touched = core::mem::take(&mut self.tx.touched);
-        for off in touched {
-            if self.tx.over.contains_key(&off) || !self.lhv.contains_key(&off) {
-                continue;
+        for (off, v) in lhv {
+            if !moved.contains_key(&off) {
+                self.lhv.insert(off, v);
             }
-            let n = read_node(region, off, self.fanout)?;
-            let mut v = 0;
-            for e in n.entries() {
-                let child = GlobalAddr::from_raw(e.ptr).offset();
-                v = v.max(self.lhv.get(&child).copied().unwrap_or(0));
-            }
-            self.lhv.insert(off, v);
         }
-        Ok(())
     }
 }

@@ -23,8 +23,10 @@ use crate::repro::{Chart, Claim, Experiment, Metric, Series};
 /// paper's 90/10 mix (`CATFISH_COST_RECTS=2000000 cargo test --release -p remora-poller
 /// --test catfish_server_cost host -- --nocapture`, AMD EPYC host, 2 vCPUs, 2026-11-29,
 /// thread CPU time, lowest of 10 rounds of 4,000 requests): R*-tree 4.65 µs a search, 17.88
-/// µs an insert (forced reinsertion and splits), so 13.2 µs more; Hilbert R-tree 4.38 and
-/// 45.74 µs, so 41.4 µs more; the basic R-tree 10.28 and 4.96 µs (its search reads ~2x the
+/// µs an insert (forced reinsertion and splits), so 13.2 µs more; Hilbert R-tree 3.44 and
+/// 15.30 µs, so 11.9 µs more (same command, 2026-11-29, after its inserts kept each node's
+/// largest Hilbert value instead of recomputing it, issue 22; 4.38 and 45.74 µs before; the
+/// same run gave the R*-tree 4.06 and 16.84); the basic R-tree 10.28 and 4.96 µs (its search reads ~2x the
 /// nodes of the others, its insert follows one path and splits in place), so an insert is
 /// charged what a search is (0 more: the per-request cost is not split into messaging and
 /// tree work, so it cannot be lowered). Host CPU ns, not scaled to the paper's Xeon E5-2680
@@ -32,7 +34,7 @@ use crate::repro::{Chart, Claim, Experiment, Metric, Series};
 /// make the paper's polling cost grow with the tree work (R*-tree 3.84x, 187 µs an insert).
 const RSTAR_INSERT_NS: u64 = 13_200;
 /// The Hilbert R-tree's (see [`RSTAR_INSERT_NS`]).
-const HILBERT_INSERT_NS: u64 = 41_400;
+const HILBERT_INSERT_NS: u64 = 11_900;
 /// The basic R-tree's (see [`RSTAR_INSERT_NS`]).
 const BASIC_INSERT_NS: u64 = 0;
 
@@ -98,16 +100,17 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
             true,
             p("catfish-mixed", CAT, "b"),
             p("catfish-mixed", "fast messaging", "b"),
-            "with the server's reader-writer lock (`server_tree_lock`, seeds/003 §3.2) fast \
-             messaging's searches wait for the inserts (0.553 -> 0.452 Mops at 128 clients) \
-             and Catfish is capped by the inserts the lock lets through (1.106 -> 0.715 Mops; \
-             the offloading row's note), so the gain went 2.02x -> 1.58x. One lock per tree \
-             serialises every insert; the paper's node locks ([28]) let inserts on different \
-             nodes run at once and give no figure to size that by. With remora's own lock \
-             instead (writers only, searches lock-free: `--set server_tree_lock=1`), measured: \
-             Catfish 0.701 / 0.743 / 0.695 Mops and fast messaging 0.527 / 0.540 / 0.535 at \
-             32 / 128 / 256 clients, 1.38x: the writers' serialisation is the cap, the \
-             searches' waits add the rest",
+            "under remora's own server lock (`server_tree_lock = 1`: writers exclusive, \
+             searches lock-free, what core/src/catfish/shared.rs does), measured: Catfish \
+             0.701 / 0.743 / 0.695 Mops and fast messaging 0.527 / 0.540 / 0.535 at 32 / 128 \
+             / 256 clients, 1.38x (mean latency 1.40x): the inserts' serialisation is Catfish's cap (an R*-tree \
+             insert holds the lock for its 13.2 µs and its memory), the searches do not wait. \
+             One lock per tree serialises every insert; the paper's node locks ([28]) let \
+             inserts on different nodes run at once and give no figure to size that by. With \
+             a reader-writer lock over the whole tree instead (`--set server_tree_lock=2`, \
+             seeds/003 §3.2) fast messaging's searches wait for the inserts too (0.553 -> \
+             0.452 Mops at 128 clients) and Catfish is capped lower (1.106 -> 0.715 Mops), \
+             1.58x",
         ),
         Claim::ratio(
             "mixed-vs-offloading",
@@ -134,11 +137,14 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              10% inserts go to the server, idle in this mode), with 0.0000 conflicts per \
              offloaded search; 13.67x would put the paper's 90/10 offloading near Catfish's \
              / 13.67 (0.05 Mops at remora's Catfish), a fall its text calls 'slightly \
-             degrades' and gives no figure for. With the server's reader-writer lock \
-             (`server_tree_lock`) Catfish fell from 1.106 to 0.715 Mops at 128 clients and \
-             0.678 at 256 (1.98x -> 1.27x over offloading): an R*-tree insert holds the lock \
-             for its 13.2 µs and its memory, so ~70 K inserts a second, 0.7 Mops of 90/10, \
-             is all one tree serves; offloading, at 0.56 Mops, stays below that cap",
+             degrades' and gives no figure for. Under remora's writers' lock \
+             (`server_tree_lock = 1`) Catfish runs 0.701 / 0.743 / 0.695 Mops and offloading \
+             0.562 / 0.562 / 0.564 at 32 / 128 / 256 clients, 1.32x (mean latency 1.35x): an \
+             R*-tree insert holds the lock for its 13.2 µs and its memory, so ~70 K inserts a \
+             second, ~0.7 Mops of 90/10, is all one tree serves; offloading, at 0.56 Mops, \
+             stays below that cap. With a reader-writer lock over the whole tree (`--set \
+             server_tree_lock=2`) Catfish fell to 0.715 Mops at 128 clients and 0.678 at 256 \
+             (1.27x over offloading)",
         ),
         Claim::ratio(
             "mixed-latency-vs-messaging",
@@ -208,22 +214,24 @@ pub(super) fn hilbert_claims() -> Vec<Claim> {
              755.10 Kops in its Hilbert 90/10 runs (Fig. 21), with its offloading (3.95x \
              below Catfish there, 2.33x search-only), which it puts down to read-write \
              conflicts; remora's offloaded searches meet ~0 conflicts (the R*-tree 90/10 \
-             row's note). Its inserts cost the server a search's cost plus the 41.4 µs its \
-             Hilbert insert code measures beyond its search (`HILBERT_INSERT_NS`: 45.7 against \
-             4.4 µs; more than its R*-tree's 13.2, where the paper finds Hilbert inserts the \
-             cheaper). Under the server's reader-writer lock (`server_tree_lock`, seeds/003 \
-             §3.2) an insert holds the tree for those 41.4 µs and its memory, so one tree \
-             serves ~24 K inserts a second, 0.24 Mops of 90/10, whatever the mode: Catfish \
-             fell from 1.084 to 0.241 Mops (0.32x the paper's 755.10 Kops peak), fast \
-             messaging to 0.223 and offloading to 0.241 at 128 clients: the three modes meet \
-             at that cap (2.08x -> 1.08x over fast messaging, 1.77x -> 1.00x over offloading). The cause is remora's Hilbert insert: the paper's \
-             'does not decrease' as clients grow, 'the server CPUs are still not saturated by \
-             the read/write contention' (§5.2.3), needs inserts far cheaper than its R*-tree's; \
-             a profile of the cost test puts `Tree::entry_key` (Hilbert values recomputed for \
-             every entry of each node rewritten, and a child's in the transaction recomputed \
-             down to its leaves at each level and again at the commit) at the top of the \
-             Hilbert-only work. Without the curves' warm-up the run measured the back-off's \
-             start (2.01x, at 128 clients)",
+             row's note). Its inserts cost the server a search's cost plus the 11.9 µs its \
+             Hilbert insert code measures beyond its search (`HILBERT_INSERT_NS`: 15.3 against \
+             3.4 µs, below its R*-tree's 16.8, as the paper finds Hilbert inserts the cheaper; \
+             45.7 µs before its inserts kept each node's largest Hilbert value instead of \
+             recomputing it, issue 22). Under remora's writers' lock (`server_tree_lock = \
+             1`, searches lock-free) an insert holds the tree for those 11.9 µs and its \
+             memory, so one tree serves ~80 K inserts a second, ~0.8 Mops of 90/10: measured, \
+             Catfish 0.737 / 0.813 / 0.762 Mops at 32 / 128 / 256 clients (1.08x the paper's \
+             755.10 Kops peak at 128), fast messaging 0.531 / 0.545 / 0.541, offloading 0.606 \
+             / 0.611 / 0.613: 1.49x over fast messaging, 1.33x over offloading (with the \
+             41.4 µs insert before the fix the three modes met at ~0.24 Mops, 1.006x and \
+             1.006x). With a reader-writer lock over the whole tree (`--set \
+             server_tree_lock=2`, seeds/003 §3.2), measured before the fix: Catfish 0.241, \
+             fast messaging 0.223, offloading 0.241 Mops at 128 clients (1.08x, 1.00x). The \
+             paper's 'does not decrease' as clients grow, 'the server CPUs are still not \
+             saturated by the read/write contention' (§5.2.3), needs inserts far cheaper \
+             than a search's service. Without the curves' warm-up the run measured the \
+             back-off's start (2.01x, at 128 clients)",
         )
         .figures(
             Some(0.75510),
