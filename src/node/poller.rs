@@ -358,9 +358,7 @@ impl Idle {
             return;
         }
         let timeout = next.map_or(std::time::Duration::MAX, |at| {
-            std::time::Duration::from_nanos(
-                at.saturating_sub(remora_poller::clock::monotonic_ns()),
-            )
+            std::time::Duration::from_nanos(at.saturating_sub(remora_poller::clock::monotonic_ns()))
         });
         if !timeout.is_zero() {
             shared.sleep_busy(timeout, nothing_ready);
@@ -470,7 +468,10 @@ mod tests {
         let parks = shared.busy_parks.load(Ordering::Relaxed);
         let wakes = shared.doze.task_wakes.load(Ordering::Relaxed);
         assert!(parks >= 1, "the poller never parked while its task waited");
-        assert!(wakes >= 1, "no wake reached the parked poller ({parks} parks)");
+        assert!(
+            wakes >= 1,
+            "no wake reached the parked poller ({parks} parks)"
+        );
     }
 
     /// A task in a soft pause (a lock back-off, a lease timer) leaves the poller asleep
@@ -490,6 +491,9 @@ mod tests {
         let took = t.elapsed();
         assert!(took >= std::time::Duration::from_millis(5), "{took:?}");
         let parks = shared.busy_parks.load(Ordering::Relaxed);
-        assert!(parks >= 1, "the poller spun through a 5 ms pause ({took:?})");
+        assert!(
+            parks >= 1,
+            "the poller spun through a 5 ms pause ({took:?})"
+        );
     }
 }

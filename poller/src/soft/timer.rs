@@ -115,9 +115,9 @@ pub async fn pause(ns: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::future::Future;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
-    use std::future::Future;
     use std::task::{Context, Wake};
 
     struct Count(AtomicU32);
