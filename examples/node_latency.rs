@@ -3,7 +3,7 @@
 //! for one, asleep), from Linux's per-thread scheduler figures. Exits non-zero on a wrong
 //! answer.
 //!
-//! `cargo run --release --example node_latency [-- --pollers N --threads N --ops N --idle-spins N --fake]`
+//! `cargo run --release --example node_latency [-- --pollers N --threads N --ops N --idle-spins N --spin-us N --fake]`
 //!
 //! Sherman upserts of 8-byte keys on an in-process memory node (soft fabric), or with
 //! `--fake` (feature `verbs`) on the fake verbs device. Run it beside busy loops (e.g. two
@@ -16,6 +16,7 @@ struct Args {
     threads: u64,
     ops: u64,
     idle_spins: Option<u32>,
+    spin_us: Option<u64>,
     fake: bool,
 }
 
@@ -25,6 +26,7 @@ fn args() -> Result<Args, String> {
         threads: 1,
         ops: 2000,
         idle_spins: None,
+        spin_us: None,
         fake: false,
     };
     let mut it = std::env::args().skip(1);
@@ -37,11 +39,12 @@ fn args() -> Result<Args, String> {
             "--idle-spins" => {
                 a.idle_spins = Some(val()?.parse().map_err(|e| format!("--idle-spins: {e}"))?)
             }
+            "--spin-us" => a.spin_us = Some(val()?.parse().map_err(|e| format!("--spin-us: {e}"))?),
             "--fake" => a.fake = true,
             other => {
                 return Err(format!(
                     "unknown argument {other} (usage: node_latency [--pollers N] [--threads N] \
-                     [--ops N] [--idle-spins N] [--fake])"
+                     [--ops N] [--idle-spins N] [--spin-us N] [--fake])"
                 ));
             }
         }
@@ -118,6 +121,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(n) = a.idle_spins {
         b = b.idle_spins(n);
     }
+    if let Some(us) = a.spin_us {
+        b = b.spin_at_most(std::time::Duration::from_micros(us));
+    }
     if a.fake {
         #[cfg(feature = "verbs")]
         {
@@ -143,6 +149,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .wait()?;
     }
     let before = threads();
+    let stats0 = node.stats();
     let t = Instant::now();
     // Thread `w` writes keys w + 1, w + 1 + threads, ...: `ops` keys in all.
     let mut lat = std::thread::scope(|s| {
@@ -196,9 +203,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .join(" ")
     );
     let s = node.stats();
+    let (parks, wakes) = (s.parks - stats0.parks, s.wakes - stats0.wakes);
+    let (busy, task_wakes) = (
+        s.busy_parks - stats0.busy_parks,
+        s.task_wakes - stats0.task_wakes,
+    );
+    let thread_parks = s.thread_parks - stats0.thread_parks;
     println!(
-        "  pollers: {} parks, {} wakes by a submitter",
-        s.parks, s.wakes
+        "  pollers: {parks} parks idle, {wakes} wakes by a submitter, {busy} parks with \
+         operations waiting, {task_wakes} wakes by a task's waker; application threads: \
+         {thread_parks} parks; futex calls per op (parks + wakes, about): {:.2}",
+        (parks + wakes + busy + task_wakes + 2 * thread_parks) as f64 / a.ops as f64
     );
     println!(
         "  thread                     on-cpu ms  runnable ms  vol.sw  invol.sw  (during the timed ops)"

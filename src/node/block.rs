@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 
@@ -25,6 +26,9 @@ thread_local! {
 /// Polls before parking: a soft-fabric operation often finishes within that.
 const SPINS: u32 = 64;
 
+/// Times a blocked thread parked (a futex wait; its waker's unpark is one futex wake).
+pub(crate) static PARKS: AtomicU64 = AtomicU64::new(0);
+
 /// Runs `fut` to completion on this thread, parking while it waits.
 pub(crate) fn block_on<F: Future>(fut: F) -> F::Output {
     let mut fut = pin!(fut);
@@ -39,6 +43,7 @@ pub(crate) fn block_on<F: Future>(fut: F) -> F::Output {
                 spins += 1;
                 std::hint::spin_loop();
             } else {
+                PARKS.fetch_add(1, Ordering::Relaxed);
                 std::thread::park();
             }
         }

@@ -15,6 +15,7 @@ use super::error::Error;
 use super::index::{NodeState, Opening, PerThread};
 use super::poller::{self, End, MAX_INDEXES};
 use super::slot::PollerShared;
+use super::spin::Patience;
 use remora_core::fabric::Endpoint;
 use std::cell::{Cell, OnceCell, RefCell};
 use std::sync::OnceLock;
@@ -85,7 +86,7 @@ pub(crate) fn run<E: Endpoint>(
     shared: &PollerShared,
     first: E,
     connect: &dyn Fn() -> Result<E, Error>,
-    idle_spins: u32,
+    patience: Patience,
     gate: Option<&Gate>,
 ) {
     shared.set_thread();
@@ -98,7 +99,7 @@ pub(crate) fn run<E: Endpoint>(
     loop {
         if let Some(e) = &ep {
             life.lost.set(false);
-            match live(shared, e, &life, idle_spins, gate) {
+            match live(shared, e, &life, patience, gate) {
                 Ok(End::Stopped) => {
                     let _g = gate.map(Gate::enter);
                     drop(ep.take());
@@ -113,7 +114,7 @@ pub(crate) fn run<E: Endpoint>(
             let _g = gate.map(Gate::enter);
             drop(ep.take());
         }
-        if !wait_for_work(shared, idle_spins) {
+        if !wait_for_work(shared, patience) {
             return;
         }
         match reconnect(connect, gate) {
@@ -129,7 +130,7 @@ fn live<E: Endpoint>(
     shared: &PollerShared,
     ep: &E,
     life: &Life,
-    idle_spins: u32,
+    patience: Patience,
     gate: Option<&Gate>,
 ) -> Result<End, Error> {
     // Declared before the handles, so dropped after them: they may use the device as they
@@ -157,7 +158,7 @@ fn live<E: Endpoint>(
     }
     drop(g);
     let end = match reopened {
-        Ok(()) => Ok(poller::drive(shared, idle_spins, gate, &life.lost, |i| {
+        Ok(()) => Ok(poller::drive(shared, patience, gate, &life.lost, |i| {
             poller::task(ep, &handles, life, &shared.slots[i], depth)
         })),
         Err(e) => Err(e),
@@ -169,8 +170,8 @@ fn live<E: Endpoint>(
 
 /// Waits (spinning, then parking: [`poller::Idle`]) until an operation is queued: false if
 /// the node stopped first.
-fn wait_for_work(shared: &PollerShared, idle_spins: u32) -> bool {
-    let mut idle = poller::Idle::new(idle_spins);
+fn wait_for_work(shared: &PollerShared, patience: Patience) -> bool {
+    let mut idle = poller::Idle::new(patience);
     loop {
         if !shared.submitted.is_empty() {
             return true;

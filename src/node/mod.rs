@@ -146,7 +146,7 @@ pub struct Builder {
     pin: bool,
     depth: usize,
     limits: Limits,
-    idle_spins: u32,
+    patience: spin::Patience,
     server_core: Option<usize>,
 }
 
@@ -231,7 +231,17 @@ impl Builder {
     /// end in sleep, so that pollers on an oversubscribed host sleep instead of holding the
     /// cores the application's threads need. `u32::MAX` busy-polls for ever (DPDK style, for dedicated cores).
     pub fn idle_spins(mut self, spins: u32) -> Builder {
-        self.idle_spins = spins;
+        self.patience.spins = spins;
+        self
+    }
+
+    /// The longest a poller spins before it parks, idle or with every operation it runs
+    /// waiting (on a lock holder of another thread, a back-off timer): 50 µs by default (its
+    /// adaptive budget then stays between 2 µs and this). A spin sees an event without a
+    /// syscall; a park costs a futex wait, and its waker a futex wake. On an oversubscribed
+    /// host a shorter spin gives the core sooner to the thread the poller waits for.
+    pub fn spin_at_most(mut self, spin: std::time::Duration) -> Builder {
+        self.patience.spin_for = spin;
         self
     }
 
@@ -352,7 +362,7 @@ impl Builder {
         let (tx, rx) = std::sync::mpsc::channel::<Result<(), Error>>();
         for (i, &core) in cores.iter().enumerate() {
             let (shared, connect, tx) = (inner.pollers[i].clone(), connect.clone(), tx.clone());
-            let spins = self.idle_spins;
+            let spins = self.patience;
             let t = std::thread::Builder::new()
                 .name(format!("remora-poller-{i}"))
                 .spawn(move || {
@@ -423,7 +433,7 @@ fn serve<E: Endpoint>(
     connect: &dyn Fn() -> Result<E, Error>,
     tx: std::sync::mpsc::Sender<Result<(), Error>>,
     shared: &PollerShared,
-    spins: u32,
+    spins: spin::Patience,
     gate: Option<&lives::Gate>,
 ) {
     let ep = {
@@ -499,6 +509,14 @@ pub struct NodeStats {
     pub parks: u64,
     /// Times a submitter woke a parked poller.
     pub wakes: u64,
+    /// Times a poller parked while every operation it ran waited (a timer, another
+    /// thread's wake), instead of spinning on.
+    pub busy_parks: u64,
+    /// Times a task's wake (another thread's, e.g. a lock hand-over) unparked its poller.
+    pub task_wakes: u64,
+    /// Times an application thread blocked in [`Op::wait`] parked until its result came
+    /// (process-wide).
+    pub thread_parks: u64,
 }
 
 impl ComputeNode {
@@ -518,7 +536,10 @@ impl ComputeNode {
                 max_value: 4096,
                 scan_bytes: 16 << 10,
             },
-            idle_spins: 100_000,
+            patience: spin::Patience {
+                spins: 100_000,
+                spin_for: spin::SPIN_AT_MOST,
+            },
             server_core: None,
         }
     }
@@ -627,6 +648,12 @@ impl ComputeNode {
             slots: p.iter().map(|s| s.slots.len()).sum(),
             parks: p.iter().map(|s| s.parks.load(Ordering::Relaxed)).sum(),
             wakes: p.iter().map(|s| s.wakes.load(Ordering::Relaxed)).sum(),
+            busy_parks: p.iter().map(|s| s.busy_parks.load(Ordering::Relaxed)).sum(),
+            task_wakes: p
+                .iter()
+                .map(|s| s.doze.task_wakes.load(Ordering::Relaxed))
+                .sum(),
+            thread_parks: block::PARKS.load(Ordering::Relaxed),
         }
     }
 }

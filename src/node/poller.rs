@@ -13,8 +13,8 @@ use super::error::Error;
 use super::index::PerThread;
 use super::lives::{Gate, Life};
 use super::ring::Ring;
-use super::slot::{Cmd, Outcome, PollerShared, Slot};
-use super::spin::Spin;
+use super::slot::{Cmd, Doze, Outcome, PollerShared, Slot};
+use super::spin::{Patience, Spin};
 use remora_core::fabric::Endpoint;
 use remora_poller::frames::Frames;
 use std::cell::{Cell, OnceCell};
@@ -34,6 +34,7 @@ pub(crate) const PAIR_HEADER: usize = 6;
 struct Ready {
     ring: Ring,
     queued: Box<[AtomicBool]>,
+    doze: Arc<Doze>,
 }
 
 impl Ready {
@@ -41,6 +42,14 @@ impl Ready {
         if !self.queued[i].swap(true, Ordering::AcqRel) {
             let pushed = self.ring.push(i as u32);
             debug_assert!(pushed, "the ready ring holds every task");
+        }
+    }
+
+    /// A task's waker: queues it, and unparks the poller if it sleeps.
+    fn wake(&self, i: usize) {
+        self.push(i);
+        if self.doze.wake() {
+            self.doze.task_wakes.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -53,10 +62,10 @@ struct TaskWaker {
 
 impl Wake for TaskWaker {
     fn wake(self: Arc<Self>) {
-        self.ready.push(self.i);
+        self.ready.wake(self.i);
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        self.ready.push(self.i);
+        self.ready.wake(self.i);
     }
 }
 
@@ -173,7 +182,7 @@ pub(crate) enum End {
 /// while it spins or sleeps idle).
 pub(crate) fn drive<F: Future<Output = ()>>(
     shared: &PollerShared,
-    idle_spins: u32,
+    patience: Patience,
     gate: Option<&Gate>,
     lost: &Cell<bool>,
     mut start: impl FnMut(usize) -> F,
@@ -182,7 +191,10 @@ pub(crate) fn drive<F: Future<Output = ()>>(
     let ready = Arc::new(Ready {
         ring: Ring::new(n),
         queued: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        doze: shared.doze.clone(),
     });
+    // The soft fabric's pauses wait on this thread's timer list, fired below.
+    let _timers = remora_poller::soft::timer::DriveTimers::start();
     let wakers: Vec<Waker> = (0..n)
         .map(|i| {
             Waker::from(Arc::new(TaskWaker {
@@ -195,7 +207,7 @@ pub(crate) fn drive<F: Future<Output = ()>>(
     // the NIC, so what a task READs into is written in place), else on the heap.
     let mut tasks: Frames<Option<F>> = Frames::new((0..n).map(|_| None).collect());
     let mut live = 0usize;
-    let mut idle = Idle::new(idle_spins);
+    let mut idle = Idle::new(patience);
     loop {
         let mut worked = false;
         if lost.get() && live == 0 {
@@ -207,9 +219,13 @@ pub(crate) fn drive<F: Future<Output = ()>>(
                 return End::Stopped;
             }
             if live > 0 {
-                // Tasks wait on the fabric, which wakes them when it is polled: spin.
-                idle.busy();
-                std::hint::spin_loop();
+                // Every task waits: on a timer (fired here once due), or on a wake from
+                // another thread (a lock's hand-over, a completion). Spin a bounded time,
+                // then sleep until the next timer or that wake.
+                let next = remora_poller::soft::timer::fire_due();
+                if ready.ring.is_empty() {
+                    idle.wait_busy(shared, next, || ready.ring.is_empty());
+                }
             } else {
                 idle.wait(shared);
             }
@@ -261,8 +277,11 @@ pub(crate) fn drive<F: Future<Output = ()>>(
 }
 
 /// How a poller with nothing to run waits: it spins (no syscall: a submission is seen at
-/// once) for at most `limit` empty turns and an adaptive [`Spin`] budget of at most
-/// [`super::spin::SPIN_AT_MOST`], then parks until a submitter wakes it (one futex wake).
+/// once) for at most `patience.spins` empty turns and an adaptive [`Spin`] budget of at most
+/// `patience.spin_for` ([`super::spin::SPIN_AT_MOST`] by default), then parks until a
+/// submitter wakes it (one futex wake). A poller whose operations all wait (on a timer, or
+/// on another thread: a lock holder's hand-over) spins and parks the same way, and is woken
+/// by the wake it waits for or at its next timer ([`Idle::wait_busy`]).
 ///
 /// Spinning pollers were the cause of slow single operations on an oversubscribed host.
 /// Pollers that spun 100 000 empty turns after each operation (a millisecond or more of
@@ -270,7 +289,9 @@ pub(crate) fn drive<F: Future<Output = ()>>(
 /// turn. Measured with `examples/node_latency.rs` beside two busy loops (load 23), one
 /// thread's Sherman upserts through 2 pollers took 0.3-4.3 ms (soft) and 4.6-13 ms (fake
 /// verbs) per operation on average, against 22-36 and 27-200 µs through 1. With this spin
-/// they take 17-30 and 42-65 µs (10-81 and 23-46 µs through 1).
+/// they take 17-30 and 42-65 µs (10-81 and 23-46 µs through 1). The same held for a poller
+/// whose tasks all waited (4 threads' upserts contending for one Sherman leaf, their lock
+/// back-offs soft pauses that yielded until due): it polled clocks until preempted.
 pub(crate) struct Idle {
     limit: u32,
     turns: u32,
@@ -280,13 +301,13 @@ pub(crate) struct Idle {
 }
 
 impl Idle {
-    /// Spins at most `limit` empty turns per wait (`u32::MAX`: spins for ever, never
-    /// parks, for a dedicated core).
-    pub(crate) fn new(limit: u32) -> Idle {
+    /// Spins at most `patience.spins` empty turns per wait (`u32::MAX`: spins for ever,
+    /// never parks, for a dedicated core) and at most `patience.spin_for`.
+    pub(crate) fn new(patience: Patience) -> Idle {
         Idle {
-            limit,
+            limit: patience.spins,
             turns: 0,
-            spin: Spin::default(),
+            spin: Spin::new(patience.spin_for),
             parked: false,
         }
     }
@@ -298,29 +319,61 @@ impl Idle {
         self.parked = false;
     }
 
-    /// One idle turn: spins once, or parks until the next submission (or a stop).
-    pub(crate) fn wait(&mut self, shared: &PollerShared) {
+    /// One turn of a wait: true to spin again, false when the caller should sleep.
+    fn spin_again(&mut self) -> bool {
         if self.limit == u32::MAX {
             std::hint::spin_loop();
-            return;
+            return true;
         }
         if !self.parked && self.turns < self.limit {
             self.turns += 1;
             if self.spin.keep_spinning() {
-                return;
+                return true;
             }
         }
         if self.spin.waiting() {
             self.spin.slept();
         }
-        shared.sleep();
         self.parked = true;
+        false
+    }
+
+    /// One idle turn: spins once, or parks until the next submission (or a stop).
+    pub(crate) fn wait(&mut self, shared: &PollerShared) {
+        if !self.spin_again() {
+            shared.sleep();
+        }
+    }
+
+    /// One turn with operations under way, none ready: spins once, or parks until one of
+    /// them is woken, a submission, or `next` (the next timer's deadline, in
+    /// [`remora_poller::clock::monotonic_ns`]).
+    pub(crate) fn wait_busy(
+        &mut self,
+        shared: &PollerShared,
+        next: Option<u64>,
+        nothing_ready: impl FnOnce() -> bool,
+    ) {
+        if self.spin_again() {
+            return;
+        }
+        let timeout = next.map_or(std::time::Duration::MAX, |at| {
+            std::time::Duration::from_nanos(at.saturating_sub(remora_poller::clock::monotonic_ns()))
+        });
+        if !timeout.is_zero() {
+            shared.sleep_busy(timeout, nothing_ready);
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PATIENT: Patience = Patience {
+        spins: 1,
+        spin_for: super::super::spin::SPIN_AT_MOST,
+    };
 
     /// Tasks run as coroutines on the ready list: a task woken by its own waker is polled
     /// again after the others, and every finished task completes its slot.
@@ -335,7 +388,7 @@ mod tests {
         }
         shared.request_stop();
         let lost = Cell::new(false);
-        let end = drive(&shared, 1, None, &lost, |i| {
+        let end = drive(&shared, PATIENT, None, &lost, |i| {
             let log = &log;
             async move {
                 for step in 0..2 {
@@ -364,7 +417,7 @@ mod tests {
         shared.request_stop();
         std::thread::scope(|sc| {
             let lost = Cell::new(false);
-            drive(&shared, 1, None, &lost, |_| {
+            drive(&shared, PATIENT, None, &lost, |_| {
                 let polls = &polls;
                 std::future::poll_fn(move |cx| {
                     polls.set(polls.get() + 1);
@@ -381,5 +434,66 @@ mod tests {
             });
         });
         assert_eq!(polls.get(), 2, "polled once, then once per wake");
+    }
+
+    /// A poller whose only task waits on another thread parks (after its bounded spin) and
+    /// is unparked by that thread's wake, instead of spinning until the wake comes: the
+    /// counters say it parked with the task under way and that the task's waker woke it.
+    #[test]
+    fn a_poller_whose_tasks_all_wait_parks_until_their_wake() {
+        let shared = PollerShared::new(2, 8, 8, Arc::from([]));
+        shared.set_thread();
+        let s = shared.try_acquire().unwrap();
+        shared.submit(s);
+        shared.request_stop();
+        let woke = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|sc| {
+            let lost = Cell::new(false);
+            let woke = &woke;
+            drive(&shared, PATIENT, None, &lost, |_| {
+                std::future::poll_fn(move |cx| {
+                    if woke.load(Ordering::Acquire) {
+                        return Poll::Ready(());
+                    }
+                    let w = cx.waker().clone();
+                    sc.spawn(move || {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        woke.store(true, Ordering::Release);
+                        w.wake();
+                    });
+                    Poll::Pending
+                })
+            });
+        });
+        let parks = shared.busy_parks.load(Ordering::Relaxed);
+        let wakes = shared.doze.task_wakes.load(Ordering::Relaxed);
+        assert!(parks >= 1, "the poller never parked while its task waited");
+        assert!(
+            wakes >= 1,
+            "no wake reached the parked poller ({parks} parks)"
+        );
+    }
+
+    /// A task in a soft pause (a lock back-off, a lease timer) leaves the poller asleep
+    /// until the pause is due: it parks, and the pause still ends on time.
+    #[test]
+    fn a_soft_pause_lets_its_poller_sleep_until_due() {
+        let shared = PollerShared::new(2, 8, 8, Arc::from([]));
+        shared.set_thread();
+        let s = shared.try_acquire().unwrap();
+        shared.submit(s);
+        shared.request_stop();
+        let lost = Cell::new(false);
+        let t = std::time::Instant::now();
+        drive(&shared, PATIENT, None, &lost, |_| {
+            remora_poller::soft::timer::pause(5_000_000)
+        });
+        let took = t.elapsed();
+        assert!(took >= std::time::Duration::from_millis(5), "{took:?}");
+        let parks = shared.busy_parks.load(Ordering::Relaxed);
+        assert!(
+            parks >= 1,
+            "the poller spun through a 5 ms pause ({took:?})"
+        );
     }
 }

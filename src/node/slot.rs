@@ -106,6 +106,31 @@ impl Slot {
     }
 }
 
+/// A poller's thread, for whoever wakes it: a submitter, or another thread waking one of
+/// its tasks.
+#[derive(Default)]
+pub(crate) struct Doze {
+    sleeping: AtomicBool,
+    thread: OnceLock<Thread>,
+    /// Times a task's waker (on another thread, or a timer) unparked the sleeping poller.
+    pub(crate) task_wakes: AtomicU64,
+}
+
+impl Doze {
+    /// After making work visible to the poller: unparks it if it sleeps (one load when it
+    /// does not: no syscall on the hot path). True if it slept.
+    pub(crate) fn wake(&self) -> bool {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst)
+            && let Some(t) = self.thread.get()
+        {
+            t.unpark();
+            return true;
+        }
+        false
+    }
+}
+
 /// One poller's slots and queues, shared by it and the application threads.
 pub(crate) struct PollerShared {
     pub(crate) slots: Box<[Slot]>,
@@ -114,8 +139,8 @@ pub(crate) struct PollerShared {
     /// Futures waiting for a free slot.
     waiters: Mutex<Vec<Waker>>,
     has_waiters: AtomicBool,
-    sleeping: AtomicBool,
-    thread: OnceLock<Thread>,
+    /// The poller's thread and whether it sleeps, shared with its tasks' wakers.
+    pub(crate) doze: Arc<Doze>,
     pub(crate) stop: AtomicBool,
     pub(crate) completed: AtomicU64,
     pub(crate) abandoned: AtomicU64,
@@ -123,6 +148,9 @@ pub(crate) struct PollerShared {
     pub(crate) parks: AtomicU64,
     /// Times a submitter unparked the poller.
     pub(crate) wakes: AtomicU64,
+    /// Times the poller parked while it had operations under way, every one waiting (on a
+    /// timer, or on another thread's wake).
+    pub(crate) busy_parks: AtomicU64,
     /// Each open index's per-compute-node state, by index id, shared by every poller of the
     /// node (set by `ComputeNode::open` before the pollers open their handles).
     pub(crate) states: Arc<[OnceLock<NodeState>]>,
@@ -160,13 +188,13 @@ impl PollerShared {
             submitted: Ring::new(depth),
             waiters: Mutex::new(Vec::with_capacity(64)),
             has_waiters: AtomicBool::new(false),
-            sleeping: AtomicBool::new(false),
-            thread: OnceLock::new(),
+            doze: Arc::new(Doze::default()),
             stop: AtomicBool::new(false),
             completed: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
             parks: AtomicU64::new(0),
             wakes: AtomicU64::new(0),
+            busy_parks: AtomicU64::new(0),
             states,
         }
     }
@@ -198,12 +226,8 @@ impl PollerShared {
             .store(QUEUED, Ordering::Release);
         let pushed = self.submitted.push(i);
         debug_assert!(pushed, "the submission ring holds every slot");
-        fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::SeqCst)
-            && let Some(t) = self.thread.get()
-        {
+        if self.doze.wake() {
             self.wakes.fetch_add(1, Ordering::Relaxed);
-            t.unpark();
         }
     }
 
@@ -251,24 +275,37 @@ impl PollerShared {
 
     /// Called once by the poller thread, so submitters can unpark it.
     pub(crate) fn set_thread(&self) {
-        let _ = self.thread.set(std::thread::current());
+        let _ = self.doze.thread.set(std::thread::current());
     }
 
     /// Parks the poller until a submission or a stop (or 10 ms, a safety net).
     pub(crate) fn sleep(&self) {
-        self.sleeping.store(true, Ordering::SeqCst);
+        self.doze.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if self.submitted.is_empty() && !self.stop.load(Ordering::SeqCst) {
             self.parks.fetch_add(1, Ordering::Relaxed);
             std::thread::park_timeout(Duration::from_millis(10));
         }
-        self.sleeping.store(false, Ordering::SeqCst);
+        self.doze.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// Parks the poller while its operations under way all wait (a stop waits for them too):
+    /// until a submission, a wake of one of its tasks (`nothing_ready` turns false: the waker pushed it, then
+    /// called [`Doze::wake`]), or `timeout` (its next timer; at most 10 ms, a safety net).
+    pub(crate) fn sleep_busy(&self, timeout: Duration, nothing_ready: impl FnOnce() -> bool) {
+        self.doze.sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.submitted.is_empty() && nothing_ready() {
+            self.busy_parks.fetch_add(1, Ordering::Relaxed);
+            std::thread::park_timeout(timeout.min(Duration::from_millis(10)));
+        }
+        self.doze.sleeping.store(false, Ordering::SeqCst);
     }
 
     /// Asks the poller to stop once every queued operation has finished.
     pub(crate) fn request_stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.get() {
+        if let Some(t) = self.doze.thread.get() {
             t.unpark();
         }
     }

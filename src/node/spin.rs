@@ -29,10 +29,20 @@ pub(crate) const PROBE_EVERY: u32 = 16;
 /// Turns between clock reads.
 const CLOCK_EVERY: u32 = 32;
 
+/// How a poller waits: at most `spins` empty turns and at most `spin_for` of spinning per
+/// wait (the adaptive [`Spin`]'s ceiling), then it parks. `spins == u32::MAX` never parks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Patience {
+    pub(crate) spins: u32,
+    pub(crate) spin_for: Duration,
+}
+
 /// An adaptive spin: [`Spin::start`] a wait, [`Spin::keep_spinning`] each turn while the
 /// event has not come, then [`Spin::slept`] (the caller slept) or [`Spin::seen`] (it came).
 #[derive(Debug)]
 pub(crate) struct Spin {
+    /// The longest spin ([`SPIN_AT_MOST`] unless configured).
+    most: Duration,
     budget: Duration,
     /// This wait's limit: the budget, or [`SPIN_AT_MOST`] when probing.
     limit: Duration,
@@ -43,17 +53,23 @@ pub(crate) struct Spin {
 
 impl Default for Spin {
     fn default() -> Spin {
+        Spin::new(SPIN_AT_MOST)
+    }
+}
+
+impl Spin {
+    /// A spin of at most `most` per wait (the budget starts there).
+    pub(crate) fn new(most: Duration) -> Spin {
         Spin {
-            budget: SPIN_AT_MOST,
-            limit: SPIN_AT_MOST,
+            most,
+            budget: most,
+            limit: most,
             since: None,
             turns: 0,
             waits: 0,
         }
     }
-}
 
-impl Spin {
     /// Whether a wait is under way (started, neither seen nor slept yet).
     pub(crate) fn waiting(&self) -> bool {
         self.since.is_some()
@@ -67,7 +83,7 @@ impl Spin {
             self.turns = 0;
             self.waits = self.waits.wrapping_add(1);
             self.limit = if self.waits.is_multiple_of(PROBE_EVERY) {
-                SPIN_AT_MOST
+                self.most
             } else {
                 self.budget
             };
@@ -85,7 +101,7 @@ impl Spin {
     /// The event came during the wait: a budget below twice the time it took grows to it.
     pub(crate) fn seen(&mut self) {
         if let Some(since) = self.since.take() {
-            let want = (since.elapsed() * 2).min(SPIN_AT_MOST);
+            let want = (since.elapsed() * 2).min(self.most);
             self.budget = self.budget.max(want);
         }
     }
@@ -93,7 +109,7 @@ impl Spin {
     /// The wait ended in sleep: the spin was wasted, the next one is half as long.
     pub(crate) fn slept(&mut self) {
         self.since = None;
-        self.budget = (self.budget / 2).max(SPIN_AT_LEAST);
+        self.budget = (self.budget / 2).max(SPIN_AT_LEAST.min(self.most));
     }
 
     /// The current budget (for tests and figures).

@@ -13,6 +13,11 @@ use std::time::Duration;
 const CTL_DOORBELL: usize = 64;
 /// In the control page: server threads sleeping on the doorbell.
 const CTL_SLEEPERS: usize = 128;
+/// How long an idle server thread spins (no syscall: a message is seen at once) before it
+/// sleeps on the doorbell. Counted in time, not turns: a turn of the serve loop takes from
+/// tens of nanoseconds to microseconds with the number of connections, and 2000 turns were
+/// up to milliseconds of a core that a client on an oversubscribed host waited for.
+pub(crate) const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(20);
 /// The longest an idle server thread sleeps without a doorbell (idle work, liveness).
 pub(crate) const IDLE_SLEEP: Duration = Duration::from_micros(500);
 

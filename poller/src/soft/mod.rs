@@ -23,7 +23,9 @@
 //!   evidence ends a connection (the peer hung up or died, or was fenced);
 //! - long waits sleep on futexes in the shared memory and their peer wakes them (a receive
 //!   on its ring's tail, an idle memory-node thread on the node's doorbell); the waker makes
-//!   a syscall only when someone sleeps (`futex.rs`);
+//!   a syscall only when someone sleeps (`futex.rs`); a pause on a thread whose executor
+//!   drives timers (a compute node's poller) sleeps on its timer list, not in a yield loop
+//!   ([`timer`]);
 //! - a memory node that ends a connection because its service refused a message says why
 //!   to that client (the reason travels over the control socket); one started with a key
 //!   file admits only clients that send its secret ([`auth`]).
@@ -50,6 +52,7 @@ mod ring_loom;
 #[cfg(test)]
 mod rnr_tests;
 mod serve;
+pub mod timer;
 pub mod watchdog;
 pub mod words;
 

@@ -600,7 +600,8 @@ impl SoftMemoryNode {
     ) {
         let mut buf = vec![0u8; self.cfg.max_msg];
         let mut mine: Vec<(usize, SoftQp, u16)> = Vec::new();
-        let mut idle = 0u32;
+        // When this thread last found nothing to serve (None: it just served).
+        let mut idle: Option<Instant> = None;
         let mut last_check = Instant::now();
         let mut dead = Vec::new();
         while !stop.load(Ordering::Relaxed) {
@@ -687,13 +688,15 @@ impl SoftMemoryNode {
                 }
             }
             if served > 0 {
-                idle = 0;
+                idle = None;
                 continue;
             }
-            idle = idle.saturating_add(1);
+            let since = *idle.get_or_insert_with(Instant::now);
             match mode {
                 ServeMode::Polling => std::hint::spin_loop(),
-                ServeMode::Event if idle <= 2000 => std::hint::spin_loop(),
+                ServeMode::Event if since.elapsed() < super::futex::SPIN_BEFORE_SLEEP => {
+                    std::hint::spin_loop()
+                }
                 ServeMode::Event => self.mem.sleep(super::futex::IDLE_SLEEP, || {
                     mine.iter().any(|c| c.1.has_queued())
                         || lock(&self.conns).iter().any(|c| c.0 % n == t)
@@ -710,7 +713,7 @@ impl SoftMemoryNode {
     /// backs off to short sleeps when idle.
     pub fn serve_until(&self, stop: &AtomicBool, deadline: Option<Instant>) {
         let mut buf = vec![0u8; self.cfg.max_msg];
-        let mut idle = 0u32;
+        let mut idle: Option<Instant> = None;
         let mut last_check = Instant::now();
         while !stop.load(Ordering::Relaxed) && deadline.is_none_or(|d| Instant::now() < d) {
             let check = last_check.elapsed() > Duration::from_millis(20);
@@ -718,10 +721,10 @@ impl SoftMemoryNode {
                 last_check = Instant::now();
             }
             if self.serve_once(&mut buf, check) > 0 {
-                idle = 0;
+                idle = None;
             } else {
-                idle = idle.saturating_add(1);
-                if idle <= 2000 {
+                let since = *idle.get_or_insert_with(Instant::now);
+                if since.elapsed() < super::futex::SPIN_BEFORE_SLEEP {
                     std::hint::spin_loop();
                 } else {
                     // Asleep until a client pushes (see `NodeMem::ring_doorbell`): yielding

@@ -714,7 +714,7 @@ impl QueuePair for SoftQp {
     }
 
     fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
-        crate::clock::pause(ns)
+        super::timer::pause(ns)
     }
 }
 
@@ -767,7 +767,7 @@ impl Endpoint for SoftEndpoint {
         crate::clock::monotonic_ns()
     }
     fn pause(&self, ns: u64) -> impl std::future::Future<Output = ()> {
-        crate::clock::pause(ns)
+        super::timer::pause(ns)
     }
     async fn fence(&self, node: NodeId, client: u32) -> Result<(), FabricError> {
         let qp = self.qp(node)?;
