@@ -347,7 +347,7 @@ params! {
          time, spinning (busy CPU). 1: writers exclusive, readers free (remora's Catfish \
          server: inserts under a spin lock, searches lock-free); 2: a reader-writer lock, \
          readers wait for a writer and a writer for every reader (Catfish's paper, seeds/003 \
-         §3.2: 'the concurrent lock [28] to avoid the read-write conflict and write-write \
+         §3.2: 'the concurrent lock (ref. 28) to avoid the read-write conflict and write-write \
          conflict'). 0 (default, the sim's behaviour before this parameter): no lock, the \
          threads' services overlap";
 }

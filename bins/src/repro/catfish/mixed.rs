@@ -6,8 +6,8 @@
 //! `server_tree_lock = 1`): an insert holds the tree's writers' lock for its service (the
 //! tree's memory and the insert CPU below), searches take no lock, and a thread waits for the
 //! lock spinning, so the load the adaptive clients see includes the waits. The paper's
-//! reader-writer lock (seeds/003 §3.2) locks nodes ([28]); one over the whole tree is
-//! `--set server_tree_lock=2`, whose figures the notes give beside.
+//! reader-writer lock (seeds/003 §3.2) locks nodes (its ref. 28, Kornacker and Banks); one
+//! over the whole tree is `--set server_tree_lock=2`, whose figures the notes give beside.
 use super::{CAT, Ctx, p};
 use crate::repro::{Chart, Claim, Experiment, Metric, Series};
 
