@@ -777,15 +777,11 @@ impl<F: Flavor> Table<F> {
     /// has not within the deadline is dead, and is published over.
     async fn publish(&self, at: At, host: &impl Host, seq: u64, r: Result<bool, F::Error>) {
         let lease = host.lease();
-        let since = host.now_ns();
-        let mut polls = 0u32;
+        // The writers still to pick up stand where a stuck leader does: dead once they have
+        // held this publish for the deadline (or `max_attempts` polls without a clock).
+        let mut stuck = Stuck::new();
         self.park(at, host, |e, now| {
-            polls = polls.saturating_add(1);
-            let dead = if now == 0 {
-                polls > lease.max_attempts
-            } else {
-                now.saturating_sub(since) >= lease.deadline_ns
-            };
+            let dead = stuck.expired(seq, now, lease.deadline_ns, &lease);
             if e.apply(seq, r, dead) {
                 Ok(())
             } else {
