@@ -136,9 +136,6 @@ pub(crate) struct TreeLock {
     excl_until: Ps,
     /// The latest release of a reader.
     shared_until: Ps,
-    /// Services that waited for the lock, and their waits (ps).
-    pub waits: u64,
-    pub wait_ps: Ps,
 }
 
 /// What a handler stated of the lock (`SimRegion::held`).
@@ -161,10 +158,6 @@ impl TreeLock {
             self.excl_until = end;
         } else {
             self.shared_until = self.shared_until.max(end);
-        }
-        if start > now {
-            self.waits += 1;
-            self.wait_ps += start - now;
         }
         start - now
     }
