@@ -350,6 +350,21 @@ params! {
          §3.2: 'the concurrent lock (ref. 28) to avoid the read-write conflict and write-write \
          conflict'). 0 (default, the sim's behaviour before this parameter): no lock, the \
          threads' services overlap";
+    server_wake_cpu_ns: 0.0, "ns", [0.0, 1e9],
+        "Blocking handler threads: the CPU one wake costs the woken thread, counted in the \
+         node's CPU (the interrupt's end, the switch back into the thread, the return from \
+         the blocking read() and ibv_get_cq_event, ibv_ack_cq_events, ibv_req_notify_cq, the \
+         polls that drain the queue, and blocking again). A thread that finds no message \
+         waiting sleeps (as with server_wake_ns) and pays it when it wakes: once before the \
+         service of a message that finds it asleep, and once more for each reply whose send \
+         completion finds it asleep, since the Erda authors' servers post every reply \
+         signalled and take send and receive completions from one channel (IBV_SEND_SIGNALED \
+         in send_msg / write_with_imm, one CQ for both, poll_cq blocking in ibv_get_cq_event \
+         in Erda/server/server.c, Redo Logging/server.c and Read After Write/server.c): an \
+         idle server wakes twice per request, a loaded one reaps both in its poll loop and \
+         wakes for neither. The wake's exit latency (server_wake_ns) precedes it. 0 \
+         (default, the sim's behaviour before this parameter): a wake costs no CPU and a \
+         reply's completion wakes nothing";
 }
 
 /// A bad `--set` or model-file entry.

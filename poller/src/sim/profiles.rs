@@ -306,6 +306,25 @@ pub const PROFILES: &[Profile] = &[
                  for Nehalem/Westmere (nehalem_cstates: C1 3, C1E 10, C3 20, C6 200 us); \
                  the interrupt, the event's delivery and the switch-in add to it, unmodelled",
             ),
+            v(
+                "server_wake_cpu_ns",
+                4400.0,
+                "measured, then scaled to the paper's core: the authors' servers block in \
+                 ibv_get_cq_event between completions and post every reply signalled on the \
+                 same CQ (poll_cq and send_msg / write_with_imm in Erda/server/server.c, Redo \
+                 Logging/server.c, Read After Write/server.c), so an idle server wakes twice \
+                 per request: for the request's receive, then for its reply's send completion \
+                 (the sim wakes it for each when it finds the thread blocked). One blocking \
+                 wake costs the woken thread 2.18-2.26 us of CPU on the calibrating 2.6 GHz \
+                 EPYC (a KVM guest; `cargo test --release -p remora-poller --test erda_wake \
+                 -- --nocapture`: an eventfd read() woken by another thread, 3999 voluntary \
+                 switches in 4000 wakes), 2.2 us, x 2 for the Xeon E5620 core as \
+                 client_cpu_scale assumes (seeds/004 §5) = 4.4 us a wake, 8.8 us for an idle \
+                 request's two. Cross-check, not a confirmation: the paper's CPU ratios \
+                 (update-only 1.17x Redo, 1.11x RAW, averages over Figs. 22-25, §5.4) imply \
+                 a cost of 8.5-11 us per request common to the three systems beyond their \
+                 persists",
+            ),
         ],
     },
     Profile {

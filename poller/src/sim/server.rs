@@ -27,7 +27,11 @@
 //! - **Blocking threads** (`server_wake_ns`, 0 by default): a thread that found no message
 //!   waiting has blocked, and the next message waits that long (the core's wake, no CPU
 //!   counted) before its service starts; one already queued when the thread finishes the
-//!   previous does not.
+//!   previous does not. With `server_wake_cpu_ns` (0 by default) each wake also costs the
+//!   thread that much CPU, before the message's service; and its replies are signalled, as
+//!   the Erda authors' servers post theirs: a reply's send completion that finds the thread
+//!   blocked wakes it once more (the wake's latency, then its CPU), one that comes while it
+//!   is serving is reaped for nothing.
 //! - The message's receive is reposted (the connection's receive credit returned) when the
 //!   handler has consumed it, so a client that outruns the server meets RNR NAKs.
 //! - A handler error drops that connection: both ends break (the client's verbs and
@@ -96,6 +100,8 @@ pub(crate) struct ServerThread {
     /// CPU time of finished services, and the service (or reply post) in progress.
     busy_done: Ps,
     cur: (Ps, Ps),
+    /// Its signalled replies' batches not yet reaped (`server_wake_cpu_ns` > 0 only).
+    replies: Vec<u32>,
 }
 
 impl ServerThread {
@@ -108,6 +114,7 @@ impl ServerThread {
             slept: true,
             busy_done: 0,
             cur: (0, 0),
+            replies: Vec::new(),
         }
     }
 
@@ -184,12 +191,42 @@ struct Message {
     data: Vec<u8>,
 }
 
+/// What woke a handler thread: a message, or only its replies' send completions.
+enum Next {
+    Message(Message),
+    Completions,
+}
+
+/// Frees the completed reply batches of thread `thread` of node `node`; how many.
+fn reap_replies(w: &mut World, node: usize, thread: usize) -> usize {
+    let Some(mut replies) = w
+        .nodes
+        .get_mut(node)
+        .and_then(|n| n.threads.get_mut(thread))
+        .map(|t| std::mem::take(&mut t.replies))
+    else {
+        return 0;
+    };
+    let before = replies.len();
+    replies.retain(|&b| {
+        let done = w.batches.get(b).state == BatchState::Done;
+        if done {
+            w.free_batch(b);
+        }
+        !done
+    });
+    let reaped = before - replies.len();
+    w.nodes[node].threads[thread].replies = replies;
+    reaped
+}
+
 impl Future for NextMessage<'_> {
-    type Output = Message;
-    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Message> {
+    type Output = Next;
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Next> {
         let mut guard = self.w.borrow_mut();
         let w = &mut *guard;
         let task = w.current_task;
+        let reaped = reap_replies(w, self.node, self.thread);
         let Some(t) = w
             .nodes
             .get_mut(self.node)
@@ -203,7 +240,7 @@ impl Future for NextMessage<'_> {
             if let Some(rx) = w.ends[end as usize].cq.pop_front() {
                 t.waiting = false;
                 let kind = rx.kind.unwrap_or(RecvKind::Send);
-                return Poll::Ready(Message {
+                return Poll::Ready(Next::Message(Message {
                     woke: std::mem::take(&mut t.slept),
                     end,
                     recv: Recv {
@@ -212,8 +249,15 @@ impl Future for NextMessage<'_> {
                         imm: rx.imm,
                     },
                     data: rx.data,
-                });
+                }));
             }
+        }
+        if reaped > 0 && t.slept {
+            // Its replies' completions woke the blocked thread: it drains them, then blocks
+            // again (a message queued meanwhile is taken in the same poll loop).
+            t.waiting = false;
+            t.slept = false;
+            return Poll::Ready(Next::Completions);
         }
         t.waiting = true;
         t.slept = true;
@@ -291,12 +335,37 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
     let (n, t) = (node as usize, thread as usize);
     let mut replies = Replies::new();
     loop {
-        let msg = NextMessage {
+        let next = NextMessage {
             w: &w,
             node: n,
             thread: t,
         }
         .await;
+        let msg = match next {
+            Next::Message(m) => m,
+            Next::Completions => {
+                let (wake, cpu) = {
+                    let wb = w.borrow();
+                    let cpu = wb.tm.server_wake_cpu;
+                    let nic = wb.nic_of_node(node);
+                    (
+                        wb.tm.server_wake,
+                        nic.map_or(cpu, |i| wb.nics[i].scale(cpu)),
+                    )
+                };
+                Busy {
+                    w: &w,
+                    node: n,
+                    thread: t,
+                    dur: wake,
+                    until: None,
+                    idle: true,
+                }
+                .await;
+                busy(&w, n, t, cpu).await;
+                continue;
+            }
+        };
         let (wake, start, work, reply_cost, handler) = {
             let wb = w.borrow();
             let e = &wb.ends[msg.end as usize];
@@ -304,12 +373,17 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             // A polling server scans its share of the rings for each message it finds.
             let mem = &wb.nodes[n];
             let share = u64::from(mem.conns).div_ceil(mem.threads.len() as u64);
-            // A blocking thread woken for this message waits for its wake first.
-            let wake = if msg.woke { wb.tm.server_wake } else { 0 };
+            // A blocking thread woken for this message waits for its wake first, then
+            // spends the wake's CPU.
+            let (wake, wake_cpu) = if msg.woke {
+                (wb.tm.server_wake, wb.tm.server_wake_cpu)
+            } else {
+                (0, 0)
+            };
             (
                 wake,
                 wb.now,
-                nic.scale(wb.tm.server_poll + wb.tm.handler + wb.tm.server_scan * share),
+                nic.scale(wake_cpu + wb.tm.server_poll + wb.tm.handler + wb.tm.server_scan * share),
                 nic.scale(wb.tm.server_reply),
                 handlers.borrow().get(e.handler as usize).cloned(),
             )
@@ -406,7 +480,7 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             if !alive(&w, n, end, start) {
                 break;
             }
-            post_reply(&mut w.borrow_mut(), end, m);
+            post_reply(&mut w.borrow_mut(), end, m, (n, t));
         }
         // Wake-ups for other connections of this node (`Replies::send_to`): best effort, a
         // connection that is gone or not this node's drops its message.
@@ -431,7 +505,7 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             }
             .await;
             if alive(&w, n, to, start) {
-                post_reply(&mut w.borrow_mut(), to, m);
+                post_reply(&mut w.borrow_mut(), to, m, (n, t));
             }
         }
     }
@@ -449,9 +523,11 @@ fn alive(w: &WorldRef, node: usize, end: u32, since: Ps) -> bool {
             .is_none_or(|m| m.crashed_between(since, w.now))
 }
 
-/// Posts one reply SEND from server end `end`, not waiting for its completion (the engine
-/// frees the batch when it completes; an error breaks the server end, as on hardware).
-fn post_reply(w: &mut World, end: u32, msg: &[u8]) {
+/// Posts one reply SEND from server end `end` for handler thread `by` (node, thread), not
+/// waiting for its completion: the engine frees the batch when it completes (an error breaks
+/// the server end, as on hardware), or, with `server_wake_cpu_ns`, the thread reaps it
+/// (`reap_replies`), its completion waking the thread if it has blocked.
+fn post_reply(w: &mut World, end: u32, msg: &[u8], by: (usize, usize)) {
     let id = w.ops.alloc();
     let mut buf = w.pool.take(msg.len());
     buf.copy_from_slice(msg);
@@ -472,7 +548,15 @@ fn post_reply(w: &mut World, end: u32, msg: &[u8]) {
         max,
     });
     let b = w.post(end, &[id], NO_TASK);
-    w.batches.get_mut(b).state = BatchState::Abandoned;
+    let task = w.current_task;
+    let signalled = w.tm.server_wake_cpu > 0 && task != NO_TASK;
+    match w.nodes.get_mut(by.0).and_then(|m| m.threads.get_mut(by.1)) {
+        Some(t) if signalled => {
+            t.replies.push(b);
+            w.batches.get_mut(b).task = task;
+        }
+        _ => w.batches.get_mut(b).state = BatchState::Abandoned,
+    }
 }
 
 /// A simulated memory node's host region as its CPU sees it. Stores land in the volatile

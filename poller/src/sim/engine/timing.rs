@@ -45,6 +45,9 @@ pub(crate) struct Tm {
     /// `server_wake_ns`: a handler thread that blocked for want of a message waits this
     /// long (no CPU) before serving its next one.
     pub server_wake: Ps,
+    /// `server_wake_cpu_ns`: the CPU a blocked handler thread spends on each wake (for a
+    /// message, or for a reply's send completion).
+    pub server_wake_cpu: Ps,
 }
 
 impl Tm {
@@ -83,6 +86,7 @@ impl Tm {
             max_message: m.max_message as usize,
             unsignaled_at_post: m.unsignaled_at_post > 0.0,
             server_wake: ps(m.server_wake_ns),
+            server_wake_cpu: ps(m.server_wake_cpu_ns),
         }
     }
 }
