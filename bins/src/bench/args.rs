@@ -226,6 +226,12 @@ pub struct BenchArgs {
     /// released latency clients wait `usleep(500)` before each write.
     #[arg(long, default_value_t = 0)]
     pub think_write_us: u64,
+    /// Sim only: each think time (`--think-read-us`, `--think-write-us`) lasts up to this
+    /// many microseconds more, uniform and seeded: a Linux usleep overshoots its time by up
+    /// to the thread's timer slack (50 µs by default, prctl(2) PR_SET_TIMERSLACK), so paced
+    /// clients drift apart instead of waking in step. 0 (default): exact think times.
+    #[arg(long, default_value_t = 0)]
+    pub think_slack_us: u64,
     #[command(flatten)]
     pub sim: SimArgs,
     #[command(flatten)]
@@ -468,9 +474,13 @@ pub(super) fn validate(a: &BenchArgs) -> Result<(), String> {
     if a.device.is_some() && a.fabric != FabricKind::Verbs {
         return Err("--device names an RDMA device: it is for --fabric verbs".into());
     }
-    if (a.think_read_us > 0 || a.think_write_us > 0) && a.fabric != FabricKind::Sim {
+    if (a.think_read_us > 0 || a.think_write_us > 0 || a.think_slack_us > 0)
+        && a.fabric != FabricKind::Sim
+    {
         return Err(
-            "--think-read-us / --think-write-us pace sim clients: they need --fabric sim".into(),
+            "--think-read-us / --think-write-us / --think-slack-us pace sim clients: they need \
+             --fabric sim"
+                .into(),
         );
     }
     if a.index == IndexKind::Catfish {

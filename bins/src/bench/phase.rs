@@ -265,7 +265,11 @@ async fn coroutine<I: KvIndex>(
             && ph.workload != Workload::Load
             && let Time::Virtual(c) = &ctx.time
         {
-            c.sleep(think_us * 1000).await;
+            let slack = match a.think_slack_us {
+                0 => 0,
+                us => rng.below(us * 1000 + 1),
+            };
+            c.sleep(think_us * 1000 + slack).await;
         }
         let t0 = ctx.now_ns();
         let rc0 = ctx.resizes.now();

@@ -9,11 +9,12 @@
 //! the profile's source says why) and synchronous clients (one operation outstanding each, `--coroutines 1`), as the paper's.
 //! The write-heavy latency rows (`erda-paced`), the update-only throughput rows
 //! (`erda-paced-clients`, `erda-server-threads`) and the cleaning rows also pace the
-//! writers as the paper's released clients do (500 µs before each write, [`PACED`]).
+//! writers as the paper's released clients do (500 µs before each write, [`PACED`]); the
+//! server-CPU rows (`erda-cpu`) pace reads too, as those clients do ([`CPU_PACE_BASELINE`]).
 use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
 mod cpu;
 mod sizing;
-use cpu::{CPU_A_RAW, CPU_UPD_RAW, CPU_UPD_REDO};
+use cpu::{CPU_A_RAW, CPU_B, CPU_UPD_RAW, CPU_UPD_REDO};
 use sizing::{SIZED, VALUES_RUN_BYTES, records_at, sized_flags};
 
 const NODES: usize = 2;
@@ -41,6 +42,18 @@ const N: f64 = (8 + VALUE) as f64;
 /// one-round-trip read beats Erda's two dependent READs (Redo/Erda 1 KiB YCSB-B 0.84x).
 /// The think time is outside each operation's measured latency.
 const PACED: &str = "--think-write-us 500";
+/// The server-CPU rows (`erda-cpu`) pace every client as the paper's released clients pace
+/// theirs, reads too, per system (csXinxinLiu/Erda: Redo Logging's and Read After Write's
+/// `Client_tput.c` sleep `usleep(100)` before each get and `usleep(500)` before each put;
+/// Erda's `client_tput.c` only before each put), so that each server is as lightly loaded
+/// as the paper's was when `top` measured it (§5.4), and a server that blocks between
+/// requests (`server_wake_ns`, `server_wake_cpu_ns`) pays its wakes. Each sleep lasts up to
+/// 50 µs more, seeded (`--think-slack-us`): a usleep's overshoot within Linux's default
+/// timer slack, without which 16 clients with equal think times wake in step and reach
+/// the server in one burst.
+const CPU_PACE_BASELINE: &str = "--think-write-us 500 --think-read-us 100 --think-slack-us 50";
+/// [`CPU_PACE_BASELINE`] for Erda's clients: no sleep before a read.
+const CPU_PACE_ERDA: &str = "--think-write-us 500 --think-slack-us 50";
 /// The note of the update-only throughput rows (erda-paced-clients).
 const PACED_TPUT: &str = "writers wait 500 µs before each write as the paper's released \
      clients do (`PACED`): a paced client does one write per 500 µs + its latency whatever the \
@@ -50,11 +63,12 @@ const PACED_TPUT: &str = "writers wait 500 µs before each write as the paper's 
      apply on the background thread), RAW's ~0.4 µs of its ~0.8 µs";
 /// The note of the Redo / Erda YCSB-A latency row (erda-paced): why it stays off.
 const A_LATENCY: &str = "measured with writers paced as the paper's (erda-paced table): \
-     Erda 6.5 µs at 2.00 round trips per op, Redo 7.4 µs at 1.00, the server lightly loaded, \
-     so its request thread has gone to sleep before most requests: the profile's \
+     Erda 8.0 µs at 2.00 round trips per op, Redo 10.6 µs at 1.00, the server lightly \
+     loaded, so its request thread has gone to sleep before most requests: the profile's \
      `server_wake_ns` (3 µs, the Westmere core's C1 exit; the authors' servers block in \
-     ibv_get_cq_event) delays every Redo operation and only Erda's writes (without it, `--set \
-     server_wake_ns=0`: Erda 5.0, Redo 4.8 µs, 0.95x, the other side). remora's figures are \
+     ibv_get_cq_event) and the wake's CPU before the service (`server_wake_cpu_ns`, 4.4 µs) \
+     delay every Redo operation and only Erda's writes (without both, `--set \
+     server_wake_ns=0 --set server_wake_cpu_ns=0`: p50 Erda 5.0, Redo 5.6 µs). remora's figures are \
      completion times, ~13x below the paper's: its released latency clients \
      (Redo Logging/Client_latency.c, Erda/client/client_latency.c) post each put and get \
      without waiting for it (another thread reaps the completions) and report (wall time - \
@@ -169,6 +183,28 @@ pub fn paper(s: &Scale) -> Paper {
         })
         .collect::<Vec<_>>();
     let table1 = format!("{base} --clients-per-node 1 --value-size {VALUE}");
+    // Server CPU per op, clients paced as the paper's (`CPU_PACE_BASELINE`), at 64 B (the
+    // erda-ycsb rows' size) and at the paper's 1 KiB (Fig. 25).
+    let mut cpu_series = Vec::new();
+    for (v, systems) in [(64, &SYSTEMS[..2]), (VALUE, &SYSTEMS[..])] {
+        let mut sv = s.clone();
+        sv.records = records_at(s, v);
+        for (label, idx) in systems {
+            let pace = if *idx == "erda" {
+                CPU_PACE_ERDA
+            } else {
+                CPU_PACE_BASELINE
+            };
+            cpu_series.push(Series::new(
+                &format!("{label} {v} B"),
+                format!(
+                    "{} {SIZED} --value-size {v} {pace} --index {idx}",
+                    sized_flags(&sv)
+                ),
+                &["b", "a", "update-only"],
+            ));
+        }
+    }
     let experiments = vec![
         Experiment {
             id: "erda-ycsb".into(),
@@ -241,6 +277,16 @@ pub fn paper(s: &Scale) -> Paper {
             series: three(&table1, &["load", "update-only"]),
         },
         Experiment {
+            id: "erda-cpu".into(),
+            title: "Erda vs Redo Logging vs Read-After-Write: server CPU per op with clients \
+                    paced as the paper's (usleep(500) before each write; the baselines' \
+                    usleep(100) before each read), 16 client threads, 64 B and 1 KiB values \
+                    (Figs. 22-25)"
+                .into(),
+            chart: Chart::Bars,
+            series: cpu_series,
+        },
+        Experiment {
             id: "erda-server-threads".into(),
             title: "Erda vs Redo Logging vs the server's threads (the paper does not say how \
                     many): YCSB-C and update-only (writers paced as the paper's), 16 client \
@@ -252,6 +298,7 @@ pub fn paper(s: &Scale) -> Paper {
     ];
     let p = |s: &str, w| Pick::new("erda-ycsb", s, w);
     let v = |s: &str, w| Pick::new("erda-values", s, w);
+    let cpu = |s: &str, w| Pick::new("erda-cpu", s, w);
     let (erda, redo, raw) = ("Erda", "Redo Logging", "Read-After-Write");
     let (erda_v, redo_v, raw_v) = (
         &format!("Erda {VALUE} B"),
@@ -442,9 +489,9 @@ pub fn paper(s: &Scale) -> Paper {
             (20.09, 20.09),
             Metric::ServerCpu,
             false,
-            p(erda, "b"),
-            p(redo, "b"),
-            "server CPU per op from the sim's handler busy time (64-byte values: Fig. 23)",
+            cpu("Erda 64 B", "b"),
+            cpu("Redo Logging 64 B", "b"),
+            CPU_B,
         ),
         Claim::ratio(
             "a-cpu-redo",
@@ -452,9 +499,12 @@ pub fn paper(s: &Scale) -> Paper {
             (1.89, 1.89),
             Metric::ServerCpu,
             false,
-            p(erda, "a"),
-            p(redo, "a"),
-            "",
+            cpu("Erda 64 B", "a"),
+            cpu("Redo Logging 64 B", "a"),
+            "measured as the Redo update-only CPU row says, at 64 B (Fig. 23): paced, Redo \
+             6.32 µs per op (each read and write wakes its server) against Erda's 3.25 (its \
+             writes only, half the ops): 1.95x; closed loop (erda-ycsb, no wakes) it was \
+             0.84 / 0.37 µs, 2.76x",
         ),
         Claim::ratio(
             "b-cpu-raw-values",
@@ -463,9 +513,9 @@ pub fn paper(s: &Scale) -> Paper {
             (20.81, 20.81),
             Metric::ServerCpu,
             false,
-            v(erda_v, "b"),
-            v(raw_v, "b"),
-            "the paper's 20.81x is its average over 16 B-1 KiB values",
+            cpu(erda_v, "b"),
+            cpu(raw_v, "b"),
+            CPU_B,
         ),
         Claim::ratio(
             "a-cpu-raw-values",
@@ -474,8 +524,8 @@ pub fn paper(s: &Scale) -> Paper {
             (1.96, 1.96),
             Metric::ServerCpu,
             false,
-            v(erda_v, "a"),
-            v(raw_v, "a"),
+            cpu(erda_v, "a"),
+            cpu(raw_v, "a"),
             CPU_A_RAW,
         ),
         Claim::ratio(
@@ -485,8 +535,8 @@ pub fn paper(s: &Scale) -> Paper {
             (1.17, 1.17),
             Metric::ServerCpu,
             false,
-            v(erda_v, "UPD"),
-            v(redo_v, "UPD"),
+            cpu(erda_v, "UPD"),
+            cpu(redo_v, "UPD"),
             CPU_UPD_REDO,
         ),
         Claim::ratio(
@@ -496,8 +546,8 @@ pub fn paper(s: &Scale) -> Paper {
             (1.11, 1.11),
             Metric::ServerCpu,
             false,
-            v(erda_v, "UPD"),
-            v(raw_v, "UPD"),
+            cpu(erda_v, "UPD"),
+            cpu(raw_v, "UPD"),
             CPU_UPD_RAW,
         ),
         Claim::ratio(
@@ -605,9 +655,11 @@ pub fn paper(s: &Scale) -> Paper {
              operation (see the YCSB-C row), so its figures are not closed-loop ones. Its \
              servers block in ibv_get_cq_event between requests (poll_cq in each server.c): \
              at 8 threads each is mostly asleep, and the profile's `server_wake_ns` (3 µs, the \
-             Westmere core's C1 exit) delays each Redo read (5.4 µs, 2.91 Mops against \
-             Erda's 3.58: 1.23x; `--set server_wake_ns=0`: 2.4 µs, 6.39 Mops, 0.56x); at 1 \
-             thread the busy server rarely sleeps (2.20 Mops either way)",
+             Westmere core's C1 exit) and the wake's CPU (`server_wake_cpu_ns`, 4.4 µs, \
+             spent before the service) delay each Redo read (9.4 µs, 1.68 Mops against \
+             Erda's 3.58: 2.13x; without the wake's CPU, `--set server_wake_cpu_ns=0`: 5.4 \
+             µs, 2.91 Mops, 1.23x; without either: 2.4 µs, 6.39 Mops, 0.56x); at 1 and 2 \
+             threads the busy server rarely sleeps (2.20 and 4.40 Mops)",
         ),
         Claim::ratio(
             "update-only-throughput-redo-8-server-threads",
@@ -639,7 +691,8 @@ pub fn paper(s: &Scale) -> Paper {
              rows: 1/2/4/8) and a background thread (cleaning, the baselines' apply), \
              persistent memory node, writers paced 500 µs per write in the \
              erda-paced, erda-paced-clients, erda-server-threads and erda-cleaning rows \
-             (`{PACED}`), {NODES} compute nodes x 8 synchronous client threads (one operation each; curves: \
+             (`{PACED}`), and every client in the erda-cpu rows as the paper's (`{CPU_PACE_BASELINE}`; \
+             Erda's: `{CPU_PACE_ERDA}`), {NODES} compute nodes x 8 synchronous client threads (one operation each; curves: \
              {} clients), 1 memory node running the store's server; {} 8-byte integer keys, \
              64-byte values (value-size rows: {}; cleaning and Table 1: {VALUE} B), {} \
              measured ops after {} warm-up ops, zipfian 0.99, seed 1; the value-size rows \
@@ -704,6 +757,40 @@ mod tests {
                 }
             }
             assert!(paced >= 8, "{paced} paced picks");
+        }
+    }
+
+    /// Every server-CPU row is measured where the paper measured it, on lightly loaded
+    /// servers (clients paced as its released ones, `erda-cpu`): closed loop, a baseline's
+    /// server is 100 % busy and never pays the wakes of the authors' blocking servers while
+    /// Erda's, serving writes only, does (YCSB-B Redo / Erda 3.09x where the paper has 20.09x).
+    #[test]
+    fn cpu_rows_are_measured_with_paced_clients() {
+        for scale in [ScaleSel::Quick, ScaleSel::Full] {
+            let p = paper(&Scale::of(scale).for_paper("erda"));
+            let e = p.experiments.iter().find(|e| e.id == "erda-cpu");
+            let e = e.expect("an erda-cpu experiment");
+            let mut rows = 0;
+            for c in p.claims.iter().filter(|c| c.metric == Metric::ServerCpu) {
+                let Some((num, den)) = &c.points else {
+                    panic!("{}: no points", c.id);
+                };
+                for pick in [num, den] {
+                    assert_eq!(pick.exp, "erda-cpu", "{}", c.id);
+                    let s = e.series.iter().find(|s| s.label == pick.series);
+                    let a = &s
+                        .unwrap_or_else(|| panic!("no series {}", pick.series))
+                        .args;
+                    let pace = if a.contains("--index erda ") || a.ends_with("--index erda") {
+                        CPU_PACE_ERDA
+                    } else {
+                        CPU_PACE_BASELINE
+                    };
+                    assert!(a.contains(pace), "{}: {a}", c.id);
+                }
+                rows += 1;
+            }
+            assert_eq!(rows, 6, "server-CPU rows");
         }
     }
 }
