@@ -1,6 +1,7 @@
 //! The CPU a blocking server thread spends per wake, on this host: the cost the Erda
-//! authors' servers pay per completion event and the sim does not charge (its
-//! `server_wake_ns` is the idle core's wake latency, no CPU).
+//! authors' servers pay per completion event, which the sim charges as the model's
+//! `server_wake_cpu_ns` (the `erda` profile's value is this figure scaled to the paper's
+//! core; `server_wake_ns` is the idle core's wake latency, no CPU).
 //!
 //! The authors' three servers (Erda/server/server.c, Redo Logging/server.c, Read After
 //! Write/server.c) block in `ibv_get_cq_event`, a read() on the completion channel's file

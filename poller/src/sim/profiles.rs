@@ -315,10 +315,11 @@ pub const PROFILES: &[Profile] = &[
                  Logging/server.c, Read After Write/server.c), so an idle server wakes twice \
                  per request: for the request's receive, then for its reply's send completion \
                  (the sim wakes it for each when it finds the thread blocked). One blocking \
-                 wake costs the woken thread 2.18-2.26 us of CPU on the calibrating 2.6 GHz \
-                 EPYC (a KVM guest; `cargo test --release -p remora-poller --test erda_wake \
-                 -- --nocapture`: an eventfd read() woken by another thread, 3999 voluntary \
-                 switches in 4000 wakes), 2.2 us, x 2 for the Xeon E5620 core as \
+                 wake costs the woken thread 2.18, 2.26 and 2.42 us of CPU in three runs on \
+                 the calibrating 2.6 GHz EPYC (a KVM guest shared with other builds; `cargo \
+                 test --release -p remora-poller --test erda_wake -- --nocapture`: an eventfd \
+                 read() woken by another thread, 3997-3999 voluntary switches in 4000 \
+                 wakes), 2.2 us taken, x 2 for the Xeon E5620 core as \
                  client_cpu_scale assumes (seeds/004 §5) = 4.4 us a wake, 8.8 us for an idle \
                  request's two. Cross-check, not a confirmation: the paper's CPU ratios \
                  (update-only 1.17x Redo, 1.11x RAW, averages over Figs. 22-25, §5.4) imply \
