@@ -53,27 +53,26 @@ const WRITE_ONLY_NOTE: &str = concat!(
     the item's bitmap bits (an update 'marks the old DataItem as invalid': it must find the \
     key's older item in the node), resets the node's lock in the same meta word and persists \
     'with clwb and mfence'; only then may another writer lock that node, so its rate bounds \
-    sustained writes (server CPU ~100% above). remora's applier does one message, one read \
-    of the node's live keys and two write-backs (the item's lines, the meta word's) per \
-    write: `cargo test --release -p remora-poller --test canrt_applier -- --nocapture` \
-    counts them and prices an idle applier's write at 821 ns (this row: 845 ns, \
-    server_ns_per_op in canrt-ycsb.csv), each charge zeroed alone: the flat per-message \
-    server_handler_ns 270 (the profile's, derived from WORT's read latency; the paper \
-    prices no CPU of its applier), write-backs 223 (2.48 lines x nvm_write_ns 90), Optane \
-    misses 235 (the old item's search and the meta word), the completion poll 50, cached \
-    lines ~43. Even with no CPU at all, the paper's own steps under this model's Optane \
-    prices (poll, two write-backs, one search) take ~550 ns a write: at most ~1.8 Mops, \
-    ~2.6x WORT's 0.704. With all three charges zeroed (`--set server_handler_ns=0 --set \
-    nvm_write_ns=0 --set server_nvm_read_ns=10` on this row's command) CANRT makes 4.64 \
-    Mops, 6.6x WORT: 16 synchronous writers at ~2.6 us each (one round trip and the \
-    append's doorbell) cap it there, below 7.44x. So the paper's 7.44-11.15x needs both an \
-    applier under ~190 ns a write (less than its own two clwb+mfence and one completion \
-    poll) and a WORT slower than remora's (its write-latency ratio implies 2.4-2.6 us of \
-    WORT server time per write, remora's takes 1.42); or a count of posted writes the \
-    applier had not caught up with when the run ended (no sustained run can: remora's \
-    writers never wait for credits, 0.000 credit waits per op, only for a node whose last \
-    write is not yet applied, as the paper's lock makes them). The paper prints no \
-    absolute figure to tell which; nothing is set to land the row"
+    sustained writes (server CPU ~99% above). remora's applier does one message, one read of \
+    the node's live keys and two write-backs (the item's lines, the meta word's) per write: \
+    `cargo test --release -p remora-poller --test canrt_applier -- --nocapture` counts them \
+    and prices an idle applier's write at 617 ns (this row: 615 ns, server_ns_per_op in \
+    canrt-ycsb.csv), each charge zeroed alone: its fixed part server_canrt_apply_ns 66 (the \
+    code's own time measured on this host by the same test, 60 ns, x 1.1 for the paper's \
+    Xeon; the flat server_handler_ns 270, derived from WORT's read, made it 821 ns and this \
+    row 1.67x), write-backs 223 (2.48 lines x nvm_write_ns 90), Optane misses 235 (the old \
+    item's search, the meta word), the completion poll 50, cached lines ~43: the paper's own \
+    steps at this model's Optane prices. With the three zeroed (`--set \
+    server_canrt_apply_ns=0 --set nvm_write_ns=0 --set server_nvm_read_ns=10` on this row's \
+    command) CANRT makes 4.65 Mops, 6.6x WORT's 0.704: 16 synchronous writers at ~2.6 us \
+    each (one round trip and the append's doorbell) cap it there, below 7.44x. So the \
+    paper's 7.44-11.15x needs both an applier under ~190 ns a write (less than its own two \
+    clwb+mfence and one completion poll) and a WORT slower than remora's (the paper's \
+    write-latency ratio implies 2.4-2.6 us of WORT server time per write, remora's takes \
+    1.42); or it counts posted writes the applier had not caught up with when the run ended \
+    (no sustained run can: remora's writers never wait for credits, 0.000 credit waits per \
+    op, only for a node whose last write is not yet applied, as the paper's lock makes \
+    them). The paper prints no absolute figure to tell which; nothing is set to land the row"
 );
 
 /// The write-heavy rows: half the operations are writes through the one applier thread.
@@ -88,13 +87,13 @@ const WRITE_HEAVY_NOTE: &str = concat!(
 /// The 2-to-16-thread scaling row.
 const SCALING_NOTE: &str = "measured cause: the applier thread. At 2 clients a posted write \
     is one round trip (the lock FETCH_AND_ADD with the node READ) and its doorbell, and the \
-    applier is ~30% busy (server_use in canrt-clients.csv); it is saturated from 8 clients on \
-    (~98%), so the curve stops at 1 / (its time per write x the write share 0.5). The \
-    paper's 10.88x is more than the 8x that 16 synchronous threads can gain over 2 at the \
-    same latency per operation (§4.5 calls it 'almost proportional'); with the applier's \
-    three costs zeroed (`--set server_handler_ns=0 --set nvm_write_ns=0 --set \
-    server_nvm_read_ns=10` on this row's two runs) remora gains 6.98x (0.818 -> 5.713 Mops), \
-    the synchronous clients' own bound";
+    applier is ~21% busy (server_use in canrt-clients.csv); it is ~79% busy at 8 clients and \
+    saturated at 16 (~99%), so the curve stops at 1 / (its ~615 ns per write x the write \
+    share 0.5). The paper's 10.88x is more than the 8x that 16 synchronous threads can gain \
+    over 2 at the same latency per operation (§4.5 calls it 'almost proportional'); with the \
+    applier's three costs zeroed (`--set server_canrt_apply_ns=0 --set nvm_write_ns=0 --set \
+    server_nvm_read_ns=10` on this row's two runs) remora gains 7.03x (0.818 -> 5.748 \
+    Mops), the synchronous clients' own bound";
 
 /// The 10,000-key range row.
 const RANGE_NOTE: &str = "CANRT reads one data node per round trip, one after another \

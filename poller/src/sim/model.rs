@@ -350,6 +350,14 @@ params! {
          §3.2: 'the concurrent lock (ref. 28) to avoid the read-write conflict and write-write \
          conflict'). 0 (default, the sim's behaviour before this parameter): no lock, the \
          threads' services overlap";
+    server_canrt_apply_ns: -1.0, "ns", [-1.0, 1e9],
+        "The fixed part of CANRT's applier service for one append notice (a WRITE_WITH_IMM \
+         on a memory node whose handler's service is 'canrt'), in place of \
+         server_handler_ns: the applier decodes the immediate and the item and flips bits, \
+         its memory priced on top as any handler's. Measured on the real code by \
+         poller/tests/canrt_applier.rs (the_appliers_own_code_on_this_host: the host time of \
+         CanrtServer's append path less its region calls). Negative (default, the sim's \
+         behaviour before this parameter): server_handler_ns, as every other message";
 }
 
 /// A bad `--set` or model-file entry.

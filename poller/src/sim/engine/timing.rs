@@ -45,6 +45,8 @@ pub(crate) struct Tm {
     /// `server_wake_ns`: a handler thread that blocked for want of a message waits this
     /// long (no CPU) before serving its next one.
     pub server_wake: Ps,
+    /// `server_canrt_apply_ns`: the fixed CPU of a CANRT append notice, if set.
+    pub canrt_apply: Option<Ps>,
 }
 
 impl Tm {
@@ -83,6 +85,7 @@ impl Tm {
             max_message: m.max_message as usize,
             unsignaled_at_post: m.unsignaled_at_post > 0.0,
             server_wake: ps(m.server_wake_ns),
+            canrt_apply: (m.server_canrt_apply_ns >= 0.0).then(|| ps(m.server_canrt_apply_ns)),
         }
     }
 }
