@@ -9,8 +9,10 @@
 //! message per write (credits ride on one reply per half window), one read of the node's
 //! live keys, two write-backs (the item's lines and the meta word's). This test counts them,
 //! and prints the server time per write split into the model's charges (zeroing each in
-//! turn), the figure behind the write-only rows:
-//! `cargo test --release -p remora-poller --test canrt_applier -- --nocapture`.
+//! turn), the figure behind the write-only rows. `the_appliers_own_code_on_this_host` times
+//! the applier's own code per append on this host (its region accesses, which the sim
+//! prices, left out): the source of the canrt profile's `server_canrt_apply_ns`. Both print
+//! with `cargo test --release -p remora-poller --test canrt_applier -- --nocapture`.
 use remora_core::NodeId;
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer, WriteAck};
 use remora_core::fabric::{FabricError, Recv, RecvKind};
