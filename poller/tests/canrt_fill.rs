@@ -21,9 +21,9 @@ fn rng(s: &mut u64) -> u64 {
     *s
 }
 
-/// Loads `n` random 16-byte keys (15-byte values, the paper's) with one client; returns the
-/// reachable data nodes and the slots per node.
-fn load(n: u64) -> (usize, u32) {
+/// Loads `n` random 16-byte keys (15-byte values, the paper's) with one client into data
+/// nodes of `slots` slots; returns the reachable data nodes and the slots per node.
+fn load(n: u64, slots: u32) -> (usize, u32) {
     let out = RefCell::new(None);
     let mut sim = Sim::new(SimConfig {
         compute_nodes: 1,
@@ -38,6 +38,7 @@ fn load(n: u64) -> (usize, u32) {
         let cfg = CanrtConfig {
             key_len: 16,
             value_cap: 16,
+            slots,
             ..CanrtConfig::new(0)
         };
         let t = Canrt::open(ctx.ep(), cfg).await.unwrap();
@@ -59,7 +60,7 @@ fn load(n: u64) -> (usize, u32) {
 #[test]
 fn data_nodes_stay_about_half_full_or_more() {
     for n in [1_000u64, 10_000] {
-        let (nodes, slots) = load(n);
+        let (nodes, slots) = load(n, CanrtConfig::new(0).slots);
         let per = n as f64 / nodes as f64;
         println!(
             "{n} random 16-byte keys: {nodes} reachable data nodes of {slots} slots, {per:.1} \
@@ -70,4 +71,19 @@ fn data_nodes_stay_about_half_full_or_more() {
             "{n} keys in {nodes} nodes of {slots} slots"
         );
     }
+}
+
+/// Smaller nodes, smaller fill: 6-slot nodes (`bench --canrt-slots 6`, the repro's `CANRT
+/// (6-slot nodes)` range series) hold about 3 keys each, the fill the paper's range ratio
+/// implies, with the same halving splits.
+#[test]
+fn six_slot_nodes_hold_about_three_keys() {
+    let n = 10_000u64;
+    let (nodes, slots) = load(n, 6);
+    let per = n as f64 / nodes as f64;
+    println!(
+        "{n} random 16-byte keys: {nodes} reachable data nodes of {slots} slots, {per:.2} keys per node"
+    );
+    assert_eq!(slots, 6);
+    assert!((2.6..=4.5).contains(&per), "{per:.2} keys per node");
 }

@@ -209,6 +209,10 @@ pub struct BenchArgs {
     /// (§4.4: one request per data node).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4))]
     pub canrt_scan_batch: Option<u32>,
+    /// CANRT: DataItem slots per data node (2 to 32; default 32, the 32-bit bitmap of the
+    /// 8-byte meta word). Fewer slots leave fewer keys per node READ (the range rows' fill).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=32))]
+    pub canrt_slots: Option<u32>,
     /// Erda: size its log so that the run cleans it (regions of twice the records' share,
     /// cleaning after half a region of appends), as a `--seconds` run always does. Without
     /// it, a fixed-count run's regions are sized so that its appends (records + warm-up +
@@ -419,6 +423,9 @@ pub(super) fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if a.canrt_scan_batch.is_some() && a.index != IndexKind::Canrt {
         return Err("--canrt-scan-batch is for --index canrt".into());
+    }
+    if a.canrt_slots.is_some() && a.index != IndexKind::Canrt {
+        return Err("--canrt-slots is for --index canrt".into());
     }
     if a.index == IndexKind::Canrt && a.value_size > remora::core::canrt::MAX_VALUE {
         return Err(format!(

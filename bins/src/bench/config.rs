@@ -77,6 +77,7 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 scan_batch: a
                     .canrt_scan_batch
                     .unwrap_or(remora::core::canrt::SCAN_BATCH as u32),
+                slots: a.canrt_slots.unwrap_or(CanrtConfig::new(0).slots),
                 ..CanrtConfig::new(0)
             },
         }),

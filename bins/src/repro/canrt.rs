@@ -24,6 +24,10 @@ const POSTED: &str = "CANRT (posted)";
 /// CANRT's range with remora's default scan: 4 data nodes READ per doorbell (the `CANRT`
 /// range series reads one per request, as the paper's).
 const SCAN4: &str = "CANRT (4 nodes per doorbell)";
+/// CANRT's range over 6-slot data nodes, which hold ~3 keys per node READ, the fill the
+/// paper's 10,000-key range ratio implies (3.1x over its 1.2x read-latency ratio): a
+/// measured statement beside the row, not the row (the paper gives no node size).
+const FILL6: &str = "CANRT (6-slot nodes)";
 
 /// The paper's count of a write, named in every write row's note: the rows that compare
 /// with the paper use it; remora's default (durable, linearizable) write is a semantic
@@ -43,27 +47,32 @@ macro_rules! posted_semantics {
 /// The write-only rows: where the applier's time goes, and what the paper's server does.
 const WRITE_ONLY_NOTE: &str = concat!(
     posted_semantics!(),
-    "Measured cause: the applier. The paper's server runs one \
-    'background thread' that 'will process the appending messages' (§3.3): clients do the \
-    locking, checking and writing phases ('client-active', §3.3) and never apply; the thread \
-    takes each WRITE_WITH_IMM completion, flips the item's bitmap bits (an update's old item \
-    off), resets the node's lock and persists with clwb and mfence, and only then may another \
-    writer lock that node. So its rate bounds sustained writes (server CPU ~100% above). Its \
-    ~845 ns per posted write (server_ns_per_op in canrt-ycsb.csv) is the code's work priced \
-    by the canrt profile, each part zeroed alone with `--set` on this row's command (quick, \
-    seed 1): the flat per-message charge server_handler_ns (derived from the paper's WORT \
-    read latency as WORT's server time, charged by the sim to every handler) 248 ns, the two \
-    persists (the item's line and the meta word's, nvm_write_ns) 225, the Optane misses on \
-    the node's keys (searched for the key's old item, which the paper's server must mark \
-    invalid) 232, the rest (server_poll_ns, cached lines, a credit SEND per 16 appends) \
-    ~140. Uniform keys leave it there (1.13 Mops). With all three zeroed CANRT makes 4.64 \
-    Mops (6.6x WORT's 0.704): 16 synchronous writers at ~2.6 us each (one round trip and the \
-    append's doorbell) cap it near 6.2 Mops, 8.8x WORT, so the paper's 7.44x (5.24 Mops) \
-    needs an applier of at most ~190 ns per write, under its own two write-backs and one \
-    Optane read per update. Credits do not hold the writers back: 0.000 credit waits per op \
-    (bench's canrt line); a writer waits only for a node whose last write is not yet \
-    applied, as the paper's lock does. The paper names one thread and prices none of this, \
-    so nothing is set to land the row"
+    "Measured cause: the applier, which does the paper's work per write and no more, on one \
+    thread as the paper's. The paper's server runs one 'background thread' that 'will \
+    process the appending messages' (§3.3): it takes each WRITE_WITH_IMM completion, flips \
+    the item's bitmap bits (an update 'marks the old DataItem as invalid': it must find the \
+    key's older item in the node), resets the node's lock in the same meta word and persists \
+    'with clwb and mfence'; only then may another writer lock that node, so its rate bounds \
+    sustained writes (server CPU ~99% above). remora's applier does one message, one read of \
+    the node's live keys and two write-backs (the item's lines, the meta word's) per write: \
+    `cargo test --release -p remora-poller --test canrt_applier -- --nocapture` counts them \
+    and prices an idle applier's write at 617 ns (this row: 615 ns, server_ns_per_op in \
+    canrt-ycsb.csv), each charge zeroed alone: its fixed part server_canrt_apply_ns 66 (the \
+    code's own time measured on this host by the same test, 60 ns, x 1.1 for the paper's \
+    Xeon; the flat server_handler_ns 270, derived from WORT's read, made it 821 ns and this \
+    row 1.67x), write-backs 223 (2.48 lines x nvm_write_ns 90), Optane misses 235 (the old \
+    item's search, the meta word), the completion poll 50, cached lines ~43: the paper's own \
+    steps at this model's Optane prices. With the three zeroed (`--set \
+    server_canrt_apply_ns=0 --set nvm_write_ns=0 --set server_nvm_read_ns=10` on this row's \
+    command) CANRT makes 4.65 Mops, 6.6x WORT's 0.704: 16 synchronous writers at ~2.6 us \
+    each (one round trip and the append's doorbell) cap it there, below 7.44x. So the \
+    paper's 7.44-11.15x needs both an applier under ~190 ns a write (less than its own two \
+    clwb+mfence and one completion poll) and a WORT slower than remora's (the paper's \
+    write-latency ratio implies 2.4-2.6 us of WORT server time per write, remora's takes \
+    1.42); or it counts posted writes the applier had not caught up with when the run ended \
+    (no sustained run can: remora's writers never wait for credits, 0.000 credit waits per \
+    op, only for a node whose last write is not yet applied, as the paper's lock makes \
+    them). The paper prints no absolute figure to tell which; nothing is set to land the row"
 );
 
 /// The write-heavy rows: half the operations are writes through the one applier thread.
@@ -78,13 +87,13 @@ const WRITE_HEAVY_NOTE: &str = concat!(
 /// The 2-to-16-thread scaling row.
 const SCALING_NOTE: &str = "measured cause: the applier thread. At 2 clients a posted write \
     is one round trip (the lock FETCH_AND_ADD with the node READ) and its doorbell, and the \
-    applier is ~30% busy (server_use in canrt-clients.csv); it is saturated from 8 clients on \
-    (~98%), so the curve stops at 1 / (its time per write x the write share 0.5). The \
-    paper's 10.88x is more than the 8x that 16 synchronous threads can gain over 2 at the \
-    same latency per operation (§4.5 calls it 'almost proportional'); with the applier's \
-    three costs zeroed (`--set server_handler_ns=0 --set nvm_write_ns=0 --set \
-    server_nvm_read_ns=10` on this row's two runs) remora gains 6.98x (0.818 -> 5.713 Mops), \
-    the synchronous clients' own bound";
+    applier is ~21% busy (server_use in canrt-clients.csv); it is ~79% busy at 8 clients and \
+    saturated at 16 (~99%), so the curve stops at 1 / (its ~615 ns per write x the write \
+    share 0.5). The paper's 10.88x is more than the 8x that 16 synchronous threads can gain \
+    over 2 at the same latency per operation (§4.5 calls it 'almost proportional'); with the \
+    applier's three costs zeroed (`--set server_canrt_apply_ns=0 --set nvm_write_ns=0 --set \
+    server_nvm_read_ns=10` on this row's two runs) remora gains 7.03x (0.818 -> 5.748 \
+    Mops), the synchronous clients' own bound";
 
 /// The 10,000-key range row.
 const RANGE_NOTE: &str = "CANRT reads one data node per round trip, one after another \
@@ -99,7 +108,11 @@ const RANGE_NOTE: &str = "CANRT reads one data node per round trip, one after an
     half to fully used, 32 slots), while the paper's pointer-less prefix nodes grow a whole \
     level at once ('addHeight', or 'addWidth', §3.5), which leaves most data nodes far below \
     their capacity; the paper gives neither its node size, its key alphabet nor its fill, so \
-    nothing is set to land the row";
+    nothing is set to land the row. Measured at the paper's fill: the same command with \
+    `--canrt-slots 6` (the `CANRT (6-slot nodes)` series of the 10,000-key range: 6-slot data nodes, 2.95 keys per node READ, the \
+    fill the paper's ratio implies) takes 6259 us against WORT's 25060: 4.0x (8 slots: 3.65 \
+    keys per READ, 4.9x; 16 slots: 5.61, 7.1x), so the row's distance from the paper is \
+    the node fill alone; the paper gives no node size, so the row keeps remora's 32 slots";
 
 pub fn paper(s: &Scale) -> Paper {
     // The paper's clients are synchronous threads: one operation in flight each.
@@ -170,6 +183,18 @@ pub fn paper(s: &Scale) -> Paper {
                         &["range"],
                     ),
                 );
+                // The paper's fill, at 10,000 keys only (the 100,000-key load of 6-slot
+                // nodes would add minutes to the full run).
+                if scan == 10_000 {
+                    v.insert(
+                        2,
+                        Series::new(
+                            FILL6,
+                            format!("{flags} --index canrt --canrt-scan-batch 1 --canrt-slots 6"),
+                            &["range"],
+                        ),
+                    );
+                }
                 v
             },
         }
@@ -439,7 +464,8 @@ pub fn paper(s: &Scale) -> Paper {
              default, returning once the server applied and persisted it (the write rows compare the posted write; the default's figures \
              are shown, not compared). Range: CANRT reads one data node per request, one \
              after another, as the paper's (`--canrt-scan-batch 1`); {SCAN4}: remora's \
-             default scan",
+             default scan; {FILL6}: 6-slot data nodes, the paper's implied fill (shown, not \
+             compared)",
             s.llc_lines("canrt", PAPER_KEYS),
             s.records,
             sweep.join("/"),

@@ -365,6 +365,14 @@ params! {
          wakes for neither. The wake's exit latency (server_wake_ns) precedes it. 0 \
          (default, the sim's behaviour before this parameter): a wake costs no CPU and a \
          reply's completion wakes nothing";
+    server_canrt_apply_ns: -1.0, "ns", [-1.0, 1e9],
+        "The fixed part of CANRT's applier service for one append notice (a WRITE_WITH_IMM \
+         on a memory node whose handler's service is 'canrt'), in place of \
+         server_handler_ns: the applier decodes the immediate and the item and flips bits, \
+         its memory priced on top as any handler's. Measured on the real code by \
+         poller/tests/canrt_applier.rs (the_appliers_own_code_on_this_host: the host time of \
+         CanrtServer's append path less its region calls). Negative (default, the sim's \
+         behaviour before this parameter): server_handler_ns, as every other message";
 }
 
 /// A bad `--set` or model-file entry.

@@ -9,7 +9,8 @@
 //!   only while serving: `server_poll_ns` (take the completion) + `server_scan_ns` x its
 //!   share of the node's connections (a polling server's ring scan; 0 for the default
 //!   event-based server) + `server_handler_ns` (the fixed part of the service: decode,
-//!   dispatch; the handler runs at the end of it and its memory effects happen then) + **the
+//!   dispatch; `server_canrt_apply_ns` instead for a CANRT append notice where that is set;
+//!   the handler runs at the end of it and its memory effects happen then) + **the
 //!   memory the handler touched** (below) + the CPU time it states for its computation
 //!   (`LocalRegion::charge_cpu_ns`, measured costs only) + `server_reply_ns` per reply it queued (each reply
 //!   SEND is posted when its post cost is paid, and never waited for: send completions are
@@ -380,12 +381,22 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
             } else {
                 (0, 0)
             };
+            let handler = handlers.borrow().get(e.handler as usize).cloned();
+            // CANRT's append notices: their measured fixed part (`server_canrt_apply_ns`).
+            let fixed = match (wb.tm.canrt_apply, &handler) {
+                (Some(a), Some(h))
+                    if msg.recv.kind == RecvKind::WriteImm && h.borrow().service() == "canrt" =>
+                {
+                    a
+                }
+                _ => wb.tm.handler,
+            };
             (
                 wake,
                 wb.now,
-                nic.scale(wake_cpu + wb.tm.server_poll + wb.tm.handler + wb.tm.server_scan * share),
+                nic.scale(wake_cpu + wb.tm.server_poll + fixed + wb.tm.server_scan * share),
                 nic.scale(wb.tm.server_reply),
-                handlers.borrow().get(e.handler as usize).cloned(),
+                handler,
             )
         };
         Busy {

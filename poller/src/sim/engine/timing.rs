@@ -48,6 +48,8 @@ pub(crate) struct Tm {
     /// `server_wake_cpu_ns`: the CPU a blocked handler thread spends on each wake (for a
     /// message, or for a reply's send completion).
     pub server_wake_cpu: Ps,
+    /// `server_canrt_apply_ns`: the fixed CPU of a CANRT append notice, if set.
+    pub canrt_apply: Option<Ps>,
 }
 
 impl Tm {
@@ -87,6 +89,7 @@ impl Tm {
             unsignaled_at_post: m.unsignaled_at_post > 0.0,
             server_wake: ps(m.server_wake_ns),
             server_wake_cpu: ps(m.server_wake_cpu_ns),
+            canrt_apply: (m.server_canrt_apply_ns >= 0.0).then(|| ps(m.server_canrt_apply_ns)),
         }
     }
 }
