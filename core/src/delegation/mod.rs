@@ -13,9 +13,10 @@
 //! find a write of their key in flight leave their value in the entry; when the writer
 //! finishes, it writes the latest pending value once, and every writer whose value it covered
 //! returns (their writes are linearized just before the one that was applied, each
-//! overwriting the previous) with that write's result: the next write's result is published
-//! only once they all picked it up, so a writer whose thread was descheduled meanwhile never
-//! takes a later write's. Only writes of one kind combine.
+//! overwriting the previous) with that write's result, kept for them in a short ring of
+//! results per entry until they all picked it up, so a writer whose thread was descheduled
+//! meanwhile finds its own write's result, never a later one's (a leader waits only while every
+//! record of the ring is still held). Only writes of one kind combine.
 //!
 //! Sharing between threads: the table is split into buckets of [`PROBE`] entries, each under
 //! a try-lock held only between awaits (a few hundred nanoseconds), never across one; a
@@ -175,6 +176,8 @@ struct Entry<F: Flavor> {
     write_abandoned: u64,
     pending: Option<F::Kind>,
     pending_seq: u64,
+    /// The latest write applied (its sequence number, and what it returned: a writer whose
+    /// record was published over past the deadline, counted dead, gets it).
     applied_seq: u64,
     applied: Result<bool, F::Error>,
     pending_val: F::Value,
@@ -184,12 +187,16 @@ struct Entry<F: Flavor> {
     /// to apply, up to sequence number `taken_seq`.
     inflight: u32,
     taken_seq: u64,
-    /// Writers covered by the write of `applied_seq` that have not picked up its result
-    /// yet. The next write's result is published only once they have: a writer picks up
-    /// the result of the first write at or after its own sequence number, and a later
-    /// result (a slow waiter's thread descheduled meanwhile) could be another write's
-    /// (`false` from an update after a delete, while its own value was written).
-    unserved: u32,
+    /// The results of the last writes that covered other writers, each kept until all of
+    /// them picked it up ([`write::Applied`]): a writer picks up the result of the first
+    /// write at or after its own sequence number, and a later result (its thread descheduled
+    /// meanwhile) could be another write's (`false` from an update after a delete, while its
+    /// own value was written). A write's result is published only into a record nobody
+    /// still has to pick up from.
+    results: [write::Applied<F::Error>; write::RESULTS],
+    /// A leader waits for one of [`Self::results`] to be free (set when it finds none,
+    /// cleared by the wake-up of the writer that frees one).
+    publisher_waits: bool,
     /// Readers and writers waiting on this entry, woken when it changes.
     parked: Parked<PARKED>,
 }
@@ -215,7 +222,8 @@ impl<F: Flavor> Entry<F> {
             open: 0,
             inflight: 0,
             taken_seq: 0,
-            unserved: 0,
+            results: [write::Applied::EMPTY; write::RESULTS],
+            publisher_waits: false,
             parked: Parked::default(),
         }
     }
@@ -413,7 +421,13 @@ impl<F: Flavor> Table<F> {
         e.done_gen = e.read_gen;
         e.applied_seq = e.pending_seq;
         e.taken_seq = e.pending_seq;
-        (e.open, e.inflight, e.unserved) = (0, 0, 0);
+        (e.open, e.inflight) = (0, 0);
+        // Every record's writers are gone with the entry's users (its sequence numbers are
+        // all below the new users').
+        for a in &mut e.results {
+            a.left = 0;
+        }
+        e.publisher_waits = false;
         // Nobody waits on an entry without users.
         e.parked.clear();
         Some((At(b, i), f(e)))

@@ -3,25 +3,98 @@
 //! module's doc).
 use super::{At, Bytes, Claim, Counted, Entry, Flavor, Host, Lead, Stuck, Table};
 
+/// Records of results kept per entry. A leader publishes without waiting while one of them
+/// is free, that is, unless its writers are still picking up the results of this many earlier
+/// groups (threads descheduled, or not polled yet under load).
+pub(super) const RESULTS: usize = 4;
+
+/// What the write of sequence number `seq` returned, for the `left` writers it covered that
+/// have yet to pick it up (the record is free at 0).
+#[derive(Clone, Copy)]
+pub(super) struct Applied<E> {
+    seq: u64,
+    r: Result<bool, E>,
+    pub(super) left: u32,
+}
+
+impl<E> Applied<E> {
+    /// A free record, of no write (sequence numbers start at 1).
+    pub(super) const EMPTY: Applied<E> = Applied {
+        seq: 0,
+        r: Ok(false),
+        left: 0,
+    };
+}
+
 impl<F: Flavor> Entry<F> {
     /// Records what the write of sequence number `seq` returned (a later one already
-    /// recorded stays), and wakes the waiters (the ones it covered return). Only once every
-    /// writer the previous write covered has picked up its result (`unserved` is 0):
-    /// `false` and the caller waits (or, with `force`, past the deadline, publishes all the
-    /// same: those writers are dead).
+    /// recorded stays), and wakes the waiters (the ones it covered return). The writers it
+    /// covered find it in a free record of [`Self::results`]; with none free, `false` and the
+    /// caller waits (or, with `force`, past the deadline, publishes over the oldest record:
+    /// its writers are dead).
     pub(super) fn apply(&mut self, seq: u64, r: Result<bool, F::Error>, force: bool) -> bool {
         if seq <= self.applied_seq {
             return true;
         }
-        if self.unserved > 0 && !force {
-            return false;
+        if self.inflight > 0 {
+            let free = self.results.iter().position(|a| a.left == 0);
+            let slot = match free {
+                Some(i) => i,
+                None if force => {
+                    let oldest = self.results.iter().enumerate().min_by_key(|(_, a)| a.seq);
+                    oldest.map_or(0, |(i, _)| i)
+                }
+                None => {
+                    self.publisher_waits = true;
+                    return false;
+                }
+            };
+            self.results[slot] = Applied {
+                seq,
+                r,
+                left: self.inflight,
+            };
+            self.inflight = 0;
         }
         self.applied_seq = seq;
         self.applied = r;
-        self.unserved = self.inflight;
-        self.inflight = 0;
         self.parked.wake_all();
         true
+    }
+
+    /// The record a writer of sequence number `seq` (at most `applied_seq`) picks up from:
+    /// the first write at or after its own, the one that covered it. Records are made in
+    /// the order of sequence numbers, and one is reused only once its writers all picked it
+    /// up (or past the deadline: they are dead), so it is still there.
+    fn record(&mut self, seq: u64) -> Option<&mut Applied<F::Error>> {
+        self.results
+            .iter_mut()
+            .filter(|a| a.seq >= seq)
+            .min_by_key(|a| a.seq)
+    }
+
+    /// Writer `seq` (at most `applied_seq`) picks up its write's result, and leaves.
+    pub(super) fn pick_up(&mut self, seq: u64) -> Result<bool, F::Error> {
+        let Some(a) = self.record(seq) else {
+            return self.applied;
+        };
+        let r = a.r;
+        self.picked(seq);
+        r
+    }
+
+    /// Writer `seq` (at most `applied_seq`) no longer holds its record; the last one out of
+    /// it wakes a leader waiting for a free record, if one is (and nobody else: readers and
+    /// writers of the entry wait on the same slots, and a wake-up costs each a poll).
+    fn picked(&mut self, seq: u64) {
+        let Some(a) = self.record(seq) else {
+            return;
+        };
+        a.left = a.left.saturating_sub(1);
+        if a.left == 0 && self.publisher_waits {
+            self.publisher_waits = false;
+            self.parked.wake_all();
+        }
     }
 
     /// A leader takes the pending value of sequence number `seq`; `me`: the taker is a
@@ -35,16 +108,13 @@ impl<F: Flavor> Entry<F> {
     /// Writer `seq` leaves without picking up a result (its future dropped, or it writes its
     /// value itself).
     pub(super) fn leave(&mut self, seq: u64) {
-        let n = if seq <= self.applied_seq {
-            &mut self.unserved
+        if seq <= self.applied_seq {
+            self.picked(seq);
         } else if seq <= self.taken_seq {
-            &mut self.inflight
+            self.inflight = self.inflight.saturating_sub(1);
         } else {
-            &mut self.open
-        };
-        *n = n.saturating_sub(1);
-        // A leader may be waiting for the last unserved writer.
-        self.parked.wake_all();
+            self.open = self.open.saturating_sub(1);
+        }
     }
 }
 
@@ -136,14 +206,10 @@ impl<F: Flavor> Table<F> {
                     if let Some(s) = my_seq
                         && e.applied_seq >= s
                     {
-                        // The result of the first write at or after ours: no later one is
-                        // published before we took it.
+                        // The result of the first write at or after ours, kept until we
+                        // took it (later ones go to other records).
                         e.users -= 1;
-                        e.unserved = e.unserved.saturating_sub(1);
-                        if e.unserved == 0 {
-                            e.parked.wake_all();
-                        }
-                        return Ok(Some(e.applied));
+                        return Ok(Some(e.pick_up(s)));
                     }
                     // A leader whose future was dropped is replaced after a lease. A live
                     // one may hold a waiter's value it has yet to write: replaced, it would
@@ -207,9 +273,10 @@ impl<F: Flavor> Table<F> {
         }
     }
 
-    /// Publishes what the write of sequence number `seq` returned, once the writers the
-    /// previous write covered have picked up its result ([`Entry::apply`]); a writer that
-    /// has not within the deadline is dead, and is published over.
+    /// Publishes what the write of sequence number `seq` returned into a free record of the
+    /// entry's results ([`Entry::apply`]): at once unless the writers of every record have
+    /// yet to pick theirs up; then it waits for one, and a writer that has not picked up
+    /// within the deadline is dead, and is published over.
     async fn publish(&self, at: At, host: &impl Host, seq: u64, r: Result<bool, F::Error>) {
         let lease = host.lease();
         // The writers still to pick up stand where a stuck leader does: dead once they have
