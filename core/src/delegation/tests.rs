@@ -702,3 +702,57 @@ fn a_pickup_wakes_nobody_unless_a_leader_waits() {
     assert_eq!((b.polls, b.out), (2, Some(Ok(true))));
     assert_eq!(t.users(&key), 0);
 }
+
+/// A leader whose future is dropped after it took two waiters' values is replaced by one
+/// of them at its lease; the other, once nobody writes, writes its value itself instead of
+/// waiting for a later write of the key that may never come.
+#[test]
+fn both_writers_a_dropped_leader_took_from_end() {
+    use park::testing::Task;
+    let t = Table::<Test>::with_entries(16, 8);
+    let host = Clocked {
+        clock: Default::default(),
+        takeovers: Cell::new(0),
+    };
+    let key = 7u64.to_be_bytes();
+    // Writes that may complete.
+    let budget = Cell::new(0u32);
+    let written = Cell::new(0u32);
+    let write = async |_: (), _: &[u8]| {
+        core::future::poll_fn(|_| {
+            if budget.get() > 0 {
+                budget.set(budget.get() - 1);
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        written.set(written.get() + 1);
+        Ok(true)
+    };
+    let mut l = Task::new(t.write(&host, &key, (), &[1; 8], write));
+    assert!(!l.poll(), "L leads");
+    let mut a = Task::new(t.write(&host, &key, (), &[2; 8], write));
+    let mut b = Task::new(t.write(&host, &key, (), &[3; 8], write));
+    assert!(!a.poll() && !b.poll(), "A and B deposit their values");
+    budget.set(1);
+    assert!(!l.poll(), "L wrote its value, took B's (covering A's)");
+    drop(l);
+    budget.set(100);
+    let mut rounds = 0;
+    // Polled at each of their timers (a lease apart).
+    while !(a.poll() & b.poll()) {
+        rounds += 1;
+        assert!(rounds < 20, "A and B end");
+        host.clock.now.set(host.clock.now.get() + 1_000);
+    }
+    assert_eq!(host.takeovers.get(), 1, "one of them replaced L");
+    assert_eq!(
+        written.get(),
+        3,
+        "L's value, then A's and B's each by its own writer"
+    );
+    assert_eq!((a.out, b.out), (Some(Ok(true)), Some(Ok(true))));
+    assert_eq!(t.users(&key), 0);
+}

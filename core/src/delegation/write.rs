@@ -230,8 +230,13 @@ impl<F: Flavor> Table<F> {
                                 lead = Some(Some(s));
                             }
                             // My value was superseded (its successor's writer will return
-                            // for me), or taken by a leader that is stuck: write it myself.
-                            Some(s) if take_over => {
+                            // for me), or taken by a leader that is stuck, or by one that
+                            // was replaced and never applied it (nobody writes: the write
+                            // leaders since have ended; without this, a waiter whose value
+                            // a dropped leader had taken, not the one that replaced it,
+                            // waited for a later write of the key, maybe forever): write it
+                            // myself.
+                            Some(s) if take_over || (s <= e.taken_seq && s > e.applied_seq) => {
                                 e.leave(s);
                                 lead = Some(None);
                             }
