@@ -13,9 +13,10 @@
 //! find a write of their key in flight leave their value in the entry; when the writer
 //! finishes, it writes the latest pending value once, and every writer whose value it covered
 //! returns (their writes are linearized just before the one that was applied, each
-//! overwriting the previous) with that write's result: the next write's result is published
-//! only once they all picked it up, so a writer whose thread was descheduled meanwhile never
-//! takes a later write's. Only writes of one kind combine.
+//! overwriting the previous) with that write's result, kept for them in a short ring of
+//! results per entry until they all picked it up, so a writer whose thread was descheduled
+//! meanwhile finds its own write's result, never a later one's (a leader waits only while every
+//! record of the ring is still held). Only writes of one kind combine.
 //!
 //! Sharing between threads: the table is split into buckets of [`PROBE`] entries, each under
 //! a try-lock held only between awaits (a few hundred nanoseconds), never across one; a
@@ -39,6 +40,8 @@ use park::{Check, Parked};
 use std_alloc::vec::Vec;
 
 pub(crate) mod park;
+mod read;
+mod write;
 
 /// Coroutines that can park on one entry (more poll: they are served all the same).
 const PARKED: usize = 8;
@@ -173,6 +176,8 @@ struct Entry<F: Flavor> {
     write_abandoned: u64,
     pending: Option<F::Kind>,
     pending_seq: u64,
+    /// The latest write applied (its sequence number, and what it returned: a writer whose
+    /// record was published over past the deadline, counted dead, gets it).
     applied_seq: u64,
     applied: Result<bool, F::Error>,
     pending_val: F::Value,
@@ -182,12 +187,16 @@ struct Entry<F: Flavor> {
     /// to apply, up to sequence number `taken_seq`.
     inflight: u32,
     taken_seq: u64,
-    /// Writers covered by the write of `applied_seq` that have not picked up its result
-    /// yet. The next write's result is published only once they have: a writer picks up
-    /// the result of the first write at or after its own sequence number, and a later
-    /// result (a slow waiter's thread descheduled meanwhile) could be another write's
-    /// (`false` from an update after a delete, while its own value was written).
-    unserved: u32,
+    /// The results of the last writes that covered other writers, each kept until all of
+    /// them picked it up ([`write::Applied`]): a writer picks up the result of the first
+    /// write at or after its own sequence number, and a later result (its thread descheduled
+    /// meanwhile) could be another write's (`false` from an update after a delete, while its
+    /// own value was written). A write's result is published only into a record nobody
+    /// still has to pick up from.
+    results: [write::Applied<F::Error>; write::RESULTS],
+    /// A leader waits for one of [`Self::results`] to be free (set when it finds none,
+    /// cleared by the wake-up of the writer that frees one).
+    publisher_waits: bool,
     /// Readers and writers waiting on this entry, woken when it changes.
     parked: Parked<PARKED>,
 }
@@ -213,64 +222,10 @@ impl<F: Flavor> Entry<F> {
             open: 0,
             inflight: 0,
             taken_seq: 0,
-            unserved: 0,
+            results: [write::Applied::EMPTY; write::RESULTS],
+            publisher_waits: false,
             parked: Parked::default(),
         }
-    }
-
-    /// A reader joins: it leads a new read (`true`) if none is in flight, else waits for the
-    /// next one; with the generation it leads or waits for.
-    fn join_read(&mut self) -> (bool, u64) {
-        if self.reading {
-            (false, self.read_gen + 1)
-        } else {
-            self.reading = true;
-            self.read_gen += 1;
-            (true, self.read_gen)
-        }
-    }
-
-    /// Records what the write of sequence number `seq` returned (a later one already
-    /// recorded stays), and wakes the waiters (the ones it covered return). Only once every
-    /// writer the previous write covered has picked up its result (`unserved` is 0):
-    /// `false` and the caller waits (or, with `force`, past the deadline, publishes all the
-    /// same: those writers are dead).
-    fn apply(&mut self, seq: u64, r: Result<bool, F::Error>, force: bool) -> bool {
-        if seq <= self.applied_seq {
-            return true;
-        }
-        if self.unserved > 0 && !force {
-            return false;
-        }
-        self.applied_seq = seq;
-        self.applied = r;
-        self.unserved = self.inflight;
-        self.inflight = 0;
-        self.parked.wake_all();
-        true
-    }
-
-    /// A leader takes the pending value of sequence number `seq`; `me`: the taker is a
-    /// writer that deposited it (it returns its own write's result, covering nobody).
-    fn take(&mut self, seq: u64, me: bool) {
-        self.inflight += self.open.saturating_sub(u32::from(me));
-        self.open = 0;
-        self.taken_seq = seq;
-    }
-
-    /// Writer `seq` leaves without picking up a result (its future dropped, or it writes its
-    /// value itself).
-    fn leave(&mut self, seq: u64) {
-        let n = if seq <= self.applied_seq {
-            &mut self.unserved
-        } else if seq <= self.taken_seq {
-            &mut self.inflight
-        } else {
-            &mut self.open
-        };
-        *n = n.saturating_sub(1);
-        // A leader may be waiting for the last unserved writer.
-        self.parked.wake_all();
     }
 }
 
@@ -466,7 +421,13 @@ impl<F: Flavor> Table<F> {
         e.done_gen = e.read_gen;
         e.applied_seq = e.pending_seq;
         e.taken_seq = e.pending_seq;
-        (e.open, e.inflight, e.unserved) = (0, 0, 0);
+        (e.open, e.inflight) = (0, 0);
+        // Every record's writers are gone with the entry's users (its sequence numbers are
+        // all below the new users').
+        for a in &mut e.results {
+            a.left = 0;
+        }
+        e.publisher_waits = false;
         // Nobody waits on an entry without users.
         e.parked.clear();
         Some((At(b, i), f(e)))
@@ -515,298 +476,6 @@ impl<F: Flavor> Table<F> {
             .filter(|e| e.users > 0 && e.key.get() == key)
             .map(|e| e.users)
             .sum()
-    }
-
-    /// A read of `key` into `out` with delegation: `read` is the index's own read (into a
-    /// buffer of at most [`Host::value_cap`] bytes, or `out` itself when `key`'s bucket is
-    /// full).
-    pub(crate) async fn get(
-        &self,
-        host: &impl Host,
-        key: &[u8],
-        out: &mut [u8],
-        mut read: impl AsyncFnMut(&mut [u8]) -> Result<Option<usize>, F::Error>,
-    ) -> Result<Option<usize>, F::Error> {
-        let claimed = self.claim(key, Entry::join_read);
-        let Some((at, (mut leader, mut my_gen))) = claimed.await else {
-            return read(out).await;
-        };
-        let mut claim = Claim {
-            table: self,
-            at,
-            lead: leader.then_some(Lead::Read(my_gen)),
-            seq: None,
-            armed: true,
-        };
-        let lease = host.lease();
-        let mut stuck = Stuck::new();
-        loop {
-            if leader {
-                // The value lands in `out` (no buffer of the largest value to clear per
-                // read), limited to the tree's values so that the table holds it.
-                let cap = host.value_cap();
-                let room = out.len().min(cap);
-                let r = read(&mut out[..room]).await;
-                let publish = match &r {
-                    Ok(_) => true,
-                    // Too small for our buffer, not for the waiters': publish nothing, and
-                    // hand the read on to one of them.
-                    Err(e) if room < cap && F::is_too_small(e) => false,
-                    Err(_) => F::SHARES_ERRORS,
-                };
-                self.with(at, |e| {
-                    // Replaced as the leader (stuck for a lease): publish nothing, and
-                    // leave the user count alone (the replacer released ours).
-                    if e.reading && e.read_gen == my_gen {
-                        if publish {
-                            e.value.set(match r {
-                                Ok(Some(n)) => &out[..n],
-                                _ => &[],
-                            });
-                            e.result = r;
-                            e.done_gen = my_gen;
-                        }
-                        e.reading = false;
-                        e.users -= 1;
-                        // Served, or one of them leads next.
-                        e.parked.wake_all();
-                    }
-                })
-                .await;
-                claim.armed = false;
-                return r;
-            }
-            let served = self
-                .park(at, host, |e, now| {
-                    if e.done_gen >= my_gen {
-                        e.users -= 1;
-                        return Ok(Some(copy_out::<F>(e.result, e.value.get(), out)));
-                    }
-                    if !e.reading {
-                        // A fresh generation, opened after every waiter it will serve
-                        // arrived.
-                        e.reading = true;
-                        e.read_gen += 1;
-                        my_gen = e.read_gen;
-                        leader = true;
-                        return Ok(None);
-                    }
-                    if stuck.expired(e.read_gen, now, lease.lease_ns, &lease) {
-                        // The leader made no progress for a lease: lead a new read, and
-                        // release its user count (it releases nothing if it comes back).
-                        e.users -= 1;
-                        e.read_gen = e.read_gen.max(my_gen) + 1;
-                        my_gen = e.read_gen;
-                        leader = true;
-                        host.count(Counted::TakenOver);
-                        return Ok(None);
-                    }
-                    // Parked until the leader publishes or ends, or its lease check.
-                    Err(stuck.left(now, lease.lease_ns))
-                })
-                .await;
-            if let Some(r) = served {
-                claim.armed = false;
-                host.count(Counted::Delegated);
-                return r;
-            }
-            claim.lead = leader.then_some(Lead::Read(my_gen));
-        }
-    }
-
-    /// A write of `value` (of `kind`) to `key` with combining; returns what `write` (the
-    /// index's own write, of a kind and a value) returned for it. The caller has checked
-    /// that `value` fits the table's values.
-    pub(crate) async fn write(
-        &self,
-        host: &impl Host,
-        key: &[u8],
-        kind: F::Kind,
-        value: &[u8],
-        write: impl AsyncFn(F::Kind, &[u8]) -> Result<bool, F::Error>,
-    ) -> Result<bool, F::Error> {
-        // `lead`: Some(None) = lead with my own value; Some(Some(seq)) = lead with my
-        // deposited value `seq`; None = wait.
-        let mut lead: Option<Option<u64>> = None;
-        let mut my_seq = None;
-        let mut my_gen = 0;
-        let claimed = self.claim(key, |e| {
-            if !e.writing {
-                e.writing = true;
-                e.write_gen += 1;
-                my_gen = e.write_gen;
-                lead = Some(None);
-            } else if e.pending.is_none() || e.pending == Some(kind) {
-                e.pending = Some(kind);
-                e.pending_val.set(value);
-                e.pending_seq += 1;
-                e.open += 1;
-                my_seq = Some(e.pending_seq);
-            }
-        });
-        let Some((at, ())) = claimed.await else {
-            return write(kind, value).await;
-        };
-        let mut claim = Claim {
-            table: self,
-            at,
-            lead: lead.map(|_| Lead::Write(my_gen)),
-            seq: my_seq,
-            armed: true,
-        };
-        let lease = host.lease();
-        let mut stuck = Stuck::new();
-        loop {
-            if let Some(own_seq) = lead {
-                let r = write(kind, value).await;
-                if let Some(s) = own_seq {
-                    self.publish(at, host, s, r).await;
-                }
-                // Serve the latest pending value once (if still the leader).
-                let mut buf = F::scratch();
-                let buf = buf.as_mut();
-                let taken = self
-                    .with(at, |e| {
-                        if e.write_gen != my_gen {
-                            return None;
-                        }
-                        let seq = e.pending_seq;
-                        e.pending.take().map(|k| {
-                            let n = e.pending_val.get().len();
-                            buf[..n].copy_from_slice(e.pending_val.get());
-                            e.take(seq, false);
-                            (k, n, seq)
-                        })
-                    })
-                    .await;
-                if let Some((k, n, seq)) = taken {
-                    let r2 = write(k, &buf[..n]).await;
-                    self.publish(at, host, seq, r2).await;
-                }
-                self.with(at, |e| {
-                    // Replaced (stuck for a lease): the replacer released our count.
-                    if e.write_gen == my_gen {
-                        e.writing = false;
-                        e.users -= 1;
-                        // One of the waiters leads next.
-                        e.parked.wake_all();
-                    }
-                })
-                .await;
-                claim.armed = false;
-                return r;
-            }
-            let served = self
-                .park(at, host, |e, now| {
-                    if let Some(s) = my_seq
-                        && e.applied_seq >= s
-                    {
-                        // The result of the first write at or after ours: no later one is
-                        // published before we took it.
-                        e.users -= 1;
-                        e.unserved = e.unserved.saturating_sub(1);
-                        if e.unserved == 0 {
-                            e.parked.wake_all();
-                        }
-                        return Ok(Some(e.applied));
-                    }
-                    // A leader whose future was dropped is replaced after a lease. A live
-                    // one may hold a waiter's value it has yet to write: replaced, it would
-                    // write that value late, over writes that returned since (seen under
-                    // CPU contention: a leader descheduled for milliseconds). So a live
-                    // leader is waited for, up to the deadline that bounds every wait.
-                    let bound = if e.write_abandoned == e.write_gen {
-                        lease.lease_ns
-                    } else {
-                        lease.deadline_ns
-                    };
-                    let take_over = e.writing && stuck.expired(e.write_gen, now, bound, &lease);
-                    if !e.writing || take_over {
-                        match my_seq {
-                            Some(s) if e.pending_seq == s && e.pending.is_some() => {
-                                e.pending = None;
-                                e.take(s, true);
-                                lead = Some(Some(s));
-                            }
-                            // My value was superseded (its successor's writer will return
-                            // for me), or taken by a leader that is stuck: write it myself.
-                            Some(s) if take_over => {
-                                e.leave(s);
-                                lead = Some(None);
-                            }
-                            Some(_) => {}
-                            None => lead = Some(None),
-                        }
-                        if take_over {
-                            // The stuck leader releases nothing if it comes back.
-                            e.users -= 1;
-                            host.count(Counted::TakenOver);
-                        }
-                        if lead.is_some() {
-                            e.writing = true;
-                            e.write_gen += 1;
-                            my_gen = e.write_gen;
-                            return Ok(None);
-                        }
-                    }
-                    // Parked until a write is applied or the leader ends, or its lease
-                    // check (with nobody writing, the lease: the writer that took the
-                    // latest value leads, and ends the wait).
-                    Err(if e.writing {
-                        stuck.left(now, bound)
-                    } else {
-                        lease.lease_ns.max(1)
-                    })
-                })
-                .await;
-            if let Some(r) = served {
-                claim.armed = false;
-                host.count(Counted::Combined);
-                return r;
-            }
-            claim.lead = lead.map(|_| Lead::Write(my_gen));
-            if lead.is_some() {
-                // A leader now: it returns its own write's result, and picks up none.
-                claim.seq = None;
-            }
-        }
-    }
-
-    /// Publishes what the write of sequence number `seq` returned, once the writers the
-    /// previous write covered have picked up its result ([`Entry::apply`]); a writer that
-    /// has not within the deadline is dead, and is published over.
-    async fn publish(&self, at: At, host: &impl Host, seq: u64, r: Result<bool, F::Error>) {
-        let lease = host.lease();
-        // The writers still to pick up stand where a stuck leader does: dead once they have
-        // held this publish for the deadline (or `max_attempts` polls without a clock).
-        let mut stuck = Stuck::new();
-        self.park(at, host, |e, now| {
-            let dead = stuck.expired(seq, now, lease.deadline_ns, &lease);
-            if e.apply(seq, r, dead) {
-                Ok(())
-            } else {
-                Err(lease.lease_ns.max(1))
-            }
-        })
-        .await
-    }
-}
-
-/// A published read result, copied into a waiter's `out`.
-fn copy_out<F: Flavor>(
-    r: Result<Option<usize>, F::Error>,
-    val: &[u8],
-    out: &mut [u8],
-) -> Result<Option<usize>, F::Error> {
-    match r {
-        Ok(Some(n)) => {
-            let got = out.len();
-            out.get_mut(..n)
-                .ok_or(F::too_small(n, got))?
-                .copy_from_slice(&val[..n]);
-            Ok(Some(n))
-        }
-        other => other,
     }
 }
 
