@@ -8,6 +8,8 @@
 //! lock spinning, so the load the adaptive clients see includes the waits. The paper's
 //! reader-writer lock (seeds/003 §3.2) locks nodes (its ref. 28, Kornacker and Banks); one
 //! over the whole tree is `--set server_tree_lock=2`, whose figures the notes give beside.
+//! A server's node rewrite occupies the time its thread takes to write it
+//! (`server_store_window = 1`), so offloaded READs overlapping it read it torn and read again.
 use super::{CAT, Ctx, p};
 use crate::repro::{Chart, Claim, Experiment, Metric, Series};
 
@@ -130,12 +132,20 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              traversals restarted: an insert rewrites a few nodes in place, each within a \
              fraction of a READ), so its offloading does not fall, and the 10% inserts, served \
              by the server, leave the client nodes' READs to the searches. The paper gives no \
-             conflict rate to compare with. In the sim a handler's stores land at the instant \
-             it runs, so a READ meets a rewrite only when its 64-byte segments straddle that \
-             instant: the rewrite window itself is not modelled. Measured (128 clients): \
-             remora's offloading runs 90/10 at 0.562 Mops, above its search-only 0.508 (the \
-             10% inserts go to the server, idle in this mode), with 0.0000 conflicts per \
-             offloaded search; 13.67x would put the paper's 90/10 offloading near Catfish's \
+             conflict rate to compare with. The rewrite window is modelled (profile `catfish`, \
+             `server_store_window = 1`): a server store reaches the NIC's view only when its \
+             thread has been charged up to it, so an in-place rewrite's version stays odd \
+             while the thread writes the node's body and an offloaded READ overlapping it \
+             fails its check and reads again (test catfish_store_window; the race in \
+             catfish_sim re-reads 11 torn images with it, 2 without). remora encodes a node \
+             before it takes the seqlock and the descent already read its lines, so the \
+             window is the body copy, ~20 ns per node. Measured (128 clients, `--set \
+             server_store_window=1` / `=0`): offloading runs 90/10 at 0.560 / 0.562 Mops, \
+             above its search-only 0.508 (the 10% inserts go to the server, idle in this \
+             mode), with 0 torn images in 9,007 offloaded searches (7.03 node READs each) \
+             either way. A version held odd for a whole insert's computation (13.2 µs), as a \
+             node lock ([28]) held across it would, is not what remora's code does and was \
+             not measured; 13.67x would put the paper's 90/10 offloading near Catfish's \
              / 13.67 (0.05 Mops at remora's Catfish), a fall its text calls 'slightly \
              degrades' and gives no figure for. Under remora's writers' lock \
              (`server_tree_lock = 1`) Catfish runs 0.701 / 0.743 / 0.695 Mops and offloading \
