@@ -104,7 +104,7 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
             p("catfish-mixed", "fast messaging", "b"),
             "under remora's own server lock (`server_tree_lock = 1`: writers exclusive, \
              searches lock-free, what core/src/catfish/shared.rs does), measured: Catfish \
-             0.701 / 0.743 / 0.695 Mops and fast messaging 0.527 / 0.540 / 0.535 at 32 / 128 \
+             0.703 / 0.742 / 0.696 Mops and fast messaging 0.526 / 0.539 / 0.534 at 32 / 128 \
              / 256 clients, 1.38x (mean latency 1.40x): the inserts' serialisation is Catfish's cap (an R*-tree \
              insert holds the lock for its 13.2 µs and its memory), the searches do not wait. \
              One lock per tree serialises every insert; the paper's node locks ([28]) let \
@@ -148,8 +148,8 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              not measured; 13.67x would put the paper's 90/10 offloading near Catfish's \
              / 13.67 (0.05 Mops at remora's Catfish), a fall its text calls 'slightly \
              degrades' and gives no figure for. Under remora's writers' lock \
-             (`server_tree_lock = 1`) Catfish runs 0.701 / 0.743 / 0.695 Mops and offloading \
-             0.562 / 0.562 / 0.564 at 32 / 128 / 256 clients, 1.32x (mean latency 1.35x): an \
+             (`server_tree_lock = 1`) Catfish runs 0.703 / 0.742 / 0.696 Mops and offloading \
+             0.561 / 0.560 / 0.563 at 32 / 128 / 256 clients, 1.32x (mean latency 1.34x): an \
              R*-tree insert holds the lock for its 13.2 µs and its memory, so ~70 K inserts a \
              second, ~0.7 Mops of 90/10, is all one tree serves; offloading, at 0.56 Mops, \
              stays below that cap. With a reader-writer lock over the whole tree (`--set \
@@ -231,9 +231,9 @@ pub(super) fn hilbert_claims() -> Vec<Claim> {
              recomputing it, issue 22). Under remora's writers' lock (`server_tree_lock = \
              1`, searches lock-free) an insert holds the tree for those 11.9 µs and its \
              memory, so one tree serves ~80 K inserts a second, ~0.8 Mops of 90/10: measured, \
-             Catfish 0.737 / 0.813 / 0.762 Mops at 32 / 128 / 256 clients (1.08x the paper's \
-             755.10 Kops peak at 128), fast messaging 0.531 / 0.545 / 0.541, offloading 0.606 \
-             / 0.611 / 0.613: 1.49x over fast messaging, 1.33x over offloading (with the \
+             Catfish 0.733 / 0.807 / 0.755 Mops at 32 / 128 / 256 clients (1.07x the paper's \
+             755.10 Kops peak at 128), fast messaging 0.531 / 0.545 / 0.541, offloading 0.607 \
+             / 0.611 / 0.614: 1.48x over fast messaging, 1.32x over offloading (with the \
              41.4 µs insert before the fix the three modes met at ~0.24 Mops, 1.006x and \
              1.006x). With a reader-writer lock over the whole tree (`--set \
              server_tree_lock=2`, seeds/003 §3.2), measured before the fix: Catfish 0.241, \
