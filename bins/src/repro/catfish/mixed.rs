@@ -143,9 +143,12 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              server_store_window=1` / `=0`): offloading runs 90/10 at 0.560 / 0.562 Mops, \
              above its search-only 0.508 (the 10% inserts go to the server, idle in this \
              mode), with 0 torn images in 9,007 offloaded searches (7.03 node READs each) \
-             either way. A version held odd for a whole insert's computation (13.2 µs), as a \
-             node lock ([28]) held across it would, is not what remora's code does and was \
-             not measured; 13.67x would put the paper's 90/10 offloading near Catfish's \
+             either way. A version held odd for a whole insert's computation, as a node lock \
+             ([28]) held across it might, is not what remora's code does; measured once with \
+             13.2 µs of stated CPU moved inside every in-place rewrite's seqlock (a scratch \
+             build, `--insert-cpu-ns 0`, not committed): 0.561 Mops and 0.0004 conflicts per \
+             offloaded search (4 torn images), so no window of that order explains the \
+             paper's fall either; 13.67x would put the paper's 90/10 offloading near Catfish's \
              / 13.67 (0.05 Mops at remora's Catfish), a fall its text calls 'slightly \
              degrades' and gives no figure for. Under remora's writers' lock \
              (`server_tree_lock = 1`) Catfish runs 0.703 / 0.742 / 0.696 Mops and offloading \
