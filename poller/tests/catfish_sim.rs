@@ -55,11 +55,22 @@ fn sim<'a>(seed: u64, probe: Option<Arc<AtomicU32>>) -> Sim<'a> {
 
 /// A sim whose READs and WRITEs move their segments in `order`, with a formatted tree.
 fn sim_in<'a>(seed: u64, probe: Option<Arc<AtomicU32>>, order: SegmentOrder) -> Sim<'a> {
+    sim_model(seed, probe, order, remora_poller::sim::Model::default())
+}
+
+/// [`sim_in`] under `model`.
+fn sim_model<'a>(
+    seed: u64,
+    probe: Option<Arc<AtomicU32>>,
+    order: SegmentOrder,
+    model: remora_poller::sim::Model,
+) -> Sim<'a> {
     let mut sim = Sim::new(SimConfig {
         compute_nodes: CLIENTS,
         seed,
         chunk_size: 128 << 10,
         segment_order: order,
+        model,
         ..SimConfig::default()
     })
     .unwrap();
@@ -173,14 +184,40 @@ fn sim_offloaded_searches_interleaved_with_inserts_are_exact() {
     interleaved(3, SegmentOrder::Ascending);
 }
 
+/// The same race with the server's stores in flight over its service (model
+/// `server_store_window`, the `catfish` profile's): readers catch node rewrites half done,
+/// read them again, and still answer exactly. Without the window a READ tears only when its
+/// segments straddle the one instant a handler's stores land, so fewer images tear.
+#[test]
+fn sim_offloaded_searches_catch_rewrites_in_flight_and_stay_exact() {
+    let (mut on, mut off) = (0, 0);
+    for seed in [3, 4, 5] {
+        let mut m = remora_poller::sim::Model::default();
+        m.set("server_store_window", "1").unwrap();
+        on += interleaved_in(seed, SegmentOrder::Shuffled, m);
+        off += interleaved_in(
+            seed,
+            SegmentOrder::Shuffled,
+            remora_poller::sim::Model::default(),
+        );
+    }
+    println!("torn images re-read: {on} with the window, {off} without");
+    assert!(on > off, "{on} torn images with the window, {off} without");
+}
+
 /// One run of the race.
 fn interleaved(seed: u64, order: SegmentOrder) {
+    interleaved_in(seed, order, remora_poller::sim::Model::default());
+}
+
+/// One run of the race under `model`; returns the torn node images read again.
+fn interleaved_in(seed: u64, order: SegmentOrder, model: remora_poller::sim::Model) -> u64 {
     const N: u64 = 800;
     let begun = Cell::new(0u64);
     let done = Cell::new(0u64);
     let torn = Cell::new(0u64);
     let failures = RefCell::new(Vec::<String>::new());
-    let mut sim = sim_in(seed, None, order);
+    let mut sim = sim_model(seed, None, order, model);
     let writer = sim.client(0).unwrap();
     let (b, d) = (&begun, &done);
     sim.spawn_with(&writer, 0, move |ctx| async move {
@@ -234,6 +271,7 @@ fn interleaved(seed: u64, order: SegmentOrder) {
         "seed {seed}, {order:?}: {} torn node images re-read",
         torn.get()
     );
+    torn.get()
 }
 
 #[test]

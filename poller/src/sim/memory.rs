@@ -27,6 +27,13 @@
 //! that is not persistent (DRAM) loses its whole host region at a crash; device memory (NIC
 //! SRAM) is always lost.
 //!
+//! **Stores in flight** (model `server_store_window`, `server.rs`). A handler's CPU stores
+//! reach the host region at once (the node's CPU and later handlers see them), but with the
+//! model on each is given the virtual time its thread writes it ([`MemNode::land_at`]); a
+//! NIC READ segment executing before that time copies the bytes the store replaced, so a
+//! one-sided reader overlapping a server rewrite sees it half done. A NIC write over such
+//! bytes supersedes the store's pending view; a crash drops every pending view.
+//!
 //! **NVM write accounting** (persistent nodes, host region only; [`NvmStats`]): bytes the NIC
 //! placed, by verb; bytes the CPU stored; cache lines written back by `persist`.
 use super::engine::Kind;
@@ -88,6 +95,14 @@ pub(crate) enum Refused {
 /// The old bytes under an un-persisted write (its offset is in the log's key).
 struct Undo {
     dm: bool,
+    old: Vec<u8>,
+}
+
+/// A handler's CPU store that NIC READs do not see yet (model `server_store_window`):
+/// until `at`, they read `old` at `off`.
+struct Landing {
+    off: u64,
+    at: Ps,
     old: Vec<u8>,
 }
 
@@ -181,6 +196,10 @@ pub(crate) struct MemNode {
     pub(crate) llc: Llc,
     /// The lock over its served structure (`server.rs`, model `server_tree_lock`).
     pub(crate) tree_lock: super::server::TreeLock,
+    /// Handler stores not yet seen by NIC READs, in store order (see the module doc).
+    landings: VecDeque<Landing>,
+    /// NIC READ segments that copied bytes of a store not yet landed.
+    pub(crate) unlanded_reads: u64,
 }
 
 impl MemNode {
@@ -216,6 +235,8 @@ impl MemNode {
             nvm: NvmStats::default(),
             llc: Llc::default(),
             tree_lock: Default::default(),
+            landings: VecDeque::new(),
+            unlanded_reads: 0,
         }
     }
 
@@ -272,10 +293,15 @@ impl MemNode {
         }
     }
 
-    /// Copies `out.len()` bytes at `off` out of the region (bounds already checked).
-    pub fn sample(&mut self, dm: bool, off: u64, out: &mut [u8], qp: u32) {
+    /// Copies `out.len()` bytes at `off` out of the region (bounds already checked), as
+    /// they are at virtual time `now`: a handler store that lands later
+    /// ([`MemNode::land_at`]) is not seen yet.
+    pub fn sample(&mut self, dm: bool, off: u64, out: &mut [u8], qp: u32, now: Ps) {
         let o = off as usize;
         out.copy_from_slice(&self.region(dm)[o..o + out.len()]);
+        if !dm && !self.landings.is_empty() {
+            self.unland(off, out, now);
+        }
         if self.persistent {
             self.persist_qp(qp);
         }
@@ -285,6 +311,12 @@ impl MemNode {
     /// logging the old bytes when persistent.
     pub fn store(&mut self, dm: bool, off: u64, data: &[u8], qp: u32, verb: Kind) {
         let o = off as usize;
+        if !dm && !self.landings.is_empty() {
+            // The NIC's bytes supersede what a pending store's view would show under them.
+            let end = off + data.len() as u64;
+            self.landings
+                .retain(|l| l.off + l.old.len() as u64 <= off || l.off >= end);
+        }
         if self.persistent && !dm {
             let n = data.len() as u64;
             match verb {
@@ -350,6 +382,39 @@ impl MemNode {
             }
         }
         self.host[o..o + data.len()].copy_from_slice(data);
+    }
+
+    /// The CPU store at `off` that replaced `old` lands at virtual time `at`: NIC READs
+    /// before it see `old` (model `server_store_window`). Stores are given in the order the
+    /// CPU made them, at virtual time `now` (stores landed by then are dropped).
+    pub fn land_at(&mut self, off: u64, old: Vec<u8>, at: Ps, now: Ps) {
+        while self.landings.front().is_some_and(|l| l.at <= now) {
+            self.landings.pop_front();
+        }
+        if !old.is_empty() && at > now {
+            self.landings.push_back(Landing { off, at, old });
+        }
+    }
+
+    /// Puts back, in `out` (a READ of `off` at `now`), the bytes of every store that lands
+    /// after `now`, newest first, so `out` holds the region as the stores landed by `now`
+    /// left it; stores landed by `now` are dropped from the front.
+    fn unland(&mut self, off: u64, out: &mut [u8], now: Ps) {
+        while self.landings.front().is_some_and(|l| l.at <= now) {
+            self.landings.pop_front();
+        }
+        let end = off + out.len() as u64;
+        let mut met = false;
+        for l in self.landings.iter().rev() {
+            let (lo, hi) = (l.off.max(off), (l.off + l.old.len() as u64).min(end));
+            if l.at <= now || lo >= hi {
+                continue;
+            }
+            met = true;
+            out[(lo - off) as usize..(hi - off) as usize]
+                .copy_from_slice(&l.old[(lo - l.off) as usize..(hi - l.off) as usize]);
+        }
+        self.unlanded_reads += u64::from(met);
     }
 
     /// The CPU writes back every cache line of `[off, off + len)` and fences: their current
@@ -494,6 +559,7 @@ impl MemNode {
     /// The node crashes at `at`: un-persisted state is lost as documented above.
     pub fn crash(&mut self, at: Ps) {
         self.crashes.push(at);
+        self.landings.clear();
         self.llc.clear();
         if self.persistent {
             let undo = std::mem::take(&mut self.undo);

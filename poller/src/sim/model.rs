@@ -373,6 +373,17 @@ params! {
          poller/tests/canrt_applier.rs (the_appliers_own_code_on_this_host: the host time of \
          CanrtServer's append path less its region calls). Negative (default, the sim's \
          behaviour before this parameter): server_handler_ns, as every other message";
+    server_store_window: 0.0, "0/1", [0.0, 1.0],
+        "1: a handler's CPU stores reach the NIC's view over its service, as its thread writes \
+         them (server.rs, memory.rs): each lands at the point of the service where its own \
+         access and every access and stated CPU before it have been charged (after any wait \
+         for server_tree_lock), a stored line costing at least server_llc_hit_ns even when \
+         the handler touched it before; a one-sided READ segment executing earlier copies the \
+         bytes the store replaced, so a reader overlapping a rewrite sees it half done \
+         (Catfish, seeds/003 §3.2: 'the retrieved R-tree node via RDMA Read is possibly \
+         being written by a server thread', detected by a version-number check). The node's \
+         CPU and later handlers see every store at once. 0 (default, the sim's behaviour \
+         before this parameter): a handler's stores all land at its call";
 }
 
 /// A bad `--set` or model-file entry.

@@ -411,6 +411,17 @@ pub const PROFILES: &[Profile] = &[
                  (`--set server_tree_lock=2`) over-states that, and the paper gives no lock \
                  figures to size it by",
             ),
+            v(
+                "server_store_window",
+                1.0,
+                "'the retrieved R-tree node via RDMA Read is possibly being written by a \
+                 server thread ... We apply a version number-based mechanism [12] to avoid \
+                 the read-write conflict' (seeds/003 §3.2), and offloading 'degrades when \
+                 increasing the number of clients' because 'the higher probability the \
+                 clients will find the read-write conflict' (§5.2.1, Figs. 13-14): a \
+                 server's node rewrite takes the time its thread spends writing it, and an \
+                 offloaded READ overlapping it fails its check and reads again",
+            ),
         ],
     },
 ];

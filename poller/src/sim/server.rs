@@ -66,6 +66,13 @@
 //!   handler meets the lock held waits, spinning (busy), until the holder's service ends,
 //!   then serves. Holders are ordered by their handler calls, so the handler's effects
 //!   keep their order; 1 locks only writers (exclusive), 2 is a reader-writer lock.
+//! - **Stores in flight** (model `server_store_window`, 0 by default: none): the handler's
+//!   stores reach its node's memory at once for the CPU, but the NIC sees each only at its
+//!   point in the service: the memory cost, persists and stated CPU charged up to and
+//!   including it (a stored line costs at least `server_llc_hit_ns`, touched before or
+//!   not), from the service's start after any lock wait. A READ segment executing earlier
+//!   copies the bytes the store replaced (`MemNode::land_at`), so a one-sided reader can
+//!   catch a seqlocked rewrite half done, as on hardware.
 //! - Busy time is accounted per thread (`MemNode::busy_ps`), read by `Sim::server_busy_ns`,
 //!   `ClientCtx::server_busy_ns` and, from the handler, `LocalRegion::cpu_clock`.
 //!
@@ -468,6 +475,24 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
                 m.tree_lock.acquire(mode, region.held.get(), now, flush)
             })
         };
+        // The stores it made land over the service that follows the wait.
+        {
+            let mut wb = w.borrow_mut();
+            let now = wb.now;
+            let nic = wb.ends[end as usize].nic as usize;
+            let scale = |ps: Ps| wb.nics[nic].scale(ps);
+            let stores: Vec<(u64, Ps)> = region
+                .stores
+                .borrow()
+                .iter()
+                .map(|(off, _, at)| (*off, now + wait + scale(*at)))
+                .collect();
+            if let Some(m) = wb.nodes.get_mut(n) {
+                for ((off, at), (_, old, _)) in stores.into_iter().zip(region.stores.take()) {
+                    m.land_at(off, old, at, now);
+                }
+            }
+        }
         let flush = flush + wait;
         Busy {
             w: &w,
@@ -584,6 +609,11 @@ pub(crate) struct SimRegion<'w> {
     pub mem_cost: std::cell::Cell<Ps>,
     /// The structure's lock the handler stated it holds (`HELD_*`, the strongest stated).
     pub held: std::cell::Cell<u8>,
+    /// With model `server_store_window`: the handler's stores in order, as (offset, the
+    /// bytes they replaced, the service time charged up to and including them).
+    pub stores: RefCell<Vec<(u64, Vec<u8>, Ps)>>,
+    /// Model `server_store_window` is on.
+    window: bool,
     cost: MemCost,
 }
 
@@ -622,10 +652,13 @@ impl MemCost {
 
 impl<'w> SimRegion<'w> {
     pub fn new(w: &'w WorldRef, node: NodeId) -> SimRegion<'w> {
-        let cost = {
+        let (cost, window) = {
             let wb = w.borrow();
             let persistent = wb.nodes.get(node as usize).is_some_and(|n| n.persistent);
-            MemCost::new(&wb.model, persistent)
+            (
+                MemCost::new(&wb.model, persistent),
+                wb.model.server_store_window >= 0.5,
+            )
         };
         SimRegion {
             w,
@@ -633,6 +666,8 @@ impl<'w> SimRegion<'w> {
             persist_cost: std::cell::Cell::new(0),
             mem_cost: std::cell::Cell::new(0),
             held: std::cell::Cell::new(HELD_NONE),
+            stores: RefCell::new(Vec::new()),
+            window,
             cost,
         }
     }
@@ -649,10 +684,13 @@ impl<'w> SimRegion<'w> {
         self.mem_cost.set(self.mem_cost.get() + ps);
     }
 
+    /// Runs `f` on `len` bytes at `offset` of the host region and charges their lines; a
+    /// `store` (with model `server_store_window`) pays a line it touched before as a hit.
     fn with<R>(
         &self,
         offset: u64,
         len: usize,
+        store: bool,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, FabricError> {
         let mut w = self.w.borrow_mut();
@@ -673,6 +711,7 @@ impl<'w> SimRegion<'w> {
             let hi = (offset + len as u64 - 1) / super::llc::LINE;
             for line in lo..=hi {
                 let c = match n.llc.touch(line) {
+                    Touch::Again if store && self.window => self.cost.hit,
                     Touch::Again => continue,
                     Touch::Hit => self.cost.hit,
                     Touch::Miss => self.cost.miss,
@@ -698,10 +737,16 @@ impl LocalRegion for SimRegion<'_> {
             .map_or(0, |n| n.host.len() as u64)
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), FabricError> {
-        self.with(offset, buf.len(), |b| buf.copy_from_slice(b))
+        self.with(offset, buf.len(), false, |b| buf.copy_from_slice(b))
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
-        self.with(offset, data.len(), |_| ())?;
+        let old = self.with(offset, data.len(), true, |b| {
+            self.window.then(|| b.to_vec())
+        })?;
+        if let Some(old) = old {
+            let at = self.mem_cost.get() + self.persist_cost.get();
+            self.stores.borrow_mut().push((offset, old, at));
+        }
         let mut w = self.w.borrow_mut();
         if let Some(n) = w.nodes.get_mut(self.node as usize) {
             n.cpu_store(offset, data);

@@ -365,10 +365,11 @@ impl World {
         }
         let dm = remote.is_device();
         let range = (lo - off) as usize..(hi - off) as usize;
+        let now = self.now;
         let node = &mut self.nodes[n];
         let o = self.ops.get_mut(id);
         match kind {
-            Kind::Read => node.sample(dm, lo, &mut o.buf[range], end as u32),
+            Kind::Read => node.sample(dm, lo, &mut o.buf[range], end as u32, now),
             _ => node.store(dm, lo, &o.buf[range], end as u32, kind),
         }
         if o.traced {

@@ -8,6 +8,8 @@
 //! lock spinning, so the load the adaptive clients see includes the waits. The paper's
 //! reader-writer lock (seeds/003 §3.2) locks nodes (its ref. 28, Kornacker and Banks); one
 //! over the whole tree is `--set server_tree_lock=2`, whose figures the notes give beside.
+//! A server's node rewrite occupies the time its thread takes to write it
+//! (`server_store_window = 1`), so offloaded READs overlapping it read it torn and read again.
 use super::{CAT, Ctx, p};
 use crate::repro::{Chart, Claim, Experiment, Metric, Series};
 
@@ -102,7 +104,7 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
             p("catfish-mixed", "fast messaging", "b"),
             "under remora's own server lock (`server_tree_lock = 1`: writers exclusive, \
              searches lock-free, what core/src/catfish/shared.rs does), measured: Catfish \
-             0.701 / 0.743 / 0.695 Mops and fast messaging 0.527 / 0.540 / 0.535 at 32 / 128 \
+             0.703 / 0.742 / 0.696 Mops and fast messaging 0.526 / 0.539 / 0.534 at 32 / 128 \
              / 256 clients, 1.38x (mean latency 1.40x): the inserts' serialisation is Catfish's cap (an R*-tree \
              insert holds the lock for its 13.2 µs and its memory), the searches do not wait. \
              One lock per tree serialises every insert; the paper's node locks ([28]) let \
@@ -130,16 +132,27 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              traversals restarted: an insert rewrites a few nodes in place, each within a \
              fraction of a READ), so its offloading does not fall, and the 10% inserts, served \
              by the server, leave the client nodes' READs to the searches. The paper gives no \
-             conflict rate to compare with. In the sim a handler's stores land at the instant \
-             it runs, so a READ meets a rewrite only when its 64-byte segments straddle that \
-             instant: the rewrite window itself is not modelled. Measured (128 clients): \
-             remora's offloading runs 90/10 at 0.562 Mops, above its search-only 0.508 (the \
-             10% inserts go to the server, idle in this mode), with 0.0000 conflicts per \
-             offloaded search; 13.67x would put the paper's 90/10 offloading near Catfish's \
+             conflict rate to compare with. The rewrite window is modelled (profile `catfish`, \
+             `server_store_window = 1`): a server store reaches the NIC's view only when its \
+             thread has been charged up to it, so an in-place rewrite's version stays odd \
+             while the thread writes the node's body and an offloaded READ overlapping it \
+             fails its check and reads again (test catfish_store_window; the race in \
+             catfish_sim re-reads 11 torn images with it, 2 without). remora encodes a node \
+             before it takes the seqlock and the descent already read its lines, so the \
+             window is the body copy, ~20 ns per node. Measured (128 clients, `--set \
+             server_store_window=1` / `=0`): offloading runs 90/10 at 0.560 / 0.562 Mops, \
+             above its search-only 0.508 (the 10% inserts go to the server, idle in this \
+             mode), with 0 torn images in 9,007 offloaded searches (7.03 node READs each) \
+             either way. A version held odd for a whole insert's computation, as a node lock \
+             ([28]) held across it might, is not what remora's code does; measured once with \
+             13.2 µs of stated CPU moved inside every in-place rewrite's seqlock (a scratch \
+             build, `--insert-cpu-ns 0`, not committed): 0.561 Mops and 0.0004 conflicts per \
+             offloaded search (4 torn images), so no window of that order explains the \
+             paper's fall either; 13.67x would put the paper's 90/10 offloading near Catfish's \
              / 13.67 (0.05 Mops at remora's Catfish), a fall its text calls 'slightly \
              degrades' and gives no figure for. Under remora's writers' lock \
-             (`server_tree_lock = 1`) Catfish runs 0.701 / 0.743 / 0.695 Mops and offloading \
-             0.562 / 0.562 / 0.564 at 32 / 128 / 256 clients, 1.32x (mean latency 1.35x): an \
+             (`server_tree_lock = 1`) Catfish runs 0.703 / 0.742 / 0.696 Mops and offloading \
+             0.561 / 0.560 / 0.563 at 32 / 128 / 256 clients, 1.32x (mean latency 1.34x): an \
              R*-tree insert holds the lock for its 13.2 µs and its memory, so ~70 K inserts a \
              second, ~0.7 Mops of 90/10, is all one tree serves; offloading, at 0.56 Mops, \
              stays below that cap. With a reader-writer lock over the whole tree (`--set \
@@ -221,9 +234,9 @@ pub(super) fn hilbert_claims() -> Vec<Claim> {
              recomputing it, issue 22). Under remora's writers' lock (`server_tree_lock = \
              1`, searches lock-free) an insert holds the tree for those 11.9 µs and its \
              memory, so one tree serves ~80 K inserts a second, ~0.8 Mops of 90/10: measured, \
-             Catfish 0.737 / 0.813 / 0.762 Mops at 32 / 128 / 256 clients (1.08x the paper's \
-             755.10 Kops peak at 128), fast messaging 0.531 / 0.545 / 0.541, offloading 0.606 \
-             / 0.611 / 0.613: 1.49x over fast messaging, 1.33x over offloading (with the \
+             Catfish 0.733 / 0.807 / 0.755 Mops at 32 / 128 / 256 clients (1.07x the paper's \
+             755.10 Kops peak at 128), fast messaging 0.531 / 0.545 / 0.541, offloading 0.607 \
+             / 0.611 / 0.614: 1.48x over fast messaging, 1.32x over offloading (with the \
              41.4 µs insert before the fix the three modes met at ~0.24 Mops, 1.006x and \
              1.006x). With a reader-writer lock over the whole tree (`--set \
              server_tree_lock=2`, seeds/003 §3.2), measured before the fix: Catfish 0.241, \
