@@ -173,8 +173,11 @@ pub struct VerbsQp {
     pools: [Cell<(usize, usize, u32)>; POOLS],
     broken: Cell<bool>,
     slots: [slot::SlotCell; SLOTS],
-    /// The waker of each slot's waiting post (see `wake.rs`).
+    /// The waker of each slot's waiting post, kept for the slot's next batch (see
+    /// `wake.rs`).
     wakers: [Cell<Option<Waker>>; SLOTS],
+    /// Bit i set: slot i's waker is armed (its post waits for it).
+    armed: Cell<u64>,
     /// Post futures of this queue pair waiting for their batch.
     waiting: Cell<u32>,
     /// Bit i set: slot i free.
@@ -428,6 +431,7 @@ impl VerbsQp {
             broken: Cell::new(false),
             slots: [const { slot::SlotCell::free() }; SLOTS],
             wakers: [const { Cell::new(None) }; SLOTS],
+            armed: Cell::new(0),
             waiting: Cell::new(0),
             free: Cell::new(u64::MAX),
             sq_used: Cell::new(0),

@@ -557,7 +557,7 @@ impl VerbsQp {
         if self.slots[slot].replace(FREE).oneoff {
             self.oneoff.borrow_mut()[slot] = None;
         }
-        drop(self.wakers[slot].take());
+        self.disarm(slot);
         self.free.set(self.free.get() | (1 << slot));
     }
 

@@ -2,8 +2,9 @@
 //! the thread's poll duty.
 //!
 //! A post future that waits stores its waker in its batch's slot ([`VerbsQp::wait_on`]; a
-//! fixed table of `SLOTS` per queue pair, no allocation: a waker's clone is a reference
-//! count). Whoever drains the thread's send completion queue (`VerbsQp::progress`) marks
+//! fixed table of `SLOTS` per queue pair, no allocation) and arms it. A slot keeps its waker
+//! when woken or freed, and a coroutine that posts again mostly takes the slot it just
+//! freed, so arming is mostly a comparison: no clone, no reference count. Whoever drains the thread's send completion queue (`VerbsQp::progress`) marks
 //! each finished batch done and wakes that batch's waker, and no other: a coroutine is
 //! polled again exactly when its work requests completed, never round after round to look.
 //!
@@ -23,38 +24,52 @@ use super::post::SlotState;
 use std::task::Waker;
 
 impl VerbsQp {
-    /// Stores `w` as the waker of the batch in `slot`, to be woken when it completes (kept
-    /// if it already wakes the same task: no clone).
+    /// Arms `w` as the waker of the batch in `slot`, to be woken when it completes (the
+    /// slot's stored waker is kept if it wakes the same task: no clone).
     #[inline]
     pub(super) fn wait_on(&self, slot: usize, w: &Waker) {
         let cell = &self.wakers[slot];
-        let new = match cell.take() {
-            Some(old) if old.will_wake(w) => old,
-            _ => w.clone(),
-        };
-        cell.set(Some(new));
+        // Moved out and back (a plain copy of two words, no reference count).
+        match cell.take() {
+            Some(old) if old.will_wake(w) => cell.set(Some(old)),
+            old => {
+                cell.set(Some(w.clone()));
+                drop(old);
+            }
+        }
+        self.armed.set(self.armed.get() | 1 << slot);
     }
 
-    /// Wakes whoever waits for the batch in `slot` (nothing if nobody stored a waker: the
-    /// duty holder, a spin `block_on`, a detached batch).
+    /// Wakes whoever waits for the batch in `slot`, if armed (nobody is for the duty holder,
+    /// a spin `block_on`, a detached batch).
     #[inline]
     pub(super) fn wake_slot(&self, slot: usize) {
+        let armed = self.armed.get();
+        if armed & (1 << slot) == 0 {
+            return;
+        }
+        self.armed.set(armed & !(1 << slot));
+        // Taken out for the call, then put back for the slot's next batch.
         if let Some(w) = self.wakers[slot].take() {
-            w.wake();
+            w.wake_by_ref();
+            self.wakers[slot].set(Some(w));
         }
     }
 
-    /// Wakes the waiter of one batch still in flight, taking its waker; true if there was
-    /// one.
+    /// Disarms `slot` (its batch is released; its waker is kept for the next one).
+    #[inline]
+    pub(super) fn disarm(&self, slot: usize) {
+        self.armed.set(self.armed.get() & !(1 << slot));
+    }
+
+    /// Wakes the waiter of one batch still in flight, disarming it; true if there was one.
     fn wake_one_waiter(&self) -> bool {
-        let mut busy = !self.free.get();
-        while busy != 0 {
-            let slot = busy.trailing_zeros() as usize;
-            busy &= busy - 1;
-            if self.slots[slot].get().state == SlotState::Posted
-                && let Some(w) = self.wakers[slot].take()
-            {
-                w.wake();
+        let mut armed = self.armed.get();
+        while armed != 0 {
+            let slot = armed.trailing_zeros() as usize;
+            armed &= armed - 1;
+            if self.slots[slot].get().state == SlotState::Posted {
+                self.wake_slot(slot);
                 return true;
             }
         }
