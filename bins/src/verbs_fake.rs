@@ -21,11 +21,12 @@ use remora::core::fabric::{Endpoint, QueuePair};
 use remora::core::index::KvIndex;
 use remora::core::sherman::{Sherman, ShermanConfig};
 use remora::core::smart::{KeyMode, Smart, SmartConfig, Techniques};
-use remora::poller::executor::run_coroutines;
+use remora::poller::executor::{COROUTINE_POLLS, run_coroutines};
 use remora::verbs::qp::RECV_LEN;
 use remora::verbs::{FakeEndpoint, FakeNode, VerbsStats};
 use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Keys loaded into each index.
@@ -44,6 +45,8 @@ struct Row {
     fabric_ns: f64,
     d: VerbsStats,
     bytes_in: u64,
+    /// Coroutine polls the executor made during the measured lookups.
+    co_polls: u64,
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -118,9 +121,11 @@ fn measure<I: KvIndex>(
     pass(None)?;
     let qp = ep.qp(0).map_err(|e| e.to_string())?;
     let (s0, c0) = (ep.stats(), qp.counters().snapshot());
+    let p0 = COROUTINE_POLLS.load(Ordering::Relaxed);
     let t0 = thread_cpu_ns();
     let ops = pass(Some(Instant::now() + Duration::from_secs_f64(secs)))?;
     let cpu = thread_cpu_ns() - t0;
+    let co_polls = COROUTINE_POLLS.load(Ordering::Relaxed) - p0;
     let d = ep.stats() - s0;
     let bytes_in = (qp.counters().snapshot() - c0).bytes_in;
     // The floor: as many READs per lookup as the index posted (work requests, not doorbells:
@@ -163,6 +168,7 @@ fn measure<I: KvIndex>(
         fabric_ns: fabric as f64 / (each * co as u64) as f64,
         d,
         bytes_in,
+        co_polls,
     })
 }
 
@@ -203,7 +209,7 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
          of lookups per index; CPU of the client thread"
     );
     println!(
-        "{:<8} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>9} {:>7} {:>8} {:>10} {:>10} {:>10}",
+        "{:<8} {:>9} {:>10} {:>9} {:>6} {:>10} {:>6} {:>9} {:>7} {:>8} {:>8} {:>10} {:>10} {:>10}",
         "index",
         "lookups",
         "ns/lookup",
@@ -214,6 +220,7 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
         "doorbells",
         "bytes",
         "polls/cq",
+        "co polls",
         "bounced rd",
         "bounced at",
         "bounced wr"
@@ -221,7 +228,7 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
     for r in &rows {
         let per = |v: u64| v as f64 / r.ops.max(1) as f64;
         println!(
-            "{:<8} {:>9} {:>10.0} {:>9.0} {:>5.1}x {:>10.0} {:>5.2}x {:>9.2} {:>7.0} {:>8.2} {:>10} {:>10} {:>10}",
+            "{:<8} {:>9} {:>10.0} {:>9.0} {:>5.1}x {:>10.0} {:>5.2}x {:>9.2} {:>7.0} {:>8.2} {:>8.2} {:>10} {:>10} {:>10}",
             r.name,
             r.ops,
             r.cpu_ns,
@@ -232,6 +239,7 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
             per(r.d.doorbells),
             per(r.bytes_in),
             r.d.polls_per_completion(),
+            r.co_polls as f64 / r.d.completions.max(1) as f64,
             r.d.bounced_read,
             r.d.bounced_atomic,
             r.d.bounced_write,
@@ -240,5 +248,8 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
     for r in &rows {
         println!("{} data path (measured lookups): {}", r.name, r.d);
     }
+    println!(
+        "polls/cq: send CQ polls per completion; co polls: coroutine polls per send completion"
+    );
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! One send completion queue per thread: every queue pair of an endpoint posts into it, and
-//! whoever polls it hands each completion to the queue pair named in its `wr_id` (which
-//! marks the batch done in that queue pair's slot table: the coroutine waiting on it finds it
-//! done on its next poll without polling anything).
+//! whoever polls it hands each completion to the queue pair named in its `wr_id`, which
+//! marks the batch done in its slot table and wakes the coroutine waiting on it (see
+//! `wake.rs`: that coroutine is polled next and finds it done without polling anything).
 //!
 //! A `wr_id` is `queue pair index << 48 | slot << 16 | work request index`.
 use super::VerbsQp;
@@ -31,10 +31,15 @@ pub(crate) struct SendCq {
     /// The queue pairs by index, as each last posted (null: gone or never posted).
     qps: [Cell<*const VerbsQp>; QPS_PER_CQ],
     taken: Cell<usize>,
-    /// Post futures of all these queue pairs waiting for their batch, and the turn counter
-    /// that lets one of them poll per executor round.
+    /// Post futures of all these queue pairs waiting for their batch.
     pub(super) waiters: Cell<u32>,
-    turn: Cell<u32>,
+    /// Bit i set: queue pair i has post futures waiting.
+    waiting: Cell<u16>,
+    /// One waiting post holds the duty to poll this queue (see `wake.rs`).
+    pub(super) duty: Cell<bool>,
+    /// Times this queue was drained (`VerbsQp::progress`): a waiting post that sees it
+    /// unchanged since its last poll knows nobody polls it.
+    pub(super) epoch: Cell<u32>,
     /// Bit i set: queue pair i has batches queued and not yet posted (its doorbell is rung
     /// by [`Self::flush`]).
     pending: Cell<u16>,
@@ -47,7 +52,9 @@ impl SendCq {
             qps: [const { Cell::new(std::ptr::null()) }; QPS_PER_CQ],
             taken: Cell::new(0),
             waiters: Cell::new(0),
-            turn: Cell::new(0),
+            waiting: Cell::new(0),
+            duty: Cell::new(false),
+            epoch: Cell::new(0),
             pending: Cell::new(0),
         }
     }
@@ -168,21 +175,18 @@ impl SendCq {
         }
     }
 
-    /// Whether the calling waiting post is the one to poll now: one in every `waiters` turns,
-    /// so some waiter polls every round and the others do not. (A countdown, not a
-    /// remainder: a division per waiting poll cost more than the rest of the test.)
+    /// Notes whether queue pair `i` (placed: see [`Self::place`]) has post futures waiting.
     #[inline]
-    pub(super) fn my_turn(&self) -> bool {
-        match self.turn.get() {
-            0 | 1 => {
-                self.turn.set(self.waiters.get().max(1));
-                true
-            }
-            t => {
-                self.turn.set(t.min(self.waiters.get().max(1)) - 1);
-                false
-            }
-        }
+    pub(super) fn set_waiting(&self, i: u16, on: bool) {
+        let bit = 1u16 << i;
+        let w = self.waiting.get();
+        self.waiting.set(if on { w | bit } else { w & !bit });
+    }
+
+    /// Bit i set: queue pair i has post futures waiting.
+    #[inline]
+    pub(super) fn waiting_qps(&self) -> u16 {
+        self.waiting.get()
     }
 }
 

@@ -20,10 +20,11 @@
 //!   slot of it (WRITE data copied in before the doorbell, READ data and atomic results copied
 //!   out after the completion). A batch needing more than a slot gets a one-off registration.
 //! - **One send completion queue per thread** (`qp/cq.rs`): the queue pairs of an endpoint share
-//!   it, and each completion is handed to the queue pair and batch its `wr_id` names. Waiting
-//!   post futures take turns polling it, one per executor round; a post whose batch is done
-//!   resolves without polling (a receive wait polls only its receive queue, see
-//!   `RecvFuture`), and any executor (even a spin `block_on`) makes progress.
+//!   it, and each completion is handed to the queue pair and batch its `wr_id` names, which
+//!   wakes the coroutine waiting on that batch and no other (`qp/wake.rs`). One waiting post
+//!   of the thread holds the duty to poll it, once per executor round; the others sleep until
+//!   their completion wakes them, and resolve without polling (a receive wait polls only its
+//!   receive queue, see `RecvFuture`). Any executor (even a spin `block_on`) makes progress.
 //!   Dropping a post future before it resolves waits for its batch, so the NIC never writes
 //!   memory after its owner is gone.
 //! - **Refused requests.** rdma-core's providers refuse a misaligned atomic at post time
@@ -46,6 +47,7 @@ mod recv;
 mod remote;
 mod ring;
 mod slot;
+mod wake;
 
 use super::arena::Arena;
 use super::cm::{Channel, CmId};
@@ -65,6 +67,7 @@ pub(crate) use remote::Remote;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
+use std::task::Waker;
 
 /// Send-queue depth (work requests in flight per queue pair).
 pub const SQ_DEPTH: u32 = 256;
@@ -170,6 +173,13 @@ pub struct VerbsQp {
     pools: [Cell<(usize, usize, u32)>; POOLS],
     broken: Cell<bool>,
     slots: [slot::SlotCell; SLOTS],
+    /// The waker of each slot's waiting post, kept for the slot's next batch (see
+    /// `wake.rs`).
+    wakers: [Cell<Option<Waker>>; SLOTS],
+    /// Bit i set: slot i's waker is armed (its post waits for it).
+    armed: Cell<u64>,
+    /// Post futures of this queue pair waiting for their batch.
+    waiting: Cell<u32>,
     /// Bit i set: slot i free.
     free: Cell<u64>,
     /// Work requests posted and not yet known complete.
@@ -420,6 +430,9 @@ impl VerbsQp {
             pools: [const { Cell::new((0, 0, 0)) }; POOLS],
             broken: Cell::new(false),
             slots: [const { slot::SlotCell::free() }; SLOTS],
+            wakers: [const { Cell::new(None) }; SLOTS],
+            armed: Cell::new(0),
+            waiting: Cell::new(0),
             free: Cell::new(u64::MAX),
             sq_used: Cell::new(0),
             unsignaled: Cell::new(0),

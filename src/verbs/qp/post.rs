@@ -54,10 +54,11 @@ pub(super) struct OneOff {
 
 impl VerbsQp {
     /// Drains the thread's send completion queue, handing each completion to the slot table
-    /// of the queue pair it names.
+    /// of the queue pair it names (which wakes the batch's waiting post).
     pub(super) fn progress(&self) {
         let mut wcs = MaybeUninit::<[sys::ibv_wc; POLL_BATCH]>::uninit();
         let cq = &*self.raw.send;
+        cq.epoch.set(cq.epoch.get().wrapping_add(1));
         loop {
             let n = cq.poll(POLL_BATCH, wcs.as_mut_ptr().cast());
             if n < 0 {
@@ -134,6 +135,8 @@ impl VerbsQp {
                 self.release(slot);
                 return;
             }
+            self.slots[slot].set(s);
+            return self.wake_slot(slot);
         }
         self.slots[slot].set(s);
     }
@@ -160,6 +163,8 @@ impl VerbsQp {
             let s = self.slots[slot].get();
             if s.detached && s.state == SlotState::Done {
                 self.release(slot);
+            } else if s.state == SlotState::Done {
+                self.wake_slot(slot);
             }
         }
         self.sq_used.set(0);
@@ -552,6 +557,7 @@ impl VerbsQp {
         if self.slots[slot].replace(FREE).oneoff {
             self.oneoff.borrow_mut()[slot] = None;
         }
+        self.disarm(slot);
         self.free.set(self.free.get() | (1 << slot));
     }
 
@@ -650,11 +656,16 @@ enum PostState {
 }
 
 /// The future of [`VerbsQp`]'s [`QueuePair::post`](remora_core::fabric::QueuePair::post): posts
-/// on first poll, then polls the completion queue.
+/// on first poll, then waits for its batch's completion (see `wake.rs`: it is woken by
+/// whoever reaps it, or it holds the thread's poll duty and reaps completions itself).
 pub struct PostFuture<'q, 'a> {
     qp: &'q VerbsQp,
     ops: &'q mut [Op<'a>],
     state: PostState,
+    /// It holds its send completion queue's poll duty.
+    holder: bool,
+    /// The queue's `epoch` at its last poll.
+    epoch: u32,
 }
 
 impl<'q, 'a> PostFuture<'q, 'a> {
@@ -663,6 +674,8 @@ impl<'q, 'a> PostFuture<'q, 'a> {
             qp,
             ops,
             state: PostState::Start,
+            holder: false,
+            epoch: 0,
         }
     }
 }
@@ -672,13 +685,15 @@ impl Future for PostFuture<'_, '_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let qp = this.qp;
+        let cq = &*qp.raw.send;
         let mut fresh = false;
         if let PostState::Start = this.state {
             if this.ops.is_empty() {
                 this.state = PostState::Finished;
                 return Poll::Ready(Ok(()));
             }
-            match this.qp.start(this.ops, Mode::Wait) {
+            match qp.start(this.ops, Mode::Wait) {
                 Err(e) => {
                     this.state = PostState::Finished;
                     return Poll::Ready(Err(e));
@@ -686,66 +701,81 @@ impl Future for PostFuture<'_, '_> {
                 Ok(Some(slot)) => {
                     fresh = true;
                     this.state = PostState::Posted(slot);
-                    let cq = &this.qp.raw.send;
-                    cq.waiters.set(cq.waiters.get() + 1);
+                    qp.add_waiter();
                 }
-                Ok(None) => {}
+                Ok(None) => {
+                    // No room yet (send queue or slots full, what held them rung): drain the
+                    // queue, which returns room, and try again next round.
+                    qp.progress();
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
             }
         }
-        // The waiting posts of all the thread's queue pairs take turns polling its completion
-        // queue: with n of them polled once per executor round, one polls per round (every
-        // completion it finds goes to its queue pair's slot table), instead of each draining
-        // it. A post whose batch another one's poll already reaped does not poll; one still
-        // waiting for room always does.
-        //
-        // A batch queued at an earlier poll has seen every other waiting post of the thread
-        // polled once since (a round): the first of them polled again rings every queue
-        // pair's doorbell, for all the batches the round queued.
-        let poll_cq = match this.state {
-            PostState::Posted(s) => {
-                if !fresh && this.qp.is_queued(s) {
-                    this.qp.raw.send.flush();
-                }
-                !this.qp.is_done(s) && this.qp.raw.send.my_turn()
-            }
-            _ => true,
-        };
-        if poll_cq {
-            this.qp.progress();
-        }
-        match this.state {
-            PostState::Posted(slot) if this.qp.is_done(slot) => {
-                this.state = PostState::Finished;
-                let cq = &this.qp.raw.send;
-                cq.waiters.set(cq.waiters.get() - 1);
-                Poll::Ready(this.qp.finish(slot, this.ops))
-            }
-            PostState::Finished => Poll::Ready(Err(FabricError::Unsupported {
+        let PostState::Posted(slot) = this.state else {
+            return Poll::Ready(Err(FabricError::Unsupported {
                 what: "a post future polled after it finished",
-            })),
-            _ => {
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
+            }));
+        };
+        if !this.holder && !cq.duty.get() && !qp.is_done(slot) {
+            cq.duty.set(true);
+            this.holder = true;
         }
+        if this.holder {
+            // A round since its last poll: ring the doorbells of every batch the round queued
+            // (its own too), then reap. A fresh holder leaves the round's chain open for the
+            // posts polled after it.
+            if !fresh {
+                cq.flush();
+            }
+            if !qp.is_done(slot) {
+                qp.progress();
+            }
+        } else if !fresh && !qp.is_done(slot) && cq.epoch.get() == this.epoch {
+            // Polled, not done, and nobody drained the queue since its last poll: the holder
+            // is not running (a spin `block_on` nested in a coroutine). Do its work.
+            if qp.is_queued(slot) {
+                qp.ring();
+            }
+            qp.progress();
+        }
+        if qp.is_done(slot) {
+            this.state = PostState::Finished;
+            qp.remove_waiter();
+            if this.holder || !cq.duty.get() {
+                this.holder = false;
+                cq.hand_off();
+            }
+            return Poll::Ready(qp.finish(slot, this.ops));
+        }
+        this.epoch = cq.epoch.get();
+        if this.holder {
+            cx.waker().wake_by_ref();
+        } else {
+            qp.wait_on(slot, cx.waker());
+        }
+        Poll::Pending
     }
 }
 
 impl Drop for PostFuture<'_, '_> {
     fn drop(&mut self) {
         if let PostState::Posted(slot) = self.state {
-            let cq = &self.qp.raw.send;
-            cq.waiters.set(cq.waiters.get() - 1);
-            if self.qp.is_queued(slot) {
-                self.qp.ring();
+            let qp = self.qp;
+            if qp.is_queued(slot) {
+                qp.ring();
             }
             // The NIC may still write the staging buffer or read the chain's data: wait for
             // the batch. Bounded: the transport's retry limits always end in a completion.
-            while !self.qp.is_done(slot) {
-                self.qp.progress();
+            while !qp.is_done(slot) {
+                qp.progress();
                 std::hint::spin_loop();
             }
-            self.qp.release(slot);
+            qp.release(slot);
+            qp.remove_waiter();
+            if self.holder || !qp.raw.send.duty.get() {
+                qp.raw.send.hand_off();
+            }
         }
     }
 }

@@ -74,6 +74,8 @@ impl VerbsQp {
             self.slots[slot].set(s);
             if s.detached {
                 self.release(slot);
+            } else {
+                self.wake_slot(slot);
             }
         }
     }
