@@ -199,8 +199,11 @@ pub fn saved(identity: &str, region_len: u64) -> Option<Vec<NodeImage>> {
     })
 }
 
-/// Keeps `images` (a copy) as the saved load `identity`, replacing any other.
+/// Keeps `images` (a copy) as the saved load `identity`, replacing any other. The old load
+/// is dropped before the copy is made, so no more than two clusters' regions (the running
+/// one and the saved one) are mapped at once.
 pub fn save(identity: String, images: &[NodeImage]) {
+    forget();
     let images = copy_images(images, 0);
     LOADED.with(|l| *l.borrow_mut() = Some(Loaded { identity, images }));
 }
