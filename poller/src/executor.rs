@@ -7,9 +7,11 @@
 //! one runs. Each coroutine has a waker of its own, built once from its index into the
 //! thread's coroutine table (a wake-up sets that coroutine's flag: no allocation, no
 //! syscall). Fabric futures that make progress by being polled (the soft fabric's
-//! `yield_now`, the verbs fabric polling its completion queue) wake themselves before they
-//! return `Pending`, so they are polled every round; a coroutine parked on something another
-//! coroutine or thread will wake (a delegation or lock waiter) is not polled until then.
+//! `yield_now`; on verbs, the one waiting post per send completion queue that holds its
+//! poll duty, `src/verbs/qp/wake.rs`) wake themselves before they return `Pending`, so they
+//! are polled every round. Every other waiting verbs post is woken by the completion of its
+//! own work request, and a coroutine parked on something another coroutine or thread will
+//! wake (a delegation or lock waiter) is not polled until then.
 //! The coroutines are pinned in one place before the run: the thread's frame memory when a
 //! fabric installed one ([`crate::frames`]: registered memory, where the NIC writes READ
 //! results in place), else one heap allocation. The loop itself allocates nothing and makes

@@ -5,8 +5,9 @@
 //! on verbs) when the poller starts; a submitted slot
 //! starts a task there, and the task is dropped in place when it finishes, so the loop
 //! allocates nothing per operation. A ready list holds the tasks to poll: a task is polled
-//! only after its waker was called (every fabric future wakes itself when it returns
-//! `Pending`: soft's yields, verbs' completion-queue polls), and a woken task goes to the
+//! only after its waker was called (soft's yields wake themselves when they return
+//! `Pending`; on verbs only the post holding its completion queue's poll duty does, and the
+//! others are woken by their own work request's completion), and a woken task goes to the
 //! back, so the tasks waiting on the fabric take turns. With nothing to run, the poller spins
 //! for a while, then parks until the next submission ([`Idle`]).
 use super::error::Error;
