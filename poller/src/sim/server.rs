@@ -335,6 +335,19 @@ pub(super) fn busy(w: &WorldRef, node: usize, thread: usize, dur: Ps) -> impl Fu
     }
 }
 
+/// The thread's wake from a blocking wait (`server_wake_ns`): `dur` of time in which its
+/// core idles (no CPU counted).
+fn waking(w: &WorldRef, node: usize, thread: usize, dur: Ps) -> impl Future<Output = ()> {
+    Busy {
+        w,
+        node,
+        thread,
+        dur,
+        until: None,
+        idle: true,
+    }
+}
+
 /// Runs handler thread `thread` of memory node `node` forever: takes its messages in order,
 /// charges their service, runs the handler, reposts the receive, posts the replies. The
 /// node's background thread (`background.rs`) runs its own loop.
@@ -363,15 +376,7 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
                         nic.map_or(cpu, |i| wb.nics[i].scale(cpu)),
                     )
                 };
-                Busy {
-                    w: &w,
-                    node: n,
-                    thread: t,
-                    dur: wake,
-                    until: None,
-                    idle: true,
-                }
-                .await;
+                waking(&w, n, t, wake).await;
                 busy(&w, n, t, cpu).await;
                 continue;
             }
@@ -408,15 +413,7 @@ pub(crate) async fn thread_loop(w: WorldRef, node: NodeId, thread: u32, handlers
                 handler,
             )
         };
-        Busy {
-            w: &w,
-            node: n,
-            thread: t,
-            dur: wake,
-            until: None,
-            idle: true,
-        }
-        .await;
+        waking(&w, n, t, wake).await;
         Busy {
             w: &w,
             node: n,
