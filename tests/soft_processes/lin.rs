@@ -3,7 +3,7 @@
 use super::*;
 
 const LIN_COROS: u32 = 4;
-const LIN_OPS: u64 = 400;
+const LIN_OPS: u64 = 2000;
 
 /// A child's share of a two-process linearizability history: `LIN_COROS` `lin_client`s on
 /// one endpoint, stamped with `CLOCK_MONOTONIC` (one clock for both processes), printed one
@@ -31,6 +31,14 @@ pub(super) fn lin_child(ep: &remora::poller::soft::SoftEndpoint, index: &str, me
                     }
                 })
                 .collect();
+            // Both processes start their clients together (the memory node's barrier), so
+            // that a loaded machine's scheduler does not run one to the end before the other.
+            let bound = remora::core::barrier::Bound {
+                timeout_ns: 30_000_000_000,
+                max_polls: u64::MAX,
+                pause_ns: 1_000,
+            };
+            block_on(remora::core::barrier::wait(ep.qp(0).unwrap(), 2, bound)).unwrap();
             for r in run_coroutines(coros) {
                 r.unwrap();
             }
@@ -71,9 +79,10 @@ pub(super) fn lin_child(ep: &remora::poller::soft::SoftEndpoint, index: &str, me
 
 /// Linearizability across two client processes: each runs `LIN_COROS` clients on shared hot
 /// keys, stamps its events with `CLOCK_MONOTONIC`, and the parent merges and checks them.
-/// The check means something only if the two processes' operations overlap in time; on a
-/// loaded machine one process may finish before the other starts, so a run without overlap
-/// (still checked) is repeated on a fresh node, up to three times.
+/// The check means something only if the two processes' operations overlap in time: they
+/// start together through the memory node's barrier, and on a loaded machine one may still
+/// finish before the other runs, so a run without overlap (still checked) is repeated on a
+/// fresh node, up to three times.
 fn lin_two_processes(index: &str) {
     for attempt in 1..=3 {
         if lin_two_processes_once(index, attempt) {
