@@ -302,14 +302,14 @@ fn run(
                     assert!(ctx.now_ns() < TARGET_NS, "the victim's script is too slow");
                     ctx.sleep(TARGET_NS - ctx.now_ns()).await;
                 }
-                let (p0, s0) = (posts.get(), t.sherman().stats().1);
+                let (p0, s0) = (posts.get(), t.sherman().stats().splits);
                 if let Err(e) = run_op(&t, VICTIM, i as u32 + 1, op, rec, &now).await {
                     errors.borrow_mut().push(e);
                     return;
                 }
                 victim_ops
                     .borrow_mut()
-                    .push((p0, posts.get(), s0, t.sherman().stats().1));
+                    .push((p0, posts.get(), s0, t.sherman().stats().splits));
             }
             victim_done.set(true);
         });

@@ -240,14 +240,14 @@ fn run(base: Base, case: Case, seed: u64, crash: Option<(u32, u64)>) -> RunResul
             }
             ctx.sleep(TARGET_NS - ctx.now_ns()).await;
             tear.armed.set(true);
-            let splits = t.sherman().stats().1;
+            let splits = t.sherman().stats().splits;
             if let Err(e) = t
                 .upsert(&target.to_be_bytes(), &NEW_VALUE.to_le_bytes())
                 .await
             {
                 errors.borrow_mut().push(format!("victim: {e}"));
             }
-            let split = t.sherman().stats().1 - splits;
+            let split = t.sherman().stats().splits - splits;
             assert_eq!(split, u64::from(case == Case::Split), "{case:?}");
         });
     }
@@ -337,7 +337,7 @@ fn chime_split_point(cfg: Base) -> u64 {
             t.upsert(&key(i), &old_value(i).to_le_bytes())
                 .await
                 .unwrap();
-            if t.sherman().stats().1 > 0 {
+            if t.sherman().stats().splits > 0 {
                 at_ref.set(Some(i));
                 return;
             }

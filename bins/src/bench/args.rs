@@ -319,6 +319,12 @@ pub struct ShermanFlags {
     /// No local lock table / hand-over.
     #[arg(long)]
     pub no_hierarchical: bool,
+    /// Sherman/CHIME: at most this many hand-overs of one lock in a row between threads of
+    /// a compute node before its global lock is released (default 8, as in the authors'
+    /// code: seeds/INDEX.md). 0 keeps the local lock table and its queue but hands nothing
+    /// over, which isolates the hand-over's effect.
+    #[arg(long)]
+    pub handover_cap: Option<u32>,
     /// Unlock in its own doorbell after the write-back.
     #[arg(long)]
     pub no_combination: bool,

@@ -28,6 +28,7 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 two_level_versions: base.two_level_versions && !f.no_two_level,
                 index_cache: !a.smart.no_cache,
                 cache_bytes: (a.smart.cache_mib * (1 << 20) as f64) as usize,
+                handover_cap: f.handover_cap.unwrap_or(base.handover_cap),
                 ..base
             };
             Ok(IndexCfg::Sherman {
@@ -52,6 +53,7 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                     two_level_versions: !f.no_two_level,
                     index_cache: !a.smart.no_cache,
                     cache_upper_levels: !f.no_cache_upper,
+                    handover_cap: f.handover_cap.unwrap_or(base.sherman.handover_cap),
                     ..base.sherman
                 },
                 hopscotch: !f.no_hopscotch,

@@ -237,6 +237,9 @@ impl NodeState {
 /// Sherman's own figures.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct ShermanSummary {
+    /// Page and leaf locks taken (remotely, by hand-over or by takeover).
+    pub locks_acquired: u64,
+    /// Of those, handed over by a thread of the same compute node (no remote CAS).
     pub lock_handovers: u64,
     pub splits: u64,
     pub cache_hits: u64,
@@ -253,12 +256,13 @@ pub struct Stats {
 
 /// A Sherman tree's counters (CHIME's are its Sherman's).
 fn sherman_stats<E: Endpoint>(s: &Sherman<'_, E>) -> Stats {
-    let (handovers, splits) = s.stats();
+    let st = s.stats();
     let (hits, misses, _) = s.cache_stats();
     Stats {
         sherman: ShermanSummary {
-            lock_handovers: handovers,
-            splits,
+            locks_acquired: st.locks_acquired,
+            lock_handovers: st.lock_handovers,
+            splits: st.splits,
             cache_hits: hits,
             cache_misses: misses,
         },

@@ -112,6 +112,22 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
         );
     }
     for r in rows {
+        let s = &r.sherman;
+        if s.locks_acquired > 0 {
+            // Sherman's hierarchical lock at work: the locks a thread of the same compute
+            // node handed over (HOCL's local level: taken without a remote CAS).
+            let _ = writeln!(
+                out,
+                "sherman {} {}: {} locks taken ({:.2}/op), {} handed over within a compute node \
+                 ({:.1}%)",
+                r.workload,
+                r.phase,
+                s.locks_acquired,
+                s.locks_acquired as f64 / r.ops.max(1) as f64,
+                s.lock_handovers,
+                100.0 * s.lock_handovers as f64 / s.locks_acquired as f64
+            );
+        }
         if let Some(c) = &r.canrt {
             let _ = writeln!(
                 out,

@@ -398,6 +398,7 @@ pub async fn phase<I: KvIndex>(
         llc,
         smart: SmartSummary::from_delta(&st0.smart, &st1.smart),
         sherman: ShermanSummary {
+            locks_acquired: sh(|s| s.locks_acquired),
             lock_handovers: sh(|s| s.lock_handovers),
             splits: sh(|s| s.splits),
             cache_hits: sh(|s| s.cache_hits),

@@ -87,10 +87,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     ) -> Result<(GlobalAddr, bool), ShermanError> {
         let lock = self.lock_for(addr)?;
         let got = self.locks.acquire(self.ep, lock, seen).await?;
-        match got {
-            Got::HandedOver => self.handovers.set(self.handovers.get() + 1),
-            Got::TookOver { .. } => self.repaired(|r| r.takeovers += 1),
-            Got::Acquired => {}
+        self.count_acquired(got);
+        if let Got::TookOver { .. } = got {
+            self.repaired(|r| r.takeovers += 1);
         }
         Ok((lock, matches!(got, Got::TookOver { .. })))
     }

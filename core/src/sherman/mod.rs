@@ -136,7 +136,7 @@ pub use bulk::{BulkEntry, BulkStats, PAPER_FILL_PERCENT};
 pub use cache::{CacheCharge, LIVE_ENTRY_BYTES, LIVE_PAGE_BYTES};
 pub(crate) use hooks::Batch;
 pub use node::ShermanNode;
-pub use tree::{RepairStats, Sherman};
+pub use tree::{RepairStats, Sherman, ShermanStats};
 pub(crate) use wait::Patience;
 
 use crate::alloc::AllocError;

@@ -118,6 +118,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     ) -> Result<(GlobalAddr, Got), ShermanError> {
         let lock = self.lock_for(page)?;
         let got = self.locks.acquire(self.ep, lock, seen).await?;
+        self.count_acquired(got);
         if let Got::TookOver { .. } = got {
             self.repaired(|r| r.takeovers += 1);
             if let Err(e) = self.redo(page).await {

@@ -2,7 +2,7 @@
 //! key-value API. Its mechanisms live beside it: `read.rs` (traversal, lookups, scans),
 //! `write.rs` (writes, splits, separators), `repair.rs` (redo records, takeovers, torn
 //! pages); the descriptor and opening a tree are in `open.rs`.
-use super::lock::Locks;
+use super::lock::{Got, Locks};
 use super::node::NodeCache;
 use super::open::NodeLocks;
 use super::wait::Patience;
@@ -17,6 +17,18 @@ use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader, encode_leaf_entry, seal};
 use std_alloc::vec;
 use std_alloc::vec::Vec;
+
+/// A handle's lock and split counters ([`Sherman::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShermanStats {
+    /// Page and leaf locks taken: remotely, by hand-over or by takeover.
+    pub locks_acquired: u64,
+    /// Of those, the ones a thread of the same compute node handed over (HOCL's local
+    /// level): taken without a remote CAS.
+    pub lock_handovers: u64,
+    /// Leaf and internal splits made.
+    pub splits: u64,
+}
 
 /// What a handle repaired of what other (dead or slow) clients left half-done.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,6 +60,9 @@ pub struct Sherman<'e, E: Endpoint> {
     /// The compute node's index cache (its local lock table is in `locks`).
     pub(super) node: NodeCache,
     pub(super) pool: RefCell<Vec<Vec<u8>>>,
+    /// Leaf and page locks this handle took (remotely, by hand-over or by takeover).
+    pub(super) acquired: Cell<u64>,
+    /// Of those, the ones handed over by a thread of the same compute node.
     pub(super) handovers: Cell<u64>,
     pub(super) splits: Cell<u64>,
     /// A link a traversal found missing (a page reached through its parent or left
@@ -174,9 +189,21 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         self.g
     }
 
-    /// Lock hand-overs this handle received, and splits it made.
-    pub fn stats(&self) -> (u64, u64) {
-        (self.handovers.get(), self.splits.get())
+    /// This handle's lock and split counters.
+    pub fn stats(&self) -> ShermanStats {
+        ShermanStats {
+            locks_acquired: self.acquired.get(),
+            lock_handovers: self.handovers.get(),
+            splits: self.splits.get(),
+        }
+    }
+
+    /// Counts a lock acquisition, and whether it came by hand-over.
+    pub(super) fn count_acquired(&self, got: Got) {
+        self.acquired.set(self.acquired.get() + 1);
+        if got == Got::HandedOver {
+            self.handovers.set(self.handovers.get() + 1);
+        }
     }
 
     /// Repairs this handle made of what other (dead or slow) clients left half-done.

@@ -1,6 +1,6 @@
 //! Writes: upserts, updates and deletes under the leaf's lock, leaf and internal splits,
 //! separator inserts and root growth.
-use super::lock::{Batch, Got};
+use super::lock::Batch;
 use super::open::D_ROOT;
 use super::repair::Logged;
 use super::tree::{FRAME_PAGE, Sherman, encode_leaf, frame_or_heap};
@@ -94,10 +94,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         let (mut addr, mut cached) = self.locate(key, buf).await?;
         let mut p = self.patience();
         loop {
-            let (lock, got) = self.acquire_page(addr, None).await?;
-            if got == Got::HandedOver {
-                self.handovers.set(self.handovers.get() + 1);
-            }
+            let (lock, _) = self.acquire_page(addr, None).await?;
             let step = self
                 .modify_locked(addr, lock, key, value, change, buf)
                 .await?;

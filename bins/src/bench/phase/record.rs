@@ -287,6 +287,7 @@ pub fn record(
             s.cache_bytes = 0;
         }
         smart.add(&s);
+        sherman.locks_acquired += o.sherman.locks_acquired;
         sherman.lock_handovers += o.sherman.lock_handovers;
         sherman.splits += o.sherman.splits;
         sherman.cache_hits += o.sherman.cache_hits;
