@@ -112,6 +112,24 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
         );
     }
     for r in rows {
+        let m = &r.smart;
+        if m.delegated_reads + m.combined_writes > 0 {
+            // SMART's read delegation and write combining at work, per compute node unless
+            // --per-thread-state.
+            let c = &r.op_counts;
+            let pct = |n: u64, of: u64| 100.0 * n as f64 / of.max(1) as f64;
+            let _ = writeln!(
+                out,
+                "smart {} {}: {} reads delegated ({:.1}% of reads), {} writes combined ({:.1}% \
+                 of writes)",
+                r.workload,
+                r.phase,
+                m.delegated_reads,
+                pct(m.delegated_reads, c.reads),
+                m.combined_writes,
+                pct(m.combined_writes, c.updates + c.inserts)
+            );
+        }
         let s = &r.sherman;
         if s.locks_acquired > 0 {
             // Sherman's hierarchical lock at work: the locks a thread of the same compute
