@@ -123,6 +123,34 @@ impl<E: Endpoint> Handle<'_, E> {
             _ => Err("this index has no bulk loader".into()),
         }
     }
+
+    /// Fills this handle's compute-node cache after a bulk load, as the clients' inserts of
+    /// the same keys would have (`warm_cache` of SMART and Sherman); a one-line summary, or
+    /// `None` for an index without such a cache.
+    pub async fn warm_cache(&self) -> Result<Option<String>, String> {
+        let st = match self {
+            Handle::Smart(s) => s.warm_cache().await.map_err(|e| e.to_string())?,
+            Handle::Sherman(s) => s.warm_cache().await.map_err(|e| e.to_string())?,
+            _ => return Ok(None),
+        };
+        Ok(Some(format!(
+            "{} internal nodes read over {} levels, {} cached{}",
+            st.read,
+            st.levels,
+            st.cached,
+            if st.full {
+                " (the cache's capacity stopped it)"
+            } else {
+                ""
+            }
+        )))
+    }
+}
+
+/// Whether a run's compute-node caches are warmed after its bulk load (see
+/// [`Handle::warm_cache`]; `--cold-cache` leaves them cold).
+pub fn warms(a: &BenchArgs, bulk_loaded: bool) -> bool {
+    bulk_loaded && !a.cold_cache
 }
 
 /// Load once, measure many: the memory images of the last bulk-loaded cluster, by what was
