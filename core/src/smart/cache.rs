@@ -431,9 +431,7 @@ impl RadixCache {
     /// Whether one more node of type `ty` fits without evicting another.
     pub fn fits(&self, ty: NodeType) -> bool {
         let cost = self.pool(class(ty)).cost();
-        self.enabled()
-            && self.bytes + cost <= self.budget
-            && self.len() + 1 <= self.index.len() / 2
+        self.enabled() && self.bytes + cost <= self.budget && self.len() < self.index.len() / 2
     }
 
     /// Caches (or refreshes) a freshly read node.

@@ -85,11 +85,11 @@ mod tests;
 mod warm;
 mod write;
 
+pub use crate::bulk::WarmStats;
 pub use bulk::BulkStats;
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
 pub use node::{NodeFootprint, SmartNode};
 pub use recover::Recovered;
-pub use crate::bulk::WarmStats;
 
 use crate::alloc::RemoteAllocator;
 use crate::fabric::{Endpoint, QueuePair};
