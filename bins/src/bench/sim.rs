@@ -325,7 +325,7 @@ pub fn run(
     if let Some(what) = cache_warmed.borrow().as_ref() {
         notes.push(format!(
             "load: each compute node's cache filled after the bulk load, as the load's inserts \
-             would have left it (--cold-cache leaves it cold): {what} on the first"
+             would have left it (--cold-cache leaves it cold); the first node's: {what}"
         ));
     }
     if let (Some(p), Some((what, secs))) = (&bulk, bulked.borrow().as_ref()) {
