@@ -17,6 +17,20 @@ use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, RegionHeader};
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
+/// What warming a compute node's index cache after a bulk load read and kept (SMART's
+/// `warm_cache`, Sherman's): the caches the clients' inserts of the same keys would have left.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WarmStats {
+    /// Internal nodes (pages) read, the root included.
+    pub read: u64,
+    /// Nodes (pages) kept in the cache.
+    pub cached: u64,
+    /// Levels read whole (the root is level 0).
+    pub levels: u32,
+    /// Whether the cache's budget stopped the warm-up before the levels it caches ended.
+    pub full: bool,
+}
+
 /// One chunk being built: its address, image, the bytes carved so far and the objects
 /// reserved in it but not yet filled.
 struct Chunk {

@@ -1,5 +1,6 @@
 //! Bulk-loaded trees (`sherman/bulk.rs`, `smart/bulk.rs`) on the simulated cluster: a tree is
-//! bulk-loaded, then 16 clients run the linearizability workload on it (their keys lie above
+//! bulk-loaded, then 16 clients run the linearizability workload on it (half of them with
+//! their index cache warmed first, `warm_cache`; their keys lie above
 //! the loaded ones, their scans start above them too, so the history checker sees only its
 //! own keys while the tree's shape, splits and descents are the loaded ones); then every
 //! loaded key is read back with its value, a scan returns them in order, inserts between
@@ -119,6 +120,11 @@ macro_rules! loaded_then_checked {
                     let $ep = ctx.ep();
                     let r = async {
                         let index = $open.await.map_err(|e| e.to_string())?;
+                        // Half the clients start with their cache filled as the load's
+                        // inserts would have left it (`warm_cache`), half cold.
+                        if c % 2 == 0 {
+                            index.warm_cache().await.map_err(|e| e.to_string())?;
+                        }
                         let spec = LinSpec {
                             cold: 32,
                             ..LinSpec::new(client, OPS, seed, true)

@@ -185,6 +185,13 @@ pub struct BenchArgs {
     /// record, and their notes say how the keys were loaded.
     #[arg(long)]
     pub no_bulk_load: bool,
+    /// After a bulk load, leave the compute nodes' index caches cold (SMART's radix cache,
+    /// Sherman's index cache). By default each compute node's cache is filled before the
+    /// warm-up, top down, as far as its capacity goes (`warm_cache` in core's `smart/warm.rs`
+    /// and `sherman/warm.rs`): the cache the clients' inserts of the same keys would have
+    /// left, as the papers' runs load their keys by inserting them.
+    #[arg(long)]
+    pub cold_cache: bool,
     /// Keep the bulk-loaded cluster's memory for the next run that loads the same (set for
     /// the points of a `--sweep` and by `remora repro`): load once, measure many.
     #[arg(skip)]

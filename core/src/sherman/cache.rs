@@ -140,6 +140,16 @@ impl IndexCache {
         })
     }
 
+    /// Whether `page` (header `h`) would be kept without evicting another page: the cache
+    /// holds its level and has room for its cost.
+    pub(super) fn fits(&self, h: &PageHeader, page: &[u8]) -> bool {
+        let level = usize::from(h.level());
+        self.enabled
+            && level >= 1
+            && level <= self.levels.len()
+            && self.bytes + self.charge.of(h, page) <= self.cap
+    }
+
     /// Remembers an internal page just read whole: level 1, or any level with `upper`.
     pub(super) fn insert(&mut self, h: &PageHeader, page: &[u8]) {
         let cost = self.charge.of(h, page);

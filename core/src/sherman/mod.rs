@@ -130,8 +130,10 @@ mod redo;
 mod repair;
 mod tree;
 mod wait;
+mod warm;
 mod write;
 
+pub use crate::bulk::WarmStats;
 pub use bulk::{BulkEntry, BulkStats, PAPER_FILL_PERCENT};
 pub use cache::{CacheCharge, LIVE_ENTRY_BYTES, LIVE_PAGE_BYTES};
 pub(crate) use hooks::Batch;

@@ -62,6 +62,9 @@ impl LocalLocks {
     }
 }
 
+/// Bounded attempts at the cache's exclusive guard by [`ShermanNode::cache_keep`].
+const GUARD_TRIES: u32 = 1024;
+
 /// Per-compute-node state of one Sherman tree. `Sync`: share it (in an `Arc`) among the
 /// handles of every client thread of one compute node.
 pub struct ShermanNode {
@@ -130,6 +133,23 @@ impl ShermanNode {
         }
     }
 
+    /// Keeps `page` (header `h`) if the cache has room for it without evicting another
+    /// (waiting a bounded number of spins for the cache's exclusive guard); whether it was
+    /// kept, and `None` when it would not fit. For warming the cache before clients run.
+    pub(crate) fn cache_keep(&self, h: &PageHeader, page: &[u8]) -> Option<bool> {
+        for _ in 0..GUARD_TRIES {
+            if let Some(mut c) = self.cache.write() {
+                if !c.fits(h, page) {
+                    return None;
+                }
+                c.insert(h, page);
+                return Some(true);
+            }
+            core::hint::spin_loop();
+        }
+        Some(false)
+    }
+
     /// Drops the cached page covering `key` (skipped while another thread changes the
     /// cache: the stale page is caught again by the next leaf's fences).
     pub(crate) fn cache_invalidate(&self, key: u64) {
@@ -163,6 +183,16 @@ impl NodeCache {
             hits: Cell::new(0),
             misses: Cell::new(0),
         }
+    }
+
+    /// Whether this handle uses the index cache.
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// [`ShermanNode::cache_keep`].
+    pub(crate) fn cache_keep(&self, h: &PageHeader, page: &[u8]) -> Option<bool> {
+        self.node.cache_keep(h, page)
     }
 
     /// The leaf a cached level-1 page points `key` to (counted as a hit or a miss).

@@ -428,6 +428,12 @@ impl RadixCache {
         self.probe(addr).1.and_then(|i| self.addr_of(i))
     }
 
+    /// Whether one more node of type `ty` fits without evicting another.
+    pub fn fits(&self, ty: NodeType) -> bool {
+        let cost = self.pool(class(ty)).cost();
+        self.enabled() && self.bytes + cost <= self.budget && self.len() < self.index.len() / 2
+    }
+
     /// Caches (or refreshes) a freshly read node.
     pub fn put(&mut self, img: &NodeImg) {
         if !self.enabled() || img.header.is_obsolete() {

@@ -82,8 +82,10 @@ pub(crate) mod shared;
 mod structure;
 #[cfg(test)]
 mod tests;
+mod warm;
 mod write;
 
+pub use crate::bulk::WarmStats;
 pub use bulk::BulkStats;
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
 pub use node::{NodeFootprint, SmartNode};

@@ -1,0 +1,190 @@
+//! Warming a compute node's index cache after a bulk load (`smart/warm.rs`,
+//! `sherman/warm.rs`) on the simulated cluster: a tree is bulk-loaded, one handle warms its
+//! node's cache, and every loaded key is then read back through another handle of the same
+//! node. With the whole tree's internal nodes in the cache a lookup reads no internal node
+//! (SMART) and hits the cache every time (Sherman); a handle of a node left cold reads
+//! internal nodes (misses), so the test can tell the two apart. A cache too small for the
+//! tree stops the warm-up at its capacity (it never evicts what it kept) and lookups stay
+//! correct.
+use remora_core::index::KvIndex;
+use remora_core::sherman::{PAPER_FILL_PERCENT, Sherman, ShermanConfig, ShermanNode, WarmStats};
+use remora_core::smart::{KeyMode, Smart, SmartConfig, SmartNode, Techniques};
+use remora_poller::sim::{Sim, SimConfig};
+use std::cell::RefCell;
+use std::sync::Arc;
+
+const N: u64 = 20_000;
+
+fn key(i: u64) -> [u8; 8] {
+    // Spread over the key space as YCSB's hashed keys are (a radix tree several levels high).
+    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1).to_be_bytes()
+}
+fn value(i: u64) -> [u8; 8] {
+    (i | 1 << 40).to_le_bytes()
+}
+
+fn sim_cfg() -> SimConfig {
+    SimConfig {
+        compute_nodes: 2,
+        memory_nodes: 2,
+        region_len: 64 << 20,
+        seed: 5,
+        ..SimConfig::default()
+    }
+}
+
+/// What a warm-up kept and what reading every loaded key back cost the reading handle.
+#[derive(Debug)]
+struct Seen {
+    warm: Option<WarmStats>,
+    /// SMART: internal nodes read; Sherman: index-cache misses.
+    remote: u64,
+    found: u64,
+}
+
+fn sorted_keys() -> Vec<([u8; 8], u64)> {
+    let mut k: Vec<([u8; 8], u64)> = (0..N).map(|i| (key(i), i)).collect();
+    k.sort_unstable();
+    k
+}
+
+fn smart_run(cache_mib: f64, warm: bool) -> Seen {
+    let cfg = SmartConfig {
+        cache_mib,
+        ..SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8)
+    };
+    let keys = sorted_keys();
+    let out = RefCell::new(None);
+    let mut sim = Sim::new(sim_cfg()).unwrap();
+    let c = sim.client(0).unwrap();
+    sim.spawn_with(&c, 0, |ctx| {
+        let (out, keys) = (&out, &keys);
+        async move {
+            let ep = ctx.ep();
+            let loader = Smart::open(ep, cfg).await.unwrap();
+            let ks: Vec<[u8; 8]> = keys.iter().map(|k| k.0).collect();
+            loader
+                .bulk_load(&ks, &mut |i, v: &mut [u8]| {
+                    v[..8].copy_from_slice(&value(keys[i].1));
+                    8
+                })
+                .await
+                .unwrap();
+            let node = Arc::new(SmartNode::new(&cfg));
+            let warmer = Smart::open_on(ep, cfg, node.clone()).await.unwrap();
+            let w = if warm {
+                Some(warmer.warm_cache().await.unwrap())
+            } else {
+                None
+            };
+            let reader = Smart::open_on(ep, cfg, node).await.unwrap();
+            let before = reader.stats().node_reads;
+            let mut found = 0;
+            let mut buf = [0u8; 8];
+            for i in 0..N {
+                if reader.get(&key(i), &mut buf).await.unwrap() == Some(8) && buf == value(i) {
+                    found += 1;
+                }
+            }
+            *out.borrow_mut() = Some(Seen {
+                warm: w,
+                remote: reader.stats().node_reads - before,
+                found,
+            });
+        }
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    out.into_inner().unwrap()
+}
+
+fn sherman_run(cache_bytes: usize, warm: bool) -> Seen {
+    let cfg = ShermanConfig {
+        page_size: 256,
+        cache_bytes,
+        ..ShermanConfig::sherman()
+    };
+    let keys = sorted_keys();
+    let out = RefCell::new(None);
+    let mut sim = Sim::new(sim_cfg()).unwrap();
+    let c = sim.client(0).unwrap();
+    sim.spawn_with(&c, 0, |ctx| {
+        let (out, keys) = (&out, &keys);
+        async move {
+            let ep = ctx.ep();
+            let loader = Sherman::create(ep, cfg).await.unwrap();
+            loader
+                .bulk_load(N, PAPER_FILL_PERCENT, &mut |i, v: &mut [u8]| {
+                    let (k, n) = keys[i as usize];
+                    v[..8].copy_from_slice(&value(n));
+                    (k, 8)
+                })
+                .await
+                .unwrap();
+            let node = Arc::new(ShermanNode::new(&cfg));
+            let warmer = Sherman::create_on(ep, cfg, node.clone()).await.unwrap();
+            let w = if warm {
+                Some(warmer.warm_cache().await.unwrap())
+            } else {
+                None
+            };
+            let reader = Sherman::create_on(ep, cfg, node).await.unwrap();
+            let mut found = 0;
+            let mut buf = [0u8; 8];
+            for i in 0..N {
+                if reader.get(&key(i), &mut buf).await.unwrap() == Some(8) && buf == value(i) {
+                    found += 1;
+                }
+            }
+            *out.borrow_mut() = Some(Seen {
+                warm: w,
+                remote: reader.cache_stats().1,
+                found,
+            });
+        }
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    drop(sim);
+    out.into_inner().unwrap()
+}
+
+#[test]
+fn a_warmed_smart_cache_serves_every_lookup_from_its_internal_nodes() {
+    let warm = smart_run(64.0, true);
+    let cold = smart_run(64.0, false);
+    println!("warm {warm:?}\ncold {cold:?}");
+    assert_eq!((warm.found, cold.found), (N, N));
+    let w = warm.warm.unwrap();
+    assert!(!w.full && w.cached == w.read && w.levels >= 2, "{w:?}");
+    assert_eq!(warm.remote, 0, "a lookup read an internal node");
+    // Cold, the reader fills the cache itself: it reads the internal nodes the warm-up read.
+    assert!(
+        cold.remote >= w.read / 2,
+        "a cold cache should read internal nodes"
+    );
+    // A cache smaller than the tree: the warm-up stops at its capacity, lookups stay right.
+    let small = smart_run(0.05, true);
+    println!("small {small:?}");
+    let s = small.warm.unwrap();
+    assert!(s.full && s.cached < w.cached && s.cached > 0, "{s:?}");
+    assert_eq!(small.found, N);
+    assert!(small.remote > 0);
+}
+
+#[test]
+fn a_warmed_sherman_cache_hits_on_every_lookup() {
+    let warm = sherman_run(64 << 20, true);
+    let cold = sherman_run(64 << 20, false);
+    println!("warm {warm:?}\ncold {cold:?}");
+    assert_eq!((warm.found, cold.found), (N, N));
+    let w = warm.warm.unwrap();
+    assert!(!w.full && w.cached > 1 && w.levels >= 2, "{w:?}");
+    assert_eq!(warm.remote, 0, "a lookup missed the index cache");
+    assert!(cold.remote > 0, "a cold cache should miss");
+    let small = sherman_run(8 << 10, true);
+    println!("small {small:?}");
+    let s = small.warm.unwrap();
+    assert!(s.full && s.cached < w.cached && s.cached > 0, "{s:?}");
+    assert_eq!(small.found, N);
+    assert!(small.remote > 0);
+}
