@@ -117,7 +117,9 @@ pub struct Scale {
 ///   (5 x 4M x 7.1 µs: 2.4 minutes of CPU; 10 hours at 1B); the rest bulk-loads.
 /// - CANRT, 500k keys (the paper states none; 1M assumed for its cache scaling): no bulk
 ///   loader, each of its runs inserts.
-/// - Erda, 600k keys (the paper states none): no bulk loader, each run inserts.
+/// - Erda, 600k keys (the paper states none; its baselines' tables hold at most 20k, so
+///   the runs scale the LLC up by keys / 20k: `erda/sizing.rs`): no bulk loader, each run
+///   inserts.
 /// - Catfish, 300k rectangles (paper 2M): no bulk loader, each run inserts through the
 ///   server.
 const FULL: &[(&str, u64, u64, u64)] = &[

@@ -2,14 +2,45 @@
 //! (its 4 KiB runs do not fit this machine at the full scale's key count).
 use crate::repro::Scale;
 
+/// The most keys the paper's runs can have loaded (it states no count): its baselines'
+/// servers hold at most 20000 (`#define HASHCapacity 20000`, Redo Logging/DS_s.h and Read
+/// After Write/DS_s.h in csXinxinLiu/Erda, buckets of a hopscotch table with
+/// `MAX_SEARCH_RANGE 2`), and the three systems ran the same YCSB files.
+pub(super) const PAPER_KEYS_MAX: u64 = 20_000;
+
 /// The cluster flags every Erda run shares, after the scale's key and operation counts.
 pub(super) fn sized_flags(s: &Scale) -> String {
+    sized_flags_on(s, super::NODES)
+}
+
+/// [`sized_flags`] on `nodes` compute nodes.
+pub(super) fn sized_flags_on(s: &Scale, nodes: usize) -> String {
+    let llc = match llc_lines(s) {
+        Some(lines) => format!(" --set server_llc_lines={lines}"),
+        None => String::new(),
+    };
     format!(
-        "{} --profile erda --compute-nodes {} --memory-nodes 1 \
+        "{} --profile erda{llc} --compute-nodes {nodes} --memory-nodes 1 \
          --persistent --coroutines 1",
         s.kv_flags(),
-        super::NODES
     )
+}
+
+/// The modelled LLC of a run that loads more keys than the paper's can have
+/// ([`PAPER_KEYS_MAX`]): the profile's 12 MiB x keys loaded / [`PAPER_KEYS_MAX`], so the
+/// run's data set is to its cache as the paper's was to its 12 MiB L3 (or smaller); `None`
+/// (the profile's) at or below it. Without it the full scale's 600k keys miss a cache the
+/// paper's data set fitted: Redo's request thread spent 616 ns per YCSB-C read instead of
+/// 453 (16 clients, 64 B), and every row that binds on it moved (Redo / Erda YCSB-C mean
+/// latency 2.23x where the quick scale and the paper have 1.6x and 1.48x).
+pub(super) fn llc_lines(s: &Scale) -> Option<u64> {
+    if s.records <= PAPER_KEYS_MAX {
+        return None;
+    }
+    let full = remora::poller::sim::profiles::profile("erda")
+        .map(|p| p.model().server_llc_lines)
+        .unwrap_or(remora::poller::sim::Model::default().server_llc_lines);
+    Some((full * s.records as f64 / PAPER_KEYS_MAX as f64).round() as u64)
 }
 
 /// The flags of the value-size sweep (`erda-values`) after [`sized_flags`]: 16 client threads.
@@ -71,6 +102,41 @@ pub(super) fn records_at(s: &Scale, value: usize) -> u64 {
 mod tests {
     use super::*;
     use crate::repro::ScaleSel;
+
+    /// Every run gives its server the paper's cache per key or more: at most
+    /// [`PAPER_KEYS_MAX`] keys keep the profile's 12 MiB (the quick scale's commands carry
+    /// no `server_llc_lines`), and a run with more scales it by its keys (full: 600k keys,
+    /// 30x the lines).
+    #[test]
+    fn llc_scales_with_keys_past_the_papers() {
+        let full_llc = remora::poller::sim::profiles::profile("erda")
+            .expect("the erda profile")
+            .model()
+            .server_llc_lines;
+        for scale in [ScaleSel::Tiny, ScaleSel::Quick, ScaleSel::Full] {
+            let s = Scale::of(scale).for_paper("erda");
+            let p = super::super::paper(&s);
+            let mut scaled = 0;
+            for series in p.experiments.iter().flat_map(|e| &e.series) {
+                let a = crate::repro::run::parse_bench(&series.args).unwrap();
+                let set = series
+                    .args
+                    .split("server_llc_lines=")
+                    .nth(1)
+                    .map(|t| t.split(' ').next().unwrap().parse::<f64>().unwrap());
+                if a.records <= PAPER_KEYS_MAX {
+                    assert_eq!(set, None, "{}", series.args);
+                    continue;
+                }
+                let lines = set.unwrap_or_else(|| panic!("no LLC: {}", series.args));
+                let per_key = lines / a.records as f64;
+                let paper = full_llc / PAPER_KEYS_MAX as f64;
+                assert!((per_key / paper - 1.0).abs() < 1e-3, "{}", series.args);
+                scaled += 1;
+            }
+            assert_eq!(scaled > 0, scale == ScaleSel::Full, "{}", s.name);
+        }
+    }
 
     /// The value-size sweep's runs fit their region budget at every scale (at full, 600k keys
     /// of 4 KiB asked 48.9 GB and aborted the run), and only the runs that would not fit load
