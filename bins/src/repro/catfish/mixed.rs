@@ -198,14 +198,7 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
             true,
             p("catfish-mixed", CAT, "b"),
             p("catfish-mixed", "fast messaging", "b"),
-            "with each client one request outstanding, throughput = clients / mean latency \
-             (remora: within 4% at every 90/10 point), so 7.55x in latency is 7.55x in \
-             throughput at that point, above the paper's own 3.3x and above the bound the \
-             throughput row's note derives from the paper's figures (2.19x). The paper's \
-             other throughput / latency pairs agree within 1.6x (search-only 2.32 / 3.25, \
-             3.09 / 3.07; basic 2.50 / 2.65, 5.88 / 5.09, 90/10 6.28 / 5.91, 5.28 / 4.67; \
-             Hilbert 1.69 / 2.01, 2.33 / 2.09, 90/10 1.34 / 1.50, 3.95 / 2.53), this pair \
-             is 2.3x apart",
+            "",
         ),
         Claim::ratio(
             "mixed-latency-vs-offloading",
@@ -234,17 +227,7 @@ pub(super) fn basic_claims() -> Vec<Claim> {
             true,
             p("catfish-basic-mixed", CAT, "b"),
             p("catfish-basic-mixed", "fast messaging", "b"),
-            "the bound of the R*-tree 90/10 row's note with the paper's basic-tree figures \
-             (fast messaging's 638.91 Kops peak: S = 43.82 µs; S_e = S x 152.50 / 203.96 = \
-             32.77 µs; offloading 193.75 Kops at 256 clients) is 1.64x search-only and \
-             1.59x with inserts costing a search's CPU, falling as they cost more: 6.28x \
-             (and 2.50x search-only) needs fast messaging to lose ~4x its throughput to 10% \
-             inserts that Catfish, serving the same inserts, does not, or a point where fast \
-             messaging runs below its peak (remora's runs at it from 32 clients, 0.548 of \
-             0.565 Mops). remora's basic insert measures cheaper than its search (4.96 \
-             against 10.28 µs, `BASIC_INSERT_NS`), so it is charged a search's cost: fast \
-             messaging runs 0.565 Mops search-only and 90/10 (49.39 µs of server a request), \
-             Catfish 0.839 and 0.857 (1.48x, 1.52x; remora's own bound 1.75x)",
+            "",
         ),
         Claim::ratio(
             "basic-mixed-vs-offloading",
