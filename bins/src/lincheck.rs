@@ -193,7 +193,7 @@ fn seeds(s: &str) -> Result<std::ops::RangeInclusive<u64>, String> {
 /// semantics it states, not a bug.
 fn refuse_weak(cfg: &IndexCfg) -> Result<(), String> {
     match cfg {
-        IndexCfg::Canrt { cfg } if !cfg.linearizable() => Err(format!(
+        IndexCfg::Canrt { cfg, .. } if !cfg.linearizable() => Err(format!(
             "CANRT with --canrt-ack {} is not linearizable by design (a write returns before \
              the server applies it): the linearizability check runs the default, applied",
             cfg.ack.name()
@@ -249,6 +249,7 @@ fn index_cfg(kind: IndexKind, key_bytes: usize) -> Result<IndexCfg, String> {
                 key_len: key_bytes as u32,
                 ..CanrtConfig::new(0)
             },
+            growth: Default::default(),
         },
         IndexKind::Erda => IndexCfg::Erda {
             server: ErdaConfig::small(),
@@ -544,6 +545,7 @@ mod tests {
                 ack: WriteAck::Posted,
                 ..CanrtConfig::new(0)
             },
+            growth: Default::default(),
         };
         assert!(refuse_weak(&weak).unwrap_err().contains("not linearizable"));
     }

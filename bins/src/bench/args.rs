@@ -11,6 +11,16 @@ pub enum CanrtAck {
     Posted,
 }
 
+/// `--canrt-growth`: how CANRT's memory node grows the tree (see
+/// `remora::core::canrt::Growth`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CanrtGrowth {
+    /// Split the full node in half in place (remora's default).
+    Split,
+    /// The paper's: one data node per `k`-character prefix, a full node adds a level.
+    WholeLevel,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum IndexKind {
     /// SMART, the adaptive radix tree on disaggregated memory.
@@ -220,6 +230,12 @@ pub struct BenchArgs {
     /// 8-byte meta word). Fewer slots leave fewer keys per node READ (the range rows' fill).
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..=32))]
     pub canrt_slots: Option<u32>,
+    /// CANRT: how a full data node grows the tree. `split` (remora's default) halves the
+    /// full node in place, so nodes stay half to fully used; `whole-level` is the paper's
+    /// geometry (§3.1, §3.5 addHeight): a data node holds the keys sharing a `k`-character
+    /// prefix and a full node adds a level, so random string keys leave a few per node.
+    #[arg(long, value_enum, default_value = "split")]
+    pub canrt_growth: CanrtGrowth,
     /// Erda: size its log so that the run cleans it (regions of twice the records' share,
     /// cleaning after half a region of appends), as a `--seconds` run always does. Without
     /// it, a fixed-count run's regions are sized so that its appends (records + warm-up +
@@ -436,6 +452,9 @@ pub(super) fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if a.canrt_scan_batch.is_some() && a.index != IndexKind::Canrt {
         return Err("--canrt-scan-batch is for --index canrt".into());
+    }
+    if a.canrt_growth != CanrtGrowth::Split && a.index != IndexKind::Canrt {
+        return Err("--canrt-growth is for --index canrt".into());
     }
     if a.canrt_slots.is_some() && a.index != IndexKind::Canrt {
         return Err("--canrt-slots is for --index canrt".into());

@@ -82,6 +82,10 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 slots: a.canrt_slots.unwrap_or(CanrtConfig::new(0).slots),
                 ..CanrtConfig::new(0)
             },
+            growth: match a.canrt_growth {
+                CanrtGrowth::Split => Growth::Split,
+                CanrtGrowth::WholeLevel => Growth::WholeLevel,
+            },
         }),
         IndexKind::Catfish => Err("Catfish is not a key-value index: see bench/spatial.rs".into()),
         IndexKind::Wort => Ok(IndexCfg::Wort { kind: Kind::Wort }),

@@ -2,7 +2,7 @@
 //! for and the phase code stays generic over `KvIndex`.
 use super::resizes::ResizeWatch;
 use remora::core::Snapshot;
-use remora::core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
+use remora::core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer, Growth};
 use remora::core::chime::{Chime, ChimeConfig, ChimeNode};
 use remora::core::erda::baseline::{Baseline, BaselineServer, Scheme};
 use remora::core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
@@ -34,6 +34,8 @@ pub enum IndexCfg {
     /// CANRT; its memory node (node 0) runs `CanrtServer`.
     Canrt {
         cfg: CanrtConfig,
+        /// How its memory node grows the tree (`--canrt-growth`).
+        growth: Growth,
     },
     /// Erda; its memory node (node 0) runs `ErdaServer` with `server`'s geometry.
     Erda {
@@ -110,8 +112,11 @@ impl IndexCfg {
             .filter(|(b, _)| *b)
             .map(|(_, n)| *n)
             .collect(),
-            IndexCfg::Canrt { cfg } => {
+            IndexCfg::Canrt { cfg, growth } => {
                 let mut v = Vec::new();
+                if *growth == Growth::WholeLevel {
+                    v.push("whole-level growth");
+                }
                 if cfg.flush_appends && cfg.linearizable() {
                     v.push("flush-appends");
                 }
@@ -166,8 +171,8 @@ impl IndexCfg {
     /// [`Self::server_handler`], and where to read the resize clock of the CANRT server.
     pub fn server(&self, region_len: u64, chunk_size: u64) -> Result<Option<ServedBy>, String> {
         let h: Box<dyn Handler + Send> = match self {
-            IndexCfg::Canrt { .. } => {
-                let s = CanrtServer::new();
+            IndexCfg::Canrt { growth, .. } => {
+                let s = CanrtServer::with_growth(*growth);
                 let watch = ResizeWatch::of(s.stats());
                 return Ok(Some((Box::new(s), watch)));
             }
@@ -328,7 +333,7 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                         .map_err(|e| e.to_string())?,
                 )
             }
-            IndexCfg::Canrt { cfg } => {
+            IndexCfg::Canrt { cfg, .. } => {
                 let n = match &node.canrt {
                     Some(n) => n.clone(),
                     None => Arc::new(CanrtNode::new()),

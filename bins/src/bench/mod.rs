@@ -34,7 +34,7 @@ use clap::{Args, ValueEnum};
 use index::IndexCfg;
 use indicatif::{ProgressBar, ProgressStyle};
 use phase::{BenchRecord, value_for};
-use remora::core::canrt::{CanrtConfig, WriteAck};
+use remora::core::canrt::{CanrtConfig, Growth, WriteAck};
 use remora::core::chime::ChimeConfig;
 use remora::core::erda::baseline::Scheme;
 use remora::core::erda::{ErdaClientConfig, ErdaConfig};

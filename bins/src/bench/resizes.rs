@@ -51,6 +51,7 @@ mod tests {
         assert_eq!(ResizeWatch::default().now(), None);
         let canrt = IndexCfg::Canrt {
             cfg: remora::core::canrt::CanrtConfig::default(),
+            growth: Default::default(),
         };
         assert!(ResizeWatch::default().note(&canrt).is_some());
         assert!(wa.note(&canrt).is_none());

@@ -158,6 +158,13 @@ fn pack(runs: &[(u8, usize, usize)], target: usize) -> Option<Vec<(u8, usize, us
     Some(out)
 }
 
+/// One data node per run (per character), or None if a run is over `target`.
+fn per_char(runs: &[(u8, usize, usize)], target: usize) -> Option<Vec<(u8, usize, usize)>> {
+    runs.iter()
+        .all(|&(_, a, b)| b - a <= target)
+        .then(|| runs.to_vec())
+}
+
 /// One prefix node while planning: its index on its level, characters, and per character
 /// the key range under it.
 struct Pending {
@@ -179,6 +186,10 @@ struct Levels {
 enum Leaves<'a> {
     /// New data nodes of at most this many keys, numbered in key order.
     Pack(usize),
+    /// The paper's geometry (§3.1-3.2): one data node per last-level character (the keys
+    /// sharing a `k`-character prefix), none holding more than this many keys, numbered in
+    /// key order. Adjacent characters are never packed into one node.
+    PerChar(usize),
     /// Keys stay in the data nodes they are in: `units[i]` is the data node of `keys[i]`
     /// (each node's keys contiguous in key order).
     Units(&'a [u32]),
@@ -222,6 +233,7 @@ fn plan_levels(
             let r = match (last, leaves) {
                 (false, _) => Some(r),
                 (true, Leaves::Pack(target)) => pack(&r, target),
+                (true, Leaves::PerChar(target)) => per_char(&r, target),
                 (true, Leaves::Units(u)) => by_unit(&r, u),
             };
             let Some(r) = r else {
@@ -262,7 +274,7 @@ fn plan_levels(
         for n in level {
             if i + 1 == k {
                 let ids: Vec<u32> = match leaves {
-                    Leaves::Pack(_) => (0..n.chars.len())
+                    Leaves::Pack(_) | Leaves::PerChar(_) => (0..n.chars.len())
                         .map(|j| (groups.len() + j) as u32)
                         .collect(),
                     Leaves::Units(u) => n.ranges.iter().map(|r| u[r.0]).collect(),
@@ -287,6 +299,19 @@ fn plan_levels(
 /// format's limits holds them.
 pub fn plan(keys: &[u128], target: usize, key_len: u32) -> Result<Option<Plan>, LayoutError> {
     plan_with(keys, Leaves::Pack(target.max(1)), key_len)
+}
+
+/// Plans the paper's geometry for `keys` (sorted, distinct): the smallest height `k` at
+/// which every data node is one last-level character, the keys sharing a `k`-character
+/// prefix, with at most `target` keys each (§3.1: a data node holds the keys with the same
+/// prefix; §3.5: a full node grows the tree by a whole level, addHeight). `None` when no
+/// shape within the format's limits holds them.
+pub fn plan_per_char(
+    keys: &[u128],
+    target: usize,
+    key_len: u32,
+) -> Result<Option<Plan>, LayoutError> {
+    plan_with(keys, Leaves::PerChar(target.max(1)), key_len)
 }
 
 /// Plans a prefix array that keeps every key in the data node it is in: `units[i]` is the

@@ -112,6 +112,15 @@
 //!   repacked into one twice as large; its predecessor's memory goes to a free pool that
 //!   later rebuilds build in (`pool.rs`: reuse is safe while stale clients still address
 //!   it, and the pool comes back after a memory-node crash).
+//! - **The paper's geometry** ([`Growth::WholeLevel`], opt-in: `CanrtServer::with_growth`).
+//!   A data node per last-level character (the keys sharing a `k`-character prefix), every
+//!   resize a rebuild at the smallest height where no node is full (addHeight), and a
+//!   rebuild also once a node's worth of new keys found no character of their own (the
+//!   paper sends them to its last data node and adds characters when that fills: addWidth).
+//!   Nodes then hold what the key distribution puts under a prefix (random 62-character
+//!   strings: ~2.6-5 keys at 10,000-20,000 keys), which is what the paper's range figures
+//!   imply; every such resize repacks the whole tree, and the data arrays hold many
+//!   nearly empty nodes.
 //! - **Lock tickets across resizes.** A data node keeps its lock word for life, so a client
 //!   that took a ticket always hands it back (a data node of an older data array excepted).
 mod build;
@@ -135,7 +144,7 @@ mod write;
 pub use client::{Canrt, ClientStats, SCAN_BATCH};
 pub use node::CanrtNode;
 pub use resize_stats::{ResizeClock, ResizeCounts};
-pub use server::{CanrtServer, Counter, RecoveryReport, ServerStats};
+pub use server::{CanrtServer, Counter, Growth, RecoveryReport, ServerStats};
 pub use view::TreeView;
 
 use crate::fabric::FabricError;

@@ -32,10 +32,10 @@
 //! old. The header and the prefix array carry CRC-64s ([`TreeHeader::seal`]) that a torn
 //! copy fails, whatever order its words were read in; the server still zeroes the magic
 //! first and writes it last, so the area is never a valid header while half written.
-use super::build::{Plan, plan, plan_units};
+use super::build::{Plan, plan, plan_per_char, plan_units};
 use super::keys::load_key;
 use super::pool::{area_need, table_off};
-use super::server::{CanrtServer, ServerStats, bad_layout, invalid};
+use super::server::{CanrtServer, Growth, ServerStats, bad_layout, invalid};
 use super::view::{NodeView, TreeView};
 use crate::fabric::FabricError;
 use crate::server::LocalRegion;
@@ -362,6 +362,7 @@ impl CanrtServer {
         };
         self.array_epoch = Some(h.epoch);
         self.bounds = bounds;
+        self.foreign = 0;
         // The old data array's memory goes to the pool, and the slots reserved in it stay
         // with their frames (late appends may still land there: see `pool.rs`).
         if let Some(o) = old {
@@ -411,7 +412,7 @@ impl CanrtServer {
         self.split.clear();
         self.undrained.clear();
         self.drain_seen.clear();
-        if room == 0 {
+        if room == 0 || self.growth == Growth::WholeLevel {
             return self.freeze_all(region, &h);
         }
         self.freeze(region, &h, full)?;
@@ -752,6 +753,15 @@ impl CanrtServer {
         pairs.sort_by_key(|p| p.0);
         pairs.dedup_by_key(|p| p.0);
         let keys: Vec<u128> = pairs.iter().map(|p| p.0).collect();
+        if self.growth == Growth::WholeLevel {
+            // The paper's addHeight: the smallest height at which no node is full (one slot
+            // short of it, so the node reported full is split by its next character).
+            let target = (h.slots as usize).saturating_sub(1).max(1);
+            let p = plan_per_char(&keys, target, h.key_len)
+                .map_err(bad_layout(region, h.area_off))?
+                .ok_or_else(|| invalid(region, h.area_off, "no tree shape holds the keys"))?;
+            return self.rebuild_into(region, h.data(), h.epoch.wrapping_add(1), &p, &pairs);
+        }
         // Half full, unless that many nodes would leave less than half the node-id space to
         // split into: then fuller (at most one slot short of full).
         let half = (h.slots as usize / 2).max(1);

@@ -115,9 +115,32 @@ pub(super) struct DrainSeen {
     pub(super) served: Vec<(u32, u64)>,
 }
 
+/// How the server grows the tree when a data node is full (§3.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Growth {
+    /// remora's default: the full node (and every node three-quarters full) is split in
+    /// half in place, and the prefix array is replanned from the nodes' key bounds; when
+    /// the data array is out of room every item is repacked half full. Nodes stay half to
+    /// fully used.
+    #[default]
+    Split,
+    /// The paper's geometry: a data node holds the keys sharing a `k`-character prefix
+    /// (one per last-level character, §3.1), and a full node grows the tree by a whole
+    /// level (addHeight, §3.5): every item is repacked into the smallest height at which
+    /// no data node is full. Nodes hold what the key distribution puts under each prefix
+    /// (random strings: a few keys), so a range reads more nodes per key.
+    WholeLevel,
+}
+
 /// The CANRT metadata applier of one memory node.
 pub struct CanrtServer {
     pub(super) tree: Option<TreeHeader>,
+    /// How a full data node grows the tree.
+    pub(super) growth: Growth,
+    /// [`Growth::WholeLevel`]: keys applied since the last rebuild whose prefix has no
+    /// character of its own in the prefix array (the paper's last data node gathers them,
+    /// and once it is full, addWidth gives them characters: §3.2, §3.5).
+    pub(super) foreign: u32,
     /// A resize is under way: the nodes it splits (or, for a rebuild, every node) are
     /// frozen, waiting for their last lock tickets to be served.
     pub(super) resizing: bool,
@@ -195,6 +218,8 @@ impl CanrtServer {
     pub fn new() -> CanrtServer {
         CanrtServer {
             tree: None,
+            growth: Growth::Split,
+            foreign: 0,
             resizing: false,
             split: Vec::new(),
             rebuild: false,
@@ -213,6 +238,14 @@ impl CanrtServer {
             freeing: BTreeMap::new(),
             quiet: BTreeMap::new(),
             pool: Default::default(),
+        }
+    }
+
+    /// A server that grows the tree as `growth` says (the default is [`Growth::Split`]).
+    pub fn with_growth(growth: Growth) -> CanrtServer {
+        CanrtServer {
+            growth,
+            ..CanrtServer::new()
         }
     }
 
@@ -568,7 +601,36 @@ impl CanrtServer {
             *b = super::resize::widen(*b, key);
         }
         ServerStats::bump(&self.stats.applied);
+        if self.growth == Growth::WholeLevel
+            && m.bitmap().count_ones() > free.bitmap().count_ones()
+            && !self.exact(region, &h, key)?
+        {
+            // A new key without a character of its own: the paper's last data node takes
+            // it. That node holds `slots` of them; once they are as many, addWidth (here a
+            // rebuild at the smallest height and width that give every prefix its node).
+            self.foreign += 1;
+            if self.foreign >= g.slots && !self.resizing {
+                self.start_resize(region, imm.node)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Whether the valid tree `h` has a character of its own for every level of `key`.
+    fn exact(
+        &mut self,
+        region: &dyn LocalRegion,
+        h: &TreeHeader,
+        key: u128,
+    ) -> Result<bool, FabricError> {
+        if self.view.as_ref().is_none_or(|v| v.header.epoch != h.epoch) {
+            self.view = Some(self.view_of(region, h)?);
+        }
+        Ok(self
+            .view
+            .as_ref()
+            .and_then(|v| v.locate_exact(key).ok())
+            .is_some_and(|(_, e)| e))
     }
 
     /// Whether short epoch `short` (an append's) names a tree of the valid tree `h`'s data

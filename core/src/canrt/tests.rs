@@ -671,6 +671,7 @@ fn a_tree_takes_more_than_two_to_the_17_data_nodes() {
 }
 
 mod basics;
+mod growth;
 pub(super) mod issue13;
 mod keys16;
 mod killed_holder;

@@ -122,13 +122,22 @@ impl TreeView {
     /// key to the least or greatest data node under its neighbours, so key order is data-node
     /// order; on the last level a node's characters are range starts.
     pub fn locate(&self, key: u128) -> Result<u32, LayoutError> {
+        self.locate_exact(key).map(|(n, _)| n)
+    }
+
+    /// [`Self::locate`], and whether the key's path is the paper's exact match: every gap
+    /// equal and every level's character present in its prefix node (the paper sends any
+    /// other key to its last data node, §3.2; remora to the nearest node in key order).
+    pub fn locate_exact(&self, key: u128) -> Result<(u32, bool), LayoutError> {
         let g = &self.geometry;
+        let mut exact = true;
         let mut id = 0u64;
         let mut level = 1u32;
         let mut clamp = Clamp::No;
         for seg in &self.segments {
             match *seg {
                 Segment::Gap { value, .. } => {
+                    exact &= seg.bits(key) == value;
                     if clamp == Clamp::No {
                         let v = seg.bits(key);
                         if v < value {
@@ -152,10 +161,12 @@ impl TreeView {
                         Clamp::No => match chars.binary_search(&(seg.bits(key) as u8)) {
                             Ok(i) => i,
                             Err(0) => {
+                                exact = false;
                                 clamp = Clamp::Min;
                                 0
                             }
                             Err(i) => {
+                                exact = false;
                                 if !last {
                                     clamp = Clamp::Max;
                                 }
@@ -171,7 +182,7 @@ impl TreeView {
                                 value: n as u64,
                             });
                         }
-                        return Ok(n);
+                        return Ok((n, exact && clamp == Clamp::No));
                     }
                     id = g.child(level, id, p as u32);
                     level += 1;
