@@ -61,7 +61,7 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    if matches!(a.workload, Workload::D | Workload::E) {
+    if matches!(a.workload, Workload::D | Workload::E | Workload::Wi) {
         return Err(format!(
             "--cluster-size runs workloads without inserts (LOAD, A, B, C, F): the processes \
              of YCSB-{} would insert the same new keys",

@@ -28,6 +28,12 @@ pub enum Workload {
     U,
     /// 100% range queries of exactly `--scan-max` keys (the CANRT paper's range query).
     Range,
+    /// 50% insert of new keys, 50% read of existing keys (zipfian unless `--distribution`
+    /// says otherwise): the Sherman paper's write-intensive workload (seeds/002 §3: "In
+    /// write-intensive workloads (50% insert and 50% lookup)", under "skewed workloads (0.99
+    /// Zipfian parameter)"); `--workload write-intensive` or `wi`.
+    #[value(name = "write-intensive", alias = "wi")]
+    Wi,
 }
 
 impl Workload {
@@ -41,6 +47,7 @@ impl Workload {
             Workload::E => "E",
             Workload::U => "UPD",
             Workload::Range => "RANGE",
+            Workload::Wi => "WI",
         }
     }
     /// Percentages of (read, update, insert, scan).
@@ -54,6 +61,7 @@ impl Workload {
             Workload::E => [0, 0, 5, 95],
             Workload::U => [0, 100, 0, 0],
             Workload::Range => [0, 0, 0, 100],
+            Workload::Wi => [50, 0, 50, 0],
         }
     }
 }
@@ -360,5 +368,11 @@ mod tests {
         assert_eq!(b[..8], 258u64.to_be_bytes());
         assert_eq!(Workload::U.mix(), [0, 100, 0, 0]);
         assert_eq!(Workload::Range.mix(), [0, 0, 0, 100]);
+        assert_eq!(Workload::Wi.mix(), [50, 0, 50, 0]);
+        assert_eq!(
+            Workload::from_str("wi", true),
+            Ok(Workload::Wi),
+            "the short name parses"
+        );
     }
 }

@@ -31,6 +31,8 @@ pub(crate) fn same_side(r: f64, paper: f64, near_one: bool) -> bool {
 pub(super) fn wname(w: &str) -> String {
     if w == "LOAD" {
         "LOAD".to_string()
+    } else if w == "WI" {
+        "write-intensive (50% insert, 50% read)".to_string()
     } else {
         format!("YCSB-{w}")
     }
