@@ -108,7 +108,8 @@ pub struct LinArgs {
     #[arg(long, default_value_t = 8)]
     pub key_bytes: usize,
     /// With --index chime: remora's own ideas beyond CHIME to turn on (comma-separated:
-    /// delegation, combining).
+    /// delegation, combining). With --index canrt: `whole-level`, the paper's growth (a data
+    /// node per key prefix, every resize a rebuild) instead of splits.
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
     /// With --index smart: the factor analysis's first step, the ART baseline with the cache
@@ -454,8 +455,18 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
         (IndexCfg::Chime { cfg }, _) => IndexCfg::Chime {
             cfg: crate::bench::chime_with(cfg, &a.with)?,
         },
+        (IndexCfg::Canrt { cfg, .. }, false) if a.with == ["whole-level"] => IndexCfg::Canrt {
+            cfg,
+            growth: remora::core::canrt::Growth::WholeLevel,
+        },
         (cfg, true) => cfg,
-        (_, false) => return Err("--with: only with --index chime".into()),
+        (_, false) => {
+            return Err(
+                "--with: only with --index chime (delegation, combining) or --index canrt \
+                 (whole-level)"
+                    .into(),
+            );
+        }
     };
     let cfg = match (cfg, a.baseline) {
         (IndexCfg::Smart { .. }, true) => {
