@@ -6,11 +6,12 @@
 //! whose waker was woken since its last poll; a coroutine runs until it waits, then the next
 //! one runs. Each coroutine has a waker of its own, built once from its index into the
 //! thread's coroutine table (a wake-up sets that coroutine's flag: no allocation, no
-//! syscall). Fabric futures that make progress by being polled (the soft fabric's
-//! `yield_now`; on verbs, the one waiting post per send completion queue that holds its
-//! poll duty, `src/verbs/qp/wake.rs`) wake themselves before they return `Pending`, so they
-//! are polled every round. Every other waiting verbs post is woken by the completion of its
-//! own work request, and a coroutine parked on something another coroutine or thread will
+//! syscall). Once per round, before it polls the woken coroutines, it runs the thread's
+//! progress hooks ([`crate::progress::run`]): on verbs each hook drains a send completion
+//! queue (and the receive queues waited on) and wakes exactly the coroutines whose work
+//! requests finished, so no verbs future wakes itself to look. Fabric futures that make
+//! progress by being polled (the soft fabric's `yield_now`) wake themselves before they
+//! return `Pending`, and a coroutine parked on something another coroutine or thread will
 //! wake (a delegation or lock waiter) is not polled until then.
 //! The coroutines are pinned in one place before the run: the thread's frame memory when a
 //! fabric installed one ([`crate::frames`]: registered memory, where the NIC writes READ
@@ -34,7 +35,8 @@ pub fn run_coroutines<F: Future>(coroutines: Vec<F>) -> Vec<F::Output> {
 }
 
 /// As [`run_coroutines`], calling `progress` once per round (e.g. to poll a shared CQ; what it
-/// completes must wake the coroutines that wait for it).
+/// completes must wake the coroutines that wait for it), after the coroutines of the round,
+/// beside the thread's registered hooks ([`crate::progress`]), which run before them.
 pub fn run_coroutines_with<F: Future>(
     coroutines: Vec<F>,
     mut progress: impl FnMut(),
@@ -45,7 +47,9 @@ pub fn run_coroutines_with<F: Future>(
     let mut out: Vec<Option<F::Output>> = (0..n).map(|_| None).collect();
     let mut live = n;
     let mut polls = 0u64;
+    let _driving = crate::progress::Driving::start();
     while live > 0 {
+        crate::progress::run();
         for (i, slot) in out.iter_mut().enumerate() {
             if slot.is_some() || !join.take(i) {
                 continue;

@@ -6,10 +6,12 @@
 //! starts a task there, and the task is dropped in place when it finishes, so the loop
 //! allocates nothing per operation. A ready list holds the tasks to poll: a task is polled
 //! only after its waker was called (soft's yields wake themselves when they return
-//! `Pending`; on verbs only the post holding its completion queue's poll duty does, and the
-//! others are woken by their own work request's completion), and a woken task goes to the
-//! back, so the tasks waiting on the fabric take turns. With nothing to run, the poller spins
-//! for a while, then parks until the next submission ([`Idle`]).
+//! `Pending`; on verbs no future does: once per round, before the ready tasks are polled,
+//! the thread's progress hooks ([`remora_poller::progress`]) drain its completion queues and
+//! wake the tasks whose work requests finished), and a woken task goes to the back, so the
+//! tasks waiting on the fabric take turns. With nothing to run, the poller spins for a
+//! while, then parks until the next submission ([`Idle`]); while hooks are registered (verbs
+//! work in flight, which nothing would wake it for) it keeps polling them instead.
 use super::error::Error;
 use super::index::PerThread;
 use super::lives::{Gate, Life};
@@ -209,6 +211,7 @@ pub(crate) fn drive<F: Future<Output = ()>>(
     let mut tasks: Frames<Option<F>> = Frames::new((0..n).map(|_| None).collect());
     let mut live = 0usize;
     let mut idle = Idle::new(patience);
+    let _driving = remora_poller::progress::Driving::start();
     loop {
         let mut worked = false;
         if lost.get() && live == 0 {
@@ -220,12 +223,22 @@ pub(crate) fn drive<F: Future<Output = ()>>(
                 return End::Stopped;
             }
             if live > 0 {
-                // Every task waits: on a timer (fired here once due), or on a wake from
-                // another thread (a lock's hand-over, a completion). Spin a bounded time,
-                // then sleep until the next timer or that wake.
+                // Every task waits: on its fabric's completions (drained here by the
+                // progress hooks, which wake the tasks they finish), on a timer (fired here
+                // once due), or on a wake from another thread (a lock's hand-over). With
+                // hooks registered, poll them again; else spin a bounded time, then sleep
+                // until the next timer or that wake.
+                let polling = {
+                    let _gate = gate.map(Gate::enter);
+                    remora_poller::progress::run()
+                };
                 let next = remora_poller::soft::timer::fire_due();
                 if ready.ring.is_empty() {
-                    idle.wait_busy(shared, next, || ready.ring.is_empty());
+                    if polling {
+                        std::hint::spin_loop();
+                    } else {
+                        idle.wait_busy(shared, next, || ready.ring.is_empty());
+                    }
                 }
             } else {
                 idle.wait(shared);
@@ -243,6 +256,8 @@ pub(crate) fn drive<F: Future<Output = ()>>(
             ready.push(i);
             worked = true;
         }
+        // The fabric's completions first: they put the tasks they finish on the ready list.
+        remora_poller::progress::run();
         // One round: the tasks ready now (a task woken during the round waits for the next).
         for _ in 0..ready.ring.len() {
             let Some(i) = ready.ring.pop() else { break };

@@ -539,10 +539,11 @@ impl Endpoint for VerbsEndpoint {
     }
 
     /// Through the rdma_cm control path ([`fence_client`]): the node moves the client's queue
-    /// pairs to the error state before it answers. Blocks this thread (and its coroutines) for
-    /// the exchange — a fence happens once per dead holder, after a lease. A node that does
-    /// not fence (an older one, or one whose queue pair would not move) is `Unsupported`, so
-    /// the waiter reports the lock held instead of breaking it; an unreachable node is
+    /// pairs to the error state before it answers. The exchange (bounded by the connection
+    /// timeout) runs on a helper thread, so this thread's other coroutines keep running while
+    /// it waits; a fence happens once per dead holder, after a lease. A node that does not
+    /// fence (an older one, or one whose queue pair would not move) is `Unsupported`, so the
+    /// waiter reports the lock held instead of breaking it; an unreachable node is
     /// `RetryExceeded`.
     async fn fence(&self, node: NodeId, client: u32) -> Result<(), FabricError> {
         let i = self
@@ -550,7 +551,12 @@ impl Endpoint for VerbsEndpoint {
             .iter()
             .position(|&n| n == node)
             .ok_or(FabricError::UnknownNode { node })?;
-        match fence_client(&self.info[i].addr, client, &self.opts) {
+        let (addr, opts) = (self.info[i].addr.clone(), self.opts.clone());
+        let r = super::offthread::off_thread("remora-fence", move || {
+            fence_client(&addr, client, &opts)
+        })
+        .await;
+        match r {
             Ok(_) => Ok(()),
             Err(VerbsError::Protocol { .. }) => Err(FabricError::Unsupported {
                 what: "the memory node did not fence the client",

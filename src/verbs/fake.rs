@@ -463,7 +463,7 @@ mod tests {
     /// A completion wakes the coroutine whose batch it finishes and no other: a waiting
     /// coroutine is not polled round after round to look, so the executor's polls per
     /// completion stay near one (each coroutine's poll that finds its READ done posts the
-    /// next), plus the poll-duty holder's one poll per round.
+    /// next): the executor's progress hook drains the queue, no post wakes itself.
     #[test]
     fn a_completion_wakes_only_its_coroutine() {
         let ep = FakeEndpoint::connect(&[node(0), node(1)]).unwrap();
@@ -503,10 +503,11 @@ mod tests {
         assert!(d.polls_per_completion() <= 1.2, "{d}");
     }
 
-    /// A spin `block_on` nested in a coroutine, while another coroutine's post holds the
-    /// poll duty and cannot run, still finishes: its post drains the queue itself.
+    /// A spin `block_on` nested in a coroutine, while another coroutine's post waits and
+    /// the executor cannot run its round (so nobody runs the progress hook), still
+    /// finishes: its post rings and drains the queue itself.
     #[test]
-    fn a_post_whose_duty_holder_cannot_run_polls_for_itself() {
+    fn a_post_whose_executor_cannot_run_polls_for_itself() {
         let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
         let qp = ep.qp(0).unwrap();
         let at = GlobalAddr::new(0, 8192);
@@ -524,6 +525,70 @@ mod tests {
             }),
         ];
         run_coroutines(coros);
+    }
+
+    /// Under an executor that runs the progress hook, no verbs future wakes itself: one
+    /// coroutine making `READS` READs one after the other is polled once to start and once
+    /// per completion (a post that woke itself each round to poll the queue was polled
+    /// about twice per completion here), and outside any executor the thread has no hook
+    /// left registered.
+    #[test]
+    fn a_waiting_post_is_polled_only_when_its_batch_completes() {
+        let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+        let polls = Cell::new(0u64);
+        const READS: u64 = 300;
+        let qp = ep.qp(0).unwrap();
+        let reads = async {
+            let mut img = [0u8; 64];
+            for _ in 0..READS {
+                qp.read(GlobalAddr::new(0, 8192), &mut img).await.unwrap();
+            }
+        };
+        let mut reads = std::pin::pin!(reads);
+        run_coroutines(vec![std::future::poll_fn(|cx| {
+            polls.set(polls.get() + 1);
+            reads.as_mut().poll(cx)
+        })]);
+        assert_eq!(polls.get(), READS + 1);
+        assert!(!remora_poller::progress::run(), "a hook left registered");
+    }
+
+    /// A receive wait is woken by the hook when its message arrives, not polled each round:
+    /// while a sibling makes 200 READs, the coroutine waiting for a reply is polled a
+    /// handful of times (it was polled every round, ~400 times, when it woke itself).
+    #[test]
+    fn a_receive_wait_is_polled_only_when_its_message_arrives() {
+        let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+        let qp = ep.qp(0).unwrap();
+        let (polls, reads_done) = (Cell::new(0u64), Cell::new(false));
+        let waiter = async {
+            let mut reply = [0u8; 64];
+            let r = qp.recv(&mut reply).await.unwrap();
+            assert!(reads_done.get(), "a reply before the request");
+            assert_eq!(reply[..r.len as usize], [7u8; 24]);
+        };
+        let mut waiter = std::pin::pin!(waiter);
+        let counted = std::future::poll_fn(|cx| {
+            polls.set(polls.get() + 1);
+            waiter.as_mut().poll(cx)
+        });
+        let reader = async {
+            let mut img = [0u8; 64];
+            for _ in 0..200 {
+                qp.read(GlobalAddr::new(0, 8192), &mut img).await.unwrap();
+            }
+            reads_done.set(true);
+            qp.send(&[7u8; 24]).await.unwrap();
+        };
+        let coros: Vec<std::pin::Pin<Box<dyn Future<Output = ()> + '_>>> =
+            vec![Box::pin(counted), Box::pin(reader)];
+        run_coroutines(coros);
+        assert!(
+            polls.get() <= 3,
+            "{} polls of the receive wait",
+            polls.get()
+        );
+        assert!(!remora_poller::progress::run(), "a hook left registered");
     }
 
     #[test]

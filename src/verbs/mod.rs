@@ -25,6 +25,7 @@ pub mod error;
 pub mod fake;
 pub mod memnode;
 mod mr;
+mod offthread;
 pub mod pool;
 pub mod qp;
 pub mod stats;

@@ -35,8 +35,12 @@ pub(crate) struct SendCq {
     pub(super) waiters: Cell<u32>,
     /// Bit i set: queue pair i has post futures waiting.
     waiting: Cell<u16>,
-    /// One waiting post holds the duty to poll this queue (see `wake.rs`).
-    pub(super) duty: Cell<bool>,
+    /// Receive futures of these queue pairs waiting for a receive completion.
+    pub(super) recv_waiters: Cell<u32>,
+    /// Bit i set: queue pair i has receive futures waiting.
+    recv_waiting: Cell<u16>,
+    /// Registered with this thread's progress hooks (see `wake.rs`).
+    pub(super) registered: Cell<bool>,
     /// Times this queue was drained (`VerbsQp::progress`): a waiting post that sees it
     /// unchanged since its last poll knows nobody polls it.
     pub(super) epoch: Cell<u32>,
@@ -53,7 +57,9 @@ impl SendCq {
             taken: Cell::new(0),
             waiters: Cell::new(0),
             waiting: Cell::new(0),
-            duty: Cell::new(false),
+            recv_waiters: Cell::new(0),
+            recv_waiting: Cell::new(0),
+            registered: Cell::new(false),
             epoch: Cell::new(0),
             pending: Cell::new(0),
         }
@@ -188,10 +194,29 @@ impl SendCq {
     pub(super) fn waiting_qps(&self) -> u16 {
         self.waiting.get()
     }
+
+    /// Notes whether queue pair `i` (placed) has receive futures waiting.
+    #[inline]
+    pub(super) fn set_recv_waiting(&self, i: u16, on: bool) {
+        let bit = 1u16 << i;
+        let w = self.recv_waiting.get();
+        self.recv_waiting.set(if on { w | bit } else { w & !bit });
+    }
+
+    /// Bit i set: queue pair i has receive futures waiting.
+    #[inline]
+    pub(super) fn recv_waiting_qps(&self) -> u16 {
+        self.recv_waiting.get()
+    }
 }
 
 impl Drop for SendCq {
     fn drop(&mut self) {
+        if self.registered.get() {
+            // Nothing waits on it any more (a future borrows its queue pair); removed from
+            // the thread's hooks all the same, so that no hook names freed memory.
+            remora_poller::progress::unregister(std::ptr::from_ref(self).cast());
+        }
         if let Kind::Real { cq, .. } = self.kind {
             // SAFETY: every queue pair on it is destroyed (each holds the Rc until after).
             unsafe { sys::ibv_destroy_cq(cq) };

@@ -656,14 +656,13 @@ enum PostState {
 }
 
 /// The future of [`VerbsQp`]'s [`QueuePair::post`](remora_core::fabric::QueuePair::post): posts
-/// on first poll, then waits for its batch's completion (see `wake.rs`: it is woken by
-/// whoever reaps it, or it holds the thread's poll duty and reaps completions itself).
+/// on first poll, then waits for its batch's completion (see `wake.rs`: it is woken by the
+/// thread's progress hook when that reaps it, or, with no executor running the hook, it
+/// polls for itself).
 pub struct PostFuture<'q, 'a> {
     qp: &'q VerbsQp,
     ops: &'q mut [Op<'a>],
     state: PostState,
-    /// It holds its send completion queue's poll duty.
-    holder: bool,
     /// The queue's `epoch` at its last poll.
     epoch: u32,
 }
@@ -674,7 +673,6 @@ impl<'q, 'a> PostFuture<'q, 'a> {
             qp,
             ops,
             state: PostState::Start,
-            holder: false,
             epoch: 0,
         }
     }
@@ -705,7 +703,8 @@ impl Future for PostFuture<'_, '_> {
                 }
                 Ok(None) => {
                     // No room yet (send queue or slots full, what held them rung): drain the
-                    // queue, which returns room, and try again next round.
+                    // queue, which returns room, and try again next round (the one wait that
+                    // polls: it ends when a batch of this queue pair completes).
                     qp.progress();
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
@@ -717,42 +716,23 @@ impl Future for PostFuture<'_, '_> {
                 what: "a post future polled after it finished",
             }));
         };
-        if !this.holder && !cq.duty.get() && !qp.is_done(slot) {
-            cq.duty.set(true);
-            this.holder = true;
-        }
-        if this.holder {
-            // A round since its last poll: ring the doorbells of every batch the round queued
-            // (its own too), then reap. A fresh holder leaves the round's chain open for the
-            // posts polled after it.
-            if !fresh {
-                cq.flush();
-            }
-            if !qp.is_done(slot) {
-                qp.progress();
-            }
-        } else if !fresh && !qp.is_done(slot) && cq.epoch.get() == this.epoch {
-            // Polled, not done, and nobody drained the queue since its last poll: the holder
-            // is not running (a spin `block_on` nested in a coroutine). Do its work.
-            if qp.is_queued(slot) {
-                qp.ring();
-            }
+        if !fresh && !qp.is_done(slot) && cq.epoch.get() == this.epoch {
+            // Polled again, not done, and nobody drained the queue since its last poll: no
+            // executor runs the thread's hook (a spin `block_on`, or one nested in a
+            // coroutine while its executor waits for it). Do the hook's work: ring what is
+            // queued, then reap.
+            cq.flush();
             qp.progress();
         }
         if qp.is_done(slot) {
             this.state = PostState::Finished;
             qp.remove_waiter();
-            if this.holder || !cq.duty.get() {
-                this.holder = false;
-                cq.hand_off();
-            }
             return Poll::Ready(qp.finish(slot, this.ops));
         }
         this.epoch = cq.epoch.get();
-        if this.holder {
+        qp.wait_on(slot, cx.waker());
+        if !cq.hook_here() {
             cx.waker().wake_by_ref();
-        } else {
-            qp.wait_on(slot, cx.waker());
         }
         Poll::Pending
     }
@@ -773,9 +753,6 @@ impl Drop for PostFuture<'_, '_> {
             }
             qp.release(slot);
             qp.remove_waiter();
-            if self.holder || !qp.raw.send.duty.get() {
-                qp.raw.send.hand_off();
-            }
         }
     }
 }

@@ -55,9 +55,8 @@ impl VerbsQp {
         Ok(())
     }
 
-    /// The next receive completion if one is there (see `QueuePair::try_recv`).
-    pub(super) fn poll_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        self.ensure_recvs()?;
+    /// Polls the receive completion queue once: its next completion, if one is there.
+    pub(super) fn reap_recv(&self) -> Result<Option<sys::ibv_wc>, FabricError> {
         let mut wc = MaybeUninit::<sys::ibv_wc>::uninit();
         let n = self.poll_recv_cq(wc.as_mut_ptr());
         self.stats.bump(|v| {
@@ -79,7 +78,20 @@ impl VerbsQp {
             };
         }
         // SAFETY: ibv_poll_cq returned 1, so the entry is initialized.
-        let wc = unsafe { wc.assume_init() };
+        Ok(Some(unsafe { wc.assume_init() }))
+    }
+
+    /// The next receive completion if one is there (see `QueuePair::try_recv`): the one the
+    /// thread's progress hook reaped for a receive wait, else a poll's.
+    pub(super) fn poll_recv(&self, buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+        self.ensure_recvs()?;
+        let wc = match self.recv_stash.take() {
+            Some(wc) => wc,
+            None => match self.reap_recv()? {
+                Some(wc) => wc,
+                None => return Ok(None),
+            },
+        };
         if wc.status != sys::IBV_WC_SUCCESS {
             self.broken.set(true);
             self.counters.count_error();
@@ -139,18 +151,27 @@ impl VerbsQp {
     }
 }
 
-/// Empty receive rounds between a receive wait's polls of the send completion queue.
-const SEND_POLL_EVERY: u32 = 4096;
-
 /// The future of [`VerbsQp`]'s [`QueuePair::recv`](remora_core::fabric::QueuePair::recv).
 pub struct RecvFuture<'q, 'a> {
     qp: &'q VerbsQp,
     buf: &'a mut [u8],
+    /// Counted among its queue pair's receive waits.
+    waiting: bool,
 }
 
 impl<'q, 'a> RecvFuture<'q, 'a> {
     pub(super) fn new(qp: &'q VerbsQp, buf: &'a mut [u8]) -> Self {
-        RecvFuture { qp, buf }
+        RecvFuture {
+            qp,
+            buf,
+            waiting: false,
+        }
+    }
+
+    fn stop_waiting(&mut self) {
+        if std::mem::take(&mut self.waiting) {
+            self.qp.remove_recv_waiter();
+        }
     }
 }
 
@@ -160,26 +181,38 @@ impl Future for RecvFuture<'_, '_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         match this.qp.poll_recv(this.buf) {
-            Ok(Some(r)) => Poll::Ready(Ok(r)),
-            Err(e) => Poll::Ready(Err(e)),
-            // Polls the receive completion queue only. Send completions are reaped by the
-            // posts that wait for them (`PostFuture`), by detached posts once half the send
-            // queue or half the staging slots are taken (which returns unsignaled requests'
-            // credit), and by a dropped post's wait; a failed send moves the queue pair to
-            // the error state, which flushes the posted receives, so this wait still ends
-            // with an error. As a backstop for a provider slow to flush them, a long wait
-            // polls the send queue once every `SEND_POLL_EVERY` empty rounds.
+            Ok(Some(r)) => {
+                this.stop_waiting();
+                Poll::Ready(Ok(r))
+            }
+            Err(e) => {
+                this.stop_waiting();
+                Poll::Ready(Err(e))
+            }
+            // Waits for the thread's progress hook to see its receive queue's next
+            // completion and wake it (`VerbsQp::recv_round`). Send completions are reaped by
+            // that hook too while posts wait; a failed send moves the queue pair to the error
+            // state, which flushes the posted receives, so this wait still ends with an error.
+            // As a backstop for a provider slow to flush them, a long wait drains the send
+            // queue once every `SEND_POLL_EVERY` empty rounds. Without an executor that runs
+            // the hook, it polls for itself, waking itself each time.
             Ok(None) => {
-                let idle = this.qp.recv_idle.get() + 1;
-                if idle >= SEND_POLL_EVERY {
-                    this.qp.recv_idle.set(0);
-                    this.qp.progress();
-                } else {
-                    this.qp.recv_idle.set(idle);
+                if !this.waiting {
+                    this.waiting = true;
+                    this.qp.add_recv_waiter();
                 }
-                cx.waker().wake_by_ref();
+                if !this.qp.wait_recv(cx.waker()) {
+                    this.qp.recv_idle_tick();
+                    cx.waker().wake_by_ref();
+                }
                 Poll::Pending
             }
         }
+    }
+}
+
+impl Drop for RecvFuture<'_, '_> {
+    fn drop(&mut self) {
+        self.stop_waiting();
     }
 }

@@ -1,26 +1,30 @@
-//! Completions to their coroutine: each waiting post's waker, kept in its batch's slot, and
-//! the thread's poll duty.
+//! Completions to their coroutine: each waiting post's waker, kept in its batch's slot; each
+//! receive wait's waker, kept by its queue pair; and the thread's progress hook that drains
+//! the completion queues once per executor round.
 //!
 //! A post future that waits stores its waker in its batch's slot ([`VerbsQp::wait_on`]; a
 //! fixed table of `SLOTS` per queue pair, no allocation) and arms it. A slot keeps its waker
 //! when woken or freed, and a coroutine that posts again mostly takes the slot it just
-//! freed, so arming is mostly a comparison: no clone, no reference count. Whoever drains the thread's send completion queue (`VerbsQp::progress`) marks
-//! each finished batch done and wakes that batch's waker, and no other: a coroutine is
-//! polled again exactly when its work requests completed, never round after round to look.
+//! freed, so arming is mostly a comparison: no clone, no reference count. Whoever drains the
+//! thread's send completion queue (`VerbsQp::progress`) marks each finished batch done and
+//! wakes that batch's waker, and no other: a coroutine is polled again exactly when its work
+//! requests completed, never round after round to look.
 //!
-//! The executors (the poller's ready list, `run_coroutines`) poll only woken coroutines and
-//! have no hook of their own to drain a completion queue, so one waiting post of the thread
-//! holds the *poll duty*: it drains the completion queue (and rings the doorbells the round
-//! queued, see `SendCq::flush`) each time it is polled, and wakes itself to be polled again
-//! next round. Every other waiting post sleeps until its completion wakes it. When the duty
-//! holder's batch is done (or it is dropped) it hands the duty on, waking one other waiting
-//! post ([`SendCq::hand_off`]), which takes it at its next poll. A post polled without being
-//! woken (a combinator polling all its children, or a spin `block_on` nested in a coroutine
-//! while the duty holder cannot run) whose completion queue nobody polled since its last
-//! poll drains it itself, so that it can never wait for a holder that does not run.
-use super::VerbsQp;
+//! Who drains: while futures wait on a send completion queue, it is registered with the
+//! thread's progress hooks ([`remora_poller::progress`]), which the executors (the poller's
+//! ready list, `run_coroutines`) run once per round before they poll the ready coroutines.
+//! Its hook ([`SendCq::round`]) rings the doorbells the round queued (`SendCq::flush`),
+//! drains the queue, and polls the receive completion queue of each queue pair with a
+//! receive wait, waking the wait whose receive arrived. No verbs future wakes itself then.
+//!
+//! Without such an executor (a spin `block_on`, an application thread: `progress::driven`
+//! is false) a waiting future wakes itself, and a post polled while nobody drained its
+//! completion queue since its last poll (also a spin `block_on` nested in a coroutine, whose
+//! executor cannot run its round meanwhile) rings and drains it itself, so that it never
+//! waits for a hook that does not run.
 use super::cq::SendCq;
-use super::post::SlotState;
+use super::{SEND_POLL_EVERY, VerbsQp};
+use remora_poller::progress;
 use std::task::Waker;
 
 impl VerbsQp {
@@ -40,8 +44,8 @@ impl VerbsQp {
         self.armed.set(self.armed.get() | 1 << slot);
     }
 
-    /// Wakes whoever waits for the batch in `slot`, if armed (nobody is for the duty holder,
-    /// a spin `block_on`, a detached batch).
+    /// Wakes whoever waits for the batch in `slot`, if armed (nobody is for a spin
+    /// `block_on`'s post, a detached batch).
     #[inline]
     pub(super) fn wake_slot(&self, slot: usize) {
         let armed = self.armed.get();
@@ -60,20 +64,6 @@ impl VerbsQp {
     #[inline]
     pub(super) fn disarm(&self, slot: usize) {
         self.armed.set(self.armed.get() & !(1 << slot));
-    }
-
-    /// Wakes the waiter of one batch still in flight, disarming it; true if there was one.
-    fn wake_one_waiter(&self) -> bool {
-        let mut armed = self.armed.get();
-        while armed != 0 {
-            let slot = armed.trailing_zeros() as usize;
-            armed &= armed - 1;
-            if self.slots[slot].get().state == SlotState::Posted {
-                self.wake_slot(slot);
-                return true;
-            }
-        }
-        false
     }
 
     /// A post future of this queue pair starts waiting for its batch.
@@ -98,30 +88,161 @@ impl VerbsQp {
         if n == 0 {
             cq.set_waiting(self.cq_index, false);
         }
+        cq.unhook_if_idle();
+    }
+
+    /// A receive future of this queue pair starts waiting (it placed the queue pair).
+    pub(super) fn add_recv_waiter(&self) {
+        let n = self.recv_waiters.get();
+        self.recv_waiters.set(n + 1);
+        let cq = &*self.raw.send;
+        cq.recv_waiters.set(cq.recv_waiters.get() + 1);
+        if n == 0 {
+            cq.place(self.cq_index, self);
+            cq.set_recv_waiting(self.cq_index, true);
+        }
+    }
+
+    /// A receive future of this queue pair stops waiting (finished or dropped).
+    pub(super) fn remove_recv_waiter(&self) {
+        let n = self.recv_waiters.get() - 1;
+        self.recv_waiters.set(n);
+        let cq = &*self.raw.send;
+        cq.recv_waiters.set(cq.recv_waiters.get() - 1);
+        if n == 0 {
+            cq.set_recv_waiting(self.cq_index, false);
+        }
+        cq.unhook_if_idle();
+    }
+
+    /// Keeps `w` as the waker of this queue pair's receive wait; true when the thread's hook
+    /// will wake it when a receive arrives (false: the caller wakes itself). A second
+    /// concurrent receive wait with another waker is not stored over the first: it wakes
+    /// itself until it is the only one.
+    pub(super) fn wait_recv(&self, w: &Waker) -> bool {
+        let cell = &self.recv_waker;
+        let stored = match cell.take() {
+            Some(old) if old.will_wake(w) => {
+                cell.set(Some(old));
+                true
+            }
+            Some(old) if self.recv_waiters.get() > 1 => {
+                cell.set(Some(old));
+                false
+            }
+            old => {
+                cell.set(Some(w.clone()));
+                drop(old);
+                true
+            }
+        };
+        stored && self.raw.send.hook_here()
+    }
+
+    /// This queue pair's part of the round (it has a receive wait): polls its receive
+    /// completion queue once; a completion (or an error) is kept for the wait and wakes it.
+    /// A long wait also drains the send completion queue now and then when no post waits on
+    /// it (see `RecvFuture::poll`).
+    fn recv_round(&self) {
+        let stashed = self.recv_stash.take();
+        if stashed.is_some() {
+            // Woken already, not polled yet.
+            self.recv_stash.set(stashed);
+            return;
+        }
+        match self.reap_recv() {
+            Ok(None) => self.recv_idle_tick(),
+            Ok(Some(wc)) => {
+                self.recv_stash.set(Some(wc));
+                self.wake_recv();
+            }
+            // `poll_recv` answers it again to the woken wait.
+            Err(_) => self.wake_recv(),
+        }
+    }
+
+    /// A receive wait found nothing: once every [`SEND_POLL_EVERY`] such rounds, drains the
+    /// send completion queue if no post does (a failed send's error state flushes the
+    /// receives, but a slow provider may take long to).
+    pub(super) fn recv_idle_tick(&self) {
+        let idle = self.recv_idle.get() + 1;
+        if idle >= SEND_POLL_EVERY {
+            self.recv_idle.set(0);
+            if self.raw.send.waiters.get() == 0 {
+                self.progress();
+            }
+        } else {
+            self.recv_idle.set(idle);
+        }
+    }
+
+    fn wake_recv(&self) {
+        if let Some(w) = self.recv_waker.take() {
+            w.wake_by_ref();
+            self.recv_waker.set(Some(w));
+        }
     }
 }
 
 impl SendCq {
-    /// The poll duty's holder gives it up: if posts are still waiting, one of them is woken
-    /// to take it at its next poll (see the module docs). When none has a waker to wake,
-    /// every waiting post was already woken and is about to be polled: the first of them
-    /// still waiting takes the duty.
-    pub(super) fn hand_off(&self) {
-        self.duty.set(false);
-        if self.waiters.get() == 0 {
-            return;
+    /// Makes sure this thread's executor drains this queue each round: true when it will
+    /// (registered now or before), false when no executor of this thread runs the hooks (or
+    /// their table is full): then a waiting future must wake itself.
+    #[inline]
+    pub(super) fn hook_here(&self) -> bool {
+        if self.registered.get() {
+            return true;
         }
-        let mut bits = self.waiting_qps();
+        if !progress::driven() {
+            return false;
+        }
+        // SAFETY: registered only while futures wait on this queue: each borrows a queue pair
+        // holding an `Rc` of it, so it stays where it is and alive until the last of them
+        // ends (`unhook_if_idle`, on this thread: the futures are not Send across polls of
+        // one executor), and it is unregistered on drop in any case. `round` touches no
+        // hook table.
+        let ok = unsafe { progress::register(std::ptr::from_ref(self).cast(), SendCq::round) };
+        self.registered.set(ok);
+        ok
+    }
+
+    /// Leaves the thread's hooks when no future waits on this queue any more.
+    #[inline]
+    pub(super) fn unhook_if_idle(&self) {
+        if self.registered.get() && self.waiters.get() == 0 && self.recv_waiters.get() == 0 {
+            self.registered.set(false);
+            progress::unregister(std::ptr::from_ref(self).cast());
+        }
+    }
+
+    /// The progress hook: rings the doorbells queued this round, drains the queue (waking
+    /// the posts whose batches finished), and polls the receive queues waited on.
+    ///
+    /// # Safety
+    /// `data` is a live `SendCq` used on this thread (see [`Self::hook_here`]).
+    unsafe fn round(data: *const ()) {
+        // SAFETY: the caller's.
+        let cq = unsafe { &*data.cast::<SendCq>() };
+        cq.flush();
+        if cq.waiters.get() > 0 {
+            let bits = cq.waiting_qps();
+            if bits != 0
+                && let Some(p) = cq.qp(bits.trailing_zeros() as usize)
+            {
+                // SAFETY: a queue pair with a waiting post: the post borrows it, so it is
+                // where it placed itself and alive; used on this thread only (as in
+                // `VerbsQp::dispatch`).
+                unsafe { &*p }.progress();
+            }
+        }
+        let mut bits = cq.recv_waiting_qps();
         while bits != 0 {
             let i = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            if let Some(p) = self.qp(i) {
-                // SAFETY: queue pair `i` has a waiting post future, which borrows it (so it
-                // has not moved or dropped since it placed itself at that post), and it is
-                // used on this thread only, as in `VerbsQp::dispatch`.
-                if unsafe { &*p }.wake_one_waiter() {
-                    return;
-                }
+            if let Some(p) = cq.qp(i) {
+                // SAFETY: as above, for a queue pair with a waiting receive future (which
+                // placed it when it started waiting).
+                unsafe { &*p }.recv_round();
             }
         }
     }
