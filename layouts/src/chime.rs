@@ -458,7 +458,7 @@ mod tests {
                 })
                 .take(1 << 16),
             );
-            let all = (k <= 16).then(|| 1..full).into_iter().flatten();
+            let all = (k <= 16).then_some(1..full).into_iter().flatten();
             for m in all.chain(sampled.filter(|_| k > 16)) {
                 if m == 0 || m == full {
                     continue;

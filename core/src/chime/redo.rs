@@ -65,13 +65,9 @@ pub(super) const fn entry_unit(s: usize) -> u16 {
     ((s as u16) + 1) << 9
 }
 
-/// The byte ranges of a value update of slot `s`: its group's header, then its entry.
-fn entry_ranges(s: usize) -> [(usize, usize); 2] {
-    let g = group_offset(s / NEIGHBOURHOOD);
-    [
-        (g, g + GROUP_HEADER_LEN),
-        (slot_offset(s), slot_offset(s) + ENTRY_LEN),
-    ]
+/// The byte range of a value update of slot `s`: its group's header through its entry.
+fn entry_ranges(s: usize) -> [(usize, usize); 1] {
+    [(group_offset(s / NEIGHBOURHOOD), slot_offset(s) + ENTRY_LEN)]
 }
 
 /// The byte ranges of the units of `mask`, in order.
@@ -381,7 +377,7 @@ mod tests {
         assert!(leaf_whole(&upd));
         let mut erec = [0u8; RECORD_MAX];
         let en = encode(&mut erec, leaf, entry_unit(s), &upd);
-        assert_eq!(en, HEADER + GROUP_HEADER_LEN + ENTRY_LEN);
+        assert_eq!(en, HEADER + slot_offset(s) + ENTRY_LEN - g);
         let changed: Vec<usize> = (0..LEAF_LEN / 8)
             .filter(|&i| new[i * 8..i * 8 + 8] != upd[i * 8..i * 8 + 8])
             .collect();

@@ -13,8 +13,8 @@ use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::sherman::{Batch, ShermanError};
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{
-    ENTRY_LEN, Entry, GROUP_HEADER_LEN, GroupHeader, LEAF_LEN, LeafPrefix, MAX_VALUE,
-    NEIGHBOURHOOD, SLOTS, group_offset, home, slot_offset,
+    ENTRY_LEN, Entry, GroupHeader, LEAF_LEN, LeafPrefix, MAX_VALUE, NEIGHBOURHOOD, SLOTS,
+    group_offset, home, slot_offset,
 };
 use std_alloc::vec;
 use std_alloc::vec::Vec;
@@ -145,13 +145,12 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 };
                 let mut ops = Batch::new();
                 logged.ops(&mut ops);
-                for (a, b) in [(hd, hd + GROUP_HEADER_LEN), (o, o + ENTRY_LEN)] {
-                    ops.push(Op::Write {
-                        remote: addr.add(a as u64),
-                        local: &leaf[a..b],
-                    })
-                    .expect(FULL);
-                }
+                // One WRITE from the header to the entry (a tear of it can leave any mix).
+                ops.push(Op::Write {
+                    remote: addr.add(hd as u64),
+                    local: &leaf[hd..o + ENTRY_LEN],
+                })
+                .expect(FULL);
                 let r = self.tree.unlock_leaf(addr, lock, &mut ops).await;
                 drop(ops);
                 self.unlog(logged);
