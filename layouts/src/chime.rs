@@ -7,21 +7,28 @@
 //! | offset | bytes | what |
 //! |---|---|---|
 //! | 0 | 32 | [`LeafPrefix`]: vacancy bitmap, the groups' stamps (read and written by lock holders only) |
-//! | 32 + g × 224 | 32 | [`GroupHeader`] of group g: its stamp and its neighbours', sibling, fences |
-//! | 64 + g × 224 + i × 24 | 24 | [`Entry`] of slot 8g + i: meta word (live, length, hop bitmap, checksum), key, value |
+//! | 32 + g × 176 | 48 | [`RawGroupHeader`] of group g: stamps, sibling, fences, its slots' hop bitmaps and states, the group checksum |
+//! | 80 + g × 176 + i × 16 | 16 | [`RawEntry`] of slot 8g + i: key, value |
+//!
+//! 1440 bytes a leaf (the authors' is 1316: 64 entries of 19 bytes and 8 metadata replicas of
+//! 10, plus a version byte per cache line). An entry is only its key and value, as the
+//! authors'; what else a slot has (live, value length, hop bitmap) lives in its group's
+//! header, one word of hop bitmaps and one of states for the group's 8 slots.
 //!
 //! A key's home slot is [`home`]`(key)`; it lives in one of the 8 slots from its home on
-//! (cyclically: the neighbourhood), and the home entry's hop bitmap says which. A lookup READs
+//! (cyclically: the neighbourhood), and the home slot's hop bitmap says which. A lookup READs
 //! the one or two groups that hold the neighbourhood, metadata included.
 //!
 //! **Proving a READ saw one image, in any segment order** (the fabric promises only aligned
 //! 8-byte words; CHIME's per-cache-line versions assume ordered segments). Every write that
-//! moves, adds or removes an entry rewrites whole groups; a value update rewrites one entry.
+//! moves, adds or removes an entry rewrites whole groups under new stamps; a value update
+//! rewrites its group's header (new checksum, same stamps) and its one entry.
 //!
-//! - Within a group: every entry's checksum covers the entry *and a hash of its group's
-//!   header* (`header_hash`). A group is accepted only if all 8 entries verify against the
-//!   header read, so a header torn between two writes, or an entry left from another group
-//!   image, fails. A value update keeps the header: the one entry is its own atomic unit.
+//! - Within a group: one 48-bit checksum (`sum`, bits 63..48 of the stamps word and 63..32
+//!   of the states word) covers every other bit of the group's 22 words, header and entries.
+//!   A group is accepted only if it verifies, so a group whose words come from two writes
+//!   (the header from one, an entry from another, or the checksum's two halves from two)
+//!   fails; a group never written (all zero) fails too (a checksum is never 0).
 //! - Across the two groups of a neighbourhood: each group write bumps that group's 16-bit
 //!   stamp, and records the current stamps of its two neighbouring groups. A reader of groups
 //!   g, g+1 requires `g.next ≤ stamp(g+1)` and `(g+1).prev ≤ stamp(g)` (serial order,
@@ -41,9 +48,9 @@ pub const NEIGHBOURHOOD: usize = 8;
 /// Groups of a leaf.
 pub const GROUPS: usize = SLOTS / NEIGHBOURHOOD;
 /// Bytes of a leaf entry.
-pub const ENTRY_LEN: usize = 24;
+pub const ENTRY_LEN: usize = 16;
 /// Bytes of a group header.
-pub const GROUP_HEADER_LEN: usize = 32;
+pub const GROUP_HEADER_LEN: usize = 48;
 /// Bytes of a group: header and 8 entries.
 pub const GROUP_LEN: usize = GROUP_HEADER_LEN + NEIGHBOURHOOD * ENTRY_LEN;
 /// Bytes of the leaf prefix.
@@ -71,13 +78,64 @@ const _: () = assert!(offset_of!(LeafPrefix, vacancy) == 0);
 const _: () = assert!(offset_of!(LeafPrefix, stamps) == 8);
 const _: () = assert!(offset_of!(LeafPrefix, reserved) == 24);
 
-/// A group header: the replicated leaf metadata of CHIME, with the stamps that tie a group
-/// to its neighbours (module docs).
+/// A group header as stored: the replicated leaf metadata of CHIME, the stamps that tie a
+/// group to its neighbours, what its 8 slots hold besides key and value, and its checksum
+/// (module docs).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct GroupHeader {
+pub struct RawGroupHeader {
     /// Bits 15..0 this group's stamp, 31..16 the previous group's, 47..32 the next group's
-    /// (as of this group's last write); bits 63..48 reserved (0).
+    /// (as of this group's last write); bits 63..48 the checksum's low 16 bits.
+    pub stamps: u64,
+    /// The leaf's right sibling (a raw `GlobalAddr`, 0: none).
+    pub sibling: u64,
+    /// The leaf's low fence (keys ≥ it).
+    pub low: u64,
+    /// The leaf's high fence (keys < it; [`KEY_INFINITY`]: +∞).
+    pub high: u64,
+    /// Byte i: the hop bitmap of slot 8g + i (bit j: the slot j after it holds a key whose
+    /// home it is).
+    pub hops: u64,
+    /// Bits 4i+3..4i: slot 8g + i's state (0 free, 1 + value length: live); bits 63..32 the
+    /// checksum's high 32 bits.
+    pub states: u64,
+}
+const _: () = assert!(core::mem::size_of::<RawGroupHeader>() == GROUP_HEADER_LEN);
+const _: () = assert!(offset_of!(RawGroupHeader, stamps) == 0);
+const _: () = assert!(offset_of!(RawGroupHeader, sibling) == 8);
+const _: () = assert!(offset_of!(RawGroupHeader, low) == 16);
+const _: () = assert!(offset_of!(RawGroupHeader, high) == 24);
+const _: () = assert!(offset_of!(RawGroupHeader, hops) == 32);
+const _: () = assert!(offset_of!(RawGroupHeader, states) == 40);
+
+/// A leaf entry as stored: key, value (zero-padded).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RawEntry {
+    /// The key.
+    pub key: u64,
+    /// The value bytes.
+    pub value: [u8; MAX_VALUE],
+}
+const _: () = assert!(core::mem::size_of::<RawEntry>() == ENTRY_LEN);
+const _: () = assert!(offset_of!(RawEntry, key) == 0);
+const _: () = assert!(offset_of!(RawEntry, value) == 8);
+const _: () = assert!(GROUP_LEN == 176 && LEAF_LEN == 1440);
+const _: () = assert!(GROUP_LEN.is_multiple_of(8) && GROUP_HEADER_LEN.is_multiple_of(8));
+
+/// Words of a group.
+const GROUP_WORDS: usize = GROUP_LEN / 8;
+/// The bits of the stamps word that are stamps (the rest is the checksum's low part).
+const STAMPS_MASK: u64 = (1 << 48) - 1;
+/// The bits of the states word that are states (the rest is the checksum's high part).
+const STATES_MASK: u64 = (1 << 32) - 1;
+/// Largest slot state (live, with a value of [`MAX_VALUE`] bytes).
+const STATE_MAX: u64 = 1 + MAX_VALUE as u64;
+
+/// The group's replicated leaf metadata, decoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupHeader {
+    /// Bits 15..0 this group's stamp, 31..16 the previous group's, 47..32 the next group's.
     pub stamps: u64,
     /// The leaf's right sibling (a raw `GlobalAddr`, 0: none).
     pub sibling: u64,
@@ -86,30 +144,6 @@ pub struct GroupHeader {
     /// The leaf's high fence (keys < it; [`KEY_INFINITY`]: +∞).
     pub high: u64,
 }
-const _: () = assert!(core::mem::size_of::<GroupHeader>() == GROUP_HEADER_LEN);
-const _: () = assert!(offset_of!(GroupHeader, stamps) == 0);
-const _: () = assert!(offset_of!(GroupHeader, sibling) == 8);
-const _: () = assert!(offset_of!(GroupHeader, low) == 16);
-const _: () = assert!(offset_of!(GroupHeader, high) == 24);
-
-/// A leaf entry as stored: meta word, key, value (zero-padded).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RawEntry {
-    /// Bit 0 live, bits 4..1 value length, bits 12..5 hop bitmap (bit i: the slot i after
-    /// this one holds a key whose home is this slot), bits 63..13 checksum (never 0).
-    pub meta: u64,
-    /// The key.
-    pub key: u64,
-    /// The value bytes.
-    pub value: [u8; MAX_VALUE],
-}
-const _: () = assert!(core::mem::size_of::<RawEntry>() == ENTRY_LEN);
-const _: () = assert!(offset_of!(RawEntry, key) == 8);
-const _: () = assert!(offset_of!(RawEntry, value) == 16);
-const _: () = assert!(GROUP_LEN == 224 && LEAF_LEN == 1824);
-
-const CHECKSUM_LO: u32 = 13;
 
 /// A decoded leaf entry.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -165,6 +199,28 @@ pub fn stamp_le(a: u16, b: u16) -> bool {
     (b.wrapping_sub(a) as i16) >= 0
 }
 
+/// The 48-bit checksum of a group image's words, its own bits taken as 0 (never 0).
+fn group_sum(group: &[u8]) -> u64 {
+    let mut h = 0x6a09_e667_f3bc_c908;
+    for i in 0..GROUP_WORDS {
+        let w = word(group, i * 8);
+        h = step(
+            h,
+            match i {
+                0 => w & STAMPS_MASK,
+                5 => w & STATES_MASK,
+                _ => w,
+            },
+        );
+    }
+    (h >> 16).max(1)
+}
+
+/// The checksum a group image carries.
+fn stored_sum(group: &[u8]) -> u64 {
+    word(group, 0) >> 48 | (word(group, 40) >> 32) << 16
+}
+
 impl GroupHeader {
     /// This group's stamp.
     pub fn own(&self) -> u16 {
@@ -182,7 +238,8 @@ impl GroupHeader {
     pub fn pack(own: u16, prev: u16, next: u16) -> u64 {
         own as u64 | (prev as u64) << 16 | (next as u64) << 32
     }
-    /// The header at the front of `group` (a group image, at least [`GROUP_HEADER_LEN`]).
+    /// The metadata at the front of `group` (a group image, at least [`GROUP_HEADER_LEN`]),
+    /// not verified: [`decode_group`] verifies.
     pub fn decode(group: &[u8]) -> Result<GroupHeader, LayoutError> {
         if group.len() < GROUP_HEADER_LEN {
             return Err(LayoutError::Short {
@@ -191,24 +248,11 @@ impl GroupHeader {
             });
         }
         Ok(GroupHeader {
-            stamps: word(group, 0),
+            stamps: word(group, 0) & STAMPS_MASK,
             sibling: word(group, 8),
             low: word(group, 16),
             high: word(group, 24),
         })
-    }
-    /// Writes the header into the front of `group`.
-    pub fn encode(&self, group: &mut [u8]) {
-        put(group, 0, self.stamps);
-        put(group, 8, self.sibling);
-        put(group, 16, self.low);
-        put(group, 24, self.high);
-    }
-    /// The hash every entry of this group is bound to.
-    pub fn hash(&self) -> u64 {
-        [self.stamps, self.sibling, self.low, self.high]
-            .iter()
-            .fold(0x6a09_e667_f3bc_c908, |h, &w| step(h, w))
     }
     /// The leaf holds keys in `[low, high)`.
     pub fn covers(&self, key: u64) -> bool {
@@ -216,12 +260,72 @@ impl GroupHeader {
     }
 }
 
-fn entry_checksum(meta: u64, key: u64, value: u64, bind: u64) -> u64 {
-    let mask = (1u64 << CHECKSUM_LO) - 1;
-    let h = [meta & mask, key, value]
-        .iter()
-        .fold(step(0x3c6e_f372_fe94_f82b, bind), |h, &w| step(h, w));
-    (h >> CHECKSUM_LO).max(1)
+/// Encodes a group image into `out` (at least [`GROUP_LEN`] bytes): header `h` (its stamps'
+/// high 16 bits ignored) and the 8 `entries`, with their checksum.
+pub fn encode_group(h: &GroupHeader, entries: &[Entry; NEIGHBOURHOOD], out: &mut [u8]) {
+    let (mut hops, mut states) = (0u64, 0u64);
+    for (i, e) in entries.iter().enumerate() {
+        hops |= (e.hop as u64) << (8 * i);
+        let state = if e.live {
+            1 + (e.len as u64).min(MAX_VALUE as u64)
+        } else {
+            0
+        };
+        states |= state << (4 * i);
+    }
+    put(out, 0, h.stamps & STAMPS_MASK);
+    put(out, 8, h.sibling);
+    put(out, 16, h.low);
+    put(out, 24, h.high);
+    put(out, 32, hops);
+    put(out, 40, states);
+    for (i, e) in entries.iter().enumerate() {
+        let at = GROUP_HEADER_LEN + i * ENTRY_LEN;
+        put(out, at, e.key);
+        out[at + 8..at + 16].copy_from_slice(&e.value);
+    }
+    let sum = group_sum(&out[..GROUP_LEN]);
+    put(out, 0, h.stamps & STAMPS_MASK | (sum & 0xffff) << 48);
+    put(out, 40, states | (sum >> 16) << 32);
+}
+
+/// Verifies a group image (at least [`GROUP_LEN`] bytes) and decodes its 8 entries into
+/// `entries`; returns its header. A group whose words are not all of one write (its checksum
+/// fails), a group never written, or a bad slot state is an error (and `entries` is left
+/// unchanged).
+pub fn decode_group(
+    group: &[u8],
+    entries: &mut [Entry; NEIGHBOURHOOD],
+) -> Result<GroupHeader, LayoutError> {
+    if group.len() < GROUP_LEN {
+        return Err(LayoutError::Short {
+            need: GROUP_LEN,
+            got: group.len(),
+        });
+    }
+    let (stored, computed) = (stored_sum(group), group_sum(group));
+    if stored != computed {
+        return Err(LayoutError::BadChecksum { stored, computed });
+    }
+    let (hops, states) = (word(group, 32), word(group, 40) & STATES_MASK);
+    if let Some(i) = (0..NEIGHBOURHOOD).find(|i| (states >> (4 * i)) & 0xf > STATE_MAX) {
+        return Err(LayoutError::OutOfRange {
+            field: "slot state",
+            value: (states >> (4 * i)) & 0xf,
+        });
+    }
+    for (i, e) in entries.iter_mut().enumerate() {
+        let state = (states >> (4 * i)) & 0xf;
+        let at = GROUP_HEADER_LEN + i * ENTRY_LEN;
+        *e = Entry {
+            live: state != 0,
+            len: state.saturating_sub(1) as u8,
+            hop: (hops >> (8 * i)) as u8,
+            key: word(group, at),
+            value: word(group, at + 8).to_le_bytes(),
+        };
+    }
+    GroupHeader::decode(group)
 }
 
 impl Entry {
@@ -231,49 +335,6 @@ impl Entry {
             hop,
             ..Entry::default()
         }
-    }
-
-    /// Encodes the entry into `out` (at least [`ENTRY_LEN`] bytes), bound to header hash `bind`.
-    pub fn encode(&self, out: &mut [u8], bind: u64) {
-        let low = self.live as u64 | ((self.len as u64) & 0xf) << 1 | (self.hop as u64) << 5;
-        let value = u64::from_le_bytes(self.value);
-        let sum = entry_checksum(low, self.key, value, bind);
-        put(out, 0, low | sum << CHECKSUM_LO);
-        put(out, 8, self.key);
-        out[16..24].copy_from_slice(&self.value);
-    }
-
-    /// Decodes and verifies an entry against header hash `bind`: a torn entry, one bound to
-    /// another header, a slot never written (meta 0), or a bad length is an error.
-    pub fn decode(bytes: &[u8], bind: u64) -> Result<Entry, LayoutError> {
-        if bytes.len() < ENTRY_LEN {
-            return Err(LayoutError::Short {
-                need: ENTRY_LEN,
-                got: bytes.len(),
-            });
-        }
-        let meta = word(bytes, 0);
-        let key = word(bytes, 8);
-        let value = word(bytes, 16);
-        let stored = meta >> CHECKSUM_LO;
-        let computed = entry_checksum(meta, key, value, bind);
-        if meta == 0 || stored != computed {
-            return Err(LayoutError::BadChecksum { stored, computed });
-        }
-        let len = ((meta >> 1) & 0xf) as u8;
-        if len as usize > MAX_VALUE {
-            return Err(LayoutError::OutOfRange {
-                field: "value_len",
-                value: len as u64,
-            });
-        }
-        Ok(Entry {
-            live: meta & 1 == 1,
-            len,
-            hop: (meta >> 5) as u8,
-            key,
-            value: value.to_le_bytes(),
-        })
     }
 }
 
@@ -319,34 +380,101 @@ pub const TORN_PAIR: LayoutError = LayoutError::Inconsistent {
 mod tests {
     use super::*;
 
-    #[test]
-    fn entries_round_trip_and_bind_to_their_header() {
-        let h = GroupHeader {
-            stamps: GroupHeader::pack(3, 2, 7),
+    fn header(own: u16) -> GroupHeader {
+        GroupHeader {
+            stamps: GroupHeader::pack(own, 2, 7),
             sibling: 0x40,
             low: 10,
             high: 99,
-        };
-        let e = Entry {
-            live: true,
-            len: 5,
-            hop: 0b1010_0001,
-            key: 42,
-            value: *b"hello\0\0\0",
-        };
-        let mut b = [0u8; ENTRY_LEN];
-        e.encode(&mut b, h.hash());
-        assert_eq!(Entry::decode(&b, h.hash()), Ok(e));
-        let other = GroupHeader {
-            stamps: GroupHeader::pack(4, 2, 7),
-            ..h
-        };
-        assert!(Entry::decode(&b, other.hash()).is_err());
-        // A torn entry: the value word from another write.
-        let mut torn = b;
-        torn[16] ^= 1;
-        assert!(Entry::decode(&torn, h.hash()).is_err());
-        assert!(Entry::decode(&[0u8; ENTRY_LEN], h.hash()).is_err());
+        }
+    }
+
+    fn entries(seed: u8) -> [Entry; NEIGHBOURHOOD] {
+        let mut es = [Entry::free(0); NEIGHBOURHOOD];
+        for (i, e) in es.iter_mut().enumerate().filter(|(i, _)| i % 3 != 1) {
+            *e = Entry {
+                live: true,
+                len: (i % 9) as u8,
+                hop: 0b1010_0001 ^ seed,
+                key: 40 + i as u64,
+                value: [seed.wrapping_add(i as u8); MAX_VALUE],
+            };
+        }
+        es[1].hop = 0b11;
+        es
+    }
+
+    #[test]
+    fn groups_round_trip_and_a_group_never_written_fails() {
+        let (h, es) = (header(3), entries(5));
+        let mut b = [0u8; GROUP_LEN];
+        encode_group(&h, &es, &mut b);
+        let mut got = [Entry::default(); NEIGHBOURHOOD];
+        assert_eq!(decode_group(&b, &mut got), Ok(h));
+        assert_eq!(got, es);
+        assert!(decode_group(&[0u8; GROUP_LEN], &mut got).is_err());
+        assert!(decode_group(&b[..GROUP_LEN - 8], &mut got).is_err());
+    }
+
+    /// A READ of a group whose segments come from two writes (any subset of its words from
+    /// one, the rest from the other) is refused, whichever write each word came from: a value
+    /// update (same stamps, one entry and the checksum differ) and a rewrite (new stamps,
+    /// entries moved).
+    #[test]
+    fn a_group_torn_between_two_writes_is_refused() {
+        let mut older = [0u8; GROUP_LEN];
+        encode_group(&header(3), &entries(5), &mut older);
+        let mut update = entries(5);
+        update[4].value = *b"newvalue";
+        let mut updated = [0u8; GROUP_LEN];
+        encode_group(&header(3), &update, &mut updated);
+        let mut moved = entries(9);
+        moved.swap(0, 6);
+        let mut rewritten = [0u8; GROUP_LEN];
+        encode_group(&header(4), &moved, &mut rewritten);
+        let mut got = [Entry::default(); NEIGHBOURHOOD];
+        for new in [&updated, &rewritten] {
+            let differ: u32 = (0..GROUP_WORDS)
+                .filter(|&i| older[i * 8..i * 8 + 8] != new[i * 8..i * 8 + 8])
+                .fold(0, |m, i| m | 1 << i);
+            assert!(differ.count_ones() >= 2, "{differ:b}");
+            // Mixes of the differing words: every one when they are few, else each word
+            // alone, each all-but-one, and 2^16 pseudo-random subsets.
+            let mut bits = [0usize; GROUP_WORDS];
+            let mut k = 0;
+            for i in (0..GROUP_WORDS).filter(|i| differ & (1 << i) != 0) {
+                bits[k] = i;
+                k += 1;
+            }
+            let bits = &bits[..k];
+            let full = (1u32 << k) - 1;
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let sampled = (0..k).flat_map(|j| [1u32 << j, full ^ 1 << j]).chain(
+                core::iter::repeat_with(move || {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u32 & full
+                })
+                .take(1 << 16),
+            );
+            let all = (k <= 16).then_some(1..full).into_iter().flatten();
+            for m in all.chain(sampled.filter(|_| k > 16)) {
+                if m == 0 || m == full {
+                    continue;
+                }
+                let mut torn = older;
+                for (j, &i) in bits.iter().enumerate() {
+                    if m & (1 << j) != 0 {
+                        torn[i * 8..i * 8 + 8].copy_from_slice(&new[i * 8..i * 8 + 8]);
+                    }
+                }
+                assert!(
+                    decode_group(&torn, &mut got).is_err(),
+                    "a torn group passed: words {m:b} of {bits:?} from the newer write"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! Leaf images: which groups a key's neighbourhood spans, verifying groups read (each group
-//! against its header, neighbouring groups against each other's stamps), and encoding the
+//! against its checksum, neighbouring groups against each other's stamps), and encoding the
 //! groups a write changes with their new stamps. Format and argument:
 //! `remora_layouts::chime`.
 use super::hopscotch::Table;
 use remora_layouts::LayoutError;
 use remora_layouts::chime::{
-    ENTRY_LEN, Entry, GROUP_HEADER_LEN, GROUP_LEN, GROUPS, GroupHeader, LEAF_LEN, LeafPrefix,
-    NEIGHBOURHOOD, PREFIX_LEN, TORN_PAIR, group_offset, slot_offset, stamp_le,
+    Entry, GROUP_LEN, GROUPS, GroupHeader, LEAF_LEN, LeafPrefix, NEIGHBOURHOOD, PREFIX_LEN,
+    TORN_PAIR, encode_group, group_offset, stamp_le,
 };
 
 /// A cyclic run of groups: `count` groups from `first`.
@@ -69,14 +69,23 @@ pub(crate) fn decode_group(
     t: &mut Table,
 ) -> Result<GroupHeader, LayoutError> {
     let at = group_offset(g);
-    let h = GroupHeader::decode(&leaf[at..at + GROUP_HEADER_LEN])?;
-    let bind = h.hash();
-    for i in 0..NEIGHBOURHOOD {
-        let s = g * NEIGHBOURHOOD + i;
-        let o = slot_offset(s);
-        t.e[s] = Entry::decode(&leaf[o..o + ENTRY_LEN], bind)?;
-    }
-    Ok(h)
+    remora_layouts::chime::decode_group(&leaf[at..at + GROUP_LEN], group_entries(t, g))
+}
+
+/// The 8 entries of group `g` in `t`.
+pub(crate) fn group_entries(t: &mut Table, g: usize) -> &mut [Entry; NEIGHBOURHOOD] {
+    &mut t.e.as_chunks_mut::<NEIGHBOURHOOD>().0[g]
+}
+
+/// Encodes group `g` of `t` under header `h` into leaf image `leaf` (its checksum
+/// recomputed).
+pub(crate) fn encode_group_of(leaf: &mut [u8], t: &Table, g: usize, h: &GroupHeader) {
+    let at = group_offset(g);
+    encode_group(
+        h,
+        &t.e.as_chunks::<NEIGHBOURHOOD>().0[g],
+        &mut leaf[at..at + GROUP_LEN],
+    );
 }
 
 /// Verifies every group of `run` in `leaf` into `t`, and each neighbouring pair against the
@@ -165,14 +174,7 @@ pub(crate) fn encode_groups(
             low: meta.low,
             high: meta.high,
         };
-        let at = group_offset(g);
-        h.encode(&mut leaf[at..at + GROUP_HEADER_LEN]);
-        let bind = h.hash();
-        for i in 0..NEIGHBOURHOOD {
-            let s = g * NEIGHBOURHOOD + i;
-            let o = slot_offset(s);
-            t.e[s].encode(&mut leaf[o..o + ENTRY_LEN], bind);
-        }
+        encode_group_of(leaf, t, g, &h);
     }
     // Only the rewritten groups' slots are known to `t` (a writer may have read only some).
     let known = (0..GROUPS)
@@ -219,6 +221,7 @@ const _: () =
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std_alloc::vec::Vec;
 
     fn leaf_with(t: &Table, prefix: &mut LeafPrefix) -> [u8; LEAF_LEN] {
         let mut b = [0u8; LEAF_LEN];
@@ -273,6 +276,61 @@ mod tests {
         ok[group_offset(3)..group_offset(4)]
             .copy_from_slice(&new[group_offset(3)..group_offset(4)]);
         assert!(decode_run(&ok, run, &mut scratch).is_ok());
+    }
+
+    /// A READ of a neighbourhood whose segments come from two writes of one group (a
+    /// value update: the entry and its header; an insert: the group rewritten) is refused
+    /// for any single word from the other write, in either direction.
+    #[test]
+    fn a_run_with_a_group_torn_between_two_writes_is_refused() {
+        let mut t = Table::empty();
+        let mut p = LeafPrefix::default();
+        t.e[17] = Entry {
+            live: true,
+            len: 8,
+            key: 5,
+            value: *b"oldvalue",
+            ..Entry::default()
+        };
+        let old = leaf_with(&t, &mut p);
+        let meta = Meta {
+            sibling: 0,
+            low: 0,
+            high: u64::MAX,
+        };
+        let h = GroupHeader::decode(&old[group_offset(2)..]).unwrap();
+        let mut tu = t;
+        tu.e[17].value = *b"newvalue";
+        let mut updated = old;
+        encode_group_of(&mut updated, &tu, 2, &h);
+        let mut ti = t;
+        ti.e[20] = Entry {
+            live: true,
+            len: 3,
+            key: 9,
+            ..Entry::default()
+        };
+        let mut inserted = old;
+        encode_groups(&mut inserted, &ti, 0b0100, meta, &mut p);
+        let run = Run { first: 2, count: 2 };
+        let mut scratch = Table::empty();
+        for new in [&updated, &inserted] {
+            assert!(decode_run(new, run, &mut scratch).is_ok());
+            let words: Vec<usize> = (group_offset(2) / 8..group_offset(3) / 8)
+                .filter(|&i| old[i * 8..i * 8 + 8] != new[i * 8..i * 8 + 8])
+                .collect();
+            assert!(words.len() >= 2);
+            for (a, b) in [(&old, new), (new, &old)] {
+                for &i in &words {
+                    let mut torn = *a;
+                    torn[i * 8..i * 8 + 8].copy_from_slice(&b[i * 8..i * 8 + 8]);
+                    assert!(
+                        decode_run(&torn, run, &mut scratch).is_err(),
+                        "word {i} from the other write passes"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

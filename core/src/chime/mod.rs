@@ -30,8 +30,8 @@
 //!
 //! Beyond CHIME: deletes (an entry freed, its home's bitmap cleared, groups rewritten);
 //! several memory nodes (leaves are allocated on the nodes in turn, each lock on its leaf's
-//! node); READs verified in any segment order (group checksums bound to their header, and
-//! stamps between neighbouring groups: `remora_layouts::chime`); and the hop-after-split case:
+//! node); READs verified in any segment order (one checksum per group over its header and
+//! entries, and stamps between neighbouring groups: `remora_layouts::chime`); and the hop-after-split case:
 //! CHIME's split asserts that the new key fits the half it goes to, which a real trace broke
 //! (its issue tracker); here a split repacks the leaf's entries and any half that does not
 //! fit is split again (`hopscotch::pack`), so a split may make three or more leaves.

@@ -7,8 +7,8 @@ use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::sherman::{Patience, ShermanError};
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{
-    ENTRY_LEN, Entry, GROUP_HEADER_LEN, GroupHeader, KEY_INFINITY, LEAF_LEN, NEIGHBOURHOOD,
-    PREFIX_LEN, group_offset, home, slot_offset,
+    Entry, GROUP_HEADER_LEN, GROUP_LEN, GroupHeader, KEY_INFINITY, LEAF_LEN, NEIGHBOURHOOD,
+    PREFIX_LEN, decode_group, group_offset, home,
 };
 use std_alloc::vec::Vec;
 
@@ -142,9 +142,10 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         Ok(false)
     }
 
-    /// A speculative read of `key` in `slot` of leaf `addr`: the entry and its group header
-    /// (one doorbell). `Some(len)` if the entry holds the key, verified against a header
-    /// whose fences cover it; `None`: fall back to the neighbourhood.
+    /// A speculative read of `key` in `slot` of leaf `addr`: the slot's group, header and
+    /// entries (one READ; its checksum covers them all). `Some(len)` if the verified group
+    /// holds the key in that slot and its fences cover it; `None`: fall back to the
+    /// neighbourhood.
     async fn speculate(
         &self,
         addr: GlobalAddr,
@@ -154,28 +155,19 @@ impl<'e, E: Endpoint> Chime<'e, E> {
     ) -> Result<Option<usize>, ChimeError> {
         self.count(|s| s.speculative_tries += 1);
         let qp = self.tree.qp_of(addr)?;
-        let (mut hb, mut eb) = ([0u8; GROUP_HEADER_LEN], [0u8; ENTRY_LEN]);
-        qp.post(&mut [
-            Op::Read {
-                remote: addr.add(group_offset(slot / NEIGHBOURHOOD) as u64),
-                local: &mut hb,
-            },
-            Op::Read {
-                remote: addr.add(slot_offset(slot) as u64),
-                local: &mut eb,
-            },
-        ])
-        .await?;
-        self.tree
-            .endpoint()
-            .charge(Work::Decode(GROUP_HEADER_LEN + ENTRY_LEN));
-        let Ok(h) = GroupHeader::decode(&hb) else {
-            return Ok(None);
-        };
-        match Entry::decode(&eb, h.hash()) {
-            Ok(e) if e.live && e.key == key && h.covers(key) => {
+        let mut gb = [0u8; GROUP_LEN];
+        qp.read(addr.add(group_offset(slot / NEIGHBOURHOOD) as u64), &mut gb)
+            .await?;
+        self.tree.endpoint().charge(Work::Decode(GROUP_LEN));
+        let mut es = [Entry::default(); NEIGHBOURHOOD];
+        match decode_group(&gb, &mut es) {
+            Ok(h)
+                if es[slot % NEIGHBOURHOOD].live
+                    && es[slot % NEIGHBOURHOOD].key == key
+                    && h.covers(key) =>
+            {
                 self.count(|s| s.speculative_hits += 1);
-                Ok(Some(copy_value(&e, out)?))
+                Ok(Some(copy_value(&es[slot % NEIGHBOURHOOD], out)?))
             }
             _ => {
                 self.node.hot.drop_key(key);

@@ -1,8 +1,11 @@
-//! Writes under the leaf's lock: value updates in place (one entry), inserts (with hops) and
-//! deletes (whole groups under new stamps), and splits that repack the leaf into two or more
-//! leaves (`hopscotch::pack`), linked upward through Sherman's separator inserts.
+//! Writes under the leaf's lock: value updates in place (one entry and its group's header),
+//! inserts (with hops) and deletes (whole groups under new stamps), and splits that repack
+//! the leaf into two or more leaves (`hopscotch::pack`), linked upward through Sherman's
+//! separator inserts.
 use super::hopscotch::{NoRoom, Table, pack};
-use super::leaf::{Meta, Run, dirty_ranges, encode_groups, encode_leaf, groups_of};
+use super::leaf::{
+    Meta, Run, dirty_ranges, encode_group_of, encode_groups, encode_leaf, groups_of,
+};
 use super::read::At;
 use super::redo::{ALL_UNITS, entry_unit};
 use super::{Chime, ChimeError};
@@ -123,27 +126,29 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         val[..value.len()].copy_from_slice(value);
         let dirty = match (t.find(key), change) {
             (Some(s), Change::Upsert | Change::Update) => {
-                // In place: one entry, bound to its group's unchanged header.
+                // In place: one entry, and its group's header (its stamps unchanged, its
+                // states and checksum new).
                 t.e[s].value = val;
                 t.e[s].len = len;
-                let g = group_offset(s / NEIGHBOURHOOD);
-                let gh = GroupHeader::decode(&leaf[g..])
+                let g = s / NEIGHBOURHOOD;
+                let gh = GroupHeader::decode(&leaf[group_offset(g)..])
                     .map_err(|why| ShermanError::Corrupt { addr, why });
                 let gh = match gh {
                     Ok(gh) => gh,
                     Err(e) => return self.bail(addr, lock, Err(e)).await,
                 };
-                let o = slot_offset(s);
-                t.e[s].encode(&mut leaf[o..o + ENTRY_LEN], gh.hash());
+                encode_group_of(&mut leaf[..], &t, g, &gh);
+                let (hd, o) = (group_offset(g), slot_offset(s));
                 let logged = match self.log(addr, entry_unit(s), &leaf[..]).await {
                     Ok(l) => l,
                     Err(e) => return self.bail(addr, lock, Err(e)).await,
                 };
                 let mut ops = Batch::new();
                 logged.ops(&mut ops);
+                // One WRITE from the header to the entry (a tear of it can leave any mix).
                 ops.push(Op::Write {
-                    remote: addr.add(o as u64),
-                    local: &leaf[o..o + ENTRY_LEN],
+                    remote: addr.add(hd as u64),
+                    local: &leaf[hd..o + ENTRY_LEN],
                 })
                 .expect(FULL);
                 let r = self.tree.unlock_leaf(addr, lock, &mut ops).await;
