@@ -604,6 +604,19 @@ mod tests {
     }
 
     #[test]
+    fn requests_after_the_peer_went_away_report_that_not_a_flush() {
+        let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+        let qp = ep.qp(0).unwrap();
+        // The completion a NIC gives a request to a dead memory node: every request after it
+        // is flushed, and whichever coroutine asks first must hear why.
+        qp.note_failure(sys::IBV_WC_RETRY_EXC_ERR);
+        let mut b = [0u8; 8];
+        let e = block_on(qp.read(GlobalAddr::new(0, 0), &mut b)).unwrap_err();
+        assert!(matches!(e, FabricError::RetryExceeded { .. }), "{e:?}");
+        assert!(e.to_string().contains("does not answer"), "{e}");
+    }
+
+    #[test]
     fn sends_reach_the_service_and_replies_the_receives() {
         let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
         let qp = ep.qp(0).unwrap();

@@ -222,6 +222,7 @@ impl VerbsQp {
             stats: Stats::default(),
             pools: [const { Cell::new((0, 0, 0)) }; POOLS],
             broken: Cell::new(false),
+            cause: Cell::new(sys::IBV_WC_SUCCESS),
             slots: [const { slot::SlotCell::free() }; SLOTS],
             wakers: [const { Cell::new(None) }; SLOTS],
             armed: Cell::new(0),

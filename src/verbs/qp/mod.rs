@@ -55,7 +55,7 @@ mod wake;
 
 use super::arena::Arena;
 use super::cm::{Channel, CmId};
-use super::error::{VerbsError, sys_err};
+use super::error::{FailedOp, VerbsError, sys_err, wc_error};
 use super::fake::{FakeNode, FakeQp};
 use super::mr::{LOCAL, Mr, Pd};
 use super::stats::{Stats, VerbsStats};
@@ -66,7 +66,7 @@ pub use post::PostFuture;
 pub use recv::RecvFuture;
 use remora_core::counters::Counters;
 use remora_core::fabric::{FabricError, Op, QueuePair, Recv};
-use remora_layouts::NodeId;
+use remora_layouts::{GlobalAddr, NodeId};
 pub(crate) use remote::Remote;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -179,6 +179,10 @@ pub struct VerbsQp {
     /// The caller's registered ranges, used in place: (base, len, lkey); len 0: none.
     pools: [Cell<(usize, usize, u32)>; POOLS],
     broken: Cell<bool>,
+    /// The first failed completion that says the peer is gone (retry or RNR retry
+    /// exceeded), `IBV_WC_SUCCESS` until then: the requests flushed after it report it,
+    /// since a flush only says "an earlier error" ([`Self::flushed`]).
+    cause: Cell<sys::ibv_wc_status>,
     slots: [slot::SlotCell; SLOTS],
     /// The waker of each slot's waiting post, kept for the slot's next batch (see
     /// `wake.rs`).
@@ -363,4 +367,40 @@ impl QueuePair for VerbsQp {
     fn pause(&self, ns: u64) -> impl Future<Output = ()> {
         super::clock::pause(ns)
     }
+}
+
+impl VerbsQp {
+    /// Notes a failed completion: the queue pair is broken, and the first status that names
+    /// the peer as gone becomes its cause.
+    pub(crate) fn note_failure(&self, status: sys::ibv_wc_status) {
+        self.broken.set(true);
+        if self.cause.get() == sys::IBV_WC_SUCCESS && peer_gone(status) {
+            self.cause.set(status);
+        }
+    }
+
+    /// The error of a request refused or flushed because the queue pair broke earlier: its
+    /// cause when that was the peer going away (a client whose memory node died hears that,
+    /// whichever of its coroutines asks first), else [`FabricError::Flushed`].
+    fn flushed(&self) -> FabricError {
+        let cause = self.cause.get();
+        if peer_gone(cause) {
+            let op = FailedOp {
+                wr: 0,
+                addr: GlobalAddr::NULL,
+                len: 0,
+            };
+            wc_error(cause, op, self.peer)
+        } else {
+            FabricError::Flushed
+        }
+    }
+}
+
+/// A failed completion's status that says the peer no longer answers.
+fn peer_gone(status: sys::ibv_wc_status) -> bool {
+    matches!(
+        status,
+        sys::IBV_WC_RETRY_EXC_ERR | sys::IBV_WC_RESP_TIMEOUT_ERR | sys::IBV_WC_RNR_RETRY_EXC_ERR
+    )
 }

@@ -111,8 +111,11 @@ impl VerbsQp {
         if slot_bits == NO_SLOT {
             // Only an error completes an unsignaled request: nothing waits for it, but the
             // queue pair is broken, so every later post fails.
-            if status != sys::IBV_WC_SUCCESS && !self.broken.replace(true) {
-                self.counters.count_error();
+            if status != sys::IBV_WC_SUCCESS {
+                if !self.broken.get() {
+                    self.counters.count_error();
+                }
+                self.note_failure(status);
             }
             return;
         }
@@ -122,7 +125,7 @@ impl VerbsQp {
             return;
         }
         if status != sys::IBV_WC_SUCCESS {
-            self.broken.set(true);
+            self.note_failure(status);
             if s.err.is_none() {
                 s.err = Some((idx, status));
             }
@@ -280,7 +283,7 @@ impl VerbsQp {
         let ops: &[Op<'_>] = all;
         if self.broken.get() {
             self.counters.count_error();
-            return Err(FabricError::Flushed);
+            return Err(self.flushed());
         }
         if ops.len() > MAX_BATCH {
             return Err(FabricError::Unsupported {
@@ -625,6 +628,9 @@ impl VerbsQp {
                 self.broken.set(true);
                 self.counters.count_error();
                 let i = (i as usize).min(ops.len() - 1);
+                if status == sys::IBV_WC_WR_FLUSH_ERR {
+                    return Err(self.flushed());
+                }
                 let op = FailedOp {
                     wr: i,
                     addr: ops[i].remote().unwrap_or(GlobalAddr::NULL),

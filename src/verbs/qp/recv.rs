@@ -72,7 +72,7 @@ impl VerbsQp {
         }
         if n == 0 {
             return if self.broken.get() {
-                Err(FabricError::Flushed)
+                Err(self.flushed())
             } else {
                 Ok(None)
             };
@@ -93,8 +93,11 @@ impl VerbsQp {
             },
         };
         if wc.status != sys::IBV_WC_SUCCESS {
-            self.broken.set(true);
+            self.note_failure(wc.status);
             self.counters.count_error();
+            if wc.status == sys::IBV_WC_WR_FLUSH_ERR {
+                return Err(self.flushed());
+            }
             return Err(wc_error(
                 wc.status,
                 FailedOp {
