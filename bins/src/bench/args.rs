@@ -84,6 +84,13 @@ pub struct BenchArgs {
     /// Zipfian constant θ.
     #[arg(long, default_value_t = 0.99)]
     pub theta: f64,
+    /// Items the zipfian's ranks run over, each rank hashed onto a loaded key (YCSB's
+    /// scrambled zipfian). Default: YCSB's 10^10 items at θ = 0.99 (the record count at other
+    /// θ). The hottest key's share is 1/ζ(items, θ): 3.8% at 10^10, 4.2% over the Sherman
+    /// paper's 1 billion keys (seeds/002 §3), 4.9% over the 64 Mi-key space of its authors'
+    /// benchmark (`kKeySpace`, thustorage/Sherman test/benchmark.cpp)
+    #[arg(long)]
+    pub zipf_items: Option<u64>,
     #[arg(long, value_enum, default_value = "int")]
     pub keys: KeyType,
     /// Records loaded before the run.
@@ -343,8 +350,9 @@ pub struct ShermanFlags {
     #[arg(long)]
     pub no_hierarchical: bool,
     /// Sherman/CHIME: at most this many hand-overs of one lock in a row between threads of
-    /// a compute node before its global lock is released (default 8, as in the authors'
-    /// code: seeds/INDEX.md). 0 keeps the local lock table and its queue but hands nothing
+    /// a compute node before its global lock is released (default 7: the authors' code serves
+    /// at most `kMaxHandOverTime` = 8 holders per global acquisition, the CASing one
+    /// included; seeds/INDEX.md, `ShermanConfig::handover_cap`). 0 keeps the local lock table and its queue but hands nothing
     /// over, which isolates the hand-over's effect.
     #[arg(long)]
     pub handover_cap: Option<u32>,
@@ -414,6 +422,9 @@ pub(super) fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if !(a.theta > 0.0 && a.theta < 1.0) {
         return Err(format!("--theta must be in (0, 1), got {}", a.theta));
+    }
+    if a.zipf_items.is_some_and(|n| n < 2) {
+        return Err("--zipf-items must be at least 2".into());
     }
     if a.index.is_erda() {
         if a.value_size == 0 || a.value_size > 4096 {

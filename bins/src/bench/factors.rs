@@ -16,10 +16,11 @@ pub(super) fn in_memory_c(
         insert(&key[..kl], n);
     }
     let mut rng = Rng::new(a.sim.seed);
-    let mut chooser = KeyChooser::new(
+    let mut chooser = KeyChooser::over(
         a.distribution.unwrap_or(Distribution::Zipfian),
         a.records,
         a.theta,
+        a.zipf_items,
     );
     let clock = Clock::get();
     let t0 = clock.now_ns();

@@ -208,7 +208,7 @@ async fn coroutine<I: KvIndex>(
 ) -> Result<(), String> {
     let a = ctx.a;
     let mut rng = Rng::new(seed);
-    let mut chooser = KeyChooser::new(ph.dist, ph.records, a.theta);
+    let mut chooser = KeyChooser::over(ph.dist, ph.records, a.theta, a.zipf_items);
     let mut key = [0u8; 32];
     let mut val = vec![0u8; a.value_size];
     let mut out = vec![0u8; a.value_size.max(8)];

@@ -568,6 +568,35 @@ mod tests {
         assert_eq!(ep.qp.posts.borrow().len(), 0, "no verb");
     }
 
+    /// Sherman's default cap serves a global acquisition to 8 holders of a compute node in a
+    /// row (the one that CASed it and 7 hand-overs), as the authors' `kMaxHandOverTime` = 8
+    /// counts them, then releases it although waiters remain.
+    #[test]
+    fn a_global_acquisition_serves_eight_holders_as_the_authors_hocl() {
+        let cfg = super::super::ShermanConfig::sherman();
+        let node = Arc::new(ShermanNode::new(&cfg));
+        let lease = LeaseConfig::default_lease();
+        let locks = Locks::new(7, true, true, true, cfg.handover_cap, lease, node.clone());
+        let lock = GlobalAddr::device(0, 192);
+        // Ticket 0 holds the global lock, 19 tickets wait behind it.
+        crate::block_on::block_on(node.locks.with(lock, |e| {
+            e.next = 20;
+            e.global = true;
+        }));
+        let qp = Recorder::default();
+        let mut holders = 1;
+        loop {
+            let mut wb = Batch::new();
+            crate::block_on::block_on(locks.release(&qp, lock, &mut wb)).expect("release");
+            if !crate::block_on::block_on(node.locks.with(lock, |e| e.global)) {
+                break;
+            }
+            holders += 1;
+        }
+        assert_eq!(holders, 8);
+        assert_eq!(qp.posts.borrow().len(), 1, "one unlock, at the 8th release");
+    }
+
     /// A parked waiter whose holder died (nobody passes the turn on) is woken by its timer at
     /// its deadline, gives its ticket up, and the turn skips it.
     #[test]

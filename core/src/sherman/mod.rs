@@ -159,7 +159,12 @@ pub struct ShermanConfig {
     /// Local lock table per compute node ([`ShermanNode`], shared by the node's handles):
     /// waiters queue locally and the lock is handed over, between threads too.
     pub hierarchical_locks: bool,
-    /// At most this many hand-overs in a row before the global lock is released.
+    /// At most this many hand-overs in a row before the global lock is released. 7 in
+    /// [`ShermanConfig::sherman`]: the authors' HOCL serves at most `kMaxHandOverTime` = 8
+    /// holders per global acquisition, the one that CASed it included (thustorage/Sherman
+    /// include/Common.h; src/Tree.cpp: `acquire_local_lock` counts every holder in
+    /// `hand_time`, `can_hand_over` hands over while `hand_time < kMaxHandOverTime` and
+    /// resets it at a release), so 7 hand-overs.
     pub handover_cap: u32,
     /// Write-back and unlock posted in one doorbell.
     pub combine_commands: bool,
@@ -231,7 +236,7 @@ impl ShermanConfig {
             value_size: 8,
             onchip_locks: true,
             hierarchical_locks: true,
-            handover_cap: 8,
+            handover_cap: 7,
             combine_commands: true,
             spin_locks: true,
             two_level_versions: true,
