@@ -202,6 +202,12 @@ pub struct BenchArgs {
     /// record, and their notes say how the keys were loaded.
     #[arg(long)]
     pub no_bulk_load: bool,
+    /// Bulk-load where the index has a bulk loader (bench's default already). For `remora
+    /// repro`, which inserts the keys at `--scale quick`: a series whose command says
+    /// `--bulk-load` is bulk-loaded there too (CANRT's range queries, whose 200,000 keys
+    /// grown the paper's way take minutes of inserts).
+    #[arg(long, conflicts_with = "no_bulk_load")]
+    pub bulk_load: bool,
     /// After a bulk load, leave the compute nodes' index caches cold (SMART's radix cache,
     /// Sherman's index cache). By default each compute node's cache is filled before the
     /// warm-up, top down, as far as its capacity goes (`warm_cache` in core's `smart/warm.rs`

@@ -3,7 +3,8 @@
 //! written as the index's image at memory speed by one client, through the fabric (chunks
 //! taken by FETCH_AND_ADD, one WRITE per chunk), before the other clients open the index.
 //! The keys and values are exactly those the LOAD phase would insert (key number `n` gets
-//! `value_for(n)`), so the run phase sees the same key set.
+//! `value_for(n)`), so the run phase sees the same key set. CANRT's tree is built by its
+//! memory node's CPU instead, straight into the region image (`bulk_canrt.rs`).
 //!
 //! The papers' clients load by inserting, which leaves every compute node's index cache
 //! holding the internal nodes their inserts read; after a bulk load, one client per
@@ -45,12 +46,14 @@ pub struct BulkPlan {
 }
 
 /// Whether the load of this run is bulk-loaded: the index has a bulk loader (SMART with
-/// 8-byte keys, Sherman, FG+), the workload is not LOAD itself, and `--no-bulk-load` is off.
+/// 8-byte keys, Sherman, FG+, CANRT), the workload is not LOAD itself, and `--no-bulk-load` is off.
 pub fn wanted(a: &BenchArgs, index: &IndexCfg, workload: Workload) -> bool {
     let eight = matches!(a.keys, KeyType::Int | KeyType::Seq);
     let able = match index {
         IndexCfg::Smart { cfg, .. } => eight && cfg.key_mode == KeyMode::Fixed(8),
         IndexCfg::Sherman { .. } => eight,
+        // Any key width: built by the server's code (`bulk_canrt.rs`).
+        IndexCfg::Canrt { .. } => true,
         _ => false,
     };
     able && workload != Workload::Load && !a.no_bulk_load && a.records > 0
@@ -271,7 +274,9 @@ mod tests {
     /// (YCSB-C finds them all).
     #[test]
     fn a_restored_load_measures_what_a_fresh_one_does() {
-        for index in ["smart", "sherman"] {
+        // CANRT: built into the image by its server's code, which the measured cluster's
+        // server recovers (`bulk_canrt.rs`).
+        for index in ["smart", "sherman", "canrt"] {
             let base = format!(
                 "--index {index} --fabric sim --workload c --records 5000 --operations 4000 \
                  --compute-nodes 2 --coroutines 2"

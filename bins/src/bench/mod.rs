@@ -11,6 +11,7 @@
 //! (`index.rs`); SMART's and Sherman's techniques are flags. Prints a table and writes one
 //! JSON record per phase.
 pub(crate) mod bulk;
+pub(crate) mod bulk_canrt;
 mod churn;
 pub(crate) mod cluster;
 #[cfg(test)]

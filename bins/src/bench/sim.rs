@@ -12,7 +12,8 @@ use super::phase::{BenchRecord, Ctx, Phase, PhaseOut, Time, phase, record};
 use super::resizes::ResizeWatch;
 use super::ycsb::Workload;
 use crate::perf_sim::model_from;
-use remora::poller::sim::{ClientCtx, Sim, SimConfig};
+use remora::core::server::Handler;
+use remora::poller::sim::{ClientCtx, NodeImage, Sim, SimConfig};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -102,7 +103,10 @@ async fn client(
 /// The first client creates the index (and bulk-loads it) before the others open it.
 /// With a bulk load, the run starts from a fresh sim over the loaded memory (saved for the
 /// next run with `load_once`), so that a run's figures are the same whether its load was
-/// made or found saved.
+/// made or found saved. A CANRT bulk load is written into the memory node's image by its
+/// server's code instead (`bulk_canrt.rs`), with no client. `handler` is the memory node's
+/// server, set on the sim the run measures (recovered from the image when it starts from
+/// one).
 #[allow(clippy::too_many_arguments)]
 fn create<'a>(
     mut sim: Sim<'a>,
@@ -110,10 +114,27 @@ fn create<'a>(
     index: &'a IndexCfg,
     cfg: &SimConfig,
     bulk: Option<&'a super::bulk::BulkPlan>,
+    canrt: Option<&super::bulk_canrt::CanrtPlan>,
+    handler: Option<Box<dyn Handler + Send>>,
     identity: Option<String>,
     created: &'a RefCell<Option<String>>,
     bulked: &'a RefCell<Option<(String, f64)>>,
 ) -> Result<Sim<'a>, String> {
+    if let Some(p) = canrt {
+        let mut images = sim.into_images();
+        let t = Instant::now();
+        let what = super::bulk_canrt::build(index, &mut images, p)?;
+        *bulked.borrow_mut() = Some((what, t.elapsed().as_secs_f64()));
+        if let (true, Some(id)) = (a.load_once, identity) {
+            super::bulk::save(id, &images);
+        }
+        return start_from(cfg, images, handler);
+    }
+    let image_start = bulk.is_some();
+    let mut handler = handler;
+    if !image_start && let Some(h) = handler.take() {
+        sim.set_handler(0, h).map_err(|e| e.0)?;
+    }
     let first = sim.client(0).map_err(|e| e.0)?;
     sim.spawn_with(&first, 0, |ctx| async move {
         let r = async {
@@ -136,14 +157,32 @@ fn create<'a>(
             r.seed
         ));
     }
-    if bulk.is_none() {
+    if !image_start {
         return Ok(sim);
     }
     let images = sim.into_images();
     if let (true, Some(id)) = (a.load_once, identity) {
         super::bulk::save(id, &images);
     }
-    Sim::with_images(cfg.clone(), images).map_err(|e| e.0)
+    start_from(cfg, images, handler)
+}
+
+/// A fresh sim over `images`, memory node 0 served by `handler` (if any) once it has
+/// recovered its state from node 0's image, as a restarted server would.
+fn start_from<'a>(
+    cfg: &SimConfig,
+    mut images: Vec<NodeImage>,
+    handler: Option<Box<dyn Handler + Send>>,
+) -> Result<Sim<'a>, String> {
+    let mut handler = handler;
+    if let Some(h) = handler.as_mut() {
+        super::bulk_canrt::recover(h.as_mut(), &mut images, 0)?;
+    }
+    let mut sim = Sim::with_images(cfg.clone(), images).map_err(|e| e.0)?;
+    if let Some(h) = handler {
+        sim.set_handler(0, h).map_err(|e| e.0)?;
+    }
+    Ok(sim)
 }
 
 pub fn run(
@@ -206,7 +245,20 @@ pub fn run(
         .filter(|_| a.load_once)
         .and_then(|id| super::bulk::saved(id, cfg.region_len));
     let restored = found.is_some();
-    let bulk = (bulk_wanted && !restored).then(|| super::bulk::plan(a));
+    let canrt_keys = match index {
+        IndexCfg::Canrt { cfg, .. } => Some(cfg.key_len),
+        _ => None,
+    };
+    let bulk = (bulk_wanted && !restored && canrt_keys.is_none()).then(|| super::bulk::plan(a));
+    let canrt_bulk = match canrt_keys {
+        Some(len) if bulk_wanted && !restored => Some(super::bulk_canrt::plan(a, len)?),
+        _ => None,
+    };
+    // Keys planned and the time sorting them took (for the load's note).
+    let planned = bulk
+        .as_ref()
+        .map(|p| (p.keys.len(), p.sort_s))
+        .or(canrt_bulk.as_ref().map(|p| (p.pairs.len(), p.sort_s)));
     let bulked: RefCell<Option<(String, f64)>> = RefCell::new(None);
     let cache_warmed: RefCell<Option<String>> = RefCell::new(None);
     let warms = super::bulk::warms(a, bulk_wanted);
@@ -221,26 +273,22 @@ pub fn run(
     })
         .map(|_| NodeState::new(index))
         .collect();
+    let handler = server.map(|(h, _)| h);
     let mut sim = match found {
-        Some(images) => Sim::with_images(cfg.clone(), images),
-        None => Sim::new(cfg.clone()),
-    }
-    .map_err(|e| e.0)?;
-    if let Some((h, _)) = server {
-        sim.set_handler(0, h).map_err(|e| e.0)?;
-    }
-    if !restored {
-        sim = create(
-            sim,
+        Some(images) => start_from(&cfg, images, handler)?,
+        None => create(
+            Sim::new(cfg.clone()).map_err(|e| e.0)?,
             a,
             index,
             &cfg,
             bulk.as_ref(),
+            canrt_bulk.as_ref(),
+            handler,
             identity,
             &created,
             &bulked,
-        )?;
-    }
+        )?,
+    };
     if bulk_wanted {
         // Loaded: every client's LOAD phase finds no key left to insert.
         load.next_load.store(a.records, Ordering::Relaxed);
@@ -328,18 +376,15 @@ pub fn run(
              would have left it (--cold-cache leaves it cold); the first node's: {what}"
         ));
     }
-    if let (Some(p), Some((what, secs))) = (&bulk, bulked.borrow().as_ref()) {
-        let rate = p.keys.len() as f64 / (p.sort_s + secs).max(1e-9);
+    if let (Some((keys, sort_s)), Some((what, secs))) = (planned, bulked.borrow().as_ref()) {
+        let rate = keys as f64 / (sort_s + secs).max(1e-9);
         // The JSON stays a function of the seed: the load's wall-clock rate goes to stderr.
         notes.push(format!(
-            "load: bulk-loaded, not measured ({what}); {} keys (--no-bulk-load inserts them)",
-            p.keys.len(),
+            "load: bulk-loaded, not measured ({what}); {keys} keys (--no-bulk-load inserts them)",
         ));
         if !a.silent {
             eprintln!(
-                "bulk load: {rate:.0} keys/s ({} keys, sort {:.2} s, image {secs:.2} s)",
-                p.keys.len(),
-                p.sort_s
+                "bulk load: {rate:.0} keys/s ({keys} keys, sort {sort_s:.2} s, image {secs:.2} s)"
             );
         }
     }

@@ -32,6 +32,7 @@ mod client;
 mod data;
 mod gate;
 mod load;
+pub(super) use load::ImageRegion;
 mod run;
 mod sim;
 

@@ -98,7 +98,8 @@ pub fn points(s: &Series, command: &str, recs: &[BenchRecord], out: &mut Vec<Poi
 /// `bulk`: runs whose load is not measured bulk-load it (`bench/bulk.rs`) and share one
 /// loaded cluster (load once, measure many). Off at `--scale quick`: its committed report's
 /// rows were measured on insert-loaded trees, and bulk-loaded trees (Sherman's 80% full
-/// leaves, as the paper loads them) move some of them.
+/// leaves, as the paper loads them) move some of them. A series whose command says
+/// `--bulk-load` bulk-loads whatever `bulk` says.
 pub fn experiment(
     e: &Experiment,
     quiet: bool,
@@ -109,6 +110,8 @@ pub fn experiment(
     for s in &e.series {
         for cmd in commands(s) {
             let t = Instant::now();
+            // A series may ask for its bulk load at every scale (`--bulk-load`).
+            let bulk = bulk || cmd.split_whitespace().any(|w| w == "--bulk-load");
             let cmd = as_run(&cmd, bulk);
             let mut a = parse_bench(&cmd)?;
             a.silent = true;

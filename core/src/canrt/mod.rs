@@ -124,6 +124,7 @@
 //! - **Lock tickets across resizes.** A data node keeps its lock word for life, so a client
 //!   that took a ticket always hands it back (a data node of an older data array excepted).
 mod build;
+mod bulk;
 mod client;
 mod credit;
 mod keys;

@@ -19,6 +19,8 @@ impl CanrtServer {
         }
         *self = CanrtServer {
             stats: self.stats.clone(),
+            // The growth rule is the server's configuration, not state of the crashed run.
+            growth: self.growth,
             ..CanrtServer::new()
         };
         let mut r = RecoveryReport::default();

@@ -32,7 +32,8 @@
 //! old. The header and the prefix array carry CRC-64s ([`TreeHeader::seal`]) that a torn
 //! copy fails, whatever order its words were read in; the server still zeroes the magic
 //! first and writes it last, so the area is never a valid header while half written.
-use super::build::{Plan, plan, plan_per_char, plan_units};
+use super::build::{Plan, plan, plan_units};
+use super::bulk::repack_plan;
 use super::keys::load_key;
 use super::pool::{area_need, table_off};
 use super::server::{CanrtServer, Growth, ServerStats, bad_layout, invalid};
@@ -310,7 +311,7 @@ impl CanrtServer {
 
     /// Writes `pairs` placed by `p` into a new data array, then a header and prefix array,
     /// and publishes them.
-    fn rebuild_into(
+    pub(super) fn rebuild_into(
         &mut self,
         region: &dyn LocalRegion,
         g: DataGeometry,
@@ -753,23 +754,9 @@ impl CanrtServer {
         pairs.sort_by_key(|p| p.0);
         pairs.dedup_by_key(|p| p.0);
         let keys: Vec<u128> = pairs.iter().map(|p| p.0).collect();
-        if self.growth == Growth::WholeLevel {
-            // The paper's addHeight: the smallest height at which no node is full (one slot
-            // short of it, so the node reported full is split by its next character).
-            let target = (h.slots as usize).saturating_sub(1).max(1);
-            let p = plan_per_char(&keys, target, h.key_len)
-                .map_err(bad_layout(region, h.area_off))?
-                .ok_or_else(|| invalid(region, h.area_off, "no tree shape holds the keys"))?;
-            return self.rebuild_into(region, h.data(), h.epoch.wrapping_add(1), &p, &pairs);
-        }
-        // Half full, unless that many nodes would leave less than half the node-id space to
-        // split into: then fuller (at most one slot short of full).
-        let half = (h.slots as usize / 2).max(1);
-        let room = (MAX_DATA_NODES / 2) as usize;
-        let target = half
-            .max(keys.len().div_ceil(room))
-            .min((h.slots as usize).saturating_sub(1).max(1));
-        let p = plan(&keys, target, h.key_len)
+        // The repack rule (`bulk.rs`, shared with bulk loading): half full under split
+        // growth, one slot short of full per character under the paper's.
+        let p = repack_plan(self.growth, h.slots, &keys, h.key_len)
             .map_err(bad_layout(region, h.area_off))?
             .ok_or_else(|| invalid(region, h.area_off, "no tree shape holds the keys"))?;
         self.rebuild_into(region, h.data(), h.epoch.wrapping_add(1), &p, &pairs)

@@ -83,14 +83,14 @@ pub(super) fn save(identity: String, images: Vec<NodeImage>, model: String, part
 
 /// A memory node's image as its CPU sees it before the sim starts: the server recovers
 /// the loaded tree through it (one thread, so plain reads and writes).
-pub(super) struct ImageRegion<'a> {
+pub(crate) struct ImageRegion<'a> {
     bytes: RefCell<&'a mut Vec<u8>>,
     node: NodeId,
 }
 
 impl<'a> ImageRegion<'a> {
     /// The image `bytes` of memory node `node`.
-    pub(super) fn new(bytes: &'a mut Vec<u8>, node: NodeId) -> ImageRegion<'a> {
+    pub(crate) fn new(bytes: &'a mut Vec<u8>, node: NodeId) -> ImageRegion<'a> {
         ImageRegion {
             bytes: RefCell::new(bytes),
             node,
