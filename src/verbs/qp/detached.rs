@@ -17,7 +17,10 @@ impl VerbsQp {
         }
         if ops
             .iter()
-            .any(|op| matches!(op, Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }))
+            .any(|op| matches!(
+                op,
+                Op::Read { .. } | Op::Cas { .. } | Op::MaskedCas { .. } | Op::Faa { .. }
+            ))
         {
             return Err(FabricError::Unsupported {
                 what: "a detached post of an op with a result (READ or atomic)",
