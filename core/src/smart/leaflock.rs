@@ -188,7 +188,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     /// Releases a leaf lock taken by [`Self::lock_leaf`] without writing the leaf: a WRITE
     /// of 0 to the leaf's lock word at `lock_at`, or the masked CAS that clears its on-chip
     /// bit.
-    pub(crate) async fn unlock_leaf(&self, leaf: GlobalAddr, lock_at: GlobalAddr) -> Result<(), SmartError> {
+    pub(crate) async fn unlock_leaf(
+        &self,
+        leaf: GlobalAddr,
+        lock_at: GlobalAddr,
+    ) -> Result<(), SmartError> {
         match self.leaf_chip_lock(leaf) {
             Some(c) => self.unlock_chip(c).await,
             None => {

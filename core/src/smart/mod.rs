@@ -72,6 +72,8 @@ mod node;
 mod node_tests;
 mod nodelock;
 mod onchip;
+#[cfg(test)]
+mod onchip_tests;
 mod reclaim;
 mod recover;
 mod remote;
