@@ -303,7 +303,7 @@ fn histories(t: Techniques) {
                 let k = (rng % 40) * 4 + h as u64;
                 let key = k.to_be_bytes();
                 let v = i * 8 + h as u64;
-                if rng % 5 == 0 {
+                if rng.is_multiple_of(5) {
                     s.delete(&key).await.unwrap();
                     oracle.borrow_mut().remove(&k);
                 } else {
