@@ -122,6 +122,12 @@ pub struct LinArgs {
     /// which one a failing history needs.
     #[arg(long, value_delimiter = ',')]
     pub without: Vec<String>,
+    /// With --index smart: N one-bit locks per memory node in NIC device memory (masked CAS)
+    /// for lock-based internal nodes (--baseline) and in-place leaves without the rear lock
+    /// (--without rear-lock), as the factor analysis's steps before the rear lock take them
+    /// (`SmartConfig::onchip_locks`; few locks make objects share bits and words).
+    #[arg(long, default_value_t = 0)]
+    pub onchip_locks: u64,
     /// Write the whole history of every seed with a violation or an inconclusive key to
     /// `DIR/seed-N.txt` (one operation a line, by invocation time), to read beside the
     /// report's minimal sub-history.
@@ -492,6 +498,17 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
         }
         (_, false) => return Err("--without: only with --index smart".into()),
         (cfg, true) => cfg,
+    };
+    let cfg = match (cfg, a.onchip_locks) {
+        (cfg, 0) => cfg,
+        (IndexCfg::Smart { cfg: c, t }, n) => IndexCfg::Smart {
+            cfg: SmartConfig {
+                onchip_locks: n,
+                ..c
+            },
+            t,
+        },
+        _ => return Err("--onchip-locks: only with --index smart".into()),
     };
     refuse_weak(&cfg)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);

@@ -690,6 +690,53 @@ pub fn device_memory<H: Harness>(h: &H) {
     });
 }
 
+/// Masked CMP_AND_SWP ([`Op::MaskedCas`], not in [`checks`]: the verbs fabric refuses it):
+/// four clients each take and release their own 16 bits of one word (device memory where
+/// the node has some) at once, every masked CAS succeeding whatever the other bits do; a
+/// masked CAS whose bits differ fails and changes nothing.
+pub fn masked_cas_keeps_other_bits<H: Harness>(h: &H) {
+    let node = h.node();
+    let word = if h.dm_len() >= 64 {
+        GlobalAddr::device(node, 16)
+    } else {
+        fresh_chunk(h)
+    };
+    h.run(1, |_, ep| async move {
+        ep.qp(node).unwrap().write(word, &[0; 8]).await.unwrap();
+    });
+    h.run(4, |c, ep| async move {
+        let qp = ep.qp(node).unwrap();
+        for round in 0..3 {
+            for b in 0..16 {
+                let mask = 1u64 << (c * 16 + b);
+                let old = qp.masked_cas(word, 0, !0, mask).await.expect("masked CAS");
+                assert_eq!(old & mask, 0, "client {c} bit {b} round {round}: taken");
+            }
+            if round < 2 {
+                for b in 0..16 {
+                    let mask = 1u64 << (c * 16 + b);
+                    let old = qp.masked_cas(word, !0, 0, mask).await.expect("unlock");
+                    assert_eq!(old & mask, mask, "client {c} bit {b}: not held");
+                }
+            }
+        }
+    });
+    h.run(1, |_, ep| async move {
+        let qp = ep.qp(node).unwrap();
+        let mut b = [0u8; 8];
+        qp.read(word, &mut b).await.unwrap();
+        assert_eq!(
+            u64::from_le_bytes(b),
+            u64::MAX,
+            "a masked CAS lost other bits"
+        );
+        let old = qp.masked_cas(word, 0, 0, 1 << 5).await.unwrap();
+        assert_eq!(old, u64::MAX);
+        qp.read(word, &mut b).await.unwrap();
+        assert_eq!(u64::from_le_bytes(b), u64::MAX, "a failed masked CAS wrote");
+    });
+}
+
 /// Counters: verbs by kind, bytes each way, doorbells and round trips.
 pub fn counters_count_what_was_done<H: Harness>(h: &H) {
     let base = fresh_chunk(h);

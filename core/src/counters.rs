@@ -84,6 +84,11 @@ impl Counters {
                 bump(&self.bytes_out, 16);
                 bump(&self.bytes_in, 8);
             }
+            // Compare and swap words and their two masks (the extended atomic's operands).
+            Op::MaskedCas { .. } => {
+                bump(&self.bytes_out, 32);
+                bump(&self.bytes_in, 8);
+            }
             Op::Faa { .. } => {
                 bump(&self.bytes_out, 8);
                 bump(&self.bytes_in, 8);

@@ -18,7 +18,7 @@
 //!    rule 1 orders after the first). Fabrics make this adversarial on purpose: see
 //!    [`SegmentOrder`]. "The last word of a WRITE lands last" (SMART's rear lock) is not
 //!    promised; it is the named assumption [`SegmentOrder::ShuffledTailLast`].
-//! 3. **Atomics.** CMP_AND_SWP and FETCH_AND_ADD act on an 8-byte-aligned word and are atomic
+//! 3. **Atomics.** CMP_AND_SWP (also masked, [`Op::MaskedCas`]) and FETCH_AND_ADD act on an 8-byte-aligned word and are atomic
 //!    only against other NIC atomics, never against CPU stores at the target or WRITEs.
 //! 4. **Protection.** An access outside the target region, to a region whose key was revoked,
 //!    or a misaligned atomic, completes with an error and touches no memory; the queue pair
@@ -84,6 +84,24 @@ pub enum Op<'a> {
         /// The value stored if the comparison holds.
         swap: u64,
         /// Receives the word's value before the operation (equal to `compare` on success).
+        old: &'a mut u64,
+    },
+    /// 8-byte masked CMP_AND_SWP, the extended atomic of ConnectX NICs
+    /// (`IBV_EXP_WR_EXT_MASKED_ATOMIC_CMP_AND_SWP`; the SMART authors' `cas_dm_mask_sync`,
+    /// dmemsys/SMART src/DSM.cpp): if `*remote & mask == compare & mask`, the bits under
+    /// `mask` become `swap`'s (`*remote = *remote & !mask | swap & mask`), the others stay;
+    /// `old` receives the whole prior word. So 64 one-bit locks share a word without one
+    /// holder's bit failing another's CAS. Counted as a CMP_AND_SWP.
+    MaskedCas {
+        /// The 8-byte aligned word compared and swapped.
+        remote: GlobalAddr,
+        /// The bits (under `mask`) the word must hold for the swap to happen.
+        compare: u64,
+        /// The bits (under `mask`) stored if the comparison holds.
+        swap: u64,
+        /// The bits compared and swapped.
+        mask: u64,
+        /// Receives the word's value before the operation.
         old: &'a mut u64,
     },
     /// 8-byte FETCH_AND_ADD (wrapping); `old` receives the prior value.
@@ -296,7 +314,7 @@ impl Op<'_> {
             Op::Read { .. } => Verb::Read,
             Op::Write { .. } => Verb::Write,
             Op::WriteImm { .. } => Verb::WriteImm,
-            Op::Cas { .. } => Verb::Cas,
+            Op::Cas { .. } | Op::MaskedCas { .. } => Verb::Cas,
             Op::Faa { .. } => Verb::Faa,
             Op::Send { .. } => Verb::Send,
         }
@@ -309,6 +327,7 @@ impl Op<'_> {
             | Op::Write { remote, .. }
             | Op::WriteImm { remote, .. }
             | Op::Cas { remote, .. }
+            | Op::MaskedCas { remote, .. }
             | Op::Faa { remote, .. } => Some(*remote),
             Op::Send { .. } => None,
         }
@@ -321,7 +340,7 @@ impl Op<'_> {
             Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local } => {
                 local.len()
             }
-            Op::Cas { .. } | Op::Faa { .. } => 8,
+            Op::Cas { .. } | Op::MaskedCas { .. } | Op::Faa { .. } => 8,
         }
     }
 
@@ -537,6 +556,29 @@ pub trait QueuePair {
                 remote,
                 compare,
                 swap,
+                old: &mut old,
+            }])
+            .await?;
+            Ok(old)
+        }
+    }
+
+    /// Masked CMP_AND_SWP ([`Op::MaskedCas`]); returns the prior word (success iff its bits
+    /// under `mask` equal `compare`'s).
+    fn masked_cas(
+        &self,
+        remote: GlobalAddr,
+        compare: u64,
+        swap: u64,
+        mask: u64,
+    ) -> impl Future<Output = Result<u64, FabricError>> {
+        async move {
+            let mut old = 0;
+            self.post(&mut [Op::MaskedCas {
+                remote,
+                compare,
+                swap,
+                mask,
                 old: &mut old,
             }])
             .await?;

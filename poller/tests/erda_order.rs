@@ -193,7 +193,7 @@ impl<'n> TestQp<'n> {
                 };
                 self.deliver(recv, local)?;
             }
-            Op::Cas { .. } | Op::Faa { .. } => {
+            Op::Cas { .. } | Op::MaskedCas { .. } | Op::Faa { .. } => {
                 return Err(FabricError::Unsupported {
                     what: "no atomics in this test",
                 });

@@ -83,3 +83,12 @@ fn an_ascending_fabric_that_claims_to_shuffle_is_caught() {
     // The honest shuffled fabric passes the same check.
     segments_move_in_no_fixed_order(&SimHarness::standard(3, Model::default()).unwrap());
 }
+
+#[test]
+fn masked_cas_keeps_other_bits_in_device_and_host_memory() {
+    use remora_core::conformance::masked_cas_keeps_other_bits;
+    masked_cas_keeps_other_bits(&SimHarness::standard(4, Model::default()).unwrap());
+    masked_cas_keeps_other_bits(
+        &SimHarness::new(4, Model::default(), 16 << 20, 64 << 10, 0).unwrap(),
+    );
+}

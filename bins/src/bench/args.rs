@@ -315,7 +315,41 @@ pub struct SmartFlags {
     /// SMART's radix cache, Sherman's index cache.
     #[arg(long, default_value_t = 64.0, value_parser = crate::args::positive_f64)]
     pub cache_mib: f64,
+    /// SMART: N one-bit locks per memory node in NIC device memory (masked CAS) for the
+    /// internal-node locks of lock-based nodes and the leaf locks of in-place leaves without
+    /// the rear lock, as the SMART authors' code takes them (`SmartConfig::onchip_locks`);
+    /// 0: each lock in its object's own word. For single runs; --factors sets its own
+    /// (--factor-locks).
+    #[arg(long, default_value_t = 0)]
+    pub onchip_locks: u64,
+    /// SMART --factors: where the steps before the rear embedded lock take their locks.
+    /// `onchip` (default): the authors' table of 1-bit locks in NIC device memory (1M for 60M
+    /// keys: `SmartConfig::onchip_locks`), scaled to --records; `host`: each lock in its
+    /// object's own word.
+    #[arg(long, value_enum, default_value = "onchip")]
+    pub factor_locks: FactorLocks,
 }
+
+/// Where SMART's factor steps before the rear lock take their locks (`--factor-locks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FactorLocks {
+    /// The authors' hashed 1-bit locks in NIC device memory.
+    Onchip,
+    /// Each lock in its object's own word in host memory.
+    Host,
+}
+
+/// The on-chip lock count of the SMART authors' table (1M locks for the paper's 60M keys)
+/// scaled to `records` keys as the quick setup scales the cache (`repro::Scale::llc_lines`):
+/// proportionally, at least 64 (one word), at most the authors' count.
+pub fn scaled_onchip_locks(records: u64) -> u64 {
+    let full = remora::core::smart::AUTHORS_ONCHIP_LOCKS;
+    let scaled = (full as f64 * records as f64 / PAPER_SMART_KEYS as f64).round() as u64;
+    scaled.clamp(64, full).next_multiple_of(64)
+}
+
+/// The SMART paper's key count (60M: its YCSB runs, §5.1).
+const PAPER_SMART_KEYS: u64 = 60_000_000;
 
 impl SmartFlags {
     pub fn techniques(&self) -> Result<Techniques, String> {

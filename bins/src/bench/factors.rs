@@ -99,6 +99,13 @@ pub(crate) fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)
                 "+ delegation",
                 "+ combining",
             ];
+            // The steps before the rear lock take their locks in the authors' on-chip table
+            // (dmemsys/SMART: every lock of those steps is a hashed 1-bit lock in NIC
+            // device memory; `onchip.rs`), unless --factor-locks host.
+            let chip = match a.smart.factor_locks {
+                FactorLocks::Onchip => scaled_onchip_locks(a.records),
+                FactorLocks::Host => 0,
+            };
             for (i, name) in names.iter().enumerate() {
                 match i {
                     1 => t.lock_free_internal = true,
@@ -108,13 +115,11 @@ pub(crate) fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)
                     5 => t.combining = true,
                     _ => {}
                 }
-                steps.push((
-                    *name,
-                    IndexCfg::Smart {
-                        cfg: smart_config(a, t),
-                        t,
-                    },
-                ));
+                let mut cfg = smart_config(a, t);
+                if !t.rear_lock {
+                    cfg.onchip_locks = chip;
+                }
+                steps.push((*name, IndexCfg::Smart { cfg, t }));
             }
         }
         IndexKind::Canrt

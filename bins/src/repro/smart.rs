@@ -322,21 +322,21 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ lock-free internal", "LOAD"),
             p("smart-factors", "ART baseline (+cache)", "LOAD"),
-            "measured: the ART baseline takes 9.2 round trips per insert against 5.3 lock-free. \
+            "measured: the ART baseline takes 8.4 round trips per insert against 5.3 lock-free. \
              Its internal-node locks are taken as the authors' baseline takes them \
              (TREE_TEST_ROWEX_ART with TREE_TEST_HOCL_HANDOVER, on for every factor step before \
-             write combining: CMakeLists.txt; src/Tree.cpp lock_node, include/LocalLockTable.h): \
-             a compute node's clients queue for a lock in the node's local table and a releaser \
-             hands it to a waiting one, up to 9 times in a row (core/src/smart/handover.rs); \
-             without the hand-over this row was 4.47x (1.08 vs 4.84 Mops, 11.4 RT/op). At 100k \
-             keys (smart-factors' bench with --workloads load, --records 100000, \
-             server_llc_lines=660) 3.18x (4.14 vs 13.14 Mops, 6.75 vs 4.21 RT/op; 3.72x without). \
-             Differences left: the authors' locks are 1-bit words in NIC on-chip memory, remora's \
-             the node's own word in host memory; the authors' insert locks each node of its path \
-             in turn from the cached node down (unlocking one before locking the next), remora's \
-             only the node whose slot it changes (fewer locks: not a cause of a larger factor); and a handed-over lock is re-stamped with the taker's owner word (a CAS in \
-             the doorbell that reads the node) so that a waiter of another node fences the \
-             client really holding it",
+             write combining: CMakeLists.txt; src/Tree.cpp lock_node, get_on_chip_lock_addr, \
+             include/LocalLockTable.h): hashed 1-bit locks in the memory node's NIC on-chip \
+             memory, 64 per 8-byte word, taken and released with masked CMP_AND_SWP (1M locks \
+             for 60M keys, scaled to the key count: 192 at 10k; core/src/smart/onchip.rs), and a \
+             compute node's clients queue for a lock in the node's local table, a releaser \
+             handing it to a waiting one up to 9 times in a row (core/src/smart/handover.rs). \
+             With each lock in its node's own host-memory word instead (`--factor-locks host`) \
+             this row was 2.93x (1.648 vs 4.835 Mops, 9.28 RT/op, 1.76 failed lock CAS per \
+             insert; on chip 1.40), and 4.47x without the hand-over (1.08 Mops, 11.4 RT/op). \
+             Differences left: the authors' insert locks each node of its path in turn from the \
+             cached node down (unlocking one before locking the next), remora's only the node \
+             whose slot it changes (fewer locks: not a cause of a larger factor)",
         ),
         Claim::ratio(
             "factor-in-place",
@@ -346,7 +346,11 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ in-place leaf", "b"),
             p("smart-factors", "+ lock-free internal", "b"),
-            "",
+            "measured: 1.22 against 1.58 round trips per op. The in-place step's leaf locks are \
+             the authors' on-chip bits (see factor-rear-lock); its 10k operations end with their \
+             slowest (126 us; 74 us with leaf-word locks, `--factor-locks host`: 88.96 Mops, \
+             1.27x). Counted over a window (`--seconds 0.002` instead of --operations) the two \
+             lock placements run alike, 107.2 and 108.3 Mops against 79.4: 1.35x",
         ),
         Claim::ratio(
             "factor-rear-lock",
@@ -356,15 +360,21 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ rear lock", "a"),
             p("smart-factors", "+ in-place leaf", "a"),
-            "measured: the rear lock saves the separate unlock WRITE (2.89 to 2.29 round trips \
-             per op), shortening a hot leaf's lock hold from two round trips after the grant to \
-             one. In the authors' code the step before it (in-place leaf, no embedded lock) \
-             locks a leaf with a masked CAS on a hashed 1-bit lock in NIC on-chip memory (64 \
-             locks per 8-byte word, 1M locks for 60M leaves: src/Tree.cpp \
-             get_on_chip_lock_addr, ON_CHIP_SIZE 128 KiB in include/Rdma.h), with local \
-             hand-over, and unlocks with a second masked CAS after the write; remora's step \
-             keeps the lock in the leaf's own word. What the other 2x of the paper's gain comes \
-             from (contention on shared on-chip lock words is one candidate) was not measured",
+            "measured: the rear lock saves the separate unlock (2.98 to 2.29 round trips per \
+             op). The step before it locks a leaf as the authors' code does (in-place leaf \
+             without the embedded lock: src/Tree.cpp in_place_update_leaf, \
+             get_on_chip_lock_addr): a masked CAS on a hashed 1-bit lock in NIC on-chip memory \
+             (64 per word, 1M locks for 60M leaves, 192 at 10k keys: \
+             core/src/smart/onchip.rs), and unlocks with a second masked CAS after the write \
+             (`--factor-locks host`: the leaf's own word, 1.55x). The on-chip lock is faster on \
+             hot leaves, not slower: an atomic holds a device-memory word for 1/110 Mops \
+             (dm_atomic_mops) where it holds a host word for 400 ns (host_atomic_ns), and 3 \
+             shared words per memory node never bind. Counted over a window (`--seconds 0.002` \
+             instead of --operations) the step before runs 18.0 Mops on chip against 11.2 Mops \
+             in host words, so the rear lock (12.9 Mops) loses: 0.71x, 1.15x with host-word \
+             locks. This row's 10k operations end with their slowest (1.45 ms), which hides it. \
+             Not modelled: the authors' hand-over of leaf locks between a compute node's \
+             clients (remora's hands over internal-node locks only)",
         ),
     ];
     Paper {

@@ -263,6 +263,11 @@ impl QueuePair for MemQp {
                     **old = v;
                 }
                 Op::Send { local } => self.node.deliver(RecvKind::Send, None, local)?,
+                Op::MaskedCas { .. } => {
+                    return Err(FabricError::Unsupported {
+                        what: "masked CMP_AND_SWP",
+                    });
+                }
             }
         }
         Ok(())

@@ -120,10 +120,20 @@ pub struct SmartConfig {
     /// dmemsys/SMART `include/LocalLockTable.h`). On by default; off, every client competes
     /// for the remote lock word.
     pub hocl_handover: bool,
+    /// The SMART authors' lock table (`onchip.rs`): 0 (the default) keeps every lock in the
+    /// locked object's own word in host memory, an owned word with a lease; n > 0 puts the
+    /// internal-node locks of the lock-based baseline and the leaf locks of in-place leaves
+    /// without the rear embedded lock in a table of n 1-bit locks (rounded up to a multiple
+    /// of 64) at offset 0 of every memory node's NIC device memory, hashed by the object's
+    /// offset, taken and released with masked CMP_AND_SWP (`Op::MaskedCas`). A bit names no
+    /// holder: no lease takeover, a dead holder's waiters give up at the deadline. For the
+    /// factor analysis's steps before the rear lock, as the authors' code runs them; every
+    /// client of one tree must agree (it is a structural flag).
+    pub onchip_locks: u64,
 }
 
 impl SmartConfig {
-    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline).
+    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline), locks in host memory (no on-chip table).
     pub fn new(techniques: Techniques, key_mode: KeyMode, value_cap: usize) -> SmartConfig {
         SmartConfig {
             techniques,
@@ -142,6 +152,7 @@ impl SmartConfig {
             assume_tail_last: false,
             reclaim: true,
             hocl_handover: true,
+            onchip_locks: 0,
         }
     }
 

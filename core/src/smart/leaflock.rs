@@ -130,6 +130,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     /// `img` in the same doorbell (after the lock CAS). Waits with back-off; takes over from
     /// a holder whose word stayed the same for a lease (fencing it first). `None`: the
     /// attempt that found the leaf (at `t0`) grew too old to touch it (`reclaim.rs`).
+    ///
+    /// With the on-chip lock table for this step (`Smart::leaf_chip_lock`) the lock is the
+    /// leaf's hashed bit in device memory instead (never taken over: always [`Got::Clean`]).
     pub(crate) async fn lock_leaf(
         &self,
         leaf: GlobalAddr,
@@ -138,6 +141,13 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         img: &mut [u8],
         t0: u64,
     ) -> Result<Option<Got>, SmartError> {
+        if let Some(c) = self.leaf_chip_lock(leaf) {
+            let reads = &mut [(leaf, &mut img[..bytes])];
+            let got = self
+                .lock_chip(c, "leaf lock (on-chip bit)", reads, Some(t0))
+                .await?;
+            return Ok(got.then_some(Got::Clean));
+        }
         let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
         let qp = self.qp(leaf)?;
         let mut waiter: Option<Waiter> = None;
@@ -172,6 +182,23 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             expected = self
                 .lock_wait(&mut waiter, old, "leaf lock", lock_at)
                 .await?;
+        }
+    }
+
+    /// Releases a leaf lock taken by [`Self::lock_leaf`] without writing the leaf: a WRITE
+    /// of 0 to the leaf's lock word at `lock_at`, or the masked CAS that clears its on-chip
+    /// bit.
+    pub(crate) async fn unlock_leaf(
+        &self,
+        leaf: GlobalAddr,
+        lock_at: GlobalAddr,
+    ) -> Result<(), SmartError> {
+        match self.leaf_chip_lock(leaf) {
+            Some(c) => self.unlock_chip(c).await,
+            None => {
+                self.write(lock_at, &0u64.to_le_bytes()).await?;
+                Ok(())
+            }
         }
     }
 

@@ -71,6 +71,9 @@ mod node;
 #[cfg(test)]
 mod node_tests;
 mod nodelock;
+mod onchip;
+#[cfg(test)]
+mod onchip_tests;
 mod reclaim;
 mod recover;
 mod remote;
@@ -89,6 +92,7 @@ pub use crate::bulk::WarmStats;
 pub use bulk::BulkStats;
 pub use config::{KeyMode, SmartConfig, SmartError, Techniques};
 pub use node::{NodeFootprint, SmartNode};
+pub use onchip::AUTHORS_ONCHIP_LOCKS;
 pub use recover::Recovered;
 
 use crate::alloc::RemoteAllocator;
@@ -204,6 +208,8 @@ pub struct Smart<'e, E: Endpoint> {
     pub(crate) next_node: Cell<usize>,
     /// Tag of the last internal-node lock this handle took (lock-based mode).
     pub(crate) lock_seq: Cell<u32>,
+    /// Bits of the on-chip lock table of every memory node (0: no table; `onchip.rs`).
+    pub(crate) chip_bits: u64,
     /// The compute node's shared state.
     pub(crate) node: Arc<SmartNode>,
     /// This handle's reader shard of the node's cache.
@@ -263,6 +269,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             allocs,
             next_node: Cell::new(0),
             lock_seq: Cell::new(0),
+            chip_bits: 0,
             node,
             shard,
             redo: Vec::new(),
@@ -274,6 +281,28 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             timing: reclaim::Timing::of(&cfg),
             scan_scratch: Default::default(),
         };
+        let t = &cfg.techniques;
+        let chip_used = !t.lock_free_internal || (t.in_place_leaf && !t.rear_lock);
+        if cfg.onchip_locks > 0 && chip_used {
+            // Only where a lock lives in the table: a handle that takes none opens as before.
+            let bits = onchip::table_bits(cfg.onchip_locks);
+            for &n in ep.nodes() {
+                let mut b = [0u8; remora_layouts::region::HEADER_LEN];
+                s.read(GlobalAddr::new(n, 0), &mut b).await?;
+                let h = remora_layouts::region::RegionHeader::decode(&b).map_err(|err| {
+                    SmartError::Corrupt {
+                        what: "region header",
+                        err,
+                    }
+                })?;
+                if h.dm_len < bits / 8 {
+                    return Err(SmartError::Config(
+                        "on-chip locks: the table does not fit a memory node's device memory",
+                    ));
+                }
+            }
+            s.chip_bits = bits;
+        }
         if redo_now {
             s.alloc_redo().await?;
         }
@@ -282,7 +311,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             KeyMode::Fixed(n) => n as u64,
             KeyMode::Variable => 0,
         } | (cfg.value_cap as u64) << 16;
-        let flags = cfg.techniques.structural_flags();
+        let flags = cfg.techniques.structural_flags() | u64::from(s.chip_bits > 0) << 2;
         let mut word = [0u8; 8];
         s.read(slot_at, &mut word).await?;
         let mut meta_addr = u64::from_le_bytes(word);
@@ -321,7 +350,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         })?;
         if meta.flags != flags {
             return Err(SmartError::Mismatch {
-                what: "lock-free internal nodes / in-place leaves differ from the tree's",
+                what: "lock-free internal nodes / in-place leaves / on-chip locks differ from the tree's",
             });
         }
         if meta.shape != shape {

@@ -5,6 +5,7 @@
 //! (`handover.rs`).
 use super::config::SmartError;
 use super::handover::{Release, Turn};
+use super::onchip::{ChipLock, chip_lock};
 use super::{Smart, bump};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::lease::{Waiter, holder, owner_word};
@@ -14,6 +15,8 @@ use remora_layouts::smart::NODE_REV_OFFSET;
 /// A held internal-node lock (lock-based mode), released by [`Smart::unlock_node`].
 pub(crate) struct NodeLock<'a> {
     lock_at: GlobalAddr,
+    /// The on-chip 1-bit lock held instead of the node's own word (`onchip.rs`).
+    chip: Option<ChipLock>,
     /// This compute node's local turn, with the hand-over table.
     turn: Option<Turn<'a>>,
 }
@@ -30,12 +33,17 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     /// clients first queue for a local turn; a turn handed the lock by the previous holder
     /// re-stamps the word with its own (CAS from the handed word, same doorbell) instead of
     /// competing for it.
+    ///
+    /// With the on-chip lock table (`SmartConfig::onchip_locks`) the lock is the node's
+    /// hashed bit in device memory instead (masked CAS; no lease, no takeover), and a turn
+    /// handed the lock reads what it needs without touching the lock.
     pub(crate) async fn lock_node(
         &self,
         node: GlobalAddr,
         reads: &mut [(GlobalAddr, &mut [u8])],
     ) -> Result<NodeLock<'_>, SmartError> {
-        let lock_at = node.add(NODE_REV_OFFSET as u64);
+        let chip = self.node_chip_lock(node);
+        let lock_at = chip.map_or(node.add(NODE_REV_OFFSET as u64), |c| c.word);
         let tag = self.lock_seq.get().wrapping_add(1).max(1);
         self.lock_seq.set(tag);
         let mine = owner_word(self.ep.client_id(), tag);
@@ -58,10 +66,37 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             if let Some((other, word)) = g.stale {
                 // Handed over for another node hashed to the same entry, and not taken:
                 // unlock it for the releaser (a CAS: harmless if it changed meanwhile).
-                let at = other.add(NODE_REV_OFFSET as u64);
-                self.qp(other)?.cas(at, word, 0).await?;
+                if chip.is_some() {
+                    self.unlock_chip(chip_lock(other, self.chip_bits)).await?;
+                } else {
+                    let at = other.add(NODE_REV_OFFSET as u64);
+                    self.qp(other)?.cas(at, word, 0).await?;
+                }
             }
             expected = g.handed.unwrap_or(0);
+        }
+        if let Some(c) = chip {
+            if expected != 0 {
+                bump(&self.stats.handovers);
+                if !reads.is_empty() {
+                    let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
+                    for (remote, local) in reads.iter_mut() {
+                        let _ = ops.push(Op::Read {
+                            remote: *remote,
+                            local,
+                        });
+                    }
+                    qp.post(&mut ops).await?;
+                }
+            } else {
+                self.lock_chip(c, "internal node lock (on-chip bit)", reads, None)
+                    .await?;
+            }
+            return Ok(NodeLock {
+                lock_at,
+                chip,
+                turn,
+            });
         }
         let mut handed = expected != 0;
         let mut waiter: Option<Waiter> = None;
@@ -88,7 +123,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 } else if expected != 0 {
                     bump(&self.stats.takeovers);
                 }
-                return Ok(NodeLock { lock_at, turn });
+                return Ok(NodeLock {
+                    lock_at,
+                    chip: None,
+                    turn,
+                });
             }
             handed = false;
             bump(&self.stats.lock_waits);
@@ -106,20 +145,28 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         lock: NodeLock<'_>,
         write: Option<(GlobalAddr, &[u8])>,
     ) -> Result<(), SmartError> {
-        let NodeLock { lock_at, turn } = lock;
+        let NodeLock {
+            lock_at,
+            chip,
+            turn,
+        } = lock;
         let release = match &turn {
             Some(t) => t.decide().await,
             None => Release::Unlock,
         };
         let unlock = 0u64.to_le_bytes();
+        let mut chip_old = 0u64;
         let mut ops: heapless::Vec<Op<'_>, 2> = heapless::Vec::new();
         if let Some((remote, local)) = write {
             let _ = ops.push(Op::Write { remote, local });
         }
         if release == Release::Unlock {
-            let _ = ops.push(Op::Write {
-                remote: lock_at,
-                local: &unlock,
+            let _ = ops.push(match chip {
+                Some(c) => Self::chip_unlock_op(c, &mut chip_old),
+                None => Op::Write {
+                    remote: lock_at,
+                    local: &unlock,
+                },
             });
         }
         let r = if ops.is_empty() {

@@ -263,7 +263,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     }
 
     /// In-place write under the leaf's rear lock (an owned lock with a lease, see
-    /// `leaflock`). `None`: restart.
+    /// `leaflock`), or without the rear lock under its on-chip bit (`onchip.rs`), released
+    /// after the write-back. `None`: restart.
     async fn write_in_place(
         &self,
         kind: WriteKind,
@@ -281,7 +282,6 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let Some(got) = self.lock_leaf(leaf, bytes, mine, &mut img, t0).await? else {
             return Ok(None);
         };
-        let unlock = 0u64.to_le_bytes();
         // After a takeover the leaf may be torn: rebuild it from the dead holder's redo copy
         // (and write it back even if we change nothing).
         let repaired = match got {
@@ -290,7 +290,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 match self.repair_taken_leaf(leaf, &mut img[..bytes], dead).await {
                     Ok(r) => r,
                     Err(e) => {
-                        self.write(lock_at, &unlock).await?;
+                        self.unlock_leaf(leaf, lock_at).await?;
                         return Err(e);
                     }
                 }
@@ -301,7 +301,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             Ok(v) if is_retired(v.status, leaf) => (false, false),
             Ok(v) => (v.status.is_valid(), v.key == key),
             Err(err) => {
-                self.write(lock_at, &unlock).await?;
+                self.unlock_leaf(leaf, lock_at).await?;
                 return Err(SmartError::Corrupt {
                     what: "leaf under our lock (torn, with no dead holder to blame)",
                     err,
@@ -312,7 +312,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             if repaired {
                 self.write_back(leaf, lock_at, &img[..bytes], None).await?;
             } else {
-                self.write(lock_at, &unlock).await?;
+                self.unlock_leaf(leaf, lock_at).await?;
             }
             return Ok(if same_key { Some(false) } else { None });
         }
@@ -364,7 +364,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 },
             ])
             .await?;
-            self.write(lock_at, &unlock).await?;
+            self.unlock_leaf(leaf, lock_at).await?;
         }
         drop(redo);
         Ok(Some(was_valid))

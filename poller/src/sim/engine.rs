@@ -181,6 +181,8 @@ pub(crate) enum Kind {
     Write,
     WriteImm,
     Cas,
+    /// A masked CMP_AND_SWP (`Op::MaskedCas`; its mask in `OpSlot::mask`).
+    MaskedCas,
     Faa,
     Send,
 }
@@ -192,6 +194,7 @@ impl Kind {
             Kind::Write => "WRITE",
             Kind::WriteImm => "WRITE_WITH_IMM",
             Kind::Cas => "CMP_AND_SWP",
+            Kind::MaskedCas => "MASKED_CMP_AND_SWP",
             Kind::Faa => "FETCH_AND_ADD",
             Kind::Send => "SEND",
         }
@@ -211,6 +214,8 @@ pub(crate) struct OpSlot {
     pub buf: Vec<u8>,
     pub x: u64,
     pub y: u64,
+    /// The bits a CMP_AND_SWP compares and swaps (all for a plain one).
+    pub mask: u64,
     pub result: u64,
     pub imm: u32,
     /// Fails at the responder with this error (checked locally at post time).

@@ -321,7 +321,7 @@ impl MemNode {
             let n = data.len() as u64;
             match verb {
                 Kind::WriteImm => self.nvm.nic_write_imm += n,
-                Kind::Cas | Kind::Faa => self.nvm.nic_atomic += n,
+                Kind::Cas | Kind::MaskedCas | Kind::Faa => self.nvm.nic_atomic += n,
                 _ => self.nvm.nic_write += n,
             }
             let old = self.host[o..o + data.len()].to_vec();
@@ -475,7 +475,9 @@ impl MemNode {
         lines
     }
 
-    /// CMP_AND_SWP (`add == None`) or FETCH_AND_ADD on an aligned word; returns the old value.
+    /// CMP_AND_SWP of the bits under `mask` (all for a plain one; `faa` false) or
+    /// FETCH_AND_ADD (`mask` unused) on an aligned word; returns the old value.
+    #[allow(clippy::too_many_arguments)]
     pub fn atomic(
         &mut self,
         dm: bool,
@@ -483,6 +485,7 @@ impl MemNode {
         compare: u64,
         swap_or_add: u64,
         faa: bool,
+        mask: u64,
         qp: u32,
     ) -> u64 {
         let o = off as usize;
@@ -490,8 +493,8 @@ impl MemNode {
         let old = u64::from_le_bytes(word);
         let new = if faa {
             old.wrapping_add(swap_or_add)
-        } else if old == compare {
-            swap_or_add
+        } else if old & mask == compare & mask {
+            old & !mask | swap_or_add & mask
         } else {
             return old;
         };

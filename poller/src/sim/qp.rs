@@ -127,6 +127,7 @@ impl PostFuture<'_, '_> {
         for (wr, op) in self.ops.iter().enumerate() {
             let id = w.ops.alloc();
             let mut buf = Vec::new();
+            let mut mask = !0u64;
             let (kind, remote, len, x, y, imm) = match op {
                 Op::Read { remote, local } => {
                     buf = w.pool.take(local.len());
@@ -148,6 +149,16 @@ impl PostFuture<'_, '_> {
                     swap,
                     ..
                 } => (Kind::Cas, *remote, 8, *compare, *swap, 0),
+                Op::MaskedCas {
+                    remote,
+                    compare,
+                    swap,
+                    mask: m,
+                    ..
+                } => {
+                    mask = *m;
+                    (Kind::MaskedCas, *remote, 8, *compare, *swap, 0)
+                }
                 Op::Faa { remote, add, .. } => (Kind::Faa, *remote, 8, 0, *add, 0),
                 Op::Send { local } => {
                     buf = w.pool.take(local.len());
@@ -167,6 +178,7 @@ impl PostFuture<'_, '_> {
             o.len = len.min(u32::MAX as usize) as u32;
             o.x = x;
             o.y = y;
+            o.mask = mask;
             o.imm = imm;
             o.result = 0;
             o.buf = buf;
@@ -194,7 +206,9 @@ impl PostFuture<'_, '_> {
             let slot = w.ops.get(id);
             match op {
                 Op::Read { local, .. } => local.copy_from_slice(&slot.buf[..local.len()]),
-                Op::Cas { old, .. } | Op::Faa { old, .. } => **old = slot.result,
+                Op::Cas { old, .. } | Op::MaskedCas { old, .. } | Op::Faa { old, .. } => {
+                    **old = slot.result
+                }
                 _ => {}
             }
         }

@@ -107,7 +107,7 @@ impl World {
         let one_sided = kind != Kind::Send;
         let node = self.nics[tnic].node.map(|n| n as usize);
         if one_sided {
-            let atomic = matches!(kind, Kind::Cas | Kind::Faa);
+            let atomic = matches!(kind, Kind::Cas | Kind::MaskedCas | Kind::Faa);
             let size = if atomic { 8 } else { len };
             let refused = match node {
                 None => Some(Refused::Access),
@@ -222,7 +222,7 @@ impl World {
                     self.at(ack, Ev::Deliver(id));
                 }
             }
-            Kind::Cas | Kind::Faa => {
+            Kind::Cas | Kind::MaskedCas | Kind::Faa => {
                 let Some(n) = node else {
                     let err = FabricError::RemoteAccess {
                         wr,
@@ -391,9 +391,9 @@ impl World {
     }
 
     pub(super) fn do_atomic(&mut self, id: u32) {
-        let (kind, remote, end, x, y) = {
+        let (kind, remote, end, x, y, mask) = {
             let o = self.ops.get(id);
-            (o.kind, o.remote, o.end as usize, o.x, o.y)
+            (o.kind, o.remote, o.end as usize, o.x, o.y, o.mask)
         };
         let Some(n) = self.node_of_end_peer(end) else {
             return;
@@ -404,6 +404,7 @@ impl World {
             x,
             y,
             kind == Kind::Faa,
+            mask,
             end as u32,
         );
         self.ops.get_mut(id).result = old;

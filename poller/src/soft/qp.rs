@@ -483,6 +483,29 @@ impl SoftQp {
                 }
                 self.last_write.set(false);
             }
+            Op::MaskedCas {
+                remote,
+                compare,
+                swap,
+                mask,
+                old,
+            } => {
+                let p = self.resolve(wr, *remote, 8, true)?;
+                // SAFETY: resolve checked range and 8-byte alignment.
+                let w = unsafe { words::word(p) };
+                let (c, sw, m) = (*compare, *swap, *mask);
+                let r = w.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                    (v & m == c & m).then_some(v & !m | sw & m)
+                });
+                match r {
+                    Ok(v) => {
+                        **old = v;
+                        self.placed(*remote, Placed::Atomic, 8);
+                    }
+                    Err(v) => **old = v,
+                }
+                self.last_write.set(false);
+            }
             Op::Faa { remote, add, old } => {
                 let p = self.resolve(wr, *remote, 8, true)?;
                 // SAFETY: resolve checked range and 8-byte alignment.

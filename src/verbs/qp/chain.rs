@@ -60,7 +60,8 @@ impl Chain {
                 w.wr.rdma = rdma;
                 w.__bindgen_anon_1.imm_data = imm.to_be();
             }
-            Op::Cas { compare, swap, .. } => {
+            // A masked CAS never gets here: `start` refuses it (no extended atomics).
+            Op::Cas { compare, swap, .. } | Op::MaskedCas { compare, swap, .. } => {
                 w.opcode = sys::IBV_WR_ATOMIC_CMP_AND_SWP;
                 w.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
                     remote_addr,

@@ -15,10 +15,12 @@ impl VerbsQp {
         if ops.is_empty() {
             return Ok(0);
         }
-        if ops
-            .iter()
-            .any(|op| matches!(op, Op::Read { .. } | Op::Cas { .. } | Op::Faa { .. }))
-        {
+        if ops.iter().any(|op| {
+            matches!(
+                op,
+                Op::Read { .. } | Op::Cas { .. } | Op::MaskedCas { .. } | Op::Faa { .. }
+            )
+        }) {
             return Err(FabricError::Unsupported {
                 what: "a detached post of an op with a result (READ or atomic)",
             });

@@ -214,7 +214,7 @@ impl VerbsQp {
                     }
                 }
             }
-            Op::Cas { old, .. } | Op::Faa { old, .. } => {
+            Op::Cas { old, .. } | Op::MaskedCas { old, .. } | Op::Faa { old, .. } => {
                 let p: *const u64 = &**old;
                 match pool(p.cast(), 8) {
                     Some(k) if p.is_aligned() => Place::Direct(k),
@@ -288,6 +288,13 @@ impl VerbsQp {
         if ops.len() > MAX_BATCH {
             return Err(FabricError::Unsupported {
                 what: "a batch of more than 128 work requests",
+            });
+        }
+        if ops.iter().any(|op| matches!(op, Op::MaskedCas { .. })) {
+            // Masked atomics are an extended verb (MLNX_OFED's experimental API, not
+            // upstream rdma-core's `ibv_post_send`): this fabric does not post them.
+            return Err(FabricError::Unsupported {
+                what: "masked CMP_AND_SWP (an extended atomic upstream rdma-core does not post)",
             });
         }
         let in_place = mode == Mode::Wait;
@@ -602,7 +609,7 @@ impl VerbsQp {
                         };
                         read += local.len() as u64;
                     }
-                    Op::Cas { old, .. } | Op::Faa { old, .. } => {
+                    Op::Cas { old, .. } | Op::MaskedCas { old, .. } | Op::Faa { old, .. } => {
                         // SAFETY: 8 staged bytes at `src`, 8-aligned by plan.
                         **old = unsafe { src.cast::<u64>().read_volatile() };
                         atomic += 8;
@@ -648,7 +655,7 @@ fn local_ptr(op: &Op<'_>) -> *const u8 {
     match op {
         Op::Read { local, .. } => local.as_ptr(),
         Op::Write { local, .. } | Op::WriteImm { local, .. } | Op::Send { local } => local.as_ptr(),
-        Op::Cas { old, .. } | Op::Faa { old, .. } => {
+        Op::Cas { old, .. } | Op::MaskedCas { old, .. } | Op::Faa { old, .. } => {
             let p: *const u64 = &**old;
             p.cast()
         }

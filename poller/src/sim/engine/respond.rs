@@ -15,6 +15,8 @@ impl World {
             Kind::Read => m.msg_bytes(0),
             Kind::Write | Kind::WriteImm | Kind::Send => m.msg_bytes(len),
             Kind::Cas => m.msg_bytes(16),
+            // The extended atomic's operands: compare, swap and their two masks.
+            Kind::MaskedCas => m.msg_bytes(32),
             Kind::Faa => m.msg_bytes(8),
         }
     }
@@ -23,7 +25,7 @@ impl World {
         let m = &self.model;
         match kind {
             Kind::Read => m.msg_bytes(len),
-            Kind::Cas | Kind::Faa => m.msg_bytes(8),
+            Kind::Cas | Kind::MaskedCas | Kind::Faa => m.msg_bytes(8),
             _ => m.msg_bytes(0),
         }
     }
