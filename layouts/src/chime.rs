@@ -6,14 +6,23 @@
 //!
 //! | offset | bytes | what |
 //! |---|---|---|
-//! | 0 | 32 | [`LeafPrefix`]: vacancy bitmap, the groups' stamps (read and written by lock holders only) |
-//! | 32 + g × 176 | 48 | [`RawGroupHeader`] of group g: stamps, sibling, fences, its slots' hop bitmaps and states, the group checksum |
-//! | 80 + g × 176 + i × 16 | 16 | [`RawEntry`] of slot 8g + i: key, value |
+//! | 0 | 32 | [`LeafPrefix`]: vacancy bitmap, the groups' stamps (read and written by lock holders only), the leaf's low key (written once) |
+//! | 32 + g × 160 | 32 | [`RawGroupHeader`] of group g: stamps, sibling, its slots' hop bitmaps and states, the group checksum |
+//! | 64 + g × 160 + i × 16 | 16 | [`RawEntry`] of slot 8g + i: key, value |
 //!
-//! 1440 bytes a leaf (the authors' is 1316: 64 entries of 19 bytes and 8 metadata replicas of
+//! 1312 bytes a leaf (the authors' is 1316: 64 entries of 19 bytes and 8 metadata replicas of
 //! 10, plus a version byte per cache line). An entry is only its key and value, as the
 //! authors'; what else a slot has (live, value length, hop bitmap) lives in its group's
 //! header, one word of hop bitmaps and one of states for the group's 8 slots.
+//!
+//! **No fence keys in the replicas** (CHIME's sibling-based validation, §4.3; the authors'
+//! `ScatteredMetadata`: version, valid, sibling). A leaf's range is `[low, sibling's low)`:
+//! its low key never changes (leaves are never merged or freed; a split keeps the lowest keys
+//! in the old leaf), and every image of a leaf names as its sibling the leaf whose low key is
+//! its high end (a split points the old leaf at the first new one, the last new one at the
+//! old sibling). So the low key is stored once, in the prefix (one word, written when the
+//! leaf is made, rewritten only with the same value), and a reader validates the leaf it
+//! reached against the route it came by (`remora_core::chime`, `read.rs`).
 //!
 //! A key's home slot is [`home`]`(key)`; it lives in one of the 8 slots from its home on
 //! (cyclically: the neighbourhood), and the home slot's hop bitmap says which. A lookup READs
@@ -25,7 +34,7 @@
 //! rewrites its group's header (new checksum, same stamps) and its one entry.
 //!
 //! - Within a group: one 48-bit checksum (`sum`, bits 63..48 of the stamps word and 63..32
-//!   of the states word) covers every other bit of the group's 22 words, header and entries.
+//!   of the states word) covers every other bit of the group's 20 words, header and entries.
 //!   A group is accepted only if it verifies, so a group whose words come from two writes
 //!   (the header from one, an entry from another, or the checksum's two halves from two)
 //!   fails; a group never written (all zero) fails too (a checksum is never 0).
@@ -50,7 +59,7 @@ pub const GROUPS: usize = SLOTS / NEIGHBOURHOOD;
 /// Bytes of a leaf entry.
 pub const ENTRY_LEN: usize = 16;
 /// Bytes of a group header.
-pub const GROUP_HEADER_LEN: usize = 48;
+pub const GROUP_HEADER_LEN: usize = 32;
 /// Bytes of a group: header and 8 entries.
 pub const GROUP_LEN: usize = GROUP_HEADER_LEN + NEIGHBOURHOOD * ENTRY_LEN;
 /// Bytes of the leaf prefix.
@@ -70,13 +79,16 @@ pub struct LeafPrefix {
     pub vacancy: u64,
     /// Stamp of each group, 16 bits each, group g at bits 16(g % 4) of word g / 4.
     pub stamps: [u64; 2],
-    /// Reserved (0).
-    pub reserved: u64,
+    /// The leaf's low key (keys ≥ it; fixed when the leaf is made).
+    pub low: u64,
 }
 const _: () = assert!(core::mem::size_of::<LeafPrefix>() == PREFIX_LEN);
 const _: () = assert!(offset_of!(LeafPrefix, vacancy) == 0);
 const _: () = assert!(offset_of!(LeafPrefix, stamps) == 8);
-const _: () = assert!(offset_of!(LeafPrefix, reserved) == 24);
+const _: () = assert!(offset_of!(LeafPrefix, low) == LOW_OFFSET);
+
+/// Byte offset in a leaf of its low key (a reader READs this one word of a sibling).
+pub const LOW_OFFSET: usize = 24;
 
 /// A group header as stored: the replicated leaf metadata of CHIME, the stamps that tie a
 /// group to its neighbours, what its 8 slots hold besides key and value, and its checksum
@@ -87,12 +99,9 @@ pub struct RawGroupHeader {
     /// Bits 15..0 this group's stamp, 31..16 the previous group's, 47..32 the next group's
     /// (as of this group's last write); bits 63..48 the checksum's low 16 bits.
     pub stamps: u64,
-    /// The leaf's right sibling (a raw `GlobalAddr`, 0: none).
+    /// The leaf's right sibling (a raw `GlobalAddr`, 0: none): its low key is this leaf's
+    /// high end.
     pub sibling: u64,
-    /// The leaf's low fence (keys ≥ it).
-    pub low: u64,
-    /// The leaf's high fence (keys < it; [`KEY_INFINITY`]: +∞).
-    pub high: u64,
     /// Byte i: the hop bitmap of slot 8g + i (bit j: the slot j after it holds a key whose
     /// home it is).
     pub hops: u64,
@@ -103,10 +112,8 @@ pub struct RawGroupHeader {
 const _: () = assert!(core::mem::size_of::<RawGroupHeader>() == GROUP_HEADER_LEN);
 const _: () = assert!(offset_of!(RawGroupHeader, stamps) == 0);
 const _: () = assert!(offset_of!(RawGroupHeader, sibling) == 8);
-const _: () = assert!(offset_of!(RawGroupHeader, low) == 16);
-const _: () = assert!(offset_of!(RawGroupHeader, high) == 24);
-const _: () = assert!(offset_of!(RawGroupHeader, hops) == 32);
-const _: () = assert!(offset_of!(RawGroupHeader, states) == 40);
+const _: () = assert!(offset_of!(RawGroupHeader, hops) == 16);
+const _: () = assert!(offset_of!(RawGroupHeader, states) == STATES_AT);
 
 /// A leaf entry as stored: key, value (zero-padded).
 #[repr(C)]
@@ -120,11 +127,13 @@ pub struct RawEntry {
 const _: () = assert!(core::mem::size_of::<RawEntry>() == ENTRY_LEN);
 const _: () = assert!(offset_of!(RawEntry, key) == 0);
 const _: () = assert!(offset_of!(RawEntry, value) == 8);
-const _: () = assert!(GROUP_LEN == 176 && LEAF_LEN == 1440);
+const _: () = assert!(GROUP_LEN == 160 && LEAF_LEN == 1312);
 const _: () = assert!(GROUP_LEN.is_multiple_of(8) && GROUP_HEADER_LEN.is_multiple_of(8));
 
 /// Words of a group.
 const GROUP_WORDS: usize = GROUP_LEN / 8;
+/// Byte offset of the states word in a group header.
+const STATES_AT: usize = 24;
 /// The bits of the stamps word that are stamps (the rest is the checksum's low part).
 const STAMPS_MASK: u64 = (1 << 48) - 1;
 /// The bits of the states word that are states (the rest is the checksum's high part).
@@ -137,12 +146,9 @@ const STATE_MAX: u64 = 1 + MAX_VALUE as u64;
 pub struct GroupHeader {
     /// Bits 15..0 this group's stamp, 31..16 the previous group's, 47..32 the next group's.
     pub stamps: u64,
-    /// The leaf's right sibling (a raw `GlobalAddr`, 0: none).
+    /// The leaf's right sibling (a raw `GlobalAddr`, 0: none), whose low key is this leaf's
+    /// high end.
     pub sibling: u64,
-    /// The leaf's low fence (keys ≥ it).
-    pub low: u64,
-    /// The leaf's high fence (keys < it; [`KEY_INFINITY`]: +∞).
-    pub high: u64,
 }
 
 /// A decoded leaf entry.
@@ -208,7 +214,7 @@ fn group_sum(group: &[u8]) -> u64 {
             h,
             match i {
                 0 => w & STAMPS_MASK,
-                5 => w & STATES_MASK,
+                i if i == STATES_AT / 8 => w & STATES_MASK,
                 _ => w,
             },
         );
@@ -218,7 +224,7 @@ fn group_sum(group: &[u8]) -> u64 {
 
 /// The checksum a group image carries.
 fn stored_sum(group: &[u8]) -> u64 {
-    word(group, 0) >> 48 | (word(group, 40) >> 32) << 16
+    word(group, 0) >> 48 | (word(group, STATES_AT) >> 32) << 16
 }
 
 impl GroupHeader {
@@ -250,13 +256,7 @@ impl GroupHeader {
         Ok(GroupHeader {
             stamps: word(group, 0) & STAMPS_MASK,
             sibling: word(group, 8),
-            low: word(group, 16),
-            high: word(group, 24),
         })
-    }
-    /// The leaf holds keys in `[low, high)`.
-    pub fn covers(&self, key: u64) -> bool {
-        key >= self.low && key < self.high
     }
 }
 
@@ -275,10 +275,8 @@ pub fn encode_group(h: &GroupHeader, entries: &[Entry; NEIGHBOURHOOD], out: &mut
     }
     put(out, 0, h.stamps & STAMPS_MASK);
     put(out, 8, h.sibling);
-    put(out, 16, h.low);
-    put(out, 24, h.high);
-    put(out, 32, hops);
-    put(out, 40, states);
+    put(out, 16, hops);
+    put(out, STATES_AT, states);
     for (i, e) in entries.iter().enumerate() {
         let at = GROUP_HEADER_LEN + i * ENTRY_LEN;
         put(out, at, e.key);
@@ -286,7 +284,7 @@ pub fn encode_group(h: &GroupHeader, entries: &[Entry; NEIGHBOURHOOD], out: &mut
     }
     let sum = group_sum(&out[..GROUP_LEN]);
     put(out, 0, h.stamps & STAMPS_MASK | (sum & 0xffff) << 48);
-    put(out, 40, states | (sum >> 16) << 32);
+    put(out, STATES_AT, states | (sum >> 16) << 32);
 }
 
 /// Verifies a group image (at least [`GROUP_LEN`] bytes) and decodes its 8 entries into
@@ -307,7 +305,7 @@ pub fn decode_group(
     if stored != computed {
         return Err(LayoutError::BadChecksum { stored, computed });
     }
-    let (hops, states) = (word(group, 32), word(group, 40) & STATES_MASK);
+    let (hops, states) = (word(group, 16), word(group, STATES_AT) & STATES_MASK);
     if let Some(i) = (0..NEIGHBOURHOOD).find(|i| (states >> (4 * i)) & 0xf > STATE_MAX) {
         return Err(LayoutError::OutOfRange {
             field: "slot state",
@@ -350,7 +348,7 @@ impl LeafPrefix {
         Ok(LeafPrefix {
             vacancy: word(leaf, 0),
             stamps: [word(leaf, 8), word(leaf, 16)],
-            reserved: word(leaf, 24),
+            low: word(leaf, LOW_OFFSET),
         })
     }
     /// Writes the prefix into the front of `leaf`.
@@ -358,7 +356,7 @@ impl LeafPrefix {
         put(leaf, 0, self.vacancy);
         put(leaf, 8, self.stamps[0]);
         put(leaf, 16, self.stamps[1]);
-        put(leaf, 24, self.reserved);
+        put(leaf, LOW_OFFSET, self.low);
     }
     /// Group `g`'s stamp.
     pub fn stamp(&self, g: usize) -> u16 {
@@ -384,8 +382,6 @@ mod tests {
         GroupHeader {
             stamps: GroupHeader::pack(own, 2, 7),
             sibling: 0x40,
-            low: 10,
-            high: 99,
         }
     }
 
@@ -488,6 +484,12 @@ mod tests {
         for g in 0..GROUPS {
             assert_eq!(p.stamp(g), (g as u16) * 1000 + 1);
         }
+        // The low key is the word a reader READs alone at LOW_OFFSET.
+        p.low = 0x0123_4567_89ab_cdef;
+        let mut leaf = [0u8; LEAF_LEN];
+        p.encode(&mut leaf);
+        assert_eq!(word(&leaf, LOW_OFFSET), p.low);
+        assert_eq!(LeafPrefix::decode(&leaf), Ok(p));
         assert!(stamp_le(65535, 1) && !stamp_le(1, 65535) && stamp_le(5, 5));
         let homes: u64 = (0..10_000u64).fold(0, |m, k| m | 1 << home(k));
         assert_eq!(homes, u64::MAX, "every slot is some key's home");

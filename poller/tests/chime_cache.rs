@@ -154,3 +154,80 @@ fn stale_cached_upper_pages_are_dropped_and_read_afresh() {
         );
     });
 }
+
+/// Sibling-based validation (`remora_core::chime`, `read.rs`): the leaves' group headers
+/// carry no fences, so a reader (or writer) routed by a cached level-1 page older than a
+/// split reaches the split leaf and must tell from the route and the leaf's sibling pointer
+/// that the key moved right. With the check (`sibling_check`) every lookup finds its key and
+/// an upsert through the stale page lands in the leaf that holds the key; without it the
+/// same lookups miss keys that moved, which is what this test would see if the check were
+/// removed.
+#[test]
+fn a_route_older_than_a_split_is_caught_by_the_sibling_check() {
+    const N: u64 = 4_000;
+    for check in [true, false] {
+        let n = node();
+        let (ep, wep) = (n.endpoint().unwrap(), n.endpoint().unwrap());
+        let c = ChimeConfig {
+            sibling_check: check,
+            ..cfg(64 << 20, true)
+        };
+        let misses = block_on(async {
+            let w = open(&wep, c).await;
+            // Every 8th key: leaves about full, so the gaps split nearly every one.
+            for x in (0..N).step_by(8) {
+                w.upsert(&k(x), &x.to_le_bytes()).await.unwrap();
+            }
+            // The reader caches every level-1 page as it is now.
+            let r = open(&ep, c).await;
+            read_all(&r, &ep, N, 8).await;
+            // Another node fills the gaps: the leaves split under the reader's cached pages.
+            for x in 0..N {
+                w.upsert(&k(x), &x.to_le_bytes()).await.unwrap();
+            }
+            let before = r.stats().sibling_reads;
+            let mut out = [0u8; 8];
+            let mut misses = 0;
+            for x in 0..N {
+                match r.get(&k(x), &mut out).await.unwrap() {
+                    Some(8) => assert_eq!(u64::from_le_bytes(out), x, "key {x}"),
+                    _ => misses += 1,
+                }
+            }
+            if check {
+                assert_eq!(misses, 0, "keys missed with the sibling check");
+                assert!(r.stats().sibling_reads > before, "no sibling was checked");
+                // Upserts through the reader's (refreshed where it was found stale, else
+                // still stale) cache land where a fresh node finds them.
+                let r2 = open(&ep, c).await;
+                for x in (0..N).step_by(3) {
+                    r.upsert(&k(x), &(x + 1).to_le_bytes()).await.unwrap();
+                }
+                let fresh = open(&ep, c).await;
+                for x in 0..N {
+                    let want = if x % 3 == 0 { x + 1 } else { x };
+                    for t in [&fresh, &r2] {
+                        assert_eq!(t.get(&k(x), &mut out).await.unwrap(), Some(8), "key {x}");
+                        assert_eq!(u64::from_le_bytes(out), want, "key {x}");
+                    }
+                }
+                let mut seen = Vec::new();
+                fresh
+                    .scan(&k(0), N as usize + 1, &mut |kk, _| {
+                        seen.push(u64::from_be_bytes(kk.try_into().unwrap()))
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(seen, (0..N).collect::<Vec<_>>(), "one copy of each key");
+            }
+            misses
+        });
+        eprintln!("sibling check {check}: {misses} of {N} lookups missed");
+        if !check {
+            assert!(
+                misses > 0,
+                "no lookup was routed by a stale page: the test shows nothing"
+            );
+        }
+    }
+}

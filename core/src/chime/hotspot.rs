@@ -1,13 +1,13 @@
 //! The hotspot cache of speculative leaf reads (CHIME §4.4; the authors' `IdxCache`, given
 //! `kHotspotBufSize` = 30 of the `kIndexCacheSize` = 100 MB in `include/Common.h`): for a
 //! key read before, the leaf and slot it was found in, so the next lookup READs that slot's
-//! group (one 176-byte READ: the group's checksum covers its header and all 8 entries, so a
+//! group (one 160-byte READ: the group's checksum covers its header and all 8 entries, so a
 //! single entry cannot be verified alone) instead of the neighbourhood (one or two groups).
 //!
 //! One per compute node, shared by its threads without locks: a direct-mapped array of
 //! (key tag and slot, leaf) word pairs, 16 bytes an entry as the authors'. A torn pair is
 //! harmless: a speculative read is verified by content (the slot of a verified group must
-//! hold the key, and the group's fences cover it), and a miss falls back to the
+//! hold the key: a leaf holds only keys it covers), and a miss falls back to the
 //! neighbourhood read.
 use core::sync::atomic::{AtomicUsize, Ordering};
 use remora_layouts::GlobalAddr;

@@ -90,7 +90,7 @@ pub(crate) fn encode_group_of(leaf: &mut [u8], t: &Table, g: usize, h: &GroupHea
 
 /// Verifies every group of `run` in `leaf` into `t`, and each neighbouring pair against the
 /// other's stamps (module docs of `remora_layouts::chime`). Returns the first group's header
-/// (every header of a verified run carries the same fences and sibling).
+/// (every header of a verified run carries the same sibling).
 pub(crate) fn decode_run(leaf: &[u8], run: Run, t: &mut Table) -> Result<GroupHeader, LayoutError> {
     let mut first = None;
     let mut prev: Option<GroupHeader> = None;
@@ -112,7 +112,7 @@ pub(crate) fn decode_run(leaf: &[u8], run: Run, t: &mut Table) -> Result<GroupHe
             }
         }
         if let Some(p) = prev
-            && (p.low, p.high, p.sibling) != (h.low, h.high, h.sibling)
+            && p.sibling != h.sibling
         {
             return Err(LayoutError::Inconsistent {
                 what: "group headers of one moment disagree on the leaf's metadata",
@@ -126,27 +126,27 @@ pub(crate) fn decode_run(leaf: &[u8], run: Run, t: &mut Table) -> Result<GroupHe
     })
 }
 
-/// The leaf's metadata as every group header carries it.
+/// The leaf's metadata: its sibling, as every group header carries it, and its low key, as
+/// its prefix does (no fences in the groups: `remora_layouts::chime`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Meta {
     pub(crate) sibling: u64,
     pub(crate) low: u64,
-    pub(crate) high: u64,
 }
 
 impl Meta {
-    pub(crate) fn of(h: &GroupHeader) -> Meta {
+    /// The metadata of a leaf whose groups carry `h` and whose prefix is `p`.
+    pub(crate) fn of(h: &GroupHeader, p: &LeafPrefix) -> Meta {
         Meta {
             sibling: h.sibling,
-            low: h.low,
-            high: h.high,
+            low: p.low,
         }
     }
 }
 
 /// Encodes the groups in `dirty` (bit g) of `t` into `leaf` with new stamps (one more than
 /// in `prefix`, which is updated, with the vacancy bits of those groups' slots, and encoded
-/// into `leaf` too);
+/// into `leaf` too, with the leaf's low key);
 /// each rewritten header records its neighbours' stamps after this write.
 pub(crate) fn encode_groups(
     leaf: &mut [u8],
@@ -171,8 +171,6 @@ pub(crate) fn encode_groups(
                 prefix.stamp((g + 1) % GROUPS),
             ),
             sibling: meta.sibling,
-            low: meta.low,
-            high: meta.high,
         };
         encode_group_of(leaf, t, g, &h);
     }
@@ -181,6 +179,7 @@ pub(crate) fn encode_groups(
         .filter(|g| dirty & (1 << g) != 0)
         .fold(0u64, |m, g| m | 0xff << (g * NEIGHBOURHOOD));
     prefix.vacancy = (prefix.vacancy & !known) | (t.vacancy() & known);
+    prefix.low = meta.low;
     prefix.encode(leaf);
 }
 
@@ -225,11 +224,7 @@ mod tests {
 
     fn leaf_with(t: &Table, prefix: &mut LeafPrefix) -> [u8; LEAF_LEN] {
         let mut b = [0u8; LEAF_LEN];
-        let meta = Meta {
-            sibling: 0,
-            low: 0,
-            high: u64::MAX,
-        };
+        let meta = Meta { sibling: 0, low: 0 };
         encode_leaf(&mut b, t, meta, prefix);
         b
     }
@@ -247,11 +242,7 @@ mod tests {
             ..Entry::default()
         };
         let mut new = old;
-        let meta = Meta {
-            sibling: 0,
-            low: 0,
-            high: u64::MAX,
-        };
+        let meta = Meta { sibling: 0, low: 0 };
         encode_groups(&mut new, &t, 0b1100, meta, &mut p);
         let run = Run { first: 2, count: 2 };
         let mut scratch = Table::empty();
@@ -293,11 +284,7 @@ mod tests {
             ..Entry::default()
         };
         let old = leaf_with(&t, &mut p);
-        let meta = Meta {
-            sibling: 0,
-            low: 0,
-            high: u64::MAX,
-        };
+        let meta = Meta { sibling: 0, low: 0 };
         let h = GroupHeader::decode(&old[group_offset(2)..]).unwrap();
         let mut tu = t;
         tu.e[17].value = *b"newvalue";

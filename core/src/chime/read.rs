@@ -7,7 +7,7 @@ use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::sherman::{Patience, ShermanError};
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{
-    Entry, GROUP_HEADER_LEN, GROUP_LEN, GroupHeader, KEY_INFINITY, LEAF_LEN, NEIGHBOURHOOD,
+    Entry, GROUP_HEADER_LEN, GROUP_LEN, GroupHeader, LEAF_LEN, LOW_OFFSET, NEIGHBOURHOOD,
     PREFIX_LEN, decode_group, group_offset, home,
 };
 use std_alloc::vec::Vec;
@@ -15,26 +15,137 @@ use std_alloc::vec::Vec;
 /// Bytes of the frame an internal page is read into on the way down.
 pub(super) const FRAME: usize = 1024;
 
-/// Where a key's leaf was found, and whether its parent routed there (a page that then does
-/// not cover the key is a split its parent does not know yet).
+/// Where a key's leaf was found: the leaf, whether its parent routed there (a leaf that
+/// then does not cover the key is a split its parent does not know yet), and the leaf the
+/// route named next, the one whose low key is the routed range's high end (raw, 0: none,
+/// the range is open; `None`: not known, the route was the last child of its page or a
+/// sibling pointer).
+///
+/// **Sibling-based validation** (CHIME §4.3, the authors' `Tree::leaf_node_search`): the
+/// groups carry no fences. A route always ends at a leaf whose low key is at most the key (a
+/// separator is its child's low key, a leaf's low key never changes, and a sibling is
+/// followed only to a key at least its low key). Its high end, in any image, is its
+/// sibling's low key. A leaf holds only keys it covers, so one that holds the key needs no
+/// check (a split rewrites every group of the leaf, under its lock, before any writer can
+/// reach the keys that moved). A leaf read without the key, whose sibling is the one the route named next covers
+/// the key (its high end is the route's, above the key); one with no sibling covers it
+/// (its range is open); otherwise the leaf split since the route was made (or the route did
+/// not name a next leaf), and one 8-byte READ of the sibling's low key (fixed since the
+/// sibling was made, and written before any leaf pointed to it) says whether the key is
+/// still here or to the right ([`Reach`]).
 #[derive(Clone, Copy)]
 pub(super) struct At {
     pub(super) addr: GlobalAddr,
     pub(super) from_parent: bool,
+    pub(super) next: Option<u64>,
+}
+
+/// Whether the leaf read covered the key then ([`Chime::reach`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Reach {
+    /// It did.
+    Here,
+    /// The key is at or beyond the leaf's sibling `addr`, whose low key is `low`.
+    Right { addr: GlobalAddr, low: u64 },
+    /// The leaf's low key is above the key: the route was wrong; descend again.
+    Lost,
 }
 
 impl<'e, E: Endpoint> Chime<'e, E> {
     /// The leaf covering `key` as the level-1 pages (cached, or read) say.
     pub(super) async fn locate(&self, key: u64) -> Result<At, ChimeError> {
         let mut frame = [0u8; FRAME];
-        let (addr, cached) = self
+        let (r, cached) = self
             .tree
-            .leaf_of(key, &mut frame[..self.cfg.sherman.page_size])
+            .leaf_route(key, &mut frame[..self.cfg.sherman.page_size])
             .await?;
         Ok(At {
-            addr,
+            addr: r.child,
             from_parent: !cached,
+            next: r.next,
         })
+    }
+
+    /// Whether the leaf at `at`, read with sibling `sibling` (and, for a lock holder, low key
+    /// `low` from its prefix), covered `key` at that read ([`At`]).
+    pub(super) async fn reach(
+        &self,
+        key: u64,
+        at: &At,
+        sibling: u64,
+        low: Option<u64>,
+    ) -> Result<Reach, ChimeError> {
+        if low.is_some_and(|l| key < l) {
+            return Ok(Reach::Lost);
+        }
+        if !self.cfg.sibling_check || sibling == 0 || at.next == Some(sibling) {
+            return Ok(Reach::Here);
+        }
+        let addr = GlobalAddr::from_raw(sibling);
+        let mut w = [0u8; 8];
+        self.tree
+            .qp_of(addr)?
+            .read(addr.add(LOW_OFFSET as u64), &mut w)
+            .await?;
+        self.count(|s| s.sibling_reads += 1);
+        let low = u64::from_le_bytes(w);
+        Ok(if key < low {
+            Reach::Here
+        } else {
+            Reach::Right { addr, low }
+        })
+    }
+
+    /// Moves `at` for `key` after a leaf there was found not to cover it (`r`): to its
+    /// sibling, or to the leaf the level-1 pages name again. Bounded by `p`.
+    pub(super) async fn step(
+        &self,
+        key: u64,
+        r: Reach,
+        at: &mut At,
+        p: &mut Patience,
+    ) -> Result<(), ChimeError> {
+        let ep = self.tree.endpoint();
+        if !p.step(ep) {
+            return Err(ShermanError::Unsettled {
+                what: "chime: the key's leaf was not reached",
+                at: at.addr,
+                waited_ns: p.waited(ep),
+            });
+        }
+        self.tree.forget(key);
+        match r {
+            Reach::Right { addr, low } => {
+                if at.from_parent {
+                    self.tree.note_missing(low, addr);
+                }
+                *at = At {
+                    addr,
+                    from_parent: false,
+                    next: None,
+                };
+            }
+            Reach::Here | Reach::Lost => {
+                p.pause(ep).await;
+                *at = self.locate(key).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::reach`], then [`Self::step`] if the leaf did not cover the key: `Ok(true)` if
+    /// it did.
+    pub(super) async fn follow(
+        &self,
+        key: u64,
+        h: &GroupHeader,
+        at: &mut At,
+        p: &mut Patience,
+    ) -> Result<bool, ChimeError> {
+        match self.reach(key, at, h.sibling, None).await? {
+            Reach::Here => Ok(true),
+            r => self.step(key, r, at, p).await.map(|()| false),
+        }
     }
 
     /// READs the groups of `run` of leaf `addr` into `leaf` (at their offsets) until they
@@ -104,48 +215,10 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         }
     }
 
-    /// Moves `at` for `key` after a leaf whose metadata is `h` was read there: `Ok(true)` if
-    /// the leaf covers the key, else `at` is the next leaf to try (its right sibling, or the
-    /// leaf the level-1 pages name again).
-    pub(super) async fn follow(
-        &self,
-        key: u64,
-        h: &GroupHeader,
-        at: &mut At,
-        p: &mut Patience,
-    ) -> Result<bool, ChimeError> {
-        if h.covers(key) {
-            return Ok(true);
-        }
-        let ep = self.tree.endpoint();
-        if !p.step(ep) {
-            return Err(ShermanError::Unsettled {
-                what: "chime: the key's leaf was not reached",
-                at: at.addr,
-                waited_ns: p.waited(ep),
-            });
-        }
-        self.tree.forget(key);
-        if key >= h.high && h.sibling != 0 {
-            if at.from_parent {
-                self.tree
-                    .note_missing(h.high, GlobalAddr::from_raw(h.sibling));
-            }
-            *at = At {
-                addr: GlobalAddr::from_raw(h.sibling),
-                from_parent: false,
-            };
-        } else {
-            p.pause(ep).await;
-            *at = self.locate(key).await?;
-        }
-        Ok(false)
-    }
-
     /// A speculative read of `key` in `slot` of leaf `addr`: the slot's group, header and
     /// entries (one READ; its checksum covers them all). `Some(len)` if the verified group
-    /// holds the key in that slot and its fences cover it; `None`: fall back to the
-    /// neighbourhood.
+    /// holds the key in that slot (a leaf holds only keys it covers, and a split rewrites
+    /// every group of the leaf it splits); `None`: fall back to the neighbourhood.
     async fn speculate(
         &self,
         addr: GlobalAddr,
@@ -161,11 +234,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         self.tree.endpoint().charge(Work::Decode(GROUP_LEN));
         let mut es = [Entry::default(); NEIGHBOURHOOD];
         match decode_group(&gb, &mut es) {
-            Ok(h)
-                if es[slot % NEIGHBOURHOOD].live
-                    && es[slot % NEIGHBOURHOOD].key == key
-                    && h.covers(key) =>
-            {
+            Ok(_) if es[slot % NEIGHBOURHOOD].live && es[slot % NEIGHBOURHOOD].key == key => {
                 self.count(|s| s.speculative_hits += 1);
                 Ok(Some(copy_value(&es[slot % NEIGHBOURHOOD], out)?))
             }
@@ -196,47 +265,45 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             let h = self
                 .read_run(at.addr, run, false, false, &mut leaf, &mut t)
                 .await?;
-            if !self.follow(key, &h, &mut at, &mut p).await? {
-                continue;
-            }
             self.tree.endpoint().charge(Work::Probe(1));
-            return match t.find(key) {
-                Some(s) => {
-                    if self.cfg.speculative {
-                        self.node.hot.put(key, at.addr, s);
-                    }
-                    Ok(Some(copy_value(&t.e[s], out)?))
+            // Found: the leaf covers the key (a leaf holds only keys it covers), no check.
+            if let Some(s) = t.find(key) {
+                if self.cfg.speculative {
+                    self.node.hot.put(key, at.addr, s);
                 }
-                None => Ok(None),
-            };
+                return Ok(Some(copy_value(&t.e[s], out)?));
+            }
+            // Not found: absent only if the leaf covered the key when read.
+            if self.follow(key, &h, &mut at, &mut p).await? {
+                return Ok(None);
+            }
         }
     }
 
+    /// A scan needs no validation: its first leaf's low key is at most `from` ([`At`]),
+    /// each leaf holds only keys below its sibling's low key, and the sibling's keys are all
+    /// at least that; so the keys at least `from` of each leaf in turn along the siblings
+    /// are in order, and a leaf that split before it was read just has fewer of them.
     pub(super) async fn scan_from(
         &self,
         from: u64,
         limit: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize, ChimeError> {
-        let mut key = from;
         let mut seen = 0;
-        let mut at = self.locate(key).await?;
+        let mut at = self.locate(from).await?.addr;
         let mut leaf = [0u8; LEAF_LEN];
         let mut t = Table::empty();
-        let mut p = self.tree.wait();
         let mut batch: Vec<(u64, usize)> = Vec::with_capacity(remora_layouts::chime::SLOTS);
         while seen < limit {
             let h = self
-                .read_run(at.addr, Run::ALL, false, false, &mut leaf, &mut t)
+                .read_run(at, Run::ALL, false, false, &mut leaf, &mut t)
                 .await?;
-            if !self.follow(key, &h, &mut at, &mut p).await? {
-                continue;
-            }
             batch.clear();
             batch.extend(
                 t.e.iter()
                     .enumerate()
-                    .filter(|(_, e)| e.live && e.key >= key && e.key < h.high)
+                    .filter(|(_, e)| e.live && e.key >= from)
                     .map(|(s, e)| (e.key, s)),
             );
             self.tree.endpoint().charge(Work::Sort(batch.len()));
@@ -249,14 +316,10 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 visit(&k.to_be_bytes(), &e.value[..e.len as usize]);
                 seen += 1;
             }
-            if h.high == KEY_INFINITY || h.sibling == 0 {
+            if h.sibling == 0 {
                 break;
             }
-            key = h.high;
-            at = At {
-                addr: GlobalAddr::from_raw(h.sibling),
-                from_parent: false,
-            };
+            at = GlobalAddr::from_raw(h.sibling);
         }
         Ok(seen)
     }
@@ -267,31 +330,23 @@ impl<E: Endpoint> Chime<'_, E> {
     /// leaves, live entries and free slots the tree has now (a churn's census; not atomic
     /// against concurrent writers).
     pub async fn census(&self) -> Result<super::ChimeCensus, ChimeError> {
-        let mut at = self.locate(0).await?;
+        // The leftmost leaf's low key is 0: the chain from it is every leaf.
+        let mut at = self.locate(0).await?.addr;
         let mut leaf = [0u8; LEAF_LEN];
         let mut t = Table::empty();
-        let mut p = self.tree.wait();
-        let mut key = 0;
         let mut c = super::ChimeCensus::default();
         loop {
             let h = self
-                .read_run(at.addr, Run::ALL, false, false, &mut leaf, &mut t)
+                .read_run(at, Run::ALL, false, false, &mut leaf, &mut t)
                 .await?;
-            if !self.follow(key, &h, &mut at, &mut p).await? {
-                continue;
-            }
             let live = t.live().count() as u64;
             c.leaves += 1;
             c.entries += live;
             c.free_slots += remora_layouts::chime::SLOTS as u64 - live;
-            if h.high == KEY_INFINITY || h.sibling == 0 {
+            if h.sibling == 0 {
                 return Ok(c);
             }
-            key = h.high;
-            at = At {
-                addr: GlobalAddr::from_raw(h.sibling),
-                from_parent: false,
-            };
+            at = GlobalAddr::from_raw(h.sibling);
         }
     }
 }

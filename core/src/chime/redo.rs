@@ -166,8 +166,7 @@ pub(super) fn leaf_whole(img: &[u8]) -> bool {
     let Ok(p) = LeafPrefix::decode(img) else {
         return false;
     };
-    p.reserved == 0
-        && p.vacancy == t.vacancy()
+    p.vacancy == t.vacancy()
         && (0..GROUPS).all(|g| {
             let at = group_offset(g);
             GroupHeader::decode(&img[at..at + GROUP_HEADER_LEN])
@@ -310,11 +309,7 @@ mod tests {
     use std_alloc::vec::Vec;
 
     fn meta() -> Meta {
-        Meta {
-            sibling: 0,
-            low: 0,
-            high: u64::MAX,
-        }
+        Meta { sibling: 0, low: 0 }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::hopscotch::{NoRoom, Table, pack};
 use super::leaf::{
     Meta, Run, dirty_ranges, encode_group_of, encode_groups, encode_leaf, groups_of,
 };
-use super::read::At;
+use super::read::{At, Reach};
 use super::redo::{ALL_UNITS, entry_unit};
 use super::{Chime, ChimeError};
 use crate::fabric::{Endpoint, Op, QueuePair};
@@ -29,8 +29,8 @@ pub(super) enum Change {
 /// What a locked step decided.
 enum Step {
     Done(bool),
-    /// The leaf does not cover the key (lock released): its metadata.
-    Elsewhere(GroupHeader),
+    /// The leaf does not cover the key (lock released): where to go.
+    Elsewhere(Reach),
 }
 
 const FULL: &str = "a doorbell batch holds at most 8 work requests";
@@ -68,8 +68,8 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                     self.tree.finish_links().await?;
                     return Ok(r);
                 }
-                Step::Elsewhere(h) => {
-                    self.follow(key, &h, &mut at, &mut p).await?;
+                Step::Elsewhere(r) => {
+                    self.step(key, r, &mut at, &mut p).await?;
                 }
             }
         }
@@ -109,9 +109,6 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             Ok(hdr) => hdr,
             Err(e) => return self.bail(addr, lock, Err(e)).await,
         };
-        if !hdr.covers(key) {
-            return self.bail(addr, lock, Ok(Step::Elsewhere(hdr))).await;
-        }
         let mut prefix = match LeafPrefix::decode(&leaf[..]) {
             Ok(p) => p,
             Err(why) => {
@@ -120,11 +117,22 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                     .await;
             }
         };
-        let meta = Meta::of(&hdr);
+        // Sibling-based validation under the lock (`read.rs`, `At`): the leaf cannot split
+        // now, so its range is `[prefix.low, sibling's low)` until the unlock. A leaf that
+        // holds the key covers it; one that does not is checked.
+        let found = t.find(key);
+        if found.is_none() {
+            match self.reach(key, &at, hdr.sibling, Some(prefix.low)).await {
+                Ok(Reach::Here) => {}
+                Ok(r) => return self.bail(addr, lock, Ok(Step::Elsewhere(r))).await,
+                Err(e) => return self.bail(addr, lock, Err(e)).await,
+            }
+        }
+        let meta = Meta::of(&hdr, &prefix);
         let len = value.len() as u8;
         let mut val = [0u8; MAX_VALUE];
         val[..value.len()].copy_from_slice(value);
-        let dirty = match (t.find(key), change) {
+        let dirty = match (found, change) {
             (Some(s), Change::Upsert | Change::Update) => {
                 // In place: one entry, and its group's header (its stamps unchanged, its
                 // states and checksum new).
@@ -270,6 +278,8 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut images = vec![[0u8; LEAF_LEN]; parts.len()];
         for (i, (img, (low, part))) in images.iter_mut().zip(&parts).enumerate() {
             let last = i + 1 == parts.len();
+            // No high ends: each part's is its sibling's low key (the last's, the old
+            // sibling's, as before the split).
             let m = Meta {
                 sibling: if last {
                     meta.sibling
@@ -277,7 +287,6 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                     addrs[i + 1].raw()
                 },
                 low: if i == 0 { meta.low } else { *low },
-                high: if last { meta.high } else { parts[i + 1].0 },
             };
             let mut pf = if i == 0 {
                 prefix

@@ -15,7 +15,7 @@
 //! higher (or at the root), as the authors' `Tree::search` retries after
 //! `TreeCache::invalidate`; the pages read on the way are cached afresh.
 use remora_layouts::GlobalAddr;
-use remora_layouts::sherman::{Geometry, PageHeader, internal_entry};
+use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader, internal_entry};
 use std_alloc::collections::BTreeMap;
 use std_alloc::vec::Vec;
 
@@ -73,18 +73,54 @@ impl CacheCharge {
 
 /// The child of an internal page that covers `key` (largest separator <= key).
 pub(super) fn child_for(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> Option<GlobalAddr> {
+    route_for(page, g, h, key).map(|r| r.child)
+}
+
+/// Where an internal page sends a key: the child, the key range the page gives it, and the
+/// child the page names for the keys from `high` on.
+///
+/// A separator is its child's low key (a split links its new right page or leaf under the
+/// key it starts at; a page split makes the separator it pushes up the right page's low
+/// fence and that separator's child its leftmost), and a child's low key never changes, so
+/// whatever a (possibly stale) image says of `next`, `next`'s low key is `high`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Route {
+    /// The child covering the key (as of the image).
+    pub(crate) child: GlobalAddr,
+    /// The child's keys start here (the separator, or the page's low fence).
+    pub(crate) low: u64,
+    /// The next separator, or the page's high fence.
+    pub(crate) high: u64,
+    /// The raw address of the child whose keys start at `high` (0: none, `high` is +∞);
+    /// `None` when it is not on this page (the child is the page's last).
+    pub(crate) next: Option<u64>,
+}
+
+/// The [`Route`] of `key` through an internal page (largest separator <= key).
+pub(super) fn route_for(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> Option<Route> {
     let (mut lo, mut hi) = (0usize, h.count());
     while lo < hi {
         let mid = (lo + hi) / 2;
         let (k, _) = internal_entry(page, g, mid).ok()?;
         if k <= key { lo = mid + 1 } else { hi = mid }
     }
-    let child = if lo == 0 {
-        h.leftmost
+    let (low, child) = if lo == 0 {
+        (h.low_fence, h.leftmost)
     } else {
-        internal_entry(page, g, lo - 1).ok()?.1
+        internal_entry(page, g, lo - 1).ok()?
     };
-    (child != 0).then(|| GlobalAddr::from_raw(child))
+    let (high, next) = if lo < h.count() {
+        let (k, c) = internal_entry(page, g, lo).ok()?;
+        (k, Some(c))
+    } else {
+        (h.high_fence, (h.high_fence == KEY_INFINITY).then_some(0))
+    };
+    (child != 0).then(|| Route {
+        child: GlobalAddr::from_raw(child),
+        low,
+        high,
+        next,
+    })
 }
 
 impl IndexCache {
@@ -125,6 +161,23 @@ impl IndexCache {
         }
         let c = self.covering(1, key)?;
         child_for(&c.page, g, &c.header, key)
+    }
+
+    /// The [`Route`] a cached level-1 page gives `key`; when its child is the page's last,
+    /// `next` is taken from the cached right neighbour page (its leftmost child), if any.
+    pub(super) fn route_for(&self, key: u64, g: &Geometry) -> Option<Route> {
+        if !self.enabled {
+            return None;
+        }
+        let c = self.covering(1, key)?;
+        let mut r = route_for(&c.page, g, &c.header, key)?;
+        if r.next.is_none()
+            && let Some(right) = self.levels[0].get(&c.high)
+            && right.header.leftmost != 0
+        {
+            r.next = Some(right.header.leftmost);
+        }
+        Some(r)
     }
 
     /// Where a descent to `key` can start without the root: the child that the lowest cached

@@ -3,7 +3,8 @@
 //! locks (local table, on-chip words, leases, takeovers, redo pointers), separator inserts
 //! above a split leaf, and the missing-link repair. Nothing here reads or writes a leaf: the
 //! caller owns the leaf format (and its redo records).
-use super::cache::child_for;
+use super::cache::Route;
+use super::cache::route_for;
 use super::tree::Sherman;
 use super::{ShermanConfig, ShermanError, ShermanNode};
 use crate::fabric::Endpoint;
@@ -51,29 +52,30 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         self.patience()
     }
 
-    /// The leaf covering `key` as the level-1 pages say: from the index cache (true), else
-    /// by walking down to the level-1 page (read into `buf`, one page) and caching it.
-    pub(crate) async fn leaf_of(
+    /// The leaf covering `key` as the level-1 pages say, with the range and next leaf they
+    /// give it ([`Route`]): from the index cache (true), else by walking down to the level-1
+    /// page (read into `buf`, one page) and caching it.
+    pub(crate) async fn leaf_route(
         &self,
         key: u64,
         buf: &mut [u8],
-    ) -> Result<(GlobalAddr, bool), ShermanError> {
+    ) -> Result<(Route, bool), ShermanError> {
         self.ep.charge(crate::fabric::Work::Probe(1));
-        if let Some(a) = self.node.leaf_for(key, &self.g) {
-            return Ok((a, true));
+        if let Some(r) = self.node.route_for(key, &self.g) {
+            return Ok((r, true));
         }
         let at = self.walk(key, Some(1), buf).await?;
         let h = PageHeader::decode(buf, &self.g)
             .map_err(|why| ShermanError::Corrupt { addr: at, why })?;
         self.ep.charge(crate::fabric::Work::Probe(1));
         self.node.cache_insert(&h, buf);
-        let child = child_for(buf, &self.g, &h, key).ok_or(ShermanError::Corrupt {
+        let r = route_for(buf, &self.g, &h, key).ok_or(ShermanError::Corrupt {
             addr: at,
             why: remora_layouts::LayoutError::Inconsistent {
                 what: "internal page without child",
             },
         })?;
-        Ok((child, false))
+        Ok((r, false))
     }
 
     /// Takes the lock of leaf `addr` (hand-overs and takeovers counted as Sherman's); true

@@ -9,7 +9,7 @@
 //! (lookups share it; fills and invalidations are skipped while it is busy, which is correct
 //! because a cached page is always checked against the leaf's fences). Nothing blocks a
 //! thread.
-use super::cache::IndexCache;
+use super::cache::{IndexCache, Route};
 use super::lock::LocalLock;
 use super::{Sherman, ShermanConfig, ShermanError};
 use crate::block_on::yield_now;
@@ -100,6 +100,11 @@ impl ShermanNode {
     /// being changed).
     pub(crate) fn leaf_for(&self, shard: usize, key: u64, g: &Geometry) -> Option<GlobalAddr> {
         self.cache.read(shard)?.leaf_for(key, g)
+    }
+
+    /// The [`Route`] a cached level-1 page gives `key` (`IndexCache::route_for`).
+    pub(crate) fn route_for(&self, shard: usize, key: u64, g: &Geometry) -> Option<Route> {
+        self.cache.read(shard)?.route_for(key, g)
     }
 
     /// Where a descent to `key` can start below the root (`IndexCache::start_for`).
@@ -201,6 +206,21 @@ impl NodeCache {
             return None;
         }
         let hit = self.node.leaf_for(self.shard, key, g);
+        let c = if hit.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        c.set(c.get() + 1);
+        hit
+    }
+
+    /// The [`Route`] a cached level-1 page gives `key` (counted as a hit or a miss).
+    pub(crate) fn route_for(&self, key: u64, g: &Geometry) -> Option<Route> {
+        if !self.enabled {
+            return None;
+        }
+        let hit = self.node.route_for(self.shard, key, g);
         let c = if hit.is_some() {
             &self.hits
         } else {
