@@ -221,7 +221,12 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
         let ep = FakeEndpoint::connect(&[n]).map_err(|e| e.to_string())?;
         let t = block_on(Erda::open(&ep, ErdaClientConfig::default()))
             .map_err(|e| format!("erda: {e:?}"))?;
-        rows.push(measure("erda-upsert", &ep, &t, co, secs, true)?);
+        // More coroutines than the handle's 64 mailboxes can starve one past its deadline
+        // (a freed mailbox goes to whoever asks first): reported, the other rows kept.
+        match measure("erda-upsert", &ep, &t, co, secs, true) {
+            Ok(r) => rows.push(r),
+            Err(e) => eprintln!("erda-upsert row skipped: {e}"),
+        }
     }
     println!(
         "fake verbs device, 1 thread x {co} coroutines, {KEYS} keys, 8-byte values, {secs} s \

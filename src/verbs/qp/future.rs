@@ -90,7 +90,14 @@ impl Future for PostFuture<'_, '_> {
                 // No room yet (send queue or slots full, what held them rung): wait in the
                 // room queue to be woken when a completion or a release returns room.
                 if ticket.is_none() {
-                    match qp.room.join(cx.waker()).filter(|_| cq.hook_here()) {
+                    // (Joined only where the hook runs: an entry whose post wakes itself
+                    // would hold the queue's head.)
+                    let joined = if cq.hook_here() {
+                        qp.room.join(cx.waker())
+                    } else {
+                        None
+                    };
+                    match joined {
                         Some(t) => {
                             this.state = PostState::Blocked(t);
                             // Counted as waiting, so that the hook drains the queue.
