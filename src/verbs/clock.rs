@@ -161,16 +161,11 @@ pub fn now_ns() -> u64 {
     })
 }
 
-/// Yields to the other coroutines of this thread until `ns` nanoseconds of [`now_ns`] have
-/// passed (`Endpoint::pause`).
-pub async fn pause(ns: u64) {
-    let until = now_ns().saturating_add(ns);
-    loop {
-        remora_core::block_on::yield_now().await;
-        if now_ns() >= until {
-            return;
-        }
-    }
+/// Lets the other coroutines of this thread run until `ns` nanoseconds of [`now_ns`] have
+/// passed (`Endpoint::pause`): woken by the thread's progress hook once due, not polled
+/// every round (see [`super::timer`]).
+pub fn pause(ns: u64) -> super::timer::Pause {
+    super::timer::pause(ns)
 }
 
 #[cfg(test)]

@@ -29,6 +29,9 @@ mod offthread;
 pub mod pool;
 pub mod qp;
 pub mod stats;
+pub mod timer;
+#[cfg(test)]
+mod waits_tests;
 // Raw bindgen bindings: an implementation detail, not the crate's API.
 pub(crate) mod sys;
 pub mod wire;

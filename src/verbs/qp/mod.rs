@@ -46,10 +46,12 @@ mod detached;
 mod dev;
 pub(crate) use dev::set_min_rnr_timer;
 mod floor;
+mod future;
 mod post;
 mod recv;
 mod remote;
 mod ring;
+mod room;
 mod slot;
 mod wake;
 
@@ -61,8 +63,8 @@ use super::mr::{LOCAL, Mr, Pd};
 use super::stats::{Stats, VerbsStats};
 use super::sys;
 use cq::SendCq;
+pub use future::PostFuture;
 use post::OneOff;
-pub use post::PostFuture;
 pub use recv::RecvFuture;
 use remora_core::counters::Counters;
 use remora_core::fabric::{FabricError, Op, QueuePair, Recv};
@@ -98,6 +100,9 @@ const POLL_BATCH: usize = 16;
 /// Empty receive rounds between a receive wait's drains of the send completion queue (see
 /// `RecvFuture::poll`).
 const SEND_POLL_EVERY: u32 = 4096;
+/// Concurrent receive waits of one queue pair woken by the progress hook (beyond: they
+/// wake themselves).
+const RECV_WAITS: usize = 32;
 
 /// The verbs objects of a queue pair, released in dependency order.
 struct Raw {
@@ -200,10 +205,16 @@ pub struct VerbsQp {
     /// Receive waits' empty rounds since one last polled the send completion queue (see
     /// `RecvFuture::poll`).
     recv_idle: Cell<u32>,
+    /// Posts waiting for send-queue room (see `room.rs`).
+    room: room::RoomQueue,
     /// Receive futures waiting on this queue pair.
     recv_waiters: Cell<u32>,
-    /// The waker of its receive wait (see `wake.rs`).
-    recv_waker: Cell<Option<Waker>>,
+    /// The wakers of its receive waits, one entry each (see `wake.rs`).
+    recv_wakers: [Cell<Option<Waker>>; RECV_WAITS],
+    /// Bit i: entry i of `recv_wakers` belongs to a receive wait.
+    recv_used: Cell<u32>,
+    /// Bit i: that wait is armed (woken when a receive arrives).
+    recv_armed: Cell<u32>,
     /// A receive completion the progress hook reaped for the receive wait it woke.
     recv_stash: Cell<Option<sys::ibv_wc>>,
     /// Receive buffers consumed and not yet posted again (posted as one chain).

@@ -9,10 +9,7 @@ use crate::verbs::mr::{LOCAL, Mr};
 use crate::verbs::sys;
 use remora_core::fabric::{FabricError, Op};
 use remora_layouts::GlobalAddr;
-use std::future::Future;
 use std::mem::MaybeUninit;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
 /// The slot bits of an unsignaled detached post's work requests (no slot).
 pub(super) const NO_SLOT: u64 = 0xffff;
@@ -139,7 +136,8 @@ impl VerbsQp {
                 return;
             }
             self.slots[slot].set(s);
-            return self.wake_slot(slot);
+            self.wake_slot(slot);
+            return self.room_returned();
         }
         self.slots[slot].set(s);
     }
@@ -569,10 +567,11 @@ impl VerbsQp {
         }
         self.disarm(slot);
         self.free.set(self.free.get() | (1 << slot));
+        self.room_returned();
     }
 
     /// Copies results out of a finished batch and frees its slot.
-    fn finish(&self, slot: usize, ops: &mut [Op<'_>]) -> Result<(), FabricError> {
+    pub(super) fn finish(&self, slot: usize, ops: &mut [Op<'_>]) -> Result<(), FabricError> {
         let s = self.slots[slot].get();
         if !s.staged && !s.refused && s.err.is_none() {
             // Everything in place or inline, nothing refused or failed: nothing to copy.
@@ -658,114 +657,6 @@ fn local_ptr(op: &Op<'_>) -> *const u8 {
         Op::Cas { old, .. } | Op::MaskedCas { old, .. } | Op::Faa { old, .. } => {
             let p: *const u64 = &**old;
             p.cast()
-        }
-    }
-}
-
-enum PostState {
-    Start,
-    Posted(usize),
-    Finished,
-}
-
-/// The future of [`VerbsQp`]'s [`QueuePair::post`](remora_core::fabric::QueuePair::post): posts
-/// on first poll, then waits for its batch's completion (see `wake.rs`: it is woken by the
-/// thread's progress hook when that reaps it, or, with no executor running the hook, it
-/// polls for itself).
-pub struct PostFuture<'q, 'a> {
-    qp: &'q VerbsQp,
-    ops: &'q mut [Op<'a>],
-    state: PostState,
-    /// The queue's `epoch` at its last poll.
-    epoch: u32,
-}
-
-impl<'q, 'a> PostFuture<'q, 'a> {
-    pub(super) fn new(qp: &'q VerbsQp, ops: &'q mut [Op<'a>]) -> Self {
-        PostFuture {
-            qp,
-            ops,
-            state: PostState::Start,
-            epoch: 0,
-        }
-    }
-}
-
-impl Future for PostFuture<'_, '_> {
-    type Output = Result<(), FabricError>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        let qp = this.qp;
-        let cq = &*qp.raw.send;
-        let mut fresh = false;
-        if let PostState::Start = this.state {
-            if this.ops.is_empty() {
-                this.state = PostState::Finished;
-                return Poll::Ready(Ok(()));
-            }
-            match qp.start(this.ops, Mode::Wait) {
-                Err(e) => {
-                    this.state = PostState::Finished;
-                    return Poll::Ready(Err(e));
-                }
-                Ok(Some(slot)) => {
-                    fresh = true;
-                    this.state = PostState::Posted(slot);
-                    qp.add_waiter();
-                }
-                Ok(None) => {
-                    // No room yet (send queue or slots full, what held them rung): drain the
-                    // queue, which returns room, and try again next round (the one wait that
-                    // polls: it ends when a batch of this queue pair completes).
-                    qp.progress();
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-            }
-        }
-        let PostState::Posted(slot) = this.state else {
-            return Poll::Ready(Err(FabricError::Unsupported {
-                what: "a post future polled after it finished",
-            }));
-        };
-        if !fresh && !qp.is_done(slot) && cq.epoch.get() == this.epoch {
-            // Polled again, not done, and nobody drained the queue since its last poll: no
-            // executor runs the thread's hook (a spin `block_on`, or one nested in a
-            // coroutine while its executor waits for it). Do the hook's work: ring what is
-            // queued, then reap.
-            cq.flush();
-            qp.progress();
-        }
-        if qp.is_done(slot) {
-            this.state = PostState::Finished;
-            qp.remove_waiter();
-            return Poll::Ready(qp.finish(slot, this.ops));
-        }
-        this.epoch = cq.epoch.get();
-        qp.wait_on(slot, cx.waker());
-        if !cq.hook_here() {
-            cx.waker().wake_by_ref();
-        }
-        Poll::Pending
-    }
-}
-
-impl Drop for PostFuture<'_, '_> {
-    fn drop(&mut self) {
-        if let PostState::Posted(slot) = self.state {
-            let qp = self.qp;
-            if qp.is_queued(slot) {
-                qp.ring();
-            }
-            // The NIC may still write the staging buffer or read the chain's data: wait for
-            // the batch. Bounded: the transport's retry limits always end in a completion.
-            while !qp.is_done(slot) {
-                qp.progress();
-                std::hint::spin_loop();
-            }
-            qp.release(slot);
-            qp.remove_waiter();
         }
     }
 }

@@ -160,6 +160,8 @@ pub struct RecvFuture<'q, 'a> {
     buf: &'a mut [u8],
     /// Counted among its queue pair's receive waits.
     waiting: bool,
+    /// Its entry in the queue pair's table of receive wakers (see `wake.rs`).
+    entry: Option<u8>,
 }
 
 impl<'q, 'a> RecvFuture<'q, 'a> {
@@ -168,10 +170,12 @@ impl<'q, 'a> RecvFuture<'q, 'a> {
             qp,
             buf,
             waiting: false,
+            entry: None,
         }
     }
 
     fn stop_waiting(&mut self) {
+        self.qp.leave_recv(&mut self.entry);
         if std::mem::take(&mut self.waiting) {
             self.qp.remove_recv_waiter();
         }
@@ -204,7 +208,7 @@ impl Future for RecvFuture<'_, '_> {
                     this.waiting = true;
                     this.qp.add_recv_waiter();
                 }
-                if !this.qp.wait_recv(cx.waker()) {
+                if !this.qp.wait_recv(&mut this.entry, cx.waker()) {
                     this.qp.recv_idle_tick();
                     cx.waker().wake_by_ref();
                 }

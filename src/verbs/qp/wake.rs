@@ -115,28 +115,59 @@ impl VerbsQp {
         cq.unhook_if_idle();
     }
 
-    /// Keeps `w` as the waker of this queue pair's receive wait; true when the thread's hook
-    /// will wake it when a receive arrives (false: the caller wakes itself). A second
-    /// concurrent receive wait with another waker is not stored over the first: it wakes
-    /// itself until it is the only one.
-    pub(super) fn wait_recv(&self, w: &Waker) -> bool {
-        let cell = &self.recv_waker;
-        let stored = match cell.take() {
-            Some(old) if old.will_wake(w) => {
-                cell.set(Some(old));
-                true
+    /// Keeps `w` as the waker of a receive wait, in its entry `entry` of this queue pair's
+    /// table (taken on its first wait), armed to be woken by the thread's hook when a receive
+    /// arrives; true when the hook will (false: the caller wakes itself, as without an
+    /// executor that runs the hooks, or with all [`RECV_WAITS`](super::RECV_WAITS) entries taken). Concurrent
+    /// waits each keep an entry: a receive wakes one of them, never all.
+    pub(super) fn wait_recv(&self, entry: &mut Option<u8>, w: &Waker) -> bool {
+        if !self.raw.send.hook_here() {
+            return false;
+        }
+        let i = match *entry {
+            Some(i) => i as usize,
+            None => {
+                let used = self.recv_used.get();
+                if used == u32::MAX {
+                    return false;
+                }
+                let i = (!used).trailing_zeros() as usize;
+                self.recv_used.set(used | 1 << i);
+                *entry = Some(i as u8);
+                i
             }
-            Some(old) if self.recv_waiters.get() > 1 => {
-                cell.set(Some(old));
-                false
-            }
+        };
+        let cell = &self.recv_wakers[i];
+        match cell.take() {
+            Some(old) if old.will_wake(w) => cell.set(Some(old)),
             old => {
                 cell.set(Some(w.clone()));
                 drop(old);
-                true
             }
+        }
+        self.recv_armed.set(self.recv_armed.get() | 1 << i);
+        true
+    }
+
+    /// A receive wait gives back its entry (it finished or was dropped). A wait woken for a
+    /// receive it did not take passes it on to another waiting one.
+    pub(super) fn leave_recv(&self, entry: &mut Option<u8>) {
+        let Some(i) = entry.take() else {
+            return;
         };
-        stored && self.raw.send.hook_here()
+        let bit = 1u32 << i;
+        let was_armed = self.recv_armed.get() & bit != 0;
+        self.recv_armed.set(self.recv_armed.get() & !bit);
+        self.recv_used.set(self.recv_used.get() & !bit);
+        drop(self.recv_wakers[i as usize].take());
+        if !was_armed && self.recv_armed.get() != 0 {
+            let stashed = self.recv_stash.take();
+            let pass = stashed.is_some();
+            self.recv_stash.set(stashed);
+            if pass {
+                self.wake_recv(false);
+            }
+        }
     }
 
     /// This queue pair's part of the round (it has a receive wait): polls its receive
@@ -154,10 +185,10 @@ impl VerbsQp {
             Ok(None) => self.recv_idle_tick(),
             Ok(Some(wc)) => {
                 self.recv_stash.set(Some(wc));
-                self.wake_recv();
+                self.wake_recv(false);
             }
-            // `poll_recv` answers it again to the woken wait.
-            Err(_) => self.wake_recv(),
+            // `poll_recv` answers it again to the woken waits.
+            Err(_) => self.wake_recv(true),
         }
     }
 
@@ -176,10 +207,20 @@ impl VerbsQp {
         }
     }
 
-    fn wake_recv(&self) {
-        if let Some(w) = self.recv_waker.take() {
-            w.wake_by_ref();
-            self.recv_waker.set(Some(w));
+    /// Wakes the oldest-entry armed receive wait (every one with `all`), disarming it.
+    fn wake_recv(&self, all: bool) {
+        let mut bits = self.recv_armed.get();
+        if !all {
+            bits &= bits.wrapping_neg();
+        }
+        self.recv_armed.set(self.recv_armed.get() & !bits);
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if let Some(w) = self.recv_wakers[i].take() {
+                w.wake_by_ref();
+                self.recv_wakers[i].set(Some(w));
+            }
         }
     }
 }
