@@ -57,6 +57,10 @@ pub struct Erda<'e, E: Endpoint> {
     seq: Cell<u32>,
     /// The mailboxes free for a new request (bit `i`: mailbox `client + i`).
     free: Cell<u64>,
+    /// Coroutines waiting for a mailbox, and how many mailboxes were ever freed (the
+    /// handle's progress): see [`Self::request`].
+    mail_waiters: Cell<u32>,
+    mail_freed: Cell<u64>,
     /// Per mailbox: the request waiting for its reply, its reply once received.
     inbox: RefCell<Vec<Slot>>,
     /// Whether a coroutine is taking replies off the queue pair for all of them.
@@ -138,6 +142,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
             }),
             inbox: RefCell::new((0..slots).map(|_| Slot::default()).collect()),
             receiving: Cell::new(false),
+            mail_waiters: Cell::new(0),
+            mail_freed: Cell::new(0),
             fallbacks: Cell::new(0),
             rereads: Cell::new(0),
             long_reads: Cell::new(0),
@@ -228,16 +234,36 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         value_len: usize,
         revoke: u32,
     ) -> Result<(Reply, bool), ErdaError> {
-        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
+        // More coroutines than mailboxes queue for them. A coroutine already waiting goes
+        // before one that arrives (often the one that just freed a mailbox and asks again):
+        // without that, the coroutines that keep running keep retaking the mailboxes they
+        // free, and a waiter that sleeps through its back-off can starve past its deadline
+        // (verbs, 256 coroutines on 64 mailboxes). The holders are this handle's own
+        // coroutines, so a wait fails if no mailbox was freed for a whole deadline, or (a
+        // bound on a waiter that others keep overtaking) after eight deadlines in all.
+        let start = self.ep.now_ns();
+        let mut w = Waiter::new(self.cfg.lease, start);
+        let mut freed = self.mail_freed.get();
+        let mut queued: Option<MailQueue<'_>> = None;
         let slot = loop {
             let free = self.free.get();
-            if free != 0 {
+            if free != 0 && (queued.is_some() || self.mail_waiters.get() == 0) {
                 let i = free.trailing_zeros();
                 self.free.set(free & !(1u64 << i));
                 break i;
             }
+            if queued.is_none() {
+                queued = Some(MailQueue::join(&self.mail_waiters));
+            }
+            let now = self.ep.now_ns();
+            let overtaken =
+                now.saturating_sub(start) > self.cfg.lease.deadline_ns.saturating_mul(8);
+            if self.mail_freed.get() != freed && !overtaken {
+                freed = self.mail_freed.get();
+                w = Waiter::new(self.cfg.lease, now);
+            }
             // Word 0: only backs off, up to the deadline (the holders are this handle's).
-            match w.observe(0, self.ep.now_ns()) {
+            match w.observe(0, now) {
                 Verdict::Wait(ns) => self.ep.pause(ns).await,
                 _ => {
                     return Err(ErdaError::Retries {
@@ -246,11 +272,13 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 }
             }
         };
+        drop(queued);
         let r = self.request_in(slot, op, key, value_len, revoke).await;
         // A mailbox whose request got no answer in time stays taken: the server may still
         // read it, and a new request there would be read twice.
         if !matches!(r, Err(ErdaError::Retries { .. })) {
             self.free.set(self.free.get() | 1u64 << slot);
+            self.mail_freed.set(self.mail_freed.get().wrapping_add(1));
         }
         r
     }
@@ -594,6 +622,23 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 }
             }
         }
+    }
+}
+
+/// A coroutine's place among those waiting for a request mailbox: counted while it waits,
+/// uncounted when it takes one or is dropped.
+struct MailQueue<'a>(&'a Cell<u32>);
+
+impl<'a> MailQueue<'a> {
+    fn join(waiters: &'a Cell<u32>) -> Self {
+        waiters.set(waiters.get() + 1);
+        MailQueue(waiters)
+    }
+}
+
+impl Drop for MailQueue<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
     }
 }
 
