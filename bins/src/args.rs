@@ -131,9 +131,10 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 0)]
     pub gid_index: u32,
     /// With `--fabric verbs`: no NIC, the fake verbs device in this process. Prints the
-    /// client CPU per lookup of SMART, Sherman and Erda beside a floor loop that only posts
-    /// and polls the same READs, with the data path's counters (`--seconds` per index,
-    /// `--coroutines` on one thread).
+    /// client CPU per lookup of SMART, Sherman and Erda, and per upsert of Erda (its
+    /// request-and-reply path), beside a floor loop that only posts and polls the same READs,
+    /// with the data path's counters and coroutine polls per operation (`co/op`)
+    /// (`--seconds` per index, `--coroutines` on one thread).
     #[arg(long)]
     pub fake: bool,
 }
