@@ -290,17 +290,29 @@ pub fn paper(s: &Scale) -> Paper {
              the paper's leaf bytes (span 32: 623 B in the authors' fork, River861/Sherman \
              include/Common.h; 640 B here, smart.rs) with the same cache budget as SMART (the \
              authors give both 600 MiB, Sherman without eviction, exp/params/common.json and \
-             fig_11.json; 64 MiB here, which holds both trees' internal levels): one READ of \
-             640 B per lookup at its memory nodes' link bandwidth (link use 0.92, flat at 35-36 \
-             Mops from 64 clients: more clients only queue, and the authors' sweep stops at 16 \
-             x 16 threads). SMART's tree is wholly in its cache, each lookup 0.96 READs of 62 B, \
-             bound by its memory nodes' message rate (NIC use 1.00 of 2 x 110 Mops, link use \
-             0.56; 229 Mops over the curves' window, 204 over the 10k operations counted \
-             before). The rest of the gap is on SMART's side: 2.8x over a Sherman at its leaves' \
-             line rate puts the paper's SMART near 100 Mops, ~50 M lookups/s per memory node, \
-             where remora models 110 M READs/s (nic_mops of the smart profile, from Sherman's \
-             on-chip atomics, not measured for host-memory READs). Before, with 1 KiB pages \
-             (1.64x the paper's bytes): Sherman 20.7 Mops, 9.59x, off",
+             fig_11.json; 64 MiB here, which holds both trees' internal levels). Both read \
+             paths are the authors': a cached lookup is one READ, of the whole page for Sherman \
+             (their page_search reads max(leaf, internal page) = 623 B) and of the leaf alone \
+             for SMART (read_leaf, sizeof(Leaf) = 34 B packed; 64 B here), pinned by \
+             poller/tests/lookup_reads.rs. Each side is bound by one memory-node resource, \
+             moved one at a time (`remora bench ... --seconds 0.002 --set X`): Sherman by the \
+             links (1.01 READs of 645 B per lookup, 99.99% index-cache hits; link use 0.94 \
+             of 2 x 100 Gb, 1.00 with the 42 B of headers; 36.6 Mops, 36.5 with nic_mops=1000), \
+             flat at 35-36 Mops from 64 clients (the authors' sweep stops at 16 x 16 threads); \
+             SMART by the NICs' message rate (0.96 READs of 64 B per lookup, 94% served by the \
+             cached parent, 5.1% delegated; NIC use 1.00 of 2 x 110 Mops, link use 0.56; 229.1 \
+             Mops, 229.0 with link_gbps=1000, 245.6 with nic_mops=1000, where the links with \
+             headers bind). So remora's ratio is 2 x nic_mops / 0.96 against 2 x 100 Gb / 687 \
+             B, 6.3x, and the gap is on SMART's side: nic_mops=50 gives 103.1 / 35.9 Mops, \
+             2.87x. remora's 110 M READs/s per memory node (nic_mops of the smart profile, from \
+             Sherman's on-chip atomics) is not measured for host-memory READs, and 2.8x over a \
+             Sherman at its leaves' line rate puts the paper's SMART near 100 Mops, ~50 M \
+             READs/s per memory node; the text (seeds/001) gives no absolute figure to check \
+             it. Not modelled: the authors' two memory nodes are compute nodes 0 and 1 \
+             (src/DSM.cpp starts a memory server where myNodeID < MEMORY_NODE_NUM), so their \
+             NICs also post their own clients' READs (1/16 of all each); remora's requester \
+             NICs take no message rate. Before, with 1 KiB pages (1.64x the paper's bytes): \
+             Sherman 20.7 Mops, 9.59x, off",
         ),
         Claim::ratio(
             "read-latency",
