@@ -13,10 +13,15 @@ impl<E: Endpoint> Canrt<'_, E> {
     /// the one holding `from`, `cfg.scan_batch` (at most [`SCAN_BATCH`]) node snapshots per
     /// doorbell (paper §4.4).
     ///
+    /// Each node's pairs are visited as soon as its snapshot is validated (sorted: a data
+    /// node's items are unsorted, §3.1), so the scan holds one node's pairs at a time, in
+    /// two buffers reused from node to node: no allocation per key, and memory that does
+    /// not grow with the range.
+    ///
     /// A stale node (a resize published a newer tree) does not start the scan over: the
     /// pairs of the nodes already read stay (each was the valid tree's when read, so each
     /// returned item is linearizable within the scan), and the scan resumes in the newer
-    /// tree from the key after the last one it holds. Resumes that add nothing are bounded
+    /// tree from the key after the last one visited. Resumes that add nothing are bounded
     /// by `read_retries`; a resume that adds a pair resets the bound.
     pub(super) async fn range(
         &self,
@@ -26,12 +31,17 @@ impl<E: Endpoint> Canrt<'_, E> {
     ) -> Result<usize, CanrtError> {
         let qp = self.qp()?;
         let batch = (self.cfg.scan_batch as usize).clamp(1, SCAN_BATCH);
-        let mut pairs: Vec<(u128, Vec<u8>)> = Vec::new();
+        // One node's live pairs in range: (key, value start, value length) into `vals`.
+        let mut items: Vec<(u128, usize, usize)> = Vec::new();
+        let mut vals: Vec<u8> = Vec::new();
+        let mut kb = [0u8; MAX_KEY];
+        let mut visited = 0usize;
+        let mut last_key: Option<u128> = None;
         let g = self.view().data();
         let mut at = from;
         let mut idle = 0u32;
         'again: loop {
-            if let Some(&(last, _)) = pairs.last() {
+            if let Some(last) = last_key {
                 if last >= g.max_key() {
                     break 'again;
                 }
@@ -59,8 +69,8 @@ impl<E: Endpoint> Canrt<'_, E> {
                 what: "located data node missing from key order",
             }))?;
             let order = v.order();
-            let before = pairs.len();
-            while pairs.len() < limit && r < order.len() {
+            let before = visited;
+            while visited < limit && r < order.len() {
                 let ids = &order[r..(r + batch).min(order.len())];
                 {
                     let mut ops: heapless::Vec<Op<'_>, { 3 * SCAN_BATCH }> = heapless::Vec::new();
@@ -74,7 +84,7 @@ impl<E: Endpoint> Canrt<'_, E> {
                     let addr = self.node_addr(&v, id);
                     let buf = &mut bufs[i * size..(i + 1) * size];
                     let bracket = &mut brackets[i];
-                    let start = pairs.len();
+                    let start = visited;
                     let mut tries = 0;
                     loop {
                         if tries > 0 {
@@ -91,7 +101,8 @@ impl<E: Endpoint> Canrt<'_, E> {
                                 continue;
                             }
                         };
-                        pairs.truncate(start);
+                        items.clear();
+                        vals.clear();
                         let fresh = self.fresh(&v, &nv).await?;
                         if !matches!(fresh, Fresh::Yes) {
                             if matches!(fresh, Fresh::NotYet) {
@@ -111,7 +122,8 @@ impl<E: Endpoint> Canrt<'_, E> {
                         let res = nv.for_each_live(|k, val| {
                             self.ep.charge(Work::Probe(1));
                             if k >= at && v.locate(k).ok() == Some(id) {
-                                pairs.push((k, val.to_vec()));
+                                items.push((k, vals.len(), val.len()));
+                                vals.extend_from_slice(val);
                             }
                         });
                         if res.is_ok() {
@@ -119,9 +131,14 @@ impl<E: Endpoint> Canrt<'_, E> {
                         }
                         Self::bump(&self.torn);
                     }
-                    self.ep.charge(Work::Sort(pairs.len() - start));
-                    pairs[start..].sort_unstable_by_key(|p| p.0);
-                    if pairs.len() >= limit {
+                    self.ep.charge(Work::Sort(items.len()));
+                    items.sort_unstable_by_key(|p| p.0);
+                    for &(k, s, len) in items.iter().take(limit - visited) {
+                        visit(g.key_to_be(k, &mut kb), &vals[s..s + len]);
+                        visited += 1;
+                        last_key = Some(k);
+                    }
+                    if visited >= limit {
                         break;
                     }
                 }
@@ -129,12 +146,7 @@ impl<E: Endpoint> Canrt<'_, E> {
             }
             break 'again;
         }
-        let n = pairs.len().min(limit);
-        let mut kb = [0u8; MAX_KEY];
-        for (k, val) in &pairs[..n] {
-            visit(g.key_to_be(*k, &mut kb), val);
-        }
-        Ok(n)
+        Ok(visited)
     }
 
     /// Times a scan met a stale node and resumed in a newer tree.

@@ -686,3 +686,4 @@ mod reads;
 mod reclaim;
 mod resize_clock;
 mod resizing;
+mod scan;
