@@ -91,7 +91,10 @@ impl Wire {
         if off.saturating_add(total) <= self.region_len || off < self.pad as u64 {
             (remote, 0)
         } else {
-            (GlobalAddr::new(remote.node(), off - self.pad as u64), self.pad)
+            (
+                GlobalAddr::new(remote.node(), off - self.pad as u64),
+                self.pad,
+            )
         }
     }
 }

@@ -72,7 +72,11 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
             a.spatial.poll_oversub_ns
         ));
     }
-    if let Some(w) = Wire::new(a.spatial.paper_entry_bytes, a.spatial.fanout, cfg.region_len) {
+    if let Some(w) = Wire::new(
+        a.spatial.paper_entry_bytes,
+        a.spatial.fanout,
+        cfg.region_len,
+    ) {
         notes.push(format!(
             "node READs carry the paper's node (--paper-entry-bytes {}): {} B a node of {} \
              entries, remora's {} B and {} B beside it",
