@@ -167,6 +167,12 @@ pub struct SpatialFlags {
     /// `spatial/gate.rs`). Off: a node's READs run in parallel, as the sim's NIC model has it.
     #[arg(long)]
     pub node_serial_reads: bool,
+    /// Catfish on the sim, with `--node-serial-reads`: each READ of a node image carries
+    /// the paper's node bytes, its entries this many bytes each (the paper's rectangle is
+    /// "four double precision floating-point variables", seeds/003 §2, and a pointer: 40)
+    /// instead of remora's 24 (four i32 and a pointer); see `spatial/gate.rs`. 0: remora's.
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    pub paper_entry_bytes: usize,
     /// Catfish on the sim: a polling server with one polling thread per connection on its
     /// `server_threads` cores, oversubscribed (the Catfish paper's polling server, seeds/003
     /// §4.2, Fig. 6): each message costs this many ns x share^2 more, share = the run's
@@ -242,6 +248,21 @@ pub fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if a.spatial.node_serial_reads && a.fabric != FabricKind::Sim {
         return Err("--node-serial-reads models the paper's client nodes on --fabric sim".into());
+    }
+    let entry = a.spatial.paper_entry_bytes;
+    if entry != 0 {
+        if !a.spatial.node_serial_reads {
+            return Err(
+                "--paper-entry-bytes pads the node READs of --node-serial-reads (sim)".into(),
+            );
+        }
+        let own = remora::layouts::catfish::ENTRY_LEN;
+        if !(own..=256).contains(&entry) {
+            return Err(format!(
+                "--paper-entry-bytes is the paper's bytes an entry, {own} (remora's) to 256; \
+                 got {entry}"
+            ));
+        }
     }
     if a.spatial.server_threads == 0 {
         return Err("--server-threads must be at least 1".into());

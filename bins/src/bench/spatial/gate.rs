@@ -21,7 +21,18 @@
 //! its "RDMA offloading" baseline (FaRM's) issues them one by one anyway. Messaging
 //! (WRITE_WITH_IMM, receives) is not gated. Nothing here is calibrated: the node's READ
 //! rate follows from the sim's round trip and each READ's bytes.
-use remora::core::{Counters, Endpoint, FabricError, Op, QueuePair, Recv, Work};
+//!
+//! `--paper-entry-bytes` ([`Wire`]): a gated READ of a node image carries the paper's node
+//! bytes on the wire, not remora's. The paper's entry is a rectangle of "four double
+//! precision floating-point variables" (seeds/003 §2) and a child pointer, 40 bytes, where
+//! remora's is four i32 and a pointer, 24 (`remora::layouts::catfish::ENTRY_LEN`); an
+//! offloaded search of 130-entry nodes then moves 1.66x remora's bytes, which the memory
+//! node's one link must carry for every client node (§5.3.2: the offloading client
+//! "has to fetch the nodes with more irrelevant rectangles, and this consumes both
+//! additional bandwidth and time"). The READ is one READ of the longer length, of the
+//! node and the bytes beside it (the node's own image is copied out of it); nothing else
+//! changes (the client's CPU charges stay remora's node's).
+use remora::core::{Counters, Endpoint, FabricError, GlobalAddr, Op, QueuePair, Recv, Work};
 use remora::layouts::NodeId;
 use std::cell::Cell;
 
@@ -47,10 +58,99 @@ impl Drop for Turn<'_> {
     }
 }
 
+/// The paper's node bytes on the wire (`--paper-entry-bytes`, see the module's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Wire {
+    /// Bytes of remora's node image (`node_len(fanout)`): the READs this applies to.
+    pub node_len: usize,
+    /// Bytes each such READ carries beyond it: (paper's entry - remora's) x fanout.
+    pub pad: usize,
+    /// Bytes of the memory node's region: a node near its end is read with the bytes
+    /// before it instead of after.
+    pub region_len: u64,
+}
+
+impl Wire {
+    /// The wire of a tree of `fanout` entries a node, each `entry_bytes` in the paper's
+    /// layout; `None` when that is not more than remora's entry.
+    pub(super) fn new(entry_bytes: usize, fanout: usize, region_len: u64) -> Option<Wire> {
+        use remora::layouts::catfish::{ENTRY_LEN, node_len};
+        let pad = entry_bytes.checked_sub(ENTRY_LEN)?.checked_mul(fanout)?;
+        (pad > 0).then_some(Wire {
+            node_len: node_len(fanout),
+            pad,
+            region_len,
+        })
+    }
+
+    /// Where the padded READ of the node at `remote` starts, and where the node's own
+    /// image lies in what it reads.
+    fn span(&self, remote: GlobalAddr) -> (GlobalAddr, usize) {
+        let total = (self.node_len + self.pad) as u64;
+        let off = remote.offset();
+        if off.saturating_add(total) <= self.region_len || off < self.pad as u64 {
+            (remote, 0)
+        } else {
+            (
+                GlobalAddr::new(remote.node(), off - self.pad as u64),
+                self.pad,
+            )
+        }
+    }
+}
+
 /// A client's queue pair; READ-only doorbells wait for the node's turn when gated.
 pub(super) struct GatedQp<'a, Q> {
     inner: &'a Q,
     node: Option<&'a NodeReads>,
+    /// The paper's node bytes for gated READs of node images.
+    wire: Option<Wire>,
+    /// The padded READ's buffer (allocated once; taken while a READ is in flight).
+    scratch: Cell<Vec<u8>>,
+}
+
+impl<'a, Q: QueuePair> GatedQp<'a, Q> {
+    fn new(inner: &'a Q, node: Option<&'a NodeReads>, wire: Option<Wire>) -> Self {
+        let cap = wire.map_or(0, |w| w.node_len + w.pad);
+        GatedQp {
+            inner,
+            node,
+            wire,
+            scratch: Cell::new(vec![0; cap]),
+        }
+    }
+
+    /// Posts the single op `op`: a READ of a node image as the paper's longer node when
+    /// `--paper-entry-bytes` asks for it, anything else as it is.
+    async fn post_one(&self, op: &mut [Op<'_>]) -> Result<(), FabricError> {
+        let wire = match (self.wire, op) {
+            (Some(w), [Op::Read { remote, local }]) if local.len() == w.node_len => {
+                (w, *remote, local)
+            }
+            (_, op) => return self.inner.post(op).await,
+        };
+        let (w, remote, local) = wire;
+        let total = w.node_len + w.pad;
+        let mut scratch = self.scratch.take();
+        if scratch.len() < total {
+            // Only if two READs of this queue pair were in flight at once (a client posts
+            // one doorbell at a time): a second buffer.
+            scratch.resize(total, 0);
+        }
+        let (start, skip) = w.span(remote);
+        let r = {
+            let mut padded = [Op::Read {
+                remote: start,
+                local: &mut scratch[..total],
+            }];
+            self.inner.post(&mut padded).await
+        };
+        if r.is_ok() {
+            local.copy_from_slice(&scratch[skip..skip + w.node_len]);
+        }
+        self.scratch.set(scratch);
+        r
+    }
 }
 
 impl<Q: QueuePair> QueuePair for GatedQp<'_, Q> {
@@ -76,7 +176,7 @@ impl<Q: QueuePair> QueuePair for GatedQp<'_, Q> {
                 self.inner.pause(WAIT_NS).await;
             }
             let _turn = Turn(node);
-            self.inner.post(&mut ops[i..=i]).await?;
+            self.post_one(&mut ops[i..=i]).await?;
         }
         Ok(())
     }
@@ -116,14 +216,16 @@ pub(super) struct GatedEp<'a, E: Endpoint> {
 }
 
 impl<'a, E: Endpoint> GatedEp<'a, E> {
-    /// `inner`'s queue pair to memory node 0, its READ doorbells gated by `node` if given.
-    pub(super) fn new(inner: &'a E, node: Option<&'a NodeReads>) -> Result<Self, FabricError> {
+    /// `inner`'s queue pair to memory node 0, its READ doorbells gated by `node` if given,
+    /// its gated READs of node images carrying the paper's node bytes if `wire` is given.
+    pub(super) fn new(
+        inner: &'a E,
+        node: Option<&'a NodeReads>,
+        wire: Option<Wire>,
+    ) -> Result<Self, FabricError> {
         Ok(GatedEp {
             inner,
-            qp: GatedQp {
-                inner: inner.qp(0)?,
-                node,
-            },
+            qp: GatedQp::new(inner.qp(0)?, node, wire),
         })
     }
 }
@@ -160,7 +262,6 @@ impl<'a, E: Endpoint> Endpoint for GatedEp<'a, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use remora::core::GlobalAddr;
     use remora::core::block_on::yield_now;
     use std::task::{Context, Waker};
 
@@ -213,7 +314,7 @@ mod tests {
         let mut clients: Vec<_> = bufs
             .iter_mut()
             .map(|b| {
-                let gated = GatedQp { inner: &qp, node };
+                let gated = GatedQp::new(&qp, node, None);
                 Box::pin(async move {
                     for _ in 0..2 {
                         let (x, y) = b.split_at_mut(64);
@@ -242,6 +343,106 @@ mod tests {
         }
         assert!(done.iter().all(|d| *d), "a client never finished");
         (qp.most.get(), qp.posts.get())
+    }
+
+    /// A memory of `len` bytes (byte i = i mod 251) that records each READ's length.
+    struct Mem {
+        counters: Counters,
+        bytes: Vec<u8>,
+        lens: std::cell::RefCell<Vec<usize>>,
+    }
+
+    impl Mem {
+        fn new(len: usize) -> Mem {
+            Mem {
+                counters: Counters::default(),
+                bytes: (0..len).map(|i| (i % 251) as u8).collect(),
+                lens: Default::default(),
+            }
+        }
+    }
+
+    impl QueuePair for Mem {
+        fn peer(&self) -> NodeId {
+            0
+        }
+        async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
+            for op in ops.iter_mut() {
+                if let Op::Read { remote, local } = op {
+                    let at = remote.offset() as usize;
+                    let len = local.len();
+                    let Some(src) = self.bytes.get(at..at + len) else {
+                        return Err(FabricError::RemoteAccess {
+                            wr: 0,
+                            addr: *remote,
+                            len,
+                        });
+                    };
+                    local.copy_from_slice(src);
+                    self.lens.borrow_mut().push(len);
+                }
+            }
+            Ok(())
+        }
+        async fn recv<'a>(&'a self, _buf: &'a mut [u8]) -> Result<Recv, FabricError> {
+            Err(FabricError::Flushed)
+        }
+        fn try_recv(&self, _buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
+            Ok(None)
+        }
+        fn max_message(&self) -> usize {
+            4096
+        }
+        fn counters(&self) -> &Counters {
+            &self.counters
+        }
+        fn is_broken(&self) -> bool {
+            false
+        }
+    }
+
+    /// `--paper-entry-bytes 40` on 15-entry nodes: each gated READ of a node image is one
+    /// READ of the paper's 632-byte node (remora's 392 + 15 x 16), the client gets its own
+    /// node's bytes, also for a node at the region's end; other READs are left alone.
+    #[test]
+    fn a_node_read_carries_the_papers_node_bytes() {
+        use remora::layouts::catfish::node_len;
+        let region = 4096usize;
+        let mem = Mem::new(region);
+        let node = NodeReads::default();
+        let wire = Wire::new(40, 15, region as u64).expect("40 > 24");
+        assert_eq!((wire.node_len, wire.pad), (node_len(15), 240));
+        assert_eq!(Wire::new(24, 15, region as u64), None);
+        let gated = GatedQp::new(&mem, Some(&node), Some(wire));
+        let len = node_len(15);
+        for at in [1000, region - len] {
+            let mut img = vec![0u8; len];
+            let mut word = [0u8; 16];
+            let mut ops = [
+                Op::Read {
+                    remote: GlobalAddr::new(0, at as u64),
+                    local: &mut img,
+                },
+                Op::Read {
+                    remote: GlobalAddr::new(0, 0),
+                    local: &mut word,
+                },
+            ];
+            remora::core::block_on::block_on(gated.post(&mut ops)).expect("reads");
+            assert_eq!(img, mem.bytes[at..at + len], "node at {at}");
+            assert_eq!(word, mem.bytes[..16]);
+        }
+        assert_eq!(*mem.lens.borrow(), [632, 16, 632, 16]);
+        // Without the wire the same READs carry remora's node.
+        let plain = Mem::new(region);
+        let gated = GatedQp::new(&plain, Some(&node), None);
+        let mut img = vec![0u8; len];
+        let mut ops = [Op::Read {
+            remote: GlobalAddr::new(0, 1000),
+            local: &mut img,
+        }];
+        remora::core::block_on::block_on(gated.post(&mut ops)).expect("read");
+        assert_eq!(*plain.lens.borrow(), [len]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and measured in a fresh one started from a copy of its memory (`spatial/load.rs`: load
 //! once, measure many); `--workload load` measures the load itself, in one sim.
 use super::client::{Phase, Rdma, part};
-use super::gate::{GatedEp, NodeReads};
+use super::gate::{GatedEp, NodeReads, Wire};
 use super::load::{self, ImageRegion};
 use super::run::{open, open_or_create, server, tree_height};
 use super::{ClientResult, Outcome, POLL_SCAN_NS, Part, Serve, Shared};
@@ -70,6 +70,21 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
             "oversubscribed polling server (--poll-oversub-ns {}): {scan} ns of ring scan x \
              each thread's share of the {clients} connections, a message",
             a.spatial.poll_oversub_ns
+        ));
+    }
+    if let Some(w) = Wire::new(
+        a.spatial.paper_entry_bytes,
+        a.spatial.fanout,
+        cfg.region_len,
+    ) {
+        notes.push(format!(
+            "node READs carry the paper's node (--paper-entry-bytes {}): {} B a node of {} \
+             entries, remora's {} B and {} B beside it",
+            a.spatial.paper_entry_bytes,
+            w.node_len + w.pad,
+            a.spatial.fanout,
+            w.node_len,
+            w.pad
         ));
     }
     if a.workload == Workload::Load {
@@ -332,7 +347,12 @@ async fn sim_client(
         Ok(qp) => open(sh.a, qp).await,
         Err(e) => Err(e.to_string()),
     };
-    let ep = GatedEp::new(ctx.ep(), gate).map_err(|e| e.to_string());
+    let wire = Wire::new(
+        sh.a.spatial.paper_entry_bytes,
+        sh.a.spatial.fanout,
+        crate::bench::region_bytes(sh.a),
+    );
+    let ep = GatedEp::new(ctx.ep(), gate, wire).map_err(|e| e.to_string());
     let (mut c, ep) = match (opened, ep) {
         (Ok(c), Ok(ep)) => (c, ep),
         (Err(e), _) | (_, Err(e)) => {

@@ -1,6 +1,6 @@
 //! Tree sizes (seeds/003 §5.3.1, Fig. 23) and node sizes (§5.3.2, Fig. 24): fixed 128
 //! clients, power-law request scales, one series per mode and size.
-use super::{Ctx, FIXED_CLIENTS, MODES, NODES, POWER, llc_lines, mode_flags, p};
+use super::{Ctx, FIXED_CLIENTS, MODES, NODES, PAPER_ENTRY_BYTES, POWER, llc_lines, mode_flags, p};
 use crate::repro::{Chart, Claim, Experiment, Metric, Scale, Series};
 
 /// What the tree-size runs measure (128 clients, power-law scales, `remora bench ... --tree
@@ -11,6 +11,34 @@ const TREE_SIZE_NOTE: &str = "the paper's two smallest trees, 10K and 100K recta
     10K tree and 4.44 of the 100K one, so offloading falls from 1.050 to 0.747 Mops (measured \
     alone, 2026-11-30). With 1K and 10K rectangles, the quick scale's sizes before, both trees \
     had 3 levels and offloading ran 1.049 and 1.050 Mops";
+
+/// What the node-size offloading runs measure (`remora bench ... --tree rstar --mode
+/// offloading --power-law-windows --clients-per-node 16 --records 10000 --fanout 15|130
+/// --paper-entry-bytes 40`; the 1M-rectangle figures with `--records 1000000
+/// --paper-objects 1000000`).
+const NODE_SIZE_NOTE: &str = "the paper puts its offloading's fall down to fetching 'nodes \
+    with more irrelevant rectangles, [which] consumes both additional bandwidth and time' \
+    (§5.3.2). What an offloaded search costs here, 128 clients, 10K rectangles: client CPU \
+    (the sim charges each node its CRC-64 check twice and one rectangle test per entry, at \
+    the calibrated client_crc64_* and client_rect_ns x the profile's 1.3): 0.31 µs a \
+    15-entry node, 2.4 µs a 130-entry one, paid outside the client node's READ turn, so it \
+    adds latency and bounds nothing; the client nodes' links (8 NICs for 128 clients, each \
+    carrying its 16 clients' bytes): 1.4 GB/s at 130 entries, 11% of 100 Gb; the memory \
+    node's one link, which carries every byte read: with the paper's 40-byte entries \
+    (4 doubles + a pointer, §2; a 130-entry node 5,232 B, `--paper-entry-bytes 40`) 0.948 \
+    Mops x 11.6 KB = 11.0 GB/s, 88% of it (remora's 24-byte entries: 1.148 Mops, 7.0 KB, \
+    64%). Each client node serves one READ at a time (the paper's §4.4 saturation, \
+    `--node-serial-reads`), so a search costs its READs x (round trip + its bytes' time): 15 entries 5.98 READs at \
+    1.96 µs, 130 entries 3.21 at 2.63 µs: 0.683 against 0.948 Mops (0.72x; 0.60x with \
+    24-byte entries). The 130-entry tree falls below the 15-entry one only when its searches \
+    are bound by the memory node's link below the 15-entry tree's READ-bound rate: more than \
+    12.5 GB/s / 0.683 Mops = 18.3 KB a search, 1.6x what remora's R*-tree reads. At the \
+    paper's 1M-rectangle trees (remora's entries, offloading alone, measured 2026-11-30) the \
+    gap is wider: 15 entries (6 levels, as the paper's) 0.367 Mops, 10.21 READs and 4.0 KB \
+    a search; 130 entries (3 levels) 0.811 Mops, 3.49 READs and 11.0 KB (0.45x), where the \
+    link would bind the 130-entry tree only above 34 KB a search. The paper gives no node \
+    READ count or bytes to tell which of its costs (more leaves a search, a larger node \
+    image, a per-byte client cost) makes up the difference";
 
 /// Rectangles of the tree-size runs: the paper's 10K, 100K (quick: its two smallest, whose
 /// heights, 3 and 4 levels, differ as the paper's do) and as many as the scale loads.
@@ -35,7 +63,13 @@ pub(super) fn node_sizes(s: &Scale) -> &'static [u64] {
 /// keep the paper's lengths unzoomed (`--paper-objects 0`): its 10K to 10M trees lie in one
 /// unit square, denser as they grow, and so do these.
 fn fixed(c: &Ctx, sizes: &[(u64, usize)], by_fanout: bool) -> Vec<Series> {
-    let zoom = if by_fanout { "" } else { " --paper-objects 0" };
+    // The node-size runs READ the paper's node bytes (its 40-byte entries): what Fig. 24's
+    // claim is about.
+    let zoom = if by_fanout {
+        format!(" --paper-entry-bytes {PAPER_ENTRY_BYTES}")
+    } else {
+        " --paper-objects 0".to_string()
+    };
     let mut v = Vec::new();
     for (m, label) in MODES {
         for &(records, fanout) in sizes {
@@ -156,16 +190,7 @@ pub(super) fn claims(s: &Scale) -> Vec<Claim> {
             false,
             p("catfish-node-sizes", "RDMA offloading 15", "c"),
             p("catfish-node-sizes", "RDMA offloading 130", "c"),
-            "with each client node serving one READ at a time (§4.4, \
-             `--node-serial-reads`) an offloaded search costs one READ per node visited, so \
-             the 15-entry tree (8.4 READs a search) is slower than the 130-entry one (3.7); the \
-             paper's offloading falls as nodes grow from the bytes of irrelevant entries \
-             fetched, which do not dominate here (a 130-entry node is 3.1 KB, 0.25 µs of the \
-             100 Gb link against a ~1.8 µs READ round trip). Measured closer to the paper's \
-             1M-rectangle trees (100,000 rectangles at its density, `--records 100000 \
-             --paper-objects 1000000`, offloading alone, 2026-11-30): 15 entries 0.593 Mops \
-             (5.95 READs, 2.4 KB a search), 130 entries 0.834 Mops (3.37 READs, 10.7 KB): \
-             still the other side",
+            NODE_SIZE_NOTE,
         ),
         Claim::ratio(
             "node-size-messaging",
