@@ -51,7 +51,7 @@ struct Row {
     /// Bytes of one lookup coroutine's future (its frame).
     frame: usize,
     /// Frame memory replaced by a bigger one, and bytes of futures placed on the heap
-    /// (outside registered memory), during the measured lookups' spawn.
+    /// (outside registered memory), at the warm-up's and the measured lookups' spawns.
     grown: u64,
     heap_frames: u64,
 }
@@ -136,14 +136,14 @@ fn measure<I: KvIndex>(
         }
         Ok(done.get())
     };
-    pass(None)?;
-    let qp = ep.qp(0).map_err(|e| e.to_string())?;
-    let (s0, c0) = (ep.stats(), qp.counters().snapshot());
-    let p0 = COROUTINE_POLLS.load(Ordering::Relaxed);
     let (g0, h0) = (
         frames::GROWN.load(Ordering::Relaxed),
         frames::HEAP_FALLBACK_BYTES.load(Ordering::Relaxed),
     );
+    pass(None)?;
+    let qp = ep.qp(0).map_err(|e| e.to_string())?;
+    let (s0, c0) = (ep.stats(), qp.counters().snapshot());
+    let p0 = COROUTINE_POLLS.load(Ordering::Relaxed);
     let t0 = thread_cpu_ns();
     let ops = pass(Some(Instant::now() + Duration::from_secs_f64(secs)))?;
     let cpu = thread_cpu_ns() - t0;
@@ -295,7 +295,7 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
     for r in &rows {
         println!(
             "{} frames: {} B per coroutine x {co} = {} KiB; frame memory grown {}x, {} B of \
-             futures on the heap (measured lookups' spawn)",
+             futures on the heap (warm-up and measured spawns)",
             r.name,
             r.frame,
             r.frame * co / 1024,

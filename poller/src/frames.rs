@@ -324,4 +324,29 @@ mod tests {
         assert!(installed().is_none());
         assert!(!Frames::new(vec![1u8]).in_frame_memory());
     }
+
+    #[test]
+    fn growable_frame_memory_is_replaced_by_one_sized_for_a_spawn_only_when_empty() {
+        let stack = FrameStack::new(Arc::new(Mapping::anonymous(1 << 16).unwrap()));
+        install_growable(stack.clone());
+        let big = Frames::new(vec![[1u8; 1 << 17]; 3]);
+        assert!(big.in_frame_memory(), "grown for the spawn");
+        let (base, len) = installed_span().unwrap();
+        assert!(len >= 3 << 17 && len % GROW_UNIT == 0, "{len}");
+        assert_ne!(base, stack.span().0);
+        // Nested in live frames: no room, not replaced, on the heap (and counted).
+        let before = HEAP_FALLBACK_BYTES.load(Ordering::Relaxed);
+        let nested = Frames::new(vec![[2u8; 1 << 17]; 64]);
+        assert!(!nested.in_frame_memory());
+        assert!(HEAP_FALLBACK_BYTES.load(Ordering::Relaxed) - before >= 64 << 17);
+        assert_eq!(installed_span().unwrap().0, base);
+        drop((nested, big));
+        // Uninstalling the stack installed removes the one it grew into.
+        uninstall(&stack);
+        assert!(installed().is_none());
+        // A fixed one is never replaced.
+        install(stack.clone());
+        assert!(!Frames::new(vec![[0u8; 1 << 17]]).in_frame_memory());
+        uninstall(&stack);
+    }
 }
