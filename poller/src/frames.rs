@@ -162,37 +162,46 @@ pub fn installed_span() -> Option<(*mut u8, usize)> {
         .flatten()
 }
 
-/// A frame of `layout` in this thread's frame memory (grown for it when allowed): None when
-/// none is installed, Some(None) when it has no room.
-#[allow(clippy::option_option)]
-fn room_for(layout: Layout) -> Option<Option<(Arc<FrameStack>, NonNull<u8>, usize)>> {
+/// Where a spawn's frame goes.
+enum Room {
+    /// No frame memory is installed.
+    None,
+    /// The installed one has no room (and may not grow).
+    Full,
+    /// At this pointer of this stack, over this mark.
+    At(Arc<FrameStack>, NonNull<u8>, usize),
+}
+
+/// A frame of `layout` in this thread's frame memory (grown for it when allowed).
+fn room_for(layout: Layout) -> Room {
     FRAMES
         .try_with(|f| {
             let mut f = f.borrow_mut();
-            let inst = f.as_mut()?;
+            let Some(inst) = f.as_mut() else {
+                return Room::None;
+            };
             if let Some((p, mark)) = inst.stack.take(layout) {
-                return Some(Some((inst.stack.clone(), p, mark)));
+                return Room::At(inst.stack.clone(), p, mark);
             }
             if !inst.grow || inst.stack.used() != 0 {
-                return Some(None);
+                return Room::Full;
             }
             let bytes = layout
                 .size()
                 .checked_add(layout.align())
                 .map(|b| b.next_multiple_of(GROW_UNIT));
             let Some(mem) = bytes.and_then(|b| Mapping::anonymous(b).ok()) else {
-                return Some(None);
+                return Room::Full;
             };
             let stack = FrameStack::new(Arc::new(mem));
             let Some((p, mark)) = stack.take(layout) else {
-                return Some(None);
+                return Room::Full;
             };
             inst.stack = stack.clone();
             GROWN.fetch_add(1, Ordering::Relaxed);
-            Some(Some((stack, p, mark)))
+            Room::At(stack, p, mark)
         })
-        .ok()
-        .flatten()
+        .unwrap_or(Room::None)
 }
 
 /// Futures pinned in frame memory when there is room in the thread's, else on the heap.
@@ -208,14 +217,14 @@ impl<F> Frames<F> {
     pub fn new(items: Vec<F>) -> Frames<F> {
         let len = items.len();
         let layout = Layout::array::<F>(len).ok().filter(|l| l.size() > 0);
-        match layout.and_then(|l| room_for(l).map(|r| (l, r))) {
-            Some((layout, Some((stack, p, mark)))) => {
-                return Frames::placed(items, layout, stack, p, mark);
+        if let Some(layout) = layout {
+            match room_for(layout) {
+                Room::At(stack, p, mark) => return Frames::placed(items, layout, stack, p, mark),
+                Room::Full => {
+                    HEAP_FALLBACK_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+                }
+                Room::None => {}
             }
-            Some((layout, None)) => {
-                HEAP_FALLBACK_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-            }
-            None => {}
         }
         let b: Box<[F]> = items.into_boxed_slice();
         let ptr = NonNull::new(Box::into_raw(b).cast::<F>()).unwrap_or(NonNull::dangling());
