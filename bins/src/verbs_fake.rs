@@ -22,6 +22,7 @@ use remora::core::index::KvIndex;
 use remora::core::sherman::{Sherman, ShermanConfig};
 use remora::core::smart::{KeyMode, Smart, SmartConfig, Techniques};
 use remora::poller::executor::{COROUTINE_POLLS, run_coroutines};
+use remora::poller::frames;
 use remora::verbs::qp::RECV_LEN;
 use remora::verbs::{FakeEndpoint, FakeNode, VerbsStats};
 use std::cell::Cell;
@@ -47,6 +48,12 @@ struct Row {
     bytes_in: u64,
     /// Coroutine polls the executor made during the measured lookups.
     co_polls: u64,
+    /// Bytes of one lookup coroutine's future (its frame).
+    frame: usize,
+    /// Frame memory replaced by a bigger one, and bytes of futures placed on the heap
+    /// (outside registered memory), at the warm-up's and the measured lookups' spawns.
+    grown: u64,
+    heap_frames: u64,
 }
 
 fn thread_cpu_ns() -> u64 {
@@ -87,9 +94,10 @@ fn measure<I: KvIndex>(
         }
         Ok::<(), String>(())
     })?;
+    let frame = Cell::new(0usize);
     let pass = |deadline: Option<Instant>| -> Result<u64, String> {
         let done = Cell::new(0u64);
-        let coros = (0..co)
+        let coros: Vec<_> = (0..co)
             .map(|c| {
                 let done = &done;
                 async move {
@@ -122,11 +130,16 @@ fn measure<I: KvIndex>(
                 }
             })
             .collect();
+        frame.set(coros.first().map_or(0, std::mem::size_of_val));
         for r in run_coroutines(coros) {
             r?;
         }
         Ok(done.get())
     };
+    let (g0, h0) = (
+        frames::GROWN.load(Ordering::Relaxed),
+        frames::HEAP_FALLBACK_BYTES.load(Ordering::Relaxed),
+    );
     pass(None)?;
     let qp = ep.qp(0).map_err(|e| e.to_string())?;
     let (s0, c0) = (ep.stats(), qp.counters().snapshot());
@@ -135,6 +148,8 @@ fn measure<I: KvIndex>(
     let ops = pass(Some(Instant::now() + Duration::from_secs_f64(secs)))?;
     let cpu = thread_cpu_ns() - t0;
     let co_polls = COROUTINE_POLLS.load(Ordering::Relaxed) - p0;
+    let grown = frames::GROWN.load(Ordering::Relaxed) - g0;
+    let heap_frames = frames::HEAP_FALLBACK_BYTES.load(Ordering::Relaxed) - h0;
     let d = ep.stats() - s0;
     let bytes_in = (qp.counters().snapshot() - c0).bytes_in;
     // The floor: as many READs per lookup as the index posted (work requests, not doorbells:
@@ -178,6 +193,9 @@ fn measure<I: KvIndex>(
         d,
         bytes_in,
         co_polls,
+        frame: frame.get(),
+        grown,
+        heap_frames,
     })
 }
 
@@ -273,6 +291,17 @@ pub fn run(a: &PerfArgs) -> Result<(), String> {
     }
     for r in &rows {
         println!("{} data path (measured lookups): {}", r.name, r.d);
+    }
+    for r in &rows {
+        println!(
+            "{} frames: {} B per coroutine x {co} = {} KiB; frame memory grown {}x, {} B of \
+             futures on the heap (warm-up and measured spawns)",
+            r.name,
+            r.frame,
+            r.frame * co / 1024,
+            r.grown,
+            r.heap_frames
+        );
     }
     println!(
         "polls/cq: send CQ polls per completion; co polls: coroutine polls per send completion; \

@@ -11,13 +11,36 @@
 //! one of them joins). The stack holds its mapping through an [`Arc`], and every placed
 //! future holds the stack, so the memory stays mapped as long as any future placed in it
 //! lives, whoever installed it and whenever it is uninstalled.
+//!
+//! **Sizing.** A spawn's frame is `Layout::array::<F>(n)`: the coroutine count times the
+//! future's size, known when the coroutines are placed. Frame memory installed with
+//! [`install_growable`] that is too small for a spawn while nothing lives in it is replaced,
+//! at that spawn, by a mapping sized for it (rounded up to [`GROW_UNIT`]); the fabric
+//! registers the new mapping at its first post from it (verbs: one `ibv_reg_mr` per queue
+//! pair, then in place), so the coroutines' loops allocate nothing and make no system call.
+//! **Fallback** (documented, counted): when the installed memory cannot take a spawn (it
+//! was installed with [`install`], frames of an enclosing spawn still live in it, or the
+//! new mapping could not be made), the futures go on the heap, outside registered memory:
+//! what they READ is bounced through the fabric's staging (counted there), and
+//! [`HEAP_FALLBACK_BYTES`] counts their bytes.
 use crate::arena::Mapping;
 use std::alloc::Layout;
 use std::cell::RefCell;
 use std::pin::Pin;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Bytes of futures placed on the heap while frame memory was installed, because it had no
+/// room (see the module docs' fallback), in this process.
+pub static HEAP_FALLBACK_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Frame memories replaced by bigger ones at a spawn (see [`install_growable`]), in this
+/// process.
+pub static GROWN: AtomicU64 = AtomicU64::new(0);
+
+/// What a grown frame memory is rounded up to: one 2 MiB hugepage.
+pub const GROW_UNIT: usize = 2 << 20;
 
 /// A mapping handed out in stack order.
 pub struct FrameStack {
@@ -78,21 +101,46 @@ impl FrameStack {
     }
 }
 
+/// A thread's frame memory: the stack in use, the one installed (what [`uninstall`] names),
+/// and whether a spawn may replace it by a bigger one.
+struct Installed {
+    stack: Arc<FrameStack>,
+    origin: Arc<FrameStack>,
+    grow: bool,
+}
+
 thread_local! {
-    static FRAMES: RefCell<Option<Arc<FrameStack>>> = const { RefCell::new(None) };
+    static FRAMES: RefCell<Option<Installed>> = const { RefCell::new(None) };
 }
 
-/// Makes `stack` this thread's frame memory (replacing any other).
+/// Makes `stack` this thread's frame memory (replacing any other), of a fixed size.
 pub fn install(stack: Arc<FrameStack>) {
-    FRAMES.with(|f| *f.borrow_mut() = Some(stack));
+    put(stack, false);
 }
 
-/// Removes `stack` as this thread's frame memory if it is the installed one. Futures placed
-/// in it keep it mapped until they are dropped.
+/// As [`install`], and a spawn it is too small for while nothing lives in it replaces it by
+/// a mapping sized for that spawn (see the module docs): for a fabric that registers the
+/// installed memory when it first meets it ([`installed_span`]).
+pub fn install_growable(stack: Arc<FrameStack>) {
+    put(stack, true);
+}
+
+fn put(stack: Arc<FrameStack>, grow: bool) {
+    FRAMES.with(|f| {
+        *f.borrow_mut() = Some(Installed {
+            stack: stack.clone(),
+            origin: stack,
+            grow,
+        })
+    });
+}
+
+/// Removes `stack` as this thread's frame memory if it is the installed one (or the one a
+/// bigger one replaced). Futures placed in it keep it mapped until they are dropped.
 pub fn uninstall(stack: &Arc<FrameStack>) {
     let _ = FRAMES.try_with(|f| {
         let mut f = f.borrow_mut();
-        if f.as_ref().is_some_and(|s| Arc::ptr_eq(s, stack)) {
+        if f.as_ref().is_some_and(|s| Arc::ptr_eq(&s.origin, stack)) {
             *f = None;
         }
     });
@@ -100,7 +148,60 @@ pub fn uninstall(stack: &Arc<FrameStack>) {
 
 /// This thread's frame memory, if any.
 pub fn installed() -> Option<Arc<FrameStack>> {
-    FRAMES.try_with(|f| f.borrow().clone()).ok().flatten()
+    FRAMES
+        .try_with(|f| f.borrow().as_ref().map(|s| s.stack.clone()))
+        .ok()
+        .flatten()
+}
+
+/// This thread's frame memory's (base, bytes), if any, without taking a reference.
+pub fn installed_span() -> Option<(*mut u8, usize)> {
+    FRAMES
+        .try_with(|f| f.borrow().as_ref().map(|s| s.stack.span()))
+        .ok()
+        .flatten()
+}
+
+/// Where a spawn's frame goes.
+enum Room {
+    /// No frame memory is installed.
+    None,
+    /// The installed one has no room (and may not grow).
+    Full,
+    /// At this pointer of this stack, over this mark.
+    At(Arc<FrameStack>, NonNull<u8>, usize),
+}
+
+/// A frame of `layout` in this thread's frame memory (grown for it when allowed).
+fn room_for(layout: Layout) -> Room {
+    FRAMES
+        .try_with(|f| {
+            let mut f = f.borrow_mut();
+            let Some(inst) = f.as_mut() else {
+                return Room::None;
+            };
+            if let Some((p, mark)) = inst.stack.take(layout) {
+                return Room::At(inst.stack.clone(), p, mark);
+            }
+            if !inst.grow || inst.stack.used() != 0 {
+                return Room::Full;
+            }
+            let bytes = layout
+                .size()
+                .checked_add(layout.align())
+                .map(|b| b.next_multiple_of(GROW_UNIT));
+            let Some(mem) = bytes.and_then(|b| Mapping::anonymous(b).ok()) else {
+                return Room::Full;
+            };
+            let stack = FrameStack::new(Arc::new(mem));
+            let Some((p, mark)) = stack.take(layout) else {
+                return Room::Full;
+            };
+            inst.stack = stack.clone();
+            GROWN.fetch_add(1, Ordering::Relaxed);
+            Room::At(stack, p, mark)
+        })
+        .unwrap_or(Room::None)
 }
 
 /// Futures pinned in frame memory when there is room in the thread's, else on the heap.
@@ -116,21 +217,14 @@ impl<F> Frames<F> {
     pub fn new(items: Vec<F>) -> Frames<F> {
         let len = items.len();
         let layout = Layout::array::<F>(len).ok().filter(|l| l.size() > 0);
-        if let (Some(layout), Some(stack)) = (layout, installed())
-            && let Some((p, mark)) = stack.take(layout)
-        {
-            let ptr = p.cast::<F>();
-            for (i, f) in items.into_iter().enumerate() {
-                // SAFETY: the frame has room for `len` aligned values of F; slot i is written
-                // once.
-                unsafe { ptr.add(i).write(f) };
+        if let Some(layout) = layout {
+            match room_for(layout) {
+                Room::At(stack, p, mark) => return Frames::placed(items, layout, stack, p, mark),
+                Room::Full => {
+                    HEAP_FALLBACK_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+                }
+                Room::None => {}
             }
-            let end = p.as_ptr() as usize + layout.size() - stack.span().0 as usize;
-            return Frames {
-                ptr,
-                len,
-                stack: Some((stack, mark, end)),
-            };
         }
         let b: Box<[F]> = items.into_boxed_slice();
         let ptr = NonNull::new(Box::into_raw(b).cast::<F>()).unwrap_or(NonNull::dangling());
@@ -138,6 +232,29 @@ impl<F> Frames<F> {
             ptr,
             len,
             stack: None,
+        }
+    }
+
+    /// `items` moved into the frame at `p` (of `layout`, taken from `stack` over `mark`).
+    fn placed(
+        items: Vec<F>,
+        layout: Layout,
+        stack: Arc<FrameStack>,
+        p: NonNull<u8>,
+        mark: usize,
+    ) -> Frames<F> {
+        let len = items.len();
+        let ptr = p.cast::<F>();
+        for (i, f) in items.into_iter().enumerate() {
+            // SAFETY: the frame has room for `len` aligned values of F; slot i is written
+            // once.
+            unsafe { ptr.add(i).write(f) };
+        }
+        let end = p.as_ptr() as usize + layout.size() - stack.span().0 as usize;
+        Frames {
+            ptr,
+            len,
+            stack: Some((stack, mark, end)),
         }
     }
 
@@ -215,5 +332,30 @@ mod tests {
         uninstall(&stack);
         assert!(installed().is_none());
         assert!(!Frames::new(vec![1u8]).in_frame_memory());
+    }
+
+    #[test]
+    fn growable_frame_memory_is_replaced_by_one_sized_for_a_spawn_only_when_empty() {
+        let stack = FrameStack::new(Arc::new(Mapping::anonymous(1 << 16).unwrap()));
+        install_growable(stack.clone());
+        let big = Frames::new(vec![[1u8; 1 << 17]; 3]);
+        assert!(big.in_frame_memory(), "grown for the spawn");
+        let (base, len) = installed_span().unwrap();
+        assert!(len >= 3 << 17 && len % GROW_UNIT == 0, "{len}");
+        assert_ne!(base, stack.span().0);
+        // Nested in live frames: no room, not replaced, on the heap (and counted).
+        let before = HEAP_FALLBACK_BYTES.load(Ordering::Relaxed);
+        let nested = Frames::new(vec![[2u8; 1 << 17]; 64]);
+        assert!(!nested.in_frame_memory());
+        assert!(HEAP_FALLBACK_BYTES.load(Ordering::Relaxed) - before >= 64 << 17);
+        assert_eq!(installed_span().unwrap().0, base);
+        drop((nested, big));
+        // Uninstalling the stack installed removes the one it grew into.
+        uninstall(&stack);
+        assert!(installed().is_none());
+        // A fixed one is never replaced.
+        install(stack.clone());
+        assert!(!Frames::new(vec![[0u8; 1 << 17]]).in_frame_memory());
+        uninstall(&stack);
     }
 }

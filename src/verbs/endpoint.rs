@@ -340,14 +340,19 @@ pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u3
 const POOL_BYTES: usize = 2 << 20;
 /// Bytes of each buffer of that pool.
 const POOL_CHUNK: usize = 4096;
-/// Bytes of an endpoint's coroutine frames (see [`remora_poller::frames`]).
+/// Bytes of an endpoint's coroutine frames at first (see [`remora_poller::frames`]): a
+/// spawn of more (coroutine count x future size, e.g. 256 SMART lookups of 32 KiB each)
+/// replaces them by frame memory sized for it, which each queue pair registers at its first
+/// post from it (`VerbsQp::adopt_frames`).
 const FRAME_BYTES: usize = 4 << 20;
 
 /// A client's endpoint: one RC queue pair per memory node, all under one client id (the
 /// first node's), all on one send completion queue, and the thread's registered memory: a
 /// buffer pool and the coroutine frames, which the endpoint installs as its thread's frame
 /// memory (so what coroutines READ into and their atomics' result words are in registered
-/// memory, written in place by the NIC). Field order is release order: the queue pairs (and
+/// memory, written in place by the NIC). Frame memory grows at a spawn that needs more (see
+/// [`FRAME_BYTES`]); a spawn nested in live frames that does not fit goes on the heap, its
+/// READs bounced (counted: `remora_poller::frames::HEAP_FALLBACK_BYTES`, the bounced bytes). Field order is release order: the queue pairs (and
 /// their registrations) before the pool.
 pub struct VerbsEndpoint {
     nodes: Vec<NodeId>,
@@ -380,7 +385,7 @@ impl VerbsEndpoint {
             ep.add(qp, info.node)?;
             ep.info.push(info);
         }
-        frames::install(ep.frames.clone());
+        frames::install_growable(ep.frames.clone());
         Ok(ep)
     }
 
@@ -468,7 +473,7 @@ impl FakeEndpoint {
             }
             ep.add(qp, n.node())?;
         }
-        frames::install(ep.frames.clone());
+        frames::install_growable(ep.frames.clone());
         Ok(FakeEndpoint {
             ep,
             _one_thread: PhantomData,

@@ -23,6 +23,8 @@ pub mod device;
 pub mod endpoint;
 pub mod error;
 pub mod fake;
+#[cfg(test)]
+mod frames_tests;
 pub mod memnode;
 mod mr;
 mod offthread;

@@ -69,10 +69,12 @@ pub use recv::RecvFuture;
 use remora_core::counters::Counters;
 use remora_core::fabric::{FabricError, Op, QueuePair, Recv};
 use remora_layouts::{GlobalAddr, NodeId};
+use remora_poller::frames::{self, FrameStack};
 pub(crate) use remote::Remote;
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::Waker;
 
 /// Send-queue depth (work requests in flight per queue pair).
@@ -114,6 +116,9 @@ struct Raw {
     stage_mr: RefCell<Option<Mr>>,
     recv_mr: RefCell<Option<Mr>>,
     pool_mrs: [Option<Mr>; POOLS],
+    /// The thread's frame memory registered at first use after it grew (see
+    /// [`VerbsQp::adopt_frames`]), with the stack that keeps it mapped while registered.
+    grown: RefCell<Option<(Option<Mr>, Arc<FrameStack>)>>,
     stage: RefCell<Option<Arena>>,
     recv: RefCell<Option<Arena>>,
     /// The thread's send completion queue (destroyed with its last queue pair).
@@ -133,6 +138,8 @@ enum Dev {
 /// Registered ranges of the caller's a queue pair uses in place (the endpoint's pool and
 /// its coroutine frames).
 pub(crate) const POOLS: usize = 2;
+/// The range of the coroutine frames (the endpoint's, or the frame memory they grew into).
+pub(crate) const FRAMES_RANGE: usize = 1;
 
 impl Drop for Raw {
     fn drop(&mut self) {
@@ -155,6 +162,8 @@ impl Drop for Raw {
         *self.stage_mr.get_mut() = None;
         *self.recv_mr.get_mut() = None;
         self.pool_mrs = [None, None];
+        // The registration before the memory (tuple fields drop in order).
+        *self.grown.get_mut() = None;
         *self.stage.get_mut() = None;
         *self.recv.get_mut() = None;
     }
@@ -303,6 +312,29 @@ impl VerbsQp {
         self.pools[which].set((base as usize, len, lkey));
         self.raw.pool_mrs[which] = mr;
         Ok(())
+    }
+
+    /// The local key of `[p, p + len)` when it lies in the thread's installed frame memory
+    /// and that is not registered with this queue pair yet: frame memory grown at a spawn
+    /// (`remora_poller::frames`, sized for the coroutines placed in it) is registered here,
+    /// once, as range [`FRAMES_RANGE`], at the first post from it. Off the hot path: only a
+    /// buffer outside every registered range comes here (else it is bounced).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn adopt_frames(&self, p: *const u8, len: usize) -> Option<u32> {
+        let (base, flen) = frames::installed_span()?;
+        let (p, end) = (p as usize, (p as usize).checked_add(len)?);
+        if p < base as usize || end > base as usize + flen {
+            return None;
+        }
+        let stack = frames::installed()?;
+        // SAFETY: the stack kept beside the registration holds its mapping until the
+        // registration is released (replaced here, or in `Raw`'s drop, registration first).
+        let (mr, lkey) = unsafe { VerbsQp::register(&self.raw, base, flen) }.ok()?;
+        self.pools[FRAMES_RANGE].set((0, 0, 0));
+        *self.raw.grown.borrow_mut() = Some((mr, stack));
+        self.pools[FRAMES_RANGE].set((base as usize, flen, lkey));
+        Some(lkey)
     }
 
     /// What this queue pair's data path cost so far (see [`super::stats`]).

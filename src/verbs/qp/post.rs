@@ -188,7 +188,12 @@ impl VerbsQp {
     /// bounced through staging.
     #[inline(always)]
     fn place_of(&self, op: &Op<'_>, in_place: bool, off: &mut usize) -> Place {
-        let pool = |p: *const u8, len: usize| self.pool_lkey(p, len).filter(|_| in_place);
+        let pool = |p: *const u8, len: usize| {
+            if !in_place {
+                return None;
+            }
+            self.pool_lkey(p, len).or_else(|| self.adopt_frames(p, len))
+        };
         let mut staged = |len: usize| {
             let p = Place::Staged(*off);
             *off = (*off + len).next_multiple_of(8);
