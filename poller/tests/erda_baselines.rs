@@ -7,11 +7,15 @@ use remora_core::erda::ErdaConfig;
 use remora_core::erda::baseline::{Baseline, BaselineServer, Scheme};
 use remora_core::fabric::{Endpoint, QueuePair};
 use remora_core::index::KvIndex;
-use remora_core::lincheck::driver::{LinSpec, lin_client};
+use remora_core::lincheck::driver::LinSpec;
 use remora_core::lincheck::{CheckConfig, Recorder, check};
 use remora_poller::executor::join_all;
 use remora_poller::sim::{Sim, SimConfig};
 use std::cell::RefCell;
+
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use sim_run::{lin_run, run_on, spawn_lin_clients};
 
 const CLIENTS: u64 = 16;
 const OPS: u64 = 250;
@@ -42,31 +46,17 @@ fn linearizable(scheme: Scheme, seed: u64) {
     let mut sim = Sim::new(sim_cfg(seed)).unwrap();
     sim.set_handler(0, Box::new(BaselineServer::new(scheme, store())))
         .unwrap();
-    for node in 0..4 {
-        for c in 0..4u32 {
-            let ctx = sim.client(node).unwrap();
-            let (rec, errors) = (&rec, &errors);
-            let client = 1 + node as u32 * 4 + c;
-            sim.spawn_with(&ctx, 0, move |ctx| async move {
-                let run = async {
-                    let index = Baseline::open(ctx.ep(), scheme, ErdaClientConfig::default())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let spec = LinSpec {
-                        cold: 32,
-                        ..LinSpec::new(client, OPS, seed, false)
-                    };
-                    let clock = || ctx.now_ns();
-                    lin_client(&index, &spec, rec, &clock)
-                        .await
-                        .map_err(|e| e.to_string())
-                };
-                if let Err(e) = run.await {
-                    errors.borrow_mut().push(format!("client {client}: {e}"));
-                }
-            });
-        }
-    }
+    let rec_r = &rec;
+    spawn_lin_clients(&mut sim, &errors, |ctx, client, _| async move {
+        let index = Baseline::open(ctx.ep(), scheme, ErdaClientConfig::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let spec = LinSpec {
+            cold: 32,
+            ..LinSpec::new(client, OPS, seed, false)
+        };
+        lin_run(&index, &spec, rec_r, &ctx).await
+    });
     let r = sim.run();
     let errs = errors.borrow();
     assert!(errs.is_empty(), "{scheme:?} seed {seed}: {errs:?}");
@@ -163,13 +153,10 @@ fn coroutines_share_a_handle_and_large_values_round_trip() {
 /// connection goes on serving.
 #[test]
 fn a_corrupt_redo_record_is_refused() {
-    let ok = RefCell::new(false);
     let mut sim = Sim::new(sim_cfg(3)).unwrap();
     sim.set_handler(0, Box::new(BaselineServer::new(Scheme::Redo, store())))
         .unwrap();
-    let ctx = sim.client(0).unwrap();
-    let ok_r = &ok;
-    sim.spawn_with(&ctx, 0, move |ctx| async move {
+    let ok = run_on(&mut sim, 0, async |ctx| {
         let h = Baseline::open(ctx.ep(), Scheme::Redo, ErdaClientConfig::default())
             .await
             .unwrap();
@@ -193,10 +180,9 @@ fn a_corrupt_redo_record_is_refused() {
         let mut out = [0u8; 8];
         assert_eq!(h.get(b"k1", &mut out).await.unwrap(), Some(4));
         assert_eq!(&out[..4], b"good");
-        *ok_r.borrow_mut() = true;
+        true
     });
-    assert_eq!(sim.run().unfinished, 0);
-    assert!(*ok.borrow());
+    assert!(ok);
 }
 
 /// Every acknowledged write of 8 writers (and the newest one in flight) after a persistent
