@@ -411,7 +411,7 @@ fn a_memory_node_crash_on_a_bulk_loaded_tree_loses_nothing() {
                         return;
                     };
                     // Below every loaded key.
-                    if let Err(e) = write_until_error(&t, c, logs).await {
+                    if let Err(e) = write_until_error(&t, c, 61, logs).await {
                         eprintln!("writer {c}: {e}");
                     }
                 });

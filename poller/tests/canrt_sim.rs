@@ -312,7 +312,7 @@ fn a_memory_node_crash_loses_no_acknowledged_write() {
                 let Ok(t) = Canrt::open(ctx.ep(), cfg_small()).await else {
                     return;
                 };
-                let _ = write_until_error(&t, c, logs).await;
+                let _ = write_until_error(&t, c, 61, logs).await;
             });
         }
         let r = sim.run();

@@ -13,8 +13,11 @@ use remora_poller::executor::join_all;
 use remora_poller::sim::{Sim, SimConfig};
 use std::cell::RefCell;
 
+#[path = "common/crash_writes.rs"]
+mod crash_writes;
 #[path = "common/sim_run.rs"]
 mod sim_run;
+use crash_writes::{Writes, get_all, lost, writer_keys};
 use sim_run::{lin_run, run_on, spawn_lin_clients};
 
 const CLIENTS: u64 = 16;
@@ -191,11 +194,6 @@ fn a_corrupt_redo_record_is_refused() {
 /// restart that did not replay them would lose writes.
 fn node_crash(scheme: Scheme, seed: u64, crash_ns: u64) -> (Vec<String>, usize) {
     use remora_poller::sim::Faults;
-    #[derive(Clone, Default)]
-    struct Writes {
-        acked: std::collections::BTreeMap<u64, u64>,
-        in_flight: Option<(u64, u64)>,
-    }
     let cfg = SimConfig {
         compute_nodes: 2,
         memory_nodes: 1,
@@ -247,9 +245,7 @@ fn node_crash(scheme: Scheme, seed: u64, crash_ns: u64) -> (Vec<String>, usize) 
     assert_eq!(sim.run().unfinished, 0, "seed {seed}: writers hung");
     let images = sim.into_images();
     let found = RefCell::new(std::collections::BTreeMap::new());
-    let keys: Vec<u64> = (0..8u64)
-        .flat_map(|c| (0..20u64).map(move |x| (c + 1) << 32 | x))
-        .collect();
+    let keys = writer_keys(20);
     let mut sim = Sim::with_images(
         SimConfig {
             faults: Faults::none(),
@@ -266,34 +262,14 @@ fn node_crash(scheme: Scheme, seed: u64, crash_ns: u64) -> (Vec<String>, usize) 
         let h = Baseline::open(ctx.ep(), scheme, ErdaClientConfig::default())
             .await
             .unwrap();
+        *found_ref.borrow_mut() = get_all(&h, keys_ref).await;
         let mut out = [0u8; 8];
-        for &k in keys_ref {
-            let got = h.get(&k.to_be_bytes(), &mut out).await.unwrap();
-            found_ref
-                .borrow_mut()
-                .insert(k, got.map(|_| u64::from_le_bytes(out)));
-        }
         h.upsert(b"after", &[1u8; 8]).await.unwrap();
         assert_eq!(h.get(b"after", &mut out).await.unwrap(), Some(8));
     });
     assert_eq!(sim.run().unfinished, 0);
     drop(sim);
-    let found = found.into_inner();
-    let mut lost = Vec::new();
-    let mut acked = 0;
-    for (c, l) in logs.borrow().iter().enumerate() {
-        acked += l.acked.len();
-        for (k, v) in &l.acked {
-            let got = found.get(k).copied().flatten();
-            let in_flight = got.is_some() && l.in_flight == Some((*k, got.unwrap_or(0)));
-            if got != Some(*v) && !in_flight {
-                lost.push(format!(
-                    "writer {c} key {k:#x}: acknowledged {v}, recovered {got:?}"
-                ));
-            }
-        }
-    }
-    (lost, acked)
+    lost(&logs.borrow(), &found.into_inner())
 }
 
 /// A persistent memory node crashes among 8 writers (the ring laps several times before); after the restart's replay every key holds its last acknowledged value or the

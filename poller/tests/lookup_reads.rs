@@ -18,17 +18,16 @@
 //! SMART leaf.
 use remora_core::Snapshot;
 use remora_core::fabric::Verb;
-use remora_core::sherman::{Sherman, ShermanConfig, ShermanNode};
-use remora_core::smart::{KeyMode, Smart, SmartConfig, SmartNode, Techniques};
+use remora_core::sherman::ShermanConfig;
+use remora_core::smart::{KeyMode, SmartConfig, Techniques};
 use remora_layouts::smart::leaf_bytes;
 use remora_poller::sim::{Sim, SimConfig};
-use std::sync::Arc;
 
 #[path = "common/cached_reads.rs"]
 mod cached_reads;
 #[path = "common/sim_run.rs"]
 mod sim_run;
-use cached_reads::{found, load_sherman, load_smart, sorted_keys};
+use cached_reads::{found, sherman_reader, smart_reader};
 use sim_run::run_on;
 
 const N: u64 = 5_000;
@@ -68,21 +67,13 @@ fn cost(found: u64, d: Snapshot) -> Cost {
 
 fn smart_lookups() -> Cost {
     let cfg = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
-    let keys = sorted_keys(N);
-    let mut sim = Sim::new(sim_cfg()).unwrap();
-    let out = run_on(&mut sim, 0, async |ctx| {
+    run_on(&mut Sim::new(sim_cfg()).unwrap(), 0, async |ctx| {
         let ep = ctx.ep();
-        load_smart(ep, cfg, &keys).await;
-        let node = Arc::new(SmartNode::new(&cfg));
-        let warmer = Smart::open_on(ep, cfg, node.clone()).await.unwrap();
-        warmer.warm_cache().await.unwrap();
-        let reader = Smart::open_on(ep, cfg, node).await.unwrap();
+        let (reader, _) = smart_reader(ep, cfg, N, true).await;
         let before = ep.snapshot();
         let found = found(&reader, N).await;
         cost(found, ep.snapshot() - before)
-    });
-    drop(sim);
-    out
+    })
 }
 
 fn sherman_lookups() -> Cost {
@@ -91,21 +82,13 @@ fn sherman_lookups() -> Cost {
         cache_bytes: 64 << 20,
         ..ShermanConfig::sherman()
     };
-    let keys = sorted_keys(N);
-    let mut sim = Sim::new(sim_cfg()).unwrap();
-    let out = run_on(&mut sim, 0, async |ctx| {
+    run_on(&mut Sim::new(sim_cfg()).unwrap(), 0, async |ctx| {
         let ep = ctx.ep();
-        load_sherman(ep, cfg, &keys).await;
-        let node = Arc::new(ShermanNode::new(&cfg));
-        let warmer = Sherman::create_on(ep, cfg, node.clone()).await.unwrap();
-        warmer.warm_cache().await.unwrap();
-        let reader = Sherman::create_on(ep, cfg, node).await.unwrap();
+        let (reader, _) = sherman_reader(ep, cfg, N, true).await;
         let before = ep.snapshot();
         let found = found(&reader, N).await;
         cost(found, ep.snapshot() - before)
-    });
-    drop(sim);
-    out
+    })
 }
 
 #[test]

@@ -6,16 +6,15 @@
 //! internal nodes (misses), so the test can tell the two apart. A cache too small for the
 //! tree stops the warm-up at its capacity (it never evicts what it kept) and lookups stay
 //! correct.
-use remora_core::sherman::{Sherman, ShermanConfig, ShermanNode, WarmStats};
-use remora_core::smart::{KeyMode, Smart, SmartConfig, SmartNode, Techniques};
+use remora_core::sherman::{ShermanConfig, WarmStats};
+use remora_core::smart::{KeyMode, SmartConfig, Techniques};
 use remora_poller::sim::{Sim, SimConfig};
-use std::sync::Arc;
 
 #[path = "common/cached_reads.rs"]
 mod cached_reads;
 #[path = "common/sim_run.rs"]
 mod sim_run;
-use cached_reads::{found, load_sherman, load_smart, sorted_keys};
+use cached_reads::{found, sherman_reader, smart_reader};
 use sim_run::run_on;
 
 const N: u64 = 20_000;
@@ -44,19 +43,9 @@ fn smart_run(cache_mib: f64, warm: bool) -> Seen {
         cache_mib,
         ..SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8)
     };
-    let keys = sorted_keys(N);
-    let mut sim = Sim::new(sim_cfg()).unwrap();
-    let out = run_on(&mut sim, 0, async |ctx| {
+    run_on(&mut Sim::new(sim_cfg()).unwrap(), 0, async |ctx| {
         let ep = ctx.ep();
-        load_smart(ep, cfg, &keys).await;
-        let node = Arc::new(SmartNode::new(&cfg));
-        let warmer = Smart::open_on(ep, cfg, node.clone()).await.unwrap();
-        let w = if warm {
-            Some(warmer.warm_cache().await.unwrap())
-        } else {
-            None
-        };
-        let reader = Smart::open_on(ep, cfg, node).await.unwrap();
+        let (reader, w) = smart_reader(ep, cfg, N, warm).await;
         let before = reader.stats().node_reads;
         let found = found(&reader, N).await;
         Seen {
@@ -64,9 +53,7 @@ fn smart_run(cache_mib: f64, warm: bool) -> Seen {
             remote: reader.stats().node_reads - before,
             found,
         }
-    });
-    drop(sim);
-    out
+    })
 }
 
 fn sherman_run(cache_bytes: usize, warm: bool) -> Seen {
@@ -75,28 +62,16 @@ fn sherman_run(cache_bytes: usize, warm: bool) -> Seen {
         cache_bytes,
         ..ShermanConfig::sherman()
     };
-    let keys = sorted_keys(N);
-    let mut sim = Sim::new(sim_cfg()).unwrap();
-    let out = run_on(&mut sim, 0, async |ctx| {
+    run_on(&mut Sim::new(sim_cfg()).unwrap(), 0, async |ctx| {
         let ep = ctx.ep();
-        load_sherman(ep, cfg, &keys).await;
-        let node = Arc::new(ShermanNode::new(&cfg));
-        let warmer = Sherman::create_on(ep, cfg, node.clone()).await.unwrap();
-        let w = if warm {
-            Some(warmer.warm_cache().await.unwrap())
-        } else {
-            None
-        };
-        let reader = Sherman::create_on(ep, cfg, node).await.unwrap();
+        let (reader, w) = sherman_reader(ep, cfg, N, warm).await;
         let found = found(&reader, N).await;
         Seen {
             warm: w,
             remote: reader.cache_stats().1,
             found,
         }
-    });
-    drop(sim);
-    out
+    })
 }
 
 #[test]
