@@ -15,20 +15,18 @@ use remora_core::smart::{KeyMode, Smart, SmartConfig, Techniques};
 use remora_poller::sim::{NodeImage, Sim, SimConfig};
 use std::cell::RefCell;
 
+#[path = "common/loaded_keys.rs"]
+mod loaded_keys;
 #[path = "common/sim_run.rs"]
 mod sim_run;
+use loaded_keys::{BASE, scanned_exactly, value};
 use sim_run::{lin_run, run_on, spawn_lin_clients};
 
 const CLIENTS: u64 = 16;
 const OPS: u64 = 200;
-/// Loaded keys: below every lincheck key (cold keys are `client << 40 | x`, client >= 1).
-const BASE: u64 = 0xA1_2C3D_0000;
 
 fn key(i: u64) -> [u8; 8] {
     (BASE + 3 * i).to_be_bytes()
-}
-fn value(i: u64) -> [u8; 8] {
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).to_le_bytes()
 }
 
 fn sim_cfg(seed: u64) -> SimConfig {
@@ -80,15 +78,7 @@ async fn verify<I: KvIndex>(idx: &I, n: u64, extra: u64) -> Result<(), String> {
     })
     .await
     .map_err(|e| e.to_string())?;
-    if got != want {
-        let first = got.iter().zip(&want).position(|(a, b)| a != b);
-        return Err(format!(
-            "scan: {} keys, {} wanted, first difference at {first:?}",
-            got.len(),
-            want.len()
-        ));
-    }
-    Ok(())
+    scanned_exactly(&got, &want)
 }
 
 /// Creates the index (`$open` on `$ep`), bulk-loads `$n` keys with `$load` (on `$idx`), runs

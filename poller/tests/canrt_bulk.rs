@@ -25,18 +25,19 @@ use std::cell::RefCell;
 
 #[path = "common/crash_writes.rs"]
 mod crash_writes;
+#[path = "common/loaded_keys.rs"]
+mod loaded_keys;
 #[path = "common/mem_region.rs"]
 mod mem_region;
 #[path = "common/sim_run.rs"]
 mod sim_run;
 use crash_writes::{Writes, assert_recovered, scan_all, write_until_error};
+use loaded_keys::{BASE, scanned_exactly, value};
 use mem_region::on_image;
 use sim_run::{lin_run, run_on, spawn_lin_clients};
 
 const CLIENTS: u64 = 16;
 const OPS: u64 = 200;
-/// Loaded keys: below every lincheck key (cold keys are `client << 40 | x`, client >= 1).
-const BASE: u64 = 0xA1_2C3D_0000;
 
 fn key(i: u64, key_len: u32) -> Vec<u8> {
     let k = BASE + 3 * i;
@@ -44,10 +45,6 @@ fn key(i: u64, key_len: u32) -> Vec<u8> {
         8 => k.to_be_bytes().to_vec(),
         _ => wide_key(k).to_vec(),
     }
-}
-
-fn value(i: u64) -> [u8; 8] {
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).to_le_bytes()
 }
 
 fn canrt_cfg(key_len: u32) -> CanrtConfig {
@@ -140,14 +137,7 @@ async fn verify<I: KvIndex>(
     })
     .await
     .map_err(|e| e.to_string())?;
-    if got != want {
-        let first = got.iter().zip(&want).position(|(a, b)| a != b);
-        return Err(format!(
-            "scan: {} keys, {} wanted, first difference at {first:?}",
-            got.len(),
-            want.len()
-        ));
-    }
+    scanned_exactly(&got, &want)?;
     Ok(got)
 }
 
