@@ -8,23 +8,25 @@
 //! a loaded value is flipped in the memory image: reading that key must fail, not return.
 use remora_core::index::KvIndex;
 use remora_core::lease::LeaseConfig;
-use remora_core::lincheck::driver::{LinSpec, lin_client};
+use remora_core::lincheck::driver::LinSpec;
 use remora_core::lincheck::{CheckConfig, Recorder, check};
 use remora_core::sherman::{PAPER_FILL_PERCENT, Sherman, ShermanConfig};
 use remora_core::smart::{KeyMode, Smart, SmartConfig, Techniques};
 use remora_poller::sim::{NodeImage, Sim, SimConfig};
 use std::cell::RefCell;
 
+#[path = "common/loaded_keys.rs"]
+mod loaded_keys;
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use loaded_keys::{BASE, scanned_exactly, value};
+use sim_run::{lin_run, run_on, spawn_lin_clients};
+
 const CLIENTS: u64 = 16;
 const OPS: u64 = 200;
-/// Loaded keys: below every lincheck key (cold keys are `client << 40 | x`, client >= 1).
-const BASE: u64 = 0xA1_2C3D_0000;
 
 fn key(i: u64) -> [u8; 8] {
     (BASE + 3 * i).to_be_bytes()
-}
-fn value(i: u64) -> [u8; 8] {
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).to_le_bytes()
 }
 
 fn sim_cfg(seed: u64) -> SimConfig {
@@ -76,15 +78,7 @@ async fn verify<I: KvIndex>(idx: &I, n: u64, extra: u64) -> Result<(), String> {
     })
     .await
     .map_err(|e| e.to_string())?;
-    if got != want {
-        let first = got.iter().zip(&want).position(|(a, b)| a != b);
-        return Err(format!(
-            "scan: {} keys, {} wanted, first difference at {first:?}",
-            got.len(),
-            want.len()
-        ));
-    }
-    Ok(())
+    scanned_exactly(&got, &want)
 }
 
 /// Creates the index (`$open` on `$ep`), bulk-loads `$n` keys with `$load` (on `$idx`), runs
@@ -96,7 +90,6 @@ macro_rules! loaded_then_checked {
         let loaded = RefCell::new(None);
         let rec = Recorder::new((CLIENTS * OPS) as usize, (CLIENTS * OPS * 17) as usize);
         let errors = RefCell::new(Vec::<String>::new());
-        let result = RefCell::new(Err(String::from("did not run")));
         let mut sim = Sim::new(sim_cfg(seed)).unwrap();
         let c0 = sim.client(0).unwrap();
         sim.spawn_with(&c0, 0, |ctx| {
@@ -111,59 +104,37 @@ macro_rules! loaded_then_checked {
         assert_eq!(sim.run().unfinished, 0, "seed {seed}: the load did not finish");
         let stats = loaded.borrow_mut().take().expect("the load ran").unwrap();
         println!("seed {seed}: {stats:?}");
-        for node in 0..4 {
-            for c in 0..4u32 {
-                let ctx = sim.client(node).unwrap();
-                let (rec, errors) = (&rec, &errors);
-                let client = 1 + node as u32 * 4 + c;
-                sim.spawn_with(&ctx, 0, move |ctx| async move {
-                    let $ep = ctx.ep();
-                    let r = async {
-                        let index = $open.await.map_err(|e| e.to_string())?;
-                        // Half the clients start with their cache filled as the load's
-                        // inserts would have left it (`warm_cache`), half cold.
-                        if c % 2 == 0 {
-                            index.warm_cache().await.map_err(|e| e.to_string())?;
-                        }
-                        let spec = LinSpec {
-                            cold: 32,
-                            ..LinSpec::new(client, OPS, seed, true)
-                        };
-                        let clock = || ctx.now_ns();
-                        lin_client(&index, &spec, rec, &clock)
-                            .await
-                            .map_err(|e| e.to_string())
-                    };
-                    if let Err(e) = r.await {
-                        errors.borrow_mut().push(format!("client {client}: {e}"));
-                    }
-                });
+        let rec_r = &rec;
+        spawn_lin_clients(&mut sim, &errors, |ctx, client, c| async move {
+            let $ep = ctx.ep();
+            let index = $open.await.map_err(|e| e.to_string())?;
+            // Half the clients start with their cache filled as the load's inserts would
+            // have left it (`warm_cache`), half cold.
+            if c % 2 == 0 {
+                index.warm_cache().await.map_err(|e| e.to_string())?;
             }
-        }
+            let spec = LinSpec {
+                cold: 32,
+                ..LinSpec::new(client, OPS, seed, true)
+            };
+            lin_run(&index, &spec, rec_r, &ctx).await
+        });
         assert_eq!(sim.run().unfinished, 0, "seed {seed}: clients stalled");
         assert!(errors.borrow().is_empty(), "seed {seed}: {:?}", errors.borrow());
-        let c = sim.client(1).unwrap();
-        sim.spawn_with(&c, 0, |ctx| {
-            let result = &result;
-            async move {
-                let $ep = ctx.ep();
-                let r = async {
-                    let idx = $open.await.map_err(|e| e.to_string())?;
-                    verify(&idx, n, 0).await?;
-                    // Inserts between loaded keys: they split the loaded (80% full) pages.
-                    for i in 0..n / 2 {
-                        idx.upsert(&(BASE + 3 * i + 1).to_be_bytes(), &value(i))
-                            .await
-                            .map_err(|e| e.to_string())?;
-                    }
-                    verify(&idx, n, n / 2).await
-                };
-                *result.borrow_mut() = r.await;
+        let result = run_on(&mut sim, 1, async |ctx| {
+            let $ep = ctx.ep();
+            let idx = $open.await.map_err(|e| e.to_string())?;
+            verify(&idx, n, 0).await?;
+            // Inserts between loaded keys: they split the loaded (80% full) pages.
+            for i in 0..n / 2 {
+                idx.upsert(&(BASE + 3 * i + 1).to_be_bytes(), &value(i))
+                    .await
+                    .map_err(|e| e.to_string())?;
             }
+            verify(&idx, n, n / 2).await
         });
-        assert_eq!(sim.run().unfinished, 0);
         let images = sim.into_images();
-        result.into_inner().unwrap();
+        result.unwrap();
         let h = rec.finish().expect("recorder sized for the workload");
         let report = check(&h, &CheckConfig::new(seed));
         println!("seed {seed}: {report}");
@@ -194,29 +165,22 @@ fn corrupt_after(images: &mut [NodeImage], pattern: &[u8]) {
 /// Reads key `bad` (must fail) and key `good` (must be found) on a sim started from `images`.
 macro_rules! corrupted_is_detected {
     ($images:expr, $bad:expr, $good:expr, |$ep:ident| $open:expr) => {{
-        let got = RefCell::new(None);
         let mut sim = Sim::with_images(sim_cfg(9), $images).unwrap();
-        let c = sim.client(0).unwrap();
-        sim.spawn_with(&c, 0, |ctx| {
-            let got = &got;
-            async move {
-                let $ep = ctx.ep();
-                let idx = $open.await.unwrap();
-                let mut out = [0u8; 8];
-                let bad = idx
-                    .get(&key($bad), &mut out)
-                    .await
-                    .map_err(|e| e.to_string());
-                let good = idx
-                    .get(&key($good), &mut out)
-                    .await
-                    .map_err(|e| e.to_string());
-                *got.borrow_mut() = Some((bad, good, out));
-            }
+        let (bad, good, out) = run_on(&mut sim, 0, async |ctx| {
+            let $ep = ctx.ep();
+            let idx = $open.await.unwrap();
+            let mut out = [0u8; 8];
+            let bad = idx
+                .get(&key($bad), &mut out)
+                .await
+                .map_err(|e| e.to_string());
+            let good = idx
+                .get(&key($good), &mut out)
+                .await
+                .map_err(|e| e.to_string());
+            (bad, good, out)
         });
-        assert_eq!(sim.run().unfinished, 0);
         drop(sim);
-        let (bad, good, out) = got.into_inner().unwrap();
         assert!(
             bad.is_err(),
             "a corrupted loaded value was returned: {bad:?}"
@@ -265,33 +229,26 @@ fn bulk_loaded_smart_is_linearizable_complete_and_checked() {
 
 #[test]
 fn bulk_load_refuses_unsorted_keys_and_a_used_tree() {
-    let out = RefCell::new(Vec::new());
     let mut sim = Sim::new(sim_cfg(3)).unwrap();
-    let c = sim.client(0).unwrap();
-    sim.spawn_with(&c, 0, |ctx| {
-        let out = &out;
-        async move {
-            let ep = ctx.ep();
-            let s = Sherman::create(ep, sherman_cfg()).await.unwrap();
-            let down = s
-                .bulk_load(10, 80, &mut |i, _| (key(10 - i), 0))
-                .await
-                .map(drop);
-            s.upsert(&key(1), &value(1)).await.unwrap();
-            let used = s.bulk_load(10, 80, &mut |i, _| (key(i), 0)).await.map(drop);
-            let t = Smart::open(ep, smart_cfg()).await.unwrap();
-            let keys = [key(2), key(1)];
-            let unsorted = t.bulk_load(&keys, &mut |_, _| 0).await.map(drop);
-            out.borrow_mut().extend([
-                down.map_err(|e| e.to_string()),
-                used.map_err(|e| e.to_string()),
-                unsorted.map_err(|e| e.to_string()),
-            ]);
-        }
+    let out = run_on(&mut sim, 0, async |ctx| {
+        let ep = ctx.ep();
+        let s = Sherman::create(ep, sherman_cfg()).await.unwrap();
+        let down = s
+            .bulk_load(10, 80, &mut |i, _| (key(10 - i), 0))
+            .await
+            .map(drop);
+        s.upsert(&key(1), &value(1)).await.unwrap();
+        let used = s.bulk_load(10, 80, &mut |i, _| (key(i), 0)).await.map(drop);
+        let t = Smart::open(ep, smart_cfg()).await.unwrap();
+        let keys = [key(2), key(1)];
+        let unsorted = t.bulk_load(&keys, &mut |_, _| 0).await.map(drop);
+        vec![
+            down.map_err(|e| e.to_string()),
+            used.map_err(|e| e.to_string()),
+            unsorted.map_err(|e| e.to_string()),
+        ]
     });
-    assert_eq!(sim.run().unfinished, 0);
     drop(sim);
-    let out = out.into_inner();
     assert_eq!(out.len(), 3);
     for r in out {
         assert!(r.is_err(), "{r:?}");

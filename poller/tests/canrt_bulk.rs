@@ -16,17 +16,28 @@
 //!   refused, with nothing published.
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer, Growth};
 use remora_core::index::KvIndex;
-use remora_core::lincheck::driver::{LinSpec, lin_client, wide_key};
+use remora_core::lincheck::driver::{LinSpec, wide_key};
 use remora_core::lincheck::{CheckConfig, Recorder, check};
 use remora_core::server::{Handler, LocalRegion};
 use remora_layouts::canrt::{DataGeometry, FRONT_OFF, Meta, ROOT_SLOT, TreeHeader};
 use remora_poller::sim::{NodeImage, Sim, SimConfig};
 use std::cell::RefCell;
 
+#[path = "common/crash_writes.rs"]
+mod crash_writes;
+#[path = "common/loaded_keys.rs"]
+mod loaded_keys;
+#[path = "common/mem_region.rs"]
+mod mem_region;
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use crash_writes::{Writes, assert_recovered, scan_all, write_until_error};
+use loaded_keys::{BASE, scanned_exactly, value};
+use mem_region::on_image;
+use sim_run::{lin_run, run_on, spawn_lin_clients};
+
 const CLIENTS: u64 = 16;
 const OPS: u64 = 200;
-/// Loaded keys: below every lincheck key (cold keys are `client << 40 | x`, client >= 1).
-const BASE: u64 = 0xA1_2C3D_0000;
 
 fn key(i: u64, key_len: u32) -> Vec<u8> {
     let k = BASE + 3 * i;
@@ -34,10 +45,6 @@ fn key(i: u64, key_len: u32) -> Vec<u8> {
         8 => k.to_be_bytes().to_vec(),
         _ => wide_key(k).to_vec(),
     }
-}
-
-fn value(i: u64) -> [u8; 8] {
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).to_le_bytes()
 }
 
 fn canrt_cfg(key_len: u32) -> CanrtConfig {
@@ -54,34 +61,6 @@ fn sim_cfg(seed: u64) -> SimConfig {
         region_len: 64 << 20,
         seed,
         ..SimConfig::default()
-    }
-}
-
-/// A memory node's image as its CPU sees it before the cluster starts.
-struct Image<'a>(RefCell<&'a mut Vec<u8>>);
-
-impl LocalRegion for Image<'_> {
-    fn node(&self) -> remora_layouts::NodeId {
-        0
-    }
-    fn len(&self) -> u64 {
-        self.0.borrow().len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), remora_core::FabricError> {
-        let m = self.0.borrow();
-        let s = m
-            .get(offset as usize..offset as usize + buf.len())
-            .ok_or_else(|| remora_core::server::out_of_range(0, offset, buf.len()))?;
-        buf.copy_from_slice(s);
-        Ok(())
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), remora_core::FabricError> {
-        let mut m = self.0.borrow_mut();
-        let s = m
-            .get_mut(offset as usize..offset as usize + data.len())
-            .ok_or_else(|| remora_core::server::out_of_range(0, offset, data.len()))?;
-        s.copy_from_slice(data);
-        Ok(())
     }
 }
 
@@ -110,11 +89,9 @@ fn geometry(key_len: u32) -> DataGeometry {
 fn bulk_images(seed: u64, n: u64, key_len: u32, growth: Growth) -> Vec<NodeImage> {
     let mut images = Sim::new(sim_cfg(seed)).unwrap().into_images();
     let mut s = CanrtServer::with_growth(growth);
-    s.bulk_load(
-        &Image(RefCell::new(&mut images[0].host)),
-        geometry(key_len),
-        &pairs(n, key_len),
-    )
+    on_image(&mut images[0].host, |img| {
+        s.bulk_load(img, geometry(key_len), &pairs(n, key_len))
+    })
     .unwrap();
     images
 }
@@ -122,7 +99,10 @@ fn bulk_images(seed: u64, n: u64, key_len: u32, growth: Growth) -> Vec<NodeImage
 /// A cluster over `images`, its memory node's server recovered from the image first.
 fn start<'a>(seed: u64, mut images: Vec<NodeImage>, growth: Growth) -> Sim<'a> {
     let mut server = CanrtServer::with_growth(growth);
-    let said = Handler::recover(&mut server, &Image(RefCell::new(&mut images[0].host))).unwrap();
+    let said = on_image(&mut images[0].host, |img| {
+        Handler::recover(&mut server, img)
+    })
+    .unwrap();
     assert!(said.contains("0 items replayed"), "{said}");
     let mut sim = Sim::with_images(sim_cfg(seed), images).unwrap();
     sim.set_handler(0, Box::new(server)).unwrap();
@@ -157,14 +137,7 @@ async fn verify<I: KvIndex>(
     })
     .await
     .map_err(|e| e.to_string())?;
-    if got != want {
-        let first = got.iter().zip(&want).position(|(a, b)| a != b);
-        return Err(format!(
-            "scan: {} keys, {} wanted, first difference at {first:?}",
-            got.len(),
-            want.len()
-        ));
-    }
+    scanned_exactly(&got, &want)?;
     Ok(got)
 }
 
@@ -180,48 +153,40 @@ fn between(i: u64, key_len: u32) -> Vec<u8> {
 /// A tree's shape read from a memory image: its header and the live items of each data
 /// node, in data-node order.
 fn shape(image: &mut Vec<u8>) -> (TreeHeader, Vec<u32>) {
-    let img = Image(RefCell::new(image));
-    let h = CanrtServer::new().tree(&img).unwrap();
-    let fills = (0..h.n_data)
-        .map(|id| {
-            Meta(img.load_u64(h.data_node_off(id) + FRONT_OFF).unwrap())
-                .bitmap()
-                .count_ones()
-        })
-        .collect();
-    (h, fills)
+    on_image(image, |img| {
+        let h = CanrtServer::new().tree(img).unwrap();
+        let fills = (0..h.n_data)
+            .map(|id| {
+                Meta(img.load_u64(h.data_node_off(id) + FRONT_OFF).unwrap())
+                    .bitmap()
+                    .count_ones()
+            })
+            .collect();
+        (h, fills)
+    })
 }
 
 /// The tree of `n` keys grown by one client's inserts (in a scrambled order), its shape and
 /// what a scan of it returns.
 fn inserted(n: u64, key_len: u32, growth: Growth) -> (TreeHeader, Vec<u32>, Vec<Vec<u8>>) {
-    let out = RefCell::new(Err(String::from("did not run")));
     let mut sim = Sim::new(sim_cfg(7)).unwrap();
     sim.set_handler(0, Box::new(CanrtServer::with_growth(growth)))
         .unwrap();
-    let c = sim.client(0).unwrap();
-    sim.spawn_with(&c, 0, |ctx| {
-        let out = &out;
-        async move {
-            let r = async {
-                let t = Canrt::open(ctx.ep(), canrt_cfg(key_len))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                // 7919 is prime, coprime to n: every key once, not in key order.
-                for j in 0..n {
-                    let i = j * 7919 % n;
-                    t.upsert(&key(i, key_len), &value(i))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                verify(&t, n, 0, key_len).await
-            };
-            *out.borrow_mut() = r.await;
+    let out = run_on(&mut sim, 0, async |ctx| {
+        let t = Canrt::open(ctx.ep(), canrt_cfg(key_len))
+            .await
+            .map_err(|e| e.to_string())?;
+        // 7919 is prime, coprime to n: every key once, not in key order.
+        for j in 0..n {
+            let i = j * 7919 % n;
+            t.upsert(&key(i, key_len), &value(i))
+                .await
+                .map_err(|e| e.to_string())?;
         }
+        verify(&t, n, 0, key_len).await
     });
-    assert_eq!(sim.run().unfinished, 0);
     let mut images = sim.into_images();
-    let scanned = out.into_inner().unwrap();
+    let scanned = out.unwrap();
     let (h, fills) = shape(&mut images[0].host);
     (h, fills, scanned)
 }
@@ -229,24 +194,14 @@ fn inserted(n: u64, key_len: u32, growth: Growth) -> (TreeHeader, Vec<u32>, Vec<
 /// What a scan of the bulk-loaded tree returns (every key checked first), from a cluster
 /// started over its image.
 fn scanned_bulk(images: Vec<NodeImage>, n: u64, key_len: u32, growth: Growth) -> Vec<Vec<u8>> {
-    let out = RefCell::new(Err(String::from("did not run")));
     let mut sim = start(11, images, growth);
-    let c = sim.client(2).unwrap();
-    sim.spawn_with(&c, 0, |ctx| {
-        let out = &out;
-        async move {
-            let r = async {
-                let t = Canrt::open(ctx.ep(), canrt_cfg(key_len))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                verify(&t, n, 0, key_len).await
-            };
-            *out.borrow_mut() = r.await;
-        }
-    });
-    assert_eq!(sim.run().unfinished, 0);
-    drop(sim);
-    out.into_inner().unwrap()
+    run_on(&mut sim, 2, async |ctx| {
+        let t = Canrt::open(ctx.ep(), canrt_cfg(key_len))
+            .await
+            .map_err(|e| e.to_string())?;
+        verify(&t, n, 0, key_len).await
+    })
+    .unwrap()
 }
 
 #[test]
@@ -329,62 +284,39 @@ fn loaded_then_checked(seed: u64, n: u64, key_len: u32, growth: Growth) {
     let images = bulk_images(seed, n, key_len, growth);
     let rec = Recorder::new((CLIENTS * OPS) as usize, (CLIENTS * OPS * 17) as usize);
     let errors = RefCell::new(Vec::<String>::new());
-    let result = RefCell::new(Err(String::from("did not run")));
     let mut sim = start(seed, images, growth);
-    for node in 0..4 {
-        for c in 0..4u32 {
-            let ctx = sim.client(node).unwrap();
-            let (rec, errors) = (&rec, &errors);
-            let client = 1 + node as u32 * 4 + c;
-            sim.spawn_with(&ctx, 0, move |ctx| async move {
-                let r = async {
-                    let t = Canrt::open(ctx.ep(), canrt_cfg(key_len))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let spec = LinSpec {
-                        cold: 32,
-                        key_len: key_len as usize,
-                        ..LinSpec::new(client, OPS, seed, true)
-                    };
-                    let clock = || ctx.now_ns();
-                    lin_client(&t, &spec, rec, &clock)
-                        .await
-                        .map_err(|e| e.to_string())
-                };
-                if let Err(e) = r.await {
-                    errors.borrow_mut().push(format!("client {client}: {e}"));
-                }
-            });
-        }
-    }
+    let rec_r = &rec;
+    spawn_lin_clients(&mut sim, &errors, |ctx, client, _| async move {
+        let t = Canrt::open(ctx.ep(), canrt_cfg(key_len))
+            .await
+            .map_err(|e| e.to_string())?;
+        let spec = LinSpec {
+            cold: 32,
+            key_len: key_len as usize,
+            ..LinSpec::new(client, OPS, seed, true)
+        };
+        lin_run(&t, &spec, rec_r, &ctx).await
+    });
     assert_eq!(sim.run().unfinished, 0, "seed {seed}: clients stalled");
     assert!(
         errors.borrow().is_empty(),
         "seed {seed}: {:?}",
         errors.borrow()
     );
-    let c = sim.client(1).unwrap();
-    sim.spawn_with(&c, 0, |ctx| {
-        let result = &result;
-        async move {
-            let r = async {
-                let t = Canrt::open(ctx.ep(), canrt_cfg(key_len))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                verify(&t, n, 0, key_len).await?;
-                for i in 0..n / 2 {
-                    t.upsert(&between(i, key_len), &value(i))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                verify(&t, n, n / 2, key_len).await.map(drop)
-            };
-            *result.borrow_mut() = r.await;
+    let result = run_on(&mut sim, 1, async |ctx| {
+        let t = Canrt::open(ctx.ep(), canrt_cfg(key_len))
+            .await
+            .map_err(|e| e.to_string())?;
+        verify(&t, n, 0, key_len).await?;
+        for i in 0..n / 2 {
+            t.upsert(&between(i, key_len), &value(i))
+                .await
+                .map_err(|e| e.to_string())?;
         }
+        verify(&t, n, n / 2, key_len).await.map(drop)
     });
-    assert_eq!(sim.run().unfinished, 0);
     drop(sim);
-    result.into_inner().unwrap();
+    result.unwrap();
     let h = rec.finish().expect("recorder sized for the workload");
     let report = check(&h, &CheckConfig::new(seed));
     println!("{growth:?}, {key_len}-byte keys, seed {seed}: {report}");
@@ -404,13 +336,18 @@ fn a_bulk_loaded_tree_is_linearizable_and_grows() {
 fn bulk_load_refuses_a_used_region_unsorted_keys_and_long_values() {
     let g = geometry(8);
     let mut images = Sim::new(sim_cfg(3)).unwrap().into_images();
-    let img = Image(RefCell::new(&mut images[0].host));
+    on_image(&mut images[0].host, |img| refusals(img, g));
+}
+
+/// The refusals of [`bulk_load_refuses_a_used_region_unsorted_keys_and_long_values`] on the
+/// unused region `img`.
+fn refusals(img: &mem_region::MemRegion, g: DataGeometry) {
     let mut p = pairs(100, 8);
     p.swap(3, 4);
-    let unsorted = CanrtServer::new().bulk_load(&img, g, &p);
+    let unsorted = CanrtServer::new().bulk_load(img, g, &p);
     let mut long = pairs(100, 8);
     long[7].1 = vec![1u8; g.value_cap as usize + 1];
-    let too_long = CanrtServer::new().bulk_load(&img, g, &long);
+    let too_long = CanrtServer::new().bulk_load(img, g, &long);
     // Nothing published by either.
     assert_eq!(
         img.load_u64(remora_layouts::region::root_offset(ROOT_SLOT))
@@ -418,21 +355,13 @@ fn bulk_load_refuses_a_used_region_unsorted_keys_and_long_values() {
         0
     );
     CanrtServer::new()
-        .bulk_load(&img, g, &pairs(100, 8))
+        .bulk_load(img, g, &pairs(100, 8))
         .unwrap();
-    let twice = CanrtServer::new().bulk_load(&img, g, &pairs(100, 8));
+    let twice = CanrtServer::new().bulk_load(img, g, &pairs(100, 8));
     for r in [unsorted, too_long, twice] {
         let e = r.expect_err("refused");
         println!("{e}");
     }
-}
-
-/// What one writer did before the crash: per key, the last acknowledged value, and the
-/// write in flight when the node died.
-#[derive(Default, Clone)]
-struct Writes {
-    acked: std::collections::BTreeMap<u64, u64>,
-    in_flight: Option<(u64, u64)>,
 }
 
 /// A persistent memory node holding a bulk-loaded tree crashes in the middle of 8 writers'
@@ -456,13 +385,10 @@ fn a_memory_node_crash_on_a_bulk_loaded_tree_loses_nothing() {
                 ..sim_cfg(seed)
             };
             let mut images = Sim::new(cfg.clone()).unwrap().into_images();
-            CanrtServer::with_growth(growth)
-                .bulk_load(
-                    &Image(RefCell::new(&mut images[0].host)),
-                    geometry(8),
-                    &pairs(n, 8),
-                )
-                .unwrap();
+            on_image(&mut images[0].host, |img| {
+                CanrtServer::with_growth(growth).bulk_load(img, geometry(8), &pairs(n, 8))
+            })
+            .unwrap();
             let logs = RefCell::new(vec![Writes::default(); 8]);
             let mut sim = Sim::with_images(cfg.clone(), images).unwrap();
             sim.set_handler(0, Box::new(CanrtServer::with_growth(growth)))
@@ -475,16 +401,8 @@ fn a_memory_node_crash_on_a_bulk_loaded_tree_loses_nothing() {
                         return;
                     };
                     // Below every loaded key.
-                    for i in 1..u64::MAX {
-                        let key = (c + 1) << 32 | (i * 7 % 61);
-                        logs.borrow_mut()[c as usize].in_flight = Some((key, i));
-                        if let Err(e) = t.upsert(&key.to_be_bytes(), &i.to_le_bytes()).await {
-                            eprintln!("writer {c}: {e}");
-                            return;
-                        }
-                        let mut l = logs.borrow_mut();
-                        l[c as usize].acked.insert(key, i);
-                        l[c as usize].in_flight = None;
+                    if let Err(e) = write_until_error(&t, c, 61, logs).await {
+                        eprintln!("writer {c}: {e}");
                     }
                 });
             }
@@ -493,32 +411,18 @@ fn a_memory_node_crash_on_a_bulk_loaded_tree_loses_nothing() {
             let acked: usize = logs.borrow().iter().map(|l| l.acked.len()).sum();
             assert!(acked > 50, "seed {seed}: only {acked} keys written");
             let mut server = CanrtServer::with_growth(growth);
-            let report = server
-                .recover(&Image(RefCell::new(&mut images[0].host)))
-                .unwrap();
-            let found = RefCell::new(std::collections::BTreeMap::new());
+            let report = on_image(&mut images[0].host, |img| server.recover(img)).unwrap();
             let cfg = SimConfig {
                 faults: remora_poller::sim::Faults::none(),
                 ..cfg
             };
             let mut sim = Sim::with_images(cfg, images).unwrap();
             sim.set_handler(0, Box::new(server)).unwrap();
-            let ctx = sim.client(0).unwrap();
-            let found_ref = &found;
-            sim.spawn_with(&ctx, 0, move |ctx| async move {
+            let mut found = run_on(&mut sim, 0, async |ctx| {
                 let t = Canrt::open(ctx.ep(), canrt_cfg(8)).await.unwrap();
-                t.scan(&0u64.to_be_bytes(), usize::MAX, &mut |k, v| {
-                    found_ref.borrow_mut().insert(
-                        u64::from_be_bytes(k.try_into().unwrap()),
-                        u64::from_le_bytes(v.try_into().unwrap()),
-                    );
-                })
-                .await
-                .unwrap();
+                scan_all(&t).await
             });
-            assert_eq!(sim.run().unfinished, 0);
             drop(sim);
-            let mut found = found.into_inner();
             for i in 0..n {
                 assert_eq!(
                     found.remove(&(BASE + 3 * i)),
@@ -526,24 +430,7 @@ fn a_memory_node_crash_on_a_bulk_loaded_tree_loses_nothing() {
                     "{growth:?} seed {seed}: loaded key {i}"
                 );
             }
-            for (c, l) in logs.borrow().iter().enumerate() {
-                for (k, v) in &l.acked {
-                    let got = found.get(k).copied();
-                    let in_flight = l.in_flight == Some((*k, got.unwrap_or(0)));
-                    assert!(
-                        got == Some(*v) || in_flight,
-                        "{growth:?} seed {seed}: writer {c} key {k:#x}: acknowledged {v}, \
-                         recovered {got:?}"
-                    );
-                }
-            }
-            for (k, v) in &found {
-                let l = &logs.borrow()[((k >> 32) - 1) as usize];
-                assert!(
-                    l.acked.get(k) == Some(v) || l.in_flight == Some((*k, *v)),
-                    "{growth:?} seed {seed}: key {k:#x} recovered with {v}, never acknowledged"
-                );
-            }
+            assert_recovered(&logs.borrow(), &found, &format!("{growth:?} seed {seed}"));
             println!(
                 "{growth:?} seed {seed}: crash at {crash_ns} ns after {acked} acknowledged keys; \
                  recovery {report:?}"

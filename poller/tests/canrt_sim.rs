@@ -10,6 +10,15 @@ use remora_poller::sim::{Sim, SimConfig};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 
+#[path = "common/crash_writes.rs"]
+mod crash_writes;
+#[path = "common/mem_region.rs"]
+mod mem_region;
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use crash_writes::{Writes, assert_recovered, scan_all, write_until_error};
+use sim_run::run_on;
+
 fn cfg() -> CanrtConfig {
     CanrtConfig {
         slots: 8,
@@ -134,12 +143,9 @@ fn sim_runs_are_deterministic() {
 /// Per-operation figures on the sim's counters: a warm lookup, an update, a scan.
 #[test]
 fn per_operation_figures_on_the_sim() {
-    let out = RefCell::new(Vec::new());
     let mut sim = Sim::new(SimConfig::default()).unwrap();
     sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
-    let ctx = sim.client(0).unwrap();
-    let out_ref = &out;
-    sim.spawn_with(&ctx, 0, move |ctx| async move {
+    let (get, get_ns, upd, upd_ns, scan, seen) = run_on(&mut sim, 0, async |ctx| {
         let t = Canrt::open(
             ctx.ep(),
             CanrtConfig {
@@ -189,12 +195,8 @@ fn per_operation_figures_on_the_sim() {
                 .unwrap();
         }
         let scan = qp.counters().snapshot() - before;
-        out_ref
-            .borrow_mut()
-            .push((get, get_ns, upd, upd_ns, scan, seen));
+        (get, get_ns, upd, upd_ns, scan, seen)
     });
-    assert_eq!(sim.run().unfinished, 0);
-    let (get, get_ns, upd, upd_ns, scan, seen) = out.borrow()[0];
     let n = 3000.0;
     println!(
         "sim lookup: {:.2} verbs ({:.2} READ), {:.2} round trips, {:.0} B in, {get_ns} ns per op",
@@ -234,12 +236,9 @@ type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 /// Doorbells and READs of 20 scans of 200 keys with `scan_batch` data nodes per doorbell,
 /// and the pairs they returned.
 fn scans_with_batch(batch: u32) -> (u64, u64, Pairs) {
-    let out = RefCell::new(None);
     let mut sim = Sim::new(SimConfig::default()).unwrap();
     sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
-    let ctx = sim.client(0).unwrap();
-    let out_ref = &out;
-    sim.spawn_with(&ctx, 0, move |ctx| async move {
+    run_on(&mut sim, 0, async |ctx| {
         let t = Canrt::open(
             ctx.ep(),
             CanrtConfig {
@@ -266,11 +265,8 @@ fn scans_with_batch(batch: u32) -> (u64, u64, Pairs) {
             .unwrap();
         }
         let c = qp.counters().snapshot() - before;
-        *out_ref.borrow_mut() = Some((c.doorbells, c.verb(Verb::Read), pairs));
-    });
-    assert_eq!(sim.run().unfinished, 0);
-    drop(sim);
-    out.into_inner().unwrap()
+        (c.doorbells, c.verb(Verb::Read), pairs)
+    })
 }
 
 /// `scan_batch: 1` reads one data node per round trip (the paper's range query, one request
@@ -290,42 +286,6 @@ fn a_scan_batch_of_one_reads_one_node_per_round_trip() {
         "the default overlaps nodes: {rt4}, {reads4}"
     );
     assert!(rt4 < rt1 / 2 && reads4 >= reads1, "{rt4} vs {rt1}");
-}
-
-/// The memory node's host region as an image, for running recovery between two sims.
-struct Image(RefCell<Vec<u8>>);
-
-impl remora_core::server::LocalRegion for Image {
-    fn node(&self) -> remora_layouts::NodeId {
-        0
-    }
-    fn len(&self) -> u64 {
-        self.0.borrow().len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), remora_core::FabricError> {
-        let m = self.0.borrow();
-        let s = m
-            .get(offset as usize..offset as usize + buf.len())
-            .ok_or_else(|| remora_core::server::out_of_range(0, offset, buf.len()))?;
-        buf.copy_from_slice(s);
-        Ok(())
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), remora_core::FabricError> {
-        let mut m = self.0.borrow_mut();
-        let s = m
-            .get_mut(offset as usize..offset as usize + data.len())
-            .ok_or_else(|| remora_core::server::out_of_range(0, offset, data.len()))?;
-        s.copy_from_slice(data);
-        Ok(())
-    }
-}
-
-/// What one writer did before the crash: per key, the last acknowledged value, and the
-/// write in flight when the node died.
-#[derive(Default, Clone)]
-struct Writes {
-    acked: std::collections::BTreeMap<u64, u64>,
-    in_flight: Option<(u64, u64)>,
 }
 
 /// A persistent memory node crashes in the middle of 8 writers' upserts (resizes included);
@@ -352,19 +312,7 @@ fn a_memory_node_crash_loses_no_acknowledged_write() {
                 let Ok(t) = Canrt::open(ctx.ep(), cfg_small()).await else {
                     return;
                 };
-                for i in 1..u64::MAX {
-                    let key = (c + 1) << 32 | (i * 7 % 61);
-                    logs.borrow_mut()[c as usize].in_flight = Some((key, i));
-                    if t.upsert(&key.to_be_bytes(), &i.to_le_bytes())
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                    let mut l = logs.borrow_mut();
-                    l[c as usize].acked.insert(key, i);
-                    l[c as usize].in_flight = None;
-                }
+                let _ = write_until_error(&t, c, 61, logs).await;
             });
         }
         let r = sim.run();
@@ -376,10 +324,9 @@ fn a_memory_node_crash_loses_no_acknowledged_write() {
             "seed {seed}: only {acked} keys written before the crash"
         );
         // Recovery, on the node's CPU, before anyone connects.
-        let img = Image(RefCell::new(std::mem::take(&mut images[0].host)));
-        let report = CanrtServer::new().recover(&img).unwrap();
-        images[0].host = img.0.into_inner();
-        let found = RefCell::new(std::collections::BTreeMap::new());
+        let report = mem_region::on_image(&mut images[0].host, |img| {
+            CanrtServer::new().recover(img).unwrap()
+        });
         let mut sim = Sim::with_images(
             SimConfig {
                 faults: remora_poller::sim::Faults::none(),
@@ -389,18 +336,9 @@ fn a_memory_node_crash_loses_no_acknowledged_write() {
         )
         .unwrap();
         sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
-        let ctx = sim.client(0).unwrap();
-        let found_ref = &found;
-        sim.spawn_with(&ctx, 0, move |ctx| async move {
+        let found = run_on(&mut sim, 0, async |ctx| {
             let t = Canrt::open(ctx.ep(), cfg_small()).await.unwrap();
-            t.scan(&0u64.to_be_bytes(), usize::MAX, &mut |k, v| {
-                found_ref.borrow_mut().insert(
-                    u64::from_be_bytes(k.try_into().unwrap()),
-                    u64::from_le_bytes(v.try_into().unwrap()),
-                );
-            })
-            .await
-            .unwrap();
+            let found = scan_all(&t).await;
             // The recovered tree takes writes (and resizes).
             for k in 0..100u64 {
                 t.upsert(&(k << 48).to_be_bytes(), &k.to_le_bytes())
@@ -414,27 +352,10 @@ fn a_memory_node_crash_loses_no_acknowledged_write() {
                     Some(8)
                 );
             }
+            found
         });
-        assert_eq!(sim.run().unfinished, 0);
         drop(sim);
-        let found = found.into_inner();
-        for (c, l) in logs.borrow().iter().enumerate() {
-            for (k, v) in &l.acked {
-                let got = found.get(k).copied();
-                let in_flight = l.in_flight == Some((*k, got.unwrap_or(0)));
-                assert!(
-                    got == Some(*v) || in_flight,
-                    "seed {seed}: writer {c} key {k:#x}: acknowledged {v}, recovered {got:?}"
-                );
-            }
-        }
-        for (k, v) in &found {
-            let l = &logs.borrow()[((k >> 32) - 1) as usize];
-            assert!(
-                l.acked.get(k) == Some(v) || l.in_flight == Some((*k, *v)),
-                "seed {seed}: key {k:#x} recovered with {v}, never acknowledged"
-            );
-        }
+        assert_recovered(&logs.borrow(), &found, &format!("seed {seed}"));
         println!(
             "seed {seed}: crash at {crash_ns} ns after {acked} acknowledged keys; recovery {report:?}"
         );

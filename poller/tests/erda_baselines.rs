@@ -7,11 +7,18 @@ use remora_core::erda::ErdaConfig;
 use remora_core::erda::baseline::{Baseline, BaselineServer, Scheme};
 use remora_core::fabric::{Endpoint, QueuePair};
 use remora_core::index::KvIndex;
-use remora_core::lincheck::driver::{LinSpec, lin_client};
+use remora_core::lincheck::driver::LinSpec;
 use remora_core::lincheck::{CheckConfig, Recorder, check};
 use remora_poller::executor::join_all;
 use remora_poller::sim::{Sim, SimConfig};
 use std::cell::RefCell;
+
+#[path = "common/crash_writes.rs"]
+mod crash_writes;
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use crash_writes::{Writes, get_all, lost, writer_keys};
+use sim_run::{lin_run, run_on, spawn_lin_clients};
 
 const CLIENTS: u64 = 16;
 const OPS: u64 = 250;
@@ -42,31 +49,17 @@ fn linearizable(scheme: Scheme, seed: u64) {
     let mut sim = Sim::new(sim_cfg(seed)).unwrap();
     sim.set_handler(0, Box::new(BaselineServer::new(scheme, store())))
         .unwrap();
-    for node in 0..4 {
-        for c in 0..4u32 {
-            let ctx = sim.client(node).unwrap();
-            let (rec, errors) = (&rec, &errors);
-            let client = 1 + node as u32 * 4 + c;
-            sim.spawn_with(&ctx, 0, move |ctx| async move {
-                let run = async {
-                    let index = Baseline::open(ctx.ep(), scheme, ErdaClientConfig::default())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let spec = LinSpec {
-                        cold: 32,
-                        ..LinSpec::new(client, OPS, seed, false)
-                    };
-                    let clock = || ctx.now_ns();
-                    lin_client(&index, &spec, rec, &clock)
-                        .await
-                        .map_err(|e| e.to_string())
-                };
-                if let Err(e) = run.await {
-                    errors.borrow_mut().push(format!("client {client}: {e}"));
-                }
-            });
-        }
-    }
+    let rec_r = &rec;
+    spawn_lin_clients(&mut sim, &errors, |ctx, client, _| async move {
+        let index = Baseline::open(ctx.ep(), scheme, ErdaClientConfig::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let spec = LinSpec {
+            cold: 32,
+            ..LinSpec::new(client, OPS, seed, false)
+        };
+        lin_run(&index, &spec, rec_r, &ctx).await
+    });
     let r = sim.run();
     let errs = errors.borrow();
     assert!(errs.is_empty(), "{scheme:?} seed {seed}: {errs:?}");
@@ -163,13 +156,10 @@ fn coroutines_share_a_handle_and_large_values_round_trip() {
 /// connection goes on serving.
 #[test]
 fn a_corrupt_redo_record_is_refused() {
-    let ok = RefCell::new(false);
     let mut sim = Sim::new(sim_cfg(3)).unwrap();
     sim.set_handler(0, Box::new(BaselineServer::new(Scheme::Redo, store())))
         .unwrap();
-    let ctx = sim.client(0).unwrap();
-    let ok_r = &ok;
-    sim.spawn_with(&ctx, 0, move |ctx| async move {
+    let ok = run_on(&mut sim, 0, async |ctx| {
         let h = Baseline::open(ctx.ep(), Scheme::Redo, ErdaClientConfig::default())
             .await
             .unwrap();
@@ -193,10 +183,9 @@ fn a_corrupt_redo_record_is_refused() {
         let mut out = [0u8; 8];
         assert_eq!(h.get(b"k1", &mut out).await.unwrap(), Some(4));
         assert_eq!(&out[..4], b"good");
-        *ok_r.borrow_mut() = true;
+        true
     });
-    assert_eq!(sim.run().unfinished, 0);
-    assert!(*ok.borrow());
+    assert!(ok);
 }
 
 /// Every acknowledged write of 8 writers (and the newest one in flight) after a persistent
@@ -205,11 +194,6 @@ fn a_corrupt_redo_record_is_refused() {
 /// restart that did not replay them would lose writes.
 fn node_crash(scheme: Scheme, seed: u64, crash_ns: u64) -> (Vec<String>, usize) {
     use remora_poller::sim::Faults;
-    #[derive(Clone, Default)]
-    struct Writes {
-        acked: std::collections::BTreeMap<u64, u64>,
-        in_flight: Option<(u64, u64)>,
-    }
     let cfg = SimConfig {
         compute_nodes: 2,
         memory_nodes: 1,
@@ -261,9 +245,7 @@ fn node_crash(scheme: Scheme, seed: u64, crash_ns: u64) -> (Vec<String>, usize) 
     assert_eq!(sim.run().unfinished, 0, "seed {seed}: writers hung");
     let images = sim.into_images();
     let found = RefCell::new(std::collections::BTreeMap::new());
-    let keys: Vec<u64> = (0..8u64)
-        .flat_map(|c| (0..20u64).map(move |x| (c + 1) << 32 | x))
-        .collect();
+    let keys = writer_keys(20);
     let mut sim = Sim::with_images(
         SimConfig {
             faults: Faults::none(),
@@ -280,34 +262,14 @@ fn node_crash(scheme: Scheme, seed: u64, crash_ns: u64) -> (Vec<String>, usize) 
         let h = Baseline::open(ctx.ep(), scheme, ErdaClientConfig::default())
             .await
             .unwrap();
+        *found_ref.borrow_mut() = get_all(&h, keys_ref).await;
         let mut out = [0u8; 8];
-        for &k in keys_ref {
-            let got = h.get(&k.to_be_bytes(), &mut out).await.unwrap();
-            found_ref
-                .borrow_mut()
-                .insert(k, got.map(|_| u64::from_le_bytes(out)));
-        }
         h.upsert(b"after", &[1u8; 8]).await.unwrap();
         assert_eq!(h.get(b"after", &mut out).await.unwrap(), Some(8));
     });
     assert_eq!(sim.run().unfinished, 0);
     drop(sim);
-    let found = found.into_inner();
-    let mut lost = Vec::new();
-    let mut acked = 0;
-    for (c, l) in logs.borrow().iter().enumerate() {
-        acked += l.acked.len();
-        for (k, v) in &l.acked {
-            let got = found.get(k).copied().flatten();
-            let in_flight = got.is_some() && l.in_flight == Some((*k, got.unwrap_or(0)));
-            if got != Some(*v) && !in_flight {
-                lost.push(format!(
-                    "writer {c} key {k:#x}: acknowledged {v}, recovered {got:?}"
-                ));
-            }
-        }
-    }
-    (lost, acked)
+    lost(&logs.borrow(), &found.into_inner())
 }
 
 /// A persistent memory node crashes among 8 writers (the ring laps several times before); after the restart's replay every key holds its last acknowledged value or the

@@ -415,6 +415,8 @@ fn erda_is_linearizable_with_late_messages_and_dead_clients() {
     println!("erda lincheck: {ops} operations over {seeds} seeds, all linearizable");
 }
 
+#[path = "common/crash_writes.rs"]
+mod crash_writes;
 #[path = "erda_sim/node_crash.rs"]
 mod node_crash;
 #[path = "erda_sim/writer_crash.rs"]

@@ -18,26 +18,22 @@
 //! SMART leaf.
 use remora_core::Snapshot;
 use remora_core::fabric::Verb;
-use remora_core::index::KvIndex;
-use remora_core::sherman::{PAPER_FILL_PERCENT, Sherman, ShermanConfig, ShermanNode};
-use remora_core::smart::{KeyMode, Smart, SmartConfig, SmartNode, Techniques};
+use remora_core::sherman::ShermanConfig;
+use remora_core::smart::{KeyMode, SmartConfig, Techniques};
 use remora_layouts::smart::leaf_bytes;
 use remora_poller::sim::{Sim, SimConfig};
-use std::cell::RefCell;
-use std::sync::Arc;
+
+#[path = "common/cached_reads.rs"]
+mod cached_reads;
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use cached_reads::{found, sherman_reader, smart_reader};
+use sim_run::run_on;
 
 const N: u64 = 5_000;
 /// The SMART repro's Sherman page (bins/src/repro/smart.rs `SHERMAN_PAGE`: the authors'
 /// 623 B span-32 leaf in whole 64-byte lines).
 const SHERMAN_PAGE: usize = 640;
-
-fn key(i: u64) -> [u8; 8] {
-    // Hashed over the key space as YCSB's keys are.
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1).to_be_bytes()
-}
-fn value(i: u64) -> [u8; 8] {
-    (i | 1 << 40).to_le_bytes()
-}
 
 fn sim_cfg() -> SimConfig {
     SimConfig {
@@ -47,12 +43,6 @@ fn sim_cfg() -> SimConfig {
         seed: 7,
         ..SimConfig::default()
     }
-}
-
-fn sorted_keys() -> Vec<([u8; 8], u64)> {
-    let mut k: Vec<([u8; 8], u64)> = (0..N).map(|i| (key(i), i)).collect();
-    k.sort_unstable();
-    k
 }
 
 /// Lookups found and the reader's counters over them.
@@ -77,41 +67,13 @@ fn cost(found: u64, d: Snapshot) -> Cost {
 
 fn smart_lookups() -> Cost {
     let cfg = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
-    let keys = sorted_keys();
-    let out = RefCell::new(None);
-    let mut sim = Sim::new(sim_cfg()).unwrap();
-    let c = sim.client(0).unwrap();
-    sim.spawn_with(&c, 0, |ctx| {
-        let (out, keys) = (&out, &keys);
-        async move {
-            let ep = ctx.ep();
-            let loader = Smart::open(ep, cfg).await.unwrap();
-            let ks: Vec<[u8; 8]> = keys.iter().map(|k| k.0).collect();
-            loader
-                .bulk_load(&ks, &mut |i, v: &mut [u8]| {
-                    v[..8].copy_from_slice(&value(keys[i].1));
-                    8
-                })
-                .await
-                .unwrap();
-            let node = Arc::new(SmartNode::new(&cfg));
-            let warmer = Smart::open_on(ep, cfg, node.clone()).await.unwrap();
-            warmer.warm_cache().await.unwrap();
-            let reader = Smart::open_on(ep, cfg, node).await.unwrap();
-            let before = ep.snapshot();
-            let mut found = 0;
-            let mut buf = [0u8; 8];
-            for i in 0..N {
-                if reader.get(&key(i), &mut buf).await.unwrap() == Some(8) && buf == value(i) {
-                    found += 1;
-                }
-            }
-            *out.borrow_mut() = Some(cost(found, ep.snapshot() - before));
-        }
-    });
-    assert_eq!(sim.run().unfinished, 0);
-    drop(sim);
-    out.into_inner().unwrap()
+    run_on(&mut Sim::new(sim_cfg()).unwrap(), 0, async |ctx| {
+        let ep = ctx.ep();
+        let (reader, _) = smart_reader(ep, cfg, N, true).await;
+        let before = ep.snapshot();
+        let found = found(&reader, N).await;
+        cost(found, ep.snapshot() - before)
+    })
 }
 
 fn sherman_lookups() -> Cost {
@@ -120,41 +82,13 @@ fn sherman_lookups() -> Cost {
         cache_bytes: 64 << 20,
         ..ShermanConfig::sherman()
     };
-    let keys = sorted_keys();
-    let out = RefCell::new(None);
-    let mut sim = Sim::new(sim_cfg()).unwrap();
-    let c = sim.client(0).unwrap();
-    sim.spawn_with(&c, 0, |ctx| {
-        let (out, keys) = (&out, &keys);
-        async move {
-            let ep = ctx.ep();
-            let loader = Sherman::create(ep, cfg).await.unwrap();
-            loader
-                .bulk_load(N, PAPER_FILL_PERCENT, &mut |i, v: &mut [u8]| {
-                    let (k, n) = keys[i as usize];
-                    v[..8].copy_from_slice(&value(n));
-                    (k, 8)
-                })
-                .await
-                .unwrap();
-            let node = Arc::new(ShermanNode::new(&cfg));
-            let warmer = Sherman::create_on(ep, cfg, node.clone()).await.unwrap();
-            warmer.warm_cache().await.unwrap();
-            let reader = Sherman::create_on(ep, cfg, node).await.unwrap();
-            let before = ep.snapshot();
-            let mut found = 0;
-            let mut buf = [0u8; 8];
-            for i in 0..N {
-                if reader.get(&key(i), &mut buf).await.unwrap() == Some(8) && buf == value(i) {
-                    found += 1;
-                }
-            }
-            *out.borrow_mut() = Some(cost(found, ep.snapshot() - before));
-        }
-    });
-    assert_eq!(sim.run().unfinished, 0);
-    drop(sim);
-    out.into_inner().unwrap()
+    run_on(&mut Sim::new(sim_cfg()).unwrap(), 0, async |ctx| {
+        let ep = ctx.ep();
+        let (reader, _) = sherman_reader(ep, cfg, N, true).await;
+        let before = ep.snapshot();
+        let found = found(&reader, N).await;
+        cost(found, ep.snapshot() - before)
+    })
 }
 
 #[test]

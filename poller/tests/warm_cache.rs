@@ -6,22 +6,18 @@
 //! internal nodes (misses), so the test can tell the two apart. A cache too small for the
 //! tree stops the warm-up at its capacity (it never evicts what it kept) and lookups stay
 //! correct.
-use remora_core::index::KvIndex;
-use remora_core::sherman::{PAPER_FILL_PERCENT, Sherman, ShermanConfig, ShermanNode, WarmStats};
-use remora_core::smart::{KeyMode, Smart, SmartConfig, SmartNode, Techniques};
+use remora_core::sherman::{ShermanConfig, WarmStats};
+use remora_core::smart::{KeyMode, SmartConfig, Techniques};
 use remora_poller::sim::{Sim, SimConfig};
-use std::cell::RefCell;
-use std::sync::Arc;
+
+#[path = "common/cached_reads.rs"]
+mod cached_reads;
+#[path = "common/sim_run.rs"]
+mod sim_run;
+use cached_reads::{found, sherman_reader, smart_reader};
+use sim_run::run_on;
 
 const N: u64 = 20_000;
-
-fn key(i: u64) -> [u8; 8] {
-    // Spread over the key space as YCSB's hashed keys are (a radix tree several levels high).
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 1).to_be_bytes()
-}
-fn value(i: u64) -> [u8; 8] {
-    (i | 1 << 40).to_le_bytes()
-}
 
 fn sim_cfg() -> SimConfig {
     SimConfig {
@@ -42,60 +38,22 @@ struct Seen {
     found: u64,
 }
 
-fn sorted_keys() -> Vec<([u8; 8], u64)> {
-    let mut k: Vec<([u8; 8], u64)> = (0..N).map(|i| (key(i), i)).collect();
-    k.sort_unstable();
-    k
-}
-
 fn smart_run(cache_mib: f64, warm: bool) -> Seen {
     let cfg = SmartConfig {
         cache_mib,
         ..SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8)
     };
-    let keys = sorted_keys();
-    let out = RefCell::new(None);
-    let mut sim = Sim::new(sim_cfg()).unwrap();
-    let c = sim.client(0).unwrap();
-    sim.spawn_with(&c, 0, |ctx| {
-        let (out, keys) = (&out, &keys);
-        async move {
-            let ep = ctx.ep();
-            let loader = Smart::open(ep, cfg).await.unwrap();
-            let ks: Vec<[u8; 8]> = keys.iter().map(|k| k.0).collect();
-            loader
-                .bulk_load(&ks, &mut |i, v: &mut [u8]| {
-                    v[..8].copy_from_slice(&value(keys[i].1));
-                    8
-                })
-                .await
-                .unwrap();
-            let node = Arc::new(SmartNode::new(&cfg));
-            let warmer = Smart::open_on(ep, cfg, node.clone()).await.unwrap();
-            let w = if warm {
-                Some(warmer.warm_cache().await.unwrap())
-            } else {
-                None
-            };
-            let reader = Smart::open_on(ep, cfg, node).await.unwrap();
-            let before = reader.stats().node_reads;
-            let mut found = 0;
-            let mut buf = [0u8; 8];
-            for i in 0..N {
-                if reader.get(&key(i), &mut buf).await.unwrap() == Some(8) && buf == value(i) {
-                    found += 1;
-                }
-            }
-            *out.borrow_mut() = Some(Seen {
-                warm: w,
-                remote: reader.stats().node_reads - before,
-                found,
-            });
+    run_on(&mut Sim::new(sim_cfg()).unwrap(), 0, async |ctx| {
+        let ep = ctx.ep();
+        let (reader, w) = smart_reader(ep, cfg, N, warm).await;
+        let before = reader.stats().node_reads;
+        let found = found(&reader, N).await;
+        Seen {
+            warm: w,
+            remote: reader.stats().node_reads - before,
+            found,
         }
-    });
-    assert_eq!(sim.run().unfinished, 0);
-    drop(sim);
-    out.into_inner().unwrap()
+    })
 }
 
 fn sherman_run(cache_bytes: usize, warm: bool) -> Seen {
@@ -104,48 +62,16 @@ fn sherman_run(cache_bytes: usize, warm: bool) -> Seen {
         cache_bytes,
         ..ShermanConfig::sherman()
     };
-    let keys = sorted_keys();
-    let out = RefCell::new(None);
-    let mut sim = Sim::new(sim_cfg()).unwrap();
-    let c = sim.client(0).unwrap();
-    sim.spawn_with(&c, 0, |ctx| {
-        let (out, keys) = (&out, &keys);
-        async move {
-            let ep = ctx.ep();
-            let loader = Sherman::create(ep, cfg).await.unwrap();
-            loader
-                .bulk_load(N, PAPER_FILL_PERCENT, &mut |i, v: &mut [u8]| {
-                    let (k, n) = keys[i as usize];
-                    v[..8].copy_from_slice(&value(n));
-                    (k, 8)
-                })
-                .await
-                .unwrap();
-            let node = Arc::new(ShermanNode::new(&cfg));
-            let warmer = Sherman::create_on(ep, cfg, node.clone()).await.unwrap();
-            let w = if warm {
-                Some(warmer.warm_cache().await.unwrap())
-            } else {
-                None
-            };
-            let reader = Sherman::create_on(ep, cfg, node).await.unwrap();
-            let mut found = 0;
-            let mut buf = [0u8; 8];
-            for i in 0..N {
-                if reader.get(&key(i), &mut buf).await.unwrap() == Some(8) && buf == value(i) {
-                    found += 1;
-                }
-            }
-            *out.borrow_mut() = Some(Seen {
-                warm: w,
-                remote: reader.cache_stats().1,
-                found,
-            });
+    run_on(&mut Sim::new(sim_cfg()).unwrap(), 0, async |ctx| {
+        let ep = ctx.ep();
+        let (reader, w) = sherman_reader(ep, cfg, N, warm).await;
+        let found = found(&reader, N).await;
+        Seen {
+            warm: w,
+            remote: reader.cache_stats().1,
+            found,
         }
-    });
-    assert_eq!(sim.run().unfinished, 0);
-    drop(sim);
-    out.into_inner().unwrap()
+    })
 }
 
 #[test]

@@ -48,6 +48,10 @@ impl<O: Observer + Default> MemRegion<O> {
 }
 
 impl<O> MemRegion<O> {
+    /// Every byte, the region given up.
+    pub fn into_image(self) -> Vec<u8> {
+        self.bytes.into_inner().unwrap()
+    }
     /// A copy of every byte now.
     pub fn image(&self) -> Vec<u8> {
         self.bytes.lock().unwrap().clone()
@@ -61,6 +65,15 @@ impl<O> MemRegion<O> {
         }
         Ok(o..o + len)
     }
+}
+
+/// Runs `f` on `host` (a sim memory node's image, as its CPU sees it while no cluster runs)
+/// as a region, then puts the bytes back.
+pub fn on_image<R>(host: &mut Vec<u8>, f: impl FnOnce(&MemRegion) -> R) -> R {
+    let region = MemRegion::from_image(std::mem::take(host));
+    let r = f(&region);
+    *host = region.into_image();
+    r
 }
 
 impl<O: Observer> LocalRegion for MemRegion<O> {

@@ -1,12 +1,6 @@
 //! A persistent memory node crashing among writers: acknowledged means durable.
+use super::crash_writes::{Writes, get_all, lost, write_until_error, writer_keys};
 use super::*;
-
-/// What one writer of [`node_crash`] had acknowledged, and what it had in flight.
-#[derive(Debug, Clone, Default)]
-struct Writes {
-    acked: std::collections::BTreeMap<u64, u64>,
-    in_flight: Option<(u64, u64)>,
-}
 
 /// Virtual time by which a persistent node has created an `ErdaConfig::small()` store.
 const STORE_SETUP_NS: u64 = 5_000_000;
@@ -42,28 +36,14 @@ fn node_crash(seed: u64, crash_ns: u64, unflushed: bool) -> (Vec<String>, usize)
             let Ok(e) = Erda::open(ctx.ep(), client).await else {
                 return;
             };
-            for i in 1..u64::MAX {
-                let key = (c + 1) << 32 | (i * 7 % 20);
-                logs.borrow_mut()[c as usize].in_flight = Some((key, i));
-                if e.upsert(&key.to_be_bytes(), &i.to_le_bytes())
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                let mut l = logs.borrow_mut();
-                l[c as usize].acked.insert(key, i);
-                l[c as usize].in_flight = None;
-            }
+            let _ = write_until_error(&e, c, 20, logs).await;
         });
     }
     let r = sim.run();
     assert_eq!(r.unfinished, 0, "seed {seed}: writers hung after the crash");
     let images = sim.into_images();
     let found = RefCell::new(std::collections::BTreeMap::new());
-    let keys: Vec<u64> = (0..8u64)
-        .flat_map(|c| (0..20u64).map(move |x| (c + 1) << 32 | x))
-        .collect();
+    let keys = writer_keys(20);
     // The restart: a fresh server on the persistent image (recovery runs on its first
     // message, before it answers anyone), and one reader.
     let mut sim = Sim::with_images(
@@ -82,35 +62,15 @@ fn node_crash(seed: u64, crash_ns: u64, unflushed: bool) -> (Vec<String>, usize)
         let e = Erda::open(ctx.ep(), ErdaClientConfig::default())
             .await
             .unwrap();
+        *found_ref.borrow_mut() = get_all(&e, keys_ref).await;
         let mut out = [0u8; 8];
-        for &k in keys_ref {
-            let got = e.get(&k.to_be_bytes(), &mut out).await.unwrap();
-            found_ref
-                .borrow_mut()
-                .insert(k, got.map(|_| u64::from_le_bytes(out)));
-        }
         // The recovered store takes writes.
         e.upsert(b"after", &[1u8; 8]).await.unwrap();
         assert_eq!(e.get(b"after", &mut out).await.unwrap(), Some(8));
     });
     assert_eq!(sim.run().unfinished, 0);
     drop(sim);
-    let found = found.into_inner();
-    let mut lost = Vec::new();
-    let mut acked = 0;
-    for (c, l) in logs.borrow().iter().enumerate() {
-        acked += l.acked.len();
-        for (k, v) in &l.acked {
-            let got = found.get(k).copied().flatten();
-            let in_flight = got.is_some() && l.in_flight == Some((*k, got.unwrap_or(0)));
-            if got != Some(*v) && !in_flight {
-                lost.push(format!(
-                    "writer {c} key {k:#x}: acknowledged {v}, recovered {got:?}"
-                ));
-            }
-        }
-    }
-    (lost, acked)
+    lost(&logs.borrow(), &found.into_inner())
 }
 
 /// Issue 11: acknowledged means durable. A persistent memory node crashes among 8 writers,
