@@ -128,6 +128,10 @@ pub struct LinArgs {
     /// (`SmartConfig::onchip_locks`; few locks make objects share bits and words).
     #[arg(long, default_value_t = 0)]
     pub onchip_locks: u64,
+    /// With --index smart: hand in-place leaves' locks between a compute node's clients, as
+    /// the factor analysis's in-place steps do (`SmartConfig::leaf_handover`).
+    #[arg(long)]
+    pub leaf_handover: bool,
     /// Write the whole history of every seed with a violation or an inconclusive key to
     /// `DIR/seed-N.txt` (one operation a line, by invocation time), to read beside the
     /// report's minimal sub-history.
@@ -509,6 +513,17 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
             t,
         },
         _ => return Err("--onchip-locks: only with --index smart".into()),
+    };
+    let cfg = match (cfg, a.leaf_handover) {
+        (cfg, false) => cfg,
+        (IndexCfg::Smart { cfg: c, t }, true) => IndexCfg::Smart {
+            cfg: SmartConfig {
+                leaf_handover: true,
+                ..c
+            },
+            t,
+        },
+        _ => return Err("--leaf-handover: only with --index smart".into()),
     };
     refuse_weak(&cfg)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);

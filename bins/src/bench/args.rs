@@ -328,6 +328,17 @@ pub struct SmartFlags {
     /// object's own word.
     #[arg(long, value_enum, default_value = "onchip")]
     pub factor_locks: FactorLocks,
+    /// SMART: with in-place leaves and without write combining, hand a leaf's lock between
+    /// the clients of a compute node instead of unlocking (up to 9 in a row), as the SMART
+    /// authors' in-place steps do (`SmartConfig::leaf_handover`). For single runs; --factors
+    /// turns it on for its steps unless --factor-no-leaf-handover.
+    #[arg(long)]
+    pub leaf_handover: bool,
+    /// SMART --factors: no leaf-lock hand-over in the in-place steps (the authors' code hands
+    /// leaf locks over, `TREE_TEST_HOCL_HANDOVER` in `in_place_update_leaf`, in every step
+    /// before write combining).
+    #[arg(long)]
+    pub factor_no_leaf_handover: bool,
 }
 
 /// Where SMART's factor steps before the rear lock take their locks (`--factor-locks`).

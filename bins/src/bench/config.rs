@@ -212,5 +212,6 @@ pub(super) fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     let mut cfg = SmartConfig::new(t, mode, a.value_size);
     cfg.cache_mib = a.smart.cache_mib;
     cfg.onchip_locks = a.smart.onchip_locks;
+    cfg.leaf_handover = a.smart.leaf_handover;
     cfg
 }

@@ -116,6 +116,10 @@ pub(crate) fn factor_steps(a: &BenchArgs) -> Result<Vec<(&'static str, IndexCfg)
                     _ => {}
                 }
                 let mut cfg = smart_config(a, t);
+                // The in-place steps hand leaf locks over between a compute node's clients
+                // as the authors' do (on where `SmartConfig::leaf_handover_on`: in-place
+                // leaves, no write combining), unless --factor-no-leaf-handover.
+                cfg.leaf_handover = !a.smart.factor_no_leaf_handover;
                 if !t.rear_lock {
                     cfg.onchip_locks = chip;
                 }

@@ -71,8 +71,9 @@ const SHERMAN_PAGE: usize = 640;
 /// key twice the paper's share: the ART baseline's LOAD waits on internal-node locks (37.8
 /// round trips per insert against 11.4 here; lock-free LOAD 13.9x, paper 1.5x) and the
 /// in-place leaves' hottest key serializes YCSB-B's updates under its lock (+ in-place leaf
-/// 0.87x, paper 1.5x). In this shape (16 x 4 x 4, 256 in flight) the steps land at 2.9x
-/// (with the baseline's lock hand-over; 4.5x without), 1.27x and 1.55x.
+/// 0.87x, paper 1.5x). In this shape (16 x 4 x 4, 256 in flight) the steps land at 2.74x
+/// (with the baseline's lock hand-over; 4.5x without), 1.33x and 1.07x (counted over
+/// [`factor_window_s`], leaf locks handed over as the authors' in-place steps hand them).
 const BAR_COROUTINES: u64 = 4;
 
 /// The measured window of the throughput-vs-clients curves, in virtual seconds. The authors
@@ -99,6 +100,18 @@ fn curve_window_s(s: &Scale) -> f64 {
     }
 }
 
+/// The measured window of the factor analysis, in virtual seconds: the curves' window
+/// ([`curve_window_s`]). The authors count each factor step's throughput over one epoch of a
+/// running test (dmemsys/SMART exp/fig_15.py: `target_epoch` 9 of `TEST_EPOCH` 10 epochs of
+/// `TIME_INTERVAL` 0.5 s, test/ycsb_test.cpp, MIDDLE_TEST_EPOCH only for the delegation and
+/// combining steps), so an operation still waiting on a hot leaf's lock at the end of the
+/// epoch delays nothing. A fixed 10k operations instead ends each step's run with its slowest
+/// operation: the rear-lock step's YCSB-A run lasted as long as its slowest operation (1.45
+/// ms), 10.3 Mops over 10k operations against 12.9 over the window (no leaf hand-over).
+fn factor_window_s(s: &Scale) -> f64 {
+    curve_window_s(s)
+}
+
 pub fn paper(s: &Scale) -> Paper {
     let sim = s.sim_flags("smart", PAPER_KEYS);
     let base = format!("{sim} --compute-nodes {NODES} --memory-nodes 2");
@@ -111,12 +124,17 @@ pub fn paper(s: &Scale) -> Paper {
     let bar_warm = s
         .warmup
         .max(200 * (per_node * NODES) as u64 * BAR_COROUTINES);
-    let at_max = format!(
-        "--fabric sim --profile smart --set server_llc_lines={llc} --records {} --operations {} \
-         --warmup {bar_warm} --compute-nodes {NODES} --memory-nodes 2 --clients-per-node \
-         {per_node} --coroutines {BAR_COROUTINES}",
-        s.records, s.ops
-    );
+    let bar_shape = |count: String| {
+        format!(
+            "--fabric sim --profile smart --set server_llc_lines={llc} --records {} {count} \
+             --warmup {bar_warm} --compute-nodes {NODES} --memory-nodes 2 --clients-per-node \
+             {per_node} --coroutines {BAR_COROUTINES}",
+            s.records
+        )
+    };
+    let at_max = bar_shape(format!("--operations {}", s.ops));
+    // The factor steps are counted over the curves' window (see `factor_window_s`).
+    let factor_shape = bar_shape(format!("--seconds {}", factor_window_s(s)));
     // Unloaded: one client of one coroutine per compute node, for median latencies that are
     // not queueing (a closed loop's p50 at saturation is in-flight operations / throughput).
     let unloaded = format!("{base} --clients-per-node 1 --coroutines 1");
@@ -228,7 +246,7 @@ pub fn paper(s: &Scale) -> Paper {
             chart: Chart::Bars,
             series: vec![Series::new(
                 "factors",
-                format!("{at_max} --index smart --factors --workloads load,a,b,c,d"),
+                format!("{factor_shape} --index smart --factors --workloads load,a,b,c,d"),
                 ALL,
             )],
         },
@@ -334,7 +352,9 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ lock-free internal", "LOAD"),
             p("smart-factors", "ART baseline (+cache)", "LOAD"),
-            "measured: the ART baseline takes 8.4 round trips per insert against 5.3 lock-free. \
+            "measured: the ART baseline takes 8.4 round trips per insert against 5.3 lock-free \
+             (LOAD inserts the whole key set: the factor runs' window, --seconds, leaves it as \
+             it was over --operations). \
              Its internal-node locks are taken as the authors' baseline takes them \
              (TREE_TEST_ROWEX_ART with TREE_TEST_HOCL_HANDOVER, on for every factor step before \
              write combining: CMakeLists.txt; src/Tree.cpp lock_node, get_on_chip_lock_addr, \
@@ -358,11 +378,14 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ in-place leaf", "b"),
             p("smart-factors", "+ lock-free internal", "b"),
-            "measured: 1.22 against 1.58 round trips per op. The in-place step's leaf locks are \
-             the authors' on-chip bits (see factor-rear-lock); its 10k operations end with their \
-             slowest (126 us; 74 us with leaf-word locks, `--factor-locks host`: 88.96 Mops, \
-             1.27x). Counted over a window (`--seconds 0.002` instead of --operations) the two \
-             lock placements run alike, 107.2 and 108.3 Mops against 79.4: 1.35x",
+            "measured over the curves' window (`--seconds 0.002` at quick: smart.rs \
+             factor_window_s; the authors count one 0.5 s epoch of a running test, \
+             exp/fig_15.py, test/ycsb_test.cpp): 1.18 against 1.65 round trips per op, 81 \
+             against 116 B. The in-place step's leaf locks are the authors' on-chip bits, \
+             handed between a compute node's clients as theirs are (see factor-rear-lock); \
+             without the hand-over (`--factor-no-leaf-handover`) 107.2 Mops, 1.35x. Before, \
+             over a fixed 10k operations: 74.7 against 70.0 Mops, 1.07x, each run ending with \
+             its slowest operation (126 us)",
         ),
         Claim::ratio(
             "factor-rear-lock",
@@ -372,23 +395,36 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ rear lock", "a"),
             p("smart-factors", "+ in-place leaf", "a"),
-            "measured: the rear lock saves the separate unlock (2.98 to 2.29 round trips per \
-             op). The step before it locks a leaf as the authors' code does (in-place leaf \
-             without the embedded lock: src/Tree.cpp in_place_update_leaf, \
-             get_on_chip_lock_addr): a masked CAS on a hashed 1-bit lock in NIC on-chip memory \
-             (64 per word, 1M locks for 60M leaves, 192 at 10k keys: \
-             core/src/smart/onchip.rs), and unlocks with a second masked CAS after the write \
-             (`--factor-locks host`: the leaf's own word, 1.55x). The on-chip lock is faster on \
-             hot leaves, not slower: an atomic holds a device-memory word for 1/110 Mops \
-             (dm_atomic_mops) where it holds a host word for 400 ns (host_atomic_ns), and 3 \
-             shared words per memory node never bind. Counted over a window (`--seconds 0.002` \
-             instead of --operations) the step before runs 18.0 Mops on chip against 11.2 Mops \
-             in host words, so the rear lock (12.9 Mops) loses: 0.71x, 1.15x with host-word \
-             locks. This row's 10k operations end with their slowest (1.45 ms), which hides it. \
-             Not modelled: the authors' hand-over of leaf locks between a compute node's \
-             clients (remora's hands over internal-node locks only)",
+            "measured over the curves' window (`--seconds 0.002` at quick, smart.rs \
+             factor_window_s: the authors count one 0.5 s epoch of a running test, \
+             exp/fig_15.py; over a fixed 10k operations each run ended with its slowest \
+             operation, 1.45 ms for this step: 10.3 against 6.4 Mops, 1.61x). Both steps run \
+             the authors' lock path (src/Tree.cpp in_place_update_leaf with \
+             TREE_TEST_HOCL_HANDOVER, on for every step before write combining): the step \
+             before takes a hashed 1-bit lock in NIC on-chip memory (64 per word, 1M for 60M \
+             leaves, 192 at 10k keys: core/src/smart/onchip.rs) with a masked CAS and releases \
+             it with a second masked CAS after the write; the rear lock is the leaf's own word, \
+             released by the write-back. A compute node's clients queue for a leaf's lock in a \
+             local table and a releaser hands it to a waiting one (up to 9 in a row) without \
+             unlocking, the taker skipping the lock CAS (SmartConfig::leaf_handover, \
+             core/src/smart/leaflock.rs; `--factor-no-leaf-handover` turns it off). Per op, \
+             in-place against rear lock: 2.69 against 2.11 round trips, 3.81 against 3.65 \
+             verbs, 1.11 against 0.56 NIC atomics, 218 against 182 B; per update, 0.28 against \
+             0.10 failed lock CAS and 0.04 hand-overs each (`remora bench ... --json`, smart \
+             lock_waits, handovers). Without the hand-over the rear lock lost: 12.85 against \
+             18.02 Mops, 0.71x, 0.58 failed CAS per update on the hot leaf's host word (an \
+             atomic holds it 400 ns, host_atomic_ns; the on-chip word 1/110 Mops, \
+             dm_atomic_mops) against 0.73 on chip. The paper's 3x cannot come from the code's \
+             round trips: an update takes 4 in the step before (the search's leaf READ, lock \
+             CAS, WRITE, unlock CAS) and 3 with the rear lock (READ, CAS, WRITE that unlocks), \
+             as remora's do, so YCSB-A's half reads give 2.5 against 2.0 per op, 1.25x; a hot \
+             leaf's lock is held from its CAS to its release for 4 one-way trips against 2, \
+             under 2x, and a handed-over turn holds it for one WRITE round trip in both. 3x \
+             here needs the step before at 6.1 Mops, 42 us per operation (256 in flight) \
+             against 13.9 us",
         ),
     ];
+    let factor_ms = factor_window_s(s) * 1e3;
     Paper {
         key: "smart",
         name: "SMART (OSDI'23)",
@@ -403,7 +439,8 @@ pub fn paper(s: &Scale) -> Paper {
              smart.rs), Sherman's pages {SHERMAN_PAGE} B (the paper's 623 B leaf in 64-byte lines: see smart.rs); YCSB bars and factors: {NODES} compute nodes x \
              {per_node} client threads x {BAR_COROUTINES} coroutines ({bar_warm} warm-up ops; \
              the authors' factor shape, {NODES} x 24 x 2, is not used at this scale: see \
-             smart.rs); curves: the authors' thread sweeps of each index x {COROUTINES} \
+             smart.rs; factors counted over {factor_ms} ms of virtual time, leaf locks handed \
+             over within a compute node as the authors' in-place steps do); curves: the authors' thread sweeps of each index x {COROUTINES} \
              coroutines (their scripts' count), SMART {} per node (YCSB-A) and {} (YCSB-C) on \
              {NODES} nodes, Sherman {} on {SHERMAN_NODES_A} nodes (YCSB-A) and {} on {NODES} \
              (YCSB-C), 50 warm-up ops per coroutine, then throughput counted over {} ms of virtual \

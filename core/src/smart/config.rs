@@ -120,6 +120,18 @@ pub struct SmartConfig {
     /// dmemsys/SMART `include/LocalLockTable.h`). On by default; off, every client competes
     /// for the remote lock word.
     pub hocl_handover: bool,
+    /// In-place leaves (`techniques.in_place_leaf`), without write combining: the clients of
+    /// one compute node queue for a leaf's lock in a local table of the node, and a releaser
+    /// hands the lock to a waiting one up to 9 times in a row instead of unlocking
+    /// (`handover.rs`), as the SMART authors' in-place steps do (`in_place_update_leaf` with
+    /// `TREE_TEST_HOCL_HANDOVER`, on for every factor step before write combining:
+    /// dmemsys/SMART src/Tree.cpp, CMakeLists.txt, include/LocalLockTable.h). A taker handed
+    /// the lock reads the leaf without a CAS (on-chip bit) or re-stamps the rear lock word
+    /// with its own (CAS from the handed word, in the doorbell that reads the leaf); a releaser
+    /// handing over writes the leaf without the unlock. Off by default (remora's SMART
+    /// combines writes instead); the factor analysis turns it on for the steps the authors'
+    /// code runs it in.
+    pub leaf_handover: bool,
     /// The SMART authors' lock table (`onchip.rs`): 0 (the default) keeps every lock in the
     /// locked object's own word in host memory, an owned word with a lease; n > 0 puts the
     /// internal-node locks of the lock-based baseline and the leaf locks of in-place leaves
@@ -133,7 +145,7 @@ pub struct SmartConfig {
 }
 
 impl SmartConfig {
-    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline), locks in host memory (no on-chip table).
+    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline) and off (leaves), locks in host memory (no on-chip table).
     pub fn new(techniques: Techniques, key_mode: KeyMode, value_cap: usize) -> SmartConfig {
         SmartConfig {
             techniques,
@@ -152,8 +164,17 @@ impl SmartConfig {
             assume_tail_last: false,
             reclaim: true,
             hocl_handover: true,
+            leaf_handover: false,
             onchip_locks: 0,
         }
+    }
+
+    /// Whether in-place leaf locks are handed over between a compute node's clients
+    /// ([`Self::leaf_handover`] with in-place leaves and without write combining, whose
+    /// local table serves the same purpose, as in the authors' code).
+    pub(crate) fn leaf_handover_on(&self) -> bool {
+        let t = &self.techniques;
+        self.leaf_handover && t.in_place_leaf && !t.combining
     }
 
     /// Internal key length bound under this mode.

@@ -1,5 +1,8 @@
 //! Lock hand-over between the clients of one compute node, for the lock-based baseline's
-//! internal-node locks (HOCL, as the SMART authors' ART baseline takes them).
+//! internal-node locks (HOCL, as the SMART authors' ART baseline takes them), and, with
+//! `SmartConfig::leaf_handover`, for in-place leaves' locks (the authors' in-place steps,
+//! `in_place_update_leaf`; the same table type, a second instance keyed by the leaf or its
+//! lock word: `leaflock.rs`).
 //!
 //! The authors' baseline (`TREE_TEST_ROWEX_ART` with `TREE_TEST_HOCL_HANDOVER`, on for every
 //! factor step before write combining: dmemsys/SMART CMakeLists.txt) takes an internal

@@ -266,3 +266,105 @@ fn hand_overs_in_a_row_are_bounded_then_the_lock_is_released() {
     assert!(releases >= 2, "{releases} releases");
     assert!(fenced.borrow().is_empty());
 }
+
+/// In-place leaves with the leaf hand-over (`SmartConfig::leaf_handover`), the rear lock on
+/// or off (then the lock is the leaf's own word, released by a WRITE after the write-back).
+fn leaf_cfg(rear_lock: bool, handover: bool) -> SmartConfig {
+    let t = Techniques {
+        rear_lock,
+        delegation: false,
+        combining: false,
+        ..Techniques::SMART
+    };
+    let mut c = SmartConfig::new(t, KeyMode::Fixed(8), 8);
+    c.cache_mib = 1.0;
+    c.leaf_handover = handover;
+    c.lease.lease_ns = 50_000;
+    c.lease.min_backoff_ns = 100;
+    c.lease.max_backoff_ns = 1_000;
+    c
+}
+
+/// 4 handles of one compute node x 2 coroutines, each updating 2 hot keys 40 times in turn;
+/// then a handle of another compute node updates both keys. Returns (hand-overs, remote
+/// lock polls that found a lock held) of the first node's handles.
+fn hot_leaf_updates(rear_lock: bool, handover: bool) -> (u64, u64) {
+    let m = memory(16 << 20);
+    let clock = Cell::new(1);
+    let fenced = RefCell::new(Vec::new());
+    let c = leaf_cfg(rear_lock, handover);
+    let node = Arc::new(SmartNode::new(&c));
+    let eps: Vec<Ep<'_>> = (1..=5)
+        .map(|id| Ep {
+            inner: endpoint(&m),
+            id,
+            clock: &clock,
+            fenced: &fenced,
+        })
+        .collect();
+    let hs: Vec<Smart<'_, Ep<'_>>> = eps[..4]
+        .iter()
+        .map(|ep| block(Smart::open_on(ep, c, node.clone())).unwrap())
+        .collect();
+    let hot = |k: u64| (k << 40 | 7).to_be_bytes();
+    for k in 0..2 {
+        block(hs[0].upsert(&hot(k), &0u64.to_le_bytes())).unwrap();
+    }
+    let last = RefCell::new(Vec::new());
+    let mut futs: Vec<Pin<Box<dyn Future<Output = ()> + '_>>> = Vec::new();
+    for (h, s) in hs.iter().enumerate() {
+        for co in 0..2u64 {
+            let last = &last;
+            futs.push(Box::pin(async move {
+                let who = (h as u64 * 2 + co + 1) << 32;
+                for i in 0..40u64 {
+                    let v = who | i;
+                    assert!(s.update(&hot(i % 2), &v.to_le_bytes()).await.unwrap());
+                }
+                // Its last value of each key: i = 38 (key 0) and 39 (key 1).
+                last.borrow_mut().extend([who | 38, who | 39]);
+            }));
+        }
+    }
+    run_all(futs);
+    let mut out = [0u8; 8];
+    let last = last.into_inner();
+    for k in 0..2u64 {
+        assert_eq!(block(hs[0].get(&hot(k), &mut out)).unwrap(), Some(8));
+        let v = u64::from_le_bytes(out);
+        assert!(
+            last.contains(&v) && v & 1 == k,
+            "key {k} holds {v:#x}, no writer's last value"
+        );
+    }
+    // Every lock was released: another compute node's client takes each at once.
+    let other = block(Smart::open(&eps[4], c)).unwrap();
+    for k in 0..2u64 {
+        assert!(block(other.update(&hot(k), &9u64.to_le_bytes())).unwrap());
+    }
+    assert_eq!(other.stats().lock_waits, 0, "a leaf lock stayed held");
+    assert!(fenced.borrow().is_empty(), "a live client was fenced");
+    let st: Vec<SmartStats> = hs.iter().map(|s| s.stats()).collect();
+    (
+        st.iter().map(|s| s.handovers).sum(),
+        st.iter().map(|s| s.lock_waits).sum(),
+    )
+}
+
+#[test]
+fn contended_leaf_locks_are_handed_over_within_the_node() {
+    for rear_lock in [true, false] {
+        let (handed, polls) = hot_leaf_updates(rear_lock, true);
+        let (none, polls_without) = hot_leaf_updates(rear_lock, false);
+        assert_eq!(none, 0, "hand-over off, yet leaf locks were handed over");
+        assert!(
+            handed > 0,
+            "no leaf lock was handed over (rear lock {rear_lock})"
+        );
+        assert!(
+            polls < polls_without,
+            "remote lock polls: {polls} with hand-over, {polls_without} without (rear lock \
+             {rear_lock})"
+        );
+    }
+}

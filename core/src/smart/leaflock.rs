@@ -17,6 +17,8 @@
 //!   the leaf's content — the in-flight write took effect. A torn leaf whose redo does not
 //!   verify is reported corrupt.
 use super::config::SmartError;
+use super::handover::Turn;
+use super::onchip::chip_lock;
 use super::remote::check_leaf;
 use super::{Smart, bump};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
@@ -78,6 +80,13 @@ pub(crate) fn redo_of(word: u64, leaf: GlobalAddr) -> GlobalAddr {
     GlobalAddr::new(leaf.node(), off)
 }
 
+/// A leaf lock held by [`Smart::lock_leaf`]: how it was had, and the compute node's local
+/// turn on it (with the leaf hand-over).
+pub(crate) struct LeafHold<'a> {
+    pub got: Got,
+    pub turn: Option<Turn<'a>>,
+}
+
 /// How a leaf lock was had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Got {
@@ -133,6 +142,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     ///
     /// With the on-chip lock table for this step (`Smart::leaf_chip_lock`) the lock is the
     /// leaf's hashed bit in device memory instead (never taken over: always [`Got::Clean`]).
+    ///
+    /// With the leaf hand-over (`SmartConfig::leaf_handover`) the compute node's clients
+    /// first queue for a local turn on the lock; a turn handed the lock by the previous holder
+    /// reads the leaf without a CAS (on-chip bit) or re-stamps the lock word with its own (CAS
+    /// from the handed word, same doorbell: a failed re-stamp, the word taken over meanwhile,
+    /// falls back to an ordinary acquisition).
     pub(crate) async fn lock_leaf(
         &self,
         leaf: GlobalAddr,
@@ -140,18 +155,63 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         mine: u64,
         img: &mut [u8],
         t0: u64,
-    ) -> Result<Option<Got>, SmartError> {
-        if let Some(c) = self.leaf_chip_lock(leaf) {
+    ) -> Result<Option<LeafHold<'_>>, SmartError> {
+        let chip = self.leaf_chip_lock(leaf);
+        let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
+        let qp = self.qp(leaf)?;
+        let table = &self.node.leaf_handover;
+        let mut expected = 0u64;
+        let mut turn = None;
+        if table.on() {
+            // Keyed by the leaf (on-chip bit) or its lock word (whose address a stale
+            // hand-over's unlock needs).
+            let key = if chip.is_some() { leaf } else { lock_at };
+            let (t, g) = table
+                .turn(key, mine, &self.cfg.lease, || self.ep.now_ns())
+                .await
+                .map_err(|t| SmartError::Held {
+                    what: "leaf lock (this compute node's turn)",
+                    at: lock_at,
+                    word: t.owner,
+                    holder: holder(t.owner),
+                    waited_ns: t.waited_ns,
+                })?;
+            turn = Some(t);
+            if let Some((other, word)) = g.stale {
+                // Handed over for another leaf hashed to the same entry, and not taken:
+                // unlock it for the releaser (a CAS: harmless if it changed meanwhile).
+                match chip {
+                    Some(_) => self.unlock_chip(chip_lock(other, self.chip_bits)).await?,
+                    None => {
+                        self.qp(other)?.cas(other, word, 0).await?;
+                    }
+                }
+            }
+            expected = g.handed.unwrap_or(0);
+        }
+        if let Some(c) = chip {
+            if expected != 0 {
+                if self.stale(t0) {
+                    return Ok(None);
+                }
+                bump(&self.stats.handovers);
+                qp.read(leaf, &mut img[..bytes]).await?;
+                return Ok(Some(LeafHold {
+                    got: Got::Clean,
+                    turn,
+                }));
+            }
             let reads = &mut [(leaf, &mut img[..bytes])];
             let got = self
                 .lock_chip(c, "leaf lock (on-chip bit)", reads, Some(t0))
                 .await?;
-            return Ok(got.then_some(Got::Clean));
+            return Ok(got.then_some(LeafHold {
+                got: Got::Clean,
+                turn,
+            }));
         }
-        let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
-        let qp = self.qp(leaf)?;
+        let mut handed = expected != 0;
         let mut waiter: Option<Waiter> = None;
-        let mut expected = 0u64;
         loop {
             if self.stale(t0) {
                 return Ok(None);
@@ -171,13 +231,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             ])
             .await?;
             if old == expected {
-                return Ok(Some(if expected == 0 {
+                let got = if expected == 0 {
+                    Got::Clean
+                } else if handed {
+                    bump(&self.stats.handovers);
                     Got::Clean
                 } else {
                     bump(&self.stats.takeovers);
                     Got::TookOver(expected)
-                }));
+                };
+                return Ok(Some(LeafHold { got, turn }));
             }
+            handed = false;
             bump(&self.stats.lock_waits);
             expected = self
                 .lock_wait(&mut waiter, old, "leaf lock", lock_at)
@@ -187,19 +252,21 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// Releases a leaf lock taken by [`Self::lock_leaf`] without writing the leaf: a WRITE
     /// of 0 to the leaf's lock word at `lock_at`, or the masked CAS that clears its on-chip
-    /// bit.
+    /// bit; then ends the local turn (nothing handed over).
     pub(crate) async fn unlock_leaf(
         &self,
         leaf: GlobalAddr,
         lock_at: GlobalAddr,
+        turn: Option<Turn<'_>>,
     ) -> Result<(), SmartError> {
-        match self.leaf_chip_lock(leaf) {
+        let r = match self.leaf_chip_lock(leaf) {
             Some(c) => self.unlock_chip(c).await,
-            None => {
-                self.write(lock_at, &0u64.to_le_bytes()).await?;
-                Ok(())
-            }
+            None => self.write(lock_at, &0u64.to_le_bytes()).await,
+        };
+        if let Some(t) = turn {
+            t.finish(false).await;
         }
+        r
     }
 
     /// One failed CAS on the remote lock word at `lock_at`, which held `old`: backs off, or

@@ -24,6 +24,9 @@ pub struct SmartNode {
     pub(crate) local: LocalTable,
     /// The local lock table of the lock-based baseline's hand-over (empty otherwise).
     pub(crate) handover: HandOver,
+    /// The local lock table of the in-place leaves' hand-over (`SmartConfig::leaf_handover`;
+    /// empty otherwise).
+    pub(crate) leaf_handover: HandOver,
     cache_on: bool,
     /// Handles opened on this node so far (each takes its own reader shard of the cache).
     handles: AtomicU32,
@@ -56,6 +59,7 @@ impl SmartNode {
             cache: TryRw::new(RadixCache::new(cache_bytes)),
             local: LocalTable::new(cfg.local_table, cfg.value_cap),
             handover: HandOver::new(!cfg.techniques.lock_free_internal && cfg.hocl_handover),
+            leaf_handover: HandOver::new(cfg.leaf_handover_on()),
             cache_on: cache_bytes > 0,
             handles: AtomicU32::new(0),
         }
@@ -120,7 +124,9 @@ impl SmartNode {
         NodeFootprint {
             cache_bytes,
             cache_entries,
-            table_bytes: (self.local.footprint() + self.handover.footprint()) as u64,
+            table_bytes: (self.local.footprint()
+                + self.handover.footprint()
+                + self.leaf_handover.footprint()) as u64,
             handles: self.handles.load(Relaxed),
         }
     }

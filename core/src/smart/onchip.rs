@@ -13,8 +13,9 @@
 //! (`include/Common.h`, `include/Rdma.h` `ON_CHIP_SIZE 128`) for the paper's 60M keys; the
 //! bench scales the count with the key count (`bins/src/bench/factors.rs`).
 //!
-//! What stays remora's: the hand-over of internal-node locks between one compute node's
-//! clients (`handover.rs`), the doorbell shapes (the lock's CAS reads what the caller needs in
+//! What stays remora's: the hand-over of locks between one compute node's clients
+//! (`handover.rs`: the baseline's internal-node locks, and the in-place leaves' with
+//! `SmartConfig::leaf_handover`), the doorbell shapes (the lock's CAS reads what the caller needs in
 //! the same doorbell; a node's unlock rides with its slot write; an in-place leaf's unlock
 //! follows the write-back), and waiting with back-off on the fabric clock. One thing is lost:
 //! a bit names no holder, so a lock whose holder died is never taken over (no lease, no

@@ -17,6 +17,7 @@ use remora_layouts::smart::NODE_REV_OFFSET;
 use std::boxed::Box;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::vec;
 use std::vec::Vec;
 
@@ -346,4 +347,68 @@ fn baseline_histories_with_on_chip_node_locks() {
 #[test]
 fn in_place_histories_with_on_chip_leaf_locks() {
     histories(IN_PLACE);
+}
+
+/// The in-place step's on-chip leaf locks with the leaf hand-over: 4 handles of one compute
+/// node (one `SmartNode`) update one hot key in turn. Returns (hand-overs, masked CASes).
+fn hot_key_on_chip(handover: bool) -> (u64, u64) {
+    let m = node(32 << 20, DM);
+    let eps: Vec<DevEp> = (0..4).map(|_| ep(&m)).collect();
+    let mut c = cfg(IN_PLACE, 64);
+    c.leaf_handover = handover;
+    let shared = Arc::new(SmartNode::new(&c));
+    let handles: Vec<_> = eps
+        .iter()
+        .map(|e| block(Smart::open_on(e, c, shared.clone())).unwrap())
+        .collect();
+    let key = 77u64.to_be_bytes();
+    block(handles[0].upsert(&key, &0u64.to_le_bytes())).unwrap();
+    let cas0: u64 = eps.iter().map(|e| e.qp.counters.snapshot().verbs[3]).sum();
+    let mut futs: Vec<core::pin::Pin<Box<dyn Future<Output = ()> + '_>>> = Vec::new();
+    for (h, s) in handles.iter().enumerate() {
+        futs.push(Box::pin(async move {
+            for i in 1..=30u64 {
+                assert!(
+                    s.update(&key, &(i << 8 | h as u64).to_le_bytes())
+                        .await
+                        .unwrap()
+                );
+            }
+        }));
+    }
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut done = vec![false; futs.len()];
+    while done.iter().any(|d| !d) {
+        for (i, f) in futs.iter_mut().enumerate() {
+            if !done[i] && f.as_mut().poll(&mut cx).is_ready() {
+                done[i] = true;
+            }
+        }
+    }
+    drop(futs);
+    let mut out = [0u8; 8];
+    assert_eq!(block(handles[0].get(&key, &mut out)).unwrap(), Some(8));
+    assert_eq!(
+        u64::from_le_bytes(out) >> 8,
+        30,
+        "not some handle's last value"
+    );
+    assert_eq!(word(&m.1.borrow(), 0), 0, "a lock bit stayed set");
+    let cas: u64 = eps.iter().map(|e| e.qp.counters.snapshot().verbs[3]).sum();
+    (
+        handles.iter().map(|s| s.stats().handovers).sum(),
+        cas - cas0,
+    )
+}
+
+#[test]
+fn on_chip_leaf_locks_are_handed_over_within_the_node() {
+    let (handed, cas) = hot_key_on_chip(true);
+    let (none, cas_without) = hot_key_on_chip(false);
+    assert_eq!(none, 0);
+    assert!(handed > 0, "no on-chip leaf lock was handed over");
+    assert!(
+        cas < cas_without,
+        "masked CASes: {cas} with hand-over, {cas_without} without"
+    );
 }

@@ -2,8 +2,9 @@
 //! pointer; inserts of new keys through the structural changes.
 use super::Smart;
 use super::config::SmartError;
+use super::handover::Release;
 use super::key::Key;
-use super::leaflock::Got;
+use super::leaflock::{Got, LeafHold};
 use super::remote::{build_leaf, check_leaf, is_retired, retired_status, verified_leaf};
 use super::search::{Miss, Pos};
 use super::structure::Swap;
@@ -279,7 +280,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let redo = self.redo_slot(leaf.node()).await?;
         let mine = owner_word(self.ep.client_id(), redo.tag);
         let mut img = [0u8; MAX_LEAF_BYTES];
-        let Some(got) = self.lock_leaf(leaf, bytes, mine, &mut img, t0).await? else {
+        let Some(LeafHold { got, turn }) = self.lock_leaf(leaf, bytes, mine, &mut img, t0).await?
+        else {
             return Ok(None);
         };
         // After a takeover the leaf may be torn: rebuild it from the dead holder's redo copy
@@ -290,7 +292,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 match self.repair_taken_leaf(leaf, &mut img[..bytes], dead).await {
                     Ok(r) => r,
                     Err(e) => {
-                        self.unlock_leaf(leaf, lock_at).await?;
+                        self.unlock_leaf(leaf, lock_at, turn).await?;
                         return Err(e);
                     }
                 }
@@ -301,7 +303,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             Ok(v) if is_retired(v.status, leaf) => (false, false),
             Ok(v) => (v.status.is_valid(), v.key == key),
             Err(err) => {
-                self.unlock_leaf(leaf, lock_at).await?;
+                self.unlock_leaf(leaf, lock_at, turn).await?;
                 return Err(SmartError::Corrupt {
                     what: "leaf under our lock (torn, with no dead holder to blame)",
                     err,
@@ -310,9 +312,13 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         };
         if !same_key || (!was_valid && kind != WriteKind::Upsert) {
             if repaired {
-                self.write_back(leaf, lock_at, &img[..bytes], None).await?;
+                self.write_back(leaf, lock_at, &img[..bytes], None, true)
+                    .await?;
+                if let Some(t) = turn {
+                    t.finish(false).await;
+                }
             } else {
-                self.unlock_leaf(leaf, lock_at).await?;
+                self.unlock_leaf(leaf, lock_at, turn).await?;
             }
             return Ok(if same_key { Some(false) } else { None });
         }
@@ -334,9 +340,18 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 err,
             }
         })?;
-        if self.cfg.techniques.rear_lock && self.cfg.assume_tail_last {
+        // With the leaf hand-over, a client of this compute node waiting for the lock takes it
+        // from us: the write-back leaves it held (the authors' `write_without_unlock`).
+        let release = match &turn {
+            Some(t) => t.decide().await,
+            None => Release::Unlock,
+        };
+        let unlock = release == Release::Unlock;
+        let r = if self.cfg.techniques.rear_lock && self.cfg.assume_tail_last {
             // Redo copy, then write-back and release in one WRITE: the lock word is the last
-            // one written (only where the fabric places a WRITE's last word last).
+            // one written (only where the fabric places a WRITE's last word last). Handing
+            // over, the lock word is left out.
+            let end = if unlock { bytes } else { bytes - 8 };
             qp.post(&mut [
                 Op::Write {
                     remote: redo.at,
@@ -344,65 +359,74 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 },
                 Op::Write {
                     remote: leaf.add(LEAF_STATUS_OFFSET as u64),
-                    local: &img[LEAF_STATUS_OFFSET..bytes],
+                    local: &img[LEAF_STATUS_OFFSET..end],
                 },
             ])
-            .await?;
+            .await
+            .map_err(SmartError::from)
         } else if self.cfg.techniques.rear_lock {
             // Redo copy, write-back, release: one doorbell, per-queue-pair order.
-            self.write_back(leaf, lock_at, &img[..bytes], Some(redo.at))
-                .await?;
+            self.write_back(leaf, lock_at, &img[..bytes], Some(redo.at), unlock)
+                .await
         } else {
-            qp.post(&mut [
-                Op::Write {
-                    remote: redo.at,
-                    local: &img[..bytes],
+            let w = qp
+                .post(&mut [
+                    Op::Write {
+                        remote: redo.at,
+                        local: &img[..bytes],
+                    },
+                    Op::Write {
+                        remote: leaf.add(LEAF_STATUS_OFFSET as u64),
+                        local: &img[LEAF_STATUS_OFFSET..bytes - 8],
+                    },
+                ])
+                .await
+                .map_err(SmartError::from);
+            match (w, unlock) {
+                (Ok(()), true) => match self.leaf_chip_lock(leaf) {
+                    Some(c) => self.unlock_chip(c).await,
+                    None => self.write(lock_at, &0u64.to_le_bytes()).await,
                 },
-                Op::Write {
-                    remote: leaf.add(LEAF_STATUS_OFFSET as u64),
-                    local: &img[LEAF_STATUS_OFFSET..bytes - 8],
-                },
-            ])
-            .await?;
-            self.unlock_leaf(leaf, lock_at).await?;
+                (w, _) => w,
+            }
+        };
+        if let Some(t) = turn {
+            t.finish(!unlock && r.is_ok()).await;
         }
+        r?;
         drop(redo);
         Ok(Some(was_valid))
     }
 
-    /// `[redo copy,] leaf body, unlock` in one doorbell.
+    /// `[redo copy,] leaf body[, unlock]` in one doorbell (no unlock: the lock is handed over).
     async fn write_back(
         &self,
         leaf: GlobalAddr,
         lock_at: GlobalAddr,
         img: &[u8],
         redo: Option<GlobalAddr>,
+        unlock: bool,
     ) -> Result<(), SmartError> {
         let bytes = img.len();
-        let unlock = 0u64.to_le_bytes();
-        let body = Op::Write {
+        let zero = 0u64.to_le_bytes();
+        let mut ops: heapless::Vec<Op<'_>, 3> = heapless::Vec::new();
+        if let Some(at) = redo {
+            let _ = ops.push(Op::Write {
+                remote: at,
+                local: img,
+            });
+        }
+        let _ = ops.push(Op::Write {
             remote: leaf.add(LEAF_STATUS_OFFSET as u64),
             local: &img[LEAF_STATUS_OFFSET..bytes - 8],
-        };
-        let release = Op::Write {
-            remote: lock_at,
-            local: &unlock,
-        };
-        let qp = self.qp(leaf)?;
-        match redo {
-            Some(at) => {
-                qp.post(&mut [
-                    Op::Write {
-                        remote: at,
-                        local: img,
-                    },
-                    body,
-                    release,
-                ])
-                .await?
-            }
-            None => qp.post(&mut [body, release]).await?,
+        });
+        if unlock {
+            let _ = ops.push(Op::Write {
+                remote: lock_at,
+                local: &zero,
+            });
         }
+        self.qp(leaf)?.post(&mut ops).await?;
         Ok(())
     }
 

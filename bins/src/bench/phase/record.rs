@@ -43,6 +43,8 @@ pub struct SmartSummary {
     pub restarts: u64,
     pub checksum_retries: u64,
     pub lock_waits: u64,
+    /// Locks handed over by a client of the same compute node (no remote acquisition).
+    pub handovers: u64,
     pub cache_leaf_hits: u64,
     pub cache_invalidations: u64,
     pub delegated_reads: u64,
@@ -59,6 +61,7 @@ impl SmartSummary {
             restarts: b.restarts - a.restarts,
             checksum_retries: b.checksum_retries - a.checksum_retries,
             lock_waits: b.lock_waits - a.lock_waits,
+            handovers: b.handovers - a.handovers,
             cache_leaf_hits: b.cache_leaf_hits - a.cache_leaf_hits,
             cache_invalidations: b.cache_invalidations - a.cache_invalidations,
             delegated_reads: b.delegated_reads - a.delegated_reads,
@@ -73,6 +76,7 @@ impl SmartSummary {
         self.restarts += o.restarts;
         self.checksum_retries += o.checksum_retries;
         self.lock_waits += o.lock_waits;
+        self.handovers += o.handovers;
         self.cache_leaf_hits += o.cache_leaf_hits;
         self.cache_invalidations += o.cache_invalidations;
         self.delegated_reads += o.delegated_reads;
