@@ -206,6 +206,14 @@ mod tests {
             serde_json::from_str(&serde_json::to_string(&report(vec![r.clone()])).unwrap())
                 .unwrap();
         assert_eq!(back.rows().next().unwrap().seeds, Some(s));
+        // A class that got worse over seeds says so in `--check`'s message.
+        let mut worse = r.clone();
+        (worse.remora, worse.of_paper) = (Some(6.0), Some(2.0));
+        let d = super::super::check::diff(&report(vec![r.clone()]), &report(vec![worse]));
+        assert!(
+            d.len() == 1 && d[0].contains("rough (6.00x, the median of 5 seeds (1.60x seed 5"),
+            "{d:?}"
+        );
         // One seed measured on both sides (b at seed 1 only): the plain row of seed 1.
         let mut one = e.clone();
         one[0].points.retain(|p| p.series == "a" || p.seed == 1);
