@@ -71,6 +71,37 @@ fn sherman_report_charts_and_check() {
     let r = report(&d);
     let rows = r["papers"][0]["rows"].as_array().unwrap();
     assert!(rows.iter().all(|r| r["remora"].is_number()), "{rows:?}");
+    // The seed-noisy rows (YCSB-A, YCSB-D, LOAD) are medians over seeds 1-5, graded by it;
+    // YCSB-B's row is one seed's.
+    let row = |id: &str| rows.iter().find(|r| r["id"] == id).unwrap();
+    for id in [
+        "write-p99",
+        "read-throughput-inserts",
+        "write-throughput-inserts",
+    ] {
+        let s = &row(id)["seeds"];
+        assert_eq!(s["n"], 5, "{id}: {s}");
+        assert_eq!(row(id)["remora"], s["median"], "{id}");
+        assert_eq!(row(id)["seed"], s["shown"], "{id}");
+    }
+    assert!(row("read-throughput")["seeds"].is_null());
+    assert!(md.contains("median of 5 seeds"), "{md}");
+    let pts: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(d.join("sherman-factors.json")).unwrap())
+            .unwrap();
+    for seed in 1..=5 {
+        let at: Vec<_> = pts.iter().filter(|p| p["seed"] == seed).collect();
+        // Five steps of YCSB-A, YCSB-D and LOAD at every seed; YCSB-B at seed 1.
+        assert_eq!(at.len(), if seed == 1 { 20 } else { 15 }, "seed {seed}");
+        assert!(
+            at.iter().all(|p| p["command"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("--seed {seed}"))
+                || p["workload"] == "B"),
+            "seed {seed}"
+        );
+    }
     // A committed report whose first ratio sits on the other side of 1 fails the check of
     // a regenerated one, naming that row and only that row (the sim is deterministic: every
     // other row matches).
@@ -102,6 +133,26 @@ fn sherman_report_charts_and_check() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("sherman/write-throughput"), "{err}");
     assert_eq!(err.matches("\n  ").count(), 1, "one difference only: {err}");
+    // `--seeds N` runs every series at seeds 1..=N.
+    let d3 = dir("sherman3");
+    ok(&remora(&[
+        "repro",
+        "sherman",
+        "--scale",
+        "tiny",
+        "--only",
+        "sherman-clients-a",
+        "--seeds",
+        "2",
+        "--out",
+        d3.to_str().unwrap(),
+        "--quiet",
+    ]));
+    let pts: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(d3.join("sherman-clients-a.json")).unwrap())
+            .unwrap();
+    let seeds: Vec<u64> = pts.iter().map(|p| p["seed"].as_u64().unwrap()).collect();
+    assert_eq!(seeds, vec![1, 2, 1, 2], "Sherman and FG+ at seeds 1 and 2");
     // An unknown experiment is refused before anything runs.
     let o = remora(&["repro", "sherman", "--only", "nope", "--out", out]);
     assert!(!o.status.success());

@@ -84,6 +84,12 @@ pub struct ReproArgs {
     /// it first and puts it in its report.
     #[arg(long)]
     pub memory: bool,
+    /// Run every series at seeds 1..=N instead of its own seed list (most run one seed; the
+    /// seed-noisy ones several): each row then gives the median of its N per-seed ratios,
+    /// graded, with their smallest and largest beside it. For measuring how far a row moves
+    /// with the seed.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=99))]
+    pub seeds: Option<u64>,
 }
 
 /// The sizes of one scale.
@@ -243,6 +249,10 @@ pub struct Series {
     pub args: String,
     /// Workloads, one bench run each (`--factors` runs take theirs in `args`).
     pub workloads: Vec<&'static str>,
+    /// Seeds to run every command at (`--seed N` added to each): a claim whose two points
+    /// both have several seeds gets the median of its per-seed ratios and their spread
+    /// ([`report::seeds`]). Empty: once, at the command's own seed (the bench default, 1).
+    pub seeds: Vec<u64>,
 }
 
 impl Series {
@@ -251,7 +261,22 @@ impl Series {
             label: label.into(),
             args,
             workloads: workloads.to_vec(),
+            seeds: Vec::new(),
         }
+    }
+
+    /// Runs every command of the series at seeds `1..=n` (a row from one seed of a noisy
+    /// figure, a tail latency, says more about the seed than the system).
+    pub fn over_seeds(mut self, n: u64) -> Series {
+        self.seeds = (1..=n).collect();
+        self
+    }
+
+    /// The seeds its commands run at: `over` (`remora repro --seeds N`: 1..=N for every
+    /// series) if given, else its own; None: once, at the command's own seed.
+    pub fn seeds_to_run(&self, over: Option<u64>) -> Option<Vec<u64>> {
+        let seeds = over.map_or_else(|| self.seeds.clone(), |n| (1..=n).collect());
+        (!seeds.is_empty()).then_some(seeds)
     }
 }
 

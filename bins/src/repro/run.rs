@@ -35,14 +35,38 @@ pub fn commands(s: &Series) -> Vec<String> {
     }
 }
 
+/// The command lines of a series at each of its seeds ([`Series::seeds_to_run`]; `over`:
+/// `remora repro --seeds N`): [`commands`] once per seed, `--seed N` added, seed by seed.
+/// A series whose flags name a seed of their own cannot run over seeds: an error.
+pub fn seeded_commands(s: &Series, over: Option<u64>) -> Result<Vec<String>, String> {
+    let Some(seeds) = s.seeds_to_run(over) else {
+        return Ok(commands(s));
+    };
+    if s.args.split_whitespace().any(|w| w == "--seed") {
+        return Err(format!(
+            "series {}: its flags set --seed, and it is to run over seeds {seeds:?}",
+            s.label
+        ));
+    }
+    Ok(seeds
+        .iter()
+        .flat_map(|n| {
+            commands(s)
+                .into_iter()
+                .map(move |c| format!("{c} --seed {n}"))
+        })
+        .collect())
+}
+
 /// What the bench runs of `e` cost: how many runs (one per workload, sweep point and factor
 /// step; a bulk-loaded run whose load an earlier run of the experiment made starts from a
-/// copy of it) and the most client threads of any of them.
+/// copy of it; each seed a series runs at counts) and the most client threads of any of
+/// them.
 pub fn plan(e: &Experiment) -> Result<(usize, usize), String> {
     let mut runs = 0;
     let mut most = 0;
     for s in &e.series {
-        for cmd in commands(s) {
+        for cmd in seeded_commands(s, None)? {
             let a = parse_bench(&cmd)?;
             let clients = |a: &BenchArgs| match a.fabric {
                 crate::args::FabricKind::Sim => a.sim.compute_nodes * a.sim.clients_per_node,
@@ -72,7 +96,7 @@ pub fn plan(e: &Experiment) -> Result<(usize, usize), String> {
 }
 
 /// The points of one bench run's records: run phases, and the LOAD phase where the series
-/// lists `load` (once per series and client count).
+/// lists `load` (once per series, client count and seed).
 pub fn points(s: &Series, command: &str, recs: &[BenchRecord], out: &mut Vec<Point>) {
     let wants_load = s.workloads.contains(&"load");
     for r in recs {
@@ -82,9 +106,12 @@ pub fn points(s: &Series, command: &str, recs: &[BenchRecord], out: &mut Vec<Poi
         }
         let p = Point::of(&s.label, command, r);
         if load
-            && out
-                .iter()
-                .any(|o| o.series == p.series && o.workload == p.workload && o.clients == p.clients)
+            && out.iter().any(|o| {
+                o.series == p.series
+                    && o.workload == p.workload
+                    && o.clients == p.clients
+                    && o.seed == p.seed
+            })
         {
             continue;
         }
@@ -100,15 +127,19 @@ pub fn points(s: &Series, command: &str, recs: &[BenchRecord], out: &mut Vec<Poi
 /// rows were measured on insert-loaded trees, and bulk-loaded trees (Sherman's 80% full
 /// leaves, as the paper loads them) move some of them. A series whose command says
 /// `--bulk-load` bulk-loads whatever `bulk` says.
+///
+/// A series with seeds runs each command once per seed ([`seeded_commands`]; `seeds`:
+/// `remora repro --seeds N` for every series); each point keeps its seed.
 pub fn experiment(
     e: &Experiment,
     quiet: bool,
     bulk: bool,
+    seeds: Option<u64>,
 ) -> Result<(Vec<Point>, Vec<String>), String> {
     let mut pts = Vec::new();
     let mut failed = Vec::new();
     for s in &e.series {
-        for cmd in commands(s) {
+        for cmd in seeded_commands(s, seeds)? {
             let t = Instant::now();
             // A series may ask for its bulk load at every scale (`--bulk-load`).
             let bulk = bulk || cmd.split_whitespace().any(|w| w == "--bulk-load");
@@ -161,7 +192,7 @@ pub fn paper(p: &Paper, a: &ReproArgs, scale: &Scale) -> Result<report::PaperRep
         if !a.quiet {
             eprintln!("{}: {}", e.id, e.title);
         }
-        let (pts, failures) = experiment(e, a.quiet, scale.name != "quick")?;
+        let (pts, failures) = experiment(e, a.quiet, scale.name != "quick", a.seeds)?;
         report::write_points(&a.out, &e.id, &pts)?;
         let charts = report::charts(&a.out, e, &pts)?;
         if !a.quiet {
@@ -352,6 +383,36 @@ mod tests {
         );
         let f = Series::new("f", "--factors --workloads a".into(), &["a"]);
         assert_eq!(commands(&f).len(), 1);
+    }
+
+    #[test]
+    fn a_series_over_seeds_runs_each_command_at_each_seed() {
+        let s = Series::new("x", "--fabric sim".into(), &["a", "b"]).over_seeds(2);
+        assert_eq!(
+            seeded_commands(&s, None).unwrap(),
+            vec![
+                "--fabric sim --workload a --seed 1",
+                "--fabric sim --workload b --seed 1",
+                "--fabric sim --workload a --seed 2",
+                "--fabric sim --workload b --seed 2",
+            ]
+        );
+        // `--seeds 3` for every series, whatever its own.
+        assert_eq!(seeded_commands(&s, Some(3)).unwrap().len(), 6);
+        let once = Series::new("y", "--fabric sim".into(), &["a"]);
+        assert_eq!(seeded_commands(&once, None).unwrap(), commands(&once));
+        // A series fixing its own seed cannot run over seeds.
+        let fixed = Series::new("z", "--fabric sim --seed 4".into(), &["a"]);
+        assert_eq!(seeded_commands(&fixed, None).unwrap().len(), 1);
+        assert!(seeded_commands(&fixed.over_seeds(2), None).is_err());
+        // The plan counts a run per seed.
+        let e = Experiment {
+            id: "e".into(),
+            title: "E".into(),
+            chart: Chart::Bars,
+            series: vec![s, once],
+        };
+        assert_eq!(plan(&e).unwrap().0, 5);
     }
 
     #[test]

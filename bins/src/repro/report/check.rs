@@ -23,9 +23,12 @@ fn ratio(v: Option<f64>) -> String {
 /// What `row`'s class is measured from: remora's ratio against the paper's figure.
 fn graded(r: &Row, c: Class) -> String {
     format!(
-        "{} ({} against the paper's {}, remora / paper {})",
+        "{} ({}{} against the paper's {}, remora / paper {})",
         c.name(),
         ratio(r.remora),
+        r.seeds
+            .as_ref()
+            .map_or(String::new(), |s| format!(", the {}", s.text())),
         r.paper_text(),
         r.of_paper
             .or_else(|| class::of_paper(r.remora, r.paper_lo, r.paper_hi))

@@ -1,5 +1,7 @@
-//! Grading one claim: the ratio of the picked points, its side of 1, the figures beside it.
+//! Grading one claim: the ratio of the picked points (the median over seeds where they
+//! were measured at several), its side of 1, the figures beside it.
 
+use super::seeds::{self, SeedRatio};
 use super::*;
 
 /// Where a ratio lies against 1: "near" within 3% of it (so a tie does not flip sides on
@@ -93,8 +95,70 @@ pub(super) fn figures(
         .collect()
 }
 
-/// remora's figure for claim `c`.
-pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
+/// What the two picks' points of one seed measure.
+struct Measured<'a> {
+    /// The claim's ratio: at the largest client count, or the best over the sweep ("up to").
+    r: f64,
+    /// The two points it is from.
+    n: &'a Point,
+    d: &'a Point,
+    /// The ratio at every client count, ascending.
+    sweep: Vec<SweepEnd>,
+    /// The pair at the largest client count (the paper's absolute figures are beside it).
+    last: Option<(&'a Point, &'a Point)>,
+}
+
+/// Claim `c`'s ratio from its picks' points `ns` and `ds` (one seed's), paired at the same
+/// client count (`any`: whatever their counts, where a pick names its own).
+fn measure<'a>(c: &Claim, ns: &[&'a Point], ds: &[&'a Point], any: bool) -> Option<Measured<'a>> {
+    let mut pairs: Vec<(&Point, &Point)> = ns
+        .iter()
+        .filter_map(|n| {
+            ds.iter()
+                .find(|d| any || d.clients == n.clients)
+                .map(|d| (*n, *d))
+        })
+        .collect();
+    pairs.sort_by_key(|(n, _)| n.clients);
+    let ratio = |n: &Point, d: &Point| {
+        let (a, b) = (n.metric(c.metric), d.metric(c.metric));
+        let r = match c.metric {
+            Metric::Mops => a / b,
+            _ => b / a,
+        };
+        r.is_finite().then_some(r)
+    };
+    let sweep = pairs
+        .iter()
+        .filter_map(|(n, d)| {
+            ratio(n, d).map(|r| SweepEnd {
+                ratio: r,
+                clients: n.clients,
+            })
+        })
+        .collect();
+    let best = if c.up_to {
+        pairs
+            .iter()
+            .filter_map(|(n, d)| ratio(n, d).map(|r| (r, *n, *d)))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+    } else {
+        pairs
+            .last()
+            .and_then(|(n, d)| ratio(n, d).map(|r| (r, *n, *d)))
+    };
+    best.map(|(r, n, d)| Measured {
+        r,
+        n,
+        d,
+        sweep,
+        last: pairs.last().copied(),
+    })
+}
+
+/// remora's figure for claim `c`: over several seeds (both picks measured at them), the
+/// median of the per-seed ratios, with their spread in `seeds`, graded by the median.
+pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
     let mut row = Row {
         paper: p.key.into(),
         id: c.id.into(),
@@ -117,6 +181,7 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
         sweep_min: None,
         sweep_max: None,
         figures: Vec::new(),
+        seeds: None,
     };
     let near_one = c.paper.0 <= 1.0 && c.paper.1 >= 1.0;
     let Some((num, den)) = &c.points else {
@@ -138,61 +203,61 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
         return row;
     };
     let (ns, ds) = (picked(exps, num), picked(exps, den));
-    // Pairs at the same client count (any count where a pick names its own).
+    // Pairs at the same client count (any count where a pick names its own), seed by seed:
+    // the seeds both picks were measured at.
     let any = num.clients.is_some() || den.clients.is_some();
-    let mut pairs: Vec<(&Point, &Point)> = ns
+    let mut seeds: Vec<u64> = ns
         .iter()
-        .filter_map(|n| {
-            ds.iter()
-                .find(|d| any || d.clients == n.clients)
-                .map(|d| (*n, *d))
-        })
+        .map(|p| p.seed)
+        .filter(|s| ds.iter().any(|d| d.seed == *s))
         .collect();
-    pairs.sort_by_key(|(n, _)| n.clients);
-    let ratio = |n: &Point, d: &Point| {
-        let (a, b) = (n.metric(c.metric), d.metric(c.metric));
-        let r = match c.metric {
-            Metric::Mops => a / b,
-            _ => b / a,
-        };
-        r.is_finite().then_some(r)
+    seeds.sort_unstable();
+    seeds.dedup();
+    let at = |pts: &[&'a Point], s: u64| -> Vec<&'a Point> {
+        pts.iter().copied().filter(|p| p.seed == s).collect()
     };
-    let all: Vec<SweepEnd> = pairs
+    let per_seed: Vec<(u64, Measured)> = seeds
         .iter()
-        .filter_map(|(n, d)| {
-            ratio(n, d).map(|r| SweepEnd {
-                ratio: r,
-                clients: n.clients,
+        .filter_map(|&s| measure(c, &at(&ns, s), &at(&ds, s), any).map(|m| (s, m)))
+        .collect();
+    let spread = seeds::aggregate(
+        &per_seed
+            .iter()
+            .map(|(seed, m)| SeedRatio {
+                seed: *seed,
+                ratio: m.r,
             })
-        })
-        .collect();
-    if all.len() > 1 {
-        row.sweep_min = all
+            .collect::<Vec<_>>(),
+    );
+    // One seed: its ratio. Several: the median, shown with its own seed's points.
+    let shown = match &spread {
+        Some(sp) => per_seed
             .iter()
-            .copied()
-            .min_by(|a, b| a.ratio.total_cmp(&b.ratio));
-        row.sweep_max = all
-            .iter()
-            .copied()
-            .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
-    }
-    let best = if c.up_to {
-        pairs
-            .iter()
-            .filter_map(|(n, d)| ratio(n, d).map(|r| (r, *n, *d)))
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-    } else {
-        pairs
-            .last()
-            .and_then(|(n, d)| ratio(n, d).map(|r| (r, *n, *d)))
+            .find(|(s, _)| *s == sp.shown)
+            .map(|(_, m)| (sp.median, m)),
+        None => per_seed.first().map(|(_, m)| (m.r, m)),
     };
-    let Some((r, n, d)) = best else {
+    let Some((r, m)) = shown else {
         row.missing = format!(
             "no measured pair: {} / {} in {}",
             num.series, den.series, num.exp
         );
         return row;
     };
+    let (n, d) = (m.n, m.d);
+    if m.sweep.len() > 1 {
+        row.sweep_min = m
+            .sweep
+            .iter()
+            .copied()
+            .min_by(|a, b| a.ratio.total_cmp(&b.ratio));
+        row.sweep_max = m
+            .sweep
+            .iter()
+            .copied()
+            .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    }
+    row.seeds = spread;
     row.remora = Some(r);
     row.side = side(Some(r), near_one);
     row.wall_clock = n.fabric != "sim" || d.fabric != "sim";
@@ -204,7 +269,7 @@ pub fn evaluate(p: &Paper, c: &Claim, exps: &[ExpReport]) -> Row {
         .into();
     // The paper's absolute figures are of its largest client count (or its peak): beside
     // them, remora's at the sweep's largest, whichever client count the ratio is from.
-    row.figures = match pairs.last() {
+    row.figures = match m.last {
         Some((ln, ld)) => figures(c, Some(ln), Some(ld), &num.series, &den.series),
         None => Vec::new(),
     };

@@ -68,8 +68,36 @@ fn ordered<'a>(it: impl Iterator<Item = &'a str>) -> Vec<String> {
     v
 }
 
-/// Draws an experiment's charts; returns their file stems.
+/// One point per series, workload and client count: where several seeds measured it, the
+/// seed of median throughput (the lower middle of an even count), so a chart draws one
+/// line or bar per series, not one per seed.
+pub fn median_seed_points(pts: &[Point]) -> Vec<Point> {
+    let mut out: Vec<Point> = Vec::new();
+    for p in pts {
+        let same =
+            |o: &Point| o.series == p.series && o.workload == p.workload && o.clients == p.clients;
+        if out.iter().any(same) {
+            continue;
+        }
+        let mut group: Vec<&Point> = pts.iter().filter(|o| same(o)).collect();
+        group.sort_by(|a, b| a.mops.total_cmp(&b.mops).then(a.seed.cmp(&b.seed)));
+        out.push(group[(group.len() - 1) / 2].clone());
+    }
+    out
+}
+
+/// Draws an experiment's charts; returns their file stems. Points measured over several
+/// seeds are drawn at their median-throughput seed ([`median_seed_points`]).
 pub fn charts(dir: &Path, e: &Experiment, pts: &[Point]) -> Result<Vec<String>, String> {
+    let seeds = pts
+        .first()
+        .is_some_and(|f| pts.iter().any(|p| p.seed != f.seed));
+    let pts = &median_seed_points(pts)[..];
+    let title = if seeds {
+        format!("{} (median-throughput seed)", e.title)
+    } else {
+        e.title.clone()
+    };
     let series = ordered(pts.iter().map(|p| p.series.as_str()));
     let workloads = ordered(pts.iter().map(|p| p.workload.as_str()));
     let mut stems = Vec::new();
@@ -98,7 +126,7 @@ pub fn charts(dir: &Path, e: &Experiment, pts: &[Point]) -> Result<Vec<String>, 
         plot::write(
             &dir.join(&e.id),
             &ChartSpec::Curve {
-                title: e.title.clone(),
+                title: title.clone(),
                 x_label: "client threads".into(),
                 y_label: "throughput (Mops, virtual time)".into(),
                 lines,
@@ -123,7 +151,7 @@ pub fn charts(dir: &Path, e: &Experiment, pts: &[Point]) -> Result<Vec<String>, 
         plot::write(
             &dir.join(&e.id),
             &ChartSpec::Bars {
-                title: e.title.clone(),
+                title: title.clone(),
                 y_label: "throughput (Mops, virtual time)".into(),
                 groups: workloads.iter().map(|w| wname(w)).collect(),
                 series: vals,
@@ -148,7 +176,7 @@ pub fn charts(dir: &Path, e: &Experiment, pts: &[Point]) -> Result<Vec<String>, 
         plot::write(
             &dir.join(&stem),
             &ChartSpec::Cdf {
-                title: format!("{}: latency CDF at {most} clients", e.title),
+                title: format!("{title}: latency CDF at {most} clients"),
                 lines,
             },
         )?;
@@ -185,6 +213,18 @@ mod tests {
                 assert!(dir.join(format!("{s}.svg")).exists());
             }
         }
+        // Over seeds, a chart draws each point at its median-throughput seed.
+        let mut seeded = pts.clone();
+        for (seed, mops) in [(2, 9.0), (3, 1.0)] {
+            let mut p = pts[0].clone();
+            (p.seed, p.mops) = (seed, mops);
+            seeded.push(p);
+        }
+        let m = median_seed_points(&seeded);
+        assert_eq!(m.len(), pts.len());
+        assert_eq!((m[0].seed, m[0].mops), (pts[0].seed, pts[0].mops));
+        seeded[0].mops = 20.0;
+        assert_eq!(median_seed_points(&seeded)[0].seed, 2);
         write_points(&dir, "e", &pts).unwrap();
         let back: Vec<Point> =
             serde_json::from_str(&std::fs::read_to_string(dir.join("e.json")).unwrap()).unwrap();

@@ -1,5 +1,5 @@
 //! `report.md`: the class counts, the claim table, each paper's setup, rows and experiments.
-use super::{Report, Row, class};
+use super::{Report, Row, class, evaluate};
 use std::fmt::Write as _;
 
 impl Report {
@@ -23,7 +23,10 @@ impl Report {
              `remora / paper`: remora's ratio over the paper's (over the nearest end of a \
              range; 1 inside it), and its class: faithful within 0.67-1.5, rough within \
              0.33-3, off further or on the other side of 1 from the paper; direction only where the paper says just \"more than 1x\". \
-             An \"up to\" row shows its sweep's smallest and largest ratio. Where the paper \
+             An \"up to\" row shows its sweep's smallest and largest ratio. A row measured \
+             over several seeds (tail latencies and the other figures one seed of the run \
+             does not settle) gives the median of its per-seed ratios, graded by it, and \
+             their smallest and largest beside it (`seeds` in report.json). Where the paper \
              gives absolute figures, remora's are beside them (remora / paper). \
              Each point's JSON names the `remora bench` command that measures it.\n",
             self.command, self.scale
@@ -108,9 +111,9 @@ impl Report {
                     ratio_text(r),
                     if r.remora.is_some() {
                         format!(
-                            "{} (seed {}; {}){}",
+                            "{} ({}; {}){}",
                             r.measured,
-                            r.seed.unwrap_or_default(),
+                            seed_text(r),
                             class::of_row(r).name(),
                             figures_text(r)
                         )
@@ -138,18 +141,30 @@ impl Report {
                 for c in &e.charts {
                     let _ = writeln!(m, "![{c}]({c}.png) ([SVG]({c}.svg))\n");
                 }
+                // A seed column where the experiment ran more than one.
+                let seeded = e
+                    .points
+                    .first()
+                    .is_some_and(|f| e.points.iter().any(|p| p.seed != f.seed));
                 let _ = writeln!(
                     m,
-                    "| series | workload | clients | Mops | p50 µs | p99 µs | RT/op | B/op |\n\
-                     |---|---|---:|---:|---:|---:|---:|---:|"
+                    "| series | workload | clients |{} Mops | p50 µs | p99 µs | RT/op | B/op |\n\
+                     |---|---|---:|{}---:|---:|---:|---:|---:|",
+                    if seeded { " seed |" } else { "" },
+                    if seeded { "---:|" } else { "" }
                 );
                 for pt in &e.points {
                     let _ = writeln!(
                         m,
-                        "| {} | {} | {} | {:.3} | {:.1} | {:.1} | {:.2} | {:.0} |",
+                        "| {} | {} | {} |{} {:.3} | {:.1} | {:.1} | {:.2} | {:.0} |",
                         pt.series,
                         pt.workload,
                         pt.clients,
+                        if seeded {
+                            format!(" {} |", pt.seed)
+                        } else {
+                            String::new()
+                        },
                         pt.mops,
                         pt.p50_ns / 1e3,
                         pt.p99_ns / 1e3,
@@ -170,6 +185,23 @@ fn ratio_text(r: &Row) -> String {
         return "—".into();
     };
     let mut s = format!("{v:.2}x");
+    if let Some(sp) = &r.seeds {
+        let _ = write!(s, " ({}", sp.text());
+        // The class each end of the spread would have: where they differ, the row's class
+        // (the median's) is one seed's luck away from another.
+        let end = |x: f64| {
+            let agrees = evaluate::same_side(x, (r.paper_lo + r.paper_hi) / 2.0, near_one(r));
+            class::with_side(
+                class::classify(Some(x), r.paper_lo, r.paper_hi),
+                Some(agrees),
+            )
+        };
+        let (lo, hi) = (end(sp.min.ratio), end(sp.max.ratio));
+        if lo != hi {
+            let _ = write!(s, ", classes {} .. {}", lo.name(), hi.name());
+        }
+        s.push(')');
+    }
     if let (true, Some(lo), Some(hi)) = (r.up_to, r.sweep_min, r.sweep_max) {
         let _ = write!(
             s,
@@ -185,6 +217,20 @@ fn ratio_text(r: &Row) -> String {
         s.push(')');
     }
     s
+}
+
+/// A claim of "no considerable difference": the paper's range holds 1.
+fn near_one(r: &Row) -> bool {
+    r.paper_lo <= 1.0 && r.paper_hi >= 1.0
+}
+
+/// Which seed a row's points are from: `seed 3, the median of seeds 1-5`, or `seed 1`.
+fn seed_text(r: &Row) -> String {
+    let seed = r.seed.unwrap_or_default();
+    match &r.seeds {
+        Some(sp) => format!("seed {seed}, the median of seeds {}", sp.seed_list()),
+        None => format!("seed {seed}"),
+    }
 }
 
 /// The paper's absolute figures beside remora's: `; paper's figures (source) beside remora's

@@ -3,7 +3,8 @@
 //! `report.md` (the paper's claim, remora's figure, the ratio, its class, setup and seed side
 //! by side).
 //!
-//! `evaluate.rs` computes a claim's row, `class.rs` grades it against the paper, `why.rs`
+//! `evaluate.rs` computes a claim's row (`seeds.rs`: the median and spread of a row measured
+//! over several seeds), `class.rs` grades it against the paper, `why.rs`
 //! explains a row on the wrong side of 1, `markdown.rs` writes report.md, `files.rs` the
 //! per-experiment JSON, CSV and charts, `check.rs` compares a run with the committed report
 //! (`--check`).
@@ -12,6 +13,7 @@ pub mod class;
 mod evaluate;
 mod files;
 mod markdown;
+pub mod seeds;
 mod why;
 
 use super::{Claim, Metric, Paper, ReproArgs, Scale};
@@ -219,6 +221,11 @@ pub struct Row {
     /// The paper's absolute figures of the two points beside remora's.
     #[serde(default)]
     pub figures: Vec<Figure>,
+    /// Measured over several seeds: `remora` is the median of the per-seed ratios (its
+    /// class too), this their spread and every seed's ratio; `seed`, `measured` and the
+    /// figures are the median seed's. None: one seed (and reports from before seeds).
+    #[serde(default)]
+    pub seeds: Option<seeds::Seeds>,
 }
 
 /// A ratio of a sweep and the client count it was measured at.
@@ -305,7 +312,7 @@ impl Report {
         Report {
             tool: "repro".into(),
             command: format!(
-                "remora repro {} --scale {} --out {}{}",
+                "remora repro {} --scale {} --out {}{}{}",
                 format!("{:?}", a.paper).to_lowercase(),
                 scale.name,
                 a.out.display(),
@@ -313,7 +320,8 @@ impl Report {
                     String::new()
                 } else {
                     format!(" --only {}", a.only.join(","))
-                }
+                },
+                a.seeds.map_or(String::new(), |n| format!(" --seeds {n}"))
             ),
             scale: scale.name.into(),
             classes: class::counts(papers.iter().flat_map(|p| p.rows.iter())),
