@@ -34,9 +34,13 @@
 //! node's next acquisition of that entry, which re-stamps it (same node) or unlocks it
 //! (another node hashed to the entry); if none comes, a waiter of another node fences the
 //! releaser after a lease, as for any unreleased word.
+use super::Smart;
+use super::config::SmartError;
+use super::onchip::chip_lock;
 use super::shared::TryLock;
 use crate::block_on::yield_now;
-use crate::lease::LeaseConfig;
+use crate::fabric::{Endpoint, QueuePair};
+use crate::lease::{LeaseConfig, holder};
 use remora_layouts::GlobalAddr;
 use std_alloc::vec::Vec;
 
@@ -345,5 +349,48 @@ impl Drop for Turn<'_> {
             core::hint::spin_loop();
         }
         // The entry stayed busy: the turn is taken after a lease by a waiter.
+    }
+}
+
+impl<'e, E: Endpoint> Smart<'e, E> {
+    /// This compute node's local turn on the lock keyed `key` in `table` (internal nodes' or
+    /// leaves' hand-over), when that table is on: the turn, and the owner word the previous
+    /// holder handed it (0: none, acquire as usual). A hand-over left for another object
+    /// hashed to the same entry and not taken is released for its releaser first: that
+    /// object's on-chip bit cleared (`chip`), or its owner word at `word_at(other)` CASed
+    /// back to 0 (harmless if it changed meanwhile). A local wait past the lease is
+    /// `SmartError::Held` naming `what` at `lock_at`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn local_turn<'s>(
+        &'s self,
+        table: &'s HandOver,
+        key: GlobalAddr,
+        mine: u64,
+        what: &'static str,
+        lock_at: GlobalAddr,
+        chip: bool,
+        word_at: fn(GlobalAddr) -> GlobalAddr,
+    ) -> Result<(Option<Turn<'s>>, u64), SmartError> {
+        if !table.on() {
+            return Ok((None, 0));
+        }
+        let (turn, g) = table
+            .turn(key, mine, &self.cfg.lease, || self.ep.now_ns())
+            .await
+            .map_err(|t| SmartError::Held {
+                what,
+                at: lock_at,
+                word: t.owner,
+                holder: holder(t.owner),
+                waited_ns: t.waited_ns,
+            })?;
+        if let Some((other, word)) = g.stale {
+            if chip {
+                self.unlock_chip(chip_lock(other, self.chip_bits)).await?;
+            } else {
+                self.qp(other)?.cas(word_at(other), word, 0).await?;
+            }
+        }
+        Ok((Some(turn), g.handed.unwrap_or(0)))
     }
 }

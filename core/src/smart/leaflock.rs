@@ -18,7 +18,6 @@
 //!   verify is reported corrupt.
 use super::config::SmartError;
 use super::handover::Turn;
-use super::onchip::chip_lock;
 use super::remote::check_leaf;
 use super::{Smart, bump};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
@@ -159,36 +158,19 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let chip = self.leaf_chip_lock(leaf);
         let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
         let qp = self.qp(leaf)?;
-        let table = &self.node.leaf_handover;
-        let mut expected = 0u64;
-        let mut turn = None;
-        if table.on() {
-            // Keyed by the leaf (on-chip bit) or its lock word (whose address a stale
-            // hand-over's unlock needs).
-            let key = if chip.is_some() { leaf } else { lock_at };
-            let (t, g) = table
-                .turn(key, mine, &self.cfg.lease, || self.ep.now_ns())
-                .await
-                .map_err(|t| SmartError::Held {
-                    what: "leaf lock (this compute node's turn)",
-                    at: lock_at,
-                    word: t.owner,
-                    holder: holder(t.owner),
-                    waited_ns: t.waited_ns,
-                })?;
-            turn = Some(t);
-            if let Some((other, word)) = g.stale {
-                // Handed over for another leaf hashed to the same entry, and not taken:
-                // unlock it for the releaser (a CAS: harmless if it changed meanwhile).
-                match chip {
-                    Some(_) => self.unlock_chip(chip_lock(other, self.chip_bits)).await?,
-                    None => {
-                        self.qp(other)?.cas(other, word, 0).await?;
-                    }
-                }
-            }
-            expected = g.handed.unwrap_or(0);
-        }
+        // Keyed by the leaf (on-chip bit) or its lock word (whose address a stale
+        // hand-over's unlock needs).
+        let (turn, mut expected) = self
+            .local_turn(
+                &self.node.leaf_handover,
+                if chip.is_some() { leaf } else { lock_at },
+                mine,
+                "leaf lock (this compute node's turn)",
+                lock_at,
+                chip.is_some(),
+                |word| word,
+            )
+            .await?;
         if let Some(c) = chip {
             if expected != 0 {
                 if self.stale(t0) {

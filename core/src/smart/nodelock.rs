@@ -5,10 +5,10 @@
 //! (`handover.rs`).
 use super::config::SmartError;
 use super::handover::{Release, Turn};
-use super::onchip::{ChipLock, chip_lock};
+use super::onchip::ChipLock;
 use super::{Smart, bump};
 use crate::fabric::{Endpoint, Op, QueuePair};
-use crate::lease::{Waiter, holder, owner_word};
+use crate::lease::{Waiter, owner_word};
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::NODE_REV_OFFSET;
 
@@ -48,33 +48,17 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         self.lock_seq.set(tag);
         let mine = owner_word(self.ep.client_id(), tag);
         let qp = self.qp(node)?;
-        let table = &self.node.handover;
-        let mut expected = 0u64;
-        let mut turn = None;
-        if table.on() {
-            let (t, g) = table
-                .turn(node, mine, &self.cfg.lease, || self.ep.now_ns())
-                .await
-                .map_err(|t| SmartError::Held {
-                    what: "internal node lock (this compute node's turn)",
-                    at: lock_at,
-                    word: t.owner,
-                    holder: holder(t.owner),
-                    waited_ns: t.waited_ns,
-                })?;
-            turn = Some(t);
-            if let Some((other, word)) = g.stale {
-                // Handed over for another node hashed to the same entry, and not taken:
-                // unlock it for the releaser (a CAS: harmless if it changed meanwhile).
-                if chip.is_some() {
-                    self.unlock_chip(chip_lock(other, self.chip_bits)).await?;
-                } else {
-                    let at = other.add(NODE_REV_OFFSET as u64);
-                    self.qp(other)?.cas(at, word, 0).await?;
-                }
-            }
-            expected = g.handed.unwrap_or(0);
-        }
+        let (turn, mut expected) = self
+            .local_turn(
+                &self.node.handover,
+                node,
+                mine,
+                "internal node lock (this compute node's turn)",
+                lock_at,
+                chip.is_some(),
+                |n| n.add(NODE_REV_OFFSET as u64),
+            )
+            .await?;
         if let Some(c) = chip {
             if expected != 0 {
                 bump(&self.stats.handovers);
