@@ -3,7 +3,7 @@
 //! and a holder or waiter that dies around a hand-over neither blocks the node nor gets a
 //! live client fenced.
 extern crate std;
-use super::tests::{MemEp, MemQp, block, endpoint, memory};
+use super::tests::{MemEp, MemQp, block, endpoint, memory, run_all};
 use super::*;
 use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, FabricError};
@@ -59,18 +59,6 @@ fn cfg(handover: bool) -> SmartConfig {
     c
 }
 
-fn run_all<'a>(mut futs: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut done = std::vec![false; futs.len()];
-    while done.iter().any(|d| !d) {
-        for (i, f) in futs.iter_mut().enumerate() {
-            if !done[i] && f.as_mut().poll(&mut cx).is_ready() {
-                done[i] = true;
-            }
-        }
-    }
-}
-
 /// 4 handles of one compute node x 2 coroutines inserting 60 keys each under 4 children of
 /// the root. Returns (hand-overs, remote lock polls that found the lock held).
 fn contended_inserts(handover: bool) -> (u64, u64) {
@@ -114,11 +102,7 @@ fn contended_inserts(handover: bool) -> (u64, u64) {
         assert_eq!(u64::from_le_bytes(out), j);
     }
     assert!(fenced.borrow().is_empty(), "a live client was fenced");
-    let st: Vec<SmartStats> = hs.iter().map(|s| s.stats()).collect();
-    (
-        st.iter().map(|s| s.handovers).sum(),
-        st.iter().map(|s| s.lock_waits).sum(),
-    )
+    handovers_and_waits(&hs)
 }
 
 #[test]
@@ -344,11 +328,7 @@ fn hot_leaf_updates(rear_lock: bool, handover: bool) -> (u64, u64) {
     }
     assert_eq!(other.stats().lock_waits, 0, "a leaf lock stayed held");
     assert!(fenced.borrow().is_empty(), "a live client was fenced");
-    let st: Vec<SmartStats> = hs.iter().map(|s| s.stats()).collect();
-    (
-        st.iter().map(|s| s.handovers).sum(),
-        st.iter().map(|s| s.lock_waits).sum(),
-    )
+    handovers_and_waits(&hs)
 }
 
 #[test]
@@ -367,4 +347,12 @@ fn contended_leaf_locks_are_handed_over_within_the_node() {
              {rear_lock})"
         );
     }
+}
+
+/// Hand-overs and remote lock polls that found the lock held, summed over `hs`.
+fn handovers_and_waits<E: Endpoint>(hs: &[Smart<'_, E>]) -> (u64, u64) {
+    hs.iter().fold((0, 0), |(h, w), s| {
+        let st = s.stats();
+        (h + st.handovers, w + st.lock_waits)
+    })
 }

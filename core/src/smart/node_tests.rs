@@ -1,7 +1,7 @@
 //! Handles of one compute node sharing its [`SmartNode`]: delegation and combining across
 //! handles, and waiters that outlive a leader that died mid-operation.
 extern crate std;
-use super::tests::{block, endpoint, memory};
+use super::tests::{block, endpoint, memory, run_all};
 use super::*;
 use core::future::Future;
 use core::pin::Pin;
@@ -11,19 +11,6 @@ use std::vec::Vec;
 
 fn cfg() -> SmartConfig {
     SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8)
-}
-
-/// Round-robin over boxed futures until all are done.
-fn run_all<'a>(mut futs: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) {
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut done = std::vec![false; futs.len()];
-    while done.iter().any(|d| !d) {
-        for (i, f) in futs.iter_mut().enumerate() {
-            if !done[i] && f.as_mut().poll(&mut cx).is_ready() {
-                done[i] = true;
-            }
-        }
-    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! in-place leaves without the rear lock) run whole histories against an oracle.
 extern crate std;
 use super::onchip::{ChipLock, chip_lock};
-use super::tests::{block, word};
+use super::tests::{block, run_all, word};
 use super::*;
 use crate::counters::Counters;
 use crate::fabric::{Endpoint, FabricError, Op, Recv};
@@ -314,16 +314,7 @@ fn histories(t: Techniques) {
             }
         }));
     }
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut done = vec![false; futs.len()];
-    while done.iter().any(|d| !d) {
-        for (i, f) in futs.iter_mut().enumerate() {
-            if !done[i] && f.as_mut().poll(&mut cx).is_ready() {
-                done[i] = true;
-            }
-        }
-    }
-    drop(futs);
+    run_all(futs);
     let o = oracle.borrow();
     let mut out = [0u8; 8];
     for k in 0..160u64 {
@@ -376,16 +367,7 @@ fn hot_key_on_chip(handover: bool) -> (u64, u64) {
             }
         }));
     }
-    let mut cx = Context::from_waker(Waker::noop());
-    let mut done = vec![false; futs.len()];
-    while done.iter().any(|d| !d) {
-        for (i, f) in futs.iter_mut().enumerate() {
-            if !done[i] && f.as_mut().poll(&mut cx).is_ready() {
-                done[i] = true;
-            }
-        }
-    }
-    drop(futs);
+    run_all(futs);
     let mut out = [0u8; 8];
     assert_eq!(block(handles[0].get(&key, &mut out)).unwrap(), Some(8));
     assert_eq!(

@@ -124,7 +124,7 @@ pub(super) fn endpoint(m: &Rc<RefCell<Vec<u8>>>) -> MemEp {
 }
 
 /// Round-robin executor over boxed futures (what the poller's executor does).
-fn run_all<'a>(mut futs: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) {
+pub(super) fn run_all<'a>(mut futs: Vec<Pin<Box<dyn Future<Output = ()> + 'a>>>) {
     let mut cx = Context::from_waker(Waker::noop());
     let mut done = vec![false; futs.len()];
     while done.iter().any(|d| !d) {
