@@ -17,6 +17,11 @@
     not(feature = "conformance"),
     doc = "- `conformance` (feature `conformance`): the suite every fabric must pass."
 )]
+#![cfg_attr(
+    any(test, feature = "conformance"),
+    doc = "- [`testing`] (feature `conformance`, and core's own tests): the pieces of \
+           in-memory test fabrics that tests share."
+)]
 //!
 //! The indexes (feature `alloc`), each a client handle over an [`Endpoint`] implementing
 //! [`index::KvIndex`] (except Catfish, a spatial index):
@@ -122,6 +127,8 @@ pub mod server;
 #[cfg(feature = "alloc")]
 pub mod sherman;
 pub mod smart;
+#[cfg(any(test, feature = "conformance"))]
+pub mod testing;
 pub mod watched;
 pub mod work;
 #[cfg(feature = "alloc")]

@@ -12,6 +12,7 @@ use crate::counters::Counters;
 use crate::fabric::{Endpoint, Op, QueuePair, Recv, RecvKind, SegmentOrder, Verb};
 use crate::index::KvIndex;
 use crate::server::{Handler, LocalRegion, Replies};
+use crate::testing::OneNode;
 use core::cell::{Cell, RefCell};
 use proptest::prelude::*;
 use remora_layouts::canrt::{ROOT_SLOT, TreeHeader};
@@ -186,9 +187,7 @@ struct MemQp {
 }
 
 impl QueuePair for MemQp {
-    fn peer(&self) -> NodeId {
-        0
-    }
+    crate::post_only_qp!();
     async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
         self.counters.count_post(ops);
         self.counters.count_round_trip();
@@ -272,52 +271,16 @@ impl QueuePair for MemQp {
         }
         Ok(())
     }
-    async fn recv<'a>(&'a self, _buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-        Err(FabricError::Unsupported { what: "recv" })
-    }
-    fn try_recv(&self, _buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        Ok(None)
-    }
-    fn max_message(&self) -> usize {
-        4096
-    }
-    fn counters(&self) -> &Counters {
-        &self.counters
-    }
-    fn is_broken(&self) -> bool {
-        false
-    }
 }
 
-struct MemEp {
-    qp: MemQp,
-    nodes: [NodeId; 1],
-}
+type MemEp = OneNode<MemQp>;
 
-impl MemEp {
-    fn new(node: &Rc<MemNode>) -> MemEp {
-        MemEp {
-            qp: MemQp {
-                node: node.clone(),
-                counters: Counters::new(),
-            },
-            nodes: [0],
-        }
-    }
-}
-
-impl Endpoint for MemEp {
-    type Qp = MemQp;
-    fn qp(&self, node: NodeId) -> Result<&MemQp, FabricError> {
-        if node == 0 {
-            Ok(&self.qp)
-        } else {
-            Err(FabricError::UnknownNode { node })
-        }
-    }
-    fn nodes(&self) -> &[NodeId] {
-        &self.nodes
-    }
+/// The endpoint of one client of `node`.
+fn mem_ep(node: &Rc<MemNode>) -> MemEp {
+    OneNode::new(MemQp {
+        node: node.clone(),
+        counters: Counters::new(),
+    })
 }
 
 fn cfg(slots: u32) -> CanrtConfig {
@@ -325,6 +288,34 @@ fn cfg(slots: u32) -> CanrtConfig {
         slots,
         ..CanrtConfig::new(0)
     }
+}
+
+/// Scans `t` for `limit` pairs from `from` and checks them against `model`: the scan visits
+/// the model's pairs from `from` on, in order, and counts as many. Returns them.
+async fn scan_matches<E: Endpoint>(
+    t: &Canrt<'_, E>,
+    model: &BTreeMap<u64, u64>,
+    from: u64,
+    limit: usize,
+) -> Vec<(u64, u64)> {
+    let mut got = Vec::new();
+    let n = t
+        .scan(&be(from), limit, &mut |k, v| {
+            got.push((
+                u64::from_be_bytes(k.try_into().unwrap()),
+                u64::from_le_bytes(v.try_into().unwrap()),
+            ))
+        })
+        .await
+        .unwrap();
+    let want: Vec<(u64, u64)> = model
+        .range(from..)
+        .take(limit)
+        .map(|(k, v)| (*k, *v))
+        .collect();
+    assert_eq!(got, want, "scan from {from:#x}, limit {limit}");
+    assert_eq!(n, want.len());
+    want
 }
 
 /// Every live pair of the published tree, read directly from an image (no holders).
@@ -529,7 +520,7 @@ fn crash_history(seed: u64, range: u64, key_len: u32) {
                     // The recovered tree serves a new client.
                     let node2 = MemNode::new(pm);
                     *node2.server.borrow_mut() = srv;
-                    let ep = MemEp::new(&node2);
+                    let ep = mem_ep(&node2);
                     block_on(async {
                         let t = Canrt::open(&ep, cfg(4)).await.unwrap();
                         t.upsert(&be(u64::MAX - 1), &9u64.to_le_bytes())
@@ -546,7 +537,7 @@ fn crash_history(seed: u64, range: u64, key_len: u32) {
             }
         }));
     }
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(4)).await.unwrap();
         formatted.set(true);

@@ -3,15 +3,12 @@
 //! in-place leaves without the rear lock) run whole histories against an oracle.
 extern crate std;
 use super::onchip::{ChipLock, chip_lock};
-use super::tests::{block, run_all, word};
+use super::tests::{MemEp, block, run_all, with_device, word};
 use super::*;
-use crate::counters::Counters;
-use crate::fabric::{Endpoint, FabricError, Op, Recv};
 use crate::index::KvIndex;
 use core::cell::RefCell;
 use core::future::Future;
 use core::task::{Context, Poll, Waker};
-use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
 use remora_layouts::smart::NODE_REV_OFFSET;
 use std::boxed::Box;
@@ -23,101 +20,6 @@ use std::vec::Vec;
 
 /// Device-memory bytes of the test node (the table of 64 locks needs one word).
 const DM: usize = 64;
-
-/// One memory node: host memory and device memory, every post executed at once.
-struct DevQp {
-    host: Rc<RefCell<Vec<u8>>>,
-    dev: Rc<RefCell<Vec<u8>>>,
-    counters: Counters,
-}
-
-impl QueuePair for DevQp {
-    fn peer(&self) -> NodeId {
-        0
-    }
-    async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
-        self.counters.count_post(ops);
-        {
-            let (mut h, mut d) = (self.host.borrow_mut(), self.dev.borrow_mut());
-            for (wr, op) in ops.iter_mut().enumerate() {
-                let (addr, len) = (op.remote().unwrap_or_default(), op.len());
-                let m: &mut Vec<u8> = if addr.is_device() { &mut d } else { &mut h };
-                let at = addr.offset() as usize;
-                if at + len > m.len() || addr.node() != 0 {
-                    return Err(FabricError::RemoteAccess { wr, addr, len });
-                }
-                match op {
-                    Op::Read { local, .. } => local.copy_from_slice(&m[at..at + len]),
-                    Op::Write { local, .. } => m[at..at + len].copy_from_slice(local),
-                    Op::Cas {
-                        compare, swap, old, ..
-                    } => {
-                        **old = word(m, at);
-                        if **old == *compare {
-                            m[at..at + 8].copy_from_slice(&swap.to_le_bytes());
-                        }
-                    }
-                    Op::MaskedCas {
-                        compare,
-                        swap,
-                        mask,
-                        old,
-                        ..
-                    } => {
-                        **old = word(m, at);
-                        if **old & *mask == *compare & *mask {
-                            let v = **old & !*mask | *swap & *mask;
-                            m[at..at + 8].copy_from_slice(&v.to_le_bytes());
-                        }
-                    }
-                    Op::Faa { add, old, .. } => {
-                        **old = word(m, at);
-                        let v = old.wrapping_add(*add);
-                        m[at..at + 8].copy_from_slice(&v.to_le_bytes());
-                    }
-                    _ => return Err(FabricError::Unsupported { what: "two-sided" }),
-                }
-            }
-        }
-        crate::block_on::yield_now().await;
-        self.counters.count_round_trip();
-        Ok(())
-    }
-    async fn recv<'a>(&'a self, _buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-        Err(FabricError::Unsupported { what: "recv" })
-    }
-    fn try_recv(&self, _buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        Err(FabricError::Unsupported { what: "recv" })
-    }
-    fn max_message(&self) -> usize {
-        0
-    }
-    fn counters(&self) -> &Counters {
-        &self.counters
-    }
-    fn is_broken(&self) -> bool {
-        false
-    }
-}
-
-struct DevEp {
-    qp: DevQp,
-    nodes: [NodeId; 1],
-}
-
-impl Endpoint for DevEp {
-    type Qp = DevQp;
-    fn qp(&self, node: NodeId) -> Result<&DevQp, FabricError> {
-        if node == 0 {
-            Ok(&self.qp)
-        } else {
-            Err(FabricError::UnknownNode { node })
-        }
-    }
-    fn nodes(&self) -> &[NodeId] {
-        &self.nodes
-    }
-}
 
 type Mem = Rc<RefCell<Vec<u8>>>;
 
@@ -131,15 +33,8 @@ fn node(len: usize, dm: usize) -> (Mem, Mem) {
     )
 }
 
-fn ep((host, dev): &(Mem, Mem)) -> DevEp {
-    DevEp {
-        qp: DevQp {
-            host: host.clone(),
-            dev: dev.clone(),
-            counters: Counters::new(),
-        },
-        nodes: [0],
-    }
+fn ep((host, dev): &(Mem, Mem)) -> MemEp {
+    with_device(host, dev)
 }
 
 fn cfg(t: Techniques, locks: u64) -> SmartConfig {
@@ -285,7 +180,7 @@ fn an_in_place_leaf_write_waits_for_its_bit_not_its_own_word() {
 /// last write per key; the table ends with every bit clear.
 fn histories(t: Techniques) {
     let m = node(32 << 20, DM);
-    let eps: Vec<DevEp> = (0..4).map(|_| ep(&m)).collect();
+    let eps: Vec<MemEp> = (0..4).map(|_| ep(&m)).collect();
     let handles: Vec<_> = eps
         .iter()
         .map(|e| block(Smart::open(e, cfg(t, 64))).unwrap())
@@ -344,7 +239,7 @@ fn in_place_histories_with_on_chip_leaf_locks() {
 /// node (one `SmartNode`) update one hot key in turn. Returns (hand-overs, masked CASes).
 fn hot_key_on_chip(handover: bool) -> (u64, u64) {
     let m = node(32 << 20, DM);
-    let eps: Vec<DevEp> = (0..4).map(|_| ep(&m)).collect();
+    let eps: Vec<MemEp> = (0..4).map(|_| ep(&m)).collect();
     let mut c = cfg(IN_PLACE, 64);
     c.leaf_handover = handover;
     let shared = Arc::new(SmartNode::new(&c));
@@ -354,7 +249,10 @@ fn hot_key_on_chip(handover: bool) -> (u64, u64) {
         .collect();
     let key = 77u64.to_be_bytes();
     block(handles[0].upsert(&key, &0u64.to_le_bytes())).unwrap();
-    let cas0: u64 = eps.iter().map(|e| e.qp.counters.snapshot().verbs[3]).sum();
+    let cas0: u64 = eps
+        .iter()
+        .map(|e| e.qp.counters().snapshot().verbs[3])
+        .sum();
     let mut futs: Vec<core::pin::Pin<Box<dyn Future<Output = ()> + '_>>> = Vec::new();
     for (h, s) in handles.iter().enumerate() {
         futs.push(Box::pin(async move {
@@ -376,7 +274,10 @@ fn hot_key_on_chip(handover: bool) -> (u64, u64) {
         "not some handle's last value"
     );
     assert_eq!(word(&m.1.borrow(), 0), 0, "a lock bit stayed set");
-    let cas: u64 = eps.iter().map(|e| e.qp.counters.snapshot().verbs[3]).sum();
+    let cas: u64 = eps
+        .iter()
+        .map(|e| e.qp.counters().snapshot().verbs[3])
+        .sum();
     (
         handles.iter().map(|s| s.stats().handovers).sum(),
         cas - cas0,

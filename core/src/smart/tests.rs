@@ -3,13 +3,13 @@
 extern crate std;
 use super::*;
 use crate::counters::Counters;
-use crate::fabric::{FabricError, Op, Recv};
+use crate::fabric::{FabricError, Op};
+use crate::testing::OneNode;
 use core::cell::RefCell;
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Waker};
 use proptest::prelude::*;
-use remora_layouts::NodeId;
 use remora_layouts::region::RegionHeader;
 use remora_layouts::smart::SlotKind;
 use std::boxed::Box;
@@ -19,9 +19,11 @@ use std::string::String;
 use std::vec;
 use std::vec::Vec;
 
-/// One memory node in a Vec; every post executes at once, then yields once.
+/// One memory node: host memory in a Vec and device memory in another (empty unless the
+/// test gives it some); every post executes at once, then yields once.
 pub(super) struct MemQp {
     mem: Rc<RefCell<Vec<u8>>>,
+    dev: Rc<RefCell<Vec<u8>>>,
     counters: Counters,
 }
 
@@ -30,81 +32,59 @@ pub(super) fn word(m: &[u8], at: usize) -> u64 {
 }
 
 impl QueuePair for MemQp {
-    fn peer(&self) -> NodeId {
-        0
-    }
+    crate::post_only_qp!();
     async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
+        self.counters.count_post(ops);
         {
-            self.counters.count_post(ops);
-            {
-                let mut m = self.mem.borrow_mut();
-                for (wr, op) in ops.iter_mut().enumerate() {
-                    let (addr, len) = (op.remote().unwrap_or_default(), op.len());
-                    let at = addr.offset() as usize;
-                    if at + len > m.len() || addr.node() != 0 {
-                        return Err(FabricError::RemoteAccess { wr, addr, len });
-                    }
-                    match op {
-                        Op::Read { local, .. } => local.copy_from_slice(&m[at..at + len]),
-                        Op::Write { local, .. } => m[at..at + len].copy_from_slice(local),
-                        Op::Cas {
-                            compare, swap, old, ..
-                        } => {
-                            assert_eq!(at % 8, 0, "misaligned CAS");
-                            **old = word(&m, at);
-                            if **old == *compare {
-                                m[at..at + 8].copy_from_slice(&swap.to_le_bytes());
-                            }
+            let (mut h, mut d) = (self.mem.borrow_mut(), self.dev.borrow_mut());
+            for (wr, op) in ops.iter_mut().enumerate() {
+                let (addr, len) = (op.remote().unwrap_or_default(), op.len());
+                let m: &mut Vec<u8> = if addr.is_device() { &mut d } else { &mut h };
+                let at = addr.offset() as usize;
+                if at + len > m.len() || addr.node() != 0 {
+                    return Err(FabricError::RemoteAccess { wr, addr, len });
+                }
+                match op {
+                    Op::Read { local, .. } => local.copy_from_slice(&m[at..at + len]),
+                    Op::Write { local, .. } => m[at..at + len].copy_from_slice(local),
+                    Op::Cas {
+                        compare, swap, old, ..
+                    } => {
+                        assert_eq!(at % 8, 0, "misaligned CAS");
+                        **old = word(m, at);
+                        if **old == *compare {
+                            m[at..at + 8].copy_from_slice(&swap.to_le_bytes());
                         }
-                        Op::Faa { add, old, .. } => {
-                            **old = word(&m, at);
-                            let v = old.wrapping_add(*add);
+                    }
+                    Op::MaskedCas {
+                        compare,
+                        swap,
+                        mask,
+                        old,
+                        ..
+                    } => {
+                        **old = word(m, at);
+                        if **old & *mask == *compare & *mask {
+                            let v = **old & !*mask | *swap & *mask;
                             m[at..at + 8].copy_from_slice(&v.to_le_bytes());
                         }
-                        _ => return Err(FabricError::Unsupported { what: "two-sided" }),
                     }
+                    Op::Faa { add, old, .. } => {
+                        **old = word(m, at);
+                        let v = old.wrapping_add(*add);
+                        m[at..at + 8].copy_from_slice(&v.to_le_bytes());
+                    }
+                    _ => return Err(FabricError::Unsupported { what: "two-sided" }),
                 }
             }
-            crate::block_on::yield_now().await;
-            self.counters.count_round_trip();
-            Ok(())
         }
-    }
-    async fn recv<'a>(&'a self, _buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-        Err(FabricError::Unsupported { what: "recv" })
-    }
-    fn try_recv(&self, _buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-        Err(FabricError::Unsupported { what: "recv" })
-    }
-    fn max_message(&self) -> usize {
-        0
-    }
-    fn counters(&self) -> &Counters {
-        &self.counters
-    }
-    fn is_broken(&self) -> bool {
-        false
+        crate::block_on::yield_now().await;
+        self.counters.count_round_trip();
+        Ok(())
     }
 }
 
-pub(super) struct MemEp {
-    qp: MemQp,
-    nodes: [NodeId; 1],
-}
-
-impl Endpoint for MemEp {
-    type Qp = MemQp;
-    fn qp(&self, node: NodeId) -> Result<&MemQp, FabricError> {
-        if node == 0 {
-            Ok(&self.qp)
-        } else {
-            Err(FabricError::UnknownNode { node })
-        }
-    }
-    fn nodes(&self) -> &[NodeId] {
-        &self.nodes
-    }
-}
+pub(super) type MemEp = OneNode<MemQp>;
 
 pub(super) fn memory(len: usize) -> Rc<RefCell<Vec<u8>>> {
     let mut m = vec![0u8; len];
@@ -114,13 +94,16 @@ pub(super) fn memory(len: usize) -> Rc<RefCell<Vec<u8>>> {
 }
 
 pub(super) fn endpoint(m: &Rc<RefCell<Vec<u8>>>) -> MemEp {
-    MemEp {
-        qp: MemQp {
-            mem: m.clone(),
-            counters: Counters::new(),
-        },
-        nodes: [0],
-    }
+    with_device(m, &Rc::default())
+}
+
+/// [`endpoint`] to a node that also has the device memory `dev`.
+pub(super) fn with_device(m: &Rc<RefCell<Vec<u8>>>, dev: &Rc<RefCell<Vec<u8>>>) -> MemEp {
+    OneNode::new(MemQp {
+        mem: m.clone(),
+        dev: dev.clone(),
+        counters: Counters::new(),
+    })
 }
 
 /// Round-robin executor over boxed futures (what the poller's executor does).

@@ -5,7 +5,7 @@ use super::*;
 #[test]
 fn single_client_matches_a_btreemap_through_resizes() {
     let node = MemNode::new(Pm::new(8 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         let mut model = BTreeMap::new();
@@ -15,21 +15,7 @@ fn single_client_matches_a_btreemap_through_resizes() {
             if i % 97 == 0 {
                 // Scans from a few points agree with the model.
                 let from = (i as u64 % 700) * 0x1_0000_0001;
-                let mut got = Vec::new();
-                t.scan(&be(from), 20, &mut |k, v| {
-                    got.push((
-                        u64::from_be_bytes(k.try_into().unwrap()),
-                        u64::from_le_bytes(v.try_into().unwrap()),
-                    ))
-                })
-                .await
-                .unwrap();
-                let want: Vec<(u64, u64)> = model
-                    .range(from..)
-                    .take(20)
-                    .map(|(k, v)| (*k, *v))
-                    .collect();
-                assert_eq!(got, want, "scan from {from:#x}");
+                scan_matches(&t, &model, from, 20).await;
             }
         }
         for (k, v) in &model {
@@ -56,7 +42,7 @@ fn single_client_matches_a_btreemap_through_resizes() {
 #[test]
 fn warm_lookup_is_one_doorbell_and_one_round_trip() {
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(32)).await.unwrap();
         for k in 0..500u64 {
@@ -96,7 +82,7 @@ fn warm_lookup_is_one_doorbell_and_one_round_trip() {
 #[test]
 fn a_torn_append_is_refused_and_never_read() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();

@@ -92,7 +92,7 @@ fn control(node: &MemNode, c: Control) -> Result<(), FabricError> {
 #[test]
 fn recovery_replays_only_the_lock_holders_item() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
@@ -130,7 +130,7 @@ fn recovery_replays_only_the_lock_holders_item() {
 #[test]
 fn unlock_or_resize_without_the_lock_is_refused() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
@@ -159,7 +159,7 @@ fn unlock_or_resize_without_the_lock_is_refused() {
 #[test]
 fn a_stuck_ticket_is_applied_or_skipped_on_request() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
@@ -281,7 +281,7 @@ fn alternating_bits_next_to_dense_keys_still_plan() {
     }
     // End to end: the resizes that plan them succeed.
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         for &k in keys.iter().rev() {
@@ -299,7 +299,7 @@ fn alternating_bits_next_to_dense_keys_still_plan() {
 #[test]
 fn a_full_memory_node_is_reported_as_full() {
     let node = MemNode::new(Pm::new(16 << 10, 1 << 12));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let e = Canrt::open(&ep, cfg(32))
             .await
@@ -314,7 +314,7 @@ fn a_full_memory_node_is_reported_as_full() {
 #[test]
 fn the_handler_recovers_and_names_canrt() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
@@ -335,7 +335,7 @@ fn the_handler_recovers_and_names_canrt() {
 #[test]
 fn a_holder_skipped_before_its_append_writes_again() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
@@ -385,7 +385,7 @@ fn a_holder_skipped_before_its_append_writes_again() {
 #[test]
 fn a_drain_stuck_on_a_dead_ticket_is_skipped_by_one_waits_reports() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
@@ -436,7 +436,7 @@ fn a_drain_stuck_on_a_dead_ticket_is_skipped_by_one_waits_reports() {
 #[test]
 fn a_node_that_fills_while_growing_is_reported_as_full() {
     let node = MemNode::new(Pm::new(96 << 10, 1 << 12));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         let mut err = None;
@@ -473,9 +473,9 @@ fn a_node_that_fills_while_growing_is_reported_as_full() {
 #[test]
 fn a_late_append_after_a_skip_never_overwrites_an_acknowledged_item() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     // B's handle lives in the hook, which must be 'static.
-    let ep2: &'static MemEp = Box::leak(Box::new(MemEp::new(&node)));
+    let ep2: &'static MemEp = Box::leak(Box::new(mem_ep(&node)));
     block_on(async {
         let a = Canrt::open(&ep, cfg(8)).await.unwrap();
         let b = Rc::new(Canrt::open(ep2, cfg(8)).await.unwrap());
@@ -523,8 +523,8 @@ fn a_late_append_after_a_skip_never_overwrites_an_acknowledged_item() {
 #[test]
 fn a_reservation_outlives_a_split_of_its_node() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
-    let ep2: &'static MemEp = Box::leak(Box::new(MemEp::new(&node)));
+    let ep = mem_ep(&node);
+    let ep2: &'static MemEp = Box::leak(Box::new(mem_ep(&node)));
     block_on(async {
         let a = Canrt::open(&ep, cfg(8)).await.unwrap();
         let b = Rc::new(Canrt::open(ep2, cfg(8)).await.unwrap());
@@ -600,7 +600,7 @@ fn a_reservation_outlives_a_split_of_its_node() {
 #[test]
 fn recovery_drops_reservations_and_never_replays_a_late_append() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     let v = block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();
@@ -653,7 +653,7 @@ fn recovery_drops_reservations_and_never_replays_a_late_append() {
         // The recovered node's next write takes the freed slot.
         let node2 = MemNode::new(pm);
         *node2.server.borrow_mut() = srv;
-        let ep2 = MemEp::new(&node2);
+        let ep2 = mem_ep(&node2);
         block_on(async {
             let t = Canrt::open(&ep2, cfg(8)).await.unwrap();
             t.upsert(&be(7), &77u64.to_le_bytes()).await.unwrap();
@@ -673,7 +673,7 @@ fn recovery_drops_reservations_and_never_replays_a_late_append() {
 #[test]
 fn a_torn_append_found_by_a_skip_is_reserved_like_a_late_one() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         t.upsert(&be(5), &1u64.to_le_bytes()).await.unwrap();

@@ -109,7 +109,7 @@ async fn scan_all(t: &Canrt<'_, MemEp>) -> Vec<(Vec<u8>, Vec<u8>)> {
 #[test]
 fn string_keys_and_15_byte_values_match_a_btreemap_through_resizes() {
     let node = MemNode::new(Pm::new(8 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     let mut x = 0x5EED_u64;
     let keys: Vec<[u8; 16]> = (0..600).map(|_| string_key(&mut x)).collect();
     block_on(async {
@@ -149,7 +149,7 @@ fn string_keys_and_15_byte_values_match_a_btreemap_through_resizes() {
 #[test]
 fn keys_sharing_a_twelve_byte_prefix_plan_route_and_resize() {
     let node = MemNode::new(Pm::new(8 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     let mut x = 77u64;
     let keys: Vec<[u8; 16]> = (0..800)
         .map(|_| {
@@ -213,7 +213,7 @@ fn keys_sharing_a_twelve_byte_prefix_plan_route_and_resize() {
 #[test]
 fn a_key_of_the_wrong_width_is_refused_naming_the_trees() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         assert!(matches!(
             Canrt::open(
@@ -252,7 +252,7 @@ fn a_key_of_the_wrong_width_is_refused_naming_the_trees() {
     });
     // And the other way round: an 8-byte tree refuses 16-byte keys.
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         assert_eq!(

@@ -42,7 +42,7 @@ fn served_of(region: &dyn LocalRegion, off: u64) -> u64 {
 fn a_writer_killed_between_its_item_and_its_notice_is_skipped() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
     let ep = ClockEp {
-        inner: MemEp::new(&node),
+        inner: mem_ep(&node),
         now: Cell::new(0),
     };
     block_on(async {

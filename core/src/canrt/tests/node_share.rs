@@ -6,7 +6,7 @@ use std::sync::Arc;
 #[test]
 fn handles_of_one_node_share_one_prefix_array_and_its_reloads() {
     let node = MemNode::new(Pm::new(8 << 20, 1 << 16));
-    let (ep1, ep2) = (MemEp::new(&node), MemEp::new(&node));
+    let (ep1, ep2) = (mem_ep(&node), mem_ep(&node));
     block_on(async {
         let shared = Arc::new(CanrtNode::new());
         let t1 = Canrt::open_on(&ep1, cfg(8), shared.clone()).await.unwrap();

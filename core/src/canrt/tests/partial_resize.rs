@@ -11,7 +11,7 @@ use remora_layouts::canrt::{Control, ControlKind, FRONT_OFF, LOCK_OFF, Meta};
 #[test]
 fn a_split_publishes_while_another_nodes_holder_appends() {
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(
             &ep,
@@ -114,7 +114,7 @@ fn a_rebuilt_data_array_fits_the_header() {
 #[test]
 fn two_splits_publish_while_another_nodes_holder_appends() {
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(
             &ep,

@@ -7,7 +7,7 @@ use super::*;
 /// returned a value that was never current while they ran, and the reader's torn retries.
 fn race_reads(order: SegmentOrder, ascending_check: bool) -> (usize, u64) {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     let mut rng = 0x5DEE_CE66_D1CE_4E5Bu64;
     let mut rand = move || {
         rng ^= rng << 13;
@@ -20,7 +20,7 @@ fn race_reads(order: SegmentOrder, ascending_check: bool) -> (usize, u64) {
     reader.ascending_check.set(ascending_check);
     // The other client: its own endpoint on the same memory node.
     let write = |node: &Rc<MemNode>, k: u64, v: u64| {
-        let ep = MemEp::new(node);
+        let ep = mem_ep(node);
         block_on(async {
             let w = Canrt::open(&ep, cfg(8)).await.unwrap();
             w.upsert(&be(k), &v.to_le_bytes()).await.unwrap();
@@ -105,7 +105,7 @@ fn node_reads_hold_under_any_segment_order() {
 #[test]
 fn get_returns_the_values_length_and_refuses_a_short_buffer() {
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(
             &ep,
@@ -164,7 +164,7 @@ fn errors_speak_canrts_words() {
     );
     assert!(matches!(cfg(1).validate(), Err(CanrtError::Config(_))));
     let node = MemNode::new(Pm::new(1 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let bad = CanrtConfig {
             value_cap: 256,

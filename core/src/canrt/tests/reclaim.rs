@@ -46,7 +46,7 @@ const LIVE: u64 = 2000;
 #[test]
 fn churn_over_a_fixed_live_set_reuses_retired_arrays() {
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         load(&t, 0, LIVE).await;
@@ -84,7 +84,7 @@ fn churn_over_a_fixed_live_set_reuses_retired_arrays() {
 #[test]
 fn free_memory_comes_back_after_a_memory_node_crash() {
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     let (free, peak) = block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         load(&t, 0, LIVE).await;
@@ -102,7 +102,7 @@ fn free_memory_comes_back_after_a_memory_node_crash() {
         "free runs recovered"
     );
     assert_eq!(cursor(&node), peak);
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         let after = churn(&t, &node, 8_000, LIVE, 8_000).await;
@@ -129,7 +129,7 @@ fn a_late_append_into_a_reused_array_lands_in_a_hole() {
         Control, ControlKind, FRONT_OFF, ItemOp, LOCK_OFF, Meta, tail_valid,
     };
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         let qp = ep.qp(0).unwrap();

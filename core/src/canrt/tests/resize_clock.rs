@@ -8,7 +8,7 @@ use remora_layouts::canrt::{Control, ControlKind, FRONT_OFF, LOCK_OFF, Meta};
 /// A tree of `n` keys (`k << 20`) on its own memory node and server.
 fn loaded(n: u64) -> Rc<MemNode> {
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         for k in 0..n {
@@ -54,7 +54,7 @@ fn overlapped<T>(node: &MemNode, op: impl FnOnce() -> T) -> (T, bool) {
 #[test]
 fn two_trees_keep_their_own_resize_clocks() {
     let (a, b) = (loaded(60), loaded(60));
-    let (ep_a, ep_b) = (MemEp::new(&a), MemEp::new(&b));
+    let (ep_a, ep_b) = (mem_ep(&a), mem_ep(&b));
     let ta = block_on(Canrt::open(&ep_a, cfg(8))).unwrap();
     let tb = block_on(Canrt::open(&ep_b, cfg(8))).unwrap();
     let mut out = [0u8; 8];
@@ -121,7 +121,7 @@ fn two_trees_keep_their_own_resize_clocks() {
 #[test]
 fn a_resize_begun_during_a_read_is_counted() {
     let a = loaded(60);
-    let ep = MemEp::new(&a);
+    let ep = mem_ep(&a);
     let t = block_on(Canrt::open(&ep, cfg(8))).unwrap();
     let mut out = [0u8; 8];
     block_on(t.get(&be(0), &mut out)).unwrap();

@@ -8,7 +8,7 @@ use super::*;
 fn reads_go_on_while_a_resize_drains() {
     use remora_layouts::canrt::{Control, ControlKind, FRONT_OFF, LOCK_OFF, Meta};
     let node = MemNode::new(Pm::new(4 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, cfg(8)).await.unwrap();
         for k in 0..200u64 {
@@ -121,7 +121,7 @@ fn reads_go_on_while_a_resize_drains() {
 fn ascending_and_random_loads_resize_and_stay_correct() {
     for ascending in [true, false] {
         let node = MemNode::new(Pm::new(64 << 20, 1 << 16));
-        let ep = MemEp::new(&node);
+        let ep = mem_ep(&node);
         const N: u64 = 2000;
         block_on(async {
             let t = Canrt::open(&ep, cfg(32)).await.unwrap();

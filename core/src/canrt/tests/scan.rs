@@ -36,23 +36,7 @@ async fn checked_scan(
     from: u64,
     limit: usize,
 ) -> u64 {
-    let mut got = Vec::new();
-    let n = t
-        .scan(&be(from), limit, &mut |k, v| {
-            got.push((
-                u64::from_be_bytes(k.try_into().unwrap()),
-                u64::from_le_bytes(v.try_into().unwrap()),
-            ))
-        })
-        .await
-        .unwrap();
-    let want: Vec<(u64, u64)> = model
-        .range(from..)
-        .take(limit)
-        .map(|(k, v)| (*k, *v))
-        .collect();
-    assert_eq!(got, want, "scan from {from:#x}, limit {limit}");
-    assert_eq!(n, want.len());
+    let want = scan_matches(t, model, from, limit).await;
     let v = t.view();
     let rank = |k: u64| v.rank(v.locate(u128::from(k)).unwrap()).unwrap();
     let first = rank(from);
@@ -66,7 +50,7 @@ async fn checked_scan(
 #[test]
 fn a_scan_reads_each_node_of_its_range_once_one_a_round_trip() {
     let node = MemNode::new(Pm::new(16 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, scan_cfg(16, 1)).await.unwrap();
         let model = filled(&t).await;
@@ -112,7 +96,7 @@ fn a_scan_reads_each_node_of_its_range_once_one_a_round_trip() {
 #[test]
 fn a_batched_scan_reads_its_nodes_four_a_round_trip() {
     let node = MemNode::new(Pm::new(16 << 20, 1 << 16));
-    let ep = MemEp::new(&node);
+    let ep = mem_ep(&node);
     block_on(async {
         let t = Canrt::open(&ep, scan_cfg(16, 4)).await.unwrap();
         let model = filled(&t).await;
