@@ -275,9 +275,7 @@ mod tests {
     }
 
     impl QueuePair for Slow {
-        fn peer(&self) -> NodeId {
-            0
-        }
+        remora::core::post_only_qp!();
         async fn post<'a, 'b>(&'a self, _ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
             self.in_flight.set(self.in_flight.get() + 1);
             self.most.set(self.most.get().max(self.in_flight.get()));
@@ -287,21 +285,6 @@ mod tests {
             self.in_flight.set(self.in_flight.get() - 1);
             self.posts.set(self.posts.get() + 1);
             Ok(())
-        }
-        async fn recv<'a>(&'a self, _buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-            Err(FabricError::Flushed)
-        }
-        fn try_recv(&self, _buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-            Ok(None)
-        }
-        fn max_message(&self) -> usize {
-            4096
-        }
-        fn counters(&self) -> &Counters {
-            &self.counters
-        }
-        fn is_broken(&self) -> bool {
-            false
         }
     }
 
@@ -363,9 +346,7 @@ mod tests {
     }
 
     impl QueuePair for Mem {
-        fn peer(&self) -> NodeId {
-            0
-        }
+        remora::core::post_only_qp!();
         async fn post<'a, 'b>(&'a self, ops: &'a mut [Op<'b>]) -> Result<(), FabricError> {
             for op in ops.iter_mut() {
                 if let Op::Read { remote, local } = op {
@@ -383,21 +364,6 @@ mod tests {
                 }
             }
             Ok(())
-        }
-        async fn recv<'a>(&'a self, _buf: &'a mut [u8]) -> Result<Recv, FabricError> {
-            Err(FabricError::Flushed)
-        }
-        fn try_recv(&self, _buf: &mut [u8]) -> Result<Option<Recv>, FabricError> {
-            Ok(None)
-        }
-        fn max_message(&self) -> usize {
-            4096
-        }
-        fn counters(&self) -> &Counters {
-            &self.counters
-        }
-        fn is_broken(&self) -> bool {
-            false
         }
     }
 
