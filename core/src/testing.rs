@@ -3,7 +3,8 @@
 //!
 //! A test fabric here is one memory node, 0, whose queue pairs only post one-sided work.
 //! Each test writes its own [`QueuePair::post`] (what its memory does with a doorbell) and
-//! takes the rest from [`post_only_qp!`]; [`OneNode`] is the endpoint to such a node.
+//! takes the rest from [`post_only_qp!`](crate::post_only_qp); [`OneNode`] is the endpoint
+//! to such a node.
 use crate::fabric::{Endpoint, FabricError, QueuePair};
 use remora_layouts::NodeId;
 
