@@ -208,7 +208,9 @@ impl WortServer {
     ) -> Result<BulkStats, TreeError> {
         let kind = self.kind();
         if r.load_u64(remora_layouts::region::root_offset(kind.root_slot()))? != 0 {
-            return Err(refuse("bulk load into a region that holds a WORT/WOART store"));
+            return Err(refuse(
+                "bulk load into a region that holds a WORT/WOART store",
+            ));
         }
         self.open(r).map_err(TreeError::Fabric)?;
         let tree = self

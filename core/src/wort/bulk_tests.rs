@@ -147,7 +147,11 @@ fn same_as_sorted_inserts(kind: Kind, seed: u64, n: usize) {
         (st.nodes.iter().sum::<u64>(), m.len(), 0),
         "{what}: recovery"
     );
-    assert_eq!(bulk.heap_used(), st.bytes, "{what}: recovery frees nothing reachable");
+    assert_eq!(
+        bulk.heap_used(),
+        st.bytes,
+        "{what}: recovery frees nothing reachable"
+    );
     answers_like(&r2, &bulk, &m, seed, &what);
 }
 
