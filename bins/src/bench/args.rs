@@ -197,8 +197,9 @@ pub struct BenchArgs {
     pub per_thread_state: bool,
     /// Load the keys by inserting them through the index (the LOAD phase measured) even where
     /// the run measures another workload. By default, on the sim, SMART (8-byte keys),
-    /// Sherman and FG+ are bulk-loaded instead (`bulk.rs`): the same keys and values,
-    /// written as the index's image at memory speed; the run's records then have no LOAD
+    /// Sherman and FG+ (`bulk.rs`), CANRT, WORT and WOART (`bulk_canrt.rs`, `bulk_wort.rs`)
+    /// are bulk-loaded instead: the same keys and values, written as the index's image at
+    /// memory speed; the run's records then have no LOAD
     /// record, and their notes say how the keys were loaded.
     #[arg(long)]
     pub no_bulk_load: bool,

@@ -103,8 +103,8 @@ async fn client(
 /// The first client creates the index (and bulk-loads it) before the others open it.
 /// With a bulk load, the run starts from a fresh sim over the loaded memory (saved for the
 /// next run with `load_once`), so that a run's figures are the same whether its load was
-/// made or found saved. A CANRT bulk load is written into the memory node's image by its
-/// server's code instead (`bulk_canrt.rs`), with no client. `handler` is the memory node's
+/// made or found saved. A CANRT, WORT or WOART bulk load is written into the memory node's
+/// image by its server's code instead (`bulk_canrt.rs`, `bulk_wort.rs`), with no client. `handler` is the memory node's
 /// server, set on the sim the run measures (recovered from the image when it starts from
 /// one).
 #[allow(clippy::too_many_arguments)]
@@ -114,16 +114,16 @@ fn create<'a>(
     index: &'a IndexCfg,
     cfg: &SimConfig,
     bulk: Option<&'a super::bulk::BulkPlan>,
-    canrt: Option<&super::bulk_canrt::CanrtPlan>,
+    served: Option<&super::bulk_wort::ServerPlan>,
     handler: Option<Box<dyn Handler + Send>>,
     identity: Option<String>,
     created: &'a RefCell<Option<String>>,
     bulked: &'a RefCell<Option<(String, f64)>>,
 ) -> Result<Sim<'a>, String> {
-    if let Some(p) = canrt {
+    if let Some(p) = served {
         let mut images = sim.into_images();
         let t = Instant::now();
-        let what = super::bulk_canrt::build(index, &mut images, p)?;
+        let what = p.build(index, &mut images)?;
         *bulked.borrow_mut() = Some((what, t.elapsed().as_secs_f64()));
         if let (true, Some(id)) = (a.load_once, identity) {
             super::bulk::save(id, &images);
@@ -245,20 +245,18 @@ pub fn run(
         .filter(|_| a.load_once)
         .and_then(|id| super::bulk::saved(id, cfg.region_len));
     let restored = found.is_some();
-    let canrt_keys = match index {
-        IndexCfg::Canrt { cfg, .. } => Some(cfg.key_len),
-        _ => None,
-    };
-    let bulk = (bulk_wanted && !restored && canrt_keys.is_none()).then(|| super::bulk::plan(a));
-    let canrt_bulk = match canrt_keys {
-        Some(len) if bulk_wanted && !restored => Some(super::bulk_canrt::plan(a, len)?),
-        _ => None,
+    // CANRT's, WORT's and WOART's trees are built by their server into the image.
+    let by_server = super::bulk_wort::ServerPlan::used_by(index);
+    let bulk = (bulk_wanted && !restored && !by_server).then(|| super::bulk::plan(a));
+    let served = match bulk_wanted && !restored {
+        true => super::bulk_wort::ServerPlan::of(a, index)?,
+        false => None,
     };
     // Keys planned and the time sorting them took (for the load's note).
     let planned = bulk
         .as_ref()
         .map(|p| (p.keys.len(), p.sort_s))
-        .or(canrt_bulk.as_ref().map(|p| (p.pairs.len(), p.sort_s)));
+        .or(served.as_ref().map(|p| p.planned()));
     let bulked: RefCell<Option<(String, f64)>> = RefCell::new(None);
     let cache_warmed: RefCell<Option<String>> = RefCell::new(None);
     let warms = super::bulk::warms(a, bulk_wanted);
@@ -282,7 +280,7 @@ pub fn run(
             index,
             &cfg,
             bulk.as_ref(),
-            canrt_bulk.as_ref(),
+            served.as_ref(),
             handler,
             identity,
             &created,

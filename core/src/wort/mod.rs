@@ -31,6 +31,7 @@
 //! deleted leaves, grown nodes' old copies and nodes emptied by deletes are freed and reused
 //! (a full heap answers [`Status::Full`](layout::Status)). Not implemented: shrinking a node
 //! that deletes left with few children.
+mod bulk;
 mod client;
 mod heap;
 pub mod layout;
@@ -38,6 +39,7 @@ mod nodes;
 mod server;
 mod tree;
 
+pub use bulk::BulkStats;
 pub use client::Wort;
 pub use layout::{KEY_MAX, Kind, VALUE_MAX};
 pub use server::{MAX_CLIENTS, RING_SLOTS, ServerStats, WortServer};

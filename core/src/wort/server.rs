@@ -83,6 +83,15 @@ impl WortServer {
         self.tree.as_ref()
     }
 
+    /// Which tree this server runs.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    pub(super) fn tree_mut(&mut self) -> Option<&mut Tree> {
+        self.tree.as_mut()
+    }
+
     /// Formats the region, or opens and repairs the published store; returns the repair
     /// report. Idempotent.
     pub fn open(&mut self, r: &dyn LocalRegion) -> Result<String, FabricError> {

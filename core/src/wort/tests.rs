@@ -13,7 +13,7 @@ use std_alloc::vec::Vec;
 
 /// A plain region that counts its flushes: `persist` (clwb) and `persist_evict` (clflush)
 /// calls, and the lines each covered.
-struct Mem(RefCell<Vec<u8>>, Flushes);
+pub(super) struct Mem(RefCell<Vec<u8>>, Flushes);
 
 #[derive(Default)]
 struct Flushes {
@@ -23,7 +23,7 @@ struct Flushes {
 }
 
 impl Mem {
-    fn new(len: usize) -> Mem {
+    pub(super) fn new(len: usize) -> Mem {
         let mut v = vec![0u8; len];
         let h = RegionHeader::new(len as u64, 4096, 0).unwrap();
         v[..128].copy_from_slice(&h.encode());
@@ -65,7 +65,7 @@ impl LocalRegion for Mem {
     }
 }
 
-fn rng(s: &mut u64) -> u64 {
+pub(super) fn rng(s: &mut u64) -> u64 {
     *s ^= *s << 13;
     *s ^= *s >> 7;
     *s ^= *s << 17;
@@ -74,7 +74,7 @@ fn rng(s: &mut u64) -> u64 {
 
 /// Keys from a small alphabet of lengths 1..=16, so they share long prefixes, end inside
 /// each other, and fill nodes of every size.
-fn key(s: &mut u64, out: &mut [u8; 16]) -> usize {
+pub(super) fn key(s: &mut u64, out: &mut [u8; 16]) -> usize {
     let len = 1 + (rng(s) % 16) as usize;
     let wide = rng(s).is_multiple_of(4);
     for b in out.iter_mut().take(len) {

@@ -211,12 +211,12 @@ impl Tree {
         self.heap.end - self.heap.base
     }
 
-    fn persist(&mut self, r: &dyn LocalRegion, off: u64, len: usize) {
+    pub(super) fn persist(&mut self, r: &dyn LocalRegion, off: u64, len: usize) {
         self.stats.persists += 1;
         r.persist_evict(off, len);
     }
 
-    fn alloc(&mut self, r: &dyn LocalRegion, len: usize) -> Result<u64, TreeError> {
+    pub(super) fn alloc(&mut self, r: &dyn LocalRegion, len: usize) -> Result<u64, TreeError> {
         let (sb, before) = (self.sb, self.heap.persists);
         let o = self.heap.alloc(r, sb, len);
         self.stats.persists += self.heap.persists - before;
