@@ -229,7 +229,33 @@ impl<F: Flavor> Entry<F> {
     }
 }
 
-type Bucket<F> = [Entry<F>; PROBE];
+/// [`PROBE`] entries under one lock, with a bit per entry that may have users (set when
+/// an entry is claimed for a key, cleared lazily by a claim that finds its users gone): a
+/// claim looks only at those entries, and takes a free one without reading the others, so
+/// that an uncontended claim touches the bucket's first line and the entry it takes rather
+/// than every entry of the bucket. Invariant (under the lock): an entry with users has its
+/// bit set (users go from 0 to 1 only in [`Table::claim`], which sets it). `repr(C)`: the
+/// bits lead the bucket, on the line of its first entry.
+#[repr(C)]
+struct Bucket<F: Flavor> {
+    live: u8,
+    entries: [Entry<F>; PROBE],
+}
+
+const _: () = assert!(PROBE <= 8, "one bit of `Bucket::live` per entry");
+
+impl<F: Flavor> core::ops::Deref for Bucket<F> {
+    type Target = [Entry<F>; PROBE];
+    fn deref(&self) -> &[Entry<F>; PROBE] {
+        &self.entries
+    }
+}
+
+impl<F: Flavor> core::ops::DerefMut for Bucket<F> {
+    fn deref_mut(&mut self) -> &mut [Entry<F>; PROBE] {
+        &mut self.entries
+    }
+}
 
 /// A node's table: buckets of [`PROBE`] entries, each under its own try-lock.
 pub(crate) struct Table<F: Flavor> {
@@ -360,7 +386,12 @@ impl<F: Flavor> Table<F> {
         };
         Table {
             buckets: (0..n)
-                .map(|_| TryLock::new(core::array::from_fn(|_| Entry::new(value_cap))))
+                .map(|_| {
+                    TryLock::new(Bucket {
+                        live: 0,
+                        entries: core::array::from_fn(|_| Entry::new(value_cap)),
+                    })
+                })
                 .collect(),
             value_cap,
         }
@@ -396,18 +427,31 @@ impl<F: Flavor> Table<F> {
         }
         let b = (F::home(key) as usize) & (self.buckets.len() - 1);
         let mut g = self.lock(b).await;
+        let g = &mut *g;
+        // Only the entries that may have users: one of them is `key`'s, or has none left
+        // (its bit cleared, and it may be taken).
         let mut free = None;
-        for (i, e) in g.iter_mut().enumerate() {
-            if e.users > 0 && e.key.get() == key {
+        let mut bits = g.live;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let e = &mut g.entries[i];
+            if e.users == 0 {
+                g.live &= !(1 << i);
+                free = free.or(Some(i));
+            } else if e.key.get() == key {
                 e.users += 1;
                 return Some((At(b, i), f(e)));
             }
-            if e.users == 0 && free.is_none() {
-                free = Some(i);
-            }
         }
-        let i = free?;
-        let e = &mut g[i];
+        // Else any entry without its bit (it has no users), the first one.
+        let i = match free {
+            Some(i) => i,
+            None if g.live == u8::MAX >> (8 - PROBE) => return None,
+            None => g.live.trailing_ones() as usize,
+        };
+        g.live |= 1 << i;
+        let e = &mut g.entries[i];
         e.users = 1;
         e.key.set(key);
         e.reading = false;

@@ -22,12 +22,16 @@ use core::task::{Context, Poll, Waker};
 /// The wakers of the coroutines parked on one entry, each under a tag (Sherman: its ticket;
 /// the delegation table: 0). `N` slots: a waiter that finds none free polls instead.
 pub(crate) struct Parked<const N: usize> {
+    /// Slots taken: waking, forgetting or clearing an entry nobody parked on (the common
+    /// case of an uncontended key) reads no slot.
+    taken: u32,
     slots: [Option<(u64, Waker)>; N],
 }
 
 impl<const N: usize> Default for Parked<N> {
     fn default() -> Self {
         Parked {
+            taken: 0,
             slots: [const { None }; N],
         }
     }
@@ -49,15 +53,20 @@ impl<const N: usize> Parked<N> {
             return false;
         };
         self.slots[i] = Some((tag, waker.clone()));
+        self.taken += 1;
         true
     }
 
     /// Wakes (and forgets) the waiters parked under a tag `pick` chooses.
     pub(crate) fn wake_if(&mut self, mut pick: impl FnMut(u64) -> bool) {
+        if self.taken == 0 {
+            return;
+        }
         for s in &mut self.slots {
             if s.as_ref().is_some_and(|(t, _)| pick(*t))
                 && let Some((_, w)) = s.take()
             {
+                self.taken -= 1;
                 w.wake();
             }
         }
@@ -70,22 +79,31 @@ impl<const N: usize> Parked<N> {
 
     /// Forgets the waiters parked under `tag` without waking them (they stopped waiting).
     pub(crate) fn forget(&mut self, tag: u64) {
+        if self.taken == 0 {
+            return;
+        }
         for s in &mut self.slots {
             if s.as_ref().is_some_and(|(t, _)| *t == tag) {
                 *s = None;
+                self.taken -= 1;
             }
         }
     }
 
     /// Forgets every waiter (an entry taken for another key: nobody waits on it).
     pub(crate) fn clear(&mut self) {
-        self.slots = [const { None }; N];
+        if self.taken != 0 {
+            self.slots = [const { None }; N];
+            self.taken = 0;
+        }
     }
 
     /// Waiters parked (tests).
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_some()).count()
+        let n = self.slots.iter().filter(|s| s.is_some()).count();
+        assert_eq!(n, self.taken as usize, "the count of taken slots is kept");
+        n
     }
 }
 

@@ -59,10 +59,14 @@ impl<F: Flavor> Table<F> {
                     // leave the user count alone (the replacer released ours).
                     if e.reading && e.read_gen == my_gen {
                         if publish {
-                            e.value.set(match r {
-                                Ok(Some(n)) => &out[..n],
-                                _ => &[],
-                            });
+                            // With no other user, nobody can take the value (the entry is
+                            // free once this leader leaves): not copied.
+                            if e.users > 1 {
+                                e.value.set(match r {
+                                    Ok(Some(n)) => &out[..n],
+                                    _ => &[],
+                                });
+                            }
                             e.result = r;
                             e.done_gen = my_gen;
                         }
