@@ -134,6 +134,56 @@ fn single_client_matches_a_btreemap() {
     });
 }
 
+/// Values on both sides of the client's small object buffer (512 B: objects of up to 480-B
+/// values with an 8-byte key) up to the largest, read back whole, with a neighborhood of 32
+/// buckets (past the small neighborhood buffer of 16) and a value-size hint of 8 (small first
+/// READ) or 1024 (large first READ, whose object may be shorter).
+#[test]
+fn values_past_the_small_buffers_read_back_whole() {
+    for hint in [8usize, 1024] {
+        let n = SoftMemoryNode::create_with(
+            NodeConfig {
+                region_len: 32 << 20,
+                ..NodeConfig::default()
+            },
+            Box::new(ErdaServer::new(ErdaConfig {
+                neighborhood: 32,
+                ..ErdaConfig::small()
+            })),
+        )
+        .unwrap();
+        let _srv = n.spawn_server();
+        let ep = n.endpoint().unwrap();
+        block_on(async {
+            let cfg = ErdaClientConfig {
+                value_size: hint,
+                ..ErdaClientConfig::default()
+            };
+            let e = Erda::open(&ep, cfg).await.unwrap();
+            assert_eq!(e.superblock().neighborhood, 32);
+            let lens = [8usize, 472, 480, 488, 496, 1000, 1024, 2048, 4095, 4096];
+            let value = |i: usize, len: usize| -> Vec<u8> {
+                (0..len).map(|j| (i * 31 + j * 7) as u8 | 1).collect()
+            };
+            for (i, &len) in lens.iter().enumerate() {
+                e.upsert(&k(i as u64), &value(i, len)).await.unwrap();
+            }
+            let mut out = vec![0u8; 4096];
+            for (i, &len) in lens.iter().enumerate() {
+                let got = e.get(&k(i as u64), &mut out).await.unwrap();
+                assert_eq!(got, Some(len), "length of value {i}, hint {hint}");
+                assert!(
+                    out[..len] == value(i, len)[..],
+                    "bytes of value {i}, hint {hint}"
+                );
+            }
+            assert_eq!(e.get(&k(99), &mut out).await.unwrap(), None);
+            let long = e.stats().long_reads;
+            assert!(long > 0, "a value longer than the hint took a second READ");
+        });
+    }
+}
+
 #[test]
 fn verbs_and_round_trips_per_operation() {
     let n = node();

@@ -20,6 +20,12 @@ use std_alloc::vec::Vec;
 
 /// Largest neighborhood a client reads (64 buckets, 2 KiB).
 const MAX_NEIGHBORHOOD: usize = 64;
+/// Neighborhoods up to this many buckets (512 B) are read into a buffer of this size, so a
+/// get zeroes 512 B of frame rather than 2 KiB (the default neighborhood is 8 buckets).
+const SMALL_NEIGHBORHOOD: usize = 16;
+/// Objects up to this many bytes are read (and encoded) in a buffer of this size, so an
+/// operation on small values zeroes 512 B of frame rather than [`OBJECT_MAX`] (4 KiB).
+const SMALL_OBJECT: usize = 512;
 
 /// What one handle observed (per-handle, not atomic).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -240,17 +246,38 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         // free, and a waiter that sleeps through its back-off can starve past its deadline
         // (verbs, 256 coroutines on 64 mailboxes). The holders are this handle's own
         // coroutines, so a wait fails if no mailbox was freed for a whole deadline, or (a
-        // bound on a waiter that others keep overtaking) after eight deadlines in all.
+        // bound on a waiter that others keep overtaking) after eight deadlines in all. The
+        // clock is read only when no mailbox is free at once.
+        let free = self.free.get();
+        let slot = if free != 0 && self.mail_waiters.get() == 0 {
+            let i = free.trailing_zeros();
+            self.free.set(free & !(1u64 << i));
+            i
+        } else {
+            self.wait_mailbox().await?
+        };
+        let r = self.request_in(slot, op, key, value_len, revoke).await;
+        // A mailbox whose request got no answer in time stays taken: the server may still
+        // read it, and a new request there would be read twice.
+        if !matches!(r, Err(ErdaError::Retries { .. })) {
+            self.free.set(self.free.get() | 1u64 << slot);
+            self.mail_freed.set(self.mail_freed.get().wrapping_add(1));
+        }
+        r
+    }
+
+    /// Queues for a request mailbox (see [`Self::request`]) and takes it.
+    async fn wait_mailbox(&self) -> Result<u32, ErdaError> {
         let start = self.ep.now_ns();
         let mut w = Waiter::new(self.cfg.lease, start);
         let mut freed = self.mail_freed.get();
         let mut queued: Option<MailQueue<'_>> = None;
-        let slot = loop {
+        loop {
             let free = self.free.get();
             if free != 0 && (queued.is_some() || self.mail_waiters.get() == 0) {
                 let i = free.trailing_zeros();
                 self.free.set(free & !(1u64 << i));
-                break i;
+                return Ok(i);
             }
             if queued.is_none() {
                 queued = Some(MailQueue::join(&self.mail_waiters));
@@ -271,16 +298,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                     });
                 }
             }
-        };
-        drop(queued);
-        let r = self.request_in(slot, op, key, value_len, revoke).await;
-        // A mailbox whose request got no answer in time stays taken: the server may still
-        // read it, and a new request there would be read twice.
-        if !matches!(r, Err(ErdaError::Retries { .. })) {
-            self.free.set(self.free.get() | 1u64 << slot);
-            self.mail_freed.set(self.mail_freed.get().wrapping_add(1));
         }
-        r
     }
 
     async fn request_in(
@@ -479,8 +497,16 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         value: &[u8],
     ) -> Result<(), ErdaError> {
         let addr = self.object_addr(head, units)?;
-        let mut obj = [0u8; OBJECT_MAX];
-        let len = encode_object_with(&mut obj, key, value, false, super::object_checksum)
+        // Zeroed per write: only the bytes a small object needs (see [`SMALL_OBJECT`]).
+        let mut small = [0u8; SMALL_OBJECT];
+        let mut large: [u8; OBJECT_MAX];
+        let obj: &mut [u8] = if object_len(key.len(), value.len()) <= SMALL_OBJECT {
+            &mut small
+        } else {
+            large = [0u8; OBJECT_MAX];
+            &mut large
+        };
+        let len = encode_object_with(obj, key, value, false, super::object_checksum)
             .map_err(|why| ErdaError::Corrupt { addr, why })?;
         self.ep.charge(Work::Crc32c(len));
         if self.sb.head_remaining(units) < (len + DURABLE_MARK_LEN) as u64 {

@@ -15,7 +15,7 @@
 //! higher (or at the root), as the authors' `Tree::search` retries after
 //! `TreeCache::invalidate`; the pages read on the way are cached afresh.
 use remora_layouts::GlobalAddr;
-use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader, internal_entry};
+use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader};
 use std_alloc::collections::BTreeMap;
 use std_alloc::vec::Vec;
 
@@ -96,21 +96,34 @@ pub(crate) struct Route {
     pub(crate) next: Option<u64>,
 }
 
-/// The [`Route`] of `key` through an internal page (largest separator <= key).
+/// The [`Route`] of `key` through an internal page (largest separator <= key). `None` if the
+/// page image is shorter than its `count` entries or the child is null.
 pub(super) fn route_for(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> Option<Route> {
-    let (mut lo, mut hi) = (0usize, h.count());
+    // The entries as 16-byte arrays, sliced once: the search's reads need no bounds checks
+    // or errors of their own.
+    let n = h.count();
+    let entries = page.get(g.internal_entry_offset(0)..g.internal_entry_offset(n))?;
+    let (entries, _) = entries.as_chunks::<16>();
+    let entry = |i: usize| -> (u64, u64) {
+        let (w, _) = entries[i].as_chunks::<8>();
+        (u64::from_le_bytes(w[0]), u64::from_le_bytes(w[1]))
+    };
+    let (mut lo, mut hi) = (0usize, entries.len());
     while lo < hi {
         let mid = (lo + hi) / 2;
-        let (k, _) = internal_entry(page, g, mid).ok()?;
-        if k <= key { lo = mid + 1 } else { hi = mid }
+        if entry(mid).0 <= key {
+            lo = mid + 1
+        } else {
+            hi = mid
+        }
     }
     let (low, child) = if lo == 0 {
         (h.low_fence, h.leftmost)
     } else {
-        internal_entry(page, g, lo - 1).ok()?
+        entry(lo - 1)
     };
-    let (high, next) = if lo < h.count() {
-        let (k, c) = internal_entry(page, g, lo).ok()?;
+    let (high, next) = if lo < entries.len() {
+        let (k, c) = entry(lo);
         (k, Some(c))
     } else {
         (h.high_fence, (h.high_fence == KEY_INFINITY).then_some(0))
@@ -284,6 +297,64 @@ mod tests {
             low_fence: low,
             high_fence: low + 100,
             ..PageHeader::default()
+        }
+    }
+
+    /// The binary search routes every key as a linear scan of the separators does: the
+    /// child of the largest separator <= key (the leftmost below the first), the range it
+    /// gives, and the next child; on pages with 0 to 10 entries, the last one +∞-fenced.
+    #[test]
+    fn route_for_agrees_with_a_linear_scan() {
+        use remora_layouts::sherman::{internal_entry, set_internal_entry};
+        let g = Geometry::new(1024, 8).unwrap();
+        for count in 0..=10usize {
+            for high in [1000, KEY_INFINITY] {
+                let h = PageHeader {
+                    meta: PageHeader::pack_meta(1, false, count),
+                    low_fence: 100,
+                    high_fence: high,
+                    leftmost: 7,
+                    ..PageHeader::default()
+                };
+                let mut page = [0u8; 1024];
+                for i in 0..count {
+                    let k = 150 + 50 * i as u64;
+                    set_internal_entry(&mut page, &g, i, k, 1000 + i as u64);
+                }
+                for key in 100..(100 + 60 * 11) {
+                    let mut at = None;
+                    for i in 0..count {
+                        if internal_entry(&page, &g, i).unwrap().0 <= key {
+                            at = Some(i);
+                        }
+                    }
+                    let (low, child) =
+                        at.map_or((100, 7), |i| internal_entry(&page, &g, i).unwrap());
+                    let nx = at.map_or(0, |i| i + 1);
+                    let (hi, next) = if nx < count {
+                        let (k, c) = internal_entry(&page, &g, nx).unwrap();
+                        (k, Some(c))
+                    } else {
+                        (high, (high == KEY_INFINITY).then_some(0))
+                    };
+                    let want = Route {
+                        child: GlobalAddr::from_raw(child),
+                        low,
+                        high: hi,
+                        next,
+                    };
+                    assert_eq!(
+                        route_for(&page, &g, &h, key),
+                        Some(want),
+                        "count {count} key {key}"
+                    );
+                }
+                // A page image too short for its count routes nothing.
+                assert_eq!(
+                    route_for(&page[..64 + 16 * count.saturating_sub(1)], &g, &h, 120).is_none(),
+                    count > 0
+                );
+            }
         }
     }
 

@@ -100,7 +100,9 @@ fn decode_slot(bytes: &[u8], g: &Geometry, computed: u64) -> Result<Slot, Layout
 /// Verifies every slot of a leaf image against page version `bind` and calls `f(slot, what)`
 /// for each, in slot order; stops at the first slot that fails, with its error (so `f` may
 /// have seen earlier slots of an image that turns out torn: use its findings only on `Ok`).
-/// Same result as [`leaf_slot`] on each slot, four entries hashed side by side.
+/// Same result as [`leaf_slot`] on each slot, four entries hashed side by side; entries of
+/// 24 to 48 bytes (values of 8 to 32) through a copy of the loop for that entry size, whose
+/// word reads need no bounds checks.
 pub fn verify_leaf(
     page: &[u8],
     g: &Geometry,
@@ -116,7 +118,59 @@ pub fn verify_leaf(
         });
     }
     let seed = entry_seed(bind);
-    let entry = |s: usize| &page[g.leaf_entry_offset(s)..g.leaf_entry_offset(s) + size];
+    let body = &page[HEADER_LEN..end];
+    match size {
+        24 => verify_sized::<24>(body, g, seed, &mut f),
+        32 => verify_sized::<32>(body, g, seed, &mut f),
+        40 => verify_sized::<40>(body, g, seed, &mut f),
+        48 => verify_sized::<48>(body, g, seed, &mut f),
+        _ => verify_any(body, g, size, seed, &mut f),
+    }
+}
+
+/// [`verify_leaf`] over `body` (the entries, `B` bytes each).
+#[inline(always)]
+fn verify_sized<const B: usize>(
+    body: &[u8],
+    g: &Geometry,
+    seed: u64,
+    f: &mut impl FnMut(usize, Slot),
+) -> Result<(), LayoutError> {
+    let (entries, _) = body.as_chunks::<B>();
+    let (quads, rest) = entries.as_chunks::<4>();
+    let mut s = 0;
+    for e in quads {
+        let mut h = [seed; 4];
+        for (l, hl) in h.iter_mut().enumerate() {
+            *hl = step(*hl, word(&e[l], 0) & !CHECKSUM.mask());
+        }
+        for at in (8..B).step_by(8) {
+            for (l, hl) in h.iter_mut().enumerate() {
+                *hl = step(*hl, word(&e[l], at));
+            }
+        }
+        for l in 0..4 {
+            f(s + l, decode_slot(&e[l], g, (h[l] >> CHECKSUM.lo).max(1))?);
+        }
+        s += 4;
+    }
+    for e in rest {
+        f(s, decode_slot(e, g, entry_hash_from(seed, e))?);
+        s += 1;
+    }
+    Ok(())
+}
+
+/// [`verify_leaf`] over `body` (the entries, `size` bytes each), any entry size.
+fn verify_any(
+    body: &[u8],
+    g: &Geometry,
+    size: usize,
+    seed: u64,
+    f: &mut impl FnMut(usize, Slot),
+) -> Result<(), LayoutError> {
+    let cap = body.len() / size;
+    let entry = |s: usize| &body[s * size..(s + 1) * size];
     let mut s = 0;
     while s + 4 <= cap {
         let e = [entry(s), entry(s + 1), entry(s + 2), entry(s + 3)];

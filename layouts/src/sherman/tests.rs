@@ -218,31 +218,50 @@ proptest! {
     }
 
     /// The four-lane verifier decides exactly what slot-by-slot verification decides, on
-    /// whole, torn and random images.
+    /// whole, torn and random images, for entry sizes with a loop of their own (24 to 48
+    /// bytes) and without (56, 72), with and without a remainder of fewer than four slots.
     #[test]
     fn verify_leaf_agrees_with_leaf_slot(
         ka in proptest::collection::btree_set(10u64..1000, 0..39),
         mask in any::<u16>(),
         noise in proptest::collection::vec(any::<u8>(), 1024),
         which in 0u8..3,
+        vs in prop_oneof![Just(8usize), Just(16), Just(24), Just(32), Just(40), Just(56)],
+        bad in 0usize..64,
     ) {
-        let g = Geometry::new(1024, 8).unwrap();
-        let val = 5u64.to_le_bytes();
-        let ea: Vec<(u64, &[u8])> = ka.iter().map(|&k| (k, &val[..])).collect();
-        let a = leaf(&g, 7, &ea);
+        let g = Geometry::new(1024, vs).unwrap();
+        let val = [5u8; 56];
+        let ea: Vec<(u64, &[u8])> = ka.iter().map(|&k| (k, &val[..vs])).collect();
+        let ea = &ea[..ea.len().min(g.leaf_capacity())];
+        let a = leaf(&g, 7, ea);
         let b = leaf(&g, 8, &[]);
         let p = match which {
-            0 => a,
+            0 => {
+                // One flipped byte somewhere among the entries (or none, past them).
+                let mut p = a;
+                if bad < g.leaf_capacity() {
+                    p[g.leaf_entry_offset(bad) + 9] ^= 1;
+                }
+                p
+            }
             1 => mix(&a, &b, mask),
             _ => noise.try_into().unwrap(),
         };
         let mut seen = Vec::new();
         let r = verify_leaf(&p, &g, 7, |s, slot| seen.push((s, slot)));
-        let each: Result<Vec<_>, _> =
-            (0..39).map(|s| leaf_slot(&p, &g, s, 7).map(|x| (s, x))).collect();
+        let each: Result<Vec<_>, _> = (0..g.leaf_capacity())
+            .map(|s| leaf_slot(&p, &g, s, 7).map(|x| (s, x)))
+            .collect();
         match (r, each) {
             (Ok(()), Ok(all)) => prop_assert_eq!(seen, all),
-            (Err(e1), Err(e2)) => prop_assert_eq!(e1, e2),
+            (Err(e1), Err(e2)) => {
+                prop_assert_eq!(e1, e2);
+                // Every slot before the failing one was reported, none after it.
+                let first_bad = (0..g.leaf_capacity())
+                    .find(|&s| leaf_slot(&p, &g, s, 7).is_err())
+                    .unwrap();
+                prop_assert_eq!(seen.len(), first_bad);
+            }
             (r, e) => prop_assert!(false, "verify_leaf {:?}, leaf_slot {:?}", r, e),
         }
     }

@@ -17,9 +17,18 @@ impl<E: Endpoint> Erda<'_, E> {
         let addr = self.object_addr(head, units)?;
         let at = self.addr(self.sb.head_state_off(head));
         let room = self.sb.head_remaining(units).min(OBJECT_MAX as u64) as usize;
-        let mut buf = [0u8; OBJECT_MAX];
         let mut sw = [0u8; 8];
         let hint = object_len(key.len(), self.cfg.value_size.min(VALUE_MAX)).min(room);
+        // Zeroed per call: only the [`SMALL_OBJECT`] bytes an object of the configured
+        // value size needs, the whole [`OBJECT_MAX`] only for a larger one.
+        let mut small = [0u8; SMALL_OBJECT];
+        let mut large: [u8; OBJECT_MAX];
+        let mut buf: &mut [u8] = if hint <= SMALL_OBJECT {
+            &mut small
+        } else {
+            large = [0u8; OBJECT_MAX];
+            &mut large
+        };
         let qp = self.qp()?;
         qp.post(&mut [
             Op::Read {
@@ -41,6 +50,10 @@ impl<E: Endpoint> Erda<'_, E> {
         }
         if len > hint {
             bump(&self.long_reads);
+            if len > buf.len() {
+                large = [0u8; OBJECT_MAX];
+                buf = &mut large;
+            }
             qp.post(&mut [
                 Op::Read {
                     remote: addr,
@@ -157,7 +170,8 @@ impl<E: Endpoint> Erda<'_, E> {
         })
     }
 
-    /// A get, started over (bounded by the lease's deadline and attempts) while a cleaning
+    /// A get, started over (bounded by the lease's deadline and attempts, from the first
+    /// failed attempt) while a cleaning
     /// starts or ends under it: see [`Self::lookup_once`].
     pub(super) async fn lookup(
         &self,
@@ -165,13 +179,17 @@ impl<E: Endpoint> Erda<'_, E> {
         out: &mut [u8],
     ) -> Result<Option<usize>, ErdaError> {
         check_key(key).map_err(|_| ErdaError::BadKey { len: key.len() })?;
-        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
+        // The clock is first read when a get has to start over (most never do): the bound
+        // runs from the first failed attempt.
+        let mut w: Option<Waiter> = None;
         loop {
             if let Some(r) = self.lookup_once(key, out).await? {
                 return Ok(r);
             }
             bump(&self.epoch_retries);
-            match w.observe(0, self.ep.now_ns()) {
+            let now = self.ep.now_ns();
+            let w = w.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+            match w.observe(0, now) {
                 Verdict::Wait(ns) => self.ep.pause(ns).await,
                 _ => {
                     return Err(ErdaError::Retries {
@@ -235,7 +253,15 @@ impl<E: Endpoint> Erda<'_, E> {
         let home = self.sb.home(key);
         let addr = self.addr(self.sb.bucket_off(home));
         let n = self.sb.neighborhood as usize * BUCKET_LEN;
-        let mut buf = [0u8; MAX_NEIGHBORHOOD * BUCKET_LEN];
+        // Zeroed per get: [`SMALL_NEIGHBORHOOD`] buckets unless the neighborhood is larger.
+        let mut small = [0u8; SMALL_NEIGHBORHOOD * BUCKET_LEN];
+        let mut large: [u8; MAX_NEIGHBORHOOD * BUCKET_LEN];
+        let buf: &mut [u8] = if n <= small.len() {
+            &mut small
+        } else {
+            large = [0u8; MAX_NEIGHBORHOOD * BUCKET_LEN];
+            &mut large
+        };
         let qp = self.qp()?;
         let mut last = addr;
         // The fast path, once, after the heads' state words.
