@@ -106,3 +106,41 @@ fn cpu_rows_are_measured_with_paced_clients() {
         assert_eq!(rows, 6, "server-CPU rows");
     }
 }
+
+/// The two YCSB-B server-CPU rows (the paper's only rows whose ratio moves over 15% with
+/// the seed) are medians over seeds 1-5: their four YCSB-B runs, and no other run of the
+/// paper, go over seeds.
+#[test]
+fn only_the_ycsb_b_cpu_runs_go_over_seeds() {
+    let p = paper(&Scale::of(ScaleSel::Quick).for_paper("erda"));
+    let mut seeded = Vec::new();
+    for e in &p.experiments {
+        for s in e.series.iter().filter(|s| !s.seeds.is_empty()) {
+            assert_eq!(s.seeds, vec![1, 2, 3, 4, 5], "{}", s.label);
+            seeded.push((e.id.as_str(), s.label.as_str(), s.workloads.clone()));
+        }
+    }
+    let b = |l| ("erda-cpu", l, vec!["b"]);
+    assert_eq!(
+        seeded,
+        vec![
+            b("Erda 64 B"),
+            b("Redo Logging 64 B"),
+            b("Erda 1024 B"),
+            b("Read-After-Write 1024 B")
+        ]
+    );
+    // Both points of each b-cpu row are among them.
+    for id in ["b-cpu-redo", "b-cpu-raw-values"] {
+        let c = p.claims.iter().find(|c| c.id == id).unwrap();
+        let (num, den) = c.points.as_ref().unwrap();
+        for pick in [num, den] {
+            assert!(
+                seeded
+                    .iter()
+                    .any(|(e, l, w)| *e == pick.exp && *l == pick.series && w[0] == pick.workload),
+                "{id}: {pick:?}"
+            );
+        }
+    }
+}
