@@ -113,7 +113,8 @@ pub struct Scale {
 /// an hour of CPU on a 2-core machine (docs/repro-full/README.md has the measured times).
 /// Memory does not bind (`--memory`: SMART ~95 B/key, Sherman ~60); CPU spent inserting
 /// keys does. A run whose load is not measured bulk-loads (SMART with 8-byte keys, Sherman
-/// and FG+; `bench/bulk.rs`) once per experiment and index, and the experiment's other runs
+/// and FG+, `bench/bulk.rs`; CANRT, `bench/bulk_canrt.rs`; WORT and WOART, the tree sorted
+/// inserts make, `bench/bulk_wort.rs`) once per experiment and index, and the experiment's other runs
 /// start from a copy of it; every other run inserts all its keys, at 6-19 µs of CPU a key
 /// (`--memory`: SMART 6.3, Sherman 7.1, CANRT 10-13, Erda 11.3, Catfish 19.2):
 /// - SMART, 2M keys (paper 60M): 19 of its runs insert, the three LOAD bars, the ten
@@ -122,7 +123,8 @@ pub struct Scale {
 /// - Sherman, 4M keys (paper 1B, 80% full): the five factor steps' LOAD insert every key
 ///   (5 x 4M x 7.1 µs: 2.4 minutes of CPU; 10 hours at 1B); the rest bulk-loads.
 /// - CANRT, 500k keys (the paper states none; 1M assumed for its cache scaling): runs whose
-///   load is not measured bulk-load (`bench/bulk_canrt.rs`, 8- and 16-byte keys); its range
+///   load is not measured bulk-load (`bench/bulk_canrt.rs`, 8- and 16-byte keys; WORT and
+///   WOART `bench/bulk_wort.rs`, the tree sorted inserts make); its range
 ///   experiments bulk-load at every scale (`--bulk-load`).
 /// - Erda, 600k keys (the paper states none; its baselines' tables hold at most 20k, so
 ///   the runs scale the LLC up by keys / 20k: `erda/sizing.rs`): no bulk loader, each run
