@@ -76,17 +76,27 @@ pub fn plan(a: &BenchArgs) -> BulkPlan {
         })
         .collect();
     keys.sort_unstable();
-    keys.dedup_by(|later, kept| {
-        let same = later.key == kept.key;
-        if same {
-            kept.n = later.n;
-        }
-        same
-    });
+    last_wins(&mut keys, |x, y| x.key == y.key, |k| &mut k.n);
     BulkPlan {
         keys,
         sort_s: t.elapsed().as_secs_f64(),
     }
+}
+
+/// Drops the repeats of a key from `sorted` (sorted by key, then key number), keeping one
+/// item per key with the last key number: the later insert's value wins.
+pub fn last_wins<T>(
+    sorted: &mut Vec<T>,
+    same_key: impl Fn(&T, &T) -> bool,
+    n: impl Fn(&mut T) -> &mut u64,
+) {
+    sorted.dedup_by(|later, kept| {
+        let same = same_key(later, kept);
+        if same {
+            *n(kept) = *n(later);
+        }
+        same
+    });
 }
 
 impl<E: Endpoint> Handle<'_, E> {

@@ -47,21 +47,7 @@ pub fn plan(a: &BenchArgs, key_len: u32) -> Result<CanrtPlan, String> {
         keyed.push((k, n));
     }
     keyed.sort_unstable();
-    keyed.dedup_by(|later, kept| {
-        let same = later.0 == kept.0;
-        if same {
-            kept.1 = later.1;
-        }
-        same
-    });
-    let pairs = keyed
-        .into_iter()
-        .map(|(k, n)| {
-            let mut v = vec![0u8; a.value_size];
-            value_for(n, a.value_size, &mut v);
-            (k, v)
-        })
-        .collect();
+    let pairs = with_values(keyed, a.value_size);
     Ok(CanrtPlan {
         pairs,
         sort_s: t.elapsed().as_secs_f64(),
@@ -111,4 +97,18 @@ pub fn recover(
     handler
         .recover(&ImageRegion::new(&mut img.host, node as u16))
         .map_err(|e| format!("recovering the bulk-loaded tree: {e}"))
+}
+
+/// `keyed` (sorted by key, then key number) with one item per key, carrying the value its
+/// last key number's insert would write (`value_for`).
+pub fn with_values<K: PartialEq>(mut keyed: Vec<(K, u64)>, value_size: usize) -> Vec<(K, Vec<u8>)> {
+    super::bulk::last_wins(&mut keyed, |x, y| x.0 == y.0, |k| &mut k.1);
+    keyed
+        .into_iter()
+        .map(|(k, n)| {
+            let mut v = vec![0u8; value_size];
+            value_for(n, value_size, &mut v);
+            (k, v)
+        })
+        .collect()
 }

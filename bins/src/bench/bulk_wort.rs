@@ -11,9 +11,8 @@
 //!
 //! Which server-built loader a run takes ([`ServerPlan`]): CANRT's or WORT's.
 use super::BenchArgs;
-use super::bulk_canrt::CanrtPlan;
+use super::bulk_canrt::{CanrtPlan, with_values};
 use super::index::IndexCfg;
-use super::phase::value_for;
 use super::spatial::ImageRegion;
 use remora::core::wort::{KEY_MAX, WortServer};
 use remora::poller::sim::NodeImage;
@@ -63,21 +62,7 @@ pub fn plan(a: &BenchArgs) -> Result<WortPlan, String> {
     }
     // Byte order of the keys (a proper prefix first): the trees' order.
     keyed.sort_by(|x, y| x.0.as_ref().cmp(y.0.as_ref()).then(x.1.cmp(&y.1)));
-    keyed.dedup_by(|later, kept| {
-        let same = later.0 == kept.0;
-        if same {
-            kept.1 = later.1;
-        }
-        same
-    });
-    let pairs = keyed
-        .into_iter()
-        .map(|(k, n)| {
-            let mut v = vec![0u8; a.value_size];
-            value_for(n, a.value_size, &mut v);
-            (k, v)
-        })
-        .collect();
+    let pairs = with_values(keyed, a.value_size);
     Ok(WortPlan {
         pairs,
         sort_s: t.elapsed().as_secs_f64(),

@@ -26,15 +26,9 @@ fn canrt_and_its_baselines_bench_16_byte_string_keys() {
             ],
             &format!("{index}-s16"),
         );
-        // CANRT is bulk-loaded on the sim unless the workload is LOAD (one run record);
-        // WORT and WOART insert their keys (a load and a run record).
+        // All three are bulk-loaded on the sim unless the workload is LOAD: one run record.
         let phases: Vec<_> = recs.iter().map(|r| r["phase"].as_str()).collect();
-        let expected = if index == "canrt" {
-            vec![Some("run")]
-        } else {
-            vec![Some("load"), Some("run")]
-        };
-        assert_eq!(phases, expected, "{index}");
+        assert_eq!(phases, vec![Some("run")], "{index}");
         let run = recs.last().unwrap();
         assert_eq!(run["ops"].as_u64(), Some(1500), "{index}");
         assert_eq!(
