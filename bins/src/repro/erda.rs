@@ -231,7 +231,7 @@ pub fn paper(s: &Scale) -> Paper {
         }
     }
     // The YCSB-B runs of the systems the b-cpu rows compare, over seeds (`CPU_B_SEEDS`).
-    let cpu_series = super::smart::seeded_workload(
+    let cpu_series = super::seeded_workload(
         cpu_series,
         &[
             "Erda 64 B",

@@ -282,6 +282,33 @@ impl Series {
     }
 }
 
+/// `series` with workload `wl` of each series labelled one of `labels` split off into a
+/// series of its own run at seeds 1..=`seeds`, in the chart's order (its workloads before
+/// `wl`, `wl`, those after); every other series and workload runs as it did.
+pub fn seeded_workload(series: Vec<Series>, labels: &[&str], wl: &str, seeds: u64) -> Vec<Series> {
+    let mut out = Vec::new();
+    for s in series {
+        let at = s.workloads.iter().position(|w| *w == wl);
+        let Some(i) = at.filter(|_| labels.contains(&s.label.as_str())) else {
+            out.push(s);
+            continue;
+        };
+        let part = |w: &[&'static str]| Series {
+            workloads: w.to_vec(),
+            ..s.clone()
+        };
+        let (before, after) = (&s.workloads[..i], &s.workloads[i + 1..]);
+        if !before.is_empty() {
+            out.push(part(before));
+        }
+        out.push(part(&s.workloads[i..=i]).over_seeds(seeds));
+        if !after.is_empty() {
+            out.push(part(after));
+        }
+    }
+    out
+}
+
 #[derive(Debug, Clone)]
 pub struct Experiment {
     /// File stem of its outputs, e.g. `smart-ycsb-int`.

@@ -1,7 +1,7 @@
 //! SMART (OSDI'23): 16 compute nodes, 2 memory nodes, YCSB LOAD/A/B/C/D, zipfian 0.99,
 //! 8-byte integer and string keys, 8-byte values; SMART vs Sherman vs ART ported to
 //! disaggregated memory, and the factor analysis (ART, then each technique added).
-use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
+use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series, seeded_workload};
 
 const NODES: usize = 16;
 const ALL: &[&str] = &["load", "a", "b", "c", "d"];
@@ -485,36 +485,6 @@ pub fn paper(s: &Scale) -> Paper {
         experiments,
         claims,
     }
-}
-
-/// `series` with workload `wl` of each series labelled one of `labels` split off into a
-/// series of its own run at seeds 1..=`seeds`, in the chart's order (its workloads before
-/// `wl`, `wl`, those after); every other series and workload runs once, as before. (Used
-/// by the other papers' seed-noisy rows too.)
-pub(super) fn seeded_workload(
-    series: Vec<Series>,
-    labels: &[&str],
-    wl: &str,
-    seeds: u64,
-) -> Vec<Series> {
-    let mut out = Vec::new();
-    for s in series {
-        let at = s.workloads.iter().position(|w| *w == wl);
-        let Some(i) = at.filter(|_| labels.contains(&s.label.as_str())) else {
-            out.push(s);
-            continue;
-        };
-        let part = |w: &[&'static str]| Series::new(&s.label, s.args.clone(), w);
-        let (before, after) = (&s.workloads[..i], &s.workloads[i + 1..]);
-        if !before.is_empty() {
-            out.push(part(before));
-        }
-        out.push(part(&s.workloads[i..=i]).over_seeds(seeds));
-        if !after.is_empty() {
-            out.push(part(after));
-        }
-    }
-    out
 }
 
 /// `1/4/22`.
