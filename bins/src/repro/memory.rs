@@ -179,6 +179,9 @@ pub struct Fit {
     /// Compute nodes of the paper's shape: one cache each.
     #[serde(default)]
     pub compute_nodes: usize,
+    /// The binary that measured it; None in files written before builds were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<crate::repro::resume::Build>,
 }
 
 impl Fit {
@@ -205,24 +208,34 @@ impl Fit {
     }
 }
 
+/// `p` with its key counts divided by `shrink` (the tool's own tests measure a hundredth).
+pub fn shrunk(p: &Probe, shrink: u64) -> Probe {
+    Probe {
+        keys: (p.keys.0 / shrink.max(1), p.keys.1 / shrink.max(1)),
+        ..*p
+    }
+}
+
+/// The `remora` arguments of one child run of `p`.
+fn child_line(p: &Probe, keys: u64, per_node: usize, no_cache: bool) -> String {
+    format!(
+        "bench {} --records {keys} --clients-per-node {per_node} --workload load --quiet{}",
+        p.flags,
+        if no_cache { " --no-cache" } else { "" }
+    )
+}
+
+/// The command a fit of `p` records (its base run): with `p`'s key counts, client counts,
+/// compute nodes and cache it names every child run [`measure`] makes.
+pub fn base_command(p: &Probe) -> String {
+    format!("remora {}", child_line(p, p.keys.0, p.per_node.0, false))
+}
+
 /// Runs one probe's children (`shrink` divides its key counts: the tool's own tests).
 pub fn measure(p: &Probe, dir: &Path, shrink: u64) -> Result<Fit, String> {
-    let shrunk;
-    let p = if shrink > 1 {
-        shrunk = Probe {
-            keys: (p.keys.0 / shrink, p.keys.1 / shrink),
-            ..*p
-        };
-        &shrunk
-    } else {
-        p
-    };
+    let p = &shrunk(p, shrink);
     let run = |keys: u64, per_node: usize, no_cache: bool| {
-        let line = format!(
-            "bench {} --records {keys} --clients-per-node {per_node} --workload load --quiet{}",
-            p.flags,
-            if no_cache { " --no-cache" } else { "" }
-        );
+        let line = child_line(p, keys, per_node, no_cache);
         let args: Vec<String> = line.split_whitespace().map(String::from).collect();
         let log = dir.join(format!(
             "memory-{}-{keys}-{per_node}-{no_cache}.log",
@@ -269,6 +282,7 @@ fn fit(p: &Probe, command: String, runs: [Usage; 5], nodes: usize) -> Fit {
         fixed_bytes: (rss(base) - k0 * bytes_per_key - c0 * bytes_per_client).max(0.0),
         cache_bytes: p.cache_mib.map(|m| m * (1u64 << 20) as f64),
         compute_nodes: nodes,
+        build: Some(crate::repro::resume::Build::this()),
     }
 }
 

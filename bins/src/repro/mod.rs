@@ -14,6 +14,7 @@ mod erda;
 pub(crate) mod memory;
 pub(crate) mod plot;
 pub(crate) mod report;
+pub(crate) mod resume;
 pub(crate) mod run;
 mod sherman;
 mod smart;
@@ -90,6 +91,18 @@ pub struct ReproArgs {
     /// with the seed.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=99))]
     pub seeds: Option<u64>,
+    /// Go on from a run stopped part-way (same --out): an experiment whose <out>/<ID>.json
+    /// exists is loaded instead of run if it holds points of every `remora bench` command
+    /// this binary runs for it, and of no other, in the same order and under the same
+    /// series labels (each point records its command); otherwise it runs again, with one
+    /// line on stderr saying why. Same for each index's fit in memory.json (--memory,
+    /// --scale full). report.md and report.json list what was reused, from which file and
+    /// measured by which build (crate version and git commit, in every point of the files
+    /// this binary writes; "unknown" for older files); the rest of the report is the same
+    /// as that of a run in one go. The commands do not say which code measured them: a
+    /// build that changed the bench since should run without --resume.
+    #[arg(long)]
+    pub resume: bool,
 }
 
 /// The sizes of one scale.

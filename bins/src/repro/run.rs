@@ -2,6 +2,7 @@
 //! series and workload) and reduces each bench record to a [`Point`].
 use super::memory;
 use super::report::{self, Point};
+use super::resume::{self, Reused};
 use super::{Chart, Experiment, Paper, ReproArgs, Scale, Series};
 use crate::bench::phase::BenchRecord;
 use crate::bench::{self, BenchArgs};
@@ -119,6 +120,61 @@ pub fn points(s: &Series, command: &str, recs: &[BenchRecord], out: &mut Vec<Poi
     }
 }
 
+/// One bench run of an experiment, as [`experiment`] runs it.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Its series' index in the experiment (a series split by [`super::seeded_workload`]
+    /// keeps its label in each part).
+    pub series: usize,
+    /// Its series' label.
+    pub label: String,
+    /// The bench flags as run ([`as_run`]), without `remora bench`.
+    pub cmd: String,
+    /// Whether its load is bulk-loaded.
+    pub bulk: bool,
+}
+
+impl Run {
+    /// The command its points record.
+    pub fn recorded(&self) -> String {
+        format!("remora bench {}", self.cmd)
+    }
+
+    /// The series labels its points get: the series' own, or each factor step's name for
+    /// a `--factors` run.
+    pub fn labels(&self) -> Result<Vec<String>, String> {
+        let a = parse_bench(&self.cmd)?;
+        if a.factors {
+            Ok(crate::bench::factor_steps(&a)?
+                .into_iter()
+                .map(|(name, _)| name.to_string())
+                .collect())
+        } else {
+            Ok(vec![self.label.clone()])
+        }
+    }
+}
+
+/// The bench runs of `e`, in order: each series' command lines at each of its seeds
+/// ([`seeded_commands`]), bulk-loading where `bulk` or the command says `--bulk-load`. Known
+/// before anything runs: what `--resume` checks a file against.
+pub fn runs(e: &Experiment, bulk: bool, seeds: Option<u64>) -> Result<Vec<Run>, String> {
+    let mut out = Vec::new();
+    for (i, s) in e.series.iter().enumerate() {
+        for cmd in seeded_commands(s, seeds)? {
+            // A series may ask for its bulk load at every scale (`--bulk-load`).
+            let bulk = bulk || cmd.split_whitespace().any(|w| w == "--bulk-load");
+            out.push(Run {
+                series: i,
+                label: s.label.clone(),
+                cmd: as_run(&cmd, bulk),
+                bulk,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// Runs every series of `e`: its points, and the runs that failed (a failing index does
 /// not stop the report; the failure is in it).
 ///
@@ -138,36 +194,33 @@ pub fn experiment(
 ) -> Result<(Vec<Point>, Vec<String>), String> {
     let mut pts = Vec::new();
     let mut failed = Vec::new();
-    for s in &e.series {
-        for cmd in seeded_commands(s, seeds)? {
-            let t = Instant::now();
-            // A series may ask for its bulk load at every scale (`--bulk-load`).
-            let bulk = bulk || cmd.split_whitespace().any(|w| w == "--bulk-load");
-            let cmd = as_run(&cmd, bulk);
-            let mut a = parse_bench(&cmd)?;
-            a.silent = true;
-            a.quiet = true;
-            // The series' commands (one per workload, sweep point) share one bulk-loaded
-            // cluster where their loads are the same: load once, measure many.
-            a.load_once = bulk;
-            a.no_bulk_load |= !bulk;
-            let recs = match memory::check_fits(&a).and_then(|()| bench::records(&a)) {
-                Ok(r) => r,
-                Err(err) => {
-                    eprintln!("  {:<28} FAILED: remora bench {cmd}: {err}", s.label);
-                    failed.push(format!("`remora bench {cmd}`: {err}"));
-                    continue;
-                }
-            };
-            if !quiet {
-                eprintln!(
-                    "  {:<28} {:>6.1} s  remora bench {cmd}",
-                    s.label,
-                    t.elapsed().as_secs_f64()
-                );
+    for r in runs(e, bulk, seeds)? {
+        let s = &e.series[r.series];
+        let t = Instant::now();
+        let cmd = &r.cmd;
+        let mut a = parse_bench(cmd)?;
+        a.silent = true;
+        a.quiet = true;
+        // The series' commands (one per workload, sweep point) share one bulk-loaded
+        // cluster where their loads are the same: load once, measure many.
+        a.load_once = r.bulk;
+        a.no_bulk_load |= !r.bulk;
+        let recs = match memory::check_fits(&a).and_then(|()| bench::records(&a)) {
+            Ok(r) => r,
+            Err(err) => {
+                eprintln!("  {:<28} FAILED: remora bench {cmd}: {err}", s.label);
+                failed.push(format!("`remora bench {cmd}`: {err}"));
+                continue;
             }
-            points(s, &format!("remora bench {cmd}"), &recs, &mut pts);
+        };
+        if !quiet {
+            eprintln!(
+                "  {:<28} {:>6.1} s  remora bench {cmd}",
+                s.label,
+                t.elapsed().as_secs_f64()
+            );
         }
+        points(s, &r.recorded(), &recs, &mut pts);
     }
     crate::bench::bulk::forget();
     Ok((pts, failed))
@@ -184,16 +237,51 @@ pub fn as_run(cmd: &str, bulk: bool) -> String {
     }
 }
 
-/// Runs, writes and charts one paper; returns its report section.
-pub fn paper(p: &Paper, a: &ReproArgs, scale: &Scale) -> Result<report::PaperReport, String> {
+/// Runs, writes and charts one paper; returns its report section. With `--resume`, an
+/// experiment whose file holds every run this binary would make of it is loaded, not run
+/// (its CSV and charts drawn again from it), and added to `reused`.
+pub fn paper(
+    p: &Paper,
+    a: &ReproArgs,
+    scale: &Scale,
+    reused: &mut Vec<Reused>,
+) -> Result<report::PaperReport, String> {
     let mut exps = Vec::new();
+    let bulk = scale.name != "quick";
     for e in &p.experiments {
         let t = Instant::now();
         if !a.quiet {
             eprintln!("{}: {}", e.id, e.title);
         }
-        let (pts, failures) = experiment(e, a.quiet, scale.name != "quick", a.seeds)?;
-        report::write_points(&a.out, &e.id, &pts)?;
+        let found = if a.resume {
+            resume::load(&a.out, &e.id, &runs(e, bulk, a.seeds)?)
+        } else {
+            resume::Found::Absent
+        };
+        let (pts, failures) = match found {
+            resume::Found::Reuse(pts, r) => {
+                eprintln!(
+                    "resume: {}: reusing {} ({} points, measured by {})",
+                    e.id,
+                    r.file,
+                    pts.len(),
+                    r.build
+                );
+                let csv = a.out.join(format!("{}.csv", e.id));
+                std::fs::write(&csv, report::csv(&pts))
+                    .map_err(|err| format!("{}: {err}", csv.display()))?;
+                reused.push(r);
+                (pts, Vec::new())
+            }
+            found => {
+                if let resume::Found::Mismatch(why) = found {
+                    eprintln!("resume: {}: running it again: {why}", e.id);
+                }
+                let (pts, failures) = experiment(e, a.quiet, bulk, a.seeds)?;
+                report::write_points(&a.out, &e.id, &pts)?;
+                (pts, failures)
+            }
+        };
         let charts = report::charts(&a.out, e, &pts)?;
         if !a.quiet {
             eprintln!("  done in {:.1} s", t.elapsed().as_secs_f64());
@@ -230,10 +318,18 @@ const CPU_BUDGET_S: f64 = 900.0;
 
 /// `--memory`: measures each selected paper's index in child processes and fits its
 /// `--scale full` plan to this machine (see `memory.rs`).
-pub fn memory_report(a: &ReproArgs) -> Result<memory::MemoryReport, String> {
+///
+/// With `--resume`, a fit in `<out>/memory.json` measured as this binary measures it
+/// ([`resume::memory_fit`]) is reused, not measured again, and added to `reused`; the fits
+/// to this machine and plan are computed again either way.
+pub fn memory_report(
+    a: &ReproArgs,
+    reused: &mut Vec<Reused>,
+) -> Result<memory::MemoryReport, String> {
     let full = Scale::of(super::ScaleSel::Full);
     let papers = super::papers(a.paper, &full);
     let machine = memory::machine_bytes().ok_or("cannot read MemTotal from /proc/meminfo")?;
+    let old = a.resume.then(|| resume::load_memory(&a.out)).flatten();
     let mut fits = Vec::new();
     for pr in memory::probes() {
         let Some(p) = papers.iter().find(|p| p.key == pr.paper) else {
@@ -245,7 +341,25 @@ pub fn memory_report(a: &ReproArgs) -> Result<memory::MemoryReport, String> {
         } else {
             1
         };
-        let fit = memory::measure(&pr, &a.out, shrink)?;
+        let fit = match old
+            .as_ref()
+            .map(|m| resume::memory_fit(m, &memory::shrunk(&pr, shrink)))
+        {
+            Some(Ok(f)) => {
+                let r = resume::memory_reused(&a.out, &f);
+                eprintln!(
+                    "resume: {}: reusing its fit in {} (measured by {})",
+                    r.what, r.file, r.build
+                );
+                reused.push(r);
+                f
+            }
+            Some(Err(why)) => {
+                eprintln!("resume: memory: measuring {} again: {why}", pr.index);
+                memory::measure(&pr, &a.out, shrink)?
+            }
+            None => memory::measure(&pr, &a.out, shrink)?,
+        };
         let (mut runs, mut clients) = (0, 0);
         for e in &p.experiments {
             let (r, c) = plan(e)?;
@@ -300,8 +414,9 @@ pub fn run(a: &ReproArgs) -> Result<(), String> {
     let scale = Scale::of(a.scale);
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let t = Instant::now();
+    let mut reused = Vec::new();
     let memory = if a.memory || a.scale == super::ScaleSel::Full {
-        Some(memory_report(a)?)
+        Some(memory_report(a, &mut reused)?)
     } else {
         None
     };
@@ -326,11 +441,12 @@ pub fn run(a: &ReproArgs) -> Result<(), String> {
     for p in super::papers(a.paper, &scale) {
         let p = p.restrict(&a.only);
         if !p.experiments.is_empty() {
-            reports.push(paper(&p, a, &scale)?);
+            reports.push(paper(&p, a, &scale, &mut reused)?);
         }
     }
     let mut full = report::Report::new(a, &scale, reports);
     full.memory = memory;
+    full.reused = reused;
     full.write(&a.out)?;
     println!(
         "remora repro {:?} --scale {}: {} claims, {} experiments in {:.1} s; report in {}",

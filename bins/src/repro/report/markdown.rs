@@ -31,6 +31,21 @@ impl Report {
              Each point's JSON names the `remora bench` command that measures it.\n",
             self.command, self.scale
         );
+        if !self.reused.is_empty() {
+            let _ = writeln!(
+                m,
+                "**Resumed** (`--resume`): loaded from an earlier run's files, not measured by \
+                 this run (every command this binary runs for each is in its file):"
+            );
+            for r in &self.reused {
+                let _ = writeln!(
+                    m,
+                    "- `{}` from `{}`, measured by {}",
+                    r.what, r.file, r.build
+                );
+            }
+            let _ = writeln!(m);
+        }
         let _ = writeln!(
             m,
             "Classes (remora's ratio / the paper's): {}\n",

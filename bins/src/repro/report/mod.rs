@@ -21,7 +21,7 @@ use crate::bench::phase::BenchRecord;
 pub use check::check;
 pub use evaluate::evaluate;
 use evaluate::wname;
-pub use files::{charts, write_points};
+pub use files::{charts, csv, write_points};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -73,6 +73,10 @@ pub struct Point {
     pub cdf: Vec<[f64; 2]>,
     /// The bench command that measured it.
     pub command: String,
+    /// The binary that measured it (crate version, git commit); None in files written
+    /// before builds were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<crate::repro::resume::Build>,
 }
 
 impl Point {
@@ -119,6 +123,7 @@ impl Point {
             fabric: r.fabric.clone(),
             cdf: r.run.latency_cdf.clone(),
             command: command.into(),
+            build: Some(crate::repro::resume::Build::this()),
         }
     }
 
@@ -305,6 +310,10 @@ pub struct Report {
     /// `--memory`: how far `--scale full` goes on the machine that ran it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<super::memory::MemoryReport>,
+    /// `--resume`: the experiments (and memory.json) whose points were loaded from an
+    /// earlier run's files instead of measured by this one. Empty (and absent) otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reused: Vec<super::resume::Reused>,
 }
 
 impl Report {
@@ -327,6 +336,7 @@ impl Report {
             classes: class::counts(papers.iter().flat_map(|p| p.rows.iter())),
             papers,
             memory: None,
+            reused: Vec::new(),
         }
     }
 

@@ -28,6 +28,7 @@ pub(super) fn pt(series: &str, w: &str, clients: usize, mops: f64, p50: f64) -> 
         fabric: "sim".into(),
         cdf: vec![[1000.0, 0.0], [p50, 0.5], [p50 * 4.0, 1.0]],
         command: "remora bench --x, y".into(),
+        build: None,
     }
 }
 
@@ -168,6 +169,7 @@ pub(super) fn report(rows: Vec<Row>) -> Report {
             rows,
         }],
         memory: None,
+        reused: Vec::new(),
     }
 }
 
