@@ -1,7 +1,7 @@
 //! End-to-end tests of the `remora` command itself. Here: the helpers and the refusals of
 //! bad arguments and flags; memory nodes and `check` against them in `cli/memnodes.rs`,
 //! bench and check figures on the sim and soft fabrics in `cli/bench.rs`, each paper's
-//! own bench figures in `cli/papers.rs`.
+//! own bench figures in `cli/papers.rs`, `repro --resume` in `cli/resume.rs`.
 use std::path::PathBuf;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
@@ -238,3 +238,5 @@ mod bench;
 mod memnodes;
 #[path = "cli/papers.rs"]
 mod papers;
+#[path = "cli/resume.rs"]
+mod resume;

@@ -124,13 +124,14 @@ pub fn check(runs: &[Run], pts: &[Point]) -> Result<(), String> {
     let recorded: Vec<String> = runs.iter().map(Run::recorded).collect();
     let want = distinct(recorded.iter().map(String::as_str));
     let have = distinct(pts.iter().map(|p| p.command.as_str()));
-    if let Some(c) = want.iter().find(|c| !have.contains(c)) {
-        return Err(format!("no point measured by `{c}`"));
-    }
-    if let Some(c) = have.iter().find(|c| !want.contains(c)) {
-        return Err(format!(
-            "a point measured by `{c}`, which this binary does not run for it"
-        ));
+    let missing = want.iter().find(|c| !have.contains(c));
+    let extra = have.iter().find(|c| !want.contains(c));
+    let why = [
+        missing.map(|c| format!("no point measured by `{c}`")),
+        extra.map(|c| format!("a point measured by `{c}`, which this binary does not run for it")),
+    ];
+    if missing.is_some() || extra.is_some() {
+        return Err(why.into_iter().flatten().collect::<Vec<_>>().join("; "));
     }
     if want != have {
         return Err("its commands ran in another order than this binary runs them".into());
@@ -213,5 +214,250 @@ pub fn memory_reused(dir: &Path, f: &Fit) -> Reused {
         what: format!("memory: {} ({})", f.index, f.paper),
         file: dir.join("memory.json").display().to_string(),
         build: Build::text(f.build.as_ref()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repro::run::runs;
+    use crate::repro::{Chart, Experiment, Series};
+
+    fn exp() -> Experiment {
+        Experiment {
+            id: "e".into(),
+            title: "E".into(),
+            chart: Chart::Bars,
+            series: vec![
+                Series::new("A", "--fabric sim --index smart".into(), &["a", "c"]),
+                Series::new("B", "--fabric sim --index sherman".into(), &["a"]).over_seeds(2),
+            ],
+        }
+    }
+
+    fn pt(series: &str, command: &str) -> Point {
+        Point {
+            series: series.into(),
+            workload: "a".into(),
+            clients: 4,
+            coroutines: 1,
+            mops: 0.1 + 0.2,
+            p50_ns: 1.0 / 3.0,
+            p99_ns: 2.0,
+            mean_ns: 1.5,
+            round_trips_per_op: 2.0,
+            verbs_per_op: 3.0,
+            bytes_per_op: 100.0,
+            server_ns_per_op: None,
+            link_use: Some(0.9),
+            nic_use: None,
+            server_use: None,
+            offloaded_share: None,
+            offload: None,
+            nvm_create_bytes: None,
+            nvm_update_bytes: None,
+            seed: 1,
+            memory_nodes: 1,
+            compute_nodes: 1,
+            fabric: "sim".into(),
+            cdf: vec![[1000.0, 0.5], [2000.0, 1.0]],
+            command: command.into(),
+            build: Some(Build::this()),
+        }
+    }
+
+    /// One point per run, labelled as the run labels them.
+    fn points_of(rs: &[Run]) -> Vec<Point> {
+        rs.iter().map(|r| pt(&r.label, &r.recorded())).collect()
+    }
+
+    #[test]
+    fn only_a_file_of_the_same_runs_is_taken_for_the_experiment() {
+        let e = exp();
+        let rs = runs(&e, false, None).unwrap();
+        assert_eq!(rs.len(), 4);
+        let good = points_of(&rs);
+        assert_eq!(check(&rs, &good), Ok(()));
+        // A run with no point (it failed, or the run was cut): measured again.
+        let err = check(&rs, &good[1..]).unwrap_err();
+        assert!(err.contains("no point measured by"), "{err}");
+        // A point of a command this binary does not run.
+        let mut extra = good.clone();
+        extra.push(pt(
+            "A",
+            "remora bench --fabric sim --index smart --workload b",
+        ));
+        assert!(check(&rs, &extra).unwrap_err().contains("does not run"));
+        // The same commands in another order.
+        let mut swapped = good.clone();
+        swapped.swap(0, 1);
+        assert!(check(&rs, &swapped).unwrap_err().contains("another order"));
+        // A point under another series label.
+        let mut relabelled = good.clone();
+        relabelled[2].series = "A".into();
+        assert!(check(&rs, &relabelled).unwrap_err().contains("labelled"));
+        // Another scale's bulk loading, or --seeds N, makes other commands.
+        assert!(check(&runs(&e, true, None).unwrap(), &good).is_err());
+        assert!(check(&runs(&e, false, Some(3)).unwrap(), &good).is_err());
+        // Points of one command may be several (sweeps, seeds, the LOAD phase).
+        let mut more = good.clone();
+        more.insert(1, pt("A", &rs[0].recorded()));
+        assert_eq!(check(&rs, &more), Ok(()));
+    }
+
+    #[test]
+    fn a_factors_run_labels_its_points_by_step() {
+        let s = Series::new(
+            "factors",
+            "--fabric sim --index sherman --factors --workloads a".into(),
+            &["a"],
+        );
+        let e = Experiment {
+            series: vec![s],
+            ..exp()
+        };
+        let rs = runs(&e, false, None).unwrap();
+        let steps = rs[0].labels().unwrap();
+        assert!(steps.len() > 1, "{steps:?}");
+        let pts: Vec<Point> = steps.iter().map(|l| pt(l, &rs[0].recorded())).collect();
+        assert_eq!(check(&rs, &pts), Ok(()));
+        let err = check(&rs, &[pt("factors", &rs[0].recorded())]).unwrap_err();
+        assert!(err.contains("labelled"), "{err}");
+    }
+
+    #[test]
+    fn load_reuses_a_matching_file_and_says_why_it_does_not_reuse_another() {
+        let dir = std::env::temp_dir().join(format!("remora-resume-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = exp();
+        let rs = runs(&e, false, None).unwrap();
+        let _ = std::fs::remove_file(dir.join("e.json"));
+        assert!(matches!(load(&dir, "e", &rs), Found::Absent));
+        let pts = points_of(&rs);
+        crate::repro::report::write_points(&dir, "e", &pts).unwrap();
+        match load(&dir, "e", &rs) {
+            Found::Reuse(got, r) => {
+                // Read back to the last bit (float_roundtrip).
+                assert_eq!(got, pts);
+                assert_eq!(r.what, "e");
+                assert!(r.file.ends_with("e.json"), "{}", r.file);
+                assert_eq!(r.build, Build::text(Some(&Build::this())));
+            }
+            f => panic!("{f:?}"),
+        }
+        // A file cut short, and one missing a field: measured again, with the reason.
+        let text = std::fs::read_to_string(dir.join("e.json")).unwrap();
+        std::fs::write(dir.join("e.json"), &text[..text.len() / 2]).unwrap();
+        assert!(matches!(load(&dir, "e", &rs), Found::Mismatch(w) if w.contains("e.json")));
+        std::fs::write(dir.join("e.json"), text.replace("\"mops\"", "\"mopz\"")).unwrap();
+        assert!(matches!(load(&dir, "e", &rs), Found::Mismatch(w) if w.contains("mops")));
+        // Points without a build (files of older binaries) load.
+        let old: Vec<Point> = pts
+            .iter()
+            .map(|p| Point {
+                build: None,
+                ..p.clone()
+            })
+            .collect();
+        crate::repro::report::write_points(&dir, "e", &old).unwrap();
+        assert!(
+            !std::fs::read_to_string(dir.join("e.json"))
+                .unwrap()
+                .contains("build")
+        );
+        match load(&dir, "e", &rs) {
+            Found::Reuse(_, r) => assert!(r.build.contains("unknown"), "{}", r.build),
+            f => panic!("{f:?}"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Every committed experiment file (written by binaries before build records) loads,
+    /// and writes back byte for byte: what `--resume` reads is what the run wrote.
+    #[test]
+    fn committed_experiment_files_load_and_write_back_unchanged() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/repro");
+        let mut n = 0;
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let p = f.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            if !name.ends_with(".json") || name == "report.json" || name == "memory.json" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&p).unwrap();
+            let pts: Vec<Point> =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!pts.is_empty(), "{name}");
+            let again = serde_json::to_string_pretty(&pts).unwrap() + "\n";
+            assert!(again == text, "{name} does not write back unchanged");
+            n += 1;
+        }
+        assert!(n >= 20, "only {n} experiment files in {}", dir.display());
+    }
+
+    #[test]
+    fn a_memory_fit_is_reused_only_as_this_binary_measures_it() {
+        let p = memory::probes()[0];
+        let n = p.compute_nodes;
+        let fit = Fit {
+            paper: p.paper.into(),
+            index: p.index.into(),
+            command: memory::base_command(&p),
+            keys: p.keys,
+            clients: (p.per_node.0 * n, p.per_node.1 * n),
+            runs: [memory::Usage {
+                max_rss_bytes: 1,
+                cpu_s: 0.1,
+            }; 5],
+            bytes_per_key: 100.0,
+            cpu_us_per_key: 8.0,
+            bytes_per_client: 1.0,
+            fixed_bytes: 1.0,
+            cache_bytes: p.cache_mib.map(|c| c * (1u64 << 20) as f64),
+            compute_nodes: n,
+            build: None,
+        };
+        let report = |f: Fit| MemoryReport {
+            machine_bytes: 1 << 30,
+            usable: 0.8,
+            cpu_budget_s: 900.0,
+            fits: vec![memory::FitRow {
+                fit: f,
+                full_clients: 1,
+                full_runs: 1,
+                full_keys: 1,
+                paper_keys: None,
+                keys_fit_memory: 1.0,
+                keys_fit_cpu: 1.0,
+            }],
+        };
+        assert_eq!(memory_fit(&report(fit.clone()), &p), Ok(fit.clone()));
+        // The tool's tests' shrunk probe is another measurement.
+        let small = memory::shrunk(&p, 100);
+        assert!(memory_fit(&report(fit.clone()), &small).is_err());
+        let other_keys = Fit {
+            keys: (p.keys.0, p.keys.1 * 2),
+            ..fit.clone()
+        };
+        assert!(
+            memory_fit(&report(other_keys), &p)
+                .unwrap_err()
+                .contains("keys")
+        );
+        let other_cmd = Fit {
+            command: fit.command.replace("--memory-nodes 2", "--memory-nodes 4"),
+            ..fit.clone()
+        };
+        assert!(
+            memory_fit(&report(other_cmd), &p)
+                .unwrap_err()
+                .contains("measured by")
+        );
+        let other_index = memory::probes()[1];
+        assert!(
+            memory_fit(&report(fit), &other_index)
+                .unwrap_err()
+                .contains("no fit")
+        );
     }
 }
