@@ -16,6 +16,7 @@ pub mod bits;
 pub mod canrt;
 pub mod catfish;
 pub mod chime;
+pub mod crc64xz;
 pub mod erda;
 pub mod error;
 pub mod region;

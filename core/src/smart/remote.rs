@@ -16,16 +16,9 @@ pub(crate) const MAX_CHAIN: usize = 128;
 /// Memory nodes [`Smart::post_spread`] keeps in flight at once (more go in further rounds).
 const SPREAD: usize = 16;
 
-/// CRC-64/XZ, slice-by-16 tables.
-const CRC: crc::Crc<u64, crc::Table<16>> = crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_XZ);
-
-/// The checksum of a leaf: over its valid bit, meta word, key and value area.
-pub(crate) fn leaf_crc(valid: bool, checksummed: &[u8]) -> u64 {
-    let mut d = CRC.digest();
-    d.update(&[valid as u8]);
-    d.update(checksummed);
-    d.finalize()
-}
+/// The checksum of a leaf: CRC-64/XZ over its valid bit, meta word, key and value area
+/// (carry-less multiply where the CPU has it, slice-by-16 tables otherwise; the same value).
+pub(crate) use remora_layouts::smart::leaf_crc;
 
 /// Writes a complete, checksummed leaf image into `out` (exactly the leaf's size).
 pub(crate) fn build_leaf(

@@ -31,11 +31,13 @@
 //! [`LayoutError`], never a panic.
 //!
 //! The formats by mechanism: internal nodes and their header (`node.rs`), slots and reverse
-//! pointers (`slot.rs`), leaves (`leaf.rs`), the tree's meta block (`tree.rs`).
+//! pointers (`slot.rs`), leaves (`leaf.rs`) and their checksum (`checksum.rs`), the tree's meta
+//! block (`tree.rs`).
 use crate::bits::{Field, assert_disjoint, read_u64};
 use crate::{GlobalAddr, LayoutError};
 use memoffset::offset_of;
 
+mod checksum;
 mod leaf;
 mod node;
 mod slot;
@@ -43,6 +45,7 @@ mod slot;
 mod tests;
 mod tree;
 
+pub use checksum::{leaf_crc, leaf_crc_table};
 pub use leaf::*;
 pub use node::*;
 pub use slot::*;

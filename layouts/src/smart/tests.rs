@@ -124,3 +124,40 @@ proptest! {
         prop_assert_eq!(v.value, &val[..]);
     }
 }
+
+/// The leaf checksum as it was computed before the carry-less CRC: the `crc` crate's
+/// CRC-64/XZ digest of the valid byte, then the checksummed bytes. The stored layout depends
+/// on this staying bit-identical.
+fn leaf_crc_before(valid: bool, checksummed: &[u8]) -> u64 {
+    let c = crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_XZ);
+    let mut d = c.digest();
+    d.update(&[valid as u8]);
+    d.update(checksummed);
+    d.finalize()
+}
+
+#[test]
+fn leaf_crc_of_known_bytes() {
+    // The valid byte then "123456789" is CRC-64/XZ of "\x01123456789".
+    let want = crc::Crc::<u64>::new(&crc::CRC_64_XZ).checksum(b"\x01123456789");
+    assert_eq!(leaf_crc(true, b"123456789"), want);
+    assert_eq!(leaf_crc_table(true, b"123456789"), want);
+    assert_ne!(leaf_crc(false, b"123456789"), want);
+}
+
+proptest! {
+    #[test]
+    fn leaf_crc_is_unchanged(key in proptest::collection::vec(any::<u8>(), 1..=MAX_KEY_LEN),
+                             val in proptest::collection::vec(any::<u8>(), 0..600),
+                             extra in 0usize..64, valid in any::<bool>(), rev in any::<u64>()) {
+        let cap = val.len() + extra;
+        let n = leaf_bytes(key.len(), cap);
+        prop_assume!(n <= MAX_LEAF_BYTES);
+        let mut buf = [0u8; MAX_LEAF_BYTES];
+        encode_leaf(&mut buf[..n], rev, LeafStatus::live(valid), 0, &key, &val, cap).unwrap();
+        let v = LeafView::decode(&buf[..n]).unwrap();
+        let want = leaf_crc_before(valid, v.checksummed());
+        prop_assert_eq!(leaf_crc(valid, v.checksummed()), want);
+        prop_assert_eq!(leaf_crc_table(valid, v.checksummed()), want);
+    }
+}

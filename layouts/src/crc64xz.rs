@@ -1,0 +1,155 @@
+//! CRC-64/XZ (a.k.a. CRC-64/GO-ECMA): the checksum of SMART's leaves.
+//!
+//! Parameters (RevEng catalogue): width 64, polynomial `0x42F0E1EBA9EA3693` (ECMA-182),
+//! reflected input and output, init and xorout all ones; `"123456789"` checks to
+//! `0x995DC9BBDF1939FA`.
+//!
+//! Two implementations give the same value bit for bit:
+//! - [`update_table`]: the `crc` crate's slice-by-16 tables (16 × 256 × 8 B = 32 KiB). Fast
+//!   when the tables are in cache; a lookup that follows other work finds them evicted and
+//!   pays up to one cache miss per table row touched.
+//! - [`update_clmul`] (x86_64 with PCLMULQDQ and SSE4.1): folds 16-byte blocks with
+//!   carry-less multiplications and ends with a Barrett reduction (see `clmul.rs` for the
+//!   derivation). Its only data are a handful of 64-bit constants.
+//!
+//! [`update`] picks the carry-less one when the CPU has it (CPUID leaf 1, asked once and kept
+//! in an atomic: no std needed), the tables otherwise, on every other architecture, and on
+//! x86_64 targets built without SSE (`x86_64-unknown-none`: a kernel does not save the vector
+//! registers, and its soft-float ABI has none to pass).
+//!
+//! The register `state` the `update*` functions take and return is the raw, reflected CRC
+//! register: start from [`INIT`], feed any number of pieces, and XOR the last state with
+//! [`XOROUT`] (as [`checksum`] does).
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+mod clmul;
+#[cfg(test)]
+mod tests;
+
+/// The generator polynomial without its `x^64` term, normal (MSB-first) bit order.
+pub const POLY: u64 = 0x42F0_E1EB_A9EA_3693;
+/// [`POLY`] bit-reflected: the form a reflected (LSB-first) register uses.
+pub const POLY_REFLECTED: u64 = POLY.reverse_bits();
+/// The register before the first byte.
+pub const INIT: u64 = !0;
+/// XORed into the final register to give the checksum.
+pub const XOROUT: u64 = !0;
+/// The catalogue's check value: the checksum of `b"123456789"`.
+pub const CHECK: u64 = 0x995D_C9BB_DF19_39FA;
+
+/// The slice-by-16 tables (one static copy).
+static TABLES: crc::Crc<u64, crc::Table<16>> =
+    crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_XZ);
+
+/// The CRC-64/XZ of `data`.
+#[inline]
+pub fn checksum(data: &[u8]) -> u64 {
+    update(INIT, data) ^ XOROUT
+}
+
+/// Feeds `data` to the register `state`: with the carry-less multiply when the CPU has it,
+/// with the tables otherwise.
+#[inline]
+pub fn update(state: u64, data: &[u8]) -> u64 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if clmul::available() {
+        // SAFETY: `available` saw PCLMULQDQ and SSE4.1 in CPUID leaf 1 on this CPU.
+        return unsafe { clmul::update(state, data) };
+    }
+    update_table(state, data)
+}
+
+/// [`update`] with the slice-by-16 tables, whatever the CPU (the fallback, callable on its
+/// own).
+pub fn update_table(state: u64, data: &[u8]) -> u64 {
+    // `digest_with_initial` reflects the value it is given (refin): reflect it first so that
+    // the register starts at `state`; `finalize` XORs in xorout, which this takes back out.
+    let mut d = TABLES.digest_with_initial(state.reverse_bits());
+    d.update(data);
+    d.finalize() ^ XOROUT
+}
+
+/// [`update`] with the carry-less multiply, or `None` if this CPU (or architecture) lacks
+/// PCLMULQDQ or SSE4.1.
+pub fn update_clmul(state: u64, data: &[u8]) -> Option<u64> {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    if clmul::available() {
+        // SAFETY: `available` saw PCLMULQDQ and SSE4.1 in CPUID leaf 1 on this CPU.
+        return Some(unsafe { clmul::update(state, data) });
+    }
+    let _ = (state, data);
+    None
+}
+
+/// True when [`update`] uses the carry-less multiply on this CPU.
+pub fn has_clmul() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    {
+        clmul::available()
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    {
+        false
+    }
+}
+
+/// [`update`] one bit at a time: slow, but a `const fn` (for constants such as a register
+/// after a fixed first byte) and the plainest statement of the algorithm.
+pub const fn update_bitwise(mut state: u64, data: &[u8]) -> u64 {
+    let mut i = 0;
+    while i < data.len() {
+        state ^= data[i] as u64;
+        let mut b = 0;
+        while b < 8 {
+            state = if state & 1 == 1 {
+                (state >> 1) ^ POLY_REFLECTED
+            } else {
+                state >> 1
+            };
+            b += 1;
+        }
+        i += 1;
+    }
+    state
+}
+
+/// `x^e mod P` in normal bit order (bit `i` is the coefficient of `x^i`).
+#[cfg_attr(
+    not(all(target_arch = "x86_64", target_feature = "sse2")),
+    allow(dead_code)
+)]
+pub(crate) const fn xpow_mod(e: u32) -> u64 {
+    let mut r: u64 = 1;
+    let mut i = 0;
+    while i < e {
+        let top = r >> 63;
+        r <<= 1;
+        if top == 1 {
+            r ^= POLY;
+        }
+        i += 1;
+    }
+    r
+}
+
+/// `floor(x^128 / P)` without its `x^64` term, normal bit order (the Barrett constant).
+#[cfg_attr(
+    not(all(target_arch = "x86_64", target_feature = "sse2")),
+    allow(dead_code)
+)]
+pub(crate) const fn barrett_mu() -> u64 {
+    // x^128 = x^64·P + POLY·x^64: the quotient's x^64 bit is set and the remainder so far is
+    // POLY·x^64 (degree < 128). Then one long-division step per lower degree.
+    let p = (1u128 << 64) | POLY as u128;
+    let mut rem = (POLY as u128) << 64;
+    let mut q: u64 = 0;
+    let mut d = 127;
+    while d >= 64 {
+        if (rem >> d) & 1 == 1 {
+            q |= 1 << (d - 64);
+            rem ^= p << (d - 64);
+        }
+        d -= 1;
+    }
+    q
+}
