@@ -415,6 +415,10 @@ pub struct Claim {
     pub note: &'static str,
     /// The paper's own figures of the two points, where it gives them.
     pub figures: Option<PaperFigures>,
+    /// Further experiments an "up to" ranges over: the same two series in each of them too
+    /// (the paper's best over its request scales, each scale an experiment here). Empty:
+    /// the picks' own experiment only.
+    pub across: Vec<String>,
 }
 
 /// The paper's absolute figures of a claim's two points (not only their ratio): the report
@@ -467,6 +471,7 @@ impl Claim {
             missing: "",
             note,
             figures: None,
+            across: Vec::new(),
         }
     }
 
@@ -494,6 +499,7 @@ impl Claim {
             missing,
             note,
             figures: None,
+            across: Vec::new(),
         }
     }
 
@@ -501,6 +507,12 @@ impl Claim {
     /// [`Metric::unit`]), and where it gives them.
     pub fn figures(mut self, num: Option<f64>, den: Option<f64>, source: &'static str) -> Claim {
         self.figures = Some(PaperFigures { num, den, source });
+        self
+    }
+
+    /// An "up to" over the picks' series in experiments `exps` as well as their own.
+    pub fn across(mut self, exps: &[&str]) -> Claim {
+        self.across = exps.iter().map(|e| e.to_string()).collect();
         self
     }
 }

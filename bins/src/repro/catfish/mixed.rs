@@ -11,7 +11,7 @@
 //! A server's node rewrite occupies the time its thread takes to write it
 //! (`server_store_window = 1`), so offloaded READs overlapping it read it torn and read again.
 use super::{CAT, Ctx, p};
-use crate::repro::{Chart, Claim, Experiment, Metric, Series};
+use crate::repro::{Claim, Experiment, Metric};
 
 /// Server CPU an insert costs beyond a search, in ns, per tree kind (`--insert-cpu-ns`,
 /// `CatfishServer::with_insert_cpu_ns`): measured on remora's server code, not taken from
@@ -40,69 +40,71 @@ const HILBERT_INSERT_NS: u64 = 11_900;
 /// The basic R-tree's (see [`RSTAR_INSERT_NS`]).
 const BASIC_INSERT_NS: u64 = 0;
 
-/// `series` with their server charging an insert `ns` beyond a search.
-fn inserts_cost(mut series: Vec<Series>, ns: u64) -> Vec<Series> {
-    for s in &mut series {
+/// `experiments` with their server charging an insert `ns` beyond a search (at every
+/// request scale: the cost was measured in the paper's scale 0.00001 mix, and the paper
+/// gives none per scale).
+fn inserts_cost(mut experiments: Vec<Experiment>, ns: u64) -> Vec<Experiment> {
+    for s in experiments.iter_mut().flat_map(|e| e.series.iter_mut()) {
         s.args.push_str(&format!(" --insert-cpu-ns {ns}"));
     }
-    series
+    experiments
 }
 
-/// The three 90/10 experiments, R*-tree first.
-pub(super) fn rstar(c: &Ctx) -> Experiment {
-    Experiment {
-        id: "catfish-mixed".into(),
-        title: "Catfish: 90% search / 10% insert, request scale 0.00001".into(),
-        chart: Chart::Curve,
-        series: inserts_cost(
-            c.modes_on("rstar", "--window 0.00001", "b"),
-            RSTAR_INSERT_NS,
+/// The R*-tree's (Figs. 13-14), at the paper's three request scales.
+pub(super) fn rstar(c: &Ctx) -> Vec<Experiment> {
+    inserts_cost(
+        c.at_scales(
+            "catfish-mixed",
+            "Catfish: 90% search / 10% insert",
+            "Figs. 13-14",
+            "rstar",
+            "b",
         ),
-    }
+        RSTAR_INSERT_NS,
+    )
 }
 
-/// The basic R-tree's (Figs. 17-18).
-pub(super) fn basic(c: &Ctx) -> Experiment {
-    Experiment {
-        id: "catfish-basic-mixed".into(),
-        title: "Catfish on the basic R-tree: 90/10 search/insert, request scale 0.00001 \
-                (Figs. 17-18)"
-            .into(),
-        chart: Chart::Curve,
-        series: inserts_cost(
-            c.modes_on("guttman", "--window 0.00001", "b"),
-            BASIC_INSERT_NS,
+/// The basic R-tree's (Figs. 17-18), at the paper's three request scales.
+pub(super) fn basic(c: &Ctx) -> Vec<Experiment> {
+    inserts_cost(
+        c.at_scales(
+            "catfish-basic-mixed",
+            "Catfish on the basic R-tree: 90/10 search/insert",
+            "Figs. 17-18",
+            "guttman",
+            "b",
         ),
-    }
+        BASIC_INSERT_NS,
+    )
 }
 
-/// The Hilbert R-tree's (Figs. 21-22).
-pub(super) fn hilbert(c: &Ctx) -> Experiment {
-    Experiment {
-        id: "catfish-hilbert-mixed".into(),
-        title: "Catfish on the Hilbert R-tree: 90/10 search/insert, request scale \
-                0.00001 (Figs. 21-22)"
-            .into(),
-        chart: Chart::Curve,
-        series: inserts_cost(
-            c.modes_on("hilbert", "--window 0.00001", "b"),
-            HILBERT_INSERT_NS,
+/// The Hilbert R-tree's (Figs. 21-22), at the paper's three request scales.
+pub(super) fn hilbert(c: &Ctx) -> Vec<Experiment> {
+    inserts_cost(
+        c.at_scales(
+            "catfish-hilbert-mixed",
+            "Catfish on the Hilbert R-tree: 90/10 search/insert",
+            "Figs. 21-22",
+            "hilbert",
+            "b",
         ),
-    }
+        HILBERT_INSERT_NS,
+    )
 }
 
 /// The R*-tree's rows (§5.2.1).
 pub(super) fn rstar_claims() -> Vec<Claim> {
-    vec![
-        Claim::ratio(
-            "mixed-vs-messaging",
-            "Catfish / fast messaging throughput, 90/10 search/insert, up to (R*-tree, Fig. 13)",
-            (3.3, 3.3),
-            Metric::Mops,
-            true,
-            p("catfish-mixed", CAT, "b"),
-            p("catfish-mixed", "fast messaging", "b"),
-            "the paper's 3.3x is beyond what a server charging each request its CPU allows, \
+    super::across_scales(
+        vec![
+            Claim::ratio(
+                "mixed-vs-messaging",
+                "Catfish / fast messaging throughput, 90/10 search/insert, up to (R*-tree, Fig. 13)",
+                (3.3, 3.3),
+                Metric::Mops,
+                true,
+                p("catfish-mixed", CAT, "b"),
+                p("catfish-mixed", "fast messaging", "b"),
+                "the paper's 3.3x is beyond what a server charging each request its CPU allows, \
              by the paper's own figures: with C = 28 server threads, fast messaging's S = \
              48.65 µs a request (its 575.53 Kops peak), Catfish's event-based S_e = 36.38 µs \
              (Fig. 6), O = 533 Kops of searches the client nodes offload (offloading at 256 \
@@ -134,17 +136,17 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              seeds/003 §3.2) fast messaging's searches wait for the inserts too (0.553 -> \
              0.452 Mops at 128 clients) and Catfish is capped lower (1.106 -> 0.715 Mops), \
              1.58x",
-        ),
-        Claim::ratio(
-            "mixed-vs-offloading",
-            "Catfish / RDMA offloading throughput, 90/10 search/insert, up to (R*-tree, Fig. \
+            ),
+            Claim::ratio(
+                "mixed-vs-offloading",
+                "Catfish / RDMA offloading throughput, 90/10 search/insert, up to (R*-tree, Fig. \
              13)",
-            (13.67, 13.67),
-            Metric::Mops,
-            true,
-            p("catfish-mixed", CAT, "b"),
-            p("catfish-mixed", "RDMA offloading", "b"),
-            "the paper's 13.67x in throughput and its 1.90x in mean latency (Fig. 14) cannot \
+                (13.67, 13.67),
+                Metric::Mops,
+                true,
+                p("catfish-mixed", CAT, "b"),
+                p("catfish-mixed", "RDMA offloading", "b"),
+                "the paper's 13.67x in throughput and its 1.90x in mean latency (Fig. 14) cannot \
              both hold at one point of a closed loop (each client one request outstanding: \
              throughput = clients / mean latency, so the two ratios are equal; remora's clients \
              / Mops is within 4% of its mean latency at every 90/10 point); the paper's other \
@@ -188,72 +190,78 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              stays below that cap. With a reader-writer lock over the whole tree (`--set \
              server_tree_lock=2`) Catfish fell to 0.715 Mops at 128 clients and 0.678 at 256 \
              (1.27x over offloading)",
-        ),
-        Claim::ratio(
-            "mixed-latency-vs-messaging",
-            "fast messaging / Catfish mean latency, 90/10 search/insert, up to (R*-tree, Fig. \
+            ),
+            Claim::ratio(
+                "mixed-latency-vs-messaging",
+                "fast messaging / Catfish mean latency, 90/10 search/insert, up to (R*-tree, Fig. \
              14)",
-            (7.55, 7.55),
-            Metric::Mean,
-            true,
-            p("catfish-mixed", CAT, "b"),
-            p("catfish-mixed", "fast messaging", "b"),
-            "",
-        ),
-        Claim::ratio(
-            "mixed-latency-vs-offloading",
-            "RDMA offloading / Catfish mean latency, 90/10 search/insert, up to (R*-tree, \
+                (7.55, 7.55),
+                Metric::Mean,
+                true,
+                p("catfish-mixed", CAT, "b"),
+                p("catfish-mixed", "fast messaging", "b"),
+                "",
+            ),
+            Claim::ratio(
+                "mixed-latency-vs-offloading",
+                "RDMA offloading / Catfish mean latency, 90/10 search/insert, up to (R*-tree, \
              Fig. 14)",
-            (1.90, 1.90),
-            Metric::Mean,
-            true,
-            p("catfish-mixed", CAT, "b"),
-            p("catfish-mixed", "RDMA offloading", "b"),
-            "",
-        ),
-    ]
+                (1.90, 1.90),
+                Metric::Mean,
+                true,
+                p("catfish-mixed", CAT, "b"),
+                p("catfish-mixed", "RDMA offloading", "b"),
+                "",
+            ),
+        ],
+        &["catfish-mixed-large", "catfish-mixed-powerlaw"],
+    )
 }
 
 /// The basic R-tree's rows (§5.2.2).
 // The paper's 6.28x (basic R-tree, 90/10, vs fast messaging) is a measurement, not τ.
 #[allow(clippy::approx_constant)]
 pub(super) fn basic_claims() -> Vec<Claim> {
-    vec![
-        Claim::ratio(
-            "basic-mixed-vs-messaging",
-            "Catfish / fast messaging throughput, basic R-tree, 90/10, up to (Fig. 17)",
-            (6.28, 6.28),
-            Metric::Mops,
-            true,
-            p("catfish-basic-mixed", CAT, "b"),
-            p("catfish-basic-mixed", "fast messaging", "b"),
-            "",
-        ),
-        Claim::ratio(
-            "basic-mixed-vs-offloading",
-            "Catfish / RDMA offloading throughput, basic R-tree, 90/10, up to (Fig. 17)",
-            (5.28, 5.28),
-            Metric::Mops,
-            true,
-            p("catfish-basic-mixed", CAT, "b"),
-            p("catfish-basic-mixed", "RDMA offloading", "b"),
-            "",
-        ),
-    ]
+    super::across_scales(
+        vec![
+            Claim::ratio(
+                "basic-mixed-vs-messaging",
+                "Catfish / fast messaging throughput, basic R-tree, 90/10, up to (Fig. 17)",
+                (6.28, 6.28),
+                Metric::Mops,
+                true,
+                p("catfish-basic-mixed", CAT, "b"),
+                p("catfish-basic-mixed", "fast messaging", "b"),
+                "",
+            ),
+            Claim::ratio(
+                "basic-mixed-vs-offloading",
+                "Catfish / RDMA offloading throughput, basic R-tree, 90/10, up to (Fig. 17)",
+                (5.28, 5.28),
+                Metric::Mops,
+                true,
+                p("catfish-basic-mixed", CAT, "b"),
+                p("catfish-basic-mixed", "RDMA offloading", "b"),
+                "",
+            ),
+        ],
+        &["catfish-basic-mixed-large", "catfish-basic-mixed-powerlaw"],
+    )
 }
 
 /// The Hilbert R-tree's rows (§5.2.3).
 pub(super) fn hilbert_claims() -> Vec<Claim> {
-    vec![
-        Claim::ratio(
-            "hilbert-mixed-vs-messaging",
-            "Catfish / fast messaging throughput, Hilbert R-tree, 90/10, up to (Fig. 21)",
-            (1.34, 1.34),
-            Metric::Mops,
-            true,
-            p("catfish-hilbert-mixed", CAT, "b"),
-            p("catfish-hilbert-mixed", "fast messaging", "b"),
-            "the paper's Catfish falls from its search-only peak (1,072.06 Kops, Fig. 19) to \
+    super::across_scales(
+        vec![
+            Claim::ratio(
+                "hilbert-mixed-vs-messaging",
+                "Catfish / fast messaging throughput, Hilbert R-tree, 90/10, up to (Fig. 21)",
+                (1.34, 1.34),
+                Metric::Mops,
+                true,
+                p("catfish-hilbert-mixed", CAT, "b"),
+                p("catfish-hilbert-mixed", "fast messaging", "b"),
+                "the paper's Catfish falls from its search-only peak (1,072.06 Kops, Fig. 19) to \
              755.10 Kops in its Hilbert 90/10 runs (Fig. 21), with its offloading (3.95x \
              below Catfish there, 2.33x search-only), which it puts down to read-write \
              conflicts; remora's offloaded searches meet ~0 conflicts (the R*-tree 90/10 \
@@ -275,21 +283,26 @@ pub(super) fn hilbert_claims() -> Vec<Claim> {
              saturated by the read/write contention' (§5.2.3), needs inserts far cheaper \
              than a search's service. Without the curves' warm-up the run measured the \
              back-off's start (2.01x, at 128 clients)",
-        )
-        .figures(
-            Some(0.75510),
-            None,
-            "seeds/003 §5.2.3, Fig. 21: Catfish's peak",
-        ),
-        Claim::ratio(
-            "hilbert-mixed-vs-offloading",
-            "Catfish / RDMA offloading throughput, Hilbert R-tree, 90/10, up to (Fig. 21)",
-            (3.95, 3.95),
-            Metric::Mops,
-            true,
-            p("catfish-hilbert-mixed", CAT, "b"),
-            p("catfish-hilbert-mixed", "RDMA offloading", "b"),
-            "",
-        ),
-    ]
+            )
+            .figures(
+                Some(0.75510),
+                None,
+                "seeds/003 §5.2.3, Fig. 21: Catfish's peak",
+            ),
+            Claim::ratio(
+                "hilbert-mixed-vs-offloading",
+                "Catfish / RDMA offloading throughput, Hilbert R-tree, 90/10, up to (Fig. 21)",
+                (3.95, 3.95),
+                Metric::Mops,
+                true,
+                p("catfish-hilbert-mixed", CAT, "b"),
+                p("catfish-hilbert-mixed", "RDMA offloading", "b"),
+                "",
+            ),
+        ],
+        &[
+            "catfish-hilbert-mixed-large",
+            "catfish-hilbert-mixed-powerlaw",
+        ],
+    )
 }

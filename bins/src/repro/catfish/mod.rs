@@ -5,7 +5,7 @@
 //! R*-tree, Figs. 11-12), [`mixed`] (90/10, Figs. 13-14, 17-18, 21-22), [`variants`] (the
 //! basic and Hilbert R-trees, Figs. 15-16, 19-20), [`sizes`] (Figs. 23-24), [`tcp`] and
 //! [`polling`] (polling vs event-based fast messaging, Fig. 6).
-use super::{Claim, Paper, Pick, Scale, Series};
+use super::{Chart, Claim, Experiment, Paper, Pick, Scale, Series};
 
 mod mixed;
 mod polling;
@@ -125,6 +125,38 @@ const CAT: &str = "Catfish (adaptive)";
 /// The power-law request scales' flag.
 const POWER: &str = "--power-law-windows";
 
+/// The paper's three request scales (seeds/003 §5.2: "The request scale is one of 0.00001,
+/// 0.01, or power law"), over which each of its "up to" figures is its best: an
+/// experiment's id suffix, its search-window flags and its title's words. The R*-tree's
+/// search-only runs have their own ids (`catfish-small`, `-large`, `-powerlaw`, search.rs);
+/// the other curves (90/10, basic and Hilbert R-trees) append the suffix to the scale
+/// 0.00001 run's id, and their rows range `across` the other two (`Ctx::at_scales`).
+const SCALES: [(&str, &str, &str); 3] = [
+    ("", "--window 0.00001", "request scale 0.00001"),
+    ("-large", "--window 0.01", "request scale 0.01"),
+    ("-powerlaw", POWER, "power-law request scales"),
+];
+
+/// The request scales beyond 0.00001 whose runs (of the curves [`Ctx::at_scales`] makes)
+/// the quick report makes, by id suffix: none. Each is as dear as its scale 0.00001 run or
+/// dearer (offloading at 0.01 READs every node on ~51 results' paths), and the ten of them
+/// (90/10 R*-tree, basic and Hilbert R-trees, search-only and 90/10, at 0.01 and the power
+/// law) would add several times the ~3 minutes of CI time a quick report may grow by:
+/// measured beside a full-scale run on the 2-core machine, `remora repro catfish --scale
+/// quick --only catfish-mixed-large` took 1,231 s (its Catfish series 875 s, with the
+/// R*-tree's load), where the whole scale-0.00001 `catfish-mixed` took 136 s after it. So
+/// the full report runs all three scales and the quick report's rows range over scale
+/// 0.00001 only, except the R*-tree's search-only latency rows, whose other scales the
+/// quick report runs anyway (`catfish-large`, `catfish-powerlaw`).
+const QUICK_EXTRA: &[&str] = &[];
+
+/// `claims` ranging over the paper's three request scales: their picks' series also in the
+/// scale 0.01 and power-law runs `others` (the `-large` and `-powerlaw` ids of
+/// [`SCALES`]).
+fn across_scales(claims: Vec<Claim>, others: &[&str]) -> Vec<Claim> {
+    claims.into_iter().map(|c| c.across(others)).collect()
+}
+
 /// A row's point: experiment `e`, series `s`, workload `w`.
 fn p(e: &str, s: &str, w: &'static str) -> Pick {
     Pick::new(e, s, w)
@@ -162,6 +194,31 @@ impl Ctx<'_> {
     /// The three modes on the R*-tree, search-only, windows of scale `window`.
     fn modes(&self, window: &str) -> Vec<Series> {
         self.modes_on("rstar", &format!("--window {window}"), "c")
+    }
+
+    /// The three modes on `tree`, workload `wl`, one experiment per request scale of the
+    /// paper's ([`SCALES`]): ids `id` + the scale's suffix, titled `title`, the scale and
+    /// the paper's figures `figs`.
+    fn at_scales(
+        &self,
+        id: &str,
+        title: &str,
+        figs: &str,
+        tree: &str,
+        wl: &'static str,
+    ) -> Vec<Experiment> {
+        SCALES
+            .iter()
+            .filter(|(suffix, ..)| {
+                suffix.is_empty() || self.s.name != "quick" || QUICK_EXTRA.contains(suffix)
+            })
+            .map(|(suffix, window, words)| Experiment {
+                id: format!("{id}{suffix}"),
+                title: format!("{title}, {words} ({figs})"),
+                chart: Chart::Curve,
+                series: self.modes_on(tree, window, wl),
+            })
+            .collect()
     }
 }
 
@@ -249,21 +306,19 @@ pub fn paper(s: &Scale) -> Paper {
         curve_warmup(s)
     );
     let c = Ctx { s, common, base };
-    let experiments = vec![
-        search::small(&c),
-        search::large(&c),
-        tcp::experiment(s),
-        mixed::rstar(&c),
-        search::powerlaw(&c),
-        // After the R*-tree runs, whose loaded tree it reuses.
-        polling::experiment(&c),
-        variants::basic(&c),
-        mixed::basic(&c),
-        variants::hilbert(&c),
-        mixed::hilbert(&c),
-        sizes::trees(&c),
-        sizes::nodes(&c),
-    ];
+    // Each tree's experiments together: a run starts from a copy of its tree's load, and
+    // the two last loaded are kept (`bench/spatial/load.rs`).
+    let mut experiments = vec![search::small(&c), search::large(&c), tcp::experiment(s)];
+    experiments.extend(mixed::rstar(&c));
+    experiments.push(search::powerlaw(&c));
+    // After the R*-tree runs, whose loaded tree it reuses.
+    experiments.push(polling::experiment(&c));
+    experiments.extend(variants::basic(&c));
+    experiments.extend(mixed::basic(&c));
+    experiments.extend(variants::hilbert(&c));
+    experiments.extend(mixed::hilbert(&c));
+    experiments.push(sizes::trees(&c));
+    experiments.push(sizes::nodes(&c));
     let mut claims: Vec<Claim> = Vec::new();
     claims.extend(search::claims());
     claims.extend(mixed::rstar_claims());
@@ -275,6 +330,11 @@ pub fn paper(s: &Scale) -> Paper {
     claims.extend(sizes::claims(s));
     claims.push(tcp::claim());
     claims.extend(polling::claims());
+    // An "up to" ranges over the request scales this report runs (quick: `QUICK_EXTRA`).
+    for c in claims.iter_mut() {
+        c.across
+            .retain(|id| experiments.iter().any(|e| &e.id == id));
+    }
     // Every Catfish-vs-baseline row shares its baseline's cause above; rows with their own
     // note keep it.
     for c in claims.iter_mut() {
@@ -456,5 +516,80 @@ mod tests {
             "{}",
             small.series[0].args
         );
+    }
+
+    /// Each "up to" row of the basic, Hilbert and 90/10 curves, and the R*-tree's latency
+    /// rows, ranges over the paper's three request scales (seeds/003 §5.2; Figs. 12-22 each
+    /// have a panel per scale): the experiments it names exist, run the picks' series on
+    /// the same tree, workload and clients, and differ from the picks' own (scale 0.00001)
+    /// only in their search windows.
+    #[test]
+    fn up_to_rows_range_over_the_papers_three_request_scales() {
+        for sel in [ScaleSel::Quick, ScaleSel::Full] {
+            let p = paper(&Scale::of(sel).for_paper("catfish"));
+            let exp = |id: &str| {
+                p.experiments
+                    .iter()
+                    .find(|e| e.id == id)
+                    .unwrap_or_else(|| panic!("no experiment {id}"))
+            };
+            let mut ranging = Vec::new();
+            for c in p.claims.iter().filter(|c| !c.across.is_empty()) {
+                ranging.push(c.id);
+                assert!(c.up_to, "{}", c.id);
+                let (n, d) = c.points.as_ref().expect("measured");
+                assert_eq!(n.exp, d.exp, "{}", c.id);
+                let own = exp(&n.exp);
+                // Full: both other scales; quick: those it runs (the R*-tree's search-only
+                // runs are all in the quick report).
+                let runs = |suffix: &str| {
+                    sel == ScaleSel::Full
+                        || n.exp == "catfish-small"
+                        || QUICK_EXTRA.contains(&suffix)
+                };
+                let want: Vec<(&str, &str)> = [("-large", "--window 0.01"), ("-powerlaw", POWER)]
+                    .into_iter()
+                    .filter(|(suffix, _)| runs(suffix))
+                    .collect();
+                assert_eq!(c.across.len(), want.len(), "{}", c.id);
+                for (other, (suffix, window)) in c.across.iter().zip(want) {
+                    let stem = n.exp.strip_suffix("-small").unwrap_or(&n.exp);
+                    assert_eq!(other, &format!("{stem}{suffix}"));
+                    let e = exp(other);
+                    assert_eq!(e.series.len(), own.series.len(), "{other}");
+                    for (a, b) in own.series.iter().zip(&e.series) {
+                        assert_eq!(a.label, b.label);
+                        assert_eq!(a.workloads, b.workloads);
+                        assert!(a.args.contains("--window 0.00001"), "{}", a.args);
+                        assert_eq!(a.args.replace("--window 0.00001", window), b.args);
+                    }
+                }
+            }
+            let all = [
+                "latency-vs-messaging",
+                "latency-vs-offloading",
+                "mixed-vs-messaging",
+                "mixed-vs-offloading",
+                "mixed-latency-vs-messaging",
+                "mixed-latency-vs-offloading",
+                "basic-vs-messaging",
+                "basic-vs-offloading",
+                "basic-latency-vs-messaging",
+                "basic-latency-vs-offloading",
+                "basic-mixed-vs-messaging",
+                "basic-mixed-vs-offloading",
+                "hilbert-vs-messaging",
+                "hilbert-vs-offloading",
+                "hilbert-latency-vs-messaging",
+                "hilbert-latency-vs-offloading",
+                "hilbert-mixed-vs-messaging",
+                "hilbert-mixed-vs-offloading",
+            ];
+            if sel == ScaleSel::Full || !QUICK_EXTRA.is_empty() {
+                assert_eq!(ranging, all);
+            } else {
+                assert_eq!(ranging, all[..2]);
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Search-only on the basic R-tree (seeds/003 §5.2.2, Figs. 15-16) and the Hilbert R-tree
 //! (§5.2.3, Figs. 19-20) at request scale 0.00001.
 use super::{CAT, Ctx, p};
-use crate::repro::{Chart, Claim, Experiment, Metric};
+use crate::repro::{Claim, Experiment, Metric};
 
 /// Basic R-tree figures (seeds/003 §5.2.2): fast messaging's peak, offloading at 256 clients.
 const BASIC_SRC: &str = "seeds/003 §5.2.2, Fig. 15: fast messaging's peak, RDMA offloading at \
@@ -10,34 +10,33 @@ const BASIC_SRC: &str = "seeds/003 §5.2.2, Fig. 15: fast messaging's peak, RDMA
 const HILBERT_SRC: &str = "seeds/003 §5.2.3, Fig. 19: Catfish's peak, RDMA offloading at 256 \
                            clients, scale 0.00001";
 
-/// The basic R-tree's.
-pub(super) fn basic(c: &Ctx) -> Experiment {
-    Experiment {
-        id: "catfish-basic".into(),
-        title: "Catfish on the basic R-tree: search-only, request scale 0.00001 (Figs. \
-                15-16)"
-            .into(),
-        chart: Chart::Curve,
-        series: c.modes_on("guttman", "--window 0.00001", "c"),
-    }
+/// The basic R-tree's, at the paper's three request scales.
+pub(super) fn basic(c: &Ctx) -> Vec<Experiment> {
+    c.at_scales(
+        "catfish-basic",
+        "Catfish on the basic R-tree: search-only",
+        "Figs. 15-16",
+        "guttman",
+        "c",
+    )
 }
 
-/// The Hilbert R-tree's.
-pub(super) fn hilbert(c: &Ctx) -> Experiment {
-    Experiment {
-        id: "catfish-hilbert".into(),
-        title: "Catfish on the Hilbert R-tree: search-only, request scale 0.00001 (Figs. \
-                19-20)"
-            .into(),
-        chart: Chart::Curve,
-        series: c.modes_on("hilbert", "--window 0.00001", "c"),
-    }
+/// The Hilbert R-tree's, at the paper's three request scales.
+pub(super) fn hilbert(c: &Ctx) -> Vec<Experiment> {
+    c.at_scales(
+        "catfish-hilbert",
+        "Catfish on the Hilbert R-tree: search-only",
+        "Figs. 19-20",
+        "hilbert",
+        "c",
+    )
 }
 
 /// Why the basic R-tree's rows fall short of the paper's (measured, quick scale, past the
 /// back-off's start: `--warmup`).
 const BASIC_NOTE: &str = "the paper's up-to figures for the basic R-tree span its three \
-    request scales (remora runs scale 0.00001 only). remora's Catfish is bounded by its \
+    request scales (the quick report runs scale 0.00001 only; the full report all three, \
+    and the row's 'up to' ranges over them). remora's Catfish is bounded by its \
     event-based server (28 threads at 36.38 µs a search: 0.77 Mops) plus what the client \
     nodes' READs can offload (offloading alone: 0.225 Mops, ~17 node READs a search, one READ \
     at a time per client node, §4.4): ~1.0 Mops, 1.76x fast messaging's 0.565 and 4.4x \
@@ -52,96 +51,102 @@ const BASIC_NOTE: &str = "the paper's up-to figures for the basic R-tree span it
 
 /// The basic R-tree's rows.
 pub(super) fn basic_claims() -> Vec<Claim> {
-    vec![
-        Claim::ratio(
-            "basic-vs-messaging",
-            "Catfish / fast messaging throughput, basic R-tree, search-only, up to",
-            (2.50, 2.50),
-            Metric::Mops,
-            true,
-            p("catfish-basic", CAT, "c"),
-            p("catfish-basic", "fast messaging", "c"),
-            BASIC_NOTE,
-        )
-        .figures(None, Some(0.63891), BASIC_SRC),
-        Claim::ratio(
-            "basic-vs-offloading",
-            "Catfish / RDMA offloading throughput, basic R-tree, search-only, up to",
-            (5.88, 5.88),
-            Metric::Mops,
-            true,
-            p("catfish-basic", CAT, "c"),
-            p("catfish-basic", "RDMA offloading", "c"),
-            BASIC_NOTE,
-        )
-        .figures(None, Some(0.19375), BASIC_SRC),
-        Claim::ratio(
-            "basic-latency-vs-messaging",
-            "fast messaging / Catfish mean latency, basic R-tree, search-only, up to",
-            (2.65, 2.65),
-            Metric::Mean,
-            true,
-            p("catfish-basic", CAT, "c"),
-            p("catfish-basic", "fast messaging", "c"),
-            BASIC_NOTE,
-        ),
-        Claim::ratio(
-            "basic-latency-vs-offloading",
-            "RDMA offloading / Catfish mean latency, basic R-tree, search-only, up to",
-            (5.09, 5.09),
-            Metric::Mean,
-            true,
-            p("catfish-basic", CAT, "c"),
-            p("catfish-basic", "RDMA offloading", "c"),
-            "",
-        ),
-    ]
+    super::across_scales(
+        vec![
+            Claim::ratio(
+                "basic-vs-messaging",
+                "Catfish / fast messaging throughput, basic R-tree, search-only, up to",
+                (2.50, 2.50),
+                Metric::Mops,
+                true,
+                p("catfish-basic", CAT, "c"),
+                p("catfish-basic", "fast messaging", "c"),
+                BASIC_NOTE,
+            )
+            .figures(None, Some(0.63891), BASIC_SRC),
+            Claim::ratio(
+                "basic-vs-offloading",
+                "Catfish / RDMA offloading throughput, basic R-tree, search-only, up to",
+                (5.88, 5.88),
+                Metric::Mops,
+                true,
+                p("catfish-basic", CAT, "c"),
+                p("catfish-basic", "RDMA offloading", "c"),
+                BASIC_NOTE,
+            )
+            .figures(None, Some(0.19375), BASIC_SRC),
+            Claim::ratio(
+                "basic-latency-vs-messaging",
+                "fast messaging / Catfish mean latency, basic R-tree, search-only, up to",
+                (2.65, 2.65),
+                Metric::Mean,
+                true,
+                p("catfish-basic", CAT, "c"),
+                p("catfish-basic", "fast messaging", "c"),
+                BASIC_NOTE,
+            ),
+            Claim::ratio(
+                "basic-latency-vs-offloading",
+                "RDMA offloading / Catfish mean latency, basic R-tree, search-only, up to",
+                (5.09, 5.09),
+                Metric::Mean,
+                true,
+                p("catfish-basic", CAT, "c"),
+                p("catfish-basic", "RDMA offloading", "c"),
+                "",
+            ),
+        ],
+        &["catfish-basic-large", "catfish-basic-powerlaw"],
+    )
 }
 
 /// The Hilbert R-tree's rows.
 pub(super) fn hilbert_claims() -> Vec<Claim> {
-    vec![
-        Claim::ratio(
-            "hilbert-vs-messaging",
-            "Catfish / fast messaging throughput, Hilbert R-tree, search-only, up to",
-            (1.69, 1.69),
-            Metric::Mops,
-            true,
-            p("catfish-hilbert", CAT, "c"),
-            p("catfish-hilbert", "fast messaging", "c"),
-            "",
-        )
-        .figures(Some(1.07206), None, HILBERT_SRC),
-        Claim::ratio(
-            "hilbert-vs-offloading",
-            "Catfish / RDMA offloading throughput, Hilbert R-tree, search-only, up to",
-            (2.33, 2.33),
-            Metric::Mops,
-            true,
-            p("catfish-hilbert", CAT, "c"),
-            p("catfish-hilbert", "RDMA offloading", "c"),
-            "",
-        )
-        .figures(Some(1.07206), Some(0.74567), HILBERT_SRC),
-        Claim::ratio(
-            "hilbert-latency-vs-messaging",
-            "fast messaging / Catfish mean latency, Hilbert R-tree, search-only, up to",
-            (2.01, 2.01),
-            Metric::Mean,
-            true,
-            p("catfish-hilbert", CAT, "c"),
-            p("catfish-hilbert", "fast messaging", "c"),
-            "",
-        ),
-        Claim::ratio(
-            "hilbert-latency-vs-offloading",
-            "RDMA offloading / Catfish mean latency, Hilbert R-tree, search-only, up to",
-            (2.09, 2.09),
-            Metric::Mean,
-            true,
-            p("catfish-hilbert", CAT, "c"),
-            p("catfish-hilbert", "RDMA offloading", "c"),
-            "",
-        ),
-    ]
+    super::across_scales(
+        vec![
+            Claim::ratio(
+                "hilbert-vs-messaging",
+                "Catfish / fast messaging throughput, Hilbert R-tree, search-only, up to",
+                (1.69, 1.69),
+                Metric::Mops,
+                true,
+                p("catfish-hilbert", CAT, "c"),
+                p("catfish-hilbert", "fast messaging", "c"),
+                "",
+            )
+            .figures(Some(1.07206), None, HILBERT_SRC),
+            Claim::ratio(
+                "hilbert-vs-offloading",
+                "Catfish / RDMA offloading throughput, Hilbert R-tree, search-only, up to",
+                (2.33, 2.33),
+                Metric::Mops,
+                true,
+                p("catfish-hilbert", CAT, "c"),
+                p("catfish-hilbert", "RDMA offloading", "c"),
+                "",
+            )
+            .figures(Some(1.07206), Some(0.74567), HILBERT_SRC),
+            Claim::ratio(
+                "hilbert-latency-vs-messaging",
+                "fast messaging / Catfish mean latency, Hilbert R-tree, search-only, up to",
+                (2.01, 2.01),
+                Metric::Mean,
+                true,
+                p("catfish-hilbert", CAT, "c"),
+                p("catfish-hilbert", "fast messaging", "c"),
+                "",
+            ),
+            Claim::ratio(
+                "hilbert-latency-vs-offloading",
+                "RDMA offloading / Catfish mean latency, Hilbert R-tree, search-only, up to",
+                (2.09, 2.09),
+                Metric::Mean,
+                true,
+                p("catfish-hilbert", CAT, "c"),
+                p("catfish-hilbert", "RDMA offloading", "c"),
+                "",
+            ),
+        ],
+        &["catfish-hilbert-large", "catfish-hilbert-powerlaw"],
+    )
 }

@@ -102,15 +102,24 @@ struct Measured<'a> {
     /// The two points it is from.
     n: &'a Point,
     d: &'a Point,
+    /// The experiment they are from, where the claim ranges `across` several (None: one).
+    exp: Option<&'a str>,
     /// The ratio at every client count, ascending.
     sweep: Vec<SweepEnd>,
     /// The pair at the largest client count (the paper's absolute figures are beside it).
     last: Option<(&'a Point, &'a Point)>,
 }
 
-/// Claim `c`'s ratio from its picks' points `ns` and `ds` (one seed's), paired at the same
-/// client count (`any`: whatever their counts, where a pick names its own).
-fn measure<'a>(c: &Claim, ns: &[&'a Point], ds: &[&'a Point], any: bool) -> Option<Measured<'a>> {
+/// Claim `c`'s ratio from its picks' points `ns` and `ds` (one seed's, of experiment `exp`
+/// where the claim ranges across several), paired at the same client count (`any`:
+/// whatever their counts, where a pick names its own).
+fn measure<'a>(
+    c: &Claim,
+    ns: &[&'a Point],
+    ds: &[&'a Point],
+    any: bool,
+    exp: Option<&'a str>,
+) -> Option<Measured<'a>> {
     let mut pairs: Vec<(&Point, &Point)> = ns
         .iter()
         .filter_map(|n| {
@@ -134,6 +143,7 @@ fn measure<'a>(c: &Claim, ns: &[&'a Point], ds: &[&'a Point], any: bool) -> Opti
             ratio(n, d).map(|r| SweepEnd {
                 ratio: r,
                 clients: n.clients,
+                exp: exp.map(String::from),
             })
         })
         .collect();
@@ -151,9 +161,23 @@ fn measure<'a>(c: &Claim, ns: &[&'a Point], ds: &[&'a Point], any: bool) -> Opti
         r,
         n,
         d,
+        exp,
         sweep,
         last: pairs.last().copied(),
     })
+}
+
+/// An "up to" over several experiments: the best of `all`'s ratios (the first is the picks'
+/// own experiment), their sweeps together, and the own experiment's largest client count
+/// (the paper's absolute figures are of its point there).
+fn best_across(mut all: Vec<Measured<'_>>) -> Option<Measured<'_>> {
+    let last = all.first()?.last;
+    let sweep: Vec<SweepEnd> = all.iter().flat_map(|m| m.sweep.iter().cloned()).collect();
+    let i = (0..all.len()).max_by(|&a, &b| all[a].r.total_cmp(&all[b].r))?;
+    let mut best = all.swap_remove(i);
+    best.sweep = sweep;
+    best.last = last;
+    Some(best)
 }
 
 /// remora's figure for claim `c`: over several seeds (both picks measured at them), the
@@ -216,9 +240,38 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
     let at = |pts: &[&'a Point], s: u64| -> Vec<&'a Point> {
         pts.iter().copied().filter(|p| p.seed == s).collect()
     };
+    // The other experiments an "up to" ranges across: the same two series there.
+    let across: Vec<(&str, Vec<&Point>, Vec<&Point>)> = c
+        .across
+        .iter()
+        .map(|e| {
+            let there = |k: &crate::repro::Pick| crate::repro::Pick {
+                exp: e.clone(),
+                ..k.clone()
+            };
+            (
+                e.as_str(),
+                picked(exps, &there(num)),
+                picked(exps, &there(den)),
+            )
+        })
+        .collect();
+    let own = (!across.is_empty()).then_some(num.exp.as_str());
     let per_seed: Vec<(u64, Measured)> = seeds
         .iter()
-        .filter_map(|&s| measure(c, &at(&ns, s), &at(&ds, s), any).map(|m| (s, m)))
+        .filter_map(|&s| {
+            let m = measure(c, &at(&ns, s), &at(&ds, s), any, own)?;
+            if !c.up_to || across.is_empty() {
+                return Some((s, m));
+            }
+            let mut all = vec![m];
+            all.extend(
+                across
+                    .iter()
+                    .filter_map(|(e, n, d)| measure(c, &at(n, s), &at(d, s), any, Some(e))),
+            );
+            best_across(all).map(|m| (s, m))
+        })
         .collect();
     let spread = seeds::aggregate(
         &per_seed
@@ -249,13 +302,13 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
         row.sweep_min = m
             .sweep
             .iter()
-            .copied()
-            .min_by(|a, b| a.ratio.total_cmp(&b.ratio));
+            .min_by(|a, b| a.ratio.total_cmp(&b.ratio))
+            .cloned();
         row.sweep_max = m
             .sweep
             .iter()
-            .copied()
-            .max_by(|a, b| a.ratio.total_cmp(&b.ratio));
+            .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
+            .cloned();
     }
     row.seeds = spread;
     row.remora = Some(r);
@@ -275,7 +328,8 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
     };
     row.seed = Some(n.seed);
     row.measured = format!(
-        "{} clients, {}: {} {} / {}{} {}{}",
+        "{}{} clients, {}: {} {} / {}{} {}{}",
+        m.exp.map(|e| format!("{e}, ")).unwrap_or_default(),
         n.clients,
         wname(&n.workload),
         num.series,

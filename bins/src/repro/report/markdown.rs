@@ -217,17 +217,20 @@ fn ratio_text(r: &Row) -> String {
         }
         s.push(')');
     }
-    if let (true, Some(lo), Some(hi)) = (r.up_to, r.sweep_min, r.sweep_max) {
+    if let (true, Some(lo), Some(hi)) = (r.up_to, &r.sweep_min, &r.sweep_max) {
         let _ = write!(
             s,
-            " (sweep {:.2}x ({} clients) .. {:.2}x ({} clients)",
-            lo.ratio, lo.clients, hi.ratio, hi.clients
+            " (sweep {:.2}x ({}) .. {:.2}x ({})",
+            lo.ratio,
+            lo.at(),
+            hi.ratio,
+            hi.at()
         );
         let paper_above = r.paper_lo > 1.0;
         if paper_above && lo.ratio < 1.0 {
-            let _ = write!(s, ", **wrong side of 1 at {} clients**", lo.clients);
+            let _ = write!(s, ", **wrong side of 1 at {}**", lo.at());
         } else if r.paper_hi < 1.0 && hi.ratio > 1.0 {
-            let _ = write!(s, ", **wrong side of 1 at {} clients**", hi.clients);
+            let _ = write!(s, ", **wrong side of 1 at {}**", hi.at());
         }
         s.push(')');
     }

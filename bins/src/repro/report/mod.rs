@@ -234,10 +234,23 @@ pub struct Row {
 }
 
 /// A ratio of a sweep and the client count it was measured at.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SweepEnd {
     pub ratio: f64,
     pub clients: usize,
+    /// The experiment, where the row's "up to" ranges across several (`Claim::across`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exp: Option<String>,
+}
+
+impl SweepEnd {
+    /// Where it was measured: `32 clients`, or `catfish-basic-large, 32 clients`.
+    pub fn at(&self) -> String {
+        match &self.exp {
+            Some(e) => format!("{e}, {} clients", self.clients),
+            None => format!("{} clients", self.clients),
+        }
+    }
 }
 
 /// One of the paper's absolute figures beside remora's at the same point of the claim.

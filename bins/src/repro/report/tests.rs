@@ -61,6 +61,7 @@ pub(super) fn claim(
         missing: "baseline not in bench",
         note: "",
         figures: None,
+        across: Vec::new(),
     }
 }
 
@@ -187,7 +188,7 @@ fn up_to_rows_show_the_sweep_and_the_papers_figures() {
     let r = evaluate(&paper(vec![]), &c, &e);
     assert_eq!(r.remora, Some(4.0));
     assert!(r.up_to);
-    let (lo, hi) = (r.sweep_min.unwrap(), r.sweep_max.unwrap());
+    let (lo, hi) = (r.sweep_min.clone().unwrap(), r.sweep_max.clone().unwrap());
     assert_eq!((lo.clients, hi.clients), (16, 8));
     assert!(
         (lo.ratio - 2.0 / 3.0).abs() < 1e-9 && hi.ratio == 4.0,
@@ -245,6 +246,56 @@ fn up_to_rows_show_the_sweep_and_the_papers_figures() {
     ] {
         assert!(json.contains(f), "{f} in {json}");
     }
+}
+
+/// An "up to" across experiments (the paper's best over its request scales) is the best
+/// ratio of the same two series in any of them; its sweep ends and its point name the
+/// experiment, and the paper's absolute figures stay beside the picks' own experiment's.
+#[test]
+fn up_to_across_experiments_takes_the_best_of_all_of_them() {
+    let pick = || Some((Pick::new("e", "a", "C"), Pick::new("e", "b", "C")));
+    let mut e = exps();
+    let mut other = e[0].clone();
+    other.id = "e2".into();
+    // In e2, a runs 9 / 1 over b at 16 clients, 0.5 / 1 at 8 (a wrong-side point).
+    other.points[0].mops = 0.5;
+    other.points[1].mops = 9.0;
+    other.points[3].mops = 1.0;
+    e.push(other);
+    // Only the picks' own experiment: 4 / 1 at 8 clients.
+    let own = evaluate(&paper(vec![]), &claim("x", Metric::Mops, true, pick()), &e);
+    assert_eq!(own.remora, Some(4.0));
+    assert_eq!(own.sweep_max.as_ref().and_then(|s| s.exp.clone()), None);
+    let c = claim("x", Metric::Mops, true, pick())
+        .figures(Some(5.0), None, "Fig. 9, 256 clients")
+        .across(&["e2", "not-run"]);
+    let r = evaluate(&paper(vec![]), &c, &e);
+    assert_eq!(r.remora, Some(9.0));
+    assert!(r.measured.starts_with("e2, 16 clients"), "{}", r.measured);
+    let (lo, hi) = (r.sweep_min.clone().unwrap(), r.sweep_max.clone().unwrap());
+    assert_eq!(
+        (lo.ratio, lo.exp.as_deref(), lo.clients),
+        (0.5, Some("e2"), 8)
+    );
+    assert_eq!(
+        (hi.ratio, hi.exp.as_deref(), hi.clients),
+        (9.0, Some("e2"), 16)
+    );
+    // The figures: a at e's largest client count (6 Mops), not e2's.
+    assert_eq!(r.figures[0].remora, Some(6.0));
+    let md = report(vec![r]).markdown();
+    assert!(
+        md.contains(
+            "sweep 0.50x (e2, 8 clients) .. 9.00x (e2, 16 clients), **wrong side of 1 at e2, \
+             8 clients**"
+        ),
+        "{md}"
+    );
+    // Not an "up to": the picks' own experiment at its largest client count, 6 / 3.
+    let mut at_most = c.clone();
+    at_most.up_to = false;
+    let r = evaluate(&paper(vec![]), &at_most, &e);
+    assert_eq!(r.remora, Some(2.0));
 }
 
 #[test]
