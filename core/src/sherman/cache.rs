@@ -113,7 +113,15 @@ pub(super) fn route_for(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> 
         let (w, _) = entries[i].as_chunks::<8>();
         (u64::from_le_bytes(w[0]), u64::from_le_bytes(w[1]))
     };
-    let lo = separators_at_most(entries, key);
+    let (mut lo, mut hi) = (0usize, entries.len());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if entry(mid).0 <= key {
+            lo = mid + 1
+        } else {
+            hi = mid
+        }
+    }
     let (low, child) = if lo == 0 {
         (h.low_fence, h.leftmost)
     } else {
@@ -131,31 +139,6 @@ pub(super) fn route_for(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> 
         high,
         next,
     })
-}
-
-/// How many of the (sorted) entries have a separator <= `key`: a binary search whose probes
-/// pick their half by a conditional move (`cmovbe`), not a branch. Keys land anywhere in a
-/// page, so a branch on each probe is mispredicted about half the time: `perf annotate` of
-/// `remora perf --fabric verbs --fake` put 42% of the index cache's samples on the old
-/// search's compare-and-branch. This loop's only branch is its own, whose trip count
-/// depends on the page's entry count alone.
-///
-/// The answer stays in `base..=base + size`: a probe at `mid` that is <= `key` proves it
-/// above `mid`, one that is not proves it at most `mid` (and `mid <= base + size - half`).
-/// So `mid < base + size <= entries.len()`: the indexing below never fails.
-fn separators_at_most(entries: &[[u8; 16]], key: u64) -> usize {
-    let sep = |e: &[u8; 16]| u64::from_le_bytes(e.as_chunks::<8>().0[0]);
-    if entries.is_empty() {
-        return 0;
-    }
-    let (mut base, mut size) = (0usize, entries.len());
-    while size > 1 {
-        let half = size / 2;
-        let mid = base + half;
-        base = core::hint::select_unpredictable(sep(&entries[mid]) <= key, mid, base);
-        size -= half;
-    }
-    base + usize::from(sep(&entries[base]) <= key)
 }
 
 impl IndexCache {
