@@ -19,9 +19,13 @@ pub enum Work {
     /// instruction above `erda::HW_CRC_MIN_BYTES`, slice-by-16 tables below), CANRT's item
     /// checksums.
     Crc32c(usize),
-    /// CRC-64 (slice-by-16 tables) over this many bytes: SMART's leaf checksum, CANRT's
-    /// header and prefix checks, Catfish's node and arena-record checks.
+    /// CRC-64 (slice-by-16 tables) over this many bytes: Catfish's node and arena-record
+    /// checks (CRC-64/ECMA-182).
     Crc64(usize),
+    /// CRC-64/XZ by carry-less multiply (PCLMULQDQ, `remora_layouts::crc64xz`) over this many
+    /// bytes: SMART's leaf checksum. The paper's CPUs (Xeons) have the instruction; on a CPU
+    /// without it the same checksum takes the table line of [`Work::Crc64`].
+    Crc64Clmul(usize),
     /// Bytes of a node or page image read from a memory node and decoded into the client's
     /// view of it (SMART inner nodes, Sherman page headers and versions, CANRT headers,
     /// WORT/WOART nodes, Erda bucket images, Catfish nodes).
@@ -43,7 +47,7 @@ pub enum Work {
 }
 
 /// The number of kinds of [`Work`].
-pub const KINDS: usize = 9;
+pub const KINDS: usize = 10;
 
 impl Work {
     /// Every kind, with a count of 1 (for tables and calibration).
@@ -57,6 +61,7 @@ impl Work {
         Work::Sort(1),
         Work::Rect(1),
         Work::KeyGen(1),
+        Work::Crc64Clmul(1),
     ];
 
     /// This kind's index in [`Work::ALL`].
@@ -71,6 +76,7 @@ impl Work {
             Work::Sort(_) => 6,
             Work::Rect(_) => 7,
             Work::KeyGen(_) => 8,
+            Work::Crc64Clmul(_) => 9,
         }
     }
 
@@ -85,7 +91,8 @@ impl Work {
             | Work::Compare(n)
             | Work::Sort(n)
             | Work::Rect(n)
-            | Work::KeyGen(n) => n,
+            | Work::KeyGen(n)
+            | Work::Crc64Clmul(n) => n,
         }
     }
 
@@ -111,6 +118,7 @@ impl Work {
             Work::Sort(_) => "sort",
             Work::Rect(_) => "rect",
             Work::KeyGen(_) => "keygen",
+            Work::Crc64Clmul(_) => "crc64clmul",
         }
     }
 }

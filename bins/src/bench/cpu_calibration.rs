@@ -16,6 +16,7 @@ use remora::layouts::sherman::{
     Geometry, KEY_INFINITY, PageHeader, encode_leaf_entry, internal_entry, seal,
     set_internal_entry, verify_leaf,
 };
+use remora::layouts::smart::leaf_crc;
 use remora::poller::sim::Model;
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -54,6 +55,7 @@ fn model_ns(m: &Model, w: Work) -> f64 {
         Work::Sort(_) => (0.0, m.client_sort_ns),
         Work::Rect(_) => (0.0, m.client_rect_ns),
         Work::KeyGen(_) => (0.0, m.client_keygen_ns),
+        Work::Crc64Clmul(_) => (m.client_crc64clmul_call_ns, m.client_crc64clmul_ns_per_byte),
     };
     let t = match w {
         // The instruction line from the hardware threshold on, as the engine charges it.
@@ -136,7 +138,8 @@ fn measure() -> Vec<Row> {
             measured_ns: t,
         });
     }
-    // CRC-64, slice-by-16: SMART's leaf checksum (CRC-64/XZ), as core::smart::remote does.
+    // CRC-64, slice-by-16: the table line (Catfish's node checks; SMART's leaf checksum on a
+    // CPU without the carry-less multiply).
     let crc64: crc::Crc<u64, crc::Table<16>> =
         crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_XZ);
     for (what, len) in [
@@ -152,6 +155,21 @@ fn measure() -> Vec<Row> {
         rows.push(Row {
             what,
             work: Work::Crc64(len),
+            measured_ns: t,
+        });
+    }
+    // CRC-64/XZ by carry-less multiply: SMART's leaf checksum as core::smart::remote
+    // computes it (the valid byte folded in, then the meta word, key and value area).
+    for (what, len) in [
+        ("smart leaf_crc (clmul), 64 B", 64usize),
+        ("smart leaf_crc (clmul), 1 KiB", 1024),
+    ] {
+        let t = time_ns(5_000, |i| {
+            black_box(leaf_crc(true, black_box(&buf[(i & 7)..len - 1 + (i & 7)])));
+        });
+        rows.push(Row {
+            what,
+            work: Work::Crc64Clmul(len),
             measured_ns: t,
         });
     }

@@ -273,7 +273,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let qp = self.qp(addr)?;
         loop {
             qp.read(addr, buf).await?;
-            self.ep.charge(Work::Crc64(buf.len()));
+            self.ep.charge(Work::Crc64Clmul(buf.len()));
             match check_leaf(buf) {
                 Ok(v) => return Ok(LeafSummary::of(&v)),
                 Err(err) => {

@@ -396,7 +396,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             off += bytes;
             // Torn or forwarded leaves are re-read one by one. (The image is checked twice:
             // here and by `verified_leaf`.)
-            self.ep.charge(Work::Crc64(2 * bytes));
+            self.ep.charge(Work::Crc64Clmul(2 * bytes));
             let needs_reread = match check_leaf(img) {
                 Ok(v) => v.status.is_obsolete(),
                 Err(_) => true,

@@ -138,7 +138,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let bytes = leaf_bytes(key.len(), self.cfg.value_cap);
         let la = self.alloc_leaf(key, bytes).await?;
         let mut leaf = [0u8; MAX_LEAF_BYTES];
-        self.ep.charge(Work::Crc64(bytes));
+        self.ep.charge(Work::Crc64Clmul(bytes));
         build_leaf(
             &mut leaf[..bytes],
             pack(img.addr)?,
@@ -249,7 +249,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             n.encode(&mut images[i * sz..(i + 1) * sz]);
         }
         let mut leaf = [0u8; MAX_LEAF_BYTES];
-        self.ep.charge(Work::Crc64(lbytes));
+        self.ep.charge(Work::Crc64Clmul(lbytes));
         build_leaf(
             &mut leaf[..lbytes],
             pack(last)?,
@@ -328,7 +328,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut pimg = [0u8; 48];
         p.encode(&mut pimg);
         let mut leaf = [0u8; MAX_LEAF_BYTES];
-        self.ep.charge(Work::Crc64(lbytes));
+        self.ep.charge(Work::Crc64Clmul(lbytes));
         build_leaf(
             &mut leaf[..lbytes],
             pack(pa)?,
@@ -665,7 +665,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut nimg = [0u8; MAX_NODE_BYTES];
         let nb = n.encode(&mut nimg);
         let mut leaf = [0u8; MAX_LEAF_BYTES];
-        self.ep.charge(Work::Crc64(lbytes));
+        self.ep.charge(Work::Crc64Clmul(lbytes));
         build_leaf(
             &mut leaf[..lbytes],
             pack(na)?,

@@ -333,7 +333,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             ),
             _ => (LeafStatus::live(true), value),
         };
-        self.ep.charge(Work::Crc64(bytes));
+        self.ep.charge(Work::Crc64Clmul(bytes));
         build_leaf(&mut img[..bytes], rev, status, key, v, self.cfg.value_cap).map_err(|err| {
             SmartError::Corrupt {
                 what: "leaf image",
@@ -472,7 +472,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             what: "node address",
             err,
         })?;
-        self.ep.charge(Work::Crc64(bytes));
+        self.ep.charge(Work::Crc64Clmul(bytes));
         build_leaf(
             &mut img[..bytes],
             rev,

@@ -114,6 +114,10 @@ fn work_costs(m: &Model) -> [(Ps, u64); KINDS] {
             Work::Sort(_) => (0, mps(m.client_sort_ns)),
             Work::Rect(_) => (0, mps(m.client_rect_ns)),
             Work::KeyGen(_) => (0, mps(m.client_keygen_ns)),
+            Work::Crc64Clmul(_) => (
+                ps(m.client_crc64clmul_call_ns),
+                mps(m.client_crc64clmul_ns_per_byte),
+            ),
         };
     }
     t
