@@ -99,10 +99,17 @@ pub struct ReproArgs {
     /// --scale full). report.md and report.json list what was reused, from which file and
     /// measured by which build (crate version and git commit, in every point of the files
     /// this binary writes; "unknown" for older files); the rest of the report is the same
-    /// as that of a run in one go. The commands do not say which code measured them: a
-    /// build that changed the bench since should run without --resume.
+    /// as that of a run in one go. The commands do not say which code measured them, so a
+    /// file is reused only if every point in it was measured by this same build (same crate
+    /// version and git commit; a `-dirty` build names its commit, not its edits): points of
+    /// another build, or of a file without build records, are measured again.
     #[arg(long)]
     pub resume: bool,
+    /// As --resume, but also reuse points measured by other builds (and files without build
+    /// records), listed with their build in the report: only for a change known not to move
+    /// the sim's figures.
+    #[arg(long)]
+    pub resume_any_build: bool,
 }
 
 /// The sizes of one scale.

@@ -8,9 +8,11 @@
 //! file must hold points of exactly those commands, in the order they run (a command with no
 //! point, a failed run, or a point of a command this binary does not run: measured again),
 //! each point under the series label (or factor step) this binary gives that command's
-//! points. What the command line does not say (the bench's own code) is in each point's
-//! `build` (crate version and git commit, `bins/build.rs`), which report.md shows beside
-//! every reused file; files written before builds were recorded load as "unknown".
+//! points. What the command line does not say (the bench's and the sim's own code) is in
+//! each point's `build` (crate version and git commit, `bins/build.rs`): a point is reused
+//! only if this same build measured it (`--resume-any-build` also takes other builds' points
+//! and files written before builds were recorded, "unknown"), and report.md shows the build
+//! beside every reused file.
 //!
 //! `memory.json` (the `--memory` fits `--scale full` measures first) follows the same rule
 //! per index: a fit is reused when its base command, key counts, client counts, compute
@@ -84,8 +86,27 @@ fn builds_text<'a>(builds: impl Iterator<Item = Option<&'a Build>>) -> String {
         .join(", ")
 }
 
-/// `<dir>/<id>.json`, if it holds experiment `id` as this binary runs it (`runs`).
-pub fn load(dir: &Path, id: &str, runs: &[Run]) -> Found {
+/// Why points of `builds` are not taken as this binary's, if they are not (`any_build`:
+/// every build is taken).
+fn other_build<'a>(
+    mut builds: impl Iterator<Item = Option<&'a Build>>,
+    any_build: bool,
+) -> Option<String> {
+    let this = Build::this();
+    let other = builds.find(|b| *b != Some(&this))?;
+    (!any_build).then(|| {
+        format!(
+            "measured by {}, not by this binary ({}): its code may measure otherwise \
+             (--resume-any-build takes it)",
+            Build::text(other),
+            Build::text(Some(&this))
+        )
+    })
+}
+
+/// `<dir>/<id>.json`, if it holds experiment `id` as this binary runs it (`runs`), measured
+/// by this build (or any, with `any_build`).
+pub fn load(dir: &Path, id: &str, runs: &[Run], any_build: bool) -> Found {
     let path = dir.join(format!("{id}.json"));
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -97,6 +118,9 @@ pub fn load(dir: &Path, id: &str, runs: &[Run]) -> Found {
         Err(e) => return Found::Mismatch(format!("{}: {e}", path.display())),
     };
     if let Err(why) = check(runs, &pts) {
+        return Found::Mismatch(format!("{}: {why}", path.display()));
+    }
+    if let Some(why) = other_build(pts.iter().map(|p| p.build.as_ref()), any_build) {
         return Found::Mismatch(format!("{}: {why}", path.display()));
     }
     let reused = Reused {
@@ -180,8 +204,9 @@ pub fn load_memory(dir: &Path) -> Option<MemoryReport> {
     }
 }
 
-/// The fit of `m` measured as this binary measures probe `p` (already shrunk), or why not.
-pub fn memory_fit(m: &MemoryReport, p: &Probe) -> Result<Fit, String> {
+/// The fit of `m` measured as this binary measures probe `p` (already shrunk), by this
+/// build (or any, with `any_build`), or why not.
+pub fn memory_fit(m: &MemoryReport, p: &Probe, any_build: bool) -> Result<Fit, String> {
     let f = m
         .fits
         .iter()
@@ -204,6 +229,9 @@ pub fn memory_fit(m: &MemoryReport, p: &Probe) -> Result<Fit, String> {
              binary measures keys {:?}, clients {clients:?}, {n} compute nodes, cache {cache:?} B",
             p.index, f.keys, f.clients, f.compute_nodes, f.cache_bytes, p.keys
         ));
+    }
+    if let Some(why) = other_build(std::iter::once(f.build.as_ref()), any_build) {
+        return Err(format!("its {} fit was {why}", p.index));
     }
     Ok(f.clone())
 }
@@ -332,10 +360,10 @@ mod tests {
         let e = exp();
         let rs = runs(&e, false, None).unwrap();
         let _ = std::fs::remove_file(dir.join("e.json"));
-        assert!(matches!(load(&dir, "e", &rs), Found::Absent));
+        assert!(matches!(load(&dir, "e", &rs, false), Found::Absent));
         let pts = points_of(&rs);
         crate::repro::report::write_points(&dir, "e", &pts).unwrap();
-        match load(&dir, "e", &rs) {
+        match load(&dir, "e", &rs, false) {
             Found::Reuse(got, r) => {
                 // Read back to the last bit (float_roundtrip).
                 assert_eq!(got, pts);
@@ -348,9 +376,9 @@ mod tests {
         // A file cut short, and one missing a field: measured again, with the reason.
         let text = std::fs::read_to_string(dir.join("e.json")).unwrap();
         std::fs::write(dir.join("e.json"), &text[..text.len() / 2]).unwrap();
-        assert!(matches!(load(&dir, "e", &rs), Found::Mismatch(w) if w.contains("e.json")));
+        assert!(matches!(load(&dir, "e", &rs, false), Found::Mismatch(w) if w.contains("e.json")));
         std::fs::write(dir.join("e.json"), text.replace("\"mops\"", "\"mopz\"")).unwrap();
-        assert!(matches!(load(&dir, "e", &rs), Found::Mismatch(w) if w.contains("mops")));
+        assert!(matches!(load(&dir, "e", &rs, false), Found::Mismatch(w) if w.contains("mops")));
         // Points without a build (files of older binaries) load.
         let old: Vec<Point> = pts
             .iter()
@@ -365,10 +393,23 @@ mod tests {
                 .unwrap()
                 .contains("build")
         );
-        match load(&dir, "e", &rs) {
+        // Measured again by default (another build's code may measure otherwise), reused
+        // with any_build.
+        assert!(
+            matches!(load(&dir, "e", &rs, false), Found::Mismatch(w) if w.contains("--resume-any-build")),
+        );
+        match load(&dir, "e", &rs, true) {
             Found::Reuse(_, r) => assert!(r.build.contains("unknown"), "{}", r.build),
             f => panic!("{f:?}"),
         }
+        // A point of another commit among this build's: measured again.
+        let mut mixed = pts.clone();
+        mixed[0].build = Some(Build {
+            commit: "0000000".into(),
+            ..Build::this()
+        });
+        crate::repro::report::write_points(&dir, "e", &mixed).unwrap();
+        assert!(matches!(load(&dir, "e", &rs, false), Found::Mismatch(w) if w.contains("0000000")),);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -415,7 +456,7 @@ mod tests {
             fixed_bytes: 1.0,
             cache_bytes: p.cache_mib.map(|c| c * (1u64 << 20) as f64),
             compute_nodes: n,
-            build: None,
+            build: Some(Build::this()),
         };
         let report = |f: Fit| MemoryReport {
             machine_bytes: 1 << 30,
@@ -431,16 +472,25 @@ mod tests {
                 keys_fit_cpu: 1.0,
             }],
         };
-        assert_eq!(memory_fit(&report(fit.clone()), &p), Ok(fit.clone()));
+        assert_eq!(memory_fit(&report(fit.clone()), &p, false), Ok(fit.clone()));
+        // A fit of an older binary (no build): measured again, unless any build is taken.
+        let old = Fit {
+            build: None,
+            ..fit.clone()
+        };
+        assert!(
+            memory_fit(&report(old.clone()), &p, false).is_err_and(|e| e.contains("any-build"))
+        );
+        assert_eq!(memory_fit(&report(old.clone()), &p, true), Ok(old));
         // The tool's tests' shrunk probe is another measurement.
         let small = memory::shrunk(&p, 100);
-        assert!(memory_fit(&report(fit.clone()), &small).is_err());
+        assert!(memory_fit(&report(fit.clone()), &small, false).is_err());
         let other_keys = Fit {
             keys: (p.keys.0, p.keys.1 * 2),
             ..fit.clone()
         };
         assert!(
-            memory_fit(&report(other_keys), &p)
+            memory_fit(&report(other_keys), &p, false)
                 .unwrap_err()
                 .contains("keys")
         );
@@ -449,13 +499,13 @@ mod tests {
             ..fit.clone()
         };
         assert!(
-            memory_fit(&report(other_cmd), &p)
+            memory_fit(&report(other_cmd), &p, false)
                 .unwrap_err()
                 .contains("measured by")
         );
         let other_index = memory::probes()[1];
         assert!(
-            memory_fit(&report(fit), &other_index)
+            memory_fit(&report(fit), &other_index, false)
                 .unwrap_err()
                 .contains("no fit")
         );

@@ -253,8 +253,8 @@ pub fn paper(
         if !a.quiet {
             eprintln!("{}: {}", e.id, e.title);
         }
-        let found = if a.resume {
-            resume::load(&a.out, &e.id, &runs(e, bulk, a.seeds)?)
+        let found = if a.resume || a.resume_any_build {
+            resume::load(&a.out, &e.id, &runs(e, bulk, a.seeds)?, a.resume_any_build)
         } else {
             resume::Found::Absent
         };
@@ -329,7 +329,9 @@ pub fn memory_report(
     let full = Scale::of(super::ScaleSel::Full);
     let papers = super::papers(a.paper, &full);
     let machine = memory::machine_bytes().ok_or("cannot read MemTotal from /proc/meminfo")?;
-    let old = a.resume.then(|| resume::load_memory(&a.out)).flatten();
+    let old = (a.resume || a.resume_any_build)
+        .then(|| resume::load_memory(&a.out))
+        .flatten();
     let mut fits = Vec::new();
     for pr in memory::probes() {
         let Some(p) = papers.iter().find(|p| p.key == pr.paper) else {
@@ -343,7 +345,7 @@ pub fn memory_report(
         };
         let fit = match old
             .as_ref()
-            .map(|m| resume::memory_fit(m, &memory::shrunk(&pr, shrink)))
+            .map(|m| resume::memory_fit(m, &memory::shrunk(&pr, shrink), a.resume_any_build))
         {
             Some(Ok(f)) => {
                 let r = resume::memory_reused(&a.out, &f);

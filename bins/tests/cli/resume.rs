@@ -10,13 +10,12 @@ fn out_dir(name: &str) -> PathBuf {
     d
 }
 
-/// `remora repro erda --scale tiny` (9 experiments, about 2 s of CPU) into `d`: its stderr.
-fn repro_erda(d: &Path, resume: bool) -> String {
+/// `remora repro erda --scale tiny` (9 experiments, about 2 s of CPU) into `d`, with
+/// `resume` (e.g. "--resume") if given: its stderr.
+fn repro_erda(d: &Path, resume: Option<&'static str>) -> String {
     let mut args = vec!["repro", "erda", "--scale", "tiny", "--quiet", "--out"];
     args.push(d.to_str().unwrap());
-    if resume {
-        args.push("--resume");
-    }
+    args.extend(resume);
     let out = remora(&args);
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{err}");
@@ -66,7 +65,7 @@ fn points(p: PathBuf) -> Vec<serde_json::Value> {
 #[test]
 fn a_resumed_repro_reports_what_a_run_in_one_go_reports() {
     let d = out_dir("resume-same");
-    let err = repro_erda(&d, false);
+    let err = repro_erda(&d, None);
     assert!(!err.contains("resume:"), "{err}");
     let one_go = (read(d.join("report.md")), read(d.join("report.json")));
     assert!(reused(&d).is_empty());
@@ -85,7 +84,7 @@ fn a_resumed_repro_reports_what_a_run_in_one_go_reports() {
     ] {
         std::fs::remove_file(d.join(f)).unwrap();
     }
-    let err = repro_erda(&d, true);
+    let err = repro_erda(&d, Some("--resume"));
     assert!(!err.contains("running it again"), "{err}");
     for id in ["erda-ycsb", "erda-table1", "erda-cleaning"] {
         assert!(err.contains(&format!("resume: {id}: reusing")), "{err}");
@@ -108,7 +107,7 @@ fn a_resumed_repro_reports_what_a_run_in_one_go_reports() {
     );
     assert!(json == one_go.1, "report.json differs");
     // Resumed again with nothing left to run: the same report.
-    repro_erda(&d, true);
+    repro_erda(&d, Some("--resume"));
     assert_eq!(reused(&d).len(), 9);
     assert!(without_reused(&d) == one_go);
     let _ = std::fs::remove_dir_all(&d);
@@ -117,7 +116,7 @@ fn a_resumed_repro_reports_what_a_run_in_one_go_reports() {
 #[test]
 fn resume_runs_again_an_experiment_whose_file_is_not_the_same_experiment() {
     let d = out_dir("resume-edited");
-    repro_erda(&d, false);
+    repro_erda(&d, None);
     let one_go = (read(d.join("report.md")), read(d.join("report.json")));
     // One point's command edited: the file is not what this binary runs for erda-table1.
     let path = d.join("erda-table1.json");
@@ -143,33 +142,58 @@ fn resume_runs_again_an_experiment_whose_file_is_not_the_same_experiment() {
         serde_json::to_string_pretty(&old).unwrap() + "\n",
     )
     .unwrap();
-    let err = repro_erda(&d, true);
+    let old_text = read(d.join("erda-ycsb.json"));
+    let err = repro_erda(&d, Some("--resume"));
     let again: Vec<&str> = err
         .lines()
         .filter(|l| l.contains("running it again"))
         .collect();
-    assert_eq!(again.len(), 2, "{err}");
+    assert_eq!(again.len(), 3, "{err}");
+    // The older binary's file: measured again by this build, unless any build is taken.
     assert!(
-        again[0].starts_with("resume: erda-table1: running it again: ")
-            && again[0].contains(&edited),
+        again
+            .iter()
+            .any(|l| l.starts_with("resume: erda-ycsb: running it again: ")
+                && l.contains("--resume-any-build")),
         "{err}"
     );
     assert!(
-        again[1].starts_with("resume: erda-cpu: running it again: "),
+        again.iter().any(
+            |l| l.starts_with("resume: erda-table1: running it again: ") && l.contains(&edited)
+        ),
         "{err}"
     );
-    assert!(err.contains("resume: erda-ycsb: reusing"), "{err}");
+    assert!(
+        again
+            .iter()
+            .any(|l| l.starts_with("resume: erda-cpu: running it again: ")),
+        "{err}"
+    );
     let r = reused(&d);
-    assert_eq!(r.len(), 7, "{r:?}");
-    assert!(!r.contains(&"erda-table1".to_string()) && !r.contains(&"erda-cpu".to_string()));
-    // The file of the older binary is reported as such; the edited one is measured again.
+    assert_eq!(r.len(), 6, "{r:?}");
+    assert!(
+        !r.iter()
+            .any(|x| ["erda-table1", "erda-cpu", "erda-ycsb"].contains(&x.as_str()))
+    );
+    assert!(read(path).contains(&cmd) && !read(d.join("erda-table1.json")).contains(&edited));
+    assert!(
+        without_reused(&d) == one_go,
+        "the report differs from the one-go run's"
+    );
+    // The older binary's file again, taken with --resume-any-build (everything else is now
+    // this build's).
+    std::fs::write(d.join("erda-ycsb.json"), old_text).unwrap();
+    let err = repro_erda(&d, Some("--resume-any-build"));
+    assert!(!err.contains("running it again"), "{err}");
+    assert!(err.contains("resume: erda-ycsb: reusing"), "{err}");
+    assert_eq!(reused(&d).len(), 9);
+    // The file of the older binary is reported as such.
     let md = read(d.join("report.md"));
     assert!(
         md.lines()
             .any(|l| l.starts_with("- `erda-ycsb` from") && l.contains("unknown build")),
         "{md}"
     );
-    assert!(read(path).contains(&cmd) && !read(d.join("erda-table1.json")).contains(&edited));
     assert!(
         without_reused(&d) == one_go,
         "the report differs from the one-go run's"
