@@ -51,12 +51,7 @@ pub fn checksum(data: &[u8]) -> u64 {
 /// with the tables otherwise.
 #[inline]
 pub fn update(state: u64, data: &[u8]) -> u64 {
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    if clmul::available() {
-        // SAFETY: `available` saw PCLMULQDQ and SSE4.1 in CPUID leaf 1 on this CPU.
-        return unsafe { clmul::update(state, data) };
-    }
-    update_table(state, data)
+    update_clmul(state, data).unwrap_or_else(|| update_table(state, data))
 }
 
 /// [`update`] with the slice-by-16 tables, whatever the CPU (the fallback, callable on its
@@ -71,6 +66,7 @@ pub fn update_table(state: u64, data: &[u8]) -> u64 {
 
 /// [`update`] with the carry-less multiply, or `None` if this CPU (or architecture) lacks
 /// PCLMULQDQ or SSE4.1.
+#[inline]
 pub fn update_clmul(state: u64, data: &[u8]) -> Option<u64> {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     if clmul::available() {
