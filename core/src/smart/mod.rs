@@ -58,6 +58,8 @@ mod cache;
 #[cfg(test)]
 mod chain_tests;
 mod config;
+#[cfg(test)]
+mod frame_tests;
 mod frozen;
 mod handover;
 #[cfg(test)]

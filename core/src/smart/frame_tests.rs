@@ -1,0 +1,68 @@
+//! Sizes of a lookup's futures: every coroutine carries its lookup's frame (the executor
+//! keeps one per coroutine), so these bound the memory a lookup's polls touch. Printed with
+//! `cargo test --release -p remora-core --features alloc --lib smart::frame_tests --
+//! --nocapture`; measured at a494a78 (rustc of the repository's toolchain): get 23592,
+//! get_direct 22824, search_in 9352, read_leaf 8760, read_node 2384, wait_frozen 16264,
+//! help_grow 13952 bytes. So the largest part of a lookup's frame is a rare path: the wait on
+//! a frozen node (which may finish a dead grower's grow) that `lookup_in` awaits, beside
+//! `lookup`'s leaf buffer (`MAX_LEAF_BYTES` reserved even for a tree of small leaves) and the
+//! node image `lookup_in` keeps; `read_leaf`'s 8760 are mostly the torn-leaf repair's.
+extern crate std;
+use super::remote::NodeImg;
+use super::search::{self, Count};
+use super::tests::{block, endpoint, memory};
+use super::*;
+use std::println;
+
+/// A lookup's whole frame, and its nesting: each level holds the one below. The bounds are
+/// the sizes measured above, rounded up to the next KiB: a change that grows a lookup's
+/// frame (a buffer or node image held across an await, a larger rare-path future awaited
+/// inside the lookup) fails here and must say why.
+#[test]
+fn lookup_frames() {
+    let m = memory(16 << 20);
+    let ep = endpoint(&m);
+    let cfg = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
+    let s = block(Smart::open(&ep, cfg)).unwrap();
+    let k = [7u8; 8];
+    let mut out = [0u8; 8];
+    let mut buf = [0u8; 256];
+    let mut img = None;
+    let at = GlobalAddr::new(0, 4096);
+    let get = core::mem::size_of_val(&s.get(&k, &mut out));
+    let direct = core::mem::size_of_val(&s.get_direct(&k, &mut out));
+    let search = core::mem::size_of_val(&s.search_in(&k, &mut buf, &mut img, true, Count::Nothing));
+    let leaf = core::mem::size_of_val(&s.read_leaf(at, &mut buf));
+    let node = core::mem::size_of_val(&s.read_node(at, NodeType::N4));
+    // The rare paths a lookup awaits: waiting on (and helping) a frozen node.
+    let n = NodeImg {
+        addr: at,
+        rev: 0,
+        header: Header::new(1, NodeType::N4, &[]).unwrap(),
+        slots: [remora_layouts::smart::Slot::EMPTY; 256],
+        t0: 0,
+    };
+    let p = search::Parent {
+        addr: at,
+        header: n.header,
+        idx: 0,
+        slot: remora_layouts::smart::Slot::EMPTY,
+    };
+    let (mut pace, mut w) = (s.pace(), None);
+    let frozen =
+        core::mem::size_of_val(&s.wait_frozen(&mut pace, &mut w, &n, (None, None), true, false));
+    let help = core::mem::size_of_val(&s.help_grow(&n, &p));
+    println!(
+        "lookup frames (bytes): get {get} get_direct {direct} search_in {search} \
+         read_leaf {leaf} read_node {node} wait_frozen {frozen} help_grow {help}"
+    );
+    // Each level holds the one below it.
+    assert!(get >= direct && direct > search && search >= leaf && leaf > node);
+    assert!(get <= 23 * 1024 + 1024, "get's future grew to {get} B");
+    assert!(search <= 10 * 1024, "search_in's future grew to {search} B");
+    assert!(leaf <= 9 * 1024, "read_leaf's future grew to {leaf} B");
+    assert!(
+        frozen <= 16 * 1024,
+        "wait_frozen's future grew to {frozen} B"
+    );
+}
