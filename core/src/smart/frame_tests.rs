@@ -15,9 +15,10 @@ use super::*;
 use std::println;
 
 /// A lookup's whole frame, and its nesting: each level holds the one below. The bounds are
-/// the sizes measured above, rounded up to the next KiB: a change that grows a lookup's
-/// frame (a buffer or node image held across an await, a larger rare-path future awaited
-/// inside the lookup) fails here and must say why.
+/// the sizes measured above plus a quarter (room for another rustc's layout, which the
+/// repository does not pin): a change that grows a lookup's frame by a buffer or node image
+/// held across an await, or a larger rare-path future awaited inside the lookup, fails here
+/// and must say why.
 #[test]
 fn lookup_frames() {
     let m = memory(16 << 20);
@@ -58,11 +59,15 @@ fn lookup_frames() {
     );
     // Each level holds the one below it.
     assert!(get >= direct && direct > search && search >= leaf && leaf > node);
-    assert!(get <= 23 * 1024 + 1024, "get's future grew to {get} B");
-    assert!(search <= 10 * 1024, "search_in's future grew to {search} B");
-    assert!(leaf <= 9 * 1024, "read_leaf's future grew to {leaf} B");
+    let bound = |measured: usize| measured + measured / 4;
+    assert!(get <= bound(23_592), "get's future grew to {get} B");
     assert!(
-        frozen <= 16 * 1024,
+        search <= bound(9_352),
+        "search_in's future grew to {search} B"
+    );
+    assert!(leaf <= bound(8_760), "read_leaf's future grew to {leaf} B");
+    assert!(
+        frozen <= bound(16_264),
         "wait_frozen's future grew to {frozen} B"
     );
 }
