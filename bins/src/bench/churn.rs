@@ -63,6 +63,14 @@ pub struct LeafCensus {
     /// Of `splits`, those that allocated no leaf: the leaf's entries and the new key fit a
     /// fresh table, so it was rebuilt in place (`hopscotch::pack` makes one table).
     pub rebuilt_in_place: u64,
+    /// Leaves with no live entry (reusable if a merge freed them; none is freed now).
+    pub empty: u64,
+    /// Fewest and most live entries of a leaf.
+    pub min_entries: u64,
+    pub max_entries: u64,
+    /// Leaves left if runs of neighbours fitting `census::MERGE_FILL` keys were merged
+    /// (`LeafSpread::merged`): what a merge on delete could bring `leaves` down to.
+    pub merged: u64,
 }
 
 /// The census of `idx`'s leaves, for an index that has one (CHIME).
@@ -71,13 +79,18 @@ async fn census<E: Endpoint>(idx: &Handle<'_, E>) -> Result<Option<LeafCensus>, 
         return Ok(None);
     };
     let n = c
-        .census()
+        .leaf_spread()
         .await
         .map_err(|e| format!("counting CHIME's leaves: {e}"))?;
+    let slots = remora::layouts::chime::SLOTS as u64;
     Ok(Some(LeafCensus {
         leaves: n.leaves,
         entries: n.entries,
-        free_slots: n.free_slots,
+        free_slots: (n.leaves * slots).saturating_sub(n.entries),
+        empty: n.empty,
+        min_entries: n.min,
+        max_entries: n.max,
+        merged: n.merged,
         splits: c.stats().splits,
         new_leaves: c.stats().new_leaves,
         // A split that allocates makes one new leaf plus its extra leaves.
@@ -449,8 +462,18 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
     let leaves = r.samples.iter().any(|s| s.leaves.is_some());
     if leaves {
         head.push_str(&format!(
-            " {:>8} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9}",
-            "leaves", "entries", "free slots", "splits", "new leaves", "in place", "keys/leaf"
+            " {:>8} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9} {:>4} {:>4} {:>5} {:>6}",
+            "leaves",
+            "entries",
+            "free slots",
+            "splits",
+            "new leaves",
+            "in place",
+            "keys/leaf",
+            "min",
+            "max",
+            "empty",
+            "merged"
         ));
     }
     let _ = writeln!(out, "{head}");
@@ -462,14 +485,18 @@ fn print(r: &ChurnRecord, out: &mut dyn Write) {
         row.push_str(&format!(" {:>10}", s.live_keys));
         if let Some(c) = s.leaves {
             row.push_str(&format!(
-                " {:>8} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9.1}",
+                " {:>8} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9.1} {:>4} {:>4} {:>5} {:>6}",
                 c.leaves,
                 c.entries,
                 c.free_slots,
                 c.splits,
                 c.new_leaves,
                 c.rebuilt_in_place,
-                c.entries as f64 / c.leaves.max(1) as f64
+                c.entries as f64 / c.leaves.max(1) as f64,
+                c.min_entries,
+                c.max_entries,
+                c.empty,
+                c.merged
             ));
         }
         let _ = writeln!(out, "{row}");

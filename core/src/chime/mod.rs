@@ -50,6 +50,7 @@
 //! delegation and write combining do for its leaves.
 //!
 //! Not here (yet): CHIME's variable-length values.
+pub mod census;
 mod delegate;
 mod hopscotch;
 mod hotspot;
