@@ -122,6 +122,11 @@ fn ratios_pick_the_right_points() {
     assert!(r.reason.contains("queueing (closed loop)"), "{}", r.reason);
     assert!(r.reason.contains("2.00x b's throughput"), "{}", r.reason);
     assert!(
+        r.reason.contains("at the same 16 clients x 4"),
+        "{}",
+        r.reason
+    );
+    assert!(
         r.reason.contains("by mean latency the ratio is 3.00x"),
         "{}",
         r.reason
@@ -152,6 +157,26 @@ fn picks_at_client_counts_pair_across_counts() {
         &exps(),
     );
     assert!(r.remora.is_none(), "{r:?}");
+}
+
+/// A latency claim whose two picks sit at different concurrency (each system at its own
+/// peak): the queueing reason states each side's operations in flight, not "the same".
+#[test]
+fn queueing_reason_names_each_sides_concurrency() {
+    let mut e = exps();
+    e[0].points[2].p50_ns = 2000.0;
+    let picks = Some((Pick::at("e", "a", "C", 16), Pick::at("e", "b", "C", 8)));
+    let r = evaluate(&paper(vec![]), &claim("l", Metric::P50, false, picks), &e);
+    assert_eq!(r.agrees, Some(false));
+    assert!(!r.reason.contains("at the same"), "{}", r.reason);
+    assert!(
+        r.reason.contains(
+            "6.00x b's throughput with 64 operations in flight (16 clients x 4 coroutines) \
+             against b's 32 (8 x 4)"
+        ),
+        "{}",
+        r.reason
+    );
 }
 
 pub(super) fn report(rows: Vec<Row>) -> Report {

@@ -65,11 +65,25 @@ pub(super) fn reason(m: Metric, r: f64, n: &Point, d: &Point, num: &str, den: &s
         let tp = n.mops / d.mops;
         if r < 1.0 && tp > 1.03 {
             kind.push("queueing (closed loop)");
-            why.push(format!(
-                "{num} runs {tp:.2}x {den}'s throughput at the same {} clients x {} \
-                 coroutines, so more of its operations are in flight at the memory nodes",
-                n.clients, n.coroutines
-            ));
+            why.push(if (n.clients, n.coroutines) == (d.clients, d.coroutines) {
+                format!(
+                    "{num} runs {tp:.2}x {den}'s throughput at the same {} clients x {} \
+                     coroutines, so more of its operations are in flight at the memory nodes",
+                    n.clients, n.coroutines
+                )
+            } else {
+                format!(
+                    "{num} runs {tp:.2}x {den}'s throughput with {} operations in flight \
+                     ({} clients x {} coroutines) against {den}'s {} ({} x {}), so its \
+                     operations queue longer at the memory nodes",
+                    n.clients * n.coroutines,
+                    n.clients,
+                    n.coroutines,
+                    d.clients * d.coroutines,
+                    d.clients,
+                    d.coroutines
+                )
+            });
         }
         if m == Metric::P50 {
             let mean = d.mean_ns / n.mean_ns;
