@@ -31,6 +31,10 @@
 //!   authors' `CACHE_MORE_INTERNAL_NODE`, on in every run of theirs): a lookup whose level-1
 //!   page is not cached starts at the lowest cached page covering its key, not at the root;
 //!   each cached page costs its live entries as a level-1 page does.
+//! - **Eviction as the authors'** (`ShermanConfig::cache_eviction`,
+//!   `CacheEviction::SampledLfu`): each cached page counts the lookups it served; past the
+//!   budget, the less-used of two sampled pages is dropped (`include/TreeCache.h`,
+//!   `evict_one`).
 //!
 //! Beyond CHIME: deletes (an entry freed, its home's bitmap cleared, groups rewritten);
 //! several memory nodes (leaves are allocated on the nodes in turn, each lock on its leaf's
@@ -64,7 +68,9 @@ pub use hotspot::HOTSPOT_ENTRY_BYTES;
 
 use crate::fabric::Endpoint;
 use crate::index::KvIndex;
-use crate::sherman::{CacheCharge, Sherman, ShermanConfig, ShermanError, ShermanNode};
+use crate::sherman::{
+    CacheCharge, CacheEviction, Sherman, ShermanConfig, ShermanError, ShermanNode,
+};
 use core::cell::{Cell, RefCell};
 use delegate::Delegation;
 use hotspot::Hotspot;
@@ -125,6 +131,9 @@ impl ChimeConfig {
                 // The authors' tree cache counts a cached internal node by its live entries
                 // (their Sherman too: the same code with CHIME's switches off).
                 cache_charge: CacheCharge::LiveEntries,
+                // ... and, past its budget, drops the less-used of two sampled nodes
+                // (`include/TreeCache.h`, `evict_one`; their Sherman's too).
+                cache_eviction: CacheEviction::SampledLfu,
                 // The authors cache the internal nodes above level 1 too
                 // (`CACHE_MORE_INTERNAL_NODE`, on in all their runs, their Sherman's too).
                 cache_upper_levels: true,

@@ -14,6 +14,7 @@
 //! does not cover the key drops the cached copy and the descent starts again one cached level
 //! higher (or at the root), as the authors' `Tree::search` retries after
 //! `TreeCache::invalidate`; the pages read on the way are cached afresh.
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader};
 use std_alloc::collections::BTreeMap;
@@ -23,7 +24,13 @@ struct Cached {
     high: u64,
     header: PageHeader,
     page: Vec<u8>,
+    /// Lookups this page served ([`CacheEviction::SampledLfu`] only; else 0). Counted under
+    /// the cache's shared guard, so atomic.
+    freq: AtomicU64,
 }
+
+/// The eviction sampler's first state (any nonzero xorshift64 state).
+const RNG_SEED: u64 = 0x2545_F491_4F6C_DD1D;
 
 /// The highest level cached: a tree of 1 KiB pages is a handful of levels high, and a level
 /// byte above this in a verified page is not worth a map.
@@ -39,6 +46,15 @@ pub(super) struct IndexCache {
     enabled: bool,
     upper: bool,
     charge: CacheCharge,
+    eviction: CacheEviction,
+    /// Per level, the hit counts of pages no longer cached, by (low, high) fence
+    /// ([`CacheEviction::SampledLfu`]): the authors' skip list keeps an evicted or
+    /// invalidated node's entry and its `cache_entry_freq` (`TreeCache::invalidate` only
+    /// nulls the entry's pointer), so a page cached again under the same fences goes on
+    /// with its count. Like their skip list, it grows with the distinct pages ever cached.
+    ghosts: Vec<BTreeMap<(u64, u64), u64>>,
+    /// xorshift64 state of the eviction's samples (deterministic: the sim replays it).
+    rng: u64,
     /// The image buffer of the page dropped last, for the next insert to copy into: a cache
     /// that keeps evicting (its capacity below the tree's level-1 pages, as in CHIME's cache
     /// sweeps) reuses the evicted page's buffer instead of allocating one per miss. Not
@@ -56,6 +72,29 @@ pub enum CacheCharge {
     /// 43-byte `InternalMetadata` and a 17-byte `InternalEntry` per live record). Their
     /// Sherman baseline is the same code with CHIME's switches off, so it counts the same.
     LiveEntries,
+}
+
+/// Which cached page makes room for a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheEviction {
+    /// Round-robin by key in the lowest level that has a page (remora's Sherman: no
+    /// per-access bookkeeping).
+    #[default]
+    RoundRobin,
+    /// CHIME's authors' `TreeCache::evict_one` (`include/TreeCache.h`): every lookup a
+    /// cached node serves adds one to its count (`search_from_cache`,
+    /// `search_ptr_from_cache`); to make room, two cached nodes are sampled, each the one at
+    /// a random key (`get_a_random_entry`: `seek_entry(dsm->getRandomKey())`), and the one
+    /// with the lower count is dropped (the second on a tie), until the budget holds again;
+    /// the new node is added first (`add_to_cache`), so it can be the one dropped. Two
+    /// different pages are compared when the level has two (`evict_sampled`). Their
+    /// random key is a loaded key; remora's cache does not know the keys, so it samples a
+    /// key uniformly between the lowest level's first and last low fence plus one mean page
+    /// span (keys are hashed, so a page's share of that range is its share of the keys),
+    /// and takes the page covering it. Their `seek_entry` nearly always lands on a level-1
+    /// node (the narrowest entry ending at or after the key); this samples the lowest level
+    /// that has a page.
+    SampledLfu,
 }
 
 /// The authors' bytes of a cached internal node besides its entries: 8 (pointer) + 43
@@ -142,9 +181,15 @@ pub(super) fn route_for(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> 
 }
 
 impl IndexCache {
-    /// A cache of `cap` bytes (`enabled`), pages charged by `charge`; `upper`: pages above
-    /// level 1 too.
-    pub(super) fn new(enabled: bool, cap: usize, charge: CacheCharge, upper: bool) -> IndexCache {
+    /// A cache of `cap` bytes (`enabled`), pages charged by `charge`, evicted by `eviction`;
+    /// `upper`: pages above level 1 too.
+    pub(super) fn new(
+        enabled: bool,
+        cap: usize,
+        charge: CacheCharge,
+        eviction: CacheEviction,
+        upper: bool,
+    ) -> IndexCache {
         let n = if upper { MAX_LEVEL } else { 1 };
         IndexCache {
             levels: (0..n).map(|_| BTreeMap::new()).collect(),
@@ -154,7 +199,17 @@ impl IndexCache {
             enabled,
             upper,
             charge,
+            eviction,
+            ghosts: (0..n).map(|_| BTreeMap::new()).collect(),
+            rng: RNG_SEED,
             spare: Vec::new(),
+        }
+    }
+
+    /// Counts a lookup `c` served ([`CacheEviction::SampledLfu`]).
+    fn hit(&self, c: &Cached) {
+        if self.eviction == CacheEviction::SampledLfu {
+            c.freq.fetch_add(1, Relaxed);
         }
     }
 
@@ -179,7 +234,9 @@ impl IndexCache {
             return None;
         }
         let c = self.covering(1, key)?;
-        child_for(&c.page, g, &c.header, key)
+        let child = child_for(&c.page, g, &c.header, key)?;
+        self.hit(c);
+        Some(child)
     }
 
     /// The [`Route`] a cached level-1 page gives `key`; when its child is the page's last,
@@ -196,6 +253,7 @@ impl IndexCache {
         {
             r.next = Some(right.header.leftmost);
         }
+        self.hit(c);
         Some(r)
     }
 
@@ -208,7 +266,9 @@ impl IndexCache {
         }
         (2..=self.levels.len()).find_map(|level| {
             let c = self.covering(level, key)?;
-            Some((child_for(&c.page, g, &c.header, key)?, level as u8))
+            let child = child_for(&c.page, g, &c.header, key)?;
+            self.hit(c);
+            Some((child, level as u8))
         })
     }
 
@@ -230,7 +290,10 @@ impl IndexCache {
             return;
         }
         self.remove(level, h.low_fence);
-        while self.bytes + cost > self.cap {
+        let lfu = self.eviction == CacheEviction::SampledLfu;
+        // Round-robin makes room first; the authors' eviction adds the page, then drops
+        // pages (maybe this one) until the budget holds.
+        while !lfu && self.bytes + cost > self.cap {
             if !self.evict_one() {
                 break;
             }
@@ -239,14 +302,75 @@ impl IndexCache {
         let mut image = core::mem::take(&mut self.spare);
         image.clear();
         image.extend_from_slice(page);
+        let freq = if lfu {
+            self.ghosts[level - 1]
+                .remove(&(h.low_fence, h.high_fence))
+                .unwrap_or(0)
+        } else {
+            0
+        };
         self.levels[level - 1].insert(
             h.low_fence,
             Cached {
                 high: h.high_fence,
                 header: *h,
                 page: image,
+                freq: AtomicU64::new(freq),
             },
         );
+        while lfu && self.bytes > self.cap {
+            if !self.evict_sampled() {
+                break;
+            }
+        }
+    }
+
+    /// The next xorshift64 draw.
+    fn next_rand(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        x
+    }
+
+    /// The low fence of a page of level index `i` sampled as [`CacheEviction::SampledLfu`]
+    /// says, and its count; `None` if the level is empty.
+    fn sample(&mut self, i: usize) -> Option<(u64, u64)> {
+        let m = &self.levels[i];
+        let first = *m.keys().next()?;
+        let last = *m.keys().next_back()?;
+        let n = m.len() as u64;
+        let gap = if n > 1 { (last - first) / (n - 1) } else { 0 };
+        let span = (last - first).saturating_add(gap).max(1);
+        let r = self.next_rand();
+        let key = first.saturating_add(r % span);
+        let (low, c) = self.levels[i].range(..=key).next_back()?;
+        Some((*low, c.freq.load(Relaxed)))
+    }
+
+    /// Drops the less-used of two sampled pages of the lowest level that has a page (the
+    /// authors' `evict_one`). False if the cache is empty.
+    fn evict_sampled(&mut self) -> bool {
+        let Some(i) = self.levels.iter().position(|m| !m.is_empty()) else {
+            return false;
+        };
+        let (Some((a, fa)), Some((mut b, mut fb))) = (self.sample(i), self.sample(i)) else {
+            return false;
+        };
+        // Two different pages when there are two: the same one twice would drop it
+        // whatever its count. The authors sample ~20k cached nodes (100 MB / 8.7 of ~600 B
+        // nodes), where that is a 1-in-20k event; remora's scaled caches hold a few pages.
+        if a == b {
+            let m = &self.levels[i];
+            let next = m.range(a.saturating_add(1)..).next();
+            if let Some((&low, c)) = next.or_else(|| m.iter().next()) {
+                (b, fb) = (low, c.freq.load(Relaxed));
+            }
+        }
+        self.remove(i + 1, if fa < fb { a } else { b });
+        true
     }
 
     /// Evicts one page, round-robin by key in the lowest level that has one (the authors'
@@ -273,6 +397,10 @@ impl IndexCache {
     fn remove(&mut self, level: usize, low: u64) {
         if let Some(old) = self.levels[level - 1].remove(&low) {
             self.bytes -= self.charge.of(&old.header, &old.page);
+            if self.eviction == CacheEviction::SampledLfu {
+                let freq = old.freq.load(Relaxed);
+                self.ghosts[level - 1].insert((low, old.high), freq);
+            }
             self.spare = old.page;
         }
     }
@@ -298,295 +426,5 @@ impl IndexCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std_alloc::vec;
-
-    fn level1(low: u64, count: usize) -> PageHeader {
-        PageHeader {
-            meta: PageHeader::pack_meta(1, false, count),
-            low_fence: low,
-            high_fence: low + 100,
-            ..PageHeader::default()
-        }
-    }
-
-    /// The binary search routes every key as a linear scan of the separators does: the
-    /// child of the largest separator <= key (the leftmost below the first), the range it
-    /// gives, and the next child; on pages with 0 to 10 entries, the last one +∞-fenced.
-    #[test]
-    fn route_for_agrees_with_a_linear_scan() {
-        use remora_layouts::sherman::{internal_entry, set_internal_entry};
-        let g = Geometry::new(1024, 8).unwrap();
-        for count in 0..=10usize {
-            for high in [1000, KEY_INFINITY] {
-                let h = PageHeader {
-                    meta: PageHeader::pack_meta(1, false, count),
-                    low_fence: 100,
-                    high_fence: high,
-                    leftmost: 7,
-                    ..PageHeader::default()
-                };
-                let mut page = [0u8; 1024];
-                for i in 0..count {
-                    let k = 150 + 50 * i as u64;
-                    set_internal_entry(&mut page, &g, i, k, 1000 + i as u64);
-                }
-                for key in 100..(100 + 60 * 11) {
-                    let mut at = None;
-                    for i in 0..count {
-                        if internal_entry(&page, &g, i).unwrap().0 <= key {
-                            at = Some(i);
-                        }
-                    }
-                    let (low, child) =
-                        at.map_or((100, 7), |i| internal_entry(&page, &g, i).unwrap());
-                    let nx = at.map_or(0, |i| i + 1);
-                    let (hi, next) = if nx < count {
-                        let (k, c) = internal_entry(&page, &g, nx).unwrap();
-                        (k, Some(c))
-                    } else {
-                        (high, (high == KEY_INFINITY).then_some(0))
-                    };
-                    let want = Route {
-                        child: GlobalAddr::from_raw(child),
-                        low,
-                        high: hi,
-                        next,
-                    };
-                    assert_eq!(
-                        route_for(&page, &g, &h, key),
-                        Some(want),
-                        "count {count} key {key}"
-                    );
-                }
-                // A page image too short for its count routes nothing.
-                assert_eq!(
-                    route_for(&page[..64 + 16 * count.saturating_sub(1)], &g, &h, 120).is_none(),
-                    count > 0
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_page_costs_its_image_or_its_live_entries_as_the_authors_count() {
-        let page = [0u8; 1024];
-        // Whole pages: a 2 KiB cache holds two 1 KiB pages, whatever their entries.
-        let mut whole = IndexCache::new(true, 2048, CacheCharge::WholePage, false);
-        for i in 0..4 {
-            whole.insert(&level1(i * 100, 20), &page);
-        }
-        assert_eq!((whole.levels[0].len(), whole.bytes()), (2, 2048));
-        // Live entries: 8 + 43 + 17 x 20 = 391 bytes a page, five in 2 KiB.
-        let mut live = IndexCache::new(true, 2048, CacheCharge::LiveEntries, false);
-        for i in 0..6 {
-            live.insert(&level1(i * 100, 20), &page);
-        }
-        assert_eq!((live.levels[0].len(), live.bytes()), (5, 5 * 391));
-        // Replacing and dropping a page returns what it was charged.
-        live.insert(&level1(500, 30), &page);
-        live.invalidate(550);
-        assert_eq!(live.bytes(), live.levels[0].len() * 391);
-    }
-
-    /// A reference model of the cache: per level, pages by low fence in a `BTreeMap`, found
-    /// by a scan of every page, routed by a scan of every separator, evicted round-robin by
-    /// key in the lowest non-empty level, charged by `CacheCharge::of`.
-    struct Model {
-        levels: Vec<BTreeMap<u64, (PageHeader, Vec<u8>)>>,
-        cursors: Vec<u64>,
-        bytes: usize,
-        cap: usize,
-        charge: CacheCharge,
-    }
-
-    impl Model {
-        fn covering(&self, level: usize, key: u64) -> Option<&(PageHeader, Vec<u8>)> {
-            let m = self.levels.get(level.checked_sub(1)?)?;
-            let best = m.iter().rfind(|(low, _)| **low <= key)?.1;
-            (key < best.0.high_fence).then_some(best)
-        }
-
-        fn route(page: &[u8], g: &Geometry, h: &PageHeader, key: u64) -> Option<Route> {
-            use remora_layouts::sherman::internal_entry;
-            let n = h.count();
-            if page.len() < g.internal_entry_offset(n) {
-                return None;
-            }
-            let e = |i| internal_entry(page, g, i).unwrap();
-            let at = (0..n).rfind(|&i| e(i).0 <= key);
-            let (low, child) = at.map_or((h.low_fence, h.leftmost), e);
-            let nx = at.map_or(0, |i| i + 1);
-            let (high, next) = if nx < n {
-                (e(nx).0, Some(e(nx).1))
-            } else {
-                (h.high_fence, (h.high_fence == KEY_INFINITY).then_some(0))
-            };
-            (child != 0).then(|| Route {
-                child: GlobalAddr::from_raw(child),
-                low,
-                high,
-                next,
-            })
-        }
-
-        fn route_for(&self, key: u64, g: &Geometry) -> Option<Route> {
-            let (h, page) = self.covering(1, key)?;
-            let mut r = Self::route(page, g, h, key)?;
-            if r.next.is_none()
-                && let Some((rh, _)) = self.levels[0].get(&h.high_fence)
-                && rh.leftmost != 0
-            {
-                r.next = Some(rh.leftmost);
-            }
-            Some(r)
-        }
-
-        fn start_for(&self, key: u64, g: &Geometry) -> Option<(GlobalAddr, u8)> {
-            (2..=self.levels.len()).find_map(|l| {
-                let (h, page) = self.covering(l, key)?;
-                Some((Self::route(page, g, h, key)?.child, l as u8))
-            })
-        }
-
-        fn drop_page(&mut self, level: usize, low: u64) {
-            if let Some((h, page)) = self.levels[level - 1].remove(&low) {
-                self.bytes -= self.charge.of(&h, &page);
-            }
-        }
-
-        fn insert(&mut self, h: &PageHeader, page: &[u8]) {
-            let cost = self.charge.of(h, page);
-            let level = usize::from(h.level());
-            if level == 0 || level > self.levels.len() || cost > self.cap {
-                return;
-            }
-            self.drop_page(level, h.low_fence);
-            while self.bytes + cost > self.cap {
-                let Some(i) = self.levels.iter().position(|m| !m.is_empty()) else {
-                    break;
-                };
-                let keys: Vec<u64> = self.levels[i].keys().copied().collect();
-                let k = keys
-                    .iter()
-                    .copied()
-                    .find(|k| *k >= self.cursors[i])
-                    .unwrap_or(keys[0]);
-                self.cursors[i] = k.wrapping_add(1);
-                self.drop_page(i + 1, k);
-            }
-            self.bytes += cost;
-            self.levels[level - 1].insert(h.low_fence, (*h, page.to_vec()));
-        }
-
-        fn invalidate_at(&mut self, level: usize, key: u64) {
-            let Some(m) = level.checked_sub(1).and_then(|i| self.levels.get(i)) else {
-                return;
-            };
-            if let Some(k) = m.keys().copied().rfind(|k| *k <= key) {
-                self.drop_page(level, k);
-            }
-        }
-    }
-
-    /// Random inserts (of overlapping, stale-looking, replaced and too-short pages, some
-    /// with null children), invalidations and evictions, and after each step lookups of
-    /// random keys: the cache answers `leaf_for`, `route_for`, `start_for`, `fits` and
-    /// `bytes` as the model does, for both charges, with and without upper levels.
-    #[test]
-    fn the_cache_agrees_with_a_reference_model() {
-        use remora_layouts::sherman::set_internal_entry;
-        let g = Geometry::new(1024, 8).unwrap();
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rnd = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
-        for (charge, upper, cap) in [
-            (CacheCharge::WholePage, false, 8 * 1024),
-            (CacheCharge::WholePage, true, 12 * 1024),
-            (CacheCharge::LiveEntries, false, 2000),
-            (CacheCharge::LiveEntries, true, 3000),
-        ] {
-            let mut c = IndexCache::new(true, cap, charge, upper);
-            let n = c.levels.len();
-            let mut m = Model {
-                levels: (0..n).map(|_| BTreeMap::new()).collect(),
-                cursors: vec![0; n],
-                bytes: 0,
-                cap,
-                charge,
-            };
-            for step in 0..3000 {
-                match rnd(10) {
-                    0..=6 => {
-                        let level = 1 + rnd(if upper { 3 } else { 2 }) as u8;
-                        let low = 1000 * rnd(40);
-                        let high = if rnd(8) == 0 {
-                            KEY_INFINITY
-                        } else {
-                            low + 1000 * (1 + rnd(4))
-                        };
-                        let count = rnd(30) as usize;
-                        let mut page = vec![0u8; 1024];
-                        let mut k = low;
-                        for i in 0..count {
-                            k += 1 + rnd(60);
-                            set_internal_entry(&mut page, &g, i, k, rnd(16) * 64);
-                        }
-                        let h = PageHeader {
-                            meta: PageHeader::pack_meta(level, false, count),
-                            low_fence: low,
-                            high_fence: high,
-                            leftmost: rnd(16) * 64,
-                            ..PageHeader::default()
-                        };
-                        // Now and then an image shorter than its count says.
-                        let len = if rnd(20) == 0 {
-                            g.internal_entry_offset(count / 2)
-                        } else {
-                            1024
-                        };
-                        assert_eq!(c.fits(&h, &page[..len]), {
-                            let l = usize::from(level);
-                            l <= n && m.bytes + charge.of(&h, &page[..len]) <= cap
-                        });
-                        c.insert(&h, &page[..len]);
-                        m.insert(&h, &page[..len]);
-                    }
-                    7 => {
-                        let key = rnd(45_000);
-                        c.invalidate(key);
-                        m.invalidate_at(1, key);
-                    }
-                    _ => {
-                        let (level, key) = (1 + rnd(4) as usize, rnd(45_000));
-                        c.invalidate_at(level, key);
-                        m.invalidate_at(level, key);
-                    }
-                }
-                assert_eq!(c.bytes(), m.bytes, "step {step}");
-                for _ in 0..20 {
-                    let key = if rnd(10) == 0 {
-                        KEY_INFINITY - 1
-                    } else {
-                        rnd(45_000)
-                    };
-                    let want = m.route_for(key, &g);
-                    assert_eq!(c.route_for(key, &g), want, "step {step} key {key}");
-                    assert_eq!(c.leaf_for(key, &g), want.map(|r| r.child), "key {key}");
-                    let start = if upper { m.start_for(key, &g) } else { None };
-                    assert_eq!(c.start_for(key, &g), start, "step {step} key {key}");
-                }
-            }
-            // Round-robin eviction left both holding the same pages.
-            for (l, lm) in m.levels.iter().enumerate() {
-                let keys: Vec<u64> = c.levels[l].keys().copied().collect();
-                assert_eq!(keys, lm.keys().copied().collect::<Vec<_>>());
-            }
-        }
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;

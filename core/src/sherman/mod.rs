@@ -135,7 +135,7 @@ mod write;
 
 pub use crate::bulk::WarmStats;
 pub use bulk::{BulkEntry, BulkStats, PAPER_FILL_PERCENT};
-pub use cache::{CacheCharge, LIVE_ENTRY_BYTES, LIVE_PAGE_BYTES};
+pub use cache::{CacheCharge, CacheEviction, LIVE_ENTRY_BYTES, LIVE_PAGE_BYTES};
 pub(crate) use hooks::Batch;
 pub use node::ShermanNode;
 pub use tree::{RepairStats, Sherman, ShermanStats};
@@ -202,6 +202,11 @@ pub struct ShermanConfig {
     /// What a cached page costs against `cache_bytes`: the whole page (Sherman's), or its
     /// live entries as CHIME's authors count them (CHIME's experiment).
     pub cache_charge: CacheCharge,
+    /// Which cached page makes room for a new one: round-robin (Sherman's, remora's), or two
+    /// sampled pages' less-used one, as CHIME's authors' tree cache evicts
+    /// ([`CacheEviction::SampledLfu`], `include/TreeCache.h` `evict_one`; their Sherman
+    /// baseline is the same code). Round-robin in [`ShermanConfig::sherman`].
+    pub cache_eviction: CacheEviction,
     /// The index cache also holds the internal pages above level 1, so a lookup whose
     /// level-1 page is not cached starts at the lowest cached page covering its key, not at
     /// the root: CHIME's authors' `CACHE_MORE_INTERNAL_NODE` (`CMakeLists.txt`, on by
@@ -252,6 +257,7 @@ impl ShermanConfig {
             lock_retries: 1_000_000,
             page_check: PageCheck::Checksums,
             cache_charge: CacheCharge::WholePage,
+            cache_eviction: CacheEviction::RoundRobin,
             cache_upper_levels: false,
         }
     }

@@ -84,6 +84,7 @@ impl ShermanNode {
                 cfg.index_cache,
                 cfg.cache_bytes,
                 cfg.cache_charge,
+                cfg.cache_eviction,
                 cfg.cache_upper_levels,
             )),
             upper: cfg.index_cache && cfg.cache_upper_levels,
