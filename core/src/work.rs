@@ -19,12 +19,15 @@ pub enum Work {
     /// instruction above `erda::HW_CRC_MIN_BYTES`, slice-by-16 tables below), CANRT's item
     /// checksums.
     Crc32c(usize),
-    /// CRC-64 (slice-by-16 tables) over this many bytes: Catfish's node and arena-record
-    /// checks (CRC-64/ECMA-182).
+    /// CRC-64 (slice-by-16 tables) over this many bytes: the line both CRC-64s below take on
+    /// a CPU without the carry-less multiply (no index charges it on the papers' CPUs).
     Crc64(usize),
-    /// CRC-64/XZ by carry-less multiply (PCLMULQDQ, `remora_layouts::crc64xz`) over this many
-    /// bytes: SMART's leaf checksum. The paper's CPUs (Xeons) have the instruction; on a CPU
-    /// without it the same checksum takes the table line of [`Work::Crc64`].
+    /// CRC-64 by carry-less multiply (PCLMULQDQ folding, `remora_layouts::crc64fold`) over
+    /// this many bytes: SMART's leaf checksum (CRC-64/XZ, `crc64xz`) and Catfish's node checks
+    /// (CRC-64/ECMA-182, `crc64ecma`), one cost line since the two run the same code with
+    /// other constants (cpu_calibration times both). The papers' CPUs (Xeons) have the
+    /// instruction; on a CPU without it the same checksums take the table line of
+    /// [`Work::Crc64`].
     Crc64Clmul(usize),
     /// Bytes of a node or page image read from a memory node and decoded into the client's
     /// view of it (SMART inner nodes, Sherman page headers and versions, CANRT headers,

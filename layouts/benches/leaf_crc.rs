@@ -1,10 +1,13 @@
-//! Micro benchmark of SMART's leaf checksum: the slice-by-16 tables against the carry-less
-//! multiply, over leaf sizes, hot (the same leaf again and again) and cold (caches swept
-//! between calls, as when a lookup's other work has evicted the 32 KiB of tables).
+//! Micro benchmark of SMART's leaf checksum (CRC-64/XZ) and Catfish's node checksum
+//! (CRC-64/ECMA-182): the slice-by-16 tables against the carry-less multiply, over leaf sizes
+//! and node fanouts, hot (the same leaf again and again) and cold (caches swept between calls,
+//! as when a lookup's other work has evicted the 32 KiB of tables).
 //!
 //! `cargo bench -p remora-layouts --bench leaf_crc` (add `-- --quick` for fewer rounds).
 //! Prints ns per checksum: hot from batches of 256 back-to-back calls, cold from single timed
 //! calls less an empty timed call; each the mean of the middle half of its samples.
+use remora_layouts::catfish::{Entry, Node, Rect, node_checksum_offset, node_crc};
+use remora_layouts::crc64ecma;
 use remora_layouts::smart::{
     LeafStatus, LeafView, encode_leaf, leaf_bytes, leaf_crc, leaf_crc_table,
 };
@@ -14,14 +17,14 @@ use std::time::Instant;
 /// Bytes written between cold calls: more than this machine's L2 per core.
 const SWEEP: usize = 4 << 20;
 
-fn hot(f: fn(bool, &[u8]) -> u64, data: &[u8], batches: usize) -> f64 {
+fn hot(f: impl Fn(&[u8]) -> u64, data: &[u8], batches: usize) -> f64 {
     const BATCH: u32 = 256;
     let mut acc = 0u64;
     let mut per = Vec::with_capacity(batches);
     for b in 0..batches + batches / 10 {
         let t = Instant::now();
         for _ in 0..BATCH {
-            acc ^= f(true, black_box(data));
+            acc ^= f(black_box(data));
         }
         if b >= batches / 10 {
             per.push(t.elapsed().as_nanos() as f64 / BATCH as f64);
@@ -40,7 +43,7 @@ fn trimmed_mean(v: &mut [f64]) -> f64 {
     mid.iter().sum::<f64>() / mid.len() as f64
 }
 
-fn cold(f: fn(bool, &[u8]) -> u64, data: &[u8], sweep: &mut [u8], rounds: usize) -> f64 {
+fn cold(f: impl Fn(&[u8]) -> u64, data: &[u8], sweep: &mut [u8], rounds: usize) -> f64 {
     let mut t_crc = Vec::with_capacity(rounds);
     let mut t_empty = Vec::with_capacity(rounds);
     for r in 0..rounds {
@@ -56,7 +59,7 @@ fn cold(f: fn(bool, &[u8]) -> u64, data: &[u8], sweep: &mut [u8], rounds: usize)
         }
         black_box(s);
         let t = Instant::now();
-        let c = f(true, black_box(data));
+        let c = f(black_box(data));
         let e = t.elapsed().as_nanos() as f64;
         black_box(c);
         t_crc.push(e);
@@ -94,17 +97,47 @@ fn main() {
         let v = LeafView::decode(&buf).expect("leaf decodes");
         let data = v.checksummed();
         assert_eq!(leaf_crc(true, data), leaf_crc_table(true, data));
-        let (ht, hc) = (
-            hot(leaf_crc_table, data, batches),
-            hot(leaf_crc, data, batches),
-        );
+        let table = |d: &[u8]| leaf_crc_table(true, d);
+        let clmul = |d: &[u8]| leaf_crc(true, d);
+        let (ht, hc) = (hot(table, data, batches), hot(clmul, data, batches));
         let (ct, cc) = (
-            cold(leaf_crc_table, data, &mut sweep, rounds),
-            cold(leaf_crc, data, &mut sweep, rounds),
+            cold(table, data, &mut sweep, rounds),
+            cold(clmul, data, &mut sweep, rounds),
         );
         println!(
             "{n:6} | {:5} | {ht:9.1} | {hc:9.1} | {ct:10.1} | {cc:10.1}",
             data.len() + 1
+        );
+    }
+    println!();
+    println!("Catfish node checksum (CRC-64/ECMA-182 over head version + entries)");
+    println!(
+        "fanout | node B | CRC B | hot table | hot clmul | cold table | cold clmul  (ns per node)"
+    );
+    // The default fanout and the four the paper evaluates (15, 30, 70, 130).
+    for fanout in [15usize, 16, 30, 70, 130] {
+        let mut node = Node::with_fanout(0, fanout);
+        for i in 0..fanout as i32 {
+            let r = Rect::new(i * 11, -i, i * 11 + 9, 40 + i).expect("a rectangle");
+            node.push(Entry {
+                rect: r,
+                ptr: i as u64 + 1,
+            })
+            .expect("node has room");
+        }
+        let img = node.encode(2);
+        let cs = node_checksum_offset(fanout);
+        let data = &img[..cs];
+        let table = |d: &[u8]| crc64ecma::update_table(crc64ecma::INIT, d);
+        assert_eq!(node_crc(data), table(data));
+        let (ht, hc) = (hot(table, data, batches), hot(node_crc, data, batches));
+        let (ct, cc) = (
+            cold(table, data, &mut sweep, rounds),
+            cold(node_crc, data, &mut sweep, rounds),
+        );
+        println!(
+            "{fanout:6} | {:6} | {cs:5} | {ht:9.1} | {hc:9.1} | {ct:10.1} | {cc:10.1}",
+            img.len()
         );
     }
 }

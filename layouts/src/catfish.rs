@@ -19,10 +19,15 @@
 //! sound only for a READ that observes ascending addresses.)
 use crate::LayoutError;
 use crate::bits::read_u64;
+use crate::crc64ecma;
 
-/// CRC-64, slice-by-16 tables (a client checks every node it reads).
-static CRC64: crc::Crc<u64, crc::Table<16>> =
-    crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_ECMA_182);
+/// The checksum of a node image's first `cs` bytes: CRC-64/ECMA-182 ([`crc64ecma`]: carry-less
+/// multiply where the CPU has it, slice-by-16 tables otherwise; the same value either way, and
+/// the value the `crc` crate's tables wrote before). A client checks every node it reads.
+#[inline]
+pub fn node_crc(checksummed: &[u8]) -> u64 {
+    crc64ecma::checksum(checksummed)
+}
 
 /// Root slot of the region header holding the address of the Catfish superblock.
 pub const ROOT_SLOT: usize = 5;
@@ -365,7 +370,7 @@ impl Node {
             out[at + RECT_LEN..at + ENTRY_LEN].copy_from_slice(&e.ptr.to_le_bytes());
         }
         let cs = node_checksum_offset(self.fanout as usize);
-        let sum = CRC64.checksum(&out[..cs]);
+        let sum = node_crc(&out[..cs]);
         out[cs..cs + 8].copy_from_slice(&sum.to_le_bytes());
         out[cs + 8..cs + 16].copy_from_slice(&version.to_le_bytes());
         img
@@ -396,7 +401,7 @@ impl Node {
             });
         }
         let stored = read_u64(bytes, cs)?;
-        let computed = CRC64.checksum(&bytes[..cs]);
+        let computed = node_crc(&bytes[..cs]);
         if stored != computed {
             return Err(LayoutError::BadChecksum { stored, computed });
         }

@@ -8,9 +8,10 @@
 //! - [`update_table`]: the `crc` crate's slice-by-16 tables (16 × 256 × 8 B = 32 KiB). Fast
 //!   when the tables are in cache; a lookup that follows other work finds them evicted and
 //!   pays up to one cache miss per table row touched.
-//! - [`update_clmul`] (x86_64 with PCLMULQDQ and SSE4.1): folds 16-byte blocks with
-//!   carry-less multiplications and ends with a Barrett reduction (see `clmul.rs` for the
-//!   derivation). Its only data are a handful of 64-bit constants.
+//! - [`update_clmul`] (x86_64 with PCLMULQDQ, SSSE3 and SSE4.1): folds 16-byte blocks with
+//!   carry-less multiplications and ends with a Barrett reduction ([`crate::crc64fold`], in
+//!   its reflected frame, shared with [`crate::crc64ecma`]). Its only data are a handful of
+//!   64-bit constants.
 //!
 //! [`update`] picks the carry-less one when the CPU has it (CPUID leaf 1, asked once and kept
 //! in an atomic: no std needed), the tables otherwise, on every other architecture, and on
@@ -22,7 +23,7 @@
 //! [`XOROUT`] (as [`checksum`] does).
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-mod clmul;
+use crate::crc64fold::simd;
 #[cfg(test)]
 mod tests;
 
@@ -64,14 +65,24 @@ pub fn update_table(state: u64, data: &[u8]) -> u64 {
     d.finalize() ^ XOROUT
 }
 
+/// CRC-64/XZ for the shared folding: reflected, [`POLY`].
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+struct Xz;
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+impl simd::Variant for Xz {
+    const REFLECTED: bool = true;
+    const K: simd::Consts = simd::Consts::reflected(POLY);
+}
+
 /// [`update`] with the carry-less multiply, or `None` if this CPU (or architecture) lacks
-/// PCLMULQDQ or SSE4.1.
+/// PCLMULQDQ, SSSE3 or SSE4.1.
 #[inline]
 pub fn update_clmul(state: u64, data: &[u8]) -> Option<u64> {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    if clmul::available() {
-        // SAFETY: `available` saw PCLMULQDQ and SSE4.1 in CPUID leaf 1 on this CPU.
-        return Some(unsafe { clmul::update(state, data) });
+    if simd::available() {
+        // SAFETY: `available` saw PCLMULQDQ, SSSE3 and SSE4.1 in CPUID leaf 1 on this CPU.
+        return Some(unsafe { simd::update::<Xz>(state, data) });
     }
     let _ = (state, data);
     None
@@ -81,7 +92,7 @@ pub fn update_clmul(state: u64, data: &[u8]) -> Option<u64> {
 pub fn has_clmul() -> bool {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     {
-        clmul::available()
+        simd::available()
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
     {
@@ -107,45 +118,4 @@ pub const fn update_bitwise(mut state: u64, data: &[u8]) -> u64 {
         i += 1;
     }
     state
-}
-
-/// `x^e mod P` in normal bit order (bit `i` is the coefficient of `x^i`).
-#[cfg_attr(
-    not(all(target_arch = "x86_64", target_feature = "sse2")),
-    allow(dead_code)
-)]
-pub(crate) const fn xpow_mod(e: u32) -> u64 {
-    let mut r: u64 = 1;
-    let mut i = 0;
-    while i < e {
-        let top = r >> 63;
-        r <<= 1;
-        if top == 1 {
-            r ^= POLY;
-        }
-        i += 1;
-    }
-    r
-}
-
-/// `floor(x^128 / P)` without its `x^64` term, normal bit order (the Barrett constant).
-#[cfg_attr(
-    not(all(target_arch = "x86_64", target_feature = "sse2")),
-    allow(dead_code)
-)]
-pub(crate) const fn barrett_mu() -> u64 {
-    // x^128 = x^64·P + POLY·x^64: the quotient's x^64 bit is set and the remainder so far is
-    // POLY·x^64 (degree < 128). Then one long-division step per lower degree.
-    let p = (1u128 << 64) | POLY as u128;
-    let mut rem = (POLY as u128) << 64;
-    let mut q: u64 = 0;
-    let mut d = 127;
-    while d >= 64 {
-        if (rem >> d) & 1 == 1 {
-            q |= 1 << (d - 64);
-            rem ^= p << (d - 64);
-        }
-        d -= 1;
-    }
-    q
 }

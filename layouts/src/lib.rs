@@ -16,6 +16,8 @@ pub mod bits;
 pub mod canrt;
 pub mod catfish;
 pub mod chime;
+pub mod crc64ecma;
+mod crc64fold;
 pub mod crc64xz;
 pub mod erda;
 pub mod error;

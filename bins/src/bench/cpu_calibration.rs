@@ -11,7 +11,7 @@
 use super::ycsb::{Distribution, KeyChooser, KeyType, Rng, key_of_within};
 use remora::core::erda::object_checksum;
 use remora::core::work::Work;
-use remora::layouts::catfish::Rect;
+use remora::layouts::catfish::{FANOUT, MAX_FANOUT, Rect, node_checksum_offset, node_crc};
 use remora::layouts::sherman::{
     Geometry, KEY_INFINITY, PageHeader, encode_leaf_entry, internal_entry, seal,
     set_internal_entry, verify_leaf,
@@ -138,13 +138,13 @@ fn measure() -> Vec<Row> {
             measured_ns: t,
         });
     }
-    // CRC-64, slice-by-16: the table line (Catfish's node checks; SMART's leaf checksum on a
-    // CPU without the carry-less multiply).
+    // CRC-64, slice-by-16: the table line (both CRC-64s on a CPU without the carry-less
+    // multiply, or a target built without SSE).
     let crc64: crc::Crc<u64, crc::Table<16>> =
-        crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_XZ);
+        crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_ECMA_182);
     for (what, len) in [
-        ("crc64 tables (catfish checks), 64 B", 64usize),
-        ("crc64 tables (catfish checks), 1 KiB", 1024),
+        ("crc64 tables (no clmul), 64 B", 64usize),
+        ("crc64 tables (no clmul), 1 KiB", 1024),
     ] {
         let t = time_ns(5_000, |i| {
             let mut d = crc64.digest();
@@ -166,6 +166,23 @@ fn measure() -> Vec<Row> {
     ] {
         let t = time_ns(5_000, |i| {
             black_box(leaf_crc(true, black_box(&buf[(i & 7)..len - 1 + (i & 7)])));
+        });
+        rows.push(Row {
+            what,
+            work: Work::Crc64Clmul(len),
+            measured_ns: t,
+        });
+    }
+    // CRC-64/ECMA-182 by carry-less multiply: Catfish's node check (catfish::node_crc over
+    // head version + entries) at the default fanout, 30 and the largest, 130.
+    for (what, fanout) in [
+        ("catfish node_crc (clmul), fanout 16", FANOUT),
+        ("catfish node_crc (clmul), fanout 30", 30),
+        ("catfish node_crc (clmul), fanout 130", MAX_FANOUT),
+    ] {
+        let len = node_checksum_offset(fanout);
+        let t = time_ns(5_000, |i| {
+            black_box(node_crc(black_box(&buf[(i & 7)..len + (i & 7)])));
         });
         rows.push(Row {
             what,

@@ -121,7 +121,7 @@ fn single_bit_flips_are_caught() {
 fn barrett_constant_divides() {
     // mu·P over GF(2) with mu = x^64 + barrett_mu(), P = x^64 + POLY (both 65 bits):
     // x^128 + x^64·(mu' + POLY) + mu'·POLY; the x^64.. part must cancel down to x^128.
-    let mu = barrett_mu();
+    let mu = crate::crc64fold::barrett_mu(POLY);
     let mut prod: u128 = 0;
     for i in 0..64 {
         if (mu >> i) & 1 == 1 {

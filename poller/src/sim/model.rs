@@ -225,30 +225,35 @@ params! {
          it, measured by erda_crc).";
     client_crc64_call_ns: 20.0, "ns", [0.0, 1e9],
         "Client CPU time of one CRC-64 call (fixed part) and per byte (Work::Crc64): \
-         slice-by-16 table CRC-64 as Catfish's node checks compute it (SMART's leaf \
-         checksum was measured with it too, before it took the carry-less multiply); measured on this host by \
+         slice-by-16 table CRC-64, the line SMART's leaf checksum and Catfish's node checks \
+         take on a CPU without the carry-less multiply (both were measured with it before \
+         they took PCLMULQDQ); measured on this host by \
          bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
          of runs). Literature: slice-by-8/16 table CRCs run at ~1-2 cycles/B (Kounavis and \
          Berry, 'A Systematic Approach to Building High Performance Software-Based CRC \
          Generators', ISCC'05).";
     client_crc64_ns_per_byte: 0.28, "ns/B", [0.0, 1e6],
         "Client CPU time of one CRC-64 call (fixed part) and per byte (Work::Crc64): \
-         slice-by-16 table CRC-64 as Catfish's node checks compute it (SMART's leaf \
-         checksum was measured with it too, before it took the carry-less multiply); measured on this host by \
+         slice-by-16 table CRC-64, the line SMART's leaf checksum and Catfish's node checks \
+         take on a CPU without the carry-less multiply (both were measured with it before \
+         they took PCLMULQDQ); measured on this host by \
          bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
          of runs). Literature: slice-by-8/16 table CRCs run at ~1-2 cycles/B (Kounavis and \
          Berry, 'A Systematic Approach to Building High Performance Software-Based CRC \
          Generators', ISCC'05).";
     client_crc64clmul_call_ns: 7.0, "ns", [0.0, 1e9],
-        "Client CPU time of one CRC-64/XZ call by carry-less multiply (fixed part) and per \
-         byte (Work::Crc64Clmul): SMART's leaf checksum (remora_layouts::smart::leaf_crc, \
-         PCLMULQDQ folding where the CPU has it, as the papers' Xeons do); measured on this \
+        "Client CPU time of one CRC-64 call by carry-less multiply (fixed part) and per \
+         byte (Work::Crc64Clmul): SMART's leaf checksum (CRC-64/XZ, \
+         remora_layouts::smart::leaf_crc) and Catfish's node checks (CRC-64/ECMA-182, \
+         remora_layouts::catfish::node_crc), the same PCLMULQDQ folding code with two \
+         constant sets, where the CPU has it, as the papers' Xeons do; measured on this \
          host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-30, release, \
-         min of runs). Literature: PCLMULQDQ folding runs CRCs at well under 1 cycle/B \
+         min of runs; the leaf_crc and node_crc rows give the same per-byte cost). \
+         Literature: PCLMULQDQ folding runs CRCs at well under 1 cycle/B \
          (Gopal et al., 'Fast CRC Computation for Generic Polynomials Using PCLMULQDQ \
          Instruction', Intel, 2009).";
     client_crc64clmul_ns_per_byte: 0.07, "ns/B", [0.0, 1e6],
-        "Per byte of a CRC-64/XZ by carry-less multiply (Work::Crc64Clmul); see \
+        "Per byte of a CRC-64 by carry-less multiply (Work::Crc64Clmul); see \
          client_crc64clmul_call_ns.";
     client_decode_ns_per_byte: 0.077, "ns/B", [0.0, 1e6],
         "Client CPU time per byte of a node or page image decoded or copied into the client's \
