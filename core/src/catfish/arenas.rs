@@ -45,14 +45,14 @@ const REC_NEXT: u64 = 24;
 const REC_CRC: u64 = 32;
 const _: () = assert!(REC_CRC + 8 <= RECORD_LEN);
 
-const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_ECMA_182);
-
+/// CRC-64/ECMA-182 of a record's words, as Catfish's nodes are checked
+/// ([`remora_layouts::crc64ecma`]: the same value as the `crc` crate's).
 fn record_crc(start: u64, end: u64, next: u64) -> u64 {
-    let mut d = CRC64.digest();
-    for w in [RECORD_MAGIC, start, end, next] {
-        d.update(&w.to_le_bytes());
+    let mut b = [0u8; 32];
+    for (i, w) in [RECORD_MAGIC, start, end, next].into_iter().enumerate() {
+        b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
     }
-    d.finalize()
+    remora_layouts::crc64ecma::checksum(&b)
 }
 
 fn corrupt(what: &'static str) -> CatfishError {
