@@ -246,11 +246,9 @@ pub fn paper(s: &Scale) -> Paper {
              cache the internal pages above level 1 too, as the authors' runs do \
              (CACHE_MORE_INTERNAL_NODE, on in CMakeLists.txt and left on by \
              exp/params/common.json for CHIME and Sherman): a level-1 miss READs the level-1 \
-             page from a cached level-2 page, not from the root. Measured: CHIME with 1/6 of \
-             the cache passes Sherman with all of it (YCSB-C 12.85 against 11.68 Mops, YCSB-A \
-             6.68 against 6.52), with 1/7 it does not quite (11.30, 6.06; 1/8: 11.32 on C): \
-             ~6x less cache for the same throughput (the cache/5 and cache/6 series), against \
-             the paper's 8.7x. At 1/8.7 CHIME READs ~1000 B and 1.64-1.69 RT per YCSB-C op (a \
+             page from a cached level-2 page, not from the root. How much less cache gives \
+             Sherman's throughput is read from the cache/5 and cache/6 series beside the \
+             cache/8.7 one (chime-cache.csv), against the paper's 8.7x. At 1/8.7 CHIME READs ~1000 B and 1.64-1.69 RT per YCSB-C op (a \
              level-1 page READ on ~0.67 of the lookups: those whose page is not cached) \
              against Sherman's 1026 B and 1.00 at the whole cache; both are bound by the \
              memory node's link. Both evict as the authors' tree cache does (the less-used \
