@@ -14,7 +14,7 @@
 //! does not cover the key drops the cached copy and the descent starts again one cached level
 //! higher (or at the root), as the authors' `Tree::search` retries after
 //! `TreeCache::invalidate`; the pages read on the way are cached afresh.
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader};
 use std_alloc::collections::BTreeMap;
@@ -24,9 +24,10 @@ struct Cached {
     high: u64,
     header: PageHeader,
     page: Vec<u8>,
-    /// Lookups this page served ([`CacheEviction::SampledLfu`] only; else 0). Counted under
-    /// the cache's shared guard, so atomic.
-    freq: AtomicU64,
+    /// Lookups this page served ([`CacheEviction::SampledLfu`] only; else 0), saturating.
+    /// Counted under the cache's shared guard, so atomic; 32 bits because the no_std core
+    /// builds for targets without 64-bit atomics (thumbv7em).
+    freq: AtomicU32,
 }
 
 /// The eviction sampler's first state (any nonzero xorshift64 state).
@@ -209,7 +210,13 @@ impl IndexCache {
     /// Counts a lookup `c` served ([`CacheEviction::SampledLfu`]).
     fn hit(&self, c: &Cached) {
         if self.eviction == CacheEviction::SampledLfu {
-            c.freq.fetch_add(1, Relaxed);
+            // A load and a store, not a read-modify-write: two threads counting at once may
+            // lose one hit, which a sampled eviction does not notice, and no cache line is
+            // locked on the lookup path. Saturates instead of wrapping to a cold count.
+            let n = c.freq.load(Relaxed);
+            if n < u32::MAX {
+                c.freq.store(n + 1, Relaxed);
+            }
         }
     }
 
@@ -315,7 +322,7 @@ impl IndexCache {
                 high: h.high_fence,
                 header: *h,
                 page: image,
-                freq: AtomicU64::new(freq),
+                freq: AtomicU32::new(u32::try_from(freq).unwrap_or(u32::MAX)),
             },
         );
         while lfu && self.bytes > self.cap {
@@ -347,7 +354,7 @@ impl IndexCache {
         let r = self.next_rand();
         let key = first.saturating_add(r % span);
         let (low, c) = self.levels[i].range(..=key).next_back()?;
-        Some((*low, c.freq.load(Relaxed)))
+        Some((*low, u64::from(c.freq.load(Relaxed))))
     }
 
     /// Drops the less-used of two sampled pages of the lowest level that has a page (the
@@ -366,7 +373,7 @@ impl IndexCache {
             let m = &self.levels[i];
             let next = m.range(a.saturating_add(1)..).next();
             if let Some((&low, c)) = next.or_else(|| m.iter().next()) {
-                (b, fb) = (low, c.freq.load(Relaxed));
+                (b, fb) = (low, u64::from(c.freq.load(Relaxed)));
             }
         }
         self.remove(i + 1, if fa < fb { a } else { b });
@@ -398,7 +405,7 @@ impl IndexCache {
         if let Some(old) = self.levels[level - 1].remove(&low) {
             self.bytes -= self.charge.of(&old.header, &old.page);
             if self.eviction == CacheEviction::SampledLfu {
-                let freq = old.freq.load(Relaxed);
+                let freq = u64::from(old.freq.load(Relaxed));
                 self.ghosts[level - 1].insert((low, old.high), freq);
             }
             self.spare = old.page;
