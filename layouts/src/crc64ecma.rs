@@ -90,7 +90,7 @@ pub fn update_clmul(state: u64, data: &[u8]) -> Option<u64> {
 
 /// True when [`update`] uses the carry-less multiply on this CPU.
 pub fn has_clmul() -> bool {
-    crate::crc64xz::has_clmul()
+    crate::crc64fold::has_clmul()
 }
 
 /// [`update`] one bit at a time: slow, but a `const fn` and the plainest statement of the

@@ -71,6 +71,19 @@
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 pub(crate) mod simd;
 
+/// True when this CPU runs the carry-less folding (PCLMULQDQ, SSSE3 and SSE4.1, asked once):
+/// both CRC-64 modules' `has_clmul`.
+pub(crate) fn has_clmul() -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    {
+        simd::available()
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    {
+        false
+    }
+}
+
 /// `x^e mod P` for `P = x^64 + poly`, normal bit order (bit `i` is the coefficient of `x^i`).
 #[cfg_attr(
     not(all(target_arch = "x86_64", target_feature = "sse2")),

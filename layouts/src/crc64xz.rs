@@ -90,14 +90,7 @@ pub fn update_clmul(state: u64, data: &[u8]) -> Option<u64> {
 
 /// True when [`update`] uses the carry-less multiply on this CPU.
 pub fn has_clmul() -> bool {
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    {
-        simd::available()
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-    {
-        false
-    }
+    crate::crc64fold::has_clmul()
 }
 
 /// [`update`] one bit at a time: slow, but a `const fn` (for constants such as a register

@@ -1,6 +1,6 @@
-//! How CHIME's leaves are filled: a walk along the leaf chain that counts, beside the
-//! leaves and their entries ([`Chime::census`]), the spread of live keys per leaf, the
-//! leaves left empty, and how many leaves a merge of neighbours would leave.
+//! How CHIME's leaves are filled: a walk along the leaf chain that counts the leaves and
+//! their entries, the spread of live keys per leaf, the leaves left empty, and how many
+//! leaves a merge of neighbours would leave.
 //!
 //! CHIME merges no leaves (nor did the authors'): a leaf's low key never changes and a leaf
 //! is never freed (`remora_layouts::chime`, the basis of its fence-free sibling validation).

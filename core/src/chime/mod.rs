@@ -277,18 +277,6 @@ pub struct ChimeStats {
     pub combined_writes: u64,
 }
 
-/// What a walk along the leaf chain finds ([`Chime::census`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChimeCensus {
-    /// Leaves in the chain.
-    pub leaves: u64,
-    /// Live entries in them.
-    pub entries: u64,
-    /// Free slots in them (leaves x 64 - entries): CHIME merges no leaves, so a leaf that
-    /// lost its keys keeps its slots.
-    pub free_slots: u64,
-}
-
 /// One thread's handle on a CHIME tree.
 pub struct Chime<'e, E: Endpoint> {
     tree: Sherman<'e, E>,

@@ -325,32 +325,6 @@ impl<'e, E: Endpoint> Chime<'e, E> {
     }
 }
 
-impl<E: Endpoint> Chime<'_, E> {
-    /// Walks the leaf chain from the leftmost leaf, READing every leaf whole: how many
-    /// leaves, live entries and free slots the tree has now (a churn's census; not atomic
-    /// against concurrent writers).
-    pub async fn census(&self) -> Result<super::ChimeCensus, ChimeError> {
-        // The leftmost leaf's low key is 0: the chain from it is every leaf.
-        let mut at = self.locate(0).await?.addr;
-        let mut leaf = [0u8; LEAF_LEN];
-        let mut t = Table::empty();
-        let mut c = super::ChimeCensus::default();
-        loop {
-            let h = self
-                .read_run(at, Run::ALL, false, false, &mut leaf, &mut t)
-                .await?;
-            let live = t.live().count() as u64;
-            c.leaves += 1;
-            c.entries += live;
-            c.free_slots += remora_layouts::chime::SLOTS as u64 - live;
-            if h.sibling == 0 {
-                return Ok(c);
-            }
-            at = GlobalAddr::from_raw(h.sibling);
-        }
-    }
-}
-
 fn copy_value(e: &Entry, out: &mut [u8]) -> Result<usize, ChimeError> {
     let len = e.len as usize;
     let got = out.len();
