@@ -26,33 +26,42 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if !img.header.is_frozen() || img.header.is_obsolete() || parent.slot.is_frozen() {
             return Ok(false);
         }
-        let Some(slots) = self.complete_freeze(img).await? else {
-            return Ok(false);
-        };
-        let cap = img.ty().capacity();
-        let live = &slots[..cap];
-        // Only live slots are copied (dead ones are dropped): a node left with none is
-        // removed from its parent instead.
-        let count = live.iter().filter(|s| is_live(s)).count();
-        if count == 0 {
-            let done = self.swing_to_copy(img, parent, None, live).await?;
-            if done {
-                bump(&self.stats.repairs);
+        // Each node image lives in its own block, dead before the next await that does not
+        // need it: a lookup that waits on a frozen node carries this future in its frame,
+        // and three images of the largest node held to the end would triple it.
+        let (n, ty) = {
+            let Some(slots) = self.complete_freeze(img).await? else {
+                return Ok(false);
+            };
+            let live = &slots[..img.ty().capacity()];
+            // Only live slots are copied (dead ones are dropped): a node left with none is
+            // removed from its parent instead (no copy: `swing_to_copy` reads no slot).
+            let count = live.iter().filter(|s| is_live(s)).count();
+            if count == 0 {
+                let done = self.swing_to_copy(img, parent, None, &[]).await?;
+                if done {
+                    bump(&self.stats.repairs);
+                }
+                return Ok(done);
             }
-            return Ok(done);
+            let ty = fit(count + 1);
+            let na = self.alloc_node(ty).await?;
+            (self.copy_of(img, &slots, na, ty, parent, None)?, ty)
+        };
+        {
+            let mut nimg = [0u8; MAX_NODE_BYTES];
+            let nb = n.encode(&mut nimg);
+            self.write(n.addr, &nimg[..nb]).await?;
         }
-        let ty = fit(count + 1);
-        let na = self.alloc_node(ty).await?;
-        let n = self.copy_of(img, &slots, na, ty, parent, None)?;
-        let mut nimg = [0u8; MAX_NODE_BYTES];
-        let nb = n.encode(&mut nimg);
-        self.write(na, &nimg[..nb]).await?;
+        // The copy holds exactly the node's live slots (`copy_of`): their reverse pointers
+        // are the ones `swing_to_copy` moves to the copy.
+        let live = &n.slots[..];
         if self.swing_to_copy(img, parent, Some(&n), live).await? {
             bump(&self.stats.grows);
             bump(&self.stats.repairs);
             Ok(true)
         } else {
-            self.free(na, ty.bytes());
+            self.free(n.addr, ty.bytes());
             Ok(false)
         }
     }

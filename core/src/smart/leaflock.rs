@@ -24,7 +24,7 @@ use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
 use crate::lease::{Verdict, Waiter, holder, owner_word};
 use core::cell::Cell;
 use remora_layouts::GlobalAddr;
-use remora_layouts::smart::{LEAF_STATUS_OFFSET, leaf_lock_offset};
+use remora_layouts::smart::{LEAF_STATUS_OFFSET, MAX_KEY_LEN, leaf_lock_offset};
 
 /// Redo slots per handle and memory node (at most this many in-place writes of one handle
 /// to one memory node are in flight at once).
@@ -313,6 +313,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     /// After a takeover from `dead` (its lock word): makes `img` (the leaf as read under our
     /// lock) whole. Returns whether it had to be rebuilt from the dead holder's redo copy
     /// (then the caller must write it back before releasing).
+    ///
+    /// The redo copy is read into `img` itself, after what the repair keeps of the torn image
+    /// (its reverse pointer and our lock word, and its key to check the copy against) is set
+    /// aside: no second buffer of the largest leaf, which would sit in every lookup's frame
+    /// (a torn-leaf repair is awaited inside the lookup's leaf read).
     pub(crate) async fn repair_taken_leaf(
         &self,
         leaf: GlobalAddr,
@@ -323,17 +328,38 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             return Ok(false);
         }
         let bytes = img.len();
-        let mut redo = [0u8; remora_layouts::smart::MAX_LEAF_BYTES];
-        self.read(redo_of(dead, leaf), &mut redo[..bytes]).await?;
-        let key_ok = {
-            let torn_key = remora_layouts::smart::LeafView::decode(img)
-                .ok()
-                .map(|v| v.key);
-            match check_leaf(&redo[..bytes]) {
-                // The key never changes in place, so even a torn image's key words are whole.
-                Ok(r) => torn_key.is_none_or(|k| k == r.key),
-                Err(_) => false,
+        if bytes < LEAF_STATUS_OFFSET + 8 {
+            return Err(SmartError::Corrupt {
+                what: "leaf torn under a dead holder's lock is shorter than its header",
+                err: remora_layouts::LayoutError::Inconsistent {
+                    what: "torn leaf too short",
+                },
+            });
+        }
+        let mut head = [0u8; LEAF_STATUS_OFFSET];
+        head.copy_from_slice(&img[..LEAF_STATUS_OFFSET]);
+        let mut tail = [0u8; 8];
+        tail.copy_from_slice(&img[bytes - 8..]);
+        // The torn image's key, if it decodes (the key never changes in place, so even a
+        // torn image's key words are whole); a key longer than any leaf's matches no copy.
+        let mut key = [0u8; MAX_KEY_LEN];
+        let torn_key = remora_layouts::smart::LeafView::decode(img).ok().map(|v| {
+            match key.get_mut(..v.key.len()) {
+                Some(k) => {
+                    k.copy_from_slice(v.key);
+                    Some(v.key.len())
+                }
+                None => None,
             }
+        });
+        self.read(redo_of(dead, leaf), img).await?;
+        let key_ok = match check_leaf(img) {
+            Ok(r) => match torn_key {
+                None => true,
+                Some(Some(n)) => key[..n] == *r.key,
+                Some(None) => false,
+            },
+            Err(_) => false,
         };
         if !key_ok {
             return Err(SmartError::Corrupt {
@@ -343,28 +369,31 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 },
             });
         }
-        // Keep the leaf's own reverse pointer and our lock word; take the rest from the redo.
-        img[LEAF_STATUS_OFFSET..bytes - 8].copy_from_slice(&redo[LEAF_STATUS_OFFSET..bytes - 8]);
+        // Keep the leaf's own reverse pointer and our lock word; the rest is the redo's.
+        img[..LEAF_STATUS_OFFSET].copy_from_slice(&head);
+        img[bytes - 8..].copy_from_slice(&tail);
         bump(&self.stats.repairs);
         Ok(true)
     }
 
     /// A reader that keeps finding the leaf at `leaf` torn under the same lock word `word`
     /// for a lease: takes the lock over, repairs the leaf from the holder's redo copy and
-    /// releases it.
+    /// releases it. `img` is the reader's own leaf buffer, of the leaf's bytes (the reader
+    /// re-reads the leaf into it afterwards): the repair reads the leaf into it rather than
+    /// into a buffer of the largest leaf of its own, which would sit in every lookup's frame.
     pub(crate) async fn repair_torn_leaf(
         &self,
         leaf: GlobalAddr,
-        bytes: usize,
+        img: &mut [u8],
         word: u64,
     ) -> Result<(), SmartError> {
+        let bytes = img.len();
         let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
         if !self.fence_holder("leaf lock", lock_at, word).await? {
             return Ok(());
         }
         let slot = self.redo_slot(leaf.node()).await?;
         let mine = owner_word(self.ep.client_id(), slot.tag);
-        let mut img = [0u8; remora_layouts::smart::MAX_LEAF_BYTES];
         let mut old = 0u64;
         self.qp(leaf)?
             .post(&mut [

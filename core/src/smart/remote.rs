@@ -295,7 +295,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         held = word != 0;
                         let w = stuck.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
                         if let Verdict::Expired { word } = w.observe(word, now) {
-                            self.repair_torn_leaf(addr, buf.len(), word).await?;
+                            self.repair_torn_leaf(addr, buf, word).await?;
                             continue;
                         }
                     }

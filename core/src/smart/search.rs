@@ -665,27 +665,15 @@ impl<'e, E: Endpoint> Smart<'e, E> {
     }
 
     /// A plain lookup of encoded `key`: copies the value into `out`.
+    ///
+    /// The rare path (waiting on a frozen node, which may finish a dead grower's grow) runs
+    /// here, beside the attempt rather than inside it: each attempt ([`Self::lookup_attempt`])
+    /// ends in an [`Attempt`] naming the slow work, so that this future's frame holds the
+    /// larger of an attempt (leaf buffer and search) and the wait, not their sum.
     pub(crate) async fn lookup(
         &self,
         key: &[u8],
         out: &mut [u8],
-    ) -> Result<Option<usize>, SmartError> {
-        // Only the tree's largest leaf needs room: no 4 KiB buffer to clear per lookup
-        // when leaves are small.
-        if self.max_leaf_bytes() <= SMALL_LEAF {
-            let mut buf = [0u8; SMALL_LEAF];
-            self.lookup_in(key, out, &mut buf).await
-        } else {
-            let mut buf = [0u8; MAX_LEAF_BYTES];
-            self.lookup_in(key, out, &mut buf).await
-        }
-    }
-
-    async fn lookup_in(
-        &self,
-        key: &[u8],
-        out: &mut [u8],
-        buf: &mut [u8],
     ) -> Result<Option<usize>, SmartError> {
         let mut pace = self.pace();
         let mut frozen = None;
@@ -693,16 +681,13 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         // Node images the search reads land here, not in its result.
         let mut img = None;
         loop {
-            match self
-                .search_in(key, buf, &mut img, use_cache, Count::Nothing)
-                .await?
-            {
-                None => {
+            match self.lookup_attempt(key, out, &mut img, use_cache).await? {
+                Attempt::Done(r) => return Ok(r),
+                Attempt::Restart(what) => {
                     use_cache = false;
-                    self.restart(&mut pace, "lookup kept meeting inconsistent nodes")
-                        .await?;
+                    self.restart(&mut pace, what).await?;
                 }
-                Some(Pos::Frozen { parent, grand, .. }) => {
+                Attempt::Frozen { parent, grand } => {
                     let Some(node) = img.as_ref() else {
                         // `search_in` leaves the frozen node's image: never taken.
                         use_cache = false;
@@ -715,23 +700,72 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         .await?;
                     use_cache = false;
                 }
-                Some(Pos::Miss { .. }) => return Ok(None),
-                Some(Pos::Leaf { info, .. }) => {
-                    if !info.status.is_valid() {
-                        return Ok(None);
-                    }
-                    let v = info.value(buf);
-                    let n = v.len();
-                    if n > out.len() {
-                        return Err(SmartError::BufferTooSmall {
-                            need: n,
-                            got: out.len(),
-                        });
-                    }
-                    out[..n].copy_from_slice(v);
-                    return Ok(Some(n));
-                }
             }
         }
     }
+
+    /// One search of a lookup, with a leaf buffer of the tree's largest leaf (no 4 KiB
+    /// buffer to clear per lookup when leaves are small).
+    async fn lookup_attempt(
+        &self,
+        key: &[u8],
+        out: &mut [u8],
+        img: &mut Option<NodeImg>,
+        use_cache: bool,
+    ) -> Result<Attempt, SmartError> {
+        if self.max_leaf_bytes() <= SMALL_LEAF {
+            let mut buf = [0u8; SMALL_LEAF];
+            self.lookup_in(key, out, &mut buf, img, use_cache).await
+        } else {
+            let mut buf = [0u8; MAX_LEAF_BYTES];
+            self.lookup_in(key, out, &mut buf, img, use_cache).await
+        }
+    }
+
+    async fn lookup_in(
+        &self,
+        key: &[u8],
+        out: &mut [u8],
+        buf: &mut [u8],
+        img: &mut Option<NodeImg>,
+        use_cache: bool,
+    ) -> Result<Attempt, SmartError> {
+        let pos = self
+            .search_in(key, buf, img, use_cache, Count::Nothing)
+            .await?;
+        Ok(match pos {
+            None => Attempt::Restart("lookup kept meeting inconsistent nodes"),
+            Some(Pos::Frozen { parent, grand, .. }) => Attempt::Frozen { parent, grand },
+            Some(Pos::Miss { .. }) => Attempt::Done(None),
+            Some(Pos::Leaf { info, .. }) => {
+                if !info.status.is_valid() {
+                    return Ok(Attempt::Done(None));
+                }
+                let v = info.value(buf);
+                let n = v.len();
+                if n > out.len() {
+                    return Err(SmartError::BufferTooSmall {
+                        need: n,
+                        got: out.len(),
+                    });
+                }
+                out[..n].copy_from_slice(v);
+                Attempt::Done(Some(n))
+            }
+        })
+    }
+}
+
+/// How one lookup attempt ended: with its result, or naming the work [`Smart::lookup`] does
+/// before the next attempt.
+enum Attempt {
+    Done(Option<usize>),
+    /// Restart from the root (after a back-off), for this reason.
+    Restart(&'static str),
+    /// The search met a frozen node (its image left in the lookup's `img`) through these
+    /// parent and grandparent slots: wait on it, or help its grow.
+    Frozen {
+        parent: Option<Parent>,
+        grand: Option<Parent>,
+    },
 }
