@@ -21,13 +21,16 @@
 //!   with an error (it was fenced; printed) and end without a panic, or complete. Then
 //!   every key is read back: the writer's keys hold this process's last value (the locked
 //!   one: that, or the writer's in-flight value), this process's own keys exactly its
-//!   values.
+//!   values. The writer is fenced, but the error it gets does not say so (it says the memory
+//!   node does not answer): `a_client_stopped_holding_a_lock_is_told_it_was_fenced`, ignored,
+//!   records that finding.
 //! - **A stopped memory node** (`a_stopped_memnode_gives_the_deadline_error_and_a_reconnect_carries_on`):
 //!   a Catfish client (`remora memnode --service catfish`, inserts go to the server by
 //!   messaging) inserts rectangles; the memnode is SIGSTOPped for 5 s. The client's next
 //!   insert fails with Catfish's documented reply deadline, `CatfishError::NoReply`
 //!   ("memory node 0 sent no reply in N ms (dead or hung mid-request; ...): reconnect and
-//!   open a new client"), after at least the deadline and well before the 5 s are over.
+//!   open a new client"), after its deadline (2 s of time the client watched: checked as
+//!   more than 1 s and less than 30 s of wall time).
 //!   After SIGCONT a new compute node connects, finds every rectangle acknowledged before
 //!   the stop, inserts more and finds them.
 //!
@@ -460,8 +463,11 @@ fn a_stopped_memnode_gives_the_deadline_error_and_a_reconnect_carries_on() {
     assert!(e.contains("sent no reply in"), "{e}");
     assert!(e.contains("reconnect"), "{e}");
     assert_eq!(state(pid), 'T', "the memnode ran before SIGCONT");
+    // Catfish's deadline is 2 s of time the client watched, so never less wall time; the
+    // upper bound only says it came (a loaded machine may deschedule the client meanwhile:
+    // the memnode then stays stopped longer than 5 s, which changes nothing).
     assert!(
-        waited < STOPPED_FOR,
+        waited >= Duration::from_secs(1) && waited < Duration::from_secs(30),
         "the deadline error came after {waited:?}"
     );
     while stopped.elapsed() < STOPPED_FOR {
