@@ -33,7 +33,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         locked: bool,
     ) -> Result<PageHeader, ShermanError> {
         let qp = self.qp(addr)?;
-        let mut p = self.patience();
+        // Made at the first retry ([`Self::patient`]).
+        let mut p: Option<Patience> = None;
         let mut repaired = false;
         let mut seen = None;
         loop {
@@ -49,7 +50,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             if seen.is_none() && !locked && raw_level(buf) == Some(0) {
                 seen = Some(self.lock_word(addr).await?);
             }
-            if !repaired && (locked || p.past_lease(self.ep)) && raw_internal(buf) {
+            if !repaired
+                && (locked || self.patient(&mut p).past_lease(self.ep))
+                && raw_internal(buf)
+            {
                 repaired = true;
                 let fixed = if locked {
                     self.rederive_internal(addr, buf).await?
@@ -61,16 +65,27 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 }
                 continue;
             }
-            if !repaired && !locked && p.past_lease(self.ep) && raw_level(buf) == Some(0) {
+            if !repaired
+                && !locked
+                && self.patient(&mut p).past_lease(self.ep)
+                && raw_level(buf) == Some(0)
+            {
                 // A leaf torn for a lease: its writer died; its lock's next holder redoes it.
                 repaired = true;
                 self.repair_leaf(addr, seen).await?;
                 continue;
             }
-            if !p.pause(self.ep).await {
+            if !self.patient(&mut p).pause(self.ep).await {
                 return Err(ShermanError::Corrupt { addr, why });
             }
         }
+    }
+
+    /// The retry bound `p`, made at its first use: most reads never retry, and a
+    /// [`Patience`] made late is the same as one made early (it reads the clock only at its
+    /// first failed attempt).
+    fn patient<'p>(&self, p: &'p mut Option<Patience>) -> &'p mut Patience {
+        p.get_or_insert_with(|| self.patience())
     }
 
     /// READ a leaf until the header and every slot verify (every slot: which one holds `key`
@@ -83,7 +98,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         key: u64,
         locked: bool,
     ) -> Result<(PageHeader, Option<(usize, usize)>), ShermanError> {
-        let mut p = self.patience();
+        // Made at the first retry ([`Self::patient`]).
+        let mut p: Option<Patience> = None;
         let mut repaired = false;
         let mut seen = None;
         loop {
@@ -103,12 +119,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             if seen.is_none() && !locked {
                 seen = Some(self.lock_word(addr).await?);
             }
-            if !repaired && !locked && p.past_lease(self.ep) {
+            if !repaired && !locked && self.patient(&mut p).past_lease(self.ep) {
                 repaired = true;
                 self.repair_leaf(addr, seen).await?;
                 continue;
             }
-            if !p.pause(self.ep).await {
+            if !self.patient(&mut p).pause(self.ep).await {
                 return Err(ShermanError::Corrupt { addr, why });
             }
         }
@@ -325,20 +341,21 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         buf: &mut [u8],
     ) -> Result<Option<usize>, ShermanError> {
         let mut addr = self.locate(key, buf).await?.0;
-        let mut p = self.patience();
+        // Made at the first retry ([`Self::patient`]).
+        let mut p: Option<Patience> = None;
         loop {
             let (h, found) = self.read_leaf(addr, buf, key, false).await?;
             let moved = key < h.low_fence || key >= h.high_fence;
-            if moved && !p.step(self.ep) {
+            if moved && !self.patient(&mut p).step(self.ep) {
                 return Err(ShermanError::Unsettled {
                     what: "lookup did not reach the key's leaf",
                     at: addr,
-                    waited_ns: p.waited(self.ep),
+                    waited_ns: self.patient(&mut p).waited(self.ep),
                 });
             }
             if key < h.low_fence {
                 self.node.cache_invalidate(key);
-                p.pause(self.ep).await;
+                self.patient(&mut p).pause(self.ep).await;
                 addr = self.locate(key, buf).await?.0;
                 continue;
             }
