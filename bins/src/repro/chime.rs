@@ -52,8 +52,8 @@ const SEEDS: u64 = 5;
 /// is how many pages that share is. 200k keys is the smallest round key count at which the
 /// cache at 1/8.7 holds 50 level-1 pages or more ([`level1_pages`]: ~54 of ~110; 180k holds
 /// ~48; the setup prints both). Measured (`remora bench` as `remora repro chime` prints it,
-/// 200k keys, `--seed N`, nice -n 10 on a shared 2-core machine): 24-43 s of CPU a run (the
-/// load's 200k inserts included; ~11 s at 10k keys), so the sweep's 7 runs take ~4
+/// 200k keys, `--seed N`, nice -n 10 on a shared 2-core machine): 24-72 s of CPU a run (the
+/// load's 200k inserts included; ~11 s at 10k keys), so the sweep's 7 runs took ~4.8
 /// minutes; YCSB-C, CHIME at 1/8.7 at seeds 1-5: 13.680, 13.863, 13.750, 13.982, 13.629
 /// Mops, Sherman at the whole cache 10.801-11.020: less-cache-c 1.243, 1.277, 1.273, 1.269,
 /// 1.247x (median 1.269x), far from 1, so the sweep runs once (seed 1).
