@@ -13,6 +13,16 @@ const PAPER_KEYS: u64 = 60_000_000;
 const PAPER_CACHE_MB: f64 = 100.0;
 /// CHIME's headline: the same throughput with up to 8.7x less cache.
 const LESS_CACHE: f64 = 8.7;
+/// The cache sweep's CHIME bars: the whole cache over each (1/8.7, then less, for the cache
+/// CHIME needs to give Sherman's throughput with all of it: at [`SWEEP_KEYS`] keys CHIME at
+/// 1/8.7 is already ahead). Measured there (`remora bench` as `remora repro chime` prints
+/// it, seed 1, YCSB-C): CHIME at 1/15 11.372 Mops, at 1/30 10.086, Sherman with all of it
+/// 11.004: CHIME gives Sherman's throughput with between 15x and 30x less cache.
+const LESS: &[f64] = &[LESS_CACHE, 15.0, 30.0];
+/// The label of CHIME's bar at 1/`d` of the cache.
+fn chime_at(d: f64) -> String {
+    format!("CHIME cache/{d}")
+}
 /// Client threads per compute node: `fig_12.json` runs CHIME on YCSB-C up to 64 per node.
 const THREADS: &[usize] = &[8, 16, 32, 64];
 /// remora's own idea beyond CHIME (not the paper's): the threads of a compute node share
@@ -29,13 +39,80 @@ const SHERMAN: &str = "--index chime --no-hopscotch --no-vacancy-lock --no-specu
 /// 1x") is 0.994x at seed 1, the only seed below 1, and 1.028-1.085x at seeds 2-5 (median
 /// 1.033x): those two bars run at seeds 1-5, the rest of chime-ycsb once. YCSB-E's idea row
 /// is 1.000x at every seed (neither delegates a scan or an insert of a new key) and runs
-/// once. Row less-cache-c (CHIME's YCSB-C at 1/8.7 of the cache / Sherman's at all of it,
-/// "at least 1x") moves by under 6% but crosses 1: with the authors' eviction (sampled
-/// least-used, `CacheEviction::SampledLfu`) 0.987, 1.041, 0.984, 1.033, 0.999x at seeds 1-5
-/// (CHIME 11.51-12.15 Mops, Sherman 11.68-11.70): those two bars run at seeds 1-5 too. Not measured over seeds (a run takes ~16 s of CPU
-/// at quick scale, and the machine was shared): the other rows of chime-ycsb, less-cache-a
-/// and the factor analysis; they run once.
+/// once. Not measured over seeds (a run takes ~16 s of CPU at quick scale, and the machine
+/// was shared): the other rows of chime-ycsb and the factor analysis; they run once.
 const SEEDS: u64 = 5;
+/// Keys the cache sweep (`chime-cache`, rows less-cache-c and less-cache-a) loads at least
+/// (`--scale quick`; `--scale full` loads its 500k, `tiny` its own: it tests the tool). At
+/// quick's 10k keys the cache at 1/8.7 is ~2 KB: about 2 of ~5 level-1 pages, so the rows
+/// measured little (less-cache-c 1.00x, the median of seeds 1-5, less-cache-a 0.95x). The
+/// cache is scaled by keys, and so is the level-1 level, so the share of it the cache holds
+/// does not move with the keys ([`level1_share`]: the paper's 100 MB / 8.7 holds about half
+/// of its level-1 nodes, and remora's scaled cache about the same share of its); what moves
+/// is how many pages that share is. 200k keys is the smallest round key count at which the
+/// cache at 1/8.7 holds 50 level-1 pages or more ([`level1_pages`]: ~54 of ~110; 180k holds
+/// ~48; the setup prints both). Measured (`remora bench` as `remora repro chime` prints it,
+/// 200k keys, `--seed N`, nice -n 10 on a shared 2-core machine): 24-72 s of CPU a run (the
+/// load's 200k inserts included; ~11 s at 10k keys), so the sweep's 7 runs took ~4.8
+/// minutes; YCSB-C, CHIME at 1/8.7 at seeds 1-5: 13.680, 13.863, 13.750, 13.982, 13.629
+/// Mops, Sherman at the whole cache 10.801-11.020: less-cache-c 1.243, 1.277, 1.273, 1.269,
+/// 1.247x (median 1.269x), far from 1, so the sweep runs once (seed 1).
+const SWEEP_KEYS: u64 = 200_000;
+/// Fill of a node grown by random inserts: ln 2 (Yao, "On random 2-3 trees", 1978), for
+/// leaves and internal nodes alike: an estimate, used only to count pages in the setup text.
+const FILL: f64 = std::f64::consts::LN_2;
+/// The authors' leaf and internal spans (`include/Common.h`: `leafSpanSize = 64`,
+/// `internalSpanSize = 64`).
+const AUTHORS_SPAN: f64 = 64.0;
+/// One MB as the authors' cache size counts it (`define::MB = 1024 * 1024`).
+const MIB: f64 = 1_048_576.0;
+
+/// Level-1 nodes of a tree of `keys` keys whose leaves hold `leaf_span` and internal nodes
+/// `internal_span` entries, filled [`FILL`]; and the cache bytes a cached one costs as the
+/// authors count it (`LIVE_PAGE_BYTES + LIVE_ENTRY_BYTES` per live entry).
+fn level1(keys: f64, leaf_span: f64, internal_span: f64) -> (f64, f64) {
+    use remora::core::sherman::{LIVE_ENTRY_BYTES, LIVE_PAGE_BYTES};
+    let entries = internal_span * FILL;
+    let nodes = keys / (leaf_span * FILL) / entries;
+    (
+        nodes,
+        LIVE_PAGE_BYTES as f64 + LIVE_ENTRY_BYTES as f64 * entries,
+    )
+}
+
+/// remora's CHIME tree: 64-slot hash leaves (`layouts::chime::SLOTS`) under Sherman's
+/// internal pages (1 KiB, `ShermanConfig::page_size`): its level-1 pages at `keys` keys, and
+/// how many of them the cache at `factor` of the scaled budget holds (budget / a page's
+/// charge; the pages above level 1 take a few per cent more, not counted).
+fn level1_pages(keys: u64, factor: f64) -> (f64, f64) {
+    let page = remora::core::sherman::ShermanConfig::default().page_size;
+    let internal = remora::layouts::sherman::Geometry::new(page, 8)
+        .map(|g| g.internal_capacity())
+        .unwrap_or(1);
+    let (nodes, charge) = level1(
+        keys as f64,
+        remora::layouts::chime::SLOTS as f64,
+        internal as f64,
+    );
+    let budget = PAPER_CACHE_MB * factor * keys as f64 / PAPER_KEYS as f64 * MIB;
+    (nodes, (budget / charge).min(nodes))
+}
+
+/// The share of the level-1 nodes the paper's cache at `factor` holds: 60M keys under the
+/// authors' 64-span nodes ([`level1`]).
+fn level1_share(factor: f64) -> f64 {
+    let (nodes, charge) = level1(PAPER_KEYS as f64, AUTHORS_SPAN, AUTHORS_SPAN);
+    (PAPER_CACHE_MB * factor * MIB / charge / nodes).min(1.0)
+}
+
+/// The scale the cache sweep runs at: `s` with at least [`SWEEP_KEYS`] keys (not at `tiny`).
+fn sweep_scale(s: &Scale) -> Scale {
+    let mut t = s.clone();
+    if s.name != "tiny" {
+        t.records = t.records.max(SWEEP_KEYS);
+    }
+    t
+}
 
 /// The scaled cache (MiB) of `scale`, times `factor`.
 fn cache_mib(s: &Scale, factor: f64) -> String {
@@ -43,15 +120,64 @@ fn cache_mib(s: &Scale, factor: f64) -> String {
     format!("{mib:.5}")
 }
 
+/// The cache sweep in words: its key count, the cache at 1/8.7 and the level-1 pages it
+/// holds, beside the paper's share.
+fn sweep_words(sw: &Scale) -> String {
+    let (nodes, held) = level1_pages(sw.records, 1.0 / LESS_CACHE);
+    let (pnodes, _) = level1(PAPER_KEYS as f64, AUTHORS_SPAN, AUTHORS_SPAN);
+    format!(
+        "the cache sweep (chime-cache) loads {} keys: its cache at 1/{LESS_CACHE} is {} MiB, \
+         ~{held:.0} of its ~{nodes:.0} level-1 pages ({:.0}%; the paper's 100 MB / \
+         {LESS_CACHE} holds ~{:.0}% of its ~{pnodes:.0} level-1 nodes: 60M keys, the authors' \
+         64-span nodes; both estimated at ln 2 fill, 51 + 17 B per live entry)",
+        sw.records,
+        cache_mib(sw, 1.0 / LESS_CACHE),
+        100.0 * held / nodes,
+        100.0 * level1_share(1.0 / LESS_CACHE),
+    )
+}
+
+/// The note of rows less-cache-c and less-cache-a.
+fn less_cache_note(sw: &Scale) -> String {
+    let smaller: Vec<String> = LESS[1..].iter().map(|&d| chime_at(d)).collect();
+    format!(
+        "CHIME's abstract: the same throughput with up to 8.7x less cache. Measured where the \
+         cache at 1/8.7 holds pages enough to measure: {}. The cache is scaled by keys (100 MB \
+         x keys / 60M), so the share it holds is about the paper's at any key count, but at \
+         10k keys it is about 2 pages (chime.rs SWEEP_KEYS). Both caches are counted as the \
+         authors count them: a cached internal node by its live entries \
+         (include/InternalNode.h, consumed_cache_size: 8 + 43 + 17 B per live entry), a \
+         hotspot entry as 16 B (include/IdxCache.h), for CHIME and for Sherman (the authors' \
+         code with CHIME's switches off); a 30 MB hotspot buffer only above 50 MB of cache \
+         (Tree.cpp), so at 100/8.7 MB all of it holds internal pages. Both cache the internal \
+         pages above level 1 too, as the authors' runs do (CACHE_MORE_INTERNAL_NODE, on in \
+         CMakeLists.txt and left on by exp/params/common.json for CHIME and Sherman), and \
+         evict as the authors' tree cache does (the less-used of two sampled nodes, \
+         include/TreeCache.h evict_one). How much less cache gives Sherman's throughput with \
+         all of it (the claim's other reading) is read from the {} series beside the \
+         {} one (chime-cache.csv), against the paper's 8.7x; the Sherman cache/8.7 bar is \
+         Sherman at CHIME's cache. Both rows run once (seed 1): at this key count less-cache-c \
+         moves by a few per cent over seeds, far from 1 (chime.rs SWEEP_KEYS)",
+        sweep_words(sw),
+        smaller.join(" and "),
+        chime_at(LESS_CACHE),
+    )
+}
+
 pub fn paper(s: &Scale) -> Paper {
     let pts = s.sweep_points(THREADS);
     let top = pts.iter().max().copied().unwrap_or(1);
-    let base = format!(
-        "{} --compute-nodes {NODES} --memory-nodes 1 --clients-per-node {top} --coroutines 1 \
-         --distribution zipfian --value-size 8",
-        s.sim_flags("smart", PAPER_KEYS)
-    );
-    let at = |factor: f64| format!("{base} --cache-mib {}", cache_mib(s, factor));
+    let base = |s: &Scale| {
+        format!(
+            "{} --compute-nodes {NODES} --memory-nodes 1 --clients-per-node {top} \
+             --coroutines 1 --distribution zipfian --value-size 8",
+            s.sim_flags("smart", PAPER_KEYS)
+        )
+    };
+    let at = |factor: f64| format!("{} --cache-mib {}", base(s), cache_mib(s, factor));
+    // The cache sweep at SWEEP_KEYS keys or more.
+    let sw = sweep_scale(s);
+    let at_sw = |factor: f64| format!("{} --cache-mib {}", base(&sw), cache_mib(&sw, factor));
     let wl = &["a", "b", "c", "d", "e"];
     let experiments = vec![
         Experiment {
@@ -79,41 +205,31 @@ pub fn paper(s: &Scale) -> Paper {
         Experiment {
             id: "chime-cache".into(),
             title: format!(
-                "Cache: CHIME with 1/{LESS_CACHE} of the cache against SMART and Sherman \
-                 with all of it (YCSB-C, YCSB-A)"
+                "Cache: CHIME with 1/{LESS_CACHE} of the cache and less against Sherman \
+                 with all of it and 1/{LESS_CACHE} (YCSB-C, YCSB-A; {} keys)",
+                sw.records
             ),
             chart: Chart::Bars,
-            // CHIME's YCSB-C at 1/8.7 of the cache and Sherman's at all of it (row
-            // less-cache-c) over SEEDS seeds, the rest once; in the chart's order.
-            series: seeded_workload(
-                vec![
+            // Once each (seed 1): at SWEEP_KEYS keys less-cache-c moves by ~3% over seeds,
+            // far from 1 (SWEEP_KEYS).
+            series: LESS
+                .iter()
+                .map(|&d| {
                     Series::new(
-                        "CHIME cache/8.7",
-                        format!("{} --index chime", at(1.0 / LESS_CACHE)),
-                        &["c", "a"],
-                    ),
-                    Series::new(
-                        "CHIME cache/6",
-                        format!("{} --index chime", at(1.0 / 6.0)),
-                        &["c", "a"],
-                    ),
-                    Series::new(
-                        "CHIME cache/5",
-                        format!("{} --index chime", at(1.0 / 5.0)),
-                        &["c", "a"],
-                    ),
+                        &chime_at(d),
+                        format!("{} --index chime", at_sw(1.0 / d)),
+                        if d == LESS_CACHE { &["c", "a"] } else { &["c"] },
+                    )
+                })
+                .chain([
                     Series::new(
                         "Sherman cache/8.7",
-                        format!("{} {SHERMAN}", at(1.0 / LESS_CACHE)),
-                        &["c", "a"],
+                        format!("{} {SHERMAN}", at_sw(1.0 / LESS_CACHE)),
+                        &["c"],
                     ),
-                    Series::new("Sherman", format!("{} {SHERMAN}", at(1.0)), &["c", "a"]),
-                    Series::new("SMART", format!("{} --index smart", at(1.0)), &["c", "a"]),
-                ],
-                &["CHIME cache/8.7", "Sherman"],
-                "c",
-                SEEDS,
-            ),
+                    Series::new("Sherman", format!("{} {SHERMAN}", at_sw(1.0)), &["c", "a"]),
+                ])
+                .collect(),
         },
         Experiment {
             id: "chime-factors".into(),
@@ -227,6 +343,9 @@ pub fn paper(s: &Scale) -> Paper {
             },
         ));
     }
+    // The rows' note, with the sweep's key count and cache computed here (a note lives as
+    // long as the report: built once per report).
+    let less_note: &'static str = Box::leak(less_cache_note(&sw).into_boxed_str());
     for (w, id) in [("c", "less-cache-c"), ("a", "less-cache-a")] {
         claims.push(Claim::ratio(
             id,
@@ -235,31 +354,9 @@ pub fn paper(s: &Scale) -> Paper {
             (1.0, 100.0),
             Metric::Mops,
             false,
-            c("CHIME cache/8.7", w),
+            c(&chime_at(LESS_CACHE), w),
             c("Sherman", w),
-            "CHIME's abstract: the same throughput with up to 8.7x less cache. Both caches \
-             are counted as the authors count them: a cached internal node by its live entries \
-             (include/InternalNode.h, consumed_cache_size: 8 + 43 + 17 B per live entry), a \
-             hotspot entry as 16 B (include/IdxCache.h), for CHIME and for Sherman (the \
-             authors' code with CHIME's switches off); a 30 MB hotspot buffer only above 50 MB \
-             of cache (Tree.cpp), so at 100/8.7 MB all of it holds internal pages. Both \
-             cache the internal pages above level 1 too, as the authors' runs do \
-             (CACHE_MORE_INTERNAL_NODE, on in CMakeLists.txt and left on by \
-             exp/params/common.json for CHIME and Sherman): a level-1 miss READs the level-1 \
-             page from a cached level-2 page, not from the root. How much less cache gives \
-             Sherman's throughput is read from the cache/5 and cache/6 series beside the \
-             cache/8.7 one (chime-cache.csv), against the paper's 8.7x. At 1/8.7 CHIME READs ~1000 B and 1.64-1.69 RT per YCSB-C op (a \
-             level-1 page READ on ~0.67 of the lookups: those whose page is not cached) \
-             against Sherman's 1026 B and 1.00 at the whole cache; both are bound by the \
-             memory node's link. Both evict as the authors' tree cache does (the less-used \
-             of two sampled nodes, include/TreeCache.h evict_one); round-robin eviction gave \
-             rows within 1% of these (YCSB-C median 1.005x, YCSB-A 0.957x) and the same level-1 \
-             miss share: the scaled cache holds a few pages, and YCSB's scrambled zipfian \
-             hashes the hot keys over all of them (no page is much hotter than another). \
-             Without the upper pages (--no-cache-upper) it was 1731 B and 2.28 RT (every \
-             level-1 miss READ the root), and the rows 0.60 and 0.71. less-cache-c is the \
-             median of seeds 1-5 (chime.rs SEEDS): 0.987, 1.041, 0.984, 1.033, 0.999x; \
-             less-cache-a runs once (seed 1)",
+            less_note,
         ));
     }
     // Each step on the workload its mechanism acts on (the paper's Fig. 15a: each step
@@ -317,13 +414,15 @@ pub fn paper(s: &Scale) -> Paper {
              bulk-loaded at --scale full; Sherman is CHIME's tree with its switches off, as the \
              authors run it, and loads by inserts), {} measured ops after {} warm-up ops, \
              zipfian 0.99, cache {} MiB per compute node (100 MB x keys / 60M), seed 1 \
-             (CHIME's and the idea's YCSB-D, and the less-cache YCSB-C bars: seeds \
-             1-{SEEDS}, the median row)",
+             (CHIME's and the idea's YCSB-D bars: seeds 1-{SEEDS}, the median row). Except: \
+             {} (LLC {} lines; CHIME has no bulk loader, so its runs insert every key), seed 1",
             s.llc_lines("smart", PAPER_KEYS),
             s.records,
             s.ops,
             s.warmup,
             cache_mib(s, 1.0),
+            sweep_words(&sw),
+            sw.llc_lines("smart", PAPER_KEYS),
         ),
         experiments,
         claims,
@@ -335,9 +434,9 @@ mod tests {
     use super::*;
     use crate::repro::ScaleSel;
 
-    /// CHIME's and the idea's YCSB-D bars (the idea-d row's points) and the YCSB-C bars of
-    /// CHIME at 1/8.7 of the cache and Sherman at all of it (less-cache-c's) run at seeds
-    /// 1-5, each other bar once, in the chart's order; the factor analysis runs once.
+    /// CHIME's and the idea's YCSB-D bars (the idea-d row's points) run at seeds 1-5, each
+    /// other bar once, in the chart's order (the cache sweep's too: at its key count
+    /// less-cache-c is far from 1); the factor analysis runs once.
     #[test]
     fn only_the_seed_noisy_runs_go_over_seeds() {
         let p = paper(&Scale::of(ScaleSel::Quick));
@@ -387,20 +486,17 @@ mod tests {
         assert_eq!(
             shape,
             vec![
-                ("CHIME cache/8.7", v(&["c"]), 5),
-                ("CHIME cache/8.7", v(&["a"]), 0),
-                ("CHIME cache/6", v(&["c", "a"]), 0),
-                ("CHIME cache/5", v(&["c", "a"]), 0),
-                ("Sherman cache/8.7", v(&["c", "a"]), 0),
-                ("Sherman", v(&["c"]), 5),
-                ("Sherman", v(&["a"]), 0),
-                ("SMART", v(&["c", "a"]), 0),
+                ("CHIME cache/8.7", v(&["c", "a"]), 0),
+                ("CHIME cache/15", v(&["c"]), 0),
+                ("CHIME cache/30", v(&["c"]), 0),
+                ("Sherman cache/8.7", v(&["c"]), 0),
+                ("Sherman", v(&["c", "a"]), 0),
             ]
         );
         let f = p.experiments.iter().find(|e| e.id == "chime-factors");
         assert!(f.unwrap().series.iter().all(|s| s.seeds.is_empty()));
         assert_eq!(p.experiments.len(), 3);
-        // The two rows read the seeded bars.
+        // The rows read their bars (idea-d the seeded ones).
         for (id, num_pick, den_pick) in [
             ("idea-d", (IDEA, "d"), ("CHIME", "d")),
             ("less-cache-c", ("CHIME cache/8.7", "c"), ("Sherman", "c")),
@@ -410,5 +506,88 @@ mod tests {
             assert_eq!((num.series.as_str(), num.workload), num_pick, "{id}");
             assert_eq!((den.series.as_str(), den.workload), den_pick, "{id}");
         }
+    }
+
+    /// The cache sweep's commands load the keys the setup says (200k at quick, full's 500k
+    /// at full, tiny's own at tiny) with the LLC and caches scaled to them; the rest of the
+    /// report keeps its scale's keys.
+    #[test]
+    fn the_cache_sweep_runs_at_its_key_count() {
+        let words = |args: &str| -> Vec<String> {
+            args.split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let flag = |args: &str, f: &str| {
+            let w = words(args);
+            let i = w
+                .iter()
+                .position(|x| x == f)
+                .unwrap_or_else(|| panic!("{f}: {args}"));
+            w[i + 1].clone()
+        };
+        for (sel, keys, llc) in [
+            (ScaleSel::Quick, "200000", "server_llc_lines=1311"),
+            (ScaleSel::Full, "500000", "server_llc_lines=3277"),
+            (ScaleSel::Tiny, "200", "server_llc_lines=64"),
+        ] {
+            let p = paper(&Scale::of(sel).for_paper("chime"));
+            let e = p
+                .experiments
+                .iter()
+                .find(|e| e.id == "chime-cache")
+                .unwrap();
+            // (series, cache MiB): 100 MB x keys / 60M over 8.7, 15, 30, and all of it.
+            let cache: Vec<(String, String)> = e
+                .series
+                .iter()
+                .map(|s| {
+                    assert_eq!(flag(&s.args, "--records"), keys, "{}", s.label);
+                    assert_eq!(flag(&s.args, "--set"), llc, "{}", s.label);
+                    (s.label.clone(), flag(&s.args, "--cache-mib"))
+                })
+                .collect();
+            let want: Vec<(&str, f64)> = vec![
+                ("CHIME cache/8.7", 8.7),
+                ("CHIME cache/15", 15.0),
+                ("CHIME cache/30", 30.0),
+                ("Sherman cache/8.7", 8.7),
+                ("Sherman", 1.0),
+            ];
+            let k: f64 = keys.parse().unwrap();
+            let want: Vec<(String, String)> = want
+                .into_iter()
+                .map(|(l, d)| (l.to_string(), format!("{:.5}", 100.0 * k / 60e6 / d)))
+                .collect();
+            assert_eq!(cache, want, "{sel:?}");
+            // The setup and the rows' note name the sweep's keys and its cache at 1/8.7.
+            let said = format!("loads {keys} keys: its cache at 1/8.7 is {} MiB", want[0].1);
+            assert!(p.setup.contains(&said), "{}", p.setup);
+            let c = p.claims.iter().find(|c| c.id == "less-cache-a").unwrap();
+            assert!(c.note.contains(&said), "{}", c.note);
+            // chime-ycsb keeps the scale's own keys.
+            let y = p.experiments.iter().find(|e| e.id == "chime-ycsb").unwrap();
+            let own = Scale::of(sel).for_paper("chime").records.to_string();
+            assert!(y.series.iter().all(|s| flag(&s.args, "--records") == own));
+        }
+        // 1/8.7 at quick's 10k: ~2 level-1 pages held; at the sweep's 200k: at least 50, and
+        // fewer than 50 at 10% fewer keys (the smallest round key count that holds 50).
+        let held = |k: u64| level1_pages(k, 1.0 / LESS_CACHE).1;
+        assert!(held(10_000) < 3.0, "{}", held(10_000));
+        assert!(held(SWEEP_KEYS) >= 50.0, "{}", held(SWEEP_KEYS));
+        assert!(
+            held(SWEEP_KEYS * 9 / 10) < 50.0,
+            "{}",
+            held(SWEEP_KEYS * 9 / 10)
+        );
+        // The share held is about the paper's (both ~half the level-1 level).
+        let (nodes, h) = level1_pages(SWEEP_KEYS, 1.0 / LESS_CACHE);
+        let paper = level1_share(1.0 / LESS_CACHE);
+        assert!((0.4..0.6).contains(&paper), "{paper}");
+        assert!(
+            (h / nodes / paper - 1.0).abs() < 0.1,
+            "{} {paper}",
+            h / nodes
+        );
     }
 }
