@@ -26,9 +26,20 @@ fn read(p: PathBuf) -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// report.md without its `--resume` paragraph, report.json without its `reused` list.
+/// `text` with the `--resume` or `--resume-any-build` of its command (the command as run)
+/// taken out.
+fn without_resume_flag(text: String) -> String {
+    ["--resume", "--resume-any-build"]
+        .iter()
+        .fold(text, |t, f| {
+            t.replacen(&format!(" {f} --quiet"), " --quiet", 1)
+        })
+}
+
+/// report.md without its `--resume` paragraph, report.json without its `reused` list, both
+/// with the `--resume` of their command taken out.
 fn without_reused(d: &Path) -> (String, String) {
-    let md = read(d.join("report.md"));
+    let md = without_resume_flag(read(d.join("report.md")));
     let md = match md.find("**Resumed** (`--resume`)") {
         Some(i) => {
             let end = i + md[i..].find("\n\n").expect("the paragraph ends") + 2;
@@ -36,7 +47,7 @@ fn without_reused(d: &Path) -> (String, String) {
         }
         None => md,
     };
-    let json = read(d.join("report.json"));
+    let json = without_resume_flag(read(d.join("report.json")));
     let json = match json.find(",\n  \"reused\": [") {
         Some(i) => format!("{}\n}}\n", &json[..i]),
         None => json,
@@ -91,6 +102,23 @@ fn a_resumed_repro_reports_what_a_run_in_one_go_reports() {
     }
     assert_eq!(reused(&d).len(), 7, "{:?}", reused(&d));
     assert!(!reused(&d).contains(&"erda-cpu".to_string()));
+    // The report's command is the command as run: with its --resume.
+    let r: serde_json::Value = serde_json::from_str(&read(d.join("report.json"))).unwrap();
+    assert_eq!(
+        r["command"],
+        format!(
+            "remora repro erda --scale tiny --out {} --resume --quiet",
+            d.display()
+        )
+    );
+    let r: serde_json::Value = serde_json::from_str(&one_go.1).unwrap();
+    assert_eq!(
+        r["command"],
+        format!(
+            "remora repro erda --scale tiny --out {} --quiet",
+            d.display()
+        )
+    );
     let md = read(d.join("report.md"));
     assert!(
         md.contains(&format!(

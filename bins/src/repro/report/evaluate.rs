@@ -5,10 +5,15 @@ use super::seeds::{self, SeedRatio};
 use super::*;
 
 /// Where a ratio lies against 1: "near" within 3% of it (so a tie does not flip sides on
-/// noise), or within 0.8..1.25 for a claim of "no considerable difference" (a paper range
-/// that holds 1).
+/// noise), or within 0.67..1.5 for a claim of "the same", "similar" (a closeness band, a
+/// paper range that holds 1: `class::Kind::Close`), the band whose ratios it grades rough
+/// or better (`class::near_band`), so such a row is off exactly when it is outside it.
 pub(crate) fn side(v: Option<f64>, near_one: bool) -> String {
-    let band = if near_one { 0.8..=1.25 } else { 0.97..=1.03 };
+    let band = if near_one {
+        (1.0 / class::FAITHFUL)..=class::FAITHFUL
+    } else {
+        0.97..=1.03
+    };
     match v {
         Some(v) if band.contains(&v) => "near",
         Some(v) if v > 1.0 => "above",
@@ -82,15 +87,18 @@ pub(super) fn figures(
         .filter_map(|(paper, pt, series)| {
             let paper = paper?;
             let remora = pt.map(|p| p.in_unit(c.metric)).filter(|v| v.is_finite());
-            Some(Figure {
+            let mut fig = Figure {
                 clients: pt.map_or(0, |p| p.clients),
                 series: series.into(),
                 unit: c.metric.unit().into(),
                 paper,
                 remora,
                 of_paper: remora.map(|v| v / paper),
+                class: String::new(),
                 source: f.source.into(),
-            })
+            };
+            fig.class = class::of_figure(&fig).name().into();
+            Some(fig)
         })
         .collect()
 }
@@ -207,7 +215,7 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
         figures: Vec::new(),
         seeds: None,
     };
-    let near_one = c.paper.0 <= 1.0 && c.paper.1 >= 1.0;
+    let near_one = class::kind(c.paper.0, c.paper.1) == class::Kind::Close;
     let Some((num, den)) = &c.points else {
         if let Some(pt) = c
             .alone

@@ -22,12 +22,16 @@ impl Report {
              lower). `agrees`: remora's ratio is on the same side of 1 as the paper's. \
              `remora / paper`: remora's ratio over the paper's (over the nearest end of a \
              range; 1 inside it), and its class: faithful within 0.67-1.5, rough within \
-             0.33-3, off further or on the other side of 1 from the paper; direction only where the paper says just \"more than 1x\". \
+             0.33-3, off further or on the other side of 1 from the paper (a \"more than 1x\" \
+             row too); direction only where the paper says just \"more than 1x\" and remora's \
+             ratio is above 1. A claim of \"the same\" (a band around 1, e.g. 0.90-1.10x): \
+             faithful inside the band, rough within 0.67-1.5x, off further. \
              An \"up to\" row shows its sweep's smallest and largest ratio. A row measured \
              over several seeds (tail latencies and the other figures one seed of the run \
              does not settle) gives the median of its per-seed ratios, graded by it, and \
              their smallest and largest beside it (`seeds` in report.json). Where the paper \
-             gives absolute figures, remora's are beside them (remora / paper). \
+             gives absolute figures, remora's are beside them (remora / paper), each with its \
+             class by the same thresholds (counted apart from the rows' classes). \
              Each point's JSON names the `remora bench` command that measures it.\n",
             self.command, self.scale
         );
@@ -46,10 +50,15 @@ impl Report {
             }
             let _ = writeln!(m);
         }
+        let figs = class::figure_counts(self.rows());
         let _ = writeln!(
             m,
-            "Classes (remora's ratio / the paper's): {}\n",
-            class::summary(&class::counts(self.rows()))
+            "Classes (remora's ratio / the paper's): {}; absolute figures (remora's / the \
+             paper's, {} beside {} rows; counted apart): {}\n",
+            class::summary(&class::counts(self.rows())),
+            figs.values().sum::<usize>(),
+            self.rows().filter(|r| !r.figures.is_empty()).count(),
+            class::figure_summary(&figs)
         );
         let _ = writeln!(
             m,
@@ -237,9 +246,9 @@ fn ratio_text(r: &Row) -> String {
     s
 }
 
-/// A claim of "no considerable difference": the paper's range holds 1.
+/// A claim of "the same", "no considerable difference": a closeness band around 1.
 fn near_one(r: &Row) -> bool {
-    r.paper_lo <= 1.0 && r.paper_hi >= 1.0
+    class::kind(r.paper_lo, r.paper_hi) == class::Kind::Close
 }
 
 /// Which seed a row's points are from: `seed 3, the median of seeds 1-5`, or `seed 1`.
@@ -267,12 +276,13 @@ fn figures_text(r: &Row) -> String {
                 _ => 0,
             };
             format!(
-                "{} {} {} vs paper {:.prec$} ({})",
+                "{} {} {} vs paper {:.prec$} ({}, {})",
                 f.series,
                 f.remora.map_or("—".into(), |v| format!("{v:.prec$}")),
                 f.unit,
                 f.paper,
-                f.of_paper.map_or("—".into(), |v| format!("{v:.2}x"))
+                f.of_paper.map_or("—".into(), |v| format!("{v:.2}x")),
+                class::of_figure(f).name()
             )
         })
         .collect();

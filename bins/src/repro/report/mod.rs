@@ -268,6 +268,11 @@ pub struct Figure {
     pub remora: Option<f64>,
     /// remora / paper.
     pub of_paper: Option<f64>,
+    /// Its class by the ratio classes' thresholds (remora / paper within 0.67-1.5
+    /// faithful, 0.33-3 rough, off further; unmeasured): [`class::of_figure`]. Counted
+    /// apart from the rows' classes ([`Report::figure_classes`]).
+    #[serde(default)]
+    pub class: String,
     /// Where the paper gives it.
     pub source: String,
 }
@@ -320,6 +325,11 @@ pub struct Report {
     /// `unmeasured`): see [`class::Class`].
     #[serde(default)]
     pub classes: BTreeMap<String, usize>,
+    /// How many of the rows' absolute figures (`figures`: remora's beside the paper's) are
+    /// of each class (`faithful`, `rough`, `off`, `unmeasured`, by remora / paper): a count
+    /// of its own, not part of `classes`.
+    #[serde(default)]
+    pub figure_classes: BTreeMap<String, usize>,
     /// `--memory`: how far `--scale full` goes on the machine that ran it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<super::memory::MemoryReport>,
@@ -329,24 +339,48 @@ pub struct Report {
     pub reused: Vec<super::resume::Reused>,
 }
 
+/// The `remora repro` command as run: every flag it was given (`--resume`,
+/// `--resume-any-build`, `--check`, `--quiet` too), so the report names how its points came
+/// to be (reused or measured) as well as what they measure.
+pub fn command(a: &ReproArgs, scale: &Scale) -> String {
+    let mut c = format!(
+        "remora repro {} --scale {} --out {}",
+        format!("{:?}", a.paper).to_lowercase(),
+        scale.name,
+        a.out.display()
+    );
+    if !a.only.is_empty() {
+        let _ = write!(c, " --only {}", a.only.join(","));
+    }
+    if let Some(n) = a.seeds {
+        let _ = write!(c, " --seeds {n}");
+    }
+    if a.memory {
+        c.push_str(" --memory");
+    }
+    if a.resume {
+        c.push_str(" --resume");
+    }
+    if a.resume_any_build {
+        c.push_str(" --resume-any-build");
+    }
+    if let Some(p) = &a.check {
+        let _ = write!(c, " --check {}", p.display());
+    }
+    if a.quiet {
+        c.push_str(" --quiet");
+    }
+    c
+}
+
 impl Report {
     pub fn new(a: &ReproArgs, scale: &Scale, papers: Vec<PaperReport>) -> Report {
         Report {
             tool: "repro".into(),
-            command: format!(
-                "remora repro {} --scale {} --out {}{}{}",
-                format!("{:?}", a.paper).to_lowercase(),
-                scale.name,
-                a.out.display(),
-                if a.only.is_empty() {
-                    String::new()
-                } else {
-                    format!(" --only {}", a.only.join(","))
-                },
-                a.seeds.map_or(String::new(), |n| format!(" --seeds {n}"))
-            ),
+            command: command(a, scale),
             scale: scale.name.into(),
             classes: class::counts(papers.iter().flat_map(|p| p.rows.iter())),
+            figure_classes: class::figure_counts(papers.iter().flat_map(|p| p.rows.iter())),
             papers,
             memory: None,
             reused: Vec::new(),

@@ -182,6 +182,7 @@ fn queueing_reason_names_each_sides_concurrency() {
 pub(super) fn report(rows: Vec<Row>) -> Report {
     Report {
         classes: class::counts(rows.iter()),
+        figure_classes: class::figure_counts(rows.iter()),
         tool: "repro".into(),
         command: "c".into(),
         scale: "quick".into(),
@@ -257,7 +258,15 @@ fn up_to_rows_show_the_sweep_and_the_papers_figures() {
         "{md}"
     );
     assert!(
-        md.contains("at 16 clients: a 2.000 Mops vs paper 5.000 (0.40x)"),
+        md.contains("at 16 clients: a 2.000 Mops vs paper 5.000 (0.40x, rough)"),
+        "{md}"
+    );
+    // Each absolute figure has its class, counted apart from the rows' in the summary.
+    assert!(
+        md.contains(
+            "absolute figures (remora's / the paper's, 3 beside 2 rows; counted apart): \
+             faithful 1, rough 1, off 1, unmeasured 0"
+        ),
         "{md}"
     );
     assert!(md.contains("Fig. 9, 256 clients"), "{md}");
@@ -268,6 +277,7 @@ fn up_to_rows_show_the_sweep_and_the_papers_figures() {
         "\"sweep_min\"",
         "\"figures\"",
         "\"classes\"",
+        "\"figure_classes\":{\"faithful\":0,\"off\":1,\"rough\":1,\"unmeasured\":0}",
     ] {
         assert!(json.contains(f), "{f} in {json}");
     }
@@ -335,6 +345,11 @@ fn a_ratio_near_one_agrees_only_with_a_paper_on_its_strict_side() {
     assert!(!same_side(0.95, 1.02, false));
     assert!(!same_side(0.5, 2.0, false));
     // A paper range around 1: remora must be near it too.
-    assert!(!same_side(1.3, 1.0, true));
+    // A closeness band ("the same"): near within 0.67-1.5, the band it grades rough or
+    // better; outside it, the other side.
+    assert!(same_side(1.3, 1.0, true));
+    assert!(same_side(0.7, 1.0, true));
+    assert!(!same_side(1.6, 1.0, true));
+    assert!(!same_side(0.6, 1.0, true));
     assert!(same_side(1.1, 1.0, true));
 }
