@@ -316,3 +316,62 @@ fn catfish_inserts_and_deletes_allocate_nothing() {
     assert_eq!(ins, 0, "catfish inserts allocated");
     assert_eq!(del, 0, "catfish deletes allocated");
 }
+
+/// Erda's client side of log cleaning: a store small enough that updates start cleanings
+/// all the time (one head of four 128 KiB regions, a cleaning after 32 KiB of appends), so
+/// that gets meet cleaning heads and take the SEND path or start over on an epoch change.
+/// Warm-up: one pass of updates and gets, as measured.
+#[test]
+fn erda_cleaning_client_side_allocates_nothing() {
+    use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
+    let store = ErdaConfig {
+        heads: 1,
+        buckets: 4096,
+        segment_bytes: 64 << 10,
+        head_bytes: 4 * (128 << 10),
+        regions: 4,
+        clean_permille: 250,
+        ..ErdaConfig::small()
+    };
+    let n = served(Box::new(ErdaServer::new(store)));
+    let _srv = n.spawn_server();
+    let ep = n.endpoint().unwrap();
+    let t = block_on(Erda::open(&ep, ErdaClientConfig::default())).unwrap();
+    let keys = 500;
+    block_on(async {
+        for i in 0..keys {
+            t.upsert(&base(i), &[1u8; 8]).await.unwrap();
+        }
+    });
+    let mut out = [0u8; 8];
+    let mut pass = |v: u8| {
+        count(|| {
+            block_on(async {
+                for _ in 0..8 {
+                    for i in 0..keys {
+                        assert!(t.update(&base(i), &[v; 8]).await.unwrap());
+                        assert_eq!(t.get(&base(i), &mut out).await.unwrap(), Some(8));
+                    }
+                }
+            })
+        })
+    };
+    let warm = pass(2);
+    let before = t.stats();
+    let steady = pass(3);
+    let after = t.stats();
+    let through_server = after.server_reads - before.server_reads;
+    let restarted = after.epoch_retries - before.epoch_retries;
+    eprintln!(
+        "erda cleaning: warm-up {warm}, steady {steady} allocations; {through_server} gets \
+         through the server, {restarted} epoch restarts"
+    );
+    assert!(
+        through_server + restarted > 0,
+        "no get met a cleaning: the cleaning path was not measured"
+    );
+    assert_eq!(
+        steady, 0,
+        "erda: updates and gets during cleanings allocated"
+    );
+}
