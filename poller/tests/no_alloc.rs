@@ -1,6 +1,7 @@
 //! The hot path allocates nothing: after warm-up, lookups and in-place updates of every
 //! key-value index, and the fabric verbs themselves, make no heap allocation (counted by a global
-//! allocator wrapper, per thread).
+//! allocator wrapper, per thread). `ops` extends this to inserts of new keys (splitting and
+//! growing nodes), deletes and range scans of every index, and Catfish's inserts and deletes.
 use remora_core::GlobalAddr;
 use remora_core::block_on::block_on;
 use remora_core::fabric::{Endpoint, QueuePair};
@@ -11,6 +12,9 @@ use remora_poller::soft::{NodeConfig, SoftMemoryNode};
 #[path = "common/counting_alloc.rs"]
 mod counting_alloc;
 use counting_alloc::{check_index, count};
+
+#[path = "no_alloc/ops.rs"]
+mod ops;
 
 fn node() -> std::sync::Arc<SoftMemoryNode> {
     SoftMemoryNode::create(NodeConfig {
@@ -157,7 +161,7 @@ fn catfish_searches_allocate_nothing() {
             })
         })
     };
-    for mode in [Mode::Offload, Mode::Messaging] {
+    for mode in [Mode::Offload, Mode::Messaging, Mode::Adaptive] {
         let _ = pass(mode); // warm buffers
         assert_eq!(pass(mode), 0, "catfish {mode:?} searches allocated");
     }

@@ -129,6 +129,8 @@ pub struct Canrt<'e, E: Endpoint> {
     pub(super) node: Arc<CanrtNode>,
     pub(super) shard: usize,
     pub(super) bufs: BufPool,
+    /// Scan buffers reused from scan to scan (see `scan.rs`).
+    pub(super) scan_bufs: super::scan::ScanPool,
     pub(super) torn: Cell<u64>,
     pub(super) waits: Cell<u64>,
     pub(super) refreshes: Cell<u64>,
@@ -285,6 +287,7 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
             node,
             shard,
             bufs: BufPool(RefCell::new(Vec::new())),
+            scan_bufs: Default::default(),
             torn: Cell::new(0),
             waits: Cell::new(0),
             refreshes: Cell::new(0),

@@ -4,9 +4,46 @@
 use super::CanrtError;
 use super::client::{Bracket, Canrt, FRAME_NODE, Fresh, SCAN_BATCH};
 use crate::fabric::{Endpoint, Op, QueuePair, Work};
+use core::cell::RefCell;
 use remora_layouts::canrt::MAX_KEY;
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::vec::Vec;
+
+/// A handle's scan buffers, reused from scan to scan (issue 24: a steady-state scan
+/// allocates nothing): each scan in flight takes one set and gives it back when it ends,
+/// however it ends, so concurrent coroutines' scans never share one.
+#[derive(Default)]
+pub(super) struct ScanPool(RefCell<Vec<ScanBufs>>);
+
+/// One scan's buffers.
+#[derive(Default)]
+pub(super) struct ScanBufs {
+    /// One node's live pairs in range: (key, value start, value length) into `vals`.
+    items: Vec<(u128, usize, usize)>,
+    vals: Vec<u8>,
+    /// Node snapshots when nodes are larger than [`FRAME_NODE`] (else in the frame).
+    nodes: Vec<u8>,
+}
+
+/// A set taken from the pool; goes back when dropped.
+struct Taken<'p> {
+    pool: &'p ScanPool,
+    bufs: ScanBufs,
+}
+
+impl ScanPool {
+    fn take(&self) -> Taken<'_> {
+        let bufs = self.0.borrow_mut().pop().unwrap_or_default();
+        Taken { pool: self, bufs }
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let bufs = core::mem::take(&mut self.bufs);
+        self.pool.0.borrow_mut().push(bufs);
+    }
+}
 
 impl<E: Endpoint> Canrt<'_, E> {
     /// Range scan: data nodes in key order (the prefix array's NodeIDs left to right) from
@@ -31,9 +68,8 @@ impl<E: Endpoint> Canrt<'_, E> {
     ) -> Result<usize, CanrtError> {
         let qp = self.qp()?;
         let batch = (self.cfg.scan_batch as usize).clamp(1, SCAN_BATCH);
-        // One node's live pairs in range: (key, value start, value length) into `vals`.
-        let mut items: Vec<(u128, usize, usize)> = Vec::new();
-        let mut vals: Vec<u8> = Vec::new();
+        let mut taken = self.scan_bufs.take();
+        let ScanBufs { items, vals, nodes } = &mut taken.bufs;
         let mut kb = [0u8; MAX_KEY];
         let mut visited = 0usize;
         let mut last_key: Option<u128> = None;
@@ -51,12 +87,11 @@ impl<E: Endpoint> Canrt<'_, E> {
             let size = v.header.data_node_size as usize;
             // Snapshots in the coroutine's frame for nodes up to FRAME_NODE (see `NodeBuf`).
             let mut frame = [0u8; FRAME_NODE * SCAN_BATCH];
-            let mut heap = Vec::new();
             let bufs: &mut [u8] = if size <= FRAME_NODE {
                 &mut frame[..size * SCAN_BATCH]
             } else {
-                heap.resize(size * SCAN_BATCH, 0);
-                &mut heap
+                nodes.resize(size * SCAN_BATCH, 0);
+                &mut nodes[..]
             };
             let mut brackets = [Bracket::default(); SCAN_BATCH];
             let corrupt = |why| CanrtError::Corrupt {

@@ -32,7 +32,8 @@ fn key_order(
     prefix: &[u8],
 ) -> Result<(Vec<u32>, Vec<u32>), LayoutError> {
     let k = h.height;
-    let mut order: Vec<u32> = Vec::new();
+    // At most one entry per data node: reserved once, not grown push by push.
+    let mut order: Vec<u32> = Vec::with_capacity(h.n_data as usize);
     let mut rank = std_alloc::vec![u32::MAX; h.n_data as usize];
     let first = g.base(k);
     for id in first..first + g.level_nodes(k) {
