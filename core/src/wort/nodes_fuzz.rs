@@ -140,3 +140,21 @@ fn wort_put_over_a_misplaced_leaf_is_refused() {
     assert!(t.put(&r, b"b", b"3", false).is_err());
     assert!(t.put(&r, b"a", b"4", false).is_ok());
 }
+
+/// What `wort_nodes_mutated` and `woart_nodes_mutated` found in the dev profile: a child word
+/// whose offset is near 2^64 overflowed the heap bounds check (`attempt to add with overflow`
+/// in `Tree::check`; in release the sum wrapped and the check passed). It is now refused.
+#[test]
+fn a_child_word_near_the_top_of_the_address_space_is_refused() {
+    use super::layout::{Ptr, SB_ROOT};
+    for kind in [Kind::Wort, Kind::Woart] {
+        let r = Mem::new(1 << 20);
+        let mut t = Tree::format(&r, kind, 1, 1).unwrap();
+        t.put(&r, b"a", b"1", false).unwrap();
+        for p in [Ptr::Leaf(!0x3f), Ptr::N256(!0x3f)] {
+            r.store_u64(t.sb + SB_ROOT, p.encode()).unwrap();
+            assert!(t.get(&r, b"a").is_err(), "{kind:?} {p:?}");
+            assert!(t.put(&r, b"a", b"2", false).is_err(), "{kind:?} {p:?}");
+        }
+    }
+}

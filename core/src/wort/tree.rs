@@ -258,7 +258,7 @@ impl Tree {
             _ => nodes::node_len(p) as u64,
         };
         let o = p.offset();
-        if p != Ptr::Null && (o < self.heap.base || o + len > self.heap.durable_top) {
+        if p != Ptr::Null && (o < self.heap.base || o.saturating_add(len) > self.heap.durable_top) {
             return Err(corrupt(
                 o,
                 LayoutError::OutOfRange {
