@@ -287,6 +287,23 @@ pub fn encode_group(h: &GroupHeader, entries: &[Entry; NEIGHBOURHOOD], out: &mut
     put(out, STATES_AT, states | (sum >> 16) << 32);
 }
 
+/// Re-seals a group image in place: its checksum recomputed over its words as they stand,
+/// as [`encode_group`] stores it (which stores the same checksum for the words it writes).
+/// For tests that feed crafted groups to [`decode_group`] behind a valid checksum.
+pub fn seal_group(group: &mut [u8]) -> Result<(), LayoutError> {
+    if group.len() < GROUP_LEN {
+        return Err(LayoutError::Short {
+            need: GROUP_LEN,
+            got: group.len(),
+        });
+    }
+    let sum = group_sum(&group[..GROUP_LEN]);
+    let (stamps, states) = (word(group, 0), word(group, STATES_AT));
+    put(group, 0, stamps & STAMPS_MASK | (sum & 0xffff) << 48);
+    put(group, STATES_AT, states & STATES_MASK | (sum >> 16) << 32);
+    Ok(())
+}
+
 /// Verifies a group image (at least [`GROUP_LEN`] bytes) and decodes its 8 entries into
 /// `entries`; returns its header. A group whose words are not all of one write (its checksum
 /// fails), a group never written, or a bad slot state is an error (and `entries` is left

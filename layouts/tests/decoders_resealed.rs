@@ -14,6 +14,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 mod common;
 use common::{Rng, rounds};
 
+// SMART leaves and internal nodes, CHIME leaves, CANRT data nodes: one module each.
+#[path = "resealed/canrt_data.rs"]
+mod canrt_data;
+#[path = "resealed/chime.rs"]
+mod chime;
+#[path = "resealed/smart.rs"]
+mod smart;
+
 /// A boundary value, or a small perturbation of `near`.
 fn interesting(r: &mut Rng, near: u64) -> u64 {
     let shift = r.below(64);

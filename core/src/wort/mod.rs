@@ -148,4 +148,6 @@ impl fmt::Display for WortError {
 impl core::error::Error for WortError {}
 
 #[cfg(test)]
+mod nodes_fuzz;
+#[cfg(test)]
 mod tests;

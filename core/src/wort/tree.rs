@@ -258,7 +258,7 @@ impl Tree {
             _ => nodes::node_len(p) as u64,
         };
         let o = p.offset();
-        if p != Ptr::Null && (o < self.heap.base || o + len > self.heap.durable_top) {
+        if p != Ptr::Null && (o < self.heap.base || o.saturating_add(len) > self.heap.durable_top) {
             return Err(corrupt(
                 o,
                 LayoutError::OutOfRange {
@@ -553,9 +553,22 @@ impl Tree {
                         return Ok(false);
                     }
                     // Two leaves: a node at depth d whose prefix is their common digits.
+                    // Canonical keys differ in some digit; a leaf that agrees with `k` on
+                    // every digit from `d` on differs above `d`: it is not in this subtree
+                    // (a damaged child word), and the walk past the last digit is refused.
                     let mut m = d;
-                    while self.kind.digit(&lk, m) == self.kind.digit(&k, m) {
+                    while m < self.kind.digits()
+                        && self.kind.digit(&lk, m) == self.kind.digit(&k, m)
+                    {
                         m += 1;
+                    }
+                    if m == self.kind.digits() {
+                        return Err(corrupt(
+                            old,
+                            LayoutError::Inconsistent {
+                                what: "a leaf under a node its key does not lead to",
+                            },
+                        ));
                     }
                     let leaf = self.new_leaf(r, key, value)?;
                     let h = Header::with_prefix(d, m - d, |i| self.kind.digit(&k, i));
