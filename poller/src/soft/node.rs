@@ -1,7 +1,7 @@
 //! The soft fabric's memory node: a registered region (and device memory) in shared memory,
 //! its key, its connections, and the echo service on their receive queues.
 use super::qp::{Channel, SoftEndpoint, SoftQp};
-use super::serve::{last_words, serve_connection};
+use super::serve::{fence_farewell, last_words, serve_connection};
 use super::words;
 use super::words::{Persist, WordRegion};
 use crate::arena::{Mapping, PageKind};
@@ -497,6 +497,7 @@ impl SoftMemoryNode {
                 last_words(&mut **handler, replies, &region, *id, qp, buf);
                 dead.push((i, String::new()));
             } else if self.fenced(*slot) {
+                qp.refuse(&fence_farewell(self.cfg.node_id));
                 dead.push((i, format!("client of connection {id} was fenced")));
             } else if check_liveness && !qp.peer_alive() {
                 last_words(&mut **handler, replies, &region, *id, qp, buf);
@@ -669,6 +670,7 @@ impl SoftMemoryNode {
                     last_words(&mut **handler, replies, &region, *id, qp, &mut buf);
                     dead.push((i, String::new()));
                 } else if self.fenced(*slot) {
+                    qp.refuse(&fence_farewell(self.cfg.node_id));
                     dead.push((i, format!("client of connection {id} was fenced")));
                 } else if check && !qp.peer_alive() {
                     last_words(&mut **handler, replies, &region, *id, qp, &mut buf);

@@ -6,6 +6,16 @@ use super::words::WordRegion;
 use remora_core::fabric::{FabricError, QueuePair, RecvKind};
 use remora_core::server::{Handler, Replies};
 
+/// What a memory node tells a client it fenced (another client took over a lock the fenced
+/// one held past its lease, `Endpoint::fence`), before it closes the connection: the client's
+/// next verb fails with this reason (`FabricError::RemoteInvalid`), not with a dead peer.
+pub(super) fn fence_farewell(node: remora_layouts::NodeId) -> String {
+    format!(
+        "memory node {node}: this client was fenced (another client took over a lock it \
+         held past its lease) and its connection closed: reconnect"
+    )
+}
+
 /// Handles what a departed client queued after the last look (its replies go nowhere): a
 /// notice it sent just before it died is delivered, as a NIC delivers what it received.
 pub(super) fn last_words(
