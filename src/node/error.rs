@@ -90,10 +90,11 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Smart(e) => write!(f, "smart: {e}"),
-            Error::Sherman(e) => write!(f, "sherman: {e}"),
-            Error::Canrt(e) => write!(f, "canrt: {e}"),
-            Error::Erda(e) => write!(f, "erda: {e}"),
+            // Each index's error names its index itself ("smart: ...").
+            Error::Smart(e) => write!(f, "{e}"),
+            Error::Sherman(e) => write!(f, "{e}"),
+            Error::Canrt(e) => write!(f, "{e}"),
+            Error::Erda(e) => write!(f, "{e}"),
             Error::Catfish(e) => write!(f, "{e}"),
             Error::BadRect(r) => write!(
                 f,

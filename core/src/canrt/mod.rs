@@ -430,8 +430,9 @@ impl fmt::Display for CanrtError {
                 waited_ns,
             } => write!(
                 f,
-                "canrt: lock of data node {node}: ticket {served} held (unskipped) and ours \
-                 ({ticket}) not served after {waited_ns} ns (stopped server?)"
+                "canrt: lock of data node {node}: our ticket {ticket} not granted after \
+                 {waited_ns} ns (the node serves ticket {served}; is its server stopped, or \
+                 not skipping a dead holder?)"
             ),
             CanrtError::NodeFull { node, used, len } => write!(
                 f,

@@ -380,7 +380,7 @@ impl fmt::Display for ShermanError {
             ShermanError::ValueTooLong { len, max } => {
                 write!(
                     f,
-                    "value of {len} bytes exceeds the tree's value size {max}"
+                    "sherman: value of {len} bytes exceeds the tree's value size {max}"
                 )
             }
             ShermanError::BufferTooSmall { need, got } => {
@@ -406,7 +406,7 @@ impl fmt::Display for ShermanError {
                 )
             }
             ShermanError::NoTree { slot } => {
-                write!(f, "no sherman tree with this geometry in root slot {slot}")
+                write!(f, "sherman: no tree with this geometry in root slot {slot}")
             }
             ShermanError::Unsettled {
                 what,
