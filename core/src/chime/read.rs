@@ -10,7 +10,6 @@ use remora_layouts::chime::{
     Entry, GROUP_HEADER_LEN, GROUP_LEN, GroupHeader, LEAF_LEN, LOW_OFFSET, NEIGHBOURHOOD,
     PREFIX_LEN, decode_group, group_offset, home,
 };
-use std_alloc::vec::Vec;
 
 /// Bytes of the frame an internal page is read into on the way down.
 pub(super) const FRAME: usize = 1024;
@@ -294,18 +293,20 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut at = self.locate(from).await?.addr;
         let mut leaf = [0u8; LEAF_LEN];
         let mut t = Table::empty();
-        let mut batch: Vec<(u64, usize)> = Vec::with_capacity(remora_layouts::chime::SLOTS);
+        // A leaf's live keys at least `from`: at most its SLOTS, in the frame (no allocation).
+        let mut batch: heapless::Vec<(u64, usize), { remora_layouts::chime::SLOTS }> =
+            heapless::Vec::new();
         while seen < limit {
             let h = self
                 .read_run(at, Run::ALL, false, false, &mut leaf, &mut t)
                 .await?;
             batch.clear();
-            batch.extend(
-                t.e.iter()
-                    .enumerate()
-                    .filter(|(_, e)| e.live && e.key >= from)
-                    .map(|(s, e)| (e.key, s)),
-            );
+            for (s, e) in t.e.iter().enumerate().take(batch.capacity()) {
+                if e.live && e.key >= from {
+                    // Room for every slot: `take` bounds the slots to the capacity.
+                    let _ = batch.push((e.key, s));
+                }
+            }
             self.tree.endpoint().charge(Work::Sort(batch.len()));
             batch.sort_unstable();
             for &(k, s) in &batch {

@@ -264,6 +264,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             ),
             node: NodeCache::new(node, cfg.index_cache),
             pool: RefCell::new(Vec::new()),
+            batches: RefCell::new(Vec::new()),
             acquired: Cell::new(0),
             handovers: Cell::new(0),
             splits: Cell::new(0),

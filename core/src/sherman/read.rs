@@ -1,7 +1,7 @@
 //! Reads: page and leaf READs that verify, the descent, lookups and scans.
 use super::cache::child_for;
 use super::open::D_ROOT;
-use super::tree::{FRAME_PAGE, Sherman, raw_internal, raw_level, search_steps};
+use super::tree::{FRAME_PAGE, ScanBatch, Sherman, raw_internal, raw_level, search_steps};
 use super::wait::Patience;
 use super::{PageCheck, ShermanError};
 use crate::fabric::{Endpoint, QueuePair, Work};
@@ -9,7 +9,6 @@ use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{
     KEY_INFINITY, PageHeader, Slot, leaf_entry_bytes, leaf_slot, leaf_value, verify_leaf,
 };
-use std_alloc::vec::Vec;
 
 impl<'e, E: Endpoint> Sherman<'e, E> {
     /// READ a page until its image is whole and well-formed (for a leaf: its header; the
@@ -382,16 +381,25 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         limit: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize, ShermanError> {
+        let mut batch = self.batch();
         // As in `lookup`: small pages in the coroutine's frame.
-        if self.g.page_size <= FRAME_PAGE {
+        let r = if self.g.page_size <= FRAME_PAGE {
             let mut frame = [0u8; FRAME_PAGE];
-            return self
-                .scan_in(from, limit, visit, &mut frame[..self.g.page_size])
-                .await;
-        }
-        let mut buf = self.page();
-        let r = self.scan_in(from, limit, visit, &mut buf).await;
-        self.give(buf);
+            self.scan_in(
+                from,
+                limit,
+                visit,
+                &mut frame[..self.g.page_size],
+                &mut batch,
+            )
+            .await
+        } else {
+            let mut buf = self.page();
+            let r = self.scan_in(from, limit, visit, &mut buf, &mut batch).await;
+            self.give(buf);
+            r
+        };
+        self.give_batch(batch);
         r
     }
 
@@ -401,12 +409,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         limit: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]),
         buf: &mut [u8],
+        batch: &mut ScanBatch,
     ) -> Result<usize, ShermanError> {
         async {
             let mut key = from;
             let mut seen = 0usize;
             let mut addr = self.locate(key, buf).await?.0;
-            let mut batch: Vec<(u64, usize, usize)> = Vec::with_capacity(self.g.leaf_capacity());
             // Bounds the moves that make no progress (re-locating, moving right of `key`).
             let mut moves = self.patience();
             'pages: loop {
@@ -479,7 +487,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 // A key deleted and re-inserted into another slot while the READ ran can show
                 // up in both slots: report it once.
                 batch.dedup_by_key(|e| e.0);
-                for &(k, s, len) in &batch {
+                for &(k, s, len) in batch.iter() {
                     if seen >= limit {
                         break;
                     }

@@ -18,6 +18,9 @@ use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader, encode_leaf_en
 use std_alloc::vec;
 use std_alloc::vec::Vec;
 
+/// A leaf's live entries as a scan sorts them: key, slot, value length.
+pub(super) type ScanBatch = Vec<(u64, usize, usize)>;
+
 /// A handle's lock and split counters ([`Sherman::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ShermanStats {
@@ -60,6 +63,9 @@ pub struct Sherman<'e, E: Endpoint> {
     /// The compute node's index cache (its local lock table is in `locks`).
     pub(super) node: NodeCache,
     pub(super) pool: RefCell<Vec<Vec<u8>>>,
+    /// A scan's sort buffers (a leaf's live keys), kept between scans as `pool` keeps pages,
+    /// so a scan in steady state allocates nothing.
+    pub(super) batches: RefCell<Vec<ScanBatch>>,
     /// Leaf and page locks this handle took (remotely, by hand-over or by takeover).
     pub(super) acquired: Cell<u64>,
     /// Of those, the ones handed over by a thread of the same compute node.
@@ -231,6 +237,18 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     pub(super) fn give(&self, p: Vec<u8>) {
         self.pool.borrow_mut().push(p);
+    }
+
+    /// A scan's sort buffer, empty, with room for a leaf's entries.
+    pub(super) fn batch(&self) -> ScanBatch {
+        let mut b = self.batches.borrow_mut().pop().unwrap_or_default();
+        b.clear();
+        b.reserve(self.g.leaf_capacity());
+        b
+    }
+
+    pub(super) fn give_batch(&self, b: ScanBatch) {
+        self.batches.borrow_mut().push(b);
     }
 
     /// The bounds of every wait (the lease config, attempts capped by `lock_retries`).
