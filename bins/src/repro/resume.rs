@@ -346,6 +346,9 @@ mod tests {
         };
         let rs = runs(&e, false, None).unwrap();
         let steps = rs[0].labels().unwrap();
+        // Sherman's steps, not the default index's (SMART's): the labels a Sherman factors
+        // run gives its points (their file was never reused before).
+        assert_eq!(steps.first().map(String::as_str), Some("FG+"), "{steps:?}");
         assert!(steps.len() > 1, "{steps:?}");
         let pts: Vec<Point> = steps.iter().map(|l| pt(l, &rs[0].recorded())).collect();
         assert_eq!(check(&rs, &pts), Ok(()));

@@ -143,7 +143,11 @@ impl Run {
     /// The series labels its points get: the series' own, or each factor step's name for
     /// a `--factors` run.
     pub fn labels(&self) -> Result<Vec<String>, String> {
-        let a = parse_bench(&self.cmd)?;
+        let mut a = parse_bench(&self.cmd)?;
+        // `bench` sets the run's index from `--index` (one per run); a factors run has one.
+        if let Some(&kind) = a.indexes.first() {
+            a.index = kind;
+        }
         if a.factors {
             Ok(crate::bench::factor_steps(&a)?
                 .into_iter()
