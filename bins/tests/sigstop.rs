@@ -53,7 +53,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-#[path = "sigstop/hooked.rs"]
+#[path = "../../poller/tests/common/hooked.rs"]
 mod hooked;
 #[path = "sigstop/procs.rs"]
 mod procs;
