@@ -234,6 +234,18 @@ fn fg_plus_is_linearizable_on_soft_threads() {
     }
 }
 
+/// CHIME (Sherman with hopscotch leaves): its 64-slot leaves split under the 16 clients'
+/// keys, and its speculative reads (hotspot cache) race the writers' in-place updates.
+#[test]
+fn chime_is_linearizable_on_soft_threads() {
+    use remora_core::chime::{Chime, ChimeConfig};
+    let cfg = ChimeConfig::chime().with_cache(1 << 20);
+    for seed in 1..=2 {
+        let r = lin_soft!(plain_node(), seed, scans: true, |ep| Chime::create(ep, cfg));
+        assert_ok("chime", &r);
+    }
+}
+
 #[test]
 fn canrt_is_linearizable_on_soft_threads() {
     use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer};
