@@ -1,4 +1,5 @@
-//! Sherman and FG+ on the soft fabric with writer *processes* killed (SIGKILL) in the middle
+//! Sherman, FG+ and CHIME (on Sherman: its leaves hopscotch tables, written after a redo
+//! record as Sherman's) on the soft fabric with writer *processes* killed (SIGKILL) in the middle
 //! of their work, the reviewer's measurement of issue 10: before owned locks and repair, 61–88
 //! keys (Sherman) and 86–118 (FG+) failed for good after one kill. Three writers die: one at a
 //! random moment; one right after it took a lock (its queue pair, [`Stop`], rings no more
@@ -14,12 +15,14 @@
 //! slowest operation must stay under six leases plus 2 s. `SHERMAN_KILL_TRIALS` (default 1)
 //! repeats the whole campaign.
 //!
-//! Child processes are this test binary re-executed with `SHERMAN_KILL_CHILD` set.
+//! Child processes are this test binary re-executed with `SHERMAN_KILL_CHILD` set (and the
+//! tree's name in `SHERMAN_KILL_INDEX`).
 use remora_core::GlobalAddr;
 use remora_core::block_on::block_on;
+use remora_core::chime::ChimeConfig;
 use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, SegmentOrder};
 use remora_core::lease::LeaseConfig;
-use remora_core::sherman::{Sherman, ShermanConfig};
+use remora_core::sherman::ShermanConfig;
 use remora_poller::soft::{NodeConfig, SoftMemoryNode, SoftQp, control};
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -31,29 +34,34 @@ mod env;
 mod hooked;
 #[path = "common/kill.rs"]
 mod kill;
+#[path = "common/trees.rs"]
+mod trees;
 use env::env_count;
 use hooked::{HookedEp, PostHook};
 use kill::{
     Kid, Survey, WRITERS, halt, kill_when, progress_words, spawn_writer, survive, write_rounds,
 };
+use trees::Base;
 
 const CHILD: &str = "SHERMAN_KILL_CHILD";
 
-fn cfg(fg_plus: bool) -> ShermanConfig {
-    let base = if fg_plus {
-        ShermanConfig::fg_plus()
-    } else {
-        ShermanConfig::sherman()
+/// The tree named `name` (`sherman`, `fg+` or `chime`), with 256-byte pages and 200 ms leases.
+fn cfg(name: &str) -> Base {
+    let base = match name {
+        "sherman" => Base::Sherman(ShermanConfig::sherman()),
+        "fg+" => Base::Sherman(ShermanConfig::fg_plus()),
+        "chime" => Base::Chime(ChimeConfig::chime().with_cache(1 << 20)),
+        other => panic!("no tree {other}"),
     };
-    ShermanConfig {
+    base.with(ShermanConfig {
         page_size: 256,
         lease: LeaseConfig {
             lease_ns: 200_000_000,
             deadline_ns: 1_000_000_000,
             ..LeaseConfig::default()
         },
-        ..base
-    }
+        ..base.sherman()
+    })
 }
 
 /// Where a writer stops (and is killed), once armed.
@@ -177,7 +185,7 @@ fn child_entry() {
     };
     let me: u64 = me.parse().unwrap();
     let path = PathBuf::from(std::env::var("SHERMAN_KILL_SOCK").unwrap());
-    let fg = std::env::var("SHERMAN_KILL_FG").unwrap() == "1";
+    let name = std::env::var("SHERMAN_KILL_INDEX").unwrap();
     let base = GlobalAddr::from_raw(
         std::env::var("SHERMAN_KILL_PROGRESS")
             .unwrap()
@@ -206,7 +214,7 @@ fn child_entry() {
         seed: rounds,
     });
     block_on(async {
-        let t = Sherman::open(&stop, cfg(fg)).await.unwrap();
+        let t = cfg(&name).open(&stop).await.unwrap();
         write_rounds(&t, &ep, me, progress, rounds, &armed).await
     });
 }
@@ -216,8 +224,7 @@ fn takeover_word(progress: GlobalAddr, me: u64) -> GlobalAddr {
     progress.add((WRITERS + me) * 8)
 }
 
-fn run(fg: bool) {
-    let name = if fg { "fg+" } else { "sherman" };
+fn run(name: &str) {
     let path = std::env::temp_dir().join(format!(
         "remora-sherman-kill-{}-{name}.sock",
         std::process::id()
@@ -231,7 +238,7 @@ fn run(fg: bool) {
     let _l = control::listen(&node, &path).unwrap();
     let ep = node.endpoint().unwrap();
     let qp = ep.qp(0).unwrap();
-    let t = block_on(Sherman::create(&ep, cfg(fg))).unwrap();
+    let t = block_on(cfg(name).create(&ep)).unwrap();
     let progress = progress_words(qp);
     let mut seed = std::process::id() as u64 | 1;
     let mut min_rounds = [0u64; WRITERS as usize];
@@ -245,7 +252,7 @@ fn run(fg: bool) {
         .map(|me| {
             let env = [
                 ("SHERMAN_KILL_SOCK", path.display().to_string()),
-                ("SHERMAN_KILL_FG", if fg { "1" } else { "0" }.to_string()),
+                ("SHERMAN_KILL_INDEX", name.to_string()),
                 ("SHERMAN_KILL_PROGRESS", progress.raw().to_string()),
                 ("SHERMAN_KILL_ROUNDS", min_rounds[me as usize].to_string()),
             ];
@@ -267,7 +274,7 @@ fn run(fg: bool) {
         total,
         failures,
     } = block_on(survive(&t, qp, progress));
-    let lease = Duration::from_nanos(cfg(fg).lease.lease_ns);
+    let lease = Duration::from_nanos(cfg(name).sherman().lease.lease_ns);
     println!(
         "{name}: {WRITERS} writer processes killed after {acked} acknowledged rounds; the \
          survivor's first write completed {:?} after the last kill, its slowest operation took \
@@ -275,7 +282,7 @@ fn run(fg: bool) {
          {:?}; failures: {failures:?}",
         first_write,
         total,
-        t.repairs(),
+        t.sherman().repairs(),
     );
     assert!(failures.is_empty(), "{name}: {failures:?}");
     assert_eq!(stopped, 2, "{name}: writers 1 and 2 stop where told");
@@ -289,7 +296,7 @@ fn run(fg: bool) {
             u64::from_le_bytes(b)
         })
         .sum();
-    let r = t.repairs();
+    let r = t.sherman().repairs();
     assert!(
         r.takeovers + by_writers >= 2 && r.takeovers >= 1 && r.leaves_redone >= 1,
         "{name}: the locks of both stopped writers must be taken over (survivor {r:?}, \
@@ -309,7 +316,7 @@ fn sherman_survives_writer_processes_killed_mid_operation() {
         return;
     }
     for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
-        run(false);
+        run("sherman");
     }
 }
 
@@ -319,6 +326,16 @@ fn fg_plus_survives_writer_processes_killed_mid_operation() {
         return;
     }
     for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
-        run(true);
+        run("fg+");
+    }
+}
+
+#[test]
+fn chime_survives_writer_processes_killed_mid_operation() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
+        run("chime");
     }
 }
