@@ -19,6 +19,9 @@ use remora::poller::soft::{NodeConfig, SoftMemoryNode};
 use std::cell::RefCell;
 use std::time::Instant;
 
+#[path = "check_bulk.rs"]
+mod check_bulk;
+
 /// `remora check`: the fabric conformance suite, or with `--linearizability` an index's
 /// histories.
 #[derive(Debug, Clone, Args)]
@@ -65,6 +68,9 @@ impl CheckArgs {
         }
         if self.lin.linearizability && (p.connect.is_some() || self.allow_revoke) {
             unused.push("--connect/--allow-revoke (the linearizability check runs its own node)");
+        }
+        if !self.lin.linearizability && self.lin.bulk_load > 0 {
+            unused.push("--bulk-load (only with --linearizability)");
         }
         if self.allow_revoke && p.connect.is_none() {
             unused.push("--allow-revoke (only with --connect)");
@@ -132,6 +138,11 @@ pub struct LinArgs {
     /// the factor analysis's in-place steps do (`SmartConfig::leaf_handover`).
     #[arg(long)]
     pub leaf_handover: bool,
+    /// Bulk-load the index with N keys before the clients start (below every key of the
+    /// workload, read back after it), to check a loaded tree: sim only; smart, sherman,
+    /// fg-plus and canrt (`check_bulk.rs`).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub bulk_load: u64,
     /// Write the whole history of every seed with a violation or an inconclusive key to
     /// `DIR/seed-N.txt` (one operation a line, by invocation time), to read beside the
     /// report's minimal sub-history.
@@ -313,27 +324,56 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
         seed,
         ..SimConfig::default()
     };
-    let server = cfg.server_handler(scfg.region_len, scfg.chunk_size)?;
+    let mut server = cfg.server_handler(scfg.region_len, scfg.chunk_size)?;
     // The clients of one compute node share its per-node state, as in `remora bench`.
     let states: Vec<NodeState> = (0..4).map(|_| NodeState::new(cfg)).collect();
-    let mut sim = Sim::new(SimConfig {
+    let scfg = SimConfig {
         memory_nodes: if server.is_some() { 1 } else { 2 },
         ..scfg
-    })
+    };
+    let (n, said) = (a.bulk_load, RefCell::new(None));
+    let mut sim = match server.as_mut() {
+        Some(h) if n > 0 && check_bulk::server_built(cfg) => {
+            let mut images = Sim::new(scfg.clone()).map_err(|e| e.0)?.into_images();
+            *said.borrow_mut() = Some(check_bulk::build_image(
+                cfg,
+                &mut images,
+                h.as_mut(),
+                n,
+                a.key_bytes,
+            )?);
+            Sim::with_images(scfg, images)
+        }
+        _ => Sim::new(scfg),
+    }
     .map_err(|e| e.0)?;
     if let Some(h) = server {
         sim.set_handler(0, h).map_err(|e| e.0)?;
     }
     let first = sim.client(0).map_err(|e| e.0)?;
-    let errs = &errors;
+    let (errs, said_r) = (&errors, &said);
     sim.spawn_with(&first, 0, move |ctx| async move {
-        if let Err(e) = Handle::open(ctx.ep(), cfg).await {
+        let r = match Handle::open(ctx.ep(), cfg).await {
+            Ok(h) if n > 0 && !check_bulk::server_built(cfg) => {
+                check_bulk::client_load(&h, n).await.map(|s| {
+                    *said_r.borrow_mut() = Some(s);
+                })
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
             errs.borrow_mut().push(format!("creating the index: {e}"));
         }
     });
     sim.run();
     if let Some(e) = errors.borrow().first() {
         return Err(format!("seed {seed}: {e}"));
+    }
+    if let Some(s) = said.borrow().as_ref()
+        && seed_is_first(a, seed)
+    {
+        println!("{s}");
     }
     let scans = !matches!(cfg, IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. });
     for c in 0..clients {
@@ -352,7 +392,24 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
             }
         });
     }
-    let r = sim.run();
+    let mut r = sim.run();
+    if n > 0 && r.unfinished == 0 && errors.borrow().is_empty() {
+        // The loaded keys, read back after the workload.
+        let c = sim.client(0).map_err(|e| e.0)?;
+        let errs = &errors;
+        let key_bytes = a.key_bytes;
+        sim.spawn_with(&c, 0, move |ctx| async move {
+            let r = match Handle::open_on(ctx.ep(), cfg, &NodeState::new(cfg)).await {
+                Ok(h) => check_bulk::read_back(&h, n, key_bytes).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                errs.borrow_mut()
+                    .push(format!("reading the loaded keys back: {e}"));
+            }
+        });
+        r = sim.run();
+    }
     drop(sim);
     if r.unfinished > 0 {
         return Err(format!(
@@ -526,6 +583,7 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
         _ => return Err("--leaf-handover: only with --index smart".into()),
     };
     refuse_weak(&cfg)?;
+    check_bulk::refuse(&cfg, fabric, a.bulk_load)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);
     let (mut check_s, wall) = (0f64, Instant::now());
     for seed in seeds {

@@ -274,7 +274,7 @@ fn victim_value(j: usize) -> u64 {
 
 /// What the victim did: per key it wrote, what it left there (acknowledged), and the write
 /// it died in (key, what that write would leave).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Done {
     acked: BTreeMap<u64, Option<u64>>,
     in_flight: Option<(u64, Option<u64>)>,
@@ -284,7 +284,7 @@ impl Done {
     /// What `k` may hold: its acknowledged value (else its loaded one, if it is loaded key
     /// `i`), or the write in flight's.
     fn allowed(&self, k: u64) -> Vec<Option<u64>> {
-        let loaded = (k >= BASE && (k - BASE) % 3 == 0 && (k - BASE) / 3 < N)
+        let loaded = (k >= BASE && (k - BASE).is_multiple_of(3) && (k - BASE) / 3 < N)
             .then(|| val(value((k - BASE) / 3)));
         let mut a = vec![self.acked.get(&k).copied().unwrap_or(loaded)];
         if let Some((f, v)) = self.in_flight
@@ -454,7 +454,9 @@ fn run(tree: Tree, seed: u64, crash: Option<u64>) -> Run {
             }
             let r = match tree.open(ctx.ep()).await {
                 Ok(t) => {
-                    let r = audit(&t, &done.borrow()).await;
+                    // The victim is over: what it did is final.
+                    let d = done.borrow().clone();
+                    let r = audit(&t, &d).await;
                     fixes.set(fixes.get() + t.fixes());
                     r
                 }
