@@ -137,6 +137,16 @@ pub struct PerfArgs {
     /// (`--seconds` per index, `--coroutines` on one thread).
     #[arg(long)]
     pub fake: bool,
+    /// No fabric: time each kind of client CPU work the sim charges (CRC, decode, scan,
+    /// probe, compare, sort, rect, key generation) on this host with the indexes' code
+    /// paths, and print it beside the sim model's figure (model ns, measured ns, ratio,
+    /// within 10%?, the parameter). `--profile`/`--model`/`--set` choose the model.
+    #[arg(long)]
+    pub cpu_calibration: bool,
+    /// With `--cpu-calibration`: also write the table as markdown to this file (e.g.
+    /// docs/cpu-calibration.md), with the host, the date and each parameter's source.
+    #[arg(long, requires = "cpu_calibration", value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// A duration in seconds: finite and positive (NaN, infinity, zero and negatives are refused

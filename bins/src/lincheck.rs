@@ -57,6 +57,9 @@ impl CheckArgs {
         if p.json.is_some() {
             unused.push("--json");
         }
+        if p.cpu_calibration {
+            unused.push("--cpu-calibration (a perf mode)");
+        }
         if p.no_pin {
             unused.push("--no-pin");
         }

@@ -208,6 +208,8 @@ fn main() -> ExitCode {
             }
         }),
         Cmd::Perf(a) if a.sim.show_model => perf_sim::show_model(&a.sim),
+        Cmd::Perf(a) if a.cpu_calibration => perf_sim::model_from(&a.sim)
+            .and_then(|m| bench::cpu_calibration::run(&m, a.out.as_deref())),
         Cmd::Perf(a) => {
             let rows = perf_flags_apply(&a).and_then(|()| match a.fabric {
                 FabricKind::Soft => perf::run(&a),

@@ -31,7 +31,9 @@ pub enum Work {
     Crc64Clmul(usize),
     /// Bytes of a node or page image read from a memory node and decoded into the client's
     /// view of it (SMART inner nodes, Sherman page headers and versions, CANRT headers,
-    /// WORT/WOART nodes, Erda bucket images, Catfish nodes).
+    /// WORT/WOART nodes, Erda bucket images, Catfish nodes). Charged as a fixed part per
+    /// decode and a cost per byte: SMART's decode fills a whole 256-slot image whatever the
+    /// node's type, so a small node costs more than its bytes.
     Decode(usize),
     /// Entries examined by a linear scan: slots of a Sherman leaf, items of a CANRT data
     /// node, children of a SMART Node4-256 or WOART node, entries of an Erda neighbourhood.

@@ -1,334 +1,374 @@
 //! The client-CPU calibration table: each kind of client work the sim charges
 //! (`remora::core::work::Work`) timed on this host with the code paths that do it, beside the
-//! sim model's figure for the same work. Run it in release, alone, and read the table:
+//! sim model's figure for the same work.
 //!
-//! `cargo test --release -p remora-bins cpu_calibration -- --nocapture`
+//! `remora perf --cpu-calibration [--out docs/cpu-calibration.md]` prints the table (and
+//! writes it as markdown); `cargo test --release -p remora-bins cpu_calibration --
+//! --nocapture` runs the same measurement as a test.
 //!
-//! Each figure is the minimum over repetitions of the mean over a batch (the minimum beats a
-//! shared machine's noise: interference only ever adds time). The test fails only on a gross
-//! error (a ratio outside 0.33-3x), so that a noisy machine does not flake it; the printed
-//! ratios are the figure (goal: within 10%).
-use super::ycsb::{Distribution, KeyChooser, KeyType, Rng, key_of_within};
-use remora::core::erda::object_checksum;
+//! What is timed ([`cases`]): the functions the indexes call (Erda's `object_checksum`,
+//! SMART's `leaf_crc`, Catfish's `node_crc` and `Rect::intersects`, Sherman's
+//! `PageHeader::decode` and `verify_leaf`, the bench's YCSB key chooser), on inputs behind
+//! `black_box`, each case stating the `Work` its index charges for one run. How: the thread
+//! is pinned to one core; each case is first warmed up and sized to a batch of about
+//! [`BATCH_NS`]; then [`ROUNDS`] rounds each time one batch of every case, in an order that
+//! rotates every round (so a burst of load on the shared host hits all kinds alike); a case's
+//! figure is the minimum over the rounds of its batch's mean time per run (interference
+//! only ever adds time), the median is printed beside it as a measure of the noise.
+//!
+//! The test fails when a ratio model / measured leaves 0.5-2x (a model that drifted, or a
+//! code path that changed cost). The 10% goal is shown by the committed table, generated on
+//! a quiet host, not by a timed test on a shared one.
+mod cases;
+
+use cases::{Case, cases};
 use remora::core::work::Work;
-use remora::layouts::catfish::{FANOUT, MAX_FANOUT, Rect, node_checksum_offset, node_crc};
-use remora::layouts::sherman::{
-    Geometry, KEY_INFINITY, PageHeader, encode_leaf_entry, internal_entry, seal,
-    set_internal_entry, verify_leaf,
-};
-use remora::layouts::smart::leaf_crc;
 use remora::poller::sim::Model;
-use std::collections::BTreeMap;
-use std::hint::black_box;
+use std::fmt::Write as _;
 use std::time::Instant;
 
-/// Repetitions per row; each times a batch of `iters` runs.
-const REPS: usize = 41;
+/// Rounds of the interleaved measurement.
+const ROUNDS: usize = 400;
+/// Target time of one timed batch, in ns: short enough that most batches see no
+/// preemption, long enough that the clock's own cost (~20-40 ns a read) is amortised.
+const BATCH_NS: f64 = 20_000.0;
+/// The "within" band of the table: |model / measured - 1| at most this.
+pub const WITHIN: f64 = 0.10;
 
-/// Minimum over [`REPS`] of the mean time of one run of `f`, in ns.
-fn time_ns(iters: usize, mut f: impl FnMut(usize)) -> f64 {
-    for i in 0..iters {
-        f(i); // warm caches and branch predictors
-    }
-    let mut best = f64::MAX;
-    for _ in 0..REPS {
-        let t = Instant::now();
-        for i in 0..iters {
-            f(i);
-        }
-        best = best.min(t.elapsed().as_nanos() as f64 / iters as f64);
-    }
-    best
+/// One row of the table.
+pub struct Row {
+    pub what: &'static str,
+    pub work: Work,
+    /// Minimum over rounds of the mean ns per run (after any floor subtracted).
+    pub min_ns: f64,
+    /// Median over rounds of the mean ns per run.
+    pub median_ns: f64,
+    pub model_ns: f64,
 }
 
-/// The sim's CPU time for `w` under model `m`, in ns (as the engine computes it).
-fn model_ns(m: &Model, w: Work) -> f64 {
-    let s = m.client_cpu_scale;
+impl Row {
+    pub fn ratio(&self) -> f64 {
+        self.model_ns / self.min_ns.max(1e-3)
+    }
+    pub fn within(&self) -> bool {
+        (self.ratio() - 1.0).abs() <= WITHIN
+    }
+}
+
+/// The sim's CPU time for `w` under model `m`, in ns, as the engine computes it
+/// (`poller/src/sim/engine/timing.rs`, `Tm::work_ps`): a fixed part per charge and a cost
+/// per unit, CRC-32C from `client_crc32c_hw_min_bytes` on the instruction line.
+pub fn model_ns(m: &Model, w: Work) -> f64 {
+    let [call, per] = params(w);
+    let get = |p: &str| {
+        if p.is_empty() {
+            0.0
+        } else {
+            m.get(p).unwrap_or(f64::NAN)
+        }
+    };
     let n = w.units() as f64;
-    let (call, per) = match w {
-        Work::Crc32c(_) => (m.client_crc32c_call_ns, m.client_crc32c_ns_per_byte),
-        Work::Crc64(_) => (m.client_crc64_call_ns, m.client_crc64_ns_per_byte),
-        Work::Decode(_) => (0.0, m.client_decode_ns_per_byte),
-        Work::Scan(_) => (0.0, m.client_scan_ns),
-        Work::Probe(_) => (0.0, m.client_probe_ns),
-        Work::Compare(_) => (0.0, m.client_compare_ns),
-        Work::Sort(_) => (0.0, m.client_sort_ns),
-        Work::Rect(_) => (0.0, m.client_rect_ns),
-        Work::KeyGen(_) => (0.0, m.client_keygen_ns),
-        Work::Crc64Clmul(_) => (m.client_crc64clmul_call_ns, m.client_crc64clmul_ns_per_byte),
-    };
-    let t = match w {
-        // The instruction line from the hardware threshold on, as the engine charges it.
-        Work::Crc32c(b) if b as f64 >= m.client_crc32c_hw_min_bytes => {
-            m.client_crc32c_hw_call_ns + n * m.client_crc32c_hw_ns_per_byte
+    m.client_cpu_scale * (get(call) + n * get(per))
+}
+
+/// The model parameters charging `w`: [fixed part per charge ("" if none), per unit].
+pub fn params(w: Work) -> [&'static str; 2] {
+    let hw_min = Model::default().client_crc32c_hw_min_bytes;
+    match w {
+        Work::Crc32c(b) if b as f64 >= hw_min => {
+            ["client_crc32c_hw_call_ns", "client_crc32c_hw_ns_per_byte"]
         }
-        _ => call + n * per,
-    };
-    s * t
+        Work::Crc32c(_) => ["client_crc32c_call_ns", "client_crc32c_ns_per_byte"],
+        Work::Crc64(_) => ["client_crc64_call_ns", "client_crc64_ns_per_byte"],
+        Work::Crc64Clmul(_) => ["client_crc64clmul_call_ns", "client_crc64clmul_ns_per_byte"],
+        Work::Decode(_) => ["client_decode_call_ns", "client_decode_ns_per_byte"],
+        Work::Scan(_) => ["", "client_scan_ns"],
+        Work::Probe(_) => ["", "client_probe_ns"],
+        Work::Compare(_) => ["", "client_compare_ns"],
+        Work::Sort(_) => ["", "client_sort_ns"],
+        Work::Rect(_) => ["", "client_rect_ns"],
+        Work::KeyGen(_) => ["", "client_keygen_ns"],
+    }
 }
 
-/// A sealed Sherman internal page with `n` separators.
-fn internal_page(g: &Geometry, n: usize) -> Vec<u8> {
-    let mut p = vec![0u8; g.page_size];
-    let h = PageHeader {
-        front_version: 2,
-        meta: PageHeader::pack_meta(1, false, n),
-        low_fence: 0,
-        high_fence: KEY_INFINITY,
-        leftmost: 8,
-        ..Default::default()
-    };
-    h.encode(&mut p);
-    for i in 0..n {
-        set_internal_entry(&mut p, g, i, 100 * (i as u64 + 1), 64 * (i as u64 + 2));
-    }
-    seal(&mut p, g);
-    p
+/// Pins this thread to the host's last core (the first is where the OS tends to put its
+/// own work); the core, or `None` if pinning is not possible here.
+fn pin() -> Option<usize> {
+    let id = core_affinity::get_core_ids()?.into_iter().last()?;
+    core_affinity::set_for_current(id).then_some(id.id)
 }
 
-/// A sealed, full Sherman leaf.
-fn full_leaf(g: &Geometry) -> Vec<u8> {
-    let mut p = vec![0u8; g.page_size];
-    let v = 4;
-    let h = PageHeader {
-        front_version: v,
-        meta: PageHeader::pack_meta(0, true, 0),
-        low_fence: 0,
-        high_fence: KEY_INFINITY,
-        ..Default::default()
-    };
-    h.encode(&mut p);
-    for s in 0..g.leaf_capacity() {
-        let at = g.leaf_entry_offset(s);
-        let out = &mut p[at..at + g.leaf_entry_size()];
-        encode_leaf_entry(out, 1000 + s as u64, &[7u8; 8], 1, true, v);
-    }
-    seal(&mut p, g);
-    p
-}
-
-/// One row: what was timed, the work as the index code states it, the measured time.
-struct Row {
-    what: &'static str,
-    work: Work,
-    measured_ns: f64,
-}
-
-fn measure() -> Vec<Row> {
-    let mut rows = Vec::new();
-    // CRC-32C through Erda's object checksum (header word + key + value), both sides of its
-    // hardware threshold.
-    let buf = vec![0x5au8; 4096 + 16];
-    for (what, len) in [
-        ("erda object_checksum, 40 B", 40usize),
-        ("erda object_checksum, 120 B", 120),
-        ("erda object_checksum, 256 B", 256),
-        ("erda object_checksum, 1 KiB", 1024),
-        ("erda object_checksum, 4 KiB", 4000),
-    ] {
-        let t = time_ns(5_000, |i| {
-            black_box(object_checksum(
-                &buf[..8],
-                black_box(&buf[8 + (i & 7)..len + (i & 7)]),
-            ));
-        });
-        rows.push(Row {
-            what,
-            work: Work::Crc32c(len),
-            measured_ns: t,
-        });
-    }
-    // CRC-64, slice-by-16: the table line (both CRC-64s on a CPU without the carry-less
-    // multiply, or a target built without SSE).
-    let crc64: crc::Crc<u64, crc::Table<16>> =
-        crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_ECMA_182);
-    for (what, len) in [
-        ("crc64 tables (no clmul), 64 B", 64usize),
-        ("crc64 tables (no clmul), 1 KiB", 1024),
-    ] {
-        let t = time_ns(5_000, |i| {
-            let mut d = crc64.digest();
-            d.update(&[1]);
-            d.update(black_box(&buf[(i & 7)..len - 1 + (i & 7)]));
-            black_box(d.finalize());
-        });
-        rows.push(Row {
-            what,
-            work: Work::Crc64(len),
-            measured_ns: t,
-        });
-    }
-    // CRC-64/XZ by carry-less multiply: SMART's leaf checksum as core::smart::remote
-    // computes it (the valid byte folded in, then the meta word, key and value area).
-    for (what, len) in [
-        ("smart leaf_crc (clmul), 64 B", 64usize),
-        ("smart leaf_crc (clmul), 1 KiB", 1024),
-    ] {
-        let t = time_ns(5_000, |i| {
-            black_box(leaf_crc(true, black_box(&buf[(i & 7)..len - 1 + (i & 7)])));
-        });
-        rows.push(Row {
-            what,
-            work: Work::Crc64Clmul(len),
-            measured_ns: t,
-        });
-    }
-    // CRC-64/ECMA-182 by carry-less multiply: Catfish's node check (catfish::node_crc over
-    // head version + entries) at the default fanout, 30 and the largest, 130.
-    for (what, fanout) in [
-        ("catfish node_crc (clmul), fanout 16", FANOUT),
-        ("catfish node_crc (clmul), fanout 30", 30),
-        ("catfish node_crc (clmul), fanout 130", MAX_FANOUT),
-    ] {
-        let len = node_checksum_offset(fanout);
-        let t = time_ns(5_000, |i| {
-            black_box(node_crc(black_box(&buf[(i & 7)..len + (i & 7)])));
-        });
-        rows.push(Row {
-            what,
-            work: Work::Crc64Clmul(len),
-            measured_ns: t,
-        });
-    }
-    let g = Geometry::new(1024, 8).expect("Sherman's geometry");
-    // Decode: a Sherman internal page checked and decoded (its checksum covers the page).
-    let page = internal_page(&g, g.internal_capacity());
-    let t = time_ns(5_000, |_| {
-        black_box(PageHeader::decode(black_box(&page), &g).expect("a sealed page"));
-    });
-    rows.push(Row {
-        what: "sherman internal page decode, 1 KiB",
-        work: Work::Decode(g.page_size),
-        measured_ns: t,
-    });
-    // Scan: every slot of a full Sherman leaf verified and matched.
-    let leaf = full_leaf(&g);
-    let cap = g.leaf_capacity();
-    let t = time_ns(5_000, |_| {
-        let mut found = 0u64;
-        verify_leaf(black_box(&leaf), &g, 4, |s, _| found += s as u64).expect("a whole leaf");
-        black_box(found);
-    });
-    rows.push(Row {
-        what: "sherman verify_leaf, 39 slots",
-        work: Work::Scan(cap),
-        measured_ns: t,
-    });
-    // Compare: a binary search over the internal page's separators (as sherman's child_for).
-    let n = g.internal_capacity();
-    let steps = (usize::BITS - n.leading_zeros()) as usize;
-    let t = time_ns(10_000, |i| {
-        let key = black_box(((i * 7919) % (100 * n)) as u64);
-        let (mut lo, mut hi) = (0usize, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let (k, _) = internal_entry(&page, &g, mid).expect("an entry");
-            if k <= key { lo = mid + 1 } else { hi = mid }
+/// Runs every case as the module doc says; rows in table order, and the pinned core.
+pub fn measure(m: &Model, rounds: usize) -> (Vec<Row>, Option<usize>) {
+    let core = pin();
+    let mut cs: Vec<Case> = cases();
+    // Warm up and size each case's batch.
+    let mut iters = Vec::with_capacity(cs.len());
+    for c in cs.iter_mut() {
+        let mut n = 1u32;
+        loop {
+            let t = Instant::now();
+            (c.run)(n);
+            let dt = t.elapsed().as_nanos() as f64;
+            if dt >= BATCH_NS || n >= 1 << 24 {
+                // Once more at the size found, then settle on it.
+                n = ((n as f64 * BATCH_NS / dt.max(1.0)).ceil() as u32).max(1);
+                (c.run)(n);
+                break;
+            }
+            n *= 2;
         }
-        black_box(lo);
-    });
-    rows.push(Row {
-        what: "sherman internal binary search, 59 entries",
-        work: Work::Compare(steps),
-        measured_ns: t,
-    });
-    // Probe: Sherman's index cache (a BTreeMap of level-1 pages by low fence), 4096 pages.
-    let mut cache: BTreeMap<u64, [u64; 4]> = BTreeMap::new();
-    for i in 0..4096u64 {
-        cache.insert(i * 1_000_003, [i; 4]);
+        iters.push(n);
     }
-    let mut rng = Rng::new(7);
-    let keys: Vec<u64> = (0..4096).map(|_| rng.below(4096 * 1_000_003)).collect();
-    let t = time_ns(10_000, |i| {
-        black_box(cache.range(..=keys[i & 4095]).next_back());
-    });
-    rows.push(Row {
-        what: "index cache probe (BTreeMap, 4096 pages)",
-        work: Work::Probe(1),
-        measured_ns: t,
-    });
-    // Sort: a leaf's worth of (key, slot, len) entries, as a Sherman scan sorts them.
-    let mut rng = Rng::new(11);
-    let shuffled: Vec<[(u64, usize, usize); 39]> = (0..64)
-        .map(|_| core::array::from_fn(|s| (rng.next_u64(), s, 8)))
-        .collect();
-    let copy = time_ns(5_000, |i| {
-        black_box(shuffled[i & 63]);
-    });
-    let t = time_ns(5_000, |i| {
-        let mut b = shuffled[i & 63];
-        b.sort_unstable_by_key(|e| e.0);
-        black_box(b);
-    });
-    rows.push(Row {
-        what: "sort of 39 scan entries",
-        work: Work::Sort(39),
-        measured_ns: (t - copy).max(0.0),
-    });
-    // Rect: a Catfish node's entries tested against a search window.
-    let mut rng = Rng::new(13);
-    let rects: Vec<Rect> = (0..64)
-        .map(|_| {
-            let (x, y) = (rng.below(1 << 20) as i32, rng.below(1 << 20) as i32);
-            Rect::new(x, y, x + 500, y + 500).expect("a rectangle")
+    let k = cs.len();
+    let mut per_run: Vec<Vec<f64>> = vec![Vec::with_capacity(rounds); k];
+    for r in 0..rounds {
+        for j in 0..k {
+            let i = (r + j) % k;
+            let t = Instant::now();
+            (cs[i].run)(iters[i]);
+            per_run[i].push(t.elapsed().as_nanos() as f64 / iters[i] as f64);
+        }
+    }
+    let min = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
+    let median = |v: &[f64]| {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    };
+    let rows = cs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let work = c.work?;
+            let floor = |f: fn(&[f64]) -> f64| c.minus.map_or(0.0, |j| f(&per_run[j]));
+            Some(Row {
+                what: c.what,
+                work,
+                min_ns: (min(&per_run[i]) - floor(min)).max(0.0),
+                median_ns: (median(&per_run[i]) - floor(median)).max(0.0),
+                model_ns: model_ns(m, work),
+            })
         })
         .collect();
-    let window = Rect::new(1 << 18, 1 << 18, 1 << 19, 1 << 19).expect("a window");
-    let t = time_ns(10_000, |_| {
-        let w = black_box(window);
-        black_box(rects.iter().filter(|r| r.intersects(&w)).count());
-    });
-    rows.push(Row {
-        what: "catfish rect intersects, 64 entries",
-        work: Work::Rect(64),
-        measured_ns: t,
-    });
-    // KeyGen: the bench's zipfian chooser and key bytes.
-    let mut chooser = KeyChooser::new(Distribution::Zipfian, 1_000_000, 0.99);
-    let mut rng = Rng::new(17);
-    let mut key = [0u8; 32];
-    let t = time_ns(10_000, |_| {
-        let n = chooser.next(&mut rng, 1_000_000);
-        black_box(key_of_within(KeyType::Int, n, &mut key, 32));
-    });
-    rows.push(Row {
-        what: "ycsb zipfian key, 8 B int",
-        work: Work::KeyGen(1),
-        measured_ns: t,
-    });
-    rows
+    (rows, core)
 }
 
-#[test]
-fn client_cpu_model_matches_the_host() {
-    if cfg!(debug_assertions) {
-        eprintln!("client-CPU calibration: timings are only meaningful in release; skipped");
-        return;
+/// The host's CPU model name (Linux), for the table's heading.
+fn cpu_name() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into())
+}
+
+/// Today's UTC date, yyyy-mm-dd (civil from days since 1970-01-01, H. Hinnant's algorithm).
+fn utc_date() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let z = secs.div_euclid(86_400) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02}")
+}
+
+fn work_label(w: Work) -> String {
+    format!("{}({})", w.name(), w.count())
+}
+
+fn param_label(w: Work) -> String {
+    let [call, per] = params(w);
+    if call.is_empty() {
+        per.to_string()
+    } else {
+        format!("{call} + {per}")
     }
-    let m = Model::default();
-    let rows = measure();
-    println!(
-        "{:<44} | {:<14} | {:>9} | {:>11} | {:>5}",
-        "code path", "work", "model ns", "measured ns", "ratio"
+}
+
+/// The table as plain text.
+pub fn text_table(rows: &[Row]) -> String {
+    let mut s = format!(
+        "{:<42} | {:<16} | {:>8} | {:>8} | {:>8} | {:>5} | {:<6} | parameter\n",
+        "code path", "work", "model ns", "min ns", "median", "ratio", "10%?"
     );
-    let mut bad = Vec::new();
-    for r in &rows {
-        let model = model_ns(&m, r.work);
-        let ratio = model / r.measured_ns.max(1e-3);
-        println!(
-            "{:<44} | {:<14} | {:>9.1} | {:>11.1} | {:>5.2}",
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<42} | {:<16} | {:>8.1} | {:>8.1} | {:>8.1} | {:>5.2} | {:<6} | {}",
             r.what,
-            format!("{}({})", r.work.name(), r.work.count()),
-            model,
-            r.measured_ns,
-            ratio
+            work_label(r.work),
+            r.model_ns,
+            r.min_ns,
+            r.median_ns,
+            r.ratio(),
+            if r.within() { "yes" } else { "NO" },
+            param_label(r.work)
         );
-        if !(0.33..=3.0).contains(&ratio) {
-            bad.push((r.what, ratio));
+    }
+    let n = rows.iter().filter(|r| r.within()).count();
+    let _ = writeln!(s, "{n} of {} rows within 10%", rows.len());
+    s
+}
+
+/// The table as markdown, with its command, host and each parameter's value and source.
+pub fn markdown(rows: &[Row], m: &Model, core: Option<usize>, rounds: usize) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Client-CPU calibration\n");
+    let _ = writeln!(
+        s,
+        "Generated by `remora perf --cpu-calibration --out docs/cpu-calibration.md` \
+         (bins/src/bench/cpu_calibration.rs) on {}, {}, pinned to core {}, {} interleaved \
+         rounds of ~{} us batches per code path. *model ns*: the sim's charge for the work \
+         the index states (`client_cpu_scale` {}); *min ns*: the minimum over the rounds of \
+         a batch's mean time per run (the figure compared); *median*: the same rounds' \
+         median, a measure of the host's noise. Within 10%: |model / min - 1| <= 0.10.\n",
+        utc_date(),
+        cpu_name(),
+        core.map_or("none (not pinned)".into(), |c| c.to_string()),
+        rounds,
+        BATCH_NS / 1000.0,
+        m.client_cpu_scale,
+    );
+    let _ = writeln!(
+        s,
+        "| code path | work | model ns | min ns | median ns | model / min | within 10% | parameter |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|:---:|---|");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | {:.1} | {:.1} | {:.1} | {:.2} | {} | `{}` |",
+            r.what,
+            work_label(r.work),
+            r.model_ns,
+            r.min_ns,
+            r.median_ns,
+            r.ratio(),
+            if r.within() { "yes" } else { "**no**" },
+            param_label(r.work)
+        );
+    }
+    let n = rows.iter().filter(|r| r.within()).count();
+    let _ = writeln!(s, "\n{n} of {} rows within 10%.\n", rows.len());
+    let _ = writeln!(
+        s,
+        "## Parameters\n\n| parameter | value | source |\n|---|---:|---|"
+    );
+    let mut seen: Vec<&str> = Vec::new();
+    for r in rows {
+        for p in params(r.work) {
+            if p.is_empty() || seen.contains(&p) {
+                continue;
+            }
+            seen.push(p);
+            let info = Model::PARAMS.iter().find(|i| i.name == p);
+            let _ = writeln!(
+                s,
+                "| `{p}` | {} {} | {} |",
+                m.get(p).unwrap_or(f64::NAN),
+                info.map_or("", |i| i.unit),
+                info.map_or("", |i| i.source)
+            );
         }
     }
-    assert!(
-        bad.is_empty(),
-        "client CPU model off by more than 3x on this host: {bad:?}"
-    );
+    s
+}
+
+/// `remora perf --cpu-calibration`: measures, prints the table, and writes it as markdown
+/// to `out` if given.
+pub fn run(m: &Model, out: Option<&std::path::Path>) -> Result<(), String> {
+    if cfg!(debug_assertions) {
+        eprintln!("warning: a debug build; the timings mean nothing (build with --release)");
+    }
+    let (rows, core) = measure(m, ROUNDS);
+    match core {
+        Some(c) => println!("# pinned to core {c}; {ROUNDS} interleaved rounds"),
+        None => println!("# not pinned (no core affinity here); {ROUNDS} interleaved rounds"),
+    }
+    print!("{}", text_table(&rows));
+    if let Some(p) = out {
+        std::fs::write(p, markdown(&rows, m, core, ROUNDS))
+            .map_err(|e| format!("writing {}: {e}", p.display()))?;
+        println!("# wrote {}", p.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The band the test holds under load (model / measured).
+    const TEST_BAND: (f64, f64) = (0.5, 2.0);
+
+    #[test]
+    fn client_cpu_model_matches_the_host() {
+        if cfg!(debug_assertions) {
+            eprintln!("client-CPU calibration: timings are only meaningful in release; skipped");
+            return;
+        }
+        let m = Model::default();
+        let out = |r: &Row| !(TEST_BAND.0..=TEST_BAND.1).contains(&r.ratio());
+        // Up to three measurements, each row keeping its minimum: a burst of load that
+        // spans one whole measurement of a row does not fail the test, a drifted model does.
+        let (mut rows, _) = measure(&m, ROUNDS);
+        for _ in 0..2 {
+            if !rows.iter().any(out) {
+                break;
+            }
+            let (again, _) = measure(&m, ROUNDS);
+            for (r, a) in rows.iter_mut().zip(again) {
+                r.min_ns = r.min_ns.min(a.min_ns);
+                r.median_ns = r.median_ns.min(a.median_ns);
+            }
+        }
+        print!("{}", text_table(&rows));
+        let bad: Vec<_> = rows
+            .iter()
+            .filter(|r| out(r))
+            .map(|r| (r.what, r.ratio()))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "client CPU model outside {TEST_BAND:?}x of this host's minimum: {bad:?}"
+        );
+    }
+
+    #[test]
+    fn model_ns_is_the_engines_line() {
+        let m = Model::default();
+        // The CRC-32C lines switch at the hardware threshold, as erda::object_checksum does.
+        let hw = model_ns(&m, Work::Crc32c(128));
+        assert_eq!(
+            hw,
+            m.client_crc32c_hw_call_ns + 128.0 * m.client_crc32c_hw_ns_per_byte
+        );
+        let sw = model_ns(&m, Work::Crc32c(127));
+        assert_eq!(
+            sw,
+            m.client_crc32c_call_ns + 127.0 * m.client_crc32c_ns_per_byte
+        );
+        // Sort is per n log2 n; the scale multiplies everything.
+        let mut s = m.clone();
+        s.set("client_cpu_scale", "2").unwrap();
+        assert_eq!(model_ns(&s, Work::Sort(8)), 2.0 * 32.0 * m.client_sort_ns);
+        for w in Work::ALL {
+            assert!(
+                model_ns(&m, w).is_finite(),
+                "{w:?} names a parameter the model lacks"
+            );
+        }
+    }
 }

@@ -15,8 +15,7 @@ pub(crate) mod bulk_canrt;
 pub(crate) mod bulk_wort;
 mod churn;
 pub(crate) mod cluster;
-#[cfg(test)]
-mod cpu_calibration;
+pub(crate) mod cpu_calibration;
 pub(crate) mod index;
 pub(crate) mod meta;
 pub(crate) mod phase;

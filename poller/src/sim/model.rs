@@ -190,108 +190,122 @@ params! {
         "Multiplier on every client CPU work cost below (the client_*_ns work parameters, \
          not client_post_ns): 1.0 is the host that calibrated them; a paper's hardware \
          profile sets it for a slower (>1) or faster (<1) client CPU.";
-    client_crc32c_call_ns: 5.0, "ns", [0.0, 1e9],
-        "Client CPU time of one CRC-32C call (fixed part) and per byte checksummed \
-         (Work::Crc32c): Erda's object checksums through erda::object_checksum (hardware \
-         crc32c from 128 B, slice-by-16 tables below) and CANRT's item checksums; measured on \
-         this host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, \
-         release, min of runs). Literature: SSE4.2 crc32 runs at ~0.1-0.3 ns/B single-stream, \
-         ~0.05 with three interleaved streams (Intel, 'Fast CRC Computation for iSCSI \
-         Polynomial Using CRC32 Instruction', 2011).";
-    client_crc32c_ns_per_byte: 0.22, "ns/B", [0.0, 1e6],
-        "Client CPU time of one CRC-32C call (fixed part) and per byte checksummed \
-         (Work::Crc32c): Erda's object checksums through erda::object_checksum (hardware \
-         crc32c from 128 B, slice-by-16 tables below) and CANRT's item checksums; measured on \
-         this host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, \
-         release, min of runs). Literature: SSE4.2 crc32 runs at ~0.1-0.3 ns/B single-stream, \
-         ~0.05 with three interleaved streams (Intel, 'Fast CRC Computation for iSCSI \
-         Polynomial Using CRC32 Instruction', 2011).";
-    client_crc32c_hw_call_ns: 13.0, "ns", [0.0, 1e9],
+    client_crc32c_call_ns: 8.25, "ns", [0.0, 1e9],
+        "Client CPU time of one CRC-32C call by slice-by-16 tables (fixed part; Work::Crc32c \
+         below client_crc32c_hw_min_bytes): Erda's object checksums through \
+         erda::object_checksum below 128 B, and CANRT's item checksums; the 40 B and 120 B \
+         object_checksum rows, measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
+         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). Was 5.0.";
+    client_crc32c_ns_per_byte: 0.30, "ns/B", [0.0, 1e6],
+        "Client CPU time per byte of a CRC-32C by slice-by-16 tables; measured as \
+         client_crc32c_call_ns (was 0.22). Literature: slice-by-8/16 table CRCs run at ~1-2 \
+         cycles/B (Kounavis and Berry, ISCC'05).";
+    client_crc32c_hw_call_ns: 38.0, "ns", [0.0, 1e9],
         "Client CPU time of one CRC-32C call through the crc32c crate's SSE4.2/ARMv8 \
          instructions (fixed part), which erda::object_checksum takes from 128 B (the sim \
          charges a Work::Crc32c of at least client_crc32c_hw_min_bytes on this line, as that \
-         function does); measured on this host by \
-         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min of \
-         runs). Literature: see client_crc32c_hw_ns_per_byte.";
-    client_crc32c_hw_ns_per_byte: 0.034, "ns/B", [0.0, 1e6],
-        "Client CPU time per byte of a CRC-32C through the crc32c crate's instructions (three \
-         interleaved crc32 streams); measured as client_crc32c_hw_call_ns. Literature: ~0.05 \
-         ns/B with three interleaved crc32q streams at 3 GHz (Intel, 'Fast CRC Computation \
-         for iSCSI Polynomial Using CRC32 Instruction', 2011).";
+         function does): the line fitted (least maximum error) to the 256 B, 1 KiB and 4 KiB \
+         object_checksum rows, measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
+         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19); the crate \
+         runs short inputs as one serial crc32 stream and long ones as three, so one line is \
+         within 8% of each. Was 13.0.";
+    client_crc32c_hw_ns_per_byte: 0.033, "ns/B", [0.0, 1e6],
+        "Client CPU time per byte of a CRC-32C through the crc32c crate's instructions; \
+         measured as client_crc32c_hw_call_ns (was 0.034). Literature: ~0.05 ns/B with three \
+         interleaved crc32q streams at 3 GHz (Intel, 'Fast CRC Computation for iSCSI \
+         Polynomial Using CRC32 Instruction', 2011).";
     client_crc32c_hw_min_bytes: 128.0, "B", [0.0, 1e9],
-        "Checksums at least this long take the CRC-32C instruction line \
-         (client_crc32c_hw_*), shorter ones the table line: erda::HW_CRC_MIN_BYTES, where \
-         erda::object_checksum switches (the crate's fixed costs lose to the tables below \
-         it, measured by erda_crc).";
+        "Checksums at least this long take the CRC-32C instruction line (client_crc32c_hw_*), \
+         shorter ones the table line: erda::HW_CRC_MIN_BYTES, where erda::object_checksum \
+         switches (the crate's fixed costs lose to the tables below it, measured by \
+         erda_crc).";
     client_crc64_call_ns: 20.0, "ns", [0.0, 1e9],
-        "Client CPU time of one CRC-64 call (fixed part) and per byte (Work::Crc64): \
-         slice-by-16 table CRC-64, the line SMART's leaf checksum and Catfish's node checks \
-         take on a CPU without the carry-less multiply (both were measured with it before \
-         they took PCLMULQDQ); measured on this host by \
-         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
-         of runs). Literature: slice-by-8/16 table CRCs run at ~1-2 cycles/B (Kounavis and \
-         Berry, 'A Systematic Approach to Building High Performance Software-Based CRC \
-         Generators', ISCC'05).";
-    client_crc64_ns_per_byte: 0.28, "ns/B", [0.0, 1e6],
-        "Client CPU time of one CRC-64 call (fixed part) and per byte (Work::Crc64): \
-         slice-by-16 table CRC-64, the line SMART's leaf checksum and Catfish's node checks \
-         take on a CPU without the carry-less multiply (both were measured with it before \
-         they took PCLMULQDQ); measured on this host by \
-         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
-         of runs). Literature: slice-by-8/16 table CRCs run at ~1-2 cycles/B (Kounavis and \
-         Berry, 'A Systematic Approach to Building High Performance Software-Based CRC \
-         Generators', ISCC'05).";
-    client_crc64clmul_call_ns: 7.0, "ns", [0.0, 1e9],
-        "Client CPU time of one CRC-64 call by carry-less multiply (fixed part) and per \
-         byte (Work::Crc64Clmul): SMART's leaf checksum (CRC-64/XZ, \
+        "Client CPU time of one CRC-64 call by slice-by-16 tables (fixed part; Work::Crc64): \
+         the line SMART's leaf checksum (layouts::smart::leaf_crc_table, its fallback) and \
+         Catfish's node checks take on a CPU without the carry-less multiply; the 64 B and 1 \
+         KiB leaf_crc_table rows, measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
+         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). \
+         Literature: slice-by-8/16 table CRCs run at ~1-2 cycles/B (Kounavis and Berry, 'A \
+         Systematic Approach to Building High Performance Software-Based CRC Generators', \
+         ISCC'05).";
+    client_crc64_ns_per_byte: 0.356, "ns/B", [0.0, 1e6],
+        "Client CPU time per byte of a CRC-64 by slice-by-16 tables (Work::Crc64); measured \
+         as client_crc64_call_ns (was 0.28).";
+    client_crc64clmul_call_ns: 6.25, "ns", [0.0, 1e9],
+        "Client CPU time of one CRC-64 call by carry-less multiply (fixed part) and per byte \
+         (Work::Crc64Clmul): SMART's leaf checksum (CRC-64/XZ, \
          remora_layouts::smart::leaf_crc) and Catfish's node checks (CRC-64/ECMA-182, \
          remora_layouts::catfish::node_crc), the same PCLMULQDQ folding code with two \
-         constant sets, where the CPU has it, as the papers' Xeons do; measured on this \
-         host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-30, release, \
-         min of runs; the leaf_crc and node_crc rows give the same per-byte cost). \
-         Literature: PCLMULQDQ folding runs CRCs at well under 1 cycle/B \
-         (Gopal et al., 'Fast CRC Computation for Generic Polynomials Using PCLMULQDQ \
-         Instruction', Intel, 2009).";
-    client_crc64clmul_ns_per_byte: 0.07, "ns/B", [0.0, 1e6],
+         constant sets, where the CPU has it, as the papers' Xeons do; the line fitted to the \
+         leaf_crc (64 B, 1 KiB) and node_crc (fanout 16, 30, 130) rows, within 5% of each, \
+         measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
+         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). Was 7.0. \
+         Literature: PCLMULQDQ folding runs CRCs at well under 1 cycle/B (Gopal et al., 'Fast \
+         CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction', Intel, 2009).";
+    client_crc64clmul_ns_per_byte: 0.0645, "ns/B", [0.0, 1e6],
         "Per byte of a CRC-64 by carry-less multiply (Work::Crc64Clmul); see \
-         client_crc64clmul_call_ns.";
-    client_decode_ns_per_byte: 0.077, "ns/B", [0.0, 1e6],
-        "Client CPU time per byte of a node or page image decoded or copied into the client's \
-         view of it (Work::Decode): field loads, bounds checks and the copy of a read buffer, \
-         as remora_layouts' decoders do; measured on this host by \
-         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
-         of runs). Literature: memcpy of L1/L2-resident data runs at ~0.02-0.1 ns/B.";
-    client_scan_ns: 3.0, "ns", [0.0, 1e9],
+         client_crc64clmul_call_ns (was 0.07).";
+    client_decode_call_ns: 27.2, "ns", [0.0, 1e9],
+        "Client CPU time of one decode of a node or page image (Work::Decode), fixed part: \
+         SMART's NodeImg::decode fills a 256-slot image whatever the node's type, Sherman's \
+         PageHeader::decode checks a header; the line (this and client_decode_ns_per_byte) \
+         fitted by least maximum log-ratio to Sherman's leaf-header (64 B) and internal-page \
+         (1 KiB) decodes and SMART's Node16 and Node256 decodes (the leaf-header row from 5 runs of the cpu_calibration test), measured on this host by \
+         `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 \
+         vCPUs, release, pinned; minimum over 40 runs of 400 interleaved rounds, 2026-12-01, \
+         under load average 13-19). The two indexes' decodes are different mechanisms \
+         (Sherman's a page hash, SMART's a checked read of every slot word): one line is \
+         within 0.57-1.76x of each, not 10%. Was 0 (no fixed part).";
+    client_decode_ns_per_byte: 0.162, "ns/B", [0.0, 1e6],
+        "Client CPU time per byte of a node or page image decoded into the client's view of \
+         it (Work::Decode): field loads, bounds checks and checks, as remora_layouts' \
+         decoders do; measured as client_decode_call_ns (was 0.077).";
+    client_scan_ns: 3.27, "ns", [0.0, 1e9],
         "Client CPU time per entry of a linear scan (Work::Scan): one slot of a Sherman leaf, \
          one item of a CANRT data node, one child of a SMART Node4-256: load, decode and \
-         compare one key; measured on this host by bins/src/bench/cpu_calibration.rs \
-         (AMD EPYC, 2 vCPUs, 2026-11-29, release, min of runs).";
-    client_probe_ns: 18.0, "ns", [0.0, 1e9],
+         compare one key; Sherman's verify_leaf over a full leaf (39 slots), measured on this \
+         host by `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD \
+         EPYC, 2 vCPUs, release, pinned; minimum over 40 runs of 400 interleaved rounds, \
+         2026-12-01, under load average 13-19). Was 3.0.";
+    client_probe_ns: 19.5, "ns", [0.0, 1e9],
         "Client CPU time of one probe of a client-side cache or hash table (Work::Probe): \
          hash the key, walk one bucket, as SMART's node cache, Sherman's index cache and \
-         CANRT's prefix cache do; measured on this host by \
-         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
-         of runs). Literature: one DRAM-missing hash probe ~80-100 ns, an L2 hit a few ns.";
-    client_compare_ns: 2.5, "ns", [0.0, 1e9],
-        "Client CPU time of one key comparison of a binary search (Work::Compare): Sherman's \
-         internal pages, CANRT's prefix arrays; measured on this host by \
-         bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, release, min \
-         of runs).";
-    client_sort_ns: 0.68, "ns", [0.0, 1e9],
+         CANRT's prefix cache do; a probe of Sherman's index cache (a BTreeMap of 4096 pages \
+         by low fence), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
+         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). Was 18.0. \
+         Literature: one DRAM-missing hash probe ~80-100 ns, an L2 hit a few ns.";
+    client_compare_ns: 0.73, "ns", [0.0, 1e9],
+        "Client CPU time of one key comparison of a binary search (Work::Compare, charged as \
+         search_steps comparisons): Sherman's internal pages (route_for, whose search over \
+         16-byte chunks compiles to branch-free steps); measured on this host by `remora perf \
+         --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, \
+         pinned; minimum over 40 runs of 400 interleaved rounds, 2026-12-01, under load \
+         average 13-19). Was 2.5, measured on a search that bounds-checked every entry.";
+    client_sort_ns: 0.83, "ns", [0.0, 1e9],
         "Client CPU time per n log2 n of a sort of n items (Work::Sort; the comparison count \
-         of a comparison sort): range results and Catfish's collected entries; measured on \
-         this host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, \
-         release, min of runs).";
-    client_rect_ns: 0.35, "ns", [0.0, 1e9],
+         of a comparison sort): range results and Catfish's collected entries; a \
+         sort_unstable_by_key of a leaf's 39 (key, slot, len) entries, less the copy of the \
+         batch, measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
+         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). Was 0.68.";
+    client_rect_ns: 0.63, "ns", [0.0, 1e9],
         "Client CPU time of one rectangle intersection or containment test of an R-tree \
-         search (Work::Rect): four f64 comparisons and the entry's decode; measured on this \
-         host by bins/src/bench/cpu_calibration.rs (AMD EPYC, 2 vCPUs, 2026-11-29, \
-         release, min of runs).";
-    client_keygen_ns: 35.0, "ns", [0.0, 1e9],
+         search (Work::Rect): Catfish's Rect::intersects over 64 entries, measured on this \
+         host by `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD \
+         EPYC, 2 vCPUs, release, pinned; minimum over 40 runs of 400 interleaved rounds, \
+         2026-12-01, under load average 13-19). Was 0.35.";
+    client_keygen_ns: 39.0, "ns", [0.0, 1e9],
         "Client CPU time to draw and format one YCSB key (Work::KeyGen): the zipfian or \
          uniform chooser and the key bytes, which the papers' benchmark clients pay per \
-         operation too; measured on this host by bins/src/bench/cpu_calibration.rs (AMD \
-         EPYC, 2 vCPUs, 2026-11-29, release, min of runs).";
+         operation too; the bench's zipfian chooser over 1M keys and an 8 B int key, measured \
+         on this host by `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: \
+         AMD EPYC, 2 vCPUs, release, pinned; minimum over 40 runs of 400 interleaved rounds, \
+         2026-12-01, under load average 13-19). Was 35.0.";
     client_poll_ns: 50.0, "ns", [1.0, 1e9],
         "Client CPU time of one busy-poll iteration: a coroutine that yields without waiting for \
          a verb resumes this much later (assumed; keeps spin loops from freezing virtual time).";

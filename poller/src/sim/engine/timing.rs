@@ -107,7 +107,10 @@ fn work_costs(m: &Model) -> [(Ps, u64); KINDS] {
                 mps(m.client_crc32c_ns_per_byte),
             ),
             Work::Crc64(_) => (ps(m.client_crc64_call_ns), mps(m.client_crc64_ns_per_byte)),
-            Work::Decode(_) => (0, mps(m.client_decode_ns_per_byte)),
+            Work::Decode(_) => (
+                ps(m.client_decode_call_ns),
+                mps(m.client_decode_ns_per_byte),
+            ),
             Work::Scan(_) => (0, mps(m.client_scan_ns)),
             Work::Probe(_) => (0, mps(m.client_probe_ns)),
             Work::Compare(_) => (0, mps(m.client_compare_ns)),

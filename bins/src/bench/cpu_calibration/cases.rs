@@ -1,0 +1,361 @@
+//! The code paths the calibration times: one [`Case`] per (code path, size), each stating
+//! the [`Work`] the index code charges for one run of it.
+//!
+//! Every case runs the function the indexes call (`remora_layouts` and `remora_core`'s public
+//! functions) on an input behind [`black_box`], and black-boxes the result, so the compiler
+//! can neither hoist the work out of the timing loop nor drop it. Two paths are private to
+//! their index's module and are composed here from the same public pieces, line for line:
+//! Sherman's `route_for` (the binary search of an internal page, `core/src/sherman/cache.rs`)
+//! and SMART's `NodeImg::decode` (`core/src/smart/remote.rs`).
+use super::super::ycsb::{Distribution, KeyChooser, KeyType, Rng, key_of_within};
+use remora::core::erda::object_checksum;
+use remora::core::work::Work;
+use remora::layouts::bits::read_u64;
+use remora::layouts::catfish::{FANOUT, MAX_FANOUT, Rect, node_checksum_offset, node_crc};
+use remora::layouts::sherman::{
+    Geometry, KEY_INFINITY, PageHeader, encode_leaf_entry, seal, set_internal_entry, verify_leaf,
+};
+use remora::layouts::smart::{
+    Header, NODE_HEADER_OFFSET, NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, leaf_crc,
+    leaf_crc_table,
+};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+/// One timed code path: `run(n)` runs it `n` times.
+pub(crate) struct Case {
+    /// The code path, as the table names it.
+    pub what: &'static str,
+    /// The work the index code charges for one run (`None`: a floor another case subtracts).
+    pub work: Option<Work>,
+    /// A floor case (by index) whose time per run is subtracted from this one's.
+    pub minus: Option<usize>,
+    pub run: Box<dyn FnMut(u32)>,
+}
+
+fn case(what: &'static str, work: Work, run: impl FnMut(u32) + 'static) -> Case {
+    Case {
+        what,
+        work: Some(work),
+        minus: None,
+        run: Box::new(run),
+    }
+}
+
+/// A sealed Sherman internal page with `n` separators.
+fn internal_page(g: &Geometry, n: usize) -> Vec<u8> {
+    let mut p = vec![0u8; g.page_size];
+    let h = PageHeader {
+        front_version: 2,
+        meta: PageHeader::pack_meta(1, false, n),
+        low_fence: 0,
+        high_fence: KEY_INFINITY,
+        leftmost: 8,
+        ..Default::default()
+    };
+    h.encode(&mut p);
+    for i in 0..n {
+        set_internal_entry(&mut p, g, i, 100 * (i as u64 + 1), 64 * (i as u64 + 2));
+    }
+    seal(&mut p, g);
+    p
+}
+
+/// A sealed, full Sherman leaf.
+fn full_leaf(g: &Geometry) -> Vec<u8> {
+    let mut p = vec![0u8; g.page_size];
+    let v = 4;
+    let h = PageHeader {
+        front_version: v,
+        meta: PageHeader::pack_meta(0, true, 0),
+        low_fence: 0,
+        high_fence: KEY_INFINITY,
+        ..Default::default()
+    };
+    h.encode(&mut p);
+    for s in 0..g.leaf_capacity() {
+        let at = g.leaf_entry_offset(s);
+        let out = &mut p[at..at + g.leaf_entry_size()];
+        encode_leaf_entry(out, 1000 + s as u64, &[7u8; 8], 1, true, v);
+    }
+    seal(&mut p, g);
+    p
+}
+
+/// A SMART inner node image of type `ty`, every slot filled.
+fn smart_node(ty: NodeType) -> Vec<u8> {
+    let mut b = vec![0u8; ty.bytes()];
+    let h = Header::new(2, ty, &[1, 2]).expect("a header");
+    b[NODE_HEADER_OFFSET..NODE_HEADER_OFFSET + 8].copy_from_slice(&h.raw().to_le_bytes());
+    b[NODE_REV_OFFSET..NODE_REV_OFFSET + 8].copy_from_slice(&0x40u64.to_le_bytes());
+    for i in 0..ty.capacity() {
+        let at = NODE_SLOTS_OFFSET + 8 * i;
+        let raw = (0x1000u64 + 64 * i as u64) << 16 | (i as u64 & 0xff);
+        b[at..at + 8].copy_from_slice(&raw.to_le_bytes());
+    }
+    b
+}
+
+/// SMART's `NodeImg::decode` (core/src/smart/remote.rs), from the same layouts calls: the
+/// header checked against the parent's type, every slot word read, the reverse word.
+fn smart_decode(ty: NodeType, bytes: &[u8]) -> Option<(u64, [Slot; 256])> {
+    let rd = |at: usize| read_u64(bytes, at);
+    let header = Header::decode(rd(NODE_HEADER_OFFSET).ok()?).ok()?;
+    if header.node_type() != ty {
+        return None;
+    }
+    let mut slots = [Slot::EMPTY; 256];
+    for (i, s) in slots.iter_mut().enumerate().take(ty.capacity()) {
+        *s = Slot::from_raw(rd(NODE_SLOTS_OFFSET + 8 * i).ok()?);
+    }
+    Some((rd(NODE_REV_OFFSET).ok()?, slots))
+}
+
+/// Sherman's `route_for` search (core/src/sherman/cache.rs): the largest separator <= key
+/// over the page's entries as 16-byte chunks.
+fn sherman_route(page: &[u8], g: &Geometry, n: usize, key: u64) -> Option<u64> {
+    let entries = page.get(g.internal_entry_offset(0)..g.internal_entry_offset(n))?;
+    let (entries, _) = entries.as_chunks::<16>();
+    let entry = |i: usize| -> (u64, u64) {
+        let (w, _) = entries[i].as_chunks::<8>();
+        (u64::from_le_bytes(w[0]), u64::from_le_bytes(w[1]))
+    };
+    let (mut lo, mut hi) = (0usize, entries.len());
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if entry(mid).0 <= key {
+            lo = mid + 1
+        } else {
+            hi = mid
+        }
+    }
+    (lo > 0).then(|| entry(lo - 1).1)
+}
+
+/// A cached page as Sherman's index cache keeps one (high fence, header, image, counter).
+struct Cached {
+    _high: u64,
+    _header: PageHeader,
+    page: Vec<u8>,
+    _freq: u32,
+}
+
+/// Every case, in table order.
+pub(crate) fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    // CRC-32C through Erda's object checksum (header word + key + value), both sides of its
+    // hardware threshold (CANRT's item checksums are the same function's table line).
+    let buf: &'static [u8] = Vec::leak(vec![0x5au8; 8192]);
+    for (what, len) in [
+        ("erda object_checksum, 40 B", 40usize),
+        ("erda object_checksum, 120 B", 120),
+        ("erda object_checksum, 256 B", 256),
+        ("erda object_checksum, 1 KiB", 1024),
+        ("erda object_checksum, 4 KiB", 4000),
+    ] {
+        v.push(case(what, Work::Crc32c(len), move |n| {
+            for i in 0..n as usize {
+                let b = black_box(&buf[8 + (i & 7)..len + (i & 7)]);
+                black_box(object_checksum(black_box(&buf[..8]), b));
+            }
+        }));
+    }
+    // CRC-64, slice-by-16 tables: the line SMART's leaf checksum takes on a CPU without the
+    // carry-less multiply (layouts::smart::leaf_crc_table, its fallback). No index charges it
+    // on a CPU with PCLMULQDQ.
+    for (what, len) in [
+        ("smart leaf_crc_table (no clmul), 64 B", 64usize),
+        ("smart leaf_crc_table (no clmul), 1 KiB", 1024),
+    ] {
+        v.push(case(what, Work::Crc64(len), move |n| {
+            for i in 0..n as usize {
+                black_box(leaf_crc_table(
+                    true,
+                    black_box(&buf[(i & 7)..len - 1 + (i & 7)]),
+                ));
+            }
+        }));
+    }
+    // CRC-64/XZ by carry-less multiply: SMART's leaf checksum (layouts::smart::leaf_crc, as
+    // core::smart::remote calls it: the valid byte folded in, then the leaf's bytes).
+    for (what, len) in [
+        ("smart leaf_crc (clmul), 64 B", 64usize),
+        ("smart leaf_crc (clmul), 1 KiB", 1024),
+    ] {
+        v.push(case(what, Work::Crc64Clmul(len), move |n| {
+            for i in 0..n as usize {
+                black_box(leaf_crc(true, black_box(&buf[(i & 7)..len - 1 + (i & 7)])));
+            }
+        }));
+    }
+    // CRC-64/ECMA-182 by carry-less multiply: Catfish's node check (layouts::catfish::
+    // node_crc over head version + entries) at the default fanout, 30 and the largest.
+    for (what, fanout) in [
+        ("catfish node_crc (clmul), fanout 16", FANOUT),
+        ("catfish node_crc (clmul), fanout 30", 30),
+        ("catfish node_crc (clmul), fanout 130", MAX_FANOUT),
+    ] {
+        let len = node_checksum_offset(fanout);
+        v.push(case(what, Work::Crc64Clmul(len), move |n| {
+            for i in 0..n as usize {
+                black_box(node_crc(black_box(&buf[(i & 7)..len + (i & 7)])));
+            }
+        }));
+    }
+    let g = Geometry::new(1024, 8).expect("Sherman's geometry");
+    // Decode: a Sherman internal page checked and decoded (layouts::sherman::PageHeader::
+    // decode; the checksum covers the page, so Sherman charges the page's bytes).
+    let page: &'static [u8] = Vec::leak(internal_page(&g, g.internal_capacity()));
+    v.push(case(
+        "sherman PageHeader::decode, internal 1 KiB",
+        Work::Decode(g.page_size),
+        move |n| {
+            for _ in 0..n {
+                black_box(PageHeader::decode(black_box(page), &g).ok());
+            }
+        },
+    ));
+    // Decode: a Sherman leaf's header (its checksum covers the header only, the slots are
+    // checked by the scan; Sherman charges 64 bytes).
+    let leaf: &'static [u8] = Vec::leak(full_leaf(&g));
+    v.push(case(
+        "sherman PageHeader::decode, leaf header",
+        Work::Decode(64),
+        move |n| {
+            for _ in 0..n {
+                black_box(PageHeader::decode(black_box(leaf), &g).ok());
+            }
+        },
+    ));
+    // Decode: SMART inner nodes (NodeImg::decode; SMART charges the node's bytes).
+    for (what, ty) in [
+        ("smart NodeImg::decode, Node16", NodeType::N16),
+        ("smart NodeImg::decode, Node256", NodeType::N256),
+    ] {
+        let img: &'static [u8] = Vec::leak(smart_node(ty));
+        v.push(case(what, Work::Decode(ty.bytes()), move |n| {
+            for _ in 0..n {
+                black_box(smart_decode(ty, black_box(img)));
+            }
+        }));
+    }
+    // Scan: every slot of a full Sherman leaf verified and matched (layouts::sherman::
+    // verify_leaf, as core::sherman's find_in_leaf and scans call it).
+    v.push(case(
+        "sherman verify_leaf, 39 slots",
+        Work::Scan(g.leaf_capacity()),
+        move |n| {
+            for _ in 0..n {
+                let mut found = 0u64;
+                let r = verify_leaf(black_box(leaf), &g, 4, |s, _| found += s as u64);
+                black_box((r.is_ok(), found));
+            }
+        },
+    ));
+    // Compare: the binary search of an internal page (Sherman's route_for), charged as
+    // search_steps(capacity) comparisons.
+    let cap = g.internal_capacity();
+    let steps = (usize::BITS - cap.leading_zeros()) as usize;
+    v.push(case(
+        "sherman internal search, 59 entries",
+        Work::Compare(steps),
+        move |n| {
+            for i in 0..n as usize {
+                let key = black_box(((i * 7919) % (100 * cap)) as u64);
+                black_box(sherman_route(black_box(page), &g, cap, key));
+            }
+        },
+    ));
+    // Probe: Sherman's index cache (per level a BTreeMap of pages by low fence; a lookup is
+    // the page with the largest low fence <= key), 4096 cached pages.
+    let mut cache: BTreeMap<u64, Cached> = BTreeMap::new();
+    for i in 0..4096u64 {
+        let c = Cached {
+            _high: (i + 1) * 1_000_003,
+            _header: PageHeader::default(),
+            page: vec![i as u8; 16],
+            _freq: 0,
+        };
+        cache.insert(i * 1_000_003, c);
+    }
+    let mut rng = Rng::new(7);
+    let keys: Vec<u64> = (0..4096).map(|_| rng.below(4096 * 1_000_003)).collect();
+    v.push(case(
+        "sherman index cache probe, 4096 pages",
+        Work::Probe(1),
+        move |n| {
+            for i in 0..n as usize {
+                let k = black_box(keys[i & 4095]);
+                black_box(cache.range(..=k).next_back().map(|(_, c)| c.page[0]));
+            }
+        },
+    ));
+    // Sort: a leaf's worth of (key, slot, len) entries, as a Sherman scan sorts its batch
+    // (sort_unstable_by_key on the key); the copy of the unsorted batch is a floor case.
+    let mut rng = Rng::new(11);
+    let shuffled: Vec<[(u64, usize, usize); 39]> = (0..64)
+        .map(|_| core::array::from_fn(|s| (rng.next_u64(), s, 8)))
+        .collect();
+    let floor = v.len();
+    let s2 = shuffled.clone();
+    v.push(Case {
+        what: "copy of 39 scan entries (floor)",
+        work: None,
+        minus: None,
+        run: Box::new(move |n| {
+            for i in 0..n as usize {
+                black_box(black_box(&s2[i & 63]).to_owned());
+            }
+        }),
+    });
+    v.push(Case {
+        minus: Some(floor),
+        ..case("sort of 39 scan entries", Work::Sort(39), move |n| {
+            for i in 0..n as usize {
+                let mut b = black_box(&shuffled[i & 63]).to_owned();
+                b.sort_unstable_by_key(|e| e.0);
+                black_box(b);
+            }
+        })
+    });
+    // Rect: a Catfish node's entries tested against a search window (layouts::catfish::
+    // Rect::intersects, as the offloaded and client-side searches test each entry).
+    let mut rng = Rng::new(13);
+    let rects: Vec<Rect> = (0..64)
+        .map(|_| {
+            let (x, y) = (rng.below(1 << 20) as i32, rng.below(1 << 20) as i32);
+            Rect::new(x, y, x + 500, y + 500).expect("a rectangle")
+        })
+        .collect();
+    let window = Rect::new(1 << 18, 1 << 18, 1 << 19, 1 << 19).expect("a window");
+    v.push(case(
+        "catfish Rect::intersects, 64 entries",
+        Work::Rect(64),
+        move |n| {
+            for _ in 0..n {
+                let w = black_box(window);
+                black_box(
+                    black_box(&rects)
+                        .iter()
+                        .filter(|r| r.intersects(&w))
+                        .count(),
+                );
+            }
+        },
+    ));
+    // KeyGen: the bench's zipfian chooser and key bytes (bench::ycsb, per operation).
+    let mut chooser = KeyChooser::over(Distribution::Zipfian, 1_000_000, 0.99, None);
+    let mut rng = Rng::new(17);
+    let mut key = [0u8; 32];
+    v.push(case(
+        "ycsb zipfian key, 8 B int",
+        Work::KeyGen(1),
+        move |n| {
+            for _ in 0..n {
+                let k = chooser.next(&mut rng, black_box(1_000_000));
+                black_box(key_of_within(KeyType::Int, k, &mut key, 32));
+            }
+        },
+    ));
+    v
+}
