@@ -63,18 +63,24 @@ const SHERMAN_THREADS_A: &[usize] = &[19, 20, 21, 22];
 /// nearest span 32 in whole lines) and 12.2 at 1 KiB (39). Only the SMART paper's runs use
 /// this page: Sherman's own and CHIME's reports keep the 1 KiB default.
 const SHERMAN_PAGE: usize = 640;
-/// Coroutines per thread of the YCSB bars and the factor analysis (the bench's default): not
-/// the authors' factor shape, 16 compute nodes x 24 threads x 2 coroutines (exp/params/
-/// fig_17.json `client_num: [16, 24]`, exp/fig_17.py). Measured in that shape at quick scale
-/// (10k keys), the 768 operations in flight meet a tree of ~260 internal nodes where the
-/// paper's 60M keys spread them over millions, and a zipfian over 10k keys sends each hot
-/// key twice the paper's share: the ART baseline's LOAD waits on internal-node locks (37.8
-/// round trips per insert against 11.4 here; lock-free LOAD 13.9x, paper 1.5x) and the
-/// in-place leaves' hottest key serializes YCSB-B's updates under its lock (+ in-place leaf
-/// 0.87x, paper 1.5x). In this shape (16 x 4 x 4, 256 in flight) the steps land at 2.74x
-/// (with the baseline's lock hand-over; 4.5x without), 1.33x and 1.07x (counted over
-/// [`factor_window_s`], leaf locks handed over as the authors' in-place steps hand them).
+/// Coroutines per thread of the YCSB bars (the bench's default), at 16 compute nodes x
+/// `Scale::per_node`'s largest count (4 at quick: 256 in flight).
 const BAR_COROUTINES: u64 = 4;
+/// Client threads per compute node of the factor analysis: the authors' factor figure runs
+/// every step at 16 compute nodes x 24 threads x 2 coroutines (dmemsys/SMART
+/// exp/params/fig_15.json line 5 `"client_num": [16, 24]`; exp/fig_15.py line 72
+/// `./ycsb_test {CN_num} {client_num_per_CN} 2 ...`), 768 in flight, 48 per compute node
+/// sharing one delegation/combining table and one local lock table (the sim shares them per
+/// compute node, as their process does). Its coroutines are [`COROUTINES`]. Before, the
+/// factors ran at the bars' 16 x 4 x 4 (256 in flight, 16 per node), where the memory nodes'
+/// NICs were at 0.59 of their message rate on YCSB-C and a node saw few concurrent reads of
+/// one key: + delegation 0.98x (off, wrong side of 1). The hottest key's share is the same
+/// at quick scale's 10k keys as at the paper's 60M (3.8%: YCSB's scrambled zipfian over
+/// 10^10 items, bench `--zipf-items`), so the reads and writes of one key that one compute
+/// node has in flight, which delegation and combining feed on, are the paper's at this
+/// shape; what quick scale cannot give is the paper's tree (~260 internal nodes at 10k keys
+/// against millions), which the LOAD step's internal-node locks meet (see factor-lock-free).
+const FACTOR_THREADS: usize = 24;
 /// Seeds of the seed-noisy runs: each row from them is the median of its ratio at seeds
 /// 1..=SEEDS. Measured at quick scale (`remora repro smart --scale quick --seeds 5`): the
 /// YCSB-A bars' median latency, Sherman / SMART, was 1.12x at seed 1 and 0.95-1.03x at
@@ -82,12 +88,15 @@ const BAR_COROUTINES: u64 = 4;
 /// paper's figure's metric: see [`write_latency`]), which run at seeds 1-5 below, so the
 /// bars all run once (no row reads them at a second seed). The factor analysis's LOAD
 /// step (row factor-lock-free, + lock-free internal / ART baseline, the paper's 1.5x)
-/// moves by 18%, 2.59-3.05x (rough at every seed; `remora bench --fabric sim --profile
-/// smart --set server_llc_lines=66 --records 10000 --seconds 0.002 --warmup 51200
-/// --compute-nodes 16 --memory-nodes 2 --clients-per-node 4 --coroutines 4 --index smart
-/// --factors --workloads load,a,b --no-bulk-load --seed N`, N = 1..5): it runs at seeds
-/// 1-5 too. The other factor rows move under 5% (in-place 1.32-1.36x, rear lock
-/// 1.07-1.13x); the unloaded YCSB-C latency (read-latency) under 1% and run once.
+/// moves by 18%, 2.59-3.05x at the bars' 16 x 4 x 4 (rough at every seed), and more at the
+/// authors' 16 x 24 x 2 (`remora bench --fabric sim --profile smart --set
+/// server_llc_lines=66 --records 10000 --seconds 0.002 --warmup 153600 --compute-nodes 16
+/// --memory-nodes 2 --clients-per-node 24 --coroutines 2 --index smart --factors
+/// --no-bulk-load --workloads load --seed N`, N = 1..5): 3.66x, 5.62x, 2.47x, 2.92x,
+/// 3.25x (the baseline's LOAD 0.51-1.16 Mops, lock-free 2.83-2.88; median 3.25x, rough):
+/// it runs at seeds 1-5 too. At 16 x 4 x 4 the other factor rows moved under 5% (in-place
+/// 1.32-1.36x, rear lock 1.07-1.13x); the unloaded YCSB-C latency (read-latency) under 1%
+/// and run once.
 /// The curves, measured the same way (each series' `--sweep` command as `remora repro smart`
 /// prints it, `--seed N` added, N = 1..5): the YCSB-A peaks' ratio (row write-throughput,
 /// the paper's 6.1x) moves by 6.5%, 3.998-4.257x (SMART 59.7-61.0 Mops, Sherman 14.1-15.1),
@@ -145,8 +154,8 @@ pub fn paper(s: &Scale) -> Paper {
     let llc = s.llc_lines("smart", PAPER_KEYS);
     // Every coroutine's run of a few operations before the measured phase.
     let warm = |clients: usize| s.warmup.max(50 * clients as u64 * COROUTINES);
-    // The YCSB bars and the factor analysis: remora's own shape (see BAR_COROUTINES), a few
-    // hundred warm-up operations per coroutine.
+    // The YCSB bars: remora's own shape (see BAR_COROUTINES), a few hundred warm-up
+    // operations per coroutine.
     let bar_warm = s
         .warmup
         .max(200 * (per_node * NODES) as u64 * BAR_COROUTINES);
@@ -159,8 +168,20 @@ pub fn paper(s: &Scale) -> Paper {
         )
     };
     let at_max = bar_shape(format!("--operations {}", s.ops));
-    // The factor steps are counted over the curves' window (see `factor_window_s`).
-    let factor_shape = bar_shape(format!("--seconds {}", factor_window_s(s)));
+    // The factor steps: the authors' shape (see FACTOR_THREADS; one thread per node at tiny
+    // scale), a few hundred warm-up operations per coroutine, counted over the curves'
+    // window (see `factor_window_s`).
+    let factor_threads = if s.name == "tiny" { 1 } else { FACTOR_THREADS };
+    let factor_warm = s
+        .warmup
+        .max(200 * (factor_threads * NODES) as u64 * COROUTINES);
+    let factor_shape = format!(
+        "--fabric sim --profile smart --set server_llc_lines={llc} --records {} --seconds {} \
+         --warmup {factor_warm} --compute-nodes {NODES} --memory-nodes 2 --clients-per-node \
+         {factor_threads} --coroutines {COROUTINES}",
+        s.records,
+        factor_window_s(s)
+    );
     // Unloaded: one client of one coroutine per compute node, for median latencies that are
     // not queueing (a closed loop's p50 at saturation is in-flight operations / throughput).
     let unloaded = format!("{base} --clients-per-node 1 --coroutines 1");
@@ -391,9 +412,14 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ lock-free internal", "LOAD"),
             p("smart-factors", "ART baseline (+cache)", "LOAD"),
-            "measured: the ART baseline takes 8.4 round trips per insert against 5.3 lock-free \
-             (LOAD inserts the whole key set: the factor runs' window, --seconds, leaves it as \
-             it was over --operations). \
+            "measured at the authors' factor shape (16 x 24 threads x 2 coroutines, \
+             exp/params/fig_15.json), seed 1: the ART baseline takes 16.8 round trips per \
+             insert against 7.8 lock-free (0.77 against 2.83 Mops; 5.4 internal-node lock \
+             waits per insert), where the bars' 16 x 4 x 4 gave 8.4 against 5.3 (2.83x, the \
+             median of seeds 1-5, rough as now): 48 inserts in flight per compute node meet \
+             the ~260 internal nodes of a 10k-key tree, where the paper's 60M keys spread \
+             them over millions (LOAD inserts the whole key set: the factor runs' window, \
+             --seconds, leaves it as it was over --operations). \
              Its internal-node locks are taken as the authors' baseline takes them \
              (TREE_TEST_ROWEX_ART with TREE_TEST_HOCL_HANDOVER, on for every factor step before \
              write combining: CMakeLists.txt; src/Tree.cpp lock_node, get_on_chip_lock_addr, \
@@ -417,7 +443,8 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ in-place leaf", "b"),
             p("smart-factors", "+ lock-free internal", "b"),
-            "measured over the curves' window (`--seconds 0.002` at quick: smart.rs \
+            "measured at the bars' 16 x 4 x 4, before the factors moved to the authors' 16 x \
+             24 x 2, over the curves' window (`--seconds 0.002` at quick: smart.rs \
              factor_window_s; the authors count one 0.5 s epoch of a running test, \
              exp/fig_15.py, test/ycsb_test.cpp): 1.18 against 1.65 round trips per op, 81 \
              against 116 B. The in-place step's leaf locks are the authors' on-chip bits, \
@@ -434,7 +461,8 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ rear lock", "a"),
             p("smart-factors", "+ in-place leaf", "a"),
-            "measured over the curves' window (`--seconds 0.002` at quick, smart.rs \
+            "measured at the bars' 16 x 4 x 4, before the factors moved to the authors' 16 x \
+             24 x 2, over the curves' window (`--seconds 0.002` at quick, smart.rs \
              factor_window_s: the authors count one 0.5 s epoch of a running test, \
              exp/fig_15.py; over a fixed 10k operations each run ended with its slowest \
              operation, 1.45 ms for this step: 10.3 against 6.4 Mops, 1.61x). Both steps run \
@@ -478,11 +506,12 @@ pub fn paper(s: &Scale) -> Paper {
              sim --profile smart --show-model`), LLC scaled to {llc} lines ({} keys of the \
              paper's 60M), 64 MiB cache per compute node (the authors' 600 MiB holds their \
              tree's 256-way levels, this one this tree's; scaled by keys it would not: see \
-             smart.rs), Sherman's pages {SHERMAN_PAGE} B (the paper's 623 B leaf in 64-byte lines: see smart.rs); YCSB bars and factors: {NODES} compute nodes x \
-             {per_node} client threads x {BAR_COROUTINES} coroutines ({bar_warm} warm-up ops; \
-             the authors' factor shape, {NODES} x 24 x 2, is not used at this scale: see \
-             smart.rs; factors counted over {factor_ms} ms of virtual time, leaf locks handed \
-             over within a compute node as the authors' in-place steps do); curves: the authors' thread sweeps of each index x {COROUTINES} \
+             smart.rs), Sherman's pages {SHERMAN_PAGE} B (the paper's 623 B leaf in 64-byte lines: see smart.rs); YCSB bars: {NODES} compute nodes x \
+             {per_node} client threads x {BAR_COROUTINES} coroutines ({bar_warm} warm-up ops); \
+             factors: the authors' shape, {NODES} x {factor_threads} threads x {COROUTINES} \
+             coroutines (exp/params/fig_15.json; {factor_warm} warm-up ops), counted over \
+             {factor_ms} ms of virtual time, leaf locks handed over within a compute node as \
+             the authors' in-place steps do; curves: the authors' thread sweeps of each index x {COROUTINES} \
              coroutines (their scripts' count), SMART {} per node (YCSB-A) and {} (YCSB-C) on \
              {NODES} nodes, Sherman {} on {SHERMAN_NODES_A} nodes (YCSB-A) and {} on {NODES} \
              (YCSB-C), 50 warm-up ops per coroutine, then throughput counted over {} ms of virtual \
@@ -563,13 +592,26 @@ fn later_factors() -> Vec<Claim> {
             false,
             p("+ delegation", "c"),
             p("+ rear lock", "c"),
-            "measures the read-delegation step over the rear-lock step on the factor bars' \
-             YCSB-C (smart-factors, 16 x 4 threads x 4 coroutines, counted over the factor \
-             window). Delegation saves a compute node's redundant READs of one leaf; at this \
-             shape they are few: 1.017 against 1.022 round trips per op, 66.4 against 66.7 B, \
-             and the memory nodes' NICs are at 0.59 of their message rate (not the IOPS bound \
-             the paper's gain breaks through), so the step holds (126.7 against 129.2 Mops in \
-             docs/repro at quick) where the paper's 16 x 24 x 2 gains 1.1x",
+            "measures the read-delegation step over the rear-lock step on the factor \
+             analysis's YCSB-C at the authors' shape (smart-factors: 16 compute nodes x 24 \
+             threads x 2 coroutines, dmemsys/SMART exp/params/fig_15.json; counted over the \
+             factor window). Measured (`remora bench ... --workload c --baseline --with \
+             lock-free,in-place,rear-lock[,delegation],cache --json -` at that shape): 223.9 \
+             against 211.2 Mops, 1.06x; the memory nodes' NICs at 0.97 of their message rate \
+             without delegation, 0.99 with; 3.1% of reads delegated, 0.976 against 1.008 \
+             READs per op. Before, at the bars' 16 x 4 x 4 (16 operations in flight per \
+             compute node against 48): 0.5% delegated, NICs at 0.59 of their message rate, \
+             126.7 against 129.2 Mops, 0.98x (off). The rest of the paper's 1.1x is a stated \
+             semantic choice: remora's delegation is linearizable, a reader that finds a \
+             read of its key in flight waits for the next read (core/src/delegation/mod.rs), \
+             so a READ is saved only when two or more readers of one key arrive during one \
+             read; the authors' ticket lock (include/LocalLockTable.h \
+             acquire_local_read_lock, release_local_read_lock: the readers queued behind the \
+             winner take its ret_value) serves every reader that arrives during the winner's \
+             read. A Poisson model of one node's reads (zipfian 0.99 over YCSB's 10^10 \
+             items, hottest key 3.8%, one READ time per read) saves 2.7% of reads the \
+             linearizable way at 48 in flight per node (measured 3.1%; 0.7% at 16, measured \
+             0.5%) and 5.4% the authors' way",
         ),
         Claim::ratio(
             "factor-combining",
@@ -580,9 +622,11 @@ fn later_factors() -> Vec<Claim> {
             p("+ combining", "a"),
             p("+ delegation", "a"),
             "measures the write-combining step over the read-delegation step on the factor \
-             bars' YCSB-A (smart-factors, 16 x 4 threads x 4 coroutines, counted over the \
-             factor window). In docs/repro at quick: 36.3 against 19.1 Mops, 2.08 against \
-             2.11 round trips per op, p99 38 against 96 us: combining also ends the leaf-lock \
+             analysis's YCSB-A (smart-factors, at the authors' 16 x 24 threads x 2 \
+             coroutines since this row's note was measured; counted over the factor window). \
+             Measured at the bars' 16 x 4 x 4 (docs/repro at quick before the change): 36.3 \
+             against 19.1 Mops, 2.08 against 2.11 round trips per op, p99 38 against 96 us, \
+             2.0% of writes combined: combining also ends the leaf-lock \
              hand-over of the steps before it (on for every step before write combining, as \
              in the authors' build), so the step's gain is larger than the paper's",
         ),
@@ -732,6 +776,34 @@ mod tests {
                 ("A", vec!["b"], vec![]),
                 ("B", vec!["a", "b"], vec![]),
             ]
+        );
+    }
+
+    /// The factor analysis runs every step at the authors' factor shape, 16 compute nodes x
+    /// 24 threads x 2 coroutines (exp/params/fig_15.json, exp/fig_15.py), not the bars'.
+    #[test]
+    fn factors_run_at_the_authors_shape() {
+        let p = paper(&Scale::of(ScaleSel::Quick));
+        let e = p.experiments.iter().find(|e| e.id == "smart-factors");
+        let series = &e.unwrap().series;
+        assert_eq!(series.len(), 2);
+        for s in series {
+            for flag in [
+                "--compute-nodes 16 ",
+                "--clients-per-node 24 ",
+                "--coroutines 2 ",
+                "--warmup 153600 ",
+                "--seconds 0.002 ",
+            ] {
+                assert!(s.args.contains(flag), "{flag}: {}", s.args);
+            }
+        }
+        // The bars keep their own shape.
+        let bars = p.experiments.iter().find(|e| e.id == "smart-ycsb-int");
+        let args = &bars.unwrap().series[0].args;
+        assert!(
+            args.contains("--clients-per-node 4 --coroutines 4"),
+            "{args}"
         );
     }
 
