@@ -285,6 +285,8 @@ pub struct Chime<'e, E: Endpoint> {
     stats: Cell<ChimeStats>,
     /// Free redo slots of this handle (`redo.rs`), on any memory node.
     redo_slots: RefCell<std_alloc::vec::Vec<GlobalAddr>>,
+    /// Buffers of leaf splits (`write.rs`), kept so that a split allocates nothing.
+    split_bufs: RefCell<std_alloc::vec::Vec<write::SplitBufs>>,
 }
 
 impl<'e, E: Endpoint> Chime<'e, E> {
@@ -328,6 +330,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             node,
             stats: Cell::new(ChimeStats::default()),
             redo_slots: RefCell::new(std_alloc::vec::Vec::new()),
+            split_bufs: RefCell::new(std_alloc::vec::Vec::new()),
         })
     }
 

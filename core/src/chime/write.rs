@@ -16,7 +16,6 @@ use remora_layouts::chime::{
     ENTRY_LEN, Entry, GroupHeader, LEAF_LEN, LeafPrefix, MAX_VALUE, NEIGHBOURHOOD, SLOTS,
     group_offset, home, slot_offset,
 };
-use std_alloc::vec;
 use std_alloc::vec::Vec;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -31,6 +30,17 @@ enum Step {
     Done(bool),
     /// The leaf does not cover the key (lock released): where to go.
     Elsewhere(Reach),
+}
+
+/// A split's buffers (the leaf's entries and the new one in key order, the packed parts
+/// with their low keys, their addresses, their images), kept by the handle between splits
+/// (`Chime::split_bufs`) with the room the largest split so far needed.
+#[derive(Default)]
+pub(super) struct SplitBufs {
+    all: Vec<Entry>,
+    parts: Vec<(u64, Table)>,
+    addrs: Vec<GlobalAddr>,
+    images: Vec<[u8; LEAF_LEN]>,
 }
 
 const FULL: &str = "a doorbell batch holds at most 8 work requests";
@@ -257,10 +267,39 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         meta: Meta,
         prefix: LeafPrefix,
     ) -> Result<(), ChimeError> {
-        let mut all: Vec<Entry> = t.live().copied().chain(core::iter::once(new)).collect();
+        // The buffers come from the handle's pool (kept between splits), so a split in
+        // steady state allocates nothing; they go back whatever the outcome.
+        let mut bufs = self.split_bufs.borrow_mut().pop().unwrap_or_default();
+        let r = self
+            .split_in(addr, lock, t, new, meta, prefix, &mut bufs)
+            .await;
+        self.split_bufs.borrow_mut().push(bufs);
+        r
+    }
+
+    /// [`Self::split`] in `bufs`.
+    #[allow(clippy::too_many_arguments)]
+    async fn split_in(
+        &self,
+        addr: GlobalAddr,
+        lock: GlobalAddr,
+        t: &Table,
+        new: Entry,
+        meta: Meta,
+        prefix: LeafPrefix,
+        bufs: &mut SplitBufs,
+    ) -> Result<(), ChimeError> {
+        let SplitBufs {
+            all,
+            parts,
+            addrs,
+            images,
+        } = bufs;
+        all.clear();
+        all.extend(t.live().copied().chain(core::iter::once(new)));
         all.sort_unstable_by_key(|e| e.key);
-        let mut parts: Vec<(u64, Table)> = Vec::new();
-        pack(&all, SLOTS, &mut |first, table| {
+        parts.clear();
+        pack(all, SLOTS, &mut |first, table| {
             parts.push((all[first].key, *table))
         });
         self.count(|s| {
@@ -268,15 +307,17 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             s.extra_leaves += parts.len().saturating_sub(2) as u64;
             s.new_leaves += parts.len().saturating_sub(1) as u64;
         });
-        let mut addrs = vec![addr];
+        addrs.clear();
+        addrs.push(addr);
         for _ in 1..parts.len() {
             match self.tree.alloc_leaf(LEAF_LEN as u64).await {
                 Ok(a) => addrs.push(a),
                 Err(e) => return self.bail(addr, lock, Err(e)).await,
             }
         }
-        let mut images = vec![[0u8; LEAF_LEN]; parts.len()];
-        for (i, (img, (low, part))) in images.iter_mut().zip(&parts).enumerate() {
+        images.clear();
+        images.resize(parts.len(), [0u8; LEAF_LEN]);
+        for (i, (img, (low, part))) in images.iter_mut().zip(parts.iter()).enumerate() {
             let last = i + 1 == parts.len();
             // No high ends: each part's is its sibling's low key (the last's, the old
             // sibling's, as before the split).
@@ -295,6 +336,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             };
             encode_leaf(img, part, m, &mut pf);
         }
+        let (parts, addrs, images) = (&*parts, &*addrs, &*images);
         // The new leaves first: in the unlock's doorbell when on the same node (per-queue-
         // pair order lands them first), else written and acknowledged before.
         // The old leaf's record (all of it) goes first; the new leaves are unreachable until

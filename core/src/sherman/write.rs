@@ -3,15 +3,32 @@
 use super::lock::Batch;
 use super::open::D_ROOT;
 use super::repair::Logged;
-use super::tree::{FRAME_PAGE, Sherman, encode_leaf, frame_or_heap};
+use super::tree::{FRAME_PAGE, Sherman, bind_of, frame_or_heap};
 use super::{PageCheck, ShermanError};
 use crate::fabric::{Endpoint, Op, QueuePair};
+use core::cmp::Ordering;
+use core::ops::Range;
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{
-    KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, internal_entry, leaf_slot, leaf_value,
-    rebind_entry, seal, set_internal_entry,
+    Geometry, KEY_INFINITY, PageHeader, Slot, encode_leaf_entry, internal_entry, leaf_slot,
+    leaf_value, rebind_entry, seal, set_internal_entry,
 };
 use std_alloc::vec::Vec;
+
+/// The first of `0..n` for which `below` is false (`below` true on a prefix), as
+/// `slice::partition_point` finds it.
+fn partition_point(n: usize, below: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let m = lo + (hi - lo) / 2;
+        if below(m) {
+            lo = m + 1;
+        } else {
+            hi = m;
+        }
+    }
+    lo
+}
 
 /// What a locked leaf step decided.
 pub(super) enum Step {
@@ -19,6 +36,43 @@ pub(super) enum Step {
     /// To the right sibling (address, separator: the page's high fence).
     MoveTo(GlobalAddr, u64),
     Restart,
+}
+
+/// The slot a split's sort buffer names for the entry being inserted (no leaf slot).
+const NEW_SLOT: usize = usize::MAX;
+
+/// Encodes a split half as `tree::encode_leaf` does: version `version`, fences and sibling
+/// `(low, high, sibling)`, `part`'s entries (key, slot, length; the value is
+/// `value_of(slot, length)`) in the first slots, every other slot free, all bound to the
+/// version; sealed.
+fn encode_split_leaf<'v>(
+    img: &mut [u8],
+    g: &Geometry,
+    check: PageCheck,
+    version: u64,
+    (low, high, sibling): (u64, u64, u64),
+    part: &[(u64, usize, usize)],
+    value_of: impl Fn(usize, usize) -> &'v [u8],
+) {
+    let h = PageHeader {
+        front_version: version,
+        meta: PageHeader::pack_meta(0, true, 0),
+        sibling,
+        low_fence: low,
+        high_fence: high,
+        ..Default::default()
+    };
+    h.encode(img);
+    let bind = bind_of(check, version);
+    for s in 0..g.leaf_capacity() {
+        let at = g.leaf_entry_offset(s);
+        let out = &mut img[at..at + g.leaf_entry_size()];
+        match part.get(s) {
+            Some(&(k, slot, len)) => encode_leaf_entry(out, k, value_of(slot, len), 1, true, bind),
+            None => encode_leaf_entry(out, 0, &[], 0, false, bind),
+        }
+    }
+    seal(img, g);
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -268,21 +322,33 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     ) -> Result<(), ShermanError> {
         let qp = self.qp(addr)?;
         let bind = self.bind(h);
-        let mut entries: Vec<(u64, Vec<u8>)> = Vec::with_capacity(self.g.leaf_capacity() + 1);
+        // The leaf's live entries and the new one as (key, slot, value length), sorted, in a
+        // sort buffer of the handle's (the scans' pool), so a split allocates nothing; the
+        // values stay in `buf`, the new one's slot is `NEW_SLOT`.
+        let mut entries = self.batch();
+        entries.reserve(self.g.leaf_capacity() + 1);
         for s in 0..self.g.leaf_capacity() {
             if let Ok(Slot::Live { key: k, len, .. }) = leaf_slot(buf, &self.g, s, bind) {
-                entries.push((k, leaf_value(buf, &self.g, s, len).to_vec()));
+                entries.push((k, s, len));
             }
         }
-        entries.push((key, value.to_vec()));
+        entries.push((key, NEW_SLOT, value.len()));
         entries.sort_unstable_by_key(|e| e.0);
         let mid = entries.len() / 2;
         let sep = entries[mid].0;
         let right_addr = match self.alloc_page().await {
             Ok(a) => a,
             Err(e) => {
+                self.give_batch(entries);
                 self.locks.release(qp, lock, &mut Batch::new()).await?;
                 return Err(e);
+            }
+        };
+        let value_of = |slot: usize, len: usize| {
+            if slot == NEW_SLOT {
+                value
+            } else {
+                leaf_value(buf, &self.g, slot, len)
             }
         };
         let leaf_image = |img: &mut [u8],
@@ -290,9 +356,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                           low: u64,
                           high: u64,
                           sibling: u64,
-                          part: &[(u64, Vec<u8>)]| {
+                          part: &[(u64, usize, usize)]| {
             let check = self.cfg.page_check;
-            encode_leaf(img, &self.g, check, version, low, high, sibling, part);
+            let fences = (low, high, sibling);
+            encode_split_leaf(img, &self.g, check, version, fences, part, value_of);
         };
         // The images in the coroutine's frame when the page is small (see `frame_or_heap`).
         let (mut right_frame, mut right_heap) = ([0u8; FRAME_PAGE], Vec::new());
@@ -308,6 +375,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             right_addr.raw(),
             &entries[..mid],
         );
+        self.give_batch(entries);
         let (right, left) = (&*right, &*left);
         let logged = match self.log(addr, 0, left, 0).await {
             Ok(l) => l,
@@ -476,23 +544,31 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         p.pause(self.ep).await;
                         continue 'levels;
                     }
-                    let mut entries: Vec<(u64, u64)> = (0..h.count())
-                        .map(|i| internal_entry(buf, &self.g, i).unwrap_or((KEY_INFINITY, 0)))
-                        .collect();
-                    let pos = entries.partition_point(|e| e.0 < sep);
-                    if entries.get(pos).is_some_and(|e| e.0 == sep) {
+                    // The page's entries with (sep, child) inserted, read in place from
+                    // `buf` (no copy of them, so a separator insert allocates nothing):
+                    // entry `i` of the result is `merged(i)`, `len` of them.
+                    let old =
+                        |i: usize| internal_entry(buf, &self.g, i).unwrap_or((KEY_INFINITY, 0));
+                    let count = h.count();
+                    let pos = partition_point(count, |i| old(i).0 < sep);
+                    if pos < count && old(pos).0 == sep {
                         // Already linked (a retried insert, or a repair): nothing to do.
                         self.locks.release(qp, lock, &mut Batch::new()).await?;
                         return Ok(false);
                     }
-                    entries.insert(pos, (sep, child.raw()));
+                    let len = count + 1;
+                    let merged = |i: usize| match i.cmp(&pos) {
+                        Ordering::Less => old(i),
+                        Ordering::Equal => (sep, child.raw()),
+                        Ordering::Greater => old(i - 1),
+                    };
                     let image = |img: &mut [u8],
                                  version: u64,
                                  low: u64,
                                  high: u64,
                                  sibling: u64,
                                  leftmost: u64,
-                                 part: &[(u64, u64)]| {
+                                 part: Range<usize>| {
                         let hh = PageHeader {
                             front_version: version,
                             meta: PageHeader::pack_meta(level, false, part.len()),
@@ -503,8 +579,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             ..Default::default()
                         };
                         hh.encode(img);
-                        for (i, (k, c)) in part.iter().enumerate() {
-                            set_internal_entry(img, &self.g, i, *k, *c);
+                        for (i, e) in part.enumerate() {
+                            let (k, c) = merged(e);
+                            set_internal_entry(img, &self.g, i, k, c);
                         }
                         seal(img, &self.g);
                     };
@@ -514,7 +591,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     let (mut left_frame, mut left_heap) = ([0u8; FRAME_PAGE], Vec::new());
                     let size = self.g.page_size;
                     let v = h.front_version.wrapping_add(1).max(1);
-                    if entries.len() <= self.g.internal_capacity() {
+                    if len <= self.g.internal_capacity() {
                         let img = frame_or_heap(&mut left_frame, &mut left_heap, size);
                         image(
                             img,
@@ -523,7 +600,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             h.high_fence,
                             h.sibling,
                             h.leftmost,
-                            &entries,
+                            0..len,
                         );
                         let img = &*img;
                         let mut ops = Batch::new();
@@ -538,8 +615,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         }
                         return Ok(true);
                     }
-                    let mid = entries.len() / 2;
-                    let up = entries[mid].0;
+                    let mid = len / 2;
+                    let (up, up_child) = merged(mid);
                     let right_addr = match self.alloc_page().await {
                         Ok(a) => a,
                         Err(e) => {
@@ -554,8 +631,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         up,
                         h.high_fence,
                         h.sibling,
-                        entries[mid].1,
-                        &entries[mid + 1..],
+                        up_child,
+                        mid + 1..len,
                     );
                     let left = frame_or_heap(&mut left_frame, &mut left_heap, size);
                     image(
@@ -565,7 +642,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         up,
                         right_addr.raw(),
                         h.leftmost,
-                        &entries[..mid],
+                        0..mid,
                     );
                     self.write_split(addr, lock, right_addr, right, left, None)
                         .await?;

@@ -84,6 +84,7 @@ mod repair_tests;
 mod scan;
 mod search;
 pub(crate) mod shared;
+mod split_scratch;
 mod structure;
 #[cfg(test)]
 mod tests;
@@ -224,6 +225,8 @@ pub struct Smart<'e, E: Endpoint> {
     pub(crate) timing: reclaim::Timing,
     /// Buffers this handle's scans reuse (`scan.rs`).
     pub(crate) scan_scratch: scan::ScanScratch,
+    /// Buffers this handle's grows, freezes and leaf splits reuse (`split_scratch.rs`).
+    pub(crate) split_scratch: split_scratch::SplitScratch,
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {
@@ -282,6 +285,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             )),
             timing: reclaim::Timing::of(&cfg),
             scan_scratch: Default::default(),
+            split_scratch: Default::default(),
         };
         let t = &cfg.techniques;
         let chip_used = !t.lock_free_internal || (t.in_place_leaf && !t.rear_lock);

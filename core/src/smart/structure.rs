@@ -12,7 +12,6 @@ use remora_layouts::smart::{
     NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, SlotKind, leaf_bytes, slot_offset,
 };
 use remora_layouts::{GlobalAddr, LayoutError};
-use std_alloc::vec::Vec;
 
 /// Outcome of a slot change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,7 +224,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let lbytes = leaf_bytes(key.len(), self.cfg.value_cap);
         let la = self.alloc_leaf(key, lbytes).await?;
         let last = *addrs.last().unwrap_or(&img.addr);
-        let mut images: Vec<u8> = std_alloc::vec![0u8; levels.len() * NodeType::N4.bytes()];
+        // The chain's images in a buffer of the handle's (`split_scratch.rs`).
+        let mut images = self
+            .split_scratch
+            .image(levels.len() * NodeType::N4.bytes());
         for (i, &(depth, start)) in levels.iter().enumerate() {
             let parent = if i == 0 { img.addr } else { addrs[i - 1] };
             let h = Header::new(depth, NodeType::N4, &key[start..depth])
@@ -265,7 +267,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             let _ = writes.push((*a, &images[i * sz..(i + 1) * sz]));
         }
         let _ = writes.push((la, &leaf[..lbytes]));
-        self.write_all(&writes).await?;
+        let r = self.write_all(&writes).await;
+        drop(writes);
+        self.split_scratch.give_image(images);
+        r?;
         let new = Slot::node(key[d], addrs[0], NodeType::N4).map_err(layout("split slot"))?;
         if self
             .change_slot(img.addr, img.header, idx, slot, new)
@@ -441,8 +446,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 return Ok(None);
             }
             let mut olds = [0u64; 256];
-            let mut ops: Vec<Op<'_>> = Vec::with_capacity(cap);
-            let mut which: Vec<usize> = Vec::with_capacity(cap);
+            // The batch and its slot numbers in buffers of the handle's (`split_scratch.rs`).
+            let mut ops = self.split_scratch.ops();
+            ops.reserve(cap);
+            let mut which = self.split_scratch.slots();
+            which.reserve(cap);
             for (i, old) in olds.iter_mut().enumerate().take(cap) {
                 if !done[i] {
                     which.push(i);
@@ -455,10 +463,16 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             }
             if ops.is_empty() {
+                self.split_scratch.give_ops(ops);
+                self.split_scratch.give_slots(which);
                 return Ok(Some(want));
             }
-            qp.post(&mut ops).await?;
-            drop(ops);
+            let posted = qp.post(&mut ops).await;
+            self.split_scratch.give_ops(ops);
+            if let Err(e) = posted {
+                self.split_scratch.give_slots(which);
+                return Err(e.into());
+            }
             for &i in &which {
                 let old = Slot::from_raw(olds[i]);
                 if olds[i] == want[i].raw() {
@@ -472,7 +486,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 }
             }
             rounds += 1;
-            if which.iter().all(|&i| done[i]) {
+            let all_done = which.iter().all(|&i| done[i]);
+            self.split_scratch.give_slots(which);
+            if all_done {
                 return Ok(Some(want));
             }
             // Slot writers kept changing slots between our read and our CAS.
@@ -574,7 +590,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         }
         let dead = img.header.frozen(true).obsolete().raw().to_le_bytes();
         let rev = pack(n.map_or(GlobalAddr::NULL, |n| n.addr))?.to_le_bytes();
-        let mut writes: Vec<(GlobalAddr, &[u8])> = Vec::with_capacity(live.len() + 1);
+        // The writes in a buffer of the handle's (`split_scratch.rs`).
+        let mut writes = self.split_scratch.writes();
+        writes.reserve(live.len() + 1);
         writes.push((img.addr.add(NODE_HEADER_OFFSET as u64), &dead[..]));
         for s in live.iter().filter(|_| n.is_some()) {
             match s.kind() {
@@ -586,7 +604,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 _ => {}
             }
         }
-        self.write_all(&writes).await?;
+        let r = self.write_all(&writes).await;
+        self.split_scratch.give_writes(writes);
+        r?;
         self.retire(img.addr, img.ty().bytes());
         Ok(true)
     }
