@@ -73,7 +73,9 @@ pub struct MemnodeConfig {
     pub dm_len: u64,
     /// The RDMA device connections must arrive on (`None`: any).
     pub device: Option<String>,
-    /// Print one line per connection.
+    /// Log one line per connection (connects, ends, fences, key revocations) at info level,
+    /// which the command's logger shows; without it at debug level. The library never
+    /// prints (issue 23).
     pub verbose: bool,
     /// Admit only requests that prove this key (`wire`'s module docs; `None`: anyone who
     /// reaches the port).
