@@ -62,12 +62,19 @@ impl Memnode {
     }
 
     /// The id of a connecting client: the one it claims, or (0) a fresh one.
+    /// (A listed client's id, proved by the gate, is never given to another.)
     fn client_for(&self, claimed: u32) -> u32 {
         if claimed != 0 {
             return claimed;
         }
-        let n = (self.connections + 1) & 0xff_ffff;
-        (self.cfg.node as u32 & 0xff) << 24 | n.max(1) as u32
+        let mut n = self.connections + 1;
+        loop {
+            let id = (self.cfg.node as u32 & 0xff) << 24 | (n & 0xff_ffff).max(1) as u32;
+            if !self.gate.as_ref().is_some_and(|g| g.lists(id)) {
+                return id;
+            }
+            n += 1;
+        }
     }
 
     /// Registers the region again under a new key on every device, then releases the old
