@@ -113,6 +113,7 @@ fn memnode_without_a_device_says_so() {
         device: None,
         verbose: false,
         key: None,
+        client_keys: Vec::new(),
         threads: 1,
     };
     match Memnode::start(cfg) {

@@ -144,6 +144,14 @@ mod real {
                 }
                 None => None,
             },
+            client_keys: match &a.key_file {
+                Some(p) => {
+                    remora::poller::soft::auth::read_keys(p)
+                        .map_err(|e| e.to_string())?
+                        .clients
+                }
+                None => Vec::new(),
+            },
         };
         if !a.listen.contains(':') {
             return Err(format!(

@@ -39,6 +39,10 @@ pub(crate) struct FakeCq {
     /// Completions a poll may reap (see [`FakeCq::delayed`]); `usize::MAX`: all of them.
     seen: Cell<usize>,
     delayed: bool,
+    /// Armed for one event (`ibv_req_notify_cq`): the next push raises it.
+    armed: Cell<bool>,
+    /// An event was raised and not yet taken (the fake completion channel: `idle.rs`).
+    event: Cell<bool>,
 }
 
 impl FakeCq {
@@ -50,7 +54,20 @@ impl FakeCq {
             len: Cell::new(0),
             seen: Cell::new(usize::MAX),
             delayed: false,
+            armed: Cell::new(false),
+            event: Cell::new(false),
         }
+    }
+
+    /// `ibv_req_notify_cq`: the next completion raises one event.
+    pub(crate) fn arm(&self) {
+        self.armed.set(true);
+    }
+
+    /// Takes the raised event, if any (`ibv_get_cq_event`), and disarms.
+    pub(crate) fn take_event(&self) -> bool {
+        self.armed.set(false);
+        self.event.replace(false)
     }
 
     /// A queue whose completions show one poll late: a poll reaps only what was there when
@@ -86,6 +103,9 @@ impl FakeCq {
         wc.opcode = opcode;
         wc.byte_len = len;
         self.len.set(n + 1);
+        if self.armed.replace(false) {
+            self.event.set(true);
+        }
     }
 
     /// `ibv_poll_cq`: up to `n` completions into `out`; how many.
@@ -139,6 +159,8 @@ pub struct FakeNode {
     handler: RefCell<Box<dyn Handler>>,
     replies: RefCell<Replies>,
     conns: Cell<usize>,
+    /// Nanoseconds (of `clock::now_ns`) a reply takes to arrive (0: at once, in the post).
+    reply_delay_ns: Cell<u64>,
 }
 
 impl FakeNode {
@@ -170,7 +192,15 @@ impl FakeNode {
             handler: RefCell::new(handler),
             replies: RefCell::new(Replies::new()),
             conns: Cell::new(0),
+            reply_delay_ns: Cell::new(0),
         }))
+    }
+
+    /// Makes the service's replies arrive `ns` nanoseconds after the request (a slow or
+    /// busy server): their receive completions show only then, as a NIC's would, and raise
+    /// an event on an armed queue (see [`FakeQp::wait_due`]).
+    pub fn set_reply_delay_ns(&self, ns: u64) {
+        self.reply_delay_ns.set(ns);
     }
 
     /// The node's id (what its welcome would carry).
@@ -221,6 +251,8 @@ pub(crate) struct FakeQp {
     recvs: RefCell<VecDeque<Posted>>,
     pub(crate) recv_cq: FakeCq,
     broken: Cell<bool>,
+    /// Receive completions not yet arrived: (due time, wr_id, bytes), in due order.
+    late: RefCell<VecDeque<(u64, u64, u32)>>,
 }
 
 impl FakeQp {
@@ -237,7 +269,37 @@ impl FakeQp {
             recvs: RefCell::new(VecDeque::with_capacity(rq_depth)),
             recv_cq: FakeCq::new(rq_depth + 1),
             broken: Cell::new(false),
+            late: RefCell::new(VecDeque::new()),
         }
+    }
+
+    /// Moves the late receive completions due by `now` to the receive queue; the next one's
+    /// due time, if any is left.
+    pub(crate) fn deliver_due(&self, now: u64) -> Option<u64> {
+        let mut late = self.late.borrow_mut();
+        while let Some(&(due, id, len)) = late.front() {
+            if due > now {
+                return Some(due);
+            }
+            late.pop_front();
+            self.recv_cq
+                .push(id, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV, len);
+        }
+        None
+    }
+
+    /// `ibv_poll_cq` on the receive queue (late completions due now shown first).
+    #[inline]
+    pub(crate) fn poll_recv(&self, wc: *mut sys::ibv_wc) -> i32 {
+        if !self.late.borrow().is_empty() {
+            self.deliver_due(super::clock::now_ns());
+        }
+        self.recv_cq.poll(1, wc)
+    }
+
+    /// The due time of the next late receive completion, if any.
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        self.late.borrow().front().map(|l| l.0)
     }
 
     /// `ibv_post_recv`.
@@ -401,6 +463,12 @@ impl FakeQp {
             // SAFETY: the posted receive buffer holds `cap >= m.len()` bytes and the client
             // does not touch it until it reaps this completion.
             unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), addr as *mut u8, m.len()) };
+            let delay = node.reply_delay_ns.get();
+            if delay > 0 {
+                let due = super::clock::now_ns() + delay;
+                self.late.borrow_mut().push_back((due, id, m.len() as u32));
+                continue;
+            }
             self.recv_cq
                 .push(id, sys::IBV_WC_SUCCESS, sys::IBV_WC_RECV, m.len() as u32);
         }

@@ -73,11 +73,17 @@ pub struct MemnodeConfig {
     pub dm_len: u64,
     /// The RDMA device connections must arrive on (`None`: any).
     pub device: Option<String>,
-    /// Print one line per connection.
+    /// Log one line per connection (connects, ends, fences, key revocations) at info level,
+    /// which the command's logger shows; without it at debug level. The library never
+    /// prints (issue 23).
     pub verbose: bool,
     /// Admit only requests that prove this key (`wire`'s module docs; `None`: anyone who
     /// reaches the port).
     pub key: Option<remora_poller::soft::auth::Key>,
+    /// Client ids and their keys (the key file's `<id> <key>` lines,
+    /// `remora_poller::soft::auth::read_keys`): when any is listed, a client claiming an id
+    /// must prove that id's key (`wire`'s module docs).
+    pub client_keys: Vec<(u32, remora_poller::soft::auth::Key)>,
     /// Server threads (at least 1; `remora memnode --threads`), each with its own shared
     /// receive queue and its share of the connections.
     pub threads: usize,
@@ -204,7 +210,7 @@ impl Memnode {
         if unsafe { sys::rdma_listen(listen.0, 64) } != 0 {
             return Err(sys_err("rdma_listen"));
         }
-        let gate = cfg.key.map(Gate::new);
+        let gate = Gate::for_keys(cfg.key, &cfg.client_keys);
         let service = handler.service();
         let mut node = Memnode {
             hub: Arc::new(Hub::new(cfg.threads)),

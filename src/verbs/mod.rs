@@ -25,6 +25,8 @@ pub mod error;
 pub mod fake;
 #[cfg(test)]
 mod frames_tests;
+#[cfg(test)]
+mod idle_tests;
 pub mod memnode;
 mod mr;
 mod offthread;

@@ -126,6 +126,22 @@ impl Table {
     }
 }
 
+/// The earliest deadline (in [`now_ns`]) of this thread's armed pauses, if any: how long
+/// an idle thread may sleep (`qp/idle.rs`).
+pub(crate) fn next_deadline() -> Option<u64> {
+    TABLE.with(|t| {
+        let mut bits = t.armed.get();
+        let mut next = None::<u64>;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let d = t.deadline[i].get();
+            next = Some(next.map_or(d, |n| n.min(d)));
+        }
+        next
+    })
+}
+
 /// Lets the other coroutines of this thread run until `ns` nanoseconds of [`now_ns`] have
 /// passed (pending at least once, as a yield).
 pub fn pause(ns: u64) -> Pause {

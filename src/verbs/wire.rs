@@ -27,9 +27,17 @@
 //! connections, key revocations and fences. Revoking a key means a new key file and a
 //! restart of the node, as on soft.
 //!
+//! **Client ids** are proved too when the node's key file lists clients (`<id> <key>` lines:
+//! `remora_poller::soft::auth`): a connection claiming id X must be signed with X's key,
+//! and a claim of an id the node has no key for is refused (`UnknownClient`), as is a claim
+//! signed with any other key (`NotThatClient`); so a client holding the node's key cannot
+//! pass for another. A client whose key file holds an `<id> <key>` line claims that id at
+//! every node and signs with that key. Ids the node gives new clients (claim 0, the node's
+//! key) skip the listed ones. Fences and key revocations need the node's key.
+//!
 //! All of it is internal to the fabric except [`DmKind`], which [`super::NodeInfo`] reports.
 use remora_layouts::NodeId;
-use remora_poller::soft::auth::{KEY_FILE_ENV, KEY_LEN, Key, read_key};
+use remora_poller::soft::auth::{KEY_FILE_ENV, KEY_LEN, Key, read_keys};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -76,12 +84,22 @@ pub(crate) struct Hello {
 impl Hello {
     /// Bytes on the wire: the request (16), the nonce and time (16), the tag (16).
     pub const LEN: usize = 48;
-    /// The hello, signed with the client's key ([`client_key`]) when it has one.
+    /// The hello, signed with the client's key ([`client_key`]) when it has one; a
+    /// connection of a client whose key names its id claims that id.
     pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = self.encode_unsigned();
-        if let Ok(Some(key)) = client_key() {
-            sign(&mut b, &key, nonce(), unix_secs());
+        match client_key() {
+            Ok(Some(k)) => self.signed(&k),
+            _ => self.encode_unsigned(),
         }
+    }
+    /// The hello signed with `k` (claiming `k`'s id for a connection, if it has one).
+    fn signed(&self, k: &ClientKey) -> [u8; Self::LEN] {
+        let mut h = *self;
+        if let (Some(id), Request::Connect) = (k.id, h.request) {
+            h.client = id;
+        }
+        let mut b = h.encode_unsigned();
+        sign(&mut b, &k.key, nonce(), unix_secs());
         b
     }
     fn encode_unsigned(&self) -> [u8; Self::LEN] {
@@ -168,15 +186,30 @@ fn nonce() -> u64 {
     }
 }
 
-/// This process's key for memory nodes: the one in the file `REMORA_KEY_FILE` names (read
-/// once), `None` without that variable, or why the file cannot be used.
-pub(crate) fn client_key() -> Result<Option<Key>, String> {
-    static KEY: OnceLock<Result<Option<Key>, String>> = OnceLock::new();
+/// The key a client signs its hellos with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClientKey {
+    pub key: Key,
+    /// The client id the key belongs to (None: the node's key, proving no id).
+    pub id: Option<u32>,
+}
+
+/// This process's key for memory nodes, from the file `REMORA_KEY_FILE` names (read once):
+/// its first `<id> <key>` line if it has one, else the node's key; `None` without that
+/// variable, or why the file cannot be used.
+pub(crate) fn client_key() -> Result<Option<ClientKey>, String> {
+    static KEY: OnceLock<Result<Option<ClientKey>, String>> = OnceLock::new();
     KEY.get_or_init(|| match std::env::var_os(KEY_FILE_ENV) {
         None => Ok(None),
-        Some(p) => read_key(std::path::Path::new(&p))
-            .map(Some)
-            .map_err(|e| format!("{KEY_FILE_ENV}: {e}")),
+        Some(p) => {
+            let keys =
+                read_keys(std::path::Path::new(&p)).map_err(|e| format!("{KEY_FILE_ENV}: {e}"))?;
+            Ok(match (keys.clients.first(), keys.node) {
+                (Some(&(id, key)), _) => Some(ClientKey { key, id: Some(id) }),
+                (None, Some(key)) => Some(ClientKey { key, id: None }),
+                (None, None) => None,
+            })
+        }
     })
     .clone()
 }
@@ -192,22 +225,46 @@ pub(crate) enum AuthRefusal {
     Clock,
     /// Its nonce was admitted before (a replayed hello).
     Replay,
+    /// It claims a client id the node has no key for.
+    UnknownClient,
+    /// It claims a client id, and is not signed with that client's key.
+    NotThatClient,
 }
 
 /// A node's check of the key on every connect request (see the module docs).
 pub(crate) struct Gate {
-    key: Key,
+    /// The node's key (None: only listed clients are admitted).
+    key: Option<Key>,
+    /// Client ids and their keys (empty: a claimed id is believed, as before).
+    clients: BTreeMap<u32, Key>,
     /// Nonces admitted within the clock window, with their times.
     seen: BTreeMap<u64, u64>,
 }
 
 impl Gate {
     /// A gate for `key`.
+    #[cfg(test)]
     pub fn new(key: Key) -> Gate {
+        Gate::with_clients(Some(key), &[])
+    }
+
+    /// A gate for the node's key and the clients' (see the module docs); None when there
+    /// is no key at all (anyone who reaches the port is admitted).
+    pub fn for_keys(key: Option<Key>, clients: &[(u32, Key)]) -> Option<Gate> {
+        (key.is_some() || !clients.is_empty()).then(|| Gate::with_clients(key, clients))
+    }
+
+    fn with_clients(key: Option<Key>, clients: &[(u32, Key)]) -> Gate {
         Gate {
             key,
+            clients: clients.iter().copied().collect(),
             seen: BTreeMap::new(),
         }
+    }
+
+    /// True when `id` is a listed client's (the node gives it to nobody else).
+    pub fn lists(&self, id: u32) -> bool {
+        self.clients.contains_key(&id)
     }
 
     /// Admits the hello `b` (private data of a connect request) at node time `now` (Unix
@@ -216,13 +273,26 @@ impl Gate {
         if b.len() < Hello::LEN || b[SIGNED_LEN..Hello::LEN].iter().all(|&x| x == 0) {
             return Err(AuthRefusal::NoKey);
         }
-        let want = tag(&self.key, &b[..SIGNED_LEN]);
+        let claimed = u32_at(b, 12);
+        let connect = u16_at(b, 6) == 1;
+        let (key, wrong) = if connect && claimed != 0 && !self.clients.is_empty() {
+            match self.clients.get(&claimed) {
+                Some(k) => (k, AuthRefusal::NotThatClient),
+                None => return Err(AuthRefusal::UnknownClient),
+            }
+        } else {
+            match &self.key {
+                Some(k) => (k, AuthRefusal::WrongKey),
+                None => return Err(AuthRefusal::WrongKey),
+            }
+        };
+        let want = tag(key, &b[..SIGNED_LEN]);
         let diff = want
             .iter()
             .zip(&b[SIGNED_LEN..Hello::LEN])
             .fold(0u8, |d, (x, y)| d | (x ^ y));
         if diff != 0 {
-            return Err(AuthRefusal::WrongKey);
+            return Err(wrong);
         }
         let (nonce, secs) = (u64_at(b, 16), u64_at(b, 24));
         if secs.abs_diff(now) > CLOCK_WINDOW_S {
@@ -267,6 +337,8 @@ impl Unauthorized {
             AuthRefusal::WrongKey => 2,
             AuthRefusal::Clock => 3,
             AuthRefusal::Replay => 4,
+            AuthRefusal::UnknownClient => 5,
+            AuthRefusal::NotThatClient => 6,
         };
         b[8..12].copy_from_slice(&code.to_le_bytes());
         b
@@ -282,6 +354,8 @@ impl Unauthorized {
             2 => AuthRefusal::WrongKey,
             3 => AuthRefusal::Clock,
             4 => AuthRefusal::Replay,
+            5 => AuthRefusal::UnknownClient,
+            6 => AuthRefusal::NotThatClient,
             _ => return None,
         };
         Some(Unauthorized { why })
@@ -290,9 +364,10 @@ impl Unauthorized {
     /// What the client should do, in its own terms (its key file, its clock).
     pub fn explain(&self) -> String {
         let mine = match client_key() {
-            Ok(Some(_)) => format!(
-                "the key in {}",
-                std::env::var(KEY_FILE_ENV).unwrap_or_default()
+            Ok(Some(k)) => format!(
+                "the key in {}{}",
+                std::env::var(KEY_FILE_ENV).unwrap_or_default(),
+                k.id.map_or(String::new(), |id| format!(" (client {id:#x})"))
             ),
             Ok(None) => format!("no key ({KEY_FILE_ENV} is not set)"),
             Err(e) => format!("no key ({e})"),
@@ -311,6 +386,15 @@ impl Unauthorized {
                  synchronise the clocks"
             ),
             AuthRefusal::Replay => "the hello was a replay of one it already admitted".into(),
+            AuthRefusal::UnknownClient => format!(
+                "this client (with {mine}) claims a client id the node has no key for: connect \
+                 as a new client, or list `<id> <key>` in the node's key file and give the \
+                 client that line"
+            ),
+            AuthRefusal::NotThatClient => format!(
+                "this client (with {mine}) claims a client id whose key it does not hold: a \
+                 client proves its id with its own `<id> <key>` line"
+            ),
         }
     }
 }
@@ -631,6 +715,8 @@ mod tests {
             AuthRefusal::WrongKey,
             AuthRefusal::Clock,
             AuthRefusal::Replay,
+            AuthRefusal::UnknownClient,
+            AuthRefusal::NotThatClient,
         ] {
             let u = Unauthorized { why };
             assert_eq!(Unauthorized::decode(&u.encode()), Some(u));
@@ -643,5 +729,70 @@ mod tests {
             Unauthorized::decode(&Revoked { new_rkey: 1 }.encode()),
             None
         );
+    }
+
+    /// Issue 26, clients who are who they say: a node listing client keys admits a claim of
+    /// id X only signed with X's key; the node's key, another client's key, or a claim of an
+    /// unlisted id are refused with their own reasons; a new client (claim 0) and fences
+    /// still need the node's key.
+    #[test]
+    fn a_claimed_client_id_must_be_proved_with_its_key() {
+        let node: Key = core::array::from_fn(|i| i as u8 * 3 + 1);
+        let k5: Key = core::array::from_fn(|i| i as u8 * 5 + 2);
+        let k6: Key = core::array::from_fn(|i| i as u8 * 11 + 3);
+        let now = unix_secs();
+        let mut gate = Gate::for_keys(Some(node), &[(5, k5), (6, k6)]).unwrap();
+        assert!(gate.lists(5) && gate.lists(6) && !gate.lists(7));
+        let hello = |client| Hello {
+            request: Request::Connect,
+            recv_len: 4096,
+            client,
+        };
+        let as_node = ClientKey {
+            key: node,
+            id: None,
+        };
+        let as5 = ClientKey {
+            key: k5,
+            id: Some(5),
+        };
+        // Client 5 with its own key claims 5, whatever it was asked to claim.
+        let b = hello(0).signed(&as5);
+        assert_eq!(Hello::decode(&b).unwrap().client, 5);
+        assert_eq!(gate.admit(&b, now), Ok(()));
+        // A holder of the node's key passing for client 5, or 7 (unlisted): refused.
+        assert_eq!(
+            gate.admit(&hello(5).signed(&as_node), now),
+            Err(AuthRefusal::NotThatClient)
+        );
+        assert_eq!(
+            gate.admit(&hello(7).signed(&as_node), now),
+            Err(AuthRefusal::UnknownClient)
+        );
+        // Client 5 passing for client 6 (its key, 6's id, signed by hand).
+        let mut forged = hello(6).encode_unsigned();
+        sign(&mut forged, &k5, 99, now);
+        assert_eq!(gate.admit(&forged, now), Err(AuthRefusal::NotThatClient));
+        // A new client with the node's key is admitted (the node gives it an id).
+        assert_eq!(gate.admit(&hello(0).signed(&as_node), now), Ok(()));
+        // A fence needs the node's key: client 5's is not it.
+        let fence = Hello {
+            request: Request::Fence,
+            recv_len: 0,
+            client: 6,
+        };
+        assert_eq!(
+            gate.admit(&fence.signed(&as5), now),
+            Err(AuthRefusal::WrongKey)
+        );
+        assert_eq!(gate.admit(&fence.signed(&as_node), now), Ok(()));
+        // A node listing no clients believes a claim signed with its key, as before.
+        let mut open = Gate::for_keys(Some(node), &[]).unwrap();
+        assert_eq!(open.admit(&hello(5).signed(&as_node), now), Ok(()));
+        assert!(Gate::for_keys(None, &[]).is_none());
+        for why in [AuthRefusal::UnknownClient, AuthRefusal::NotThatClient] {
+            let text = Unauthorized { why }.explain();
+            assert!(text.contains("claims a client id"), "{text}");
+        }
     }
 }

@@ -65,3 +65,47 @@ fn only_clients_with_the_key_connect() {
     control::connect(&open).expect("a key-less node refused");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Key files listing clients (`<id> <key>` lines) parse into the node's key and the clients'
+/// (issue 26); a malformed line, id 0, a client listed twice or a file with no key are
+/// clear errors naming the line; `read_key` still finds the node's key.
+#[test]
+fn key_files_list_client_ids_and_their_keys() {
+    let dir = std::env::temp_dir().join(format!("remora-auth-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("ids.key");
+    let hex = |b: u8| format!("{b:02x}").repeat(auth::KEY_LEN);
+    let write = |text: &str| std::fs::write(&f, text).unwrap();
+    write(&format!(
+        "# the node\n{}\n5 {}\n0x0100002a {}\n",
+        hex(1),
+        hex(5),
+        hex(7)
+    ));
+    let keys = auth::read_keys(&f).unwrap();
+    assert_eq!(keys.node, Some([1u8; auth::KEY_LEN]));
+    assert_eq!(
+        keys.clients,
+        vec![
+            (5, [5u8; auth::KEY_LEN]),
+            (0x0100_002a, [7u8; auth::KEY_LEN])
+        ]
+    );
+    assert_eq!(auth::read_key(&f).unwrap(), [1u8; auth::KEY_LEN]);
+    // A client's own file: its line alone.
+    write(&format!("5 {}\n", hex(5)));
+    let mine = auth::read_keys(&f).unwrap();
+    assert_eq!((mine.node, mine.clients.len()), (None, 1));
+    for (text, want) in [
+        (format!("0 {}\n", hex(5)), "client id 0"),
+        (format!("5 {}\n5 {}\n", hex(5), hex(6)), "listed twice"),
+        (format!("x {}\n", hex(5)), "<client id> <key>"),
+        (format!("5 {} extra\n", hex(5)), "line 1"),
+        ("# nothing\n".to_string(), "no key"),
+    ] {
+        write(&text);
+        let e = auth::read_keys(&f).unwrap_err().to_string();
+        assert!(e.contains(want), "{text:?}: {e}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -51,13 +51,30 @@ impl Memnode {
         Ok(cut)
     }
 
+    /// The level of the node's per-connection lines: info with `verbose` (the command's
+    /// logger shows it), else debug (`REMORA_LOG=debug`).
+    pub(super) fn chatter(&self) -> log::Level {
+        if self.cfg.verbose {
+            log::Level::Info
+        } else {
+            log::Level::Debug
+        }
+    }
+
     /// The id of a connecting client: the one it claims, or (0) a fresh one.
+    /// (A listed client's id, proved by the gate, is never given to another.)
     fn client_for(&self, claimed: u32) -> u32 {
         if claimed != 0 {
             return claimed;
         }
-        let n = (self.connections + 1) & 0xff_ffff;
-        (self.cfg.node as u32 & 0xff) << 24 | n.max(1) as u32
+        let mut n = self.connections + 1;
+        loop {
+            let id = (self.cfg.node as u32 & 0xff) << 24 | (n & 0xff_ffff).max(1) as u32;
+            if !self.gate.as_ref().is_some_and(|g| g.lists(id)) {
+                return id;
+            }
+            n += 1;
+        }
     }
 
     /// Registers the region again under a new key on every device, then releases the old
@@ -96,30 +113,24 @@ impl Memnode {
             && let Err(why) = gate.admit_now(&ev.private)
         {
             let u = Unauthorized { why };
-            log::warn!("memnode: refused a request: {why:?} (--key-file)");
-            if self.cfg.verbose {
-                println!("memnode: refused a request for its key: {why:?}");
-            }
+            log::warn!("memnode: refused a request for its key: {why:?} (--key-file)");
             return Self::reject(ev.id, &u.encode());
         }
         let hello = match Hello::decode(&ev.private) {
             Ok(h) => h,
             Err(why) => {
-                if self.cfg.verbose {
-                    log::warn!("memnode: refused a connection: {why}");
-                }
+                log::log!(self.chatter(), "memnode: refused a connection: {why}");
                 return Self::reject(ev.id, &[]);
             }
         };
         if hello.request == Request::Fence {
             match self.fence(hello.client) {
                 Ok(n) => {
-                    if self.cfg.verbose {
-                        println!(
-                            "memnode: client {:#x} fenced ({n} connections cut)",
-                            hello.client
-                        );
-                    }
+                    log::log!(
+                        self.chatter(),
+                        "memnode: client {:#x} fenced ({n} connections cut)",
+                        hello.client
+                    );
                     let f = Fenced {
                         client: hello.client,
                         connections: n,
@@ -136,9 +147,10 @@ impl Memnode {
         if hello.request == Request::RevokeKey {
             match self.revoke_key() {
                 Ok(k) => {
-                    if self.cfg.verbose {
-                        println!("memnode: region key revoked; new key {k:#x}");
-                    }
+                    log::log!(
+                        self.chatter(),
+                        "memnode: region key revoked; new key {k:#x}"
+                    );
                     Self::reject(ev.id, &Revoked { new_rkey: k }.encode())
                 }
                 Err(e) => {
@@ -247,13 +259,12 @@ impl Memnode {
             ctl.rnr.store(true, Ordering::Relaxed);
             self.rnr_set += 1;
         }
-        if self.cfg.verbose {
-            println!(
-                "memnode: client {} connected ({} open)",
-                self.connections,
-                self.ctls.len()
-            );
-        }
+        log::log!(
+            self.chatter(),
+            "memnode: client {} connected ({} open)",
+            self.connections,
+            self.ctls.len()
+        );
         Ok(())
     }
 

@@ -490,9 +490,12 @@ impl Server<'_> {
         // (again on release) is harmless; librdmacm calls may come from any thread.
         unsafe { sys::rdma_disconnect(c.ctl.cm_id) };
         self.tell_disconnect(c);
-        if self.verbose {
-            println!("memnode: connection {} ended: {why}", c.ctl.id);
-        }
+        let level = if self.verbose {
+            log::Level::Info
+        } else {
+            log::Level::Debug
+        };
+        log::log!(level, "memnode: connection {} ended: {why}", c.ctl.id);
     }
 
     fn tell_disconnect(&mut self, c: &Conn) {

@@ -21,6 +21,9 @@ enum Kind {
     Real {
         cq: *mut sys::ibv_cq,
         ctx: *mut sys::ibv_context,
+        /// The completion channel this queue and its queue pairs' receive queues report to
+        /// when armed (null: none, a memory node's queue pair; see `idle.rs`).
+        channel: *mut sys::ibv_comp_channel,
     },
     Fake(FakeCq),
 }
@@ -47,6 +50,8 @@ pub(crate) struct SendCq {
     /// Bit i set: queue pair i has batches queued and not yet posted (its doorbell is rung
     /// by [`Self::flush`]).
     pending: Cell<u16>,
+    /// Blocking when idle (`idle.rs`).
+    pub(super) idle: super::idle::Idle,
 }
 
 impl SendCq {
@@ -62,25 +67,73 @@ impl SendCq {
             registered: Cell::new(false),
             epoch: Cell::new(0),
             pending: Cell::new(0),
+            idle: Default::default(),
         }
     }
 
-    /// A completion queue on device context `ctx` with room for [`QPS_PER_CQ`] queue pairs.
-    pub(crate) fn real(ctx: *mut sys::ibv_context) -> Result<SendCq, VerbsError> {
-        // SAFETY: `ctx` is open; no channel, no vector; checked for null.
+    /// A completion queue on device context `ctx` with room for [`QPS_PER_CQ`] queue pairs,
+    /// with a completion channel (non-blocking) to sleep on when idle if `channel` (a
+    /// client's: see `idle.rs`).
+    pub(crate) fn real(ctx: *mut sys::ibv_context, channel: bool) -> Result<SendCq, VerbsError> {
+        let ch = if channel {
+            // SAFETY: `ctx` is open; checked for null.
+            let ch = unsafe { sys::ibv_create_comp_channel(ctx) };
+            if ch.is_null() {
+                return Err(sys_err("ibv_create_comp_channel"));
+            }
+            // SAFETY: a live channel's fd; F_SETFL with O_NONBLOCK changes only its mode
+            // (`ibv_get_cq_event` then answers EAGAIN instead of blocking).
+            let rc = unsafe {
+                let fd = (*ch).fd;
+                libc::fcntl(
+                    fd,
+                    libc::F_SETFL,
+                    libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+                )
+            };
+            if rc < 0 {
+                let e = sys_err("fcntl O_NONBLOCK on the completion channel");
+                // SAFETY: created above, no queue on it yet.
+                unsafe { sys::ibv_destroy_comp_channel(ch) };
+                return Err(e);
+            }
+            ch
+        } else {
+            std::ptr::null_mut()
+        };
+        // SAFETY: `ctx` is open; `ch` is a live channel of it or null; no vector; checked
+        // for null.
         let cq = unsafe {
             sys::ibv_create_cq(
                 ctx,
                 CQE_PER_QP * QPS_PER_CQ as i32 + 1,
                 std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                ch,
                 0,
             )
         };
         if cq.is_null() {
-            return Err(sys_err("ibv_create_cq (send)"));
+            let e = sys_err("ibv_create_cq (send)");
+            if !ch.is_null() {
+                // SAFETY: created above, no queue on it.
+                unsafe { sys::ibv_destroy_comp_channel(ch) };
+            }
+            return Err(e);
         }
-        Ok(SendCq::with(Kind::Real { cq, ctx }))
+        Ok(SendCq::with(Kind::Real {
+            cq,
+            ctx,
+            channel: ch,
+        }))
+    }
+
+    /// The completion channel the queue pairs' own receive completion queues report to
+    /// (null: none, and on the fake device).
+    pub(crate) fn channel(&self) -> *mut sys::ibv_comp_channel {
+        match &self.kind {
+            Kind::Real { channel, .. } => *channel,
+            Kind::Fake(_) => std::ptr::null_mut(),
+        }
     }
 
     /// The fake device's completion queue.
@@ -217,9 +270,21 @@ impl Drop for SendCq {
             // the thread's hooks all the same, so that no hook names freed memory.
             remora_poller::progress::unregister(std::ptr::from_ref(self).cast());
         }
-        if let Kind::Real { cq, .. } = self.kind {
-            // SAFETY: every queue pair on it is destroyed (each holds the Rc until after).
-            unsafe { sys::ibv_destroy_cq(cq) };
+        if let Kind::Real { cq, channel, .. } = self.kind {
+            let unacked = self.idle.unacked.get();
+            // SAFETY: every queue pair on it is destroyed (each holds the Rc until after),
+            // and with them their receive queues on the channel; the events this queue got
+            // are acknowledged before it is destroyed (else `ibv_destroy_cq` waits forever),
+            // and the channel is destroyed after its last queue.
+            unsafe {
+                if unacked > 0 {
+                    sys::ibv_ack_cq_events(cq, unacked);
+                }
+                sys::ibv_destroy_cq(cq);
+                if !channel.is_null() {
+                    sys::ibv_destroy_comp_channel(channel);
+                }
+            }
         }
     }
 }

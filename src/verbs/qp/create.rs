@@ -53,7 +53,9 @@ impl VerbsQp {
         }
         let send = match cq {
             Some(c) if c.fits(ctx) => c.clone(),
-            _ => Rc::new(SendCq::real(ctx)?),
+            // A client's queue sleeps on a channel when idle; a memory node's queue pair's
+            // does not (its server thread waits on its shared receive queue).
+            _ => Rc::new(SendCq::real(ctx, shared.is_none())?),
         };
         let mut raw = Raw {
             qp_created: false,
@@ -73,13 +75,15 @@ impl VerbsQp {
         let (srq, recv_cq) = match shared {
             Some(s) => s,
             None => {
-                // SAFETY: `ctx` is open; a completion queue without channel, checked for null.
+                // SAFETY: `ctx` is open; the channel is the send queue's (of the same
+                // device, outliving this queue: `Raw` destroys it before dropping its `Rc` of
+                // the send queue) or null; checked for null.
                 raw.recv_cq = unsafe {
                     sys::ibv_create_cq(
                         ctx,
                         RQ_DEPTH as i32 + 1,
                         std::ptr::null_mut(),
-                        std::ptr::null_mut(),
+                        raw.send.channel(),
                         0,
                     )
                 };

@@ -35,6 +35,7 @@ impl VerbsQp {
         wr: *mut sys::ibv_send_wr,
         bad: &mut *mut sys::ibv_send_wr,
     ) -> i32 {
+        self.raw.send.touch();
         match &self.dev {
             // SAFETY: a live queue pair; the caller's chain is valid for the call.
             Dev::Real(qp) => unsafe { sys::ibv_post_send(*qp, wr, bad) },
@@ -65,7 +66,7 @@ impl VerbsQp {
         match &self.dev {
             // SAFETY: a live CQ; room for one completion at `wc` (the caller's).
             Dev::Real(_) => unsafe { sys::ibv_poll_cq(self.raw.recv_cq, 1, wc) },
-            Dev::Fake(f) => f.recv_cq.poll(1, wc),
+            Dev::Fake(f) => f.poll_recv(wc),
         }
     }
 }

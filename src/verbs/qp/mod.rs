@@ -47,6 +47,7 @@ mod dev;
 pub(crate) use dev::set_min_rnr_timer;
 mod floor;
 mod future;
+pub(crate) mod idle;
 mod post;
 mod recv;
 mod remote;

@@ -75,6 +75,9 @@ impl VerbsQp {
                 v.empty_polls += u64::from(n == 0);
                 v.completions += n as u64;
             });
+            if n > 0 {
+                cq.touch();
+            }
             for k in 0..n as usize {
                 // SAFETY: entry k < n was written by ibv_poll_cq.
                 let wc = unsafe { &*wcs.as_ptr().cast::<sys::ibv_wc>().add(k) };

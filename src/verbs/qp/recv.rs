@@ -77,6 +77,7 @@ impl VerbsQp {
                 Ok(None)
             };
         }
+        self.raw.send.touch();
         // SAFETY: ibv_poll_cq returned 1, so the entry is initialized.
         Ok(Some(unsafe { wc.assume_init() }))
     }

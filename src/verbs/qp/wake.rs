@@ -174,7 +174,7 @@ impl VerbsQp {
     /// completion queue once; a completion (or an error) is kept for the wait and wakes it.
     /// A long wait also drains the send completion queue now and then when no post waits on
     /// it (see `RecvFuture::poll`).
-    fn recv_round(&self) {
+    pub(super) fn recv_round(&self) {
         let stashed = self.recv_stash.take();
         if stashed.is_some() {
             // Woken already, not polled yet.
@@ -286,5 +286,7 @@ impl SendCq {
                 unsafe { &*p }.recv_round();
             }
         }
+        // Nothing moved for a while: sleep on the completion channel (`idle.rs`).
+        cq.idle_round();
     }
 }
