@@ -426,6 +426,11 @@ pub struct Claim {
     /// (the paper's best over its request scales, each scale an experiment here). Empty:
     /// the picks' own experiment only.
     pub across: Vec<String>,
+    /// A "same throughput with N times less resource" claim (`Claim::equal_at`): the
+    /// numerator series measured at several divisors of the resource; the row's figure is
+    /// the divisor at which the numerator's throughput falls to the denominator's,
+    /// interpolated (`report/equal.rs`). Empty: an ordinary ratio of two points.
+    pub equal_at: Vec<(f64, Pick)>,
 }
 
 /// The paper's absolute figures of a claim's two points (not only their ratio): the report
@@ -479,6 +484,7 @@ impl Claim {
             note,
             figures: None,
             across: Vec::new(),
+            equal_at: Vec::new(),
         }
     }
 
@@ -507,6 +513,7 @@ impl Claim {
             note,
             figures: None,
             across: Vec::new(),
+            equal_at: Vec::new(),
         }
     }
 
@@ -515,6 +522,35 @@ impl Claim {
     pub fn figures(mut self, num: Option<f64>, den: Option<f64>, source: &'static str) -> Claim {
         self.figures = Some(PaperFigures { num, den, source });
         self
+    }
+
+    /// A claim of the same throughput with `paper` times less of a resource: `sweep` holds
+    /// the numerator's series at each divisor of the resource (`(divisor, pick)`), `den` the
+    /// denominator's point with all of it. The row's figure is the divisor at which the
+    /// numerator's throughput equals the denominator's, interpolated between the two
+    /// measured divisors that bracket it (`report/equal.rs`).
+    pub fn equal_at(
+        id: &'static str,
+        what: &'static str,
+        paper: (f64, f64),
+        sweep: Vec<(f64, Pick)>,
+        den: Pick,
+        note: &'static str,
+    ) -> Claim {
+        let first = sweep.first().map(|(_, p)| p.clone());
+        Claim {
+            equal_at: sweep,
+            ..Claim::ratio(
+                id,
+                what,
+                paper,
+                Metric::Mops,
+                false,
+                first.unwrap_or_else(|| den.clone()),
+                den,
+                note,
+            )
+        }
     }
 
     /// An "up to" over the picks' series in experiments `exps` as well as their own.

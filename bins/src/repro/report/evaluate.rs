@@ -215,6 +215,9 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
         figures: Vec::new(),
         seeds: None,
     };
+    if !c.equal_at.is_empty() {
+        return super::equal::evaluate_equal(row, c, exps);
+    }
     let near_one = class::kind(c.paper.0, c.paper.1) == class::Kind::Close;
     let Some((num, den)) = &c.points else {
         if let Some(pt) = c

@@ -4,12 +4,13 @@
 //! by side).
 //!
 //! `evaluate.rs` computes a claim's row (`seeds.rs`: the median and spread of a row measured
-//! over several seeds), `class.rs` grades it against the paper, `why.rs`
+//! over several seeds; `equal.rs`: a "same throughput with N times less" row), `class.rs` grades it against the paper, `why.rs`
 //! explains a row on the wrong side of 1, `markdown.rs` writes report.md, `files.rs` the
 //! per-experiment JSON, CSV and charts, `check.rs` compares a run with the committed report
 //! (`--check`).
 mod check;
 pub mod class;
+mod equal;
 mod evaluate;
 mod files;
 mod markdown;

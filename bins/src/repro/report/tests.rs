@@ -62,6 +62,7 @@ pub(super) fn claim(
         note: "",
         figures: None,
         across: Vec::new(),
+        equal_at: Vec::new(),
     }
 }
 
