@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 # One example per index (catfish.rs: the spatial one), plus the embedding ones: a missing
 # file fails here rather than silently dropping out of the loop below.
-for want in smart_threads smart_tokio memnode_processes sherman canrt erda catfish verbs_cluster; do
+for want in smart_threads smart_tokio memnode_processes sherman chime canrt erda catfish verbs_cluster; do
     test -f "examples/$want.rs" || { echo "examples/$want.rs is missing" >&2; exit 1; }
 done
 

@@ -1,13 +1,14 @@
 //! remora: index structures for disaggregated memory, driven by one-sided RDMA.
 //!
-//! Five published designs, each a key-value or spatial index whose nodes live in the memory
+//! Six published designs, each a key-value or spatial index whose nodes live in the memory
 //! of remote *memory nodes* and whose clients (on *compute nodes*) read and change them with
 //! one-sided verbs (READ, WRITE, CAS, FETCH_AND_ADD):
 //!
 //! | index | structure | open it with |
 //! |---|---|---|
 //! | SMART | adaptive radix tree, lock-free internal nodes, per-node read delegation and write combining | [`node::IndexConfig::Smart`] |
-//! | Sherman | B+tree with hierarchical on-chip locks and command combination | [`node::IndexConfig::Sherman`] |
+//! | Sherman | B+tree with hierarchical on-chip locks and command combination (its one-sided baseline FG+: [`node::IndexConfig::fg_plus`]) | [`node::IndexConfig::Sherman`] |
+//! | CHIME | Sherman's B+tree with hopscotch-hashed leaves, a vacancy-aware lock and speculative leaf reads | [`node::IndexConfig::Chime`] |
 //! | CANRT | persistent radix tree, clients cache prefixes, the memory node applies appends | [`node::IndexConfig::Canrt`] (service [`node::Service::Canrt`]) |
 //! | Erda | log-structured hash store on remote NVM | [`node::IndexConfig::Erda`] (service [`node::Service::Erda`]) |
 //! | Catfish | R-tree with fast messaging, RDMA offloading and an adaptive switch between them (spatial: rectangles, window searches) | [`node::SpatialConfig::Catfish`] with [`node::ComputeNode::open_spatial`] (service [`node::Service::Catfish`]) |

@@ -2,13 +2,14 @@
 //!
 //! Every poller thread opens its own per-thread handle of the index on its own endpoint
 //! ([`PerThread::open`]), on the per-compute-node state (SMART's cache and
-//! delegation/combining tables, Sherman's local lock table and index cache, CANRT's prefix
-//! cache) that [`crate::node::ComputeNode::open`] built once. Catfish's client is per poller
+//! delegation/combining tables, Sherman's local lock table and index cache, CHIME's
+//! hotspot buffer and index cache, CANRT's prefix cache) that [`crate::node::ComputeNode::open`] built once. Catfish's client is per poller
 //! (see `spatial.rs`).
 use super::error::Error;
 use super::spatial::{CatfishOn, SpatialConfig};
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtNode, CanrtServer};
 use remora_core::catfish::CatfishServer;
+use remora_core::chime::{Chime, ChimeConfig, ChimeNode};
 use remora_core::erda::{Erda, ErdaClientConfig, ErdaConfig, ErdaServer};
 use remora_core::fabric::Endpoint;
 use remora_core::index::KvIndex;
@@ -16,6 +17,10 @@ use remora_core::server::Handler;
 use remora_core::sherman::{Sherman, ShermanConfig, ShermanNode};
 use remora_core::smart::{KeyMode, Smart, SmartConfig, SmartNode, Techniques};
 use std::sync::Arc;
+
+/// The root slot [`IndexConfig::fg_plus`] publishes its tree in: no other index's default
+/// (SMART 1, Sherman 2, CANRT 3, CHIME and Erda 4, Catfish 5, WORT 6, WOART 7).
+pub const FG_PLUS_ROOT_SLOT: usize = 0;
 
 /// An index to open, with its configuration. Every index opens the same way:
 /// [`crate::node::ComputeNode::open`] creates it on its memory node if it is not there yet
@@ -31,6 +36,9 @@ pub enum IndexConfig {
     Canrt(CanrtConfig),
     /// Erda, the log-structured hash store whose memory node runs the `erda` service.
     Erda(ErdaClientConfig),
+    /// CHIME, the B+tree with hopscotch-hashed leaves (published in `sherman.root_slot`, 4
+    /// by default): its hotspot buffer and Sherman's index cache are per compute node.
+    Chime(ChimeConfig),
 }
 
 impl IndexConfig {
@@ -47,6 +55,22 @@ impl IndexConfig {
     /// Sherman as its paper runs it (8-byte keys, 8-byte values).
     pub fn sherman() -> IndexConfig {
         IndexConfig::Sherman(ShermanConfig::sherman())
+    }
+
+    /// FG+, the one-sided B+tree baseline of Sherman's paper (Sherman's tree with its
+    /// techniques off), published in root slot 0 so that it and Sherman (slot 2) can share
+    /// a region: opened on Sherman's slot it would run FG+'s lock protocol on Sherman's tree.
+    pub fn fg_plus() -> IndexConfig {
+        IndexConfig::Sherman(ShermanConfig {
+            root_slot: FG_PLUS_ROOT_SLOT,
+            ..ShermanConfig::fg_plus()
+        })
+    }
+
+    /// CHIME with every technique on, as its paper runs it (8-byte keys and values, 100 MB
+    /// of cache per compute node).
+    pub fn chime() -> IndexConfig {
+        IndexConfig::Chime(ChimeConfig::chime())
     }
 
     /// CANRT on memory node 0 (8-byte keys, values up to 8 bytes).
@@ -66,6 +90,7 @@ impl IndexConfig {
             IndexConfig::Sherman(_) => "sherman",
             IndexConfig::Canrt(_) => "canrt",
             IndexConfig::Erda(_) => "erda",
+            IndexConfig::Chime(_) => "chime",
         }
     }
 
@@ -142,6 +167,7 @@ pub(crate) enum NodeState {
     Smart(Arc<SmartNode>),
     Sherman(Arc<ShermanNode>),
     Canrt(Arc<CanrtNode>),
+    Chime(Arc<ChimeNode>),
     /// Nothing per node (Erda, Catfish).
     None,
 }
@@ -154,6 +180,7 @@ impl NodeState {
                 NodeState::Sherman(Arc::new(ShermanNode::new(c)))
             }
             Opening::Kv(IndexConfig::Canrt(_)) => NodeState::Canrt(Arc::new(CanrtNode::new())),
+            Opening::Kv(IndexConfig::Chime(c)) => NodeState::Chime(Arc::new(ChimeNode::new(c))),
             // Erda keeps nothing per node; Catfish's client is per poller (its queue pair).
             Opening::Kv(IndexConfig::Erda(_)) | Opening::Spatial(_) => NodeState::None,
         }
@@ -166,6 +193,7 @@ pub(crate) enum PerThread<'e, E: Endpoint> {
     Sherman(Sherman<'e, E>),
     Canrt(Canrt<'e, E>),
     Erda(Erda<'e, E>),
+    Chime(Chime<'e, E>),
     /// Boxed: the client carries ~13 KB of buffers and back-off state.
     Catfish(Box<CatfishOn<'e, E>>),
 }
@@ -206,6 +234,10 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             }
             (IndexConfig::Canrt(c), _) => PerThread::Canrt(Canrt::open(ep, *c).await?),
             (IndexConfig::Erda(c), _) => PerThread::Erda(Erda::open(ep, *c).await?),
+            (IndexConfig::Chime(c), Some(NodeState::Chime(n))) => {
+                PerThread::Chime(Chime::create_on(ep, *c, n.clone()).await?)
+            }
+            (IndexConfig::Chime(c), _) => PerThread::Chime(Chime::create(ep, *c).await?),
         })
     }
 
@@ -225,6 +257,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.upsert(key, value).await?),
             PerThread::Canrt(s) => Ok(s.upsert(key, value).await?),
             PerThread::Erda(s) => Ok(s.upsert(key, value).await?),
+            PerThread::Chime(s) => Ok(s.upsert(key, value).await?),
             PerThread::Catfish(_) => Err(not_kv()),
         }
     }
@@ -235,6 +268,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.update(key, value).await?),
             PerThread::Canrt(s) => Ok(s.update(key, value).await?),
             PerThread::Erda(s) => Ok(s.update(key, value).await?),
+            PerThread::Chime(s) => Ok(s.update(key, value).await?),
             PerThread::Catfish(_) => Err(not_kv()),
         }
     }
@@ -245,6 +279,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.get(key, out).await?),
             PerThread::Canrt(s) => Ok(s.get(key, out).await?),
             PerThread::Erda(s) => Ok(s.get(key, out).await?),
+            PerThread::Chime(s) => Ok(s.get(key, out).await?),
             PerThread::Catfish(_) => Err(not_kv()),
         }
     }
@@ -255,6 +290,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.delete(key).await?),
             PerThread::Canrt(s) => Ok(s.delete(key).await?),
             PerThread::Erda(s) => Ok(s.delete(key).await?),
+            PerThread::Chime(s) => Ok(s.delete(key).await?),
             PerThread::Catfish(_) => Err(not_kv()),
         }
     }
@@ -270,6 +306,7 @@ impl<'e, E: Endpoint> PerThread<'e, E> {
             PerThread::Sherman(s) => Ok(s.scan(from, limit, visit).await?),
             PerThread::Canrt(s) => Ok(s.scan(from, limit, visit).await?),
             PerThread::Erda(s) => Ok(s.scan(from, limit, visit).await?),
+            PerThread::Chime(s) => Ok(s.scan(from, limit, visit).await?),
             PerThread::Catfish(_) => Err(not_kv()),
         }
     }

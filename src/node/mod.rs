@@ -67,7 +67,7 @@ mod verbs_tests;
 pub use cores::{CoreList, CoreListError};
 pub use error::Error;
 pub use handle::{Index, Op, Scan};
-pub use index::{IndexConfig, Service};
+pub use index::{FG_PLUS_ROOT_SLOT, IndexConfig, Service};
 use index::{NodeState, Opening};
 pub use remora_core::catfish::{Entry, Mode as SearchMode, Rect, TreeKind};
 pub use remora_poller::soft::NodeConfig;

@@ -312,6 +312,57 @@ fn pollers_share_one_node_state_per_index() {
     }
 }
 
+/// CHIME and FG+ open the same way as the others; CHIME's handles on every poller share one
+/// node state (its hotspot buffer and Sherman's index cache), and both read back what they
+/// wrote, alongside Sherman in the same region (each in its own root slot).
+#[test]
+fn chime_and_fg_plus_open_like_the_others_and_share_node_state() {
+    let n = node(8, 2);
+    let sherman = n.open(IndexConfig::sherman()).unwrap();
+    let chime = n.open(IndexConfig::chime()).unwrap();
+    let fg = n.open(IndexConfig::fg_plus()).unwrap();
+    sherman.upsert(&1u64.to_be_bytes(), &[9; 8]).wait().unwrap();
+    for i in 1..=300u64 {
+        chime
+            .upsert(&i.to_be_bytes(), &(i * 2).to_le_bytes())
+            .wait()
+            .unwrap();
+        fg.upsert(&i.to_be_bytes(), &(i * 5).to_le_bytes())
+            .wait()
+            .unwrap();
+    }
+    for i in (1..=300u64).step_by(13) {
+        assert_eq!(
+            chime.get(&i.to_be_bytes()).wait().unwrap(),
+            Some((i * 2).to_le_bytes().to_vec())
+        );
+        assert_eq!(
+            fg.get(&i.to_be_bytes()).wait().unwrap(),
+            Some((i * 5).to_le_bytes().to_vec())
+        );
+    }
+    // Each in its own root slot: Sherman's key 1 is its own, not FG+'s.
+    assert_eq!(
+        sherman.get(&1u64.to_be_bytes()).wait().unwrap(),
+        Some(vec![9; 8])
+    );
+    assert_eq!(sherman.get(&2u64.to_be_bytes()).wait().unwrap(), None);
+    assert!(chime.delete(&7u64.to_be_bytes()).wait().unwrap());
+    let keys: Vec<u64> = chime
+        .scan(&5u64.to_be_bytes(), Some(&10u64.to_be_bytes()), 100)
+        .map(|r| u64::from_be_bytes(r.unwrap().0.try_into().unwrap()))
+        .collect();
+    assert_eq!(keys, [5, 6, 8, 9]);
+    // A key that is not 8 bytes is the index's clear error, not a panic.
+    let e = chime.get(b"abc").wait().unwrap_err();
+    assert!(e.to_string().contains("key"), "{e}");
+    let shared_by_both = |count: usize| count >= 3 && (count - 1).is_multiple_of(2);
+    match n.inner.pollers[0].states[1].get() {
+        Some(index::NodeState::Chime(s)) => assert!(shared_by_both(Arc::strong_count(s))),
+        _ => panic!("CHIME's node state is missing"),
+    }
+}
+
 fn catfish_node(pollers: usize, depth: usize) -> ComputeNode {
     ComputeNode::builder()
         .in_process(
