@@ -37,6 +37,12 @@ const RNG_SEED: u64 = 0x2545_F491_4F6C_DD1D;
 /// byte above this in a verified page is not worth a map.
 const MAX_LEVEL: usize = 16;
 
+/// Ghost entries (hit counts of pages no longer cached) kept per level of the index cache:
+/// 65,536 (about 3 MB per level at ~48 B an entry) is more pages than a level of the caches
+/// remora's experiments size holds, so no experiment forgets one; it bounds a long-running
+/// client's memory under churn (issue 26), where every split makes a page with new fences.
+pub(super) const MAX_GHOSTS: usize = 1 << 16;
+
 pub(super) struct IndexCache {
     /// Per level (index 0: level 1), pages by low fence.
     levels: Vec<BTreeMap<u64, Cached>>,
@@ -52,7 +58,10 @@ pub(super) struct IndexCache {
     /// ([`CacheEviction::SampledLfu`]): the authors' skip list keeps an evicted or
     /// invalidated node's entry and its `cache_entry_freq` (`TreeCache::invalidate` only
     /// nulls the entry's pointer), so a page cached again under the same fences goes on
-    /// with its count. Like their skip list, it grows with the distinct pages ever cached.
+    /// with its count. Their skip list grows with the distinct pages ever cached; this map
+    /// keeps at most [`MAX_GHOSTS`] per level, so a client that runs for months under splits
+    /// and churn does not grow without bound (past it, the lowest-keyed ghost is forgotten:
+    /// that page, cached again, starts its count from 0).
     ghosts: Vec<BTreeMap<(u64, u64), u64>>,
     /// xorshift64 state of the eviction's samples (deterministic: the sim replays it).
     rng: u64,
@@ -406,7 +415,11 @@ impl IndexCache {
             self.bytes -= self.charge.of(&old.header, &old.page);
             if self.eviction == CacheEviction::SampledLfu {
                 let freq = u64::from(old.freq.load(Relaxed));
-                self.ghosts[level - 1].insert((low, old.high), freq);
+                let ghosts = &mut self.ghosts[level - 1];
+                ghosts.insert((low, old.high), freq);
+                if ghosts.len() > MAX_GHOSTS {
+                    ghosts.pop_first();
+                }
             }
             self.spare = old.page;
         }

@@ -131,6 +131,25 @@ fn sampled_lfu_keeps_the_pages_lookups_use() {
     assert_eq!(freq(&c), Some(5));
 }
 
+/// The ghost counts of pages no longer cached are bounded per level: a client whose tree
+/// keeps splitting caches pages under ever new fences, and must not keep one entry for each.
+#[test]
+fn ghost_counts_are_bounded_per_level() {
+    let page = [0u8; 1024];
+    let mut c = IndexCache::new(true, 1024, CacheCharge::WholePage, LFU, false);
+    for i in 0..(MAX_GHOSTS as u64 + 100) {
+        let mut h = level1(i * 10, 0);
+        h.leftmost = 64;
+        h.high_fence = i * 10 + 10;
+        c.insert(&h, &page);
+    }
+    assert_eq!(c.ghosts[0].len(), MAX_GHOSTS);
+    // The lowest-keyed ghosts went first: of the MAX_GHOSTS + 99 pages evicted (all but
+    // the one cached), the 99 lowest are forgotten.
+    let lowest = c.ghosts[0].keys().next().map(|k| k.0);
+    assert!(lowest >= Some(990), "{lowest:?}");
+}
+
 /// A reference model of the cache: per level, pages by low fence in a `BTreeMap`, found
 /// by a scan of every page, routed by a scan of every separator, evicted round-robin by
 /// key in the lowest non-empty level or (`lfu`) as the authors' `evict_one` (the same
