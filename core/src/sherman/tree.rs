@@ -136,6 +136,21 @@ pub(super) fn encode_leaf(
     sibling: u64,
     entries: &[(u64, Vec<u8>)],
 ) {
+    encode_leaf_with(img, g, check, version, (low, high, sibling), |s| {
+        entries.get(s).map(|(k, v)| (*k, v.as_slice()))
+    });
+}
+
+/// [`encode_leaf`] with slot `s`'s entry given by `entry(s)` (None: the slot is free), so a
+/// caller that has its values in place (a split's page image) copies nothing first.
+pub(super) fn encode_leaf_with<'v>(
+    img: &mut [u8],
+    g: &Geometry,
+    check: PageCheck,
+    version: u64,
+    (low, high, sibling): (u64, u64, u64),
+    entry: impl Fn(usize) -> Option<(u64, &'v [u8])>,
+) {
     let h = PageHeader {
         front_version: version,
         meta: PageHeader::pack_meta(0, true, 0),
@@ -149,8 +164,8 @@ pub(super) fn encode_leaf(
     for s in 0..g.leaf_capacity() {
         let at = g.leaf_entry_offset(s);
         let out = &mut img[at..at + g.leaf_entry_size()];
-        match entries.get(s) {
-            Some((k, v)) => encode_leaf_entry(out, *k, v, 1, true, bind),
+        match entry(s) {
+            Some((k, v)) => encode_leaf_entry(out, k, v, 1, true, bind),
             None => encode_leaf_entry(out, 0, &[], 0, false, bind),
         }
     }

@@ -3,7 +3,7 @@
 use super::lock::Batch;
 use super::open::D_ROOT;
 use super::repair::Logged;
-use super::tree::{FRAME_PAGE, Sherman, bind_of, frame_or_heap};
+use super::tree::{FRAME_PAGE, Sherman, encode_leaf_with, frame_or_heap};
 use super::{PageCheck, ShermanError};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use core::cmp::Ordering;
@@ -50,29 +50,13 @@ fn encode_split_leaf<'v>(
     g: &Geometry,
     check: PageCheck,
     version: u64,
-    (low, high, sibling): (u64, u64, u64),
+    fences: (u64, u64, u64),
     part: &[(u64, usize, usize)],
     value_of: impl Fn(usize, usize) -> &'v [u8],
 ) {
-    let h = PageHeader {
-        front_version: version,
-        meta: PageHeader::pack_meta(0, true, 0),
-        sibling,
-        low_fence: low,
-        high_fence: high,
-        ..Default::default()
-    };
-    h.encode(img);
-    let bind = bind_of(check, version);
-    for s in 0..g.leaf_capacity() {
-        let at = g.leaf_entry_offset(s);
-        let out = &mut img[at..at + g.leaf_entry_size()];
-        match part.get(s) {
-            Some(&(k, slot, len)) => encode_leaf_entry(out, k, value_of(slot, len), 1, true, bind),
-            None => encode_leaf_entry(out, 0, &[], 0, false, bind),
-        }
-    }
-    seal(img, g);
+    encode_leaf_with(img, g, check, version, fences, |s| {
+        part.get(s).map(|&(k, slot, len)| (k, value_of(slot, len)))
+    });
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

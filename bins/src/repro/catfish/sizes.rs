@@ -19,9 +19,10 @@ const TREE_SIZE_NOTE: &str = "the paper's two smallest trees, 10K and 100K recta
 const NODE_SIZE_NOTE: &str = "the paper puts its offloading's fall down to fetching 'nodes \
     with more irrelevant rectangles, [which] consumes both additional bandwidth and time' \
     (§5.3.2). What an offloaded search costs here, 128 clients, 10K rectangles: client CPU \
-    (the sim charges each node its CRC-64 check twice and one rectangle test per entry, at \
-    the calibrated client_crc64_* and client_rect_ns x the profile's 1.3): 0.31 µs a \
-    15-entry node, 2.4 µs a 130-entry one, paid outside the client node's READ turn, so it \
+    (the sim charges each node a CRC-64 over twice its bytes and one rectangle test per \
+    entry, core/src/catfish/client/offload.rs, at the calibrated client_crc64clmul_* and \
+    client_rect_ns x the profile's 1.3, docs/cpu-calibration.md): 0.08 µs a 15-entry node \
+    (376 B), 0.64 µs a 130-entry one (3,136 B), paid outside the client node's READ turn, so it \
     adds latency and bounds nothing; the client nodes' links (8 NICs for 128 clients, each \
     carrying its 16 clients' bytes): 1.4 GB/s at 130 entries, 11% of 100 Gb; the memory \
     node's one link, which carries every byte read: with the paper's 40-byte entries \
