@@ -737,9 +737,10 @@ mod tests {
     /// still need the node's key.
     #[test]
     fn a_claimed_client_id_must_be_proved_with_its_key() {
-        let node: Key = core::array::from_fn(|i| i as u8 * 3 + 1);
-        let k5: Key = core::array::from_fn(|i| i as u8 * 5 + 2);
-        let k6: Key = core::array::from_fn(|i| i as u8 * 11 + 3);
+        let key = |m: u8, a: u8| -> Key {
+            core::array::from_fn(|i| (i as u8).wrapping_mul(m).wrapping_add(a))
+        };
+        let (node, k5, k6) = (key(3, 1), key(5, 2), key(11, 3));
         let now = unix_secs();
         let mut gate = Gate::for_keys(Some(node), &[(5, k5), (6, k6)]).unwrap();
         assert!(gate.lists(5) && gate.lists(6) && !gate.lists(7));
