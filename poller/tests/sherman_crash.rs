@@ -20,17 +20,18 @@
 //! `SHERMAN_CRASH_SEEDS` (default 2) sets the seeds per operation kind; the default covers
 //! every doorbell of every kind on the three trees in a few seconds of a debug build.
 use remora_core::chime::ChimeConfig;
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair};
 use remora_core::index::KvIndex;
 use remora_core::lincheck::driver::{LinSpec, lin_client};
 use remora_core::lincheck::{CheckConfig, History, Op as LinOp, Outcome, Recorder, check, tag};
 use remora_core::sherman::{RepairStats, ShermanConfig};
-use remora_poller::sim::{Faults, Sim, SimConfig, SimEndpoint, SimQp};
+use remora_poller::sim::{Faults, Sim, SimConfig};
 use std::cell::{Cell, RefCell};
 
 #[path = "common/hooked.rs"]
 mod hooked;
-use hooked::{HookedEp, PostHook};
+#[path = "common/post_count.rs"]
+mod post_count;
+use post_count::count_ep_timed as count_ep;
 #[path = "common/sherman.rs"]
 mod sherman;
 use sherman::{add_repairs, tree_cfg};
@@ -51,41 +52,6 @@ const SURVIVOR_OPS: u64 = 60;
 const LEASE_NS: u64 = 1_000_000;
 /// No run may take longer than this in virtual time (a crash costs about one lease).
 const TIME_BOUND_NS: u64 = 200 * LEASE_NS;
-
-/// Counts the doorbells its client rings (non-empty posts, as the sim numbers them for
-/// `crash_client_at_post`) and when the last was rung.
-struct Count<'a> {
-    ep: &'a SimEndpoint,
-    posts: &'a Cell<u64>,
-    last_post_ns: &'a Cell<u64>,
-}
-
-impl PostHook<SimQp> for Count<'_> {
-    async fn post<'a, 'b>(
-        &'a self,
-        qp: &'a SimQp,
-        ops: &'a mut [Op<'b>],
-    ) -> Result<(), FabricError> {
-        if !ops.is_empty() && !qp.is_broken() {
-            self.posts.set(self.posts.get() + 1);
-            self.last_post_ns.set(self.ep.now_ns());
-        }
-        qp.post(ops).await
-    }
-}
-
-/// The victim's endpoint: its doorbells counted.
-fn count_ep<'a>(
-    ep: &'a SimEndpoint,
-    posts: &'a Cell<u64>,
-    last_post_ns: &'a Cell<u64>,
-) -> HookedEp<'a, SimEndpoint, Count<'a>> {
-    HookedEp::new(ep, |_| Count {
-        ep,
-        posts,
-        last_post_ns,
-    })
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
