@@ -70,6 +70,21 @@ pub struct LeaseConfig {
 }
 
 impl LeaseConfig {
+    /// The bounds of a spinning wait that started at `now` (fabric clock): every retry
+    /// pauses the least the fabric allows (1 ns: the waiter's other coroutines still run),
+    /// as the authors' codes of Sherman and SMART retry a lock CAS at once. On a fabric whose
+    /// clock runs (`now > 0`) only the lease and the deadline end the wait: a spinner makes
+    /// attempts at the pace of CAS round trips, so the attempt cap would cut short a wait
+    /// that a backing-off waiter survives.
+    pub const fn spinning(self, now: u64) -> LeaseConfig {
+        LeaseConfig {
+            min_backoff_ns: 1,
+            max_backoff_ns: 1,
+            max_attempts: if now > 0 { u32::MAX } else { self.max_attempts },
+            ..self
+        }
+    }
+
     /// 10 ms leases: far above any critical section of remora's indexes (microseconds) and
     /// above a scheduler time slice, so a preempted holder is rarely fenced.
     pub const fn default_lease() -> LeaseConfig {
@@ -146,6 +161,11 @@ impl Waiter {
             backoff: cfg.min_backoff_ns.max(1),
             attempts: 0,
         }
+    }
+
+    /// When the wait started (fabric clock).
+    pub fn started(&self) -> u64 {
+        self.start
     }
 
     /// This waiter counts only the time it watched (see the type's docs): for a waiter that

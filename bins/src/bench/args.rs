@@ -335,6 +335,10 @@ pub struct SmartFlags {
     /// turns it on for its steps unless --factor-no-leaf-handover.
     #[arg(long)]
     pub leaf_handover: bool,
+    /// SMART: lock waits retry the CAS at once instead of backing off exponentially, as the
+    /// SMART authors' code does (`SmartConfig::spin_locks`). For single runs.
+    #[arg(long)]
+    pub spin_locks: bool,
     /// SMART --factors: no leaf-lock hand-over in the in-place steps (the authors' code hands
     /// leaf locks over, `TREE_TEST_HOCL_HANDOVER` in `in_place_update_leaf`, in every step
     /// before write combining).

@@ -113,7 +113,38 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
         );
     }
     for r in rows {
+        if let (Some(rd), Some(wr)) = (&r.latency_reads, &r.latency_writes) {
+            // Where a mixed phase's tail comes from: each kind's own percentiles.
+            let _ = writeln!(
+                out,
+                "{} {} latency by kind: reads p50 {:.0} p99 {:.0} p999 {:.0} ns, writes p50 \
+                 {:.0} p99 {:.0} p999 {:.0} ns",
+                r.workload,
+                r.phase,
+                rd.p50_ns,
+                rd.p99_ns,
+                rd.p999_ns,
+                wr.p50_ns,
+                wr.p99_ns,
+                wr.p999_ns
+            );
+        }
         let m = &r.smart;
+        if m.lock_waits > 0 {
+            // SMART's lock waits: failed lock CASes, and the write operations that met a
+            // held leaf lock and how long they waited for it.
+            let _ = writeln!(
+                out,
+                "smart {} {}: {} failed lock CASes ({:.3}/op), {} leaf locks waited for, \
+                 {:.1} us each on average",
+                r.workload,
+                r.phase,
+                m.lock_waits,
+                m.lock_waits as f64 / r.ops.max(1) as f64,
+                m.leaf_lock_waited,
+                m.leaf_lock_wait_ns as f64 / m.leaf_lock_waited.max(1) as f64 / 1e3
+            );
+        }
         if m.delegated_reads + m.combined_writes > 0 {
             // SMART's read delegation and write combining at work, per compute node unless
             // --per-thread-state.

@@ -24,6 +24,8 @@ pub struct PhaseOut {
     worker: usize,
     counts: OpCounts,
     hist: Histogram<u64>,
+    /// The same latencies split by kind: reads and scans, updates and inserts.
+    by_kind: [Histogram<u64>; 2],
     snap: Snapshot,
     start_ns: u64,
     end_ns: u64,
@@ -202,6 +204,7 @@ async fn coroutine<I: KvIndex>(
     ph: &Phase<'_>,
     seed: u64,
     hist: &RefCell<Histogram<u64>>,
+    by_kind: &RefCell<[Histogram<u64>; 2]>,
     during_resize: &RefCell<Histogram<u64>>,
     counts: &RefCell<OpCounts>,
     key_bytes: &RefCell<u64>,
@@ -320,6 +323,8 @@ async fn coroutine<I: KvIndex>(
         }
         let lat = done.saturating_sub(t0).max(1);
         let _ = hist.borrow_mut().record(lat);
+        let kind = usize::from(matches!(op, OpKind::Update | OpKind::Insert));
+        let _ = by_kind.borrow_mut()[kind].record(lat);
         if ResizeWatch::overlapped(rc0, ctx.resizes.now()) {
             // A resize of the CANRT tree was under way when the operation started, or
             // began before it ended.
@@ -346,6 +351,7 @@ pub async fn phase<I: KvIndex>(
     stats: &dyn Fn() -> Stats,
 ) -> Result<PhaseOut, String> {
     let hist = RefCell::new(new_hist());
+    let by_kind = RefCell::new([new_hist(), new_hist()]);
     let during_resize = RefCell::new(new_hist());
     let counts = RefCell::new(OpCounts::default());
     let key_bytes = RefCell::new(0u64);
@@ -365,6 +371,7 @@ pub async fn phase<I: KvIndex>(
                 ph,
                 seed,
                 &hist,
+                &by_kind,
                 &during_resize,
                 &counts,
                 &key_bytes,
@@ -390,6 +397,7 @@ pub async fn phase<I: KvIndex>(
         worker,
         counts: counts.into_inner(),
         hist: hist.into_inner(),
+        by_kind: by_kind.into_inner(),
         snap: snapshot() - s0,
         start_ns,
         end_ns,
@@ -436,6 +444,7 @@ mod tests {
             worker,
             counts: OpCounts::default(),
             hist: new_hist(),
+            by_kind: [new_hist(), new_hist()],
             snap: Snapshot::default(),
             start_ns: 0,
             end_ns: 1,

@@ -526,6 +526,8 @@ fn record(
         mops,
         mops_per_thread: mops / threads.max(1) as f64,
         latency: Latency::from_hist(&hist),
+        latency_reads: None,
+        latency_writes: None,
         per_op,
         kv_bytes: obj,
         read_amplification: per_op.bytes_in / obj,

@@ -575,7 +575,29 @@ const WRITE_LATENCY_NOTE: &str = "the paper's metric, read from its figure: the 
     Sherman 84-96 us), and at equal throughput larger still (SMART's lowest point, ~16 \
     Mops, is above Sherman's peak). The p50 at the peaks is 0.42-0.88x, the mean 0.52-0.55x. \
     Sherman's p99 is high at every point of remora's sweep (its first points, 16 x 1 and 4 \
-    x 7-9 threads, are not run: see SHERMAN_THREADS_A)";
+    x 7-9 threads, are not run: see SHERMAN_THREADS_A). Where each p99 comes from, measured \
+    (the SMART and Sherman points of the curves' commands at seed 1, `--sweep clients=384` \
+    and `--sweep clients=44`: bench prints 'latency by kind' and SMART's 'leaf locks waited \
+    for'): both are their updates of the hottest keys (the hottest key draws 3.8% of \
+    operations, its updates 1.9% of all), not their reads: SMART reads p99 7.1 us, writes \
+    p50 7.5 us, p99 391 us, p999 914 us (60.97 Mops); Sherman reads p99 2.4 us, writes p99 \
+    164 us (14.04 Mops). SMART's hottest leaf takes 61 x 1.9% ~ 1.2M updates/s from 16 \
+    compute nodes through one rear lock (combined per node: 7.1% of writes; 0.071 failed \
+    lock CASes/op, 3611 of 60935 updates waited for the leaf lock, 25.1 us each on \
+    average), Sherman's ~0.27M/s from 2 nodes. Two mechanisms differ from the authors' \
+    code. (1) remora's lock waits back off exponentially (200 ns to 100 us), the authors' \
+    retry at once: spinning (`--spin-locks`, SmartConfig::spin_locks) moves this point's \
+    p99 to 187.5 us (p999 305) and costs 9% of its throughput (55.6 Mops: remora's retry \
+    CASes and READs the leaf in one doorbell on a NIC at its message rate), so it is kept \
+    off and is not the cause. (2) Write combining: remora's leader writes its own value, \
+    then the latest value left meanwhile in a second whole write (lock and write-back, \
+    core/src/delegation/write.rs), so a writer arriving during the leader's lock wait waits \
+    for two writes; the authors' leader takes the combining buffer's latest value after it \
+    holds the remote lock (get_combining_value before the write-back in \
+    in_place_update_leaf, dmemsys/SMART src/Tree.cpp), so one write covers it (and their \
+    release returns every waiter counted then without a write, also one that left its value \
+    after the pick-up, which is not linearizable). Taking the pending value after the lock \
+    is the next step for this row; not yet changed";
 
 /// The factor analysis's last two steps (seeds/001, the talk's factor slides: "The read
 /// delegation brings 1.1x improvement in throughput under the YCSB C workload", "The write

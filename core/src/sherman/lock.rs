@@ -273,24 +273,13 @@ impl Locks {
         }
     }
 
-    /// The bounds of one wait for the global word. Spinning (`spin`), every retry pauses the
-    /// least the fabric allows (it still lets this thread's other coroutines run), and on a
-    /// fabric whose clock runs only the lease and the deadline end the wait: a spinner makes
-    /// attempts at the pace of CAS round trips, so the attempt cap would cut short a wait
-    /// that a backing-off waiter survives.
+    /// The bounds of one wait for the global word: spinning (`spin`,
+    /// [`LeaseConfig::spinning`]) or backing off.
     fn wait_config(&self, now: u64) -> LeaseConfig {
-        if !self.spin {
-            return self.lease;
-        }
-        LeaseConfig {
-            min_backoff_ns: 1,
-            max_backoff_ns: 1,
-            max_attempts: if now > 0 {
-                u32::MAX
-            } else {
-                self.lease.max_attempts
-            },
-            ..self.lease
+        if self.spin {
+            self.lease.spinning(now)
+        } else {
+            self.lease
         }
     }
 

@@ -21,7 +21,7 @@ use super::handover::Turn;
 use super::remote::check_leaf;
 use super::{Smart, bump};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
-use crate::lease::{Verdict, Waiter, holder, owner_word};
+use crate::lease::{LeaseConfig, Verdict, Waiter, holder, owner_word};
 use core::cell::Cell;
 use remora_layouts::GlobalAddr;
 use remora_layouts::smart::{LEAF_STATUS_OFFSET, MAX_KEY_LEN, leaf_lock_offset};
@@ -213,6 +213,12 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             ])
             .await?;
             if old == expected {
+                if let Some(w) = &waiter {
+                    bump(&self.stats.leaf_lock_waited);
+                    let waited = self.ep.now_ns().saturating_sub(w.started());
+                    let total = &self.stats.leaf_lock_wait_ns;
+                    total.set(total.get().saturating_add(waited));
+                }
                 let got = if expected == 0 {
                     Got::Clean
                 } else if handed {
@@ -251,6 +257,16 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         r
     }
 
+    /// The bounds of a lock wait that starts at `now`: spinning
+    /// ([`super::SmartConfig::spin_locks`]) or backing off.
+    pub(crate) fn lock_lease(&self, now: u64) -> LeaseConfig {
+        if self.cfg.spin_locks {
+            self.cfg.lease.spinning(now)
+        } else {
+            self.cfg.lease
+        }
+    }
+
     /// One failed CAS on the remote lock word at `lock_at`, which held `old`: backs off, or
     /// fences a holder whose word stayed for a lease (then returns that word, for the next
     /// CAS to take the lock from), or gives up past the deadline. Returns the word the next
@@ -263,7 +279,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         lock_at: GlobalAddr,
     ) -> Result<u64, SmartError> {
         let now = self.ep.now_ns();
-        let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+        let w = waiter.get_or_insert_with(|| Waiter::new(self.lock_lease(now), now));
         match w.observe(old, now) {
             Verdict::Wait(ns) => self.ep.pause(ns).await,
             Verdict::Expired { word } => {

@@ -118,6 +118,8 @@ pub(crate) struct Stats {
     pub checksum_retries: Cell<u64>,
     pub node_reads: Cell<u64>,
     pub lock_waits: Cell<u64>,
+    pub leaf_lock_waited: Cell<u64>,
+    pub leaf_lock_wait_ns: Cell<u64>,
     pub cache_leaf_hits: Cell<u64>,
     pub cache_invalidations: Cell<u64>,
     pub delegated_reads: Cell<u64>,
@@ -143,6 +145,10 @@ pub struct SmartStats {
     pub node_reads: u64,
     /// Polls of a busy leaf or node lock.
     pub lock_waits: u64,
+    /// Leaf-lock acquisitions that found the lock held at first.
+    pub leaf_lock_waited: u64,
+    /// Their time from the first failed CAS to holding the lock (ns, fabric clock).
+    pub leaf_lock_wait_ns: u64,
     /// Lookups that went straight from the cache to the leaf.
     pub cache_leaf_hits: u64,
     /// Cache entries dropped by the reverse check or an inconsistency.
@@ -405,6 +411,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             checksum_retries: s.checksum_retries.get(),
             node_reads: s.node_reads.get(),
             lock_waits: s.lock_waits.get(),
+            leaf_lock_waited: s.leaf_lock_waited.get(),
+            leaf_lock_wait_ns: s.leaf_lock_wait_ns.get(),
             cache_leaf_hits: s.cache_leaf_hits.get(),
             cache_invalidations: s.cache_invalidations.get(),
             delegated_reads: s.delegated_reads.get(),

@@ -84,7 +84,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         lock: ChipLock,
     ) -> Result<(), SmartError> {
         let now = self.ep.now_ns();
-        let w = waiter.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+        let w = waiter.get_or_insert_with(|| Waiter::new(self.lock_lease(now), now));
         match w.observe(lock.mask, now) {
             Verdict::Wait(ns) => self.ep.pause(ns).await,
             Verdict::Expired { .. } => self.ep.pause(self.cfg.lease.max_backoff_ns).await,

@@ -640,3 +640,34 @@ proptest! {
         prop_assert_eq!(n, keys.len());
     }
 }
+
+/// Lock waits spin as the authors' code does with `spin_locks`: every retry pauses 1 ns,
+/// where the default back-off doubles from `min_backoff_ns`; without a clock the attempt cap
+/// stays the bound.
+#[test]
+fn lock_waits_spin_when_told_and_back_off_by_default() {
+    let m = memory(16 << 20);
+    let ep = endpoint(&m);
+    let backing_off = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
+    assert!(!backing_off.spin_locks);
+    let b = block(Smart::open(&ep, backing_off)).unwrap();
+    assert_eq!(b.lock_lease(5), backing_off.lease);
+    let mut w = crate::lease::Waiter::new(b.lock_lease(5), 5);
+    let first = backing_off.lease.min_backoff_ns;
+    assert_eq!(w.observe(42, 6), Verdict::Wait(first));
+    assert_eq!(w.observe(42, 9), Verdict::Wait(2 * first));
+    let spin_cfg = SmartConfig {
+        spin_locks: true,
+        ..backing_off
+    };
+    let s = block(Smart::open(&ep, spin_cfg)).unwrap();
+    let on_clock = s.lock_lease(5);
+    assert_eq!((on_clock.min_backoff_ns, on_clock.max_backoff_ns), (1, 1));
+    assert_eq!(on_clock.max_attempts, u32::MAX);
+    assert_eq!(on_clock.lease_ns, spin_cfg.lease.lease_ns);
+    assert_eq!(on_clock.deadline_ns, spin_cfg.lease.deadline_ns);
+    assert_eq!(s.lock_lease(0).max_attempts, spin_cfg.lease.max_attempts);
+    let mut w = crate::lease::Waiter::new(on_clock, 5);
+    assert_eq!(w.observe(42, 6), Verdict::Wait(1));
+    assert_eq!(w.observe(42, 9), Verdict::Wait(1));
+}

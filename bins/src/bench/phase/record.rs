@@ -43,6 +43,10 @@ pub struct SmartSummary {
     pub restarts: u64,
     pub checksum_retries: u64,
     pub lock_waits: u64,
+    /// Leaf-lock acquisitions that met the lock held, and their time from the first failed
+    /// CAS to the lock (ns, fabric clock).
+    pub leaf_lock_waited: u64,
+    pub leaf_lock_wait_ns: u64,
     /// Locks handed over by a client of the same compute node (no remote acquisition).
     pub handovers: u64,
     pub cache_leaf_hits: u64,
@@ -61,6 +65,8 @@ impl SmartSummary {
             restarts: b.restarts - a.restarts,
             checksum_retries: b.checksum_retries - a.checksum_retries,
             lock_waits: b.lock_waits - a.lock_waits,
+            leaf_lock_waited: b.leaf_lock_waited - a.leaf_lock_waited,
+            leaf_lock_wait_ns: b.leaf_lock_wait_ns - a.leaf_lock_wait_ns,
             handovers: b.handovers - a.handovers,
             cache_leaf_hits: b.cache_leaf_hits - a.cache_leaf_hits,
             cache_invalidations: b.cache_invalidations - a.cache_invalidations,
@@ -76,6 +82,8 @@ impl SmartSummary {
         self.restarts += o.restarts;
         self.checksum_retries += o.checksum_retries;
         self.lock_waits += o.lock_waits;
+        self.leaf_lock_waited += o.leaf_lock_waited;
+        self.leaf_lock_wait_ns += o.leaf_lock_wait_ns;
         self.handovers += o.handovers;
         self.cache_leaf_hits += o.cache_leaf_hits;
         self.cache_invalidations += o.cache_invalidations;
@@ -111,6 +119,12 @@ pub struct BenchRecord {
     pub mops: f64,
     pub mops_per_thread: f64,
     pub latency: Latency,
+    /// The latency of reads (and scans) alone, and of writes (updates and inserts) alone;
+    /// null for a phase without that kind, and for Catfish's runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_reads: Option<Latency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_writes: Option<Latency>,
     pub per_op: PerOp,
     /// Average key + value bytes of the keys used.
     pub kv_bytes: f64,
@@ -263,6 +277,7 @@ pub fn record(
     notes: Vec<String>,
 ) -> BenchRecord {
     let mut hist = new_hist();
+    let mut by_kind = [new_hist(), new_hist()];
     let mut counts = OpCounts::default();
     let mut snap = Snapshot::default();
     let mut smart = SmartSummary::default();
@@ -284,6 +299,9 @@ pub fn record(
     .max(1);
     for o in outs {
         let _ = hist.add(&o.hist);
+        for (h, oh) in by_kind.iter_mut().zip(&o.by_kind) {
+            let _ = h.add(oh);
+        }
         counts.add(&o.counts);
         snap = snap + o.snap;
         let mut s = o.smart;
@@ -369,6 +387,8 @@ pub fn record(
         mops,
         mops_per_thread: mops / a.threads.max(1) as f64,
         latency: Latency::from_hist(&hist),
+        latency_reads: (!by_kind[0].is_empty()).then(|| Latency::from_hist(&by_kind[0])),
+        latency_writes: (!by_kind[1].is_empty()).then(|| Latency::from_hist(&by_kind[1])),
         per_op,
         kv_bytes: kv,
         read_amplification: if kv > 0.0 { per_op.bytes_in / kv } else { 0.0 },
