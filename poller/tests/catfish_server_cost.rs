@@ -28,8 +28,12 @@ const SPACE: i64 = 1 << 20;
 const FANOUT: usize = 30;
 
 /// Plain bytes, one thread (no lock on the path: the host cost is the tree code's).
-/// Counts its reads.
-struct Plain(RefCell<Vec<u8>>, std::cell::Cell<u64>);
+/// Counts its reads, and its writes and the bytes they store.
+struct Plain(
+    RefCell<Vec<u8>>,
+    std::cell::Cell<u64>,
+    std::cell::Cell<(u64, u64)>,
+);
 
 impl Plain {
     fn range(&self, off: u64, len: usize) -> Result<std::ops::Range<usize>, FabricError> {
@@ -57,6 +61,8 @@ impl LocalRegion for Plain {
     }
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), FabricError> {
         let r = self.range(offset, data.len())?;
+        let (n, b) = self.2.get();
+        self.2.set((n + 1, b + data.len() as u64));
         self.0.borrow_mut()[r].copy_from_slice(data);
         Ok(())
     }
@@ -132,7 +138,11 @@ fn inserted(r: &mut Rng) -> Rect {
 fn served(kind: TreeKind, n: u64) -> (Plain, SharedTree) {
     // Served trees hold nodes in their grace period too; room for the measured inserts.
     let bytes = (n as usize * 24 * 8).max(8 << 20) + (16 << 20);
-    let region = Plain(RefCell::new(vec![0u8; bytes]), Default::default());
+    let region = Plain(
+        RefCell::new(vec![0u8; bytes]),
+        Default::default(),
+        Default::default(),
+    );
     let mut t = Tree::format_kind(&region, 4096, bytes as u64 - 8192, FANOUT, kind).unwrap();
     t.set_exclusive(false);
     let mut r = Rng(1);
@@ -151,6 +161,12 @@ struct Cost {
     insert_ns: f64,
     /// Region reads per search (the epoch and root words, then one per node).
     reads: f64,
+    /// Per insert: region writes (node images, superblock words), the bytes they store,
+    /// and nodes the tree carved (`Tree::nodes`: fresh memory, past the retired nodes it
+    /// reuses, so about one per split; a forced reinsert carves none).
+    writes: f64,
+    written: f64,
+    new_nodes: f64,
 }
 
 /// This thread's CPU time in ns (time the machine's other load takes is not counted).
@@ -177,10 +193,15 @@ fn measure(region: &Plain, shared: &SharedTree, ops: u64, rounds: usize, first_i
         search_ns: f64::MAX,
         insert_ns: f64::MAX,
         reads: 0.0,
+        writes: 0.0,
+        written: 0.0,
+        new_nodes: 0.0,
     };
+    let nodes = || shared.lock().tree.as_ref().map_or(0, |t| t.nodes());
     for _ in 0..rounds {
         let (mut s_ns, mut s_n, mut i_ns, mut i_n) = (0u128, 0u64, 0u128, 0u64);
         let reads0 = region.1.get();
+        let (w0, nodes0) = (region.2.get(), nodes());
         for _ in 0..ops / 10 {
             let qs: Vec<Rect> = (0..9).map(|_| window(&mut r)).collect();
             let rect = inserted(&mut r);
@@ -204,6 +225,10 @@ fn measure(region: &Plain, shared: &SharedTree, ops: u64, rounds: usize, first_i
             id += 1;
         }
         best.reads = (region.1.get() - reads0) as f64 / s_n as f64;
+        let w1 = region.2.get();
+        best.writes = (w1.0 - w0.0) as f64 / i_n as f64;
+        best.written = (w1.1 - w0.1) as f64 / i_n as f64;
+        best.new_nodes = (nodes() - nodes0) as f64 / i_n as f64;
         best.search_ns = best.search_ns.min(s_ns as f64 / s_n as f64);
         best.insert_ns = best.insert_ns.min(i_ns as f64 / i_n as f64);
     }
@@ -226,22 +251,34 @@ fn host_search_and_insert_costs() {
     };
     println!("host cost of Catfish's server code, {n} rectangles, node size {FANOUT}, 90/10 mix:");
     println!(
-        "{:>8} {:>12} {:>12} {:>14} {:>16}",
-        "tree", "search ns", "insert ns", "insert/search", "reads/search"
+        "{:>8} {:>12} {:>12} {:>14} {:>16} {:>14} {:>14} {:>14}",
+        "tree",
+        "search ns",
+        "insert ns",
+        "insert/search",
+        "reads/search",
+        "writes/insert",
+        "bytes/insert",
+        "nodes/insert"
     );
     for kind in [TreeKind::Guttman, TreeKind::RStar, TreeKind::Hilbert] {
         let (region, shared) = served(kind, n);
         let c = measure(&region, &shared, 4_000, 10, n);
         println!(
-            "{:>8} {:>12.0} {:>12.0} {:>14.2} {:>16.2}",
+            "{:>8} {:>12.0} {:>12.0} {:>14.2} {:>16.2} {:>14.2} {:>14.0} {:>14.3}",
             kind.name(),
             c.search_ns,
             c.insert_ns,
             c.insert_ns / c.search_ns,
-            c.reads
+            c.reads,
+            c.writes,
+            c.written,
+            c.new_nodes
         );
         // An insert descends the tree as a search does, then writes: never cheaper.
         assert!(c.insert_ns > 0.0 && c.search_ns > 0.0, "{kind:?}: {c:?}");
+        // An insert stores at least the leaf it adds to.
+        assert!(c.writes >= 1.0 && c.written > 0.0, "{kind:?}: {c:?}");
     }
 }
 

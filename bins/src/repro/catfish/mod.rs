@@ -286,7 +286,10 @@ const MIXED_MESSAGING_NOTE: &str = "the paper's fast messaging falls in its 90/1
     fast messaging it made the R*-tree 90/10 rows 6.54x (throughput) and 6.53x (latency), \
     both at 256 clients, and the basic R-tree's 4.52x (0.750 / 0.166 Mops), from a fast \
     messaging of 0.166 Mops that the paper's search-only figures rule out (see the \
-    search-only rows' note)";
+    search-only rows' note). Nor is an under-charged insert: remora's R*-tree insert is the \
+    whole R* algorithm, re-measured at 12.7 µs beyond a search (2026-12-01), and charging it \
+    more lowers these ratios (the R*-tree throughput row's note: 1.13x at 1.3x the charge, \
+    1.93x at a paper-proportional 138.4 µs with inserts run at once)";
 
 pub fn paper(s: &Scale) -> Paper {
     let sweep: Vec<String> = per_node(s)

@@ -39,7 +39,13 @@ const NODE_SIZE_NOTE: &str = "the paper puts its offloading's fall down to fetch
     a search; 130 entries (3 levels) 0.811 Mops, 3.49 READs and 11.0 KB (0.45x), where the \
     link would bind the 130-entry tree only above 34 KB a search. The paper gives no node \
     READ count or bytes to tell which of its costs (more leaves a search, a larger node \
-    image, a per-byte client cost) makes up the difference";
+    image, a per-byte client cost) makes up the difference. From these runs' own figures \
+    (issue 22): a READ's turn on a client node costs 1.96 µs at 535 bytes and 2.63 µs at \
+    3,614 (0.683 and 0.948 Mops over 8 nodes, 5.98 and 3.21 READs a search), so 1.84 µs \
+    plus 0.22 ns a byte; the 130-entry tree would fall to the 15-entry one's rate only at \
+    0.61 ns a byte (1.6 GB/s, 13 Gb/s a client node, an eighth of the paper's 100 Gb \
+    link): its irrelevant rectangles cost bytes, and bytes cost less than the round trips \
+    its shallower tree saves";
 
 /// Rectangles of the tree-size runs: the paper's 10K, 100K (quick: its two smallest, whose
 /// heights, 3 and 4 levels, differ as the paper's do) and as many as the scale loads.
