@@ -56,25 +56,34 @@ const WRITE_ONLY_NOTE: &str = concat!(
     the item's bitmap bits (an update 'marks the old DataItem as invalid': it must find the \
     key's older item in the node), resets the node's lock in the same meta word and persists \
     'with clwb and mfence'; only then may another writer lock that node, so its rate bounds \
-    sustained writes (server CPU ~99% above). remora's applier does one message, one read of \
-    the node's live keys and two write-backs (the item's lines, the meta word's) per write: \
-    `cargo test --release -p remora-poller --test canrt_applier -- --nocapture` counts them \
-    and prices an idle applier's write at 617 ns (this row: 615 ns, server_ns_per_op in \
-    canrt-ycsb.csv), each charge zeroed alone: its fixed part server_canrt_apply_ns 66 (the \
-    code's own time measured on this host by the same test, 60 ns, x 1.1 for the paper's \
-    Xeon; the flat server_handler_ns 270, derived from WORT's read, made it 821 ns and this \
-    row 1.67x), write-backs 223 (2.48 lines x nvm_write_ns 90), Optane misses 235 (the old \
-    item's search, the meta word), the completion poll 50, cached lines ~43: the paper's own \
-    steps at this model's Optane prices. With the three zeroed (`--set \
-    server_canrt_apply_ns=0 --set nvm_write_ns=0 --set server_nvm_read_ns=10` on this row's \
-    command) CANRT makes 4.65 Mops, 6.6x WORT's 0.704: 16 synchronous writers at ~2.6 us \
-    each (one round trip and the append's doorbell) cap it there, below 7.44x. So the \
-    paper's 7.44-11.15x needs both an applier under ~190 ns a write (less than its own two \
-    clwb+mfence and one completion poll) and a WORT slower than remora's (the paper's \
-    write-latency ratio implies 2.4-2.6 us of WORT server time per write, remora's takes \
-    1.42); or it counts posted writes the applier had not caught up with when the run ended \
-    (no sustained run can: remora's writers never wait for credits, 0.000 credit waits per \
-    op, only for a node whose last write is not yet applied, as the paper's lock makes \
+    sustained writes. remora's applier does one message, one read of the node's live keys \
+    and two write-backs (the item's lines, the meta word's) per write: `cargo test --release \
+    -p remora-poller --test canrt_applier -- --nocapture` counts them and prices an idle \
+    applier's write at 617 ns (this row: 641 ns, server_ns_per_op in canrt-ycsb.csv, the \
+    applier 99.6% busy), each charge zeroed alone: its fixed part server_canrt_apply_ns 66 \
+    (the code's own time measured on this host by the same test, 60 ns, x 1.1 for the \
+    paper's Xeon; the flat server_handler_ns 270, derived from WORT's read, made it 821 ns), \
+    write-backs 223 (2.48 lines x nvm_write_ns 90), Optane misses 235 (the old item's \
+    search), the completion poll 50, cached lines ~43: the paper's own steps at this \
+    model's Optane prices. The client's side is the paper's: Algorithm 1 locks with one \
+    8-byte FETCH_AND_ADD of the meta word (remora: the FETCH_AND_ADD of the lock word and an \
+    8-byte READ of the meta word in one doorbell), then posts the append: 2.03 us p50 at one \
+    client, 190 B a write at 16 (remora's posted write used to READ the whole 1.3 KB node \
+    with its lock: 2.61 us, 1.5 KB, and 4.65 Mops with the applier's costs zeroed). With the \
+    applier's three costs zeroed (`--set server_canrt_apply_ns=0 --set nvm_write_ns=0 --set \
+    server_nvm_read_ns=10` on this row's command) CANRT makes 6.74 Mops, 9.6x WORT's 0.704, \
+    inside the paper's 7.44-11.15x: the applier alone keeps the row off. 7.44x needs the \
+    applier at ~190 ns a write or less (with the three zeroed, `--set server_poll_ns=140` \
+    leaves it 209 ns a write: 4.77 Mops, 6.8x; 190, 265 ns: 3.76 Mops), under its own two \
+    clwb+mfence (2 x 90 ns) and one completion poll; four applier threads (`--set \
+    server_threads=4`, where the paper names one) make 5.64 Mops. WORT is charged about \
+    what the paper's own write-latency ratio implies: its 1.67-1.72x at this CANRT write \
+    leaves WORT 1.71-1.81 us of server time per write where remora's takes 1.42 (that \
+    slower WORT would make ~0.55-0.59 Mops, and this row 2.6-2.8x). So the paper's figure \
+    either had an applier under ~190 ns a write or counts posted writes its applier had not \
+    applied when the run ended (no sustained run can: remora's writers never wait for \
+    credits, 0.000 credit waits per op, only for a node whose last write is not yet \
+    applied, 0.10 lock polls and 0.06 Wait messages per write, as the paper's lock makes \
     them). The paper prints no absolute figure to tell which; nothing is set to land the row"
 );
 
@@ -82,21 +91,25 @@ const WRITE_ONLY_NOTE: &str = concat!(
 const WRITE_HEAVY_NOTE: &str = concat!(
     posted_semantics!(),
     "Measured cause as the write-only rows': half the operations are writes, which the \
-     applier thread serves one at a time (server CPU ~100% above), while CANRT's reads are \
-     one-sided READs the server never sees; the row falls between the write-only row \
-     (applier bound) and the read-only one (link bound)"
+     applier thread serves one at a time (322 ns of server time per operation, ~644 per \
+     write, server CPU 99.7%), while CANRT's reads are one-sided READs the server never \
+     sees; the row falls between the write-only row (applier bound) and the read-only one \
+     (link bound). With the applier's three costs zeroed (`--set server_canrt_apply_ns=0 \
+     --set nvm_write_ns=0 --set server_nvm_read_ns=10` on this row's command) CANRT makes \
+     6.68 Mops: 8.1x WORT's 0.828 and 7.0x WOART's 0.952, inside the paper's range"
 );
 
 /// The 2-to-16-thread scaling row.
 const SCALING_NOTE: &str = "measured cause: the applier thread. At 2 clients a posted write \
-    is one round trip (the lock FETCH_AND_ADD with the node READ) and its doorbell, and the \
-    applier is ~21% busy (server_use in canrt-clients.csv); it is ~79% busy at 8 clients and \
-    saturated at 16 (~99%), so the curve stops at 1 / (its ~615 ns per write x the write \
-    share 0.5). The paper's 10.88x is more than the 8x that 16 synchronous threads can gain \
-    over 2 at the same latency per operation (§4.5 calls it 'almost proportional'); with the \
-    applier's three costs zeroed (`--set server_canrt_apply_ns=0 --set nvm_write_ns=0 --set \
-    server_nvm_read_ns=10` on this row's two runs) remora gains 7.03x (0.818 -> 5.748 \
-    Mops), the synchronous clients' own bound";
+    is one round trip (the lock FETCH_AND_ADD with the meta word's 8-byte READ) and its \
+    doorbell, and the applier is 26% busy (server_use in canrt-clients.csv); 47% at 4 \
+    clients, 88% at 8 and saturated at 16 (99.7%), so the curve stops at 1 / (its ~644 ns \
+    per write x the write share 0.5). The paper's 10.88x is more than the 8x that 16 \
+    synchronous threads can gain over 2 at the same latency per operation (§4.5 calls it \
+    'almost proportional'); with the applier's three costs zeroed (`--set \
+    server_canrt_apply_ns=0 --set nvm_write_ns=0 --set server_nvm_read_ns=10` on this row's \
+    two runs) remora gains 7.60x (0.878 -> 6.677 Mops), the synchronous clients' own bound \
+    less their waits on zipfian-hot nodes";
 
 /// The 10,000-key range row.
 const RANGE_NOTE: &str = "CANRT reads one data node per round trip, one after another \
@@ -385,16 +398,17 @@ pub fn paper(s: &Scale) -> Paper {
              strings; one client, the LOAD phase's inserts. The paper's cause, data-node \
              conflicts, is remora's too, larger: each sequential insert goes to the node the \
              previous one appended to, and its FETCH_AND_ADD lands (a doorbell and a one-way \
-             trip after that append) before the applier (~1.7-2 us per insert, splits \
-             included) has released the lock, so it polls the lock once (the bench's 'lock \
-             polls' ~1.0/op sequential, 0.02 random; 2.3 RT/op against 1.0). Splits add to \
-             it: the rightmost node fills every slots/2 inserts (6% of inserts resize, 0.2% \
-             random). They grow with the tree, which is why the row falls at full scale: \
-             each split rewrites the prefix array (sized by the data nodes) and every client \
-             reloads it, and the lower half a split leaves behind never fills again. One \
-             client, posted: 100,000 sequential keys p50 9.9 us, server 4.9 us and 3.3 KB \
-             READ per insert, 6.25% of inserts resize (random: 2.5 us, 1.8 us, 1.4 KB, \
-             0.03%); 500,000 (full) p50 25.7 us, 18.3 us and 11.2 KB per insert",
+             trip after that append) before the applier (~1.8 us per insert, splits \
+             included: server_ns_per_op in canrt-seq.csv) has released the lock, so the \
+             lock's 8-byte fetch finds it held and the insert reads the node to wait its \
+             turn (2.29 RT/op and 1,322 B per insert sequential, against 1.03 and 60 B \
+             random). Splits add to it: the rightmost node fills every slots/2 inserts (6% \
+             of inserts resize, 0.2% random). They grow with the tree: each split rewrites the \
+             prefix array (sized by the data nodes) and every client reloads it, and the \
+             lower half a split leaves behind never fills again. One client, posted, 100,000 keys (`--records 100000 --set \
+             server_llc_lines=39322` on this row's commands): sequential p50 4.6 us, server \
+             4.7 us and 3.2 KB READ per insert, 6.25% of inserts resize (random: 2.0 us, 1.6 \
+             us, 114 B, 0.03%)",
         ),
         Claim::ratio(
             "seq-read-latency",
@@ -417,16 +431,17 @@ pub fn paper(s: &Scale) -> Paper {
             concat!(
                 posted_semantics!(),
                 "The paper's count: the write returns once its WRITE_WITH_IMM is posted \
-                 (unsignaled, the canrt profile's unsignaled_at_post): one round trip (the lock \
-                 FETCH_AND_ADD with the node READ) and the append's doorbell, the paper's \
-                 'about 1.5' counting the WRITE as a half (§4.2). remora's default write is 2 \
+                 (unsignaled, the canrt profile's unsignaled_at_post): one round trip \
+                 (Algorithm 1's 8-byte lock fetch: the FETCH_AND_ADD with an 8-byte READ of \
+                 the meta word, no node READ) and the append's doorbell, the paper's 'about \
+                 1.5' counting the WRITE as a half (§4.2). remora's default write is 2 \
                  round trips (the lock, then the append with its flush READ) and the applier's \
-                 acknowledgement (p50 in the CANRT series, ~2x this one). WORT's side: its \
+                 acknowledgement (p50 in the CANRT series, ~2.4x this one). WORT's side: its \
                  server takes 1.42 us per write (server_ns_per_op in canrt-latency.csv: poll + \
                  handler 320, reply 100, two flushes of 2.75 lines ~250, its radix path's 11 \
                  lines ~750 with 2.4 Optane misses: every flush is the authors' clflush, \
                  which evicts what it writes back, 1.7 misses before), where the \
-                 paper's ratio at this CANRT write would need 2.4-2.6 us; the paper names the \
+                 paper's ratio at this CANRT write would need 1.71-1.81 us; the paper names the \
                  parts ('request polling, key locating, data persistence, and posting reply \
                  message', §4.2) but not their times"
             ),
@@ -480,7 +495,8 @@ pub fn paper(s: &Scale) -> Paper {
              request rings); random 16-byte string keys (sequential: 8-byte integers in \
              order), 15-byte values (the paper's), {} measured ops after {} warm-up ops; \
              latency: one client of one coroutine; zipfian 0.99, seed 1. CANRT (posted): the \
-             paper's write, returning once its WRITE_WITH_IMM is posted (`--canrt-ack \
+             paper's write, locking with 8-byte words as Algorithm 1 (no node READ) and \
+             returning once its WRITE_WITH_IMM is posted (`--canrt-ack \
              posted`, not linearizable; unsignaled, the profile's unsignaled_at_post; \
              flow-controlled by credits against the server's receives); CANRT: remora's \
              default, returning once the server applied and persisted it (the write rows compare the posted write; the default's figures \

@@ -7,8 +7,10 @@
 //! - Read (Algorithm 2, `client.rs`): the client finds the data node with its cached prefix
 //!   nodes (eqs. 2-3, `view.rs`) and READs the whole node, between two 8-byte READs of its
 //!   meta word (see *Torn reads* below): 1 doorbell, 1 round trip.
-//! - Write (Algorithm 1, `write.rs`): FETCH_AND_ADD on the node's lock word (with the
-//!   node's READs in the same doorbell), then the new `DataItem` is appended into a free
+//! - Write (Algorithm 1, `write.rs`): FETCH_AND_ADD on the node's lock word (with, in the
+//!   same doorbell, an 8-byte READ of the meta word for a write that appends without
+//!   looking at the items, an insert or a posted update, or the node's READs for one that
+//!   must know whether its key is there), then the new `DataItem` is appended into a free
 //!   slot with WRITE_WITH_IMM whose immediate names node and slot (and a READ after it in
 //!   the same doorbell, the read-after-write flush): 2 round trips when uncontended.
 //! - The metadata applier (`server.rs`, a [`crate::server::Handler`]) flips bitmap bits,
@@ -227,7 +229,12 @@ pub enum WriteAck {
     /// linearizable: a read right after the write may not see it (the server applies it
     /// later), its durability rests on the NIC's write reaching the persistence domain, and
     /// an item the server refuses (its writer's ticket skipped, or its key moved by a split
-    /// raced with the write) is lost without the writer hearing. For comparisons with the
+    /// raced with the write) is lost without the writer hearing. Its update locks with the
+    /// paper's 8-byte fetch (the lock's FETCH_AND_ADD and the meta word) and appends
+    /// without reading the node's items, as Algorithm 1 does every write: it then inserts
+    /// an absent key (the paper's server validates the new item whether or not it found an
+    /// older one) and reports the key present unless it read the node (a lock it waited
+    /// for) and saw it absent. For comparisons with the
     /// paper's figures only (`remora bench --canrt-ack posted`); the linearizability check
     /// refuses it.
     Posted,

@@ -40,6 +40,19 @@ impl<E: Endpoint> Canrt<'_, E> {
             .await
     }
 
+    /// Whether a write of `op` appends without looking at the node's items, knowing only its
+    /// meta word (free slots, served ticket), as every write of Algorithm 1 does (§3.3: the
+    /// client's steps are the same for insert, delete and update "except the opflag"; the
+    /// server drops the key's older item when it applies the new one): an insert always;
+    /// an update with [`WriteAck::Posted`], the paper's write, which then inserts an absent
+    /// key as the paper's server validates the new item whether or not it found an old one
+    /// (and reports the key present unless it happened to read the node and saw it absent).
+    /// The default's update, and every delete, read the node first: they must not insert,
+    /// and they report whether the key was there.
+    fn blind(&self, op: ItemOp) -> bool {
+        op == ItemOp::Insert || (op == ItemOp::Update && self.cfg.ack == WriteAck::Posted)
+    }
+
     /// Algorithm 1: lock by FETCH_AND_ADD, check the bitmap, append with WRITE_WITH_IMM.
     pub(super) async fn write(
         &self,
@@ -82,10 +95,14 @@ impl<E: Endpoint> Canrt<'_, E> {
         let addr = self.node_addr(&v, id);
         let mut b = self.bufs.take(v.header.data_node_size as usize);
         let buf = &mut b.buf;
-        // Locking phase: the ticket and a snapshot of the node in one doorbell (the READs run
-        // after the FETCH_AND_ADD at the target, so they see our ticket counted).
+        // Locking phase: the ticket and, in one doorbell (the READs run after the
+        // FETCH_AND_ADD at the target, so they see our ticket counted), the meta word alone
+        // for a write that appends without looking at the node's items (Algorithm 1's 8-byte
+        // fetch), or a snapshot of the node for one that must know whether its key is there.
+        let blind = self.blind(op);
         let mut ticket = 0u64;
         let mut bracket = Bracket::default();
+        let mut front = [0u8; 8];
         {
             let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
             // Cannot fail: the doorbell is empty.
@@ -94,10 +111,30 @@ impl<E: Endpoint> Canrt<'_, E> {
                 add: 1,
                 old: &mut ticket,
             });
-            self.push_snapshot(&mut ops, addr, &mut bracket, buf)?;
+            if blind {
+                let _ = ops.push(Op::Read {
+                    remote: addr.add(FRONT_OFF),
+                    local: &mut front,
+                });
+            } else {
+                self.push_snapshot(&mut ops, addr, &mut bracket, buf)?;
+            }
             qp.post(&mut ops).await?;
         }
         let t = ticket & TICKET_MASK;
+        if blind {
+            let m = Meta(u64::from_le_bytes(front));
+            if m.served() == t && !m.frozen() && m.epoch() == v.epoch_tag() {
+                // Our turn at once: append (the checking and writing phases need only the
+                // bitmap).
+                return self
+                    .put(&v, id, addr, m, op == ItemOp::Update, op, key, value, t)
+                    .await;
+            }
+            // Not our turn yet, or the node is being resized: wait as any write does, from a
+            // snapshot of the node.
+            self.read_snapshot(addr, &mut bracket, buf).await?;
+        }
         let mut polls = 0u32;
         let mut bad = 0u32;
         let since = self.ep.now_ns();
@@ -229,14 +266,12 @@ impl<E: Endpoint> Canrt<'_, E> {
                     }
                     self.moved(&mut moved_at, seen, m.served());
                     seen = m.served();
-                    if m.served() == t
-                        && !m.frozen()
-                        && m.epoch() == v.epoch_tag()
-                        && op == ItemOp::Insert
-                    {
+                    if m.served() == t && !m.frozen() && m.epoch() == v.epoch_tag() && blind {
                         // Our turn, and an insert needs only the free slots (the server drops
                         // the key's older item when it applies ours): append at once.
-                        return self.put(&v, id, addr, m, false, op, key, value, t).await;
+                        return self
+                            .put(&v, id, addr, m, op == ItemOp::Update, op, key, value, t)
+                            .await;
                     }
                     break;
                 }
@@ -250,14 +285,12 @@ impl<E: Endpoint> Canrt<'_, E> {
                 }
                 self.moved(&mut moved_at, seen, m.served());
                 seen = m.served();
-                if m.served() == t
-                    && !m.frozen()
-                    && m.epoch() == v.epoch_tag()
-                    && op == ItemOp::Insert
-                {
+                if m.served() == t && !m.frozen() && m.epoch() == v.epoch_tag() && blind {
                     // Our turn, seen in the meta word: an insert appends at once (as on a
                     // notice).
-                    return self.put(&v, id, addr, m, false, op, key, value, t).await;
+                    return self
+                        .put(&v, id, addr, m, op == ItemOp::Update, op, key, value, t)
+                        .await;
                 }
                 // A split published since our view gives every node a new epoch: our
                 // ticket stays this node's, so once that epoch was looked at (a new view
@@ -335,8 +368,9 @@ impl<E: Endpoint> Canrt<'_, E> {
                 return Err(CanrtError::Corrupt { addr, why });
             }
         };
-        if !present && op != ItemOp::Insert {
-            // Update or delete of an absent key: nothing to append.
+        if !present && !self.blind(op) {
+            // Update or delete of an absent key: nothing to append (a posted update appends
+            // anyway: see `blind`).
             self.unlock(v, v.epoch_tag(), id, t).await?;
             return Ok(Wrote::Done(false));
         }
