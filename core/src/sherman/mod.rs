@@ -122,6 +122,7 @@
 mod bulk;
 mod cache;
 mod hooks;
+mod local;
 mod lock;
 mod node;
 mod open;
