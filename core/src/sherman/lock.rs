@@ -14,7 +14,9 @@
 //!
 //! Local level (`hierarchical_locks`): coroutines of one compute node (of all its client
 //! threads: the table is the node's, [`super::node::ShermanNode`]) that want the same global
-//! lock queue in a local table instead of hammering the NIC; the releasing holder hands the
+//! lock queue in a local table instead of hammering the NIC (a fixed table, [`super::local`]:
+//! a word whose bucket has no free entry is taken at the global level alone, as FG+ takes it,
+//! and its release leaves the table alone); the releasing holder hands the
 //! global lock straight to a local waiter — of any thread of the node — (no unlock, no CAS)
 //! up to `handover_cap` times in a row. A local waiter parks ([`crate::delegation::park`]):
 //! it leaves its waker under its ticket, and whoever passes the turn on wakes the waiter whose
@@ -29,51 +31,24 @@
 //! lock over. Per-thread state (`Sherman::create`/`open`) keeps the unit a thread.
 use super::ShermanError;
 use super::node::ShermanNode;
-use crate::delegation::park::{self, Check, Parked};
+use crate::block_on::yield_now;
+use crate::delegation::park::{self, Check};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
 use crate::lease::{LeaseConfig, Verdict, Waiter, holder, owner_word};
-use core::cell::Cell;
+use core::cell::{Cell, RefCell};
 use core::future::Future;
 use core::pin::pin;
 use core::task::{Context, Poll};
 use remora_layouts::GlobalAddr;
-use std_alloc::collections::BTreeSet;
 use std_alloc::sync::Arc;
 
 /// Waiters of one lock word that park (the ones behind them poll until a slot frees).
-const PARKED: usize = 4;
+pub(super) const PARKED: usize = 4;
 
-/// One global lock word as this compute node sees it: a ticket queue (FIFO, so a coroutine
-/// that just released cannot barge ahead of the ones waiting), and whether the node holds the
-/// global lock.
-#[derive(Default)]
-pub(crate) struct LocalLock {
-    next: u64,
-    serving: u64,
-    global: bool,
-    handovers: u32,
-    /// Tickets whose coroutine gave up waiting; skipped when their turn comes.
-    abandoned: BTreeSet<u64>,
-    /// Waiters parked for their turn, under their tickets: the one whose turn comes is woken
-    /// (only it), by whoever passes the turn on.
-    parked: Parked<PARKED>,
-}
-
-impl LocalLock {
-    /// Coroutines still waiting behind the current holder.
-    fn waiting(&self) -> u64 {
-        self.next - self.serving - 1 - self.abandoned.len() as u64
-    }
-    /// The turn passes to the next ticket still wanted, whose waiter is woken.
-    fn pass_on(&mut self) {
-        self.serving += 1;
-        while self.abandoned.remove(&self.serving) {
-            self.serving += 1;
-        }
-        let serving = self.serving;
-        self.parked.wake_if(|ticket| ticket <= serving);
-    }
-}
+/// Lock words that one handle's coroutines can hold at once after finding their entry's
+/// bucket of the local table full ([`Locks::bypassed`]); a coroutine that would exceed it
+/// waits for an entry or for one of them to be released.
+const BYPASSED: usize = 32;
 
 pub(super) struct Locks {
     client: u32,
@@ -85,6 +60,13 @@ pub(super) struct Locks {
     lease: LeaseConfig,
     /// The compute node's state: its local lock table.
     node: Arc<ShermanNode>,
+    /// Words this handle's coroutines hold that were taken without an entry of the local
+    /// table (its bucket was full): their release must not touch the table, where the word
+    /// may have an entry by then, serving other coroutines. A holder excludes every other
+    /// holder of its word, so a word here is the releasing coroutine's own.
+    bypassed: RefCell<heapless::Vec<GlobalAddr, BYPASSED>>,
+    /// Coroutines of this handle taking a word without an entry (room kept for each).
+    bypassing: Cell<usize>,
 }
 
 /// How a lock was obtained (for counters and tests).
@@ -97,6 +79,35 @@ pub(super) enum Got {
     TookOver {
         from: u32,
     },
+}
+
+/// How the local level of an acquisition ended ([`Locks::local_turn`]).
+enum Turn {
+    /// The previous holder handed the global word over: held.
+    HandedOver,
+    /// Our turn, the node not holding the global word: take it.
+    Ours,
+    /// No entry for the word: take the global word alone.
+    NoEntry,
+    /// Gave up waiting for our turn.
+    Failed(ShermanError),
+}
+
+/// Room kept in [`Locks::bypassed`] by a coroutine taking a word without an entry, given
+/// back when its attempt ends (also if its future is dropped halfway).
+struct Room<'a>(&'a Cell<usize>);
+
+impl<'a> Room<'a> {
+    fn keep(count: &'a Cell<usize>) -> Room<'a> {
+        count.set(count.get() + 1);
+        Room(count)
+    }
+}
+
+impl Drop for Room<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 const ZERO: [u8; 8] = [0; 8];
@@ -125,6 +136,8 @@ impl Locks {
             cap,
             lease,
             node,
+            bypassed: RefCell::new(heapless::Vec::new()),
+            bypassing: Cell::new(0),
         }
     }
 
@@ -147,65 +160,96 @@ impl Locks {
         lock: GlobalAddr,
         seen: Option<(u64, u64)>,
     ) -> Result<Got, ShermanError> {
+        let (mut local, mut room) = (false, None);
         if self.hierarchical {
-            let table = &self.node.locks;
-            let ticket = table
-                .with(lock, |e| {
+            match self.local_turn(ep, lock).await {
+                Turn::HandedOver => return Ok(Got::HandedOver),
+                Turn::Failed(e) => return Err(e),
+                Turn::Ours => local = true,
+                Turn::NoEntry => room = Some(Room::keep(&self.bypassing)),
+            }
+        }
+        let r = self.acquire_global(ep, lock, seen).await;
+        if local {
+            match r {
+                Ok(_) => {
+                    self.node.locks.with(lock, |e| e.global = true).await;
+                }
+                Err(_) => self.give_up(lock).await,
+            }
+        } else if let Some(room) = room {
+            drop(room);
+            if r.is_ok() {
+                // Room was kept for it (`local_turn`).
+                let _ = self.bypassed.borrow_mut().push(lock);
+            }
+        }
+        r
+    }
+
+    /// The local level of an acquisition: a ticket of `lock`'s entry in the node's table,
+    /// then the wait for its turn, parked (the holder that passes the turn on wakes us),
+    /// bounded by the deadline (a timer) and the attempt cap (looks at the queue). Without
+    /// an entry (every one of its bucket busy with other words) the caller goes straight to
+    /// the global word ([`Turn::NoEntry`]), with room kept in [`Self::bypassed`] (a handle
+    /// whose room is all taken waits until an entry or the room frees).
+    async fn local_turn<E: Endpoint>(&self, ep: &E, lock: GlobalAddr) -> Turn {
+        let table = &self.node.locks;
+        let ticket = loop {
+            let t = table
+                .claim(lock, |e| {
                     e.next += 1;
                     e.next - 1
                 })
                 .await;
-            // Parked until our turn (the holder that passes it wakes us), bounded by the
-            // deadline (a timer) and the attempt cap (looks at the queue).
-            let mut spins = 0u32;
-            let mut start = None;
-            let check = |cx: &mut Context<'_>| {
-                let now = ep.now_ns();
-                let waker = cx.waker();
-                let look = pin!(table.with(lock, |e| {
-                    if e.serving == ticket {
-                        return Check::Done(Ok(e.global));
-                    }
-                    spins = spins.saturating_add(1);
-                    let waited = now.saturating_sub(*start.get_or_insert(now));
-                    if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
-                        e.abandoned.insert(ticket);
-                        e.parked.forget(ticket);
-                        return Check::Done(Err(ShermanError::LockHeld {
-                            lock,
-                            holder: self.client,
-                            word: 0,
-                            waited_ns: waited,
-                        }));
-                    }
-                    if e.parked.park(ticket, waker) {
-                        Check::Park(self.lease.deadline_ns - waited + 1)
-                    } else {
-                        Check::Retry
-                    }
-                }));
-                // The bucket busy: its lock's future has asked for another poll.
-                match look.poll(&mut Context::from_waker(waker)) {
-                    Poll::Ready(c) => c,
-                    Poll::Pending => Check::Retry,
+            match t {
+                Some(t) => break t,
+                None if self.bypassed.borrow().len() + self.bypassing.get() < BYPASSED => {
+                    return Turn::NoEntry;
                 }
-            };
-            match park::wait(check, |ns| ep.timer(ns)).await {
-                Ok(true) => return Ok(Got::HandedOver),
-                Ok(false) => {}
-                Err(e) => return Err(e),
+                None => yield_now().await,
             }
-        }
-        let r = self.acquire_global(ep, lock, seen).await;
-        match r {
-            Ok(_) => {
-                if self.hierarchical {
-                    self.node.locks.with(lock, |e| e.global = true).await;
+        };
+        let mut spins = 0u32;
+        let mut start = None;
+        let check = |cx: &mut Context<'_>| {
+            let now = ep.now_ns();
+            let waker = cx.waker();
+            let look = pin!(table.with(lock, |e| {
+                if e.serving == ticket {
+                    return Check::Done(Ok(e.global));
                 }
+                spins = spins.saturating_add(1);
+                let waited = now.saturating_sub(*start.get_or_insert(now));
+                if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
+                    e.abandoned.insert(ticket);
+                    e.parked.forget(ticket);
+                    return Check::Done(Err(ShermanError::LockHeld {
+                        lock,
+                        holder: self.client,
+                        word: 0,
+                        waited_ns: waited,
+                    }));
+                }
+                if e.parked.park(ticket, waker) {
+                    Check::Park(self.lease.deadline_ns - waited + 1)
+                } else {
+                    Check::Retry
+                }
+            }));
+            // The bucket busy: its lock's future has asked for another poll.
+            match look.poll(&mut Context::from_waker(waker)) {
+                Poll::Ready(Some(c)) => c,
+                // Our ticket keeps the entry ours: not reached.
+                Poll::Ready(None) => Check::Done(Ok(false)),
+                Poll::Pending => Check::Retry,
             }
-            Err(_) => self.give_up(lock).await,
+        };
+        match park::wait(check, |ns| ep.timer(ns)).await {
+            Ok(true) => Turn::HandedOver,
+            Ok(false) => Turn::Ours,
+            Err(e) => Turn::Failed(e),
         }
-        r
     }
 
     /// The global word under the lease protocol of [`crate::lease`].
@@ -285,8 +329,28 @@ impl Locks {
 
     /// Our turn ends without the global lock: the next waiter tries.
     async fn give_up(&self, lock: GlobalAddr) {
-        if self.hierarchical {
-            self.node.locks.with(lock, |e| e.pass_on()).await;
+        self.node.locks.with(lock, |e| e.pass_on()).await;
+    }
+
+    /// Whether this handle holds `lock` taken without an entry of the local table (tests).
+    #[cfg(test)]
+    pub(super) fn bypassed_now(&self, lock: GlobalAddr) -> bool {
+        self.bypassed.borrow().contains(&lock)
+    }
+
+    /// Whether `lock`, held by the caller, was taken through the local table (else it is
+    /// one of [`Self::bypassed`], forgotten now).
+    fn held_locally(&self, lock: GlobalAddr) -> bool {
+        if !self.hierarchical {
+            return false;
+        }
+        let mut b = self.bypassed.borrow_mut();
+        match b.iter().position(|&w| w == lock) {
+            Some(i) => {
+                b.swap_remove(i);
+                false
+            }
+            None => true,
         }
     }
 
@@ -299,7 +363,8 @@ impl Locks {
         writeback: &mut Batch<'_>,
     ) -> Result<(), ShermanError> {
         let cap = self.cap;
-        let hand_over = self.hierarchical
+        let local = self.held_locally(lock);
+        let hand_over = local
             && self
                 .node
                 .locks
@@ -312,7 +377,8 @@ impl Locks {
                         false
                     }
                 })
-                .await;
+                .await
+                == Some(true);
         let result = if hand_over {
             if writeback.is_empty() {
                 Ok(())
@@ -356,7 +422,7 @@ impl Locks {
                 Err(e) => Err(e),
             }
         };
-        if self.hierarchical {
+        if local {
             // Handed over: the next waiter holds the global lock already. Otherwise it was
             // released (or, on an error, is in an unknown state: the next holder CASes).
             let handed = hand_over && result.is_ok();
@@ -519,7 +585,8 @@ mod tests {
         crate::block_on::block_on(node.locks.with(lock, |e| {
             e.global = true;
             e.pass_on();
-        }));
+        }))
+        .expect("the word's entry");
     }
 
     /// Local waiters park: not polled while the lock is held (they were polled at every
@@ -533,10 +600,11 @@ mod tests {
         let ep = Clocked::default();
         let lock = GlobalAddr::device(0, 64);
         // Ticket 0 holds the lock word (and the global lock).
-        crate::block_on::block_on(node.locks.with(lock, |e| {
+        crate::block_on::block_on(node.locks.claim(lock, |e| {
             e.next = 1;
             e.global = true;
-        }));
+        }))
+        .expect("an entry");
         let mut a = Task::new(locks.acquire(&ep, lock, None));
         let mut b = Task::new(locks.acquire(&ep, lock, None));
         assert!(!a.poll() && !b.poll());
@@ -568,16 +636,17 @@ mod tests {
         let locks = Locks::new(7, true, true, true, cfg.handover_cap, lease, node.clone());
         let lock = GlobalAddr::device(0, 192);
         // Ticket 0 holds the global lock, 19 tickets wait behind it.
-        crate::block_on::block_on(node.locks.with(lock, |e| {
+        crate::block_on::block_on(node.locks.claim(lock, |e| {
             e.next = 20;
             e.global = true;
-        }));
+        }))
+        .expect("an entry");
         let qp = Recorder::default();
         let mut holders = 1;
         loop {
             let mut wb = Batch::new();
             crate::block_on::block_on(locks.release(&qp, lock, &mut wb)).expect("release");
-            if !crate::block_on::block_on(node.locks.with(lock, |e| e.global)) {
+            if crate::block_on::block_on(node.locks.with(lock, |e| e.global)) != Some(true) {
                 break;
             }
             holders += 1;
@@ -596,10 +665,11 @@ mod tests {
         let ep = Clocked::default();
         ep.clock.now.set(1_000);
         let lock = GlobalAddr::device(0, 128);
-        crate::block_on::block_on(node.locks.with(lock, |e| {
+        crate::block_on::block_on(node.locks.claim(lock, |e| {
             e.next = 1;
             e.global = true;
-        }));
+        }))
+        .expect("an entry");
         let mut a = Task::new(locks.acquire(&ep, lock, None));
         assert!(!a.poll());
         let due = ep.clock.due.get().expect("a timer at the deadline");
@@ -621,6 +691,7 @@ mod tests {
             assert_eq!(e.parked.len(), 0, "its slot is free");
             e.pass_on();
             assert_eq!(e.serving, 2, "its ticket is skipped");
-        }));
+        }))
+        .expect("the word's entry");
     }
 }

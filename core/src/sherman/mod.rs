@@ -113,7 +113,9 @@
 //! reserved header word, the value length shares the entry meta word with a 7-bit entry
 //! version); a whole-page write is one WRITE instead of three (same bytes, two work requests
 //! fewer). CPU per READ used for a decision: one hash pass over an internal page, and over
-//! every slot of a leaf (a "not found" is a decision too, so every slot is verified). On a
+//! every slot of a leaf (a "not found" is a decision too, so every slot is verified), except
+//! for a lookup that finds its key: its slot and the header verify alone (`read.rs`
+//! `find_live`). On a
 //! 1 KiB page with 8-byte values (`verification_cost_per_read` in `poller/tests/sherman/costs.rs`,
 //! release build, a shared 2-core machine): leaf ≈ 185 ns (the old check: ≈ 30 ns),
 //! internal page ≈ 118 ns (≈ 7 ns); with the index cache a lookup verifies one leaf, a
@@ -122,6 +124,7 @@
 mod bulk;
 mod cache;
 mod hooks;
+mod local;
 mod lock;
 mod node;
 mod open;

@@ -4,63 +4,21 @@
 //! [`ShermanNode`] per tree per compute node, each handle holding its own endpoint and an
 //! `Arc` of it ([`super::Sherman::open_on`]).
 //!
-//! Concurrency: the local lock table is split into buckets by lock word, each a try-lock held
-//! between awaits only ([`LocalLocks`]); the index cache sits behind a sharded try-RW guard
+//! Concurrency: the local lock table is a fixed array made with the node's state, split into
+//! buckets by lock word, each a try-lock held between awaits only ([`LocalLocks`]); the index cache sits behind a sharded try-RW guard
 //! (lookups share it; fills and invalidations are skipped while it is busy, which is correct
 //! because a cached page is always checked against the leaf's fences). Nothing blocks a
 //! thread.
 use super::cache::{IndexCache, Route};
-use super::lock::LocalLock;
+use super::local::{BUCKETS, LocalLocks};
 use super::{Sherman, ShermanConfig, ShermanError};
-use crate::block_on::yield_now;
 use crate::fabric::Endpoint;
-use crate::smart::shared::{TryLock, TryLockGuard, TryRw};
+use crate::smart::shared::TryRw;
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{Geometry, PageHeader};
-use std_alloc::collections::BTreeMap;
 use std_alloc::sync::Arc;
-use std_alloc::vec::Vec;
-
-/// Buckets of the local lock table (a lock word's entry lives in bucket `hash % BUCKETS`).
-const BUCKETS: usize = 256;
-
-type Bucket = BTreeMap<GlobalAddr, LocalLock>;
-
-/// The local level of HOCL for one compute node: per global lock word, the queue of the
-/// node's coroutines (of every thread) that want it, and whether the node holds it.
-pub(crate) struct LocalLocks {
-    buckets: Vec<TryLock<Bucket>>,
-}
-
-impl LocalLocks {
-    fn new() -> LocalLocks {
-        LocalLocks {
-            buckets: (0..BUCKETS)
-                .map(|_| TryLock::new(BTreeMap::new()))
-                .collect(),
-        }
-    }
-
-    fn bucket(&self, lock: GlobalAddr) -> &TryLock<Bucket> {
-        let h = lock.raw().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
-        &self.buckets[h as usize % BUCKETS]
-    }
-
-    /// Runs `f` on the entry of `lock` (made if missing) under its bucket's lock; polls the
-    /// executor while another thread holds the bucket.
-    pub(crate) async fn with<R>(&self, lock: GlobalAddr, f: impl FnOnce(&mut LocalLock) -> R) -> R {
-        let b = self.bucket(lock);
-        let mut g: TryLockGuard<'_, Bucket> = loop {
-            if let Some(g) = b.try_lock() {
-                break g;
-            }
-            yield_now().await;
-        };
-        f(g.entry(lock).or_default())
-    }
-}
 
 /// Bounded attempts at the cache's exclusive guard by [`ShermanNode::cache_keep`].
 const GUARD_TRIES: u32 = 1024;
@@ -79,7 +37,8 @@ impl ShermanNode {
     /// `cfg.index_cache`).
     pub fn new(cfg: &ShermanConfig) -> ShermanNode {
         ShermanNode {
-            locks: LocalLocks::new(),
+            // Made here, once: only trees with the local level use it.
+            locks: LocalLocks::new(if cfg.hierarchical_locks { BUCKETS } else { 1 }),
             cache: TryRw::new(IndexCache::new(
                 cfg.index_cache,
                 cfg.cache_bytes,

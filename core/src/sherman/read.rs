@@ -88,8 +88,10 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     }
 
     /// READ a leaf until the header and every slot verify (every slot: which one holds `key`
-    /// is only known once all are). Returns the header and `key`'s live (slot, value length).
-    /// `locked`: the caller holds the leaf's lock (else a leaf torn for a lease is repaired).
+    /// is only known once all are), or, for a lookup (not `locked`), until the header and a
+    /// slot holding `key` live verify ([`Self::find_live`]). Returns the header and `key`'s
+    /// live (slot, value length). `locked`: the caller holds the leaf's lock (else a leaf torn
+    /// for a lease is repaired).
     pub(super) async fn read_leaf(
         &self,
         addr: GlobalAddr,
@@ -110,6 +112,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                         what: "expected a leaf",
                     },
                 });
+            }
+            if !locked && let Some(found) = self.find_live(buf, self.bind(&h), key) {
+                return Ok((h, Some(found)));
             }
             let why = match self.find_in_leaf(buf, self.bind(&h), key) {
                 Ok(found) => return Ok((h, found)),
@@ -159,6 +164,40 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             }
         }
         Ok(None)
+    }
+
+    /// A lookup's shortcut: the live (slot, value length) holding `key` in a slot whose key
+    /// word is `key` and that verifies against `bind` (the header's version), looking at the
+    /// key word of every slot but verifying only those; `None` when no such slot is found
+    /// or one of them does not verify (then [`Self::find_in_leaf`] decides, every slot
+    /// verified: a "not found" needs them all, since a slot left from another image may be
+    /// where a split put `key`). A found slot needs no other: it is bound to the header's
+    /// version, so it is the key's entry of that image (or an in-place rewrite of it under
+    /// that version), read whole (an entry verifies as one unit) while that image was the
+    /// page's — what the full check returns for it when every slot verifies, and a value the
+    /// key held during the READ otherwise (a slot torn elsewhere is a write in flight of
+    /// another entry). Only with per-entry checksums; a writer (under the lock) keeps the
+    /// full check, which finds torn slots to repair.
+    pub(super) fn find_live(&self, page: &[u8], bind: u64, key: u64) -> Option<(usize, usize)> {
+        if self.cfg.page_check != PageCheck::Checksums {
+            return None;
+        }
+        let (cap, size) = (self.g.leaf_capacity(), self.g.leaf_entry_size());
+        let body = page.get(self.g.leaf_entry_offset(0)..self.g.leaf_entry_offset(cap))?;
+        let want = key.to_le_bytes();
+        self.ep.charge(Work::Compare(cap));
+        for (s, e) in body.chunks_exact(size).enumerate() {
+            if e[8..16] != want {
+                continue;
+            }
+            self.ep.charge(Work::Scan(1));
+            match leaf_slot(page, &self.g, s, bind) {
+                Ok(Slot::Live { len, .. }) => return Some((s, len)),
+                Ok(Slot::Free { .. }) => {}
+                Err(_) => return None,
+            }
+        }
+        None
     }
 
     pub(super) async fn refresh_root(&self) -> Result<(), ShermanError> {

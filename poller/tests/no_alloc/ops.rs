@@ -142,17 +142,10 @@ fn sherman() -> Counts {
     sherman_with(remora_core::sherman::ShermanConfig::sherman(), "sherman")
 }
 
-/// Sherman's configuration with the local level of the hierarchical lock off.
-///
-/// The local lock table of a compute node (`sherman/node.rs`, seeds/002 §4.2) makes an
-/// entry the first time one of its threads takes a lock word and keeps it (a `BTreeMap`
-/// per bucket, no removal): allocations until every word of the on-chip table (32,768 in a
-/// default node's 256 KiB) has been taken once, none after. A tree of the papers' size has
-/// far more pages than words and is past that; this test's few hundred pages are not (with
-/// the table on, the measured round makes 24 allocations, every one a new word's entry;
-/// `sherman_local_lock_table_fills_per_new_word`). A tiny table does not help: pages that
-/// share a word make a coroutine wait on a word it holds. The splits' own buffers are the
-/// same with the table on or off.
+/// Sherman's configuration with the local level of the hierarchical lock off (each lock word
+/// taken at the global level alone, as FG+ takes it): the splits' own buffers are measured
+/// without the local lock table, which `sherman_local_lock_table_allocates_nothing_for_new_words`
+/// measures.
 fn flat_locks(mut cfg: remora_core::sherman::ShermanConfig) -> remora_core::sherman::ShermanConfig {
     cfg.hierarchical_locks = false;
     cfg
@@ -185,14 +178,13 @@ fn sherman_inserts_allocate_nothing() {
     assert_eq!(c.inserts, 0, "sherman: inserts of new keys allocated");
 }
 
-/// Measured (release): 24 allocations per 1000 inserts of new keys, each a new lock word's
-/// entry in the local lock table (traced).
+/// The local lock table of a compute node (`sherman/local.rs`, seeds/002 §4.2) is a fixed
+/// array made with the node's state; a lock word takes an idle entry of its bucket the first
+/// time a coroutine wants it. Measured (release): 0 allocations per 1000 inserts of new keys
+/// (24 before, each a new word's `BTreeMap` entry, made until every on-chip lock word of a
+/// memory node had one: 32,768 by default, never reached by this test's few hundred pages).
 #[test]
-#[ignore = "finding: sherman/node.rs:61 LocalLocks::with makes a BTreeMap entry the first \
-            time a lock word is taken (allocations until every on-chip lock word has one, \
-            32,768 per memory node by default; a test tree of a few hundred pages never \
-            gets there); a table preallocated per lock word would not"]
-fn sherman_local_lock_table_fills_per_new_word() {
+fn sherman_local_lock_table_allocates_nothing_for_new_words() {
     let c = sherman();
     assert_eq!(c.inserts, 0, "sherman: inserts of new keys allocated");
 }
@@ -235,7 +227,7 @@ fn smart_inserts_and_deletes_allocate_nothing() {
     );
 }
 
-fn chime_with(flat: bool) -> Vec<Counts> {
+fn chime() -> Vec<Counts> {
     use remora_core::chime::{Chime, ChimeConfig};
     let mut all = Vec::new();
     for ideas in [&[][..], &["delegation", "combining"][..]] {
@@ -245,21 +237,10 @@ fn chime_with(flat: bool) -> Vec<Counts> {
         for idea in ideas {
             assert!(cfg.turn_on(idea), "{idea}");
         }
-        if flat {
-            cfg.sherman = flat_locks(cfg.sherman);
-        }
         let t = block_on(Chime::create(&ep, cfg)).unwrap();
-        all.push(measure(
-            &t,
-            &format!("chime {ideas:?} (flat locks: {flat})"),
-            true,
-        ));
+        all.push(measure(&t, &format!("chime {ideas:?}"), true));
     }
     all
-}
-
-fn chime() -> Vec<Counts> {
-    chime_with(false)
 }
 
 /// A scan sorts each leaf's keys in a fixed array in its frame, so no scan allocates its
@@ -280,15 +261,14 @@ fn chime_deletes_and_scans_allocate_nothing() {
 
 /// A split's entries, packed parts, addresses and leaf images live in buffers the handle
 /// keeps between splits (`chime/write.rs` `SplitBufs`), and its internal splits are
-/// Sherman's (in place). Measured (release, local lock table off as in
-/// `sherman_inserts_allocate_nothing`): 2 allocations per 1000 inserts of new keys (417
-/// before), both traced to the index cache (`sherman/cache.rs`) when a level-1 page
+/// Sherman's (in place), under Sherman's locks with their local table. Measured (release):
+/// 2 allocations per 1000 inserts of new keys (417 before), both traced to the index cache (`sherman/cache.rs`) when a level-1 page
 /// splits: the cache keeps one page more (a new image; it grows so until its budget, 100 MB
 /// here) and, under the authors' LFU eviction, a ghost entry for the page dropped. So the
 /// bound is 2 per round: a per-split allocation makes it one per split (about 60 a round).
 #[test]
 fn chime_inserts_allocate_nothing() {
-    for c in chime_with(true) {
+    for c in chime() {
         assert!(
             c.inserts <= 2,
             "chime: {} allocations in {NEW} inserts of new keys",
