@@ -23,36 +23,52 @@ pub enum Work {
     /// a CPU without the carry-less multiply (no index charges it on the papers' CPUs).
     Crc64(usize),
     /// CRC-64 by carry-less multiply (PCLMULQDQ folding, `remora_layouts::crc64fold`) over
-    /// this many bytes: SMART's leaf checksum (CRC-64/XZ, `crc64xz`) and Catfish's node checks
-    /// (CRC-64/ECMA-182, `crc64ecma`), one cost line since the two run the same code with
-    /// other constants (cpu_calibration times both). The papers' CPUs (Xeons) have the
-    /// instruction; on a CPU without it the same checksums take the table line of
-    /// [`Work::Crc64`].
+    /// this many bytes: Catfish's node checks (CRC-64/ECMA-182, `crc64ecma`) and the
+    /// checksum SMART computes into a leaf it builds (CRC-64/XZ, `crc64xz`), the same code
+    /// with other constants. SMART's check of a leaf it reads is [`Work::LeafCheck`]. The
+    /// papers' CPUs (Xeons) have the instruction; on a CPU without it the same checksums
+    /// take the table line of [`Work::Crc64`].
     Crc64Clmul(usize),
-    /// Bytes of a node or page image read from a memory node and decoded into the client's
-    /// view of it (SMART inner nodes, Sherman page headers and versions, CANRT headers,
-    /// WORT/WOART nodes, Erda bucket images, Catfish nodes). Charged as a fixed part per
-    /// decode and a cost per byte: SMART's decode fills a whole 256-slot image whatever the
-    /// node's type, so a small node costs more than its bytes.
+    /// Bytes of a page image or message checked and decoded into the client's view of it:
+    /// Sherman's `PageHeader::decode` (header words, then a hash of the header or of the
+    /// whole internal page), WORT replies, Catfish search hits, CHIME groups. A fixed part
+    /// per decode and a cost per byte, calibrated on Sherman's two page decodes.
     Decode(usize),
+    /// CHIME's `decode_group` over this many groups: each group's 20 words hashed in one
+    /// serial chain and checked, its 8 entries decoded. A cost per group.
+    GroupDecode(usize),
+    /// A SMART leaf image of this many bytes checked as `check_leaf` does: the header words
+    /// decoded, then a CRC-64/XZ by carry-less multiply over the valid bit, meta word, key
+    /// and value area. A fixed part per leaf (the decode, a short CRC's folds) and a cost
+    /// per byte: a small leaf costs far more than [`Work::Crc64Clmul`]'s line gives it.
+    LeafCheck(usize),
+    /// SMART's `NodeImg::decode` of an inner node with this many slots (4, 16, 48 or 256):
+    /// the header checked, a 256-slot image initialised and moved whatever the node's type
+    /// (the fixed part), then each slot word read (the per-slot part). Its own kind: a
+    /// small node costs far more than its bytes at [`Work::Decode`]'s rate.
+    NodeDecode(usize),
     /// Entries examined by a linear scan: slots of a Sherman leaf, items of a CANRT data
     /// node, children of a SMART Node4-256 or WOART node, entries of an Erda neighbourhood.
     Scan(usize),
     /// Probes of a client-side cache or hash table (SMART's node cache, Sherman's index
     /// cache, CANRT's prefix cache, Erda's hopscotch neighbourhood lookup).
     Probe(usize),
-    /// Key comparisons of a binary search (Sherman internal pages, CANRT prefix arrays).
+    /// Steps of one binary search (Sherman's `route_for` over an internal page's entries:
+    /// `search_steps(count)`), a fixed part per search (slicing the entries, building the
+    /// route) and a cost per step.
     Compare(usize),
-    /// A sort of this many items (range results, Catfish's collected entries).
+    /// A sort of this many items (range results, Catfish's collected entries): a fixed part
+    /// per sort and a cost per `n log2 n`.
     Sort(usize),
-    /// Rectangle tests (intersection or containment) of an R-tree search.
+    /// Entries of one R-tree node tested against a search window (intersection or
+    /// containment), the hits collected: a fixed part per node and a cost per entry.
     Rect(usize),
     /// Keys drawn and formatted by a benchmark driver (YCSB key chooser and key bytes).
     KeyGen(usize),
 }
 
 /// The number of kinds of [`Work`].
-pub const KINDS: usize = 10;
+pub const KINDS: usize = 13;
 
 impl Work {
     /// Every kind, with a count of 1 (for tables and calibration).
@@ -67,6 +83,9 @@ impl Work {
         Work::Rect(1),
         Work::KeyGen(1),
         Work::Crc64Clmul(1),
+        Work::NodeDecode(1),
+        Work::GroupDecode(1),
+        Work::LeafCheck(1),
     ];
 
     /// This kind's index in [`Work::ALL`].
@@ -82,10 +101,13 @@ impl Work {
             Work::Rect(_) => 7,
             Work::KeyGen(_) => 8,
             Work::Crc64Clmul(_) => 9,
+            Work::NodeDecode(_) => 10,
+            Work::GroupDecode(_) => 11,
+            Work::LeafCheck(_) => 12,
         }
     }
 
-    /// The count: bytes, entries, probes, items, tests or keys.
+    /// The count: bytes, slots, groups, entries, probes, steps, items, tests or keys.
     pub const fn count(self) -> usize {
         match self {
             Work::Crc32c(n)
@@ -97,7 +119,10 @@ impl Work {
             | Work::Sort(n)
             | Work::Rect(n)
             | Work::KeyGen(n)
-            | Work::Crc64Clmul(n) => n,
+            | Work::Crc64Clmul(n)
+            | Work::NodeDecode(n)
+            | Work::GroupDecode(n)
+            | Work::LeafCheck(n) => n,
         }
     }
 
@@ -124,6 +149,9 @@ impl Work {
             Work::Rect(_) => "rect",
             Work::KeyGen(_) => "keygen",
             Work::Crc64Clmul(_) => "crc64clmul",
+            Work::NodeDecode(_) => "nodedecode",
+            Work::GroupDecode(_) => "groupdecode",
+            Work::LeafCheck(_) => "leafcheck",
         }
     }
 }

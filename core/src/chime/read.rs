@@ -7,8 +7,8 @@ use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::sherman::{Patience, ShermanError};
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{
-    Entry, GROUP_HEADER_LEN, GROUP_LEN, GroupHeader, LEAF_LEN, LOW_OFFSET, NEIGHBOURHOOD,
-    PREFIX_LEN, decode_group, group_offset, home,
+    Entry, GROUP_LEN, GroupHeader, LEAF_LEN, LOW_OFFSET, NEIGHBOURHOOD, PREFIX_LEN, decode_group,
+    group_offset, home,
 };
 
 /// Bytes of the frame an internal page is read into on the way down.
@@ -193,7 +193,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 });
                 qp.post(&mut ops).await?;
             }
-            ep.charge(Work::Decode(run.count * GROUP_HEADER_LEN));
+            ep.charge(Work::GroupDecode(run.count));
             ep.charge(Work::Scan(run.count * NEIGHBOURHOOD));
             let why = match decode_run(&leaf[..], run, t) {
                 Ok(h) => return Ok(h),
@@ -230,7 +230,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut gb = [0u8; GROUP_LEN];
         qp.read(addr.add(group_offset(slot / NEIGHBOURHOOD) as u64), &mut gb)
             .await?;
-        self.tree.endpoint().charge(Work::Decode(GROUP_LEN));
+        self.tree.endpoint().charge(Work::GroupDecode(1));
         let mut es = [Entry::default(); NEIGHBOURHOOD];
         match decode_group(&gb, &mut es) {
             Ok(_) if es[slot % NEIGHBOURHOOD].live && es[slot % NEIGHBOURHOOD].key == key => {

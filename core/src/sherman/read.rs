@@ -317,8 +317,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 self.ep.charge(Work::Probe(1));
                 self.node.cache_insert(&h, buf);
             }
-            self.ep
-                .charge(Work::Compare(search_steps(self.g.internal_capacity())));
+            self.ep.charge(Work::Compare(search_steps(h.count())));
             addr = child_for(buf, &self.g, &h, key).ok_or(ShermanError::Corrupt {
                 addr,
                 why: remora_layouts::LayoutError::Inconsistent {

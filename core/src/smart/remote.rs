@@ -242,7 +242,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             let t0 = self.ep.now_ns();
             self.read(addr, &mut buf[..ty.bytes()]).await?;
             self.stats.node_reads.set(self.stats.node_reads.get() + 1);
-            self.ep.charge(Work::Decode(ty.bytes()));
+            self.ep.charge(Work::NodeDecode(ty.capacity()));
             match NodeImg::decode(addr, ty, &buf[..ty.bytes()]) {
                 Ok(img) => return Ok(NodeImg { t0, ..img }),
                 Err(err) => {
@@ -273,7 +273,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let qp = self.qp(addr)?;
         loop {
             qp.read(addr, buf).await?;
-            self.ep.charge(Work::Crc64Clmul(buf.len()));
+            self.ep.charge(Work::LeafCheck(buf.len()));
             match check_leaf(buf) {
                 Ok(v) => return Ok(LeafSummary::of(&v)),
                 Err(err) => {

@@ -180,7 +180,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 };
                 let img = match at.and_then(|o| nodes.get(o..o + ty.bytes())) {
                     Some(bytes) => {
-                        self.ep.charge(Work::Decode(ty.bytes()));
+                        self.ep.charge(Work::NodeDecode(ty.capacity()));
                         match NodeImg::decode(addr, ty, bytes) {
                             Ok(img) => img,
                             // Torn: read on its own, with read_node's bounded retries.
@@ -394,9 +394,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             }
             let img = &images[off..off + bytes];
             off += bytes;
-            // Torn or forwarded leaves are re-read one by one. (The image is checked twice:
-            // here and by `verified_leaf`.)
-            self.ep.charge(Work::Crc64Clmul(2 * bytes));
+            // Torn or forwarded leaves are re-read one by one. (`verified_leaf` decodes the
+            // checked image again, without its checksum: not charged.)
+            self.ep.charge(Work::LeafCheck(bytes));
             let needs_reread = match check_leaf(img) {
                 Ok(v) => v.status.is_obsolete(),
                 Err(_) => true,

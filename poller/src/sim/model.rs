@@ -190,30 +190,33 @@ params! {
         "Multiplier on every client CPU work cost below (the client_*_ns work parameters, \
          not client_post_ns): 1.0 is the host that calibrated them; a paper's hardware \
          profile sets it for a slower (>1) or faster (<1) client CPU.";
-    client_crc32c_call_ns: 8.25, "ns", [0.0, 1e9],
+    client_crc32c_call_ns: 5.0, "ns", [0.0, 1e9],
         "Client CPU time of one CRC-32C call by slice-by-16 tables (fixed part; Work::Crc32c \
          below client_crc32c_hw_min_bytes): Erda's object checksums through \
-         erda::object_checksum below 128 B, and CANRT's item checksums; the 40 B and 120 B \
-         object_checksum rows, measured on this host by `remora perf --cpu-calibration` \
-         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
-         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). Was 5.0.";
-    client_crc32c_ns_per_byte: 0.30, "ns/B", [0.0, 1e6],
+         erda::object_checksum below 128 B, and CANRT's item checksums; the line through the \
+         40 B and 120 B object_checksum rows (13.8, 31.5 ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). Was 8.25, measured on \
+         an older host.";
+    client_crc32c_ns_per_byte: 0.221, "ns/B", [0.0, 1e6],
         "Client CPU time per byte of a CRC-32C by slice-by-16 tables; measured as \
-         client_crc32c_call_ns (was 0.22). Literature: slice-by-8/16 table CRCs run at ~1-2 \
+         client_crc32c_call_ns (was 0.30). Literature: slice-by-8/16 table CRCs run at ~1-2 \
          cycles/B (Kounavis and Berry, ISCC'05).";
-    client_crc32c_hw_call_ns: 38.0, "ns", [0.0, 1e9],
+    client_crc32c_hw_call_ns: 12.0, "ns", [0.0, 1e9],
         "Client CPU time of one CRC-32C call through the crc32c crate's SSE4.2/ARMv8 \
          instructions (fixed part), which erda::object_checksum takes from 128 B (the sim \
          charges a Work::Crc32c of at least client_crc32c_hw_min_bytes on this line, as that \
-         function does): the line fitted (least maximum error) to the 256 B, 1 KiB and 4 KiB \
-         object_checksum rows, measured on this host by `remora perf --cpu-calibration` \
-         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
-         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19); the crate \
-         runs short inputs as one serial crc32 stream and long ones as three, so one line is \
-         within 8% of each. Was 13.0.";
-    client_crc32c_hw_ns_per_byte: 0.033, "ns/B", [0.0, 1e6],
+         function does): the line fitted (least maximum error, 3.4%) to the 256 B, 1 KiB and \
+         4 KiB object_checksum rows (20.9, 43.3, 144.8 ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17); the crate runs short \
+         inputs as one serial crc32 stream and long ones as three. Was 38.0, measured on an \
+         older host.";
+    client_crc32c_hw_ns_per_byte: 0.032, "ns/B", [0.0, 1e6],
         "Client CPU time per byte of a CRC-32C through the crc32c crate's instructions; \
-         measured as client_crc32c_hw_call_ns (was 0.034). Literature: ~0.05 ns/B with three \
+         measured as client_crc32c_hw_call_ns (was 0.033). Literature: ~0.05 ns/B with three \
          interleaved crc32q streams at 3 GHz (Intel, 'Fast CRC Computation for iSCSI \
          Polynomial Using CRC32 Instruction', 2011).";
     client_crc32c_hw_min_bytes: 128.0, "B", [0.0, 1e9],
@@ -221,91 +224,152 @@ params! {
          shorter ones the table line: erda::HW_CRC_MIN_BYTES, where erda::object_checksum \
          switches (the crate's fixed costs lose to the tables below it, measured by \
          erda_crc).";
-    client_crc64_call_ns: 20.0, "ns", [0.0, 1e9],
+    client_crc64_call_ns: 11.0, "ns", [0.0, 1e9],
         "Client CPU time of one CRC-64 call by slice-by-16 tables (fixed part; Work::Crc64): \
          the line SMART's leaf checksum (layouts::smart::leaf_crc_table, its fallback) and \
-         Catfish's node checks take on a CPU without the carry-less multiply; the 64 B and 1 \
-         KiB leaf_crc_table rows, measured on this host by `remora perf --cpu-calibration` \
-         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
-         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). \
-         Literature: slice-by-8/16 table CRCs run at ~1-2 cycles/B (Kounavis and Berry, 'A \
-         Systematic Approach to Building High Performance Software-Based CRC Generators', \
-         ISCC'05).";
-    client_crc64_ns_per_byte: 0.356, "ns/B", [0.0, 1e6],
+         Catfish's node checks take on a CPU without the carry-less multiply; the line \
+         through the 64 B and 1 KiB leaf_crc_table rows (28.7, 293.6 ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). Was 20.0, \
+         measured on an older host. Literature: slice-by-8/16 table CRCs run at ~1-2 \
+         cycles/B (Kounavis and Berry, 'A Systematic Approach to Building High Performance \
+         Software-Based CRC Generators', ISCC'05).";
+    client_crc64_ns_per_byte: 0.276, "ns/B", [0.0, 1e6],
         "Client CPU time per byte of a CRC-64 by slice-by-16 tables (Work::Crc64); measured \
-         as client_crc64_call_ns (was 0.28).";
-    client_crc64clmul_call_ns: 6.25, "ns", [0.0, 1e9],
+         as client_crc64_call_ns (was 0.356).";
+    client_crc64clmul_call_ns: 2.56, "ns", [0.0, 1e9],
         "Client CPU time of one CRC-64 call by carry-less multiply (fixed part) and per byte \
-         (Work::Crc64Clmul): SMART's leaf checksum (CRC-64/XZ, \
-         remora_layouts::smart::leaf_crc) and Catfish's node checks (CRC-64/ECMA-182, \
-         remora_layouts::catfish::node_crc), the same PCLMULQDQ folding code with two \
-         constant sets, where the CPU has it, as the papers' Xeons do; the line fitted to the \
-         leaf_crc (64 B, 1 KiB) and node_crc (fanout 16, 30, 130) rows, within 5% of each, \
-         measured on this host by `remora perf --cpu-calibration` \
-         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
-         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). Was 7.0. \
-         Literature: PCLMULQDQ folding runs CRCs at well under 1 cycle/B (Gopal et al., 'Fast \
-         CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction', Intel, 2009).";
-    client_crc64clmul_ns_per_byte: 0.0645, "ns/B", [0.0, 1e6],
+         (Work::Crc64Clmul): Catfish's node checks (CRC-64/ECMA-182, \
+         remora_layouts::catfish::node_crc) and the checksum SMART computes into a leaf it \
+         builds (CRC-64/XZ, the same PCLMULQDQ folding code with other constants), where the \
+         CPU has it, as the papers' Xeons do; the line fitted (least maximum error, 0.4%) to \
+         the node_crc rows at fanout 16, 30 and 130 (25.8, 45.0, 184.7 ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). SMART's \
+         leaf check has its own line (client_leaf_check_*). Was 6.25, measured on an older \
+         host. Literature: PCLMULQDQ folding runs CRCs at well under 1 cycle/B (Gopal et al., \
+         'Fast CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction', Intel, \
+         2009).";
+    client_crc64clmul_ns_per_byte: 0.0579, "ns/B", [0.0, 1e6],
         "Per byte of a CRC-64 by carry-less multiply (Work::Crc64Clmul); see \
-         client_crc64clmul_call_ns (was 0.07).";
-    client_decode_call_ns: 27.2, "ns", [0.0, 1e9],
-        "Client CPU time of one decode of a node or page image (Work::Decode), fixed part: \
-         SMART's NodeImg::decode fills a 256-slot image whatever the node's type, Sherman's \
-         PageHeader::decode checks a header; the line (this and client_decode_ns_per_byte) \
-         fitted by least maximum log-ratio to Sherman's leaf-header (64 B) and internal-page \
-         (1 KiB) decodes and SMART's Node16 and Node256 decodes (the leaf-header row from 5 runs of the cpu_calibration test), measured on this host by \
-         `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 \
-         vCPUs, release, pinned; minimum over 40 runs of 400 interleaved rounds, 2026-12-01, \
-         under load average 13-19). The two indexes' decodes are different mechanisms \
-         (Sherman's a page hash, SMART's a checked read of every slot word): one line is \
-         within 0.57-1.76x of each, not 10%. Was 0 (no fixed part).";
-    client_decode_ns_per_byte: 0.162, "ns/B", [0.0, 1e6],
-        "Client CPU time per byte of a node or page image decoded into the client's view of \
-         it (Work::Decode): field loads, bounds checks and checks, as remora_layouts' \
-         decoders do; measured as client_decode_call_ns (was 0.077).";
-    client_scan_ns: 3.27, "ns", [0.0, 1e9],
+         client_crc64clmul_call_ns (was 0.0645).";
+    client_leaf_check_call_ns: 20.5, "ns", [0.0, 1e9],
+        "Client CPU time of one check of a SMART leaf image (Work::LeafCheck), fixed part: \
+         core::smart's check_leaf, LeafView::decode of the header words then leaf_crc \
+         (CRC-64/XZ by carry-less multiply) over the valid bit, meta word, key and value \
+         area, as read_leaf and the scan run it on every leaf read; the line (this and \
+         client_leaf_check_ns_per_byte) fitted (least maximum error, 7.0%) to the 64 B, \
+         256 B and 1 KiB leaf rows (25.1, 29.9, 71.6 ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). Its own kind: a 64 B \
+         leaf's check costs 25 ns where Catfish's CRC line gives 6 ns (a short CRC's serial \
+         folds and the decode). Before: charged as Crc64Clmul (0.41x of the measured 64 B \
+         leaf).";
+    client_leaf_check_ns_per_byte: 0.0451, "ns/B", [0.0, 1e6],
+        "Per byte of a SMART leaf checked (Work::LeafCheck); see client_leaf_check_call_ns.";
+    client_decode_call_ns: 11.0, "ns", [0.0, 1e9],
+        "Client CPU time of one decode of a page image or message (Work::Decode), fixed part: \
+         Sherman's PageHeader::decode (header words, then a hash of a leaf's header or of a \
+         whole internal page), also charged for WORT replies and Catfish search hits; the \
+         line (this and client_decode_ns_per_byte) through Sherman's leaf-header (64 B) and \
+         internal-page (1 KiB) rows (15.4, 80.9 ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). SMART's node decode and \
+         CHIME's group decode have kinds of their own (client_node_decode_*, \
+         client_group_decode_ns). Was 27.2, a line fitted to both Sherman's and SMART's \
+         decodes (0.57-1.76x of each) on an older host.";
+    client_decode_ns_per_byte: 0.0682, "ns/B", [0.0, 1e6],
+        "Client CPU time per byte of a page image or message decoded (Work::Decode); \
+         measured as client_decode_call_ns (was 0.162).";
+    client_node_decode_call_ns: 33.2, "ns", [0.0, 1e9],
+        "Client CPU time of one SMART NodeImg::decode (Work::NodeDecode), fixed part: the \
+         header checked, a 256-slot image initialised and moved whatever the node's type; \
+         the line (this and client_node_decode_ns_per_slot) fitted (least maximum error, \
+         2.8%) to the Node4, Node16, Node48 and Node256 rows (38.3, 48.0, 83.9, 285.0 ns), \
+         measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). Was charged as Work::Decode of the node's bytes (0.57-0.78x).";
+    client_node_decode_ns_per_slot: 1.01, "ns", [0.0, 1e9],
+        "Client CPU time per slot word a SMART NodeImg::decode reads and bounds-checks \
+         (Work::NodeDecode); see client_node_decode_call_ns.";
+    client_group_decode_ns: 40.5, "ns", [0.0, 1e9],
+        "Client CPU time of one CHIME group verified and decoded (Work::GroupDecode): \
+         layouts::chime::decode_group, the group's 20 words hashed in one serial chain and \
+         its 8 entries decoded; the decode_group row (40.5 ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). Was charged as \
+         Work::Decode of the header bytes (a run) or the group's bytes (a speculative read).";
+    client_scan_ns: 2.45, "ns", [0.0, 1e9],
         "Client CPU time per entry of a linear scan (Work::Scan): one slot of a Sherman leaf, \
          one item of a CANRT data node, one child of a SMART Node4-256: load, decode and \
-         compare one key; Sherman's verify_leaf over a full leaf (39 slots), measured on this \
-         host by `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD \
-         EPYC, 2 vCPUs, release, pinned; minimum over 40 runs of 400 interleaved rounds, \
-         2026-12-01, under load average 13-19). Was 3.0.";
-    client_probe_ns: 19.5, "ns", [0.0, 1e9],
+         compare one key; Sherman's verify_leaf over a full leaf (39 slots, 95.6 ns), \
+         measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). Was 3.27, measured on an older host.";
+    client_probe_ns: 14.6, "ns", [0.0, 1e9],
         "Client CPU time of one probe of a client-side cache or hash table (Work::Probe): \
          hash the key, walk one bucket, as SMART's node cache, Sherman's index cache and \
          CANRT's prefix cache do; a probe of Sherman's index cache (a BTreeMap of 4096 pages \
-         by low fence), measured on this host by `remora perf --cpu-calibration` \
-         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
-         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). Was 18.0. \
-         Literature: one DRAM-missing hash probe ~80-100 ns, an L2 hit a few ns.";
-    client_compare_ns: 0.73, "ns", [0.0, 1e9],
-        "Client CPU time of one key comparison of a binary search (Work::Compare, charged as \
-         search_steps comparisons): Sherman's internal pages (route_for, whose search over \
-         16-byte chunks compiles to branch-free steps); measured on this host by `remora perf \
-         --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, \
-         pinned; minimum over 40 runs of 400 interleaved rounds, 2026-12-01, under load \
-         average 13-19). Was 2.5, measured on a search that bounds-checked every entry.";
-    client_sort_ns: 0.83, "ns", [0.0, 1e9],
+         by low fence, 14.6 ns; 14-33 ns over the day's runs: it is sensitive to other \
+         processes' cache use), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). Was 19.5, measured on an older, idle host. Literature: one \
+         DRAM-missing hash probe ~80-100 ns, an L2 hit a few ns.";
+    client_compare_call_ns: 0.2, "ns", [0.0, 1e9],
+        "Client CPU time of one binary search (Work::Compare), fixed part: Sherman's \
+         route_for (slicing the page's entries, building the route); the line (this and \
+         client_compare_ns) fitted (least maximum error, 4.2%) to route_for over pages of 4, \
+         15 and 59 separators (3, 4, 6 steps: 3.5, 5.0, 6.8 ns; up to 2x that under heavier \
+         load), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17).";
+    client_compare_ns: 1.15, "ns", [0.0, 1e9],
+        "Client CPU time of one step of a binary search (Work::Compare, charged as \
+         search_steps(count) steps): Sherman's internal pages; see client_compare_call_ns. \
+         Was 0.73, measured on a case that drew its key with a division inside the timing \
+         and charged the page's capacity, not its count.";
+    client_sort_call_ns: 7.8, "ns", [0.0, 1e9],
+        "Client CPU time of one sort (Work::Sort), fixed part: the line (this and \
+         client_sort_ns) fitted (least maximum error, 0.3%) to sort_unstable_by_key of 8, \
+         20 and 39 (key, slot, len) scan entries, less the copy of the batch (30.3, 77.6, \
+         172.3 ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17).";
+    client_sort_ns: 0.70, "ns", [0.0, 1e9],
         "Client CPU time per n log2 n of a sort of n items (Work::Sort; the comparison count \
-         of a comparison sort): range results and Catfish's collected entries; a \
-         sort_unstable_by_key of a leaf's 39 (key, slot, len) entries, less the copy of the \
-         batch, measured on this host by `remora perf --cpu-calibration` \
-         (bins/src/bench/cpu_calibration.rs: AMD EPYC, 2 vCPUs, release, pinned; minimum over \
-         40 runs of 400 interleaved rounds, 2026-12-01, under load average 13-19). Was 0.68.";
-    client_rect_ns: 0.63, "ns", [0.0, 1e9],
-        "Client CPU time of one rectangle intersection or containment test of an R-tree \
-         search (Work::Rect): Catfish's Rect::intersects over 64 entries, measured on this \
-         host by `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD \
-         EPYC, 2 vCPUs, release, pinned; minimum over 40 runs of 400 interleaved rounds, \
-         2026-12-01, under load average 13-19). Was 0.35.";
-    client_keygen_ns: 39.0, "ns", [0.0, 1e9],
+         of a comparison sort): range results and Catfish's collected entries; see \
+         client_sort_call_ns. Was 0.83.";
+    client_rect_call_ns: 0.85, "ns", [0.0, 1e9],
+        "Client CPU time of one R-tree node's entries tested against a search window \
+         (Work::Rect), fixed part: the entry loop of Catfish's offloaded search \
+         (core/src/catfish/client/offload.rs: Rect::intersects per entry, hits pushed); the \
+         line (this and client_rect_ns) through that loop over 16 and 130 entries of 16 \
+         nodes in turn, ~6% of entries hit (10.0, 75.2 ns), measured on this host by `remora \
+         perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen \
+         5, at 2.6 GHz, 2 vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 \
+         interleaved rounds, 2026-12-01, under load average 15-17). Was 0 (no fixed part), \
+         measured on a vectorised count over bare rectangles.";
+    client_rect_ns: 0.572, "ns", [0.0, 1e9],
+        "Client CPU time per entry of an R-tree node tested against a search window \
+         (Work::Rect); see client_rect_call_ns. Was 0.63.";
+    client_keygen_ns: 35.3, "ns", [0.0, 1e9],
         "Client CPU time to draw and format one YCSB key (Work::KeyGen): the zipfian or \
          uniform chooser and the key bytes, which the papers' benchmark clients pay per \
-         operation too; the bench's zipfian chooser over 1M keys and an 8 B int key, measured \
-         on this host by `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: \
-         AMD EPYC, 2 vCPUs, release, pinned; minimum over 40 runs of 400 interleaved rounds, \
-         2026-12-01, under load average 13-19). Was 35.0.";
+         operation too; the bench's zipfian chooser over 1M keys and an 8 B int key (35.2 \
+         ns), measured on this host by `remora perf --cpu-calibration` \
+         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
+         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
+         rounds, 2026-12-01, under load average 15-17). Was 39.0, measured on an older host.";
     client_poll_ns: 50.0, "ns", [1.0, 1e9],
         "Client CPU time of one busy-poll iteration: a coroutine that yields without waiting for \
          a verb resumes this much later (assumed; keeps spin loops from freezing virtual time).";

@@ -3,21 +3,27 @@
 //!
 //! Every case runs the function the indexes call (`remora_layouts` and `remora_core`'s public
 //! functions) on an input behind [`black_box`], and black-boxes the result, so the compiler
-//! can neither hoist the work out of the timing loop nor drop it. Two paths are private to
+//! can neither hoist the work out of the timing loop nor drop it. Four paths are private to
 //! their index's module and are composed here from the same public pieces, line for line:
-//! Sherman's `route_for` (the binary search of an internal page, `core/src/sherman/cache.rs`)
-//! and SMART's `NodeImg::decode` (`core/src/smart/remote.rs`).
+//! Sherman's `route_for` (the binary search of an internal page, `core/src/sherman/cache.rs`),
+//! SMART's `NodeImg::decode` and `check_leaf` (`core/src/smart/remote.rs`), and the entry
+//! loop of Catfish's offloaded search (`core/src/catfish/client/offload.rs`).
 use super::super::ycsb::{Distribution, KeyChooser, KeyType, Rng, key_of_within};
 use remora::core::erda::object_checksum;
 use remora::core::work::Work;
 use remora::layouts::bits::read_u64;
-use remora::layouts::catfish::{FANOUT, MAX_FANOUT, Rect, node_checksum_offset, node_crc};
+use remora::layouts::catfish::{
+    Entry, FANOUT, MAX_FANOUT, Node, Rect, node_checksum_offset, node_crc,
+};
+use remora::layouts::chime::{
+    Entry as ChimeEntry, GROUP_LEN, GroupHeader, NEIGHBOURHOOD, decode_group, encode_group,
+};
 use remora::layouts::sherman::{
     Geometry, KEY_INFINITY, PageHeader, encode_leaf_entry, seal, set_internal_entry, verify_leaf,
 };
 use remora::layouts::smart::{
-    Header, NODE_HEADER_OFFSET, NODE_REV_OFFSET, NODE_SLOTS_OFFSET, NodeType, Slot, leaf_crc,
-    leaf_crc_table,
+    Header, LEAF_CRC_OFFSET, LeafStatus, LeafView, NODE_HEADER_OFFSET, NODE_REV_OFFSET,
+    NODE_SLOTS_OFFSET, NodeType, Slot, encode_leaf, leaf_bytes, leaf_crc, leaf_crc_table,
 };
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -111,9 +117,15 @@ fn smart_decode(ty: NodeType, bytes: &[u8]) -> Option<(u64, [Slot; 256])> {
     Some((rd(NODE_REV_OFFSET).ok()?, slots))
 }
 
-/// Sherman's `route_for` search (core/src/sherman/cache.rs): the largest separator <= key
-/// over the page's entries as 16-byte chunks.
-fn sherman_route(page: &[u8], g: &Geometry, n: usize, key: u64) -> Option<u64> {
+/// Sherman's `route_for` (core/src/sherman/cache.rs): the largest separator <= key over
+/// the page's `count` entries as 16-byte chunks, then the route (child, low, high, next).
+fn sherman_route(
+    page: &[u8],
+    g: &Geometry,
+    h: &PageHeader,
+    key: u64,
+) -> Option<(u64, u64, u64, Option<u64>)> {
+    let n = h.count();
     let entries = page.get(g.internal_entry_offset(0)..g.internal_entry_offset(n))?;
     let (entries, _) = entries.as_chunks::<16>();
     let entry = |i: usize| -> (u64, u64) {
@@ -129,7 +141,51 @@ fn sherman_route(page: &[u8], g: &Geometry, n: usize, key: u64) -> Option<u64> {
             hi = mid
         }
     }
-    (lo > 0).then(|| entry(lo - 1).1)
+    let (low, child) = if lo == 0 {
+        (h.low_fence, h.leftmost)
+    } else {
+        entry(lo - 1)
+    };
+    let (high, next) = if lo < entries.len() {
+        let (k, c) = entry(lo);
+        (k, Some(c))
+    } else {
+        (h.high_fence, (h.high_fence == KEY_INFINITY).then_some(0))
+    };
+    (child != 0).then_some((child, low, high, next))
+}
+
+/// A SMART leaf with an 8-byte key and a full value area of `cap` bytes, its checksum
+/// set, as a writer leaves it.
+fn smart_leaf(cap: usize) -> Vec<u8> {
+    let mut b = vec![0u8; leaf_bytes(8, cap)];
+    let value = vec![9u8; cap];
+    encode_leaf(
+        &mut b,
+        0x40,
+        LeafStatus::live(true),
+        0,
+        &7u64.to_be_bytes(),
+        &value,
+        cap,
+    )
+    .expect("a leaf");
+    let c = smart_check_leaf(&b).map_or_else(|c| c, |_| 0);
+    b[LEAF_CRC_OFFSET..LEAF_CRC_OFFSET + 8].copy_from_slice(&c.to_le_bytes());
+    assert!(smart_check_leaf(&b).is_ok(), "the leaf checks");
+    b
+}
+
+/// SMART's `check_leaf` (core/src/smart/remote.rs): the leaf decoded, its CRC-64/XZ over
+/// the valid bit and the checksummed bytes compared with the stored one. `Err`: the
+/// computed checksum (or 0 if the image does not decode).
+fn smart_check_leaf(bytes: &[u8]) -> Result<u64, u64> {
+    let v = LeafView::decode(bytes).map_err(|_| 0u64)?;
+    let c = leaf_crc(v.status.is_valid(), v.checksummed());
+    if c != v.checksum {
+        return Err(c);
+    }
+    Ok(v.lock)
 }
 
 /// A cached page as Sherman's index cache keeps one (high fence, header, image, counter).
@@ -176,15 +232,19 @@ pub(crate) fn cases() -> Vec<Case> {
             }
         }));
     }
-    // CRC-64/XZ by carry-less multiply: SMART's leaf checksum (layouts::smart::leaf_crc, as
-    // core::smart::remote calls it: the valid byte folded in, then the leaf's bytes).
-    for (what, len) in [
-        ("smart leaf_crc (clmul), 64 B", 64usize),
-        ("smart leaf_crc (clmul), 1 KiB", 1024),
+    // LeafCheck: SMART's leaf check (check_leaf: LeafView::decode, then layouts::smart::
+    // leaf_crc, CRC-64/XZ by carry-less multiply, over the valid bit, meta word, key and
+    // value area), as read_leaf runs it on every leaf it reads, by the leaf's bytes.
+    for (what, cap) in [
+        ("smart check_leaf (clmul), 64 B leaf", 8usize),
+        ("smart check_leaf (clmul), 256 B leaf", 208),
+        ("smart check_leaf (clmul), 1 KiB leaf", 976),
     ] {
-        v.push(case(what, Work::Crc64Clmul(len), move |n| {
+        let bytes = leaf_bytes(8, cap);
+        let leaves: &'static [Vec<u8>] = Vec::leak((0..8).map(|_| smart_leaf(cap)).collect());
+        v.push(case(what, Work::LeafCheck(bytes), move |n| {
             for i in 0..n as usize {
-                black_box(leaf_crc(true, black_box(&buf[(i & 7)..len - 1 + (i & 7)])));
+                black_box(smart_check_leaf(black_box(&leaves[i & 7])).ok());
             }
         }));
     }
@@ -227,13 +287,42 @@ pub(crate) fn cases() -> Vec<Case> {
             }
         },
     ));
-    // Decode: SMART inner nodes (NodeImg::decode; SMART charges the node's bytes).
+    // GroupDecode: a CHIME group verified and its 8 entries decoded (layouts::chime::
+    // decode_group, as CHIME's reads run it per group).
+    let mut group = vec![0u8; GROUP_LEN];
+    let entries: [ChimeEntry; NEIGHBOURHOOD] = core::array::from_fn(|i| ChimeEntry {
+        live: true,
+        len: 8,
+        hop: 1,
+        key: 1000 + i as u64,
+        value: [7; 8],
+    });
+    let gh = GroupHeader {
+        stamps: GroupHeader::pack(3, 2, 4),
+        sibling: 0x40,
+    };
+    encode_group(&gh, &entries, &mut group);
+    let group: &'static [u8] = Vec::leak(group);
+    v.push(case(
+        "chime decode_group, 8 entries",
+        Work::GroupDecode(1),
+        move |n| {
+            let mut es = [ChimeEntry::default(); NEIGHBOURHOOD];
+            for _ in 0..n {
+                black_box(decode_group(black_box(group), &mut es).ok());
+                black_box(&es);
+            }
+        },
+    ));
+    // NodeDecode: SMART inner nodes (NodeImg::decode; SMART charges the node's slots).
     for (what, ty) in [
+        ("smart NodeImg::decode, Node4", NodeType::N4),
         ("smart NodeImg::decode, Node16", NodeType::N16),
+        ("smart NodeImg::decode, Node48", NodeType::N48),
         ("smart NodeImg::decode, Node256", NodeType::N256),
     ] {
         let img: &'static [u8] = Vec::leak(smart_node(ty));
-        v.push(case(what, Work::Decode(ty.bytes()), move |n| {
+        v.push(case(what, Work::NodeDecode(ty.capacity()), move |n| {
             for _ in 0..n {
                 black_box(smart_decode(ty, black_box(img)));
             }
@@ -252,20 +341,31 @@ pub(crate) fn cases() -> Vec<Case> {
             }
         },
     ));
-    // Compare: the binary search of an internal page (Sherman's route_for), charged as
-    // search_steps(capacity) comparisons.
-    let cap = g.internal_capacity();
-    let steps = (usize::BITS - cap.leading_zeros()) as usize;
-    v.push(case(
-        "sherman internal search, 59 entries",
-        Work::Compare(steps),
-        move |n| {
+    // Compare: the binary search of an internal page (Sherman's route_for, as its descent
+    // runs it), charged as search_steps(count) steps, on pages of 4, 15 and 59 (full)
+    // separators; the keys drawn beforehand.
+    for (what, count) in [
+        ("sherman route_for, 4 entries", 4usize),
+        ("sherman route_for, 15 entries", 15),
+        (
+            "sherman route_for, 59 entries (full)",
+            g.internal_capacity(),
+        ),
+    ] {
+        let page: &'static [u8] = Vec::leak(internal_page(&g, count));
+        let h = PageHeader::decode(page, &g).expect("a sealed page");
+        let steps = (usize::BITS - count.leading_zeros()) as usize;
+        let mut rng = Rng::new(5);
+        let keys: Vec<u64> = (0..4096)
+            .map(|_| rng.below(100 * (count as u64 + 2)))
+            .collect();
+        v.push(case(what, Work::Compare(steps), move |n| {
             for i in 0..n as usize {
-                let key = black_box(((i * 7919) % (100 * cap)) as u64);
-                black_box(sherman_route(black_box(page), &g, cap, key));
+                let key = black_box(keys[i & 4095]);
+                black_box(sherman_route(black_box(page), &g, black_box(&h), key));
             }
-        },
-    ));
+        }));
+    }
     // Probe: Sherman's index cache (per level a BTreeMap of pages by low fence; a lookup is
     // the page with the largest low fence <= key), 4096 cached pages.
     let mut cache: BTreeMap<u64, Cached> = BTreeMap::new();
@@ -290,59 +390,84 @@ pub(crate) fn cases() -> Vec<Case> {
             }
         },
     ));
-    // Sort: a leaf's worth of (key, slot, len) entries, as a Sherman scan sorts its batch
-    // (sort_unstable_by_key on the key); the copy of the unsorted batch is a floor case.
+    // Sort: batches of (key, slot, len) entries, as a Sherman or CANRT scan sorts a leaf's
+    // (sort_unstable_by_key on the key), of 8, 20 and 39 (a full leaf) entries. Each run
+    // copies a 39-entry batch and sorts its first n; the copy alone is a floor case.
     let mut rng = Rng::new(11);
-    let shuffled: Vec<[(u64, usize, usize); 39]> = (0..64)
-        .map(|_| core::array::from_fn(|s| (rng.next_u64(), s, 8)))
-        .collect();
+    let shuffled: &'static [[(u64, usize, usize); 39]] = Vec::leak(
+        (0..64)
+            .map(|_| core::array::from_fn(|s| (rng.next_u64(), s, 8)))
+            .collect(),
+    );
     let floor = v.len();
-    let s2 = shuffled.clone();
     v.push(Case {
         what: "copy of 39 scan entries (floor)",
         work: None,
         minus: None,
         run: Box::new(move |n| {
             for i in 0..n as usize {
-                black_box(black_box(&s2[i & 63]).to_owned());
+                black_box(*black_box(&shuffled[i & 63]));
             }
         }),
     });
-    v.push(Case {
-        minus: Some(floor),
-        ..case("sort of 39 scan entries", Work::Sort(39), move |n| {
-            for i in 0..n as usize {
-                let mut b = black_box(&shuffled[i & 63]).to_owned();
-                b.sort_unstable_by_key(|e| e.0);
-                black_box(b);
-            }
-        })
-    });
-    // Rect: a Catfish node's entries tested against a search window (layouts::catfish::
-    // Rect::intersects, as the offloaded and client-side searches test each entry).
-    let mut rng = Rng::new(13);
-    let rects: Vec<Rect> = (0..64)
-        .map(|_| {
-            let (x, y) = (rng.below(1 << 20) as i32, rng.below(1 << 20) as i32);
-            Rect::new(x, y, x + 500, y + 500).expect("a rectangle")
-        })
-        .collect();
+    for (what, len) in [
+        ("sort of 8 scan entries", 8usize),
+        ("sort of 20 scan entries", 20),
+        ("sort of 39 scan entries", 39),
+    ] {
+        v.push(Case {
+            minus: Some(floor),
+            ..case(what, Work::Sort(len), move |n| {
+                for i in 0..n as usize {
+                    let mut b = *black_box(&shuffled[i & 63]);
+                    b[..len].sort_unstable_by_key(|e| e.0);
+                    black_box(b);
+                }
+            })
+        });
+    }
+    // Rect: the entry loop of Catfish's offloaded search (core/src/catfish/client/offload.rs)
+    // over a node's entries: each entry's rectangle tested against the window, the hits
+    // collected; 16 different nodes in turn, so the branch predictor cannot learn one.
     let window = Rect::new(1 << 18, 1 << 18, 1 << 19, 1 << 19).expect("a window");
-    v.push(case(
-        "catfish Rect::intersects, 64 entries",
-        Work::Rect(64),
-        move |n| {
-            for _ in 0..n {
+    for (what, fanout) in [
+        ("catfish search loop, 16 entries", FANOUT),
+        ("catfish search loop, 130 entries", MAX_FANOUT),
+    ] {
+        let mut rng = Rng::new(13);
+        let nodes: Vec<Node> = (0..16)
+            .map(|_| {
+                let mut node = Node::with_fanout(0, fanout);
+                for p in 0..fanout as u64 {
+                    let (x, y) = (rng.below(1 << 20) as i32, rng.below(1 << 20) as i32);
+                    let rect = Rect::new(x, y, x + 500, y + 500).expect("a rectangle");
+                    node.push(Entry { rect, ptr: p }).expect("room in the node");
+                }
+                node
+            })
+            .collect();
+        let mut out: Vec<Entry> = Vec::with_capacity(MAX_FANOUT);
+        let mut next: Vec<u64> = Vec::with_capacity(MAX_FANOUT);
+        v.push(case(what, Work::Rect(fanout), move |n| {
+            for i in 0..n as usize {
+                let node = black_box(&nodes[i & 15]);
                 let w = black_box(window);
-                black_box(
-                    black_box(&rects)
-                        .iter()
-                        .filter(|r| r.intersects(&w))
-                        .count(),
-                );
+                out.clear();
+                next.clear();
+                for e in node.entries() {
+                    if !e.rect.intersects(&w) {
+                        continue;
+                    }
+                    if node.level == 0 {
+                        out.push(*e);
+                    } else {
+                        next.push(e.ptr);
+                    }
+                }
+                black_box((out.len(), next.len()));
             }
-        },
-    ));
+        }));
+    }
     // KeyGen: the bench's zipfian chooser and key bytes (bench::ycsb, per operation).
     let mut chooser = KeyChooser::over(Distribution::Zipfian, 1_000_000, 0.99, None);
     let mut rng = Rng::new(17);

@@ -21,8 +21,8 @@ const NODE_SIZE_NOTE: &str = "the paper puts its offloading's fall down to fetch
     (§5.3.2). What an offloaded search costs here, 128 clients, 10K rectangles: client CPU \
     (the sim charges each node a CRC-64 over twice its bytes and one rectangle test per \
     entry, core/src/catfish/client/offload.rs, at the calibrated client_crc64clmul_* and \
-    client_rect_ns x the profile's 1.3, docs/cpu-calibration.md): 0.08 µs a 15-entry node \
-    (376 B), 0.64 µs a 130-entry one (3,136 B), paid outside the client node's READ turn, so it \
+    client_rect_* x the profile's 1.3, docs/cpu-calibration.md): 0.07 µs a 15-entry node \
+    (376 B), 0.57 µs a 130-entry one (3,136 B), paid outside the client node's READ turn, so it \
     adds latency and bounds nothing; the client nodes' links (8 NICs for 128 clients, each \
     carrying its 16 clients' bytes): 1.4 GB/s at 130 entries, 11% of 100 Gb; the memory \
     node's one link, which carries every byte read: with the paper's 40-byte entries \

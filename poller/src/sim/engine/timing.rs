@@ -113,9 +113,18 @@ fn work_costs(m: &Model) -> [(Ps, u64); KINDS] {
             ),
             Work::Scan(_) => (0, mps(m.client_scan_ns)),
             Work::Probe(_) => (0, mps(m.client_probe_ns)),
-            Work::Compare(_) => (0, mps(m.client_compare_ns)),
-            Work::Sort(_) => (0, mps(m.client_sort_ns)),
-            Work::Rect(_) => (0, mps(m.client_rect_ns)),
+            Work::NodeDecode(_) => (
+                ps(m.client_node_decode_call_ns),
+                mps(m.client_node_decode_ns_per_slot),
+            ),
+            Work::GroupDecode(_) => (0, mps(m.client_group_decode_ns)),
+            Work::LeafCheck(_) => (
+                ps(m.client_leaf_check_call_ns),
+                mps(m.client_leaf_check_ns_per_byte),
+            ),
+            Work::Compare(_) => (ps(m.client_compare_call_ns), mps(m.client_compare_ns)),
+            Work::Sort(_) => (ps(m.client_sort_call_ns), mps(m.client_sort_ns)),
+            Work::Rect(_) => (ps(m.client_rect_call_ns), mps(m.client_rect_ns)),
             Work::KeyGen(_) => (0, mps(m.client_keygen_ns)),
             Work::Crc64Clmul(_) => (
                 ps(m.client_crc64clmul_call_ns),
