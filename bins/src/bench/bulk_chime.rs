@@ -50,12 +50,12 @@ pub async fn load<E: Endpoint>(
         .map_err(|e| e.to_string())?;
     let t = st.tree;
     Ok(format!(
-        "CHIME image of {} keys ({} leaves {leaf_fill}% full, {} keys a leaf{}), internal pages \
+        "CHIME image of {} keys ({} leaves {leaf_fill}% full, {:.1} keys a leaf{}), internal pages \
          {INTERNAL_FILL_PERCENT}% full: {} leaves, {} internal pages, height {}, {} MiB in {} \
          chunks",
         t.keys,
         if hop { "hopscotch" } else { "Sherman" },
-        format!("{:.1}", t.keys as f64 / t.leaves.max(1) as f64),
+        t.keys as f64 / t.leaves.max(1) as f64,
         if hop {
             format!(
                 "; {} entries off their home slot, {} leaves closed by a key with no room",
