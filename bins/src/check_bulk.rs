@@ -1,20 +1,25 @@
 //! `remora check --linearizability --bulk-load N` (issue 25: "the linearizability checker
 //! then runs on bulk-loaded trees too"): before the clients start, the tree is bulk-loaded
-//! with `N` keys, as `remora bench` loads it: SMART's and Sherman's/FG+'s by one client
-//! through the fabric (core's `smart/bulk.rs`, `sherman/bulk.rs`, Sherman's pages
-//! `PAPER_FILL_PERCENT` full), CANRT's by its memory node's server into the region image
+//! with `N` keys, as `remora bench` loads it: SMART's, Sherman's/FG+'s and CHIME's by one
+//! client through the fabric (core's `smart/bulk.rs`, `sherman/bulk.rs`, Sherman's pages
+//! `PAPER_FILL_PERCENT` full, `chime/bulk.rs`, CHIME's leaves as random inserts fill them:
+//! `bench/bulk_chime.rs`), CANRT's by its memory node's server into the region image
 //! (`bench/bulk_canrt.rs`), which the server then recovers from. The loaded keys lie below
 //! every key of the lincheck workload (its cold keys are `client << 40 | x`, its hot keys
 //! above those, and its scans start there), so the history checker sees only its own keys
 //! while the clients descend, split and resize the loaded tree. After the workload, one
 //! client reads every loaded key back: each must still hold its loaded value.
 //!
-//! Sim only (the soft fabric's node is created empty). The indexes with a bulk loader wired
-//! here: SMART (8-byte keys), Sherman, FG+ and CANRT (8- or 16-byte keys). CHIME has no bulk
-//! loader; WORT's and WOART's loaders take keys of `bench/bulk_wort.rs`'s own type.
+//! The indexes with a bulk loader wired here: SMART (8-byte keys), Sherman, FG+ and CHIME,
+//! on the sim and on soft (loaded by a client through the fabric), and CANRT (8- or 16-byte
+//! keys) on the sim only (its tree is built into the memory node's image, and the soft
+//! fabric's node is created empty). WORT's and WOART's loaders take keys of
+//! `bench/bulk_wort.rs`'s own type.
 use crate::args::FabricKind;
 use crate::bench::bulk_canrt::{CanrtPlan, build, recover};
+use crate::bench::bulk_chime::leaf_fill;
 use crate::bench::index::{Handle, IndexCfg};
+use remora::core::chime::INTERNAL_FILL_PERCENT;
 use remora::core::fabric::Endpoint;
 use remora::core::index::KvIndex;
 use remora::core::lincheck::driver::wide_key;
@@ -44,23 +49,29 @@ pub fn loaded_value(i: u64) -> [u8; 8] {
     (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).to_le_bytes()
 }
 
-/// Refuses `--bulk-load n` where it cannot run: a fabric other than the sim, more keys than
-/// fit below the workload's, or an index without a bulk loader here.
+/// Refuses `--bulk-load n` where it cannot run: a fabric other than the sim (soft too for
+/// the trees a client loads), more keys than fit below the workload's, or an index without
+/// a bulk loader here.
 pub fn refuse(cfg: &IndexCfg, fabric: FabricKind, n: u64) -> Result<(), String> {
     if n == 0 {
         return Ok(());
     }
-    if fabric != FabricKind::Sim {
-        return Err("--bulk-load: only with --fabric sim".into());
+    let soft_ok = fabric == FabricKind::Soft && !server_built(cfg);
+    if fabric != FabricKind::Sim && !soft_ok {
+        return Err(format!(
+            "--bulk-load: {} only with --fabric sim",
+            cfg.index_name()
+        ));
     }
     if n > MAX_LOADED {
         return Err(format!("--bulk-load: at most {MAX_LOADED} keys"));
     }
     match cfg {
         IndexCfg::Smart { cfg, .. } if cfg.key_mode == KeyMode::Fixed(8) => Ok(()),
-        IndexCfg::Sherman { .. } | IndexCfg::Canrt { .. } => Ok(()),
+        IndexCfg::Sherman { .. } | IndexCfg::Chime { .. } | IndexCfg::Canrt { .. } => Ok(()),
         _ => Err(format!(
-            "--bulk-load: {} has no bulk loader here (smart, sherman, fg-plus and canrt have)",
+            "--bulk-load: {} has no bulk loader here (smart, sherman, fg-plus, chime and canrt \
+             have)",
             cfg.index_name()
         )),
     }
@@ -93,7 +104,7 @@ pub fn build_image(
 }
 
 /// Bulk-loads `n` keys through `h`, a handle on the index just created (before any other
-/// handle opens it): SMART's and Sherman's loaders; a one-line summary.
+/// handle opens it): SMART's, Sherman's and CHIME's loaders; a one-line summary.
 pub async fn client_load<E: Endpoint>(h: &Handle<'_, E>, n: u64) -> Result<String, String> {
     let value = |i: u64, out: &mut [u8]| {
         out[..8].copy_from_slice(&loaded_value(i));
@@ -125,6 +136,24 @@ pub async fn client_load<E: Endpoint>(h: &Handle<'_, E>, n: u64) -> Result<Strin
                 st.keys,
                 st.leaves,
                 st.height + 1
+            ))
+        }
+        Handle::Chime(c) => {
+            let mut entry = |i: u64, out: &mut [u8]| {
+                let mut k = [0u8; 8];
+                k.copy_from_slice(&loaded_key(i, 8));
+                (k, value(i, out))
+            };
+            let fill = leaf_fill(c);
+            let st = c
+                .bulk_load(n, fill, INTERNAL_FILL_PERCENT, &mut entry)
+                .await
+                .map_err(|e| format!("bulk load: {e}"))?;
+            Ok(format!(
+                "CHIME: {} keys bulk-loaded, leaves {fill}% full: {} leaves, height {}",
+                st.tree.keys,
+                st.tree.leaves,
+                st.tree.height + 1
             ))
         }
         _ => Err("this index has no bulk loader here".into()),
@@ -188,6 +217,7 @@ mod tests {
             (IndexKind::Sherman, 8),
             (IndexKind::FgPlus, 8),
             (IndexKind::Smart, 8),
+            (IndexKind::Chime, 8),
             (IndexKind::Canrt, 8),
             (IndexKind::Canrt, 16),
         ] {
@@ -196,12 +226,26 @@ mod tests {
         }
     }
 
+    /// On soft threads too, for the trees a client loads through the fabric.
+    #[test]
+    fn loaded_trees_are_checked_on_soft() {
+        let n = if cfg!(debug_assertions) { 500 } else { 3000 };
+        for index in [IndexKind::Chime, IndexKind::Sherman] {
+            let a = LinArgs {
+                clients: 8,
+                ..args(index, 8, n)
+            };
+            run(&a, FabricKind::Soft, 2, 4).unwrap_or_else(|e| panic!("{index:?}: {e}"));
+        }
+    }
+
     #[test]
     fn bulk_load_is_refused_where_it_cannot_run() {
-        let chime = args(IndexKind::Chime, 8, 100);
-        let e = run(&chime, FabricKind::Sim, 1, 8).unwrap_err();
+        let wort = args(IndexKind::Wort, 8, 100);
+        let e = run(&wort, FabricKind::Sim, 1, 8).unwrap_err();
         assert!(e.contains("no bulk loader"), "{e}");
-        let soft = args(IndexKind::Sherman, 8, 100);
+        // CANRT's tree is built into the memory node's image: the sim's only.
+        let soft = args(IndexKind::Canrt, 8, 100);
         let e = run(&soft, FabricKind::Soft, 1, 8).unwrap_err();
         assert!(e.contains("--fabric sim"), "{e}");
         let many = args(IndexKind::Sherman, 8, MAX_LOADED + 1);

@@ -142,8 +142,8 @@ pub struct LinArgs {
     #[arg(long)]
     pub leaf_handover: bool,
     /// Bulk-load the index with N keys before the clients start (below every key of the
-    /// workload, read back after it), to check a loaded tree: sim only; smart, sherman,
-    /// fg-plus and canrt (`check_bulk.rs`).
+    /// workload, read back after it), to check a loaded tree: smart, sherman, fg-plus and
+    /// chime on the sim and soft, canrt on the sim (`check_bulk.rs`).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub bulk_load: u64,
     /// Write the whole history of every seed with a violation or an inconclusive key to
@@ -462,10 +462,19 @@ fn soft_history(
         }
     }
     let _srv = node.spawn_server_on(plan.server);
+    let n = a.bulk_load;
     {
         let ep = node.endpoint().map_err(|e| e.to_string())?;
-        remora::core::block_on::block_on(Handle::open(&ep, cfg))
+        let h = remora::core::block_on::block_on(Handle::open(&ep, cfg))
             .map_err(|e| format!("creating the index: {e}"))?;
+        if n > 0 {
+            // Loaded by one client through the fabric before the others open the tree.
+            let said = remora::core::block_on::block_on(check_bulk::client_load(&h, n))
+                .map_err(|e| format!("creating the index: {e}"))?;
+            if seed_is_first(a, seed) {
+                println!("{said}");
+            }
+        }
     }
     let scans = !matches!(cfg, IndexCfg::Erda { .. } | IndexCfg::ErdaBaseline { .. });
     let start = Instant::now();
@@ -510,9 +519,17 @@ fn soft_history(
             })
             .collect()
     });
-    Ok(History::merge(
-        parts.map_err(|e| format!("seed {seed}: {e}"))?,
-    ))
+    let parts = parts.map_err(|e| format!("seed {seed}: {e}"))?;
+    if n > 0 {
+        // The loaded keys, read back after the workload.
+        let ep = node.endpoint().map_err(|e| e.to_string())?;
+        remora::core::block_on::block_on(async {
+            let h = Handle::open_on(&ep, cfg, &NodeState::new(cfg)).await?;
+            check_bulk::read_back(&h, n, a.key_bytes).await
+        })
+        .map_err(|e| format!("seed {seed}: reading the loaded keys back: {e}"))?;
+    }
+    Ok(History::merge(parts))
 }
 
 /// Runs `remora check --linearizability` (`threads` × `coros` clients on soft).

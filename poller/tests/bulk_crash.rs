@@ -16,10 +16,13 @@
 //! (through its locks and half-done splits) and reads all of them back. Every run: no
 //! survivor or auditor error, a linearizable history, bounded virtual time.
 //!
-//! CHIME has no bulk loader (neither in core nor in bench), so it is not here; its crash
-//! campaign (`sherman_crash`) runs on an insert-built tree. `BULK_CRASH_SEEDS` (default 2)
-//! sets the seeds per tree.
+//! CHIME too (`Chime::bulk_load`: hopscotch leaves under Sherman's internal levels), its
+//! leaves packed until a key finds no room (fill 100%: the fullest leaves its loader makes,
+//! so that the victim's inserts hop and split loaded leaves; `remora bench` loads them as
+//! random inserts fill them, `INSERT_FILL_PERCENT`). `BULK_CRASH_SEEDS` (default 2) sets the
+//! seeds per tree.
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer, ServerStats};
+use remora_core::chime::{Chime, ChimeConfig, INTERNAL_FILL_PERCENT};
 use remora_core::fabric::Endpoint;
 use remora_core::index::KvIndex;
 use remora_core::lease::LeaseConfig;
@@ -60,6 +63,8 @@ use survivors::{Survivors, pct};
 const N: u64 = if cfg!(debug_assertions) { 300 } else { 600 };
 const SURVIVORS: u32 = 3;
 const OPS: u64 = 40;
+/// CHIME's leaf fill here: packed until a key finds no room (module docs).
+const CHIME_FILL: u8 = 100;
 /// The loaded keys the victim's script works on (its inserts go between `FIRST` and the
 /// next keys).
 const FIRST: u64 = N / 2;
@@ -82,6 +87,7 @@ fn val(v: [u8; 8]) -> u64 {
 enum Tree {
     Smart(SmartConfig),
     Sherman(ShermanConfig),
+    Chime(ChimeConfig),
     Canrt(CanrtConfig),
 }
 
@@ -90,6 +96,7 @@ impl Tree {
         match self {
             Tree::Smart(_) => "smart",
             Tree::Sherman(_) => "sherman",
+            Tree::Chime(_) => "chime",
             Tree::Canrt(_) => "canrt",
         }
     }
@@ -157,6 +164,16 @@ impl Tree {
                             let st = t.bulk_load(N, PAPER_FILL_PERCENT, &mut entry).await;
                             st.unwrap();
                         }
+                        Tree::Chime(c) => {
+                            let t = Chime::create(ctx.ep(), c).await.unwrap();
+                            let mut entry = |i: u64, out: &mut [u8]| {
+                                out[..8].copy_from_slice(&value(i));
+                                (keys[i as usize], 8)
+                            };
+                            t.bulk_load(N, CHIME_FILL, INTERNAL_FILL_PERCENT, &mut entry)
+                                .await
+                                .unwrap();
+                        }
                         Tree::Canrt(_) => unreachable!(),
                     }
                 });
@@ -172,6 +189,7 @@ impl Tree {
         Ok(match self {
             Tree::Smart(c) => Loaded::Smart(Smart::open(ep, c).await.map_err(|x| e(&x))?),
             Tree::Sherman(c) => Loaded::Sherman(Sherman::open(ep, c).await.map_err(|x| e(&x))?),
+            Tree::Chime(c) => Loaded::Chime(Chime::create(ep, c).await.map_err(|x| e(&x))?),
             Tree::Canrt(c) => Loaded::Canrt(Canrt::open(ep, c).await.map_err(|x| e(&x))?),
         })
     }
@@ -182,6 +200,7 @@ impl Tree {
 enum Loaded<'e, E: Endpoint> {
     Smart(Smart<'e, E>),
     Sherman(Sherman<'e, E>),
+    Chime(Chime<'e, E>),
     Canrt(Canrt<'e, E>),
 }
 
@@ -195,14 +214,19 @@ impl<E: Endpoint> Loaded<'_, E> {
                 let r = t.repairs();
                 r.takeovers + r.separators_linked + r.roots_grown + r.pages_rederived
             }
+            Loaded::Chime(t) => {
+                let r = t.sherman().repairs();
+                r.takeovers + r.separators_linked + r.roots_grown + r.leaves_redone
+            }
             Loaded::Canrt(_) => 0,
         }
     }
 
-    /// Leaf splits this handle made (Sherman; 0 for the others).
+    /// Leaf splits this handle made (Sherman, CHIME; 0 for the others).
     fn splits(&self) -> u64 {
         match self {
             Loaded::Sherman(t) => t.stats().splits,
+            Loaded::Chime(t) => t.stats().splits,
             _ => 0,
         }
     }
@@ -214,6 +238,7 @@ macro_rules! each {
         match $self {
             Loaded::Smart($t) => $call.await.map_err(|e| e.to_string()),
             Loaded::Sherman($t) => $call.await.map_err(|e| e.to_string()),
+            Loaded::Chime($t) => $call.await.map_err(|e| e.to_string()),
             Loaded::Canrt($t) => $call.await.map_err(|e| e.to_string()),
         }
     };
@@ -498,7 +523,7 @@ fn campaign(tree: Tree) {
             to > from + 10,
             "{name} seed {seed}: the script rang {from}..{to}"
         );
-        if let Tree::Sherman(_) = tree {
+        if let Tree::Sherman(_) | Tree::Chime(_) = tree {
             assert!(
                 dry.splits > 0,
                 "{name} seed {seed}: the victim's inserts split no loaded leaf"
@@ -539,6 +564,13 @@ fn bulk_loaded_smart_survives_a_client_dying_at_any_verb() {
 #[test]
 fn bulk_loaded_sherman_survives_a_client_dying_at_any_verb() {
     campaign(Tree::Sherman(tree_cfg(ShermanConfig::sherman(), 1_000_000)));
+}
+
+#[test]
+fn bulk_loaded_chime_survives_a_client_dying_at_any_verb() {
+    let mut c = ChimeConfig::chime();
+    c.sherman = tree_cfg(c.sherman, 1_000_000);
+    campaign(Tree::Chime(c.with_cache(1 << 20)));
 }
 
 #[test]

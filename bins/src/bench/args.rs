@@ -197,7 +197,7 @@ pub struct BenchArgs {
     pub per_thread_state: bool,
     /// Load the keys by inserting them through the index (the LOAD phase measured) even where
     /// the run measures another workload. By default, on the sim, SMART (8-byte keys),
-    /// Sherman and FG+ (`bulk.rs`), CANRT, WORT and WOART (`bulk_canrt.rs`, `bulk_wort.rs`)
+    /// Sherman and FG+ (`bulk.rs`), CHIME (8-byte keys, `bulk_chime.rs`), CANRT, WORT and WOART (`bulk_canrt.rs`, `bulk_wort.rs`)
     /// are bulk-loaded instead: the same keys and values, written as the index's image at
     /// memory speed; the run's records then have no LOAD
     /// record, and their notes say how the keys were loaded.
@@ -210,7 +210,7 @@ pub struct BenchArgs {
     #[arg(long, conflicts_with = "no_bulk_load")]
     pub bulk_load: bool,
     /// After a bulk load, leave the compute nodes' index caches cold (SMART's radix cache,
-    /// Sherman's index cache). By default each compute node's cache is filled before the
+    /// Sherman's and CHIME's index cache). By default each compute node's cache is filled before the
     /// warm-up, top down, as far as its capacity goes (`warm_cache` in core's `smart/warm.rs`
     /// and `sherman/warm.rs`): the cache the clients' inserts of the same keys would have
     /// left, as the papers' runs load their keys by inserting them.

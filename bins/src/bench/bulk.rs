@@ -3,7 +3,8 @@
 //! written as the index's image at memory speed by one client, through the fabric (chunks
 //! taken by FETCH_AND_ADD, one WRITE per chunk), before the other clients open the index.
 //! The keys and values are exactly those the LOAD phase would insert (key number `n` gets
-//! `value_for(n)`), so the run phase sees the same key set. CANRT's tree is built by its
+//! `value_for(n)`), so the run phase sees the same key set. CHIME's (`bulk_chime.rs`) is
+//! loaded the same way. CANRT's tree is built by its
 //! memory node's CPU instead, straight into the region image (`bulk_canrt.rs`).
 //!
 //! The papers' clients load by inserting, which leaves every compute node's index cache
@@ -29,8 +30,8 @@ use std::time::Instant;
 /// One key of a bulk load: its bytes and its key number (for its value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct BulkKey {
-    key: [u8; 8],
-    n: u64,
+    pub(super) key: [u8; 8],
+    pub(super) n: u64,
 }
 
 impl AsRef<[u8]> for BulkKey {
@@ -46,13 +47,13 @@ pub struct BulkPlan {
 }
 
 /// Whether the load of this run is bulk-loaded: the index has a bulk loader (SMART with
-/// 8-byte keys, Sherman, FG+, CANRT, WORT, WOART), the workload is not LOAD itself, and
+/// 8-byte keys, Sherman, FG+, CHIME, CANRT, WORT, WOART), the workload is not LOAD itself, and
 /// `--no-bulk-load` is off.
 pub fn wanted(a: &BenchArgs, index: &IndexCfg, workload: Workload) -> bool {
     let eight = matches!(a.keys, KeyType::Int | KeyType::Seq);
     let able = match index {
         IndexCfg::Smart { cfg, .. } => eight && cfg.key_mode == KeyMode::Fixed(8),
-        IndexCfg::Sherman { .. } => eight,
+        IndexCfg::Sherman { .. } | IndexCfg::Chime { .. } => eight,
         // Any key width: built by the server's code (`bulk_canrt.rs`).
         IndexCfg::Canrt { .. } => true,
         // Any key width (1 to 16 bytes): built by the server's code (`bulk_wort.rs`).
@@ -143,6 +144,7 @@ impl<E: Endpoint> Handle<'_, E> {
                     st.chunks
                 ))
             }
+            Handle::Chime(c) => super::bulk_chime::load(c, a, keys).await,
             _ => Err("this index has no bulk loader".into()),
         }
     }
@@ -154,6 +156,7 @@ impl<E: Endpoint> Handle<'_, E> {
         let st = match self {
             Handle::Smart(s) => s.warm_cache().await.map_err(|e| e.to_string())?,
             Handle::Sherman(s) => s.warm_cache().await.map_err(|e| e.to_string())?,
+            Handle::Chime(c) => c.warm_cache().await.map_err(|e| e.to_string())?,
             _ => return Ok(None),
         };
         Ok(Some(format!(
@@ -289,7 +292,7 @@ mod tests {
     fn a_restored_load_measures_what_a_fresh_one_does() {
         // CANRT: built into the image by its server's code, which the measured cluster's
         // server recovers (`bulk_canrt.rs`).
-        for index in ["smart", "sherman", "canrt", "wort", "woart"] {
+        for index in ["smart", "sherman", "chime", "canrt", "wort", "woart"] {
             let base = format!(
                 "--index {index} --fabric sim --workload c --records 5000 --operations 4000 \
                  --compute-nodes 2 --coroutines 2"

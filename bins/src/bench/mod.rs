@@ -12,6 +12,7 @@
 //! JSON record per phase.
 pub(crate) mod bulk;
 pub(crate) mod bulk_canrt;
+pub(crate) mod bulk_chime;
 pub(crate) mod bulk_wort;
 mod churn;
 pub(crate) mod cluster;

@@ -133,7 +133,7 @@ pub struct Scale {
 /// an hour of CPU on a 2-core machine (docs/repro-full/README.md has the measured times).
 /// Memory does not bind (`--memory`: SMART ~95 B/key, Sherman ~60); CPU spent inserting
 /// keys does. A run whose load is not measured bulk-loads (SMART with 8-byte keys, Sherman
-/// and FG+, `bench/bulk.rs`; CANRT, `bench/bulk_canrt.rs`; WORT and WOART, the tree sorted
+/// and FG+, `bench/bulk.rs`; CHIME, `bench/bulk_chime.rs`; CANRT, `bench/bulk_canrt.rs`; WORT and WOART, the tree sorted
 /// inserts make, `bench/bulk_wort.rs`) once per experiment and index, and the experiment's other runs
 /// start from a copy of it; every other run inserts all its keys, at 6-19 µs of CPU a key
 /// (`--memory`: SMART 6.3, Sherman 7.1, CANRT 10-13, Erda 11.3, Catfish 19.2):

@@ -53,7 +53,11 @@
 //! hot key, at most two lookups and two writes in flight per key and node, as SMART's read
 //! delegation and write combining do for its leaves.
 //!
+//! Bulk loading (`bulk.rs`, [`Chime::bulk_load`]): the tree random inserts grow, its leaves
+//! filled by CHIME's own insert, under Sherman's internal levels, written at memory speed.
+//!
 //! Not here (yet): CHIME's variable-length values.
+mod bulk;
 pub mod census;
 mod delegate;
 mod hopscotch;
@@ -63,6 +67,7 @@ mod read;
 mod redo;
 mod write;
 
+pub use bulk::{ChimeBulkStats, INSERT_FILL_PERCENT, INTERNAL_FILL_PERCENT};
 pub use delegate::DELEGATION_ENTRIES;
 pub use hotspot::HOTSPOT_ENTRY_BYTES;
 
@@ -337,6 +342,11 @@ impl<'e, E: Endpoint> Chime<'e, E> {
     /// [`Self::create_on`] with node state of its own.
     pub async fn create(ep: &'e E, cfg: ChimeConfig) -> Result<Self, ChimeError> {
         Self::create_on(ep, cfg, Arc::new(ChimeNode::new(&cfg))).await
+    }
+
+    /// This handle's configuration.
+    pub fn config(&self) -> &ChimeConfig {
+        &self.cfg
     }
 
     /// This handle's CHIME counters.

@@ -143,10 +143,48 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         }
         stats.keys = n;
         stats.leaves = level.len() as u64;
+        self.bulk_levels(w, level, fill_percent, next_node, 0, old_root, &mut stats)
+            .await?;
+        Ok(stats)
+    }
+
+    /// Builds the internal levels over `level` (the (low key, address) of each page below,
+    /// left to right: the first low key 0) and publishes their root; the bulk loaders'
+    /// common top (Sherman's leaves, CHIME's `chime/bulk.rs`). Each page a leftmost child
+    /// plus separators that are its children's low keys, filled to `fill_percent`, sealed,
+    /// linked to its right sibling, with fences `[first child's low, next page's first
+    /// child's low)`; levels until one page is left and at least `min_height` levels are
+    /// built (CHIME's leaves are not Sherman pages: its root is at least level 1). Pages are
+    /// placed from node `next_node` on, round robin, through `w`, which is then finished;
+    /// the root replaces `old_root` in the descriptor by one CMP_AND_SWP. Fills in `stats`'
+    /// internal pages, height, chunks and bytes.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn bulk_levels(
+        &self,
+        mut w: ChunkWriter,
+        mut level: Vec<(u64, u64)>,
+        fill_percent: u8,
+        mut next_node: usize,
+        min_height: u8,
+        old_root: GlobalAddr,
+        stats: &mut BulkStats,
+    ) -> Result<(), ShermanError> {
+        let bad = |what| ShermanError::Bulk { what };
+        if level.is_empty() {
+            return Err(bad("bulk load of no pages"));
+        }
+        let page_bytes = self.g.page_size as u64;
+        macro_rules! place {
+            ($w:expr) => {{
+                next_node += 1;
+                $w.reserve(self.ep, next_node - 1, page_bytes).await?
+            }};
+        }
+        let mut img = vec![0u8; self.g.page_size];
         // Internal levels: a leftmost child and `per - 1` separators per page.
         let per = per_page(self.g.internal_capacity() + 1, fill_percent, 2);
         let mut height = 0u8;
-        while level.len() > 1 {
+        while level.len() > 1 || height < min_height {
             height += 1;
             let pages = level.len().div_ceil(per);
             let mut up: Vec<(u64, u64)> = Vec::with_capacity(pages);
@@ -191,7 +229,28 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             return Err(bad("the tree's root changed during the bulk load"));
         }
         self.root.set(root);
-        Ok(stats)
+        Ok(())
+    }
+
+    /// The root and its one leaf if the tree is as `create_over_leaf` made it (a level-1
+    /// root, no separator, no sibling, over one leaf), else `None`: CHIME's bulk load checks
+    /// the leaf itself (its own format).
+    pub(crate) async fn bulk_root_over_leaf(
+        &self,
+    ) -> Result<Option<(GlobalAddr, GlobalAddr)>, ShermanError> {
+        let mut buf = self.page();
+        let r = async {
+            self.refresh_root().await?;
+            let root = self.root.get();
+            let h = self.read_page(root, &mut buf).await?;
+            Ok(
+                (!h.is_leaf() && h.level() == 1 && h.count() == 0 && h.sibling == 0)
+                    .then(|| (root, GlobalAddr::from_raw(h.leftmost))),
+            )
+        }
+        .await;
+        self.give(buf);
+        r
     }
 
     fn bulk_entry(
