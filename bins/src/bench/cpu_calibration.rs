@@ -186,17 +186,27 @@ fn measure_once(cs: &mut [Case]) -> Vec<f64> {
     min
 }
 
-/// The host's CPU model name (Linux), for the table's heading.
+/// The host's CPU (Linux): model name, family, model and clock, for the table's heading.
+/// A VM's model name may hide the generation ("AMD EPYC"); family and model tell which
+/// core the parameters were fitted on.
 fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return "unknown CPU".into();
+    };
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(name))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|s| s.trim().to_string())
+    };
+    let mut out = field("model name").unwrap_or_else(|| "unknown CPU".into());
+    if let (Some(f), Some(m)) = (field("cpu family"), field("model")) {
+        out.push_str(&format!(" (family {f}, model {m})"));
+    }
+    if let Some(mhz) = field("cpu MHz").and_then(|s| s.parse::<f64>().ok()) {
+        out.push_str(&format!(" at {:.1} GHz", mhz / 1000.0));
+    }
+    out
 }
 
 /// Today's UTC date, yyyy-mm-dd (civil from days since 1970-01-01, H. Hinnant's algorithm).

@@ -422,3 +422,17 @@ impl fmt::Display for ShermanError {
 }
 
 impl core::error::Error for ShermanError {}
+
+/// Sherman's route through an internal page (`route_for`, what the sim charges as
+/// `Work::Compare`), for `remora perf --cpu-calibration`, which times this real code path
+/// rather than a copy of it. Returns the child's raw address. Not part of the API.
+#[doc(hidden)]
+pub fn calibrate_route(
+    page: &[u8],
+    g: &remora_layouts::sherman::Geometry,
+    h: &remora_layouts::sherman::PageHeader,
+    key: u64,
+) -> Option<u64> {
+    let r = cache::route_for(page, g, h, key)?;
+    Some(core::hint::black_box(&r).child.raw())
+}

@@ -522,3 +522,12 @@ impl<E: Endpoint> KvIndex for Smart<'_, E> {
         self.scan_from(from, limit, visit).await
     }
 }
+
+/// SMART's inner-node decode (`NodeImg::decode`, what the sim charges as
+/// `Work::NodeDecode`), for `remora perf --cpu-calibration`, which times this real code path
+/// rather than a copy of it. Returns the node's reverse word. Not part of the API.
+#[doc(hidden)]
+pub fn calibrate_node_decode(ty: remora_layouts::smart::NodeType, bytes: &[u8]) -> Option<u64> {
+    let img = remote::NodeImg::decode(remora_layouts::GlobalAddr::NULL, ty, bytes).ok()?;
+    Some(core::hint::black_box(&img).rev)
+}

@@ -285,16 +285,16 @@ params! {
     client_decode_ns_per_byte: 0.0682, "ns/B", [0.0, 1e6],
         "Client CPU time per byte of a page image or message decoded (Work::Decode); \
          measured as client_decode_call_ns (was 0.162).";
-    client_node_decode_call_ns: 33.2, "ns", [0.0, 1e9],
+    client_node_decode_call_ns: 33.0, "ns", [0.0, 1e9],
         "Client CPU time of one SMART NodeImg::decode (Work::NodeDecode), fixed part: the \
          header checked, a 256-slot image initialised and moved whatever the node's type; \
          the line (this and client_node_decode_ns_per_slot) fitted (least maximum error, \
-         2.8%) to the Node4, Node16, Node48 and Node256 rows (38.3, 48.0, 83.9, 285.0 ns), \
-         measured on this host by `remora perf --cpu-calibration` \
-         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
-         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
-         rounds, 2026-12-01, under load average 15-17). Was charged as Work::Decode of the node's bytes (0.57-0.78x).";
-    client_node_decode_ns_per_slot: 1.01, "ns", [0.0, 1e9],
+         9%) to the Node4, Node16, Node48 and Node256 rows (38.3, 49.2, 95.5, 348.7 ns: \
+         the slots cost more per slot past Node16, so no line fits all four closer), \
+         measured by `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs) \
+         on an idle host (AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 vCPUs, release, \
+         pinned; three invocations, 2026-12-01, load average 1). Was charged as Work::Decode of the node's bytes (0.57-0.78x).";
+    client_node_decode_ns_per_slot: 1.27, "ns", [0.0, 1e9],
         "Client CPU time per slot word a SMART NodeImg::decode reads and bounds-checks \
          (Work::NodeDecode); see client_node_decode_call_ns.";
     client_group_decode_ns: 40.5, "ns", [0.0, 1e9],
@@ -323,16 +323,16 @@ params! {
          vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
          rounds, 2026-12-01, under load average 15-17). Was 19.5, measured on an older, idle host. Literature: one \
          DRAM-missing hash probe ~80-100 ns, an L2 hit a few ns.";
-    client_compare_call_ns: 0.2, "ns", [0.0, 1e9],
+    client_compare_call_ns: 1.1, "ns", [0.0, 1e9],
         "Client CPU time of one binary search (Work::Compare), fixed part: Sherman's \
          route_for (slicing the page's entries, building the route); the line (this and \
-         client_compare_ns) fitted (least maximum error, 4.2%) to route_for over pages of 4, \
-         15 and 59 separators (3, 4, 6 steps: 3.5, 5.0, 6.8 ns; up to 2x that under heavier \
-         load), measured on this host by `remora perf --cpu-calibration` \
-         (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 \
-         vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 interleaved \
-         rounds, 2026-12-01, under load average 15-17).";
-    client_compare_ns: 1.15, "ns", [0.0, 1e9],
+         client_compare_ns) fitted (least maximum error, 5%) to route_for over pages of 4, \
+         15 and 59 separators (3, 4, 6 steps: 3.0, 3.8, 4.8 ns on an idle host; 3.5, 5.0, \
+         6.8 ns and up to 2x that under load average 15-17), measured by `remora perf \
+         --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, \
+         at 2.6 GHz, 2 vCPUs, release, pinned; three invocations, 2026-12-01, load \
+         average 1).";
+    client_compare_ns: 0.63, "ns", [0.0, 1e9],
         "Client CPU time of one step of a binary search (Work::Compare, charged as \
          search_steps(count) steps): Sherman's internal pages; see client_compare_call_ns. \
          Was 0.73, measured on a case that drew its key with a division inside the timing \
@@ -349,17 +349,18 @@ params! {
         "Client CPU time per n log2 n of a sort of n items (Work::Sort; the comparison count \
          of a comparison sort): range results and Catfish's collected entries; see \
          client_sort_call_ns. Was 0.83.";
-    client_rect_call_ns: 0.85, "ns", [0.0, 1e9],
+    client_rect_call_ns: 1.65, "ns", [0.0, 1e9],
         "Client CPU time of one R-tree node's entries tested against a search window \
          (Work::Rect), fixed part: the entry loop of Catfish's offloaded search \
          (core/src/catfish/client/offload.rs: Rect::intersects per entry, hits pushed); the \
          line (this and client_rect_ns) through that loop over 16 and 130 entries of 16 \
-         nodes in turn, ~6% of entries hit (10.0, 75.2 ns), measured on this host by `remora \
-         perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen \
-         5, at 2.6 GHz, 2 vCPUs, release, pinned; median of 9 invocations of 9 runs of 400 \
-         interleaved rounds, 2026-12-01, under load average 15-17). Was 0 (no fixed part), \
+         nodes in turn, ~6% of entries hit (8.5, 57.3 ns on an idle host; 10.0, 75.2 ns under \
+         load average 15-17, and with an earlier build), measured by `remora perf \
+         --cpu-calibration` (bins/src/bench/cpu_calibration.rs: AMD EPYC family 26, Zen 5, \
+         at 2.6 GHz, 2 vCPUs, release, pinned; three invocations, 2026-12-01, load \
+         average 1). Was 0 (no fixed part), \
          measured on a vectorised count over bare rectangles.";
-    client_rect_ns: 0.572, "ns", [0.0, 1e9],
+    client_rect_ns: 0.428, "ns", [0.0, 1e9],
         "Client CPU time per entry of an R-tree node tested against a search window \
          (Work::Rect); see client_rect_call_ns. Was 0.63.";
     client_keygen_ns: 35.3, "ns", [0.0, 1e9],

@@ -11,7 +11,6 @@
 use super::super::ycsb::{Distribution, KeyChooser, KeyType, Rng, key_of_within};
 use remora::core::erda::object_checksum;
 use remora::core::work::Work;
-use remora::layouts::bits::read_u64;
 use remora::layouts::catfish::{
     Entry, FANOUT, MAX_FANOUT, Node, Rect, node_checksum_offset, node_crc,
 };
@@ -23,7 +22,7 @@ use remora::layouts::sherman::{
 };
 use remora::layouts::smart::{
     Header, LEAF_CRC_OFFSET, LeafStatus, LeafView, NODE_HEADER_OFFSET, NODE_REV_OFFSET,
-    NODE_SLOTS_OFFSET, NodeType, Slot, encode_leaf, leaf_bytes, leaf_crc, leaf_crc_table,
+    NODE_SLOTS_OFFSET, NodeType, encode_leaf, leaf_bytes, leaf_crc, leaf_crc_table,
 };
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -100,59 +99,6 @@ fn smart_node(ty: NodeType) -> Vec<u8> {
         b[at..at + 8].copy_from_slice(&raw.to_le_bytes());
     }
     b
-}
-
-/// SMART's `NodeImg::decode` (core/src/smart/remote.rs), from the same layouts calls: the
-/// header checked against the parent's type, every slot word read, the reverse word.
-fn smart_decode(ty: NodeType, bytes: &[u8]) -> Option<(u64, [Slot; 256])> {
-    let rd = |at: usize| read_u64(bytes, at);
-    let header = Header::decode(rd(NODE_HEADER_OFFSET).ok()?).ok()?;
-    if header.node_type() != ty {
-        return None;
-    }
-    let mut slots = [Slot::EMPTY; 256];
-    for (i, s) in slots.iter_mut().enumerate().take(ty.capacity()) {
-        *s = Slot::from_raw(rd(NODE_SLOTS_OFFSET + 8 * i).ok()?);
-    }
-    Some((rd(NODE_REV_OFFSET).ok()?, slots))
-}
-
-/// Sherman's `route_for` (core/src/sherman/cache.rs): the largest separator <= key over
-/// the page's `count` entries as 16-byte chunks, then the route (child, low, high, next).
-fn sherman_route(
-    page: &[u8],
-    g: &Geometry,
-    h: &PageHeader,
-    key: u64,
-) -> Option<(u64, u64, u64, Option<u64>)> {
-    let n = h.count();
-    let entries = page.get(g.internal_entry_offset(0)..g.internal_entry_offset(n))?;
-    let (entries, _) = entries.as_chunks::<16>();
-    let entry = |i: usize| -> (u64, u64) {
-        let (w, _) = entries[i].as_chunks::<8>();
-        (u64::from_le_bytes(w[0]), u64::from_le_bytes(w[1]))
-    };
-    let (mut lo, mut hi) = (0usize, entries.len());
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if entry(mid).0 <= key {
-            lo = mid + 1
-        } else {
-            hi = mid
-        }
-    }
-    let (low, child) = if lo == 0 {
-        (h.low_fence, h.leftmost)
-    } else {
-        entry(lo - 1)
-    };
-    let (high, next) = if lo < entries.len() {
-        let (k, c) = entry(lo);
-        (k, Some(c))
-    } else {
-        (h.high_fence, (h.high_fence == KEY_INFINITY).then_some(0))
-    };
-    (child != 0).then_some((child, low, high, next))
 }
 
 /// A SMART leaf with an 8-byte key and a full value area of `cap` bytes, its checksum
@@ -324,7 +270,10 @@ pub(crate) fn cases() -> Vec<Case> {
         let img: &'static [u8] = Vec::leak(smart_node(ty));
         v.push(case(what, Work::NodeDecode(ty.capacity()), move |n| {
             for _ in 0..n {
-                black_box(smart_decode(ty, black_box(img)));
+                black_box(remora::core::smart::calibrate_node_decode(
+                    ty,
+                    black_box(img),
+                ));
             }
         }));
     }
@@ -362,7 +311,12 @@ pub(crate) fn cases() -> Vec<Case> {
         v.push(case(what, Work::Compare(steps), move |n| {
             for i in 0..n as usize {
                 let key = black_box(keys[i & 4095]);
-                black_box(sherman_route(black_box(page), &g, black_box(&h), key));
+                black_box(remora::core::sherman::calibrate_route(
+                    black_box(page),
+                    &g,
+                    black_box(&h),
+                    key,
+                ));
             }
         }));
     }
