@@ -26,9 +26,11 @@
 //!   header words and the rear version only; each entry's 47-bit checksum covers the entry
 //!   *and the page version it was written under* (its "binding"). A whole-page write bumps the
 //!   page version and writes every slot, live or free, bound to it. A reader accepts a leaf
-//!   only if the header verifies and every slot verifies against the header's version: a slot
-//!   left over from an older image (or torn, or from a newer image than the header) fails, so
-//!   the reader re-reads instead of missing a key that a split moved. A slot rewritten alone
+//!   only if the header verifies and every slot it decides by verifies against the header's
+//!   version: a slot left over from an older image (or torn, or from a newer image than the
+//!   header) fails, so the reader re-reads instead of missing a key that a split moved. A
+//!   "not found" and a writer decide by every slot; a lookup that finds its key decides by
+//!   the header and that slot (core/src/sherman/read.rs). A slot rewritten alone
 //!   under the same version is verified on its own: each entry is one atomic unit, and the
 //!   leaf is the set of them (what Sherman's entry-level versions give).
 //!
@@ -44,8 +46,9 @@
 //! first, body, front last. It exists so a test can show that ordering assumption failing.
 //!
 //! Cost of the checks (per READ that a decision uses): internal page, one pass of
-//! [`page_hash`] over the page; leaf, the header hash plus one entry hash per slot (every
-//! slot must be verified: a "not found" is a decision too). No extra bytes on the wire or in
+//! [`page_hash`] over the page; leaf, the header hash plus one entry hash per slot it decides
+//! by (every slot for a "not found", which is a decision too, and for a writer; the matching
+//! slot for a lookup that finds its key). No extra bytes on the wire or in
 //! the page: the checksum sits in a formerly reserved header word, and the value length
 //! shares the entry's meta word.
 use crate::LayoutError;
