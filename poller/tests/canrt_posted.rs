@@ -6,8 +6,11 @@
 use remora_core::canrt::{Canrt, CanrtConfig, CanrtServer, WriteAck};
 use remora_core::fabric::{Endpoint, QueuePair, Verb};
 use remora_core::index::KvIndex;
-use remora_poller::sim::{Model, Sim, SimConfig};
+use remora_poller::sim::{ClientCtx, Model, Sim, SimConfig, SimEndpoint};
 use std::cell::RefCell;
+
+#[path = "common/sim_run.rs"]
+mod sim_run;
 
 const KEYS: u64 = 64;
 
@@ -28,9 +31,8 @@ fn run(ack: WriteAck) -> (u64, u64) {
     (r.per, r.found)
 }
 
-/// `KEYS` updates by one client on a sim of `model`.
-fn run_on(ack: WriteAck, model: Model) -> Run {
-    let out = RefCell::new(None);
+/// A sim of `model`: one compute node, CANRT's server on the memory node.
+fn canrt_sim<'a>(model: Model) -> Sim<'a> {
     let mut sim = Sim::new(SimConfig {
         compute_nodes: 1,
         seed: 3,
@@ -39,22 +41,33 @@ fn run_on(ack: WriteAck, model: Model) -> Run {
     })
     .unwrap();
     sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
-    let ctx = sim.client(0).unwrap();
-    let out_ref = &out;
-    sim.spawn_with(&ctx, 0, move |ctx| async move {
-        let cfg = CanrtConfig {
-            slots: 8,
-            ack,
-            ..CanrtConfig::new(0)
-        };
-        let t = Canrt::open(ctx.ep(), cfg).await.unwrap();
+    sim
+}
+
+/// A tree of 8-slot nodes written with `ack`, holding `KEYS` keys (value 0, upserted with
+/// splits), and 100 µs for the server to apply them.
+async fn loaded(ctx: &ClientCtx, ack: WriteAck) -> Canrt<'_, SimEndpoint> {
+    let cfg = CanrtConfig {
+        slots: 8,
+        ack,
+        ..CanrtConfig::new(0)
+    };
+    let t = Canrt::open(ctx.ep(), cfg).await.unwrap();
+    for k in 0..KEYS {
+        t.upsert(&(k << 20).to_be_bytes(), &0u64.to_le_bytes())
+            .await
+            .unwrap();
+    }
+    ctx.sleep(100_000).await;
+    t
+}
+
+/// `KEYS` updates by one client on a sim of `model`.
+fn run_on(ack: WriteAck, model: Model) -> Run {
+    let mut sim = canrt_sim(model);
+    sim_run::run_on(&mut sim, 0, async move |ctx| {
         // Load first (with splits), then time updates of the loaded keys.
-        for k in 0..KEYS {
-            t.upsert(&(k << 20).to_be_bytes(), &0u64.to_le_bytes())
-                .await
-                .unwrap();
-        }
-        ctx.sleep(100_000).await;
+        let t = loaded(&ctx, ack).await;
         let qp = ctx.ep().qp(0).unwrap();
         let before = qp.counters().snapshot();
         // Each update alone (the server idle, the node's lock free): its own latency.
@@ -84,16 +97,13 @@ fn run_on(ack: WriteAck, model: Model) -> Run {
                 found += 1;
             }
         }
-        *out_ref.borrow_mut() = Some(Run {
+        Run {
             per,
             found,
             round_trips,
             recvs,
-        });
-    });
-    assert_eq!(sim.run().unfinished, 0);
-    drop(sim);
-    out.into_inner().unwrap()
+        }
+    })
 }
 
 #[test]
@@ -251,29 +261,9 @@ fn posted_writes_never_outrun_the_servers_receives() {
 /// client: READ (and atomic result) bytes per update, and whether the absent key was then
 /// found.
 fn updates(ack: WriteAck) -> (u64, bool, bool) {
-    let out = RefCell::new(None);
-    let mut sim = Sim::new(SimConfig {
-        compute_nodes: 1,
-        seed: 3,
-        ..SimConfig::default()
-    })
-    .unwrap();
-    sim.set_handler(0, Box::new(CanrtServer::new())).unwrap();
-    let ctx = sim.client(0).unwrap();
-    let out_ref = &out;
-    sim.spawn_with(&ctx, 0, move |ctx| async move {
-        let cfg = CanrtConfig {
-            slots: 8,
-            ack,
-            ..CanrtConfig::new(0)
-        };
-        let t = Canrt::open(ctx.ep(), cfg).await.unwrap();
-        for k in 0..KEYS {
-            t.upsert(&(k << 20).to_be_bytes(), &0u64.to_le_bytes())
-                .await
-                .unwrap();
-        }
-        ctx.sleep(100_000).await;
+    let mut sim = canrt_sim(Model::default());
+    sim_run::run_on(&mut sim, 0, async move |ctx| {
+        let t = loaded(&ctx, ack).await;
         let qp = ctx.ep().qp(0).unwrap();
         let before = qp.counters().snapshot();
         for k in 0..KEYS {
@@ -298,11 +288,8 @@ fn updates(ack: WriteAck) -> (u64, bool, bool) {
             .await
             .unwrap()
             .is_some();
-        *out_ref.borrow_mut() = Some((read / KEYS, said, found));
-    });
-    assert_eq!(sim.run().unfinished, 0);
-    drop(sim);
-    out.into_inner().unwrap()
+        (read / KEYS, said, found)
+    })
 }
 
 /// The paper's update (Algorithm 1: every write's client steps are the same but the
