@@ -5,6 +5,7 @@
 //! outstanding request by id). Inserts always go to the server by fast messaging; searches
 //! take the mode asked for, or the back-off's choice in [`Mode::Adaptive`].
 mod offload;
+pub(crate) use offload::intersecting;
 
 use super::CatfishError;
 use super::adaptive::{Backoff, BackoffConfig};

@@ -162,3 +162,17 @@ impl fmt::Display for CatfishError {
 }
 
 impl core::error::Error for CatfishError {}
+
+/// The entry loop of an offloaded search (`client::offload::intersecting`, what the sim
+/// charges as `Work::Rect`), for `remora perf --cpu-calibration`, which times this real code
+/// path rather than a copy of it: `node`'s hits in `window` into `out`, its children into
+/// `next`. Not part of the API.
+#[doc(hidden)]
+pub fn calibrate_rect(
+    node: &remora_layouts::catfish::Node,
+    window: &Rect,
+    out: &mut std_alloc::vec::Vec<Entry>,
+    next: &mut std_alloc::vec::Vec<u64>,
+) {
+    client::intersecting(node, window, |e| out.push(*e), |p| next.push(p));
+}

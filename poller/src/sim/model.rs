@@ -285,16 +285,17 @@ params! {
     client_decode_ns_per_byte: 0.0682, "ns/B", [0.0, 1e6],
         "Client CPU time per byte of a page image or message decoded (Work::Decode); \
          measured as client_decode_call_ns (was 0.162).";
-    client_node_decode_call_ns: 33.0, "ns", [0.0, 1e9],
+    client_node_decode_call_ns: 35.0, "ns", [0.0, 1e9],
         "Client CPU time of one SMART NodeImg::decode (Work::NodeDecode), fixed part: the \
          header checked, a 256-slot image initialised and moved whatever the node's type; \
          the line (this and client_node_decode_ns_per_slot) fitted (least maximum error, \
-         9%) to the Node4, Node16, Node48 and Node256 rows (38.3, 49.2, 95.5, 348.7 ns: \
-         the slots cost more per slot past Node16, so no line fits all four closer), \
+         7%) to the Node4, Node16, Node48 and Node256 rows (43.3, 54.2, 107.2, 398.4 ns, \
+         the real NodeImg::decode through core::smart::calibrate_node_decode; a copy of \
+         its loop measured 38.3, 49.2, 95.5, 348.7), \
          measured by `remora perf --cpu-calibration` (bins/src/bench/cpu_calibration.rs) \
          on an idle host (AMD EPYC family 26, Zen 5, at 2.6 GHz, 2 vCPUs, release, \
          pinned; three invocations, 2026-12-01, load average 1). Was charged as Work::Decode of the node's bytes (0.57-0.78x).";
-    client_node_decode_ns_per_slot: 1.27, "ns", [0.0, 1e9],
+    client_node_decode_ns_per_slot: 1.45, "ns", [0.0, 1e9],
         "Client CPU time per slot word a SMART NodeImg::decode reads and bounds-checks \
          (Work::NodeDecode); see client_node_decode_call_ns.";
     client_group_decode_ns: 40.5, "ns", [0.0, 1e9],

@@ -408,16 +408,7 @@ pub(crate) fn cases() -> Vec<Case> {
                 let w = black_box(window);
                 out.clear();
                 next.clear();
-                for e in node.entries() {
-                    if !e.rect.intersects(&w) {
-                        continue;
-                    }
-                    if node.level == 0 {
-                        out.push(*e);
-                    } else {
-                        next.push(e.ptr);
-                    }
-                }
+                remora::core::catfish::calibrate_rect(node, &w, &mut out, &mut next);
                 black_box((out.len(), next.len()));
             }
         }));

@@ -107,16 +107,13 @@ impl CatfishClient {
                 {
                     return Err(CatfishError::Corrupt("child level is not parent level - 1"));
                 }
-                for e in node.entries() {
-                    if !e.rect.intersects(&rect) {
-                        continue;
-                    }
-                    if node.level == 0 {
-                        out.push(*e);
-                    } else {
-                        self.next.push(GlobalAddr::from_raw(e.ptr));
-                    }
-                }
+                let next = &mut self.next;
+                intersecting(
+                    &node,
+                    &rect,
+                    |e| out.push(*e),
+                    |p| next.push(GlobalAddr::from_raw(p)),
+                );
                 level = Some(node.level);
             }
             visited += self.frontier.len() as u64;
@@ -209,5 +206,25 @@ impl CatfishClient {
             self.stats.torn_retries += self.pending.len() as u64;
         }
         Ok(())
+    }
+}
+
+/// The entries of `node` whose rectangles intersect `window`: a leaf's to `hit`, an inner
+/// node's children to `child` (the per-entry work the sim charges as `Work::Rect`).
+pub(crate) fn intersecting(
+    node: &Node,
+    window: &Rect,
+    mut hit: impl FnMut(&Entry),
+    mut child: impl FnMut(u64),
+) {
+    for e in node.entries() {
+        if !e.rect.intersects(window) {
+            continue;
+        }
+        if node.level == 0 {
+            hit(e)
+        } else {
+            child(e.ptr)
+        }
     }
 }
