@@ -179,6 +179,29 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
                 100.0 * s.lock_handovers as f64 / s.locks_acquired as f64
             );
         }
+        if s.speculative_tries + s.group_retries + s.sibling_reads > 0 {
+            // CHIME's reads beyond one neighbourhood per lookup: index-cache misses (a
+            // level-1 page read), speculative reads and their hits, group READs retried,
+            // sibling low-key READs.
+            let per = |n: u64| n as f64 / r.ops.max(1) as f64;
+            let _ = writeln!(
+                out,
+                "chime {} {}: {} index-cache misses ({:.3}/op, {} hits), {} speculative \
+                 reads ({} found their key), {} group READs retried ({:.3}/op), {} sibling \
+                 low-key READs ({:.3}/op)",
+                r.workload,
+                r.phase,
+                s.cache_misses,
+                per(s.cache_misses),
+                s.cache_hits,
+                s.speculative_tries,
+                s.speculative_hits,
+                s.group_retries,
+                per(s.group_retries),
+                s.sibling_reads,
+                per(s.sibling_reads)
+            );
+        }
         if let Some(c) = &r.canrt {
             let _ = writeln!(
                 out,

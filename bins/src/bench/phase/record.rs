@@ -314,6 +314,10 @@ pub fn record(
         sherman.splits += o.sherman.splits;
         sherman.cache_hits += o.sherman.cache_hits;
         sherman.cache_misses += o.sherman.cache_misses;
+        sherman.speculative_tries += o.sherman.speculative_tries;
+        sherman.speculative_hits += o.sherman.speculative_hits;
+        sherman.group_retries += o.sherman.group_retries;
+        sherman.sibling_reads += o.sherman.sibling_reads;
         key_bytes += o.key_bytes;
         canrt.resize_requests += o.canrt.resize_requests;
         canrt.lock_polls += o.canrt.lock_waits;
