@@ -154,13 +154,18 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
             let _ = writeln!(
                 out,
                 "smart {} {}: {} reads delegated ({:.1}% of reads), {} writes combined ({:.1}% \
-                 of writes)",
+                 of writes); leaders' second writes {} ({:.1}% of writes, covering {} writers, \
+                 {:.1} us each on average)",
                 r.workload,
                 r.phase,
                 m.delegated_reads,
                 pct(m.delegated_reads, c.reads),
                 m.combined_writes,
-                pct(m.combined_writes, c.updates + c.inserts)
+                pct(m.combined_writes, c.updates + c.inserts),
+                m.second_writes,
+                pct(m.second_writes, c.updates + c.inserts),
+                m.second_write_covered,
+                m.second_write_ns as f64 / m.second_writes.max(1) as f64 / 1e3
             );
         }
         let s = &r.sherman;
