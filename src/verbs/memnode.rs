@@ -53,6 +53,10 @@ use std::time::{Duration, Instant};
 
 mod control;
 mod device_state;
+mod fake_srq;
+mod idle;
+#[cfg(test)]
+mod idle_tests;
 mod shard;
 pub use shard::SRQ_DEPTH;
 
@@ -213,7 +217,7 @@ impl Memnode {
         let gate = Gate::for_keys(cfg.key, &cfg.client_keys);
         let service = handler.service();
         let mut node = Memnode {
-            hub: Arc::new(Hub::new(cfg.threads)),
+            hub: Arc::new(Hub::new(cfg.threads)?),
             ctls: Vec::new(),
             devs: Vec::new(),
             dm_host: None,
