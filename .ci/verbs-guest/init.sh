@@ -84,6 +84,18 @@ done
 cat /tmp/memnode.log
 grep -q listening /tmp/memnode.log || finish "FAIL memnode did not start"
 
+# An idle memory node does not spin (issue 26, src/verbs/memnode/idle.rs): the CPU time of
+# all its threads (/proc/PID/task/*/schedstat, ns) over 2 s with no client, here and again
+# after every client has gone (its server threads then sleep on their receive CQs' channels).
+idle_cpu() {
+    [ -r "/proc/$1/schedstat" ] || { say "idle memnode ($2): no /proc/PID/schedstat"; return; }
+    c0=$(cat /proc/$1/task/*/schedstat | awk '{ s += $1 } END { printf "%d", s }')
+    usleep 2000000
+    c1=$(cat /proc/$1/task/*/schedstat | awk '{ s += $1 } END { printf "%d", s }')
+    say "idle memnode ($2): $(( (c1 - c0) / 1000 )) us of CPU over 2 s, $(ls /proc/$1/task | wc -l) threads"
+}
+idle_cpu $MEMNODE "no client yet"
+
 # The SIGKILL campaign (issue 26): while a SMART YCSB-A client and perf's SEND/FAA run on the
 # node, KILLS other clients (Sherman and SMART YCSB-A, and perf's SEND/WRITE/CAS) are
 # SIGKILLed at random points of their load or run. The node must keep serving: both
@@ -413,6 +425,7 @@ if want cluster; then
     say "cluster exit code $CLUSTER_RC"
 fi
 
+kill -0 $MEMNODE 2>/dev/null && idle_cpu $MEMNODE "every client gone"
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
 tail -n 5 /tmp/memnode.log

@@ -23,8 +23,9 @@
 //! reports the lock held instead of breaking it.
 //!
 //! **Server threads** ([`MemnodeConfig::threads`], see `shard.rs`): each serves its share of
-//! the connections from its own shared receive queue and never waits for a reply; the
-//! thread that calls [`Memnode::serve`] handles connection events.
+//! the connections from its own shared receive queue and never waits for a reply; idle, it
+//! sleeps on its receive completion queues' channels (`idle.rs`); the thread that calls
+//! [`Memnode::serve`] handles connection events.
 //!
 //! **Keys.** With [`MemnodeConfig::key`] (`remora memnode --key-file`), every connect request
 //! (connection, revocation, fence) must prove the key (`wire::Gate`, see `wire.rs`); any other

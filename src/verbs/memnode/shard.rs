@@ -6,7 +6,8 @@
 //! message to the service straight from the SRQ buffer (no copy), posts the replies detached
 //! (inline ones unsignaled, one in every 32 signaled to return send-queue credit: it never
 //! waits for a reply to complete), and posts the consumed buffers back in chains of
-//! [`RECV_BATCH`]. The thread that called [`Memnode::serve`] handles rdma_cm events only
+//! [`RECV_BATCH`]; with nothing to serve it spins a while, then sleeps (`idle.rs`). The
+//! thread that called [`Memnode::serve`] handles rdma_cm events only
 //! (connections, fences, key revocations) and hands each new connection to its thread.
 use super::fake_srq::FakeSrq;
 use super::idle::{Bell, Rest};
