@@ -116,8 +116,9 @@ pub struct LinArgs {
     /// WORT/WOART: `lincheck::driver::wide_key`).
     #[arg(long, default_value_t = 8)]
     pub key_bytes: usize,
-    /// With --index chime: remora's own ideas beyond CHIME to turn on (comma-separated:
-    /// delegation, combining). With --index canrt: `whole-level`, the paper's growth (a data
+    /// With --index chime: SMART's read delegation and write combining, which the authors'
+    /// build of CHIME has on and `ChimeConfig::chime()` off (comma-separated: delegation,
+    /// combining). With --index canrt: `whole-level`, the paper's growth (a data
     /// node per key prefix, every resize a rebuild) instead of splits.
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,

@@ -308,8 +308,8 @@ pub struct SmartFlags {
     pub no_cache: bool,
     /// With --baseline: add the named techniques (comma-separated: lock-free, in-place,
     /// rear-lock, delegation, combining, cache). With --index chime: `delegation` and
-    /// `combining`, remora's per-compute-node read delegation and write combining on CHIME
-    /// (off by default).
+    /// `combining`, SMART's per-compute-node read delegation and write combining on CHIME
+    /// (off by default; on in the authors' build and in `remora repro chime`'s CHIME bars).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
     /// Cache capacity per compute node (per client thread with --per-thread-state), in MiB:

@@ -3,7 +3,7 @@
 //! the factor analysis (its Fig. 15a). Setup from the authors' `exp/params/common.json` and
 //! `fig_12.json`/`fig_15a.json`: `MN_num: 1`, `value_size: 8`, `cache_size: 100` (MB),
 //! `hotspot_buffer_size: 30`, client counts `[10, n]`.
-use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series, seeded_workload};
+use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
 
 const NODES: usize = 10;
 /// The paper's keys (`kLoadedKeyNum = 60000000`, the authors' `include/Common.h`): the cache
@@ -15,8 +15,8 @@ const PAPER_CACHE_MB: f64 = 100.0;
 const LESS_CACHE: f64 = 8.7;
 /// The cache sweep's CHIME bars: the whole cache over each (1/8.7, then less, for the cache
 /// CHIME needs to give Sherman's throughput with all of it: at [`SWEEP_KEYS`] keys CHIME at
-/// 1/8.7 is already ahead). Measured there (`remora bench` as `remora repro chime` prints
-/// it, seed 1, YCSB-C): CHIME at 1/15 11.372 Mops, at 1/30 10.086, Sherman with all of it
+/// 1/8.7 is already ahead). Measured there, before CHIME's bars ran with delegation and
+/// combining ([`AUTHORS`]; `remora bench` as `remora repro chime` printed it, seed 1, YCSB-C): CHIME at 1/15 11.372 Mops, at 1/30 10.086, Sherman with all of it
 /// 11.004: CHIME gives Sherman's throughput with between 15x and 30x less cache.
 const LESS: &[f64] = &[LESS_CACHE, 15.0, 30.0];
 /// The label of CHIME's bar at 1/`d` of the cache.
@@ -25,23 +25,22 @@ fn chime_at(d: f64) -> String {
 }
 /// Client threads per compute node: `fig_12.json` runs CHIME on YCSB-C up to 64 per node.
 const THREADS: &[usize] = &[8, 16, 32, 64];
-/// remora's own idea beyond CHIME (not the paper's): the threads of a compute node share
-/// their operations on a hot key (`core/src/chime/delegate.rs`: read delegation and write
-/// combining, as SMART's, applied to CHIME's lookups and updates).
-const IDEA: &str = "CHIME + remora's delegation and combining";
+/// CHIME as its authors build it for every figure remora reproduces: with SMART's read
+/// delegation and write combining on (dmemsys/CHIME `exp/params/common.json`:
+/// `common_options` has `-DREAD_DELEGATION=on -DWRITE_COMBINING=on`, which `exp/fig_12.py`,
+/// `fig_15a.py` and `fig_18b.py`, the cache sweep, put before every method's options; both
+/// also default on in `CMakeLists.txt`). remora's `ChimeConfig::chime()` has them off, so
+/// every CHIME command of this report turns them on (`core/src/chime/delegate.rs`: a node's
+/// threads share their lookups and writes of a hot key, as SMART's `smart/local.rs`).
+/// remora's Sherman (`--no-hopscotch`) cannot take them (its combining needs hopscotch
+/// leaves; the flags are ignored there), while the authors' Sherman had them.
+const AUTHORS: &str = "--with delegation,combining";
+/// CHIME without them (`ChimeConfig::chime()`, remora's default): the rows
+/// delegation-combining-* measure what the two techniques give CHIME here.
+const WITHOUT: &str = "CHIME w/o delegation, combining";
 /// Sherman as CHIME's experiment runs it: the authors' code with CHIME's switches off
 /// (`exp/params/common.json`, "Sherman"), so its cache counts live entries as CHIME's does.
 const SHERMAN: &str = "--index chime --no-hopscotch --no-vacancy-lock --no-speculative";
-/// Seeds of the seed-noisy runs: each row from them is the median of its ratio at seeds
-/// 1..=SEEDS. Measured at quick scale (each point's `remora bench` command as `remora repro
-/// chime` prints it, `--seed N` added, N = 1..5): CHIME's YCSB-D moves by 18% (19.96-23.47
-/// Mops) and remora's idea's by 15% (20.86-24.02), so their ratio (row idea-d, "more than
-/// 1x") is 0.994x at seed 1, the only seed below 1, and 1.028-1.085x at seeds 2-5 (median
-/// 1.033x): those two bars run at seeds 1-5, the rest of chime-ycsb once. YCSB-E's idea row
-/// is 1.000x at every seed (neither delegates a scan or an insert of a new key) and runs
-/// once. Not measured over seeds (a run takes ~16 s of CPU at quick scale, and the machine
-/// was shared): the other rows of chime-ycsb and the factor analysis; they run once.
-const SEEDS: u64 = 5;
 /// Keys the cache sweep (`chime-cache`, rows less-cache-c and less-cache-a) loads at least
 /// (`--scale quick`; `--scale full` loads its 500k, `tiny` its own: it tests the tool). At
 /// quick's 10k keys the cache at 1/8.7 is ~2 KB: about 2 of ~5 level-1 pages, so the rows
@@ -54,7 +53,7 @@ const SEEDS: u64 = 5;
 /// ~48; the setup prints both). Measured (`remora bench` as `remora repro chime` prints it,
 /// 200k keys, `--seed N`, nice -n 10 on a shared 2-core machine): 24-72 s of CPU a run (the
 /// load's 200k inserts included; ~11 s at 10k keys), so the sweep's 7 runs took ~4.8
-/// minutes; YCSB-C, CHIME at 1/8.7 at seeds 1-5: 13.680, 13.863, 13.750, 13.982, 13.629
+/// minutes; YCSB-C, CHIME (without delegation and combining) at 1/8.7 at seeds 1-5: 13.680, 13.863, 13.750, 13.982, 13.629
 /// Mops, Sherman at the whole cache 10.801-11.020: less-cache-c 1.243, 1.277, 1.273, 1.269,
 /// 1.247x (median 1.269x), far from 1, so the sweep runs once (seed 1).
 const SWEEP_KEYS: u64 = 200_000;
@@ -156,13 +155,41 @@ fn less_cache_note(sw: &Scale) -> String {
          include/TreeCache.h evict_one). How much less cache gives Sherman's throughput with \
          all of it (the claim's other reading) is read from the {} series beside the \
          {} one (chime-cache.csv), against the paper's 8.7x; the Sherman cache/8.7 bar is \
-         Sherman at CHIME's cache. Both rows run once (seed 1): at this key count less-cache-c \
-         moves by a few per cent over seeds, far from 1 (chime.rs SWEEP_KEYS)",
+         Sherman at CHIME's cache. CHIME's bars run with read delegation and write combining, \
+         as in the authors' cache sweep (exp/fig_18b.py: common_options, for Sherman too); \
+         remora's Sherman cannot take them (they need hopscotch leaves), so these rows credit \
+         CHIME with their gain (rows delegation-combining-c and -a measure it at the report's \
+         own key count). Both rows run once (seed 1): at this key count less-cache-c moves by \
+         a few per cent over seeds, far from 1 (chime.rs SWEEP_KEYS)",
         sweep_words(sw),
         smaller.join(" and "),
         chime_at(LESS_CACHE),
     )
 }
+
+/// The CHIME / Sherman rows' note but YCSB-E's.
+const SHERMAN_NOTE: &str = "remora's Sherman pages are 1 KiB (39 leaf slots; the paper's \
+    Sherman has span 64); both trees share Sherman's internal pages and index cache. CHIME runs \
+    with read delegation and write combining, as the authors build CHIME and Sherman alike \
+    (exp/params/common.json); remora's Sherman bar cannot take them (remora's combining and \
+    delegation need hopscotch leaves), so this row credits CHIME with their gain and the \
+    authors' does not: the row delegation-combining-W of the same workload W (a, b, c) is that \
+    gain on CHIME, and this ratio over it is CHIME / Sherman with neither (the CHIME w/o \
+    delegation, combining bar over Sherman's)";
+
+/// The delegation-combining rows' note.
+const DELEGATION_NOTE: &str = "measures CHIME as its authors build it (dmemsys/CHIME \
+    exp/params/common.json: -DREAD_DELEGATION=on -DWRITE_COMBINING=on for every method of \
+    fig_12, fig_15a and the cache sweep fig_18b) over CHIME with both off (remora's \
+    ChimeConfig::chime() default). The threads of a compute node share their operations on \
+    a hot key (core/src/chime/delegate.rs, SMART's table): a reader that finds a lookup of its \
+    key in flight takes the next one's result, a writer that finds a write in flight leaves \
+    its value for the next write. On YCSB-A combining removes the queue of hot-key writes on \
+    their leaf's lock (docs/repro-chime-full/README.md: at 500k keys CHIME without either ran \
+    at 0.53x SMART's YCSB-A, with combining 1.15x). remora's Sherman cannot take them (they need \
+    hopscotch leaves) where the authors' Sherman had them: see the CHIME / Sherman rows. \
+    YCSB-D's newest keys and YCSB-E's scans barely repeat across a node's threads at once: \
+    their bars have no row";
 
 pub fn paper(s: &Scale) -> Paper {
     let pts = s.sweep_points(THREADS);
@@ -188,23 +215,14 @@ pub fn paper(s: &Scale) -> Paper {
             id: "chime-ycsb".into(),
             title: "CHIME vs SMART vs Sherman: YCSB A-E at the paper's cache (scaled)".into(),
             chart: Chart::Bars,
-            // CHIME's and the idea's YCSB-D (row idea-d) over SEEDS seeds, the rest once; in
-            // the chart's order.
-            series: seeded_workload(
-                vec![
-                    Series::new("CHIME", format!("{} --index chime", at(1.0)), wl),
-                    Series::new("SMART", format!("{} --index smart", at(1.0)), wl),
-                    Series::new("Sherman", format!("{} {SHERMAN}", at(1.0)), wl),
-                    Series::new(
-                        IDEA,
-                        format!("{} --index chime --with delegation,combining", at(1.0)),
-                        wl,
-                    ),
-                ],
-                &["CHIME", IDEA],
-                "d",
-                SEEDS,
-            ),
+            // Once each (seed 1). CHIME as the authors build it, then without delegation
+            // and combining (rows delegation-combining-*).
+            series: vec![
+                Series::new("CHIME", format!("{} --index chime {AUTHORS}", at(1.0)), wl),
+                Series::new("SMART", format!("{} --index smart", at(1.0)), wl),
+                Series::new("Sherman", format!("{} {SHERMAN}", at(1.0)), wl),
+                Series::new(WITHOUT, format!("{} --index chime", at(1.0)), wl),
+            ],
         },
         Experiment {
             id: "chime-cache".into(),
@@ -221,7 +239,7 @@ pub fn paper(s: &Scale) -> Paper {
                 .map(|&d| {
                     Series::new(
                         &chime_at(d),
-                        format!("{} --index chime", at_sw(1.0 / d)),
+                        format!("{} --index chime {AUTHORS}", at_sw(1.0 / d)),
                         if d == LESS_CACHE { &["c", "a"] } else { &["c"] },
                     )
                 })
@@ -242,7 +260,7 @@ pub fn paper(s: &Scale) -> Paper {
             series: vec![Series::new(
                 "factors",
                 format!(
-                    "{} --index chime --factors --workloads load,a,b,c,d",
+                    "{} --index chime {AUTHORS} --factors --workloads load,a,b,c,d",
                     at(1.0)
                 ),
                 &["load", "a", "b", "c", "d"],
@@ -253,7 +271,9 @@ pub fn paper(s: &Scale) -> Paper {
     let c = |series: &str, w| Pick::new("chime-cache", series, w);
     let f = |step: &str, w| Pick::new("chime-factors", step, w);
     const HEADLINE: &str = "CHIME's abstract: up to 5.1x the throughput of the best \
-                            existing index at the same cache size";
+                            existing index at the same cache size. Both with read delegation \
+                            and write combining, as in the authors' build (SMART's are on in \
+                            remora's SMART)";
     let mut claims = Vec::new();
     for (w, id_smart, id_sherman) in [
         ("a", "vs-smart-a", "vs-sherman-a"),
@@ -307,44 +327,33 @@ pub fn paper(s: &Scale) -> Paper {
                  insertorder=ordered; range_query(k, k + size)); remora's YCSB-E keys are \
                  fnv-hashed."
             } else {
-                "remora's Sherman pages are 1 KiB (39 leaf slots; the paper's Sherman has span \
-                 64); both trees share Sherman's internal pages and index cache"
+                SHERMAN_NOTE
             },
         ));
     }
-    // remora's idea against CHIME on CHIME's own experiment: same cache, clients, keys and
-    // workloads. remora's own claim, not the paper's: direction only (more than 1x).
+    // What read delegation and write combining give CHIME here: the authors' build (the
+    // CHIME bars) over CHIME without them, where they act (hot keys read or written by
+    // several threads of a node at once). Not CHIME's claim: SMART's (seeds/001, its factor
+    // slides: read delegation 1.1x on YCSB-C, write combining 1.1x on YCSB-A, on SMART), so
+    // direction only (more than 1x). YCSB-D and E have bars but no row: they barely act
+    // there (measured 0.98-1.01x over seeds 1-5 on D, 1.000x on E, before this report ran
+    // CHIME with them).
     for (w, id) in [
-        ("a", "idea-a"),
-        ("b", "idea-b"),
-        ("c", "idea-c"),
-        ("d", "idea-d"),
-        ("e", "idea-e"),
+        ("a", "delegation-combining-a"),
+        ("b", "delegation-combining-b"),
+        ("c", "delegation-combining-c"),
     ] {
         claims.push(Claim::ratio(
             id,
-            "remora's idea (per-node read delegation and write combining) / CHIME throughput \
-             at the same cache (remora's own claim: more than 1x)",
+            "read delegation + write combining on CHIME (the authors' build has them on): \
+             CHIME / CHIME without them, throughput (SMART's paper, on SMART: each more than \
+             1x under skew)",
             (1.01, super::report::OPEN_ENDED),
             Metric::Mops,
             false,
-            y(IDEA, w),
             y("CHIME", w),
-            if w == "d" {
-                "not the paper's: the threads of a compute node share their operations on a \
-                 hot key, as SMART does for its leaves. It saves READs and locked writes of \
-                 hot keys only: YCSB-D's newest keys barely repeat across a node's threads at \
-                 once. Measured: the median of seeds 1-5 (chime.rs SEEDS): 0.994x at seed 1 \
-                 (the only seed below 1), 1.028-1.085x at seeds 2-5; CHIME's YCSB-D alone \
-                 moves by 18% with the seed"
-            } else {
-                "not the paper's: the threads of a compute node share their operations on a \
-                 hot key (a reader that finds a lookup of its key in flight takes the next \
-                 one's result; a writer that finds a write in flight leaves its value for the \
-                 next write), as SMART does for its leaves. It saves READs and locked writes \
-                 of hot keys only: YCSB-D's newest keys and YCSB-E's scans barely repeat \
-                 across a node's threads at once"
-            },
+            y(WITHOUT, w),
+            DELEGATION_NOTE,
         ));
     }
     // The rows' note, with the sweep's key count and cache computed here (a note lives as
@@ -419,7 +428,10 @@ pub fn paper(s: &Scale) -> Paper {
             f(prev, w),
             "remora has no metadata-replication or sibling-validation switch: the layout \
              always replicates the metadata (sibling and stamps, no fences) and always \
-             validates by sibling",
+             validates by sibling. Every step runs with read delegation and write combining, \
+             as the authors' Fig. 15a (exp/fig_15a.py: common_options); remora's Sherman step \
+             cannot take them (they need hopscotch leaves), so the hopscotch step's ratio also \
+             holds their gain (row delegation-combining-c measures it on YCSB-C)",
         ));
     }
     Paper {
@@ -438,9 +450,10 @@ pub fn paper(s: &Scale) -> Paper {
              the authors run it, its pages {}% full; SMART's tree is the one inserts build; each \
              compute node's index cache warmed as the inserts would leave it; the factor \
              analysis's LOAD bars insert every key), {} measured ops after {} warm-up ops, \
-             zipfian 0.99, cache {} MiB per compute node (100 MB x keys / 60M), seed 1 \
-             (CHIME's and the idea's YCSB-D bars: seeds 1-{SEEDS}, the median row). Except: \
-             {} (LLC {} lines), seed 1",
+             zipfian 0.99, cache {} MiB per compute node (100 MB x keys / 60M), seed 1; \
+             CHIME with read delegation and write combining, as the authors build every \
+             method (exp/params/common.json), in every experiment; remora's Sherman cannot \
+             take them. Except: {} (LLC {} lines), seed 1",
             s.llc_lines("smart", PAPER_KEYS),
             s.records,
             remora::core::chime::INSERT_FILL_PERCENT,
@@ -462,71 +475,81 @@ mod tests {
     use super::*;
     use crate::repro::ScaleSel;
 
-    /// CHIME's and the idea's YCSB-D bars (the idea-d row's points) run at seeds 1-5, each
-    /// other bar once, in the chart's order (the cache sweep's too: at its key count
-    /// less-cache-c is far from 1); the factor analysis runs once.
+    /// Every CHIME command runs with read delegation and write combining, as the authors
+    /// build CHIME (the bars, the cache sweep, the factor analysis); only the
+    /// delegation-combining rows' denominator runs without, and the Sherman bars cannot take
+    /// them. Every bar runs once (seed 1), in the chart's order.
     #[test]
-    fn only_the_seed_noisy_runs_go_over_seeds() {
+    fn chime_runs_as_its_authors_build_it() {
         let p = paper(&Scale::of(ScaleSel::Quick));
-        let e = p.experiments.iter().find(|e| e.id == "chime-ycsb").unwrap();
-        let shape: Vec<(&str, Vec<&str>, usize)> = e
-            .series
-            .iter()
-            .map(|s| (s.label.as_str(), s.workloads.clone(), s.seeds.len()))
-            .collect();
-        let v = |w: &[&'static str]| w.to_vec();
-        assert_eq!(
-            shape,
-            vec![
-                ("CHIME", v(&["a", "b", "c"]), 0),
-                ("CHIME", v(&["d"]), 5),
-                ("CHIME", v(&["e"]), 0),
-                ("SMART", v(&["a", "b", "c", "d", "e"]), 0),
-                ("Sherman", v(&["a", "b", "c", "d", "e"]), 0),
-                (IDEA, v(&["a", "b", "c"]), 0),
-                (IDEA, v(&["d"]), 5),
-                (IDEA, v(&["e"]), 0),
-            ]
-        );
-        // The split keeps each series' command.
-        let cmd = |l: &str| {
-            let mut a: Vec<&str> = e
-                .series
-                .iter()
-                .filter(|s| s.label == l)
-                .map(|s| s.args.as_str())
-                .collect();
-            a.dedup();
-            a
+        let with = |args: &str| {
+            let w: Vec<&str> = args.split_whitespace().collect();
+            w.windows(2)
+                .any(|p| p == ["--with", "delegation,combining"])
         };
-        assert_eq!(cmd("CHIME").len(), 1);
-        assert!(cmd(IDEA)[0].ends_with("--with delegation,combining"));
-        let e = p
-            .experiments
-            .iter()
-            .find(|e| e.id == "chime-cache")
-            .unwrap();
-        let shape: Vec<(&str, Vec<&str>, usize)> = e
-            .series
-            .iter()
-            .map(|s| (s.label.as_str(), s.workloads.clone(), s.seeds.len()))
-            .collect();
+        let chime = |args: &str| args.contains("--index chime");
+        let sherman = |args: &str| args.contains("--no-hopscotch");
+        let v = |w: &[&'static str]| w.to_vec();
+        let shape = |id: &str| -> Vec<(String, Vec<&'static str>, usize, bool)> {
+            let e = p.experiments.iter().find(|e| e.id == id).unwrap();
+            e.series
+                .iter()
+                .map(|s| {
+                    (
+                        s.label.clone(),
+                        s.workloads.clone(),
+                        s.seeds.len(),
+                        with(&s.args),
+                    )
+                })
+                .collect()
+        };
+        let row = |l: &str, w: &[&'static str], on: bool| (l.to_string(), v(w), 0, on);
+        let all = ["a", "b", "c", "d", "e"];
         assert_eq!(
-            shape,
+            shape("chime-ycsb"),
             vec![
-                ("CHIME cache/8.7", v(&["c", "a"]), 0),
-                ("CHIME cache/15", v(&["c"]), 0),
-                ("CHIME cache/30", v(&["c"]), 0),
-                ("Sherman cache/8.7", v(&["c"]), 0),
-                ("Sherman", v(&["c", "a"]), 0),
+                row("CHIME", &all, true),
+                row("SMART", &all, false),
+                row("Sherman", &all, false),
+                row(WITHOUT, &all, false),
             ]
         );
-        let f = p.experiments.iter().find(|e| e.id == "chime-factors");
-        assert!(f.unwrap().series.iter().all(|s| s.seeds.is_empty()));
+        assert_eq!(
+            shape("chime-cache"),
+            vec![
+                row("CHIME cache/8.7", &["c", "a"], true),
+                row("CHIME cache/15", &["c"], true),
+                row("CHIME cache/30", &["c"], true),
+                row("Sherman cache/8.7", &["c"], false),
+                row("Sherman", &["c", "a"], false),
+            ]
+        );
+        assert_eq!(
+            shape("chime-factors"),
+            vec![row("factors", &["load", "a", "b", "c", "d"], true)]
+        );
         assert_eq!(p.experiments.len(), 3);
-        // The rows read their bars (idea-d the seeded ones).
+        // Each CHIME command but the one without them has them; no Sherman command has.
+        for e in &p.experiments {
+            for s in &e.series {
+                let a = &s.args;
+                let want = chime(a) && !sherman(a) && s.label != WITHOUT;
+                assert_eq!(with(a), want, "{}: {a}", s.label);
+            }
+        }
+        // The two CHIME bars of chime-ycsb differ by the switches only.
+        let e = p.experiments.iter().find(|e| e.id == "chime-ycsb").unwrap();
+        let args = |l: &str| &e.series.iter().find(|s| s.label == l).unwrap().args;
+        assert_eq!(
+            args("CHIME").replace(&format!(" {AUTHORS}"), ""),
+            *args(WITHOUT)
+        );
+        // The rows read their bars; no row calls the switches remora's idea.
         for (id, num_pick, den_pick) in [
-            ("idea-d", (IDEA, "d"), ("CHIME", "d")),
+            ("delegation-combining-a", ("CHIME", "a"), (WITHOUT, "a")),
+            ("delegation-combining-c", ("CHIME", "c"), (WITHOUT, "c")),
+            ("vs-sherman-a", ("CHIME", "a"), ("Sherman", "a")),
             ("less-cache-c", ("CHIME cache/8.7", "c"), ("Sherman", "c")),
         ] {
             let c = p.claims.iter().find(|c| c.id == id).unwrap();
@@ -534,6 +557,12 @@ mod tests {
             assert_eq!((num.series.as_str(), num.workload), num_pick, "{id}");
             assert_eq!((den.series.as_str(), den.workload), den_pick, "{id}");
         }
+        assert!(p.claims.iter().all(|c| !c.id.starts_with("idea")));
+        assert!(
+            p.claims
+                .iter()
+                .all(|c| !c.what.contains("idea") && !c.note.contains("remora's idea"))
+        );
     }
 
     /// The cache sweep's commands load the keys the setup says (200k at quick, full's 500k
