@@ -20,6 +20,18 @@ impl Host for Picking {
     }
 }
 
+/// Waits until `g` is set.
+async fn gate(g: &Cell<bool>) {
+    core::future::poll_fn(|_| {
+        if g.get() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
 /// A remote write as a picking index's: it waits for `lock` (the key's lock), picks up the
 /// latest queued value, waits for `wire` (the write in flight), and records the first byte
 /// of the value it wrote; it returns whether a value was written before it (the key was
@@ -31,15 +43,6 @@ async fn picking_write(
     v: &[u8],
     pick: &mut Pick<'_, Test>,
 ) -> Result<bool, (usize, usize)> {
-    let gate = |g: &Cell<bool>| {
-        core::future::poll_fn(move |_| {
-            if g.get() {
-                Poll::Ready(())
-            } else {
-                Poll::Pending
-            }
-        })
-    };
     gate(lock).await;
     let mut latest = [0u8; 8];
     let v = match pick.latest(&mut latest).await {
