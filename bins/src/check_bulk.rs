@@ -205,6 +205,7 @@ mod tests {
             without: Vec::new(),
             onchip_locks: 0,
             leaf_handover: false,
+            combine_latest: false,
             bulk_load,
             dump_violations: None,
         }

@@ -142,6 +142,10 @@ pub struct LinArgs {
     /// the factor analysis's in-place steps do (`SmartConfig::leaf_handover`).
     #[arg(long)]
     pub leaf_handover: bool,
+    /// With --index smart: the write-combining leader picks up the latest queued value once
+    /// it holds the leaf's lock and writes once (`SmartConfig::combine_latest`).
+    #[arg(long)]
+    pub combine_latest: bool,
     /// Bulk-load the index with N keys before the clients start (below every key of the
     /// workload, read back after it), to check a loaded tree: smart, sherman, fg-plus and
     /// chime on the sim and soft, canrt on the sim (`check_bulk.rs`).
@@ -602,6 +606,17 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
             t,
         },
         _ => return Err("--leaf-handover: only with --index smart".into()),
+    };
+    let cfg = match (cfg, a.combine_latest) {
+        (cfg, false) => cfg,
+        (IndexCfg::Smart { cfg: c, t }, true) => IndexCfg::Smart {
+            cfg: SmartConfig {
+                combine_latest: true,
+                ..c
+            },
+            t,
+        },
+        _ => return Err("--combine-latest: only with --index smart".into()),
     };
     refuse_weak(&cfg)?;
     check_bulk::refuse(&cfg, fabric, a.bulk_load)?;

@@ -638,7 +638,14 @@ const WRITE_LATENCY_NOTE: &str = "the paper's metric, read from its figure: the 
     faithful) is the authors' pick-up: the leader takes the latest pending value once it \
     holds the leaf's lock, so one write covers the writers that arrived during its lock \
     wait; SMART's YCSB-A throughput moves with it (+3% at seed 4: write-throughput ~4.13x \
-    -> ~4.25x, predicted, faithful either way)";
+    -> ~4.25x, predicted, faithful either way). Built (issue 22) behind a switch, off by \
+    default until a full run: SmartConfig::combine_latest, `--combine-latest` on this \
+    point's commands (delegation::Pick: the writers queued before the pick-up return with \
+    the write, linearized after the leader's own; one queued after it waits for the next \
+    leader). Measured with it on, seeds 1-5: SMART's p99 112.4 / 117.3 / 117.3 / 137.1 / \
+    108.7 us, 62.4-62.9 Mops (seed 4: 0 second writes, 6.4% of writes combined), the row \
+    1.20x, 1.21x, 1.04x, 0.89x, 1.19x, median 1.19x (0.85 of the paper's, faithful), \
+    write-throughput median 4.14x -> 4.28x";
 
 /// The factor analysis's last two steps (seeds/001, the talk's factor slides: "The read
 /// delegation brings 1.1x improvement in throughput under the YCSB C workload", "The write

@@ -26,7 +26,7 @@
 //! not fit its caller's buffer) publishes nothing: a waiter then leads the next lookup.
 use super::write::Change;
 use super::{Chime, ChimeError};
-use crate::delegation::{Counted, Flavor, Host, Inline, Table};
+use crate::delegation::{Counted, Flavor, Host, Inline, Pick, Table};
 use crate::fabric::Endpoint;
 use crate::lease::LeaseConfig;
 use crate::sherman::ShermanError;
@@ -129,7 +129,8 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         change: Change,
     ) -> Result<bool, ChimeError> {
         self.check_value(value)?;
-        let write = async |k: Kind, v: &[u8]| self.modify(key, v, k.0).await;
+        let write =
+            async |k: Kind, v: &[u8], _: &mut Pick<'_, Entries>| self.modify(key, v, k.0).await;
         let table = &self.node.delegation;
         table
             .write(self, &key.to_be_bytes(), Kind(change), value, write)

@@ -16,7 +16,11 @@
 //! overwriting the previous) with that write's result, kept for them in a short ring of
 //! results per entry until they all picked it up, so a writer whose thread was descheduled
 //! meanwhile finds its own write's result, never a later one's (a leader waits only while every
-//! record of the ring is still held). Only writes of one kind combine.
+//! record of the ring is still held). Only writes of one kind combine. With
+//! [`Host::combine_latest`] (SMART's `combine_latest`, the authors' leader), the leader
+//! instead picks up the latest pending value once its index's write holds the key's lock
+//! ([`Pick`]) and writes once: the writers queued before the pick-up return with that write,
+//! linearized after the leader's own; those queued after it wait for the next leader.
 //!
 //! Sharing between threads: the table is split into buckets of [`PROBE`] entries, each under
 //! a try-lock held only between awaits (a few hundred nanoseconds), never across one; a
@@ -42,6 +46,7 @@ use std_alloc::vec::Vec;
 pub(crate) mod park;
 mod read;
 mod write;
+pub(crate) use write::Pick;
 
 /// Coroutines that can park on one entry (more poll: they are served all the same).
 const PARKED: usize = 8;
@@ -141,6 +146,12 @@ pub(crate) trait Host {
     fn value_cap(&self) -> usize;
     /// Counts one event.
     fn count(&self, what: Counted);
+    /// Whether a write leader picks up the latest value queued for its key once it holds
+    /// the key's lock and writes once ([`Pick`], the SMART authors' leader), instead of
+    /// writing its own value and then the latest queued one. Off by default.
+    fn combine_latest(&self) -> bool {
+        false
+    }
     /// Lets the waiter's other coroutines run for about `ns` (the timer of a parked waiter,
     /// at its next lease check); the default yields once (then the waiter polls).
     fn pause(&self, _ns: u64) -> impl Future<Output = ()> {

@@ -6,6 +6,8 @@ use core::future::Future;
 use core::pin::pin;
 use core::task::{Context, Poll, Waker};
 
+mod pick;
+
 /// 8-byte keys and values, as CHIME's.
 enum Test {}
 
@@ -312,7 +314,7 @@ fn waiting_writers_park_until_their_value_is_applied() {
     let key = 6u64.to_be_bytes();
     let gate = Cell::new(false);
     let writes = Cell::new(0u32);
-    let write = async |_: (), _: &[u8]| {
+    let write = async |_: (), _: &[u8], _: &mut Pick<'_, Test>| {
         core::future::poll_fn(|_| {
             if gate.get() {
                 Poll::Ready(())
@@ -365,7 +367,7 @@ fn a_slow_live_write_leader_is_waited_for_and_a_dropped_one_replaced() {
     host.clock.now.set(10_000);
     let key = 4u64.to_be_bytes();
     let (allowed, writes) = (Cell::new(0u32), Cell::new(0u32));
-    let write = async |_: (), _: &[u8]| {
+    let write = async |_: (), _: &[u8], _: &mut Pick<'_, Test>| {
         let mine = writes.get();
         core::future::poll_fn(|_| {
             if mine < allowed.get() {
@@ -524,7 +526,7 @@ fn a_slow_combined_writer_gets_its_own_writes_result() {
     let key = 2u64.to_be_bytes();
     let open = Cell::new(false);
     // Each value says what its write returns: 4s find the key absent (deleted in between).
-    let write = async |_: (), v: &[u8]| {
+    let write = async |_: (), v: &[u8], _: &mut Pick<'_, Test>| {
         core::future::poll_fn(|_| {
             if open.get() {
                 Poll::Ready(())
@@ -586,7 +588,7 @@ fn a_descheduled_combined_writer_holds_up_no_later_write() {
     let host = NoClock;
     let key = 3u64.to_be_bytes();
     let open = Cell::new(false);
-    let write = async |_: (), v: &[u8]| gated_write(&open, v).await;
+    let write = async |_: (), v: &[u8], _: &mut Pick<'_, Test>| gated_write(&open, v).await;
     let mut l = pin!(t.write(&host, &key, (), &[1; 8], write));
     assert!(poll(l.as_mut()).is_pending(), "L leads");
     let mut w = pin!(t.write(&host, &key, (), &[2; 8], write));
@@ -628,7 +630,7 @@ fn a_leader_waits_only_while_every_record_is_held() {
     let host = NoClock;
     let key = 4u64.to_be_bytes();
     let open = Cell::new(false);
-    let write = async |_: (), v: &[u8]| gated_write(&open, v).await;
+    let write = async |_: (), v: &[u8], _: &mut Pick<'_, Test>| gated_write(&open, v).await;
     let vals: [[u8; 8]; RESULTS] = core::array::from_fn(|i| [if i % 2 == 0 { 4 } else { 5 }; 8]);
     let mut slow = Vec::new();
     for v in &vals {
@@ -681,7 +683,7 @@ fn a_pickup_wakes_nobody_unless_a_leader_waits() {
     };
     let key = 5u64.to_be_bytes();
     let open = Cell::new(false);
-    let write = async |_: (), v: &[u8]| gated_write(&open, v).await;
+    let write = async |_: (), v: &[u8], _: &mut Pick<'_, Test>| gated_write(&open, v).await;
     let mut l = Task::new(t.write(&host, &key, (), &[1; 8], write));
     assert!(!l.poll(), "L leads");
     let mut a = Task::new(t.write(&host, &key, (), &[2; 8], write));
@@ -718,7 +720,7 @@ fn both_writers_a_dropped_leader_took_from_end() {
     // Writes that may complete.
     let budget = Cell::new(0u32);
     let written = Cell::new(0u32);
-    let write = async |_: (), _: &[u8]| {
+    let write = async |_: (), _: &[u8], _: &mut Pick<'_, Test>| {
         core::future::poll_fn(|_| {
             if budget.get() > 0 {
                 budget.set(budget.get() - 1);

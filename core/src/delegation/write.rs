@@ -3,6 +3,58 @@
 //! module's doc).
 use super::{At, Bytes, Claim, Counted, Entry, Flavor, Host, Lead, Stuck, Table};
 
+/// A write leader's pick-up of the latest value queued for its key, as the SMART authors'
+/// leader takes the combining buffer's latest value once it holds the remote lock
+/// (dmemsys/SMART `get_combining_value`), with [`Host::combine_latest`] on: the index's
+/// write calls [`Self::latest`] once it holds the lock and is sure to leave the key present
+/// (past its checks, with nothing left that restarts the attempt), and writes that value in
+/// place of the leader's own, once. The writers it covers (every one queued before the
+/// pick-up) linearize at that write, after the leader's own (each overwriting the previous:
+/// the write takes effect after each of them arrived and before each returns); a writer
+/// that arrives after the pick-up has a later sequence number and is not acknowledged by it.
+/// Off (or no entry), [`Self::latest`] picks nothing.
+pub(crate) struct Pick<'t, F: Flavor> {
+    /// The leader's entry and generation (`None` once picked, or off).
+    pub(super) src: Option<(&'t Table<F>, At, u64)>,
+    kind: F::Kind,
+    /// The sequence number picked up.
+    taken: Option<u64>,
+}
+
+impl<'t, F: Flavor> Pick<'t, F> {
+    /// A pick-up that picks nothing (a write outside the table, or the switch off).
+    pub(crate) fn none(kind: F::Kind) -> Pick<'t, F> {
+        Pick {
+            src: None,
+            kind,
+            taken: None,
+        }
+    }
+
+    /// Takes the latest value queued for the leader's key, if one of the leader's kind is
+    /// and it still leads: copies it into `buf` and returns its length. At most once.
+    pub(crate) async fn latest(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let (table, at, lead_gen) = self.src.take()?;
+        let kind = self.kind;
+        let (seq, n) = table
+            .with(at, |e| {
+                if e.write_gen != lead_gen || e.pending != Some(kind) {
+                    return None;
+                }
+                let v = e.pending_val.get();
+                let n = v.len();
+                buf.get_mut(..n)?.copy_from_slice(v);
+                e.pending = None;
+                let seq = e.pending_seq;
+                e.take(seq, false);
+                Some((seq, n))
+            })
+            .await?;
+        self.taken = Some(seq);
+        Some(n)
+    }
+}
+
 /// Records of results kept per entry. A leader publishes without waiting while one of them
 /// is free, that is, unless its writers are still picking up the results of this many earlier
 /// groups (threads descheduled, or not polled yet under load).
@@ -128,7 +180,7 @@ impl<F: Flavor> Table<F> {
         key: &[u8],
         kind: F::Kind,
         value: &[u8],
-        write: impl AsyncFn(F::Kind, &[u8]) -> Result<bool, F::Error>,
+        write: impl AsyncFn(F::Kind, &[u8], &mut Pick<'_, F>) -> Result<bool, F::Error>,
     ) -> Result<bool, F::Error> {
         // `lead`: Some(None) = lead with my own value; Some(Some(seq)) = lead with my
         // deposited value `seq`; None = wait.
@@ -150,7 +202,7 @@ impl<F: Flavor> Table<F> {
             }
         });
         let Some((at, ())) = claimed.await else {
-            return write(kind, value).await;
+            return write(kind, value, &mut Pick::none(kind)).await;
         };
         let mut claim = Claim {
             table: self,
@@ -163,16 +215,27 @@ impl<F: Flavor> Table<F> {
         let mut stuck = Stuck::new();
         loop {
             if let Some(own_seq) = lead {
-                let r = write(kind, value).await;
-                if let Some(s) = own_seq {
-                    self.publish(at, host, s, r).await;
+                let latest = host.combine_latest();
+                let mut pick = Pick::none(kind);
+                if latest {
+                    pick.src = Some((self, at, my_gen));
                 }
-                // Serve the latest pending value once (if still the leader).
+                let r = write(kind, value, &mut pick).await;
+                match (pick.taken, own_seq) {
+                    // The picked writers (and those my own deposited value covered) return
+                    // with my write: linearized after mine, they find the key present.
+                    (Some(seq), _) => self.publish(at, host, seq, r.map(|_| true)).await,
+                    (None, Some(s)) => self.publish(at, host, s, r).await,
+                    (None, None) => {}
+                }
+                // Without the pick-up: serve the latest pending value once (if still the
+                // leader). With it, values queued since are left to the next leader (one
+                // of their writers, once this one ends).
                 let mut buf = F::scratch();
                 let buf = buf.as_mut();
                 let taken = self
                     .with(at, |e| {
-                        if e.write_gen != my_gen {
+                        if latest || e.write_gen != my_gen {
                             return None;
                         }
                         let seq = e.pending_seq;
@@ -187,7 +250,7 @@ impl<F: Flavor> Table<F> {
                     .await;
                 if let Some((k, n, seq, covered)) = taken {
                     let t0 = host.now_ns();
-                    let r2 = write(k, &buf[..n]).await;
+                    let r2 = write(k, &buf[..n], &mut Pick::none(k)).await;
                     let ns = host.now_ns().saturating_sub(t0);
                     host.count(Counted::SecondWrite { covered, ns });
                     self.publish(at, host, seq, r2).await;

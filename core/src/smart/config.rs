@@ -158,10 +158,17 @@ pub struct SmartConfig {
     /// (3.81 verbs/op, 0.197 failed lock CASes/op) against 61.0 Mops and p99 200.8 us backing
     /// off (3.56 verbs/op, 0.071/op): the p99 is the hot keys' combined writes either way.
     pub spin_locks: bool,
+    /// Write combining (`techniques.combining`) as the SMART authors' leader does it: once
+    /// it holds the leaf's lock, the leader picks up the latest value queued for the key by
+    /// the writers behind it and writes that once; they return with that write
+    /// (`delegation::Pick`; dmemsys/SMART src/Tree.cpp `in_place_update_leaf`,
+    /// `get_combining_value`). Off by default: the leader writes its own value, then the
+    /// latest queued one in a second whole write (one lock, one write-back more per group).
+    pub combine_latest: bool,
 }
 
 impl SmartConfig {
-    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline) and off (leaves), locks in host memory (no on-chip table).
+    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline) and off (leaves), locks in host memory (no on-chip table), the leader's second write (no pick-up).
     pub fn new(techniques: Techniques, key_mode: KeyMode, value_cap: usize) -> SmartConfig {
         SmartConfig {
             techniques,
@@ -183,6 +190,7 @@ impl SmartConfig {
             leaf_handover: false,
             onchip_locks: 0,
             spin_locks: false,
+            combine_latest: false,
         }
     }
 

@@ -9,7 +9,7 @@ use super::bump;
 use super::config::SmartError;
 use super::key::Key;
 use super::write::WriteKind;
-use crate::delegation::{Counted, Flavor, Host, Table};
+use crate::delegation::{Counted, Flavor, Host, Pick, Table};
 use crate::fabric::Endpoint;
 use crate::lease::LeaseConfig;
 use remora_layouts::smart::{MAX_KEY_LEN, MAX_LEAF_BYTES};
@@ -88,6 +88,9 @@ impl<E: Endpoint> Host for Smart<'_, E> {
     fn pause(&self, ns: u64) -> impl core::future::Future<Output = ()> {
         self.ep.timer(ns)
     }
+    fn combine_latest(&self) -> bool {
+        self.cfg.combine_latest
+    }
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {
@@ -120,7 +123,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         if !self.cfg.techniques.combining {
             return self.write_op(kind, key, value).await;
         }
-        let write = async |k, v: &[u8]| self.write_op(k, key, v).await;
+        let write = async |k, v: &[u8], pick: &mut Pick<'_, Leaves>| {
+            self.write_picking(k, key, v, pick).await
+        };
         self.node
             .local
             .write(self, key.bytes(), kind, value, write)

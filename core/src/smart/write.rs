@@ -5,9 +5,11 @@ use super::config::SmartError;
 use super::handover::Release;
 use super::key::Key;
 use super::leaflock::{Got, LeafHold};
+use super::local::Leaves;
 use super::remote::{build_leaf, check_leaf, is_retired, retired_status, verified_leaf};
 use super::search::{Miss, Pos};
 use super::structure::Swap;
+use crate::delegation::Pick;
 use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::lease::owner_word;
 use remora_layouts::GlobalAddr;
@@ -33,6 +35,20 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         kind: WriteKind,
         key: &Key,
         value: &[u8],
+    ) -> Result<bool, SmartError> {
+        self.write_picking(kind, key, value, &mut Pick::none(kind))
+            .await
+    }
+
+    /// [`Self::write_op`] of a combining leader: an in-place write, once it holds the leaf's
+    /// lock and the key is sure to be present after it, writes the latest value queued for
+    /// the key instead of `value` if `pick` picks one up (`delegation::Pick`).
+    pub(crate) async fn write_picking(
+        &self,
+        kind: WriteKind,
+        key: &Key,
+        value: &[u8],
+        pick: &mut Pick<'_, Leaves>,
     ) -> Result<bool, SmartError> {
         if value.len() > self.cfg.value_cap {
             return Err(SmartError::ValueTooLarge {
@@ -74,7 +90,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                     ..
                 }) => {
                     let done = if self.cfg.techniques.in_place_leaf {
-                        self.write_in_place(kind, leaf, bytes, k, value, t0).await?
+                        self.write_in_place(kind, leaf, bytes, k, value, t0, pick)
+                            .await?
                     } else if self.stale(t0) {
                         None
                     } else {
@@ -265,7 +282,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
 
     /// In-place write under the leaf's rear lock (an owned lock with a lease, see
     /// `leaflock`), or without the rear lock under its on-chip bit (`onchip.rs`), released
-    /// after the write-back. `None`: restart.
+    /// after the write-back. `None`: restart. Past its checks (nothing restarts it then), it
+    /// writes the value `pick` picks up, if any, in place of `value`.
+    #[allow(clippy::too_many_arguments)]
     async fn write_in_place(
         &self,
         kind: WriteKind,
@@ -274,6 +293,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         key: &[u8],
         value: &[u8],
         t0: u64,
+        pick: &mut Pick<'_, Leaves>,
     ) -> Result<Option<bool>, SmartError> {
         let lock_at = leaf.add(leaf_lock_offset(bytes) as u64);
         let qp = self.qp(leaf)?;
@@ -323,6 +343,13 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             return Ok(if same_key { Some(false) } else { None });
         }
         let rev = u64::from_le_bytes(img[..8].try_into().unwrap_or([0; 8]));
+        // The combining leader's pick-up, under the lock: the key is present after this
+        // write whatever it was (an upsert, or an update of a valid leaf).
+        let mut latest = [0u8; MAX_LEAF_BYTES];
+        let value = match pick.latest(&mut latest).await {
+            Some(n) => &latest[..n],
+            None => value,
+        };
         let (status, v) = match kind {
             WriteKind::Delete => (
                 retired_status(leaf).map_err(|err| SmartError::Corrupt {
