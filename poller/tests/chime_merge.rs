@@ -16,7 +16,7 @@
 //! makes the other points pass.
 use remora_core::block_on::block_on;
 use remora_core::chime::{Chime, ChimeConfig, ChimeError, Mutation};
-use remora_core::fabric::{Endpoint, FabricError, Op, QueuePair, SegmentOrder};
+use remora_core::fabric::{FabricError, Op, QueuePair, SegmentOrder};
 use remora_core::index::KvIndex;
 use remora_core::lease::LeaseConfig;
 use remora_layouts::chime::LEAF_LEN;
@@ -216,9 +216,16 @@ fn a_merge_killed_anywhere_is_finished_or_undone() {
 #[test]
 fn without_merge_completion_some_kill_point_loses_or_tears_keys() {
     let failed: Vec<String> = points()
-        .filter_map(|kill| trial(&kill, true).err().map(|w| format!("{}: {w}", kill.at)))
+        .filter_map(|kill| {
+            trial(&kill, true)
+                .err()
+                .map(|w| format!("{}: {w}", kill.at))
+        })
         .collect();
-    eprintln!("{} of 50 kill points fail without completion: {failed:?}", failed.len());
+    eprintln!(
+        "{} of 50 kill points fail without completion: {failed:?}",
+        failed.len()
+    );
     assert!(
         !failed.is_empty(),
         "every kill point passes without the merge completion"

@@ -74,11 +74,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             return Ok(());
         }
         let (pl, pr) = (self.tree.redo_ptr_of(l)?, self.tree.redo_ptr_of(r)?);
-        let (first, second) = if pl.raw() <= pr.raw() {
-            (l, r)
-        } else {
-            (r, l)
-        };
+        let (first, second) = if pl.raw() <= pr.raw() { (l, r) } else { (r, l) };
         let lock1 = self.lock(first, None).await?;
         let lock2 = if pl == pr {
             lock1

@@ -488,8 +488,7 @@ impl<E: Endpoint> KvIndex for Chime<'_, E> {
         if !self.cfg.hopscotch {
             return self.tree.delete(key).await;
         }
-        self.modify(key_of(key)?, &[], write::Change::Delete)
-            .await
+        self.modify(key_of(key)?, &[], write::Change::Delete).await
     }
 
     async fn scan(

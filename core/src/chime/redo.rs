@@ -65,7 +65,11 @@ pub(super) fn encode_merge(out: &mut [u8], l: GlobalAddr, r: GlobalAddr, li: &[u
     out[HEADER..HEADER + LEAF_LEN].copy_from_slice(li);
     out[HEADER + LEAF_LEN..MERGE_RECORD].copy_from_slice(ri);
     let span = MERGE_MAGIC << 32;
-    let h = hash(l.raw() ^ r.raw().rotate_left(32), span, &out[HEADER..MERGE_RECORD]);
+    let h = hash(
+        l.raw() ^ r.raw().rotate_left(32),
+        span,
+        &out[HEADER..MERGE_RECORD],
+    );
     for (i, w) in [l.raw(), r.raw(), span, h].iter().enumerate() {
         out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
@@ -80,8 +84,11 @@ fn merge_header(rec: &[u8]) -> Option<(GlobalAddr, GlobalAddr)> {
 
 /// Whether `rec` ([`MERGE_RECORD`] bytes) is a whole merge record of `l` into `r`.
 fn merge_whole(rec: &[u8], l: GlobalAddr, r: GlobalAddr) -> bool {
-    hash(l.raw() ^ r.raw().rotate_left(32), word(rec, 2), &rec[HEADER..MERGE_RECORD])
-        == word(rec, 3)
+    hash(
+        l.raw() ^ r.raw().rotate_left(32),
+        word(rec, 2),
+        &rec[HEADER..MERGE_RECORD],
+    ) == word(rec, 3)
 }
 
 /// The byte range of unit `u` in a leaf.

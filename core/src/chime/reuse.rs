@@ -58,7 +58,7 @@ pub(super) fn reclaim(cfg: &ShermanConfig, nodes: usize) -> Reclaim {
 
 /// Whether `e` is [`Chime::fresh`]'s report (the caller restarts the attempt).
 pub(super) fn is_stale(e: &ChimeError) -> bool {
-    matches!(e, ShermanError::Unsettled { what, .. } if core::ptr::eq(*what, STALE))
+    matches!(e, ShermanError::Unsettled { what, .. } if *what == STALE)
 }
 
 impl<'e, E: Endpoint> Chime<'e, E> {
@@ -72,11 +72,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         if !self.guarded() {
             return Ok(());
         }
-        let age = self
-            .tree
-            .endpoint()
-            .now_ns()
-            .saturating_sub(self.t0.get());
+        let age = self.tree.endpoint().now_ns().saturating_sub(self.t0.get());
         if age < self.timing.attempt_ns {
             return Ok(());
         }

@@ -6,8 +6,8 @@ use super::hopscotch::{NoRoom, Table, pack};
 use super::leaf::{
     Meta, Run, dirty_ranges, encode_group_of, encode_groups, encode_leaf, groups_of,
 };
-use super::read::{At, Reach};
 use super::merge::MERGE_AT;
+use super::read::{At, Reach};
 use super::redo::{ALL_UNITS, entry_unit};
 use super::reuse::is_stale;
 use super::{Chime, ChimeError};
@@ -31,7 +31,10 @@ pub(super) enum Change {
 enum Step {
     Done(bool),
     /// A delete left leaf `leaf` (low key `low`) with at most `merge::MERGE_AT` keys.
-    Sparse { leaf: GlobalAddr, low: u64 },
+    Sparse {
+        leaf: GlobalAddr,
+        low: u64,
+    },
     /// The leaf does not cover the key (lock released): where to go.
     Elsewhere(Reach),
 }
@@ -94,7 +97,12 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         }
     }
 
-    async fn modify_once(&self, key: u64, value: &[u8], change: Change) -> Result<Step, ChimeError> {
+    async fn modify_once(
+        &self,
+        key: u64,
+        value: &[u8],
+        change: Change,
+    ) -> Result<Step, ChimeError> {
         let mut at = self.locate(key).await?;
         let mut p = self.tree.wait();
         let mut leaf = [0u8; LEAF_LEN];

@@ -222,9 +222,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 return Ok(false);
             }
             let count = h.count();
-            let at = (0..count).find(|&i| {
-                internal_entry(&buf, &self.g, i).is_ok_and(|e| e == (sep, child.raw()))
-            });
+            let at = (0..count)
+                .find(|&i| internal_entry(&buf, &self.g, i).is_ok_and(|e| e == (sep, child.raw())));
             let Some(at) = at else {
                 self.locks.release(qp, lock, &mut Batch::new()).await?;
                 return Ok(false);
@@ -237,9 +236,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             img.fill(0);
             hh.encode(&mut img);
             for (j, i) in (0..count).filter(|&i| i != at).enumerate() {
-                let (k, c) = internal_entry(&buf, &self.g, i).map_err(|why| {
-                    ShermanError::Corrupt { addr, why }
-                })?;
+                let (k, c) = internal_entry(&buf, &self.g, i)
+                    .map_err(|why| ShermanError::Corrupt { addr, why })?;
                 set_internal_entry(&mut img, &self.g, j, k, c);
             }
             seal(&mut img, &self.g);
