@@ -84,6 +84,18 @@ done
 cat /tmp/memnode.log
 grep -q listening /tmp/memnode.log || finish "FAIL memnode did not start"
 
+# An idle memory node does not spin (issue 26, src/verbs/memnode/idle.rs): the CPU time of
+# the whole process (utime + stime of /proc/PID/stat, clock ticks of 10 ms) over 2 s with no
+# client, here and again after every client has gone (its server threads then sleep on their
+# receive CQs' channels). (schedstat was tried first: this kernel reports it unreliably.)
+idle_cpu() {
+    t0=$(awk '{ print $14 + $15 }' "/proc/$1/stat")
+    usleep 2000000
+    t1=$(awk '{ print $14 + $15 }' "/proc/$1/stat")
+    say "idle memnode ($2): $(( (t1 - t0) * 10 )) ms of CPU over 2 s (10 ms ticks), $(ls /proc/$1/task | wc -l) threads"
+}
+idle_cpu $MEMNODE "no client yet"
+
 # The SIGKILL campaign (issue 26): while a SMART YCSB-A client and perf's SEND/FAA run on the
 # node, KILLS other clients (Sherman and SMART YCSB-A, and perf's SEND/WRITE/CAS) are
 # SIGKILLed at random points of their load or run. The node must keep serving: both
@@ -413,6 +425,7 @@ if want cluster; then
     say "cluster exit code $CLUSTER_RC"
 fi
 
+kill -0 $MEMNODE 2>/dev/null && idle_cpu $MEMNODE "every client gone"
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
 tail -n 5 /tmp/memnode.log

@@ -23,8 +23,9 @@
 //! reports the lock held instead of breaking it.
 //!
 //! **Server threads** ([`MemnodeConfig::threads`], see `shard.rs`): each serves its share of
-//! the connections from its own shared receive queue and never waits for a reply; the
-//! thread that calls [`Memnode::serve`] handles connection events.
+//! the connections from its own shared receive queue and never waits for a reply; idle, it
+//! sleeps on its receive completion queues' channels (`idle.rs`); the thread that calls
+//! [`Memnode::serve`] handles connection events.
 //!
 //! **Keys.** With [`MemnodeConfig::key`] (`remora memnode --key-file`), every connect request
 //! (connection, revocation, fence) must prove the key (`wire::Gate`, see `wire.rs`); any other
@@ -53,6 +54,10 @@ use std::time::{Duration, Instant};
 
 mod control;
 mod device_state;
+mod fake_srq;
+mod idle;
+#[cfg(test)]
+mod idle_tests;
 mod shard;
 pub use shard::SRQ_DEPTH;
 
@@ -213,7 +218,7 @@ impl Memnode {
         let gate = Gate::for_keys(cfg.key, &cfg.client_keys);
         let service = handler.service();
         let mut node = Memnode {
-            hub: Arc::new(Hub::new(cfg.threads)),
+            hub: Arc::new(Hub::new(cfg.threads)?),
             ctls: Vec::new(),
             devs: Vec::new(),
             dm_host: None,

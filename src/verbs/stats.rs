@@ -53,6 +53,12 @@ pub struct VerbsStats {
     /// Memory node: times it waited for one of its own replies (a full send queue or no
     /// staging slot counts one wait per spin round).
     pub server_waits: u64,
+    /// Memory node: times a server thread slept on its completion channels when idle
+    /// (`memnode/idle.rs`).
+    pub server_sleeps: u64,
+    /// Memory node: events that ended those sleeps (completions, or its inbox's bell); the
+    /// rest ended by their timeout.
+    pub server_wakeups: u64,
 }
 
 impl VerbsStats {
@@ -96,7 +102,9 @@ macro_rules! fields {
             recv_posts,
             recvs_posted,
             server_messages,
-            server_waits
+            server_waits,
+            server_sleeps,
+            server_wakeups
         );
     };
 }
@@ -155,6 +163,13 @@ impl fmt::Display for VerbsStats {
                 self.waits_per_message()
             )?;
         }
+        if self.server_sleeps > 0 {
+            write!(
+                f,
+                "; server idle: {} sleeps, {} woken by an event",
+                self.server_sleeps, self.server_wakeups
+            )?;
+        }
         Ok(())
     }
 }
@@ -206,6 +221,8 @@ static TOTALS: Mutex<VerbsStats> = Mutex::new(VerbsStats {
     recvs_posted: 0,
     server_messages: 0,
     server_waits: 0,
+    server_sleeps: 0,
+    server_wakeups: 0,
 });
 
 /// What every queue pair dropped so far in this process did (see the module docs).

@@ -249,6 +249,21 @@ pub struct ShermanSummary {
     pub splits: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
+    /// CHIME's own (`ChimeStats`; absent from other indexes' records): speculative reads
+    /// tried and those that found their key, group READs refused and retried, and READs of
+    /// a sibling's low key (a leaf reached whose sibling its route did not name next).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub speculative_tries: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub speculative_hits: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub group_retries: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sibling_reads: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Index counters at one moment.
@@ -270,6 +285,7 @@ fn sherman_stats<E: Endpoint>(s: &Sherman<'_, E>) -> Stats {
             splits: st.splits,
             cache_hits: hits,
             cache_misses: misses,
+            ..ShermanSummary::default()
         },
         ..Stats::default()
     }
@@ -388,6 +404,10 @@ impl<'e, E: Endpoint> Handle<'e, E> {
                 let own = c.stats();
                 st.smart.delegated_reads = own.delegated_reads;
                 st.smart.combined_writes = own.combined_writes;
+                st.sherman.speculative_tries = own.speculative_tries;
+                st.sherman.speculative_hits = own.speculative_hits;
+                st.sherman.group_retries = own.retries;
+                st.sherman.sibling_reads = own.sibling_reads;
                 st
             }
             Handle::Canrt(s) => Stats {

@@ -154,13 +154,18 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
             let _ = writeln!(
                 out,
                 "smart {} {}: {} reads delegated ({:.1}% of reads), {} writes combined ({:.1}% \
-                 of writes)",
+                 of writes); leaders' second writes {} ({:.1}% of writes, covering {} writers, \
+                 {:.1} us each on average)",
                 r.workload,
                 r.phase,
                 m.delegated_reads,
                 pct(m.delegated_reads, c.reads),
                 m.combined_writes,
-                pct(m.combined_writes, c.updates + c.inserts)
+                pct(m.combined_writes, c.updates + c.inserts),
+                m.second_writes,
+                pct(m.second_writes, c.updates + c.inserts),
+                m.second_write_covered,
+                m.second_write_ns as f64 / m.second_writes.max(1) as f64 / 1e3
             );
         }
         let s = &r.sherman;
@@ -177,6 +182,29 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
                 s.locks_acquired as f64 / r.ops.max(1) as f64,
                 s.lock_handovers,
                 100.0 * s.lock_handovers as f64 / s.locks_acquired as f64
+            );
+        }
+        if s.speculative_tries + s.group_retries + s.sibling_reads > 0 {
+            // CHIME's reads beyond one neighbourhood per lookup: index-cache misses (a
+            // level-1 page read), speculative reads and their hits, group READs retried,
+            // sibling low-key READs.
+            let per = |n: u64| n as f64 / r.ops.max(1) as f64;
+            let _ = writeln!(
+                out,
+                "chime {} {}: {} index-cache misses ({:.3}/op, {} hits), {} speculative \
+                 reads ({} found their key), {} group READs retried ({:.3}/op), {} sibling \
+                 low-key READs ({:.3}/op)",
+                r.workload,
+                r.phase,
+                s.cache_misses,
+                per(s.cache_misses),
+                s.cache_hits,
+                s.speculative_tries,
+                s.speculative_hits,
+                s.group_retries,
+                per(s.group_retries),
+                s.sibling_reads,
+                per(s.sibling_reads)
             );
         }
         if let Some(c) = &r.canrt {

@@ -59,7 +59,7 @@ const WRITE_ONLY_NOTE: &str = concat!(
     sustained writes. remora's applier does one message, one read of the node's live keys \
     and two write-backs (the item's lines, the meta word's) per write: `cargo test --release \
     -p remora-poller --test canrt_applier -- --nocapture` counts them and prices an idle \
-    applier's write at 617 ns (this row: 641 ns, server_ns_per_op in canrt-ycsb.csv, the \
+    applier's write at 617 ns (this row: 624 ns, server_ns_per_op in canrt-ycsb.csv, the \
     applier 99.6% busy), each charge zeroed alone: its fixed part server_canrt_apply_ns 66 \
     (the code's own time measured on this host by the same test, 60 ns, x 1.1 for the \
     paper's Xeon; the flat server_handler_ns 270, derived from WORT's read, made it 821 ns), \
@@ -72,7 +72,8 @@ const WRITE_ONLY_NOTE: &str = concat!(
     with its lock: 2.61 us, 1.5 KB, and 4.65 Mops with the applier's costs zeroed). With the \
     applier's three costs zeroed (`--set server_canrt_apply_ns=0 --set nvm_write_ns=0 --set \
     server_nvm_read_ns=10` on this row's command) CANRT makes 6.74 Mops, 9.6x WORT's 0.704, \
-    inside the paper's 7.44-11.15x: the applier alone keeps the row off. 7.44x needs the \
+    inside the paper's 7.44-11.15x (re-measured at build 3e42979: 1.596 -> 6.739 Mops, p99 \
+    164.1 -> 8.4 us, server ns per op 624 -> 103): the applier alone keeps the row off. 7.44x needs the \
     applier at ~190 ns a write or less (with the three zeroed, `--set server_poll_ns=140` \
     leaves it 209 ns a write: 4.77 Mops, 6.8x; 190, 265 ns: 3.76 Mops), under its own two \
     clwb+mfence (2 x 90 ns) and one completion poll; four applier threads (`--set \
@@ -91,25 +92,33 @@ const WRITE_ONLY_NOTE: &str = concat!(
 const WRITE_HEAVY_NOTE: &str = concat!(
     posted_semantics!(),
     "Measured cause as the write-only rows': half the operations are writes, which the \
-     applier thread serves one at a time (322 ns of server time per operation, ~644 per \
-     write, server CPU 99.7%), while CANRT's reads are one-sided READs the server never \
+     applier thread serves one at a time (317 ns of server time per operation, ~634 per \
+     write, server CPU 99.7%; writes p99 94.7 us against reads' 2.6 us, bench's 'latency by \
+     kind' on this row's command: writers waiting for a node's last write to be applied), while CANRT's reads are one-sided READs the server never \
      sees; the row falls between the write-only row (applier bound) and the read-only one \
      (link bound). With the applier's three costs zeroed (`--set server_canrt_apply_ns=0 \
      --set nvm_write_ns=0 --set server_nvm_read_ns=10` on this row's command) CANRT makes \
-     6.68 Mops: 8.1x WORT's 0.828 and 7.0x WOART's 0.952, inside the paper's range"
+     6.77 Mops (writes p99 6.5 us): 8.2x WORT's 0.828 and 7.1x WOART's 0.952, inside the \
+     paper's range"
 );
 
 /// The 2-to-16-thread scaling row.
 const SCALING_NOTE: &str = "measured cause: the applier thread. At 2 clients a posted write \
     is one round trip (the lock FETCH_AND_ADD with the meta word's 8-byte READ) and its \
-    doorbell, and the applier is 26% busy (server_use in canrt-clients.csv); 47% at 4 \
-    clients, 88% at 8 and saturated at 16 (99.7%), so the curve stops at 1 / (its ~644 ns \
-    per write x the write share 0.5). The paper's 10.88x is more than the 8x that 16 \
+    doorbell, and the applier is 27% busy (server_use in canrt-clients.csv); 45% at 4 \
+    clients, 85% at 8 and saturated at 16 (99.7%), so the curve stops at 1 / (its ~634 ns \
+    per write x the write share 0.5): bench's 'latency by kind' on the two runs gives writes \
+    p99 2.2 us at 2 clients and 94.7 us at 16 (writers waiting for a node whose last write \
+    the applier has not applied: 0.000 and 0.049 lock polls, 0.000 and 0.030 Wait messages \
+    per op), reads p99 2.5 and 2.6 us. The paper's 10.88x is more than the 8x that 16 \
     synchronous threads can gain over 2 at the same latency per operation (§4.5 calls it \
     'almost proportional'); with the applier's three costs zeroed (`--set \
     server_canrt_apply_ns=0 --set nvm_write_ns=0 --set server_nvm_read_ns=10` on this row's \
-    two runs) remora gains 7.60x (0.878 -> 6.677 Mops), the synchronous clients' own bound \
-    less their waits on zipfian-hot nodes";
+    two runs) remora gains 7.47x (0.907 -> 6.772 Mops, writes p99 6.5 us at 16; measured at \
+    build 3e42979), the synchronous clients' own bound less their waits on zipfian-hot \
+    nodes. A fix that would move the row: an applier under ~190 ns a write (predicted, at \
+    most the zeroed runs' 7.47x: 0.69 of the paper's, faithful), which the paper's Optane steps \
+    (two clwb+mfence) do not allow at this model's prices";
 
 /// The 10,000-key range row.
 const RANGE_NOTE: &str = "CANRT reads one data node per round trip, one after another \

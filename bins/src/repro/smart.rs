@@ -412,14 +412,40 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ lock-free internal", "LOAD"),
             p("smart-factors", "ART baseline (+cache)", "LOAD"),
-            "measured at the authors' factor shape (16 x 24 threads x 2 coroutines, \
-             exp/params/fig_15.json), seed 1: the ART baseline takes 16.8 round trips per \
-             insert against 7.8 lock-free (0.77 against 2.83 Mops; 5.4 internal-node lock \
-             waits per insert), where the bars' 16 x 4 x 4 gave 8.4 against 5.3 (2.83x, the \
-             median of seeds 1-5, rough as now): 48 inserts in flight per compute node meet \
-             the ~260 internal nodes of a 10k-key tree, where the paper's 60M keys spread \
-             them over millions (LOAD inserts the whole key set: the factor runs' window, \
-             --seconds, leaves it as it was over --operations). \
+            "measured cause (issue 22, build 3e42979, the median seed 2: this row's command \
+             with `--seed 2 --json`, its per-op and SMART counters): at this shape the \
+             baseline's LOAD is set by a few starved inserts; with more keys, by its \
+             per-insert path. LOAD inserts the whole 10k-key set into an empty \
+             tree, 768 clients in flight (13 inserts each), and its figure is 10k / the run's \
+             length, which ends with its slowest insert (the factor runs' window, --seconds, \
+             does not cut LOAD). The ART baseline: p50 42.5 us, mean 886 us, p99 11.37 ms, \
+             its slowest insert 11.88 ms of a 12.27 ms run, 4.95 failed internal-node lock \
+             attempts, 0.25 hand-overs and 15.9 round trips per insert (0.815 Mops); lock-free: \
+             p50 129.5 us, mean 260 us, slowest 3.06 ms of 3.66 ms, 0.39 failed lock CASes \
+             and 8.15 round trips (2.732 Mops). Here lock-free's p50 is 3x the baseline's: \
+             the row's 3.35x is the baseline's tail, and as unsteady as a tail: the \
+             node-decode refit (2d7657b: 33.0 + 1.27 -> 35.0 + 1.45 ns a slot, a few tens of \
+             ns an insert) moved the baseline from 1.298 to 0.815 Mops (`--set \
+             client_node_decode_call_ns=33 --set client_node_decode_ns_per_slot=1.27`: slowest \
+             insert 7.70 ms, 2.27 failed lock attempts per insert) while lock-free moved 3% \
+             (2.825), so the row from 2.18x to 3.35x; seeds 1-5 give 3.02-4.81x. Not the \
+             back-off: spinning as the authors' code does (`--spin-locks`) starves more \
+             (0.519 Mops, 18.9 failed lock attempts per insert, slowest 18.5 ms: 5.26x). \
+             Fewer in flight (16 x 4 x 2, `--clients-per-node 4`): 2.362 against 7.350 Mops, \
+             3.11x (baseline p99 1.09 ms, lock-free 75 us). The ~260 internal nodes of a \
+             10k-key tree (fewer while it grows from empty) take every insert's locks; the \
+             paper's LOAD fills 60M keys, where the contended start is a sliver of the run. \
+             With 10x the keys (16 x 4 x 2, `--clients-per-node 4 --records 100000`) the tail \
+             is gone (baseline p99 66 us, slowest 3.5 ms of a 23.2 ms run, 0.12 failed lock \
+             attempts per insert) and the row is still 2.84x (4.310 against 12.227 Mops): \
+             the baseline's p50 is 3.1x lock-free's (25.5 against 8.2 us) at 6.40 against \
+             4.08 round trips and 2.34 against 1.48 CAS per insert, the lock-based insert's \
+             lock, write and unlock of the node it changes plus its wait for its compute \
+             node's local turn on that lock, which no counter separates yet. So the starved \
+             tail makes the row unsteady and adds ~10-20% at quick scale; the bulk is the \
+             lock-based insert's own path. Not measured (predicted): a fix that \
+             loads a larger key set for this step would take the row to ~2.8x, still rough; \
+             reaching 1.5x needs the baseline's per-insert path at about half its latency. \
              Its internal-node locks are taken as the authors' baseline takes them \
              (TREE_TEST_ROWEX_ART with TREE_TEST_HOCL_HANDOVER, on for every factor step before \
              write combining: CMakeLists.txt; src/Tree.cpp lock_node, get_on_chip_lock_addr, \
@@ -596,8 +622,23 @@ const WRITE_LATENCY_NOTE: &str = "the paper's metric, read from its figure: the 
     holds the remote lock (get_combining_value before the write-back in \
     in_place_update_leaf, dmemsys/SMART src/Tree.cpp), so one write covers it (and their \
     release returns every waiter counted then without a write, also one that left its value \
-    after the pick-up, which is not linearizable). Taking the pending value after the lock \
-    is the next step for this row; not yet changed";
+    after the pick-up, which is not linearizable). Measured (issue 22, build 3e42979, the \
+    median seed 4 of the SMART point: `--sweep clients=384 --seed 4`; bench's 'writes \
+    combined' line counts the leaders' second writes, core/src/delegation/write.rs): \
+    1223 second writes (2.0% of writes) covering 3401 waiting writers, 24.6 us each on \
+    average (seeds 1 and 2: 1258 and 1249, 25.9 and 23.1 us), against a mean write of \
+    18.2 us; each adds its time to its leader and to the writers it covers, ~10% of all \
+    writes' latency at most. A scratch build whose leader skips the second write and returns the \
+    writers it took with its own write's result (the authors' cost: one write a leader; \
+    not committed) moved SMART's p99 at seeds 1-5 from 203.1 / 176.1 / 174.0 / 171.0 / 158.1 \
+    us to 97.5 / 111.7 / 105.7 / 128.4 / 106.7 (seed 4: writes p99 359 -> 315 us, 61.5 -> \
+    63.3 Mops), against Sherman's 134.5 / 141.8 / 121.6 / 121.8 / 129.7: the row 1.38x, \
+    1.27x, 1.15x, 0.95x, 1.22x, median 1.22x (0.87 of the paper's). So the second write \
+    is the gap's cause. The fix (predicted from that scratch build: the row ~1.22x, \
+    faithful) is the authors' pick-up: the leader takes the latest pending value once it \
+    holds the leaf's lock, so one write covers the writers that arrived during its lock \
+    wait; SMART's YCSB-A throughput moves with it (+3% at seed 4: write-throughput ~4.13x \
+    -> ~4.25x, predicted, faithful either way)";
 
 /// The factor analysis's last two steps (seeds/001, the talk's factor slides: "The read
 /// delegation brings 1.1x improvement in throughput under the YCSB C workload", "The write

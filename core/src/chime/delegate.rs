@@ -96,7 +96,7 @@ impl<E: Endpoint> Host for Chime<'_, E> {
         match what {
             Counted::Delegated => self.count(|st| st.delegated_reads += 1),
             Counted::Combined => self.count(|st| st.combined_writes += 1),
-            Counted::TakenOver => {}
+            Counted::TakenOver | Counted::SecondWrite { .. } => {}
         }
     }
     fn pause(&self, ns: u64) -> impl core::future::Future<Output = ()> {

@@ -157,6 +157,10 @@ pub(crate) enum Counted {
     Combined,
     /// A stuck leader replaced.
     TakenOver,
+    /// A leader's second write, of the latest value left while its own was in flight: the
+    /// writers it covered and its time on the host's clock (ns). The leader returns only after
+    /// it, so it adds that time to the leader's operation and to each writer it covers.
+    SecondWrite { covered: u32, ns: u64 },
 }
 
 struct Entry<F: Flavor> {

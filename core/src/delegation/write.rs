@@ -179,13 +179,17 @@ impl<F: Flavor> Table<F> {
                         e.pending.take().map(|k| {
                             let n = e.pending_val.get().len();
                             buf[..n].copy_from_slice(e.pending_val.get());
+                            let covered = e.open;
                             e.take(seq, false);
-                            (k, n, seq)
+                            (k, n, seq, covered)
                         })
                     })
                     .await;
-                if let Some((k, n, seq)) = taken {
+                if let Some((k, n, seq, covered)) = taken {
+                    let t0 = host.now_ns();
                     let r2 = write(k, &buf[..n]).await;
+                    let ns = host.now_ns().saturating_sub(t0);
+                    host.count(Counted::SecondWrite { covered, ns });
                     self.publish(at, host, seq, r2).await;
                 }
                 self.with(at, |e| {

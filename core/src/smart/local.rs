@@ -76,6 +76,13 @@ impl<E: Endpoint> Host for Smart<'_, E> {
             Counted::Delegated => &self.stats.delegated_reads,
             Counted::Combined => &self.stats.combined_writes,
             Counted::TakenOver => &self.stats.leader_takeovers,
+            Counted::SecondWrite { covered, ns } => {
+                let s = &self.stats;
+                s.second_write_covered
+                    .set(s.second_write_covered.get() + u64::from(covered));
+                s.second_write_ns.set(s.second_write_ns.get() + ns);
+                &s.second_writes
+            }
         });
     }
     fn pause(&self, ns: u64) -> impl core::future::Future<Output = ()> {

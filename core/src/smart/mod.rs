@@ -124,6 +124,9 @@ pub(crate) struct Stats {
     pub cache_invalidations: Cell<u64>,
     pub delegated_reads: Cell<u64>,
     pub combined_writes: Cell<u64>,
+    pub second_writes: Cell<u64>,
+    pub second_write_covered: Cell<u64>,
+    pub second_write_ns: Cell<u64>,
     pub leader_takeovers: Cell<u64>,
     pub grows: Cell<u64>,
     pub prefix_splits: Cell<u64>,
@@ -157,6 +160,14 @@ pub struct SmartStats {
     pub delegated_reads: u64,
     /// Writes that were combined into another coroutine's remote write.
     pub combined_writes: u64,
+    /// Combining leaders' second remote writes, of the latest value left while their own
+    /// write was in flight (core/src/delegation/write.rs); each adds its time to its
+    /// leader's operation and to the writers it covers.
+    pub second_writes: u64,
+    /// The writers those second writes covered.
+    pub second_write_covered: u64,
+    /// Those second writes' time, summed (ns, fabric clock).
+    pub second_write_ns: u64,
     /// Delegated reads or combined writes whose leader made no progress for a lease (a
     /// thread that died mid-operation) and that a waiter led again.
     pub leader_takeovers: u64,
@@ -417,6 +428,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             cache_invalidations: s.cache_invalidations.get(),
             delegated_reads: s.delegated_reads.get(),
             combined_writes: s.combined_writes.get(),
+            second_writes: s.second_writes.get(),
+            second_write_covered: s.second_write_covered.get(),
+            second_write_ns: s.second_write_ns.get(),
             leader_takeovers: s.leader_takeovers.get(),
             grows: s.grows.get(),
             prefix_splits: s.prefix_splits.get(),

@@ -6,18 +6,20 @@
 //! message to the service straight from the SRQ buffer (no copy), posts the replies detached
 //! (inline ones unsignaled, one in every 32 signaled to return send-queue credit: it never
 //! waits for a reply to complete), and posts the consumed buffers back in chains of
-//! [`RECV_BATCH`]. The thread that called [`Memnode::serve`] handles rdma_cm events only
+//! [`RECV_BATCH`]; with nothing to serve it spins a while, then sleeps (`idle.rs`). The
+//! thread that called [`Memnode::serve`] handles rdma_cm events only
 //! (connections, fences, key revocations) and hands each new connection to its thread.
+use super::fake_srq::FakeSrq;
+use super::idle::{Bell, Rest};
 use super::*;
 use crate::verbs::qp::RECV_BATCH;
+use crate::verbs::qp::idle::nonblocking_channel;
 use std::mem::MaybeUninit;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Receive buffers of one server thread's shared receive queue (per device).
 pub const SRQ_DEPTH: u32 = 512;
-/// Idle rounds before an idle server thread naps between polls.
-const IDLE_NAP: u64 = 4096;
 /// Receive completions taken per poll.
 const POLL_BATCH: usize = 16;
 
@@ -25,8 +27,12 @@ const POLL_BATCH: usize = 16;
 /// `RECV_LEN` bytes in one registered arena). Field order is release order.
 pub(super) struct Srq {
     srq: *mut sys::ibv_srq,
-    cq: *mut sys::ibv_cq,
+    pub(super) cq: *mut sys::ibv_cq,
+    /// The channel `cq` reports to when armed (`idle.rs`).
+    pub(super) channel: *mut sys::ibv_comp_channel,
     mr: Option<Mr>,
+    /// The fake device's queue (`fake_srq.rs`; the pointers above are then null).
+    pub(super) fake: Option<FakeSrq>,
     arena: Arena,
 }
 
@@ -57,18 +63,26 @@ impl Srq {
         if srq.is_null() {
             return Err(sys_err("ibv_create_srq"));
         }
-        // SAFETY: `ctx` is open; a completion queue without channel, checked for null.
-        let cq = unsafe {
+        let mut s = Srq {
+            srq,
+            cq: std::ptr::null_mut(),
+            channel: std::ptr::null_mut(),
+            mr,
+            fake: None,
+            arena,
+        };
+        s.channel = nonblocking_channel(ctx)?;
+        // SAFETY: `ctx` is open, the channel one of its own; checked for null.
+        s.cq = unsafe {
             sys::ibv_create_cq(
                 ctx,
                 2 * SRQ_DEPTH as i32 + 1,
                 std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                s.channel,
                 0,
             )
         };
-        let s = Srq { srq, cq, mr, arena };
-        if cq.is_null() {
+        if s.cq.is_null() {
             return Err(sys_err("ibv_create_cq (shared receive)"));
         }
         let all: Vec<u32> = (0..SRQ_DEPTH).collect();
@@ -85,8 +99,34 @@ impl Srq {
         (self.srq, self.cq)
     }
 
+    /// A queue on the fake device (`fake_srq.rs`) with its buffers.
+    #[cfg(test)]
+    pub(super) fn with_fake(fake: FakeSrq, arena: Arena) -> Srq {
+        Srq {
+            srq: std::ptr::null_mut(),
+            cq: std::ptr::null_mut(),
+            channel: std::ptr::null_mut(),
+            mr: None,
+            fake: Some(fake),
+            arena,
+        }
+    }
+
+    /// `ibv_poll_cq` on the receive completion queue: completions into the first entries of
+    /// `out`; how many (negative: the poll failed).
+    fn poll(&self, out: &mut [MaybeUninit<sys::ibv_wc>]) -> i32 {
+        match &self.fake {
+            Some(f) => f.poll(out),
+            // SAFETY: a live completion queue; room for `out.len()` entries at `out`.
+            None => unsafe { sys::ibv_poll_cq(self.cq, out.len() as i32, out.as_mut_ptr().cast()) },
+        }
+    }
+
     /// Posts buffers `bufs` (at most [`RECV_BATCH`], each `< SRQ_DEPTH`) as one chain.
     fn post(&self, bufs: &[u32]) -> i32 {
+        if let Some(f) = &self.fake {
+            return f.post(bufs);
+        }
         let mut sges = [sys::ibv_sge::default(); RECV_BATCH];
         let mut wrs = [const { MaybeUninit::<sys::ibv_recv_wr>::uninit() }; RECV_BATCH];
         let wr_ptr = wrs.as_mut_ptr().cast::<sys::ibv_recv_wr>();
@@ -121,7 +161,7 @@ impl Srq {
     }
 
     /// Buffer `i` (taken modulo `SRQ_DEPTH`).
-    fn buf(&self, i: u32) -> *mut u8 {
+    pub(super) fn buf(&self, i: u32) -> *mut u8 {
         // SAFETY: (i mod SRQ_DEPTH) * RECV_LEN lies inside the arena of SRQ_DEPTH buffers.
         unsafe { self.arena.as_ptr().add((i % SRQ_DEPTH) as usize * RECV_LEN) }
     }
@@ -130,12 +170,18 @@ impl Srq {
 impl Drop for Srq {
     fn drop(&mut self) {
         // SAFETY: every queue pair on them is destroyed (each holds the `Arc` until after its
-        // queue pair); the SRQ goes before its completion queue's last user, and the
+        // queue pair); the SRQ goes before its completion queue's last user, the queue (whose
+        // events were all acknowledged as read: `idle.rs`) before its channel, and the
         // registration (field order) before the arena.
         unsafe {
-            sys::ibv_destroy_srq(self.srq);
+            if !self.srq.is_null() {
+                sys::ibv_destroy_srq(self.srq);
+            }
             if !self.cq.is_null() {
                 sys::ibv_destroy_cq(self.cq);
+            }
+            if !self.channel.is_null() {
+                sys::ibv_destroy_comp_channel(self.channel);
             }
         }
     }
@@ -189,20 +235,26 @@ pub(super) struct Hub {
     /// (`Replies::send_to`).
     mail: Vec<Mutex<Vec<Mail>>>,
     /// Per server thread: connections or mail are waiting in the two above.
-    pending: Vec<AtomicBool>,
+    pub(super) pending: Vec<AtomicBool>,
+    /// Per server thread: it sleeps, or is about to (`idle.rs`): ring its bell.
+    pub(super) asleep: Vec<AtomicBool>,
+    /// Per server thread: what wakes it from its sleep when its inbox gets something.
+    pub(super) bells: Vec<Bell>,
     /// Messages served by all threads.
     pub(super) served: AtomicU64,
 }
 
 impl Hub {
-    pub(super) fn new(threads: usize) -> Hub {
+    pub(super) fn new(threads: usize) -> Result<Hub, VerbsError> {
         let n = threads.max(1);
-        Hub {
+        Ok(Hub {
             inbox: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             mail: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             pending: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            asleep: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            bells: (0..n).map(|_| Bell::new()).collect::<Result<_, _>>()?,
             served: AtomicU64::new(0),
-        }
+        })
     }
 
     pub(super) fn threads(&self) -> usize {
@@ -218,7 +270,7 @@ impl Hub {
     pub(super) fn hand_over(&self, c: Conn) {
         let t = self.owner(c.ctl.id);
         lock(&self.inbox[t]).push(c);
-        self.pending[t].store(true, Ordering::Release);
+        self.notify(t);
     }
 
     /// The counters of every connection parked in the inboxes.
@@ -269,12 +321,15 @@ impl Server<'_> {
         let mut replies = Replies::new();
         let mut others: Vec<(usize, Vec<u8>)> = Vec::new();
         let mut wcs = [const { MaybeUninit::<sys::ibv_wc>::uninit() }; POLL_BATCH];
-        let (mut idle, mut round) = (0u64, 0u64);
+        let mut rest = Rest::default();
+        let mut round = 0u64;
         while !stop.load(Ordering::Relaxed) {
             round += 1;
+            let mut moved = false;
             if self.hub.pending[self.t].swap(false, Ordering::Acquire) {
                 self.take_new(&mut mine, &mut srqs);
                 self.deliver_mail(&mine, &stats);
+                moved = true;
             }
             let mut served = 0u64;
             for si in 0..srqs.len() {
@@ -320,22 +375,17 @@ impl Server<'_> {
             }
             if served > 0 {
                 self.hub.served.fetch_add(served, Ordering::Relaxed);
-                idle = 0;
+                moved = true;
             } else {
-                idle += 1;
                 let region = &self.region;
-                self.handler.with(|h| h.on_idle(region));
+                moved |= self.handler.with(|h| h.on_idle(region));
             }
             if served == 0 || round.is_multiple_of(64) {
                 self.reap(&mut mine);
             }
-            // Idle: spin, then yield, then nap (a few idle threads must not starve clients or
-            // the kernel's RDMA work on a small machine); any message resets it.
-            if idle > IDLE_NAP {
-                std::thread::sleep(Duration::from_micros(20));
-            } else if idle > 256 {
-                std::thread::yield_now();
-            }
+            // Idle: spin a while, then sleep until a message, a connection or mail arrives
+            // (`idle.rs`); anything served or done starts the spin over.
+            self.rest(&srqs, moved, &mut rest, &stats);
         }
         let k = mine.len();
         lock(&self.hub.inbox[self.t]).append(&mut mine);
@@ -371,8 +421,7 @@ impl Server<'_> {
         wcs: &mut [MaybeUninit<sys::ibv_wc>; POLL_BATCH],
         stats: &Stats,
     ) -> usize {
-        // SAFETY: a live completion queue; room for POLL_BATCH entries at `wcs`.
-        let n = unsafe { sys::ibv_poll_cq(srq.cq, POLL_BATCH as i32, wcs.as_mut_ptr().cast()) };
+        let n = srq.poll(wcs);
         stats.bump(|v| {
             v.recv_polls += 1;
             v.recv_empty += u64::from(n == 0);
@@ -462,7 +511,7 @@ impl Server<'_> {
         let owner = self.hub.owner(to);
         if owner != self.t {
             lock(&self.hub.mail[owner]).push((to, m));
-            self.hub.pending[owner].store(true, Ordering::Release);
+            self.hub.notify(owner);
             return;
         }
         if let Some(o) = mine
@@ -486,9 +535,11 @@ impl Server<'_> {
     /// rdma_cm event.
     fn fail(&mut self, c: &Conn, why: &str) {
         c.ctl.dead.store(true, Ordering::Release);
-        // SAFETY: the connection's id is live (released with the Conn); disconnecting twice
-        // (again on release) is harmless; librdmacm calls may come from any thread.
-        unsafe { sys::rdma_disconnect(c.ctl.cm_id) };
+        if !c.ctl.cm_id.is_null() {
+            // SAFETY: the connection's id is live (released with the Conn); disconnecting
+            // twice (again on release) is harmless; librdmacm calls may come from any thread.
+            unsafe { sys::rdma_disconnect(c.ctl.cm_id) };
+        }
         self.tell_disconnect(c);
         let level = if self.verbose {
             log::Level::Info

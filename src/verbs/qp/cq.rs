@@ -76,28 +76,7 @@ impl SendCq {
     /// client's: see `idle.rs`).
     pub(crate) fn real(ctx: *mut sys::ibv_context, channel: bool) -> Result<SendCq, VerbsError> {
         let ch = if channel {
-            // SAFETY: `ctx` is open; checked for null.
-            let ch = unsafe { sys::ibv_create_comp_channel(ctx) };
-            if ch.is_null() {
-                return Err(sys_err("ibv_create_comp_channel"));
-            }
-            // SAFETY: a live channel's fd; F_SETFL with O_NONBLOCK changes only its mode
-            // (`ibv_get_cq_event` then answers EAGAIN instead of blocking).
-            let rc = unsafe {
-                let fd = (*ch).fd;
-                libc::fcntl(
-                    fd,
-                    libc::F_SETFL,
-                    libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
-                )
-            };
-            if rc < 0 {
-                let e = sys_err("fcntl O_NONBLOCK on the completion channel");
-                // SAFETY: created above, no queue on it yet.
-                unsafe { sys::ibv_destroy_comp_channel(ch) };
-                return Err(e);
-            }
-            ch
+            super::idle::nonblocking_channel(ctx)?
         } else {
             std::ptr::null_mut()
         };

@@ -31,6 +31,7 @@
 use super::cq::SendCq;
 use super::{Dev, VerbsQp};
 use crate::verbs::clock::now_ns;
+use crate::verbs::error::{VerbsError, sys_err};
 use crate::verbs::sys;
 use std::cell::Cell;
 
@@ -64,10 +65,8 @@ pub(crate) struct Idle {
     activity: Cell<u64>,
     /// `activity` as of the last round.
     seen: Cell<u64>,
-    /// Rounds since `activity` last changed.
-    rounds: Cell<u32>,
-    /// When the thread was first seen idle (`now_ns`; 0: not timed yet).
-    since: Cell<u64>,
+    /// How long nothing has moved.
+    spin: Spin,
     /// Send-queue events read and not acknowledged.
     pub(super) unacked: Cell<u32>,
     /// Sleeps on the channel.
@@ -97,34 +96,10 @@ impl SendCq {
         let a = i.activity.get();
         if a != i.seen.get() {
             i.seen.set(a);
-            i.rounds.set(0);
-            i.since.set(0);
+            i.spin.reset();
             return;
         }
-        let r = i.rounds.get();
-        if r < ROUNDS_BEFORE_CLOCK {
-            i.rounds.set(r + 1);
-            return;
-        }
-        self.idle_long();
-    }
-
-    #[cold]
-    fn idle_long(&self) {
-        let now = now_ns();
-        let since = self.idle.since.get();
-        if since == 0 {
-            self.idle.since.set(now);
-            return;
-        }
-        if now.saturating_sub(since) < SPIN_BEFORE_BLOCK_NS {
-            return;
-        }
-        let mut timeout = BLOCK_AT_MOST_NS;
-        if let Some(d) = crate::verbs::timer::next_deadline() {
-            timeout = timeout.min(d.saturating_sub(now));
-        }
-        if timeout > 0 {
+        if let Some(timeout) = i.spin.idle(BLOCK_AT_MOST_NS) {
             self.sleep(timeout);
         }
     }
@@ -193,18 +168,7 @@ impl SendCq {
             }
             self.idle.sleeps.set(self.idle.sleeps.get() + 1);
             // SAFETY: the channel lives as long as this queue.
-            let fd = unsafe { (*channel).fd };
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let ts = libc::timespec {
-                tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
-                tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
-            };
-            // SAFETY: one valid pollfd and a timespec we own; no signal mask.
-            unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+            block(&mut [readable(unsafe { (*channel).fd })], timeout_ns);
             self.take_events(channel);
         } else if let Some(send) = self.fake_cq() {
             send.arm();
@@ -243,14 +207,8 @@ impl SendCq {
 
     /// Reads every event on the channel (non-blocking) and acknowledges them (step 4).
     fn take_events(&self, channel: *mut sys::ibv_comp_channel) {
-        loop {
-            let mut cq: *mut sys::ibv_cq = std::ptr::null_mut();
-            let mut ctx: *mut libc::c_void = std::ptr::null_mut();
-            // SAFETY: a live channel with a non-blocking fd (EAGAIN when empty); two out
-            // pointers we own.
-            if unsafe { sys::ibv_get_cq_event(channel, &mut cq, &mut ctx) } != 0 {
-                return;
-            }
+        // SAFETY: this queue's live channel, non-blocking (`nonblocking_channel`).
+        while let Some(cq) = unsafe { next_event(channel) } {
             self.idle.events.set(self.idle.events.get() + 1);
             if cq == self.raw() {
                 let n = self.idle.unacked.get() + 1;
@@ -269,4 +227,124 @@ impl SendCq {
             }
         }
     }
+}
+
+/// How long the rounds of a thread have found nothing, and whether it should sleep now: a
+/// client's send queue (above) and a memory node's server thread (`memnode/idle.rs`).
+#[derive(Default)]
+pub(crate) struct Spin {
+    /// Rounds since something last moved.
+    rounds: Cell<u32>,
+    /// When the thread was first seen idle (`now_ns`; 0: not timed yet).
+    since: Cell<u64>,
+}
+
+impl Spin {
+    /// Something moved: spin again before the next sleep.
+    #[inline]
+    pub(crate) fn reset(&self) {
+        self.rounds.set(0);
+        self.since.set(0);
+    }
+
+    /// A round that found nothing: how long to sleep (at most `at_most_ns`, and never past
+    /// the thread's next pause deadline) once nothing has moved for
+    /// [`SPIN_BEFORE_BLOCK_NS`], `None` while spinning. The first [`ROUNDS_BEFORE_CLOCK`]
+    /// idle rounds read no clock; after a sleep that found nothing (no [`Self::reset`]) the
+    /// answer is to sleep again at once.
+    #[inline]
+    pub(crate) fn idle(&self, at_most_ns: u64) -> Option<u64> {
+        let r = self.rounds.get();
+        if r < ROUNDS_BEFORE_CLOCK {
+            self.rounds.set(r + 1);
+            return None;
+        }
+        self.idle_long(at_most_ns)
+    }
+
+    #[cold]
+    fn idle_long(&self, at_most_ns: u64) -> Option<u64> {
+        let now = now_ns();
+        let since = self.since.get();
+        if since == 0 {
+            self.since.set(now);
+            return None;
+        }
+        if now.saturating_sub(since) < SPIN_BEFORE_BLOCK_NS {
+            return None;
+        }
+        let mut timeout = at_most_ns;
+        if let Some(d) = crate::verbs::timer::next_deadline() {
+            timeout = timeout.min(d.saturating_sub(now));
+        }
+        (timeout > 0).then_some(timeout)
+    }
+}
+
+/// A completion channel of device `ctx` whose fd does not block (`ibv_get_cq_event` then
+/// answers EAGAIN when no event is there: [`next_event`]).
+pub(crate) fn nonblocking_channel(
+    ctx: *mut sys::ibv_context,
+) -> Result<*mut sys::ibv_comp_channel, VerbsError> {
+    // SAFETY: `ctx` is open; checked for null.
+    let ch = unsafe { sys::ibv_create_comp_channel(ctx) };
+    if ch.is_null() {
+        return Err(sys_err("ibv_create_comp_channel"));
+    }
+    // SAFETY: a live channel's fd; F_SETFL with O_NONBLOCK changes only its mode.
+    let rc = unsafe {
+        let fd = (*ch).fd;
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        )
+    };
+    if rc < 0 {
+        let e = sys_err("fcntl O_NONBLOCK on the completion channel");
+        // SAFETY: created above, no queue on it yet.
+        unsafe { sys::ibv_destroy_comp_channel(ch) };
+        return Err(e);
+    }
+    Ok(ch)
+}
+
+/// Takes one event of `channel` (`ibv_get_cq_event`): its completion queue, which the caller
+/// acknowledges (`ibv_ack_cq_events`) before destroying that queue; `None` when none is
+/// there.
+///
+/// # Safety
+/// `channel` is live and non-blocking ([`nonblocking_channel`]).
+pub(crate) unsafe fn next_event(channel: *mut sys::ibv_comp_channel) -> Option<*mut sys::ibv_cq> {
+    let mut cq: *mut sys::ibv_cq = std::ptr::null_mut();
+    let mut ctx: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: by the caller's contract (EAGAIN when empty); two out pointers we own.
+    (unsafe { sys::ibv_get_cq_event(channel, &mut cq, &mut ctx) } == 0).then_some(cq)
+}
+
+/// What [`block`] waits for on `fd`: that it is readable.
+pub(crate) fn readable(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// Blocks in `ppoll(2)` until one of `fds` is ready or `timeout_ns` has passed (an
+/// interrupted or failed call returns early: the caller's round goes on either way).
+pub(crate) fn block(fds: &mut [libc::pollfd], timeout_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (timeout_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (timeout_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `fds` are valid pollfds we own, `ts` a timespec we own; no signal mask.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
+    };
 }

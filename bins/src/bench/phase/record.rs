@@ -53,6 +53,10 @@ pub struct SmartSummary {
     pub cache_invalidations: u64,
     pub delegated_reads: u64,
     pub combined_writes: u64,
+    /// Combining leaders' second writes, the writers they covered and their time (ns).
+    pub second_writes: u64,
+    pub second_write_covered: u64,
+    pub second_write_ns: u64,
     pub grows: u64,
     pub prefix_splits: u64,
     pub leaf_splits: u64,
@@ -72,6 +76,9 @@ impl SmartSummary {
             cache_invalidations: b.cache_invalidations - a.cache_invalidations,
             delegated_reads: b.delegated_reads - a.delegated_reads,
             combined_writes: b.combined_writes - a.combined_writes,
+            second_writes: b.second_writes - a.second_writes,
+            second_write_covered: b.second_write_covered - a.second_write_covered,
+            second_write_ns: b.second_write_ns - a.second_write_ns,
             grows: b.grows - a.grows,
             prefix_splits: b.prefix_splits - a.prefix_splits,
             leaf_splits: b.leaf_splits - a.leaf_splits,
@@ -89,6 +96,9 @@ impl SmartSummary {
         self.cache_invalidations += o.cache_invalidations;
         self.delegated_reads += o.delegated_reads;
         self.combined_writes += o.combined_writes;
+        self.second_writes += o.second_writes;
+        self.second_write_covered += o.second_write_covered;
+        self.second_write_ns += o.second_write_ns;
         self.grows += o.grows;
         self.prefix_splits += o.prefix_splits;
         self.leaf_splits += o.leaf_splits;
@@ -314,6 +324,10 @@ pub fn record(
         sherman.splits += o.sherman.splits;
         sherman.cache_hits += o.sherman.cache_hits;
         sherman.cache_misses += o.sherman.cache_misses;
+        sherman.speculative_tries += o.sherman.speculative_tries;
+        sherman.speculative_hits += o.sherman.speculative_hits;
+        sherman.group_retries += o.sherman.group_retries;
+        sherman.sibling_reads += o.sherman.sibling_reads;
         key_bytes += o.key_bytes;
         canrt.resize_requests += o.canrt.resize_requests;
         canrt.lock_polls += o.canrt.lock_waits;

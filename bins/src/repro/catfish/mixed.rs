@@ -126,10 +126,10 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              needs fast messaging to lose more to the inserts than their CPU (e.g. polling \
              threads spinning on node locks that event-based threads sleep on; the paper \
              gives no figure) or a point where it runs below its peak; remora's runs at its \
-             peak from 32 clients (0.526 of 0.539 Mops). The same bound with remora's \
+             peak from 32 clients (0.524 of 0.538 Mops). The same bound with remora's \
              figures (S 49.13 µs, O 0.508 Mops): 2.24x, 2.13x at its insert's cost. What the \
              sim charges (fast messaging's server ns per request, 128 clients): a search \
-             49.13 µs (search-only), 51.83 µs per 90/10 request, so 76.1 µs an insert (the \
+             49.13 µs (search-only), 51.87 µs per 90/10 request, so 76.5 µs an insert (the \
              48.65 µs message, the 13.2 µs remora's R*-tree insert code measures beyond a \
              search and the tree's memory: 62.5 µs with no lock, `--set server_tree_lock=0`, \
              0.553 Mops; the rest spinning for the writers' lock); 13.2 µs is a mean over inserts \
@@ -138,8 +138,8 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              the throughput. Under remora's own server lock (`server_tree_lock = 1`: writers \
              exclusive, searches lock-free, what core/src/catfish/shared.rs does), measured: \
              Catfish \
-             0.703 / 0.742 / 0.696 Mops and fast messaging 0.526 / 0.539 / 0.534 at 32 / 128 \
-             / 256 clients, 1.38x (mean latency 1.40x): the inserts' serialisation is Catfish's cap (an R*-tree \
+             0.700 / 0.734 / 0.691 Mops and fast messaging 0.524 / 0.538 / 0.534 at 32 / 128 \
+             / 256 clients, 1.36x (mean latency 1.39x; build 3e42979): the inserts' serialisation is Catfish's cap (an R*-tree \
              insert holds the lock for its 13.2 µs and its memory), the searches do not wait. \
              One lock per tree serialises every insert; the paper's node locks ([28]) let \
              inserts on different nodes run at once and give no figure to size that by. With \
@@ -195,8 +195,9 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              catfish_sim re-reads 11 torn images with it, 2 without). remora encodes a node \
              before it takes the seqlock and the descent already read its lines, so the \
              window is the body copy, ~20 ns per node. Measured (128 clients, `--set \
-             server_store_window=1` / `=0`): offloading runs 90/10 at 0.560 / 0.562 Mops, \
-             above its search-only 0.508 (the 10% inserts go to the server, idle in this \
+             server_store_window=1` / `=0`): offloading runs 90/10 at 0.560 / 0.562 Mops (at \
+             build 3e42979 0.562 with the profile's `=1`, 7.03 node READs and 0.0000 \
+             conflicts per offloaded search; `=0` not re-run), above its search-only 0.508 (the 10% inserts go to the server, idle in this \
              mode), with 0 torn images in 9,007 offloaded searches (7.03 node READs each) \
              either way. A version held odd for a whole insert's computation, as a node lock \
              ([28]) held across it might, is not what remora's code does; measured once with \
@@ -206,8 +207,9 @@ pub(super) fn rstar_claims() -> Vec<Claim> {
              paper's fall either; 13.67x would put the paper's 90/10 offloading near Catfish's \
              / 13.67 (0.05 Mops at remora's Catfish), a fall its text calls 'slightly \
              degrades' and gives no figure for. Under remora's writers' lock \
-             (`server_tree_lock = 1`) Catfish runs 0.703 / 0.742 / 0.696 Mops and offloading \
-             0.561 / 0.560 / 0.563 at 32 / 128 / 256 clients, 1.32x (mean latency 1.34x): an \
+             (`server_tree_lock = 1`) Catfish runs 0.700 / 0.734 / 0.691 Mops and offloading \
+             0.563 / 0.562 / 0.564 at 32 / 128 / 256 clients, 1.31x (mean latency 1.34x; \
+             build 3e42979): an \
              R*-tree insert holds the lock for its 13.2 µs and its memory, so ~70 K inserts a \
              second, ~0.7 Mops of 90/10, is all one tree serves; offloading, at 0.56 Mops, \
              stays below that cap. With a reader-writer lock over the whole tree (`--set \

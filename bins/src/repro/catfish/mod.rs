@@ -281,7 +281,7 @@ const MIXED_MESSAGING_NOTE: &str = "the paper's fast messaging falls in its 90/1
     rectangles: R*-tree +13.2 µs, Hilbert +11.9 µs, basic 0, its insert measuring cheaper \
     than its search, 4.96 against 10.28 µs; `repro/catfish/mixed.rs`), and its writers' \
     lock (`server_tree_lock = 1`). Fast messaging's server ns per request at 128 clients: \
-    R*-tree 49.13 µs search-only, 51.83 µs in 90/10 (an insert 76.1 µs; 62.5 with no lock), \
+    R*-tree 49.13 µs search-only, 51.87 µs in 90/10 (an insert 76.5 µs; 62.5 with no lock), \
     basic 49.42 and 49.39 µs. Fig. 6's oversubscribed polling cost is not it: charged to \
     fast messaging it made the R*-tree 90/10 rows 6.54x (throughput) and 6.53x (latency), \
     both at 256 clients, and the basic R-tree's 4.52x (0.750 / 0.166 Mops), from a fast \

@@ -26,11 +26,11 @@ const NODE_SIZE_NOTE: &str = "the paper puts its offloading's fall down to fetch
     adds latency and bounds nothing; the client nodes' links (8 NICs for 128 clients, each \
     carrying its 16 clients' bytes): 1.4 GB/s at 130 entries, 11% of 100 Gb; the memory \
     node's one link, which carries every byte read: with the paper's 40-byte entries \
-    (4 doubles + a pointer, §2; a 130-entry node 5,232 B, `--paper-entry-bytes 40`) 0.948 \
+    (4 doubles + a pointer, §2; a 130-entry node 5,232 B, `--paper-entry-bytes 40`) 0.946 \
     Mops x 11.6 KB = 11.0 GB/s, 88% of it (remora's 24-byte entries: 1.148 Mops, 7.0 KB, \
     64%). Each client node serves one READ at a time (the paper's §4.4 saturation, \
     `--node-serial-reads`), so a search costs its READs x (round trip + its bytes' time): 15 entries 5.98 READs at \
-    1.96 µs, 130 entries 3.21 at 2.63 µs: 0.683 against 0.948 Mops (0.72x; 0.60x with \
+    1.96 µs, 130 entries 3.21 at 2.63 µs: 0.683 against 0.946 Mops (0.72x; 0.60x with \
     24-byte entries). The 130-entry tree falls below the 15-entry one only when its searches \
     are bound by the memory node's link below the 15-entry tree's READ-bound rate: more than \
     12.5 GB/s / 0.683 Mops = 18.3 KB a search, 1.6x what remora's R*-tree reads. At the \
@@ -41,7 +41,7 @@ const NODE_SIZE_NOTE: &str = "the paper puts its offloading's fall down to fetch
     READ count or bytes to tell which of its costs (more leaves a search, a larger node \
     image, a per-byte client cost) makes up the difference. From these runs' own figures \
     (issue 22): a READ's turn on a client node costs 1.96 µs at 535 bytes and 2.63 µs at \
-    3,614 (0.683 and 0.948 Mops over 8 nodes, 5.98 and 3.21 READs a search), so 1.84 µs \
+    3,614 (0.683 and 0.946 Mops over 8 nodes, 5.98 and 3.21 READs a search), so 1.84 µs \
     plus 0.22 ns a byte; the 130-entry tree would fall to the 15-entry one's rate only at \
     0.61 ns a byte (1.6 GB/s, 13 Gb/s a client node, an eighth of the paper's 100 Gb \
     link): its irrelevant rectangles cost bytes, and bytes cost less than the round trips \
