@@ -199,6 +199,7 @@ mod tests {
             hot_keys: 4,
             cold_keys: 32,
             hot_percent: 50,
+            extra_deletes: 0,
             key_bytes,
             with: Vec::new(),
             baseline: false,

@@ -112,6 +112,10 @@ pub struct LinArgs {
     /// Percentage of operations on hot keys.
     #[arg(long, default_value_t = 50)]
     pub hot_percent: u64,
+    /// Percentage of operations turned into deletes on top of the mix's 15% (CHIME's
+    /// merges run only where deletes empty leaves: `--index chime --extra-deletes 40`).
+    #[arg(long, default_value_t = 0)]
+    pub extra_deletes: u64,
     /// Key bytes: 8 (big-endian integers) or 16 (CANRT, formatted with 16-byte keys, and
     /// WORT/WOART: `lincheck::driver::wide_key`).
     #[arg(long, default_value_t = 8)]
@@ -316,6 +320,7 @@ fn spec(a: &LinArgs, client: u32, clients: u32, seed: u64, scans: bool) -> LinSp
         cold: a.cold_keys,
         hot_percent: a.hot_percent,
         key_len: a.key_bytes,
+        extra_deletes: a.extra_deletes,
         ..LinSpec::new(client, a.ops.div_ceil(clients as u64), seed, scans)
     }
 }

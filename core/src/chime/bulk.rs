@@ -78,6 +78,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let (old_root, first) = self.tree.bulk_root_over_leaf().await?.ok_or(empty)?;
         let mut leaf = [0u8; LEAF_LEN];
         let mut t = Table::empty();
+        self.begin();
         let h = self
             .read_run(first, Run::ALL, false, false, &mut leaf, &mut t)
             .await?;

@@ -64,15 +64,26 @@ impl<E: Endpoint> Chime<'_, E> {
     /// its live keys (not atomic against concurrent writers).
     pub async fn leaf_spread(&self) -> Result<LeafSpread, ChimeError> {
         // The leftmost leaf's low key is 0: the chain from it is every leaf.
+        self.begin();
         let mut at = self.locate(0).await?.addr;
         let mut leaf = [0u8; LEAF_LEN];
         let mut t = Table::empty();
         let mut s = LeafSpread::default();
         let mut run = 0u64;
         loop {
+            // Each leaf read is an attempt of its own (`reuse.rs`): the walk is a census,
+            // not atomic.
+            self.begin();
             let h = self
                 .read_run(at, Run::ALL, false, false, &mut leaf, &mut t)
                 .await?;
+            if super::merge::retired(h.sibling).is_some() {
+                return Err(crate::sherman::ShermanError::Unsettled {
+                    what: "chime: the census met a leaf retired by a concurrent merge",
+                    at,
+                    waited_ns: 0,
+                });
+            }
             s.add(t.live().count() as u64, &mut run);
             if h.sibling == 0 {
                 return Ok(s);

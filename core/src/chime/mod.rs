@@ -48,6 +48,13 @@
 //! over, as Sherman's; a leaf it tore in the middle of its write-back is redone by the lock's
 //! next holder from the redo record every leaf write posts first (`redo.rs`).
 //!
+//! Also beyond CHIME ([`ChimeConfig::merge`], on): a delete that leaves its leaf with at
+//! most [`MERGE_AT`] keys merges it into its left neighbour under both locks, behind a merge
+//! record that a lock takeover finishes (`merge.rs`); readers and writers that reach the
+//! retired leaf go left. Splits reuse retired leaves once no client can still hold their
+//! addresses: SMART's grace period and attempt lease (`reuse.rs`). So a tree under churn
+//! keeps a flat leaf count and flat remote memory.
+//!
 //! remora's own idea beyond CHIME (`delegation` and `combining`, off by default so the handle
 //! stays CHIME; `delegate.rs`): the threads of a compute node share their operations on a
 //! hot key, at most two lookups and two writes in flight per key and node, as SMART's read
@@ -63,13 +70,16 @@ mod delegate;
 mod hopscotch;
 mod hotspot;
 mod leaf;
+mod merge;
 mod read;
 mod redo;
+mod reuse;
 mod write;
 
 pub use bulk::{ChimeBulkStats, INSERT_FILL_PERCENT, INTERNAL_FILL_PERCENT};
 pub use delegate::DELEGATION_ENTRIES;
 pub use hotspot::HOTSPOT_ENTRY_BYTES;
+pub use merge::{MERGE_AT, MERGE_FILL};
 
 use crate::fabric::Endpoint;
 use crate::index::KvIndex;
@@ -77,6 +87,7 @@ use crate::sherman::{
     CacheCharge, CacheEviction, Sherman, ShermanConfig, ShermanError, ShermanNode,
 };
 use core::cell::{Cell, RefCell};
+use core::sync::atomic::AtomicU64;
 use delegate::Delegation;
 use hotspot::Hotspot;
 use remora_layouts::GlobalAddr;
@@ -114,6 +125,27 @@ pub struct ChimeConfig {
     /// remora's own idea, not CHIME's (off in [`ChimeConfig::chime`]): write combining of
     /// updates and upserts per compute node (`delegate.rs`), with hopscotch leaves.
     pub combining: bool,
+    /// Beyond CHIME (whose leaves never merge; on by default, as deletes are): a delete
+    /// that leaves its leaf with at most [`MERGE_AT`] keys merges it into its left
+    /// neighbour (`merge.rs`), and splits reuse the leaves merges retired, once no client
+    /// can still hold their addresses (`reuse.rs`). Off: a tree under churn keeps every
+    /// leaf it ever split.
+    pub merge: bool,
+    /// Deliberate faults, off in every real configuration: the tests that show what a
+    /// mechanism prevents turn one on and see them fail.
+    #[doc(hidden)]
+    pub mutation: Mutation,
+}
+
+/// Deliberate faults of [`ChimeConfig::mutation`] (tests only).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mutation {
+    /// A lock takeover does not finish a dead client's committed merge.
+    pub no_merge_completion: bool,
+    /// Retired leaves are reused at once, attempts are not aged, cached routes never
+    /// dropped.
+    pub reuse_unguarded: bool,
 }
 
 /// The share of the cache CHIME gives the hotspot buffer: 30 of 100 MB (the authors'
@@ -151,6 +183,11 @@ impl ChimeConfig {
             sibling_check: true,
             delegation: false,
             combining: false,
+            merge: true,
+            mutation: Mutation {
+                no_merge_completion: false,
+                reuse_unguarded: false,
+            },
         }
         .with_cache(100 << 20)
     }
@@ -222,6 +259,8 @@ pub struct ChimeNode {
     sherman: Arc<ShermanNode>,
     hot: Hotspot,
     delegation: Delegation,
+    /// When the cached level-1 pages were last dropped whole (`reuse.rs`), fabric clock.
+    routes_since: AtomicU64,
 }
 
 impl ChimeNode {
@@ -239,6 +278,7 @@ impl ChimeNode {
             } else {
                 0
             }),
+            routes_since: AtomicU64::new(0),
         }
     }
 
@@ -280,6 +320,17 @@ pub struct ChimeStats {
     /// Updates and upserts whose value another thread's write of the key applied
     /// (`combining`).
     pub combined_writes: u64,
+    /// Leaves merged into their left neighbours (`merge.rs`).
+    pub merges: u64,
+    /// Merged leaves retired (unlinked from level 1 too), and retired leaves reused by
+    /// splits (`reuse.rs`).
+    pub retired: u64,
+    /// Retired leaves reused by splits.
+    pub reused: u64,
+    /// Merges finished for a dead client by a lock takeover (`redo.rs`).
+    pub merges_finished: u64,
+    /// Attempts restarted because they had grown older than reuse allows (`reuse.rs`).
+    pub stale_attempts: u64,
 }
 
 /// One thread's handle on a CHIME tree.
@@ -292,6 +343,14 @@ pub struct Chime<'e, E: Endpoint> {
     redo_slots: RefCell<std_alloc::vec::Vec<GlobalAddr>>,
     /// Buffers of leaf splits (`write.rs`), kept so that a split allocates nothing.
     split_bufs: RefCell<std_alloc::vec::Vec<write::SplitBufs>>,
+    /// Merge records' slots of this handle (`merge.rs`), one per memory node at most.
+    merge_slots: RefCell<std_alloc::vec::Vec<GlobalAddr>>,
+    /// Leaves this handle retired, and those ready for reuse (`reuse.rs`).
+    reclaim: RefCell<crate::smart::reclaim::Reclaim>,
+    timing: crate::smart::reclaim::Timing,
+    /// When the current operation attempt began (`reuse.rs`): a handle runs one operation
+    /// at a time.
+    t0: Cell<u64>,
 }
 
 impl<'e, E: Endpoint> Chime<'e, E> {
@@ -329,13 +388,18 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         } else {
             Sherman::create_on(ep, cfg.sherman, node.sherman.clone()).await?
         };
+        let nodes = tree.alloc_nodes().0;
         Ok(Chime {
+            reclaim: RefCell::new(reuse::reclaim(&cfg.sherman, nodes)),
+            timing: reuse::timing(&cfg.sherman),
             tree,
             cfg,
             node,
             stats: Cell::new(ChimeStats::default()),
             redo_slots: RefCell::new(std_alloc::vec::Vec::new()),
             split_bufs: RefCell::new(std_alloc::vec::Vec::new()),
+            merge_slots: RefCell::new(std_alloc::vec::Vec::new()),
+            t0: Cell::new(0),
         })
     }
 

@@ -48,6 +48,8 @@ pub(super) enum Reach {
     Right { addr: GlobalAddr, low: u64 },
     /// The leaf's low key is above the key: the route was wrong; descend again.
     Lost,
+    /// The leaf was merged into `left` (`merge.rs`): the key is there or to its right.
+    Retired { left: GlobalAddr },
 }
 
 impl<'e, E: Endpoint> Chime<'e, E> {
@@ -56,7 +58,11 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut frame = [0u8; FRAME];
         let (r, cached) = self
             .tree
-            .leaf_route(key, &mut frame[..self.cfg.sherman.page_size])
+            .leaf_route(
+                key,
+                &mut frame[..self.cfg.sherman.page_size],
+                self.routes_cached(),
+            )
             .await?;
         Ok(At {
             addr: r.child,
@@ -74,6 +80,9 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         sibling: u64,
         low: Option<u64>,
     ) -> Result<Reach, ChimeError> {
+        if let Some(left) = super::merge::retired(sibling) {
+            return Ok(Reach::Retired { left });
+        }
         if low.is_some_and(|l| key < l) {
             return Ok(Reach::Lost);
         }
@@ -115,11 +124,22 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         self.tree.forget(key);
         match r {
             Reach::Right { addr, low } => {
-                if at.from_parent {
+                // A leaf found missing from its parent is linked here (a splitter that died
+                // before linking it) only without merges: with them, the leaf may have been
+                // merged away since it was read, and its link would name a retired leaf
+                // (`merge.rs`). It stays reached through its left sibling.
+                if at.from_parent && !self.cfg.merge {
                     self.tree.note_missing(low, addr);
                 }
                 *at = At {
                     addr,
+                    from_parent: false,
+                    next: None,
+                };
+            }
+            Reach::Retired { left } => {
+                *at = At {
+                    addr: left,
                     from_parent: false,
                     next: None,
                 };
@@ -196,7 +216,11 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             ep.charge(Work::GroupDecode(run.count));
             ep.charge(Work::Scan(run.count * NEIGHBOURHOOD));
             let why = match decode_run(&leaf[..], run, t) {
-                Ok(h) => return Ok(h),
+                Ok(h) => {
+                    // Trusted only if no reuse of the leaf can have happened (`reuse.rs`).
+                    self.fresh()?;
+                    return Ok(h);
+                }
                 Err(why) => why,
             };
             self.count(|s| s.retries += 1);
@@ -230,6 +254,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut gb = [0u8; GROUP_LEN];
         qp.read(addr.add(group_offset(slot / NEIGHBOURHOOD) as u64), &mut gb)
             .await?;
+        self.fresh()?;
         self.tree.endpoint().charge(Work::GroupDecode(1));
         let mut es = [Entry::default(); NEIGHBOURHOOD];
         match decode_group(&gb, &mut es) {
@@ -244,11 +269,24 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         }
     }
 
+    /// A lookup of `key`, restarted (bounded) when an attempt grew older than the reuse of
+    /// merged leaves allows (`reuse.rs`).
     pub(super) async fn lookup(
         &self,
         key: u64,
         out: &mut [u8],
     ) -> Result<Option<usize>, ChimeError> {
+        let mut p = self.tree.wait();
+        loop {
+            self.begin();
+            match self.lookup_once(key, out).await {
+                Err(e) if super::reuse::is_stale(&e) && p.step(self.tree.endpoint()) => {}
+                r => return r,
+            }
+        }
+    }
+
+    async fn lookup_once(&self, key: u64, out: &mut [u8]) -> Result<Option<usize>, ChimeError> {
         let mut at = self.locate(key).await?;
         if self.cfg.speculative
             && let Some(slot) = self.node.hot.get(key, at.addr)
@@ -290,6 +328,11 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         visit: &mut dyn FnMut(&[u8], &[u8]),
     ) -> Result<usize, ChimeError> {
         let mut seen = 0;
+        // The least key still to visit: a restarted attempt (`reuse.rs`) or a leaf found
+        // retired (its keys moved into its left neighbour, `merge.rs`) goes on from it.
+        let mut lo = from;
+        let mut p = self.tree.wait();
+        self.begin();
         let mut at = self.locate(from).await?.addr;
         let mut leaf = [0u8; LEAF_LEN];
         let mut t = Table::empty();
@@ -297,12 +340,32 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut batch: heapless::Vec<(u64, usize), { remora_layouts::chime::SLOTS }> =
             heapless::Vec::new();
         while seen < limit {
-            let h = self
+            let h = match self
                 .read_run(at, Run::ALL, false, false, &mut leaf, &mut t)
-                .await?;
+                .await
+            {
+                Ok(h) => h,
+                Err(e) if super::reuse::is_stale(&e) && p.step(self.tree.endpoint()) => {
+                    self.begin();
+                    at = self.locate(lo).await?.addr;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(left) = super::merge::retired(h.sibling) {
+                if !p.step(self.tree.endpoint()) {
+                    return Err(ShermanError::Unsettled {
+                        what: "chime: a scan kept meeting retired leaves",
+                        at,
+                        waited_ns: p.waited(self.tree.endpoint()),
+                    });
+                }
+                at = left;
+                continue;
+            }
             batch.clear();
             for (s, e) in t.e.iter().enumerate().take(batch.capacity()) {
-                if e.live && e.key >= from {
+                if e.live && e.key >= lo {
                     // Room for every slot: `take` bounds the slots to the capacity.
                     let _ = batch.push((e.key, s));
                 }
@@ -316,6 +379,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 let e = &t.e[s];
                 visit(&k.to_be_bytes(), &e.value[..e.len as usize]);
                 seen += 1;
+                lo = k + 1;
             }
             if h.sibling == 0 {
                 break;

@@ -27,6 +27,11 @@
 //! leaf is never touched (a stale record, of an earlier write that completed, is harmless),
 //! and a repairer that dies in the middle leaves the same record for the next.
 //!
+//! A merge (`merge.rs`) posts a *merge record* instead, named by both leaves' lock words:
+//! whoever takes either over finishes the merge from it (`Chime::finish_merge`). Its layout:
+//! the left leaf's address, the right one's, [`MERGE_MAGIC`] in the high half of the third
+//! word, a hash, then both new images.
+//!
 //! Record layout (little-endian words): the leaf's address; the unit mask (bit 0 the
 //! prefix, bit 1 + g group g, bits 15..9 one entry's slot + 1) with [`MAGIC`] in the high
 //! half; a hash of both and the bytes; 0; then each unit's bytes in order.
@@ -49,6 +54,42 @@ pub(super) const RECORD_MAX: usize = HEADER + LEAF_LEN;
 pub(super) const ALL_UNITS: u16 = (1 << (GROUPS + 1)) - 1;
 /// Tells a CHIME record from Sherman's (whose second word is an offset and a length).
 const MAGIC: u64 = 0x4348_494d;
+/// Tells a merge record (`merge.rs`) from a leaf write's.
+const MERGE_MAGIC: u64 = 0x4d52_4745;
+/// Bytes of a merge record: its header (L, R, kind, hash) and both new images.
+pub(super) const MERGE_RECORD: usize = HEADER + 2 * LEAF_LEN;
+
+/// Encodes the record of merging leaf `r` into `l` (their new images `li`, `ri`) into `out`
+/// ([`MERGE_RECORD`] bytes).
+pub(super) fn encode_merge(out: &mut [u8], l: GlobalAddr, r: GlobalAddr, li: &[u8], ri: &[u8]) {
+    out[HEADER..HEADER + LEAF_LEN].copy_from_slice(li);
+    out[HEADER + LEAF_LEN..MERGE_RECORD].copy_from_slice(ri);
+    let span = MERGE_MAGIC << 32;
+    let h = hash(
+        l.raw() ^ r.raw().rotate_left(32),
+        span,
+        &out[HEADER..MERGE_RECORD],
+    );
+    for (i, w) in [l.raw(), r.raw(), span, h].iter().enumerate() {
+        out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// The two leaves a merge record's header names (not yet checked against its bytes).
+fn merge_header(rec: &[u8]) -> Option<(GlobalAddr, GlobalAddr)> {
+    let (l, r) = (word(rec, 0), word(rec, 1));
+    (l != 0 && r != 0 && word(rec, 2) == MERGE_MAGIC << 32)
+        .then(|| (GlobalAddr::from_raw(l), GlobalAddr::from_raw(r)))
+}
+
+/// Whether `rec` ([`MERGE_RECORD`] bytes) is a whole merge record of `l` into `r`.
+fn merge_whole(rec: &[u8], l: GlobalAddr, r: GlobalAddr) -> bool {
+    hash(
+        l.raw() ^ r.raw().rotate_left(32),
+        word(rec, 2),
+        &rec[HEADER..MERGE_RECORD],
+    ) == word(rec, 3)
+}
 
 /// The byte range of unit `u` in a leaf.
 fn unit(u: usize) -> (usize, usize) {
@@ -253,6 +294,9 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         }
         let mut rec = [0u8; RECORD_MAX];
         qp.read(slot, &mut rec[..HEADER]).await?;
+        if let Some((l, r)) = merge_header(&rec) {
+            return self.finish_merge(ptr, slot, l, r).await;
+        }
         let Some((leaf, mask)) = header(&rec) else {
             return Ok(());
         };
@@ -271,6 +315,54 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         }
         qp.write(leaf, &img).await?;
         self.tree.count_leaf_redone();
+        Ok(())
+    }
+
+    /// Under a lock whose redo pointer `ptr` names the merge record at `slot` (of `r` into
+    /// `l`), just taken over from a dead merger: finishes the merge unless it landed whole
+    /// (`merge.rs`).
+    async fn finish_merge(
+        &self,
+        ptr: GlobalAddr,
+        slot: GlobalAddr,
+        l: GlobalAddr,
+        r: GlobalAddr,
+    ) -> Result<(), ChimeError> {
+        if self.cfg.mutation.no_merge_completion
+            || l.node() != slot.node()
+            || r.node() != slot.node()
+            || (self.tree.redo_ptr_of(l)? != ptr && self.tree.redo_ptr_of(r)? != ptr)
+        {
+            return Ok(());
+        }
+        let qp = self.tree.qp_of(slot)?;
+        let mut rec = std_alloc::vec![0u8; MERGE_RECORD];
+        qp.read(slot, &mut rec).await?;
+        if !merge_whole(&rec, l, r) {
+            return Ok(());
+        }
+        let mut img = [0u8; LEAF_LEN];
+        qp.read(r, &mut img).await?;
+        let mut t = Table::empty();
+        if leaf_whole(&img)
+            && decode_run(&img, Run::ALL, &mut t)
+                .is_ok_and(|h| super::merge::retired(h.sibling) == Some(l))
+        {
+            return Ok(());
+        }
+        let (li, ri) = rec[HEADER..].split_at(LEAF_LEN);
+        qp.post(&mut [
+            Op::Write {
+                remote: l,
+                local: li,
+            },
+            Op::Write {
+                remote: r,
+                local: ri,
+            },
+        ])
+        .await?;
+        self.count(|s| s.merges_finished += 1);
         Ok(())
     }
 

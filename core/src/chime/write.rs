@@ -6,8 +6,10 @@ use super::hopscotch::{NoRoom, Table, pack};
 use super::leaf::{
     Meta, Run, dirty_ranges, encode_group_of, encode_groups, encode_leaf, groups_of,
 };
+use super::merge::MERGE_AT;
 use super::read::{At, Reach};
 use super::redo::{ALL_UNITS, entry_unit};
+use super::reuse::is_stale;
 use super::{Chime, ChimeError};
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::sherman::{Batch, ShermanError};
@@ -28,6 +30,11 @@ pub(super) enum Change {
 /// What a locked step decided.
 enum Step {
     Done(bool),
+    /// A delete left leaf `leaf` (low key `low`) with at most `merge::MERGE_AT` keys.
+    Sparse {
+        leaf: GlobalAddr,
+        low: u64,
+    },
     /// The leaf does not cover the key (lock released): where to go.
     Elsewhere(Reach),
 }
@@ -58,6 +65,9 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         Ok(())
     }
 
+    /// An upsert, update or delete of `key`, restarted (bounded) when an attempt grew older
+    /// than the reuse of merged leaves allows (`reuse.rs`: it wrote nothing); a delete that
+    /// leaves its leaf sparse then merges it (`merge.rs`).
     pub(super) async fn modify(
         &self,
         key: u64,
@@ -65,21 +75,52 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         change: Change,
     ) -> Result<bool, ChimeError> {
         self.check_value(value)?;
+        let mut p = self.tree.wait();
+        loop {
+            self.begin();
+            match self.modify_once(key, value, change).await {
+                Err(e) if is_stale(&e) && p.step(self.tree.endpoint()) => {}
+                Ok(Step::Sparse { leaf, low }) => {
+                    // The delete is done; the merge is housekeeping, and a merge that
+                    // cannot finish now (a lock held, a stale attempt) is left undone.
+                    match self.merge(leaf, low).await {
+                        Err(ShermanError::Fabric(e)) => return Err(e.into()),
+                        _ => return Ok(true),
+                    }
+                }
+                Ok(Step::Done(r)) => return Ok(r),
+                // Not returned (`modify_once` moves on itself); were it, the next attempt
+                // starts over.
+                Ok(Step::Elsewhere(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn modify_once(
+        &self,
+        key: u64,
+        value: &[u8],
+        change: Change,
+    ) -> Result<Step, ChimeError> {
         let mut at = self.locate(key).await?;
         let mut p = self.tree.wait();
         let mut leaf = [0u8; LEAF_LEN];
         loop {
             let lock = self.lock(at.addr, None).await?;
+            if let Err(e) = self.fresh() {
+                return self.bail(at.addr, lock, Err(e)).await;
+            }
             match self
                 .modify_locked(at, lock, key, value, change, &mut leaf)
                 .await?
             {
-                Step::Done(r) => {
-                    self.tree.finish_links().await?;
-                    return Ok(r);
-                }
                 Step::Elsewhere(r) => {
                     self.step(key, r, &mut at, &mut p).await?;
+                }
+                done => {
+                    self.tree.finish_links().await?;
+                    return Ok(done);
                 }
             }
         }
@@ -156,6 +197,9 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                     Err(e) => return self.bail(addr, lock, Err(e)).await,
                 };
                 encode_group_of(&mut leaf[..], &t, g, &gh);
+                if let Err(e) = self.fresh() {
+                    return self.bail(addr, lock, Err(e)).await;
+                }
                 let (hd, o) = (group_offset(g), slot_offset(s));
                 let logged = match self.log(addr, entry_unit(s), &leaf[..]).await {
                     Ok(l) => l,
@@ -229,6 +273,9 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         };
         let groups = groups_of(dirty);
         encode_groups(&mut leaf[..], &t, groups, meta, &mut prefix);
+        if let Err(e) = self.fresh() {
+            return self.bail(addr, lock, Err(e)).await;
+        }
         let logged = match self.log(addr, 1 | (groups as u16) << 1, &leaf[..]).await {
             Ok(l) => l,
             Err(e) => return self.bail(addr, lock, Err(e)).await,
@@ -251,6 +298,13 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         drop(ops);
         self.unlog(logged);
         r?;
+        let live = SLOTS - prefix.vacancy.count_ones() as usize;
+        if change == Change::Delete && self.cfg.merge && live <= MERGE_AT && meta.low != 0 {
+            return Ok(Step::Sparse {
+                leaf: addr,
+                low: meta.low,
+            });
+        }
         Ok(Step::Done(true))
     }
 
@@ -310,7 +364,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         addrs.clear();
         addrs.push(addr);
         for _ in 1..parts.len() {
-            match self.tree.alloc_leaf(LEAF_LEN as u64).await {
+            match self.alloc_leaf().await {
                 Ok(a) => addrs.push(a),
                 Err(e) => return self.bail(addr, lock, Err(e)).await,
             }
@@ -335,6 +389,11 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 LeafPrefix::default()
             };
             encode_leaf(img, part, m, &mut pf);
+        }
+        if let Err(e) = self.fresh() {
+            // Nothing written: the leaves allocated are nobody's.
+            self.give_back(&addrs[1..]);
+            return self.bail(addr, lock, Err(e)).await;
         }
         let (parts, addrs, images) = (&*parts, &*addrs, &*images);
         // The new leaves first: in the unlock's doorbell when on the same node (per-queue-

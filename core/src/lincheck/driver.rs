@@ -57,6 +57,10 @@ pub struct LinSpec {
     /// Key bytes the index takes: 8 (the key's big-endian bytes) or 16 (those, then 8 more
     /// bytes derived from the key: [`wide_key`]; key order is unchanged).
     pub key_len: usize,
+    /// Percentage of operations turned into deletes on top of the mix's 15% (0: the mix
+    /// alone, whose live sets stay about two thirds full): a delete-heavy history empties
+    /// leaves, so CHIME's merges (`chime/merge.rs`) run under the check.
+    pub extra_deletes: u64,
 }
 
 /// The 16-byte form of key `k`: its big-endian bytes, then those of a mix of it (so no byte
@@ -95,6 +99,7 @@ impl LinSpec {
             value_size: 8,
             scans,
             key_len: 8,
+            extra_deletes: 0,
         }
     }
 }
@@ -152,6 +157,7 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
         || !(8..=256).contains(&s.value_size)
         || (s.hot == 0 && s.cold == 0)
         || s.hot_percent > 100
+        || s.extra_deletes > 100
         || (s.key_len != 8 && s.key_len != 16)
     {
         return Err(LinClientError::BadSpec(s));
@@ -178,6 +184,7 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
         value[..8].copy_from_slice(&t.to_le_bytes());
         let v = &value[..s.value_size];
         let op = match (r >> 32) % 20 {
+            _ if s.extra_deletes > 0 && (r >> 56) % 100 < s.extra_deletes => Op::Delete { key },
             0..=5 => Op::Upsert { key, value: t },
             6..=8 => Op::Update { key, value: t },
             9..=11 => Op::Delete { key },

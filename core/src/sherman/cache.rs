@@ -443,6 +443,18 @@ impl IndexCache {
     pub(super) fn bytes(&self) -> usize {
         self.bytes
     }
+
+    /// Drops every cached level-1 page (CHIME's reuse of merged leaves bounds how long a
+    /// page naming leaves may be used: `crate::chime`'s `reuse.rs`). Not used by Sherman.
+    pub(super) fn clear_level1(&mut self) {
+        let lows: Vec<u64> = self
+            .levels
+            .first()
+            .map_or(Vec::new(), |m| m.keys().copied().collect());
+        for low in lows {
+            self.remove(1, low);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use super::tree::Sherman;
 use super::{ShermanConfig, ShermanError, ShermanNode};
 use crate::fabric::Endpoint;
 use remora_layouts::GlobalAddr;
-use remora_layouts::sherman::{Geometry, KEY_INFINITY, PageHeader, seal};
+use remora_layouts::sherman::{
+    Geometry, KEY_INFINITY, PageHeader, internal_entry, seal, set_internal_entry,
+};
 use std_alloc::sync::Arc;
 
 pub(crate) use super::lock::Batch;
@@ -55,13 +57,16 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     /// The leaf covering `key` as the level-1 pages say, with the range and next leaf they
     /// give it ([`Route`]): from the index cache (true), else by walking down to the level-1
     /// page (read into `buf`, one page) and caching it.
+    /// The index cache is consulted only with `cached` (CHIME drops its cached pages once
+    /// reuse of merged leaves requires it).
     pub(crate) async fn leaf_route(
         &self,
         key: u64,
         buf: &mut [u8],
+        cached: bool,
     ) -> Result<(Route, bool), ShermanError> {
         self.ep.charge(crate::fabric::Work::Probe(1));
-        if let Some(r) = self.node.route_for(key, &self.g) {
+        if cached && let Some(r) = self.node.route_for(key, &self.g) {
             return Ok((r, true));
         }
         let at = self.walk(key, Some(1), buf).await?;
@@ -163,6 +168,90 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     /// Inserts the separators this handle found missing.
     pub(crate) async fn finish_links(&self) -> Result<(), ShermanError> {
         self.link_missing().await
+    }
+
+    /// How many memory nodes the tree allocates on, and the id of the `i`-th.
+    pub(crate) fn alloc_nodes(&self) -> (usize, impl Fn(usize) -> Option<remora_layouts::NodeId>) {
+        let ids: std_alloc::vec::Vec<_> = self.allocs.iter().map(|a| a.node()).collect();
+        (ids.len(), move |i| ids.get(i).copied())
+    }
+
+    /// The position of `a`'s memory node among [`Self::alloc_nodes`].
+    pub(crate) fn alloc_index(&self, a: GlobalAddr) -> Option<usize> {
+        self.allocs.iter().position(|x| x.node() == a.node())
+    }
+
+    /// Removes the level-1 entry `sep` -> `child` (a leaf merged into its left neighbour,
+    /// whose range now holds `sep`'s keys): true if this call removed it. False when the
+    /// page covering `sep` has no such entry (never linked, removed already, or `child` is
+    /// the page's leftmost child, which stays). The page is rewritten under its lock, as a
+    /// separator insert does; Sherman itself never removes entries. The caller holds the
+    /// lock words `held` (false, nothing done, if the page's lock is one of them).
+    pub(crate) async fn unlink_leaf(
+        &self,
+        sep: u64,
+        child: GlobalAddr,
+        held: &[GlobalAddr],
+    ) -> Result<bool, ShermanError> {
+        let mut buf = std_alloc::vec![0u8; self.g.page_size];
+        let mut img = std_alloc::vec![0u8; self.g.page_size];
+        let mut p = self.patience();
+        let mut addr = self.walk(sep, Some(1), &mut buf).await?;
+        loop {
+            if !p.step(self.ep) {
+                return Ok(false);
+            }
+            let qp = self.qp(addr)?;
+            if held.contains(&self.lock_for(addr)?) {
+                return Ok(false);
+            }
+            let (lock, _) = self.acquire_page(addr, None).await?;
+            let h = match self.read_page_as(addr, &mut buf, true).await {
+                Ok(h) => h,
+                Err(e) => {
+                    self.locks.release(qp, lock, &mut Batch::new()).await?;
+                    return Err(e);
+                }
+            };
+            if !h.covers(sep) || h.level() != 1 {
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
+                if sep >= h.high_fence && h.level() == 1 && h.sibling != 0 {
+                    addr = GlobalAddr::from_raw(h.sibling);
+                    continue;
+                }
+                return Ok(false);
+            }
+            let count = h.count();
+            let at = (0..count)
+                .find(|&i| internal_entry(&buf, &self.g, i).is_ok_and(|e| e == (sep, child.raw())));
+            let Some(at) = at else {
+                self.locks.release(qp, lock, &mut Batch::new()).await?;
+                return Ok(false);
+            };
+            let hh = PageHeader {
+                front_version: h.front_version.wrapping_add(1).max(1),
+                meta: PageHeader::pack_meta(1, false, count - 1),
+                ..h
+            };
+            img.fill(0);
+            hh.encode(&mut img);
+            for (j, i) in (0..count).filter(|&i| i != at).enumerate() {
+                let (k, c) = internal_entry(&buf, &self.g, i)
+                    .map_err(|why| ShermanError::Corrupt { addr, why })?;
+                set_internal_entry(&mut img, &self.g, j, k, c);
+            }
+            seal(&mut img, &self.g);
+            let mut ops = Batch::new();
+            self.page_write_ops(addr, &img, &mut ops);
+            self.locks.release(qp, lock, &mut ops).await?;
+            self.node.cache_invalidate(sep);
+            return Ok(true);
+        }
+    }
+
+    /// Drops every cached level-1 page of this compute node; false if the cache stayed busy.
+    pub(crate) fn forget_leaves(&self) -> bool {
+        self.node.cache_clear_level1()
     }
 
     /// Drops the cached level-1 page covering `key`.

@@ -123,6 +123,20 @@ impl ShermanNode {
         }
     }
 
+    /// Drops every cached level-1 page, waiting a bounded number of spins for the cache's
+    /// exclusive guard; false if it stayed busy (the caller must then not use the cache).
+    /// For CHIME's reuse of merged leaves; Sherman never calls it.
+    pub(crate) fn cache_clear_level1(&self) -> bool {
+        for _ in 0..GUARD_TRIES {
+            if let Some(mut c) = self.cache.write() {
+                c.clear_level1();
+                return true;
+            }
+            core::hint::spin_loop();
+        }
+        false
+    }
+
     /// Bytes in the index cache (0 while it is being changed).
     pub fn cache_bytes(&self) -> usize {
         self.cache.read(0).map_or(0, |c| c.bytes())
@@ -215,6 +229,11 @@ impl NodeCache {
 
     pub(crate) fn cache_invalidate(&self, key: u64) {
         self.node.cache_invalidate(key)
+    }
+
+    /// [`ShermanNode::cache_clear_level1`].
+    pub(crate) fn cache_clear_level1(&self) -> bool {
+        self.node.cache_clear_level1()
     }
 
     /// This handle's hits and misses, and bytes in the node's cache.

@@ -76,7 +76,7 @@ mod nodelock;
 mod onchip;
 #[cfg(test)]
 mod onchip_tests;
-mod reclaim;
+pub(crate) mod reclaim;
 mod recover;
 mod remote;
 #[cfg(test)]
