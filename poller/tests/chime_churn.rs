@@ -122,6 +122,7 @@ fn chime_merges_and_reuses_leaves_under_churn() {
     let ep = node.endpoint().unwrap();
     block_on(async {
         let mut cfg = ChimeConfig::chime();
+        cfg.merge = true;
         cfg.sherman.page_size = 256;
         cfg.sherman.lease = LeaseConfig {
             lease_ns: 20_000_000,

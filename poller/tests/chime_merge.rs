@@ -34,6 +34,7 @@ const MERGE_RECORD: usize = 32 + 2 * LEAF_LEN;
 
 fn cfg(no_completion: bool) -> ChimeConfig {
     let mut c = ChimeConfig::chime();
+    c.merge = true;
     c.sherman.page_size = 256;
     c.sherman.lease = LeaseConfig {
         lease_ns: 20_000_000,

@@ -20,6 +20,7 @@ const LEASE_NS: u64 = 5_000_000;
 
 fn cfg(unguarded: bool) -> ChimeConfig {
     let mut c = ChimeConfig::chime();
+    c.merge = true;
     c.sherman.page_size = 256;
     c.sherman.lease = LeaseConfig {
         lease_ns: LEASE_NS,
