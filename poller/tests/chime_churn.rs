@@ -1,14 +1,14 @@
 //! CHIME's leaves under churn (deletes and inserts over a fixed live set, as `remora bench
 //! --churn`). Without merges (`merge: false`, CHIME's own behaviour) the leaf count only
 //! grows; the first test checks that the growth settles (splits that allocate happen only to
-//! leaves a fresh table cannot hold, `hopscotch::pack`). With merges (the default,
+//! leaves a fresh table cannot hold, `hopscotch::pack`). With merges (`--with merge`,
 //! `merge.rs`) sparse leaves merge into their neighbours and splits reuse the retired ones
 //! (`reuse.rs`): the second test checks that the leaf count stays flat and that, past the
 //! warm-up, splits take retired leaves instead of fresh memory. Both: every live key reads
 //! back.
 use remora_core::block_on::block_on;
 use remora_core::chime::census::LeafSpread;
-use remora_core::chime::{Chime, ChimeConfig};
+use remora_core::chime::{Chime, ChimeConfig, ChimeStats};
 use remora_core::index::KvIndex;
 use remora_core::lease::LeaseConfig;
 use remora_poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode};
@@ -21,6 +21,44 @@ fn key(n: u64) -> [u8; 8] {
 
 async fn spread(t: &Chime<'_, SoftEndpoint>) -> LeafSpread {
     t.leaf_spread().await.unwrap()
+}
+
+/// Loads `live` keys into `t`, then runs `ops` churn operations (a delete of a uniformly
+/// chosen live key and an insert of a fresh one each) and checks that every live key reads
+/// back. Returns the leaves after the load, and the leaves and the handle's counters at each
+/// quarter of the churn.
+async fn churn(
+    t: &Chime<'_, SoftEndpoint>,
+    live_n: u64,
+    ops: u64,
+) -> (LeafSpread, Vec<LeafSpread>, Vec<ChimeStats>) {
+    for n in 0..live_n {
+        t.upsert(&key(n), &n.to_le_bytes()).await.unwrap();
+    }
+    let loaded = spread(t).await;
+    let mut live: Vec<u64> = (0..live_n).collect();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let (mut at, mut stats) = (Vec::new(), Vec::new());
+    for done in 0..ops {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let slot = (x % live_n) as usize;
+        assert!(t.delete(&key(live[slot])).await.unwrap(), "op {done}");
+        let new = live_n + done;
+        t.upsert(&key(new), &new.to_le_bytes()).await.unwrap();
+        live[slot] = new;
+        if (done + 1) % (ops / 4) == 0 {
+            at.push(spread(t).await);
+            stats.push(t.stats());
+        }
+    }
+    let mut out = [0u8; 8];
+    for &n in &live {
+        assert_eq!(t.get(&key(n), &mut out).await.unwrap(), Some(8), "key {n}");
+        assert_eq!(u64::from_le_bytes(out), n, "key {n}");
+    }
+    (loaded, at, stats)
 }
 
 /// 2,000 live keys, 400,000 churn operations (a delete of a uniformly chosen live key and an
@@ -49,31 +87,7 @@ fn chime_leaf_count_settles_under_churn() {
         cfg.merge = false;
         cfg.sherman.page_size = 256;
         let t = Chime::create(&ep, cfg.with_cache(1 << 20)).await.unwrap();
-        for n in 0..LIVE {
-            t.upsert(&key(n), &n.to_le_bytes()).await.unwrap();
-        }
-        let loaded = spread(&t).await;
-        let mut live: Vec<u64> = (0..LIVE).collect();
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut at = Vec::new();
-        for done in 0..OPS {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let slot = (x % LIVE) as usize;
-            assert!(t.delete(&key(live[slot])).await.unwrap(), "op {done}");
-            let new = LIVE + done;
-            t.upsert(&key(new), &new.to_le_bytes()).await.unwrap();
-            live[slot] = new;
-            if (done + 1) % (OPS / 4) == 0 {
-                at.push(spread(&t).await);
-            }
-        }
-        let mut out = [0u8; 8];
-        for &n in &live {
-            assert_eq!(t.get(&key(n), &mut out).await.unwrap(), Some(8), "key {n}");
-            assert_eq!(u64::from_le_bytes(out), n, "key {n}");
-        }
+        let (loaded, at, _) = churn(&t, LIVE, OPS).await;
         let leaves: Vec<u64> = core::iter::once(&loaded)
             .chain(&at)
             .map(|s| s.leaves)
@@ -129,33 +143,7 @@ fn chime_merges_and_reuses_leaves_under_churn() {
             ..LeaseConfig::default()
         };
         let t = Chime::create(&ep, cfg.with_cache(1 << 20)).await.unwrap();
-        for n in 0..LIVE {
-            t.upsert(&key(n), &n.to_le_bytes()).await.unwrap();
-        }
-        let loaded = spread(&t).await;
-        let mut live: Vec<u64> = (0..LIVE).collect();
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut at = Vec::new();
-        let mut stats = Vec::new();
-        for done in 0..OPS {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let slot = (x % LIVE) as usize;
-            assert!(t.delete(&key(live[slot])).await.unwrap(), "op {done}");
-            let new = LIVE + done;
-            t.upsert(&key(new), &new.to_le_bytes()).await.unwrap();
-            live[slot] = new;
-            if (done + 1) % (OPS / 4) == 0 {
-                at.push(spread(&t).await);
-                stats.push(t.stats());
-            }
-        }
-        let mut out = [0u8; 8];
-        for &n in &live {
-            assert_eq!(t.get(&key(n), &mut out).await.unwrap(), Some(8), "key {n}");
-            assert_eq!(u64::from_le_bytes(out), n, "key {n}");
-        }
+        let (loaded, at, stats) = churn(&t, LIVE, OPS).await;
         let leaves: Vec<u64> = core::iter::once(&loaded)
             .chain(&at)
             .map(|s| s.leaves)

@@ -40,15 +40,7 @@ const STALE: &str = "chime: attempt older than the reuse of merged leaves allows
 /// The time bounds of reuse from the tree's leases (SMART's: an attempt has room for a
 /// whole lease wait and a takeover; grace is three attempts).
 pub(super) fn timing(cfg: &ShermanConfig) -> Timing {
-    let l = &cfg.lease;
-    let attempt_ns = l
-        .lease_ns
-        .saturating_mul(2)
-        .saturating_add(l.max_backoff_ns);
-    Timing {
-        attempt_ns,
-        grace_ns: attempt_ns.saturating_mul(3),
-    }
+    Timing::of_lease(&cfg.lease)
 }
 
 /// A fresh retire list for a tree on `nodes` memory nodes.

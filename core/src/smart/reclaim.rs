@@ -40,6 +40,7 @@
 //! *spare* memory of that handle, reused first, once a grace period has passed since the
 //! recovery began (every address into the previous life is older than that).
 use super::config::SmartConfig;
+use crate::lease::LeaseConfig;
 use remora_layouts::GlobalAddr;
 use std_alloc::collections::VecDeque;
 use std_alloc::vec::Vec;
@@ -55,7 +56,11 @@ pub(crate) struct Timing {
 
 impl Timing {
     pub(crate) fn of(cfg: &SmartConfig) -> Timing {
-        let l = &cfg.lease;
+        Timing::of_lease(&cfg.lease)
+    }
+
+    /// The bounds for a tree whose locks have lease `l` (SMART's, and CHIME's leaves).
+    pub(crate) fn of_lease(l: &LeaseConfig) -> Timing {
         let attempt_ns = l
             .lease_ns
             .saturating_mul(2)
