@@ -91,6 +91,7 @@ use crate::sherman::{
     CacheCharge, CacheEviction, Sherman, ShermanConfig, ShermanError, ShermanNode,
 };
 use core::cell::{Cell, RefCell};
+#[cfg(target_has_atomic = "64")]
 use core::sync::atomic::AtomicU64;
 use delegate::Delegation;
 use hotspot::Hotspot;
@@ -266,6 +267,9 @@ pub struct ChimeNode {
     hot: Hotspot,
     delegation: Delegation,
     /// When the cached level-1 pages were last dropped whole (`reuse.rs`), fabric clock.
+    /// Targets without 64-bit atomics have no such stamp: with merges on they drop the
+    /// level-1 pages at every attempt (`Chime::routes_cached`).
+    #[cfg(target_has_atomic = "64")]
     routes_since: AtomicU64,
 }
 
@@ -284,6 +288,7 @@ impl ChimeNode {
             } else {
                 0
             }),
+            #[cfg(target_has_atomic = "64")]
             routes_since: AtomicU64::new(0),
         }
     }

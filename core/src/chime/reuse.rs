@@ -30,6 +30,7 @@ use super::{Chime, ChimeError};
 use crate::fabric::Endpoint;
 use crate::sherman::{ShermanConfig, ShermanError};
 use crate::smart::reclaim::{Reclaim, Timing};
+#[cfg(target_has_atomic = "64")]
 use core::sync::atomic::Ordering::Relaxed;
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::LEAF_LEN;
@@ -89,6 +90,19 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         if !self.guarded() {
             return true;
         }
+        #[cfg(not(target_has_atomic = "64"))]
+        {
+            // No stamp to age the cache by (a 32-bit target): drop the level-1 pages at every
+            // attempt, so that only pages this attempt reads are used.
+            self.tree.forget_leaves()
+        }
+        #[cfg(target_has_atomic = "64")]
+        self.routes_cached_since()
+    }
+
+    /// [`Self::routes_cached`] by the node's stamp of its last drop.
+    #[cfg(target_has_atomic = "64")]
+    fn routes_cached_since(&self) -> bool {
         let now = self.tree.endpoint().now_ns();
         let started = self.node.routes_since.load(Relaxed);
         if now.saturating_sub(started) < self.timing.cache_ttl_ns() {
