@@ -315,6 +315,7 @@ pub(crate) fn nonblocking_channel(
 ///
 /// # Safety
 /// `channel` is live and non-blocking ([`nonblocking_channel`]).
+// SAFETY: unsafe to call, not to run: its one FFI call relies only on the contract above.
 pub(crate) unsafe fn next_event(channel: *mut sys::ibv_comp_channel) -> Option<*mut sys::ibv_cq> {
     let mut cq: *mut sys::ibv_cq = std::ptr::null_mut();
     let mut ctx: *mut libc::c_void = std::ptr::null_mut();
