@@ -307,6 +307,7 @@ mod tests {
             cdf: vec![[1000.0, 0.5], [2000.0, 1.0]],
             command: command.into(),
             build: Some(Build::this()),
+            machine: None,
         }
     }
 

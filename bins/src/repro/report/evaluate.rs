@@ -353,7 +353,7 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
         },
         figure(d, c.metric),
         if row.wall_clock {
-            format!(" (wall-clock, real threads: {})", machine())
+            format!(" (wall-clock, real threads: {})", machine_of(n))
         } else {
             String::new()
         }

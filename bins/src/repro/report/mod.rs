@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-use why::{machine, reason};
+use why::{machine_of, reason};
 
 /// One measured point: a series (or factor step) on a workload at a client count.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -78,6 +78,11 @@ pub struct Point {
     /// before builds were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<crate::repro::resume::Build>,
+    /// Wall-clock points (any fabric but the sim): the machine and its load average when
+    /// the point was measured, so a report made later (`--resume`) states the load the
+    /// figure had, not the load at report time. None for sim points and older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }
 
 impl Point {
@@ -125,6 +130,7 @@ impl Point {
             cdf: r.run.latency_cdf.clone(),
             command: command.into(),
             build: Some(crate::repro::resume::Build::this()),
+            machine: (r.fabric != "sim").then(why::machine),
         }
     }
 

@@ -29,6 +29,7 @@ pub(super) fn pt(series: &str, w: &str, clients: usize, mops: f64, p50: f64) -> 
         cdf: vec![[1000.0, 0.0], [p50, 0.5], [p50 * 4.0, 1.0]],
         command: "remora bench --x, y".into(),
         build: None,
+        machine: None,
     }
 }
 

@@ -15,7 +15,7 @@ pub(super) fn reason(m: Metric, r: f64, n: &Point, d: &Point, num: &str, den: &s
         why.push(format!(
             "real threads on {}: {num} p50 {:.1} µs but p99 {:.1} µs, {den} p50 {:.1} µs, \
              p99 {:.1} µs{}",
-            machine(),
+            machine_of(n),
             us(n.p50_ns),
             us(n.p99_ns),
             us(d.p50_ns),
@@ -127,7 +127,16 @@ pub(super) fn reason(m: Metric, r: f64, n: &Point, d: &Point, num: &str, den: &s
     format!("{}: {}", kind.join(", "), why.join("; "))
 }
 
-/// This machine, for wall-clock rows: cores, CPU model, load average when measured.
+/// The machine of wall-clock point `p` as recorded when it was measured; for a point of a
+/// file written before that was recorded, this machine now, saying so.
+pub fn machine_of(p: &Point) -> String {
+    p.machine
+        .clone()
+        .unwrap_or_else(|| format!("{} (now: not recorded when measured)", machine()))
+}
+
+/// This machine, for wall-clock rows: cores, CPU model, load average now (called when a
+/// point is measured: [`Point::machine`]).
 pub fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let model = std::fs::read_to_string("/proc/cpuinfo")
