@@ -16,7 +16,7 @@ use remora::core::smart::{KeyMode, SmartConfig, Techniques};
 use remora::poller::executor::{ServerCore, plan_cores, run_coroutines};
 use remora::poller::sim::{Sim, SimConfig};
 use remora::poller::soft::{NodeConfig, SoftMemoryNode};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
 #[path = "check_bulk.rs"]
@@ -116,6 +116,20 @@ pub struct LinArgs {
     /// merges run only where deletes empty leaves: `--index chime --extra-deletes 40`).
     #[arg(long, default_value_t = 0)]
     pub extra_deletes: u64,
+    /// Fill-and-drain phases of N operations per client (0: none): 70% upserts, then 70%
+    /// deletes, over and over, so leaves fill and empty (`--index chime --with merge
+    /// --cold-keys 64 --hot-percent 20 --waves 400` runs CHIME's merges under the check; the merge count is
+    /// printed per seed).
+    #[arg(long, default_value_t = 0)]
+    pub waves: u64,
+    /// Lock leases of N µs instead of the index's default (smart, sherman, fg-plus, chime).
+    /// CHIME reuses a merged leaf only three attempt leases (each two lock leases) after its
+    /// merge, so a history of a few virtual milliseconds reuses leaves only with short leases
+    /// (`--index chime --with merge --waves 400 --lease-us 1000`). A lock held past its
+    /// lease may be taken over and its holder fenced (its queue pair broken: the history
+    /// then ends with an index error): at 200 µs a live merger under hot-key load was.
+    #[arg(long)]
+    pub lease_us: Option<u64>,
     /// Key bytes: 8 (big-endian integers) or 16 (CANRT, formatted with 16-byte keys, and
     /// WORT/WOART: `lincheck::driver::wide_key`).
     #[arg(long, default_value_t = 8)]
@@ -146,10 +160,11 @@ pub struct LinArgs {
     /// the factor analysis's in-place steps do (`SmartConfig::leaf_handover`).
     #[arg(long)]
     pub leaf_handover: bool,
-    /// With --index smart: the write-combining leader picks up the latest queued value once
-    /// it holds the leaf's lock and writes once (`SmartConfig::combine_latest`).
+    /// With --index smart: the write-combining leader writes its own value, then the latest
+    /// queued one in a second write, instead of picking up the latest queued value once it
+    /// holds the leaf's lock (the default, `SmartConfig::combine_latest`).
     #[arg(long)]
-    pub combine_latest: bool,
+    pub no_combine_latest: bool,
     /// Bulk-load the index with N keys before the clients start (below every key of the
     /// workload, read back after it), to check a loaded tree: smart, sherman, fg-plus and
     /// chime on the sim and soft, canrt on the sim (`check_bulk.rs`).
@@ -321,16 +336,64 @@ fn spec(a: &LinArgs, client: u32, clients: u32, seed: u64, scans: bool) -> LinSp
         hot_percent: a.hot_percent,
         key_len: a.key_bytes,
         extra_deletes: a.extra_deletes,
+        waves: a.waves,
         ..LinSpec::new(client, a.ops.div_ceil(clients as u64), seed, scans)
     }
 }
 
+/// `cfg` with lock leases of `ns` (`--lease-us`).
+fn with_lease(mut cfg: IndexCfg, ns: u64) -> Result<IndexCfg, String> {
+    let lease = match &mut cfg {
+        IndexCfg::Smart { cfg, .. } => &mut cfg.lease,
+        IndexCfg::Sherman { cfg, .. } => &mut cfg.lease,
+        IndexCfg::Chime { cfg } => &mut cfg.sherman.lease,
+        _ => return Err("--lease-us: only with --index smart, sherman, fg-plus or chime".into()),
+    };
+    if ns == 0 || ns >= lease.deadline_ns {
+        return Err(format!(
+            "--lease-us: a lease of 1 µs up to the deadline ({} µs)",
+            lease.deadline_ns / 1000
+        ));
+    }
+    lease.lease_ns = ns;
+    Ok(cfg)
+}
+
+/// CHIME's merge counters summed over a history's clients (zero for other indexes): a
+/// history meant to check merges shows that it ran some.
+#[derive(Debug, Default, Clone, Copy)]
+struct Merges {
+    merges: u64,
+    retired: u64,
+    reused: u64,
+}
+
+impl Merges {
+    fn add<E: remora::core::fabric::Endpoint>(&mut self, h: &Handle<'_, E>) {
+        if let Handle::Chime(c) = h {
+            let s = c.stats();
+            self.merges += s.merges;
+            self.retired += s.retired;
+            self.reused += s.reused;
+        }
+    }
+
+    fn sum(parts: impl IntoIterator<Item = Merges>) -> Merges {
+        parts.into_iter().fold(Merges::default(), |a, b| Merges {
+            merges: a.merges + b.merges,
+            retired: a.retired + b.retired,
+            reused: a.reused + b.reused,
+        })
+    }
+}
+
 /// One seed on the sim: 4 compute nodes, `clients` clients, virtual time.
-fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String> {
+fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<(History, Merges), String> {
     let clients = a.clients;
     let per = a.ops.div_ceil(clients as u64) as usize * clients as usize;
     let rec = Recorder::new(per, per * 17);
     let errors = RefCell::new(Vec::<String>::new());
+    let merges = Cell::new(Merges::default());
     let scfg = SimConfig {
         compute_nodes: 4,
         region_len: 64 << 20,
@@ -392,7 +455,7 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
     for c in 0..clients {
         let base = sim.client(c as usize % 4).map_err(|e| e.0)?;
         let state = &states[c as usize % 4];
-        let (rec, errs) = (&rec, &errors);
+        let (rec, errs, merges) = (&rec, &errors, &merges);
         let s = spec(a, 1 + c, clients, seed, scans);
         sim.spawn_with(&base, 0, move |ctx| async move {
             let idx = match Handle::open_on(ctx.ep(), cfg, state).await {
@@ -403,6 +466,9 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
             if let Err(e) = lin_client(&idx, &s, rec, &clock).await {
                 errs.borrow_mut().push(format!("client {}: {e}", s.client));
             }
+            let mut m = merges.get();
+            m.add(&idx);
+            merges.set(m);
         });
     }
     let mut r = sim.run();
@@ -433,7 +499,8 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<History, String
     if let Some(e) = errors.borrow().first() {
         return Err(format!("seed {seed}: {e}"));
     }
-    rec.finish().map_err(|e| e.to_string())
+    let h = rec.finish().map_err(|e| e.to_string())?;
+    Ok((h, merges.get()))
 }
 
 fn seed_is_first(a: &LinArgs, seed: u64) -> bool {
@@ -448,7 +515,7 @@ fn soft_history(
     seed: u64,
     threads: usize,
     coros: usize,
-) -> Result<History, String> {
+) -> Result<(History, Merges), String> {
     let clients = (threads * coros) as u32;
     if clients == 0 || clients > 255 {
         return Err("--threads × --coroutines must be 1..=255 clients".into());
@@ -490,11 +557,11 @@ fn soft_history(
     let start = Instant::now();
     // The threads are one compute node: they share its per-node state.
     let shared = NodeState::new(cfg);
-    let parts: Result<Vec<History>, String> = std::thread::scope(|s| {
+    let parts: Result<Vec<(History, Merges)>, String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|th| {
                 let (node, plan, shared) = (&node, &plan, &shared);
-                s.spawn(move || -> Result<History, String> {
+                s.spawn(move || -> Result<(History, Merges), String> {
                     if let Some(&c) = plan.workers.get(th) {
                         core_affinity::set_for_current(core_affinity::CoreId { id: c });
                     }
@@ -517,7 +584,9 @@ fn soft_history(
                     for r in run_coroutines(futs) {
                         r?;
                     }
-                    rec.finish().map_err(|e| e.to_string())
+                    let mut m = Merges::default();
+                    m.add(&idx);
+                    Ok((rec.finish().map_err(|e| e.to_string())?, m))
                 })
             })
             .collect();
@@ -539,15 +608,13 @@ fn soft_history(
         })
         .map_err(|e| format!("seed {seed}: reading the loaded keys back: {e}"))?;
     }
-    Ok(History::merge(parts))
+    let (parts, merges): (Vec<History>, Vec<Merges>) = parts.into_iter().unzip();
+    Ok((History::merge(parts), Merges::sum(merges)))
 }
 
-/// Runs `remora check --linearizability` (`threads` × `coros` clients on soft).
-pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Result<(), String> {
-    let seeds = seeds(&a.seeds)?;
-    if !(1..=255).contains(&a.clients) {
-        return Err("--clients must be 1..=255".into());
-    }
+/// The index configuration `a` asks for: `--index` with `--with`, `--baseline`,
+/// `--without`, `--onchip-locks`, `--leaf-handover`, `--no-combine-latest` and `--lease-us`.
+fn configured(a: &LinArgs) -> Result<IndexCfg, String> {
     let cfg = match (index_cfg(a.index, a.key_bytes)?, a.with.is_empty()) {
         (IndexCfg::Chime { cfg }, _) => IndexCfg::Chime {
             cfg: crate::bench::chime_with(cfg, &a.with)?,
@@ -612,23 +679,37 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
         },
         _ => return Err("--leaf-handover: only with --index smart".into()),
     };
-    let cfg = match (cfg, a.combine_latest) {
+    let cfg = match (cfg, a.no_combine_latest) {
         (cfg, false) => cfg,
         (IndexCfg::Smart { cfg: c, t }, true) => IndexCfg::Smart {
             cfg: SmartConfig {
-                combine_latest: true,
+                combine_latest: false,
                 ..c
             },
             t,
         },
-        _ => return Err("--combine-latest: only with --index smart".into()),
+        _ => return Err("--no-combine-latest: only with --index smart".into()),
     };
+    let cfg = match a.lease_us {
+        Some(us) => with_lease(cfg, us.saturating_mul(1000))?,
+        None => cfg,
+    };
+    Ok(cfg)
+}
+
+/// Runs `remora check --linearizability` (`threads` × `coros` clients on soft).
+pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Result<(), String> {
+    let seeds = seeds(&a.seeds)?;
+    if !(1..=255).contains(&a.clients) {
+        return Err("--clients must be 1..=255".into());
+    }
+    let cfg = configured(a)?;
     refuse_weak(&cfg)?;
     check_bulk::refuse(&cfg, fabric, a.bulk_load)?;
     let (mut histories, mut ops, mut violations, mut inconclusive) = (0u64, 0u64, 0usize, 0usize);
     let (mut check_s, wall) = (0f64, Instant::now());
     for seed in seeds {
-        let h = match fabric {
+        let (h, merges) = match fabric {
             FabricKind::Sim => sim_history(a, &cfg, seed)?,
             FabricKind::Soft => soft_history(a, &cfg, seed, threads, coros)?,
             FabricKind::Verbs => {
@@ -642,9 +723,16 @@ pub fn run(a: &LinArgs, fabric: FabricKind, threads: usize, coros: usize) -> Res
         ops += r.ops as u64;
         violations += r.violations.len() + r.unlisted;
         inconclusive += r.inconclusive.len();
+        let merged = match (&cfg, merges) {
+            (IndexCfg::Chime { cfg }, m) if cfg.merge => format!(
+                " ({} merges, {} leaves retired, {} reused)",
+                m.merges, m.retired, m.reused
+            ),
+            _ => String::new(),
+        };
         if r.is_ok() {
             println!(
-                "seed {seed}: {} ops, {} keys, {} scans: linearizable",
+                "seed {seed}: {} ops, {} keys, {} scans: linearizable{merged}",
                 r.ops, r.keys, r.scans
             );
         } else {
@@ -690,5 +778,58 @@ mod tests {
             growth: Default::default(),
         };
         assert!(refuse_weak(&weak).unwrap_err().contains("not linearizable"));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lin: LinArgs,
+    }
+
+    fn args(extra: &[&str]) -> LinArgs {
+        use clap::Parser;
+        let base = ["check", "--linearizability", "--index", "chime"];
+        Cli::parse_from(base.iter().chain(extra)).lin
+    }
+
+    /// Fill-and-drain histories run CHIME's merges and reuse under the checker; the mix
+    /// alone (15% deletes) leaves leaves too full to merge, so the count is what shows the
+    /// history exercised them.
+    #[test]
+    fn waves_run_chime_merges_and_reuse_under_the_checker() {
+        let waves = args(&[
+            "--ops",
+            "60000",
+            "--with",
+            "merge",
+            "--cold-keys",
+            "64",
+            "--hot-percent",
+            "20",
+            "--waves",
+            "400",
+            "--lease-us",
+            "1000",
+        ]);
+        let cfg = configured(&waves).unwrap();
+        let (h, m) = sim_history(&waves, &cfg, 3).unwrap();
+        let r = check(&h, &CheckConfig::new(3));
+        assert!(r.is_ok(), "{r}");
+        assert!(m.merges >= 3 && m.reused >= 1, "{m:?}");
+        let plain = args(&["--ops", "60000", "--with", "merge"]);
+        let (_, m) = sim_history(&plain, &configured(&plain).unwrap(), 3).unwrap();
+        assert!(m.merges < 3, "{m:?}");
+    }
+
+    #[test]
+    fn leases_apply_to_lock_based_indexes_only() {
+        assert!(configured(&args(&["--lease-us", "0"])).is_err());
+        let mut a = args(&["--lease-us", "300"]);
+        match configured(&a).unwrap() {
+            IndexCfg::Chime { cfg } => assert_eq!(cfg.sherman.lease.lease_ns, 300_000),
+            _ => panic!("not chime"),
+        }
+        a.index = IndexKind::Erda;
+        assert!(configured(&a).unwrap_err().contains("--lease-us"));
     }
 }

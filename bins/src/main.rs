@@ -40,7 +40,7 @@ enum Cmd {
     Bench(Box<bench::BenchArgs>),
     /// Run the fabric conformance suite against a fabric (and a memnode with `--connect`), or
     /// with `--linearizability` check an index's histories for linearizability.
-    Check(lincheck::CheckArgs),
+    Check(Box<lincheck::CheckArgs>),
     /// Reproduce the papers' headline experiments on the sim: JSON, CSV, charts and a
     /// markdown report of each claim next to remora's figure.
     Repro(repro::ReproArgs),

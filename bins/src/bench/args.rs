@@ -339,12 +339,12 @@ pub struct SmartFlags {
     /// SMART authors' code does (`SmartConfig::spin_locks`). For single runs.
     #[arg(long)]
     pub spin_locks: bool,
-    /// SMART: the write-combining leader, once it holds the leaf's lock, picks up the latest
-    /// value queued for the key and writes once, as the SMART authors' leader does
-    /// (`SmartConfig::combine_latest`); off, it writes its own value, then the latest queued
-    /// one. Off by default.
+    /// SMART: the write-combining leader writes its own value, then the latest value queued
+    /// meanwhile in a second write, instead of picking up the latest queued value once it
+    /// holds the leaf's lock and writing once as the SMART authors' leader does (the default,
+    /// `SmartConfig::combine_latest`).
     #[arg(long)]
-    pub combine_latest: bool,
+    pub no_combine_latest: bool,
     /// SMART --factors: no leaf-lock hand-over in the in-place steps (the authors' code hands
     /// leaf locks over, `TREE_TEST_HOCL_HANDOVER` in `in_place_update_leaf`, in every step
     /// before write combining).

@@ -215,6 +215,6 @@ pub(super) fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     cfg.onchip_locks = a.smart.onchip_locks;
     cfg.leaf_handover = a.smart.leaf_handover;
     cfg.spin_locks = a.smart.spin_locks;
-    cfg.combine_latest = a.smart.combine_latest;
+    cfg.combine_latest = !a.smart.no_combine_latest;
     cfg
 }

@@ -590,62 +590,28 @@ const WRITE_LATENCY_NOTE: &str = "the paper's metric, read from its figure: the 
     of the figure, dmemsys/SMART exp/fig_11.py, plots tpt against p99_lat per client \
     count); the row takes the p99 at the points the write-throughput row takes its 6.1x \
     from (each index at its largest client count of the authors' sweep, SMART 16 x 24 x 2, \
-    Sherman 2 x 22 x 2), a median over seeds 1-5. Before, the row was the p50 of the YCSB \
-    bars at 256 operations in flight (0.96x, median of seeds 1-5: a closed loop's p50 near \
-    saturation, where SMART ran 1.84x Sherman's throughput). The paper does not say at \
-    which points of its curves it reads 1.4x. Measured (smart-clients-a.csv, seeds 1-5): at \
-    the peaks SMART's p99 is 140-187 us (60 Mops, 768 operations in flight) and Sherman's \
-    121-143 us (14.1-15.1 Mops, 88 in flight), 0.69-1.03x, median 0.77x: the other side \
-    of 1. Read at other points of the same curves the ratio is far above the paper's: at \
-    the lowest counts (SMART 16 x 2 x 2, Sherman 2 x 19 x 2) 8.5-9.9x (SMART 9.7-9.9 us, \
-    Sherman 84-96 us), and at equal throughput larger still (SMART's lowest point, ~16 \
-    Mops, is above Sherman's peak). The p50 at the peaks is 0.42-0.88x, the mean 0.52-0.55x. \
-    Sherman's p99 is high at every point of remora's sweep (its first points, 16 x 1 and 4 \
-    x 7-9 threads, are not run: see SHERMAN_THREADS_A). Where each p99 comes from, measured \
-    (the SMART and Sherman points of the curves' commands at seed 1, `--sweep clients=384` \
-    and `--sweep clients=44`: bench prints 'latency by kind' and SMART's 'leaf locks waited \
-    for'): both are their updates of the hottest keys (the hottest key draws 3.8% of \
-    operations, its updates 1.9% of all), not their reads: SMART reads p99 7.1 us, writes \
-    p50 7.5 us, p99 391 us, p999 914 us (60.97 Mops); Sherman reads p99 2.4 us, writes p99 \
-    164 us (14.04 Mops). SMART's hottest leaf takes 61 x 1.9% ~ 1.2M updates/s from 16 \
-    compute nodes through one rear lock (combined per node: 7.1% of writes; 0.071 failed \
-    lock CASes/op, 3611 of 60935 updates waited for the leaf lock, 25.1 us each on \
-    average), Sherman's ~0.27M/s from 2 nodes. Two mechanisms differ from the authors' \
-    code. (1) remora's lock waits back off exponentially (200 ns to 100 us), the authors' \
-    retry at once: spinning (`--spin-locks`, SmartConfig::spin_locks) moves this point's \
-    p99 to 187.5 us (p999 305) and costs 9% of its throughput (55.6 Mops: remora's retry \
-    CASes and READs the leaf in one doorbell on a NIC at its message rate), so it is kept \
-    off and is not the cause. (2) Write combining: remora's leader writes its own value, \
-    then the latest value left meanwhile in a second whole write (lock and write-back, \
-    core/src/delegation/write.rs), so a writer arriving during the leader's lock wait waits \
-    for two writes; the authors' leader takes the combining buffer's latest value after it \
-    holds the remote lock (get_combining_value before the write-back in \
-    in_place_update_leaf, dmemsys/SMART src/Tree.cpp), so one write covers it (and their \
-    release returns every waiter counted then without a write, also one that left its value \
-    after the pick-up, which is not linearizable). Measured (issue 22, build 3e42979, the \
-    median seed 4 of the SMART point: `--sweep clients=384 --seed 4`; bench's 'writes \
-    combined' line counts the leaders' second writes, core/src/delegation/write.rs): \
-    1223 second writes (2.0% of writes) covering 3401 waiting writers, 24.6 us each on \
-    average (seeds 1 and 2: 1258 and 1249, 25.9 and 23.1 us), against a mean write of \
-    18.2 us; each adds its time to its leader and to the writers it covers, ~10% of all \
-    writes' latency at most. A scratch build whose leader skips the second write and returns the \
-    writers it took with its own write's result (the authors' cost: one write a leader; \
-    not committed) moved SMART's p99 at seeds 1-5 from 203.1 / 176.1 / 174.0 / 171.0 / 158.1 \
-    us to 97.5 / 111.7 / 105.7 / 128.4 / 106.7 (seed 4: writes p99 359 -> 315 us, 61.5 -> \
-    63.3 Mops), against Sherman's 134.5 / 141.8 / 121.6 / 121.8 / 129.7: the row 1.38x, \
-    1.27x, 1.15x, 0.95x, 1.22x, median 1.22x (0.87 of the paper's). So the second write \
-    is the gap's cause. The fix (predicted from that scratch build: the row ~1.22x, \
-    faithful) is the authors' pick-up: the leader takes the latest pending value once it \
-    holds the leaf's lock, so one write covers the writers that arrived during its lock \
-    wait; SMART's YCSB-A throughput moves with it (+3% at seed 4: write-throughput ~4.13x \
-    -> ~4.25x, predicted, faithful either way). Built (issue 22) behind a switch, off by \
-    default until a full run: SmartConfig::combine_latest, `--combine-latest` on this \
-    point's commands (delegation::Pick: the writers queued before the pick-up return with \
-    the write, linearized after the leader's own; one queued after it waits for the next \
-    leader). Measured with it on, seeds 1-5: SMART's p99 112.4 / 117.3 / 117.3 / 137.1 / \
-    108.7 us, 62.4-62.9 Mops (seed 4: 0 second writes, 6.4% of writes combined), the row \
-    1.20x, 1.21x, 1.04x, 0.89x, 1.19x, median 1.19x (0.85 of the paper's, faithful), \
-    write-throughput median 4.14x -> 4.28x";
+    Sherman 2 x 22 x 2), a median over seeds 1-5. The paper does not say at which points of \
+    its curves it reads 1.4x. Measured (smart-clients-a.csv, seeds 1-5): at the peaks \
+    SMART's p99 is 108.7-137.1 us (62.4-62.9 Mops, 768 operations in flight) and Sherman's \
+    121.6-141.8 us (14.0-15.0 Mops, 88 in flight): 0.89-1.21x, median 1.19x. Both p99s are \
+    the updates of the hottest keys (the hottest key draws 3.8% of operations, its updates \
+    1.9% of all), not the reads (bench's 'latency by kind' at seed 1: SMART reads p99 7.1 \
+    us, Sherman's 2.4 us): SMART's hottest leaf takes ~1.2M updates/s from 16 compute nodes \
+    through one rear lock, Sherman's ~0.27M/s from 2. Until stop 47 the row was 0.71x \
+    (off; p99 158.1-203.1 us): remora's combining leader wrote its own value, then the \
+    latest value queued meanwhile in a second whole write (lock and write-back), so a \
+    writer arriving during the leader's lock wait waited for two writes (seed 4: 1223 \
+    second writes, 2.0% of writes, covering 3401 waiting writers, 24.6 us each against a \
+    mean write of 18.2 us). The authors' leader takes the latest queued value once it holds \
+    the remote lock (get_combining_value before the write-back in in_place_update_leaf, \
+    dmemsys/SMART src/Tree.cpp), so one write covers them; remora's does the same since \
+    (SmartConfig::combine_latest, on by default, `--no-combine-latest` for the old leader; \
+    core/src/delegation/write.rs, delegation::Pick: the writers queued before the pick-up \
+    return with the write, linearized after the leader's own; one queued after it waits for \
+    the next leader, where the authors' release returns it too, which is not \
+    linearizable). Not the cause: remora's exponential lock back-off (200 ns to 100 us, \
+    where the authors retry at once): spinning (`--spin-locks`) moved the old leader's \
+    p99 at seed 1 to 187.5 us and cost 9% of throughput";
 
 /// The factor analysis's last two steps (seeds/001, the talk's factor slides: "The read
 /// delegation brings 1.1x improvement in throughput under the YCSB C workload", "The write

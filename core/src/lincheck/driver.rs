@@ -61,6 +61,12 @@ pub struct LinSpec {
     /// alone, whose live sets stay about two thirds full): a delete-heavy history empties
     /// leaves, so CHIME's merges (`chime/merge.rs`) run under the check.
     pub extra_deletes: u64,
+    /// Fill-and-drain phases of this many operations each (0: none): in a fill phase 70% of
+    /// operations are upserts, in the drain phase after it 70% are deletes, so the live set
+    /// grows and empties over and over (`extra_deletes` is then unused). With many cold keys
+    /// per client, whole leaves fill and empty: CHIME's merges run under the check
+    /// (`remora check --linearizability --index chime --with merge --waves 400`).
+    pub waves: u64,
 }
 
 /// The 16-byte form of key `k`: its big-endian bytes, then those of a mix of it (so no byte
@@ -100,6 +106,7 @@ impl LinSpec {
             scans,
             key_len: 8,
             extra_deletes: 0,
+            waves: 0,
         }
     }
 }
@@ -162,7 +169,10 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
     {
         return Err(LinClientError::BadSpec(s));
     }
-    let mut rng = Rng(s.seed ^ (s.client as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    // Every bit of the seed counts (`seed ^ x | 1` made seeds 2k and 2k+1 one mix).
+    let mut rng = Rng((s.seed.wrapping_mul(0xD1B5_4A32_D192_ED03)
+        ^ (s.client as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        | 1);
     let mut value = [0u8; 256];
     let mut out = [0u8; 256];
     let mut buf: Vec<(u64, u64)> = Vec::with_capacity(MAX_SCAN + 1);
@@ -183,7 +193,19 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
         let t = tag(s.client, seq as u32);
         value[..8].copy_from_slice(&t.to_le_bytes());
         let v = &value[..s.value_size];
+        let draining = s.waves > 0 && ((seq - 1) / s.waves) % 2 == 1;
         let op = match (r >> 32) % 20 {
+            // Fill and drain phases: 70% upserts or deletes, then an update, a scan and gets.
+            0..=13 if s.waves > 0 && draining => Op::Delete { key },
+            0..=13 if s.waves > 0 => Op::Upsert { key, value: t },
+            14 if s.waves > 0 && draining => Op::Upsert { key, value: t },
+            14 if s.waves > 0 => Op::Delete { key },
+            15 if s.waves > 0 => Op::Update { key, value: t },
+            16 if s.waves > 0 && s.scans => Op::Scan {
+                from: if on_hot { key } else { (s.client as u64) << 40 },
+                limit: 1 + ((r >> 48) % MAX_SCAN as u64) as u32,
+            },
+            _ if s.waves > 0 => Op::Get { key },
             _ if s.extra_deletes > 0 && (r >> 56) % 100 < s.extra_deletes => Op::Delete { key },
             0..=5 => Op::Upsert { key, value: t },
             6..=8 => Op::Update { key, value: t },
