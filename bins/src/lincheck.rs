@@ -688,7 +688,13 @@ fn configured(a: &LinArgs) -> Result<IndexCfg, String> {
             },
             t,
         },
-        _ => return Err("--no-combine-latest: only with --index smart".into()),
+        (IndexCfg::Chime { cfg }, true) => IndexCfg::Chime {
+            cfg: remora::core::chime::ChimeConfig {
+                combine_latest: false,
+                ..cfg
+            },
+        },
+        _ => return Err("--no-combine-latest: only with --index smart or chime".into()),
     };
     let cfg = match a.lease_us {
         Some(us) => with_lease(cfg, us.saturating_mul(1000))?,

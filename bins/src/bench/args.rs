@@ -339,7 +339,7 @@ pub struct SmartFlags {
     /// SMART authors' code does (`SmartConfig::spin_locks`). For single runs.
     #[arg(long)]
     pub spin_locks: bool,
-    /// SMART: the write-combining leader writes its own value, then the latest value queued
+    /// SMART and CHIME: the write-combining leader writes its own value, then the latest value queued
     /// meanwhile in a second write, instead of picking up the latest queued value once it
     /// holds the leaf's lock and writing once as the SMART authors' leader does (the default,
     /// `SmartConfig::combine_latest`).

@@ -59,6 +59,7 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 hopscotch: !f.no_hopscotch,
                 vacancy_lock: !f.no_vacancy_lock,
                 speculative: !f.no_speculative,
+                combine_latest: !a.smart.no_combine_latest,
                 ..base
             }
             .with_cache_for((a.smart.cache_mib * (1 << 20) as f64) as usize, a.records);

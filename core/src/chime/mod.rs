@@ -138,6 +138,12 @@ pub struct ChimeConfig {
     /// can still hold their addresses (`reuse.rs`). Off: a tree under churn keeps every
     /// leaf it ever split.
     pub merge: bool,
+    /// With `combining`: the write-combining leader, once it holds the leaf's lock, picks up
+    /// the latest value queued for the key and writes that once, as the authors' leaf update
+    /// does (`get_combining_value`, dmemsys/CHIME src/Tree.cpp); off, it writes its own value,
+    /// then the latest queued one in a second write. On, as SMART's
+    /// (`SmartConfig::combine_latest`).
+    pub combine_latest: bool,
     /// Deliberate faults, off in every real configuration: the tests that show what a
     /// mechanism prevents turn one on and see them fail.
     #[doc(hidden)]
@@ -191,6 +197,7 @@ impl ChimeConfig {
             delegation: false,
             combining: false,
             merge: false,
+            combine_latest: true,
             mutation: Mutation {
                 no_merge_completion: false,
                 reuse_unguarded: false,

@@ -2,6 +2,7 @@
 //! inserts (with hops) and deletes (whole groups under new stamps), and splits that repack
 //! the leaf into two or more leaves (`hopscotch::pack`), linked upward through Sherman's
 //! separator inserts.
+use super::delegate::{Entries, Kind};
 use super::hopscotch::{NoRoom, Table, pack};
 use super::leaf::{
     Meta, Run, dirty_ranges, encode_group_of, encode_groups, encode_leaf, groups_of,
@@ -11,6 +12,7 @@ use super::read::{At, Reach};
 use super::redo::{ALL_UNITS, entry_unit};
 use super::reuse::is_stale;
 use super::{Chime, ChimeError};
+use crate::delegation::Pick;
 use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::sherman::{Batch, ShermanError};
 use remora_layouts::GlobalAddr;
@@ -74,11 +76,27 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         value: &[u8],
         change: Change,
     ) -> Result<bool, ChimeError> {
+        self.modify_picking(key, value, change, &mut Pick::none(Kind(change)))
+            .await
+    }
+
+    /// [`Self::modify`] of a combining leader (`delegate.rs`): an update in place, once it
+    /// holds the leaf's lock, past every check that restarts it, and with the key present,
+    /// writes the latest value queued for the key instead of `value` if `pick` picks one
+    /// up, as the authors' leaf update does (`get_combining_value` before the write-back,
+    /// dmemsys/CHIME src/Tree.cpp `leaf_node_update`).
+    pub(super) async fn modify_picking(
+        &self,
+        key: u64,
+        value: &[u8],
+        change: Change,
+        pick: &mut Pick<'_, Entries>,
+    ) -> Result<bool, ChimeError> {
         self.check_value(value)?;
         let mut p = self.tree.wait();
         loop {
             self.begin();
-            match self.modify_once(key, value, change).await {
+            match self.modify_once(key, value, change, pick).await {
                 Err(e) if is_stale(&e) && p.step(self.tree.endpoint()) => {}
                 Ok(Step::Sparse { leaf, low }) => {
                     // The delete is done; the merge is housekeeping, and a merge that
@@ -102,6 +120,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         key: u64,
         value: &[u8],
         change: Change,
+        pick: &mut Pick<'_, Entries>,
     ) -> Result<Step, ChimeError> {
         let mut at = self.locate(key).await?;
         let mut p = self.tree.wait();
@@ -112,7 +131,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 return self.bail(at.addr, lock, Err(e)).await;
             }
             match self
-                .modify_locked(at, lock, key, value, change, &mut leaf)
+                .modify_locked(at, lock, (key, value, change), &mut leaf, pick)
                 .await?
             {
                 Step::Elsewhere(r) => {
@@ -141,10 +160,9 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         &self,
         at: At,
         lock: GlobalAddr,
-        key: u64,
-        value: &[u8],
-        change: Change,
+        (key, value, change): (u64, &[u8], Change),
         leaf: &mut [u8; LEAF_LEN],
+        pick: &mut Pick<'_, Entries>,
     ) -> Result<Step, ChimeError> {
         let addr = at.addr;
         let h = home(key);
@@ -185,10 +203,6 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         val[..value.len()].copy_from_slice(value);
         let dirty = match (found, change) {
             (Some(s), Change::Upsert | Change::Update) => {
-                // In place: one entry, and its group's header (its stamps unchanged, its
-                // states and checksum new).
-                t.e[s].value = val;
-                t.e[s].len = len;
                 let g = s / NEIGHBOURHOOD;
                 let gh = GroupHeader::decode(&leaf[group_offset(g)..])
                     .map_err(|why| ShermanError::Corrupt { addr, why });
@@ -196,10 +210,21 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                     Ok(gh) => gh,
                     Err(e) => return self.bail(addr, lock, Err(e)).await,
                 };
-                encode_group_of(&mut leaf[..], &t, g, &gh);
                 if let Err(e) = self.fresh() {
                     return self.bail(addr, lock, Err(e)).await;
                 }
+                // Past the last check that restarts the attempt: the latest queued value,
+                // if the pick-up takes one, is the one written.
+                let mut picked = [0u8; MAX_VALUE];
+                let (val, len) = match pick.latest(&mut picked).await {
+                    Some(n) => (picked, n as u8),
+                    None => (val, len),
+                };
+                // In place: one entry, and its group's header (its stamps unchanged, its
+                // states and checksum new).
+                t.e[s].value = val;
+                t.e[s].len = len;
+                encode_group_of(&mut leaf[..], &t, g, &gh);
                 let (hd, o) = (group_offset(g), slot_offset(s));
                 let logged = match self.log(addr, entry_unit(s), &leaf[..]).await {
                     Ok(l) => l,
