@@ -148,7 +148,8 @@ pub(crate) trait Host {
     fn count(&self, what: Counted);
     /// Whether a write leader picks up the latest value queued for its key once it holds
     /// the key's lock and writes once ([`Pick`], the SMART authors' leader), instead of
-    /// writing its own value and then the latest queued one. Off by default.
+    /// writing its own value and then the latest queued one. Off for a host that does not
+    /// say; SMART and CHIME take it from their configs, where it is on.
     fn combine_latest(&self) -> bool {
         false
     }
