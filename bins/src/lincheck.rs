@@ -612,6 +612,14 @@ fn soft_history(
     Ok((History::merge(parts), Merges::sum(merges)))
 }
 
+/// SMART's configuration in `cfg`, for a flag that only SMART takes.
+fn smart<'c>(cfg: &'c mut IndexCfg, flag: &str) -> Result<&'c mut SmartConfig, String> {
+    match cfg {
+        IndexCfg::Smart { cfg, .. } => Ok(cfg),
+        _ => Err(format!("{flag}: only with --index smart")),
+    }
+}
+
 /// The index configuration `a` asks for: `--index` with `--with`, `--baseline`,
 /// `--without`, `--onchip-locks`, `--leaf-handover`, `--no-combine-latest` and `--lease-us`.
 fn configured(a: &LinArgs) -> Result<IndexCfg, String> {
@@ -657,50 +665,27 @@ fn configured(a: &LinArgs) -> Result<IndexCfg, String> {
         (_, false) => return Err("--without: only with --index smart".into()),
         (cfg, true) => cfg,
     };
-    let cfg = match (cfg, a.onchip_locks) {
-        (cfg, 0) => cfg,
-        (IndexCfg::Smart { cfg: c, t }, n) => IndexCfg::Smart {
-            cfg: SmartConfig {
-                onchip_locks: n,
-                ..c
-            },
-            t,
-        },
-        _ => return Err("--onchip-locks: only with --index smart".into()),
-    };
-    let cfg = match (cfg, a.leaf_handover) {
-        (cfg, false) => cfg,
-        (IndexCfg::Smart { cfg: c, t }, true) => IndexCfg::Smart {
-            cfg: SmartConfig {
-                leaf_handover: true,
-                ..c
-            },
-            t,
-        },
-        _ => return Err("--leaf-handover: only with --index smart".into()),
-    };
-    let cfg = match (cfg, a.no_combine_latest) {
-        (cfg, false) => cfg,
-        (IndexCfg::Smart { cfg: c, t }, true) => IndexCfg::Smart {
-            cfg: SmartConfig {
-                combine_latest: false,
-                ..c
-            },
-            t,
-        },
-        (IndexCfg::Chime { cfg }, true) => IndexCfg::Chime {
-            cfg: remora::core::chime::ChimeConfig {
-                combine_latest: false,
-                ..cfg
-            },
-        },
-        _ => return Err("--no-combine-latest: only with --index smart or chime".into()),
-    };
-    let cfg = match a.lease_us {
-        Some(us) => with_lease(cfg, us.saturating_mul(1000))?,
-        None => cfg,
-    };
-    Ok(cfg)
+    let mut cfg = cfg;
+    if a.onchip_locks > 0 {
+        smart(&mut cfg, "--onchip-locks")?.onchip_locks = a.onchip_locks;
+    }
+    if a.leaf_handover {
+        smart(&mut cfg, "--leaf-handover")?.leaf_handover = true;
+    }
+    if a.no_combine_latest {
+        match &mut cfg {
+            IndexCfg::Chime { cfg } => cfg.combine_latest = false,
+            c => {
+                smart(c, "--no-combine-latest")
+                    .map_err(|e| format!("{e} or chime"))?
+                    .combine_latest = false
+            }
+        }
+    }
+    match a.lease_us {
+        Some(us) => with_lease(cfg, us.saturating_mul(1000)),
+        None => Ok(cfg),
+    }
 }
 
 /// Runs `remora check --linearizability` (`threads` × `coros` clients on soft).

@@ -193,32 +193,40 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
         let t = tag(s.client, seq as u32);
         value[..8].copy_from_slice(&t.to_le_bytes());
         let v = &value[..s.value_size];
-        let draining = s.waves > 0 && ((seq - 1) / s.waves) % 2 == 1;
-        let op = match (r >> 32) % 20 {
-            // Fill and drain phases: 70% upserts or deletes, then an update, a scan and gets.
-            0..=13 if s.waves > 0 && draining => Op::Delete { key },
-            0..=13 if s.waves > 0 => Op::Upsert { key, value: t },
-            14 if s.waves > 0 && draining => Op::Upsert { key, value: t },
-            14 if s.waves > 0 => Op::Delete { key },
-            15 if s.waves > 0 => Op::Update { key, value: t },
-            16 if s.waves > 0 && s.scans => Op::Scan {
-                from: if on_hot { key } else { (s.client as u64) << 40 },
-                limit: 1 + ((r >> 48) % MAX_SCAN as u64) as u32,
-            },
-            _ if s.waves > 0 => Op::Get { key },
-            _ if s.extra_deletes > 0 && (r >> 56) % 100 < s.extra_deletes => Op::Delete { key },
-            0..=5 => Op::Upsert { key, value: t },
-            6..=8 => Op::Update { key, value: t },
-            9..=11 => Op::Delete { key },
-            12 if s.scans => {
-                // From a hot key, or from anywhere in the client's own range.
-                let from = if on_hot { key } else { (s.client as u64) << 40 };
-                Op::Scan {
-                    from,
-                    limit: 1 + ((r >> 48) % MAX_SCAN as u64) as u32,
-                }
+        // From a hot key, or from anywhere in the client's own range.
+        let scan = Op::Scan {
+            from: if on_hot { key } else { (s.client as u64) << 40 },
+            limit: 1 + ((r >> 48) % MAX_SCAN as u64) as u32,
+        };
+        let (upsert, update, delete) = (
+            Op::Upsert { key, value: t },
+            Op::Update { key, value: t },
+            Op::Delete { key },
+        );
+        let op = if s.waves > 0 {
+            // Fill and drain phases: 70% upserts (deletes), then a delete (an upsert), an
+            // update, a scan and gets.
+            let (bulk, other) = if ((seq - 1) / s.waves) % 2 == 1 {
+                (delete, upsert)
+            } else {
+                (upsert, delete)
+            };
+            match (r >> 32) % 20 {
+                0..=13 => bulk,
+                14 => other,
+                15 => update,
+                16 if s.scans => scan,
+                _ => Op::Get { key },
             }
-            _ => Op::Get { key },
+        } else {
+            match (r >> 32) % 20 {
+                _ if s.extra_deletes > 0 && (r >> 56) % 100 < s.extra_deletes => delete,
+                0..=5 => upsert,
+                6..=8 => update,
+                9..=11 => delete,
+                12 if s.scans => scan,
+                _ => Op::Get { key },
+            }
         };
         let slot = rec
             .invoke(s.client, op, clock.now_ns())
