@@ -203,10 +203,11 @@ pub async fn lin_client<I: KvIndex, C: Clock + ?Sized>(
             Op::Update { key, value: t },
             Op::Delete { key },
         );
-        let op = if s.waves > 0 {
+        // The phase, with fill-and-drain phases (`waves` > 0).
+        let op = if let Some(phase) = (seq - 1).checked_div(s.waves) {
             // Fill and drain phases: 70% upserts (deletes), then a delete (an upsert), an
             // update, a scan and gets.
-            let (bulk, other) = if ((seq - 1) / s.waves) % 2 == 1 {
+            let (bulk, other) = if phase % 2 == 1 {
                 (delete, upsert)
             } else {
                 (upsert, delete)
