@@ -18,13 +18,15 @@ use remora_core::block_on::block_on;
 use remora_core::chime::{Chime, ChimeConfig, ChimeError, Mutation};
 use remora_core::fabric::{FabricError, Op, QueuePair, SegmentOrder};
 use remora_core::index::KvIndex;
-use remora_core::lease::LeaseConfig;
 use remora_layouts::chime::LEAF_LEN;
 use remora_poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode, SoftQp};
 use std::cell::Cell;
 
+#[path = "common/chime_small.rs"]
+mod chime_small;
 #[path = "common/hooked.rs"]
 mod hooked;
+use chime_small::k;
 use hooked::{HookedEp, PostHook};
 
 /// Keys loaded (8-byte integers 0, 1000, 2000, ...: leaves hold contiguous runs).
@@ -33,23 +35,14 @@ const KEYS: u64 = 300;
 const MERGE_RECORD: usize = 32 + 2 * LEAF_LEN;
 
 fn cfg(no_completion: bool) -> ChimeConfig {
-    let mut c = ChimeConfig::chime();
-    c.merge = true;
-    c.sherman.page_size = 256;
-    c.sherman.lease = LeaseConfig {
-        lease_ns: 20_000_000,
-        deadline_ns: 500_000_000,
-        ..LeaseConfig::default()
-    };
-    c.mutation = Mutation {
-        no_merge_completion: no_completion,
-        ..Mutation::default()
-    };
-    c.with_cache(1 << 20)
-}
-
-fn k(i: u64) -> [u8; 8] {
-    (i * 1000).to_be_bytes()
+    chime_small::merging(
+        20_000_000,
+        500_000_000,
+        Mutation {
+            no_merge_completion: no_completion,
+            ..Mutation::default()
+        },
+    )
 }
 
 /// Where the merger stops: `at` indexes the merge doorbell's work requests (the one torn;

@@ -16,26 +16,21 @@ use remora_poller::soft::{NodeConfig, SoftEndpoint, SoftMemoryNode};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[path = "common/chime_small.rs"]
+mod chime_small;
+use chime_small::k;
+
 const LEASE_NS: u64 = 5_000_000;
 
 fn cfg(unguarded: bool) -> ChimeConfig {
-    let mut c = ChimeConfig::chime();
-    c.merge = true;
-    c.sherman.page_size = 256;
-    c.sherman.lease = LeaseConfig {
-        lease_ns: LEASE_NS,
-        deadline_ns: 1_000_000_000,
-        ..LeaseConfig::default()
-    };
-    c.mutation = Mutation {
-        reuse_unguarded: unguarded,
-        ..Mutation::default()
-    };
-    c.with_cache(1 << 20)
-}
-
-fn k(i: u64) -> [u8; 8] {
-    (i * 1000).to_be_bytes()
+    chime_small::merging(
+        LEASE_NS,
+        1_000_000_000,
+        Mutation {
+            reuse_unguarded: unguarded,
+            ..Mutation::default()
+        },
+    )
 }
 
 async fn value(t: &Chime<'_, SoftEndpoint>, i: u64) -> Option<u64> {
