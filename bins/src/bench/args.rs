@@ -335,10 +335,16 @@ pub struct SmartFlags {
     /// turns it on for its steps unless --factor-no-leaf-handover.
     #[arg(long)]
     pub leaf_handover: bool,
-    /// SMART: lock waits retry the CAS at once instead of backing off exponentially, as the
-    /// SMART authors' code does (`SmartConfig::spin_locks`). For single runs.
+    /// SMART: how a lock wait retries: `auto` (default) spins with write combining and backs
+    /// off without (`SmartConfig::spin_locks`); `spin` retries the CAS at once, as the SMART
+    /// authors' code does; `backoff` pauses exponentially from 200 ns to
+    /// `--lock-max-backoff-ns`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub lock_wait: LockWait,
+    /// SMART, backing off: the longest pause of a lock wait, in nanoseconds (default 100000,
+    /// `LeaseConfig::max_backoff_ns`).
     #[arg(long)]
-    pub spin_locks: bool,
+    pub lock_max_backoff_ns: Option<u64>,
     /// SMART and CHIME: the write-combining leader writes its own value, then the latest value queued
     /// meanwhile in a second write, instead of picking up the latest queued value once it
     /// holds the leaf's lock and writing once as the SMART authors' leader does (the default,
@@ -350,6 +356,17 @@ pub struct SmartFlags {
     /// before write combining).
     #[arg(long)]
     pub factor_no_leaf_handover: bool,
+}
+
+/// How SMART's lock waits retry (`--lock-wait`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LockWait {
+    /// Spin with write combining, back off without.
+    Auto,
+    /// Retry the CAS at once.
+    Spin,
+    /// Back off exponentially.
+    Backoff,
 }
 
 /// Where SMART's factor steps before the rear lock take their locks (`--factor-locks`).

@@ -215,7 +215,14 @@ pub(super) fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     cfg.cache_mib = a.smart.cache_mib;
     cfg.onchip_locks = a.smart.onchip_locks;
     cfg.leaf_handover = a.smart.leaf_handover;
-    cfg.spin_locks = a.smart.spin_locks;
+    match a.smart.lock_wait {
+        LockWait::Auto => {}
+        LockWait::Spin => cfg.spin_locks = true,
+        LockWait::Backoff => cfg.spin_locks = false,
+    }
+    if let Some(ns) = a.smart.lock_max_backoff_ns {
+        cfg.lease.max_backoff_ns = ns;
+    }
     cfg.combine_latest = !a.smart.no_combine_latest;
     cfg
 }

@@ -429,7 +429,7 @@ pub fn paper(s: &Scale) -> Paper {
              client_node_decode_call_ns=33 --set client_node_decode_ns_per_slot=1.27`: slowest \
              insert 7.70 ms, 2.27 failed lock attempts per insert) while lock-free moved 3% \
              (2.825), so the row from 2.18x to 3.35x; seeds 1-5 give 3.02-4.81x. Not the \
-             back-off: spinning as the authors' code does (`--spin-locks`) starves more \
+             back-off: spinning as the authors' code does (`--lock-wait spin`; the baseline has no combining, so it backs off) starves more \
              (0.519 Mops, 18.9 failed lock attempts per insert, slowest 18.5 ms: 5.26x). \
              Fewer in flight (16 x 4 x 2, `--clients-per-node 4`): 2.362 against 7.350 Mops, \
              3.11x (baseline p99 1.09 ms, lock-free 75 us). The ~260 internal nodes of a \
@@ -609,9 +609,17 @@ const WRITE_LATENCY_NOTE: &str = "the paper's metric, read from its figure: the 
     core/src/delegation/write.rs, delegation::Pick: the writers queued before the pick-up \
     return with the write, linearized after the leader's own; one queued after it waits for \
     the next leader, where the authors' release returns it too, which is not \
-    linearizable). Not the cause: remora's exponential lock back-off (200 ns to 100 us, \
-    where the authors retry at once): spinning (`--spin-locks`) moved the old leader's \
-    p99 at seed 1 to 187.5 us and cost 9% of throughput";
+    linearizable). At 2M keys (`--scale full`) the pick-up left the row at 0.78x (seeds \
+    1-5: 0.65-0.98x, SMART p99 150.7-210.0 us): there the tail was remora's exponential \
+    lock back-off (200 ns to 100 us, where the authors retry at once), measured on the \
+    full point's command at seed 2: writes p99 451.6 us backing off against 178.3 us \
+    spinning (`--lock-wait spin`), 10,705 and 11,665 leaf-lock waits; a waiter asleep for \
+    up to 100 us loses the lock to fresh arrivals again and again. SMART's lock waits now \
+    spin with write combining (SmartConfig::spin_locks; `--lock-wait auto`), which leaves \
+    one contender per compute node for a key: at 2M keys p99 122.4-127.3 us, 1.08-1.18x \
+    (53.8-54.1 Mops against 56.3-56.9 backing off); at 10k keys this row's SMART points \
+    102.4-108.2 us against 112.4-137.1. Steps without combining still back off (spinning \
+    there cost the rear-lock step 28.9 -> 21.1 Mops)";
 
 /// The factor analysis's last two steps (seeds/001, the talk's factor slides: "The read
 /// delegation brings 1.1x improvement in throughput under the YCSB C workload", "The write

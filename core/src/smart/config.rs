@@ -147,16 +147,27 @@ pub struct SmartConfig {
     /// thread's other coroutines run), as the authors' code does: `in_place_update_leaf` and
     /// `lock_node` push the coroutine on the thread's busy-waiting queue and CAS again when
     /// it is next scheduled (dmemsys/SMART src/Tree.cpp `re_acquire`), with no back-off. The
-    /// lease and the deadline still bound the wait. Off by default: a waiter backs off
-    /// exponentially from `lease.min_backoff_ns` to `lease.max_backoff_ns`. remora's retry is
-    /// the lock CAS with the leaf READ in one doorbell (the authors' is a bare CAS after a
-    /// separate READ), so spinning on a hot leaf costs message rate: SMART's YCSB-A at
-    /// 16 x 24 x 2 (`remora bench --fabric sim --profile smart --set server_llc_lines=66
-    /// --records 10000 --seconds 0.002 --warmup 38400 --compute-nodes 16 --memory-nodes 2
-    /// --coroutines 2 --sweep clients=384 --index smart --keys int --workload a --seed 1
-    /// --no-bulk-load`, `--spin-locks` added) measured 55.6 Mops and p99 187.5 us spinning
-    /// (3.81 verbs/op, 0.197 failed lock CASes/op) against 61.0 Mops and p99 200.8 us backing
-    /// off (3.56 verbs/op, 0.071/op): the p99 is the hot keys' combined writes either way.
+    /// lease and the deadline still bound the wait. Off, a waiter backs off exponentially
+    /// from `lease.min_backoff_ns` to `lease.max_backoff_ns`.
+    ///
+    /// [`SmartConfig::new`] turns it on with write combining and off without. remora's retry
+    /// is the lock CAS with the leaf READ in one doorbell, so each spinning waiter costs its
+    /// memory node two messages a round trip, and the message rate is what SMART saturates
+    /// first. With combining at most one writer of a key per compute node contends for its
+    /// leaf (the others queue on the node), so spinning is cheap and fair: SMART's YCSB-A at
+    /// 16 x 24 x 2 and 2M keys (`remora bench --fabric sim --profile smart --set
+    /// server_llc_lines=13107 --records 2000000 --seconds 0.008 --warmup 38400
+    /// --compute-nodes 16 --memory-nodes 2 --coroutines 2 --clients-per-node 24 --index smart
+    /// --keys int --workload a --seed 1..5`) makes p99 122-127 us spinning against 151-210 us
+    /// backing off (writes p99 ~178 against 451 us at seed 2: a waiter asleep for up to
+    /// 100 us loses the lock to fresh arrivals again and again), for 5% less throughput
+    /// (53.8-54.1 against 56.3-56.9 Mops). Shorter back-offs land between (seed 2: at most
+    /// 3 us, p99 149 us; 10 us, 159 us). Without combining every writer of a hot key spins:
+    /// at 10k keys the factor steps before combining lost to it (rear lock on YCSB-A 28.9 ->
+    /// 21.1 Mops, the ART baseline's LOAD 0.82 -> 0.50 Mops), so they back off. A bare-CAS
+    /// retry (the READ posted only once the CAS wins, as the authors') measured worse on both
+    /// counts at 2M keys (p99 182 us, 0.227 failed CASes per op against 0.132): the faster
+    /// retries fail more and the winner holds the lock a round trip longer.
     pub spin_locks: bool,
     /// Write combining (`techniques.combining`) as the SMART authors' leader does it: once
     /// it holds the leaf's lock, the leader picks up the latest value queued for the key by
@@ -169,7 +180,7 @@ pub struct SmartConfig {
 }
 
 impl SmartConfig {
-    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline) and off (leaves), locks in host memory (no on-chip table), the leader's pick-up of the latest queued value (one write per combined group).
+    /// A configuration with the defaults: 64 MiB radix cache, root slot 1, 0.5 s leases and a 10 s deadline, 10 000 restarts, 1 000 checksum re-reads, a 1024-entry local table, no tail-last assumption, reclamation on, lock hand-over on (baseline) and off (leaves), locks in host memory (no on-chip table), lock waits spinning with write combining and backing off without, the leader's pick-up of the latest queued value (one write per combined group).
     pub fn new(techniques: Techniques, key_mode: KeyMode, value_cap: usize) -> SmartConfig {
         SmartConfig {
             techniques,
@@ -190,7 +201,7 @@ impl SmartConfig {
             hocl_handover: true,
             leaf_handover: false,
             onchip_locks: 0,
-            spin_locks: false,
+            spin_locks: techniques.combining,
             combine_latest: true,
         }
     }

@@ -641,14 +641,20 @@ proptest! {
     }
 }
 
-/// Lock waits spin as the authors' code does with `spin_locks`: every retry pauses 1 ns,
-/// where the default back-off doubles from `min_backoff_ns`; without a clock the attempt cap
-/// stays the bound.
+/// Lock waits spin as the authors' code does (`spin_locks`, the default with write
+/// combining): every retry pauses 1 ns, where a backing-off wait (the default without)
+/// doubles from `min_backoff_ns`; without a clock the attempt cap stays the bound.
 #[test]
-fn lock_waits_spin_when_told_and_back_off_by_default() {
+fn lock_waits_spin_with_combining_and_back_off_without() {
     let m = memory(16 << 20);
     let ep = endpoint(&m);
-    let backing_off = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
+    let default = SmartConfig::new(Techniques::SMART, KeyMode::Fixed(8), 8);
+    assert!(default.spin_locks);
+    let no_combining = Techniques {
+        combining: false,
+        ..Techniques::SMART
+    };
+    let backing_off = SmartConfig::new(no_combining, KeyMode::Fixed(8), 8);
     assert!(!backing_off.spin_locks);
     let b = block(Smart::open(&ep, backing_off)).unwrap();
     assert_eq!(b.lock_lease(5), backing_off.lease);
@@ -657,8 +663,8 @@ fn lock_waits_spin_when_told_and_back_off_by_default() {
     assert_eq!(w.observe(42, 6), Verdict::Wait(first));
     assert_eq!(w.observe(42, 9), Verdict::Wait(2 * first));
     let spin_cfg = SmartConfig {
-        spin_locks: true,
-        ..backing_off
+        techniques: no_combining,
+        ..default
     };
     let s = block(Smart::open(&ep, spin_cfg)).unwrap();
     let on_clock = s.lock_lease(5);
