@@ -21,9 +21,10 @@
 //! up to `handover_cap` times in a row. A local waiter parks ([`crate::delegation::park`]):
 //! it leaves its waker under its ticket, and whoever passes the turn on wakes the waiter whose
 //! turn it is (only that one), so a waiter is polled once per hand-over, not at every round
-//! of its executor; a timer at its deadline bounds the wait. The lock word keeps naming the
-//! thread that CASed it until the lock is released: a handed-over holder is covered by that
-//! thread's lease.
+//! of its executor; timers bound the wait (one every sixteenth of its deadline at most, the
+//! deadline counted in time watched: [`crate::lease`], "Stalls"). The lock word keeps naming
+//! the thread that CASed it until the lock is released: a handed-over holder is covered by
+//! that thread's lease.
 //! So with the table shared, the unit of failure is the compute node (the process, as in
 //! the paper): a thread that dies holding a local turn leaves the node's waiters for that
 //! word to their deadline ([`ShermanError::LockHeld`]), and a waiter of another node that
