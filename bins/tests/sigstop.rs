@@ -9,6 +9,13 @@
 //!   writes and reads back its own keys: it must complete operations meanwhile. After
 //!   SIGCONT the stopped client rewrites and reads back all its keys and must end with no
 //!   error; the test then reads every key of both clients through a fresh connection.
+//! - **A waiter on a sibling's lock**
+//!   (`a_client_stopped_waiting_on_a_siblings_lock_resumes_without_an_error`): four coroutines
+//!   of one Sherman client (global locks only, deadline 1 s) rewrite keys of the same leaves;
+//!   the first time one finds a lock word naming its own client (a sibling holds it) the
+//!   process stops itself, for 5 s. After SIGCONT it must finish with no error (the wait's
+//!   deadline counts only the time it watched, `remora_core::lease`'s "Stalls"), and every
+//!   key reads back its last value through a fresh connection.
 //! - **A lock holder** (`a_client_stopped_holding_a_lock_is_fenced_and_harms_no_data`): a
 //!   SMART writer process (8-byte keys, lease 200 ms) inserts 300 keys, then rewrites them
 //!   in place. The first rewrite whose CMP_AND_SWP takes a leaf lock (a word from 0 to the
@@ -41,10 +48,13 @@
 //!   reads back all of them.
 //!
 //! Every assertion is on errors and data; times are checked only against generous bounds.
+use remora::core::GlobalAddr;
 use remora::core::block_on::block_on;
 use remora::core::fabric::{Endpoint, FabricError, Op, QueuePair};
 use remora::core::index::KvIndex;
 use remora::core::lease::LeaseConfig;
+use remora::core::lease::holder;
+use remora::core::sherman::{Sherman, ShermanConfig};
 use remora::core::smart::{KeyMode, Smart, SmartConfig, Techniques};
 use remora::node::{ComputeNode, IndexConfig, Rect, SpatialConfig};
 use remora::poller::soft::{SoftQp, control};
@@ -98,6 +108,7 @@ fn child_entry() {
     match role.as_str() {
         "idle" => idle_client(&path),
         "holder" => lock_holder(&path),
+        "sibling" => sibling_waiter(&path),
         other => panic!("unknown role {other}"),
     }
 }
@@ -236,6 +247,171 @@ fn lock_holder(path: &PathBuf) {
             r.unwrap();
         }
         say("NEVER-HELD".into());
+    });
+}
+
+/// The sibling waiter's Sherman tree: global locks only (the coroutines of one client meet
+/// at the lock word, as in issue 26's guest failure: `sherman lock ... held by client 13`,
+/// the bench's own client), a lease of 200 ms and a deadline of 1 s, well under the stop.
+fn sibling_cfg() -> ShermanConfig {
+    ShermanConfig {
+        page_size: 256,
+        hierarchical_locks: false,
+        lease: LeaseConfig {
+            lease_ns: LEASE_NS,
+            deadline_ns: 5 * LEASE_NS,
+            ..LeaseConfig::default()
+        },
+        ..ShermanConfig::sherman()
+    }
+}
+
+const SIBLINGS: u64 = 4;
+const SIBLING_KEYS: u64 = 16;
+const SIBLING_PASSES: u64 = 40;
+
+/// Stops the process (once armed, once) right after a lock CMP_AND_SWP of this client found
+/// the word held by this same client, the second time it finds the same holding: one
+/// coroutine waits on a sibling's lock, its wait's clock running.
+struct SiblingStop<'a> {
+    client: u32,
+    armed: &'a Cell<bool>,
+    fired: &'a Cell<bool>,
+    /// The first lock word found held by a sibling once armed, and where.
+    seen: Cell<Option<(GlobalAddr, u64)>>,
+}
+
+impl PostHook<SoftQp> for SiblingStop<'_> {
+    async fn post<'a, 'b>(
+        &'a self,
+        qp: &'a SoftQp,
+        ops: &'a mut [Op<'b>],
+    ) -> Result<(), FabricError> {
+        let r = qp.post(ops).await;
+        let me = self.client;
+        let lock = |op: &Op<'_>, held: fn(u64, u32) -> bool| {
+            matches!(*op, Op::Cas { compare: 0, swap, ref old, .. }
+                if holder(swap) == me && me != 0 && held(**old, me))
+        };
+        if r.is_ok() && ops.iter().any(|op| lock(op, |old, _| old == 0)) {
+            // A lock taken: the soft fabric's verbs complete at once, so the holder lets its
+            // siblings run (as round trips on a NIC would) before its write-back and unlock.
+            for _ in 0..4 {
+                remora::core::block_on::yield_now().await;
+            }
+        }
+        // A CMP_AND_SWP that found the word held by a sibling: its lock and word.
+        let waits = ops.iter().find_map(|op| match *op {
+            Op::Cas {
+                remote, ref old, ..
+            } if lock(op, |old, me| old != 0 && holder(old) == me) => Some((remote, **old)),
+            _ => None,
+        });
+        // The second such look at the same holding: a waiter whose wait (and clock) runs
+        // since the first is still waiting, so the stop falls inside its wait.
+        let again = waits.is_some() && waits == self.seen.get();
+        if waits.is_some() && self.seen.get().is_none() {
+            self.seen.set(waits);
+        }
+        if r.is_ok() && again && self.armed.get() && !self.fired.get() {
+            self.fired.set(true);
+            say("WAITING".into());
+            stop_myself();
+            say("RESUMED".into());
+        }
+        r
+    }
+}
+
+/// The sibling waiter: `SIBLINGS` coroutines of one client rewrite keys of the same leaves
+/// (so of the same lock words), pass after pass; the first time one finds the lock held by a
+/// sibling the process stops. After SIGCONT every operation must succeed and every key read
+/// back its last value. Prints `DONE` (or `NEVER-WAITED` if no coroutine ever waited).
+fn sibling_waiter(path: &PathBuf) {
+    let ep = control::connect_all(std::slice::from_ref(path)).unwrap();
+    let (armed, fired) = (Cell::new(false), Cell::new(false));
+    let hooked = HookedEp::new(&ep, |_| SiblingStop {
+        client: ep.client_id(),
+        armed: &armed,
+        fired: &fired,
+        seen: Cell::new(None),
+    });
+    block_on(async {
+        let t = Sherman::create(&hooked, sibling_cfg()).await.unwrap();
+        for c in 0..SIBLINGS {
+            for i in 0..SIBLING_KEYS {
+                t.upsert(&key(3, i * SIBLINGS + c), &value(3, 0, i))
+                    .await
+                    .unwrap();
+            }
+        }
+        armed.set(true);
+        let t = &t;
+        let work = (0..SIBLINGS).map(|c| async move {
+            for pass in 1..=SIBLING_PASSES {
+                for i in 0..SIBLING_KEYS {
+                    let k = key(3, i * SIBLINGS + c);
+                    t.upsert(&k, &value(3, pass, i))
+                        .await
+                        .unwrap_or_else(|e| panic!("coroutine {c} pass {pass} key {i}: {e}"));
+                }
+            }
+        });
+        remora::poller::executor::join_all(work.collect()).await;
+        let mut out = [0u8; 8];
+        for c in 0..SIBLINGS {
+            for i in 0..SIBLING_KEYS {
+                let n = t.get(&key(3, i * SIBLINGS + c), &mut out).await.unwrap();
+                assert_eq!(n, Some(8), "coroutine {c} key {i}");
+                assert_eq!(out, value(3, SIBLING_PASSES, i), "coroutine {c} key {i}");
+            }
+        }
+    });
+    say(if fired.get() { "DONE" } else { "NEVER-WAITED" }.into());
+}
+
+/// Issue 26's guest failure, on soft: a client process stopped (5 s, five deadlines) while
+/// one of its coroutines waits for a lock a sibling coroutine holds resumes without an error
+/// (the wait's deadline counts only the time it watched), and its data reads back through a
+/// fresh connection. Fails before the fix with `sherman lock ... held by client N ... for
+/// 5... ns` (the deadline counted the stop).
+#[test]
+fn a_client_stopped_waiting_on_a_siblings_lock_resumes_without_an_error() {
+    if std::env::var(ROLE).is_ok() {
+        return;
+    }
+    let (mut m, path) = memnode("sibling", "echo");
+    let mut a = Client::spawn("sibling", &[("SIGSTOP_SOCK", path.display().to_string())]);
+    let pid = a.kid.0.id();
+    assert!(
+        a.line("WAITING", Duration::from_secs(90)).is_some(),
+        "no coroutine waited on a sibling's lock: {:?}",
+        a.seen
+    );
+    wait_stopped(pid);
+    std::thread::sleep(STOPPED_FOR);
+    assert_eq!(state(pid), 'T', "the client ran before SIGCONT");
+    resume(pid);
+    let code = a.wait(Duration::from_secs(120));
+    let text = a.seen.join("\n");
+    println!("the resumed client ended with {code:?}: {text}");
+    assert_eq!(code, Some(0), "the resumed client failed: {text}");
+    assert!(text.contains("DONE"), "{text}");
+    assert!(m.0.try_wait().unwrap().is_none(), "the memnode died");
+    let ep = control::connect_all(std::slice::from_ref(&path)).unwrap();
+    block_on(async {
+        let t = Sherman::open(&ep, sibling_cfg()).await.unwrap();
+        let mut out = [0u8; 8];
+        for c in 0..SIBLINGS {
+            for i in 0..SIBLING_KEYS {
+                let n = t.get(&key(3, i * SIBLINGS + c), &mut out).await.unwrap();
+                assert!(
+                    n == Some(8) && out == value(3, SIBLING_PASSES, i),
+                    "coroutine {c}'s key {i}: {n:?} {:#x}",
+                    u64::from_le_bytes(out)
+                );
+            }
+        }
     });
 }
 

@@ -41,6 +41,20 @@
 //! Every wait has a deadline (`deadline_ns` on the fabric clock) and, for fabrics without a
 //! clock, a cap on attempts; past either the operation fails with an error that names the lock
 //! word and its holder. With the defaults a dead holder costs its waiters about one lease.
+//!
+//! # Stalls: deadlines count the time the waiter watched
+//! A waiter's own process can be stopped (SIGSTOP, a descheduled guest vCPU, a loaded host)
+//! for longer than any deadline, and whatever it waits for (a sibling coroutine's lock, a
+//! reply) was most likely stopped with it: a deadline on wall time would fail a wait whose
+//! holder is alive and about to release. So every deadline of a wait is a [`Watched`] budget,
+//! the one helper for it: it is spent in looks at most a sixteenth of it apart, and a gap
+//! between two looks counts at most two sixteenths, however long it really was. A waiter that
+//! parks (on a timer) arms the timer for at most [`Watched::pause_ns`], so a timer that fires
+//! late (its process was stopped) counts only that much and the waiter re-arms for what it did
+//! not see, instead of failing. Waits stay bounded: the attempt cap stays, and a wait also ends
+//! once [`STALL_BOUND`] times its budget has passed on the clock, stalls included. On the
+//! sim's virtual clock a waiter never sees a gap above the cap, so a budget is spent exactly
+//! as a plain deadline would be.
 use crate::fabric::{Endpoint, FabricError};
 use remora_layouts::GlobalAddr;
 
@@ -123,6 +137,61 @@ pub enum Verdict {
     },
 }
 
+/// A wait that lasts this many times its budget on the clock, stalls included, fails anyway
+/// (the bound that keeps a [`Watched`] wait from lasting forever; far above any stall a
+/// process is meant to survive).
+pub const STALL_BOUND: u64 = 60;
+
+/// A wait budget on the fabric clock that counts only the time its waiter watched (the
+/// module's "Stalls"): spent in pauses of at most a sixteenth of it ([`Self::pause_ns`]), a
+/// stretch between two looks counting at most two such pauses. Also spent once
+/// [`STALL_BOUND`] times the budget has passed on the clock.
+#[derive(Debug, Clone, Copy)]
+pub struct Watched {
+    left: u64,
+    step: u64,
+    last: u64,
+    start: u64,
+    wall: u64,
+}
+
+impl Watched {
+    /// A budget of `budget_ns`, starting at clock reading `now`.
+    pub fn new(now: u64, budget_ns: u64) -> Watched {
+        Watched {
+            left: budget_ns,
+            step: (budget_ns / 16).max(1),
+            last: now,
+            start: now,
+            wall: budget_ns.saturating_mul(STALL_BOUND),
+        }
+    }
+
+    /// Notes clock reading `now` and returns what is left of the budget (0: spent). The
+    /// stretch since the last note counts at most two pauses ([`Self::pause_ns`]); a reading
+    /// before the last one counts nothing.
+    pub fn note(&mut self, now: u64) -> u64 {
+        let d = now.saturating_sub(self.last).min(2 * self.step);
+        self.last = self.last.max(now);
+        self.left = self.left.saturating_sub(d);
+        if self.last.saturating_sub(self.start) > self.wall {
+            self.left = 0;
+        }
+        self.left
+    }
+
+    /// How long the next pause (or parked waiter's timer) may be: every wait under this
+    /// budget lasts at most this long before it notes the clock again.
+    pub fn pause_ns(&self) -> u64 {
+        self.step.min(self.left).max(1)
+    }
+
+    /// Clock time since the budget started, stalls included (for error messages).
+    pub fn wall_ns(&self, now: u64) -> u64 {
+        now.saturating_sub(self.start)
+    }
+}
+
 /// One waiter's view of one lock word (see the module docs).
 ///
 /// By default the lease runs from the first observation of a word (a caller may backdate it
@@ -138,6 +207,9 @@ pub enum Verdict {
 pub struct Waiter {
     cfg: LeaseConfig,
     start: u64,
+    /// The deadline, in time watched (the module's "Stalls"; one more ns: a wait fails once
+    /// it watched more than `deadline_ns`).
+    deadline: Watched,
     seen: u64,
     /// How long the waiter has watched `seen` (gaps capped at `cap`), and when it last
     /// observed the word.
@@ -154,6 +226,7 @@ impl Waiter {
         Waiter {
             cfg,
             start: now,
+            deadline: Watched::new(now, cfg.deadline_ns.saturating_add(1)),
             seen: 0,
             watched: 0,
             last: now,
@@ -188,11 +261,10 @@ impl Waiter {
             self.watched = self.watched.saturating_add(gap.min(self.cap));
             self.last = self.last.max(now);
         }
-        let waited = now.saturating_sub(self.start);
-        if waited > self.cfg.deadline_ns || self.attempts > self.cfg.max_attempts {
+        if self.deadline.note(now) == 0 || self.attempts > self.cfg.max_attempts {
             return Verdict::GiveUp {
                 word,
-                waited_ns: waited,
+                waited_ns: now.saturating_sub(self.start),
             };
         }
         if word != 0 && self.watched >= self.cfg.lease_ns {
@@ -353,7 +425,12 @@ mod tests {
         assert!(matches!(w.observe(stuck, 10_999), Verdict::Wait(_)));
         assert_eq!(w.observe(stuck, 11_000), Verdict::Expired { word: stuck });
         assert!(matches!(w.observe(stuck, 11_500), Verdict::Wait(_)));
-        assert!(matches!(w.observe(stuck, 200_000), Verdict::GiveUp { .. }));
+        // Watched at a steady pace, it gives up past the deadline (expiring once a lease).
+        let mut t = 11_500;
+        while !matches!(w.observe(stuck, t), Verdict::GiveUp { .. }) {
+            t += 80;
+        }
+        assert!(t > 100_000 && t <= 100_080, "{t}");
         assert_eq!(holder(stuck), 9);
     }
 
@@ -385,6 +462,87 @@ mod tests {
         }
         // 125 ns credited for the gap, then 18 looks 50 ns apart: 125 + 900 >= 1000.
         assert_eq!(t + 50, 3000 + 18 * 50);
+    }
+
+    #[test]
+    fn a_watched_budget_is_spent_exactly() {
+        let mut w = Watched::new(1_000, 1_600);
+        let mut now = 1_000;
+        let mut pauses = 0;
+        while w.note(now) > 0 {
+            now += w.pause_ns();
+            pauses += 1;
+        }
+        assert_eq!(pauses, 16);
+        assert_eq!(now, 2_600);
+    }
+
+    #[test]
+    fn time_the_waiter_was_away_counts_two_pauses_at_most() {
+        let mut w = Watched::new(0, 1_600);
+        // Descheduled for ten times the budget between two looks.
+        assert_eq!(w.note(16_000), 1_400);
+        assert_eq!(w.note(16_050), 1_350);
+        // A clock that goes backwards (another core's reading) counts nothing, nor does the
+        // stretch back up to the latest reading.
+        assert_eq!(w.note(10), 1_350);
+        assert_eq!(w.note(16_060), 1_340);
+        // Past STALL_BOUND budgets of clock time the wait is over, however little it watched.
+        assert_eq!(w.note(STALL_BOUND * 1_600), 1_340 - 200);
+        assert_eq!(w.note(STALL_BOUND * 1_600 + 1), 0);
+        assert_eq!(w.wall_ns(STALL_BOUND * 1_600 + 1), STALL_BOUND * 1_600 + 1);
+    }
+
+    /// Issue 26: a waiter whose process was stopped for five deadlines between two looks (a
+    /// sibling coroutine held the lock, stopped with it) waits on instead of giving up; a
+    /// holder that never lets go still ends the wait after one deadline of watching, and the
+    /// attempt cap and the wall bound still end it.
+    #[test]
+    fn a_stall_between_two_looks_does_not_spend_the_deadline() {
+        let cfg = LeaseConfig {
+            lease_ns: 1000,
+            min_backoff_ns: 10,
+            max_backoff_ns: 40,
+            deadline_ns: 16_000,
+            max_attempts: 1_000_000,
+        };
+        let sibling = owner_word(7, 1);
+        let mut w = Waiter::new(cfg, 0);
+        assert!(matches!(w.observe(sibling, 0), Verdict::Wait(_)));
+        // Stopped for 5 deadlines: the next look is still a wait (it was a GiveUp when the
+        // deadline counted wall time).
+        assert!(
+            !matches!(w.observe(sibling, 80_000), Verdict::GiveUp { .. }),
+            "a stall of 5 deadlines spent the deadline"
+        );
+        // The holder, still there, is watched on at a steady pace: the wait ends once the
+        // looks span the rest of the deadline (a stall counts 2/16 of it).
+        let mut t = 80_000;
+        let waited = loop {
+            t += 40;
+            if let Verdict::GiveUp { waited_ns, .. } = w.observe(sibling, t) {
+                break waited_ns;
+            }
+            assert!(t < 200_000, "never gave up");
+        };
+        assert_eq!(waited, t, "reports clock time waited");
+        assert!(t > 80_000 + 14_000 && t <= 80_000 + 16_040, "{t}");
+        // The wall bound: a waiter stalled again and again gives up after STALL_BOUND
+        // deadlines of clock time.
+        let mut w = Waiter::new(cfg, 0);
+        let mut t = 0;
+        let end = loop {
+            if let Verdict::GiveUp { waited_ns, .. } = w.observe(sibling, t) {
+                break waited_ns;
+            }
+            // Seven stalls of ten deadlines watch 7 x 2/16 of the deadline.
+            t += 160_000;
+        };
+        assert_eq!(
+            end,
+            7 * 160_000,
+            "past {STALL_BOUND} deadlines of clock time"
+        );
     }
 
     #[test]

@@ -129,7 +129,6 @@ pub mod sherman;
 pub mod smart;
 #[cfg(any(test, feature = "conformance"))]
 pub mod testing;
-pub mod watched;
 pub mod work;
 #[cfg(feature = "alloc")]
 pub mod wort;

@@ -711,7 +711,7 @@ impl CatfishClient {
 /// Runs `fut` until it resolves, or until `ns` of *watched* time of `qp`'s clock have passed
 /// (`None` then; the unfinished `fut` is dropped, which every fabric's receive allows).
 ///
-/// Watched time ([`crate::watched::Watched`]): the wait runs in pauses of `ns / 16`, and each
+/// Watched time ([`crate::lease::Watched`]): the wait runs in pauses of `ns / 16`, and each
 /// one counts at most twice its length, however long it took. A pause that overran by far means this thread was not
 /// running (descheduled on a loaded machine), and that time says nothing about whether the
 /// server is hung: on a 2-core machine at load 25, clients of a live soft memory node
@@ -725,7 +725,7 @@ async fn within<Q: QueuePair, F: core::future::Future>(
     let mut fut = core::pin::pin!(fut);
     // A fabric without a clock: each pause counts its whole length.
     let mut now = qp.clock_ns().unwrap_or(0);
-    let mut w = crate::watched::Watched::new(now, ns);
+    let mut w = crate::lease::Watched::new(now, ns);
     while w.note(now) > 0 {
         let pause = w.pause_ns();
         let mut timer = core::pin::pin!(qp.pause(pause));

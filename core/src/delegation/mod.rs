@@ -37,7 +37,7 @@
 //! read leader its lead too. So an entry whose users died returns to the free pool once the
 //! others are done, instead of staying with its key for the life of the node state.
 use crate::block_on::yield_now;
-use crate::lease::LeaseConfig;
+use crate::lease::{LeaseConfig, Watched};
 use crate::smart::shared::{TryLock, TryLockGuard};
 use core::future::Future;
 use park::{Check, Parked};
@@ -346,11 +346,14 @@ impl<F: Flavor> Drop for Claim<'_, F> {
     }
 }
 
-/// How long a waiter has seen one leader generation in flight, on its own clock (and in
-/// polls, for fabrics without a clock).
+/// How long a waiter has seen one leader generation in flight, in time it watched on its own
+/// clock (`crate::lease`, "Stalls": a waiter stopped with its process replaces no live
+/// leader, a sibling stopped with it), and in polls for fabrics without a clock.
 struct Stuck {
     leader: u64,
-    since: u64,
+    /// The bound being watched for, and the time watched against it (restarted when the
+    /// bound changes: a leader abandoned meanwhile is watched for a lease from then).
+    watch: Option<(u64, Watched)>,
     polls: u32,
 }
 
@@ -358,7 +361,7 @@ impl Stuck {
     fn new() -> Stuck {
         Stuck {
             leader: u64::MAX,
-            since: 0,
+            watch: None,
             polls: 0,
         }
     }
@@ -371,7 +374,7 @@ impl Stuck {
         if leader != self.leader {
             *self = Stuck {
                 leader,
-                since: now,
+                watch: Some((bound_ns, Watched::new(now, bound_ns))),
                 polls: 0,
             };
             return false;
@@ -380,14 +383,23 @@ impl Stuck {
         if now == 0 {
             return self.polls > lease.max_attempts;
         }
-        now.saturating_sub(self.since) >= bound_ns
+        match &mut self.watch {
+            Some((b, w)) if *b == bound_ns => w.note(now) == 0,
+            w => {
+                *w = Some((bound_ns, Watched::new(now, bound_ns)));
+                false
+            }
+        }
     }
 
-    /// Nanoseconds (at least 1) until the generation being watched has led for `bound_ns`.
-    fn left(&self, now: u64, bound_ns: u64) -> u64 {
-        bound_ns
-            .saturating_sub(now.saturating_sub(self.since))
-            .max(1)
+    /// Nanoseconds (at least 1) until the next look: when the generation being watched will
+    /// have led for `bound_ns`, or a sixteenth of it if sooner (a parked waiter's timer: one
+    /// that fires late because the process was stopped counts two sixteenths).
+    fn left(&self, bound_ns: u64) -> u64 {
+        match &self.watch {
+            Some((b, w)) if *b == bound_ns => w.pause_ns(),
+            _ => (bound_ns / 16).max(1),
+        }
     }
 }
 

@@ -12,7 +12,9 @@
 //! simply polled as before.
 //!
 //! Every wait stays bounded: a parked waiter also arms a timer at its next lease or deadline
-//! check ([`wait`]), so a dead holder, who wakes nobody, is still found out. The slots are
+//! check ([`wait`]), so a dead holder, who wakes nobody, is still found out; that check is at
+//! most a sixteenth of the lease or deadline away, which counts only time the waiter watched
+//! (`crate::lease`, "Stalls": a timer that fires late after a stop re-arms). The slots are
 //! fixed ([`Parked`]): parking allocates nothing, and a waiter that finds them all taken
 //! polls as before.
 use core::future::{Future, poll_fn};

@@ -106,7 +106,7 @@ impl<F: Flavor> Table<F> {
                         return Ok(None);
                     }
                     // Parked until the leader publishes or ends, or its lease check.
-                    Err(stuck.left(now, lease.lease_ns))
+                    Err(stuck.left(lease.lease_ns))
                 })
                 .await;
             if let Some(r) = served {

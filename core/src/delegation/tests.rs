@@ -258,7 +258,8 @@ fn waiting_readers_park_until_their_leader_publishes() {
 }
 
 /// A parked reader whose leader died (its read never ends, nobody wakes the reader) is
-/// still woken by its timer at the leader's lease, and leads a read of its own then.
+/// still woken by its timer (every sixteenth of the lease), and leads a read of its own
+/// once it has watched the leader for a lease.
 #[test]
 fn a_parked_reader_replaces_a_dead_leader_at_its_lease() {
     use park::testing::Task;
@@ -276,27 +277,34 @@ fn a_parked_reader_replaces_a_dead_leader_at_its_lease() {
     assert!(!l.poll());
     let mut w = Task::new(t.get(&host, &key, o_w, async |o: &mut [u8]| gated(&open, o).await));
     assert!(!w.poll());
-    let due = host.clock.due.get().expect("a parked waiter arms a timer");
-    assert_eq!(due, 11_000, "at the leader's lease on the waiter's clock");
-    // Rounds up to just before the lease: nothing wakes it.
-    for _ in 0..19 {
-        host.clock.now.set(host.clock.now.get() + 50);
-        assert!(!w.poll_if_woken());
-    }
+    assert!(
+        host.clock.due.get().is_some(),
+        "a parked waiter arms a timer"
+    );
+    // A round of the executor before its timer: nothing wakes it.
+    host.clock.now.set(10_050);
+    assert!(!w.poll_if_woken());
     assert_eq!(w.polls, 1);
-    // The timer's event (the sim polls the task then).
-    host.clock.now.set(due);
-    let mut rounds = 0;
-    while !w.poll_if_woken() {
-        if rounds == 0 {
-            w.poll();
-        }
-        rounds += 1;
-        assert!(rounds < 3, "leads once its timer fired");
+    // Its timers' events (the sim polls the task then): a sixteenth of the lease apart at
+    // most, it leads once it has watched the leader for a lease.
+    let mut timers = 0;
+    while w.out.is_none() {
+        let due = host.clock.due.take().expect("a timer");
+        assert!(
+            due - host.clock.now.get() <= 1_000 / 16,
+            "a sixteenth at most"
+        );
+        host.clock.now.set(due);
+        timers += 1;
+        w.poll();
+        w.poll_if_woken();
+        assert!(timers <= 17, "leads once it watched a lease");
     }
+    let now = host.clock.now.get();
+    assert!((11_000..=11_000 + 1_000 / 16).contains(&now), "{now}");
     assert_eq!(w.out, Some(Ok(Some(8))));
     assert_eq!(host.takeovers.get(), 1);
-    assert!(w.polls <= 3, "{} polls", w.polls);
+    assert!(w.polls <= 2 * 17 + 1, "{} polls", w.polls);
     // The dead leader's claim, dropped (its thread unwound), leaves the entry free.
     drop(l);
     assert_eq!(t.users(&key), 0);
@@ -757,4 +765,32 @@ fn both_writers_a_dropped_leader_took_from_end() {
     );
     assert_eq!((a.out, b.out), (Some(Ok(true)), Some(Ok(true))));
     assert_eq!(t.users(&key), 0);
+}
+
+/// Issue 26: a waiter stopped with its process for five leases (its leader, a sibling
+/// coroutine, stopped with it) does not take the leader for stuck when it resumes; a leader
+/// that stays in flight while the waiter watches is still stuck after one lease of watching,
+/// looked at every sixteenth of it (the parked waiter's timer).
+#[test]
+fn a_waiter_stopped_for_five_leases_replaces_no_live_leader() {
+    let lease = LeaseConfig::default();
+    let bound = lease.lease_ns;
+    let mut s = Stuck::new();
+    assert!(!s.expired(7, 1_000, bound, &lease), "first seen");
+    assert_eq!(s.left(bound), bound / 16, "a timer of a sixteenth");
+    let mut now = 1_000 + 5 * bound;
+    assert!(
+        !s.expired(7, now, bound, &lease),
+        "stuck after a stall of 5 leases"
+    );
+    let mut looks = 0;
+    while !s.expired(7, now, bound, &lease) {
+        now += s.left(bound);
+        looks += 1;
+        assert!(looks <= 16, "never stuck");
+    }
+    // The stall counted two sixteenths: 14 more looks a sixteenth apart.
+    assert_eq!(looks, 14);
+    // A new generation starts over.
+    assert!(!s.expired(8, now, bound, &lease));
 }

@@ -326,7 +326,7 @@ impl<F: Flavor> Table<F> {
                     // check (with nobody writing, the lease: the writer that took the
                     // latest value leads, and ends the wait).
                     Err(if e.writing {
-                        stuck.left(now, bound)
+                        stuck.left(bound)
                     } else {
                         lease.lease_ns.max(1)
                     })

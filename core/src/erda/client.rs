@@ -3,8 +3,8 @@ use super::{ErdaClientConfig, ErdaError};
 mod read;
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind, Work};
 use crate::index::KvIndex;
+use crate::lease::Watched;
 use crate::lease::{Verdict, Waiter, holder};
-use crate::watched::Watched;
 use core::cell::{Cell, RefCell};
 use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
@@ -246,7 +246,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
         // free, and a waiter that sleeps through its back-off can starve past its deadline
         // (verbs, 256 coroutines on 64 mailboxes). The holders are this handle's own
         // coroutines, so a wait fails if no mailbox was freed for a whole deadline, or (a
-        // bound on a waiter that others keep overtaking) after eight deadlines in all. The
+        // bound on a waiter that others keep overtaking) after eight deadlines in all (both
+        // in time watched: `crate::lease`, "Stalls"). The
         // clock is read only when no mailbox is free at once.
         let free = self.free.get();
         let slot = if free != 0 && self.mail_waiters.get() == 0 {
@@ -270,6 +271,8 @@ impl<'e, E: Endpoint> Erda<'e, E> {
     async fn wait_mailbox(&self) -> Result<u32, ErdaError> {
         let start = self.ep.now_ns();
         let mut w = Waiter::new(self.cfg.lease, start);
+        // The eight deadlines in all, in time watched (`crate::lease`, "Stalls").
+        let mut all = Watched::new(start, self.cfg.lease.deadline_ns.saturating_mul(8));
         let mut freed = self.mail_freed.get();
         let mut queued: Option<MailQueue<'_>> = None;
         loop {
@@ -283,8 +286,7 @@ impl<'e, E: Endpoint> Erda<'e, E> {
                 queued = Some(MailQueue::join(&self.mail_waiters));
             }
             let now = self.ep.now_ns();
-            let overtaken =
-                now.saturating_sub(start) > self.cfg.lease.deadline_ns.saturating_mul(8);
+            let overtaken = all.note(now) == 0;
             if self.mail_freed.get() != freed && !overtaken {
                 freed = self.mail_freed.get();
                 w = Waiter::new(self.cfg.lease, now);

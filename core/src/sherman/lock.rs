@@ -21,9 +21,10 @@
 //! up to `handover_cap` times in a row. A local waiter parks ([`crate::delegation::park`]):
 //! it leaves its waker under its ticket, and whoever passes the turn on wakes the waiter whose
 //! turn it is (only that one), so a waiter is polled once per hand-over, not at every round
-//! of its executor; a timer at its deadline bounds the wait. The lock word keeps naming the
-//! thread that CASed it until the lock is released: a handed-over holder is covered by that
-//! thread's lease.
+//! of its executor; timers bound the wait (one every sixteenth of its deadline at most, the
+//! deadline counted in time watched: [`crate::lease`], "Stalls"). The lock word keeps naming
+//! the thread that CASed it until the lock is released: a handed-over holder is covered by
+//! that thread's lease.
 //! So with the table shared, the unit of failure is the compute node (the process, as in
 //! the paper): a thread that dies holding a local turn leaves the node's waiters for that
 //! word to their deadline ([`ShermanError::LockHeld`]), and a waiter of another node that
@@ -34,7 +35,7 @@ use super::node::ShermanNode;
 use crate::block_on::yield_now;
 use crate::delegation::park::{self, Check};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
-use crate::lease::{LeaseConfig, Verdict, Waiter, holder, owner_word};
+use crate::lease::{LeaseConfig, Verdict, Waiter, Watched, holder, owner_word};
 use core::cell::{Cell, RefCell};
 use core::future::Future;
 use core::pin::pin;
@@ -211,7 +212,11 @@ impl Locks {
             }
         };
         let mut spins = 0u32;
-        let mut start = None;
+        // The deadline in time watched (`crate::lease`, "Stalls"): the timer of a parked
+        // waiter is at most a sixteenth of it, so a timer that fires late because the
+        // process was stopped counts two sixteenths, and the waiter parks again.
+        let mut watch = None::<Watched>;
+        let budget = self.lease.deadline_ns.saturating_add(1);
         let check = |cx: &mut Context<'_>| {
             let now = ep.now_ns();
             let waker = cx.waker();
@@ -220,19 +225,19 @@ impl Locks {
                     return Check::Done(Ok(e.global));
                 }
                 spins = spins.saturating_add(1);
-                let waited = now.saturating_sub(*start.get_or_insert(now));
-                if spins > self.lease.max_attempts || waited > self.lease.deadline_ns {
+                let w = watch.get_or_insert_with(|| Watched::new(now, budget));
+                if spins > self.lease.max_attempts || w.note(now) == 0 {
                     e.abandoned.insert(ticket);
                     e.parked.forget(ticket);
                     return Check::Done(Err(ShermanError::LockHeld {
                         lock,
                         holder: self.client,
                         word: 0,
-                        waited_ns: waited,
+                        waited_ns: w.wall_ns(now),
                     }));
                 }
                 if e.parked.park(ticket, waker) {
-                    Check::Park(self.lease.deadline_ns - waited + 1)
+                    Check::Park(w.pause_ns())
                 } else {
                     Check::Retry
                 }
@@ -269,11 +274,15 @@ impl Locks {
         // Held: from here on the clock runs.
         let start = ep.now_ns();
         let mut w = Waiter::new(self.wait_config(start), start);
-        if let Some((word, at)) = seen
-            && word != 0
-        {
-            // Only sets where the word's unchanged stretch began (a verdict at `at` is moot).
-            let _ = w.observe(word, at.min(start));
+        match seen {
+            Some((word, at)) if word != 0 => {
+                // Only sets where the word's unchanged stretch began (a verdict at `at` is
+                // moot).
+                let _ = w.observe(word, at.min(start));
+            }
+            // Not backdated: the lease counts only the time this waiter watched (a waiter
+            // stopped with its process fences no live holder for it).
+            _ => w = w.watching(),
         }
         let mut found = Some(found);
         loop {
@@ -655,8 +664,9 @@ mod tests {
         assert_eq!(qp.posts.borrow().len(), 1, "one unlock, at the 8th release");
     }
 
-    /// A parked waiter whose holder died (nobody passes the turn on) is woken by its timer at
-    /// its deadline, gives its ticket up, and the turn skips it.
+    /// A parked waiter whose holder died (nobody passes the turn on) is woken by its timer
+    /// every sixteenth of its deadline (`crate::lease`, "Stalls"), gives its ticket up once
+    /// it has watched for the deadline, and the turn skips it.
     #[test]
     fn a_parked_local_waiter_of_a_dead_holder_ends_at_its_deadline() {
         use crate::delegation::park::testing::Task;
@@ -672,26 +682,71 @@ mod tests {
         .expect("an entry");
         let mut a = Task::new(locks.acquire(&ep, lock, None));
         assert!(!a.poll());
-        let due = ep.clock.due.get().expect("a timer at the deadline");
-        assert_eq!(due, 1_000 + 10_001);
-        ep.clock.now.set(due);
-        // The timer's event polls the task; the deadline check follows at its next poll.
-        a.poll();
-        while !a.poll_if_woken() {
-            assert!(a.polls < 5, "ends once its timer fired");
+        let mut timers = 0;
+        while a.out.is_none() {
+            let due = ep.clock.due.take().expect("a timer");
+            assert!(
+                due - ep.clock.now.get() <= 10_001 / 16,
+                "a timer of a sixteenth at most"
+            );
+            timers += 1;
+            ep.clock.now.set(due);
+            // The timer's event polls the task; the check follows at its next poll.
+            a.poll();
+            while a.out.is_none() && ep.clock.due.get().is_none() {
+                assert!(
+                    a.poll_if_woken() || a.polls < 1000,
+                    "ends once its timer fired"
+                );
+            }
+            assert!(timers <= 17, "watched for its deadline");
         }
-        assert!(matches!(
-            a.out,
-            Some(Err(ShermanError::LockHeld {
-                waited_ns: 10_001,
-                ..
-            }))
-        ));
+        let Some(Err(ShermanError::LockHeld { waited_ns, .. })) = a.out else {
+            panic!("{:?}", a.out)
+        };
+        assert!(
+            waited_ns > 10_000 && waited_ns <= 10_001 + 625,
+            "{waited_ns}"
+        );
         crate::block_on::block_on(node.locks.with(lock, |e| {
             assert_eq!(e.parked.len(), 0, "its slot is free");
             e.pass_on();
             assert_eq!(e.serving, 2, "its ticket is skipped");
         }))
         .expect("the word's entry");
+    }
+
+    /// Issue 26: a parked waiter whose process was stopped for five deadlines (its timer
+    /// fires that late, the holder, a sibling coroutine, stopped with it) parks again instead
+    /// of failing, and gets its turn when the holder passes it on.
+    #[test]
+    fn a_parked_local_waiter_stopped_past_its_deadline_waits_on_for_a_live_holder() {
+        use crate::delegation::park::testing::Task;
+        let node = Arc::new(ShermanNode::new(&super::super::ShermanConfig::sherman()));
+        let locks = local(&node);
+        let ep = Clocked::default();
+        ep.clock.now.set(1_000);
+        let lock = GlobalAddr::device(0, 256);
+        crate::block_on::block_on(node.locks.claim(lock, |e| {
+            e.next = 1;
+            e.global = true;
+        }))
+        .expect("an entry");
+        let mut a = Task::new(locks.acquire(&ep, lock, None));
+        assert!(!a.poll());
+        ep.clock.due.take().expect("a timer");
+        // Stopped: the timer fires five deadlines late.
+        ep.clock.now.set(1_000 + 5 * 10_000);
+        a.poll();
+        for _ in 0..4 {
+            a.poll_if_woken();
+        }
+        assert!(a.out.is_none(), "gave up after a stall: {:?}", a.out);
+        // The holder, resumed, passes the turn on.
+        hand_over(&node, lock);
+        while !a.poll_if_woken() {
+            assert!(a.polls < 100, "woken by the hand-over");
+        }
+        assert!(matches!(a.out, Some(Ok(Got::HandedOver))), "{:?}", a.out);
     }
 }

@@ -4,30 +4,33 @@
 //! without a clock (`now_ns` stuck at 0) is bounded by the attempt cap instead. The clock is
 //! first read at the first failed attempt, so a wait that never waits costs nothing.
 use crate::fabric::Endpoint;
-use crate::lease::LeaseConfig;
+use crate::lease::{LeaseConfig, Watched};
 
 pub(crate) struct Patience {
     cfg: LeaseConfig,
-    /// When the first attempt failed.
-    start: Option<u64>,
+    /// The deadline in time watched (`crate::lease`, "Stalls"), from the first failed
+    /// attempt.
+    watch: Option<Watched>,
     backoff: u64,
     attempts: u32,
+    /// Whether the deadline is spent.
+    spent: bool,
 }
 
 impl Patience {
     pub(crate) fn new(cfg: LeaseConfig) -> Patience {
         Patience {
             cfg,
-            start: None,
+            watch: None,
             backoff: cfg.min_backoff_ns.max(1),
             attempts: 0,
+            spent: false,
         }
     }
 
-    /// Nanoseconds since the first failed attempt.
+    /// Nanoseconds since the first failed attempt (clock time).
     pub(crate) fn waited<E: Endpoint>(&self, ep: &E) -> u64 {
-        self.start
-            .map_or(0, |start| ep.now_ns().saturating_sub(start))
+        self.watch.map_or(0, |w| w.wall_ns(ep.now_ns()))
     }
 
     /// The wait has lasted a lease or more (or, without a clock, a tenth of the attempts):
@@ -37,13 +40,15 @@ impl Patience {
     }
 
     /// Counts one more attempt without pausing (a step that makes progress, e.g. a move to a
-    /// sibling); false once the deadline or the attempt cap is passed.
+    /// sibling); false once the deadline (time watched) or the attempt cap is passed.
     pub(crate) fn step<E: Endpoint>(&mut self, ep: &E) -> bool {
         self.attempts = self.attempts.saturating_add(1);
-        if self.start.is_none() {
-            self.start = Some(ep.now_ns());
-        }
-        self.attempts <= self.cfg.max_attempts && self.waited(ep) <= self.cfg.deadline_ns
+        let now = ep.now_ns();
+        let w = self
+            .watch
+            .get_or_insert_with(|| Watched::new(now, self.cfg.deadline_ns.saturating_add(1)));
+        self.spent = self.spent || w.note(now) == 0;
+        self.attempts <= self.cfg.max_attempts && !self.spent
     }
 
     /// Backs off before the next attempt; false (without pausing) once the deadline or the

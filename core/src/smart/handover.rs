@@ -40,7 +40,7 @@ use super::onchip::chip_lock;
 use super::shared::TryLock;
 use crate::block_on::yield_now;
 use crate::fabric::{Endpoint, QueuePair};
-use crate::lease::{LeaseConfig, holder};
+use crate::lease::{LeaseConfig, Verdict, Waiter, holder};
 use remora_layouts::GlobalAddr;
 use std_alloc::vec::Vec;
 
@@ -158,11 +158,11 @@ impl HandOver {
         now: impl Fn() -> u64,
     ) -> Result<(Turn<'_>, Granted), TurnTimeout> {
         let idx = Self::index(node);
-        // The clock is read only while waiting (an uncontended turn reads none): the wait's
-        // start, and when the current owner was first seen (its lease runs from there, as a
-        // remote word's does in `crate::lease`).
-        let mut start = None;
-        let mut seen: Option<(u64, u64)> = None;
+        // The clock is read only while waiting (an uncontended turn reads none). The owner's
+        // lease runs from when it was first seen, in time this waiter watched, as a remote
+        // word's does in `crate::lease` (a waiter stopped with its process takes no live
+        // owner's turn), and so does the deadline ("Stalls" there).
+        let mut waiter: Option<Waiter> = None;
         // Counted among the entry's waiters until the turn is granted or refused; a waiter
         // dropped meanwhile (a killed coroutine) is uncounted by the guard's drop, so no
         // releaser hands the lock over to it.
@@ -171,7 +171,6 @@ impl HandOver {
             idx,
             queued: false,
         };
-        let mut polls = 0u32;
         loop {
             let got = self
                 .with(idx, |e| {
@@ -182,29 +181,20 @@ impl HandOver {
                     let mut dead = false;
                     if e.owner != 0 {
                         let t = now();
-                        let t0 = *start.get_or_insert(t);
-                        let since = match seen {
-                            Some((o, at)) if o == e.owner => at,
-                            _ => {
-                                seen = Some((e.owner, t));
-                                t
+                        // Polls are not paced by back-offs: only a clockless fabric caps them.
+                        let w = waiter
+                            .get_or_insert_with(|| Waiter::new(lease.spinning(t), t).watching());
+                        match w.observe(e.owner, t) {
+                            Verdict::Wait(_) => return None,
+                            Verdict::Expired { .. } => dead = true,
+                            Verdict::GiveUp { waited_ns, .. } => {
+                                e.waiting -= 1;
+                                queue.queued = false;
+                                return Some(Err(TurnTimeout {
+                                    owner: e.owner,
+                                    waited_ns,
+                                }));
                             }
-                        };
-                        dead = t.saturating_sub(since) >= lease.lease_ns;
-                        let waited_ns = t.saturating_sub(t0);
-                        if !dead
-                            && (waited_ns > lease.deadline_ns
-                                || (t == t0 && polls > lease.max_attempts))
-                        {
-                            e.waiting -= 1;
-                            queue.queued = false;
-                            return Some(Err(TurnTimeout {
-                                owner: e.owner,
-                                waited_ns,
-                            }));
-                        }
-                        if !dead {
-                            return None;
                         }
                     }
                     e.waiting -= 1;
@@ -256,10 +246,7 @@ impl HandOver {
                     ));
                 }
                 Some(Err(e)) => return Err(e),
-                None => {
-                    polls = polls.saturating_add(1);
-                    yield_now().await;
-                }
+                None => yield_now().await,
             }
         }
     }
