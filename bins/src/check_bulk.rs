@@ -4,7 +4,8 @@
 //! client through the fabric (core's `smart/bulk.rs`, `sherman/bulk.rs`, Sherman's pages
 //! `PAPER_FILL_PERCENT` full, `chime/bulk.rs`, CHIME's leaves as random inserts fill them:
 //! `bench/bulk_chime.rs`), CANRT's by its memory node's server into the region image
-//! (`bench/bulk_canrt.rs`), which the server then recovers from. The loaded keys lie below
+//! (`bench/bulk_canrt.rs`), which the server then recovers from, and Erda's store the same
+//! way (its server's write path, `bench/bulk_erda.rs`). The loaded keys lie below
 //! every key of the lincheck workload (its cold keys are `client << 40 | x`, its hot keys
 //! above those, and its scans start there), so the history checker sees only its own keys
 //! while the clients descend, split and resize the loaded tree. After the workload, one
@@ -12,8 +13,8 @@
 //!
 //! The indexes with a bulk loader wired here: SMART (8-byte keys), Sherman, FG+ and CHIME,
 //! on the sim and on soft (loaded by a client through the fabric), and CANRT (8- or 16-byte
-//! keys) on the sim only (its tree is built into the memory node's image, and the soft
-//! fabric's node is created empty). WORT's and WOART's loaders take keys of
+//! keys) and Erda (8-byte keys, the lincheck's for it) on the sim only (built into the memory
+//! node's image, and the soft fabric's node is created empty). WORT's and WOART's loaders take keys of
 //! `bench/bulk_wort.rs`'s own type.
 use crate::args::FabricKind;
 use crate::bench::bulk_canrt::{CanrtPlan, build, recover};
@@ -68,22 +69,26 @@ pub fn refuse(cfg: &IndexCfg, fabric: FabricKind, n: u64) -> Result<(), String> 
     }
     match cfg {
         IndexCfg::Smart { cfg, .. } if cfg.key_mode == KeyMode::Fixed(8) => Ok(()),
-        IndexCfg::Sherman { .. } | IndexCfg::Chime { .. } | IndexCfg::Canrt { .. } => Ok(()),
+        IndexCfg::Sherman { .. }
+        | IndexCfg::Chime { .. }
+        | IndexCfg::Canrt { .. }
+        | IndexCfg::Erda { .. } => Ok(()),
         _ => Err(format!(
-            "--bulk-load: {} has no bulk loader here (smart, sherman, fg-plus, chime and canrt \
-             have)",
+            "--bulk-load: {} has no bulk loader here (smart, sherman, fg-plus, chime, canrt and \
+             erda have)",
             cfg.index_name()
         )),
     }
 }
 
-/// Whether `cfg`'s tree is built into the memory node's image (CANRT), not by a client.
+/// Whether `cfg`'s index is built into the memory node's image (CANRT, Erda), not by a
+/// client.
 pub fn server_built(cfg: &IndexCfg) -> bool {
-    matches!(cfg, IndexCfg::Canrt { .. })
+    matches!(cfg, IndexCfg::Canrt { .. } | IndexCfg::Erda { .. })
 }
 
-/// Builds CANRT's tree of `n` loaded keys into `images` and recovers `server` from it; a
-/// one-line summary.
+/// Builds CANRT's tree or Erda's store of `n` loaded keys into `images` and recovers
+/// `server` from it; a one-line summary.
 pub fn build_image(
     cfg: &IndexCfg,
     images: &mut [NodeImage],
@@ -91,14 +96,26 @@ pub fn build_image(
     n: u64,
     key_bytes: usize,
 ) -> Result<String, String> {
-    let pairs = (0..n)
-        .map(|i| {
-            let k = loaded_key(i, key_bytes);
-            let k = k.iter().fold(0u128, |k, &b| k << 8 | b as u128);
-            (k, loaded_value(i).to_vec())
-        })
-        .collect();
-    let said = build(cfg, images, &CanrtPlan { pairs, sort_s: 0.0 })?;
+    let said = match cfg {
+        IndexCfg::Erda { server, .. } => {
+            let entries = (0..n).map(|i| (loaded_key(i, key_bytes), loaded_value(i)));
+            let st = crate::bench::bulk_erda::write(*server, images, entries)?;
+            format!(
+                "Erda: {} keys bulk-loaded, {} entries displaced",
+                st.keys, st.displaced
+            )
+        }
+        _ => {
+            let pairs = (0..n)
+                .map(|i| {
+                    let k = loaded_key(i, key_bytes);
+                    let k = k.iter().fold(0u128, |k, &b| k << 8 | b as u128);
+                    (k, loaded_value(i).to_vec())
+                })
+                .collect();
+            build(cfg, images, &CanrtPlan { pairs, sort_s: 0.0 })?
+        }
+    };
     recover(server, images, 0)?;
     Ok(said)
 }
@@ -224,6 +241,7 @@ mod tests {
             (IndexKind::Chime, 8),
             (IndexKind::Canrt, 8),
             (IndexKind::Canrt, 16),
+            (IndexKind::Erda, 8),
         ] {
             let a = args(index, key_bytes, n);
             run(&a, FabricKind::Sim, 1, 8).unwrap_or_else(|e| panic!("{index:?}: {e}"));

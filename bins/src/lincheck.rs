@@ -167,7 +167,7 @@ pub struct LinArgs {
     pub no_combine_latest: bool,
     /// Bulk-load the index with N keys before the clients start (below every key of the
     /// workload, read back after it), to check a loaded tree: smart, sherman, fg-plus and
-    /// chime on the sim and soft, canrt on the sim (`check_bulk.rs`).
+    /// chime on the sim and soft, canrt and erda on the sim (`check_bulk.rs`).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub bulk_load: u64,
     /// Write the whole history of every seed with a violation or an inconclusive key to

@@ -6,7 +6,8 @@
 //! shuffled order (and ascending, the old fabric). Every search must return each entry
 //! certainly present during it that intersects its window, and only entries possibly
 //! present; every delete must report whether the entry was there. The three tree kinds
-//! take turns over the seeds. `CATFISH_LIN_SEEDS=n` runs seeds 1..=n (CI: 3).
+//! take turns over the seeds, on an empty tree and on a bulk-loaded one (issue 25).
+//! `CATFISH_LIN_SEEDS=n` runs seeds 1..=n (CI: 3).
 //!
 //! The server steps its reclamation epoch every [`RECLAIM_BATCH`] retired nodes (not 64), so
 //! nodes it replaced are reused many times under the offloaded readers.
@@ -15,6 +16,10 @@ use remora_core::fabric::{Endpoint, QueuePair, SegmentOrder};
 use remora_core::lincheck::{CheckConfig, History, Op, Outcome, Recorder, Report, check};
 use remora_poller::sim::{Faults, Sim, SimConfig};
 use std::cell::RefCell;
+
+#[path = "common/mem_region.rs"]
+mod mem_region;
+use mem_region::on_image;
 
 const CLIENTS: u32 = 16;
 const OPS: u64 = 200;
@@ -50,17 +55,41 @@ const KINDS: [TreeKind; 3] = [TreeKind::RStar, TreeKind::Hilbert, TreeKind::Gutt
 /// One history of 16 clients on one seed, on a tree of `kind` (fanout 8, so it restructures
 /// often).
 fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> (History, Reuse) {
+    history_on(seed, order, delays, kind, 0)
+}
+
+/// Loaded object `i` (with `--bulk-load`): beside the workload's grid, which no window of
+/// the workload reaches (they end below `SIDE + 600`).
+fn loaded(i: u64) -> (Rect, u64) {
+    let (x, y) = (10_000 + (i % 64) as i32 * 50, (i / 64) as i32 * 50);
+    (Rect::new(x, y, x + 20, y + 20).unwrap(), 1 << 60 | i)
+}
+
+/// [`history`] on a tree of `n` [`loaded`] objects bulk-loaded (core's `catfish/bulk.rs`)
+/// into the memory node's image before the clients start, instead of an empty one; after
+/// the workload, searches by messaging and by offloading must each find exactly the loaded
+/// objects.
+fn history_on(
+    seed: u64,
+    order: SegmentOrder,
+    delays: bool,
+    kind: TreeKind,
+    n: u64,
+) -> (History, Reuse) {
     let rec = Recorder::new(
         (CLIENTS as u64 * OPS) as usize,
         (CLIENTS as u64 * OPS * 64) as usize,
     );
     let errors = RefCell::new(Vec::<String>::new());
+    // What the searches after the workload read of the loaded objects (declared before the
+    // sim, whose tasks borrow it).
+    let read_back = RefCell::new(Vec::new());
     let mut faults = Faults::none();
     if delays {
         faults.delay_prob = 0.05;
         faults.delay_max_ps = 20_000_000;
     }
-    let mut sim = Sim::new(SimConfig {
+    let cfg = SimConfig {
         compute_nodes: 4,
         memory_nodes: 1,
         region_len: 32 << 20,
@@ -69,26 +98,34 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> (His
         faults,
         segment_order: order,
         ..SimConfig::default()
-    })
-    .unwrap();
+    };
+    let mut sim = Sim::new(cfg.clone()).unwrap();
     let max = sim.endpoint(0).unwrap().qp(0).unwrap().max_message();
-    sim.set_handler(
-        0,
-        Box::new(CatfishServer::new(max).with_reclaim_batch(RECLAIM_BATCH)),
-    )
-    .unwrap();
+    let mut server = CatfishServer::new(max).with_reclaim_batch(RECLAIM_BATCH);
+    if n > 0 {
+        let mut images = sim.into_images();
+        let st = on_image(&mut images[0].host, |r| {
+            server.bulk_load(r, 8, kind, (0..n).map(loaded))
+        })
+        .unwrap();
+        assert_eq!(st.objects, n);
+        sim = Sim::with_images(cfg, images).unwrap();
+    }
+    sim.set_handler(0, Box::new(server)).unwrap();
     let reuse = RefCell::new(Reuse::default());
-    let c0 = sim.client(0).unwrap();
-    sim.spawn_with(&c0, 0, |ctx| async move {
-        CatfishClient::create_tree(ctx.qp(0).unwrap(), 1, 8, kind)
-            .await
-            .unwrap();
-    });
-    assert_eq!(
-        sim.run().unfinished,
-        0,
-        "seed {seed}: create did not finish"
-    );
+    if n == 0 {
+        let c0 = sim.client(0).unwrap();
+        sim.spawn_with(&c0, 0, |ctx| async move {
+            CatfishClient::create_tree(ctx.qp(0).unwrap(), 1, 8, kind)
+                .await
+                .unwrap();
+        });
+        assert_eq!(
+            sim.run().unfinished,
+            0,
+            "seed {seed}: create did not finish"
+        );
+    }
     for node in 0..4 {
         for c in 0..4u32 {
             let ctx = sim.client(node).unwrap();
@@ -183,12 +220,32 @@ fn history(seed: u64, order: SegmentOrder, delays: bool, kind: TreeKind) -> (His
     drop(errs);
     let ctx = sim.client(0).unwrap();
     let reuse_ref = &reuse;
+    let read_ref = &read_back;
     sim.spawn_with(&ctx, 0, move |ctx| async move {
-        let cf = CatfishClient::open(ctx.qp(0).unwrap()).await.unwrap();
+        let qp = ctx.qp(0).unwrap();
+        let mut cf = CatfishClient::open(qp).await.unwrap();
         reuse_ref.borrow_mut().epoch = cf.epoch();
+        if n > 0 {
+            let window = Rect::new(9_000, -100, 20_000, 200_000).unwrap();
+            for mode in [Mode::Messaging, Mode::Offload] {
+                let mut hits = Vec::new();
+                cf.search(qp, window, mode, &mut hits).await.unwrap();
+                let mut got: Vec<(Rect, u64)> = hits.iter().map(|e| (e.rect, e.ptr)).collect();
+                got.sort_by_key(|g| g.1);
+                read_ref.borrow_mut().push(got);
+            }
+        }
     });
     assert_eq!(sim.run().unfinished, 0);
     drop(sim);
+    let want: Vec<(Rect, u64)> = (0..n).map(loaded).collect();
+    for got in read_back.into_inner() {
+        assert!(
+            got == want,
+            "seed {seed}: {} of {n} loaded objects read back",
+            got.len()
+        );
+    }
     let h = rec.finish().expect("recorder sized for the workload");
     assert_eq!(h.events.len() as u64, CLIENTS as u64 * OPS);
     (h, reuse.into_inner())
@@ -273,6 +330,21 @@ fn catfish_is_linearizable_with_shuffled_segments() {
             len: len - 1,
         };
         assert!(!check(&bad, &CheckConfig::new(seed)).is_ok());
+    }
+}
+
+/// On bulk-loaded trees: 3,000 objects (five levels at fanout 8) beside the workload's grid,
+/// built by the server's inserts without the fabric; the clients' inserts, deletes and
+/// restructurings then run in that tree, and every loaded object is read back after.
+#[test]
+fn catfish_is_linearizable_on_a_bulk_loaded_tree() {
+    for seed in 1..=seeds() {
+        let kind = KINDS[(seed as usize + 1) % 3];
+        let (h, reuse) = history_on(seed, SegmentOrder::Shuffled, seed % 2 == 1, kind, 3000);
+        let r = checked(&format!("bulk-loaded, {}", kind.name()), seed, &h);
+        assert!(r.is_ok(), "{r}");
+        assert!(r.scans > 1000, "{r}");
+        assert!(reuse.epoch > 20, "seed {seed}: {reuse:?}");
     }
 }
 

@@ -3,21 +3,15 @@
 //! reclaims stale versions and deleted keys' buckets, and a crash at every persistence point
 //! of a cleaning loses nothing acknowledged.
 use remora_core::erda::{ErdaConfig, ErdaServer};
-use remora_core::fabric::{Recv, RecvKind};
-use remora_core::server::{Handler, LocalRegion, Replies};
-use remora_layouts::erda::{
-    Bucket, HeadState, Reply, ReqOp, Request, Status, Superblock, decode_object, durable_mark,
-    encode_object, hello, object_len,
-};
+use remora_core::server::{Handler, LocalRegion};
+use remora_layouts::erda::{Bucket, HeadState, ReqOp, Status, Superblock};
 use std::collections::BTreeMap;
 
+#[path = "common/erda_direct.rs"]
+mod erda_direct;
 #[path = "common/mem_region.rs"]
 mod mem_region;
-use mem_region::{CrashImages, MemRegion};
-
-/// A memory node's region: plain bytes; while recording, the image at every persist call
-/// (a crash right after that persistence point).
-type Mem = MemRegion<CrashImages>;
+use erda_direct::{Client, Mem, read_back};
 
 /// One head of four 16 KiB regions in 8 KiB segments; cleaning starts after 8 KiB of
 /// appends.
@@ -31,108 +25,6 @@ fn cfg() -> ErdaConfig {
         clean_permille: 500,
         ..ErdaConfig::small()
     }
-}
-
-/// Drives the server directly: requests through mailbox `id` of connection 1, the client's
-/// object WRITE and durable mark done by hand.
-struct Client {
-    id: u32,
-    seq: u32,
-}
-
-impl Client {
-    fn open(srv: &mut ErdaServer, mem: &Mem) -> Client {
-        let mut r = Replies::new();
-        let recv = Recv {
-            kind: RecvKind::Send,
-            len: 12,
-            imm: None,
-        };
-        srv.on_message(mem, 1, recv, &hello(1), &mut r).unwrap();
-        let rep = Reply::decode(r.iter().next().unwrap()).unwrap();
-        assert_eq!(rep.status, Status::Welcome);
-        Client {
-            id: rep.seq,
-            seq: 0,
-        }
-    }
-    fn put(
-        &mut self,
-        srv: &mut ErdaServer,
-        mem: &Mem,
-        op: ReqOp,
-        key: &[u8],
-        value: &[u8],
-    ) -> Reply {
-        let rep = self.ask(srv, mem, op, key, value.len());
-        if rep.status == Status::Granted && op != ReqOp::Delete {
-            Client::land(srv, mem, &rep, key, value);
-        }
-        rep
-    }
-    /// The request alone: a grant whose object is not written yet.
-    fn ask(
-        &mut self,
-        srv: &mut ErdaServer,
-        mem: &Mem,
-        op: ReqOp,
-        key: &[u8],
-        vlen: usize,
-    ) -> Reply {
-        self.seq += 1;
-        let vlen = if op == ReqOp::Delete { 0 } else { vlen };
-        let req = Request::new(op, self.seq, key, vlen).unwrap().encode();
-        let sb = srv.superblock().unwrap().1;
-        mem.write(sb.mailbox(self.id), &req).unwrap();
-        let mut r = Replies::new();
-        let recv = Recv {
-            kind: RecvKind::WriteImm,
-            len: 32,
-            imm: Some(self.id),
-        };
-        srv.on_message(mem, 1, recv, &[], &mut r).unwrap();
-        Reply::decode(r.iter().next().unwrap()).unwrap()
-    }
-    /// The client's doorbell for grant `rep`: the object, its durable mark, and the flushing
-    /// READ (the object and its mark are durable).
-    fn land(srv: &ErdaServer, mem: &Mem, rep: &Reply, key: &[u8], value: &[u8]) {
-        let sb = srv.superblock().unwrap().1;
-        let mut obj = vec![0u8; object_len(key.len(), value.len())];
-        encode_object(&mut obj, key, value, false).unwrap();
-        let off = sb.object_off(rep.head, rep.arg as u32).unwrap();
-        mem.write(off, &obj).unwrap();
-        let mark = durable_mark(rep.arg as u32).to_le_bytes();
-        mem.write(off + obj.len() as u64, &mark).unwrap();
-        mem.persist(off, obj.len() + 8);
-    }
-}
-
-/// What a one-sided reader of `key` takes from the region (newest whole object, else the
-/// previous one).
-fn read_back(mem: &Mem, sb: &Superblock, key: &[u8]) -> Option<Vec<u8>> {
-    let home = sb.home(key);
-    for j in 0..sb.neighborhood as u64 {
-        let mut b = [0u8; 32];
-        mem.read(sb.bucket_off(home + j), &mut b).unwrap();
-        let b = Bucket::decode(&b).unwrap();
-        if !b.holds(key) || b.meta().is_empty() {
-            continue;
-        }
-        for units in [b.meta().new_off(), b.meta().old_off()] {
-            if units == 0 {
-                return None;
-            }
-            let room = sb.head_remaining(units).min(4200) as usize;
-            let mut obj = vec![0u8; room];
-            mem.read(sb.object_off(b.head(), units).unwrap(), &mut obj)
-                .unwrap();
-            if let Ok(o) = decode_object(&obj) {
-                return (!o.delete).then(|| o.value.to_vec());
-            }
-        }
-        return None;
-    }
-    None
 }
 
 fn head_state(mem: &Mem, sb: &Superblock) -> HeadState {

@@ -47,7 +47,7 @@ pub struct BulkPlan {
 }
 
 /// Whether the load of this run is bulk-loaded: the index has a bulk loader (SMART with
-/// 8-byte keys, Sherman, FG+, CHIME, CANRT, WORT, WOART), the workload is not LOAD itself, and
+/// 8-byte keys, Sherman, FG+, CHIME, CANRT, WORT, WOART, Erda), the workload is not LOAD itself, and
 /// `--no-bulk-load` is off.
 pub fn wanted(a: &BenchArgs, index: &IndexCfg, workload: Workload) -> bool {
     let eight = matches!(a.keys, KeyType::Int | KeyType::Seq);
@@ -56,8 +56,9 @@ pub fn wanted(a: &BenchArgs, index: &IndexCfg, workload: Workload) -> bool {
         IndexCfg::Sherman { .. } | IndexCfg::Chime { .. } => eight,
         // Any key width: built by the server's code (`bulk_canrt.rs`).
         IndexCfg::Canrt { .. } => true,
-        // Any key width (1 to 16 bytes): built by the server's code (`bulk_wort.rs`).
-        IndexCfg::Wort { .. } => true,
+        // Any key width (1 to 16 bytes): built by the server's code (`bulk_wort.rs`,
+        // `bulk_erda.rs`).
+        IndexCfg::Wort { .. } | IndexCfg::Erda { .. } => true,
         _ => false,
     };
     able && workload != Workload::Load && !a.no_bulk_load && a.records > 0
@@ -292,7 +293,9 @@ mod tests {
     fn a_restored_load_measures_what_a_fresh_one_does() {
         // CANRT: built into the image by its server's code, which the measured cluster's
         // server recovers (`bulk_canrt.rs`).
-        for index in ["smart", "sherman", "chime", "canrt", "wort", "woart"] {
+        for index in [
+            "smart", "sherman", "chime", "canrt", "wort", "woart", "erda",
+        ] {
             let base = format!(
                 "--index {index} --fabric sim --workload c --records 5000 --operations 4000 \
                  --compute-nodes 2 --coroutines 2"

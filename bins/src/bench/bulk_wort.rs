@@ -9,9 +9,11 @@
 //! node, the one inserting them in sorted order makes (core's `wort/bulk.rs`; only the
 //! heap offsets differ).
 //!
-//! Which server-built loader a run takes ([`ServerPlan`]): CANRT's or WORT's.
+//! Which server-built loader a run takes ([`ServerPlan`]): CANRT's, WORT's or Erda's
+//! (`bulk_erda.rs`).
 use super::BenchArgs;
 use super::bulk_canrt::{CanrtPlan, with_values};
+use super::bulk_erda::ErdaPlan;
 use super::index::IndexCfg;
 use super::spatial::ImageRegion;
 use remora::core::wort::{KEY_MAX, WortServer};
@@ -23,6 +25,21 @@ use std::time::Instant;
 pub struct WortKey {
     bytes: [u8; KEY_MAX],
     len: u8,
+}
+
+impl WortKey {
+    /// `key` (1 to [`KEY_MAX`] bytes), or `None`.
+    pub fn new(key: &[u8]) -> Option<WortKey> {
+        if key.is_empty() || key.len() > KEY_MAX {
+            return None;
+        }
+        let mut bytes = [0u8; KEY_MAX];
+        bytes[..key.len()].copy_from_slice(key);
+        Some(WortKey {
+            bytes,
+            len: key.len() as u8,
+        })
+    }
 }
 
 impl AsRef<[u8]> for WortKey {
@@ -45,20 +62,10 @@ pub fn plan(a: &BenchArgs) -> Result<WortPlan, String> {
     let mut keyed = Vec::with_capacity(a.records as usize);
     for n in 0..a.records {
         let len = a.key(n, &mut buf);
-        if len == 0 || len > KEY_MAX {
-            return Err(format!(
-                "WORT/WOART bulk load: key {n} has {len} bytes (1 to {KEY_MAX})"
-            ));
-        }
-        let mut bytes = [0u8; KEY_MAX];
-        bytes[..len].copy_from_slice(&buf[..len]);
-        keyed.push((
-            WortKey {
-                bytes,
-                len: len as u8,
-            },
-            n,
-        ));
+        let key = WortKey::new(&buf[..len]).ok_or_else(|| {
+            format!("WORT/WOART bulk load: key {n} has {len} bytes (1 to {KEY_MAX})")
+        })?;
+        keyed.push((key, n));
     }
     // Byte order of the keys (a proper prefix first): the trees' order.
     keyed.sort_by(|x, y| x.0.as_ref().cmp(y.0.as_ref()).then(x.1.cmp(&y.1)));
@@ -96,11 +103,12 @@ pub fn build(index: &IndexCfg, images: &mut [NodeImage], p: &WortPlan) -> Result
     ))
 }
 
-/// A bulk load built by the memory node's server into its image (no client): CANRT's or
-/// WORT's/WOART's.
+/// A bulk load built by the memory node's server into its image (no client): CANRT's,
+/// WORT's/WOART's or Erda's.
 pub enum ServerPlan {
     Canrt(CanrtPlan),
     Wort(WortPlan),
+    Erda(ErdaPlan),
 }
 
 impl ServerPlan {
@@ -112,13 +120,17 @@ impl ServerPlan {
                 Some(ServerPlan::Canrt(super::bulk_canrt::plan(a, cfg.key_len)?))
             }
             IndexCfg::Wort { .. } => Some(ServerPlan::Wort(plan(a)?)),
+            IndexCfg::Erda { .. } => Some(ServerPlan::Erda(super::bulk_erda::plan(a)?)),
             _ => None,
         })
     }
 
     /// Whether `index`'s bulk load is server-built.
     pub fn used_by(index: &IndexCfg) -> bool {
-        matches!(index, IndexCfg::Canrt { .. } | IndexCfg::Wort { .. })
+        matches!(
+            index,
+            IndexCfg::Canrt { .. } | IndexCfg::Wort { .. } | IndexCfg::Erda { .. }
+        )
     }
 
     /// (keys, seconds their sorting took).
@@ -126,6 +138,7 @@ impl ServerPlan {
         match self {
             ServerPlan::Canrt(p) => (p.pairs.len(), p.sort_s),
             ServerPlan::Wort(p) => (p.pairs.len(), p.sort_s),
+            ServerPlan::Erda(p) => (p.keys.len(), p.sort_s),
         }
     }
 
@@ -134,6 +147,7 @@ impl ServerPlan {
         match self {
             ServerPlan::Canrt(p) => super::bulk_canrt::build(index, images, p),
             ServerPlan::Wort(p) => build(index, images, p),
+            ServerPlan::Erda(p) => super::bulk_erda::build(index, images, p),
         }
     }
 }

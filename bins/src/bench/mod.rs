@@ -1,7 +1,8 @@
 //! `remora bench`: the YCSB driver.
 //!
-//! Loads `--records` keys (YCSB LOAD; on the sim SMART, Sherman, FG+, CANRT, WORT and WOART
-//! are bulk-loaded where the load is not measured, `bulk*.rs`), then runs the chosen workload for `--operations`
+//! Loads `--records` keys (YCSB LOAD; on the sim SMART, Sherman, FG+, CHIME, CANRT, WORT, WOART,
+//! Erda and Catfish are bulk-loaded where the load is not measured, `bulk*.rs`,
+//! `spatial/load.rs`), then runs the chosen workload for `--operations`
 //! operations or `--seconds` seconds. On `--fabric soft` every worker thread is one
 //! compute-node client with its own endpoint and index handle, running `--coroutines`
 //! coroutines; on `--fabric sim` the clients are `--compute-nodes x --clients-per-node`
@@ -13,6 +14,7 @@
 pub(crate) mod bulk;
 pub(crate) mod bulk_canrt;
 pub(crate) mod bulk_chime;
+pub(crate) mod bulk_erda;
 pub(crate) mod bulk_wort;
 mod churn;
 pub(crate) mod cluster;

@@ -103,8 +103,9 @@ async fn client(
 /// The first client creates the index (and bulk-loads it) before the others open it.
 /// With a bulk load, the run starts from a fresh sim over the loaded memory (saved for the
 /// next run with `load_once`), so that a run's figures are the same whether its load was
-/// made or found saved. A CANRT, WORT or WOART bulk load is written into the memory node's
-/// image by its server's code instead (`bulk_canrt.rs`, `bulk_wort.rs`), with no client. `handler` is the memory node's
+/// made or found saved. A CANRT, WORT, WOART or Erda bulk load is written into the memory
+/// node's image by its server's code instead (`bulk_canrt.rs`, `bulk_wort.rs`,
+/// `bulk_erda.rs`), with no client. `handler` is the memory node's
 /// server, set on the sim the run measures (recovered from the image when it starts from
 /// one).
 #[allow(clippy::too_many_arguments)]
@@ -245,7 +246,8 @@ pub fn run(
         .filter(|_| a.load_once)
         .and_then(|id| super::bulk::saved(id, cfg.region_len));
     let restored = found.is_some();
-    // CANRT's, WORT's and WOART's trees are built by their server into the image.
+    // CANRT's, WORT's and WOART's trees, and Erda's store, are built by their server into
+    // the image.
     let by_server = super::bulk_wort::ServerPlan::used_by(index);
     let bulk = (bulk_wanted && !restored && !by_server).then(|| super::bulk::plan(a));
     let served = match bulk_wanted && !restored {

@@ -23,7 +23,9 @@
 //!
 //! On the sim the tree is loaded (by one client, in object order) in a sim of its own and
 //! each run measures a copy of it, so a process measures one loaded tree at many client
-//! counts and modes ([`load`]).
+//! counts and modes ([`load`]); where the run measures another workload than LOAD, it is
+//! bulk-loaded instead (the same tree, built by the server's inserts without the fabric;
+//! `--no-bulk-load` inserts it), and the run has no LOAD record.
 //!
 //! Parts: the objects and windows ([`data`]), one client's phase ([`client`]), the sim
 //! runner ([`sim`]) and its loaded trees ([`load`]), the soft and TCP runners ([`run`]); this
@@ -349,10 +351,9 @@ struct Part {
 /// run phase.
 type ClientResult = Result<(Option<Part>, Option<Part>), String>;
 
-/// Runs LOAD and the workload; returns the records of both phases.
-pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
-    let data = Data::new(a)?;
-    let sh = Shared {
+/// The state a run's clients share, before they start.
+fn shared(a: &BenchArgs) -> Result<Shared<'_>, String> {
+    Ok(Shared {
         a,
         records: a.records,
         insert_pct: if a.workload == Workload::B { 10 } else { 0 },
@@ -361,14 +362,19 @@ pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
             (None, Some(_)) => None,
             (None, None) => Some(a.records),
         },
-        data,
+        data: Data::new(a)?,
         issued: AtomicU64::new(0),
         warm_left: AtomicU64::new(a.warmup),
         inserted: AtomicU64::new(0),
         next_load: AtomicU64::new(0),
         deadline_ns: AtomicU64::new(0),
         stop: AtomicBool::new(false),
-    };
+    })
+}
+
+/// Runs LOAD and the workload; returns the records of both phases.
+pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
+    let sh = shared(a)?;
     let (results, height, threads, mut notes) = match a.fabric {
         FabricKind::Sim => run_sim(&sh)?,
         _ if a.spatial.mode == SearchMode::Tcp => run_tcp(&sh)?,
@@ -398,16 +404,21 @@ pub fn run(a: &BenchArgs) -> Result<Vec<BenchRecord>, String> {
         (_, SearchMode::Tcp) => "tcp",
         _ => "soft",
     };
-    let mut out = vec![record(
-        &sh,
-        Workload::Load,
-        "load",
-        &loads,
-        fabric,
-        threads,
-        height,
-        notes.clone(),
-    )];
+    let mut out = Vec::new();
+    // A bulk-loaded tree's load is not measured: no LOAD record, as for the key-value
+    // indexes.
+    if !load::bulk_wanted(a) {
+        out.push(record(
+            &sh,
+            Workload::Load,
+            "load",
+            &loads,
+            fabric,
+            threads,
+            height,
+            notes.clone(),
+        ));
+    }
     if !runs.is_empty() {
         out.push(record(
             &sh, a.workload, "run", &runs, fabric, threads, height, notes,

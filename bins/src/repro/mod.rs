@@ -147,10 +147,10 @@ pub struct Scale {
 ///   WOART `bench/bulk_wort.rs`, the tree sorted inserts make); its range
 ///   experiments bulk-load at every scale (`--bulk-load`).
 /// - Erda, 600k keys (the paper states none; its baselines' tables hold at most 20k, so
-///   the runs scale the LLC up by keys / 20k: `erda/sizing.rs`): no bulk loader, each run
-///   inserts.
-/// - Catfish, 300k rectangles (paper 2M): no bulk loader, each run inserts through the
-///   server.
+///   the runs scale the LLC up by keys / 20k: `erda/sizing.rs`): each run inserts (its bulk
+///   loader, `bench/bulk_erda.rs`, is not used by the reports yet: `run.rs`'s `INSERTED`).
+/// - Catfish, 300k rectangles (paper 2M): each run inserts through the server (its bulk
+///   loader, `bench/spatial/load.rs`, is not used by the reports yet).
 const FULL: &[(&str, u64, u64, u64)] = &[
     ("smart", 2_000_000, 50_000, 25_000),
     ("sherman", 4_000_000, 100_000, 50_000),

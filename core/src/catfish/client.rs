@@ -31,7 +31,7 @@ pub const TORN_RETRIES: u32 = 1 << 16;
 /// [`CatfishError::Lapped`].
 pub const REUSE_RESTARTS: u32 = 64;
 /// Times an insert asks for more space before giving up.
-const GROW_RETRIES: u32 = 4;
+pub(super) const GROW_RETRIES: u32 = 4;
 /// How long a client waits for each reply message by default (see
 /// [`CatfishClient::set_reply_timeout_ns`]): about what a NIC takes to report a dead peer
 /// (the sim's `ack_timeout x (retry_cnt + 1)` is 0.54 s), with room for a descheduled server.

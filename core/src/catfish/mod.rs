@@ -13,6 +13,8 @@
 //! - [`client`]: inserts and searches by fast messaging, searches by offloading (one
 //!   doorbell per level, every intersecting child READ at once), and the adaptive mode.
 //! - [`adaptive`]: the back-off of Algorithm 1, as printed in the paper.
+//! - [`bulk`]: bulk loading, the server's inserts applied to the region without the fabric
+//!   (the tree a load by clients makes, byte for byte).
 //!
 //! The node fanout (entries per node) and the tree's kind ([`TreeKind`]) are chosen when the
 //! tree is created (4 to 130) and recorded in the superblock.
@@ -20,6 +22,7 @@
 //! Formats are in [`remora_layouts::catfish`].
 pub mod adaptive;
 pub mod arenas;
+pub mod bulk;
 pub mod client;
 mod delete;
 pub mod hilbert;

@@ -445,3 +445,108 @@ fn every_crash_image_of_an_operation_recovers_to_a_right_tree_that_reuses_its_fr
         "only {reusing} of {images} recovered trees reused free memory"
     );
 }
+
+/// A bulk load ([`Tree::bulk_load`], the server's inserts without the fabric) builds a tree
+/// holding exactly its objects, checked whole; every crash image of it (each persistence
+/// point of the load, un-persisted writes lost) recovers to the tree of a prefix of the
+/// objects, that prefix never shrinking from one image to the next, and the last to all of
+/// them; a recovered tree takes more inserts and deletes and answers right. A region that
+/// already holds a tree, and an inverted rectangle, are refused.
+#[test]
+fn a_bulk_load_recovers_from_every_crash_image_to_a_prefix_of_its_objects() {
+    use remora_layouts::region::RegionHeader;
+    const N: u64 = 240;
+    let mut images = 0;
+    for kind in KINDS {
+        let mut mem = vec![0u8; 2 << 20];
+        let h = RegionHeader::new(mem.len() as u64, 4 << 10, 0).unwrap();
+        mem[..h.encode().len()].copy_from_slice(&h.encode());
+        let base = mem.clone();
+        let r = CrashLog::new(mem);
+        let mut rng = 0x5EED ^ kind as u64;
+        let objects: Vec<(Rect, u64)> = (0..N)
+            .map(|i| {
+                let (x, y) = (
+                    (xorshift(&mut rng) % 5000) as i32,
+                    (xorshift(&mut rng) % 5000) as i32,
+                );
+                let (w, h) = (
+                    (xorshift(&mut rng) % 40) as i32,
+                    (xorshift(&mut rng) % 40) as i32,
+                );
+                (Rect::new(x, y, x + w, y + h).unwrap(), 1000 + i)
+            })
+            .collect();
+        r.logging.set(true);
+        let (mut t, st) = Tree::bulk_load(&r, 6, kind, 4, objects.iter().copied()).unwrap();
+        r.logging.set(false);
+        assert_eq!(st.objects, N);
+        assert!(
+            st.arenas > 1,
+            "{kind:?}: the load never grew its arenas: {st:?}"
+        );
+        let rep = t.check(&r).unwrap();
+        assert_eq!((rep.entries, rep.underfull), (N, 0), "{kind:?}: {rep:?}");
+        let all = |t: &mut Tree, r: &CrashLog| {
+            let mut hits = Vec::new();
+            t.search(r, &everything(), &mut hits).unwrap();
+            hits.iter()
+                .map(|e| (e.rect, e.ptr))
+                .collect::<BTreeSet<_>>()
+        };
+        assert_eq!(all(&mut t, &r), objects.iter().copied().collect());
+        // Refused: a second load over the tree, and (in a fresh region) an inverted rectangle.
+        assert!(Tree::bulk_load(&r, 6, kind, 4, objects.iter().copied()).is_err());
+        let bad = Rect {
+            min_x: 5,
+            min_y: 0,
+            max_x: 1,
+            max_y: 1,
+        };
+        let fresh = CrashLog::new(base.clone());
+        assert!(Tree::bulk_load(&fresh, 6, kind, 4, [(bad, 1)]).is_err());
+        // Every crash image: the tree of a prefix of the objects.
+        let points = r.points.borrow().clone();
+        let mut prefix = 0;
+        for (k, &writes) in points.iter().enumerate() {
+            images += 1;
+            let img = CrashLog::new(r.image(&base, writes));
+            let what = format!("{kind:?}: crash at persist {k} of {}", points.len());
+            let Some((mut t, _)) = Tree::recover(&img).unwrap_or_else(|e| panic!("{what}: {e}"))
+            else {
+                // Before the root slot was published: no tree yet.
+                assert_eq!(prefix, 0, "{what}: the tree vanished");
+                continue;
+            };
+            let got = all(&mut t, &img);
+            let m = got.len();
+            assert!(m >= prefix, "{what}: {m} objects after {prefix}");
+            assert_eq!(got, objects[..m].iter().copied().collect(), "{what}");
+            prefix = m;
+        }
+        assert_eq!(prefix, N as usize, "{kind:?}: the last image lost objects");
+        // The recovered whole load takes more operations.
+        let (t, _) = Tree::recover(&r).unwrap().unwrap();
+        // Further chunks from the region's cursor, as the clients' allocator hands them out.
+        let next = r
+            .load_u64(remora_layouts::region::NEXT_CHUNK_OFFSET)
+            .unwrap();
+        let mut rig = Rig {
+            r,
+            t,
+            fanout: 6,
+            chunk: 4 << 10,
+            next,
+            live: objects,
+            id: 1 << 40,
+            rng,
+        };
+        for _ in 0..40 {
+            rig.insert();
+            rig.delete();
+        }
+        rig.answers_right(10);
+    }
+    std::println!("{images} crash images of bulk loads");
+    assert!(images > 300, "only {images} crash images");
+}

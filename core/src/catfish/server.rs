@@ -23,6 +23,7 @@
 //!   the client reads it locally. The handler has no timer of its own: a heartbeat that
 //!   falls due while the loop is idle goes out with the next message it handles.
 use super::CatfishError;
+use super::bulk::BulkStats;
 use super::shared::SharedTree;
 use super::tree::Tree;
 use crate::fabric::{FabricError, Recv, RecvKind};
@@ -32,7 +33,7 @@ use remora_layouts::GlobalAddr;
 use remora_layouts::catfish::{
     CLIENT_BLOCK_LEN, ENTRY_LEN, Entry, FANOUT, FLAG_LAST, FLAG_MORE, Heartbeat,
     META_HEARTBEAT_OFFSET, Opcode, REQUEST_LEN, RESPONSE_FLAGS_BYTE, Rect, Request, ResponseHeader,
-    Status, encode_entry, hits_per_message, split_init_arg,
+    Status, TreeKind, encode_entry, hits_per_message, split_init_arg,
 };
 use remora_layouts::region::{HEADER_LEN, NEXT_CHUNK_OFFSET, REGION_MAGIC};
 use std_alloc::collections::{BTreeMap, VecDeque};
@@ -245,6 +246,21 @@ impl CatfishServer {
     pub fn with_reclaim_batch(mut self, batch: u64) -> CatfishServer {
         self.reclaim_batch = batch.max(1);
         self
+    }
+
+    /// Builds in `region` (no tree there yet) the tree that inserting `objects` (rectangle,
+    /// object id) in order through this server makes, without the fabric, and serves it
+    /// ([`Tree::bulk_load`]: same code, same arenas, same bytes).
+    pub fn bulk_load(
+        &mut self,
+        region: &dyn LocalRegion,
+        fanout: usize,
+        kind: TreeKind,
+        objects: impl IntoIterator<Item = (Rect, u64)>,
+    ) -> Result<BulkStats, CatfishError> {
+        let (t, st) = Tree::bulk_load(region, fanout, kind, self.reclaim_batch, objects)?;
+        self.tree.lock().tree = Some(t);
+        Ok(st)
     }
 
     /// The served tree's (nodes retired, retired nodes reused, epoch), if there is one.

@@ -177,7 +177,7 @@ mod trust_tests;
 
 pub use client::{ClientStats, Erda};
 pub use geometry::ErdaConfigError;
-pub use server::{ErdaServer, ServerStats};
+pub use server::{BulkStats, ErdaServer, ServerStats};
 
 /// Whether [`object_checksum`] runs on the `crc32c` crate (feature `hw-crc`: the CPU's
 /// CRC32 instructions where it has them, chosen at run time) rather than in software.

@@ -5,9 +5,11 @@ use super::clean::{self, Cleaner, Prep, Space, region_of, region_start};
 use super::displace;
 use super::geometry::{ErdaConfigError, Plan, plan};
 use super::stripe;
+mod bulk;
 mod recovery;
 use crate::fabric::{FabricError, Recv, RecvKind};
 use crate::server::{Handler, LocalRegion, Replies};
+pub use bulk::BulkStats;
 use recovery::settle;
 use remora_layouts::erda::{
     BUCKET_LEN, Bucket, DURABLE_MARK_LEN, GOODBYE, HeadState, KEY_MAX, MAX_HEADS, Meta, REQ_SEQ,
@@ -374,18 +376,22 @@ impl ErdaServer {
             _ => self.stats.refused += 1,
         }
         replies.send(&reply.encode());
-        // Without a thread of its own (`on_background`), the cleaner shares this thread: a
-        // bounded step after every request (a busy server would starve it in `on_idle`). An
-        // error leaves the cleaning where it is, to be tried again on the next message.
-        // So does zeroing the next log region ahead of its chaining: with any zeroing a
-        // chain did above, at most `ZERO_PER_MESSAGE` bytes per message.
+        self.after_request(region);
+        Ok(())
+    }
+
+    /// What follows every write request. Without a thread of its own (`on_background`), the
+    /// cleaner shares this thread: a bounded step after every request (a busy server would
+    /// starve it in `on_idle`). An error leaves the cleaning where it is, to be tried again
+    /// on the next message. So does zeroing the next log region ahead of its chaining: with
+    /// any zeroing a chain did in the request, at most `ZERO_PER_MESSAGE` bytes per message.
+    fn after_request(&mut self, region: &dyn LocalRegion) {
         if !self.background
             && let Some(st) = self.st.as_mut()
         {
             let _ = clean::step(region, st, &mut self.stats, clean::STEP_AFTER_MESSAGE);
             let _ = clean::zero_ahead(region, st, &mut self.stats, false);
         }
-        Ok(())
     }
 
     /// A read through the server (the SEND path, while the key's head is being cleaned):

@@ -15,6 +15,7 @@ use remora::core::server::Handler;
 use remora::poller::sim::{ClientCtx, NodeImage, Sim, SimConfig};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 /// A load's LOAD phases, memory images and tree height.
 type LoadedSim = (Vec<Part>, Vec<NodeImage>, Option<u16>);
@@ -93,8 +94,29 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
         return Ok((results, height, clients, notes));
     }
     let id = load::identity(a);
+    let bulk = load::bulk_wanted(a);
+    let max = model
+        .get("max_message")
+        .ok_or("the sim model has no max_message")? as usize;
     let (mut images, loads) = match load::saved(&id, &model.summary(), cfg.region_len) {
         Some(found) => found,
+        None if bulk => {
+            let t = Instant::now();
+            let (images, what) = load::bulk(sh, &cfg, max)?;
+            let secs = t.elapsed().as_secs_f64();
+            notes.push(format!("load: bulk-loaded, not measured ({what})"));
+            if !a.silent {
+                // The JSON stays a function of the seed: the wall-clock rate goes to stderr.
+                eprintln!(
+                    "bulk load: {:.0} objects/s ({} objects, image {secs:.2} s)",
+                    a.records as f64 / secs.max(1e-9),
+                    a.records
+                );
+            }
+            let copy = copy_images(&images, cfg.region_len);
+            load::save(id, images, model.summary(), Vec::new());
+            (copy, Vec::new())
+        }
         None => {
             let (parts, images, _) = load_sim(sh, &cfg, 1, 1)?;
             let copy = copy_images(&images, cfg.region_len);
@@ -102,22 +124,29 @@ pub(super) fn run_sim(sh: &Shared<'_>) -> Result<Outcome, String> {
             (copy, parts)
         }
     };
-    notes.push(
-        "the tree was loaded by one client, in object order, in a sim of its own; the run \
-         starts from a copy of its memory, the server recovering the tree from the region \
-         (load once, measure many)"
-            .into(),
-    );
-    if loads.is_empty() {
+    if bulk {
         notes.push(
-            "no LOAD figures: this tree's load was timed in another sim model (an earlier run \
-             of this process)"
+            "the tree was bulk-loaded (the server's inserts of the objects in object order, \
+             without the fabric: the tree one client's load makes; --no-bulk-load inserts \
+             them through the sim); the run starts from a copy of its memory, the server \
+             recovering the tree from the region (load once, measure many)"
                 .into(),
         );
+    } else {
+        notes.push(
+            "the tree was loaded by one client, in object order, in a sim of its own; the run \
+             starts from a copy of its memory, the server recovering the tree from the region \
+             (load once, measure many)"
+                .into(),
+        );
+        if loads.is_empty() {
+            notes.push(
+                "no LOAD figures: this tree's load was timed in another sim model (an earlier \
+                 run of this process)"
+                    .into(),
+            );
+        }
     }
-    let max = model
-        .get("max_message")
-        .ok_or("the sim model has no max_message")? as usize;
     let mut handler = server(a, max);
     let said = recover(&mut handler, &mut images)?;
     notes.push(said);
@@ -434,6 +463,73 @@ mod tests {
         assert!(e.contains("server_scan_ns"), "{e}");
         let a = args("--index catfish --fabric soft --workload c --poll-oversub-ns 100");
         assert!(super::super::validate(&a).is_err());
+    }
+
+    /// The bulk loader builds the tree one client's inserts in object order make, byte for
+    /// byte over every byte the region allocated (the superblock's heartbeat word aside: the
+    /// server's load, which a bulk load has none of), for each tree kind; a run on it
+    /// measures what a run on the inserted tree does (search-only, where the heartbeat
+    /// word is not read before the server's first heartbeat rewrites it).
+    #[test]
+    fn a_bulk_load_builds_the_tree_one_clients_inserts_make() {
+        use remora::layouts::GlobalAddr;
+        use remora::layouts::catfish::{META_HEARTBEAT_OFFSET, ROOT_SLOT};
+        use remora::layouts::region::{NEXT_CHUNK_OFFSET, root_offset};
+        use remora::poller::sim::SimConfig;
+        let word = |img: &[u8], at: u64| {
+            u64::from_le_bytes(img[at as usize..at as usize + 8].try_into().unwrap())
+        };
+        for tree in ["guttman", "rstar", "hilbert"] {
+            let line = format!(
+                "--index catfish --fabric sim --workload c --records 4000 --operations 400 \
+                 --compute-nodes 2 --clients-per-node 2 --mode offloading --tree {tree} \
+                 --heartbeat-us 100 --fanout 8"
+            );
+            let a = args(&line);
+            let sh = super::super::shared(&a).unwrap();
+            let cfg = SimConfig {
+                compute_nodes: 1,
+                memory_nodes: 1,
+                region_len: crate::bench::region_bytes(&a),
+                model: crate::perf_sim::model_from(&a.sim).unwrap(),
+                seed: 1,
+                ..SimConfig::default()
+            };
+            let max = cfg.model.get("max_message").unwrap() as usize;
+            let (_, inserted, _) = super::load_sim(&sh, &cfg, 1, 1).unwrap();
+            let (bulk, what) = super::load::bulk(&sh, &cfg, max).unwrap();
+            let (mut ins, blk) = (inserted[0].host.clone(), &bulk[0].host);
+            let used = word(&ins, NEXT_CHUNK_OFFSET);
+            assert_eq!(used, word(blk, NEXT_CHUNK_OFFSET), "{tree}: chunks taken");
+            let meta = GlobalAddr::from_raw(word(blk, root_offset(ROOT_SLOT))).offset();
+            assert_eq!(word(blk, meta + META_HEARTBEAT_OFFSET), 0);
+            let hb = (meta + META_HEARTBEAT_OFFSET) as usize;
+            ins[hb..hb + 8].fill(0);
+            let differ = (0..used as usize).filter(|&i| ins[i] != blk[i]).count();
+            assert_eq!(differ, 0, "{tree}: {differ} bytes differ ({what})");
+            assert!(what.contains("4000 objects"), "{what}");
+            // The run on each: the same figures; the bulk-loaded one has no LOAD record.
+            let run = |r: &[crate::bench::phase::BenchRecord]| {
+                let r = r.iter().find(|r| r.phase == "run").expect("a run phase");
+                (
+                    r.ops,
+                    r.mops,
+                    r.latency.p50_ns,
+                    r.latency.p99_ns,
+                    r.per_op.bytes_in,
+                )
+            };
+            let by_inserts = super::super::run(&args(&format!("{line} --no-bulk-load"))).unwrap();
+            let by_bulk = super::super::run(&a).unwrap();
+            assert_eq!(by_inserts.len(), 2);
+            assert_eq!(by_bulk.len(), 1, "{tree}: a LOAD record of a bulk load");
+            assert_eq!(run(&by_inserts), run(&by_bulk), "{tree}");
+            assert!(
+                by_bulk[0].notes.iter().any(|n| n.contains("bulk-loaded")),
+                "{:?}",
+                by_bulk[0].notes
+            );
+        }
     }
 
     /// A run that finds its tree loaded (the second of two in one process) measures exactly
