@@ -109,3 +109,39 @@ fn a_dropped_queued_post_rings_and_finishes() {
     drop(first);
     assert_eq!(a, [9u8; 8]);
 }
+
+/// A release posted without a waiter (as Sherman's bare unlock) is settled before the
+/// endpoint closes: `settle` posts one signaled request after outstanding detached ones and
+/// waits for it (dropping the endpoint does the same), and posts nothing when none is
+/// outstanding.
+#[test]
+fn settle_waits_for_detached_posts_and_only_then() {
+    let ep = FakeEndpoint::connect(&[node(0)]).unwrap();
+    let qp = ep.qp(0).unwrap();
+    let at = GlobalAddr::new(0, 8192);
+    let one = 1u64.to_ne_bytes();
+    block_on(qp.post_unsignaled(&mut [remora::core::fabric::Op::Write {
+        local: &one,
+        remote: at,
+    }]))
+    .unwrap();
+    let before = ep.stats();
+    assert_eq!(before.unsignaled, 1, "the release went out unsignaled");
+    ep.settle();
+    let d = ep.stats() - before;
+    assert_eq!(
+        (d.wrs, d.unsignaled),
+        (1, 0),
+        "one signaled request settles the detached one"
+    );
+    let after = ep.stats();
+    ep.settle();
+    assert_eq!(
+        (ep.stats() - after).wrs,
+        0,
+        "nothing outstanding: nothing posted"
+    );
+    let mut back = [0u8; 8];
+    block_on(qp.read(at, &mut back)).unwrap();
+    assert_eq!(back, one);
+}

@@ -314,13 +314,14 @@ pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u3
             stage: "rdma_connect failed",
         });
     }
-    let ev = ch.wait(opts.timeout, addr, "fence")?;
-    if ev.kind != sys::RDMA_CM_EVENT_REJECTED {
-        return Err(VerbsError::Protocol {
-            addr: addr.into(),
-            why: "the node did not answer the fence",
-        });
-    }
+    // An unreachable node or a failed exchange is `Unreachable` (worth another try), any
+    // other event a protocol error.
+    let ev = expect(
+        ch.wait(opts.timeout, addr, "fence")?,
+        sys::RDMA_CM_EVENT_REJECTED,
+        addr,
+        "fence",
+    )?;
     let f = Fenced::decode(&ev.private).map_err(|why| VerbsError::Protocol {
         addr: addr.into(),
         why,
@@ -335,6 +336,9 @@ pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u3
     drop(ch);
     Ok(f.connections)
 }
+
+/// Attempts of one fence whose connection exchange is lost or times out.
+const FENCE_TRIES: u32 = 3;
 
 /// Bytes of an endpoint's registered pool.
 const POOL_BYTES: usize = 2 << 20;
@@ -442,10 +446,23 @@ impl VerbsEndpoint {
             .iter()
             .fold(VerbsStats::default(), |a, q| a + q.stats())
     }
+
+    /// Waits until every work request posted without a waiter (unsignaled releases such as
+    /// Sherman's bare unlock) has run on its memory node: one signaled empty WRITE per queue
+    /// pair with any outstanding, waited for. Dropping the endpoint does this first, since
+    /// destroying a queue pair flushes what has not run and a release lost so would leave
+    /// its lock held until a waiter's lease ran out.
+    pub fn settle(&self) {
+        for qp in &self.qps {
+            qp.settle_detached();
+        }
+    }
 }
 
 impl Drop for VerbsEndpoint {
     fn drop(&mut self) {
+        // Releases posted detached must reach the memory nodes before the queue pairs go.
+        self.settle();
         frames::uninstall(&self.frames);
     }
 }
@@ -483,6 +500,11 @@ impl FakeEndpoint {
     /// What the queue pairs' data path cost so far, summed.
     pub fn stats(&self) -> VerbsStats {
         self.ep.stats()
+    }
+
+    /// See [`VerbsEndpoint::settle`].
+    pub fn settle(&self) {
+        self.ep.settle()
     }
 
     /// The registered buffer pool (see [`VerbsEndpoint::pool`]).
@@ -558,7 +580,18 @@ impl Endpoint for VerbsEndpoint {
             .ok_or(FabricError::UnknownNode { node })?;
         let (addr, opts) = (self.info[i].addr.clone(), self.opts.clone());
         let r = super::offthread::off_thread("remora-fence", move || {
-            fence_client(&addr, client, &opts)
+            // A connection exchange lost or timed out (a loaded node or link) is tried
+            // again, FENCE_TRIES times in all, before the node counts as unreachable.
+            let mut r = fence_client(&addr, client, &opts);
+            for _ in 1..FENCE_TRIES {
+                match r {
+                    Err(VerbsError::Unreachable { .. } | VerbsError::Timeout { .. }) => {
+                        r = fence_client(&addr, client, &opts);
+                    }
+                    _ => break,
+                }
+            }
+            r
         })
         .await;
         match r {

@@ -41,6 +41,25 @@ impl VerbsQp {
         }
     }
 
+    /// Waits until every detached work request posted on this queue pair has run: one
+    /// signaled empty WRITE after them (a queue pair executes in order), waited for. For an
+    /// endpoint closing its connections: destroying a queue pair flushes what has not run,
+    /// and a release posted detached and lost so (Sherman's bare unlock) would leave its lock
+    /// held until a waiter's lease ran out. Nothing to do when nothing is outstanding or the
+    /// queue pair is broken; bounded by the transport's retry limits, as every post.
+    pub(crate) fn settle_detached(&self) {
+        if self.broken.get() || self.sq_used.get() == 0 {
+            return;
+        }
+        let mut ops = [Op::Write {
+            remote: GlobalAddr::new(self.peer, 0),
+            local: &[],
+        }];
+        // An error breaks the queue pair, which is being closed anyway.
+        let _ =
+            remora_core::block_on::block_on(remora_core::fabric::QueuePair::post(self, &mut ops));
+    }
+
     /// `ibv_post_send` refused the request at `posted` (validation above keeps this for
     /// limits the provider knows and we do not). The requests before it went out unsignaled:
     /// move the queue pair to the error state, which flushes what has not executed, and give
