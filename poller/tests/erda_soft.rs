@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 
+#[path = "common/erda_direct.rs"]
+mod erda_direct;
 #[path = "common/mem_region.rs"]
 mod mem_region;
 use mem_region::{CrashImages, MemRegion};

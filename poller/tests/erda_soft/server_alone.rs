@@ -1,6 +1,7 @@
 //! Erda's server driven directly (no fabric): format, recovery after a crash at every
 //! persistence point, segment-by-segment log fill, displacement crashes, sessions and the
 //! settling of dead writers' grants.
+use super::erda_direct::read_back;
 use super::*;
 
 /// A memory node's region in a test: plain bytes behind a lock; while recording, the image at
@@ -97,34 +98,6 @@ impl<'a> Session<'a> {
         }
         rep
     }
-}
-
-/// What a reader of `key` would get from the region (newest object, else the previous).
-fn read_back(mem: &Mem, sb: &Superblock, key: &[u8]) -> Option<Vec<u8>> {
-    let home = sb.home(key);
-    for j in 0..sb.neighborhood as u64 {
-        let mut b = [0u8; 32];
-        mem.read(sb.bucket_off(home + j), &mut b).unwrap();
-        let b = Bucket::decode(&b).unwrap();
-        // The first holder with a non-empty metadata word, as a client's get takes it.
-        if !b.holds(key) || b.meta().is_empty() {
-            continue;
-        }
-        for units in [b.meta().new_off(), b.meta().old_off()] {
-            if units == 0 {
-                return None;
-            }
-            let room = sb.head_remaining(units).min(4200) as usize;
-            let mut obj = vec![0u8; room];
-            mem.read(sb.object_off(b.head(), units).unwrap(), &mut obj)
-                .unwrap();
-            if let Ok(o) = decode_object(&obj) {
-                return (!o.delete).then(|| o.value.to_vec());
-            }
-        }
-        return None;
-    }
-    None
 }
 
 #[test]
