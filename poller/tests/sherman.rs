@@ -243,7 +243,9 @@ fn lookups_never_miss_present_keys_under_updates_and_splits() {
                 block_on(t.update(&k((r % 200) * 1000), &v(r))).unwrap();
             }
         });
-        // inserter between them: splits every leaf many times
+        // inserter between them: splits every leaf many times, and goes on (up to 998
+        // rounds) until the reader has looked up enough keys: on a loaded machine running
+        // the other tests' threads the reader may get no CPU during the first 15 rounds
         s.spawn(|| {
             let ep = n.endpoint().unwrap();
             let t = block_on(Sherman::open(&ep, cfg)).unwrap();
@@ -252,7 +254,7 @@ fn lookups_never_miss_present_keys_under_updates_and_splits() {
                     block_on(t.upsert(&k(i * 1000 + j), &v(j))).unwrap();
                 }
                 inserted.store(j, Release);
-                if j >= 15 {
+                if j >= 15 && lookups.load(Relaxed) > 1000 {
                     break;
                 }
             }
