@@ -582,13 +582,9 @@ mod tests {
                 series("--fabric sim --index erda-redo"),
             ],
         };
-        let bulk: Vec<bool> = runs(&e, true, None)
-            .unwrap()
-            .iter()
-            .map(|r| r.bulk)
-            .collect();
-        assert_eq!(bulk, [false, false, true, true, true]);
         let r = runs(&e, true, None).unwrap();
+        let bulk: Vec<bool> = r.iter().map(|r| r.bulk).collect();
+        assert_eq!(bulk, [false, false, true, true, true]);
         assert!(parse_bench(&r[0].cmd).unwrap().no_bulk_load);
         assert!(parse_bench(&r[1].cmd).unwrap().no_bulk_load);
         let quick: Vec<bool> = runs(&e, false, None)
