@@ -116,6 +116,22 @@ fn print_table(rows: &[BenchRecord], json: Option<&str>) {
         );
     }
     for r in rows {
+        if let Some(s) = r.steady.filter(|&s| phase::steady::unsteady(s)) {
+            // The rate moved while the phase ran: its Mops are of this length only.
+            let _ = writeln!(
+                out,
+                "{} {} unsteady: its second half completed {:.2}x the operations of its first \
+                 ({}): this throughput holds for this run's length only",
+                r.workload,
+                r.phase,
+                s,
+                if s < 1.0 {
+                    "the rate fell as it ran"
+                } else {
+                    "the rate rose as it ran, still warming up"
+                }
+            );
+        }
         if let (Some(rd), Some(wr)) = (&r.latency_reads, &r.latency_writes) {
             // Where a mixed phase's tail comes from: each kind's own percentiles.
             let _ = writeln!(

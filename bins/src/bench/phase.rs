@@ -16,7 +16,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 mod record;
+pub mod steady;
 pub use record::*;
+use steady::Timeline;
 
 /// What one worker measured in one phase.
 pub struct PhaseOut {
@@ -41,6 +43,8 @@ pub struct PhaseOut {
     key_bytes: u64,
     /// Latencies of the operations that overlapped a CANRT resize.
     during_resize: Histogram<u64>,
+    /// When its operations completed (whether the phase ran at a steady rate).
+    timeline: Timeline,
 }
 
 /// Shared state of a phase.
@@ -208,6 +212,7 @@ async fn coroutine<I: KvIndex>(
     during_resize: &RefCell<Histogram<u64>>,
     counts: &RefCell<OpCounts>,
     key_bytes: &RefCell<u64>,
+    timeline: &RefCell<Timeline>,
 ) -> Result<(), String> {
     let a = ctx.a;
     let mut rng = Rng::new(seed);
@@ -323,6 +328,7 @@ async fn coroutine<I: KvIndex>(
         }
         let lat = done.saturating_sub(t0).max(1);
         let _ = hist.borrow_mut().record(lat);
+        timeline.borrow_mut().record(done);
         let kind = usize::from(matches!(op, OpKind::Update | OpKind::Insert));
         let _ = by_kind.borrow_mut()[kind].record(lat);
         if ResizeWatch::overlapped(rc0, ctx.resizes.now()) {
@@ -358,6 +364,7 @@ pub async fn phase<I: KvIndex>(
     let s0 = snapshot();
     let st0 = stats();
     let start_ns = ctx.now_ns();
+    let timeline = RefCell::new(Timeline::new(start_ns));
     let busy0 = ctx.server_busy_ns();
     let nvm0 = ctx.nvm();
     let llc0 = ctx.server_llc();
@@ -375,6 +382,7 @@ pub async fn phase<I: KvIndex>(
                 &during_resize,
                 &counts,
                 &key_bytes,
+                &timeline,
             )
         })
         .collect();
@@ -418,6 +426,7 @@ pub async fn phase<I: KvIndex>(
         },
         canrt: canrt_delta(&st0.canrt, &st1.canrt),
         key_bytes: key_bytes.into_inner(),
+        timeline: timeline.into_inner(),
         during_resize: during_resize.into_inner(),
     })
 }
@@ -463,6 +472,7 @@ mod tests {
             canrt: Default::default(),
             key_bytes: 0,
             during_resize: new_hist(),
+            timeline: Timeline::new(0),
         }
     }
 

@@ -345,6 +345,8 @@ struct Part {
     /// Offloaded searches started over (a node born after the search's epoch).
     restarts: u64,
     heartbeats: u64,
+    /// When its operations completed (`phase/steady.rs`).
+    timeline: super::phase::steady::Timeline,
 }
 
 /// A client's LOAD phase (none where another sim loaded the tree: `spatial/load.rs`) and
@@ -539,6 +541,11 @@ fn record(
         latency: Latency::from_hist(&hist),
         latency_reads: None,
         latency_writes: None,
+        steady: (workload != Workload::Load)
+            .then(|| {
+                super::phase::steady::steadiness(parts.iter().map(|p| &p.timeline), start, end)
+            })
+            .flatten(),
         per_op,
         kv_bytes: obj,
         read_amplification: per_op.bytes_in / obj,

@@ -300,6 +300,7 @@ mod tests {
             offload: None,
             nvm_create_bytes: None,
             nvm_update_bytes: None,
+            steady: None,
             seed: 1,
             memory_nodes: 1,
             compute_nodes: 1,

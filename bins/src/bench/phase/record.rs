@@ -135,6 +135,12 @@ pub struct BenchRecord {
     pub latency_reads: Option<Latency>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_writes: Option<Latency>,
+    /// Operations completed in the second half of the measured window over those in the
+    /// first (`steady.rs`): ~1 for a run at a steady rate; below 0.8 its throughput fell as
+    /// it ran (its Mops depend on its length). Null for a phase of too few operations, and
+    /// for LOAD (whose rate follows the growing tree).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady: Option<f64>,
     pub per_op: PerOp,
     /// Average key + value bytes of the keys used.
     pub kv_bytes: f64,
@@ -403,6 +409,10 @@ pub fn record(
         latency: Latency::from_hist(&hist),
         latency_reads: (!by_kind[0].is_empty()).then(|| Latency::from_hist(&by_kind[0])),
         latency_writes: (!by_kind[1].is_empty()).then(|| Latency::from_hist(&by_kind[1])),
+        // A LOAD's rate follows the tree it grows: no steady state to expect.
+        steady: (workload != Workload::Load)
+            .then(|| super::steady::steadiness(outs.iter().map(|o| &o.timeline), start, end))
+            .flatten(),
         per_op,
         kv_bytes: kv,
         read_amplification: if kv > 0.0 { per_op.bytes_in / kv } else { 0.0 },

@@ -141,6 +141,7 @@ pub(super) async fn part(
     let s0 = c.snapshot();
     let st0 = c.stats();
     let start_ns = clock.now_ns();
+    let mut timeline = crate::bench::phase::steady::Timeline::new(start_ns);
     let busy0 = clock.busy_ns();
     let llc0 = clock.llc();
     let mut local = 0u64;
@@ -196,7 +197,9 @@ pub(super) async fn part(
             sh.stop.store(true, Ordering::Relaxed);
             return Err(e.to_string());
         }
-        let _ = hist.record(clock.now_ns().saturating_sub(t0).max(1));
+        let done = clock.now_ns();
+        let _ = hist.record(done.saturating_sub(t0).max(1));
+        timeline.record(done);
         local += 1;
     }
     let st1 = c.stats();
@@ -214,5 +217,6 @@ pub(super) async fn part(
         torn_retries: st1.torn_retries - st0.torn_retries,
         restarts: st1.reuse_restarts - st0.reuse_restarts,
         heartbeats: st1.heartbeats - st0.heartbeats,
+        timeline,
     })
 }

@@ -380,6 +380,15 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
         if let Some(b) = pt.bound() {
             let _ = write!(s, ", {b}");
         }
+        if let Some(r) = pt
+            .steady
+            .filter(|&r| crate::bench::phase::steady::unsteady(r))
+        {
+            let _ = write!(
+                s,
+                ", unsteady: its run's second half completed {r:.2}x the operations of its first"
+            );
+        }
         s
     };
     row.diagnosis = format!("{}; {}", facts(n, &num.series), facts(d, &den.series));

@@ -63,6 +63,10 @@ pub struct Point {
     pub nvm_create_bytes: Option<f64>,
     #[serde(default)]
     pub nvm_update_bytes: Option<f64>,
+    /// Operations completed in the run's second half over its first (bench's `steady`):
+    /// ~1 at a steady rate; None in files written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steady: Option<f64>,
     pub seed: u64,
     pub memory_nodes: usize,
     pub compute_nodes: usize,
@@ -123,6 +127,7 @@ impl Point {
                 }),
             nvm_create_bytes: r.nvm_store_bytes_by_op.as_ref().and_then(|n| n.create),
             nvm_update_bytes: r.nvm_store_bytes_by_op.as_ref().and_then(|n| n.update),
+            steady: r.steady,
             seed: r.run.seed,
             memory_nodes: r.run.cluster.memory_nodes,
             compute_nodes: r.run.cluster.compute_nodes,

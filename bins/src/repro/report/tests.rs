@@ -22,6 +22,7 @@ pub(super) fn pt(series: &str, w: &str, clients: usize, mops: f64, p50: f64) -> 
         offload: None,
         nvm_create_bytes: None,
         nvm_update_bytes: None,
+        steady: None,
         seed: 7,
         memory_nodes: 2,
         compute_nodes: 16,
@@ -95,6 +96,25 @@ fn ratios_pick_the_right_points() {
     assert!(r.measured.contains("16 clients"), "{}", r.measured);
     assert!(
         r.diagnosis.contains("link bandwidth 90%"),
+        "{}",
+        r.diagnosis
+    );
+    assert!(!r.diagnosis.contains("unsteady"), "{}", r.diagnosis);
+    // A point whose run's rate fell as it ran says so; a steady one does not.
+    let mut e = exps();
+    e[0].points[3].steady = Some(0.42);
+    e[0].points[1].steady = Some(0.97);
+    let r = evaluate(&p, &claim("x", Metric::Mops, false, pick()), &e);
+    assert!(
+        r.diagnosis.ends_with(
+            "unsteady: its run's second half completed 0.42x the operations of its first"
+        ),
+        "{}",
+        r.diagnosis
+    );
+    assert_eq!(
+        r.diagnosis.matches("unsteady").count(),
+        1,
         "{}",
         r.diagnosis
     );
