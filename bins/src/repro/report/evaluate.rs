@@ -213,6 +213,7 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
         sweep_min: None,
         sweep_max: None,
         figures: Vec::new(),
+        unsteady: Vec::new(),
         seeds: None,
     };
     if !c.equal_at.is_empty() {
@@ -392,6 +393,14 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
         s
     };
     row.diagnosis = format!("{}; {}", facts(n, &num.series), facts(d, &den.series));
+    row.unsteady = [(n, &num.series), (d, &den.series)]
+        .into_iter()
+        .filter_map(|(pt, name)| {
+            pt.steady
+                .filter(|&r| crate::bench::phase::steady::unsteady(r))
+                .map(|r| format!("{name}: {r:.2}"))
+        })
+        .collect();
     if row.agrees == Some(false) {
         row.reason = reason(c.metric, r, n, d, &num.series, &den.series);
     }

@@ -103,6 +103,18 @@ impl Report {
                 let _ = writeln!(m, "- {} / {}: {}", r.paper, r.what, r.reason);
             }
         }
+        let unsteady: Vec<&Row> = self.rows().filter(|r| !r.unsteady.is_empty()).collect();
+        if !unsteady.is_empty() {
+            let _ = writeln!(
+                m,
+                "\nRows resting on a point whose run's rate moved while it ran (its second \
+                 half completed this many times the operations of its first; a steady run \
+                 reads 1): their figures hold for the run's length only.\n"
+            );
+            for r in unsteady {
+                let _ = writeln!(m, "- {} `{}`: {}", r.paper, r.id, r.unsteady.join(", "));
+            }
+        }
         match &self.memory {
             Some(mem) => {
                 let _ = write!(m, "\n{}", mem.markdown());

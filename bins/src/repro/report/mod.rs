@@ -243,6 +243,11 @@ pub struct Row {
     /// figures are the median seed's. None: one seed (and reports from before seeds).
     #[serde(default)]
     pub seeds: Option<seeds::Seeds>,
+    /// The row's points (of the seed shown) whose run's rate moved while it ran (bench's
+    /// `steady` outside 0.8-1.25): `series: ratio`. Their figures hold for the run's length
+    /// only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsteady: Vec<String>,
 }
 
 /// A ratio of a sweep and the client count it was measured at.

@@ -118,6 +118,7 @@ fn ratios_pick_the_right_points() {
         "{}",
         r.diagnosis
     );
+    assert_eq!(r.unsteady, vec!["b: 0.42".to_string()]);
     // Up to: the best over client counts, 4 / 1.
     let r = evaluate(&p, &claim("x", Metric::Mops, true, pick()), &exps());
     assert_eq!(r.remora, Some(4.0));
