@@ -525,7 +525,11 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                 return Ok(None);
             }
             if use_cache {
+                // A reverse pointer that does not name the parent: the cached parent is stale.
+                // Only lock-free internal nodes carry one (the lock-based baseline's read 0:
+                // comparing theirs would drop every cached parent of a node read remotely).
                 if let Some(p) = parent
+                    && self.cfg.techniques.lock_free_internal
                     && img.rev != p.addr.pack48().unwrap_or(0)
                 {
                     self.invalidate(p.addr);
