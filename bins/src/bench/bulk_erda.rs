@@ -13,6 +13,10 @@
 //! of its 16 mailboxes; core's `erda/server/bulk.rs`). A load by concurrent clients
 //! interleaves the same grants: log offsets (and which bucket of a full neighbourhood a key
 //! takes) can differ, nothing else.
+//!
+//! The lines the server's load touched go with the image (`ImageRegion::warming`), so the
+//! measured cluster's server cache starts as the inserts would leave it: the default where
+//! the load is not measured (`bulk.rs`'s `wanted` has the measurements).
 use super::BenchArgs;
 use super::bulk_wort::WortKey;
 use super::index::IndexCfg;
