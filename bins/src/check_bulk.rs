@@ -27,7 +27,7 @@ use remora::core::lincheck::driver::wide_key;
 use remora::core::server::Handler;
 use remora::core::sherman::PAPER_FILL_PERCENT;
 use remora::core::smart::KeyMode;
-use remora::poller::sim::NodeImage;
+use remora::poller::sim::{NodeImage, SimConfig};
 
 /// Loaded key `i` is the integer `LOADED_BASE + 3 * i` (below the lincheck workload's keys,
 /// which start at `1 << 40`).
@@ -92,6 +92,7 @@ pub fn server_built(cfg: &IndexCfg) -> bool {
 pub fn build_image(
     cfg: &IndexCfg,
     images: &mut [NodeImage],
+    sim: &SimConfig,
     server: &mut (dyn Handler + Send),
     n: u64,
     key_bytes: usize,
@@ -99,7 +100,7 @@ pub fn build_image(
     let said = match cfg {
         IndexCfg::Erda { server, .. } => {
             let entries = (0..n).map(|i| (loaded_key(i, key_bytes), loaded_value(i)));
-            let st = crate::bench::bulk_erda::write(*server, images, entries)?;
+            let st = crate::bench::bulk_erda::write(*server, images, sim, entries)?;
             format!(
                 "Erda: {} keys bulk-loaded, {} entries displaced",
                 st.keys, st.displaced
@@ -113,7 +114,7 @@ pub fn build_image(
                     (k, loaded_value(i).to_vec())
                 })
                 .collect();
-            build(cfg, images, &CanrtPlan { pairs, sort_s: 0.0 })?
+            build(cfg, images, sim, &CanrtPlan { pairs, sort_s: 0.0 })?
         }
     };
     recover(server, images, 0)?;

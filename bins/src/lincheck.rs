@@ -414,6 +414,7 @@ fn sim_history(a: &LinArgs, cfg: &IndexCfg, seed: u64) -> Result<(History, Merge
             *said.borrow_mut() = Some(check_bulk::build_image(
                 cfg,
                 &mut images,
+                &scfg,
                 h.as_mut(),
                 n,
                 a.key_bytes,

@@ -198,10 +198,10 @@ pub struct BenchArgs {
     /// Load the keys by inserting them through the index (the LOAD phase measured) even where
     /// the run measures another workload. By default, on the sim, SMART (8-byte keys),
     /// Sherman and FG+ (`bulk.rs`), CHIME (8-byte keys, `bulk_chime.rs`), CANRT, WORT and WOART (`bulk_canrt.rs`, `bulk_wort.rs`),
-    /// and Catfish (`spatial/load.rs`) are bulk-loaded instead: the same keys and values,
-    /// written as the index's image at memory speed; the run's records then have no LOAD
-    /// record, and their notes say how the keys were loaded. Erda (`bulk_erda.rs`) only with
-    /// `--bulk-load`: the sim's server cache starts empty after its bulk load.
+    /// Erda (`bulk_erda.rs`) and Catfish (`spatial/load.rs`) are bulk-loaded instead: the
+    /// same keys and values, written as the index's image at memory speed (a memory node's
+    /// server cache starts as the loading server left it); the run's records then have no
+    /// LOAD record, and their notes say how the keys were loaded.
     #[arg(long)]
     pub no_bulk_load: bool,
     /// Bulk-load where the index has a bulk loader (bench's default already). For `remora

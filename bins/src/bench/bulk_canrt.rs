@@ -20,7 +20,7 @@ use super::spatial::ImageRegion;
 use remora::core::canrt::CanrtServer;
 use remora::core::server::Handler;
 use remora::layouts::canrt::DataGeometry;
-use remora::poller::sim::NodeImage;
+use remora::poller::sim::{NodeImage, SimConfig};
 use std::time::Instant;
 
 /// The sorted (key, value) pairs of a CANRT bulk load, and what preparing them cost.
@@ -54,9 +54,15 @@ pub fn plan(a: &BenchArgs, key_len: u32) -> Result<CanrtPlan, String> {
     })
 }
 
-/// Writes the CANRT tree of `p` into its memory node's image (no tree there yet); a
-/// one-line summary of its shape.
-pub fn build(index: &IndexCfg, images: &mut [NodeImage], p: &CanrtPlan) -> Result<String, String> {
+/// Writes the CANRT tree of `p` into its memory node's image (no tree there yet) of a sim
+/// of `sim`, noting the lines the server touched (`ImageRegion::warming`); a one-line
+/// summary of its shape.
+pub fn build(
+    index: &IndexCfg,
+    images: &mut [NodeImage],
+    sim: &SimConfig,
+    p: &CanrtPlan,
+) -> Result<String, String> {
     let IndexCfg::Canrt { cfg, growth } = index else {
         return Err("not a CANRT index".into());
     };
@@ -68,7 +74,7 @@ pub fn build(index: &IndexCfg, images: &mut [NodeImage], p: &CanrtPlan) -> Resul
         .ok_or("no image of CANRT's memory node")?;
     let mut server = CanrtServer::with_growth(*growth);
     let h = server
-        .bulk_load(&ImageRegion::new(&mut img.host, cfg.node), g, &p.pairs)
+        .bulk_load(&ImageRegion::warming(img, cfg.node, sim), g, &p.pairs)
         .map_err(|e| format!("CANRT bulk load: {e}"))?;
     let slots = h.n_data as u64 * h.slots as u64;
     Ok(format!(

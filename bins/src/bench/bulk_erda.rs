@@ -13,13 +13,17 @@
 //! of its 16 mailboxes; core's `erda/server/bulk.rs`). A load by concurrent clients
 //! interleaves the same grants: log offsets (and which bucket of a full neighbourhood a key
 //! takes) can differ, nothing else.
+//!
+//! The lines the server's load touched go with the image (`ImageRegion::warming`), so the
+//! measured cluster's server cache starts as the inserts would leave it: the default where
+//! the load is not measured (`bulk.rs`'s `wanted` has the measurements).
 use super::BenchArgs;
 use super::bulk_wort::WortKey;
 use super::index::IndexCfg;
 use super::phase::value_for;
 use super::spatial::ImageRegion;
 use remora::core::erda::{BulkStats, ErdaConfig, ErdaServer};
-use remora::poller::sim::NodeImage;
+use remora::poller::sim::{NodeImage, SimConfig};
 use std::time::Instant;
 
 /// The keys of an Erda bulk load in key-number order, and what preparing them cost.
@@ -49,7 +53,12 @@ pub fn plan(a: &BenchArgs) -> Result<ErdaPlan, String> {
 
 /// Writes the Erda store of `p` into memory node 0's image (no store there yet); a one-line
 /// summary.
-pub fn build(index: &IndexCfg, images: &mut [NodeImage], p: &ErdaPlan) -> Result<String, String> {
+pub fn build(
+    index: &IndexCfg,
+    images: &mut [NodeImage],
+    sim: &SimConfig,
+    p: &ErdaPlan,
+) -> Result<String, String> {
     let IndexCfg::Erda { server, .. } = index else {
         return Err("not an Erda index".into());
     };
@@ -59,7 +68,7 @@ pub fn build(index: &IndexCfg, images: &mut [NodeImage], p: &ErdaPlan) -> Result
         value_for(n as u64, size, &mut v);
         (k, v)
     });
-    let st = write(*server, images, entries)?;
+    let st = write(*server, images, sim, entries)?;
     Ok(format!(
         "Erda store of {} keys, as one session's upserts in key order leave it: {} buckets \
          filled, {} entries displaced, {} MiB of log, {} log regions chained",
@@ -72,14 +81,16 @@ pub fn build(index: &IndexCfg, images: &mut [NodeImage], p: &ErdaPlan) -> Result
 }
 
 /// Writes `entries` (key, value), in order, as a store of geometry `cfg` into memory node 0's
-/// image (no store there yet) by a server's write path (core's `ErdaServer::bulk_load`).
+/// image (no store there yet) of a sim of `sim` by a server's write path (core's
+/// `ErdaServer::bulk_load`), noting the lines it touched (`ImageRegion::warming`).
 pub fn write<K: AsRef<[u8]>, V: AsRef<[u8]>>(
     cfg: ErdaConfig,
     images: &mut [NodeImage],
+    sim: &SimConfig,
     entries: impl IntoIterator<Item = (K, V)>,
 ) -> Result<BulkStats, String> {
     let img = images.get_mut(0).ok_or("no image of Erda's memory node")?;
     ErdaServer::new(cfg)
-        .bulk_load(&ImageRegion::new(&mut img.host, 0), entries)
+        .bulk_load(&ImageRegion::warming(img, 0, sim), entries)
         .map_err(|e| format!("Erda bulk load: {e}"))
 }

@@ -17,7 +17,7 @@ use super::bulk_erda::ErdaPlan;
 use super::index::IndexCfg;
 use super::spatial::ImageRegion;
 use remora::core::wort::{KEY_MAX, WortServer};
-use remora::poller::sim::NodeImage;
+use remora::poller::sim::{NodeImage, SimConfig};
 use std::time::Instant;
 
 /// A WORT/WOART key: its bytes, zero-padded, and its length.
@@ -78,14 +78,19 @@ pub fn plan(a: &BenchArgs) -> Result<WortPlan, String> {
 
 /// Writes the WORT/WOART tree of `p` into its memory node's image (node 0, no store there
 /// yet); a one-line summary of its shape.
-pub fn build(index: &IndexCfg, images: &mut [NodeImage], p: &WortPlan) -> Result<String, String> {
+pub fn build(
+    index: &IndexCfg,
+    images: &mut [NodeImage],
+    sim: &SimConfig,
+    p: &WortPlan,
+) -> Result<String, String> {
     let IndexCfg::Wort { kind } = index else {
         return Err("not a WORT/WOART index".into());
     };
     let img = images.get_mut(0).ok_or("no image of WORT's memory node")?;
     let mut server = WortServer::new(*kind);
     let st = server
-        .bulk_load(&ImageRegion::new(&mut img.host, 0), &p.pairs)
+        .bulk_load(&ImageRegion::warming(img, 0, sim), &p.pairs)
         .map_err(|e| format!("{} bulk load: {e}", kind.name()))?;
     let n = st.nodes;
     let nodes = match kind {
@@ -143,11 +148,16 @@ impl ServerPlan {
     }
 
     /// Writes the tree into the memory node's image; a one-line summary.
-    pub fn build(&self, index: &IndexCfg, images: &mut [NodeImage]) -> Result<String, String> {
+    pub fn build(
+        &self,
+        index: &IndexCfg,
+        images: &mut [NodeImage],
+        sim: &SimConfig,
+    ) -> Result<String, String> {
         match self {
-            ServerPlan::Canrt(p) => super::bulk_canrt::build(index, images, p),
-            ServerPlan::Wort(p) => build(index, images, p),
-            ServerPlan::Erda(p) => super::bulk_erda::build(index, images, p),
+            ServerPlan::Canrt(p) => super::bulk_canrt::build(index, images, sim, p),
+            ServerPlan::Wort(p) => build(index, images, sim, p),
+            ServerPlan::Erda(p) => super::bulk_erda::build(index, images, sim, p),
         }
     }
 }

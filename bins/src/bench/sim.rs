@@ -124,7 +124,7 @@ fn create<'a>(
     if let Some(p) = served {
         let mut images = sim.into_images();
         let t = Instant::now();
-        let what = p.build(index, &mut images)?;
+        let what = p.build(index, &mut images, cfg)?;
         *bulked.borrow_mut() = Some((what, t.elapsed().as_secs_f64()));
         if let (true, Some(id)) = (a.load_once, identity) {
             super::bulk::save(id, &images);

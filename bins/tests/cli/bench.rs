@@ -167,6 +167,7 @@ fn sim_bench_on_persistent_nodes_reports_nvm_bytes_per_op() {
             "500",
             "--operations",
             "1000",
+            "--no-bulk-load",
         ],
         "erda-nvm",
     );

@@ -204,7 +204,9 @@ impl<'a> Sim<'a> {
     }
 
     /// A cluster whose memory nodes start from `images` (e.g. from [`Sim::into_images`]);
-    /// `region_len`/`dm_len` of `cfg` are ignored in favour of the images'.
+    /// `region_len`/`dm_len` of `cfg` are ignored in favour of the images'. A node whose
+    /// image carries warm lines ([`NodeImage::warm`]) starts its last-level cache with
+    /// them.
     pub fn with_images(cfg: SimConfig, images: Vec<NodeImage>) -> Result<Sim<'a>, SimError> {
         if cfg.compute_nodes == 0 || cfg.compute_nodes > u16::MAX as usize {
             return Err(SimError(format!(
@@ -252,13 +254,14 @@ impl<'a> Sim<'a> {
                 ..Nic::default()
             });
         }
-        for (n, img) in images.into_iter().enumerate() {
+        for (n, mut img) in images.into_iter().enumerate() {
             w.nics.push(Nic {
                 node: Some(n as NodeId),
                 slow: 1.0,
                 ..Nic::default()
             });
-            w.nodes.push(MemNode::new(
+            let warm = std::mem::take(&mut img.warm);
+            let mut node = MemNode::new(
                 n as NodeId,
                 img,
                 cfg.chunk_size,
@@ -266,7 +269,10 @@ impl<'a> Sim<'a> {
                 m.persist_window as usize,
                 m.atomic_slots as usize,
                 m.server_threads as usize,
-            ));
+            );
+            // The cache the CPU's writing of the image left (`llc.rs`), counting nothing.
+            node.llc.warm(m.server_llc_lines as usize, &warm);
+            w.nodes.push(node);
         }
         for i in 0..w.faults.scheduled.len() {
             let at = w.faults.scheduled[i].at;
@@ -503,6 +509,17 @@ impl<'a> Sim<'a> {
             .nodes
             .get(node as usize)
             .map_or(0, |n| n.unpersisted())
+    }
+    /// The lines memory node `node`'s last-level cache holds now (empty if it never
+    /// started), to start another simulation's node with ([`NodeImage::warm`]): a cluster
+    /// loaded in one sim and measured in another keeps its server's cache.
+    pub fn cached_lines(&self, node: NodeId) -> super::llc::WarmLines {
+        self.w
+            .borrow()
+            .nodes
+            .get(node as usize)
+            .map(|n| n.llc.cached())
+            .unwrap_or_default()
     }
     /// The memory nodes' contents, to start another simulation from.
     pub fn into_images(self) -> Vec<NodeImage> {

@@ -25,7 +25,13 @@
 //!   used is bounded by `server_llc_lines` entries (~40 bytes each, grown as lines are
 //!   touched).
 //! - A crash empties the cache ([`Llc::clear`]).
-use std::collections::HashMap;
+//! - **Warm starts**: a memory image written by the node's own CPU before the sim starts
+//!   (a bulk load's `ImageRegion` in `remora bench`) carries the lines that CPU touched
+//!   ([`WarmLines`], the last `server_llc_lines` distinct ones, most recent last); a sim
+//!   started from the image touches them in order into the node's cache
+//!   ([`Llc::warm`], from `Sim::with_images`) and counts nothing for it, so a bulk-loaded
+//!   server starts with the cache its load's inserts would have left.
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// The line number an evicted slot holds (no region has a line this far).
@@ -187,6 +193,37 @@ impl Llc {
     pub fn len(&self) -> usize {
         self.slots.len()
     }
+    /// Starts the cache with room for `lines` lines (if not started yet) and touches
+    /// `warm`'s lines in order, oldest first, as a CPU's accesses before the sim would
+    /// have: each is cached and marked referenced. Counts nothing (the stats stay as they
+    /// were), so a run measures none of it.
+    pub fn warm(&mut self, lines: usize, warm: &WarmLines) {
+        if warm.is_empty() {
+            return;
+        }
+        self.start(lines);
+        for line in warm.lines() {
+            match self.map.get(&line) {
+                Some(&i) => self.slots[i as usize].referenced = true,
+                None => self.insert(line, 0),
+            }
+        }
+    }
+
+    /// The lines cached now, from the hand on: [`Llc::warm`] with them fills an empty cache
+    /// of the same size slot for slot, its hand where this one's is (every line marked
+    /// referenced). Empty when not started.
+    pub fn cached(&self) -> WarmLines {
+        let mut w = WarmLines::new(self.cap);
+        let n = self.slots.len();
+        for k in 0..n {
+            let s = &self.slots[(self.hand + k) % n];
+            if s.line != EMPTY {
+                w.touch(s.line * LINE, 1);
+            }
+        }
+        w
+    }
 
     fn insert(&mut self, line: u64, stamp: u64) {
         let slot = Slot {
@@ -216,6 +253,95 @@ impl Llc {
             self.map.insert(line, i as u32);
             return;
         }
+    }
+}
+
+/// The lines a memory node's CPU touched outside the sim (a bulk load writing the node's
+/// image), by last touch: the last `cap` distinct lines only, most recently touched last
+/// (an LRU list), so a load of any size keeps at most `cap` of them (a cache of `cap`
+/// lines holds no older ones). Replayed into the node's cache by [`Llc::warm`].
+#[derive(Debug, Clone, Default)]
+pub struct WarmLines {
+    cap: usize,
+    /// Touches counted so far (the sequence number of the next).
+    seq: u64,
+    /// Each kept line's last touch.
+    last: HashMap<u64, u64, BuildHasherDefault<LineHasher>>,
+    /// (touch, line), oldest first; an entry whose line was touched again later is stale.
+    order: VecDeque<(u64, u64)>,
+}
+
+impl WarmLines {
+    /// Keeps the last `cap` distinct lines touched (none when 0).
+    pub fn new(cap: usize) -> WarmLines {
+        WarmLines {
+            cap,
+            ..WarmLines::default()
+        }
+    }
+    /// The CPU touched `[off, off + len)` of the host region.
+    pub fn touch(&mut self, off: u64, len: usize) {
+        if self.cap == 0 || len == 0 {
+            return;
+        }
+        let (lo, hi) = (off / LINE, (off + len as u64 - 1) / LINE);
+        for line in lo..=hi {
+            // A line touched last already stays where it is (repeats of one access).
+            let last = &self.last;
+            if self
+                .order
+                .back()
+                .is_some_and(|&(s, l)| l == line && last.get(&l) == Some(&s))
+            {
+                continue;
+            }
+            self.seq += 1;
+            self.last.insert(line, self.seq);
+            self.order.push_back((self.seq, line));
+            while self.last.len() > self.cap {
+                let Some((s, l)) = self.order.pop_front() else {
+                    break;
+                };
+                if self.last.get(&l) == Some(&s) {
+                    self.last.remove(&l);
+                }
+            }
+            // Stale entries are dropped once they outnumber the kept lines.
+            if self.order.len() > 2 * self.cap + 64 {
+                let last = &self.last;
+                self.order.retain(|(s, l)| last.get(l) == Some(s));
+            }
+        }
+    }
+    /// The CPU flushed `[off, off + len)` with `clflush`: its lines leave the cache (as
+    /// [`Llc::evict`]), so they are no longer kept.
+    pub fn evict(&mut self, off: u64, len: usize) {
+        if self.cap == 0 || len == 0 {
+            return;
+        }
+        let (lo, hi) = (off / LINE, (off + len as u64 - 1) / LINE);
+        for line in lo..=hi {
+            self.last.remove(&line);
+        }
+    }
+    /// The kept lines, oldest touch first.
+    pub fn lines(&self) -> impl Iterator<Item = u64> + '_ {
+        self.order
+            .iter()
+            .filter(|(s, l)| self.last.get(l) == Some(s))
+            .map(|&(_, l)| l)
+    }
+    /// Distinct lines kept (at most the capacity).
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
+    /// Whether no line is kept.
+    pub fn is_empty(&self) -> bool {
+        self.last.is_empty()
+    }
+    /// The most lines kept.
+    pub fn capacity(&self) -> usize {
+        self.cap
     }
 }
 
@@ -309,5 +435,56 @@ mod tests {
         c.clear();
         c.begin();
         assert_eq!(c.touch(2), Touch::Miss);
+    }
+
+    #[test]
+    fn warm_lines_keep_the_last_distinct_lines_in_touch_order() {
+        let mut w = WarmLines::new(3);
+        // Lines 0, 1, 2, 0 again (moves last), 3: line 1 is the oldest, dropped.
+        for l in [0u64, 1, 2, 0, 3] {
+            w.touch(l * LINE, 1);
+        }
+        assert_eq!(w.lines().collect::<Vec<_>>(), vec![2, 0, 3]);
+        // A 10,000-line load keeps 3 lines and a bounded list.
+        w.touch(0, 10_000 * LINE as usize);
+        assert_eq!(w.len(), 3);
+        assert!(w.order.len() <= 2 * 3 + 64 + 1);
+        assert_eq!(w.lines().collect::<Vec<_>>(), vec![9_997, 9_998, 9_999]);
+        // Repeated touches of a few lines never grow it past its bound.
+        for i in 0..100_000u64 {
+            w.touch((i % 5) * LINE, 8);
+        }
+        assert!(w.order.len() <= 2 * 3 + 64 + 1 && w.len() == 3);
+        assert_eq!(w.lines().collect::<Vec<_>>(), vec![2, 3, 4]);
+        // A flushed line is dropped, and kept again from its next touch.
+        w.evict(4 * LINE, 1);
+        assert_eq!(w.lines().collect::<Vec<_>>(), vec![2, 3]);
+        w.touch(4 * LINE, 1);
+        assert_eq!(w.lines().collect::<Vec<_>>(), vec![2, 3, 4]);
+    }
+
+    #[test]
+    fn a_warmed_cache_hits_the_warm_lines_and_counts_nothing() {
+        let mut w = WarmLines::new(8);
+        w.touch(0, 4 * LINE as usize);
+        let mut c = Llc::default();
+        c.warm(2, &w);
+        assert_eq!(c.stats, LlcStats::default(), "warming counts nothing");
+        assert_eq!(c.len(), 2, "bounded by the cache");
+        c.begin();
+        // The last two touched (2, 3) are the ones a 2-line cache keeps.
+        assert_eq!(c.touch(3), Touch::Hit);
+        assert_eq!(c.touch(2), Touch::Hit);
+        assert_eq!(c.touch(0), Touch::Miss);
+        // What a cache holds warms another to the same lines.
+        let mut copy = Llc::default();
+        copy.warm(2, &c.cached());
+        assert_eq!(copy.cached().lines().collect::<Vec<_>>(), vec![3, 0]);
+        assert_eq!(c.cached().lines().collect::<Vec<_>>(), vec![3, 0]);
+        let mut cold = Llc::default();
+        cold.warm(2, &WarmLines::new(8));
+        assert_eq!(cold.len(), 0);
+        cold.nic_write(0, 64);
+        assert_eq!(cold.len(), 0, "nothing to warm: not started");
     }
 }

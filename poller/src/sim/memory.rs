@@ -37,7 +37,7 @@
 //! **NVM write accounting** (persistent nodes, host region only; [`NvmStats`]): bytes the NIC
 //! placed, by verb; bytes the CPU stored; cache lines written back by `persist`.
 use super::engine::Kind;
-use super::llc::Llc;
+use super::llc::{Llc, WarmLines};
 use super::model::Ps;
 use super::server::ServerThread;
 use remora_layouts::region::RegionHeader;
@@ -57,6 +57,11 @@ pub struct NodeImage {
     /// [`KeyHandle::revoke`](super::KeyHandle::revoke)) makes their later accesses fail. A
     /// node made from this image shares the counter with it.
     pub key: Arc<AtomicU32>,
+    /// The lines the node's CPU touched writing this image outside a sim (a bulk load), most
+    /// recent last: a sim started from it (`Sim::with_images`) starts the node's last-level
+    /// cache with them (`llc.rs`). Empty from a sim ([`Sim::into_images`](super::Sim)) and
+    /// for a fresh node: the cache then starts empty.
+    pub warm: WarmLines,
 }
 
 impl NodeImage {
@@ -72,6 +77,7 @@ impl NodeImage {
             host,
             dm: vec![0u8; dm_len as usize],
             key: Arc::new(AtomicU32::new(1)),
+            warm: WarmLines::default(),
         })
     }
 }
@@ -245,6 +251,7 @@ impl MemNode {
             host: self.host,
             dm: self.dm,
             key: self.key,
+            warm: WarmLines::default(),
         }
     }
 

@@ -97,7 +97,7 @@ pub use cluster::{ClientCtx, KeyHandle, Recovery, RunReport, Sim, SimConfig, Sim
 pub use engine::EngineStats;
 pub use exec::Stop;
 pub use faults::Faults;
-pub use llc::LlcStats;
+pub use llc::{LlcStats, WarmLines};
 pub use memory::{NodeImage, NvmStats};
 pub use model::{Load, Model, ModelError, ModelVerb, ParamInfo};
 pub use qp::{SimEndpoint, SimQp};

@@ -25,7 +25,7 @@ use crate::bench::ycsb::Workload;
 use remora::core::FabricError;
 use remora::core::server::{LocalRegion, out_of_range};
 use remora::layouts::NodeId;
-use remora::poller::sim::{NodeImage, Sim, SimConfig};
+use remora::poller::sim::{NodeImage, Sim, SimConfig, WarmLines};
 use std::cell::RefCell;
 
 /// Loaded trees kept: a report's experiments alternate at most two (tree sizes, node
@@ -86,7 +86,7 @@ pub(super) fn bulk(
     let objects = (0..a.records).map(|n| (sh.data.object(n), n));
     let st = super::run::server(a, max_message)
         .bulk_load(
-            &ImageRegion::new(&mut img.host, 0),
+            &ImageRegion::warming(img, 0, cfg),
             a.spatial.fanout,
             kind,
             objects,
@@ -142,11 +142,17 @@ pub(super) fn save(identity: String, images: Vec<NodeImage>, model: String, part
     });
 }
 
-/// A memory node's image as its CPU sees it before the sim starts: the server recovers
-/// the loaded tree through it (one thread, so plain reads and writes).
+/// A memory node's image as its CPU sees it before the sim starts: the server bulk-loads
+/// its structure or recovers it through it (one thread, so plain reads and writes). A
+/// bulk load's region ([`ImageRegion::warming`]) also notes the lines it touches in the
+/// image's [`WarmLines`], so the sim started from the image starts the node's last-level
+/// cache as the load left it (poller's `llc.rs`).
 pub(crate) struct ImageRegion<'a> {
     bytes: RefCell<&'a mut Vec<u8>>,
     node: NodeId,
+    warm: Option<RefCell<&'a mut WarmLines>>,
+    /// `persist_evict` drops lines from `warm` (a persistent node's `clflush`).
+    evicts: bool,
 }
 
 impl<'a> ImageRegion<'a> {
@@ -155,13 +161,38 @@ impl<'a> ImageRegion<'a> {
         ImageRegion {
             bytes: RefCell::new(bytes),
             node,
+            warm: None,
+            evicts: false,
+        }
+    }
+
+    /// The image `img` of memory node `node` of a sim of `cfg`, for a load by the node's
+    /// CPU: the lines its reads and writes touch replace `img`'s warm lines (the last
+    /// `server_llc_lines` distinct ones are kept), less those it flushes with
+    /// `persist_evict` on a persistent node (as the sim's cache drops them).
+    pub(crate) fn warming(
+        img: &'a mut NodeImage,
+        node: NodeId,
+        cfg: &SimConfig,
+    ) -> ImageRegion<'a> {
+        img.warm = WarmLines::new(cfg.model.server_llc_lines as usize);
+        ImageRegion {
+            bytes: RefCell::new(&mut img.host),
+            node,
+            warm: Some(RefCell::new(&mut img.warm)),
+            evicts: cfg.persistent,
         }
     }
 
     fn range(&self, offset: u64, len: usize) -> Result<core::ops::Range<usize>, FabricError> {
         let end = offset.checked_add(len as u64);
         match end {
-            Some(e) if e <= self.len() => Ok(offset as usize..e as usize),
+            Some(e) if e <= self.len() => {
+                if let Some(w) = &self.warm {
+                    w.borrow_mut().touch(offset, len);
+                }
+                Ok(offset as usize..e as usize)
+            }
             _ => Err(out_of_range(self.node, offset, len)),
         }
     }
@@ -183,6 +214,11 @@ impl LocalRegion for ImageRegion<'_> {
         let r = self.range(offset, data.len())?;
         self.bytes.borrow_mut()[r].copy_from_slice(data);
         Ok(())
+    }
+    fn persist_evict(&self, offset: u64, len: usize) {
+        if let (true, Some(w)) = (self.evicts, &self.warm) {
+            w.borrow_mut().evict(offset, len);
+        }
     }
 }
 

@@ -279,7 +279,13 @@ fn load_sim(
         ));
     }
     probe_height(&mut sim, &height)?;
-    let images = sim.into_images();
+    // The server's cache as the inserts left it goes with the image (as a bulk load's does,
+    // `load.rs`), so the measured sim starts with it.
+    let warm = sim.cached_lines(0);
+    let mut images = sim.into_images();
+    if let Some(img) = images.first_mut() {
+        img.warm = warm;
+    }
     let parts = results.into_inner().into_iter().collect::<Result<_, _>>()?;
     let h = *height.borrow();
     Ok((parts, images, h))
