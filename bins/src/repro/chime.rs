@@ -54,8 +54,8 @@ const IDEA_NOTE: &str = "remora's own idea, not CHIME's: lean updates (ChimeConf
     update in place needs neither the bitmap nor the low key, so with the switch an update \
     (KvIndex::update, YCSB's updates) READs only the neighbourhood, and the prefix after it \
     only if the key is missing. One READ verb and 32 B fewer per update: measured on YCSB-A \
-    4.84 -> 4.36 verbs and 305.6 -> 289.1 B per op (seed 1), where CHIME's run is bound by the \
-    memory node NIC's message rate (nic_use 0.91). Both bars are CHIME as its authors build \
+    4.84 -> 4.36 verbs and 305.6 -> 289.1 B read per op (remora bench's B in/op, seed 1), \
+    where CHIME's run is bound by the memory node NIC's message rate (nic_use 0.91). Both bars are CHIME as its authors build \
     it (read delegation and write combining on), at the report's cache and key count, seeds \
     1-3 (median of the per-seed ratios). Inserts (YCSB-D's, E's) and lookups are untouched: \
     rows c, d, e read exactly 1.000. The authors' CHIME READs no prefix at all: its vacancy \
