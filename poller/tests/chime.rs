@@ -1,6 +1,7 @@
 //! CHIME on the soft fabric: oracle-checked histories (one and two memory nodes, every switch
 //! combination), the hop-after-split case (a split whose half still cannot hold its keys
-//! makes a third leaf), speculative reads that hit and that miss after entries moved.
+//! makes a third leaf), speculative reads that hit and that miss after entries moved, and
+//! remora's lean updates (`ChimeConfig::lean_update`).
 use proptest::prelude::*;
 use remora_core::block_on::block_on;
 use remora_core::chime::{Chime, ChimeConfig, ChimeError};
@@ -129,6 +130,17 @@ fn configs() -> Vec<ChimeConfig> {
             hopscotch: false,
             ..all
         }),
+        // remora's lean updates (the prefix READ only when an update misses), with and
+        // without the vacancy-aware lock.
+        small(ChimeConfig {
+            lean_update: true,
+            ..all
+        }),
+        small(ChimeConfig {
+            lean_update: true,
+            vacancy_lock: false,
+            ..all
+        }),
     ]
 }
 
@@ -216,6 +228,71 @@ fn a_hot_key_is_read_as_one_entry_and_a_moved_one_falls_back() {
         t.delete(&k(7)).await.unwrap();
         assert_eq!(get(&t, 7).await.unwrap(), None);
     });
+}
+
+/// Lean updates (`ChimeConfig::lean_update`): an update that finds its key READs one verb
+/// (the leaf prefix, 32 bytes) fewer than CHIME's and leaves the same tree; one that misses
+/// READs the prefix after its neighbourhood (as many READs, one more round trip) and still
+/// says the key is absent; inserts and deletes after them see the right vacancy bitmap.
+#[test]
+fn a_lean_update_reads_no_prefix_unless_it_misses() {
+    use remora_core::fabric::{Endpoint, QueuePair, Verb};
+    use remora_layouts::chime::PREFIX_LEN;
+    // Per configuration: (READ verbs, bytes in, round trips) of 50 updates that find their
+    // keys, then of 50 that miss; and the tree's contents after.
+    let run = |lean: bool| {
+        let n = node(0);
+        let ep = n.endpoint().unwrap();
+        block_on(async {
+            let cfg = small(ChimeConfig {
+                lean_update: lean,
+                ..ChimeConfig::chime()
+            });
+            let t = Chime::create(&ep, cfg).await.unwrap();
+            for x in 0..200u64 {
+                t.upsert(&k(2 * x), &x.to_le_bytes()).await.unwrap();
+            }
+            let qp = ep.qp(0).unwrap();
+            let b = qp.counters().snapshot();
+            for x in 0..50u64 {
+                assert!(
+                    t.update(&k(2 * x), &(x + 1000).to_le_bytes())
+                        .await
+                        .unwrap()
+                );
+            }
+            let hit = qp.counters().snapshot() - b;
+            let b = qp.counters().snapshot();
+            for x in 0..50u64 {
+                assert!(!t.update(&k(2 * x + 1), &x.to_le_bytes()).await.unwrap());
+            }
+            let miss = qp.counters().snapshot() - b;
+            // Inserts into the gaps and deletes after the updates: the bitmap is right.
+            for x in 0..100u64 {
+                t.upsert(&k(2 * x + 1), &x.to_le_bytes()).await.unwrap();
+            }
+            for x in 0..30u64 {
+                assert!(t.delete(&k(4 * x)).await.unwrap());
+            }
+            let all = scan(&t, 0, usize::MAX).await;
+            let f = |d: remora_core::counters::Snapshot| {
+                (d.verb(Verb::Read), d.bytes_in, d.round_trips)
+            };
+            (f(hit), f(miss), all)
+        })
+    };
+    let (chime_hit, chime_miss, chime_tree) = run(false);
+    let (lean_hit, lean_miss, lean_tree) = run(true);
+    assert_eq!(lean_tree, chime_tree);
+    assert_eq!(lean_tree.len(), 200 + 100 - 30);
+    // Found: one READ and the prefix's bytes fewer per update, the same round trips.
+    assert_eq!(lean_hit.0 + 50, chime_hit.0, "{lean_hit:?} {chime_hit:?}");
+    assert_eq!(lean_hit.1 + 50 * PREFIX_LEN as u64, chime_hit.1);
+    assert_eq!(lean_hit.2, chime_hit.2);
+    // Missed: the same READs and bytes, one more round trip each (the prefix after).
+    assert_eq!(lean_miss.0, chime_miss.0, "{lean_miss:?} {chime_miss:?}");
+    assert_eq!(lean_miss.1, chime_miss.1);
+    assert_eq!(lean_miss.2, chime_miss.2 + 50);
 }
 
 #[test]

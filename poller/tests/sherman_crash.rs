@@ -59,7 +59,8 @@ enum Kind {
     SplitRoot,
     /// An upsert that splits a leaf of a deeper tree (its separator goes to a parent).
     SplitLeaf,
-    /// An upsert of a present key (in place: one entry for Sherman, the page for FG+).
+    /// An upsert of a present key (in place: one entry for Sherman, the page for FG+); an
+    /// update (`KvIndex::update`) for CHIME with lean updates, which takes their path.
     Update,
     Delete,
     Lookup,
@@ -91,7 +92,8 @@ fn leaf_keys(base: Base) -> u64 {
 }
 
 /// The victim's script: what it does before the operation under test, and candidates for it.
-fn script(kind: Kind, n: u64) -> Vec<LinOp> {
+fn script(kind: Kind, base: Base) -> Vec<LinOp> {
+    let n = leaf_keys(base);
     let mut ops = Vec::new();
     let prefill = if kind == Kind::SplitRoot { 0 } else { n };
     for i in 0..prefill {
@@ -109,6 +111,12 @@ fn script(kind: Kind, n: u64) -> Vec<LinOp> {
                     value: 0,
                 });
             }
+        }
+        Kind::Update if matches!(base, Base::Chime(c) if c.lean_update) => {
+            ops.push(LinOp::Update {
+                key: vkey(5 * 16),
+                value: 0,
+            })
         }
         Kind::Update => ops.push(LinOp::Upsert {
             key: vkey(5 * 16),
@@ -134,6 +142,10 @@ async fn run_op<I: KvIndex>(
             key,
             value: tag(client, seq),
         },
+        LinOp::Update { key, .. } => LinOp::Update {
+            key,
+            value: tag(client, seq),
+        },
         other => other,
     };
     let slot = rec.invoke(client, op, now()).ok_or("recorder full")?;
@@ -142,6 +154,10 @@ async fn run_op<I: KvIndex>(
             .upsert(&key.to_be_bytes(), &value.to_le_bytes())
             .await
             .map(|()| Outcome::Done),
+        LinOp::Update { key, value } => t
+            .update(&key.to_be_bytes(), &value.to_le_bytes())
+            .await
+            .map(Outcome::Present),
         LinOp::Delete { key } => t.delete(&key.to_be_bytes()).await.map(Outcome::Present),
         LinOp::Get { key } => {
             let mut out = [0u8; 8];
@@ -211,7 +227,7 @@ fn run(
     crash_at: Option<(u32, u64)>,
 ) -> RunResult {
     let cfg = base.with(tree_cfg(base.sherman(), LEASE_NS));
-    let ops = script(kind, leaf_keys(base));
+    let ops = script(kind, base);
     let victim_ops = RefCell::new(Vec::new());
     let (posts, last_post) = (Cell::new(0u64), Cell::new(0u64));
     let errors = RefCell::new(Vec::<String>::new());
@@ -359,7 +375,7 @@ fn run(
 /// The dry runs: which scripted op is the one under test (the whole script run before the
 /// survivors start), then its doorbells when it runs at `TARGET_NS`, as in the crash runs.
 fn find_target(base: Base, kind: Kind, seed: u64) -> (Target, u32) {
-    let ops = script(kind, leaf_keys(base));
+    let ops = script(kind, base);
     let r = run(base, kind, seed, None, None);
     assert!(r.errors.is_empty(), "dry run: {:?}", r.errors);
     assert_eq!(r.unfinished, 0, "dry run");
@@ -490,6 +506,23 @@ fn chime_survives_a_client_dying_at_any_verb() {
     campaign(
         "chime",
         Base::Chime(ChimeConfig::chime().with_cache(1 << 20)),
+        env_count("SHERMAN_CRASH_SEEDS", 2),
+    );
+}
+
+/// With remora's lean updates (`ChimeConfig::lean_update`): the victim's in-place write is
+/// an update, and the survivors' updates are lean too.
+#[test]
+fn chime_with_lean_updates_survives_a_client_dying_at_any_verb() {
+    campaign(
+        "chime lean-update",
+        Base::Chime(
+            ChimeConfig {
+                lean_update: true,
+                ..ChimeConfig::chime()
+            }
+            .with_cache(1 << 20),
+        ),
         env_count("SHERMAN_CRASH_SEEDS", 2),
     );
 }

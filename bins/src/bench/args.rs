@@ -310,7 +310,9 @@ pub struct SmartFlags {
     /// With --baseline: add the named techniques (comma-separated: lock-free, in-place,
     /// rear-lock, delegation, combining, cache). With --index chime: `delegation` and
     /// `combining`, SMART's per-compute-node read delegation and write combining on CHIME
-    /// (off by default; on in the authors' build and in `remora repro chime`'s CHIME bars).
+    /// (off by default; on in the authors' build and in `remora repro chime`'s CHIME bars);
+    /// `merge`, leaf merges; `lean-update`, remora's updates that READ only the key's
+    /// neighbourhood under the lock (`ChimeConfig::lean_update`).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
     /// Cache capacity per compute node (per client thread with --per-thread-state), in MiB:

@@ -66,6 +66,10 @@
 //! hot key, at most two lookups and two writes in flight per key and node, as SMART's read
 //! delegation and write combining do for its leaves.
 //!
+//! remora's own idea on CHIME ([`ChimeConfig::lean_update`], off by default, `--with
+//! lean-update`): an update READs only the key's neighbourhood under the leaf's lock, not the
+//! leaf prefix with it (`write.rs`).
+//!
 //! Bulk loading (`bulk.rs`, [`Chime::bulk_load`]): the tree random inserts grow, its leaves
 //! filled by CHIME's own insert, under Sherman's internal levels, written at memory speed.
 //!
@@ -144,6 +148,15 @@ pub struct ChimeConfig {
     /// then the latest queued one in a second write. On, as SMART's
     /// (`SmartConfig::combine_latest`).
     pub combine_latest: bool,
+    /// remora's own (off by default, `--with lean-update`): an update (of a key that must
+    /// be there: [`KvIndex::update`], YCSB's updates) READs only the key's neighbourhood
+    /// under the leaf's lock, not the leaf prefix with it (`write.rs`): an update in place
+    /// needs neither the vacancy bitmap nor the low key, which only inserts, deletes and
+    /// misses use; an update that misses READs the prefix after. One READ fewer per update
+    /// (the doorbell's NIC work and the prefix's bytes). The authors' CHIME reads no
+    /// prefix: its vacancy bitmap rides in its lock word, which remora's lease-owned lock
+    /// words have no room for (see the module's "Vacancy-aware lock").
+    pub lean_update: bool,
     /// Deliberate faults, off in every real configuration: the tests that show what a
     /// mechanism prevents turn one on and see them fail.
     #[doc(hidden)]
@@ -198,6 +211,7 @@ impl ChimeConfig {
             combining: false,
             merge: false,
             combine_latest: true,
+            lean_update: false,
             mutation: Mutation {
                 no_merge_completion: false,
                 reuse_unguarded: false,
@@ -242,8 +256,9 @@ impl ChimeConfig {
 
 impl ChimeConfig {
     /// The names of the switches beyond CHIME's own, each off by default: SMART's read
-    /// delegation and write combining (on in the authors' build), and leaf merges.
-    pub const IDEAS: [&'static str; 3] = ["delegation", "combining", "merge"];
+    /// delegation and write combining (on in the authors' build), leaf merges, and lean
+    /// updates ([`Self::lean_update`]).
+    pub const IDEAS: [&'static str; 4] = ["delegation", "combining", "merge", "lean-update"];
 
     /// Turns on the switch `name` (one of [`Self::IDEAS`]); false if there is none of
     /// that name.
@@ -252,6 +267,7 @@ impl ChimeConfig {
             "delegation" => self.delegation = true,
             "combining" => self.combining = true,
             "merge" => self.merge = true,
+            "lean-update" => self.lean_update = true,
             _ => return false,
         }
         true

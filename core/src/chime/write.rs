@@ -17,8 +17,8 @@ use crate::fabric::{Endpoint, Op, QueuePair};
 use crate::sherman::{Batch, ShermanError};
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{
-    ENTRY_LEN, Entry, GroupHeader, LEAF_LEN, LeafPrefix, MAX_VALUE, NEIGHBOURHOOD, SLOTS,
-    group_offset, home, slot_offset,
+    ENTRY_LEN, Entry, GroupHeader, LEAF_LEN, LeafPrefix, MAX_VALUE, NEIGHBOURHOOD, PREFIX_LEN,
+    SLOTS, group_offset, home, slot_offset,
 };
 use std_alloc::vec::Vec;
 
@@ -168,16 +168,26 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let h = home(key);
         let mut t = Table::empty();
         // Vacancy-aware: the prefix and the key's neighbourhood in one doorbell; else the
-        // whole leaf.
+        // whole leaf. A lean update (`lean_update`) READs the prefix only if it misses: an
+        // update in place needs neither the vacancy bitmap nor the low key.
         let mut known = if self.cfg.vacancy_lock {
             Run::window(h)
         } else {
             Run::ALL
         };
-        let hdr = match self.read_run(addr, known, true, true, leaf, &mut t).await {
+        let lean = self.cfg.lean_update && change == Change::Update;
+        let hdr = match self.read_run(addr, known, !lean, true, leaf, &mut t).await {
             Ok(hdr) => hdr,
             Err(e) => return self.bail(addr, lock, Err(e)).await,
         };
+        let found = t.find(key);
+        if lean
+            && found.is_none()
+            && let Err(e) = self.read_prefix(addr, leaf).await
+        {
+            return self.bail(addr, lock, Err(e)).await;
+        }
+        // (Not READ by a lean update that found its key: unused on its path.)
         let mut prefix = match LeafPrefix::decode(&leaf[..]) {
             Ok(p) => p,
             Err(why) => {
@@ -189,7 +199,6 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         // Sibling-based validation under the lock (`read.rs`, `At`): the leaf cannot split
         // now, so its range is `[prefix.low, sibling's low)` until the unlock. A leaf that
         // holds the key covers it; one that does not is checked.
-        let found = t.find(key);
         if found.is_none() {
             match self.reach(key, &at, hdr.sibling, Some(prefix.low)).await {
                 Ok(Reach::Here) => {}
@@ -331,6 +340,17 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             });
         }
         Ok(Step::Done(true))
+    }
+
+    /// READs the prefix of leaf `addr`, locked, into `leaf` (a lean update that missed).
+    async fn read_prefix(
+        &self,
+        addr: GlobalAddr,
+        leaf: &mut [u8; LEAF_LEN],
+    ) -> Result<(), ChimeError> {
+        let qp = self.tree.qp_of(addr)?;
+        qp.read(addr, &mut leaf[..PREFIX_LEN]).await?;
+        Ok(())
     }
 
     /// Splits the locked leaf `addr` (every slot in `t`) while inserting `new`: its entries
