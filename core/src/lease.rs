@@ -51,10 +51,17 @@
 //! between two looks counts at most two sixteenths, however long it really was. A waiter that
 //! parks (on a timer) arms the timer for at most [`Watched::pause_ns`], so a timer that fires
 //! late (its process was stopped) counts only that much and the waiter re-arms for what it did
-//! not see, instead of failing. Waits stay bounded: the attempt cap stays, and a wait also ends
-//! once [`STALL_BOUND`] times its budget has passed on the clock, stalls included. On the
+//! not see, instead of failing ([`recv_within`]: the one wait for a server's reply). Waits stay
+//! bounded: the attempt cap stays, and a wait also ends once [`STALL_BOUND`] times its budget
+//! has passed on the clock, stalls included. A lease that decides a holder is dead (and
+//! fences it, or reports its ticket, or repairs what it protects) counts time watched the same
+//! way, a gap at most [`LeaseConfig::max_gap`] ([`Waiter::watching`], [`Stretch`]). On the
 //! sim's virtual clock a waiter never sees a gap above the cap, so a budget is spent exactly
 //! as a plain deadline would be.
+//!
+//! Clock time that must not be shortened stays clock time: how long an operation attempt has
+//! run against memory that may be reused (SMART's and CHIME's reclamation), and grace periods
+//! before reuse. A stall there only makes the waiter more careful.
 use crate::fabric::{Endpoint, FabricError, QueuePair, Recv};
 use core::future::{Future, poll_fn};
 use core::pin::{Pin, pin};
@@ -244,10 +251,11 @@ pub async fn recv_within<E: Endpoint>(
 
 /// One waiter's view of one lock word (see the module docs).
 ///
-/// By default the lease runs from the first observation of a word (a caller may backdate it
-/// with an earlier observation: Sherman's reader that noted the word when it met a torn
-/// leaf). A [`Waiter::watching`] waiter counts only time it watched: between two
-/// observations of the same word at most [`Waiter::max_gap`]. A waiter that was itself
+/// By default the lease runs from the first observation of a word, every gap counted in
+/// full. A [`Waiter::watching`] waiter counts only time it watched: between two
+/// observations of the same word at most [`Waiter::max_gap`] (a caller that had watched the
+/// word before, as Sherman's reader that met a torn leaf, hands that time over:
+/// [`Waiter::seen_for`]). A waiter that was itself
 /// descheduled for longer saw nothing of the holder meanwhile, and on an oversubscribed
 /// machine the holder was most likely descheduled with it: counting that gap fenced live
 /// holders that resumed microseconds later (Erda's soft lincheck under load, 144 ms between
@@ -321,7 +329,7 @@ impl Waiter {
     }
 
     /// This waiter counts only the time it watched (see the type's docs): for a waiter that
-    /// looks at a steady pace (its back-off and a round trip) and never backdates.
+    /// looks at a steady pace (its back-off and a round trip).
     pub fn watching(mut self) -> Waiter {
         self.lease.cap = self.max_gap();
         self
