@@ -47,6 +47,10 @@
 //!   After SIGCONT a new compute node reads back every acknowledged key, then rewrites and
 //!   reads back all of them.
 //!
+//! - **A client waiting for a reply** (`reply::a_client_stopped_waiting_for_a_reply_resumes_without_an_error`):
+//!   a WORT client (request deadline 1 s) stops itself right after posting a request, for
+//!   5 s; after SIGCONT that request and all later ones complete (`sigstop/reply.rs`).
+//!
 //! Every assertion is on errors and data; times are checked only against generous bounds.
 use remora::core::GlobalAddr;
 use remora::core::block_on::block_on;
@@ -67,6 +71,8 @@ use std::time::{Duration, Instant};
 mod hooked;
 #[path = "sigstop/procs.rs"]
 mod procs;
+#[path = "sigstop/reply.rs"]
+mod reply;
 use hooked::{HookedEp, PostHook};
 use procs::{Client, ROLE, memnode, resume, state, stop, wait_stopped};
 
@@ -109,6 +115,7 @@ fn child_entry() {
         "idle" => idle_client(&path),
         "holder" => lock_holder(&path),
         "sibling" => sibling_waiter(&path),
+        "wort" => reply::wort_client(&path),
         other => panic!("unknown role {other}"),
     }
 }

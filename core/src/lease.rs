@@ -51,11 +51,21 @@
 //! between two looks counts at most two sixteenths, however long it really was. A waiter that
 //! parks (on a timer) arms the timer for at most [`Watched::pause_ns`], so a timer that fires
 //! late (its process was stopped) counts only that much and the waiter re-arms for what it did
-//! not see, instead of failing. Waits stay bounded: the attempt cap stays, and a wait also ends
-//! once [`STALL_BOUND`] times its budget has passed on the clock, stalls included. On the
+//! not see, instead of failing ([`recv_within`]: the one wait for a server's reply). Waits stay
+//! bounded: the attempt cap stays, and a wait also ends once [`STALL_BOUND`] times its budget
+//! has passed on the clock, stalls included. A lease that decides a holder is dead (and
+//! fences it, or reports its ticket, or repairs what it protects) counts time watched the same
+//! way, a gap at most [`LeaseConfig::max_gap`] ([`Waiter::watching`], [`Stretch`]). On the
 //! sim's virtual clock a waiter never sees a gap above the cap, so a budget is spent exactly
 //! as a plain deadline would be.
-use crate::fabric::{Endpoint, FabricError};
+//!
+//! Clock time that must not be shortened stays clock time: how long an operation attempt has
+//! run against memory that may be reused (SMART's and CHIME's reclamation), and grace periods
+//! before reuse. A stall there only makes the waiter more careful.
+use crate::fabric::{Endpoint, FabricError, QueuePair, Recv};
+use core::future::{Future, poll_fn};
+use core::pin::{Pin, pin};
+use core::task::Poll;
 use remora_layouts::GlobalAddr;
 
 /// The lock word of `client` holding with `tag` (nonzero).
@@ -97,6 +107,16 @@ impl LeaseConfig {
             max_attempts: if now > 0 { u32::MAX } else { self.max_attempts },
             ..self
         }
+    }
+
+    /// The most one gap between two looks adds to a lease counted in time watched
+    /// ([`Waiter::watching`], [`Stretch`]): an eighth of it, and at least two of the longest
+    /// back-offs (a waiter's ordinary pace is one back-off and a round trip).
+    pub const fn max_gap(&self) -> u64 {
+        let g = self.lease_ns / 8;
+        let b = self.max_backoff_ns.saturating_mul(2);
+        let g = if g > b { g } else { b };
+        if g > 1 { g } else { 1 }
     }
 
     /// 10 ms leases: far above any critical section of remora's indexes (microseconds) and
@@ -192,12 +212,50 @@ impl Watched {
     }
 }
 
+/// `a`'s output, or `None` if `b` finishes first.
+pub async fn race<A: Future, B: Future>(
+    mut a: Pin<&mut A>,
+    mut b: Pin<&mut B>,
+) -> Option<A::Output> {
+    poll_fn(move |cx| {
+        if let Poll::Ready(v) = a.as_mut().poll(cx) {
+            return Poll::Ready(Some(v));
+        }
+        if b.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// A RECV on `qp` into `buf`, waited for at most what is left of `w` (time watched: a
+/// client stopped while it waits for a reply does not call a live server dead for that):
+/// `w` noted now and whenever a timer of at most [`Watched::pause_ns`] fires. `None` once
+/// `w` is spent (a server that took the request and crashed never answers).
+pub async fn recv_within<E: Endpoint>(
+    ep: &E,
+    qp: &E::Qp,
+    buf: &mut [u8],
+    w: &mut Watched,
+) -> Option<Result<Recv, FabricError>> {
+    let mut recv = pin!(qp.recv(buf));
+    while w.note(ep.now_ns()) > 0 {
+        let timer = pin!(ep.pause(w.pause_ns()));
+        if let Some(r) = race(recv.as_mut(), timer).await {
+            return Some(r);
+        }
+    }
+    None
+}
+
 /// One waiter's view of one lock word (see the module docs).
 ///
-/// By default the lease runs from the first observation of a word (a caller may backdate it
-/// with an earlier observation: Sherman's reader that noted the word when it met a torn
-/// leaf). A [`Waiter::watching`] waiter counts only time it watched: between two
-/// observations of the same word at most [`Waiter::max_gap`]. A waiter that was itself
+/// By default the lease runs from the first observation of a word, every gap counted in
+/// full. A [`Waiter::watching`] waiter counts only time it watched: between two
+/// observations of the same word at most [`Waiter::max_gap`] (a caller that had watched the
+/// word before, as Sherman's reader that met a torn leaf, hands that time over:
+/// [`Waiter::seen_for`]). A waiter that was itself
 /// descheduled for longer saw nothing of the holder meanwhile, and on an oversubscribed
 /// machine the holder was most likely descheduled with it: counting that gap fenced live
 /// holders that resumed microseconds later (Erda's soft lincheck under load, 144 ms between
@@ -211,13 +269,44 @@ pub struct Waiter {
     /// it watched more than `deadline_ns`).
     deadline: Watched,
     seen: u64,
-    /// How long the waiter has watched `seen` (gaps capped at `cap`), and when it last
-    /// observed the word.
+    /// How long the waiter has watched `seen` (gaps capped: uncapped unless
+    /// [`Waiter::watching`]).
+    lease: Stretch,
+    backoff: u64,
+    attempts: u32,
+}
+
+/// How long a waiter has watched something (a lock word, a torn page) on the fabric clock:
+/// the stretches between its looks, each counted up to a cap, so that a waiter stopped
+/// between two looks counts at most the cap for that gap (the module's "Stalls"). The lease
+/// of a [`Waiter::watching`] waiter; a reader hands one to the [`Waiter`] that takes over
+/// ([`Waiter::seen_for`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Stretch {
     watched: u64,
     last: u64,
     cap: u64,
-    backoff: u64,
-    attempts: u32,
+}
+
+impl Stretch {
+    /// Nothing watched yet, from clock reading `now`; each gap between looks counts at most
+    /// `cap` (for a lease: [`LeaseConfig::max_gap`]).
+    pub const fn new(now: u64, cap: u64) -> Stretch {
+        Stretch {
+            watched: 0,
+            last: now,
+            cap,
+        }
+    }
+
+    /// A look at clock reading `now`; returns the time watched so far. A reading before the
+    /// last one counts nothing.
+    pub fn note(&mut self, now: u64) -> u64 {
+        let gap = now.saturating_sub(self.last);
+        self.watched = self.watched.saturating_add(gap.min(self.cap));
+        self.last = self.last.max(now);
+        self.watched
+    }
 }
 
 impl Waiter {
@@ -228,9 +317,7 @@ impl Waiter {
             start: now,
             deadline: Watched::new(now, cfg.deadline_ns.saturating_add(1)),
             seen: 0,
-            watched: 0,
-            last: now,
-            cap: u64::MAX,
+            lease: Stretch::new(now, u64::MAX),
             backoff: cfg.min_backoff_ns.max(1),
             attempts: 0,
         }
@@ -242,10 +329,31 @@ impl Waiter {
     }
 
     /// This waiter counts only the time it watched (see the type's docs): for a waiter that
-    /// looks at a steady pace (its back-off and a round trip) and never backdates.
+    /// looks at a steady pace (its back-off and a round trip).
     pub fn watching(mut self) -> Waiter {
-        self.cap = self.max_gap();
+        self.lease.cap = self.max_gap();
         self
+    }
+
+    /// [`Self::watching`], for a waiter whose looks are up to `pause_ns` apart by design (a
+    /// wait for a notice, with a timer to look anyway): a gap counts up to two such pauses
+    /// too.
+    pub fn watching_paced(mut self, pause_ns: u64) -> Waiter {
+        self.lease.cap = self.max_gap().max(pause_ns.saturating_mul(2));
+        self
+    }
+
+    /// A first look that found `word` at `now`, a word the caller had already watched for
+    /// `before` (noted again at `now`): its lease counts that time too (a reader that met
+    /// a torn page and watched its lock word, [`Stretch`], before waiting for the lock).
+    pub fn seen_for(&mut self, word: u64, before: Stretch, now: u64) {
+        let mut before = before;
+        let watched = before.note(now);
+        // A verdict on a first look is moot.
+        let _ = self.observe(word, now);
+        if word != 0 && word == self.seen {
+            self.lease.watched = watched;
+        }
     }
 
     /// The lock was found holding `word` at `now`.
@@ -253,13 +361,9 @@ impl Waiter {
         self.attempts = self.attempts.saturating_add(1);
         if word != self.seen {
             self.seen = word;
-            self.watched = 0;
-            // An earlier observation backdates the stretch.
-            self.last = now;
+            self.lease = Stretch::new(now, self.lease.cap);
         } else {
-            let gap = now.saturating_sub(self.last);
-            self.watched = self.watched.saturating_add(gap.min(self.cap));
-            self.last = self.last.max(now);
+            self.lease.note(now);
         }
         if self.deadline.note(now) == 0 || self.attempts > self.cfg.max_attempts {
             return Verdict::GiveUp {
@@ -267,9 +371,9 @@ impl Waiter {
                 waited_ns: now.saturating_sub(self.start),
             };
         }
-        if word != 0 && self.watched >= self.cfg.lease_ns {
+        if word != 0 && self.lease.watched >= self.cfg.lease_ns {
             // Start a fresh lease on this word, in case the takeover fails and it stays.
-            self.watched = 0;
+            self.lease.watched = 0;
             return Verdict::Expired { word };
         }
         let pause = self.backoff;
@@ -278,12 +382,9 @@ impl Waiter {
     }
 
     /// The most one gap between two observations adds to the lease of a
-    /// [`Waiter::watching`] waiter: an eighth of it, and at least two of the longest
-    /// back-offs (a waiter's ordinary pace is one back-off and a round trip).
+    /// [`Waiter::watching`] waiter ([`LeaseConfig::max_gap`]).
     pub fn max_gap(&self) -> u64 {
-        (self.cfg.lease_ns / 8)
-            .max(self.cfg.max_backoff_ns.saturating_mul(2))
-            .max(1)
+        self.cfg.max_gap()
     }
 }
 
@@ -543,6 +644,93 @@ mod tests {
             7 * 160_000,
             "past {STALL_BOUND} deadlines of clock time"
         );
+    }
+
+    /// Issue 26: a reader that watched a torn page's lock word and was then stopped for five
+    /// leases hands the lock's waiter only the time it watched ([`Stretch`]: the stall
+    /// counts one gap), so the waiter does not expire the word on its first look; a reader
+    /// that watched the word for a whole lease at its pace hands over an expired lease.
+    #[test]
+    fn a_readers_stall_does_not_count_towards_the_lease_it_hands_over() {
+        let cfg = LeaseConfig {
+            lease_ns: 1000,
+            min_backoff_ns: 10,
+            max_backoff_ns: 40,
+            deadline_ns: 100_000,
+            max_attempts: 1_000_000,
+        };
+        let stuck = owner_word(9, 3);
+        // Watched at its pace (50 ns) for a lease: the waiter's first look expires it.
+        let mut r = Stretch::new(0, cfg.max_gap());
+        for t in (50..=1000).step_by(50) {
+            r.note(t);
+        }
+        let mut w = Waiter::new(cfg, 1000).watching();
+        w.seen_for(stuck, r, 1000);
+        assert_eq!(w.observe(stuck, 1010), Verdict::Expired { word: stuck });
+        // Watched 100 ns, then stopped for five leases: the gap counts `max_gap` (125 ns).
+        let mut r = Stretch::new(0, cfg.max_gap());
+        r.note(100);
+        let mut w = Waiter::new(cfg, 5100).watching();
+        w.seen_for(stuck, r, 5100);
+        assert!(
+            matches!(w.observe(stuck, 5110), Verdict::Wait(_)),
+            "a stall of the reader expired a live holder's lease"
+        );
+        // The holder, still silent, is watched on: expired once 225 ns + the looks reach a
+        // lease.
+        let mut t = 5110;
+        while let Verdict::Wait(_) = w.observe(stuck, t + 40) {
+            t += 40;
+            assert!(t < 7000, "never expired");
+        }
+        // 225 ns handed over, so 775 ns watched after the stall: the first look past them.
+        assert!(t < 5100 + 775 && t + 40 >= 5100 + 775, "{t}");
+        // A word that changed meanwhile starts a lease of its own.
+        let mut w = Waiter::new(cfg, 1000).watching();
+        let mut r = Stretch::new(0, cfg.max_gap());
+        r.note(1000);
+        w.seen_for(stuck, r, 1000);
+        assert!(matches!(
+            w.observe(owner_word(9, 4), 1010),
+            Verdict::Wait(_)
+        ));
+    }
+
+    /// Issue 26: a reply wait ([`recv_within`], WORT's and the Erda clients') whose process is
+    /// stopped for five budgets between two looks waits on, and gets the reply that came
+    /// meanwhile; a server that never answers still ends it after one budget of watching.
+    #[test]
+    fn a_reply_wait_stopped_past_its_deadline_waits_on() {
+        use crate::delegation::park::testing::Task;
+        let ep = crate::testing::Stalled::default();
+        ep.clock.now.set(1_000);
+        let mut w = Watched::new(1_000, 1_600);
+        let mut buf = [0u8; 16];
+        let mut t = Task::new(recv_within(&ep, &ep, &mut buf, &mut w));
+        assert!(!t.poll());
+        assert_eq!(ep.clock.due.take(), Some(1_100), "a timer of a sixteenth");
+        // Stopped: the timer fires five budgets late, the reply came meanwhile.
+        ep.clock.now.set(1_000 + 5 * 1_600);
+        assert!(!t.poll(), "gave up after a stall: {:?}", t.out);
+        ep.reply.set(Some(8));
+        assert!(t.poll());
+        assert!(matches!(t.out, Some(Some(Ok(Recv { len: 8, .. })))));
+        drop(t);
+        assert_eq!(w.note(9_000), 1_400, "the stall counted two sixteenths");
+        // Silent: ends once it watched the rest of its budget, timer by timer.
+        let mut w = Watched::new(9_000, 1_600);
+        let mut t = Task::new(recv_within(&ep, &ep, &mut buf, &mut w));
+        ep.clock.now.set(9_000);
+        let mut fired = 0;
+        while !t.poll() {
+            let due = ep.clock.due.take().expect("a timer");
+            ep.clock.now.set(due);
+            fired += 1;
+            assert!(fired < 100);
+        }
+        assert!(matches!(t.out, Some(None)));
+        assert_eq!((fired, ep.clock.now.get()), (16, 9_000 + 1_600));
     }
 
     #[test]

@@ -68,6 +68,80 @@ impl<Q: QueuePair> Endpoint for OneNode<Q> {
     }
 }
 
+/// An endpoint to node 0 on the test's clock ([`crate::delegation::park::testing::Clock`]:
+/// the test sets the time, `pause` is a timer of that clock), whose queue pair posts nothing
+/// and receives only what the test hands it ([`Stalled::reply`]): for waits whose process is
+/// stopped between two looks (the clock jumps) while the peer stays silent or answers.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Stalled {
+    pub(crate) clock: crate::delegation::park::testing::Clock,
+    /// A SEND of this many bytes (zeros) waits for the next receive.
+    pub(crate) reply: core::cell::Cell<Option<u32>>,
+    counters: crate::counters::Counters,
+}
+
+#[cfg(test)]
+impl QueuePair for Stalled {
+    fn peer(&self) -> NodeId {
+        0
+    }
+    async fn post<'a, 'b>(
+        &'a self,
+        _ops: &'a mut [crate::fabric::Op<'b>],
+    ) -> Result<(), FabricError> {
+        Ok(())
+    }
+    async fn recv<'a>(&'a self, buf: &'a mut [u8]) -> Result<crate::fabric::Recv, FabricError> {
+        core::future::poll_fn(|_| match self.try_recv(buf) {
+            Ok(Some(r)) => core::task::Poll::Ready(Ok(r)),
+            Ok(None) => core::task::Poll::Pending,
+            Err(e) => core::task::Poll::Ready(Err(e)),
+        })
+        .await
+    }
+    fn try_recv(&self, buf: &mut [u8]) -> Result<Option<crate::fabric::Recv>, FabricError> {
+        Ok(self.reply.take().map(|len| {
+            buf[..len as usize].fill(0);
+            crate::fabric::Recv {
+                kind: crate::fabric::RecvKind::Send,
+                len,
+                imm: None,
+            }
+        }))
+    }
+    fn max_message(&self) -> usize {
+        4096
+    }
+    fn counters(&self) -> &crate::counters::Counters {
+        &self.counters
+    }
+    fn is_broken(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+impl Endpoint for Stalled {
+    type Qp = Stalled;
+    fn qp(&self, node: NodeId) -> Result<&Stalled, FabricError> {
+        if node == 0 {
+            Ok(self)
+        } else {
+            Err(FabricError::UnknownNode { node })
+        }
+    }
+    fn nodes(&self) -> &[NodeId] {
+        &[0]
+    }
+    fn now_ns(&self) -> u64 {
+        self.clock.now.get()
+    }
+    fn pause(&self, ns: u64) -> impl core::future::Future<Output = ()> {
+        self.clock.timer(ns)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

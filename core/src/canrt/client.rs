@@ -573,7 +573,9 @@ impl<'e, E: Endpoint> Canrt<'e, E> {
         addr: GlobalAddr,
     ) -> Result<(), CanrtError> {
         let qp = self.qp()?;
-        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns());
+        // Leases of time watched (`crate::lease`, "Stalls"): a client stopped while it waits
+        // does not ask for live holders' tickets to be skipped.
+        let mut w = Waiter::new(self.cfg.lease, self.ep.now_ns()).watching();
         let wait = self.drain_waits.get();
         self.drain_waits.set(wait.wrapping_add(1));
         let mut leases = 0;

@@ -138,7 +138,11 @@ impl<E: Endpoint> Canrt<'_, E> {
         let mut polls = 0u32;
         let mut bad = 0u32;
         let since = self.ep.now_ns();
-        let mut waiter = Waiter::new(self.cfg.lease, since);
+        // The lease counts only time watched (`crate::lease`, "Stalls"): a writer stopped
+        // while it waits does not report a live holder's ticket stuck. Its looks are up to a
+        // quarter lease apart (a turn notice awaited, below).
+        let mut waiter =
+            Waiter::new(self.cfg.lease, since).watching_paced(self.cfg.lease.lease_ns / 4);
         let mut seen = t;
         let mut moved_at = since;
         let mut report = false;

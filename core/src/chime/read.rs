@@ -184,7 +184,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let qp = self.tree.qp_of(addr)?;
         let ep = self.tree.endpoint();
         let mut p = self.tree.wait();
-        let (mut seen, mut repaired) = (None, false);
+        let mut repaired = false;
         loop {
             {
                 let ranges = run.ranges();
@@ -224,11 +224,13 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 Err(why) => why,
             };
             self.count(|s| s.retries += 1);
-            if !locked && seen.is_none() {
-                seen = Some(self.tree.lock_word_of(addr).await?);
+            if !locked && !p.saw_word() {
+                let word = self.tree.lock_word_of(addr).await?;
+                p.saw(word, ep);
             }
             if !locked && !repaired && p.past_lease(ep) {
                 repaired = true;
+                let seen = p.seen(ep);
                 self.repair(addr, seen).await?;
                 continue;
             }

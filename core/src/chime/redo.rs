@@ -39,6 +39,7 @@ use super::hopscotch::Table;
 use super::leaf::{Run, decode_run};
 use super::{Chime, ChimeError};
 use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::lease::Stretch;
 use crate::sherman::Batch;
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{
@@ -371,7 +372,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
     pub(super) async fn lock(
         &self,
         addr: GlobalAddr,
-        seen: Option<(u64, u64)>,
+        seen: Option<(u64, Stretch)>,
     ) -> Result<GlobalAddr, ChimeError> {
         let (lock, took_over) = self.tree.lock_leaf(addr, seen).await?;
         if took_over && let Err(e) = self.redo(addr).await {
@@ -386,7 +387,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
     pub(super) async fn repair(
         &self,
         addr: GlobalAddr,
-        seen: Option<(u64, u64)>,
+        seen: Option<(u64, Stretch)>,
     ) -> Result<(), ChimeError> {
         let lock = self.lock(addr, seen).await?;
         self.tree.unlock_leaf(addr, lock, &mut Batch::new()).await

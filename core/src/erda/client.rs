@@ -3,11 +3,10 @@ use super::{ErdaClientConfig, ErdaError};
 mod read;
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair, RecvKind, Work};
 use crate::index::KvIndex;
-use crate::lease::Watched;
-use crate::lease::{Verdict, Waiter, holder};
+use crate::lease::{Verdict, Waiter, Watched, holder, race, recv_within};
 use core::cell::{Cell, RefCell};
-use core::future::{Future, poll_fn};
-use core::pin::{Pin, pin};
+use core::future::poll_fn;
+use core::pin::pin;
 use core::task::{Poll, Waker};
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::{
@@ -731,41 +730,17 @@ enum Answer {
     Unsure,
 }
 
-/// `a`'s output, or `None` if `b` finishes first (`a` is then abandoned).
-async fn race<A: Future, B: Future>(mut a: Pin<&mut A>, mut b: Pin<&mut B>) -> Option<A::Output> {
-    poll_fn(move |cx| {
-        if let Poll::Ready(v) = a.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        if b.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        Poll::Pending
-    })
-    .await
-}
-
 /// The server's next reply, waiting at most what is left of `w` (watched time on the fabric
 /// clock): a memory node that crashed after taking the request never answers, and its
 /// receive would never complete. (A reply that comes after all is skipped by the next
 /// request: its sequence is older.)
 async fn recv_reply<E: Endpoint>(ep: &E, qp: &E::Qp, w: &mut Watched) -> Result<Reply, ErdaError> {
     let mut buf = [0u8; 64];
-    let r = {
-        let mut recv = pin!(qp.recv(&mut buf));
-        loop {
-            let timer = pin!(ep.pause(w.pause_ns()));
-            if let Some(r) = race(recv.as_mut(), timer).await {
-                break Some(r);
-            }
-            if w.note(ep.now_ns()) == 0 {
-                break None;
-            }
-        }
-    };
-    let r = r.ok_or(ErdaError::Retries {
-        what: "no reply from the Erda server within the deadline (is the memory node down?)",
-    })??;
+    let r = recv_within(ep, qp, &mut buf, w)
+        .await
+        .ok_or(ErdaError::Retries {
+            what: "no reply from the Erda server within the deadline (is the memory node down?)",
+        })??;
     if r.kind != RecvKind::Send || r.len as usize != REPLY_LEN {
         return Err(ErdaError::Protocol {
             what: "the server's reply is not a 16-byte SEND",

@@ -8,6 +8,7 @@ use super::cache::route_for;
 use super::tree::Sherman;
 use super::{ShermanConfig, ShermanError, ShermanNode};
 use crate::fabric::Endpoint;
+use crate::lease::Stretch;
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{
     Geometry, KEY_INFINITY, PageHeader, internal_entry, seal, set_internal_entry,
@@ -90,7 +91,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     pub(crate) async fn lock_leaf(
         &self,
         addr: GlobalAddr,
-        seen: Option<(u64, u64)>,
+        seen: Option<(u64, Stretch)>,
     ) -> Result<(GlobalAddr, bool), ShermanError> {
         let lock = self.lock_for(addr)?;
         let got = self.locks.acquire(self.ep, lock, seen).await?;
@@ -101,9 +102,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         Ok((lock, matches!(got, Got::TookOver { .. })))
     }
 
-    /// The lock word of leaf `addr` now, and when it was read: a reader that finds the leaf
-    /// torn notes it, so that its lease runs from then ([`Self::lock_leaf`]'s `seen`).
-    pub(crate) async fn lock_word_of(&self, addr: GlobalAddr) -> Result<(u64, u64), ShermanError> {
+    /// The lock word of leaf `addr` now: a reader that finds the leaf torn notes it
+    /// ([`super::wait::Patience::saw`]), so that its lease runs from then ([`Self::lock_leaf`]'s `seen`).
+    pub(crate) async fn lock_word_of(&self, addr: GlobalAddr) -> Result<u64, ShermanError> {
         self.lock_word(addr).await
     }
 

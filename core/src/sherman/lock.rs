@@ -35,7 +35,7 @@ use super::node::ShermanNode;
 use crate::block_on::yield_now;
 use crate::delegation::park::{self, Check};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
-use crate::lease::{LeaseConfig, Verdict, Waiter, Watched, holder, owner_word};
+use crate::lease::{LeaseConfig, Stretch, Verdict, Waiter, Watched, holder, owner_word};
 use core::cell::{Cell, RefCell};
 use core::future::Future;
 use core::pin::pin;
@@ -152,14 +152,14 @@ impl Locks {
 
     /// Takes the lock word at `lock` (on its memory node): the local queue first (bounded by
     /// the deadline on the fabric clock, and by `max_attempts`), then the global word under
-    /// the lease protocol. `seen`: the word was already found holding `(word, at)` (fabric
-    /// clock), by a reader that waited on what the lock protects; if the global word is still
-    /// that word, its lease runs from `at`.
+    /// the lease protocol. `seen`: the word was already found holding `word`, by a reader
+    /// that has watched what the lock protects for the [`Stretch`] since; if the global word
+    /// is still that word, that time counts towards its lease.
     pub(super) async fn acquire<E: Endpoint>(
         &self,
         ep: &E,
         lock: GlobalAddr,
-        seen: Option<(u64, u64)>,
+        seen: Option<(u64, Stretch)>,
     ) -> Result<Got, ShermanError> {
         let (mut local, mut room) = (false, None);
         if self.hierarchical {
@@ -262,7 +262,7 @@ impl Locks {
         &self,
         ep: &E,
         lock: GlobalAddr,
-        seen: Option<(u64, u64)>,
+        seen: Option<(u64, Stretch)>,
     ) -> Result<Got, ShermanError> {
         let qp = ep.qp_for(lock)?;
         let mine = self.next_word();
@@ -273,16 +273,13 @@ impl Locks {
         }
         // Held: from here on the clock runs.
         let start = ep.now_ns();
-        let mut w = Waiter::new(self.wait_config(start), start);
-        match seen {
-            Some((word, at)) if word != 0 => {
-                // Only sets where the word's unchanged stretch began (a verdict at `at` is
-                // moot).
-                let _ = w.observe(word, at.min(start));
-            }
-            // Not backdated: the lease counts only the time this waiter watched (a waiter
-            // stopped with its process fences no live holder for it).
-            _ => w = w.watching(),
+        // The lease counts only the time this waiter (and the reader before it) watched: a
+        // waiter stopped with its process fences no live holder for it.
+        let mut w = Waiter::new(self.wait_config(start), start).watching();
+        if let Some((word, before)) = seen
+            && word != 0
+        {
+            w.seen_for(word, before, start);
         }
         let mut found = Some(found);
         loop {

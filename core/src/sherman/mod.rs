@@ -75,9 +75,10 @@
 //!     whoever takes the lock over (`acquire_page`) re-applies that record first if its page
 //!     does not verify — the dead writer's write, completed (it was never acknowledged, so
 //!     either outcome is linearizable; every acknowledged write under the lock had completed
-//!     before it). A reader that finds a leaf torn for a lease takes its lock to the same
-//!     end; it notes the lock word when it first finds the leaf torn, so the lock is taken
-//!     over once that word has not changed for one lease (not a lease more). The leaf
+//!     before it). A reader that finds a leaf torn for a lease (of time it watched,
+//!     `crate::lease`'s "Stalls") takes its lock to the same end; it notes the lock word
+//!     when it first finds the leaf torn, so the lock is taken over once that word has not
+//!     changed for one lease of watching (not a lease more). The leaf
 //!     content cannot be re-derived instead: an in-place entry write destroys the old value,
 //!     and a split's compaction moves entries between slots. The design
 //!     first written here named the slot by the lock word's tag (a per-handle log); the

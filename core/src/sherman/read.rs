@@ -35,7 +35,6 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         // Made at the first retry ([`Self::patient`]).
         let mut p: Option<Patience> = None;
         let mut repaired = false;
-        let mut seen = None;
         loop {
             qp.read(addr, buf).await?;
             // An internal page's checksum covers the page, a leaf's its header (its slots
@@ -46,8 +45,9 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 Ok(h) => return Ok(h),
                 Err(e) => e,
             };
-            if seen.is_none() && !locked && raw_level(buf) == Some(0) {
-                seen = Some(self.lock_word(addr).await?);
+            if !locked && raw_level(buf) == Some(0) && !self.patient(&mut p).saw_word() {
+                let word = self.lock_word(addr).await?;
+                self.patient(&mut p).saw(word, self.ep);
             }
             if !repaired
                 && (locked || self.patient(&mut p).past_lease(self.ep))
@@ -71,6 +71,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             {
                 // A leaf torn for a lease: its writer died; its lock's next holder redoes it.
                 repaired = true;
+                let seen = self.patient(&mut p).seen(self.ep);
                 self.repair_leaf(addr, seen).await?;
                 continue;
             }
@@ -102,7 +103,6 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
         // Made at the first retry ([`Self::patient`]).
         let mut p: Option<Patience> = None;
         let mut repaired = false;
-        let mut seen = None;
         loop {
             let h = self.read_page_as(addr, buf, locked).await?;
             if !h.is_leaf() {
@@ -120,11 +120,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 Ok(found) => return Ok((h, found)),
                 Err(e) => e,
             };
-            if seen.is_none() && !locked {
-                seen = Some(self.lock_word(addr).await?);
+            if !locked && !self.patient(&mut p).saw_word() {
+                let word = self.lock_word(addr).await?;
+                self.patient(&mut p).saw(word, self.ep);
             }
             if !repaired && !locked && self.patient(&mut p).past_lease(self.ep) {
                 repaired = true;
+                let seen = self.patient(&mut p).seen(self.ep);
                 self.repair_leaf(addr, seen).await?;
                 continue;
             }
@@ -462,7 +464,6 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                 let h;
                 let mut p = self.patience();
                 let mut repaired = false;
-                let mut torn_word = None;
                 loop {
                     let hh = self.read_page(addr, buf).await?;
                     if !hh.is_leaf() {
@@ -489,13 +490,15 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                             break;
                         }
                         Err(why) => {
-                            if torn_word.is_none() {
-                                torn_word = Some(self.lock_word(addr).await?);
+                            if !p.saw_word() {
+                                let word = self.lock_word(addr).await?;
+                                p.saw(word, self.ep);
                             }
                             if !repaired && p.past_lease(self.ep) {
                                 // Torn for a lease: its writer died; redo it (see read_leaf).
                                 repaired = true;
-                                self.repair_leaf(addr, torn_word).await?;
+                                let seen = p.seen(self.ep);
+                                self.repair_leaf(addr, seen).await?;
                             } else if !p.pause(self.ep).await {
                                 return Err(ShermanError::Corrupt { addr, why });
                             }

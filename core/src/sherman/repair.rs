@@ -5,6 +5,7 @@ use super::lock::{Batch, Got};
 use super::redo;
 use super::tree::{FRAME_PAGE, Sherman, bind_of, raw_internal, raw_level, raw_word};
 use crate::fabric::{Endpoint, Op, QueuePair};
+use crate::lease::Stretch;
 use remora_layouts::GlobalAddr;
 use remora_layouts::sherman::{KEY_INFINITY, PageHeader, rebind_entry, seal, set_internal_entry};
 use std_alloc::vec;
@@ -114,7 +115,7 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
     pub(super) async fn acquire_page(
         &self,
         page: GlobalAddr,
-        seen: Option<(u64, u64)>,
+        seen: Option<(u64, Stretch)>,
     ) -> Result<(GlobalAddr, Got), ShermanError> {
         let lock = self.lock_for(page)?;
         let got = self.locks.acquire(self.ep, lock, seen).await?;
@@ -217,12 +218,12 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
 
     /// A reader found leaf `addr` torn for a lease: takes its lock (from the dead writer, who
     /// is fenced, which repairs the leaf) and lets it go. `seen`: the lock word when the
-    /// reader first found the leaf torn ([`Self::lock_word`]): if it has not changed since, the
-    /// lease has run out already.
+    /// reader first found the leaf torn ([`Self::lock_word`]) and how long it watched since
+    /// ([`super::wait::Patience::seen`]): if the word has not changed, that time counts towards its lease.
     pub(super) async fn repair_leaf(
         &self,
         addr: GlobalAddr,
-        seen: Option<(u64, u64)>,
+        seen: Option<(u64, Stretch)>,
     ) -> Result<(), ShermanError> {
         let (lock, _) = self.acquire_page(addr, seen).await?;
         self.locks
@@ -230,12 +231,13 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
             .await
     }
 
-    /// The lock word of `page` now, and when it was read (for [`Self::repair_leaf`]).
-    pub(super) async fn lock_word(&self, page: GlobalAddr) -> Result<(u64, u64), ShermanError> {
+    /// The lock word of `page` now (a reader notes it in its [`Patience`] for
+    /// [`Self::repair_leaf`]).
+    pub(super) async fn lock_word(&self, page: GlobalAddr) -> Result<u64, ShermanError> {
         let lock = self.lock_for(page)?;
         let mut w = [0u8; 8];
         self.qp(lock)?.read(lock, &mut w).await?;
-        Ok((u64::from_le_bytes(w), self.ep.now_ns()))
+        Ok(u64::from_le_bytes(w))
     }
 
     /// Takes the lock of internal page `addr` (from a dead holder, after its lease) and

@@ -279,7 +279,9 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         lock_at: GlobalAddr,
     ) -> Result<u64, SmartError> {
         let now = self.ep.now_ns();
-        let w = waiter.get_or_insert_with(|| Waiter::new(self.lock_lease(now), now));
+        // The lease counts only time watched (`crate::lease`, "Stalls"): a waiter stopped
+        // with its process fences no live holder for it.
+        let w = waiter.get_or_insert_with(|| Waiter::new(self.lock_lease(now), now).watching());
         match w.observe(old, now) {
             Verdict::Wait(ns) => self.ep.pause(ns).await,
             Verdict::Expired { word } => {

@@ -293,7 +293,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
                         let word = remora_layouts::bits::read_u64(buf, buf.len() - 8).unwrap_or(0);
                         let now = self.ep.now_ns();
                         held = word != 0;
-                        let w = stuck.get_or_insert_with(|| Waiter::new(self.cfg.lease, now));
+                        // Watched time only: a reader stopped meanwhile takes no live
+                        // writer's lock over.
+                        let w = stuck
+                            .get_or_insert_with(|| Waiter::new(self.cfg.lease, now).watching());
                         if let Verdict::Expired { word } = w.observe(word, now) {
                             self.repair_torn_leaf(addr, buf, word).await?;
                             continue;

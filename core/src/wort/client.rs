@@ -4,10 +4,8 @@ use super::layout::*;
 use super::{WortClientConfig, WortError};
 use crate::fabric::{Endpoint, Op, QueuePair, RecvKind, Work};
 use crate::index::KvIndex;
+use crate::lease::{Watched, recv_within};
 use core::cell::{Cell, RefCell};
-use core::future::{Future, poll_fn};
-use core::pin::{Pin, pin};
-use core::task::Poll;
 use remora_layouts::GlobalAddr;
 use std_alloc::vec;
 use std_alloc::vec::Vec;
@@ -33,20 +31,6 @@ pub struct Wort<'e, E: Endpoint> {
     inbox_len: RefCell<Vec<usize>>,
 }
 
-/// `a`'s output, or `None` if `b` finishes first.
-async fn race<A: Future, B: Future>(mut a: Pin<&mut A>, mut b: Pin<&mut B>) -> Option<A::Output> {
-    poll_fn(move |cx| {
-        if let Poll::Ready(v) = a.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        if b.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        Poll::Pending
-    })
-    .await
-}
-
 impl<'e, E: Endpoint> Wort<'e, E> {
     /// Opens a session: the server assigns this handle a ring.
     pub async fn open(ep: &'e E, cfg: WortClientConfig) -> Result<Self, WortError> {
@@ -56,13 +40,12 @@ impl<'e, E: Endpoint> Wort<'e, E> {
         hello[8..].copy_from_slice(&ep.client_id().to_le_bytes());
         qp.send(&hello).await?;
         let mut buf = [0u8; REPLY_MAX];
-        let n = {
-            let recv = pin!(qp.recv(&mut buf));
-            let timer = pin!(ep.pause(cfg.deadline_ns));
-            race(recv, timer).await.ok_or(WortError::Timeout {
-                waited_ns: cfg.deadline_ns,
-            })??
-        };
+        let mut w = Watched::new(ep.now_ns(), cfg.deadline_ns);
+        let n = recv_within(ep, qp, &mut buf, &mut w)
+            .await
+            .ok_or(WortError::Timeout {
+                waited_ns: w.wall_ns(ep.now_ns()),
+            })??;
         if n.kind != RecvKind::Send {
             return Err(WortError::Protocol {
                 what: "the server's welcome is not a SEND",
@@ -116,7 +99,14 @@ impl<'e, E: Endpoint> Wort<'e, E> {
         self.ep.now_ns()
     }
 
-    async fn take_slot(&self, start: u64) -> Result<u16, WortError> {
+    /// The deadline of one request, from now: in time watched (`crate::lease`, "Stalls": a
+    /// client stopped while it waits does not give up on a live server for that), one more
+    /// ns (a request fails once it waited more than `deadline_ns`).
+    fn deadline(&self) -> Watched {
+        Watched::new(self.now(), self.cfg.deadline_ns.saturating_add(1))
+    }
+
+    async fn take_slot(&self, w: &mut Watched) -> Result<u16, WortError> {
         loop {
             let f = self.free.get();
             if f != 0 {
@@ -124,9 +114,9 @@ impl<'e, E: Endpoint> Wort<'e, E> {
                 self.free.set(f & !(1 << i));
                 return Ok(i as u16);
             }
-            if self.now().saturating_sub(start) > self.cfg.deadline_ns {
+            if w.note(self.now()) == 0 {
                 return Err(WortError::Timeout {
-                    waited_ns: self.cfg.deadline_ns,
+                    waited_ns: w.wall_ns(self.now()),
                 });
             }
             self.ep.pause(POLL_NS).await;
@@ -151,9 +141,9 @@ impl<'e, E: Endpoint> Wort<'e, E> {
                 max: VALUE_MAX,
             });
         }
-        let start = self.now();
-        let slot = self.take_slot(start).await?;
-        let r = self.call_in(slot, op, flags, key, value, out, start).await;
+        let mut w = self.deadline();
+        let slot = self.take_slot(&mut w).await?;
+        let r = self.call_in(slot, op, flags, key, value, out, &mut w).await;
         self.inbox_len.borrow_mut()[slot as usize] = 0;
         self.free.set(self.free.get() | 1 << slot);
         r
@@ -168,7 +158,7 @@ impl<'e, E: Endpoint> Wort<'e, E> {
         key: &[u8],
         value: &[u8],
         out: &mut [u8; REPLY_MAX],
-        start: u64,
+        w: &mut Watched,
     ) -> Result<Reply, WortError> {
         let seq = self.seq.get().wrapping_add(1);
         self.seq.set(seq);
@@ -201,30 +191,27 @@ impl<'e, E: Endpoint> Wort<'e, E> {
                 // A late reply to an abandoned request of this slot: wait on.
                 continue;
             }
-            let waited = self.now().saturating_sub(start);
-            if waited > self.cfg.deadline_ns {
-                return Err(WortError::Timeout { waited_ns: waited });
+            if w.note(self.now()) == 0 {
+                return Err(WortError::Timeout {
+                    waited_ns: w.wall_ns(self.now()),
+                });
             }
             if self.receiving.get() {
                 self.ep.pause(POLL_NS).await;
                 continue;
             }
             self.receiving.set(true);
-            let got = self.receive_one(qp, self.cfg.deadline_ns - waited).await;
+            let got = self.receive_one(qp, w).await;
             self.receiving.set(false);
             got?;
         }
     }
 
-    /// Takes one completion off the queue pair and files it in its slot's inbox.
-    async fn receive_one(&self, qp: &E::Qp, wait_ns: u64) -> Result<(), WortError> {
+    /// Takes one completion off the queue pair and files it in its slot's inbox; returns
+    /// without one once `w` is spent.
+    async fn receive_one(&self, qp: &E::Qp, w: &mut Watched) -> Result<(), WortError> {
         let mut buf = [0u8; REPLY_MAX];
-        let got = {
-            let recv = pin!(qp.recv(&mut buf));
-            let timer = pin!(self.ep.pause(wait_ns.max(1)));
-            race(recv, timer).await
-        };
-        let Some(got) = got else {
+        let Some(got) = recv_within(self.ep, qp, &mut buf, w).await else {
             return Ok(());
         };
         let c = got?;

@@ -7,10 +7,9 @@ use super::{
 use crate::erda::{ErdaClientConfig, ErdaError};
 use crate::fabric::{Endpoint, Op as Verb, QueuePair, RecvKind, Work};
 use crate::index::KvIndex;
-use crate::lease::{Verdict, Waiter};
+use crate::lease::{Verdict, Waiter, Watched, recv_within};
 use core::cell::{Cell, RefCell};
-use core::future::{Future, poll_fn};
-use core::pin::{Pin, pin};
+use core::future::poll_fn;
 use core::task::{Poll, Waker};
 use remora_layouts::GlobalAddr;
 use remora_layouts::erda::{Status, VALUE_MAX, check_key};
@@ -46,22 +45,11 @@ pub struct Baseline<'e, E: Endpoint> {
     receiving: Cell<bool>,
     stash: RefCell<Vec<Stashed>>,
     waiters: RefCell<Vec<Waker>>,
+    /// Receives that ended with the deadline spent (the server silent): a coroutine that
+    /// waited meanwhile for the receiver gives up with it.
+    silences: Cell<u64>,
     retries: Cell<u64>,
     handed_over: Cell<u64>,
-}
-
-/// `a`'s output, or `None` if `b` finishes first.
-async fn race<A: Future, B: Future>(mut a: Pin<&mut A>, mut b: Pin<&mut B>) -> Option<A::Output> {
-    poll_fn(move |cx| {
-        if let Poll::Ready(v) = a.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        if b.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
-        }
-        Poll::Pending
-    })
-    .await
 }
 
 impl<'e, E: Endpoint> Baseline<'e, E> {
@@ -83,6 +71,7 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
             receiving: Cell::new(false),
             stash: RefCell::new(Vec::new()),
             waiters: RefCell::new(Vec::new()),
+            silences: Cell::new(0),
             retries: Cell::new(0),
             handed_over: Cell::new(0),
         };
@@ -167,13 +156,17 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
     /// Waits for the reply with sequence `seq`: from the stash if another coroutine took it,
     /// else by receiving (one coroutine at a time), stashing replies for others.
     async fn await_reply(&self, seq: u32, out: &mut [u8]) -> Result<usize, ErdaError> {
-        let start = self.ep.now_ns();
+        // The deadline in time watched (`crate::lease`, "Stalls"): a client stopped while it
+        // waits does not give up on a live server for that.
+        let mut w = Watched::new(self.ep.now_ns(), self.cfg.lease.deadline_ns);
         loop {
             if let Some(n) = self.take_stashed(seq, out)? {
                 return Ok(n);
             }
             if self.receiving.get() {
-                // Another coroutine receives: wait until it hands something over or stops.
+                // Another coroutine receives: wait until it hands something over or stops
+                // (it watches the server meanwhile: its deadline is this one's too).
+                let silences = self.silences.get();
                 let mut registered = false;
                 poll_fn(|cx| {
                     if registered {
@@ -184,6 +177,10 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
                     Poll::Pending
                 })
                 .await;
+                if self.silences.get() != silences {
+                    return Err(NO_REPLY);
+                }
+                w.note(self.ep.now_ns());
                 continue;
             }
             let mut buf = [0u8; MAX_MESSAGE];
@@ -191,7 +188,7 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
                 // Released (and the waiters woken) however the receive ends, a dropped
                 // future included.
                 let _turn = Turn::take(self);
-                self.receive_one(start, &mut buf).await
+                self.receive_one(&mut w, &mut buf).await
             };
             let (got, n) = r?;
             if got == seq {
@@ -241,27 +238,19 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
         Ok(Some(n))
     }
 
-    /// Receives one reply into `buf`, within the deadline; returns its sequence and length.
+    /// Receives one reply into `buf`, within what is left of the deadline `w`; returns its
+    /// sequence and length.
     async fn receive_one(
         &self,
-        start: u64,
+        w: &mut Watched,
         buf: &mut [u8; MAX_MESSAGE],
     ) -> Result<(u32, usize), ErdaError> {
         let qp = self.ep.qp(self.cfg.node)?;
-        let left = self
-            .cfg
-            .lease
-            .deadline_ns
-            .saturating_sub(self.ep.now_ns().saturating_sub(start))
-            .max(1);
-        let r = {
-            let recv = pin!(qp.recv(buf));
-            let timer = pin!(self.ep.pause(left));
-            race(recv, timer).await
+        let Some(r) = recv_within(self.ep, qp, buf, w).await else {
+            self.silences.set(self.silences.get() + 1);
+            return Err(NO_REPLY);
         };
-        let r = r.ok_or(ErdaError::Retries {
-            what: "no reply from the baseline server within the deadline",
-        })??;
+        let r = r?;
         let n = r.len as usize;
         if r.kind != RecvKind::Send || n < REPLY_HEADER || n > buf.len() {
             return Err(ErdaError::Protocol {
@@ -387,6 +376,11 @@ impl<'e, E: Endpoint> Baseline<'e, E> {
         Ok(word == void_word(pos))
     }
 }
+
+/// A reply wait whose deadline was spent.
+const NO_REPLY: ErdaError = ErdaError::Retries {
+    what: "no reply from the baseline server within the deadline",
+};
 
 /// The receiving turn of a handle's coroutines (see [`Baseline::await_reply`]).
 struct Turn<'a, 'e, E: Endpoint>(&'a Baseline<'e, E>);
