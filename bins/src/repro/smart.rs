@@ -92,8 +92,8 @@ const FACTOR_THREADS: usize = 24;
 /// authors' 16 x 24 x 2 (`remora bench --fabric sim --profile smart --set
 /// server_llc_lines=66 --records 10000 --seconds 0.002 --warmup 153600 --compute-nodes 16
 /// --memory-nodes 2 --clients-per-node 24 --coroutines 2 --index smart --factors
-/// --no-bulk-load --workloads load --seed N`, N = 1..5): 3.66x, 5.62x, 2.47x, 2.92x,
-/// 3.25x (the baseline's LOAD 0.51-1.16 Mops, lock-free 2.83-2.88; median 3.25x, rough):
+/// --no-bulk-load --workloads load --seed N`, N = 1..5): 4.27x, 3.19x, 3.53x, 1.85x,
+/// 2.47x (the baseline's LOAD 0.66-1.52 Mops, lock-free 2.73-2.82; median 3.19x, rough):
 /// it runs at seeds 1-5 too. At 16 x 4 x 4 the other factor rows moved under 5% (in-place
 /// 1.32-1.36x, rear lock 1.07-1.13x); the unloaded YCSB-C latency (read-latency) under 1%
 /// and run once.
@@ -412,54 +412,38 @@ pub fn paper(s: &Scale) -> Paper {
             false,
             p("smart-factors", "+ lock-free internal", "LOAD"),
             p("smart-factors", "ART baseline (+cache)", "LOAD"),
-            "measured cause (issue 22, build 3e42979, the median seed 2: this row's command \
-             with `--seed 2 --json`, its per-op and SMART counters): at this shape the \
-             baseline's LOAD is set by a few starved inserts; with more keys, by its \
-             per-insert path. LOAD inserts the whole 10k-key set into an empty \
-             tree, 768 clients in flight (13 inserts each), and its figure is 10k / the run's \
-             length, which ends with its slowest insert (the factor runs' window, --seconds, \
-             does not cut LOAD). The ART baseline: p50 42.5 us, mean 886 us, p99 11.37 ms, \
-             its slowest insert 11.88 ms of a 12.27 ms run, 4.95 failed internal-node lock \
-             attempts, 0.25 hand-overs and 15.9 round trips per insert (0.815 Mops); lock-free: \
-             p50 129.5 us, mean 260 us, slowest 3.06 ms of 3.66 ms, 0.39 failed lock CASes \
-             and 8.15 round trips (2.732 Mops). Here lock-free's p50 is 3x the baseline's: \
-             the row's 3.35x is the baseline's tail, and as unsteady as a tail: the \
-             node-decode refit (2d7657b: 33.0 + 1.27 -> 35.0 + 1.45 ns a slot, a few tens of \
-             ns an insert) moved the baseline from 1.298 to 0.815 Mops (`--set \
-             client_node_decode_call_ns=33 --set client_node_decode_ns_per_slot=1.27`: slowest \
-             insert 7.70 ms, 2.27 failed lock attempts per insert) while lock-free moved 3% \
-             (2.825), so the row from 2.18x to 3.35x; seeds 1-5 give 3.02-4.81x. Not the \
-             back-off: spinning as the authors' code does (`--lock-wait spin`; the baseline has no combining, so it backs off) starves more \
-             (0.519 Mops, 18.9 failed lock attempts per insert, slowest 18.5 ms: 5.26x). \
-             Fewer in flight (16 x 4 x 2, `--clients-per-node 4`): 2.362 against 7.350 Mops, \
-             3.11x (baseline p99 1.09 ms, lock-free 75 us). The ~260 internal nodes of a \
-             10k-key tree (fewer while it grows from empty) take every insert's locks; the \
-             paper's LOAD fills 60M keys, where the contended start is a sliver of the run. \
-             With 10x the keys (16 x 4 x 2, `--clients-per-node 4 --records 100000`) the tail \
-             is gone (baseline p99 66 us, slowest 3.5 ms of a 23.2 ms run, 0.12 failed lock \
-             attempts per insert) and the row is still 2.84x (4.310 against 12.227 Mops): \
-             the baseline's p50 is 3.1x lock-free's (25.5 against 8.2 us) at 6.40 against \
-             4.08 round trips and 2.34 against 1.48 CAS per insert, the lock-based insert's \
-             lock, write and unlock of the node it changes plus its wait for its compute \
-             node's local turn on that lock, which no counter separates yet. So the starved \
-             tail makes the row unsteady and adds ~10-20% at quick scale; the bulk is the \
-             lock-based insert's own path. Not measured (predicted): a fix that \
-             loads a larger key set for this step would take the row to ~2.8x, still rough; \
-             reaching 1.5x needs the baseline's per-insert path at about half its latency. \
-             Its internal-node locks are taken as the authors' baseline takes them \
-             (TREE_TEST_ROWEX_ART with TREE_TEST_HOCL_HANDOVER, on for every factor step before \
-             write combining: CMakeLists.txt; src/Tree.cpp lock_node, get_on_chip_lock_addr, \
-             include/LocalLockTable.h): hashed 1-bit locks in the memory node's NIC on-chip \
-             memory, 64 per 8-byte word, taken and released with masked CMP_AND_SWP (1M locks \
-             for 60M keys, scaled to the key count: 192 at 10k; core/src/smart/onchip.rs), and a \
-             compute node's clients queue for a lock in the node's local table, a releaser \
-             handing it to a waiting one up to 9 times in a row (core/src/smart/handover.rs). \
-             With each lock in its node's own host-memory word instead (`--factor-locks host`) \
-             this row was 2.93x (1.648 vs 4.835 Mops, 9.28 RT/op, 1.76 failed lock CAS per \
-             insert; on chip 1.40), and 4.47x without the hand-over (1.08 Mops, 11.4 RT/op). \
-             Differences left: the authors' insert locks each node of its path in turn from the \
-             cached node down (unlocking one before locking the next), remora's only the node \
-             whose slot it changes (fewer locks: not a cause of a larger factor)",
+            "measured cause (issue 22): at this shape the baseline's LOAD is set by a few \
+             starved inserts; with the paper's key counts the row is faithful. LOAD inserts \
+             the whole 10k-key set into an empty tree, 768 clients in flight (13 inserts \
+             each), and its figure is 10k / the run's length, which ends with its slowest \
+             insert (the factor runs' window, --seconds, does not cut LOAD). Seeds 1-5 (this \
+             row's command with `--seed N`): the baseline 0.655, 0.856, 0.789, 1.520, 1.112 \
+             Mops, lock-free 2.73-2.82, so 1.85-4.27x (the median seed 2: baseline p50 40 us, \
+             p99 9.85 ms, 16.3 round trips per insert; lock-free p50 129 us, p99 1.63 ms, 8.15). \
+             The ~260 internal nodes of a 10k-key tree (fewer while it grows from empty) take \
+             every insert's locks; the paper's LOAD fills 60M keys, where the contended start \
+             is a sliver of the run. At full scale's 2M keys (`--scale full`, seed 2: \
+             `remora bench --fabric sim --profile smart --set server_llc_lines=13107 --records \
+             2000000 --seconds 0.008 --warmup 153600 --compute-nodes 16 --memory-nodes 2 \
+             --clients-per-node 24 --coroutines 2 --index smart --workload load --seed 2 \
+             --baseline --with cache --onchip-locks 34960 --leaf-handover`) the baseline runs \
+             17.706 Mops and lock-free 21.136: 1.19x, faithful. Before 67ca250 that was 5.34x \
+             (baseline 3.958 Mops): remora's baseline cache dropped a cached parent each time \
+             it read a child internal node remotely (lock-based internal nodes carry no \
+             reverse pointer, and the check read 0 as stale), 1.3 invalidations and 4,090 B \
+             read per insert against 907 B since. Its internal-node locks are taken as the \
+             authors' baseline takes them (TREE_TEST_ROWEX_ART with TREE_TEST_HOCL_HANDOVER, on \
+             for every factor step before write combining: CMakeLists.txt; src/Tree.cpp \
+             lock_node, get_on_chip_lock_addr, include/LocalLockTable.h): hashed 1-bit locks in \
+             the memory node's NIC on-chip memory, 64 per 8-byte word, taken and released with \
+             masked CMP_AND_SWP (1M locks for 60M keys, scaled to the key count: 192 at 10k; \
+             core/src/smart/onchip.rs), and a compute node's clients queue for a lock in the \
+             node's local table, a releaser handing it to a waiting one up to 9 times in a row \
+             (core/src/smart/handover.rs); `--factor-locks host` puts each lock in its node's \
+             own host-memory word instead. Differences left: the authors' insert locks each \
+             node of its path in turn from the cached node down (unlocking one before locking \
+             the next), remora's only the node whose slot it changes (fewer locks: not a \
+             cause of a larger factor)",
         ),
         Claim::ratio(
             "factor-in-place",
