@@ -25,7 +25,7 @@ row() {
     out=$("${remora[@]}" bench "$@" 2>&1)
     wl=$(grep -oE -- '--workload [a-z]+' <<<"$*" | awk '{print toupper($2)}')
     awk -v label="$label" -v state="$state" -v wl="$wl" '
-        $1 == wl && $2 == "run" && $3 != "latency" { mops = $4; bytes = $11 }
+        $1 == wl && $2 == "run" && $3 ~ /^[0-9]+$/ { mops = $4; bytes = $11 }
         / run: .* reads delegated/ { split($0, a, ": "); shared = a[2] }
         / run: .* locks taken/ { split($0, a, ": "); shared = a[2] }
         /^note: client state:/ { n = split($0, a, ", "); per = a[n]; sub(/ per client thread/, "", per) }
