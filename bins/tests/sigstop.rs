@@ -74,7 +74,7 @@ mod procs;
 #[path = "sigstop/reply.rs"]
 mod reply;
 use hooked::{HookedEp, PostHook};
-use procs::{Client, ROLE, memnode, resume, state, stop, wait_stopped};
+use procs::{Client, ROLE, memnode, resume, state, stop, stopped_then_resumed, wait_stopped};
 
 /// How long a process is kept stopped at least (issue 26: "stopped with SIGSTOP for 5 s").
 const STOPPED_FOR: Duration = Duration::from_secs(5);
@@ -389,21 +389,7 @@ fn a_client_stopped_waiting_on_a_siblings_lock_resumes_without_an_error() {
     }
     let (mut m, path) = memnode("sibling", "echo");
     let mut a = Client::spawn("sibling", &[("SIGSTOP_SOCK", path.display().to_string())]);
-    let pid = a.kid.0.id();
-    assert!(
-        a.line("WAITING", Duration::from_secs(90)).is_some(),
-        "no coroutine waited on a sibling's lock: {:?}",
-        a.seen
-    );
-    wait_stopped(pid);
-    std::thread::sleep(STOPPED_FOR);
-    assert_eq!(state(pid), 'T', "the client ran before SIGCONT");
-    resume(pid);
-    let code = a.wait(Duration::from_secs(120));
-    let text = a.seen.join("\n");
-    println!("the resumed client ended with {code:?}: {text}");
-    assert_eq!(code, Some(0), "the resumed client failed: {text}");
-    assert!(text.contains("DONE"), "{text}");
+    stopped_then_resumed(&mut a, "WAITING", Duration::from_secs(90), STOPPED_FOR);
     assert!(m.0.try_wait().unwrap().is_none(), "the memnode died");
     let ep = control::connect_all(std::slice::from_ref(&path)).unwrap();
     block_on(async {

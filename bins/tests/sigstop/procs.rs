@@ -128,6 +128,33 @@ impl Client {
     }
 }
 
+/// A client that stops itself inside a wait: once it has printed `ready` (within
+/// `ready_within`) and stopped, it is left stopped for `stopped_for`, then resumed; it must
+/// end with exit code 0 having printed `DONE`. Returns everything it printed.
+pub fn stopped_then_resumed(
+    a: &mut Client,
+    ready: &str,
+    ready_within: Duration,
+    stopped_for: Duration,
+) -> String {
+    let pid = a.kid.0.id();
+    assert!(
+        a.line(ready, ready_within).is_some(),
+        "the client ended before its stop ({ready}): {:?}",
+        a.seen
+    );
+    wait_stopped(pid);
+    std::thread::sleep(stopped_for);
+    assert_eq!(state(pid), 'T', "the client ran before SIGCONT");
+    resume(pid);
+    let code = a.wait(Duration::from_secs(120));
+    let text = a.seen.join("\n");
+    println!("the resumed client ended with {code:?}: {text}");
+    assert_eq!(code, Some(0), "the resumed client failed: {text}");
+    assert!(text.contains("DONE"), "{text}");
+    text
+}
+
 /// Sends `sig` to process `pid` (one this test spawned and has not reaped).
 pub fn signal(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) only sends a signal; `pid` is a child of this process that has not been

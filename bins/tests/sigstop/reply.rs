@@ -5,7 +5,7 @@
 //! must complete (the deadline counts only the time the client watched, `remora_core::lease`'s
 //! "Stalls"; before, it failed with `WortError::Timeout` after 5 s of wall time), every later
 //! request too, and every key reads back through a fresh connection.
-use super::procs::{Client, ROLE, memnode, resume, state, wait_stopped};
+use super::procs::{Client, ROLE, memnode, stopped_then_resumed};
 use super::{STOPPED_FOR, key, say, stop_myself, value};
 use remora::core::block_on::block_on;
 use remora::core::fabric::{FabricError, Op, QueuePair};
@@ -91,20 +91,7 @@ fn a_client_stopped_waiting_for_a_reply_resumes_without_an_error() {
     }
     let (mut m, path) = memnode("wort", "wort");
     let mut a = Client::spawn("wort", &[("SIGSTOP_SOCK", path.display().to_string())]);
-    let pid = a.kid.0.id();
-    assert!(
-        a.line("WAITING", Duration::from_secs(60)).is_some(),
-        "the client ended before its stop: {:?}",
-        a.seen
-    );
-    wait_stopped(pid);
-    std::thread::sleep(STOPPED_FOR);
-    assert_eq!(state(pid), 'T', "the client ran before SIGCONT");
-    resume(pid);
-    let code = a.wait(Duration::from_secs(120));
-    let text = a.seen.join("\n");
-    assert_eq!(code, Some(0), "the resumed client failed: {text}");
-    assert!(text.contains("DONE"), "{text}");
+    stopped_then_resumed(&mut a, "WAITING", Duration::from_secs(60), STOPPED_FOR);
     assert!(m.0.try_wait().unwrap().is_none(), "the memnode died");
     let ep = control::connect_all(std::slice::from_ref(&path)).unwrap();
     block_on(async {
