@@ -58,7 +58,10 @@ impl Timeline {
     fn halves(&self, mid_ns: u64) -> (u64, u64) {
         let (mut first, mut second) = (0, 0);
         for (i, &n) in self.bins.iter().enumerate() {
-            let centre = self.origin_ns + i as u64 * self.width_ns + self.width_ns / 2;
+            let centre = self
+                .origin_ns
+                .saturating_add((i as u64).saturating_mul(self.width_ns))
+                .saturating_add(self.width_ns / 2);
             if centre < mid_ns {
                 first += n;
             } else {
@@ -150,6 +153,16 @@ mod tests {
         assert!((r - 1.0).abs() < 0.02, "{r}");
         let only_late = steadiness([&late].into_iter(), 0, 2_000_000);
         assert_eq!(only_late, None, "no completion in the first half: no ratio");
+    }
+
+    /// A completion at the far end of the clock widens the bins, never overflows.
+    #[test]
+    fn extreme_times_are_binned() {
+        let mut t = Timeline::new(0);
+        t.record(5);
+        t.record(u64::MAX);
+        assert_eq!(t.bins.iter().sum::<u64>(), 2);
+        assert_eq!(t.halves(u64::MAX / 2), (1, 1));
     }
 
     #[test]
