@@ -501,15 +501,20 @@ pub async fn acquire<E: Endpoint>(
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_changing_word_never_expires_and_a_stuck_one_does() {
-        let cfg = LeaseConfig {
+    /// A 1 us lease, back-off from 10 ns to `max_backoff_ns`, a deadline, no attempt cap.
+    fn test_cfg(max_backoff_ns: u64, deadline_ns: u64) -> LeaseConfig {
+        LeaseConfig {
             lease_ns: 1000,
             min_backoff_ns: 10,
-            max_backoff_ns: 80,
-            deadline_ns: 100_000,
+            max_backoff_ns,
+            deadline_ns,
             max_attempts: 1_000_000,
-        };
+        }
+    }
+
+    #[test]
+    fn a_changing_word_never_expires_and_a_stuck_one_does() {
+        let cfg = test_cfg(80, 100_000);
         let mut w = Waiter::new(cfg, 0);
         // A holder that hands the lock on keeps changing the word: only waiting.
         let mut pauses = [0u64; 6];
@@ -537,13 +542,7 @@ mod tests {
 
     #[test]
     fn time_the_waiter_was_not_watching_does_not_count() {
-        let cfg = LeaseConfig {
-            lease_ns: 1000,
-            min_backoff_ns: 10,
-            max_backoff_ns: 40,
-            deadline_ns: 100_000,
-            max_attempts: 1_000_000,
-        };
+        let cfg = test_cfg(40, 100_000);
         // Without `watching`, the gap counts in full.
         let mut plain = Waiter::new(cfg, 0);
         let stuck = owner_word(9, 3);
@@ -600,13 +599,7 @@ mod tests {
     /// attempt cap and the wall bound still end it.
     #[test]
     fn a_stall_between_two_looks_does_not_spend_the_deadline() {
-        let cfg = LeaseConfig {
-            lease_ns: 1000,
-            min_backoff_ns: 10,
-            max_backoff_ns: 40,
-            deadline_ns: 16_000,
-            max_attempts: 1_000_000,
-        };
+        let cfg = test_cfg(40, 16_000);
         let sibling = owner_word(7, 1);
         let mut w = Waiter::new(cfg, 0);
         assert!(matches!(w.observe(sibling, 0), Verdict::Wait(_)));
@@ -652,13 +645,7 @@ mod tests {
     /// that watched the word for a whole lease at its pace hands over an expired lease.
     #[test]
     fn a_readers_stall_does_not_count_towards_the_lease_it_hands_over() {
-        let cfg = LeaseConfig {
-            lease_ns: 1000,
-            min_backoff_ns: 10,
-            max_backoff_ns: 40,
-            deadline_ns: 100_000,
-            max_attempts: 1_000_000,
-        };
+        let cfg = test_cfg(40, 100_000);
         let stuck = owner_word(9, 3);
         // Watched at its pace (50 ns) for a lease: the waiter's first look expires it.
         let mut r = Stretch::new(0, cfg.max_gap());

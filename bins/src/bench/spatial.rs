@@ -541,11 +541,12 @@ fn record(
         latency: Latency::from_hist(&hist),
         latency_reads: None,
         latency_writes: None,
-        steady: (workload != Workload::Load)
-            .then(|| {
-                super::phase::steady::steadiness(parts.iter().map(|p| &p.timeline), start, end)
-            })
-            .flatten(),
+        steady: super::phase::steady::of_phase(
+            workload,
+            parts.iter().map(|p| &p.timeline),
+            start,
+            end,
+        ),
         per_op,
         kv_bytes: obj,
         read_amplification: per_op.bytes_in / obj,

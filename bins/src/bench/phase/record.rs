@@ -409,10 +409,7 @@ pub fn record(
         latency: Latency::from_hist(&hist),
         latency_reads: (!by_kind[0].is_empty()).then(|| Latency::from_hist(&by_kind[0])),
         latency_writes: (!by_kind[1].is_empty()).then(|| Latency::from_hist(&by_kind[1])),
-        // A LOAD's rate follows the tree it grows: no steady state to expect.
-        steady: (workload != Workload::Load)
-            .then(|| super::steady::steadiness(outs.iter().map(|o| &o.timeline), start, end))
-            .flatten(),
+        steady: super::steady::of_phase(workload, outs.iter().map(|o| &o.timeline), start, end),
         per_op,
         kv_bytes: kv,
         read_amplification: if kv > 0.0 { per_op.bytes_in / kv } else { 0.0 },

@@ -92,6 +92,20 @@ pub fn steadiness<'a>(
     (first + second >= MIN_OPS && first > 0).then(|| second as f64 / first as f64)
 }
 
+/// [`steadiness`] of a phase of `workload`; None for LOAD, whose rate follows the tree it
+/// grows (no steady state to expect).
+pub fn of_phase<'a>(
+    workload: crate::bench::ycsb::Workload,
+    timelines: impl Iterator<Item = &'a Timeline>,
+    start_ns: u64,
+    end_ns: u64,
+) -> Option<f64> {
+    if workload == crate::bench::ycsb::Workload::Load {
+        return None;
+    }
+    steadiness(timelines, start_ns, end_ns)
+}
+
 /// Whether a steadiness ratio says the phase's rate moved while it ran.
 pub fn unsteady(ratio: f64) -> bool {
     !(UNSTEADY_BELOW..=1.0 / UNSTEADY_BELOW).contains(&ratio)

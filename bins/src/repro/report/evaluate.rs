@@ -381,10 +381,7 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
         if let Some(b) = pt.bound() {
             let _ = write!(s, ", {b}");
         }
-        if let Some(r) = pt
-            .steady
-            .filter(|&r| crate::bench::phase::steady::unsteady(r))
-        {
+        if let Some(r) = pt.unsteady() {
             let _ = write!(
                 s,
                 ", unsteady: its run's second half completed {r:.2}x the operations of its first"
@@ -395,11 +392,7 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
     row.diagnosis = format!("{}; {}", facts(n, &num.series), facts(d, &den.series));
     row.unsteady = [(n, &num.series), (d, &den.series)]
         .into_iter()
-        .filter_map(|(pt, name)| {
-            pt.steady
-                .filter(|&r| crate::bench::phase::steady::unsteady(r))
-                .map(|r| format!("{name}: {r:.2}"))
-        })
+        .filter_map(|(pt, name)| pt.unsteady().map(|r| format!("{name}: {r:.2}")))
         .collect();
     if row.agrees == Some(false) {
         row.reason = reason(c.metric, r, n, d, &num.series, &den.series);

@@ -90,6 +90,12 @@ pub struct Point {
 }
 
 impl Point {
+    /// The run's steadiness where its rate moved while it ran (bench's `unsteady`).
+    pub fn unsteady(&self) -> Option<f64> {
+        self.steady
+            .filter(|&r| crate::bench::phase::steady::unsteady(r))
+    }
+
     pub fn of(label: &str, command: &str, r: &BenchRecord) -> Point {
         let model = r.run.model.as_ref();
         let param = |n: &str| model.and_then(|m| m.get(n)).copied();
