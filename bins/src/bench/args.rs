@@ -158,6 +158,14 @@ pub struct BenchArgs {
     /// measured phase together after it).
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
+    /// With --seconds (sim): the measured window opens this many virtual seconds into the
+    /// run phase, and the clients do not pause at its start: whatever state the workload
+    /// has built by then (lock queues, backlogs) is the state measured. A --warmup phase
+    /// ends at a barrier where every client stops and queues drain, so a system whose
+    /// contention builds up for tens of milliseconds (Sherman's FG+ under YCSB-A) restarts
+    /// from empty queues after it and is measured on its way down, not where it settles.
+    #[arg(long, value_parser = crate::args::positive_seconds)]
+    pub warmup_seconds: Option<f64>,
     /// Run once per value of one parameter: `clients=8,16,32` (client threads in all; on the
     /// sim spread over the compute nodes), or clients-per-node, coroutines, threads,
     /// value-size, records.
@@ -620,6 +628,13 @@ pub(super) fn validate(a: &BenchArgs) -> Result<(), String> {
     }
     if a.warmup > 0 && a.fabric != FabricKind::Sim {
         return Err("--warmup runs on --fabric sim".into());
+    }
+    if a.warmup_seconds.is_some() && (a.fabric != FabricKind::Sim || a.seconds.is_none()) {
+        return Err(
+            "--warmup-seconds opens a --seconds run's window late: it needs --seconds \
+                    and --fabric sim"
+                .into(),
+        );
     }
     Ok(())
 }

@@ -47,6 +47,9 @@ pub struct RunInfo {
     pub model: Option<BTreeMap<String, f64>>,
     /// Operations of the same workload run, unmeasured, before the measured phase.
     pub warmup_ops: u64,
+    /// Virtual seconds the run phase ran before its measured window opened, clients not
+    /// paused (`--warmup-seconds`; 0 without).
+    pub warmup_s: f64,
     /// Latency CDF: `[latency ns, fraction of operations at or below it]`, at
     /// [`CDF_QUANTILES`].
     pub latency_cdf: Vec<[f64; 2]>,
@@ -124,6 +127,11 @@ pub fn annotate(a: &BenchArgs, recs: &mut [BenchRecord]) -> Result<(), String> {
         r.run.model.clone_from(&model);
         r.run.profile = model.as_ref().map(|_| s.profile.clone());
         r.run.warmup_ops = if r.phase == "run" { a.warmup } else { 0 };
+        r.run.warmup_s = if r.phase == "run" {
+            a.warmup_seconds.unwrap_or(0.0)
+        } else {
+            0.0
+        };
     }
     Ok(())
 }

@@ -13,6 +13,8 @@ use remora::poller::clock::Clock;
 use remora::poller::executor::join_all;
 use remora::poller::sim::{ClientCtx, LlcStats, NvmStats};
 use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 mod record;
@@ -56,6 +58,10 @@ pub struct Phase<'a> {
     pub budget: Option<u64>,
     /// Deadline on the phase clock (0: none).
     pub deadline_ns: AtomicU64,
+    /// Start of the measured window on the phase clock, when it opens after the phase
+    /// starts (`--warmup-seconds`; 0: the phase is measured from its start). Operations
+    /// completing before it are run and not counted, and no client pauses at it.
+    pub measure_from_ns: AtomicU64,
     pub issued: AtomicU64,
     pub inserted: &'a AtomicU64,
     pub next_load: AtomicU64,
@@ -80,6 +86,7 @@ impl<'a> Phase<'a> {
             records,
             budget,
             deadline_ns: AtomicU64::new(0),
+            measure_from_ns: AtomicU64::new(0),
             issued: AtomicU64::new(0),
             inserted,
             next_load: AtomicU64::new(0),
@@ -326,6 +333,10 @@ async fn coroutine<I: KvIndex>(
             ph.stop.store(true, Ordering::Relaxed);
             break;
         }
+        if done < ph.measure_from_ns.load(Ordering::Relaxed) {
+            // Before the window opens (`--warmup-seconds`): run, not counted.
+            continue;
+        }
         let lat = done.saturating_sub(t0).max(1);
         let _ = hist.borrow_mut().record(lat);
         timeline.borrow_mut().record(done);
@@ -347,6 +358,32 @@ async fn coroutine<I: KvIndex>(
     Ok(())
 }
 
+/// A coroutine of a phase, or the timer that opens its window late.
+type Task<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + 'a>>;
+
+/// The counters a phase's figures are differences of, read where its measured window opens.
+struct Marks {
+    snap: Snapshot,
+    stats: Stats,
+    at_ns: u64,
+    busy: Option<u64>,
+    nvm: Option<NvmStats>,
+    llc: Option<LlcStats>,
+}
+
+impl Marks {
+    fn read(ctx: &Ctx<'_>, snapshot: &dyn Fn() -> Snapshot, stats: &dyn Fn() -> Stats) -> Marks {
+        Marks {
+            snap: snapshot(),
+            stats: stats(),
+            at_ns: ctx.now_ns(),
+            busy: ctx.server_busy_ns(),
+            nvm: ctx.nvm(),
+            llc: ctx.server_llc(),
+        }
+    }
+}
+
 /// Runs one phase of one worker: `coroutines` coroutines, joined into one future.
 pub async fn phase<I: KvIndex>(
     idx: &I,
@@ -361,13 +398,16 @@ pub async fn phase<I: KvIndex>(
     let during_resize = RefCell::new(new_hist());
     let counts = RefCell::new(OpCounts::default());
     let key_bytes = RefCell::new(0u64);
-    let s0 = snapshot();
-    let st0 = stats();
-    let start_ns = ctx.now_ns();
-    let timeline = RefCell::new(Timeline::new(start_ns));
-    let busy0 = ctx.server_busy_ns();
-    let nvm0 = ctx.nvm();
-    let llc0 = ctx.server_llc();
+    let now = ctx.now_ns();
+    // A window that opens later (`--warmup-seconds`, sim): its counters are read when it
+    // opens, by a timer beside the coroutines, while they run on.
+    let opens = match &ctx.time {
+        Time::Virtual(c) => Some(c).zip(Some(ph.measure_from_ns.load(Ordering::Relaxed))),
+        Time::Wall(_) => None,
+    }
+    .filter(|&(_, from)| from > now);
+    let marks = RefCell::new(Marks::read(ctx, snapshot, stats));
+    let timeline = RefCell::new(Timeline::new(opens.map_or(now, |(_, from)| from)));
     let phase_salt = (ph.workload as u64 * 0x1000_0000) ^ ph.salt;
     let coros: Vec<_> = (0..ctx.a.coroutines)
         .map(|c| {
@@ -386,7 +426,28 @@ pub async fn phase<I: KvIndex>(
             )
         })
         .collect();
-    let results = join_all(coros).await;
+    let results = match opens {
+        None => join_all(coros).await,
+        Some((c, from)) => {
+            let timer = async {
+                c.sleep(from - now).await;
+                *marks.borrow_mut() = Marks::read(ctx, snapshot, stats);
+                Ok(())
+            };
+            let mut all: Vec<Task<'_>> =
+                coros.into_iter().map(|f| Box::pin(f) as Task<'_>).collect();
+            all.push(Box::pin(timer));
+            join_all(all).await
+        }
+    };
+    let Marks {
+        snap: s0,
+        stats: st0,
+        at_ns: start_ns,
+        busy: busy0,
+        nvm: nvm0,
+        llc: llc0,
+    } = marks.into_inner();
     // A timed run's window ends at its deadline (operations completing later are not
     // counted, see `coroutine`).
     let end_ns = match ph.deadline_ns.load(Ordering::Relaxed) {

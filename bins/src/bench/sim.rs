@@ -89,7 +89,15 @@ async fn client(
         barrier(ctx, warmed, clients, run).await;
     }
     if let Some(s) = a.seconds {
-        let end = ctx.now_ns() + (s * 1e9) as u64;
+        // The first client past the barrier sets the window for all: it opens
+        // `--warmup-seconds` into the run (at once without it) and lasts `--seconds`.
+        let from = ctx.now_ns() + a.warmup_seconds.map_or(0, |w| (w * 1e9) as u64);
+        if a.warmup_seconds.is_some() {
+            let _ =
+                run.measure_from_ns
+                    .compare_exchange(0, from, Ordering::Relaxed, Ordering::Relaxed);
+        }
+        let end = from + (s * 1e9) as u64;
         let _ = run
             .deadline_ns
             .compare_exchange(0, end, Ordering::Relaxed, Ordering::Relaxed);
@@ -363,6 +371,14 @@ pub fn run(
         model.summary(),
         "seconds and latencies are virtual (the NIC model's), not wall-clock".into(),
     ];
+    if let (Some(w), Some(s)) = (a.warmup_seconds, a.seconds)
+        && workload != Workload::Load
+    {
+        notes.push(format!(
+            "window: the measured {s} s open {w} s into the run phase; the clients run on \
+             through its start (no barrier), so it measures the state the workload built"
+        ));
+    }
     if restored {
         notes.push(
             "load: bulk-loaded once for the sweep or report, not measured; this run started \

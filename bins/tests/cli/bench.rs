@@ -342,3 +342,59 @@ fn a_timed_sim_run_counts_what_completes_within_its_window() {
         "{mops} Mops over {window} s is not {ops} operations"
     );
 }
+
+#[test]
+fn a_late_window_counts_only_what_completes_after_it_opens() {
+    // `--warmup-seconds W --seconds S`: the clients run on through the window's start (no
+    // barrier); the run row covers S, and counts the operations completing in it only.
+    let args = |extra: &[&'static str]| {
+        let mut v = vec![
+            "--fabric",
+            "sim",
+            "--index",
+            "sherman",
+            "--workload",
+            "a",
+            "--records",
+            "2000",
+            "--seconds",
+            "0.0002",
+            "--compute-nodes",
+            "2",
+            "--clients-per-node",
+            "4",
+            "--coroutines",
+            "2",
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
+    let run = |extra: &[&'static str], tag: &str| {
+        bench_json(&args(extra), tag)
+            .into_iter()
+            .find(|r| r["phase"] == "run")
+            .expect("a run row")
+    };
+    let late = run(&["--warmup-seconds", "0.0003"], "late");
+    let early = run(&[], "early");
+    let seconds = late["seconds"].as_f64().unwrap();
+    assert!(
+        (seconds / 0.0002 - 1.0).abs() < 1e-6,
+        "measured over {seconds} s"
+    );
+    assert_eq!(late["warmup_s"].as_f64(), Some(0.0003));
+    assert_eq!(early["warmup_s"].as_f64(), Some(0.0));
+    // Had the 0.3 ms before the window been counted, the late run would show ~2.5x the
+    // operations of the early one over the same 0.2 ms.
+    let (l, e) = (
+        late["ops"].as_f64().unwrap(),
+        early["ops"].as_f64().unwrap(),
+    );
+    assert!(
+        l > 0.0 && l < 1.5 * e,
+        "late window {l} ops, from the start {e}"
+    );
+    let o = remora(&["bench", "--fabric", "sim", "--warmup-seconds", "0.001"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("needs --seconds"), "{}", stderr(&o));
+}
