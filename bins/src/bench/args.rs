@@ -204,7 +204,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub per_thread_state: bool,
     /// Load the keys by inserting them through the index (the LOAD phase measured) even where
-    /// the run measures another workload. By default, on the sim, SMART (8-byte keys),
+    /// the run measures another workload. By default, on the sim, SMART (8-byte and string keys),
     /// Sherman and FG+ (`bulk.rs`), CHIME (8-byte keys, `bulk_chime.rs`), CANRT, WORT and WOART (`bulk_canrt.rs`, `bulk_wort.rs`),
     /// Erda (`bulk_erda.rs`) and Catfish (`spatial/load.rs`) are bulk-loaded instead: the
     /// same keys and values, written as the index's image at memory speed (a memory node's

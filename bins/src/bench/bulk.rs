@@ -40,19 +40,59 @@ impl AsRef<[u8]> for BulkKey {
     }
 }
 
-/// The sorted keys of a bulk load, and what preparing them cost.
+/// One string key of a bulk load (SMART's `--keys string`, at most 32 bytes: "user" and
+/// the key's hash in decimal, `ycsb::key_of`): its bytes and its key number. Ordered by its
+/// bytes, as the tree orders them (`KeyMode::Variable`: a key before those it is a prefix
+/// of), then by key number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StrKey {
+    key: [u8; 32],
+    len: u8,
+    n: u64,
+}
+
+impl AsRef<[u8]> for StrKey {
+    fn as_ref(&self) -> &[u8] {
+        &self.key[..self.len as usize]
+    }
+}
+
+impl Ord for StrKey {
+    fn cmp(&self, o: &StrKey) -> std::cmp::Ordering {
+        self.as_ref().cmp(o.as_ref()).then(self.n.cmp(&o.n))
+    }
+}
+
+impl PartialOrd for StrKey {
+    fn partial_cmp(&self, o: &StrKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// The sorted keys of a bulk load (8-byte keys in `keys`, or SMART's string keys in
+/// `strings`), and what preparing them cost.
 pub struct BulkPlan {
     pub keys: Vec<BulkKey>,
+    pub strings: Vec<StrKey>,
     pub sort_s: f64,
 }
 
 /// Whether the load of this run is bulk-loaded: the index has a bulk loader (SMART with
-/// 8-byte keys, Sherman, FG+, CHIME, CANRT, WORT, WOART, Erda), the workload is not LOAD
-/// itself, and `--no-bulk-load` is off.
+/// 8-byte or string keys, Sherman, FG+, CHIME, CANRT, WORT, WOART, Erda), the workload is
+/// not LOAD itself, and `--no-bulk-load` is off.
 pub fn wanted(a: &BenchArgs, index: &IndexCfg, workload: Workload) -> bool {
     let eight = matches!(a.keys, KeyType::Int | KeyType::Seq);
     let able = match index {
-        IndexCfg::Smart { cfg, .. } => eight && cfg.key_mode == KeyMode::Fixed(8),
+        IndexCfg::Smart { cfg, .. } => match cfg.key_mode {
+            KeyMode::Fixed(8) => eight,
+            // String keys (ART on DM's too), sorted in the tree's byte order by `plan`. The
+            // repro's string-key bar shape at 200,000 keys, YCSB-C: ART on DM (no cache)
+            // 4.402 Mops bulk-loaded, 4.389 inserted (8.07 RT/op both); SMART 111.6 against
+            // 36.7, its warmed caches holding the whole index (0.99 RT/op against 2.44; 49.1
+            // with --cold-cache), as with 8-byte keys (122.6 against 69.7).
+            KeyMode::Variable => a.keys == KeyType::String,
+            KeyMode::Fixed(_) => false,
+        },
         IndexCfg::Sherman { .. } | IndexCfg::Chime { .. } => eight,
         // Any key width: built by the server's code (`bulk_canrt.rs`).
         IndexCfg::Canrt { .. } => true,
@@ -71,10 +111,32 @@ pub fn wanted(a: &BenchArgs, index: &IndexCfg, workload: Workload) -> bool {
 }
 
 /// The run's `--records` keys, sorted; a key drawn twice keeps its last key number (as the
-/// later insert's value would win).
+/// later insert's value would win). String keys (`--keys string`, SMART's only) are sorted
+/// by their bytes, the tree's order.
 pub fn plan(a: &BenchArgs) -> BulkPlan {
     let t = Instant::now();
     let mut buf = [0u8; 32];
+    if a.keys == KeyType::String {
+        let mut strings: Vec<StrKey> = (0..a.records)
+            .map(|n| {
+                let len = a.key(n, &mut buf);
+                let mut key = [0u8; 32];
+                key[..len].copy_from_slice(&buf[..len]);
+                StrKey {
+                    key,
+                    len: len as u8,
+                    n,
+                }
+            })
+            .collect();
+        strings.sort_unstable();
+        last_wins(&mut strings, |x, y| x.as_ref() == y.as_ref(), |k| &mut k.n);
+        return BulkPlan {
+            keys: Vec::new(),
+            strings,
+            sort_s: t.elapsed().as_secs_f64(),
+        };
+    }
     let mut keys: Vec<BulkKey> = (0..a.records)
         .map(|n| {
             let len = a.key(n, &mut buf);
@@ -87,6 +149,7 @@ pub fn plan(a: &BenchArgs) -> BulkPlan {
     last_wins(&mut keys, |x, y| x.key == y.key, |k| &mut k.n);
     BulkPlan {
         keys,
+        strings: Vec::new(),
         sort_s: t.elapsed().as_secs_f64(),
     }
 }
@@ -108,20 +171,29 @@ pub fn last_wins<T>(
 }
 
 impl<E: Endpoint> Handle<'_, E> {
-    /// Bulk-loads `keys` into this freshly created index (before any other handle opens
-    /// it); returns a one-line summary.
-    pub async fn bulk_load(&self, a: &BenchArgs, keys: &[BulkKey]) -> Result<String, String> {
+    /// Bulk-loads the keys of `p` into this freshly created index (before any other handle
+    /// opens it); returns a one-line summary.
+    pub async fn bulk_load(&self, a: &BenchArgs, p: &BulkPlan) -> Result<String, String> {
         let size = a.value_size;
+        let keys = &p.keys[..];
         match self {
             Handle::Smart(s) => {
+                let strings = &p.strings[..];
                 let mut val = |i: usize, out: &mut [u8]| {
-                    value_for(keys[i].n, size, out);
+                    let n = if strings.is_empty() {
+                        keys[i].n
+                    } else {
+                        strings[i].n
+                    };
+                    value_for(n, size, out);
                     size
                 };
-                let st = s
-                    .bulk_load(keys, &mut val)
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let st = if strings.is_empty() {
+                    s.bulk_load(keys, &mut val).await
+                } else {
+                    s.bulk_load(strings, &mut val).await
+                }
+                .map_err(|e| e.to_string())?;
                 Ok(format!(
                     "SMART image of {} keys: internal nodes N4/N16/N48/N256 {:?}, {} MiB in {} chunks",
                     st.keys,
@@ -303,7 +375,14 @@ mod tests {
         // CANRT: built into the image by its server's code, which the measured cluster's
         // server recovers (`bulk_canrt.rs`).
         for index in [
-            "smart", "sherman", "chime", "canrt", "wort", "woart", "erda",
+            "smart",
+            "smart --keys string",
+            "sherman",
+            "chime",
+            "canrt",
+            "wort",
+            "woart",
+            "erda",
         ] {
             let base = format!(
                 "--index {index} --fabric sim --workload c --records 5000 --operations 4000 \

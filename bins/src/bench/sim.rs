@@ -150,7 +150,7 @@ fn create<'a>(
             let h = Handle::open(ctx.ep(), index).await?;
             if let Some(p) = bulk {
                 let t = Instant::now();
-                let what = h.bulk_load(a, &p.keys).await?;
+                let what = h.bulk_load(a, p).await?;
                 *bulked.borrow_mut() = Some((what, t.elapsed().as_secs_f64()));
             }
             Ok::<(), String>(())
@@ -265,7 +265,7 @@ pub fn run(
     // Keys planned and the time sorting them took (for the load's note).
     let planned = bulk
         .as_ref()
-        .map(|p| (p.keys.len(), p.sort_s))
+        .map(|p| (p.keys.len() + p.strings.len(), p.sort_s))
         .or(served.as_ref().map(|p| p.planned()));
     let bulked: RefCell<Option<(String, f64)>> = RefCell::new(None);
     let cache_warmed: RefCell<Option<String>> = RefCell::new(None);

@@ -132,14 +132,15 @@ pub struct Scale {
 /// and warm-up ops per run, sized so that `remora repro all --scale full` finishes in about
 /// an hour of CPU on a 2-core machine (docs/repro-full/README.md has the measured times).
 /// Memory does not bind (`--memory`: SMART ~95 B/key, Sherman ~60); CPU spent inserting
-/// keys does. A run whose load is not measured bulk-loads (SMART with 8-byte keys, Sherman
+/// keys does. A run whose load is not measured bulk-loads (SMART with 8-byte or string keys, Sherman
 /// and FG+, `bench/bulk.rs`; CHIME, `bench/bulk_chime.rs`; CANRT, `bench/bulk_canrt.rs`; WORT and WOART, the tree sorted
 /// inserts make, `bench/bulk_wort.rs`; Erda, `bench/bulk_erda.rs`) once per experiment and index, and the experiment's other runs
 /// start from a copy of it; every other run inserts all its keys, at 6-19 µs of CPU a key
 /// (`--memory`: SMART 6.3, Sherman 7.1, CANRT 10-13, Erda 11.3, Catfish 19.2):
-/// - SMART, 2M keys (paper 60M): 19 of its runs insert, the three LOAD bars, the ten
-///   string-key runs (no bulk loader for string keys) and each factor step's LOAD; at 60M
-///   those inserts alone would take about 2 hours of CPU (19 x 60M x 6.3 µs).
+/// - SMART, 2M keys (paper 60M): 11 of its runs insert, the three integer-key LOAD bars,
+///   the two string-key LOAD bars and each factor step's LOAD (the ten string-key runs
+///   inserted until string keys got their bulk loader); at 60M those inserts alone would
+///   take about 70 minutes of CPU (11 x 60M x 6.3 µs).
 /// - Sherman, 4M keys (paper 1B, 80% full): the five factor steps' LOAD insert every key
 ///   (5 x 4M x 7.1 µs: 2.4 minutes of CPU; 10 hours at 1B); the rest bulk-loads.
 /// - CANRT, 500k keys (the paper states none; 1M assumed for its cache scaling): runs whose

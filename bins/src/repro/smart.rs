@@ -670,9 +670,11 @@ fn later_factors() -> Vec<Claim> {
 fn string_keys() -> Vec<Claim> {
     let note = "measures SMART's throughput over ART on DM's on the string-key bars \
                 (smart-ycsb-string: YCSB's string keys, \"user\" and the key's hash; 16 x 4 \
-                threads x 4 coroutines; no bulk load), the paper's string-key figure, for \
-                which it states no ratio: it names the key types it evaluates (integer, \
-                string) and gives its gains against Sherman, which takes integers only";
+                threads x 4 coroutines; keys inserted at quick scale, bulk-loaded at full but \
+                for LOAD, SMART's caches then warmed top down), the paper's string-key \
+                figure, for which it states no ratio: it names the key types it evaluates \
+                (integer, string) and gives its gains against Sherman, which takes integers \
+                only";
     [
         (
             "string-load",

@@ -14,15 +14,26 @@
 //! them (nodes round robin over memory nodes, a leaf on the node its key hashes to), carved
 //! and written chunk by chunk ([`crate::bulk::ChunkWriter`]); the root's slots are written
 //! last, in one WRITE. Nothing in the image says it was bulk-loaded.
+//!
+//! Variable-length keys are loaded as the tree holds them (`key.rs`): each followed by its
+//! NUL terminator, so a key that is a prefix of others ends in a leaf at its terminator's
+//! partial key (0) beside them, and its leaf holds, is sized by and is placed by the hash of
+//! the terminated key. The shape is that of inserts in any order, except under prefix chains:
+//! inserts split a chain node's prefix where a later key diverges inside it and keep the
+//! chain's cut points, where the load cuts the remaining prefix afresh below the divergence
+//! (a valid tree; inserts that meet each divergence before the ones below it build exactly
+//! this one: `bulk_tests.rs`).
 use super::Smart;
 use super::config::{KeyMode, SmartError};
+use super::key::Key;
 use super::remote::{NodeImg, build_leaf};
 use crate::bulk::ChunkWriter;
 use crate::fabric::Endpoint;
 use core::future::Future;
 use core::pin::Pin;
 use remora_layouts::smart::{
-    Header, LeafStatus, MAX_LEAF_BYTES, MAX_PREFIX, NODE_SLOTS_OFFSET, NodeType, Slot, leaf_bytes,
+    Header, LeafStatus, MAX_KEY_LEN, MAX_LEAF_BYTES, MAX_PREFIX, NODE_SLOTS_OFFSET, NodeType, Slot,
+    leaf_bytes,
 };
 use remora_layouts::{GlobalAddr, LayoutError};
 use std_alloc::boxed::Box;
@@ -58,6 +69,46 @@ fn type_for(n: usize) -> NodeType {
         .unwrap_or(NodeType::N256)
 }
 
+/// Byte `q` of `key` as encoded: a variable key's terminator (NUL) past its end. Fixed keys
+/// are never read past their end (their byte strings differ within their length).
+fn at<K: AsRef<[u8]>>(key: &K, q: usize) -> u8 {
+    key.as_ref().get(q).copied().unwrap_or(0)
+}
+
+/// Checks a bulk load's keys: each a key of the tree's mode (its fixed length; variable keys
+/// 1..=255 bytes without NUL), strictly ascending in the tree's order (byte order of the
+/// encoded keys, which for variable keys is the user keys' byte order, a key before the
+/// keys it is a prefix of).
+fn check_keys<K: AsRef<[u8]>>(mode: KeyMode, keys: &[K]) -> Result<(), SmartError> {
+    for (i, k) in keys.iter().enumerate() {
+        let k = k.as_ref();
+        match mode {
+            KeyMode::Fixed(n) if k.len() != n => {
+                return Err(SmartError::BadKey {
+                    why: "bulk load key of another length than the tree's",
+                });
+            }
+            KeyMode::Variable if k.is_empty() || k.len() >= MAX_KEY_LEN => {
+                return Err(SmartError::BadKey {
+                    why: "bulk load variable keys are 1..=255 bytes",
+                });
+            }
+            KeyMode::Variable if k.contains(&0) => {
+                return Err(SmartError::BadKey {
+                    why: "bulk load variable keys may not contain NUL bytes",
+                });
+            }
+            _ => {}
+        }
+        if i > 0 && keys[i - 1].as_ref() >= k {
+            return Err(SmartError::BadKey {
+                why: "bulk load keys are not strictly ascending",
+            });
+        }
+    }
+    Ok(())
+}
+
 type Built<'a> = Pin<Box<dyn Future<Output = Result<Slot, SmartError>> + 'a>>;
 
 /// State of one bulk load.
@@ -71,8 +122,9 @@ struct Load<'k, 'v, K> {
 }
 
 impl<'e, E: Endpoint> Smart<'e, E> {
-    /// Bulk-loads `keys` (each of the tree's fixed key length, strictly ascending) into this
-    /// tree, which must be empty (its root has no child) and not yet in use by another
+    /// Bulk-loads `keys` (keys of the tree's [`KeyMode`]: each of its fixed length, or 1..=255
+    /// bytes without NUL; strictly ascending in byte order, a key before those it is a prefix
+    /// of) into this tree, which must be empty (its root has no child) and not yet in use by another
     /// handle: open the handles that use it afterwards (a node cache filled before the load
     /// would hold the empty root). `value(i, out)` writes the value of `keys[i]` into `out`
     /// (the value capacity) and returns its length.
@@ -81,21 +133,7 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         keys: &[K],
         value: &mut dyn FnMut(usize, &mut [u8]) -> usize,
     ) -> Result<BulkStats, SmartError> {
-        let KeyMode::Fixed(klen) = self.cfg.key_mode else {
-            return Err(SmartError::Config("bulk load takes fixed-length keys"));
-        };
-        for (i, k) in keys.iter().enumerate() {
-            if k.as_ref().len() != klen {
-                return Err(SmartError::BadKey {
-                    why: "bulk load key of another length than the tree's",
-                });
-            }
-            if i > 0 && keys[i - 1].as_ref() >= k.as_ref() {
-                return Err(SmartError::BadKey {
-                    why: "bulk load keys are not strictly ascending",
-                });
-            }
-        }
+        check_keys(self.cfg.key_mode, keys)?;
         let root = self.read_node(self.root, NodeType::N256).await?;
         if root.live_slots().iter().any(|s| !s.is_empty()) {
             return Err(SmartError::Config("bulk load needs an empty tree"));
@@ -111,8 +149,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         let mut slots = vec![0u8; 8 * 256];
         let mut lo = 0;
         while lo < keys.len() {
-            let b = keys[lo].as_ref()[0];
-            let hi = lo + keys[lo..].partition_point(|k| k.as_ref()[0] == b);
+            let b = at(&keys[lo], 0);
+            let hi = lo + keys[lo..].partition_point(|k| at(k, 0) == b);
             let s = self.bulk_child(&mut l, lo, hi, self.root, 1, b).await?;
             slots[8 * b as usize..8 * b as usize + 8].copy_from_slice(&s.raw().to_le_bytes());
             lo = hi;
@@ -142,18 +180,16 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             if hi - lo == 1 {
                 return self.bulk_leaf(l, lo, parent, pkey).await;
             }
+            // Keys are checked distinct and (variable keys) free of NULs, so the first and
+            // the last differ at some byte of the first, or at its terminator: `q` is within
+            // the first key's user bytes or at their end.
             let (first, last) = (l.keys[lo].as_ref(), l.keys[hi - 1].as_ref());
-            let lcp = first[start..]
-                .iter()
-                .zip(&last[start..])
-                .take_while(|(a, b)| a == b)
-                .count();
-            let q = start + lcp;
-            if q >= first.len() {
-                return Err(SmartError::BadKey {
-                    why: "bulk load keys are not distinct",
-                });
-            }
+            let q = start
+                + first[start..]
+                    .iter()
+                    .zip(&last[start..])
+                    .take_while(|(a, b)| a == b)
+                    .count();
             // A prefix longer than a header holds: a one-slot Node4 for its first bytes.
             if q - start > MAX_PREFIX {
                 let depth = start + MAX_PREFIX;
@@ -178,8 +214,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             let mut groups = 0;
             let mut i = lo;
             while i < hi {
-                let b = l.keys[i].as_ref()[q];
-                i += l.keys[i..hi].partition_point(|k| k.as_ref()[q] == b);
+                let b = at(&l.keys[i], q);
+                i += l.keys[i..hi].partition_point(|k| at(k, q) == b);
                 groups += 1;
             }
             let ty = type_for(groups);
@@ -187,8 +223,8 @@ impl<'e, E: Endpoint> Smart<'e, E> {
             let mut slots = [Slot::EMPTY; 256];
             let (mut i, mut g) = (lo, 0);
             while i < hi {
-                let b = l.keys[i].as_ref()[q];
-                let j = i + l.keys[i..hi].partition_point(|k| k.as_ref()[q] == b);
+                let b = at(&l.keys[i], q);
+                let j = i + l.keys[i..hi].partition_point(|k| at(k, q) == b);
                 let s = self.bulk_child(l, i, j, addr, q + 1, b).await?;
                 slots[if ty == NodeType::N256 { b as usize } else { g }] = s;
                 (i, g) = (j, g + 1);
@@ -249,7 +285,10 @@ impl<'e, E: Endpoint> Smart<'e, E> {
         parent: GlobalAddr,
         pkey: u8,
     ) -> Result<Slot, SmartError> {
-        let key = l.keys[i].as_ref();
+        // The leaf holds the encoded key (a variable key with its terminator), as inserts
+        // write it; its size and its placement follow from that.
+        let enc = Key::encode(self.cfg.key_mode, l.keys[i].as_ref())?;
+        let key = enc.bytes();
         let bytes = leaf_bytes(key.len(), self.cfg.value_cap);
         let vlen = (l.value)(i, &mut l.val);
         let value = l.val.get(..vlen).ok_or(SmartError::ValueTooLarge {

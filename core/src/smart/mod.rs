@@ -54,6 +54,8 @@
 #![cfg(feature = "alloc")]
 
 mod bulk;
+#[cfg(test)]
+mod bulk_tests;
 mod cache;
 #[cfg(test)]
 mod chain_tests;
