@@ -26,7 +26,7 @@ remora=$PWD/target/release/remora
 jobs=${REPRO_JOBS:-2}
 
 # Longest first, so that the two lanes end close together.
-papers="chime smart catfish erda canrt sherman"
+papers="chime smart sherman catfish erda canrt"
 start=$(date +%s)
 if ! printf '%s\n' $papers | xargs -P "$jobs" -I{} sh -c \
     '"$1" repro "$2" --scale quick --out "$3/$2" --quiet > "$3/$2.log" 2>&1 \
