@@ -176,9 +176,10 @@ pub struct ChimeConfig {
     /// key). So the prefix (vacancy bitmap, stamps) is written whole only by splits and
     /// bulk loads and is stale in between; a torn leaf is told by its groups alone
     /// (`redo.rs`, `leaf_whole`). An update READs only the neighbourhood, as a lean one.
-    /// Per insert or delete: as many READ verbs (two headers for the prefix; one when the
-    /// header after the neighbourhood follows it in the leaf), 32 or 0 bytes more READ, one
-    /// WRITE verb and 64 bytes (the prefix and its copy in the redo record) fewer.
+    /// Per insert or delete: two headers READ for the prefix, in as many READ verbs (one
+    /// more when the neighbourhood ends at the last group: the header after it is then not
+    /// beside it), 32 bytes more READ; one WRITE verb and 64 bytes (the prefix and its copy
+    /// in the redo record) fewer.
     pub prefix_free: bool,
     /// Deliberate faults, off in every real configuration: the tests that show what a
     /// mechanism prevents turn one on and see them fail.
