@@ -46,7 +46,10 @@
 //!   way: so a pair that passes is the two groups' state at one moment. (16-bit stamps: a
 //!   READ must not span 32768 writes of one group.)
 //!
-//! The prefix's stamps are what writers record; only a lock holder reads or writes it.
+//! The prefix's stamps are what writers record; only a lock holder reads or writes it. A tree
+//! whose writers keep no prefix (`remora_core::chime::ChimeConfig::prefix_free`) takes each
+//! group's stamp from its own header instead, and its prefix (stamps, vacancy) is stale
+//! between the splits that write it whole; its low key stays right (written once).
 use crate::LayoutError;
 use memoffset::offset_of;
 

@@ -141,6 +141,16 @@ fn configs() -> Vec<ChimeConfig> {
             vacancy_lock: false,
             ..all
         }),
+        // remora's prefix-free writes, with and without the vacancy-aware lock.
+        small(ChimeConfig {
+            prefix_free: true,
+            ..all
+        }),
+        small(ChimeConfig {
+            prefix_free: true,
+            vacancy_lock: false,
+            ..all
+        }),
     ]
 }
 
@@ -293,6 +303,105 @@ fn a_lean_update_reads_no_prefix_unless_it_misses() {
     assert_eq!(lean_miss.0, chime_miss.0, "{lean_miss:?} {chime_miss:?}");
     assert_eq!(lean_miss.1, chime_miss.1);
     assert_eq!(lean_miss.2, chime_miss.2 + 50);
+}
+
+/// Prefix-free writes (`ChimeConfig::prefix_free`): an insert or a delete WRITEs one verb
+/// fewer (no prefix) and READs the headers beside its neighbourhood instead of the prefix;
+/// an update READs its neighbourhood alone; the same round trips and the same tree. With
+/// merges the switch is refused.
+#[test]
+fn prefix_free_writes_read_and_write_no_prefix() {
+    use remora_core::fabric::{Endpoint, QueuePair, Verb};
+    use remora_layouts::chime::PREFIX_LEN;
+    let run = |prefix_free: bool| {
+        let n = node(0);
+        let ep = n.endpoint().unwrap();
+        block_on(async {
+            let cfg = small(ChimeConfig {
+                prefix_free,
+                ..ChimeConfig::chime()
+            });
+            let t = Chime::create(&ep, cfg).await.unwrap();
+            // Past a split, so that the leaves' prefixes are a split's and inserts land
+            // in leaves a third full or more.
+            for x in 0..100u64 {
+                t.upsert(&k(3 * x), &x.to_le_bytes()).await.unwrap();
+            }
+            let qp = ep.qp(0).unwrap();
+            let b = qp.counters().snapshot();
+            for x in 0..30u64 {
+                t.upsert(&k(3 * x + 1), &x.to_le_bytes()).await.unwrap();
+            }
+            let ins = qp.counters().snapshot() - b;
+            let b = qp.counters().snapshot();
+            for x in 0..30u64 {
+                assert!(t.update(&k(3 * x), &(x + 7).to_le_bytes()).await.unwrap());
+            }
+            let upd = qp.counters().snapshot() - b;
+            let b = qp.counters().snapshot();
+            for x in 0..30u64 {
+                assert!(t.delete(&k(3 * x + 1)).await.unwrap());
+            }
+            let del = qp.counters().snapshot() - b;
+            // After: more inserts (into the gaps deletes left), deletes, lookups by scan.
+            for x in 100..300u64 {
+                t.upsert(&k(3 * x + 2), &x.to_le_bytes()).await.unwrap();
+            }
+            let all = scan(&t, 0, usize::MAX).await;
+            let f = |d: remora_core::counters::Snapshot| {
+                (
+                    d.verb(Verb::Read),
+                    d.verb(Verb::Write),
+                    d.bytes_in,
+                    d.round_trips,
+                )
+            };
+            (f(ins), f(upd), f(del), all)
+        })
+    };
+    let base = run(false);
+    let pf = run(true);
+    assert_eq!(pf.3, base.3, "the same tree");
+    assert_eq!(pf.3.len(), 100 + 200);
+    let n = 30;
+    // A delete: no prefix WRITE; the two headers beside its neighbourhood (64 bytes) READ
+    // for the prefix (32), in as many round trips.
+    let (b, p) = (base.2, pf.2);
+    assert_eq!(p.1 + n, b.1, "delete: one WRITE fewer: {p:?} {b:?}");
+    assert_eq!(
+        p.2,
+        b.2 + n * PREFIX_LEN as u64,
+        "delete: 32 bytes more READ"
+    );
+    assert_eq!(p.3, b.3, "delete: the same round trips");
+    assert!(
+        p.0 >= b.0 && p.0 <= b.0 + n,
+        "delete: READ verbs {p:?} {b:?}"
+    );
+    // An insert: the same, but a split writes whole leaves either way, and one whose free
+    // slot lies past its neighbourhood READs the whole leaf.
+    let (b, p) = (base.0, pf.0);
+    assert!(
+        p.1 + n >= b.1 && p.1 + n <= b.1 + 2,
+        "insert WRITEs {p:?} {b:?}"
+    );
+    assert_eq!(p.3, b.3, "insert: the same round trips");
+    let (b, p) = (base.1, pf.1);
+    assert_eq!(
+        (p.0 + n, p.1, p.3),
+        (b.0, b.1, b.3),
+        "update: one READ fewer"
+    );
+    assert_eq!(p.2 + n * PREFIX_LEN as u64, b.2);
+    // Not with merges.
+    let n = node(0);
+    let ep = n.endpoint().unwrap();
+    let cfg = small(ChimeConfig {
+        prefix_free: true,
+        merge: true,
+        ..ChimeConfig::chime()
+    });
+    assert!(block_on(Chime::create(&ep, cfg)).is_err());
 }
 
 #[test]

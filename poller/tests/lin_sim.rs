@@ -222,4 +222,10 @@ fn chime_is_linearizable_on_the_sim() {
         let r = lin_histories!(seed, sim_cfg(seed, 2), scans: true, setup: |sim| (), |ep| Chime::create(ep, cfg));
         assert_ok("chime", &r);
     }
+    // remora's prefix-free writes (`ChimeConfig::prefix_free`).
+    cfg.prefix_free = true;
+    for seed in 1..=3 {
+        let r = lin_histories!(seed, sim_cfg(seed, 2), scans: true, setup: |sim| (), |ep| Chime::create(ep, cfg));
+        assert_ok("chime prefix-free", &r);
+    }
 }

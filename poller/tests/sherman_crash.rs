@@ -526,3 +526,20 @@ fn chime_with_lean_updates_survives_a_client_dying_at_any_verb() {
         env_count("SHERMAN_CRASH_SEEDS", 2),
     );
 }
+
+/// With remora's prefix-free writes (`ChimeConfig::prefix_free`): the victim's writes log
+/// and write no prefix, so a torn leaf is told by its groups alone.
+#[test]
+fn chime_prefix_free_survives_a_client_dying_at_any_verb() {
+    campaign(
+        "chime prefix-free",
+        Base::Chime(
+            ChimeConfig {
+                prefix_free: true,
+                ..ChimeConfig::chime()
+            }
+            .with_cache(1 << 20),
+        ),
+        env_count("SHERMAN_CRASH_SEEDS", 2),
+    );
+}

@@ -51,6 +51,13 @@ fn cfg(name: &str) -> Base {
         "sherman" => Base::Sherman(ShermanConfig::sherman()),
         "fg+" => Base::Sherman(ShermanConfig::fg_plus()),
         "chime" => Base::Chime(ChimeConfig::chime().with_cache(1 << 20)),
+        "chime-prefix-free" => Base::Chime(
+            ChimeConfig {
+                prefix_free: true,
+                ..ChimeConfig::chime()
+            }
+            .with_cache(1 << 20),
+        ),
         other => panic!("no tree {other}"),
     };
     base.with(ShermanConfig {
@@ -337,5 +344,17 @@ fn chime_survives_writer_processes_killed_mid_operation() {
     }
     for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
         run("chime");
+    }
+}
+
+/// With remora's prefix-free writes (`ChimeConfig::prefix_free`): a leaf torn by a killed
+/// writer is told by its groups alone and redone.
+#[test]
+fn chime_prefix_free_survives_writer_processes_killed_mid_operation() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
+        run("chime-prefix-free");
     }
 }

@@ -417,3 +417,20 @@ fn chime_repairs_a_leaf_torn_by_a_dying_writer() {
         &[Case::Update, Case::Insert, Case::Split],
     );
 }
+
+/// With remora's prefix-free writes (`ChimeConfig::prefix_free`): no prefix in the record
+/// or the write, the torn leaf told by its groups alone.
+#[test]
+fn chime_prefix_free_repairs_a_leaf_torn_by_a_dying_writer() {
+    campaign(
+        "chime prefix-free",
+        Base::Chime(
+            ChimeConfig {
+                prefix_free: true,
+                ..ChimeConfig::chime()
+            }
+            .with_cache(1 << 20),
+        ),
+        &[Case::Update, Case::Insert, Case::Split],
+    );
+}

@@ -320,7 +320,8 @@ pub struct SmartFlags {
     /// `combining`, SMART's per-compute-node read delegation and write combining on CHIME
     /// (off by default; on in the authors' build and in `remora repro chime`'s CHIME bars);
     /// `merge`, leaf merges; `lean-update`, remora's updates that READ only the key's
-    /// neighbourhood under the lock (`ChimeConfig::lean_update`).
+    /// neighbourhood under the lock (`ChimeConfig::lean_update`); `prefix-free`, remora's
+    /// writes that READ and WRITE no leaf prefix (`ChimeConfig::prefix_free`).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
     /// Cache capacity per compute node (per client thread with --per-thread-state), in MiB:

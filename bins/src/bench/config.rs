@@ -120,7 +120,8 @@ pub(crate) fn chime_with(mut cfg: ChimeConfig, with: &[String]) -> Result<ChimeC
         if !cfg.turn_on(w) {
             return Err(format!(
                 "--with {w}: CHIME (--index chime) takes {} (SMART's per-compute-node read \
-                 delegation and write combining, leaf merges, and lean updates)",
+                 delegation and write combining, leaf merges, lean updates, and prefix-free \
+                 writes)",
                 ChimeConfig::IDEAS.join(", ")
             ));
         }

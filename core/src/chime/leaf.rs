@@ -5,7 +5,7 @@
 use super::hopscotch::Table;
 use remora_layouts::LayoutError;
 use remora_layouts::chime::{
-    Entry, GROUP_LEN, GROUPS, GroupHeader, LEAF_LEN, LeafPrefix, NEIGHBOURHOOD, PREFIX_LEN,
+    Entry, GROUP_LEN, GROUPS, GroupHeader, LEAF_LEN, LeafPrefix, NEIGHBOURHOOD, PREFIX_LEN, SLOTS,
     TORN_PAIR, encode_group, group_offset, stamp_le,
 };
 
@@ -34,6 +34,32 @@ impl Run {
         first: 0,
         count: GROUPS,
     };
+
+    /// This run with the group before it and the one after it (every group if that is
+    /// all of them): a writer that rewrites groups of `self` learns their neighbours'
+    /// stamps from it.
+    pub(crate) fn widened(self) -> Run {
+        if self.count + 2 >= GROUPS {
+            return Run::ALL;
+        }
+        Run {
+            first: (self.first + GROUPS - 1) % GROUPS,
+            count: self.count + 2,
+        }
+    }
+
+    /// The slots from `h` forward to the end of this run's last group but one: where a
+    /// writer that READ this run may put a key of home `h` (in the run, not its last group)
+    /// and rewrite groups whose neighbours it read. Every slot if the run is every group.
+    pub(crate) fn usable_from(self, h: usize) -> u64 {
+        if self.count >= GROUPS {
+            return u64::MAX;
+        }
+        let last = (self.first + self.count - 2) % GROUPS;
+        let end = (last + 1) * NEIGHBOURHOOD;
+        let n = (end + SLOTS - h) % SLOTS;
+        (0..n).fold(0u64, |m, d| m | 1 << ((h + d) % SLOTS))
+    }
 
     /// The groups from the one of slot `a` forward to the one of slot `b`.
     pub(crate) fn span(a: usize, b: usize) -> Run {
@@ -183,6 +209,18 @@ pub(crate) fn encode_groups(
     prefix.encode(leaf);
 }
 
+/// Sets in `prefix` the stamps of the groups of `run` as their headers in `leaf` carry them
+/// (verified by [`decode_run`] before): a writer that READs no prefix
+/// (`ChimeConfig::prefix_free`) stamps its groups from these. Under the leaf's lock a
+/// group's own stamp is its latest.
+pub(crate) fn stamps_from(leaf: &[u8], run: Run, prefix: &mut LeafPrefix) {
+    for g in run.groups() {
+        if let Ok(h) = GroupHeader::decode(&leaf[group_offset(g)..]) {
+            prefix.set_stamp(g, h.own());
+        }
+    }
+}
+
 /// A whole leaf image of `t`: every group rewritten (stamps one more than `prefix`'s).
 pub(crate) fn encode_leaf(leaf: &mut [u8], t: &Table, meta: Meta, prefix: &mut LeafPrefix) {
     encode_groups(leaf, t, u8::MAX, meta, prefix);
@@ -327,5 +365,19 @@ mod tests {
         assert_eq!(Run::span(60, 3), Run { first: 7, count: 2 });
         assert_eq!(groups_of(1 << 63 | 1), 0b1000_0001);
         assert_eq!(dirty_ranges(0b1000_0011).len(), 2);
+        // Widened by a group each side; every group once that is all.
+        assert_eq!(Run::window(9).widened(), Run { first: 0, count: 4 });
+        assert_eq!(Run::window(0).widened(), Run { first: 7, count: 3 });
+        assert_eq!(Run { first: 2, count: 6 }.widened(), Run::ALL);
+        // Usable: from the home to the end of the last group but one, cyclically.
+        let r = Run::window(9).widened();
+        assert_eq!(r.usable_from(9), (9..24).fold(0, |m, s| m | 1u64 << s));
+        let r = Run::window(60).widened();
+        assert_eq!(r, Run { first: 6, count: 4 });
+        assert_eq!(
+            r.usable_from(60),
+            (60..64).chain(0..8).fold(0, |m, s| m | 1u64 << s)
+        );
+        assert_eq!(Run::ALL.usable_from(5), u64::MAX);
     }
 }

@@ -20,7 +20,15 @@
 //!   use. Off: the writer READs the whole leaf under the lock. Remora's lock words are
 //!   Sherman's owned lease words (client and tag, in NIC device memory), which leave no room
 //!   for CHIME's 57-bit bitmap inside the word; the bitmap's word is beside the leaf instead,
-//!   and reaches the writer in the same round trip.
+//!   and reaches the writer in the same round trip. Nor would the bitmap in the lock word
+//!   save that READ: the writer needs more of the prefix than the bitmap (the stamps of the
+//!   groups beside those it rewrites, and the low key). A lease word needs the holder's
+//!   client id whole (32 bits: the soft fabric's ids are a slot in the high 16 bits and a
+//!   generation in the low 16, and a waiter fences exactly `lease::holder(word)`) and a tag
+//!   that changes at each acquisition (16 bits are ample: a waiter fences only a word it
+//!   saw unchanged at every look for a lease), which leaves 16 bits: one "has a free slot"
+//!   bit per group fits, 8 groups' 16-bit stamps do not. [`ChimeConfig::prefix_free`] takes
+//!   the stamps from the groups' own headers instead.
 //! - **Speculative reads** (`speculative`, `hotspot.rs`): a per-node hotspot cache of
 //!   (key tag, leaf, slot), 16 bytes an entry as the authors'; a hit READs the slot's group
 //!   (160 bytes: its checksum covers the whole group, so one entry cannot be verified alone).
@@ -68,7 +76,8 @@
 //!
 //! remora's own idea on CHIME ([`ChimeConfig::lean_update`], off by default, `--with
 //! lean-update`): an update READs only the key's neighbourhood under the leaf's lock, not the
-//! leaf prefix with it (`write.rs`).
+//! leaf prefix with it (`write.rs`). And ([`ChimeConfig::prefix_free`], `--with
+//! prefix-free`): no writer READs or WRITEs the prefix.
 //!
 //! Bulk loading (`bulk.rs`, [`Chime::bulk_load`]): the tree random inserts grow, its leaves
 //! filled by CHIME's own insert, under Sherman's internal levels, written at memory speed.
@@ -157,6 +166,21 @@ pub struct ChimeConfig {
     /// prefix: its vacancy bitmap rides in its lock word, which remora's lease-owned lock
     /// words have no room for (see the module's "Vacancy-aware lock").
     pub lean_update: bool,
+    /// remora's own (off by default, `--with prefix-free`; not with `merge`): writers READ
+    /// and WRITE no leaf prefix (`write.rs`). The stamps a writer records for the groups
+    /// beside those it rewrites come from those groups' own headers, READ in the doorbell
+    /// that READs the key's neighbourhood (`read.rs`, `read_run_beside`); an insert puts
+    /// its key where that READ shows a free slot (else it READs the leaf and looks again
+    /// before splitting); a lock holder checks a leaf's range by its
+    /// sibling alone (without merges a leaf reached is never one whose low key is above the
+    /// key). So the prefix (vacancy bitmap, stamps) is written whole only by splits and
+    /// bulk loads and is stale in between; a torn leaf is told by its groups alone
+    /// (`redo.rs`, `leaf_whole`). An update READs only the neighbourhood, as a lean one.
+    /// Per insert or delete: two headers READ for the prefix, in as many READ verbs (one
+    /// more when the neighbourhood ends at the last group: the header after it is then not
+    /// beside it), 32 bytes more READ; one WRITE verb and 64 bytes (the prefix and its copy
+    /// in the redo record) fewer.
+    pub prefix_free: bool,
     /// Deliberate faults, off in every real configuration: the tests that show what a
     /// mechanism prevents turn one on and see them fail.
     #[doc(hidden)]
@@ -212,6 +236,7 @@ impl ChimeConfig {
             merge: false,
             combine_latest: true,
             lean_update: false,
+            prefix_free: false,
             mutation: Mutation {
                 no_merge_completion: false,
                 reuse_unguarded: false,
@@ -256,9 +281,16 @@ impl ChimeConfig {
 
 impl ChimeConfig {
     /// The names of the switches beyond CHIME's own, each off by default: SMART's read
-    /// delegation and write combining (on in the authors' build), leaf merges, and lean
-    /// updates ([`Self::lean_update`]).
-    pub const IDEAS: [&'static str; 4] = ["delegation", "combining", "merge", "lean-update"];
+    /// delegation and write combining (on in the authors' build), leaf merges, lean
+    /// updates ([`Self::lean_update`]) and writes without the leaf prefix
+    /// ([`Self::prefix_free`]).
+    pub const IDEAS: [&'static str; 5] = [
+        "delegation",
+        "combining",
+        "merge",
+        "lean-update",
+        "prefix-free",
+    ];
 
     /// Turns on the switch `name` (one of [`Self::IDEAS`]); false if there is none of
     /// that name.
@@ -268,6 +300,7 @@ impl ChimeConfig {
             "combining" => self.combining = true,
             "merge" => self.merge = true,
             "lean-update" => self.lean_update = true,
+            "prefix-free" => self.prefix_free = true,
             _ => return false,
         }
         true
@@ -402,6 +435,15 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                 len: cfg.sherman.value_size,
                 max: MAX_VALUE,
             });
+        }
+        if cfg.prefix_free && cfg.merge && cfg.hopscotch {
+            // A merge rewrites both leaves from their prefixes, and its reuse of leaves is
+            // what the prefix's low key guards writers against (`write.rs`).
+            return Err(ShermanError::Config(
+                remora_layouts::LayoutError::Inconsistent {
+                    what: "prefix-free writes are not for trees with leaf merges",
+                },
+            ));
         }
         if cfg.sherman.page_size > read::FRAME {
             return Err(ShermanError::Config(

@@ -7,8 +7,8 @@ use crate::fabric::{Endpoint, Op, QueuePair, Work};
 use crate::sherman::{Patience, ShermanError};
 use remora_layouts::GlobalAddr;
 use remora_layouts::chime::{
-    Entry, GROUP_LEN, GroupHeader, LEAF_LEN, LOW_OFFSET, NEIGHBOURHOOD, PREFIX_LEN, decode_group,
-    group_offset, home,
+    Entry, GROUP_HEADER_LEN, GROUP_LEN, GROUPS, GroupHeader, LEAF_LEN, LOW_OFFSET, NEIGHBOURHOOD,
+    PREFIX_LEN, decode_group, group_offset, home,
 };
 
 /// Bytes of the frame an internal page is read into on the way down.
@@ -181,36 +181,97 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         leaf: &mut [u8; LEAF_LEN],
         t: &mut Table,
     ) -> Result<GroupHeader, ChimeError> {
+        self.read_run_in(addr, run, (prefix, false), locked, leaf, t)
+            .await
+    }
+
+    /// [`Self::read_run`] of a prefix-free writer (`ChimeConfig::prefix_free`): no prefix;
+    /// in the same doorbell the headers of the groups before and after `run` (a run of
+    /// fewer than 7 groups), for their stamps, unverified (their checksums cover their
+    /// entries too; under the lock a group is as its last writer left it, or as a lock
+    /// takeover's redo left it: `redo.rs`). The header after the run rides in the run's
+    /// READ when it follows it in the leaf.
+    pub(super) async fn read_run_beside(
+        &self,
+        addr: GlobalAddr,
+        run: Run,
+        leaf: &mut [u8; LEAF_LEN],
+        t: &mut Table,
+    ) -> Result<GroupHeader, ChimeError> {
+        self.read_run_in(addr, run, (false, true), true, leaf, t)
+            .await
+    }
+
+    async fn read_run_in(
+        &self,
+        addr: GlobalAddr,
+        run: Run,
+        (prefix, beside): (bool, bool),
+        locked: bool,
+        leaf: &mut [u8; LEAF_LEN],
+        t: &mut Table,
+    ) -> Result<GroupHeader, ChimeError> {
         let qp = self.tree.qp_of(addr)?;
         let ep = self.tree.endpoint();
         let mut p = self.tree.wait();
         let mut repaired = false;
+        let beside = beside && run.count + 2 <= GROUPS;
         loop {
             {
-                let ranges = run.ranges();
+                let mut ranges = run.ranges();
+                // The header before the run, and the one after it (appended to the range
+                // it follows, if any).
+                let before = group_offset((run.first + GROUPS - 1) % GROUPS);
+                let next = group_offset((run.first + run.count) % GROUPS);
+                let mut after = beside.then_some(next);
+                if beside && let Some(r) = ranges.iter_mut().find(|r| r.1 == next) {
+                    r.1 += GROUP_HEADER_LEN;
+                    after = None;
+                }
                 let (pre, rest) = leaf.split_at_mut(PREFIX_LEN);
-                let mut ops: heapless::Vec<Op<'_>, 3> = heapless::Vec::new();
+                let mut ops: heapless::Vec<Op<'_>, 4> = heapless::Vec::new();
                 if prefix {
                     let _ = ops.push(Op::Read {
                         remote: addr,
                         local: pre,
                     });
                 }
-                // Groups start after the prefix; a wrapped run is the head groups (its
-                // second range, from group 0) and the tail groups (its first range).
-                let (r0, r1) = (ranges[0], ranges.get(1).copied());
-                let cut = r1.map_or(0, |r| r.1 - PREFIX_LEN);
-                let (head, tail) = rest.split_at_mut(cut);
-                if let Some(r1) = r1 {
-                    let _ = ops.push(Op::Read {
-                        remote: addr.add(r1.0 as u64),
-                        local: &mut head[r1.0 - PREFIX_LEN..],
-                    });
+                // Groups start after the prefix: split `rest` at each range, in order.
+                let mut wanted: heapless::Vec<(usize, usize), 4> = heapless::Vec::new();
+                if beside {
+                    let _ = wanted.push((before, before + GROUP_HEADER_LEN));
                 }
-                let _ = ops.push(Op::Read {
-                    remote: addr.add(r0.0 as u64),
-                    local: &mut tail[r0.0 - PREFIX_LEN - cut..r0.1 - PREFIX_LEN - cut],
-                });
+                if let Some(a) = after {
+                    let _ = wanted.push((a, a + GROUP_HEADER_LEN));
+                }
+                // A wrapped run is the head groups (its second range, from group 0) and
+                // the tail groups (its first range).
+                for r in ranges.iter().rev() {
+                    let _ = wanted.push(*r);
+                }
+                let mut order: heapless::Vec<(usize, usize), 4> = wanted.clone();
+                order.sort_unstable();
+                let mut rest = rest;
+                let mut at = PREFIX_LEN;
+                let mut bufs: heapless::Vec<(usize, &mut [u8]), 4> = heapless::Vec::new();
+                for (a, b) in order {
+                    let (_, tail) = core::mem::take(&mut rest).split_at_mut(a - at);
+                    let (mine, tail) = tail.split_at_mut(b - a);
+                    let _ = bufs.push((a, mine));
+                    rest = tail;
+                    at = b;
+                }
+                // Posted in the order wanted (as before this helper: the prefix, a wrapped
+                // run's head, its tail).
+                for (a, _) in wanted {
+                    if let Some(i) = bufs.iter().position(|(x, _)| *x == a) {
+                        let (_, local) = bufs.swap_remove(i);
+                        let _ = ops.push(Op::Read {
+                            remote: addr.add(a as u64),
+                            local,
+                        });
+                    }
+                }
                 qp.post(&mut ops).await?;
             }
             ep.charge(Work::GroupDecode(run.count));

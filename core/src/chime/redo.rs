@@ -199,11 +199,18 @@ fn apply(rec: &[u8], img: &mut [u8]) -> bool {
 }
 
 /// The leaf image is whole: every group verifies, neighbours agree, and the prefix agrees
-/// with the groups (stamps, vacancy) — see the module docs.
-pub(super) fn leaf_whole(img: &[u8]) -> bool {
+/// with the groups (stamps, vacancy) — see the module docs. Without `prefix` (a tree whose
+/// writers keep no prefix, `ChimeConfig::prefix_free`, and log none) the groups alone: a
+/// write's groups are one cyclic run (an insert's from its home to its free slot, a
+/// delete's the home's and the slot's), so a part of them landed leaves a new group beside
+/// an old one of the same write, whose stamp the new one records one higher.
+pub(super) fn leaf_whole(img: &[u8], prefix: bool) -> bool {
     let mut t = Table::empty();
     if decode_run(img, Run::ALL, &mut t).is_err() {
         return false;
+    }
+    if !prefix {
+        return true;
     }
     let Ok(p) = LeafPrefix::decode(img) else {
         return false;
@@ -309,7 +316,8 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             .await?;
         let mut img = [0u8; LEAF_LEN];
         qp.read(leaf, &mut img).await?;
-        if leaf_whole(&img) || !apply(&rec[..n], &mut img) || !leaf_whole(&img) {
+        let kept = !self.cfg.prefix_free;
+        if leaf_whole(&img, kept) || !apply(&rec[..n], &mut img) || !leaf_whole(&img, kept) {
             // Whole (a stale record), or not the torn write this record describes: left as
             // it is (a leaf that stays torn is reported at the readers' deadline).
             return Ok(());
@@ -345,7 +353,7 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         let mut img = [0u8; LEAF_LEN];
         qp.read(r, &mut img).await?;
         let mut t = Table::empty();
-        if leaf_whole(&img)
+        if leaf_whole(&img, true)
             && decode_run(&img, Run::ALL, &mut t)
                 .is_ok_and(|h| super::merge::retired(h.sibling) == Some(l))
         {
@@ -411,7 +419,7 @@ mod tests {
         let mut p = LeafPrefix::default();
         let mut old = [0u8; LEAF_LEN];
         encode_leaf(&mut old, &t, meta(), &mut p);
-        assert!(leaf_whole(&old));
+        assert!(leaf_whole(&old, true));
         // An insert that hopped across groups 2 and 3.
         t.e[17] = Entry {
             live: true,
@@ -427,7 +435,7 @@ mod tests {
         };
         let mut new = old;
         encode_groups(&mut new, &t, 0b1100, meta(), &mut p);
-        assert!(leaf_whole(&new));
+        assert!(leaf_whole(&new, true));
         let mask = 1 | 0b1100 << 1;
         let leaf = GlobalAddr::new(0, 0x8000);
         let mut rec = [0u8; RECORD_MAX];
@@ -441,17 +449,17 @@ mod tests {
         for &i in &changed {
             let mut torn = old;
             torn[i * 8..i * 8 + 8].copy_from_slice(&new[i * 8..i * 8 + 8]);
-            assert!(!leaf_whole(&torn), "word {i} alone passes");
+            assert!(!leaf_whole(&torn, true), "word {i} alone passes");
             assert!(apply(&rec[..n], &mut torn));
             assert_eq!(torn, new);
         }
         for (a, b) in units(mask) {
             let mut torn = old;
             torn[a..b].copy_from_slice(&new[a..b]);
-            assert!(!leaf_whole(&torn), "unit {a}..{b} alone passes");
+            assert!(!leaf_whole(&torn, true), "unit {a}..{b} alone passes");
             let mut rest = new;
             rest[a..b].copy_from_slice(&old[a..b]);
-            assert!(!leaf_whole(&rest), "all but unit {a}..{b} passes");
+            assert!(!leaf_whole(&rest, true), "all but unit {a}..{b} passes");
         }
         // A value update: one entry and its group's header (stamps unchanged), torn any way
         // (either word of the two alone), redone from its record.
@@ -462,7 +470,7 @@ mod tests {
         let g = group_offset(3);
         let h = GroupHeader::decode(&new[g..g + GROUP_HEADER_LEN]).unwrap();
         encode_group_of(&mut upd, &tu, 3, &h);
-        assert!(leaf_whole(&upd));
+        assert!(leaf_whole(&upd, true));
         let mut erec = [0u8; RECORD_MAX];
         let en = encode(&mut erec, leaf, entry_unit(s), &upd);
         assert_eq!(en, HEADER + slot_offset(s) + ENTRY_LEN - g);
@@ -473,9 +481,44 @@ mod tests {
         for &i in &changed {
             let mut torn = new;
             torn[i * 8..i * 8 + 8].copy_from_slice(&upd[i * 8..i * 8 + 8]);
-            assert!(!leaf_whole(&torn), "word {i} of the update alone passes");
+            assert!(
+                !leaf_whole(&torn, true),
+                "word {i} of the update alone passes"
+            );
             assert!(apply(&erec[..en], &mut torn));
             assert_eq!(torn, upd);
+        }
+        // Prefix-free (`ChimeConfig::prefix_free`): the write's groups alone, logged and
+        // written without the prefix (the leaf's stays stale). Every changed word alone is
+        // refused by the groups alone, and the record makes the leaf whole.
+        let mut pf = new;
+        pf[..PREFIX_LEN].copy_from_slice(&old[..PREFIX_LEN]);
+        assert!(leaf_whole(&pf, false) && !leaf_whole(&pf, true));
+        let gmask = 0b1100 << 1;
+        let mut grec = [0u8; RECORD_MAX];
+        let gn = encode(&mut grec, leaf, gmask, &pf);
+        assert_eq!(gn, HEADER + 2 * GROUP_LEN);
+        let changed: Vec<usize> = (PREFIX_LEN / 8..LEAF_LEN / 8)
+            .filter(|&i| old[i * 8..i * 8 + 8] != pf[i * 8..i * 8 + 8])
+            .collect();
+        assert!(changed.len() > 5);
+        for &i in &changed {
+            let mut torn = old;
+            torn[i * 8..i * 8 + 8].copy_from_slice(&new[i * 8..i * 8 + 8]);
+            assert!(
+                !leaf_whole(&torn, false),
+                "word {i} alone passes, prefix-free"
+            );
+            assert!(apply(&grec[..gn], &mut torn));
+            assert_eq!(torn, pf);
+        }
+        for (a, b) in units(gmask) {
+            let mut torn = old;
+            torn[a..b].copy_from_slice(&pf[a..b]);
+            assert!(
+                !leaf_whole(&torn, false),
+                "unit {a}..{b} alone passes, prefix-free"
+            );
         }
         // A record with any word changed is refused.
         for i in 0..n / 8 {

@@ -5,7 +5,7 @@
 use super::delegate::{Entries, Kind};
 use super::hopscotch::{NoRoom, Table, pack};
 use super::leaf::{
-    Meta, Run, dirty_ranges, encode_group_of, encode_groups, encode_leaf, groups_of,
+    Meta, Run, dirty_ranges, encode_group_of, encode_groups, encode_leaf, groups_of, stamps_from,
 };
 use super::merge::MERGE_AT;
 use super::read::{At, Reach};
@@ -175,19 +175,33 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         } else {
             Run::ALL
         };
-        let lean = self.cfg.lean_update && change == Change::Update;
-        let hdr = match self.read_run(addr, known, !lean, true, leaf, &mut t).await {
+        // Prefix-free (`prefix_free`): no prefix READ; a write that may rewrite groups
+        // READs the headers beside them too, for their stamps (an update in place rewrites
+        // no stamp).
+        let free_of_prefix = self.cfg.prefix_free;
+        let beside = free_of_prefix && change != Change::Update;
+        let lean = (self.cfg.lean_update || free_of_prefix) && change == Change::Update;
+        let with_prefix = !lean && !free_of_prefix;
+        let read = if beside {
+            self.read_run_beside(addr, known, leaf, &mut t).await
+        } else {
+            self.read_run(addr, known, with_prefix, true, leaf, &mut t)
+                .await
+        };
+        let hdr = match read {
             Ok(hdr) => hdr,
             Err(e) => return self.bail(addr, lock, Err(e)).await,
         };
         let found = t.find(key);
         if lean
+            && !free_of_prefix
             && found.is_none()
             && let Err(e) = self.read_prefix(addr, leaf).await
         {
             return self.bail(addr, lock, Err(e)).await;
         }
-        // (Not READ by a lean update that found its key: unused on its path.)
+        // (Not READ by a lean update that found its key, nor by a prefix-free writer: its
+        // stamps are then the headers', its low key unknown.)
         let mut prefix = match LeafPrefix::decode(&leaf[..]) {
             Ok(p) => p,
             Err(why) => {
@@ -196,17 +210,22 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                     .await;
             }
         };
+        if free_of_prefix {
+            stamps_from(&leaf[..], known.widened(), &mut prefix);
+        }
         // Sibling-based validation under the lock (`read.rs`, `At`): the leaf cannot split
         // now, so its range is `[prefix.low, sibling's low)` until the unlock. A leaf that
-        // holds the key covers it; one that does not is checked.
+        // holds the key covers it; one that does not is checked. Prefix-free (no merges):
+        // no leaf is reused, so one reached has its low key at most the key (`read.rs`).
+        let low = (!free_of_prefix).then_some(prefix.low);
         if found.is_none() {
-            match self.reach(key, &at, hdr.sibling, Some(prefix.low)).await {
+            match self.reach(key, &at, hdr.sibling, low).await {
                 Ok(Reach::Here) => {}
                 Ok(r) => return self.bail(addr, lock, Ok(Step::Elsewhere(r))).await,
                 Err(e) => return self.bail(addr, lock, Err(e)).await,
             }
         }
-        let meta = Meta::of(&hdr, &prefix);
+        let mut meta = Meta::of(&hdr, &prefix);
         let len = value.len() as u8;
         let mut val = [0u8; MAX_VALUE];
         val[..value.len()].copy_from_slice(value);
@@ -260,14 +279,21 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             (None, Change::Update | Change::Delete) => {
                 return self.bail(addr, lock, Ok(Step::Done(false))).await;
             }
-            (None, Change::Upsert) => {
-                let free = prefix.vacancy;
+            (None, Change::Upsert) => 'insert: {
+                // Prefix-free: the free slots the READ shows, where the write's groups
+                // have their neighbours read.
+                let free = if free_of_prefix {
+                    t.vacancy() & known.widened().usable_from(h)
+                } else {
+                    prefix.vacancy
+                };
                 let j = (0..SLOTS)
                     .map(|d| (h + d) % SLOTS)
                     .find(|&s| free & (1 << s) != 0);
                 let reach = j.map(|j| Run::span(h, j));
                 if let Some(r) = reach
                     && r.count > known.count
+                    && !free_of_prefix
                 {
                     // The free slot is past the neighbourhood: READ the groups up to it.
                     if let Err(e) = self.read_run(addr, r, false, true, leaf, &mut t).await {
@@ -290,6 +316,30 @@ impl<'e, E: Endpoint> Chime<'e, E> {
                         {
                             return self.bail(addr, lock, Err(e)).await;
                         }
+                        // Prefix-free: every free slot (and stamp) is known now; the key
+                        // may fit after all. Else the split needs the prefix's low key.
+                        if free_of_prefix {
+                            stamps_from(&leaf[..], Run::ALL, &mut prefix);
+                            if known.count < Run::ALL.count
+                                && let Ok((_, dirty)) = t.insert(key, len, val, t.vacancy())
+                            {
+                                if dirty.count_ones() > 2 {
+                                    self.count(|s| s.hops += 1);
+                                }
+                                break 'insert dirty;
+                            }
+                            if let Err(e) = self.read_prefix(addr, leaf).await {
+                                return self.bail(addr, lock, Err(e)).await;
+                            }
+                            prefix.low = match LeafPrefix::decode(&leaf[..]) {
+                                Ok(p) => p.low,
+                                Err(why) => {
+                                    let e = ShermanError::Corrupt { addr, why };
+                                    return self.bail(addr, lock, Err(e)).await;
+                                }
+                            };
+                            meta = Meta::of(&hdr, &prefix);
+                        }
                         let e = Entry {
                             live: true,
                             len,
@@ -310,7 +360,9 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         if let Err(e) = self.fresh() {
             return self.bail(addr, lock, Err(e)).await;
         }
-        let logged = match self.log(addr, 1 | (groups as u16) << 1, &leaf[..]).await {
+        // Prefix-free: neither logged nor written (stale between splits).
+        let units = (groups as u16) << 1 | u16::from(!free_of_prefix);
+        let logged = match self.log(addr, units, &leaf[..]).await {
             Ok(l) => l,
             Err(e) => return self.bail(addr, lock, Err(e)).await,
         };
@@ -323,11 +375,13 @@ impl<'e, E: Endpoint> Chime<'e, E> {
             })
             .expect(FULL);
         }
-        ops.push(Op::Write {
-            remote: addr,
-            local: &leaf[..remora_layouts::chime::PREFIX_LEN],
-        })
-        .expect(FULL);
+        if !free_of_prefix {
+            ops.push(Op::Write {
+                remote: addr,
+                local: &leaf[..remora_layouts::chime::PREFIX_LEN],
+            })
+            .expect(FULL);
+        }
         let r = self.tree.unlock_leaf(addr, lock, &mut ops).await;
         drop(ops);
         self.unlog(logged);
@@ -342,7 +396,8 @@ impl<'e, E: Endpoint> Chime<'e, E> {
         Ok(Step::Done(true))
     }
 
-    /// READs the prefix of leaf `addr`, locked, into `leaf` (a lean update that missed).
+    /// READs the prefix of leaf `addr`, locked, into `leaf` (a lean update that missed, a
+    /// prefix-free insert about to split).
     async fn read_prefix(
         &self,
         addr: GlobalAddr,
