@@ -16,9 +16,9 @@ const THREADS: &[usize] = &[1, 2, 4, 8, 16, 22];
 /// (1.02-1.18x, all faithful) runs once.
 const SEEDS: u64 = 5;
 
-/// YCSB-A's and YCSB-B's measured window, in virtual seconds: it opens `.0` into the run phase, with no
-/// pause of the clients at its start, and lasts `.1` (`--warmup-seconds`, `--seconds`).
-/// Under YCSB-A, FG+'s hot-leaf lock queues build up for tens of milliseconds, and a
+/// YCSB-A's and YCSB-B's measured window, in virtual seconds: it opens `.0` into the run
+/// phase, with no pause of the clients at its start, and lasts `.1` (`--warmup-seconds`,
+/// `--seconds`). Under YCSB-A, FG+'s hot-leaf lock queues build up for tens of milliseconds, and a
 /// barrier drains them: after a 100k-operation warm-up and its barrier, FG+ runs 1.07 Mops
 /// over the next 10 ms and 0.52 over 30 ms (quick scale, seed 1), falling all along, while
 /// counted from 10, 30 and 100 ms into one continuous run it settles at 0.32, 0.28 and 0.21

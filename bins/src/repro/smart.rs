@@ -498,11 +498,12 @@ pub fn paper(s: &Scale) -> Paper {
              leaf's lock is held from its CAS to its release for 4 one-way trips against 2, \
              under 2x, and a handed-over turn holds it for one WRITE round trip in both. 3x \
              here needs the step before at 6.1 Mops, 42 us per operation (256 in flight) \
-             against 13.9 us. Steadiness (the report lists this row's lock steps unsteady, 0.55-0.62: the window \
+             against 13.9 us. Steadiness (the report lists this row's lock steps unsteady, \
+             0.55-0.62: the window \
              after the warm-up barrier catches the hot leaves' lock queues filling again): \
              counted over the same 2 ms opened 2 ms into one continuous run (`--warmup-seconds \
-             0.002` on the factor command, seed 1; bins/tests/cli/bench.rs a_late_window_counts_only_what_completes_after_it_opens), every step runs \
-             steady (0.87-1.00) and reads: baseline 12.62, + lock-free internal 7.31, + \
+             0.002` on the factor command, seed 1), every step runs steady (0.87-1.00) and \
+             reads: baseline 12.62, + lock-free internal 7.31, + \
              in-place leaf 17.48, + rear lock 17.56 (1.00x), + delegation 17.78, + combining \
              60.63 Mops (3.41x): in steady state the hot leaves' lock queues bind every step \
              before write combining. The authors count an epoch of a running test (the steady \
@@ -665,16 +666,11 @@ fn later_factors() -> Vec<Claim> {
              against 19.1 Mops, 2.08 against 2.11 round trips per op, p99 38 against 96 us, \
              2.0% of writes combined: combining also ends the leaf-lock \
              hand-over of the steps before it (on for every step before write combining, as \
-             in the authors' build), so the step's gain is larger than the paper's. Steadiness (the report lists this row's lock steps unsteady, 0.55-0.62: the window \
-             after the warm-up barrier catches the hot leaves' lock queues filling again): \
-             counted over the same 2 ms opened 2 ms into one continuous run (`--warmup-seconds \
-             0.002` on the factor command, seed 1; bins/tests/cli/bench.rs a_late_window_counts_only_what_completes_after_it_opens), every step runs \
-             steady (0.87-1.00) and reads: baseline 12.62, + lock-free internal 7.31, + \
-             in-place leaf 17.48, + rear lock 17.56 (1.00x), + delegation 17.78, + combining \
-             60.63 Mops (3.41x): in steady state the hot leaves' lock queues bind every step \
-             before write combining. The authors count an epoch of a running test (the steady \
-             state); the report keeps the window after the barrier (the late one adds 2 ms \
-             of simulated run to each factor run), and gives these steady figures beside it",
+             in the authors' build), so the step's gain is larger than the paper's. Where \
+             the steps settle (a window \
+             opened 2 ms into one continuous run, seed 1; factor-rear-lock's note) the row \
+             reads 3.41x (60.63 against 17.78 Mops): in steady state the hot leaves' lock \
+             queues bind every step before write combining",
         ),
     ]
 }
