@@ -637,5 +637,12 @@ pub(super) fn validate(a: &BenchArgs) -> Result<(), String> {
                 .into(),
         );
     }
+    if a.warmup_seconds.is_some() && a.operations.is_some() {
+        return Err(
+            "--warmup-seconds times the run's window: an --operations budget could \
+                    end the run before the window opens"
+                .into(),
+        );
+    }
     Ok(())
 }

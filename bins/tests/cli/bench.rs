@@ -397,4 +397,17 @@ fn a_late_window_counts_only_what_completes_after_it_opens() {
     let o = remora(&["bench", "--fabric", "sim", "--warmup-seconds", "0.001"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("needs --seconds"), "{}", stderr(&o));
+    let o = remora(&[
+        "bench",
+        "--fabric",
+        "sim",
+        "--seconds",
+        "0.001",
+        "--warmup-seconds",
+        "0.001",
+        "--operations",
+        "100",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--operations budget"), "{}", stderr(&o));
 }
