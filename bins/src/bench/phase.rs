@@ -401,11 +401,11 @@ pub async fn phase<I: KvIndex>(
     let now = ctx.now_ns();
     // A window that opens later (`--warmup-seconds`, sim): its counters are read when it
     // opens, by a timer beside the coroutines, while they run on.
+    let from = ph.measure_from_ns.load(Ordering::Relaxed);
     let opens = match &ctx.time {
-        Time::Virtual(c) => Some(c).zip(Some(ph.measure_from_ns.load(Ordering::Relaxed))),
-        Time::Wall(_) => None,
-    }
-    .filter(|&(_, from)| from > now);
+        Time::Virtual(c) if from > now => Some((*c, from)),
+        _ => None,
+    };
     let marks = RefCell::new(Marks::read(ctx, snapshot, stats));
     let timeline = RefCell::new(Timeline::new(opens.map_or(now, |(_, from)| from)));
     let phase_salt = (ph.workload as u64 * 0x1000_0000) ^ ph.salt;
