@@ -89,7 +89,15 @@ pub fn wanted(a: &BenchArgs, index: &IndexCfg, workload: Workload) -> bool {
             // repro's string-key bar shape at 200,000 keys, YCSB-C: ART on DM (no cache)
             // 4.402 Mops bulk-loaded, 4.389 inserted (8.07 RT/op both); SMART 111.6 against
             // 36.7, its warmed caches holding the whole index (0.99 RT/op against 2.44; 49.1
-            // with --cold-cache), as with 8-byte keys (122.6 against 69.7).
+            // with --cold-cache), as with 8-byte keys (122.6 against 69.7). The warmed
+            // figure is the inserted load's steady state, not a head start: inserted, the
+            // same run reaches it as its warm-up grows (`--warmup` 51,200 / 512,000 /
+            // 2,048,000 / 8,192,000 ops: 38.4 / 66.7 / 91.3 / 113.4 Mops, 2.42 / 1.62 /
+            // 1.19 / 1.01 RT/op), where the bulk-loaded run reads 114.8 and 114.6 at the
+            // first two (`remora bench --fabric sim --profile smart --set
+            // server_llc_lines=66 --records 200000 --operations 20000 --compute-nodes 16
+            // --memory-nodes 2 --clients-per-node 4 --coroutines 4 --index smart --keys
+            // string --workload c [--no-bulk-load] --warmup N`).
             KeyMode::Variable => a.keys == KeyType::String,
             KeyMode::Fixed(_) => false,
         },
