@@ -32,24 +32,29 @@ fn chime_runs_as_its_authors_build_it() {
             .collect()
     };
     let row = |l: &str, w: &[&'static str], on: bool| (l.to_string(), v(w), 0, on);
-    let all = ["a", "b", "c", "d", "e"];
+    // Each bar's YCSB-A and YCSB-B split off (they run over the window).
+    let (ab, cde) = (["a", "b"], ["c", "d", "e"]);
+    let split = |l: &str, on: bool| [row(l, &ab, on), row(l, &cde, on)];
     assert_eq!(
         shape("chime-ycsb"),
-        vec![
-            row("CHIME", &all, true),
-            row("SMART", &all, false),
-            row("Sherman", &all, false),
-            row(WITHOUT, &all, false),
+        [
+            split("CHIME", true),
+            split("SMART", false),
+            split("Sherman", false),
+            split(WITHOUT, false),
         ]
+        .concat()
     );
     assert_eq!(
         shape("chime-cache"),
         vec![
-            row("CHIME cache/8.7", &["c", "a"], true),
+            row("CHIME cache/8.7", &["c"], true),
+            row("CHIME cache/8.7", &["a"], true),
             row("CHIME cache/15", &["c"], true),
             row("CHIME cache/30", &["c"], true),
             row("Sherman cache/8.7", &["c"], false),
-            row("Sherman", &["c", "a"], false),
+            row("Sherman", &["c"], false),
+            row("Sherman", &["a"], false),
         ]
     );
     assert_eq!(
@@ -58,10 +63,15 @@ fn chime_runs_as_its_authors_build_it() {
     );
     // remora's idea: CHIME as its authors build it, with and without lean updates,
     // each at seeds 1-3.
-    let seeded = |l: &str| (l.to_string(), v(&all), 3, true);
+    let seeded = |l: &str| {
+        [
+            (l.to_string(), v(&ab), 3, true),
+            (l.to_string(), v(&cde), 3, true),
+        ]
+    };
     assert_eq!(
         shape("chime-idea"),
-        vec![seeded("CHIME"), seeded(IDEA_LABEL), seeded(IDEA2_LABEL)]
+        [seeded("CHIME"), seeded(IDEA_LABEL), seeded(IDEA2_LABEL)].concat()
     );
     assert_eq!(p.experiments.len(), 4);
     // Each CHIME command but the one without them has them; no Sherman command has.
@@ -177,6 +187,9 @@ fn the_cache_sweep_runs_at_its_key_count() {
                 (s.label.clone(), flag(&s.args, "--cache-mib"))
             })
             .collect();
+        // A bar's YCSB-A runs in a series of its own (over the window), same cache.
+        let mut cache = cache;
+        cache.dedup();
         let want: Vec<(&str, f64)> = vec![
             ("CHIME cache/8.7", 8.7),
             ("CHIME cache/15", 15.0),
@@ -219,4 +232,47 @@ fn the_cache_sweep_runs_at_its_key_count() {
         "{} {paper}",
         h / nodes
     );
+}
+
+/// YCSB-A and YCSB-B of every bar that runs them (the bars, the cache sweep, the idea) are
+/// counted over the late window at every scale, without an operation budget or a counted
+/// warm-up; every other workload keeps the scale's budget. The factor analysis runs its
+/// workloads in one command and keeps the budget.
+#[test]
+fn ycsb_a_and_b_run_over_a_late_window() {
+    for sel in [ScaleSel::Tiny, ScaleSel::Quick, ScaleSel::Full] {
+        let s = Scale::of(sel).for_paper("chime");
+        let p = paper(&s);
+        let mut timed = 0;
+        for e in p.experiments.iter().filter(|e| e.id != "chime-factors") {
+            let sw = if e.id == "chime-cache" {
+                sweep_scale(&s)
+            } else {
+                s.clone()
+            };
+            let (warm, len) = window(&sw);
+            for ser in &e.series {
+                let ab = ser.workloads.iter().all(|w| TIMED.contains(w));
+                assert!(
+                    ab || ser.workloads.iter().all(|w| !TIMED.contains(w)),
+                    "{}",
+                    ser.label
+                );
+                let win = format!("--seconds {len} --warmup-seconds {warm}");
+                let budget = format!("--operations {} --warmup {}", sw.ops, sw.warmup);
+                assert_eq!(ser.args.contains(&win), ab, "{}: {}", ser.label, ser.args);
+                assert_eq!(
+                    ser.args.contains(&budget),
+                    !ab,
+                    "{}: {}",
+                    ser.label,
+                    ser.args
+                );
+                assert!(!ab || !ser.args.contains("--operations"), "{}", ser.args);
+                timed += usize::from(ab);
+            }
+        }
+        // 4 bars + 2 cache-sweep bars + 3 idea bars.
+        assert_eq!(timed, 9, "{sel:?}");
+    }
 }

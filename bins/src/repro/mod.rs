@@ -333,6 +333,53 @@ pub fn seeded_workload(series: Vec<Series>, labels: &[&str], wl: &str, seeds: u6
     out
 }
 
+/// `series` with the workloads `wls` of each series split off into series of their own that
+/// run over a late window instead of an operation budget: their commands lose `--operations`
+/// and `--warmup` and gain `--warmup-seconds warm --seconds window` (`remora bench`: the
+/// window opens `warm` into one continuous run, with no barrier to drain the lock queues),
+/// in the chart's order; every other workload runs as it did. For workloads whose
+/// contention builds over milliseconds (hot-key writes), where a budget after the warm-up's
+/// barrier measures a transient.
+pub fn over_window(series: Vec<Series>, wls: &[&str], (warm, window): (f64, f64)) -> Vec<Series> {
+    let timed = |args: &str| {
+        let mut out: Vec<&str> = Vec::new();
+        let mut it = args.split_whitespace();
+        while let Some(w) = it.next() {
+            if w == "--operations" || w == "--warmup" {
+                it.next();
+            } else {
+                out.push(w);
+            }
+        }
+        format!(
+            "{} --seconds {window} --warmup-seconds {warm}",
+            out.join(" ")
+        )
+    };
+    let mut out = Vec::new();
+    for s in series {
+        if s.workloads.is_empty() {
+            out.push(s);
+            continue;
+        }
+        let mut i = 0;
+        while i < s.workloads.len() {
+            let on = wls.contains(&s.workloads[i]);
+            let n = s.workloads[i..]
+                .iter()
+                .take_while(|w| wls.contains(w) == on)
+                .count();
+            out.push(Series {
+                workloads: s.workloads[i..i + n].to_vec(),
+                args: if on { timed(&s.args) } else { s.args.clone() },
+                ..s.clone()
+            });
+            i += n;
+        }
+    }
+    out
+}
+
 #[derive(Debug, Clone)]
 pub struct Experiment {
     /// File stem of its outputs, e.g. `smart-ycsb-int`.
