@@ -116,7 +116,7 @@ params! {
          write) under the NIC's internal lock (Sherman, seeds/002 §1), so atomics on one address \
          serialize at 1/400ns = 2.5 Mops, the ~2-3 Mops same-address figure of Kalia et al., \
          'Design guidelines for high performance RDMA systems', ATC'16.";
-    host_atomic_stalls: 0.0, "units", [0.0, 32.0],
+    host_atomic_stalls: 0.0, "units", [0.0, 64.0],
         "N >= 1: the NIC serves requests on N processing units, and a host-memory atomic that \
          waits for its word's lock slot keeps one of them until it gets the slot (conflicting \
          atomics 'consume RDMA IOPS', Sherman, seeds/002 §1); the NIC admits other requests \

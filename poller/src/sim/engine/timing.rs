@@ -209,7 +209,17 @@ impl Link {
 }
 
 /// The most processing units `host_atomic_stalls` can name (its range's top).
-pub(crate) const MAX_ATOMIC_UNITS: usize = 32;
+pub(crate) const MAX_ATOMIC_UNITS: usize = 64;
+
+/// When each NIC processing unit is free again (`host_atomic_stalls`; 0: free).
+#[derive(Debug, Clone)]
+pub(crate) struct Units(pub [Ps; MAX_ATOMIC_UNITS]);
+
+impl Default for Units {
+    fn default() -> Units {
+        Units([0; MAX_ATOMIC_UNITS])
+    }
+}
 
 /// A NIC: one per compute node and one per memory node.
 #[derive(Debug, Clone, Default)]
@@ -219,7 +229,7 @@ pub(crate) struct Nic {
     pub engine_free: Ps,
     /// When each of the first [`Tm::atomic_units`] processing units is free again: a
     /// host-memory atomic waiting for its word's lock slot keeps one until it gets it.
-    pub units: [Ps; MAX_ATOMIC_UNITS],
+    pub units: Units,
     /// The memory node behind this NIC, if any.
     pub node: Option<NodeId>,
     pub dead: bool,
@@ -230,13 +240,13 @@ pub(crate) struct Nic {
 impl Nic {
     /// The earliest time one of the first `n` processing units is free (0 for `n == 0`).
     pub fn unit_free(&self, n: usize) -> Ps {
-        self.units[..n].iter().copied().min().unwrap_or(0)
+        self.units.0[..n].iter().copied().min().unwrap_or(0)
     }
 
     /// A request admitted at or after [`Nic::unit_free`]`(n)` keeps the earliest-free of the
     /// first `n` units until `until` (the lowest index among equals: deterministic).
     pub fn keep_unit(&mut self, n: usize, until: Ps) {
-        if let Some(u) = self.units[..n].iter_mut().min_by_key(|u| **u) {
+        if let Some(u) = self.units.0[..n].iter_mut().min_by_key(|u| **u) {
             *u = (*u).max(until);
         }
     }
