@@ -2,9 +2,10 @@
 //! client running an oracle-checked history, tearing and jitter on, for several seeds.
 mod common;
 use common::sim_histories;
-use remora_core::fabric::SegmentOrder;
+use remora_core::fabric::{QueuePair, SegmentOrder};
 use remora_core::index::KvIndex;
 use remora_core::sherman::{PageCheck, Sherman, ShermanConfig};
+use remora_layouts::GlobalAddr;
 use remora_poller::sim::{Model, Sim, SimConfig};
 use std::cell::Cell;
 
@@ -255,4 +256,67 @@ fn host_atomic_stalls_collapse_synchronous_fg_plus_only() {
         sh_stalls < sh + sh / 5,
         "sherman {sh} ns, with stalls {sh_stalls} ns"
     );
+}
+
+/// The latency (ns) of a READ posted while `waiting` CASes wait for one host-memory word
+/// that another CAS holds (each from its own compute node), with `host_atomic_stalls` =
+/// `units` and a 10 µs slot occupancy, so the waits outlast the READ's round trip.
+fn read_behind_waiting_cas_ns(units: f64, waiting: usize) -> u64 {
+    let model = Model {
+        host_atomic_stalls: units,
+        host_atomic_ns: 10_000.0,
+        jitter_ns: 0.0,
+        ..Model::default()
+    };
+    let latency = Cell::new(0);
+    let mut sim = Sim::new(SimConfig {
+        compute_nodes: waiting + 2,
+        memory_nodes: 1,
+        model,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let hot = GlobalAddr::new(0, (1 << 20) + 64);
+    let other = GlobalAddr::new(0, (1 << 20) + 8192);
+    for c in 0..=waiting {
+        let ctx = sim.client(c).unwrap();
+        sim.spawn_with(&ctx, 0, move |ctx| async move {
+            // The holder's CAS (c = 0) gets the slot on arrival, the others queue behind it.
+            ctx.sleep(100 * c as u64).await;
+            ctx.qp(0).unwrap().cas(hot, 0, 1).await.unwrap();
+        });
+    }
+    let ctx = sim.client(waiting + 1).unwrap();
+    let l = &latency;
+    sim.spawn_with(&ctx, 0, move |ctx| async move {
+        ctx.sleep(1_000).await;
+        let t0 = ctx.now_ns();
+        let mut b = [0u8; 8];
+        ctx.qp(0).unwrap().read(other, &mut b).await.unwrap();
+        l.set(ctx.now_ns() - t0);
+    });
+    assert_eq!(sim.run().unfinished, 0);
+    latency.get()
+}
+
+/// `host_atomic_stalls` = N models N NIC processing units: a host-memory CAS waiting for its
+/// word keeps one, so N - 1 waiting CASes leave a READ to another word its idle latency and
+/// N stall it until the first of them gets the word (10 µs here). The former model (any
+/// N > 0 held the whole engine) fails the N - 1 case for N > 1.
+#[test]
+fn waiting_atomics_stall_the_nic_only_when_they_keep_every_unit() {
+    let idle = read_behind_waiting_cas_ns(0.0, 4);
+    for n in [1usize, 2, 4, 8] {
+        let free = read_behind_waiting_cas_ns(n as f64, n - 1);
+        let stalled = read_behind_waiting_cas_ns(n as f64, n);
+        eprintln!(
+            "{n} unit(s): READ {free} ns behind {} waiting CAS, {stalled} ns behind {n} (idle {idle} ns)",
+            n - 1
+        );
+        assert_eq!(free, idle, "{n} unit(s), {} waiting", n - 1);
+        assert!(
+            stalled > idle + 5_000,
+            "{n} unit(s): {stalled} ns, idle {idle} ns"
+        );
+    }
 }

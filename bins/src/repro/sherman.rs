@@ -121,18 +121,23 @@ pub fn paper(s: &Scale) -> Paper {
              'inserts' are upserts of loaded keys). Inserts of new keys only \
              (`--workloads wi`, 50% insert of new hashed keys / 50% zipfian read) spread \
              the writes over all leaves, no lock is hot and FG+ does not collapse: 1.23x \
-             (27.1 against 33.3 Mops at quick scale). FG+ collapses here because the sherman profile's host_atomic_stalls \
-             lets a CAS waiting on the hot host-memory lock word hold the memory node's \
-             request engine (the paper's 'consumes RDMA IOPS'); without it \
-             (`--set host_atomic_stalls=0`) FG+ is bound only by the hot leaf's critical \
-             section (CAS, READ, WRITE round trips) and does not collapse. The collapse takes \
+             (27.1 against 33.3 Mops at quick scale). FG+ collapses here because a CAS waiting on \
+             a hot host-memory lock word keeps one of the memory node's NIC processing units \
+             (the sherman profile's host_atomic_stalls: 44 units, assumed, see the profile) \
+             and FG+'s 176 synchronous threads spinning on the hottest leaves keep them all \
+             (the paper's 'consumes RDMA IOPS'; the unit count moves this row little, see \
+             read-throughput); without the stall (`--set host_atomic_stalls=0`) FG+ is bound \
+             only by the hot leaf's critical section (CAS, READ, WRITE round trips) and does \
+             not collapse. The collapse takes \
              tens of milliseconds to settle and a barrier undoes it, so YCSB-A is counted over \
              a window opened 10 ms into one continuous run (`a_window`; over 10k operations \
              the row read 29x, a drain: Sherman's last operations ran at ~0.04x the rate of \
-             its first). Measured at quick scale, seeds 1-5: FG+ 0.17-0.45 Mops, the paper's \
-             one-sided bound (under 0.4 Mops, ~20 ms tails; FG+'s p99 8.3-11.0 ms), and \
-             Sherman 13.2-14.1 Mops, steady (0.94-1.10): 176 synchronous threads at a mean \
-             of 12.5-13.2 µs, set by the hottest leaves' lock queues (p99 359-439 µs). So \
+             its first). Measured at quick scale, seeds 1-5: FG+ 0.26-0.46 Mops (seeds 1-3: \
+             0.46, 0.26, 0.28), about the paper's one-sided bound (under 0.4 Mops, ~20 ms \
+             tails; FG+'s p99 7.1-11.0 ms), and Sherman 13.1-14.0 Mops, steady (0.98-1.10): \
+             176 synchronous threads at a mean of 12.7-13.5 µs, set by the hottest leaves' \
+             lock queues (p99 381-434 µs); per seed 28.7-50.4x (44.2x with the whole-engine \
+             stall, host_atomic_stalls=1). So \
              the gap to the paper's 23.6x is Sherman's own rate: with FG+ at the bound, \
              23.6x puts the paper's Sherman under ~9.4 Mops, a mean over ~19 µs for its 176 \
              threads; the paper gives no absolute Sherman figure to place it",
@@ -157,8 +162,8 @@ pub fn paper(s: &Scale) -> Paper {
             p(full, "a"),
             p("FG+", "a"),
             "measured over YCSB-A's window (see write-throughput), the row the median over \
-             seeds 1-5: 21.8-27.5x at quick scale (FG+ 8.3-11.0 ms, Sherman 359-439 µs). \
-             Over an operation budget it read 42-83x (seeds 1-6, geomean 63x; 55x with 100k \
+             seeds 1-5: 18.3-26.8x at quick scale (FG+ 7.1-11.0 ms, Sherman 381-434 µs; \
+             21.8-27.5x with the whole-engine stall). Over an operation budget it read 42-83x (seeds 1-6, geomean 63x; 55x with 100k \
              ops, 62x at full scale), where FG+'s slowest operations were those of a drain \
              at the run's end. Before the window, the following was measured: set as the \
              authors' code, the hand-over cap (7 hand-overs: the default now, was 8) moves \
@@ -181,21 +186,23 @@ pub fn paper(s: &Scale) -> Paper {
             p("FG+", "b"),
             "paper's read-intensive mix is 5% insert / 95% lookup; remora runs YCSB-B (5% updates \
              of zipfian keys; YCSB-D's 5% inserts are the next row), counted over YCSB-A's \
-             window (see write-throughput). Measured: FG+ collapses here too, slowly, and the \
-             row is off for that reason. Its hot updates spin CASes on the hottest leaves' \
-             host-memory lock words, each waiting CAS holds the memory node's request engine \
-             (host_atomic_stalls, see write-throughput), and the lock queues grow for tens of \
-             milliseconds: at quick scale (seed 1) FG+ runs 4.28 Mops counted from 10 ms into \
-             the run and 3.24 from 30 ms, against Sherman's 69.4 (steady). Over an operation \
-             budget after the warm-up's barrier the row read 1.16x at quick scale's 10k \
-             operations (FG+ 57.4 Mops, unsteady 0.74) and 4.55x at full scale's 100k (4M keys, \
-             `--seconds 0.001/0.003/0.01`: 54.1, 32.1, 15.1 Mops), a measure of the run's \
-             length. Without the stall (`--set host_atomic_stalls=0`) FG+ runs at 65.8 Mops \
-             at full scale, steady (0.99): 1.06x, the paper's 'no considerable gain'. So the \
-             model's stall, which reproduces the paper's collapse under write-intensive load \
-             (FG+ at the paper's bound), is stronger than the paper's NIC at 5% writes: a real \
-             NIC stalls the atomics to one address, where the model holds the whole request \
-             engine (not measurable here without a NIC)",
+             window (see write-throughput). FG+'s hot updates spin CASes on the hottest leaves' \
+             host-memory lock words, each waiting CAS keeping one of the memory node's NIC \
+             processing units (host_atomic_stalls, see write-throughput): at 5% writes fewer \
+             than the profile's 44 wait at once, the NIC goes on serving the reads, and FG+ \
+             runs 62.2 Mops, steady (1.00), against Sherman's 63.8 at quick scale: the \
+             paper's 'no considerable gain'. The unit count decides this row, not YCSB-A's. \
+             Measured at quick scale with this experiment's commands and `--set \
+             host_atomic_stalls=N`, for N = 1 (the whole engine, the former model), 2, 4, \
+             8, 16 and 44 (the profile): this row 16.2, 18.2, 18.7, 12.1, 1.40, 1.02x; \
+             write-throughput 44.2, 51.8, 46.7, 50.5, 44.0, 40.6x; write-p99 25.1, 24.7, \
+             23.5, 25.2, 23.2, 25.4x; read-throughput-inserts 1.13, 1.16, 0.90, 1.01, 1.03, \
+             0.97x; write-throughput-inserts 33.0, 33.0, 32.2, 34.8, 31.0, 23.8x (each \
+             seed-noisy row the median of seeds 1-5). Under YCSB-A FG+'s threads keep every \
+             unit at any of these counts, under YCSB-B at 8 or fewer: with the whole engine \
+             FG+ collapsed here too, slowly (4.28 Mops counted from 10 ms into the run, 3.24 \
+             from 30 ms; 15.1 Mops at full scale's 4M keys over 10 ms), and without any \
+             stall (`--set host_atomic_stalls=0`) it ran 65.8 Mops at full scale, 1.06x",
         ),
         Claim::ratio(
             "read-throughput-inserts",
@@ -223,10 +230,11 @@ pub fn paper(s: &Scale) -> Paper {
              (`--workloads wi`), gives 1.23x: the paper's zipfian writes are upserts of \
              loaded keys (see write-throughput). Measured: the proxy follows the tree's size \
              while it loads, not the paper's setup: FG+ collapses only while a few leaves \
-             take every insert, 28-37x over seeds 1-6 at 10k keys (the row: the median of \
-             seeds 1-5), 17.8x at 100k \
-             (`--records 100000`), 1.9x at full scale's 4M; the hand-over cap moves it \
-             within that noise and the zipfian's span not at all (LOAD draws no zipfian)",
+             take every insert, 19.2-25.2x over seeds 1-5 at 10k keys (the row: their median; \
+             28-37x over seeds 1-6 with the whole-engine stall, host_atomic_stalls=1, which \
+             gave 17.8x at 100k, `--records 100000`, and 1.9x at full scale's 4M); the \
+             hand-over cap moves it within that noise and the zipfian's span not at all \
+             (LOAD draws no zipfian)",
         ),
         Claim::ratio(
             "on-chip-lock",

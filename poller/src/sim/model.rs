@@ -116,11 +116,14 @@ params! {
          write) under the NIC's internal lock (Sherman, seeds/002 §1), so atomics on one address \
          serialize at 1/400ns = 2.5 Mops, the ~2-3 Mops same-address figure of Kalia et al., \
          'Design guidelines for high performance RDMA systems', ATC'16.";
-    host_atomic_stalls: 0.0, "0/1", [0.0, 1.0],
-        "1: a host-memory atomic that waits for its word's lock slot holds the NIC's request \
-         engine until it gets the slot, so every later request to that NIC waits behind it \
-         (conflicting atomics 'consume RDMA IOPS', Sherman, seeds/002 §1); 0 (default): it \
-         waits on its slot alone and only its own queue pair's later verbs wait behind it.";
+    host_atomic_stalls: 0.0, "units", [0.0, 64.0],
+        "N >= 1: the NIC serves requests on N processing units, and a host-memory atomic that \
+         waits for its word's lock slot keeps one of them until it gets the slot (conflicting \
+         atomics 'consume RDMA IOPS', Sherman, seeds/002 §1); the NIC admits other requests \
+         while a unit is free and, with all N kept, waits for the first to free. 1: such an \
+         atomic holds the whole request engine. 0 (default): it waits on its slot alone and \
+         only its own queue pair's later verbs wait behind it. A whole number (the fraction is \
+         dropped); vendors publish no processing-unit count.";
     dm_atomic_mops: 110.0, "Mops", [0.001, 10000.0],
         "Atomics on one device-memory (on-chip) word: ~110 Mops (Sherman, seeds/002 §2.1, \
          ConnectX-5 on-chip memory).";

@@ -115,11 +115,18 @@ pub const PROFILES: &[Profile] = &[
             v("nic_mops", 110.0, CX5_MOPS),
             v(
                 "host_atomic_stalls",
-                1.0,
+                44.0,
                 "conflicting RDMA atomics on host memory 'trigger unnecessary retries, which \
-                 consumes RDMA IOPS' (seeds/002 §1): a CAS waiting on its word holds the NIC's \
-                 request engine. Without it FG+ at the authors' 176 synchronous threads is \
-                 bound only by the hot leaf's critical section and does not collapse",
+                 consumes RDMA IOPS' (seeds/002 §1): a CAS waiting on its word keeps one of the \
+                 NIC's processing units, and with all of them kept the NIC serves nothing \
+                 else. Assumed: no source gives ConnectX-5's unit count. 44 is the fewest \
+                 consistent with the rest of the model: its NIC runs host-memory atomics on \
+                 distinct words at nic_mops (110 Mops), each holding its word for \
+                 host_atomic_ns (400 ns, two PCIe transactions), so 110 M/s x 400 ns = 44 are \
+                 under way at once, and units that block on an atomic's lock wait also block \
+                 on its own transactions. Without the stall FG+ at the authors' 176 \
+                 synchronous threads is bound only by the hot leaf's critical section and does \
+                 not collapse",
             ),
             v(
                 "server_threads",

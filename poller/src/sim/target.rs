@@ -12,8 +12,11 @@
 //!    - WRITE: segments are placed one step apart from `pcie_write_ns` after admission; the
 //!      ack leaves after the last one;
 //!    - CMP_AND_SWP / FETCH_AND_ADD: the word's lock slot is held for `host_atomic_ns`
-//!      (device memory: `1/dm_atomic_mops`); the op takes effect when it gets the slot; with
-//!      `host_atomic_stalls` a host-memory atomic holds the engine until it gets the slot;
+//!      (device memory: `1/dm_atomic_mops`); the op takes effect when it gets the slot. With
+//!      `host_atomic_stalls` = N the NIC has N processing units: a host-memory atomic keeps
+//!      one from its admission until it gets the slot, and step 2 also waits for a free
+//!      unit, so N waiting atomics stall every later request to the NIC and fewer do not
+//!      (N = 1: the whole engine; each unit is a free-at time, the earliest-free one taken);
 //!    - SEND / WRITE_WITH_IMM: need a posted receive at the target, else RNR NAK and retry
 //!      every `rnr_timer_ns` (+ a round trip), at most `rnr_retry` times after the first
 //!      attempt (the NAK of the last one fails the op, 0: no retry); the queue pair's
@@ -98,7 +101,11 @@ impl World {
         let n = &mut self.nics[tnic];
         // `now` is when the first byte is in: the link is reserved in arrival order.
         let rx_start = n.rx.reserve(now, now, w);
-        let e = (rx_start + w).max(n.engine_free);
+        // Admitted once the engine takes a request and a processing unit is free (the units
+        // only matter with `host_atomic_stalls`: waiting atomics keep them).
+        let e = (rx_start + w)
+            .max(n.engine_free)
+            .max(n.unit_free(self.tm.atomic_units));
         n.engine_free = e + nic_op;
         if let Some(err) = local_err {
             self.fail(id, e, err);
@@ -252,10 +259,10 @@ impl World {
                     self.nodes[n].atomic_free[slot] = a + occ;
                 }
                 self.ends[peer].last_effect = a;
-                if !dm && self.tm.host_atomic_stalls {
-                    // Waiting for the slot, the atomic keeps the engine (`host_atomic_stalls`).
-                    let engine = &mut self.nics[tnic].engine_free;
-                    *engine = (*engine).max(a);
+                if !dm {
+                    // Waiting for the slot, the atomic keeps a processing unit
+                    // (`host_atomic_stalls`; none when it is 0).
+                    self.nics[tnic].keep_unit(self.tm.atomic_units, a);
                 }
                 self.set_timeline(id, a, 1);
                 self.trace_op(id, || {

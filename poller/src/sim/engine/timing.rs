@@ -11,8 +11,9 @@ pub(crate) struct Tm {
     pub pcie_read: Ps,
     pub pcie_write: Ps,
     pub host_atomic: Ps,
-    /// A host-memory atomic waiting for its word's lock slot holds the NIC's request engine.
-    pub host_atomic_stalls: bool,
+    /// `host_atomic_stalls`: the NIC processing units a host-memory atomic waiting for its
+    /// word's lock slot can keep ([`Nic::units`]); 0: such a wait keeps none.
+    pub atomic_units: usize,
     pub dm_atomic: Ps,
     pub post: Ps,
     pub server_poll: Ps,
@@ -62,7 +63,7 @@ impl Tm {
             pcie_read: m.pcie_read_ps(),
             pcie_write: m.pcie_write_ps(),
             host_atomic: m.host_atomic_ps(),
-            host_atomic_stalls: m.host_atomic_stalls > 0.0,
+            atomic_units: (m.host_atomic_stalls as usize).min(MAX_ATOMIC_UNITS),
             dm_atomic: m.dm_atomic_ps(),
             post: m.post_ps(),
             server_poll: m.server_poll_ps(),
@@ -207,12 +208,28 @@ impl Link {
     }
 }
 
+/// The most processing units `host_atomic_stalls` can name (its range's top).
+pub(crate) const MAX_ATOMIC_UNITS: usize = 64;
+
+/// When each NIC processing unit is free again (`host_atomic_stalls`; 0: free).
+#[derive(Debug, Clone)]
+pub(crate) struct Units(pub [Ps; MAX_ATOMIC_UNITS]);
+
+impl Default for Units {
+    fn default() -> Units {
+        Units([0; MAX_ATOMIC_UNITS])
+    }
+}
+
 /// A NIC: one per compute node and one per memory node.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Nic {
     pub tx: Link,
     pub rx: Link,
     pub engine_free: Ps,
+    /// When each of the first [`Tm::atomic_units`] processing units is free again: a
+    /// host-memory atomic waiting for its word's lock slot keeps one until it gets it.
+    pub units: Units,
     /// The memory node behind this NIC, if any.
     pub node: Option<NodeId>,
     pub dead: bool,
@@ -221,6 +238,19 @@ pub(crate) struct Nic {
 }
 
 impl Nic {
+    /// The earliest time one of the first `n` processing units is free (0 for `n == 0`).
+    pub fn unit_free(&self, n: usize) -> Ps {
+        self.units.0[..n].iter().copied().min().unwrap_or(0)
+    }
+
+    /// A request admitted at or after [`Nic::unit_free`]`(n)` keeps the earliest-free of the
+    /// first `n` units until `until` (the lowest index among equals: deterministic).
+    pub fn keep_unit(&mut self, n: usize, until: Ps) {
+        if let Some(u) = self.units.0[..n].iter_mut().min_by_key(|u| **u) {
+            *u = (*u).max(until);
+        }
+    }
+
     pub fn scale(&self, t: Ps) -> Ps {
         if self.slow == 1.0 {
             t
