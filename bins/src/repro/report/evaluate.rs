@@ -24,6 +24,17 @@ pub(crate) fn side(v: Option<f64>, near_one: bool) -> String {
     .into()
 }
 
+/// Whether remora's ratio `r` meets the paper's range `lo..=hi` on its side of 1: the side
+/// of the range's middle ([`same_side`]), but an open range from below 1 ("at least 0.97x":
+/// about the same or better) is met by any ratio from `lo` up, where its middle would ask
+/// for a ratio above 1.
+pub(crate) fn agrees(r: f64, lo: f64, hi: f64, near_one: bool) -> bool {
+    if hi >= OPEN_ENDED && lo < 1.0 {
+        return r >= lo;
+    }
+    same_side(r, (lo + hi) / 2.0, near_one)
+}
+
 /// Whether remora's ratio `r` is on the paper's side of 1. A ratio within the noise band
 /// around 1 (`side`'s "near") agrees with a paper's on the same strict side of 1: a paper's
 /// 1.02x ("about equal, slightly above") is met by 1.07x, and 1.10x by 1.02x, but a paper's
@@ -326,8 +337,7 @@ pub fn evaluate<'a>(p: &Paper, c: &Claim, exps: &'a [ExpReport]) -> Row {
     row.remora = Some(r);
     row.side = side(Some(r), near_one);
     row.wall_clock = n.fabric != "sim" || d.fabric != "sim";
-    let paper_mid = (c.paper.0 + c.paper.1) / 2.0;
-    row.agrees = Some(same_side(r, paper_mid, near_one));
+    row.agrees = Some(agrees(r, c.paper.0, c.paper.1, near_one));
     row.of_paper = class::of_paper(Some(r), c.paper.0, c.paper.1);
     row.class = class::with_side(class::classify(Some(r), c.paper.0, c.paper.1), row.agrees)
         .name()

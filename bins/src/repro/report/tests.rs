@@ -376,3 +376,21 @@ fn a_ratio_near_one_agrees_only_with_a_paper_on_its_strict_side() {
     assert!(!same_side(0.6, 1.0, true));
     assert!(same_side(1.1, 1.0, true));
 }
+
+/// An open range from below 1 ("at least 0.97x", about the same or better) is met from its
+/// bottom up, below it not; an open range above 1 still asks for the side above 1.
+#[test]
+fn an_open_range_from_below_one_is_met_from_its_bottom_up() {
+    use super::evaluate::agrees;
+    assert!(agrees(0.997, 0.97, OPEN_ENDED, false));
+    assert!(agrees(0.97, 0.97, OPEN_ENDED, false));
+    assert!(agrees(1.4, 0.97, OPEN_ENDED, false));
+    assert!(!agrees(0.96, 0.97, OPEN_ENDED, false));
+    assert!(
+        agrees(1.005, 1.01, OPEN_ENDED, false),
+        "near and strictly above"
+    );
+    assert!(!agrees(0.997, 1.01, OPEN_ENDED, false));
+    assert!(agrees(9.0, 7.44, 11.15, false));
+    assert!(!agrees(0.9, 7.44, 11.15, false));
+}
