@@ -623,8 +623,9 @@ pub fn paper(s: &Scale) -> Paper {
              leave them, bench/bulk_chime.rs; Sherman is CHIME's tree with its switches off, as \
              the authors run it, its pages {}% full; SMART's tree is the one inserts build; each \
              compute node's index cache warmed as the inserts would leave it; the factor \
-             analysis's LOAD bars insert every key), {} measured ops after {} warm-up ops, \
-             zipfian 0.99, cache {} MiB per compute node (100 MB x keys / 60M), seed 1; \
+             analysis's LOAD bars insert every key), {} measured ops after {} warm-up ops \
+             (YCSB-A and B, hot-key writes: what completes in {} ms opened {} ms into one \
+             continuous run, `window` in chime.rs), zipfian 0.99, cache {} MiB per compute node (100 MB x keys / 60M), seed 1; \
              CHIME with read delegation and write combining, as the authors build every \
              method (exp/params/common.json), in every experiment; remora's Sherman cannot \
              take them. Except: {} (LLC {} lines), seed 1",
@@ -635,6 +636,8 @@ pub fn paper(s: &Scale) -> Paper {
             remora::core::chime::INTERNAL_FILL_PERCENT,
             s.ops,
             s.warmup,
+            window(s).1 * 1e3,
+            window(s).0 * 1e3,
             cache_mib(s, 1.0),
             sweep_words(&sw),
             sw.llc_lines("smart", PAPER_KEYS),
