@@ -1,6 +1,6 @@
 //! Sherman (SIGMOD'22): 8 servers, each one compute node and one memory node; 8-byte keys
 //! and values, zipfian 0.99; FG+ and each technique added (the paper's Figure 2).
-use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series};
+use super::{Chart, Claim, Experiment, Metric, Paper, Pick, Scale, Series, over_window};
 
 const NODES: usize = 8;
 /// The paper's keys (1 billion): the modelled cache is scaled by keys loaded / this.
@@ -54,28 +54,23 @@ pub fn paper(s: &Scale) -> Paper {
     let sweep = format!("{base} --sweep clients={}", v.join(","));
     // YCSB-A and YCSB-B over their window instead of an operation budget.
     let (warm_s, window_s) = a_window(s);
-    let timed = |flags: &str| {
-        flags.replace(
-            &format!("--operations {} --warmup {warm}", s.ops),
-            &format!("--seconds {window_s} --warmup-seconds {warm_s}"),
-        )
-    };
+    let timed = |series| over_window(series, &["a", "b"], (warm_s, window_s));
     let experiments = vec![
         Experiment {
             id: "sherman-factors".into(),
             title: "Sherman: FG+ then each technique (write- and read-intensive)".into(),
             chart: Chart::Bars,
             // The seed-noisy workloads over SEEDS seeds, YCSB-B once; in the chart's order.
-            series: vec![
+            series: timed(vec![
                 Series::new(
                     "factors",
-                    format!("{} --index sherman --factors --workloads a", timed(&at_max)),
+                    format!("{at_max} --index sherman --factors --workloads a"),
                     &["a"],
                 )
                 .over_seeds(SEEDS),
                 Series::new(
                     "factors",
-                    format!("{} --index sherman --factors --workloads b", timed(&at_max)),
+                    format!("{at_max} --index sherman --factors --workloads b"),
                     &["b"],
                 ),
                 Series::new(
@@ -84,20 +79,16 @@ pub fn paper(s: &Scale) -> Paper {
                     &["d", "load"],
                 )
                 .over_seeds(SEEDS),
-            ],
+            ]),
         },
         Experiment {
             id: "sherman-clients-a".into(),
             title: "Sherman vs FG+: YCSB-A throughput vs clients".into(),
             chart: Chart::Curve,
-            series: vec![
-                Series::new(
-                    "Sherman",
-                    format!("{} --index sherman", timed(&sweep)),
-                    &["a"],
-                ),
-                Series::new("FG+", format!("{} --index fg-plus", timed(&sweep)), &["a"]),
-            ],
+            series: timed(vec![
+                Series::new("Sherman", format!("{sweep} --index sherman"), &["a"]),
+                Series::new("FG+", format!("{sweep} --index fg-plus"), &["a"]),
+            ]),
         },
     ];
     let p = |s: &str, w| Pick::new("sherman-factors", s, w);
