@@ -209,14 +209,18 @@ pub fn paper(s: &Scale) -> Paper {
         ),
         Claim::ratio(
             "write-throughput-inserts",
-            "Sherman / FG+ throughput, insert-only (LOAD) against the paper's write-intensive \
-             (50% insert) figure",
-            (23.6, 23.6),
+            "Sherman / FG+ throughput, insert-only (LOAD) (paper: no insert-only figure; its \
+             techniques aim at writes)",
+            (1.01, 100.0),
             Metric::Mops,
             false,
             p(full, "LOAD"),
             p("FG+", "LOAD"),
-            "a proxy: LOAD is 100% insert (hashed keys, each insert a leaf write under its \
+            "no paper figure to meet: the paper's 'write-intensive workloads (50% insert and \
+             50% lookup)' are upserts of loaded keys under the zipfian, the write-throughput \
+             row's YCSB-A (this row compared LOAD with that row's 23.6x until stop 52: 23.8x \
+             at quick, 1.75x at full, a proxy that met the figure only while the tree was \
+             small). LOAD is 100% insert (hashed keys, each insert a leaf write under its \
              lock). The literal mix, 50% insert of new keys / 50% zipfian lookup \
              (`--workloads wi`), gives 1.23x: the paper's zipfian writes are upserts of \
              loaded keys (see write-throughput). Measured: the proxy follows the tree's size \
