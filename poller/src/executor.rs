@@ -6,7 +6,8 @@
 //! whose waker was woken since its last poll; a coroutine runs until it waits, then the next
 //! one runs. Each coroutine has a waker of its own, built once from its index into the
 //! thread's coroutine table (a wake-up sets that coroutine's flag: no allocation, no
-//! syscall). Once per round, before it polls the woken coroutines, it runs the thread's
+//! syscall; a wake-up on the executor's own thread, as the verbs completions', sets a flag
+//! only that thread touches, taken without a locked swap). Once per round, before it polls the woken coroutines, it runs the thread's
 //! progress hooks ([`crate::progress::run`]): on verbs each hook drains a send completion
 //! queue (and the receive queues waited on) and wakes exactly the coroutines whose work
 //! requests finished, so no verbs future wakes itself to look. Fabric futures that make
@@ -43,7 +44,7 @@ pub fn run_coroutines_with<F: Future>(
 ) -> Vec<F::Output> {
     let mut tasks = Frames::new(coroutines);
     let n = tasks.len();
-    let (join, wakers) = table(n);
+    let (join, wakers) = table(n, thread_mark());
     let mut out: Vec<Option<F::Output>> = (0..n).map(|_| None).collect();
     let mut live = n;
     let mut polls = 0u64;
@@ -71,13 +72,16 @@ pub fn run_coroutines_with<F: Future>(
 }
 
 /// A coroutine table of `n` entries, every one woken (to be polled once at the start), and
-/// the waker of each entry.
-fn table(n: usize) -> (Arc<Join>, Vec<Waker>) {
+/// the waker of each entry; run on the thread of mark `owner` (see [`thread_mark`]; 0: on
+/// whichever thread polls it).
+fn table(n: usize, owner: usize) -> (Arc<Join>, Vec<Waker>) {
     let join = Arc::new(Join {
         first: OnceLock::new(),
         changed: AtomicBool::new(false),
         later: Mutex::new(None),
         woken: (0..n).map(|_| AtomicBool::new(true)).collect(),
+        local: (0..n).map(|_| AtomicBool::new(false)).collect(),
+        owner,
     });
     let wakers = (0..n)
         .map(|i| {
@@ -101,7 +105,8 @@ fn table(n: usize) -> (Arc<Join>, Vec<Waker>) {
 /// busy-polling executor would.
 pub fn join_all<F: Future>(futures: Vec<F>) -> JoinAll<F> {
     let n = futures.len();
-    let (join, wakers) = table(n);
+    // A join is a future, polled on whichever thread runs its task: no owner thread.
+    let (join, wakers) = table(n, 0);
     JoinAll {
         futures: Frames::new(futures),
         out: (0..n).map(|_| None).collect(),
@@ -135,6 +140,23 @@ struct Join {
     later: Mutex<Option<Waker>>,
     /// Future `i` was woken or marked since its last poll.
     woken: Box<[AtomicBool]>,
+    /// Future `i` was woken on the owner thread since its last poll: set and taken by that
+    /// thread only (an atomic for `Sync`, accessed as a plain byte), so taking it needs no
+    /// locked swap. Read as part of `woken`.
+    local: Box<[AtomicBool]>,
+    /// The [`thread_mark`] of the thread that runs the table and takes its flags
+    /// ([`run_coroutines`]); 0 for a [`join_all`] (every wake-up goes to `woken`).
+    owner: usize,
+}
+
+thread_local! {
+    static MARK: u8 = const { 0 };
+}
+
+/// This thread's mark: the address of a thread-local, distinct among live threads (never 0).
+#[inline]
+fn thread_mark() -> usize {
+    MARK.with(|m| std::ptr::from_ref(m) as usize)
 }
 
 struct ChildWake {
@@ -148,7 +170,12 @@ impl Wake for ChildWake {
     }
     fn wake_by_ref(self: &Arc<Self>) {
         let j = &self.join;
-        j.woken[self.i].store(true, Ordering::Release);
+        if j.owner != 0 && j.owner == thread_mark() {
+            // On the thread that takes the flags: nothing to publish to another thread.
+            j.local[self.i].store(true, Ordering::Relaxed);
+        } else {
+            j.woken[self.i].store(true, Ordering::Release);
+        }
         if !j.changed.load(Ordering::Acquire) {
             if let Some(w) = j.first.get() {
                 w.wake_by_ref();
@@ -165,9 +192,21 @@ impl Join {
     /// Whether entry `i` was woken since it was last taken; clears it. A plain load first:
     /// most entries looked at were not woken (no locked swap). Inlined into the generic
     /// polls of other crates: it runs once per coroutine per poll of a join.
+    ///
+    /// A wake-up on the owner thread is taken with a plain load and store (only that thread
+    /// sets or clears its flag); one from elsewhere with the swap, which also makes what the
+    /// waking thread wrote visible to the poll that follows.
     #[inline]
     fn take(&self, i: usize) -> bool {
         let flag = &self.woken[i];
+        let local = &self.local[i];
+        if local.load(Ordering::Relaxed) {
+            local.store(false, Ordering::Relaxed);
+            if flag.load(Ordering::Relaxed) {
+                flag.swap(false, Ordering::AcqRel);
+            }
+            return true;
+        }
         flag.load(Ordering::Relaxed) && flag.swap(false, Ordering::AcqRel)
     }
 }
@@ -490,6 +529,71 @@ mod tests {
             *log.borrow(),
             vec![(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
         );
+    }
+
+    /// A coroutine woken from another thread is polled again (its wake-up goes through the
+    /// shared flag, not the owner thread's), and sees what that thread wrote before waking
+    /// it; one woken on the executor's thread too (by another coroutine).
+    #[test]
+    fn wakes_from_another_thread_and_from_this_one_are_taken() {
+        use std::sync::atomic::AtomicU32;
+        let shared = Arc::new((AtomicU32::new(0), Mutex::new(None::<Waker>)));
+        let local_waker = RefCell::new(None::<Waker>);
+        let local_polls = Cell::new(0u32);
+        let t = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                for round in 1..=100u32 {
+                    // Waits until the coroutine has seen the previous value and parked.
+                    let w = loop {
+                        if let Some(w) = shared.1.lock().unwrap().take() {
+                            break w;
+                        }
+                        std::thread::yield_now();
+                    };
+                    shared.0.store(round, Ordering::Relaxed);
+                    w.wake();
+                }
+            })
+        };
+        let remote = std::future::poll_fn(|cx| {
+            let seen = shared.0.load(Ordering::Relaxed);
+            if seen == 100 {
+                return Poll::Ready(seen);
+            }
+            *shared.1.lock().unwrap() = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        let here = std::future::poll_fn(|cx| {
+            local_polls.set(local_polls.get() + 1);
+            if local_polls.get() == 3 {
+                return Poll::Ready(0);
+            }
+            *local_waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        let t0 = std::time::Instant::now();
+        let waker = std::future::poll_fn(|cx| {
+            // Wakes `here` from this thread, once per round, until it is done.
+            if let Some(w) = local_waker.borrow_mut().take() {
+                w.wake();
+            }
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(30),
+                "a wake-up was lost"
+            );
+            if local_polls.get() >= 3 && shared.0.load(Ordering::Relaxed) == 100 {
+                return Poll::Ready(0);
+            }
+            // Polled again next round, as `yield_now` is.
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        });
+        let futs: Vec<std::pin::Pin<Box<dyn Future<Output = u32> + '_>>> =
+            vec![Box::pin(remote), Box::pin(here), Box::pin(waker)];
+        assert_eq!(run_coroutines(futs), vec![100, 0, 0]);
+        assert_eq!(local_polls.get(), 3);
+        t.join().unwrap();
     }
 
     #[test]

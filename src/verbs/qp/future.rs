@@ -148,14 +148,21 @@ impl Future for PostFuture<'_, '_> {
 impl PostFuture<'_, '_> {
     /// Leaves the room queue if it waits there (posted, failed, or dropped), passing on room
     /// it was woken for and did not take.
+    #[inline(always)]
     fn leave_room(&mut self) {
         if let PostState::Blocked(t) = self.state {
-            self.state = PostState::Start;
-            let qp = self.qp;
-            qp.remove_waiter();
-            if qp.room.leave(t) {
-                qp.room_returned();
-            }
+            self.leave_room_at(t);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn leave_room_at(&mut self, t: u32) {
+        self.state = PostState::Start;
+        let qp = self.qp;
+        qp.remove_waiter();
+        if qp.room.leave(t) {
+            qp.room_returned();
         }
     }
 }

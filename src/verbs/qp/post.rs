@@ -296,40 +296,44 @@ impl VerbsQp {
                 what: "a batch of more than 128 work requests",
             });
         }
-        if ops.iter().any(|op| matches!(op, Op::MaskedCas { .. })) {
-            // Masked atomics are an extended verb (MLNX_OFED's experimental API, not
-            // upstream rdma-core's `ibv_post_send`): this fabric does not post them.
-            return Err(FabricError::Unsupported {
-                what: "masked CMP_AND_SWP (an extended atomic upstream rdma-core does not post)",
-            });
-        }
         let in_place = mode == Mode::Wait;
-        // One pass: every op checked, the first the NIC would refuse found (the ops before
-        // it are the batch), and where the batch's bytes go planned. (Places uninitialized:
-        // a batch is mostly one op, and writing all MAX_BATCH would cost more than the pass.)
+        // One pass: every op checked (a masked atomic anywhere refuses the whole batch,
+        // before any other error: see `checked`), the first the NIC would refuse found (the
+        // ops before it are the batch), and where the batch's bytes go planned. (Places
+        // uninitialized: a batch is mostly one op, and writing all MAX_BATCH would cost more
+        // than the pass.)
         let mut places = [MaybeUninit::<Place>::uninit(); MAX_BATCH];
         let mut refused: Option<(usize, FabricError)> = None;
         let (mut total, mut direct, mut messages) = (0usize, 0u64, false);
         for (wr, op) in ops.iter().enumerate() {
+            if let Op::MaskedCas { .. } = op {
+                return Err(masked_refused());
+            }
             if let Some(a) = op.remote()
                 && a.node() != self.peer
             {
-                return Err(FabricError::UnknownNode { node: a.node() });
+                return Err(checked(ops, FabricError::UnknownNode { node: a.node() }));
             }
             let len = op.len();
             if matches!(op, Op::Send { .. }) && len > self.max_message {
-                return Err(FabricError::LocalLength {
-                    wr,
-                    len,
-                    max: self.max_message,
-                });
+                return Err(checked(
+                    ops,
+                    FabricError::LocalLength {
+                        wr,
+                        len,
+                        max: self.max_message,
+                    },
+                ));
             }
             if len > u32::MAX as usize {
-                return Err(FabricError::LocalLength {
-                    wr,
-                    len,
-                    max: u32::MAX as usize,
-                });
+                return Err(checked(
+                    ops,
+                    FabricError::LocalLength {
+                        wr,
+                        len,
+                        max: u32::MAX as usize,
+                    },
+                ));
             }
             if refused.is_some() {
                 continue;
@@ -388,18 +392,27 @@ impl VerbsQp {
         if total > STAGE_SLOT {
             self.oneoff_stage(slot, total)?;
         }
-        let Some((base, lkey)) = self.stage_of(slot % SLOTS, total) else {
-            return Err(FabricError::Unsupported {
-                what: "staging buffer missing",
-            });
+        let (base, lkey) = if total == 0 {
+            // Nothing staged (the staging buffers may not even be mapped).
+            (std::ptr::null_mut(), 0)
+        } else {
+            match self.stage_of(slot % SLOTS, total) {
+                Some(s) => s,
+                None => {
+                    return Err(FabricError::Unsupported {
+                        what: "staging buffer missing",
+                    });
+                }
+            }
         };
         let mut chain = self.chain.borrow_mut();
         let last = ops.len() - 1;
         let mut bounced_write = 0u64;
         let slot_bits = if signaled { slot as u64 } else { NO_SLOT };
-        for (i, (op, place)) in ops.iter().zip(&places).enumerate() {
-            // SAFETY: the pass above wrote the place of every op before the refused one.
-            let place = unsafe { place.assume_init() };
+        for (i, op) in ops.iter().enumerate() {
+            // SAFETY: the pass above wrote the place of every op before the refused one
+            // (`ops` ends there), and i < ops.len() <= MAX_BATCH.
+            let place = unsafe { places.get_unchecked(i).assume_init() };
             let len = op.len() as u32;
             let (addr, key) = match place {
                 Place::Nothing => (0u64, 0),
@@ -503,6 +516,7 @@ impl VerbsQp {
     /// Counts a batch posted, queued or rung (`doorbells`: 1 when rung here; `ring` counts
     /// the doorbells of queued batches): its work requests (`n`, of which the last is
     /// `signaled` or not), its round trip when waited on, and its bytes.
+    #[inline(always)]
     fn count_batch(
         &self,
         ops: &[Op<'_>],
@@ -527,6 +541,7 @@ impl VerbsQp {
 
     /// Marks `slot` posted for a signaled batch of `n` requests (the last at `last`): its
     /// completion also returns the credit of the unsignaled requests posted before it.
+    #[inline(always)]
     fn arm(&self, slot: usize, n: u32, last: usize, mode: Mode, total: usize, refused: bool) {
         let credit = n + self.unsignaled.replace(0);
         self.slots[slot].set(Slot {
@@ -565,10 +580,12 @@ impl VerbsQp {
         Ok(())
     }
 
+    #[inline]
     pub(super) fn is_done(&self, slot: usize) -> bool {
         self.slots[slot].is_done()
     }
 
+    #[inline]
     pub(super) fn release(&self, slot: usize) {
         if self.slots[slot].replace(FREE).oneoff {
             self.oneoff.borrow_mut()[slot] = None;
@@ -579,6 +596,7 @@ impl VerbsQp {
     }
 
     /// Copies results out of a finished batch and frees its slot.
+    #[inline]
     pub(super) fn finish(&self, slot: usize, ops: &mut [Op<'_>]) -> Result<(), FabricError> {
         let s = self.slots[slot].get();
         if !s.staged && !s.refused && s.err.is_none() {
@@ -586,6 +604,12 @@ impl VerbsQp {
             self.release(slot);
             return Ok(());
         }
+        self.finish_rest(slot, s, ops)
+    }
+
+    /// [`Self::finish`] for a batch with staged results, a refused op or a failure.
+    #[inline(never)]
+    fn finish_rest(&self, slot: usize, s: Slot, ops: &mut [Op<'_>]) -> Result<(), FabricError> {
         let refused = if s.refused { self.refused(ops) } else { None };
         let k = refused.as_ref().map_or(ops.len(), |(k, _)| *k);
         let ok_upto = s.err.map_or(k, |(i, _)| (i as usize).min(k));
@@ -653,6 +677,27 @@ impl VerbsQp {
                 Err(wc_error(status, op, self.peer))
             }
         }
+    }
+}
+
+/// The error of a batch with a masked atomic: masked atomics are an extended verb
+/// (MLNX_OFED's experimental API, not upstream rdma-core's `ibv_post_send`), which this
+/// fabric does not post.
+#[cold]
+fn masked_refused() -> FabricError {
+    FabricError::Unsupported {
+        what: "masked CMP_AND_SWP (an extended atomic upstream rdma-core does not post)",
+    }
+}
+
+/// `e`, found while checking `ops`, unless a masked atomic among them refuses the batch
+/// first (it is refused whatever else is wrong with the batch).
+#[cold]
+fn checked(ops: &[Op<'_>], e: FabricError) -> FabricError {
+    if ops.iter().any(|op| matches!(op, Op::MaskedCas { .. })) {
+        masked_refused()
+    } else {
+        e
     }
 }
 
