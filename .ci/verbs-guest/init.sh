@@ -31,6 +31,12 @@ wait_listening() {
     done
     return 1
 }
+# Keeps what failed for the end of the console (CI shows only that): the heading $1, then
+# the last $3 lines of file $2 (none when $2 is -).
+keep_failure() {
+    echo "$1" >> /tmp/failed.txt
+    [ "$2" = - ] || tail -n "$3" "$2" >> /tmp/failed.txt
+}
 finish() {
     say "$1"
     sync
@@ -146,12 +152,12 @@ kill_campaign() {
     sed 's/^/REMORA-KILL: /' /tmp/kill-survivor2.out
     if [ "$rc2" != 0 ]; then
         say "kill campaign: the surviving perf client failed (exit $rc2)"
-        { echo "kill campaign: surviving perf (exit $rc2):"; tail -n 8 /tmp/kill-survivor2.out; } >> /tmp/failed.txt
+        keep_failure "kill campaign: surviving perf (exit $rc2):" /tmp/kill-survivor2.out 8
         KILL_RC=1
     fi
     if [ "$rc" != 0 ] || ! grep -q "^[A-Z]* *run " /tmp/kill-survivor.out; then
         say "kill campaign: the surviving client failed (exit $rc)"
-        { echo "kill campaign: surviving bench (exit $rc):"; tail -n 8 /tmp/kill-survivor.out; } >> /tmp/failed.txt
+        keep_failure "kill campaign: surviving bench (exit $rc):" /tmp/kill-survivor.out 8
         KILL_RC=1
     fi
     if ! kill -0 "$MEMNODE" 2>/dev/null; then
@@ -167,7 +173,10 @@ if want check; then
     timeout "$CHECK_TIMEOUT" remora check --fabric verbs --connect "$GUEST_IP:$PORT" > /tmp/check.out 2>&1
     CHECK_RC=$?
     cat /tmp/check.out
-    [ "$CHECK_RC" = 0 ] || { echo "conformance (exit $CHECK_RC):"; grep -v "^PASS" /tmp/check.out | tail -n 10; } >> /tmp/failed.txt
+    [ "$CHECK_RC" = 0 ] || {
+        grep -v "^PASS" /tmp/check.out > /tmp/check-failed.out
+        keep_failure "conformance (exit $CHECK_RC):" /tmp/check-failed.out 10
+    }
     say "conformance exit code $CHECK_RC"
 fi
 
@@ -242,7 +251,7 @@ if [ -n "$BENCH_ARGS" ] && want bench; then
         say "bench $index $workload exit code $rc"
         [ "$rc" = 0 ] || {
             BENCH_RC=1
-            { echo "bench $index $workload (exit $rc), its last lines:"; tail -n 12 /tmp/bench.out; } >> /tmp/failed.txt
+            keep_failure "bench $index $workload (exit $rc), its last lines:" /tmp/bench.out 12
         }
     done
 fi
@@ -259,8 +268,9 @@ fi
 # client's end delays every packet to the node by 1 ms. With 64 in flight the rate must be
 # at least 2x that of 1 in flight at 1 ms (quiet runs give 4-8x; the guest run of
 # 2026-12-02 under two host busy loops gave 3.8x): a node that waited on its replies (one
-# per round trip) could not give more than ~1x. (Under TCG on a loaded host the guest's timers fire late, so
-# netem's 1 ms can add more: the p50 round trips printed say what was added.)
+# per round trip) could not give more than ~1x. (Under TCG on a loaded host the guest's
+# timers fire late, so netem's 1 ms can add more: the p50 round trips printed say what was
+# added.)
 RTT_RC=skipped
 rtt_point() {
     delay=$1
@@ -279,6 +289,8 @@ rtt_point() {
     say "rtt: added ${delay}, $((th * co)) in flight: $rate messages/s, p50 round trip $lat us"
     eval "RATE_${delay}_$((th * co))=$rate"
 }
+# The 1 ms pair's verdict: 64 in flight at least 2x the rate of 1 in flight.
+rtt_scales() { [ "${RATE_1ms_1:-0}" -gt 0 ] && [ "${RATE_1ms_64:-0}" -ge $((2 * RATE_1ms_1)) ]; }
 if want rtt; then
     RTT_RC=0
     IP=/usr/sbin/ip
@@ -313,7 +325,7 @@ if want rtt; then
             for try in 1 2 3; do
                 rtt_point 1ms 1 1
                 rtt_point 1ms 2 32
-                [ "${RATE_1ms_1:-0}" -gt 0 ] && [ "${RATE_1ms_64:-0}" -ge $((2 * RATE_1ms_1)) ] && break
+                rtt_scales && break
                 say "rtt: pair $try: 64 in flight below 2x the rate of 1 in flight$([ $try -lt 3 ] && echo ', measured again')"
             done
             $TC qdisc del dev vrt1 root
@@ -321,9 +333,9 @@ if want rtt; then
             say "rtt: $((tx1 - tx0)) packets left the client's end of the veth pair"
             [ $((tx1 - tx0)) -gt 1000 ] || { say "rtt: the traffic did not cross the veth pair"; RTT_RC=1; }
             say "rtt: 64 in flight: $RATE_0ms_64 messages/s with no added RTT, $RATE_1ms_64 with 1 ms ($(awk "BEGIN { printf \"%.2f\", ${RATE_1ms_64:-0} / (${RATE_0ms_64:-0} + 1e-9) }")x); 1 in flight: $RATE_0ms_1 and $RATE_1ms_1 ($(awk "BEGIN { printf \"%.2f\", ${RATE_1ms_1:-0} / (${RATE_0ms_1:-0} + 1e-9) }")x)"
-            [ "${RATE_1ms_64:-0}" -ge $((2 * ${RATE_1ms_1:-0})) ] && [ "${RATE_1ms_1:-0}" -gt 0 ] || {
+            rtt_scales || {
                 say "rtt: with 1 ms of RTT, 64 in flight is not 2x the rate of 1 in flight in 3 pairs"
-                echo "rtt: 64 in flight at 1 ms $RATE_1ms_64 messages/s, 1 in flight $RATE_1ms_1" >> /tmp/failed.txt
+                keep_failure "rtt: 64 in flight at 1 ms $RATE_1ms_64 messages/s, 1 in flight $RATE_1ms_1" -
                 RTT_RC=1
             }
         else
