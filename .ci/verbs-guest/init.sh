@@ -4,7 +4,8 @@
 # conformance suite on it, `remora perf` and small YCSB runs (`remora bench --fabric verbs`)
 # against it from other processes, measures a memory node's message rate with 1 ms of added
 # round-trip time (netem on a veth pair) against none, checks key-file authentication, runs
-# a compute node (examples/verbs_cluster.rs, several pollers) over two memory nodes, and
+# a compute node (examples/verbs_cluster.rs, several pollers) over two memory nodes, runs
+# three compute-node processes together (`bench --cluster-size`, then `remora merge`), and
 # reports on the serial console. The host greps the final "REMORA-GUEST: PASS" /
 # "REMORA-GUEST: FAIL" line.
 /bin/busybox --install -s /bin
@@ -453,9 +454,57 @@ if want cluster; then
     say "cluster exit code $CLUSTER_RC"
 fi
 
+# A cluster run over verbs (issue 23): RANKS compute-node processes (`remora bench
+# --cluster-size`) meet at the echo memory node's barrier (one word of its region header,
+# FETCH_AND_ADD and READ only), each loads its share of the records and runs SMART's YCSB-A,
+# and `remora merge` sums their records. Passes when every process exits 0, the merge does,
+# and its LOAD row counts RANKS processes and every record once.
+RANKS_RC=skipped
+if want ranks; then
+    RANKS_RC=0
+    RANKS=3
+    RANK_RECORDS=1500
+    pids=""
+    files=""
+    for r in $(seq 0 $((RANKS - 1))); do
+        timeout "$BENCH_TIMEOUT" remora bench --fabric verbs --connect "$GUEST_IP:$PORT" --quiet \
+            --index smart --workload a --records "$RANK_RECORDS" --seconds 1 --threads 1 \
+            --coroutines 2 --no-pin --json "/tmp/rank$r.json" --cluster-size "$RANKS" \
+            --cluster-rank "$r" > "/tmp/rank$r.out" 2>&1 &
+        pids="$pids $!"
+        files="$files /tmp/rank$r.json"
+    done
+    r=0
+    for pid in $pids; do
+        wait "$pid"
+        rc=$?
+        if [ "$rc" != 0 ]; then
+            sed "s/^/REMORA-RANKS $r: /" "/tmp/rank$r.out"
+            keep_failure "cluster rank $r (exit $rc), its last lines:" "/tmp/rank$r.out" 8
+            RANKS_RC=1
+        fi
+        r=$((r + 1))
+    done
+    if [ "$RANKS_RC" = 0 ]; then
+        remora merge $files > /tmp/ranks.out 2>&1 || RANKS_RC=1
+        sed 's/^/REMORA-RANKS: /' /tmp/ranks.out
+        load=$(awk '$2 == "load" { print $3 " " $4 }' /tmp/ranks.out)
+        if [ "$load" != "$RANKS $RANK_RECORDS" ]; then
+            say "ranks: the merged LOAD row gives '$load' (processes, records), not '$RANKS $RANK_RECORDS'"
+            RANKS_RC=1
+        fi
+        grep -q '^[A-Z]* *run ' /tmp/ranks.out || { say "ranks: no merged run row"; RANKS_RC=1; }
+        [ "$RANKS_RC" = 0 ] || keep_failure "cluster run's merge:" /tmp/ranks.out 6
+    fi
+    kill -0 $MEMNODE 2>/dev/null || { say "ranks: the memory node died"; RANKS_RC=1; }
+    say "ranks exit code $RANKS_RC"
+fi
+
 kill -0 $MEMNODE 2>/dev/null && idle_cpu $MEMNODE "every client gone"
 kill $MEMNODE 2>/dev/null
 wait $MEMNODE 2>/dev/null
+# Its fences and refusals (a lock waiter's takeover goes through them), then its stop lines.
+grep -a -i 'fenc\|refused\|failed' /tmp/memnode.log | head -n 20 | sed 's/^/REMORA-MEMNODE: /'
 tail -n 5 /tmp/memnode.log
 
 if want errors; then
@@ -492,9 +541,9 @@ fi
 ok() { [ "$1" = 0 ] || [ "$1" = skipped ]; }
 
 if ok "$CHECK_RC" && [ "$ERRORS_RC" = 0 ] && ok "$PERF_RC" && ok "$BENCH_RC" && ok "$KILL_RC" &&
-    ok "$RTT_RC" && ok "$AUTH_RC" && ok "$THREADS_RC" && ok "$CLUSTER_RC"; then
+    ok "$RTT_RC" && ok "$AUTH_RC" && ok "$THREADS_RC" && ok "$CLUSTER_RC" && ok "$RANKS_RC"; then
     finish PASS
 fi
 # CI shows only the end of the console: what failed is said again here.
 [ -s /tmp/failed.txt ] && sed 's/^/REMORA-FAILED: /' /tmp/failed.txt
-finish "FAIL (conformance $CHECK_RC, kill campaign $KILL_RC, perf $PERF_RC, bench $BENCH_RC, rtt $RTT_RC, auth $AUTH_RC, threads $THREADS_RC, cluster $CLUSTER_RC, error messages $ERRORS_RC)"
+finish "FAIL (conformance $CHECK_RC, kill campaign $KILL_RC, perf $PERF_RC, bench $BENCH_RC, rtt $RTT_RC, auth $AUTH_RC, threads $THREADS_RC, cluster $CLUSTER_RC, ranks $RANKS_RC, error messages $ERRORS_RC)"

@@ -6,7 +6,9 @@
 # suite on it), `remora perf` and small YCSB runs of `remora bench --fabric verbs` (SMART C and
 # A; Sherman, CANRT, Erda C), the node's message rate with 1 ms of added RTT (netem) against
 # none, its rate with 1 server thread against 2, `--key-file` refusals, and a compute node
-# (examples/verbs_cluster.rs: several pollers) over two memory nodes. Exit 0 only when the guest's serial console ends with
+# (examples/verbs_cluster.rs: several pollers) over two memory nodes, and a cluster run of
+# three compute-node processes meeting at the memory node's barrier (`bench --cluster-size`,
+# `remora merge`). Exit 0 only when the guest's serial console ends with
 # "REMORA-GUEST: PASS".
 #
 # Usage: .ci/verbs-guest/run.sh            (from anywhere; needs root or sudo for apt-get)
@@ -18,7 +20,7 @@
 #                        CANRT and Erda C; CANRT and Erda on a memnode of their --service)
 #   REMORA_GUEST_KILLS   clients SIGKILLed in the kill campaign (default 6; 0 skips it)
 #   REMORA_GUEST_SECTIONS  what the guest runs (default: all of "check perf strace bench
-#                        errors rtt threads auth cluster"; the kill campaign runs before
+#                        errors rtt threads auth cluster ranks"; the kill campaign runs before
 #                        "check")
 #   REMORA_GUEST_TIMEOUT seconds before the guest is killed (default 900)
 #   CARGO_TARGET_DIR     where cargo builds (default: <repo>/target)
@@ -35,7 +37,7 @@ BENCH=${REMORA_GUEST_BENCH-"--records 2000 --seconds 1 --threads 1 --coroutines 
 BENCH_RUNS=${REMORA_GUEST_BENCH_RUNS:-"smart:c smart:a sherman:c canrt:c erda:c"}
 TIMEOUT=${REMORA_GUEST_TIMEOUT:-900}
 KILLS=${REMORA_GUEST_KILLS:-6}
-SECTIONS=${REMORA_GUEST_SECTIONS:-"check perf strace bench errors rtt threads auth cluster"}
+SECTIONS=${REMORA_GUEST_SECTIONS:-"check perf strace bench errors rtt threads auth cluster ranks"}
 MODULES="crc32_generic crc32c_generic libcrc32c udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy configfs iw_cm ib_cm rdma_cm rdma_ucm veth sch_netem"
 HOST_PKGS="qemu-system-x86 busybox-static libibverbs-dev librdmacm-dev libclang-dev ibverbs-providers iproute2 cpio kmod xz-utils gzip strace"
 MULTIARCH=x86_64-linux-gnu
