@@ -1,9 +1,10 @@
 //! The conformance-suite harness of the verbs fabric: a `remora memnode --fabric verbs`
 //! reached by rdma_cm, clients as threads each with its own endpoint (its own connection).
 use super::endpoint::{
-    ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, connect_qp_as, fence_client, revoke_key,
+    ConnectOptions, NodeInfo, VerbsEndpoint, connect_qp, connect_qp_as, revoke_key,
 };
 use super::error::VerbsError;
+use super::fence::{fence_client, fence_retrying};
 use remora_core::alloc::RemoteAllocator;
 use remora_core::block_on::block_on_with;
 use remora_core::conformance::{Harness, checks};
@@ -151,6 +152,45 @@ pub fn fenced_client_is_cut_off(h: &VerbsHarness) {
     assert_eq!(again, 0, "nothing left to cut");
 }
 
+/// Fences of one client sent at once from several threads (as from several processes of one
+/// host, whose requests a connection manager cannot tell apart: see `fence.rs`) all land:
+/// each returns the node's answer. Prints how many single exchanges sent at once were turned
+/// down by the connection manager itself, which the retrying fences absorb.
+pub fn fences_at_once_all_land(h: &VerbsHarness) {
+    const AT_ONCE: usize = 4;
+    // Kept connected: the fences must cut its one connection, once in all.
+    let victim = h.endpoint().expect("a client connects");
+    let gone = victim.client_id();
+    let at_once = |f: fn(&str, u32, &ConnectOptions) -> Result<u32, VerbsError>| {
+        let barrier = std::sync::Barrier::new(AT_ONCE);
+        std::thread::scope(|s| {
+            let runs: Vec<_> = (0..AT_ONCE)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        f(&h.addr, gone, &h.opts)
+                    })
+                })
+                .collect();
+            runs.into_iter()
+                .map(|t| t.join().expect("a fencing thread panicked"))
+                .collect::<Vec<_>>()
+        })
+    };
+    let single = at_once(fence_client);
+    let turned_down = single.iter().filter(|r| r.is_err()).count();
+    eprintln!(
+        "fences at once: {turned_down} of {AT_ONCE} single exchanges refused ({:?})",
+        single.iter().find(|r| r.is_err())
+    );
+    let mut cut: u32 = single.iter().filter_map(|r| r.as_ref().ok()).sum();
+    for r in at_once(fence_retrying) {
+        cut += r.expect("a fence sent beside others");
+    }
+    assert_eq!(cut, 1, "the victim's one connection, cut once in all");
+    drop(victim);
+}
+
 /// READs, atomics and a non-inline WRITE on buffers of the endpoint's registered pool are
 /// posted in place: the results are right and not one byte is bounced through staging; the
 /// same ops on ordinary buffers are bounced and counted.
@@ -294,8 +334,9 @@ pub fn run_checks(
     h: &VerbsHarness,
     mut each: impl FnMut(&str, &Result<f64, String>),
 ) -> Vec<(&'static str, Result<f64, String>)> {
-    let verbs_only: [Check; 3] = [
+    let verbs_only: [Check; 4] = [
         ("fenced_client_is_cut_off", fenced_client_is_cut_off),
+        ("fences_at_once_all_land", fences_at_once_all_land),
         (
             "pool_buffers_are_used_in_place",
             pool_buffers_are_used_in_place,

@@ -8,10 +8,20 @@ use std::time::{Duration, Instant};
 pub(crate) struct Channel(*mut sys::rdma_event_channel);
 
 /// One rdma_cm event, copied out and acknowledged.
+/// The IB connection manager's reject reason when the peer's application called
+/// `rdma_reject` (IBTA "consumer defined", 28); the manager's own rejects carry other reasons
+/// (e.g. 10, a stale connection: a request from the same address and queue pair number as
+/// one the peer still has in hand).
+pub(crate) const REJ_CONSUMER_DEFINED: i32 = 28;
+
 pub(crate) struct Event {
     pub kind: sys::rdma_cm_event_type,
     pub id: *mut sys::rdma_cm_id,
     pub private: Vec<u8>,
+    /// The event's status: for `RDMA_CM_EVENT_REJECTED` on InfiniBand and RoCE, the
+    /// connection manager's reject reason ([`REJ_CONSUMER_DEFINED`] when the peer's
+    /// application rejected; another reason when the connection manager itself did).
+    pub status: i32,
     pub initiator_depth: u8,
     pub responder_resources: u8,
 }
@@ -86,6 +96,7 @@ impl Channel {
                 kind: e.event,
                 id: e.id,
                 private,
+                status: e.status,
                 initiator_depth: conn.initiator_depth,
                 responder_resources: conn.responder_resources,
             }

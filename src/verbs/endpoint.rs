@@ -10,7 +10,7 @@ use super::qp::cq::SendCq;
 use super::qp::{RECV_LEN, Remote, VerbsQp};
 use super::stats::VerbsStats;
 use super::sys;
-use super::wire::{DmKind, Fenced, Hello, Request, Revoked, Unauthorized, Welcome};
+use super::wire::{DmKind, Hello, Request, Revoked, Unauthorized, Welcome};
 use remora_core::fabric::{Endpoint, FabricError};
 use remora_layouts::NodeId;
 use remora_poller::arena::Mapping;
@@ -63,7 +63,7 @@ pub struct NodeInfo {
 
 const RESOLVE_MS: i32 = 5000;
 
-fn expect(
+pub(super) fn expect(
     ev: Event,
     want: sys::rdma_cm_event_type,
     addr: &str,
@@ -102,7 +102,7 @@ fn expect(
 }
 
 /// A fresh channel and id resolved to the device and route that reach `addr`.
-fn resolve(addr: &str, opts: &ConnectOptions) -> Result<(Channel, CmId), VerbsError> {
+pub(super) fn resolve(addr: &str, opts: &ConnectOptions) -> Result<(Channel, CmId), VerbsError> {
     let mut sa = SockAddr::parse(addr)?;
     let ch = Channel::new()?;
     let id = CmId::new(&ch)?;
@@ -285,60 +285,6 @@ pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> 
     drop(ch);
     Ok(r.new_rkey)
 }
-
-/// Asks the memory node at `addr` to fence client `client` (see `memnode.rs`): when this
-/// returns `Ok`, none of that client's verbs reaches the node's memory any more. Returns how
-/// many of its connections the node cut (0: it had none left). A connect request carrying a
-/// fence hello, answered by a reject carrying `wire::Fenced` (rdma_cm only, as [`revoke_key`]);
-/// blocks for up to `opts.timeout`.
-pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u32, VerbsError> {
-    let (ch, id) = resolve(addr, opts)?;
-    let hello = Hello {
-        request: Request::Fence,
-        recv_len: 0,
-        client,
-    }
-    .encode();
-    let mut param = sys::rdma_conn_param {
-        private_data: hello.as_ptr().cast(),
-        private_data_len: hello.len() as u8,
-        retry_count: TRANSPORT_RETRIES,
-        // No queue pair: the request is answered by a reject before any would be used.
-        qp_num: 1,
-        ..Default::default()
-    };
-    // SAFETY: a resolved id; `param` and its private data live through the call.
-    if unsafe { sys::rdma_connect(id.0, &mut param) } != 0 {
-        return Err(VerbsError::Unreachable {
-            addr: addr.into(),
-            stage: "rdma_connect failed",
-        });
-    }
-    // An unreachable node or a failed exchange is `Unreachable` (worth another try), any
-    // other event a protocol error.
-    let ev = expect(
-        ch.wait(opts.timeout, addr, "fence")?,
-        sys::RDMA_CM_EVENT_REJECTED,
-        addr,
-        "fence",
-    )?;
-    let f = Fenced::decode(&ev.private).map_err(|why| VerbsError::Protocol {
-        addr: addr.into(),
-        why,
-    })?;
-    if f.client != client {
-        return Err(VerbsError::Protocol {
-            addr: addr.into(),
-            why: "the node fenced another client than the one named",
-        });
-    }
-    drop(id);
-    drop(ch);
-    Ok(f.connections)
-}
-
-/// Attempts of one fence whose connection exchange is lost or times out.
-const FENCE_TRIES: u32 = 3;
 
 /// Bytes of an endpoint's registered pool.
 const POOL_BYTES: usize = 2 << 20;
@@ -565,7 +511,7 @@ impl Endpoint for VerbsEndpoint {
         super::clock::pause(ns)
     }
 
-    /// Through the rdma_cm control path ([`fence_client`]): the node moves the client's queue
+    /// Through the rdma_cm control path ([`super::fence`]): the node moves the client's queue
     /// pairs to the error state before it answers. The exchange (bounded by the connection
     /// timeout) runs on a helper thread, so this thread's other coroutines keep running while
     /// it waits; a fence happens once per dead holder, after a lease. A node that does not
@@ -580,20 +526,14 @@ impl Endpoint for VerbsEndpoint {
             .ok_or(FabricError::UnknownNode { node })?;
         let (addr, opts) = (self.info[i].addr.clone(), self.opts.clone());
         let r = super::offthread::off_thread("remora-fence", move || {
-            // A connection exchange lost or timed out (a loaded node or link) is tried
-            // again, FENCE_TRIES times in all, before the node counts as unreachable.
-            let mut r = fence_client(&addr, client, &opts);
-            for _ in 1..FENCE_TRIES {
-                match r {
-                    Err(VerbsError::Unreachable { .. } | VerbsError::Timeout { .. }) => {
-                        r = fence_client(&addr, client, &opts);
-                    }
-                    _ => break,
-                }
-            }
-            r
+            super::fence::fence_patiently(&addr, client, &opts)
         })
         .await;
+        if let Err(e) = &r {
+            // The fabric's error keeps no text: the reason is logged for whoever reads why a
+            // lock could not be taken over.
+            log::warn!("fencing client {client:#x} off memory node {node}: {e}");
+        }
         match r {
             Ok(_) => Ok(()),
             Err(VerbsError::Protocol { .. }) => Err(FabricError::Unsupported {

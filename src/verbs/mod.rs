@@ -23,6 +23,7 @@ pub mod device;
 pub mod endpoint;
 pub mod error;
 pub mod fake;
+mod fence;
 #[cfg(test)]
 mod frames_tests;
 #[cfg(test)]
@@ -43,11 +44,11 @@ pub mod wire;
 pub use arena::PageKind;
 pub use device::{DeviceSummary, probe};
 pub use endpoint::{
-    ConnectOptions, FakeEndpoint, NodeInfo, VerbsEndpoint, connect_qp, connect_qp_as, fence_client,
-    revoke_key,
+    ConnectOptions, FakeEndpoint, NodeInfo, VerbsEndpoint, connect_qp, connect_qp_as, revoke_key,
 };
 pub use error::VerbsError;
 pub use fake::FakeNode;
+pub use fence::fence_client;
 pub use memnode::{Memnode, MemnodeConfig, SRQ_DEPTH};
 pub use pool::{Pool, PoolBuf};
 pub use qp::VerbsQp;
