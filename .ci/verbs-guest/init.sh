@@ -470,7 +470,7 @@ if want ranks; then
         timeout "$BENCH_TIMEOUT" remora bench --fabric verbs --connect "$GUEST_IP:$PORT" --quiet \
             --index smart --workload a --records "$RANK_RECORDS" --seconds 1 --threads 1 \
             --coroutines 2 --no-pin --json "/tmp/rank$r.json" --cluster-size "$RANKS" \
-            --cluster-rank "$r" > "/tmp/rank$r.out" 2>&1 &
+            --cluster-rank "$r" --cluster-timeout 120 > "/tmp/rank$r.out" 2>&1 &
         pids="$pids $!"
         files="$files /tmp/rank$r.json"
     done
