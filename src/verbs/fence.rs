@@ -85,10 +85,17 @@ fn answer(ev: Event, addr: &str, client: u32) -> Result<u32, VerbsError> {
             why: "the node fenced another client than the one named",
         }),
         // Turned down by the connection manager before the node saw it: try again.
-        Err(_) if ev.status != REJ_CONSUMER_DEFINED => Err(VerbsError::Unreachable {
-            addr: addr.into(),
-            stage: CM_REJECT,
-        }),
+        Err(_) if ev.status != REJ_CONSUMER_DEFINED => {
+            log::debug!(
+                "fence of client {client:#x} at {addr}: rejected by the connection manager \
+                 (reason {})",
+                ev.status
+            );
+            Err(VerbsError::Unreachable {
+                addr: addr.into(),
+                stage: CM_REJECT,
+            })
+        }
         Err(why) => Err(VerbsError::Protocol {
             addr: addr.into(),
             why,
