@@ -5,6 +5,7 @@
 //! sleep; its inbox's bell and a completion event (not a timeout) wake it. Prints the
 //! figures: `cargo test --release -p remora --features verbs --lib memnode::idle_tests --
 //! --nocapture`.
+use super::idle::{MAX_DOUBLINGS, QUIET_STEP, sleep_bound_ns};
 use super::shard::{Conn, Ctl, Hub, Server, Srq, ThreadHandler};
 use super::*;
 use crate::verbs::FakeNode;
@@ -179,8 +180,9 @@ fn an_idle_server_thread_sleeps_and_events_wake_it() {
         "{} wakeups",
         stats.server_wakeups
     );
-    // A sleep no event ends lasts BLOCK_AT_MOST_NS: no more of them than fit in the run (a
-    // sleep that returned at once, an fd left readable, would add up fast).
+    // A sleep no event ends lasts BLOCK_AT_MOST_NS or more (`idle::sleep_bound_ns`): no more
+    // of them than fit in the run (a sleep that returned at once, an fd left readable, would
+    // add up fast).
     let most = ran.as_nanos() as u64 / BLOCK_AT_MOST_NS + stats.server_wakeups + 2;
     assert!(
         (2..=most).contains(&stats.server_sleeps),
@@ -197,5 +199,76 @@ fn an_idle_server_thread_sleeps_and_events_wake_it() {
         stats.recv_polls <= bound,
         "{} receive polls (at most {bound} without spinning while idle)",
         stats.recv_polls
+    );
+}
+
+/// A server thread left idle sleeps longer and longer, up to 16 ms a sleep: over 700 ms with
+/// nothing to do it sleeps no more often than the doubling bound allows (about 220 times; a
+/// 1 ms bound throughout would make about 700). (That its bell still wakes it at once is
+/// `an_idle_server_thread_sleeps_and_events_wake_it`'s; this one prints how soon.)
+#[test]
+fn a_long_idle_server_thread_sleeps_longer() {
+    const IDLE: Duration = Duration::from_millis(700);
+    assert_eq!(sleep_bound_ns(0), BLOCK_AT_MOST_NS);
+    assert_eq!(sleep_bound_ns(QUIET_STEP), 2 * BLOCK_AT_MOST_NS);
+    assert_eq!(
+        sleep_bound_ns(u32::MAX),
+        BLOCK_AT_MOST_NS << MAX_DOUBLINGS,
+        "the bound stops doubling"
+    );
+    let hub = Hub::new(1).expect("a hub");
+    let srq = Arc::new(Srq::fake().expect("a fake shared receive queue"));
+    let arrivals = Arc::new(Mutex::new(Arrivals::default()));
+    let handler: Mutex<Box<dyn Handler + Send>> = Mutex::new(Box::new(Stamp(arrivals.clone())));
+    let quit = AtomicBool::new(false);
+    let asleep = || hub.asleep[0].load(Ordering::SeqCst);
+    let t0 = Instant::now();
+    let (stats, conn_ns) = std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            let arena = Arena::new(1 << 16).expect("an arena");
+            let region = local_region(&arena, 0);
+            let stats = Server {
+                t: 0,
+                hub: &hub,
+                handler: ThreadHandler::Shared(&handler),
+                region,
+                verbose: false,
+            }
+            .run(&quit);
+            drop(std::mem::take(&mut *lock(&hub.inbox[0])));
+            stats
+        });
+        let stop = Stop(&quit);
+        std::thread::sleep(IDLE);
+        until(asleep);
+        let handed = now_ns();
+        hub.hand_over(fake_conn(&srq));
+        assert!(
+            until(|| !lock(&arrivals).connects.is_empty()),
+            "never introduced"
+        );
+        let conn_ns = lock(&arrivals).connects[0] - handed;
+        drop(stop);
+        (server.join().expect("the server thread"), conn_ns)
+    });
+    let ran = t0.elapsed().as_nanos() as u64;
+    // The most sleeps that fit in the run when each lasts its bound.
+    let (mut most, mut slept) = (0u32, 0u64);
+    while slept < ran {
+        slept += sleep_bound_ns(most);
+        most += 1;
+    }
+    eprintln!(
+        "long-idle memnode thread: {} sleeps in {:.0} ms (at most {most} fit; {} with a 1 ms \
+         bound), served a connection {:.1} us after it was handed over",
+        stats.server_sleeps,
+        ran as f64 / 1e6,
+        ran / BLOCK_AT_MOST_NS,
+        conn_ns as f64 / 1e3
+    );
+    assert!(
+        stats.server_sleeps <= u64::from(most) + 4,
+        "{} sleeps in {ran} ns: more than the doubling bound allows ({most})",
+        stats.server_sleeps
     );
 }
