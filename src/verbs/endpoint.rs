@@ -102,7 +102,7 @@ pub(super) fn expect(
 }
 
 /// A fresh channel and id resolved to the device and route that reach `addr`.
-pub(super) fn resolve(addr: &str, opts: &ConnectOptions) -> Result<(Channel, CmId), VerbsError> {
+fn resolve(addr: &str, opts: &ConnectOptions) -> Result<(Channel, CmId), VerbsError> {
     let mut sa = SockAddr::parse(addr)?;
     let ch = Channel::new()?;
     let id = CmId::new(&ch)?;
@@ -248,29 +248,7 @@ fn connect_qp_on(
 /// by rejecting it with the new key in the reject's private data (rdma_cm only, no side
 /// channel).
 pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> {
-    let (ch, id) = resolve(addr, opts)?;
-    let hello = Hello {
-        request: Request::RevokeKey,
-        recv_len: 0,
-        client: 0,
-    }
-    .encode();
-    let mut param = sys::rdma_conn_param {
-        private_data: hello.as_ptr().cast(),
-        private_data_len: hello.len() as u8,
-        retry_count: TRANSPORT_RETRIES,
-        // No queue pair: the request is answered by a reject before any would be used.
-        qp_num: 1,
-        ..Default::default()
-    };
-    // SAFETY: a resolved id; `param` and its private data live through the call.
-    if unsafe { sys::rdma_connect(id.0, &mut param) } != 0 {
-        return Err(VerbsError::Unreachable {
-            addr: addr.into(),
-            stage: "rdma_connect failed",
-        });
-    }
-    let ev = ch.wait(opts.timeout, addr, "key revocation")?;
+    let ev = ask(addr, opts, Request::RevokeKey, 0, "key revocation")?;
     if ev.kind != sys::RDMA_CM_EVENT_REJECTED {
         return Err(VerbsError::Protocol {
             addr: addr.into(),
@@ -281,9 +259,46 @@ pub fn revoke_key(addr: &str, opts: &ConnectOptions) -> Result<u32, VerbsError> 
         addr: addr.into(),
         why,
     })?;
+    Ok(r.new_rkey)
+}
+
+/// Sends the node at `addr` a connect request carrying `request`'s hello (naming `client`),
+/// which the node answers with a reject carrying its reply (revocations and fences: rdma_cm
+/// only, no side channel); returns the event that came back, waiting up to `opts.timeout`.
+pub(super) fn ask(
+    addr: &str,
+    opts: &ConnectOptions,
+    request: Request,
+    client: u32,
+    stage: &'static str,
+) -> Result<Event, VerbsError> {
+    let (ch, id) = resolve(addr, opts)?;
+    let hello = Hello {
+        request,
+        recv_len: 0,
+        client,
+    }
+    .encode();
+    let mut param = sys::rdma_conn_param {
+        private_data: hello.as_ptr().cast(),
+        private_data_len: hello.len() as u8,
+        retry_count: TRANSPORT_RETRIES,
+        // No queue pair: the request is answered by a reject before any would be used (queue
+        // pair 1, the GSI's number, which no connected queue pair has: see `fence.rs`).
+        qp_num: 1,
+        ..Default::default()
+    };
+    // SAFETY: a resolved id; `param` and its private data live through the call.
+    if unsafe { sys::rdma_connect(id.0, &mut param) } != 0 {
+        return Err(VerbsError::Unreachable {
+            addr: addr.into(),
+            stage: "rdma_connect failed",
+        });
+    }
+    let ev = ch.wait(opts.timeout, addr, stage)?;
     drop(id);
     drop(ch);
-    Ok(r.new_rkey)
+    Ok(ev)
 }
 
 /// Bytes of an endpoint's registered pool.

@@ -16,11 +16,11 @@
 //! ([`fence_patiently`]), and a reject by the connection manager rather than the node is
 //! tried again after a random pause (other processes of the host may be fencing too), as is
 //! an exchange that was lost or timed out.
-use super::cm::{Event, REJ_CONSUMER_DEFINED, TRANSPORT_RETRIES};
-use super::endpoint::{ConnectOptions, expect, resolve};
+use super::cm::{Event, REJ_CONSUMER_DEFINED};
+use super::endpoint::{ConnectOptions, ask, expect};
 use super::error::VerbsError;
 use super::sys;
-use super::wire::{Fenced, Hello, Request, Unauthorized};
+use super::wire::{Fenced, Request, Unauthorized};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,31 +39,7 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// many of its connections the node cut (0: it had none left). One exchange, blocking for up
 /// to `opts.timeout`; [`fence_patiently`] is what a lock waiter uses.
 pub fn fence_client(addr: &str, client: u32, opts: &ConnectOptions) -> Result<u32, VerbsError> {
-    let (ch, id) = resolve(addr, opts)?;
-    let hello = Hello {
-        request: Request::Fence,
-        recv_len: 0,
-        client,
-    }
-    .encode();
-    let mut param = sys::rdma_conn_param {
-        private_data: hello.as_ptr().cast(),
-        private_data_len: hello.len() as u8,
-        retry_count: TRANSPORT_RETRIES,
-        // No queue pair: the request is answered by a reject before any would be used.
-        qp_num: 1,
-        ..Default::default()
-    };
-    // SAFETY: a resolved id; `param` and its private data live through the call.
-    if unsafe { sys::rdma_connect(id.0, &mut param) } != 0 {
-        return Err(VerbsError::Unreachable {
-            addr: addr.into(),
-            stage: "rdma_connect failed",
-        });
-    }
-    let ev = ch.wait(opts.timeout, addr, "fence")?;
-    drop(id);
-    drop(ch);
+    let ev = ask(addr, opts, Request::Fence, client, "fence")?;
     answer(ev, addr, client)
 }
 

@@ -93,6 +93,30 @@ fn until(f: impl Fn() -> bool) -> bool {
     true
 }
 
+/// Runs server thread 0 of `hub` with `handler` on this thread until `quit`: its stats and
+/// the CPU time it took.
+fn serve(
+    hub: &Hub,
+    handler: &Mutex<Box<dyn Handler + Send>>,
+    quit: &AtomicBool,
+) -> (VerbsStats, u64) {
+    let arena = Arena::new(1 << 16).expect("an arena");
+    let region = local_region(&arena, 0);
+    let cpu0 = thread_cpu_ns();
+    let stats = Server {
+        t: 0,
+        hub,
+        handler: ThreadHandler::Shared(handler),
+        region,
+        verbose: false,
+    }
+    .run(quit);
+    let cpu = thread_cpu_ns() - cpu0;
+    // A connection, back in the inbox, is dropped here, where it was served.
+    drop(std::mem::take(&mut *lock(&hub.inbox[0])));
+    (stats, cpu)
+}
+
 /// Stops the server thread when the test ends, failed or not (else the scope would wait for
 /// it forever).
 struct Stop<'a>(&'a AtomicBool);
@@ -114,23 +138,7 @@ fn an_idle_server_thread_sleeps_and_events_wake_it() {
     let asleep = || hub.asleep[0].load(Ordering::SeqCst);
     let t0 = Instant::now();
     let (stats, cpu, conn_ns, msg_ns) = std::thread::scope(|s| {
-        let server = s.spawn(|| {
-            let arena = Arena::new(1 << 16).expect("an arena");
-            let region = local_region(&arena, 0);
-            let cpu0 = thread_cpu_ns();
-            let stats = Server {
-                t: 0,
-                hub: &hub,
-                handler: ThreadHandler::Shared(&handler),
-                region,
-                verbose: false,
-            }
-            .run(&quit);
-            let cpu = thread_cpu_ns() - cpu0;
-            // The connection, back in the inbox, is dropped here, where it was served.
-            drop(std::mem::take(&mut *lock(&hub.inbox[0])));
-            (stats, cpu)
-        });
+        let server = s.spawn(|| serve(&hub, &handler, &quit));
         let stop = Stop(&quit);
         // No connection yet: the thread sleeps on its bell alone; handing one over (once it
         // says it is asleep) rings it.
@@ -224,20 +232,7 @@ fn a_long_idle_server_thread_sleeps_longer() {
     let asleep = || hub.asleep[0].load(Ordering::SeqCst);
     let t0 = Instant::now();
     let (stats, conn_ns) = std::thread::scope(|s| {
-        let server = s.spawn(|| {
-            let arena = Arena::new(1 << 16).expect("an arena");
-            let region = local_region(&arena, 0);
-            let stats = Server {
-                t: 0,
-                hub: &hub,
-                handler: ThreadHandler::Shared(&handler),
-                region,
-                verbose: false,
-            }
-            .run(&quit);
-            drop(std::mem::take(&mut *lock(&hub.inbox[0])));
-            stats
-        });
+        let server = s.spawn(|| serve(&hub, &handler, &quit).0);
         let stop = Stop(&quit);
         std::thread::sleep(IDLE);
         until(asleep);
