@@ -2,20 +2,18 @@
 //!
 //! A fence is a connect request carrying a fence hello, which the node answers with a reject
 //! carrying `wire::Fenced` once the client's queue pairs are in the error state. The request
-//! names queue pair 1 (the GSI queue pair's number, which no connected queue pair has): it
-//! never becomes a connection, and a number that no live queue pair of this host can have
-//! means the connection manager never takes it for one of theirs. (A request from the same
-//! address and queue pair number as one a connection manager still holds is a stale
-//! connection: the new one is rejected, and the old connection is sent a disconnect.)
+//! names queue pair 1 (the GSI queue pair's number, which no connected queue pair has), so
+//! the connection manager never takes it for a live connection of this host.
 //!
-//! Two fences of one host in flight at once therefore look alike to the node's connection
-//! manager, which rejects the second itself (reason 10, stale connection) before the node
-//! sees it, with no `Fenced` in the reject. Found in the Soft-RoCE guest: a Sherman bench
-//! meeting a lock left by a client killed in the campaign reported the lock "held ... and it
-//! could not be fenced" (one run in two). So a process sends its fences one at a time
-//! ([`fence_patiently`]), and a reject by the connection manager rather than the node is
-//! tried again after a random pause (other processes of the host may be fencing too), as is
-//! an exchange that was lost or timed out.
+//! Two fences of one host in flight at once therefore carry the same address and queue pair
+//! number, and the node's connection manager may reject one of them itself, before the node
+//! sees it: a reject whose reason is not the application's, with no `Fenced` in it. Seen in
+//! the Soft-RoCE guest (`check::fences_at_once_all_land`: 1 of 4 single exchanges sent at
+//! once, in 2 of 9 runs), and the likely cause of a Sherman bench there reporting a lock of a
+//! killed client "held ... and it could not be fenced". So a process sends its fences one at
+//! a time ([`fence_patiently`]), and a reject by the connection manager rather than the node
+//! is tried again after a random pause (other processes of the host may be fencing too), as
+//! is an exchange that was lost or timed out.
 use super::cm::{Event, REJ_CONSUMER_DEFINED};
 use super::endpoint::{ConnectOptions, ask, expect};
 use super::error::VerbsError;
@@ -91,7 +89,7 @@ pub(crate) fn fence_patiently(
 }
 
 /// [`fence_client`], tried up to [`FENCE_TRIES`] times in all while the exchange is lost,
-/// times out or is turned down by the connection manager, with a random pause of 10-80 ms
+/// times out or is turned down by the connection manager, with a random pause of 10-73 ms
 /// times the attempt between tries. Turned down every time, it is the node's refusal
 /// (`Protocol`): a waiter then reports the lock held rather than the node unreachable.
 pub(crate) fn fence_retrying(
@@ -126,11 +124,11 @@ fn again(r: &Result<u32, VerbsError>) -> bool {
     )
 }
 
-/// A pause of 10-80 ms times `attempt`, from the clock's low bits (processes that collided
-/// must not collide again in step).
+/// A pause of 10-73 ms times `attempt`, drawn from the clock and the process id (processes
+/// that collided must not collide again in step).
 fn pause(attempt: u32) -> Duration {
-    let ns = super::clock::now_ns() ^ u64::from(std::process::id()).rotate_left(17);
-    let ms = 10 + (ns.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) + (ns >> 7) % 7;
+    let seed = super::clock::now_ns() ^ u64::from(std::process::id()).rotate_left(17);
+    let ms = 10 + (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58);
     Duration::from_millis(ms * u64::from(attempt))
 }
 

@@ -117,6 +117,20 @@ fn serve(
     (stats, cpu)
 }
 
+/// Hands a connection over to server thread 0 of `hub` once it says it is asleep (a thread
+/// that never does is handed one all the same, to fail later); nanoseconds until its service
+/// was told of it.
+fn hand_over_when_asleep(hub: &Hub, srq: &Arc<Srq>, arrivals: &Mutex<Arrivals>) -> u64 {
+    until(|| hub.asleep[0].load(Ordering::SeqCst));
+    let handed = now_ns();
+    hub.hand_over(fake_conn(srq));
+    assert!(
+        until(|| !lock(arrivals).connects.is_empty()),
+        "never introduced"
+    );
+    lock(arrivals).connects[0] - handed
+}
+
 /// Stops the server thread when the test ends, failed or not (else the scope would wait for
 /// it forever).
 struct Stop<'a>(&'a AtomicBool);
@@ -143,15 +157,7 @@ fn an_idle_server_thread_sleeps_and_events_wake_it() {
         // No connection yet: the thread sleeps on its bell alone; handing one over (once it
         // says it is asleep) rings it.
         std::thread::sleep(IDLE / 3);
-        // (A thread that never says it is asleep goes on all the same, to fail below.)
-        until(asleep);
-        let handed = now_ns();
-        hub.hand_over(fake_conn(&srq));
-        assert!(
-            until(|| !lock(&arrivals).connects.is_empty()),
-            "never introduced"
-        );
-        let conn_ns = lock(&arrivals).connects[0] - handed;
+        let conn_ns = hand_over_when_asleep(&hub, &srq, &arrivals);
         // Idle with a connection: asleep on its receive queue's channel as well; the message
         // lands while it sleeps, on the queue it armed before its last poll.
         std::thread::sleep(IDLE);
@@ -229,20 +235,12 @@ fn a_long_idle_server_thread_sleeps_longer() {
     let arrivals = Arc::new(Mutex::new(Arrivals::default()));
     let handler: Mutex<Box<dyn Handler + Send>> = Mutex::new(Box::new(Stamp(arrivals.clone())));
     let quit = AtomicBool::new(false);
-    let asleep = || hub.asleep[0].load(Ordering::SeqCst);
     let t0 = Instant::now();
     let (stats, conn_ns) = std::thread::scope(|s| {
         let server = s.spawn(|| serve(&hub, &handler, &quit).0);
         let stop = Stop(&quit);
         std::thread::sleep(IDLE);
-        until(asleep);
-        let handed = now_ns();
-        hub.hand_over(fake_conn(&srq));
-        assert!(
-            until(|| !lock(&arrivals).connects.is_empty()),
-            "never introduced"
-        );
-        let conn_ns = lock(&arrivals).connects[0] - handed;
+        let conn_ns = hand_over_when_asleep(&hub, &srq, &arrivals);
         drop(stop);
         (server.join().expect("the server thread"), conn_ns)
     });
