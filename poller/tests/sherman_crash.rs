@@ -543,3 +543,17 @@ fn chime_prefix_free_survives_a_client_dying_at_any_verb() {
         env_count("SHERMAN_CRASH_SEEDS", 2),
     );
 }
+
+/// With remora's paced lock waits (`ShermanConfig::paced_locks`): the survivors wait for the
+/// victim's lock pausing a round trip between CASes, and still reach its lease, fence it and
+/// take the lock over.
+#[test]
+fn chime_with_paced_locks_survives_a_client_dying_at_any_verb() {
+    let mut cfg = ChimeConfig::chime().with_cache(1 << 20);
+    cfg.sherman.paced_locks = true;
+    campaign(
+        "chime paced-locks",
+        Base::Chime(cfg),
+        env_count("SHERMAN_CRASH_SEEDS", 2),
+    );
+}

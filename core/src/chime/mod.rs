@@ -74,10 +74,12 @@
 //! hot key, at most two lookups and two writes in flight per key and node, as SMART's read
 //! delegation and write combining do for its leaves.
 //!
-//! remora's own idea on CHIME ([`ChimeConfig::lean_update`], off by default, `--with
+//! remora's own ideas on CHIME, each off by default: [`ChimeConfig::lean_update`] (`--with
 //! lean-update`): an update READs only the key's neighbourhood under the leaf's lock, not the
-//! leaf prefix with it (`write.rs`). And ([`ChimeConfig::prefix_free`], `--with
-//! prefix-free`): no writer READs or WRITEs the prefix.
+//! leaf prefix with it (`write.rs`); [`ChimeConfig::prefix_free`] (`--with prefix-free`): no
+//! writer READs or WRITEs the prefix; and Sherman's `paced_locks` (`--with paced-locks`,
+//! `sherman/pace.rs`): a waiter for a held leaf lock pauses one round trip between CASes
+//! instead of spinning, halving the CASes the memory node's NIC serves.
 //!
 //! Bulk loading (`bulk.rs`, [`Chime::bulk_load`]): the tree random inserts grow, its leaves
 //! filled by CHIME's own insert, under Sherman's internal levels, written at memory speed.
@@ -284,12 +286,13 @@ impl ChimeConfig {
     /// delegation and write combining (on in the authors' build), leaf merges, lean
     /// updates ([`Self::lean_update`]) and writes without the leaf prefix
     /// ([`Self::prefix_free`]).
-    pub const IDEAS: [&'static str; 5] = [
+    pub const IDEAS: [&'static str; 6] = [
         "delegation",
         "combining",
         "merge",
         "lean-update",
         "prefix-free",
+        "paced-locks",
     ];
 
     /// Turns on the switch `name` (one of [`Self::IDEAS`]); false if there is none of
@@ -301,6 +304,7 @@ impl ChimeConfig {
             "merge" => self.merge = true,
             "lean-update" => self.lean_update = true,
             "prefix-free" => self.prefix_free = true,
+            "paced-locks" => self.sherman.paced_locks = true,
             _ => return false,
         }
         true

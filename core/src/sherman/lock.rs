@@ -32,6 +32,7 @@
 //! lock over. Per-thread state (`Sherman::create`/`open`) keeps the unit a thread.
 use super::ShermanError;
 use super::node::ShermanNode;
+use super::pace;
 use crate::block_on::yield_now;
 use crate::delegation::park::{self, Check};
 use crate::fabric::{Endpoint, FabricError, Op, QueuePair};
@@ -57,6 +58,8 @@ pub(super) struct Locks {
     hierarchical: bool,
     combine: bool,
     spin: bool,
+    /// Paced waits (`pace.rs`): overrides `spin`.
+    paced: bool,
     cap: u32,
     lease: LeaseConfig,
     /// The compute node's state: its local lock table.
@@ -134,12 +137,19 @@ impl Locks {
             hierarchical,
             combine,
             spin,
+            paced: false,
             cap,
             lease,
             node,
             bypassed: RefCell::new(heapless::Vec::new()),
             bypassing: Cell::new(0),
         }
+    }
+
+    /// With paced waits for the global word (`pace.rs`).
+    pub(super) fn paced(mut self, on: bool) -> Locks {
+        self.paced = on;
+        self
     }
 
     /// This handle's next lock word (a tag never used before by it, so a waiter sees every
@@ -267,12 +277,15 @@ impl Locks {
         let qp = ep.qp_for(lock)?;
         let mine = self.next_word();
         let mut expected = 0u64;
+        // A paced wait times its CASes (`pace.rs`).
+        let sent = if self.paced { ep.now_ns() } else { 0 };
         let found = qp.cas(lock, expected, mine).await?;
         if found == expected {
             return Ok(Got::Acquired);
         }
         // Held: from here on the clock runs.
         let start = ep.now_ns();
+        let mut rtt = start.saturating_sub(sent);
         // The lease counts only the time this waiter (and the reader before it) watched: a
         // waiter stopped with its process fences no live holder for it.
         let mut w = Waiter::new(self.wait_config(start), start).watching();
@@ -285,6 +298,12 @@ impl Locks {
         loop {
             let found = match found.take() {
                 Some(f) => f,
+                None if self.paced => {
+                    let sent = ep.now_ns();
+                    let f = qp.cas(lock, expected, mine).await?;
+                    rtt = ep.now_ns().saturating_sub(sent);
+                    f
+                }
                 None => qp.cas(lock, expected, mine).await?,
             };
             if found == expected {
@@ -304,6 +323,7 @@ impl Locks {
                 waited_ns,
             };
             match w.observe(found, ep.now_ns()) {
+                Verdict::Wait(_) if self.paced => ep.pause(pace::pause(rtt, &self.lease)).await,
                 Verdict::Wait(ns) => ep.pause(ns).await,
                 // Our own coroutine holds it: alive, keep waiting.
                 Verdict::Expired { word } if self.client != 0 && holder(word) == self.client => {}
@@ -326,7 +346,7 @@ impl Locks {
     /// The bounds of one wait for the global word: spinning (`spin`,
     /// [`LeaseConfig::spinning`]) or backing off.
     fn wait_config(&self, now: u64) -> LeaseConfig {
-        if self.spin {
+        if self.spin && !self.paced {
             self.lease.spinning(now)
         } else {
             self.lease

@@ -129,6 +129,7 @@ mod local;
 mod lock;
 mod node;
 mod open;
+mod pace;
 mod read;
 mod redo;
 mod repair;
@@ -181,6 +182,10 @@ pub struct ShermanConfig {
     /// spins on a word. Waits still end by lease and deadline on the fabric clock (the attempt cap
     /// bounds them only on a fabric without a clock).
     pub spin_locks: bool,
+    /// remora's idea (CHIME's `--with paced-locks`; off in [`ShermanConfig::sherman`]): a
+    /// failed global lock CAS is retried after one round trip, timed on that CAS, so a
+    /// waiter sends half the CASes of a spinning one (`pace.rs`); overrides `spin_locks`.
+    pub paced_locks: bool,
     /// Non-split writes write back one entry (else the whole page).
     pub two_level_versions: bool,
     /// Cache level-1 internal pages on the compute node (and the pages above them with
@@ -248,6 +253,7 @@ impl ShermanConfig {
             handover_cap: 7,
             combine_commands: true,
             spin_locks: true,
+            paced_locks: false,
             two_level_versions: true,
             index_cache: true,
             cache_bytes: 64 << 20,

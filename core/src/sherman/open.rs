@@ -261,7 +261,8 @@ impl<'e, E: Endpoint> Sherman<'e, E> {
                     ..cfg.lease
                 },
                 node.clone(),
-            ),
+            )
+            .paced(cfg.paced_locks),
             node: NodeCache::new(node, cfg.index_cache),
             pool: RefCell::new(Vec::new()),
             batches: RefCell::new(Vec::new()),
