@@ -137,7 +137,7 @@ pub struct LinArgs {
     /// With --index chime: SMART's read delegation and write combining, which the authors'
     /// build of CHIME has on and `ChimeConfig::chime()` off (comma-separated: delegation,
     /// combining), leaf merges (merge), lean updates (lean-update), writes without the leaf prefix
-    /// (prefix-free). With --index canrt: `whole-level`, the paper's growth (a data
+    /// (prefix-free), paced lock waits (paced-locks). With --index canrt: `whole-level`, the paper's growth (a data
     /// node per key prefix, every resize a rebuild) instead of splits.
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,

@@ -321,7 +321,9 @@ pub struct SmartFlags {
     /// (off by default; on in the authors' build and in `remora repro chime`'s CHIME bars);
     /// `merge`, leaf merges; `lean-update`, remora's updates that READ only the key's
     /// neighbourhood under the lock (`ChimeConfig::lean_update`); `prefix-free`, remora's
-    /// writes that READ and WRITE no leaf prefix (`ChimeConfig::prefix_free`).
+    /// writes that READ and WRITE no leaf prefix (`ChimeConfig::prefix_free`);
+    /// `paced-locks`, remora's lock waits that retry a held lock after its holder's round
+    /// trips (`ShermanConfig::paced_locks`).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
     /// Cache capacity per compute node (per client thread with --per-thread-state), in MiB:
@@ -347,13 +349,14 @@ pub struct SmartFlags {
     /// turns it on for its steps unless --factor-no-leaf-handover.
     #[arg(long)]
     pub leaf_handover: bool,
-    /// SMART: how a lock wait retries: `auto` (default) spins with write combining and backs
-    /// off without (`SmartConfig::spin_locks`); `spin` retries the CAS at once, as the SMART
-    /// authors' code does; `backoff` pauses exponentially from 200 ns to
-    /// `--lock-max-backoff-ns`.
+    /// SMART, Sherman, FG+ and CHIME: how a lock wait retries: `auto` (default) is the
+    /// index's own (SMART spins with write combining and backs off without,
+    /// `SmartConfig::spin_locks`; Sherman, FG+ and CHIME spin, `ShermanConfig::spin_locks`);
+    /// `spin` retries the CAS at once, as the authors' code does; `backoff` pauses
+    /// exponentially from 200 ns to `--lock-max-backoff-ns`.
     #[arg(long, value_enum, default_value = "auto")]
     pub lock_wait: LockWait,
-    /// SMART, backing off: the longest pause of a lock wait, in nanoseconds (default 100000,
+    /// Backing off (or paced): the longest pause of a lock wait, in nanoseconds (default 100000,
     /// `LeaseConfig::max_backoff_ns`).
     #[arg(long)]
     pub lock_max_backoff_ns: Option<u64>,

@@ -1,6 +1,7 @@
 //! The index configuration and memory-node region size a bench run derives from its flags.
 
 use super::*;
+use remora::core::lease::LeaseConfig;
 
 /// The index under test, from the flags.
 pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
@@ -29,6 +30,8 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                 index_cache: !a.smart.no_cache,
                 cache_bytes: (a.smart.cache_mib * (1 << 20) as f64) as usize,
                 handover_cap: f.handover_cap.unwrap_or(base.handover_cap),
+                spin_locks: spin_locks(a, base.spin_locks),
+                lease: lease_with(a, base.lease),
                 ..base
             };
             Ok(IndexCfg::Sherman {
@@ -54,6 +57,8 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
                     index_cache: !a.smart.no_cache,
                     cache_upper_levels: !f.no_cache_upper,
                     handover_cap: f.handover_cap.unwrap_or(base.sherman.handover_cap),
+                    spin_locks: spin_locks(a, base.sherman.spin_locks),
+                    lease: lease_with(a, base.sherman.lease),
                     ..base.sherman
                 },
                 hopscotch: !f.no_hopscotch,
@@ -111,6 +116,23 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
             },
         }),
     }
+}
+
+/// `--lock-wait` of a Sherman or CHIME run: `auto` keeps the index's own (`base`).
+fn spin_locks(a: &BenchArgs, base: bool) -> bool {
+    match a.smart.lock_wait {
+        LockWait::Auto => base,
+        LockWait::Spin => true,
+        LockWait::Backoff => false,
+    }
+}
+
+/// `--lock-max-backoff-ns` of a Sherman or CHIME run.
+fn lease_with(a: &BenchArgs, mut lease: LeaseConfig) -> LeaseConfig {
+    if let Some(ns) = a.smart.lock_max_backoff_ns {
+        lease.max_backoff_ns = ns;
+    }
+    lease
 }
 
 /// CHIME's `--with`: SMART's read delegation and write combining on CHIME (on in the
