@@ -38,56 +38,6 @@ const AUTHORS: &str = "--with delegation,combining";
 /// CHIME without them (`ChimeConfig::chime()`, remora's default): the rows
 /// delegation-combining-* measure what the two techniques give CHIME here.
 const WITHOUT: &str = "CHIME w/o delegation, combining";
-/// remora's own idea on CHIME (`ChimeConfig::lean_update`, `--with lean-update`): an update
-/// READs only the key's neighbourhood under the leaf's lock, not the leaf prefix with it.
-/// Added to the authors' build (a second `--with`, so the CHIME command is the same words).
-const IDEA: &str = "--with lean-update";
-/// The idea's bar.
-const IDEA_LABEL: &str = "CHIME + lean update";
-/// Seeds of the idea experiment (both bars): at 640 clients YCSB-B's ratio moves by a few per
-/// cent over seeds (measured 1.020, 0.977, 1.033 at seeds 1-3).
-const IDEA_SEEDS: u64 = 3;
-/// The idea rows' note.
-const IDEA_NOTE: &str = "remora's own idea, not CHIME's: lean updates (ChimeConfig::lean_update, \
-    core/src/chime/write.rs). CHIME's writer READs, under the leaf's lock, the leaf prefix \
-    (vacancy bitmap, group stamps, low key) with the key's neighbourhood in one doorbell; an \
-    update in place needs neither the bitmap nor the low key, so with the switch an update \
-    (KvIndex::update, YCSB's updates) READs only the neighbourhood, and the prefix after it \
-    only if the key is missing. One READ verb and 32 B fewer per update: measured on YCSB-A \
-    4.84 -> 4.36 verbs and 305.6 -> 289.1 B read per op (remora bench's B in/op, seed 1), \
-    where CHIME's run is bound by the memory node NIC's message rate (nic_use 0.91). Both bars are CHIME as its authors build \
-    it (read delegation and write combining on), at the report's cache and key count, seeds \
-    1-3 (median of the per-seed ratios). Inserts (YCSB-D's, E's) and lookups are untouched: \
-    rows c, d, e read exactly 1.000. The authors' CHIME READs no prefix at all: its vacancy \
-    bitmap rides in its lock word, which remora's lease-owned lock words have no room for \
-    (core/src/chime/mod.rs, Vacancy-aware lock), so part of what this idea wins back is a \
-    READ remora's CHIME pays and the authors' does not. Tried first and dropped: posting the \
-    neighbourhood READs in the doorbell of the lock's CMP_AND_SWP (FORD-style lock and \
-    read, ordered after it on the one queue pair): 0.92x on YCSB-A at seed 1, since half of \
-    the first CMP_AND_SWPs found the lock held at 640 clients on ~260 leaves and their \
-    READs were wasted NIC work";
-/// remora's second idea on CHIME (`ChimeConfig::prefix_free`, `--with prefix-free`): writers
-/// READ and WRITE no leaf prefix; the stamps of the groups beside those a write rewrites come
-/// from their own headers, READ in the neighbourhood's doorbell. A third bar of chime-idea.
-const IDEA2: &str = "--with prefix-free";
-/// Its bar.
-const IDEA2_LABEL: &str = "CHIME + prefix-free";
-/// Its rows' note.
-const IDEA2_NOTE: &str = "remora's own idea, not CHIME's: prefix-free writes \
-    (ChimeConfig::prefix_free, core/src/chime/write.rs). The authors' CHIME READs no prefix: \
-    its vacancy bitmap rides in its lock word. remora's lock words are lease words (a 32-bit \
-    client id, which a waiter fences, and a per-acquisition tag), and its writer needs more \
-    of the prefix than the bitmap: the stamps of the groups beside those it rewrites (what \
-    proves a READ in any segment order one moment) and the low key. With the switch the \
-    stamps come from those groups' own headers (32 B each, in the doorbell that READs the \
-    neighbourhood; the one after it in the same READ), inserts look for a free slot in what \
-    they READ (else the whole leaf), no write logs or WRITEs the prefix, and updates READ \
-    their neighbourhood alone (as lean ones). Measured at seed 1-3 (remora bench's verbs \
-    and B in per op): YCSB-A as lean updates (4.84 -> 4.36 verbs, 305.6 -> 289.1 B), \
-    YCSB-D 1.54 -> 1.49 verbs but 300.7 -> 304.6 B (inserts whose free slot lies past \
-    their neighbourhood READ the whole leaf: without the bitmap they cannot READ just up \
-    to it), so D stays at about 1x. Not with merges (refused). Both bars are CHIME as its \
-    authors build it, seeds 1-3 (median of the per-seed ratios)";
 /// Sherman as CHIME's experiment runs it: the authors' code with CHIME's switches off
 /// (`exp/params/common.json`, "Sherman"), so its cache counts live entries as CHIME's does.
 const SHERMAN: &str = "--index chime --no-hopscotch --no-vacancy-lock --no-speculative";
@@ -332,27 +282,12 @@ pub fn paper(s: &Scale) -> Paper {
         },
         Experiment {
             id: "chime-idea".into(),
-            title: "remora's ideas on CHIME: lean updates, prefix-free writes, YCSB A-E at \
-                    the paper's cache (scaled), seeds 1-3"
+            title: "remora's ideas on CHIME: lean updates, prefix-free writes, paced lock \
+                    waits, YCSB A-E at the paper's cache (scaled), seeds 1-3"
                 .into(),
             chart: Chart::Bars,
             series: over_window(
-                vec![
-                    Series::new("CHIME", format!("{} --index chime {AUTHORS}", at(1.0)), wl)
-                        .over_seeds(IDEA_SEEDS),
-                    Series::new(
-                        IDEA_LABEL,
-                        format!("{} --index chime {AUTHORS} {IDEA}", at(1.0)),
-                        wl,
-                    )
-                    .over_seeds(IDEA_SEEDS),
-                    Series::new(
-                        IDEA2_LABEL,
-                        format!("{} --index chime {AUTHORS} {IDEA2}", at(1.0)),
-                        wl,
-                    )
-                    .over_seeds(IDEA_SEEDS),
-                ],
+                ideas::series(&format!("{} --index chime {AUTHORS}", at(1.0)), wl),
                 TIMED,
                 window(s),
             ),
@@ -374,7 +309,6 @@ pub fn paper(s: &Scale) -> Paper {
     let y = |series: &str, w| Pick::new("chime-ycsb", series, w);
     let c = |series: &str, w| Pick::new("chime-cache", series, w);
     let f = |step: &str, w| Pick::new("chime-factors", step, w);
-    let i = |series: &str, w| Pick::new("chime-idea", series, w);
     const HEADLINE: &str = "CHIME's abstract: up to 5.1x the throughput of the best \
                             existing index at the same cache size. Both with read delegation \
                             and write combining, as in the authors' build (SMART's are on in \
@@ -461,75 +395,7 @@ pub fn paper(s: &Scale) -> Paper {
             DELEGATION_NOTE,
         ));
     }
-    // remora's own idea on CHIME's experiment: where it acts (updates: YCSB-A, B) it should
-    // beat CHIME; elsewhere (no updates: C, D, E) it must change nothing.
-    for (w, id) in [
-        ("a", "idea-lean-update-a"),
-        ("b", "idea-lean-update-b"),
-        ("c", "idea-lean-update-c"),
-        ("d", "idea-lean-update-d"),
-        ("e", "idea-lean-update-e"),
-    ] {
-        let acts = matches!(w, "a" | "b");
-        claims.push(Claim::ratio(
-            id,
-            if acts {
-                "remora's idea (lean updates) on CHIME / CHIME, throughput (no paper figure: \
-                 remora's aim, ahead of CHIME where updates are)"
-            } else {
-                "remora's idea (lean updates) on CHIME / CHIME, throughput (no paper figure: \
-                 no updates here, so the same throughput)"
-            },
-            if acts {
-                (1.01, super::report::OPEN_ENDED)
-            } else {
-                (0.99, 1.01)
-            },
-            Metric::Mops,
-            false,
-            i(IDEA_LABEL, w),
-            i("CHIME", w),
-            IDEA_NOTE,
-        ));
-    }
-    // remora's second idea: where updates are (A) it acts as lean updates; inserts (D, E)
-    // trade the prefix's verbs for reads of whole leaves when the free slot is out of
-    // reach, about even; lookups (C) untouched.
-    for (w, id) in [
-        ("a", "idea-prefix-free-a"),
-        ("b", "idea-prefix-free-b"),
-        ("c", "idea-prefix-free-c"),
-        ("d", "idea-prefix-free-d"),
-        ("e", "idea-prefix-free-e"),
-    ] {
-        let (what, range) = match w {
-            "a" => (
-                "remora's idea (prefix-free writes) on CHIME / CHIME, throughput (no paper \
-                 figure: remora's aim, ahead of CHIME where updates are)",
-                (1.01, super::report::OPEN_ENDED),
-            ),
-            "c" => (
-                "remora's idea (prefix-free writes) on CHIME / CHIME, throughput (no paper \
-                 figure: no writes here, so the same throughput)",
-                (0.99, 1.01),
-            ),
-            _ => (
-                "remora's idea (prefix-free writes) on CHIME / CHIME, throughput (no paper \
-                 figure: few writes here, about the same throughput)",
-                (0.97, super::report::OPEN_ENDED),
-            ),
-        };
-        claims.push(Claim::ratio(
-            id,
-            what,
-            range,
-            Metric::Mops,
-            false,
-            i(IDEA2_LABEL, w),
-            i("CHIME", w),
-            IDEA2_NOTE,
-        ));
-    }
+    ideas::claims(&mut claims);
     // The rows' note, with the sweep's key count and cache computed here (a note lives as
     // long as the report: built once per report).
     let less_note: &'static str = Box::leak(less_cache_note(&sw).into_boxed_str());
@@ -646,6 +512,9 @@ pub fn paper(s: &Scale) -> Paper {
         claims,
     }
 }
+
+#[path = "chime_ideas.rs"]
+mod ideas;
 
 #[cfg(test)]
 #[path = "chime_tests.rs"]

@@ -1,4 +1,7 @@
 //! Tests of `remora repro chime`'s plan (its commands, series and rows).
+use super::ideas::{
+    IDEA, IDEA_LABEL, IDEA2, IDEA2_LABEL, IDEA3, IDEA3_LABEL, IDEA23, IDEA23_LABEL,
+};
 use super::*;
 use crate::repro::ScaleSel;
 
@@ -61,8 +64,7 @@ fn chime_runs_as_its_authors_build_it() {
         shape("chime-factors"),
         vec![row("factors", &["load", "a", "b", "c", "d"], true)]
     );
-    // remora's idea: CHIME as its authors build it, with and without lean updates,
-    // each at seeds 1-3.
+    // remora's ideas: CHIME as its authors build it, with and without each, at seeds 1-3.
     let seeded = |l: &str| {
         [
             (l.to_string(), v(&ab), 3, true),
@@ -71,7 +73,14 @@ fn chime_runs_as_its_authors_build_it() {
     };
     assert_eq!(
         shape("chime-idea"),
-        [seeded("CHIME"), seeded(IDEA_LABEL), seeded(IDEA2_LABEL)].concat()
+        [
+            seeded("CHIME"),
+            seeded(IDEA_LABEL),
+            seeded(IDEA2_LABEL),
+            seeded(IDEA3_LABEL),
+            seeded(IDEA23_LABEL)
+        ]
+        .concat()
     );
     assert_eq!(p.experiments.len(), 4);
     // Each CHIME command but the one without them has them; no Sherman command has.
@@ -104,6 +113,13 @@ fn chime_runs_as_its_authors_build_it() {
         *args("CHIME")
     );
     assert!(!args("CHIME").contains("prefix-free"));
+    for (label, with) in [(IDEA3_LABEL, IDEA3), (IDEA23_LABEL, IDEA23)] {
+        assert_eq!(
+            iargs(label).replace(&format!(" {with}"), ""),
+            *args("CHIME")
+        );
+    }
+    assert!(!args("CHIME").contains("paced-locks"));
     // The rows read their bars; only the idea rows call a switch remora's idea.
     for (id, num_pick, den_pick) in [
         ("delegation-combining-a", ("CHIME", "a"), (WITHOUT, "a")),
@@ -119,11 +135,15 @@ fn chime_runs_as_its_authors_build_it() {
     for c in &p.claims {
         if c.id.starts_with("idea") {
             let (num, den) = c.points.as_ref().unwrap();
-            let (kind, label) = if c.id.starts_with("idea-lean-update") {
-                ("lean-update", IDEA_LABEL)
-            } else {
-                ("prefix-free", IDEA2_LABEL)
-            };
+            let (kind, label, base) = [
+                ("lean-update", IDEA_LABEL, "CHIME"),
+                ("prefix-free", IDEA2_LABEL, "CHIME"),
+                ("paced-locks", IDEA3_LABEL, "CHIME"),
+                ("paced-prefix-free", IDEA23_LABEL, IDEA2_LABEL),
+            ]
+            .into_iter()
+            .find(|(k, _, _)| c.id == format!("idea-{k}-{}", num.workload))
+            .unwrap_or_else(|| panic!("{}: no idea of that name", c.id));
             assert_eq!(c.id, format!("idea-{kind}-{}", num.workload));
             assert_eq!(
                 (num.exp.as_str(), num.series.as_str()),
@@ -131,7 +151,7 @@ fn chime_runs_as_its_authors_build_it() {
             );
             assert_eq!(
                 (den.exp.as_str(), den.series.as_str()),
-                ("chime-idea", "CHIME")
+                ("chime-idea", base)
             );
             assert_eq!(num.workload, den.workload);
         } else {
@@ -144,7 +164,7 @@ fn chime_runs_as_its_authors_build_it() {
     }
     assert_eq!(
         p.claims.iter().filter(|c| c.id.starts_with("idea")).count(),
-        10
+        17
     );
 }
 
@@ -272,7 +292,7 @@ fn ycsb_a_and_b_run_over_a_late_window() {
                 timed += usize::from(ab);
             }
         }
-        // 4 bars + 2 cache-sweep bars + 3 idea bars.
-        assert_eq!(timed, 9, "{sel:?}");
+        // 4 bars + 2 cache-sweep bars + 5 idea bars.
+        assert_eq!(timed, 11, "{sel:?}");
     }
 }
