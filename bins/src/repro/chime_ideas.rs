@@ -101,7 +101,6 @@ pub(super) fn series(chime: &str, wl: &[&'static str]) -> Vec<Series> {
 
 /// The idea rows.
 pub(super) fn claims(claims: &mut Vec<Claim>) {
-    let i = |series: &str, w| Pick::new("chime-idea", series, w);
     // remora's own idea on CHIME's experiment: where it acts (updates: YCSB-A, B) it should
     // beat CHIME; elsewhere (no updates: C, D, E) it must change nothing.
     for (w, id) in [
@@ -112,8 +111,7 @@ pub(super) fn claims(claims: &mut Vec<Claim>) {
         ("e", "idea-lean-update-e"),
     ] {
         let acts = matches!(w, "a" | "b");
-        claims.push(Claim::ratio(
-            id,
+        let what_range = (
             if acts {
                 "remora's idea (lean updates) on CHIME / CHIME, throughput (no paper figure: \
                  remora's aim, ahead of CHIME where updates are)"
@@ -126,12 +124,8 @@ pub(super) fn claims(claims: &mut Vec<Claim>) {
             } else {
                 (0.99, 1.01)
             },
-            Metric::Mops,
-            false,
-            i(IDEA_LABEL, w),
-            i("CHIME", w),
-            IDEA_NOTE,
-        ));
+        );
+        claims.push(row(id, w, what_range, (IDEA_LABEL, "CHIME"), IDEA_NOTE));
     }
     // remora's second idea: where updates are (A) it acts as lean updates; inserts (D, E)
     // trade the prefix's verbs for reads of whole leaves when the free slot is out of
@@ -160,14 +154,11 @@ pub(super) fn claims(claims: &mut Vec<Claim>) {
                 (0.97, OPEN_ENDED),
             ),
         };
-        claims.push(Claim::ratio(
+        claims.push(row(
             id,
-            what,
-            range,
-            Metric::Mops,
-            false,
-            i(IDEA2_LABEL, w),
-            i("CHIME", w),
+            w,
+            (what, range),
+            (IDEA2_LABEL, "CHIME"),
             IDEA2_NOTE,
         ));
     }
@@ -197,14 +188,11 @@ pub(super) fn claims(claims: &mut Vec<Claim>) {
                 (0.97, OPEN_ENDED),
             ),
         };
-        claims.push(Claim::ratio(
+        claims.push(row(
             id,
-            what,
-            range,
-            Metric::Mops,
-            false,
-            i(IDEA3_LABEL, w),
-            i("CHIME", w),
+            w,
+            (what, range),
+            (IDEA3_LABEL, "CHIME"),
             IDEA3_NOTE,
         ));
     }
@@ -214,8 +202,7 @@ pub(super) fn claims(claims: &mut Vec<Claim>) {
         ("a", "idea-paced-prefix-free-a"),
         ("b", "idea-paced-prefix-free-b"),
     ] {
-        claims.push(Claim::ratio(
-            id,
+        let what_range = (
             if w == "a" {
                 "remora's idea (paced lock waits) on CHIME with prefix-free writes / CHIME \
                  with prefix-free writes, throughput (no paper figure: ahead where writes \
@@ -230,11 +217,25 @@ pub(super) fn claims(claims: &mut Vec<Claim>) {
             } else {
                 (0.97, OPEN_ENDED)
             },
-            Metric::Mops,
-            false,
-            i(IDEA23_LABEL, w),
-            i(IDEA2_LABEL, w),
+        );
+        claims.push(row(
+            id,
+            w,
+            what_range,
+            (IDEA23_LABEL, IDEA2_LABEL),
             IDEA3_NOTE,
         ));
     }
+}
+
+/// One idea row: bar `num` over bar `den` of `chime-idea`, on workload `w`.
+fn row(
+    id: &'static str,
+    w: &'static str,
+    (what, range): (&'static str, (f64, f64)),
+    (num, den): (&str, &str),
+    note: &'static str,
+) -> Claim {
+    let i = |series: &str| Pick::new("chime-idea", series, w);
+    Claim::ratio(id, what, range, Metric::Mops, false, i(num), i(den), note)
 }
