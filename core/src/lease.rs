@@ -688,6 +688,7 @@ mod tests {
     /// stopped for five budgets between two looks waits on, and gets the reply that came
     /// meanwhile; a server that never answers still ends it after one budget of watching.
     #[test]
+    #[cfg(feature = "alloc")]
     fn a_reply_wait_stopped_past_its_deadline_waits_on() {
         use crate::delegation::park::testing::Task;
         let ep = crate::testing::Stalled::default();

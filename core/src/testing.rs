@@ -72,7 +72,7 @@ impl<Q: QueuePair> Endpoint for OneNode<Q> {
 /// the test sets the time, `pause` is a timer of that clock), whose queue pair posts nothing
 /// and receives only what the test hands it ([`Stalled::reply`]): for waits whose process is
 /// stopped between two looks (the clock jumps) while the peer stays silent or answers.
-#[cfg(test)]
+#[cfg(all(test, feature = "alloc"))]
 #[derive(Default)]
 pub(crate) struct Stalled {
     pub(crate) clock: crate::delegation::park::testing::Clock,
@@ -81,7 +81,7 @@ pub(crate) struct Stalled {
     counters: crate::counters::Counters,
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "alloc"))]
 impl QueuePair for Stalled {
     fn peer(&self) -> NodeId {
         0
@@ -121,7 +121,7 @@ impl QueuePair for Stalled {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "alloc"))]
 impl Endpoint for Stalled {
     type Qp = Stalled;
     fn qp(&self, node: NodeId) -> Result<&Stalled, FabricError> {
