@@ -369,14 +369,35 @@ mod tests {
         }
         let m = Model::default();
         // The least of three runs: a burst of load that spans one whole run of a row does
-        // not fail the test, a drifted model does.
-        let (rows, _) = measure(&m, 3);
-        print!("{}", text_table(&rows));
-        let bad: Vec<_> = rows
-            .iter()
-            .map(|r| (r.what, r.model_ns / r.range().0.max(1e-3)))
-            .filter(|(_, q)| !(TEST_BAND.0..=TEST_BAND.1).contains(q))
-            .collect();
+        // not fail the test, a drifted model does. A row outside the band is measured again
+        // (up to ATTEMPTS times, each row keeping its least figure of all): another process
+        // busy on this 2-core machine for a whole measurement (seen: a repro beside the
+        // tests, every row 0.48-0.65x) passes once it is gone, a drifted model never does.
+        const ATTEMPTS: usize = 4;
+        let mut least: Vec<f64> = Vec::new();
+        let mut bad = Vec::new();
+        for attempt in 1..=ATTEMPTS {
+            let (rows, _) = measure(&m, 3);
+            print!("{}", text_table(&rows));
+            least.resize(rows.len(), f64::INFINITY);
+            for (l, r) in least.iter_mut().zip(&rows) {
+                *l = l.min(r.range().0);
+            }
+            bad = rows
+                .iter()
+                .zip(&least)
+                .map(|(r, l)| (r.what, r.model_ns / l.max(1e-3)))
+                .filter(|(_, q)| !(TEST_BAND.0..=TEST_BAND.1).contains(q))
+                .collect();
+            if bad.is_empty() {
+                break;
+            }
+            eprintln!(
+                "attempt {attempt}: {} rows outside the band, measuring again",
+                bad.len()
+            );
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
         assert!(
             bad.is_empty(),
             "client CPU model outside {TEST_BAND:?}x of this host's least figure: {bad:?}"
