@@ -136,9 +136,10 @@ pub struct LinArgs {
     pub key_bytes: usize,
     /// With --index chime: SMART's read delegation and write combining, which the authors'
     /// build of CHIME has on and `ChimeConfig::chime()` off (comma-separated: delegation,
-    /// combining), leaf merges (merge), lean updates (lean-update), writes without the leaf prefix
-    /// (prefix-free), paced lock waits (paced-locks). With --index canrt: `whole-level`, the paper's growth (a data
-    /// node per key prefix, every resize a rebuild) instead of splits.
+    /// combining), leaf merges (merge), lean updates (lean-update), writes without the leaf
+    /// prefix (prefix-free), paced lock waits (paced-locks). With --index canrt:
+    /// `whole-level`, the paper's growth (a data node per key prefix, every resize a rebuild)
+    /// instead of splits.
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
     /// With --index smart: the factor analysis's first step, the ART baseline with the cache

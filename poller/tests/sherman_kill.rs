@@ -45,7 +45,8 @@ use trees::Base;
 
 const CHILD: &str = "SHERMAN_KILL_CHILD";
 
-/// The tree named `name` (`sherman`, `fg+` or `chime`), with 256-byte pages and 200 ms leases.
+/// The tree named `name` (`sherman`, `fg+`, `chime` or a CHIME with one of remora's ideas),
+/// with 256-byte pages and 200 ms leases.
 fn cfg(name: &str) -> Base {
     let base = match name {
         "sherman" => Base::Sherman(ShermanConfig::sherman()),
@@ -58,6 +59,11 @@ fn cfg(name: &str) -> Base {
             }
             .with_cache(1 << 20),
         ),
+        "chime-paced" => {
+            let mut c = ChimeConfig::chime().with_cache(1 << 20);
+            c.sherman.paced_locks = true;
+            Base::Chime(c)
+        }
         other => panic!("no tree {other}"),
     };
     base.with(ShermanConfig {
@@ -356,5 +362,18 @@ fn chime_prefix_free_survives_writer_processes_killed_mid_operation() {
     }
     for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
         run("chime-prefix-free");
+    }
+}
+
+/// With remora's paced lock waits (`ShermanConfig::paced_locks`): the survivor waits for a
+/// killed writer's lock pausing a round trip of wall-clock time between CASes, and still
+/// reaches its lease, fences the dead process and takes the lock over.
+#[test]
+fn chime_paced_survives_writer_processes_killed_mid_operation() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    for _ in 0..env_count("SHERMAN_KILL_TRIALS", 1) {
+        run("chime-paced");
     }
 }

@@ -322,8 +322,8 @@ pub struct SmartFlags {
     /// `merge`, leaf merges; `lean-update`, remora's updates that READ only the key's
     /// neighbourhood under the lock (`ChimeConfig::lean_update`); `prefix-free`, remora's
     /// writes that READ and WRITE no leaf prefix (`ChimeConfig::prefix_free`);
-    /// `paced-locks`, remora's lock waits that retry a held lock after its holder's round
-    /// trips (`ShermanConfig::paced_locks`).
+    /// `paced-locks`, remora's lock waits that pause one round trip, timed on the failed
+    /// CAS, before the next (`ShermanConfig::paced_locks`).
     #[arg(long, value_delimiter = ',')]
     pub with: Vec<String>,
     /// Cache capacity per compute node (per client thread with --per-thread-state), in MiB:

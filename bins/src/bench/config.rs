@@ -118,7 +118,7 @@ pub(super) fn index_cfg(a: &BenchArgs) -> Result<IndexCfg, String> {
     }
 }
 
-/// `--lock-wait` of a Sherman or CHIME run: `auto` keeps the index's own (`base`).
+/// `--lock-wait` of a run: `auto` keeps the index's own (`base`).
 fn spin_locks(a: &BenchArgs, base: bool) -> bool {
     match a.smart.lock_wait {
         LockWait::Auto => base,
@@ -127,7 +127,7 @@ fn spin_locks(a: &BenchArgs, base: bool) -> bool {
     }
 }
 
-/// `--lock-max-backoff-ns` of a Sherman or CHIME run.
+/// `--lock-max-backoff-ns` of a run: the longest pause of a lock wait.
 fn lease_with(a: &BenchArgs, mut lease: LeaseConfig) -> LeaseConfig {
     if let Some(ns) = a.smart.lock_max_backoff_ns {
         lease.max_backoff_ns = ns;
@@ -238,14 +238,8 @@ pub(super) fn smart_config(a: &BenchArgs, t: Techniques) -> SmartConfig {
     cfg.cache_mib = a.smart.cache_mib;
     cfg.onchip_locks = a.smart.onchip_locks;
     cfg.leaf_handover = a.smart.leaf_handover;
-    match a.smart.lock_wait {
-        LockWait::Auto => {}
-        LockWait::Spin => cfg.spin_locks = true,
-        LockWait::Backoff => cfg.spin_locks = false,
-    }
-    if let Some(ns) = a.smart.lock_max_backoff_ns {
-        cfg.lease.max_backoff_ns = ns;
-    }
+    cfg.spin_locks = spin_locks(a, cfg.spin_locks);
+    cfg.lease = lease_with(a, cfg.lease);
     cfg.combine_latest = !a.smart.no_combine_latest;
     cfg
 }

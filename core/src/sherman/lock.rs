@@ -58,7 +58,7 @@ pub(super) struct Locks {
     hierarchical: bool,
     combine: bool,
     spin: bool,
-    /// Paced waits (`pace.rs`): overrides `spin`.
+    /// Paced waits (`pace.rs`); never with `spin`.
     paced: bool,
     cap: u32,
     lease: LeaseConfig,
@@ -146,9 +146,10 @@ impl Locks {
         }
     }
 
-    /// With paced waits for the global word (`pace.rs`).
+    /// With paced waits for the global word (`pace.rs`), which do not spin.
     pub(super) fn paced(mut self, on: bool) -> Locks {
         self.paced = on;
+        self.spin &= !on;
         self
     }
 
@@ -277,15 +278,14 @@ impl Locks {
         let qp = ep.qp_for(lock)?;
         let mine = self.next_word();
         let mut expected = 0u64;
-        // A paced wait times its CASes (`pace.rs`).
-        let sent = if self.paced { ep.now_ns() } else { 0 };
+        // A paced wait times its CASes (`pace.rs`): when the last one was sent.
+        let mut sent = if self.paced { ep.now_ns() } else { 0 };
         let found = qp.cas(lock, expected, mine).await?;
         if found == expected {
             return Ok(Got::Acquired);
         }
         // Held: from here on the clock runs.
         let start = ep.now_ns();
-        let mut rtt = start.saturating_sub(sent);
         // The lease counts only the time this waiter (and the reader before it) watched: a
         // waiter stopped with its process fences no live holder for it.
         let mut w = Waiter::new(self.wait_config(start), start).watching();
@@ -298,13 +298,12 @@ impl Locks {
         loop {
             let found = match found.take() {
                 Some(f) => f,
-                None if self.paced => {
-                    let sent = ep.now_ns();
-                    let f = qp.cas(lock, expected, mine).await?;
-                    rtt = ep.now_ns().saturating_sub(sent);
-                    f
+                None => {
+                    if self.paced {
+                        sent = ep.now_ns();
+                    }
+                    qp.cas(lock, expected, mine).await?
                 }
-                None => qp.cas(lock, expected, mine).await?,
             };
             if found == expected {
                 return Ok(if expected == 0 {
@@ -322,8 +321,13 @@ impl Locks {
                 word,
                 waited_ns,
             };
-            match w.observe(found, ep.now_ns()) {
-                Verdict::Wait(_) if self.paced => ep.pause(pace::pause(rtt, &self.lease)).await,
+            let now = ep.now_ns();
+            match w.observe(found, now) {
+                // Paced: the round trip of the CAS that found the word held.
+                Verdict::Wait(_) if self.paced => {
+                    ep.pause(pace::pause(now.saturating_sub(sent), &self.lease))
+                        .await
+                }
                 Verdict::Wait(ns) => ep.pause(ns).await,
                 // Our own coroutine holds it: alive, keep waiting.
                 Verdict::Expired { word } if self.client != 0 && holder(word) == self.client => {}
@@ -346,7 +350,7 @@ impl Locks {
     /// The bounds of one wait for the global word: spinning (`spin`,
     /// [`LeaseConfig::spinning`]) or backing off.
     fn wait_config(&self, now: u64) -> LeaseConfig {
-        if self.spin && !self.paced {
+        if self.spin {
             self.lease.spinning(now)
         } else {
             self.lease
